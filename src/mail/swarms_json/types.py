@@ -1,0 +1,47 @@
+"""Shapes of swarms.json entries after defaults have been filled in.
+
+They are plain dicts at runtime (TypedDicts), matching what ``json.load`` gives;
+unknown keys found in the file are kept alongside these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+__all__ = ["SwarmsJSONAction", "SwarmsJSONAgent", "SwarmsJSONSwarm"]
+
+
+class SwarmsJSONAction(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: str
+
+
+class SwarmsJSONAgent(TypedDict):
+    name: str
+    factory: str
+    comm_targets: list[str]
+    agent_params: dict[str, Any]
+    enable_entrypoint: bool
+    enable_interswarm: bool
+    can_complete_tasks: bool
+    tool_format: str
+    actions: list[str]
+    exclude_tools: list[str]
+
+
+class SwarmsJSONSwarm(TypedDict):
+    name: str
+    version: str
+    entrypoint: str
+    agents: list[SwarmsJSONAgent]
+    actions: list[SwarmsJSONAction]
+    enable_interswarm: bool
+    breakpoint_tools: list[str]
+    exclude_tools: list[str]
+    action_imports: list[str]
+    description: str
+    keywords: list[str]
+    public: bool
+    enable_db_agent_histories: bool

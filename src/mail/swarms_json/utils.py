@@ -1,0 +1,154 @@
+"""Loading swarms.json files and turning their entries into validated, defaulted dicts.
+
+This layer works on plain data only: it doesn't import factories or actions and
+doesn't resolve ``python::``/``url::`` strings. ``mail.api`` builds templates from
+its results (resolving agent_params with
+``mail.utils.parsing.resolve_prefixed_string_references``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, cast
+
+from mail.swarms_json.suggestions import suggest
+from mail.swarms_json.types import SwarmsJSONAction, SwarmsJSONAgent, SwarmsJSONSwarm
+from mail.swarms_json.validation import (
+    validate_action_from_swarms_json,
+    validate_agent_from_swarms_json,
+    validate_swarm_from_swarms_json,
+)
+
+__all__ = [
+    "AGENT_DEFAULTS",
+    "SWARM_DEFAULTS",
+    "build_action_from_json",
+    "build_agent_from_json",
+    "build_swarm_from_json",
+    "build_swarms_from_json",
+    "find_swarm",
+    "load_swarm_from_json_file",
+    "load_swarms_json_from_file",
+    "suggest",
+    "validate_action_from_swarms_json",
+    "validate_agent_from_swarms_json",
+    "validate_swarm_from_swarms_json",
+]
+
+# Optional fields and their defaults. Values are templates: lists are copied per use.
+SWARM_DEFAULTS: dict[str, Any] = {
+    "enable_interswarm": False,
+    "breakpoint_tools": [],
+    "exclude_tools": [],
+    "action_imports": [],
+    "description": "",
+    "keywords": [],
+    "public": False,
+    "enable_db_agent_histories": False,
+}
+AGENT_DEFAULTS: dict[str, Any] = {
+    "enable_entrypoint": False,
+    "enable_interswarm": False,
+    "can_complete_tasks": False,
+    "tool_format": "responses",
+    "actions": [],
+    "exclude_tools": [],
+}
+
+PathLike = str | os.PathLike[str]
+
+
+def load_swarms_json_from_file(path: PathLike) -> list[dict[str, Any]]:
+    """Read a swarms.json file; it must hold a JSON list (entries are not validated here)."""
+    with Path(path).open(encoding="utf-8") as fh:
+        try:
+            data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"swarms.json file at {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise ValueError(
+            f"swarms.json file at {path} must contain a list of swarms, "
+            f"actually got {type(data).__name__}"
+        )
+    return data
+
+
+def _with_defaults(entry: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A shallow copy of ``entry`` with missing optional fields filled in.
+
+    Lists are copied so that callers can't alias each other's (or the defaults') lists.
+    """
+    built = {key: list(value) if isinstance(value, list) else value for key, value in entry.items()}
+    for key, default in defaults.items():
+        if key not in built:
+            built[key] = list(default) if isinstance(default, list) else default
+    return built
+
+
+def build_action_from_json(candidate: dict[str, Any]) -> SwarmsJSONAction:
+    """Validate one action entry and return a copy of it."""
+    validate_action_from_swarms_json(candidate)
+    return cast(SwarmsJSONAction, _with_defaults(candidate, {}))
+
+
+def _build_agent(candidate: dict[str, Any]) -> SwarmsJSONAgent:
+    built = _with_defaults(candidate, AGENT_DEFAULTS)
+    params = dict(candidate["agent_params"])
+    if "tool_format" in params:
+        # The agent-level field is authoritative; the nested one was an old spelling.
+        warnings.warn(
+            f"agent '{candidate['name']}': 'tool_format' inside agent_params is deprecated "
+            f"and ignored; set 'tool_format' on the agent itself "
+            f"(using '{built['tool_format']}')",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        del params["tool_format"]
+    built["agent_params"] = params
+    return cast(SwarmsJSONAgent, built)
+
+
+def build_agent_from_json(candidate: dict[str, Any]) -> SwarmsJSONAgent:
+    """Validate one agent entry and return a copy with defaults filled in."""
+    validate_agent_from_swarms_json(candidate)
+    return _build_agent(candidate)
+
+
+def build_swarm_from_json(candidate: dict[str, Any]) -> SwarmsJSONSwarm:
+    """Validate one swarm entry (once) and return a copy with every default filled in."""
+    validate_swarm_from_swarms_json(candidate)
+    built = _with_defaults(candidate, SWARM_DEFAULTS)
+    built["agents"] = [_build_agent(agent) for agent in candidate["agents"]]
+    built["actions"] = [dict(action) for action in candidate["actions"]]
+    return cast(SwarmsJSONSwarm, built)
+
+
+def build_swarms_from_json(data: list[dict[str, Any]]) -> list[SwarmsJSONSwarm]:
+    """Validate and default every swarm of a swarms.json list.
+
+    All entries are checked, not just the one a caller will pick, so a broken
+    definition anywhere in the file is reported at load time.
+    """
+    if not isinstance(data, list):
+        raise ValueError(
+            f"swarms.json must contain a list of swarms, actually got {type(data).__name__}"
+        )
+    return [build_swarm_from_json(candidate) for candidate in data]
+
+
+def find_swarm(swarms: list[Any], name: str, path: PathLike = "swarms.json") -> Any:
+    """Return the first swarm called ``name``; ValueError (with a suggestion) if there is none."""
+    names = [s.get("name") for s in swarms if isinstance(s, dict)]
+    for swarm in swarms:
+        if isinstance(swarm, dict) and swarm.get("name") == name:
+            return swarm
+    raise ValueError(f"swarm '{name}' not found in {path}{suggest(name, names)}")
+
+
+def load_swarm_from_json_file(swarm_name: str, path: PathLike = "swarms.json") -> SwarmsJSONSwarm:
+    """Load ``path``, validate every swarm in it, and return the one called ``swarm_name``."""
+    swarms = build_swarms_from_json(load_swarms_json_from_file(path))
+    return cast(SwarmsJSONSwarm, find_swarm(swarms, swarm_name, path))

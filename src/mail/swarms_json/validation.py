@@ -1,0 +1,195 @@
+"""Validation of swarms.json entries.
+
+Every problem raises ``ValueError`` with a message naming the offending field or
+name, in a fixed order (see docs/swarms-json.md):
+
+1. the swarm's own fields;
+2. cross-checks between agents, the entrypoint and actions (these come before
+   the per-agent field checks, so they must tolerate malformed agents: anything
+   they cannot read is left for step 3 to report);
+3. each agent's fields, then each action's fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mail.swarms_json.suggestions import suggest
+
+__all__ = [
+    "ACTION_REQUIRED_FIELDS",
+    "AGENT_OPTIONAL_FIELDS",
+    "AGENT_REQUIRED_FIELDS",
+    "SWARM_OPTIONAL_FIELDS",
+    "SWARM_REQUIRED_FIELDS",
+    "validate_action_from_swarms_json",
+    "validate_agent_from_swarms_json",
+    "validate_swarm_from_swarms_json",
+]
+
+FieldTable = tuple[tuple[str, type], ...]
+
+SWARM_REQUIRED_FIELDS: FieldTable = (
+    ("name", str),
+    ("version", str),
+    ("entrypoint", str),
+    ("agents", list),
+    ("actions", list),
+)
+SWARM_OPTIONAL_FIELDS: FieldTable = (
+    ("enable_interswarm", bool),
+    ("breakpoint_tools", list),
+    ("exclude_tools", list),
+    ("action_imports", list),
+)
+# List fields whose items must be strings (checked after the field's own type).
+SWARM_STRING_LIST_FIELDS = ("action_imports", "breakpoint_tools", "exclude_tools")
+
+AGENT_REQUIRED_FIELDS: FieldTable = (
+    ("name", str),
+    ("factory", str),
+    ("comm_targets", list),
+    ("agent_params", dict),
+)
+AGENT_OPTIONAL_FIELDS: FieldTable = (
+    ("enable_entrypoint", bool),
+    ("enable_interswarm", bool),
+    ("can_complete_tasks", bool),
+    ("tool_format", str),
+    ("actions", list),
+    ("exclude_tools", list),
+)
+AGENT_STRING_LIST_FIELDS = ("comm_targets", "actions", "exclude_tools")
+
+ACTION_REQUIRED_FIELDS: FieldTable = (
+    ("name", str),
+    ("description", str),
+    ("parameters", dict),
+    ("function", str),
+)
+
+
+def _check_fields(
+    kind: str,
+    candidate: Any,
+    required: FieldTable,
+    optional: FieldTable = (),
+    string_lists: tuple[str, ...] = (),
+) -> None:
+    """Presence and type checks shared by swarms, agents and actions."""
+    if not isinstance(candidate, dict):
+        raise ValueError(
+            f"{kind} candidate must be a dict, actually got {type(candidate).__name__}"
+        )
+    for field, expected in required:
+        if field not in candidate:
+            raise ValueError(f"{kind} candidate must contain a '{field}' field")
+        _check_type(kind, field, candidate[field], expected)
+    for field, expected in optional:
+        if field in candidate:
+            _check_type(kind, field, candidate[field], expected)
+    for field in string_lists:
+        items = candidate.get(field, [])
+        if not all(isinstance(item, str) for item in items):
+            raise ValueError(f"{kind} candidate field '{field}' must be a list of strings")
+
+
+def _check_type(kind: str, field: str, value: Any, expected: type) -> None:
+    # bool is a subclass of int, but no field here is numeric, so isinstance is exact enough.
+    if not isinstance(value, expected):
+        raise ValueError(
+            f"{kind} candidate field '{field}' must be a {expected.__name__}, "
+            f"actually got {type(value).__name__}"
+        )
+
+
+def _named(items: list[Any]) -> list[dict[str, Any]]:
+    """The entries of ``items`` that are dicts with a string name (cross-checks skip the rest)."""
+    return [item for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
+
+
+def _string_items(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _cross_validate(swarm: dict[str, Any]) -> None:
+    agents = _named(swarm["agents"])
+    agent_names = [agent["name"] for agent in agents]
+    entrypoint: str = swarm["entrypoint"]
+
+    seen: set[str] = set()
+    for name in agent_names:
+        if name in seen:
+            raise ValueError(f"duplicate agent name '{name}'")
+        seen.add(name)
+
+    if entrypoint not in seen:
+        raise ValueError(
+            f"entrypoint '{entrypoint}' does not match any agent name."
+            f"{suggest(entrypoint, agent_names)}"
+        )
+    if not any(agent.get("enable_entrypoint") for agent in agents):
+        raise ValueError("swarm must have at least one agent with 'enable_entrypoint' set to true")
+    entry_agent = next(agent for agent in agents if agent["name"] == entrypoint)
+    if not entry_agent.get("enable_entrypoint"):
+        raise ValueError(
+            f"entrypoint agent '{entrypoint}' does not have 'enable_entrypoint' set to true"
+        )
+
+    for agent in agents:
+        for target in _string_items(agent.get("comm_targets")):
+            if "@" in target:  # remote agent: checked when the message is routed
+                continue
+            if target not in seen:
+                raise ValueError(
+                    f"agent '{agent['name']}' has comm_target '{target}' which is not a "
+                    f"defined agent.{suggest(target, agent_names)}"
+                )
+
+    if not any(agent.get("can_complete_tasks") for agent in agents):
+        raise ValueError("swarm must have at least one agent with 'can_complete_tasks' set to true")
+
+    # Imported actions are only known once their import strings are resolved (by the
+    # template builder), so references can't be checked here when there are any.
+    if swarm.get("action_imports"):
+        return
+    action_names = [action["name"] for action in _named(swarm["actions"])]
+    for agent in agents:
+        for action_name in _string_items(agent.get("actions")):
+            if action_name not in action_names:
+                raise ValueError(
+                    f"agent '{agent['name']}' references action '{action_name}' which is not "
+                    f"defined in the swarm's actions.{suggest(action_name, action_names)}"
+                )
+
+
+def validate_swarm_from_swarms_json(swarm_candidate: Any) -> None:
+    """Raise ValueError unless ``swarm_candidate`` is a well-formed swarms.json swarm."""
+    _check_fields(
+        "swarm",
+        swarm_candidate,
+        SWARM_REQUIRED_FIELDS,
+        SWARM_OPTIONAL_FIELDS,
+        SWARM_STRING_LIST_FIELDS,
+    )
+    _cross_validate(swarm_candidate)
+    for agent in swarm_candidate["agents"]:
+        validate_agent_from_swarms_json(agent)
+    for action in swarm_candidate["actions"]:
+        validate_action_from_swarms_json(action)
+
+
+def validate_agent_from_swarms_json(agent_candidate: Any) -> None:
+    """Raise ValueError unless ``agent_candidate`` is a well-formed swarms.json agent."""
+    _check_fields(
+        "agent",
+        agent_candidate,
+        AGENT_REQUIRED_FIELDS,
+        AGENT_OPTIONAL_FIELDS,
+        AGENT_STRING_LIST_FIELDS,
+    )
+
+
+def validate_action_from_swarms_json(action_candidate: Any) -> None:
+    """Raise ValueError unless ``action_candidate`` is a well-formed swarms.json action."""
+    _check_fields("action", action_candidate, ACTION_REQUIRED_FIELDS)

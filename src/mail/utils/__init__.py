@@ -1,0 +1,49 @@
+"""Utilities: import-string parsing, address helpers, auth, logging, stores.
+
+Names are re-exported lazily (PEP 562): importing ``mail.utils`` must stay cheap and
+must not pull in the server's auth code or mail.core (which itself uses
+``mail.utils.parsing``), or import cycles and slow CLI start-up would follow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mail.utils.parsing import read_python_string, target_address_is_interswarm
+
+# public name -> submodule of mail.utils that defines it
+_LAZY_EXPORTS: dict[str, str] = {
+    "read_python_string": "parsing",
+    "read_url_string": "parsing",
+    "resolve_prefixed_string_references": "parsing",
+    "target_address_is_interswarm": "parsing",
+    "login": "auth",
+    "get_token_info": "auth",
+    "caller_is_admin": "auth",
+    "caller_is_user": "auth",
+    "caller_is_agent": "auth",
+    "caller_is_admin_or_user": "auth",
+    "extract_token_info": "auth",
+    "generate_user_id": "auth",
+    "generate_agent_id": "auth",
+    "get_loggers": "logger",
+    "init_logger": "logger",
+}
+
+__all__ = ["read_python_string", "target_address_is_interswarm"]
+
+
+def __getattr__(name: str) -> Any:
+    submodule = _LAZY_EXPORTS.get(name)
+    if submodule is None:
+        raise AttributeError(f"module 'mail.utils' has no attribute '{name}'")
+    module = importlib.import_module(f"mail.utils.{submodule}")
+    value = getattr(module, name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_EXPORTS))
