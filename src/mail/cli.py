@@ -1,0 +1,50 @@
+"""The `mail` command: a dispatch table over `mail.commands.*` modules."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (subcommand, module under mail.commands, one-line help)
+COMMANDS: list[tuple[str, str, str]] = [
+    ("server", "server", "run the MAIL HTTP server"),
+    ("client", "client", "open an interactive client (REPL) against a MAIL server"),
+    ("ping", "ping", "check that a MAIL server answers on /health"),
+    ("version", "version", "print the implementation and protocol versions"),
+    ("db-init", "db_init", "create the PostgreSQL tables used for persistence"),
+    ("register", "register", "register this program as the handler of swarm:// URLs"),
+    ("keys", "keys", "manage the local API keys of the embedded auth mode"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mail", description="MAIL: Multi-Agent Interface Layer")
+    sub = parser.add_subparsers(dest="command")
+    for name, module_name, help_text in COMMANDS:
+        try:
+            module = importlib.import_module(f"mail.commands.{module_name}")
+        except ModuleNotFoundError:
+            continue
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = getattr(args, "_run", None)
+    if run is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Task event records: what the server streams as SSE and stores per task.
+
+Events are created on the hot path, so the JSON text is produced lazily, once, the first
+time someone reads it (a stream, GET /task, the store) and then shared by every reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from mail.core.message import utc_now_iso
+
+Description = str | Callable[[], str]
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class TaskEvent:
+    """One event of a task: a name, a sequence id and a JSON payload."""
+
+    __slots__ = (
+        "event",
+        "id",
+        "task_id",
+        "timestamp",
+        "_description",
+        "extra_data",
+        "_data",
+        "_raw",
+    )
+
+    retry: int | None = None
+    comment: str | None = None
+
+    def __init__(
+        self,
+        event: str,
+        task_id: str,
+        description: Description,
+        extra_data: dict[str, Any] | None = None,
+        *,
+        event_id: str | None = None,
+        timestamp: str | None = None,
+        raw_payload: dict[str, Any] | None = None,
+    ) -> None:
+        self.event = event
+        self.task_id = task_id
+        self.id = event_id
+        self.timestamp = timestamp or utc_now_iso()
+        self._description = description
+        self.extra_data = extra_data or {}
+        self._data: str | None = None
+        self._raw = raw_payload
+
+    @property
+    def description(self) -> str:
+        if callable(self._description):
+            self._description = self._description()
+        return self._description
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        if self._raw is not None:
+            return self._raw
+        return {
+            "timestamp": self.timestamp,
+            "description": self.description,
+            "task_id": self.task_id,
+            "extra_data": self.extra_data,
+        }
+
+    @property
+    def data(self) -> str:
+        if self._data is None:
+            self._data = compact_json(self.payload)
+        return self._data
+
+    def to_record(self, parsed: bool = False) -> dict[str, Any]:
+        """Serialised form used by /message show_events (parsed) and /tasks (raw string)."""
+        return {
+            "event": self.event,
+            "id": self.id,
+            "data": self.payload if parsed else self.data,
+            "retry": None,
+            "comment": None,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TaskEvent:
+        raw = record.get("data")
+        data = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        event = cls(
+            str(record.get("event") or "message"),
+            str(data.get("task_id", "")),
+            str(data.get("description", "")),
+            data.get("extra_data") or {},
+            event_id=record.get("id"),
+            timestamp=data.get("timestamp"),
+        )
+        if isinstance(raw, str):
+            event._data = raw
+        return event
+
+    def __repr__(self) -> str:
+        return f"TaskEvent({self.event!r}, id={self.id!r}, task_id={self.task_id!r})"

@@ -1,0 +1,347 @@
+"""MAIL message shapes and pure helpers (addresses, constructors, the XML agents read).
+
+Messages are plain dicts with every field present, exactly as they travel on the wire.
+Nothing in this module performs I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any, Literal, TypedDict
+
+AddressType = Literal["admin", "agent", "system", "user"]
+MessageType = Literal["request", "response", "broadcast", "interrupt", "broadcast_complete"]
+
+MAIL_MESSAGE_TYPES: tuple[str, ...] = (
+    "request",
+    "response",
+    "broadcast",
+    "interrupt",
+    "broadcast_complete",
+)
+INTERSWARM_MESSAGE_TYPES: tuple[str, ...] = ("request", "response", "broadcast", "interrupt")
+ADDRESS_TYPES: tuple[str, ...] = ("admin", "agent", "system", "user")
+ALL_AGENTS = "all"
+
+
+class MAILAddress(TypedDict):
+    address_type: AddressType
+    address: str
+
+
+class MAILRequest(TypedDict):
+    task_id: str
+    request_id: str
+    sender: MAILAddress
+    recipient: MAILAddress
+    subject: str
+    body: str
+    sender_swarm: str | None
+    recipient_swarm: str | None
+    routing_info: dict[str, Any] | None
+
+
+class MAILResponse(TypedDict):
+    task_id: str
+    request_id: str
+    sender: MAILAddress
+    recipient: MAILAddress
+    subject: str
+    body: str
+    sender_swarm: str | None
+    recipient_swarm: str | None
+    routing_info: dict[str, Any] | None
+
+
+class MAILBroadcast(TypedDict):
+    task_id: str
+    broadcast_id: str
+    sender: MAILAddress
+    recipients: list[MAILAddress]
+    subject: str
+    body: str
+    sender_swarm: str | None
+    recipient_swarms: list[str] | None
+    routing_info: dict[str, Any] | None
+
+
+class MAILInterrupt(TypedDict):
+    task_id: str
+    interrupt_id: str
+    sender: MAILAddress
+    recipients: list[MAILAddress]
+    subject: str
+    body: str
+    sender_swarm: str | None
+    recipient_swarms: list[str] | None
+    routing_info: dict[str, Any] | None
+
+
+MAILPayload = MAILRequest | MAILResponse | MAILBroadcast | MAILInterrupt
+
+
+class MAILMessage(TypedDict):
+    id: str
+    timestamp: str
+    message: MAILPayload
+    msg_type: str
+
+
+class MAILInterswarmMessage(TypedDict):
+    message_id: str
+    source_swarm: str
+    target_swarm: str
+    timestamp: str
+    payload: MAILPayload
+    msg_type: Literal["request", "response", "broadcast", "interrupt"]
+    auth_token: str | None
+    task_owner: str
+    task_contributors: list[str]
+    metadata: dict[str, Any] | None
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def create_address(address: str, address_type: AddressType) -> MAILAddress:
+    return {"address_type": address_type, "address": address}
+
+
+def create_admin_address(address: str) -> MAILAddress:
+    return create_address(address, "admin")
+
+
+def create_agent_address(address: str) -> MAILAddress:
+    return create_address(address, "agent")
+
+
+def create_system_address(address: str) -> MAILAddress:
+    return create_address(address, "system")
+
+
+def create_user_address(address: str) -> MAILAddress:
+    return create_address(address, "user")
+
+
+def get_address_string(address: MAILAddress) -> str:
+    return address["address"]
+
+
+def get_address_type(address: MAILAddress) -> str:
+    return address["address_type"]
+
+
+def parse_agent_address(address: str) -> tuple[str, str | None]:
+    """Split `name@swarm` at the first `@`; both parts are stripped."""
+    name, sep, swarm = address.partition("@")
+    if not sep:
+        return address.strip(), None
+    return name.strip(), swarm.strip()
+
+
+def format_agent_address(name: str, swarm: str | None = None) -> MAILAddress:
+    return create_agent_address(f"{name}@{swarm}" if swarm else name)
+
+
+def parse_task_contributor(contributor: str) -> tuple[str, str, str]:
+    """`role:id@swarm` -> (role, id, swarm)."""
+    role, colon, rest = contributor.partition(":")
+    if not colon or "@" not in rest:
+        raise ValueError(
+            f"invalid task contributor '{contributor}': expected the form 'role:id@swarm'"
+        )
+    ident, _, swarm = rest.partition("@")
+    return role, ident, swarm
+
+
+def format_task_contributor(role: str, ident: str, swarm: str) -> str:
+    return f"{role}:{ident}@{swarm}"
+
+
+# --------------------------------------------------------------------------- constructors
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utc_now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def make_request(
+    task_id: str,
+    sender: MAILAddress,
+    recipient: MAILAddress,
+    subject: str,
+    body: str,
+    *,
+    sender_swarm: str | None = None,
+    recipient_swarm: str | None = None,
+    routing_info: dict[str, Any] | None = None,
+    request_id: str | None = None,
+) -> MAILRequest:
+    return {
+        "task_id": task_id,
+        "request_id": request_id or new_id(),
+        "sender": sender,
+        "recipient": recipient,
+        "subject": subject,
+        "body": body,
+        "sender_swarm": sender_swarm,
+        "recipient_swarm": recipient_swarm,
+        "routing_info": routing_info if routing_info is not None else {},
+    }
+
+
+make_response = make_request  # identical shape; a response carries a fresh request_id
+
+
+def make_broadcast(
+    task_id: str,
+    sender: MAILAddress,
+    recipients: list[MAILAddress],
+    subject: str,
+    body: str,
+    *,
+    sender_swarm: str | None = None,
+    recipient_swarms: list[str] | None = None,
+    routing_info: dict[str, Any] | None = None,
+) -> MAILBroadcast:
+    return {
+        "task_id": task_id,
+        "broadcast_id": new_id(),
+        "sender": sender,
+        "recipients": recipients,
+        "subject": subject,
+        "body": body,
+        "sender_swarm": sender_swarm,
+        "recipient_swarms": recipient_swarms,
+        "routing_info": routing_info if routing_info is not None else {},
+    }
+
+
+def make_interrupt(
+    task_id: str,
+    sender: MAILAddress,
+    recipients: list[MAILAddress],
+    subject: str,
+    body: str,
+    *,
+    sender_swarm: str | None = None,
+    recipient_swarms: list[str] | None = None,
+    routing_info: dict[str, Any] | None = None,
+) -> MAILInterrupt:
+    return {
+        "task_id": task_id,
+        "interrupt_id": new_id(),
+        "sender": sender,
+        "recipients": recipients,
+        "subject": subject,
+        "body": body,
+        "sender_swarm": sender_swarm,
+        "recipient_swarms": recipient_swarms,
+        "routing_info": routing_info if routing_info is not None else {},
+    }
+
+
+def make_message(payload: Any, msg_type: str, *, message_id: str | None = None) -> MAILMessage:
+    return {
+        "id": message_id or new_id(),
+        "timestamp": utc_now_iso(),
+        "message": payload,
+        "msg_type": msg_type,
+    }
+
+
+def message_recipients(message: MAILMessage) -> list[MAILAddress]:
+    """The recipients of any message type as a list."""
+    payload: Any = message["message"]
+    if "recipients" in payload:
+        return list(payload["recipients"])
+    return [payload["recipient"]]
+
+
+# --------------------------------------------------------------------------- XML rendering
+
+
+def _xml_lines(key: str, value: Any, out: list[str]) -> None:
+    if isinstance(value, dict):
+        out.append(f"<{key}>")
+        for k, v in value.items():
+            _xml_lines(str(k), v, out)
+        out.append(f"</{key}>")
+    elif isinstance(value, list):
+        for item in value:
+            _xml_lines(key, item, out)
+    else:
+        out.append(f"<{key}>{value}</{key}>")
+
+
+def build_body_xml(content: dict[str, Any]) -> str:
+    """Render a dict as unindented XML inside `<body>`; list items repeat their tag."""
+    lines: list[str] = ["<body>"]
+    for key, value in content.items():
+        _xml_lines(str(key), value, lines)
+    lines.append("</body>")
+    return "\n".join(lines)
+
+
+def _render_timestamp(timestamp: str) -> str:
+    try:
+        parsed = datetime.datetime.fromisoformat(timestamp)
+    except ValueError:
+        return timestamp
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed.astimezone(datetime.UTC).isoformat()
+
+
+def _address_xml(address: MAILAddress, forced_type: str | None = None) -> str:
+    kind = forced_type or address["address_type"]
+    return f'<address type="{kind}">{address["address"]}</address>'
+
+
+def build_mail_xml(message: MAILMessage, is_manual: bool = False) -> dict[str, str]:
+    """The user-role chat entry an agent receives for `message`.
+
+    The `<to>` element holds a Python-style list of address elements, matching the text
+    agents of the original implementation were prompted with.
+    """
+    payload: Any = message["message"]
+    if is_manual:
+        return {"role": "user", "content": payload["body"]}
+    sender = payload["sender"]
+    recipients = message_recipients(message)
+    to_list = repr([_address_xml(r) for r in recipients])
+    content = (
+        "\n<incoming_message>\n"
+        f"<timestamp>{_render_timestamp(message['timestamp'])}</timestamp>\n"
+        f'<from type="{sender["address_type"]}">{sender["address"]}</from>\n'
+        f"<to>\n{to_list}\n</to>\n"
+        f"<subject>{payload['subject']}</subject>\n"
+        f"<body>{payload['body']}</body>\n"
+        "</incoming_message>\n"
+    )
+    return {"role": "user", "content": content}
+
+
+def build_interswarm_mail_xml(envelope: MAILInterswarmMessage) -> str:
+    """Readable rendering of an interswarm envelope, used in event descriptions."""
+    payload: Any = envelope["payload"]
+    if "recipients" in payload:
+        to = repr([_address_xml(r, "agent") for r in payload["recipients"]])
+    else:
+        to = _address_xml(payload["recipient"], "agent")
+    return (
+        "<interswarm_message>\n"
+        f"<source_swarm>{envelope['source_swarm']}</source_swarm>\n"
+        f"<target_swarm>{envelope['target_swarm']}</target_swarm>\n"
+        f"<timestamp>{_render_timestamp(envelope['timestamp'])}</timestamp>\n"
+        f'<from type="agent">{payload["sender"]["address"]}</from>\n'
+        f"<to>\n{to}\n</to>\n"
+        f"<subject>{payload['subject']}</subject>\n"
+        f"<body>{payload['body']}</body>\n"
+        "</interswarm_message>"
+    )

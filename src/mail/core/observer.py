@@ -1,0 +1,32 @@
+"""Hooks the runtime calls when durable state changes (persistence plugs in here).
+
+Every hook is synchronous and must not block: implementations enqueue work elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mail.core.events import TaskEvent
+from mail.core.tasks import MAILTask
+
+
+class RuntimeObserver:
+    """No-op base; subclasses override what they need."""
+
+    def task_changed(self, task: MAILTask) -> None:
+        """A task was created or its state (running/completed/contributors) changed."""
+
+    def event_added(self, task: MAILTask, event: TaskEvent) -> None:
+        """An event was appended to a task."""
+
+    def history_changed(
+        self, task_id: str, agent_name: str, tool_format: str, history: list[dict[str, Any]]
+    ) -> None:
+        """An agent's history for a task reached a consistent point (end of a turn)."""
+
+    def response_set(self, task_id: str, response: dict[str, Any]) -> None:
+        """A task produced its final response."""
+
+    def queue_stashed(self, task_id: str, items: list[dict[str, Any]]) -> None:
+        """A paused/completed task's queued messages were stashed (empty list = cleared)."""

@@ -1,0 +1,430 @@
+"""MAILRuntime: one instance's mailbox, tasks, agent histories and scheduling loop.
+
+The loop dequeues messages in priority order and hands each delivery to its own agent
+turn (an asyncio task), so different tasks, and independent agents of one task, run
+concurrently. One agent's history for one task is only touched under that pair's lock.
+Delivery, turns, tool handling, resumes and manual mode live in sibling modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Literal
+
+from mail.core.actions import ActionCore, ActionOverrideFunction
+from mail.core.agents import AgentCore
+from mail.core.events import Description, TaskEvent
+from mail.core.mailbox import Mailbox, MailboxClosed
+from mail.core.memory import AgentMemory, InMemoryAgentMemory
+from mail.core.message import MAILMessage, utc_now_iso
+from mail.core.observer import RuntimeObserver
+from mail.core.runtime_delivery import DeliveryMixin
+from mail.core.runtime_manual import ManualMixin
+from mail.core.runtime_resume import ResumeMixin, TaskSubmitError
+from mail.core.runtime_turns import TurnMixin
+from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
+from mail.core.tasks import MAILTask
+
+logger = logging.getLogger("mail.runtime")
+
+RunMode = Literal["continuous", "manual"]
+
+
+class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
+    """The runtime of one swarm instance (one user, admin, or remote swarm)."""
+
+    def __init__(
+        self,
+        agents: dict[str, AgentCore],
+        actions: dict[str, ActionCore],
+        user_id: str,
+        user_role: str = "user",
+        swarm_name: str = "example",
+        entrypoint: str = "supervisor",
+        swarm_registry: Any = None,
+        enable_interswarm: bool = False,
+        breakpoint_tools: list[str] | None = None,
+        exclude_tools: list[str] | None = None,
+        enable_db_agent_histories: bool = False,
+        print_llm_streams: bool = True,
+        memory: AgentMemory | None = None,
+        observer: RuntimeObserver | None = None,
+    ) -> None:
+        self.agents = agents
+        self.actions = actions
+        self.user_id = user_id
+        self.user_role = user_role
+        self.swarm_name = swarm_name
+        self.entrypoint = entrypoint
+        self.swarm_registry = swarm_registry
+        self.enable_interswarm = enable_interswarm
+        self.breakpoint_tools = list(breakpoint_tools or [])
+        self.exclude_tools = list(exclude_tools or [])
+        self.enable_db_agent_histories = enable_db_agent_histories
+        self.memory: AgentMemory = memory or InMemoryAgentMemory()
+        self.observer = observer or RuntimeObserver()
+        self.interswarm: Any = None  # set by the interswarm layer when enabled
+
+        self.this_owner = f"{user_role}:{user_id}@{swarm_name}"
+        self.mailbox = Mailbox()
+        self.mail_tasks: dict[str, MAILTask] = {}
+        self.agent_histories: dict[str, list[dict[str, Any]]] = {}
+        self.response_messages: dict[str, MAILMessage] = {}
+        self.outstanding_requests: dict[str, dict[str, int]] = {}
+        self.last_breakpoint_caller: dict[str, str] = {}
+        self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
+        self.manual_message_buffer: dict[str, list[MAILMessage]] = {}
+        self.manual_return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
+
+        self.max_steps: int | None = None
+        self._step_counts: dict[str, int] = {}
+        self._step_limits: dict[str, int | None] = {}
+        self.mode: RunMode = "continuous"
+        self.action_override: ActionOverrideFunction | None = None
+
+        self._waiters: dict[str, list[asyncio.Future[MAILMessage]]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._turns: set[asyncio.Task[Any]] = set()
+        self._turns_by_task: dict[str, int] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._loop_running = False
+        self._shutdown = False
+        self.print_llm_streams = print_llm_streams
+        self.set_print_llm_streams(print_llm_streams)
+
+    # ------------------------------------------------------------------ configuration
+    def set_print_llm_streams(self, value: bool) -> None:
+        """Apply the switch to every agent function and the wrappers it holds."""
+        self.print_llm_streams = value
+        for agent in self.agents.values():
+            _apply_print_flag(agent.function, value, set())
+
+    # ------------------------------------------------------------------ tasks & events
+    def _ensure_task(
+        self, task_id: str, owner: str | None = None, contributors: list[str] | None = None
+    ) -> MAILTask:
+        task = self.mail_tasks.get(task_id)
+        if task is None:
+            task = MAILTask(task_id, owner or self.this_owner, contributors)
+            if self.this_owner not in task.task_contributors and owner is None:
+                task.add_contributor(self.this_owner)
+            self.mail_tasks[task_id] = task
+            self.observer.task_changed(task)
+        return task
+
+    def _emit(
+        self,
+        task_id: str,
+        event: str,
+        description: Description,
+        extra_data: dict[str, Any] | None = None,
+    ) -> TaskEvent:
+        task = self._ensure_task(task_id)
+        record = TaskEvent(event, task_id, description, extra_data)
+        task.add_event(record)
+        self.observer.event_added(task, record)
+        return record
+
+    def get_events_by_task_id(self, task_id: str) -> list[TaskEvent]:
+        task = self.mail_tasks.get(task_id)
+        return list(task.events) if task else []
+
+    def get_task_by_id(self, task_id: str) -> MAILTask | None:
+        return self.mail_tasks.get(task_id)
+
+    @property
+    def pending_requests(self) -> dict[str, asyncio.Future[MAILMessage]]:
+        return {t: futs[0] for t, futs in self._waiters.items() if futs}
+
+    def history_for(self, task_id: str, agent_name: str) -> list[dict[str, Any]]:
+        return self.agent_histories.setdefault(f"{task_id}::{agent_name}", [])
+
+    def _lock_for(self, task_id: str, agent_name: str) -> asyncio.Lock:
+        key = f"{task_id}::{agent_name}"
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    # ------------------------------------------------------------------ completion
+    def _complete_task(self, task_id: str, response: MAILMessage) -> None:
+        """Mark a task complete with `response`, stash its queue, wake its waiters."""
+        task = self._ensure_task(task_id)
+        if task.completed and task_id in self.response_messages:
+            return
+        stashed = self.mailbox.stash(task_id)
+        task.queue_stash(stashed)
+        task.mark_complete()
+        task.response = response  # type: ignore[assignment]
+        self.response_messages[task_id] = response
+        self._step_counts.pop(task_id, None)
+        self._step_limits.pop(task_id, None)
+        self.outstanding_requests.pop(task_id, None)
+        self.observer.task_changed(task)
+        self.observer.response_set(task_id, response)  # type: ignore[arg-type]
+        self.observer.queue_stashed(task_id, list(task.task_message_queue))
+        for future in self._waiters.pop(task_id, []):
+            if not future.done():
+                future.set_result(response)
+        task.event_signal().set()
+        logger.debug("task %s completed", task_id)
+
+    # ------------------------------------------------------------------ submission
+    def submit(self, message: MAILMessage) -> None:
+        """Queue a message (creating its task if new)."""
+        self._ensure_task(message["message"]["task_id"])
+        self.mailbox.put(message)
+
+    def _add_waiter(self, task_id: str) -> asyncio.Future[MAILMessage]:
+        future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task_id, []).append(future)
+        return future
+
+    def _drop_waiter(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
+        futures = self._waiters.get(task_id)
+        if futures and future in futures:
+            futures.remove(future)
+            if not futures:
+                del self._waiters[task_id]
+
+    async def submit_and_wait(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        **kwargs: Any,
+    ) -> MAILMessage:
+        """Submit and wait for the task's final response (or a system error response)."""
+        task_id = message["message"]["task_id"]
+        future = self._add_waiter(task_id)
+        try:
+            self._submit_for_task(message, resume_from, kwargs)
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TaskSubmitError as exc:
+            self._emit(task_id, "task_error", f"error for task: {exc}")
+            return system_task_end(self.swarm_name, task_id, "::task_error::", task_error_body(exc))
+        except TimeoutError:
+            self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
+            return system_task_end(
+                self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
+            )
+        finally:
+            self._drop_waiter(task_id, future)
+
+    async def submit_and_stream(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        ping_interval: float = 15.0,
+        **kwargs: Any,
+    ) -> AsyncIterator[TaskEvent]:
+        """Submit, then yield the task's new events as they happen and a final event.
+
+        The final event is `task_complete` with the response body, or `task_error`.
+        Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
+        """
+        task_id = message["message"]["task_id"]
+        existing = self.mail_tasks.get(task_id)
+        index = len(existing.events) if existing else 0
+        future = self._add_waiter(task_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            try:
+                self._submit_for_task(message, resume_from, kwargs)
+            except TaskSubmitError as exc:
+                yield _final_event("task_error", task_id, str(exc))
+                return
+            task = self.mail_tasks[task_id]
+            while True:
+                while index < len(task.events):
+                    yield task.events[index]
+                    index += 1
+                if future.done():
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
+                    continue_events = task.events[index:]
+                    for event in continue_events:
+                        yield event
+                    yield _final_event("task_error", task_id, task_timeout_body())
+                    return
+                signal = task.event_signal()
+                try:
+                    await asyncio.wait_for(signal.wait(), min(ping_interval, remaining))
+                except TimeoutError:
+                    if index >= len(task.events) and not future.done():
+                        yield TaskEvent(
+                            "ping",
+                            task_id,
+                            "",
+                            raw_payload={"timestamp": utc_now_iso(), "task_id": task_id},
+                        )
+            while index < len(task.events):
+                yield task.events[index]
+                index += 1
+            response = future.result()
+            yield _final_event("task_complete", task_id, response["message"]["body"])
+        finally:
+            self._drop_waiter(task_id, future)
+
+    # ------------------------------------------------------------------ loops
+    async def run_continuous(
+        self,
+        max_steps: int | None = None,
+        action_override: ActionOverrideFunction | None = None,
+        mode: RunMode = "continuous",
+    ) -> None:
+        """Serve the mailbox until shutdown."""
+        self.max_steps = max_steps
+        self.action_override = action_override
+        self.mode = mode
+        await self._serve()
+
+    async def run(self, action_override: ActionOverrideFunction | None = None) -> None:
+        await self.run_continuous(action_override=action_override)
+
+    async def run_task(
+        self,
+        message: MAILMessage,
+        action_override: ActionOverrideFunction | None = None,
+        resume_from: str | None = None,
+        max_steps: int | None = None,
+        timeout: float = 3600.0,
+        **kwargs: Any,
+    ) -> MAILMessage:
+        """Run the loop only until `message`'s task completes; return its response."""
+        if self._loop_running:
+            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
+        self.max_steps = max_steps
+        self.action_override = action_override
+        serve = asyncio.create_task(self._serve())
+        try:
+            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
+        finally:
+            self._stop_serving = True
+            self.mailbox.put_wakeup()
+            await serve
+
+    async def _serve(self) -> None:
+        if self._loop_running:
+            raise RuntimeError("the runtime loop is already running")
+        self._loop_running = True
+        self._stop_serving = False
+        try:
+            while not self._stop_serving:
+                try:
+                    message = await self.mailbox.get()
+                except MailboxClosed:
+                    break
+                if message is None:  # a wake-up without a message
+                    continue
+                try:
+                    self._dispatch(message)
+                except Exception as exc:  # noqa: BLE001 - the loop must survive
+                    logger.exception("error while dispatching a message")
+                    self._emit(message["message"]["task_id"], "run_loop_error", f"{exc}")
+        except asyncio.CancelledError:
+            self._emit("*", "run_loop_cancelled", "run loop cancelled")
+            raise
+        finally:
+            self._loop_running = False
+
+    def _dispatch(self, message: MAILMessage) -> None:
+        task_id = message["message"]["task_id"]
+        if message["msg_type"] == "broadcast_complete":
+            self._complete_task(task_id, message)
+            return
+        message = self._apply_step_limit(message)
+        self._process_message(message)
+
+    # ------------------------------------------------------------------ turns bookkeeping
+    def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> None:
+        turn = asyncio.create_task(coro)
+        self._turns.add(turn)
+        self._turns_by_task[task_id] = self._turns_by_task.get(task_id, 0) + 1
+        self._idle.clear()
+
+        def _done(t: asyncio.Task[Any]) -> None:
+            self._turns.discard(t)
+            count = self._turns_by_task.get(task_id, 1) - 1
+            if count <= 0:
+                self._turns_by_task.pop(task_id, None)
+            else:
+                self._turns_by_task[task_id] = count
+            if not self._turns:
+                self._idle.set()
+
+        turn.add_done_callback(_done)
+
+    def task_is_busy(self, task_id: str) -> bool:
+        return self._turns_by_task.get(task_id, 0) > 0 or self.mailbox.has_task(task_id)
+
+    async def await_idle(self) -> None:
+        """Wait until the mailbox is empty and no agent turn is in flight."""
+        while True:
+            if self.mailbox.empty() and not self._turns:
+                await asyncio.sleep(0)
+                if self.mailbox.empty() and not self._turns:
+                    return
+            if self._turns:
+                await self._idle.wait()
+            else:
+                await asyncio.sleep(0.005)
+
+    # ------------------------------------------------------------------ shutdown
+    async def shutdown(self, grace_period: float = 5.0) -> None:
+        """Stop the loop; give in-flight turns `grace_period` seconds, then cancel them."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        self._emit("*", "shutdown_requested", "shutdown requested")
+        self.mailbox.close()
+        if self.interswarm is not None:
+            await self.interswarm.stop()
+        if self._turns:
+            _, pending = await asyncio.wait(set(self._turns), timeout=grace_period)
+            for turn in pending:
+                turn.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        for futures in self._waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_result(
+                        system_task_end(
+                            self.swarm_name,
+                            "null",
+                            "::shutdown_requested::",
+                            "The runtime was shut down before the task completed.",
+                        )
+                    )
+
+
+def _final_event(name: str, task_id: str, response: str) -> TaskEvent:
+    return TaskEvent(
+        name,
+        task_id,
+        "",
+        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
+    )
+
+
+def _apply_print_flag(fn: Any, value: bool, seen: set[int]) -> None:
+    if fn is None or id(fn) in seen:
+        return
+    seen.add(id(fn))
+    try:
+        if hasattr(fn, "print_llm_streams") or hasattr(fn, "__dict__"):
+            fn.print_llm_streams = value
+    except (AttributeError, TypeError):
+        pass
+    for attr in ("supervisor_fn", "action_agent_fn", "_mail_agent"):
+        inner = getattr(fn, attr, None)
+        if inner is not None:
+            _apply_print_flag(inner, value, seen)

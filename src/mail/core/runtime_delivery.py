@@ -1,0 +1,257 @@
+"""Delivery: from a dequeued message to agent turns (routing, comm_targets, step limit)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mail.core.message import (
+    ALL_AGENTS,
+    MAILMessage,
+    build_mail_xml,
+    message_recipients,
+    parse_agent_address,
+)
+from mail.core.system_messages import (
+    improper_response_to_user_body,
+    invalid_recipient_body,
+    max_steps_body,
+    swarm_name_recipient_body,
+    system_response,
+    system_task_end,
+    unknown_agent_body,
+)
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+
+logger = logging.getLogger("mail.runtime")
+
+MAX_STEPS_SUBJECT = "::maximum_steps_reached::"
+ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
+
+
+class DeliveryMixin:
+    """Routing of one message to its recipients (mixed into MAILRuntime)."""
+
+    # ------------------------------------------------------------------ step limit
+    def _apply_step_limit(self: MAILRuntime, message: MAILMessage) -> MAILMessage:
+        payload = message["message"]
+        if payload["subject"].startswith("::") or payload["sender"]["address_type"] == "system":
+            return message
+        task_id = payload["task_id"]
+        steps = self._step_counts.get(task_id, 0) + 1
+        self._step_counts[task_id] = steps
+        limit = self._step_limits.get(task_id, self.max_steps)
+        if limit is None or steps <= limit:
+            return message
+        return system_response(
+            self.swarm_name,
+            task_id,
+            self.entrypoint,
+            MAX_STEPS_SUBJECT,
+            max_steps_body(self._transcript(task_id)),
+        )
+
+    def _transcript(self: MAILRuntime, task_id: str) -> str:
+        task = self.mail_tasks.get(task_id)
+        if task is None:
+            return ""
+        blocks = []
+        for event in task.events:
+            description = event.description
+            if ACTION_COMPLETE_BROADCAST in description:
+                continue
+            name = "action_output" if event.event == "action_complete" else event.event
+            record = json.dumps({"event": name, "description": description}, indent=2)
+            blocks.append(f"--- Event {len(blocks) + 1} ---\n{record}")
+        return "\n\n".join(blocks)
+
+    # ------------------------------------------------------------------ routing
+    def _is_local_swarm(self: MAILRuntime, swarm: str | None) -> bool:
+        return swarm is None or swarm == "" or swarm == self.swarm_name
+
+    def _sender_is_local_agent(self: MAILRuntime, payload: Any) -> bool:
+        if payload["sender"]["address_type"] != "agent":
+            return False
+        name, swarm = parse_agent_address(payload["sender"]["address"])
+        if not self._is_local_swarm(swarm):
+            return False
+        sender_swarm = payload.get("sender_swarm")
+        return self._is_local_swarm(sender_swarm)
+
+    def disallowed_targets(self: MAILRuntime, sender: str, targets: list[str]) -> list[str]:
+        """Targets that `sender`'s comm_targets do not allow (`all` is always allowed)."""
+        agent = self.agents.get(sender)
+        if agent is None:
+            return []
+        allowed = agent.comm_targets
+        return [t for t in targets if t != ALL_AGENTS and t not in allowed]
+
+    def _process_message(self: MAILRuntime, message: MAILMessage) -> None:
+        payload: Any = message["message"]
+        task_id = payload["task_id"]
+        task = self._ensure_task(task_id)
+        sender = payload["sender"]
+        sender_type = sender["address_type"]
+        if task.completed and sender_type == "agent" and message["msg_type"] != "broadcast_complete":
+            logger.debug("dropping agent message for completed task %s", task_id)
+            return
+
+        names = [r["address"] for r in message_recipients(message)]
+        sender_name = parse_agent_address(sender["address"])[0]
+        if message["msg_type"] not in ("broadcast", "broadcast_complete") and (
+            self._sender_is_local_agent(payload)
+        ):
+            disallowed = self.disallowed_targets(sender_name, names)
+            if disallowed:
+                self._emit(
+                    task_id,
+                    "agent_error",
+                    f"agent attempted to contact disallowed recipients: {disallowed}",
+                )
+                targets = self.agents[sender_name].comm_targets
+                self.mailbox.put(
+                    system_response(
+                        self.swarm_name,
+                        task_id,
+                        sender_name,
+                        "::invalid_recipient::",
+                        invalid_recipient_body(disallowed, targets),
+                    )
+                )
+                return
+
+        local: list[str] = []
+        remote: list[str] = []
+        for name in names:
+            agent_name, swarm = parse_agent_address(name)
+            if self._is_local_swarm(swarm):
+                local.append(agent_name)
+            else:
+                remote.append(name)
+        if remote:
+            self._route_remote(message, remote)
+        if local:
+            self._deliver_local(message, local, sender_name if sender_type != "system" else None)
+
+    def _route_remote(self: MAILRuntime, message: MAILMessage, remote: list[str]) -> None:
+        payload: Any = message["message"]
+        task_id = payload["task_id"]
+        if self.enable_interswarm and self.interswarm is not None:
+            self.interswarm.send_soon(message, remote)
+            return
+        sender_name = parse_agent_address(payload["sender"]["address"])[0]
+        self._emit(
+            task_id,
+            "agent_error",
+            f"interswarm is not enabled; message from {sender_name} to {', '.join(remote)} "
+            "cannot be delivered",
+        )
+        if payload["sender"]["address_type"] == "agent" and sender_name in self.agents:
+            self.mailbox.put(
+                system_response(
+                    self.swarm_name,
+                    task_id,
+                    sender_name,
+                    "::agent_error::",
+                    f"Messages to other swarms ({', '.join(remote)}) are not possible: "
+                    "interswarm messaging is disabled for this swarm.",
+                )
+            )
+
+    def _deliver_local(
+        self: MAILRuntime, message: MAILMessage, names: list[str], sender_name: str | None
+    ) -> None:
+        payload: Any = message["message"]
+        task_id = payload["task_id"]
+        expanded: list[str] = []
+        seen: set[str] = set()
+        for name in names:
+            for target in self.agents if name == ALL_AGENTS else (name,):
+                if target not in seen and target != sender_name:
+                    seen.add(target)
+                    expanded.append(target)
+
+        sender_type = payload["sender"]["address_type"]
+        for name in expanded:
+            if name in self.agents:
+                self._deliver_to_agent(task_id, name, message)
+            elif name == self.user_id:
+                self._emit(
+                    task_id,
+                    "agent_error",
+                    f"agent {sender_name} attempted to send a message to the user ({self.user_id})",
+                )
+                if sender_name in self.agents:
+                    self.mailbox.put(
+                        system_response(
+                            self.swarm_name,
+                            task_id,
+                            sender_name,
+                            "::improper_response_to_user::",
+                            improper_response_to_user_body(self.user_id),
+                        )
+                    )
+            elif name == self.swarm_name:
+                self._emit(
+                    task_id,
+                    "task_error",
+                    f"agent {name} is the swarm name; message from {sender_name} cannot be "
+                    "delivered to it",
+                )
+                self.mailbox.put(
+                    system_task_end(
+                        self.swarm_name,
+                        task_id,
+                        "::runtime_error::",
+                        swarm_name_recipient_body(name),
+                    )
+                )
+                return
+            else:
+                self._emit(
+                    task_id,
+                    "agent_error",
+                    f"agent {name} is unknown; message from {sender_name} cannot be delivered to it",
+                )
+                if sender_name in self.agents:
+                    targets = self.agents[sender_name].comm_targets
+                    self.mailbox.put(
+                        system_response(
+                            self.swarm_name,
+                            task_id,
+                            sender_name,
+                            "::agent_error::",
+                            unknown_agent_body(name, targets),
+                        )
+                    )
+                elif sender_type in ("user", "admin"):
+                    # Nobody in the swarm will ever see this message: end the task clearly
+                    # instead of leaving the caller waiting.
+                    self.mailbox.put(
+                        system_task_end(
+                            self.swarm_name,
+                            task_id,
+                            "::agent_error::",
+                            f"There is no agent called '{name}' in swarm '{self.swarm_name}'.",
+                        )
+                    )
+
+    def _deliver_to_agent(self: MAILRuntime, task_id: str, name: str, message: MAILMessage) -> None:
+        payload: Any = message["message"]
+        if self.mode == "manual" and payload["sender"]["address_type"] != "system":
+            self.manual_message_buffer.setdefault(f"{task_id}::{name}", []).append(message)
+            return
+        tool_choice: Any = "auto" if self.mode == "manual" else "required"
+        if payload["subject"] == MAX_STEPS_SUBJECT and self.mode != "manual":
+            tool_choice = {"type": "function", "name": "task_complete"}
+        if not payload["subject"].startswith(ACTION_COMPLETE_BROADCAST):
+            self._emit(
+                task_id,
+                "new_message",
+                lambda: f"sending message:\n{build_mail_xml(message)['content']}",
+                {"full_message": message},
+            )
+        self._spawn(task_id, self._run_turn(task_id, name, message, tool_choice))

@@ -1,0 +1,127 @@
+"""Manual mode: messages to agents are buffered until the caller steps an agent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from mail.core.message import (
+    ALL_AGENTS,
+    MAILMessage,
+    create_agent_address,
+    create_system_address,
+    make_message,
+    make_request,
+)
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+
+MANUAL_STEP_SUBJECT = "::manual_step::"
+
+
+def render_buffer(messages: list[MAILMessage]) -> str:
+    """The text an agent sees for its buffered messages (public vs private blocks)."""
+    blocks = []
+    for message in messages:
+        payload: Any = message["message"]
+        sender = payload["sender"]["address"]
+        if message["msg_type"] in ("broadcast", "interrupt"):
+            names = [r["address"] for r in payload["recipients"]]
+            if names == [ALL_AGENTS]:
+                blocks.append(f"<public_message>\n<from>{sender}</from>\n{payload['body']}\n</public_message>")
+            else:
+                blocks.append(
+                    f"<private_message>\n<from>{sender}</from>\n<to>{', '.join(names)}</to>\n"
+                    f"{payload['body']}\n</private_message>"
+                )
+        else:
+            blocks.append(f"<private_message>\n<from>{sender}</from>\n{payload['body']}\n</private_message>")
+    return "\n\n\n".join(blocks)
+
+
+class ManualMixin:
+    """manual_step and friends (mixed into MAILRuntime)."""
+
+    async def await_queue_empty(self: MAILRuntime) -> None:
+        """Wait until nothing is queued and no turn is running (no race with delivery)."""
+        await self.await_idle()
+
+    async def submit_message_nowait(self: MAILRuntime, message: MAILMessage) -> None:
+        self.submit(message)
+
+    async def manual_step(
+        self: MAILRuntime,
+        task_id: str,
+        target: str,
+        response_targets: list[str] | None = None,
+        response_type: str = "broadcast",
+        payload: str | None = None,
+        dynamic_ctx_ratio: float = 0.0,
+        _llm: str | None = None,
+        _system: str | None = None,
+    ) -> MAILMessage:
+        """Show `target` its buffered messages (+ payload) and return what it says."""
+        if response_type not in ("broadcast", "response", "request"):
+            raise ValueError(f"invalid response_type '{response_type}'")
+        if response_type != "broadcast" and not response_targets:
+            raise ValueError(f"response_type '{response_type}' requires response_targets")
+        targets = list(response_targets or [ALL_AGENTS])
+        await self.await_idle()
+        if target not in self.agents:
+            raise ValueError(f"unknown agent target: '{target}'")
+        for name in targets:
+            if name != ALL_AGENTS and name not in self.agents:
+                raise ValueError(f"unknown agent response target: '{name}'")
+        key = f"{task_id}::{target}"
+        buffered = self.manual_message_buffer.pop(key, [])
+        text = render_buffer(buffered)
+        if payload:
+            text = f"{text}\n\n\n{payload}" if text else payload
+        body = text.rstrip()
+        self._ensure_task(task_id)
+        request = make_request(
+            task_id,
+            create_system_address("system"),
+            create_agent_address(target),
+            MANUAL_STEP_SUBJECT,
+            body,
+            routing_info={"manual_response_type": response_type, "manual_response_targets": targets},
+        )
+        message = make_message(request, "buffered")
+        future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
+        self.manual_return_messages[key] = future
+        overrides = _apply_overrides(self.agents[target].function, _llm, _system)
+        try:
+            self._spawn(task_id, self._run_turn(task_id, target, message, "auto"))
+            return await future
+        finally:
+            self.manual_return_messages.pop(key, None)
+            _restore_overrides(self.agents[target].function, overrides)
+
+
+_OVERRIDABLE = {"_llm": "llm", "_system": "system"}
+
+
+def _inner_function(fn: Any) -> Any:
+    for attr in ("supervisor_fn", "action_agent_fn"):
+        inner = getattr(fn, attr, None)
+        if inner is not None:
+            return inner
+    return fn
+
+
+def _apply_overrides(fn: Any, llm: str | None, system: str | None) -> dict[str, Any]:
+    saved: dict[str, Any] = {}
+    target = _inner_function(fn)
+    for attr, value in (("llm", llm), ("system", system)):
+        if value is not None and hasattr(target, attr):
+            saved[attr] = getattr(target, attr)
+            setattr(target, attr, value)
+    return saved
+
+
+def _restore_overrides(fn: Any, saved: dict[str, Any]) -> None:
+    target = _inner_function(fn)
+    for attr, value in saved.items():
+        setattr(target, attr, value)

@@ -1,0 +1,208 @@
+"""One agent turn: show the agent a message, call it, handle its tool calls."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
+from mail.core.system_messages import system_broadcast, system_response, system_task_end
+from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
+from mail.core.tools import AgentToolCall
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+
+logger = logging.getLogger("mail.runtime")
+
+ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
+
+
+@dataclass
+class TurnContext:
+    """What the tool handlers of one turn share."""
+
+    task_id: str
+    agent_name: str
+    message: MAILMessage
+    history: list[dict[str, Any]]
+    action_errors: list[tuple[str, str]] = field(default_factory=list)
+    actions_ran: bool = False
+    breakpoint_hit: bool = False
+
+
+class TurnMixin:
+    """Agent turns (mixed into MAILRuntime)."""
+
+    async def _run_turn(
+        self: MAILRuntime, task_id: str, agent_name: str, message: MAILMessage, tool_choice: Any
+    ) -> None:
+        async with self._lock_for(task_id, agent_name):
+            history = self.history_for(task_id, agent_name)
+            ctx = TurnContext(task_id, agent_name, message, history)
+            current: AgentToolCall | None = None
+            try:
+                self._append_incoming(history, message)
+                agent = self.agents[agent_name]
+                _text, calls = await agent.function(history, tool_choice)
+                if not calls:
+                    raise RuntimeError(
+                        f"agent '{agent_name}' returned no tool calls; at least one tool call "
+                        "is required"
+                    )
+                self._append_agent_output(history, calls[0])
+                self._emit_tool_calls(task_id, agent_name, calls)
+                breakpoint_calls = [c for c in calls if c.tool_name in self.breakpoint_tools]
+                for call in calls:
+                    if call.tool_name in self.breakpoint_tools:
+                        continue
+                    current = call
+                    await self._handle_call(ctx, call)
+                current = None
+                self._send_action_notices(ctx)
+                if breakpoint_calls:
+                    self._pause_at_breakpoint(ctx, breakpoint_calls)
+            except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
+                self._turn_failed(ctx, current, exc)
+            finally:
+                self._save_history(task_id, agent_name)
+
+    # ------------------------------------------------------------------ history
+    def _append_incoming(self: MAILRuntime, history: list[dict[str, Any]], message: MAILMessage) -> None:
+        payload: Any = message["message"]
+        if payload["subject"].startswith(ACTION_COMPLETE_BROADCAST):
+            return
+        if message["msg_type"] == "buffered":
+            history.append({"role": "user", "content": payload["body"]})
+        else:
+            history.append(build_mail_xml(message))
+
+    @staticmethod
+    def _append_agent_output(history: list[dict[str, Any]], first: AgentToolCall) -> None:
+        if first.completion:
+            history.append(first.completion)
+        else:
+            history.extend(first.responses)
+
+    def _save_history(self: MAILRuntime, task_id: str, agent_name: str) -> None:
+        agent = self.agents.get(agent_name)
+        tool_format = agent.tool_format if agent else "responses"
+        self.observer.history_changed(
+            task_id, agent_name, tool_format, self.history_for(task_id, agent_name)
+        )
+
+    # ------------------------------------------------------------------ events
+    def _emit_tool_calls(self: MAILRuntime, task_id: str, agent_name: str, calls: list[AgentToolCall]) -> None:
+        last_with_reasoning: str | None = None
+        for call in calls:
+            extra: dict[str, Any] = {
+                "tool_name": call.tool_name,
+                "tool_args": call.tool_args,
+                "tool_call_id": call.tool_call_id,
+            }
+            blocks = [b for b in (call.reasoning or []) if b and b.strip()]
+            if blocks:
+                extra["reasoning"] = "\n\n".join(blocks)
+                last_with_reasoning = call.tool_call_id
+            elif last_with_reasoning is not None:
+                extra["reasoning_ref"] = last_with_reasoning
+            if call.preamble:
+                extra["preamble"] = call.preamble
+            self._emit(task_id, "tool_call", f"agent {agent_name} called {call.tool_name}", extra)
+
+    # ------------------------------------------------------------------ tool calls
+    async def _handle_call(self: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
+        handler = TOOL_HANDLERS.get(call.tool_name, handle_action)
+        result = await handler(self, ctx, call)
+        if result is not None:
+            ctx.history.append(call.create_response_msg(result))
+
+    def _send_action_notices(self: MAILRuntime, ctx: TurnContext) -> None:
+        if ctx.action_errors:
+            body = "\n".join(f"Error: {tool}\n{why}" for tool, why in ctx.action_errors)
+            self.mailbox.put(
+                system_response(self.swarm_name, ctx.task_id, ctx.agent_name, "::action_error::", body)
+            )
+        elif ctx.actions_ran:
+            self.mailbox.put(
+                system_broadcast(
+                    self.swarm_name,
+                    ctx.task_id,
+                    [ctx.agent_name],
+                    "::action_complete::",
+                    "Action completed successfully",
+                )
+            )
+
+    # ------------------------------------------------------------------ breakpoints
+    def _pause_at_breakpoint(self: MAILRuntime, ctx: TurnContext, calls: list[AgentToolCall]) -> None:
+        names = ", ".join(c.tool_name for c in calls)
+        args = ", ".join(json.dumps(c.tool_args) for c in calls)
+        self._emit(
+            ctx.task_id,
+            "breakpoint_tool_call",
+            f"agent {ctx.agent_name} used breakpoint tools {names} with args: {args}",
+        )
+        self.last_breakpoint_caller[ctx.task_id] = ctx.agent_name
+        self.last_breakpoint_tool_calls[ctx.task_id] = list(calls)
+        body = json.dumps([breakpoint_entry(c) for c in calls], separators=(",", ":"))
+        self._complete_task(
+            ctx.task_id,
+            system_task_end(self.swarm_name, ctx.task_id, "::breakpoint_tool_call::", body),
+        )
+
+    # ------------------------------------------------------------------ failures
+    def _turn_failed(
+        self: MAILRuntime, ctx: TurnContext, current: AgentToolCall | None, exc: Exception
+    ) -> None:
+        logger.warning("agent %s failed on task %s: %s", ctx.agent_name, ctx.task_id, exc)
+        if current is not None:
+            ctx.history.append(current.create_response_msg(f"ERROR: failed to schedule message: {exc}"))
+        self._emit(
+            ctx.task_id, "agent_error", f"error scheduling message for agent {ctx.agent_name}: {exc}"
+        )
+        payload: Any = ctx.message["message"]
+        sender_type = payload["sender"]["address_type"]
+        sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
+        body = f"Agent '{ctx.agent_name}' failed while handling your message: {exc}"
+        if (
+            sender_type == "agent"
+            and sender_name in self.agents
+            and sender_name != ctx.agent_name
+            and self._is_local_swarm(sender_swarm)
+        ):
+            self.mailbox.put(
+                system_response(self.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
+            )
+            return
+        # Nobody else can react (the user, the system, the agent itself, a remote swarm):
+        # end the task with the error so the caller gets an answer instead of a hang.
+        self._complete_task(
+            ctx.task_id,
+            system_task_end(self.swarm_name, ctx.task_id, "::agent_error::", body),
+        )
+
+
+def breakpoint_entry(call: AgentToolCall) -> dict[str, Any]:
+    """One element of the `::breakpoint_tool_call::` body (OpenAI function_call layout)."""
+    raw_id: str | None = None
+    raw_status: str | None = None
+    for item in call.responses or []:
+        if item.get("type") == "function_call" and item.get("call_id") == call.tool_call_id:
+            raw_id = item.get("id")
+            raw_status = item.get("status")
+    content = (call.completion or {}).get("content")
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == call.tool_call_id:
+                raw_id = block.get("id")
+    return {
+        "arguments": json.dumps(call.tool_args),
+        "call_id": call.tool_call_id,
+        "name": call.tool_name,
+        "type": "function_call",
+        "id": raw_id or f"fc_{call.tool_call_id}",
+        "status": raw_status or "completed",
+    }

@@ -1,0 +1,374 @@
+"""One handler per MAIL tool, registered by name.
+
+A handler gets the runtime, the turn context and the call; it returns the text of the tool
+result the agent will see (`SUCCESS: ...` / `ERROR: ...`) or None when the call gets no
+result. Anything that is not a MAIL tool is an action (`handle_action`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from mail.core.help_text import build_help_text, load_protocol_text
+from mail.core.memory import acknowledgement_entries
+from mail.core.message import (
+    ALL_AGENTS,
+    MAILMessage,
+    build_mail_xml,
+    create_agent_address,
+    make_broadcast,
+    make_interrupt,
+    make_message,
+    make_request,
+    parse_agent_address,
+)
+from mail.core.system_messages import system_broadcast, system_response, unknown_agent_body
+from mail.core.tools import AgentToolCall
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+    from mail.core.runtime_turns import TurnContext
+
+logger = logging.getLogger("mail.runtime")
+
+Handler = Callable[["MAILRuntime", "TurnContext", AgentToolCall], Awaitable[str | None]]
+TOOL_HANDLERS: dict[str, Handler] = {}
+
+
+def tool_handler(name: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        TOOL_HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+def _ok(details: str = "") -> str:
+    return f"SUCCESS: {details}" if details else "SUCCESS"
+
+
+def _err(details: str = "") -> str:
+    return f"ERROR: {details}" if details else "ERROR"
+
+
+def _tool_call_error(rt: MAILRuntime, ctx: TurnContext, event_text: str, body: str) -> None:
+    rt._emit(ctx.task_id, "agent_error", event_text)
+    rt.mailbox.put(
+        system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, "::tool_call_error::", body)
+    )
+
+
+# ---------------------------------------------------------------------------- sending
+def _check_target(rt: MAILRuntime, ctx: TurnContext, target: str) -> str | None:
+    """An error text if `target` cannot be reached by this agent, else None."""
+    name, swarm = parse_agent_address(target)
+    if not name:
+        return "the target is empty"
+    if rt.disallowed_targets(ctx.agent_name, [target]):
+        rt._emit(
+            ctx.task_id,
+            "agent_error",
+            f"agent attempted to contact disallowed recipients: {[target]}",
+        )
+        return f"'{target}' is not one of your communication targets"
+    if rt._is_local_swarm(swarm) and name not in rt.agents and name != ALL_AGENTS:
+        rt._emit(
+            ctx.task_id,
+            "agent_error",
+            f"agent {name} is unknown; message from {ctx.agent_name} cannot be delivered to it",
+        )
+        return unknown_agent_body(name, rt.agents[ctx.agent_name].comm_targets)
+    return None
+
+
+def _routing_hints(rt: MAILRuntime, task_id: str, target: str) -> dict[str, Any]:
+    _, swarm = parse_agent_address(target)
+    if rt._is_local_swarm(swarm):
+        return {}
+    rt._ensure_task(task_id).remote_swarms.add(swarm)  # type: ignore[arg-type]
+    return {"remote_swarm": swarm}
+
+
+async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, kind: str) -> str:
+    args = call.tool_args
+    try:
+        target = str(args["target"]).strip()
+        subject = str(args.get("subject", ""))
+        body = str(args.get("body", ""))
+    except KeyError as exc:
+        _tool_call_error(
+            rt, ctx, f"error sending message for agent {ctx.agent_name}: missing {exc}",
+            f"Your {call.tool_name} call is missing the argument {exc}.",
+        )
+        return _err(f"error sending message: missing argument {exc}")
+    problem = _check_target(rt, ctx, target)
+    if problem is not None:
+        rt.mailbox.put(
+            system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, "::invalid_recipient::", problem)
+        )
+        return _err(problem)
+    sender = create_agent_address(ctx.agent_name)
+    hints = _routing_hints(rt, ctx.task_id, target)
+    recipient = create_agent_address(target)
+    message: MAILMessage
+    if kind == "interrupt":
+        payload: Any = make_interrupt(ctx.task_id, sender, [recipient], subject, body, routing_info=hints)
+        message = make_message(payload, "interrupt")
+    else:
+        payload = make_request(ctx.task_id, sender, recipient, subject, body, routing_info=hints)
+        message = make_message(payload, kind)
+    outstanding = rt.outstanding_requests.setdefault(ctx.task_id, {})
+    if kind == "request":
+        outstanding[ctx.agent_name] = outstanding.get(ctx.agent_name, 0) + 1
+    elif kind == "response":
+        target_name = parse_agent_address(target)[0]
+        if outstanding.get(target_name, 0) > 0:
+            outstanding[target_name] -= 1
+    rt.mailbox.put(message)
+    return _ok("message sent")
+
+
+@tool_handler("send_request")
+async def handle_send_request(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    return await _send_direct(rt, ctx, call, "request")
+
+
+@tool_handler("send_response")
+async def handle_send_response(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    return await _send_direct(rt, ctx, call, "response")
+
+
+@tool_handler("send_interrupt")
+async def handle_send_interrupt(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    return await _send_direct(rt, ctx, call, "interrupt")
+
+
+@tool_handler("send_broadcast")
+async def handle_send_broadcast(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    args = call.tool_args
+    payload = make_broadcast(
+        ctx.task_id,
+        create_agent_address(ctx.agent_name),
+        [create_agent_address(ALL_AGENTS)],
+        str(args.get("subject", "")),
+        str(args.get("body", "")),
+    )
+    rt.mailbox.put(make_message(payload, "broadcast"))
+    return _ok("message sent")
+
+
+# ---------------------------------------------------------------------------- completion
+@tool_handler("task_complete")
+async def handle_task_complete(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    agent = rt.agents[ctx.agent_name]
+    if not agent.can_complete_tasks:
+        _tool_call_error(
+            rt,
+            ctx,
+            f"agent {ctx.agent_name} called task_complete but cannot complete tasks",
+            "You are not allowed to complete tasks; report your result to the agent that "
+            "asked you instead.",
+        )
+        return _err(f"agent '{ctx.agent_name}' is not allowed to complete tasks")
+    finish = call.tool_args.get("finish_message") or "Task completed successfully"
+    task = rt._ensure_task(ctx.task_id)
+    if task.completed:
+        rt._emit(
+            ctx.task_id,
+            "task_complete_call_duplicate",
+            f"agent {ctx.agent_name} called task_complete on already completed task",
+        )
+        return _ok("task already completed")
+    payload = make_broadcast(
+        ctx.task_id,
+        create_agent_address(ctx.agent_name),
+        [create_agent_address(ALL_AGENTS)],
+        "::task_complete::",
+        str(finish),
+        sender_swarm=rt.swarm_name,
+        recipient_swarms=[rt.swarm_name],
+    )
+    response = make_message(payload, "broadcast_complete")
+    rt._emit(
+        ctx.task_id,
+        "task_complete_call",
+        f"agent {ctx.agent_name} called task_complete, full response to follow",
+    )
+    rt._emit(
+        ctx.task_id,
+        "new_message",
+        lambda: f"task_complete response from {ctx.agent_name}:\n{build_mail_xml(response)['content']}",
+        {"full_message": response},
+    )
+    rt._complete_task(ctx.task_id, response)
+    if rt.interswarm is not None:
+        rt.interswarm.task_completed(ctx.task_id, response)
+    return _ok("task completed")
+
+
+# ---------------------------------------------------------------------------- broadcasts
+@tool_handler("acknowledge_broadcast")
+async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    if ctx.message["msg_type"] != "broadcast":
+        _tool_call_error(
+            rt,
+            ctx,
+            f"agent {ctx.agent_name} called acknowledge_broadcast on a non-broadcast message",
+            "`acknowledge_broadcast` only applies to broadcasts; the message you received "
+            "is not one. Reply with send_response or send_request instead.",
+        )
+        return _err("improper use of `acknowledge_broadcast`")
+    note = call.tool_args.get("note")
+    entries = acknowledgement_entries(build_mail_xml(ctx.message)["content"], note)
+    key = ctx.message["id"]
+    try:
+        await rt.memory.put(
+            ctx.agent_name,
+            key,
+            {"task_id": ctx.task_id, "messages": entries, "note": note},
+        )
+    except Exception as exc:  # noqa: BLE001 - memory trouble is reported, not fatal
+        rt._emit(ctx.task_id, "agent_error", f"error acknowledging broadcast for agent {ctx.agent_name}: {exc}")
+        return _err(f"could not store the broadcast: {exc}")
+    return _ok("broadcast acknowledged")
+
+
+@tool_handler("ignore_broadcast")
+async def handle_ignore(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    rt._emit(ctx.task_id, "broadcast_ignored", f"agent {ctx.agent_name} called ignore_broadcast")
+    return _ok("broadcast ignored")
+
+
+@tool_handler("await_message")
+async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    reason = call.tool_args.get("reason")
+    waiting_on = rt.outstanding_requests.get(ctx.task_id, {}).get(ctx.agent_name, 0)
+    others_busy = rt._turns_by_task.get(ctx.task_id, 0) > 1 or rt.mailbox.has_task(ctx.task_id)
+    if waiting_on == 0 and not others_busy:
+        _tool_call_error(
+            rt,
+            ctx,
+            f"agent {ctx.agent_name} called await_message but has no outstanding requests "
+            "and message queue is empty",
+            "Nothing is on its way to you: you have no outstanding requests and no messages "
+            "are queued for this task. Send a request, respond, or complete the task.",
+        )
+        return _err("no outstanding requests and message queue is empty")
+    text = f"agent '{ctx.agent_name}' is awaiting a new message"
+    rt._emit(
+        ctx.task_id,
+        "await_message",
+        f"{text}: {reason}" if reason else text,
+        {"reason": reason} if reason else {},
+    )
+    return _ok(f"waiting for a new message (reason: '{reason}')" if reason else "waiting for a new message")
+
+
+@tool_handler("help")
+async def handle_help(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    args = call.tool_args
+    rt._emit(ctx.task_id, "help_called", f"agent {ctx.agent_name} called help")
+    text = build_help_text(
+        ctx.agent_name,
+        rt.swarm_name,
+        get_summary=bool(args.get("get_summary", True)),
+        get_identity=bool(args.get("get_identity", False)),
+        get_tool_help=list(args.get("get_tool_help") or []),
+        get_full_protocol=bool(args.get("get_full_protocol", False)),
+        protocol_text=load_protocol_text() if args.get("get_full_protocol") else None,
+    )
+    rt.mailbox.put(system_broadcast(rt.swarm_name, ctx.task_id, [ctx.agent_name], "::help::", text))
+    return _ok("help string generated; will be sent to you in a subsequent prompt")
+
+
+# ---------------------------------------------------------------------------- synthetic calls
+@tool_handler("text_output")
+async def handle_text_output(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
+    body = str(call.tool_args.get("body") or call.tool_args.get("content") or "")
+    routing = ctx.message["message"].get("routing_info") or {}
+    kind = routing.get("manual_response_type", "broadcast")
+    targets = list(routing.get("manual_response_targets") or [ALL_AGENTS])
+    sender = create_agent_address(ctx.agent_name)
+    message: MAILMessage
+    if kind == "broadcast":
+        payload: Any = make_broadcast(
+            ctx.task_id, sender, [create_agent_address(t) for t in targets], "", body
+        )
+        message = make_message(payload, "broadcast")
+    else:
+        payload = make_request(ctx.task_id, sender, create_agent_address(targets[0]), "", body)
+        message = make_message(payload, kind)
+    waiter = rt.manual_return_messages.get(f"{ctx.task_id}::{ctx.agent_name}")
+    if waiter is not None and not waiter.done():
+        waiter.set_result(message)
+    rt.mailbox.put(message)
+    return None
+
+
+async def _builtin(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
+    if call.tool_name == "web_search_call":
+        text = f"agent {ctx.agent_name} used web_search with query: {call.tool_args.get('query')}"
+    else:
+        text = f"agent {ctx.agent_name} used code_interpreter"
+    rt._emit(
+        ctx.task_id,
+        "builtin_tool_call",
+        text,
+        {"tool_type": call.tool_name, "tool_args": call.tool_args},
+    )
+    return None
+
+
+TOOL_HANDLERS["web_search_call"] = _builtin
+TOOL_HANDLERS["code_interpreter_call"] = _builtin
+
+
+# ---------------------------------------------------------------------------- interswarm tools
+@tool_handler("send_interswarm_broadcast")
+async def handle_interswarm_broadcast(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    if not rt.enable_interswarm or rt.interswarm is None:
+        return _err("interswarm messaging is not enabled for this swarm")
+    return await rt.interswarm.broadcast_tool(ctx, call)
+
+
+@tool_handler("discover_swarms")
+async def handle_discover(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    if not rt.enable_interswarm or rt.interswarm is None:
+        return _err("interswarm messaging is not enabled for this swarm")
+    return await rt.interswarm.discover_tool(ctx, call)
+
+
+# ---------------------------------------------------------------------------- actions
+async def handle_action(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+    name = call.tool_name
+    action = rt.actions.get(name)
+    if action is None:
+        rt._emit(ctx.task_id, "action_error", f"action {name} not found")
+        ctx.action_errors.append((name, f"The action '{name}' does not exist in this swarm."))
+        return _err("action not found")
+    if name not in rt.agents[ctx.agent_name].actions:
+        rt._emit(ctx.task_id, "action_error", f"agent {ctx.agent_name} cannot access action {name}")
+        ctx.action_errors.append((name, f"The action '{name}' is not available to you."))
+        return _err("agent cannot access action")
+    rt._emit(
+        ctx.task_id,
+        "action_call",
+        lambda: f"agent {ctx.agent_name} executing action tool: {name} with args: "
+        f"{json.dumps(call.tool_args)}",
+    )
+    try:
+        status, result = await action.execute(call, rt.actions, rt.action_override)
+    except Exception as exc:  # noqa: BLE001 - execute should not raise, but never trust it
+        rt._emit(ctx.task_id, "action_error", f"action error (caller = {ctx.agent_name}, tool = {name}):\n{exc}")
+        ctx.action_errors.append((name, str(exc)))
+        return _err(str(exc))
+    content = str(result.get("content", ""))
+    rt._emit(ctx.task_id, "action_complete", f"action complete (caller = {ctx.agent_name}):\n{content}")
+    ctx.actions_ran = True
+    if status != "success":
+        ctx.action_errors.append((name, content))
+        return _err(content)
+    return _ok(content)
