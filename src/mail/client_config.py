@@ -1,0 +1,88 @@
+"""Settings of the client side: the `[client]` table of mail.toml.
+
+Kept apart from the server's configuration models so that the client, the REPL and
+`mail ping` can load their few settings without importing anything server-related.
+`mail.config` re-exports `ClientConfig` for callers who expect it there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+logger = logging.getLogger("mail.client")
+
+CONFIG_ENV_VAR = "MAIL_CONFIG_PATH"
+DEFAULT_CONFIG_NAME = "mail.toml"
+
+
+class ClientConfig(BaseModel):
+    """Options of `MAILClient` and `mail client`.
+
+    `timeout` is the total number of seconds one HTTP request (a whole SSE stream included)
+    may take; `verbose` makes the client log every request and response at INFO level.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    timeout: float = Field(default=3600.0, gt=0)
+    verbose: bool = False
+
+
+def find_config_path(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Return the mail.toml to read, or None when there is none.
+
+    Order: an explicit path (which must exist), then `$MAIL_CONFIG_PATH` when it names an
+    existing file, then `./mail.toml`.
+    """
+    if path is not None:
+        explicit = Path(path).expanduser()
+        if not explicit.is_file():
+            raise ValueError(f"configuration file not found: {explicit}")
+        return explicit
+    from_env = os.environ.get(CONFIG_ENV_VAR)
+    if from_env:
+        candidate = Path(from_env).expanduser()
+        if candidate.is_file():
+            return candidate
+        logger.warning("%s points to a missing file (%s); ignoring it", CONFIG_ENV_VAR, candidate)
+    local = Path.cwd() / DEFAULT_CONFIG_NAME
+    if local.is_file():
+        return local
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"invalid TOML in {path}: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"cannot read configuration file {path}: {exc}") from exc
+
+
+def load_client_config(path: str | os.PathLike[str] | None = None) -> ClientConfig:
+    """Build a `ClientConfig` from the `[client]` table of the mail.toml that applies.
+
+    Missing file or missing table → the defaults. A malformed file or a bad value raises
+    ValueError naming the file and the offending key.
+    """
+    config_path = find_config_path(path)
+    if config_path is None:
+        return ClientConfig()
+    table = _read_toml(config_path).get("client", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"[client] in {config_path} must be a table")
+    try:
+        return ClientConfig.model_validate(table)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ValueError(f"invalid [client] settings in {config_path}: {problems}") from exc
