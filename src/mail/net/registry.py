@@ -1,0 +1,456 @@
+"""SwarmRegistry: the swarms this server knows, how to reach them, and whether they are up.
+
+Token handling (why it differs from the original): an endpoint's `auth_token_ref` only ever
+holds an environment reference such as `${SWARM_AUTH_TOKEN_SWARM_BETA}`. A token passed to
+`register_swarm` is kept in process memory and used for this process's lifetime; only the
+reference is written to the registry file. After a restart, the token comes from the
+environment variable. So a registration never silently loses its token, and the file never
+holds a secret.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
+from mail.net.registry_store import (
+    DEFAULT_TOKEN_PREFIX,
+    clean_endpoint,
+    endpoint_from_json,
+    endpoint_to_json,
+    is_env_ref,
+    make_env_ref,
+    parse_env_ref,
+    read_registry_file,
+    resolve_token_ref,
+    token_env_var,
+    write_json_atomic,
+)
+from mail.net.types import InterswarmError, SwarmEndpoint, SwarmEndpointCleaned
+from mail.version import PROTOCOL_VERSION
+
+logger = logging.getLogger("mail.net.registry")
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _normalize_base_url(base_url: str) -> str:
+    url = (base_url or "").strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got '{base_url}'")
+    return url
+
+
+class SwarmRegistry:
+    """Local and remote swarm endpoints, their persistence file, and their health."""
+
+    def __init__(
+        self,
+        local_swarm_name: str,
+        local_base_url: str,
+        persistence_file: str | os.PathLike[str] | None = None,
+        local_swarm_description: str = "",
+        local_swarm_keywords: list[str] | None = None,
+        local_swarm_public: bool = False,
+        health_check_interval: float = 30.0,
+        health_check_timeout: float = 10.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.local_swarm_name = local_swarm_name
+        self.local_base_url = local_base_url.rstrip("/")
+        self.persistence_file = str(persistence_file or f"registries/{local_swarm_name}.json")
+        self.local_swarm_description = local_swarm_description
+        self.local_swarm_keywords = list(local_swarm_keywords or [])
+        self.local_swarm_public = local_swarm_public
+        self.health_check_interval = health_check_interval
+        # Also bounds the metadata fetch on registration and discovery requests.
+        self.health_check_timeout = health_check_timeout
+        self.endpoints: dict[str, SwarmEndpoint] = {}
+        # Tokens given to register_swarm (or migrated out of a file) for this process only.
+        self._tokens: dict[str, str] = {}
+        self._session = session
+        self._owns_session = session is None
+        # Set when the file exists but cannot be read; saving would then destroy it.
+        self._load_error: str | None = None
+        self._health = HealthMonitor(
+            self._remote_endpoints,
+            self._get_session,
+            interval=health_check_interval,
+            timeout=health_check_timeout,
+        )
+        self.register_local_swarm(self.local_base_url)
+        self.load_persistent_endpoints()
+
+    # ------------------------------------------------------------------ registration
+
+    def register_local_swarm(self, base_url: str) -> None:
+        base = base_url.rstrip("/")
+        self.local_base_url = base
+        self.endpoints[self.local_swarm_name] = SwarmEndpoint(
+            swarm_name=self.local_swarm_name,
+            base_url=base,
+            version=PROTOCOL_VERSION,
+            health_check_url=f"{base}/health",
+            auth_token_ref=None,
+            last_seen=_now(),
+            is_active=True,
+            latency=None,
+            swarm_description=self.local_swarm_description,
+            keywords=list(self.local_swarm_keywords),
+            metadata=None,
+            public=self.local_swarm_public,
+            volatile=False,
+        )
+
+    async def register_swarm(
+        self,
+        swarm_name: str,
+        base_url: str,
+        auth_token: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        volatile: bool = True,
+    ) -> None:
+        """Add or replace a remote swarm after reading its `GET /` metadata.
+
+        Raises ValueError for a bad name or URL and InterswarmError when the remote cannot
+        be reached or does not answer like a MAIL server.
+        """
+        swarm_name = (swarm_name or "").strip()
+        if not swarm_name or "@" in swarm_name or any(c.isspace() for c in swarm_name):
+            raise ValueError(f"invalid swarm name: '{swarm_name}'")
+        if swarm_name == self.local_swarm_name:
+            logger.info("ignoring registration of the local swarm '%s'", swarm_name)
+            return
+        base = _normalize_base_url(base_url)
+        started = time.monotonic()
+        session = await self._get_session()
+        info = await fetch_swarm_info(session, swarm_name, base, self.health_check_timeout)
+        elapsed = time.monotonic() - started
+
+        var = token_env_var(swarm_name)
+        self._remember_token(swarm_name, var, auth_token, volatile)
+        previous = self.endpoints.get(swarm_name)
+        self.endpoints[swarm_name] = SwarmEndpoint(
+            swarm_name=swarm_name,
+            base_url=base,
+            version=info["version"],
+            health_check_url=f"{base}/health",
+            auth_token_ref=make_env_ref(var),
+            last_seen=_now(),
+            is_active=True,
+            latency=elapsed,
+            swarm_description=info["description"],
+            keywords=info["keywords"],
+            metadata=dict(metadata) if metadata else None,
+            public=info["public"],
+            volatile=volatile,
+        )
+        self._health.forget(swarm_name)
+        logger.info(
+            "registered %s swarm '%s' at %s",
+            "volatile" if volatile else "persistent",
+            swarm_name,
+            base,
+        )
+        if not volatile or (previous is not None and not previous["volatile"]):
+            self.save_persistent_endpoints()
+
+    def _remember_token(
+        self, swarm_name: str, var: str, auth_token: str | None, volatile: bool
+    ) -> None:
+        if not auth_token:
+            self._tokens.pop(swarm_name, None)
+            return
+        self._tokens[swarm_name] = auth_token
+        env_value = os.environ.get(var)
+        if not volatile and not env_value:
+            logger.warning(
+                "token for swarm '%s' is kept in memory for this process only; "
+                "export %s so the persistent registration still has it after a restart",
+                swarm_name,
+                var,
+            )
+        elif env_value and env_value != auth_token:
+            logger.warning(
+                "token given for swarm '%s' differs from $%s; using the given one "
+                "until restart, the variable afterwards",
+                swarm_name,
+                var,
+            )
+
+    def unregister_swarm(self, swarm_name: str) -> bool:
+        """Remove a remote swarm; returns whether it was known. The local swarm stays."""
+        if swarm_name == self.local_swarm_name:
+            logger.warning("refusing to unregister the local swarm '%s'", swarm_name)
+            return False
+        endpoint = self.endpoints.pop(swarm_name, None)
+        if endpoint is None:
+            return False
+        self._tokens.pop(swarm_name, None)
+        self._health.forget(swarm_name)
+        logger.info("unregistered swarm '%s'", swarm_name)
+        if not endpoint["volatile"]:
+            self.save_persistent_endpoints()
+        return True
+
+    # ------------------------------------------------------------------ queries
+
+    def get_swarm_endpoint(self, swarm_name: str) -> SwarmEndpoint | None:
+        return self.endpoints.get(swarm_name)
+
+    def get_resolved_auth_token(self, swarm_name: str) -> str | None:
+        """Bearer token for a swarm: the one given at registration, else its env reference."""
+        endpoint = self.endpoints.get(swarm_name)
+        if endpoint is None:
+            return None
+        return self._tokens.get(swarm_name) or resolve_token_ref(endpoint["auth_token_ref"])
+
+    def get_all_endpoints(self) -> dict[str, SwarmEndpoint]:
+        return dict(self.endpoints)
+
+    def get_active_endpoints(self) -> dict[str, SwarmEndpoint]:
+        return {name: ep for name, ep in self.endpoints.items() if ep["is_active"]}
+
+    def get_persistent_endpoints(self) -> dict[str, SwarmEndpoint]:
+        return {name: ep for name, ep in self.endpoints.items() if not ep["volatile"]}
+
+    def get_public_endpoints_cleaned(self) -> list[SwarmEndpointCleaned]:
+        """Public swarms for `GET /swarms`, without any token information."""
+        return [clean_endpoint(ep) for ep in self.endpoints.values() if ep["public"]]
+
+    def _remote_endpoints(self) -> list[SwarmEndpoint]:
+        return [ep for name, ep in self.endpoints.items() if name != self.local_swarm_name]
+
+    # ------------------------------------------------------------------ tokens
+
+    def _get_auth_token_ref(self, swarm_name: str, auth_token: str | None) -> str | None:
+        """The reference stored for a swarm's token (None when there is no token)."""
+        if not auth_token:
+            return None
+        return make_env_ref(token_env_var(swarm_name))
+
+    def _resolve_auth_token_ref(self, auth_token_ref: str | None) -> str | None:
+        return resolve_token_ref(auth_token_ref)
+
+    def migrate_auth_tokens_to_env_refs(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
+        """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references.
+
+        The literal stays usable in memory for this process. Returns {swarm: variable} for
+        every entry changed, so the caller knows which variables to export.
+        """
+        migrated: dict[str, str] = {}
+        for name, endpoint in self.endpoints.items():
+            ref = endpoint["auth_token_ref"]
+            if name == self.local_swarm_name or not ref or is_env_ref(ref):
+                continue
+            var = token_env_var(name, prefix)
+            self._tokens.setdefault(name, ref)
+            endpoint["auth_token_ref"] = make_env_ref(var)
+            migrated[name] = var
+            logger.warning("moved the token of swarm '%s' to a reference; export %s", name, var)
+        if any(not self.endpoints[name]["volatile"] for name in migrated):
+            self.save_persistent_endpoints()
+        return migrated
+
+    def validate_environment_variables(self) -> dict[str, bool]:
+        """{variable: is set} for every token reference; logs a warning for each missing one."""
+        result: dict[str, bool] = {}
+        for name, endpoint in self.endpoints.items():
+            var = parse_env_ref(endpoint["auth_token_ref"])
+            if var is None:
+                continue
+            is_set = bool(os.environ.get(var))
+            result[var] = is_set
+            if is_set:
+                continue
+            if name in self._tokens:
+                if not endpoint["volatile"]:
+                    logger.warning(
+                        "%s is not set: swarm '%s' works now but loses its token on restart",
+                        var,
+                        name,
+                    )
+            else:
+                logger.warning("%s is not set: swarm '%s' has no auth token", var, name)
+        return result
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        """The registry in its file shape, volatile entries included (never raw tokens)."""
+        return self._file_document(self.endpoints.values())
+
+    def _file_document(self, endpoints: Any) -> dict[str, Any]:
+        return {
+            "local_swarm_name": self.local_swarm_name,
+            "local_base_url": self.local_base_url,
+            "local_swarm_description": self.local_swarm_description,
+            "local_swarm_keywords": list(self.local_swarm_keywords),
+            "local_swarm_public": self.local_swarm_public,
+            "endpoints": {ep["swarm_name"]: endpoint_to_json(ep) for ep in endpoints},
+        }
+
+    def save_persistent_endpoints(self) -> None:
+        """Write the non-volatile endpoints (the local one included), atomically.
+
+        Raises OSError if the file cannot be written and RuntimeError if the existing file
+        could not be read at startup (overwriting it would lose its entries).
+        """
+        if self._load_error is not None:
+            raise RuntimeError(
+                f"not saving the swarm registry: {self._load_error}; fix or remove the file"
+            )
+        self._move_literal_tokens_to_memory()
+        document = self._file_document(self.get_persistent_endpoints().values())
+        write_json_atomic(Path(self.persistence_file), document)
+        logger.debug("saved %d endpoints to %s", len(document["endpoints"]), self.persistence_file)
+
+    def _move_literal_tokens_to_memory(self) -> None:
+        # Endpoints are plain dicts that callers can edit; make sure a literal token that
+        # slipped into auth_token_ref is moved to memory before anything is written.
+        for name, endpoint in self.endpoints.items():
+            ref = endpoint["auth_token_ref"]
+            if name != self.local_swarm_name and ref and not is_env_ref(ref):
+                self._tokens.setdefault(name, ref)
+                endpoint["auth_token_ref"] = make_env_ref(token_env_var(name))
+
+    def load_persistent_endpoints(self) -> int:
+        """Load entries from the file; returns how many remote endpoints were added.
+
+        The file's local description, keywords and public flag replace the constructor's.
+        Entries that are already known, or named like the local swarm, are skipped.
+        """
+        path = Path(self.persistence_file)
+        try:
+            data = read_registry_file(path)
+        except (OSError, ValueError) as exc:
+            self._load_error = str(exc)
+            logger.error("cannot load swarm registry: %s", exc)
+            return 0
+        self._load_error = None
+        if data is None:
+            logger.info("no swarm registry file at %s yet", path)
+            return 0
+        self._apply_local_settings(data)
+        loaded = 0
+        endpoints = data.get("endpoints")
+        for name, entry in (endpoints if isinstance(endpoints, dict) else {}).items():
+            if name == self.local_swarm_name or name in self.endpoints:
+                continue
+            if not isinstance(entry, dict):
+                logger.warning("skipping malformed registry entry '%s'", name)
+                continue
+            try:
+                endpoint = endpoint_from_json(name, entry)
+            except ValueError as exc:
+                logger.warning("skipping registry entry: %s", exc)
+                continue
+            ref = endpoint["auth_token_ref"]
+            if ref and not is_env_ref(ref):
+                var = token_env_var(name)
+                self._tokens[name] = ref
+                endpoint["auth_token_ref"] = make_env_ref(var)
+                logger.warning(
+                    "registry file holds a raw token for swarm '%s'; it will be replaced by "
+                    "${%s} on the next save, export that variable",
+                    name,
+                    var,
+                )
+            self.endpoints[name] = endpoint
+            loaded += 1
+        logger.info("loaded %d swarm endpoints from %s", loaded, path)
+        return loaded
+
+    def _apply_local_settings(self, data: dict[str, Any]) -> None:
+        if isinstance(data.get("local_swarm_description"), str):
+            self.local_swarm_description = data["local_swarm_description"]
+        if isinstance(data.get("local_swarm_keywords"), list):
+            self.local_swarm_keywords = [str(k) for k in data["local_swarm_keywords"]]
+        if isinstance(data.get("local_swarm_public"), bool):
+            self.local_swarm_public = data["local_swarm_public"]
+        local = self.endpoints[self.local_swarm_name]
+        local["swarm_description"] = self.local_swarm_description
+        local["keywords"] = list(self.local_swarm_keywords)
+        local["public"] = self.local_swarm_public
+
+    def cleanup_volatile_endpoints(self) -> list[str]:
+        """Drop volatile entries (at shutdown) and save; returns the dropped names."""
+        dropped = [name for name, ep in self.endpoints.items() if ep["volatile"]]
+        for name in dropped:
+            del self.endpoints[name]
+            self._tokens.pop(name, None)
+            self._health.forget(name)
+        if dropped:
+            logger.info("dropped volatile swarms: %s", ", ".join(dropped))
+        self.save_persistent_endpoints()
+        return dropped
+
+    # ------------------------------------------------------------------ network
+
+    async def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            if not self._owns_session:
+                raise InterswarmError("the HTTP session given to the swarm registry is closed")
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def start_health_checks(self) -> None:
+        """Check every remote now and then every `health_check_interval` seconds."""
+        self._health.start()
+
+    async def stop_health_checks(self) -> None:
+        await self._health.stop()
+
+    def health_checks_running(self) -> bool:
+        return self._health.running
+
+    async def check_health_now(self) -> None:
+        """Run one health-check pass over every remote, ignoring backoff."""
+        await self._health.run_pass(force=True)
+
+    async def discover_swarms(self, discovery_urls: list[str]) -> list[str]:
+        """Register the swarms listed by other servers' `GET /swarms`.
+
+        Items may name the swarm `swarm_name` (what `/swarms` returns) or `name`. Known
+        and local swarms are skipped; failures are logged, not raised. Returns the names
+        registered.
+        """
+        registered: list[str] = []
+        session = await self._get_session()
+        for url in discovery_urls:
+            for item in await fetch_swarm_list(session, url, self.health_check_timeout):
+                name = item.get("swarm_name") or item.get("name")
+                base_url = item.get("base_url")
+                if not isinstance(name, str) or not isinstance(base_url, str):
+                    continue
+                if name == self.local_swarm_name or name in self.endpoints:
+                    continue
+                try:
+                    await self.register_swarm(
+                        name,
+                        base_url,
+                        auth_token=item.get("auth_token"),
+                        metadata=item.get("metadata"),
+                        volatile=bool(item.get("volatile", True)),
+                    )
+                except (InterswarmError, ValueError, OSError, RuntimeError) as exc:
+                    logger.warning("could not register discovered swarm '%s': %s", name, exc)
+                    continue
+                registered.append(name)
+        return registered
+
+    async def aclose(self) -> None:
+        """Stop health checks and close the HTTP session if the registry created it."""
+        await self.stop_health_checks()
+        if self._owns_session and self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None if self._owns_session else self._session

@@ -1,0 +1,180 @@
+"""Registry persistence: token references, the JSON file shape, and atomic writes.
+
+Everything here is synchronous and free of network I/O so it can be tested on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mail.net.types import SwarmEndpoint, SwarmEndpointCleaned
+
+logger = logging.getLogger("mail.net.registry")
+
+DEFAULT_TOKEN_PREFIX = "SWARM_AUTH_TOKEN"
+
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_NOT_ENV_CHAR = re.compile(r"[^A-Z0-9_]")
+
+
+# --------------------------------------------------------------------------- token refs
+
+
+def token_env_var(swarm_name: str, prefix: str = DEFAULT_TOKEN_PREFIX) -> str:
+    """Environment variable that holds the token for `swarm_name`.
+
+    `swarm-beta` → `SWARM_AUTH_TOKEN_SWARM_BETA`. Besides `-`, any character that cannot
+    appear in a shell variable name becomes `_`, so the variable can always be exported.
+    """
+    return f"{prefix}_{_NOT_ENV_CHAR.sub('_', swarm_name.upper())}"
+
+
+def make_env_ref(var_name: str) -> str:
+    return "${" + var_name + "}"
+
+
+def parse_env_ref(ref: str | None) -> str | None:
+    """The variable name inside a `${VAR}` reference, or None if `ref` is not one."""
+    if not ref:
+        return None
+    match = _ENV_REF.match(ref.strip())
+    return match.group(1) if match else None
+
+
+def is_env_ref(ref: str | None) -> bool:
+    return parse_env_ref(ref) is not None
+
+
+def resolve_token_ref(ref: str | None) -> str | None:
+    """Turn an `auth_token_ref` into a token.
+
+    `${VAR}` reads the environment (None when unset or empty); anything else is a literal
+    token, which only hand-edited or legacy files contain.
+    """
+    if not ref:
+        return None
+    var = parse_env_ref(ref)
+    if var is None:
+        return ref
+    return os.environ.get(var) or None
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+def iso_or_none(moment: datetime.datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def parse_datetime(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed
+
+
+def endpoint_to_json(endpoint: SwarmEndpoint) -> dict[str, Any]:
+    """All endpoint fields, JSON-able (`last_seen` as ISO-8601 or null)."""
+    data: dict[str, Any] = dict(endpoint)
+    data["last_seen"] = iso_or_none(endpoint["last_seen"])
+    data["keywords"] = list(endpoint["keywords"])
+    return data
+
+
+def endpoint_from_json(swarm_name: str, data: dict[str, Any]) -> SwarmEndpoint:
+    """Rebuild an endpoint from its file form, tolerating missing optional fields."""
+    base_url = str(data.get("base_url") or "").rstrip("/")
+    if not base_url:
+        raise ValueError(f"registry entry '{swarm_name}' has no base_url")
+    keywords = data.get("keywords")
+    metadata = data.get("metadata")
+    latency = data.get("latency")
+    return SwarmEndpoint(
+        swarm_name=swarm_name,
+        base_url=base_url,
+        version=str(data.get("version") or ""),
+        health_check_url=str(data.get("health_check_url") or f"{base_url}/health"),
+        auth_token_ref=data.get("auth_token_ref") or None,
+        last_seen=parse_datetime(data.get("last_seen")),
+        is_active=bool(data.get("is_active", True)),
+        latency=float(latency) if isinstance(latency, int | float) else None,
+        swarm_description=str(data.get("swarm_description") or ""),
+        keywords=[str(k) for k in keywords] if isinstance(keywords, list) else [],
+        metadata=metadata if isinstance(metadata, dict) else None,
+        public=bool(data.get("public", False)),
+        # Anything in the file survived a restart, so it is persistent by definition.
+        volatile=False,
+    )
+
+
+def clean_endpoint(endpoint: SwarmEndpoint) -> SwarmEndpointCleaned:
+    """The public view of an endpoint for `GET /swarms`."""
+    return SwarmEndpointCleaned(
+        swarm_name=endpoint["swarm_name"],
+        base_url=endpoint["base_url"],
+        version=endpoint["version"],
+        last_seen=iso_or_none(endpoint["last_seen"]),
+        is_active=endpoint["is_active"],
+        latency=endpoint["latency"],
+        swarm_description=endpoint["swarm_description"],
+        keywords=list(endpoint["keywords"]),
+        metadata=endpoint["metadata"],
+    )
+
+
+# --------------------------------------------------------------------------- file I/O
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` so that readers see either the old file or the new one.
+
+    The JSON goes to a temporary file in the same directory (same filesystem), is flushed
+    to disk, and then replaces the target in one `os.replace`. The file is private (0600)
+    because it describes how this server reaches its peers.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o600)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def read_registry_file(path: Path) -> dict[str, Any] | None:
+    """The parsed registry file, or None when it does not exist.
+
+    A file that exists but is not a JSON object raises ValueError: silently starting with
+    an empty registry would lose every peer on the next save.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"registry file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"registry file {path} must hold a JSON object")
+    return data

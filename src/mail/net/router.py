@@ -1,0 +1,328 @@
+"""InterswarmRouter: the HTTP transport between swarms.
+
+The router wraps outgoing MAIL messages in interswarm envelopes and POSTs them to the
+remote server's `/interswarm/forward` (a new or resumed task) or `/interswarm/back`
+(traffic for a task the remote already takes part in). Every failure surfaces as an
+InterswarmError within `request_timeout`, so the runtime can tell the sending agent instead
+of leaving the task waiting.
+
+What the runtime does with these calls (and how `/interswarm/*` requests reach it) lives
+in the runtime and the server, not here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from mail.core.message import (
+    INTERSWARM_MESSAGE_TYPES,
+    create_system_address,
+    make_message,
+    make_response,
+    parse_agent_address,
+    utc_now_iso,
+)
+from mail.net.types import Direction, InterswarmError
+
+if TYPE_CHECKING:
+    from mail.core.message import MAILInterswarmMessage, MAILMessage
+    from mail.net.registry import SwarmRegistry
+
+logger = logging.getLogger("mail.net.router")
+
+MessageHandler = Callable[["MAILMessage"], Awaitable[Any] | Any]
+
+# How much of a remote's error body goes into the error message.
+_BODY_EXCERPT = 200
+
+
+def choose_direction(target_swarm: str, task_contributors: list[str]) -> Direction:
+    """`back` when the target already contributes to the task, else `forward`.
+
+    Contributors look like `role:id@swarm`; bare ids (no `@`) never match.
+    """
+    for contributor in task_contributors:
+        _, sep, swarm = contributor.partition("@")
+        if sep and swarm == target_swarm:
+            return "back"
+    return "forward"
+
+
+def _recipient_addresses(message: MAILMessage) -> list[str]:
+    payload: Any = message["message"]
+    if "recipients" in payload:
+        return [r["address"] for r in payload["recipients"]]
+    return [payload["recipient"]["address"]]
+
+
+class InterswarmRouter:
+    """Sends MAIL traffic to remote swarms found in a SwarmRegistry."""
+
+    def __init__(
+        self,
+        swarm_registry: SwarmRegistry,
+        local_swarm_name: str,
+        request_timeout: float = 30.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        if request_timeout <= 0:
+            raise ValueError("request_timeout must be positive")
+        self.swarm_registry = swarm_registry
+        self.local_swarm_name = local_swarm_name
+        self.request_timeout = request_timeout
+        self.session = session
+        self._owns_session = session is None
+        self.message_handlers: dict[str, MessageHandler] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Open the shared HTTP session (a no-op for an injected or already open one)."""
+        if self.session is None or self.session.closed:
+            if not self._owns_session:
+                raise InterswarmError("the HTTP session given to the router is closed")
+            self.session = aiohttp.ClientSession()
+            logger.debug("interswarm router for '%s' started", self.local_swarm_name)
+
+    async def stop(self) -> None:
+        """Close the session if the router opened it."""
+        if self._owns_session and self.session is not None:
+            await self.session.close()
+            self.session = None
+            logger.debug("interswarm router for '%s' stopped", self.local_swarm_name)
+
+    def is_running(self) -> bool:
+        return self.session is not None and not self.session.closed
+
+    # ------------------------------------------------------------------ envelopes
+
+    def wrap_message(
+        self,
+        message: MAILMessage,
+        target_swarm: str,
+        task_owner: str,
+        task_contributors: list[str],
+        auth_token: str | None = None,
+    ) -> MAILInterswarmMessage:
+        """Put a MAIL message into an interswarm envelope addressed to `target_swarm`.
+
+        Without an explicit `auth_token` the registry's token for the target is embedded
+        (None if it has none; `resolve_token` decides at send time).
+        """
+        msg_type = message["msg_type"]
+        if msg_type not in INTERSWARM_MESSAGE_TYPES:
+            raise InterswarmError(
+                f"cannot send a '{msg_type}' message to another swarm "
+                f"(allowed: {', '.join(INTERSWARM_MESSAGE_TYPES)})",
+                swarm_name=target_swarm,
+            )
+        token = auth_token or self.swarm_registry.get_resolved_auth_token(target_swarm)
+        envelope: dict[str, Any] = {
+            "message_id": message["id"],
+            "source_swarm": self.local_swarm_name,
+            "target_swarm": target_swarm,
+            "timestamp": utc_now_iso(),
+            "payload": message["message"],
+            "msg_type": msg_type,
+            "auth_token": token,
+            "task_owner": task_owner,
+            "task_contributors": list(task_contributors),
+            "metadata": {},
+        }
+        return envelope  # type: ignore[return-value]
+
+    def resolve_token(self, target_swarm: str, envelope: MAILInterswarmMessage | None) -> str:
+        """Bearer token for a request to `target_swarm`.
+
+        Order: the registry (token given at registration, then its env reference), then the
+        envelope's `auth_token`. Neither → InterswarmError, so a missing token is reported
+        here instead of as a 401 from the remote.
+        """
+        token = self.swarm_registry.get_resolved_auth_token(target_swarm)
+        if not token and envelope is not None:
+            token = envelope.get("auth_token")
+        if not token:
+            raise InterswarmError(
+                f"authentication token missing for swarm '{target_swarm}'",
+                swarm_name=target_swarm,
+            )
+        return token
+
+    def choose_direction(self, target_swarm: str, task_contributors: list[str]) -> Direction:
+        return choose_direction(target_swarm, task_contributors)
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_interswarm(
+        self, envelope: MAILInterswarmMessage, direction: Direction
+    ) -> dict[str, Any]:
+        """POST an envelope to the target's `/interswarm/{direction}`; returns its JSON."""
+        if direction not in ("forward", "back"):
+            raise ValueError(f"direction must be 'forward' or 'back', got '{direction}'")
+        target = envelope["target_swarm"]
+        base_url = self._active_base_url(target)
+        token = self.resolve_token(target, envelope)
+        outgoing = dict(envelope)
+        # Receivers that follow the original reject a null auth_token in the envelope.
+        if not outgoing.get("auth_token"):
+            outgoing["auth_token"] = token
+        return await self._post(
+            target,
+            f"{base_url}/interswarm/{direction}",
+            {"message": outgoing},
+            token,
+            self.request_timeout,
+        )
+
+    async def post_interswarm_user_message(
+        self,
+        base_url_or_swarm: str,
+        body: dict[str, Any],
+        user_token: str,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """POST a user/admin message to a remote's `/interswarm/message`; returns its JSON.
+
+        `base_url_or_swarm` is a registered swarm name or an http(s) URL. The remote runs
+        the task before answering, so callers may pass a longer `timeout` than the router's
+        default.
+        """
+        if not user_token:
+            raise InterswarmError("user token is required for an interswarm user message")
+        if base_url_or_swarm.startswith(("http://", "https://")):
+            base_url, label = base_url_or_swarm.rstrip("/"), base_url_or_swarm
+        else:
+            base_url, label = self._active_base_url(base_url_or_swarm), base_url_or_swarm
+        outgoing = dict(body)
+        outgoing.setdefault("user_token", user_token)
+        return await self._post(
+            label,
+            f"{base_url}/interswarm/message",
+            outgoing,
+            user_token,
+            timeout if timeout is not None else self.request_timeout,
+        )
+
+    def _active_base_url(self, swarm_name: str) -> str:
+        endpoint = self.swarm_registry.get_swarm_endpoint(swarm_name)
+        if endpoint is None:
+            raise InterswarmError(f"unknown swarm endpoint: '{swarm_name}'", swarm_name=swarm_name)
+        if not endpoint["is_active"]:
+            raise InterswarmError(f"swarm '{swarm_name}' is not active", swarm_name=swarm_name)
+        return endpoint["base_url"]
+
+    async def _post(
+        self, swarm: str, url: str, body: dict[str, Any], token: str, timeout: float
+    ) -> dict[str, Any]:
+        session = self.session
+        if session is None or session.closed:
+            raise InterswarmError("HTTP client session is not open", swarm_name=swarm)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"MAIL-Interswarm-Router/{self.local_swarm_name}",
+            "Authorization": f"Bearer {token}",
+        }
+        try:
+            async with session.post(
+                url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                text = await response.text()
+                if not 200 <= response.status < 300:
+                    excerpt = " ".join(text.split())[:_BODY_EXCERPT]
+                    summary = f"swarm '{swarm}' answered HTTP {response.status}"
+                    if response.reason:
+                        summary += f" {response.reason}"
+                    if excerpt:
+                        summary += f": {excerpt}"
+                    raise InterswarmError(summary, swarm_name=swarm, status=response.status)
+        except TimeoutError as exc:
+            raise InterswarmError(
+                f"swarm '{swarm}' did not answer within {timeout:g}s ({url})", swarm_name=swarm
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise InterswarmError(
+                f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}",
+                swarm_name=swarm,
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise InterswarmError(
+                f"request to swarm '{swarm}' failed: {exc or type(exc).__name__}",
+                swarm_name=swarm,
+            ) from exc
+        logger.debug("POST %s -> %d", url, response.status)
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return {"raw": text}
+        return data if isinstance(data, dict) else {"data": data}
+
+    # ------------------------------------------------------------------ legacy routing API
+
+    def register_message_handler(self, message_type: str, handler: MessageHandler) -> None:
+        """Handler for messages whose recipients are local (`route_message`)."""
+        self.message_handlers[message_type] = handler
+
+    async def route_message(
+        self,
+        message: MAILMessage,
+        *,
+        task_owner: str | None = None,
+        task_contributors: list[str] | None = None,
+    ) -> MAILMessage:
+        """Deliver local recipients through the registered handler, send remote ones.
+
+        Returns `message` when everything was delivered, otherwise a system response to
+        the sender (subject `Router Error`) describing what failed.
+        """
+        local, remote = self._split_recipients(message)
+        problems: list[str] = []
+        if local:
+            handler = self.message_handlers.get(message["msg_type"])
+            if handler is None:
+                problems.append(f"no local handler for '{message['msg_type']}' messages")
+            else:
+                result = handler(message)
+                if inspect.isawaitable(result):
+                    await result
+        owner = task_owner or f"swarm:{self.local_swarm_name}@{self.local_swarm_name}"
+        contributors = task_contributors if task_contributors is not None else [owner]
+        for swarm in remote:
+            try:
+                envelope = self.wrap_message(message, swarm, owner, contributors)
+                await self.send_interswarm(envelope, choose_direction(swarm, contributors))
+            except InterswarmError as exc:
+                problems.append(str(exc))
+        if not problems:
+            return message
+        return self._router_error(message, "; ".join(problems))
+
+    def _split_recipients(self, message: MAILMessage) -> tuple[list[str], list[str]]:
+        local: list[str] = []
+        remote: list[str] = []
+        for address in _recipient_addresses(message):
+            name, swarm = parse_agent_address(address)
+            if swarm and swarm != self.local_swarm_name:
+                if swarm not in remote:
+                    remote.append(swarm)
+            else:
+                local.append(name)
+        return local, remote
+
+    def _router_error(self, message: MAILMessage, reason: str) -> MAILMessage:
+        payload: Any = message["message"]
+        response = make_response(
+            payload["task_id"],
+            create_system_address(self.local_swarm_name),
+            dict(payload["sender"]),  # type: ignore[arg-type]
+            "Router Error",
+            f"Your message could not be delivered: {reason}",
+            sender_swarm=self.local_swarm_name,
+            recipient_swarm=self.local_swarm_name,
+        )
+        return make_message(response, "response")
