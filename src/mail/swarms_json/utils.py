@@ -141,7 +141,7 @@ def build_swarms_from_json(data: list[dict[str, Any]]) -> list[SwarmsJSONSwarm]:
 
 def find_swarm(swarms: list[Any], name: str, path: PathLike = "swarms.json") -> Any:
     """Return the first swarm called ``name``; ValueError (with a suggestion) if there is none."""
-    names = [s.get("name") for s in swarms if isinstance(s, dict)]
+    names = [s["name"] for s in swarms if isinstance(s, dict) and isinstance(s.get("name"), str)]
     for swarm in swarms:
         if isinstance(swarm, dict) and swarm.get("name") == name:
             return swarm
