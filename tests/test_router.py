@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -380,3 +381,25 @@ async def test_route_message_failure_returns_router_error(router: InterswarmRout
     assert result["message"]["subject"] == "Router Error"
     assert result["message"]["recipient"] == message["message"]["sender"]
     assert "unknown swarm endpoint" in result["message"]["body"]
+
+
+async def test_injected_session_is_shared_and_left_open(
+    tmp_path: Any, remote: RemoteServer
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        reg = SwarmRegistry(
+            "swarm-alpha",
+            "http://127.0.0.1:1",
+            persistence_file=tmp_path / "a.json",
+            session=session,
+        )
+        await reg.register_swarm("swarm-beta", remote.url, auth_token="t")
+        rt = InterswarmRouter(reg, "swarm-alpha", session=session)
+        assert rt.is_running()
+        await rt.send_interswarm(
+            rt.wrap_message(request_message(), "swarm-beta", OWNER, [OWNER]), "forward"
+        )
+        await rt.stop()
+        await reg.aclose()
+        assert not session.closed
+        assert len(remote.requests) == 1
