@@ -24,5 +24,7 @@ class AgentCore:
     can_complete_tasks: bool = False
     tool_format: Literal["completions", "responses"] = "responses"
 
-    async def __call__(self, messages: list[dict[str, Any]], tool_choice: Any = "required") -> AgentOutput:
+    async def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: Any = "required"
+    ) -> AgentOutput:
         return await self.function(messages, tool_choice)

@@ -9,6 +9,7 @@ Delivery, turns, tool handling, resumes and manual mode live in sibling modules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
@@ -91,6 +92,9 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop_running = False
+        self._stop_serving = False
+        self._ephemeral_task: asyncio.Task[None] | None = None
+        self._ephemeral_users = 0
         self._shutdown = False
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
@@ -299,17 +303,34 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         **kwargs: Any,
     ) -> MAILMessage:
         """Run the loop only until `message`'s task completes; return its response."""
-        if self._loop_running:
+        async with self.ephemeral_loop(max_steps, action_override):
             return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
-        self.max_steps = max_steps
-        self.action_override = action_override
-        serve = asyncio.create_task(self._serve())
+
+    @contextlib.asynccontextmanager
+    async def ephemeral_loop(
+        self,
+        max_steps: int | None = None,
+        action_override: ActionOverrideFunction | None = None,
+    ) -> AsyncIterator[None]:
+        """Serve the mailbox for the duration of the block unless a loop already runs."""
+        if self._loop_running and self._ephemeral_task is None:
+            yield
+            return
+        self._ephemeral_users += 1
+        if self._ephemeral_task is None:
+            self.max_steps = max_steps
+            self.action_override = action_override
+            self._ephemeral_task = asyncio.create_task(self._serve())
+            await asyncio.sleep(0)
         try:
-            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
+            yield
         finally:
-            self._stop_serving = True
-            self.mailbox.put_wakeup()
-            await serve
+            self._ephemeral_users -= 1
+            if self._ephemeral_users == 0 and self._ephemeral_task is not None:
+                serve, self._ephemeral_task = self._ephemeral_task, None
+                self._stop_serving = True
+                self.mailbox.put_wakeup()
+                await serve
 
     async def _serve(self) -> None:
         if self._loop_running:
@@ -317,7 +338,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._loop_running = True
         self._stop_serving = False
         try:
-            while not self._stop_serving:
+            while not self._stop_serving and not self._shutdown:
                 try:
                     message = await self.mailbox.get()
                 except MailboxClosed:

@@ -95,7 +95,11 @@ class DeliveryMixin:
         task = self._ensure_task(task_id)
         sender = payload["sender"]
         sender_type = sender["address_type"]
-        if task.completed and sender_type == "agent" and message["msg_type"] != "broadcast_complete":
+        if (
+            task.completed
+            and sender_type == "agent"
+            and message["msg_type"] != "broadcast_complete"
+        ):
             logger.debug("dropping agent message for completed task %s", task_id)
             return
 

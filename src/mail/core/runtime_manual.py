@@ -29,14 +29,18 @@ def render_buffer(messages: list[MAILMessage]) -> str:
         if message["msg_type"] in ("broadcast", "interrupt"):
             names = [r["address"] for r in payload["recipients"]]
             if names == [ALL_AGENTS]:
-                blocks.append(f"<public_message>\n<from>{sender}</from>\n{payload['body']}\n</public_message>")
+                blocks.append(
+                    f"<public_message>\n<from>{sender}</from>\n{payload['body']}\n</public_message>"
+                )
             else:
                 blocks.append(
                     f"<private_message>\n<from>{sender}</from>\n<to>{', '.join(names)}</to>\n"
                     f"{payload['body']}\n</private_message>"
                 )
         else:
-            blocks.append(f"<private_message>\n<from>{sender}</from>\n{payload['body']}\n</private_message>")
+            blocks.append(
+                f"<private_message>\n<from>{sender}</from>\n{payload['body']}\n</private_message>"
+            )
     return "\n\n\n".join(blocks)
 
 
@@ -86,7 +90,10 @@ class ManualMixin:
             create_agent_address(target),
             MANUAL_STEP_SUBJECT,
             body,
-            routing_info={"manual_response_type": response_type, "manual_response_targets": targets},
+            routing_info={
+                "manual_response_type": response_type,
+                "manual_response_targets": targets,
+            },
         )
         message = make_message(request, "buffered")
         future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()

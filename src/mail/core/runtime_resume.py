@@ -87,7 +87,9 @@ class ResumeMixin:
             by_id = {c.tool_call_id: c for c in calls}
             for item in result:
                 if isinstance(item, dict) and item.get("call_id") in by_id:
-                    self._inject_breakpoint_result(task_id, caller, history, by_id[item["call_id"]], item.get("content", ""))
+                    self._inject_breakpoint_result(
+                        task_id, caller, history, by_id[item["call_id"]], item.get("content", "")
+                    )
                     matched = True
         elif isinstance(result, dict) and "content" in result:
             if len(calls) != 1:

@@ -70,7 +70,9 @@ class TurnMixin:
                 self._save_history(task_id, agent_name)
 
     # ------------------------------------------------------------------ history
-    def _append_incoming(self: MAILRuntime, history: list[dict[str, Any]], message: MAILMessage) -> None:
+    def _append_incoming(
+        self: MAILRuntime, history: list[dict[str, Any]], message: MAILMessage
+    ) -> None:
         payload: Any = message["message"]
         if payload["subject"].startswith(ACTION_COMPLETE_BROADCAST):
             return
@@ -94,7 +96,9 @@ class TurnMixin:
         )
 
     # ------------------------------------------------------------------ events
-    def _emit_tool_calls(self: MAILRuntime, task_id: str, agent_name: str, calls: list[AgentToolCall]) -> None:
+    def _emit_tool_calls(
+        self: MAILRuntime, task_id: str, agent_name: str, calls: list[AgentToolCall]
+    ) -> None:
         last_with_reasoning: str | None = None
         for call in calls:
             extra: dict[str, Any] = {
@@ -123,7 +127,9 @@ class TurnMixin:
         if ctx.action_errors:
             body = "\n".join(f"Error: {tool}\n{why}" for tool, why in ctx.action_errors)
             self.mailbox.put(
-                system_response(self.swarm_name, ctx.task_id, ctx.agent_name, "::action_error::", body)
+                system_response(
+                    self.swarm_name, ctx.task_id, ctx.agent_name, "::action_error::", body
+                )
             )
         elif ctx.actions_ran:
             self.mailbox.put(
@@ -137,7 +143,9 @@ class TurnMixin:
             )
 
     # ------------------------------------------------------------------ breakpoints
-    def _pause_at_breakpoint(self: MAILRuntime, ctx: TurnContext, calls: list[AgentToolCall]) -> None:
+    def _pause_at_breakpoint(
+        self: MAILRuntime, ctx: TurnContext, calls: list[AgentToolCall]
+    ) -> None:
         names = ", ".join(c.tool_name for c in calls)
         args = ", ".join(json.dumps(c.tool_args) for c in calls)
         self._emit(
@@ -159,9 +167,13 @@ class TurnMixin:
     ) -> None:
         logger.warning("agent %s failed on task %s: %s", ctx.agent_name, ctx.task_id, exc)
         if current is not None:
-            ctx.history.append(current.create_response_msg(f"ERROR: failed to schedule message: {exc}"))
+            ctx.history.append(
+                current.create_response_msg(f"ERROR: failed to schedule message: {exc}")
+            )
         self._emit(
-            ctx.task_id, "agent_error", f"error scheduling message for agent {ctx.agent_name}: {exc}"
+            ctx.task_id,
+            "agent_error",
+            f"error scheduling message for agent {ctx.agent_name}: {exc}",
         )
         payload: Any = ctx.message["message"]
         sender_type = payload["sender"]["address_type"]
@@ -196,7 +208,11 @@ def breakpoint_entry(call: AgentToolCall) -> dict[str, Any]:
     content = (call.completion or {}).get("content")
     if isinstance(content, list):
         for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == call.tool_call_id:
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_use"
+                and block.get("id") == call.tool_call_id
+            ):
                 raw_id = block.get("id")
     return {
         "arguments": json.dumps(call.tool_args),

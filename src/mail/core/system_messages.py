@@ -12,7 +12,9 @@ from mail.core.message import (
 )
 
 
-def system_response(swarm: str, task_id: str, recipient: str, subject: str, body: str) -> MAILMessage:
+def system_response(
+    swarm: str, task_id: str, recipient: str, subject: str, body: str
+) -> MAILMessage:
     """A system MAILResponse to one agent (the task continues)."""
     payload = make_request(
         task_id,

@@ -100,14 +100,18 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
         body = str(args.get("body", ""))
     except KeyError as exc:
         _tool_call_error(
-            rt, ctx, f"error sending message for agent {ctx.agent_name}: missing {exc}",
+            rt,
+            ctx,
+            f"error sending message for agent {ctx.agent_name}: missing {exc}",
             f"Your {call.tool_name} call is missing the argument {exc}.",
         )
         return _err(f"error sending message: missing argument {exc}")
     problem = _check_target(rt, ctx, target)
     if problem is not None:
         rt.mailbox.put(
-            system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, "::invalid_recipient::", problem)
+            system_response(
+                rt.swarm_name, ctx.task_id, ctx.agent_name, "::invalid_recipient::", problem
+            )
         )
         return _err(problem)
     sender = create_agent_address(ctx.agent_name)
@@ -115,7 +119,9 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
     recipient = create_agent_address(target)
     message: MAILMessage
     if kind == "interrupt":
-        payload: Any = make_interrupt(ctx.task_id, sender, [recipient], subject, body, routing_info=hints)
+        payload: Any = make_interrupt(
+            ctx.task_id, sender, [recipient], subject, body, routing_info=hints
+        )
         message = make_message(payload, "interrupt")
     else:
         payload = make_request(ctx.task_id, sender, recipient, subject, body, routing_info=hints)
@@ -200,7 +206,9 @@ async def handle_task_complete(rt: MAILRuntime, ctx: TurnContext, call: AgentToo
     rt._emit(
         ctx.task_id,
         "new_message",
-        lambda: f"task_complete response from {ctx.agent_name}:\n{build_mail_xml(response)['content']}",
+        lambda: (
+            f"task_complete response from {ctx.agent_name}:\n{build_mail_xml(response)['content']}"
+        ),
         {"full_message": response},
     )
     rt._complete_task(ctx.task_id, response)
@@ -231,7 +239,11 @@ async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolC
             {"task_id": ctx.task_id, "messages": entries, "note": note},
         )
     except Exception as exc:  # noqa: BLE001 - memory trouble is reported, not fatal
-        rt._emit(ctx.task_id, "agent_error", f"error acknowledging broadcast for agent {ctx.agent_name}: {exc}")
+        rt._emit(
+            ctx.task_id,
+            "agent_error",
+            f"error acknowledging broadcast for agent {ctx.agent_name}: {exc}",
+        )
         return _err(f"could not store the broadcast: {exc}")
     return _ok("broadcast acknowledged")
 
@@ -264,7 +276,9 @@ async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -
         f"{text}: {reason}" if reason else text,
         {"reason": reason} if reason else {},
     )
-    return _ok(f"waiting for a new message (reason: '{reason}')" if reason else "waiting for a new message")
+    return _ok(
+        f"waiting for a new message (reason: '{reason}')" if reason else "waiting for a new message"
+    )
 
 
 @tool_handler("help")
@@ -328,7 +342,9 @@ TOOL_HANDLERS["code_interpreter_call"] = _builtin
 
 # ---------------------------------------------------------------------------- interswarm tools
 @tool_handler("send_interswarm_broadcast")
-async def handle_interswarm_broadcast(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_interswarm_broadcast(
+    rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall
+) -> str:
     if not rt.enable_interswarm or rt.interswarm is None:
         return _err("interswarm messaging is not enabled for this swarm")
     return await rt.interswarm.broadcast_tool(ctx, call)
@@ -356,17 +372,25 @@ async def handle_action(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) 
     rt._emit(
         ctx.task_id,
         "action_call",
-        lambda: f"agent {ctx.agent_name} executing action tool: {name} with args: "
-        f"{json.dumps(call.tool_args)}",
+        lambda: (
+            f"agent {ctx.agent_name} executing action tool: {name} with args: "
+            f"{json.dumps(call.tool_args)}"
+        ),
     )
     try:
         status, result = await action.execute(call, rt.actions, rt.action_override)
     except Exception as exc:  # noqa: BLE001 - execute should not raise, but never trust it
-        rt._emit(ctx.task_id, "action_error", f"action error (caller = {ctx.agent_name}, tool = {name}):\n{exc}")
+        rt._emit(
+            ctx.task_id,
+            "action_error",
+            f"action error (caller = {ctx.agent_name}, tool = {name}):\n{exc}",
+        )
         ctx.action_errors.append((name, str(exc)))
         return _err(str(exc))
     content = str(result.get("content", ""))
-    rt._emit(ctx.task_id, "action_complete", f"action complete (caller = {ctx.agent_name}):\n{content}")
+    rt._emit(
+        ctx.task_id, "action_complete", f"action complete (caller = {ctx.agent_name}):\n{content}"
+    )
     ctx.actions_ran = True
     if status != "success":
         ctx.action_errors.append((name, content))

@@ -1,0 +1,278 @@
+"""MAILAgentTemplate (declarative) and MAILAgent (instantiated) agents."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+from mail.api.actions import MAILAction
+from mail.core.agents import AgentCore, AgentFunction, AgentOutput
+from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
+
+logger = logging.getLogger("mail.api")
+
+ToolFormat = Literal["completions", "responses"]
+
+
+def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
+    if isinstance(factory, str):
+        resolved = read_python_string(factory)
+        if not callable(resolved):
+            raise TypeError(f"agent factory '{factory}' did not resolve to a callable")
+        return resolved  # type: ignore[no-any-return]
+    return factory
+
+
+class MAILAgent:
+    """An agent built by its factory: a function plus wiring."""
+
+    def __init__(
+        self,
+        name: str,
+        factory: str | Callable[..., Any],
+        actions: list[MAILAction],
+        function: AgentFunction,
+        comm_targets: list[str],
+        agent_params: dict[str, Any],
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.factory = factory
+        self.actions = list(actions)
+        self.function = function
+        self.comm_targets = list(comm_targets)
+        self.agent_params = agent_params
+        self.enable_entrypoint = enable_entrypoint
+        self.enable_interswarm = enable_interswarm
+        self.can_complete_tasks = can_complete_tasks
+        self.tool_format = tool_format
+        self.exclude_tools = list(exclude_tools or [])
+        self._validate()
+
+    def _validate(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("agent name must be a non-empty string")
+        if self.name == "all":
+            raise ValueError(
+                "'all' is reserved (it addresses every agent) and cannot name an agent"
+            )
+        if not callable(self.function):
+            raise TypeError(f"agent '{self.name}' function is not callable")
+
+    async def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: Any = "required"
+    ) -> AgentOutput:
+        return await self.function(messages, tool_choice)
+
+    def to_core(self) -> AgentCore:
+        return AgentCore(
+            function=self.function,
+            comm_targets=list(self.comm_targets),
+            actions=[a.name for a in self.actions],
+            enable_entrypoint=self.enable_entrypoint,
+            enable_interswarm=self.enable_interswarm,
+            can_complete_tasks=self.can_complete_tasks,
+            tool_format=self.tool_format,
+        )
+
+    def _to_template(self, names: list[str]) -> MAILAgentTemplate:
+        return MAILAgentTemplate(
+            name=self.name,
+            factory=self.factory,
+            comm_targets=[t for t in self.comm_targets if t in names or "@" in t],
+            actions=self.actions,
+            agent_params=self.agent_params,
+            enable_entrypoint=self.enable_entrypoint,
+            enable_interswarm=self.enable_interswarm,
+            can_complete_tasks=self.can_complete_tasks,
+            tool_format=self.tool_format,
+            exclude_tools=self.exclude_tools,
+        )
+
+
+class MAILAgentTemplate:
+    """How to build an agent: factory, wiring, actions and parameters."""
+
+    def __init__(
+        self,
+        name: str,
+        factory: str | Callable[..., Any],
+        comm_targets: list[str],
+        actions: list[MAILAction] | None = None,
+        agent_params: dict[str, Any] | None = None,
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.factory = factory
+        self.comm_targets = list(comm_targets)
+        self.actions = list(actions or [])
+        self.agent_params = dict(agent_params or {})
+        self.enable_entrypoint = enable_entrypoint
+        self.enable_interswarm = enable_interswarm
+        self.can_complete_tasks = can_complete_tasks
+        self.tool_format = tool_format
+        self.exclude_tools = list(exclude_tools or [])
+        self._validate()
+
+    def _validate(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("agent name must be a non-empty string")
+        if self.name == "all":
+            raise ValueError(
+                "'all' is reserved (it addresses every agent) and cannot name an agent"
+            )
+        if self.tool_format not in ("completions", "responses"):
+            raise ValueError(
+                f"agent '{self.name}' tool_format must be 'completions' or 'responses', "
+                f"got '{self.tool_format}'"
+            )
+        for target in self.comm_targets:
+            if not isinstance(target, str) or not target:
+                raise ValueError(
+                    f"agent '{self.name}' has an invalid communication target {target!r}"
+                )
+
+    def _top_level_params(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "comm_targets": list(self.comm_targets),
+            "tools": [a.to_tool_dict(style=self.tool_format) for a in self.actions],
+            "enable_entrypoint": self.enable_entrypoint,
+            "enable_interswarm": self.enable_interswarm,
+            "tool_format": self.tool_format,
+            "can_complete_tasks": self.can_complete_tasks,
+            "exclude_tools": list(self.exclude_tools),
+        }
+
+    def instantiate(
+        self,
+        instance_params: dict[str, Any] | None = None,
+        additional_exclude_tools: list[str] | None = None,
+    ) -> MAILAgent:
+        """Call the factory with the documented three-layer keyword arguments."""
+        exclude = sorted(set(self.exclude_tools) | set(additional_exclude_tools or []))
+        params = dict(self.agent_params)
+        if "tool_format" in params:
+            warnings.warn(
+                f"agent '{self.name}': 'tool_format' inside agent_params is ignored; "
+                "set it on the agent template instead",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            params.pop("tool_format")
+        kwargs: dict[str, Any] = {**self._top_level_params(), **params, **(instance_params or {})}
+        kwargs["exclude_tools"] = exclude
+        factory = _resolve_factory(self.factory)
+        try:
+            function = factory(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"agent '{self.name}': factory rejected its parameters: {exc}") from exc
+        return MAILAgent(
+            name=self.name,
+            factory=self.factory,
+            actions=self.actions,
+            function=function,
+            comm_targets=self.comm_targets,
+            agent_params=self.agent_params,
+            enable_entrypoint=self.enable_entrypoint,
+            enable_interswarm=self.enable_interswarm,
+            can_complete_tasks=self.can_complete_tasks,
+            tool_format=self.tool_format,
+            exclude_tools=exclude,
+        )
+
+    # ------------------------------------------------------------------ loaders
+    @classmethod
+    def from_swarm_json(
+        cls,
+        json_str: str | dict[str, Any],
+        actions_by_name: dict[str, MAILAction] | None = None,
+    ) -> MAILAgentTemplate:
+        data = json.loads(json_str) if isinstance(json_str, str) else dict(json_str)
+        actions_by_name = actions_by_name or {}
+        actions: list[MAILAction] = []
+        for ref in data.get("actions") or []:
+            if isinstance(ref, dict):
+                actions.append(MAILAction.from_swarm_json(ref))
+                continue
+            if ref not in actions_by_name:
+                from mail.swarms_json import suggest
+
+                if not actions_by_name:
+                    raise ValueError(
+                        f"agent '{data['name']}' declares actions but no action definitions were provided"
+                    )
+                raise ValueError(
+                    f"agent '{data['name']}' references unknown action '{ref}'."
+                    + suggest(ref, actions_by_name)
+                )
+            actions.append(actions_by_name[ref])
+        params = data.get("agent_params") or {}
+        params = {k: v for k, v in params.items() if k != "tool_format"}
+        return cls(
+            name=data["name"],
+            factory=data["factory"],
+            comm_targets=list(data.get("comm_targets") or []),
+            actions=actions,
+            agent_params=resolve_prefixed_string_references(copy.deepcopy(params)),
+            enable_entrypoint=bool(data.get("enable_entrypoint", False)),
+            enable_interswarm=bool(data.get("enable_interswarm", False)),
+            can_complete_tasks=bool(data.get("can_complete_tasks", False)),
+            tool_format=data.get("tool_format", "responses"),
+            exclude_tools=list(data.get("exclude_tools") or []),
+        )
+
+    @classmethod
+    def from_example(cls, name: str, comm_targets: list[str]) -> MAILAgentTemplate:
+        """A bundled example agent: supervisor, weather, math, consultant or analyst."""
+        from mail.examples import EXAMPLES
+
+        spec = EXAMPLES.get(name)
+        if spec is None:
+            from mail.swarms_json import suggest
+
+            raise ValueError(f"unknown example agent '{name}'." + suggest(name, EXAMPLES))
+        return cls(
+            name=name,
+            factory=spec.factory,
+            comm_targets=comm_targets,
+            actions=list(spec.actions_factory()) if spec.actions_factory else [],
+            agent_params=copy.deepcopy(spec.agent_params),
+            enable_entrypoint=spec.enable_entrypoint,
+            can_complete_tasks=spec.can_complete_tasks,
+            tool_format=spec.tool_format,  # type: ignore[arg-type]
+        )
+
+    def to_swarm_json(self) -> dict[str, Any]:
+        factory = (
+            self.factory
+            if isinstance(self.factory, str)
+            else (f"python::{self.factory.__module__}:{self.factory.__qualname__}")
+        )
+        return {
+            "name": self.name,
+            "factory": factory,
+            "comm_targets": list(self.comm_targets),
+            "actions": [a.name for a in self.actions],
+            "agent_params": self.agent_params,
+            "enable_entrypoint": self.enable_entrypoint,
+            "enable_interswarm": self.enable_interswarm,
+            "can_complete_tasks": self.can_complete_tasks,
+            "tool_format": self.tool_format,
+            "exclude_tools": list(self.exclude_tools),
+        }
+
+    def __repr__(self) -> str:
+        return f"MAILAgentTemplate(name={self.name!r})"

@@ -1,0 +1,347 @@
+"""MAILSwarm: a running swarm instance (agents + actions + its own runtime)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from mail.api.actions import MAILAction
+from mail.api.agents import MAILAgent
+from mail.core.actions import ActionOverrideFunction
+from mail.core.events import TaskEvent
+from mail.core.message import (
+    MAILMessage,
+    create_address,
+    create_agent_address,
+    make_broadcast,
+    make_message,
+    make_request,
+)
+from mail.core.runtime import MAILRuntime
+from mail.core.tasks import MAILTask
+
+if TYPE_CHECKING:
+    from mail.api.swarm_template import MAILSwarmTemplate
+
+
+def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
+    return [e.to_record(parsed=True) for e in events]
+
+
+class MAILSwarm:
+    """One instance of a swarm for one caller; owns a MAILRuntime."""
+
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        agents: list[MAILAgent],
+        actions: list[MAILAction],
+        entrypoint: str,
+        user_id: str = "default",
+        user_role: Literal["admin", "agent", "user", "swarm"] | str = "user",
+        swarm_registry: Any = None,
+        enable_interswarm: bool = False,
+        breakpoint_tools: list[str] | None = None,
+        exclude_tools: list[str] | None = None,
+        task_message_limit: int | None = None,
+        description: str = "",
+        keywords: list[str] | None = None,
+        enable_db_agent_histories: bool = False,
+        print_llm_streams: bool = True,
+        base_url: str = "http://localhost:8000",
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.agents = {a.name: a for a in agents}
+        self.actions = {a.name: a for a in actions}
+        self.entrypoint = entrypoint
+        self.user_id = user_id
+        self.user_role = user_role
+        self.swarm_registry = swarm_registry
+        self.enable_interswarm = enable_interswarm
+        self.breakpoint_tools = list(breakpoint_tools or [])
+        self.exclude_tools = list(exclude_tools or [])
+        self.task_message_limit = task_message_limit
+        self.description = description
+        self.keywords = list(keywords or [])
+        self.enable_db_agent_histories = enable_db_agent_histories
+        self.base_url = base_url
+        self.runtime = MAILRuntime(
+            agents={a.name: a.to_core() for a in agents},
+            actions={a.name: a.to_core() for a in actions},
+            user_id=user_id,
+            user_role=str(user_role),
+            swarm_name=name,
+            entrypoint=entrypoint,
+            swarm_registry=swarm_registry,
+            enable_interswarm=enable_interswarm,
+            breakpoint_tools=self.breakpoint_tools,
+            exclude_tools=self.exclude_tools,
+            enable_db_agent_histories=enable_db_agent_histories,
+            print_llm_streams=print_llm_streams,
+        )
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ messages
+    def build_message(
+        self,
+        subject: str,
+        body: str,
+        targets: list[str],
+        sender_type: str = "user",
+        type: str = "request",
+        task_id: str | None = None,
+    ) -> MAILMessage:
+        """A message from this instance's caller to `targets` (request or broadcast)."""
+        task_id = task_id or str(uuid.uuid4())
+        sender = create_address(self.user_id, sender_type)  # type: ignore[arg-type]
+        if type == "request":
+            if len(targets) != 1:
+                raise ValueError("a request needs exactly one target")
+            payload: Any = make_request(
+                task_id,
+                sender,
+                create_agent_address(targets[0]),
+                subject,
+                body,
+                sender_swarm=self.name,
+                recipient_swarm=self.name,
+            )
+        elif type == "broadcast":
+            payload = make_broadcast(
+                task_id, sender, [create_agent_address(t) for t in targets], subject, body
+            )
+        else:
+            raise NotImplementedError(f"type '{type}' not implemented for this method")
+        return make_message(payload, type)
+
+    def _user_message(
+        self,
+        body: str,
+        subject: str,
+        msg_type: str,
+        entrypoint: str | None,
+        task_id: str | None,
+    ) -> MAILMessage:
+        entry = (entrypoint or "").strip() or self.entrypoint
+        sender_type = self.user_role if self.user_role in ("admin", "user") else "user"
+        return self.build_message(subject, body, [entry], sender_type, msg_type, task_id)
+
+    # ------------------------------------------------------------------ posting
+    async def post_message(
+        self,
+        body: str = "",
+        subject: str = "New Message",
+        msg_type: str = "request",
+        entrypoint: str | None = None,
+        show_events: bool = False,
+        timeout: float = 3600.0,
+        task_id: str | None = None,
+        resume_from: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+        """Send a message from the caller and wait for the task's final response.
+
+        Works whether or not `run_continuous` is running: without a loop, the task is run
+        to completion here.
+        """
+        message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        return await self.submit_message(message, timeout, show_events, resume_from, **kwargs)
+
+    async def post_message_and_run(
+        self,
+        body: str = "",
+        subject: str = "New Message",
+        msg_type: str = "request",
+        entrypoint: str | None = None,
+        show_events: bool = False,
+        task_id: str | None = None,
+        resume_from: str | None = None,
+        max_steps: int | None = None,
+        action_override: ActionOverrideFunction | None = None,
+        timeout: float = 3600.0,
+        **kwargs: Any,
+    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+        message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        tid = message["message"]["task_id"]
+        start = len(self.runtime.get_events_by_task_id(tid))
+        response = await self.runtime.run_task(
+            message,
+            action_override=action_override,
+            resume_from=resume_from,
+            max_steps=max_steps if max_steps is not None else self.task_message_limit,
+            timeout=timeout,
+            **kwargs,
+        )
+        events = self.runtime.get_events_by_task_id(tid)[start:] if show_events else []
+        return response, _event_records(events)
+
+    async def submit_message(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        show_events: bool = False,
+        resume_from: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+        task_id = message["message"]["task_id"]
+        start = len(self.runtime.get_events_by_task_id(task_id))
+        response = await self.runtime.run_task(
+            message,
+            action_override=self.runtime.action_override,
+            resume_from=resume_from,
+            max_steps=self.task_message_limit,
+            timeout=timeout,
+            **kwargs,
+        )
+        if not show_events:
+            return response, []
+        events = [
+            e for e in self.runtime.get_events_by_task_id(task_id)[start:] if e.task_id == task_id
+        ]
+        return response, _event_records(events)
+
+    async def submit_message_nowait(self, message: MAILMessage) -> None:
+        self.runtime.submit(message)
+
+    # ------------------------------------------------------------------ streaming
+    async def stream_events(
+        self,
+        body: str = "",
+        subject: str = "New Message",
+        msg_type: str = "request",
+        entrypoint: str | None = None,
+        timeout: float = 3600.0,
+        task_id: str | None = None,
+        resume_from: str | None = None,
+        ping_interval: float = 15.0,
+        **kwargs: Any,
+    ) -> AsyncIterator[TaskEvent]:
+        """The task's events as TaskEvent records, ending with task_complete/task_error."""
+        message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        async for event in self.submit_events(
+            message, timeout, resume_from, ping_interval, **kwargs
+        ):
+            yield event
+
+    async def submit_events(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        ping_interval: float = 15.0,
+        **kwargs: Any,
+    ) -> AsyncIterator[TaskEvent]:
+        async with self.runtime.ephemeral_loop(
+            self.task_message_limit, self.runtime.action_override
+        ):
+            async for event in self.runtime.submit_and_stream(
+                message, timeout, resume_from, ping_interval, **kwargs
+            ):
+                yield event
+
+    async def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """Like `stream_events`, as `sse_starlette.ServerSentEvent` objects."""
+        from sse_starlette import ServerSentEvent
+
+        async for event in self.stream_events(*args, **kwargs):
+            yield ServerSentEvent(data=event.data, event=event.event, id=event.id)
+
+    async def post_message_stream(self, *args: Any, **kwargs: Any) -> Any:
+        """An `EventSourceResponse` streaming the task (for use inside a FastAPI route)."""
+        from sse_starlette import EventSourceResponse
+
+        return EventSourceResponse(self.stream_message(*args, **kwargs))
+
+    async def submit_message_stream(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        from sse_starlette import EventSourceResponse, ServerSentEvent
+
+        async def frames() -> AsyncIterator[Any]:
+            async for event in self.submit_events(message, timeout, resume_from, **kwargs):
+                yield ServerSentEvent(data=event.data, event=event.event, id=event.id)
+
+        return EventSourceResponse(frames())
+
+    # ------------------------------------------------------------------ loop control
+    async def run_continuous(
+        self,
+        max_steps: int | None = None,
+        action_override: ActionOverrideFunction | None = None,
+        mode: Literal["continuous", "manual"] = "continuous",
+    ) -> None:
+        limit = max_steps if max_steps is not None else self.task_message_limit
+        await self.runtime.run_continuous(limit, action_override, mode)
+
+    async def manual_step(
+        self, task_id: str, target: str, *args: Any, **kwargs: Any
+    ) -> MAILMessage:
+        return await self.runtime.manual_step(task_id, target, *args, **kwargs)
+
+    async def await_queue_empty(self) -> None:
+        await self.runtime.await_queue_empty()
+
+    async def shutdown(self) -> None:
+        await self.runtime.shutdown()
+        registry = self.swarm_registry
+        if registry is not None and hasattr(registry, "stop_health_checks"):
+            await registry.stop_health_checks()
+
+    # ------------------------------------------------------------------ inspection
+    def get_events(self, task_id: str) -> list[TaskEvent]:
+        return self.runtime.get_events_by_task_id(task_id)
+
+    def get_response_message(self, task_id: str) -> MAILMessage | None:
+        return self.runtime.response_messages.get(task_id)
+
+    def get_all_tasks(self) -> dict[str, MAILTask]:
+        return dict(self.runtime.mail_tasks)
+
+    def get_task_by_id(self, task_id: str) -> MAILTask | None:
+        return self.runtime.get_task_by_id(task_id)
+
+    def get_pending_requests(self) -> dict[str, asyncio.Future[MAILMessage]]:
+        return self.runtime.pending_requests
+
+    # ------------------------------------------------------------------ wiring
+    def _template(self) -> MAILSwarmTemplate:
+        from mail.api.swarm_template import MAILSwarmTemplate
+
+        names = list(self.agents)
+        return MAILSwarmTemplate(
+            name=self.name,
+            version=self.version,
+            agents=[a._to_template(names) for a in self.agents.values()],
+            actions=list(self.actions.values()),
+            entrypoint=self.entrypoint,
+            enable_interswarm=self.enable_interswarm,
+            breakpoint_tools=self.breakpoint_tools,
+            exclude_tools=self.exclude_tools,
+            task_message_limit=self.task_message_limit,
+            description=self.description,
+            keywords=self.keywords,
+            enable_db_agent_histories=self.enable_db_agent_histories,
+        )
+
+    def get_subswarm(
+        self, names: list[str], name_suffix: str, entrypoint: str | None = None
+    ) -> MAILSwarmTemplate:
+        return self._template().get_subswarm(names, name_suffix, entrypoint)
+
+    def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
+        names = list(self.agents)
+        if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
+            raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
+        for name, row in zip(names, adj, strict=True):
+            targets = [n for n, flag in zip(names, row, strict=True) if flag and n != name]
+            remote = [t for t in self.agents[name].comm_targets if "@" in t]
+            self.agents[name].comm_targets = targets + remote
+            self.runtime.agents[name].comm_targets = targets + remote
