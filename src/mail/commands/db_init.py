@@ -1,0 +1,103 @@
+"""`mail db-init`: create (or bring up to date) the PostgreSQL tables used for persistence."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL URL to initialise (default: $DATABASE_URL, also read from ./.env)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the connection (default: 10)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from mail.store import database_url_from_env
+
+    url = args.database_url or database_url_from_env()
+    if not url:
+        print(
+            "Error: DATABASE_URL is not set. Set it (e.g. "
+            "postgresql://user:password@localhost:5432/mail) in the environment or in ./.env, "
+            "or pass --database-url.",
+            file=sys.stderr,
+        )
+        return 1
+    return asyncio.run(_init(url, args.timeout))
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+async def _init(url: str, timeout: float) -> int:
+    import asyncpg
+
+    from mail.store.postgres_schema import (
+        ALL_TABLES,
+        ensure_schema,
+        normalize_dsn,
+        redact_dsn,
+        verify_schema,
+    )
+
+    dsn = normalize_dsn(url)
+    _say(f"Connecting to {redact_dsn(dsn)} ...")
+    try:
+        conn = await asyncpg.connect(dsn, timeout=timeout)
+    except Exception as exc:  # any failure here is reported in one line
+        print(
+            f"Error: cannot connect to {redact_dsn(dsn)}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    _say("Connected.")
+
+    def progress(table: str, state: str) -> None:
+        if state == "creating":
+            print(f"Setting up table {table} ...", end="", flush=True)
+        else:
+            _say(" created" if state == "created" else " already present")
+
+    try:
+        report = await ensure_schema(conn, progress)
+        if report.removed_duplicate_histories:
+            _say(
+                f"Collapsed {report.removed_duplicate_histories} duplicated agent history row(s) "
+                "left by an older version (kept the newest per agent and task)."
+            )
+        _say("Indexes are in place.")
+        _say()
+        _say("Checking tables:")
+        results = await verify_schema(conn)
+    except Exception as exc:
+        _say()
+        print(
+            f"Error: database initialisation failed: {type(exc).__name__}: {exc}", file=sys.stderr
+        )
+        return 1
+    finally:
+        await conn.close()
+
+    for table in ALL_TABLES:
+        _say(f"  {table}: {'OK' if results.get(table) else 'MISSING'}")
+    if not all(results.get(table) for table in ALL_TABLES):
+        print("Error: some tables are missing after initialisation.", file=sys.stderr)
+        return 1
+    _say()
+    _say(
+        f"Database initialization complete ({len(report.created)} table(s) created, "
+        f"{len(report.existing)} already present)."
+    )
+    return 0

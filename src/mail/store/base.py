@@ -1,0 +1,302 @@
+"""The persistence interface the runtime and the server talk to.
+
+Nothing here touches a database driver: the runtime imports this module only, and a
+concrete store (in-memory or PostgreSQL) is chosen by `mail.store.create_store`.
+
+Everything a store keeps is scoped by an `InstanceKey` (swarm + caller), which is how the
+server partitions per-user swarm instances. Every write method returns as soon as the
+write is *acknowledged*: the in-memory store applies it immediately, the PostgreSQL store
+queues it for a background writer that guarantees it lands (see `flush`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime as _dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Task record fields that have their own column in the `tasks` table; any other key of a
+# record is kept too (in a JSON side column) and comes back merged into the record.
+TASK_FIELDS: tuple[str, ...] = (
+    "task_id",
+    "task_owner",
+    "task_contributors",
+    "remote_swarms",
+    "is_running",
+    "completed",
+    "title",
+    "start_time",
+)
+
+
+@dataclass(frozen=True)
+class InstanceKey:
+    """Identifies one swarm instance: which swarm, serving which caller.
+
+    `caller_role` is one of "admin", "agent", "user" or "swarm" (interswarm callers).
+    """
+
+    swarm_name: str
+    caller_role: str
+    caller_id: str
+
+
+@dataclass
+class InstanceSnapshot:
+    """Everything a store holds for one instance, as returned by `TaskStore.load_instance`.
+
+    - `tasks`: task_id -> task record (see `TaskStore.upsert_task`)
+    - `events`: task_id -> events in the order they were appended
+    - `histories`: (task_id, agent_name) -> the agent's LLM history for that task
+    - `responses`: task_id -> the task's final response (a MAILMessage dict)
+    - `queues`: task_id -> stashed queue items of a paused task
+    """
+
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    histories: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not (self.tasks or self.events or self.histories or self.responses or self.queues)
+
+    def histories_for_task(self, task_id: str) -> dict[str, list[dict[str, Any]]]:
+        """agent_name -> history for one task (convenience for rebuilding a task)."""
+        return {agent: h for (tid, agent), h in self.histories.items() if tid == task_id}
+
+
+class StoreUnavailableError(RuntimeError):
+    """The backing database cannot be reached (at start-up or for a read)."""
+
+
+class TaskStore(abc.ABC):
+    """Persistence for task records, events, agent histories, responses and stashed queues.
+
+    Usage from the runtime::
+
+        store = create_store(os.environ.get("DATABASE_URL"))
+        await store.start()
+        snapshot = await store.load_instance(key)     # recovery on instance start
+        await store.upsert_task(key, {...})            # returns at once
+        ...
+        await store.close()                            # flushes, then releases resources
+
+    Writes for the same key and task are applied in the order they were submitted.
+    """
+
+    # -- lifecycle -------------------------------------------------------------------
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Open connections / prepare the schema. Raises StoreUnavailableError on failure."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Flush what can be flushed (bounded wait), then release resources. Idempotent."""
+
+    @abc.abstractmethod
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write acknowledged so far is durably stored.
+
+        Returns True when drained, False if `timeout` (seconds) ran out first.
+        """
+
+    # -- writes (acknowledged on return, applied in submission order) -------------------
+    @abc.abstractmethod
+    async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
+        """Create or update a task record.
+
+        Record fields: task_id (required), task_owner, task_contributors (list),
+        remote_swarms (list), is_running, completed, title, start_time (ISO 8601).
+        A field that is absent or None leaves the stored value unchanged, so the runtime
+        can send only what changed (e.g. ``{"task_id": t, "is_running": False}``).
+        Other keys are stored as well and returned merged into the record.
+        """
+
+    @abc.abstractmethod
+    async def append_event(self, key: InstanceKey, task_id: str, event: Mapping[str, Any]) -> None:
+        """Append one SSE event record ``{"event", "data" (str), "id"}`` to a task's timeline."""
+
+    @abc.abstractmethod
+    async def save_history(
+        self,
+        key: InstanceKey,
+        task_id: str,
+        agent_name: str,
+        tool_format: str | None,
+        history: list[dict[str, Any]],
+    ) -> None:
+        """Store an agent's full history for a task, REPLACING any earlier one.
+
+        `tool_format` is "completions" or "responses"; None means "detect from the
+        history" (see `detect_tool_format`).
+        """
+
+    @abc.abstractmethod
+    async def save_response(
+        self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
+    ) -> None:
+        """Store (or replace) a task's final response."""
+
+    @abc.abstractmethod
+    async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
+        """Store the stashed queue of a paused task: ``[{"priority", "seq", "message"}, ...]``."""
+
+    @abc.abstractmethod
+    async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
+        """Forget the stashed queue of a task (after it was resumed or finished)."""
+
+    # -- reads ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
+        """Everything stored for one instance, including writes still being flushed."""
+
+    # -- health (for the server's status reporting) --------------------------------------
+    @property
+    def pending_writes(self) -> int:
+        """Writes acknowledged but not yet durably stored."""
+        return 0
+
+    @property
+    def failed_attempts(self) -> int:
+        """Write attempts that failed with a transient error since start (retried)."""
+        return 0
+
+    @property
+    def last_error(self) -> str | None:
+        """Text of the most recent write/connection error, or None if there never was one."""
+        return None
+
+    @property
+    def backend(self) -> str:
+        return type(self).__name__
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able health summary, e.g. for /status or /health."""
+        return {
+            "backend": self.backend,
+            "pending_writes": self.pending_writes,
+            "failed_attempts": self.failed_attempts,
+            "last_error": self.last_error,
+            "degraded": self.is_degraded(),
+        }
+
+    def is_degraded(self) -> bool:
+        """True while writes are failing and piling up."""
+        return False
+
+    async def __aenter__(self) -> TaskStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# -- helpers shared by the implementations ------------------------------------------------
+
+
+def detect_tool_format(history: list[dict[str, Any]]) -> str:
+    """'completions' when the first entry is a chat message (has `role`), else 'responses'."""
+    if history and isinstance(history[0], Mapping) and "role" in history[0]:
+        return "completions"
+    return "responses"
+
+
+def _json_default(obj: Any) -> Any:
+    # Histories may hold SDK objects (pydantic models from LiteLLM, dataclasses, sets);
+    # store their data rather than failing the runtime's call.
+    model_dump = getattr(obj, "model_dump", None)
+    if callable(model_dump):
+        return model_dump()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, _dt.datetime | _dt.date):
+        return obj.isoformat()
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", errors="replace")
+    return str(obj)
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON text; what both stores keep, so they behave identically."""
+    return json.dumps(value, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_copy(value: Any) -> Any:
+    """A deep, JSON-normalised copy (tuples become lists, SDK objects become dicts)."""
+    return json.loads(to_json(value))
+
+
+def parse_start_time(value: Any) -> _dt.datetime:
+    """Parse an ISO 8601 start time (or datetime); naive values are taken as UTC."""
+    if isinstance(value, _dt.datetime):
+        parsed = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = _dt.datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise ValueError(f"start_time is not an ISO 8601 timestamp: {value!r}") from exc
+    else:
+        raise ValueError(f"start_time must be an ISO 8601 string, got {type(value).__name__}")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=_dt.UTC)
+    return parsed.astimezone(_dt.UTC)
+
+
+def normalize_start_time(value: Any) -> str:
+    """The canonical ISO form both stores return: UTC with an explicit offset."""
+    return parse_start_time(value).isoformat()
+
+
+def split_task_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a record into (column fields without None values, extra fields).
+
+    Raises ValueError when the record has no usable task_id.
+    """
+    task_id = record.get("task_id")
+    if not isinstance(task_id, str) or not task_id:
+        raise ValueError("task record needs a non-empty string 'task_id'")
+    columns: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name, value in record.items():
+        if name in TASK_FIELDS:
+            if value is not None:
+                columns[name] = value
+        else:
+            extra[name] = value
+    if "start_time" in columns:
+        columns["start_time"] = normalize_start_time(columns["start_time"])
+    for list_field in ("task_contributors", "remote_swarms"):
+        if list_field in columns:
+            columns[list_field] = json_copy(list(columns[list_field]))
+    for flag in ("is_running", "completed"):
+        if flag in columns:
+            columns[flag] = bool(columns[flag])
+    return columns, json_copy(extra)
+
+
+def normalize_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"event", "data", "id"}`` with data as text (dicts are encoded as compact JSON).
+
+    Accepts ServerSentEvent-like objects' fields too (the caller passes a dict of them).
+    """
+    data = event.get("data")
+    if data is not None and not isinstance(data, str):
+        data = to_json(data)
+    event_id = event.get("id")
+    name = event.get("event")
+    return {
+        "event": None if name is None else str(name),
+        "data": data,
+        "id": None if event_id is None else str(event_id),
+    }

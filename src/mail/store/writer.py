@@ -1,0 +1,224 @@
+"""Write-behind batching: callers enqueue and return; one background task writes.
+
+Guarantees:
+- order: items are written in submission order (one consumer, FIFO, a batch is retried
+  as a whole and never reordered);
+- durability of acknowledged items: a transient failure (database down, connection
+  reset, timeout) keeps the batch and retries it with capped exponential backoff until it
+  succeeds or the buffer is closed;
+- isolation of poison items: a non-transient failure splits the batch and retries item by
+  item, so only the item the database rejects is dropped (and counted, and logged).
+
+The buffer knows nothing about SQL: it is given an `apply(batch)` coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+logger = logging.getLogger("mail.store.writer")
+
+# While an outage lasts, repeat the warning at most this often (seconds).
+_OUTAGE_REMINDER_INTERVAL = 30.0
+
+
+class WriteBehindBuffer(Generic[T]):
+    def __init__(
+        self,
+        apply: Callable[[Sequence[T]], Awaitable[None]],
+        *,
+        is_transient: Callable[[BaseException], bool],
+        max_batch: int = 200,
+        max_delay: float = 0.05,
+        retry_initial: float = 0.2,
+        retry_max: float = 5.0,
+        max_pending: int = 100_000,
+        name: str = "store",
+    ) -> None:
+        if max_batch < 1 or max_pending < 1:
+            raise ValueError("max_batch and max_pending must be positive")
+        self._apply = apply
+        self._is_transient = is_transient
+        self.max_batch = max_batch
+        self.max_delay = max_delay
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.max_pending = max_pending
+        self.name = name
+
+        self._queue: deque[T] = deque()
+        self._submitted = 0  # items ever accepted
+        self._done = 0  # items written (or dropped as poison)
+        self._changed = asyncio.Condition()
+        self._urgent = asyncio.Event()  # stop waiting for a fuller batch
+        self._has_items = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._flush_waiters = 0
+
+        self.failed_attempts = 0
+        self.dropped = 0
+        self.last_error: str | None = None
+        self.outage_since: float | None = None  # monotonic time of the first failure
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return self._submitted - self._done
+
+    @property
+    def running(self) -> bool:
+        return self._worker is not None and not self._worker.done()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._worker = asyncio.create_task(self._run(), name=f"{self.name}-writer")
+
+    async def submit(self, item: T) -> None:
+        """Accept an item. Waits only if `max_pending` items are already waiting."""
+        if len(self._queue) >= self.max_pending:
+            # Backpressure during a long outage, instead of growing without bound.
+            async with self._changed:
+                await self._changed.wait_for(lambda: len(self._queue) < self.max_pending)
+        self._queue.append(item)
+        self._submitted += 1
+        self._has_items.set()
+        if len(self._queue) >= self.max_batch or self._flush_waiters:
+            self._urgent.set()
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted before this call is written."""
+        target = self._submitted
+        if self._done >= target:
+            return True
+        if not self.running:
+            raise RuntimeError(f"{self.name} writer is not running; cannot flush")
+        self._flush_waiters += 1
+        self._urgent.set()
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._changed:
+                    await self._changed.wait_for(lambda: self._done >= target or not self.running)
+        except TimeoutError:
+            return False
+        finally:
+            self._flush_waiters -= 1
+        return self._done >= target
+
+    async def close(self, timeout: float | None = 10.0) -> int:
+        """Flush for at most `timeout` seconds, then stop. Returns the number of unwritten items."""
+        if self.running:
+            flushed = await self.flush(timeout)
+            if not flushed:
+                logger.error(
+                    "%s: giving up on %d unwritten item(s) at shutdown (last error: %s)",
+                    self.name,
+                    self.pending,
+                    self.last_error,
+                )
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+        return self.pending
+
+    # -- worker ----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must not leave flush() callers hanging silently
+            logger.exception("%s: writer stopped unexpectedly", self.name)
+        finally:
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._has_items.wait()
+            if len(self._queue) < self.max_batch and not self._flush_waiters and self.max_delay > 0:
+                # Give concurrent writers a moment to fill the batch.
+                self._urgent.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.max_delay):
+                        await self._urgent.wait()
+            batch = [self._queue[i] for i in range(min(self.max_batch, len(self._queue)))]
+            await self._write(batch)
+            for _ in batch:
+                self._queue.popleft()
+            self._done += len(batch)
+            if not self._queue:
+                self._has_items.clear()
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _write(self, batch: list[T]) -> None:
+        delay = self.retry_initial
+        last_reminder = 0.0
+        while True:
+            try:
+                await self._apply(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if not self._is_transient(exc):
+                    await self._isolate_poison(batch, exc)
+                    return
+                self.failed_attempts += 1
+                now = time.monotonic()
+                if self.outage_since is None:
+                    self.outage_since = now
+                    last_reminder = now
+                    logger.warning(
+                        "%s: database write failed (%s); %d write(s) pending, retrying in %.1fs",
+                        self.name,
+                        self.last_error,
+                        self.pending,
+                        delay,
+                    )
+                elif now - last_reminder >= _OUTAGE_REMINDER_INTERVAL:
+                    last_reminder = now
+                    logger.warning(
+                        "%s: database still unavailable after %.0fs (%s); %d write(s) pending",
+                        self.name,
+                        now - self.outage_since,
+                        self.last_error,
+                        self.pending,
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.retry_max)
+                continue
+            if self.outage_since is not None:
+                logger.warning(
+                    "%s: database writes recovered after %.1fs; %d write(s) still pending",
+                    self.name,
+                    time.monotonic() - self.outage_since,
+                    self.pending - len(batch),
+                )
+                self.outage_since = None
+            return
+
+    async def _isolate_poison(self, batch: list[T], exc: BaseException) -> None:
+        if len(batch) == 1:
+            self.dropped += 1
+            logger.error(
+                "%s: dropping a write the database rejected: %s: %s; item: %.500r",
+                self.name,
+                type(exc).__name__,
+                exc,
+                batch[0],
+            )
+            return
+        for item in batch:
+            await self._write([item])
