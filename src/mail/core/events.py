@@ -6,11 +6,11 @@ time someone reads it (a stream, GET /task, the store) and then shared by every 
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 from collections.abc import Callable
 from typing import Any
-
-from mail.core.message import utc_now_iso
 
 Description = str | Callable[[], str]
 
@@ -26,7 +26,8 @@ class TaskEvent:
         "event",
         "id",
         "task_id",
-        "timestamp",
+        "_timestamp",
+        "_created",
         "_description",
         "extra_data",
         "_data",
@@ -50,11 +51,19 @@ class TaskEvent:
         self.event = event
         self.task_id = task_id
         self.id = event_id
-        self.timestamp = timestamp or utc_now_iso()
+        self._timestamp = timestamp
+        self._created = time.time()
         self._description = description
         self.extra_data = extra_data or {}
         self._data: str | None = None
         self._raw = raw_payload
+
+    @property
+    def timestamp(self) -> str:
+        if self._timestamp is None:
+            created = datetime.datetime.fromtimestamp(self._created, datetime.UTC)
+            self._timestamp = created.isoformat()
+        return self._timestamp
 
     @property
     def description(self) -> str:

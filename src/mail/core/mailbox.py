@@ -112,6 +112,8 @@ class Mailbox:
 
     def stash(self, task_id: str) -> list[dict[str, Any]]:
         """Remove and return the queued items of one task (kept in their order)."""
+        if not self._per_task.get(task_id):
+            return []
         kept: list[QueueItem] = []
         taken: list[QueueItem] = []
         for item in self._heap:

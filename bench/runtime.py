@@ -1,0 +1,115 @@
+"""Runtime throughput benchmark (not a test): prints numbers.
+
+Tasks of 3 sequential agent calls (supervisor -> worker -> supervisor/task_complete) with
+stub agents: tasks/s for 50, 200 and 800 concurrent tasks at zero latency, and the effective
+concurrency for 200 tasks at 50 ms simulated latency per call.
+
+    uv run python bench/runtime.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from typing import Any
+
+from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
+
+COMPLETION = {"role": "assistant", "content": None}
+
+
+def supervisor_factory(latency: float = 0.0, **_: Any) -> Any:
+    async def supervisor(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+        if latency:
+            await asyncio.sleep(latency)
+        last = history[-1].get("content") or ""
+        if 'type="user"' in last:
+            call = AgentToolCall(
+                tool_name="send_request",
+                tool_args={"target": "worker", "subject": "job", "body": "do it"},
+                tool_call_id="c1",
+                completion=COMPLETION,
+            )
+        else:
+            call = AgentToolCall(
+                tool_name="task_complete",
+                tool_args={"finish_message": "done"},
+                tool_call_id="c3",
+                completion=COMPLETION,
+            )
+        return None, [call]
+
+    return supervisor
+
+
+def worker_factory(latency: float = 0.0, **_: Any) -> Any:
+    async def worker(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+        if latency:
+            await asyncio.sleep(latency)
+        call = AgentToolCall(
+            tool_name="send_response",
+            tool_args={"target": "supervisor", "subject": "re: job", "body": "result"},
+            tool_call_id="c2",
+            completion=COMPLETION,
+        )
+        return None, [call]
+
+    return worker
+
+
+def build_template(latency: float) -> MAILSwarmTemplate:
+    params = {"latency": latency}
+    return MAILSwarmTemplate(
+        name="bench",
+        version="1.0.0",
+        agents=[
+            MAILAgentTemplate(
+                "supervisor",
+                supervisor_factory,
+                ["worker"],
+                agent_params=params,
+                enable_entrypoint=True,
+                can_complete_tasks=True,
+            ),
+            MAILAgentTemplate("worker", worker_factory, ["supervisor"], agent_params=params),
+        ],
+        actions=[],
+        entrypoint="supervisor",
+    )
+
+
+async def run_batch(n: int, latency: float) -> float:
+    swarm = build_template(latency).instantiate({}, user_id="bench")
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    start = time.perf_counter()
+    results = await asyncio.gather(*(swarm.post_message("go") for _ in range(n)))
+    elapsed = time.perf_counter() - start
+    assert all(r["message"]["body"] == "done" for r, _ in results), "a task failed"
+    await swarm.shutdown()
+    await loop_task
+    return elapsed
+
+
+async def main() -> None:
+    gc.collect()
+    await run_batch(50, 0.0)  # warm-up
+    rates: dict[int, float] = {}
+    for n in (50, 200, 800):
+        samples = [n / await run_batch(n, 0.0) for _ in range(3)]
+        rates[n] = statistics.median(samples)
+        print(f"zero latency, {n:4d} concurrent tasks: {rates[n]:8.0f} tasks/s")
+    print(f"rate kept at 800 vs 50: {100 * rates[800] / rates[50]:.0f}%")
+    latency = 0.05
+    elapsed = await run_batch(200, latency)
+    serial = 200 * 3 * latency
+    print(
+        f"50 ms latency, 200 tasks: {elapsed:.2f} s (serial {serial:.0f} s); "
+        f"effective concurrency {serial / elapsed:.0f} of 200"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
