@@ -295,6 +295,37 @@ class MAILSwarm:
         if registry is not None and hasattr(registry, "stop_health_checks"):
             await registry.stop_health_checks()
 
+    # ------------------------------------------------------------------ interswarm
+    async def start_interswarm(self, router: Any = None) -> None:
+        """Connect this instance to other swarms (through `router`, or one of its own)."""
+        if not self.enable_interswarm or self.runtime.interswarm is not None:
+            return
+        from mail.net.bridge import InterswarmBridge
+        from mail.net.router import InterswarmRouter
+
+        owns = router is None
+        if router is None:
+            if self.swarm_registry is None:
+                raise RuntimeError("interswarm needs a swarm registry")
+            router = InterswarmRouter(self.swarm_registry, self.name)
+        bridge = InterswarmBridge(self.runtime, router, owns_router=owns)
+        await bridge.start()
+        self.runtime.interswarm = bridge
+
+    async def stop_interswarm(self) -> None:
+        bridge, self.runtime.interswarm = self.runtime.interswarm, None
+        if bridge is not None:
+            await bridge.stop()
+
+    def is_interswarm_running(self) -> bool:
+        return self.runtime.interswarm is not None
+
+    def receive_interswarm_message(self, envelope: Any, direction: str = "forward") -> str:
+        """Accept an envelope from /interswarm/forward or /back; returns the task id."""
+        if self.runtime.interswarm is None:
+            raise RuntimeError(f"interswarm is not running for swarm '{self.name}'")
+        return self.runtime.interswarm.receive(envelope, direction)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ inspection
     def get_events(self, task_id: str) -> list[TaskEvent]:
         return self.runtime.get_events_by_task_id(task_id)

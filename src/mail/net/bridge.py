@@ -1,0 +1,325 @@
+"""InterswarmBridge: connects one runtime instance to the interswarm router.
+
+The runtime calls `send_soon` for messages addressed to `agent@other-swarm`,
+`task_completed` when a task finishes, and the two supervisor tools; the server calls
+`receive` for envelopes arriving on /interswarm/forward and /interswarm/back. Sending runs
+in tasks the bridge owns; any failure is reported back to the sending agent as a system
+message within the router's timeout, so a task never hangs on an unreachable swarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from mail.core.message import (
+    MAILInterswarmMessage,
+    MAILMessage,
+    build_interswarm_mail_xml,
+    create_agent_address,
+    make_broadcast,
+    make_message,
+    make_request,
+    parse_agent_address,
+    parse_task_contributor,
+)
+from mail.core.system_messages import system_response
+from mail.core.tools import AgentToolCall
+from mail.net.router import InterswarmRouter
+from mail.net.types import InterswarmError
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+    from mail.core.runtime_turns import TurnContext
+
+logger = logging.getLogger("mail.interswarm")
+
+TASK_COMPLETE_SUBJECT = "::task_complete::"
+SEEN_LIMIT = 10_000
+
+
+class InterswarmReceiveError(Exception):
+    """An envelope this instance cannot accept; `status` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class InterswarmBridge:
+    def __init__(
+        self, runtime: MAILRuntime, router: InterswarmRouter, owns_router: bool = False
+    ) -> None:
+        self.runtime = runtime
+        self.router = router
+        self.owns_router = owns_router
+        self._sending: set[asyncio.Task[Any]] = set()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        # task_id -> the remote agent (agent@swarm) that brought the task to this instance
+        self.remote_callers: dict[str, str] = {}
+
+    @property
+    def local_swarm(self) -> str:
+        return self.runtime.swarm_name
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self.owns_router and not self.router.is_running():
+            await self.router.start()
+
+    async def stop(self) -> None:
+        tasks = list(self._sending)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self.owns_router:
+            await self.router.stop()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    # ------------------------------------------------------------------ sending
+    def send_soon(self, message: MAILMessage, remote: list[str]) -> None:
+        """Send `message` to the swarms named in `remote` (agent@swarm addresses)."""
+        by_swarm: dict[str, list[str]] = {}
+        for address in remote:
+            _, swarm = parse_agent_address(address)
+            by_swarm.setdefault(swarm or "", []).append(address)
+        for swarm in by_swarm:
+            self._spawn(self._send(message, swarm))
+
+    def _qualified(self, message: MAILMessage) -> MAILMessage:
+        payload: Any = dict(message["message"])
+        sender = payload["sender"]
+        name, swarm = parse_agent_address(sender["address"])
+        if swarm is None and sender["address_type"] == "agent":
+            payload["sender"] = create_agent_address(f"{name}@{self.local_swarm}")
+        payload["sender_swarm"] = self.local_swarm
+        return {**message, "message": payload}
+
+    async def _send(self, message: MAILMessage, target_swarm: str) -> None:
+        rt = self.runtime
+        payload: Any = message["message"]
+        task_id = payload["task_id"]
+        task = rt._ensure_task(task_id)
+        task.add_contributor(rt.this_owner)
+        task.remote_swarms.add(target_swarm)
+        direction = self.router.choose_direction(target_swarm, task.task_contributors)
+        try:
+            envelope = self.router.wrap_message(
+                self._qualified(message), target_swarm, task.task_owner, task.task_contributors
+            )
+            await self.router.send_interswarm(envelope, direction)
+        except (InterswarmError, ValueError) as exc:
+            self._report_send_failure(message, target_swarm, direction, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure must reach the agent
+            logger.exception("unexpected interswarm send failure")
+            self._report_send_failure(message, target_swarm, direction, exc)
+            return
+        rt._emit(
+            task_id,
+            "interswarm_message_sent",
+            lambda: (
+                f"sent interswarm message {direction} to swarm {target_swarm}:\n"
+                f"{build_interswarm_mail_xml(envelope)}"
+            ),
+        )
+
+    def _report_send_failure(
+        self, message: MAILMessage, target_swarm: str, direction: str, exc: Exception
+    ) -> None:
+        rt = self.runtime
+        payload: Any = message["message"]
+        task_id = payload["task_id"]
+        rt._emit(
+            task_id,
+            "interswarm_message_error",
+            f"error sending interswarm message {direction}: {exc}",
+        )
+        sender = payload["sender"]
+        name, swarm = parse_agent_address(sender["address"])
+        if (
+            sender["address_type"] == "agent"
+            and name in rt.agents
+            and swarm in (None, self.local_swarm)
+        ):
+            rt.mailbox.put(
+                system_response(
+                    rt.swarm_name,
+                    task_id,
+                    name,
+                    "::interswarm_error::",
+                    f"Your message to swarm '{target_swarm}' could not be delivered: {exc}",
+                )
+            )
+
+    # ------------------------------------------------------------------ completion
+    def task_completed(self, task_id: str, response: MAILMessage) -> None:
+        rt = self.runtime
+        task = rt.mail_tasks.get(task_id)
+        if task is None:
+            return
+        finish = response["message"]["body"]
+        caller = response["message"]["sender"]["address"]
+        if task.task_owner == rt.this_owner:
+            # We own the task: tell every contributing remote swarm it is over.
+            for swarm in sorted(task.remote_swarms):
+                notice = make_message(
+                    make_request(
+                        task_id,
+                        create_agent_address(f"{caller}@{self.local_swarm}"),
+                        create_agent_address(f"{rt.entrypoint}@{swarm}"),
+                        TASK_COMPLETE_SUBJECT,
+                        finish,
+                        sender_swarm=self.local_swarm,
+                        recipient_swarm=swarm,
+                        routing_info={"origin_swarm": self.local_swarm, "remote_swarm": swarm},
+                    ),
+                    "response",
+                )
+                self._spawn(self._send_notice(notice, swarm))
+            return
+        # A remote task finished here: return the finish message to the agent that asked.
+        target = self.remote_callers.get(task_id)
+        if not target:
+            return
+        _, swarm = parse_agent_address(target)
+        notice = make_message(
+            make_request(
+                task_id,
+                create_agent_address(f"{caller}@{self.local_swarm}"),
+                create_agent_address(target),
+                TASK_COMPLETE_SUBJECT,
+                finish,
+                sender_swarm=self.local_swarm,
+                recipient_swarm=swarm,
+                routing_info={"origin_swarm": self.local_swarm, "remote_swarm": swarm},
+            ),
+            "response",
+        )
+        self._spawn(self._send_notice(notice, swarm or ""))
+
+    async def _send_notice(self, notice: MAILMessage, swarm: str) -> None:
+        rt = self.runtime
+        task = rt.mail_tasks[notice["message"]["task_id"]]
+        direction = self.router.choose_direction(swarm, task.task_contributors)
+        try:
+            envelope = self.router.wrap_message(
+                notice, swarm, task.task_owner, task.task_contributors
+            )
+            await self.router.send_interswarm(envelope, direction)
+        except Exception as exc:  # noqa: BLE001 - a lost notice is logged, never fatal
+            rt._emit(
+                task.task_id,
+                "interswarm_message_error",
+                f"error sending interswarm message {direction}: {exc}",
+            )
+            logger.warning("could not notify swarm %s of task %s: %s", swarm, task.task_id, exc)
+
+    # ------------------------------------------------------------------ receiving
+    def receive(self, envelope: MAILInterswarmMessage, direction: str) -> str:
+        """Feed an incoming envelope into the runtime; returns the task id."""
+        rt = self.runtime
+        if envelope["target_swarm"] != self.local_swarm:
+            raise InterswarmReceiveError(
+                f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"
+            )
+        payload: Any = envelope["payload"]
+        task_id = payload["task_id"]
+        message_id = envelope["message_id"]
+        if message_id in self._seen:
+            return task_id
+        owner = envelope["task_owner"]
+        contributors = list(envelope["task_contributors"])
+        for contributor in [owner, *contributors]:
+            try:
+                parse_task_contributor(contributor)
+            except ValueError as exc:
+                raise InterswarmReceiveError(str(exc)) from exc
+        task = rt.mail_tasks.get(task_id)
+        if task is None:
+            if direction == "back" or owner == rt.this_owner:
+                raise InterswarmReceiveError(f"task '{task_id}' is not known to this swarm", 404)
+            task = rt._ensure_task(task_id, owner, contributors)
+        elif task.task_owner != owner:
+            raise InterswarmReceiveError(
+                f"task owner mismatch: expected '{task.task_owner}', got '{owner}'", 409
+            )
+        for contributor in contributors:
+            task.add_contributor(contributor)
+        task.add_contributor(rt.this_owner)
+        self._remember(message_id)
+        rt._emit(
+            task_id,
+            "interswarm_message_received",
+            f"received interswarm message from swarm {envelope['source_swarm']}",
+        )
+        sender = payload["sender"]["address"]
+        if payload.get("subject") == TASK_COMPLETE_SUBJECT and owner != rt.this_owner:
+            # The owner finished the task: our part of it is over too.
+            if not task.completed:
+                rt._complete_task(task_id, self._as_message(envelope))
+            return task_id
+        if owner != rt.this_owner and task_id not in self.remote_callers:
+            self.remote_callers[task_id] = sender
+        if task.completed:
+            rt._resume_task(task_id)
+        rt.submit(self._as_message(envelope))
+        task.event_signal().set()
+        return task_id
+
+    def _remember(self, message_id: str) -> None:
+        self._seen[message_id] = None
+        if len(self._seen) > SEEN_LIMIT:
+            self._seen.popitem(last=False)
+
+    @staticmethod
+    def _as_message(envelope: MAILInterswarmMessage) -> MAILMessage:
+        return {
+            "id": envelope["message_id"],
+            "timestamp": envelope["timestamp"],
+            "message": envelope["payload"],
+            "msg_type": envelope["msg_type"],
+        }
+
+    # ------------------------------------------------------------------ supervisor tools
+    async def broadcast_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:
+        rt = self.runtime
+        args = call.tool_args
+        swarms = [s for s in (args.get("target_swarms") or []) if s]
+        if not swarms:
+            active = self.router.swarm_registry.get_active_endpoints()
+            swarms = [name for name in active if name != self.local_swarm]
+        if not swarms:
+            return "ERROR: no remote swarms are known to broadcast to"
+        payload = make_broadcast(
+            ctx.task_id,
+            create_agent_address(ctx.agent_name),
+            [create_agent_address(f"all@{s}") for s in swarms],
+            str(args.get("subject", "")),
+            str(args.get("body", "")),
+            recipient_swarms=swarms,
+        )
+        message = make_message(payload, "broadcast")
+        for swarm in swarms:
+            rt._ensure_task(ctx.task_id).remote_swarms.add(swarm)
+            self._spawn(self._send(message, swarm))
+        return f"SUCCESS: broadcast sent to {', '.join(swarms)}"
+
+    async def discover_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:
+        urls = [u for u in (call.tool_args.get("discovery_urls") or []) if u]
+        if not urls:
+            return "ERROR: discovery_urls is empty"
+        try:
+            found = await self.router.swarm_registry.discover_swarms(urls)
+        except Exception as exc:  # noqa: BLE001 - reported to the agent
+            return f"ERROR: discovery failed: {exc}"
+        names = ", ".join(found or []) or "none"
+        return f"SUCCESS: discovered swarms: {names}"
