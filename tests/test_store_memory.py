@@ -88,6 +88,15 @@ async def test_mutating_a_saved_response_or_queue_does_not_leak() -> None:
     assert snap.queues["t"][0]["message"]["body"] == "q"
 
 
+async def test_events_may_be_server_sent_event_objects() -> None:
+    from sse_starlette import ServerSentEvent
+
+    store = MemoryTaskStore()
+    await store.append_event(KEY, "t", ServerSentEvent(data='{"x":1}', event="task_complete", id=7))
+    snap = await store.load_instance(KEY)
+    assert snap.events["t"] == [{"event": "task_complete", "data": '{"x":1}', "id": "7"}]
+
+
 async def test_unknown_instance_loads_empty_and_delete_queue_is_idempotent() -> None:
     store = MemoryTaskStore()
     await store.delete_queue(KEY, "nope")

@@ -118,8 +118,12 @@ class TaskStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def append_event(self, key: InstanceKey, task_id: str, event: Mapping[str, Any]) -> None:
-        """Append one SSE event record ``{"event", "data" (str), "id"}`` to a task's timeline."""
+    async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
+        """Append one SSE event to a task's timeline.
+
+        `event` is a dict ``{"event", "data" (str; a dict is JSON-encoded), "id"}`` or an
+        object with those attributes (e.g. `sse_starlette.ServerSentEvent`, `TaskEvent`).
+        """
 
     @abc.abstractmethod
     async def save_history(
@@ -285,16 +289,19 @@ def split_task_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
     return columns, json_copy(extra)
 
 
-def normalize_event(event: Mapping[str, Any]) -> dict[str, Any]:
+def normalize_event(event: Any) -> dict[str, Any]:
     """``{"event", "data", "id"}`` with data as text (dicts are encoded as compact JSON).
 
-    Accepts ServerSentEvent-like objects' fields too (the caller passes a dict of them).
+    Accepts a mapping or a ServerSentEvent-like object with `.event`, `.data`, `.id`.
     """
-    data = event.get("data")
+    if isinstance(event, Mapping):
+        name, data, event_id = event.get("event"), event.get("data"), event.get("id")
+    else:
+        name = getattr(event, "event", None)
+        data = getattr(event, "data", None)
+        event_id = getattr(event, "id", None)
     if data is not None and not isinstance(data, str):
         data = to_json(data)
-    event_id = event.get("id")
-    name = event.get("event")
     return {
         "event": None if name is None else str(name),
         "data": data,

@@ -80,7 +80,7 @@ class MemoryTaskStore(TaskStore):
         current.update(columns)
         current.update(extra)
 
-    async def append_event(self, key: InstanceKey, task_id: str, event: Mapping[str, Any]) -> None:
+    async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
         self._data(key).events.setdefault(task_id, []).append(normalize_event(event))
 
     async def save_history(

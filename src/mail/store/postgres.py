@@ -272,7 +272,7 @@ class PostgresTaskStore(TaskStore):
         )
         await self._buffer.submit(_Write("task", args))
 
-    async def append_event(self, key: InstanceKey, task_id: str, event: Mapping[str, Any]) -> None:
+    async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
         ev = normalize_event(event)
         args = (
             *_key_args(key),
