@@ -49,7 +49,7 @@ class MAILSwarm:
         task_message_limit: int | None = None,
         description: str = "",
         keywords: list[str] | None = None,
-        enable_db_agent_histories: bool = False,
+        enable_db_agent_histories: bool | None = None,
         print_llm_streams: bool = True,
         base_url: str = "http://localhost:8000",
     ) -> None:
@@ -291,9 +291,37 @@ class MAILSwarm:
 
     async def shutdown(self) -> None:
         await self.runtime.shutdown()
+        observer = getattr(self, "_store_observer", None)
+        if observer is not None:
+            await observer.close()
         registry = self.swarm_registry
         if registry is not None and hasattr(registry, "stop_health_checks"):
             await registry.stop_health_checks()
+
+    # ------------------------------------------------------------------ persistence
+    async def attach_store(self, store: Any, key: Any = None) -> int:
+        """Restore this instance's tasks from `store` and persist from now on.
+
+        Returns the number of restored tasks. Agent histories are persisted unless the
+        swarm explicitly sets `enable_db_agent_histories=False`.
+        """
+        from mail.api.persistence import StoreObserver, restore_snapshot
+        from mail.store.base import InstanceKey
+
+        key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
+        snapshot = await store.load_instance(key)
+        restored = restore_snapshot(self.runtime, snapshot)
+        observer = StoreObserver(
+            self.runtime, store, key, persist_histories=self.enable_db_agent_histories is not False
+        )
+        observer.start()
+        self.runtime.observer = observer
+        self._store_observer: StoreObserver | None = observer
+        return restored
+
+    async def flush_store(self, timeout: float | None = None) -> bool:
+        observer = getattr(self, "_store_observer", None)
+        return True if observer is None else await observer.flush(timeout)
 
     # ------------------------------------------------------------------ interswarm
     async def start_interswarm(self, router: Any = None) -> None:

@@ -35,7 +35,7 @@ class MAILSwarmTemplate:
         description: str = "",
         keywords: list[str] | None = None,
         public: bool = False,
-        enable_db_agent_histories: bool = False,
+        enable_db_agent_histories: bool | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -279,7 +279,9 @@ class MAILSwarmTemplate:
             description=swarm.get("description") or "",
             keywords=list(swarm.get("keywords") or []),
             public=bool(swarm.get("public", False)),
-            enable_db_agent_histories=bool(swarm.get("enable_db_agent_histories", False)),
+            # None (absent) persists histories when a store is attached; only an explicit
+            # false opts out.
+            enable_db_agent_histories=data.get("enable_db_agent_histories"),
         )
 
     @classmethod

@@ -48,7 +48,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         enable_interswarm: bool = False,
         breakpoint_tools: list[str] | None = None,
         exclude_tools: list[str] | None = None,
-        enable_db_agent_histories: bool = False,
+        enable_db_agent_histories: bool | None = None,
         print_llm_streams: bool = True,
         memory: AgentMemory | None = None,
         observer: RuntimeObserver | None = None,

@@ -1,0 +1,131 @@
+"""Wiring between a runtime instance and a TaskStore: write-through hooks and recovery.
+
+The runtime calls the observer hooks synchronously; they only enqueue. One drain task per
+instance hands the writes to the store in order (the store itself acknowledges at once and
+writes in the background), so agents never wait on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mail.core.events import TaskEvent
+from mail.core.observer import RuntimeObserver
+from mail.core.tasks import MAILTask
+from mail.core.tools import AgentToolCall
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+    from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
+
+logger = logging.getLogger("mail.store")
+
+
+class StoreObserver(RuntimeObserver):
+    """Forwards runtime state changes to a TaskStore, in order, off the hot path."""
+
+    def __init__(
+        self,
+        runtime: MAILRuntime,
+        store: TaskStore,
+        key: InstanceKey,
+        persist_histories: bool = True,
+    ) -> None:
+        self.runtime = runtime
+        self.store = store
+        self.key = key
+        self.persist_histories = persist_histories
+        self._queue: asyncio.Queue[tuple[str, tuple[Any, ...]]] = asyncio.Queue()
+        self._drain_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._drain_task is None:
+            self._drain_task = asyncio.create_task(self._drain())
+
+    def _put(self, method: str, *args: Any) -> None:
+        self._queue.put_nowait((method, args))
+
+    async def _drain(self) -> None:
+        while True:
+            method, args = await self._queue.get()
+            try:
+                await getattr(self.store, method)(self.key, *args)
+            except Exception:  # noqa: BLE001 - one bad write must not stop persistence
+                logger.exception("store write %s failed", method)
+            finally:
+                self._queue.task_done()
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(self._queue.join(), timeout)
+        except TimeoutError:
+            return False
+        return await self.store.flush(timeout)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        await self.flush(timeout)
+        if self._drain_task is not None:
+            self._drain_task.cancel()
+            await asyncio.gather(self._drain_task, return_exceptions=True)
+            self._drain_task = None
+
+    # ------------------------------------------------------------------ hooks
+    def task_changed(self, task: MAILTask) -> None:
+        record = task.to_store_record()
+        caller = self.runtime.last_breakpoint_caller.get(task.task_id)
+        calls = self.runtime.last_breakpoint_tool_calls.get(task.task_id)
+        record["breakpoint_caller"] = caller or ""
+        record["breakpoint_calls"] = [c.model_dump() for c in calls] if calls else []
+        self._put("upsert_task", record)
+
+    def event_added(self, task: MAILTask, event: TaskEvent) -> None:
+        self._put("append_event", task.task_id, event)
+
+    def history_changed(
+        self, task_id: str, agent_name: str, tool_format: str, history: list[dict[str, Any]]
+    ) -> None:
+        if self.persist_histories:
+            self._put("save_history", task_id, agent_name, tool_format, list(history))
+
+    def response_set(self, task_id: str, response: dict[str, Any]) -> None:
+        self._put("save_response", task_id, response)
+
+    def queue_stashed(self, task_id: str, items: list[dict[str, Any]]) -> None:
+        if items:
+            self._put("save_queue", task_id, list(items))
+        else:
+            self._put("delete_queue", task_id)
+
+
+def restore_snapshot(runtime: MAILRuntime, snapshot: InstanceSnapshot) -> int:
+    """Load a stored instance into a fresh runtime; returns the number of tasks restored."""
+    restored = 0
+    for task_id, record in snapshot.tasks.items():
+        if task_id in runtime.mail_tasks or task_id == "*":
+            continue
+        task = MAILTask.from_store_record(record)
+        if task.is_running and not task.completed:
+            # Its turns died with the previous process; a user_response continues it.
+            task.is_running = False
+        for raw in snapshot.events.get(task_id, []):
+            event = TaskEvent.from_record(raw)
+            task.events.append(event)
+        response = snapshot.responses.get(task_id)
+        if response is not None:
+            task.response = response
+            runtime.response_messages[task_id] = response  # type: ignore[assignment]
+        task.task_message_queue = list(snapshot.queues.get(task_id, []))
+        caller = record.get("breakpoint_caller")
+        calls = record.get("breakpoint_calls") or []
+        if caller and calls:
+            runtime.last_breakpoint_caller[task_id] = caller
+            runtime.last_breakpoint_tool_calls[task_id] = [
+                AgentToolCall.model_validate(c) for c in calls
+            ]
+        runtime.mail_tasks[task_id] = task
+        restored += 1
+    for (task_id, agent_name), history in snapshot.histories.items():
+        runtime.agent_histories[f"{task_id}::{agent_name}"] = list(history)
+    return restored
