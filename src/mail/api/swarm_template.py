@@ -11,7 +11,13 @@ from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.prompts import augment_system_prompts
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
-from mail.swarms_json import build_swarm_from_json, load_swarm_from_json_file, suggest
+from mail.swarms_json import (
+    build_swarm_from_json,
+    build_swarms_from_json,
+    find_swarm,
+    load_swarms_json_from_file,
+    suggest,
+)
 from mail.utils.parsing import read_python_string
 
 if TYPE_CHECKING:
@@ -248,7 +254,13 @@ class MAILSwarmTemplate:
     def from_swarms_json(
         cls, data: dict[str, Any], task_message_limit: int | None = None
     ) -> MAILSwarmTemplate:
-        swarm = build_swarm_from_json(data)
+        return cls._from_built(build_swarm_from_json(data), data, task_message_limit)
+
+    @classmethod
+    def _from_built(
+        cls, swarm: Any, data: dict[str, Any], task_message_limit: int | None
+    ) -> MAILSwarmTemplate:
+        """Build from an already validated swarm entry (`data` is the raw entry)."""
         actions: list[MAILAction] = []
         by_name: dict[str, MAILAction] = {}
         for path in swarm.get("action_imports") or []:
@@ -303,8 +315,11 @@ class MAILSwarmTemplate:
         json_filepath: str | os.PathLike[str] = "swarms.json",
         task_message_limit: int | None = None,
     ) -> MAILSwarmTemplate:
-        data = load_swarm_from_json_file(swarm_name, json_filepath)
-        return cls.from_swarms_json(dict(data), task_message_limit)
+        raw_swarms = load_swarms_json_from_file(json_filepath)
+        built_swarms = build_swarms_from_json(raw_swarms)  # validates every swarm, once
+        raw = find_swarm(raw_swarms, swarm_name, json_filepath)
+        built = built_swarms[raw_swarms.index(raw)]
+        return cls._from_built(built, raw, task_message_limit)
 
     def to_swarm_json(self) -> dict[str, Any]:
         return {
