@@ -1,0 +1,94 @@
+"""`mail keys`: manage the API keys of the embedded (local) auth mode.
+
+    mail keys create --role user --id alice     # prints the new key once
+    mail keys list                              # ids, roles, prefixes; never secrets
+    mail keys revoke alice                      # by id, full key, or shown prefix
+
+The key file is, in order: ``--keys-file``, ``$MAIL_KEYS_FILE``, ``[server.auth].keys_file``,
+or ``keys.json`` next to ``[server.swarm].registry``. A running server picks up changes without
+a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", help="path to mail.toml (default: the usual search)")
+    parser.add_argument("--keys-file", help="key file to use (overrides the config)")
+    sub = parser.add_subparsers(dest="keys_command", metavar="{create,list,revoke}")
+    create = sub.add_parser("create", help="create a key and print it once")
+    create.add_argument("--role", required=True, choices=("admin", "user", "agent"))
+    create.add_argument(
+        "--id", dest="key_id", help="caller id bound to the key (default: generated)"
+    )
+    create.add_argument(
+        "--key",
+        help="use this secret instead of a generated one (at least 24 characters; for scripted setups)",
+    )
+    create.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    lst = sub.add_parser("list", help="list keys (no secrets)")
+    lst.add_argument("--json", action="store_true", help="print JSON")
+    revoke = sub.add_parser("revoke", help="delete keys by id, full key or prefix")
+    revoke.add_argument("target", metavar="ID|PREFIX")
+
+
+def _keys_path(args: argparse.Namespace) -> Path:
+    if args.keys_file:
+        return Path(args.keys_file)
+    from mail.config import load_config
+
+    if args.config:
+        os.environ["MAIL_CONFIG_PATH"] = args.config
+    return load_config(args.config).server.keys_file_path()
+
+
+def _error(message: str) -> int:
+    print(f"mail keys: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from mail.config import ConfigError
+    from mail.server import keystore
+
+    command = getattr(args, "keys_command", None)
+    if command is None:
+        return _error("choose a subcommand: create, list or revoke")
+    try:
+        path = _keys_path(args)
+        if command == "create":
+            secret, record = keystore.create_key(path, args.role, args.key_id, key=args.key)
+            if args.json:
+                print(json.dumps({**record.public_dict(), "key": secret, "keys_file": str(path)}))
+            else:
+                print(f"Created {record.role} key for id '{record.id}' in {path}.")
+                print("This is the only time the key is shown; store it now:")
+                print(secret)
+            return 0
+        if command == "list":
+            records = keystore.read_records(path)
+            if args.json:
+                print(json.dumps(keystore.records_as_json(records)))
+            elif not records:
+                print(f"No keys in {path}.")
+            else:
+                print(f"{'ID':<24} {'ROLE':<6} {'PREFIX':<14} CREATED")
+                for r in records:
+                    print(f"{r.id:<24} {r.role:<6} {r.prefix + '…':<14} {r.created_at}")
+            return 0
+        if command == "revoke":
+            removed = keystore.revoke_keys(path, args.target)
+            if not removed:
+                return _error(f"no key matches '{args.target}' in {path}")
+            for r in removed:
+                print(f"Revoked {r.role} key '{r.id}' ({r.prefix}…).")
+            return 0
+    except (keystore.KeyStoreError, ConfigError) as exc:
+        return _error(str(exc))
+    return _error(f"unknown subcommand '{command}'")

@@ -1,0 +1,231 @@
+"""`mail server`: run the HTTP server.
+
+Values come from mail.toml (``--config`` or ``$MAIL_CONFIG_PATH`` or the usual search); a flag
+overrides its setting only when it is given. Problems that stop the server (bad config, port in
+use, missing or invalid swarm) are reported as one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+_TRUE = {"true", "t", "1", "yes", "y"}
+_FALSE = {"false", "f", "0", "no", "n"}
+
+
+def _bool_arg(value: str) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-c", "--config", help="path to mail.toml (sets MAIL_CONFIG_PATH for this run)"
+    )
+    parser.add_argument("-p", "--port", type=int, help="port to listen on")
+    parser.add_argument("-H", "--host", help="interface to bind")
+    # default=None so that "not given" leaves the config value alone.
+    parser.add_argument(
+        "-r", "--reload", action="store_true", default=None, help="reload on code changes"
+    )
+    parser.add_argument(
+        "-d", "--debug", action="store_true", default=None, help="enable debug routes"
+    )
+    parser.add_argument("-n", "--swarm-name", help="swarm to serve from the swarm source")
+    parser.add_argument("-s", "--swarm-source", help="path to swarms.json")
+    parser.add_argument("-rf", "--swarm-registry", help="registry persistence file")
+    parser.add_argument(
+        "--print-llm-streams",
+        type=_bool_arg,
+        metavar="true|false",
+        help="print LLM stream chunks to the server console",
+    )
+    parser.add_argument("--log-level", help="debug, info, warning or error")
+
+
+def _fail(message: str) -> int:
+    print(f"mail server: error: {message}", file=sys.stderr)
+    return 2
+
+
+def resolve_config(args: argparse.Namespace) -> Any:
+    """The effective ``ServerConfig``: the file, then the flags that were given."""
+    from mail.config import ServerConfig, load_config
+
+    if args.config:
+        os.environ["MAIL_CONFIG_PATH"] = args.config
+    cfg = load_config(args.config, use_cache=False).server
+    data = cfg.model_dump(by_alias=False)
+    overrides = {
+        ("port",): args.port,
+        ("host",): args.host,
+        ("reload",): args.reload,
+        ("debug",): args.debug,
+        ("log_level",): args.log_level,
+        ("swarm", "name"): args.swarm_name,
+        ("swarm", "source"): args.swarm_source,
+        ("swarm", "registry_file"): args.swarm_registry,
+        ("settings", "print_llm_streams"): args.print_llm_streams,
+    }
+    for path, value in overrides.items():
+        if value is None:
+            continue
+        target = data
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+    # A new swarm name without a registry flag gets its own registry file, not the old name's.
+    if (
+        args.swarm_name
+        and not args.swarm_registry
+        and cfg.swarm.registry_file == f"registries/{cfg.swarm.name}.json"
+    ):
+        data["swarm"]["registry_file"] = f"registries/{args.swarm_name}.json"
+    return ServerConfig.model_validate(data)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:
+    user_key = next(secret for secret, record in created if record.role == "user")
+    lines = [
+        f"No API keys were found, so two were created in {path} (shown only this once):",
+        *[f"  {record.role:<5} key (id '{record.id}'): {secret}" for secret, record in created],
+        "Use them as bearer tokens, for example:",
+        f"  export TOKEN={user_key}",
+        f'  curl -H "Authorization: Bearer $TOKEN" {base_url}/whoami',
+        "Manage keys with `mail keys create|list|revoke`.",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from mail.config import ConfigError
+
+    try:
+        cfg = resolve_config(args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except ValueError as exc:  # pydantic validation of a flag value
+        return _fail(f"invalid option: {str(exc).splitlines()[-1].strip()}")
+
+    from mail.server.auth import AuthConfigError, resolve_auth_mode
+    from mail.server.keystore import KeyStoreError, bootstrap_keys
+    from mail.server.state import StartupError, check_swarm_source
+
+    _setup_logging(cfg.log_level)
+    os.environ["SWARM_NAME"] = cfg.swarm.name
+    os.environ["SWARM_SOURCE"] = cfg.swarm.source
+    os.environ["SWARM_REGISTRY_FILE"] = cfg.swarm.registry_file
+    os.environ.setdefault("BASE_URL", cfg.base_url)
+
+    try:
+        Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
+        check_swarm_source(cfg.swarm.name, cfg.swarm.source)
+        mode = resolve_auth_mode(cfg)
+        if mode == "local":
+            keys_path = cfg.keys_file_path()
+            created = bootstrap_keys(keys_path)
+            if created:
+                _print_bootstrap(created, keys_path, cfg.base_url)
+    except (StartupError, AuthConfigError, KeyStoreError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot create {Path(cfg.swarm.registry_file).parent}: {exc.strerror or exc}")
+
+    try:
+        sock = _bind(cfg.host, cfg.port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return _fail(
+                f"port {cfg.port} on {cfg.host} is already in use (choose another with --port)"
+            )
+        return _fail(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}")
+
+    import uvicorn
+
+    if cfg.reload:
+        sock.close()
+        from mail.server.app import CONFIG_JSON_ENV_VAR
+
+        os.environ[CONFIG_JSON_ENV_VAR] = cfg.model_dump_json(by_alias=False)
+        uvicorn.run(
+            "mail.server.app:create_app",
+            factory=True,
+            host=cfg.host,
+            port=cfg.port,
+            reload=True,
+            log_config=None,
+            log_level=cfg.log_level,
+            access_log=cfg.access_log,
+        )
+        return 0
+
+    from mail.server.app import create_app
+
+    try:
+        from mail.server.state import load_template
+
+        template = load_template(cfg)
+    except StartupError as exc:
+        sock.close()
+        return _fail(str(exc))
+    app = create_app(cfg, template=template, template_source=cfg.swarm.source)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=cfg.host,
+            port=cfg.port,
+            log_config=None,
+            log_level=cfg.log_level,
+            access_log=cfg.access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+        )
+    )
+    logging.getLogger("mail.server").info("listening on http://%s:%d", cfg.host, cfg.port)
+    # uvicorn handles SIGINT/SIGTERM itself (graceful shutdown), then re-raises the signal
+    # against the handlers that were installed before it started. No-op handlers here make a
+    # graceful stop exit with status 0 instead of a KeyboardInterrupt or a kill by SIGTERM.
+    previous = {sig: signal.signal(sig, _ignore_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if server.started else 1
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    del signum, frame

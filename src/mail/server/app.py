@@ -1,0 +1,222 @@
+"""The FastAPI application: ``create_app`` and its lifespan.
+
+    from mail.server.app import create_app
+    app = create_app()                                 # config from mail.toml, swarm from swarms.json
+    app = create_app(config=cfg, template=template)    # inject a MAILSwarmTemplate (tests, benches)
+
+Without an explicit template, ``MAIL_SERVER_TEMPLATE=module:attr`` (a template object or a
+zero-argument callable returning one) is used when set; otherwise ``[server.swarm]`` is loaded
+from its swarms.json. ``mail server --reload`` runs ``create_app`` as a uvicorn factory and hands
+it the resolved config through ``MAIL_SERVER_CONFIG_JSON``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from mail.config import ServerConfig, load_config
+from mail.server import (
+    responses_bridge,
+    routes_admin,
+    routes_interswarm,
+    routes_public,
+    routes_user,
+)
+from mail.server.auth import Authenticator, build_authenticator
+from mail.server.errors import install_error_handling
+from mail.server.instances import InstanceManager
+from mail.server.state import (
+    ServerState,
+    StartupError,
+    build_registry,
+    close_quietly,
+    load_template,
+    start_store,
+    template_from_env,
+)
+from mail.version import PROTOCOL_VERSION, __version__
+
+logger = logging.getLogger("mail.server")
+
+CONFIG_JSON_ENV_VAR = "MAIL_SERVER_CONFIG_JSON"
+CORS_ORIGINS = ["http://localhost:3000", "http://127.0.0.1:3000"]
+
+
+def config_from_env() -> ServerConfig:
+    raw = os.environ.get(CONFIG_JSON_ENV_VAR)
+    if raw:
+        return ServerConfig.model_validate_json(raw)
+    return load_config().server
+
+
+async def _startup(
+    app: FastAPI,
+    config: ServerConfig,
+    template: Any | None,
+    authenticator: Authenticator | None,
+    store: Any | None,
+    template_source: str | None,
+) -> ServerState:
+    source = template_source or "<injected>"
+    if template is None:
+        template = template_from_env()
+        source = f"<{os.environ.get('MAIL_SERVER_TEMPLATE')}>"
+    if template is None:
+        template = load_template(config)
+        source = config.swarm.source
+    Path(config.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
+    auth = authenticator or build_authenticator(config)
+    if store is None:
+        try:
+            store = await start_store()
+        except Exception as exc:
+            raise StartupError(f"cannot start persistence (DATABASE_URL): {exc}") from exc
+    registry = build_registry(config, template)
+    state_box: dict[str, ServerState] = {}
+    instances = InstanceManager(
+        lambda: state_box["state"].template,
+        swarm_name=config.swarm.name,
+        base_url=config.base_url,
+        registry_file=config.swarm.registry_file,
+        print_llm_streams=config.settings.print_llm_streams,
+        task_message_limit=config.settings.task_message_limit,
+        idle_timeout=config.settings.instance_idle_timeout,
+        store=store,
+    )
+    state = ServerState(
+        config=config,
+        template=template,
+        template_source=source,
+        auth=auth,
+        instances=instances,
+        registry=registry,
+        store=store,
+    )
+    state_box["state"] = state
+    instances.start()
+    logger.info(
+        "MAIL server v%s (protocol %s): swarm '%s' from %s, entrypoint '%s', auth %s, base url %s",
+        __version__,
+        PROTOCOL_VERSION,
+        config.swarm.name,
+        source,
+        state.default_entrypoint,
+        auth.mode,
+        config.base_url,
+    )
+    return state
+
+
+async def _shutdown(state: ServerState, own_store: bool) -> None:
+    registry = state.registry
+    if registry is not None:
+        await close_quietly("registry health checks", getattr(registry, "stop_health_checks", None))
+        await close_quietly(
+            "registry volatile entries", getattr(registry, "cleanup_volatile_endpoints", None)
+        )
+        await close_quietly("registry", getattr(registry, "aclose", None))
+    await state.instances.close()
+    await close_quietly("auth", state.auth.aclose)
+    if own_store and state.store is not None:
+        await close_quietly("store", state.store.close)
+    logger.info("MAIL server stopped")
+
+
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    template: Any | None = None,
+    authenticator: Authenticator | None = None,
+    store: Any | None = None,
+    template_source: str | None = None,
+) -> FastAPI:
+    """Build the application. Heavy work (template, store, registry) happens at startup.
+
+    ``template`` injects a ready ``MAILSwarmTemplate`` (``template_source`` is only used in
+    logs); ``authenticator`` and ``store`` replace the ones built from the config and
+    environment (a given store is not closed at shutdown).
+    """
+    config = config or config_from_env()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = await _startup(app, config, template, authenticator, store, template_source)
+        app.state.mail = state
+        try:
+            yield
+        finally:
+            await _shutdown(state, own_store=store is None)
+
+    app = FastAPI(
+        title="MAIL server",
+        version=PROTOCOL_VERSION,
+        lifespan=lifespan,
+        # The API is described by spec/openapi.yaml; no generated docs surface.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.config = config
+    install_error_handling(app)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=CORS_ORIGINS,
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+    )
+    app.include_router(routes_public.router)
+    app.include_router(routes_user.router)
+    app.include_router(routes_admin.router)
+    app.include_router(routes_interswarm.router)
+    app.include_router(responses_bridge.router)
+    return app
+
+
+def run_server_with_template(
+    template: Any,
+    port: int = 8000,
+    host: str = "0.0.0.0",
+    task_message_limit: int | None = None,
+    print_llm_streams: bool = True,
+    **options: Any,
+) -> None:
+    """Serve ``template`` over HTTP (blocking), as ``MAILSwarmTemplate.start_server`` does.
+
+    Debug routes are on, as in the original. Other ``mail.toml`` values apply; ``options`` may
+    override any ``[server]`` key (e.g. ``log_level``); UI options of the original
+    (``launch_ui``, ``ui_port``, ...) are accepted and ignored with a warning.
+    """
+    import uvicorn
+
+    for ignored in ("launch_ui", "ui_port", "ui_path", "open_browser"):
+        if options.pop(ignored, None):
+            logger.warning("start_server(%s=...) is not supported and was ignored", ignored)
+    base = load_config().server
+    data = base.model_dump(by_alias=False)
+    data.update({"port": port, "host": host, "debug": True, **options})
+    data["swarm"]["name"] = getattr(template, "name", data["swarm"]["name"])
+    data["settings"]["print_llm_streams"] = print_llm_streams
+    if task_message_limit is not None:
+        template.task_message_limit = task_message_limit
+        data["settings"]["task_message_limit"] = task_message_limit
+    config = ServerConfig.model_validate(data)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+        )
+    app = create_app(config, template=template, template_source="<injected>")
+    uvicorn.run(
+        app, host=config.host, port=config.port, log_config=None, access_log=config.access_log
+    )
+
+
+__all__ = ["StartupError", "create_app", "run_server_with_template"]

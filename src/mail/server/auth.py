@@ -1,0 +1,310 @@
+"""Bearer-key authentication for the HTTP server, in two modes.
+
+*Local* (default): keys are checked against the hashed key file (see ``keystore.py``).
+
+*External* (``AUTH_ENDPOINT`` and ``TOKEN_INFO_ENDPOINT`` set): the presented key is exchanged at
+``AUTH_ENDPOINT`` for a token (``POST``, ``Authorization: Bearer <key>``, reply ``{"token"}``),
+and the token is described by ``TOKEN_INFO_ENDPOINT`` (``GET``, ``Authorization: Bearer <token>``,
+reply ``{"role", "id", "api_key"}``). A successful result is cached per key for
+``token_cache_ttl`` seconds, and concurrent requests carrying the same uncached key share one
+lookup, so a request costs at most one login and one token-info round trip, and steady traffic
+costs none.
+
+Route guards are FastAPI dependencies returning the :class:`Caller`. Missing or malformed
+``Authorization`` headers and unknown keys give 401; a known key with the wrong role gives 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fastapi import HTTPException, Request
+
+from mail.server.keystore import ROLES, LocalKeyStore
+
+if TYPE_CHECKING:
+    import httpx
+
+    from mail.config import ServerConfig
+
+logger = logging.getLogger("mail.auth")
+
+AUTH_ENDPOINT_VAR = "AUTH_ENDPOINT"
+TOKEN_INFO_ENDPOINT_VAR = "TOKEN_INFO_ENDPOINT"
+_CACHE_MAX_ENTRIES = 10_000
+_BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated party. ``api_key`` is the key instances are created with."""
+
+    role: str
+    id: str
+    api_key: str
+
+    def token_info(self) -> dict[str, str]:
+        """The original's token-info dict shape."""
+        return {"role": self.role, "id": self.id, "api_key": self.api_key}
+
+
+def unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status_code=401, detail=detail, headers=_BEARER_CHALLENGE)
+
+
+class Authenticator(Protocol):
+    mode: str
+
+    async def authenticate(self, api_key: str) -> Caller: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalAuthenticator:
+    """Checks keys against the hashed local key file."""
+
+    mode = "local"
+
+    def __init__(self, keys_file: Path) -> None:
+        self.store = LocalKeyStore(keys_file)
+
+    async def authenticate(self, api_key: str) -> Caller:
+        record = self.store.lookup(api_key)
+        if record is None:
+            raise unauthorized("invalid API key")
+        return Caller(role=record.role, id=record.id, api_key=api_key)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ExternalAuthenticator:
+    """Delegates to an auth service; results cached per key with single-flight lookups."""
+
+    mode = "external"
+
+    def __init__(
+        self,
+        auth_endpoint: str,
+        token_info_endpoint: str,
+        *,
+        ttl: float = 60.0,
+        timeout: float = 10.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.auth_endpoint = auth_endpoint
+        self.token_info_endpoint = token_info_endpoint
+        self.ttl = ttl
+        self.timeout = timeout
+        self._client = client
+        self._owns_client = client is None
+        self._cache: dict[str, tuple[float, Caller]] = {}
+        self._inflight: dict[str, asyncio.Task[Caller]] = {}
+        # Round trips made so far (exposed for tests and diagnostics).
+        self.login_calls = 0
+        self.token_info_calls = 0
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx  # imported on first use: local-mode servers never pay for it
+
+            self._client = httpx.AsyncClient(timeout=self.timeout)
+        return self._client
+
+    async def login(self, api_key: str) -> str:
+        """Exchange an API key for a token at ``AUTH_ENDPOINT``."""
+        self.login_calls += 1
+        try:
+            reply = await self._http().post(
+                self.auth_endpoint, headers={"Authorization": f"Bearer {api_key}"}
+            )
+        except Exception as exc:
+            logger.error("auth service unreachable at %s: %s", self.auth_endpoint, exc)
+            raise HTTPException(500, "failed to authenticate user or agent with API key") from exc
+        if reply.status_code == 401:
+            raise unauthorized("invalid API key")
+        if reply.status_code != 200:
+            logger.error("auth service replied %s to login", reply.status_code)
+            raise HTTPException(500, "failed to authenticate user or agent with API key")
+        try:
+            token = reply.json()["token"]
+        except Exception as exc:
+            logger.error("auth service login reply has no 'token' field")
+            raise HTTPException(500, "failed to authenticate user or agent with API key") from exc
+        return str(token)
+
+    async def get_token_info(self, token: str) -> dict[str, Any]:
+        """Describe a token via ``TOKEN_INFO_ENDPOINT``: ``{"role", "id", "api_key"}``."""
+        self.token_info_calls += 1
+        try:
+            reply = await self._http().get(
+                self.token_info_endpoint, headers={"Authorization": f"Bearer {token}"}
+            )
+        except Exception as exc:
+            logger.error("auth service unreachable at %s: %s", self.token_info_endpoint, exc)
+            raise HTTPException(500, "failed to get token info") from exc
+        if reply.status_code == 401:
+            raise unauthorized("invalid token")
+        if reply.status_code != 200:
+            logger.error("auth service replied %s to token info", reply.status_code)
+            raise HTTPException(500, "failed to get token info")
+        try:
+            info = reply.json()
+        except ValueError as exc:
+            raise HTTPException(500, "failed to get token info") from exc
+        if not isinstance(info, dict) or info.get("role") not in ROLES or not info.get("id"):
+            logger.error("auth service returned malformed token info (role/id missing or unknown)")
+            raise HTTPException(500, "failed to get token info")
+        return info
+
+    async def _lookup(self, api_key: str) -> Caller:
+        token = await self.login(api_key)
+        info = await self.get_token_info(token)
+        return Caller(
+            role=str(info["role"]), id=str(info["id"]), api_key=str(info.get("api_key") or api_key)
+        )
+
+    def _finish(self, api_key: str, task: asyncio.Task[Caller]) -> None:
+        self._inflight.pop(api_key, None)
+        if task.cancelled():
+            return
+        if task.exception() is not None:  # also marks the exception as retrieved
+            return
+        if self.ttl > 0:
+            if len(self._cache) >= _CACHE_MAX_ENTRIES:
+                now = time.monotonic()
+                for key in [k for k, (exp, _) in self._cache.items() if exp <= now]:
+                    del self._cache[key]
+                if len(self._cache) >= _CACHE_MAX_ENTRIES:
+                    self._cache.clear()
+            self._cache[api_key] = (time.monotonic() + self.ttl, task.result())
+
+    async def authenticate(self, api_key: str) -> Caller:
+        hit = self._cache.get(api_key)
+        if hit is not None:
+            if hit[0] > time.monotonic():
+                return hit[1]
+            del self._cache[api_key]
+        task = self._inflight.get(api_key)
+        if task is None:
+            # The lookup runs as its own task so that a client that disconnects mid-lookup
+            # doesn't fail the other requests waiting on the same key.
+            task = asyncio.create_task(self._lookup(api_key))
+            self._inflight[api_key] = task
+            task.add_done_callback(lambda t, k=api_key: self._finish(k, t))
+        return await asyncio.shield(task)
+
+    def invalidate(self, api_key: str | None = None) -> None:
+        if api_key is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(api_key, None)
+
+    async def aclose(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+        self._client = None
+
+
+class AuthConfigError(ValueError):
+    """The auth settings can't work (e.g. only one of the two endpoints is set)."""
+
+
+def external_endpoints() -> tuple[str | None, str | None]:
+    return os.environ.get(AUTH_ENDPOINT_VAR) or None, os.environ.get(
+        TOKEN_INFO_ENDPOINT_VAR
+    ) or None
+
+
+def resolve_auth_mode(config: ServerConfig) -> str:
+    """``local`` or ``external`` according to ``[server.auth].mode`` and the environment."""
+    auth_ep, info_ep = external_endpoints()
+    mode = config.auth.mode
+    if mode == "local":
+        return "local"
+    if auth_ep and info_ep:
+        return "external"
+    if mode == "external" or auth_ep or info_ep:
+        missing = TOKEN_INFO_ENDPOINT_VAR if auth_ep else AUTH_ENDPOINT_VAR
+        if not auth_ep and not info_ep:
+            missing = f"{AUTH_ENDPOINT_VAR} and {TOKEN_INFO_ENDPOINT_VAR}"
+        raise AuthConfigError(f"external auth needs {missing} to be set")
+    return "local"
+
+
+def build_authenticator(config: ServerConfig) -> Authenticator:
+    if resolve_auth_mode(config) == "external":
+        auth_ep, info_ep = external_endpoints()
+        assert auth_ep and info_ep
+        logger.info(
+            "auth: external service (%s, %s), cache ttl %.0fs",
+            auth_ep,
+            info_ep,
+            config.auth.token_cache_ttl,
+        )
+        return ExternalAuthenticator(
+            auth_ep, info_ep, ttl=config.auth.token_cache_ttl, timeout=config.auth.request_timeout
+        )
+    path = config.keys_file_path()
+    logger.info("auth: local key file %s", path)
+    return LocalAuthenticator(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# FastAPI dependencies
+
+
+def bearer_key(request: Request) -> str:
+    header = request.headers.get("authorization")
+    if not header:
+        raise unauthorized("no API key provided")
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise unauthorized("invalid API key format")
+    return key
+
+
+def request_authenticator(request: Request) -> Authenticator:
+    state = getattr(request.app.state, "mail", None)
+    auth = getattr(state, "auth", None)
+    if auth is None:
+        raise HTTPException(503, "authentication is not configured")
+    return auth
+
+
+async def authenticate_request(request: Request) -> Caller:
+    """The caller behind the request's bearer key (memoised on the request)."""
+    cached = getattr(request.state, "mail_caller", None)
+    if cached is not None:
+        return cached
+    caller = await request_authenticator(request).authenticate(bearer_key(request))
+    request.state.mail_caller = caller
+    return caller
+
+
+def require_roles(*roles: str):  # noqa: ANN201 - returns a FastAPI dependency
+    allowed = frozenset(roles)
+
+    async def dependency(request: Request) -> Caller:
+        caller = await authenticate_request(request)
+        if caller.role not in allowed:
+            raise HTTPException(403, "invalid role")
+        return caller
+
+    dependency.__name__ = "caller_is_" + "_or_".join(roles)
+    return dependency
+
+
+caller_admin = require_roles("admin")
+caller_user = require_roles("user")
+caller_agent = require_roles("agent")
+caller_admin_or_user = require_roles("admin", "user")

@@ -1,0 +1,254 @@
+"""Parsing and validation of request bodies, with errors that name the field.
+
+Routes call one ``parse_*`` function and get a typed result or a :class:`BadRequest`. The
+``*_FIELDS`` tuples list what each body accepts; the OpenAPI drift test compares them with
+``spec/openapi.yaml``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from mail.server.errors import BadRequest, type_name
+from mail.server.jsonio import loads
+
+MESSAGE_TYPES: tuple[str, ...] = (
+    "request",
+    "response",
+    "broadcast",
+    "interrupt",
+    "broadcast_complete",
+)
+# Types a client may post; the others are produced by the runtime only.
+POSTABLE_MESSAGE_TYPES: tuple[str, ...] = ("request", "broadcast")
+RESUME_FROM_VALUES: tuple[str, ...] = ("user_response", "breakpoint_tool_call")
+
+MESSAGE_FIELDS: tuple[str, ...] = (
+    "body",
+    "message",
+    "subject",
+    "msg_type",
+    "entrypoint",
+    "task_id",
+    "resume_from",
+    "kwargs",
+    "show_events",
+    "stream",
+)
+# kwargs entries that would collide with the explicit parameters of post_message.
+_RESERVED_KWARGS = frozenset(MESSAGE_FIELDS) - {"message", "kwargs", "stream"}
+HEALTH_FIELDS: tuple[str, ...] = ("status",)
+REGISTER_SWARM_FIELDS: tuple[str, ...] = ("name", "base_url", "auth_token", "volatile", "metadata")
+LOAD_SWARM_FIELDS: tuple[str, ...] = ("json",)
+TASK_FIELDS: tuple[str, ...] = ("task_id",)
+
+
+async def read_json_object(request: Request, *, required: bool = True) -> dict[str, Any]:
+    """The body as a JSON object; an empty body is ``{}`` unless ``required``."""
+    raw = await request.body()
+    if not raw.strip():
+        if required:
+            raise BadRequest("error parsing request: the body must be a JSON object")
+        return {}
+    try:
+        data = loads(raw)
+    except ValueError as exc:
+        raise BadRequest(f"error parsing request: invalid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise BadRequest(
+            f"error parsing request: the body must be a JSON object, got {type_name(data)}"
+        )
+    return data
+
+
+def _opt_str(data: dict[str, Any], name: str) -> str | None:
+    value = data.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise BadRequest(f"parameter '{name}' must be a string, got {type_name(value)}")
+
+
+def _opt_bool(data: dict[str, Any], name: str, default: bool) -> bool:
+    value = data.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    raise BadRequest(f"parameter '{name}' must be a boolean, got {type_name(value)}")
+
+
+@dataclass(slots=True)
+class MessageRequest:
+    body: str
+    subject: str = "New Message"
+    msg_type: str = "request"
+    entrypoint: str | None = None
+    task_id: str | None = None
+    resume_from: str | None = None
+    show_events: bool = False
+    stream: bool = False
+    timeout: float | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_message_request(data: dict[str, Any]) -> MessageRequest:
+    """Validate a ``POST /message`` body (``body`` or its alias ``message``)."""
+    msg_type = data.get("msg_type", "request")
+    if msg_type is None:
+        msg_type = "request"
+    if not isinstance(msg_type, str):
+        raise BadRequest(f"msg_type must be a string, got {type_name(msg_type)}")
+    if msg_type not in MESSAGE_TYPES:
+        raise BadRequest(f"invalid message type: {msg_type}")
+    if msg_type not in POSTABLE_MESSAGE_TYPES:
+        raise BadRequest(
+            f"msg_type '{msg_type}' cannot be posted; use one of: {', '.join(POSTABLE_MESSAGE_TYPES)}"
+        )
+
+    body = _opt_str(data, "body") or _opt_str(data, "message") or ""
+    resume_from = _opt_str(data, "resume_from") or None
+    if resume_from is not None and resume_from not in RESUME_FROM_VALUES:
+        raise BadRequest(
+            f"parameter 'resume_from' must be one of {', '.join(RESUME_FROM_VALUES)} or null, got '{resume_from}'"
+        )
+    if not body and resume_from != "breakpoint_tool_call":
+        raise BadRequest("no message provided")
+
+    subject = _opt_str(data, "subject")
+    entrypoint = _opt_str(data, "entrypoint")
+    entrypoint = entrypoint.strip() if entrypoint and entrypoint.strip() else None
+    task_id = _opt_str(data, "task_id")
+    task_id = task_id.strip() if task_id and task_id.strip() else None
+
+    kwargs = data.get("kwargs")
+    if kwargs is None:
+        kwargs = {}
+    elif not isinstance(kwargs, dict):
+        raise BadRequest(f"parameter 'kwargs' must be an object, got {type_name(kwargs)}")
+    else:
+        kwargs = dict(kwargs)
+    clashes = sorted(k for k in kwargs if k in _RESERVED_KWARGS)
+    if clashes:
+        raise BadRequest(
+            f"parameter 'kwargs.{clashes[0]}' duplicates a top-level field; set it there instead"
+        )
+
+    timeout = kwargs.pop("timeout", None)
+    if timeout is not None:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise BadRequest("parameter 'kwargs.timeout' must be a positive number of seconds")
+        timeout = float(timeout)
+    if "max_steps" in kwargs:
+        kwargs["max_steps"] = _max_steps(kwargs["max_steps"])
+    if resume_from == "breakpoint_tool_call":
+        if "breakpoint_tool_call_result" not in kwargs:
+            raise BadRequest(
+                "parameter 'kwargs.breakpoint_tool_call_result' is required when resume_from is 'breakpoint_tool_call'"
+            )
+        result = kwargs["breakpoint_tool_call_result"]
+        if not isinstance(result, str | dict | list):
+            raise BadRequest(
+                f"parameter 'kwargs.breakpoint_tool_call_result' must be a string, object or list, got {type_name(result)}"
+            )
+        caller = kwargs.get("breakpoint_tool_caller")
+        if caller is not None and not isinstance(caller, str):
+            raise BadRequest(
+                f"parameter 'kwargs.breakpoint_tool_caller' must be a string, got {type_name(caller)}"
+            )
+
+    return MessageRequest(
+        body=body,
+        subject=subject if subject is not None else "New Message",
+        msg_type=msg_type,
+        entrypoint=entrypoint,
+        task_id=task_id,
+        resume_from=resume_from,
+        show_events=_opt_bool(data, "show_events", False),
+        stream=_opt_bool(data, "stream", False),
+        timeout=timeout,
+        kwargs=kwargs,
+    )
+
+
+def _max_steps(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise BadRequest("max_steps must be an int or null")
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest("max_steps must be an int or null") from exc
+
+
+def parse_task_id(data: dict[str, Any], query_value: str | None) -> str:
+    """``GET /task``: ``task_id`` from the JSON body, or from ``?task_id=``."""
+    if "task_id" in data:
+        task_id = data["task_id"]
+    elif query_value is not None:
+        task_id = query_value
+    else:
+        raise BadRequest("task_id is required")
+    if not isinstance(task_id, str):
+        raise BadRequest("task_id must be a string")
+    if not task_id:
+        raise BadRequest("task_id is required")
+    return task_id
+
+
+def parse_health_update(data: dict[str, Any]) -> str:
+    status = data.get("status")
+    if not status:
+        raise BadRequest("status is required")
+    if not isinstance(status, str):
+        raise BadRequest(f"parameter 'status' must be a string, got {type_name(status)}")
+    return status
+
+
+@dataclass(slots=True)
+class RegisterSwarmRequest:
+    name: str
+    base_url: str
+    auth_token: str | None
+    volatile: bool
+    metadata: dict[str, Any] | None
+
+
+def parse_register_swarm(data: dict[str, Any]) -> RegisterSwarmRequest:
+    name, base_url = data.get("name"), data.get("base_url")
+    if not name or not base_url:
+        raise BadRequest("name and base_url are required")
+    if not isinstance(name, str):
+        raise BadRequest(f"parameter 'name' must be a string, got {type_name(name)}")
+    if not isinstance(base_url, str):
+        raise BadRequest(f"parameter 'base_url' must be a string, got {type_name(base_url)}")
+    if not base_url.startswith(("http://", "https://")):
+        raise BadRequest("parameter 'base_url' must be an http:// or https:// URL")
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest(f"parameter 'metadata' must be an object, got {type_name(metadata)}")
+    return RegisterSwarmRequest(
+        name=name,
+        base_url=base_url.rstrip("/"),
+        auth_token=_opt_str(data, "auth_token"),
+        volatile=_opt_bool(data, "volatile", True),
+        metadata=metadata,
+    )
+
+
+def parse_load_swarm(data: dict[str, Any]) -> str:
+    value = data.get("json")
+    if value is None:
+        raise BadRequest("parameter 'json' is required")
+    if not isinstance(value, str):
+        raise BadRequest(f"parameter 'json' must be a string, got {type_name(value)}")
+    return value

@@ -1,0 +1,269 @@
+"""Per-caller swarm instances: created on first use, isolated, reclaimed when idle.
+
+Each authenticated caller gets its own ``MAILSwarm`` (its own runtime, queue, tasks and agent
+histories), keyed by ``(kind, id)`` where kind is ``admin``, ``user`` or ``swarm`` (remote swarms
+authenticate with the ``agent`` role). Creation is single-flight per key, so a burst of first
+requests from one caller builds one instance.
+
+Idle reclaim: an instance unused for ``instance_idle_timeout`` seconds, with no request or
+stream in progress and no task still running, is shut down. Its task records survive: with a
+store attached they are in the database and come back when the instance is re-created; without
+one, the manager keeps the records (``task.to_dict()``) so ``GET /tasks`` and ``GET /task`` still
+show them. (Agent histories are not kept in memory after reclaim; use ``DATABASE_URL`` or set
+the timeout to 0 to resume very old tasks.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("mail.server.instances")
+
+INSTANCE_KINDS = ("admin", "user", "swarm")
+_SHUTDOWN_GRACE = 5.0
+
+
+def instance_kind(role: str) -> str:
+    """Map a caller role to an instance kind (``agent`` callers are remote swarms)."""
+    return "swarm" if role == "agent" else role
+
+
+@dataclass(eq=False)
+class Instance:
+    kind: str
+    id: str
+    swarm: Any
+    loop_task: asyncio.Task[Any]
+    api_key: str
+    created_at: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    in_use: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.id)
+
+    @property
+    def owner(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    def is_running(self) -> bool:
+        return not self.loop_task.done()
+
+    def has_running_tasks(self) -> bool:
+        try:
+            tasks = self.swarm.get_all_tasks()
+        except Exception:  # a broken instance shouldn't block reclaiming
+            return False
+        return any(getattr(t, "is_running", False) for t in tasks.values())
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class InstanceManager:
+    """Owns every instance of one server. All methods run on the server's event loop."""
+
+    def __init__(
+        self,
+        template_getter: Callable[[], Any],
+        *,
+        swarm_name: str,
+        base_url: str,
+        registry_file: str | None,
+        print_llm_streams: bool,
+        task_message_limit: int | None,
+        idle_timeout: float,
+        store: Any | None = None,
+    ) -> None:
+        self._template_getter = template_getter
+        self.swarm_name = swarm_name
+        self.base_url = base_url
+        self.registry_file = registry_file
+        self.print_llm_streams = print_llm_streams
+        self.task_message_limit = task_message_limit
+        self.idle_timeout = idle_timeout
+        self.store = store
+        self._instances: dict[tuple[str, str], Instance] = {}
+        self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
+        self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def peek(self, role: str, caller_id: str) -> Instance | None:
+        return self._instances.get((instance_kind(role), caller_id))
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k in self._instances if k[0] == kind)
+
+    def all(self) -> list[Instance]:
+        return list(self._instances.values())
+
+    async def get(self, role: str, caller_id: str, api_key: str) -> Instance:
+        """The caller's instance, created (once) if needed."""
+        key = (instance_kind(role), caller_id)
+        inst = self._instances.get(key)
+        if inst is not None and inst.is_running():
+            inst.touch()
+            return inst
+        if self._closed:
+            raise RuntimeError("server is shutting down")
+        pending = self._creating.get(key)
+        if pending is None:
+            if inst is not None:
+                # The runtime loop died (it shouldn't); replace the instance rather than hang.
+                logger.error("instance %s:%s had stopped; creating a new one", *key)
+                await self._stop(inst)
+            pending = asyncio.create_task(
+                self._create(key, api_key), name=f"mail-create-{key[0]}:{key[1]}"
+            )
+            self._creating[key] = pending
+            pending.add_done_callback(lambda _t, k=key: self._creating.pop(k, None))
+        return await asyncio.shield(pending)
+
+    async def _create(self, key: tuple[str, str], api_key: str) -> Instance:
+        kind, caller_id = key
+        template = self._template_getter()
+        swarm = template.instantiate(
+            instance_params={"user_token": api_key},
+            user_id=caller_id,
+            user_role=kind,
+            base_url=self.base_url,
+            registry_file=self.registry_file,
+            print_llm_streams=self.print_llm_streams,
+        )
+        if self.store is not None:
+            attach = getattr(swarm, "attach_store", None)
+            if attach is not None:
+                from mail.store import InstanceKey
+
+                await _maybe_await(
+                    attach(self.store, InstanceKey(self.swarm_name, kind, caller_id))
+                )
+            else:
+                logger.warning(
+                    "this MAILSwarm has no attach_store(); persistence is off for %s:%s",
+                    kind,
+                    caller_id,
+                )
+        loop_task = asyncio.create_task(
+            swarm.run_continuous(max_steps=self.task_message_limit),
+            name=f"mail-runtime-{kind}:{caller_id}",
+        )
+        inst = Instance(kind=kind, id=caller_id, swarm=swarm, loop_task=loop_task, api_key=api_key)
+        self._instances[key] = inst
+        logger.info("created %s instance for %s", kind, caller_id)
+        return inst
+
+    @contextlib.asynccontextmanager
+    async def lease(self, inst: Instance) -> AsyncIterator[Instance]:
+        """Mark ``inst`` busy for the duration of a request or stream (blocks reclaiming)."""
+        inst.in_use += 1
+        inst.touch()
+        try:
+            yield inst
+        finally:
+            inst.in_use -= 1
+            inst.touch()
+
+    # -- task records ---------------------------------------------------------------------
+
+    def archived_tasks(self, role: str, caller_id: str) -> dict[str, dict[str, Any]]:
+        return self._archived.get((instance_kind(role), caller_id), {})
+
+    # -- reclaim & shutdown ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.idle_timeout > 0 and self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_loop(), name="mail-instance-reaper")
+
+    async def _reap_loop(self) -> None:
+        interval = max(0.05, min(60.0, self.idle_timeout / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.reclaim_idle()
+            except Exception:
+                logger.exception("error while reclaiming idle instances")
+
+    def _reclaimable(self, inst: Instance, now: float) -> bool:
+        return (
+            inst.in_use == 0
+            and now - inst.last_used >= self.idle_timeout
+            and not inst.has_running_tasks()
+        )
+
+    async def reclaim_idle(self, now: float | None = None) -> list[tuple[str, str]]:
+        now = time.monotonic() if now is None else now
+        victims = [inst for inst in self._instances.values() if self._reclaimable(inst, now)]
+        for inst in victims:
+            if self._instances.get(inst.key) is not inst:
+                continue
+            del self._instances[inst.key]
+            if self.store is None:
+                self._archive(inst)
+            await self._stop(inst)
+            logger.info("reclaimed idle %s instance for %s", inst.kind, inst.id)
+        return [inst.key for inst in victims]
+
+    def _archive(self, inst: Instance) -> None:
+        try:
+            records = {
+                tid: task.to_dict()
+                for tid, task in inst.swarm.get_all_tasks().items()
+                if tid != "*"
+            }
+        except Exception:
+            logger.exception("could not archive the tasks of %s:%s", inst.kind, inst.id)
+            return
+        if records:
+            self._archived.setdefault(inst.key, {}).update(records)
+
+    async def _stop(self, inst: Instance) -> None:
+        try:
+            await _maybe_await(inst.swarm.shutdown())
+        except Exception:
+            logger.exception("error shutting down %s instance %s", inst.kind, inst.id)
+        if not inst.loop_task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(inst.loop_task), _SHUTDOWN_GRACE)
+            except TimeoutError:
+                inst.loop_task.cancel()
+            except BaseException:
+                pass
+        if not inst.loop_task.done():
+            inst.loop_task.cancel()
+        with contextlib.suppress(BaseException):
+            await inst.loop_task
+
+    async def close(self) -> None:
+        """Shut every instance down (admin, then user, then swarm, as the original)."""
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reaper
+            self._reaper = None
+        for pending in list(self._creating.values()):
+            with contextlib.suppress(BaseException):
+                await pending
+        for kind in INSTANCE_KINDS:
+            group = [inst for key, inst in self._instances.items() if key[0] == kind]
+            await asyncio.gather(*(self._stop(inst) for inst in group))
+            for inst in group:
+                self._instances.pop(inst.key, None)

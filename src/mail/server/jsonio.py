@@ -1,0 +1,55 @@
+"""JSON encode/decode for the HTTP layer: orjson when it is installed, the stdlib otherwise."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+try:  # orjson is not a declared dependency; use it only when the environment already has it
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
+def _default(obj: Any) -> Any:
+    # Sets (e.g. remote_swarms) and other iterables become lists; anything else its str().
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    if hasattr(obj, "isoformat"):
+        return obj.isoformat()
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    return str(obj)
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, default=_default)
+        except TypeError:
+            pass  # e.g. non-str dict keys: let the stdlib coerce them
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_default).encode(
+        "utf-8"
+    )
+
+
+def dumps_str(obj: Any) -> str:
+    return dumps(obj).decode("utf-8")
+
+
+def loads(data: bytes | str) -> Any:
+    if _orjson is not None:
+        return _orjson.loads(data)
+    return json.loads(data)
+
+
+class JSONBody(Response):
+    """A JSON response rendered with :func:`dumps`."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)

@@ -1,0 +1,261 @@
+"""The local key file used by the embedded auth mode.
+
+Keys are random 256-bit secrets (``mail_`` + 43 url-safe characters). Only their SHA-256 digest
+is stored. A fast unsalted hash is enough here because the input is high-entropy and generated
+by us: there is no dictionary to attack, salting protects nothing a 2**256 search space doesn't
+already protect, and a slow KDF would put tens of milliseconds on every request. (Keys supplied
+with ``--key`` must be long enough to keep that argument true; see ``MIN_CUSTOM_KEY_LENGTH``.)
+
+File shape (JSON, mode 0600, replaced atomically on every write)::
+
+    {"version": 1, "keys": [{"id", "role", "prefix", "sha256", "created_at"}, ...]}
+
+``prefix`` is the first characters of the key, shown by ``mail keys list`` so a person can tell
+keys apart without the secret. The server re-reads the file when its size, mtime or inode
+changes, so ``mail keys create/revoke`` take effect on a running server without a restart.
+
+This module has no FastAPI dependency so the CLI can import it cheaply.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import secrets
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("mail.auth")
+
+ROLES: tuple[str, ...] = ("admin", "user", "agent")
+KEY_PREFIX = "mail_"
+PREFIX_LENGTH = 12  # characters of the key shown by `mail keys list` (includes "mail_")
+MIN_CUSTOM_KEY_LENGTH = 24
+FILE_VERSION = 1
+
+
+class KeyStoreError(ValueError):
+    """A key file that cannot be read/written, or a bad key operation."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    id: str
+    role: str
+    prefix: str
+    sha256: str
+    created_at: str
+
+    def public_dict(self) -> dict[str, str]:
+        """What `mail keys list` shows: everything but the digest."""
+        return {
+            "id": self.id,
+            "role": self.role,
+            "prefix": self.prefix,
+            "created_at": self.created_at,
+        }
+
+
+def hash_key(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+
+
+def _parse_records(path: Path, raw: bytes) -> list[KeyRecord]:
+    if not raw.strip():
+        return []
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise KeyStoreError(f"key file {path} is not valid JSON: {exc}") from exc
+    items = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise KeyStoreError(f"key file {path} must be an object with a 'keys' list")
+    records: list[KeyRecord] = []
+    for i, item in enumerate(items):
+        try:
+            record = KeyRecord(
+                id=str(item["id"]),
+                role=str(item["role"]),
+                prefix=str(item.get("prefix", "")),
+                sha256=str(item["sha256"]).lower(),
+                created_at=str(item.get("created_at", "")),
+            )
+        except (KeyError, TypeError) as exc:
+            raise KeyStoreError(f"key file {path}: entry {i} is missing {exc}") from exc
+        if record.role not in ROLES:
+            raise KeyStoreError(f"key file {path}: entry {i} has unknown role '{record.role}'")
+        records.append(record)
+    return records
+
+
+def read_records(path: Path) -> list[KeyRecord]:
+    """All records in ``path`` (an absent file has none)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise KeyStoreError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
+    return _parse_records(path, raw)
+
+
+def write_records(path: Path, records: Iterable[KeyRecord]) -> None:
+    """Atomically replace ``path`` with ``records``; the file is created with mode 0600."""
+    payload = {
+        "version": FILE_VERSION,
+        "keys": [
+            {
+                "id": r.id,
+                "role": r.role,
+                "prefix": r.prefix,
+                "sha256": r.sha256,
+                "created_at": r.created_at,
+            }
+            for r in records
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".keys-", suffix=".tmp", dir=path.parent)
+    try:
+        # mkstemp already creates the file 0600; chmod again in case of an unusual umask/platform.
+        os.chmod(tmp, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def create_key(
+    path: Path, role: str, key_id: str | None = None, *, key: str | None = None
+) -> tuple[str, KeyRecord]:
+    """Add a key to ``path`` and return ``(secret, record)``. The secret is not stored."""
+    if role not in ROLES:
+        raise KeyStoreError(f"role must be one of {', '.join(ROLES)}, got '{role}'")
+    if key is None:
+        key = generate_key()
+    elif len(key) < MIN_CUSTOM_KEY_LENGTH or any(c.isspace() for c in key):
+        raise KeyStoreError(
+            f"a custom key must be at least {MIN_CUSTOM_KEY_LENGTH} characters with no whitespace"
+        )
+    records = read_records(path)
+    digest = hash_key(key)
+    if any(r.sha256 == digest for r in records):
+        raise KeyStoreError("that key is already in the key file")
+    if not key_id:
+        key_id = f"{role}-{secrets.token_hex(4)}"
+    record = KeyRecord(
+        id=key_id, role=role, prefix=key[:PREFIX_LENGTH], sha256=digest, created_at=_now_iso()
+    )
+    records.append(record)
+    write_records(path, records)
+    return key, record
+
+
+def revoke_keys(path: Path, id_or_prefix: str) -> list[KeyRecord]:
+    """Remove the keys named by ``id_or_prefix``.
+
+    Tried in order: every key with that id; the key itself (full secret); the one key whose
+    shown prefix starts with the argument (at least ``mail_`` + 4 characters, and unambiguous).
+    """
+    if not id_or_prefix:
+        raise KeyStoreError("an id or key prefix is required")
+    records = read_records(path)
+    removed = [r for r in records if r.id == id_or_prefix]
+    if not removed:
+        digest = hash_key(id_or_prefix)
+        removed = [r for r in records if r.sha256 == digest]
+    if not removed and len(id_or_prefix) >= len(KEY_PREFIX) + 4:
+        removed = [r for r in records if r.prefix.startswith(id_or_prefix[:PREFIX_LENGTH])]
+        if len(removed) > 1:
+            raise KeyStoreError(
+                f"prefix '{id_or_prefix}' matches {len(removed)} keys; use a longer prefix or the id"
+            )
+    if removed:
+        write_records(path, [r for r in records if r not in removed])
+    return removed
+
+
+class LocalKeyStore:
+    """In-memory view of the key file for request-time lookups.
+
+    A lookup is one ``stat`` (to notice edits by ``mail keys``) plus a dict lookup of the key's
+    digest. The file is parsed again only when it changed.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._by_digest: dict[str, KeyRecord] = {}
+        self._signature: tuple[int, int, int] | None = None
+        self._load_error: str | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            if self._signature is not None or self._by_digest:
+                logger.warning(
+                    "key file %s disappeared; all local keys are now rejected", self.path
+                )
+            self._signature = None
+            self._by_digest = {}
+            return
+        except OSError as exc:
+            logger.error("cannot stat key file %s: %s", self.path, exc)
+            return
+        signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if signature == self._signature:
+            return
+        try:
+            records = read_records(self.path)
+        except KeyStoreError as exc:
+            # Keep serving the last good set rather than locking everybody out on a bad edit.
+            if self._load_error != str(exc):
+                logger.error("%s (keeping the previously loaded keys)", exc)
+            self._load_error = str(exc)
+            self._signature = signature
+            return
+        self._load_error = None
+        self._signature = signature
+        self._by_digest = {r.sha256: r for r in records}
+        if st.st_mode & 0o077:
+            logger.warning("key file %s is readable by other users; run chmod 600 on it", self.path)
+        logger.info("loaded %d local API key(s) from %s", len(self._by_digest), self.path)
+
+    def lookup(self, api_key: str) -> KeyRecord | None:
+        self.refresh()
+        return self._by_digest.get(hash_key(api_key))
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+
+def bootstrap_keys(path: Path) -> list[tuple[str, KeyRecord]]:
+    """Create one admin and one user key when ``path`` has no keys yet; return what was made."""
+    if read_records(path):
+        return []
+    return [create_key(path, "admin", "admin"), create_key(path, "user", "user")]
+
+
+def records_as_json(records: Iterable[KeyRecord]) -> list[dict[str, Any]]:
+    return [r.public_dict() for r in records]

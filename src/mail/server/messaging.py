@@ -1,0 +1,148 @@
+"""What ``POST /message``, ``GET /tasks`` and ``GET /task`` mean, independent of HTTP parsing.
+
+Routes parse and authorize, then call one function here. Each function works on the caller's
+own instance only, which is what isolates users from each other.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import HTTPException
+from starlette.responses import StreamingResponse
+
+from mail.server.auth import Caller
+from mail.server.bodies import MessageRequest
+from mail.server.errors import BadRequest
+from mail.server.instances import Instance
+from mail.server.sse import event_record, event_stream_response
+from mail.server.state import ServerState
+
+logger = logging.getLogger("mail.server")
+
+
+def _check_entrypoint(state: ServerState, req: MessageRequest) -> None:
+    if req.entrypoint is None:
+        return
+    names = state.entrypoint_names()
+    if not names or req.entrypoint in names:
+        return
+    close = difflib.get_close_matches(req.entrypoint, names, n=1, cutoff=0.6)
+    hint = f" Did you mean '{close[0]}'?" if close else f" Entrypoints: {', '.join(names)}."
+    raise BadRequest(
+        f"parameter 'entrypoint': '{req.entrypoint}' is not an entrypoint agent of swarm '{state.swarm_name}'.{hint}"
+    )
+
+
+def _task_or_none(inst: Instance, task_id: str) -> Any | None:
+    return inst.swarm.get_task_by_id(task_id)
+
+
+def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
+    """Checks that need the caller's instance; fills in a task id when none was given."""
+    _check_entrypoint(state, req)
+    if req.resume_from is not None:
+        if req.task_id is None:
+            raise BadRequest("parameter 'task_id' is required when resume_from is set")
+        if _task_or_none(inst, req.task_id) is None:
+            raise HTTPException(404, f"task '{req.task_id}' not found")
+    if req.task_id is None:
+        req.task_id = str(uuid.uuid4())
+
+
+def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
+    return dict(
+        subject=req.subject,
+        msg_type=req.msg_type,
+        entrypoint=req.entrypoint,
+        task_id=req.task_id,
+        resume_from=req.resume_from,
+        **req.kwargs,
+    )
+
+
+async def run_message(
+    state: ServerState, caller: Caller, req: MessageRequest
+) -> tuple[dict[str, Any], list[Any]]:
+    """Submit and wait for the task's final MAILMessage; returns ``(message, events)``."""
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    _prepare(state, inst, req)
+    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+    async with state.instances.lease(inst):
+        response, events = await inst.swarm.post_message(
+            req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
+        )
+    return response, events
+
+
+async def post_message(state: ServerState, caller: Caller, req: MessageRequest) -> dict[str, Any]:
+    """``POST /message`` without streaming: ``{"response", "events", "task_id"}``."""
+    response, events = await run_message(state, caller, req)
+    message = response.get("message", {}) if isinstance(response, dict) else {}
+    return {
+        "response": message.get("body", ""),
+        "events": [event_record(e) for e in events] if req.show_events else None,
+        "task_id": message.get("task_id") or req.task_id,
+    }
+
+
+async def stream_message(
+    state: ServerState, caller: Caller, req: MessageRequest
+) -> StreamingResponse:
+    """Submit and stream the task's events as SSE, ending with ``task_complete``."""
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    _prepare(state, inst, req)
+    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+    events = inst.swarm.stream_message(
+        req.body,
+        timeout=timeout,
+        ping_interval=state.config.settings.sse_ping_interval,
+        **_post_kwargs(state, req),
+    )
+
+    async def leased() -> AsyncIterator[Any]:
+        # Keep the instance from being reclaimed while the stream is open.
+        async with state.instances.lease(inst):
+            async for event in events:
+                yield event
+
+    return event_stream_response(leased())
+
+
+def _records_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, dict[str, Any]]:
+    records = dict(state.instances.archived_tasks(caller.role, caller.id))
+    for task_id, task in inst.swarm.get_all_tasks().items():
+        if task_id == "*":  # runtime-internal pseudo-task of loop-level events
+            continue
+        records[task_id] = task_record(task)
+    return records
+
+
+def task_record(task: Any) -> dict[str, Any]:
+    record = task.to_dict()
+    events = record.get("events")
+    if isinstance(events, list):
+        record["events"] = [event_record(e, parse_data=False) for e in events]
+    return record
+
+
+async def list_tasks(state: ServerState, caller: Caller) -> dict[str, dict[str, Any]]:
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    inst.touch()
+    return _records_for(state, caller, inst)
+
+
+async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str, Any]:
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    inst.touch()
+    task = None if task_id == "*" else inst.swarm.get_task_by_id(task_id)
+    if task is not None:
+        return task_record(task)
+    archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
+    if archived is not None:
+        return archived
+    raise HTTPException(404, f"task '{task_id}' not found")

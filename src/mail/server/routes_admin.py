@@ -1,0 +1,113 @@
+"""Admin-only routes: health updates, swarm registration, template dump and load."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+
+from mail.server.auth import Caller, caller_admin
+from mail.server.bodies import (
+    parse_health_update,
+    parse_load_swarm,
+    parse_register_swarm,
+    read_json_object,
+)
+from mail.server.errors import BadRequest
+from mail.server.jsonio import JSONBody
+from mail.server.routes_public import get_state, health_body
+
+logger = logging.getLogger("mail.server")
+
+router = APIRouter()
+
+
+@router.post("/health")
+async def update_health(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    state = get_state(request)
+    status = parse_health_update(await read_json_object(request))
+    state.set_health(status)
+    logger.info("health set to '%s' by admin %s", status, caller.id)
+    return JSONBody(health_body(state))
+
+
+async def _register(request: Request, caller: Caller) -> JSONBody:
+    state = get_state(request)
+    req = parse_register_swarm(await read_json_object(request))
+    if state.registry is None:
+        raise HTTPException(503, "swarm registry not available")
+    try:
+        await state.registry.register_swarm(
+            req.name,
+            req.base_url,
+            auth_token=req.auth_token,
+            metadata=req.metadata,
+            volatile=req.volatile,
+        )
+    except ValueError as exc:
+        raise BadRequest(f"error registering swarm: '{exc}'") from exc
+    except Exception as exc:
+        # Typically the remote's GET / failed; the caller needs to know why.
+        logger.warning("registering swarm '%s' at %s failed: %s", req.name, req.base_url, exc)
+        raise HTTPException(500, f"error registering swarm: '{exc}'") from exc
+    logger.info(
+        "admin %s registered swarm '%s' (%s)",
+        caller.id,
+        req.name,
+        "volatile" if req.volatile else "persistent",
+    )
+    return JSONBody({"status": "registered", "swarm_name": req.name})
+
+
+@router.post("/swarms")
+async def register_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    return await _register(request, caller)
+
+
+@router.post("/swarms/register")
+async def register_swarm_alias(
+    request: Request, caller: Caller = Depends(caller_admin)
+) -> JSONBody:
+    # The protocol specification names this route; the original server only had POST /swarms.
+    return await _register(request, caller)
+
+
+@router.get("/swarms/dump")
+async def dump_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    state = get_state(request)
+    if state.template is None:
+        raise HTTPException(503, "no swarm loaded")
+    info = state.swarm_info()
+    logger.info(
+        "swarm dump for admin %s: name=%s version=%s entrypoint=%s agents=%s source=%s",
+        caller.id,
+        info["name"],
+        info["version"],
+        info["entrypoint"],
+        ", ".join(state.agent_names()),
+        state.template_source,
+    )
+    return JSONBody(
+        {"status": "dumped", "swarm_name": getattr(state.template, "name", state.swarm_name)}
+    )
+
+
+@router.post("/swarms/load")
+async def load_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    state = get_state(request)
+    text = parse_load_swarm(await read_json_object(request))
+    from mail.api import MAILSwarmTemplate
+
+    try:
+        template = MAILSwarmTemplate.from_swarm_json(text)
+    except Exception as exc:
+        # A bad document is the caller's error, not ours: 400 (the original answered 500).
+        raise BadRequest(f"error loading swarm from JSON: {exc}") from exc
+    state.replace_template(template)
+    logger.info(
+        "admin %s loaded swarm '%s' (entrypoint %s)",
+        caller.id,
+        template.name,
+        state.default_entrypoint,
+    )
+    return JSONBody({"status": "success", "swarm_name": template.name})

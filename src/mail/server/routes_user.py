@@ -1,0 +1,58 @@
+"""Routes for admin and user callers: identity, status, messaging and task records."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from mail.server import messaging
+from mail.server.auth import Caller, caller_admin_or_user
+from mail.server.bodies import parse_message_request, parse_task_id, read_json_object
+from mail.server.jsonio import JSONBody
+from mail.server.routes_public import get_state
+
+router = APIRouter()
+
+
+@router.get("/whoami")
+async def whoami(caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
+    # `username` is the spelling of the OpenAPI file; `id` the one of the docs.
+    return JSONBody({"id": caller.id, "role": caller.role, "username": caller.id})
+
+
+@router.get("/status")
+async def status(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
+    state = get_state(request)
+    inst = state.instances.peek(caller.role, caller.id)
+    return JSONBody(
+        {
+            "swarm": {"name": state.swarm_name, "status": "ready"},
+            "active_users": state.instances.count("user"),
+            "user_mail_ready": inst is not None,
+            "user_task_running": inst is not None and inst.is_running(),
+        }
+    )
+
+
+@router.post("/message")
+async def post_message(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> Response:
+    state = get_state(request)
+    req = parse_message_request(await read_json_object(request))
+    if req.stream:
+        return await messaging.stream_message(state, caller, req)
+    return JSONBody(await messaging.post_message(state, caller, req))
+
+
+@router.get("/tasks")
+async def list_tasks(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
+    return JSONBody(await messaging.list_tasks(get_state(request), caller))
+
+
+@router.get("/task")
+async def get_task(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
+    # The original takes a JSON body on GET; ?task_id= is accepted too.
+    data = await read_json_object(request, required=False)
+    task_id = parse_task_id(data, request.query_params.get("task_id"))
+    return JSONBody(await messaging.get_task(get_state(request), caller, task_id))

@@ -1,0 +1,111 @@
+"""Server-sent events: framing of runtime events and the streaming response.
+
+The runtime's ``stream_message`` yields ``ServerSentEvent``-like objects (``.event``, ``.data``,
+``.id``, optionally ``.retry``/``.comment``). We frame them ourselves (CRLF line endings, one
+``data:`` line per line of data) instead of going through sse-starlette's response class, which
+adds a task group and its own pinger per stream; the runtime already sends ``ping`` events.
+
+When the client goes away, Starlette cancels the body iterator; the runtime's generator must
+treat that as "stop watching", never as "cancel the task" (the task keeps running and its
+result stays available through ``GET /task``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import StreamingResponse
+
+from mail.server.jsonio import dumps_str, loads
+
+logger = logging.getLogger("mail.server.sse")
+
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+_SEP = "\r\n"
+
+
+def _data_text(data: Any) -> str:
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return data
+    return dumps_str(data)
+
+
+def encode_event(event: Any) -> bytes:
+    """One SSE frame for an event object or a ``{"event","data","id"}`` dict."""
+    if isinstance(event, dict):
+        name, data, ev_id = event.get("event"), event.get("data"), event.get("id")
+        retry, comment = event.get("retry"), event.get("comment")
+    else:
+        name, data, ev_id = (
+            getattr(event, "event", None),
+            getattr(event, "data", None),
+            getattr(event, "id", None),
+        )
+        retry, comment = getattr(event, "retry", None), getattr(event, "comment", None)
+    parts: list[str] = []
+    if comment:
+        parts.extend(f": {line}" for line in str(comment).splitlines())
+    if ev_id is not None:
+        parts.append(f"id: {ev_id}")
+    if name:
+        parts.append(f"event: {name}")
+    text = _data_text(data)
+    for line in text.splitlines() or [""]:
+        parts.append(f"data: {line}")
+    if retry is not None:
+        parts.append(f"retry: {int(retry)}")
+    return (_SEP.join(parts) + _SEP + _SEP).encode("utf-8")
+
+
+async def _frames(events: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            yield encode_event(event)
+    finally:
+        # Close the runtime's generator promptly so its subscription is dropped now,
+        # not whenever the garbage collector gets to it.
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except RuntimeError:
+                # Already running/closing (the cancellation path); nothing left to release.
+                pass
+
+
+def event_stream_response(events: AsyncIterator[Any]) -> StreamingResponse:
+    return StreamingResponse(_frames(events), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def event_record(event: Any, *, parse_data: bool = True) -> dict[str, Any]:
+    """The JSON shape of one event in ``show_events`` and task records.
+
+    ``data`` is parsed into an object when ``parse_data`` (``POST /message``), kept as the raw
+    JSON text otherwise (``GET /task(s)``), as in the original.
+    """
+    if isinstance(event, dict):
+        name, data, ev_id = event.get("event"), event.get("data"), event.get("id")
+        retry, comment = event.get("retry"), event.get("comment")
+    else:
+        name, data, ev_id = (
+            getattr(event, "event", None),
+            getattr(event, "data", None),
+            getattr(event, "id", None),
+        )
+        retry, comment = getattr(event, "retry", None), getattr(event, "comment", None)
+    if parse_data and isinstance(data, str):
+        try:
+            data = loads(data)
+        except ValueError:
+            pass
+    elif not parse_data and not isinstance(data, str) and data is not None:
+        data = dumps_str(data)
+    return {"event": name, "data": data, "id": ev_id, "retry": retry, "comment": comment}

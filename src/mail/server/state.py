@@ -1,0 +1,244 @@
+"""Everything one running server holds, and how it is built and torn down.
+
+``ServerState`` lives on ``app.state.mail``. Routes read from it; only the lifespan (``app.py``)
+and the admin routes that swap the template write to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import difflib
+import inspect
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mail.config import ServerConfig
+from mail.server.auth import Authenticator
+from mail.server.instances import InstanceManager
+
+logger = logging.getLogger("mail.server")
+
+TEMPLATE_ENV_VAR = "MAIL_SERVER_TEMPLATE"
+
+
+class StartupError(RuntimeError):
+    """The server cannot start; the message is meant for a person (one line)."""
+
+
+def utc_now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    template: Any
+    template_source: str
+    auth: Authenticator
+    instances: InstanceManager
+    registry: Any | None = None
+    store: Any | None = None
+    started_monotonic: float = field(default_factory=time.monotonic)
+    health_status: str = "healthy"
+    health_timestamp: str = field(default_factory=utc_now_iso)
+
+    @property
+    def swarm_name(self) -> str:
+        return self.config.swarm.name
+
+    @property
+    def base_url(self) -> str:
+        return self.config.base_url
+
+    @property
+    def default_entrypoint(self) -> str:
+        return str(getattr(self.template, "entrypoint", ""))
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started_monotonic
+
+    def set_health(self, status: str) -> None:
+        self.health_status = status
+        self.health_timestamp = utc_now_iso()
+
+    def replace_template(self, template: Any) -> None:
+        """New instances use ``template``; existing ones keep theirs until reclaimed."""
+        self.template = template
+        self.template_source = "<loaded via POST /swarms/load>"
+
+    # -- the template's public description --------------------------------------------
+
+    def swarm_info(self) -> dict[str, Any]:
+        t = self.template
+        return {
+            "name": self.swarm_name,
+            "version": str(getattr(t, "version", "")),
+            "description": getattr(t, "description", "") or self.config.swarm.description,
+            "entrypoint": self.default_entrypoint,
+            "keywords": list(getattr(t, "keywords", None) or self.config.swarm.keywords),
+            "public": bool(getattr(t, "public", False) or self.config.swarm.public),
+        }
+
+    def entrypoint_names(self) -> list[str]:
+        agents = getattr(self.template, "agents", None) or []
+        return [a.name for a in agents if getattr(a, "enable_entrypoint", False)]
+
+    def agent_names(self) -> list[str]:
+        return [a.name for a in getattr(self.template, "agents", None) or []]
+
+
+# ----------------------------------------------------------------------------------------------
+# Template loading
+
+
+def import_object(spec: str) -> Any:
+    """Resolve ``module:attr.path`` (an optional ``python::`` prefix is accepted)."""
+    import importlib
+
+    spec = spec.removeprefix("python::")
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise StartupError(f"{TEMPLATE_ENV_VAR} must look like 'module:attribute', got '{spec}'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise StartupError(f"cannot import template '{spec}': {exc}") from exc
+    return obj
+
+
+def template_from_env() -> Any | None:
+    """The template named by ``MAIL_SERVER_TEMPLATE`` (an object, or a zero-argument callable)."""
+    spec = os.environ.get(TEMPLATE_ENV_VAR)
+    if not spec:
+        return None
+    obj = import_object(spec)
+    if callable(obj) and not hasattr(obj, "instantiate"):
+        obj = obj()
+    if not hasattr(obj, "instantiate"):
+        raise StartupError(f"{TEMPLATE_ENV_VAR}={spec} is not a MAILSwarmTemplate")
+    return obj
+
+
+def _swarm_names(path: Path) -> list[str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    return [s["name"] for s in data if isinstance(s, dict) and isinstance(s.get("name"), str)]
+
+
+def check_swarm_source(name: str, source: str) -> None:
+    """Fail early, with one readable line, when ``source`` can't provide swarm ``name``."""
+    path = Path(source)
+    if not path.is_file():
+        raise StartupError(
+            f"swarm source '{source}' does not exist (set [server.swarm].source or --swarm-source)"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise StartupError(f"swarm source '{source}' is not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise StartupError(
+            f"swarms.json file at {source} must contain a list of swarms, actually got {type(data).__name__}"
+        )
+    names = _swarm_names(path)
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = (
+            f" Did you mean '{close[0]}'?"
+            if close
+            else (f" Available: {', '.join(names)}." if names else "")
+        )
+        raise StartupError(f"swarm '{name}' not found in {source}.{hint}")
+    for entry in data:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            try:
+                from mail.swarms_json import validate_swarm_from_swarms_json
+
+                validate_swarm_from_swarms_json(entry)
+            except ImportError:  # pragma: no cover - the validator ships with the package
+                pass
+            except (ValueError, TypeError) as exc:
+                raise StartupError(f"invalid swarm '{name}' in {source}: {exc}") from exc
+
+
+def load_template(config: ServerConfig) -> Any:
+    """Build the persistent template for ``[server.swarm]`` (after :func:`check_swarm_source`)."""
+    check_swarm_source(config.swarm.name, config.swarm.source)
+    from mail.api import MAILSwarmTemplate
+
+    try:
+        # [server.settings].task_message_limit applies (the original read it but never used it).
+        return MAILSwarmTemplate.from_swarm_json_file(
+            config.swarm.name,
+            config.swarm.source,
+            task_message_limit=config.settings.task_message_limit,
+        )
+    except StartupError:
+        raise
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StartupError(
+            f"cannot build swarm '{config.swarm.name}' from {config.swarm.source}: {first_line}"
+        ) from exc
+
+
+# ----------------------------------------------------------------------------------------------
+# Optional collaborators
+
+
+def build_registry(config: ServerConfig, template: Any) -> Any | None:
+    try:
+        from mail.net.registry import SwarmRegistry
+    except ImportError as exc:  # pragma: no cover - net ships with the package
+        logger.warning("swarm registry unavailable: %s", exc)
+        return None
+    return SwarmRegistry(
+        config.swarm.name,
+        config.base_url,
+        config.swarm.registry_file,
+        local_swarm_description=getattr(template, "description", "") or config.swarm.description,
+        local_swarm_keywords=list(getattr(template, "keywords", None) or config.swarm.keywords),
+        local_swarm_public=bool(getattr(template, "public", False) or config.swarm.public),
+    )
+
+
+async def start_store() -> Any | None:
+    """A started TaskStore when DATABASE_URL names a database, else None (in-memory runtime)."""
+    from mail.store import create_store, database_url_from_env
+
+    url = database_url_from_env()
+    if not url:
+        return None
+    store = create_store(url)
+    await store.start()
+    logger.info("persistence: %s", store.backend)
+    return store
+
+
+async def maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def close_quietly(what: str, closer: Any) -> None:
+    if closer is None:
+        return
+    with contextlib.suppress(Exception):
+        try:
+            await maybe_await(closer())
+        except Exception:
+            logger.exception("error while closing %s", what)
+            raise

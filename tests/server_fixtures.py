@@ -1,0 +1,252 @@
+"""Helpers for server tests: a real `mail server` subprocess, keys via `mail keys`, SSE parsing.
+
+Server subprocesses run with the repository root on PYTHONPATH so test swarms can name
+``python::tests.support.stub_agents:stub_factory`` as their factory. The same path is added
+to ``sys.path`` here for in-process tests that build templates from those swarms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.stub_agents import stub_swarms_json  # noqa: E402
+
+STARTUP_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run ``mail <args>`` in-process (the real CLI entry point); returns (code, out, err)."""
+    from mail.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    if env:
+        os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse errors
+                code = int(exc.code or 0)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, out.getvalue(), err.getvalue()
+
+
+def create_key(keys_file: Path, role: str, key_id: str) -> str:
+    code, out, err = run_cli(
+        "keys", "--keys-file", str(keys_file), "create", "--role", role, "--id", key_id, "--json"
+    )
+    assert code == 0, err
+    return json.loads(out)["key"]
+
+
+def write_config(
+    directory: Path, *, port: int, swarm: str = "stub", source: str | None = None, extra: str = ""
+) -> Path:
+    """A mail.toml for a test server living entirely in ``directory``."""
+    source = source or str(directory / "swarms.json")
+    text = f"""
+[server]
+port = {port}
+host = "127.0.0.1"
+log_level = "info"
+
+[server.swarm]
+name = "{swarm}"
+source = "{source}"
+registry = "{directory / "registries" / (swarm + ".json")}"
+
+[server.settings]
+sse_ping_interval = 0.3
+instance_idle_timeout = 0
+{extra}
+"""
+    path = directory / "mail.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_stub_swarms(directory: Path, name: str = "stub", *, public: bool = False) -> Path:
+    path = directory / "swarms.json"
+    path.write_text(json.dumps(stub_swarms_json(name, public=public), indent=2), encoding="utf-8")
+    return path
+
+
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    for var in (
+        "AUTH_ENDPOINT",
+        "TOKEN_INFO_ENDPOINT",
+        "MAIL_KEYS_FILE",
+        "MAIL_SERVER_TEMPLATE",
+        "DATABASE_URL",
+    ):
+        env.pop(var, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class ServerProcess:
+    """A `mail server` subprocess; stdout/stderr go to files in ``directory``."""
+
+    directory: Path
+    port: int
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.directory / "server.out"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.directory / "server.err"
+
+    def start(self, *, wait: bool = True) -> ServerProcess:
+        cmd = [sys.executable, "-m", "mail.cli", "server", *self.args]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=self.directory,
+            env=server_env(self.env),
+            stdout=self.stdout_path.open("wb"),
+            stderr=self.stderr_path.open("wb"),
+        )
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout: float = STARTUP_TIMEOUT) -> float:
+        """Seconds until ``GET /health`` answered 200."""
+        assert self.proc is not None
+        started = time.monotonic()
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=0.5).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server did not become healthy in {timeout}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        out = self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
+        err = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+        return out + err
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise AssertionError(f"server did not stop within {timeout}s:\n{self.logs()}") from None
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+
+@contextlib.contextmanager
+def running_server(
+    directory: Path, args: list[str] | None = None, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    port = free_port()
+    server = ServerProcess(
+        directory, port, args=["--port", str(port), *(args or [])], env=env or {}
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class SSEEvent:
+    event: str
+    data: str
+    id: str | None
+    received_at: float
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def parse_sse_stream(response: httpx.Response) -> Iterator[SSEEvent]:
+    """Events of a streaming httpx response as they arrive (CRLF or LF framing)."""
+    buffer = ""
+    for chunk in response.iter_text():
+        buffer += chunk.replace("\r\n", "\n")
+        while "\n\n" in buffer:
+            frame, buffer = buffer.split("\n\n", 1)
+            yield _frame(frame)
+
+
+async def aparse_sse_stream(response: httpx.Response) -> Any:
+    buffer = ""
+    async for chunk in response.aiter_text():
+        buffer += chunk.replace("\r\n", "\n")
+        while "\n\n" in buffer:
+            frame, buffer = buffer.split("\n\n", 1)
+            yield _frame(frame)
+
+
+def _frame(frame: str) -> SSEEvent:
+    name, ev_id, data = "message", None, []
+    for line in frame.split("\n"):
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
+        elif key == "id":
+            ev_id = value
+    return SSEEvent(name, "\n".join(data), ev_id, time.monotonic())
