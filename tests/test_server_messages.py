@@ -13,6 +13,7 @@ import uuid
 
 import httpx
 import pytest
+
 from server_fixtures import (
     ServerProcess,
     aparse_sse_stream,
