@@ -261,9 +261,9 @@ class InterswarmBridge:
             "interswarm_message_received",
             f"received interswarm message from swarm {envelope['source_swarm']}",
         )
-        sender = payload["sender"]["address"]
-        if payload.get("subject") == TASK_COMPLETE_SUBJECT and owner != rt.this_owner:
-            # The owner finished the task: our part of it is over too.
+        sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
+        sender = f"{sender_name}@{sender_swarm or envelope['source_swarm']}"
+        if payload.get("subject") == TASK_COMPLETE_SUBJECT and self._completes_here(payload, owner):
             if not task.completed:
                 rt._complete_task(task_id, self._as_message(envelope))
             return task_id
@@ -274,6 +274,19 @@ class InterswarmBridge:
         rt.submit(self._as_message(envelope))
         task.event_signal().set()
         return task_id
+
+    def _completes_here(self, payload: Any, owner: str) -> bool:
+        """Does a `::task_complete::` notice end our copy of the task?
+
+        Yes when the owner tells a contributor the task is over, and when a remote swarm
+        answers a task a user of ours sent to it directly (POST /interswarm/message).
+        """
+        rt = self.runtime
+        if owner != rt.this_owner:
+            return True
+        recipients = payload.get("recipients") or [payload.get("recipient")]
+        names = [parse_agent_address(r["address"])[0] for r in recipients if r]
+        return any(name == rt.user_id or name not in rt.agents for name in names)
 
     def _remember(self, message_id: str) -> None:
         self._seen[message_id] = None

@@ -1,12 +1,34 @@
-"""Interswarm routes (``/interswarm/forward``, ``/interswarm/back``, ``/interswarm/message``).
-
-This router is mounted by the app already; the routes themselves arrive with interswarm support.
-Remote swarms authenticate with the ``agent`` role (``auth.caller_agent``) and get ``swarm``
-instances from ``state.instances`` (``instance_kind("agent") == "swarm"``).
-"""
+"""Interswarm routes: /interswarm/forward and /back (remote swarms, role agent) and
+/interswarm/message (admin/user). Parsing and authorization only; see server/interswarm.py."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
+
+from mail.server import interswarm
+from mail.server.auth import Caller, caller_admin_or_user, caller_agent
+from mail.server.bodies import read_json_object
+from mail.server.jsonio import JSONBody
+from mail.server.routes_public import get_state
 
 router = APIRouter()
+
+
+@router.post("/interswarm/forward")
+async def interswarm_forward(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
+    envelope = interswarm.validate_envelope(await read_json_object(request))
+    return JSONBody(await interswarm.receive(get_state(request), caller, envelope, "forward"))
+
+
+@router.post("/interswarm/back")
+async def interswarm_back(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
+    envelope = interswarm.validate_envelope(await read_json_object(request))
+    return JSONBody(await interswarm.receive(get_state(request), caller, envelope, "back"))
+
+
+@router.post("/interswarm/message")
+async def interswarm_message(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    data = await read_json_object(request)
+    return JSONBody(await interswarm.post_user_message(get_state(request), caller, data))

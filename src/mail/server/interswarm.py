@@ -1,0 +1,200 @@
+"""What the /interswarm routes mean, independent of HTTP parsing.
+
+The server owns one InterswarmRouter (over the server's SwarmRegistry) shared by every
+instance, so a swarm registered through POST /swarms is routable at once from every
+instance, volatile or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from fastapi import HTTPException
+
+from mail.core.message import (
+    create_address,
+    create_agent_address,
+    make_broadcast,
+    make_message,
+    make_request,
+    parse_agent_address,
+    parse_task_contributor,
+)
+from mail.server.auth import Caller
+from mail.server.errors import BadRequest
+from mail.server.instances import Instance
+from mail.server.state import ServerState
+
+logger = logging.getLogger("mail.server")
+
+
+async def connect_instance(state: ServerState, swarm: Any) -> None:
+    """Give a freshly created instance the server's registry and router."""
+    if not getattr(swarm, "enable_interswarm", False):
+        return
+    router = getattr(state, "router", None)
+    if router is None or state.registry is None:
+        return
+    swarm.swarm_registry = state.registry
+    swarm.runtime.swarm_registry = state.registry
+    await swarm.start_interswarm(router)
+
+
+def validate_envelope(data: dict[str, Any]) -> dict[str, Any]:
+    from mail.schemas import SchemaValidationError, validate_interswarm
+
+    envelope = data.get("message")
+    if envelope is None:
+        raise BadRequest("parameter 'message' is required")
+    if not isinstance(envelope, dict):
+        raise BadRequest(f"parameter 'message' must be an object, got {type(envelope).__name__}")
+    try:
+        validate_interswarm(envelope)
+    except SchemaValidationError as exc:
+        raise BadRequest(f"invalid interswarm message: {exc}") from exc
+    return envelope
+
+
+def _runner(state: ServerState, caller: Caller) -> str:
+    return f"swarm:{caller.id}@{state.swarm_name}"
+
+
+async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> Instance:
+    task_id = envelope["payload"]["task_id"]
+    for contributor in [envelope["task_owner"], *envelope["task_contributors"]]:
+        try:
+            role, ident, swarm = parse_task_contributor(contributor)
+        except ValueError:
+            continue
+        if swarm != state.swarm_name:
+            continue
+        if role not in ("admin", "user", "swarm"):
+            raise BadRequest(f"invalid role: {role}")
+        inst = state.instances.peek(role, ident)
+        if inst is None:
+            raise HTTPException(404, f"no mail instance found for contributor: {contributor}")
+        return inst
+    raise HTTPException(404, f"no mail instance found for task with id {task_id}")
+
+
+async def receive(
+    state: ServerState, caller: Caller, envelope: dict[str, Any], direction: str
+) -> dict[str, Any]:
+    from mail.net.bridge import InterswarmReceiveError
+
+    if envelope["target_swarm"] != state.swarm_name:
+        raise BadRequest(
+            f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"
+        )
+    if direction == "forward":
+        inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+        owner_swarm = envelope["task_owner"].rpartition("@")[2]
+        if owner_swarm == state.swarm_name:
+            # A task we own coming back through /forward: deliver it to the owner's instance.
+            inst = await _instance_for_back(state, envelope)
+    else:
+        inst = await _instance_for_back(state, envelope)
+    if not inst.swarm.is_interswarm_running():
+        raise HTTPException(503, "interswarm is not enabled for this swarm")
+    async with state.instances.lease(inst):
+        try:
+            task_id = inst.swarm.receive_interswarm_message(envelope, direction)
+        except InterswarmReceiveError as exc:
+            raise HTTPException(exc.status, str(exc)) from exc
+        except HTTPException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as the documented 500
+            logger.exception("interswarm %s failed", direction)
+            raise HTTPException(
+                500, f"server failed to receive interswarm {direction} message: {exc}"
+            ) from exc
+    return {
+        "swarm": state.swarm_name,
+        "task_id": task_id,
+        "status": "success",
+        "local_runner": _runner(state, caller),
+    }
+
+
+def _interswarm_user_message(
+    inst: Instance, caller: Caller, data: dict[str, Any]
+) -> tuple[Any, float]:
+    targets = data.get("targets")
+    body = data.get("body")
+    if isinstance(targets, str):
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    if not targets or not isinstance(targets, list) or body in (None, ""):
+        raise BadRequest("'targets' and 'body' are required")
+    if not all(isinstance(t, str) and t for t in targets):
+        raise BadRequest("parameter 'targets' must be a list of agent@swarm strings")
+    msg_type = data.get("msg_type") or "request"
+    if msg_type not in ("request", "broadcast"):
+        raise BadRequest(f"msg_type '{msg_type}' is not supported for interswarm send")
+    if msg_type == "request" and len(targets) != 1:
+        raise BadRequest("'request' messages require exactly one target")
+    subject = data.get("subject") or "Interswarm Message"
+    task_id = data.get("task_id") or str(uuid.uuid4())
+    if not isinstance(task_id, str):
+        raise BadRequest("parameter 'task_id' must be a string")
+    routing = dict(data.get("routing_info") or {})
+    if data.get("stream"):
+        routing["stream"] = True
+    if data.get("ignore_stream_pings"):
+        routing["ignore_stream_pings"] = True
+    swarm_name = inst.swarm.name
+    sender = create_address(caller.id, "admin" if caller.role == "admin" else "user")
+    qualified = []
+    for target in targets:
+        name, swarm = parse_agent_address(target)
+        qualified.append(f"{name}@{swarm}" if swarm else name)
+    if msg_type == "request":
+        _, target_swarm = parse_agent_address(qualified[0])
+        payload: Any = make_request(
+            task_id,
+            sender,
+            create_agent_address(qualified[0]),
+            str(subject),
+            str(body),
+            sender_swarm=swarm_name,
+            recipient_swarm=target_swarm or swarm_name,
+            routing_info=routing,
+        )
+    else:
+        swarms = sorted({s for _, s in map(parse_agent_address, qualified) if s})
+        payload = make_broadcast(
+            task_id,
+            sender,
+            [create_agent_address(t) for t in qualified],
+            str(subject),
+            str(body),
+            sender_swarm=swarm_name,
+            recipient_swarms=swarms or None,
+            routing_info=routing,
+        )
+    timeout = float(data.get("timeout") or 3600.0)
+    return make_message(payload, msg_type), timeout
+
+
+async def post_user_message(
+    state: ServerState, caller: Caller, data: dict[str, Any]
+) -> dict[str, Any]:
+    """Send a user/admin message to agents of other swarms and wait for the task's answer.
+
+    The message enters the caller's own instance like any other and leaves through the
+    server's router, so the remote answers through /interswarm/back into this task.
+    """
+    user_token = data.get("user_token") or caller.api_key
+    if not user_token:
+        raise HTTPException(401, "user token is required")
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    message, timeout = _interswarm_user_message(inst, caller, data)
+    if not inst.swarm.is_interswarm_running():
+        raise HTTPException(503, "interswarm router not available")
+    show = bool(data.get("stream") or data.get("show_events"))
+    async with state.instances.lease(inst):
+        response, events = await inst.swarm.submit_message(
+            message, timeout=timeout, show_events=show
+        )
+    return {"response": response, "events": events if show else None}
