@@ -1,0 +1,417 @@
+"""Routing in the runtime: priority order, comm_targets, bad recipients, failures, step limit."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mail.core.events import TaskEvent
+from mail.core.message import (
+    MAILMessage,
+    create_address,
+    create_agent_address,
+    make_broadcast,
+    make_interrupt,
+    make_message,
+    make_request,
+)
+from mail.core.observer import RuntimeObserver
+from mail.core.system_messages import system_response
+from mail.core.tasks import MAILTask
+from support.scripted_agents import (
+    AgentSpec,
+    ScriptedAgent,
+    events_named,
+    make_runtime,
+    run_task,
+    send_request,
+    send_response,
+    task_complete,
+    tool_call,
+    tool_results,
+    two_agent_runtime,
+    user_message,
+)
+
+IGNORE = [tool_call("ignore_broadcast", {})]
+
+
+def agent_msg(kind: str, task: str, sender: str, to: str, subject: str) -> MAILMessage:
+    frm = create_agent_address(sender)
+    if kind == "broadcast":
+        return make_message(
+            make_broadcast(task, frm, [create_agent_address(to)], subject, ""), kind
+        )
+    if kind == "interrupt":
+        return make_message(
+            make_interrupt(task, frm, [create_agent_address(to)], subject, ""), kind
+        )
+    return make_message(make_request(task, frm, create_agent_address(to), subject, ""), kind)
+
+
+def from_type(sender_type: str, sender: str, task: str, to: str, subject: str) -> MAILMessage:
+    payload = make_request(
+        task,
+        create_address(sender, sender_type),
+        create_agent_address(to),
+        subject,
+        "",  # type: ignore[arg-type]
+    )
+    return make_message(payload, "request")
+
+
+class Recorder(RuntimeObserver):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def event_added(self, task: MAILTask, event: TaskEvent) -> None:
+        if event.event == "new_message":
+            msg = event.extra_data["full_message"]
+            self.seen.append((msg["message"]["subject"], msg["message"]["task_id"]))
+
+
+async def _serve_until_idle(rt: Any) -> None:
+    loop = asyncio.create_task(rt.run_continuous())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(rt.await_idle(), 5)
+    await rt.shutdown(grace_period=1)
+    await asyncio.wait_for(loop, 2)
+
+
+# ------------------------------------------------------------------------------ priority
+
+
+async def test_runtime_serves_all_five_tiers_in_priority_order_fifo_within() -> None:
+    a = ScriptedAgent("a", default=IGNORE)
+    b = ScriptedAgent("b", default=IGNORE)
+    rt = make_runtime({"a": AgentSpec(a, ["b"], True), "b": AgentSpec(b, ["a"])}, entrypoint="a")
+    recorder = Recorder()
+    rt.observer = recorder
+    # Queued before the loop starts, deliberately in reverse priority order; each message
+    # has its own task so the turns do not wait on each other.
+    rt.submit(agent_msg("request", "t-5a", "b", "a", "agent-request-1"))
+    rt.submit(agent_msg("response", "t-5b", "b", "a", "agent-response-2"))
+    rt.submit(agent_msg("broadcast", "t-4", "b", "a", "agent-broadcast"))
+    rt.submit(agent_msg("interrupt", "t-3", "b", "a", "agent-interrupt"))
+    rt.submit(from_type("user", "u1", "t-2a", "a", "user-1"))
+    rt.submit(from_type("admin", "root", "t-2b", "a", "admin-2"))
+    rt.submit(from_type("user", "u1", "t-2c", "a", "user-3"))
+    rt.submit(system_response("testswarm", "t-1", "a", "system-1", "sys"))
+    await _serve_until_idle(rt)
+    expected = [
+        "system-1",
+        "user-1",
+        "admin-2",
+        "user-3",
+        "agent-interrupt",
+        "agent-broadcast",
+        "agent-request-1",
+        "agent-response-2",
+    ]
+    assert [subject for subject, _ in recorder.seen] == expected
+    # The agent's turns ran in that same order.
+    subjects = [c.last_content.split("<subject>")[1].split("</subject>")[0] for c in a.calls]
+    assert subjects == expected
+
+
+async def test_within_one_task_interrupt_overtakes_queued_requests() -> None:
+    rt, sup, wrk = two_agent_runtime(
+        [
+            [
+                send_request("worker", "first request"),
+                send_request("worker", "second request"),
+                tool_call("send_interrupt", {"target": "worker", "subject": "I", "body": "urgent"}),
+            ],
+            [tool_call("ignore_broadcast", {})],
+            [tool_call("ignore_broadcast", {})],
+            [task_complete("ok")],
+        ],
+        [
+            [send_response("supervisor", "r-int")],
+            [send_response("supervisor", "r-1")],
+            [send_response("supervisor", "r-2")],
+        ],
+    )
+    await run_task(rt)
+    bodies = [c.last_content.split("<body>")[1].split("</body>")[0] for c in wrk.calls]
+    assert bodies == ["urgent", "first request", "second request"]
+
+
+# ------------------------------------------------------------------------------ comm_targets
+
+
+async def test_send_to_agent_outside_comm_targets_is_rejected() -> None:
+    sup = ScriptedAgent("supervisor", [[send_request("secret")], [task_complete("ok")]])
+    secret = ScriptedAgent("secret", default=IGNORE)
+    worker = ScriptedAgent("worker", default=IGNORE)
+    rt = make_runtime(
+        {
+            "supervisor": AgentSpec(sup, ["worker"], True),
+            "worker": AgentSpec(worker, ["supervisor"]),
+            "secret": AgentSpec(secret, ["supervisor"]),
+        }
+    )
+    await run_task(rt)
+    assert secret.calls == []
+    assert tool_results(sup.calls[1].history) == [
+        "ERROR: 'secret' is not one of your communication targets"
+    ]
+    notice = sup.calls[1].last_content
+    assert "::invalid_recipient::" in notice and '<from type="system">testswarm</from>' in notice
+    assert [e.description for e in events_named(rt, "t1", "agent_error")] == [
+        "agent attempted to contact disallowed recipients: ['secret']"
+    ]
+
+
+async def test_delivery_enforces_comm_targets_for_directly_queued_agent_messages() -> None:
+    sup = ScriptedAgent("supervisor", [[task_complete("ok")]], default=IGNORE)
+    secret = ScriptedAgent("secret", default=IGNORE)
+    rt = make_runtime(
+        {"supervisor": AgentSpec(sup, ["worker"], True), "secret": AgentSpec(secret, ["x"])}
+    )
+    rt.submit(user_message("t1", "start"))  # creates the task; handled first (tier 2)
+    rt.submit(agent_msg("request", "t1", "supervisor", "secret", "sneaky"))
+    await _serve_until_idle(rt)
+    assert secret.calls == []
+    errors = [e.description for e in events_named(rt, "t1", "agent_error")]
+    assert errors == ["agent attempted to contact disallowed recipients: ['secret']"]
+
+
+async def test_broadcasts_skip_the_comm_targets_check() -> None:
+    sup = ScriptedAgent(
+        "supervisor",
+        [[tool_call("send_broadcast", {"subject": "s", "body": "hello all", "targets": []})]],
+        default=[task_complete("ok")],
+    )
+    outsider = ScriptedAgent("outsider", [[send_response("supervisor", "got it")]])
+    rt = make_runtime(
+        {
+            "supervisor": AgentSpec(sup, ["worker"], True),
+            "worker": AgentSpec(ScriptedAgent("worker", default=IGNORE), ["supervisor"]),
+            "outsider": AgentSpec(outsider, ["supervisor"]),
+        }
+    )
+    await run_task(rt)
+    assert "hello all" in outsider.calls[0].last_content
+
+
+# ------------------------------------------------------------------------------ bad recipients
+
+
+async def test_unknown_recipient_in_comm_targets_gets_agent_error() -> None:
+    sup = ScriptedAgent("supervisor", [[send_request("ghost")], [task_complete("ok")]])
+    rt = make_runtime({"supervisor": AgentSpec(sup, ["ghost"], True)})
+    response = await run_task(rt)
+    assert response["message"]["body"] == "ok"
+    [result] = tool_results(sup.calls[1].history)
+    assert result.startswith("ERROR: ")
+    notice = sup.calls[1].last_content
+    assert "::agent_error::" in notice
+    assert "ghost" in notice
+    assert any(
+        e.description == "agent ghost is unknown; message from supervisor cannot be delivered to it"
+        for e in events_named(rt, "t1", "agent_error")
+    )
+
+
+async def test_unknown_recipient_of_a_direct_agent_message_notifies_the_sender() -> None:
+    sup = ScriptedAgent("supervisor", [[tool_call("ignore_broadcast", {})], [task_complete("k")]])
+    rt = make_runtime({"supervisor": AgentSpec(sup, ["ghost"], True)})
+    rt.submit(user_message("t1", "start"))
+    rt.submit(agent_msg("request", "t1", "supervisor", "ghost", "lost"))
+    await _serve_until_idle(rt)
+    assert "::agent_error::" in sup.calls[1].last_content
+    assert "There is no agent called 'ghost'" in sup.calls[1].last_content
+
+
+async def test_user_message_to_unknown_agent_ends_the_task() -> None:
+    rt, sup, _ = two_agent_runtime([[task_complete("never")]])
+    response = await asyncio.wait_for(
+        rt.run_task(user_message("t1", "hi", to="nobody"), timeout=5), 6
+    )
+    assert response["msg_type"] == "broadcast_complete"
+    assert response["message"]["subject"] == "::agent_error::"
+    assert "'nobody'" in response["message"]["body"]
+    assert sup.calls == []
+
+
+async def test_agent_replying_to_the_user_id_is_told_to_use_task_complete() -> None:
+    rt, sup, _ = two_agent_runtime(
+        [[send_response("u1", "here is your answer")], [task_complete("ok")]]
+    )
+    response = await run_task(rt)
+    assert response["message"]["body"] == "ok"
+    notice = sup.calls[1].last_content
+    assert "::improper_response_to_user::" in notice
+    assert "task_complete" in notice
+    assert tool_results(sup.calls[1].history)[0].startswith("ERROR")
+
+
+async def test_delivery_to_the_user_id_sends_improper_response_to_user() -> None:
+    sup = ScriptedAgent("supervisor", [[tool_call("ignore_broadcast", {})], [task_complete("k")]])
+    rt = make_runtime({"supervisor": AgentSpec(sup, ["u1"], True)})
+    rt.submit(user_message("t1", "start"))
+    rt.submit(agent_msg("response", "t1", "supervisor", "u1", "to the user"))
+    await _serve_until_idle(rt)
+    assert "::improper_response_to_user::" in sup.calls[1].last_content
+    assert "'u1'" in sup.calls[1].last_content
+    assert any(
+        e.description == "agent supervisor attempted to send a message to the user (u1)"
+        for e in events_named(rt, "t1", "agent_error")
+    )
+
+
+async def test_user_message_to_the_swarm_name_ends_with_runtime_error() -> None:
+    rt, sup, _ = two_agent_runtime([[task_complete("never")]])
+    response = await asyncio.wait_for(
+        rt.run_task(user_message("t1", "hi", to="testswarm"), timeout=5), 6
+    )
+    assert response["message"]["subject"] == "::runtime_error::"
+    assert response["msg_type"] == "broadcast_complete"
+    assert "testswarm" in response["message"]["body"]
+    assert sup.calls == []
+    assert any("is the swarm name" in e.description for e in events_named(rt, "t1", "task_error"))
+
+
+async def test_agent_message_to_the_swarm_name_ends_the_task() -> None:
+    sup = ScriptedAgent("supervisor", [[tool_call("ignore_broadcast", {})]], default=IGNORE)
+    rt = make_runtime({"supervisor": AgentSpec(sup, ["testswarm"], True)})
+    future = asyncio.ensure_future(rt.run_task(user_message("t1", "start"), timeout=5))
+    await asyncio.sleep(0.05)
+    rt.submit(agent_msg("request", "t1", "supervisor", "testswarm", "to the swarm"))
+    response = await asyncio.wait_for(future, 6)
+    assert response["message"]["subject"] == "::runtime_error::"
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+async def test_entrypoint_exception_on_user_message_ends_task_and_runtime_keeps_serving() -> None:
+    sup = ScriptedAgent(
+        "supervisor", [RuntimeError("model exploded"), [task_complete("second task ok")]]
+    )
+    rt = make_runtime({"supervisor": AgentSpec(sup, ["worker"], True)})
+    loop = asyncio.create_task(rt.run_continuous())
+    try:
+        first = await asyncio.wait_for(rt.submit_and_wait(user_message("t1"), timeout=5), 6)
+        assert first["msg_type"] == "broadcast_complete"
+        assert first["message"]["subject"] == "::agent_error::"
+        assert "model exploded" in first["message"]["body"]
+        assert [e.description for e in events_named(rt, "t1", "agent_error")] == [
+            "error scheduling message for agent supervisor: model exploded"
+        ]
+        second = await asyncio.wait_for(rt.submit_and_wait(user_message("t2"), timeout=5), 6)
+        assert second["message"]["body"] == "second task ok"
+    finally:
+        await rt.shutdown(grace_period=1)
+        await asyncio.wait_for(loop, 2)
+
+
+async def test_worker_exception_notifies_the_requesting_agent() -> None:
+    rt, sup, wrk = two_agent_runtime(
+        [[send_request("worker", "do it")], [task_complete("recovered")]],
+        [ValueError("worker crashed")],
+    )
+    response = await run_task(rt)
+    assert response["message"]["body"] == "recovered"
+    notice = sup.calls[1].last_content
+    assert "::agent_error::" in notice and "worker crashed" in notice
+    assert '<from type="system">testswarm</from>' in notice
+
+
+async def test_failing_tool_handler_marks_the_call_in_progress() -> None:
+    # `get_tool_help` must be a list; an int makes the help handler raise mid-turn.
+    rt, sup, _ = two_agent_runtime([[tool_call("help", {"get_tool_help": 5})]])
+    response = await run_task(rt)
+    assert response["message"]["subject"] == "::agent_error::"
+    last = sup.live_histories[0][-1]
+    assert last["role"] == "tool"
+    assert last["content"].startswith("ERROR: failed to schedule message: ")
+
+
+async def test_agent_messages_for_a_completed_task_are_dropped() -> None:
+    slow = ScriptedAgent("slow", [[send_response("supervisor", "late")]], sleep=0.1)
+    fast = ScriptedAgent("fast", [[send_response("supervisor", "quick")]])
+    sup = ScriptedAgent(
+        "supervisor",
+        [[send_request("slow"), send_request("fast")], [task_complete("done early")]],
+    )
+    rt = make_runtime(
+        {
+            "supervisor": AgentSpec(sup, ["slow", "fast"], True),
+            "slow": AgentSpec(slow, ["supervisor"]),
+            "fast": AgentSpec(fast, ["supervisor"]),
+        }
+    )
+    loop = asyncio.create_task(rt.run_continuous())
+    try:
+        response = await asyncio.wait_for(rt.submit_and_wait(user_message("t1"), timeout=5), 6)
+        assert response["message"]["body"] == "done early"
+        await asyncio.wait_for(rt.await_idle(), 2)
+        assert len(slow.calls) == 1
+        assert len(sup.calls) == 2  # the late response was not delivered
+    finally:
+        await rt.shutdown(grace_period=1)
+        await asyncio.wait_for(loop, 2)
+
+
+# ------------------------------------------------------------------------------ step limit
+
+
+async def _lookup(args: dict[str, Any]) -> str:
+    return "lookup output"
+
+
+async def test_step_limit_replaces_messages_and_forces_task_complete() -> None:
+    rt, sup, wrk = two_agent_runtime(
+        [
+            [tool_call("lookup", {}), send_request("worker", "work")],
+            [tool_call("ignore_broadcast", {})],  # ::action_complete:: (not a step)
+            [task_complete("forced answer")],
+        ],
+        [[send_response("supervisor", "worker result")]],
+        actions={"lookup": _lookup},
+    )
+    response = await run_task(rt, max_steps=2)
+    assert response["message"]["body"] == "forced answer"
+    # Steps: the user message (1), the request (2); the worker's response (3) is replaced.
+    limit_call = sup.calls[2]
+    assert limit_call.tool_choice == {"type": "function", "name": "task_complete"}
+    assert sup.calls[0].tool_choice == "required" and sup.calls[1].tool_choice == "required"
+    text = limit_call.last_content
+    assert "<subject>::maximum_steps_reached::</subject>" in text
+    assert '<from type="system">testswarm</from>' in text
+    assert "worker result" not in text.split("Here is what happened")[0]
+    assert "--- Event 1 ---" in text and '"event": "new_message"' in text
+    assert '"event": "action_output"' in text and '"event": "action_complete"' not in text
+    assert len(wrk.calls) == 1
+
+
+async def test_step_limit_from_submit_kwargs_and_invalid_value() -> None:
+    rt, sup, _ = two_agent_runtime(
+        [[send_request("worker", "w")], [task_complete("limited")]],
+        [[send_response("supervisor", "r")]],
+    )
+    loop = asyncio.create_task(rt.run_continuous())
+    try:
+        response = await asyncio.wait_for(
+            rt.submit_and_wait(user_message("t1"), timeout=5, max_steps="2"), 6
+        )
+        assert response["message"]["body"] == "limited"
+        assert "::maximum_steps_reached::" in sup.calls[1].last_content
+        bad = await asyncio.wait_for(
+            rt.submit_and_wait(user_message("t2"), timeout=5, max_steps="lots"), 6
+        )
+        assert bad["message"]["subject"] == "::task_error::"
+        assert "max_steps must be an int or null" in bad["message"]["body"]
+    finally:
+        await rt.shutdown(grace_period=1)
+        await asyncio.wait_for(loop, 2)
+
+
+async def test_no_step_limit_by_default() -> None:
+    script: list[Any] = [[send_request("worker", f"r{i}")] for i in range(6)]
+    script.append([task_complete("long task")])
+    rt, _, _ = two_agent_runtime(script, [[send_response("supervisor", "ok")]] * 6)
+    response = await run_task(rt)
+    assert response["message"]["body"] == "long task"
