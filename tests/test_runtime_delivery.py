@@ -198,16 +198,18 @@ async def test_broadcasts_skip_the_comm_targets_check() -> None:
 # ------------------------------------------------------------------------------ bad recipients
 
 
-async def test_unknown_recipient_in_comm_targets_gets_agent_error() -> None:
+async def test_send_tool_to_unknown_recipient_fails_with_invalid_recipient() -> None:
+    # Ours (docs/differences.md "comm_targets tool result"): the send tool itself reports the
+    # unknown agent, and the follow-up notice is ::invalid_recipient::.
     sup = ScriptedAgent("supervisor", [[send_request("ghost")], [task_complete("ok")]])
     rt = make_runtime({"supervisor": AgentSpec(sup, ["ghost"], True)})
     response = await run_task(rt)
     assert response["message"]["body"] == "ok"
     [result] = tool_results(sup.calls[1].history)
-    assert result.startswith("ERROR: ")
+    assert result.startswith("ERROR: There is no agent called 'ghost' in this swarm")
     notice = sup.calls[1].last_content
-    assert "::agent_error::" in notice
-    assert "ghost" in notice
+    assert "<subject>::invalid_recipient::</subject>" in notice
+    assert "There is no agent called 'ghost'" in notice
     assert any(
         e.description == "agent ghost is unknown; message from supervisor cannot be delivered to it"
         for e in events_named(rt, "t1", "agent_error")
