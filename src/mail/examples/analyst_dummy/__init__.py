@@ -1,0 +1,1 @@
+"""Example analyst agent (no actions): analyses data and trends."""

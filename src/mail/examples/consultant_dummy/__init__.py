@@ -1,0 +1,1 @@
+"""Example consultant agent (no actions): gives recommendations."""

@@ -1,0 +1,1 @@
+"""Example math agent with a safe `calculate_expression` action."""

@@ -1,0 +1,57 @@
+"""`calculate_expression`: evaluates arithmetic safely (see `evaluator`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mail.examples.math_dummy.evaluator import evaluate
+
+DESCRIPTION = "Evaluate a basic arithmetic expression inside the math agent"
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "expression": {"type": "string", "description": "Expression to evaluate"},
+        "precision": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 12,
+            "description": "Optional number of decimal places",
+        },
+    },
+    "required": ["expression"],
+}
+
+
+def _format(value: int | float, precision: int | None) -> str:
+    if precision is not None:
+        return f"{value:.{precision}f}"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+async def calculate_expression(args: dict[str, Any]) -> str:
+    """Action function: `"{expression} = {result}"`."""
+    expression = str(args.get("expression") or "")
+    precision = args.get("precision")
+    if precision is not None:
+        precision = int(precision)
+        if not 0 <= precision <= 12:
+            raise ValueError("precision must be between 0 and 12")
+    value = evaluate(expression)
+    return f"{expression.strip()} = {_format(value, precision)}"
+
+
+def get_actions() -> list[Any]:
+    """The math agent's actions as `MAILAction`s (imported lazily to avoid cycles)."""
+    from mail.api import MAILAction
+
+    return [
+        MAILAction(
+            name="calculate_expression",
+            description=DESCRIPTION,
+            parameters=PARAMETERS,
+            function=calculate_expression,
+        )
+    ]

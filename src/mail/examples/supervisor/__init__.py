@@ -1,0 +1,1 @@
+"""Example supervisor: the entrypoint that delegates to workers and completes tasks."""

@@ -1,0 +1,107 @@
+"""`get_weather_forecast`: deterministic, synthetic forecasts (no network, no real data)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+CONDITIONS = (
+    "sunny",
+    "partly cloudy",
+    "overcast",
+    "light rain",
+    "showers",
+    "thunderstorms",
+    "windy",
+    "foggy",
+)
+
+DESCRIPTION = "Get the weather forecast for a given location"
+
+
+class GetWeatherForecastArgs(BaseModel):
+    """Get the weather forecast for a given location"""
+
+    location: str = Field(description="The location to get the weather forecast for")
+    days_ahead: int | None = Field(
+        default=None, description="The number of days ahead to get the weather forecast for"
+    )
+    metric: bool | None = Field(default=None, description="Whether to use metric units")
+
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "location": {
+            "type": "string",
+            "description": "The location to get the weather forecast for",
+        },
+        "days_ahead": {
+            "type": "integer",
+            "description": "The number of days ahead to get the weather forecast for",
+        },
+        "metric": {"type": "boolean", "description": "Whether to use metric units"},
+    },
+    "required": ["location"],
+}
+
+
+def forecast(location: str, days_ahead: int = 0, metric: bool = True) -> dict[str, Any]:
+    """The same location and day always give the same forecast."""
+    key = f"{location.strip().lower()}|{days_ahead}"
+    digest = hashlib.sha256(key.encode()).digest()
+    high_c = 5 + digest[0] % 26
+    low_c = high_c - (3 + digest[1] % 8)
+    rain = (digest[2] % 10) * 10
+    condition = CONDITIONS[digest[3] % len(CONDITIONS)]
+    if metric:
+        high, low, unit = high_c, low_c, "°C"
+    else:
+        high, low, unit = round(high_c * 9 / 5 + 32), round(low_c * 9 / 5 + 32), "°F"
+    return {
+        "location": location.strip(),
+        "days_ahead": days_ahead,
+        "condition": condition,
+        "high": high,
+        "low": low,
+        "unit": unit,
+        "precipitation_chance": rain,
+    }
+
+
+def _when(days_ahead: int) -> str:
+    return {0: "today", 1: "tomorrow"}.get(days_ahead, f"in {days_ahead} days")
+
+
+async def get_weather_forecast(args: dict[str, Any]) -> str:
+    """Action function: a one-line forecast for `args["location"]`."""
+    location = str(args.get("location") or "").strip()
+    if not location:
+        raise ValueError("a location is required")
+    days_ahead = args.get("days_ahead")
+    days_ahead = 0 if days_ahead is None else int(days_ahead)
+    if not 0 <= days_ahead <= 14:
+        raise ValueError("days_ahead must be between 0 and 14")
+    metric = args.get("metric")
+    data = forecast(location, days_ahead, True if metric is None else bool(metric))
+    return (
+        f"Forecast for {data['location']} ({_when(days_ahead)}): {data['condition']}, "
+        f"high {data['high']}{data['unit']}, low {data['low']}{data['unit']}, "
+        f"{data['precipitation_chance']}% chance of precipitation. (Synthetic demo data.)"
+    )
+
+
+def get_actions() -> list[Any]:
+    """The weather agent's actions as `MAILAction`s (imported lazily to avoid cycles)."""
+    from mail.api import MAILAction
+
+    return [
+        MAILAction(
+            name="get_weather_forecast",
+            description=DESCRIPTION,
+            parameters=PARAMETERS,
+            function=get_weather_forecast,
+        )
+    ]

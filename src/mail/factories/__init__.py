@@ -1,0 +1,44 @@
+"""Agent functions ("factories") that plug LLMs into the MAIL runtime.
+
+Importing this package is cheap: LiteLLM is imported on the first model call.
+"""
+
+from mail.factories.action import (
+    ActionAgentFunction,
+    LiteLLMActionAgentFunction,
+    action_agent_factory,
+)
+from mail.factories.base import (
+    LiteLLMAgentFunction,
+    MAILAgentFunction,
+    base_agent_factory,
+)
+from mail.factories.errors import (
+    AgentFunctionError,
+    LLMCallError,
+    LLMConfigError,
+    MalformedToolCallError,
+)
+from mail.factories.retry import RetryPolicy
+from mail.factories.supervisor import (
+    LiteLLMSupervisorFunction,
+    SupervisorFunction,
+    supervisor_factory,
+)
+
+__all__ = [
+    "ActionAgentFunction",
+    "AgentFunctionError",
+    "LLMCallError",
+    "LLMConfigError",
+    "LiteLLMActionAgentFunction",
+    "LiteLLMAgentFunction",
+    "LiteLLMSupervisorFunction",
+    "MAILAgentFunction",
+    "MalformedToolCallError",
+    "RetryPolicy",
+    "SupervisorFunction",
+    "action_agent_factory",
+    "base_agent_factory",
+    "supervisor_factory",
+]

@@ -1,0 +1,133 @@
+"""Agent functions for agents that have actions (custom tools) but cannot complete tasks."""
+
+from __future__ import annotations
+
+import warnings
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mail.factories._settings import check_settings
+from mail.factories.base import (
+    AgentResult,
+    LiteLLMAgentFunction,
+    MAILAgentFunction,
+    ToolChoice,
+    ToolFormat,
+    normalize_tools,
+)
+
+
+class ActionAgentFunction(MAILAgentFunction):
+    """Base for agents with actions: action tools may be given as pydantic model classes."""
+
+    def __init__(
+        self,
+        name: str,
+        comm_targets: list[str],
+        tools: list[Any],
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name,
+            comm_targets=comm_targets,
+            tools=normalize_tools(tools, tool_format),
+            enable_entrypoint=enable_entrypoint,
+            enable_interswarm=enable_interswarm,
+            can_complete_tasks=can_complete_tasks,
+            tool_format=tool_format,
+            exclude_tools=exclude_tools,
+            **kwargs,
+        )
+
+    @abstractmethod
+    def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    ) -> Awaitable[AgentResult]: ...
+
+
+class LiteLLMActionAgentFunction(ActionAgentFunction):
+    """A LiteLLM agent whose tools are its actions (plus the MAIL tools added per call).
+
+    Accepts every `LiteLLMAgentFunction` parameter. An agent with no actions is allowed.
+    The work is done by `self.action_agent_fn` (the runtime and the swarm's system-prompt
+    augmentation reach it through that attribute).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        comm_targets: list[str],
+        tools: list[Any],
+        llm: str,
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+        **settings: Any,
+    ) -> None:
+        check_settings(type(self).__name__, settings, LiteLLMAgentFunction.__init__)
+        super().__init__(
+            name=name,
+            comm_targets=comm_targets,
+            tools=tools,
+            enable_entrypoint=enable_entrypoint,
+            enable_interswarm=enable_interswarm,
+            can_complete_tasks=can_complete_tasks,
+            tool_format=tool_format,
+            exclude_tools=exclude_tools,
+        )
+        self.action_agent_fn = LiteLLMAgentFunction(
+            name=name,
+            comm_targets=comm_targets,
+            tools=self.tools,
+            llm=llm,
+            enable_entrypoint=enable_entrypoint,
+            enable_interswarm=enable_interswarm,
+            can_complete_tasks=can_complete_tasks,
+            tool_format=tool_format,
+            exclude_tools=exclude_tools,
+            **settings,
+        )
+        self.print_llm_streams = self.action_agent_fn.print_llm_streams
+
+    @property
+    def llm(self) -> str:
+        return self.action_agent_fn.llm
+
+    @property
+    def system(self) -> str:
+        return self.action_agent_fn.system
+
+    @system.setter
+    def system(self, value: str) -> None:
+        self.action_agent_fn.system = value
+
+    async def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    ) -> AgentResult:
+        return await self.action_agent_fn(messages, tool_choice)
+
+
+def action_agent_factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
+    """Deprecated: build a `LiteLLMActionAgentFunction` and return a coroutine function."""
+    warnings.warn(
+        "action_agent_factory is deprecated; use LiteLLMActionAgentFunction as the factory",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    agent = LiteLLMActionAgentFunction(**kwargs)
+
+    async def run(
+        messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    ) -> AgentResult:
+        return await agent(messages, tool_choice)
+
+    run._mail_agent = agent  # type: ignore[attr-defined]
+    return run

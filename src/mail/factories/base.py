@@ -1,0 +1,299 @@
+"""Agent function base classes and the LiteLLM-backed agent function.
+
+An agent function is what the runtime calls for each turn:
+``await fn(history, tool_choice) -> (text | None, list[AgentToolCall])``. A *factory* is any
+callable that `MAILAgentTemplate.instantiate` can call with keyword arguments to get one; the
+classes here are factories (``__init__``) whose instances are agent functions (``__call__``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+from mail.core.tools import (
+    AgentToolCall,
+    create_mail_tools,
+    pydantic_model_to_tool,
+)
+from mail.factories import completions, responses
+from mail.factories.assembly import StreamPrinter
+from mail.factories.errors import LLMConfigError
+from mail.factories.retry import RetryPolicy, call_with_retries
+
+logger = logging.getLogger("mail.factories")
+
+ToolFormat = Literal["completions", "responses"]
+ToolChoice = str | dict[str, Any]
+AgentResult = tuple[str | None, list[AgentToolCall]]
+
+THINKING_BUDGETS: dict[str, int] = {"minimal": 2000, "low": 4000, "medium": 8000, "high": 16000}
+DEMO_MODEL_PREFIX = "mail/"
+PROXY_PREFIX = "litellm_proxy/"
+
+
+def normalize_tools(tools: list[Any] | None, tool_format: str) -> list[dict[str, Any]]:
+    """Tool dicts from a mix of dicts and pydantic model classes."""
+    result: list[dict[str, Any]] = []
+    for tool in tools or []:
+        if isinstance(tool, type) and issubclass(tool, BaseModel):
+            result.append(pydantic_model_to_tool(tool, style=tool_format))  # type: ignore[arg-type]
+        elif isinstance(tool, dict):
+            result.append(tool)
+        else:
+            raise TypeError(
+                f"tools must be tool dicts or pydantic model classes, got {type(tool).__name__}"
+            )
+    return result
+
+
+class MAILAgentFunction(ABC):
+    """Base for class-based agent functions: stores the wiring every agent has.
+
+    Extra keyword arguments are kept in `self.kwargs` for subclasses that accept them.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        comm_targets: list[str],
+        tools: list[dict[str, Any]],
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if tool_format not in ("completions", "responses"):
+            raise ValueError(
+                f"agent '{name}': tool_format must be 'completions' or 'responses', "
+                f"got {tool_format!r}"
+            )
+        self.name = name
+        self.comm_targets = list(comm_targets)
+        self.tools = list(tools or [])
+        self.enable_entrypoint = enable_entrypoint
+        self.enable_interswarm = enable_interswarm
+        self.can_complete_tasks = can_complete_tasks
+        self.tool_format: ToolFormat = tool_format
+        self.exclude_tools = list(exclude_tools or [])
+        self.kwargs = kwargs
+
+    @abstractmethod
+    def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    ) -> Awaitable[AgentResult]:
+        """Run one agent turn over `messages` (the runtime's history for this agent)."""
+
+
+class LiteLLMAgentFunction(MAILAgentFunction):
+    """An agent backed by any LiteLLM model, in either tool format.
+
+    `retry_policy` (class attribute, overridable per instance) sets how provider failures are
+    retried. `api_base`, `api_key` and `request_timeout` are additions to the reference
+    parameters: they point the agent at a specific endpoint (e.g. a local OpenAI-compatible
+    server) and bound each attempt.
+    """
+
+    retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+
+    def __init__(
+        self,
+        name: str,
+        comm_targets: list[str],
+        tools: list[dict[str, Any]],
+        llm: str,
+        system: str = "",
+        user_token: str = "",
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+        reasoning_effort: str | None = None,
+        thinking_budget: int | None = None,
+        max_tokens: int | None = None,
+        memory: bool = True,
+        use_proxy: bool = True,
+        stream_tokens: bool = False,
+        print_llm_streams: bool = True,
+        _debug_include_mail_tools: bool = True,
+        default_tool_choice: ToolChoice | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            name=name,
+            comm_targets=comm_targets,
+            tools=normalize_tools(tools, tool_format),
+            enable_entrypoint=enable_entrypoint,
+            enable_interswarm=enable_interswarm,
+            can_complete_tasks=can_complete_tasks,
+            tool_format=tool_format,
+            exclude_tools=exclude_tools,
+        )
+        if not isinstance(llm, str) or not llm.strip():
+            raise LLMConfigError(
+                f"agent '{name}': 'llm' must be a LiteLLM model name such as "
+                f"'openai/gpt-5-mini' (or 'mail/demo' for the offline demo model), got {llm!r}"
+            )
+        self.llm = llm
+        self.system = system or ""
+        self.user_token = user_token or ""
+        self.reasoning_effort = reasoning_effort
+        if thinking_budget is None and reasoning_effort in THINKING_BUDGETS:
+            thinking_budget = THINKING_BUDGETS[reasoning_effort]
+        self.thinking_budget = thinking_budget
+        if max_tokens is None and thinking_budget:
+            max_tokens = thinking_budget + 4000
+        self.max_tokens = max_tokens
+        self.thinking: dict[str, Any] = (
+            {"type": "enabled", "budget_tokens": thinking_budget}
+            if thinking_budget
+            else {"type": "disabled"}
+        )
+        self.memory = memory
+        self.use_proxy = use_proxy
+        self.stream_tokens = stream_tokens
+        self.print_llm_streams = print_llm_streams
+        self._debug_include_mail_tools = _debug_include_mail_tools
+        self.default_tool_choice = default_tool_choice
+        self.api_base = api_base
+        self.api_key = api_key
+        self.request_timeout = request_timeout
+
+    # -- what is sent ------------------------------------------------------------------------
+
+    def build_tools(self) -> list[dict[str, Any]]:
+        """MAIL tools (when the agent has someone to talk to), then the agent's own tools."""
+        tools: list[dict[str, Any]] = []
+        if self.comm_targets and self._debug_include_mail_tools:
+            tools.extend(
+                create_mail_tools(
+                    self.comm_targets,
+                    enable_interswarm=self.enable_interswarm,
+                    style=self.tool_format,
+                    exclude_tools=self.exclude_tools,
+                )
+            )
+        tools.extend(self.tools)
+        return tools
+
+    def build_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The request's messages: the system prompt first, unless history already has one.
+
+        A new list is returned; the runtime's history is never modified here.
+        """
+        first = messages[0] if messages else None
+        if self.system and not (isinstance(first, dict) and first.get("role") == "system"):
+            return [{"role": "system", "content": self.system}, *messages]
+        return list(messages)
+
+    @property
+    def is_demo_model(self) -> bool:
+        return self.llm.startswith(DEMO_MODEL_PREFIX)
+
+    @property
+    def is_anthropic_model(self) -> bool:
+        lowered = self.llm.lower()
+        return "anthropic" in lowered or "claude" in lowered
+
+    def _model_and_options(self) -> tuple[str, dict[str, Any]]:
+        model = self.llm
+        options: dict[str, Any] = {"max_retries": 0, "_skip_mcp_handler": True}
+        if self.is_demo_model:
+            from mail.factories.demo_model import register_demo_provider
+
+            register_demo_provider()
+        elif self.use_proxy:
+            if not model.startswith(PROXY_PREFIX):
+                model = PROXY_PREFIX + model
+            if not (self.api_base or os.environ.get("LITELLM_PROXY_API_BASE")):
+                raise LLMConfigError(
+                    f"agent '{self.name}' has use_proxy=true but LITELLM_PROXY_API_BASE is not "
+                    "set; set it to your LiteLLM proxy URL, or set use_proxy to false in the "
+                    "agent's agent_params to call the provider directly"
+                )
+            options["extra_headers"] = {"Authorization": f"Bearer {self.user_token}"}
+        if self.api_base:
+            options["api_base"] = self.api_base
+        if self.api_key:
+            options["api_key"] = self.api_key
+        if self.request_timeout:
+            options["timeout"] = self.request_timeout
+        return model, options
+
+    def _make_attempt(
+        self, messages: list[dict[str, Any]], tool_choice: ToolChoice
+    ) -> Callable[[], Awaitable[AgentResult]]:
+        model, options = self._model_and_options()
+        tools = self.build_tools()
+        request_messages = self.build_messages(messages)
+        printer = StreamPrinter(self.name, self.print_llm_streams)
+        if self.tool_format == "completions":
+            crequest = completions.build_request(
+                model=model,
+                messages=request_messages,
+                tools=tools,
+                tool_choice=tool_choice,
+                options=options,
+                reasoning_effort=self.reasoning_effort,
+                thinking_budget=self.thinking_budget,
+                max_tokens=self.max_tokens,
+                anthropic=self.is_anthropic_model,
+                stream=self.stream_tokens,
+                printer=printer,
+            )
+            return lambda: completions.run(crequest)
+        rrequest = responses.build_request(
+            model=model,
+            messages=request_messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            options=options,
+            reasoning_effort=self.reasoning_effort,
+            max_tokens=self.max_tokens,
+            stream=self.stream_tokens,
+            printer=printer,
+        )
+        return lambda: responses.run(rrequest)
+
+    # -- the agent function --------------------------------------------------------------------
+
+    async def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    ) -> AgentResult:
+        if self.default_tool_choice is not None:
+            tool_choice = self.default_tool_choice
+        attempt = self._make_attempt(messages, tool_choice)
+        return await call_with_retries(
+            attempt,
+            policy=self.retry_policy,
+            what=f"agent '{self.name}' calling {self.llm}",
+        )
+
+
+def base_agent_factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
+    """Deprecated: build a `LiteLLMAgentFunction` and return a plain coroutine function."""
+    warnings.warn(
+        "base_agent_factory is deprecated; use LiteLLMAgentFunction as the factory",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    agent = LiteLLMAgentFunction(**kwargs)
+
+    async def run(
+        messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    ) -> AgentResult:
+        return await agent(messages, tool_choice)
+
+    run._mail_agent = agent  # type: ignore[attr-defined]
+    return run

@@ -1,0 +1,346 @@
+"""Decision logic of the offline demo model (`mail/demo`).
+
+Given the conversation and the offered tools, decide what a sensible MAIL agent would do:
+
+- a coordinator (has `task_complete` and `send_request`) delegates a new request to the comm
+  targets whose name or description fit it, waits for all their answers, then completes the
+  task with them; with no fitting target it answers itself;
+- an agent with actions calls the best-fitting action with arguments taken from the message,
+  and after `::action_complete::` replies (`send_response`) to whoever asked;
+- an agent without actions replies with a short canned answer;
+- in manual mode (a `::manual_step::` prompt) it answers in plain text, or calls the action
+  the prompt names (once per buffered message) and reports the results in text afterwards.
+
+Everything is deterministic: the same conversation always yields the same turn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from mail.core.tools import RUNTIME_TOOL_NAMES
+from mail.factories.demo_text import (
+    Incoming,
+    deterministic_pick,
+    fill_arguments,
+    fit_score,
+    message_blocks,
+    parse_incoming,
+    summarize,
+)
+
+
+@dataclass
+class DemoTurn:
+    text: str | None = None
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class _Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class _State:
+    """What the conversation so far implies (rebuilt from history on every turn)."""
+
+    current: Incoming | None = None
+    origin: Incoming | None = None
+    current_is_reply: bool = False
+    outstanding: dict[str, int] = field(default_factory=dict)
+    replies: list[Incoming] = field(default_factory=list)
+    last_action_results: list[str] = field(default_factory=list)
+    ends_with_tool_results: bool = False
+
+
+def _tools_by_name(tools: list[dict[str, Any]]) -> dict[str, _Tool]:
+    result = {}
+    for tool in tools or []:
+        spec = tool.get("function", tool)
+        name = spec.get("name")
+        if name:
+            result[name] = _Tool(name, spec.get("description") or "", spec.get("parameters") or {})
+    return result
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _rebuild_state(messages: list[dict[str, Any]]) -> _State:
+    state = _State()
+    action_ids: set[str] = set()
+    for message in messages:
+        role = message.get("role")
+        if role == "user":
+            incoming = parse_incoming(_text(message.get("content")))
+            state.current = incoming
+            state.ends_with_tool_results = False
+            is_reply = (
+                not incoming.manual
+                and incoming.sender_type == "agent"
+                and state.outstanding.get(incoming.sender, 0) > 0
+            )
+            state.current_is_reply = is_reply
+            if is_reply:
+                state.outstanding[incoming.sender] -= 1
+                state.replies.append(incoming)
+            elif incoming.manual or incoming.sender_type != "system":
+                state.origin = incoming
+                state.outstanding = {}
+                state.replies = []
+        elif role == "assistant":
+            batch_actions = False
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                name = function.get("name", "")
+                if name == "send_request":
+                    target = _arguments(function).get("target", "")
+                    state.outstanding[target] = state.outstanding.get(target, 0) + 1
+                elif name not in RUNTIME_TOOL_NAMES:
+                    if not batch_actions:
+                        state.last_action_results = []
+                        action_ids.clear()
+                        batch_actions = True
+                    action_ids.add(call.get("id", ""))
+        elif role == "tool":
+            state.ends_with_tool_results = True
+            if message.get("tool_call_id") in action_ids:
+                state.last_action_results.append(_text(message.get("content")))
+    return state
+
+
+def _arguments(function: dict[str, Any]) -> dict[str, Any]:
+    raw = function.get("arguments")
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _targets(tools: dict[str, _Tool]) -> list[str]:
+    tool = tools.get("send_request")
+    if tool is None:
+        return []
+    target = (tool.parameters.get("properties") or {}).get("target") or {}
+    if target.get("enum"):
+        return list(target["enum"])
+    description = target.get("description", "")
+    if "Must be one of:" in description:
+        listed = description.split("Must be one of:", 1)[1]
+        return [t.strip(" .") for t in listed.split(",") if t.strip(" .")]
+    return []
+
+
+def _target_descriptions(system: str, targets: list[str]) -> dict[str, str]:
+    """Lines of the system prompt that talk about each target (its 'description')."""
+    lines = [line for line in system.splitlines() if "Name:" not in line]
+
+    def mentions(line: str) -> set[str]:
+        return {t for t in targets if t.lower() in line.lower()}
+
+    # Only lines about one target describe it; a line naming several says nothing specific.
+    return {t: " ".join(line for line in lines if mentions(line) == {t}) for t in targets}
+
+
+def _clean_result(result: str) -> str:
+    return result.removeprefix("SUCCESS: ")
+
+
+class DemoBrain:
+    """Decides one turn. Construct per call; `decide()` is pure."""
+
+    def __init__(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any
+    ) -> None:
+        self.messages = messages
+        self.tools = _tools_by_name(tools)
+        self.tool_choice = tool_choice
+        self.system = "".join(
+            _text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+        )
+        self.state = _rebuild_state(messages)
+        self.actions = [t for name, t in self.tools.items() if name not in RUNTIME_TOOL_NAMES]
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def has(self, name: str) -> bool:
+        return name in self.tools
+
+    def _finish_or_reply(self, answer: str, origin: Incoming | None) -> DemoTurn:
+        """Deliver `answer` to whoever asked: the user via task_complete, an agent by reply."""
+        if origin is not None and origin.manual:
+            return DemoTurn(text=answer)
+        if origin is not None and origin.sender_type == "agent" and self.has("send_response"):
+            subject = (
+                origin.subject if origin.subject.startswith("Re:") else f"Re: {origin.subject}"
+            )
+            return DemoTurn(
+                calls=[
+                    ("send_response", {"target": origin.sender, "subject": subject, "body": answer})
+                ]
+            )
+        if self.has("task_complete"):
+            return DemoTurn(calls=[("task_complete", {"finish_message": answer})])
+        if self.tool_choice == "required" and self.has("await_message"):
+            return DemoTurn(calls=[("await_message", {"reason": "nothing more to do"})])
+        return DemoTurn(text=answer)
+
+    def _canned_answer(self, request: Incoming) -> str:
+        first_line = self.system.strip().splitlines()[0] if self.system.strip() else ""
+        persona = first_line.replace("You are ", "I am ", 1) if first_line else "I am a demo agent."
+        return (
+            f"[demo model] {summarize(persona, 100)} I have no specialist or action for "
+            f"'{summarize(request.body, 120)}', and the offline demo model cannot write real "
+            "answers; switch the swarm to a real model for that."
+        )
+
+    def _best_action(self, request: str) -> tuple[_Tool | None, int]:
+        best: tuple[_Tool | None, int] = (None, 0)
+        for tool in self.actions:
+            score = fit_score(request, tool.name, tool.description)
+            if score > best[1]:
+                best = (tool, score)
+        return best
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def decide(self) -> DemoTurn:
+        turn = self._decide()
+        if self.tool_choice == "required" and not turn.calls:
+            # The runtime demands a tool call; park the agent rather than answer in text.
+            if self.has("await_message"):
+                return DemoTurn(calls=[("await_message", {"reason": "nothing to add"})])
+            if self.has("task_complete"):
+                return DemoTurn(calls=[("task_complete", {"finish_message": turn.text or ""})])
+        return turn
+
+    def _decide(self) -> DemoTurn:
+        forced = self.tool_choice
+        if isinstance(forced, dict):
+            name = forced.get("name") or (forced.get("function") or {}).get("name")
+            if name == "task_complete":
+                return DemoTurn(calls=[("task_complete", {"finish_message": self._summary()})])
+        state = self.state
+        current = state.current
+        if current is None:
+            return self._finish_or_reply("[demo model] Nothing to respond to.", None)
+        if state.ends_with_tool_results or current.subject in (
+            "::action_complete::",
+            "::action_error::",
+        ):
+            return self._after_actions()
+        if current.manual:
+            return self._manual_step(current)
+        if current.sender_type == "system":
+            return self._system_notice(current)
+        if state.current_is_reply:
+            return self._after_reply()
+        if current.to_all and current.sender_type == "agent":
+            if self.has("acknowledge_broadcast"):
+                return DemoTurn(calls=[("acknowledge_broadcast", {"note": None})])
+            return DemoTurn(text="[demo model] noted.")
+        return self._new_request(current)
+
+    def _summary(self) -> str:
+        if self.state.replies:
+            return "\n".join(r.body for r in self.state.replies)
+        if self.state.last_action_results:
+            return "\n".join(_clean_result(r) for r in self.state.last_action_results)
+        return "[demo model] The task ended before an answer was found."
+
+    def _after_actions(self) -> DemoTurn:
+        results = [_clean_result(r) for r in self.state.last_action_results] or ["(no result)"]
+        origin = self.state.origin
+        if origin is not None and origin.manual:
+            return DemoTurn(text="Done. " + " | ".join(results))
+        return self._finish_or_reply("\n".join(results), origin)
+
+    def _after_reply(self) -> DemoTurn:
+        waiting = [t for t, n in self.state.outstanding.items() if n > 0]
+        if waiting and self.has("await_message"):
+            return DemoTurn(
+                calls=[("await_message", {"reason": f"waiting for {', '.join(waiting)}"})]
+            )
+        answer = "\n\n".join(
+            f"{r.sender}: {r.body}" if len(self.state.replies) > 1 else r.body
+            for r in self.state.replies
+        )
+        return self._finish_or_reply(answer, self.state.origin)
+
+    def _system_notice(self, notice: Incoming) -> DemoTurn:
+        if notice.subject == "::maximum_steps_reached::":
+            return self._finish_or_reply(self._summary(), None)
+        if notice.subject == "::help::" and self.has("acknowledge_broadcast"):
+            return DemoTurn(calls=[("acknowledge_broadcast", {"note": "read the help"})])
+        problem = f"[demo model] I could not finish: {notice.subject} {summarize(notice.body, 200)}"
+        return self._finish_or_reply(problem, self.state.origin)
+
+    def _new_request(self, request: Incoming) -> DemoTurn:
+        text = f"{request.subject} {request.body}"
+        action, action_score = self._best_action(text)
+        coordinator = self.has("task_complete") and self.has("send_request")
+        if action is not None and (not coordinator or action_score >= 2):
+            return DemoTurn(calls=[(action.name, fill_arguments(action.parameters, request.body))])
+        if coordinator:
+            targets = [t for t in _targets(self.tools) if t != request.sender]
+            descriptions = _target_descriptions(self.system, targets)
+            scored = [(fit_score(text, t, descriptions[t]), t) for t in targets]
+            chosen = [t for score, t in sorted(scored, key=lambda p: -p[0]) if score > 0]
+            if chosen:
+                subject = request.subject or "Request"
+                return DemoTurn(
+                    calls=[
+                        ("send_request", {"target": t, "subject": subject, "body": request.body})
+                        for t in chosen
+                    ]
+                )
+        if action is not None and not coordinator:
+            return DemoTurn(calls=[(action.name, fill_arguments(action.parameters, request.body))])
+        return self._finish_or_reply(self._canned_answer(request), request)
+
+    def _manual_step(self, prompt: Incoming) -> DemoTurn:
+        named = [t for t in self.actions if t.name in prompt.body]
+        if named:
+            action = named[0]
+            blocks = message_blocks(prompt.body)
+            private = [b for b in blocks if b[0] == "private"]
+            relevant = [b for b in (private or blocks) if any(ch.isdigit() for ch in b[2])]
+            if relevant:
+                return DemoTurn(
+                    calls=[
+                        (action.name, fill_arguments(action.parameters, body, sender=sender))
+                        for _, sender, body in relevant
+                    ]
+                )
+            return DemoTurn(calls=[(action.name, fill_arguments(action.parameters, prompt.body))])
+        return DemoTurn(text=self._manual_text(prompt.body))
+
+    def _manual_text(self, prompt: str) -> str:
+        import re
+
+        instructions = prompt.split("</public_message>")[-1].split("</private_message>")[-1]
+        bounds = re.search(r"between (\d+) and (\d+)", instructions)
+        if bounds:
+            low, high = int(bounds.group(1)), int(bounds.group(2))
+            return f"I guess {deterministic_pick(low, high, self.system, instructions)}."
+        lines = [line.strip() for line in instructions.splitlines() if line.strip()]
+        return summarize(lines[-1], 300) if lines else "[demo model] (nothing to say)"
+
+
+def decide(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any
+) -> DemoTurn:
+    return DemoBrain(messages, tools, tool_choice).decide()
