@@ -250,3 +250,90 @@ def _frame(frame: str) -> SSEEvent:
         elif key == "id":
             ev_id = value
     return SSEEvent(name, "\n".join(data), ev_id, time.monotonic())
+
+
+class StubAuthService:
+    """An auth service on 127.0.0.1 (login + token info), counting the calls it receives.
+
+    ``users`` maps API keys to ``(role, id)``. ``POST /login`` with ``Bearer <key>`` answers
+    ``{"token": "tok-<key>"}``; ``GET /token-info`` with ``Bearer tok-<key>`` answers
+    ``{"role", "id", "api_key"}``. Unknown credentials get 401; ``fail_with`` forces a status.
+    """
+
+    def __init__(self, users: dict[str, tuple[str, str]], delay: float = 0.0) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.users = users
+        self.delay = delay
+        self.login_calls = 0
+        self.token_info_calls = 0
+        self.fail_with: int | None = None
+        self._lock = threading.Lock()
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _bearer(self) -> str:
+                return self.headers.get("Authorization", "").removeprefix("Bearer ")
+
+            def do_POST(self) -> None:  # noqa: N802
+                with service._lock:
+                    service.login_calls += 1
+                time.sleep(service.delay)
+                if service.fail_with:
+                    return self._reply(service.fail_with, {"detail": "forced"})
+                key = self._bearer()
+                if self.path != "/login" or key not in service.users:
+                    return self._reply(401, {"detail": "bad key"})
+                self._reply(200, {"token": f"tok-{key}"})
+
+            def do_GET(self) -> None:  # noqa: N802
+                with service._lock:
+                    service.token_info_calls += 1
+                time.sleep(service.delay)
+                if service.fail_with:
+                    return self._reply(service.fail_with, {"detail": "forced"})
+                key = self._bearer().removeprefix("tok-")
+                if self.path != "/token-info" or key not in service.users:
+                    return self._reply(401, {"detail": "bad token"})
+                role, ident = service.users[key]
+                self._reply(200, {"role": role, "id": ident, "api_key": key})
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "AUTH_ENDPOINT": f"{self.url}/login",
+            "TOKEN_INFO_ENDPOINT": f"{self.url}/token-info",
+        }
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.login_calls = self.token_info_calls = 0
+
+    def __enter__(self) -> StubAuthService:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,147 @@
+"""Local auth: the hashed key file, `mail keys`, and the request-time key store."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from fastapi import HTTPException
+
+from mail.server import keystore
+from mail.server.auth import LocalAuthenticator
+from server_fixtures import run_cli
+
+
+def test_create_stores_only_a_hash_with_mode_0600(tmp_path: Path) -> None:
+    path = tmp_path / "reg" / "keys.json"
+    secret, record = keystore.create_key(path, "user", "alice")
+    assert secret.startswith("mail_") and len(secret) >= 40
+    text = path.read_text()
+    assert secret not in text
+    assert keystore.hash_key(secret) in text
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    data = json.loads(text)["keys"][0]
+    assert data["id"] == "alice" and data["role"] == "user" and data["prefix"] == secret[:12]
+    assert record.created_at.endswith("+00:00")
+
+
+def test_validation_of_roles_and_custom_keys(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    with pytest.raises(keystore.KeyStoreError, match="role must be one of"):
+        keystore.create_key(path, "root", "x")
+    with pytest.raises(keystore.KeyStoreError, match="at least 24 characters"):
+        keystore.create_key(path, "user", "x", key="short")
+    key = "k" * 30
+    keystore.create_key(path, "user", "x", key=key)
+    with pytest.raises(keystore.KeyStoreError, match="already"):
+        keystore.create_key(path, "admin", "y", key=key)
+
+
+def test_revoke_by_id_full_key_or_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    a, _ = keystore.create_key(path, "user", "a")
+    b, _ = keystore.create_key(path, "user", "b")
+    c, _ = keystore.create_key(path, "admin", "c")
+    assert [r.id for r in keystore.revoke_keys(path, "a")] == ["a"]
+    assert [r.id for r in keystore.revoke_keys(path, b)] == ["b"]
+    assert [r.id for r in keystore.revoke_keys(path, c[:10])] == ["c"]
+    assert keystore.read_records(path) == []
+    assert keystore.revoke_keys(path, "nobody") == []
+
+
+def test_store_lookup_follows_file_changes(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    store = keystore.LocalKeyStore(path)
+    assert len(store) == 0
+    key, _ = keystore.create_key(path, "admin", "root")
+    assert store.lookup(key).id == "root"
+    keystore.revoke_keys(path, "root")
+    assert store.lookup(key) is None
+
+
+def test_store_keeps_last_good_keys_when_the_file_is_corrupted(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    key, _ = keystore.create_key(path, "user", "u")
+    store = keystore.LocalKeyStore(path)
+    path.write_text("{oops")
+    assert store.lookup(key).id == "u"
+
+
+async def test_local_authenticator(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    key, _ = keystore.create_key(path, "agent", "peer")
+    auth = LocalAuthenticator(path)
+    caller = await auth.authenticate(key)
+    assert (caller.role, caller.id, caller.api_key) == ("agent", "peer", key)
+    with pytest.raises(HTTPException) as exc:
+        await auth.authenticate(key + "x")
+    assert exc.value.status_code == 401 and exc.value.detail == "invalid API key"
+
+
+def test_bootstrap_creates_admin_and_user_once(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    created = keystore.bootstrap_keys(path)
+    assert [(r.role, r.id) for _, r in created] == [("admin", "admin"), ("user", "user")]
+    assert keystore.bootstrap_keys(path) == []
+
+
+# ------------------------------------------------------------------------------- CLI
+
+
+def test_keys_cli_create_list_revoke(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    code, out, _ = run_cli(
+        "keys", "--keys-file", str(path), "create", "--role", "user", "--id", "zoe"
+    )
+    assert code == 0
+    secret = out.strip().splitlines()[-1]
+    assert secret.startswith("mail_")
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list")
+    assert code == 0 and "zoe" in out and "user" in out and secret not in out
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list", "--json")
+    assert json.loads(out) == [
+        {
+            "id": "zoe",
+            "role": "user",
+            "prefix": secret[:12],
+            "created_at": json.loads(out)[0]["created_at"],
+        }
+    ]
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "revoke", "zoe")
+    assert code == 0 and "Revoked user key 'zoe'" in out
+    code, _, err = run_cli("keys", "--keys-file", str(path), "revoke", "zoe")
+    assert code == 2 and "no key matches 'zoe'" in err
+
+
+def test_keys_cli_uses_config_and_env_for_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "mail.toml"
+    config.write_text(f'[server.swarm]\nregistry = "{tmp_path / "regs" / "x.json"}"\n')
+    code, out, _ = run_cli("keys", "-c", str(config), "create", "--role", "admin", "--json")
+    assert code == 0
+    made = json.loads(out)
+    assert made["keys_file"] == str(tmp_path / "regs" / "keys.json")
+    assert made["id"].startswith("admin-")
+    env_file = tmp_path / "env-keys.json"
+    code, out, _ = run_cli(
+        "keys",
+        "-c",
+        str(config),
+        "create",
+        "--role",
+        "user",
+        "--json",
+        env={"MAIL_KEYS_FILE": str(env_file)},
+    )
+    assert json.loads(out)["keys_file"] == str(env_file)
+
+
+def test_keys_cli_errors_are_one_line(tmp_path: Path) -> None:
+    code, _, err = run_cli(
+        "keys", "--keys-file", str(tmp_path / "k.json"), "create", "--role", "user", "--key", "tiny"
+    )
+    assert code == 2 and err.count("\n") == 1 and "at least 24" in err
+    code, _, err = run_cli("keys", "--keys-file", str(tmp_path / "k.json"))
+    assert code == 2 and "choose a subcommand" in err
