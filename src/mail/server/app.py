@@ -39,6 +39,7 @@ from mail.server.state import (
     build_registry,
     close_quietly,
     load_template,
+    maybe_await,
     start_store,
     template_from_env,
 )
@@ -101,6 +102,7 @@ async def _startup(
         store=store,
     )
     state_box["state"] = state
+    await _start_interswarm(state)
     instances.start()
     logger.info(
         "MAIL server v%s (protocol %s): swarm '%s' from %s, entrypoint '%s', auth %s, base url %s",
@@ -115,6 +117,25 @@ async def _startup(
     return state
 
 
+async def _start_interswarm(state: ServerState) -> None:
+    """One router over the server registry, connected to each new instance (if enabled)."""
+    if not getattr(state.template, "enable_interswarm", False) or state.registry is None:
+        return
+    from mail.net.router import InterswarmRouter
+    from mail.server import interswarm
+
+    router = InterswarmRouter(state.registry, state.swarm_name)
+    await router.start()
+    state.router = router
+    await maybe_await(state.registry.start_health_checks())
+
+    async def connect(swarm: Any) -> None:
+        await interswarm.connect_instance(state, swarm)
+
+    state.instances.on_create = connect
+    logger.info("interswarm enabled for swarm '%s'", state.swarm_name)
+
+
 async def _shutdown(state: ServerState, own_store: bool) -> None:
     registry = state.registry
     if registry is not None:
@@ -124,6 +145,8 @@ async def _shutdown(state: ServerState, own_store: bool) -> None:
         )
         await close_quietly("registry", getattr(registry, "aclose", None))
     await state.instances.close()
+    if state.router is not None:
+        await close_quietly("interswarm router", state.router.stop)
     await close_quietly("auth", state.auth.aclose)
     if own_store and state.store is not None:
         await close_quietly("store", state.store.close)

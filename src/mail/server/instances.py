@@ -20,7 +20,7 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,8 +88,11 @@ class InstanceManager:
         task_message_limit: int | None,
         idle_timeout: float,
         store: Any | None = None,
+        on_create: Callable[[Any], Awaitable[None]] | None = None,
     ) -> None:
         self._template_getter = template_getter
+        # Called with each new MAILSwarm before its loop starts (e.g. to connect interswarm).
+        self.on_create = on_create
         self.swarm_name = swarm_name
         self.base_url = base_url
         self.registry_file = registry_file
@@ -161,6 +164,8 @@ class InstanceManager:
                     kind,
                     caller_id,
                 )
+        if self.on_create is not None:
+            await self.on_create(swarm)
         loop_task = asyncio.create_task(
             swarm.run_continuous(max_steps=self.task_message_limit),
             name=f"mail-runtime-{kind}:{caller_id}",

@@ -43,6 +43,8 @@ class ServerState:
     auth: Authenticator
     instances: InstanceManager
     registry: Any | None = None
+    # Interswarm router shared by every instance (None when the swarm has interswarm off).
+    router: Any | None = None
     store: Any | None = None
     started_monotonic: float = field(default_factory=time.monotonic)
     health_status: str = "healthy"
