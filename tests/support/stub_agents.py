@@ -12,6 +12,7 @@ The agent reads the newest entry of its history and acts on the user's message b
 * ``COUNT`` completes with ``turn <n>`` where n is the number of user messages in its history
   (multi-turn tasks keep the history);
 * ``FAIL`` raises, which the runtime turns into an error response (never an HTTP 500);
+* ``ENV <NAME>`` completes with ``<NAME>=<value of that environment variable>``;
 * ``DELEGATE <text>`` asks the ``worker`` agent, which answers ``worked: <text>``, and then
   completes with ``delegated: <worker's answer>``;
 * anything else completes with ``echo[<sender id>]: <body>``.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import uuid
 from typing import Any
@@ -127,6 +129,9 @@ def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
             return None, [_call("human_review", {"question": body})]
         if body.startswith("COUNT"):
             return _complete(f"turn {_count_caller_messages(history)}")
+        if body.startswith("ENV "):
+            var = body[4:].strip()
+            return _complete(f"{var}={os.environ.get(var)}")
         if body.startswith("FAIL"):
             raise RuntimeError("stub agent failure requested by the test")
         if body.startswith("DELEGATE") and "worker" in comm_targets:

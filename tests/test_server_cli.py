@@ -1,0 +1,145 @@
+"""`mail server`: one-line startup errors, exported environment, clean shutdown, python -m."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server_fixtures import (
+    ServerProcess,
+    auth,
+    create_key,
+    free_port,
+    run_cli,
+    server_env,
+    write_config,
+    write_stub_swarms,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def one_line_error(code: int, err: str, needle: str) -> None:
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("mail server: error:")]
+    assert len(lines) == 1, err
+    assert needle in lines[0], lines[0]
+
+
+def test_bad_config_file(tmp_path: Path) -> None:
+    bad = tmp_path / "mail.toml"
+    bad.write_text("[server\nport=1")
+    code, _, err = run_cli("server", "-c", str(bad))
+    one_line_error(code, err, "is not valid TOML")
+    code, _, err = run_cli("server", "-c", str(tmp_path / "missing.toml"))
+    one_line_error(code, err, "does not exist")
+
+
+def test_swarm_missing_from_source_suggests_a_name(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    config = write_config(tmp_path, port=free_port())
+    code, _, err = run_cli("server", "-c", str(config), "--swarm-name", "stubb")
+    one_line_error(code, err, "swarm 'stubb' not found in")
+    assert "Did you mean 'stub'?" in err
+
+
+def test_invalid_swarms_json_reports_the_validator_message(tmp_path: Path) -> None:
+    swarms = json.loads(write_stub_swarms(tmp_path).read_text())
+    swarms[0]["entrypoint"] = "supervisr"
+    (tmp_path / "swarms.json").write_text(json.dumps(swarms))
+    config = write_config(tmp_path, port=free_port())
+    code, _, err = run_cli("server", "-c", str(config))
+    one_line_error(code, err, "invalid swarm 'stub'")
+    assert "Did you mean 'supervisor'?" in err
+    (tmp_path / "swarms.json").write_text('{"name": "stub"}')
+    code, _, err = run_cli("server", "-c", str(config))
+    one_line_error(code, err, "must contain a list of swarms")
+    (tmp_path / "swarms.json").write_text("[{")
+    code, _, err = run_cli("server", "-c", str(config))
+    one_line_error(code, err, "is not valid JSON")
+    code, _, err = run_cli(
+        "server", "-c", str(config), "--swarm-source", str(tmp_path / "none.json")
+    )
+    one_line_error(code, err, "does not exist")
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = write_config(tmp_path, port=port)
+        code, _, err = run_cli("server", "-c", str(config))
+    one_line_error(code, err, f"port {port} on 127.0.0.1 is already in use")
+
+
+def test_half_configured_external_auth(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    config = write_config(tmp_path, port=free_port())
+    code, _, err = run_cli(
+        "server", "-c", str(config), env={"AUTH_ENDPOINT": "http://127.0.0.1:9/login"}
+    )
+    one_line_error(code, err, "external auth needs TOKEN_INFO_ENDPOINT to be set")
+
+
+def test_exports_environment_creates_registry_and_stops_cleanly(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    port = free_port()
+    config = write_config(tmp_path, port=port)
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "envy")
+    server = ServerProcess(tmp_path, port, args=["-c", str(config)]).start()
+    try:
+        answers = {}
+        for var in ("SWARM_NAME", "SWARM_SOURCE", "SWARM_REGISTRY_FILE", "BASE_URL"):
+            r = httpx.post(
+                f"{server.base_url}/message",
+                json={"body": f"ENV {var}"},
+                headers=auth(key),
+                timeout=30,
+            )
+            answers[var] = r.json()["response"]
+        assert answers["SWARM_NAME"] == "SWARM_NAME=stub"
+        assert answers["SWARM_SOURCE"] == f"SWARM_SOURCE={tmp_path / 'swarms.json'}"
+        assert (
+            answers["SWARM_REGISTRY_FILE"]
+            == f"SWARM_REGISTRY_FILE={tmp_path / 'registries' / 'stub.json'}"
+        )
+        assert answers["BASE_URL"] == f"BASE_URL=http://127.0.0.1:{port}"
+        assert "No API keys were found" not in server.logs()  # keys existed already
+    finally:
+        assert server.stop() == 0
+    logs = server.logs()
+    assert "MAIL server stopped" in logs
+    assert "Traceback" not in logs
+    # The registry is saved at shutdown with the local swarm in it.
+    saved = json.loads((tmp_path / "registries" / "stub.json").read_text())
+    assert saved["local_swarm_name"] == "stub"
+
+
+def test_python_dash_m_mail_server_and_sigterm(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    port = free_port()
+    config = write_config(tmp_path, port=port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mail.server", "-c", str(config)],
+        cwd=tmp_path,
+        env=server_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    server = ServerProcess(tmp_path, port, proc=proc)
+    try:
+        server.wait_healthy()
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
+    assert b"No API keys were found" in out  # first start bootstraps keys
+    assert b"Application shutdown complete" in err
