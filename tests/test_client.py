@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from sse_starlette import ServerSentEvent
 
-from mail.client import ClientConfig, MAILClient, MAILClientError
+from mail.client import ClientConfig, MAILClient, MAILClientError, MAILEventStream
 from test_client_fakes import ADMIN_KEY, AGENT_KEY, USER_KEY, FakeMailServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -347,9 +347,8 @@ async def test_role_error_carries_server_detail(server: FakeMailServer) -> None:
 
 async def test_stream_route_answering_json_is_a_value_error(server: FakeMailServer) -> None:
     async with _client(server) as client:
-        stream = client.post_message_stream("x")
-        stream._path = "/health"  # a JSON route standing in for a misbehaving server
-        stream._method = "GET"
+        # A JSON route standing in for a misbehaving server that ignores stream=true.
+        stream = MAILEventStream(lambda: client._open("GET", "/health"), "GET /health")
         with pytest.raises(ValueError, match="expected an event stream.*application/json"):
             await stream
 

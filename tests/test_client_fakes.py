@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
 
 USER_KEY = "user-key"
 ADMIN_KEY = "admin-key"
@@ -59,6 +59,8 @@ class FakeMailServer:
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     health_status: str = "healthy"
     health_as_html: bool = False
+    health_http_status: int = 200
+    health_delay: float = 0.0
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -186,8 +188,12 @@ class FakeMailServer:
         )
 
     async def health(self, request: web.Request) -> web.Response:
+        if self.health_delay:
+            await asyncio.sleep(self.health_delay)
         if self.health_as_html:
             return await self.html(request)
+        if self.health_http_status != 200:
+            return web.json_response({"detail": "unwell"}, status=self.health_http_status)
         return web.json_response(
             {"status": self.health_status, "swarm_name": SWARM_NAME, "timestamp": _now()}
         )
@@ -271,9 +277,12 @@ class FakeMailServer:
             await response.write(event_frame("ping", base))
             await response.write(event_frame("task_complete", {**base, "response": answer}))
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except asyncio.CancelledError:
             self.stream_disconnected.set()
             raise
+        except (ConnectionError, ClientConnectionResetError):
+            # The client went away mid-stream (e.g. Ctrl+C in the REPL): that is the point.
+            self.stream_disconnected.set()
         return response
 
     async def get_tasks(self, request: web.Request) -> web.Response:

@@ -15,36 +15,24 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Generator, Mapping
+from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import aiohttp
 
 from mail.client_config import ClientConfig, load_client_config
-from mail.client_sse import IncrementalSSEDecoder
-
-if TYPE_CHECKING:
-    from sse_starlette import ServerSentEvent
+from mail.client_sse import MAILEventStream, describe_error, preview
 
 __all__ = ["ClientConfig", "MAILClient", "MAILClientError", "MAILEventStream"]
 
 logger = logging.getLogger("mail.client")
-
-BODY_PREVIEW_CHARS = 300
 
 
 def _user_agent() -> str:
     from mail.version import __version__
 
     return f"MAIL-Client/{__version__} (python; aiohttp)"
-
-
-def _preview(text: str) -> str:
-    text = text.strip()
-    if len(text) > BODY_PREVIEW_CHARS:
-        return text[:BODY_PREVIEW_CHARS] + f"... [{len(text) - BODY_PREVIEW_CHARS} more chars]"
-    return text
 
 
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,7 +55,7 @@ def _detail_of(body: str) -> Any:
     try:
         parsed = json.loads(body)
     except ValueError:
-        return _preview(body) or "(empty body)"
+        return preview(body) or "(empty body)"
     if isinstance(parsed, dict) and "detail" in parsed:
         return parsed["detail"]
     return parsed
@@ -170,7 +158,7 @@ class MAILClient:
             response = await session.request(method, url, **kwargs)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RuntimeError(
-                f"MAIL client request failed: {method} {url}: {_describe(exc)}"
+                f"MAIL client request failed: {method} {url}: {describe_error(exc)}"
             ) from exc
         logger.log(
             self._log_level,
@@ -184,7 +172,7 @@ class MAILClient:
             try:
                 body = await response.text()
             except (aiohttp.ClientError, TimeoutError) as exc:
-                body = f"(error body unreadable: {_describe(exc)})"
+                body = f"(error body unreadable: {describe_error(exc)})"
             finally:
                 response.release()
             raise MAILClientError(response.status, _detail_of(body), method, path)
@@ -203,7 +191,7 @@ class MAILClient:
             raw = await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RuntimeError(
-                f"MAIL client request failed: {method} {path}: {_describe(exc)}"
+                f"MAIL client request failed: {method} {path}: {describe_error(exc)}"
             ) from exc
         finally:
             response.release()
@@ -214,7 +202,7 @@ class MAILClient:
         except ValueError as exc:
             raise ValueError(
                 f"expected JSON from {method} {path} but got content type {content_type!r}; "
-                f"body: {_preview(text) or '(empty)'}"
+                f"body: {preview(text) or '(empty)'}"
             ) from exc
 
     # ----------------------------------------------------------------- service and identity
@@ -331,7 +319,10 @@ class MAILClient:
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
         payload["stream"] = True
-        return MAILEventStream(self, "POST", "/message", payload)
+        return MAILEventStream(
+            lambda: self._open("POST", "/message", payload=payload, accept="text/event-stream"),
+            "POST /message",
+        )
 
     async def get_tasks(self) -> dict[str, Any]:
         """GET /tasks — every task of the caller, keyed by task id."""
@@ -476,7 +467,7 @@ class MAILClient:
                 result = json.loads(result)
             except ValueError as exc:
                 raise ValueError(
-                    f"POST /responses returned a non-JSON string: {_preview(result)}"
+                    f"POST /responses returned a non-JSON string: {preview(result)}"
                 ) from exc
         return _as_openai_response(result)
 
@@ -503,89 +494,3 @@ def _decode(raw: bytes, charset: str | None) -> str:
 
 def _is_interswarm_envelope(message: Mapping[str, Any]) -> bool:
     return isinstance(message, Mapping) and "payload" in message and "source_swarm" in message
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, TimeoutError) and not text:
-        return "timed out"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class MAILEventStream:
-    """The SSE answer of POST /message; async-iterable, awaitable and an async context manager."""
-
-    def __init__(self, client: MAILClient, method: str, path: str, payload: dict[str, Any]) -> None:
-        self._client = client
-        self._method = method
-        self._path = path
-        self._payload = payload
-        self._response: aiohttp.ClientResponse | None = None
-        self._iterator: AsyncIterator[ServerSentEvent] | None = None
-        self._decoder = IncrementalSSEDecoder()
-
-    @property
-    def last_event_id(self) -> str | None:
-        return self._decoder.parser.last_event_id
-
-    async def open(self) -> MAILEventStream:
-        """Send the request; HTTP and transport errors surface here."""
-        if self._response is None:
-            self._response = await self._client._open(
-                self._method, self._path, payload=self._payload, accept="text/event-stream"
-            )
-            content_type = self._response.headers.get("Content-Type", "")
-            if not content_type.startswith("text/event-stream"):
-                try:
-                    body = await self._response.text()
-                finally:
-                    self._response.release()
-                raise ValueError(
-                    f"expected an event stream from {self._method} {self._path} but got "
-                    f"content type {content_type!r}; body: {_preview(body) or '(empty)'}"
-                )
-        return self
-
-    def __await__(self) -> Generator[Any, None, MAILEventStream]:
-        return self.open().__await__()
-
-    def __aiter__(self) -> AsyncIterator[ServerSentEvent]:
-        if self._iterator is None:
-            self._iterator = self._events()
-        return self._iterator
-
-    async def __aenter__(self) -> MAILEventStream:
-        return await self.open()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._iterator is not None:
-            await self._iterator.aclose()  # type: ignore[attr-defined]
-        if self._response is not None:
-            self._response.close()
-
-    async def _events(self) -> AsyncIterator[ServerSentEvent]:
-        await self.open()
-        response = self._response
-        assert response is not None
-        try:
-            try:
-                async for chunk in response.content.iter_any():
-                    for event in self._decoder.feed(chunk):
-                        yield event
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise RuntimeError(
-                    f"MAIL client stream failed: {self._method} {self._path}: {_describe(exc)}"
-                ) from exc
-            for event in self._decoder.close():
-                yield event
-        finally:
-            # close() rather than release(): a half-read stream must not return to the pool.
-            response.close()

@@ -1,4 +1,4 @@
-"""Incremental parser for `text/event-stream` bodies.
+"""Reading `text/event-stream` answers: an incremental parser and the stream object.
 
 The parser follows the WHATWG event-stream rules: lines end with CRLF, LF or CR (a CR at
 the end of one chunk followed by an LF at the start of the next is one line ending); a
@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import codecs
 import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import aiohttp
 
 if TYPE_CHECKING:
     from sse_starlette import ServerSentEvent
@@ -171,3 +175,104 @@ class IncrementalSSEDecoder:
         tail = self._decoder.decode(b"", final=True)
         events = self.parser.feed(tail) if tail else []
         return events + self.parser.close()
+
+
+BODY_PREVIEW_CHARS = 300
+
+
+def preview(text: str) -> str:
+    """The start of a (possibly huge) body, for error messages."""
+    text = text.strip()
+    if len(text) > BODY_PREVIEW_CHARS:
+        return text[:BODY_PREVIEW_CHARS] + f"... [{len(text) - BODY_PREVIEW_CHARS} more chars]"
+    return text
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, TimeoutError) and not text:
+        return "timed out"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class MAILEventStream:
+    """An SSE answer (POST /message with stream=true): async-iterable, awaitable, and an
+    async context manager.
+
+    `open_response` sends the request and returns the response once its status is known to
+    be good; it runs on the first await or iteration, so HTTP errors surface there.
+    """
+
+    def __init__(
+        self, open_response: Callable[[], Awaitable[aiohttp.ClientResponse]], label: str
+    ) -> None:
+        self._open_response = open_response
+        self._label = label
+        self._response: aiohttp.ClientResponse | None = None
+        self._iterator: AsyncGenerator[ServerSentEvent, None] | None = None
+        self._decoder = IncrementalSSEDecoder()
+
+    @property
+    def last_event_id(self) -> str | None:
+        return self._decoder.parser.last_event_id
+
+    async def open(self) -> MAILEventStream:
+        if self._response is None:
+            response = await self._open_response()
+            self._response = response
+            content_type = response.headers.get("Content-Type", "")
+            if not content_type.startswith("text/event-stream"):
+                try:
+                    body = await response.text()
+                finally:
+                    response.release()
+                raise ValueError(
+                    f"expected an event stream from {self._label} but got content type "
+                    f"{content_type!r}; body: {preview(body) or '(empty)'}"
+                )
+        return self
+
+    def __await__(self) -> Generator[Any, None, MAILEventStream]:
+        return self.open().__await__()
+
+    def __aiter__(self) -> AsyncGenerator[ServerSentEvent, None]:
+        if self._iterator is None:
+            self._iterator = self._events()
+        return self._iterator
+
+    async def __aenter__(self) -> MAILEventStream:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop reading; the server keeps running the task."""
+        if self._iterator is not None:
+            await self._iterator.aclose()
+        if self._response is not None:
+            self._response.close()
+
+    async def _events(self) -> AsyncGenerator[ServerSentEvent, None]:
+        await self.open()
+        response = self._response
+        assert response is not None
+        try:
+            try:
+                async for chunk in response.content.iter_any():
+                    for event in self._decoder.feed(chunk):
+                        yield event
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise RuntimeError(
+                    f"MAIL client stream failed: {self._label}: {describe_error(exc)}"
+                ) from exc
+            for event in self._decoder.close():
+                yield event
+        finally:
+            # close() rather than release(): a half-read stream must not go back to the pool.
+            response.close()

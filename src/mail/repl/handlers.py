@@ -1,0 +1,372 @@
+"""What each REPL command does: one small coroutine per command, looked up in HANDLERS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mail.client import MAILClient
+from mail.repl.parser import COMMANDS, ReplArgumentParser, ReplUsageError, resolve_command
+from mail.repl.render import Renderer, parse_event_data
+
+
+class ReplQuit(Exception):
+    """Raised by `exit`/`quit` to end the loop."""
+
+
+@dataclass
+class ReplContext:
+    client: MAILClient
+    render: Renderer
+    parser: ReplArgumentParser
+
+
+Handler = Callable[[ReplContext, argparse.Namespace], Coroutine[Any, Any, None]]
+
+
+def identity_label(role: str | None, user_id: str | None) -> str:
+    return f"{role or '?'}:{user_id or '?'}"
+
+
+# ---------------------------------------------------------------------- session commands
+
+
+async def do_help(ctx: ReplContext, args: argparse.Namespace) -> None:
+    if args.topic:
+        spec = resolve_command(args.topic)
+        ctx.render.info(ctx.parser.command_parsers[spec.name].format_help().rstrip())
+        return
+    ctx.render.help((spec.name, spec.aliases, spec.summary) for spec in COMMANDS)
+
+
+async def do_exit(ctx: ReplContext, args: argparse.Namespace) -> None:
+    raise ReplQuit()
+
+
+async def do_ping(ctx: ReplContext, args: argparse.Namespace) -> None:
+    root = await ctx.client.ping()
+    if args.verbose:
+        ctx.render.json(root)
+        return
+    swarm = root.get("swarm") or {}
+    version = root.get("protocol_version", root.get("version", "?"))
+    ctx.render.success(
+        f"pong — {root.get('name', 'mail')} (protocol {version}), swarm "
+        f"{swarm.get('name', '?')} v{swarm.get('version', '?')}, status {root.get('status', '?')}"
+    )
+
+
+async def do_health(ctx: ReplContext, args: argparse.Namespace) -> None:
+    health = await ctx.client.get_health()
+    if args.verbose:
+        ctx.render.json(health)
+        return
+    ctx.render.success(
+        f"{health.get('swarm_name', '?')} is {health.get('status', '?')} "
+        f"(since {health.get('timestamp', '?')})"
+    )
+
+
+async def do_health_update(ctx: ReplContext, args: argparse.Namespace) -> None:
+    health = await ctx.client.update_health(args.status)
+    if args.verbose:
+        ctx.render.json(health)
+        return
+    ctx.render.success(f"health of {health.get('swarm_name', '?')} is now {health.get('status')}")
+
+
+async def do_login(ctx: ReplContext, args: argparse.Namespace) -> None:
+    identity = await ctx.client.login(args.api_key)
+    if args.verbose:
+        ctx.render.json(identity)
+    ctx.render.success(f"logged in as {identity_label(ctx.client.user_role, ctx.client.user_id)}")
+
+
+async def do_logout(ctx: ReplContext, args: argparse.Namespace) -> None:
+    ctx.client.logout()
+    ctx.render.success("logged out (the API key is forgotten for this session)")
+
+
+async def do_whoami(ctx: ReplContext, args: argparse.Namespace) -> None:
+    identity = await ctx.client.get_whoami()
+    if args.verbose:
+        ctx.render.json(identity)
+        return
+    user_id = identity.get("id", identity.get("username"))
+    ctx.render.info(identity_label(identity.get("role"), None if user_id is None else str(user_id)))
+
+
+async def do_status(ctx: ReplContext, args: argparse.Namespace) -> None:
+    status = await ctx.client.get_status()
+    if args.verbose:
+        ctx.render.json(status)
+        return
+    swarm = status.get("swarm") or {}
+    ctx.render.fields(
+        [
+            ("swarm", f"{swarm.get('name', '?')} ({swarm.get('status', '?')})"),
+            ("active users", status.get("active_users")),
+            ("your instance ready", status.get("user_mail_ready")),
+            ("your task loop running", status.get("user_task_running")),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------- messaging
+
+
+def _message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "subject": args.subject,
+        "msg_type": args.msg_type,
+        "entrypoint": args.entrypoint,
+        "task_id": args.task_id,
+        "resume_from": args.resume_from,
+        **args.kwargs,
+    }
+
+
+async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
+    with ctx.render.console.status("waiting for the swarm's answer…", spinner="dots"):
+        result = await ctx.client.post_message(
+            " ".join(args.body), show_events=args.show_events, **_message_kwargs(args)
+        )
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    if result.get("events"):
+        ctx.render.events(result["events"])
+    ctx.render.response(result.get("response"))
+
+
+async def do_message_stream(ctx: ReplContext, args: argparse.Namespace) -> None:
+    count = 0
+    final: tuple[str, Any] | None = None
+    with ctx.render.console.status("sending…", spinner="dots") as status:
+        stream = await ctx.client.post_message_stream(" ".join(args.body), **_message_kwargs(args))
+        status.update("waiting for events…")
+        async with stream:
+            async for event in stream:
+                count += 1
+                ctx.render.event(event.event, event.data, args.verbose)
+                if event.event in ("task_complete", "task_error"):
+                    final = (event.event, parse_event_data(event.data))
+                status.update(f"{count} events so far; waiting for more…")
+    if final is None:
+        ctx.render.warn(f"the stream ended after {count} events without task_complete")
+        return
+    name, data = final
+    body = data.get("response") if isinstance(data, dict) else data
+    if name == "task_error":
+        ctx.render.error(f"task failed: {body}")
+    elif not args.verbose:
+        ctx.render.response(body)
+
+
+async def do_message_interswarm(ctx: ReplContext, args: argparse.Namespace) -> None:
+    targets = list(args.targets)
+    for extra in args.extra_targets:
+        targets.extend(extra)
+    if not targets:
+        raise ReplUsageError("give at least one target: BODY agent@swarm[,agent@swarm] [TOKEN]")
+    user_token = args.user_token or ctx.client.api_key
+    if not user_token:
+        raise ReplUsageError("no user token: pass one after the targets, or 'login' first")
+    with ctx.render.console.status("waiting for the remote swarm…", spinner="dots"):
+        result = await ctx.client.send_interswarm_message(
+            args.body,
+            user_token,
+            subject=args.subject,
+            targets=targets,
+            msg_type=args.msg_type,
+            task_id=args.task_id,
+            routing_info=args.routing_info,
+            stream=args.stream,
+            ignore_stream_pings=args.ignore_stream_pings,
+        )
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    response = result.get("response")
+    if isinstance(response, dict) and isinstance(response.get("message"), dict):
+        ctx.render.response(
+            response["message"].get("body"), title=f"response from {', '.join(targets)}"
+        )
+    else:
+        ctx.render.json(result)
+
+
+# ---------------------------------------------------------------------- registry
+
+
+async def do_swarms_get(ctx: ReplContext, args: argparse.Namespace) -> None:
+    result = await ctx.client.get_swarms()
+    swarms = result.get("swarms", [])
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    if not swarms:
+        ctx.render.info("no public swarms known")
+        return
+    ctx.render.table(
+        ["swarm", "base url", "version", "active", "last seen"],
+        (
+            [
+                s.get("swarm_name"),
+                s.get("base_url"),
+                s.get("version"),
+                s.get("is_active"),
+                s.get("last_seen"),
+            ]
+            for s in swarms
+        ),
+    )
+
+
+async def do_swarm_register(ctx: ReplContext, args: argparse.Namespace) -> None:
+    result = await ctx.client.register_swarm(
+        args.name,
+        args.base_url,
+        auth_token=args.auth_token,
+        volatile=args.volatile,
+        metadata=args.metadata,
+    )
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    kind = "volatile" if args.volatile else "persistent"
+    ctx.render.success(
+        f"{result.get('status', 'registered')} {kind} swarm {result.get('swarm_name', args.name)}"
+    )
+
+
+async def do_swarm_dump(ctx: ReplContext, args: argparse.Namespace) -> None:
+    result = await ctx.client.dump_swarm()
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    ctx.render.success(f"{result.get('status')} swarm {result.get('swarm_name')} to the server log")
+
+
+async def do_swarm_load(ctx: ReplContext, args: argparse.Namespace) -> None:
+    text = args.json
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ReplUsageError(f"cannot read {text[1:]}: {exc}") from exc
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise ReplUsageError(f"the swarm is not valid JSON: {exc}") from exc
+    result = await ctx.client.load_swarm_from_json(text)
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    ctx.render.success(f"loaded swarm {result.get('swarm_name')} (used by new instances)")
+
+
+# ---------------------------------------------------------------------- debug and tasks
+
+
+async def do_responses(ctx: ReplContext, args: argparse.Namespace) -> None:
+    try:
+        items = json.loads(args.input)
+    except ValueError:
+        items = [{"role": "user", "content": args.input}]
+    if not isinstance(items, list):
+        raise ReplUsageError("INPUT must be a JSON list of items (or plain text)")
+    tool_choice: Any = args.tool_choice
+    if tool_choice and tool_choice.lstrip().startswith("{"):
+        tool_choice = json.loads(tool_choice)
+    with ctx.render.console.status("waiting for /responses…", spinner="dots"):
+        response = await ctx.client.debug_post_responses(
+            items,
+            args.tools,
+            instructions=args.instructions,
+            previous_response_id=args.previous_response_id,
+            tool_choice=tool_choice,
+            parallel_tool_calls=args.parallel_tool_calls,
+            **args.kwargs,
+        )
+    dumped = response.model_dump(mode="json") if hasattr(response, "model_dump") else response
+    if args.verbose:
+        ctx.render.json(dumped)
+        return
+    text = getattr(response, "output_text", None)
+    ctx.render.response(text if text else dumped, title=f"response {getattr(response, 'id', '')}")
+
+
+async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
+    tasks = await ctx.client.get_tasks()
+    if args.verbose:
+        ctx.render.json(tasks)
+        return
+    if not tasks:
+        ctx.render.info("no tasks yet")
+        return
+    ctx.render.table(
+        ["task id", "owner", "running", "completed", "events"],
+        (
+            [
+                task_id,
+                task.get("task_owner"),
+                task.get("is_running"),
+                task.get("completed"),
+                len(task.get("events") or []),
+            ]
+            for task_id, task in tasks.items()
+        ),
+    )
+
+
+async def do_task_get(ctx: ReplContext, args: argparse.Namespace) -> None:
+    task = await ctx.client.get_task(args.task_id)
+    if args.verbose:
+        ctx.render.json(task)
+        return
+    ctx.render.fields(
+        [
+            (key, task.get(key))
+            for key in (
+                "task_id",
+                "task_owner",
+                "task_contributors",
+                "start_time",
+                "is_running",
+                "completed",
+                "remote_swarms",
+            )
+            if key in task
+        ]
+    )
+    events = task.get("events") or []
+    ctx.render.info(f"{len(events)} events", style="bold")
+    ctx.render.events(events)
+
+
+HANDLERS: dict[str, Handler] = {
+    "help": do_help,
+    "exit": do_exit,
+    "ping": do_ping,
+    "health": do_health,
+    "health-update": do_health_update,
+    "login": do_login,
+    "logout": do_logout,
+    "whoami": do_whoami,
+    "status": do_status,
+    "message": do_message,
+    "message-stream": do_message_stream,
+    "message-interswarm": do_message_interswarm,
+    "swarms-get": do_swarms_get,
+    "swarm-register": do_swarm_register,
+    "swarm-dump": do_swarm_dump,
+    "swarm-load-from-json": do_swarm_load,
+    "responses": do_responses,
+    "tasks-get": do_tasks_get,
+    "task-get": do_task_get,
+}

@@ -1,0 +1,407 @@
+"""The `mail client` REPL, driven as a person would: through a pseudo-terminal.
+
+The first tests type into a real `mail client` process attached to a pty (so readline,
+Ctrl+C and the rich spinner behave as in a terminal) and read the screen. The later ones
+call `MAILREPL.execute` in-process to cover every command quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import io
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mail.client_config import ClientConfig
+from mail.repl import MAILREPL
+from test_client_fakes import ADMIN_KEY, USER_KEY, FakeMailServer
+
+pytestmark = pytest.mark.timeout(90)
+
+ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>78]"
+)
+USER_PROMPT = r"mail::user:alic\.\.\.6789@127\.0\.0\.1:\d+> "
+
+# Become a session leader and adopt the pty as controlling terminal, so that typing Ctrl+C
+# sends SIGINT to the REPL exactly as in a terminal emulator; then exec `python -m mail.cli`.
+CTTY_WRAPPER = (
+    "import fcntl, os, sys, termios; os.setsid(); fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
+)
+
+
+class Terminal:
+    def __init__(self, args: list[str], home: Path, cols: int = 120, rows: int = 40) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k != "MAIL_CONFIG_PATH"}
+        env.update(HOME=str(home), TERM="xterm-256color", PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CTTY_WRAPPER, "-m", "mail.cli", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=home,
+            close_fds=True,
+        )
+        os.close(slave)
+        self.fd = master
+        self.raw = b""
+        self.consumed = 0
+
+    @property
+    def screen(self) -> str:
+        return ANSI.sub("", self.raw.decode(errors="replace")).replace("\r", "")
+
+    def _pump(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return False
+        self.raw += chunk
+        return bool(chunk)
+
+    def expect(self, pattern: str, timeout: float = 15) -> re.Match[str]:
+        """Wait until `pattern` shows up after everything matched so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            match = re.compile(pattern).search(self.screen, self.consumed)
+            if match:
+                self.consumed = match.end()
+                return match
+            remaining = deadline - time.monotonic()
+            if (
+                remaining <= 0
+                or not self._pump(min(remaining, 0.2))
+                and self.proc.poll() is not None
+            ):
+                raise AssertionError(
+                    f"{pattern!r} not seen; screen after last match:\n{self.screen[self.consumed :]}"
+                )
+
+    def send(self, data: str) -> None:
+        os.write(self.fd, data.encode())
+
+    def sendline(self, line: str) -> None:
+        self.send(line + "\r")
+
+    def ctrl_c(self) -> None:
+        self.send("\x03")
+
+    def wait(self, timeout: float = 15) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self._pump(0.1)
+        return self.proc.wait(max(0.1, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        os.close(self.fd)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeMailServer]:
+    fake = FakeMailServer().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def terminal_factory(tmp_path: Path) -> Iterator[object]:
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str) -> Terminal:
+        terminal = Terminal(list(args), tmp_path)
+        opened.append(terminal)
+        return terminal
+
+    yield open_terminal
+    for terminal in opened:
+        terminal.close()
+
+
+# ---------------------------------------------------------------------- through a pty
+
+
+def test_person_session_message_stream_typo_ctrl_c_exit(
+    server: FakeMailServer, terminal_factory: object, tmp_path: Path
+) -> None:
+    term: Terminal = terminal_factory("client", server.url, "--api-key", USER_KEY)  # type: ignore[operator]
+    term.expect(r"MAIL CLIent v\d+\.\d+\.\d+")
+    term.expect(r"✓ logged in as user:alice-0123456789")
+    term.expect(USER_PROMPT)
+
+    term.sendline('message "Hello there"')
+    term.expect(r"│ echo: Hello there")
+    term.expect(USER_PROMPT)
+
+    # Streaming: the first event is on screen, with the spinner under it, a full second
+    # before the server sends the rest.
+    term.sendline("message-stream slow but steady")
+    term.expect(r"new_message\s+sending message: slow but steady")
+    term.expect(r"1 events so far; waiting for more")
+    term.expect(r"tool_call\s+line one\s*\n\s*line two")
+    term.expect(r"task_complete\s+echo: slow but steady")
+    term.expect(r"│ echo: slow but steady")
+    term.expect(USER_PROMPT)
+
+    # A typo: a clear message, and the loop goes on.
+    term.sendline("mesage hi")
+    term.expect(r"✗ unknown command 'mesage'\. Did you mean 'message'\?")
+    term.expect(USER_PROMPT)
+    term.sendline("message")
+    term.expect(r"✗ the following arguments are required: body")
+    term.expect(r"usage: message ")
+    term.expect(USER_PROMPT)
+
+    # Ctrl+C while a stream is open: back to the prompt, connection closed, session alive.
+    term.sendline("message-stream hang")
+    term.expect(r"new_message\s+sending message: hang")
+    term.ctrl_c()
+    term.expect(r"! interrupted")
+    term.expect(USER_PROMPT)
+    assert server.stream_disconnected.wait(5)
+    term.sendline("whoami")
+    term.expect(r"\nuser:alice-0123456789\n")
+    term.expect(USER_PROMPT)
+
+    # Ctrl+C at the prompt abandons the half-typed line.
+    term.send("half typed")
+    term.expect("half typed")
+    # CPython's readline only notices SIGINT while waiting in select(); a Ctrl+C landing
+    # while it is still processing the echoed keys is seen at the next key press. A person
+    # never types that fast, so give it a moment like a person would.
+    time.sleep(0.3)
+    term.ctrl_c()
+    term.expect(USER_PROMPT)
+    # Up-arrow recalls the previous command (readline history).
+    term.send("\x1b[A\r")
+    term.expect(r"\nuser:alice-0123456789\n")
+    term.expect(USER_PROMPT)
+
+    term.sendline("exit")
+    assert term.wait() == 0
+    history = (tmp_path / ".mail_history").read_text()
+    assert 'message "Hello there"' in history and "mesage hi" in history
+    assert "half typed" not in history
+    assert "Traceback" not in term.screen
+
+
+def test_login_logout_change_the_prompt_and_eof_leaves(
+    server: FakeMailServer, terminal_factory: object
+) -> None:
+    term: Terminal = terminal_factory("client", server.url)  # type: ignore[operator]
+    term.expect(r"no API key given: use 'login KEY'")
+    term.expect(r"\nmail> ")
+    term.sendline("status")
+    term.expect(r"✗ HTTP 401: no API key provided")
+    term.expect(r"\nmail> ")
+    term.sendline(f"login {USER_KEY}")
+    term.expect(r"✓ logged in as user:alice-0123456789")
+    term.expect(USER_PROMPT)
+    term.sendline("login nope")
+    term.expect(r"✗ MAIL client login failed: HTTP request failed with status code 401")
+    term.expect(r"\nmail> ")
+    term.sendline("l " + ADMIN_KEY)
+    term.expect(r"mail::admin:root@127\.0\.0\.1:\d+> ")
+    term.sendline("lo")
+    term.expect(r"✓ logged out")
+    term.expect(r"\nmail> ")
+    term.send("\x04")  # Ctrl+D
+    assert term.wait() == 0
+
+
+def test_swarm_link_supplies_server_and_key(
+    server: FakeMailServer, terminal_factory: object
+) -> None:
+    link = f"swarm://connect?server={server.url}&token={USER_KEY}"
+    term: Terminal = terminal_factory("client", link)  # type: ignore[operator]
+    term.expect(r"connected to http://127\.0\.0\.1:\d+ ")
+    term.expect(r"✓ logged in as user:alice")
+    term.sendline("quit")
+    assert term.wait() == 0
+
+
+def test_bad_swarm_link_stops_with_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mail.cli", "client", "swarm://connect?token=abc"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "no server parameter" in done.stderr
+
+
+# ---------------------------------------------------------------------- in-process
+
+
+class Harness:
+    def __init__(self, repl: MAILREPL, runner: asyncio.Runner, out: io.StringIO) -> None:
+        self.repl = repl
+        self.runner = runner
+        self.out = out
+
+    def run(self, line: str) -> str:
+        start = self.out.tell()
+        self.repl.execute(self.runner, line)
+        self.out.seek(start)
+        text = self.out.read()
+        return text
+
+
+@pytest.fixture
+def harness(server: FakeMailServer) -> Iterator[Harness]:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None, force_terminal=False)
+    repl = MAILREPL(server.url, api_key=ADMIN_KEY, config=ClientConfig(), console=console)
+    with asyncio.Runner() as runner:
+        runner.run(repl.client.login(ADMIN_KEY))
+        yield Harness(repl, runner, out)
+        runner.run(repl.client.aclose())
+
+
+def test_prompt_shortens_long_ids(harness: Harness) -> None:
+    assert re.fullmatch(r"mail::admin:root@127\.0\.0\.1:\d+> ", harness.repl.prompt)
+    harness.run(f"login {USER_KEY}")
+    assert "user:alic...6789@" in harness.repl.prompt
+    harness.run("logout")
+    assert harness.repl.prompt == "mail> "
+
+
+def test_service_commands(harness: Harness, server: FakeMailServer) -> None:
+    assert "pong — mail (protocol 1.3), swarm fake-swarm v1.0.0" in harness.run("ping")
+    assert '"protocol_version": "1.3"' in harness.run("p -v")
+    assert "fake-swarm is healthy" in harness.run("health")
+    assert "is now maintenance" in harness.run("hu maintenance")
+    assert server.last("/health").body == {"status": "maintenance"}
+    assert "admin:root" in harness.run("me")
+    status = harness.run("status")
+    assert "fake-swarm (ready)" in status and "active users" in status
+
+
+def test_message_options_reach_the_server(harness: Harness, server: FakeMailServer) -> None:
+    out = harness.run(
+        "msg hello world -s Subj -tid t-1 -e weather -rf user_response -se "
+        '-k \'{"breakpoint_tool_call_result": {"content": "ok"}}\''
+    )
+    assert "echo: hello world" in out and "new_message" in out
+    assert server.last("/message").body == {
+        "subject": "Subj",
+        "body": "hello world",
+        "msg_type": "request",
+        "entrypoint": "weather",
+        "task_id": "t-1",
+        "resume_from": "user_response",
+        "kwargs": {"breakpoint_tool_call_result": {"content": "ok"}},
+        "show_events": True,
+    }
+
+
+def test_message_stream_verbose_shows_raw_data(harness: Harness, server: FakeMailServer) -> None:
+    server.stream_gate.set()
+    out = harness.run("ms 'raw please' -v -tid s-9")
+    assert '"response": "echo: raw please"' in out
+    assert "line two s-9" in out
+    assert server.last("/message").body["stream"] is True
+
+
+def test_message_interswarm_arguments_land_in_the_right_fields(
+    harness: Harness, server: FakeMailServer
+) -> None:
+    # The original passed these positionally into the wrong parameters and split the
+    # targets into characters; here each one lands in its own field.
+    out = harness.run("mi 'hello remote' analyst@swarm-b,critic@swarm-c remote-token -t broadcast")
+    assert "remote ok" in out
+    assert server.last("/interswarm/message").body == {
+        "body": "hello remote",
+        "user_token": "remote-token",
+        "targets": ["analyst@swarm-b", "critic@swarm-c"],
+        "msg_type": "broadcast",
+    }
+    harness.run("mi hi '[\"analyst@swarm-b\"]' -T x@y -T z@w --stream -tid t-5")
+    assert server.last("/interswarm/message").body == {
+        "body": "hi",
+        "user_token": ADMIN_KEY,  # defaults to the session's key
+        "targets": ["analyst@swarm-b", "x@y", "z@w"],
+        "task_id": "t-5",
+        "stream": True,
+    }
+    assert "give at least one target" in harness.run("mi lonely")
+
+
+def test_registry_commands(harness: Harness, server: FakeMailServer, tmp_path: Path) -> None:
+    assert "fake-swarm" in harness.run("sg")
+    assert "registered persistent swarm remote" in harness.run(
+        'sr remote http://remote:1 tok -m \'{"team": "b"}\''
+    )
+    assert server.last("/swarms").body == {
+        "name": "remote",
+        "base_url": "http://remote:1",
+        "auth_token": "tok",
+        "volatile": False,
+        "metadata": {"team": "b"},
+    }
+    harness.run("swarm-r temp http://temp:1 -V")
+    assert server.last("/swarms").body["volatile"] is True
+    assert "dumped swarm fake-swarm" in harness.run("sd")
+    assert "loaded swarm inline" in harness.run('sl \'{"name": "inline"}\'')
+    swarm_file = tmp_path / "swarm.json"
+    swarm_file.write_text(json.dumps({"name": "from-file"}))
+    assert "loaded swarm from-file" in harness.run(f"sl @{swarm_file}")
+    assert "not valid JSON" in harness.run("sl '{broken'")
+
+
+def test_task_commands(harness: Harness) -> None:
+    harness.run("m remember -tid keep-1")
+    listing = harness.run("tsg")
+    assert "keep-1" in listing and "admin:root@fake-swarm" in listing
+    assert "task_owner" in harness.run("tg keep-1")
+    assert "✗ HTTP 404: task 'nope' not found" in harness.run("task-get nope")
+
+
+def test_responses_command(harness: Harness, server: FakeMailServer) -> None:
+    out = harness.run("r 'Plan tomorrow' '[]' -i 'be brief' --no-ptc")
+    assert "planned" in out
+    assert server.last("/responses").body == {
+        "input": [{"role": "user", "content": "Plan tomorrow"}],
+        "tools": [],
+        "instructions": "be brief",
+        "parallel_tool_calls": False,
+    }
+
+
+def test_errors_are_reported_and_the_loop_survives(harness: Harness) -> None:
+    assert "unknown command 'hepl'. Did you mean 'help'?" in harness.run("hepl")
+    assert "cannot parse the line" in harness.run('message "unbalanced')
+    assert "not valid JSON" in harness.run("m hi -k '{nope'")
+    assert "expected a JSON object" in harness.run("m hi -k '[1]'")
+    assert "invalid choice: 'sideways'" in harness.run("m hi -rf sideways")
+    assert harness.run("   ") == ""
+    assert "usage: task-get" in harness.run("tg -h")
+    assert "message-interswarm" in harness.run("help")
+    assert "BODY TARGETS" in harness.run("? mi") or "targets" in harness.run("? mi")
+    # The session still works after all that.
+    assert "fake-swarm is healthy" in harness.run("h")
