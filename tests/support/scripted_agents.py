@@ -386,3 +386,11 @@ def two_agent_runtime(
         **kwargs,
     )
     return runtime, sup, wrk
+
+
+# --------------------------------------------------------------------------------- actions
+
+
+async def echo_action(args: dict[str, Any]) -> str:
+    """An action function for swarms.json `python::` references: echoes its arguments."""
+    return f"echo: {json.dumps(args, sort_keys=True)}"
