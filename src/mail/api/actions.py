@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import typing
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -212,6 +213,11 @@ def action(
             raise ValueError(f"@action '{fn.__name__}' needs a description (argument or docstring)")
         payload_model = model
         annotation = params[0].annotation
+        if isinstance(annotation, str):
+            try:
+                annotation = typing.get_type_hints(fn).get(params[0].name, annotation)
+            except Exception:  # noqa: BLE001 - unresolvable hints: fall back to model=/parameters=
+                pass
         if (
             payload_model is None
             and inspect.isclass(annotation)

@@ -124,6 +124,10 @@ class TurnMixin:
             ctx.history.append(call.create_response_msg(result))
 
     def _send_action_notices(self: MAILRuntime, ctx: TurnContext) -> None:
+        task = self.mail_tasks.get(ctx.task_id)
+        if task is not None and task.completed:
+            # The batch completed the task; re-prompting the agent would be a wasted call.
+            return
         if ctx.action_errors:
             body = "\n".join(f"Error: {tool}\n{why}" for tool, why in ctx.action_errors)
             self.mailbox.put(

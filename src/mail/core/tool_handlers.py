@@ -25,7 +25,14 @@ from mail.core.message import (
     make_request,
     parse_agent_address,
 )
-from mail.core.system_messages import system_broadcast, system_response, unknown_agent_body
+from mail.core.system_messages import (
+    improper_response_to_user_body,
+    invalid_recipient_body,
+    swarm_name_recipient_body,
+    system_broadcast,
+    system_response,
+    unknown_agent_body,
+)
 from mail.core.tools import AgentToolCall
 
 if TYPE_CHECKING:
@@ -62,25 +69,51 @@ def _tool_call_error(rt: MAILRuntime, ctx: TurnContext, event_text: str, body: s
 
 
 # ---------------------------------------------------------------------------- sending
-def _check_target(rt: MAILRuntime, ctx: TurnContext, target: str) -> str | None:
-    """An error text if `target` cannot be reached by this agent, else None."""
+def _check_target(rt: MAILRuntime, ctx: TurnContext, target: str) -> tuple[str, str, str] | None:
+    """(notice subject, notice body, tool result) if `target` can't be reached, else None."""
     name, swarm = parse_agent_address(target)
     if not name:
-        return "the target is empty"
+        return "::invalid_recipient::", "The target is empty.", "the target is empty"
+    local = rt._is_local_swarm(swarm)
+    if local and name == rt.user_id:
+        rt._emit(
+            ctx.task_id,
+            "agent_error",
+            f"agent {ctx.agent_name} attempted to send a message to the user ({rt.user_id})",
+        )
+        body = improper_response_to_user_body(rt.user_id)
+        return "::improper_response_to_user::", body, body
+    if local and name == rt.swarm_name:
+        rt._emit(
+            ctx.task_id,
+            "agent_error",
+            f"agent {ctx.agent_name} attempted to message the swarm itself ({name})",
+        )
+        return (
+            "::invalid_recipient::",
+            swarm_name_recipient_body(name),
+            f"'{name}' is the swarm itself, not an agent",
+        )
     if rt.disallowed_targets(ctx.agent_name, [target]):
         rt._emit(
             ctx.task_id,
             "agent_error",
             f"agent attempted to contact disallowed recipients: {[target]}",
         )
-        return f"'{target}' is not one of your communication targets"
-    if rt._is_local_swarm(swarm) and name not in rt.agents and name != ALL_AGENTS:
+        targets = rt.agents[ctx.agent_name].comm_targets
+        return (
+            "::invalid_recipient::",
+            invalid_recipient_body([target], targets),
+            f"'{target}' is not one of your communication targets",
+        )
+    if local and name not in rt.agents and name != ALL_AGENTS:
         rt._emit(
             ctx.task_id,
             "agent_error",
             f"agent {name} is unknown; message from {ctx.agent_name} cannot be delivered to it",
         )
-        return unknown_agent_body(name, rt.agents[ctx.agent_name].comm_targets)
+        body = unknown_agent_body(name, rt.agents[ctx.agent_name].comm_targets)
+        return "::invalid_recipient::", body, body
     return None
 
 
@@ -108,12 +141,9 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
         return _err(f"error sending message: missing argument {exc}")
     problem = _check_target(rt, ctx, target)
     if problem is not None:
-        rt.mailbox.put(
-            system_response(
-                rt.swarm_name, ctx.task_id, ctx.agent_name, "::invalid_recipient::", problem
-            )
-        )
-        return _err(problem)
+        subject, notice, result = problem
+        rt.mailbox.put(system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, subject, notice))
+        return _err(result)
     sender = create_agent_address(ctx.agent_name)
     hints = _routing_hints(rt, ctx.task_id, target)
     recipient = create_agent_address(target)
