@@ -218,6 +218,7 @@ class ScriptedLLM:
     unanswered: list[ScriptedRequest] = field(default_factory=list)
     _queue: list[_Queued] = field(default_factory=list)
     _runner: web.AppRunner | None = None
+    _closing: asyncio.Event = field(default_factory=asyncio.Event)
     _port: int = 0
 
     async def __aenter__(self) -> ScriptedLLM:
@@ -227,7 +228,9 @@ class ScriptedLLM:
         app.router.add_post("/v1/responses", self._handle)
         app.router.add_post("/responses", self._handle)
         app.router.add_post("/v1/messages", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        self._closing = asyncio.Event()
+        # Cancel handlers whose client went away (a timed-out request must not linger).
+        self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
@@ -237,6 +240,7 @@ class ScriptedLLM:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -302,7 +306,10 @@ class ScriptedLLM:
             self.unanswered.append(recorded)
             item = ErrorReply(500, "scripted LLM: no reply queued for this request")
         if isinstance(item, HangReply):
-            await asyncio.sleep(item.seconds)
+            try:
+                await asyncio.wait_for(self._closing.wait(), item.seconds)
+            except TimeoutError:
+                pass
             if item.then is None:
                 return _error_response(recorded, ErrorReply(504, "scripted LLM: hung request"))
             item = item.then

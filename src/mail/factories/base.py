@@ -223,6 +223,9 @@ class LiteLLMAgentFunction(MAILAgentFunction):
                     "agent's agent_params to call the provider directly"
                 )
             options["extra_headers"] = {"Authorization": f"Bearer {self.user_token}"}
+            # The caller's key is the proxy credential unless the deployment configures one.
+            if not (self.api_key or os.environ.get("LITELLM_PROXY_API_KEY")) and self.user_token:
+                options["api_key"] = self.user_token
         if self.api_base:
             options["api_base"] = self.api_base
         if self.api_key:
