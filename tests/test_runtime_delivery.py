@@ -246,7 +246,24 @@ async def test_agent_replying_to_the_user_id_is_told_to_use_task_complete() -> N
     notice = sup.calls[1].last_content
     assert "::improper_response_to_user::" in notice
     assert "task_complete" in notice
-    assert tool_results(sup.calls[1].history)[0].startswith("ERROR")
+    [result] = tool_results(sup.calls[1].history)
+    assert result.startswith("ERROR: ") and "task_complete" in result
+    assert any(
+        e.description == "agent supervisor attempted to send a message to the user (u1)"
+        for e in events_named(rt, "t1", "agent_error")
+    )
+
+
+async def test_send_tool_to_the_swarm_name_is_rejected_and_the_task_goes_on() -> None:
+    rt, sup, _ = two_agent_runtime([[send_request("testswarm")], [task_complete("still going")]])
+    response = await run_task(rt)
+    assert response["message"]["body"] == "still going"
+    assert tool_results(sup.calls[1].history) == [
+        "ERROR: 'testswarm' is the swarm itself, not an agent"
+    ]
+    notice = sup.calls[1].last_content
+    assert "<subject>::invalid_recipient::</subject>" in notice
+    assert "name of this swarm" in notice
 
 
 async def test_delivery_to_the_user_id_sends_improper_response_to_user() -> None:
@@ -417,3 +434,15 @@ async def test_no_step_limit_by_default() -> None:
     rt, _, _ = two_agent_runtime(script, [[send_response("supervisor", "ok")]] * 6)
     response = await run_task(rt)
     assert response["message"]["body"] == "long task"
+
+
+async def test_remote_target_without_interswarm_is_reported_to_the_sender() -> None:
+    sup = ScriptedAgent("supervisor", [[send_request("agent@faraway")], [task_complete("ok")]])
+    rt = make_runtime({"supervisor": AgentSpec(sup, ["agent@faraway"], True)})
+    response = await run_task(rt)
+    assert response["message"]["body"] == "ok"
+    notice = sup.calls[1].last_content
+    assert "::agent_error::" in notice and "agent@faraway" in notice
+    assert any(
+        "interswarm is not enabled" in e.description for e in events_named(rt, "t1", "agent_error")
+    )

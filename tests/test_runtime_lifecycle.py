@@ -286,3 +286,22 @@ def test_pending_requests_and_history_keys() -> None:
     history: list[Any] = rt.history_for("t5", "worker")
     assert rt.agent_histories["t5::worker"] is history
     assert rt.pending_requests == {}
+
+
+async def test_submit_and_wait_timeout_returns_task_timeout() -> None:
+    rt, sup, _ = two_agent_runtime([[task_complete("too slow")]])
+    sup.sleep = 1.0
+    loop = asyncio.create_task(rt.run_continuous())
+    try:
+        started = time.monotonic()
+        response = await asyncio.wait_for(rt.submit_and_wait(user_message("t1"), timeout=0.1), 2)
+        assert time.monotonic() - started < 0.5
+    finally:
+        await rt.shutdown(grace_period=0.05)
+        await asyncio.wait_for(loop, 2)
+    assert response["msg_type"] == "broadcast_complete"
+    assert response["message"]["subject"] == "::task_timeout::"
+    assert response["message"]["body"] == "The task timed out."
+    assert [e.description for e in events_named(rt, "t1", "task_error")] == [
+        "timeout for task 't1'"
+    ]
