@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +25,8 @@ from mail.core.tasks import MAILTask
 
 if TYPE_CHECKING:
     from mail.api.swarm_template import MAILSwarmTemplate
+
+logger = logging.getLogger("mail.api")
 
 
 def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
@@ -168,7 +171,7 @@ class MAILSwarm:
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
         tid = message["message"]["task_id"]
         start = len(self.runtime.get_events_by_task_id(tid))
-        response = await self.runtime.run_task(
+        response = await self._run_and_flush(
             message,
             action_override=action_override,
             resume_from=resume_from,
@@ -189,7 +192,7 @@ class MAILSwarm:
     ) -> tuple[MAILMessage, list[dict[str, Any]]]:
         task_id = message["message"]["task_id"]
         start = len(self.runtime.get_events_by_task_id(task_id))
-        response = await self.runtime.run_task(
+        response = await self._run_and_flush(
             message,
             action_override=self.runtime.action_override,
             resume_from=resume_from,
@@ -203,6 +206,26 @@ class MAILSwarm:
             e for e in self.runtime.get_events_by_task_id(task_id)[start:] if e.task_id == task_id
         ]
         return response, _event_records(events)
+
+    async def _run_and_flush(self, message: MAILMessage, **kwargs: Any) -> MAILMessage:
+        response = await self.runtime.run_task(message, **kwargs)
+        await self._flush_before_answer()
+        return response
+
+    async def _flush_before_answer(self, timeout: float = 5.0) -> None:
+        """Make a finished (or paused) task durable before its caller hears about it.
+
+        Skipped while the store reports an outage: the writes stay queued and land when
+        the database is back, and the caller still gets its answer now.
+        """
+        observer = getattr(self, "_store_observer", None)
+        if observer is None:
+            return
+        degraded = getattr(observer.store, "is_degraded", None)
+        if callable(degraded) and degraded():
+            return
+        if not await observer.flush(timeout):
+            logger.warning("persistence is lagging: task data not yet written after %.0fs", timeout)
 
     async def submit_message_nowait(self, message: MAILMessage) -> None:
         self.runtime.submit(message)
@@ -241,6 +264,8 @@ class MAILSwarm:
             async for event in self.runtime.submit_and_stream(
                 message, timeout, resume_from, ping_interval, **kwargs
             ):
+                if event.event in ("task_complete", "task_error"):
+                    await self._flush_before_answer()
                 yield event
 
     async def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:

@@ -1,0 +1,120 @@
+"""Deterministic agents for the two-server interswarm tests (no LLM).
+
+* `alpha_supervisor`: a user message makes it ask `worker@<remote>` (the remote swarm name is
+  its only comm target); an agent's answer completes the task with `alpha got: <answer>`; a
+  system message (an interswarm error) completes it with `error: <body>`.
+* `beta_worker`: answers whoever asked with `beta says: <body>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from mail.core.tools import AgentToolCall
+
+_BODY = re.compile(r"<body>(.*?)</body>", re.S)
+_FROM = re.compile(r'<from type="(\w+)">([^<]*)</from>')
+
+
+def _call(name: str, args: dict[str, Any]) -> AgentToolCall:
+    call_id = f"call_{uuid.uuid4().hex[:12]}"
+    completion = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+        ],
+    }
+    return AgentToolCall(
+        tool_name=name, tool_args=args, tool_call_id=call_id, completion=completion
+    )
+
+
+def _last(history: list[dict[str, Any]]) -> tuple[str, str, str]:
+    for item in reversed(history):
+        content = item.get("content")
+        if (
+            item.get("role") == "user"
+            and isinstance(content, str)
+            and "<incoming_message>" in content
+        ):
+            body, sender = _BODY.search(content), _FROM.search(content)
+            return (
+                sender.group(1) if sender else "",
+                sender.group(2) if sender else "",
+                body.group(1) if body else "",
+            )
+    return "", "", ""
+
+
+def alpha_supervisor(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        kind, _sender, body = _last(history)
+        if kind in ("user", "admin"):
+            target = comm_targets[0]
+            return None, [
+                _call("send_request", {"target": target, "subject": "question", "body": body})
+            ]
+        if kind == "system":
+            return None, [_call("task_complete", {"finish_message": f"error: {body}"})]
+        return None, [_call("task_complete", {"finish_message": f"alpha got: {body}"})]
+
+    return agent
+
+
+def beta_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        kind, sender, body = _last(history)
+        if kind in ("user", "admin"):
+            return None, [_call("task_complete", {"finish_message": f"beta completes: {body}"})]
+        return None, [
+            _call(
+                "send_response",
+                {"target": sender, "subject": "answer", "body": f"beta says: {body}"},
+            )
+        ]
+
+    return agent
+
+
+def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
+    """swarms.json for one side: `supervisor` (asks worker@remote) and a local `worker`."""
+    factory = "python::tests.support.interswarm_agents:"
+    return [
+        {
+            "name": name,
+            "version": "1.0.0",
+            "entrypoint": "supervisor",
+            "enable_interswarm": True,
+            "public": True,
+            "description": f"test swarm {name}",
+            "agents": [
+                {
+                    "name": "supervisor",
+                    "factory": factory + "alpha_supervisor",
+                    "comm_targets": [f"worker@{remote}", "worker"],
+                    "agent_params": {},
+                    "enable_entrypoint": True,
+                    "can_complete_tasks": True,
+                    "enable_interswarm": True,
+                },
+                {
+                    "name": "worker",
+                    "factory": factory + "beta_worker",
+                    "comm_targets": [f"supervisor@{remote}", "supervisor"],
+                    "agent_params": {},
+                    "can_complete_tasks": True,
+                    "enable_entrypoint": True,
+                    "enable_interswarm": True,
+                },
+            ],
+            "actions": [],
+        }
+    ]
