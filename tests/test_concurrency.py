@@ -112,3 +112,27 @@ async def test_100_tasks_run_concurrently_under_run_continuous() -> None:
     assert all(r["message"]["subject"] == "::task_complete::" for r, _ in results)
     assert elapsed < 0.25 * SERIAL_TIME, f"{elapsed:.2f}s for {TASKS} tasks"
     assert gauge.peak >= TASKS * 0.9
+
+
+@pytest.mark.timeout(30)
+async def test_post_message_while_the_ephemeral_loop_is_stopping_is_served() -> None:
+    # Without run_continuous, each post_message serves the mailbox only while some call is
+    # in flight. A call that arrives just as the last one is shutting that loop down must
+    # get a loop of its own, not hang until its timeout.
+    swarm = build_swarm(Gauge())
+    rt = swarm.runtime
+    first = asyncio.create_task(swarm.post_message("first", timeout=5))
+
+    async def arrive_while_stopping() -> tuple[Any, float]:
+        while not (rt._stop_serving and rt._loop_running):
+            await asyncio.sleep(0)
+        started = time.monotonic()
+        response, _ = await swarm.post_message("second", timeout=2)
+        return response, time.monotonic() - started
+
+    second = asyncio.create_task(arrive_while_stopping())
+    first_response, _ = await asyncio.wait_for(first, 5)
+    response, elapsed = await asyncio.wait_for(second, 5)
+    assert first_response["message"]["body"] == "answer: FIRST"
+    assert response["message"]["body"] == "answer: SECOND", response["message"]["body"]
+    assert elapsed < 1.0
