@@ -21,7 +21,8 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def test_defaults_without_any_file() -> None:
+def test_defaults_without_any_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mail.config.find_config_file", lambda: None)
     assert find_config_path() is None
     config = load_client_config()
     assert (config.timeout, config.verbose) == (3600.0, False)
@@ -54,6 +55,14 @@ def test_explicit_path_beats_everything_and_must_exist(
     assert load_client_config(explicit).timeout == 3
     with pytest.raises(ValueError, match="configuration file not found"):
         load_client_config(tmp_path / "nope.toml")
+
+
+def test_search_is_the_same_as_the_servers(tmp_path: Path) -> None:
+    from mail.config import find_config_file
+
+    assert find_config_path() == find_config_file()
+    _write(tmp_path / "mail.toml", "[client]\ntimeout = 5\n")
+    assert find_config_path() == find_config_file() == tmp_path / "mail.toml"
 
 
 def test_file_without_client_table_gives_defaults(tmp_path: Path) -> None:

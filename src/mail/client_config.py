@@ -7,18 +7,12 @@ Kept apart from the server's configuration models so that the client, the REPL a
 
 from __future__ import annotations
 
-import logging
 import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-logger = logging.getLogger("mail.client")
-
-CONFIG_ENV_VAR = "MAIL_CONFIG_PATH"
-DEFAULT_CONFIG_NAME = "mail.toml"
 
 
 class ClientConfig(BaseModel):
@@ -37,24 +31,18 @@ class ClientConfig(BaseModel):
 def find_config_path(path: str | os.PathLike[str] | None = None) -> Path | None:
     """Return the mail.toml to read, or None when there is none.
 
-    Order: an explicit path (which must exist), then `$MAIL_CONFIG_PATH` when it names an
-    existing file, then `./mail.toml`.
+    An explicit path must exist. Otherwise the search is the server's (`mail.config`):
+    `$MAIL_CONFIG_PATH` when it names an existing file, then `./mail.toml`, then the nearest
+    mail.toml above the installed package (the repository root in a checkout).
     """
     if path is not None:
         explicit = Path(path).expanduser()
         if not explicit.is_file():
             raise ValueError(f"configuration file not found: {explicit}")
         return explicit
-    from_env = os.environ.get(CONFIG_ENV_VAR)
-    if from_env:
-        candidate = Path(from_env).expanduser()
-        if candidate.is_file():
-            return candidate
-        logger.warning("%s points to a missing file (%s); ignoring it", CONFIG_ENV_VAR, candidate)
-    local = Path.cwd() / DEFAULT_CONFIG_NAME
-    if local.is_file():
-        return local
-    return None
+    from mail.config import find_config_file
+
+    return find_config_file()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
