@@ -344,3 +344,24 @@ def test_get_subswarm_from_a_running_swarm() -> None:
     assert sub.name == "apiswarm-solo" and sub.agent_names == ["supervisor"]
     assert sub.agents[0].comm_targets == []
     assert sub.agents[0].can_complete_tasks and sub.entrypoint == "supervisor"
+
+
+async def test_action_override_of_post_message_and_run_does_not_leak() -> None:
+    async def override(call: AgentToolCall) -> str:
+        return "overridden"
+
+    swarm, sup, _ = build(
+        [
+            [tool_call("get_weather", {"city": "A"})],
+            [task_complete("first")],
+            [tool_call("get_weather", {"city": "B"})],
+            [task_complete("second")],
+        ]
+    )
+    await asyncio.wait_for(
+        swarm.post_message_and_run("one", action_override=override, timeout=5), 6
+    )
+    await post(swarm, "two")
+    assert tool_results(sup.calls[1].history) == ["SUCCESS: overridden"]
+    # The override belonged to the first call only: the second runs the real action.
+    assert tool_results(sup.calls[3].history) == ['SUCCESS: echo: {"city": "B"}']

@@ -190,3 +190,27 @@ async def test_llm_and_system_overrides_apply_for_one_step_only() -> None:
         await asyncio.wait_for(loop, 2)
     assert seen == [("model-b", "override prompt"), ("model-a", "original prompt")]
     assert agent.system == "original prompt"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [[tool_call("ignore_broadcast", {})], RuntimeError("model exploded")],
+    ids=["real-tool-call", "agent-exception"],
+)
+async def test_manual_step_does_not_hang_when_the_agent_gives_no_text_output(
+    manual: Any, reply: Any
+) -> None:
+    # The original waited forever here; a step whose turn ends without text output must
+    # come back (with a result or an error naming the agent) instead of hanging the caller.
+    rt, alice, _, _ = manual
+    alice.script.append(reply)
+    try:
+        result = await asyncio.wait_for(rt.manual_step("g1", "alice", payload="go"), 2)
+    except TimeoutError:
+        pytest.fail("manual_step hung after alice's turn ended without text_output")
+    except Exception as exc:  # noqa: BLE001 - an error is an acceptable outcome
+        assert "alice" in str(exc)
+    else:
+        assert result["message"]["sender"]["address"] == "alice"
+    assert len(alice.calls) == 1
+    assert rt.manual_return_messages == {}
