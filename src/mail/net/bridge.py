@@ -25,7 +25,7 @@ from mail.core.message import (
     parse_agent_address,
     parse_task_contributor,
 )
-from mail.core.system_messages import system_response
+from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
 from mail.net.router import InterswarmRouter
 from mail.net.types import InterswarmError
@@ -145,19 +145,19 @@ class InterswarmBridge:
         )
         sender = payload["sender"]
         name, swarm = parse_agent_address(sender["address"])
+        text = f"Your message to swarm '{target_swarm}' could not be delivered: {exc}"
         if (
             sender["address_type"] == "agent"
             and name in rt.agents
             and swarm in (None, self.local_swarm)
         ):
             rt.mailbox.put(
-                system_response(
-                    rt.swarm_name,
-                    task_id,
-                    name,
-                    "::interswarm_error::",
-                    f"Your message to swarm '{target_swarm}' could not be delivered: {exc}",
-                )
+                system_response(rt.swarm_name, task_id, name, "::interswarm_error::", text)
+            )
+        elif sender["address_type"] in ("user", "admin"):
+            # A caller's direct interswarm message: nobody here can retry, so answer now.
+            rt._complete_task(
+                task_id, system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
             )
 
     # ------------------------------------------------------------------ completion

@@ -124,7 +124,13 @@ async def _start_interswarm(state: ServerState) -> None:
     from mail.net.router import InterswarmRouter
     from mail.server import interswarm
 
-    router = InterswarmRouter(state.registry, state.swarm_name)
+    settings = state.config.settings
+    router = InterswarmRouter(
+        state.registry, state.swarm_name, request_timeout=settings.interswarm_timeout
+    )
+    monitor = getattr(state.registry, "_health", None)
+    if monitor is not None:
+        monitor.interval = settings.health_check_interval
     await router.start()
     state.router = router
     await maybe_await(state.registry.start_health_checks())

@@ -130,10 +130,26 @@ def task_record(task: Any) -> dict[str, Any]:
     return record
 
 
+def _remote_swarm_records(state: ServerState) -> dict[str, dict[str, Any]]:
+    """Tasks that remote swarms contribute to on this server (their `swarm` instances)."""
+    records: dict[str, dict[str, Any]] = {}
+    for other in state.instances.all():
+        if other.kind != "swarm":
+            continue
+        for task_id, task in other.swarm.get_all_tasks().items():
+            if task_id != "*":
+                records[task_id] = task_record(task)
+    return records
+
+
 async def list_tasks(state: ServerState, caller: Caller) -> dict[str, dict[str, Any]]:
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     inst.touch()
-    return _records_for(state, caller, inst)
+    records = _records_for(state, caller, inst)
+    if caller.role == "admin":
+        # Operators also see the work remote swarms do here; users only ever see their own.
+        records = {**_remote_swarm_records(state), **records}
+    return records
 
 
 async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str, Any]:
