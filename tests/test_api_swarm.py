@@ -91,8 +91,20 @@ async def test_post_message_show_events_returns_parsed_records_of_this_task_only
         )
     # Only the new events of the continued task are returned.
     assert [r["id"] for r in second] == [str(len(first) + i + 1) for i in range(len(second))]
-    assert first[0]["event"] == "new_message" and second[-1]["event"] == "new_message"
-    assert "task_complete response from supervisor" in second[-1]["data"]["description"]
+    assert first[0]["event"] == "new_message" and second[0]["event"] == "new_message"
+    assert any("task_complete response from supervisor" in r["data"]["description"] for r in second)
+
+
+async def test_non_stream_post_records_a_task_complete_event() -> None:
+    # BEHAVIOR §5.2: a successful non-stream submit stores `task_complete` with the
+    # description "response: '{body}'" (streams send theirs without storing it).
+    swarm, _, _ = build([[task_complete("final words")]])
+    _, events = await post(swarm, task_id="tc", show_events=True)
+    assert events[-1]["event"] == "task_complete"
+    assert events[-1]["data"]["description"] == "response: 'final words'"
+    assert events[-1]["data"]["extra_data"] == {}
+    stored = swarm.get_events("tc")
+    assert [e.event for e in stored].count("task_complete") == 1
 
 
 async def test_post_message_with_run_continuous_and_entrypoint_override() -> None:
