@@ -394,3 +394,18 @@ async def test_verbose_logs_requests_at_info(
 def test_empty_base_url_is_rejected() -> None:
     with pytest.raises(ValueError, match="base_url"):
         MAILClient("  ", config=ClientConfig())
+
+
+def test_client_docs_cover_every_public_method() -> None:
+    import inspect
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "client.md").read_text()
+    public = [
+        name
+        for name, member in inspect.getmembers(MAILClient, inspect.isfunction)
+        if not name.startswith("_") and name != "aclose"
+    ]
+    assert len(public) >= 19
+    for name in public:
+        assert f"`{name}(" in docs, f"MAILClient.{name} is not documented in docs/client.md"

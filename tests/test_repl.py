@@ -405,3 +405,17 @@ def test_errors_are_reported_and_the_loop_survives(harness: Harness) -> None:
     assert "BODY TARGETS" in harness.run("? mi") or "targets" in harness.run("? mi")
     # The session still works after all that.
     assert "fake-swarm is healthy" in harness.run("h")
+
+
+def test_cli_docs_list_every_command_alias_and_subcommand() -> None:
+    from mail.cli import COMMANDS as SUBCOMMANDS
+    from mail.repl.parser import COMMANDS
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    for spec in COMMANDS:
+        row = next((line for line in docs.splitlines() if line.startswith(f"| `{spec.name}")), None)
+        assert row is not None, f"{spec.name} missing from the command table of docs/cli.md"
+        for alias in spec.aliases:
+            assert f"`{alias}`" in row, f"alias {alias} of {spec.name} missing in docs/cli.md"
+    for name, _module, _help in SUBCOMMANDS:
+        assert f"\n## `mail {name}`" in docs, f"mail {name} has no section in docs/cli.md"
