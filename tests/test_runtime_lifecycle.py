@@ -8,6 +8,8 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from mail.core.events import TaskEvent
 from mail.core.tasks import MAILTask
 from support.scripted_agents import (
@@ -305,3 +307,30 @@ async def test_submit_and_wait_timeout_returns_task_timeout() -> None:
     assert [e.description for e in events_named(rt, "t1", "task_error")] == [
         "timeout for task 't1'"
     ]
+
+
+async def test_submissions_after_shutdown_are_answered_at_once() -> None:
+    rt, sup, _ = two_agent_runtime([[task_complete("never")]])
+    await rt.shutdown()
+    started = time.monotonic()
+    response = await asyncio.wait_for(rt.run_task(user_message("late"), timeout=1), 2)
+    elapsed = time.monotonic() - started
+    # Nobody will ever serve the task: say so now instead of after the whole timeout.
+    assert elapsed < 0.5, f"waited {elapsed:.2f}s for a shut-down runtime"
+    assert response["msg_type"] == "broadcast_complete"
+    assert response["message"]["subject"] in ("::shutdown_requested::", "::task_error::")
+    assert sup.calls == []
+
+
+async def test_a_second_loop_on_the_same_runtime_is_refused() -> None:
+    rt, _, _ = two_agent_runtime([[task_complete("x")]])
+    loop = asyncio.create_task(rt.run_continuous())
+    await asyncio.sleep(0)
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            await asyncio.wait_for(rt.run_continuous(), 1)
+        response = await asyncio.wait_for(rt.submit_and_wait(user_message("t1"), 5), 6)
+        assert response["message"]["body"] == "x"  # the first loop still serves
+    finally:
+        await rt.shutdown()
+        await asyncio.wait_for(loop, 2)
