@@ -446,3 +446,35 @@ async def test_remote_target_without_interswarm_is_reported_to_the_sender() -> N
     assert any(
         "interswarm is not enabled" in e.description for e in events_named(rt, "t1", "agent_error")
     )
+
+
+async def test_system_notices_for_a_completed_task_do_not_start_new_turns() -> None:
+    # `slow` is mid-turn when the supervisor completes the task; its misuse of
+    # acknowledge_broadcast produces a ::tool_call_error:: after completion. The task is
+    # over, so that notice must not cost another agent (LLM) call.
+    slow = ScriptedAgent("slow", [[tool_call("acknowledge_broadcast", {})]], default=IGNORE)
+    slow.sleep = 0.1
+    fast = ScriptedAgent("fast", [[send_response("supervisor", "quick")]])
+    sup = ScriptedAgent(
+        "supervisor",
+        [[send_request("slow"), send_request("fast")], [task_complete("done early")]],
+        default=IGNORE,
+    )
+    rt = make_runtime(
+        {
+            "supervisor": AgentSpec(sup, ["slow", "fast"], True),
+            "slow": AgentSpec(slow, ["supervisor"]),
+            "fast": AgentSpec(fast, ["supervisor"]),
+        }
+    )
+    loop = asyncio.create_task(rt.run_continuous())
+    try:
+        response = await asyncio.wait_for(rt.submit_and_wait(user_message("t1"), timeout=5), 6)
+        await asyncio.sleep(0.15)
+        await asyncio.wait_for(rt.await_idle(), 2)
+    finally:
+        await rt.shutdown(grace_period=1)
+        await asyncio.wait_for(loop, 2)
+    assert response["message"]["body"] == "done early"
+    assert len(slow.calls) == 1
+    assert len(sup.calls) == 2
