@@ -221,16 +221,13 @@ async def test_acknowledge_broadcast_stores_it_in_memory() -> None:
     await run_task(rt)
     assert tool_results(wrk.live_histories[0])[0] == "SUCCESS: broadcast acknowledged"
 
-    found = await rt.memory.search("worker", "launch code zebra-42")
-    assert len(found) == 1
-    entry = found[0]
-    assert entry["task_id"] == "t1" and entry["note"] == "remember the launch code"
-    user_entry, assistant_entry = entry["messages"]
-    assert user_entry["role"] == "user" and "The launch code is zebra-42" in user_entry["content"]
-    assert assistant_entry == {
-        "role": "assistant",
-        "content": "<acknowledged broadcast/>\nremember the launch code",
-    }
+    # Two entries, per the broadcast-tools spec: the broadcast as seen, then the ack + note.
+    found = await rt.memory.search("worker", "launch code zebra-42 remember", limit=10)
+    assert len(found) == 2
+    by_role = {entry["role"]: entry for entry in found}
+    assert all(entry["task_id"] == "t1" for entry in found)
+    assert "The launch code is zebra-42" in by_role["user"]["content"]
+    assert by_role["assistant"]["content"] == "<acknowledged broadcast/>\nremember the launch code"
     # Memory is per agent, and acknowledging sent nothing by itself.
     assert await rt.memory.search("supervisor", "zebra") == []
     assert await rt.memory.search("worker", "unrelated-term") == []
@@ -248,8 +245,9 @@ async def test_acknowledge_without_note_stores_bare_marker() -> None:
         [[tool_call("acknowledge_broadcast", {}), send_response("supervisor", "k")]],
     )
     await run_task(rt)
-    [entry] = await rt.memory.search("worker", "weather")
-    assert entry["messages"][1] == {"role": "assistant", "content": "<acknowledged broadcast/>"}
+    found = await rt.memory.search("worker", "weather acknowledged", limit=10)
+    acks = [e for e in found if e["role"] == "assistant"]
+    assert [e["content"] for e in acks] == ["<acknowledged broadcast/>"]
 
 
 async def test_acknowledge_on_a_request_is_misuse_and_stores_nothing() -> None:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from tests.support.tcp_proxy import TcpProxy, via_proxy
 
 from mail.store import InstanceKey, MemoryTaskStore, TaskStore, create_store
 from mail.store.postgres import PostgresTaskStore, is_transient_error
@@ -288,52 +289,6 @@ async def test_start_fails_clearly_when_the_database_is_unreachable() -> None:
 
 
 # -- outage: a TCP proxy we can stop ----------------------------------------------------------
-
-
-class TcpProxy:
-    """Forwards 127.0.0.1:<port> to the database; stop() kills it and every open link."""
-
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-        await self._server.wait_closed()
-
-    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection(*self.target)
-        except OSError:
-            client_w.transport.abort()
-            return
-        self._writers |= {client_w, up_w}
-
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-                while data := await reader.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            writer.transport.abort()
-
-        await asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
-        self._writers -= {client_w, up_w}
-
-
-def via_proxy(url: str, port: int) -> str:
-    netloc = urlsplit(url).netloc
-    userinfo = netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
-    return url.replace(netloc, f"{userinfo}127.0.0.1:{port}", 1)
 
 
 async def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

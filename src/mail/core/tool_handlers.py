@@ -263,11 +263,11 @@ async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolC
     entries = acknowledgement_entries(build_mail_xml(ctx.message)["content"], note)
     key = ctx.message["id"]
     try:
-        await rt.memory.put(
-            ctx.agent_name,
-            key,
-            {"task_id": ctx.task_id, "messages": entries, "note": note},
-        )
+        # Two entries, as the agent lived them: the broadcast, then its acknowledgement.
+        for suffix, entry in zip(("broadcast", "ack"), entries, strict=True):
+            await rt.memory.put(
+                ctx.agent_name, f"{key}-{suffix}", {**entry, "task_id": ctx.task_id}
+            )
     except Exception as exc:  # noqa: BLE001 - memory trouble is reported, not fatal
         rt._emit(
             ctx.task_id,
