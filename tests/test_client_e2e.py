@@ -24,7 +24,7 @@ from server_fixtures import (
     write_config,
     write_stub_swarms,
 )
-from test_repl import USER_PROMPT, Terminal
+from test_repl import Terminal
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -271,7 +271,6 @@ def test_repl_against_the_real_server(server: ServerProcess, tmp_path: Path) -> 
     key = server.keys["alice"]  # type: ignore[attr-defined]
     term = Terminal(["client", server.base_url, "--api-key", key, "--timeout", "60"], tmp_path)
     prompt = r"mail::user:alice@127\.0\.0\.1:\d+> "
-    assert "alic" in USER_PROMPT  # the same prompt scheme as the fake-server tests
     try:
         term.expect(r"✓ logged in as user:alice")
         term.expect(prompt)
