@@ -1,30 +1,57 @@
-"""MAIL: the Multi-Agent Interface Layer (protocol, runtime, server, client)."""
+"""MAIL: the Multi-Agent Interface Layer (protocol, runtime, server, client).
 
+The public names are loaded on first use (PEP 562), so `import mail` and CLI start-up stay
+fast; `from mail import MAILSwarmTemplate` works as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
 import os as _os
+from typing import TYPE_CHECKING, Any
 
 # LiteLLM otherwise downloads a model price map at import time; we never need the network
 # for that, and a closed network would stall every import.
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from mail.api import (  # noqa: E402
-    MAILAction,
-    MAILAgent,
-    MAILAgentTemplate,
-    MAILSwarm,
-    MAILSwarmTemplate,
-    action,
-)
-from mail.core.message import (  # noqa: E402
-    MAILAddress,
-    MAILBroadcast,
-    MAILInterrupt,
-    MAILInterswarmMessage,
-    MAILMessage,
-    MAILRequest,
-    MAILResponse,
-)
-from mail.core.tools import AgentToolCall  # noqa: E402
 from mail.version import PROTOCOL_VERSION, __version__  # noqa: E402
+
+if TYPE_CHECKING:
+    from mail.api import (
+        MAILAction,
+        MAILAgent,
+        MAILAgentTemplate,
+        MAILSwarm,
+        MAILSwarmTemplate,
+        action,
+    )
+    from mail.core.message import (
+        MAILAddress,
+        MAILBroadcast,
+        MAILInterrupt,
+        MAILInterswarmMessage,
+        MAILMessage,
+        MAILRequest,
+        MAILResponse,
+    )
+    from mail.core.tools import AgentToolCall
+
+_EXPORTS: dict[str, str] = {
+    "MAILAction": "mail.api",
+    "MAILAgent": "mail.api",
+    "MAILAgentTemplate": "mail.api",
+    "MAILSwarm": "mail.api",
+    "MAILSwarmTemplate": "mail.api",
+    "action": "mail.api",
+    "MAILAddress": "mail.core.message",
+    "MAILBroadcast": "mail.core.message",
+    "MAILInterrupt": "mail.core.message",
+    "MAILInterswarmMessage": "mail.core.message",
+    "MAILMessage": "mail.core.message",
+    "MAILRequest": "mail.core.message",
+    "MAILResponse": "mail.core.message",
+    "AgentToolCall": "mail.core.tools",
+}
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -44,3 +71,16 @@ __all__ = [
     "__version__",
     "action",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mail' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

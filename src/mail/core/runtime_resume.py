@@ -83,6 +83,15 @@ class ResumeMixin:
         calls = list(self.last_breakpoint_tool_calls.get(task_id, []))
         history = self.history_for(task_id, caller)
         matched = False
+        if (
+            isinstance(result, list)
+            and len(result) == 1
+            and len(calls) == 1
+            and isinstance(result[0], dict)
+            and "call_id" not in result[0]
+            and "content" in result[0]
+        ):
+            result = result[0]  # one result for the one paused call: no call_id needed
         if isinstance(result, list):
             by_id = {c.tool_call_id: c for c in calls}
             for item in result:
