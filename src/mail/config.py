@@ -77,6 +77,9 @@ class ServerSettings(_Section):
     instance_idle_timeout: float = Field(default=1800.0, ge=0)
     # Default time a non-streaming POST /message waits for the task to finish.
     message_timeout: float = Field(default=3600.0, gt=0)
+    # Freeze start-up objects out of the cyclic GC and collect young objects less often;
+    # keeps full-collection pauses (which grow with the number of retained tasks) rare.
+    gc_tuning: bool = True
     # Seconds one interswarm HTTP request may take before the sending agent is told it failed.
     interswarm_timeout: float = Field(default=30.0, gt=0)
     # Seconds between health checks of registered remote swarms.
