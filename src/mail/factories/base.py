@@ -210,8 +210,14 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         model = self.llm
         options: dict[str, Any] = {"max_retries": 0, "_skip_mcp_handler": True}
         if self.is_demo_model:
-            from mail.factories.demo_model import register_demo_provider
+            from mail.factories.demo_model import MODELS, PROVIDER, register_demo_provider
 
+            if model.split("/", 1)[1] not in MODELS:
+                raise LLMConfigError(
+                    f"agent '{self.name}': unknown offline model '{model}'; the only one is "
+                    f"'{PROVIDER}/{MODELS[0]}' (use a LiteLLM model name such as "
+                    "'openai/gpt-5-mini' for a real model)"
+                )
             register_demo_provider()
         elif self.use_proxy:
             if not model.startswith(PROXY_PREFIX):

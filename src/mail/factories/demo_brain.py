@@ -17,6 +17,7 @@ Everything is deterministic: the same conversation always yields the same turn.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,15 +330,36 @@ class DemoBrain:
         return DemoTurn(text=self._manual_text(prompt.body))
 
     def _manual_text(self, prompt: str) -> str:
-        import re
-
+        """Plain-text answer to a manual-step prompt (buffered messages + instructions)."""
         instructions = prompt.split("</public_message>")[-1].split("</private_message>")[-1]
-        bounds = re.search(r"between (\d+) and (\d+)", instructions)
-        if bounds:
-            low, high = int(bounds.group(1)), int(bounds.group(2))
-            return f"I guess {deterministic_pick(low, high, self.system, instructions)}."
+        template = _REPLY_TEMPLATE.search(instructions)
+        if template:
+            # "Reply with: I guess <number>." -> fill the placeholder deterministically.
+            bounds = re.search(r"between (\d+) and (\d+)", instructions)
+            low, high = (int(bounds.group(1)), int(bounds.group(2))) if bounds else (1, 10)
+            number = deterministic_pick(low, high, self.system, instructions)
+            return template.group(1).replace("<number>", str(number)).strip()
         lines = [line.strip() for line in instructions.splitlines() if line.strip()]
-        return summarize(lines[-1], 300) if lines else "[demo model] (nothing to say)"
+        if not lines:
+            return "[demo model] (nothing to say)"
+        last = lines[-1]
+        if last.split(" ", 1)[0].lower() in _SMALL_TALK_VERBS:
+            # An open-ended request to talk: a canned, deterministic line.
+            return _SMALL_TALK[deterministic_pick(0, len(_SMALL_TALK) - 1, self.system, prompt)]
+        return summarize(last, 300)
+
+
+_REPLY_TEMPLATE = re.compile(r"[Rr]eply with(?: exactly)?:\s*(.*?<number>\.?)")
+_SMALL_TALK_VERBS = frozenset(
+    "say tell react comment chat share respond answer describe explain".split()
+)
+_SMALL_TALK = (
+    "Well played, everyone.",
+    "That was closer than it looked.",
+    "I will do better next round.",
+    "Lucky numbers all around.",
+    "Nobody saw that coming.",
+)
 
 
 def decide(
