@@ -145,8 +145,10 @@ async def test_task_complete_response_shape_and_events() -> None:
     assert payload["sender_swarm"] == "testswarm"
     assert payload["recipient_swarms"] == ["testswarm"]
     names = [e.event for e in rt.get_events_by_task_id("t1")]
-    assert names[-3:] == ["tool_call", "task_complete_call", "new_message"]
-    last = rt.get_events_by_task_id("t1")[-1]
+    # A non-stream submission records the final response as a `task_complete` event.
+    assert names[-4:] == ["tool_call", "task_complete_call", "new_message", "task_complete"]
+    assert rt.get_events_by_task_id("t1")[-1].description == "response: 'the answer'"
+    last = rt.get_events_by_task_id("t1")[-2]
     assert last.description.startswith("task_complete response from supervisor:\n")
     assert last.extra_data["full_message"] == response
     assert events_named(rt, "t1", "task_complete_call")[0].description == (

@@ -194,7 +194,7 @@ class MAILSwarm:
         start = len(self.runtime.get_events_by_task_id(task_id))
         response = await self._run_and_flush(
             message,
-            action_override=self.runtime.action_override,
+            action_override=None,
             resume_from=resume_from,
             max_steps=self.task_message_limit,
             timeout=timeout,
@@ -258,9 +258,7 @@ class MAILSwarm:
         ping_interval: float = 15.0,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
-        async with self.runtime.ephemeral_loop(
-            self.task_message_limit, self.runtime.action_override
-        ):
+        async with self.runtime.ephemeral_loop(self.task_message_limit):
             async for event in self.runtime.submit_and_stream(
                 message, timeout, resume_from, ping_interval, **kwargs
             ):

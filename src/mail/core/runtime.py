@@ -94,7 +94,10 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._loop_running = False
         self._stop_serving = False
         self._ephemeral_task: asyncio.Task[None] | None = None
+        self._ephemeral_stopping: asyncio.Task[None] | None = None
+        self._ephemeral_saved: tuple[int | None, ActionOverrideFunction | None] = (None, None)
         self._ephemeral_users = 0
+        self._continuous = False
         self._shutdown = False
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
@@ -206,7 +209,10 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         future = self._add_waiter(task_id)
         try:
             self._submit_for_task(message, resume_from, kwargs)
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
+            response = await asyncio.wait_for(asyncio.shield(future), timeout)
+            body = response["message"]["body"]
+            self._emit(task_id, "task_complete", lambda: f"response: '{body}'")
+            return response
         except TaskSubmitError as exc:
             self._emit(task_id, "task_error", f"error for task: {exc}")
             return system_task_end(self.swarm_name, task_id, "::task_error::", task_error_body(exc))
@@ -285,10 +291,16 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         mode: RunMode = "continuous",
     ) -> None:
         """Serve the mailbox until shutdown."""
+        while self._ephemeral_stopping is not None or self._ephemeral_task is not None:
+            await asyncio.sleep(0.01)  # let a temporary loop finish before taking over
         self.max_steps = max_steps
         self.action_override = action_override
         self.mode = mode
-        await self._serve()
+        self._continuous = True
+        try:
+            await self._serve()
+        finally:
+            self._continuous = False
 
     async def run(self, action_override: ActionOverrideFunction | None = None) -> None:
         await self.run_continuous(action_override=action_override)
@@ -312,12 +324,19 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         max_steps: int | None = None,
         action_override: ActionOverrideFunction | None = None,
     ) -> AsyncIterator[None]:
-        """Serve the mailbox for the duration of the block unless a loop already runs."""
-        if self._loop_running and self._ephemeral_task is None:
+        """Serve the mailbox for the duration of the block unless a continuous loop runs.
+
+        Concurrent users share one temporary loop; the last one out stops it and restores
+        the loop settings (max_steps, action_override) that were in place before.
+        """
+        if self._continuous:
             yield
             return
+        while self._ephemeral_stopping is not None:
+            await asyncio.wait({self._ephemeral_stopping})
         self._ephemeral_users += 1
         if self._ephemeral_task is None:
+            self._ephemeral_saved = (self.max_steps, self.action_override)
             self.max_steps = max_steps
             self.action_override = action_override
             self._ephemeral_task = asyncio.create_task(self._serve())
@@ -328,9 +347,14 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             self._ephemeral_users -= 1
             if self._ephemeral_users == 0 and self._ephemeral_task is not None:
                 serve, self._ephemeral_task = self._ephemeral_task, None
+                self._ephemeral_stopping = serve
                 self._stop_serving = True
                 self.mailbox.put_wakeup()
-                await serve
+                try:
+                    await asyncio.shield(serve)
+                finally:
+                    self._ephemeral_stopping = None
+                    self.max_steps, self.action_override = self._ephemeral_saved
 
     async def _serve(self) -> None:
         if self._loop_running:
@@ -365,7 +389,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._process_message(message)
 
     # ------------------------------------------------------------------ turns bookkeeping
-    def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         turn = asyncio.create_task(coro)
         self._turns.add(turn)
         self._turns_by_task[task_id] = self._turns_by_task.get(task_id, 0) + 1
@@ -382,9 +406,19 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                 self._idle.set()
 
         turn.add_done_callback(_done)
+        return turn
 
     def task_is_busy(self, task_id: str) -> bool:
         return self._turns_by_task.get(task_id, 0) > 0 or self.mailbox.has_task(task_id)
+
+    async def await_task_idle(self, task_id: str, poll: float = 0.01) -> None:
+        """Wait until nothing of `task_id` is queued or running."""
+        while True:
+            if not self.task_is_busy(task_id):
+                await asyncio.sleep(0)
+                if not self.task_is_busy(task_id):
+                    return
+            await asyncio.sleep(poll)
 
     async def await_idle(self) -> None:
         """Wait until the mailbox is empty and no agent turn is in flight."""

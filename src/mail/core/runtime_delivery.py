@@ -95,13 +95,16 @@ class DeliveryMixin:
         task = self._ensure_task(task_id)
         sender = payload["sender"]
         sender_type = sender["address_type"]
-        if (
-            task.completed
-            and sender_type == "agent"
-            and message["msg_type"] != "broadcast_complete"
-        ):
-            logger.debug("dropping agent message for completed task %s", task_id)
-            return
+        if task.completed and message["msg_type"] != "broadcast_complete":
+            if sender_type == "agent":
+                logger.debug("dropping agent message for completed task %s", task_id)
+                return
+            if sender_type == "system":
+                # A late runtime notice (from a turn still in flight when the task ended):
+                # keep it with the task's stashed queue; a continuation delivers it.
+                task.queue_stash([{"priority": 1, "seq": 0, "message": message}])
+                self.observer.queue_stashed(task_id, list(task.task_message_queue))
+                return
 
         names = [r["address"] for r in message_recipients(message)]
         sender_name = parse_agent_address(sender["address"])[0]

@@ -101,7 +101,23 @@ class ManualMixin:
         overrides = _apply_overrides(self.agents[target].function, _llm, _system)
         try:
             self._spawn(task_id, self._run_turn(task_id, target, message, "auto"))
-            return await future
+            idle = asyncio.create_task(self.await_task_idle(task_id))
+            try:
+                await asyncio.wait({future, idle}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                idle.cancel()
+            if future.done():
+                return future.result()
+            # Everything this step set off has finished and the agent never answered in
+            # text (it only called tools, or it failed): say so instead of waiting forever.
+            task = self.mail_tasks.get(task_id)
+            errors = [
+                e.description for e in (task.events if task else []) if e.event == "agent_error"
+            ]
+            detail = f": {errors[-1]}" if errors else ""
+            raise RuntimeError(
+                f"agent '{target}' ended its manual step without text output{detail}"
+            )
         finally:
             self.manual_return_messages.pop(key, None)
             _restore_overrides(self.agents[target].function, overrides)

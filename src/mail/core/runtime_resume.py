@@ -34,6 +34,8 @@ class ResumeMixin:
         self: MAILRuntime, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
     ) -> None:
         task_id = message["message"]["task_id"]
+        if self._shutdown:
+            raise TaskSubmitError("the runtime is shut down")
         if "max_steps" in kwargs:
             self._step_limits[task_id] = parse_max_steps(kwargs["max_steps"])
         if resume_from is None:
