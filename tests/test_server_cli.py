@@ -143,3 +143,21 @@ def test_python_dash_m_mail_server_and_sigterm(tmp_path: Path) -> None:
     assert proc.returncode == 0, err.decode()
     assert b"No API keys were found" in out  # first start bootstraps keys
     assert b"Application shutdown complete" in err
+
+
+def test_mail_server_template_env_injects_a_template(tmp_path: Path) -> None:
+    # No swarms.json at all: the template comes from MAIL_SERVER_TEMPLATE.
+    port = free_port()
+    config = write_config(tmp_path, port=port, swarm="demo", source=str(tmp_path / "missing.json"))
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "inj")
+    env = {"MAIL_SERVER_TEMPLATE": "tests.support.stub_agents:stub_template"}
+    server = ServerProcess(tmp_path, port, args=["-c", str(config)], env=env).start()
+    try:
+        assert httpx.get(f"{server.base_url}/").json()["swarm"]["name"] == "injected"
+        r = httpx.post(
+            f"{server.base_url}/message", json={"body": "hi"}, headers=auth(key), timeout=30
+        )
+        assert r.json()["response"] == "echo[inj]: hi"
+    finally:
+        assert server.stop() == 0
+    assert "MAIL_SERVER_TEMPLATE=tests.support.stub_agents:stub_template" in server.logs()

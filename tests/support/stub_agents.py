@@ -191,3 +191,10 @@ def stub_swarms_json(name: str = "stub", *, public: bool = False) -> list[dict[s
             ],
         }
     ]
+
+
+def stub_template():  # noqa: ANN201
+    """The stub swarm as a MAILSwarmTemplate (for MAIL_SERVER_TEMPLATE)."""
+    from mail.api import MAILSwarmTemplate
+
+    return MAILSwarmTemplate.from_swarms_json(stub_swarms_json("injected")[0])

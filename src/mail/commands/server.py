@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mail.server.auth import AuthConfigError, resolve_auth_mode
     from mail.server.keystore import KeyStoreError, bootstrap_keys
-    from mail.server.state import StartupError, check_swarm_source
+    from mail.server.state import TEMPLATE_ENV_VAR, StartupError, check_swarm_source
 
     _setup_logging(cfg.log_level)
     os.environ["SWARM_NAME"] = cfg.swarm.name
@@ -151,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
-        check_swarm_source(cfg.swarm.name, cfg.swarm.source)
+        injected = os.environ.get(TEMPLATE_ENV_VAR)
+        if not injected:
+            check_swarm_source(cfg.swarm.name, cfg.swarm.source)
         mode = resolve_auth_mode(cfg)
         if mode == "local":
             keys_path = cfg.keys_file_path()
@@ -194,13 +196,14 @@ def run(args: argparse.Namespace) -> int:
     from mail.server.app import create_app
 
     try:
-        from mail.server.state import load_template
+        from mail.server.state import load_template, template_from_env
 
-        template = load_template(cfg)
+        template = template_from_env() if injected else load_template(cfg)
     except StartupError as exc:
         sock.close()
         return _fail(str(exc))
-    app = create_app(cfg, template=template, template_source=cfg.swarm.source)
+    source = f"{TEMPLATE_ENV_VAR}={injected}" if injected else cfg.swarm.source
+    app = create_app(cfg, template=template, template_source=source)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -74,6 +74,15 @@ async def _startup(
     if template is None:
         template = load_template(config)
         source = config.swarm.source
+    name = getattr(template, "name", None)
+    if (
+        source != config.swarm.source
+        and isinstance(name, str)
+        and name
+        and name != config.swarm.name
+    ):
+        # An injected template names the swarm; [server.swarm].name only selects from a file.
+        config = config.model_copy(update={"swarm": config.swarm.model_copy(update={"name": name})})
     Path(config.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
     auth = authenticator or build_authenticator(config)
     if store is None:
