@@ -122,6 +122,31 @@ def _print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:
     print("\n".join(lines), flush=True)
 
 
+def _check_database() -> str | None:
+    """Problem with DATABASE_URL (one line), or None when it is unset or reachable."""
+    from mail.store import create_store, database_url_from_env
+
+    url = database_url_from_env()
+    if not url:
+        return None
+
+    async def probe() -> None:
+        store = create_store(url)
+        try:
+            await store.start()
+        finally:
+            await store.close()
+
+    import asyncio
+
+    try:
+        asyncio.run(probe())
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"cannot start persistence (DATABASE_URL): {detail}"
+    return None
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -164,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot create {Path(cfg.swarm.registry_file).parent}: {exc.strerror or exc}")
+
+    problem = _check_database()
+    if problem:
+        return _fail(problem)
 
     try:
         sock = _bind(cfg.host, cfg.port)
