@@ -377,3 +377,16 @@ async def test_action_override_of_post_message_and_run_does_not_leak() -> None:
     assert tool_results(sup.calls[1].history) == ["SUCCESS: overridden"]
     # The override belonged to the first call only: the second runs the real action.
     assert tool_results(sup.calls[3].history) == ['SUCCESS: echo: {"city": "B"}']
+
+
+async def test_user_broadcast_can_be_acknowledged_into_memory() -> None:
+    swarm, sup, _ = build(
+        [[tool_call("acknowledge_broadcast", {"note": "user prefers metric"}), task_complete("k")]]
+    )
+    response, _ = await post(swarm, "Always use metric units", msg_type="broadcast")
+    assert response["message"]["body"] == "k"
+    assert '<from type="user">api-user</from>' in sup.calls[0].last_content
+    assert tool_results(sup.live_histories[0])[0] == "SUCCESS: broadcast acknowledged"
+    found = await swarm.runtime.memory.search("supervisor", "metric units")
+    assert any("Always use metric units" in str(e.get("content")) for e in found)
+    assert all(e["task_id"] == response["message"]["task_id"] for e in found)
