@@ -124,8 +124,12 @@ async def test_post_message_while_the_ephemeral_loop_is_stopping_is_served() -> 
     first = asyncio.create_task(swarm.post_message("first", timeout=5))
 
     async def arrive_while_stopping() -> tuple[Any, float]:
-        while not (rt._stop_serving and rt._loop_running):
+        for _ in range(100_000):
+            if rt._stop_serving and rt._loop_running:
+                break
             await asyncio.sleep(0)
+        else:
+            pytest.fail("never observed the temporary loop stopping")
         started = time.monotonic()
         response, _ = await swarm.post_message("second", timeout=2)
         return response, time.monotonic() - started
