@@ -39,7 +39,7 @@ async def serving() -> AsyncIterator[Any]:
 
     yield start
     for rt, loop in started:
-        await rt.shutdown(grace_period=1)
+        await rt.shutdown(grace_period=0.2)
         await asyncio.wait_for(loop, 2)
 
 
