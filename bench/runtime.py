@@ -9,13 +9,20 @@ concurrency for 200 tasks at 50 ms simulated latency per call.
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import statistics
-import time
-from typing import Any
+import os
+import sys
 
-from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
+# bench/http.py would shadow the standard library's `http` package for scripts run from here.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import asyncio  # noqa: E402
+import gc  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate  # noqa: E402
 
 COMPLETION = {"role": "assistant", "content": None}
 

@@ -7,7 +7,7 @@ Nothing in this module performs I/O.
 from __future__ import annotations
 
 import datetime
-import uuid
+import os
 from typing import Any, Literal, TypedDict
 
 AddressType = Literal["admin", "agent", "system", "user"]
@@ -162,8 +162,18 @@ def format_task_contributor(role: str, ident: str, swarm: str) -> str:
 # --------------------------------------------------------------------------- constructors
 
 
+_VERSION_4 = 0x4000 << 64  # version nibble of a UUID as a 128-bit integer
+_VERSION_MASK = ~(0xF000 << 64)
+_VARIANT_RFC4122 = 0x8000 << 48
+_VARIANT_MASK = ~(0xC000 << 48)
+
+
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID string; same result as str(uuid.uuid4()), less overhead."""
+    n = int.from_bytes(os.urandom(16), "big")
+    n = (n & _VERSION_MASK & _VARIANT_MASK) | _VERSION_4 | _VARIANT_RFC4122
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def utc_now_iso() -> str:

@@ -9,6 +9,7 @@ Delivery, turns, tool handling, resumes and manual mode live in sibling modules.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine
@@ -86,7 +87,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.action_override: ActionOverrideFunction | None = None
 
         self._waiters: dict[str, list[asyncio.Future[MAILMessage]]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        # "{task}::{agent}" -> waiters for that agent's next turn on that task (present = busy)
+        self._turn_gates: dict[str, collections.deque[asyncio.Future[None]]] = {}
         self._turns: set[asyncio.Task[Any]] = set()
         self._turns_by_task: dict[str, int] = {}
         self._idle = asyncio.Event()
@@ -149,12 +151,29 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
     def history_for(self, task_id: str, agent_name: str) -> list[dict[str, Any]]:
         return self.agent_histories.setdefault(f"{task_id}::{agent_name}", [])
 
-    def _lock_for(self, task_id: str, agent_name: str) -> asyncio.Lock:
-        key = f"{task_id}::{agent_name}"
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        return lock
+    async def _acquire_turn(self, key: str) -> None:
+        """Exclusive, FIFO access to one agent's history on one task."""
+        waiters = self._turn_gates.get(key)
+        if waiters is None:
+            self._turn_gates[key] = collections.deque()
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release_turn(key)  # the turn was handed to us as we were cancelled
+            raise
+
+    def _release_turn(self, key: str) -> None:
+        waiters = self._turn_gates[key]
+        while waiters:
+            future = waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        del self._turn_gates[key]
 
     # ------------------------------------------------------------------ completion
     def _complete_task(self, task_id: str, response: MAILMessage) -> None:
@@ -176,7 +195,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         for future in self._waiters.pop(task_id, []):
             if not future.done():
                 future.set_result(response)
-        task.event_signal().set()
+        task.wake()
         logger.debug("task %s completed", task_id)
 
     # ------------------------------------------------------------------ submission
@@ -209,7 +228,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         future = self._add_waiter(task_id)
         try:
             self._submit_for_task(message, resume_from, kwargs)
-            response = await asyncio.wait_for(asyncio.shield(future), timeout)
+            async with asyncio.timeout(timeout):
+                response = await future
             body = response["message"]["body"]
             self._emit(task_id, "task_complete", lambda: f"response: '{body}'")
             return response

@@ -39,7 +39,9 @@ class TurnMixin:
     async def _run_turn(
         self: MAILRuntime, task_id: str, agent_name: str, message: MAILMessage, tool_choice: Any
     ) -> None:
-        async with self._lock_for(task_id, agent_name):
+        key = f"{task_id}::{agent_name}"
+        await self._acquire_turn(key)
+        try:
             history = self.history_for(task_id, agent_name)
             ctx = TurnContext(task_id, agent_name, message, history)
             current: AgentToolCall | None = None
@@ -68,6 +70,8 @@ class TurnMixin:
                 self._turn_failed(ctx, current, exc)
             finally:
                 self._save_history(task_id, agent_name)
+        finally:
+            self._release_turn(key)
 
     # ------------------------------------------------------------------ history
     def _append_incoming(

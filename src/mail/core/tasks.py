@@ -33,7 +33,7 @@ class MAILTask:
         self.remote_swarms: set[str] = set()
         self.title: str | None = None
         self.response: dict[str, Any] | None = None
-        self._event_signal = asyncio.Event()
+        self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
     def mark_complete(self) -> None:
@@ -59,11 +59,18 @@ class MAILTask:
     def add_event(self, event: TaskEvent) -> None:
         event.id = str(len(self.events) + 1)
         self.events.append(event)
-        signal, self._event_signal = self._event_signal, asyncio.Event()
-        signal.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake whoever waits on `event_signal` (a new event, or the task finished)."""
+        signal, self._event_signal = self._event_signal, None
+        if signal is not None:
+            signal.set()
 
     def event_signal(self) -> asyncio.Event:
-        """An event that is set as soon as the next task event is added."""
+        """An event that is set as soon as the next task event is added (or on `wake`)."""
+        if self._event_signal is None:
+            self._event_signal = asyncio.Event()
         return self._event_signal
 
     # -- serialisation ------------------------------------------------------------------

@@ -114,7 +114,8 @@ class TurnAssembler:
         text_output: str | None = None,
     ) -> list[AgentToolCall]:
         """Build the calls; with no calls, a `text_output` call carrying `text_output`."""
-        history = {"completion": completion or {}, "responses": responses or []}
+        completion = completion or {}
+        responses = responses or []
         if self.calls:
             return [
                 AgentToolCall(
@@ -123,7 +124,8 @@ class TurnAssembler:
                     tool_call_id=call.call_id,
                     reasoning=call.reasoning,
                     preamble=call.preamble,
-                    **history,
+                    completion=completion,
+                    responses=responses,
                 )
                 for call in self.calls
             ]
@@ -136,7 +138,8 @@ class TurnAssembler:
                 tool_call_id=str(uuid.uuid4()),
                 reasoning=self.leftover_reasoning,
                 preamble=None,
-                **history,
+                completion=completion,
+                responses=responses,
             )
         ]
 

@@ -272,7 +272,7 @@ class InterswarmBridge:
         if task.completed:
             rt._resume_task(task_id)
         rt.submit(self._as_message(envelope))
-        task.event_signal().set()
+        task.wake()
         return task_id
 
     def _completes_here(self, payload: Any, owner: str) -> bool:
