@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
@@ -414,19 +415,18 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._turns.add(turn)
         self._turns_by_task[task_id] = self._turns_by_task.get(task_id, 0) + 1
         self._idle.clear()
-
-        def _done(t: asyncio.Task[Any]) -> None:
-            self._turns.discard(t)
-            count = self._turns_by_task.get(task_id, 1) - 1
-            if count <= 0:
-                self._turns_by_task.pop(task_id, None)
-            else:
-                self._turns_by_task[task_id] = count
-            if not self._turns:
-                self._idle.set()
-
-        turn.add_done_callback(_done)
+        turn.add_done_callback(functools.partial(self._turn_done, task_id))
         return turn
+
+    def _turn_done(self, task_id: str, turn: asyncio.Task[Any]) -> None:
+        self._turns.discard(turn)
+        count = self._turns_by_task.get(task_id, 1) - 1
+        if count <= 0:
+            self._turns_by_task.pop(task_id, None)
+        else:
+            self._turns_by_task[task_id] = count
+        if not self._turns:
+            self._idle.set()
 
     def task_is_busy(self, task_id: str) -> bool:
         return self._turns_by_task.get(task_id, 0) > 0 or self.mailbox.has_task(task_id)
