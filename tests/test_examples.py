@@ -118,7 +118,11 @@ def test_root_swarms_json_validates_and_both_swarms_instantiate():
         template = MAILSwarmTemplate.from_swarm_json_file(name, str(SWARMS_JSON))
         swarm = template.instantiate({"user_token": "t"}, user_id="u", print_llm_streams=False)
         assert set(swarm.agents) == {"supervisor", "weather", "math"}
-        assert isinstance(swarm.agents["weather"].function, LiteLLMActionAgentFunction)
+        weather_fn = swarm.agents["weather"].function
+        assert isinstance(weather_fn, LiteLLMActionAgentFunction)
+        # The runtime's print_llm_streams switch reaches the inner LiteLLM functions.
+        assert weather_fn.action_agent_fn.print_llm_streams is False
+        assert swarm.agents["supervisor"].function.supervisor_fn.print_llm_streams is False
 
 
 async def test_demo_swarm_answers_offline_in_process():
