@@ -86,6 +86,9 @@ class MAILSwarm:
             enable_db_agent_histories=enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
         )
+        from mail.api.compression import compress_history
+
+        self.runtime.context_compressor = compress_history
         self._loop_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ messages

@@ -69,6 +69,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.memory: AgentMemory = memory or InMemoryAgentMemory()
         self.observer = observer or RuntimeObserver()
         self.interswarm: Any = None  # set by the interswarm layer when enabled
+        # async (history, ratio, model) -> bool; shrinks a history in place (manual_step)
+        self.context_compressor: Any = None
 
         self.this_owner = f"{user_role}:{user_id}@{swarm_name}"
         self.mailbox = Mailbox()

@@ -98,6 +98,15 @@ class ManualMixin:
         message = make_message(request, "buffered")
         future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
         self.manual_return_messages[key] = future
+        if dynamic_ctx_ratio > 0 and _llm and self.context_compressor is not None:
+            turn_key = f"{task_id}::{target}"
+            await self._acquire_turn(turn_key)
+            try:
+                await self.context_compressor(
+                    self.history_for(task_id, target), dynamic_ctx_ratio, _llm
+                )
+            finally:
+                self._release_turn(turn_key)
         overrides = _apply_overrides(self.agents[target].function, _llm, _system)
         try:
             self._spawn(task_id, self._run_turn(task_id, target, message, "auto"))

@@ -37,7 +37,6 @@ from mail.server.instances import InstanceManager
 from mail.server.state import (
     ServerState,
     StartupError,
-    build_registry,
     close_quietly,
     load_template,
     maybe_await,
@@ -90,7 +89,6 @@ async def _startup(
             store = await start_store()
         except Exception as exc:
             raise StartupError(f"cannot start persistence (DATABASE_URL): {exc}") from exc
-    registry = build_registry(config, template)
     state_box: dict[str, ServerState] = {}
     instances = InstanceManager(
         lambda: state_box["state"].template,
@@ -108,7 +106,6 @@ async def _startup(
         template_source=source,
         auth=auth,
         instances=instances,
-        registry=registry,
         store=store,
     )
     state_box["state"] = state
@@ -147,7 +144,7 @@ def tune_gc() -> None:
 
 async def _start_interswarm(state: ServerState) -> None:
     """One router over the server registry, connected to each new instance (if enabled)."""
-    if not getattr(state.template, "enable_interswarm", False) or state.registry is None:
+    if not getattr(state.template, "enable_interswarm", False) or state.get_registry() is None:
         return
     from mail.net.router import InterswarmRouter
     from mail.server import interswarm
@@ -171,7 +168,8 @@ async def _start_interswarm(state: ServerState) -> None:
 
 
 async def _shutdown(state: ServerState, own_store: bool) -> None:
-    registry = state.registry
+    # Built here if nobody needed it yet, so the registry file is always written at shutdown.
+    registry = state.get_registry()
     if registry is not None:
         await close_quietly("registry health checks", getattr(registry, "stop_health_checks", None))
         await close_quietly(

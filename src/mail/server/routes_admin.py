@@ -34,10 +34,11 @@ async def update_health(request: Request, caller: Caller = Depends(caller_admin)
 async def _register(request: Request, caller: Caller) -> JSONBody:
     state = get_state(request)
     req = parse_register_swarm(await read_json_object(request))
-    if state.registry is None:
+    registry = state.get_registry()
+    if registry is None:
         raise HTTPException(503, "swarm registry not available")
     try:
-        await state.registry.register_swarm(
+        await registry.register_swarm(
             req.name,
             req.base_url,
             auth_token=req.auth_token,

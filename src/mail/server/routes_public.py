@@ -46,7 +46,7 @@ async def health(request: Request) -> JSONBody:
 
 @router.get("/swarms")
 async def list_swarms(request: Request) -> JSONBody:
-    registry = get_state(request).registry
+    registry = get_state(request).get_registry()
     if registry is None:
         raise HTTPException(503, "swarm registry not available")
     return JSONBody({"swarms": registry.get_public_endpoints_cleaned()})

@@ -42,6 +42,8 @@ class ServerState:
     template_source: str
     auth: Authenticator
     instances: InstanceManager
+    # The server's SwarmRegistry; built on first use (see get_registry) unless interswarm
+    # needs it at startup, so plain servers don't pay for the HTTP client stack at boot.
     registry: Any | None = None
     # Interswarm router shared by every instance (None when the swarm has interswarm off).
     router: Any | None = None
@@ -49,6 +51,7 @@ class ServerState:
     started_monotonic: float = field(default_factory=time.monotonic)
     health_status: str = "healthy"
     health_timestamp: str = field(default_factory=utc_now_iso)
+    _registry_failed: bool = field(default=False, repr=False)
 
     @property
     def swarm_name(self) -> str:
@@ -61,6 +64,18 @@ class ServerState:
     @property
     def default_entrypoint(self) -> str:
         return str(getattr(self.template, "entrypoint", ""))
+
+    def get_registry(self) -> Any | None:
+        """The server registry, created (and its file loaded) the first time it is needed."""
+        if self.registry is None and not self._registry_failed:
+            try:
+                self.registry = build_registry(self.config, self.template)
+            except Exception:
+                self._registry_failed = True
+                logger.exception(
+                    "cannot create the swarm registry from %s", self.config.swarm.registry_file
+                )
+        return self.registry
 
     def uptime(self) -> float:
         return time.monotonic() - self.started_monotonic
