@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             log_config=None,
             log_level=cfg.log_level,
             access_log=cfg.access_log,
+            ws="none",
         )
         return 0
 
@@ -242,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
             log_level=cfg.log_level,
             access_log=cfg.access_log,
             lifespan="on",
+            ws="none",  # no websocket routes; skips importing a websocket implementation
             timeout_graceful_shutdown=10,
         )
     )

@@ -270,7 +270,12 @@ def run_server_with_template(
         )
     app = create_app(config, template=template, template_source="<injected>")
     uvicorn.run(
-        app, host=config.host, port=config.port, log_config=None, access_log=config.access_log
+        app,
+        host=config.host,
+        port=config.port,
+        log_config=None,
+        access_log=config.access_log,
+        ws="none",
     )
 
 
