@@ -55,6 +55,7 @@ def load_litellm() -> Any:
     _install_mcp_gateway_stub()
     # LiteLLM's own usage objects trip a pydantic serializer warning on streamed responses.
     warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
+    warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier", category=UserWarning)
     import litellm
 
     # Unsupported optional parameters (e.g. reasoning_effort on a non-reasoning model) are
