@@ -82,6 +82,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
         self.manual_message_buffer: dict[str, list[MAILMessage]] = {}
         self.manual_return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
+        # ids of queued agent messages whose recipients a tool handler already checked
+        self._prechecked: set[str] = set()
 
         self.max_steps: int | None = None
         self._step_counts: dict[str, int] = {}
@@ -338,6 +340,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         **kwargs: Any,
     ) -> MAILMessage:
         """Run the loop only until `message`'s task completes; return its response."""
+        if self._continuous:
+            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
         async with self.ephemeral_loop(max_steps, action_override):
             return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
 

@@ -108,8 +108,13 @@ class DeliveryMixin:
 
         names = [r["address"] for r in message_recipients(message)]
         sender_name = parse_agent_address(sender["address"])[0]
-        if message["msg_type"] not in ("broadcast", "broadcast_complete") and (
-            self._sender_is_local_agent(payload)
+        prechecked = message["id"] in self._prechecked
+        if prechecked:
+            self._prechecked.discard(message["id"])
+        if (
+            not prechecked
+            and message["msg_type"] not in ("broadcast", "broadcast_complete")
+            and self._sender_is_local_agent(payload)
         ):
             disallowed = self.disallowed_targets(sender_name, names)
             if disallowed:

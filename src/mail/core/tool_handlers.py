@@ -163,6 +163,7 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
         target_name = parse_agent_address(target)[0]
         if outstanding.get(target_name, 0) > 0:
             outstanding[target_name] -= 1
+    rt._prechecked.add(message["id"])  # comm_targets already checked above
     rt.mailbox.put(message)
     return _ok("message sent")
 
