@@ -1,6 +1,6 @@
 """HTTP benchmark of `mail server` (not a test): prints numbers.
 
-    uv run bench/http.py [--requests 1000] [--seconds 5]
+    uv run bench/http.py [--requests 1000]
 
 What it measures, each against a real server process on 127.0.0.1 with local auth:
 

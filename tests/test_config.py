@@ -179,3 +179,11 @@ def test_print_llm_streams_flag_values() -> None:
     assert parse_server_args("--print-llm-streams", "1").print_llm_streams is True
     with pytest.raises(SystemExit):
         parse_server_args("--print-llm-streams", "maybe")
+
+
+def test_client_config_is_reexported() -> None:
+    from mail.client_config import ClientConfig as Original
+    from mail.config import ClientConfig
+
+    assert ClientConfig is Original
+    assert ClientConfig().timeout == 3600.0

@@ -161,3 +161,21 @@ def test_mail_server_template_env_injects_a_template(tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0
     assert "MAIL_SERVER_TEMPLATE=tests.support.stub_agents:stub_template" in server.logs()
+
+
+def test_debug_flag_enables_the_responses_bridge(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    port = free_port()
+    config = write_config(tmp_path, port=port)
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "dbg")
+    server = ServerProcess(tmp_path, port, args=["-c", str(config), "--debug"]).start()
+    try:
+        body = {"input": [{"role": "user", "content": "hello bridge"}], "tools": []}
+        r = httpx.post(f"{server.base_url}/responses", json=body, headers=auth(key), timeout=30)
+        assert r.status_code == 200, r.text
+        data = r.json()
+        assert data["object"] == "response"
+        assert data["output"][0]["content"][0]["text"] == "echo[dbg]: hello bridge"
+        assert httpx.post(f"{server.base_url}/responses", json=body).status_code == 401
+    finally:
+        assert server.stop() == 0

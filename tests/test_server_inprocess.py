@@ -105,6 +105,22 @@ async def test_idle_instances_are_reclaimed_but_task_records_stay(tmp_path: Path
         assert {first["task_id"], second["task_id"]} <= set(tasks)
 
 
+async def test_shutdown_leaves_no_tasks_behind(tmp_path: Path) -> None:
+    import asyncio
+
+    keys = [create_key(tmp_path / "keys.json", "user", f"u{i}") for i in range(3)]
+    app = create_app(make_config(tmp_path), template=stub_template())
+    async with client_for(app) as client:
+        for key in keys:
+            await client.post("/message", json={"body": "hi"}, headers=auth(key))
+        instances = app.state.mail.instances.all()
+        assert len(instances) == 3
+    assert all(inst.loop_task.done() for inst in instances)
+    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert leftover == []
+    assert (tmp_path / "registries" / "stub.json").exists()  # registry saved at shutdown
+
+
 async def test_busy_instances_are_not_reclaimed(tmp_path: Path) -> None:
     key = create_key(tmp_path / "keys.json", "user", "busy")
     app = create_app(make_config(tmp_path, instance_idle_timeout=3600), template=stub_template())
