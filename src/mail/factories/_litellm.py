@@ -14,6 +14,7 @@ from typing import Any
 
 logger = logging.getLogger("mail.factories")
 
+
 def load_litellm() -> Any:
     """Import and configure LiteLLM (idempotent)."""
     # Use the data files shipped with LiteLLM instead of downloading them on first use.

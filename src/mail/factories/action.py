@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import warnings
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from mail.factories._settings import check_settings
 from mail.factories.base import (
     AgentResult,
+    DelegatingAgentFunction,
     LiteLLMAgentFunction,
     MAILAgentFunction,
     ToolChoice,
     ToolFormat,
+    deprecated_function_factory,
     normalize_tools,
 )
 
@@ -51,13 +52,15 @@ class ActionAgentFunction(MAILAgentFunction):
     ) -> Awaitable[AgentResult]: ...
 
 
-class LiteLLMActionAgentFunction(ActionAgentFunction):
+class LiteLLMActionAgentFunction(DelegatingAgentFunction, ActionAgentFunction):
     """A LiteLLM agent whose tools are its actions (plus the MAIL tools added per call).
 
     Accepts every `LiteLLMAgentFunction` parameter. An agent with no actions is allowed.
     The work is done by `self.action_agent_fn` (the runtime and the swarm's system-prompt
     augmentation reach it through that attribute).
     """
+
+    _inner_attr = "action_agent_fn"
 
     def __init__(
         self,
@@ -97,37 +100,7 @@ class LiteLLMActionAgentFunction(ActionAgentFunction):
         )
         self.print_llm_streams = self.action_agent_fn.print_llm_streams
 
-    @property
-    def llm(self) -> str:
-        return self.action_agent_fn.llm
 
-    @property
-    def system(self) -> str:
-        return self.action_agent_fn.system
-
-    @system.setter
-    def system(self, value: str) -> None:
-        self.action_agent_fn.system = value
-
-    async def __call__(
-        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
-    ) -> AgentResult:
-        return await self.action_agent_fn(messages, tool_choice)
-
-
-def action_agent_factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
-    """Deprecated: build a `LiteLLMActionAgentFunction` and return a coroutine function."""
-    warnings.warn(
-        "action_agent_factory is deprecated; use LiteLLMActionAgentFunction as the factory",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    agent = LiteLLMActionAgentFunction(**kwargs)
-
-    async def run(
-        messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
-    ) -> AgentResult:
-        return await agent(messages, tool_choice)
-
-    run._mail_agent = agent  # type: ignore[attr-defined]
-    return run
+action_agent_factory = deprecated_function_factory(
+    LiteLLMActionAgentFunction, "action_agent_factory"
+)

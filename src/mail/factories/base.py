@@ -290,19 +290,60 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         )
 
 
-def base_agent_factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
-    """Deprecated: build a `LiteLLMAgentFunction` and return a plain coroutine function."""
-    warnings.warn(
-        "base_agent_factory is deprecated; use LiteLLMAgentFunction as the factory",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    agent = LiteLLMAgentFunction(**kwargs)
+class DelegatingAgentFunction:
+    """Mixin for wrapper classes that hold an inner LiteLLMAgentFunction.
 
-    async def run(
-        messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+    `_inner_attr` names the attribute holding it (`supervisor_fn`, `action_agent_fn`); the
+    model, the prompt and calls are forwarded to it.
+    """
+
+    _inner_attr: ClassVar[str]
+
+    def _inner(self) -> LiteLLMAgentFunction:
+        return getattr(self, self._inner_attr)  # type: ignore[no-any-return]
+
+    @property
+    def llm(self) -> str:
+        return self._inner().llm
+
+    @property
+    def system(self) -> str:
+        return self._inner().system
+
+    @system.setter
+    def system(self, value: str) -> None:
+        self._inner().system = value
+
+    async def __call__(
+        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
     ) -> AgentResult:
-        return await agent(messages, tool_choice)
+        return await self._inner()(messages, tool_choice)
 
-    run._mail_agent = agent  # type: ignore[attr-defined]
-    return run
+
+def deprecated_function_factory(
+    cls: type[Any], name: str
+) -> Callable[..., Callable[..., Awaitable[AgentResult]]]:
+    """The original's function-style factories: build `cls`, return a plain coroutine fn."""
+
+    def factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
+        warnings.warn(
+            f"{name} is deprecated; use {cls.__name__} as the factory",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        agent = cls(**kwargs)
+
+        async def run(
+            messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
+        ) -> AgentResult:
+            return await agent(messages, tool_choice)
+
+        run._mail_agent = agent  # type: ignore[attr-defined]
+        return run
+
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = f"Deprecated: build a `{cls.__name__}` and return a coroutine function."
+    return factory
+
+
+base_agent_factory = deprecated_function_factory(LiteLLMAgentFunction, "base_agent_factory")

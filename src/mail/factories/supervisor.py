@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import warnings
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from mail.core.tools import create_supervisor_tools
 from mail.factories._settings import check_settings
 from mail.factories.base import (
     AgentResult,
+    DelegatingAgentFunction,
     LiteLLMAgentFunction,
     MAILAgentFunction,
     ToolChoice,
     ToolFormat,
+    deprecated_function_factory,
     normalize_tools,
 )
 
@@ -52,7 +53,7 @@ class SupervisorFunction(MAILAgentFunction):
     ) -> Awaitable[AgentResult]: ...
 
 
-class LiteLLMSupervisorFunction(SupervisorFunction):
+class LiteLLMSupervisorFunction(DelegatingAgentFunction, SupervisorFunction):
     """A LiteLLM supervisor: its actions plus the supervisor tools, fixed at construction.
 
     Tool order in each request: MAIL tools, actions, supervisor tools (`send_interrupt` and
@@ -60,6 +61,8 @@ class LiteLLMSupervisorFunction(SupervisorFunction):
     Accepts every `LiteLLMAgentFunction` parameter; the inner function is `self.supervisor_fn`
     and receives the same settings, including `user_token`.
     """
+
+    _inner_attr = "supervisor_fn"
 
     def __init__(
         self,
@@ -108,37 +111,5 @@ class LiteLLMSupervisorFunction(SupervisorFunction):
         )
         self.print_llm_streams = self.supervisor_fn.print_llm_streams
 
-    @property
-    def llm(self) -> str:
-        return self.supervisor_fn.llm
 
-    @property
-    def system(self) -> str:
-        return self.supervisor_fn.system
-
-    @system.setter
-    def system(self, value: str) -> None:
-        self.supervisor_fn.system = value
-
-    async def __call__(
-        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
-    ) -> AgentResult:
-        return await self.supervisor_fn(messages, tool_choice)
-
-
-def supervisor_factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
-    """Deprecated: build a `LiteLLMSupervisorFunction` and return a coroutine function."""
-    warnings.warn(
-        "supervisor_factory is deprecated; use LiteLLMSupervisorFunction as the factory",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    agent = LiteLLMSupervisorFunction(**kwargs)
-
-    async def run(
-        messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
-    ) -> AgentResult:
-        return await agent(messages, tool_choice)
-
-    run._mail_agent = agent  # type: ignore[attr-defined]
-    return run
+supervisor_factory = deprecated_function_factory(LiteLLMSupervisorFunction, "supervisor_factory")
