@@ -8,55 +8,14 @@
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
 from typing import Any
 
-from mail.core.tools import AgentToolCall
-
-_BODY = re.compile(r"<body>(.*?)</body>", re.S)
-_FROM = re.compile(r'<from type="(\w+)">([^<]*)</from>')
-
-
-def _call(name: str, args: dict[str, Any]) -> AgentToolCall:
-    call_id = f"call_{uuid.uuid4().hex[:12]}"
-    completion = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)},
-            }
-        ],
-    }
-    return AgentToolCall(
-        tool_name=name, tool_args=args, tool_call_id=call_id, completion=completion
-    )
-
-
-def _last(history: list[dict[str, Any]]) -> tuple[str, str, str]:
-    for item in reversed(history):
-        content = item.get("content")
-        if (
-            item.get("role") == "user"
-            and isinstance(content, str)
-            and "<incoming_message>" in content
-        ):
-            body, sender = _BODY.search(content), _FROM.search(content)
-            return (
-                sender.group(1) if sender else "",
-                sender.group(2) if sender else "",
-                body.group(1) if body else "",
-            )
-    return "", "", ""
+from tests.support.stub_agents import _call, _last_incoming
 
 
 def alpha_supervisor(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
-        kind, _sender, body = _last(history)
+        kind, _sender, body = _last_incoming(history)
         if kind in ("user", "admin"):
             target = comm_targets[0]
             return None, [
@@ -71,7 +30,7 @@ def alpha_supervisor(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN
 
 def beta_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
-        kind, sender, body = _last(history)
+        kind, sender, body = _last_incoming(history)
         if kind in ("user", "admin"):
             return None, [_call("task_complete", {"finish_message": f"beta completes: {body}"})]
         return None, [

@@ -228,6 +228,30 @@ def make_request(
 make_response = make_request  # identical shape; a response carries a fresh request_id
 
 
+def _make_fanout(
+    id_key: str,
+    task_id: str,
+    sender: MAILAddress,
+    recipients: list[MAILAddress],
+    subject: str,
+    body: str,
+    sender_swarm: str | None,
+    recipient_swarms: list[str] | None,
+    routing_info: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        id_key: new_id(),
+        "sender": sender,
+        "recipients": recipients,
+        "subject": subject,
+        "body": body,
+        "sender_swarm": sender_swarm,
+        "recipient_swarms": recipient_swarms,
+        "routing_info": routing_info if routing_info is not None else {},
+    }
+
+
 def make_broadcast(
     task_id: str,
     sender: MAILAddress,
@@ -239,17 +263,8 @@ def make_broadcast(
     recipient_swarms: list[str] | None = None,
     routing_info: dict[str, Any] | None = None,
 ) -> MAILBroadcast:
-    return {
-        "task_id": task_id,
-        "broadcast_id": new_id(),
-        "sender": sender,
-        "recipients": recipients,
-        "subject": subject,
-        "body": body,
-        "sender_swarm": sender_swarm,
-        "recipient_swarms": recipient_swarms,
-        "routing_info": routing_info if routing_info is not None else {},
-    }
+    fields = (sender_swarm, recipient_swarms, routing_info)
+    return _make_fanout("broadcast_id", task_id, sender, recipients, subject, body, *fields)  # type: ignore[return-value]
 
 
 def make_interrupt(
@@ -263,17 +278,8 @@ def make_interrupt(
     recipient_swarms: list[str] | None = None,
     routing_info: dict[str, Any] | None = None,
 ) -> MAILInterrupt:
-    return {
-        "task_id": task_id,
-        "interrupt_id": new_id(),
-        "sender": sender,
-        "recipients": recipients,
-        "subject": subject,
-        "body": body,
-        "sender_swarm": sender_swarm,
-        "recipient_swarms": recipient_swarms,
-        "routing_info": routing_info if routing_info is not None else {},
-    }
+    fields = (sender_swarm, recipient_swarms, routing_info)
+    return _make_fanout("interrupt_id", task_id, sender, recipients, subject, body, *fields)  # type: ignore[return-value]
 
 
 def make_message(payload: Any, msg_type: str, *, message_id: str | None = None) -> MAILMessage:
