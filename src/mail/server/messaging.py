@@ -76,7 +76,22 @@ async def run_message(
         response, events = await inst.swarm.post_message(
             req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
         )
+    _log_outcome(inst, req.task_id, response)
     return response, events
+
+
+_NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::"})
+
+
+def _log_outcome(inst: Instance, task_id: str | None, response: Any) -> None:
+    # Only unusual endings are logged at INFO; a normal completion costs a level check.
+    message = response.get("message", {}) if isinstance(response, dict) else {}
+    subject = message.get("subject", "")
+    if subject in _NORMAL_ENDINGS:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("task %s of %s ended with %s", task_id, inst.owner, subject)
+    else:
+        logger.info("task %s of %s ended with %s", task_id, inst.owner, subject or "no subject")
 
 
 async def post_message(state: ServerState, caller: Caller, req: MessageRequest) -> dict[str, Any]:
