@@ -144,21 +144,24 @@ def tune_gc() -> None:
 
 async def _start_interswarm(state: ServerState) -> None:
     """One router over the server registry, connected to each new instance (if enabled)."""
-    if not getattr(state.template, "enable_interswarm", False) or state.get_registry() is None:
+    if not getattr(state.template, "enable_interswarm", False):
+        return
+    registry = state.get_registry()
+    if registry is None:
         return
     from mail.net.router import InterswarmRouter
     from mail.server import interswarm
 
     settings = state.config.settings
     router = InterswarmRouter(
-        state.registry, state.swarm_name, request_timeout=settings.interswarm_timeout
+        registry, state.swarm_name, request_timeout=settings.interswarm_timeout
     )
-    monitor = getattr(state.registry, "_health", None)
+    monitor = getattr(registry, "_health", None)
     if monitor is not None:
         monitor.interval = settings.health_check_interval
     await router.start()
     state.router = router
-    await maybe_await(state.registry.start_health_checks())
+    await maybe_await(registry.start_health_checks())
 
     async def connect(swarm: Any) -> None:
         await interswarm.connect_instance(state, swarm)

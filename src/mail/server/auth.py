@@ -17,6 +17,7 @@ Route guards are FastAPI dependencies returning the :class:`Caller`. Missing or 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -197,7 +198,7 @@ class ExternalAuthenticator:
             # doesn't fail the other requests waiting on the same key.
             task = asyncio.create_task(self._lookup(api_key))
             self._inflight[api_key] = task
-            task.add_done_callback(lambda t, k=api_key: self._finish(k, t))
+            task.add_done_callback(functools.partial(self._finish, api_key))
         return await asyncio.shield(task)
 
     def invalidate(self, api_key: str | None = None) -> None:

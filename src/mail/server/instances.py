@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import time
@@ -136,8 +137,11 @@ class InstanceManager:
                 self._create(key, api_key), name=f"mail-create-{key[0]}:{key[1]}"
             )
             self._creating[key] = pending
-            pending.add_done_callback(lambda _t, k=key: self._creating.pop(k, None))
+            pending.add_done_callback(functools.partial(self._forget_creation, key))
         return await asyncio.shield(pending)
+
+    def _forget_creation(self, key: tuple[str, str], _task: asyncio.Task[Instance]) -> None:
+        self._creating.pop(key, None)
 
     async def _create(self, key: tuple[str, str], api_key: str) -> Instance:
         kind, caller_id = key

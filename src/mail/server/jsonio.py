@@ -7,6 +7,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+_orjson: Any
 try:  # orjson is not a declared dependency; use it only when the environment already has it
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
