@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from server_fixtures import (
+    REPO_ROOT,
     ServerProcess,
     auth,
     create_key,
@@ -179,3 +181,32 @@ def test_debug_flag_enables_the_responses_bridge(tmp_path: Path) -> None:
         assert httpx.post(f"{server.base_url}/responses", json=body).status_code == 401
     finally:
         assert server.stop() == 0
+
+
+def test_startup_does_not_import_the_model_library(tmp_path: Path) -> None:
+    # LiteLLM takes seconds to import; agents import it when they first call a model.
+    script = (
+        "import asyncio, sys\n"
+        "from mail.config import load_config\n"
+        "from mail.server.app import create_app\n"
+        "from mail.server.state import load_template\n"
+        "cfg = load_config().server\n"
+        "app = create_app(cfg, template=load_template(cfg))\n"
+        "async def main():\n"
+        "    async with app.router.lifespan_context(app):\n"
+        "        pass\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in ('litellm', 'openai', 'anthropic') if m in sys.modules))\n"
+    )
+    shutil.copy(REPO_ROOT / "mail.toml", tmp_path / "mail.toml")
+    shutil.copy(REPO_ROOT / "swarms.json", tmp_path / "swarms.json")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
