@@ -300,6 +300,9 @@ def test_user_response_multi_turn_on_one_task(server: ServerProcess) -> None:
         {"body": "COUNT more", "task_id": first["task_id"], "resume_from": "user_response"},
     ).json()
     assert third["response"] == "turn 3"
+    # Reusing a completed task's id without resume_from continues it the same way.
+    fourth = post(server, "alice", {"body": "COUNT once more", "task_id": first["task_id"]}).json()
+    assert fourth["response"] == "turn 4"
 
 
 def test_resuming_an_unknown_task_is_404(server: ServerProcess) -> None:
