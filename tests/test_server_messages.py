@@ -94,6 +94,14 @@ def test_agent_failure_is_a_200_with_the_error_in_the_task(server: ServerProcess
     assert any(e["event"] == "agent_error" for e in task["events"])
 
 
+def test_task_message_limit_from_mail_toml_is_applied(server: ServerProcess) -> None:
+    # The original never applied [server.settings].task_message_limit (default 15).
+    r = post(server, "alice", {"body": "LOOP", "show_events": True})
+    assert r.json()["response"] == "stopped: step limit"
+    deliveries = [e for e in r.json()["events"] if e["event"] == "new_message"]
+    assert 10 <= len(deliveries) <= 20
+
+
 def test_multi_agent_delegation(server: ServerProcess) -> None:
     r = post(server, "alice", {"body": "DELEGATE sum it"})
     assert r.json()["response"] == "delegated: worked: sum it"

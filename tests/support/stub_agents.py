@@ -13,6 +13,8 @@ The agent reads the newest entry of its history and acts on the user's message b
   (multi-turn tasks keep the history);
 * ``FAIL`` raises, which the runtime turns into an error response (never an HTTP 500);
 * ``ENV <NAME>`` completes with ``<NAME>=<value of that environment variable>``;
+* ``LOOP`` makes the supervisor and the worker pass messages back and forth forever; only the
+  runtime's step limit ends it (the agent obeys a forced ``task_complete`` tool choice);
 * ``DELEGATE <text>`` asks the ``worker`` agent, which answers ``worked: <text>``, and then
   completes with ``delegated: <worker's answer>``;
 * anything else completes with ``echo[<sender id>]: <body>``.
@@ -100,6 +102,8 @@ def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     """The factory named in test swarms.json files (accepts any agent_params)."""
 
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        if isinstance(tool_choice, dict) and tool_choice.get("name") == "task_complete":
+            return _complete("stopped: step limit")
         last = history[-1] if history else {}
         if last.get("role") == "tool" or last.get("type") == "function_call_output":
             # Re-prompted without a new message: the results of a breakpoint resume.
@@ -113,7 +117,11 @@ def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
                     {"target": sender_id, "subject": "Re: work", "body": f"worked: {body}"},
                 )
             ]
-        if sender_type == "agent":  # the worker's answer to a DELEGATE
+        if sender_type == "agent":  # the worker's answer to a DELEGATE or a LOOP
+            if "LOOP" in body:
+                return None, [
+                    _call("send_request", {"target": "worker", "subject": "again", "body": "LOOP"})
+                ]
             return _complete(f"delegated: {body}")
 
         sleep = re.match(r"SLEEP (\d+(?:\.\d+)?)\s*", body)
@@ -134,6 +142,10 @@ def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
             return _complete(f"{var}={os.environ.get(var)}")
         if body.startswith("FAIL"):
             raise RuntimeError("stub agent failure requested by the test")
+        if body.startswith("LOOP") and "worker" in comm_targets:
+            return None, [
+                _call("send_request", {"target": "worker", "subject": "loop", "body": "LOOP"})
+            ]
         if body.startswith("DELEGATE") and "worker" in comm_targets:
             return None, [
                 _call("send_request", {"target": "worker", "subject": "work", "body": body[9:]})
