@@ -97,6 +97,13 @@ async def test_idle_instances_are_reclaimed_but_task_records_stay(tmp_path: Path
         assert tasks[first["task_id"]]["completed"] is True
         task = await client.get("/task", params={"task_id": first["task_id"]}, headers=auth(key))
         assert task.status_code == 200
+        # Without a store its conversation is gone: resuming says so instead of "not found".
+        r = await client.post(
+            "/message",
+            json={"body": "more", "task_id": first["task_id"], "resume_from": "user_response"},
+            headers=auth(key),
+        )
+        assert r.status_code == 409 and "reclaimed" in r.json()["detail"]
         # The next request gets a fresh instance; the old records are still listed.
         second = (await client.post("/message", json={"body": "again"}, headers=auth(key))).json()
         assert second["response"] == "echo[sleepy]: again"

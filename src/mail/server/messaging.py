@@ -49,6 +49,12 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
         if req.task_id is None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
         if _task_or_none(inst, req.task_id) is None:
+            if req.task_id in state.instances.archived_tasks(inst.kind, inst.id):
+                raise HTTPException(
+                    409,
+                    f"task '{req.task_id}' belongs to an instance that was reclaimed while idle "
+                    "and cannot be resumed without persistence (DATABASE_URL)",
+                )
             raise HTTPException(404, f"task '{req.task_id}' not found")
     if req.task_id is None:
         req.task_id = str(uuid.uuid4())
