@@ -69,14 +69,14 @@ def _ack_factory(**_: Any):  # noqa: ANN202
     return agent
 
 
-def _template(factory: Any, name: str) -> MAILSwarmTemplate:
+def _template(factory: Any, name: str, analyst: str = "analyst") -> MAILSwarmTemplate:
     return MAILSwarmTemplate(
         name=name,
         agents=[
             MAILAgentTemplate(
-                "supervisor", factory, ["analyst"], enable_entrypoint=True, can_complete_tasks=True
+                "supervisor", factory, [analyst], enable_entrypoint=True, can_complete_tasks=True
             ),
-            MAILAgentTemplate("analyst", factory, ["supervisor"]),
+            MAILAgentTemplate(analyst, factory, ["supervisor"]),
         ],
         actions=[],
         entrypoint="supervisor",
@@ -142,7 +142,11 @@ async def test_acknowledged_broadcast_is_stored_and_found(
 ) -> None:
     url = request.getfixturevalue("database") if backend == "postgres" else None
     memory = await create_agent_memory(url)
-    swarm = _template(_ack_factory, f"ack-{uuid.uuid4().hex[:8]}").instantiate({}, user_id="u")
+    # A fresh agent name: the PostgreSQL memory table outlives test runs.
+    analyst = f"analyst_{uuid.uuid4().hex[:8]}"
+    swarm = _template(_ack_factory, f"ack-{uuid.uuid4().hex[:8]}", analyst).instantiate(
+        {}, user_id="u"
+    )
     swarm.runtime.memory = memory
     try:
         loop = asyncio.create_task(swarm.run_continuous())
@@ -151,7 +155,7 @@ async def test_acknowledged_broadcast_is_stored_and_found(
             make_broadcast(
                 task_id,
                 create_agent_address("supervisor"),
-                [create_agent_address("analyst")],
+                [create_agent_address(analyst)],
                 "FYI",
                 "The product roadmap moved to Q3.",
             ),
@@ -159,7 +163,7 @@ async def test_acknowledged_broadcast_is_stored_and_found(
         )
         swarm.runtime.submit(broadcast)
         await swarm.await_queue_empty()
-        found = await memory.search("analyst", "roadmap Q3")
+        found = await memory.search(analyst, "roadmap Q3")
         assert found, "the acknowledged broadcast was not found"
         text = json.dumps(found)
         assert "The product roadmap moved to Q3." in text
