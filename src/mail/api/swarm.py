@@ -88,6 +88,8 @@ class MAILSwarm:
         )
         from mail.api.compression import compress_history
 
+        self.runtime.default_max_steps = task_message_limit
+
         self.runtime.context_compressor = compress_history
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -178,7 +180,7 @@ class MAILSwarm:
             message,
             action_override=action_override,
             resume_from=resume_from,
-            max_steps=max_steps if max_steps is not None else self.task_message_limit,
+            max_steps=max_steps,
             timeout=timeout,
             **kwargs,
         )
@@ -199,7 +201,6 @@ class MAILSwarm:
             message,
             action_override=None,
             resume_from=resume_from,
-            max_steps=self.task_message_limit,
             timeout=timeout,
             **kwargs,
         )
@@ -261,7 +262,7 @@ class MAILSwarm:
         ping_interval: float = 15.0,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
-        async with self.runtime.ephemeral_loop(self.task_message_limit):
+        async with self.runtime.ephemeral_loop(self.task_message_limit):  # loop-wide default
             async for event in self.runtime.submit_and_stream(
                 message, timeout, resume_from, ping_interval, **kwargs
             ):

@@ -86,6 +86,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._prechecked: set[str] = set()
 
         self.max_steps: int | None = None
+        self.default_max_steps: int | None = None  # limit of loops started by post_message
         self._step_counts: dict[str, int] = {}
         self._step_limits: dict[str, int | None] = {}
         self.mode: RunMode = "continuous"
@@ -339,10 +340,16 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         timeout: float = 3600.0,
         **kwargs: Any,
     ) -> MAILMessage:
-        """Run the loop only until `message`'s task completes; return its response."""
+        """Run the loop only until `message`'s task completes; return its response.
+
+        `max_steps` limits this task (like a request's `kwargs.max_steps`); without it the
+        loop's limit applies (`default_max_steps` for a temporary loop).
+        """
+        if max_steps is not None:
+            kwargs["max_steps"] = max_steps
         if self._continuous:
             return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
-        async with self.ephemeral_loop(max_steps, action_override):
+        async with self.ephemeral_loop(self.default_max_steps, action_override):
             return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
 
     @contextlib.asynccontextmanager
