@@ -226,8 +226,9 @@ async def test_acknowledge_broadcast_stores_it_in_memory() -> None:
     # Two entries, per the broadcast-tools spec: the broadcast as seen, then the ack + note.
     found = await rt.memory.search("worker", "launch code zebra-42 remember", limit=10)
     assert len(found) == 2
-    by_role = {entry["role"]: entry for entry in found}
-    assert all(entry["task_id"] == "t1" for entry in found)
+    by_role = {entry["value"]["role"]: entry["value"] for entry in found}
+    assert all(entry["value"]["task_id"] == "t1" for entry in found)
+    assert all(entry["namespace"] == ["worker_memory"] for entry in found)
     assert "The launch code is zebra-42" in by_role["user"]["content"]
     assert by_role["assistant"]["content"] == "<acknowledged broadcast/>\nremember the launch code"
     # Memory is per agent, and acknowledging sent nothing by itself.
@@ -248,7 +249,7 @@ async def test_acknowledge_without_note_stores_bare_marker() -> None:
     )
     await run_task(rt)
     found = await rt.memory.search("worker", "weather acknowledged", limit=10)
-    acks = [e for e in found if e["role"] == "assistant"]
+    acks = [e["value"] for e in found if e["value"]["role"] == "assistant"]
     assert [e["content"] for e in acks] == ["<acknowledged broadcast/>"]
 
 

@@ -109,6 +109,8 @@ async def _startup(
         store=store,
     )
     state_box["state"] = state
+    if store is not None and getattr(store, "backend", "") == "postgres":
+        instances.agent_memory = await _start_agent_memory()
     await _start_interswarm(state)
     instances.start()
     if config.settings.gc_tuning:
@@ -140,6 +142,14 @@ def tune_gc() -> None:
     """
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+async def _start_agent_memory() -> Any:
+    """Agent memory in the same database as the tasks (in-memory if it cannot be reached)."""
+    from mail.store import database_url_from_env
+    from mail.store.memory_store import create_agent_memory
+
+    return await create_agent_memory(database_url_from_env(), fallback=True)
 
 
 async def _start_interswarm(state: ServerState) -> None:
@@ -180,6 +190,8 @@ async def _shutdown(state: ServerState, own_store: bool) -> None:
         )
         await close_quietly("registry", getattr(registry, "aclose", None))
     await state.instances.close()
+    if state.instances.agent_memory is not None:
+        await close_quietly("agent memory", state.instances.agent_memory.close)
     if state.router is not None:
         await close_quietly("interswarm router", state.router.stop)
     await close_quietly("auth", state.auth.aclose)

@@ -101,6 +101,8 @@ class InstanceManager:
         self.task_message_limit = task_message_limit
         self.idle_timeout = idle_timeout
         self.store = store
+        # Shared agent memory (acknowledge_broadcast); PostgreSQL-backed with DATABASE_URL.
+        self.agent_memory: Any | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -168,6 +170,8 @@ class InstanceManager:
                     kind,
                     caller_id,
                 )
+        if self.agent_memory is not None:
+            swarm.runtime.memory = self.agent_memory
         if self.on_create is not None:
             await self.on_create(swarm)
         loop_task = asyncio.create_task(
