@@ -388,5 +388,5 @@ async def test_user_broadcast_can_be_acknowledged_into_memory() -> None:
     assert '<from type="user">api-user</from>' in sup.calls[0].last_content
     assert tool_results(sup.live_histories[0])[0] == "SUCCESS: broadcast acknowledged"
     found = await swarm.runtime.memory.search("supervisor", "metric units")
-    assert any("Always use metric units" in str(e.get("content")) for e in found)
-    assert all(e["task_id"] == response["message"]["task_id"] for e in found)
+    assert any("Always use metric units" in str(e["value"].get("content")) for e in found)
+    assert all(e["value"]["task_id"] == response["message"]["task_id"] for e in found)
