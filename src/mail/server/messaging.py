@@ -118,7 +118,7 @@ async def stream_message(
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     _prepare(state, inst, req)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
-    events = inst.swarm.stream_message(
+    events = inst.swarm.stream_events(
         req.body,
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
