@@ -196,7 +196,7 @@ class MAILSwarm:
         **kwargs: Any,
     ) -> tuple[MAILMessage, list[dict[str, Any]]]:
         task_id = message["message"]["task_id"]
-        start = len(self.runtime.get_events_by_task_id(task_id))
+        start = self.runtime.event_count(task_id)
         response = await self._run_and_flush(
             message,
             action_override=None,

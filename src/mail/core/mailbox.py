@@ -49,6 +49,8 @@ class Mailbox:
         self._closed = False
         self._wakeup = False
         self._per_task: dict[str, int] = {}
+        # True while a consumer is blocked in `get` on an empty heap.
+        self.consumer_waiting = False
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -99,7 +101,11 @@ class Mailbox:
                 self._wakeup = False
                 self._not_empty.clear()
                 return None
-            await self._not_empty.wait()
+            self.consumer_waiting = True
+            try:
+                await self._not_empty.wait()
+            finally:
+                self.consumer_waiting = False
 
     def put_wakeup(self) -> None:
         """Make a pending `get` return None (used to stop a loop without closing)."""

@@ -67,7 +67,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.exclude_tools = list(exclude_tools or [])
         self.enable_db_agent_histories = enable_db_agent_histories
         self.memory: AgentMemory = memory or InMemoryAgentMemory()
-        self.observer = observer or RuntimeObserver()
+        self._observer: RuntimeObserver = observer or RuntimeObserver()
+        self._observing = type(self._observer) is not RuntimeObserver
         self.interswarm: Any = None  # set by the interswarm layer when enabled
         # async (history, ratio, model) -> bool; shrinks a history in place (manual_step)
         self.context_compressor: Any = None
@@ -110,6 +111,15 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
 
+    @property
+    def observer(self) -> RuntimeObserver:
+        return self._observer
+
+    @observer.setter
+    def observer(self, value: RuntimeObserver) -> None:
+        self._observer = value
+        self._observing = type(value) is not RuntimeObserver
+
     # ------------------------------------------------------------------ configuration
     def set_print_llm_streams(self, value: bool) -> None:
         """Apply the switch to every agent function and the wrappers it holds."""
@@ -137,11 +147,16 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         description: Description,
         extra_data: dict[str, Any] | None = None,
     ) -> TaskEvent:
-        task = self._ensure_task(task_id)
+        task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
         task.add_event(record)
-        self.observer.event_added(task, record)
+        if self._observing:
+            self._observer.event_added(task, record)
         return record
+
+    def event_count(self, task_id: str) -> int:
+        task = self.mail_tasks.get(task_id)
+        return len(task.events) if task else 0
 
     def get_events_by_task_id(self, task_id: str) -> list[TaskEvent]:
         task = self.mail_tasks.get(task_id)
@@ -413,6 +428,25 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             raise
         finally:
             self._loop_running = False
+
+    def _dispatch_pending(self) -> None:
+        """Dispatch what is queued now, on behalf of a loop that is blocked on an empty queue.
+
+        Called when an agent turn ends. Without it the loop would wake only after every other
+        ready callback (e.g. a whole wave of turns finishing at once) had run; dispatching
+        here starts the next agent sooner. Order is the mailbox's, as the loop would take it.
+        """
+        if not (self._loop_running and self.mailbox.consumer_waiting) or self._shutdown:
+            return
+        while not self._stop_serving:
+            message = self.mailbox.get_nowait()
+            if message is None:
+                return
+            try:
+                self._dispatch(message)
+            except Exception as exc:  # noqa: BLE001 - same policy as the loop
+                logger.exception("error while dispatching a message")
+                self._emit(message["message"]["task_id"], "run_loop_error", f"{exc}")
 
     def _dispatch(self, message: MAILMessage) -> None:
         task_id = message["message"]["task_id"]

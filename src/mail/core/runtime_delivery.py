@@ -138,6 +138,9 @@ class DeliveryMixin:
         local: list[str] = []
         remote: list[str] = []
         for name in names:
+            if "@" not in name:  # the common case: a plain local name
+                local.append(name.strip())
+                continue
             agent_name, swarm = parse_agent_address(name)
             if self._is_local_swarm(swarm):
                 local.append(agent_name)
@@ -178,13 +181,17 @@ class DeliveryMixin:
     ) -> None:
         payload: Any = message["message"]
         task_id = payload["task_id"]
-        expanded: list[str] = []
-        seen: set[str] = set()
-        for name in names:
-            for target in self.agents if name == ALL_AGENTS else (name,):
-                if target not in seen and target != sender_name:
-                    seen.add(target)
-                    expanded.append(target)
+        expanded: list[str]
+        if len(names) == 1 and names[0] != ALL_AGENTS:
+            expanded = [] if names[0] == sender_name else names
+        else:
+            expanded = []
+            seen: set[str] = set()
+            for name in names:
+                for target in self.agents if name == ALL_AGENTS else (name,):
+                    if target not in seen and target != sender_name:
+                        seen.add(target)
+                        expanded.append(target)
 
         sender_type = payload["sender"]["address_type"]
         for name in expanded:

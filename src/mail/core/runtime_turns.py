@@ -20,7 +20,7 @@ logger = logging.getLogger("mail.runtime")
 ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnContext:
     """What the tool handlers of one turn share."""
 
@@ -72,6 +72,7 @@ class TurnMixin:
                 self._save_history(task_id, agent_name)
         finally:
             self._release_turn(key)
+            self._dispatch_pending()
 
     # ------------------------------------------------------------------ history
     def _append_incoming(
@@ -93,6 +94,8 @@ class TurnMixin:
             history.extend(first.responses)
 
     def _save_history(self: MAILRuntime, task_id: str, agent_name: str) -> None:
+        if not self._observing:
+            return
         agent = self.agents.get(agent_name)
         tool_format = agent.tool_format if agent else "responses"
         self.observer.history_changed(
