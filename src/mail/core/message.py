@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import threading
 from typing import Any, Literal, TypedDict
 
 AddressType = Literal["admin", "agent", "system", "user"]
@@ -163,35 +162,12 @@ def format_task_contributor(role: str, ident: str, swarm: str) -> str:
 # --------------------------------------------------------------------------- constructors
 
 
-_IDS_PER_REFILL = 256
 _VARIANT_NIBBLE = "89ab"
 
 
-class _RandomPool(threading.local):
-    """Per-thread buffer of os.urandom bytes (reset in forked children)."""
-
-    data = b""
-    offset = 0
-
-
-_pool = _RandomPool()
-
-
-def _reset_pool() -> None:
-    global _pool
-    _pool = _RandomPool()
-
-
-os.register_at_fork(after_in_child=_reset_pool)
-
-
 def new_id() -> str:
-    """A random (version 4) UUID string, like str(uuid.uuid4()) but cheaper."""
-    pool = _pool
-    if pool.offset >= len(pool.data):
-        pool.data, pool.offset = os.urandom(16 * _IDS_PER_REFILL), 0
-    h = pool.data[pool.offset : pool.offset + 16].hex()
-    pool.offset += 16
+    """A random (version 4) UUID string, like str(uuid.uuid4()) at about a third the cost."""
+    h = os.urandom(16).hex()
     variant = _VARIANT_NIBBLE[int(h[16], 16) & 3]
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:32]}"
 
