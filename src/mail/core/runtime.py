@@ -110,6 +110,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._shutdown = False
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
+        for name, agent in self.agents.items():
+            _attach_recall(agent.function, functools.partial(self.recall, name), set())
 
     @property
     def observer(self) -> RuntimeObserver:
@@ -126,6 +128,16 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.print_llm_streams = value
         for agent in self.agents.values():
             _apply_print_flag(agent.function, value, set())
+
+    async def recall(self, agent_name: str, query: str, limit: int = 5) -> list[str]:
+        """Texts from `agent_name`'s memory matching `query` (what it acknowledged)."""
+        found = await self.memory.search(agent_name, query, limit)
+        texts = []
+        for item in found:
+            value = item.get("value", item) if isinstance(item, dict) else item
+            content = value.get("content") if isinstance(value, dict) else None
+            texts.append(str(content if content is not None else value))
+        return texts
 
     # ------------------------------------------------------------------ tasks & events
     def _ensure_task(
@@ -550,3 +562,17 @@ def _apply_print_flag(fn: Any, value: bool, seen: set[int]) -> None:
         inner = getattr(fn, attr, None)
         if inner is not None:
             _apply_print_flag(inner, value, seen)
+
+
+def _attach_recall(fn: Any, recall: Any, seen: set[int]) -> None:
+    """Give agent functions (and the wrappers' inner functions) a `recall` for memory."""
+    if fn is None or id(fn) in seen:
+        return
+    seen.add(id(fn))
+    try:
+        if hasattr(fn, "memory"):
+            fn.recall = recall
+    except (AttributeError, TypeError):
+        pass
+    for attr in ("supervisor_fn", "action_agent_fn", "_mail_agent"):
+        _attach_recall(getattr(fn, attr, None), recall, seen)

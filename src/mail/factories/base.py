@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,20 @@ def normalize_tools(tools: list[Any] | None, tool_format: str) -> list[dict[str,
                 f"tools must be tool dicts or pydantic model classes, got {type(tool).__name__}"
             )
     return result
+
+
+_BODY = re.compile(r"<body>(.*?)</body>", re.S)
+
+
+def latest_incoming_text(messages: list[dict[str, Any]]) -> str:
+    """The body of the newest incoming message in a history (its whole text if no XML)."""
+    for item in reversed(messages):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                match = _BODY.search(content)
+                return (match.group(1) if match else content).strip()
+    return ""
 
 
 class MAILAgentFunction(ABC):
@@ -187,15 +202,41 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         tools.extend(self.tools)
         return tools
 
-    def build_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def build_messages(
+        self, messages: list[dict[str, Any]], memories: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         """The request's messages: the system prompt first, unless history already has one.
 
-        A new list is returned; the runtime's history is never modified here.
+        `memories` (notes recalled from the agent's memory) are appended to the system
+        prompt of this request only. A new list is returned; the runtime's history is never
+        modified here.
         """
+        notes = ""
+        if memories:
+            lines = "\n".join(f"- {m}" for m in memories)
+            notes = f"\n\nNotes from your memory that may be relevant:\n{lines}"
         first = messages[0] if messages else None
-        if self.system and not (isinstance(first, dict) and first.get("role") == "system"):
-            return [{"role": "system", "content": self.system}, *messages]
+        if isinstance(first, dict) and first.get("role") == "system":
+            if not notes:
+                return list(messages)
+            return [{**first, "content": f"{first.get('content') or ''}{notes}"}, *messages[1:]]
+        if self.system or notes:
+            return [{"role": "system", "content": f"{self.system}{notes}".strip()}, *messages]
         return list(messages)
+
+    async def recall_for(self, messages: list[dict[str, Any]]) -> list[str]:
+        """Memory notes matching the newest incoming message (agents with `memory=True`)."""
+        recall = getattr(self, "recall", None)
+        if not self.memory or recall is None:
+            return []
+        query = latest_incoming_text(messages)
+        if not query:
+            return []
+        try:
+            return list(await recall(query, 5))
+        except Exception:  # noqa: BLE001 - memory trouble must not fail the model call
+            logger.warning("agent %s: memory search failed", self.name, exc_info=True)
+            return []
 
     @property
     def is_demo_model(self) -> bool:
@@ -241,11 +282,14 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         return model, options
 
     def _make_attempt(
-        self, messages: list[dict[str, Any]], tool_choice: ToolChoice
+        self,
+        messages: list[dict[str, Any]],
+        tool_choice: ToolChoice,
+        memories: list[str] | None = None,
     ) -> Callable[[], Awaitable[AgentResult]]:
         model, options = self._model_and_options()
         tools = self.build_tools()
-        request_messages = self.build_messages(messages)
+        request_messages = self.build_messages(messages, memories)
         printer = StreamPrinter(self.name, self.print_llm_streams)
         if self.tool_format == "completions":
             crequest = completions.build_request(
@@ -282,7 +326,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
     ) -> AgentResult:
         if self.default_tool_choice is not None:
             tool_choice = self.default_tool_choice
-        attempt = self._make_attempt(messages, tool_choice)
+        memories = await self.recall_for(messages)
+        attempt = self._make_attempt(messages, tool_choice, memories)
         return await call_with_retries(
             attempt,
             policy=self.retry_policy,
