@@ -27,26 +27,34 @@ from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate  # noqa: E4
 COMPLETION = {"role": "assistant", "content": None}
 
 
+# The stub agents return prebuilt calls: the benchmark measures the runtime, not the cost of
+# building pydantic objects inside a fake model.
+DELEGATE = AgentToolCall(
+    tool_name="send_request",
+    tool_args={"target": "worker", "subject": "job", "body": "do it"},
+    tool_call_id="c1",
+    completion=COMPLETION,
+)
+FINISH = AgentToolCall(
+    tool_name="task_complete",
+    tool_args={"finish_message": "done"},
+    tool_call_id="c3",
+    completion=COMPLETION,
+)
+ANSWER = AgentToolCall(
+    tool_name="send_response",
+    tool_args={"target": "supervisor", "subject": "re: job", "body": "result"},
+    tool_call_id="c2",
+    completion=COMPLETION,
+)
+
+
 def supervisor_factory(latency: float = 0.0, **_: Any) -> Any:
     async def supervisor(history: list[dict[str, Any]], tool_choice: Any) -> Any:
         if latency:
             await asyncio.sleep(latency)
         last = history[-1].get("content") or ""
-        if 'type="user"' in last:
-            call = AgentToolCall(
-                tool_name="send_request",
-                tool_args={"target": "worker", "subject": "job", "body": "do it"},
-                tool_call_id="c1",
-                completion=COMPLETION,
-            )
-        else:
-            call = AgentToolCall(
-                tool_name="task_complete",
-                tool_args={"finish_message": "done"},
-                tool_call_id="c3",
-                completion=COMPLETION,
-            )
-        return None, [call]
+        return None, [DELEGATE if 'type="user"' in last else FINISH]
 
     return supervisor
 
@@ -55,13 +63,7 @@ def worker_factory(latency: float = 0.0, **_: Any) -> Any:
     async def worker(history: list[dict[str, Any]], tool_choice: Any) -> Any:
         if latency:
             await asyncio.sleep(latency)
-        call = AgentToolCall(
-            tool_name="send_response",
-            tool_args={"target": "supervisor", "subject": "re: job", "body": "result"},
-            tool_call_id="c2",
-            completion=COMPLETION,
-        )
-        return None, [call]
+        return None, [ANSWER]
 
     return worker
 
@@ -109,17 +111,20 @@ async def main() -> None:
     if os.environ.get("BENCH_NO_GC"):
         gc.disable()
     await run_batch(50, 0.0)  # warm-up
-    rates: dict[int, float] = {}
-    for n in (50, 200, 800):
+    sizes = (50, 200, 800)
+    for n in sizes:
         await run_batch(n, 0.0)  # warm-up at this size
-        samples: list[float] = []
-        spent = 0.0
-        while len(samples) < 5 or spent < 1.5:  # enough batches to average out timer noise
-            elapsed = await run_batch(n, 0.0)
-            samples.append(n / elapsed)
-            spent += elapsed
-        rates[n] = statistics.median(samples)
-        print(f"zero latency, {n:4d} concurrent tasks: {rates[n]:8.0f} tasks/s ({len(samples)} runs)")
+    # Interleave the sizes round by round so that machine noise (this runs on shared VMs)
+    # hits every size alike; report the median rate of each.
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
+    started = time.perf_counter()
+    while len(samples[800]) < 12 or time.perf_counter() - started < 6.0:
+        for n in sizes:
+            for _ in range(max(1, 800 // n // 4)):  # similar time per size in each round
+                samples[n].append(n / await run_batch(n, 0.0))
+    rates = {n: statistics.median(samples[n]) for n in sizes}
+    for n in sizes:
+        print(f"zero latency, {n:4d} concurrent tasks: {rates[n]:8.0f} tasks/s ({len(samples[n])} runs)")
     print(f"rate kept at 800 vs 50: {100 * rates[800] / rates[50]:.0f}%")
     latency = 0.05
     await run_batch(200, latency)  # warm-up
