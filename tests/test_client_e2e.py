@@ -292,3 +292,14 @@ def test_repl_against_the_real_server(server: ServerProcess, tmp_path: Path) -> 
         assert term.wait() == 0
     finally:
         term.close()
+
+
+async def test_request_after_the_server_closed_an_idle_connection(server: ServerProcess) -> None:
+    """Like the REPL: the event loop is blocked (waiting for input) while the server closes
+    the idle keep-alive connection; the next request must still go through."""
+    async with client_for(server) as client:
+        assert (await client.ping())["name"] == "mail"
+        time.sleep(5.5)  # longer than the server's keep-alive; the loop cannot see the close
+        events = [e async for e in await client.post_message_stream("after idle")]
+        assert events[-1].event == "task_complete"
+        assert json.loads(events[-1].data)["response"] == "echo[alice]: after idle"

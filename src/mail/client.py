@@ -29,6 +29,9 @@ __all__ = ["ClientConfig", "MAILClient", "MAILClientError", "MAILEventStream"]
 logger = logging.getLogger("mail.client")
 
 
+IDLE_CONNECTION_REUSE = 4.0  # seconds
+
+
 def _user_agent() -> str:
     from mail.version import __version__
 
@@ -107,7 +110,11 @@ class MAILClient:
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None or (self._owns_session and self._session.closed):
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.config.timeout)
+                timeout=aiohttp.ClientTimeout(total=self.config.timeout),
+                # Reuse an idle connection only while the server surely keeps it open
+                # (uvicorn closes idle ones after 5 s). A REPL waiting for input cannot
+                # notice the server closing it, and would write into a dead socket.
+                connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_CONNECTION_REUSE),
             )
             self._owns_session = True
         return self._session
