@@ -124,7 +124,9 @@ async def main() -> None:
                 samples[n].append(n / await run_batch(n, 0.0))
     rates = {n: statistics.median(samples[n]) for n in sizes}
     for n in sizes:
-        print(f"zero latency, {n:4d} concurrent tasks: {rates[n]:8.0f} tasks/s ({len(samples[n])} runs)")
+        print(
+            f"zero latency, {n:4d} concurrent tasks: {rates[n]:8.0f} tasks/s ({len(samples[n])} runs)"
+        )
     print(f"rate kept at 800 vs 50: {100 * rates[800] / rates[50]:.0f}%")
     latency = 0.05
     await run_batch(200, latency)  # warm-up

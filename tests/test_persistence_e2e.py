@@ -22,9 +22,7 @@ from server_fixtures import ServerProcess, auth, create_key, free_port, write_co
 
 pytestmark = pytest.mark.timeout(180)
 
-DATABASE_URL = os.environ.get(
-    "MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
+DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def _database_reachable() -> bool:

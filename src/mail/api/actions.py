@@ -157,7 +157,10 @@ def _field_type(
         return _SCALARS[kind]
     if kind == "array":
         items = schema.get("items")
-        return list[_field_type(action, field, items, root, depth + 1)] if items else list[Any]
+        if not items:
+            return list[Any]
+        item_type = _field_type(action, field, items, root, depth + 1)
+        return list[item_type]  # type: ignore[valid-type]
     if kind == "object":
         if schema.get("properties"):
             return _model_from_schema(f"{action}_{field}_{depth + 1}", schema, root, depth + 1)

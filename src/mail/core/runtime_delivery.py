@@ -58,7 +58,7 @@ class DeliveryMixin:
         task = self.mail_tasks.get(task_id)
         if task is None:
             return ""
-        blocks = []
+        blocks: list[str] = []
         for event in task.events:
             description = event.description
             if ACTION_COMPLETE_BROADCAST in description:

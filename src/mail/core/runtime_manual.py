@@ -110,9 +110,10 @@ class ManualMixin:
         overrides = _apply_overrides(self.agents[target].function, _llm, _system)
         try:
             self._spawn(task_id, self._run_turn(task_id, target, message, "auto"))
-            idle = asyncio.create_task(self.await_task_idle(task_id))
+            idle: asyncio.Task[None] = asyncio.create_task(self.await_task_idle(task_id))
             try:
-                await asyncio.wait({future, idle}, return_when=asyncio.FIRST_COMPLETED)
+                pending: set[asyncio.Future[Any]] = {future, idle}
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 idle.cancel()
             if future.done():

@@ -190,7 +190,8 @@ class InterswarmBridge:
         target = self.remote_callers.get(task_id)
         if not target:
             return
-        _, swarm = parse_agent_address(target)
+        _, target_swarm = parse_agent_address(target)
+        swarm = target_swarm or ""
         notice = make_message(
             make_request(
                 task_id,
@@ -199,12 +200,12 @@ class InterswarmBridge:
                 TASK_COMPLETE_SUBJECT,
                 finish,
                 sender_swarm=self.local_swarm,
-                recipient_swarm=swarm,
-                routing_info={"origin_swarm": self.local_swarm, "remote_swarm": swarm},
+                recipient_swarm=target_swarm,
+                routing_info={"origin_swarm": self.local_swarm, "remote_swarm": target_swarm},
             ),
             "response",
         )
-        self._spawn(self._send_notice(notice, swarm or ""))
+        self._spawn(self._send_notice(notice, swarm))
 
     async def _send_notice(self, notice: MAILMessage, swarm: str) -> None:
         rt = self.runtime
