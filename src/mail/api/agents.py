@@ -18,6 +18,13 @@ logger = logging.getLogger("mail.api")
 ToolFormat = Literal["completions", "responses"]
 
 
+def _check_agent_name(name: Any) -> None:
+    if not name or not isinstance(name, str):
+        raise ValueError("agent name must be a non-empty string")
+    if name == "all":
+        raise ValueError("'all' is reserved (it addresses every agent) and cannot name an agent")
+
+
 def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
     if isinstance(factory, str):
         resolved = read_python_string(factory)
@@ -58,12 +65,7 @@ class MAILAgent:
         self._validate()
 
     def _validate(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise ValueError("agent name must be a non-empty string")
-        if self.name == "all":
-            raise ValueError(
-                "'all' is reserved (it addresses every agent) and cannot name an agent"
-            )
+        _check_agent_name(self.name)
         if not callable(self.function):
             raise TypeError(f"agent '{self.name}' function is not callable")
 
@@ -127,12 +129,7 @@ class MAILAgentTemplate:
         self._validate()
 
     def _validate(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise ValueError("agent name must be a non-empty string")
-        if self.name == "all":
-            raise ValueError(
-                "'all' is reserved (it addresses every agent) and cannot name an agent"
-            )
+        _check_agent_name(self.name)
         if self.tool_format not in ("completions", "responses"):
             raise ValueError(
                 f"agent '{self.name}' tool_format must be 'completions' or 'responses', "

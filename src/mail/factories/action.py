@@ -15,36 +15,13 @@ from mail.factories.base import (
     ToolChoice,
     ToolFormat,
     deprecated_function_factory,
-    normalize_tools,
 )
 
 
 class ActionAgentFunction(MAILAgentFunction):
     """Base for agents with actions: action tools may be given as pydantic model classes."""
 
-    def __init__(
-        self,
-        name: str,
-        comm_targets: list[str],
-        tools: list[Any],
-        enable_entrypoint: bool = False,
-        enable_interswarm: bool = False,
-        can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "responses",
-        exclude_tools: list[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            name=name,
-            comm_targets=comm_targets,
-            tools=normalize_tools(tools, tool_format),
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
-            exclude_tools=exclude_tools,
-            **kwargs,
-        )
+    accepts_model_tools = True
 
     @abstractmethod
     def __call__(

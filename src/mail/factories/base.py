@@ -72,7 +72,11 @@ class MAILAgentFunction(ABC):
     """Base for class-based agent functions: stores the wiring every agent has.
 
     Extra keyword arguments are kept in `self.kwargs` for subclasses that accept them.
+    Subclasses that set `accepts_model_tools` may receive tools as pydantic model classes;
+    they are converted to tool dicts in `tool_format`.
     """
+
+    accepts_model_tools: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -93,7 +97,9 @@ class MAILAgentFunction(ABC):
             )
         self.name = name
         self.comm_targets = list(comm_targets)
-        self.tools = list(tools or [])
+        self.tools = (
+            normalize_tools(tools, tool_format) if self.accepts_model_tools else list(tools or [])
+        )
         self.enable_entrypoint = enable_entrypoint
         self.enable_interswarm = enable_interswarm
         self.can_complete_tasks = can_complete_tasks
@@ -118,6 +124,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
     """
 
     retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+
+    accepts_model_tools = True
 
     def __init__(
         self,
@@ -148,7 +156,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         super().__init__(
             name=name,
             comm_targets=comm_targets,
-            tools=normalize_tools(tools, tool_format),
+            tools=tools,
             enable_entrypoint=enable_entrypoint,
             enable_interswarm=enable_interswarm,
             can_complete_tasks=can_complete_tasks,

@@ -16,12 +16,16 @@ from mail.factories.base import (
     ToolChoice,
     ToolFormat,
     deprecated_function_factory,
-    normalize_tools,
 )
 
 
 class SupervisorFunction(MAILAgentFunction):
-    """Base for supervisors: action tools may be given as pydantic model classes."""
+    """Base for supervisors: action tools may be given as pydantic model classes.
+
+    Same constructor as MAILAgentFunction, except that supervisors complete tasks by default.
+    """
+
+    accepts_model_tools = True
 
     def __init__(
         self,
@@ -38,7 +42,7 @@ class SupervisorFunction(MAILAgentFunction):
         super().__init__(
             name=name,
             comm_targets=comm_targets,
-            tools=normalize_tools(tools, tool_format),
+            tools=tools,
             enable_entrypoint=enable_entrypoint,
             enable_interswarm=enable_interswarm,
             can_complete_tasks=can_complete_tasks,
