@@ -252,13 +252,48 @@ async def test_register_rejects_bad_input(registries: Callable[..., SwarmRegistr
         await registry.register_swarm("swarm-beta", "ftp://example")
 
 
-async def test_register_local_name_is_ignored(
+async def test_register_local_name_is_refused(
     registries: Callable[..., SwarmRegistry], registry_file: Path
 ) -> None:
     registry = registries()
-    await registry.register_swarm("swarm-alpha", "http://127.0.0.1:2", volatile=False)
+    with pytest.raises(ValueError, match="is the name of this swarm"):
+        await registry.register_swarm("swarm-alpha", "http://127.0.0.1:2", volatile=False)
     endpoint = registry.get_swarm_endpoint("swarm-alpha")
     assert endpoint is not None and endpoint["base_url"] == "http://127.0.0.1:1"
+
+
+async def test_register_refuses_base_url_with_path_or_query(
+    registries: Callable[..., SwarmRegistry],
+) -> None:
+    registry = registries()
+    for url in ("http://127.0.0.1:2/api", "http://127.0.0.1:2/?x=1", "http://:80"):
+        with pytest.raises(ValueError, match="base_url"):
+            await registry.register_swarm("swarm-beta", url)
+    assert registry.get_swarm_endpoint("swarm-beta") is None
+
+
+async def test_register_refuses_a_name_the_remote_does_not_report(
+    registries: Callable[..., SwarmRegistry], remotes: Callable[..., Any]
+) -> None:
+    beta = await remotes("swarm-beta")
+    registry = registries()
+    with pytest.raises(ValueError, match="is swarm 'swarm-beta', not 'swarm-zeta'"):
+        await registry.register_swarm("swarm-zeta", beta.url)
+    assert registry.get_swarm_endpoint("swarm-zeta") is None
+
+
+async def test_caller_id_is_kept_and_persisted_but_not_shown(
+    registries: Callable[..., SwarmRegistry], remotes: Callable[..., Any], registry_file: Path
+) -> None:
+    beta = await remotes("swarm-beta", public=True)
+    registry = registries()
+    await registry.register_swarm("swarm-beta", beta.url, volatile=False, caller_id="beta-svc")
+    assert registry.expected_caller_id("swarm-beta") == "beta-svc"
+    assert registry.expected_caller_id("swarm-alpha") is None
+    assert read_file(registry_file)["endpoints"]["swarm-beta"]["caller_id"] == "beta-svc"
+    assert "caller_id" not in registry.get_public_endpoints_cleaned()[0]
+    reloaded = registries()
+    assert reloaded.expected_caller_id("swarm-beta") == "beta-svc"
 
 
 # --------------------------------------------------------------------------- persistence

@@ -1,8 +1,9 @@
 """`mail keys`: manage the API keys of the embedded (local) auth mode.
 
     mail keys create --role user --id alice     # prints the new key once
+    mail keys create --role agent --id swarm-beta --swarm swarm-beta   # acts only for swarm-beta
     mail keys list                              # ids, roles, prefixes; never secrets
-    mail keys revoke alice                      # by id, full key, or shown prefix
+    mail keys revoke alice [--role user]        # by id, full key, or shown prefix
 
 The key file is, in order: ``--keys-file``, ``$MAIL_KEYS_FILE``, ``[server.auth].keys_file``,
 or ``keys.json`` next to ``[server.swarm].registry``. A running server picks up changes without
@@ -28,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--id", dest="key_id", help="caller id bound to the key (default: generated)"
     )
     create.add_argument(
+        "--swarm",
+        help="agent keys: the remote swarm this key speaks for; its /interswarm calls for "
+        "any other swarm are refused (403)",
+    )
+    create.add_argument(
         "--key",
         help="use this secret instead of a generated one (at least 24 characters; for scripted setups)",
     )
@@ -36,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lst.add_argument("--json", action="store_true", help="print JSON")
     revoke = sub.add_parser("revoke", help="delete keys by id, full key or prefix")
     revoke.add_argument("target", metavar="ID|PREFIX")
+    revoke.add_argument(
+        "--role",
+        choices=("admin", "user", "agent"),
+        help="only keys of this role (required when the id has keys of several roles)",
+    )
 
 
 def _keys_path(args: argparse.Namespace) -> Path:
@@ -63,11 +74,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         path = _keys_path(args)
         if command == "create":
-            secret, record = keystore.create_key(path, args.role, args.key_id, key=args.key)
+            secret, record = keystore.create_key(
+                path, args.role, args.key_id, key=args.key, swarm=args.swarm
+            )
             if args.json:
                 print(json.dumps({**record.public_dict(), "key": secret, "keys_file": str(path)}))
             else:
-                print(f"Created {record.role} key for id '{record.id}' in {path}.")
+                bound = f" (acts only for swarm '{record.swarm}')" if record.swarm else ""
+                print(f"Created {record.role} key for id '{record.id}'{bound} in {path}.")
                 print("This is the only time the key is shown; store it now:")
                 print(secret)
             return 0
@@ -78,16 +92,21 @@ def run(args: argparse.Namespace) -> int:
             elif not records:
                 print(f"No keys in {path}.")
             else:
-                print(f"{'ID':<24} {'ROLE':<6} {'PREFIX':<14} CREATED")
+                print(f"{'ID':<24} {'ROLE':<6} {'PREFIX':<14} {'CREATED':<26} SWARM")
                 for r in records:
-                    print(f"{r.id:<24} {r.role:<6} {r.prefix + '…':<14} {r.created_at}")
+                    print(
+                        f"{r.id:<24} {r.role:<6} {r.prefix + '…':<14} {r.created_at:<26} "
+                        f"{r.swarm or '-'}"
+                    )
             return 0
         if command == "revoke":
-            removed = keystore.revoke_keys(path, args.target)
+            removed = keystore.revoke_keys(path, args.target, role=args.role)
             if not removed:
-                return _error(f"no key matches '{args.target}' in {path}")
+                role = f" of role {args.role}" if args.role else ""
+                return _error(f"no key{role} matches '{args.target}' in {path}")
             for r in removed:
                 print(f"Revoked {r.role} key '{r.id}' ({r.prefix}…).")
+            print(f"{len(removed)} key(s) revoked.")
             return 0
     except (keystore.KeyStoreError, ConfigError) as exc:
         return _error(str(exc))

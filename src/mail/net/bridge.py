@@ -28,6 +28,7 @@ from mail.core.message import (
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
 from mail.net.router import InterswarmRouter
+from mail.net.trust import TrustError, check_existing_task, check_new_task
 from mail.net.types import InterswarmError
 
 if TYPE_CHECKING:
@@ -109,7 +110,10 @@ class InterswarmBridge:
         task_id = payload["task_id"]
         task = rt._ensure_task(task_id)
         task.add_contributor(rt.this_owner)
+        # Recorded (and persisted) before sending: the remote may answer on /back before
+        # our POST returns, and only swarms named here may add to the task (net/trust.py).
         task.remote_swarms.add(target_swarm)
+        rt.observer.task_changed(task)
         direction = self.router.choose_direction(target_swarm, task.task_contributors)
         try:
             envelope = self.router.wrap_message(
@@ -244,10 +248,29 @@ class InterswarmBridge:
                 parse_task_contributor(contributor)
             except ValueError as exc:
                 raise InterswarmReceiveError(str(exc)) from exc
+        source = envelope["source_swarm"]
         task = rt.mail_tasks.get(task_id)
+        try:
+            if task is None:
+                if direction == "back":
+                    raise TrustError(f"task '{task_id}' is not known to this swarm", 404)
+                check_new_task(
+                    local_swarm=self.local_swarm,
+                    source_swarm=source,
+                    task_id=task_id,
+                    task_owner=owner,
+                )
+            else:
+                check_existing_task(
+                    source_swarm=source,
+                    task_id=task_id,
+                    task_owner=task.task_owner,
+                    forwarded_to=task.remote_swarms,
+                )
+        except TrustError as exc:
+            logger.warning("refused interswarm %s from swarm '%s': %s", direction, source, exc)
+            raise InterswarmReceiveError(str(exc), exc.status) from exc
         if task is None:
-            if direction == "back" or owner == rt.this_owner:
-                raise InterswarmReceiveError(f"task '{task_id}' is not known to this swarm", 404)
             task = rt._ensure_task(task_id, owner, contributors)
         elif task.task_owner != owner:
             raise InterswarmReceiveError(

@@ -180,7 +180,9 @@ async def fetch_swarm_info(
     swarm = data.get("swarm")
     swarm_info = swarm if isinstance(swarm, dict) else {}
     keywords = swarm_info.get("keywords")
+    name = swarm_info.get("name") if swarm_info else swarm
     return {
+        "name": name if isinstance(name, str) else None,
         "version": str(data.get("protocol_version") or data.get("version") or ""),
         "description": str(swarm_info.get("description") or ""),
         "keywords": [str(k) for k in keywords] if isinstance(keywords, list) else [],

@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -47,6 +48,16 @@ def _normalize_base_url(base_url: str) -> str:
     url = (base_url or "").strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"base_url must start with http:// or https://, got '{base_url}'")
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"base_url has no host: '{base_url}'")
+    if parts.path or parts.query or parts.fragment:
+        # Routes are appended to base_url (/health, /interswarm/forward): a path would be
+        # silently combined with them, a query string would break them.
+        raise ValueError(
+            f"base_url must be scheme://host[:port] with no path, query or fragment, "
+            f"got '{base_url}'"
+        )
     return url
 
 
@@ -118,23 +129,38 @@ class SwarmRegistry:
         auth_token: str | None = None,
         metadata: dict[str, Any] | None = None,
         volatile: bool = True,
+        caller_id: str | None = None,
     ) -> None:
         """Add or replace a remote swarm after reading its `GET /` metadata.
 
-        Raises ValueError for a bad name or URL and InterswarmError when the remote cannot
-        be reached or does not answer like a MAIL server.
+        `caller_id`, when given, is the caller id the peer's own calls to this server
+        authenticate as; envelopes from it carried by anyone else are refused.
+
+        Raises ValueError for a bad name or URL, the local swarm's own name, or a remote
+        that reports a different name, and InterswarmError when the remote cannot be
+        reached or does not answer like a MAIL server.
         """
         swarm_name = (swarm_name or "").strip()
-        if not swarm_name or "@" in swarm_name or any(c.isspace() for c in swarm_name):
+        if (
+            not swarm_name
+            or "@" in swarm_name
+            or ":" in swarm_name
+            or any(c.isspace() for c in swarm_name)
+        ):
             raise ValueError(f"invalid swarm name: '{swarm_name}'")
         if swarm_name == self.local_swarm_name:
-            logger.info("ignoring registration of the local swarm '%s'", swarm_name)
-            return
+            raise ValueError(f"'{swarm_name}' is the name of this swarm, not a remote one")
         base = _normalize_base_url(base_url)
         started = time.monotonic()
         session = await self._get_session()
         info = await fetch_swarm_info(session, swarm_name, base, self.health_check_timeout)
         elapsed = time.monotonic() - started
+        reported = info.get("name")
+        if reported and reported != swarm_name:
+            raise ValueError(
+                f"the server at {base} is swarm '{reported}', not '{swarm_name}'; "
+                "register it under its own name"
+            )
 
         var = token_env_var(swarm_name)
         self._remember_token(swarm_name, var, auth_token, volatile)
@@ -153,6 +179,7 @@ class SwarmRegistry:
             metadata=dict(metadata) if metadata else None,
             public=info["public"],
             volatile=volatile,
+            caller_id=caller_id or None,
         )
         self._health.forget(swarm_name)
         logger.info(
@@ -206,6 +233,11 @@ class SwarmRegistry:
 
     def get_swarm_endpoint(self, swarm_name: str) -> SwarmEndpoint | None:
         return self.endpoints.get(swarm_name)
+
+    def expected_caller_id(self, swarm_name: str) -> str | None:
+        """The caller id `swarm_name`'s calls must carry, if its entry names one."""
+        endpoint = self.endpoints.get(swarm_name)
+        return endpoint.get("caller_id") if endpoint is not None else None
 
     def get_resolved_auth_token(self, swarm_name: str) -> str | None:
         """Bearer token for a swarm: the one given at registration, else its env reference."""

@@ -117,6 +117,7 @@ def endpoint_from_json(swarm_name: str, data: dict[str, Any]) -> SwarmEndpoint:
         public=bool(data.get("public", False)),
         # Anything in the file survived a restart, so it is persistent by definition.
         volatile=False,
+        caller_id=str(data["caller_id"]) if data.get("caller_id") else None,
     )
 
 

@@ -7,7 +7,7 @@ against the original (`endpoint["base_url"]`) keeps working.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 Direction = Literal["forward", "back"]
 
@@ -31,6 +31,9 @@ class SwarmEndpoint(TypedDict):
     metadata: dict[str, Any] | None
     public: bool
     volatile: bool
+    # The caller id this peer's /interswarm calls must authenticate as (None: any agent
+    # key; see mail.net.trust). Never shown by GET /swarms.
+    caller_id: NotRequired[str | None]
 
 
 class SwarmEndpointCleaned(TypedDict):

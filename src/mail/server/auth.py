@@ -49,6 +49,8 @@ class Caller:
     role: str
     id: str
     api_key: str
+    # Agent keys made with `mail keys create --swarm NAME` speak only for that swarm.
+    swarm: str | None = None
 
     def token_info(self) -> dict[str, str]:
         """The original's token-info dict shape."""
@@ -79,7 +81,7 @@ class LocalAuthenticator:
         record = self.store.lookup(api_key)
         if record is None:
             raise unauthorized("invalid API key")
-        return Caller(role=record.role, id=record.id, api_key=api_key)
+        return Caller(role=record.role, id=record.id, api_key=api_key, swarm=record.swarm)
 
     async def aclose(self) -> None:
         return None

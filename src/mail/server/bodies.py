@@ -42,7 +42,14 @@ MESSAGE_FIELDS: tuple[str, ...] = (
 # kwargs entries that would collide with the explicit parameters of post_message.
 _RESERVED_KWARGS = frozenset(MESSAGE_FIELDS) - {"message", "kwargs", "stream"}
 HEALTH_FIELDS: tuple[str, ...] = ("status",)
-REGISTER_SWARM_FIELDS: tuple[str, ...] = ("name", "base_url", "auth_token", "volatile", "metadata")
+REGISTER_SWARM_FIELDS: tuple[str, ...] = (
+    "name",
+    "base_url",
+    "auth_token",
+    "volatile",
+    "metadata",
+    "caller_id",
+)
 LOAD_SWARM_FIELDS: tuple[str, ...] = ("json",)
 TASK_FIELDS: tuple[str, ...] = ("task_id",)
 
@@ -221,6 +228,7 @@ class RegisterSwarmRequest:
     auth_token: str | None
     volatile: bool
     metadata: dict[str, Any] | None
+    caller_id: str | None = None
 
 
 def parse_register_swarm(data: dict[str, Any]) -> RegisterSwarmRequest:
@@ -242,6 +250,7 @@ def parse_register_swarm(data: dict[str, Any]) -> RegisterSwarmRequest:
         auth_token=_opt_str(data, "auth_token"),
         volatile=_opt_bool(data, "volatile", True),
         metadata=metadata,
+        caller_id=_opt_str(data, "caller_id"),
     )
 
 

@@ -8,6 +8,7 @@ instance, volatile or not.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from typing import Any
 
@@ -23,7 +24,7 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server.auth import Caller
-from mail.server.errors import BadRequest
+from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
 from mail.server.state import ServerState
 
@@ -79,6 +80,25 @@ async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> In
     raise HTTPException(404, f"no mail instance found for task with id {task_id}")
 
 
+def _check_caller(state: ServerState, caller: Caller, envelope: dict[str, Any]) -> None:
+    from mail.net.trust import TrustError, check_caller
+
+    source = envelope["source_swarm"]
+    lookup = getattr(state.registry, "expected_caller_id", None)
+    expected = lookup(source) if lookup is not None else None
+    try:
+        check_caller(
+            local_swarm=state.swarm_name,
+            source_swarm=source,
+            caller_id=caller.id,
+            bound_swarm=caller.swarm,
+            expected_caller_id=expected,
+        )
+    except TrustError as exc:
+        logger.warning("refused interswarm envelope from caller %s: %s", caller.id, exc)
+        raise HTTPException(exc.status, str(exc)) from exc
+
+
 async def receive(
     state: ServerState, caller: Caller, envelope: dict[str, Any], direction: str
 ) -> dict[str, Any]:
@@ -88,6 +108,7 @@ async def receive(
         raise BadRequest(
             f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"
         )
+    _check_caller(state, caller, envelope)
     if direction == "forward":
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
         owner_swarm = envelope["task_owner"].rpartition("@")[2]
@@ -134,11 +155,22 @@ def _interswarm_user_message(
         raise BadRequest(f"msg_type '{msg_type}' is not supported for interswarm send")
     if msg_type == "request" and len(targets) != 1:
         raise BadRequest("'request' messages require exactly one target")
-    subject = data.get("subject") or "Interswarm Message"
+    if not isinstance(body, str):
+        raise BadRequest(f"parameter 'body' must be a string, got {type_name(body)}")
+    subject = data.get("subject")
+    if subject is None or subject == "":
+        subject = "Interswarm Message"
+    elif not isinstance(subject, str):
+        raise BadRequest(f"parameter 'subject' must be a string, got {type_name(subject)}")
     task_id = data.get("task_id") or str(uuid.uuid4())
     if not isinstance(task_id, str):
         raise BadRequest("parameter 'task_id' must be a string")
-    routing = dict(data.get("routing_info") or {})
+    raw_routing = data.get("routing_info")
+    if raw_routing is not None and not isinstance(raw_routing, dict):
+        raise BadRequest(
+            f"parameter 'routing_info' must be an object, got {type_name(raw_routing)}"
+        )
+    routing = dict(raw_routing or {})
     if data.get("stream"):
         routing["stream"] = True
     if data.get("ignore_stream_pings"):
@@ -155,8 +187,8 @@ def _interswarm_user_message(
             task_id,
             sender,
             create_agent_address(qualified[0]),
-            str(subject),
-            str(body),
+            subject,
+            body,
             sender_swarm=swarm_name,
             recipient_swarm=target_swarm or swarm_name,
             routing_info=routing,
@@ -167,14 +199,26 @@ def _interswarm_user_message(
             task_id,
             sender,
             [create_agent_address(t) for t in qualified],
-            str(subject),
-            str(body),
+            subject,
+            body,
             sender_swarm=swarm_name,
             recipient_swarms=swarms or None,
             routing_info=routing,
         )
-    timeout = float(data.get("timeout") or 3600.0)
-    return make_message(payload, msg_type), timeout
+    return make_message(payload, msg_type), _timeout(data.get("timeout"))
+
+
+def _timeout(value: Any) -> float:
+    if value is None:
+        return 3600.0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise BadRequest("parameter 'timeout' must be a positive number of seconds")
+    return float(value)
 
 
 async def post_user_message(

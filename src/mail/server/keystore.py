@@ -8,7 +8,10 @@ with ``--key`` must be long enough to keep that argument true; see ``MIN_CUSTOM_
 
 File shape (JSON, mode 0600, replaced atomically on every write)::
 
-    {"version": 1, "keys": [{"id", "role", "prefix", "sha256", "created_at"}, ...]}
+    {"version": 1, "keys": [{"id", "role", "prefix", "sha256", "created_at", "swarm"?}, ...]}
+
+``swarm`` (agent keys only, optional) binds the key to one remote swarm: its calls to
+``/interswarm/*`` may only speak for that swarm (see ``mail.net.trust``).
 
 ``prefix`` is the first characters of the key, shown by ``mail keys list`` so a person can tell
 keys apart without the secret. The server re-reads the file when its size, mtime or inode
@@ -24,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Iterable
@@ -38,6 +42,8 @@ KEY_PREFIX = "mail_"
 PREFIX_LENGTH = 12  # characters of the key shown by `mail keys list` (includes "mail_")
 MIN_CUSTOM_KEY_LENGTH = 24
 FILE_VERSION = 1
+# Ids and swarm names end up in `role:id@swarm` task contributors: no `@`, `:`, whitespace.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class KeyStoreError(ValueError):
@@ -51,15 +57,31 @@ class KeyRecord:
     prefix: str
     sha256: str
     created_at: str
+    swarm: str | None = None
 
     def public_dict(self) -> dict[str, str]:
         """What `mail keys list` shows: everything but the digest."""
-        return {
+        shown = {
             "id": self.id,
             "role": self.role,
             "prefix": self.prefix,
             "created_at": self.created_at,
         }
+        if self.swarm:
+            shown["swarm"] = self.swarm
+        return shown
+
+    def file_dict(self) -> dict[str, str]:
+        data = {
+            "id": self.id,
+            "role": self.role,
+            "prefix": self.prefix,
+            "sha256": self.sha256,
+            "created_at": self.created_at,
+        }
+        if self.swarm:
+            data["swarm"] = self.swarm
+        return data
 
 
 def hash_key(api_key: str) -> str:
@@ -93,6 +115,7 @@ def _parse_records(path: Path, raw: bytes) -> list[KeyRecord]:
                 prefix=str(item.get("prefix", "")),
                 sha256=str(item["sha256"]).lower(),
                 created_at=str(item.get("created_at", "")),
+                swarm=str(item["swarm"]) if item.get("swarm") else None,
             )
         except (KeyError, TypeError) as exc:
             raise KeyStoreError(f"key file {path}: entry {i} is missing {exc}") from exc
@@ -117,16 +140,7 @@ def write_records(path: Path, records: Iterable[KeyRecord]) -> None:
     """Atomically replace ``path`` with ``records``; the file is created with mode 0600."""
     payload = {
         "version": FILE_VERSION,
-        "keys": [
-            {
-                "id": r.id,
-                "role": r.role,
-                "prefix": r.prefix,
-                "sha256": r.sha256,
-                "created_at": r.created_at,
-            }
-            for r in records
-        ],
+        "keys": [r.file_dict() for r in records],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".keys-", suffix=".tmp", dir=path.parent)
@@ -145,12 +159,36 @@ def write_records(path: Path, records: Iterable[KeyRecord]) -> None:
         raise
 
 
+def check_name(value: str, what: str) -> None:
+    """Ids and swarm names: letters, digits, `.`, `_`, `-` (they end up in `role:id@swarm`)."""
+    if not _NAME.match(value):
+        raise KeyStoreError(
+            f"invalid {what} '{value}': use 1-128 letters, digits, '.', '_' or '-' starting "
+            "with a letter or digit (no spaces, '@' or ':', which would clash with "
+            "'role:id@swarm' task owners)"
+        )
+
+
 def create_key(
-    path: Path, role: str, key_id: str | None = None, *, key: str | None = None
+    path: Path,
+    role: str,
+    key_id: str | None = None,
+    *,
+    key: str | None = None,
+    swarm: str | None = None,
 ) -> tuple[str, KeyRecord]:
-    """Add a key to ``path`` and return ``(secret, record)``. The secret is not stored."""
+    """Add a key to ``path`` and return ``(secret, record)``. The secret is not stored.
+
+    ``swarm`` binds an agent key to one remote swarm.
+    """
     if role not in ROLES:
         raise KeyStoreError(f"role must be one of {', '.join(ROLES)}, got '{role}'")
+    if key_id:
+        check_name(key_id, "id")
+    if swarm is not None:
+        if role != "agent":
+            raise KeyStoreError("only agent keys can be bound to a swarm (--swarm)")
+        check_name(swarm, "swarm name")
     if key is None:
         key = generate_key()
     elif len(key) < MIN_CUSTOM_KEY_LENGTH or any(c.isspace() for c in key):
@@ -164,23 +202,38 @@ def create_key(
     if not key_id:
         key_id = f"{role}-{secrets.token_hex(4)}"
     record = KeyRecord(
-        id=key_id, role=role, prefix=key[:PREFIX_LENGTH], sha256=digest, created_at=_now_iso()
+        id=key_id,
+        role=role,
+        prefix=key[:PREFIX_LENGTH],
+        sha256=digest,
+        created_at=_now_iso(),
+        swarm=swarm,
     )
     records.append(record)
     write_records(path, records)
     return key, record
 
 
-def revoke_keys(path: Path, id_or_prefix: str) -> list[KeyRecord]:
-    """Remove the keys named by ``id_or_prefix``.
+def revoke_keys(path: Path, id_or_prefix: str, *, role: str | None = None) -> list[KeyRecord]:
+    """Remove the keys named by ``id_or_prefix`` (only those of ``role`` when given).
 
     Tried in order: every key with that id; the key itself (full secret); the one key whose
     shown prefix starts with the argument (at least ``mail_`` + 4 characters, and unambiguous).
+    An id held by keys of several roles is refused without ``role``: one id may name
+    different callers (a user and an admin), and revoking both by accident locks out both.
     """
     if not id_or_prefix:
         raise KeyStoreError("an id or key prefix is required")
+    if role is not None and role not in ROLES:
+        raise KeyStoreError(f"role must be one of {', '.join(ROLES)}, got '{role}'")
     records = read_records(path)
-    removed = [r for r in records if r.id == id_or_prefix]
+    removed = [r for r in records if r.id == id_or_prefix and role in (None, r.role)]
+    roles = sorted({r.role for r in removed})
+    if len(roles) > 1:
+        raise KeyStoreError(
+            f"id '{id_or_prefix}' has keys of several roles ({', '.join(roles)}); "
+            "say which with --role"
+        )
     if not removed:
         digest = hash_key(id_or_prefix)
         removed = [r for r in records if r.sha256 == digest]

@@ -44,6 +44,7 @@ async def _register(request: Request, caller: Caller) -> JSONBody:
             auth_token=req.auth_token,
             metadata=req.metadata,
             volatile=req.volatile,
+            caller_id=req.caller_id,
         )
     except ValueError as exc:
         raise BadRequest(f"error registering swarm: '{exc}'") from exc
