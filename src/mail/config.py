@@ -84,8 +84,14 @@ class ServerSettings(_Section):
     interswarm_timeout: float = Field(default=30.0, gt=0)
     # Seconds between health checks of registered remote swarms.
     health_check_interval: float = Field(default=30.0, gt=0)
+    # Agent turns one task may take (each run of it) before it is stopped with a
+    # ::task_error::; unlike task_message_limit this counts system notices too. 0 = no bound.
+    task_turn_limit: int | None = Field(default=500, ge=0)
+    # The same failing tool call (same tool and arguments) this many times in a row by one
+    # agent stops the task with a ::task_error::. 0 = never.
+    task_repeat_limit: int | None = Field(default=5, ge=0)
 
-    @field_validator("task_message_limit", mode="before")
+    @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod
     def _zero_means_unlimited(cls, value: Any) -> Any:
         if value in (0, "0", "", "none", "None"):

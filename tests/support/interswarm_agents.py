@@ -4,10 +4,12 @@
   its only comm target); an agent's answer completes the task with `alpha got: <answer>`; a
   system message (an interswarm error) completes it with `error: <body>`.
 * `beta_worker`: answers whoever asked with `beta says: <body>`.
+* `looping_worker`: calls `await_message` forever (nothing is ever on its way).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tests.support.stub_agents import _call, _last_incoming
@@ -43,6 +45,16 @@ def beta_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     return agent
 
 
+def looping_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    """Whatever it receives, it waits for a message that never comes (issue 12, item 2)."""
+
+    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        await asyncio.sleep(0.01)  # like a model, it takes a moment to answer
+        return None, [_call("await_message", {})]
+
+    return agent
+
+
 def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
     """swarms.json for one side: `supervisor` (asks worker@remote) and a local `worker`."""
     factory = "python::tests.support.interswarm_agents:"
@@ -68,6 +80,15 @@ def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
                     "name": "worker",
                     "factory": factory + "beta_worker",
                     "comm_targets": [f"supervisor@{remote}", "supervisor"],
+                    "agent_params": {},
+                    "can_complete_tasks": True,
+                    "enable_entrypoint": True,
+                    "enable_interswarm": True,
+                },
+                {
+                    "name": "looper",
+                    "factory": factory + "looping_worker",
+                    "comm_targets": ["supervisor"],
                     "agent_params": {},
                     "can_complete_tasks": True,
                     "enable_entrypoint": True,

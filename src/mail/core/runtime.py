@@ -19,6 +19,7 @@ from typing import Any, Literal
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agents import AgentCore
 from mail.core.events import Description, TaskEvent
+from mail.core.loop_guard import LoopGuard, end_task
 from mail.core.mailbox import Mailbox, MailboxClosed
 from mail.core.memory import AgentMemory, InMemoryAgentMemory
 from mail.core.message import MAILMessage, utc_now_iso
@@ -92,6 +93,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._step_limits: dict[str, int | None] = {}
         self.mode: RunMode = "continuous"
         self.action_override: ActionOverrideFunction | None = None
+        # Turn bound and repeated-failure stop per task (see core/loop_guard.py).
+        self.loop_guard = LoopGuard()
 
         self._waiters: dict[str, list[asyncio.Future[MAILMessage]]] = {}
         # "{task}::{agent}" -> waiters for that agent's next turn on that task (present = busy)
@@ -221,6 +224,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.response_messages[task_id] = response
         self._step_counts.pop(task_id, None)
         self._step_limits.pop(task_id, None)
+        self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.observer.task_changed(task)
         self.observer.response_set(task_id, response)  # type: ignore[arg-type]
@@ -271,9 +275,11 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             return system_task_end(self.swarm_name, task_id, "::task_error::", task_error_body(exc))
         except TimeoutError:
             self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
-            return system_task_end(
+            response = system_task_end(
                 self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
             )
+            end_task(self, task_id, response)  # the caller has its answer: stop the task
+            return response
         finally:
             self._drop_waiter(task_id, future)
 
@@ -312,6 +318,13 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
+                    end_task(
+                        self,
+                        task_id,
+                        system_task_end(
+                            self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
+                        ),
+                    )
                     continue_events = task.events[index:]
                     for event in continue_events:
                         yield event

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mail.core.loop_guard import stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
@@ -42,6 +43,10 @@ class TurnMixin:
         key = f"{task_id}::{agent_name}"
         await self._acquire_turn(key)
         try:
+            stop = self.loop_guard.begin_turn(task_id)
+            if stop is not None:
+                stop_task(self, task_id, stop)
+                return
             history = self.history_for(task_id, agent_name)
             ctx = TurnContext(task_id, agent_name, message, history)
             current: AgentToolCall | None = None
@@ -129,6 +134,9 @@ class TurnMixin:
         result = await handler(self, ctx, call)
         if result is not None:
             ctx.history.append(call.create_response_msg(result))
+        stop = self.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
+        if stop is not None:
+            stop_task(self, ctx.task_id, stop)
 
     def _send_action_notices(self: MAILRuntime, ctx: TurnContext) -> None:
         task = self.mail_tasks.get(ctx.task_id)

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mail.interswarm")
 
 TASK_COMPLETE_SUBJECT = "::task_complete::"
+# A task that ended without task_complete (stopped by a loop bound, a caller's timeout).
+TASK_ERROR_SUBJECT = "::task_error::"
+TASK_END_SUBJECTS = (TASK_COMPLETE_SUBJECT, TASK_ERROR_SUBJECT)
 SEEN_LIMIT = 10_000
 
 
@@ -60,6 +63,9 @@ class InterswarmBridge:
         self._seen: OrderedDict[str, None] = OrderedDict()
         # task_id -> the remote agent (agent@swarm) that brought the task to this instance
         self.remote_callers: dict[str, str] = {}
+        # swarm -> task_id -> local senders (agent names, or the user id) waiting on an
+        # answer from that swarm; told at once when the swarm is found gone.
+        self._waiting: dict[str, dict[str, set[str]]] = {}
 
     @property
     def local_swarm(self) -> str:
@@ -69,8 +75,14 @@ class InterswarmBridge:
     async def start(self) -> None:
         if self.owns_router and not self.router.is_running():
             await self.router.start()
+        add = getattr(self.router.swarm_registry, "add_down_listener", None)
+        if add is not None:
+            add(self.swarm_down)
 
     async def stop(self) -> None:
+        remove = getattr(self.router.swarm_registry, "remove_down_listener", None)
+        if remove is not None:
+            remove(self.swarm_down)
         tasks = list(self._sending)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=2.0)
@@ -115,17 +127,18 @@ class InterswarmBridge:
         task.remote_swarms.add(target_swarm)
         rt.observer.task_changed(task)
         direction = self.router.choose_direction(target_swarm, task.task_contributors)
+        waiter = self._expect_answer(message, target_swarm)
         try:
             envelope = self.router.wrap_message(
                 self._qualified(message), target_swarm, task.task_owner, task.task_contributors
             )
             await self.router.send_interswarm(envelope, direction)
-        except (InterswarmError, ValueError) as exc:
-            self._report_send_failure(message, target_swarm, direction, exc)
-            return
         except Exception as exc:  # noqa: BLE001 - any failure must reach the agent
-            logger.exception("unexpected interswarm send failure")
-            self._report_send_failure(message, target_swarm, direction, exc)
+            if not isinstance(exc, InterswarmError | ValueError):
+                logger.exception("unexpected interswarm send failure")
+            if waiter is None or self._forget_wait(target_swarm, task_id, waiter):
+                self._report_send_failure(message, target_swarm, direction, exc)
+            # else: swarm_down already told the sender (the router found the swarm gone).
             return
         rt._emit(
             task_id,
@@ -164,14 +177,80 @@ class InterswarmBridge:
                 task_id, system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
             )
 
+    # ------------------------------------------------------------------ dead peers
+    def _expect_answer(self, message: MAILMessage, target_swarm: str) -> str | None:
+        """Note that the sender of `message` now waits on `target_swarm`; its key or None."""
+        if message["msg_type"] == "response":
+            return None
+        payload: Any = message["message"]
+        sender = payload["sender"]
+        name, swarm = parse_agent_address(sender["address"])
+        if sender["address_type"] == "agent" and swarm not in (None, self.local_swarm):
+            return None
+        if sender["address_type"] not in ("agent", "user", "admin"):
+            return None
+        tasks = self._waiting.setdefault(target_swarm, {})
+        for task_id in [t for t in tasks if self._task_done(t)]:
+            del tasks[task_id]
+        tasks.setdefault(payload["task_id"], set()).add(name)
+        return name
+
+    def _task_done(self, task_id: str) -> bool:
+        task = self.runtime.mail_tasks.get(task_id)
+        return task is None or task.completed
+
+    def _forget_wait(self, swarm: str, task_id: str, waiter: str) -> bool:
+        """Drop one wait; whether it was still there."""
+        waiters = self._waiting.get(swarm, {}).get(task_id)
+        if not waiters or waiter not in waiters:
+            return False
+        waiters.discard(waiter)
+        if not waiters:
+            del self._waiting[swarm][task_id]
+        return True
+
+    def swarm_down(self, swarm: str, reason: str) -> None:
+        """`swarm` was found unreachable: everyone here waiting on it hears so now."""
+        rt = self.runtime
+        for task_id, waiters in self._waiting.pop(swarm, {}).items():
+            task = rt.mail_tasks.get(task_id)
+            if task is None or task.completed:
+                continue
+            text = (
+                f"Swarm '{swarm}' became unreachable while this task waited on it "
+                f"({reason}); no answer will come from it."
+            )
+            rt._emit(task_id, "interswarm_message_error", text)
+            for waiter in sorted(waiters):
+                if waiter in rt.agents:
+                    rt.mailbox.put(
+                        system_response(
+                            rt.swarm_name, task_id, waiter, "::interswarm_error::", text
+                        )
+                    )
+                else:
+                    # The caller's own message (POST /interswarm/message): nobody can retry.
+                    rt._complete_task(
+                        task_id,
+                        system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text),
+                    )
+                    break
+
     # ------------------------------------------------------------------ completion
-    def task_completed(self, task_id: str, response: MAILMessage) -> None:
+    def task_failed(self, task_id: str, response: MAILMessage) -> None:
+        """A task ended without task_complete: tell the other swarms, as for a completion."""
+        self.task_completed(task_id, response, subject=TASK_ERROR_SUBJECT)
+
+    def task_completed(
+        self, task_id: str, response: MAILMessage, subject: str = TASK_COMPLETE_SUBJECT
+    ) -> None:
         rt = self.runtime
         task = rt.mail_tasks.get(task_id)
         if task is None:
             return
         finish = response["message"]["body"]
-        caller = response["message"]["sender"]["address"]
+        sender = response["message"]["sender"]
+        caller = sender["address"] if sender["address_type"] == "agent" else rt.entrypoint
         if task.task_owner == rt.this_owner:
             # We own the task: tell every contributing remote swarm it is over.
             for swarm in sorted(task.remote_swarms):
@@ -180,7 +259,7 @@ class InterswarmBridge:
                         task_id,
                         create_agent_address(f"{caller}@{self.local_swarm}"),
                         create_agent_address(f"{rt.entrypoint}@{swarm}"),
-                        TASK_COMPLETE_SUBJECT,
+                        subject,
                         finish,
                         sender_swarm=self.local_swarm,
                         recipient_swarm=swarm,
@@ -201,7 +280,7 @@ class InterswarmBridge:
                 task_id,
                 create_agent_address(f"{caller}@{self.local_swarm}"),
                 create_agent_address(target),
-                TASK_COMPLETE_SUBJECT,
+                subject,
                 finish,
                 sender_swarm=self.local_swarm,
                 recipient_swarm=target_swarm,
@@ -280,6 +359,9 @@ class InterswarmBridge:
             task.add_contributor(contributor)
         task.add_contributor(rt.this_owner)
         self._remember(message_id)
+        waiting = self._waiting.get(envelope["source_swarm"])
+        if waiting is not None:
+            waiting.pop(task_id, None)
         rt._emit(
             task_id,
             "interswarm_message_received",
@@ -287,7 +369,7 @@ class InterswarmBridge:
         )
         sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
         sender = f"{sender_name}@{sender_swarm or envelope['source_swarm']}"
-        if payload.get("subject") == TASK_COMPLETE_SUBJECT and self._completes_here(payload, owner):
+        if payload.get("subject") in TASK_END_SUBJECTS and self._completes_here(payload, owner):
             if not task.completed:
                 rt._complete_task(task_id, self._as_message(envelope))
             return task_id

@@ -42,6 +42,7 @@ class HealthMonitor:
         get_session: Callable[[], Awaitable[aiohttp.ClientSession]],
         interval: float,
         timeout: float,
+        on_down: Callable[[str, str], None] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("health_check_interval must be positive")
@@ -53,6 +54,8 @@ class HealthMonitor:
         self.timeout = timeout
         self._backoff: dict[str, _Backoff] = {}
         self._task: asyncio.Task[None] | None = None
+        # Called with (swarm name, problem) when an active endpoint fails its check.
+        self._on_down = on_down
 
     @property
     def running(self) -> bool:
@@ -141,6 +144,11 @@ class HealthMonitor:
         state.next_due = time.monotonic() + delay
         log = logger.warning if was_active else logger.debug
         log("health check of swarm '%s' failed: %s", name, problem)
+        if was_active and self._on_down is not None:
+            try:
+                self._on_down(name, f"health check failed: {problem}")
+            except Exception:  # a listener's bug must not stop health checks
+                logger.exception("swarm-down listener failed for '%s'", name)
         return False
 
     def forget(self, swarm_name: str) -> None:

@@ -14,6 +14,7 @@ import datetime
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,7 +98,10 @@ class SwarmRegistry:
             self._get_session,
             interval=health_check_interval,
             timeout=health_check_timeout,
+            on_down=self._notify_down,
         )
+        # Called with (swarm name, reason) when a remote that was up is found unreachable.
+        self._down_listeners: list[Callable[[str, str], None]] = []
         self.register_local_swarm(self.local_base_url)
         self.load_persistent_endpoints()
 
@@ -425,6 +429,35 @@ class SwarmRegistry:
             logger.info("dropped volatile swarms: %s", ", ".join(dropped))
         self.save_persistent_endpoints()
         return dropped
+
+    # ------------------------------------------------------------------ liveness
+
+    def add_down_listener(self, listener: Callable[[str, str], None]) -> None:
+        """Call `listener(swarm_name, reason)` whenever a remote is found unreachable."""
+        self._down_listeners.append(listener)
+
+    def remove_down_listener(self, listener: Callable[[str, str], None]) -> None:
+        if listener in self._down_listeners:
+            self._down_listeners.remove(listener)
+
+    def mark_unreachable(self, swarm_name: str, reason: str) -> None:
+        """A request to `swarm_name` could not connect: mark it inactive and tell listeners.
+
+        The next health check marks it active again once it answers.
+        """
+        endpoint = self.endpoints.get(swarm_name)
+        if endpoint is None or swarm_name == self.local_swarm_name or not endpoint["is_active"]:
+            return
+        endpoint["is_active"] = False
+        logger.warning("swarm '%s' is unreachable: %s", swarm_name, reason)
+        self._notify_down(swarm_name, reason)
+
+    def _notify_down(self, swarm_name: str, reason: str) -> None:
+        for listener in list(self._down_listeners):
+            try:
+                listener(swarm_name, reason)
+            except Exception:  # one listener's bug must not hide the news from the others
+                logger.exception("swarm-down listener failed for '%s'", swarm_name)
 
     # ------------------------------------------------------------------ network
 

@@ -246,10 +246,12 @@ class InterswarmRouter:
                 f"swarm '{swarm}' did not answer within {timeout:g}s ({url})", swarm_name=swarm
             ) from exc
         except aiohttp.ClientConnectorError as exc:
-            raise InterswarmError(
-                f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}",
-                swarm_name=swarm,
-            ) from exc
+            reason = f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}"
+            # Other tasks waiting on this swarm learn of it now, not at the next health check.
+            mark = getattr(self.swarm_registry, "mark_unreachable", None)
+            if mark is not None:
+                mark(swarm, reason)
+            raise InterswarmError(reason, swarm_name=swarm) from exc
         except aiohttp.ClientError as exc:
             raise InterswarmError(
                 f"request to swarm '{swarm}' failed: {exc or type(exc).__name__}",

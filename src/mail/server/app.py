@@ -100,6 +100,8 @@ async def _startup(
         idle_timeout=config.settings.instance_idle_timeout,
         store=store,
     )
+    instances.task_turn_limit = config.settings.task_turn_limit
+    instances.task_repeat_limit = config.settings.task_repeat_limit
     state = ServerState(
         config=config,
         template=template,

@@ -99,6 +99,11 @@ class InstanceManager:
         self.registry_file = registry_file
         self.print_llm_streams = print_llm_streams
         self.task_message_limit = task_message_limit
+        # Loop bounds of every instance's runtime ([server.settings]; see core/loop_guard.py).
+        from mail.core.loop_guard import DEFAULT_TASK_REPEAT_LIMIT, DEFAULT_TASK_TURN_LIMIT
+
+        self.task_turn_limit: int | None = DEFAULT_TASK_TURN_LIMIT
+        self.task_repeat_limit: int | None = DEFAULT_TASK_REPEAT_LIMIT
         self.idle_timeout = idle_timeout
         self.store = store
         # Shared agent memory (acknowledge_broadcast); PostgreSQL-backed with DATABASE_URL.
@@ -172,6 +177,10 @@ class InstanceManager:
                 )
         if self.agent_memory is not None:
             swarm.runtime.memory = self.agent_memory
+        guard = getattr(getattr(swarm, "runtime", None), "loop_guard", None)
+        if guard is not None:
+            guard.max_turns = self.task_turn_limit
+            guard.max_repeats = self.task_repeat_limit
         if self.on_create is not None:
             await self.on_create(swarm)
         loop_task = asyncio.create_task(

@@ -1,0 +1,124 @@
+"""Bounds on how long one task's agents may keep going without finishing.
+
+`task_message_limit` (max_steps) counts messages; system notices are not messages, so an
+agent that keeps making a failing call (e.g. `await_message` with nothing on its way, which
+answers with a `::tool_call_error::` notice, which starts another turn) was never stopped.
+Two rules close that hole, both per task run (the counts start again when a completed task
+is continued):
+
+* every agent turn counts toward `max_turns` (`[server.settings].task_turn_limit`); the turn
+  that would exceed it is not started;
+* an agent that makes the same failing call (same tool, same arguments, a result starting
+  with `ERROR`) `max_repeats` times in a row (`task_repeat_limit`) is stopped.
+
+Either way the task ends with a `::task_error::` response saying which rule stopped it, a
+`task_error` event, and (for interswarm tasks) a notice to the other swarms, so every waiting
+caller gets an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mail.core.message import MAILMessage
+from mail.core.system_messages import system_task_end
+from mail.core.tools import AgentToolCall
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+
+logger = logging.getLogger("mail.runtime")
+
+DEFAULT_TASK_TURN_LIMIT = 500
+DEFAULT_TASK_REPEAT_LIMIT = 5
+TASK_ERROR_SUBJECT = "::task_error::"
+
+
+@dataclass(slots=True)
+class _Repeat:
+    signature: tuple[str, str] | None = None
+    count: int = 0
+
+
+@dataclass
+class LoopGuard:
+    """Counts turns per task and repeated failing calls per (task, agent)."""
+
+    # None (or 0) = no bound.
+    max_turns: int | None = DEFAULT_TASK_TURN_LIMIT
+    max_repeats: int | None = DEFAULT_TASK_REPEAT_LIMIT
+    _turns: dict[str, int] = field(default_factory=dict)
+    _repeats: dict[tuple[str, str], _Repeat] = field(default_factory=dict)
+
+    def begin_turn(self, task_id: str) -> str | None:
+        """Count a turn of `task_id`; the reason to stop instead, if it is over the bound."""
+        turns = self._turns.get(task_id, 0) + 1
+        self._turns[task_id] = turns
+        if self.max_turns and turns > self.max_turns:
+            return (
+                f"Task stopped: its agents took more than {self.max_turns} turns without "
+                "completing it (task_turn_limit). The task may be stuck in a loop."
+            )
+        return None
+
+    def record_call(
+        self, task_id: str, agent_name: str, call: AgentToolCall, result: str | None
+    ) -> str | None:
+        """Note one handled call; the reason to stop the task if it repeats a failure."""
+        key = (task_id, agent_name)
+        failed = isinstance(result, str) and result.startswith("ERROR")
+        if not failed:
+            self._repeats.pop(key, None)
+            return None
+        signature = (call.tool_name, _canonical(call.tool_args))
+        state = self._repeats.setdefault(key, _Repeat())
+        if state.signature == signature:
+            state.count += 1
+        else:
+            state.signature, state.count = signature, 1
+        if self.max_repeats and state.count >= self.max_repeats:
+            return (
+                f"Task stopped: agent '{agent_name}' made the same failing call "
+                f"`{call.tool_name}` {state.count} times in a row (task_repeat_limit); "
+                f"last result: {result}"
+            )
+        return None
+
+    def forget(self, task_id: str) -> None:
+        self._turns.pop(task_id, None)
+        for key in [k for k in self._repeats if k[0] == task_id]:
+            del self._repeats[key]
+
+
+def _canonical(args: Any) -> str:
+    try:
+        return json.dumps(args, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(args)
+
+
+def stop_task(rt: MAILRuntime, task_id: str, reason: str) -> None:
+    """End a running task with a `::task_error::` response (and tell other swarms)."""
+    task = rt.mail_tasks.get(task_id)
+    if task is None or task.completed:
+        return
+    logger.warning("stopping task %s: %s", task_id, reason)
+    rt._emit(task_id, "task_error", reason)
+    end_task(rt, task_id, system_task_end(rt.swarm_name, task_id, TASK_ERROR_SUBJECT, reason))
+
+
+def end_task(rt: MAILRuntime, task_id: str, response: MAILMessage) -> None:
+    """Complete a task that did not finish by itself (an error, a caller's timeout).
+
+    Its queued messages are stashed, waiters get `response`, `is_running` turns false, and
+    the other swarms taking part are told the task is over.
+    """
+    task = rt.mail_tasks.get(task_id)
+    if task is None or task.completed:
+        return
+    rt._complete_task(task_id, response)
+    if rt.interswarm is not None:
+        rt.interswarm.task_failed(task_id, response)
