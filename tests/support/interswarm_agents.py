@@ -4,6 +4,8 @@
   its only comm target); an agent's answer completes the task with `alpha got: <answer>`; a
   system message (an interswarm error) completes it with `error: <body>`.
 * `beta_worker`: answers whoever asked with `beta says: <body>`.
+* `relay` / `sleeper`: a user's `ASK agent@swarm text` goes to that agent; the sleeper
+  answers after 30 s (for peers that die, or callers that time out, meanwhile).
 * `looping_worker`: calls `await_message` forever (nothing is ever on its way).
 """
 
@@ -55,6 +57,33 @@ def looping_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN20
     return agent
 
 
+def relay(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    """`ASK <agent@swarm> <text>` from a user asks that agent; an agent's answer completes
+    the task with `relay got: <answer>`, a system notice with `error: <notice>`."""
+
+    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        kind, _sender, body = _last_incoming(history)
+        if kind in ("user", "admin"):
+            _, target, text = body.split(" ", 2)
+            return None, [_call("send_request", {"target": target, "subject": "q", "body": text})]
+        if kind == "system":
+            return None, [_call("task_complete", {"finish_message": f"error: {body}"})]
+        return None, [_call("task_complete", {"finish_message": f"relay got: {body}"})]
+
+    return agent
+
+
+def sleeper(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    """Takes 30 seconds, then answers whoever asked (a peer that is slow, or dies meanwhile)."""
+
+    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        kind, sender, body = _last_incoming(history)
+        await asyncio.sleep(30)
+        return None, [_call("send_response", {"target": sender, "subject": "a", "body": body})]
+
+    return agent
+
+
 def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
     """swarms.json for one side: `supervisor` (asks worker@remote) and a local `worker`."""
     factory = "python::tests.support.interswarm_agents:"
@@ -82,6 +111,23 @@ def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
                     "comm_targets": [f"supervisor@{remote}", "supervisor"],
                     "agent_params": {},
                     "can_complete_tasks": True,
+                    "enable_entrypoint": True,
+                    "enable_interswarm": True,
+                },
+                {
+                    "name": "relay",
+                    "factory": factory + "relay",
+                    "comm_targets": [f"sleeper@{remote}", "sleeper@swarm-gamma", "worker"],
+                    "agent_params": {},
+                    "can_complete_tasks": True,
+                    "enable_entrypoint": True,
+                    "enable_interswarm": True,
+                },
+                {
+                    "name": "sleeper",
+                    "factory": factory + "sleeper",
+                    "comm_targets": [f"relay@{remote}", "relay@swarm-alpha"],
+                    "agent_params": {},
                     "enable_entrypoint": True,
                     "enable_interswarm": True,
                 },
