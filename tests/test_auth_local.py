@@ -145,3 +145,53 @@ def test_keys_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert code == 2 and err.count("\n") == 1 and "at least 24" in err
     code, _, err = run_cli("keys", "--keys-file", str(tmp_path / "k.json"))
     assert code == 2 and "choose a subcommand" in err
+
+
+def test_keys_create_refuses_ids_that_clash_with_task_owners(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    for bad in ("al ice", "alice@swarm", "user:alice", " ", ".x"):
+        code, _, err = run_cli(
+            "keys", "--keys-file", str(path), "create", "--role", "user", "--id", bad
+        )
+        assert code == 2, bad
+        assert "invalid id" in err and "'@'" in err
+    assert keystore.read_records(path) == []
+
+
+def test_keys_bound_to_a_swarm(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    code, out, _ = run_cli(
+        "keys", "--keys-file", str(path), "create", "--role", "agent", "--id", "peer",
+        "--swarm", "swarm-beta",
+    )  # fmt: skip
+    assert code == 0 and "acts only for swarm 'swarm-beta'" in out
+    secret = out.strip().splitlines()[-1]
+    record = LocalAuthenticator(path).store.lookup(secret)
+    assert record is not None and record.swarm == "swarm-beta"
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list")
+    assert "swarm-beta" in out
+    code, _, err = run_cli(
+        "keys", "--keys-file", str(path), "create", "--role", "user", "--swarm", "swarm-beta"
+    )
+    assert code == 2 and "only agent keys" in err
+
+
+async def test_bound_key_caller_carries_its_swarm(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    secret, _ = keystore.create_key(path, "agent", "peer", swarm="swarm-beta")
+    loose, _ = keystore.create_key(path, "agent", "other")
+    auth = LocalAuthenticator(path)
+    assert (await auth.authenticate(secret)).swarm == "swarm-beta"
+    assert (await auth.authenticate(loose)).swarm is None
+
+
+def test_keys_revoke_asks_which_role_when_an_id_has_several(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    keystore.create_key(path, "user", "alice")
+    keystore.create_key(path, "admin", "alice")
+    code, _, err = run_cli("keys", "--keys-file", str(path), "revoke", "alice")
+    assert code == 2 and "several roles (admin, user)" in err and "--role" in err
+    assert len(keystore.read_records(path)) == 2
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "revoke", "alice", "--role", "user")
+    assert code == 0 and "Revoked user key 'alice'" in out and "1 key(s) revoked" in out
+    assert [(r.id, r.role) for r in keystore.read_records(path)] == [("alice", "admin")]
