@@ -203,7 +203,10 @@ async def test_task_inspection_is_per_user(server: ServerProcess) -> None:
 
 async def test_swarm_registry_and_template_methods(server: ServerProcess) -> None:
     async with client_for(server, "admin") as admin, client_for(server) as alice:
-        registered = await admin.register_swarm("mirror", server.base_url, volatile=True)
+        # A server registered under a name it does not report is refused (it would be an
+        # entry no message can use); the client passes the 400 on.
+        with pytest.raises(MAILClientError) as misnamed:
+            await admin.register_swarm("mirror", server.base_url, volatile=True)
         swarms = await admin.get_swarms()
         dumped = await admin.dump_swarm()
         swarm = json.loads((server.directory / "swarms.json").read_text())[0]
@@ -212,7 +215,9 @@ async def test_swarm_registry_and_template_methods(server: ServerProcess) -> Non
             await alice.dump_swarm()
         with pytest.raises(MAILClientError) as bad_json:
             await admin.load_swarm_from_json("{not json")
-    assert registered == {"status": "registered", "swarm_name": "mirror"}
+    assert misnamed.value.status == 400 and "is swarm 'stub', not 'mirror'" in str(
+        misnamed.value.detail
+    )
     assert isinstance(swarms["swarms"], list)
     assert dumped == {"status": "dumped", "swarm_name": "stub"}
     assert loaded == {"status": "success", "swarm_name": "stub"}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -261,16 +265,44 @@ def test_explicit_entrypoint_is_used(server: ServerProcess) -> None:
 # ------------------------------------------------------------------------ admin routes
 
 
+@contextlib.contextmanager
+def fake_peer(name: str) -> Iterator[str]:
+    """A loopback HTTP server that answers `GET /` like a MAIL server called `name`."""
+    body = json.dumps({"protocol_version": "1.3", "swarm": {"name": name, "public": True}}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_register_swarm_both_paths_and_errors(server: ServerProcess) -> None:
-    r = post(server, "/swarms", "admin", {"name": "peer-a", "base_url": server.base_url})
-    assert r.status_code == 200 and r.json() == {"status": "registered", "swarm_name": "peer-a"}
-    r = post(
-        server,
-        "/swarms/register",
-        "admin",
-        {"name": "peer-b", "base_url": server.base_url + "/", "volatile": True},
-    )
-    assert r.status_code == 200 and r.json()["swarm_name"] == "peer-b"
+    with fake_peer("peer-a") as peer_a, fake_peer("peer-b") as peer_b:
+        r = post(server, "/swarms", "admin", {"name": "peer-a", "base_url": peer_a})
+        assert r.status_code == 200
+        assert r.json() == {"status": "registered", "swarm_name": "peer-a"}
+        r = post(
+            server,
+            "/swarms/register",
+            "admin",
+            {"name": "peer-b", "base_url": peer_b + "/", "volatile": True},
+        )
+        assert r.status_code == 200 and r.json()["swarm_name"] == "peer-b"
     names = {s["swarm_name"] for s in get(server, "/swarms").json()["swarms"]}
     assert {"stub", "peer-a", "peer-b"} <= names
     r = post(server, "/swarms", "admin", {"name": "peer-c"})

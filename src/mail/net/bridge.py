@@ -66,6 +66,8 @@ class InterswarmBridge:
         # swarm -> task_id -> local senders (agent names, or the user id) waiting on an
         # answer from that swarm; told at once when the swarm is found gone.
         self._waiting: dict[str, dict[str, set[str]]] = {}
+        # (swarm, task_id, sender) of sends under way: their own failure is reported by _send.
+        self._in_flight: set[tuple[str, str, str]] = set()
 
     @property
     def local_swarm(self) -> str:
@@ -128,6 +130,8 @@ class InterswarmBridge:
         rt.observer.task_changed(task)
         direction = self.router.choose_direction(target_swarm, task.task_contributors)
         waiter = self._expect_answer(message, target_swarm)
+        flight = (target_swarm, task_id, waiter or "")
+        self._in_flight.add(flight)
         try:
             envelope = self.router.wrap_message(
                 self._qualified(message), target_swarm, task.task_owner, task.task_contributors
@@ -136,10 +140,12 @@ class InterswarmBridge:
         except Exception as exc:  # noqa: BLE001 - any failure must reach the agent
             if not isinstance(exc, InterswarmError | ValueError):
                 logger.exception("unexpected interswarm send failure")
-            if waiter is None or self._forget_wait(target_swarm, task_id, waiter):
-                self._report_send_failure(message, target_swarm, direction, exc)
-            # else: swarm_down already told the sender (the router found the swarm gone).
+            if waiter is not None:
+                self._forget_wait(target_swarm, task_id, waiter)
+            self._report_send_failure(message, target_swarm, direction, exc)
             return
+        finally:
+            self._in_flight.discard(flight)
         rt._emit(
             task_id,
             "interswarm_message_sent",
@@ -212,9 +218,16 @@ class InterswarmBridge:
     def swarm_down(self, swarm: str, reason: str) -> None:
         """`swarm` was found unreachable: everyone here waiting on it hears so now."""
         rt = self.runtime
-        for task_id, waiters in self._waiting.pop(swarm, {}).items():
+        for task_id, all_waiters in self._waiting.pop(swarm, {}).items():
             task = rt.mail_tasks.get(task_id)
             if task is None or task.completed:
+                continue
+            # A send still under way reports its own failure (with its own reason).
+            busy = {w for w in all_waiters if (swarm, task_id, w) in self._in_flight}
+            if busy:
+                self._waiting.setdefault(swarm, {})[task_id] = busy
+            waiters = all_waiters - busy
+            if not waiters:
                 continue
             text = (
                 f"Swarm '{swarm}' became unreachable while this task waited on it "
