@@ -354,3 +354,75 @@ async def test_an_edit_is_remembered_on_a_later_task(tmp_path: Path, llm: Script
         assert "Notes from your memory" in system
         assert "Dear Bob, the launch is on Monday. Best, Alice" in system
         assert "hey bob" in system  # the original is part of the note too
+
+
+# ---------------------------------------------------------------------------- client + REPL
+async def test_client_method_and_repl_review_command(tmp_path: Path, llm: ScriptedLLM) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from mail.client import MAILClient, MAILClientError
+    from mail.client_config import ClientConfig
+    from mail.repl import MAILREPL
+
+    served, key = await _session(tmp_path, llm, "completions")
+    async with served as url:
+        # MAILClient: a bad decision raises with the server's 400; a good one answers.
+        llm.queue(tool_call("send_email", {"to": "bob@x.org", "body": "v1"}, "p1"))
+        async with MAILClient(url, api_key=key, config=ClientConfig()) as client:
+            first = await client.post_message("email bob", task_id="t-client")
+            assert json.loads(first["response"])[0]["tool_call_id"] == "p1"
+            assert [h["tool_call_id"] for h in await client.get_pending_reviews("t-client")] == [
+                "p1"
+            ]
+            with pytest.raises(MAILClientError) as caught:
+                await client.review_actions("t-client", [{"tool_call_id": "p1", "type": "nope"}])
+            assert caught.value.status == 400
+            llm.queue(finish("client done"))
+            done = await client.review_actions(
+                "t-client", [{"tool_call_id": "p1", "type": "accept"}], show_events=True
+            )
+            assert done["response"] == "client done"
+            assert any(e["event"] == "action_review_decision" for e in done["events"])
+
+        # REPL: `message` says calls wait; `review ID` lists them; `review ID CALL=...` decides.
+        llm.queue(
+            tool_call("send_email", {"to": "bob@x.org", "body": "v1"}, "q1"),
+            tool_call("ask_question", {"question": "Which day?"}, "q2"),
+        )
+        llm.queue(finish("repl done"))
+
+        def drive(lines: list[str]) -> list[str]:
+            out = io.StringIO()
+            console = Console(file=out, width=200, color_system=None, force_terminal=False)
+            outputs = []
+            with asyncio.Runner() as runner:
+                repl = MAILREPL(url, api_key=key, config=ClientConfig(), console=console)
+                runner.run(repl.client.login(key))
+                for line in lines:
+                    start = out.tell()
+                    repl.execute(runner, line)
+                    out.seek(start)
+                    outputs.append(out.read())
+                runner.run(repl.client.aclose())
+            return outputs
+
+        shown_after_message, listed, refused, decided = await asyncio.to_thread(
+            drive,
+            [
+                "message 'email bob' -tid t-repl",
+                "review t-repl",
+                "review t-repl q1=accept q2=accept",
+                'review t-repl q1=edit:\'{"to": "bob@x.org", "body": "v2"}\' '
+                "q2=respond:'Tuesday please'",
+            ],
+        )
+        assert "2 call(s) wait for your review: review t-repl" in shown_after_message
+        assert "q1" in listed and "send_email" in listed and "respond, ignore" in listed
+        assert "400" in refused and "q2" in refused
+        assert "repl done" in decided
+        nxt = llm.requests[-1]
+        assert sent_call_args(nxt, "q1") == {"to": "bob@x.org", "body": "v2"}
+        assert sent_results(nxt)["q2"] == "Tuesday please"
