@@ -279,8 +279,11 @@ def parse_decisions(
 
 
 # ---------------------------------------------------------------------------- texts
+REJECTED_PREFIX = "The person reviewing this call rejected it"
+
+
 def ignored_result(message: str | None) -> str:
-    text = "The person reviewing this call rejected it; it was not run."
+    text = f"{REJECTED_PREFIX}; it was not run."
     return f"{text} Their note: {message}" if message else text
 
 
