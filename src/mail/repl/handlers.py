@@ -140,8 +140,7 @@ async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
         return
     if result.get("events"):
         ctx.render.events(result["events"])
-    ctx.render.response(result.get("response"))
-    _review_hint(ctx, result)
+    _render_answer(ctx, result)
 
 
 def held_calls_in(response: Any) -> list[dict[str, Any]]:
@@ -163,13 +162,30 @@ def held_calls_in(response: Any) -> list[dict[str, Any]]:
     return []
 
 
-def _review_hint(ctx: ReplContext, result: dict[str, Any]) -> None:
-    held = held_calls_in(result.get("response"))
-    if held:
+def _show_held(ctx: ReplContext, task_id: Any, held: list[dict[str, Any]]) -> None:
+    for h in held:
+        # Full ids (never truncated): they are what the decisions are typed with.
         ctx.render.info(
-            f"{len(held)} call(s) wait for your review: review {result.get('task_id')}",
+            f"{h.get('tool_call_id')}  {h.get('action')} by {h.get('caller')}  "
+            f"(allowed: {', '.join(h.get('allowed_decisions') or [])})",
             style="bold",
         )
+        ctx.render.json(h.get("args"))
+    ctx.render.info(
+        f"decide with: review {task_id} CALL_ID=accept | CALL_ID=edit:'{{...}}' | "
+        "CALL_ID=respond:TEXT | CALL_ID=ignore"
+    )
+
+
+def _render_answer(ctx: ReplContext, result: dict[str, Any]) -> None:
+    """The task's answer; a pause for review is shown as the held calls."""
+    held = held_calls_in(result.get("response"))
+    if not held:
+        ctx.render.response(result.get("response"))
+        return
+    task_id = result.get("task_id")
+    ctx.render.info(f"{len(held)} call(s) wait for your review: review {task_id}", style="bold")
+    _show_held(ctx, task_id, held)
 
 
 async def do_message_stream(ctx: ReplContext, args: argparse.Namespace) -> None:
@@ -388,23 +404,7 @@ async def do_review(ctx: ReplContext, args: argparse.Namespace) -> None:
         if not held:
             ctx.render.info(f"task {args.task_id} has no calls waiting for review")
             return
-        ctx.render.table(
-            ["call id", "agent", "action", "args", "allowed"],
-            (
-                [
-                    h.get("tool_call_id"),
-                    h.get("caller"),
-                    h.get("action"),
-                    json.dumps(h.get("args"), ensure_ascii=False),
-                    ", ".join(h.get("allowed_decisions") or []),
-                ]
-                for h in held
-            ),
-        )
-        ctx.render.info(
-            f"decide with: review {args.task_id} CALL_ID=accept | CALL_ID=edit:'{{...}}' | "
-            "CALL_ID=respond:TEXT | CALL_ID=ignore"
-        )
+        _show_held(ctx, args.task_id, held)
         return
     with ctx.render.console.status("applying decisions; waiting for the swarm…", spinner="dots"):
         result = await ctx.client.review_actions(
@@ -415,8 +415,7 @@ async def do_review(ctx: ReplContext, args: argparse.Namespace) -> None:
         return
     if result.get("events"):
         ctx.render.events(result["events"])
-    ctx.render.response(result.get("response"))
-    _review_hint(ctx, result)
+    _render_answer(ctx, result)
 
 
 HANDLERS: dict[str, Handler] = {
