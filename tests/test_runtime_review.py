@@ -207,3 +207,61 @@ def test_policy_overrides_and_validation() -> None:
     assert policy.allowed("a", "ask") == ("respond",)
     assert policy.allowed("b", "send_email") == ("accept",)
     assert not ReviewPolicy().active
+
+
+# ------------------------------------------------------------------------------ declarations
+def _swarm_json(**changes: Any) -> dict[str, Any]:
+    from support.review_swarm import review_swarms_json
+
+    swarm = review_swarms_json("decl", "http://127.0.0.1:9/v1")
+    for agent in swarm["agents"]:
+        agent.update(changes.get(agent["name"], {}))
+    for action in swarm["actions"]:
+        action.update(changes.get(action["name"], {}))
+    return swarm
+
+
+def test_swarms_json_review_declarations_are_validated_with_suggestions() -> None:
+    from mail import MAILSwarmTemplate
+
+    with pytest.raises(ValueError, match="unknown review decision 'acept'.*Did you mean 'accept'"):
+        MAILSwarmTemplate.from_swarms_json(_swarm_json(send_email={"review": ["acept"]}))
+    with pytest.raises(ValueError, match="'review' must be a list"):
+        MAILSwarmTemplate.from_swarms_json(_swarm_json(send_email={"review": "accept"}))
+    bad_key = {"review_actions": {"send_emial": ["accept"]}}
+    with pytest.raises(ValueError, match="unknown action 'send_emial'.*Did you mean 'send_email'"):
+        MAILSwarmTemplate.from_swarms_json(_swarm_json(assistant=bad_key))
+    with pytest.raises(ValueError, match="review_actions"):
+        MAILSwarmTemplate.from_swarms_json(_swarm_json(assistant={"review_actions": ["x"]}))
+
+
+def test_agent_override_and_round_trip() -> None:
+    from mail import MAILSwarmTemplate
+
+    template = MAILSwarmTemplate.from_swarms_json(
+        _swarm_json(assistant={"review_actions": {"send_email": [], "lookup": ["accept"]}})
+    )
+    swarm = template.instantiate(user_id="u", print_llm_streams=False)
+    policy = swarm.runtime.review.policy
+    assert policy.allowed("assistant", "send_email") is None  # switched off for this agent
+    assert policy.allowed("assistant", "lookup") == ("accept",)
+    assert policy.allowed("assistant", "ask_question") == ("respond", "ignore")
+    dumped = template.to_swarm_json()
+    assert dumped["agents"][0]["review_actions"] == {"send_email": [], "lookup": ["accept"]}
+    assert {a["name"]: a.get("review") for a in dumped["actions"]}["ask_question"] == [
+        "respond",
+        "ignore",
+    ]
+    again = MAILSwarmTemplate.from_swarms_json(dumped)
+    assert again.agents[0].review_actions == template.agents[0].review_actions
+
+
+def test_action_decorator_takes_review() -> None:
+    from mail import action
+
+    @action(description="Send it", parameters={"type": "object", "properties": {}}, review=["edit"])
+    async def send(args: dict[str, Any]) -> str:
+        return "ok"
+
+    assert send.review == ["edit"]
+    assert send.to_swarm_json()["review"] == ["edit"]
