@@ -18,7 +18,17 @@ from server_fixtures import aparse_sse_stream, auth, create_key
 from support.review_swarm import review_swarms_json, serve_swarm
 from support.scripted_llm import ScriptedLLM, ScriptedRequest, reply, tool_call
 
-pytestmark = pytest.mark.timeout(120)
+# Generous: the first test also pays for importing LiteLLM, which takes long on a busy machine.
+pytestmark = pytest.mark.timeout(300)
+HTTP_TIMEOUT = 180
+
+
+@pytest.fixture(scope="module", autouse=True)
+def litellm_loaded() -> None:
+    # Import LiteLLM before any request, so no request's timeout includes the import.
+    from mail.factories._litellm import load_litellm
+
+    load_litellm()
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +111,7 @@ async def _session(tmp_path: Path, llm: ScriptedLLM, tool_format: str, **options
 @pytest.mark.parametrize("tool_format", ["completions", "responses"])
 async def test_each_decision_type(tmp_path: Path, llm: ScriptedLLM, tool_format: str) -> None:
     served, key = await _session(tmp_path, llm, tool_format)
-    async with served as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with served as url, httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
         s = Session(client, key)
 
         # accept: runs with the agent's arguments
@@ -167,7 +177,7 @@ async def test_each_decision_type(tmp_path: Path, llm: ScriptedLLM, tool_format:
 
 async def test_ignore_can_let_the_agent_continue(tmp_path: Path, llm: ScriptedLLM) -> None:
     served, key = await _session(tmp_path, llm, "completions", ignore_ends_task=False)
-    async with served as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with served as url, httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
         s = Session(client, key)
         llm.queue(tool_call("send_email", {"to": "eve@x.org", "body": "spam"}, "d1"))
         task_id, _ = await s.start("email eve")
@@ -183,7 +193,7 @@ async def test_mixed_batch_and_several_held_calls(
     tmp_path: Path, llm: ScriptedLLM, tool_format: str
 ) -> None:
     served, key = await _session(tmp_path, llm, tool_format)
-    async with served as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with served as url, httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
         s = Session(client, key)
         llm.queue(
             tool_call("lookup", {"query": "bob's address"}, "l1"),
@@ -226,7 +236,7 @@ async def test_every_bad_resume_is_a_400_that_changes_nothing(
     tmp_path: Path, llm: ScriptedLLM
 ) -> None:
     served, key = await _session(tmp_path, llm, "completions")
-    async with served as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with served as url, httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
         s = Session(client, key)
         llm.queue(
             tool_call("send_email", {"to": "bob@x.org", "body": "draft"}, "e1"),
@@ -286,7 +296,7 @@ async def test_every_bad_resume_is_a_400_that_changes_nothing(
 # ---------------------------------------------------------------------------- streaming
 async def test_streamed_review_events(tmp_path: Path, llm: ScriptedLLM) -> None:
     served, key = await _session(tmp_path, llm, "responses")
-    async with served as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with served as url, httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
         task_id = str(uuid.uuid4())
         llm.queue(tool_call("send_email", {"to": "bob@x.org", "body": "hi"}, "s1"))
         events = []
@@ -337,7 +347,7 @@ async def test_streamed_review_events(tmp_path: Path, llm: ScriptedLLM) -> None:
 # ---------------------------------------------------------------------------- memory
 async def test_an_edit_is_remembered_on_a_later_task(tmp_path: Path, llm: ScriptedLLM) -> None:
     served, key = await _session(tmp_path, llm, "completions", memory=True)
-    async with served as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with served as url, httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT) as client:
         s = Session(client, key)
         llm.queue(tool_call("send_email", {"to": "bob@x.org", "body": "hey bob"}, "m1"))
         task_id, _ = await s.start("write the launch email to bob")

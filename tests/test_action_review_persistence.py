@@ -18,7 +18,8 @@ from server_fixtures import ServerProcess, auth, create_key, free_port, write_co
 from support.review_swarm import review_swarms_json
 from support.scripted_llm import ScriptedLLM, reply, tool_call
 
-pytestmark = pytest.mark.timeout(360)
+# Two server start-ups and LiteLLM imports in subprocesses: slow on a busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -32,7 +33,7 @@ async def _database_reachable() -> bool:
     return True
 
 
-async def _healthy(server: ServerProcess, timeout: float = 90.0) -> None:
+async def _healthy(server: ServerProcess, timeout: float = 240.0) -> None:
     """Poll /health without blocking the loop (the scripted LLM lives on it)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -77,7 +78,7 @@ async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) 
                 tool_call("lookup", {"query": "address"}, "l1"),
                 tool_call("send_email", {"to": "bob@x.org", "body": "draft"}, "k1"),
             )
-            async with httpx.AsyncClient(base_url=first.base_url, timeout=60) as client:
+            async with httpx.AsyncClient(base_url=first.base_url, timeout=240) as client:
                 r = await client.post(
                     "/message", json={"body": "email bob", "task_id": task_id}, headers=auth(key)
                 )
@@ -91,7 +92,7 @@ async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) 
         second = server().start(wait=False)
         try:
             await _healthy(second)
-            async with httpx.AsyncClient(base_url=second.base_url, timeout=60) as client:
+            async with httpx.AsyncClient(base_url=second.base_url, timeout=240) as client:
                 tasks = (await client.get("/tasks", headers=auth(key))).json()
                 record = tasks[task_id]
                 assert record["is_running"] is False
