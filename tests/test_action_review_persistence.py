@@ -135,4 +135,4 @@ async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) 
                 assert names.index("action_review") < names.index("action_review_decision")
                 assert task["pending_reviews"] == []
         finally:
-            assert second.stop() == 0, second.logs()
+            assert second.stop(timeout=120) == 0, second.logs()
