@@ -107,10 +107,11 @@ def test_examples_load_with_from_example(name, factory_cls, action_names, superv
 def test_root_swarms_json_validates_and_both_swarms_instantiate():
     swarms = load_swarms_json_from_file(SWARMS_JSON)
     by_name = {s["name"]: s for s in swarms}
-    assert set(by_name) == {"example", "demo"}
+    assert set(by_name) == {"example", "demo", "email-review"}  # email-review: docs/review.md
     for swarm in swarms:
         validate_swarm_from_swarms_json(swarm)
-        assert [a["name"] for a in swarm["agents"]] == ["supervisor", "weather", "math"]
+    for name in ("example", "demo"):
+        assert [a["name"] for a in by_name[name]["agents"]] == ["supervisor", "weather", "math"]
     assert {a["agent_params"]["llm"] for a in by_name["demo"]["agents"]} == {"mail/demo"}
     assert {a["agent_params"]["use_proxy"] for a in by_name["demo"]["agents"]} == {False}
     assert all(a["agent_params"]["llm"].startswith("openai/") for a in by_name["example"]["agents"])

@@ -238,8 +238,10 @@ async def test_task_owner_contributors_and_to_dict() -> None:
         "remote_swarms",
         "title",
         "task_message_queue",
+        "pending_reviews",  # action review (docs/review.md): [] when nothing waits
         "events",
     }
+    assert record["pending_reviews"] == []
     assert record["task_id"] == "t1" and record["completed"] and not record["is_running"]
     assert record["remote_swarms"] == [] and record["title"] is None
     assert datetime.datetime.fromisoformat(record["start_time"]).tzinfo is not None

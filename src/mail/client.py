@@ -291,7 +291,8 @@ class MAILClient:
         entrypoint: str | None = None,
         show_events: bool = False,
         task_id: str | None = None,
-        resume_from: Literal["user_response", "breakpoint_tool_call"] | None = None,
+        resume_from: Literal["user_response", "breakpoint_tool_call", "action_review"]
+        | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """POST /message and wait for the task's answer: `{"response": ..., "events": ...}`.
@@ -313,7 +314,8 @@ class MAILClient:
         *,
         entrypoint: str | None = None,
         task_id: str | None = None,
-        resume_from: Literal["user_response", "breakpoint_tool_call"] | None = None,
+        resume_from: Literal["user_response", "breakpoint_tool_call", "action_review"]
+        | None = None,
         **kwargs: Any,
     ) -> MAILEventStream:
         """POST /message with `stream: true`; iterate the result for ServerSentEvent objects.
@@ -330,6 +332,37 @@ class MAILClient:
             lambda: self._open("POST", "/message", payload=payload, accept="text/event-stream"),
             "POST /message",
         )
+
+    async def review_actions(
+        self,
+        task_id: str,
+        decisions: list[Mapping[str, Any]],
+        *,
+        show_events: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Decide the action calls a task is holding for review, and wait for its answer.
+
+        `decisions` is one `{"tool_call_id", "type", "args"?, "message"?}` per held call
+        (`type`: accept, edit, ignore or respond). The server answers 400 (raised as
+        `MAILClientError`) when a decision does not fit the held calls; the task is unchanged.
+        """
+        payload = self._message_payload(
+            "",
+            "New Message",
+            "request",
+            None,
+            task_id,
+            "action_review",
+            {**kwargs, "decisions": [dict(d) for d in decisions]},
+        )
+        payload["show_events"] = show_events
+        return await self._request_json("POST", "/message", payload=payload)  # type: ignore[no-any-return]
+
+    async def get_pending_reviews(self, task_id: str) -> list[dict[str, Any]]:
+        """The calls `task_id` holds for review (empty when nothing waits)."""
+        record = await self.get_task(task_id)
+        return list(record.get("pending_reviews") or [])
 
     async def get_tasks(self) -> dict[str, Any]:
         """GET /tasks — every task of the caller, keyed by task id."""

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from mail.core.actions import ActionCore, ActionFunction
+from mail.core.review import normalize_review
 from mail.core.tools import pydantic_model_to_tool
 from mail.utils.parsing import read_python_string
 
@@ -34,6 +35,7 @@ class MAILAction:
         description: str,
         parameters: dict[str, Any],
         function: str | ActionFunction | MAILAction,
+        review: list[str] | None = None,
     ) -> None:
         self.name = name
         self.description = description
@@ -41,6 +43,8 @@ class MAILAction:
         self.function_ref = function if isinstance(function, str) else None
         self.function = self._build_action_function(function)
         self._validate()
+        # Decisions a person may take before this action runs (None: runs unreviewed).
+        self.review: list[str] | None = normalize_review(review, f"action '{name}'")
 
     # ------------------------------------------------------------------ construction
     def _validate(self) -> None:
@@ -88,7 +92,13 @@ class MAILAction:
     @classmethod
     def from_swarm_json(cls, json_str: str | dict[str, Any]) -> MAILAction:
         data = json.loads(json_str) if isinstance(json_str, str) else json_str
-        return cls(data["name"], data["description"], data["parameters"], data["function"])
+        return cls(
+            data["name"],
+            data["description"],
+            data["parameters"],
+            data["function"],
+            review=data.get("review"),
+        )
 
     def to_core(self) -> ActionCore:
         return ActionCore(self.function, self.name, self.parameters)
@@ -108,12 +118,15 @@ class MAILAction:
 
     def to_swarm_json(self) -> dict[str, Any]:
         function = self.function_ref or _qualified_name(self.function)
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters,
             "function": function,
         }
+        if self.review is not None:
+            data["review"] = list(self.review)
+        return data
 
     def __repr__(self) -> str:
         return f"MAILAction(name={self.name!r})"
@@ -202,8 +215,13 @@ def action(
     model: type[BaseModel] | None = None,
     parameters: dict[str, Any] | None = None,
     style: ToolStyle = "responses",
+    review: list[str] | None = None,
 ) -> Any:
-    """Turn `fn(payload)` into a MAILAction whose input is validated by a pydantic model."""
+    """Turn `fn(payload)` into a MAILAction whose input is validated by a pydantic model.
+
+    `review` lists the decisions ("accept", "edit", "ignore", "respond") a person may take
+    before each call runs; see docs/review.md.
+    """
 
     def decorate(fn: Callable[..., Any]) -> MAILAction:
         params = list(inspect.signature(fn).parameters.values())
@@ -256,7 +274,7 @@ def action(
         runner.__name__ = fn.__name__
         runner.__qualname__ = fn.__qualname__
         runner.__module__ = fn.__module__
-        built = MAILAction(name or fn.__name__, desc, schema, runner)
+        built = MAILAction(name or fn.__name__, desc, schema, runner, review=review)
         built.style = style  # type: ignore[attr-defined]
         return built
 

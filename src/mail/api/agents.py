@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from mail.api.actions import MAILAction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
+from mail.core.review import check_review_overrides
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 logger = logging.getLogger("mail.api")
@@ -50,10 +51,12 @@ class MAILAgent:
         can_complete_tasks: bool = False,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
+        review_actions: dict[str, list[str]] | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
         self.actions = list(actions)
+        self.review_actions = dict(review_actions or {})
         self.function = function
         self.comm_targets = list(comm_targets)
         self.agent_params = agent_params
@@ -97,6 +100,7 @@ class MAILAgent:
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
             exclude_tools=self.exclude_tools,
+            review_actions=self.review_actions,
         )
 
 
@@ -115,6 +119,7 @@ class MAILAgentTemplate:
         can_complete_tasks: bool = False,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
+        review_actions: dict[str, list[str]] | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
@@ -127,6 +132,10 @@ class MAILAgentTemplate:
         self.tool_format = tool_format
         self.exclude_tools = list(exclude_tools or [])
         self._validate()
+        # Per-agent override of the actions' own `review` ([] switches review off).
+        self.review_actions = check_review_overrides(
+            self.name, review_actions, [a.name for a in self.actions]
+        )
 
     def _validate(self) -> None:
         _check_agent_name(self.name)
@@ -188,6 +197,7 @@ class MAILAgentTemplate:
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
             exclude_tools=exclude,
+            review_actions=self.review_actions,
         )
 
     # ------------------------------------------------------------------ loaders
@@ -229,6 +239,7 @@ class MAILAgentTemplate:
             can_complete_tasks=bool(data.get("can_complete_tasks", False)),
             tool_format=data.get("tool_format", "responses"),
             exclude_tools=list(data.get("exclude_tools") or []),
+            review_actions=data.get("review_actions"),
         )
 
     @classmethod
@@ -269,6 +280,7 @@ class MAILAgentTemplate:
             "can_complete_tasks": self.can_complete_tasks,
             "tool_format": self.tool_format,
             "exclude_tools": list(self.exclude_tools),
+            **({"review_actions": dict(self.review_actions)} if self.review_actions else {}),
         }
 
     def __repr__(self) -> str:

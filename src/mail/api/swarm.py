@@ -20,6 +20,7 @@ from mail.core.message import (
     make_message,
     make_request,
 )
+from mail.core.review import ReviewPolicy, build_policy
 from mail.core.runtime import MAILRuntime
 from mail.core.tasks import MAILTask
 
@@ -27,6 +28,28 @@ if TYPE_CHECKING:
     from mail.api.swarm_template import MAILSwarmTemplate
 
 logger = logging.getLogger("mail.api")
+
+
+def review_policy_for(
+    agents: list[MAILAgent], actions: list[MAILAction], ignore_ends_task: bool = True
+) -> ReviewPolicy:
+    """Which calls each agent must have reviewed (actions' `review` + agent overrides)."""
+    all_actions = {a.name: a for a in actions}
+    for agent in agents:
+        for act in agent.actions:
+            all_actions.setdefault(act.name, act)
+    return build_policy(
+        action_defaults={name: act.review for name, act in all_actions.items()},
+        agent_actions={a.name: [act.name for act in a.actions] for a in agents},
+        agent_overrides={a.name: a.review_actions for a in agents},
+        memory_agents=[
+            a.name
+            for a in agents
+            if a.agent_params.get("memory") or getattr(a.function, "memory", False) is True
+        ],
+        ignore_ends_task=ignore_ends_task,
+        descriptions={name: act.description for name, act in all_actions.items()},
+    )
 
 
 def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
@@ -55,6 +78,7 @@ class MAILSwarm:
         enable_db_agent_histories: bool | None = None,
         print_llm_streams: bool = True,
         base_url: str = "http://localhost:8000",
+        review_ignore_ends_task: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -72,6 +96,7 @@ class MAILSwarm:
         self.keywords = list(keywords or [])
         self.enable_db_agent_histories = enable_db_agent_histories
         self.base_url = base_url
+        self.review_ignore_ends_task = review_ignore_ends_task
         self.runtime = MAILRuntime(
             agents={a.name: a.to_core() for a in agents},
             actions={a.name: a.to_core() for a in actions},
@@ -85,6 +110,7 @@ class MAILSwarm:
             exclude_tools=self.exclude_tools,
             enable_db_agent_histories=enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
+            review_policy=review_policy_for(agents, actions, review_ignore_ends_task),
         )
         from mail.api.compression import compress_history
 
@@ -415,6 +441,7 @@ class MAILSwarm:
             description=self.description,
             keywords=self.keywords,
             enable_db_agent_histories=self.enable_db_agent_histories,
+            review_ignore_ends_task=self.review_ignore_ends_task,
         )
 
     def get_subswarm(

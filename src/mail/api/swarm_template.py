@@ -42,6 +42,7 @@ class MAILSwarmTemplate:
         keywords: list[str] | None = None,
         public: bool = False,
         enable_db_agent_histories: bool | None = None,
+        review_ignore_ends_task: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -56,6 +57,9 @@ class MAILSwarmTemplate:
         self.keywords = list(keywords or [])
         self.public = public
         self.enable_db_agent_histories = enable_db_agent_histories
+        # After a reviewer ignores a held action call: end the task (True) or let the agent
+        # carry on with the rejection as the call's result (False).
+        self.review_ignore_ends_task = review_ignore_ends_task
         self._validate()
 
     # ------------------------------------------------------------------ validation
@@ -174,6 +178,7 @@ class MAILSwarmTemplate:
             enable_db_agent_histories=self.enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
             base_url=base_url,
+            review_ignore_ends_task=self.review_ignore_ends_task,
         )
 
     def _all_actions(self) -> list[MAILAction]:
@@ -225,6 +230,7 @@ class MAILSwarmTemplate:
                 can_complete_tasks=agent.can_complete_tasks,
                 tool_format=agent.tool_format,
                 exclude_tools=agent.exclude_tools,
+                review_actions=agent.review_actions,
             )
             agents.append(clone)
         entry = entrypoint or (self.entrypoint if self.entrypoint in members else members[0])
@@ -247,6 +253,7 @@ class MAILSwarmTemplate:
             keywords=self.keywords,
             public=self.public,
             enable_db_agent_histories=self.enable_db_agent_histories,
+            review_ignore_ends_task=self.review_ignore_ends_task,
         )
 
     # ------------------------------------------------------------------ loaders
@@ -294,6 +301,7 @@ class MAILSwarmTemplate:
             # None (absent) persists histories when a store is attached; only an explicit
             # false opts out.
             enable_db_agent_histories=data.get("enable_db_agent_histories"),
+            review_ignore_ends_task=bool(data.get("review_ignore_ends_task", True)),
         )
 
     @classmethod
@@ -333,6 +341,7 @@ class MAILSwarmTemplate:
             "keywords": self.keywords,
             "public": self.public,
             "enable_db_agent_histories": self.enable_db_agent_histories,
+            **({} if self.review_ignore_ends_task else {"review_ignore_ends_task": False}),
             "agents": [a.to_swarm_json() for a in self.agents],
             "actions": [a.to_swarm_json() for a in self.actions],
         }

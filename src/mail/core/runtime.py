@@ -24,9 +24,11 @@ from mail.core.mailbox import Mailbox, MailboxClosed
 from mail.core.memory import AgentMemory, InMemoryAgentMemory
 from mail.core.message import MAILMessage, utc_now_iso
 from mail.core.observer import RuntimeObserver
+from mail.core.review import ReviewPolicy
 from mail.core.runtime_delivery import DeliveryMixin
 from mail.core.runtime_manual import ManualMixin
 from mail.core.runtime_resume import ResumeMixin, TaskSubmitError
+from mail.core.runtime_review import ActionReviewer
 from mail.core.runtime_turns import TurnMixin
 from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
 from mail.core.tasks import MAILTask
@@ -55,6 +57,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         print_llm_streams: bool = True,
         memory: AgentMemory | None = None,
         observer: RuntimeObserver | None = None,
+        review_policy: ReviewPolicy | None = None,
     ) -> None:
         self.agents = agents
         self.actions = actions
@@ -71,6 +74,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._observer: RuntimeObserver = observer or RuntimeObserver()
         self._observing = type(self._observer) is not RuntimeObserver
         self.interswarm: Any = None  # set by the interswarm layer when enabled
+        self.review = ActionReviewer(self, review_policy)  # human review of actions
         # async (history, ratio, model) -> bool; shrinks a history in place (manual_step)
         self.context_compressor: Any = None
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from mail.core.message import MAILMessage
     from mail.core.runtime import MAILRuntime
 
-RESUME_FORMS = ("user_response", "breakpoint_tool_call")
+RESUME_FORMS = ("user_response", "breakpoint_tool_call", "action_review")
 
 
 class TaskSubmitError(Exception):
@@ -36,6 +36,7 @@ class ResumeMixin:
         task_id = message["message"]["task_id"]
         if self._shutdown:
             raise TaskSubmitError("the runtime is shut down")
+        self.review.check_submit(task_id, resume_from)
         if "max_steps" in kwargs:
             self._step_limits[task_id] = parse_max_steps(kwargs["max_steps"])
         if resume_from is None:
@@ -51,6 +52,8 @@ class ResumeMixin:
             self.submit(message)
         elif resume_from == "breakpoint_tool_call":
             self._resume_breakpoint(task_id, kwargs)
+        elif resume_from == "action_review":
+            self.review.resume(task_id, kwargs)
         else:
             raise TaskSubmitError(
                 f"invalid resume_from '{resume_from}': expected one of {', '.join(RESUME_FORMS)}"

@@ -62,13 +62,17 @@ class TurnMixin:
                 self._append_agent_output(history, calls[0])
                 self._emit_tool_calls(task_id, agent_name, calls)
                 breakpoint_calls = [c for c in calls if c.tool_name in self.breakpoint_tools]
+                held = self.review.select(agent_name, calls)
                 for call in calls:
-                    if call.tool_name in self.breakpoint_tools:
+                    if call.tool_name in self.breakpoint_tools or call in held:
                         continue
                     current = call
                     await self._handle_call(ctx, call)
                 current = None
-                self._send_action_notices(ctx)
+                if held:
+                    self.review.hold(ctx, held)  # pauses the task; notices wait for the resume
+                else:
+                    self._send_action_notices(ctx)
                 if breakpoint_calls:
                     self._pause_at_breakpoint(ctx, breakpoint_calls)
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime

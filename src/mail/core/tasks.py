@@ -33,6 +33,10 @@ class MAILTask:
         self.remote_swarms: set[str] = set()
         self.title: str | None = None
         self.response: dict[str, Any] | None = None
+        # Action review (mail.core.runtime_review): held calls as callers see them, and the
+        # reviewer's own state (the calls, decided ids) so both survive a restart.
+        self.pending_reviews: list[dict[str, Any]] = []
+        self.review_state: dict[str, Any] = {}
         self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
@@ -84,6 +88,7 @@ class MAILTask:
             "completed": self.completed,
             "remote_swarms": sorted(self.remote_swarms),
             "title": self.title,
+            "pending_reviews": list(self.pending_reviews),
             "task_message_queue": [
                 {"priority": i["priority"], "seq": i["seq"], "message": i["message"]}
                 for i in self.task_message_queue
@@ -103,6 +108,8 @@ class MAILTask:
             "completed": self.completed,
             "title": self.title,
             "start_time": self.start_time.isoformat(),
+            "pending_reviews": list(self.pending_reviews),
+            "review_state": dict(self.review_state),
         }
 
     @classmethod
@@ -118,4 +125,6 @@ class MAILTask:
         task.completed = bool(record.get("completed"))
         task.is_running = bool(record.get("is_running", not task.completed))
         task.title = record.get("title")
+        task.pending_reviews = list(record.get("pending_reviews") or [])
+        task.review_state = dict(record.get("review_state") or {})
         return task

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mail.core.tools import RUNTIME_TOOL_NAMES
+from mail.factories.demo_review import after_review
+from mail.factories.demo_review import new_request as new_review_request
 from mail.factories.demo_text import (
     Incoming,
     deterministic_pick,
@@ -57,6 +59,9 @@ class _State:
     replies: list[Incoming] = field(default_factory=list)
     last_action_results: list[str] = field(default_factory=list)
     ends_with_tool_results: bool = False
+    # names and arguments of the last batch's actions (for reviewed drafts, demo_review.py)
+    last_action_names: list[str] = field(default_factory=list)
+    last_action_args: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _tools_by_name(tools: list[dict[str, Any]]) -> dict[str, _Tool]:
@@ -110,9 +115,13 @@ def _rebuild_state(messages: list[dict[str, Any]]) -> _State:
                 elif name not in RUNTIME_TOOL_NAMES:
                     if not batch_actions:
                         state.last_action_results = []
+                        state.last_action_names = []
+                        state.last_action_args = []
                         action_ids.clear()
                         batch_actions = True
                     action_ids.add(call.get("id", ""))
+                    state.last_action_names.append(name)
+                    state.last_action_args.append(_arguments(function))
         elif role == "tool":
             state.ends_with_tool_results = True
             if message.get("tool_call_id") in action_ids:
@@ -263,6 +272,16 @@ class DemoBrain:
         return "[demo model] The task ended before an answer was found."
 
     def _after_actions(self) -> DemoTurn:
+        state = self.state
+        follow = after_review(
+            self.actions,
+            state.last_action_names,
+            state.last_action_args,
+            state.last_action_results,
+            state.origin,
+        )
+        if follow is not None:
+            return DemoTurn(calls=[follow])
         results = [_clean_result(r) for r in self.state.last_action_results] or ["(no result)"]
         origin = self.state.origin
         if origin is not None and origin.manual:
@@ -290,6 +309,9 @@ class DemoBrain:
         return self._finish_or_reply(problem, self.state.origin)
 
     def _new_request(self, request: Incoming) -> DemoTurn:
+        drafted = new_review_request(self.actions, request)
+        if drafted is not None:
+            return DemoTurn(calls=[drafted])
         text = f"{request.subject} {request.body}"
         action, action_score = self._best_action(text)
         coordinator = self.has("task_complete") and self.has("send_request")

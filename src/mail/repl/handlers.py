@@ -140,7 +140,52 @@ async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
         return
     if result.get("events"):
         ctx.render.events(result["events"])
-    ctx.render.response(result.get("response"))
+    _render_answer(ctx, result)
+
+
+def held_calls_in(response: Any) -> list[dict[str, Any]]:
+    """The held calls when an answer is an `::action_review::` body, else []."""
+    if not isinstance(response, str) or not response.startswith("["):
+        return []
+    try:
+        value = json.loads(response)
+    except ValueError:
+        return []
+    if (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(v, dict) and "tool_call_id" in v and "allowed_decisions" in v for v in value
+        )
+    ):
+        return value
+    return []
+
+
+def _show_held(ctx: ReplContext, task_id: Any, held: list[dict[str, Any]]) -> None:
+    for h in held:
+        # Full ids (never truncated): they are what the decisions are typed with.
+        ctx.render.info(
+            f"{h.get('tool_call_id')}  {h.get('action')} by {h.get('caller')}  "
+            f"(allowed: {', '.join(h.get('allowed_decisions') or [])})",
+            style="bold",
+        )
+        ctx.render.json(h.get("args"))
+    ctx.render.info(
+        f"decide with: review {task_id} CALL_ID=accept | CALL_ID=edit:'{{...}}' | "
+        "CALL_ID=respond:TEXT | CALL_ID=ignore"
+    )
+
+
+def _render_answer(ctx: ReplContext, result: dict[str, Any]) -> None:
+    """The task's answer; a pause for review is shown as the held calls."""
+    held = held_calls_in(result.get("response"))
+    if not held:
+        ctx.render.response(result.get("response"))
+        return
+    task_id = result.get("task_id")
+    ctx.render.info(f"{len(held)} call(s) wait for your review: review {task_id}", style="bold")
+    _show_held(ctx, task_id, held)
 
 
 async def do_message_stream(ctx: ReplContext, args: argparse.Namespace) -> None:
@@ -349,6 +394,30 @@ async def do_task_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     ctx.render.events(events)
 
 
+async def do_review(ctx: ReplContext, args: argparse.Namespace) -> None:
+    decisions = list(args.decisions or []) + list(args.decisions_json or [])
+    if not decisions:
+        held = await ctx.client.get_pending_reviews(args.task_id)
+        if args.verbose:
+            ctx.render.json(held)
+            return
+        if not held:
+            ctx.render.info(f"task {args.task_id} has no calls waiting for review")
+            return
+        _show_held(ctx, args.task_id, held)
+        return
+    with ctx.render.console.status("applying decisions; waiting for the swarm…", spinner="dots"):
+        result = await ctx.client.review_actions(
+            args.task_id, decisions, show_events=args.show_events
+        )
+    if args.verbose:
+        ctx.render.json(result)
+        return
+    if result.get("events"):
+        ctx.render.events(result["events"])
+    _render_answer(ctx, result)
+
+
 HANDLERS: dict[str, Handler] = {
     "help": do_help,
     "exit": do_exit,
@@ -369,4 +438,5 @@ HANDLERS: dict[str, Handler] = {
     "responses": do_responses,
     "tasks-get": do_tasks_get,
     "task-get": do_task_get,
+    "review": do_review,
 }

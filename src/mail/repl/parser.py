@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 MSG_TYPES = ("request", "response", "broadcast", "interrupt")
-RESUME_FROM = ("user_response", "breakpoint_tool_call")
+RESUME_FROM = ("user_response", "breakpoint_tool_call", "action_review")
+REVIEW_TYPES = ("accept", "edit", "ignore", "respond")
 
 
 class ReplUsageError(Exception):
@@ -190,6 +191,49 @@ def _configure_responses(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
+def review_decision(text: str) -> dict[str, Any]:
+    """`CALL_ID=accept`, `CALL_ID=edit:{json args}`, `CALL_ID=respond:text`, `CALL_ID=ignore[:note]`."""
+    call_id, sep, rest = text.partition("=")
+    kind, _, payload = rest.partition(":")
+    if not sep or not call_id.strip() or kind not in REVIEW_TYPES:
+        close = difflib.get_close_matches(kind, REVIEW_TYPES, n=1, cutoff=0.6)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise argparse.ArgumentTypeError(
+            f"expected CALL_ID=DECISION with DECISION one of {', '.join(REVIEW_TYPES)}, "
+            f"got {text!r}.{hint}"
+        )
+    decision: dict[str, Any] = {"tool_call_id": call_id.strip(), "type": kind}
+    if kind == "edit":
+        if not payload:
+            raise argparse.ArgumentTypeError(
+                f'edit needs the new arguments: {call_id}=edit:\'{{"key": "value"}}\''
+            )
+        decision["args"] = json_object(payload)
+    elif kind == "respond":
+        if not payload.strip():
+            raise argparse.ArgumentTypeError(f"respond needs a message: {call_id}=respond:TEXT")
+        decision["message"] = payload
+    elif kind == "ignore" and payload:
+        decision["message"] = payload
+    return decision
+
+
+def _configure_review(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id", help="the task holding calls for review")
+    parser.add_argument(
+        "decisions",
+        nargs="*",
+        type=review_decision,
+        help="CALL_ID=accept | CALL_ID=edit:JSON | CALL_ID=respond:TEXT | CALL_ID=ignore[:NOTE]; "
+        "none: show the held calls",
+    )
+    parser.add_argument(
+        "-j", "--json", dest="decisions_json", type=json_list, help="decisions as a JSON list"
+    )
+    parser.add_argument("-se", "--show-events", action="store_true")
+    _verbose(parser)
+
+
 def _configure_task_get(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task_id")
     _verbose(parser)
@@ -247,6 +291,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("tasks-get", ("tsg", "tasks-g"), "GET /tasks", _verbose),
     CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _configure_task_get),
+    CommandSpec(
+        "review",
+        ("rv",),
+        "show a task's calls held for review, or decide them: review ID [CALL=DECISION ...]",
+        _configure_review,
+    ),
 )
 
 _BY_NAME: dict[str, CommandSpec] = {}

@@ -23,6 +23,8 @@ EVENT_STYLES = {
     "tool_call": "magenta",
     "builtin_tool_call": "magenta",
     "breakpoint_tool_call": "bold yellow",
+    "action_review": "bold yellow",
+    "action_review_decision": "yellow",
     "action_call": "yellow",
     "action_complete": "yellow",
     "await_message": "blue",

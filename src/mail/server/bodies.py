@@ -25,7 +25,7 @@ MESSAGE_TYPES: tuple[str, ...] = (
 )
 # Types a client may post; the others are produced by the runtime only.
 POSTABLE_MESSAGE_TYPES: tuple[str, ...] = ("request", "broadcast")
-RESUME_FROM_VALUES: tuple[str, ...] = ("user_response", "breakpoint_tool_call")
+RESUME_FROM_VALUES: tuple[str, ...] = ("user_response", "breakpoint_tool_call", "action_review")
 
 MESSAGE_FIELDS: tuple[str, ...] = (
     "body",
@@ -122,7 +122,7 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
         raise BadRequest(
             f"parameter 'resume_from' must be one of {', '.join(RESUME_FROM_VALUES)} or null, got '{resume_from}'"
         )
-    if not body and resume_from != "breakpoint_tool_call":
+    if not body and resume_from not in ("breakpoint_tool_call", "action_review"):
         raise BadRequest("no message provided")
 
     subject = _opt_str(data, "subject")
@@ -171,6 +171,11 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
             raise BadRequest(
                 f"parameter 'kwargs.breakpoint_tool_caller' must be a string, got {type_name(caller)}"
             )
+
+    if resume_from == "action_review" and "decisions" not in kwargs:
+        raise BadRequest(
+            "parameter 'kwargs.decisions' is required when resume_from is 'action_review'"
+        )
 
     return MessageRequest(
         body=body,

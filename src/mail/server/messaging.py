@@ -15,6 +15,8 @@ from typing import Any
 from fastapi import HTTPException
 from starlette.responses import StreamingResponse
 
+from mail.core.review import RESUME_FROM_ACTION_REVIEW, ReviewDecisionError
+from mail.core.runtime_review import ReviewPending
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
 from mail.server.errors import BadRequest
@@ -56,8 +58,25 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
                     "and cannot be resumed without persistence (DATABASE_URL)",
                 )
             raise HTTPException(404, f"task '{req.task_id}' not found")
+    if req.task_id is not None:
+        check_action_review(inst, req)
     if req.task_id is None:
         req.task_id = str(uuid.uuid4())
+
+
+def check_action_review(inst: Instance, req: MessageRequest) -> None:
+    """Decisions are checked before anything is submitted, so a bad resume changes nothing."""
+    assert req.task_id is not None
+    reviewer = inst.swarm.runtime.review
+    try:
+        reviewer.check_submit(req.task_id, req.resume_from)
+    except ReviewPending as exc:
+        raise HTTPException(409, str(exc)) from None
+    if req.resume_from == RESUME_FROM_ACTION_REVIEW:
+        try:
+            reviewer.validate(req.task_id, req.kwargs.get("decisions"))
+        except ReviewDecisionError as exc:
+            raise BadRequest(str(exc)) from None
 
 
 def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
@@ -86,7 +105,7 @@ async def run_message(
     return response, events
 
 
-_NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::"})
+_NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::", "::action_review::"})
 
 
 def _log_outcome(inst: Instance, task_id: str | None, response: Any) -> None:

@@ -41,6 +41,7 @@ SWARM_OPTIONAL_FIELDS: FieldTable = (
     ("breakpoint_tools", list),
     ("exclude_tools", list),
     ("action_imports", list),
+    ("review_ignore_ends_task", bool),
 )
 # List fields whose items must be strings (checked after the field's own type).
 SWARM_STRING_LIST_FIELDS = ("action_imports", "breakpoint_tools", "exclude_tools")
@@ -58,6 +59,7 @@ AGENT_OPTIONAL_FIELDS: FieldTable = (
     ("tool_format", str),
     ("actions", list),
     ("exclude_tools", list),
+    ("review_actions", dict),
 )
 AGENT_STRING_LIST_FIELDS = ("comm_targets", "actions", "exclude_tools")
 
@@ -67,6 +69,7 @@ ACTION_REQUIRED_FIELDS: FieldTable = (
     ("parameters", dict),
     ("function", str),
 )
+ACTION_OPTIONAL_FIELDS: FieldTable = (("review", list),)
 
 
 def _check_fields(
@@ -192,4 +195,8 @@ def validate_agent_from_swarms_json(agent_candidate: Any) -> None:
 
 def validate_action_from_swarms_json(action_candidate: Any) -> None:
     """Raise ValueError unless ``action_candidate`` is a well-formed swarms.json action."""
-    _check_fields("action", action_candidate, ACTION_REQUIRED_FIELDS)
+    _check_fields("action", action_candidate, ACTION_REQUIRED_FIELDS, ACTION_OPTIONAL_FIELDS)
+    if "review" in action_candidate:
+        from mail.core.review import normalize_review
+
+        normalize_review(action_candidate["review"], f"action '{action_candidate['name']}'")

@@ -1,0 +1,301 @@
+"""Human review of actions: holding reviewed calls and resuming with decisions.
+
+The runtime owns one `ActionReviewer`. A turn asks it which of the agent's calls must be
+held (`select`); the turn runs the others as usual and hands the held ones to `hold`, which
+pauses the task the way a breakpoint does (the task completes with an `::action_review::`
+answer, so it holds no loop, turn or waiter while a person thinks). `resume` checks the
+person's decisions and schedules one coroutine that applies them under each caller's turn
+lock, then wakes the agents (or ends the task after an `ignore`).
+
+All review state lives on the task (`MAILTask.pending_reviews` for what callers see,
+`MAILTask.review_state` for the calls themselves), so it is persisted and restored with the
+task record and survives a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mail.core.review import (
+    ACTION_REVIEW_SUBJECT,
+    RESUME_FROM_ACTION_REVIEW,
+    Decision,
+    HeldCall,
+    ReviewDecisionError,
+    ReviewPolicy,
+    describe_call,
+    edit_history_entry,
+    edit_note,
+    ignored_result,
+    ignored_task_body,
+    parse_decisions,
+    respond_note,
+    review_answer_body,
+)
+from mail.core.runtime_resume import TaskSubmitError
+from mail.core.system_messages import system_broadcast, system_response, system_task_end
+from mail.core.tools import AgentToolCall
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+    from mail.core.runtime_turns import TurnContext
+
+logger = logging.getLogger("mail.runtime")
+
+
+class ActionReviewer:
+    """Holds reviewed action calls and applies a person's decisions to them."""
+
+    def __init__(self, runtime: MAILRuntime, policy: ReviewPolicy | None = None) -> None:
+        self.runtime = runtime
+        self.policy = policy or ReviewPolicy()
+
+    # ------------------------------------------------------------------ turn side
+    def select(self, agent_name: str, calls: list[AgentToolCall]) -> list[AgentToolCall]:
+        """The calls of this turn that must wait for a person (breakpoint tools excepted)."""
+        if not self.policy.reviewed:
+            return []
+        breakpoints = self.runtime.breakpoint_tools
+        return [
+            c
+            for c in calls
+            if c.tool_name not in breakpoints and self.policy.allowed(agent_name, c.tool_name)
+        ]
+
+    def hold(self, ctx: TurnContext, calls: list[AgentToolCall]) -> None:
+        """Pause the task with `calls` waiting for review (end of the caller's turn)."""
+        rt = self.runtime
+        task = rt._ensure_task(ctx.task_id)
+        if task.completed and not task.pending_reviews:
+            # The same turn completed the task: nothing will continue, so nothing is held.
+            for call in calls:
+                ctx.history.append(
+                    call.create_response_msg("ERROR: not run: the task completed in this turn")
+                )
+            return
+        state = task.review_state
+        stored_calls: dict[str, Any] = state.setdefault("calls", {})
+        carry: dict[str, Any] = state.setdefault("carry", {})
+        previous = carry.get(ctx.agent_name) or {"errors": [], "ran": False}
+        carry[ctx.agent_name] = {
+            "errors": [*previous["errors"], *map(list, ctx.action_errors)],
+            "ran": bool(previous["ran"] or ctx.actions_ran),
+        }
+        for call in calls:
+            allowed = self.policy.allowed(ctx.agent_name, call.tool_name) or ()
+            description = self.policy.descriptions.get(call.tool_name, "")
+            entry = HeldCall(
+                call.tool_call_id,
+                ctx.agent_name,
+                call.tool_name,
+                dict(call.tool_args),
+                list(allowed),
+                describe_call(call.tool_name, description, call.tool_args),
+            )
+            stored_calls[call.tool_call_id] = call.model_dump()
+            task.pending_reviews.append(entry.to_public())
+            rt._emit(
+                ctx.task_id,
+                "action_review",
+                f"agent {ctx.agent_name} called {call.tool_name}; waiting for review",
+                entry.to_public(),
+            )
+        held = [HeldCall.from_public(p) for p in task.pending_reviews]
+        body = review_answer_body(held)
+        if task.completed:
+            # Already paused for another agent's calls: the answer grows, the pause stays.
+            response = system_task_end(rt.swarm_name, ctx.task_id, ACTION_REVIEW_SUBJECT, body)
+            task.response = response  # type: ignore[assignment]
+            rt.response_messages[ctx.task_id] = response
+            rt.observer.task_changed(task)
+            rt.observer.response_set(ctx.task_id, response)  # type: ignore[arg-type]
+            return
+        rt._complete_task(
+            ctx.task_id, system_task_end(rt.swarm_name, ctx.task_id, ACTION_REVIEW_SUBJECT, body)
+        )
+
+    # ------------------------------------------------------------------ submit side
+    def check_submit(self, task_id: str, resume_from: str | None) -> None:
+        """A task waiting for review only continues through `resume_from: action_review`."""
+        if resume_from == RESUME_FROM_ACTION_REVIEW:
+            return
+        task = self.runtime.mail_tasks.get(task_id)
+        if task is not None and task.pending_reviews:
+            ids = ", ".join(p["tool_call_id"] for p in task.pending_reviews)
+            raise ReviewPending(
+                f"task '{task_id}' is waiting for review of call(s) {ids}; resume it with "
+                "resume_from 'action_review' and kwargs.decisions"
+            )
+
+    def validate(self, task_id: str, raw_decisions: Any) -> list[Decision]:
+        """The decisions for `task_id`'s held calls, or ReviewDecisionError (changes nothing)."""
+        task = self.runtime.mail_tasks.get(task_id)
+        if task is None:
+            raise ReviewDecisionError(f"parameter 'task_id': task '{task_id}' not found")
+        held = [HeldCall.from_public(p) for p in task.pending_reviews]
+        return parse_decisions(raw_decisions, held, task.review_state.get("decided", []))
+
+    def resume(self, task_id: str, kwargs: dict[str, Any]) -> None:
+        """Apply the decisions in `kwargs['decisions']` and continue the task."""
+        rt = self.runtime
+        try:
+            decisions = self.validate(task_id, kwargs.get("decisions"))
+        except ReviewDecisionError as exc:
+            raise TaskSubmitError(str(exc)) from exc
+        task = rt.mail_tasks[task_id]
+        held = {p["tool_call_id"]: HeldCall.from_public(p) for p in task.pending_reviews}
+        state = task.review_state
+        calls = {
+            call_id: AgentToolCall.model_validate(dump)
+            for call_id, dump in (state.get("calls") or {}).items()
+        }
+        carry = dict(state.get("carry") or {})
+        task.pending_reviews = []
+        state["decided"] = [*state.get("decided", []), *held]
+        state["calls"] = {}
+        state["carry"] = {}
+        plan = [(held[d.tool_call_id], calls[d.tool_call_id], d) for d in decisions]
+        rt._spawn(task_id, self._apply(task_id, plan, carry))
+        rt._resume_task(task_id)
+
+    # ------------------------------------------------------------------ applying decisions
+    async def _apply(
+        self,
+        task_id: str,
+        plan: list[tuple[HeldCall, AgentToolCall, Decision]],
+        carry: dict[str, Any],
+    ) -> None:
+        rt = self.runtime
+        callers: list[str] = []
+        for entry, _call, _d in plan:
+            if entry.caller not in callers:
+                callers.append(entry.caller)
+        ignored: list[HeldCall] = []
+        outcome: dict[str, tuple[list[list[str]], bool]] = {}
+        for caller in callers:
+            errors, ran = await self._apply_for_caller(
+                task_id, caller, [p for p in plan if p[0].caller == caller], ignored
+            )
+            before = carry.get(caller) or {"errors": [], "ran": False}
+            outcome[caller] = ([*before["errors"], *errors], bool(before["ran"] or ran))
+        task = rt.mail_tasks.get(task_id)
+        if task is None or task.completed:
+            return
+        if ignored and self.policy.ignore_ends_task:
+            response = system_task_end(
+                rt.swarm_name, task_id, "::task_complete::", ignored_task_body(ignored)
+            )
+            rt._complete_task(task_id, response)
+            if rt.interswarm is not None:
+                rt.interswarm.task_completed(task_id, response)
+            return
+        for caller, (errors, ran) in outcome.items():
+            rt.mailbox.put(_wake_message(rt.swarm_name, task_id, caller, errors, ran))
+        rt._dispatch_pending()
+
+    async def _apply_for_caller(
+        self,
+        task_id: str,
+        caller: str,
+        plan: list[tuple[HeldCall, AgentToolCall, Decision]],
+        ignored: list[HeldCall],
+    ) -> tuple[list[list[str]], bool]:
+        from mail.core.runtime_turns import TurnContext
+
+        rt = self.runtime
+        key = f"{task_id}::{caller}"
+        await rt._acquire_turn(key)
+        try:
+            history = rt.history_for(task_id, caller)
+            trigger = system_response(rt.swarm_name, task_id, caller, ACTION_REVIEW_SUBJECT, "")
+            ctx = TurnContext(task_id, caller, trigger, history)
+            current: AgentToolCall | None = None
+            try:
+                for entry, call, decision in plan:
+                    self._emit_decision(task_id, entry, decision)
+                    if decision.type == "accept":
+                        current = call
+                        await rt._handle_call(ctx, call)
+                    elif decision.type == "edit":
+                        args = decision.args or {}
+                        history[:] = [
+                            edit_history_entry(h, call.tool_call_id, args) for h in history
+                        ]
+                        current = call.model_copy(update={"tool_args": args})
+                        await rt._handle_call(ctx, current)
+                        await self._remember(
+                            task_id, caller, call, edit_note(call.tool_name, call.tool_args, args)
+                        )
+                    elif decision.type == "respond":
+                        message = decision.message or ""
+                        history.append(call.create_response_msg(message))
+                        await self._remember(
+                            task_id,
+                            caller,
+                            call,
+                            respond_note(call.tool_name, call.tool_args, message),
+                        )
+                    else:
+                        history.append(call.create_response_msg(ignored_result(decision.message)))
+                        ignored.append(entry)
+                    current = None
+            except Exception as exc:  # noqa: BLE001 - same policy as a failing turn
+                rt._turn_failed(ctx, current, exc)
+            finally:
+                rt._save_history(task_id, caller)
+            return [list(e) for e in ctx.action_errors], ctx.actions_ran
+        finally:
+            rt._release_turn(key)
+
+    def _emit_decision(self, task_id: str, entry: HeldCall, decision: Decision) -> None:
+        extra: dict[str, Any] = {
+            "tool_call_id": entry.tool_call_id,
+            "caller": entry.caller,
+            "action": entry.action,
+            "type": decision.type,
+        }
+        if decision.args is not None:
+            extra["args"] = decision.args
+            extra["original_args"] = entry.args
+        if decision.message is not None:
+            extra["message"] = decision.message
+        detail = f" with args: {json.dumps(decision.args)}" if decision.args is not None else ""
+        self.runtime._emit(
+            task_id,
+            "action_review_decision",
+            f"reviewer chose '{decision.type}' for {entry.action} "
+            f"(call {entry.tool_call_id}, agent {entry.caller}){detail}",
+            extra,
+        )
+
+    async def _remember(self, task_id: str, caller: str, call: AgentToolCall, note: str) -> None:
+        if caller not in self.policy.memory_agents:
+            return
+        rt = self.runtime
+        try:
+            await rt.memory.put(
+                caller,
+                f"review-{call.tool_call_id}",
+                {"role": "user", "content": note, "task_id": task_id, "kind": "action_review"},
+            )
+        except Exception as exc:  # noqa: BLE001 - memory trouble is reported, not fatal
+            rt._emit(task_id, "agent_error", f"could not store review note for {caller}: {exc}")
+
+
+class ReviewPending(TaskSubmitError):
+    """A plain message or another resume form arrived for a task waiting for review."""
+
+
+def _wake_message(swarm: str, task_id: str, caller: str, errors: list[list[str]], ran: bool) -> Any:
+    """What the caller is shown next: action errors, a completion notice, or nothing."""
+    if errors:
+        body = "\n".join(f"Error: {tool}\n{why}" for tool, why in errors)
+        return system_response(swarm, task_id, caller, "::action_error::", body)
+    if ran:
+        return system_broadcast(
+            swarm, task_id, [caller], "::action_complete::", "Action completed successfully"
+        )
+    # Only ignored/answered calls: the tool results are in the history; just give a turn.
+    return system_broadcast(swarm, task_id, [caller], "::action_complete_broadcast::", "")

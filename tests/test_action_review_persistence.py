@@ -1,0 +1,138 @@
+"""A task paused for action review survives kill -9 of a real `mail server` with DATABASE_URL
+on the real PostgreSQL: after the restart /tasks lists it with its pending reviews, and the
+resume works (the edited call reaches the model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from support.review_swarm import review_swarms_json
+from support.scripted_llm import ScriptedLLM, reply, tool_call
+
+# Two server start-ups and LiteLLM imports in subprocesses: slow on a busy machine.
+pytestmark = pytest.mark.timeout(900)
+
+DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def _database_reachable() -> bool:
+    try:
+        conn = await asyncpg.connect(DATABASE_URL, timeout=3)
+    except Exception:  # noqa: BLE001
+        return False
+    await conn.close()
+    return True
+
+
+async def _healthy(server: ServerProcess, timeout: float = 240.0) -> None:
+    """Poll /health without blocking the loop (the scripted LLM lives on it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with httpx.AsyncClient(timeout=1) as client:
+        while loop.time() < deadline:
+            assert server.proc is not None
+            if server.proc.poll() is not None:
+                raise AssertionError(f"server exited:\n{server.logs()}")
+            try:
+                if (await client.get(f"{server.base_url}/health")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"server not healthy in {timeout}s:\n{server.logs()}")
+
+
+async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) -> None:
+    if not await _database_reachable():
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required but unreachable at {DATABASE_URL}")
+        pytest.skip("PostgreSQL not reachable (set MAIL_REQUIRE_POSTGRES=1 to make this fail)")
+    swarm = f"review-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    task_id = str(uuid.uuid4())
+    async with ScriptedLLM() as llm:
+        (tmp_path / "swarms.json").write_text(
+            json.dumps([review_swarms_json(swarm, llm.base_url, "responses")]), encoding="utf-8"
+        )
+        config = write_config(tmp_path, port=port, swarm=swarm)
+
+        def server() -> ServerProcess:
+            return ServerProcess(
+                tmp_path, port, args=["--config", str(config)], env={"DATABASE_URL": DATABASE_URL}
+            )
+
+        first = server().start(wait=False)
+        try:
+            await _healthy(first)
+            llm.queue(
+                tool_call("lookup", {"query": "address"}, "l1"),
+                tool_call("send_email", {"to": "bob@x.org", "body": "draft"}, "k1"),
+            )
+            async with httpx.AsyncClient(base_url=first.base_url, timeout=240) as client:
+                r = await client.post(
+                    "/message", json={"body": "email bob", "task_id": task_id}, headers=auth(key)
+                )
+            assert r.status_code == 200, r.text
+            assert [h["tool_call_id"] for h in json.loads(r.json()["response"])] == ["k1"]
+        finally:
+            assert first.proc is not None
+            first.proc.kill()  # kill -9: no shutdown hooks run
+            first.proc.wait(10)
+
+        second = server().start(wait=False)
+        try:
+            await _healthy(second)
+            async with httpx.AsyncClient(base_url=second.base_url, timeout=240) as client:
+                tasks = (await client.get("/tasks", headers=auth(key))).json()
+                record = tasks[task_id]
+                assert record["is_running"] is False
+                assert [p["tool_call_id"] for p in record["pending_reviews"]] == ["k1"]
+                assert record["pending_reviews"][0]["args"] == {"to": "bob@x.org", "body": "draft"}
+
+                llm.queue(
+                    reply(tool_call("task_complete", {"finish_message": "sent after restart"}))
+                )
+                edited = {"to": "bob@x.org", "body": "final"}
+                r = await client.post(
+                    "/message",
+                    json={
+                        "task_id": task_id,
+                        "resume_from": "action_review",
+                        "kwargs": {
+                            "decisions": [{"tool_call_id": "k1", "type": "edit", "args": edited}]
+                        },
+                    },
+                    headers=auth(key),
+                )
+                assert r.status_code == 200, r.text
+                assert r.json()["response"] == "sent after restart"
+                # The model saw the pre-crash lookup result and the edited call after it.
+                nxt = llm.requests[-1]
+                items = nxt.messages
+                calls = {i["call_id"]: i for i in items if i.get("type") == "function_call"}
+                outputs = {
+                    i["call_id"]: i["output"]
+                    for i in items
+                    if i.get("type") == "function_call_output"
+                }
+                assert json.loads(calls["k1"]["arguments"]) == edited
+                assert outputs["k1"].startswith("SUCCESS: echo:") and "final" in outputs["k1"]
+                assert outputs["l1"].startswith("SUCCESS: echo:")
+                task = (
+                    await client.get("/task", params={"task_id": task_id}, headers=auth(key))
+                ).json()
+                names = [e["event"] for e in task["events"]]
+                assert names.index("action_review") < names.index("action_review_decision")
+                assert task["pending_reviews"] == []
+        finally:
+            assert second.stop(timeout=120) == 0, second.logs()
