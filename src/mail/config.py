@@ -84,6 +84,9 @@ class ServerSettings(_Section):
     interswarm_timeout: float = Field(default=30.0, gt=0)
     # Seconds between health checks of registered remote swarms.
     health_check_interval: float = Field(default=30.0, gt=0)
+    # Bytes of SSE frames one stream may hold for a client that reads slower than the task
+    # produces events; past it the stream ends with `event: resubscribe` (GET /task/events).
+    sse_max_buffer_bytes: int = Field(default=1_048_576, ge=1024)
 
     @field_validator("task_message_limit", mode="before")
     @classmethod
