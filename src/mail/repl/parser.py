@@ -195,6 +195,14 @@ def _configure_task_get(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
+def _configure_task_events(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id")
+    parser.add_argument(
+        "-a", "--after", help="start after this event id (default: replay every event)"
+    )
+    _verbose(parser)
+
+
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("help", ("?",), "list commands, or describe one: help COMMAND", _configure_help),
     CommandSpec("exit", ("quit",), "leave the REPL"),
@@ -247,6 +255,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("tasks-get", ("tsg", "tasks-g"), "GET /tasks", _verbose),
     CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _configure_task_get),
+    CommandSpec(
+        "task-events",
+        ("te", "task-e"),
+        "GET /task/events ID: replay a task's events, then follow it live",
+        _configure_task_events,
+    ),
 )
 
 _BY_NAME: dict[str, CommandSpec] = {}
