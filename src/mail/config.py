@@ -85,8 +85,10 @@ class ServerSettings(_Section):
     # Seconds between health checks of registered remote swarms.
     health_check_interval: float = Field(default=30.0, gt=0)
     # Bytes of SSE frames one stream may hold for a client that reads slower than the task
-    # produces events; past it the stream ends with `event: resubscribe` (GET /task/events).
+    # produces events. When the buffer stays full for `sse_slow_reader_timeout` seconds the
+    # stream ends with `event: resubscribe` (continue with GET /task/events).
     sse_max_buffer_bytes: int = Field(default=1_048_576, ge=1024)
+    sse_slow_reader_timeout: float = Field(default=10.0, gt=0)
 
     @field_validator("task_message_limit", mode="before")
     @classmethod

@@ -134,6 +134,7 @@ async def stream_message(
     return event_stream_response(
         leased(),
         max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
+        stall_timeout=state.config.settings.sse_slow_reader_timeout,
         task_id=req.task_id,
     )
 

@@ -24,6 +24,10 @@ async def task_event_stream(
         request.headers.get("last-event-id"), request.query_params.get("after")
     )
     feed = await task_events.subscribe(state, caller, task_id, after)
+    settings = state.config.settings
     return event_stream_response(
-        feed, max_buffer_bytes=state.config.settings.sse_max_buffer_bytes, task_id=task_id
+        feed,
+        max_buffer_bytes=settings.sse_max_buffer_bytes,
+        stall_timeout=settings.sse_slow_reader_timeout,
+        task_id=task_id,
     )

@@ -85,12 +85,14 @@ def event_stream_response(
     events: AsyncIterator[Any],
     *,
     max_buffer_bytes: int | None = None,
+    stall_timeout: float = 5.0,
     task_id: str | None = None,
 ) -> StreamingResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
 
-    See :mod:`mail.server.stream_buffer`: past the bound the stream ends with
-    ``event: resubscribe`` naming the last event id it carried for ``task_id``.
+    See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
+    seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
+    for ``task_id``.
     """
     if max_buffer_bytes is None:
         body: AsyncIterator[bytes] = _frames(events)
@@ -101,7 +103,10 @@ def event_stream_response(
             events,
             encode_event,
             max_buffer_bytes,
-            lambda last_id: resubscribe_event(task_id or "", last_id, max_buffer_bytes),
+            lambda last_id: resubscribe_event(
+                task_id or "", last_id, max_buffer_bytes, stall_timeout
+            ),
+            stall_timeout,
         )
         body = queue.frames()
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
@@ -110,7 +115,9 @@ def event_stream_response(
 RESUBSCRIBE_EVENT = "resubscribe"
 
 
-def resubscribe_event(task_id: str, last_event_id: str | None, limit: int) -> dict[str, Any]:
+def resubscribe_event(
+    task_id: str, last_event_id: str | None, limit: int, stall_timeout: float
+) -> dict[str, Any]:
     """The final event of a stream whose reader fell too far behind."""
     after = last_event_id or "0"
     return {
@@ -120,8 +127,8 @@ def resubscribe_event(task_id: str, last_event_id: str | None, limit: int) -> di
             "task_id": task_id,
             "last_event_id": last_event_id,
             "reason": (
-                f"the client read too slowly: more than {limit} bytes of events were "
-                "waiting; the task keeps running"
+                f"the client read too slowly: {limit} bytes of events waited more than "
+                f"{stall_timeout:g}s; the task keeps running"
             ),
             "resubscribe": f"/task/events?task_id={task_id}&after={after}",
         },

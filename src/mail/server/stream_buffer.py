@@ -4,8 +4,10 @@ Without a bound, a client that stops reading would make the server hold every fr
 could not send yet. Here a pump task reads the event source and encodes frames into a
 per-stream queue while the response body iterator hands them to the transport (which itself
 applies TCP back-pressure). When the frames waiting in the queue would exceed ``max_bytes``,
-the pump stops watching the task (the task keeps running) and queues one last
-``resubscribe`` event naming the id of the last event queued. The client gets everything up
+the pump waits for the reader to make room (a replay of stored events is paced this way); if
+no room appears within ``stall_timeout`` seconds, the reader is too far behind: the pump
+stops watching the task (the task keeps running) and queues one last ``resubscribe`` event
+naming the id of the last event queued. The client gets everything up
 to that id, then the ``resubscribe`` event, then the end of the stream, and can continue with
 ``GET /task/events`` and ``Last-Event-ID`` without a gap or a duplicate.
 
@@ -35,10 +37,12 @@ class BoundedFrameQueue:
         encode: Callable[[Any], bytes],
         max_bytes: int,
         overflow_event: OverflowEvent,
+        stall_timeout: float = 5.0,
     ) -> None:
         self._events = events
         self._encode = encode
         self.max_bytes = max_bytes
+        self.stall_timeout = stall_timeout
         self._overflow_event = overflow_event
         self._frames: collections.deque[bytes] = collections.deque()
         self.buffered_bytes = 0
@@ -48,21 +52,38 @@ class BoundedFrameQueue:
         self._done = False
         self._error: BaseException | None = None
         self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+
+    async def _wait_for_room(self, size: int) -> bool:
+        """Wait until ``size`` more bytes fit; False when the reader stalls too long."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stall_timeout
+        while self._frames and self.buffered_bytes + size > self.max_bytes:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
 
     async def _pump(self) -> None:
         events = self._events
         try:
             async for event in events:
                 frame = self._encode(event)
-                if self._frames and self.buffered_bytes + len(frame) > self.max_bytes:
+                if not await self._wait_for_room(len(frame)):
                     self.overflowed = True
                     notice = self._encode(self._overflow_event(self.last_event_id))
                     self._frames.append(notice)
                     self.buffered_bytes += len(notice)
                     logger.info(
-                        "SSE consumer too slow: %d bytes waiting; asked it to resubscribe "
-                        "after event %s",
+                        "SSE consumer too slow: %d bytes waiting for %.1fs; asked it to "
+                        "resubscribe after event %s",
                         self.buffered_bytes,
+                        self.stall_timeout,
                         self.last_event_id,
                     )
                     break
@@ -98,6 +119,7 @@ class BoundedFrameQueue:
                 while self._frames:
                     frame = self._frames.popleft()
                     self.buffered_bytes -= len(frame)
+                    self._room.set()
                     yield frame
                 if self._done:
                     break
