@@ -319,7 +319,8 @@ def main() -> int:
         server = ServerProcess(
             directory, port, args=["--config", str(config), "--log-level", "warning"]
         )
-        server.start()
+        server.start(wait=False)
+        server.wait_healthy(timeout=120)
         try:
             report = asyncio.run(
                 run_load(server.base_url, keys, args.requests, args.connections, args.seed)

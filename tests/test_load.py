@@ -38,7 +38,8 @@ def test_mixed_load_loses_and_crosses_nothing(tmp_path, capsys: pytest.CaptureFi
     config = write_config(tmp_path, port=port, extra="print_llm_streams = false\n")
     keys_file = tmp_path / "registries" / "keys.json"
     keys = {f"user{i}": create_key(keys_file, "user", f"user{i}") for i in range(4)}
-    server = ServerProcess(tmp_path, port, args=["--config", str(config)]).start()
+    server = ServerProcess(tmp_path, port, args=["--config", str(config)]).start(wait=False)
+    server.wait_healthy(timeout=120)  # generous: CI machines may be busy
     try:
         report = asyncio.run(bench.run_load(server.base_url, keys, total=100, connections=16))  # type: ignore[attr-defined]
     finally:

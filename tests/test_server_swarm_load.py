@@ -27,7 +27,8 @@ def test_root_reports_the_swarm_loaded_by_post_swarms_load(tmp_path) -> None:
     admin = create_key(keys_file, "admin", "root")
     user = create_key(keys_file, "user", "dora")
     with_key = {"timeout": 30}
-    server = ServerProcess(tmp_path, port, args=["--config", str(config)]).start()
+    server = ServerProcess(tmp_path, port, args=["--config", str(config)]).start(wait=False)
+    server.wait_healthy(timeout=120)  # generous: CI machines may be busy
     try:
         before = httpx.get(server.base_url + "/", **with_key).json()["swarm"]
         assert before["name"] == "stub" and before["description"] == "stub swarm for server tests"

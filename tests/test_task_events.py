@@ -48,7 +48,8 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         "other": create_key(keys_file, "user", "bob"),
         "agent": create_key(keys_file, "agent", "peer"),
     }
-    proc = ServerProcess(directory, port, args=["--config", str(config)]).start()
+    proc = ServerProcess(directory, port, args=["--config", str(config)]).start(wait=False)
+    proc.wait_healthy(timeout=120)  # generous: CI machines may be busy
     proc.keys = keys  # type: ignore[attr-defined]
     yield proc
     assert proc.stop() == 0, proc.logs()
