@@ -292,3 +292,52 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
             f"first stream stopped after {len(first_ids)}; server RSS {rss_before} KiB "
             f"before, {rss_after} KiB after (+{rss_after - rss_before} KiB)"
         )
+
+
+async def test_client_resubscribes_after_dropping_a_stream(server: ServerProcess) -> None:
+    from mail.client import MAILClient
+
+    task_id = str(uuid.uuid4())
+    async with MAILClient(server.base_url, api_key=server.keys["user"]) as client:  # type: ignore[attr-defined]
+        stream = client.post_message_stream("SLEEP 1 DELEGATE via client", task_id=task_id)
+        first = []
+        async for event in stream:
+            first.append(event)
+            break  # drop the stream after its first event
+        await stream.aclose()
+        assert stream.last_event_id == "1"
+        rest = [e async for e in client.resubscribe_task(task_id, stream.last_event_id)]
+        record = await client.get_task(task_id)
+    ids = [int(e.id) for e in first + rest if e.id is not None]
+    assert ids == list(range(1, len(record["events"]) + 1))
+    assert rest[-1].event == "task_complete"
+    assert json.loads(rest[-1].data)["response"] == "delegated: worked: via client"
+
+
+def test_repl_task_events_replays_and_follows(server: ServerProcess) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from mail.client_config import ClientConfig
+    from mail.repl import MAILREPL
+
+    key = server.keys["user"]  # type: ignore[attr-defined]
+    r = httpx.post(
+        f"{server.base_url}/message", json={"body": "hello repl"}, headers=auth(key), timeout=60
+    )
+    task_id = r.json()["task_id"]
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None, force_terminal=False)
+    repl = MAILREPL(server.base_url, api_key=key, config=ClientConfig(), console=console)
+    with asyncio.Runner() as runner:
+        repl.execute(runner, f"task-events {task_id}")
+        everything = out.getvalue()
+        repl.execute(runner, f"te {task_id} --after 3")
+        tail = out.getvalue()[len(everything) :]
+        runner.run(repl.client.aclose())
+    assert "sending message" in everything and "echo[ada]: hello repl" in everything
+    assert "✗" not in everything
+    # Event 1 (the user's message being delivered) is not replayed after id 3.
+    assert "sending message" not in tail and "echo[ada]: hello repl" in tail
