@@ -364,6 +364,25 @@ class MAILClient:
         record = await self.get_task(task_id)
         return list(record.get("pending_reviews") or [])
 
+    def resubscribe_task(
+        self, task_id: str, last_event_id: str | int | None = None
+    ) -> MAILEventStream:
+        """GET /task/events — (re)attach to a task's event stream, running or finished.
+
+        Yields every stored event after `last_event_id` (all of them when None), then live
+        events until the task ends, then a closing `task_complete` (or `task_error`). After a
+        dropped stream, pass the dropped stream's `last_event_id` to continue without a gap
+        or a duplicate; an `event: resubscribe` (the server's answer to a reader that fell
+        too far behind) carries `last_event_id` in its data for the same purpose.
+        """
+        params = {"task_id": task_id}
+        if last_event_id is not None:
+            params["after"] = str(last_event_id)
+        return MAILEventStream(
+            lambda: self._open("GET", "/task/events", params=params, accept="text/event-stream"),
+            "GET /task/events",
+        )
+
     async def get_tasks(self) -> dict[str, Any]:
         """GET /tasks — every task of the caller, keyed by task id."""
         return await self._request_json("GET", "/tasks")  # type: ignore[no-any-return]

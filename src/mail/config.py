@@ -90,6 +90,11 @@ class ServerSettings(_Section):
     # The same failing tool call (same tool and arguments) this many times in a row by one
     # agent stops the task with a ::task_error::. 0 = never.
     task_repeat_limit: int | None = Field(default=5, ge=0)
+    # Bytes of SSE frames one stream may hold for a client that reads slower than the task
+    # produces events. When the buffer stays full for `sse_slow_reader_timeout` seconds the
+    # stream ends with `event: resubscribe` (continue with GET /task/events).
+    sse_max_buffer_bytes: int = Field(default=1_048_576, ge=1024)
+    sse_slow_reader_timeout: float = Field(default=10.0, gt=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod

@@ -15,6 +15,9 @@ The agent reads the newest entry of its history and acts on the user's message b
 * ``ENV <NAME>`` completes with ``<NAME>=<value of that environment variable>``;
 * ``LOOP`` makes the supervisor and the worker pass messages back and forth forever; only the
   runtime's step limit ends it (the agent obeys a forced ``task_complete`` tool choice);
+* ``CHATTY <rounds> <size>`` makes the supervisor and the worker exchange ``rounds`` requests
+  and answers padded to ``size`` characters, then complete with ``chatted <rounds>`` (a task
+  that produces many large events quickly; run it with ``task_message_limit = 0``);
 * ``DELEGATE <text>`` asks the ``worker`` agent, which answers ``worked: <text>``, and then
   completes with ``delegated: <worker's answer>``;
 * anything else completes with ``echo[<sender id>]: <body>``.
@@ -33,6 +36,12 @@ from mail.core.tools import AgentToolCall
 
 _BODY = re.compile(r"<body>(.*?)</body>", re.S)
 _FROM = re.compile(r'<from type="(\w+)">([^<]*)</from>')
+_CHATTY = re.compile(r"CHATTY (\d+) (\d+)(?: left (\d+))?")
+
+
+def _chatty_request(rounds: int, size: int, left: int) -> AgentToolCall:
+    body = f"CHATTY {rounds} {size} left {left} " + "x" * size
+    return _call("send_request", {"target": "worker", "subject": "chat", "body": body})
 
 
 def _call(name: str, args: dict[str, Any]) -> AgentToolCall:
@@ -117,6 +126,11 @@ def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
                     {"target": sender_id, "subject": "Re: work", "body": f"worked: {body}"},
                 )
             ]
+        if sender_type == "agent" and (chat := _CHATTY.search(body)) and chat.group(3):
+            rounds, size, left = (int(g) for g in chat.groups())
+            if left <= 1:
+                return _complete(f"chatted {rounds}")
+            return None, [_chatty_request(rounds, size, left - 1)]
         if sender_type == "agent":  # the worker's answer to a DELEGATE or a LOOP
             if "LOOP" in body:
                 return None, [
@@ -146,6 +160,9 @@ def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
             return None, [
                 _call("send_request", {"target": "worker", "subject": "loop", "body": "LOOP"})
             ]
+        if (chat := _CHATTY.match(body)) and "worker" in comm_targets:
+            rounds, size = int(chat.group(1)), int(chat.group(2))
+            return None, [_chatty_request(rounds, size, rounds)]
         if body.startswith("DELEGATE") and "worker" in comm_targets:
             return None, [
                 _call("send_request", {"target": "worker", "subject": "work", "body": body[9:]})

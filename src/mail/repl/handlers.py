@@ -189,18 +189,66 @@ def _render_answer(ctx: ReplContext, result: dict[str, Any]) -> None:
 
 
 async def do_message_stream(ctx: ReplContext, args: argparse.Namespace) -> None:
-    count = 0
-    final: tuple[str, Any] | None = None
     with ctx.render.console.status("sending…", spinner="dots") as status:
         stream = await ctx.client.post_message_stream(" ".join(args.body), **_message_kwargs(args))
         status.update("waiting for events…")
-        async with stream:
-            async for event in stream:
-                count += 1
-                ctx.render.event(event.event, event.data, args.verbose)
-                if event.event in ("task_complete", "task_error"):
-                    final = (event.event, parse_event_data(event.data))
-                status.update(f"{count} events so far; waiting for more…")
+        final, count = await _follow_stream(ctx, stream, args.task_id, args.verbose, status)
+    _show_final(ctx, final, count, args.verbose)
+
+
+async def do_task_events(ctx: ReplContext, args: argparse.Namespace) -> None:
+    with ctx.render.console.status("attaching…", spinner="dots") as status:
+        stream = await ctx.client.resubscribe_task(args.task_id, args.after)
+        status.update("waiting for events…")
+        final, count = await _follow_stream(ctx, stream, args.task_id, args.verbose, status)
+    _show_final(ctx, final, count, args.verbose)
+
+
+# How often a stream that drops or is asked to resubscribe is re-attached in a row.
+MAX_REATTACH = 3
+
+
+async def _follow_stream(
+    ctx: ReplContext, stream: Any, task_id: str | None, verbose: bool, status: Any
+) -> tuple[tuple[str, Any] | None, int]:
+    """Print events until the final one, re-attaching (GET /task/events) after a drop or an
+    ``event: resubscribe``, from the last event id seen, so nothing is shown twice."""
+    count = 0
+    attempts = 0
+    last_id: str | None = None
+    final: tuple[str, Any] | None = None
+    while True:
+        reattach = False
+        try:
+            async with stream:
+                async for event in stream:
+                    if event.id is not None:
+                        last_id = event.id
+                    data = parse_event_data(event.data)
+                    if task_id is None and isinstance(data, dict):
+                        task_id = data.get("task_id") or None
+                    if event.event == "resubscribe":
+                        if isinstance(data, dict) and data.get("last_event_id"):
+                            last_id = str(data["last_event_id"])
+                        reattach = True
+                        break
+                    count += 1
+                    attempts = 0
+                    ctx.render.event(event.event, event.data, verbose)
+                    if event.event in ("task_complete", "task_error"):
+                        final = (event.event, data)
+                    status.update(f"{count} events so far; waiting for more…")
+        except RuntimeError as exc:  # the connection dropped
+            ctx.render.warn(f"stream interrupted: {exc}")
+            reattach = True
+        if not reattach or task_id is None or attempts >= MAX_REATTACH:
+            return final, count
+        attempts += 1
+        ctx.render.warn(f"re-attaching to task {task_id} after event {last_id or 0}…")
+        stream = await ctx.client.resubscribe_task(task_id, last_id)
+
+
+def _show_final(ctx: ReplContext, final: tuple[str, Any] | None, count: int, verbose: bool) -> None:
     if final is None:
         ctx.render.warn(f"the stream ended after {count} events without task_complete")
         return
@@ -208,7 +256,7 @@ async def do_message_stream(ctx: ReplContext, args: argparse.Namespace) -> None:
     body = data.get("response") if isinstance(data, dict) else data
     if name == "task_error":
         ctx.render.error(f"task failed: {body}")
-    elif not args.verbose:
+    elif not verbose:
         ctx.render.response(body)
 
 
@@ -439,4 +487,5 @@ HANDLERS: dict[str, Handler] = {
     "tasks-get": do_tasks_get,
     "task-get": do_task_get,
     "review": do_review,
+    "task-events": do_task_events,
 }

@@ -239,6 +239,14 @@ def _configure_task_get(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
+def _configure_task_events(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id")
+    parser.add_argument(
+        "-a", "--after", help="start after this event id (default: replay every event)"
+    )
+    _verbose(parser)
+
+
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("help", ("?",), "list commands, or describe one: help COMMAND", _configure_help),
     CommandSpec("exit", ("quit",), "leave the REPL"),
@@ -296,6 +304,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
         ("rv",),
         "show a task's calls held for review, or decide them: review ID [CALL=DECISION ...]",
         _configure_review,
+    ),
+    CommandSpec(
+        "task-events",
+        ("te", "task-e"),
+        "GET /task/events ID: replay a task's events, then follow it live",
+        _configure_task_events,
     ),
 )
 

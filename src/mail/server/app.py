@@ -29,6 +29,7 @@ from mail.server import (
     routes_admin,
     routes_interswarm,
     routes_public,
+    routes_task_events,
     routes_user,
 )
 from mail.server.auth import Authenticator, build_authenticator
@@ -247,6 +248,7 @@ def create_app(
     )
     app.include_router(routes_public.router)
     app.include_router(routes_user.router)
+    app.include_router(routes_task_events.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_interswarm.router)
     app.include_router(responses_bridge.router)

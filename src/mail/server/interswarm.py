@@ -165,6 +165,8 @@ def _interswarm_user_message(
     task_id = data.get("task_id") or str(uuid.uuid4())
     if not isinstance(task_id, str):
         raise BadRequest("parameter 'task_id' must be a string")
+    if not _is_uuid(task_id):  # task ids travel in MAIL messages, where they are UUIDs
+        raise BadRequest(f"parameter 'task_id' must be a UUID, got '{task_id[:60]}'")
     raw_routing = data.get("routing_info")
     if raw_routing is not None and not isinstance(raw_routing, dict):
         raise BadRequest(
@@ -242,3 +244,11 @@ async def post_user_message(
             message, timeout=timeout, show_events=show
         )
     return {"response": response, "events": events if show else None}
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -150,7 +150,12 @@ async def stream_message(
             async for event in events:
                 yield event
 
-    return event_stream_response(leased())
+    return event_stream_response(
+        leased(),
+        max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
+        stall_timeout=state.config.settings.sse_slow_reader_timeout,
+        task_id=req.task_id,
+    )
 
 
 def _records_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, dict[str, Any]]:

@@ -81,8 +81,65 @@ async def _frames(events: AsyncIterator[Any]) -> AsyncIterator[bytes]:
                 pass
 
 
-def event_stream_response(events: AsyncIterator[Any]) -> StreamingResponse:
-    return StreamingResponse(_frames(events), media_type="text/event-stream", headers=SSE_HEADERS)
+def event_stream_response(
+    events: AsyncIterator[Any],
+    *,
+    max_buffer_bytes: int | None = None,
+    stall_timeout: float = 5.0,
+    task_id: str | None = None,
+) -> StreamingResponse:
+    """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
+
+    See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
+    seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
+    for ``task_id``.
+    """
+    if max_buffer_bytes is None:
+        body: AsyncIterator[bytes] = _frames(events)
+    else:
+        from mail.server.stream_buffer import BoundedFrameQueue
+
+        queue = BoundedFrameQueue(
+            events,
+            encode_event,
+            max_buffer_bytes,
+            lambda last_id: resubscribe_event(
+                task_id or "", last_id, max_buffer_bytes, stall_timeout
+            ),
+            stall_timeout,
+        )
+        body = queue.frames()
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+RESUBSCRIBE_EVENT = "resubscribe"
+
+
+def resubscribe_event(
+    task_id: str, last_event_id: str | None, limit: int, stall_timeout: float
+) -> dict[str, Any]:
+    """The final event of a stream whose reader fell too far behind."""
+    after = last_event_id or "0"
+    return {
+        "event": RESUBSCRIBE_EVENT,
+        "data": {
+            "timestamp": _utc_now_iso(),
+            "task_id": task_id,
+            "last_event_id": last_event_id,
+            "reason": (
+                f"the client read too slowly: {limit} bytes of events waited more than "
+                f"{stall_timeout:g}s; the task keeps running"
+            ),
+            "resubscribe": f"/task/events?task_id={task_id}&after={after}",
+        },
+        "id": None,
+    }
+
+
+def _utc_now_iso() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 def event_record(event: Any, *, parse_data: bool = True) -> dict[str, Any]:

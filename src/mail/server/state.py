@@ -52,6 +52,9 @@ class ServerState:
     health_status: str = "healthy"
     health_timestamp: str = field(default_factory=utc_now_iso)
     _registry_failed: bool = field(default=False, repr=False)
+    # Set by POST /swarms/load: GET / then describes the loaded template only (no fallback
+    # to the startup swarm's [server.swarm] values).
+    template_loaded: bool = field(default=False, repr=False)
 
     @property
     def swarm_name(self) -> str:
@@ -88,11 +91,21 @@ class ServerState:
         """New instances use ``template``; existing ones keep theirs until reclaimed."""
         self.template = template
         self.template_source = "<loaded via POST /swarms/load>"
+        self.template_loaded = True
 
     # -- the template's public description --------------------------------------------
 
     def swarm_info(self) -> dict[str, Any]:
         t = self.template
+        if self.template_loaded:
+            return {
+                "name": str(getattr(t, "name", "") or self.swarm_name),
+                "version": str(getattr(t, "version", "")),
+                "description": str(getattr(t, "description", "") or ""),
+                "entrypoint": self.default_entrypoint,
+                "keywords": list(getattr(t, "keywords", None) or []),
+                "public": bool(getattr(t, "public", False)),
+            }
         return {
             "name": self.swarm_name,
             "version": str(getattr(t, "version", "")),

@@ -1,0 +1,33 @@
+"""``GET /task/events``: resubscribe to a task's SSE stream (owner or admin)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import StreamingResponse
+
+from mail.server import task_events
+from mail.server.auth import Caller, caller_admin_or_user
+from mail.server.bodies import parse_task_id
+from mail.server.routes_public import get_state
+from mail.server.sse import event_stream_response
+
+router = APIRouter()
+
+
+@router.get("/task/events")
+async def task_event_stream(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> StreamingResponse:
+    state = get_state(request)
+    task_id = parse_task_id({}, request.query_params.get("task_id"))
+    after = task_events.parse_after(
+        request.headers.get("last-event-id"), request.query_params.get("after")
+    )
+    feed = await task_events.subscribe(state, caller, task_id, after)
+    settings = state.config.settings
+    return event_stream_response(
+        feed,
+        max_buffer_bytes=settings.sse_max_buffer_bytes,
+        stall_timeout=settings.sse_slow_reader_timeout,
+        task_id=task_id,
+    )

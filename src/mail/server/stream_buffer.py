@@ -1,0 +1,137 @@
+"""A byte-bounded buffer between a task's events and one SSE connection.
+
+Without a bound, a client that stops reading would make the server hold every frame it
+could not send yet. Here a pump task reads the event source and encodes frames into a
+per-stream queue while the response body iterator hands them to the transport (which itself
+applies TCP back-pressure). When the frames waiting in the queue would exceed ``max_bytes``,
+the pump waits for the reader to make room (a replay of stored events is paced this way); if
+no room appears within ``stall_timeout`` seconds, the reader is too far behind: the pump
+stops watching the task (the task keeps running) and queues one last ``resubscribe`` event
+naming the id of the last event queued. The client gets everything up
+to that id, then the ``resubscribe`` event, then the end of the stream, and can continue with
+``GET /task/events`` and ``Last-Event-ID`` without a gap or a duplicate.
+
+The event log itself is the task's (shared by every reader, never copied per subscriber);
+what this bounds is the encoded frames a single slow connection can pin in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+logger = logging.getLogger("mail.server.sse")
+
+OverflowEvent = Callable[[str | None], Any]
+
+
+class BoundedFrameQueue:
+    """Frames of one stream, produced by a pump task, consumed by the response body."""
+
+    def __init__(
+        self,
+        events: AsyncIterator[Any],
+        encode: Callable[[Any], bytes],
+        max_bytes: int,
+        overflow_event: OverflowEvent,
+        stall_timeout: float = 5.0,
+    ) -> None:
+        self._events = events
+        self._encode = encode
+        self.max_bytes = max_bytes
+        self.stall_timeout = stall_timeout
+        self._overflow_event = overflow_event
+        self._frames: collections.deque[bytes] = collections.deque()
+        self.buffered_bytes = 0
+        self.peak_bytes = 0
+        self.last_event_id: str | None = None
+        self.overflowed = False
+        self._done = False
+        self._error: BaseException | None = None
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+
+    async def _wait_for_room(self, size: int) -> bool:
+        """Wait until ``size`` more bytes fit; False when the reader stalls too long."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stall_timeout
+        while self._frames and self.buffered_bytes + size > self.max_bytes:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    async def _pump(self) -> None:
+        events = self._events
+        try:
+            async for event in events:
+                frame = self._encode(event)
+                if not await self._wait_for_room(len(frame)):
+                    self.overflowed = True
+                    notice = self._encode(self._overflow_event(self.last_event_id))
+                    self._frames.append(notice)
+                    self.buffered_bytes += len(notice)
+                    logger.info(
+                        "SSE consumer too slow: %d bytes waiting for %.1fs; asked it to "
+                        "resubscribe after event %s",
+                        self.buffered_bytes,
+                        self.stall_timeout,
+                        self.last_event_id,
+                    )
+                    break
+                self._frames.append(frame)
+                self.buffered_bytes += len(frame)
+                self.peak_bytes = max(self.peak_bytes, self.buffered_bytes)
+                event_id = (
+                    event.get("id") if isinstance(event, dict) else getattr(event, "id", None)
+                )
+                if event_id is not None:
+                    self.last_event_id = str(event_id)
+                self._ready.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the response, which logs it and drops the stream
+            self._error = exc
+        finally:
+            self._done = True
+            self._ready.set()
+            # Close the source now so its subscription (and instance lease) is dropped at once.
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except RuntimeError:
+                    pass  # already closing (the cancellation path)
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        """The body iterator: frames in order, until the source ends or overflowed."""
+        pump = asyncio.create_task(self._pump())
+        try:
+            while True:
+                while self._frames:
+                    frame = self._frames.popleft()
+                    self.buffered_bytes -= len(frame)
+                    self._room.set()
+                    yield frame
+                if self._done:
+                    break
+                self._ready.clear()
+                if not self._frames and not self._done:
+                    await self._ready.wait()
+            if self._error is not None:
+                raise self._error
+        finally:
+            if not pump.done():
+                pump.cancel()
+            try:
+                await asyncio.shield(asyncio.gather(pump, return_exceptions=True))
+            except asyncio.CancelledError:
+                pass

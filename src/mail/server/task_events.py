@@ -1,0 +1,170 @@
+"""``GET /task/events``: (re)attach to one task's event stream.
+
+Every stored task event carries a per-task sequence id (``"1"``, ``"2"``, ...). A subscriber
+names the last id it has seen (``Last-Event-ID`` header or ``?after=``); it gets every stored
+event after that id, then the live ones as they are added, until the task completes (or
+pauses at a breakpoint), then one closing ``task_complete`` event carrying the task's
+response, exactly like the end of a ``POST /message`` stream. Replay reads the task's own
+event list (shared, never copied), so each event is sent once, in order, with no gap.
+
+Lookup is by caller: a user reaches only the tasks of their own instance (anything else is
+404, like a task that does not exist); an admin also reaches the tasks of every other
+instance on this server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
+
+from mail.core.events import TaskEvent
+from mail.core.message import utc_now_iso
+from mail.server.auth import Caller
+from mail.server.errors import BadRequest
+from mail.server.instances import Instance
+from mail.server.state import ServerState
+
+CLOSING_EVENTS = ("task_complete", "task_error")
+
+
+@dataclass(slots=True)
+class Subscription:
+    task_id: str
+    after: int
+    task: Any | None = None  # a live MAILTask
+    record: dict[str, Any] | None = None  # an archived task record (instance reclaimed)
+    instance: Instance | None = None
+
+
+def parse_after(header: str | None, query: str | None) -> int:
+    """The id after which to start: ``?after=`` wins over ``Last-Event-ID``; default 0."""
+    raw, name = (query, "after") if query is not None else (header, "Last-Event-ID")
+    if raw is None or raw.strip() == "":
+        return 0
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise BadRequest(
+            f"{name} must be an event id (a non-negative integer), got '{raw[:40]}'"
+        ) from None
+    if value < 0:
+        raise BadRequest(f"{name} must be an event id (a non-negative integer), got '{raw[:40]}'")
+    return value
+
+
+async def find_task(state: ServerState, caller: Caller, task_id: str, after: int) -> Subscription:
+    """The caller's task (or, for an admin, any instance's), or 404."""
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    inst.touch()
+    sub = Subscription(task_id, after)
+    task = None if task_id == "*" else inst.swarm.get_task_by_id(task_id)
+    if task is not None:
+        sub.task, sub.instance = task, inst
+    elif (
+        archived := state.instances.archived_tasks(caller.role, caller.id).get(task_id)
+    ) is not None:
+        sub.record = archived
+    elif caller.role == "admin" and task_id != "*":
+        for other in state.instances.all():
+            found = other.swarm.get_task_by_id(task_id)
+            if found is not None:
+                sub.task, sub.instance = found, other
+                break
+    if sub.task is None and sub.record is None:
+        raise HTTPException(404, f"task '{task_id}' not found")
+    count = len(sub.task.events) if sub.task is not None else len(_record_events(sub.record))
+    if after > count:
+        raise BadRequest(
+            f"event id {after} is past the last event of task '{task_id}' (last id: {count})"
+        )
+    return sub
+
+
+def _record_events(record: dict[str, Any] | None) -> list[Any]:
+    events = (record or {}).get("events")
+    return events if isinstance(events, list) else []
+
+
+def _closing(task_id: str, name: str, response: str) -> TaskEvent:
+    return TaskEvent(
+        name,
+        task_id,
+        "",
+        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
+    )
+
+
+def _response_body(response: Any) -> str:
+    if isinstance(response, dict):
+        message = response.get("message")
+        if isinstance(message, dict):
+            return str(message.get("body", ""))
+    return ""
+
+
+async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> AsyncIterator[Any]:
+    """Stored events after ``sub.after``, live events until the task ends, a closing event."""
+    if sub.record is not None:
+        for event in _record_events(sub.record)[sub.after :]:
+            yield event
+        yield _closing(sub.task_id, "task_complete", _response_body(sub.record.get("response")))
+        return
+    task = sub.task
+    assert task is not None
+    index = sub.after
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    settled = False
+    while True:
+        while index < len(task.events):
+            yield task.events[index]
+            index += 1
+        if task.completed:
+            if settled:
+                break
+            # The waiter of a non-streamed POST /message stores its own `task_complete`
+            # event right after the completion wakes it: let it run, then drain once more.
+            settled = True
+            await asyncio.sleep(0)
+            continue
+        settled = False
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            yield _closing(sub.task_id, "task_error", f"timeout for task '{sub.task_id}'")
+            return
+        signal = task.event_signal()
+        try:
+            await asyncio.wait_for(signal.wait(), min(ping_interval, remaining))
+        except TimeoutError:
+            if index >= len(task.events) and not task.completed:
+                yield TaskEvent(
+                    "ping",
+                    sub.task_id,
+                    "",
+                    raw_payload={"timestamp": utc_now_iso(), "task_id": sub.task_id},
+                )
+    yield _closing(sub.task_id, "task_complete", _response_body(task.response))
+
+
+async def subscribe(
+    state: ServerState, caller: Caller, task_id: str, after: int
+) -> AsyncIterator[Any]:
+    """Find the task (raising 400/404 before any byte is sent) and return its event feed."""
+    sub = await find_task(state, caller, task_id, after)
+    settings = state.config.settings
+    feed = watch(sub, ping_interval=settings.sse_ping_interval, timeout=settings.message_timeout)
+    if sub.instance is None:
+        return feed
+    inst = sub.instance
+
+    async def leased() -> AsyncIterator[Any]:
+        # Keep the instance from being reclaimed while someone watches its task.
+        async with state.instances.lease(inst):
+            async for event in feed:
+                yield event
+
+    return leased()

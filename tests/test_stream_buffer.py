@@ -1,0 +1,100 @@
+"""BoundedFrameQueue: the per-stream byte bound between a task's events and one SSE client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from mail.server.sse import encode_event, resubscribe_event
+from mail.server.stream_buffer import BoundedFrameQueue
+
+
+class Source:
+    """An event source like the runtime's: yields ``count`` events, records being closed."""
+
+    def __init__(self, count: int, size: int = 100) -> None:
+        self.count = count
+        self.size = size
+        self.produced = 0
+        self.closed = asyncio.Event()
+
+    async def events(self) -> AsyncIterator[Any]:
+        try:
+            for n in range(1, self.count + 1):
+                self.produced = n
+                yield {"event": "tick", "data": {"n": n, "pad": "x" * self.size}, "id": str(n)}
+                await asyncio.sleep(0)
+        finally:
+            self.closed.set()
+
+
+def _queue(source: Source, max_bytes: int, stall: float) -> BoundedFrameQueue:
+    return BoundedFrameQueue(
+        source.events(),
+        encode_event,
+        max_bytes,
+        lambda last: resubscribe_event("t-1", last, max_bytes, stall),
+        stall,
+    )
+
+
+def _ids(frames: list[bytes]) -> list[str]:
+    return [
+        line.split(": ", 1)[1]
+        for frame in frames
+        for line in frame.decode().split("\r\n")
+        if line.startswith("id: ")
+    ]
+
+
+async def test_a_reader_that_keeps_up_gets_everything_paced_by_the_bound() -> None:
+    source = Source(200)
+    queue = _queue(source, 2048, stall=5.0)
+    frames = [frame async for frame in queue.frames()]
+    assert _ids(frames) == [str(n) for n in range(1, 201)]
+    assert not queue.overflowed
+    assert queue.peak_bytes <= 2048  # 200 events of ~150 bytes never sat in memory at once
+    assert source.closed.is_set()
+
+
+async def test_a_stalled_reader_is_told_to_resubscribe_after_the_last_id_it_got() -> None:
+    source = Source(10_000, size=500)
+    queue = _queue(source, 4096, stall=0.2)
+    frames: list[bytes] = []
+    body = queue.frames()
+    frames.append(await anext(body))  # read one frame, then stop reading for a while
+    await asyncio.wait_for(source.closed.wait(), 10)  # the pump gave up and closed the source
+    assert source.produced < 20  # it stopped at the bound instead of draining the source
+    frames += [frame async for frame in body]
+    assert queue.overflowed
+    notice = frames[-1].decode()
+    assert "event: resubscribe" in notice
+    ids = _ids(frames[:-1])
+    assert ids == [str(n) for n in range(1, len(ids) + 1)]
+    assert f'"last_event_id":"{ids[-1]}"' in notice
+    assert f"after={ids[-1]}" in notice
+
+
+async def test_closing_the_response_closes_the_source() -> None:
+    source = Source(10_000)
+    queue = _queue(source, 1 << 20, stall=5.0)
+    body = queue.frames()
+    await anext(body)
+    await body.aclose()  # the client went away
+    assert source.closed.is_set()
+
+
+async def test_a_failing_source_fails_the_stream_after_what_it_produced() -> None:
+    async def broken() -> AsyncIterator[Any]:
+        yield {"event": "tick", "data": "1", "id": "1"}
+        raise ValueError("boom")
+
+    queue = BoundedFrameQueue(broken(), encode_event, 4096, lambda last: {}, 1.0)
+    got: list[bytes] = []
+    with pytest.raises(ValueError, match="boom"):
+        async for frame in queue.frames():
+            got.append(frame)
+    assert _ids(got) == ["1"]
