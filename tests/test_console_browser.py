@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
     ConsolePage,

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from tests.server_fixtures import (
     REPO_ROOT,
     ServerProcess,
