@@ -81,7 +81,7 @@ async function showTask(body, taskId, alive) {
       onchange: () => { mode.value = "list"; } }), " a list by call_id ", h("code", {}, '[{"call_id", "content"}]')));
   const error = h("p", { class: "form-error", role: "alert" });
   error.hidden = true;
-  const form = h("form", { class: "bp-form", id: "bp-form" },
+  const form = h("form", { class: "bp-form", id: "bp-form", novalidate: true },
     h("p", {}, `Task ${shortId(taskId)}… is paused. Write what each held call should return, then resume the task.`),
     fields.map((f) => f.el), modeChoice, error,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "btn btn-primary", id: "bp-submit" }, "Resume task")));
