@@ -238,3 +238,14 @@ def test_admin_registers_and_removes_a_swarm(console: ConsolePage, tmp_path: Pat
         assert re.search(r"Could not register: 500", error.inner_text())
     finally:
         remote.process.stop()
+
+
+def test_the_server_announces_the_console_and_never_logs_a_key(demo: ConsoleServer) -> None:
+    # Runs after the tests above, so the log holds everything they did.
+    logs = demo.process.logs()
+    assert f"MAIL console: http://localhost:{demo.process.port}/ui/" in logs or (
+        f"MAIL console: http://127.0.0.1:{demo.process.port}/ui/" in logs
+    )
+    assert "GET /ui/ HTTP/1.1" in logs  # the console was served by this process
+    for key in demo.keys.values():
+        assert key not in logs

@@ -251,9 +251,9 @@ def create_app(
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
     if config.ui:
-        from mail.server import console
+        from mail.server.console import install_console
 
-        app.include_router(console.router)
+        install_console(app)
     return app
 
 

@@ -5,7 +5,8 @@ same HTTP API as every other client, with the API key the user typed (kept in th
 sessionStorage). Serving the assets needs no key; everything they fetch does.
 
 Every response carries a strict Content-Security-Policy: scripts, styles and connections only
-from this origin, no inline code, no framing.
+from this origin, no inline code, no framing. The routes are plain Starlette routes, so they
+are not part of the API document (spec/openapi.yaml).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
-from starlette.responses import RedirectResponse, Response
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
 
 logger = logging.getLogger("mail.server")
 
@@ -57,46 +59,47 @@ _TYPES = {
     ".txt": "text/plain; charset=utf-8",
 }
 
-router = APIRouter(include_in_schema=False)
+
+def _not_found() -> Response:
+    return JSONResponse({"detail": "Not Found"}, status_code=404, headers=SECURITY_HEADERS)
 
 
 def _asset(relative: str) -> Response:
     path = (ASSETS_DIR / relative).resolve()
     if not path.is_relative_to(ASSETS_DIR) or not path.is_file():
-        raise HTTPException(404, "Not found")
+        return _not_found()
     media = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0]
     if media is None:
-        raise HTTPException(404, "Not found")
+        return _not_found()
     return Response(path.read_bytes(), media_type=media, headers=SECURITY_HEADERS)
 
 
-@router.get(CONSOLE_PATH)
-async def console_redirect() -> Response:
+async def _redirect(request: Request) -> Response:
     # Relative asset URLs in index.html need the trailing slash.
     return RedirectResponse(CONSOLE_PATH + "/", status_code=308, headers=SECURITY_HEADERS)
 
 
-@router.get(CONSOLE_PATH + "/")
-async def console_index() -> Response:
+async def _index(request: Request) -> Response:
     return _asset("index.html")
 
 
-@router.get(CONSOLE_PATH + "/{relative:path}")
-async def console_asset(relative: str) -> Response:
-    return _asset(relative)
+async def _file(request: Request) -> Response:
+    return _asset(request.path_params["relative"])
+
+
+def install_console(app: Any) -> None:
+    """Serve the console under ``/ui`` on ``app``."""
+    app.router.routes.extend(
+        [
+            Route(CONSOLE_PATH, _redirect, methods=["GET"]),
+            Route(CONSOLE_PATH + "/", _index, methods=["GET"]),
+            Route(CONSOLE_PATH + "/{relative:path}", _file, methods=["GET"]),
+        ]
+    )
 
 
 def console_url(base_url: str) -> str:
     return base_url.rstrip("/") + CONSOLE_PATH + "/"
-
-
-__all__ = [
-    "CONSOLE_PATH",
-    "CONTENT_SECURITY_POLICY",
-    "console_url",
-    "open_browser_when_ready",
-    "router",
-]
 
 
 def open_browser_when_ready(server: Any, url: str, timeout: float = 60.0) -> threading.Thread:
@@ -118,3 +121,13 @@ def open_browser_when_ready(server: Any, url: str, timeout: float = 60.0) -> thr
     thread = threading.Thread(target=wait_and_open, name="mail-open-console", daemon=True)
     thread.start()
     return thread
+
+
+__all__ = [
+    "ASSETS_DIR",
+    "CONSOLE_PATH",
+    "CONTENT_SECURITY_POLICY",
+    "console_url",
+    "install_console",
+    "open_browser_when_ready",
+]

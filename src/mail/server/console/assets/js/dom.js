@@ -1,5 +1,5 @@
 // Building DOM nodes. Text always goes in through textContent / createTextNode, never through
-// innerHTML, so agent and user text is displayed as text whatever it contains.
+// HTML parsing, so agent and user text is displayed as text whatever it contains.
 
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
