@@ -30,6 +30,7 @@ WIDE = {"width": 1280, "height": 800}
 NARROW = {"width": 390, "height": 844}
 # Generous: the machine running the suite may be shared and busy.
 ANSWER_TIMEOUT_MS = 90_000
+STARTUP_TIMEOUT = 120.0
 
 
 def chromium_path() -> str | None:
@@ -88,7 +89,12 @@ def start_console_server(
         write_config(directory, port=port, swarm=swarm, source=str(REPO_ROOT / "swarms.json"))
     keys_file = directory / "registries" / "keys.json"
     keys = {ident: create_key(keys_file, role, ident) for role, ident in who}
-    process = ServerProcess(directory, port, args=["--port", str(port)]).start()
+    process = ServerProcess(directory, port, args=["--port", str(port)]).start(wait=False)
+    try:
+        process.wait_healthy(STARTUP_TIMEOUT)
+    except BaseException:
+        process.stop()
+        raise
     return ConsoleServer(process, keys)
 
 
