@@ -146,6 +146,8 @@ def test_chat_streams_the_answer_and_the_events_can_be_filtered(console: Console
     # The graph counted the activity of the agents that worked.
     console.go("#/graph")
     page.wait_for_selector('.gnode[data-agent="math"].has-count')
+    assert page.locator(".feed li").count() >= 5  # the side panel lists the latest events
+    console.screenshot("graph-activity", narrow=False)
     # The agent view lists what math received and the tools it called.
     console.go("#/agents/math")
     page.wait_for_selector(".trace-item")
