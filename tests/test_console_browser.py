@@ -251,3 +251,29 @@ def test_the_server_announces_the_console_and_never_logs_a_key(demo: ConsoleServ
     assert "GET /ui/ HTTP/1.1" in logs  # the console was served by this process
     for key in demo.keys.values():
         assert key not in logs
+
+
+def test_a_swarm_crossed_by_a_task_appears_as_a_node(console: ConsolePage) -> None:
+    page = console.sign_in("alice").page
+    page.wait_for_selector(".gnode")
+    assert page.locator(".gnode-remote").count() == 0
+    # An event as the runtime streams it when the supervisor writes to an agent of "meteo".
+    page.evaluate(
+        """async () => {
+            const { addEvents } = await import(new URL("js/store.js", document.baseURI).href);
+            addEvents([{ event: "new_message", id: "1", data: {
+                task_id: "t-remote", timestamp: new Date().toISOString(),
+                description: "sending message", extra_data: { full_message: {
+                    id: "m1", msg_type: "request", message: {
+                        sender: { address_type: "agent", address: "supervisor" },
+                        recipient: { address_type: "agent", address: "forecaster@meteo" },
+                        subject: "rain?", body: "<i>rain</i>?",
+                        sender_swarm: "demo", recipient_swarm: "meteo" } } } } }],
+                null, { live: true });
+        }"""
+    )
+    page.wait_for_selector('.gnode-remote[data-remote="meteo"]')
+    assert (page.locator(".gnode-remote").text_content() or "") == "@meteo"
+    assert page.locator('.gnode[data-agent="supervisor"].active').count() == 1
+    console.screenshot("graph-remote", narrow=False)
+    assert console.errors == []

@@ -41,6 +41,10 @@ export async function send({ text, entrypoint, resume }) {
   const body = { body: text || "", subject: "User Message" };
   if (entrypoint && entrypoint !== store.swarm.entrypoint) body.entrypoint = entrypoint;
   if (resume) {
+    if (chat.taskId !== resume.taskId) {
+      // The chat follows the resumed task from here on.
+      chat.messages = [];
+    }
     body.task_id = resume.taskId;
     body.resume_from = "breakpoint_tool_call";
     body.kwargs = { breakpoint_tool_call_result: resume.result };

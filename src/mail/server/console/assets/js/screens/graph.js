@@ -119,11 +119,12 @@ export function render(container) {
   let drawnRemotes = "";
   let nodes = new Map();
 
+  // Remote swarms: those agents link to, and those seen in events (tasks crossing swarms).
+  const linked = agents.flatMap((a) => a.comm_targets.filter((t) => t.includes("@")).map((t) => t.split("@")[1]));
+  const remoteNames = () => [...new Set([...store.remotes, ...linked])].filter((r) => r && r !== swarm.name).sort();
+
   const draw = () => {
-    const remotes = [...new Set([
-      ...store.remotes,
-      ...agents.flatMap((a) => a.comm_targets.filter((t) => t.includes("@")).map((t) => t.split("@")[1])),
-    ])].filter((r) => r && r !== swarm.name).sort();
+    const remotes = remoteNames();
     drawnRemotes = remotes.join(",");
     const pos = layout(agents, swarm.entrypoint, remotes);
     const edges = links(agents).map((l) => {
@@ -199,8 +200,7 @@ export function render(container) {
   draw();
   const unsubscribe = subscribe((what) => {
     if (what !== "events") return;
-    const remotes = [...store.remotes].filter((r) => r !== swarm.name).sort().join(",");
-    if (remotes !== drawnRemotes && store.remotes.size) draw();
+    if (remoteNames().join(",") !== drawnRemotes) draw();
     else refresh();
   });
   const timer = setInterval(refresh, 1000);
