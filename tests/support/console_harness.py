@@ -84,12 +84,16 @@ def start_console_server(
     port = free_port()
     if stub:
         write_stub_swarms(directory, swarm)
-        write_config(directory, port=port, swarm=swarm)
+        config = write_config(directory, port=port, swarm=swarm)
     else:
-        write_config(directory, port=port, swarm=swarm, source=str(REPO_ROOT / "swarms.json"))
+        config = write_config(
+            directory, port=port, swarm=swarm, source=str(REPO_ROOT / "swarms.json")
+        )
     keys_file = directory / "registries" / "keys.json"
     keys = {ident: create_key(keys_file, role, ident) for role, ident in who}
-    process = ServerProcess(directory, port, args=["--port", str(port)]).start(wait=False)
+    # --config: other tests may leave MAIL_CONFIG_PATH set in this process's environment.
+    args = ["--config", str(config), "--port", str(port)]
+    process = ServerProcess(directory, port, args=args).start(wait=False)
     try:
         process.wait_healthy(STARTUP_TIMEOUT)
     except BaseException:
