@@ -274,6 +274,7 @@ def test_a_swarm_crossed_by_a_task_appears_as_a_node(console: ConsolePage) -> No
     )
     page.wait_for_selector('.gnode-remote[data-remote="meteo"]')
     assert (page.locator(".gnode-remote").text_content() or "") == "@meteo"
+    page.wait_for_selector('.gedge-remote[data-edge="supervisor|@meteo"]')
     assert page.locator('.gnode[data-agent="supervisor"].active').count() == 1
     console.screenshot("graph-remote", narrow=False)
     assert console.errors == []

@@ -16,6 +16,7 @@ export const store = {
   activity: new Map(), // agent -> last time (ms) an event named it
   counts: new Map(), // agent -> number of events naming it
   remotes: new Set(), // remote swarms seen in events
+  remoteLinks: new Set(), // "agent|@swarm" pairs seen talking across swarms
   chat: { taskId: null, entrypoint: null, messages: [], busy: false, error: null },
   abort: null,
 };
@@ -48,7 +49,10 @@ export function addEvents(raws, fallbackTaskId, { live = false } = {}) {
       store.counts.set(agent, (store.counts.get(agent) || 0) + 1);
       if (live) store.activity.set(agent, Date.now());
     }
-    for (const remote of remotes) store.remotes.add(remote);
+    for (const remote of remotes) {
+      store.remotes.add(remote);
+      for (const agent of agents) store.remoteLinks.add(`${agent}|@${remote}`);
+    }
   }
   if (store.events.length > MAX_EVENTS) {
     for (const ev of store.events.splice(0, store.events.length - MAX_EVENTS)) {
@@ -80,6 +84,7 @@ export function resetSession() {
   store.activity = new Map();
   store.counts = new Map();
   store.remotes = new Set();
+  store.remoteLinks = new Set();
   store.chat = { taskId: null, entrypoint: null, messages: [], busy: false, error: null };
   store.abort = null;
 }

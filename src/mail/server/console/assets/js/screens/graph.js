@@ -117,6 +117,7 @@ export function render(container) {
     panel));
 
   let drawnRemotes = "";
+  let drawnLinks = 0;
   let nodes = new Map();
 
   // Remote swarms: those agents link to, and those seen in events (tasks crossing swarms).
@@ -126,8 +127,18 @@ export function render(container) {
   const draw = () => {
     const remotes = remoteNames();
     drawnRemotes = remotes.join(",");
+    drawnLinks = store.remoteLinks.size;
     const pos = layout(agents, swarm.entrypoint, remotes);
-    const edges = links(agents).map((l) => {
+    const known = links(agents);
+    const seen = new Set(known.map((l) => [l.a, l.b].sort().join("|")));
+    for (const pair of store.remoteLinks) {
+      const [a, b] = pair.split("|");
+      if (pos.has(a) && pos.has(b) && !seen.has([a, b].sort().join("|"))) {
+        // Seen in events only: drawn dashed, without a direction.
+        known.push({ a, b, ab: true, ba: true });
+      }
+    }
+    const edges = known.map((l) => {
       const p = pos.get(l.a);
       const q = pos.get(l.b);
       if (!p || !q) return null;
@@ -200,7 +211,7 @@ export function render(container) {
   draw();
   const unsubscribe = subscribe((what) => {
     if (what !== "events") return;
-    if (remoteNames().join(",") !== drawnRemotes) draw();
+    if (remoteNames().join(",") !== drawnRemotes || store.remoteLinks.size !== drawnLinks) draw();
     else refresh();
   });
   const timer = setInterval(refresh, 1000);
