@@ -130,6 +130,8 @@ class ServerConfig(_Section):
     # One log line per request (uvicorn's access log).
     access_log: bool = True
     log_level: str = "info"
+    # The web console at /ui (static assets; every API call it makes needs a key).
+    ui: bool = True
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
     settings: ServerSettings = Field(default_factory=ServerSettings)
     auth: AuthConfig = Field(default_factory=AuthConfig)

@@ -248,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     logging.getLogger("mail.server").info("listening on http://%s:%d", cfg.host, cfg.port)
+    if cfg.ui:
+        from mail.server.console import console_url
+
+        print(f"MAIL console: {console_url(cfg.base_url)}", flush=True)
     # uvicorn handles SIGINT/SIGTERM itself (graceful shutdown), then re-raises the signal
     # against the handlers that were installed before it started. No-op handlers here make a
     # graceful stop exit with status 0 instead of a KeyboardInterrupt or a kill by SIGTERM.

@@ -27,6 +27,7 @@ from mail.config import ServerConfig, load_config
 from mail.server import (
     responses_bridge,
     routes_admin,
+    routes_console,
     routes_interswarm,
     routes_public,
     routes_task_events,
@@ -252,6 +253,11 @@ def create_app(
     app.include_router(routes_admin.router)
     app.include_router(routes_interswarm.router)
     app.include_router(responses_bridge.router)
+    app.include_router(routes_console.router)
+    if config.ui:
+        from mail.server.console import install_console
+
+        install_console(app)
     return app
 
 
@@ -266,14 +272,19 @@ def run_server_with_template(
     """Serve ``template`` over HTTP (blocking), as ``MAILSwarmTemplate.start_server`` does.
 
     Debug routes are on, as in the original. Other ``mail.toml`` values apply; ``options`` may
-    override any ``[server]`` key (e.g. ``log_level``); UI options of the original
-    (``launch_ui``, ``ui_port``, ...) are accepted and ignored with a warning.
+    override any ``[server]`` key (e.g. ``log_level``). ``launch_ui`` (default true) serves the
+    web console at ``/ui`` and ``open_browser`` (default true) opens it once the server is up;
+    the original's ``ui_port``, ``ui_path`` and ``server_url`` are accepted and unused (the
+    console is part of this server, not a separate app).
     """
     import uvicorn
 
-    for ignored in ("launch_ui", "ui_port", "ui_path", "open_browser"):
-        if options.pop(ignored, None):
-            logger.warning("start_server(%s=...) is not supported and was ignored", ignored)
+    launch_ui = bool(options.pop("launch_ui", True))
+    open_browser = bool(options.pop("open_browser", True))
+    for unused in ("ui_port", "ui_path", "server_url"):
+        if options.pop(unused, None) is not None:
+            logger.info("start_server(%s=...) is accepted for compatibility and unused", unused)
+    options.setdefault("ui", launch_ui)
     base = load_config().server
     data = base.model_dump(by_alias=False)
     data.update({"port": port, "host": host, "debug": True, **options})
@@ -288,14 +299,24 @@ def run_server_with_template(
             level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
         )
     app = create_app(config, template=template, template_source="<injected>")
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_config=None,
-        access_log=config.access_log,
-        ws="none",
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_config=None,
+            access_log=config.access_log,
+            ws="none",
+        )
     )
+    if config.ui:
+        from mail.server.console import console_url, open_browser_when_ready
+
+        url = console_url(config.base_url)
+        print(f"MAIL console: {url}", flush=True)
+        if open_browser:
+            open_browser_when_ready(server, url)
+    server.run()
 
 
 __all__ = ["StartupError", "create_app", "run_server_with_template"]

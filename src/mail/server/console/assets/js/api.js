@@ -1,0 +1,118 @@
+// The one place that talks to the MAIL server. Every call carries the key in the
+// Authorization header; nothing here puts it in a URL, and nothing logs it.
+
+import { readEventStream } from "./sse.js";
+
+const KEY_SLOT = "mail-console-key";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export const session = {
+  get key() {
+    return sessionStorage.getItem(KEY_SLOT);
+  },
+  set key(value) {
+    if (value) sessionStorage.setItem(KEY_SLOT, value);
+    else sessionStorage.removeItem(KEY_SLOT);
+  },
+};
+
+// The API lives at the origin root; the console is served under <root>/ui/.
+const ROOT = new URL("..", document.baseURI).pathname.replace(/\/$/, "");
+
+function headers(extra) {
+  const out = { Accept: "application/json", ...extra };
+  const key = session.key;
+  if (key) out.Authorization = `Bearer ${key}`;
+  return out;
+}
+
+async function failure(response) {
+  let detail = response.statusText || "request failed";
+  try {
+    const body = await response.json();
+    if (body && body.detail !== undefined) {
+      detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+    }
+  } catch {
+    // not JSON
+  }
+  return new ApiError(response.status, detail);
+}
+
+export async function request(method, path, body, options = {}) {
+  let response;
+  try {
+    response = await fetch(ROOT + path, {
+      method,
+      headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}),
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+      cache: "no-store",
+      credentials: "omit",
+      signal: options.signal,
+    });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, "The server cannot be reached. Is `mail server` running?");
+  }
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+export const api = {
+  root: () => request("GET", "/"),
+  health: () => request("GET", "/health"),
+  whoami: () => request("GET", "/whoami"),
+  swarm: () => request("GET", "/swarm"),
+  tasks: () => request("GET", "/tasks"),
+  allTasks: () => request("GET", "/tasks/all"),
+  task: (taskId) => request("GET", `/task?task_id=${encodeURIComponent(taskId)}`),
+  publicSwarms: () => request("GET", "/swarms"),
+  registry: () => request("GET", "/swarms/registry"),
+  registerSwarm: (entry) => request("POST", "/swarms", entry),
+  removeSwarm: (name) => request("DELETE", `/swarms/${encodeURIComponent(name)}`),
+  setHealth: (status) => request("POST", "/health", { status }),
+
+  // POST /message with stream: true. onEvent gets {event, id, data}; return false to stop.
+  async streamMessage(body, onEvent, signal) {
+    return openStream("POST", "/message", { ...body, stream: true }, onEvent, signal);
+  },
+
+  // Attach to a running task's stream from where we left off (the stream-resubscribe route:
+  // GET /task/events?task_id=…, resuming after the last event id seen). Until the server has
+  // that route this fails with 404 and the caller falls back to polling GET /task.
+  async resubscribe(taskId, afterId, onEvent, signal) {
+    const query = new URLSearchParams({ task_id: taskId });
+    if (afterId) query.set("after", afterId);
+    const extra = afterId ? { "Last-Event-ID": String(afterId) } : {};
+    return openStream("GET", `/task/events?${query}`, undefined, onEvent, signal, extra);
+  },
+};
+
+async function openStream(method, path, body, onEvent, signal, extraHeaders = {}) {
+  let response;
+  try {
+    response = await fetch(ROOT + path, {
+      method,
+      headers: headers({
+        Accept: "text/event-stream",
+        ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
+        ...extraHeaders,
+      }),
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+      cache: "no-store",
+      credentials: "omit",
+      signal,
+    });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, "The server cannot be reached. Is `mail server` running?");
+  }
+  if (!response.ok) throw await failure(response);
+  await readEventStream(response, onEvent, signal);
+}

@@ -1,0 +1,131 @@
+// Sending to the swarm and following the answer, independent of any screen: the stream keeps
+// feeding the store while the user looks at the graph or the event list.
+
+import { api } from "./api.js";
+import { describeError } from "./dom.js";
+import { callerOf, messageOf, normalizeEvent } from "./model.js";
+import { addEvents, notify, store } from "./store.js";
+
+function push(message) {
+  store.chat.messages.push({ time: new Date().toISOString(), ...message });
+  notify("chat");
+}
+
+// The final answer of a pause at a breakpoint is a JSON list of the held function calls.
+export function parseHeldCalls(text) {
+  if (typeof text !== "string" || !text.startsWith("[")) return null;
+  try {
+    const list = JSON.parse(text);
+    if (Array.isArray(list) && list.length && list.every((c) => c && c.type === "function_call" && c.call_id)) {
+      return list;
+    }
+  } catch {
+    // an ordinary answer that happens to start with '['
+  }
+  return null;
+}
+
+function finish(taskId, response) {
+  const held = parseHeldCalls(response);
+  if (held) {
+    push({ role: "breakpoint", taskId, calls: held, text: `Paused at ${held.map((c) => c.name).join(", ")}` });
+  } else {
+    push({ role: "assistant", taskId, text: response == null ? "" : String(response) });
+  }
+}
+
+// Sends `text` (or a breakpoint resume when `resume` is given) and streams the task.
+export async function send({ text, entrypoint, resume }) {
+  const chat = store.chat;
+  if (chat.busy) return;
+  const body = { body: text || "", subject: "User Message" };
+  if (entrypoint && entrypoint !== store.swarm.entrypoint) body.entrypoint = entrypoint;
+  if (resume) {
+    if (chat.taskId !== resume.taskId) {
+      // The chat follows the resumed task from here on.
+      chat.messages = [];
+    }
+    body.task_id = resume.taskId;
+    body.resume_from = "breakpoint_tool_call";
+    body.kwargs = { breakpoint_tool_call_result: resume.result };
+    chat.taskId = resume.taskId;
+    push({ role: "user", taskId: resume.taskId, text: resume.summary, kind: "resume" });
+  } else {
+    if (chat.taskId) {
+      body.task_id = chat.taskId;
+      body.resume_from = "user_response";
+    }
+    push({ role: "user", taskId: chat.taskId, text });
+  }
+  chat.busy = true;
+  chat.progress = [];
+  chat.error = null;
+  const controller = new AbortController();
+  store.abort = controller;
+  notify("chat");
+  let ended = false;
+  try {
+    await api.streamMessage(body, (raw) => {
+      const data = raw.data && typeof raw.data === "object" ? raw.data : {};
+      if (data.task_id && !chat.taskId) chat.taskId = data.task_id;
+      if (raw.event === "ping") return true;
+      if (raw.event === "task_complete" && data.response !== undefined) {
+        ended = true;
+        finish(data.task_id || chat.taskId, data.response);
+        return false;
+      }
+      if (raw.event === "task_error") {
+        ended = true;
+        push({ role: "system", taskId: chat.taskId, text: `Error: ${data.response || data.description || "unknown error"}` });
+        return false;
+      }
+      const added = addEvents([raw], chat.taskId, { live: true });
+      if (added.length) {
+        chat.progress.push(...added);
+        notify("chat");
+      }
+      return true;
+    }, controller.signal);
+    if (!ended && !controller.signal.aborted) {
+      push({ role: "system", taskId: chat.taskId, text: "The stream ended without an answer. Open the task to see where it stands." });
+    }
+  } catch (error) {
+    if (error.name !== "AbortError") {
+      push({ role: "system", taskId: chat.taskId, text: `Error: ${describeError(error)}` });
+    }
+  } finally {
+    chat.busy = false;
+    store.abort = null;
+    notify("chat");
+  }
+}
+
+export function stopWatching() {
+  if (store.abort) store.abort.abort();
+  push({ role: "system", taskId: store.chat.taskId, text: "Stopped watching. The task keeps running on the server; open it from Tasks." });
+}
+
+export function newConversation() {
+  if (store.abort) store.abort.abort();
+  store.chat = { taskId: null, entrypoint: store.chat.entrypoint, messages: [], busy: false, error: null, progress: [] };
+  notify("chat");
+}
+
+// Rebuilds a chat from a task record (to continue it): the caller's messages and the answers.
+export function openTaskInChat(record) {
+  if (store.abort) store.abort.abort();
+  const events = (record.events || []).map((e) => normalizeEvent(e, record.task_id));
+  addEvents(events);
+  const messages = [];
+  for (const ev of events) {
+    const msg = messageOf(ev);
+    if (ev.event === "new_message" && msg && ["user", "admin"].includes(msg.sender.address_type)) {
+      messages.push({ role: "user", taskId: record.task_id, text: msg.body, time: ev.timestamp });
+    } else if (ev.event === "tool_call" && ev.extra.tool_name === "task_complete") {
+      const args = ev.extra.tool_args || {};
+      messages.push({ role: "assistant", taskId: record.task_id, text: String(args.finish_message ?? ""), time: ev.timestamp, from: callerOf(ev) });
+    }
+  }
+  store.chat = { taskId: record.task_id, entrypoint: store.chat.entrypoint, messages, busy: false, error: null, progress: [] };
+  notify("chat");
+}

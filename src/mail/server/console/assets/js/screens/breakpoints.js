@@ -1,0 +1,110 @@
+// Breakpoints: tasks paused on a breakpoint tool, the calls they hold, and a form to send
+// the results back (one result object for a single call, or a list matched by call_id).
+
+import { api } from "../api.js";
+import { send } from "../conversation.js";
+import { emptyState, errorState, h, loadingState, pretty, relativeTime, replace, shortId } from "../dom.js";
+import { heldCalls } from "../model.js";
+import { store } from "../store.js";
+import { loadTask, taskEvents } from "../tasks-data.js";
+
+export function render(container, params) {
+  const body = h("div", { class: "bp-body" });
+  container.appendChild(h("div", { class: "bp-screen" },
+    h("div", { class: "toolbar" }, h("h1", {}, "Breakpoints"),
+      params[0] ? h("a", { class: "btn btn-quiet", href: "#/breakpoints" }, "All paused tasks") : null),
+    body));
+  let alive = true;
+  if (params[0]) showTask(body, params[0], () => alive);
+  else showList(body, () => alive);
+  return () => { alive = false; };
+}
+
+async function showList(body, alive) {
+  replace(body, loadingState("paused tasks"));
+  try {
+    const records = Object.values(await api.tasks());
+    if (!alive()) return;
+    const paused = records
+      .map((r) => ({ r, calls: heldCalls(taskEvents(r), store.swarm.breakpoint_tools) }))
+      .filter((x) => x.calls.length && !x.r.is_running);
+    if (!paused.length) {
+      const tools = store.swarm.breakpoint_tools || [];
+      replace(body, emptyState("No task is waiting at a breakpoint",
+        tools.length ? `This swarm pauses when an agent calls ${tools.join(", ")}.` : "This swarm declares no breakpoint tools."));
+      return;
+    }
+    replace(body, h("ul", { class: "task-list", id: "bp-list" }, paused.map(({ r, calls }) =>
+      h("li", {}, h("a", { class: "task-row", href: `#/breakpoints/${encodeURIComponent(r.task_id)}` },
+        h("span", { class: "badge badge-warn" }, `${calls.length} held`),
+        h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
+        h("span", { class: "muted" }, calls.map((c) => c.name).join(", ")),
+        h("time", { class: "muted" }, relativeTime(r.start_time)))))));
+  } catch (error) {
+    if (alive()) replace(body, errorState("Could not load tasks", error, () => showList(body, alive)));
+  }
+}
+
+async function showTask(body, taskId, alive) {
+  replace(body, loadingState("the task"));
+  let record;
+  try {
+    record = await loadTask(taskId);
+  } catch (error) {
+    if (!alive()) return;
+    replace(body, error.status === 404 ? emptyState("Task not found", "It does not exist, or it belongs to someone else.")
+      : errorState("Could not load the task", error, () => showTask(body, taskId, alive)));
+    return;
+  }
+  if (!alive()) return;
+  const calls = heldCalls(taskEvents(record), store.swarm.breakpoint_tools);
+  if (!calls.length) {
+    replace(body, emptyState("This task is not waiting at a breakpoint", "It may have been resumed already.",
+      h("a", { class: "btn", href: `#/tasks/${encodeURIComponent(taskId)}` }, "Open the task")));
+    return;
+  }
+  const single = calls.length === 1;
+  const mode = { value: single ? "object" : "list" };
+  const fields = calls.map((c, i) => {
+    const area = h("textarea", { id: `bp-result-${i}`, rows: 3, required: true, dataset: { call: c.callId || "" }, "aria-label": `Result for ${c.name}` });
+    return { call: c, area, el: h("fieldset", { class: "bp-call" },
+      h("legend", {}, h("code", {}, c.name), c.caller ? ` called by ${c.caller}` : ""),
+      c.reasoning ? h("p", { class: "reasoning" }, String(c.reasoning)) : null,
+      h("pre", { class: "bp-args" }, pretty(c.args)),
+      h("p", { class: "muted mono" }, `call_id ${c.callId || "—"}`),
+      h("label", { for: `bp-result-${i}` }, "Result"), area) };
+  });
+  const modeChoice = h("fieldset", { class: "bp-mode" }, h("legend", {}, "Send as"),
+    h("label", {}, h("input", { type: "radio", name: "bp-mode", value: "object", checked: single, disabled: !single,
+      onchange: () => { mode.value = "object"; } }), " one result object ", h("code", {}, '{"content": …}')),
+    h("label", {}, h("input", { type: "radio", name: "bp-mode", value: "list", checked: !single,
+      onchange: () => { mode.value = "list"; } }), " a list by call_id ", h("code", {}, '[{"call_id", "content"}]')));
+  const error = h("p", { class: "form-error", role: "alert" });
+  error.hidden = true;
+  const form = h("form", { class: "bp-form", id: "bp-form", novalidate: true },
+    h("p", {}, `Task ${shortId(taskId)}… is paused. Write what each held call should return, then resume the task.`),
+    fields.map((f) => f.el), modeChoice, error,
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "btn btn-primary", id: "bp-submit" }, "Resume task")));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const missing = fields.find((f) => !f.area.value.trim());
+    if (missing) {
+      error.textContent = `Enter a result for ${missing.call.name}.`;
+      error.hidden = false;
+      missing.area.focus();
+      return;
+    }
+    if (store.chat.busy) {
+      error.textContent = "The chat is still streaming another task; wait for it or stop watching it.";
+      error.hidden = false;
+      return;
+    }
+    const result = mode.value === "object" && single
+      ? { content: fields[0].area.value }
+      : fields.map((f) => ({ call_id: f.call.callId, content: f.area.value }));
+    const summaryText = fields.map((f) => `${f.call.name} → ${f.area.value}`).join("\n");
+    send({ resume: { taskId, result, summary: summaryText } });
+    location.hash = "#/chat";
+  });
+  replace(body, form);
+}

@@ -1,0 +1,89 @@
+// The chat: talk to the swarm's entrypoint (or another entrypoint agent), watch the agents
+// work while the answer streams in, continue the same task with another message.
+
+import { emptyState, formatTime, h, replace, shortId } from "../dom.js";
+import { newConversation, send, stopWatching } from "../conversation.js";
+import { summary, typeLabel, typeTone } from "../model.js";
+import { store, subscribe } from "../store.js";
+
+function bubble(m) {
+  if (m.role === "breakpoint") {
+    return h("article", { class: "bubble bubble-breakpoint" },
+      h("header", {}, "Paused at a breakpoint"),
+      h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.name), " ", h("span", { class: "muted" }, String(c.arguments ?? ""))))),
+      h("a", { class: "btn", href: `#/breakpoints/${encodeURIComponent(m.taskId)}` }, "Answer the held calls"));
+  }
+  const label = { user: "You", assistant: m.from || "Swarm", system: "System" }[m.role] || m.role;
+  return h("article", { class: `bubble bubble-${m.role}` },
+    h("header", {}, h("span", {}, label), h("time", {}, formatTime(m.time))),
+    h("div", { class: "bubble-text" }, m.text));
+}
+
+export function render(container) {
+  const swarm = store.swarm;
+  const chat = store.chat;
+  const entrypoints = swarm.entrypoints && swarm.entrypoints.length ? swarm.entrypoints : [swarm.entrypoint];
+  if (!chat.entrypoint) chat.entrypoint = swarm.entrypoint;
+
+  const select = h("select", { id: "chat-entrypoint", "aria-label": "Send to" },
+    entrypoints.map((name) => h("option", { value: name, selected: name === chat.entrypoint }, name)));
+  select.addEventListener("change", () => { chat.entrypoint = select.value; });
+  const taskLabel = h("span", { class: "chat-task" });
+  const newBtn = h("button", { type: "button", class: "btn btn-quiet", onclick: newConversation }, "New task");
+  const timeline = h("div", { class: "timeline", id: "chat-timeline", "aria-live": "polite" });
+  const input = h("textarea", {
+    id: "chat-input", rows: 2, placeholder: "Message the swarm (Enter to send, Shift+Enter for a new line)",
+    "aria-label": "Message",
+  });
+  const sendBtn = h("button", { type: "submit", class: "btn btn-primary", id: "chat-send" }, "Send");
+  const stopBtn = h("button", { type: "button", class: "btn btn-danger", onclick: stopWatching }, "Stop watching");
+  const form = h("form", { class: "composer" }, input, sendBtn, stopBtn);
+
+  const submit = () => {
+    const text = input.value.trim();
+    if (!text || store.chat.busy) return;
+    input.value = "";
+    send({ text, entrypoint: select.value });
+  };
+  form.addEventListener("submit", (e) => { e.preventDefault(); submit(); });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      submit();
+    }
+  });
+
+  container.appendChild(h("div", { class: "chat-screen" },
+    h("div", { class: "toolbar" },
+      h("h1", {}, "Chat"),
+      h("label", { class: "inline", for: "chat-entrypoint" }, "To ", select),
+      taskLabel, newBtn),
+    timeline, form));
+
+  const update = () => {
+    const c = store.chat;
+    replace(taskLabel, c.taskId
+      ? h("a", { href: `#/tasks/${encodeURIComponent(c.taskId)}`, title: c.taskId }, `Task ${shortId(c.taskId)}… (next message continues it)`)
+      : h("span", { class: "muted" }, "New task"));
+    const items = c.messages.map(bubble);
+    if (c.busy) {
+      const steps = (c.progress || []).slice(-8).map((ev) => h("li", {},
+        h("span", { class: `badge badge-${typeTone(ev.event)}` }, typeLabel(ev.event)), " ", summary(ev).title));
+      items.push(h("div", { class: "working", role: "status" },
+        h("div", {}, h("span", { class: "spinner" }), " Working…"), h("ul", { class: "working-steps" }, steps)));
+    }
+    if (!items.length) {
+      items.push(emptyState("Start a conversation",
+        `Your message goes to ${chat.entrypoint || swarm.entrypoint}. Replies stream in here; the graph shows who is working.`));
+    }
+    replace(timeline, items);
+    timeline.scrollTop = timeline.scrollHeight;
+    sendBtn.disabled = c.busy;
+    stopBtn.hidden = !c.busy;
+    newBtn.disabled = !c.taskId && !c.messages.length;
+  };
+  update();
+  queueMicrotask(() => input.focus());
+  const unsubscribe = subscribe((what) => { if (what === "chat") update(); });
+  return unsubscribe;
+}

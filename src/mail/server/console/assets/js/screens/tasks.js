@@ -1,0 +1,123 @@
+// Tasks: the caller's tasks (an admin may switch to every caller's), and one task in detail
+// with its events, its status, and what can be done next.
+
+import { api } from "../api.js";
+import { openTaskInChat } from "../conversation.js";
+import { badge, emptyState, errorState, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
+import { heldCalls } from "../model.js";
+import { addEvents, isAdmin, store } from "../store.js";
+import { follow, loadTask, taskEvents, taskStatus } from "../tasks-data.js";
+import { eventRow } from "./events.js";
+
+const view = { all: false };
+
+export function render(container, params) {
+  return params[0] ? renderDetail(container, params[0]) : renderList(container);
+}
+
+function renderList(container) {
+  const body = h("div", { class: "tasks-body" });
+  const refresh = h("button", { type: "button", class: "btn btn-quiet", onclick: () => load() }, "Refresh");
+  const scope = isAdmin()
+    ? h("label", { class: "inline" },
+      h("input", { type: "checkbox", id: "tasks-all", checked: view.all, onchange: (e) => { view.all = e.target.checked; load(); } }),
+      " Every caller's tasks")
+    : null;
+  container.appendChild(h("div", { class: "tasks-screen" },
+    h("div", { class: "toolbar" }, h("h1", {}, "Tasks"), scope, refresh), body));
+
+  let alive = true;
+  const load = async () => {
+    replace(body, loadingState("tasks"));
+    try {
+      const records = view.all ? (await api.allTasks()).tasks : Object.values(await api.tasks());
+      if (!alive) return;
+      records.sort((a, b) => String(b.start_time).localeCompare(String(a.start_time)));
+      if (!records.length) {
+        replace(body, emptyState("No tasks yet", "A task starts when you send a message.",
+          h("a", { class: "btn btn-primary", href: "#/chat" }, "Open the chat")));
+        return;
+      }
+      replace(body, h("ul", { class: "task-list", id: "task-list" }, records.map((r) => {
+        const events = taskEvents(r);
+        const st = taskStatus(r, events);
+        return h("li", {},
+          h("a", { class: "task-row", href: `#/tasks/${encodeURIComponent(r.task_id)}`, dataset: { task: r.task_id } },
+            badge(st.label, st.tone),
+            h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
+            view.all ? h("span", { class: "muted task-owner" }, r.task_owner) : null,
+            h("span", { class: "muted" }, `${events.length} events`),
+            h("time", { class: "muted", title: r.start_time }, relativeTime(r.start_time))));
+      })));
+    } catch (error) {
+      if (alive) replace(body, errorState("Could not load tasks", error, load));
+    }
+  };
+  load();
+  return () => { alive = false; };
+}
+
+function renderDetail(container, taskId) {
+  const body = h("div", { class: "task-detail" }, loadingState("the task"));
+  container.appendChild(h("div", { class: "tasks-screen" },
+    h("div", { class: "toolbar" }, h("a", { href: "#/tasks", class: "btn btn-quiet" }, "← Tasks"),
+      h("h1", {}, `Task ${shortId(taskId)}…`)), body));
+  const controller = new AbortController();
+  let following = false;
+
+  const show = (record) => {
+    const events = taskEvents(record);
+    addEvents(events);
+    const st = taskStatus(record, events);
+    const held = heldCalls(events, store.swarm.breakpoint_tools);
+    const own = record.task_owner && store.me && record.task_owner.split("@")[0] === `${store.me.role}:${store.me.id}`;
+    const actions = [
+      h("button", { type: "button", class: "btn btn-quiet", onclick: () => reload() }, "Refresh"),
+      own && !record.is_running ? h("button", {
+        type: "button", class: "btn", id: "task-continue",
+        onclick: () => { openTaskInChat(record); location.hash = "#/chat"; },
+      }, "Continue in chat") : null,
+      held.length && own ? h("a", { class: "btn btn-primary", href: `#/breakpoints/${encodeURIComponent(taskId)}` }, "Answer held calls") : null,
+      record.is_running && !following ? h("button", { type: "button", class: "btn btn-primary", id: "task-follow", onclick: () => startFollowing() }, "Follow live") : null,
+      following ? h("span", { class: "badge badge-info" }, "Following live…") : null,
+    ];
+    replace(body,
+      h("dl", { class: "facts" },
+        h("dt", {}, "Status"), h("dd", {}, badge(st.label, st.tone)),
+        h("dt", {}, "Id"), h("dd", { class: "mono", id: "task-id" }, record.task_id),
+        h("dt", {}, "Owner"), h("dd", {}, record.task_owner || "—"),
+        h("dt", {}, "Started"), h("dd", { title: record.start_time || "" }, relativeTime(record.start_time)),
+        record.title ? [h("dt", {}, "Title"), h("dd", {}, record.title)] : null,
+        (record.remote_swarms || []).length ? [h("dt", {}, "Remote swarms"), h("dd", {}, record.remote_swarms.join(", "))] : null),
+      h("div", { class: "actions" }, actions),
+      h("h2", {}, `Events (${events.length})`),
+      events.length ? h("ol", { class: "event-list" }, [...events].reverse().map(eventRow))
+        : emptyState("No events recorded", "The task has not done anything yet."));
+  };
+
+  const reload = async () => {
+    try {
+      show(await loadTask(taskId));
+    } catch (error) {
+      if (controller.signal.aborted) return;
+      replace(body, error.status === 404
+        ? emptyState("Task not found", "It does not exist, or it belongs to someone else.", h("a", { class: "btn", href: "#/tasks" }, "All tasks"))
+        : errorState("Could not load the task", error, reload));
+    }
+  };
+
+  const startFollowing = async () => {
+    following = true;
+    reload();
+    try {
+      await follow(taskId, () => reload(), controller.signal);
+    } catch (error) {
+      if (!controller.signal.aborted) replace(body, errorState("Lost the task's stream", error, reload));
+    }
+    following = false;
+    if (!controller.signal.aborted) reload();
+  };
+
+  reload();
+  return () => controller.abort();
+}

@@ -1,0 +1,92 @@
+"""Read-mostly routes the console needs beyond the original API (all behind a key).
+
+- ``GET /swarm`` (admin, user): the shape of the caller's swarm (agents, links, entrypoints,
+  actions). Nothing here is secret: it is what the agents' own tool specs already reveal.
+- ``GET /swarms/registry`` (admin): every registry entry, private ones included, no tokens.
+- ``DELETE /swarms/{swarm_name}`` (admin): forget a remote swarm.
+- ``GET /tasks/all`` (admin): the tasks of every live instance, for operators.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+
+from mail.server.auth import Caller, caller_admin, caller_admin_or_user
+from mail.server.jsonio import JSONBody
+from mail.server.messaging import task_record
+from mail.server.routes_public import get_state
+from mail.server.swarm_description import describe_swarm
+
+logger = logging.getLogger("mail.server")
+
+router = APIRouter()
+
+
+@router.get("/swarm")
+async def describe_callers_swarm(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    state = get_state(request)
+    # An instance keeps the definition it was created with (POST /swarms/load only affects
+    # new ones), so describe the caller's own instance when there is one.
+    inst = state.instances.peek(caller.role, caller.id)
+    swarm = inst.swarm if inst is not None else state.template
+    if swarm is None:
+        raise HTTPException(503, "no swarm loaded")
+    info = describe_swarm(
+        swarm, name=state.swarm_name, description=state.swarm_info()["description"]
+    )
+    return JSONBody(info)
+
+
+def _registry(request: Request) -> Any:
+    registry = get_state(request).get_registry()
+    if registry is None:
+        raise HTTPException(503, "swarm registry not available")
+    return registry
+
+
+@router.get("/swarms/registry")
+async def list_registry(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    from mail.net.registry_store import clean_endpoint
+
+    registry = _registry(request)
+    entries = []
+    for name, endpoint in registry.get_all_endpoints().items():
+        entry: dict[str, Any] = dict(clean_endpoint(endpoint))
+        entry["public"] = bool(endpoint.get("public"))
+        entry["volatile"] = bool(endpoint.get("volatile"))
+        entry["is_local"] = name == registry.local_swarm_name
+        entries.append(entry)
+    return JSONBody({"swarms": entries})
+
+
+@router.delete("/swarms/{swarm_name}")
+async def remove_swarm(
+    swarm_name: str, request: Request, caller: Caller = Depends(caller_admin)
+) -> JSONBody:
+    registry = _registry(request)
+    if swarm_name == registry.local_swarm_name:
+        raise HTTPException(400, f"swarm '{swarm_name}' is this server's own swarm")
+    if not registry.unregister_swarm(swarm_name):
+        raise HTTPException(404, f"swarm '{swarm_name}' not found")
+    logger.info("admin %s removed swarm '%s'", caller.id, swarm_name)
+    return JSONBody({"status": "removed", "swarm_name": swarm_name})
+
+
+@router.get("/tasks/all")
+async def list_all_tasks(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    state = get_state(request)
+    tasks: list[dict[str, Any]] = []
+    for inst in state.instances.all():
+        for task_id, task in inst.swarm.get_all_tasks().items():
+            if task_id == "*":
+                continue
+            record = task_record(task)
+            record["instance"] = inst.owner
+            tasks.append(record)
+    tasks.sort(key=lambda r: str(r.get("start_time") or ""), reverse=True)
+    return JSONBody({"tasks": tasks})
