@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = Path(__file__).resolve().parent
@@ -13,3 +16,16 @@ for path in (str(REPO_ROOT), str(TESTS_DIR)):
         sys.path.insert(0, path)
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture(autouse=True)
+def _restore_config_path_env() -> Iterator[None]:
+    """`mail server --config` / `mail keys --config` set $MAIL_CONFIG_PATH for their run;
+    tests that call their config resolvers in-process must not leak it to later tests (a
+    server started afterwards without --config would read another test's file)."""
+    saved = os.environ.get("MAIL_CONFIG_PATH")
+    yield
+    if saved is None:
+        os.environ.pop("MAIL_CONFIG_PATH", None)
+    else:
+        os.environ["MAIL_CONFIG_PATH"] = saved

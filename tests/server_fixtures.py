@@ -29,7 +29,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from tests.support.stub_agents import stub_swarms_json  # noqa: E402
 
-STARTUP_TIMEOUT = 30.0
+STARTUP_TIMEOUT = 120.0  # generous: a busy CI machine can take long to import
 
 
 def free_port() -> int:
