@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from mail.api.actions import MAILAction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
+from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 logger = logging.getLogger("mail.api")
@@ -50,6 +51,7 @@ class MAILAgent:
         can_complete_tasks: bool = False,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
+        team_tools: list[str] | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
@@ -62,6 +64,7 @@ class MAILAgent:
         self.can_complete_tasks = can_complete_tasks
         self.tool_format = tool_format
         self.exclude_tools = list(exclude_tools or [])
+        self.team_tools = validate_team_tools(team_tools, name)
         self._validate()
 
     def _validate(self) -> None:
@@ -83,6 +86,7 @@ class MAILAgent:
             enable_interswarm=self.enable_interswarm,
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
+            team_tools=tuple(self.team_tools),
         )
 
     def _to_template(self, names: list[str]) -> MAILAgentTemplate:
@@ -97,6 +101,7 @@ class MAILAgent:
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
             exclude_tools=self.exclude_tools,
+            team_tools=self.team_tools,
         )
 
 
@@ -115,6 +120,7 @@ class MAILAgentTemplate:
         can_complete_tasks: bool = False,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
+        team_tools: list[str] | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
@@ -126,6 +132,8 @@ class MAILAgentTemplate:
         self.can_complete_tasks = can_complete_tasks
         self.tool_format = tool_format
         self.exclude_tools = list(exclude_tools or [])
+        # Opt-in team tool groups: reply_wait, threads, inbox, files (mail.core.team).
+        self.team_tools = validate_team_tools(team_tools, name)
         self._validate()
 
     def _validate(self) -> None:
@@ -145,13 +153,24 @@ class MAILAgentTemplate:
         return {
             "name": self.name,
             "comm_targets": list(self.comm_targets),
-            "tools": [a.to_tool_dict(style=self.tool_format) for a in self.actions],
+            "tools": [a.to_tool_dict(style=self.tool_format) for a in self.actions]
+            + self._team_tool_specs(),
             "enable_entrypoint": self.enable_entrypoint,
             "enable_interswarm": self.enable_interswarm,
             "tool_format": self.tool_format,
             "can_complete_tasks": self.can_complete_tasks,
             "exclude_tools": list(self.exclude_tools),
         }
+
+    def _team_tool_specs(self) -> list[dict[str, Any]]:
+        # Offered like action tools; those named like a MAIL tool replace the built-in one.
+        return team_tool_specs(
+            self.team_tools,
+            self.comm_targets,
+            style=self.tool_format,
+            enable_interswarm=self.enable_interswarm,
+            exclude_tools=self.exclude_tools,
+        )
 
     def instantiate(
         self,
@@ -188,6 +207,7 @@ class MAILAgentTemplate:
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
             exclude_tools=exclude,
+            team_tools=self.team_tools,
         )
 
     # ------------------------------------------------------------------ loaders
@@ -229,6 +249,7 @@ class MAILAgentTemplate:
             can_complete_tasks=bool(data.get("can_complete_tasks", False)),
             tool_format=data.get("tool_format", "responses"),
             exclude_tools=list(data.get("exclude_tools") or []),
+            team_tools=data.get("team_tools"),
         )
 
     @classmethod
@@ -258,6 +279,7 @@ class MAILAgentTemplate:
             if isinstance(self.factory, str)
             else (f"python::{self.factory.__module__}:{self.factory.__qualname__}")
         )
+        extra: dict[str, Any] = {"team_tools": list(self.team_tools)} if self.team_tools else {}
         return {
             "name": self.name,
             "factory": factory,
@@ -269,6 +291,7 @@ class MAILAgentTemplate:
             "can_complete_tasks": self.can_complete_tasks,
             "tool_format": self.tool_format,
             "exclude_tools": list(self.exclude_tools),
+            **extra,
         }
 
     def __repr__(self) -> str:

@@ -92,6 +92,8 @@ class MAILSwarm:
 
         self.runtime.context_compressor = compress_history
         self._loop_task: asyncio.Task[None] | None = None
+        if any(a.team_tools for a in agents):
+            self.attach_team_store(None)
 
     # ------------------------------------------------------------------ messages
     def build_message(
@@ -345,6 +347,32 @@ class MAILSwarm:
         self.runtime.observer = observer
         self._store_observer: StoreObserver | None = observer
         return restored
+
+    def attach_team_store(self, store: Any = None, settings: Any = None, key: Any = None) -> None:
+        """Threads, inboxes and attachments of this instance live in `store`.
+
+        Without a store they are kept in memory. Only swarms with an agent that opted into
+        `team_tools` get a team service; for the others this does nothing.
+        """
+        if not any(a.team_tools for a in self.agents.values()):
+            return
+        from mail.core.team import TeamService
+        from mail.store.base import InstanceKey
+        from mail.store.team_memory import MemoryTeamStore
+
+        key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
+        current = self.runtime.team
+        self.runtime.team = TeamService(
+            self.runtime,
+            store if store is not None else MemoryTeamStore(),
+            key,
+            settings if settings is not None else (current.settings if current else None),
+        )
+
+    @property
+    def team(self) -> Any:
+        """The instance's `TeamService` (None when no agent uses team tools)."""
+        return self.runtime.team
 
     async def flush_store(self, timeout: float | None = None) -> bool:
         observer = getattr(self, "_store_observer", None)

@@ -225,6 +225,7 @@ class MAILSwarmTemplate:
                 can_complete_tasks=agent.can_complete_tasks,
                 tool_format=agent.tool_format,
                 exclude_tools=agent.exclude_tools,
+                team_tools=agent.team_tools,
             )
             agents.append(clone)
         entry = entrypoint or (self.entrypoint if self.entrypoint in members else members[0])
