@@ -29,6 +29,27 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mail.api")
 
 
+def _attach_files(message: MAILMessage, attachments: list[dict[str, Any]] | None) -> None:
+    """List uploaded files (`{id, filename, size, sha256, description}`) on a user message.
+
+    They go in `routing_info.attachments` and, so that the agent knows of them, in a note
+    at the end of the body.
+    """
+    if not attachments:
+        return
+    payload: Any = message["message"]
+    payload["routing_info"] = {**(payload.get("routing_info") or {}), "attachments": attachments}
+    lines = [
+        f"- {a['filename']} (attachment id {a['id']}, {a['size']} bytes)"
+        + (f": {a['description']}" if a.get("description") else "")
+        for a in attachments
+    ]
+    payload["body"] = (
+        f"{payload['body']}\n\nAttached files (use read_attachment or save_attachment):\n"
+        + "\n".join(lines)
+    )
+
+
 def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
     return [e.to_record(parsed=True) for e in events]
 
@@ -159,6 +180,7 @@ class MAILSwarm:
         to completion here.
         """
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        _attach_files(message, kwargs.pop("attachments", None))
         return await self.submit_message(message, timeout, show_events, resume_from, **kwargs)
 
     async def post_message_and_run(
@@ -251,6 +273,7 @@ class MAILSwarm:
     ) -> AsyncIterator[TaskEvent]:
         """The task's events as TaskEvent records, ending with task_complete/task_error."""
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        _attach_files(message, kwargs.pop("attachments", None))
         async for event in self.submit_events(
             message, timeout, resume_from, ping_interval, **kwargs
         ):
