@@ -275,7 +275,7 @@ def test_threads_quiet_and_urgent_delivery_inbox_and_http(env: Env) -> None:
     # Inbox across tasks: a new task; the lead reads what it got in the first one.
     env.reset()
     env.queue(tool_call("check_new_messages", {}), match=LEAD)
-    env.queue(tool_call("get_messages", {"limit": 10}), match=LEAD)
+    env.queue(tool_call("get_messages", {"limit": 100}), match=LEAD)
     env.queue(tool_call("check_new_messages", {}), match=LEAD)
     env.queue(lambda r: reply(complete(json.dumps(results(r)[-3:]))), match=LEAD)
     second = json.loads(env.post("what did you get?").json()["response"])

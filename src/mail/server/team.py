@@ -98,7 +98,7 @@ def parse_attachments(value: Any, max_bytes: int) -> list[tuple[str, str, bytes]
             if not isinstance(encoded, str):
                 raise BadRequest(f"parameter '{where}.content_base64' must be a string")
             if len(encoded) * 3 // 4 > max_bytes + 3:
-                raise HTTPException(413, f"{where} is larger than {max_bytes} bytes")
+                raise HTTPException(413, f"{where} is too large; the limit is {max_bytes} bytes")
             try:
                 data = base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError) as exc:
