@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mail.runtime.team")
 
 DIGEST_LIMIT = 50
+DIGEST_PREFIX = "Quiet updates since your last turn"
 
 
 class TeamError(Exception):
@@ -257,8 +258,8 @@ class TeamService:
 
 def digest_text(entries: list[Record], total: int) -> str:
     lines = [
-        f"Quiet updates since your last turn ({total} new; use get_messages for details "
-        "when you have the inbox tools):"
+        f"{DIGEST_PREFIX} ({total} new; use get_messages for details when you have the "
+        "inbox tools):"
     ]
     if total > len(entries):
         lines.append(f"(showing the latest {len(entries)})")
