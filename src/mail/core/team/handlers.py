@@ -42,30 +42,20 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _team(rt: MAILRuntime, agent: str, group: str) -> TeamService:
-    team: TeamService | None = getattr(rt, "team", None)
-    if team is None or group not in team.groups(agent):
-        raise TeamError(
-            f"the '{group}' team tools are not enabled for agent '{agent}' (swarms.json: "
-            f'"team_tools": ["{group}"])'
-        )
-    return team
-
-
 def team_tool(name: str, group: str) -> Any:
     """Register a handler that gets the TeamService; TeamError becomes an ERROR result."""
 
     def register(fn: Any) -> Handler:
         async def handler(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str | None:
-            team_: TeamService | None = getattr(rt, "team", None)
-            opted = team_ is not None and group in team_.groups(ctx.agent_name)
-            if not opted and name in rt.actions:
-                return await handle_action(rt, ctx, call)  # a swarm action of that name
+            team: TeamService | None = getattr(rt, "team", None)
+            if team is None or group not in team.groups(ctx.agent_name):
+                # Not opted in: exactly what MAIL v1 does with an unknown tool (or a swarm
+                # action that happens to have this name).
+                return await handle_action(rt, ctx, call)
             # Like actions, team tools return information: the agent is called again after
             # the turn (the runtime's ::action_complete:: notice) to act on the result.
             ctx.actions_ran = True
             try:
-                team = _team(rt, ctx.agent_name, group)
                 return _ok(await fn(team, ctx, call.tool_args))
             except TeamError as exc:
                 rt._emit(ctx.task_id, "agent_error", f"{ctx.agent_name} {name}: {exc}")
