@@ -66,9 +66,24 @@ def llm_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     alice = create_key(keys, "user", "alice")
     bob = create_key(keys, "user", "bob")
     with running_server(directory, ["-c", str(config)]) as server:
+        # Warm up (the server imports LiteLLM on the first model call, slow on a busy box),
+        # so each test's timing bounds are about the feature, not the import.
+        asyncio.run_coroutine_threadsafe(_queue_warmup(llm), box["loop"]).result(5)
+        warm = httpx.post(
+            f"{server.base_url}/message",
+            json={"body": "warm up"},
+            headers=auth(alice),
+            timeout=300,
+        )
+        assert warm.json()["response"] == "warm", warm.text
+        llm.requests.clear()
         yield llm, box["loop"], server, directory, alice, bob
     box["loop"].call_soon_threadsafe(stop.set)  # type: ignore[union-attr]
     thread.join(10)
+
+
+async def _queue_warmup(llm: ScriptedLLM) -> None:
+    llm.queue(tool_call("task_complete", {"finish_message": "warm"}), match=LEAD)
 
 
 class Env:
@@ -91,7 +106,7 @@ class Env:
             f"{self.server.base_url}/message",
             json={"body": body, **extra},
             headers=auth(key or self.alice),
-            timeout=60,
+            timeout=180,
         )
 
     def get(self, path: str, key: str | None = None, **params: Any) -> httpx.Response:
@@ -239,7 +254,17 @@ def test_threads_quiet_and_urgent_delivery_inbox_and_http(env: Env) -> None:
         match=LEAD,
     )
     env.queue(lambda r: reply(complete("t1 done")), match=LEAD)
-    env.queue(respond("lead", "b awake"), match=B)
+    # b, woken by the urgent post, tries the rules a plain participant is bound by.
+    env.queue(
+        lambda r: reply(
+            tool_call("remove_participant_from_thread", {"thread_id": state["tid"], "agent": "a"}),
+            tool_call("get_thread_details", {"thread_id": state["tid"]}),
+            tool_call("remove_participant_from_thread", {"thread_id": state["tid"], "agent": "b"}),
+            tool_call("post_to_thread", {"thread_id": state["tid"], "body": "still here?"}),
+            tool_call("add_participant_to_thread", {"thread_id": state["tid"], "agent": "b"}),
+        ),
+        match=B,
+    )
     r = env.post("start a thread")
     assert r.json()["response"] == "t1 done", r.text
     env.wait_for(B, 1)
@@ -258,14 +283,31 @@ def test_threads_quiet_and_urgent_delivery_inbox_and_http(env: Env) -> None:
     assert "kickoff" in incoming_texts(b_first)[-2]
     assert env.count(B) == 1
 
+    # b's rule checks ran in its turn (the task had ended, so it is not called again); each
+    # refused call left an agent_error event naming the rule.
+    task_id = r.json()["task_id"]
+    deadline = time.monotonic() + 30
+    while True:
+        task = env.get("/task", task_id=task_id).json()
+        errors = [
+            e["data"] for e in task["events"] if e["event"] == "agent_error" and "b " in e["data"]
+        ]
+        if any("add_participant_to_thread" in e for e in errors) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    refused = " | ".join(errors)
+    assert "only the thread's creator (lead) or a itself can remove a" in refused
+    assert "you are not a participant of thread" in refused
+    assert "only participants can add agents" in refused
+
     # HTTP: the thread, its posts, participants and unread counts.
     listing = env.get("/threads").json()["threads"]
     assert [t["thread_id"] for t in listing] == [state["tid"]]
     detail = env.get(f"/threads/{state['tid']}").json()
-    assert detail["participants"] == ["lead", "a", "b"]
+    assert detail["participants"] == ["lead", "a"]
     bodies = [m["body"] for m in detail["messages"]]
-    assert bodies[1:] == ["kickoff", "quiet note", "wake up b"]
-    assert detail["unread"]["lead"] == 0 and detail["unread"]["b"] == 4
+    assert bodies[1:] == ["kickoff", "quiet note", "wake up b", "b left the thread"]
+    assert detail["unread"] == {"lead": 1, "a": 5}
     assert env.get(f"/threads/{state['tid']}", env.bob).status_code == 404
     assert env.get("/threads", env.bob).json()["threads"] == []
     task = env.get("/task", task_id=r.json()["task_id"]).json()
