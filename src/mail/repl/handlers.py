@@ -436,7 +436,7 @@ HANDLERS: dict[str, Handler] = {
     "responses": do_responses,
     "tasks-get": do_tasks_get,
     "task-get": do_task_get,
-    "threads": do_threads,
-    "thread": do_thread,
-    "attachment": do_attachment,
+    "threads-get": do_threads,
+    "thread-get": do_thread,
+    "attachment-get": do_attachment,
 }

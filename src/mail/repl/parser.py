@@ -265,10 +265,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("tasks-get", ("tsg", "tasks-g"), "GET /tasks", _verbose),
     CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _configure_task_get),
-    CommandSpec("threads", ("ths",), "GET /threads — team threads", _verbose),
-    CommandSpec("thread", ("th",), "GET /threads/ID — posts and unread counts", _configure_thread),
+    CommandSpec("threads-get", ("thg",), "GET /threads — team threads", _verbose),
     CommandSpec(
-        "attachment", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment
+        "thread-get", ("th",), "GET /threads/ID — posts and unread counts", _configure_thread
+    ),
+    CommandSpec(
+        "attachment-get", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment
     ),
 )
 
