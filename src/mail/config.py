@@ -32,6 +32,7 @@ __all__ = [
     "ServerConfig",
     "ServerSettings",
     "SwarmConfig",
+    "TeamToolsConfig",
     "clear_config_cache",
     "find_config_file",
     "load_config",
@@ -120,6 +121,23 @@ class AuthConfig(_Section):
     request_timeout: float = Field(default=10.0, gt=0)
 
 
+class TeamToolsConfig(_Section):
+    """``[server.team_tools]``: limits and folders of the opt-in team tools."""
+
+    # Default and maximum wait of send_request(wait_for_reply=true), in seconds.
+    reply_timeout: float = Field(default=120.0, gt=0)
+    reply_timeout_max: float = Field(default=600.0, gt=0)
+    # Largest attachment (agent transfer_file or user upload on POST /message), in bytes.
+    max_attachment_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    # Largest attachment read_attachment returns as text, in bytes.
+    max_read_bytes: int = Field(default=256 * 1024, gt=0)
+    # Agents' working folders (one sub-folder per instance). Empty = ``team-files`` next to
+    # the registry file.
+    files_root: str = ""
+    # Attachment bytes without DATABASE_URL. Empty = ``attachments`` next to the registry.
+    attachments_dir: str = ""
+
+
 class ServerConfig(_Section):
     """``[server]`` and its sub-tables."""
 
@@ -135,6 +153,7 @@ class ServerConfig(_Section):
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
     settings: ServerSettings = Field(default_factory=ServerSettings)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    team_tools: TeamToolsConfig = Field(default_factory=TeamToolsConfig)
 
     @property
     def base_url(self) -> str:
@@ -218,7 +237,7 @@ def load_config_file(path: str | Path | None) -> MAILConfig:
     server = data.get("server", {})
     if not isinstance(server, dict):
         raise ConfigError(f"config file {path}: [server] must be a table")
-    for table in ("swarm", "settings", "auth"):
+    for table in ("swarm", "settings", "auth", "team_tools"):
         if table in server and not isinstance(server[table], dict):
             raise ConfigError(f"config file {path}: [server.{table}] must be a table")
     client = data.get("client", {})

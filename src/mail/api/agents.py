@@ -12,6 +12,7 @@ from typing import Any, Literal
 from mail.api.actions import MAILAction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
+from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 logger = logging.getLogger("mail.api")
@@ -52,6 +53,7 @@ class MAILAgent:
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
         review_actions: dict[str, list[str]] | None = None,
+        team_tools: list[str] | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
@@ -65,6 +67,7 @@ class MAILAgent:
         self.can_complete_tasks = can_complete_tasks
         self.tool_format = tool_format
         self.exclude_tools = list(exclude_tools or [])
+        self.team_tools = validate_team_tools(team_tools, name)
         self._validate()
 
     def _validate(self) -> None:
@@ -86,6 +89,7 @@ class MAILAgent:
             enable_interswarm=self.enable_interswarm,
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
+            team_tools=tuple(self.team_tools),
         )
 
     def _to_template(self, names: list[str]) -> MAILAgentTemplate:
@@ -101,6 +105,7 @@ class MAILAgent:
             tool_format=self.tool_format,
             exclude_tools=self.exclude_tools,
             review_actions=self.review_actions,
+            team_tools=self.team_tools,
         )
 
 
@@ -120,6 +125,7 @@ class MAILAgentTemplate:
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
         review_actions: dict[str, list[str]] | None = None,
+        team_tools: list[str] | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
@@ -131,6 +137,8 @@ class MAILAgentTemplate:
         self.can_complete_tasks = can_complete_tasks
         self.tool_format = tool_format
         self.exclude_tools = list(exclude_tools or [])
+        # Opt-in team tool groups: reply_wait, threads, inbox, files (mail.core.team).
+        self.team_tools = validate_team_tools(team_tools, name)
         self._validate()
         # Per-agent override of the actions' own `review` ([] switches review off).
         self.review_actions = check_review_overrides(
@@ -154,13 +162,24 @@ class MAILAgentTemplate:
         return {
             "name": self.name,
             "comm_targets": list(self.comm_targets),
-            "tools": [a.to_tool_dict(style=self.tool_format) for a in self.actions],
+            "tools": [a.to_tool_dict(style=self.tool_format) for a in self.actions]
+            + self._team_tool_specs(),
             "enable_entrypoint": self.enable_entrypoint,
             "enable_interswarm": self.enable_interswarm,
             "tool_format": self.tool_format,
             "can_complete_tasks": self.can_complete_tasks,
             "exclude_tools": list(self.exclude_tools),
         }
+
+    def _team_tool_specs(self) -> list[dict[str, Any]]:
+        # Offered like action tools; those named like a MAIL tool replace the built-in one.
+        return team_tool_specs(
+            self.team_tools,
+            self.comm_targets,
+            style=self.tool_format,
+            enable_interswarm=self.enable_interswarm,
+            exclude_tools=self.exclude_tools,
+        )
 
     def instantiate(
         self,
@@ -198,6 +217,7 @@ class MAILAgentTemplate:
             tool_format=self.tool_format,
             exclude_tools=exclude,
             review_actions=self.review_actions,
+            team_tools=self.team_tools,
         )
 
     # ------------------------------------------------------------------ loaders
@@ -240,6 +260,7 @@ class MAILAgentTemplate:
             tool_format=data.get("tool_format", "responses"),
             exclude_tools=list(data.get("exclude_tools") or []),
             review_actions=data.get("review_actions"),
+            team_tools=data.get("team_tools"),
         )
 
     @classmethod
@@ -269,6 +290,7 @@ class MAILAgentTemplate:
             if isinstance(self.factory, str)
             else (f"python::{self.factory.__module__}:{self.factory.__qualname__}")
         )
+        extra: dict[str, Any] = {"team_tools": list(self.team_tools)} if self.team_tools else {}
         return {
             "name": self.name,
             "factory": factory,
@@ -281,6 +303,7 @@ class MAILAgentTemplate:
             "tool_format": self.tool_format,
             "exclude_tools": list(self.exclude_tools),
             **({"review_actions": dict(self.review_actions)} if self.review_actions else {}),
+            **extra,
         }
 
     def __repr__(self) -> str:

@@ -52,6 +52,27 @@ def review_policy_for(
     )
 
 
+def _attach_files(message: MAILMessage, attachments: list[dict[str, Any]] | None) -> None:
+    """List uploaded files (`{id, filename, size, sha256, description}`) on a user message.
+
+    They go in `routing_info.attachments` and, so that the agent knows of them, in a note
+    at the end of the body.
+    """
+    if not attachments:
+        return
+    payload: Any = message["message"]
+    payload["routing_info"] = {**(payload.get("routing_info") or {}), "attachments": attachments}
+    lines = [
+        f"- {a['filename']} (attachment id {a['id']}, {a['size']} bytes)"
+        + (f": {a['description']}" if a.get("description") else "")
+        for a in attachments
+    ]
+    payload["body"] = (
+        f"{payload['body']}\n\nAttached files (use read_attachment or save_attachment):\n"
+        + "\n".join(lines)
+    )
+
+
 def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
     return [e.to_record(parsed=True) for e in events]
 
@@ -118,6 +139,8 @@ class MAILSwarm:
 
         self.runtime.context_compressor = compress_history
         self._loop_task: asyncio.Task[None] | None = None
+        if any(a.team_tools for a in agents):
+            self.attach_team_store(None)
 
     # ------------------------------------------------------------------ messages
     def build_message(
@@ -183,6 +206,7 @@ class MAILSwarm:
         to completion here.
         """
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        _attach_files(message, kwargs.pop("attachments", None))
         return await self.submit_message(message, timeout, show_events, resume_from, **kwargs)
 
     async def post_message_and_run(
@@ -275,6 +299,7 @@ class MAILSwarm:
     ) -> AsyncIterator[TaskEvent]:
         """The task's events as TaskEvent records, ending with task_complete/task_error."""
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
+        _attach_files(message, kwargs.pop("attachments", None))
         async for event in self.submit_events(
             message, timeout, resume_from, ping_interval, **kwargs
         ):
@@ -371,6 +396,32 @@ class MAILSwarm:
         self.runtime.observer = observer
         self._store_observer: StoreObserver | None = observer
         return restored
+
+    def attach_team_store(self, store: Any = None, settings: Any = None, key: Any = None) -> None:
+        """Threads, inboxes and attachments of this instance live in `store`.
+
+        Without a store they are kept in memory. Only swarms with an agent that opted into
+        `team_tools` get a team service; for the others this does nothing.
+        """
+        if not any(a.team_tools for a in self.agents.values()):
+            return
+        from mail.core.team import TeamService
+        from mail.store.base import InstanceKey
+        from mail.store.team_memory import MemoryTeamStore
+
+        key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
+        current = self.runtime.team
+        self.runtime.team = TeamService(
+            self.runtime,
+            store if store is not None else MemoryTeamStore(),
+            key,
+            settings if settings is not None else (current.settings if current else None),
+        )
+
+    @property
+    def team(self) -> Any:
+        """The instance's `TeamService` (None when no agent uses team tools)."""
+        return self.runtime.team
 
     async def flush_store(self, timeout: float | None = None) -> bool:
         observer = getattr(self, "_store_observer", None)

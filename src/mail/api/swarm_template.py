@@ -231,6 +231,7 @@ class MAILSwarmTemplate:
                 tool_format=agent.tool_format,
                 exclude_tools=agent.exclude_tools,
                 review_actions=agent.review_actions,
+                team_tools=agent.team_tools,
             )
             agents.append(clone)
         entry = entrypoint or (self.entrypoint if self.entrypoint in members else members[0])

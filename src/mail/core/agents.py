@@ -23,6 +23,7 @@ class AgentCore:
     enable_interswarm: bool = False
     can_complete_tasks: bool = False
     tool_format: Literal["completions", "responses"] = "responses"
+    team_tools: tuple[str, ...] = ()  # opted-in team tool groups (mail.core.team)
 
     async def __call__(
         self, messages: list[dict[str, Any]], tool_choice: Any = "required"

@@ -75,6 +75,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._observing = type(self._observer) is not RuntimeObserver
         self.interswarm: Any = None  # set by the interswarm layer when enabled
         self.review = ActionReviewer(self, review_policy)  # human review of actions
+        self.team: Any = None  # TeamService when an agent opted into team tools
         # async (history, ratio, model) -> bool; shrinks a history in place (manual_step)
         self.context_compressor: Any = None
 

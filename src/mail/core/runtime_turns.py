@@ -51,6 +51,8 @@ class TurnMixin:
             ctx = TurnContext(task_id, agent_name, message, history)
             current: AgentToolCall | None = None
             try:
+                if self.team is not None:  # inbox filing + quiet digest (mail.core.team)
+                    await self.team.before_turn(task_id, agent_name, message, history)
                 self._append_incoming(history, message)
                 agent = self.agents[agent_name]
                 _text, calls = await agent.function(history, tool_choice)

@@ -427,3 +427,7 @@ async def handle_action(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) 
         ctx.action_errors.append((name, content))
         return _err(content)
     return _ok(content)
+
+
+# Team tools (threads, inbox, files, reply waits) register themselves into TOOL_HANDLERS.
+import mail.core.team.handlers  # noqa: E402, F401

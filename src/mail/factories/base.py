@@ -54,6 +54,13 @@ def normalize_tools(tools: list[Any] | None, tool_format: str) -> list[dict[str,
     return result
 
 
+def _tool_name(tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        return None
+    name = tool.get("name") or (tool.get("function") or {}).get("name")
+    return name if isinstance(name, str) else None
+
+
 _BODY = re.compile(r"<body>(.*?)</body>", re.S)
 
 
@@ -199,12 +206,15 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         """MAIL tools (when the agent has someone to talk to), then the agent's own tools."""
         tools: list[dict[str, Any]] = []
         if self.comm_targets and self._debug_include_mail_tools:
+            # An own tool named like a MAIL tool (e.g. send_request with wait_for_reply from
+            # team_tools) replaces the built-in one.
+            own = [t for t in (_tool_name(tool) for tool in self.tools) if t]
             tools.extend(
                 create_mail_tools(
                     self.comm_targets,
                     enable_interswarm=self.enable_interswarm,
                     style=self.tool_format,
-                    exclude_tools=self.exclude_tools,
+                    exclude_tools=[*self.exclude_tools, *own],
                 )
             )
         tools.extend(self.tools)

@@ -21,9 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from mail.core.team.service import DIGEST_PREFIX
+from mail.core.team.tool_specs import TEAM_TOOL_NAMES
 from mail.core.tools import RUNTIME_TOOL_NAMES
 from mail.factories.demo_review import after_review
 from mail.factories.demo_review import new_request as new_review_request
+from mail.factories.demo_team import TEAM_MARKERS, lead_turn, teammate_turn
 from mail.factories.demo_text import (
     Incoming,
     deterministic_pick,
@@ -182,7 +185,11 @@ class DemoBrain:
             _text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
         )
         self.state = _rebuild_state(messages)
-        self.actions = [t for name, t in self.tools.items() if name not in RUNTIME_TOOL_NAMES]
+        self.actions = [
+            t
+            for name, t in self.tools.items()
+            if name not in RUNTIME_TOOL_NAMES and name not in TEAM_TOOL_NAMES
+        ]
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -387,4 +394,22 @@ _SMALL_TALK = (
 def decide(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any
 ) -> DemoTurn:
+    by_name = _tools_by_name(tools)
+    if any(name in by_name for name in TEAM_MARKERS):
+        # Team tools (mail.core.team): quiet digests are context, not requests; the lead
+        # and file recipients follow the scripted team flow of `demo_team`.
+        messages = [m for m in messages if not _is_digest(m)]
+        if not isinstance(tool_choice, dict):
+            calls = lead_turn(by_name, messages) or teammate_turn(by_name, messages)
+            if calls:
+                return DemoTurn(calls=calls)
     return DemoBrain(messages, tools, tool_choice).decide()
+
+
+def _is_digest(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, str)
+        and content.startswith(DIGEST_PREFIX)
+    )

@@ -96,7 +96,8 @@ class LiteLLMSupervisorFunction(DelegatingAgentFunction, SupervisorFunction):
             self.comm_targets,
             can_complete_tasks=True,
             enable_interswarm=enable_interswarm,
-            exclude_tools=self.exclude_tools,
+            # Own tools (team_tools' send_broadcast) replace built-ins of the same name.
+            exclude_tools=[*self.exclude_tools, *_own_tool_names(self.tools)],
             style=tool_format,
             _debug_include_intraswarm=bool(self.comm_targets),
         )
@@ -114,6 +115,16 @@ class LiteLLMSupervisorFunction(DelegatingAgentFunction, SupervisorFunction):
             **settings,
         )
         self.print_llm_streams = self.supervisor_fn.print_llm_streams
+
+
+def _own_tool_names(tools: list[Any]) -> list[str]:
+    names = []
+    for tool in tools:
+        if isinstance(tool, dict):
+            name = tool.get("name") or (tool.get("function") or {}).get("name")
+            if isinstance(name, str):
+                names.append(name)
+    return names
 
 
 supervisor_factory = deprecated_function_factory(LiteLLMSupervisorFunction, "supervisor_factory")

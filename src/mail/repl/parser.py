@@ -115,6 +115,14 @@ def _message_options(parser: argparse.ArgumentParser, *, show_events: bool) -> N
         default={},
         help='JSON object of extra options, e.g. \'{"breakpoint_tool_call_result": "..."}\'',
     )
+    parser.add_argument(
+        "-a",
+        "--attach",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="send a local file with the message (repeatable; for agents with file tools)",
+    )
     if show_events:
         parser.add_argument("-se", "--show-events", action="store_true")
     _verbose(parser)
@@ -247,6 +255,16 @@ def _configure_task_events(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
+def _configure_thread(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("thread_id")
+    _verbose(parser)
+
+
+def _configure_attachment(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("attachment_id")
+    parser.add_argument("output", nargs="?", help="save to this file (default: print as text)")
+
+
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("help", ("?",), "list commands, or describe one: help COMMAND", _configure_help),
     CommandSpec("exit", ("quit",), "leave the REPL"),
@@ -310,6 +328,13 @@ COMMANDS: tuple[CommandSpec, ...] = (
         ("te", "task-e"),
         "GET /task/events ID: replay a task's events, then follow it live",
         _configure_task_events,
+    ),
+    CommandSpec("threads-get", ("thg",), "GET /threads — team threads", _verbose),
+    CommandSpec(
+        "thread-get", ("th",), "GET /threads/ID — posts and unread counts", _configure_thread
+    ),
+    CommandSpec(
+        "attachment-get", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment
     ),
 )
 

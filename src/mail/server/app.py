@@ -31,6 +31,7 @@ from mail.server import (
     routes_interswarm,
     routes_public,
     routes_task_events,
+    routes_team,
     routes_user,
 )
 from mail.server.auth import Authenticator, build_authenticator
@@ -116,6 +117,10 @@ async def _startup(
     if store is not None and getattr(store, "backend", "") == "postgres":
         instances.agent_memory = await _start_agent_memory()
     await _start_interswarm(state)
+    from mail.server.team import start_team_store, team_settings
+
+    instances.team_store = await start_team_store(config, template, store)
+    instances.team_settings = team_settings(config)
     instances.start()
     if config.settings.gc_tuning:
         tune_gc()
@@ -198,6 +203,8 @@ async def _shutdown(state: ServerState, own_store: bool) -> None:
         await close_quietly("agent memory", state.instances.agent_memory.close)
     if state.router is not None:
         await close_quietly("interswarm router", state.router.stop)
+    if state.instances.team_store is not None:
+        await close_quietly("team store", state.instances.team_store.close)
     await close_quietly("auth", state.auth.aclose)
     if own_store and state.store is not None:
         await close_quietly("store", state.store.close)
@@ -252,6 +259,7 @@ def create_app(
     app.include_router(routes_task_events.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_interswarm.router)
+    app.include_router(routes_team.router)
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
     if config.ui:

@@ -38,6 +38,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "kwargs",
     "show_events",
     "stream",
+    "attachments",
 )
 # kwargs entries that would collide with the explicit parameters of post_message.
 _RESERVED_KWARGS = frozenset(MESSAGE_FIELDS) - {"message", "kwargs", "stream"}
@@ -100,6 +101,8 @@ class MessageRequest:
     stream: bool = False
     timeout: float | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Files sent with the message (validated against the size cap in mail.server.team).
+    attachments: Any = None
 
 
 def parse_message_request(data: dict[str, Any]) -> MessageRequest:
@@ -188,6 +191,7 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
         stream=_opt_bool(data, "stream", False),
         timeout=timeout,
         kwargs=kwargs,
+        attachments=data.get("attachments"),
     )
 
 

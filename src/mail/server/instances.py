@@ -108,6 +108,9 @@ class InstanceManager:
         self.store = store
         # Shared agent memory (acknowledge_broadcast); PostgreSQL-backed with DATABASE_URL.
         self.agent_memory: Any | None = None
+        # Threads, inboxes and attachments (mail.store.team_*), shared by every instance.
+        self.team_store: Any | None = None
+        self.team_settings: Any | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -181,6 +184,14 @@ class InstanceManager:
         if guard is not None:
             guard.max_turns = self.task_turn_limit
             guard.max_repeats = self.task_repeat_limit
+        if self.team_store is not None and hasattr(swarm, "attach_team_store"):
+            from mail.store import InstanceKey
+
+            swarm.attach_team_store(
+                self.team_store,
+                self.team_settings,
+                InstanceKey(self.swarm_name, kind, caller_id),
+            )
         if self.on_create is not None:
             await self.on_create(swarm)
         loop_task = asyncio.create_task(

@@ -23,6 +23,7 @@ from mail.server.errors import BadRequest
 from mail.server.instances import Instance
 from mail.server.sse import event_record, event_stream_response
 from mail.server.state import ServerState
+from mail.server.team import parse_attachments, store_uploads
 
 logger = logging.getLogger("mail.server")
 
@@ -79,6 +80,19 @@ def check_action_review(inst: Instance, req: MessageRequest) -> None:
             raise BadRequest(str(exc)) from None
 
 
+async def _uploads(state: ServerState, caller: Caller, req: MessageRequest) -> Any:
+    """Validated uploads of the request (400/413 before any instance work)."""
+    if req.attachments is None:
+        return []
+    return parse_attachments(req.attachments, state.config.team_tools.max_attachment_bytes)
+
+
+async def _store_uploads(inst: Instance, caller: Caller, req: MessageRequest, uploads: Any) -> None:
+    if uploads:
+        assert req.task_id is not None
+        req.kwargs["attachments"] = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+
+
 def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
     return dict(
         subject=req.subject,
@@ -94,8 +108,10 @@ async def run_message(
     state: ServerState, caller: Caller, req: MessageRequest
 ) -> tuple[dict[str, Any], list[Any]]:
     """Submit and wait for the task's final MAILMessage; returns ``(message, events)``."""
+    uploads = await _uploads(state, caller, req)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     _prepare(state, inst, req)
+    await _store_uploads(inst, caller, req, uploads)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     async with state.instances.lease(inst):
         response, events = await inst.swarm.post_message(
@@ -134,8 +150,10 @@ async def stream_message(
     state: ServerState, caller: Caller, req: MessageRequest
 ) -> StreamingResponse:
     """Submit and stream the task's events as SSE, ending with ``task_complete``."""
+    uploads = await _uploads(state, caller, req)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     _prepare(state, inst, req)
+    await _store_uploads(inst, caller, req, uploads)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     events = inst.swarm.stream_events(
         req.body,

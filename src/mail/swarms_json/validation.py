@@ -60,8 +60,9 @@ AGENT_OPTIONAL_FIELDS: FieldTable = (
     ("actions", list),
     ("exclude_tools", list),
     ("review_actions", dict),
+    ("team_tools", list),
 )
-AGENT_STRING_LIST_FIELDS = ("comm_targets", "actions", "exclude_tools")
+AGENT_STRING_LIST_FIELDS = ("comm_targets", "actions", "exclude_tools", "team_tools")
 
 ACTION_REQUIRED_FIELDS: FieldTable = (
     ("name", str),
@@ -191,6 +192,10 @@ def validate_agent_from_swarms_json(agent_candidate: Any) -> None:
         AGENT_OPTIONAL_FIELDS,
         AGENT_STRING_LIST_FIELDS,
     )
+    if "team_tools" in agent_candidate:
+        from mail.core.team.tool_specs import validate_team_tools
+
+        validate_team_tools(agent_candidate["team_tools"], str(agent_candidate.get("name", "")))
 
 
 def validate_action_from_swarms_json(action_candidate: Any) -> None:

@@ -1,0 +1,23 @@
+"""Team messaging for agents: reply waits, targeted broadcasts, threads, inboxes and files.
+
+Opt-in per agent with ``team_tools`` (see `TEAM_TOOL_GROUPS`). The runtime holds a
+`TeamService` as ``runtime.team``; the tool handlers live in `mail.core.team.handlers`.
+"""
+
+from mail.core.team.service import TeamError, TeamService, TeamSettings
+from mail.core.team.tool_specs import (
+    TEAM_TOOL_GROUPS,
+    TEAM_TOOL_NAMES,
+    team_tool_specs,
+    validate_team_tools,
+)
+
+__all__ = [
+    "TEAM_TOOL_GROUPS",
+    "TEAM_TOOL_NAMES",
+    "TeamError",
+    "TeamService",
+    "TeamSettings",
+    "team_tool_specs",
+    "validate_team_tools",
+]

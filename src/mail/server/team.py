@@ -1,0 +1,181 @@
+"""Team messaging on the server: the team store, user uploads, and what the team routes mean.
+
+Routes (``routes_team``) parse and authorize, then call one function here. A caller sees the
+threads and attachments of its own instance only; an admin's ``GET /threads`` lists every
+instance's threads. Someone else's attachment id answers 404, like an unknown one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+
+from mail.config import ServerConfig
+from mail.server.auth import Caller
+from mail.server.errors import BadRequest, type_name
+from mail.server.instances import instance_kind
+from mail.store.base import InstanceKey
+
+logger = logging.getLogger("mail.server")
+
+ATTACHMENT_FIELDS: tuple[str, ...] = ("filename", "content_base64", "content", "description")
+
+
+def team_settings(config: ServerConfig) -> Any:
+    from mail.core.team import TeamSettings
+
+    cfg = config.team_tools
+    base = Path(config.swarm.registry_file).parent
+    return TeamSettings(
+        reply_timeout=cfg.reply_timeout,
+        reply_timeout_max=cfg.reply_timeout_max,
+        max_attachment_bytes=cfg.max_attachment_bytes,
+        max_read_bytes=cfg.max_read_bytes,
+        files_root=cfg.files_root or str(base / "team-files"),
+    )
+
+
+def uses_team_tools(template: Any) -> bool:
+    return any(getattr(a, "team_tools", None) for a in getattr(template, "agents", []) or [])
+
+
+async def start_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
+    """PostgreSQL when the server persists tasks there and the swarm uses team tools."""
+    if task_store is not None and getattr(task_store, "backend", "") == "postgres":
+        if uses_team_tools(template):
+            from mail.store import database_url_from_env
+            from mail.store.team_postgres import PostgresTeamStore
+
+            url = database_url_from_env()
+            if url:
+                store = PostgresTeamStore(url)
+                await store.start()
+                logger.info("team messaging: postgres")
+                return store
+    from mail.store.team_memory import MemoryTeamStore
+
+    folder = config.team_tools.attachments_dir or str(
+        Path(config.swarm.registry_file).parent / "attachments"
+    )
+    return MemoryTeamStore(attachments_dir=folder)
+
+
+def caller_key(swarm_name: str, caller: Caller) -> InstanceKey:
+    return InstanceKey(swarm_name, instance_kind(caller.role), caller.id)
+
+
+def _owner(key: InstanceKey) -> str:
+    return f"{key.caller_role}:{key.caller_id}"
+
+
+# ------------------------------------------------------------------ uploads
+def parse_attachments(value: Any, max_bytes: int) -> list[tuple[str, str, bytes]]:
+    """``[(filename, description, bytes)]`` from a POST /message ``attachments`` list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest(f"parameter 'attachments' must be a list, got {type_name(value)}")
+    parsed = []
+    for index, item in enumerate(value):
+        where = f"attachments[{index}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"parameter '{where}' must be an object, got {type_name(item)}")
+        unknown = sorted(set(item) - set(ATTACHMENT_FIELDS))
+        if unknown:
+            raise BadRequest(f"parameter '{where}.{unknown[0]}' is not a known field")
+        filename = item.get("filename")
+        if not isinstance(filename, str) or not filename.strip():
+            raise BadRequest(f"parameter '{where}.filename' must be a non-empty string")
+        encoded, text = item.get("content_base64"), item.get("content")
+        if (encoded is None) == (text is None):
+            raise BadRequest(f"parameter '{where}' needs exactly one of content_base64, content")
+        if encoded is not None:
+            if not isinstance(encoded, str):
+                raise BadRequest(f"parameter '{where}.content_base64' must be a string")
+            if len(encoded) * 3 // 4 > max_bytes + 3:
+                raise HTTPException(413, f"{where} is too large; the limit is {max_bytes} bytes")
+            try:
+                data = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise BadRequest(
+                    f"parameter '{where}.content_base64' is not base64: {exc}"
+                ) from exc
+        else:
+            if not isinstance(text, str):
+                raise BadRequest(f"parameter '{where}.content' must be a string")
+            data = text.encode("utf-8")
+        if len(data) > max_bytes:
+            raise HTTPException(413, f"{where} is {len(data)} bytes; the limit is {max_bytes}")
+        description = item.get("description") or ""
+        if not isinstance(description, str):
+            raise BadRequest(f"parameter '{where}.description' must be a string")
+        parsed.append((filename, description, data))
+    return parsed
+
+
+async def store_uploads(
+    swarm: Any, caller: Caller, task_id: str, uploads: list[tuple[str, str, bytes]]
+) -> list[dict[str, Any]]:
+    """Store the user's files as attachments of the instance; their routing_info entries."""
+    if not uploads:
+        return []
+    from mail.core.team.files import EVERY_AGENT, attachment_meta, clean_filename, new_attachment
+
+    team = getattr(swarm, "team", None)
+    if team is None:
+        raise BadRequest(
+            'this swarm has no agent with file tools (team_tools: ["files"]); '
+            "attachments cannot be delivered"
+        )
+    metas = []
+    for filename, description, data in uploads:
+        try:
+            name = clean_filename(filename, "upload")
+        except Exception as exc:  # TeamError
+            raise BadRequest(f"attachment filename: {exc}") from exc
+        record = new_attachment(
+            data, name, description, f"{caller.role}:{caller.id}", [EVERY_AGENT], task_id
+        )
+        await team.store.put_attachment(team.key, record, data)
+        metas.append(attachment_meta(record))
+    return metas
+
+
+# ------------------------------------------------------------------ reads
+async def list_threads(store: Any, swarm_name: str, caller: Caller) -> dict[str, Any]:
+    key = None if caller.role == "admin" else caller_key(swarm_name, caller)
+    found = await store.list_threads(key)
+    threads = [{**thread, "owner": _owner(k)} for k, thread in found if k.swarm_name == swarm_name]
+    return {"threads": threads}
+
+
+async def get_thread(store: Any, swarm_name: str, caller: Caller, thread_id: str) -> dict[str, Any]:
+    own = caller_key(swarm_name, caller)
+    candidates = [own]
+    if caller.role == "admin":
+        candidates += [k for k, t in await store.list_threads(None) if t["thread_id"] == thread_id]
+    for key in candidates:
+        thread = await store.get_thread(key, thread_id)
+        if thread is None:
+            continue
+        posts = await store.thread_posts(key, thread_id)
+        counts = await store.unread_counts(key, thread_id)
+        unread = {
+            agent: counts.get(agent, {}).get(thread_id, 0) for agent in thread["participants"]
+        }
+        return {**thread, "owner": _owner(key), "messages": posts, "unread": unread}
+    raise HTTPException(404, f"thread '{thread_id}' not found")
+
+
+async def get_attachment(
+    store: Any, swarm_name: str, caller: Caller, attachment_id: str
+) -> tuple[dict[str, Any], bytes]:
+    found = await store.get_attachment(caller_key(swarm_name, caller), attachment_id)
+    if found is None:
+        raise HTTPException(404, f"attachment '{attachment_id}' not found")
+    return found

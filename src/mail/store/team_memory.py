@@ -1,0 +1,130 @@
+"""In-memory TeamStore; attachment bytes in memory or, with `attachments_dir`, in files."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from mail.store.base import InstanceKey
+from mail.store.team_base import Record, TeamStore
+
+
+def _instance_dir(root: Path, key: InstanceKey) -> Path:
+    safe = "-".join(part.replace(os.sep, "_") for part in (key.caller_role, key.caller_id))
+    return root / key.swarm_name.replace(os.sep, "_") / safe
+
+
+class MemoryTeamStore(TeamStore):
+    """Everything in dicts; lost with the process (attachment files excepted)."""
+
+    def __init__(self, attachments_dir: str | os.PathLike[str] | None = None) -> None:
+        self._threads: dict[InstanceKey, dict[str, Record]] = {}
+        self._posts: dict[tuple[InstanceKey, str], list[Record]] = {}
+        self._inbox: dict[tuple[InstanceKey, str], list[Record]] = {}
+        self._attachments: dict[InstanceKey, dict[str, tuple[Record, bytes]]] = {}
+        self._dir = Path(attachments_dir) if attachments_dir else None
+
+    # -- threads ---------------------------------------------------------------------
+    async def save_thread(self, key: InstanceKey, thread: Record) -> None:
+        self._threads.setdefault(key, {})[thread["thread_id"]] = copy.deepcopy(thread)
+
+    async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
+        found = self._threads.get(key, {}).get(thread_id)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
+        keys = [key] if key is not None else list(self._threads)
+        return [
+            (k, copy.deepcopy(t))
+            for k in keys
+            for t in sorted(self._threads.get(k, {}).values(), key=lambda t: t["created_at"])
+        ]
+
+    async def add_post(self, key: InstanceKey, post: Record) -> None:
+        self._posts.setdefault((key, post["thread_id"]), []).append(copy.deepcopy(post))
+
+    async def thread_posts(
+        self, key: InstanceKey, thread_id: str, limit: int | None = None
+    ) -> list[Record]:
+        posts = self._posts.get((key, thread_id), [])
+        chosen = posts[-limit:] if limit else posts
+        return copy.deepcopy(chosen)
+
+    # -- inboxes ---------------------------------------------------------------------
+    async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
+        for entry in entries:
+            self._inbox.setdefault((key, entry["agent"]), []).append(copy.deepcopy(entry))
+
+    async def inbox(
+        self,
+        key: InstanceKey,
+        agent: str,
+        *,
+        thread_id: str | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        unshown_only: bool = False,
+    ) -> list[Record]:
+        found = []
+        for entry in reversed(self._inbox.get((key, agent), [])):
+            if thread_id is not None and entry.get("thread_id") != thread_id:
+                continue
+            if since is not None and entry["timestamp"] <= since:
+                continue
+            if unshown_only and entry.get("shown"):
+                continue
+            found.append(copy.deepcopy(entry))
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    async def mark(
+        self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
+    ) -> None:
+        wanted = set(entry_ids)
+        for entry in self._inbox.get((key, agent), []):
+            if entry["entry_id"] in wanted:
+                entry[field] = True
+
+    async def unread_counts(
+        self, key: InstanceKey, thread_id: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for (k, agent), entries in self._inbox.items():
+            if k != key:
+                continue
+            for entry in entries:
+                if entry.get("read"):
+                    continue
+                where = entry.get("thread_id") or "direct"
+                if thread_id is not None and where != thread_id:
+                    continue
+                per = counts.setdefault(agent, {})
+                per[where] = per.get(where, 0) + 1
+        return counts
+
+    # -- attachments -----------------------------------------------------------------
+    async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
+        stored = data
+        if self._dir is not None:
+            folder = _instance_dir(self._dir, key)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / record["attachment_id"]).write_bytes(data)
+            stored = b""
+        self._attachments.setdefault(key, {})[record["attachment_id"]] = (
+            copy.deepcopy(record),
+            stored,
+        )
+
+    async def get_attachment(
+        self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
+    ) -> tuple[Record, bytes] | None:
+        found = self._attachments.get(key, {}).get(attachment_id)
+        if found is None:
+            return None
+        record, data = found
+        if with_data and self._dir is not None:
+            data = (_instance_dir(self._dir, key) / attachment_id).read_bytes()
+        return copy.deepcopy(record), data if with_data else b""

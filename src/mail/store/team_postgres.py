@@ -1,0 +1,291 @@
+"""PostgreSQL TeamStore (asyncpg): threads, posts, inboxes and attachments in four tables.
+
+Writes are executed directly (not through the task store's write-behind buffer) so that a
+tool call that reported success is on disk: a kill -9 right after it loses nothing. The
+tables are created on start when missing (``CREATE TABLE IF NOT EXISTS``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import asyncpg
+
+from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.postgres_schema import normalize_dsn, redact_dsn
+from mail.store.team_base import Record, TeamStore
+
+logger = logging.getLogger("mail.store.team")
+
+TEAM_SCHEMA = """
+CREATE TABLE IF NOT EXISTS team_threads (
+    swarm_name TEXT NOT NULL,
+    caller_role TEXT NOT NULL,
+    caller_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    record JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    PRIMARY KEY (swarm_name, caller_role, caller_id, thread_id)
+);
+CREATE TABLE IF NOT EXISTS team_posts (
+    seq BIGSERIAL PRIMARY KEY,
+    swarm_name TEXT NOT NULL,
+    caller_role TEXT NOT NULL,
+    caller_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    record JSONB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS team_posts_thread
+    ON team_posts (swarm_name, caller_role, caller_id, thread_id, seq);
+CREATE TABLE IF NOT EXISTS team_inbox (
+    seq BIGSERIAL PRIMARY KEY,
+    swarm_name TEXT NOT NULL,
+    caller_role TEXT NOT NULL,
+    caller_id TEXT NOT NULL,
+    agent_name TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    thread_id TEXT,
+    ts TEXT NOT NULL,
+    is_read BOOLEAN NOT NULL DEFAULT FALSE,
+    shown BOOLEAN NOT NULL DEFAULT FALSE,
+    record JSONB NOT NULL,
+    UNIQUE (swarm_name, caller_role, caller_id, agent_name, entry_id)
+);
+CREATE INDEX IF NOT EXISTS team_inbox_agent
+    ON team_inbox (swarm_name, caller_role, caller_id, agent_name, seq);
+CREATE TABLE IF NOT EXISTS team_attachments (
+    swarm_name TEXT NOT NULL,
+    caller_role TEXT NOT NULL,
+    caller_id TEXT NOT NULL,
+    attachment_id TEXT NOT NULL,
+    record JSONB NOT NULL,
+    data BYTEA NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    PRIMARY KEY (swarm_name, caller_role, caller_id, attachment_id)
+);
+"""
+
+TEAM_TABLES = ("team_threads", "team_posts", "team_inbox", "team_attachments")
+_KEY = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
+
+
+def _k(key: InstanceKey) -> tuple[str, str, str]:
+    return (key.swarm_name, key.caller_role, key.caller_id)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
+
+
+def _entry(row: Any) -> Record:
+    record: Record = json.loads(row["record"])
+    record["read"] = row["is_read"]
+    record["shown"] = row["shown"]
+    return record
+
+
+class PostgresTeamStore(TeamStore):
+    def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 5) -> None:
+        self._dsn = normalize_dsn(database_url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+
+    async def start(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                server_settings={"application_name": "mail-server-team"},
+            )
+            async with self._pool.acquire() as conn:
+                await conn.execute("SELECT pg_advisory_lock(7415001)")
+                try:
+                    await conn.execute(TEAM_SCHEMA)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(7415001)")
+        except Exception as exc:
+            if self._pool is not None:
+                self._pool.terminate()
+                self._pool = None
+            raise StoreUnavailableError(
+                f"cannot use PostgreSQL for team messaging at {redact_dsn(self._dsn)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreUnavailableError("the PostgreSQL team store is not started")
+        return self._pool
+
+    # -- threads ---------------------------------------------------------------------
+    async def save_thread(self, key: InstanceKey, thread: Record) -> None:
+        await self.pool.execute(
+            "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id, record)"
+            " VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT"
+            " (swarm_name, caller_role, caller_id, thread_id) DO UPDATE SET record = $5::jsonb",
+            *_k(key),
+            thread["thread_id"],
+            _dump(thread),
+        )
+
+    async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
+        row = await self.pool.fetchrow(
+            f"SELECT record FROM team_threads WHERE {_KEY} AND thread_id = $4", *_k(key), thread_id
+        )
+        return json.loads(row["record"]) if row else None
+
+    async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
+        if key is None:
+            rows = await self.pool.fetch(
+                "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
+                " ORDER BY created_at"
+            )
+        else:
+            rows = await self.pool.fetch(
+                "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
+                f" WHERE {_KEY} ORDER BY created_at",
+                *_k(key),
+            )
+        return [
+            (
+                InstanceKey(r["swarm_name"], r["caller_role"], r["caller_id"]),
+                json.loads(r["record"]),
+            )
+            for r in rows
+        ]
+
+    async def add_post(self, key: InstanceKey, post: Record) -> None:
+        await self.pool.execute(
+            "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
+            " VALUES ($1, $2, $3, $4, $5::jsonb)",
+            *_k(key),
+            post["thread_id"],
+            _dump(post),
+        )
+
+    async def thread_posts(
+        self, key: InstanceKey, thread_id: str, limit: int | None = None
+    ) -> list[Record]:
+        rows = await self.pool.fetch(
+            f"SELECT record FROM team_posts WHERE {_KEY} AND thread_id = $4"
+            " ORDER BY seq DESC LIMIT $5",
+            *_k(key),
+            thread_id,
+            limit,
+        )
+        return [json.loads(r["record"]) for r in reversed(rows)]
+
+    # -- inboxes ---------------------------------------------------------------------
+    async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
+        rows = [
+            (
+                *_k(key),
+                e["agent"],
+                e["entry_id"],
+                e.get("thread_id"),
+                e["timestamp"],
+                bool(e.get("read")),
+                bool(e.get("shown")),
+                _dump(e),
+            )
+            for e in entries
+        ]
+        if rows:
+            await self.pool.executemany(
+                "INSERT INTO team_inbox (swarm_name, caller_role, caller_id, agent_name,"
+                " entry_id, thread_id, ts, is_read, shown, record)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)"
+                " ON CONFLICT DO NOTHING",
+                rows,
+            )
+
+    async def inbox(
+        self,
+        key: InstanceKey,
+        agent: str,
+        *,
+        thread_id: str | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        unshown_only: bool = False,
+    ) -> list[Record]:
+        rows = await self.pool.fetch(
+            "SELECT record, is_read, shown FROM team_inbox"
+            f" WHERE {_KEY} AND agent_name = $4"
+            " AND ($5::text IS NULL OR thread_id = $5)"
+            " AND ($6::text IS NULL OR ts > $6)"
+            " AND (NOT $7 OR NOT shown)"
+            " ORDER BY seq DESC LIMIT $8",
+            *_k(key),
+            agent,
+            thread_id,
+            since,
+            unshown_only,
+            limit,
+        )
+        return [_entry(r) for r in rows]
+
+    async def mark(
+        self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
+    ) -> None:
+        column = {"read": "is_read", "shown": "shown"}[field]
+        await self.pool.execute(
+            f"UPDATE team_inbox SET {column} = TRUE"
+            f" WHERE {_KEY} AND agent_name = $4 AND entry_id = ANY($5::text[])",
+            *_k(key),
+            agent,
+            list(entry_ids),
+        )
+
+    async def unread_counts(
+        self, key: InstanceKey, thread_id: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        rows = await self.pool.fetch(
+            "SELECT agent_name, COALESCE(thread_id, 'direct') AS place, COUNT(*) AS n"
+            f" FROM team_inbox WHERE {_KEY} AND NOT is_read"
+            " AND ($4::text IS NULL OR thread_id = $4)"
+            " GROUP BY agent_name, place",
+            *_k(key),
+            thread_id,
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for r in rows:
+            counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
+        return counts
+
+    # -- attachments -----------------------------------------------------------------
+    async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
+        await self.pool.execute(
+            "INSERT INTO team_attachments (swarm_name, caller_role, caller_id, attachment_id,"
+            " record, data) VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+            *_k(key),
+            record["attachment_id"],
+            _dump(record),
+            data,
+        )
+
+    async def get_attachment(
+        self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
+    ) -> tuple[Record, bytes] | None:
+        column = "data" if with_data else "''::bytea AS data"
+        row = await self.pool.fetchrow(
+            f"SELECT record, {column} FROM team_attachments WHERE {_KEY} AND attachment_id = $4",
+            *_k(key),
+            attachment_id,
+        )
+        if row is None:
+            return None
+        return json.loads(row["record"]), bytes(row["data"])

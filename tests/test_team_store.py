@@ -1,0 +1,141 @@
+"""TeamStore contract, for the in-memory and the PostgreSQL store alike (threads, posts,
+inbox filters and flags, unread counts, attachments, instance isolation)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from mail.store.base import InstanceKey
+from mail.store.team_base import TeamStore
+from mail.store.team_memory import MemoryTeamStore
+
+BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+KEY = InstanceKey("s", "user", "alice")
+OTHER = InstanceKey("s", "user", "bob")
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    schema = f"mail_team_{uuid.uuid4().hex[:12]}"
+
+    async def run(sql: str) -> None:
+        conn = await asyncpg.connect(BASE_URL, timeout=5)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    def run_sync(sql: str) -> None:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, run(sql)).result()
+
+    try:
+        run_sync(f"CREATE SCHEMA {schema}")
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL required but unreachable at {BASE_URL}: {exc}")
+        pytest.skip(f"PostgreSQL unreachable at {BASE_URL}: {exc}")
+    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}search_path={schema}"
+    run_sync(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["memory", "memory-files", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TeamStore]:
+    if request.param == "postgres":
+        from mail.store.team_postgres import PostgresTeamStore
+
+        pg = PostgresTeamStore(request.getfixturevalue("pg_url"))
+        await pg.start()
+        yield pg
+        async with pg.pool.acquire() as conn:
+            for table in ("team_threads", "team_posts", "team_inbox", "team_attachments"):
+                await conn.execute(f"DELETE FROM {table}")
+        await pg.close()
+        return
+    yield MemoryTeamStore(tmp_path / "att" if request.param == "memory-files" else None)
+
+
+def entry(agent: str, entry_id: str, ts: str, thread: str | None = None) -> dict[str, object]:
+    return {
+        "entry_id": entry_id,
+        "agent": agent,
+        "kind": "thread" if thread else "direct",
+        "thread_id": thread,
+        "sender": "lead",
+        "subject": "",
+        "body": f"body {entry_id}",
+        "task_id": "t1",
+        "timestamp": ts,
+        "read": False,
+        "shown": False,
+        "attachments": [],
+    }
+
+
+async def test_threads_and_posts(store: TeamStore) -> None:
+    thread = {
+        "thread_id": "th_1",
+        "title": "Plan",
+        "creator": "lead",
+        "participants": ["lead", "a"],
+        "created_at": "2025-01-01T00:00:00+00:00",
+        "updated_at": "2025-01-01T00:00:00+00:00",
+    }
+    await store.save_thread(KEY, thread)
+    thread["participants"].append("b")  # type: ignore[attr-defined]
+    await store.save_thread(KEY, thread)
+    assert (await store.get_thread(KEY, "th_1"))["participants"] == ["lead", "a", "b"]  # type: ignore[index]
+    assert await store.get_thread(OTHER, "th_1") is None
+    assert [t["thread_id"] for _, t in await store.list_threads(KEY)] == ["th_1"]
+    assert await store.list_threads(OTHER) == []
+    everywhere = [k for k, _ in await store.list_threads(None)]
+    assert KEY in everywhere
+    for n in range(3):
+        await store.add_post(KEY, {"post_id": f"p{n}", "thread_id": "th_1", "body": str(n)})
+    assert [p["body"] for p in await store.thread_posts(KEY, "th_1")] == ["0", "1", "2"]
+    assert [p["body"] for p in await store.thread_posts(KEY, "th_1", 2)] == ["1", "2"]
+
+
+async def test_inbox_filters_flags_and_counts(store: TeamStore) -> None:
+    await store.add_inbox_entries(
+        KEY,
+        [
+            entry("a", "m1", "2025-01-01T00:00:01+00:00"),
+            entry("a", "m2", "2025-01-01T00:00:02+00:00", "th_1"),
+            entry("a", "m3", "2025-01-01T00:00:03+00:00", "th_1"),
+            entry("b", "m4", "2025-01-01T00:00:04+00:00", "th_1"),
+        ],
+    )
+    newest_first = await store.inbox(KEY, "a")
+    assert [e["entry_id"] for e in newest_first] == ["m3", "m2", "m1"]
+    assert [e["entry_id"] for e in await store.inbox(KEY, "a", thread_id="th_1")] == ["m3", "m2"]
+    since = await store.inbox(KEY, "a", since="2025-01-01T00:00:01+00:00")
+    assert [e["entry_id"] for e in since] == ["m3", "m2"]
+    assert [e["entry_id"] for e in await store.inbox(KEY, "a", limit=1)] == ["m3"]
+    await store.mark(KEY, "a", ["m3"], field="shown")
+    unshown = await store.inbox(KEY, "a", unshown_only=True)
+    assert [e["entry_id"] for e in unshown] == ["m2", "m1"]
+    assert await store.unread_counts(KEY) == {"a": {"direct": 1, "th_1": 2}, "b": {"th_1": 1}}
+    await store.mark(KEY, "a", ["m2", "m1"], field="read")
+    assert (await store.inbox(KEY, "a"))[1]["read"] is True
+    assert await store.unread_counts(KEY, "th_1") == {"a": {"th_1": 1}, "b": {"th_1": 1}}
+    assert await store.inbox(OTHER, "a") == []
+
+
+async def test_attachments(store: TeamStore) -> None:
+    record = {"attachment_id": "att_1", "filename": "x.bin", "size": 3, "sha256": "abc"}
+    await store.put_attachment(KEY, record, b"\x00\x01\x02")
+    found = await store.get_attachment(KEY, "att_1")
+    assert found is not None and found[0]["filename"] == "x.bin" and found[1] == b"\x00\x01\x02"
+    meta = await store.get_attachment(KEY, "att_1", with_data=False)
+    assert meta is not None and meta[1] == b""
+    assert await store.get_attachment(OTHER, "att_1") is None
+    assert await store.get_attachment(KEY, "att_2") is None
