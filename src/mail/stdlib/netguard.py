@@ -1,0 +1,260 @@
+"""Outbound HTTP for the stdlib actions, with an address guard against SSRF.
+
+Every connection the http, interswarm and mcp actions open goes through
+:class:`GuardedTransport`. For a direct connection the host name is resolved here, each
+resolved address is checked against the policy, and the socket is opened to the checked
+address itself (TLS still verifies the original host name). Checking and connecting to the
+same address leaves no window for a DNS answer that changes between the two (rebinding).
+Redirects are followed by httpx, one request per hop, so every hop is checked the same way.
+
+When a proxy from the environment applies (``HTTP_PROXY`` & co., unless ``NO_PROXY`` exempts
+the host), the proxy makes the connection: the target host is then resolved and checked
+here before the request is handed to the proxy, and the proxy's own address is trusted
+because the operator chose it.
+
+Refused: loopback, private (RFC 1918, unique-local), link-local (which holds the cloud
+metadata address 169.254.169.254), multicast, unspecified, reserved, shared (CGNAT)
+addresses and anything else that is not globally routable, unless the host name, the
+address or a network containing it is in ``[stdlib.net] allowed_hosts``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import socket
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpcore
+import httpx
+
+from mail.config import StdlibHttpConfig, StdlibNetConfig
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+__all__ = [
+    "AddressRefused",
+    "AddressPolicy",
+    "GuardedTransport",
+    "guarded_client",
+]
+
+
+class AddressRefused(Exception):
+    """A connection the guard will not open; the message says why and how to allow it."""
+
+
+def _classify(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public destination (None when it is)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return _classify(ip.ipv4_mapped)
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local (cloud metadata)"
+    if ip.is_multicast:
+        return "multicast"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_private:
+        return "private"
+    if ip.is_reserved:
+        return "reserved"
+    if not ip.is_global:
+        return "non-public"
+    return None
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which destinations may be reached (built from ``[stdlib.net]``)."""
+
+    allow_all: bool = False
+    host_patterns: tuple[str, ...] = ()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: StdlibNetConfig) -> AddressPolicy:
+        patterns: list[str] = []
+        networks: list[IPNetwork] = []
+        for entry in cfg.allowed_hosts:
+            text = entry.strip().lower().strip("[]")
+            if not text:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(text, strict=False))
+            except ValueError:
+                patterns.append(text.rstrip("."))
+        return cls(cfg.allow_private_addresses, tuple(patterns), tuple(networks))
+
+    def host_allowed(self, host: str) -> bool:
+        name = host.lower().strip("[]").rstrip(".")
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.host_patterns)
+
+    def address_allowed(self, ip: IPAddress) -> bool:
+        plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+        return any(plain in net for net in self.networks)
+
+    def check(self, host: str, addresses: Iterable[IPAddress]) -> list[IPAddress]:
+        """The addresses of ``host`` that may be used; raises when none may."""
+        addresses = list(addresses)
+        if self.allow_all or self.host_allowed(host):
+            return addresses
+        allowed: list[IPAddress] = []
+        refused: list[tuple[IPAddress, str]] = []
+        for ip in addresses:
+            reason = _classify(ip)
+            if reason is None or self.address_allowed(ip):
+                allowed.append(ip)
+            else:
+                refused.append((ip, reason))
+        if refused:
+            # One bad answer refuses the host: a name that mixes public and internal
+            # addresses is a classic way to slip past a guard.
+            ip, reason = refused[0]
+            where = host if host.strip("[]") == str(ip) else f"{host} ({ip})"
+            raise AddressRefused(
+                f"refused to connect to {where}: {reason} addresses are blocked; "
+                "add the host to [stdlib.net] allowed_hosts to allow it"
+            )
+        if not allowed:
+            raise AddressRefused(f"could not resolve {host}")
+        return allowed
+
+
+async def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address ``host`` resolves to (an IP literal resolves to itself)."""
+    bare = host.strip("[]")
+    try:
+        return [ipaddress.ip_address(bare)]
+    except ValueError:
+        pass
+    try:
+        infos = await anyio.getaddrinfo(bare, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise httpcore.ConnectError(f"could not resolve {host}: {exc}") from exc
+    seen: dict[str, IPAddress] = {}
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        text = str(sockaddr[0]).split("%", 1)[0]
+        seen.setdefault(text, ipaddress.ip_address(text))
+    return list(seen.values())
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore network backend that resolves, checks, then connects to the checked address."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._policy = policy
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            with anyio.fail_after(timeout):
+                resolved = await resolve(host, port)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"resolving {host} timed out") from exc
+        addresses = self._policy.check(host, resolved)
+        last: Exception | None = None
+        for ip in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    str(ip), port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise AddressRefused("unix sockets are not reachable from stdlib actions")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _DirectTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport with its connection pool rebuilt on the guarded backend.
+
+    httpx has no public hook for the network backend, so the pool it builds is replaced
+    right after construction; the request/response mapping of the parent class is kept.
+    """
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        super().__init__(trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            network_backend=GuardedBackend(policy),
+        )
+
+
+@dataclass
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """Routes each request directly (guarded backend) or through an environment proxy."""
+
+    policy: AddressPolicy
+    trust_env: bool = True
+    _direct: _DirectTransport | None = field(default=None, init=False)
+    _proxied: dict[str, httpx.AsyncHTTPTransport] = field(default_factory=dict, init=False)
+
+    def _proxy_for(self, url: httpx.URL) -> str | None:
+        if not self.trust_env:
+            return None
+        proxies = urllib.request.getproxies_environment()
+        proxy = proxies.get(url.scheme) or proxies.get("all")
+        if not proxy or urllib.request.proxy_bypass_environment(url.host, proxies):
+            return None
+        return proxy
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme not in ("http", "https"):
+            raise AddressRefused(f"unsupported URL scheme '{request.url.scheme}'")
+        proxy = self._proxy_for(request.url)
+        if proxy is None:
+            if self._direct is None:
+                self._direct = _DirectTransport(self.policy)
+            return await self._direct.handle_async_request(request)
+        host = request.url.host
+        self.policy.check(host, await resolve(host, request.url.port or 0))
+        transport = self._proxied.get(proxy)
+        if transport is None:
+            transport = self._proxied[proxy] = httpx.AsyncHTTPTransport(proxy=proxy)
+        return await transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._direct is not None:
+            await self._direct.aclose()
+        for transport in self._proxied.values():
+            await transport.aclose()
+
+
+def guarded_client(
+    net: StdlibNetConfig,
+    http: StdlibHttpConfig,
+    *,
+    follow_redirects: bool = True,
+    headers: dict[str, str] | None = None,
+) -> httpx.AsyncClient:
+    """An httpx client whose every connection passes the address guard."""
+    return httpx.AsyncClient(
+        transport=GuardedTransport(AddressPolicy.from_config(net), trust_env=net.trust_env),
+        # Proxies are handled by the transport; trust_env here would also read .netrc.
+        trust_env=False,
+        follow_redirects=follow_redirects,
+        max_redirects=http.max_redirects,
+        timeout=httpx.Timeout(http.read_timeout, connect=http.connect_timeout),
+        headers=headers,
+    )
