@@ -84,7 +84,9 @@ async def read_file(args: dict[str, Any]) -> str:
     return await _in_root(raw, work)
 
 
-@stdlib_action("write_file", "Create or overwrite a text file with the given content.", WRITE_SCHEMA)
+@stdlib_action(
+    "write_file", "Create or overwrite a text file with the given content.", WRITE_SCHEMA
+)
 async def write_file(args: dict[str, Any]) -> str:
     raw = _path_arg(args)
     if raw is None:
