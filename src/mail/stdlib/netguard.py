@@ -25,8 +25,8 @@ import ipaddress
 import socket
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import anyio
 import httpcore
@@ -127,7 +127,7 @@ class AddressPolicy:
         return allowed
 
 
-async def resolve(host: str, port: int) -> list[IPAddress]:
+async def resolve(host: str, port: int, core: Any = httpcore) -> list[IPAddress]:
     """Every address ``host`` resolves to (an IP literal resolves to itself)."""
     bare = host.strip("[]")
     try:
@@ -137,7 +137,7 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     try:
         infos = await anyio.getaddrinfo(bare, port, type=socket.SOCK_STREAM)
     except OSError as exc:
-        raise httpcore.ConnectError(f"could not resolve {host}: {exc}") from exc
+        raise core.ConnectError(f"could not resolve {host}: {exc}") from exc
     seen: dict[str, IPAddress] = {}
     for _family, _type, _proto, _canon, sockaddr in infos:
         text = str(sockaddr[0]).split("%", 1)[0]
@@ -146,11 +146,16 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend that resolves, checks, then connects to the checked address."""
+    """httpcore network backend that resolves, checks, then connects to the checked address.
 
-    def __init__(self, policy: AddressPolicy) -> None:
+    ``core`` is the httpcore module in use: ``httpcore`` for httpx, ``httpcore2`` for the
+    httpx2 fork the mcp SDK is built on (same interface, separate classes).
+    """
+
+    def __init__(self, policy: AddressPolicy, core: Any = httpcore) -> None:
         self._policy = policy
-        self._inner = httpcore.AnyIOBackend()
+        self._core = core
+        self._inner = core.AnyIOBackend()
 
     async def connect_tcp(
         self,
@@ -162,9 +167,9 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         try:
             with anyio.fail_after(timeout):
-                resolved = await resolve(host, port)
+                resolved = await resolve(host, port, self._core)
         except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"resolving {host} timed out") from exc
+            raise self._core.ConnectTimeout(f"resolving {host} timed out") from exc
         addresses = self._policy.check(host, resolved)
         last: Exception | None = None
         for ip in addresses:
@@ -172,7 +177,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 return await self._inner.connect_tcp(
                     str(ip), port, timeout, local_address, socket_options
                 )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            except (self._core.ConnectError, self._core.ConnectTimeout) as exc:
                 last = exc
         assert last is not None
         raise last
@@ -186,31 +191,33 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-class _DirectTransport(httpx.AsyncHTTPTransport):
+def _direct_transport(policy: AddressPolicy, http: Any, core: Any) -> Any:
     """httpx's transport with its connection pool rebuilt on the guarded backend.
 
     httpx has no public hook for the network backend, so the pool it builds is replaced
-    right after construction; the request/response mapping of the parent class is kept.
+    right after construction; the request/response mapping of the transport is kept.
     """
+    transport = http.AsyncHTTPTransport(trust_env=False)
+    transport._pool = core.AsyncConnectionPool(
+        ssl_context=http.create_ssl_context(trust_env=False),
+        network_backend=GuardedBackend(policy, core),
+    )
+    return transport
 
-    def __init__(self, policy: AddressPolicy) -> None:
-        super().__init__(trust_env=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            network_backend=GuardedBackend(policy),
-        )
 
-
-@dataclass
-class GuardedTransport(httpx.AsyncBaseTransport):
+class GuardedRouting:
     """Routes each request directly (guarded backend) or through an environment proxy."""
 
-    policy: AddressPolicy
-    trust_env: bool = True
-    _direct: _DirectTransport | None = field(default=None, init=False)
-    _proxied: dict[str, httpx.AsyncHTTPTransport] = field(default_factory=dict, init=False)
+    http: ClassVar[Any] = httpx
+    core: ClassVar[Any] = httpcore
 
-    def _proxy_for(self, url: httpx.URL) -> str | None:
+    def __init__(self, policy: AddressPolicy, trust_env: bool = True) -> None:
+        self.policy = policy
+        self.trust_env = trust_env
+        self._direct: Any = None
+        self._proxied: dict[str, Any] = {}
+
+    def _proxy_for(self, url: Any) -> str | None:
         if not self.trust_env:
             return None
         proxies = urllib.request.getproxies_environment()
@@ -219,19 +226,19 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             return None
         return proxy
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: Any) -> Any:
         if request.url.scheme not in ("http", "https"):
             raise AddressRefused(f"unsupported URL scheme '{request.url.scheme}'")
         proxy = self._proxy_for(request.url)
         if proxy is None:
             if self._direct is None:
-                self._direct = _DirectTransport(self.policy)
+                self._direct = _direct_transport(self.policy, self.http, self.core)
             return await self._direct.handle_async_request(request)
         host = request.url.host
-        self.policy.check(host, await resolve(host, request.url.port or 0))
+        self.policy.check(host, await resolve(host, request.url.port or 0, self.core))
         transport = self._proxied.get(proxy)
         if transport is None:
-            transport = self._proxied[proxy] = httpx.AsyncHTTPTransport(proxy=proxy)
+            transport = self._proxied[proxy] = self.http.AsyncHTTPTransport(proxy=proxy)
         return await transport.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -239,6 +246,10 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             await self._direct.aclose()
         for transport in self._proxied.values():
             await transport.aclose()
+
+
+class GuardedTransport(GuardedRouting, httpx.AsyncBaseTransport):
+    """The guarded transport for httpx clients."""
 
 
 def guarded_client(
