@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.test_stdlib_mcp import SERVER_SCRIPT, _serve
 
 import mail.stdlib.fs
 import mail.stdlib.http
@@ -22,7 +23,6 @@ from mail import MAILSwarmTemplate
 from mail.api.actions import MAILAction
 from mail.utils.parsing import read_python_string
 from support.scripted_llm import ScriptedLLM, ScriptedRequest, reply, text, tool_call
-from tests.test_stdlib_mcp import SERVER_SCRIPT, _serve
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -274,3 +274,52 @@ async def test_environment_proxy_is_used(server: Site, monkeypatch: pytest.Monke
     finally:
         proxy.close()
         await proxy.wait_closed()
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("fd00::1", "private"),
+        ("fe80::1", "link-local"),
+        ("169.254.169.254", "link-local"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("100.64.0.1", "non-public"),
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+    ],
+)
+def test_policy_refuses_internal_addresses(address: str, reason: str) -> None:
+    import ipaddress
+
+    from mail.config import StdlibNetConfig
+    from mail.stdlib.netguard import AddressPolicy, AddressRefused
+
+    policy = AddressPolicy.from_config(StdlibNetConfig())
+    with pytest.raises(AddressRefused, match=reason):
+        policy.check("h.example", [ipaddress.ip_address(address)])
+
+
+def test_policy_allow_list_forms() -> None:
+    import ipaddress
+
+    from mail.config import StdlibNetConfig
+    from mail.stdlib.netguard import AddressPolicy, AddressRefused
+
+    ip = ipaddress.ip_address
+    public = ip("93.184.216.34")
+    policy = AddressPolicy.from_config(
+        StdlibNetConfig(allowed_hosts=["10.0.0.0/8", "*.corp.example", "db.local"])
+    )
+    assert policy.check("x.example", [public]) == [public]
+    assert policy.check("x.example", [ip("10.9.9.9")]) == [ip("10.9.9.9")]
+    assert policy.check("api.corp.example", [ip("192.168.0.5")]) == [ip("192.168.0.5")]
+    assert policy.check("DB.local.", [ip("127.0.0.1")]) == [ip("127.0.0.1")]
+    # A name answering with one public and one internal address is refused as a whole.
+    with pytest.raises(AddressRefused, match="192.168.0.5"):
+        policy.check("mixed.example", [public, ip("192.168.0.5")])
+    everything = AddressPolicy.from_config(StdlibNetConfig(allow_private_addresses=True))
+    assert everything.check("x", [ip("127.0.0.1")]) == [ip("127.0.0.1")]

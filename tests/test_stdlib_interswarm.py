@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-
-from mail.stdlib.interswarm import get_swarm_health, get_swarm_registry, ping_swarm
 from tests.server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 from tests.support.stub_agents import _call, _complete, _last_incoming, stub_swarms_json
+
+from mail.stdlib.interswarm import get_swarm_health, get_swarm_registry, ping_swarm
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.server_fixtures import free_port
 
 from mail.stdlib.mcp import (
     mcp_call_tool,
@@ -21,7 +22,6 @@ from mail.stdlib.mcp import (
     mcp_ping,
     mcp_read_resource,
 )
-from tests.server_fixtures import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

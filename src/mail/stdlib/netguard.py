@@ -222,7 +222,7 @@ class GuardedRouting:
             return None
         proxies = urllib.request.getproxies_environment()
         proxy = proxies.get(url.scheme) or proxies.get("all")
-        if not proxy or urllib.request.proxy_bypass_environment(url.host, proxies):
+        if not proxy or urllib.request.proxy_bypass(url.host):
             return None
         return proxy
 

@@ -13,7 +13,7 @@ import shutil
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from mail.config import StdlibConfig
@@ -29,8 +29,8 @@ def _httpx2_client(cfg: StdlibConfig, headers: dict[str, str] | None = None) -> 
     import httpx2
 
     class GuardedTransport2(GuardedRouting, httpx2.AsyncBaseTransport):
-        http = httpx2
-        core = httpcore2
+        http: ClassVar[Any] = httpx2
+        core: ClassVar[Any] = httpcore2
 
     transport = GuardedTransport2(AddressPolicy.from_config(cfg.net), trust_env=cfg.net.trust_env)
     return httpx2.AsyncClient(
