@@ -305,10 +305,16 @@ def load_config_file(path: str | Path | None) -> MAILConfig:
     ):
         raise ConfigError(f"config file {path}: [stdlib] and its sub-tables must be tables")
     try:
+        stdlib_config = StdlibConfig.model_validate(stdlib)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in ("stdlib", *err.get("loc", ())))
+        raise ConfigError(f"invalid config value in {path}: {where}: {err.get('msg')}") from exc
+    try:
         return MAILConfig(
             server=ServerConfig.model_validate(server),
             client=client,
-            stdlib=StdlibConfig.model_validate(stdlib),
+            stdlib=stdlib_config,
             source_path=str(path),
         )
     except ValidationError as exc:
