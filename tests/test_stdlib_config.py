@@ -7,9 +7,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tests.server_fixtures import REPO_ROOT
 
 from mail.config import ConfigError, StdlibConfig, clear_config_cache, load_config
-from tests.server_fixtures import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)
