@@ -163,6 +163,7 @@ async def test_default_root_is_a_per_server_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("MAIL_STDLIB_FS_ROOT", raising=False)
+    monkeypatch.delenv("SWARM_NAME", raising=False)
     (tmp_path / "mail.toml").write_text('[server.swarm]\nname = "alpha"\n')
     monkeypatch.setenv("MAIL_CONFIG_PATH", str(tmp_path / "mail.toml"))
     monkeypatch.chdir(tmp_path)
@@ -173,6 +174,10 @@ async def test_default_root_is_a_per_server_folder(
         )
         assert (tmp_path / "mail_files" / "alpha" / "x.txt").read_text() == "1"
         assert "outside the file root" in await read_file.function({"path": "../../mail.toml"})
+        # `mail server --swarm-name beta` exports SWARM_NAME, which names the folder.
+        monkeypatch.setenv("SWARM_NAME", "beta")
+        await write_file.function({"path": "y.txt", "content": "2"})
+        assert (tmp_path / "mail_files" / "beta" / "y.txt").read_text() == "2"
     finally:
         clear_config_cache()
 

@@ -43,6 +43,14 @@ SERVER_SCRIPT = textwrap.dedent(
         return text.upper() * int(sys.argv[3]) if len(sys.argv) > 3 else text.upper()
 
     @srv.tool()
+    async def slow() -> str:
+        \"\"\"Takes a minute.\"\"\"
+        import asyncio
+
+        await asyncio.sleep(60)
+        return "late"
+
+    @srv.tool()
     def boom() -> str:
         \"\"\"Always fails.\"\"\"
         raise ValueError("boom failed")
@@ -249,3 +257,14 @@ async def test_sse_transport(script: Path) -> None:
             {"server_url": base + "/sse", "tool_name": "add", "tool_input": {"a": 1, "b": 1}}
         )
         assert "text='2'" in out
+
+
+async def test_timeout(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAIL_STDLIB_MCP_TIMEOUT", "1.5")
+    started = time.monotonic()
+    out = await mcp_call_tool.function(
+        {"server_url": server, "tool_name": "slow", "tool_input": {}}
+    )
+    assert out.startswith("Error: "), out
+    assert "1.5" in out or "timed out" in out.lower(), out
+    assert time.monotonic() - started < 30

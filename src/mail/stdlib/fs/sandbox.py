@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mail.config import StdlibConfig, load_config
@@ -23,7 +24,9 @@ def file_root(cfg: StdlibConfig) -> Path:
     if configured:
         root = Path(configured).expanduser()
     else:
-        root = Path.cwd() / DEFAULT_ROOT_DIR / load_config().server.swarm.name
+        # `mail server` exports SWARM_NAME (it reflects --swarm-name, which the file does not).
+        swarm = os.environ.get("SWARM_NAME") or load_config().server.swarm.name
+        root = Path.cwd() / DEFAULT_ROOT_DIR / swarm
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     return root
