@@ -21,8 +21,10 @@ address or a network containing it is in ``[stdlib.net] allowed_hosts``.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import ipaddress
 import socket
+import ssl
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -197,12 +199,22 @@ def _direct_transport(policy: AddressPolicy, http: Any, core: Any) -> Any:
     httpx has no public hook for the network backend, so the pool it builds is replaced
     right after construction; the request/response mapping of the transport is kept.
     """
-    transport = http.AsyncHTTPTransport(trust_env=False)
+    context = shared_ssl_context()
+    transport = http.AsyncHTTPTransport(verify=context, trust_env=False)
     transport._pool = core.AsyncConnectionPool(
-        ssl_context=http.create_ssl_context(trust_env=False),
-        network_backend=GuardedBackend(policy, core),
+        ssl_context=context, network_backend=GuardedBackend(policy, core)
     )
     return transport
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context (system CA bundle) for every client of the process.
+
+    Loading the CA bundle takes tens of milliseconds (far more on a busy machine), and each
+    action call builds a fresh client, so the context is built once and shared.
+    """
+    return httpx.create_ssl_context(trust_env=False)
 
 
 class GuardedRouting:
@@ -238,7 +250,9 @@ class GuardedRouting:
         self.policy.check(host, await resolve(host, request.url.port or 0, self.core))
         transport = self._proxied.get(proxy)
         if transport is None:
-            transport = self._proxied[proxy] = self.http.AsyncHTTPTransport(proxy=proxy)
+            transport = self._proxied[proxy] = self.http.AsyncHTTPTransport(
+                proxy=proxy, verify=shared_ssl_context(), trust_env=False
+            )
         return await transport.handle_async_request(request)
 
     async def aclose(self) -> None:

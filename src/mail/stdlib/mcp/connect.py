@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from contextlib import AsyncExitStack
@@ -24,7 +25,9 @@ class ServerRefused(Exception):
     """A ``server_url`` the settings do not allow (the message is shown to the agent)."""
 
 
-def _httpx2_client(cfg: StdlibConfig, headers: dict[str, str] | None = None) -> Any:
+@functools.cache
+def _guarded_transport2_class() -> Any:
+    """The guarded transport for httpx2 clients (built on first use: httpx2 loads lazily)."""
     import httpcore2
     import httpx2
 
@@ -32,7 +35,15 @@ def _httpx2_client(cfg: StdlibConfig, headers: dict[str, str] | None = None) -> 
         http: ClassVar[Any] = httpx2
         core: ClassVar[Any] = httpcore2
 
-    transport = GuardedTransport2(AddressPolicy.from_config(cfg.net), trust_env=cfg.net.trust_env)
+    return GuardedTransport2
+
+
+def _httpx2_client(cfg: StdlibConfig, headers: dict[str, str] | None = None) -> Any:
+    import httpx2
+
+    transport = _guarded_transport2_class()(
+        AddressPolicy.from_config(cfg.net), trust_env=cfg.net.trust_env
+    )
     return httpx2.AsyncClient(
         transport=transport,
         trust_env=False,
