@@ -1,0 +1,71 @@
+"""Pieces shared by the stdlib actions: settings, argument checks, the action decorator."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mail.api.actions import MAILAction, action
+from mail.config import StdlibConfig, load_config
+
+ActionCallback = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+def settings() -> StdlibConfig:
+    """The effective ``[stdlib]`` settings: mail.toml, then ``MAIL_STDLIB_*`` variables.
+
+    Read on every call so a changed environment (tests, a reloaded server) takes effect.
+    """
+    return load_config().stdlib.with_env_overrides()
+
+
+def stdlib_action(
+    name: str, description: str, parameters: dict[str, Any]
+) -> Callable[[ActionCallback], MAILAction]:
+    """``@action`` with a JSON schema, keeping the original's extra attributes.
+
+    ``.callback`` is the undecorated coroutine function and ``.parameters_model`` is None
+    (the schema is a plain dict), as on the original's stdlib objects.
+    """
+
+    def decorate(fn: ActionCallback) -> MAILAction:
+        built: MAILAction = action(name=name, description=description, parameters=parameters)(fn)
+        built.callback = fn  # type: ignore[attr-defined]
+        built.parameters_model = None  # type: ignore[attr-defined]
+        return built
+
+    return decorate
+
+
+def error(message: str) -> str:
+    return f"Error: {message}"
+
+
+def exception_text(exc: BaseException) -> str:
+    """``Error: <text>`` for an exception, never an empty text (the original could give one)."""
+    text = str(exc).strip()
+    return error(text or type(exc).__name__)
+
+
+def missing(args: dict[str, Any], *keys: str) -> str | None:
+    """The original's presence check: the first key that is absent or None."""
+    for key in keys:
+        if args.get(key) is None:
+            return error(f"`{key}` is required")
+    return None
+
+
+def not_string(args: dict[str, Any], *keys: str) -> str | None:
+    """The first present key whose value is not a string."""
+    for key in keys:
+        if key in args and args[key] is not None and not isinstance(args[key], str):
+            return error(f"`{key}` must be a string")
+    return None
+
+
+def not_dict(args: dict[str, Any], *keys: str) -> str | None:
+    """The first present key whose value is not a JSON object."""
+    for key in keys:
+        if key in args and args[key] is not None and not isinstance(args[key], dict):
+            return error(f"`{key}` must be a dictionary")
+    return None

@@ -1,0 +1,196 @@
+"""HTTP actions: one per verb, each returning the response body as text.
+
+As in the original, the body is returned for any status code and nothing else of the
+response is reported. Underneath, every request goes through the address guard of
+:mod:`mail.stdlib.netguard` (each redirect hop included), is bounded by the timeouts of
+``[stdlib.http]``, and its body is read only up to ``max_response_bytes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from mail.config import StdlibConfig
+from mail.stdlib._common import (
+    error,
+    exception_text,
+    missing,
+    not_dict,
+    not_string,
+    settings,
+    stdlib_action,
+)
+from mail.stdlib.netguard import AddressRefused, guarded_client
+
+_URL = {"type": "string", "description": "The URL to request."}
+_HEADERS = {"type": "object", "description": "HTTP headers to send.", "optional": True}
+_REQUIRED_HEADERS = {"type": "object", "description": "HTTP headers to send."}
+_BODY = {"type": "object", "description": "JSON object sent as the request body."}
+
+URL_AND_HEADERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"url": _URL, "headers": _HEADERS},
+    "required": ["url"],
+}
+WITH_BODY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"url": _URL, "headers": _REQUIRED_HEADERS, "body": _BODY},
+    "required": ["url", "headers", "body"],
+}
+PATCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"url": _URL, "headers": _HEADERS, "body": _BODY},
+    "required": ["url", "body"],
+}
+
+
+class ResponseTooLarge(Exception):
+    pass
+
+
+async def read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The (decoded) body, refusing more than ``limit`` bytes without reading the rest."""
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ResponseTooLarge(
+            f"response body is {declared} bytes, over the limit of {limit} bytes "
+            "([stdlib.http] max_response_bytes)"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise ResponseTooLarge(
+                f"response body is over the limit of {limit} bytes "
+                "([stdlib.http] max_response_bytes)"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def transport_error(exc: BaseException, cfg: StdlibConfig) -> str:
+    """The agent's text for a failed request."""
+    if isinstance(exc, AddressRefused | ResponseTooLarge):
+        return error(str(exc))
+    if isinstance(exc, httpx.ConnectTimeout):
+        return error(f"connecting timed out after {cfg.http.connect_timeout:g} s")
+    if isinstance(exc, httpx.TimeoutException):
+        return error(f"no response data within {cfg.http.read_timeout:g} s")
+    if isinstance(exc, TimeoutError):
+        return error(
+            f"request took longer than {cfg.http.total_timeout:g} s ([stdlib.http] total_timeout)"
+        )
+    if isinstance(exc, httpx.TooManyRedirects):
+        return error(f"more than {cfg.http.max_redirects} redirects")
+    return exception_text(exc)
+
+
+def _header_values(headers: dict[str, Any]) -> dict[str, str] | str:
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        if isinstance(value, bool | int | float | str):
+            out[str(key)] = str(value)
+        else:
+            return error("`headers` values must be strings")
+    return out
+
+
+def check_url(url: str) -> str | None:
+    """An error text unless ``url`` is an absolute http(s) URL."""
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https"):
+        return error(f"only http and https URLs are supported, got {url!r}")
+    if not parts.hostname:
+        return error(f"{url!r} has no host")
+    return None
+
+
+async def send(method: str, args: dict[str, Any], *, with_body: bool) -> str:
+    """Send one request; ``args`` are already validated."""
+    bad_url = check_url(args["url"])
+    if bad_url:
+        return bad_url
+    cfg = settings()
+    headers = args.get("headers")
+    sent_headers = _header_values(headers) if isinstance(headers, dict) else None
+    if isinstance(sent_headers, str):
+        return sent_headers
+    request: dict[str, Any] = {"headers": sent_headers}
+    if with_body:
+        request["json"] = args["body"]
+    # HEAD is not redirected, as in the original (aiohttp does not follow it either).
+    client = guarded_client(cfg.net, cfg.http, follow_redirects=method != "HEAD")
+    try:
+        async with asyncio.timeout(cfg.http.total_timeout), client:
+            async with client.stream(method, args["url"], **request) as response:
+                data = await read_capped(response, cfg.http.max_response_bytes)
+                return data.decode(response.encoding or "utf-8", errors="replace")
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the agent's Error: text
+        return transport_error(exc, cfg)
+
+
+def _check(args: dict[str, Any], required: tuple[str, ...], has_body: bool) -> str | None:
+    return (
+        missing(args, *required)
+        or not_string(args, "url")
+        or not_dict(args, "headers")
+        or (not_dict(args, "body") if has_body else None)
+    )
+
+
+@stdlib_action("http_get", "get a URL via HTTP", URL_AND_HEADERS)
+async def http_get(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url",), False)
+    return problem or await send("GET", args, with_body=False)
+
+
+@stdlib_action("http_post", "post to a URL via HTTP", WITH_BODY)
+async def http_post(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url", "headers", "body"), True)
+    return problem or await send("POST", args, with_body=True)
+
+
+@stdlib_action("http_put", "put to a URL via HTTP", WITH_BODY)
+async def http_put(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url", "headers", "body"), True)
+    return problem or await send("PUT", args, with_body=True)
+
+
+@stdlib_action("http_delete", "delete a URL via HTTP", URL_AND_HEADERS)
+async def http_delete(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url",), False)
+    return problem or await send("DELETE", args, with_body=False)
+
+
+@stdlib_action("http_patch", "patch a URL via HTTP", PATCH_SCHEMA)
+async def http_patch(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url", "body"), True)
+    return problem or await send("PATCH", args, with_body=True)
+
+
+@stdlib_action("http_head", "head a URL via HTTP", URL_AND_HEADERS)
+async def http_head(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url",), False)
+    return problem or await send("HEAD", args, with_body=False)
+
+
+@stdlib_action("http_options", "options a URL via HTTP", URL_AND_HEADERS)
+async def http_options(args: dict[str, Any]) -> str:
+    problem = _check(args, ("url",), False)
+    return problem or await send("OPTIONS", args, with_body=False)
+
+
+__all__ = [
+    "http_delete",
+    "http_get",
+    "http_head",
+    "http_options",
+    "http_patch",
+    "http_post",
+    "http_put",
+]

@@ -1,0 +1,121 @@
+"""Probes of remote MAIL servers: ping_swarm, get_swarm_health, get_swarm_registry.
+
+Each sends one unauthenticated GET through the guarded client of :mod:`mail.stdlib.http`
+(address guard, timeouts and size cap of ``[stdlib.net]`` / ``[stdlib.http]``) and checks the
+shape of the JSON answer before reporting on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from mail.stdlib._common import error, missing, not_string, settings, stdlib_action
+from mail.stdlib.http.actions import check_url, read_capped, transport_error
+from mail.stdlib.netguard import guarded_client
+
+URL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "url": {"type": "string", "description": "Base URL of the remote MAIL swarm server."}
+    },
+    "required": ["url"],
+}
+
+NOT_A_SWARM = error("remote URL is not a valid MAIL swarm")
+
+
+class _Document:
+    """A parsed JSON answer (kept apart from the ``str`` error results)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+async def _get_json(args: dict[str, Any], path: str) -> _Document | str:
+    """The remote JSON document, or an ``Error:`` text."""
+    problem = missing(args, "url") or not_string(args, "url") or check_url(args["url"])
+    if problem:
+        return problem
+    # Join without doubling the slash (the original produced ``//health``).
+    url = args["url"].rstrip("/") + path if path else args["url"]
+    cfg = settings()
+    client = guarded_client(cfg.net, cfg.http, headers={"Accept": "application/json"})
+    try:
+        async with asyncio.timeout(cfg.http.total_timeout), client:
+            async with client.stream("GET", url) as response:
+                if response.status_code != 200:
+                    return error(f"remote URL returned status code {response.status_code}")
+                data = await read_capped(response, cfg.http.max_response_bytes)
+        try:
+            return _Document(json.loads(data))
+        except ValueError:
+            return NOT_A_SWARM
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the agent's Error: text
+        return transport_error(exc, cfg)
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+@stdlib_action("ping_swarm", "Check that a URL is a running MAIL swarm server.", URL_SCHEMA)
+async def ping_swarm(args: dict[str, Any]) -> str:
+    got = await _get_json(args, "")
+    if isinstance(got, str):
+        return got
+    doc = got.value
+    swarm = doc.get("swarm") if isinstance(doc, dict) else None
+    if (
+        isinstance(doc, dict)
+        and doc.get("name") == "mail"
+        and doc.get("status") == "running"
+        and isinstance(swarm, dict)
+        and isinstance(swarm.get("name"), str)
+        and isinstance(swarm.get("entrypoint"), str)
+    ):
+        return "pong"
+    return NOT_A_SWARM
+
+
+@stdlib_action("get_swarm_health", "Get the health status of a remote MAIL swarm.", URL_SCHEMA)
+async def get_swarm_health(args: dict[str, Any]) -> str:
+    got = await _get_json(args, "/health")
+    if isinstance(got, str):
+        return got
+    doc = got.value
+    if (
+        isinstance(doc, dict)
+        and _nonempty_str(doc.get("status"))
+        and _nonempty_str(doc.get("swarm_name"))
+    ):
+        return str(doc["status"])
+    return NOT_A_SWARM
+
+
+@stdlib_action(
+    "get_swarm_registry",
+    "List the public swarms a remote MAIL server knows, one `name@url` per line.",
+    URL_SCHEMA,
+)
+async def get_swarm_registry(args: dict[str, Any]) -> str:
+    got = await _get_json(args, "/swarms")
+    if isinstance(got, str):
+        return got
+    doc = got.value
+    swarms = doc.get("swarms") if isinstance(doc, dict) else None
+    if not isinstance(swarms, list) or not all(
+        isinstance(s, dict)
+        and isinstance(s.get("swarm_name"), str)
+        and isinstance(s.get("base_url"), str)
+        for s in swarms
+    ):
+        return NOT_A_SWARM
+    if not swarms:
+        # Unreachable in the original, which treated an empty list as "not a swarm".
+        return "No swarms found"
+    return "\n".join(f"{s['swarm_name']}@{s['base_url']}" for s in swarms)
+
+
+__all__ = ["get_swarm_health", "get_swarm_registry", "ping_swarm"]

@@ -1,0 +1,254 @@
+"""MCP client actions: ping, tools, prompts and resources of a remote MCP server.
+
+Each call opens a session with the mcp SDK's ``Client`` (see :mod:`mail.stdlib.mcp.connect`
+for which ``server_url`` values are accepted), runs one request and returns the result as
+text, as the original did (Python reprs of the SDK's objects). A call is bounded by
+``[stdlib.mcp] timeout`` and its text by ``max_result_chars``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from mail.stdlib._common import (
+    error,
+    exception_text,
+    missing,
+    not_dict,
+    not_string,
+    settings,
+    stdlib_action,
+)
+from mail.stdlib.mcp.connect import AddressRefused, ServerRefused, open_transport
+
+_SERVER_URL = {"type": "string", "description": "URL of the MCP server (http:// or https://)."}
+
+PING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"server_url": _SERVER_URL},
+    "required": ["server_url"],
+}
+CALL_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "server_url": _SERVER_URL,
+        "tool_name": {"type": "string", "description": "Name of the tool to call."},
+        "tool_input": {"type": "object", "description": "Arguments of the tool."},
+    },
+    "required": ["server_url", "tool_name", "tool_input"],
+}
+GET_PROMPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "server_url": _SERVER_URL,
+        "prompt_name": {"type": "string", "description": "Name of the prompt."},
+        "arguments": {
+            "type": "object",
+            "description": "Optional string arguments of the prompt.",
+            "optional": True,
+        },
+    },
+    "required": ["server_url", "prompt_name"],
+}
+READ_RESOURCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "server_url": _SERVER_URL,
+        "resource_uri": {"type": "string", "description": "URI of the resource to read."},
+    },
+    "required": ["server_url", "resource_uri"],
+}
+
+# Pages followed by the list actions before giving up on a server that never stops paging.
+MAX_PAGES = 50
+
+
+@dataclass
+class CallToolResult:
+    """The shape the original reported for a tool call (its MCP library's result type)."""
+
+    content: list[Any]
+    structured_content: dict[str, Any] | None
+    data: Any
+    is_error: bool = False
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _cause_text(exc: BaseException) -> str:
+    """Prefer a guard refusal anywhere in the chain (the SDK may wrap it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AddressRefused | ServerRefused):
+            return error(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return exception_text(exc)
+
+
+async def _run(server_url: str, request: Callable[[Any], Awaitable[Any]]) -> str:
+    """Open a session, run ``request(client)`` and turn the outcome into the agent's text."""
+    from mcp import Client
+
+    cfg = settings()
+    try:
+        async with asyncio.timeout(cfg.mcp.timeout), AsyncExitStack() as stack:
+            target = await open_transport(stack, server_url, cfg)
+            client = await stack.enter_async_context(
+                Client(target, read_timeout_seconds=cfg.mcp.timeout)
+            )
+            result = await request(client)
+    except TimeoutError:
+        return error(
+            f"MCP server did not answer within {cfg.mcp.timeout:g} s ([stdlib.mcp] timeout)"
+        )
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the agent's Error: text
+        return _cause_text(_leaf(exc))
+    if isinstance(result, str) and result.startswith("Error: "):
+        return result
+    text = str(result)
+    limit = cfg.mcp.max_result_chars
+    if len(text) > limit:
+        return error(
+            f"MCP result is {len(text)} characters, over the limit of {limit} "
+            "([stdlib.mcp] max_result_chars)"
+        )
+    return text
+
+
+async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], field: str) -> list[Any]:
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await fetch(cursor)
+        items.extend(getattr(page, field))
+        cursor = getattr(page, "next_cursor", None)
+        if not cursor:
+            break
+    return items
+
+
+def _url_problem(args: dict[str, Any], *required: str) -> str | None:
+    return missing(args, "server_url", *required) or not_string(args, "server_url")
+
+
+@stdlib_action("mcp_ping", "Ping an MCP server.", PING_SCHEMA)
+async def mcp_ping(args: dict[str, Any]) -> str:
+    problem = _url_problem(args)
+    if problem:
+        return problem
+
+    async def ping(client: Any) -> bool:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        # Newer protocol versions dropped `ping`: there a completed handshake is the answer.
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            await client.send_ping()
+        return True
+
+    return await _run(args["server_url"], ping)
+
+
+@stdlib_action("mcp_list_tools", "List the tools of an MCP server.", PING_SCHEMA)
+async def mcp_list_tools(args: dict[str, Any]) -> str:
+    problem = _url_problem(args)
+    if problem:
+        return problem
+    return await _run(
+        args["server_url"],
+        lambda client: _all_pages(lambda c: client.list_tools(cursor=c), "tools"),
+    )
+
+
+@stdlib_action("mcp_call_tool", "Call a tool of an MCP server.", CALL_TOOL_SCHEMA)
+async def mcp_call_tool(args: dict[str, Any]) -> str:
+    problem = (
+        _url_problem(args, "tool_name", "tool_input")
+        or not_string(args, "tool_name")
+        or not_dict(args, "tool_input")
+    )
+    if problem:
+        return problem
+
+    async def call(client: Any) -> CallToolResult | str:
+        result = await client.call_tool(args["tool_name"], args["tool_input"])
+        if result.is_error:
+            texts = [getattr(block, "text", "") for block in result.content]
+            return error("\n".join(t for t in texts if t) or "the tool reported an error")
+        structured = result.structured_content
+        data = structured
+        if isinstance(structured, dict) and set(structured) == {"result"}:
+            data = structured["result"]
+        return CallToolResult(list(result.content), structured, data, False)
+
+    return await _run(args["server_url"], call)
+
+
+@stdlib_action("mcp_get_prompt", "Get a prompt from an MCP server.", GET_PROMPT_SCHEMA)
+async def mcp_get_prompt(args: dict[str, Any]) -> str:
+    problem = (
+        _url_problem(args, "prompt_name")
+        or not_string(args, "prompt_name")
+        or not_dict(args, "arguments")
+    )
+    if problem:
+        return problem
+    arguments = {str(k): str(v) for k, v in (args.get("arguments") or {}).items()}
+    return await _run(
+        args["server_url"],
+        lambda client: client.get_prompt(args["prompt_name"], arguments or None),
+    )
+
+
+@stdlib_action("mcp_list_prompts", "List the prompts of an MCP server.", PING_SCHEMA)
+async def mcp_list_prompts(args: dict[str, Any]) -> str:
+    problem = _url_problem(args)
+    if problem:
+        return problem
+    return await _run(
+        args["server_url"],
+        lambda client: _all_pages(lambda c: client.list_prompts(cursor=c), "prompts"),
+    )
+
+
+@stdlib_action("mcp_read_resource", "Read a resource of an MCP server.", READ_RESOURCE_SCHEMA)
+async def mcp_read_resource(args: dict[str, Any]) -> str:
+    problem = _url_problem(args, "resource_uri") or not_string(args, "resource_uri")
+    if problem:
+        return problem
+
+    async def read(client: Any) -> list[Any]:
+        result = await client.read_resource(args["resource_uri"])
+        return list(result.contents)
+
+    return await _run(args["server_url"], read)
+
+
+@stdlib_action("mcp_list_resources", "List the resources of an MCP server.", PING_SCHEMA)
+async def mcp_list_resources(args: dict[str, Any]) -> str:
+    problem = _url_problem(args)
+    if problem:
+        return problem
+    return await _run(
+        args["server_url"],
+        lambda client: _all_pages(lambda c: client.list_resources(cursor=c), "resources"),
+    )
+
+
+__all__ = [
+    "mcp_call_tool",
+    "mcp_get_prompt",
+    "mcp_list_prompts",
+    "mcp_list_resources",
+    "mcp_list_tools",
+    "mcp_ping",
+    "mcp_read_resource",
+]

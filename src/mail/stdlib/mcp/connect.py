@@ -1,0 +1,109 @@
+"""Opening an MCP client session for an agent-supplied ``server_url``, guarded.
+
+- ``http://`` / ``https://`` URLs: Streamable HTTP (or the older SSE transport when the path
+  ends in ``/sse``), through an httpx2 client whose connections pass the address guard of
+  :mod:`mail.stdlib.netguard` (the mcp SDK is built on httpx2, a fork of httpx).
+- anything else is treated as a local script to launch as a stdio MCP server, which is only
+  allowed when the path is listed in ``[stdlib.mcp] allowed_commands``.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from mail.config import StdlibConfig
+from mail.stdlib.netguard import AddressPolicy, AddressRefused, GuardedRouting
+
+
+class ServerRefused(Exception):
+    """A ``server_url`` the settings do not allow (the message is shown to the agent)."""
+
+
+@functools.cache
+def _guarded_transport2_class() -> Any:
+    """The guarded transport for httpx2 clients (built on first use: httpx2 loads lazily)."""
+    import httpcore2
+    import httpx2
+
+    class GuardedTransport2(GuardedRouting, httpx2.AsyncBaseTransport):
+        http: ClassVar[Any] = httpx2
+        core: ClassVar[Any] = httpcore2
+
+    return GuardedTransport2
+
+
+def _httpx2_client(cfg: StdlibConfig, headers: dict[str, str] | None = None) -> Any:
+    import httpx2
+
+    transport = _guarded_transport2_class()(
+        AddressPolicy.from_config(cfg.net), trust_env=cfg.net.trust_env
+    )
+    return httpx2.AsyncClient(
+        transport=transport,
+        trust_env=False,
+        headers=headers,
+        timeout=httpx2.Timeout(cfg.mcp.timeout, connect=cfg.http.connect_timeout),
+        follow_redirects=False,
+    )
+
+
+def allowed_command(server_url: str, cfg: StdlibConfig) -> list[str] | None:
+    """The command line for an allow-listed local script (None when not allowed)."""
+    if not cfg.mcp.allowed_commands:
+        return None
+    wanted = Path(server_url).expanduser().resolve()
+    allowed = {Path(entry).expanduser().resolve() for entry in cfg.mcp.allowed_commands}
+    if wanted not in allowed or not wanted.is_file():
+        return None
+    if wanted.suffix == ".py":
+        return [sys.executable, str(wanted)]
+    if wanted.suffix == ".js":
+        node = shutil.which("node")
+        if node is None:
+            raise ServerRefused(f"{server_url} needs node, which is not installed")
+        return [node, str(wanted)]
+    raise ServerRefused(f"Unsupported script type: {server_url}")
+
+
+async def open_transport(stack: AsyncExitStack, server_url: str, cfg: StdlibConfig) -> Any:
+    """What to hand to ``mcp.Client`` for ``server_url`` (resources go on ``stack``)."""
+    from mcp import StdioServerParameters
+
+    url = server_url.strip()
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("http", "https"):
+        if not urlsplit(url).hostname:
+            raise ServerRefused(f"{server_url!r} has no host")
+        if urlsplit(url).path.rstrip("/").endswith("/sse"):
+            from mcp.client.sse import sse_client
+
+            def factory(
+                headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+            ) -> Any:
+                return _httpx2_client(cfg, headers)
+
+            return sse_client(url, httpx_client_factory=factory, sse_read_timeout=cfg.mcp.timeout)
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = await stack.enter_async_context(_httpx2_client(cfg))
+        return streamable_http_client(url, http_client=client)
+    command = allowed_command(url, cfg)
+    if command is None:
+        if scheme and len(scheme) > 1:
+            raise ServerRefused(
+                f"unsupported MCP server URL {server_url!r}: use an http:// or https:// URL"
+            )
+        raise ServerRefused(
+            f"launching {server_url!r} as a local MCP server is not allowed; only http(s) URLs "
+            "are accepted unless the script is listed in [stdlib.mcp] allowed_commands"
+        )
+    return StdioServerParameters(command=command[0], args=command[1:])
+
+
+__all__ = ["AddressRefused", "ServerRefused", "allowed_command", "open_transport"]

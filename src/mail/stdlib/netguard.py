@@ -1,0 +1,285 @@
+"""Outbound HTTP for the stdlib actions, with an address guard against SSRF.
+
+Every connection the http, interswarm and mcp actions open goes through
+:class:`GuardedTransport`. For a direct connection the host name is resolved here, each
+resolved address is checked against the policy, and the socket is opened to the checked
+address itself (TLS still verifies the original host name). Checking and connecting to the
+same address leaves no window for a DNS answer that changes between the two (rebinding).
+Redirects are followed by httpx, one request per hop, so every hop is checked the same way.
+
+When a proxy from the environment applies (``HTTP_PROXY`` & co., unless ``NO_PROXY`` exempts
+the host), the proxy makes the connection: the target host is then resolved and checked
+here before the request is handed to the proxy, and the proxy's own address is trusted
+because the operator chose it.
+
+Refused: loopback, private (RFC 1918, unique-local), link-local (which holds the cloud
+metadata address 169.254.169.254), multicast, unspecified, reserved, shared (CGNAT)
+addresses and anything else that is not globally routable, unless the host name, the
+address or a network containing it is in ``[stdlib.net] allowed_hosts``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import ipaddress
+import socket
+import ssl
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+import httpcore
+import httpx
+
+from mail.config import StdlibHttpConfig, StdlibNetConfig
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+__all__ = [
+    "AddressRefused",
+    "AddressPolicy",
+    "GuardedTransport",
+    "guarded_client",
+]
+
+
+class AddressRefused(Exception):
+    """A connection the guard will not open; the message says why and how to allow it."""
+
+
+def _classify(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public destination (None when it is)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return _classify(ip.ipv4_mapped)
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local (cloud metadata)"
+    if ip.is_multicast:
+        return "multicast"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_private:
+        return "private"
+    if ip.is_reserved:
+        return "reserved"
+    if not ip.is_global:
+        return "non-public"
+    return None
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which destinations may be reached (built from ``[stdlib.net]``)."""
+
+    allow_all: bool = False
+    host_patterns: tuple[str, ...] = ()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: StdlibNetConfig) -> AddressPolicy:
+        patterns: list[str] = []
+        networks: list[IPNetwork] = []
+        for entry in cfg.allowed_hosts:
+            text = entry.strip().lower().strip("[]")
+            if not text:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(text, strict=False))
+            except ValueError:
+                patterns.append(text.rstrip("."))
+        return cls(cfg.allow_private_addresses, tuple(patterns), tuple(networks))
+
+    def host_allowed(self, host: str) -> bool:
+        name = host.lower().strip("[]").rstrip(".")
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.host_patterns)
+
+    def address_allowed(self, ip: IPAddress) -> bool:
+        plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+        return any(plain in net for net in self.networks)
+
+    def check(self, host: str, addresses: Iterable[IPAddress]) -> list[IPAddress]:
+        """The addresses of ``host`` that may be used; raises when none may."""
+        addresses = list(addresses)
+        if self.allow_all or self.host_allowed(host):
+            return addresses
+        allowed: list[IPAddress] = []
+        refused: list[tuple[IPAddress, str]] = []
+        for ip in addresses:
+            reason = _classify(ip)
+            if reason is None or self.address_allowed(ip):
+                allowed.append(ip)
+            else:
+                refused.append((ip, reason))
+        if refused:
+            # One bad answer refuses the host: a name that mixes public and internal
+            # addresses is a classic way to slip past a guard.
+            ip, reason = refused[0]
+            where = host if host.strip("[]") == str(ip) else f"{host} ({ip})"
+            raise AddressRefused(
+                f"refused to connect to {where}: {reason} addresses are blocked; "
+                "add the host to [stdlib.net] allowed_hosts to allow it"
+            )
+        if not allowed:
+            raise AddressRefused(f"could not resolve {host}")
+        return allowed
+
+
+async def resolve(host: str, port: int, core: Any = httpcore) -> list[IPAddress]:
+    """Every address ``host`` resolves to (an IP literal resolves to itself)."""
+    bare = host.strip("[]")
+    try:
+        return [ipaddress.ip_address(bare)]
+    except ValueError:
+        pass
+    try:
+        infos = await anyio.getaddrinfo(bare, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise core.ConnectError(f"could not resolve {host}: {exc}") from exc
+    seen: dict[str, IPAddress] = {}
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        text = str(sockaddr[0]).split("%", 1)[0]
+        seen.setdefault(text, ipaddress.ip_address(text))
+    return list(seen.values())
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore network backend that resolves, checks, then connects to the checked address.
+
+    ``core`` is the httpcore module in use: ``httpcore`` for httpx, ``httpcore2`` for the
+    httpx2 fork the mcp SDK is built on (same interface, separate classes).
+    """
+
+    def __init__(self, policy: AddressPolicy, core: Any = httpcore) -> None:
+        self._policy = policy
+        self._core = core
+        self._inner = core.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            with anyio.fail_after(timeout):
+                resolved = await resolve(host, port, self._core)
+        except TimeoutError as exc:
+            raise self._core.ConnectTimeout(f"resolving {host} timed out") from exc
+        addresses = self._policy.check(host, resolved)
+        last: Exception | None = None
+        for ip in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    str(ip), port, timeout, local_address, socket_options
+                )
+            except (self._core.ConnectError, self._core.ConnectTimeout) as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise AddressRefused("unix sockets are not reachable from stdlib actions")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _direct_transport(policy: AddressPolicy, http: Any, core: Any) -> Any:
+    """httpx's transport with its connection pool rebuilt on the guarded backend.
+
+    httpx has no public hook for the network backend, so the pool it builds is replaced
+    right after construction; the request/response mapping of the transport is kept.
+    """
+    context = shared_ssl_context()
+    transport = http.AsyncHTTPTransport(verify=context, trust_env=False)
+    transport._pool = core.AsyncConnectionPool(
+        ssl_context=context, network_backend=GuardedBackend(policy, core)
+    )
+    return transport
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context (system CA bundle) for every client of the process.
+
+    Loading the CA bundle takes tens of milliseconds (far more on a busy machine), and each
+    action call builds a fresh client, so the context is built once and shared.
+    """
+    return httpx.create_ssl_context(trust_env=False)
+
+
+class GuardedRouting:
+    """Routes each request directly (guarded backend) or through an environment proxy."""
+
+    http: ClassVar[Any] = httpx
+    core: ClassVar[Any] = httpcore
+
+    def __init__(self, policy: AddressPolicy, trust_env: bool = True) -> None:
+        self.policy = policy
+        self.trust_env = trust_env
+        self._direct: Any = None
+        self._proxied: dict[str, Any] = {}
+
+    def _proxy_for(self, url: Any) -> str | None:
+        if not self.trust_env:
+            return None
+        proxies = urllib.request.getproxies_environment()
+        proxy = proxies.get(url.scheme) or proxies.get("all")
+        if not proxy or urllib.request.proxy_bypass(url.host):
+            return None
+        return proxy
+
+    async def handle_async_request(self, request: Any) -> Any:
+        if request.url.scheme not in ("http", "https"):
+            raise AddressRefused(f"unsupported URL scheme '{request.url.scheme}'")
+        proxy = self._proxy_for(request.url)
+        if proxy is None:
+            if self._direct is None:
+                self._direct = _direct_transport(self.policy, self.http, self.core)
+            return await self._direct.handle_async_request(request)
+        host = request.url.host
+        self.policy.check(host, await resolve(host, request.url.port or 0, self.core))
+        transport = self._proxied.get(proxy)
+        if transport is None:
+            transport = self._proxied[proxy] = self.http.AsyncHTTPTransport(
+                proxy=proxy, verify=shared_ssl_context(), trust_env=False
+            )
+        return await transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._direct is not None:
+            await self._direct.aclose()
+        for transport in self._proxied.values():
+            await transport.aclose()
+
+
+class GuardedTransport(GuardedRouting, httpx.AsyncBaseTransport):
+    """The guarded transport for httpx clients."""
+
+
+def guarded_client(
+    net: StdlibNetConfig,
+    http: StdlibHttpConfig,
+    *,
+    follow_redirects: bool = True,
+    headers: dict[str, str] | None = None,
+) -> httpx.AsyncClient:
+    """An httpx client whose every connection passes the address guard."""
+    return httpx.AsyncClient(
+        transport=GuardedTransport(AddressPolicy.from_config(net), trust_env=net.trust_env),
+        # Proxies are handled by the transport; trust_env here would also read .netrc.
+        trust_env=False,
+        follow_redirects=follow_redirects,
+        max_redirects=http.max_redirects,
+        timeout=httpx.Timeout(http.read_timeout, connect=http.connect_timeout),
+        headers=headers,
+    )
