@@ -201,7 +201,10 @@ def test_task_lookup_errors(server: ServerProcess) -> None:
     )
     assert r.status_code == 400 and r.json()["detail"] == "task_id must be a string"
     r = get(server, "/task", "user", params={"task_id": "does-not-exist"})
-    assert r.status_code == 404 and r.json()["detail"] == "task 'does-not-exist' not found"
+    assert r.status_code == 400 and "parameter 'task_id' must be a UUID" in r.json()["detail"]
+    missing = "0b7c7a8e-1d2f-4c3b-9a8e-000000000001"
+    r = get(server, "/task", "user", params={"task_id": missing})
+    assert r.status_code == 404 and r.json()["detail"] == f"task '{missing}' not found"
 
 
 @pytest.mark.parametrize(
@@ -217,13 +220,22 @@ def test_task_lookup_errors(server: ServerProcess) -> None:
         ({"body": "x", "kwargs": {"task_id": "t"}}, "parameter 'kwargs.task_id' duplicates"),
         ({"body": "x", "kwargs": {"timeout": -1}}, "parameter 'kwargs.timeout' must be a positive"),
         ({"body": "x", "kwargs": {"max_steps": "many"}}, "max_steps must be an int or null"),
+        ({"body": "x", "kwargs": {"max_steps": "3"}}, "kwargs.max_steps' must be an int"),
+        ({"body": "x", "kwargs": {"max_steps": -1}}, "0 or null means unlimited), got -1"),
+        ({"body": "x", "task_id": "fed-1"}, "parameter 'task_id' must be a UUID"),
+        ({"body": "x", "task_id": "*"}, "parameter 'task_id' must be a UUID"),
+        ({"body": "x", "task_id": "x" * 100_000}, "parameter 'task_id' must be a UUID"),
         ({"body": "x", "resume_from": "later"}, "parameter 'resume_from' must be one of"),
         (
             {"body": "x", "resume_from": "user_response"},
             "parameter 'task_id' is required when resume_from",
         ),
         (
-            {"body": "", "task_id": "t", "resume_from": "breakpoint_tool_call"},
+            {
+                "body": "",
+                "task_id": "0b7c7a8e-1d2f-4c3b-9a8e-000000000002",
+                "resume_from": "breakpoint_tool_call",
+            },
             "kwargs.breakpoint_tool_call_result' is required",
         ),
         ({"body": "x", "entrypoint": "worker"}, "'worker' is not an entrypoint agent"),

@@ -267,7 +267,9 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             self._emit(task_id, "task_complete", lambda: f"response: '{body}'")
             return response
         except TaskSubmitError as exc:
-            self._emit(task_id, "task_error", f"error for task: {exc}")
+            if exc.status != 409:
+                # A refused conflicting submission is not an event of the (running) task.
+                self._emit(task_id, "task_error", f"error for task: {exc}")
             return system_task_end(self.swarm_name, task_id, "::task_error::", task_error_body(exc))
         except TimeoutError:
             self._emit(task_id, "task_error", f"timeout for task '{task_id}'")

@@ -42,6 +42,11 @@ class TurnMixin:
         key = f"{task_id}::{agent_name}"
         await self._acquire_turn(key)
         try:
+            task = self.mail_tasks.get(task_id)
+            if task is not None and task.completed:
+                # The task ended while this turn waited for the agent: no new work starts.
+                self._hold_for_continuation(task, message)
+                return
             history = self.history_for(task_id, agent_name)
             ctx = TurnContext(task_id, agent_name, message, history)
             current: AgentToolCall | None = None
@@ -73,6 +78,15 @@ class TurnMixin:
         finally:
             self._release_turn(key)
             self._dispatch_pending()
+
+    def _hold_for_continuation(self: MAILRuntime, task: Any, message: MAILMessage) -> None:
+        """A message whose turn would start after its task ended: keep runtime notices with
+        the task's stashed queue (a continuation delivers them), drop agent chatter."""
+        if message["message"]["sender"]["address_type"] == "system":
+            task.queue_stash([{"priority": 1, "seq": 0, "message": message}])
+            self.observer.queue_stashed(task.task_id, list(task.task_message_queue))
+        else:
+            logger.debug("no turn for %s: task %s already completed", message["id"], task.task_id)
 
     # ------------------------------------------------------------------ history
     def _append_incoming(

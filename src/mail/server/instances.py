@@ -46,6 +46,8 @@ class Instance:
     created_at: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     in_use: int = 0
+    # task id -> monotonic time a request claimed it (between its checks and its submission)
+    claimed_tasks: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
