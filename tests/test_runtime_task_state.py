@@ -73,3 +73,28 @@ async def test_a_new_message_to_a_running_task_is_a_conflict() -> None:
     assert (await first)["message"]["body"] == "first"
     # Refusals are not events of the running task.
     assert [e.event for e in rt.get_events_by_task_id("t1")].count("task_error") == 0
+
+
+async def test_an_agent_message_over_the_cap_is_not_sent() -> None:
+    sup = ScriptedAgent(
+        "supervisor",
+        [
+            [send_request("worker", "w" * 101)],
+            [task_complete("gave up on the long message")],
+        ],
+    )
+    worker = ScriptedAgent("worker", default=[send_response("supervisor")])
+    rt = make_runtime(
+        {"supervisor": AgentSpec(sup, ["worker"], True), "worker": AgentSpec(worker, [])}
+    )
+    rt.max_message_body = 100
+    response = await run_task(rt)
+    assert response["message"]["body"] == "gave up on the long message"
+    assert worker.calls == []  # the oversized request never reached the worker
+    seen = str(sup.calls[1].history)
+    assert "101 characters long; the limit is 100" in seen
+    oversized_user = await asyncio.wait_for(
+        rt.run_task(user_message("t2", "u" * 101), timeout=5), 6
+    )
+    assert oversized_user["message"]["subject"] == "::task_error::"
+    assert "the limit is 100" in oversized_user["message"]["body"]

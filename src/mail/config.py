@@ -84,6 +84,10 @@ class ServerSettings(_Section):
     interswarm_timeout: float = Field(default=30.0, gt=0)
     # Seconds between health checks of registered remote swarms.
     health_check_interval: float = Field(default=30.0, gt=0)
+    # Largest request body, in bytes, any route accepts (413 above it; 0 = no limit).
+    max_request_body: int = Field(default=4 * 1024 * 1024, ge=0)
+    # Largest message body, in characters, a caller or an agent may send (0 = no limit).
+    max_message_body: int = Field(default=1024 * 1024, ge=0)
 
     @field_validator("task_message_limit", mode="before")
     @classmethod

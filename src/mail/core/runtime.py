@@ -33,6 +33,7 @@ from mail.core.tasks import MAILTask
 logger = logging.getLogger("mail.runtime")
 
 RunMode = Literal["continuous", "manual"]
+DEFAULT_MAX_MESSAGE_BODY = 1024 * 1024
 
 
 class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
@@ -86,6 +87,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         # ids of queued agent messages whose recipients a tool handler already checked
         self._prechecked: set[str] = set()
 
+        # Longest message body (characters) a caller or an agent may send; None = no cap.
+        self.max_message_body: int | None = DEFAULT_MAX_MESSAGE_BODY
         self.max_steps: int | None = None
         self.default_max_steps: int | None = None  # limit of loops started by post_message
         self._step_counts: dict[str, int] = {}

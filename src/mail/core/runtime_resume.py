@@ -9,8 +9,8 @@ from mail.core.system_messages import system_broadcast
 
 if TYPE_CHECKING:
     from mail.core.message import MAILMessage
-    from mail.core.tasks import MAILTask
     from mail.core.runtime import MAILRuntime
+    from mail.core.tasks import MAILTask
 
 RESUME_FORMS = ("user_response", "breakpoint_tool_call")
 
@@ -28,6 +28,16 @@ class TaskNotFoundError(TaskSubmitError):
     """The submission names a task this instance does not have."""
 
     status = 404
+
+
+class MessageTooLargeError(TaskSubmitError):
+    """The message body is longer than the runtime's ``max_message_body``."""
+
+    status = 413
+
+
+def message_too_large(length: int, limit: int) -> str:
+    return f"the message body is {length} characters long; the limit is {limit} (max_message_body)"
 
 
 class TaskConflictError(TaskSubmitError):
@@ -67,6 +77,10 @@ class ResumeMixin:
         task_id = message["message"]["task_id"]
         if self._shutdown:
             raise TaskSubmitError("the runtime is shut down")
+        limit = self.max_message_body
+        body = message["message"]["body"]
+        if limit and isinstance(body, str) and len(body) > limit:
+            raise MessageTooLargeError(message_too_large(len(body), limit))
         self.check_submission(task_id, resume_from, kwargs)
         if "max_steps" in kwargs:
             self._step_limits[task_id] = parse_max_steps(kwargs["max_steps"])
@@ -249,4 +263,4 @@ def _match_by_call_id(calls: list[Any], items: list[Any]) -> list[tuple[Any, Any
             + "; ".join(problems)
             + f"); the calls waiting for results are: {', '.join(by_id)}"
         )
-    return [(by_id[c], given[c]) for c in by_id]
+    return [(by_id[c], content) for c, content in given.items()]  # in the caller's order

@@ -31,6 +31,7 @@ from mail.server import (
     routes_public,
     routes_user,
 )
+from mail.server.body_limit import BodyLimitMiddleware
 from mail.server.auth import Authenticator, build_authenticator
 from mail.server.errors import install_error_handling
 from mail.server.instances import InstanceManager
@@ -100,6 +101,7 @@ async def _startup(
         idle_timeout=config.settings.instance_idle_timeout,
         store=store,
     )
+    instances.max_message_body = config.settings.max_message_body or None
     state = ServerState(
         config=config,
         template=template,
@@ -236,6 +238,7 @@ def create_app(
     )
     app.state.config = config
     install_error_handling(app)
+    app.add_middleware(BodyLimitMiddleware, limit=config.settings.max_request_body)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=CORS_ORIGINS,

@@ -105,6 +105,8 @@ class InstanceManager:
         self.store = store
         # Shared agent memory (acknowledge_broadcast); PostgreSQL-backed with DATABASE_URL.
         self.agent_memory: Any | None = None
+        # characters; applied to each new instance's runtime (None = no cap)
+        self.max_message_body: int | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -174,6 +176,8 @@ class InstanceManager:
                 )
         if self.agent_memory is not None:
             swarm.runtime.memory = self.agent_memory
+        if self.max_message_body is not None:
+            swarm.runtime.max_message_body = self.max_message_body
         if self.on_create is not None:
             await self.on_create(swarm)
         loop_task = asyncio.create_task(

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import HTTPException
 from starlette.responses import StreamingResponse
 
-from mail.core.runtime_resume import TaskSubmitError
+from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.server import task_listing
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
@@ -58,6 +58,9 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     suspension in between, so of two concurrent requests for one task exactly one wins.
     """
     _check_entrypoint(state, req)
+    limit = inst.swarm.runtime.max_message_body
+    if limit and len(req.body) > limit:
+        raise HTTPException(413, f"parameter 'body': {message_too_large(len(req.body), limit)}")
     if req.task_id is None:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
@@ -77,7 +80,8 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     claimed = inst.claimed_tasks.get(task_id)
     if claimed is not None and time.monotonic() - claimed < _CLAIM_SECONDS:
         raise HTTPException(
-            409, f"task '{task_id}' is busy with another request; wait for its answer"
+            409,
+            f"task '{task_id}' is still running (another request is working on it); wait for its answer",
         )
     try:
         inst.swarm.runtime.check_submission(task_id, req.resume_from, req.kwargs)
