@@ -31,8 +31,8 @@ from mail.server import (
     routes_public,
     routes_user,
 )
-from mail.server.body_limit import BodyLimitMiddleware
 from mail.server.auth import Authenticator, build_authenticator
+from mail.server.body_limit import BodyLimitMiddleware
 from mail.server.errors import install_error_handling
 from mail.server.instances import InstanceManager
 from mail.server.state import (
