@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.stub_agents import stub_swarms_json
 
 from mail.api import MAILSwarmTemplate
 from mail.swarms_json import build_swarms_from_json
@@ -26,7 +27,6 @@ from server_fixtures import (
     write_config,
     write_stub_swarms,
 )
-from tests.support.stub_agents import stub_swarms_json
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -101,9 +101,9 @@ def check_factory_params(
                 "which is missing"
             )
     for key, value in supplied.items():
-        param = accepted.get(key)
-        if param is not None:
-            _check_simple_type(agent, params_field, key, value, param)
+        declared = accepted.get(key)
+        if declared is not None:
+            _check_simple_type(agent, params_field, key, value, declared)
 
 
 def _check_simple_type(

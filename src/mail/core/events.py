@@ -132,7 +132,7 @@ class TaskEvent:
         if data.pop(_XML_FLAG, False):
             # Stored by `store_data`: rebuild the description from the message it renders.
             message = (data.get("extra_data") or {}).get("full_message")
-            xml = build_mail_xml(message)["content"] if isinstance(message, dict) else ""
+            xml = build_mail_xml(message)["content"] if isinstance(message, dict) else ""  # type: ignore[arg-type]
             data["description"] = f"{data.get('description', '')}{xml}"
             raw = None
         event = cls(
