@@ -316,10 +316,10 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                     break
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
-                    continue_events = task.events[index:]
-                    for event in continue_events:
+                    for event in task.events[index:]:
                         yield event
+                    # Recorded on the task; the stream gets one task_error frame, the final one.
+                    self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
                     yield _final_event("task_error", task_id, task_timeout_body())
                     return
                 signal = task.event_signal()
