@@ -114,6 +114,14 @@ def _message_options(parser: argparse.ArgumentParser, *, show_events: bool) -> N
         default={},
         help='JSON object of extra options, e.g. \'{"breakpoint_tool_call_result": "..."}\'',
     )
+    parser.add_argument(
+        "-a",
+        "--attach",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="send a local file with the message (repeatable; for agents with file tools)",
+    )
     if show_events:
         parser.add_argument("-se", "--show-events", action="store_true")
     _verbose(parser)
@@ -195,6 +203,16 @@ def _configure_task_get(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
+def _configure_thread(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("thread_id")
+    _verbose(parser)
+
+
+def _configure_attachment(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("attachment_id")
+    parser.add_argument("output", nargs="?", help="save to this file (default: print as text)")
+
+
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("help", ("?",), "list commands, or describe one: help COMMAND", _configure_help),
     CommandSpec("exit", ("quit",), "leave the REPL"),
@@ -247,6 +265,11 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("tasks-get", ("tsg", "tasks-g"), "GET /tasks", _verbose),
     CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _configure_task_get),
+    CommandSpec("threads", ("ths",), "GET /threads — team threads", _verbose),
+    CommandSpec("thread", ("th",), "GET /threads/ID — posts and unread counts", _configure_thread),
+    CommandSpec(
+        "attachment", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment
+    ),
 )
 
 _BY_NAME: dict[str, CommandSpec] = {}
