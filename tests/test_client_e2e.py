@@ -182,6 +182,7 @@ async def test_breakpoint_and_user_response_resumes(server: ServerProcess) -> No
 
 
 KEPT_TASK = "c11e2e00-0000-4000-8000-000000000001"
+REPL_TASK = "c11e2e00-0000-4000-8000-000000000002"
 MISSING_TASK = "c11e2e00-0000-4000-8000-0000000000ff"
 
 
@@ -281,15 +282,15 @@ def test_repl_against_the_real_server(server: ServerProcess, tmp_path: Path) -> 
         term.sendline('message "Hello from the REPL"')
         term.expect(r"│ echo\[alice\]: Hello from the REPL")
         term.expect(prompt)
-        term.sendline("ms 'SLEEP 1 streaming in the REPL' -tid repl-e2e")
+        term.sendline("ms 'SLEEP 1 streaming in the REPL' -tid " + REPL_TASK)
         term.expect(r"new_message\s+sending message")
         term.expect(r"waiting for more")
         term.expect(r"task_complete\s+echo\[alice\]: streaming in the REPL")
         term.expect(prompt)
         term.sendline("tsg")
-        term.expect(r"repl-e2e")
+        term.expect(REPL_TASK)
         term.expect(prompt)
-        term.sendline("tg repl-e2e")
+        term.sendline("tg " + REPL_TASK)
         term.expect(r"task_owner\s+user:alice@stub")
         term.expect(prompt)
         term.sendline("exit")

@@ -193,8 +193,8 @@ def _max_steps(value: Any) -> int | None:
     else:
         return value or None
     raise BadRequest(
-        "parameter 'kwargs.max_steps' must be an int or null (a non-negative integer; "
-        f"0 or null means unlimited), got {got}"
+        "parameter 'kwargs.max_steps' is invalid: max_steps must be an int or null "
+        f"(a non-negative integer; 0 or null means unlimited), got {got}"
     )
 
 
