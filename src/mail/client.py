@@ -12,16 +12,12 @@ Error contract, the same for every method:
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
 
 import aiohttp
 
@@ -296,20 +292,16 @@ class MAILClient:
         show_events: bool = False,
         task_id: str | None = None,
         resume_from: Literal["user_response", "breakpoint_tool_call"] | None = None,
-        attachments: list[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """POST /message and wait for the task's answer: `{"response": ..., "events": ...}`.
 
         Extra keyword arguments (e.g. `breakpoint_tool_call_result`, `max_steps`) travel in the
-        body's `kwargs` object. `attachments` are files for agents with team file tools, each
-        `{"filename", "content_base64" | "content", "description"?}` (see `attachment_from_file`).
+        body's `kwargs` object.
         """
         payload = self._message_payload(
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
-        if attachments:
-            payload["attachments"] = list(attachments)
         payload["show_events"] = show_events
         return await self._request_json("POST", "/message", payload=payload)  # type: ignore[no-any-return]
 
@@ -322,7 +314,6 @@ class MAILClient:
         entrypoint: str | None = None,
         task_id: str | None = None,
         resume_from: Literal["user_response", "breakpoint_tool_call"] | None = None,
-        attachments: list[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> MAILEventStream:
         """POST /message with `stream: true`; iterate the result for ServerSentEvent objects.
@@ -334,8 +325,6 @@ class MAILClient:
         payload = self._message_payload(
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
-        if attachments:
-            payload["attachments"] = list(attachments)
         payload["stream"] = True
         return MAILEventStream(
             lambda: self._open("POST", "/message", payload=payload, accept="text/event-stream"),
@@ -355,41 +344,6 @@ class MAILClient:
         return await self._request_json(  # type: ignore[no-any-return]
             "GET", "/task", payload={"task_id": task_id}, params={"task_id": task_id}
         )
-
-    # ----------------------------------------------------------------- team messaging
-
-    @staticmethod
-    def attachment_from_file(path: str | os.PathLike[str], description: str = "") -> dict[str, Any]:
-        """An `attachments` entry for `post_message` holding the bytes of a local file."""
-        file = Path(path)
-        entry: dict[str, Any] = {
-            "filename": file.name,
-            "content_base64": base64.b64encode(file.read_bytes()).decode("ascii"),
-        }
-        if description:
-            entry["description"] = description
-        return entry
-
-    async def get_threads(self) -> dict[str, Any]:
-        """GET /threads — the caller's team threads (`{"threads": [...]}`)."""
-        return await self._request_json("GET", "/threads")  # type: ignore[no-any-return]
-
-    async def get_thread(self, thread_id: str) -> dict[str, Any]:
-        """GET /threads/{id} — a thread with its posts and per-agent unread counts."""
-        return await self._request_json("GET", f"/threads/{quote(thread_id, safe='')}")  # type: ignore[no-any-return]
-
-    async def get_attachment(self, attachment_id: str) -> bytes:
-        """GET /attachments/{id} — the bytes of an attachment of the caller's instance."""
-        path = f"/attachments/{quote(attachment_id, safe='')}"
-        response = await self._open("GET", path, accept="application/octet-stream")
-        try:
-            return await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise RuntimeError(
-                f"MAIL client request failed: GET {path}: {describe_error(exc)}"
-            ) from exc
-        finally:
-            response.release()
 
     # ----------------------------------------------------------------- swarm registry
 

@@ -120,7 +120,7 @@ async def do_status(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 
 def _message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs = {
+    return {
         "subject": args.subject,
         "msg_type": args.msg_type,
         "entrypoint": args.entrypoint,
@@ -128,19 +128,6 @@ def _message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "resume_from": args.resume_from,
         **args.kwargs,
     }
-    files = getattr(args, "attach", None) or []
-    if files:
-        kwargs["attachments"] = [ctx_attachment(path) for path in files]
-    return kwargs
-
-
-def ctx_attachment(path: str) -> dict[str, Any]:
-    from mail.client import MAILClient
-
-    try:
-        return MAILClient.attachment_from_file(path)
-    except OSError as exc:
-        raise ValueError(f"cannot attach {path}: {exc.strerror or exc}") from exc
 
 
 async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
@@ -362,60 +349,6 @@ async def do_task_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     ctx.render.events(events)
 
 
-async def do_threads(ctx: ReplContext, args: argparse.Namespace) -> None:
-    result = await ctx.client.get_threads()
-    if args.verbose:
-        ctx.render.json(result)
-        return
-    threads = result.get("threads") or []
-    if not threads:
-        ctx.render.info("no threads yet")
-        return
-    ctx.render.table(
-        ["thread id", "title", "creator", "participants", "owner"],
-        (
-            [t["thread_id"], t["title"], t["creator"], ", ".join(t["participants"]), t.get("owner")]
-            for t in threads
-        ),
-    )
-
-
-async def do_thread(ctx: ReplContext, args: argparse.Namespace) -> None:
-    thread = await ctx.client.get_thread(args.thread_id)
-    if args.verbose:
-        ctx.render.json(thread)
-        return
-    ctx.render.fields(
-        [
-            ("thread_id", thread.get("thread_id")),
-            ("title", thread.get("title")),
-            ("creator", thread.get("creator")),
-            ("participants", ", ".join(thread.get("participants") or [])),
-            ("unread", thread.get("unread")),
-        ]
-    )
-    ctx.render.table(
-        ["time", "from", "kind", "text"],
-        (
-            [p.get("timestamp"), p.get("sender"), p.get("kind"), p.get("body")]
-            for p in thread.get("messages") or []
-        ),
-    )
-
-
-async def do_attachment(ctx: ReplContext, args: argparse.Namespace) -> None:
-    data = await ctx.client.get_attachment(args.attachment_id)
-    if args.output:
-        with open(args.output, "wb") as fh:
-            fh.write(data)
-        ctx.render.success(f"saved {len(data)} bytes to {args.output}")
-        return
-    try:
-        ctx.render.response(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        ctx.render.info(f"{len(data)} bytes of binary data; give a FILE to save them")
-
-
 HANDLERS: dict[str, Handler] = {
     "help": do_help,
     "exit": do_exit,
@@ -436,7 +369,4 @@ HANDLERS: dict[str, Handler] = {
     "responses": do_responses,
     "tasks-get": do_tasks_get,
     "task-get": do_task_get,
-    "threads": do_threads,
-    "thread": do_thread,
-    "attachment": do_attachment,
 }

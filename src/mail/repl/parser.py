@@ -114,14 +114,6 @@ def _message_options(parser: argparse.ArgumentParser, *, show_events: bool) -> N
         default={},
         help='JSON object of extra options, e.g. \'{"breakpoint_tool_call_result": "..."}\'',
     )
-    parser.add_argument(
-        "-a",
-        "--attach",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="send a local file with the message (repeatable; for agents with file tools)",
-    )
     if show_events:
         parser.add_argument("-se", "--show-events", action="store_true")
     _verbose(parser)
@@ -203,16 +195,6 @@ def _configure_task_get(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
-def _configure_thread(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("thread_id")
-    _verbose(parser)
-
-
-def _configure_attachment(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("attachment_id")
-    parser.add_argument("output", nargs="?", help="save to this file (default: print as text)")
-
-
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("help", ("?",), "list commands, or describe one: help COMMAND", _configure_help),
     CommandSpec("exit", ("quit",), "leave the REPL"),
@@ -265,11 +247,6 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("tasks-get", ("tsg", "tasks-g"), "GET /tasks", _verbose),
     CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _configure_task_get),
-    CommandSpec("threads", ("ths",), "GET /threads — team threads", _verbose),
-    CommandSpec("thread", ("th",), "GET /threads/ID — posts and unread counts", _configure_thread),
-    CommandSpec(
-        "attachment", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment
-    ),
 )
 
 _BY_NAME: dict[str, CommandSpec] = {}
@@ -315,5 +292,20 @@ def build_parser(printer: Callable[[str], None] | None = None) -> ReplArgumentPa
 
 
 def parse_command(parser: ReplArgumentParser, words: list[str]) -> argparse.Namespace:
-    resolve_command(words[0])  # clearer message than argparse's "invalid choice" list
-    return parser.parse_args(words)
+    spec = resolve_command(words[0])  # clearer message than argparse's "invalid choice" list
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        # Reported against the command, with its own usage line (not the generic one).
+        command_parser = parser.command_parsers[spec.name]
+        options = [o for action in command_parser._actions for o in action.option_strings]
+        first = extra[0]
+        hint = ""
+        if first.startswith("-"):
+            close = difflib.get_close_matches(first, options, n=1, cutoff=0.6)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ReplUsageError(
+            f"'{spec.name}' does not take {' '.join(extra)!r}.{hint} "
+            f"Type '{spec.name} -h' for its options.",
+            command_parser.format_usage().strip(),
+        )
+    return args
