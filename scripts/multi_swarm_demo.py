@@ -202,15 +202,20 @@ def main() -> int:
             )
             r.raise_for_status()
             print(f"swarm-alpha answered: {r.json()['response']}")
+            # /tasks lists summaries; the event log of one task is on /task.
             mine = httpx.get(
-                f"{alpha.url}/tasks", headers={"Authorization": f"Bearer {alpha.user}"}
+                f"{alpha.url}/task",
+                params={"task_id": task_id},
+                headers={"Authorization": f"Bearer {alpha.user}"},
             ).json()
-            show("swarm-alpha", mine[task_id])
+            show("swarm-alpha", mine)
             theirs = httpx.get(
-                f"{beta.url}/tasks", headers={"Authorization": f"Bearer {beta.admin}"}
-            ).json()
-            if task_id in theirs:
-                show("swarm-beta", theirs[task_id])
+                f"{beta.url}/task",
+                params={"task_id": task_id},
+                headers={"Authorization": f"Bearer {beta.admin}"},
+            )
+            if theirs.status_code == 200:
+                show("swarm-beta", theirs.json())
             return 0 if "391" in r.json()["response"] else 1
         finally:
             alpha.stop()

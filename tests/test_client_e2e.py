@@ -181,18 +181,23 @@ async def test_breakpoint_and_user_response_resumes(server: ServerProcess) -> No
     assert (first["response"], second["response"]) == ("turn 1", "turn 2")
 
 
+KEPT_TASK = "c11e2e00-0000-4000-8000-000000000001"
+REPL_TASK = "c11e2e00-0000-4000-8000-000000000002"
+MISSING_TASK = "c11e2e00-0000-4000-8000-0000000000ff"
+
+
 async def test_task_inspection_is_per_user(server: ServerProcess) -> None:
     async with client_for(server) as alice, client_for(server, "bob") as bob:
-        done = await alice.post_message("keep this", task_id="client-e2e-task")
+        done = await alice.post_message("keep this", task_id=KEPT_TASK)
         tasks = await alice.get_tasks()
-        task = await alice.get_task("client-e2e-task")
+        task = await alice.get_task(KEPT_TASK)
         with pytest.raises(MAILClientError) as missing:
-            await alice.get_task("no-such-task")
+            await alice.get_task(MISSING_TASK)
         with pytest.raises(MAILClientError) as foreign:
-            await bob.get_task("client-e2e-task")
+            await bob.get_task(KEPT_TASK)
     assert done["response"] == "echo[alice]: keep this"
-    assert "client-e2e-task" in tasks
-    assert task["task_id"] == "client-e2e-task" and task["completed"] is True
+    assert KEPT_TASK in tasks
+    assert task["task_id"] == KEPT_TASK and task["completed"] is True
     assert any(e["event"] == "task_complete_call" for e in task["events"])
     assert missing.value.status == 404 and "not found" in str(missing.value.detail)
     assert foreign.value.status == 404
@@ -282,15 +287,15 @@ def test_repl_against_the_real_server(server: ServerProcess, tmp_path: Path) -> 
         term.sendline('message "Hello from the REPL"')
         term.expect(r"│ echo\[alice\]: Hello from the REPL")
         term.expect(prompt)
-        term.sendline("ms 'SLEEP 1 streaming in the REPL' -tid repl-e2e")
+        term.sendline("ms 'SLEEP 1 streaming in the REPL' -tid " + REPL_TASK)
         term.expect(r"new_message\s+sending message")
         term.expect(r"waiting for more")
         term.expect(r"task_complete\s+echo\[alice\]: streaming in the REPL")
         term.expect(prompt)
         term.sendline("tsg")
-        term.expect(r"repl-e2e")
+        term.expect(REPL_TASK)
         term.expect(prompt)
-        term.sendline("tg repl-e2e")
+        term.sendline("tg " + REPL_TASK)
         term.expect(r"task_owner\s+user:alice@stub")
         term.expect(prompt)
         term.sendline("exit")

@@ -148,6 +148,15 @@ def test_connection_failure_is_one_line_and_hides_the_password(tmp_path: Path) -
     assert "s3cret" not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("secret_param", ["password", "sslpassword"])
+def test_a_password_in_the_query_string_is_never_printed(tmp_path: Path, secret_param: str) -> None:
+    url = f"postgresql://postgres@127.0.0.1:1/test?sslmode=disable&{secret_param}=qu3rys3cret"
+    result = mail(["db-init", "--database-url", url, "--timeout", "3"], tmp_path, None)
+    assert result.returncode == 1
+    assert "qu3rys3cret" not in result.stderr + result.stdout
+    assert f"{secret_param}=***" in result.stdout + result.stderr
+
+
 def test_dotenv_and_flag(schema_url: str, tmp_path: Path) -> None:
     (tmp_path / ".env").write_text(f"DATABASE_URL={schema_url}\n", encoding="utf-8")
     from_file = mail(["db-init"], tmp_path, None)

@@ -212,6 +212,13 @@ def test_duplicate_envelope_processed_once(pair) -> None:
         assert r.json()["local_runner"] == "swarm:swarm-alpha@swarm-beta"
     time.sleep(0.5)
     tasks = httpx.get(f"{beta.base_url}/tasks", headers=auth(keys["beta_admin"]), timeout=10).json()
-    events = tasks[task_id]["events"]
+    assert task_id in tasks and "events" not in tasks[task_id]  # summaries; logs on /task
+    record = httpx.get(
+        f"{beta.base_url}/task",
+        params={"task_id": task_id},
+        headers=auth(keys["beta_admin"]),
+        timeout=10,
+    ).json()
+    events = record["events"]
     received = [e for e in events if e["event"] == "interswarm_message_received"]
     assert len(received) == 1

@@ -92,8 +92,10 @@ def test_kill_at_breakpoint_restart_and_resume(database: str, tmp_path: Path) ->
     try:
         tasks = httpx.get(f"{second.base_url}/tasks", headers=auth(key), timeout=10).json()
         assert task_id in tasks
-        record = tasks[task_id]
-        assert record["task_owner"] == f"user:alice@{swarm}"
+        assert tasks[task_id]["task_owner"] == f"user:alice@{swarm}"
+        record = httpx.get(
+            f"{second.base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=10
+        ).json()
         assert any(e["event"] == "breakpoint_tool_call" for e in record["events"])
 
         r = httpx.post(

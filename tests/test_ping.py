@@ -86,3 +86,22 @@ def test_command_line_entry_point(server: FakeMailServer) -> None:
         timeout=60,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "✓ fake-swarm is healthy")
+
+
+@pytest.mark.parametrize("command", ["ping", "client"])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("notaurl", "needs a scheme, e.g. http://notaurl"),
+        ("localhost:8000", "needs a scheme, e.g. http://localhost:8000"),
+        ("ftp://example.org", "use http:// or https://"),
+    ],
+)
+def test_a_url_without_an_http_scheme_is_refused(
+    capsys: pytest.CaptureFixture[str], command: str, url: str, says: str
+) -> None:
+    code = main([command, url])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert says in err
+    assert "connected" not in out + err and "/health" not in err

@@ -8,6 +8,7 @@ call `MAILREPL.execute` in-process to cover every command quickly.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import fcntl
 import io
 import json
@@ -28,6 +29,7 @@ from rich.console import Console
 
 from mail.client_config import ClientConfig
 from mail.repl import MAILREPL
+from mail.repl.render import Renderer
 from test_client_fakes import ADMIN_KEY, USER_KEY, FakeMailServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -209,7 +211,7 @@ def test_person_session_message_stream_typo_ctrl_c_exit(
 
 
 def test_login_logout_change_the_prompt_and_eof_leaves(
-    server: FakeMailServer, terminal_factory: object
+    server: FakeMailServer, terminal_factory: object, tmp_path: Path
 ) -> None:
     term: Terminal = terminal_factory("client", server.url)  # type: ignore[operator]
     term.expect(r"no API key given: use 'login KEY'")
@@ -230,6 +232,9 @@ def test_login_logout_change_the_prompt_and_eof_leaves(
     term.expect(r"\nmail> ")
     term.send("\x04")  # Ctrl+D
     assert term.wait() == 0
+    history = (tmp_path / ".mail_history").read_text()
+    assert USER_KEY not in history and ADMIN_KEY not in history and "nope" not in history
+    assert "login" in history and "status" in history
 
 
 def test_swarm_link_supplies_server_and_key(
@@ -391,6 +396,28 @@ def test_responses_command(harness: Harness, server: FakeMailServer) -> None:
         "instructions": "be brief",
         "parallel_tool_calls": False,
     }
+
+
+def test_an_unknown_option_names_the_command_and_its_usage(harness: Harness) -> None:
+    out = harness.run("message --bogus x")
+    assert "'message' does not take '--bogus'" in out
+    assert "usage: message " in out
+    assert "Did you mean '--entrypoint'?" in harness.run("message hi --entrypont sup")
+
+
+def test_past_events_keep_their_own_time() -> None:
+    out = io.StringIO()
+    renderer = Renderer(Console(file=out, width=200, color_system=None, force_terminal=False))
+    renderer.events(
+        [
+            {"event": "new_message", "data": {"timestamp": "2020-01-02T03:04:05+00:00"}},
+            {"event": "task_complete", "data": '{"timestamp": "2020-01-02T03:04:06+00:00"}'},
+        ]
+    )
+    text = out.getvalue()
+    local = datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.UTC).astimezone()
+    assert local.strftime("%Y-%m-%d %H:%M:%S") in text
+    assert datetime.datetime.now().strftime("%Y-%m-%d") not in text
 
 
 def test_errors_are_reported_and_the_loop_survives(harness: Harness) -> None:

@@ -303,12 +303,26 @@ async def test_long_error_body_is_truncated(
 ) -> None:
     await registry.register_swarm("swarm-beta", remote.url, auth_token="t")
     remote.status = 500
-    remote.reply = "x" * 5000
+    remote.reply = "x" * 20_000 + " because the disk is full"
     envelope = router.wrap_message(request_message(), "swarm-beta", OWNER, [OWNER])
     with pytest.raises(InterswarmError) as info:
         await router.send_interswarm(envelope, "forward")
     assert info.value.status == 500
-    assert len(str(info.value)) < 400
+    assert len(str(info.value)) < 4500
+    assert str(info.value).endswith("because the disk is full")  # the reason survives
+
+
+async def test_a_peer_error_detail_is_never_cut_before_the_reason(
+    router: InterswarmRouter, registry: SwarmRegistry, remote: RemoteServer
+) -> None:
+    await registry.register_swarm("swarm-beta", remote.url, auth_token="t")
+    remote.status = 400
+    long_id = "fed-" + "9" * 300
+    remote.reply = {"detail": f"parameter 'task_id' must be a UUID, got '{long_id}': rejected"}
+    envelope = router.wrap_message(request_message(), "swarm-beta", OWNER, [OWNER])
+    with pytest.raises(InterswarmError) as info:
+        await router.send_interswarm(envelope, "forward")
+    assert str(info.value).endswith(f"got '{long_id}': rejected")
 
 
 async def test_send_requires_started_router(registry: SwarmRegistry, remote: RemoteServer) -> None:

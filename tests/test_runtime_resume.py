@@ -145,7 +145,6 @@ async def test_list_resume_matches_results_by_call_id(as_json: bool) -> None:
     result: Any = [
         {"call_id": "bp-2", "content": "rain in Rome"},
         {"call_id": "bp-1", "content": "sun in Paris"},
-        {"call_id": "unknown", "content": "ignored"},
     ]
     if as_json:
         result = json.dumps(result)
@@ -182,6 +181,62 @@ async def test_dict_resume_with_several_pending_calls_is_an_error() -> None:
         ],
     )
     assert good["message"]["body"] == "after list resume"
+
+
+@pytest.mark.parametrize(
+    ("items", "fragments"),
+    [
+        (
+            [{"call_id": "a", "content": "1"}, {"call_id": "zz", "content": "?"}],
+            ["unknown call_id(s): zz", "no result for call_id(s): b"],
+        ),
+        ([{"call_id": "a", "content": "1"}], ["no result for call_id(s): b"]),
+        ("plain text", ["2 breakpoint tool calls are waiting", "(a, b)"]),
+        ([{"content": "no id"}, {"call_id": "b"}], ["breakpoint_tool_call_result[0]"]),
+    ],
+    ids=["unknown", "missing", "plain-text", "no-call-id"],
+)
+async def test_resume_with_unknown_or_missing_call_ids_is_refused(
+    items: Any, fragments: list[str]
+) -> None:
+    rt, sup = breakpoint_runtime(
+        [
+            [
+                tool_call("get_weather", {"city": "A"}, call_id="a"),
+                tool_call("get_weather", {"city": "B"}, call_id="b"),
+            ],
+            [task_complete("after a good resume")],
+        ]
+    )
+    await run_task(rt)
+    bad = await resume(rt, breakpoint_tool_call_result=items)
+    assert bad["message"]["subject"] == "::task_error::"
+    for fragment in fragments:
+        assert fragment in bad["message"]["body"]
+    assert len(sup.calls) == 1  # nothing was injected, no agent turn ran
+    assert not events_named(rt, "t1", "breakpoint_action_complete")
+    good = await resume(
+        rt,
+        breakpoint_tool_call_result=[
+            {"call_id": "b", "content": "2"},
+            {"call_id": "a", "content": "1"},
+        ],
+    )
+    assert good["message"]["body"] == "after a good resume"
+
+
+async def test_a_second_resume_of_the_same_pause_is_a_conflict() -> None:
+    rt, sup = breakpoint_runtime(
+        [[tool_call("get_weather", {}, call_id="bp")], [task_complete("resumed once")]]
+    )
+    await run_task(rt)
+    first = await resume(rt, breakpoint_tool_call_result={"content": "x"})
+    assert first["message"]["body"] == "resumed once"
+    for form in ({"content": "again"}, [{"call_id": "bp", "content": "again"}], "again"):
+        again = await resume(rt, breakpoint_tool_call_result=form)
+        assert again["message"]["subject"] == "::task_error::"
+        assert "not paused at a breakpoint" in again["message"]["body"]
+    assert len(sup.calls) == 2
 
 
 async def test_plain_text_resume_becomes_the_single_call_result() -> None:

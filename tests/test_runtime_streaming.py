@@ -125,6 +125,7 @@ async def test_stream_timeout_is_enforced(serving: Any) -> None:
     final = events[-1]
     assert final.event == "task_error"
     assert json.loads(final.data)["response"] == "The task timed out."
+    assert [e.event for e in events].count("task_error") == 1  # one frame, as documented
     assert any(
         e.event == "task_error" and e.description == "timeout for task 't1'"
         for e in rt.get_events_by_task_id("t1")

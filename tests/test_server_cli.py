@@ -43,6 +43,14 @@ def test_bad_config_file(tmp_path: Path) -> None:
     one_line_error(code, err, "does not exist")
 
 
+def test_unknown_log_level_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    config = write_config(tmp_path, port=free_port())
+    code, _, err = run_cli("server", "-c", str(config), "--log-level", "loud")
+    one_line_error(code, err, "invalid log level 'loud'")
+    assert "Traceback" not in err and "KeyError" not in err
+
+
 def test_swarm_missing_from_source_suggests_a_name(tmp_path: Path) -> None:
     write_stub_swarms(tmp_path)
     config = write_config(tmp_path, port=free_port())

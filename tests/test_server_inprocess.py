@@ -240,6 +240,15 @@ async def test_responses_bridge_message_breakpoint_and_resume(tmp_path: Path) ->
             },
             "previous_response_id",
         ),
+        ({"input": [], "tools": [1]}, "parameter 'tools[0]' must be a tool object"),
+        (
+            {
+                "input": [{"role": "user", "content": "hi"}],
+                "tools": [],
+                "previous_response_id": "x",
+            },
+            "parameter 'previous_response_id' must be a UUID",
+        ),
     ],
 )
 async def test_responses_bridge_validation(tmp_path: Path, payload: dict, detail: str) -> None:
@@ -250,3 +259,22 @@ async def test_responses_bridge_validation(tmp_path: Path, payload: dict, detail
         assert r.status_code == 400
         assert detail in r.json()["detail"]
         assert (await client.post("/responses", json=payload)).status_code == 401
+
+
+async def test_responses_bridge_refuses_an_unknown_previous_response(tmp_path: Path) -> None:
+    key = create_key(tmp_path / "keys.json", "user", "oai")
+    app = create_app(make_config(tmp_path, debug=True), template=stub_template())
+    unknown = "7f1d2c3b-4a5e-4f60-8a7b-9c0d1e2f3a4b"
+    async with client_for(app) as client:
+        r = await client.post(
+            "/responses",
+            json={
+                "input": [{"role": "user", "content": "continue please"}],
+                "tools": [],
+                "previous_response_id": unknown,
+            },
+            headers=auth(key),
+        )
+        assert r.status_code == 404 and unknown in r.json()["detail"]
+        tasks = (await client.get("/tasks", headers=auth(key))).json()
+        assert unknown not in tasks  # no task was started under that id

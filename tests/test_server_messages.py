@@ -274,12 +274,7 @@ def test_breakpoint_resume_over_sse(server: ServerProcess) -> None:
             "task_id": paused["task_id"],
             "resume_from": "breakpoint_tool_call",
             "stream": True,
-            "kwargs": {
-                "breakpoint_tool_call_result": [
-                    {"call_id": "nope", "content": "x"},
-                    {"content": "y"},
-                ]
-            },
+            "kwargs": {"breakpoint_tool_call_result": [{"content": "y"}]},
         },
         headers=auth(server.keys["alice"]),
         timeout=30,

@@ -38,7 +38,10 @@ def test_tasks_survive_a_restart_with_a_database(tmp_path: Path) -> None:
     with running_server(tmp_path, ["-c", str(config)], env=env) as server:
         tasks = httpx.get(f"{server.base_url}/tasks", headers=auth(key)).json()
         assert tasks[first["task_id"]]["completed"] is True
-        assert any(e["event"] == "task_complete_call" for e in tasks[first["task_id"]]["events"])
+        record = httpx.get(
+            f"{server.base_url}/task", params={"task_id": first["task_id"]}, headers=auth(key)
+        ).json()
+        assert any(e["event"] == "task_complete_call" for e in record["events"])
         # The agent history came back too: the conversation continues where it stopped.
         again = httpx.post(
             f"{server.base_url}/message",

@@ -16,6 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -458,3 +459,38 @@ def test_transient_error_classification() -> None:
     assert is_transient_error(asyncpg.exceptions.CannotConnectNowError("starting"))
     assert not is_transient_error(asyncpg.exceptions.UniqueViolationError("dup"))
     assert not is_transient_error(ValueError("bad"))
+
+
+# -- stored events keep a message once (issue 12, item 5) ------------------------------------
+
+
+async def test_stored_events_hold_a_large_message_once(store: TaskStore) -> None:
+    from mail.api.persistence import StoreObserver, restore_snapshot
+    from support.scripted_agents import AgentSpec, ScriptedAgent, make_runtime, run_task
+    from support.scripted_agents import task_complete as complete
+
+    def runtime() -> Any:
+        agent = ScriptedAgent("supervisor", [[complete("ok")]])
+        return make_runtime({"supervisor": AgentSpec(agent, [], True)})
+
+    rt = runtime()
+    key = new_key()
+    observer = StoreObserver(rt, store, key, persist_histories=False)
+    observer.start()
+    rt.observer = observer
+    body = "z" * 200_000
+    response = await run_task(rt, "big", body)
+    assert response["message"]["body"] == "ok"
+    assert await observer.flush(10)
+    await observer.close()
+
+    snap = await store.load_instance(key)
+    stored = sum(len(e["data"] or "") for e in snap.events["big"])
+    assert len(body) < stored < 1.2 * len(body)  # once, not twice (description + message)
+
+    # Restored events read exactly as the live ones did.
+    again = runtime()
+    restore_snapshot(again, snap)
+    live = {e.id: e for e in rt.get_events_by_task_id("big")}
+    for event in again.get_events_by_task_id("big"):
+        assert json.loads(event.data) == json.loads(live[event.id].data)

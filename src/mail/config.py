@@ -97,6 +97,10 @@ class ServerSettings(_Section):
     # stream ends with `event: resubscribe` (continue with GET /task/events).
     sse_max_buffer_bytes: int = Field(default=1_048_576, ge=1024)
     sse_slow_reader_timeout: float = Field(default=10.0, gt=0)
+    # Largest request body, in bytes, any route accepts (413 above it; 0 = no limit).
+    max_request_body: int = Field(default=4 * 1024 * 1024, ge=0)
+    # Largest message body, in characters, a caller or an agent may send (0 = no limit).
+    max_message_body: int = Field(default=1024 * 1024, ge=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod

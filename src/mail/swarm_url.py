@@ -71,7 +71,22 @@ def resolve_target(url: str, api_key: str | None = None) -> tuple[str, str | Non
     if is_swarm_url(url):
         base_url, token = parse_swarm_url(url)
         return base_url, api_key if api_key else token
-    return url.strip().rstrip("/"), api_key
+    return check_http_url(url), api_key
+
+
+def check_http_url(url: str) -> str:
+    """``url`` without trailing slashes, or ValueError unless it is an http(s) URL with a host."""
+    text = url.strip().rstrip("/")
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        if "://" not in text:
+            raise ValueError(
+                f"'{url}' is not a server URL: it needs a scheme, e.g. http://{text or 'localhost:8000'}"
+            )
+        raise ValueError(
+            f"'{url}' is not a server URL: use http:// or https:// (or a swarm:// link)"
+        )
+    return text
 
 
 def _single(params: dict[str, list[str]], name: str, url: str) -> str | None:

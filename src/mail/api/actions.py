@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from mail.core.actions import ActionCore, ActionFunction
 from mail.core.review import normalize_review
 from mail.core.tools import pydantic_model_to_tool
+from mail.swarms_json.validation import check_parameters_schema
 from mail.utils.parsing import read_python_string
 
 ToolStyle = Literal["responses", "completions"]
@@ -54,6 +55,7 @@ class MAILAction:
             raise ValueError(f"action '{self.name}' needs a non-empty description")
         if not isinstance(self.parameters, dict):
             raise ValueError(f"action '{self.name}' parameters must be a JSON schema object")
+        check_parameters_schema(self.name, self.parameters)
 
     @staticmethod
     def _build_action_function(function: str | ActionFunction | MAILAction) -> ActionFunction:

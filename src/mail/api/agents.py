@@ -181,6 +181,11 @@ class MAILAgentTemplate:
             exclude_tools=self.exclude_tools,
         )
 
+    def factory_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments the factory gets from the template (no instance params)."""
+        params = {k: v for k, v in self.agent_params.items() if k != "tool_format"}
+        return {**self._top_level_params(), **params}
+
     def instantiate(
         self,
         instance_params: dict[str, Any] | None = None,

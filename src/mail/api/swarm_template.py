@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from mail.api.actions import MAILAction
 from mail.api.agents import MAILAgent, MAILAgentTemplate
+from mail.api.factory_check import check_factory_params
 from mail.api.prompts import augment_system_prompts
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
@@ -123,6 +124,9 @@ class MAILSwarmTemplate:
                 raise ValueError(
                     f"excluded tool '{tool}' is not valid." + suggest(tool, MAIL_TOOL_NAMES)
                 )
+        for agent in self.agents:
+            # A template that cannot build its agents fails now, not at a caller's first use.
+            check_factory_params(agent.name, agent.factory, agent.factory_kwargs())
 
     # ------------------------------------------------------------------ instances
     def instantiate(

@@ -147,6 +147,10 @@ def _check_database() -> str | None:
     return None
 
 
+# The levels uvicorn understands (it fails with a KeyError on anything else).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -163,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except ValueError as exc:  # pydantic validation of a flag value
         return _fail(f"invalid option: {str(exc).splitlines()[-1].strip()}")
+    if cfg.log_level.lower() not in LOG_LEVELS:
+        return _fail(
+            f"invalid log level '{cfg.log_level}' (--log-level or [server].log_level): "
+            f"use one of {', '.join(LOG_LEVELS)}"
+        )
 
     from mail.server.auth import AuthConfigError, resolve_auth_mode
     from mail.server.keystore import KeyStoreError, bootstrap_keys
@@ -217,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
             port=cfg.port,
             reload=True,
             log_config=None,
-            log_level=cfg.log_level,
+            log_level=cfg.log_level.lower(),
             access_log=cfg.access_log,
             ws="none",
         )
@@ -240,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
             host=cfg.host,
             port=cfg.port,
             log_config=None,
-            log_level=cfg.log_level,
+            log_level=cfg.log_level.lower(),
             access_log=cfg.access_log,
             lifespan="on",
             ws="none",  # no websocket routes; skips importing a websocket implementation

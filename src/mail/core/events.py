@@ -12,7 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mail.core.message import build_mail_xml
+
 Description = str | Callable[[], str]
+# Marks a stored description whose message XML was left out (see TaskEvent.store_data).
+_XML_FLAG = "description_xml"
 
 
 def compact_json(value: Any) -> str:
@@ -88,6 +92,29 @@ class TaskEvent:
             self._data = compact_json(self.payload)
         return self._data
 
+    def store_data(self) -> str:
+        """The JSON text to persist: like ``data``, without storing a message twice.
+
+        A ``new_message`` description is a short prefix followed by the XML rendering of the
+        message that ``extra_data.full_message`` already holds. The stored description keeps
+        only the prefix (with ``description_xml: true``); ``from_record`` rebuilds the rest,
+        so a large message costs its size once in the store, not twice.
+        """
+        message = self.extra_data.get("full_message") if self._raw is None else None
+        if not isinstance(message, dict):
+            return self.data
+        description = self.description
+        try:
+            xml = build_mail_xml(message)["content"]  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            return self.data
+        if not xml or not description.endswith(xml):
+            return self.data
+        payload = dict(self.payload)
+        payload["description"] = description[: len(description) - len(xml)]
+        payload[_XML_FLAG] = True
+        return compact_json(payload)
+
     def to_record(self, parsed: bool = False) -> dict[str, Any]:
         """Serialised form used by /message show_events (parsed) and /tasks (raw string)."""
         return {
@@ -102,6 +129,12 @@ class TaskEvent:
     def from_record(cls, record: dict[str, Any]) -> TaskEvent:
         raw = record.get("data")
         data = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        if data.pop(_XML_FLAG, False):
+            # Stored by `store_data`: rebuild the description from the message it renders.
+            message = (data.get("extra_data") or {}).get("full_message")
+            xml = build_mail_xml(message)["content"] if isinstance(message, dict) else ""  # type: ignore[arg-type]
+            data["description"] = f"{data.get('description', '')}{xml}"
+            raw = None
         event = cls(
             str(record.get("event") or "message"),
             str(data.get("task_id", "")),

@@ -36,6 +36,7 @@ from mail.core.tasks import MAILTask
 logger = logging.getLogger("mail.runtime")
 
 RunMode = Literal["continuous", "manual"]
+DEFAULT_MAX_MESSAGE_BODY = 1024 * 1024
 
 
 class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
@@ -92,6 +93,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         # ids of queued agent messages whose recipients a tool handler already checked
         self._prechecked: set[str] = set()
 
+        # Longest message body (characters) a caller or an agent may send; None = no cap.
+        self.max_message_body: int | None = DEFAULT_MAX_MESSAGE_BODY
         self.max_steps: int | None = None
         self.default_max_steps: int | None = None  # limit of loops started by post_message
         self._step_counts: dict[str, int] = {}
@@ -276,7 +279,9 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             self._emit(task_id, "task_complete", lambda: f"response: '{body}'")
             return response
         except TaskSubmitError as exc:
-            self._emit(task_id, "task_error", f"error for task: {exc}")
+            if exc.status != 409:
+                # A refused conflicting submission is not an event of the (running) task.
+                self._emit(task_id, "task_error", f"error for task: {exc}")
             return system_task_end(self.swarm_name, task_id, "::task_error::", task_error_body(exc))
         except TimeoutError:
             self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
@@ -322,7 +327,11 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                     break
                 remaining = deadline - loop.time()
                 if remaining <= 0:
+                    for event in task.events[index:]:
+                        yield event
+                    # Recorded on the task; the stream gets one task_error frame, the final one.
                     self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
+                    # The caller has its answer: the task stops (is_running false, peers told).
                     end_task(
                         self,
                         task_id,
@@ -330,9 +339,6 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                             self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
                         ),
                     )
-                    continue_events = task.events[index:]
-                    for event in continue_events:
-                        yield event
                     yield _final_event("task_error", task_id, task_timeout_body())
                     return
                 signal = task.event_signal()

@@ -5,26 +5,68 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from mail.core.review import ReviewDecisionError
 from mail.core.system_messages import system_broadcast
 
 if TYPE_CHECKING:
     from mail.core.message import MAILMessage
     from mail.core.runtime import MAILRuntime
+    from mail.core.tasks import MAILTask
 
 RESUME_FORMS = ("user_response", "breakpoint_tool_call", "action_review")
 
 
 class TaskSubmitError(Exception):
-    """A submission that cannot be accepted (unknown task, bad resume payload, ...)."""
+    """A submission that cannot be accepted (unknown task, bad resume payload, ...).
+
+    ``status`` is the HTTP status a server answers with when it meets this error.
+    """
+
+    status = 400
+
+
+class TaskNotFoundError(TaskSubmitError):
+    """The submission names a task this instance does not have."""
+
+    status = 404
+
+
+class MessageTooLargeError(TaskSubmitError):
+    """The message body is longer than the runtime's ``max_message_body``."""
+
+    status = 413
+
+
+def message_too_large(length: int, limit: int) -> str:
+    return f"the message body is {length} characters long; the limit is {limit} (max_message_body)"
+
+
+class TaskConflictError(TaskSubmitError):
+    """The task is in the wrong state for the submission (running, or not paused)."""
+
+    status = 409
 
 
 def parse_max_steps(value: Any) -> int | None:
+    """A per-task step limit: a non-negative integer; ``None`` or 0 mean unlimited.
+
+    The same meaning as ``task_message_limit`` in mail.toml, so one number means one thing.
+    """
     if value is None:
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise TaskSubmitError("max_steps must be an int or null") from None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)  # Python callers of the original passed numeric strings
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TaskSubmitError(
+            f"max_steps must be an int or null (a non-negative integer; 0 or null means "
+            f"unlimited), got {value!r}"
+        )
+    if value < 0:
+        raise TaskSubmitError(
+            f"max_steps must be an int or null (a non-negative integer; 0 or null means "
+            f"unlimited), got {value}"
+        )
+    return value or None
 
 
 class ResumeMixin:
@@ -36,7 +78,11 @@ class ResumeMixin:
         task_id = message["message"]["task_id"]
         if self._shutdown:
             raise TaskSubmitError("the runtime is shut down")
-        self.review.check_submit(task_id, resume_from)
+        limit = self.max_message_body
+        body = message["message"]["body"]
+        if limit and isinstance(body, str) and len(body) > limit:
+            raise MessageTooLargeError(message_too_large(len(body), limit))
+        self.check_submission(task_id, resume_from, kwargs)
         if "max_steps" in kwargs:
             self._step_limits[task_id] = parse_max_steps(kwargs["max_steps"])
         if resume_from is None:
@@ -46,8 +92,6 @@ class ResumeMixin:
                 self._resume_task(task_id)
             self.submit(message)
         elif resume_from == "user_response":
-            if task_id not in self.mail_tasks:
-                raise TaskSubmitError(f"task '{task_id}' not found")
             self._resume_task(task_id)
             self.submit(message)
         elif resume_from == "breakpoint_tool_call":
@@ -69,9 +113,58 @@ class ResumeMixin:
         self.observer.task_changed(task)
         self.observer.queue_stashed(task_id, [])
 
-    def _resume_breakpoint(self: MAILRuntime, task_id: str, kwargs: dict[str, Any]) -> None:
-        if task_id not in self.mail_tasks:
-            raise TaskSubmitError(f"task '{task_id}' not found")
+    def check_submission(
+        self: MAILRuntime, task_id: str, resume_from: str | None, kwargs: dict[str, Any]
+    ) -> None:
+        """Raise the TaskSubmitError this submission would meet; change nothing.
+
+        Synchronous, so a caller that checks and then submits without awaiting in between
+        (the server) sees the same answer the submission would get.
+        """
+        if "max_steps" in kwargs:
+            parse_max_steps(kwargs["max_steps"])
+        self.review.check_submit(task_id, resume_from)  # a task waiting for review: 409
+        task = self.mail_tasks.get(task_id)
+        if resume_from is None:
+            if task is not None and task_is_running(task):
+                raise TaskConflictError(
+                    f"task '{task_id}' is still running; wait for its answer (or stream it) "
+                    "before sending it another message"
+                )
+        elif resume_from == "user_response":
+            if task is None:
+                raise TaskNotFoundError(f"task '{task_id}' not found")
+            if task_is_running(task):
+                raise TaskConflictError(
+                    f"task '{task_id}' is still running; a user_response continues a task "
+                    "that has finished or asked a question"
+                )
+        elif resume_from == "breakpoint_tool_call":
+            self._plan_breakpoint_results(task_id, kwargs)
+        elif resume_from == "action_review":
+            try:
+                self.review.validate(task_id, kwargs.get("decisions"))
+            except ReviewDecisionError as exc:
+                raise TaskSubmitError(str(exc)) from None
+        else:
+            raise TaskSubmitError(
+                f"invalid resume_from '{resume_from}': expected one of {', '.join(RESUME_FORMS)}"
+            )
+
+    def _plan_breakpoint_results(
+        self: MAILRuntime, task_id: str, kwargs: dict[str, Any]
+    ) -> tuple[str, list[tuple[Any, Any]]]:
+        """(caller, [(paused call, result content)]) for a breakpoint resume, or raise."""
+        task = self.mail_tasks.get(task_id)
+        if task is None:
+            raise TaskNotFoundError(f"task '{task_id}' not found")
+        calls = list(self.last_breakpoint_tool_calls.get(task_id, []))
+        if not task.completed or not calls:
+            state = "still running" if task_is_running(task) else "not paused at a breakpoint"
+            raise TaskConflictError(
+                f"task '{task_id}' is {state}; resume_from 'breakpoint_tool_call' needs a task "
+                "that a breakpoint tool paused (each pause takes exactly one resume)"
+            )
         if "breakpoint_tool_call_result" not in kwargs:
             raise TaskSubmitError(
                 "resuming from a breakpoint requires 'breakpoint_tool_call_result' in kwargs"
@@ -85,9 +178,6 @@ class ResumeMixin:
                 result = json.loads(result)
             except json.JSONDecodeError:
                 pass
-        calls = list(self.last_breakpoint_tool_calls.get(task_id, []))
-        history = self.history_for(task_id, caller)
-        matched = False
         if (
             isinstance(result, list)
             and len(result) == 1
@@ -97,32 +187,31 @@ class ResumeMixin:
             and "content" in result[0]
         ):
             result = result[0]  # one result for the one paused call: no call_id needed
+        waiting = [c.tool_call_id for c in calls]
         if isinstance(result, list):
-            by_id = {c.tool_call_id: c for c in calls}
-            for item in result:
-                if isinstance(item, dict) and item.get("call_id") in by_id:
-                    self._inject_breakpoint_result(
-                        task_id, caller, history, by_id[item["call_id"]], item.get("content", "")
-                    )
-                    matched = True
-        elif isinstance(result, dict) and "content" in result:
+            return caller, _match_by_call_id(calls, result)
+        if isinstance(result, dict) and "content" in result:
             if len(calls) != 1:
                 raise TaskSubmitError(
-                    f"{len(calls)} breakpoint tool calls are waiting for results; pass "
-                    "breakpoint_tool_call_result as a list of {call_id, content} items, "
-                    "but only one call response was provided."
+                    f"{len(calls)} breakpoint tool calls are waiting for results "
+                    f"({', '.join(waiting)}); pass breakpoint_tool_call_result as a list of "
+                    "{call_id, content} items, but only one call response was provided."
                 )
-            self._inject_breakpoint_result(task_id, caller, history, calls[0], result["content"])
-            matched = True
-        if not matched:
-            text = result if isinstance(result, str) else json.dumps(result)
-            if len(calls) == 1:
-                self._inject_breakpoint_result(task_id, caller, history, calls[0], text)
-            else:
-                # Several calls and nothing matched: give each call the raw payload so the
-                # conversation stays valid for the provider (every call needs a result).
-                for call in calls:
-                    self._inject_breakpoint_result(task_id, caller, history, call, text)
+            return caller, [(calls[0], result["content"])]
+        if len(calls) != 1:
+            raise TaskSubmitError(
+                f"{len(calls)} breakpoint tool calls are waiting for results "
+                f"({', '.join(waiting)}); pass breakpoint_tool_call_result as a list of "
+                "{call_id, content} items, one per call"
+            )
+        text = result if isinstance(result, str) else json.dumps(result)
+        return caller, [(calls[0], text)]
+
+    def _resume_breakpoint(self: MAILRuntime, task_id: str, kwargs: dict[str, Any]) -> None:
+        caller, results = self._plan_breakpoint_results(task_id, kwargs)
+        history = self.history_for(task_id, caller)
+        for call, content in results:
+            self._inject_breakpoint_result(task_id, caller, history, call, content)
         self.last_breakpoint_tool_calls.pop(task_id, None)
         self._resume_task(task_id)
         self.mailbox.put(
@@ -146,3 +235,41 @@ class ResumeMixin:
             "breakpoint_action_complete",
             f"breakpoint action complete (caller = {caller}):\n{text}",
         )
+
+
+def task_is_running(task: MAILTask) -> bool:
+    """Work of the task may still be under way (an interrupted, restored task is not)."""
+    return not task.completed and task.is_running
+
+
+def _match_by_call_id(calls: list[Any], items: list[Any]) -> list[tuple[Any, Any]]:
+    """Pair each paused call with its ``{call_id, content}`` item; every call needs one."""
+    by_id = {c.tool_call_id: c for c in calls}
+    given: dict[str, Any] = {}
+    unknown: list[str] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("call_id"), str):
+            raise TaskSubmitError(
+                f"breakpoint_tool_call_result[{index}] must be an object with a string "
+                "'call_id' and a 'content'"
+            )
+        call_id = item["call_id"]
+        if call_id not in by_id:
+            unknown.append(call_id)
+        elif call_id in given:
+            raise TaskSubmitError(f"breakpoint_tool_call_result names call_id '{call_id}' twice")
+        else:
+            given[call_id] = item.get("content", "")
+    missing = [c for c in by_id if c not in given]
+    problems: list[str] = []
+    if unknown:
+        problems.append(f"unknown call_id(s): {', '.join(unknown)}")
+    if missing:
+        problems.append(f"no result for call_id(s): {', '.join(missing)}")
+    if problems:
+        raise TaskSubmitError(
+            "breakpoint_tool_call_result does not match the paused calls ("
+            + "; ".join(problems)
+            + f"); the calls waiting for results are: {', '.join(by_id)}"
+        )
+    return [(by_id[c], content) for c, content in given.items()]  # in the caller's order

@@ -287,6 +287,8 @@ class ActionReviewer:
 class ReviewPending(TaskSubmitError):
     """A plain message or another resume form arrived for a task waiting for review."""
 
+    status = 409
+
 
 def _wake_message(swarm: str, task_id: str, caller: str, errors: list[list[str]], ran: bool) -> Any:
     """What the caller is shown next: action errors, a completion notice, or nothing."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mail.core.loop_guard import stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
+from mail.core.runtime_resume import message_too_large
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
 from mail.core.tools import AgentToolCall
@@ -19,6 +20,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mail.runtime")
 
 ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
+# The argument holding the message text of each MAIL tool that sends one.
+_MESSAGE_TEXT_FIELDS = {
+    "send_request": "body",
+    "send_response": "body",
+    "send_interrupt": "body",
+    "send_broadcast": "body",
+    "task_complete": "finish_message",
+}
 
 
 @dataclass(slots=True)
@@ -43,6 +52,11 @@ class TurnMixin:
         key = f"{task_id}::{agent_name}"
         await self._acquire_turn(key)
         try:
+            task = self.mail_tasks.get(task_id)
+            if task is not None and task.completed:
+                # The task ended while this turn waited for the agent: no new work starts.
+                self._hold_for_continuation(task, message)
+                return
             stop = self.loop_guard.begin_turn(task_id)
             if stop is not None:
                 stop_task(self, task_id, stop)
@@ -84,6 +98,15 @@ class TurnMixin:
         finally:
             self._release_turn(key)
             self._dispatch_pending()
+
+    def _hold_for_continuation(self: MAILRuntime, task: Any, message: MAILMessage) -> None:
+        """A message whose turn would start after its task ended: keep runtime notices with
+        the task's stashed queue (a continuation delivers them), drop agent chatter."""
+        if message["message"]["sender"]["address_type"] == "system":
+            task.queue_stash([{"priority": 1, "seq": 0, "message": message}])
+            self.observer.queue_stashed(task.task_id, list(task.task_message_queue))
+        else:
+            logger.debug("no turn for %s: task %s already completed", message["id"], task.task_id)
 
     # ------------------------------------------------------------------ history
     def _append_incoming(
@@ -136,6 +159,16 @@ class TurnMixin:
 
     # ------------------------------------------------------------------ tool calls
     async def _handle_call(self: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
+        oversized = self._oversized_text(call)
+        if oversized is not None:
+            self._emit(
+                ctx.task_id,
+                "agent_error",
+                f"agent {ctx.agent_name} called {call.tool_name} with {oversized}",
+            )
+            ctx.history.append(call.create_response_msg(f"ERROR: not sent: {oversized}"))
+            ctx.action_errors.append((call.tool_name, f"not sent: {oversized}"))  # re-prompts
+            return
         handler = TOOL_HANDLERS.get(call.tool_name, handle_action)
         result = await handler(self, ctx, call)
         if result is not None:
@@ -143,6 +176,17 @@ class TurnMixin:
         stop = self.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
         if stop is not None:
             stop_task(self, ctx.task_id, stop)
+
+    def _oversized_text(self: MAILRuntime, call: AgentToolCall) -> str | None:
+        """Why a message tool call carries too much text, or None (max_message_body)."""
+        limit = self.max_message_body
+        field_name = _MESSAGE_TEXT_FIELDS.get(call.tool_name)
+        if not limit or field_name is None:
+            return None
+        text = call.tool_args.get(field_name)
+        if isinstance(text, str) and len(text) > limit:
+            return message_too_large(len(text), limit) + "; send a shorter message"
+        return None
 
     def _send_action_notices(self: MAILRuntime, ctx: TurnContext) -> None:
         task = self.mail_tasks.get(ctx.task_id)

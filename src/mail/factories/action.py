@@ -39,6 +39,9 @@ class LiteLLMActionAgentFunction(DelegatingAgentFunction, ActionAgentFunction):
 
     _inner_attr = "action_agent_fn"
 
+    # Template checks compare agent_params with these (see mail.api.factory_check).
+    accepted_settings = LiteLLMAgentFunction.__init__
+
     def __init__(
         self,
         name: str,

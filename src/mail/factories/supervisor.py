@@ -68,6 +68,9 @@ class LiteLLMSupervisorFunction(DelegatingAgentFunction, SupervisorFunction):
 
     _inner_attr = "supervisor_fn"
 
+    # Template checks compare agent_params with these (see mail.api.factory_check).
+    accepted_settings = LiteLLMAgentFunction.__init__
+
     def __init__(
         self,
         name: str,

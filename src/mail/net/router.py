@@ -39,7 +39,26 @@ logger = logging.getLogger("mail.net.router")
 MessageHandler = Callable[["MAILMessage"], Awaitable[Any] | Any]
 
 # How much of a remote's error body goes into the error message.
-_BODY_EXCERPT = 200
+# A peer's error text is kept whole up to this many characters (it ends with the reason).
+_BODY_EXCERPT = 4000
+
+
+def peer_error_text(text: str) -> str:
+    """What a peer said went wrong: its JSON ``detail`` whole, else its body's text.
+
+    Only a body longer than ``_BODY_EXCERPT`` is shortened, and then in the middle, so both
+    what was refused and why (usually at the end) survive.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    detail = data.get("detail") if isinstance(data, dict) else None
+    said = detail if isinstance(detail, str) else " ".join(text.split())
+    if len(said) <= _BODY_EXCERPT:
+        return said
+    half = _BODY_EXCERPT // 2
+    return f"{said[:half]} [...] {said[-half:]}"
 
 
 def choose_direction(target_swarm: str, task_contributors: list[str]) -> Direction:
@@ -234,7 +253,7 @@ class InterswarmRouter:
             ) as response:
                 text = await response.text()
                 if not 200 <= response.status < 300:
-                    excerpt = " ".join(text.split())[:_BODY_EXCERPT]
+                    excerpt = peer_error_text(text)
                     summary = f"swarm '{swarm}' answered HTTP {response.status}"
                     if response.reason:
                         summary += f" {response.reason}"

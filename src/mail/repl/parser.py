@@ -381,5 +381,20 @@ def build_parser(printer: Callable[[str], None] | None = None) -> ReplArgumentPa
 
 
 def parse_command(parser: ReplArgumentParser, words: list[str]) -> argparse.Namespace:
-    resolve_command(words[0])  # clearer message than argparse's "invalid choice" list
-    return parser.parse_args(words)
+    spec = resolve_command(words[0])  # clearer message than argparse's "invalid choice" list
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        # Reported against the command, with its own usage line (not the generic one).
+        command_parser = parser.command_parsers[spec.name]
+        options = [o for action in command_parser._actions for o in action.option_strings]
+        first = extra[0]
+        hint = ""
+        if first.startswith("-"):
+            close = difflib.get_close_matches(first, options, n=1, cutoff=0.6)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ReplUsageError(
+            f"'{spec.name}' does not take {' '.join(extra)!r}.{hint} "
+            f"Type '{spec.name} -h' for its options.",
+            command_parser.format_usage().strip(),
+        )
+    return args

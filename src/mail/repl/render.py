@@ -131,7 +131,7 @@ class Renderer:
         grid.add_column(style="dim", no_wrap=True)
         grid.add_column(min_width=22, no_wrap=True)
         grid.add_column(overflow="fold")
-        stamp = datetime.now().strftime("%H:%M:%S")
+        stamp = event_stamp(data)
         label = Text(event_name, style=_event_style(event_name))
         if verbose:
             grid.add_row(stamp, label, "")
@@ -164,3 +164,23 @@ class Renderer:
                 style="dim",
             )
         )
+
+
+def event_stamp(data: Any) -> str:
+    """When the event happened (its own timestamp, local time), not when it is shown.
+
+    Events of another day carry the date too; an event without a timestamp (a live frame
+    from an older server) is stamped with the current time.
+    """
+    raw = data.get("timestamp") if isinstance(data, dict) else None
+    if not isinstance(raw, str):
+        return datetime.now().strftime("%H:%M:%S")
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return raw[:19]
+    if when.tzinfo is not None:
+        when = when.astimezone()
+    if when.date() != datetime.now(when.tzinfo).date():
+        return when.strftime("%Y-%m-%d %H:%M:%S")
+    return when.strftime("%H:%M:%S")

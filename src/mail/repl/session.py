@@ -98,6 +98,17 @@ class MAILREPL:
         readline.set_completer_delims(" \t")
         readline.parse_and_bind("tab: complete")
 
+    def _redact_history(self, line: str) -> None:
+        """Keep API keys out of the history file: `login KEY` is remembered as `login`."""
+        readline = self._readline
+        redacted = redact_secrets(line)
+        if readline is None or redacted == line:
+            return
+        length = readline.get_current_history_length()
+        if length and readline.get_history_item(length) == line:
+            readline.remove_history_item(length - 1)
+        readline.add_history(redacted)
+
     def _save_history(self) -> None:
         if self._readline is None:
             return
@@ -147,6 +158,7 @@ class MAILREPL:
             except EOFError:
                 self.console.print()
                 return
+            self._redact_history(line)
             try:
                 self.execute(runner, line)
             except ReplQuit:
@@ -190,6 +202,14 @@ class MAILREPL:
         self.render.error(str(exc))
         if exc.usage:
             self.render.info(exc.usage, style="dim")
+
+
+def redact_secrets(line: str) -> str:
+    """`line` as it may be stored: the key of a `login KEY` line is left out."""
+    words = line.split()
+    if words and words[0] in ("login", "l") and len(words) > 1:
+        return words[0]
+    return line
 
 
 def _detail_text(detail: object) -> str:

@@ -35,6 +35,7 @@ from mail.server import (
     routes_user,
 )
 from mail.server.auth import Authenticator, build_authenticator
+from mail.server.body_limit import BodyLimitMiddleware
 from mail.server.errors import install_error_handling
 from mail.server.instances import InstanceManager
 from mail.server.state import (
@@ -105,6 +106,7 @@ async def _startup(
     )
     instances.task_turn_limit = config.settings.task_turn_limit
     instances.task_repeat_limit = config.settings.task_repeat_limit
+    instances.max_message_body = config.settings.max_message_body or None
     state = ServerState(
         config=config,
         template=template,
@@ -247,6 +249,7 @@ def create_app(
     )
     app.state.config = config
     install_error_handling(app)
+    app.add_middleware(BodyLimitMiddleware, limit=config.settings.max_request_body)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=CORS_ORIGINS,

@@ -8,6 +8,7 @@ Routes call one ``parse_*`` function and get a typed result or a :class:`BadRequ
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +134,8 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
     entrypoint = entrypoint.strip() if entrypoint and entrypoint.strip() else None
     task_id = _opt_str(data, "task_id")
     task_id = task_id.strip() if task_id and task_id.strip() else None
+    if task_id is not None:
+        task_id = check_task_id(task_id)
 
     kwargs = data.get("kwargs")
     if kwargs is None:
@@ -196,14 +199,34 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
 
 
 def _max_steps(value: Any) -> int | None:
+    """Same meaning as ``task_message_limit``: a non-negative integer, 0 or null = unlimited."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise BadRequest("max_steps must be an int or null")
-    try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
-        raise BadRequest("max_steps must be an int or null") from exc
+    if isinstance(value, bool) or not isinstance(value, int):
+        got = type_name(value)
+    elif value < 0:
+        got = str(value)
+    else:
+        return value or None
+    raise BadRequest(
+        "parameter 'kwargs.max_steps' is invalid: max_steps must be an int or null "
+        f"(a non-negative integer; 0 or null means unlimited), got {got}"
+    )
+
+
+def check_task_id(value: str, name: str = "task_id") -> str:
+    """Task ids are UUIDs (canonical 8-4-4-4-12 hex form); anything else is a 400."""
+    if len(value) == 36:
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            pass
+        else:
+            return value
+    shown = value if len(value) <= 60 else value[:60] + "..."
+    raise BadRequest(
+        f"parameter '{name}' must be a UUID such as '{uuid.UUID(int=0)}', got '{shown}'"
+    )
 
 
 def parse_task_id(data: dict[str, Any], query_value: str | None) -> str:
@@ -218,7 +241,7 @@ def parse_task_id(data: dict[str, Any], query_value: str | None) -> str:
         raise BadRequest("task_id must be a string")
     if not task_id:
         raise BadRequest("task_id is required")
-    return task_id
+    return check_task_id(task_id)
 
 
 def parse_health_update(data: dict[str, Any]) -> str:

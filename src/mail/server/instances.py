@@ -46,6 +46,8 @@ class Instance:
     created_at: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     in_use: int = 0
+    # task id -> monotonic time a request claimed it (between its checks and its submission)
+    claimed_tasks: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -111,6 +113,8 @@ class InstanceManager:
         # Threads, inboxes and attachments (mail.store.team_*), shared by every instance.
         self.team_store: Any | None = None
         self.team_settings: Any | None = None
+        # characters; applied to each new instance's runtime (None = no cap)
+        self.max_message_body: int | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -192,6 +196,8 @@ class InstanceManager:
                 self.team_settings,
                 InstanceKey(self.swarm_name, kind, caller_id),
             )
+        if self.max_message_body is not None:
+            swarm.runtime.max_message_body = self.max_message_body
         if self.on_create is not None:
             await self.on_create(swarm)
         loop_task = asyncio.create_task(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,9 @@ from fastapi import HTTPException
 from starlette.responses import StreamingResponse
 
 from mail.core.review import RESUME_FROM_ACTION_REVIEW, ReviewDecisionError
+from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.core.runtime_review import ReviewPending
+from mail.server import task_listing
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
 from mail.server.errors import BadRequest
@@ -45,24 +48,59 @@ def _task_or_none(inst: Instance, task_id: str) -> Any | None:
     return inst.swarm.get_task_by_id(task_id)
 
 
+# A claim only has to cover the moment between a request's checks and its submission into
+# the runtime (after that the task's own state answers); a claim whose request vanished
+# without releasing it (a stream that never started) stops counting after this long.
+_CLAIM_SECONDS = 30.0
+
+
 def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
-    """Checks that need the caller's instance; fills in a task id when none was given."""
+    """Checks that need the caller's instance; fills in a task id when none was given.
+
+    Synchronous on purpose: the checks and the claim on the task id happen without a
+    suspension in between, so of two concurrent requests for one task exactly one wins.
+    """
     _check_entrypoint(state, req)
-    if req.resume_from is not None:
-        if req.task_id is None:
-            raise BadRequest("parameter 'task_id' is required when resume_from is set")
-        if _task_or_none(inst, req.task_id) is None:
-            if req.task_id in state.instances.archived_tasks(inst.kind, inst.id):
-                raise HTTPException(
-                    409,
-                    f"task '{req.task_id}' belongs to an instance that was reclaimed while idle "
-                    "and cannot be resumed without persistence (DATABASE_URL)",
-                )
-            raise HTTPException(404, f"task '{req.task_id}' not found")
-    if req.task_id is not None:
-        check_action_review(inst, req)
+    limit = inst.swarm.runtime.max_message_body
+    if limit and len(req.body) > limit:
+        raise HTTPException(413, f"parameter 'body': {message_too_large(len(req.body), limit)}")
     if req.task_id is None:
+        if req.resume_from is not None:
+            raise BadRequest("parameter 'task_id' is required when resume_from is set")
         req.task_id = str(uuid.uuid4())
+        _claim(inst, req.task_id)
+        return
+    task_id = req.task_id
+    if _task_or_none(inst, task_id) is None and task_id in state.instances.archived_tasks(
+        inst.kind, inst.id
+    ):
+        # Never replace a record, whatever resume_from says.
+        raise HTTPException(
+            409,
+            f"task '{task_id}' belongs to an instance that was reclaimed while idle "
+            "and cannot be continued or resumed without persistence (DATABASE_URL)",
+        )
+    claimed = inst.claimed_tasks.get(task_id)
+    if claimed is not None and time.monotonic() - claimed < _CLAIM_SECONDS:
+        raise HTTPException(
+            409,
+            f"task '{task_id}' is still running (another request is working on it); wait for its answer",
+        )
+    check_action_review(inst, req)  # 409 while calls wait for review; 400 for bad decisions
+    try:
+        inst.swarm.runtime.check_submission(task_id, req.resume_from, req.kwargs)
+    except TaskSubmitError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    _claim(inst, task_id)
+
+
+def _claim(inst: Instance, task_id: str) -> None:
+    inst.claimed_tasks[task_id] = time.monotonic()
+
+
+def _release(inst: Instance, task_id: str | None) -> None:
+    if task_id is not None:
+        inst.claimed_tasks.pop(task_id, None)
 
 
 def check_action_review(inst: Instance, req: MessageRequest) -> None:
@@ -113,10 +151,13 @@ async def run_message(
     _prepare(state, inst, req)
     await _store_uploads(inst, caller, req, uploads)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
-    async with state.instances.lease(inst):
-        response, events = await inst.swarm.post_message(
-            req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
-        )
+    try:
+        async with state.instances.lease(inst):
+            response, events = await inst.swarm.post_message(
+                req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
+            )
+    finally:
+        _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
     return response, events
 
@@ -164,9 +205,13 @@ async def stream_message(
 
     async def leased() -> AsyncIterator[Any]:
         # Keep the instance from being reclaimed while the stream is open.
-        async with state.instances.lease(inst):
-            async for event in events:
-                yield event
+        try:
+            async with state.instances.lease(inst):
+                async for event in events:
+                    _release(inst, req.task_id)  # submitted: the task's state answers now
+                    yield event
+        finally:
+            _release(inst, req.task_id)
 
     return event_stream_response(
         leased(),
@@ -176,12 +221,15 @@ async def stream_message(
     )
 
 
-def _records_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, dict[str, Any]]:
-    records = dict(state.instances.archived_tasks(caller.role, caller.id))
+def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, Any]:
+    records = {
+        tid: task_listing.summary(r)
+        for tid, r in state.instances.archived_tasks(caller.role, caller.id).items()
+    }
     for task_id, task in inst.swarm.get_all_tasks().items():
         if task_id == "*":  # runtime-internal pseudo-task of loop-level events
             continue
-        records[task_id] = task_record(task)
+        records[task_id] = task_summary(task)
     return records
 
 
@@ -193,7 +241,13 @@ def task_record(task: Any) -> dict[str, Any]:
     return record
 
 
-def _remote_swarm_records(state: ServerState) -> dict[str, dict[str, Any]]:
+def task_summary(task: Any) -> dict[str, Any]:
+    record: dict[str, Any] = task.to_dict(include_events=False)
+    record["event_count"] = len(task.events)
+    return record
+
+
+def _remote_swarm_summaries(state: ServerState) -> dict[str, dict[str, Any]]:
     """Tasks that remote swarms contribute to on this server (their `swarm` instances)."""
     records: dict[str, dict[str, Any]] = {}
     for other in state.instances.all():
@@ -201,18 +255,25 @@ def _remote_swarm_records(state: ServerState) -> dict[str, dict[str, Any]]:
             continue
         for task_id, task in other.swarm.get_all_tasks().items():
             if task_id != "*":
-                records[task_id] = task_record(task)
+                records[task_id] = task_summary(task)
     return records
 
 
-async def list_tasks(state: ServerState, caller: Caller) -> dict[str, dict[str, Any]]:
+async def list_tasks(
+    state: ServerState,
+    caller: Caller,
+    limit: int = task_listing.DEFAULT_PAGE,
+    cursor: str | None = None,
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """One page of the caller's task summaries (no event logs) and the next page's cursor."""
+    after = task_listing.decode_cursor(cursor)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     inst.touch()
-    records = _records_for(state, caller, inst)
+    records = _summaries_for(state, caller, inst)
     if caller.role == "admin":
         # Operators also see the work remote swarms do here; users only ever see their own.
-        records = {**_remote_swarm_records(state), **records}
-    return records
+        records = {**_remote_swarm_summaries(state), **records}
+    return task_listing.page(list(records.values()), limit, after)
 
 
 async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str, Any]:
@@ -224,4 +285,10 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
     archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
     if archived is not None:
         return archived
+    if caller.role == "admin":
+        # The tasks remote swarms run here are listed for operators; their logs are here.
+        for other in state.instances.all():
+            remote = other.swarm.get_task_by_id(task_id) if other.kind == "swarm" else None
+            if remote is not None:
+                return task_record(remote)
     raise HTTPException(404, f"task '{task_id}' not found")

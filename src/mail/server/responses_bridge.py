@@ -25,7 +25,7 @@ from fastapi import APIRouter, HTTPException, Request
 
 from mail.server import messaging
 from mail.server.auth import authenticate_request
-from mail.server.bodies import MessageRequest, read_json_object
+from mail.server.bodies import MessageRequest, check_task_id, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.jsonio import JSONBody
 from mail.server.routes_public import get_state
@@ -64,6 +64,15 @@ def _validate(data: dict[str, Any]) -> None:
         if not isinstance(value, types):
             want = " or ".join(_TYPE_WORDS[t] for t in types)
             raise BadRequest(f"parameter '{name}' must be a {want}, got {type_name(value)}")
+    for index, tool in enumerate(data["tools"]):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise BadRequest(
+                f"parameter 'tools[{index}]' must be a tool object with a string 'type', "
+                f"got {type_name(tool)}"
+            )
+    previous = data.get("previous_response_id")
+    if previous is not None:
+        check_task_id(previous, "previous_response_id")
 
 
 def _text_of(item: dict[str, Any]) -> str:
@@ -167,11 +176,12 @@ async def responses(request: Request) -> JSONBody:
     _validate(data)
     req = build_message_request(data)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    if (
-        req.resume_from is None
-        and req.task_id is not None
-        and inst.swarm.get_task_by_id(req.task_id) is not None
-    ):
+    if req.task_id is not None and inst.swarm.get_task_by_id(req.task_id) is None:
+        archived = state.instances.archived_tasks(caller.role, caller.id)
+        if req.task_id not in archived:
+            # Never start a fresh task under an id the caller believes is a past response.
+            raise HTTPException(404, f"previous response '{req.task_id}' not found")
+    if req.resume_from is None and req.task_id is not None:
         req.resume_from = "user_response"
     response, _events = await messaging.run_message(state, caller, req)
     message = response.get("message", {}) if isinstance(response, dict) else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from mail.server import messaging
+from mail.server import messaging, task_listing
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_message_request, parse_task_id, read_json_object
 from mail.server.jsonio import JSONBody
@@ -47,7 +47,14 @@ async def post_message(
 
 @router.get("/tasks")
 async def list_tasks(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
-    return JSONBody(await messaging.list_tasks(get_state(request), caller))
+    limit = task_listing.parse_limit(request.query_params.get("limit"))
+    cursor = request.query_params.get("cursor")
+    records, following = await messaging.list_tasks(get_state(request), caller, limit, cursor)
+    response = JSONBody(records)
+    if following is not None:
+        response.headers["X-Next-Cursor"] = following
+        response.headers["Link"] = f'</tasks?limit={limit}&cursor={following}>; rel="next"'
+    return response
 
 
 @router.get("/task")

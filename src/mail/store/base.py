@@ -298,7 +298,9 @@ def normalize_event(event: Any) -> dict[str, Any]:
         name, data, event_id = event.get("event"), event.get("data"), event.get("id")
     else:
         name = getattr(event, "event", None)
-        data = getattr(event, "data", None)
+        # TaskEvents store a message once even when their description repeats it.
+        store_data = getattr(event, "store_data", None)
+        data = store_data() if callable(store_data) else getattr(event, "data", None)
         event_id = getattr(event, "id", None)
     if data is not None and not isinstance(data, str):
         data = to_json(data)

@@ -236,7 +236,17 @@ def redact_dsn(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable database URL>"
-    if parts.password is None:
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    # libpq also takes secrets as query parameters (?password=..., ?sslpassword=...).
+    query = "&".join(
+        f"{name}=***" if name.lower() in _SECRET_PARAMS else f"{name}={value}" if sep else name
+        for name, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    if netloc == parts.netloc and query == parts.query:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})

@@ -136,7 +136,14 @@ def build_swarms_from_json(data: list[dict[str, Any]]) -> list[SwarmsJSONSwarm]:
         raise ValueError(
             f"swarms.json must contain a list of swarms, actually got {type(data).__name__}"
         )
-    return [build_swarm_from_json(candidate) for candidate in data]
+    built = [build_swarm_from_json(candidate) for candidate in data]
+    seen: set[str] = set()
+    for swarm in built:
+        if swarm["name"] in seen:
+            # Lookups by name would silently take the first one.
+            raise ValueError(f"two swarms are named '{swarm['name']}'; swarm names must be unique")
+        seen.add(swarm["name"])
+    return built
 
 
 def find_swarm(swarms: list[Any], name: str, path: PathLike = "swarms.json") -> Any:

@@ -22,6 +22,7 @@ __all__ = [
     "AGENT_REQUIRED_FIELDS",
     "SWARM_OPTIONAL_FIELDS",
     "SWARM_REQUIRED_FIELDS",
+    "check_parameters_schema",
     "validate_action_from_swarms_json",
     "validate_agent_from_swarms_json",
     "validate_swarm_from_swarms_json",
@@ -123,6 +124,10 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
 
     seen: set[str] = set()
     for name in agent_names:
+        if name == "all":
+            raise ValueError(
+                "agent name 'all' is reserved (it addresses every agent); choose another name"
+            )
         if name in seen:
             raise ValueError(f"duplicate agent name '{name}'")
         seen.add(name)
@@ -205,3 +210,20 @@ def validate_action_from_swarms_json(action_candidate: Any) -> None:
         from mail.core.review import normalize_review
 
         normalize_review(action_candidate["review"], f"action '{action_candidate['name']}'")
+    check_parameters_schema(action_candidate["name"], action_candidate["parameters"])
+
+
+def check_parameters_schema(action: str, parameters: Any) -> None:
+    """An action's ``parameters`` must be an object schema: tools take named arguments."""
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        got = parameters.get("type") if isinstance(parameters, dict) else type(parameters).__name__
+        raise ValueError(
+            f"action '{action}' field 'parameters' must be a JSON schema with "
+            f'"type": "object", got type {got!r}'
+        )
+    properties = parameters.get("properties", {})
+    if not isinstance(properties, dict):
+        raise ValueError(
+            f"action '{action}' field 'parameters.properties' must be an object, "
+            f"got {type(properties).__name__}"
+        )

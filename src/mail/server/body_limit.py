@@ -1,0 +1,82 @@
+"""A limit on the size of request bodies, enforced while the body is read.
+
+A declared ``Content-Length`` above the limit is answered 413 before the application runs;
+a body without one (chunked) is counted as it arrives and the read fails with 413 as soon as
+it passes the limit, so an oversized body is never buffered whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mail.server.jsonio import dumps
+
+
+def too_large_detail(limit: int) -> str:
+    return (
+        f"request body too large: the limit is {limit} bytes ([server.settings] max_request_body)"
+    )
+
+
+class RequestBodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large_detail(limit))
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI middleware (no buffering, no task group) around the whole application."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.limit <= 0:
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.limit:
+            await _reject(send, self.limit)
+            return
+        limit = self.limit
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise RequestBodyTooLarge(limit)
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _reject(send: Send, limit: int) -> None:
+    body: Any = dumps({"detail": too_large_detail(limit)})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,73 @@
+"""``GET /tasks``: the caller's task summaries, newest first, one page at a time.
+
+Summaries leave out the event log (``GET /task`` has it), so the size of a page does not
+grow with what the tasks did. A page holds at most ``limit`` tasks; when more follow, the
+response carries ``X-Next-Cursor`` (and a ``Link: <...>; rel="next"`` header) and the next
+page is ``GET /tasks?cursor=<that value>``. The body keeps the original's shape: an object
+keyed by task id.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from mail.server.errors import BadRequest
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+def parse_limit(value: str | None) -> int:
+    if value is None or value == "":
+        return DEFAULT_PAGE
+    try:
+        limit = int(value)
+    except ValueError:
+        raise BadRequest(f"parameter 'limit' must be an integer, got '{value[:40]}'") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise BadRequest(f"parameter 'limit' must be between 1 and {MAX_PAGE}, got {limit}")
+    return limit
+
+
+def _sort_key(record: dict[str, Any]) -> tuple[str, str]:
+    return (str(record.get("start_time") or ""), str(record.get("task_id") or ""))
+
+
+def encode_cursor(record: dict[str, Any]) -> str:
+    start, task_id = _sort_key(record)
+    return base64.urlsafe_b64encode(f"{start}\n{task_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    try:
+        text = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        start, task_id = text.split("\n", 1)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise BadRequest(
+            "parameter 'cursor' is not a cursor this server issued (take it from X-Next-Cursor)"
+        ) from None
+    return start, task_id
+
+
+def summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A task record without its event log (``event_count`` says how long the log is)."""
+    out = {k: v for k, v in record.items() if k != "events"}
+    events = record.get("events")
+    out["event_count"] = len(events) if isinstance(events, list) else 0
+    return out
+
+
+def page(
+    records: list[dict[str, Any]], limit: int, cursor: tuple[str, str] | None
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """(one page keyed by task id, cursor of the next page or None); newest tasks first."""
+    ordered = sorted(records, key=_sort_key, reverse=True)
+    if cursor is not None:
+        ordered = [r for r in ordered if _sort_key(r) < cursor]
+    chosen = ordered[:limit]
+    following = encode_cursor(chosen[-1]) if len(ordered) > limit else None
+    return {str(r["task_id"]): r for r in chosen}, following
