@@ -97,16 +97,10 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
+    # IPPROTO_TCP, not proto 0: asyncio disables Nagle only on such sockets' connections.
+    from mail.server.tcp import listening_socket
+
+    return listening_socket(host, port)
 
 
 def _print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:

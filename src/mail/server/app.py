@@ -43,6 +43,7 @@ from mail.server.state import (
     start_store,
     template_from_env,
 )
+from mail.server.tcp import MAILFastAPI
 from mail.version import PROTOCOL_VERSION, __version__
 
 logger = logging.getLogger("mail.server")
@@ -225,7 +226,7 @@ def create_app(
         finally:
             await _shutdown(state, own_store=store is None)
 
-    app = FastAPI(
+    app = MAILFastAPI(
         title="MAIL server",
         version=PROTOCOL_VERSION,
         lifespan=lifespan,
