@@ -55,6 +55,7 @@ class MAILSwarm:
         enable_db_agent_histories: bool | None = None,
         print_llm_streams: bool = True,
         base_url: str = "http://localhost:8000",
+        batch_delivery: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -85,6 +86,7 @@ class MAILSwarm:
             exclude_tools=self.exclude_tools,
             enable_db_agent_histories=enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
+            batch_delivery=batch_delivery,
         )
         from mail.api.compression import compress_history
 

@@ -42,6 +42,7 @@ class MAILSwarmTemplate:
         keywords: list[str] | None = None,
         public: bool = False,
         enable_db_agent_histories: bool | None = None,
+        batch_delivery: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -56,6 +57,8 @@ class MAILSwarmTemplate:
         self.keywords = list(keywords or [])
         self.public = public
         self.enable_db_agent_histories = enable_db_agent_histories
+        # Messages that reach a busy agent are shown to it together at its next turn.
+        self.batch_delivery = batch_delivery
         self._validate()
 
     # ------------------------------------------------------------------ validation
@@ -174,6 +177,7 @@ class MAILSwarmTemplate:
             enable_db_agent_histories=self.enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
             base_url=base_url,
+            batch_delivery=self.batch_delivery,
         )
 
     def _all_actions(self) -> list[MAILAction]:
@@ -247,6 +251,7 @@ class MAILSwarmTemplate:
             keywords=self.keywords,
             public=self.public,
             enable_db_agent_histories=self.enable_db_agent_histories,
+            batch_delivery=self.batch_delivery,
         )
 
     # ------------------------------------------------------------------ loaders
@@ -294,6 +299,7 @@ class MAILSwarmTemplate:
             # None (absent) persists histories when a store is attached; only an explicit
             # false opts out.
             enable_db_agent_histories=data.get("enable_db_agent_histories"),
+            batch_delivery=bool(swarm.get("batch_delivery", True)),
         )
 
     @classmethod
@@ -333,6 +339,7 @@ class MAILSwarmTemplate:
             "keywords": self.keywords,
             "public": self.public,
             "enable_db_agent_histories": self.enable_db_agent_histories,
+            "batch_delivery": self.batch_delivery,
             "agents": [a.to_swarm_json() for a in self.agents],
             "actions": [a.to_swarm_json() for a in self.actions],
         }

@@ -41,6 +41,7 @@ SWARM_OPTIONAL_FIELDS: FieldTable = (
     ("breakpoint_tools", list),
     ("exclude_tools", list),
     ("action_imports", list),
+    ("batch_delivery", bool),
 )
 # List fields whose items must be strings (checked after the field's own type).
 SWARM_STRING_LIST_FIELDS = ("action_imports", "breakpoint_tools", "exclude_tools")
