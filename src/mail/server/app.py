@@ -44,6 +44,7 @@ from mail.server.state import (
     template_from_env,
 )
 from mail.server.tcp import MAILFastAPI
+from mail.server.warmup import schedule_warm_up
 from mail.version import PROTOCOL_VERSION, __version__
 
 logger = logging.getLogger("mail.server")
@@ -221,9 +222,12 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await _startup(app, config, template, authenticator, store, template_source)
         app.state.mail = state
+        warm_up = schedule_warm_up(state.template)
         try:
             yield
         finally:
+            if warm_up is not None:
+                warm_up.cancel()
             await _shutdown(state, own_store=store is None)
 
     app = MAILFastAPI(
