@@ -142,10 +142,10 @@ def _check_database() -> str | None:
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
+    # Formatting and writing happen in a background thread, not on the event loop.
+    from mail.server.logs import setup_server_logging
+
+    setup_server_logging(level)
 
 
 def run(args: argparse.Namespace) -> int:

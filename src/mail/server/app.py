@@ -285,9 +285,9 @@ def run_server_with_template(
         data["settings"]["task_message_limit"] = task_message_limit
     config = ServerConfig.model_validate(data)
     if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-        )
+        from mail.server.logs import setup_server_logging
+
+        setup_server_logging(logging.INFO)
     app = create_app(config, template=template, template_source="<injected>")
     uvicorn.run(
         app,
