@@ -398,7 +398,31 @@ def mark(ok: bool) -> str:
     return "  (target met)" if ok else "  (TARGET MISSED)"
 
 
-def run(requests: int, skip_startup: bool) -> None:
+def access_log_cost(workdir: Path, keys_file: Path, measure: Any, requests: int) -> None:
+    print("access log cost (raw client, 1 client, json; interleaved rounds):")
+    on = StubServer(workdir, keys_file, 0.0, access_log=True)
+    off = StubServer(workdir, keys_file, 0.0, access_log=False)
+    try:
+        samples: dict[str, list[float]] = {"on": [], "off": []}
+        for server in (on, off):
+            measure(server, "raw", 4, 80, False)  # warm-up
+        for _ in range(5):
+            for name, server in (("on", on), ("off", off)):
+                _, lat = measure(server, "raw", 1, max(100, requests // 2), False)
+                samples[name].append(statistics.median(lat))
+        med_on = statistics.median(samples["on"])
+        med_off = statistics.median(samples["off"])
+        cost = 100 * (med_on - med_off) / med_off
+        print(
+            f"  p50 with access log {1000 * med_on:.3f} ms, without {1000 * med_off:.3f} ms: "
+            f"{cost:+.1f}% per request" + mark(cost < 5.0)
+        )
+    finally:
+        on.close()
+        off.close()
+
+
+def run(requests: int, skip_startup: bool, only_access_log: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="mail-bench-") as tmp:
         workdir = Path(tmp)
         keys_file = workdir / "keys.json"
@@ -407,6 +431,9 @@ def run(requests: int, skip_startup: bool) -> None:
         def measure(server: StubServer, *args: Any) -> tuple[float, list[float]]:
             return asyncio.run(load(*args[:1], server.url, keys, *args[1:]))
 
+        if only_access_log:
+            access_log_cost(workdir, keys_file, measure, requests)
+            return
         print("POST /message, supervisor + 3 workers (3 agent calls per task), kept-alive:")
         fast = StubServer(workdir, keys_file, 0.0, access_log=True)
         try:
@@ -442,27 +469,7 @@ def run(requests: int, skip_startup: bool) -> None:
         finally:
             slow.close()
 
-        print("access log cost (raw client, 1 client, json; interleaved rounds):")
-        on = StubServer(workdir, keys_file, 0.0, access_log=True)
-        off = StubServer(workdir, keys_file, 0.0, access_log=False)
-        try:
-            samples: dict[str, list[float]] = {"on": [], "off": []}
-            for server in (on, off):
-                measure(server, "raw", 4, 80, False)  # warm-up
-            for _ in range(5):
-                for name, server in (("on", on), ("off", off)):
-                    _, lat = measure(server, "raw", 1, max(100, requests // 2), False)
-                    samples[name].append(statistics.median(lat))
-            med_on = statistics.median(samples["on"])
-            med_off = statistics.median(samples["off"])
-            cost = 100 * (med_on - med_off) / med_off
-            print(
-                f"  p50 with access log {1000 * med_on:.3f} ms, without {1000 * med_off:.3f} ms: "
-                f"{cost:+.1f}% per request" + mark(cost < 5.0)
-            )
-        finally:
-            on.close()
-            off.close()
+        access_log_cost(workdir, keys_file, measure, requests)
 
         if not skip_startup:
             startup_dir = workdir / "startup"
@@ -484,8 +491,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests per 1-client run")
     parser.add_argument("--skip-startup", action="store_true", help="skip the demo-server part")
+    parser.add_argument("--access-log-only", action="store_true", help="only the access-log cost")
     args = parser.parse_args()
-    run(args.requests, args.skip_startup)
+    run(args.requests, args.skip_startup, args.access_log_only)
 
 
 if __name__ == "__main__":
