@@ -4,7 +4,13 @@ Tasks of 3 sequential agent calls (supervisor -> worker -> supervisor/task_compl
 stub agents: tasks/s for 50, 200 and 800 concurrent tasks at zero latency, and the effective
 concurrency for 200 tasks at 50 ms simulated latency per call.
 
-    uv run python bench/runtime.py
+Fan-in: one task whose supervisor sends 50 requests in one turn (or one broadcast to 50
+workers); every worker answers; the supervisor completes once it has all 50 answers. Wall time
+and agent calls at 0 and 50 ms per call (critical path at 50 ms: 3 calls = 150 ms), with
+batched delivery (the default) and without it.
+
+    uv run python bench/runtime.py            (everything)
+    uv run python bench/runtime.py --fan-in   (the fan-in part only)
 """
 
 from __future__ import annotations
@@ -138,5 +144,122 @@ async def main() -> None:
     )
 
 
+FAN = 50
+
+
+def fan_in_template(latency: float, broadcast: bool, batch_delivery: bool) -> MAILSwarmTemplate:
+    workers = [f"w{i}" for i in range(FAN)]
+    requests = [
+        AgentToolCall(
+            tool_name="send_request",
+            tool_args={"target": w, "subject": "job", "body": "do it"},
+            tool_call_id=f"r{i}",
+            completion=COMPLETION,
+        )
+        for i, w in enumerate(workers)
+    ]
+    shout = AgentToolCall(
+        tool_name="send_broadcast",
+        tool_args={"subject": "job", "body": "everyone: do it"},
+        tool_call_id="b",
+        completion=COMPLETION,
+    )
+    wait = AgentToolCall(
+        tool_name="await_message", tool_args={}, tool_call_id="a", completion=COMPLETION
+    )
+
+    def supervisor_factory(**_: Any) -> Any:
+        async def supervisor(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+            if latency:
+                await asyncio.sleep(latency)
+            answers = sum(
+                1 for h in history if "<subject>re: job</subject>" in str(h.get("content"))
+            )
+            if answers >= FAN:
+                return None, [FINISH]
+            if len(history) == 1:
+                return None, [shout] if broadcast else list(requests)
+            return None, [wait]
+
+        return supervisor
+
+    def worker_factory(**_: Any) -> Any:
+        async def worker(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+            if latency:
+                await asyncio.sleep(latency)
+            return None, [ANSWER]
+
+        return worker
+
+    agents = [
+        MAILAgentTemplate(
+            "supervisor",
+            supervisor_factory,
+            workers,
+            enable_entrypoint=True,
+            can_complete_tasks=True,
+        )
+    ] + [MAILAgentTemplate(w, worker_factory, ["supervisor"]) for w in workers]
+    return MAILSwarmTemplate(
+        name="fanin",
+        version="1.0.0",
+        agents=agents,
+        actions=[],
+        entrypoint="supervisor",
+        batch_delivery=batch_delivery,
+    )
+
+
+async def run_fan_in(latency: float, broadcast: bool, batch: bool) -> tuple[float, int, int]:
+    """(wall seconds, supervisor calls, all agent calls) of one fan-in task."""
+    calls = {"supervisor": 0, "all": 0}
+    template = fan_in_template(latency, broadcast, batch)
+    swarm = template.instantiate({}, user_id="bench")
+    for name, agent in swarm.runtime.agents.items():
+        inner = agent.function
+
+        async def counted(history: Any, choice: Any, inner: Any = inner, name: str = name) -> Any:
+            calls["all"] += 1
+            if name == "supervisor":
+                calls["supervisor"] += 1
+            return await inner(history, choice)
+
+        agent.function = counted
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    start = time.perf_counter()
+    response, _ = await swarm.post_message("go", timeout=120)
+    elapsed = time.perf_counter() - start
+    assert response["message"]["body"] == "done", response
+    await swarm.shutdown()
+    await loop_task
+    return elapsed, calls["supervisor"], calls["all"]
+
+
+async def fan_in() -> None:
+    print(f"fan-in of {FAN} (one task; supervisor completes after all {FAN} answers):")
+    for latency in (0.0, 0.05):
+        for broadcast in (False, True):
+            for batch in (True, False):
+                runs = [await run_fan_in(latency, broadcast, batch) for _ in range(5)]
+                wall = statistics.median(r[0] for r in runs)
+                sup, total = runs[-1][1], runs[-1][2]
+                what = "broadcast" if broadcast else f"{FAN} requests"
+                mode = "batched" if batch else "one per turn"
+                verdict = ""
+                if latency and batch:
+                    ok = wall <= 0.25 and sup <= 4
+                    verdict = "  (target met)" if ok else "  (TARGET MISSED: <= 250 ms, <= 4 calls)"
+                print(
+                    f"  {int(latency * 1000):2d} ms/call, {what:<12} {mode:<13} "
+                    f"{1000 * wall:8.1f} ms  supervisor calls {sup:3d}  agent calls {total:3d}"
+                    f"{verdict}"
+                )
+
+
 if __name__ == "__main__":
+    if "--fan-in" in sys.argv:
+        asyncio.run(fan_in())
+        sys.exit(0)
     asyncio.run(main())
+    asyncio.run(fan_in())

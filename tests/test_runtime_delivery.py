@@ -70,6 +70,17 @@ class Recorder(RuntimeObserver):
             self.seen.append((msg["message"]["subject"], msg["message"]["task_id"]))
 
 
+def _shown_to(agent: ScriptedAgent, subject: str) -> str:
+    """The incoming message with `subject` in the agent's last history (batched or not)."""
+    found = [
+        item["content"]
+        for item in agent.calls[-1].history
+        if item.get("role") == "user" and subject in str(item.get("content"))
+    ]
+    assert found, f"{subject} was never shown to {agent.name}"
+    return str(found[-1])
+
+
 async def _serve_until_idle(rt: Any) -> None:
     loop = asyncio.create_task(rt.run_continuous())
     await asyncio.sleep(0)
@@ -115,6 +126,7 @@ async def test_runtime_serves_all_five_tiers_in_priority_order_fifo_within() -> 
 
 
 async def test_within_one_task_interrupt_overtakes_queued_requests() -> None:
+    """One message per turn: the interrupt's turn comes first."""
     rt, sup, wrk = two_agent_runtime(
         [
             [
@@ -131,10 +143,34 @@ async def test_within_one_task_interrupt_overtakes_queued_requests() -> None:
             [send_response("supervisor", "r-1")],
             [send_response("supervisor", "r-2")],
         ],
+        batch_delivery=False,
     )
     await run_task(rt)
     bodies = [c.last_content.split("<body>")[1].split("</body>")[0] for c in wrk.calls]
     assert bodies == ["urgent", "first request", "second request"]
+
+
+async def test_batched_messages_are_shown_in_priority_order_fifo_within() -> None:
+    """Batched delivery: one turn shows the interrupt first, then the requests in order."""
+    rt, sup, wrk = two_agent_runtime(
+        [
+            [
+                send_request("worker", "first request"),
+                send_request("worker", "second request"),
+                tool_call("send_interrupt", {"target": "worker", "subject": "I", "body": "urgent"}),
+            ],
+            [task_complete("ok")],
+        ],
+        [[send_response("supervisor", "all three")]],
+    )
+    await run_task(rt)
+    assert len(wrk.calls) == 1
+    shown = [_body(item["content"]) for item in wrk.calls[0].history]
+    assert shown == ["urgent", "first request", "second request"]
+
+
+def _body(content: str) -> str:
+    return content.split("<body>")[1].split("</body>")[0]
 
 
 # ------------------------------------------------------------------------------ comm_targets
@@ -222,8 +258,8 @@ async def test_unknown_recipient_of_a_direct_agent_message_notifies_the_sender()
     rt.submit(user_message("t1", "start"))
     rt.submit(agent_msg("request", "t1", "supervisor", "ghost", "lost"))
     await _serve_until_idle(rt)
-    assert "::agent_error::" in sup.calls[1].last_content
-    assert "There is no agent called 'ghost'" in sup.calls[1].last_content
+    notice = _shown_to(sup, "::agent_error::")
+    assert "There is no agent called 'ghost'" in notice
 
 
 async def test_user_message_to_unknown_agent_ends_the_task() -> None:
@@ -272,8 +308,7 @@ async def test_delivery_to_the_user_id_sends_improper_response_to_user() -> None
     rt.submit(user_message("t1", "start"))
     rt.submit(agent_msg("response", "t1", "supervisor", "u1", "to the user"))
     await _serve_until_idle(rt)
-    assert "::improper_response_to_user::" in sup.calls[1].last_content
-    assert "'u1'" in sup.calls[1].last_content
+    assert "'u1'" in _shown_to(sup, "::improper_response_to_user::")
     assert any(
         e.description == "agent supervisor attempted to send a message to the user (u1)"
         for e in events_named(rt, "t1", "agent_error")

@@ -95,6 +95,7 @@ async def test_one_agents_turns_on_one_task_never_overlap() -> None:
             [task_complete("both done")],
         ],
         [[send_response("supervisor", "A done")], [send_response("supervisor", "B done")]],
+        batch_delivery=False,  # one turn per message, so there are two turns to compare
     )
     wrk.sleep = 0.05
     response = await run_task(rt)

@@ -263,7 +263,7 @@ async def test_other_calls_in_a_breakpoint_batch_still_run() -> None:
                 tool_call("get_weather", {"city": "P"}, call_id="bp-1"),
                 tool_call("lookup", {}, call_id="lk-1"),
             ],
-            [tool_call("ignore_broadcast", {})],
+            # The resume shows the breakpoint result and the action's notice in one turn.
             [task_complete("done")],
         ]
     )

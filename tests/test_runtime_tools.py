@@ -278,14 +278,17 @@ async def test_ignore_broadcast_stores_and_sends_nothing() -> None:
     rt, _, wrk = two_agent_runtime(
         [[send_broadcast("lunch menu"), send_request("worker", "real work")], [task_complete()]],
         [
-            [tool_call("ignore_broadcast", {"reason": "irrelevant"})],
-            [send_response("supervisor", "work done")],
+            [
+                tool_call("ignore_broadcast", {"reason": "irrelevant"}),
+                send_response("supervisor", "work done"),
+            ]
         ],
     )
     await run_task(rt)
-    # The broadcast (tier 4) is served before the request (tier 5).
-    assert "lunch menu" in wrk.calls[0].last_content
-    assert tool_results(wrk.calls[1].history) == ["SUCCESS: broadcast ignored"]
+    # Both arrive in one turn; the broadcast (tier 4) is shown before the request (tier 5).
+    shown = [item["content"] for item in wrk.calls[0].history]
+    assert "lunch menu" in shown[0] and "real work" in shown[1]
+    assert tool_results(wrk.live_histories[0])[0] == "SUCCESS: broadcast ignored"
     assert [e.description for e in events_named(rt, "t1", "broadcast_ignored")] == [
         "agent worker called ignore_broadcast"
     ]

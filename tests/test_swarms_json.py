@@ -409,6 +409,7 @@ def test_build_fills_defaults_and_keeps_the_input_untouched() -> None:
         "keywords": [],
         "public": False,
         "enable_db_agent_histories": False,
+        "batch_delivery": True,
     }
     supervisor, weather = built["agents"]
     assert weather == {

@@ -279,6 +279,7 @@ def make_runtime(
     swarm_name: str = "testswarm",
     user_id: str = "u1",
     breakpoint_tools: list[str] | None = None,
+    batch_delivery: bool = True,
 ) -> MAILRuntime:
     """A MAILRuntime over stub agents; `actions` maps name -> async fn(args) -> str."""
     cores = {
@@ -302,6 +303,7 @@ def make_runtime(
         swarm_name=swarm_name,
         entrypoint=entrypoint,
         breakpoint_tools=breakpoint_tools,
+        batch_delivery=batch_delivery,
     )
 
 

@@ -56,6 +56,9 @@ async def compress_history(history: list[dict[str, Any]], ratio: float, model: s
     """
     if ratio <= 0 or not history:
         return False
+    from mail.factories._litellm import load_litellm_async
+
+    litellm = await load_litellm_async()  # imported off the event loop
     budget = ratio * context_window(model)
     if estimate_tokens(history) <= budget:
         return False
@@ -65,8 +68,6 @@ async def compress_history(history: list[dict[str, Any]], ratio: float, model: s
         return False
     older = history[start:cut]
     transcript = "\n".join(json.dumps(item, default=str) for item in older)
-    import litellm
-
     if model.startswith("mail/"):
         from mail.factories.demo_model import register_demo_provider
 

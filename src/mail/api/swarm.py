@@ -100,6 +100,7 @@ class MAILSwarm:
         print_llm_streams: bool = True,
         base_url: str = "http://localhost:8000",
         review_ignore_ends_task: bool = True,
+        batch_delivery: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -132,6 +133,7 @@ class MAILSwarm:
             enable_db_agent_histories=enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
             review_policy=review_policy_for(agents, actions, review_ignore_ends_task),
+            batch_delivery=batch_delivery,
         )
         from mail.api.compression import compress_history
 

@@ -44,6 +44,7 @@ class MAILSwarmTemplate:
         public: bool = False,
         enable_db_agent_histories: bool | None = None,
         review_ignore_ends_task: bool = True,
+        batch_delivery: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -61,6 +62,8 @@ class MAILSwarmTemplate:
         # After a reviewer ignores a held action call: end the task (True) or let the agent
         # carry on with the rejection as the call's result (False).
         self.review_ignore_ends_task = review_ignore_ends_task
+        # Messages that reach a busy agent are shown to it together at its next turn.
+        self.batch_delivery = batch_delivery
         self._validate()
 
     # ------------------------------------------------------------------ validation
@@ -183,6 +186,7 @@ class MAILSwarmTemplate:
             print_llm_streams=print_llm_streams,
             base_url=base_url,
             review_ignore_ends_task=self.review_ignore_ends_task,
+            batch_delivery=self.batch_delivery,
         )
 
     def _all_actions(self) -> list[MAILAction]:
@@ -259,6 +263,7 @@ class MAILSwarmTemplate:
             public=self.public,
             enable_db_agent_histories=self.enable_db_agent_histories,
             review_ignore_ends_task=self.review_ignore_ends_task,
+            batch_delivery=self.batch_delivery,
         )
 
     # ------------------------------------------------------------------ loaders
@@ -307,6 +312,7 @@ class MAILSwarmTemplate:
             # false opts out.
             enable_db_agent_histories=data.get("enable_db_agent_histories"),
             review_ignore_ends_task=bool(data.get("review_ignore_ends_task", True)),
+            batch_delivery=bool(swarm.get("batch_delivery", True)),
         )
 
     @classmethod
@@ -347,6 +353,7 @@ class MAILSwarmTemplate:
             "public": self.public,
             "enable_db_agent_histories": self.enable_db_agent_histories,
             **({} if self.review_ignore_ends_task else {"review_ignore_ends_task": False}),
+            "batch_delivery": self.batch_delivery,
             "agents": [a.to_swarm_json() for a in self.agents],
             "actions": [a.to_swarm_json() for a in self.actions],
         }

@@ -97,16 +97,10 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
+    # IPPROTO_TCP, not proto 0: asyncio disables Nagle only on such sockets' connections.
+    from mail.server.tcp import listening_socket
+
+    return listening_socket(host, port)
 
 
 def _print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:
@@ -152,10 +146,10 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
+    # Formatting and writing happen in a background thread, not on the event loop.
+    from mail.server.logs import setup_server_logging
+
+    setup_server_logging(level)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from mail.core.memory import AgentMemory, InMemoryAgentMemory
 from mail.core.message import MAILMessage, utc_now_iso
 from mail.core.observer import RuntimeObserver
 from mail.core.review import ReviewPolicy
+from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import DeliveryMixin
 from mail.core.runtime_manual import ManualMixin
 from mail.core.runtime_resume import ResumeMixin, TaskSubmitError
@@ -59,6 +60,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         memory: AgentMemory | None = None,
         observer: RuntimeObserver | None = None,
         review_policy: ReviewPolicy | None = None,
+        batch_delivery: bool = True,
     ) -> None:
         self.agents = agents
         self.actions = actions
@@ -90,6 +92,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
         self.manual_message_buffer: dict[str, list[MAILMessage]] = {}
         self.manual_return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
+        # messages delivered to an agent of a task, waiting for its next turn
+        self.inboxes = AgentInboxes(batch=batch_delivery)
         # ids of queued agent messages whose recipients a tool handler already checked
         self._prechecked: set[str] = set()
 
@@ -123,6 +127,15 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.set_print_llm_streams(print_llm_streams)
         for name, agent in self.agents.items():
             _attach_recall(agent.function, functools.partial(self.recall, name), set())
+
+    @property
+    def batch_delivery(self) -> bool:
+        """Whether messages waiting for an agent reach it together, in one turn."""
+        return self.inboxes.batch
+
+    @batch_delivery.setter
+    def batch_delivery(self, value: bool) -> None:
+        self.inboxes.batch = value
 
     @property
     def observer(self) -> RuntimeObserver:

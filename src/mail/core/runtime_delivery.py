@@ -32,6 +32,11 @@ MAX_STEPS_SUBJECT = "::maximum_steps_reached::"
 ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
 
 
+def _is_step_notice(extra_data: dict[str, Any]) -> bool:
+    message = extra_data.get("full_message")
+    return isinstance(message, dict) and message["message"].get("subject") == MAX_STEPS_SUBJECT
+
+
 class DeliveryMixin:
     """Routing of one message to its recipients (mixed into MAILRuntime)."""
 
@@ -60,6 +65,11 @@ class DeliveryMixin:
             return ""
         blocks: list[str] = []
         for event in task.events:
+            if event.event == "new_message" and _is_step_notice(event.extra_data):
+                # An earlier notice carries its own transcript: repeating it would double
+                # the text with every message over the limit (a fan-out of 50 past the
+                # limit would never finish).
+                continue
             description = event.description
             if ACTION_COMPLETE_BROADCAST in description:
                 continue
@@ -263,9 +273,6 @@ class DeliveryMixin:
         if self.mode == "manual" and payload["sender"]["address_type"] != "system":
             self.manual_message_buffer.setdefault(f"{task_id}::{name}", []).append(message)
             return
-        tool_choice: Any = "auto" if self.mode == "manual" else "required"
-        if payload["subject"] == MAX_STEPS_SUBJECT and self.mode != "manual":
-            tool_choice = {"type": "function", "name": "task_complete"}
         if not payload["subject"].startswith(ACTION_COMPLETE_BROADCAST):
             self._emit(
                 task_id,
@@ -273,4 +280,14 @@ class DeliveryMixin:
                 lambda: f"sending message:\n{build_mail_xml(message)['content']}",
                 {"full_message": message},
             )
-        self._spawn(task_id, self._run_turn(task_id, name, message, tool_choice))
+        # The turn takes what waits in the agent's inbox when it starts (see runtime_batching).
+        if self.inboxes.add(f"{task_id}::{name}", message):
+            self._spawn(task_id, self._run_turn(task_id, name, None, None))
+
+    def _tool_choice_for(self: MAILRuntime, messages: list[MAILMessage]) -> Any:
+        """What the agent must do this turn: anything, a tool, or task_complete."""
+        if self.mode == "manual":
+            return "auto"
+        if any(m["message"]["subject"] == MAX_STEPS_SUBJECT for m in messages):
+            return {"type": "function", "name": "task_complete"}
+        return "required"

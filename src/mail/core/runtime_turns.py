@@ -41,33 +41,57 @@ class TurnContext:
     action_errors: list[tuple[str, str]] = field(default_factory=list)
     actions_ran: bool = False
     breakpoint_hit: bool = False
+    # every message shown to the agent this turn (batched delivery), `message` is the first
+    batch: list[MAILMessage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.batch:
+            self.batch = [self.message]
 
 
 class TurnMixin:
     """Agent turns (mixed into MAILRuntime)."""
 
     async def _run_turn(
-        self: MAILRuntime, task_id: str, agent_name: str, message: MAILMessage, tool_choice: Any
+        self: MAILRuntime,
+        task_id: str,
+        agent_name: str,
+        message: MAILMessage | None,
+        tool_choice: Any,
     ) -> None:
+        """One turn of `agent_name` on `task_id`.
+
+        With `message` None the turn shows the agent what waits in its inbox (every message
+        delivered since its last turn, or one of them without batched delivery).
+        """
         key = f"{task_id}::{agent_name}"
         await self._acquire_turn(key)
         try:
+            if message is None:
+                batch = self.inboxes.take(key)
+                if not batch:
+                    return
+                message, tool_choice = batch[0], self._tool_choice_for(batch)
+            else:
+                batch = [message]
             task = self.mail_tasks.get(task_id)
             if task is not None and task.completed:
                 # The task ended while this turn waited for the agent: no new work starts.
-                self._hold_for_continuation(task, message)
+                for incoming in batch:
+                    self._hold_for_continuation(task, incoming)
                 return
             stop = self.loop_guard.begin_turn(task_id)
             if stop is not None:
                 stop_task(self, task_id, stop)
                 return
             history = self.history_for(task_id, agent_name)
-            ctx = TurnContext(task_id, agent_name, message, history)
+            ctx = TurnContext(task_id, agent_name, message, history, batch=batch)
             current: AgentToolCall | None = None
             try:
-                if self.team is not None:  # inbox filing + quiet digest (mail.core.team)
-                    await self.team.before_turn(task_id, agent_name, message, history)
-                self._append_incoming(history, message)
+                for incoming in batch:
+                    if self.team is not None:  # inbox filing + quiet digest (mail.core.team)
+                        await self.team.before_turn(task_id, agent_name, incoming, history)
+                    self._append_incoming(history, incoming)
                 agent = self.agents[agent_name]
                 _text, calls = await agent.function(history, tool_choice)
                 if not calls:
@@ -244,26 +268,32 @@ class TurnMixin:
             "agent_error",
             f"error scheduling message for agent {ctx.agent_name}: {exc}",
         )
-        payload: Any = ctx.message["message"]
-        sender_type = payload["sender"]["address_type"]
-        sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
         body = f"Agent '{ctx.agent_name}' failed while handling your message: {exc}"
-        if (
-            sender_type == "agent"
-            and sender_name in self.agents
-            and sender_name != ctx.agent_name
-            and self._is_local_swarm(sender_swarm)
-        ):
+        notify: list[str] = []
+        for incoming in ctx.batch:
+            payload: Any = incoming["message"]
+            sender_type = payload["sender"]["address_type"]
+            sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
+            if (
+                sender_type == "agent"
+                and sender_name in self.agents
+                and sender_name != ctx.agent_name
+                and self._is_local_swarm(sender_swarm)
+            ):
+                if sender_name not in notify:
+                    notify.append(sender_name)
+                continue
+            # Nobody else can react (the user, the system, the agent itself, a remote
+            # swarm): end the task with the error so the caller gets an answer, not a hang.
+            self._complete_task(
+                ctx.task_id,
+                system_task_end(self.swarm_name, ctx.task_id, "::agent_error::", body),
+            )
+            return
+        for sender_name in notify:
             self.mailbox.put(
                 system_response(self.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
             )
-            return
-        # Nobody else can react (the user, the system, the agent itself, a remote swarm):
-        # end the task with the error so the caller gets an answer instead of a hang.
-        self._complete_task(
-            ctx.task_id,
-            system_task_end(self.swarm_name, ctx.task_id, "::agent_error::", body),
-        )
 
 
 def breakpoint_entry(call: AgentToolCall) -> dict[str, Any]:

@@ -251,7 +251,8 @@ async def handle_task_complete(rt: MAILRuntime, ctx: TurnContext, call: AgentToo
 # ---------------------------------------------------------------------------- broadcasts
 @tool_handler("acknowledge_broadcast")
 async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
-    if ctx.message["msg_type"] != "broadcast":
+    broadcasts = [m for m in ctx.batch if m["msg_type"] == "broadcast"]
+    if not broadcasts:
         _tool_call_error(
             rt,
             ctx,
@@ -261,14 +262,16 @@ async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolC
         )
         return _err("improper use of `acknowledge_broadcast`")
     note = call.tool_args.get("note")
-    entries = acknowledgement_entries(build_mail_xml(ctx.message)["content"], note)
-    key = ctx.message["id"]
     try:
-        # Two entries, as the agent lived them: the broadcast, then its acknowledgement.
-        for suffix, entry in zip(("broadcast", "ack"), entries, strict=True):
-            await rt.memory.put(
-                ctx.agent_name, f"{key}-{suffix}", {**entry, "task_id": ctx.task_id}
-            )
+        # Two entries per broadcast of the turn, as the agent lived them: the broadcast,
+        # then its acknowledgement.
+        for broadcast in broadcasts:
+            entries = acknowledgement_entries(build_mail_xml(broadcast)["content"], note)
+            key = broadcast["id"]
+            for suffix, entry in zip(("broadcast", "ack"), entries, strict=True):
+                await rt.memory.put(
+                    ctx.agent_name, f"{key}-{suffix}", {**entry, "task_id": ctx.task_id}
+                )
     except Exception as exc:  # noqa: BLE001 - memory trouble is reported, not fatal
         rt._emit(
             ctx.task_id,

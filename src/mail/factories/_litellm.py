@@ -1,22 +1,57 @@
-"""Lazy access to LiteLLM.
+"""Lazy access to LiteLLM, imported off the event loop.
 
-LiteLLM takes seconds to import and, unless told otherwise, downloads a model price map at
-import time. Nothing in the server or CLI start-up path imports it; agent functions call
-`load_litellm()` on their first model call.
+LiteLLM takes seconds to import (and more on its first call, which loads further modules
+lazily). Nothing in the server or CLI start-up path imports it. Two ways in:
+
+- ``warm_litellm()`` starts the import, plus a few offline calls that load what a first
+  request needs, in a background thread and returns at once. The server calls it once it is
+  healthy, so the first answer does not pay for the import.
+- ``await load_litellm_async()`` is what agent functions use: it waits for that thread (starting
+  it if needed) without blocking the event loop. ``load_litellm()`` is the synchronous form for
+  code that already runs in a thread or after the import finished.
+
+A plain ``import litellm`` on the event loop while the thread is importing would block the loop
+on Python's import lock until the import completes: async code must use the async form.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import importlib
 import logging
 import os
+import threading
 import warnings
 from typing import Any
 
 logger = logging.getLogger("mail.factories")
 
+_lock = threading.Lock()
+_warming: concurrent.futures.Future[Any] | None = None
+_module: Any = None
+
+# Modules LiteLLM imports lazily on its first real request (provider clients, tokenizer data,
+# streaming helpers). Loading them in the warm-up thread keeps that work off the event loop.
+_FIRST_CALL_MODULES = (
+    "anyio._backends._asyncio",
+    "anyio.streams.memory",
+    "openai",
+    "litellm.litellm_core_utils.default_encoding",
+    "litellm.litellm_core_utils.streaming_handler",
+    "litellm.llms.openai.openai",
+    "litellm.llms.openai.chat.gpt_transformation",
+    "litellm.llms.openai.responses.transformation",
+    "litellm.responses.main",
+    "litellm.proxy._types",
+)
+
 
 def load_litellm() -> Any:
-    """Import and configure LiteLLM (idempotent)."""
+    """Import and configure LiteLLM (idempotent). Blocks: not for the event loop."""
+    global _module
+    if _module is not None:
+        return _module
     # Use the data files shipped with LiteLLM instead of downloading them on first use.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
@@ -29,7 +64,67 @@ def load_litellm() -> Any:
     # dropped instead of failing the request, as the reference implementation does.
     litellm.drop_params = True
     litellm.suppress_debug_info = True
+    _module = litellm
     return litellm
+
+
+def litellm_ready() -> bool:
+    """True once LiteLLM is imported (``load_litellm()`` is then instant)."""
+    return _module is not None
+
+
+def warm_litellm() -> concurrent.futures.Future[Any]:
+    """Import LiteLLM and load its first-call modules in a background thread (once).
+
+    Returns a future of the module. Never blocks; safe to call from the event loop.
+    """
+    global _warming
+    with _lock:
+        if _warming is None:
+            _warming = concurrent.futures.Future()
+            thread = threading.Thread(
+                target=_warm, args=(_warming,), name="mail-litellm-warm-up", daemon=True
+            )
+            thread.start()
+        return _warming
+
+
+async def load_litellm_async() -> Any:
+    """The LiteLLM module, imported in a thread if needed; never blocks the event loop."""
+    if _module is not None:
+        return _module
+    return await asyncio.wrap_future(warm_litellm())
+
+
+def _warm(future: concurrent.futures.Future[Any]) -> None:
+    try:
+        litellm = load_litellm()
+    except BaseException as exc:  # noqa: BLE001 - reported to whoever awaits the module
+        future.set_exception(exc)
+        return
+    future.set_result(litellm)  # callers may go on; the rest only saves them time
+    for name in _FIRST_CALL_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - other LiteLLM versions lay modules out differently
+            logger.debug("warm-up: could not import %s", name, exc_info=True)
+    try:
+        _offline_calls(litellm)
+    except Exception:  # noqa: BLE001 - a warm-up must never fail anything
+        logger.debug("warm-up calls failed", exc_info=True)
+
+
+def _offline_calls(litellm: Any) -> None:
+    """Mocked completions (no network): load the request and streaming code paths."""
+    kwargs = {
+        "model": "openai/gpt-4o-mini",
+        "messages": [{"role": "user", "content": "warm-up"}],
+        "mock_response": "ok",
+        "api_key": "warm-up",
+    }
+    litellm.completion(**kwargs)
+    for _chunk in litellm.completion(stream=True, **kwargs):
+        pass
 
 
 def supports_reasoning(model: str) -> bool:

@@ -24,6 +24,7 @@ from mail.core.tools import (
     pydantic_model_to_tool,
 )
 from mail.factories import completions, responses
+from mail.factories._litellm import load_litellm_async
 from mail.factories.assembly import StreamPrinter
 from mail.factories.errors import LLMConfigError
 from mail.factories.retry import RetryPolicy, call_with_retries
@@ -345,6 +346,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         if self.default_tool_choice is not None:
             tool_choice = self.default_tool_choice
         memories = await self.recall_for(messages)
+        # Building the request touches LiteLLM synchronously: import it off the loop first.
+        await load_litellm_async()
         attempt = self._make_attempt(messages, tool_choice, memories)
         return await call_with_retries(
             attempt,

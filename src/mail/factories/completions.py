@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mail.core.tools import AgentToolCall
-from mail.factories._litellm import load_litellm
+from mail.factories._litellm import load_litellm_async
 from mail.factories.assembly import (
     PendingCall,
     StreamPrinter,
@@ -85,7 +85,7 @@ def build_request(
 
 
 async def run(request: CompletionsRequest) -> tuple[str | None, list[AgentToolCall]]:
-    litellm = load_litellm()
+    litellm = await load_litellm_async()
     response = await litellm.acompletion(**request.kwargs)
     if request.stream:
         return await _consume_stream(response, request.printer)

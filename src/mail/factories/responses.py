@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mail.core.tools import AgentToolCall
-from mail.factories._litellm import load_litellm, supports_reasoning
+from mail.factories._litellm import load_litellm_async, supports_reasoning
 from mail.factories.assembly import StreamPrinter, TurnAssembler, field_of, to_plain
 
 
@@ -58,7 +58,7 @@ def build_request(
 
 
 async def run(request: ResponsesRequest) -> tuple[str | None, list[AgentToolCall]]:
-    litellm = load_litellm()
+    litellm = await load_litellm_async()
     result = await litellm.aresponses(**request.kwargs)
     if request.stream:
         output, streamed_reasoning = await _consume_stream(result, request.printer)

@@ -47,6 +47,8 @@ from mail.server.state import (
     start_store,
     template_from_env,
 )
+from mail.server.tcp import MAILFastAPI
+from mail.server.warmup import schedule_warm_up
 from mail.version import PROTOCOL_VERSION, __version__
 
 logger = logging.getLogger("mail.server")
@@ -233,12 +235,15 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await _startup(app, config, template, authenticator, store, template_source)
         app.state.mail = state
+        warm_up = schedule_warm_up(state.template)
         try:
             yield
         finally:
+            if warm_up is not None:
+                warm_up.cancel()
             await _shutdown(state, own_store=store is None)
 
-    app = FastAPI(
+    app = MAILFastAPI(
         title="MAIL server",
         version=PROTOCOL_VERSION,
         lifespan=lifespan,
@@ -306,9 +311,9 @@ def run_server_with_template(
         data["settings"]["task_message_limit"] = task_message_limit
     config = ServerConfig.model_validate(data)
     if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-        )
+        from mail.server.logs import setup_server_logging
+
+        setup_server_logging(logging.INFO)
     app = create_app(config, template=template, template_source="<injected>")
     server = uvicorn.Server(
         uvicorn.Config(

@@ -45,3 +45,4 @@ class SwarmsJSONSwarm(TypedDict):
     keywords: list[str]
     public: bool
     enable_db_agent_histories: bool
+    batch_delivery: bool

@@ -48,6 +48,7 @@ SWARM_DEFAULTS: dict[str, Any] = {
     "keywords": [],
     "public": False,
     "enable_db_agent_histories": False,
+    "batch_delivery": True,
 }
 AGENT_DEFAULTS: dict[str, Any] = {
     "enable_entrypoint": False,

@@ -43,6 +43,7 @@ SWARM_OPTIONAL_FIELDS: FieldTable = (
     ("exclude_tools", list),
     ("action_imports", list),
     ("review_ignore_ends_task", bool),
+    ("batch_delivery", bool),
 )
 # List fields whose items must be strings (checked after the field's own type).
 SWARM_STRING_LIST_FIELDS = ("action_imports", "breakpoint_tools", "exclude_tools")

@@ -1,0 +1,94 @@
+"""Per-agent inboxes: what was delivered to an agent of a task and awaits its next turn.
+
+One agent's turns on one task never overlap (its history has one writer). Messages that reach
+the agent while a turn of it runs wait here. With batched delivery (the default) its next turn
+takes all of them at once: each is appended to the history as its own incoming message, in
+priority order and FIFO within a tier, and the agent is called once. A supervisor that fans
+out 50 requests then sees the 50 answers in one or two turns instead of fifty.
+
+With ``batch=False`` each delivery gets its own turn, in arrival order (one message per
+model call, the original's behaviour).
+
+Pure bookkeeping: no I/O and no event loop; the runtime spawns and runs the turns.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from mail.core.mailbox import message_priority
+from mail.core.message import MAILMessage
+
+MAX_STEPS_SUBJECT = "::maximum_steps_reached::"
+
+_Item = tuple[int, int, MAILMessage]
+
+
+class AgentInboxes:
+    """Delivered-but-not-yet-shown messages, keyed ``"{task_id}::{agent}"``."""
+
+    def __init__(self, batch: bool = True) -> None:
+        self.batch = batch
+        self._items: dict[str, list[_Item]] = {}
+        # Keys with a turn started (or queued for the agent's lock) that has not yet taken
+        # its messages: a new delivery joins that turn instead of starting another.
+        self._turn_pending: set[str] = set()
+        self._seq = itertools.count()
+
+    def add(self, key: str, message: MAILMessage) -> bool:
+        """Hold ``message`` for the agent's next turn; True when a turn must be started."""
+        self._items.setdefault(key, []).append(
+            (message_priority(message), next(self._seq), message)
+        )
+        if not self.batch:
+            return True
+        if key in self._turn_pending:
+            return False
+        self._turn_pending.add(key)
+        return True
+
+    def take(self, key: str) -> list[MAILMessage]:
+        """The messages of the turn that starts now (empty if another turn took them)."""
+        items = self._items.get(key)
+        if not self.batch:
+            if not items:
+                return []
+            item = items.pop(0)
+            if not items:
+                del self._items[key]
+            return [item[2]]
+        self._turn_pending.discard(key)
+        if not items:
+            return []
+        del self._items[key]
+        items.sort(key=_order)
+        return _one_step_notice([item[2] for item in items])
+
+    def waiting(self, key: str) -> int:
+        """How many messages wait for the agent's next turn."""
+        return len(self._items.get(key, ()))
+
+    def __len__(self) -> int:
+        return sum(len(items) for items in self._items.values())
+
+
+def _order(item: _Item) -> tuple[int, int]:
+    return item[0], item[1]
+
+
+def _one_step_notice(messages: list[MAILMessage]) -> list[MAILMessage]:
+    """Keep only the newest step-limit notice of a batch.
+
+    Every message over the limit is replaced by the same demand to call task_complete, each
+    with a copy of the task's transcript; one of them says it all.
+    """
+    notices = [m for m in messages if _subject(m) == MAX_STEPS_SUBJECT]
+    if len(notices) <= 1:
+        return messages
+    keep = notices[-1]
+    return [m for m in messages if _subject(m) != MAX_STEPS_SUBJECT or m is keep]
+
+
+def _subject(message: MAILMessage) -> Any:
+    return message["message"]["subject"]

@@ -1,0 +1,69 @@
+"""TCP_NODELAY on every accepted connection, whoever created the listening socket.
+
+uvicorn's HTTP protocols write a response's head and its body as separate segments. With
+Nagle's algorithm on, the second write of a response on a kept-alive connection waits for the
+client's delayed ACK (~40 ms on Linux). asyncio disables Nagle on accepted sockets only when the
+listening socket was created with ``proto=IPPROTO_TCP``; sockets made as
+``socket.socket(AF_INET, SOCK_STREAM)`` (proto 0) — ours before, gunicorn's, a systemd or
+``--fd`` socket — keep it on. Two guards:
+
+* ``listening_socket`` makes the sockets ``mail server`` binds with ``IPPROTO_TCP`` (and the
+  option set on the listener, which Linux copies to accepted sockets);
+* ``MAILFastAPI`` switches the option on for the connection of each HTTP request when the
+  server in front is uvicorn (the protocol cycle holds the transport), so it also holds for
+  ``uvicorn``/``gunicorn`` serving ``mail.server:app`` on a socket made elsewhere.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from fastapi import FastAPI
+
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket whose accepted connections have no Nagle delay."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def ensure_nodelay(send: Any) -> None:
+    """Disable Nagle on the connection behind an ASGI ``send`` callable, if it can be reached.
+
+    uvicorn passes the bound ``send`` of its per-request cycle object, which holds the
+    connection's transport. Other servers: nothing is done (they manage their sockets).
+    """
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is None:
+        return
+    try:
+        sock = transport.get_extra_info("socket")
+    except Exception:  # noqa: BLE001 - an unusual transport: leave it alone
+        return
+    if sock is None or sock.family not in _INET or sock.proto == socket.IPPROTO_TCP:
+        return  # not TCP, or asyncio has already set the option on this connection
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass  # the connection is already gone
+
+
+class MAILFastAPI(FastAPI):
+    """FastAPI that turns Nagle off on each HTTP connection it serves (see module doc)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            ensure_nodelay(send)
+        await super().__call__(scope, receive, send)
