@@ -83,12 +83,12 @@ export const api = {
     return openStream("POST", "/message", { ...body, stream: true }, onEvent, signal);
   },
 
-  // Attach to a running task's stream from where we left off (the stream-resubscribe route:
-  // GET /task/events?task_id=…, resuming after the last event id seen). Until the server has
-  // that route this fails with 404 and the caller falls back to polling GET /task.
+  // Attach to a task's stream from where we left off: GET /task/events?task_id=…&after=N
+  // replays the stored events after id N, then the live ones, then a closing task_complete
+  // (or task_error) without an id. `after` is also sent as Last-Event-ID (the query wins).
   async resubscribe(taskId, afterId, onEvent, signal) {
     const query = new URLSearchParams({ task_id: taskId });
-    if (afterId) query.set("after", afterId);
+    if (afterId) query.set("after", String(afterId));
     const extra = afterId ? { "Last-Event-ID": String(afterId) } : {};
     return openStream("GET", `/task/events?${query}`, undefined, onEvent, signal, extra);
   },
