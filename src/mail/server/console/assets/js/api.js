@@ -79,8 +79,9 @@ export const api = {
   setHealth: (status) => request("POST", "/health", { status }),
 
   // POST /message with stream: true. onEvent gets {event, id, data}; return false to stop.
-  async streamMessage(body, onEvent, signal) {
-    return openStream("POST", "/message", { ...body, stream: true }, onEvent, signal);
+  // onOpen (optional) runs once the server accepted the request, before the first event.
+  async streamMessage(body, onEvent, signal, onOpen) {
+    return openStream("POST", "/message", { ...body, stream: true }, onEvent, signal, {}, onOpen);
   },
 
   // Attach to a task's stream from where we left off: GET /task/events?task_id=…&after=N
@@ -94,7 +95,7 @@ export const api = {
   },
 };
 
-async function openStream(method, path, body, onEvent, signal, extraHeaders = {}) {
+async function openStream(method, path, body, onEvent, signal, extraHeaders = {}, onOpen = null) {
   let response;
   try {
     response = await fetch(ROOT + path, {
@@ -114,5 +115,6 @@ async function openStream(method, path, body, onEvent, signal, extraHeaders = {}
     throw new ApiError(0, "The server cannot be reached. Is `mail server` running?");
   }
   if (!response.ok) throw await failure(response);
+  if (onOpen) onOpen();
   await readEventStream(response, onEvent, signal);
 }

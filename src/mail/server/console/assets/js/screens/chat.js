@@ -13,6 +13,12 @@ function bubble(m) {
       h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.name), " ", h("span", { class: "muted" }, String(c.arguments ?? ""))))),
       h("a", { class: "btn", href: `#/breakpoints/${encodeURIComponent(m.taskId)}` }, "Answer the held calls"));
   }
+  if (m.role === "review") {
+    return h("article", { class: "bubble bubble-breakpoint bubble-review" },
+      h("header", {}, "Waiting for your review"),
+      h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.action), " ", h("span", { class: "muted" }, `by ${c.caller}`)))),
+      h("a", { class: "btn", href: `#/review/${encodeURIComponent(m.taskId)}` }, "Review the held calls"));
+  }
   const label = { user: "You", assistant: m.from || "Swarm", system: "System" }[m.role] || m.role;
   return h("article", { class: `bubble bubble-${m.role}` },
     h("header", {}, h("span", {}, label), h("time", {}, formatTime(m.time))),
