@@ -113,7 +113,10 @@ function route() {
   const screen = SCREENS.find((s) => s.path === path);
   const module = screen && (!screen.admin || isAdmin()) ? screen.module : HIDDEN[path];
   for (const link of frame.links) {
-    link.classList.toggle("active", link.dataset.path === path || (path === "agents" && link.dataset.path === "graph"));
+    const active = link.dataset.path === path || (path === "agents" && link.dataset.path === "graph");
+    link.classList.toggle("active", active);
+    // On a phone the navigation is a scrolling tab bar: keep the current tab in view.
+    if (active) link.scrollIntoView({ block: "nearest", inline: "nearest" });
   }
   if (cleanup) cleanup();
   cleanup = null;

@@ -79,7 +79,9 @@ async function showTask(body, taskId, alive) {
   const again = h("button", { type: "button", class: "btn", id: "rv-reload", onclick: () => showTask(body, taskId, alive) }, "Load the current held calls");
   again.hidden = true;
   const form = h("form", { class: "bp-form rv-form", id: "rv-form", novalidate: true },
-    h("p", {}, `Task ${shortId(taskId)}… is paused: ${calls.length === 1 ? "this call waits" : `these ${calls.length} calls wait`} for your decision. The task continues when you send them.`),
+    h("p", {}, calls.length === 1
+      ? `Task ${shortId(taskId)}… is paused: this call waits for your decision. The task continues when you send it.`
+      : `Task ${shortId(taskId)}… is paused: these ${calls.length} calls wait for your decisions. The task continues when you send them.`),
     cards.map((c) => c.el), error,
     h("div", { class: "actions" }, submit, again));
   const fail = (text, focus) => {
@@ -87,6 +89,7 @@ async function showTask(body, taskId, alive) {
     error.hidden = false;
     if (focus) focus.focus();
   };
+  form.addEventListener("input", () => { error.hidden = true; });
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     error.hidden = true;
@@ -115,6 +118,17 @@ async function showTask(body, taskId, alive) {
   replace(body, form);
 }
 
+// The server's description: its opening lines (up to the arguments) as a summary, the
+// whole text on demand.
+function description(text) {
+  if (!text) return null;
+  const full = String(text);
+  const lines = full.split("\n");
+  const cut = lines.findIndex((l) => /^arguments:/i.test(l.trim()));
+  const first = lines.slice(0, cut > 0 ? Math.min(cut, 2) : 1).join(" ");
+  return h("details", { class: "rv-desc" }, h("summary", {}, first), h("pre", {}, full));
+}
+
 function callCard(call, i) {
   const allowed = (call.allowed_decisions || []).filter((d) => DECISIONS[d]);
   const chosen = { value: allowed.length === 1 ? allowed[0] : null };
@@ -139,7 +153,7 @@ function callCard(call, i) {
   const el = h("fieldset", { class: "bp-call rv-call", dataset: { call: call.tool_call_id || "" } },
     h("legend", {}, h("code", {}, call.action || "?"), call.caller ? ` called by ${call.caller}` : ""),
     h("p", { class: "muted mono" }, `call_id ${call.tool_call_id || "—"}`),
-    call.description ? h("pre", { class: "rv-desc" }, String(call.description)) : null,
+    description(call.description),
     h("pre", { class: "bp-args" }, pretty(call.args ?? {})),
     choices, allowed.filter((d) => panels[d]).map((d) => panels[d]));
 
