@@ -75,6 +75,7 @@ def _open_review_from_chat(console: ConsolePage, bubbles_before: int) -> None:
         arg=bubbles_before,
         timeout=ANSWER_TIMEOUT_MS,
     )
+    console.screenshot(f"review-chat-{bubbles_before}", narrow=False)
     page.locator(".bubble-review a.btn").last.click()
     page.wait_for_selector("#rv-form")
 

@@ -69,7 +69,10 @@ export function render(container) {
   const update = () => {
     const c = store.chat;
     replace(taskLabel, c.taskId
-      ? h("a", { href: `#/tasks/${encodeURIComponent(c.taskId)}`, title: c.taskId }, `Task ${shortId(c.taskId)}… (next message continues it)`)
+      ? h("a", { href: `#/tasks/${encodeURIComponent(c.taskId)}`, title: c.taskId },
+        c.messages.length && c.messages[c.messages.length - 1].role === "review"
+          ? `Task ${shortId(c.taskId)}… (waiting for your review)`
+          : `Task ${shortId(c.taskId)}… (next message continues it)`)
       : h("span", { class: "muted" }, "New task"));
     const items = c.messages.map(bubble);
     if (c.busy) {
