@@ -72,10 +72,16 @@ function renderDetail(container, taskId) {
   const list = h("ol", { class: "event-list", id: "task-events" });
   const followState = h("span", { class: "badge badge-info", id: "follow-state", role: "status" });
 
-  const renderEvents = () => {
+  let rendered = 0; // events already in the list (newest first), so a live update only prepends
+  const renderEvents = (full = false) => {
     heading.textContent = `Events (${events.length})`;
-    replace(list, events.length ? [...events].reverse().map(eventRow)
-      : emptyState("No events recorded", "The task has not done anything yet."));
+    if (!full && rendered && events.length >= rendered) {
+      for (const ev of events.slice(rendered)) list.insertBefore(eventRow(ev), list.firstChild);
+    } else {
+      replace(list, events.length ? [...events].reverse().map(eventRow)
+        : emptyState("No events recorded", "The task has not done anything yet."));
+    }
+    rendered = events.length;
     followState.textContent = `Following live… ${stats.received || 0} new events`;
     Object.assign(followState.dataset, {
       received: stats.received || 0, duplicates: stats.duplicates || 0, outOfOrder: stats.outOfOrder || 0,
@@ -119,7 +125,7 @@ function renderDetail(container, taskId) {
         (record.remote_swarms || []).length ? [h("dt", {}, "Remote swarms"), h("dd", {}, record.remote_swarms.join(", "))] : null),
       h("div", { class: "actions" }, actions),
       heading, list);
-    renderEvents();
+    renderEvents(!keepEvents);
   };
 
   const failed = (error) => {
