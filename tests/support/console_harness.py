@@ -78,22 +78,32 @@ class ConsoleServer:
 
 
 def start_console_server(
-    directory: Path, *, swarm: str, who: list[tuple[str, str]], stub: bool = False
+    directory: Path,
+    *,
+    swarm: str,
+    who: list[tuple[str, str]],
+    stub: bool = False,
+    env: dict[str, str] | None = None,
+    settings: str = "",
 ) -> ConsoleServer:
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     if stub:
         write_stub_swarms(directory, swarm)
-        config = write_config(directory, port=port, swarm=swarm)
+        config = write_config(directory, port=port, swarm=swarm, extra=settings)
     else:
         config = write_config(
-            directory, port=port, swarm=swarm, source=str(REPO_ROOT / "swarms.json")
+            directory,
+            port=port,
+            swarm=swarm,
+            source=str(REPO_ROOT / "swarms.json"),
+            extra=settings,
         )
     keys_file = directory / "registries" / "keys.json"
     keys = {ident: create_key(keys_file, role, ident) for role, ident in who}
     # --config: other tests may leave MAIL_CONFIG_PATH set in this process's environment.
     args = ["--config", str(config), "--port", str(port)]
-    process = ServerProcess(directory, port, args=args).start(wait=False)
+    process = ServerProcess(directory, port, args=args, env=dict(env or {})).start(wait=False)
     try:
         process.wait_healthy(STARTUP_TIMEOUT)
     except BaseException:

@@ -21,6 +21,9 @@ The agent reads the newest entry of its history and acts on the user's message b
 * ``DELEGATE <text>`` asks the ``worker`` agent, which answers ``worked: <text>``, and then
   completes with ``delegated: <worker's answer>``;
 * anything else completes with ``echo[<sender id>]: <body>``.
+
+``MAIL_STUB_LATENCY_MS`` in the server's environment makes every turn of every agent wait that
+many milliseconds first, like a model that takes time to answer.
 """
 
 from __future__ import annotations
@@ -110,7 +113,11 @@ def _count_caller_messages(history: list[dict[str, Any]]) -> int:
 def stub_factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     """The factory named in test swarms.json files (accepts any agent_params)."""
 
+    latency = float(os.environ.get("MAIL_STUB_LATENCY_MS") or 0) / 1000
+
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        if latency:
+            await asyncio.sleep(latency)
         if isinstance(tool_choice, dict) and tool_choice.get("name") == "task_complete":
             return _complete("stopped: step limit")
         last = history[-1] if history else {}

@@ -79,22 +79,23 @@ export const api = {
   setHealth: (status) => request("POST", "/health", { status }),
 
   // POST /message with stream: true. onEvent gets {event, id, data}; return false to stop.
-  async streamMessage(body, onEvent, signal) {
-    return openStream("POST", "/message", { ...body, stream: true }, onEvent, signal);
+  // onOpen (optional) runs once the server accepted the request, before the first event.
+  async streamMessage(body, onEvent, signal, onOpen) {
+    return openStream("POST", "/message", { ...body, stream: true }, onEvent, signal, {}, onOpen);
   },
 
-  // Attach to a running task's stream from where we left off (the stream-resubscribe route:
-  // GET /task/events?task_id=…, resuming after the last event id seen). Until the server has
-  // that route this fails with 404 and the caller falls back to polling GET /task.
+  // Attach to a task's stream from where we left off: GET /task/events?task_id=…&after=N
+  // replays the stored events after id N, then the live ones, then a closing task_complete
+  // (or task_error) without an id. `after` is also sent as Last-Event-ID (the query wins).
   async resubscribe(taskId, afterId, onEvent, signal) {
     const query = new URLSearchParams({ task_id: taskId });
-    if (afterId) query.set("after", afterId);
+    if (afterId) query.set("after", String(afterId));
     const extra = afterId ? { "Last-Event-ID": String(afterId) } : {};
     return openStream("GET", `/task/events?${query}`, undefined, onEvent, signal, extra);
   },
 };
 
-async function openStream(method, path, body, onEvent, signal, extraHeaders = {}) {
+async function openStream(method, path, body, onEvent, signal, extraHeaders = {}, onOpen = null) {
   let response;
   try {
     response = await fetch(ROOT + path, {
@@ -114,5 +115,6 @@ async function openStream(method, path, body, onEvent, signal, extraHeaders = {}
     throw new ApiError(0, "The server cannot be reached. Is `mail server` running?");
   }
   if (!response.ok) throw await failure(response);
+  if (onOpen) onOpen();
   await readEventStream(response, onEvent, signal);
 }

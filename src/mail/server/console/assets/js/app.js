@@ -10,17 +10,19 @@ import * as events from "./screens/events.js";
 import * as agent from "./screens/agent.js";
 import * as tasks from "./screens/tasks.js";
 import * as breakpoints from "./screens/breakpoints.js";
+import * as review from "./screens/review.js";
 import * as registry from "./screens/registry.js";
 import * as signin from "./screens/signin.js";
 
-// Screens in the navigation; `admin` ones are shown to admins only. A new screen (action
-// review, threads) is one module and one line here.
+// Screens in the navigation; `admin` ones are shown to admins only. A new screen (threads,
+// say) is one module and one line here.
 const SCREENS = [
   { path: "graph", label: "Graph", module: graph },
   { path: "chat", label: "Chat", module: chat },
   { path: "events", label: "Events", module: events },
   { path: "tasks", label: "Tasks", module: tasks },
   { path: "breakpoints", label: "Breakpoints", module: breakpoints },
+  { path: "review", label: "Review", module: review },
   { path: "registry", label: "Registry", module: registry, admin: true },
 ];
 const HIDDEN = { agents: agent };
@@ -111,7 +113,10 @@ function route() {
   const screen = SCREENS.find((s) => s.path === path);
   const module = screen && (!screen.admin || isAdmin()) ? screen.module : HIDDEN[path];
   for (const link of frame.links) {
-    link.classList.toggle("active", link.dataset.path === path || (path === "agents" && link.dataset.path === "graph"));
+    const active = link.dataset.path === path || (path === "agents" && link.dataset.path === "graph");
+    link.classList.toggle("active", active);
+    // On a phone the navigation is a scrolling tab bar: keep the current tab in view.
+    if (active) link.scrollIntoView({ block: "nearest", inline: "nearest" });
   }
   if (cleanup) cleanup();
   cleanup = null;

@@ -25,17 +25,37 @@ export function parseHeldCalls(text) {
   return null;
 }
 
+// The final answer of a pause for action review is a JSON list of the held calls
+// ({tool_call_id, caller, action, args, allowed_decisions, description}).
+export function parseReviewCalls(text) {
+  if (typeof text !== "string" || !text.startsWith("[")) return null;
+  try {
+    const list = JSON.parse(text);
+    if (Array.isArray(list) && list.length && list.every((c) => c && c.tool_call_id && Array.isArray(c.allowed_decisions))) {
+      return list;
+    }
+  } catch {
+    // not a review list
+  }
+  return null;
+}
+
 function finish(taskId, response) {
   const held = parseHeldCalls(response);
-  if (held) {
+  const review = held ? null : parseReviewCalls(response);
+  if (review) {
+    push({ role: "review", taskId, calls: review, text: `Waiting for review: ${review.map((c) => c.action).join(", ")}` });
+  } else if (held) {
     push({ role: "breakpoint", taskId, calls: held, text: `Paused at ${held.map((c) => c.name).join(", ")}` });
   } else {
     push({ role: "assistant", taskId, text: response == null ? "" : String(response) });
   }
 }
 
-// Sends `text` (or a breakpoint resume when `resume` is given) and streams the task.
-export async function send({ text, entrypoint, resume }) {
+// Sends `text` (or a breakpoint resume when `resume` is given, or action-review decisions
+// when `review` is) and streams the task. A review that the server refuses before the stream
+// opens (400, 409) goes to review.onRefused and leaves the chat as it was.
+export async function send({ text, entrypoint, resume, review }) {
   const chat = store.chat;
   if (chat.busy) return;
   const body = { body: text || "", subject: "User Message" };
@@ -50,6 +70,10 @@ export async function send({ text, entrypoint, resume }) {
     body.kwargs = { breakpoint_tool_call_result: resume.result };
     chat.taskId = resume.taskId;
     push({ role: "user", taskId: resume.taskId, text: resume.summary, kind: "resume" });
+  } else if (review) {
+    body.task_id = review.taskId;
+    body.resume_from = "action_review";
+    body.kwargs = { decisions: review.decisions };
   } else {
     if (chat.taskId) {
       body.task_id = chat.taskId;
@@ -64,6 +88,15 @@ export async function send({ text, entrypoint, resume }) {
   store.abort = controller;
   notify("chat");
   let ended = false;
+  let opened = false;
+  const onOpen = () => {
+    opened = true;
+    if (!review) return;
+    if (chat.taskId !== review.taskId) chat.messages = [];
+    chat.taskId = review.taskId;
+    push({ role: "user", taskId: review.taskId, text: review.summary, kind: "review" });
+    if (review.onOpen) review.onOpen();
+  };
   try {
     await api.streamMessage(body, (raw) => {
       const data = raw.data && typeof raw.data === "object" ? raw.data : {};
@@ -85,12 +118,14 @@ export async function send({ text, entrypoint, resume }) {
         notify("chat");
       }
       return true;
-    }, controller.signal);
+    }, controller.signal, onOpen);
     if (!ended && !controller.signal.aborted) {
       push({ role: "system", taskId: chat.taskId, text: "The stream ended without an answer. Open the task to see where it stands." });
     }
   } catch (error) {
-    if (error.name !== "AbortError") {
+    if (review && !opened && error.name !== "AbortError") {
+      if (review.onRefused) review.onRefused(error);
+    } else if (error.name !== "AbortError") {
       push({ role: "system", taskId: chat.taskId, text: `Error: ${describeError(error)}` });
     }
   } finally {

@@ -3,7 +3,7 @@
 
 export const EVENT_TYPES = [
   "new_message", "tool_call", "builtin_tool_call", "action_call", "action_complete",
-  "action_error", "breakpoint_tool_call", "agent_error", "task_complete", "task_error",
+  "action_error", "action_review", "action_review_decision", "breakpoint_tool_call", "agent_error", "task_complete", "task_error",
   "interswarm_message_sent", "interswarm_message_received", "interswarm_message_error",
 ];
 
@@ -14,6 +14,8 @@ export const TYPE_LABELS = {
   action_call: "Action",
   action_complete: "Action done",
   action_error: "Action error",
+  action_review: "Review",
+  action_review_decision: "Decision",
   breakpoint_tool_call: "Breakpoint",
   agent_error: "Agent error",
   task_complete: "Complete",
@@ -30,7 +32,7 @@ export function typeLabel(name) {
 
 export function typeTone(name) {
   if (/error/.test(name)) return "bad";
-  if (name === "breakpoint_tool_call") return "warn";
+  if (name === "breakpoint_tool_call" || name === "action_review") return "warn";
   if (name === "task_complete") return "good";
   if (name.startsWith("interswarm")) return "remote";
   if (name === "new_message") return "info";
@@ -132,6 +134,12 @@ export function summary(ev) {
   }
   if ((ev.event === "tool_call" || ev.event === "builtin_tool_call") && ev.extra.tool_name) {
     return { title: `${callerOf(ev) || "agent"} called ${ev.extra.tool_name}`, detail: "" };
+  }
+  if (ev.event === "action_review" && ev.extra.action) {
+    return { title: `${callerOf(ev) || "agent"} wants to call ${ev.extra.action}`, detail: "held for review" };
+  }
+  if (ev.event === "action_review_decision" && ev.extra.type) {
+    return { title: `${ev.extra.type}: ${ev.extra.action || "call"} of ${callerOf(ev) || "agent"}`, detail: ev.extra.message ? String(ev.extra.message).slice(0, 160) : "" };
   }
   if (ev.event === "task_complete" && ev.response !== undefined) {
     return { title: "Task complete", detail: String(ev.response).slice(0, 160) };

@@ -25,12 +25,13 @@ export function taskEvents(record) {
 export function taskStatus(record, events) {
   const held = heldCalls(events || taskEvents(record), store.swarm.breakpoint_tools);
   if (record.is_running) return { label: "Running", tone: "info" };
+  if ((record.pending_reviews || []).length) return { label: "Review", tone: "warn" };
   if (held.length) return { label: "Breakpoint", tone: "warn" };
   if (record.completed) return { label: "Done", tone: "good" };
   return { label: "Idle", tone: "plain" };
 }
 
-function lastEventId(taskId) {
+export function lastEventId(taskId) {
   let best = 0;
   for (const ev of store.events) {
     if (ev.taskId === taskId && /^\d+$/.test(String(ev.id ?? ""))) best = Math.max(best, Number(ev.id));
@@ -38,32 +39,58 @@ function lastEventId(taskId) {
   return best || null;
 }
 
-// Follows a running task until it stops, through the stream-resubscribe route when the
-// server has it, else by polling GET /task. Calls onChange after new events arrive.
-export async function follow(taskId, onChange, signal) {
-  try {
-    await api.resubscribe(taskId, lastEventId(taskId), (raw) => {
+const CLOSING = new Set(["task_complete", "task_error"]);
+const MAX_RETRIES = 5;
+
+// Follows a running task through the stream-resubscribe route GET /task/events, starting
+// after `after` (default: the last event id the console holds for the task) until the
+// closing event (task_complete / task_error without an id: the task ended or paused).
+// `event: resubscribe` (the server cut a slow reader) and a dropped connection both
+// re-attach after the last id received, so nothing is lost or repeated. onEvents gets the
+// new normalized events (also added to the store); `stats` counts what arrived (received,
+// duplicates, outOfOrder, reconnects).
+export async function follow(taskId, onEvents, signal, { after, stats = {} } = {}) {
+  let last = Number(after ?? lastEventId(taskId) ?? 0);
+  Object.assign(stats, { received: 0, duplicates: 0, outOfOrder: 0, reconnects: 0 });
+  let retries = 0;
+  while (!signal.aborted) {
+    let closed = false;
+    let progressed = false;
+    await api.resubscribe(taskId, last, (raw) => {
       if (raw.event === "ping") return true;
-      if (raw.event === "task_complete" || raw.event === "task_error") {
-        onChange();
+      if (raw.event === "resubscribe") {
+        const data = raw.data && typeof raw.data === "object" ? raw.data : {};
+        if (/^\d+$/.test(String(data.last_event_id ?? ""))) last = Math.max(last, Number(data.last_event_id));
         return false;
       }
-      if (addEvents([raw], taskId, { live: true }).length) onChange();
+      if (CLOSING.has(raw.event) && !raw.id) {
+        closed = true;
+        return false;
+      }
+      progressed = true;
+      stats.received += 1;
+      const ev = normalizeEvent(raw, taskId);
+      addEvents([ev], taskId, { live: true });
+      if (/^\d+$/.test(String(raw.id ?? ""))) {
+        const id = Number(raw.id);
+        if (id <= last) {
+          stats.duplicates += 1;
+          return true;
+        }
+        if (id !== last + 1) stats.outOfOrder += 1;
+        last = id;
+      }
+      onEvents([ev]);
       return true;
-    }, signal);
-    return;
-  } catch (error) {
-    if (error.name === "AbortError") return;
-    const missingRoute = error instanceof ApiError && (error.status === 404 || error.status === 405) && !/task/i.test(error.message);
-    if (!missingRoute) throw error;
-  }
-  while (!signal.aborted) {
-    const record = await loadTask(taskId);
-    if (addEvents(taskEvents(record), taskId, { live: true }).length) onChange(record);
-    if (!record.is_running) {
-      onChange(record);
-      return;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    }, signal).catch((error) => {
+      if (error.name === "AbortError") return;
+      // A dropped connection is retried below; an HTTP error (400, 404, ...) is final.
+      if (error instanceof ApiError && error.status !== 0) throw error;
+    });
+    if (closed || signal.aborted) return;
+    retries = progressed ? 0 : retries + 1;
+    if (retries > MAX_RETRIES) throw new ApiError(0, "The task's stream keeps closing; open the task again later.");
+    stats.reconnects += 1;
+    if (!progressed) await new Promise((resolve) => setTimeout(resolve, 500 * retries));
   }
 }

@@ -13,6 +13,12 @@ function bubble(m) {
       h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.name), " ", h("span", { class: "muted" }, String(c.arguments ?? ""))))),
       h("a", { class: "btn", href: `#/breakpoints/${encodeURIComponent(m.taskId)}` }, "Answer the held calls"));
   }
+  if (m.role === "review") {
+    return h("article", { class: "bubble bubble-breakpoint bubble-review" },
+      h("header", {}, "Waiting for your review"),
+      h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.action), " ", h("span", { class: "muted" }, `by ${c.caller}`)))),
+      h("a", { class: "btn", href: `#/review/${encodeURIComponent(m.taskId)}` }, "Review the held calls"));
+  }
   const label = { user: "You", assistant: m.from || "Swarm", system: "System" }[m.role] || m.role;
   return h("article", { class: `bubble bubble-${m.role}` },
     h("header", {}, h("span", {}, label), h("time", {}, formatTime(m.time))),
@@ -63,7 +69,10 @@ export function render(container) {
   const update = () => {
     const c = store.chat;
     replace(taskLabel, c.taskId
-      ? h("a", { href: `#/tasks/${encodeURIComponent(c.taskId)}`, title: c.taskId }, `Task ${shortId(c.taskId)}… (next message continues it)`)
+      ? h("a", { href: `#/tasks/${encodeURIComponent(c.taskId)}`, title: c.taskId },
+        c.messages.length && c.messages[c.messages.length - 1].role === "review"
+          ? `Task ${shortId(c.taskId)}… (waiting for your review)`
+          : `Task ${shortId(c.taskId)}… (next message continues it)`)
       : h("span", { class: "muted" }, "New task"));
     const items = c.messages.map(bubble);
     if (c.busy) {

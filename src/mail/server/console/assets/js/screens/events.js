@@ -10,7 +10,7 @@ const filters = { types: new Set(), agent: "", text: "" };
 
 export function eventRow(ev) {
   const s = summary(ev);
-  return h("li", { class: "event-row", dataset: { event: ev.event } },
+  return h("li", { class: "event-row", dataset: { event: ev.event, id: ev.id ?? "" } },
     h("details", {},
       h("summary", {},
         h("span", { class: `badge badge-${typeTone(ev.event)}` }, typeLabel(ev.event)),

@@ -63,23 +63,57 @@ function renderDetail(container, taskId) {
     h("div", { class: "toolbar" }, h("a", { href: "#/tasks", class: "btn btn-quiet" }, "← Tasks"),
       h("h1", {}, `Task ${shortId(taskId)}…`)), body));
   const controller = new AbortController();
+  // The events shown: the record's, then what the live stream adds (in the order received).
+  let events = [];
+  let record = null;
   let following = false;
+  const stats = {};
+  const heading = h("h2", {});
+  const list = h("ol", { class: "event-list", id: "task-events" });
+  const followState = h("span", { class: "badge badge-info", id: "follow-state", role: "status" });
 
-  const show = (record) => {
-    const events = taskEvents(record);
+  let rendered = 0; // events already in the list (newest first), so a live update only prepends
+  const renderEvents = (full = false) => {
+    heading.textContent = `Events (${events.length})`;
+    if (!full && rendered && events.length >= rendered) {
+      for (const ev of events.slice(rendered)) list.insertBefore(eventRow(ev), list.firstChild);
+    } else {
+      replace(list, events.length ? [...events].reverse().map(eventRow)
+        : emptyState("No events recorded", "The task has not done anything yet."));
+    }
+    rendered = events.length;
+    followState.textContent = `Following live… ${stats.received || 0} new events`;
+    Object.assign(followState.dataset, {
+      received: stats.received || 0, duplicates: stats.duplicates || 0, outOfOrder: stats.outOfOrder || 0,
+    });
+  };
+  let scheduled = false;
+  const scheduleEvents = () => {
+    if (scheduled) return;
+    scheduled = true;
+    requestAnimationFrame(() => { scheduled = false; renderEvents(); });
+  };
+
+  const show = (fresh, keepEvents = false) => {
+    record = fresh;
+    if (!keepEvents) events = taskEvents(record);
     addEvents(events);
     const st = taskStatus(record, events);
     const held = heldCalls(events, store.swarm.breakpoint_tools);
+    const reviews = record.pending_reviews || [];
     const own = record.task_owner && store.me && record.task_owner.split("@")[0] === `${store.me.role}:${store.me.id}`;
     const actions = [
       h("button", { type: "button", class: "btn btn-quiet", onclick: () => reload() }, "Refresh"),
-      own && !record.is_running ? h("button", {
+      own && !record.is_running && !reviews.length ? h("button", {
         type: "button", class: "btn", id: "task-continue",
         onclick: () => { openTaskInChat(record); location.hash = "#/chat"; },
       }, "Continue in chat") : null,
       held.length && own ? h("a", { class: "btn btn-primary", href: `#/breakpoints/${encodeURIComponent(taskId)}` }, "Answer held calls") : null,
+      reviews.length && own ? h("a", { class: "btn btn-primary", id: "task-review", href: `#/review/${encodeURIComponent(taskId)}` }, `Review ${reviews.length} held call${reviews.length > 1 ? "s" : ""}`) : null,
       record.is_running && !following ? h("button", { type: "button", class: "btn btn-primary", id: "task-follow", onclick: () => startFollowing() }, "Follow live") : null,
-      following ? h("span", { class: "badge badge-info" }, "Following live…") : null,
+      following ? followState : null,
+      !following && stats.received !== undefined ? h("span", { class: "muted", id: "follow-done", dataset: { ...followState.dataset } },
+        `Followed live: ${stats.received} events streamed`) : null,
     ];
     replace(body,
       h("dl", { class: "facts" },
@@ -90,32 +124,47 @@ function renderDetail(container, taskId) {
         record.title ? [h("dt", {}, "Title"), h("dd", {}, record.title)] : null,
         (record.remote_swarms || []).length ? [h("dt", {}, "Remote swarms"), h("dd", {}, record.remote_swarms.join(", "))] : null),
       h("div", { class: "actions" }, actions),
-      h("h2", {}, `Events (${events.length})`),
-      events.length ? h("ol", { class: "event-list" }, [...events].reverse().map(eventRow))
-        : emptyState("No events recorded", "The task has not done anything yet."));
+      heading, list);
+    renderEvents(!keepEvents);
+  };
+
+  const failed = (error) => {
+    if (controller.signal.aborted) return;
+    replace(body, error.status === 404
+      ? emptyState("Task not found", "It does not exist, or it belongs to someone else.", h("a", { class: "btn", href: "#/tasks" }, "All tasks"))
+      : errorState("Could not load the task", error, reload));
   };
 
   const reload = async () => {
     try {
       show(await loadTask(taskId));
     } catch (error) {
-      if (controller.signal.aborted) return;
-      replace(body, error.status === 404
-        ? emptyState("Task not found", "It does not exist, or it belongs to someone else.", h("a", { class: "btn", href: "#/tasks" }, "All tasks"))
-        : errorState("Could not load the task", error, reload));
+      failed(error);
     }
   };
 
+  // Attach to the running task after the last event shown; the stream's events are appended
+  // to the list as they arrive. When it ends, the record's facts are refreshed and the list
+  // keeps what was streamed (Refresh reloads it from the record).
   const startFollowing = async () => {
+    if (following || !record) return;
     following = true;
-    reload();
+    const last = events.reduce((m, e) => (/^\d+$/.test(String(e.id ?? "")) ? Math.max(m, Number(e.id)) : m), 0);
+    show(record, true);
     try {
-      await follow(taskId, () => reload(), controller.signal);
+      await follow(taskId, (added) => { events.push(...added); scheduleEvents(); }, controller.signal, { after: last, stats });
     } catch (error) {
+      following = false;
       if (!controller.signal.aborted) replace(body, errorState("Lost the task's stream", error, reload));
+      return;
     }
     following = false;
-    if (!controller.signal.aborted) reload();
+    if (controller.signal.aborted) return;
+    try {
+      show(await loadTask(taskId), true);
+    } catch (error) {
+      failed(error);
+    }
   };
 
   reload();
