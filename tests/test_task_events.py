@@ -37,7 +37,8 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         directory,
         port=port,
         extra=(
-            f"task_message_limit = 0\nsse_max_buffer_bytes = {BUFFER_LIMIT}\n"
+            # the chatty task takes ~600 agent turns: no turn bound here
+            f"task_message_limit = 0\ntask_turn_limit = 0\nsse_max_buffer_bytes = {BUFFER_LIMIT}\n"
             "sse_slow_reader_timeout = 1.0\n"
         ),
     )
@@ -255,9 +256,10 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
     key = server.keys["user"]  # type: ignore[attr-defined]
     rss_before = _rss_kib(server.proc.pid)
     task_id = str(uuid.uuid4())
-    body = json.dumps({"body": "CHATTY 300 4000", "stream": True, "task_id": task_id}).encode()
+    body = json.dumps({"body": "CHATTY 300 12000", "stream": True, "task_id": task_id}).encode()
     sock = socket.socket()
-    # A small receive window, so the kernel holds little on the reader's behalf.
+    # A small receive window, so the kernel holds little on the reader's behalf; the task
+    # produces far more than the server side's socket buffers (up to 4 MB here) can absorb.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
     try:
