@@ -113,6 +113,27 @@ class ResumeMixin:
         self.observer.task_changed(task)
         self.observer.queue_stashed(task_id, [])
 
+    def pending_breakpoints(self: MAILRuntime, task_id: str) -> list[dict[str, Any]]:
+        """The breakpoint calls `task_id` is paused on (empty when it is not paused).
+
+        Shown on task records so a client can offer the resume form without reading the
+        event log (GET /tasks lists summaries without events).
+        """
+        task = self.mail_tasks.get(task_id)
+        calls = self.last_breakpoint_tool_calls.get(task_id) or []
+        if task is None or not task.completed or not calls:
+            return []
+        caller = self.last_breakpoint_caller.get(task_id)
+        return [
+            {
+                "tool_call_id": c.tool_call_id,
+                "tool_name": c.tool_name,
+                "tool_args": c.tool_args,
+                "caller": caller,
+            }
+            for c in calls
+        ]
+
     def check_submission(
         self: MAILRuntime, task_id: str, resume_from: str | None, kwargs: dict[str, Any]
     ) -> None:

@@ -211,21 +211,23 @@ def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[s
     for task_id, task in inst.swarm.get_all_tasks().items():
         if task_id == "*":  # runtime-internal pseudo-task of loop-level events
             continue
-        records[task_id] = task_summary(task)
+        records[task_id] = task_summary(task, inst.swarm.runtime)
     return records
 
 
-def task_record(task: Any) -> dict[str, Any]:
+def task_record(task: Any, runtime: Any) -> dict[str, Any]:
     record = task.to_dict()
     events = record.get("events")
     if isinstance(events, list):
         record["events"] = [event_record(e, parse_data=False) for e in events]
+    record["pending_breakpoints"] = runtime.pending_breakpoints(task.task_id)
     return record
 
 
-def task_summary(task: Any) -> dict[str, Any]:
+def task_summary(task: Any, runtime: Any) -> dict[str, Any]:
     record: dict[str, Any] = task.to_dict(include_events=False)
     record["event_count"] = len(task.events)
+    record["pending_breakpoints"] = runtime.pending_breakpoints(task.task_id)
     return record
 
 
@@ -237,7 +239,7 @@ def _remote_swarm_summaries(state: ServerState) -> dict[str, dict[str, Any]]:
             continue
         for task_id, task in other.swarm.get_all_tasks().items():
             if task_id != "*":
-                records[task_id] = task_summary(task)
+                records[task_id] = task_summary(task, other.swarm.runtime)
     return records
 
 
@@ -263,7 +265,7 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
     inst.touch()
     task = None if task_id == "*" else inst.swarm.get_task_by_id(task_id)
     if task is not None:
-        return task_record(task)
+        return task_record(task, inst.swarm.runtime)
     archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
     if archived is not None:
         return archived
@@ -272,5 +274,5 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
         for other in state.instances.all():
             remote = other.swarm.get_task_by_id(task_id) if other.kind == "swarm" else None
             if remote is not None:
-                return task_record(remote)
+                return task_record(remote, other.swarm.runtime)
     raise HTTPException(404, f"task '{task_id}' not found")

@@ -85,7 +85,7 @@ async def list_all_tasks(request: Request, caller: Caller = Depends(caller_admin
         for task_id, task in inst.swarm.get_all_tasks().items():
             if task_id == "*":
                 continue
-            record = task_record(task)
+            record = task_record(task, inst.swarm.runtime)
             record["instance"] = inst.owner
             tasks.append(record)
     tasks.sort(key=lambda r: str(r.get("start_time") or ""), reverse=True)

@@ -22,8 +22,24 @@ export function taskEvents(record) {
   return (record.events || []).map((e) => normalizeEvent(e, record.task_id));
 }
 
+// The breakpoint calls a task is paused on. Task records carry them as
+// `pending_breakpoints` (GET /tasks summaries have no events); the events add the reasoning.
+export function pausedCalls(record, events) {
+  const fromEvents = heldCalls(events || taskEvents(record), store.swarm.breakpoint_tools);
+  const pending = record.pending_breakpoints;
+  if (!Array.isArray(pending)) return fromEvents;
+  const reasoning = new Map(fromEvents.map((c) => [c.callId, c.reasoning]));
+  return pending.map((c) => ({
+    callId: c.tool_call_id,
+    name: c.tool_name,
+    args: c.tool_args,
+    caller: c.caller,
+    reasoning: reasoning.get(c.tool_call_id),
+  }));
+}
+
 export function taskStatus(record, events) {
-  const held = heldCalls(events || taskEvents(record), store.swarm.breakpoint_tools);
+  const held = pausedCalls(record, events);
   if (record.is_running) return { label: "Running", tone: "info" };
   if ((record.pending_reviews || []).length) return { label: "Review", tone: "warn" };
   if (held.length) return { label: "Breakpoint", tone: "warn" };

@@ -4,9 +4,8 @@
 import { api } from "../api.js";
 import { send } from "../conversation.js";
 import { emptyState, errorState, h, loadingState, pretty, relativeTime, replace, shortId } from "../dom.js";
-import { heldCalls } from "../model.js";
 import { store } from "../store.js";
-import { loadTask, taskEvents } from "../tasks-data.js";
+import { loadTask, pausedCalls } from "../tasks-data.js";
 
 export function render(container, params) {
   const body = h("div", { class: "bp-body" });
@@ -26,7 +25,7 @@ async function showList(body, alive) {
     const records = Object.values(await api.tasks());
     if (!alive()) return;
     const paused = records
-      .map((r) => ({ r, calls: heldCalls(taskEvents(r), store.swarm.breakpoint_tools) }))
+      .map((r) => ({ r, calls: pausedCalls(r) }))
       .filter((x) => x.calls.length && !x.r.is_running);
     if (!paused.length) {
       const tools = store.swarm.breakpoint_tools || [];
@@ -57,7 +56,7 @@ async function showTask(body, taskId, alive) {
     return;
   }
   if (!alive()) return;
-  const calls = heldCalls(taskEvents(record), store.swarm.breakpoint_tools);
+  const calls = pausedCalls(record);
   if (!calls.length) {
     replace(body, emptyState("This task is not waiting at a breakpoint", "It may have been resumed already.",
       h("a", { class: "btn", href: `#/tasks/${encodeURIComponent(taskId)}` }, "Open the task")));

@@ -4,9 +4,8 @@
 import { api } from "../api.js";
 import { openTaskInChat } from "../conversation.js";
 import { badge, emptyState, errorState, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
-import { heldCalls } from "../model.js";
 import { addEvents, isAdmin, store } from "../store.js";
-import { follow, loadTask, taskEvents, taskStatus } from "../tasks-data.js";
+import { follow, loadTask, pausedCalls, taskEvents, taskStatus } from "../tasks-data.js";
 import { eventRow } from "./events.js";
 
 const view = { all: false };
@@ -46,7 +45,7 @@ function renderList(container) {
             badge(st.label, st.tone),
             h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
             view.all ? h("span", { class: "muted task-owner" }, r.task_owner) : null,
-            h("span", { class: "muted" }, `${events.length} events`),
+            h("span", { class: "muted" }, `${r.event_count ?? events.length} events`),
             h("time", { class: "muted", title: r.start_time }, relativeTime(r.start_time))));
       })));
     } catch (error) {
@@ -99,7 +98,7 @@ function renderDetail(container, taskId) {
     if (!keepEvents) events = taskEvents(record);
     addEvents(events);
     const st = taskStatus(record, events);
-    const held = heldCalls(events, store.swarm.breakpoint_tools);
+    const held = pausedCalls(record, events);
     const reviews = record.pending_reviews || [];
     const own = record.task_owner && store.me && record.task_owner.split("@")[0] === `${store.me.role}:${store.me.id}`;
     const actions = [
