@@ -68,7 +68,8 @@ async def test_health_answers_while_the_first_answer_is_computed(tmp_path: Path)
             f"/health took {max(health):.3f}s (median {median:.4f}s) "
             f"while the first answer took {took:.2f}s"
         )
-        assert median < 0.25, f"/health median {median:.4f}s"
+        # The bound: /health answers in under 50 ms while the first answer is computed.
+        assert median < 0.05, f"/health median {median:.4f}s"
     finally:
         server.stop()
 
