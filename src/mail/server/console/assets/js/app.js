@@ -11,6 +11,7 @@ import * as agent from "./screens/agent.js";
 import * as tasks from "./screens/tasks.js";
 import * as breakpoints from "./screens/breakpoints.js";
 import * as registry from "./screens/registry.js";
+import * as threads from "./screens/threads.js";
 import * as signin from "./screens/signin.js";
 
 // Screens in the navigation; `admin` ones are shown to admins only. A new screen (action
@@ -21,6 +22,7 @@ const SCREENS = [
   { path: "events", label: "Events", module: events },
   { path: "tasks", label: "Tasks", module: tasks },
   { path: "breakpoints", label: "Breakpoints", module: breakpoints },
+  { path: "threads", label: "Threads", module: threads },
   { path: "registry", label: "Registry", module: registry, admin: true },
 ];
 const HIDDEN = { agents: agent };
