@@ -186,6 +186,7 @@ def test_attach_in_chat_then_see_the_thread_and_download(console: ConsolePage) -
     assert "Plan the launch" in first_post.locator(".post-body").inner_text()
     # The post names the uploaded file's id: it downloads from the thread too, same bytes.
     link = first_post.locator(f'.attachment-download[data-attachment="{attachment_id}"]')
+    assert "brief.txt" in first_post.locator(".attachment").inner_text()
     assert _download(console, link) == BRIEF
     console.screenshot("threads")
 

@@ -115,6 +115,8 @@ function route() {
   for (const link of frame.links) {
     link.classList.toggle("active", link.dataset.path === path || (path === "agents" && link.dataset.path === "graph"));
   }
+  // On a phone the navigation is a scrolling tab bar: keep the current tab in view.
+  frame.links.find((l) => l.classList.contains("active"))?.scrollIntoView({ block: "nearest", inline: "nearest" });
   if (cleanup) cleanup();
   cleanup = null;
   replace(frame.view);

@@ -5,7 +5,7 @@
 // then saves the Blob through a short-lived blob: URL. The key never goes into a URL.
 
 import { api } from "./api.js";
-import { describeError, h, replace } from "./dom.js";
+import { describeError, h, replace, svg } from "./dom.js";
 import { messageOf } from "./model.js";
 
 // The documented default of [server.team_tools] max_attachment_bytes. The server may be set
@@ -35,9 +35,22 @@ export function attachmentsOf(ev) {
   return listed.filter((a) => a && typeof a.id === "string");
 }
 
-// Attachment ids named in a text (a thread post, a message body), without repeats.
-export function attachmentIdsIn(text) {
-  return [...new Set(String(text || "").match(ATTACHMENT_ID) || [])];
+// Attachments named in a text (a thread post, a message body), without repeats: {id} plus the
+// file name and size when the text lists it the way uploads are listed
+// ("- brief.txt (attachment id att_…, 30 bytes)").
+const LISTED = /^- (.+?) \(attachment id (att_[0-9a-f]+), (\d+) bytes\)/gm;
+
+export function attachmentsNamedIn(text) {
+  const body = String(text || "");
+  const known = new Map();
+  for (const m of body.matchAll(LISTED)) known.set(m[2], { filename: m[1], size: Number(m[3]) });
+  return [...new Set(body.match(ATTACHMENT_ID) || [])].map((id) => ({ id, filename: id, ...known.get(id) }));
+}
+
+// A paperclip, drawn (an emoji needs a font the machine may not have).
+export function clipIcon() {
+  return svg("svg", { class: "attachment-icon", viewBox: "0 0 16 16", width: 14, height: 14, "aria-hidden": "true" },
+    svg("path", { d: "M10.5 4.5v6a2.5 2.5 0 0 1-5 0V4a1.5 1.5 0 0 1 3 0v6a.5.5 0 0 1-1 0V5", fill: "none", stroke: "currentColor", "stroke-width": 1.4, "stroke-linecap": "round" }));
 }
 
 export function isUserMessage(ev) {
@@ -82,7 +95,7 @@ export function attachmentItem(meta) {
     });
   }
   return h("li", { class: "attachment", dataset: { attachment: meta.id || "" } },
-    h("span", { class: "attachment-icon", "aria-hidden": "true" }, "📎"),
+    clipIcon(),
     h("span", { class: "attachment-name" }, meta.filename || meta.id),
     meta.size !== undefined ? h("span", { class: "muted attachment-size" }, formatSize(meta.size)) : null,
     meta.description ? h("span", { class: "muted attachment-description" }, meta.description) : null,

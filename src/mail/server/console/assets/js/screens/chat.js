@@ -1,7 +1,7 @@
 // The chat: talk to the swarm's entrypoint (or another entrypoint agent), watch the agents
 // work while the answer streams in, continue the same task with another message.
 
-import { attachmentList, formatSize, readPicked } from "../attachments.js";
+import { attachmentList, clipIcon, formatSize, readPicked } from "../attachments.js";
 import { emptyState, formatTime, h, replace, shortId } from "../dom.js";
 import { newConversation, send, stopWatching } from "../conversation.js";
 import { summary, typeLabel, typeTone } from "../model.js";
@@ -47,7 +47,7 @@ export function render(container) {
   const showPicked = () => {
     const files = [...picker.files];
     replace(picked, files.map((f, i) => h("li", { class: "chip" },
-      h("span", {}, `📎 ${f.name} · ${formatSize(f.size)}`),
+      clipIcon(), h("span", {}, `${f.name} · ${formatSize(f.size)}`),
       h("button", {
         type: "button", class: "chip-remove", "aria-label": `Remove ${f.name}`,
         onclick: () => {

@@ -3,7 +3,7 @@
 // in order — membership changes included — with downloads for the attachments they name.
 
 import { api } from "../api.js";
-import { attachmentIdsIn, attachmentList } from "../attachments.js";
+import { attachmentList, attachmentsNamedIn } from "../attachments.js";
 import { badge, emptyState, errorState, formatTime, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
 import { isAdmin, store } from "../store.js";
 
@@ -97,7 +97,6 @@ function postView(post) {
       h("span", { class: "post-body" }, post.body),
       h("time", { class: "muted", title: post.timestamp }, formatTime(post.timestamp)));
   }
-  const ids = attachmentIdsIn(post.body);
   return h("li", { class: `post${post.urgent ? " post-urgent" : ""}`, dataset: { post: post.post_id, kind: "post" } },
     h("header", {},
       h("a", { class: "post-sender", href: `#/agents/${encodeURIComponent(post.sender)}` }, post.sender),
@@ -105,5 +104,5 @@ function postView(post) {
       post.task_id ? h("a", { class: "muted", href: `#/tasks/${encodeURIComponent(post.task_id)}`, title: post.task_id }, `task ${shortId(post.task_id)}`) : null,
       h("time", { title: post.timestamp }, formatTime(post.timestamp))),
     h("div", { class: "post-body" }, post.body),
-    attachmentList(ids.map((id) => ({ id, filename: id }))));
+    attachmentList(attachmentsNamedIn(post.body)));
 }
