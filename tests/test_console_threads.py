@@ -7,6 +7,7 @@ see another user's thread."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,8 @@ def test_a_too_large_attachment_shows_the_413(console: ConsolePage) -> None:
     page.wait_for_selector("#chat-input")
     big = b"x" * (MAX_ATTACHMENT + 1)
     page.set_input_files(
-        "#chat-files", files=[{"name": "big.bin", "mimeType": "application/octet-stream", "buffer": big}]
+        "#chat-files",
+        files=[{"name": "big.bin", "mimeType": "application/octet-stream", "buffer": big}],
     )
     page.fill("#chat-input", "Here is a big file")
     page.click("#chat-send")
@@ -221,7 +223,17 @@ def test_a_user_cannot_see_another_users_thread(console: ConsolePage) -> None:
     server = console.server
     thread_id = _alice_thread(server)
     bob = auth(server.keys["bob"])
-    assert httpx.get(f"{server.url}/threads/{thread_id}", headers=bob, timeout=30).status_code == 404
+    thread = httpx.get(
+        f"{server.url}/threads/{thread_id}", headers=auth(server.keys["alice"]), timeout=30
+    ).json()
+    attachment_id = re.search(r"att_[0-9a-f]+", thread["messages"][1]["body"])
+    assert attachment_id is not None
+    assert (
+        httpx.get(f"{server.url}/threads/{thread_id}", headers=bob, timeout=30).status_code == 404
+    )
+    assert (
+        httpx.get(f"{server.url}/attachments/{attachment_id[0]}", headers=bob, timeout=30)
+    ).status_code == 404
     assert httpx.get(f"{server.url}/threads", headers=bob, timeout=30).json() == {"threads": []}
 
     page = console.sign_in("bob").page
