@@ -77,6 +77,9 @@ export const api = {
   registerSwarm: (entry) => request("POST", "/swarms", entry),
   removeSwarm: (name) => request("DELETE", `/swarms/${encodeURIComponent(name)}`),
   setHealth: (status) => request("POST", "/health", { status }),
+  threads: () => request("GET", "/threads"),
+  thread: (threadId) => request("GET", `/threads/${encodeURIComponent(threadId)}`),
+  attachment: (attachmentId) => downloadAttachment(attachmentId),
 
   // POST /message with stream: true. onEvent gets {event, id, data}; return false to stop.
   // onOpen (optional) runs once the server accepted the request, before the first event.
@@ -117,4 +120,33 @@ async function openStream(method, path, body, onEvent, signal, extraHeaders = {}
   if (!response.ok) throw await failure(response);
   if (onOpen) onOpen();
   await readEventStream(response, onEvent, signal);
+}
+
+// GET /attachments/{id}: the bytes as a Blob, with the file name from Content-Disposition.
+// The key goes in the Authorization header like every other call, so the file cannot be a
+// plain link; the caller turns the Blob into a blob: URL to save it.
+async function downloadAttachment(attachmentId) {
+  let response;
+  try {
+    response = await fetch(`${ROOT}/attachments/${encodeURIComponent(attachmentId)}`, {
+      method: "GET",
+      headers: headers({ Accept: "application/octet-stream" }),
+      cache: "no-store",
+      credentials: "omit",
+    });
+  } catch {
+    throw new ApiError(0, "The server cannot be reached. Is `mail server` running?");
+  }
+  if (!response.ok) throw await failure(response);
+  const disposition = response.headers.get("Content-Disposition") || "";
+  const match = /filename\*=UTF-8''([^;]+)/i.exec(disposition);
+  let filename = attachmentId;
+  if (match) {
+    try {
+      filename = decodeURIComponent(match[1]);
+    } catch {
+      // keep the id
+    }
+  }
+  return { blob: await response.blob(), filename, sha256: response.headers.get("X-Content-SHA256") || "" };
 }

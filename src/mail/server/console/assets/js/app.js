@@ -12,6 +12,7 @@ import * as tasks from "./screens/tasks.js";
 import * as breakpoints from "./screens/breakpoints.js";
 import * as review from "./screens/review.js";
 import * as registry from "./screens/registry.js";
+import * as threads from "./screens/threads.js";
 import * as signin from "./screens/signin.js";
 
 // Screens in the navigation; `admin` ones are shown to admins only. A new screen (threads,
@@ -23,6 +24,7 @@ const SCREENS = [
   { path: "tasks", label: "Tasks", module: tasks },
   { path: "breakpoints", label: "Breakpoints", module: breakpoints },
   { path: "review", label: "Review", module: review },
+  { path: "threads", label: "Threads", module: threads },
   { path: "registry", label: "Registry", module: registry, admin: true },
 ];
 const HIDDEN = { agents: agent };

@@ -2,6 +2,7 @@
 // feeding the store while the user looks at the graph or the event list.
 
 import { api } from "./api.js";
+import { attachmentsOf, isUserMessage } from "./attachments.js";
 import { describeError } from "./dom.js";
 import { callerOf, messageOf, normalizeEvent } from "./model.js";
 import { addEvents, notify, store } from "./store.js";
@@ -54,8 +55,9 @@ function finish(taskId, response) {
 
 // Sends `text` (or a breakpoint resume when `resume` is given, or action-review decisions
 // when `review` is) and streams the task. A review that the server refuses before the stream
-// opens (400, 409) goes to review.onRefused and leaves the chat as it was.
-export async function send({ text, entrypoint, resume, review }) {
+// opens (400, 409) goes to review.onRefused and leaves the chat as it was. `files` are
+// POST /message attachments ({filename, size, content_base64}).
+export async function send({ text, entrypoint, resume, review, files }) {
   const chat = store.chat;
   if (chat.busy) return;
   const body = { body: text || "", subject: "User Message" };
@@ -79,8 +81,12 @@ export async function send({ text, entrypoint, resume, review }) {
       body.task_id = chat.taskId;
       body.resume_from = "user_response";
     }
-    push({ role: "user", taskId: chat.taskId, text });
+    if (files && files.length) {
+      body.attachments = files.map((f) => ({ filename: f.filename, content_base64: f.content_base64 }));
+    }
+    push({ role: "user", taskId: chat.taskId, text, attachments: (files || []).map((f) => ({ filename: f.filename, size: f.size })) });
   }
+  const sent = chat.messages[chat.messages.length - 1];
   chat.busy = true;
   chat.progress = [];
   chat.error = null;
@@ -113,6 +119,7 @@ export async function send({ text, entrypoint, resume, review }) {
         return false;
       }
       const added = addEvents([raw], chat.taskId, { live: true });
+      for (const ev of added) noteAttachments(ev, sent);
       if (added.length) {
         chat.progress.push(...added);
         notify("chat");
@@ -126,12 +133,31 @@ export async function send({ text, entrypoint, resume, review }) {
     if (review && !opened && error.name !== "AbortError") {
       if (review.onRefused) review.onRefused(error);
     } else if (error.name !== "AbortError") {
-      push({ role: "system", taskId: chat.taskId, text: `Error: ${describeError(error)}` });
+      const tooLarge = error.status === 413 && body.attachments;
+      push({
+        role: "system", taskId: chat.taskId,
+        text: tooLarge
+          ? `The server refused the attachment as too large. Nothing was sent. (${describeError(error)})`
+          : `Error: ${describeError(error)}`,
+      });
     }
   } finally {
     chat.busy = false;
     store.abort = null;
     notify("chat");
+  }
+}
+
+// The server gives uploaded files their ids: the user's message event lists them, so the
+// chat bubble can offer downloads. A file an agent sends to the user gets a bubble of its own.
+function noteAttachments(ev, sent) {
+  const metas = attachmentsOf(ev);
+  if (!metas.length) return;
+  if (isUserMessage(ev) && sent && sent.attachments && sent.attachments.some((a) => !a.id)) {
+    sent.attachments = metas;
+    notify("chat");
+  } else if (ev.event === "attachment" && ev.extra.recipient === "user") {
+    push({ role: "assistant", taskId: ev.taskId, from: ev.extra.sender, text: `Sent you ${metas[0].filename}`, attachments: metas });
   }
 }
 
@@ -155,7 +181,7 @@ export function openTaskInChat(record) {
   for (const ev of events) {
     const msg = messageOf(ev);
     if (ev.event === "new_message" && msg && ["user", "admin"].includes(msg.sender.address_type)) {
-      messages.push({ role: "user", taskId: record.task_id, text: msg.body, time: ev.timestamp });
+      messages.push({ role: "user", taskId: record.task_id, text: msg.body, time: ev.timestamp, attachments: attachmentsOf(ev) });
     } else if (ev.event === "tool_call" && ev.extra.tool_name === "task_complete") {
       const args = ev.extra.tool_args || {};
       messages.push({ role: "assistant", taskId: record.task_id, text: String(args.finish_message ?? ""), time: ev.timestamp, from: callerOf(ev) });

@@ -1,6 +1,7 @@
 // The chat: talk to the swarm's entrypoint (or another entrypoint agent), watch the agents
 // work while the answer streams in, continue the same task with another message.
 
+import { attachmentList, clipIcon, formatSize, readPicked } from "../attachments.js";
 import { emptyState, formatTime, h, replace, shortId } from "../dom.js";
 import { newConversation, send, stopWatching } from "../conversation.js";
 import { summary, typeLabel, typeTone } from "../model.js";
@@ -22,7 +23,8 @@ function bubble(m) {
   const label = { user: "You", assistant: m.from || "Swarm", system: "System" }[m.role] || m.role;
   return h("article", { class: `bubble bubble-${m.role}` },
     h("header", {}, h("span", {}, label), h("time", {}, formatTime(m.time))),
-    h("div", { class: "bubble-text" }, m.text));
+    h("div", { class: "bubble-text" }, m.text),
+    attachmentList(m.attachments));
 }
 
 export function render(container) {
@@ -43,13 +45,45 @@ export function render(container) {
   });
   const sendBtn = h("button", { type: "submit", class: "btn btn-primary", id: "chat-send" }, "Send");
   const stopBtn = h("button", { type: "button", class: "btn btn-danger", onclick: stopWatching }, "Stop watching");
-  const form = h("form", { class: "composer" }, input, sendBtn, stopBtn);
+  // Files to attach to the next message (POST /message `attachments`).
+  const picker = h("input", { type: "file", id: "chat-files", multiple: true, class: "sr-only", "aria-label": "Attach files" });
+  const pickBtn = h("label", { class: "btn btn-quiet composer-attach", for: "chat-files", title: "Attach files" }, "Attach");
+  const picked = h("ul", { class: "picked", id: "chat-picked", "aria-label": "Files to send" });
+  const pickError = h("p", { class: "form-error", id: "chat-file-error", role: "alert", hidden: true });
+  const showPicked = () => {
+    const files = [...picker.files];
+    replace(picked, files.map((f, i) => h("li", { class: "chip" },
+      clipIcon(), h("span", {}, `${f.name} · ${formatSize(f.size)}`),
+      h("button", {
+        type: "button", class: "chip-remove", "aria-label": `Remove ${f.name}`,
+        onclick: () => {
+          const keep = new DataTransfer();
+          files.forEach((other, j) => { if (j !== i) keep.items.add(other); });
+          picker.files = keep.files;
+          showPicked();
+        },
+      }, "×"))));
+    picked.hidden = !files.length;
+    pickError.hidden = true;
+  };
+  picker.addEventListener("change", showPicked);
+  const form = h("form", { class: "composer" }, picker, pickBtn, input, sendBtn, stopBtn);
 
-  const submit = () => {
+  const submit = async () => {
     const text = input.value.trim();
     if (!text || store.chat.busy) return;
+    let files = [];
+    try {
+      files = await readPicked([...picker.files]);
+    } catch (error) {
+      pickError.textContent = error.message || String(error);
+      pickError.hidden = false;
+      return;
+    }
     input.value = "";
-    send({ text, entrypoint: select.value });
+    picker.value = "";
+    showPicked();
+    send({ text, entrypoint: select.value, files });
   };
   form.addEventListener("submit", (e) => { e.preventDefault(); submit(); });
   input.addEventListener("keydown", (e) => {
@@ -64,7 +98,7 @@ export function render(container) {
       h("h1", {}, "Chat"),
       h("label", { class: "inline", for: "chat-entrypoint" }, "To ", select),
       taskLabel, newBtn),
-    timeline, form));
+    timeline, picked, pickError, form));
 
   const update = () => {
     const c = store.chat;
@@ -91,6 +125,7 @@ export function render(container) {
     stopBtn.hidden = !c.busy;
     newBtn.disabled = !c.taskId && !c.messages.length;
   };
+  showPicked();
   update();
   queueMicrotask(() => input.focus());
   const unsubscribe = subscribe((what) => { if (what === "chat") update(); });

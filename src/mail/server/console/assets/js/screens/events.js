@@ -1,6 +1,7 @@
 // The event stream: every event the console has seen (live streams and opened tasks),
 // filtered by type, agent and free text; each row expands to show its data.
 
+import { attachmentList, attachmentsOf } from "../attachments.js";
 import { emptyState, formatTime, h, pretty, replace, shortId } from "../dom.js";
 import { involvement, searchText, summary, typeLabel, typeTone } from "../model.js";
 import { clearEvents, store, subscribe } from "../store.js";
@@ -24,6 +25,7 @@ export function eventRow(ev) {
         h("dt", {}, "Task"), h("dd", {}, ev.taskId),
         h("dt", {}, "Time"), h("dd", {}, ev.timestamp),
         h("dt", {}, "Description"), h("dd", {}, h("pre", {}, ev.description || "—")),
+        attachmentsOf(ev).length ? [h("dt", {}, "Attachments"), h("dd", {}, attachmentList(attachmentsOf(ev)))] : null,
         h("dt", {}, "Data"), h("dd", {}, h("pre", {}, pretty(ev.extra))))));
 }
 
