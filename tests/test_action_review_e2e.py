@@ -382,17 +382,16 @@ async def test_client_method_and_repl_review_command(tmp_path: Path, llm: Script
         # MAILClient: a bad decision raises with the server's 400; a good one answers.
         llm.queue(tool_call("send_email", {"to": "bob@x.org", "body": "v1"}, "p1"))
         async with MAILClient(url, api_key=key, config=ClientConfig()) as client:
-            first = await client.post_message("email bob", task_id="t-client")
+            t_client = str(uuid.uuid4())  # task ids are UUIDs (400 otherwise)
+            first = await client.post_message("email bob", task_id=t_client)
             assert json.loads(first["response"])[0]["tool_call_id"] == "p1"
-            assert [h["tool_call_id"] for h in await client.get_pending_reviews("t-client")] == [
-                "p1"
-            ]
+            assert [h["tool_call_id"] for h in await client.get_pending_reviews(t_client)] == ["p1"]
             with pytest.raises(MAILClientError) as caught:
-                await client.review_actions("t-client", [{"tool_call_id": "p1", "type": "nope"}])
+                await client.review_actions(t_client, [{"tool_call_id": "p1", "type": "nope"}])
             assert caught.value.status == 400
             llm.queue(finish("client done"))
             done = await client.review_actions(
-                "t-client", [{"tool_call_id": "p1", "type": "accept"}], show_events=True
+                t_client, [{"tool_call_id": "p1", "type": "accept"}], show_events=True
             )
             assert done["response"] == "client done"
             assert any(e["event"] == "action_review_decision" for e in done["events"])
@@ -419,17 +418,18 @@ async def test_client_method_and_repl_review_command(tmp_path: Path, llm: Script
                 runner.run(repl.client.aclose())
             return outputs
 
+        t_repl = str(uuid.uuid4())
         shown_after_message, listed, refused, decided = await asyncio.to_thread(
             drive,
             [
-                "message 'email bob' -tid t-repl",
-                "review t-repl",
-                "review t-repl q1=accept q2=accept",
-                'review t-repl q1=edit:\'{"to": "bob@x.org", "body": "v2"}\' '
+                f"message 'email bob' -tid {t_repl}",
+                f"review {t_repl}",
+                f"review {t_repl} q1=accept q2=accept",
+                f'review {t_repl} q1=edit:\'{{"to": "bob@x.org", "body": "v2"}}\' '
                 "q2=respond:'Tuesday please'",
             ],
         )
-        assert "2 call(s) wait for your review: review t-repl" in shown_after_message
+        assert f"2 call(s) wait for your review: review {t_repl}" in shown_after_message
         assert "q1" in listed and "send_email" in listed and "respond, ignore" in listed
         assert "400" in refused and "q2" in refused
         assert "repl done" in decided

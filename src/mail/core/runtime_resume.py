@@ -142,6 +142,8 @@ class ResumeMixin:
         elif resume_from == "breakpoint_tool_call":
             self._plan_breakpoint_results(task_id, kwargs)
         elif resume_from == "action_review":
+            if task is None:
+                raise TaskNotFoundError(f"task '{task_id}' not found")
             try:
                 self.review.validate(task_id, kwargs.get("decisions"))
             except ReviewDecisionError as exc:

@@ -16,9 +16,7 @@ from typing import Any
 from fastapi import HTTPException
 from starlette.responses import StreamingResponse
 
-from mail.core.review import RESUME_FROM_ACTION_REVIEW, ReviewDecisionError
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
-from mail.core.runtime_review import ReviewPending
 from mail.server import task_listing
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
@@ -86,8 +84,9 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
             409,
             f"task '{task_id}' is still running (another request is working on it); wait for its answer",
         )
-    check_action_review(inst, req)  # 409 while calls wait for review; 400 for bad decisions
     try:
+        # Includes the review checks: 409 while calls wait for review, 400 for bad decisions,
+        # 404 for a resume of an unknown task.
         inst.swarm.runtime.check_submission(task_id, req.resume_from, req.kwargs)
     except TaskSubmitError as exc:
         raise HTTPException(exc.status, str(exc)) from None
@@ -101,21 +100,6 @@ def _claim(inst: Instance, task_id: str) -> None:
 def _release(inst: Instance, task_id: str | None) -> None:
     if task_id is not None:
         inst.claimed_tasks.pop(task_id, None)
-
-
-def check_action_review(inst: Instance, req: MessageRequest) -> None:
-    """Decisions are checked before anything is submitted, so a bad resume changes nothing."""
-    assert req.task_id is not None
-    reviewer = inst.swarm.runtime.review
-    try:
-        reviewer.check_submit(req.task_id, req.resume_from)
-    except ReviewPending as exc:
-        raise HTTPException(409, str(exc)) from None
-    if req.resume_from == RESUME_FROM_ACTION_REVIEW:
-        try:
-            reviewer.validate(req.task_id, req.kwargs.get("decisions"))
-        except ReviewDecisionError as exc:
-            raise BadRequest(str(exc)) from None
 
 
 async def _uploads(state: ServerState, caller: Caller, req: MessageRequest) -> Any:
