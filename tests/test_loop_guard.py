@@ -21,9 +21,8 @@ from support.scripted_agents import (
 
 
 def _runtime(agent: ScriptedAgent, **guard: Any):  # noqa: ANN202
-    # A model takes time to answer; without it the previous turn is still counted as busy
-    # when await_message checks whether anything is on its way.
-    agent.sleep = 0.002
+    # No model latency: the agent answers at once (await_message must not count the
+    # agent's own finished turn as something on its way).
     rt = make_runtime({"supervisor": AgentSpec(agent, can_complete_tasks=True)})
     for name, value in guard.items():
         setattr(rt.loop_guard, name, value)

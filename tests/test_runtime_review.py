@@ -21,6 +21,7 @@ from mail.core.runtime_review import ActionReviewer
 from support.scripted_agents import (
     ScriptedAgent,
     events_named,
+    incoming,
     run_task,
     task_complete,
     tool_call,
@@ -41,9 +42,15 @@ async def _lookup(args: dict[str, Any]) -> str:
     return "lookup done"
 
 
-def review_runtime(script: list[Any], **policy: Any) -> tuple[MAILRuntime, ScriptedAgent]:
+def review_runtime(
+    script: list[Any], breakpoint_tools: list[str] | None = None, **policy: Any
+) -> tuple[MAILRuntime, ScriptedAgent]:
     sent.clear()
-    rt, sup, _ = two_agent_runtime(script, actions={"send_email": _send_email, "lookup": _lookup})
+    rt, sup, _ = two_agent_runtime(
+        script,
+        actions={"send_email": _send_email, "lookup": _lookup},
+        breakpoint_tools=breakpoint_tools,
+    )
     rt.review = ActionReviewer(
         rt,
         build_policy(
@@ -147,6 +154,64 @@ async def test_mixed_batch_runs_the_unreviewed_call_at_once() -> None:
     assert json.loads(sup.calls[1].history[1]["tool_calls"][1]["function"]["arguments"]) == {
         "to": "carol"
     }
+
+
+def _reviewed_call_and_breakpoint(then: list[Any]) -> tuple[MAILRuntime, ScriptedAgent]:
+    return review_runtime(
+        [
+            [
+                tool_call("send_email", {"to": "bob"}, call_id="c1"),
+                tool_call("human_review", {"question": "ok?"}, call_id="b1"),
+            ],
+            then,
+        ],
+        breakpoint_tools=["human_review"],
+    )
+
+
+async def test_a_breakpoint_next_to_a_reviewed_call_pauses_after_the_review() -> None:
+    rt, sup = _reviewed_call_and_breakpoint([task_complete("done")])
+    paused = await run_task(rt)
+    assert paused["message"]["subject"] == "::action_review::"
+    assert [h["tool_call_id"] for h in json.loads(paused["message"]["body"])] == ["c1"]
+    assert events_named(rt, "t1", "breakpoint_tool_call") == []  # not yet: review comes first
+
+    at_breakpoint = await resume(rt, [{"tool_call_id": "c1", "type": "accept"}])
+    assert at_breakpoint["message"]["subject"] == "::breakpoint_tool_call::"
+    [entry] = json.loads(at_breakpoint["message"]["body"])
+    assert (entry["call_id"], entry["name"]) == ("b1", "human_review")
+    assert sent == [{"to": "bob"}]
+    assert len(sup.calls) == 1  # the agent waits for the breakpoint's result
+    assert len(events_named(rt, "t1", "breakpoint_tool_call")) == 1
+    task = rt.get_task_by_id("t1")
+    assert task is not None and task.completed and task.pending_reviews == []
+
+    done = await asyncio.wait_for(
+        rt.run_task(
+            user_message("t1", ""),
+            resume_from="breakpoint_tool_call",
+            breakpoint_tool_call_result="yes, go on",
+            timeout=5,
+        ),
+        6,
+    )
+    assert done["message"]["body"] == "done"
+    assert len(sup.calls) == 2
+    assert tool_results(sup.calls[1].history) == ["SUCCESS: sent to bob", "yes, go on"]
+    # The review's action notice waited with the task and reaches the agent now.
+    assert any("::action_complete::" in m for m in incoming(sup.calls[1].history))
+
+
+async def test_an_ignore_that_ends_the_task_drops_the_breakpoint_with_a_result() -> None:
+    rt, sup = _reviewed_call_and_breakpoint([task_complete("unused")])
+    await run_task(rt)
+    ended = await resume(rt, [{"tool_call_id": "c1", "type": "ignore"}])
+    assert ended["message"]["subject"] == "::task_complete::"
+    assert events_named(rt, "t1", "breakpoint_tool_call") == []
+    results = tool_results(sup.live_histories[0])
+    assert len(results) == 2 and "rejected" in results[0]
+    assert results[1].startswith("ERROR: not asked:")  # every call of the turn has a result
+    assert rt.last_breakpoint_tool_calls.get("t1") is None
 
 
 def test_parse_decisions_names_fields_and_call_ids() -> None:

@@ -358,6 +358,29 @@ async def test_await_message_error_does_not_end_the_turn() -> None:
     assert stashed == ["::tool_call_error::"]
 
 
+async def test_await_message_does_not_count_the_callers_own_finished_turn() -> None:
+    # An instant agent (no model latency): its second turn starts before the first turn's
+    # task has been reaped. That finished turn is not "something on its way", so the second
+    # await_message must fail too, and the error notice gives the agent a third turn.
+    sup = ScriptedAgent(
+        "supervisor",
+        [
+            [tool_call("await_message", {"reason": "one"})],
+            [tool_call("await_message", {"reason": "two"})],
+            [task_complete("done")],
+        ],
+    )
+    rt = make_runtime({"supervisor": AgentSpec(sup, can_complete_tasks=True)})
+    response = await run_task(rt, timeout=5)
+    assert response["message"]["body"] == "done"
+    assert tool_results(sup.live_histories[-1]) == [
+        "ERROR: no outstanding requests and message queue is empty",
+        "ERROR: no outstanding requests and message queue is empty",
+        "SUCCESS: task completed",
+    ]
+    assert events_named(rt, "t1", "await_message") == []
+
+
 async def test_help_sends_a_help_broadcast_to_the_caller() -> None:
     rt, sup, _ = two_agent_runtime(
         [

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mail.core.runtime import MAILRuntime
 from mail.core.team import TeamService, TeamSettings
@@ -327,3 +330,80 @@ async def test_inbox_read_state_across_tasks() -> None:
     assert rest[2]["body"].startswith("supervisor created thread")
     assert json.loads(results[3].removeprefix("SUCCESS: "))["unread"] == 0
     assert response["message"]["subject"] == "::task_complete::"
+
+
+# ------------------------------------------------------------------ files + mail.stdlib.fs
+async def test_files_share_the_stdlib_fs_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # write_file (stdlib) -> transfer_file -> save_attachment -> read_file (stdlib): the team
+    # file tools work in the [stdlib.fs] root when [server.team_tools] files_root is unset.
+    from mail.stdlib.fs import read_file, write_file
+
+    root = tmp_path / "fsroot"
+    monkeypatch.setenv("MAIL_STDLIB_FS_ROOT", str(root))
+
+    def lead_waits_for_a(history: list[dict[str, Any]], _: Any) -> list[Any]:
+        answers = [m for m in incoming(history) if "ROUNDTRIP" in m]
+        if answers:
+            return [task_complete(answers[-1].split("ROUNDTRIP ", 1)[1].split("<", 1)[0])]
+        return [call("await_message", reason="waiting for a")]
+
+    def a_saves_and_reads(history: list[dict[str, Any]], _: Any) -> list[Any]:
+        att = incoming(history)[-1].split("attachment id ", 1)[1].split(".", 1)[0]
+        return [
+            call("save_attachment", attachment_id=att, path="from_lead/copy.txt"),
+            call("read_file", path="from_lead/copy.txt"),
+        ]
+
+    lead = ScriptedAgent(
+        "supervisor",
+        [
+            [
+                call("write_file", path="notes/report.txt", content="hello team"),
+                call("transfer_file", recipient="a", source_path="notes/report.txt"),
+            ]
+        ],
+        default=lead_waits_for_a,
+    )
+    a = ScriptedAgent(
+        "a",
+        [
+            a_saves_and_reads,
+            lambda h, _: [send_response("supervisor", "ROUNDTRIP " + " | ".join(tool_results(h)))],
+        ],
+    )
+    actions = {"write_file": write_file.function, "read_file": read_file.function}
+    rt = make_runtime(
+        {
+            "supervisor": AgentSpec(lead, ["a"], True, actions=["write_file"]),
+            "a": AgentSpec(a, ["supervisor"], actions=["read_file"]),
+        },
+        actions,
+    )
+    for core in rt.agents.values():
+        core.team_tools = ALL
+    rt.team = TeamService(rt, MemoryTeamStore(), InstanceKey("testswarm", "user", "u1"))
+    response = await run_task(rt, timeout=10)
+    lead_results = tool_results(lead.live_histories[0])
+    assert lead_results[0].startswith("SUCCESS: successfully wrote to notes/report.txt")
+    assert lead_results[1].startswith("SUCCESS: file sent to a:"), lead_results
+    body = response["message"]["body"]
+    assert "saved to from_lead/copy.txt" in body, body
+    assert body.endswith("SUCCESS: hello team"), body
+    assert (root / "from_lead" / "copy.txt").read_text(encoding="utf-8") == "hello team"
+    assert rt.team.files_root() == root.resolve()
+
+
+async def test_files_root_setting_overrides_the_stdlib_fs_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MAIL_STDLIB_FS_ROOT", str(tmp_path / "fsroot"))
+    rt = team_runtime({"supervisor": AgentSpec(ScriptedAgent("supervisor"), [], True)})
+    assert rt.team is not None and rt.team.files_root() == (tmp_path / "fsroot").resolve()
+    rt = team_runtime(
+        {"supervisor": AgentSpec(ScriptedAgent("supervisor"), [], True)},
+        files_root=str(tmp_path / "team"),
+    )
+    # The explicit folder keeps one sub-folder per instance (caller role and id).
+    assert rt.team is not None and rt.team.files_root() == (tmp_path / "team" / "user-u1").resolve()

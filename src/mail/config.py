@@ -136,8 +136,8 @@ class TeamToolsConfig(_Section):
     max_attachment_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     # Largest attachment read_attachment returns as text, in bytes.
     max_read_bytes: int = Field(default=256 * 1024, gt=0)
-    # Agents' working folders (one sub-folder per instance). Empty = ``team-files`` next to
-    # the registry file.
+    # Agents' working folders (one sub-folder per instance). Empty = the ``[stdlib.fs]``
+    # root, shared with the mail.stdlib file actions.
     files_root: str = ""
     # Attachment bytes without DATABASE_URL. Empty = ``attachments`` next to the registry.
     attachments_dir: str = ""

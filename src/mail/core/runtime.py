@@ -112,7 +112,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         # "{task}::{agent}" -> waiters for that agent's next turn on that task (present = busy)
         self._turn_gates: dict[str, collections.deque[asyncio.Future[None]]] = {}
         self._turns: set[asyncio.Task[Any]] = set()
-        self._turns_by_task: dict[str, int] = {}
+        # task id -> its spawned turns; a turn stays here until its done callback has run
+        self._turns_by_task: dict[str, set[asyncio.Task[Any]]] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop_running = False
@@ -509,23 +510,33 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         turn = asyncio.create_task(coro)
         self._turns.add(turn)
-        self._turns_by_task[task_id] = self._turns_by_task.get(task_id, 0) + 1
+        self._turns_by_task.setdefault(task_id, set()).add(turn)
         self._idle.clear()
         turn.add_done_callback(functools.partial(self._turn_done, task_id))
         return turn
 
     def _turn_done(self, task_id: str, turn: asyncio.Task[Any]) -> None:
         self._turns.discard(turn)
-        count = self._turns_by_task.get(task_id, 1) - 1
-        if count <= 0:
-            self._turns_by_task.pop(task_id, None)
-        else:
-            self._turns_by_task[task_id] = count
+        turns = self._turns_by_task.get(task_id)
+        if turns is not None:
+            turns.discard(turn)
+            if not turns:
+                del self._turns_by_task[task_id]
         if not self._turns:
             self._idle.set()
 
     def task_is_busy(self, task_id: str) -> bool:
-        return self._turns_by_task.get(task_id, 0) > 0 or self.mailbox.has_task(task_id)
+        return bool(self._turns_by_task.get(task_id)) or self.mailbox.has_task(task_id)
+
+    def other_turns_running(self, task_id: str) -> bool:
+        """Whether a turn of `task_id` other than the calling one is still running.
+
+        A turn whose coroutine has returned is finished even though its done callback (which
+        drops it from the bookkeeping) may run only after the next turn has started; an agent
+        that answers at once would otherwise see its own previous turn as work in flight.
+        """
+        me = asyncio.current_task()
+        return any(t is not me and not t.done() for t in self._turns_by_task.get(task_id, ()))
 
     async def await_task_idle(self, task_id: str, poll: float = 0.01) -> None:
         """Wait until nothing of `task_id` is queued or running."""

@@ -64,8 +64,17 @@ class ActionReviewer:
             if c.tool_name not in breakpoints and self.policy.allowed(agent_name, c.tool_name)
         ]
 
-    def hold(self, ctx: TurnContext, calls: list[AgentToolCall]) -> None:
-        """Pause the task with `calls` waiting for review (end of the caller's turn)."""
+    def hold(
+        self,
+        ctx: TurnContext,
+        calls: list[AgentToolCall],
+        breakpoint_calls: list[AgentToolCall] | None = None,
+    ) -> None:
+        """Pause the task with `calls` waiting for review (end of the caller's turn).
+
+        `breakpoint_calls` of the same turn are kept with the review: once the decisions are
+        applied the task pauses at them (see `_apply`), so neither pause is lost.
+        """
         rt = self.runtime
         task = rt._ensure_task(ctx.task_id)
         if task.completed and not task.pending_reviews:
@@ -74,8 +83,16 @@ class ActionReviewer:
                 ctx.history.append(
                     call.create_response_msg("ERROR: not run: the task completed in this turn")
                 )
+            if breakpoint_calls:
+                rt._pause_at_breakpoint(ctx.task_id, ctx.agent_name, breakpoint_calls)
             return
         state = task.review_state
+        if breakpoint_calls:
+            dumps = [c.model_dump() for c in breakpoint_calls]
+            waiting = state.get("breakpoint")
+            if waiting and waiting["caller"] == ctx.agent_name:
+                dumps = [*waiting["calls"], *dumps]
+            state["breakpoint"] = {"caller": ctx.agent_name, "calls": dumps}
         stored_calls: dict[str, Any] = state.setdefault("calls", {})
         carry: dict[str, Any] = state.setdefault("carry", {})
         previous = carry.get(ctx.agent_name) or {"errors": [], "ran": False}
@@ -152,12 +169,18 @@ class ActionReviewer:
             for call_id, dump in (state.get("calls") or {}).items()
         }
         carry = dict(state.get("carry") or {})
+        waiting = state.pop("breakpoint", None)
+        breakpoint = (
+            (waiting["caller"], [AgentToolCall.model_validate(d) for d in waiting["calls"]])
+            if waiting
+            else None
+        )
         task.pending_reviews = []
         state["decided"] = [*state.get("decided", []), *held]
         state["calls"] = {}
         state["carry"] = {}
         plan = [(held[d.tool_call_id], calls[d.tool_call_id], d) for d in decisions]
-        rt._spawn(task_id, self._apply(task_id, plan, carry))
+        rt._spawn(task_id, self._apply(task_id, plan, carry, breakpoint))
         rt._resume_task(task_id)
 
     # ------------------------------------------------------------------ applying decisions
@@ -166,6 +189,7 @@ class ActionReviewer:
         task_id: str,
         plan: list[tuple[HeldCall, AgentToolCall, Decision]],
         carry: dict[str, Any],
+        breakpoint: tuple[str, list[AgentToolCall]] | None = None,
     ) -> None:
         rt = self.runtime
         callers: list[str] = []
@@ -182,8 +206,13 @@ class ActionReviewer:
             outcome[caller] = ([*before["errors"], *errors], bool(before["ran"] or ran))
         task = rt.mail_tasks.get(task_id)
         if task is None or task.completed:
+            if breakpoint is not None:
+                await self._drop_breakpoint(task_id, *breakpoint, "the task already ended")
             return
         if ignored and self.policy.ignore_ends_task:
+            if breakpoint is not None:
+                why = "the reviewer's ignore ended the task"
+                await self._drop_breakpoint(task_id, *breakpoint, why)
             response = system_task_end(
                 rt.swarm_name, task_id, "::task_complete::", ignored_task_body(ignored)
             )
@@ -193,7 +222,27 @@ class ActionReviewer:
             return
         for caller, (errors, ran) in outcome.items():
             rt.mailbox.put(_wake_message(rt.swarm_name, task_id, caller, errors, ran))
+        if breakpoint is not None:
+            # The same turn also called a breakpoint tool: pause there now. The wake-up
+            # notices above are stashed with the task and delivered on the breakpoint resume.
+            rt._pause_at_breakpoint(task_id, *breakpoint)
+            return
         rt._dispatch_pending()
+
+    async def _drop_breakpoint(
+        self, task_id: str, caller: str, calls: list[AgentToolCall], why: str
+    ) -> None:
+        """Give breakpoint calls that will never be asked a result, so the history stays whole."""
+        rt = self.runtime
+        key = f"{task_id}::{caller}"
+        await rt._acquire_turn(key)
+        try:
+            history = rt.history_for(task_id, caller)
+            for call in calls:
+                history.append(call.create_response_msg(f"ERROR: not asked: {why}"))
+            rt._save_history(task_id, caller)
+        finally:
+            rt._release_turn(key)
 
     async def _apply_for_caller(
         self,

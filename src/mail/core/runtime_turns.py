@@ -110,11 +110,13 @@ class TurnMixin:
                     await self._handle_call(ctx, call)
                 current = None
                 if held:
-                    self.review.hold(ctx, held)  # pauses the task; notices wait for the resume
+                    # Pauses the task; notices wait for the resume, and a breakpoint of this
+                    # turn pauses the task again once the review is decided.
+                    self.review.hold(ctx, held, breakpoint_calls)
                 else:
                     self._send_action_notices(ctx)
-                if breakpoint_calls:
-                    self._pause_at_breakpoint(ctx, breakpoint_calls)
+                    if breakpoint_calls:
+                        self._pause_at_breakpoint(task_id, agent_name, breakpoint_calls)
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
                 self._turn_failed(ctx, current, exc)
             finally:
@@ -237,21 +239,21 @@ class TurnMixin:
 
     # ------------------------------------------------------------------ breakpoints
     def _pause_at_breakpoint(
-        self: MAILRuntime, ctx: TurnContext, calls: list[AgentToolCall]
+        self: MAILRuntime, task_id: str, agent_name: str, calls: list[AgentToolCall]
     ) -> None:
         names = ", ".join(c.tool_name for c in calls)
         args = ", ".join(json.dumps(c.tool_args) for c in calls)
         self._emit(
-            ctx.task_id,
+            task_id,
             "breakpoint_tool_call",
-            f"agent {ctx.agent_name} used breakpoint tools {names} with args: {args}",
+            f"agent {agent_name} used breakpoint tools {names} with args: {args}",
         )
-        self.last_breakpoint_caller[ctx.task_id] = ctx.agent_name
-        self.last_breakpoint_tool_calls[ctx.task_id] = list(calls)
+        self.last_breakpoint_caller[task_id] = agent_name
+        self.last_breakpoint_tool_calls[task_id] = list(calls)
         body = json.dumps([breakpoint_entry(c) for c in calls], separators=(",", ":"))
         self._complete_task(
-            ctx.task_id,
-            system_task_end(self.swarm_name, ctx.task_id, "::breakpoint_tool_call::", body),
+            task_id,
+            system_task_end(self.swarm_name, task_id, "::breakpoint_tool_call::", body),
         )
 
     # ------------------------------------------------------------------ failures

@@ -292,7 +292,7 @@ async def handle_ignore(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) 
 async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
     reason = call.tool_args.get("reason")
     waiting_on = rt.outstanding_requests.get(ctx.task_id, {}).get(ctx.agent_name, 0)
-    others_busy = rt._turns_by_task.get(ctx.task_id, 0) > 1 or rt.mailbox.has_task(ctx.task_id)
+    others_busy = rt.other_turns_running(ctx.task_id) or rt.mailbox.has_task(ctx.task_id)
     if waiting_on == 0 and not others_busy:
         _tool_call_error(
             rt,

@@ -85,6 +85,8 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
             f"task '{task_id}' is still running (another request is working on it); wait for its answer",
         )
     try:
+        # Includes the review checks: 409 while calls wait for review, 400 for bad decisions,
+        # 404 for a resume of an unknown task.
         inst.swarm.runtime.check_submission(task_id, req.resume_from, req.kwargs)
     except TaskSubmitError as exc:
         raise HTTPException(exc.status, str(exc)) from None

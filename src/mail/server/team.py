@@ -30,13 +30,12 @@ def team_settings(config: ServerConfig) -> Any:
     from mail.core.team import TeamSettings
 
     cfg = config.team_tools
-    base = Path(config.swarm.registry_file).parent
     return TeamSettings(
         reply_timeout=cfg.reply_timeout,
         reply_timeout_max=cfg.reply_timeout_max,
         max_attachment_bytes=cfg.max_attachment_bytes,
         max_read_bytes=cfg.max_read_bytes,
-        files_root=cfg.files_root or str(base / "team-files"),
+        files_root=cfg.files_root or None,  # unset: the [stdlib.fs] root
     )
 
 

@@ -40,7 +40,7 @@ class TeamSettings:
     reply_timeout_max: float = 600.0  # cap on timeout_seconds
     max_attachment_bytes: int = 10 * 1024 * 1024
     max_read_bytes: int = 256 * 1024  # read_attachment refuses larger files
-    files_root: str | None = None  # agents' working folders; None = a temporary folder
+    files_root: str | None = None  # agents' working folders; None = the [stdlib.fs] root
 
 
 @dataclass
@@ -70,7 +70,6 @@ class TeamService:
         self._waits: dict[tuple[str, str], ReplyWait] = {}
         # Agents known to have no unshown inbox entries (saves a store read per turn).
         self._nothing_pending: set[str] = set()
-        self._default_root: Path | None = None
 
     # ------------------------------------------------------------------ who is who
     def groups(self, agent: str) -> frozenset[str]:
@@ -97,20 +96,21 @@ class TeamService:
     def files_root(self) -> Path:
         """This instance's working folder for file tools (created on first use).
 
-        The one place that decides where agents' files live, so the `mail.stdlib`
-        filesystem root can take over later.
+        By default it is the `mail.stdlib` filesystem root (`[stdlib.fs] root`), so files an
+        agent wrote with `write_file` can be sent with `transfer_file`, and a saved attachment
+        can be read with `read_file`. `[server.team_tools] files_root` overrides it with a
+        folder that has one sub-folder per instance (`<role>-<id>`).
         """
         base = self.settings.files_root
         if base:
             root = Path(base).expanduser() / f"{self.key.caller_role}-{self.key.caller_id}"
-        else:
-            if self._default_root is None:
-                import tempfile
+            root.mkdir(parents=True, exist_ok=True)
+            return root.resolve()
+        from mail.config import load_config
+        from mail.stdlib.fs.sandbox import file_root
 
-                self._default_root = Path(tempfile.mkdtemp(prefix="mail-team-files-"))
-            root = self._default_root
-        root.mkdir(parents=True, exist_ok=True)
-        return root.resolve()
+        # The same effective settings the stdlib actions read (mail.toml, MAIL_STDLIB_*).
+        return file_root(load_config().stdlib.with_env_overrides())  # resolved and created
 
     # ------------------------------------------------------------------ reply waits
     def register_wait(self, task_id: str, waiter: str, target: str) -> ReplyWait:
