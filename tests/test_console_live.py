@@ -117,7 +117,10 @@ def test_attach_mid_stream_after_a_reload_shows_every_event_once_in_order(
         assert _shown_ids(console) == expected
         done = page.locator("#follow-done")
         streamed = int(done.get_attribute("data-received") or -1)
-        assert streamed == len(expected) - len(before) > 0
+        # The page may have shown a few more recorded events between `before` and the click
+        # (the detail refreshes while the task runs); the stream starts after the last shown id,
+        # so it carries at most the rest, and (checked above) nothing is missing or repeated.
+        assert 0 < streamed <= len(expected) - len(before)
         assert done.get_attribute("data-duplicates") == "0"
         assert done.get_attribute("data-out-of-order") == "0"
         assert "Done" in page.locator(".facts").inner_text()
