@@ -10,13 +10,15 @@ keys, served the way `mail server` serves (its socket, its logging, access log o
 1. POST /message with a supervisor + 3 workers stub swarm (3 agent calls per task: supervisor
    delegates to a worker, the worker answers, the supervisor completes), non-streamed and
    streamed (SSE until `task_complete`), at 1 client and at 16 clients over 4 users;
+   next to the floor: the same clients against a bare FastAPI route on the same uvicorn;
 2. the same 16 clients when every agent call takes 50 ms (a task is then 150 ms at best): the
    effective concurrency is requests/s x 0.15 s (16 = every client's task in flight at once);
 3. the cost of the access log: 1 client, access log on vs off, interleaved rounds;
 4. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the model library is warmed in between).
 
-`python bench/http.py --serve PORT KEYS DIR LATENCY ACCESS_LOG` is the stub server process.
+`python bench/http.py --serve PORT KEYS DIR LATENCY ACCESS_LOG` is the stub server process,
+`--serve-bare PORT` the floor's.
 """
 
 from __future__ import annotations
@@ -136,6 +138,45 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
         )
     )
     server.run(sockets=[sock])
+
+
+def serve_bare(port: int) -> None:
+    """The floor: a FastAPI route that answers POST /message at once, no middleware, no auth.
+
+    Served as `serve` serves the MAIL app (same socket, uvicorn protocol and event loop,
+    access log off), so the gap between the two rows is what MAIL itself costs per request.
+    """
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from starlette.responses import Response
+
+    from mail.commands.server import _bind
+
+    # Annotations are strings here (future import); FastAPI resolves them in module globals.
+    globals()["Request"] = Request
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/message")
+    async def message(request: Request) -> Response:
+        data = json.loads(await request.body())
+        if data.get("stream"):
+            from starlette.responses import StreamingResponse
+
+            async def frames() -> Any:
+                yield b"event: new_message\ndata: {}\n\n"
+                yield b"event: task_complete\ndata: {}\n\n"
+
+            return StreamingResponse(frames(), media_type="text/event-stream")
+        body = b'{"response":"done","events":null,"task_id":"t"}'
+        return Response(body, media_type="application/json")
+
+    sock = _bind("127.0.0.1", port)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", ws="none")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 # ------------------------------------------------------------------------- clients
@@ -278,7 +319,7 @@ def make_keys(keys_file: Path, count: int) -> list[str]:
     return [keystore.create_key(keys_file, "user", f"bench-{i}")[0] for i in range(count)]
 
 
-def wait_health(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> float:
+def wait_health(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> float:
     import urllib.request
 
     start = time.perf_counter()
@@ -303,21 +344,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 class StubServer:
-    def __init__(self, workdir: Path, keys_file: Path, latency: float, access_log: bool) -> None:
+    def __init__(
+        self, workdir: Path, keys_file: Path, latency: float, access_log: bool, bare: bool = False
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (workdir / f"server-{self.port}.log").open("wb")
+        args = [str(keys_file), str(workdir), str(latency), "1" if access_log else "0"]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--serve",
-                str(self.port),
-                str(keys_file),
-                str(workdir),
-                str(latency),
-                "1" if access_log else "0",
-            ],
+            [sys.executable, __file__]
+            + (["--serve-bare", str(self.port)] if bare else ["--serve", str(self.port), *args]),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=self.log,
             stderr=self.log,
@@ -422,7 +458,24 @@ def access_log_cost(workdir: Path, keys_file: Path, measure: Any, requests: int)
         off.close()
 
 
-def run(requests: int, skip_startup: bool, only_access_log: bool = False) -> None:
+def floor(workdir: Path, keys_file: Path, measure: Any, requests: int) -> None:
+    """The same clients against a bare FastAPI route on the same uvicorn: what MAIL can't beat."""
+    print("floor: bare FastAPI POST /message (no swarm, no middleware, no auth), same uvicorn:")
+    bare = StubServer(workdir, keys_file, 0.0, access_log=False, bare=True)
+    try:
+        measure(bare, "raw", 16, 160, False)
+        for kind in CLIENTS:
+            for stream in (False, True):
+                what = "stream" if stream else "json"
+                rps1, lat1 = measure(bare, kind, 1, requests, stream)
+                print(row(f"{kind}, {what}, 1 client", rps1, lat1))
+                rps16, lat16 = measure(bare, kind, 16, requests * 4, stream)
+                print(row(f"{kind}, {what}, 16 clients", rps16, lat16))
+    finally:
+        bare.close()
+
+
+def run(requests: int, skip_startup: bool, only: str | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="mail-bench-") as tmp:
         workdir = Path(tmp)
         keys_file = workdir / "keys.json"
@@ -431,8 +484,11 @@ def run(requests: int, skip_startup: bool, only_access_log: bool = False) -> Non
         def measure(server: StubServer, *args: Any) -> tuple[float, list[float]]:
             return asyncio.run(load(*args[:1], server.url, keys, *args[1:]))
 
-        if only_access_log:
+        if only == "access-log":
             access_log_cost(workdir, keys_file, measure, requests)
+            return
+        if only == "floor":
+            floor(workdir, keys_file, measure, requests)
             return
         print("POST /message, supervisor + 3 workers (3 agent calls per task), kept-alive:")
         fast = StubServer(workdir, keys_file, 0.0, access_log=True)
@@ -454,6 +510,8 @@ def run(requests: int, skip_startup: bool, only_access_log: bool = False) -> Non
                     )
         finally:
             fast.close()
+
+        floor(workdir, keys_file, measure, requests)
 
         print("16 clients, every agent call 50 ms (ideal task 150 ms):")
         slow = StubServer(workdir, keys_file, 0.05, access_log=True)
@@ -485,6 +543,9 @@ def run(requests: int, skip_startup: bool, only_access_log: bool = False) -> Non
 
 
 def main() -> None:
+    if len(sys.argv) >= 2 and sys.argv[1] == "--serve-bare":
+        serve_bare(int(sys.argv[2]))
+        return
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6] == "1")
         return
@@ -492,8 +553,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="requests per 1-client run")
     parser.add_argument("--skip-startup", action="store_true", help="skip the demo-server part")
     parser.add_argument("--access-log-only", action="store_true", help="only the access-log cost")
+    parser.add_argument("--floor-only", action="store_true", help="only the bare-FastAPI floor")
     args = parser.parse_args()
-    run(args.requests, args.skip_startup, args.access_log_only)
+    only = "access-log" if args.access_log_only else "floor" if args.floor_only else None
+    run(args.requests, args.skip_startup, only)
 
 
 if __name__ == "__main__":
