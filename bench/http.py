@@ -358,7 +358,11 @@ class StubServer:
             stdout=self.log,
             stderr=self.log,
         )
-        wait_health(self.url, self.proc)
+        try:
+            wait_health(self.url, self.proc)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         stop(self.proc)
