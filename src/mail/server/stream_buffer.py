@@ -64,7 +64,8 @@ class BoundedFrameQueue:
                 return False
             self._room.clear()
             try:
-                await asyncio.wait_for(self._room.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no extra task, unlike wait_for
+                    await self._room.wait()
             except TimeoutError:
                 return False
         return True

@@ -138,7 +138,8 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
             return
         signal = task.event_signal()
         try:
-            await asyncio.wait_for(signal.wait(), min(ping_interval, remaining))
+            async with asyncio.timeout(min(ping_interval, remaining)):  # no task, unlike wait_for
+                await signal.wait()
         except TimeoutError:
             if index >= len(task.events) and not task.completed:
                 yield TaskEvent(
