@@ -252,19 +252,23 @@ class LocalKeyStore:
     """In-memory view of the key file for request-time lookups.
 
     A lookup is one ``stat`` (to notice edits by ``mail keys``) plus a dict lookup of the key's
-    digest. The file is parsed again only when it changed.
+    digest. The file is parsed again only when it changed. Keys that matched are remembered
+    until then, so steady traffic skips hashing (only known keys are kept: at most one entry
+    per record).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._fspath = os.fspath(self.path)
         self._by_digest: dict[str, KeyRecord] = {}
+        self._by_key: dict[str, KeyRecord] = {}
         self._signature: tuple[int, int, int] | None = None
         self._load_error: str | None = None
         self.refresh()
 
     def refresh(self) -> None:
         try:
-            st = self.path.stat()
+            st = os.stat(self._fspath)
         except FileNotFoundError:
             if self._signature is not None or self._by_digest:
                 logger.warning(
@@ -272,6 +276,7 @@ class LocalKeyStore:
                 )
             self._signature = None
             self._by_digest = {}
+            self._by_key = {}
             return
         except OSError as exc:
             logger.error("cannot stat key file %s: %s", self.path, exc)
@@ -291,13 +296,19 @@ class LocalKeyStore:
         self._load_error = None
         self._signature = signature
         self._by_digest = {r.sha256: r for r in records}
+        self._by_key = {}
         if st.st_mode & 0o077:
             logger.warning("key file %s is readable by other users; run chmod 600 on it", self.path)
         logger.info("loaded %d local API key(s) from %s", len(self._by_digest), self.path)
 
     def lookup(self, api_key: str) -> KeyRecord | None:
         self.refresh()
-        return self._by_digest.get(hash_key(api_key))
+        record = self._by_key.get(api_key)
+        if record is None:
+            record = self._by_digest.get(hash_key(api_key))
+            if record is not None and len(self._by_key) < len(self._by_digest):
+                self._by_key[api_key] = record
+        return record
 
     def __len__(self) -> int:
         return len(self._by_digest)
