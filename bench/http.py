@@ -18,7 +18,7 @@ keys, served the way `mail server` serves (its socket, its logging, access log o
    latency of a POST /message sent 2 s after start (the model library is warmed in between).
 
 `python bench/http.py --serve PORT KEYS DIR LATENCY ACCESS_LOG` is the stub server process,
-`--serve-bare PORT` the floor's.
+`--serve-bare PORT LATENCY` the floor's.
 """
 
 from __future__ import annotations
@@ -140,11 +140,13 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
     server.run(sockets=[sock])
 
 
-def serve_bare(port: int) -> None:
-    """The floor: a FastAPI route that answers POST /message at once, no middleware, no auth.
+def serve_bare(port: int, latency: float = 0.0) -> None:
+    """The floor: a FastAPI route that answers POST /message, no middleware, no auth.
 
     Served as `serve` serves the MAIL app (same socket, uvicorn protocol and event loop,
     access log off), so the gap between the two rows is what MAIL itself costs per request.
+    With ``latency`` the route first sleeps three times that long, one after the other, as
+    the stub swarm's three agent calls do.
     """
     import uvicorn
     from fastapi import FastAPI, Request
@@ -163,6 +165,8 @@ def serve_bare(port: int) -> None:
     @app.post("/message")
     async def message(request: Request) -> Response:
         data = json.loads(await request.body())
+        for _ in range(3 if latency else 0):
+            await asyncio.sleep(latency)
         if data.get("stream"):
             from starlette.responses import StreamingResponse
 
@@ -351,9 +355,10 @@ class StubServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (workdir / f"server-{self.port}.log").open("wb")
         args = [str(keys_file), str(workdir), str(latency), "1" if access_log else "0"]
+        bare_args = ["--serve-bare", str(self.port), str(latency)]
         self.proc = subprocess.Popen(
             [sys.executable, __file__]
-            + (["--serve-bare", str(self.port)] if bare else ["--serve", str(self.port), *args]),
+            + (bare_args if bare else ["--serve", str(self.port), *args]),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=self.log,
             stderr=self.log,
@@ -436,7 +441,7 @@ def pct(values: list[float], q: float) -> float:
 
 def row(label: str, rps: float, lat: list[float]) -> str:
     return (
-        f"  {label:<34} {rps:7.0f} req/s  p50 {1000 * pct(lat, 50):7.2f} ms  "
+        f"  {label:<40} {rps:7.0f} req/s  p50 {1000 * pct(lat, 50):7.2f} ms  "
         f"p95 {1000 * pct(lat, 95):7.2f} ms  p99 {1000 * pct(lat, 99):7.2f} ms"
     )
 
@@ -484,6 +489,16 @@ def floor(workdir: Path, keys_file: Path, measure: Any, requests: int) -> None:
                 print(row(f"{kind}, {what}, 16 clients", rps16, lat16))
     finally:
         bare.close()
+    slow = StubServer(workdir, keys_file, 0.05, access_log=False, bare=True)
+    try:
+        for kind in CLIENTS:
+            rps, lat = measure(slow, kind, 16, 16 * 12, False)
+            print(
+                row(f"{kind}, json, 16 clients, 3 x 50 ms", rps, lat)
+                + f"  effective concurrency {rps * 0.15:4.1f} of 16"
+            )
+    finally:
+        slow.close()
 
 
 def run(requests: int, skip_startup: bool, only: str | None = None) -> None:
@@ -566,7 +581,7 @@ def startup(workdir: Path, runs: int = 3) -> None:
 
 def main() -> None:
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve-bare":
-        serve_bare(int(sys.argv[2]))
+        serve_bare(int(sys.argv[2]), float(sys.argv[3]))
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6] == "1")
