@@ -103,9 +103,7 @@ def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: P
                     break  # the first worker call has started (it takes 200 ms)
         last_seen = int(seen[-1])
         # What the client saw is durable (the store writes behind, within milliseconds).
-        _wait_for(
-            lambda: len(_stored_event_ids(swarm, task_id)) >= last_seen, 5, "stored events"
-        )
+        _wait_for(lambda: len(_stored_event_ids(swarm, task_id)) >= last_seen, 5, "stored events")
     finally:
         assert first.proc is not None
         first.proc.kill()  # kill -9: no shutdown hooks run

@@ -41,7 +41,9 @@ def _call(name: str, args: dict[str, Any]) -> AgentToolCall:
             }
         ],
     }
-    return AgentToolCall(tool_name=name, tool_args=args, tool_call_id=call_id, completion=completion)
+    return AgentToolCall(
+        tool_name=name, tool_args=args, tool_call_id=call_id, completion=completion
+    )
 
 
 def _incoming(history: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -49,7 +51,11 @@ def _incoming(history: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     found = []
     for item in history:
         content = item.get("content")
-        if item.get("role") == "user" and isinstance(content, str) and "<incoming_message>" in content:
+        if (
+            item.get("role") == "user"
+            and isinstance(content, str)
+            and "<incoming_message>" in content
+        ):
             body, sender = _BODY.search(content), _FROM.search(content)
             found.append(
                 (
@@ -77,7 +83,9 @@ def factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
             await asyncio.sleep(latency)
         last = history[-1] if history else {}
         if last.get("role") == "tool" and name == "supervisor":
-            return None, [_call("task_complete", {"finish_message": f"reviewed: {last['content']}"})]
+            return None, [
+                _call("task_complete", {"finish_message": f"reviewed: {last['content']}"})
+            ]
         incoming = _incoming(history)
         if name != "supervisor":
             sender = incoming[-1][1]
@@ -131,8 +139,18 @@ def swarms_json(name: str) -> list[dict[str, Any]]:
                     "actions": ["human_review"],
                     "agent_params": {},
                 },
-                {"name": "worker1", "factory": ref, "comm_targets": ["supervisor"], "agent_params": {}},
-                {"name": "worker2", "factory": ref, "comm_targets": ["supervisor"], "agent_params": {}},
+                {
+                    "name": "worker1",
+                    "factory": ref,
+                    "comm_targets": ["supervisor"],
+                    "agent_params": {},
+                },
+                {
+                    "name": "worker2",
+                    "factory": ref,
+                    "comm_targets": ["supervisor"],
+                    "agent_params": {},
+                },
             ],
             "actions": [
                 {

@@ -150,7 +150,6 @@ def restore_snapshot(
         for task_id in continuing:
             journal.restore(task_id, list(snapshot.queues[journal_key(task_id)]))
         for key in snapshot.queues:
-            task_id = key[: -len(journal_key(""))] if is_journal_key(key) else None
-            if task_id is not None and task_id not in continuing:
-                journal.discard(task_id)  # left over from a task that has ended
+            if is_journal_key(key) and key[: -len(journal_key(""))] not in continuing:
+                journal.discard(key[: -len(journal_key(""))])  # left from a task that ended
     return restored
