@@ -313,9 +313,7 @@ def main() -> int:
         port = free_port()
         config = write_config(directory, port=port, extra="print_llm_streams = false\n")
         keys_file = directory / "registries" / "keys.json"
-        keys = {
-            f"user{i}": create_key(keys_file, "user", f"user{i}") for i in range(args.users)
-        }
+        keys = {f"user{i}": create_key(keys_file, "user", f"user{i}") for i in range(args.users)}
         server = ServerProcess(
             directory, port, args=["--config", str(config), "--log-level", "warning"]
         )
