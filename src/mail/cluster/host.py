@@ -101,6 +101,8 @@ class InstanceHost:
         self.last_used = time.monotonic()
         self.fenced = False
         self.closing = False
+        # Called once when a newer host took the instance over (the owner ends this host).
+        self.on_lost: Any = None
         self._auth = ForwardedAuthenticator()
         self._auth.remember(self.caller)
         self._lifespan: Any = None
@@ -154,7 +156,10 @@ class InstanceHost:
     def _on_fenced(self, key: Any) -> None:
         if not self.fenced:
             self.fenced = True
+            self.closing = True
             logger.warning("instance %s was taken over by a newer host; stopping", key)
+            if self.on_lost is not None:
+                self.on_lost()
 
     async def stop(self) -> None:
         if self._started is not None and not self._started.done():
@@ -190,6 +195,7 @@ class InstanceHost:
             if inst is None
             else sum(1 for t in inst.swarm.get_all_tasks().values() if t.is_running),
             "open_requests": self.open_requests,
+            "fenced": self.fenced,
         }
 
     # -- requests ------------------------------------------------------------------------------

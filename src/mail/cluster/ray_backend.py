@@ -71,18 +71,19 @@ class InstanceActor:
         # Async actor: __init__ runs on the actor's event loop, so the host starts (and a
         # restarted one resumes its tasks) without waiting for the first request.
         self.host.start_soon()
+        self.host.on_lost = self._lost
+        self._ending: asyncio.Task[None] | None = None
         self._reaper = (
-            asyncio.get_running_loop().create_task(self._reap())
-            if self.idle_timeout > 0
-            else None
+            asyncio.get_running_loop().create_task(self._reap()) if self.idle_timeout > 0 else None
         )
 
     async def ready(self) -> dict[str, Any]:
         await self.host.ready()
-        return self.host.describe()
+        return await self.describe()
 
     async def describe(self) -> dict[str, Any]:
-        return self.host.describe()
+        ray = require_ray()
+        return {**self.host.describe(), "node_id": ray.get_runtime_context().get_node_id()}
 
     async def unary(self, caller: dict[str, Any], request: ForwardedRequest) -> UnaryResponse:
         return await self.host.unary(caller, request)
@@ -95,15 +96,22 @@ class InstanceActor:
 
     async def _reap(self) -> None:
         interval = max(0.05, min(60.0, self.idle_timeout / 4))
-        while True:
+        while self.host.idle_for() < self.idle_timeout:
             await asyncio.sleep(interval)
-            if self.host.fenced or self.host.idle_for() >= self.idle_timeout:
-                break
         logger.info("instance %s idle: ending its actor", self.host.caller.id)
+        await self._end()
+
+    def _lost(self) -> None:
+        if self._ending is None:
+            self._ending = asyncio.get_running_loop().create_task(self._end())
+
+    async def _end(self) -> None:
+        """End this actor for good (reclaimed or fenced); the next request makes a new one."""
         self.host.closing = True  # from now on requests are refused (and sent to a new actor)
         while self.host.open_requests:
             await asyncio.sleep(0.01)
-        await self.host.stop()
+        with contextlib.suppress(Exception):
+            await self.host.stop()
         ray = require_ray()
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
@@ -124,10 +132,14 @@ class RayInstances:
         self._actor_class: Any = None
         self._handles: dict[str, Any] = {}
         self._connected_here = False
+        self.env = forwarded_env()
 
     # -- connection ----------------------------------------------------------------------------
 
     def connect(self) -> None:
+        # Instance hosts run in the workers' own Python environment; Ray must not re-package
+        # the front end's directory for them (its `uv run` integration would, per worker).
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         ray = self.ray
         if not ray.is_initialized():
             address = None if self.address == "local" else self.address
@@ -145,13 +157,7 @@ class RayInstances:
                     "(start one with `ray start --head`, or set [server.cluster] address)"
                 ) from exc
             self._connected_here = True
-        self._actor_class = ray.remote(InstanceActor).options(
-            lifetime="detached",
-            namespace=self.namespace,
-            max_restarts=-1,
-            max_task_retries=0,
-            num_cpus=INSTANCE_CPUS,
-        )
+        self._actor_class = ray.remote(InstanceActor)
 
     def close(self) -> None:
         """Forget the handles; the actors (instances) live on for the other front ends."""
@@ -173,8 +179,18 @@ class RayInstances:
         last: Exception | None = None
         for _ in range(_LOOKUP_ATTEMPTS):
             try:
-                return self._actor_class.options(name=name, get_if_exists=True).remote(
-                    self.config_json, caller_to_dict(caller), forwarded_env(), os.getcwd()
+                return self._actor_class.options(
+                    name=name,
+                    get_if_exists=True,
+                    lifetime="detached",
+                    namespace=self.namespace,
+                    max_restarts=-1,
+                    max_task_retries=0,
+                    num_cpus=INSTANCE_CPUS,
+                    # Set when the worker process starts (PYTHONPATH must be, for factories).
+                    runtime_env={"env_vars": self.env},
+                ).remote(
+                    self.config_json, caller_to_dict(caller), self.env, os.getcwd()
                 )
             except ValueError as exc:  # the name of a reclaimed actor is still being released
                 last = exc
