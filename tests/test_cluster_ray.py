@@ -304,10 +304,9 @@ def test_sigterm_drains_open_requests(deployment: ClusterDeployment) -> None:
     extra = deployment.start_front_end()
     carol = deployment.keys["alice"]
     results: list[httpx.Response | BaseException] = []
-    started = threading.Barrier(9)
+    calls_before = len(_calls(deployment))
 
     def call(i: int) -> None:
-        started.wait()
         try:
             results.append(_post(extra.base_url, carol, {"body": f"FANOUT drain{i}"}))
         except BaseException as exc:  # noqa: BLE001 - recorded and asserted below
@@ -316,8 +315,11 @@ def test_sigterm_drains_open_requests(deployment: ClusterDeployment) -> None:
     threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
-    started.wait()
-    time.sleep(0.1)  # let the requests reach the front end before the signal
+    # Every request has reached the instance (its supervisor turn started): now drain.
+    deadline = time.monotonic() + 60
+    while sum(1 for line in _calls(deployment)[calls_before:] if line.startswith("supervisor")) < 8:
+        assert time.monotonic() < deadline, _calls(deployment)[calls_before:]
+        time.sleep(0.005)
     assert extra.proc is not None
     extra.proc.send_signal(signal.SIGTERM)
     for t in threads:

@@ -40,8 +40,12 @@ FORWARDED_ENV_NAMES = ("DATABASE_URL", "PYTHONPATH", "AUTH_ENDPOINT", "TOKEN_INF
 INSTANCE_CPUS = 0.01
 # A dead (reclaimed) actor's name is released asynchronously; retries of a lookup race it.
 _LOOKUP_ATTEMPTS = 20
-# A call that met a reclaimed actor is sent again to a new one (it never ran).
-_CALL_ATTEMPTS = 20
+# Seconds a front end keeps resending a call that could not reach an instance (its node died
+# and Ray is restarting it elsewhere, or it was just reclaimed) before answering 503.
+RESTART_WINDOW = 30.0
+_IDEMPOTENT = frozenset({"GET", "HEAD"})
+# How Ray words an error for a call that never reached the actor (connection refused).
+_UNDELIVERED_SIGNS = ("failed to connect", "Connection refused")
 
 
 def forwarded_env() -> dict[str, str]:
@@ -189,9 +193,7 @@ class RayInstances:
                     num_cpus=INSTANCE_CPUS,
                     # Set when the worker process starts (PYTHONPATH must be, for factories).
                     runtime_env={"env_vars": self.env},
-                ).remote(
-                    self.config_json, caller_to_dict(caller), self.env, os.getcwd()
-                )
+                ).remote(self.config_json, caller_to_dict(caller), self.env, os.getcwd())
             except ValueError as exc:  # the name of a reclaimed actor is still being released
                 last = exc
                 import time
@@ -214,35 +216,56 @@ class RayInstances:
         """The error means the instance's actor is gone or restarting (answer 503)."""
         return isinstance(exc, self.ray.exceptions.RayActorError)
 
-    def _retryable(self, exc: BaseException) -> bool:
-        """The call never ran: the actor had ended for good (reclaimed) or was closing."""
+    def _retryable(self, exc: BaseException, idempotent: bool) -> bool:
+        """Whether sending the call again is safe: it never ran, or running twice is harmless.
+
+        A call never ran when the actor had ended for good (reclaimed), was closing, or was
+        unreachable (its node is gone and the connection was refused). A call that was in
+        flight when the node died may or may not have run: only idempotent ones are resent.
+        """
         errors = self.ray.exceptions
         if isinstance(exc, errors.ActorUnavailableError):
-            return False  # its node died mid-call: the call may or may not have run
+            text = str(exc)
+            return idempotent or any(sign in text for sign in _UNDELIVERED_SIGNS)
         if isinstance(exc, errors.ActorDiedError):
             return True
         return isinstance(exc, errors.RayTaskError) and isinstance(
             getattr(exc, "cause", None), InstanceClosing
         )
 
+    async def _retry_pause(self, attempt: int, deadline: float) -> bool:
+        """Wait before the next attempt; False once the restart window is over."""
+        loop = asyncio.get_running_loop()
+        pause = min(0.5, 0.02 * (2**attempt))
+        if loop.time() + pause > deadline:
+            return False
+        await asyncio.sleep(pause)
+        return True
+
     async def unary(self, swarm: str, caller: Caller, request: ForwardedRequest) -> UnaryResponse:
-        for attempt in range(_CALL_ATTEMPTS):
+        deadline = asyncio.get_running_loop().time() + RESTART_WINDOW
+        idempotent = request.method in _IDEMPOTENT
+        attempt = 0
+        while True:
             handle = await self.actor(swarm, caller)
             try:
                 result: UnaryResponse = await handle.unary.remote(caller_to_dict(caller), request)
                 return result
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
                 self.forget(swarm, caller)
-                if attempt + 1 < _CALL_ATTEMPTS and self._retryable(exc):
-                    await asyncio.sleep(0.05 * attempt)
-                    continue
-                raise
-        raise AssertionError("unreachable")
+                if not self._retryable(exc, idempotent) or not await self._retry_pause(
+                    attempt, deadline
+                ):
+                    raise
+                attempt += 1
 
     async def stream(
         self, swarm: str, caller: Caller, request: ForwardedRequest
     ) -> AsyncIterator[dict[str, Any]]:
-        for attempt in range(_CALL_ATTEMPTS):
+        deadline = asyncio.get_running_loop().time() + RESTART_WINDOW
+        idempotent = request.method in _IDEMPOTENT
+        attempt = 0
+        while True:
             handle = await self.actor(swarm, caller)
             refs = handle.stream.remote(caller_to_dict(caller), request)
             started = finished = False
@@ -255,10 +278,13 @@ class RayInstances:
                 return
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
                 self.forget(swarm, caller)
-                if not started and attempt + 1 < _CALL_ATTEMPTS and self._retryable(exc):
-                    await asyncio.sleep(0.05 * attempt)
-                    continue
-                raise
+                if (
+                    started
+                    or not self._retryable(exc, idempotent)
+                    or not await self._retry_pause(attempt, deadline)
+                ):
+                    raise
+                attempt += 1
             finally:
                 if not finished:  # the client went away: stop the host's request too
                     with contextlib.suppress(Exception):

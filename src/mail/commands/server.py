@@ -260,7 +260,10 @@ def run(args: argparse.Namespace) -> int:
             access_log=cfg.access_log,
             lifespan="on",
             ws="none",  # no websocket routes; skips importing a websocket implementation
-            timeout_graceful_shutdown=10,
+            # Open requests and streams get this long to finish on SIGTERM/SIGINT.
+            timeout_graceful_shutdown=int(cfg.cluster.drain_timeout)
+            if cfg.cluster.backend != "none"
+            else 10,
         )
     )
     logging.getLogger("mail.server").info("listening on http://%s:%d", cfg.host, cfg.port)

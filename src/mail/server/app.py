@@ -105,7 +105,7 @@ async def _startup(
         if store is None:
             raise StartupError(
                 "cluster mode keeps instances in PostgreSQL: set DATABASE_URL "
-                "(or [server.cluster] backend = \"none\")"
+                '(or [server.cluster] backend = "none")'
             )
         await backend.start()
     state_box: dict[str, ServerState] = {}
