@@ -181,8 +181,12 @@ def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeploym
             for event in parse_sse_stream(response):
                 if event.id and event.event != "ping":
                     seen.append(int(event.id))
-                if not killed_at and any(
-                    line.startswith("worker") for line in _calls(deployment)[calls_before:]
+                if (
+                    not killed_at
+                    and seen
+                    and any(
+                        line.startswith("worker") for line in _calls(deployment)[calls_before:]
+                    )
                 ):
                     deployment.cluster.kill_node_of(deployment.swarm, "user", "alice")
                     killed_at = time.monotonic()
@@ -196,6 +200,7 @@ def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeploym
     assert events[-1].event == "task_complete", [e.event for e in events]
     assert events[-1].json()["response"] == "both: worked(worker1): go A + worked(worker2): go B"
     ids = [int(e.id) for e in events if e.id is not None]
+    assert ids, ("the task was not interrupted", seen, [e.event for e in events])
     assert ids == list(range(seen[-1] + 1, seen[-1] + 1 + len(ids))), (seen, ids)
     record = _task(fe1.base_url, alice, task_id)
     assert record["completed"] is True

@@ -20,6 +20,13 @@ import httpx
 from tests.server_fixtures import ServerProcess, create_key, free_port, write_config
 
 WORKER_CPUS = 2
+# How fast the head notices a dead node (Ray's defaults take tens of seconds); docs/cluster.md
+# recommends the same for deployments that want a task running again within seconds.
+FAST_FAILURE_DETECTION = {
+    "health_check_period_ms": 500,
+    "health_check_timeout_ms": 500,
+    "health_check_failure_threshold": 3,
+}
 
 
 def ray_available() -> bool:
@@ -44,7 +51,11 @@ class RayTestCluster:
 
         self.cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 0, "include_dashboard": False},
+            head_node_args={
+                "num_cpus": 0,
+                "include_dashboard": False,
+                "_system_config": FAST_FAILURE_DETECTION,
+            },
         )
         for _ in range(self.workers):
             self.nodes.append(self.cluster.add_node(num_cpus=WORKER_CPUS))

@@ -45,7 +45,7 @@ _LOOKUP_ATTEMPTS = 20
 RESTART_WINDOW = 30.0
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 # How Ray words an error for a call that never reached the actor (connection refused).
-_UNDELIVERED_SIGNS = ("failed to connect", "Connection refused")
+_UNDELIVERED_SIGNS = ("failed to connect", "Connection refused", "The actor is restarting")
 
 
 def forwarded_env() -> dict[str, str]:

@@ -249,7 +249,13 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         return _fail(str(exc))
     source = f"{TEMPLATE_ENV_VAR}={injected}" if injected else cfg.swarm.source
-    app = create_app(cfg, template=template, template_source=source)
+    from mail.cluster import ClusterUnavailable
+
+    try:
+        app = create_app(cfg, template=template, template_source=source)
+    except ClusterUnavailable as exc:
+        sock.close()
+        return _fail(str(exc))
     server = uvicorn.Server(
         uvicorn.Config(
             app,
