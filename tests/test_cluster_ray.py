@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -184,9 +185,7 @@ def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeploym
                 if (
                     not killed_at
                     and seen
-                    and any(
-                        line.startswith("worker") for line in _calls(deployment)[calls_before:]
-                    )
+                    and any(line.startswith("worker") for line in _calls(deployment)[calls_before:])
                 ):
                     deployment.cluster.kill_node_of(deployment.swarm, "user", "alice")
                     killed_at = time.monotonic()
@@ -340,3 +339,67 @@ def test_sigterm_drains_open_requests(deployment: ClusterDeployment) -> None:
     )
     # The instance was not touched: the other front end still reaches it.
     assert _post(fe0.base_url, carol, {"body": "FANOUT after"}).status_code == 200
+
+
+def test_stopping_a_node_moves_its_instances(deployment: ClusterDeployment) -> None:
+    """A node stopped on purpose (drained): its instances come back elsewhere, state intact."""
+    fe0, fe1 = deployment.front_ends
+    bob = deployment.keys["bob"]
+    task_id = str(uuid.uuid4())
+    done = _post(fe0.base_url, bob, {"body": "FANOUT moved", "task_id": task_id})
+    assert done.status_code == 200, done.text
+    before = deployment.cluster.describe(deployment.swarm, "user", "bob")
+    for node in list(deployment.cluster.nodes):
+        if node.node_id == before["node_id"]:
+            deployment.cluster.cluster.remove_node(node, allow_graceful=True)
+            deployment.cluster.nodes.remove(node)
+    deployment.cluster.add_worker()
+    record = _task(fe1.base_url, bob, task_id)
+    assert record["completed"] is True
+    assert record["events"][-1]["event"] == "task_complete"
+    assert "both: worked(worker1): moved A" in str(record["events"][-1]["data"])
+    after = deployment.cluster.describe(deployment.swarm, "user", "bob")
+    assert after["node_id"] != before["node_id"]
+
+
+def test_idle_instances_are_reclaimed_and_restored(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    swarm = f"idle-{uuid.uuid4().hex[:8]}"
+    dep = ClusterDeployment(
+        root=tmp_path,
+        cluster=ray_cluster,
+        database_url=DATABASE_URL,
+        swarms=swarms_json(swarm),
+        swarm=swarm,
+        settings="instance_idle_timeout = 1",
+    ).prepare()
+    try:
+        fe = dep.start_front_end()
+        alice = dep.keys["alice"]
+        task_id = str(uuid.uuid4())
+        assert (
+            _post(fe.base_url, alice, {"body": "FANOUT idle", "task_id": task_id}).status_code
+            == 200
+        )
+        first = dep.cluster.describe(swarm, "user", "alice")
+        import ray
+
+        def alive() -> bool:
+            return any(
+                a["name"] == f"{swarm}/user/alice" and a["namespace"] == ray_cluster.namespace
+                for a in ray.util.list_named_actors(all_namespaces=True)
+            )
+
+        deadline = time.monotonic() + 60
+        while alive():
+            assert time.monotonic() < deadline, "idle instance was not reclaimed"
+            time.sleep(0.2)
+        # The next request makes a new instance, restored from the store.
+        record = _task(fe.base_url, alice, task_id)
+        assert record["completed"] is True
+        second = dep.cluster.describe(swarm, "user", "alice")
+        assert second["pid"] != first["pid"] or second["generation"] > first["generation"]
+        assert second["generation"] > first["generation"]
+    finally:
+        dep.stop()

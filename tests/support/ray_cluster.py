@@ -144,6 +144,8 @@ class ClusterDeployment:
         text = config.read_text(encoding="utf-8").replace(
             str(directory / "registries"), str(self.root / "registries")
         )
+        if "instance_idle_timeout" in self.settings:  # replaces the fixture's default of 0
+            text = text.replace("instance_idle_timeout = 0\n", "", 1)
         config.write_text(text, encoding="utf-8")
         env = {
             "DATABASE_URL": self.database_url,

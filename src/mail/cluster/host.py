@@ -173,12 +173,15 @@ class InstanceHost:
     # -- state the actor reports ---------------------------------------------------------------
 
     def instance(self) -> Any | None:
-        if self.app is None:
+        state = getattr(self.app.state, "mail", None) if self.app is not None else None
+        if state is None:
             return None
-        return self.app.state.mail.instances.peek(self.caller.role, self.caller.id)
+        return state.instances.peek(self.caller.role, self.caller.id)
 
     def idle_for(self) -> float:
         """Seconds without requests, or 0 while anything keeps the instance busy."""
+        if self._started is None or not self._started.done():
+            return 0.0  # still restoring (and resuming its tasks)
         inst = self.instance()
         if self.open_requests or (inst is not None and (inst.in_use or inst.has_running_tasks())):
             return 0.0

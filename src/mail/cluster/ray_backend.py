@@ -100,8 +100,13 @@ class InstanceActor:
 
     async def _reap(self) -> None:
         interval = max(0.05, min(60.0, self.idle_timeout / 4))
-        while self.host.idle_for() < self.idle_timeout:
+        while True:
             await asyncio.sleep(interval)
+            try:
+                if self.host.idle_for() >= self.idle_timeout:
+                    break
+            except Exception:  # noqa: BLE001 - a failed check must not end the reaper
+                logger.exception("checking whether instance %s is idle", self.host.caller.id)
         logger.info("instance %s idle: ending its actor", self.host.caller.id)
         await self._end()
 
