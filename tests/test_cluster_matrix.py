@@ -1,0 +1,83 @@
+"""The HTTP end-to-end tests, run against a cluster deployment (issue 18's matrix entry).
+
+The modules below start real `mail server` processes through ``tests/server_fixtures.py``.
+Here they run unchanged in a child ``pytest`` with ``MAIL_TEST_SERVER_MODE=cluster``: every
+server they start is two ``mail server --cluster ray`` front ends on the one Ray cluster this
+test starts (a head with no CPUs and two worker nodes), with a fresh PostgreSQL database, behind
+a round-robin TCP port that alternates new connections between the front ends
+(``tests/support/cluster_server.py``). The child run must pass as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.ray_cluster import RayTestCluster, ray_available
+from tests.test_persistence_e2e import _database_reachable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+MODULES = (
+    "tests/test_server_routes.py",
+    "tests/test_server_messages.py",
+    "tests/test_task_events.py",
+    "tests/test_client_e2e.py",
+    "tests/test_server_limits_and_state.py",
+)
+
+# Tests that cannot apply to a cluster deployment by their nature, each with its reason.
+DESELECTED = {
+    # They read the single server process's own memory (/proc/<pid>/status); a front end
+    # holds no instance.
+    "tests/test_task_events.py::test_many_followers_do_not_grow_server_memory": "process RSS",
+    "tests/test_server_limits_and_state.py::test_idle_server_rss_is_bounded": "process RSS",
+}
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _require() -> None:
+    if not ray_available():
+        if os.environ.get("MAIL_REQUIRE_RAY") == "1":
+            pytest.fail("Ray is required (uv sync --extra cluster) but not installed")
+        pytest.skip("Ray not installed (uv sync --extra cluster; MAIL_REQUIRE_RAY=1 fails instead)")
+    if not _database_reachable():
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required but unreachable")
+        pytest.skip("PostgreSQL not reachable")
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    _require()
+    cluster = RayTestCluster(workers=2).start()
+    try:
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+def test_http_end_to_end_tests_pass_against_two_front_ends(
+    ray_address: str, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "MAIL_TEST_SERVER_MODE": "cluster",
+        "MAIL_TEST_RAY_ADDRESS": ray_address,
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    }
+    args = [sys.executable, "-m", "pytest", *MODULES, "-q", "-p", "no:cacheprovider"]
+    args += ["--basetemp", str(tmp_path / "matrix"), "-o", "addopts="]
+    for test in DESELECTED:
+        args += ["--deselect", test]
+    run = subprocess.run(
+        args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=850
+    )
+    summary = run.stdout[-6000:] + run.stderr[-2000:]
+    assert run.returncode == 0, summary
+    assert " passed" in run.stdout and "error" not in run.stdout.splitlines()[-1], summary
