@@ -25,7 +25,9 @@ logger = logging.getLogger("mail.cluster")
 FAN_OUT_TIMEOUT = 10.0
 
 
-async def ask_every_instance(instances: Any, caller: Caller, request: ForwardedRequest) -> list[UnaryResponse]:
+async def ask_every_instance(
+    instances: Any, caller: Caller, request: ForwardedRequest
+) -> list[UnaryResponse]:
     """The answers of every live instance actor of ``instances``' namespace to ``request``."""
     ray = instances.ray
     names = await asyncio.to_thread(instances.list_instances)
