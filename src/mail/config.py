@@ -149,7 +149,7 @@ class ClusterConfig(_Section):
     ``backend = "none"`` (the default) keeps every instance in this process. ``"ray"`` puts
     each instance in a named Ray actor (needs the ``cluster`` extra and ``DATABASE_URL``);
     see docs/cluster.md. ``MAIL_CLUSTER_BACKEND``, ``MAIL_CLUSTER_ADDRESS`` and
-    ``MAIL_CLUSTER_NAMESPACE`` override the file.
+    ``MAIL_CLUSTER_NAMESPACE`` and ``MAIL_CLUSTER_PUBLIC_URL`` override the file.
     """
 
     backend: Literal["none", "ray"] = "none"
@@ -160,6 +160,9 @@ class ClusterConfig(_Section):
     namespace: str = "mail"
     # Seconds a front end lets open requests and streams finish on SIGTERM.
     drain_timeout: float = Field(default=30.0, ge=0)
+    # The deployment's URL as others reach it (its load balancer): what the registry and
+    # interswarm messages announce instead of each front end's own host:port.
+    public_url: str = ""
 
 
 class ServerConfig(_Section):
@@ -183,6 +186,8 @@ class ServerConfig(_Section):
     @property
     def base_url(self) -> str:
         """The URL other parties should use to reach this server (wildcard hosts → localhost)."""
+        if self.cluster.public_url:
+            return self.cluster.public_url.rstrip("/")
         host = self.host
         if host in ("0.0.0.0", "::", ""):
             host = "localhost"

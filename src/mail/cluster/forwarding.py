@@ -41,6 +41,10 @@ INSTANCE_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("/interswarm/message", ("POST",)),
 )
 _STREAM_PATHS = frozenset({"/task/events"})
+# Roles each instance route admits (the routes' own dependencies say the same): checked here
+# so a caller of the wrong role gets its 403 at once, without an instance being made for it.
+_AGENT_ROUTES = frozenset({"/interswarm/forward", "/interswarm/back"})
+_USER_ROLES = frozenset({"admin", "user"})
 _HOP_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 # Seconds a client should wait before retrying when an instance's node just failed.
 RETRY_AFTER = "2"
@@ -107,7 +111,14 @@ class _Relay(Response):
 async def forward(request: Request) -> Response:
     state = get_state(request)
     backend: InstanceBackend = request.app.state.cluster_backend
+    route = request.scope.get("route")
+    template = getattr(route, "path", request.url.path)
+    if template == "/responses" and not state.config.debug:
+        raise HTTPException(404, "Not found")  # as in one process: before looking at keys
     caller = await authenticate_request(request)
+    allowed = frozenset({"agent"}) if template in _AGENT_ROUTES else _USER_ROLES
+    if caller.role not in allowed:
+        raise HTTPException(403, "invalid role")
     body = await request.body()
     fwd = _forwarded(request, body)
     swarm = state.swarm_name
@@ -153,5 +164,7 @@ def cluster_router() -> APIRouter:
 
 def install_cluster(app: FastAPI, backend: InstanceBackend) -> None:
     """Route instance work to ``backend`` (before the local routes, which it shadows)."""
+    from mail.cluster.fanout import router as fanout_router
+
     app.state.cluster_backend = backend
-    app.router.routes[:0] = cluster_router().routes
+    app.router.routes[:0] = [*cluster_router().routes, *fanout_router.routes]

@@ -64,4 +64,8 @@ def install_backend(app: FastAPI, config: Any) -> None:
 
     require_ray()  # fail at creation with the install hint, not at the first request
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Each instance actor opens its own pool (the variables reach the actors with the rest of
+    # MAIL_*): keep them small so the database sees a few connections per live instance.
+    os.environ.setdefault("MAIL_DB_POOL_MIN", "1")
+    os.environ.setdefault("MAIL_DB_POOL_MAX", "4")
     install_cluster(app, RayFrontEnd(config))

@@ -9,6 +9,7 @@ CLUSTER_ENV = {
     "backend": "MAIL_CLUSTER_BACKEND",
     "address": "MAIL_CLUSTER_ADDRESS",
     "namespace": "MAIL_CLUSTER_NAMESPACE",
+    "public_url": "MAIL_CLUSTER_PUBLIC_URL",
 }
 
 
