@@ -337,3 +337,12 @@ class StubAuthService:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+# The single-process server; with MAIL_TEST_SERVER_MODE=cluster, `ServerProcess` (and so
+# `running_server`) start a two-front-end cluster deployment instead (tests/test_cluster_matrix.py).
+SingleServerProcess = ServerProcess
+if os.environ.get("MAIL_TEST_SERVER_MODE") == "cluster":
+    from tests.support.cluster_server import cluster_server_class
+
+    ServerProcess = cluster_server_class(SingleServerProcess)  # type: ignore[misc]

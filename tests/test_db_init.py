@@ -27,6 +27,7 @@ TABLES = (
     "task_responses",
     "task_queues",
     "agent_memories",
+    "instance_generations",
 )
 
 
@@ -87,7 +88,7 @@ def test_db_init_twice_is_harmless(schema_url: str, tmp_path: Path) -> None:
         assert f"Setting up table {table} ... created" in first.stdout
         assert f"  {table}: OK" in first.stdout
     assert (
-        "Database initialization complete (6 table(s) created, 0 already present)." in first.stdout
+        "Database initialization complete (7 table(s) created, 0 already present)." in first.stdout
     )
 
     columns = asyncio.run(_tables(schema_url))
@@ -115,11 +116,19 @@ def test_db_init_twice_is_harmless(schema_url: str, tmp_path: Path) -> None:
     } <= columns["tasks"]
     assert {"event_type", "event_data", "event_id"} <= columns["task_events"]
     assert "response" in columns["task_responses"]
+    assert {
+        "swarm_name",
+        "caller_role",
+        "caller_id",
+        "generation",
+        "claimed_at",
+        "holder",
+    } == columns["instance_generations"]
 
     second = mail(["db-init"], tmp_path, schema_url)
     assert second.returncode == 0, second.stderr
     assert "Setting up table tasks ... already present" in second.stdout
-    assert "(0 table(s) created, 6 already present)" in second.stdout
+    assert "(0 table(s) created, 7 already present)" in second.stdout
     assert asyncio.run(_tables(schema_url)) == columns
 
 

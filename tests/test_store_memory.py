@@ -71,6 +71,7 @@ async def test_round_trip_and_snapshot_copies() -> None:
         "failed_attempts": 0,
         "last_error": None,
         "degraded": False,
+        "fenced_writes": 0,
     }
 
 

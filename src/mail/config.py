@@ -143,6 +143,28 @@ class TeamToolsConfig(_Section):
     attachments_dir: str = ""
 
 
+class ClusterConfig(_Section):
+    """``[server.cluster]``: where instances live when there is more than one process.
+
+    ``backend = "none"`` (the default) keeps every instance in this process. ``"ray"`` puts
+    each instance in a named Ray actor (needs the ``cluster`` extra and ``DATABASE_URL``);
+    see docs/cluster.md. ``MAIL_CLUSTER_BACKEND``, ``MAIL_CLUSTER_ADDRESS`` and
+    ``MAIL_CLUSTER_NAMESPACE`` and ``MAIL_CLUSTER_PUBLIC_URL`` override the file.
+    """
+
+    backend: Literal["none", "ray"] = "none"
+    # "auto" joins the Ray cluster of this machine (``ray start``); "ray://host:10001" a
+    # remote one through Ray Client; "local" starts a private single-node cluster.
+    address: str = "auto"
+    # Ray namespace of the instance actors: front ends of one deployment share it.
+    namespace: str = "mail"
+    # Seconds a front end lets open requests and streams finish on SIGTERM.
+    drain_timeout: float = Field(default=30.0, ge=0)
+    # The deployment's URL as others reach it (its load balancer): what the registry and
+    # interswarm messages announce instead of each front end's own host:port.
+    public_url: str = ""
+
+
 class ServerConfig(_Section):
     """``[server]`` and its sub-tables."""
 
@@ -159,10 +181,13 @@ class ServerConfig(_Section):
     settings: ServerSettings = Field(default_factory=ServerSettings)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     team_tools: TeamToolsConfig = Field(default_factory=TeamToolsConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @property
     def base_url(self) -> str:
         """The URL other parties should use to reach this server (wildcard hosts → localhost)."""
+        if self.cluster.public_url:
+            return self.cluster.public_url.rstrip("/")
         host = self.host
         if host in ("0.0.0.0", "::", ""):
             host = "localhost"
@@ -329,7 +354,7 @@ def load_config_file(path: str | Path | None) -> MAILConfig:
     server = data.get("server", {})
     if not isinstance(server, dict):
         raise ConfigError(f"config file {path}: [server] must be a table")
-    for table in ("swarm", "settings", "auth", "team_tools"):
+    for table in ("swarm", "settings", "auth", "team_tools", "cluster"):
         if table in server and not isinstance(server[table], dict):
             raise ConfigError(f"config file {path}: [server.{table}] must be a table")
     client = data.get("client", {})

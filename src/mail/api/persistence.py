@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mail.core.events import TaskEvent
 from mail.core.observer import RuntimeObserver
+from mail.core.runtime_durable import TaskJournal, is_journal_key, journal_key
 from mail.core.tasks import MAILTask
 from mail.core.tools import AgentToolCall
 
@@ -98,17 +99,34 @@ class StoreObserver(RuntimeObserver):
         else:
             self._put("delete_queue", task_id)
 
+    def journal_changed(self, task_id: str, items: list[dict[str, Any]] | None) -> None:
+        """A running task's pending work (a TaskJournal write), kept beside its stashed queue."""
+        if items:
+            self._put("save_queue", journal_key(task_id), items)
+        else:
+            self._put("delete_queue", journal_key(task_id))
 
-def restore_snapshot(runtime: MAILRuntime, snapshot: InstanceSnapshot) -> int:
-    """Load a stored instance into a fresh runtime; returns the number of tasks restored."""
+
+def restore_snapshot(
+    runtime: MAILRuntime, snapshot: InstanceSnapshot, journal: TaskJournal | None = None
+) -> int:
+    """Load a stored instance into a fresh runtime; returns the number of tasks restored.
+
+    With a `journal`, a task that was running and has journaled pending work stays running
+    and continues once the runtime loop runs (see mail.core.runtime_durable). Without one, or
+    without pending work, a running task is marked stopped: a user_response continues it.
+    """
     restored = 0
+    continuing: list[str] = []
     for task_id, record in snapshot.tasks.items():
         if task_id in runtime.mail_tasks or task_id == "*":
             continue
         task = MAILTask.from_store_record(record)
         if task.is_running and not task.completed:
-            # Its turns died with the previous process; a user_response continues it.
-            task.is_running = False
+            if journal is not None and snapshot.queues.get(journal_key(task_id)):
+                continuing.append(task_id)
+            else:
+                task.is_running = False
         for raw in snapshot.events.get(task_id, []):
             event = TaskEvent.from_record(raw)
             task.events.append(event)
@@ -128,4 +146,10 @@ def restore_snapshot(runtime: MAILRuntime, snapshot: InstanceSnapshot) -> int:
         restored += 1
     for (task_id, agent_name), history in snapshot.histories.items():
         runtime.agent_histories[f"{task_id}::{agent_name}"] = list(history)
+    if journal is not None:
+        for task_id in continuing:
+            journal.restore(task_id, list(snapshot.queues[journal_key(task_id)]))
+        for key in snapshot.queues:
+            if is_journal_key(key) and key[: -len(journal_key(""))] not in continuing:
+                journal.discard(key[: -len(journal_key(""))])  # left from a task that ended
     return restored

@@ -383,19 +383,25 @@ class MAILSwarm:
         """Restore this instance's tasks from `store` and persist from now on.
 
         Returns the number of restored tasks. Agent histories are persisted unless the
-        swarm explicitly sets `enable_db_agent_histories=False`.
+        swarm explicitly sets `enable_db_agent_histories=False`. With histories persisted,
+        tasks that were running continue by themselves once the loop runs (their pending
+        work is journaled: mail.core.runtime_durable).
         """
         from mail.api.persistence import StoreObserver, restore_snapshot
+        from mail.core.runtime_durable import TaskJournal
         from mail.store.base import InstanceKey
 
         key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
         snapshot = await store.load_instance(key)
-        restored = restore_snapshot(self.runtime, snapshot)
-        observer = StoreObserver(
-            self.runtime, store, key, persist_histories=self.enable_db_agent_histories is not False
-        )
+        persist_histories = self.enable_db_agent_histories is not False
+        observer = StoreObserver(self.runtime, store, key, persist_histories=persist_histories)
+        # Running tasks continue after a restart only when their histories are stored too.
+        journal = TaskJournal(self.runtime, observer.journal_changed) if persist_histories else None
+        restored = restore_snapshot(self.runtime, snapshot, journal)
         observer.start()
         self.runtime.observer = observer
+        if journal is not None:
+            journal.install()
         self._store_observer: StoreObserver | None = observer
         return restored
 

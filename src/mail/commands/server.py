@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print LLM stream chunks to the server console",
     )
     parser.add_argument("--log-level", help="debug, info, warning or error")
+    parser.add_argument(
+        "--cluster",
+        choices=("none", "ray"),
+        help="where instances live: in this process (none) or in Ray actors (ray)",
+    )
+    parser.add_argument("--cluster-address", help="Ray cluster address: auto, local or ray://...")
+    parser.add_argument("--cluster-namespace", help="Ray namespace shared by the front ends")
 
 
 def _fail(message: str) -> int:
@@ -68,6 +75,9 @@ def resolve_config(args: argparse.Namespace) -> Any:
         os.environ["MAIL_CONFIG_PATH"] = args.config
     cfg = load_config(args.config, use_cache=False).server
     data = cfg.model_dump(by_alias=False)
+    from mail.cluster.settings import apply_cluster_env
+
+    apply_cluster_env(data["cluster"])
     overrides = {
         ("port",): args.port,
         ("host",): args.host,
@@ -78,6 +88,9 @@ def resolve_config(args: argparse.Namespace) -> Any:
         ("swarm", "source"): args.swarm_source,
         ("swarm", "registry_file"): args.swarm_registry,
         ("settings", "print_llm_streams"): args.print_llm_streams,
+        ("cluster", "backend"): getattr(args, "cluster", None),
+        ("cluster", "address"): getattr(args, "cluster_address", None),
+        ("cluster", "namespace"): getattr(args, "cluster_namespace", None),
     }
     for path, value in overrides.items():
         if value is None:
@@ -236,7 +249,13 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         return _fail(str(exc))
     source = f"{TEMPLATE_ENV_VAR}={injected}" if injected else cfg.swarm.source
-    app = create_app(cfg, template=template, template_source=source)
+    from mail.cluster import ClusterUnavailable
+
+    try:
+        app = create_app(cfg, template=template, template_source=source)
+    except ClusterUnavailable as exc:
+        sock.close()
+        return _fail(str(exc))
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -247,7 +266,10 @@ def run(args: argparse.Namespace) -> int:
             access_log=cfg.access_log,
             lifespan="on",
             ws="none",  # no websocket routes; skips importing a websocket implementation
-            timeout_graceful_shutdown=10,
+            # Open requests and streams get this long to finish on SIGTERM/SIGINT.
+            timeout_graceful_shutdown=int(cfg.cluster.drain_timeout)
+            if cfg.cluster.backend != "none"
+            else 10,
         )
     )
     logging.getLogger("mail.server").info("listening on http://%s:%d", cfg.host, cfg.port)

@@ -51,6 +51,8 @@ class Mailbox:
         self._per_task: dict[str, int] = {}
         # True while a consumer is blocked in `get` on an empty heap.
         self.consumer_waiting = False
+        # A TaskJournal (mail.core.runtime_durable) while a store is attached, else None.
+        self.journal: Any = None
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -65,7 +67,10 @@ class Mailbox:
     def put(self, message: MAILMessage, priority: int | None = None) -> None:
         if priority is None:
             priority = message_priority(message)
-        heapq.heappush(self._heap, (priority, next(self._seq), message))
+        seq = next(self._seq)
+        heapq.heappush(self._heap, (priority, seq, message))
+        if self.journal is not None:
+            self.journal.queued(seq, priority, message)
         task_id = message["message"]["task_id"]
         self._per_task[task_id] = self._per_task.get(task_id, 0) + 1
         self._not_empty.set()
@@ -88,6 +93,8 @@ class Mailbox:
         if not self._heap:
             self._not_empty.clear()
         self._forget(item[2])
+        if self.journal is not None:
+            self.journal.popped(item[1], item[2])
         return item[2]
 
     async def get(self) -> MAILMessage | None:
@@ -132,6 +139,8 @@ class Mailbox:
         taken.sort()
         for item in taken:
             self._forget(item[2])
+        if self.journal is not None:
+            self.journal.stashed(task_id, [item[1] for item in taken])
         return [{"priority": p, "seq": s, "message": m} for p, s, m in taken]
 
     def load(self, items: list[dict[str, Any]]) -> None:

@@ -94,6 +94,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.manual_return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
         # messages delivered to an agent of a task, waiting for its next turn
         self.inboxes = AgentInboxes(batch=batch_delivery)
+        # pending work of running tasks, kept while a store is attached (runtime_durable)
+        self.journal: Any = None
         # ids of queued agent messages whose recipients a tool handler already checked
         self._prechecked: set[str] = set()
 
@@ -462,6 +464,8 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             raise RuntimeError("the runtime loop is already running")
         self._loop_running = True
         self._stop_serving = False
+        if self.journal is not None:
+            self.journal.loop_started()  # tasks restored from a store continue
         try:
             while not self._stop_serving and not self._shutdown:
                 try:

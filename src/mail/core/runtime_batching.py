@@ -35,12 +35,15 @@ class AgentInboxes:
         # its messages: a new delivery joins that turn instead of starting another.
         self._turn_pending: set[str] = set()
         self._seq = itertools.count()
+        # A TaskJournal (mail.core.runtime_durable) while a store is attached, else None.
+        self.journal: Any = None
 
     def add(self, key: str, message: MAILMessage) -> bool:
         """Hold ``message`` for the agent's next turn; True when a turn must be started."""
-        self._items.setdefault(key, []).append(
-            (message_priority(message), next(self._seq), message)
-        )
+        priority, seq = message_priority(message), next(self._seq)
+        self._items.setdefault(key, []).append((priority, seq, message))
+        if self.journal is not None:
+            self.journal.delivered(key, seq, priority, message)
         if not self.batch:
             return True
         if key in self._turn_pending:
@@ -57,12 +60,16 @@ class AgentInboxes:
             item = items.pop(0)
             if not items:
                 del self._items[key]
+            if self.journal is not None:
+                self.journal.taken(key, [item[1]])
             return [item[2]]
         self._turn_pending.discard(key)
         if not items:
             return []
         del self._items[key]
         items.sort(key=_order)
+        if self.journal is not None:
+            self.journal.taken(key, [item[1] for item in items])
         return _one_step_notice([item[2] for item in items])
 
     def waiting(self, key: str) -> int:

@@ -235,6 +235,8 @@ class ResumeMixin:
         history = self.history_for(task_id, caller)
         for call, content in results:
             self._inject_breakpoint_result(task_id, caller, history, call, content)
+        # Stored now: a restart before the caller's next turn ends must still show it these.
+        self._save_history(task_id, caller)
         self.last_breakpoint_tool_calls.pop(task_id, None)
         self._resume_task(task_id)
         self.mailbox.put(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
@@ -120,9 +121,13 @@ class TurnMixin:
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
                 self._turn_failed(ctx, current, exc)
             finally:
-                self._save_history(task_id, agent_name)
+                if not _cancelling():
+                    # A cancelled turn (shutdown) runs again after a restart from its start.
+                    self._save_history(task_id, agent_name)
         finally:
             self._release_turn(key)
+            if self.journal is not None:
+                self.journal.turn_finished(_cancelling())
             self._dispatch_pending()
 
     def _hold_for_continuation(self: MAILRuntime, task: Any, message: MAILMessage) -> None:
@@ -296,6 +301,11 @@ class TurnMixin:
             self.mailbox.put(
                 system_response(self.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
             )
+
+
+def _cancelling() -> bool:
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
 
 
 def breakpoint_entry(call: AgentToolCall) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from mail.cluster.settings import cluster_enabled
 from mail.config import ServerConfig, load_config
 from mail.server import (
     responses_bridge,
@@ -61,7 +62,11 @@ def config_from_env() -> ServerConfig:
     raw = os.environ.get(CONFIG_JSON_ENV_VAR)
     if raw:
         return ServerConfig.model_validate_json(raw)
-    return load_config().server
+    config = load_config().server
+    from mail.cluster.settings import apply_cluster_env
+
+    cluster = apply_cluster_env(config.cluster.model_dump())
+    return config.model_copy(update={"cluster": type(config.cluster).model_validate(cluster)})
 
 
 async def _startup(
@@ -95,6 +100,14 @@ async def _startup(
             store = await start_store()
         except Exception as exc:
             raise StartupError(f"cannot start persistence (DATABASE_URL): {exc}") from exc
+    backend = getattr(app.state, "cluster_backend", None)
+    if backend is not None:
+        if store is None:
+            raise StartupError(
+                "cluster mode keeps instances in PostgreSQL: set DATABASE_URL "
+                '(or [server.cluster] backend = "none")'
+            )
+        await backend.start()
     state_box: dict[str, ServerState] = {}
     instances = InstanceManager(
         lambda: state_box["state"].template,
@@ -193,7 +206,7 @@ async def _start_interswarm(state: ServerState) -> None:
     logger.info("interswarm enabled for swarm '%s'", state.swarm_name)
 
 
-async def _shutdown(state: ServerState, own_store: bool) -> None:
+async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) -> None:
     # Built here if nobody needed it yet, so the registry file is always written at shutdown.
     registry = state.get_registry()
     if registry is not None:
@@ -210,6 +223,7 @@ async def _shutdown(state: ServerState, own_store: bool) -> None:
     if state.instances.team_store is not None:
         await close_quietly("team store", state.instances.team_store.close)
     await close_quietly("auth", state.auth.aclose)
+    await close_quietly("cluster", getattr(backend, "close", None))
     if own_store and state.store is not None:
         await close_quietly("store", state.store.close)
     logger.info("MAIL server stopped")
@@ -241,7 +255,11 @@ def create_app(
         finally:
             if warm_up is not None:
                 warm_up.cancel()
-            await _shutdown(state, own_store=store is None)
+            await _shutdown(
+                state,
+                own_store=store is None,
+                backend=getattr(app.state, "cluster_backend", None),
+            )
 
     app = MAILFastAPI(
         title="MAIL server",
@@ -254,6 +272,10 @@ def create_app(
     )
     app.state.config = config
     install_error_handling(app)
+    if cluster_enabled(config):
+        from mail.cluster.frontend import install_backend
+
+        install_backend(app, config)
     app.add_middleware(BodyLimitMiddleware, limit=config.settings.max_request_body)
     app.add_middleware(
         CORSMiddleware,

@@ -244,6 +244,28 @@ def build_registry(config: ServerConfig, template: Any) -> Any | None:
     )
 
 
+POOL_ENV = {"min_size": "MAIL_DB_POOL_MIN", "max_size": "MAIL_DB_POOL_MAX"}
+
+
+def pool_sizes_from_env() -> dict[str, int]:
+    """The task store's connection pool bounds from ``MAIL_DB_POOL_MIN``/``MAIL_DB_POOL_MAX``.
+
+    Cluster mode sets small ones: every instance actor has its own pool, so the database
+    sees one pool per live instance rather than one per server.
+    """
+    sizes: dict[str, int] = {}
+    for option, var in POOL_ENV.items():
+        value = os.environ.get(var, "").strip()
+        if value:
+            try:
+                sizes[option] = max(1, int(value))
+            except ValueError:
+                logger.warning("ignoring %s=%r: not a whole number", var, value)
+    if "min_size" in sizes and "max_size" in sizes:
+        sizes["max_size"] = max(sizes["max_size"], sizes["min_size"])
+    return sizes
+
+
 async def start_store() -> Any | None:
     """A started TaskStore when DATABASE_URL names a database, else None (in-memory runtime)."""
     from mail.store import create_store, database_url_from_env
@@ -251,7 +273,7 @@ async def start_store() -> Any | None:
     url = database_url_from_env()
     if not url:
         return None
-    store = create_store(url)
+    store = create_store(url, **pool_sizes_from_env())
     await store.start()
     logger.info("persistence: %s", store.backend)
     return store

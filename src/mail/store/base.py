@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mail.store.fencing import FencedCallback, FenceState
+
 # Task record fields that have their own column in the `tasks` table; any other key of a
 # record is kept too (in a JSON side column) and comes back merged into the record.
 TASK_FIELDS: tuple[str, ...] = (
@@ -87,7 +89,15 @@ class TaskStore(abc.ABC):
         await store.close()                            # flushes, then releases resources
 
     Writes for the same key and task are applied in the order they were submitted.
+
+    Fencing (cluster mode): after `claim_generation(key)`, every write this store makes
+    for `key` is applied only while no other store has claimed a newer generation for it;
+    later writes are dropped, counted in `fenced_writes`, and `is_fenced(key)` turns true
+    (`on_fenced(key)` is called once). Keys never claimed are not checked at all.
     """
+
+    def __init__(self) -> None:
+        self._fencing = FenceState()
 
     # -- lifecycle -------------------------------------------------------------------
     @abc.abstractmethod
@@ -154,6 +164,44 @@ class TaskStore(abc.ABC):
     async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
         """Forget the stashed queue of a task (after it was resumed or finished)."""
 
+    # -- fencing (cluster mode) ------------------------------------------------------------
+    @abc.abstractmethod
+    async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
+        """Become the owner of `key`: atomically increment and return its generation.
+
+        From then on this store's writes for `key` carry that generation and are dropped
+        once anyone claims a newer one. `holder` is a free-form label (node, process) kept
+        with the claim for operators. Claim BEFORE `load_instance`, so that the state read
+        includes every write the previous owner managed to commit and nothing after it.
+        Raises StoreUnavailableError when the database cannot be reached.
+        """
+
+    def held_generation(self, key: InstanceKey) -> int | None:
+        """The generation this store claimed for `key`, or None if it never claimed one."""
+        return self._fencing.leases.get(key)
+
+    def is_fenced(self, key: InstanceKey) -> bool:
+        """True once a write for `key` was refused because a newer generation was claimed."""
+        return self._fencing.is_fenced(key)
+
+    @property
+    def on_fenced(self) -> FencedCallback | None:
+        """Called with the key, once, when this store learns it lost `key`.
+
+        It runs in the store's writer (PostgreSQL) or in the writing coroutine (memory):
+        it must return quickly (e.g. schedule the instance's shutdown, do not await it).
+        """
+        return self._fencing.on_fenced
+
+    @on_fenced.setter
+    def on_fenced(self, callback: FencedCallback | None) -> None:
+        self._fencing.on_fenced = callback
+
+    @property
+    def fenced_writes(self) -> int:
+        """Writes dropped because their generation was no longer the current one."""
+        return self._fencing.fenced_writes
+
     # -- reads ----------------------------------------------------------------------------
     @abc.abstractmethod
     async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
@@ -187,6 +235,7 @@ class TaskStore(abc.ABC):
             "failed_attempts": self.failed_attempts,
             "last_error": self.last_error,
             "degraded": self.is_degraded(),
+            "fenced_writes": self.fenced_writes,
         }
 
     def is_degraded(self) -> bool:

@@ -36,12 +36,49 @@ class _InstanceData:
         self.queues: dict[str, list[dict[str, Any]]] = {}
 
 
-class MemoryTaskStore(TaskStore):
-    """Dictionaries per InstanceKey. All methods are effectively synchronous."""
+class _MemoryDatabase:
+    """What a database would hold: instance data and the current generation per key."""
+
+    __slots__ = ("instances", "generations")
 
     def __init__(self) -> None:
-        self._instances: dict[InstanceKey, _InstanceData] = {}
+        self.instances: dict[InstanceKey, _InstanceData] = {}
+        self.generations: dict[InstanceKey, int] = {}
+
+
+class MemoryTaskStore(TaskStore):
+    """Dictionaries per InstanceKey. All methods are effectively synchronous.
+
+    `share_with` makes this store use another one's data, the way two processes share one
+    database: each store object keeps its own claimed generations, so fencing between
+    them behaves as with PostgreSQL (used by tests and single-machine experiments).
+    """
+
+    def __init__(self, *, share_with: MemoryTaskStore | None = None) -> None:
+        super().__init__()
+        self._db: _MemoryDatabase = share_with._db if share_with is not None else _MemoryDatabase()
+        self._instances = self._db.instances
         self._closed = False
+
+    async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
+        generation = self._db.generations.get(key, 0) + 1
+        self._db.generations[key] = generation
+        self._fencing.claimed(key, generation)
+        return generation
+
+    def _admit(self, key: InstanceKey) -> bool:
+        """Whether a write for `key` may be applied (always, for keys never claimed)."""
+        fencing = self._fencing
+        generation = fencing.generation_for(key)
+        if generation is None:
+            return True
+        if fencing.drop_if_known_fenced(key, generation):
+            return False
+        current = self._db.generations.get(key)
+        if current == generation:
+            return True
+        fencing.dropped(key, generation, 1, current)
+        return False
 
     def _data(self, key: InstanceKey) -> _InstanceData:
         data = self._instances.get(key)
@@ -59,7 +96,9 @@ class MemoryTaskStore(TaskStore):
         return True
 
     async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
-        columns, extra = split_task_record(record)
+        columns, extra = split_task_record(record)  # a bad record fails even when fenced
+        if not self._admit(key):
+            return
         tasks = self._data(key).tasks
         task_id = columns["task_id"]
         current = tasks.get(task_id)
@@ -81,6 +120,8 @@ class MemoryTaskStore(TaskStore):
         current.update(extra)
 
     async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
+        if not self._admit(key):
+            return
         self._data(key).events.setdefault(task_id, []).append(normalize_event(event))
 
     async def save_history(
@@ -91,6 +132,8 @@ class MemoryTaskStore(TaskStore):
         tool_format: str | None,
         history: list[dict[str, Any]],
     ) -> None:
+        if not self._admit(key):
+            return
         data = self._data(key)
         copied = json_copy(list(history))
         data.histories[(task_id, agent_name)] = copied
@@ -99,12 +142,18 @@ class MemoryTaskStore(TaskStore):
     async def save_response(
         self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
     ) -> None:
+        if not self._admit(key):
+            return
         self._data(key).responses[task_id] = json_copy(dict(response))
 
     async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
+        if not self._admit(key):
+            return
         self._data(key).queues[task_id] = json_copy(list(items))
 
     async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
+        if not self._admit(key):
+            return
         self._data(key).queues.pop(task_id, None)
 
     async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:

@@ -54,7 +54,8 @@ def is_transient_error(exc: BaseException) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Write:
     kind: str  # "task" | "event" | "history" | "response" | "queue" | "queue_delete"
-    args: tuple[Any, ...]
+    args: tuple[Any, ...]  # starts with swarm_name, caller_role, caller_id
+    generation: int | None = None  # the lease it was made under; None: not fenced
 
     def history_identity(self) -> tuple[Any, ...] | None:
         # (swarm, role, id, task, agent): later saves of the same history supersede.
@@ -114,6 +115,29 @@ _SQL: dict[str, str] = {
 }
 
 _INSTANCE = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
+
+# A claim is one statement: its row lock (taken by the INSERT or the UPDATE) waits for every
+# writer transaction holding the row FOR SHARE, and writers that come later see the new value.
+_CLAIM_SQL = """
+    INSERT INTO instance_generations AS g (swarm_name, caller_role, caller_id, generation,
+                                           claimed_at, holder)
+    VALUES ($1, $2, $3, 1, NOW(), $4)
+    ON CONFLICT (swarm_name, caller_role, caller_id) DO UPDATE SET
+        generation = g.generation + 1,
+        claimed_at = NOW(),
+        holder = EXCLUDED.holder
+    RETURNING generation
+"""
+
+# Taken at the start of a batch's transaction for the fenced keys in it. FOR SHARE keeps a
+# claim from committing until the batch is committed; a claim already holding the row
+# makes this wait, and (READ COMMITTED) it then returns the claim's new generation.
+_LOCK_GENERATIONS_SQL = """
+    SELECT swarm_name, caller_role, caller_id, generation FROM instance_generations
+    WHERE (swarm_name, caller_role, caller_id) IN (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+    FOR SHARE
+"""
 
 
 def _strip_nul(value: Any) -> Any:
@@ -176,6 +200,7 @@ class PostgresTaskStore(TaskStore):
         close_timeout: float = 10.0,
         read_timeout: float = 30.0,
     ) -> None:
+        super().__init__()
         self._dsn = normalize_dsn(database_url)
         self._min_size = min_size
         self._max_size = max_size
@@ -270,7 +295,7 @@ class PostgresTaskStore(TaskStore):
             None if start_time is None else parse_start_time(start_time),
             _pg_json(extra),
         )
-        await self._buffer.submit(_Write("task", args))
+        await self._submit(key, "task", args)
 
     async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
         ev = normalize_event(event)
@@ -281,7 +306,7 @@ class PostgresTaskStore(TaskStore):
             _pg_text(ev["data"]),
             _pg_text(ev["id"]),
         )
-        await self._buffer.submit(_Write("event", args))
+        await self._submit(key, "event", args)
 
     async def save_history(
         self,
@@ -295,31 +320,92 @@ class PostgresTaskStore(TaskStore):
         encoded = _pg_json(list(history))
         fmt = tool_format or detect_tool_format(history)
         args = (*_key_args(key), task_id, agent_name, fmt, encoded)
-        await self._buffer.submit(_Write("history", args))
+        await self._submit(key, "history", args)
 
     async def save_response(
         self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
     ) -> None:
         args = (*_key_args(key), task_id, _pg_json(dict(response)))
-        await self._buffer.submit(_Write("response", args))
+        await self._submit(key, "response", args)
 
     async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
         args = (*_key_args(key), task_id, _pg_json(list(items)))
-        await self._buffer.submit(_Write("queue", args))
+        await self._submit(key, "queue", args)
 
     async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
-        await self._buffer.submit(_Write("queue_delete", (*_key_args(key), task_id)))
+        await self._submit(key, "queue_delete", (*_key_args(key), task_id))
+
+    async def _submit(self, key: InstanceKey, kind: str, args: tuple[Any, ...]) -> None:
+        generation = self._fencing.generation_for(key)
+        if generation is not None and self._fencing.drop_if_known_fenced(key, generation):
+            return
+        await self._buffer.submit(_Write(kind, args, generation))
+
+    # -- fencing ---------------------------------------------------------------------------
+    async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
+        if self._pool is None:
+            raise StoreUnavailableError("the PostgreSQL store is not started")
+        if key in self._fencing.leases:
+            # Re-claiming: what this store wrote under its previous lease lands first
+            # instead of being dropped as stale.
+            await self.flush(self._read_timeout)
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                async with self._pool.acquire() as conn:
+                    generation = await conn.fetchval(_CLAIM_SQL, *_key_args(key), holder)
+        except Exception as exc:
+            if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
+                self._schema_ready = False
+            if is_transient_error(exc):
+                raise StoreUnavailableError(
+                    f"cannot claim a generation in PostgreSQL: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise
+        self._fencing.claimed(key, int(generation))
+        logger.debug("claimed generation %d of %s (holder %r)", generation, key, holder)
+        return int(generation)
+
+    async def _fence(
+        self, conn: asyncpg.Connection, writes: list[_Write]
+    ) -> tuple[list[_Write], list[tuple[InstanceKey, int, int, int | None]]]:
+        """Lock the generations of the batch's fenced keys; keep only current writes.
+
+        Returns the writes to apply and (key, generation, dropped count, current
+        generation) for each lease that was found superseded.
+        """
+        leased = {w.args[:3] for w in writes if w.generation is not None}
+        if not leased:
+            return writes, []
+        names, roles, ids = (list(column) for column in zip(*sorted(leased), strict=True))
+        current = {
+            (row["swarm_name"], row["caller_role"], row["caller_id"]): row["generation"]
+            for row in await conn.fetch(_LOCK_GENERATIONS_SQL, names, roles, ids)
+        }
+        kept: list[_Write] = []
+        dropped: dict[tuple[Any, ...], int] = {}
+        for write in writes:
+            if write.generation is None or current.get(write.args[:3]) == write.generation:
+                kept.append(write)
+            else:
+                lease = (*write.args[:3], write.generation)
+                dropped[lease] = dropped.get(lease, 0) + 1
+        return kept, [
+            (InstanceKey(*lease[:3]), lease[3], count, current.get(lease[:3]))
+            for lease, count in dropped.items()
+        ]
 
     async def _apply_batch(self, batch: Sequence[_Write]) -> None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
         writes = _coalesce_histories(batch)
+        fenced: list[tuple[InstanceKey, int, int, int | None]] = []
         async with self._pool.acquire() as conn:
             if not self._schema_ready and self._auto_create_schema:
                 await ensure_schema(conn)
                 self._schema_ready = True
             try:
                 async with conn.transaction():
+                    writes, fenced = await self._fence(conn, writes)
                     # Consecutive writes of one kind go in one executemany; kinds are never
                     # reordered, so per-task ordering is kept.
                     start = 0
@@ -333,6 +419,9 @@ class PostgresTaskStore(TaskStore):
             except asyncpg.exceptions.UndefinedTableError:
                 self._schema_ready = False
                 raise
+        # Counted only once the transaction committed (a failed batch is retried whole).
+        for key, generation, count, now_current in fenced:
+            self._fencing.dropped(key, generation, count, now_current)
 
     # -- reads -----------------------------------------------------------------------------
     async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:

@@ -13,9 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-# The four documented tables, plus the stashed queues of paused tasks and agent memory.
+# The four documented tables, plus the stashed queues of paused tasks, agent memory and
+# the generation (fencing token) of each instance for cluster mode.
 DOCUMENTED_TABLES: tuple[str, ...] = ("agent_histories", "tasks", "task_events", "task_responses")
-ALL_TABLES: tuple[str, ...] = DOCUMENTED_TABLES + ("task_queues", "agent_memories")
+ALL_TABLES: tuple[str, ...] = DOCUMENTED_TABLES + (
+    "task_queues",
+    "agent_memories",
+    "instance_generations",
+)
 
 _TABLE_DDL: dict[str, str] = {
     "agent_histories": """
@@ -94,6 +99,16 @@ _TABLE_DDL: dict[str, str] = {
             created_at TIMESTAMPTZ DEFAULT NOW(),
             updated_at TIMESTAMPTZ DEFAULT NOW(),
             PRIMARY KEY (namespace, key)
+        )""",
+    "instance_generations": """
+        CREATE TABLE IF NOT EXISTS instance_generations (
+            swarm_name TEXT NOT NULL,
+            caller_role TEXT NOT NULL,
+            caller_id TEXT NOT NULL,
+            generation BIGINT NOT NULL,
+            claimed_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+            holder TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (swarm_name, caller_role, caller_id)
         )""",
 }
 

@@ -1,0 +1,170 @@
+"""The front end's routes in cluster mode: authenticate here, run in the caller's instance host.
+
+Each route that works on the caller's instance is replaced by one that authenticates the
+caller (the same 401/403 as everywhere), reads the bounded body and hands the request to the
+backend. A request whose answer is an event stream (``GET /task/events``, or a body asking for
+``"stream": true``) is relayed incrementally; any other is one call and one response.
+Everything else (``/``, ``/health``, ``/whoami``, the registry, the console's files) is
+answered by the front end itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from starlette.responses import Response, StreamingResponse
+
+from mail.cluster.host import ForwardedRequest, UnaryResponse
+from mail.server.auth import Caller, authenticate_request
+from mail.server.routes_public import get_state
+
+logger = logging.getLogger("mail.cluster")
+
+# (path, methods) of the routes whose work happens in the caller's instance.
+INSTANCE_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("/status", ("GET",)),
+    ("/message", ("POST",)),
+    ("/tasks", ("GET",)),
+    ("/task", ("GET",)),
+    ("/task/events", ("GET",)),
+    ("/swarm", ("GET",)),
+    ("/responses", ("POST",)),
+    ("/threads", ("GET",)),
+    ("/threads/{thread_id}", ("GET",)),
+    ("/attachments/{attachment_id}", ("GET",)),
+    ("/interswarm/forward", ("POST",)),
+    ("/interswarm/back", ("POST",)),
+    ("/interswarm/message", ("POST",)),
+)
+_STREAM_PATHS = frozenset({"/task/events"})
+# Roles each instance route admits (the routes' own dependencies say the same): checked here
+# so a caller of the wrong role gets its 403 at once, without an instance being made for it.
+_AGENT_ROUTES = frozenset({"/interswarm/forward", "/interswarm/back"})
+_USER_ROLES = frozenset({"admin", "user"})
+_HOP_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+# Seconds a client should wait before retrying when an instance's node just failed.
+RETRY_AFTER = "2"
+
+
+class InstanceBackend(Protocol):
+    async def unary(
+        self, swarm: str, caller: Caller, request: ForwardedRequest
+    ) -> UnaryResponse: ...
+
+    def stream(
+        self, swarm: str, caller: Caller, request: ForwardedRequest
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+    def unavailable(self, exc: BaseException) -> bool: ...
+
+
+def wants_stream(path: str, body: bytes) -> bool:
+    if path in _STREAM_PATHS:
+        return True
+    if b'"stream"' not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
+
+
+def _forwarded(request: Request, body: bytes) -> ForwardedRequest:
+    client = request.scope.get("client")
+    return ForwardedRequest(
+        method=request.method,
+        path=request.url.path,
+        query=request.scope.get("query_string", b""),
+        headers=list(request.scope["headers"]),
+        body=body,
+        client=tuple(client) if client else None,  # type: ignore[arg-type]
+    )
+
+
+def _headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in raw if k.lower() not in _HOP_HEADERS]
+
+
+def _unavailable(exc: BaseException) -> HTTPException:
+    logger.warning("instance unavailable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+    return HTTPException(
+        503,
+        "the node running this caller's instance failed; it is being restarted elsewhere "
+        "and its tasks continue: retry shortly, or follow a task with GET /task/events",
+        headers={"Retry-After": RETRY_AFTER},
+    )
+
+
+class _Relay(Response):
+    """A response made of the ASGI messages an instance host produced."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        super().__init__(content=body, status_code=status)
+        self.raw_headers = [*_headers(headers), (b"content-length", str(len(body)).encode())]
+
+
+async def forward(request: Request) -> Response:
+    state = get_state(request)
+    backend: InstanceBackend = request.app.state.cluster_backend
+    route = request.scope.get("route")
+    template = getattr(route, "path", request.url.path)
+    if template == "/responses" and not state.config.debug:
+        raise HTTPException(404, "Not found")  # as in one process: before looking at keys
+    caller = await authenticate_request(request)
+    allowed = frozenset({"agent"}) if template in _AGENT_ROUTES else _USER_ROLES
+    if caller.role not in allowed:
+        raise HTTPException(403, "invalid role")
+    body = await request.body()
+    fwd = _forwarded(request, body)
+    swarm = state.swarm_name
+    if not wants_stream(fwd.path, body):
+        try:
+            reply = await backend.unary(swarm, caller, fwd)
+        except Exception as exc:
+            if backend.unavailable(exc):
+                raise _unavailable(exc) from None
+            raise
+        return _Relay(reply.status, reply.headers, reply.body)
+    messages = backend.stream(swarm, caller, fwd)
+    try:
+        first = await anext(messages)
+    except Exception as exc:
+        if backend.unavailable(exc):
+            raise _unavailable(exc) from None
+        raise
+    response = StreamingResponse(_bodies(messages), status_code=first["status"])
+    response.raw_headers = _headers(first.get("headers", []))
+    return response
+
+
+async def _bodies(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    try:
+        async for message in messages:
+            chunk = message.get("body", b"")
+            if chunk:
+                yield chunk
+    except Exception as exc:
+        # The instance's node died mid-stream: the connection is cut (no closing event), and
+        # the client resumes with GET /task/events and Last-Event-ID on any front end.
+        logger.warning("stream cut: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        raise
+
+
+def cluster_router() -> APIRouter:
+    router = APIRouter()
+    for path, methods in INSTANCE_ROUTES:
+        router.add_api_route(path, forward, methods=list(methods), include_in_schema=False)
+    return router
+
+
+def install_cluster(app: FastAPI, backend: InstanceBackend) -> None:
+    """Route instance work to ``backend`` (before the local routes, which it shadows)."""
+    from mail.cluster.fanout import router as fanout_router
+
+    app.state.cluster_backend = backend
+    app.router.routes[:0] = [*cluster_router().routes, *fanout_router.routes]

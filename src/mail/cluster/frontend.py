@@ -1,0 +1,71 @@
+"""Switching a server into a cluster front end (``[server.cluster] backend = "ray"``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from mail.cluster.forwarding import install_cluster
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve()) if path else path
+
+
+def host_config_json(config: Any) -> str:
+    """The configuration instance hosts are built with: this one, with absolute paths."""
+    swarm = config.swarm.model_copy(
+        update={
+            "source": _absolute(config.swarm.source),
+            "registry_file": _absolute(config.swarm.registry_file),
+        }
+    )
+    auth = config.auth.model_copy(update={"keys_file": str(config.keys_file_path().resolve())})
+    team = config.team_tools.model_copy(
+        update={
+            "files_root": _absolute(config.team_tools.files_root),
+            "attachments_dir": _absolute(config.team_tools.attachments_dir),
+        }
+    )
+    data = config.model_copy(update={"swarm": swarm, "auth": auth, "team_tools": team})
+    return str(data.model_dump_json(by_alias=False))
+
+
+class RayFrontEnd:
+    """The backend of a front end: connects to Ray at start-up, forwards to instance actors."""
+
+    def __init__(self, config: Any) -> None:
+        from mail.cluster.ray_backend import RayInstances
+
+        self.instances = RayInstances(config, config_json=host_config_json(config))
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.instances.connect)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.instances.close)
+
+    def unary(self, *args: Any) -> Any:
+        return self.instances.unary(*args)
+
+    def stream(self, *args: Any) -> Any:
+        return self.instances.stream(*args)
+
+    def unavailable(self, exc: BaseException) -> bool:
+        return self.instances.unavailable(exc)
+
+
+def install_backend(app: FastAPI, config: Any) -> None:
+    from mail.cluster.settings import require_ray
+
+    require_ray()  # fail at creation with the install hint, not at the first request
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Each instance actor opens its own pool (the variables reach the actors with the rest of
+    # MAIL_*): keep them small so the database sees a few connections per live instance.
+    os.environ.setdefault("MAIL_DB_POOL_MIN", "1")
+    os.environ.setdefault("MAIL_DB_POOL_MAX", "4")
+    install_cluster(app, RayFrontEnd(config))

@@ -1,0 +1,301 @@
+"""What runs inside one instance actor: the caller's swarm instance behind the server's routes.
+
+An :class:`InstanceHost` builds the same FastAPI application a single-process server runs, in
+*instance mode*: no console, no access log, no cluster backend of its own, and an authenticator
+that accepts only what the front end already authenticated. A forwarded request is driven
+through that application as an in-process ASGI call (no socket), so every route, body, status
+code and SSE event is exactly the single-process one.
+
+On start the host claims the next *generation* of its instance in the store (fencing: writes
+of a host that lost its node are rejected once a newer host claimed the instance), restores the
+instance from the store and starts its runtime, so tasks that were running continue before any
+request arrives. Nothing here imports Ray; ``ray_backend`` wraps a host in an actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from mail.server.auth import Caller
+from mail.server.forwarded_auth import ForwardedAuthenticator
+
+logger = logging.getLogger("mail.cluster")
+
+# Seconds a streamed event may wait for the store to acknowledge it durably before it is sent
+# anyway (the database is down: the single-process behaviour, events not yet durable).
+_DURABLE_WAIT = 5.0
+
+
+class InstanceClosing(RuntimeError):
+    """The host is being reclaimed; the request did not run and may be sent to a new host."""
+
+
+@dataclass
+class ForwardedRequest:
+    """An HTTP request as the front end received it (already authenticated, body bounded)."""
+
+    method: str
+    path: str
+    query: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    body: bytes = b""
+    client: tuple[str, int] | None = None
+
+
+@dataclass
+class UnaryResponse:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def caller_from_dict(data: dict[str, Any]) -> Caller:
+    return Caller(
+        role=str(data["role"]),
+        id=str(data["id"]),
+        api_key=str(data["api_key"]),
+        swarm=data.get("swarm"),
+    )
+
+
+def caller_to_dict(caller: Caller) -> dict[str, Any]:
+    return {"role": caller.role, "id": caller.id, "api_key": caller.api_key, "swarm": caller.swarm}
+
+
+def instance_config_json(config_json: str) -> str:
+    """The front end's configuration as an instance host uses it."""
+    from mail.config import ServerConfig
+
+    config = ServerConfig.model_validate_json(config_json)
+    settings = config.settings.model_copy(update={"gc_tuning": False})
+    cluster = config.cluster.model_copy(update={"backend": "none"})
+    return config.model_copy(
+        update={"ui": False, "access_log": False, "settings": settings, "cluster": cluster}
+    ).model_dump_json(by_alias=False)
+
+
+class InstanceHost:
+    """One caller's instance and the application that serves it."""
+
+    def __init__(
+        self,
+        config_json: str,
+        caller: dict[str, Any],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.config_json = config_json
+        self.caller = caller_from_dict(caller)
+        self.env = dict(env or {})
+        self.app: Any = None
+        self.generation: int | None = None
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.open_requests = 0
+        self.last_used = time.monotonic()
+        self.fenced = False
+        self.closing = False
+        # Called once when a newer host took the instance over (the owner ends this host).
+        self.on_lost: Any = None
+        self._auth = ForwardedAuthenticator()
+        self._auth.remember(self.caller)
+        self._lifespan: Any = None
+        self._started: asyncio.Task[None] | None = None
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def start_soon(self) -> asyncio.Task[None]:
+        """Start (once) in the background: restore and resume without waiting for a request."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._start())
+        return self._started
+
+    async def ready(self) -> None:
+        await asyncio.shield(self.start_soon())
+
+    async def _start(self) -> None:
+        os.environ.update(self.env)
+        from mail.config import ServerConfig
+        from mail.server.app import create_app
+
+        config = ServerConfig.model_validate_json(instance_config_json(self.config_json))
+        self.app = create_app(config, authenticator=self._auth)
+        self._lifespan = self.app.router.lifespan_context(self.app)
+        await self._lifespan.__aenter__()
+        state = self.app.state.mail
+        await self._claim(state)
+        # Created now, so a restarted host continues its running tasks by itself.
+        await state.instances.get(self.caller.role, self.caller.id, self.caller.api_key)
+        logger.info(
+            "instance %s:%s ready on %s (generation %s)",
+            self.caller.role,
+            self.caller.id,
+            self.holder,
+            self.generation,
+        )
+
+    async def _claim(self, state: Any) -> None:
+        store = state.store
+        claim = getattr(store, "claim_generation", None)
+        if claim is None:
+            return
+        from mail.server.instances import instance_kind
+        from mail.store import InstanceKey
+
+        key = InstanceKey(state.swarm_name, instance_kind(self.caller.role), self.caller.id)
+        self.generation = int(await claim(key, self.holder))
+        if hasattr(store, "on_fenced"):
+            store.on_fenced = self._on_fenced
+
+    def _on_fenced(self, key: Any) -> None:
+        if not self.fenced:
+            self.fenced = True
+            self.closing = True
+            logger.warning("instance %s was taken over by a newer host; stopping", key)
+            if self.on_lost is not None:
+                self.on_lost()
+
+    async def stop(self) -> None:
+        if self._started is not None and not self._started.done():
+            self._started.cancel()
+            with contextlib.suppress(BaseException):
+                await self._started
+        if self._lifespan is not None:
+            lifespan, self._lifespan = self._lifespan, None
+            await lifespan.__aexit__(None, None, None)
+
+    # -- state the actor reports ---------------------------------------------------------------
+
+    def instance(self) -> Any | None:
+        state = getattr(self.app.state, "mail", None) if self.app is not None else None
+        if state is None:
+            return None
+        return state.instances.peek(self.caller.role, self.caller.id)
+
+    def idle_for(self) -> float:
+        """Seconds without requests, or 0 while anything keeps the instance busy."""
+        if self._started is None or not self._started.done():
+            return 0.0  # still restoring (and resuming its tasks)
+        inst = self.instance()
+        if self.open_requests or (inst is not None and (inst.in_use or inst.has_running_tasks())):
+            return 0.0
+        return time.monotonic() - self.last_used
+
+    def describe(self) -> dict[str, Any]:
+        inst = self.instance()
+        return {
+            "caller": {"role": self.caller.role, "id": self.caller.id},
+            "holder": self.holder,
+            "generation": self.generation,
+            "pid": os.getpid(),
+            "running_tasks": 0
+            if inst is None
+            else sum(1 for t in inst.swarm.get_all_tasks().values() if t.is_running),
+            "open_requests": self.open_requests,
+            "fenced": self.fenced,
+        }
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def unary(self, caller: dict[str, Any], request: ForwardedRequest) -> UnaryResponse:
+        """Run one request to its end and return the whole response."""
+        status, headers, chunks = 500, [], []
+        async for message in self.stream(caller, request, durable=False):
+            if message["type"] == "http.response.start":
+                status, headers = message["status"], message.get("headers", [])
+            else:
+                chunks.append(message.get("body", b""))
+        return UnaryResponse(status, list(headers), b"".join(chunks))
+
+    async def stream(
+        self, caller: dict[str, Any], request: ForwardedRequest, *, durable: bool = True
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The ASGI response messages of one request, as the application sends them.
+
+        With ``durable``, each body chunk of an event stream is sent only once the store has
+        the events it carries, so an event a client saw survives the loss of this host.
+        """
+        if self.closing:
+            raise InstanceClosing("instance reclaimed")
+        await self.ready()
+        self._auth.remember(caller_from_dict(caller))
+        self.open_requests += 1
+        self.last_used = time.monotonic()
+        outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        disconnected = asyncio.Event()
+        body_sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            await outbox.put(message)
+
+        async def run() -> None:
+            try:
+                await self.app(self._scope(request), receive, send)
+            finally:
+                await outbox.put(None)
+
+        runner = asyncio.get_running_loop().create_task(run())
+        event_stream = False
+        try:
+            while True:
+                message = await outbox.get()
+                if message is None:
+                    break
+                if message["type"] == "http.response.start":
+                    event_stream = durable and _is_event_stream(message.get("headers", []))
+                elif event_stream and message.get("body"):
+                    await self._wait_durable()
+                yield message
+            await runner  # re-raises an application error
+        finally:
+            disconnected.set()
+            if not runner.done():
+                runner.cancel()
+                with contextlib.suppress(BaseException):
+                    await runner
+            self.open_requests -= 1
+            self.last_used = time.monotonic()
+
+    async def _wait_durable(self) -> None:
+        inst = self.instance()
+        flush = getattr(getattr(inst, "swarm", None), "flush_store", None)
+        if flush is not None:
+            await flush(_DURABLE_WAIT)
+
+    def _scope(self, request: ForwardedRequest) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": "http",
+            "path": request.path,
+            "raw_path": request.path.encode("latin-1", "replace"),
+            "query_string": request.query,
+            "root_path": "",
+            "headers": request.headers,
+            "client": request.client,
+            "server": ("127.0.0.1", 0),
+            "state": {},
+        }
+
+
+def _is_event_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.startswith(b"text/event-stream")
+    return False

@@ -1,0 +1,284 @@
+"""Durable running tasks: a per-task journal of pending work, and its replay after a restart.
+
+A task's pending work is every message that was queued for it and not yet fully handled:
+
+- ``mailbox`` entries: in the runtime's priority mailbox, not yet dispatched;
+- ``inbox`` entries: delivered to one agent, waiting for (or taken by) a turn of that agent
+  that has not finished yet.
+
+The mailbox and the agent inboxes report to the journal (``journal`` attribute, None when no
+store is attached: then nothing here runs). An entry leaves the journal only when the turn that
+took it has finished; the journal of that task is written right after the agent's history, so
+both land in the same store batch.
+
+Each task's journal is one row, written with the store's ``save_queue`` under the key
+``"<task_id>::journal"`` (``JOURNAL_SUFFIX``), so stashed queues of paused tasks (key
+``<task_id>``) are untouched. Writes are coalesced: at most one per task per event-loop pass,
+plus one at the end of each turn. They go through the instance's StoreObserver queue, so agents
+never wait on the database.
+
+Replay (``restore``/``loop_started``): for a task that was running, the histories of agents whose
+turn was interrupted are cut back to where that turn began (the re-run appends the incoming
+messages again), messages sent by the interrupted turn are dropped (the re-run sends them
+again), the remaining inbox entries go back to their agents and the mailbox entries back to the
+mailbox, in their original tier and FIFO order, once the runtime loop runs.
+
+At-least-once: the model call and the action calls of an interrupted turn run again. A message
+sent by an interrupted turn that another agent already handled (its turn finished) before the
+crash is handled again when the re-run sends it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mail.core.message import MAILMessage
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
+
+logger = logging.getLogger("mail.runtime")
+
+JOURNAL_SUFFIX = "::journal"
+
+# (task_id, items) -> None; items None means "the task has no pending work" (delete the row).
+JournalWriter = Callable[[str, list[dict[str, Any]] | None], None]
+
+
+def journal_key(task_id: str) -> str:
+    return task_id + JOURNAL_SUFFIX
+
+
+def is_journal_key(key: str) -> bool:
+    return key.endswith(JOURNAL_SUFFIX)
+
+
+class TaskJournal:
+    """In-memory image of every task's pending work, mirrored to the store."""
+
+    def __init__(self, runtime: MAILRuntime, write: JournalWriter) -> None:
+        self.runtime = runtime
+        self._write = write
+        # task_id -> entry id -> entry (insertion ordered)
+        self._entries: dict[str, dict[str, dict[str, Any]]] = {}
+        # asyncio task of a running turn -> (turn id, task_id, entry ids it took)
+        self._active: dict[asyncio.Task[Any], tuple[str, str, list[str]]] = {}
+        self._turn_ids = itertools.count(1)
+        self._prefix = uuid.uuid4().hex[:8]
+        self._dirty: set[str] = set()
+        self._flush_scheduled = False
+        self._replay: dict[str, list[dict[str, Any]]] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ install
+    def install(self) -> None:
+        self.runtime.journal = self
+        self.runtime.mailbox.journal = self
+        self.runtime.inboxes.journal = self
+
+    def entries(self, task_id: str) -> list[dict[str, Any]]:
+        """The pending work of one task, in journal order (for tests and diagnostics)."""
+        return list(self._entries.get(task_id, {}).values())
+
+    # ------------------------------------------------------------------ hooks (hot path)
+    def queued(self, seq: int, priority: int, message: MAILMessage) -> None:
+        """The mailbox accepted a message."""
+        entry: dict[str, Any] = {
+            "kind": "mailbox",
+            "priority": priority,
+            "seq": seq,
+            "message": message,
+        }
+        origin = self._current_turn()
+        if origin is not None:
+            entry["origin"] = origin
+        self._add(message["message"]["task_id"], f"m{seq}", entry)
+
+    def popped(self, seq: int, message: MAILMessage) -> None:
+        """The mailbox handed a message to the loop (its deliveries are recorded next)."""
+        self._remove(message["message"]["task_id"], f"m{seq}")
+
+    def stashed(self, task_id: str, seqs: list[int]) -> None:
+        """A paused or completed task's queued messages moved to its stashed queue."""
+        for seq in seqs:
+            self._remove(task_id, f"m{seq}")
+
+    def delivered(self, key: str, seq: int, priority: int, message: MAILMessage) -> None:
+        """A message reached an agent's inbox (``key`` is ``task::agent``)."""
+        task_id, agent = key.split("::", 1)
+        entry: dict[str, Any] = {
+            "kind": "inbox",
+            "agent": agent,
+            "priority": priority,
+            "seq": seq,
+            "message": message,
+        }
+        origin = self._current_turn()
+        if origin is not None:
+            entry["origin"] = origin
+        self._add(task_id, f"i{key}#{seq}", entry)
+
+    def taken(self, key: str, seqs: list[int]) -> None:
+        """The turn running now took these inbox entries of ``key``."""
+        current = asyncio.current_task()
+        if current is None:
+            return
+        task_id = key.split("::", 1)[0]
+        turn_id = f"{self._prefix}-{next(self._turn_ids)}"
+        base_len = len(self.runtime.agent_histories.get(key, ()))
+        entries = self._entries.get(task_id, {})
+        ids = []
+        for seq in seqs:
+            entry_id = f"i{key}#{seq}"
+            entry = entries.get(entry_id)
+            if entry is not None:
+                entry["taken_by"] = turn_id
+                entry["base_len"] = base_len
+                ids.append(entry_id)
+        self._active[current] = (turn_id, task_id, ids)
+        if ids:
+            self._mark(task_id)
+
+    def turn_finished(self, interrupted: bool) -> None:
+        """The calling turn ended; its entries are done unless it was interrupted."""
+        current = asyncio.current_task()
+        active = self._active.pop(current, None) if current is not None else None
+        if active is None or interrupted:
+            return
+        _turn_id, task_id, ids = active
+        entries = self._entries.get(task_id)
+        if entries is None:
+            return
+        for entry_id in ids:
+            entries.pop(entry_id, None)
+        # Written now, right behind the history the turn just saved: same store batch.
+        self._dirty.discard(task_id)
+        self._write_task(task_id)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _current_turn(self) -> str | None:
+        if not self._active:
+            return None
+        current = asyncio.current_task()
+        active = self._active.get(current) if current is not None else None
+        return active[0] if active is not None else None
+
+    def _add(self, task_id: str, entry_id: str, entry: dict[str, Any]) -> None:
+        self._entries.setdefault(task_id, {})[entry_id] = entry
+        self._mark(task_id)
+
+    def _remove(self, task_id: str, entry_id: str) -> None:
+        entries = self._entries.get(task_id)
+        if entries is not None and entries.pop(entry_id, None) is not None:
+            self._mark(task_id)
+
+    def _mark(self, task_id: str) -> None:
+        self._dirty.add(task_id)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop (synchronous setup): written by the next flush
+                self._flush_scheduled = False
+
+    def flush(self) -> None:
+        """Write every task whose pending work changed since the last write."""
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        for task_id in dirty:
+            self._write_task(task_id)
+
+    def _write_task(self, task_id: str) -> None:
+        entries = self._entries.get(task_id)
+        if not entries:
+            self._entries.pop(task_id, None)
+            self._write(task_id, None)
+            return
+        self._write(task_id, [dict(e) for e in entries.values()])
+
+    # ------------------------------------------------------------------ restart
+    def restore(self, task_id: str, items: list[dict[str, Any]]) -> None:
+        """Take over a running task's journal from the store; replayed by `loop_started`.
+
+        Cuts back the histories of interrupted turns and drops what those turns sent.
+        """
+        interrupted: dict[str, tuple[str, int]] = {}  # turn id -> (agent, base_len)
+        for item in items:
+            turn = item.get("taken_by")
+            if item.get("kind") == "inbox" and turn:
+                interrupted.setdefault(turn, (item["agent"], int(item.get("base_len", 0))))
+        for agent, base_len in interrupted.values():
+            history = self.runtime.agent_histories.get(f"{task_id}::{agent}")
+            if history is not None and len(history) > base_len:
+                del history[base_len:]
+        keep = [i for i in items if i.get("origin") not in interrupted]
+        for item in keep:
+            item.pop("taken_by", None)
+            item.pop("base_len", None)
+            item.pop("origin", None)
+        inbox = [i for i in keep if i.get("kind") == "inbox"]
+        mailbox = [i for i in keep if i.get("kind") != "inbox"]
+        ordered = sorted(inbox, key=_order) + sorted(mailbox, key=_order)
+        self._replay[task_id] = ordered
+        # Until the replay, the stored journal stays as it was loaded (minus dropped sends).
+        self._entries[task_id] = {f"r{n}": dict(i) for n, i in enumerate(ordered)}
+        self._mark(task_id)
+
+    def discard(self, task_id: str) -> None:
+        """Forget a stored journal of a task that is not running (a stale row)."""
+        self._entries.pop(task_id, None)
+        self._mark(task_id)
+
+    @property
+    def replay_pending(self) -> list[str]:
+        return list(self._replay)
+
+    def loop_started(self) -> None:
+        """The runtime loop runs: hand restored work back to the agents and the mailbox."""
+        if not self._replay:
+            return
+        replay, self._replay = self._replay, {}
+        rt = self.runtime
+        for task_id, items in replay.items():
+            self._entries.pop(task_id, None)
+            self._mark(task_id)
+            task = rt.mail_tasks.get(task_id)
+            if task is None or task.completed:
+                continue
+            self._watch_completion(task_id)
+            for item in items:
+                message = item["message"]
+                if item.get("kind") == "inbox":
+                    key = f"{task_id}::{item['agent']}"
+                    if rt.inboxes.add(key, message):
+                        rt._spawn(task_id, rt._run_turn(task_id, item["agent"], None, None))
+                else:
+                    rt.mailbox.put(message, int(item["priority"]))
+            logger.info("task %s continues after a restart (%d pending)", task_id, len(items))
+
+    def _watch_completion(self, task_id: str) -> None:
+        """Store `task_complete` when the task ends, as the lost POST /message waiter would."""
+        future = self.runtime._add_waiter(task_id)
+        watcher = asyncio.create_task(self._complete_later(task_id, future))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _complete_later(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
+        rt = self.runtime
+        try:
+            response = await future
+        finally:
+            rt._drop_waiter(task_id, future)
+        if response["message"]["subject"] == "::shutdown_requested::":
+            return
+        body = response["message"]["body"]
+        rt._emit(task_id, "task_complete", lambda: f"response: '{body}'")
+
+
+def _order(item: dict[str, Any]) -> tuple[int, int]:
+    return int(item.get("priority", 5)), int(item.get("seq", 0))

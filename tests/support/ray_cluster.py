@@ -1,0 +1,192 @@
+"""A real Ray cluster on this machine (a head and worker nodes) and `mail server` front ends.
+
+``RayTestCluster`` starts ``ray.cluster_utils.Cluster``: a head node that runs no instances
+(``num_cpus=0``) and worker nodes that do. Front ends are real ``mail server --cluster ray``
+processes sharing one key file, swarms.json and PostgreSQL database. The test process also
+joins the cluster as a driver to look at and kill the nodes that host instances.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tests.server_fixtures import ServerProcess, create_key, free_port, write_config
+
+WORKER_CPUS = 2
+# How fast the head notices a dead node (Ray's defaults take tens of seconds); docs/cluster.md
+# recommends the same for deployments that want a task running again within seconds.
+FAST_FAILURE_DETECTION = {
+    "health_check_period_ms": 500,
+    "health_check_timeout_ms": 500,
+    "health_check_failure_threshold": 3,
+}
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class RayTestCluster:
+    workers: int = 2
+    cluster: Any = None
+    nodes: list[Any] = field(default_factory=list)
+    namespace: str = field(default_factory=lambda: f"mail-test-{uuid.uuid4().hex[:8]}")
+
+    def start(self) -> RayTestCluster:
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "include_dashboard": False,
+                "_system_config": FAST_FAILURE_DETECTION,
+            },
+        )
+        for _ in range(self.workers):
+            self.nodes.append(self.cluster.add_node(num_cpus=WORKER_CPUS))
+        self.cluster.wait_for_nodes()
+        ray.init(address=self.cluster.address, namespace=self.namespace, log_to_driver=False)
+        return self
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def add_worker(self) -> Any:
+        node = self.cluster.add_node(num_cpus=WORKER_CPUS)
+        self.nodes.append(node)
+        self.cluster.wait_for_nodes()
+        return node
+
+    def actor(self, swarm: str, kind: str, caller_id: str) -> Any:
+        import ray
+
+        return ray.get_actor(f"{swarm}/{kind}/{caller_id}", namespace=self.namespace)
+
+    def describe(self, swarm: str, kind: str, caller_id: str) -> dict[str, Any]:
+        import ray
+
+        result: dict[str, Any] = ray.get(
+            self.actor(swarm, kind, caller_id).describe.remote(), timeout=60
+        )
+        return result
+
+    def kill_node_of(self, swarm: str, kind: str, caller_id: str) -> str:
+        """Remove (kill) the worker node that hosts the instance; returns its node id."""
+        node_id = self.describe(swarm, kind, caller_id)["node_id"]
+        for node in self.nodes:
+            if node.node_id == node_id:
+                self.cluster.remove_node(node, allow_graceful=False)
+                self.nodes.remove(node)
+                return node_id
+        raise AssertionError(f"instance runs on node {node_id}, which is not a worker node")
+
+    def shutdown(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.shutdown()
+
+
+@dataclass
+class ClusterDeployment:
+    """Two (or more) front ends of one deployment, sharing keys, swarms and database."""
+
+    root: Path
+    cluster: RayTestCluster
+    database_url: str
+    swarms: list[dict[str, Any]]
+    swarm: str
+    env: dict[str, str] = field(default_factory=dict)
+    settings: str = ""
+    front_ends: list[ServerProcess] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def prepare(self) -> ClusterDeployment:
+        (self.root / "swarms.json").write_text(json.dumps(self.swarms), encoding="utf-8")
+        self.keys_file = self.root / "keys.json"
+        self.keys["admin"] = create_key(self.keys_file, "admin", "ops")
+        self.keys["alice"] = create_key(self.keys_file, "user", "alice")
+        self.keys["bob"] = create_key(self.keys_file, "user", "bob")
+        return self
+
+    def start_front_end(self) -> ServerProcess:
+        index = len(self.front_ends)
+        directory = self.root / f"fe{index}"
+        directory.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        config = write_config(
+            directory,
+            port=port,
+            swarm=self.swarm,
+            source=str(self.root / "swarms.json"),
+            extra=self.settings,
+        )
+        # One registry for the deployment, as on a shared volume.
+        text = config.read_text(encoding="utf-8").replace(
+            str(directory / "registries"), str(self.root / "registries")
+        )
+        if "instance_idle_timeout" in self.settings:  # replaces the fixture's default of 0
+            text = text.replace("instance_idle_timeout = 0\n", "", 1)
+        config.write_text(text, encoding="utf-8")
+        env = {
+            "DATABASE_URL": self.database_url,
+            "MAIL_KEYS_FILE": str(self.keys_file),
+            "MAIL_CONFIG_PATH": str(config),
+            **self.env,
+        }
+        server = ServerProcess(
+            directory,
+            port,
+            args=[
+                "--port",
+                str(port),
+                "--cluster",
+                "ray",
+                "--cluster-address",
+                self.cluster.address,
+                "--cluster-namespace",
+                self.cluster.namespace,
+            ],
+            env=env,
+        )
+        server.start()
+        self.front_ends.append(server)
+        return server
+
+    def stop(self) -> None:
+        for server in self.front_ends:
+            with contextlib.suppress(Exception):
+                server.stop()
+
+
+def auth_header(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def get_json(client: httpx.Client, url: str, key: str) -> Any:
+    reply = client.get(url, headers=auth_header(key))
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def env_without_cluster() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MAIL_CLUSTER_")}

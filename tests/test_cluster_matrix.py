@@ -1,0 +1,108 @@
+"""The HTTP end-to-end tests, run against a cluster deployment (issue 18's matrix entry).
+
+The modules below start real `mail server` processes through ``tests/server_fixtures.py``.
+Here they run unchanged in a child ``pytest`` with ``MAIL_TEST_SERVER_MODE=cluster``: every
+server they start is two ``mail server --cluster ray`` front ends on the one Ray cluster this
+test starts (a head with no CPUs and two worker nodes), with a fresh PostgreSQL database, behind
+a round-robin TCP port that alternates new connections between the front ends
+(``tests/support/cluster_server.py``). The child run must pass as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.ray_cluster import RayTestCluster, ray_available
+from tests.test_persistence_e2e import _database_reachable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+MODULES = (
+    "tests/test_server_routes.py",
+    "tests/test_server_messages.py",
+    "tests/test_task_events.py",
+    "tests/test_client_e2e.py",
+    "tests/test_server_limits_and_state.py",
+    "tests/test_server_admin_views.py",
+)
+
+# Tests that cannot apply to a cluster deployment by their nature, each with its reason.
+DESELECTED = {
+    "tests/test_server_limits_and_state.py::test_a_chunked_oversized_body_is_cut_off_while_reading": "measures one process's peak RSS; the request may reach the other front end",
+}
+
+# Behaviour that differs in cluster mode today (issue 18): deselected so the rest guards
+# conformance; each entry is a gap to close, after which its line goes.
+KNOWN_GAPS = {
+    "tests/test_server_messages.py::test_stream_first_event_is_prompt": (
+        "first SSE event took 0.52 s once (bound 0.4 s; passed in another run): each chunk "
+        "waits for the store's durable flush, then the Ray hop"
+    ),
+    "tests/test_server_routes.py::test_status_reports_the_callers_instance": (
+        "an actor creates its instance as it starts, so GET /status says user_mail_ready "
+        "before any message; active_users counts the actor's one instance"
+    ),
+    "tests/test_server_routes.py::test_health_get_and_admin_update": "POST /health changes the status of the one front end that received it",
+    "tests/test_server_routes.py::test_register_swarm_both_paths_and_errors": "the registry is in each front end's memory: a swarm registered on one is unknown to the other",
+    "tests/test_server_routes.py::test_load_swarm_replaces_template_and_default_entrypoint": "POST /swarms/load replaces the template of one front end; instance actors keep theirs",
+    "tests/test_task_events.py::test_resubscribe_to_a_finished_task_replays_and_closes": "an admin's GET /task/events looks only in the admin's own instance actor",
+    "tests/test_server_limits_and_state.py::test_a_reclaimed_task_id_is_never_replaced": (
+        "a reclaimed actor takes its memory of reclaimed task ids with it: the next actor "
+        "accepts the old task id (200, not 409)"
+    ),
+    "tests/test_task_events.py::test_slow_consumer_is_told_to_resubscribe_and_loses_nothing": "no backpressure through the actor: a slow reader is never told to resubscribe",
+}
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _require() -> None:
+    if not ray_available():
+        if os.environ.get("MAIL_REQUIRE_RAY") == "1":
+            pytest.fail("Ray is required (uv sync --extra cluster) but not installed")
+        pytest.skip("Ray not installed (uv sync --extra cluster; MAIL_REQUIRE_RAY=1 fails instead)")
+    if not _database_reachable():
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required but unreachable")
+        pytest.skip("PostgreSQL not reachable")
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    _require()
+    cluster = RayTestCluster(workers=2).start()
+    try:
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+def test_http_end_to_end_tests_pass_against_two_front_ends(
+    ray_address: str, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "MAIL_TEST_SERVER_MODE": "cluster",
+        "MAIL_TEST_RAY_ADDRESS": ray_address,
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    }
+    args = [sys.executable, "-m", "pytest", *MODULES, "-q", "-rfE", "-p", "no:cacheprovider"]
+    args += ["--basetemp", str(tmp_path / "matrix"), "-o", "addopts="]
+    for test in [*DESELECTED, *KNOWN_GAPS]:
+        args += ["--deselect", test]
+    run = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=850)
+    summary = run.stdout[-6000:] + run.stderr[-2000:]
+    assert run.returncode == 0, summary
+    assert " passed" in run.stdout and "error" not in run.stdout.splitlines()[-1], summary
+    # The modules really ran here (nothing skipped away): they hold 80+ tests.
+    import re
+
+    counts = dict(
+        (kind, int(n)) for n, kind in re.findall(r"(\d+) (passed|skipped)", run.stdout[-400:])
+    )
+    assert counts.get("passed", 0) >= 80 and not counts.get("skipped"), summary

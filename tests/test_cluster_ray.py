@@ -1,0 +1,405 @@
+"""Cluster mode on a real Ray cluster: a head, two worker nodes, two `mail server` front ends.
+
+Everything is real: ``ray.cluster_utils.Cluster`` processes on this machine, front ends as
+``mail server --cluster ray`` subprocesses, PostgreSQL as the store, stub agents whose calls
+take 200 ms. Nodes are killed (their raylet and workers) while tasks run or wait.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.support.durable_agents import swarms_json
+from tests.support.ray_cluster import ClusterDeployment, RayTestCluster, auth_header, ray_available
+from tests.test_persistence_e2e import _database_reachable
+
+from server_fixtures import parse_sse_stream
+
+DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _require() -> None:
+    if not ray_available():
+        if os.environ.get("MAIL_REQUIRE_RAY") == "1":
+            pytest.fail("Ray is required (uv sync --extra cluster) but not installed")
+        pytest.skip("Ray not installed (uv sync --extra cluster; MAIL_REQUIRE_RAY=1 fails instead)")
+    if not _database_reachable():
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required but unreachable at {DATABASE_URL}")
+        pytest.skip("PostgreSQL not reachable")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayTestCluster]:
+    _require()
+    cluster = RayTestCluster(workers=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    ray_cluster: RayTestCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ClusterDeployment]:
+    root = tmp_path_factory.mktemp("cluster")
+    swarm = f"cl-{uuid.uuid4().hex[:8]}"
+    dep = ClusterDeployment(
+        root=root,
+        cluster=ray_cluster,
+        database_url=DATABASE_URL,
+        swarms=swarms_json(swarm),
+        swarm=swarm,
+        env={"MAIL_STUB_LATENCY_MS": "200", "MAIL_DURABLE_CALL_LOG": str(root / "calls.log")},
+    ).prepare()
+    try:
+        dep.start_front_end()
+        dep.start_front_end()
+        yield dep
+    finally:
+        dep.stop()
+
+
+def _calls(dep: ClusterDeployment) -> list[str]:
+    path = dep.root / "calls.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _post(url: str, key: str, body: dict[str, Any], timeout: float = 60) -> httpx.Response:
+    return httpx.post(f"{url}/message", json=body, headers=auth_header(key), timeout=timeout)
+
+
+def _task(url: str, key: str, task_id: str) -> dict[str, Any]:
+    reply = httpx.get(
+        f"{url}/task", params={"task_id": task_id}, headers=auth_header(key), timeout=60
+    )
+    assert reply.status_code == 200, reply.text
+    result: dict[str, Any] = reply.json()
+    return result
+
+
+def _follow(url: str, key: str, task_id: str, after: int) -> list[Any]:
+    """Events of ``task_id`` after id ``after`` until its closing event (pings dropped)."""
+    events = []
+    with httpx.stream(
+        "GET",
+        f"{url}/task/events",
+        params={"task_id": task_id},
+        headers={**auth_header(key), "Last-Event-ID": str(after)},
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for event in parse_sse_stream(response):
+            if event.event == "ping":
+                continue
+            events.append(event)
+            if event.event in ("task_complete", "task_error") and event.id is None:
+                break
+    return events
+
+
+def test_one_instance_per_caller_across_front_ends(deployment: ClusterDeployment) -> None:
+    fe0, fe1 = deployment.front_ends
+    alice = deployment.keys["alice"]
+    task_id = str(uuid.uuid4())
+    first = _post(fe0.base_url, alice, {"body": "FANOUT one", "task_id": task_id})
+    assert first.status_code == 200, first.text
+    assert first.json()["response"] == "both: worked(worker1): one A + worked(worker2): one B"
+    holder = deployment.cluster.describe(deployment.swarm, "user", "alice")
+
+    # The same task, continued through the other front end, in the same instance.
+    second = _post(fe1.base_url, alice, {"body": "FANOUT two", "task_id": task_id})
+    assert second.status_code == 200, second.text
+    record = _task(fe1.base_url, alice, task_id)
+    bodies = [e["data"] for e in record["events"] if e["event"] == "new_message"]
+    assert any("FANOUT one" in str(b) for b in bodies) and any(
+        "FANOUT two" in str(b) for b in bodies
+    )
+    assert deployment.cluster.describe(deployment.swarm, "user", "alice")["pid"] == holder["pid"]
+
+    # A burst of first requests from a new caller through both front ends: one instance.
+    bob = deployment.keys["bob"]
+    results: list[httpx.Response] = []
+
+    def hit(url: str) -> None:
+        results.append(_post(url, bob, {"body": "FANOUT burst"}))
+
+    threads = [threading.Thread(target=hit, args=(fe.base_url,)) for fe in (fe0, fe1, fe0, fe1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in results] == [200] * 4, [r.text for r in results]
+    import ray
+
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == deployment.cluster.namespace
+    ]
+    assert names.count(f"{deployment.swarm}/user/bob") == 1, names
+    tasks = httpx.get(f"{fe1.base_url}/tasks", headers=auth_header(bob), timeout=30).json()
+    assert len(tasks) == 4
+    # Users stay isolated: alice's task is not bob's.
+    missing = httpx.get(
+        f"{fe0.base_url}/task", params={"task_id": task_id}, headers=auth_header(bob), timeout=30
+    )
+    assert missing.status_code == 404
+
+
+def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeployment) -> None:
+    fe0, fe1 = deployment.front_ends
+    alice = deployment.keys["alice"]
+    task_id = str(uuid.uuid4())
+    # Make sure the instance exists and note where it runs.
+    assert _post(fe0.base_url, alice, {"body": "FANOUT warm"}).status_code == 200
+    before = deployment.cluster.describe(deployment.swarm, "user", "alice")
+    calls_before = len(_calls(deployment))
+
+    seen: list[int] = []
+    killed_at = 0.0
+    with httpx.stream(
+        "POST",
+        f"{fe0.base_url}/message",
+        json={"body": "FANOUT go", "task_id": task_id, "stream": True},
+        headers=auth_header(alice),
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        try:
+            for event in parse_sse_stream(response):
+                if event.id and event.event != "ping":
+                    seen.append(int(event.id))
+                if (
+                    not killed_at
+                    and seen
+                    and any(line.startswith("worker") for line in _calls(deployment)[calls_before:])
+                ):
+                    deployment.cluster.kill_node_of(deployment.swarm, "user", "alice")
+                    killed_at = time.monotonic()
+        except httpx.HTTPError:
+            pass  # the stream is cut when the node dies
+    assert killed_at, "no worker call started"
+    assert seen == list(range(1, len(seen) + 1)), seen
+
+    # Reconnect through the OTHER front end after the last id seen.
+    events = _follow(fe1.base_url, alice, task_id, seen[-1])
+    assert events[-1].event == "task_complete", [e.event for e in events]
+    assert events[-1].json()["response"] == "both: worked(worker1): go A + worked(worker2): go B"
+    ids = [int(e.id) for e in events if e.id is not None]
+    assert ids, ("the task was not interrupted", seen, [e.event for e in events])
+    assert ids == list(range(seen[-1] + 1, seen[-1] + 1 + len(ids))), (seen, ids)
+    record = _task(fe1.base_url, alice, task_id)
+    assert record["completed"] is True
+    assert [int(e["id"]) for e in record["events"]] == list(range(1, ids[-1] + 1))
+
+    after = deployment.cluster.describe(deployment.swarm, "user", "alice")
+    assert after["node_id"] != before["node_id"]
+    assert after["generation"] > before["generation"]
+
+
+def test_breakpoint_pause_survives_node_kill(deployment: ClusterDeployment) -> None:
+    fe0, fe1 = deployment.front_ends
+    bob = deployment.keys["bob"]
+    task_id = str(uuid.uuid4())
+    paused = _post(fe0.base_url, bob, {"body": "BREAKPOINT check", "task_id": task_id})
+    assert paused.status_code == 200, paused.text
+    count = len(_task(fe0.base_url, bob, task_id)["events"])
+    before = deployment.cluster.describe(deployment.swarm, "user", "bob")
+    deployment.cluster.kill_node_of(deployment.swarm, "user", "bob")
+    deployment.cluster.add_worker()  # keep two workers for the tests that follow
+
+    record = _task(fe1.base_url, bob, task_id)
+    assert record["pending_breakpoints"], record
+    assert len(record["events"]) == count
+    resumed = _post(
+        fe1.base_url,
+        bob,
+        {
+            "body": "",
+            "task_id": task_id,
+            "resume_from": "breakpoint_tool_call",
+            "kwargs": {"breakpoint_tool_call_result": "approved"},
+        },
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["response"] == "reviewed: approved"
+    assert (
+        deployment.cluster.describe(deployment.swarm, "user", "bob")["node_id"] != before["node_id"]
+    )
+
+
+def test_zombie_writes_after_failover_are_rejected(deployment: ClusterDeployment) -> None:
+    """A host that lost its instance to a newer host cannot change the stored state."""
+    import asyncio
+
+    from tests.test_persistence_e2e import _fetch
+
+    from mail.cluster.frontend import host_config_json
+    from mail.cluster.host import InstanceHost
+    from mail.config import ServerConfig
+
+    fe0 = deployment.front_ends[0]
+    alice = deployment.keys["alice"]
+    assert _post(fe0.base_url, alice, {"body": "FANOUT before"}).status_code == 200
+    old = deployment.cluster.describe(deployment.swarm, "user", "alice")
+
+    # A newer host takes the instance over (as a restart elsewhere does) while the old one
+    # lives on: its node was cut off, not dead.
+    config = ServerConfig.model_validate_json(_front_end_config(deployment))
+    caller = {"role": "user", "id": "alice", "api_key": alice, "swarm": None}
+
+    async def take_over() -> int:
+        host = InstanceHost(host_config_json(config), caller, {"DATABASE_URL": DATABASE_URL})
+        await host.ready()
+        generation = host.generation
+        await host.stop()
+        assert generation is not None
+        return generation
+
+    newer = asyncio.run(take_over())
+    assert newer > old["generation"]
+
+    # The old host runs a task: none of its writes may land.
+    task_id = str(uuid.uuid4())
+    zombie = _post(fe0.base_url, alice, {"body": "FANOUT zombie", "task_id": task_id})
+    assert zombie.status_code in (200, 503), zombie.text
+    assert _fetch("SELECT task_id FROM tasks WHERE task_id = $1", task_id) == []
+    assert _fetch("SELECT event_id FROM task_events WHERE task_id = $1", task_id) == []
+
+    # Fenced, the old host ends itself; the next request gets a fresh host that claimed a
+    # newer generation and sees the state as the newer host left it.
+    deadline = time.monotonic() + 60
+    while True:
+        reply = _post(fe0.base_url, alice, {"body": "FANOUT later"})
+        if reply.status_code == 200:
+            current = deployment.cluster.describe(deployment.swarm, "user", "alice")
+            if current["generation"] > newer:
+                break
+        assert time.monotonic() < deadline, reply.text
+        time.sleep(0.2)
+    missing = httpx.get(
+        f"{fe0.base_url}/task", params={"task_id": task_id}, headers=auth_header(alice), timeout=30
+    )
+    assert missing.status_code == 404, missing.text
+
+
+def _front_end_config(dep: ClusterDeployment) -> str:
+    from mail.config import load_config
+
+    cfg = load_config(dep.front_ends[0].directory / "mail.toml", use_cache=False).server
+    return cfg.model_dump_json(by_alias=False)
+
+
+def test_sigterm_drains_open_requests(deployment: ClusterDeployment) -> None:
+    fe0 = deployment.front_ends[0]
+    extra = deployment.start_front_end()
+    carol = deployment.keys["alice"]
+    results: list[httpx.Response | BaseException] = []
+    calls_before = len(_calls(deployment))
+
+    def call(i: int) -> None:
+        try:
+            results.append(_post(extra.base_url, carol, {"body": f"FANOUT drain{i}"}))
+        except BaseException as exc:  # noqa: BLE001 - recorded and asserted below
+            results.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    # Every request has reached the instance (its supervisor turn started): now drain.
+    deadline = time.monotonic() + 60
+    while sum(1 for line in _calls(deployment)[calls_before:] if line.startswith("supervisor")) < 8:
+        assert time.monotonic() < deadline, _calls(deployment)[calls_before:]
+        time.sleep(0.005)
+    assert extra.proc is not None
+    extra.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(60)
+    assert extra.proc.wait(60) == 0, extra.logs()
+    deployment.front_ends.remove(extra)
+    assert len(results) == 8
+    bad = [r for r in results if not isinstance(r, httpx.Response) or r.status_code != 200]
+    assert not bad, bad
+    answers = sorted(r.json()["response"] for r in results if isinstance(r, httpx.Response))
+    assert answers == sorted(
+        f"both: worked(worker1): drain{i} A + worked(worker2): drain{i} B" for i in range(8)
+    )
+    # The instance was not touched: the other front end still reaches it.
+    assert _post(fe0.base_url, carol, {"body": "FANOUT after"}).status_code == 200
+
+
+def test_stopping_a_node_moves_its_instances(deployment: ClusterDeployment) -> None:
+    """A node stopped on purpose (drained): its instances come back elsewhere, state intact."""
+    fe0, fe1 = deployment.front_ends
+    bob = deployment.keys["bob"]
+    task_id = str(uuid.uuid4())
+    done = _post(fe0.base_url, bob, {"body": "FANOUT moved", "task_id": task_id})
+    assert done.status_code == 200, done.text
+    before = deployment.cluster.describe(deployment.swarm, "user", "bob")
+    for node in list(deployment.cluster.nodes):
+        if node.node_id == before["node_id"]:
+            deployment.cluster.cluster.remove_node(node, allow_graceful=True)
+            deployment.cluster.nodes.remove(node)
+    deployment.cluster.add_worker()
+    record = _task(fe1.base_url, bob, task_id)
+    assert record["completed"] is True
+    assert record["events"][-1]["event"] == "task_complete"
+    assert "both: worked(worker1): moved A" in str(record["events"][-1]["data"])
+    after = deployment.cluster.describe(deployment.swarm, "user", "bob")
+    assert after["node_id"] != before["node_id"]
+
+
+def test_idle_instances_are_reclaimed_and_restored(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    swarm = f"idle-{uuid.uuid4().hex[:8]}"
+    dep = ClusterDeployment(
+        root=tmp_path,
+        cluster=ray_cluster,
+        database_url=DATABASE_URL,
+        swarms=swarms_json(swarm),
+        swarm=swarm,
+        settings="instance_idle_timeout = 1",
+    ).prepare()
+    try:
+        fe = dep.start_front_end()
+        alice = dep.keys["alice"]
+        task_id = str(uuid.uuid4())
+        assert (
+            _post(fe.base_url, alice, {"body": "FANOUT idle", "task_id": task_id}).status_code
+            == 200
+        )
+        first = dep.cluster.describe(swarm, "user", "alice")
+        import ray
+
+        def alive() -> bool:
+            return any(
+                a["name"] == f"{swarm}/user/alice" and a["namespace"] == ray_cluster.namespace
+                for a in ray.util.list_named_actors(all_namespaces=True)
+            )
+
+        deadline = time.monotonic() + 60
+        while alive():
+            assert time.monotonic() < deadline, "idle instance was not reclaimed"
+            time.sleep(0.2)
+        # The next request makes a new instance, restored from the store.
+        record = _task(fe.base_url, alice, task_id)
+        assert record["completed"] is True
+        second = dep.cluster.describe(swarm, "user", "alice")
+        assert second["pid"] != first["pid"] or second["generation"] > first["generation"]
+        assert second["generation"] > first["generation"]
+    finally:
+        dep.stop()

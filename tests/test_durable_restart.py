@@ -1,0 +1,233 @@
+"""Running tasks survive kill -9: a real `mail server` on the real PostgreSQL.
+
+A supervisor fans out to two workers whose calls take 200 ms. The server is killed (SIGKILL)
+while the first worker call is in flight; a new server on the same database continues the
+task without any request that would drive it: a subscriber that reattaches with the last event
+id it saw gets the rest of the events (contiguous ids, none twice) ending with task_complete.
+A task paused at a breakpoint stays paused across the kill and resumes afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.support.durable_agents import swarms_json
+from tests.test_persistence_e2e import _fetch, database  # noqa: F401 - the fixture
+
+from server_fixtures import (
+    ServerProcess,
+    auth,
+    create_key,
+    free_port,
+    parse_sse_stream,
+    write_config,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _server(directory: Path, swarm: str, port: int, database_url: str) -> ServerProcess:
+    config = write_config(directory, port=port, swarm=swarm)
+    env = {
+        "DATABASE_URL": database_url,
+        "MAIL_STUB_LATENCY_MS": "200",
+        "MAIL_DURABLE_CALL_LOG": str(directory / "calls.log"),
+    }
+    return ServerProcess(directory, port, args=["--config", str(config)], env=env)
+
+
+def _calls(directory: Path) -> list[tuple[str, str]]:
+    path = directory / "calls.log"
+    if not path.exists():
+        return []
+    return [tuple(line.split()[:2]) for line in path.read_text().splitlines()]  # type: ignore[misc]
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def _stored_event_ids(swarm: str, task_id: str) -> list[int]:
+    rows = _fetch(
+        "SELECT event_id FROM task_events WHERE swarm_name = $1 AND task_id = $2",
+        swarm,
+        task_id,
+    )
+    return sorted(int(r["event_id"]) for r in rows)
+
+
+def _histories(swarm: str, task_id: str) -> dict[str, list[dict[str, object]]]:
+    rows = _fetch(
+        "SELECT agent_name, history FROM agent_histories WHERE swarm_name = $1 AND task_id = $2",
+        swarm,
+        task_id,
+    )
+    out = {}
+    for row in rows:
+        history = row["history"]
+        out[row["agent_name"]] = json.loads(history) if isinstance(history, str) else history
+    return out
+
+
+def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: Path) -> None:  # noqa: F811
+    swarm = f"durable-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "swarms.json").write_text(json.dumps(swarms_json(swarm)), encoding="utf-8")
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    port = free_port()
+    task_id = str(uuid.uuid4())
+
+    first = _server(tmp_path, swarm, port, database).start()
+    seen: list[str] = []
+    try:
+        with httpx.stream(
+            "POST",
+            f"{first.base_url}/message",
+            json={"body": "FANOUT go", "task_id": task_id, "stream": True},
+            headers=auth(key),
+            timeout=30,
+        ) as response:
+            assert response.status_code == 200
+            for event in parse_sse_stream(response):
+                if event.id and event.event != "ping":
+                    seen.append(event.id)
+                if any(name.startswith("worker") for name, _pid in _calls(tmp_path)):
+                    break  # the first worker call has started (it takes 200 ms)
+        last_seen = int(seen[-1])
+        # What the client saw is durable (the store writes behind, within milliseconds).
+        _wait_for(lambda: len(_stored_event_ids(swarm, task_id)) >= last_seen, 5, "stored events")
+    finally:
+        assert first.proc is not None
+        first.proc.kill()  # kill -9: no shutdown hooks run
+        first.proc.wait(10)
+    first_pid = str(first.proc.pid)
+    before = _calls(tmp_path)
+    # Killed mid-task: the workers had not both answered.
+    assert sum(1 for name, _ in before if name == "supervisor") == 1, before
+
+    second = _server(tmp_path, swarm, port, database).start()
+    try:
+        # Nothing is sent: only a subscriber reattaching after the last id it saw.
+        events = []
+        with httpx.stream(
+            "GET",
+            f"{second.base_url}/task/events",
+            params={"task_id": task_id},
+            headers={**auth(key), "Last-Event-ID": str(last_seen)},
+            timeout=30,
+        ) as response:
+            assert response.status_code == 200, response.read()
+            deadline = time.monotonic() + 30
+            for event in parse_sse_stream(response):
+                assert time.monotonic() < deadline, f"task did not continue: {events}"
+                if event.event == "ping":
+                    continue
+                events.append(event)
+                if event.event in ("task_complete", "task_error") and event.id is None:
+                    break
+        closing = events[-1]
+        assert closing.event == "task_complete", [e.event for e in events]
+        assert closing.json()["response"] == "both: worked(worker1): go A + worked(worker2): go B"
+        ids = [int(e.id) for e in events if e.id is not None]
+        assert ids == list(range(last_seen + 1, last_seen + 1 + len(ids))), ids
+        # The stored task_complete (as a POST /message waiter stores it) is among them.
+        assert [e.event for e in events if e.id is not None][-1] == "task_complete"
+
+        record = httpx.get(
+            f"{second.base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=10
+        ).json()
+        assert record["completed"] is True
+        all_ids = [int(e["id"]) for e in record["events"]]
+        assert all_ids == list(range(1, len(all_ids) + 1))
+        assert all_ids[-1] == ids[-1]
+    finally:
+        assert second.stop() == 0, second.logs()
+
+    after = _calls(tmp_path)[len(before) :]
+    second_pid = str(second.proc.pid)
+    assert all(pid == second_pid for _, pid in after)
+    # The interrupted worker turns ran again (at-least-once model calls), the supervisor's
+    # finished turn did not; it was called again only for the answers.
+    assert {name for name, _ in after if name.startswith("worker")} == {"worker1", "worker2"}
+    assert not any(name == "supervisor" and pid == first_pid for name, pid in after)
+
+    assert _stored_event_ids(swarm, task_id) == all_ids
+    histories = _histories(swarm, task_id)
+    for worker in ("worker1", "worker2"):
+        incoming = [
+            h for h in histories[worker] if "<incoming_message>" in str(h.get("content", ""))
+        ]
+        assert len(incoming) == 1, (worker, histories[worker])  # the re-run left no duplicate
+    supervisor_text = json.dumps(histories["supervisor"])
+    assert supervisor_text.count("FANOUT go") == 1
+    journal = _fetch(
+        "SELECT items FROM task_queues WHERE swarm_name = $1 AND task_id = $2",
+        swarm,
+        f"{task_id}::journal",
+    )
+    assert journal == []  # no pending work left behind
+
+
+def test_breakpoint_pause_survives_kill_and_resumes(database: str, tmp_path: Path) -> None:  # noqa: F811
+    swarm = f"durable-bp-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "swarms.json").write_text(json.dumps(swarms_json(swarm)), encoding="utf-8")
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "bob")
+    port = free_port()
+    task_id = str(uuid.uuid4())
+
+    first = _server(tmp_path, swarm, port, database).start()
+    try:
+        r = httpx.post(
+            f"{first.base_url}/message",
+            json={"body": "BREAKPOINT check this", "task_id": task_id},
+            headers=auth(key),
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        assert json.loads(r.json()["response"])[0]["name"] == "human_review"
+        count = len(
+            httpx.get(
+                f"{first.base_url}/task", params={"task_id": task_id}, headers=auth(key)
+            ).json()["events"]
+        )
+        _wait_for(lambda: len(_stored_event_ids(swarm, task_id)) >= count, 5, "stored events")
+    finally:
+        assert first.proc is not None
+        first.proc.kill()
+        first.proc.wait(10)
+    calls_before = len(_calls(tmp_path))
+
+    second = _server(tmp_path, swarm, port, database).start()
+    try:
+        record = httpx.get(
+            f"{second.base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=10
+        ).json()
+        # Still paused: nothing ran by itself after the restart.
+        assert record["completed"] is True and record["is_running"] is False
+        assert record["pending_breakpoints"], record
+        assert len(record["events"]) == count
+        assert len(_calls(tmp_path)) == calls_before
+
+        r = httpx.post(
+            f"{second.base_url}/message",
+            json={
+                "body": "",
+                "task_id": task_id,
+                "resume_from": "breakpoint_tool_call",
+                "kwargs": {"breakpoint_tool_call_result": "approved"},
+            },
+            headers=auth(key),
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["response"] == "reviewed: approved"
+    finally:
+        assert second.stop() == 0, second.logs()
