@@ -26,8 +26,6 @@ from typing import Any
 logger = logging.getLogger("mail.server.sse")
 
 OverflowEvent = Callable[[str | None], Any]
-# Small frames waiting together are written as one chunk of at most this many bytes.
-COALESCE_BYTES = 8192
 
 
 class BoundedFrameQueue:
@@ -114,30 +112,13 @@ class BoundedFrameQueue:
                 except RuntimeError:
                     pass  # already closing (the cancellation path)
 
-    def _next_chunk(self) -> bytes:
-        """The frames waiting, joined up to ``COALESCE_BYTES``: one write to the connection
-        instead of one per small event (SSE readers see the same bytes). Large frames still go
-        one by one, so a slow reader meets the transport's flow control as before; after an
-        overflow, too, so the ``resubscribe`` notice stays a chunk of its own."""
-        frames = self._frames
-        first = frames.popleft()
-        if not frames or self.overflowed or len(first) + len(frames[0]) > COALESCE_BYTES:
-            return first
-        parts = [first]
-        size = len(first)
-        while frames and size + len(frames[0]) <= COALESCE_BYTES:
-            frame = frames.popleft()
-            parts.append(frame)
-            size += len(frame)
-        return b"".join(parts)
-
     async def frames(self) -> AsyncIterator[bytes]:
         """The body iterator: frames in order, until the source ends or overflowed."""
         pump = asyncio.create_task(self._pump())
         try:
             while True:
                 while self._frames:
-                    frame = self._next_chunk()
+                    frame = self._frames.popleft()
                     self.buffered_bytes -= len(frame)
                     self._room.set()
                     yield frame
