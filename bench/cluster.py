@@ -9,16 +9,23 @@ default postgresql://postgres@127.0.0.1:5432/test) and the same stub swarm (a su
 asks two workers at once and completes with both answers: four agent calls per task; see
 tests/support/durable_agents.py). Clients are httpx.AsyncClient with kept-alive connections.
 
-1. Added latency of the cluster hop: POST /message (non-stream) and GET /status, 1 client,
-   after warm-up, cluster front end vs single process, interleaved rounds; p50 and p90.
-   Next to it, the bare round trip of a Ray actor call from a driver on this machine.
+1. Added latency of the cluster hop: POST /message (non-stream), GET /status and GET /whoami,
+   1 client, after warm-up, cluster front end vs single process, interleaved rounds; p50 and
+   p90. Next to it, where the time goes: a plain Ray actor call, the instance actor called
+   directly, and the front end's client of the actors, from this process.
 2. Throughput: 16 concurrent clients over 4 users, through 1 front end and through 2 (clients
-   split across them), and the single process for comparison.
-3. Memory per idle instance actor: RSS and USS of the actor processes of 20 idle users, next
-   to an empty Ray actor's process and the single process's growth for the same 20 users.
-4. Failover: a task whose agent calls take 200 ms; the worker node hosting the instance is
-   killed mid-task; time until the restarted instance makes its next agent call and until the
-   task completes (followed with GET /task/events + Last-Event-ID through another front end).
+   split across them), and the single process, in interleaved rounds; CPU time per task.
+3. Failover: a task whose agent calls take 200 ms; the worker node hosting the instance is
+   killed mid-task (its raylet and the instance's process, SIGKILL); time until Ray declares
+   the node dead, until the new host claims the instance, until it makes its next agent call
+   and until the task completes (followed with GET /task/events + Last-Event-ID through
+   another front end). Ray's health checks are set to 1 s x 3 (``--ray-defaults``: Ray's own).
+4. Memory per idle instance actor: RSS and USS of the actor processes of 6 callers that ran
+   one task each, next to an empty Ray actor's process and the single process's growth; the
+   PostgreSQL connections each holds (the reason for 6 callers rather than more: each actor
+   has its own pool, and PostgreSQL's default max_connections is 100).
+
+Run time is about 2-3 minutes; ``--only latency failover`` runs a part.
 """
 
 from __future__ import annotations
