@@ -208,6 +208,13 @@ def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeploym
     after = deployment.cluster.describe(deployment.swarm, "user", "alice")
     assert after["node_id"] != before["node_id"]
     assert after["generation"] > before["generation"]
+    # The task really continued in the restarted instance: its workers ran there.
+    ran_after = {
+        line.split()[0]
+        for line in _calls(deployment)[calls_before:]
+        if line.split()[1] == str(after["pid"])
+    }
+    assert {"worker1", "worker2"} <= ran_after, _calls(deployment)[calls_before:]
 
 
 def test_breakpoint_pause_survives_node_kill(deployment: ClusterDeployment) -> None:

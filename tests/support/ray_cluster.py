@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,11 +89,16 @@ class RayTestCluster:
 
     def kill_node_of(self, swarm: str, kind: str, caller_id: str) -> str:
         """Remove (kill) the worker node that hosts the instance; returns its node id."""
-        node_id = self.describe(swarm, kind, caller_id)["node_id"]
+        where = self.describe(swarm, kind, caller_id)
+        node_id = where["node_id"]
         for node in self.nodes:
             if node.node_id == node_id:
                 self.cluster.remove_node(node, allow_graceful=False)
                 self.nodes.remove(node)
+                # Everything on a dead machine dies with it; removing the node's daemons
+                # alone leaves its worker processes running for a while.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(where["pid"]), signal.SIGKILL)
                 return node_id
         raise AssertionError(f"instance runs on node {node_id}, which is not a worker node")
 

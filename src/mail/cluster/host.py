@@ -211,6 +211,9 @@ class InstanceHost:
                 status, headers = message["status"], message.get("headers", [])
             else:
                 chunks.append(message.get("body", b""))
+        # An answer leaves only once what it reports is stored: a node that dies right after
+        # cannot take it back (a restarted instance continues from at least this state).
+        await self._wait_durable()
         return UnaryResponse(status, list(headers), b"".join(chunks))
 
     async def stream(
