@@ -39,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         extra=(
             # the chatty task takes ~600 agent turns: no turn bound here
             f"task_message_limit = 0\ntask_turn_limit = 0\nsse_max_buffer_bytes = {BUFFER_LIMIT}\n"
-            "sse_slow_reader_timeout = 1.0\n"
+            "sse_slow_reader_timeout = 0.5\n"
         ),
     )
     keys_file = directory / "registries" / "keys.json"
@@ -256,7 +256,7 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
     key = server.keys["user"]  # type: ignore[attr-defined]
     rss_before = _rss_kib(server.proc.pid)
     task_id = str(uuid.uuid4())
-    body = json.dumps({"body": "CHATTY 300 12000", "stream": True, "task_id": task_id}).encode()
+    body = json.dumps({"body": "CHATTY 1000 12000", "stream": True, "task_id": task_id}).encode()
     sock = socket.socket()
     # A small receive window, so the kernel holds little on the reader's behalf; the task
     # produces far more than the server side's socket buffers (up to 4 MB here) can absorb.
@@ -287,7 +287,7 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
     assert len(first_ids) < len(record["events"])  # the stream really stopped early
     rest = _events(server, "user", task_id, last_event_id=data["last_event_id"])
     assert first_ids + _ids(rest) == list(range(1, len(record["events"]) + 1))
-    assert rest[-1].event == "task_complete" and rest[-1].json()["response"] == "chatted 300"
+    assert rest[-1].event == "task_complete" and rest[-1].json()["response"] == "chatted 1000"
     with capsys.disabled():
         print(
             f"\n[slow consumer] events {len(record['events'])} ({produced / 1e6:.1f} MB), "
