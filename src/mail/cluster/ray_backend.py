@@ -98,6 +98,20 @@ class InstanceActor:
         async for message in self.host.stream(caller, request):
             yield message
 
+    async def loop_running(self) -> bool:
+        return await self.host.loop_running()
+
+    async def has_task(self, task_id: str) -> bool:
+        return await self.host.has_task(task_id)
+
+    async def owned_unary(self, request: ForwardedRequest) -> UnaryResponse:
+        """An admin's request about this actor's own instance (see ``cluster.owned``)."""
+        return await self.host.unary(self.host.owner(), self.host.owned(request))
+
+    async def owned_stream(self, request: ForwardedRequest) -> AsyncIterator[dict[str, Any]]:
+        async for message in self.host.stream(self.host.owner(), self.host.owned(request)):
+            yield message
+
     async def _reap(self) -> None:
         interval = max(0.05, min(60.0, self.idle_timeout / 4))
         while True:
@@ -125,7 +139,7 @@ class InstanceActor:
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
 
-def _actor_name(swarm: str, caller: Caller) -> str:
+def actor_name(swarm: str, caller: Caller) -> str:
     return f"{swarm}/{instance_kind(caller.role)}/{caller.id}"
 
 
@@ -177,7 +191,7 @@ class RayInstances:
     # -- actors --------------------------------------------------------------------------------
 
     async def actor(self, swarm: str, caller: Caller) -> Any:
-        name = _actor_name(swarm, caller)
+        name = actor_name(swarm, caller)
         handle = self._handles.get(name)
         if handle is None:
             handle = await asyncio.to_thread(self._get_or_create, name, caller)
@@ -207,7 +221,7 @@ class RayInstances:
         raise ClusterUnavailable(f"cannot create instance actor {name}: {last}")
 
     def forget(self, swarm: str, caller: Caller) -> None:
-        self._handles.pop(_actor_name(swarm, caller), None)
+        self._handles.pop(actor_name(swarm, caller), None)
 
     def list_instances(self) -> list[str]:
         names = self.ray.util.list_named_actors(all_namespaces=True)
