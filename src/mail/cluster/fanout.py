@@ -17,8 +17,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
 
 from mail.cluster.host import ForwardedRequest, UnaryResponse, caller_to_dict
+from mail.server import task_listing
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
 from mail.server.jsonio import JSONBody
 from mail.server.routes_public import get_state
@@ -89,10 +91,14 @@ def admin_fallback(caller: Caller, path: str, status: int) -> bool:
     return caller.role == "admin" and status == 404 and path in _TASK_OWNER_KINDS
 
 
+def _first(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[0] if values else None
+
+
 def _requested_task_id(request: ForwardedRequest) -> str | None:
     query = parse_qs(request.query.decode("latin-1"))
-    values = query.get("task_id")
-    task_id = values[0] if values else None
+    task_id = _first(query, "task_id")
     if task_id is None and request.path == "/task" and request.body.strip():
         with contextlib.suppress(ValueError):
             data = json.loads(request.body)
@@ -141,6 +147,52 @@ async def holder_stream(
         if not finished:  # the client went away: stop the host's request too
             with contextlib.suppress(Exception):
                 instances.ray.cancel(refs)
+
+
+# -- an admin's GET /tasks: the admin's own tasks and those remote swarms run here -------------
+
+
+async def admin_task_list(
+    instances: Any, swarm: str, caller: Caller, request: ForwardedRequest
+) -> Response | None:
+    """The admin's page of ``GET /tasks`` with the remote swarms' tasks merged in, as in one
+    process; None when no remote swarm has an instance here (the plain forward answers)."""
+    query = parse_qs(request.query.decode("latin-1"))
+    limit = task_listing.parse_limit(_first(query, "limit"))
+    after = task_listing.decode_cursor(_first(query, "cursor"))
+    names = await asyncio.to_thread(instances.list_instances)
+    remote = [n for n in names if n.startswith(f"{swarm}/swarm/")]
+    if not remote:
+        return None
+    ray = instances.ray
+    owned = ForwardedRequest(method="GET", path="/tasks", headers=request.headers)
+
+    async def summaries(name: str) -> dict[str, Any]:
+        try:
+            handle = await asyncio.to_thread(ray.get_actor, name, instances.namespace)
+            reply = await asyncio.wait_for(handle.owned_unary.remote(owned), FAN_OUT_TIMEOUT)
+        except Exception as exc:  # ending, restarting or slow: leave it out of the view
+            logger.info("instance %s left out of /tasks: %s", name, type(exc).__name__)
+            return {}
+        return dict(json.loads(reply.body)) if reply.status == 200 else {}
+
+    try:
+        own = await instances.actor(swarm, caller)
+        mine: UnaryResponse = await own.owned_unary.remote(owned)
+    except Exception as exc:  # reclaimed or restarting: the plain forward resends it
+        logger.info("admin task list left to the plain forward: %s", type(exc).__name__)
+        instances.forget(swarm, caller)
+        return None
+    records: dict[str, Any] = {}
+    for part in await asyncio.gather(*(summaries(name) for name in remote)):
+        records.update(part)
+    records.update(json.loads(mine.body) if mine.status == 200 else {})
+    chosen, following = task_listing.page(list(records.values()), limit, after)
+    response = JSONBody(chosen)
+    if following is not None:
+        response.headers["X-Next-Cursor"] = following
+        response.headers["Link"] = f'</tasks?limit={limit}&cursor={following}>; rel="next"'
+    return response
 
 
 # -- GET /status: the caller's instance and the live user instances, cluster-wide ---------------

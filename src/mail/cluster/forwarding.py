@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.responses import Response, StreamingResponse
 
-from mail.cluster.fanout import admin_fallback, holder_stream, task_holder
+from mail.cluster.fanout import admin_fallback, admin_task_list, holder_stream, task_holder
 from mail.cluster.host import ForwardedRequest, UnaryResponse
 from mail.server.auth import Caller, authenticate_request
 from mail.server.routes_public import get_state
@@ -124,6 +124,12 @@ async def forward(request: Request) -> Response:
     swarm = state.swarm_name
     if not wants_stream(fwd.path, body):
         try:
+            if caller.role == "admin" and fwd.path == "/tasks":
+                # As in one process, with the tasks remote swarms run here.
+                instances = getattr(backend, "instances", None)
+                listing = instances and await admin_task_list(instances, swarm, caller, fwd)
+                if listing is not None:
+                    return listing
             reply = await backend.unary(swarm, caller, fwd)
             if admin_fallback(caller, fwd.path, reply.status):
                 reply = await _from_holder(backend, swarm, fwd) or reply

@@ -1,7 +1,7 @@
 """Routes an instance host answers about its own instance, for an admin's cross-instance views.
 
-In one process an admin's ``GET /task`` and ``GET /task/events`` also find the tasks of other
-instances (remote swarms' work here, other users' tasks). In cluster mode each instance is in
+In one process an admin's ``GET /tasks``, ``GET /task`` and ``GET /task/events`` also reach
+the tasks of other instances (remote swarms' work here; for events, other users' tasks too). In cluster mode each instance is in
 its own actor; when the admin's own actor does not have the task, the front end asks the
 actors that do, through these routes. They look only at the host's own instance (``peek``:
 no instance is created for the admin there) and are reachable only in-process: the front end
@@ -15,10 +15,10 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from starlette.responses import StreamingResponse
 
-from mail.server import task_events
+from mail.server import task_events, task_listing
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.jsonio import JSONBody
-from mail.server.messaging import task_record
+from mail.server.messaging import task_record, task_summary
 from mail.server.routes_public import get_state
 from mail.server.sse import event_stream_response
 
@@ -72,3 +72,20 @@ async def owned_task_events(request: Request) -> StreamingResponse:
         stall_timeout=settings.sse_slow_reader_timeout,
         task_id=task_id,
     )
+
+
+@router.get(OWNED_PREFIX + "/tasks", include_in_schema=False)
+async def owned_tasks(request: Request) -> JSONBody:
+    """Every task summary of this host's instance, unpaged (the front end merges and pages)."""
+    state = get_state(request)
+    role, caller_id = _owner(request)
+    inst = state.instances.peek(role, caller_id)
+    records = {
+        tid: task_listing.summary(r)
+        for tid, r in state.instances.archived_tasks(role, caller_id).items()
+    }
+    if inst is not None:
+        for task_id, task in inst.swarm.get_all_tasks().items():
+            if task_id != "*":  # runtime-internal pseudo-task of loop-level events
+                records[task_id] = task_summary(task, inst.swarm.runtime)
+    return JSONBody(records)
