@@ -34,7 +34,16 @@ from mail.server.instances import instance_kind
 logger = logging.getLogger("mail.cluster")
 
 # Environment an instance host needs from its front end (the actor runs in a Ray worker).
-FORWARDED_ENV_PREFIXES = ("MAIL_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "GEMINI_")
+# SWARM_AUTH_TOKEN_*: the registry's token references (interswarm calls run in the actors).
+FORWARDED_ENV_PREFIXES = (
+    "MAIL_",
+    "LITELLM_",
+    "OPENAI_",
+    "ANTHROPIC_",
+    "AZURE_",
+    "GEMINI_",
+    "SWARM_AUTH_TOKEN_",
+)
 FORWARDED_ENV_NAMES = ("DATABASE_URL", "PYTHONPATH", "AUTH_ENDPOINT", "TOKEN_INFO_ENDPOINT")
 # Share of a CPU an instance reserves: instances wait on models and the network, not on CPU.
 INSTANCE_CPUS = 0.01
