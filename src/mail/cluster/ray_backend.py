@@ -67,6 +67,15 @@ def forwarded_env() -> dict[str, str]:
     return env
 
 
+def _client_request(request: ForwardedRequest) -> ForwardedRequest:
+    """A client's request never reaches the host's internal routes (only ``owned_*`` do)."""
+    from mail.cluster.owned import OWNED_PREFIX
+
+    if request.path.startswith(OWNED_PREFIX):
+        raise ValueError(f"not a client route: {request.path}")
+    return request
+
+
 class InstanceActor:
     """The body of the Ray actor: an :class:`InstanceHost` plus idle reclaim."""
 
@@ -99,12 +108,12 @@ class InstanceActor:
         return {**self.host.describe(), "node_id": ray.get_runtime_context().get_node_id()}
 
     async def unary(self, caller: dict[str, Any], request: ForwardedRequest) -> UnaryResponse:
-        return await self.host.unary(caller, request)
+        return await self.host.unary(caller, _client_request(request))
 
     async def stream(
         self, caller: dict[str, Any], request: ForwardedRequest
     ) -> AsyncIterator[dict[str, Any]]:
-        async for message in self.host.stream(caller, request):
+        async for message in self.host.stream(caller, _client_request(request)):
             yield message
 
     async def loop_running(self) -> bool:
