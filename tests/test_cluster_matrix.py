@@ -43,14 +43,8 @@ KNOWN_GAPS = {
         "first SSE event took 0.52 s once (bound 0.4 s; passed in another run): each chunk "
         "waits for the store's durable flush, then the Ray hop"
     ),
-    "tests/test_server_routes.py::test_status_reports_the_callers_instance": (
-        "an actor creates its instance as it starts, so GET /status says user_mail_ready "
-        "before any message; active_users counts the actor's one instance"
-    ),
     "tests/test_server_routes.py::test_health_get_and_admin_update": "POST /health changes the status of the one front end that received it",
-    "tests/test_server_routes.py::test_register_swarm_both_paths_and_errors": "the registry is in each front end's memory: a swarm registered on one is unknown to the other",
     "tests/test_server_routes.py::test_load_swarm_replaces_template_and_default_entrypoint": "POST /swarms/load replaces the template of one front end; instance actors keep theirs",
-    "tests/test_task_events.py::test_resubscribe_to_a_finished_task_replays_and_closes": "an admin's GET /task/events looks only in the admin's own instance actor",
     "tests/test_server_limits_and_state.py::test_a_reclaimed_task_id_is_never_replaced": (
         "a reclaimed actor takes its memory of reclaimed task ids with it: the next actor "
         "accepts the old task id (200, not 409)"

@@ -60,6 +60,9 @@ class SwarmConfig(_Section):
     description: str = ""
     keywords: list[str] = Field(default_factory=list)
     public: bool = False
+    # Several processes use the registry file (cluster mode turns this on): each re-reads it
+    # when it changed and changes it under a lock; volatile entries are kept in it too.
+    registry_shared: bool = False
 
     @property
     def registry(self) -> str:

@@ -4,8 +4,8 @@ Each route that works on the caller's instance is replaced by one that authentic
 caller (the same 401/403 as everywhere), reads the bounded body and hands the request to the
 backend. A request whose answer is an event stream (``GET /task/events``, or a body asking for
 ``"stream": true``) is relayed incrementally; any other is one call and one response.
-Everything else (``/``, ``/health``, ``/whoami``, the registry, the console's files) is
-answered by the front end itself.
+Everything else (``/``, ``/health``, ``/whoami``, ``/status``, the registry, the console's
+files) is answered by the front end itself; ``fanout`` holds the views over many instances.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.responses import Response, StreamingResponse
 
+from mail.cluster.fanout import admin_fallback, admin_task_list, holder_stream, task_holder
 from mail.cluster.host import ForwardedRequest, UnaryResponse
 from mail.server.auth import Caller, authenticate_request
 from mail.server.routes_public import get_state
@@ -26,7 +27,6 @@ logger = logging.getLogger("mail.cluster")
 
 # (path, methods) of the routes whose work happens in the caller's instance.
 INSTANCE_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("/status", ("GET",)),
     ("/message", ("POST",)),
     ("/tasks", ("GET",)),
     ("/task", ("GET",)),
@@ -124,7 +124,15 @@ async def forward(request: Request) -> Response:
     swarm = state.swarm_name
     if not wants_stream(fwd.path, body):
         try:
+            if caller.role == "admin" and fwd.path == "/tasks":
+                # As in one process, with the tasks remote swarms run here.
+                instances = getattr(backend, "instances", None)
+                listing = instances and await admin_task_list(instances, swarm, caller, fwd)
+                if listing is not None:
+                    return listing
             reply = await backend.unary(swarm, caller, fwd)
+            if admin_fallback(caller, fwd.path, reply.status):
+                reply = await _from_holder(backend, swarm, fwd) or reply
         except Exception as exc:
             if backend.unavailable(exc):
                 raise _unavailable(exc) from None
@@ -133,6 +141,13 @@ async def forward(request: Request) -> Response:
     messages = backend.stream(swarm, caller, fwd)
     try:
         first = await anext(messages)
+        if admin_fallback(caller, fwd.path, first["status"]):
+            # Not in the admin's own instance: in one process an admin sees every task.
+            holder = await _holder(backend, swarm, fwd)
+            if holder is not None:
+                await messages.aclose()  # type: ignore[attr-defined]
+                messages = holder_stream(getattr(backend, "instances", None), holder, fwd)
+                first = await anext(messages)
     except Exception as exc:
         if backend.unavailable(exc):
             raise _unavailable(exc) from None
@@ -140,6 +155,19 @@ async def forward(request: Request) -> Response:
     response = StreamingResponse(_bodies(messages), status_code=first["status"])
     response.raw_headers = _headers(first.get("headers", []))
     return response
+
+
+async def _holder(backend: Any, swarm: str, request: ForwardedRequest) -> Any | None:
+    instances = getattr(backend, "instances", None)
+    return None if instances is None else await task_holder(instances, swarm, request)
+
+
+async def _from_holder(backend: Any, swarm: str, request: ForwardedRequest) -> UnaryResponse | None:
+    holder = await _holder(backend, swarm, request)
+    if holder is None:
+        return None
+    reply: UnaryResponse = await holder.owned_unary.remote(request)
+    return reply
 
 
 async def _bodies(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -77,8 +78,16 @@ def instance_config_json(config_json: str) -> str:
     config = ServerConfig.model_validate_json(config_json)
     settings = config.settings.model_copy(update={"gc_tuning": False})
     cluster = config.cluster.model_copy(update={"backend": "none"})
+    # Every front end and instance host of the deployment uses the one registry file.
+    swarm = config.swarm.model_copy(update={"registry_shared": True})
     return config.model_copy(
-        update={"ui": False, "access_log": False, "settings": settings, "cluster": cluster}
+        update={
+            "ui": False,
+            "access_log": False,
+            "settings": settings,
+            "cluster": cluster,
+            "swarm": swarm,
+        }
     ).model_dump_json(by_alias=False)
 
 
@@ -121,11 +130,15 @@ class InstanceHost:
 
     async def _start(self) -> None:
         os.environ.update(self.env)
+        from mail.cluster.owned import router as owned_router
         from mail.config import ServerConfig
         from mail.server.app import create_app
 
         config = ServerConfig.model_validate_json(instance_config_json(self.config_json))
         self.app = create_app(config, authenticator=self._auth)
+        # What an admin may ask of this instance from another one (see cluster.owned).
+        self.app.state.cluster_owner = (self.caller.role, self.caller.id)
+        self.app.include_router(owned_router)
         self._lifespan = self.app.router.lifespan_context(self.app)
         await self._lifespan.__aenter__()
         state = self.app.state.mail
@@ -200,6 +213,32 @@ class InstanceHost:
             "open_requests": self.open_requests,
             "fenced": self.fenced,
         }
+
+    async def has_task(self, task_id: str) -> bool:
+        """Whether this host's instance has the task, live or archived (creates nothing)."""
+        from mail.cluster.owned import has_task
+
+        if self.closing:
+            return False
+        await self.ready()
+        return has_task(self.app.state.mail, self.caller.role, self.caller.id, task_id)
+
+    async def loop_running(self) -> bool:
+        """Whether this host's instance exists and its runtime loop runs (``GET /status``)."""
+        if self.closing:
+            return False
+        await self.ready()
+        inst = self.instance()
+        return inst is not None and bool(inst.is_running())
+
+    def owned(self, request: ForwardedRequest) -> ForwardedRequest:
+        """An admin's request about this host's own instance (``cluster.owned``'s routes)."""
+        from mail.cluster.owned import OWNED_PREFIX
+
+        return dataclasses.replace(request, path=OWNED_PREFIX + request.path)
+
+    def owner(self) -> dict[str, Any]:
+        return caller_to_dict(self.caller)
 
     # -- requests ------------------------------------------------------------------------------
 

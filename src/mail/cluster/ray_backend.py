@@ -34,7 +34,16 @@ from mail.server.instances import instance_kind
 logger = logging.getLogger("mail.cluster")
 
 # Environment an instance host needs from its front end (the actor runs in a Ray worker).
-FORWARDED_ENV_PREFIXES = ("MAIL_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "GEMINI_")
+# SWARM_AUTH_TOKEN_*: the registry's token references (interswarm calls run in the actors).
+FORWARDED_ENV_PREFIXES = (
+    "MAIL_",
+    "LITELLM_",
+    "OPENAI_",
+    "ANTHROPIC_",
+    "AZURE_",
+    "GEMINI_",
+    "SWARM_AUTH_TOKEN_",
+)
 FORWARDED_ENV_NAMES = ("DATABASE_URL", "PYTHONPATH", "AUTH_ENDPOINT", "TOKEN_INFO_ENDPOINT")
 # Share of a CPU an instance reserves: instances wait on models and the network, not on CPU.
 INSTANCE_CPUS = 0.01
@@ -56,6 +65,15 @@ def forwarded_env() -> dict[str, str]:
     }
     env.pop("MAIL_CLUSTER_BACKEND", None)
     return env
+
+
+def _client_request(request: ForwardedRequest) -> ForwardedRequest:
+    """A client's request never reaches the host's internal routes (only ``owned_*`` do)."""
+    from mail.cluster.owned import OWNED_PREFIX
+
+    if request.path.startswith(OWNED_PREFIX):
+        raise ValueError(f"not a client route: {request.path}")
+    return request
 
 
 class InstanceActor:
@@ -90,12 +108,26 @@ class InstanceActor:
         return {**self.host.describe(), "node_id": ray.get_runtime_context().get_node_id()}
 
     async def unary(self, caller: dict[str, Any], request: ForwardedRequest) -> UnaryResponse:
-        return await self.host.unary(caller, request)
+        return await self.host.unary(caller, _client_request(request))
 
     async def stream(
         self, caller: dict[str, Any], request: ForwardedRequest
     ) -> AsyncIterator[dict[str, Any]]:
-        async for message in self.host.stream(caller, request):
+        async for message in self.host.stream(caller, _client_request(request)):
+            yield message
+
+    async def loop_running(self) -> bool:
+        return await self.host.loop_running()
+
+    async def has_task(self, task_id: str) -> bool:
+        return await self.host.has_task(task_id)
+
+    async def owned_unary(self, request: ForwardedRequest) -> UnaryResponse:
+        """An admin's request about this actor's own instance (see ``cluster.owned``)."""
+        return await self.host.unary(self.host.owner(), self.host.owned(request))
+
+    async def owned_stream(self, request: ForwardedRequest) -> AsyncIterator[dict[str, Any]]:
+        async for message in self.host.stream(self.host.owner(), self.host.owned(request)):
             yield message
 
     async def _reap(self) -> None:
@@ -125,7 +157,7 @@ class InstanceActor:
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
 
-def _actor_name(swarm: str, caller: Caller) -> str:
+def actor_name(swarm: str, caller: Caller) -> str:
     return f"{swarm}/{instance_kind(caller.role)}/{caller.id}"
 
 
@@ -177,7 +209,7 @@ class RayInstances:
     # -- actors --------------------------------------------------------------------------------
 
     async def actor(self, swarm: str, caller: Caller) -> Any:
-        name = _actor_name(swarm, caller)
+        name = actor_name(swarm, caller)
         handle = self._handles.get(name)
         if handle is None:
             handle = await asyncio.to_thread(self._get_or_create, name, caller)
@@ -207,7 +239,7 @@ class RayInstances:
         raise ClusterUnavailable(f"cannot create instance actor {name}: {last}")
 
     def forget(self, swarm: str, caller: Caller) -> None:
-        self._handles.pop(_actor_name(swarm, caller), None)
+        self._handles.pop(actor_name(swarm, caller), None)
 
     def list_instances(self) -> list[str]:
         names = self.ray.util.list_named_actors(all_namespaces=True)

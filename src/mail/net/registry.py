@@ -1,5 +1,9 @@
 """SwarmRegistry: the swarms this server knows, how to reach them, and whether they are up.
 
+Shared file (``shared=True``, cluster mode): every process of the deployment sees the file's
+current content; see ``registry_shared``. Tokens given at registration stay in the memory of
+the process that received them, so there the other processes need the environment variable.
+
 Token handling (why it differs from the original): an endpoint's `auth_token_ref` only ever
 holds an environment reference such as `${SWARM_AUTH_TOKEN_SWARM_BETA}`. A token passed to
 `register_swarm` is kept in process memory and used for this process's lifetime; only the
@@ -10,11 +14,12 @@ holds a secret.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +27,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
+from mail.net.registry_shared import FileSignature, file_signature, locked, take_file_entries
 from mail.net.registry_store import (
     DEFAULT_TOKEN_PREFIX,
     clean_endpoint,
@@ -76,6 +82,7 @@ class SwarmRegistry:
         health_check_interval: float = 30.0,
         health_check_timeout: float = 10.0,
         session: aiohttp.ClientSession | None = None,
+        shared: bool = False,
     ) -> None:
         self.local_swarm_name = local_swarm_name
         self.local_base_url = local_base_url.rstrip("/")
@@ -93,6 +100,9 @@ class SwarmRegistry:
         self._owns_session = session is None
         # Set when the file exists but cannot be read; saving would then destroy it.
         self._load_error: str | None = None
+        # Several processes use the file: re-read it when it changed, change it under a lock.
+        self.shared = shared
+        self._file_sig: FileSignature | None = None
         self._health = HealthMonitor(
             self._remote_endpoints,
             self._get_session,
@@ -167,33 +177,40 @@ class SwarmRegistry:
             )
 
         var = token_env_var(swarm_name)
-        self._remember_token(swarm_name, var, auth_token, volatile)
-        previous = self.endpoints.get(swarm_name)
-        self.endpoints[swarm_name] = SwarmEndpoint(
-            swarm_name=swarm_name,
-            base_url=base,
-            version=info["version"],
-            health_check_url=f"{base}/health",
-            auth_token_ref=make_env_ref(var),
-            last_seen=_now(),
-            is_active=True,
-            latency=elapsed,
-            swarm_description=info["description"],
-            keywords=info["keywords"],
-            metadata=dict(metadata) if metadata else None,
-            public=info["public"],
-            volatile=volatile,
-            caller_id=caller_id or None,
-        )
-        self._health.forget(swarm_name)
+        with self._changing():
+            self._remember_token(swarm_name, var, auth_token, volatile)
+            previous = self.endpoints.get(swarm_name)
+            self._store_endpoint(
+                swarm_name,
+                SwarmEndpoint(
+                    swarm_name=swarm_name,
+                    base_url=base,
+                    version=info["version"],
+                    health_check_url=f"{base}/health",
+                    auth_token_ref=make_env_ref(var),
+                    last_seen=_now(),
+                    is_active=True,
+                    latency=elapsed,
+                    swarm_description=info["description"],
+                    keywords=info["keywords"],
+                    metadata=dict(metadata) if metadata else None,
+                    public=info["public"],
+                    volatile=volatile,
+                    caller_id=caller_id or None,
+                ),
+            )
+            if self.shared or not volatile or (previous is not None and not previous["volatile"]):
+                self.save_persistent_endpoints()
         logger.info(
             "registered %s swarm '%s' at %s",
             "volatile" if volatile else "persistent",
             swarm_name,
             base,
         )
-        if not volatile or (previous is not None and not previous["volatile"]):
-            self.save_persistent_endpoints()
+
+    def _store_endpoint(self, swarm_name: str, endpoint: SwarmEndpoint) -> None:
+        self.endpoints[swarm_name] = endpoint
+        self._health.forget(swarm_name)
 
     def _remember_token(
         self, swarm_name: str, var: str, auth_token: str | None, volatile: bool
@@ -223,47 +240,56 @@ class SwarmRegistry:
         if swarm_name == self.local_swarm_name:
             logger.warning("refusing to unregister the local swarm '%s'", swarm_name)
             return False
-        endpoint = self.endpoints.pop(swarm_name, None)
-        if endpoint is None:
-            return False
-        self._tokens.pop(swarm_name, None)
-        self._health.forget(swarm_name)
+        with self._changing():
+            endpoint = self.endpoints.pop(swarm_name, None)
+            if endpoint is None:
+                return False
+            self._tokens.pop(swarm_name, None)
+            self._health.forget(swarm_name)
+            if self.shared or not endpoint["volatile"]:
+                self.save_persistent_endpoints()
         logger.info("unregistered swarm '%s'", swarm_name)
-        if not endpoint["volatile"]:
-            self.save_persistent_endpoints()
         return True
 
     # ------------------------------------------------------------------ queries
 
     def get_swarm_endpoint(self, swarm_name: str) -> SwarmEndpoint | None:
+        self._refresh()
         return self.endpoints.get(swarm_name)
 
     def expected_caller_id(self, swarm_name: str) -> str | None:
         """The caller id `swarm_name`'s calls must carry, if its entry names one."""
+        self._refresh()
         endpoint = self.endpoints.get(swarm_name)
         return endpoint.get("caller_id") if endpoint is not None else None
 
     def get_resolved_auth_token(self, swarm_name: str) -> str | None:
         """Bearer token for a swarm: the one given at registration, else its env reference."""
+        self._refresh()
         endpoint = self.endpoints.get(swarm_name)
         if endpoint is None:
             return None
         return self._tokens.get(swarm_name) or resolve_token_ref(endpoint["auth_token_ref"])
 
     def get_all_endpoints(self) -> dict[str, SwarmEndpoint]:
+        self._refresh()
         return dict(self.endpoints)
 
     def get_active_endpoints(self) -> dict[str, SwarmEndpoint]:
+        self._refresh()
         return {name: ep for name, ep in self.endpoints.items() if ep["is_active"]}
 
     def get_persistent_endpoints(self) -> dict[str, SwarmEndpoint]:
+        self._refresh()
         return {name: ep for name, ep in self.endpoints.items() if not ep["volatile"]}
 
     def get_public_endpoints_cleaned(self) -> list[SwarmEndpointCleaned]:
         """Public swarms for `GET /swarms`, without any token information."""
+        self._refresh()
         return [clean_endpoint(ep) for ep in self.endpoints.values() if ep["public"]]
 
     def _remote_endpoints(self) -> list[SwarmEndpoint]:
+        self._refresh()
         return [ep for name, ep in self.endpoints.items() if name != self.local_swarm_name]
 
     # ------------------------------------------------------------------ tokens
@@ -283,6 +309,10 @@ class SwarmRegistry:
         The literal stays usable in memory for this process. Returns {swarm: variable} for
         every entry changed, so the caller knows which variables to export.
         """
+        with self._changing():
+            return self._migrate_auth_tokens(prefix)
+
+    def _migrate_auth_tokens(self, prefix: str) -> dict[str, str]:
         migrated: dict[str, str] = {}
         for name, endpoint in self.endpoints.items():
             ref = endpoint["auth_token_ref"]
@@ -293,7 +323,7 @@ class SwarmRegistry:
             endpoint["auth_token_ref"] = make_env_ref(var)
             migrated[name] = var
             logger.warning("moved the token of swarm '%s' to a reference; export %s", name, var)
-        if any(not self.endpoints[name]["volatile"] for name in migrated):
+        if any(self.shared or not self.endpoints[name]["volatile"] for name in migrated):
             self.save_persistent_endpoints()
         return migrated
 
@@ -323,6 +353,7 @@ class SwarmRegistry:
 
     def to_dict(self) -> dict[str, Any]:
         """The registry in its file shape, volatile entries included (never raw tokens)."""
+        self._refresh()
         return self._file_document(self.endpoints.values())
 
     def _file_document(self, endpoints: Any) -> dict[str, Any]:
@@ -346,8 +377,12 @@ class SwarmRegistry:
                 f"not saving the swarm registry: {self._load_error}; fix or remove the file"
             )
         self._move_literal_tokens_to_memory()
-        document = self._file_document(self.get_persistent_endpoints().values())
+        # A shared file holds the volatile entries too: the other processes must see them.
+        kept = [ep for ep in self.endpoints.values() if self.shared or not ep["volatile"]]
+        document = self._file_document(kept)
         write_json_atomic(Path(self.persistence_file), document)
+        if self.shared:
+            self._file_sig = file_signature(Path(self.persistence_file))
         logger.debug("saved %d endpoints to %s", len(document["endpoints"]), self.persistence_file)
 
     def _move_literal_tokens_to_memory(self) -> None:
@@ -366,6 +401,7 @@ class SwarmRegistry:
         Entries that are already known, or named like the local swarm, are skipped.
         """
         path = Path(self.persistence_file)
+        signature = file_signature(path)  # before reading: a later change is read again
         try:
             data = read_registry_file(path)
         except (OSError, ValueError) as exc:
@@ -373,14 +409,27 @@ class SwarmRegistry:
             logger.error("cannot load swarm registry: %s", exc)
             return 0
         self._load_error = None
+        if self.shared:
+            self._file_sig = signature
         if data is None:
             logger.info("no swarm registry file at %s yet", path)
             return 0
         self._apply_local_settings(data)
         loaded = 0
+        for name, endpoint in self._file_entries(data).items():
+            if name in self.endpoints:
+                continue
+            self.endpoints[name] = endpoint
+            loaded += 1
+        logger.info("loaded %d swarm endpoints from %s", loaded, path)
+        return loaded
+
+    def _file_entries(self, data: dict[str, Any]) -> dict[str, SwarmEndpoint]:
+        """The remote endpoints a registry file holds (malformed entries skipped)."""
+        entries: dict[str, SwarmEndpoint] = {}
         endpoints = data.get("endpoints")
         for name, entry in (endpoints if isinstance(endpoints, dict) else {}).items():
-            if name == self.local_swarm_name or name in self.endpoints:
+            if name == self.local_swarm_name:
                 continue
             if not isinstance(entry, dict):
                 logger.warning("skipping malformed registry entry '%s'", name)
@@ -390,6 +439,8 @@ class SwarmRegistry:
             except ValueError as exc:
                 logger.warning("skipping registry entry: %s", exc)
                 continue
+            if self.shared:  # a shared file holds volatile entries, flagged
+                endpoint["volatile"] = bool(entry.get("volatile", False))
             ref = endpoint["auth_token_ref"]
             if ref and not is_env_ref(ref):
                 var = token_env_var(name)
@@ -401,10 +452,43 @@ class SwarmRegistry:
                     name,
                     var,
                 )
-            self.endpoints[name] = endpoint
-            loaded += 1
-        logger.info("loaded %d swarm endpoints from %s", loaded, path)
-        return loaded
+            entries[name] = endpoint
+        return entries
+
+    # ------------------------------------------------------------------ shared file
+
+    def _refresh(self, *, force: bool = False) -> None:
+        """A shared registry: take the file's content if it changed since this process saw it.
+
+        This process's own view of each remote's health (is_active, latency, last_seen) is
+        kept for entries whose URL did not change.
+        """
+        if not self.shared:
+            return
+        path = Path(self.persistence_file)
+        signature = file_signature(path)
+        if signature == self._file_sig and not force:
+            return
+        try:
+            data = read_registry_file(path) or {}
+        except (OSError, ValueError) as exc:
+            logger.warning("keeping the registry as it was: %s", exc)
+            return
+        self._file_sig = signature
+        fresh = self._file_entries(data)
+        for name in take_file_entries(self.endpoints, fresh, self.local_swarm_name):
+            self._tokens.pop(name, None)
+            self._health.forget(name)
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Around a change: in a shared registry, hold the file's lock and start from its content."""
+        if not self.shared:
+            yield
+            return
+        with locked(Path(self.persistence_file)):
+            self._refresh(force=True)
+            yield
 
     def _apply_local_settings(self, data: dict[str, Any]) -> None:
         if isinstance(data.get("local_swarm_description"), str):
@@ -419,7 +503,12 @@ class SwarmRegistry:
         local["public"] = self.local_swarm_public
 
     def cleanup_volatile_endpoints(self) -> list[str]:
-        """Drop volatile entries (at shutdown) and save; returns the dropped names."""
+        """Drop volatile entries (at shutdown) and save; returns the dropped names.
+
+        A shared registry keeps them: the deployment outlives any one of its processes.
+        """
+        if self.shared:
+            return []
         dropped = [name for name, ep in self.endpoints.items() if ep["volatile"]]
         for name in dropped:
             del self.endpoints[name]

@@ -241,6 +241,7 @@ def build_registry(config: ServerConfig, template: Any) -> Any | None:
         local_swarm_description=getattr(template, "description", "") or config.swarm.description,
         local_swarm_keywords=list(getattr(template, "keywords", None) or config.swarm.keywords),
         local_swarm_public=bool(getattr(template, "public", False) or config.swarm.public),
+        shared=config.swarm.registry_shared or config.cluster.backend != "none",
     )
 
 

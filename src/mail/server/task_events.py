@@ -61,25 +61,46 @@ async def find_task(state: ServerState, caller: Caller, task_id: str, after: int
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     inst.touch()
     sub = Subscription(task_id, after)
-    task = None if task_id == "*" else inst.swarm.get_task_by_id(task_id)
-    if task is not None:
-        sub.task, sub.instance = task, inst
-    elif (
-        archived := state.instances.archived_tasks(caller.role, caller.id).get(task_id)
-    ) is not None:
-        sub.record = archived
-    elif caller.role == "admin" and task_id != "*":
+    _look_in(state, inst, caller.role, caller.id, sub)
+    if sub.task is None and sub.record is None and caller.role == "admin" and task_id != "*":
         for other in state.instances.all():
             found = other.swarm.get_task_by_id(task_id)
             if found is not None:
                 sub.task, sub.instance = found, other
                 break
+    return _checked(sub)
+
+
+def find_owned_task(
+    state: ServerState, role: str, caller_id: str, task_id: str, after: int
+) -> Subscription:
+    """The task of the (role, id) instance, live or archived, or 404; creates no instance.
+
+    Cluster mode: an admin's view of another caller's task, asked of that caller's host.
+    """
+    sub = Subscription(task_id, after)
+    _look_in(state, state.instances.peek(role, caller_id), role, caller_id, sub)
+    return _checked(sub)
+
+
+def _look_in(
+    state: ServerState, inst: Instance | None, role: str, caller_id: str, sub: Subscription
+) -> None:
+    task = None if inst is None or sub.task_id == "*" else inst.swarm.get_task_by_id(sub.task_id)
+    if task is not None:
+        sub.task, sub.instance = task, inst
+    elif (archived := state.instances.archived_tasks(role, caller_id).get(sub.task_id)) is not None:
+        sub.record = archived
+
+
+def _checked(sub: Subscription) -> Subscription:
     if sub.task is None and sub.record is None:
-        raise HTTPException(404, f"task '{task_id}' not found")
+        raise HTTPException(404, f"task '{sub.task_id}' not found")
     count = len(sub.task.events) if sub.task is not None else len(_record_events(sub.record))
-    if after > count:
+    if sub.after > count:
         raise BadRequest(
-            f"event id {after} is past the last event of task '{task_id}' (last id: {count})"
+            f"event id {sub.after} is past the last event of task '{sub.task_id}' "
+            f"(last id: {count})"
         )
     return sub
 
@@ -155,17 +176,21 @@ async def subscribe(
     state: ServerState, caller: Caller, task_id: str, after: int
 ) -> AsyncIterator[Any]:
     """Find the task (raising 400/404 before any byte is sent) and return its event feed."""
-    sub = await find_task(state, caller, task_id, after)
+    return feed(state, await find_task(state, caller, task_id, after))
+
+
+def feed(state: ServerState, sub: Subscription) -> AsyncIterator[Any]:
+    """The events of a found task, its instance leased while someone watches."""
     settings = state.config.settings
-    feed = watch(sub, ping_interval=settings.sse_ping_interval, timeout=settings.message_timeout)
+    events = watch(sub, ping_interval=settings.sse_ping_interval, timeout=settings.message_timeout)
     if sub.instance is None:
-        return feed
+        return events
     inst = sub.instance
 
     async def leased() -> AsyncIterator[Any]:
         # Keep the instance from being reclaimed while someone watches its task.
         async with state.instances.lease(inst):
-            async for event in feed:
+            async for event in events:
                 yield event
 
     return leased()

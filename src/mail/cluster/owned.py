@@ -1,0 +1,91 @@
+"""Routes an instance host answers about its own instance, for an admin's cross-instance views.
+
+In one process an admin's ``GET /tasks``, ``GET /task`` and ``GET /task/events`` also reach
+the tasks of other instances (remote swarms' work here; for events, other users' tasks too). In cluster mode each instance is in
+its own actor; when the admin's own actor does not have the task, the front end asks the
+actors that do, through these routes. They look only at the host's own instance (``peek``:
+no instance is created for the admin there) and are reachable only in-process: the front end
+never forwards a client's request to a path under :data:`OWNED_PREFIX`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from starlette.responses import StreamingResponse
+
+from mail.server import task_events, task_listing
+from mail.server.bodies import parse_task_id, read_json_object
+from mail.server.jsonio import JSONBody
+from mail.server.messaging import task_record, task_summary
+from mail.server.routes_public import get_state
+from mail.server.sse import event_stream_response
+
+OWNED_PREFIX = "/_cluster/owned"
+
+router = APIRouter()
+
+
+def _owner(request: Request) -> tuple[str, str]:
+    role, caller_id = request.app.state.cluster_owner
+    return str(role), str(caller_id)
+
+
+def has_task(state: Any, role: str, caller_id: str, task_id: str) -> bool:
+    """Whether the (role, id) instance has the task, live or archived (creates nothing)."""
+    inst = state.instances.peek(role, caller_id)
+    if inst is not None and inst.swarm.get_task_by_id(task_id) is not None:
+        return True
+    return task_id in state.instances.archived_tasks(role, caller_id)
+
+
+@router.get(OWNED_PREFIX + "/task", include_in_schema=False)
+async def owned_task(request: Request) -> JSONBody:
+    state = get_state(request)
+    role, caller_id = _owner(request)
+    data = await read_json_object(request, required=False)
+    task_id = parse_task_id(data, request.query_params.get("task_id"))
+    inst = state.instances.peek(role, caller_id)
+    task = None if inst is None else inst.swarm.get_task_by_id(task_id)
+    if inst is not None and task is not None:
+        return JSONBody(task_record(task, inst.swarm.runtime))
+    archived = state.instances.archived_tasks(role, caller_id).get(task_id)
+    if archived is None:
+        raise HTTPException(404, f"task '{task_id}' not found")
+    return JSONBody(archived)
+
+
+@router.get(OWNED_PREFIX + "/task/events", include_in_schema=False)
+async def owned_task_events(request: Request) -> StreamingResponse:
+    state = get_state(request)
+    role, caller_id = _owner(request)
+    task_id = parse_task_id({}, request.query_params.get("task_id"))
+    after = task_events.parse_after(
+        request.headers.get("last-event-id"), request.query_params.get("after")
+    )
+    sub = task_events.find_owned_task(state, role, caller_id, task_id, after)
+    settings = state.config.settings
+    return event_stream_response(
+        task_events.feed(state, sub),
+        max_buffer_bytes=settings.sse_max_buffer_bytes,
+        stall_timeout=settings.sse_slow_reader_timeout,
+        task_id=task_id,
+    )
+
+
+@router.get(OWNED_PREFIX + "/tasks", include_in_schema=False)
+async def owned_tasks(request: Request) -> JSONBody:
+    """Every task summary of this host's instance, unpaged (the front end merges and pages)."""
+    state = get_state(request)
+    role, caller_id = _owner(request)
+    inst = state.instances.peek(role, caller_id)
+    records = {
+        tid: task_listing.summary(r)
+        for tid, r in state.instances.archived_tasks(role, caller_id).items()
+    }
+    if inst is not None:
+        for task_id, task in inst.swarm.get_all_tasks().items():
+            if task_id != "*":  # runtime-internal pseudo-task of loop-level events
+                records[task_id] = task_summary(task, inst.swarm.runtime)
+    return JSONBody(records)
