@@ -248,7 +248,9 @@ def test_breakpoint_pause_survives_node_kill(deployment: ClusterDeployment) -> N
     )
 
 
-def test_zombie_writes_after_failover_are_rejected(deployment: ClusterDeployment) -> None:
+def test_zombie_writes_after_failover_are_rejected(
+    deployment: ClusterDeployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A host that lost its instance to a newer host cannot change the stored state."""
     import asyncio
 
@@ -267,6 +269,10 @@ def test_zombie_writes_after_failover_are_rejected(deployment: ClusterDeployment
     # lives on: its node was cut off, not dead.
     config = ServerConfig.model_validate_json(_front_end_config(deployment))
     caller = {"role": "user", "id": "alice", "api_key": alice, "swarm": None}
+
+    # The newer host runs in this process: its database comes from the environment, which
+    # monkeypatch restores afterwards (later tests run in-process servers without one).
+    monkeypatch.setenv("DATABASE_URL", DATABASE_URL)
 
     async def take_over() -> int:
         host = InstanceHost(host_config_json(config), caller, {"DATABASE_URL": DATABASE_URL})

@@ -129,7 +129,8 @@ class InstanceHost:
         await asyncio.shield(self.start_soon())
 
     async def _start(self) -> None:
-        os.environ.update(self.env)
+        # The environment is the process's own (a Ray worker started with it); a host never
+        # changes it, so one run in-process (tests) leaves no trace in its caller.
         from mail.cluster.owned import router as owned_router
         from mail.config import ServerConfig
         from mail.server.app import create_app

@@ -84,6 +84,7 @@ class InstanceActor:
     ) -> None:
         with contextlib.suppress(OSError):
             os.chdir(cwd)
+        os.environ.update(env)  # already set at worker start (runtime_env); kept for clarity
         from mail.config import ServerConfig
 
         self.idle_timeout = ServerConfig.model_validate_json(
