@@ -31,8 +31,8 @@ from mail.net.registry_shared import FileSignature, file_signature, locked, take
 from mail.net.registry_store import (
     DEFAULT_TOKEN_PREFIX,
     clean_endpoint,
-    endpoint_from_json,
     endpoint_to_json,
+    entries_from_document,
     is_env_ref,
     make_env_ref,
     parse_env_ref,
@@ -425,34 +425,9 @@ class SwarmRegistry:
         return loaded
 
     def _file_entries(self, data: dict[str, Any]) -> dict[str, SwarmEndpoint]:
-        """The remote endpoints a registry file holds (malformed entries skipped)."""
-        entries: dict[str, SwarmEndpoint] = {}
-        endpoints = data.get("endpoints")
-        for name, entry in (endpoints if isinstance(endpoints, dict) else {}).items():
-            if name == self.local_swarm_name:
-                continue
-            if not isinstance(entry, dict):
-                logger.warning("skipping malformed registry entry '%s'", name)
-                continue
-            try:
-                endpoint = endpoint_from_json(name, entry)
-            except ValueError as exc:
-                logger.warning("skipping registry entry: %s", exc)
-                continue
-            if self.shared:  # a shared file holds volatile entries, flagged
-                endpoint["volatile"] = bool(entry.get("volatile", False))
-            ref = endpoint["auth_token_ref"]
-            if ref and not is_env_ref(ref):
-                var = token_env_var(name)
-                self._tokens[name] = ref
-                endpoint["auth_token_ref"] = make_env_ref(var)
-                logger.warning(
-                    "registry file holds a raw token for swarm '%s'; it will be replaced by "
-                    "${%s} on the next save, export that variable",
-                    name,
-                    var,
-                )
-            entries[name] = endpoint
+        """The remote endpoints a registry file holds; raw tokens found there go to memory."""
+        entries, raw_tokens = entries_from_document(data, self.local_swarm_name, self.shared)
+        self._tokens.update(raw_tokens)
         return entries
 
     # ------------------------------------------------------------------ shared file

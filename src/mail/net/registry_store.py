@@ -179,3 +179,43 @@ def read_registry_file(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise ValueError(f"registry file {path} must hold a JSON object")
     return data
+
+
+def entries_from_document(
+    data: dict[str, Any], local_name: str, keep_volatile: bool
+) -> tuple[dict[str, SwarmEndpoint], dict[str, str]]:
+    """The remote endpoints of a registry file, and the raw tokens it held by swarm name.
+
+    Malformed entries are skipped. A raw token is replaced by a reference to its environment
+    variable (the caller keeps the token in memory). ``keep_volatile``: the file is shared by
+    several processes and holds volatile entries, flagged.
+    """
+    entries: dict[str, SwarmEndpoint] = {}
+    raw_tokens: dict[str, str] = {}
+    endpoints = data.get("endpoints")
+    for name, entry in (endpoints if isinstance(endpoints, dict) else {}).items():
+        if name == local_name:
+            continue
+        if not isinstance(entry, dict):
+            logger.warning("skipping malformed registry entry '%s'", name)
+            continue
+        try:
+            endpoint = endpoint_from_json(name, entry)
+        except ValueError as exc:
+            logger.warning("skipping registry entry: %s", exc)
+            continue
+        if keep_volatile:
+            endpoint["volatile"] = bool(entry.get("volatile", False))
+        ref = endpoint["auth_token_ref"]
+        if ref and not is_env_ref(ref):
+            var = token_env_var(name)
+            raw_tokens[name] = ref
+            endpoint["auth_token_ref"] = make_env_ref(var)
+            logger.warning(
+                "registry file holds a raw token for swarm '%s'; it will be replaced by "
+                "${%s} on the next save, export that variable",
+                name,
+                var,
+            )
+        entries[name] = endpoint
+    return entries, raw_tokens
