@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mail.core.message import build_mail_xml
+from mail.core.message import build_mail_xml, utc_now_iso
 
 Description = str | Callable[[], str]
 # Marks a stored description whose message XML was left out (see TaskEvent.store_data).
@@ -149,3 +149,14 @@ class TaskEvent:
 
     def __repr__(self) -> str:
         return f"TaskEvent({self.event!r}, id={self.id!r}, task_id={self.task_id!r})"
+
+
+def closing_event(name: str, task_id: str, response: str) -> TaskEvent:
+    """The last event of a task's stream (``task_complete`` or ``task_error``): not stored,
+    no id; it carries the task's answer (or what went wrong) as ``response``."""
+    return TaskEvent(
+        name,
+        task_id,
+        "",
+        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
+    )

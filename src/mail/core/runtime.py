@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
+from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
-from mail.core.events import Description, TaskEvent
+from mail.core.events import Description, TaskEvent, closing_event
 from mail.core.loop_guard import LoopGuard, end_task
 from mail.core.mailbox import Mailbox, MailboxClosed
 from mail.core.memory import AgentMemory, InMemoryAgentMemory
@@ -129,7 +130,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
         for name, agent in self.agents.items():
-            _attach_recall(agent.function, functools.partial(self.recall, name), set())
+            attach_recall(agent.function, functools.partial(self.recall, name))
 
     @property
     def batch_delivery(self) -> bool:
@@ -154,7 +155,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         """Apply the switch to every agent function and the wrappers it holds."""
         self.print_llm_streams = value
         for agent in self.agents.values():
-            _apply_print_flag(agent.function, value, set())
+            apply_print_flag(agent.function, value)
 
     async def recall(self, agent_name: str, query: str, limit: int = 5) -> list[str]:
         """Texts from `agent_name`'s memory matching `query` (what it acknowledged)."""
@@ -332,7 +333,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             try:
                 self._submit_for_task(message, resume_from, kwargs)
             except TaskSubmitError as exc:
-                yield _final_event("task_error", task_id, str(exc))
+                yield closing_event("task_error", task_id, str(exc))
                 return
             task = self.mail_tasks[task_id]
             while True:
@@ -355,7 +356,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                             self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
                         ),
                     )
-                    yield _final_event("task_error", task_id, task_timeout_body())
+                    yield closing_event("task_error", task_id, task_timeout_body())
                     return
                 signal = task.event_signal()
                 try:
@@ -374,7 +375,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                 yield task.events[index]
                 index += 1
             response = future.result()
-            yield _final_event("task_complete", task_id, response["message"]["body"])
+            yield closing_event("task_complete", task_id, response["message"]["body"])
         finally:
             self._drop_waiter(task_id, future)
 
@@ -592,41 +593,3 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
                             "The runtime was shut down before the task completed.",
                         )
                     )
-
-
-def _final_event(name: str, task_id: str, response: str) -> TaskEvent:
-    return TaskEvent(
-        name,
-        task_id,
-        "",
-        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
-    )
-
-
-def _apply_print_flag(fn: Any, value: bool, seen: set[int]) -> None:
-    if fn is None or id(fn) in seen:
-        return
-    seen.add(id(fn))
-    try:
-        if hasattr(fn, "print_llm_streams") or hasattr(fn, "__dict__"):
-            fn.print_llm_streams = value
-    except (AttributeError, TypeError):
-        pass
-    for attr in ("supervisor_fn", "action_agent_fn", "_mail_agent"):
-        inner = getattr(fn, attr, None)
-        if inner is not None:
-            _apply_print_flag(inner, value, seen)
-
-
-def _attach_recall(fn: Any, recall: Any, seen: set[int]) -> None:
-    """Give agent functions (and the wrappers' inner functions) a `recall` for memory."""
-    if fn is None or id(fn) in seen:
-        return
-    seen.add(id(fn))
-    try:
-        if hasattr(fn, "memory"):
-            fn.recall = recall
-    except (AttributeError, TypeError):
-        pass
-    for attr in ("supervisor_fn", "action_agent_fn", "_mail_agent"):
-        _attach_recall(getattr(fn, attr, None), recall, seen)

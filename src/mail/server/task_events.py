@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from mail.core.events import TaskEvent
+from mail.core.events import TaskEvent, closing_event
 from mail.core.message import utc_now_iso
 from mail.server.auth import Caller
 from mail.server.errors import BadRequest
@@ -110,15 +110,6 @@ def _record_events(record: dict[str, Any] | None) -> list[Any]:
     return events if isinstance(events, list) else []
 
 
-def _closing(task_id: str, name: str, response: str) -> TaskEvent:
-    return TaskEvent(
-        name,
-        task_id,
-        "",
-        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
-    )
-
-
 def _response_body(response: Any) -> str:
     if isinstance(response, dict):
         message = response.get("message")
@@ -132,7 +123,9 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
     if sub.record is not None:
         for event in _record_events(sub.record)[sub.after :]:
             yield event
-        yield _closing(sub.task_id, "task_complete", _response_body(sub.record.get("response")))
+        yield closing_event(
+            "task_complete", sub.task_id, _response_body(sub.record.get("response"))
+        )
         return
     task = sub.task
     assert task is not None
@@ -155,7 +148,7 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
         settled = False
         remaining = deadline - loop.time()
         if remaining <= 0:
-            yield _closing(sub.task_id, "task_error", f"timeout for task '{sub.task_id}'")
+            yield closing_event("task_error", sub.task_id, f"timeout for task '{sub.task_id}'")
             return
         signal = task.event_signal()
         try:
@@ -169,7 +162,7 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
                     "",
                     raw_payload={"timestamp": utc_now_iso(), "task_id": sub.task_id},
                 )
-    yield _closing(sub.task_id, "task_complete", _response_body(task.response))
+    yield closing_event("task_complete", sub.task_id, _response_body(task.response))
 
 
 async def subscribe(
