@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import os
 import uuid
@@ -12,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 from langgraph.store.memory import InMemoryStore
+from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.memory_store import (
     ACK_MARKER,
@@ -35,27 +34,8 @@ BROADCAST_XML = (
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    schema = f"mail_memory_{uuid.uuid4().hex[:12]}"
-
-    def run(sql: str) -> None:
-        async def go() -> None:
-            conn = await asyncpg.connect(BASE_URL, timeout=5)
-            try:
-                await conn.execute(sql)
-            finally:
-                await conn.close()
-
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # callers may be inside a loop
-            pool.submit(asyncio.run, go()).result()
-
-    try:
-        run(f"CREATE SCHEMA {schema}")
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unreachable at {BASE_URL}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {BASE_URL}: {exc}")
-    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}search_path={schema}"
-    run(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema("mail_memory", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
 
 
 @pytest.fixture(params=["memory", "postgres"])

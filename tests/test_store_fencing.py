@@ -9,7 +9,6 @@ schema of their own; the memory variants share one `MemoryTaskStore` database.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 
 import asyncpg
 import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store import InstanceKey, MemoryTaskStore, StoreUnavailableError, TaskStore
 from mail.store.postgres import PostgresTaskStore
@@ -29,27 +29,8 @@ FAST = {"min_size": 1, "max_size": 3, "batch_delay": 0.005, "retry_initial": 0.0
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    schema = f"mail_fence_{uuid.uuid4().hex[:12]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(BASE_URL, timeout=5)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    def run_sync(sql: str) -> None:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, run(sql)).result()
-
-    try:
-        run_sync(f"CREATE SCHEMA {schema}")
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unreachable at {BASE_URL}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {BASE_URL}: {exc}")
-    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}search_path={schema}"
-    run_sync(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema("mail_fence", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
 
 
 @contextlib.asynccontextmanager

@@ -8,7 +8,6 @@ end. With MAIL_REQUIRE_POSTGRES=1 an unreachable database fails the tests.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
 from tests.support.tcp_proxy import TcpProxy, via_proxy
 
 from mail.store import InstanceKey, MemoryTaskStore, TaskStore, create_store
@@ -31,35 +31,11 @@ BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0
 FAST = {"min_size": 1, "max_size": 3, "batch_delay": 0.005, "retry_initial": 0.05, "retry_max": 0.3}
 
 
-def with_search_path(url: str, schema: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
-
-
 @pytest.fixture(scope="module")
 def pg_schema() -> Iterator[str]:
     """A fresh schema for this module; dropped afterwards."""
-    schema = f"mail_test_{uuid.uuid4().hex[:12]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(BASE_URL, timeout=5)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    def run_sync(sql: str) -> None:
-        # In a thread: this fixture may be requested from inside a running event loop.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, run(sql)).result()
-
-    try:
-        run_sync(f"CREATE SCHEMA {schema}")
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unreachable at {BASE_URL}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {BASE_URL}: {exc}")
-    yield schema
-    run_sync(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema("mail_test", BASE_URL) as schema:
+        yield schema
 
 
 @pytest.fixture

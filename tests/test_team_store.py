@@ -3,15 +3,12 @@ inbox filters and flags, unread counts, attachments, instance isolation)."""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
 from mail.store.team_base import TeamStore
@@ -24,27 +21,8 @@ OTHER = InstanceKey("s", "user", "bob")
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    schema = f"mail_team_{uuid.uuid4().hex[:12]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(BASE_URL, timeout=5)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    def run_sync(sql: str) -> None:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, run(sql)).result()
-
-    try:
-        run_sync(f"CREATE SCHEMA {schema}")
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unreachable at {BASE_URL}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {BASE_URL}: {exc}")
-    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}search_path={schema}"
-    run_sync(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema("mail_team", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
 
 
 @pytest.fixture(params=["memory", "memory-files", "postgres"])

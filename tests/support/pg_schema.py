@@ -1,0 +1,51 @@
+"""A scratch PostgreSQL schema per test module, on the real server the tests use.
+
+``MAIL_REQUIRE_POSTGRES=1`` (CI) turns an unreachable database into a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def with_search_path(url: str, schema: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
+
+
+def _execute(base_url: str, sql: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(base_url, timeout=5)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    # In a thread: a fixture may be requested from inside a running event loop.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, run()).result()
+
+
+@contextlib.contextmanager
+def scratch_schema(prefix: str, base_url: str = BASE_URL) -> Iterator[str]:
+    """Create a uniquely named schema, yield its name, drop it (and everything in it)."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        _execute(base_url, f"CREATE SCHEMA {schema}")
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL required but unreachable at {base_url}: {exc}")
+        pytest.skip(f"PostgreSQL unreachable at {base_url}: {exc}")
+    try:
+        yield schema
+    finally:
+        _execute(base_url, f"DROP SCHEMA {schema} CASCADE")
