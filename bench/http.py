@@ -15,7 +15,10 @@ keys, served the way `mail server` serves (its socket, its logging, access log o
    effective concurrency is requests/s x 0.15 s (16 = every client's task in flight at once);
 3. the cost of the access log: 1 client, access log on vs off, interleaved rounds;
 4. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
-   latency of a POST /message sent 2 s after start (the model library is warmed in between).
+   latency of a POST /message sent 2 s after start (the offline demo model needs no model
+   library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
+   OpenAI-compatible stub on loopback answering at once), which pays LiteLLM's import
+   (warmed in the background from 0.2 s after start): reported, no target.
 
 `python bench/http.py --serve PORT KEYS DIR LATENCY ACCESS_LOG` is the stub server process,
 `--serve-bare PORT LATENCY` the floor's.
@@ -113,6 +116,7 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
     from mail.commands.server import _bind, _setup_logging
     from mail.config import ServerConfig
     from mail.server.app import create_app
+    from mail.server.http_protocol import http_protocol
 
     _setup_logging("info")  # as `mail server` does (stderr goes to a file here)
     config = ServerConfig.model_validate(
@@ -134,6 +138,7 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
             log_level="info",
             access_log=access_log,
             lifespan="on",
+            http=http_protocol(),
             ws="none",
         )
     )
@@ -153,6 +158,7 @@ def serve_bare(port: int, latency: float = 0.0) -> None:
     from starlette.responses import Response
 
     from mail.commands.server import _bind
+    from mail.server.http_protocol import http_protocol
 
     # Annotations are strings here (future import); FastAPI resolves them in module globals.
     globals()["Request"] = Request
@@ -179,7 +185,9 @@ def serve_bare(port: int, latency: float = 0.0) -> None:
         return Response(body, media_type="application/json")
 
     sock = _bind("127.0.0.1", port)
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", ws="none")
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", http=http_protocol(), ws="none"
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -374,8 +382,83 @@ class StubServer:
         self.log.close()
 
 
-def measure_startup(workdir: Path, runs: int, after: str) -> dict[str, float]:
+class StubOpenAI:
+    """An OpenAI-compatible chat-completions endpoint on loopback that completes every task."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        reply = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-4o-mini",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_bench",
+                                "type": "function",
+                                "function": {
+                                    "name": "task_complete",
+                                    "arguments": json.dumps({"finish_message": "Paris: sunny"}),
+                                },
+                            }
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+        body = json.dumps(reply).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def swarms_json(self) -> list[dict[str, Any]]:
+        params = {"llm": "openai/gpt-4o-mini", "use_proxy": False, "api_base": self.url}
+        params.update(api_key="bench", system="You are the supervisor.")
+        supervisor = {
+            "name": "supervisor",
+            "factory": "python::mail.factories.supervisor:LiteLLMSupervisorFunction",
+            "comm_targets": [],
+            "enable_entrypoint": True,
+            "can_complete_tasks": True,
+            "tool_format": "completions",
+            "agent_params": params,
+        }
+        return [{"name": "demo", "version": "1.0.0", "entrypoint": "supervisor",
+                 "agents": [supervisor], "actions": []}]  # fmt: skip
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def measure_startup(
+    workdir: Path, runs: int, after: str, model: StubOpenAI | None = None
+) -> dict[str, float]:
     """Medians over ``runs`` starts of `mail server` on the demo swarm (one warm-up start first).
+
+    With ``model`` the swarm is ``model``'s one agent on a real model name instead.
 
     ``health``: start to the first 200 on /health; ``first``: latency of the first POST
     /message, sent 2 s after the process started (``after="start"``) or 2 s after /health first
@@ -386,7 +469,10 @@ def measure_startup(workdir: Path, runs: int, after: str) -> dict[str, float]:
     import httpx
 
     shutil.copy(REPO / "mail.toml", workdir / "mail.toml")
-    shutil.copy(REPO / "swarms.json", workdir / "swarms.json")
+    if model is None:
+        shutil.copy(REPO / "swarms.json", workdir / "swarms.json")
+    else:
+        (workdir / "swarms.json").write_text(json.dumps(model.swarms_json()))
     key = make_keys(workdir / "registries" / "keys.json", 1)[0]
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed packages are: bytecode cached
@@ -577,6 +663,18 @@ def startup(workdir: Path, runs: int = 3) -> None:
             f"answered in {got['first']:.3f} s; the next one in {got['warm']:.3f} s"
             + mark(got["first"] < TARGETS["first_answer_s"])
         )
+    model = StubOpenAI()
+    try:
+        startup_dir = workdir / "startup-real-model"
+        startup_dir.mkdir()
+        got = measure_startup(startup_dir, runs, "start", model)
+    finally:
+        model.close()
+    print(
+        f"`mail server` on a real model name (LiteLLM; stub model answering at once, medians of "
+        f"{runs}): first POST /message sent 2 s after start answered in {got['first']:.3f} s; "
+        f"the next one in {got['warm']:.3f} s (LiteLLM's import; no target)"
+    )
 
 
 def main() -> None:

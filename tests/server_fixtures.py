@@ -346,3 +346,21 @@ if os.environ.get("MAIL_TEST_SERVER_MODE") == "cluster":
     from tests.support.cluster_server import cluster_server_class
 
     ServerProcess = cluster_server_class(SingleServerProcess)  # type: ignore[misc]
+
+
+def read_http_response(conn: socket.socket) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 response with a Content-Length from a raw socket: (head, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head, body

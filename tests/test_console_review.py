@@ -17,7 +17,6 @@ from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
     ConsolePage,
     ConsoleServer,
-    launch_browser,
     new_console,
     require_chromium,
     start_console_server,
@@ -42,19 +41,6 @@ def review(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
         yield server
     finally:
         server.process.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    require_chromium()
-    with sync_playwright() as playwright:
-        instance = launch_browser(playwright)
-        try:
-            yield instance
-        finally:
-            instance.close()
 
 
 @pytest.fixture

@@ -23,14 +23,18 @@ import uvicorn
 
 from mail.commands.server import _bind
 from mail.server.app import create_app
+from mail.server.http_protocol import http_protocol
+from server_fixtures import read_http_response
 from test_server_inprocess import make_config, stub_template
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @contextlib.contextmanager
-def serving(app: Any, sockets: list[socket.socket] | None = None) -> Iterator[int]:
-    """Run ``app`` under uvicorn in a thread; yields the port it listens on."""
+def serving(
+    app: Any, sockets: list[socket.socket] | None = None, http: Any = "auto"
+) -> Iterator[int]:
+    """Run ``app`` under uvicorn (``http`` protocol) in a thread; yields its port."""
     port = 0 if sockets else _free_port()
     config = uvicorn.Config(
         app,
@@ -39,6 +43,7 @@ def serving(app: Any, sockets: list[socket.socket] | None = None) -> Iterator[in
         log_config=None,
         access_log=False,
         lifespan="on",
+        http=http,
         ws="none",
     )
     server = uvicorn.Server(config)
@@ -64,19 +69,7 @@ def _free_port() -> int:
 
 def _exchange(conn: socket.socket, path: str) -> bytes:
     conn.sendall(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        assert chunk, "connection closed"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        body += conn.recv(65536)
+    head, body = read_http_response(conn)
     assert head.startswith(b"HTTP/1.1 200"), head
     assert b"connection: close" not in head.lower()
     return body
@@ -110,22 +103,29 @@ def _check_kept_alive_connection(port: int) -> None:
 
 
 def test_mail_server_listening_socket(tmp_path: Path) -> None:
-    """The socket `mail server` binds (then hands to uvicorn) gives nodelay connections."""
+    """The socket and protocol `mail server` uses give nodelay connections."""
     sock = _bind("127.0.0.1", 0)
     assert sock.proto == socket.IPPROTO_TCP
     app = create_app(make_config(tmp_path), template=stub_template())
-    with serving(app, sockets=[sock]) as port:
+    with serving(app, sockets=[sock], http=http_protocol()) as port:
         _check_kept_alive_connection(port)
     sock.close()
 
 
-def test_socket_bound_by_someone_else(tmp_path: Path) -> None:
-    """A proto-0 socket without options (gunicorn, systemd, --fd): the app sets the option."""
+# uvicorn's own protocols (as `uvicorn mail.server:app` picks them) and the server's own one.
+PROTOCOLS = ["h11", "httptools", http_protocol()]
+
+
+@pytest.mark.parametrize("http", PROTOCOLS, ids=["h11", "httptools", "bounded"])
+def test_socket_bound_by_someone_else(tmp_path: Path, http: Any) -> None:
+    """A proto-0 socket without options (gunicorn, systemd, --fd): the app or the server's
+    protocol sets the option, on every connection (the second one too)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     assert sock.proto == 0
     app = create_app(make_config(tmp_path), template=stub_template())
-    with serving(app, sockets=[sock]) as port:
+    with serving(app, sockets=[sock], http=http) as port:
+        _check_kept_alive_connection(port)
         _check_kept_alive_connection(port)
     sock.close()
 

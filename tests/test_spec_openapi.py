@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
@@ -40,15 +41,21 @@ OPENAPI = vs.load_openapi()
 REGISTRY = vs.build_registry(OPENAPI)
 
 
-def api_routes(routes: list[Any]) -> list[APIRoute]:
-    """Every APIRoute, looking inside included routers (we mount routers without prefixes)."""
-    found: list[APIRoute] = []
+def api_routes(routes: list[Any]) -> list[APIRoute | Route]:
+    """Every API route (FastAPI's, and plain Starlette ones such as the POST /message hot
+    path), looking inside included routers (we mount routers without prefixes)."""
+    found: list[APIRoute | Route] = []
     for route in routes:
-        if isinstance(route, APIRoute):
+        if isinstance(route, APIRoute) or (isinstance(route, Route) and _is_api(route)):
             found.append(route)
         elif hasattr(route, "original_router"):
             found.extend(api_routes(route.original_router.routes))
     return found
+
+
+def _is_api(route: Route) -> bool:
+    # The console's static assets (docs/console.md) are plain routes too, but not the API.
+    return bool(route.methods) and not (route.path == "/ui" or route.path.startswith("/ui/"))
 
 
 def app_operations(app: Any) -> set[tuple[str, str]]:

@@ -29,6 +29,8 @@ def estimate_tokens(history: list[dict[str, Any]]) -> int:
 
 
 def context_window(model: str) -> int:
+    if model.startswith("mail/"):
+        return DEFAULT_CONTEXT  # the offline demo model; LiteLLM knows nothing of it
     try:
         import litellm
 
@@ -56,9 +58,13 @@ async def compress_history(history: list[dict[str, Any]], ratio: float, model: s
     """
     if ratio <= 0 or not history:
         return False
-    from mail.factories._litellm import load_litellm_async
+    from mail.factories import model_calls
+    from mail.factories.assembly import field_of
 
-    litellm = await load_litellm_async()  # imported off the event loop
+    if not model.startswith("mail/"):
+        from mail.factories._litellm import load_litellm_async
+
+        await load_litellm_async()  # context_window imports it: do that off the event loop
     budget = ratio * context_window(model)
     if estimate_tokens(history) <= budget:
         return False
@@ -68,19 +74,15 @@ async def compress_history(history: list[dict[str, Any]], ratio: float, model: s
         return False
     older = history[start:cut]
     transcript = "\n".join(json.dumps(item, default=str) for item in older)
-    if model.startswith("mail/"):
-        from mail.factories.demo_model import register_demo_provider
-
-        register_demo_provider()
-
-    reply = await litellm.acompletion(
+    reply = await model_calls.acompletion(
         model=model,
         messages=[
             {"role": "system", "content": SUMMARY_INSTRUCTIONS},
             {"role": "user", "content": transcript},
         ],
     )
-    summary = reply.choices[0].message.content or ""
+    message = field_of(field_of(reply, "choices")[0], "message")
+    summary = field_of(message, "content") or ""
     history[start:cut] = [{"role": "user", "content": f"{SUMMARY_PREFIX}\n\n{summary}"}]
     logger.info("compressed %d history entries into a summary (%d chars)", len(older), len(summary))
     return True

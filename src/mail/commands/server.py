@@ -221,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from mail.server.http_protocol import http_protocol
+
     if cfg.reload:
         sock.close()
         from mail.server.app import CONFIG_JSON_ENV_VAR
@@ -235,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
             log_config=None,
             log_level=cfg.log_level.lower(),
             access_log=cfg.access_log,
+            http=http_protocol(),
             ws="none",
         )
         return 0
@@ -265,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
             log_level=cfg.log_level.lower(),
             access_log=cfg.access_log,
             lifespan="on",
+            http=http_protocol(),  # httptools with request heads bounded
             ws="none",  # no websocket routes; skips importing a websocket implementation
             # Open requests and streams get this long to finish on SIGTERM/SIGINT.
             timeout_graceful_shutdown=int(cfg.cluster.drain_timeout)

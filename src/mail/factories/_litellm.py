@@ -128,6 +128,8 @@ def _offline_calls(litellm: Any) -> None:
 
 
 def supports_reasoning(model: str) -> bool:
+    if model.startswith("mail/"):
+        return False  # the offline demo model: no reasoning, and no LiteLLM import for it
     litellm = load_litellm()
     try:
         return bool(litellm.supports_reasoning(model=model))

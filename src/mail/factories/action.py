@@ -15,6 +15,7 @@ from mail.factories.base import (
     ToolChoice,
     ToolFormat,
     deprecated_function_factory,
+    inner_function,
 )
 
 
@@ -66,18 +67,7 @@ class LiteLLMActionAgentFunction(DelegatingAgentFunction, ActionAgentFunction):
             tool_format=tool_format,
             exclude_tools=exclude_tools,
         )
-        self.action_agent_fn = LiteLLMAgentFunction(
-            name=name,
-            comm_targets=comm_targets,
-            tools=self.tools,
-            llm=llm,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
-            exclude_tools=exclude_tools,
-            **settings,
-        )
+        self.action_agent_fn: LiteLLMAgentFunction = inner_function(self, llm, settings)
         self.print_llm_streams = self.action_agent_fn.print_llm_streams
 
 

@@ -26,6 +26,7 @@ from mail.core.tools import (
 from mail.factories import completions, responses
 from mail.factories._litellm import load_litellm_async
 from mail.factories.assembly import StreamPrinter
+from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
 from mail.factories.retry import RetryPolicy, call_with_retries
 
@@ -36,7 +37,6 @@ ToolChoice = str | dict[str, Any]
 AgentResult = tuple[str | None, list[AgentToolCall]]
 
 THINKING_BUDGETS: dict[str, int] = {"minimal": 2000, "low": 4000, "medium": 8000, "high": 16000}
-DEMO_MODEL_PREFIX = "mail/"
 PROXY_PREFIX = "litellm_proxy/"
 
 
@@ -259,7 +259,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
 
     @property
     def is_demo_model(self) -> bool:
-        return self.llm.startswith(DEMO_MODEL_PREFIX)
+        return is_offline_model(self.llm)
 
     @property
     def is_anthropic_model(self) -> bool:
@@ -270,7 +270,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         model = self.llm
         options: dict[str, Any] = {"max_retries": 0, "_skip_mcp_handler": True}
         if self.is_demo_model:
-            from mail.factories.demo_model import MODELS, PROVIDER, register_demo_provider
+            from mail.factories.demo_model import MODELS, PROVIDER
 
             if model.split("/", 1)[1] not in MODELS:
                 raise LLMConfigError(
@@ -278,7 +278,6 @@ class LiteLLMAgentFunction(MAILAgentFunction):
                     f"'{PROVIDER}/{MODELS[0]}' (use a LiteLLM model name such as "
                     "'openai/gpt-5-mini' for a real model)"
                 )
-            register_demo_provider()
         elif self.use_proxy:
             if not model.startswith(PROXY_PREFIX):
                 model = PROXY_PREFIX + model
@@ -346,14 +345,34 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         if self.default_tool_choice is not None:
             tool_choice = self.default_tool_choice
         memories = await self.recall_for(messages)
-        # Building the request touches LiteLLM synchronously: import it off the loop first.
-        await load_litellm_async()
+        if not self.is_demo_model:
+            # Building the request touches LiteLLM synchronously: import it off the loop first.
+            await load_litellm_async()
         attempt = self._make_attempt(messages, tool_choice, memories)
         return await call_with_retries(
             attempt,
             policy=self.retry_policy,
             what=f"agent '{self.name}' calling {self.llm}",
         )
+
+
+def inner_function(
+    wrapper: MAILAgentFunction, llm: str, settings: dict[str, Any]
+) -> LiteLLMAgentFunction:
+    """The LiteLLMAgentFunction a wrapper delegates to, built from the wrapper's own wiring
+    (its final tool list included) and the LiteLLM settings it was given."""
+    return LiteLLMAgentFunction(
+        name=wrapper.name,
+        comm_targets=wrapper.comm_targets,
+        tools=wrapper.tools,
+        llm=llm,
+        enable_entrypoint=wrapper.enable_entrypoint,
+        enable_interswarm=wrapper.enable_interswarm,
+        can_complete_tasks=wrapper.can_complete_tasks,
+        tool_format=wrapper.tool_format,
+        exclude_tools=wrapper.exclude_tools,
+        **settings,
+    )
 
 
 class DelegatingAgentFunction:

@@ -1,4 +1,4 @@
-"""Chat Completions path (`litellm.acompletion`), including Claude models.
+"""Chat Completions path (`litellm.acompletion`, or the offline demo model), including Claude models.
 
 Non-streamed replies are parsed from the assistant message. Streamed replies are consumed
 chunk by chunk, which preserves the order of reasoning, text and tool calls, so each call gets
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mail.core.tools import AgentToolCall
-from mail.factories._litellm import load_litellm_async
+from mail.factories import model_calls
 from mail.factories.assembly import (
     PendingCall,
     StreamPrinter,
@@ -85,11 +85,10 @@ def build_request(
 
 
 async def run(request: CompletionsRequest) -> tuple[str | None, list[AgentToolCall]]:
-    litellm = await load_litellm_async()
-    response = await litellm.acompletion(**request.kwargs)
+    response = await model_calls.acompletion(**request.kwargs)
     if request.stream:
         return await _consume_stream(response, request.printer)
-    return _parse_message(response.choices[0].message)
+    return _parse_message(field_of(field_of(response, "choices")[0], "message"))
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,39 +1,41 @@
-"""`mail/demo`: an offline, deterministic demo model registered with LiteLLM.
+"""`mail/demo`: an offline, deterministic demo model that needs no model library.
 
 This is a demonstration aid, not a language model. It lets a fresh machine run a whole MAIL
-swarm (server, tools, actions, task completion) with no API key: agents configured with
-``"llm": "mail/demo"`` go through exactly the same LiteLLM agent functions as real models,
-and LiteLLM routes the call here through its custom-provider mechanism. The decisions come
-from `mail.factories.demo_brain`.
-
-The provider is registered only when an agent's `llm` starts with ``mail/``; it never stands
-in for a configured real model.
+swarm (server, tools, actions, task completion) with no API key. Agents configured with
+``"llm": "mail/demo"`` use the same agent functions as real models: the request is built in
+the Chat Completions or Responses shape, streamed or not, and the reply is parsed by the same
+code. Only the last step differs: `mail.factories.model_calls` hands the request here instead
+of to LiteLLM, and this module answers with plain dicts in the provider's wire shapes (a chat
+completion or its chunks; a response's output items or its stream events). LiteLLM is never
+imported for it, so a demo swarm answers at once after start. The decisions come from
+`mail.factories.demo_brain`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from mail.factories._litellm import load_litellm
 from mail.factories.demo_brain import DemoTurn, decide
-
-logger = logging.getLogger("mail.factories.demo")
 
 PROVIDER = "mail"
 MODELS = ("demo",)
+PREFIX = f"{PROVIDER}/"
 
-_lock = threading.Lock()
-_handler: Any = None
+
+def is_offline_model(model: Any) -> bool:
+    """Whether ``model`` names this module's offline model family (``mail/...``)."""
+    return isinstance(model, str) and model.startswith(PREFIX)
 
 
 def _turn_for(
-    model: str, messages: list[dict[str, Any]], optional_params: dict[str, Any]
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    tool_choice: Any,
 ) -> DemoTurn:
     name = model.split("/", 1)[-1]
     if name not in MODELS:
@@ -41,115 +43,194 @@ def _turn_for(
             f"unknown offline model 'mail/{name}'; the only one is 'mail/demo' "
             "(use a real LiteLLM model name such as 'openai/gpt-5-mini' otherwise)"
         )
-    return decide(messages, optional_params.get("tools") or [], optional_params.get("tool_choice"))
+    return decide(messages, tools or [], tool_choice)
 
 
-def _model_response(model: str, turn: DemoTurn) -> Any:
-    litellm = load_litellm()
-    from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function, Message
-
-    tool_calls = [
-        ChatCompletionMessageToolCall(
-            id=f"call_{uuid.uuid4().hex[:24]}",
-            type="function",
-            function=Function(name=name, arguments=json.dumps(args)),
-        )
-        for name, args in turn.calls
-    ]
-    message = Message(role="assistant", content=turn.text, tool_calls=tool_calls or None)
-    return litellm.ModelResponse(
-        id=f"demo-{uuid.uuid4().hex[:12]}",
-        created=int(time.time()),
-        model=f"{PROVIDER}/{model.split('/', 1)[-1]}",
-        choices=[
-            Choices(index=0, message=message, finish_reason="tool_calls" if tool_calls else "stop")
-        ],
-    )
+def _new_id(prefix: str, size: int = 24) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:size]}"
 
 
-def _stream_chunks(turn: DemoTurn) -> list[dict[str, Any]]:
-    chunks: list[dict[str, Any]] = []
-    if turn.text:
-        chunks.append(
-            {
-                "text": turn.text,
-                "tool_use": None,
-                "is_finished": False,
-                "finish_reason": "",
-                "usage": None,
-                "index": 0,
-            }
-        )
-    for position, (name, args) in enumerate(turn.calls):
-        tool_use = {
-            "id": f"call_{uuid.uuid4().hex[:24]}",
+# ------------------------------------------------------------------------------------------
+# Chat Completions
+
+
+async def acompletion(
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    stream: bool = False,
+    **_options: Any,
+) -> Any:
+    """A chat completion (a dict), or an async iterator of its chunks when ``stream``."""
+    turn = _turn_for(model, messages, tools, tool_choice)
+    if stream:
+        return _completion_chunks(turn)
+    calls = [
+        {
+            "id": _new_id("call_"),
             "type": "function",
             "function": {"name": name, "arguments": json.dumps(args)},
-            "index": position,
         }
-        chunks.append(
+        for name, args in turn.calls
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": _new_id("demo-", 12),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": f"{PROVIDER}/{model.split('/', 1)[-1]}",
+        "choices": [
             {
-                "text": "",
-                "tool_use": tool_use,
-                "is_finished": False,
-                "finish_reason": "",
-                "usage": None,
                 "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+async def _completion_chunks(turn: DemoTurn) -> AsyncIterator[dict[str, Any]]:
+    if turn.text:
+        yield _chunk({"role": "assistant", "content": turn.text})
+    for position, (name, args) in enumerate(turn.calls):
+        tool_delta = {
+            "index": position,
+            "id": _new_id("call_"),
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
+        yield _chunk({"tool_calls": [tool_delta]})
+    yield _chunk({}, "tool_calls" if turn.calls else "stop")
+
+
+# ------------------------------------------------------------------------------------------
+# Responses
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
+        )
+    return ""
+
+
+def chat_messages(items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chat-message form of a Responses ``input`` (what the demo brain reads).
+
+    Role messages keep their role and text; consecutive ``function_call`` items become one
+    assistant message's ``tool_calls``; each ``function_call_output`` becomes a tool message.
+    Reasoning items carry nothing the demo uses and are skipped.
+    """
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "function_call":
+            call = {
+                "id": item.get("call_id") or item.get("id", ""),
+                "type": "function",
+                "function": {"name": item.get("name", ""), "arguments": item.get("arguments")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last.get("role") == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id", ""),
+                    "content": _text_of(item.get("output")),
+                }
+            )
+        elif "role" in item and kind in (None, "message"):
+            messages.append({"role": item["role"], "content": _text_of(item.get("content"))})
+    return messages
+
+
+def _output_items(turn: DemoTurn) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if turn.text:
+        items.append(
+            {
+                "type": "message",
+                "id": _new_id("msg_"),
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
             }
         )
-    chunks.append(
-        {
-            "text": "",
-            "tool_use": None,
-            "is_finished": True,
-            "finish_reason": "tool_calls" if turn.calls else "stop",
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "index": 0,
+    for name, args in turn.calls:
+        items.append(
+            {
+                "type": "function_call",
+                "id": _new_id("fc_"),
+                "call_id": _new_id("call_"),
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+        )
+    return items
+
+
+async def aresponses(
+    *,
+    model: str,
+    input: str | list[dict[str, Any]],  # noqa: A002 - the Responses API's own parameter name
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    stream: bool = False,
+    **_options: Any,
+) -> Any:
+    """A response (a dict), or an async iterator of its stream events when ``stream``."""
+    turn = _turn_for(model, chat_messages(input), tools, tool_choice)
+    response = {
+        "id": _new_id("resp_"),
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": f"{PROVIDER}/{model.split('/', 1)[-1]}",
+        "status": "completed",
+        "output": _output_items(turn),
+    }
+    if stream:
+        return _response_events(response)
+    return response
+
+
+async def _response_events(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    for index, item in enumerate(response["output"]):
+        yield {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "status": "in_progress"},
         }
-    )
-    return chunks
-
-
-def _make_handler() -> Any:
-    litellm = load_litellm()
-
-    class DemoLLM(litellm.CustomLLM):  # type: ignore[misc, name-defined]
-        """LiteLLM custom provider serving `mail/demo`."""
-
-        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return _model_response(
-                model, _turn_for(model, messages, kwargs.get("optional_params") or {})
-            )
-
-        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return self.completion(model, messages, *args, **kwargs)
-
-        def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Iterator[Any]:
-            turn = _turn_for(model, messages, kwargs.get("optional_params") or {})
-            yield from _stream_chunks(turn)
-
-        async def astreaming(
-            self, model: str, messages: list, *args: Any, **kwargs: Any
-        ) -> AsyncIterator[Any]:
-            turn = _turn_for(model, messages, kwargs.get("optional_params") or {})
-            for chunk in _stream_chunks(turn):
-                yield chunk
-
-    return DemoLLM()
-
-
-def register_demo_provider() -> None:
-    """Register the `mail/` provider with LiteLLM (idempotent, thread-safe)."""
-    global _handler
-    with _lock:
-        litellm = load_litellm()
-        current = list(getattr(litellm, "custom_provider_map", None) or [])
-        if any(entry.get("provider") == PROVIDER for entry in current):
-            return
-        if _handler is None:
-            _handler = _make_handler()
-        litellm.custom_provider_map = [*current, {"provider": PROVIDER, "custom_handler": _handler}]
-        setup = getattr(litellm.utils, "custom_llm_setup", None)
-        if callable(setup):
-            setup()
-        logger.info("registered the offline demo model provider 'mail/' with LiteLLM")
+        if item["type"] == "message":
+            yield {
+                "type": "response.output_text.delta",
+                "item_id": item["id"],
+                "output_index": index,
+                "content_index": 0,
+                "delta": item["content"][0]["text"],
+            }
+        yield {"type": "response.output_item.done", "output_index": index, "item": item}
+    yield {"type": "response.completed", "response": response}

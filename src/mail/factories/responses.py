@@ -1,4 +1,4 @@
-"""OpenAI Responses path (`litellm.aresponses`).
+"""OpenAI Responses path (`litellm.aresponses`, or the offline demo model).
 
 Output items are walked in order: reasoning summaries and message text attach to the next
 call; every call carries the whole output list (`responses`) so the runtime can replay it into
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mail.core.tools import AgentToolCall
-from mail.factories._litellm import load_litellm_async, supports_reasoning
+from mail.factories import model_calls
+from mail.factories._litellm import supports_reasoning
 from mail.factories.assembly import StreamPrinter, TurnAssembler, field_of, to_plain
 
 
@@ -58,8 +59,7 @@ def build_request(
 
 
 async def run(request: ResponsesRequest) -> tuple[str | None, list[AgentToolCall]]:
-    litellm = await load_litellm_async()
-    result = await litellm.aresponses(**request.kwargs)
+    result = await model_calls.aresponses(**request.kwargs)
     if request.stream:
         output, streamed_reasoning = await _consume_stream(result, request.printer)
     else:

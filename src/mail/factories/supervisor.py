@@ -16,6 +16,7 @@ from mail.factories.base import (
     ToolChoice,
     ToolFormat,
     deprecated_function_factory,
+    inner_function,
 )
 
 
@@ -105,18 +106,7 @@ class LiteLLMSupervisorFunction(DelegatingAgentFunction, SupervisorFunction):
             _debug_include_intraswarm=bool(self.comm_targets),
         )
         self.tools = [*self.tools, *supervisor_tools]
-        self.supervisor_fn = LiteLLMAgentFunction(
-            name=name,
-            comm_targets=comm_targets,
-            tools=self.tools,
-            llm=llm,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
-            exclude_tools=exclude_tools,
-            **settings,
-        )
+        self.supervisor_fn: LiteLLMAgentFunction = inner_function(self, llm, settings)
         self.print_llm_streams = self.supervisor_fn.print_llm_streams
 
 

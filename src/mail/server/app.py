@@ -284,8 +284,9 @@ def create_app(
         allow_methods=["*"],
         allow_headers=["*"],
     )
-    app.include_router(routes_public.router)
+    app.router.routes.append(routes_user.message_route)  # first: matched on every request
     app.include_router(routes_user.router)
+    app.include_router(routes_public.router)
     app.include_router(routes_task_events.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_interswarm.router)
@@ -337,6 +338,8 @@ def run_server_with_template(
 
         setup_server_logging(logging.INFO)
     app = create_app(config, template=template, template_source="<injected>")
+    from mail.server.http_protocol import http_protocol
+
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -344,6 +347,7 @@ def run_server_with_template(
             port=config.port,
             log_config=None,
             access_log=config.access_log,
+            http=http_protocol(),
             ws="none",
         )
     )

@@ -5,10 +5,12 @@ Nagle's algorithm on, the second write of a response on a kept-alive connection 
 client's delayed ACK (~40 ms on Linux). asyncio disables Nagle on accepted sockets only when the
 listening socket was created with ``proto=IPPROTO_TCP``; sockets made as
 ``socket.socket(AF_INET, SOCK_STREAM)`` (proto 0) — ours before, gunicorn's, a systemd or
-``--fd`` socket — keep it on. Two guards:
+``--fd`` socket — keep it on. Three guards:
 
 * ``listening_socket`` makes the sockets ``mail server`` binds with ``IPPROTO_TCP`` (and the
   option set on the listener, which Linux copies to accepted sockets);
+* the server's own HTTP protocol (``mail.server.http_protocol``) sets it on each connection it
+  accepts;
 * ``MAILFastAPI`` switches the option on for the connection of each HTTP request when the
   server in front is uvicorn (the protocol cycle holds the transport), so it also holds for
   ``uvicorn``/``gunicorn`` serving ``mail.server:app`` on a socket made elsewhere.
@@ -60,10 +62,36 @@ def ensure_nodelay(send: Any) -> None:
         pass  # the connection is already gone
 
 
+def serving_protocol(send: Any) -> Any:
+    """The uvicorn protocol object behind an ASGI ``send`` (None when not found)."""
+    on_response = getattr(getattr(send, "__self__", None), "on_response", None)
+    return getattr(on_response, "__self__", None)
+
+
 class MAILFastAPI(FastAPI):
-    """FastAPI that turns Nagle off on each HTTP connection it serves (see module doc)."""
+    """FastAPI that turns Nagle off on each HTTP connection it serves (see module doc).
+
+    Under the server's own protocol (``mail.server.http_protocol``), which does that when a
+    connection is accepted, the per-request check is skipped after the first request. Under
+    uvicorn's own httptools protocol, whose request heads are unbounded, it warns once.
+    """
+
+    _protocol_checked = False
+    _nodelay_per_request = True
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and self._nodelay_per_request:
+            if not self._protocol_checked:
+                self._check_protocol(send)
             ensure_nodelay(send)
         await super().__call__(scope, receive, send)
+
+    def _check_protocol(self, send: Any) -> None:
+        self._protocol_checked = True
+        from mail.server.http_protocol import BoundedHttpToolsProtocol, warn_unbounded
+
+        protocol = serving_protocol(send)
+        if BoundedHttpToolsProtocol is not None and isinstance(protocol, BoundedHttpToolsProtocol):
+            self._nodelay_per_request = False
+        else:
+            warn_unbounded(protocol)

@@ -2,7 +2,7 @@
 
 LiteLLM takes seconds to import and to load what its first request needs. The server starts
 without it (fast /health), then — shortly after it is serving, and only when the swarm has
-model-backed agents — imports it in a background thread (``mail.factories._litellm``). The
+agents on real models (the offline demo model needs no LiteLLM) — imports it in a background thread (``mail.factories._litellm``). The
 event loop never waits for it: agent calls that arrive earlier await the same thread.
 """
 
@@ -22,10 +22,18 @@ _MODEL_FACTORY_MODULES = ("mail.factories", "mail.examples")
 
 
 def uses_model_library(template: Any) -> bool:
-    """Whether any agent of ``template`` is likely to call LiteLLM."""
+    """Whether any agent of ``template`` is likely to call LiteLLM.
+
+    Agents on the offline demo model (``mail/...``) never do: it answers in-process.
+    """
+    from mail.factories.demo_model import is_offline_model
+
     for agent in getattr(template, "agents", None) or []:
         params = getattr(agent, "agent_params", None) or {}
-        if isinstance(params, dict) and isinstance(params.get("llm"), str):
+        llm = params.get("llm") if isinstance(params, dict) else None
+        if isinstance(llm, str):
+            if is_offline_model(llm):
+                continue
             return True
         module = getattr(getattr(agent, "factory", None), "__module__", "") or ""
         if module.startswith(_MODEL_FACTORY_MODULES):

@@ -1,0 +1,30 @@
+"""Where an agent function's model request goes: LiteLLM, or the offline demo model.
+
+Agent functions build their request (Chat Completions or Responses shape) and parse the reply
+the same way for every model; these two calls are the only place that knows who answers.
+``mail/...`` models are answered in-process by `mail.factories.demo_model` without importing
+LiteLLM; every other model goes to LiteLLM, imported off the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mail.factories import demo_model
+from mail.factories._litellm import load_litellm_async
+
+
+async def acompletion(**kwargs: Any) -> Any:
+    """Chat Completions call (``litellm.acompletion`` semantics)."""
+    if demo_model.is_offline_model(kwargs.get("model")):
+        return await demo_model.acompletion(**kwargs)
+    litellm = await load_litellm_async()
+    return await litellm.acompletion(**kwargs)
+
+
+async def aresponses(**kwargs: Any) -> Any:
+    """Responses call (``litellm.aresponses`` semantics)."""
+    if demo_model.is_offline_model(kwargs.get("model")):
+        return await demo_model.aresponses(**kwargs)
+    litellm = await load_litellm_async()
+    return await litellm.aresponses(**kwargs)

@@ -1,0 +1,228 @@
+"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head.
+
+uvicorn's ``httptools`` protocol parses in C and costs about a fifth less CPU per request than
+its pure-Python ``h11`` one, but it accepts a request head (request line and header fields) of
+any size: the parser keeps a header that arrives in many small packets in memory until it is
+complete. ``h11`` refuses a head over 16 KiB. ``BoundedHttpToolsProtocol`` restores that bound:
+
+* every byte handed to the parser while a request's head is incomplete is counted against
+  ``max_head_bytes`` (uvicorn's ``h11_max_incomplete_event_size`` when set, else 16 KiB), across
+  packets; a head that does not end within the bound is answered ``431`` and the connection is
+  closed before the parser sees more of it;
+* data is handed to the parser in pieces that end where a head ends (``CRLF CRLF``) and, for a
+  body of known length, where the body ends, so the bytes of the next (pipelined) request are
+  counted from its first byte;
+* the framing bytes of a chunked body (chunk-size lines and the trailer section, which the
+  parser also keeps in memory) are bounded the same way between two chunks.
+
+It also switches Nagle off when a connection is accepted (see ``mail.server.tcp``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+logger = logging.getLogger("mail.server")
+
+DEFAULT_MAX_HEAD_BYTES = 16 * 1024  # h11's default bound on an incomplete event
+_HEAD_END = b"\r\n\r\n"
+_TOO_LARGE = b"request head too large"
+_RESPONSE_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-type: text/plain; charset=utf-8\r\n"
+    b"content-length: " + str(len(_TOO_LARGE)).encode() + b"\r\n"
+    b"connection: close\r\n\r\n" + _TOO_LARGE
+)
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools missing: uvicorn's h11 protocol, which bounds heads itself
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+
+def http_protocol() -> Any:
+    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol, or "h11"."""
+    return BoundedHttpToolsProtocol if HttpToolsProtocol is not None else "h11"
+
+
+def warn_unbounded(protocol: Any) -> None:
+    """Warn when uvicorn's own httptools protocol serves the app (`uvicorn mail.server:app`
+    picks it when httptools is installed): its request heads are unbounded."""
+    if HttpToolsProtocol is not None and isinstance(protocol, HttpToolsProtocol):
+        logger.warning(
+            "served by uvicorn's httptools protocol, which accepts request heads of any size: "
+            "pass --http mail.server.http_protocol:BoundedHttpToolsProtocol (or --http h11)"
+        )
+
+
+def set_nodelay(transport: Any) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass  # the connection is already gone
+
+
+if HttpToolsProtocol is not None:
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        """uvicorn's ``HttpToolsProtocol`` with request heads bounded (see module doc)."""
+
+        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(config, *args, **kwargs)
+            self.max_head_bytes: int = (
+                getattr(config, "h11_max_incomplete_event_size", None) or DEFAULT_MAX_HEAD_BYTES
+            )
+            self._in_head = True  # the parser waits for (the rest of) a request head
+            self._head_bytes = 0  # bytes of the current head handed to the parser so far
+            self._head_tail = b""  # the last bytes of the head handed over (a split CRLF CRLF)
+            self._framing_bytes = 0  # non-body bytes of a chunked body since its last chunk
+            self._body_left: int | None = None  # bytes of a Content-Length body still to come
+            self._piece_body = 0  # body bytes the parser reported for the current piece
+            self._piece_chunks = False  # a chunk header was parsed in the current piece
+            self._piece_ended = False  # a message ended in the current piece
+            self._refused = False  # a bound was passed: the connection takes no more data
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            set_nodelay(transport)
+            super().connection_made(transport)
+
+        # -------------------------------------------------------------- feeding the parser
+        def data_received(self, data: bytes) -> None:
+            view = memoryview(data)
+            start, end = 0, len(data)
+            while start < end:
+                if self._refused or self.parser is None or self.transport.is_closing():
+                    return  # a refusal or a parse error ended the connection
+                at_head_end = False
+                if self._in_head:
+                    size, at_head_end = self._head_piece(data, start, end)
+                    tail = data[max(start, start + size - 3) : start + size]
+                    self._head_tail = tail if size >= 3 else (self._head_tail + tail)[-3:]
+                elif self._body_left is not None and self._body_left > 0:
+                    size = min(end - start, self._body_left)
+                else:
+                    # A chunked body: pieces no larger than half the bound, so that the framing
+                    # of many small chunks in one piece never counts for more than it is.
+                    size = min(end - start, max(1, self.max_head_bytes // 2))
+                was_in_head = self._in_head
+                self._piece_body, self._piece_chunks, self._piece_ended = 0, False, False
+                super().data_received(view[start : start + size])  # type: ignore[arg-type]
+                start += size
+                if not self._account(size, was_in_head, at_head_end):
+                    self._refuse_head()
+                    return
+
+        def _head_piece(self, data: bytes, start: int, end: int) -> tuple[int, bool]:
+            """How many bytes to hand over while in a head: up to its end (then True), at most
+            what is left of the bound."""
+            stop = min(end, start + self.max_head_bytes - self._head_bytes)
+            found = data.find(_HEAD_END, start, stop)
+            if found >= 0:
+                return found + len(_HEAD_END) - start, True
+            tail = self._head_tail
+            for carried in (3, 2, 1):  # the terminator straddles the last piece and this one
+                if tail.endswith(_HEAD_END[:carried]) and data.startswith(
+                    _HEAD_END[carried:], start, stop
+                ):
+                    return len(_HEAD_END) - carried, True
+            return stop - start, False
+
+        def _account(self, size: int, was_in_head: bool, at_head_end: bool) -> bool:
+            """Count the piece just parsed; False when a bound is passed."""
+            non_body = size - self._piece_body
+            if self._piece_ended:
+                if self._in_head:
+                    # What followed the end of a message in this piece starts the next head:
+                    # nothing after a head that ended the piece; for a body, its non-body
+                    # bytes (exact for Content-Length, whose pieces end where the body ends).
+                    self._head_bytes = 0 if was_in_head and at_head_end else non_body
+                    self._head_tail = b""
+            elif self._in_head:
+                self._head_bytes += size
+            elif was_in_head:
+                pass  # the piece ended where the head ended
+            elif self._body_left is None:
+                if self._piece_chunks:
+                    self._framing_bytes = non_body
+                else:
+                    self._framing_bytes += non_body
+                return self._framing_bytes < self.max_head_bytes
+            return not (self._in_head and self._head_bytes >= self.max_head_bytes)
+
+        def _refuse_head(self) -> None:
+            logger.warning(
+                "request head or body framing over %d bytes from %s: refused (431)",
+                self.max_head_bytes,
+                f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client",
+            )
+            self._refused = True  # nothing more reaches the parser
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                self._answer_431()
+            elif not self._in_head:
+                # The framing of the body being read: the request cannot be completed.
+                if not cycle.response_started:
+                    self.transport.write(_RESPONSE_431)
+                cycle.disconnected = True
+                cycle.message_event.set()
+                self.transport.close()
+            else:
+                # A pipelined head behind a request still being answered: answer that one
+                # first (on_response_complete), then refuse.
+                self.flow.pause_reading()
+
+        def _answer_431(self) -> None:
+            if not self.transport.is_closing():
+                self.transport.write(_RESPONSE_431)
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._refused and (self.cycle is None or self.cycle.response_complete):
+                self._answer_431()
+
+        # -------------------------------------------------------------- parser callbacks
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            self._head_bytes = 0
+            self._head_tail = b""
+            self._framing_bytes = 0
+            self._body_left = _content_length(self.headers)
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            self._piece_body += len(body)
+            if self._body_left is not None:
+                self._body_left -= len(body)
+            super().on_body(body)
+
+        def on_chunk_header(self) -> None:
+            self._piece_chunks = True
+
+        def on_message_complete(self) -> None:
+            self._in_head = True
+            self._body_left = None
+            self._piece_ended = True
+            super().on_message_complete()
+
+else:  # pragma: no cover - httptools is a dependency
+    BoundedHttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body length, or None for a chunked (or otherwise framed) body."""
+    length: int | None = 0
+    for name, value in headers:
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                return None
+    return length
