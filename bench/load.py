@@ -207,6 +207,21 @@ class Worker:
         self._expect(job, "resumed answer", data.get("response"), f"reviewed: {job.tag}")
 
 
+async def _all_tasks(session: aiohttp.ClientSession, base_url: str, key: str) -> dict[str, Any]:
+    """Every page of one user's GET /tasks (pages follow X-Next-Cursor)."""
+    tasks: dict[str, Any] = {}
+    params: dict[str, str] = {"limit": "1000"}
+    while True:
+        async with session.get(
+            f"{base_url}/tasks", params=params, headers={"Authorization": f"Bearer {key}"}
+        ) as response:
+            tasks.update(await response.json())
+            cursor = response.headers.get("X-Next-Cursor")
+        if not cursor:
+            return tasks
+        params = {"limit": "1000", "cursor": cursor}
+
+
 async def check_tasks(
     base_url: str, keys: dict[str, str], jobs: list[Job], report: LoadReport, deadline: float
 ) -> None:
@@ -216,10 +231,7 @@ async def check_tasks(
         while True:
             listings: dict[str, dict[str, Any]] = {}
             for user, key in keys.items():
-                async with session.get(
-                    f"{base_url}/tasks", headers={"Authorization": f"Bearer {key}"}
-                ) as response:
-                    listings[user] = await response.json()
+                listings[user] = await _all_tasks(session, base_url, key)
             pending = [
                 job.tag
                 for job in jobs

@@ -46,9 +46,9 @@ def test_mixed_load_loses_and_crosses_nothing(tmp_path, capsys: pytest.CaptureFi
         assert server.stop() == 0, server.logs()[-3000:]
     with capsys.disabled():
         print(f"\n[load] {report.summary()}")
+    assert report.errors == []
     assert report.requests == 100
     assert set(report.by_kind) == {"plain", "stream", "multi", "breakpoint", "drop"}
-    assert report.errors == []
     assert report.crossed == []
     assert report.lost == []
     assert "Traceback" not in server.logs()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -278,3 +279,47 @@ async def test_responses_bridge_refuses_an_unknown_previous_response(tmp_path: P
         assert r.status_code == 404 and unknown in r.json()["detail"]
         tasks = (await client.get("/tasks", headers=auth(key))).json()
         assert unknown not in tasks  # no task was started under that id
+
+
+class _SlowToStopSwarm:
+    """Stands in for an instance's swarm: its runtime loop ends only when `stopped` is set."""
+
+    def __init__(self) -> None:
+        self.stopped = asyncio.Event()
+        self.shutdown_called = asyncio.Event()
+
+    async def shutdown(self) -> None:
+        self.shutdown_called.set()
+
+    def get_all_tasks(self) -> dict[str, Any]:
+        return {}
+
+
+async def test_closing_while_the_reaper_stops_an_instance_neither_hangs_nor_leaks() -> None:
+    """Server shutdown racing an idle reclaim (both on the 1 s timeout in cluster hosts): the
+    reaper was cancelled while it waited for the instance's loop, swallowed the cancellation and
+    looped forever, so `close()` never returned."""
+    from mail.server.instances import Instance, InstanceManager
+
+    manager = InstanceManager(
+        lambda: None,
+        swarm_name="s",
+        base_url="http://localhost",
+        registry_file=None,
+        print_llm_streams=False,
+        task_message_limit=None,
+        idle_timeout=0.05,
+    )
+    swarm = _SlowToStopSwarm()
+    loop_task = asyncio.create_task(swarm.stopped.wait())
+    inst = Instance("user", "u", swarm, loop_task, "key", last_used=0.0)
+    manager._instances[inst.key] = inst
+    manager.start()
+    await asyncio.wait_for(swarm.shutdown_called.wait(), 5)  # the reaper is stopping it now
+    closing = asyncio.create_task(manager.close())
+    await asyncio.sleep(0.05)  # close() has begun while the reaper waits for the loop
+    swarm.stopped.set()  # the instance's loop ends
+    await asyncio.wait_for(closing, 10)
+    assert loop_task.done() and not loop_task.cancelled()  # stopped cleanly, not cut off
+    assert manager.peek("user", "u") is None
+    assert manager._reaper is None

@@ -386,14 +386,17 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         action_override: ActionOverrideFunction | None = None,
         mode: RunMode = "continuous",
     ) -> None:
-        """Serve the mailbox until shutdown."""
-        while self._ephemeral_stopping is not None or self._ephemeral_task is not None:
-            await asyncio.sleep(0.01)  # let a temporary loop finish before taking over
-        self.max_steps = max_steps
-        self.action_override = action_override
-        self.mode = mode
+        """Serve the mailbox until shutdown. From its first step, calls queue on this loop; a
+        temporary loop already serving calls keeps them, and this one takes over when it ends."""
+        if self._continuous:
+            raise RuntimeError("the runtime loop is already running")
         self._continuous = True
         try:
+            while (temporary := self._ephemeral_stopping or self._ephemeral_task) is not None:
+                await asyncio.wait({temporary})  # until its last user has restored the settings
+            self.max_steps = max_steps
+            self.action_override = action_override
+            self.mode = mode
             await self._serve()
         finally:
             self._continuous = False
@@ -433,11 +436,11 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         Concurrent users share one temporary loop; the last one out stops it and restores
         the loop settings (max_steps, action_override) that were in place before.
         """
-        if self._continuous:
+        while not self._continuous and self._ephemeral_stopping is not None:
+            await asyncio.wait({self._ephemeral_stopping})
+        if self._continuous:  # checked again after waiting: a continuous loop may have begun
             yield
             return
-        while self._ephemeral_stopping is not None:
-            await asyncio.wait({self._ephemeral_stopping})
         self._ephemeral_users += 1
         if self._ephemeral_task is None:
             self._ephemeral_saved = (self.max_steps, self.action_override)

@@ -71,6 +71,14 @@ class Instance:
         return any(getattr(t, "is_running", False) for t in tasks.values())
 
 
+def _reraise_own_cancellation() -> None:
+    """Inside ``except BaseException``: re-raise when the running task itself is being
+    cancelled (its canceller must see that), not when what it awaited was cancelled."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise  # noqa: PLE0704 - called from an except block, re-raises what it caught
+
+
 async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
@@ -120,6 +128,7 @@ class InstanceManager:
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
+        self._closing = asyncio.Event()  # set by close(): the reaper ends after its current round
 
     # -- lookup ---------------------------------------------------------------------------
 
@@ -143,12 +152,8 @@ class InstanceManager:
             raise RuntimeError("server is shutting down")
         pending = self._creating.get(key)
         if pending is None:
-            if inst is not None:
-                # The runtime loop died (it shouldn't); replace the instance rather than hang.
-                logger.error("instance %s:%s had stopped; creating a new one", *key)
-                await self._stop(inst)
             pending = asyncio.create_task(
-                self._create(key, api_key), name=f"mail-create-{key[0]}:{key[1]}"
+                self._create(key, api_key, replacing=inst), name=f"mail-create-{key[0]}:{key[1]}"
             )
             self._creating[key] = pending
             pending.add_done_callback(functools.partial(self._forget_creation, key))
@@ -157,8 +162,18 @@ class InstanceManager:
     def _forget_creation(self, key: tuple[str, str], _task: asyncio.Task[Instance]) -> None:
         self._creating.pop(key, None)
 
-    async def _create(self, key: tuple[str, str], api_key: str) -> Instance:
+    async def _create(
+        self, key: tuple[str, str], api_key: str, replacing: Instance | None = None
+    ) -> Instance:
         kind, caller_id = key
+        if replacing is not None:
+            # Its runtime loop died (it shouldn't); replace the instance rather than hang.
+            logger.error("instance %s:%s had stopped; creating a new one", *key)
+            if self._instances.get(key) is replacing:
+                del self._instances[key]
+                if self.store is None:
+                    self._archive(replacing)  # its tasks stay listed in GET /tasks
+            await self._stop(replacing)
         template = self._template_getter()
         swarm = template.instantiate(
             instance_params={"user_token": api_key},
@@ -204,6 +219,9 @@ class InstanceManager:
             swarm.run_continuous(max_steps=self.task_message_limit),
             name=f"mail-runtime-{kind}:{caller_id}",
         )
+        # Let the loop take its first step, so that requests queue on it rather than each
+        # starting a temporary loop it would then have to take over from.
+        await asyncio.sleep(0)
         inst = Instance(kind=kind, id=caller_id, swarm=swarm, loop_task=loop_task, api_key=api_key)
         self._instances[key] = inst
         logger.info("created %s instance for %s", kind, caller_id)
@@ -232,9 +250,16 @@ class InstanceManager:
             self._reaper = asyncio.create_task(self._reap_loop(), name="mail-instance-reaper")
 
     async def _reap_loop(self) -> None:
+        # close() does not cancel this loop: a cancellation landing while an instance is being
+        # stopped would leave that instance half stopped (it is no longer listed). It sets
+        # `_closing` instead, and the loop ends after the round in progress.
         interval = max(0.05, min(60.0, self.idle_timeout / 4))
-        while True:
-            await asyncio.sleep(interval)
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._closing.wait()
+            if self._closing.is_set():
+                return
             try:
                 await self.reclaim_idle()
             except Exception:
@@ -284,19 +309,27 @@ class InstanceManager:
             except TimeoutError:
                 inst.loop_task.cancel()
             except BaseException:
-                pass
+                _reraise_own_cancellation()  # the loop's own end (even a cancelled one) is fine
         if not inst.loop_task.done():
             inst.loop_task.cancel()
-        with contextlib.suppress(BaseException):
+        try:
             await inst.loop_task
+        except BaseException:
+            _reraise_own_cancellation()
 
     async def close(self) -> None:
         """Shut every instance down (admin, then user, then swarm, as the original)."""
         self._closed = True
+        self._closing.set()
         if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reaper
+            try:
+                # It ends after the reclaim round in progress, if any (bounded like a stop).
+                async with asyncio.timeout(2 * _SHUTDOWN_GRACE):
+                    await asyncio.shield(self._reaper)
+            except TimeoutError:
+                self._reaper.cancel()
+            except Exception:
+                logger.exception("the idle-instance reaper failed")
             self._reaper = None
         for pending in list(self._creating.values()):
             with contextlib.suppress(BaseException):
