@@ -393,11 +393,17 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         self._continuous = True
         try:
             while (temporary := self._ephemeral_stopping or self._ephemeral_task) is not None:
+                if self._shutdown:  # the temporary loop ends, though a user may stay (a stream)
+                    return
                 await asyncio.wait({temporary})  # until its last user has restored the settings
+            saved = (self.max_steps, self.action_override, self.mode)
             self.max_steps = max_steps
             self.action_override = action_override
             self.mode = mode
-            await self._serve()
+            try:
+                await self._serve()
+            finally:  # a later temporary loop must not run in this loop's (e.g. manual) mode
+                self.max_steps, self.action_override, self.mode = saved
         finally:
             self._continuous = False
 
@@ -442,13 +448,15 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             yield
             return
         self._ephemeral_users += 1
-        if self._ephemeral_task is None:
+        started = self._ephemeral_task is None
+        if started:
             self._ephemeral_saved = (self.max_steps, self.action_override)
             self.max_steps = max_steps
             self.action_override = action_override
             self._ephemeral_task = asyncio.create_task(self._serve())
-            await asyncio.sleep(0)
         try:
+            if started:  # inside the try: a cancellation here must still count this user out
+                await asyncio.sleep(0)
             yield
         finally:
             self._ephemeral_users -= 1

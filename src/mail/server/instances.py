@@ -275,15 +275,18 @@ class InstanceManager:
     async def reclaim_idle(self, now: float | None = None) -> list[tuple[str, str]]:
         now = time.monotonic() if now is None else now
         victims = [inst for inst in self._instances.values() if self._reclaimable(inst, now)]
+        reclaimed = []
         for inst in victims:
-            if self._instances.get(inst.key) is not inst:
+            # Checked again: a request may have leased it while an earlier victim was stopping.
+            if self._instances.get(inst.key) is not inst or not self._reclaimable(inst, now):
                 continue
             del self._instances[inst.key]
             if self.store is None:
                 self._archive(inst)
+            reclaimed.append(inst.key)
             await self._stop(inst)
             logger.info("reclaimed idle %s instance for %s", inst.kind, inst.id)
-        return [inst.key for inst in victims]
+        return reclaimed
 
     def _archive(self, inst: Instance) -> None:
         try:
