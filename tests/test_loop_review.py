@@ -72,12 +72,6 @@ async def test_a_call_cancelled_as_it_starts_a_temporary_loop_does_not_leave_it_
         await asyncio.wait_for(loop, 5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: a call that sees run_continuous's claim only queues its message; if "
-    "run_continuous is cancelled before it serves, nothing serves that call after the "
-    "temporary loop ends (a design choice of the hand-over, left to the maintainers)",
-)
 @pytest.mark.timeout(30)
 async def test_cancelling_run_continuous_during_a_hand_over_strands_no_call() -> None:
     # A call on a temporary loop; run_continuous claims the mailbox and waits for that loop;

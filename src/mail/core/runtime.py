@@ -3,31 +3,31 @@
 The loop dequeues messages in priority order and hands each delivery to its own agent
 turn (an asyncio task), so different tasks, and independent agents of one task, run
 concurrently. One agent's history for one task is only touched under that pair's lock.
-Delivery, turns, tool handling, resumes and manual mode live in sibling modules.
+The loops, delivery, turns, tool handling, resumes and manual mode live in sibling modules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any, Literal
+from typing import Any
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
 from mail.core.events import Description, TaskEvent, closing_event
 from mail.core.loop_guard import LoopGuard, end_task
-from mail.core.mailbox import Mailbox, MailboxClosed
+from mail.core.mailbox import Mailbox
 from mail.core.memory import AgentMemory, InMemoryAgentMemory
 from mail.core.message import MAILMessage, utc_now_iso
 from mail.core.observer import RuntimeObserver
 from mail.core.review import ReviewPolicy
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import DeliveryMixin
+from mail.core.runtime_loops import LoopMixin, RunMode
 from mail.core.runtime_manual import ManualMixin
 from mail.core.runtime_resume import ResumeMixin, TaskSubmitError
 from mail.core.runtime_review import ActionReviewer
@@ -37,11 +37,10 @@ from mail.core.tasks import MAILTask
 
 logger = logging.getLogger("mail.runtime")
 
-RunMode = Literal["continuous", "manual"]
 DEFAULT_MAX_MESSAGE_BODY = 1024 * 1024
 
 
-class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
+class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
     """The runtime of one swarm instance (one user, admin, or remote swarm)."""
 
     def __init__(
@@ -115,6 +114,7 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
         # "{task}::{agent}" -> waiters for that agent's next turn on that task (present = busy)
         self._turn_gates: dict[str, collections.deque[asyncio.Future[None]]] = {}
         self._turns: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[Any]] = set()  # tasks the runtime started, held
         # task id -> its spawned turns; a turn stays here until its done callback has run
         self._turns_by_task: dict[str, set[asyncio.Task[Any]]] = {}
         self._idle = asyncio.Event()
@@ -378,143 +378,6 @@ class MAILRuntime(DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
             yield closing_event("task_complete", task_id, response["message"]["body"])
         finally:
             self._drop_waiter(task_id, future)
-
-    # ------------------------------------------------------------------ loops
-    async def run_continuous(
-        self,
-        max_steps: int | None = None,
-        action_override: ActionOverrideFunction | None = None,
-        mode: RunMode = "continuous",
-    ) -> None:
-        """Serve the mailbox until shutdown. From its first step, calls queue on this loop; a
-        temporary loop already serving calls keeps them, and this one takes over when it ends."""
-        if self._continuous:
-            raise RuntimeError("the runtime loop is already running")
-        self._continuous = True
-        try:
-            while (temporary := self._ephemeral_stopping or self._ephemeral_task) is not None:
-                if self._shutdown:  # the temporary loop ends, though a user may stay (a stream)
-                    return
-                await asyncio.wait({temporary})  # until its last user has restored the settings
-            saved = (self.max_steps, self.action_override, self.mode)
-            self.max_steps = max_steps
-            self.action_override = action_override
-            self.mode = mode
-            try:
-                await self._serve()
-            finally:  # a later temporary loop must not run in this loop's (e.g. manual) mode
-                self.max_steps, self.action_override, self.mode = saved
-        finally:
-            self._continuous = False
-
-    async def run(self, action_override: ActionOverrideFunction | None = None) -> None:
-        await self.run_continuous(action_override=action_override)
-
-    async def run_task(
-        self,
-        message: MAILMessage,
-        action_override: ActionOverrideFunction | None = None,
-        resume_from: str | None = None,
-        max_steps: int | None = None,
-        timeout: float = 3600.0,
-        **kwargs: Any,
-    ) -> MAILMessage:
-        """Run the loop only until `message`'s task completes; return its response.
-
-        `max_steps` limits this task (like a request's `kwargs.max_steps`); without it the
-        loop's limit applies (`default_max_steps` for a temporary loop).
-        """
-        if max_steps is not None:
-            kwargs["max_steps"] = max_steps
-        if self._continuous:
-            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
-        async with self.ephemeral_loop(self.default_max_steps, action_override):
-            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
-
-    @contextlib.asynccontextmanager
-    async def ephemeral_loop(
-        self,
-        max_steps: int | None = None,
-        action_override: ActionOverrideFunction | None = None,
-    ) -> AsyncIterator[None]:
-        """Serve the mailbox for the duration of the block unless a continuous loop runs.
-
-        Concurrent users share one temporary loop; the last one out stops it and restores
-        the loop settings (max_steps, action_override) that were in place before.
-        """
-        while not self._continuous and self._ephemeral_stopping is not None:
-            await asyncio.wait({self._ephemeral_stopping})
-        if self._continuous:  # checked again after waiting: a continuous loop may have begun
-            yield
-            return
-        self._ephemeral_users += 1
-        started = self._ephemeral_task is None
-        if started:
-            self._ephemeral_saved = (self.max_steps, self.action_override)
-            self.max_steps = max_steps
-            self.action_override = action_override
-            self._ephemeral_task = asyncio.create_task(self._serve())
-        try:
-            if started:  # inside the try: a cancellation here must still count this user out
-                await asyncio.sleep(0)
-            yield
-        finally:
-            self._ephemeral_users -= 1
-            if self._ephemeral_users == 0 and self._ephemeral_task is not None:
-                serve, self._ephemeral_task = self._ephemeral_task, None
-                self._ephemeral_stopping = serve
-                self._stop_serving = True
-                self.mailbox.put_wakeup()
-                try:
-                    await asyncio.shield(serve)
-                finally:
-                    self._ephemeral_stopping = None
-                    self.max_steps, self.action_override = self._ephemeral_saved
-
-    async def _serve(self) -> None:
-        if self._loop_running:
-            raise RuntimeError("the runtime loop is already running")
-        self._loop_running = True
-        self._stop_serving = False
-        if self.journal is not None:
-            self.journal.loop_started()  # tasks restored from a store continue
-        try:
-            while not self._stop_serving and not self._shutdown:
-                try:
-                    message = await self.mailbox.get()
-                except MailboxClosed:
-                    break
-                if message is None:  # a wake-up without a message
-                    continue
-                try:
-                    self._dispatch(message)
-                except Exception as exc:  # noqa: BLE001 - the loop must survive
-                    logger.exception("error while dispatching a message")
-                    self._emit(message["message"]["task_id"], "run_loop_error", f"{exc}")
-        except asyncio.CancelledError:
-            self._emit("*", "run_loop_cancelled", "run loop cancelled")
-            raise
-        finally:
-            self._loop_running = False
-
-    def _dispatch_pending(self) -> None:
-        """Dispatch what is queued now, on behalf of a loop that is blocked on an empty queue.
-
-        Called when an agent turn ends. Without it the loop would wake only after every other
-        ready callback (e.g. a whole wave of turns finishing at once) had run; dispatching
-        here starts the next agent sooner. Order is the mailbox's, as the loop would take it.
-        """
-        if not (self._loop_running and self.mailbox.consumer_waiting) or self._shutdown:
-            return
-        while not self._stop_serving:
-            message = self.mailbox.get_nowait()
-            if message is None:
-                return
-            try:
-                self._dispatch(message)
-            except Exception as exc:  # noqa: BLE001 - same policy as the loop
-                logger.exception("error while dispatching a message")
-                self._emit(message["message"]["task_id"], "run_loop_error", f"{exc}")
 
     def _dispatch(self, message: MAILMessage) -> None:
         task_id = message["message"]["task_id"]
