@@ -13,7 +13,8 @@ keys, served the way `mail server` serves (its socket, its logging, access log o
    next to the floor: the same clients against a bare FastAPI route on the same uvicorn;
 2. the same 16 clients when every agent call takes 50 ms (a task is then 150 ms at best): the
    effective concurrency is requests/s x 0.15 s (16 = every client's task in flight at once);
-3. the cost of the access log: 1 client, access log on vs off, interleaved rounds;
+3. the cost of the access log: 1 client, one server with its access log turned off and on
+   between interleaved rounds: p50 latency and server CPU per request;
 4. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the offline demo model needs no model
    library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
@@ -41,6 +42,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -142,6 +144,18 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
             ws="none",
         )
     )
+    if access_log:
+        # SIGUSR1 turns the access log off or on for connections opened from then on, so
+        # its cost is measured in one process (two processes differ by more than it costs).
+        import logging
+        import signal
+
+        access = logging.getLogger("uvicorn.access")
+
+        def toggle(*_: Any) -> None:
+            access.propagate = not access.propagate
+
+        signal.signal(signal.SIGUSR1, toggle)
     server.run(sockets=[sock])
 
 
@@ -377,6 +391,16 @@ class StubServer:
             self.close()
             raise
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process's threads have used so far (ns clock of schedstat)."""
+        total = 0
+        for thread in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                total += int((thread / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # a thread that just ended
+        return total / 1e9
+
     def close(self) -> None:
         stop(self.proc)
         self.log.close()
@@ -537,27 +561,33 @@ def mark(ok: bool) -> str:
 
 
 def access_log_cost(workdir: Path, keys_file: Path, measure: Any, requests: int) -> None:
-    print("access log cost (raw client, 1 client, json; interleaved rounds):")
-    on = StubServer(workdir, keys_file, 0.0, access_log=True)
-    off = StubServer(workdir, keys_file, 0.0, access_log=False)
+    print("access log cost (raw client, 1 client, json; one server, log on/off interleaved):")
+    server = StubServer(workdir, keys_file, 0.0, access_log=True)
     try:
-        samples: dict[str, list[float]] = {"on": [], "off": []}
-        for server in (on, off):
-            measure(server, "raw", 4, 80, False)  # warm-up
-        for _ in range(5):
-            for name, server in (("on", on), ("off", off)):
-                _, lat = measure(server, "raw", 1, max(100, requests // 2), False)
-                samples[name].append(statistics.median(lat))
-        med_on = statistics.median(samples["on"])
-        med_off = statistics.median(samples["off"])
-        cost = 100 * (med_on - med_off) / med_off
-        print(
-            f"  p50 with access log {1000 * med_on:.3f} ms, without {1000 * med_off:.3f} ms: "
-            f"{cost:+.1f}% per request" + mark(cost < 5.0)
-        )
+        latency: dict[bool, list[float]] = {True: [], False: []}
+        cpu: dict[bool, list[float]] = {True: [], False: []}
+        logging_on = True
+        measure(server, "raw", 4, 80, False)  # warm-up
+        per_round = max(200, requests)
+        for _ in range(8):
+            for want in (True, False):
+                if want != logging_on:
+                    os.kill(server.proc.pid, signal.SIGUSR1)
+                    logging_on = want
+                    measure(server, "raw", 1, 20, False)  # the signal is handled; warm again
+                before = server.cpu_seconds()
+                _, lat = measure(server, "raw", 1, per_round, False)
+                cpu[want].append((server.cpu_seconds() - before) / per_round)
+                latency[want].append(statistics.median(lat))
+        for label, values in (("p50 latency", latency), ("server CPU per request", cpu)):
+            with_log, without = statistics.median(values[True]), statistics.median(values[False])
+            cost = 100 * (with_log - without) / without
+            print(
+                f"  {label}: with access log {1000 * with_log:.3f} ms, without "
+                f"{1000 * without:.3f} ms: {cost:+.1f}%" + mark(cost < 5.0)
+            )
     finally:
-        on.close()
-        off.close()
+        server.close()
 
 
 def floor(workdir: Path, keys_file: Path, measure: Any, requests: int) -> None:

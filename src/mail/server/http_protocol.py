@@ -24,6 +24,8 @@ import logging
 import socket
 from typing import Any
 
+from mail.server.logs import quick_access_logger
+
 logger = logging.getLogger("mail.server")
 
 DEFAULT_MAX_HEAD_BYTES = 16 * 1024  # h11's default bound on an incomplete event
@@ -74,6 +76,8 @@ if HttpToolsProtocol is not None:
 
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             super().__init__(config, *args, **kwargs)
+            # Access lines skip the logging record when they go to the server's log alone.
+            self.access_logger = quick_access_logger(self.access_logger)  # type: ignore[assignment]
             self.max_head_bytes: int = (
                 getattr(config, "h11_max_incomplete_event_size", None) or DEFAULT_MAX_HEAD_BYTES
             )
