@@ -124,6 +124,7 @@ class ServerProcess:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    keys: dict[str, str] = field(default_factory=dict)  # name -> API key, as the test made them
 
     @property
     def base_url(self) -> str:
@@ -202,8 +203,42 @@ def running_server(
         server.stop()
 
 
+# The keys most end-to-end modules use: name -> (role, id).
+ROOT_ALICE_BOB = {"admin": ("admin", "root"), "alice": ("user", "alice"), "bob": ("user", "bob")}
+
+
+@contextlib.contextmanager
+def keyed_stub_server(
+    directory: Path,
+    keys: dict[str, tuple[str, str]],
+    *,
+    extra: str = "",
+    args: tuple[str, ...] = (),
+) -> Iterator[ServerProcess]:
+    """A real `mail server` on the stub swarms with a key per entry of ``keys`` (name ->
+    (role, id)), found again in ``server.keys``; it must stop cleanly (exit 0)."""
+    write_stub_swarms(directory)
+    port = free_port()
+    config = write_config(directory, port=port, extra=extra)
+    keys_file = directory / "registries" / "keys.json"
+    server = ServerProcess(directory, port, args=["--config", str(config), *args])
+    server.keys = {name: create_key(keys_file, role, id_) for name, (role, id_) in keys.items()}
+    server.start()
+    yield server
+    assert server.stop() == 0, server.logs()
+
+
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+def post_as(
+    server: ServerProcess, who: str, payload: dict[str, Any], timeout: float = 30.0
+) -> httpx.Response:
+    """POST /message with the key named ``who`` of ``server.keys``."""
+    return httpx.post(
+        f"{server.base_url}/message", json=payload, headers=auth(server.keys[who]), timeout=timeout
+    )
 
 
 @dataclass

@@ -18,11 +18,9 @@ import pytest
 
 from mail.client import ClientConfig, MAILClient, MAILClientError
 from server_fixtures import (
+    ROOT_ALICE_BOB,
     ServerProcess,
-    create_key,
-    free_port,
-    write_config,
-    write_stub_swarms,
+    keyed_stub_server,
 )
 from test_repl import Terminal
 
@@ -31,25 +29,13 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    directory = tmp_path_factory.mktemp("client-e2e")
-    write_stub_swarms(directory)
-    port = free_port()
-    config = write_config(directory, port=port)
-    keys_file = directory / "registries" / "keys.json"
-    keys = {
-        "admin": create_key(keys_file, "admin", "root"),
-        "alice": create_key(keys_file, "user", "alice"),
-        "bob": create_key(keys_file, "user", "bob"),
-        "agent": create_key(keys_file, "agent", "swarm-far"),
-    }
-    proc = ServerProcess(directory, port, args=["--config", str(config), "--debug"]).start()
-    proc.keys = keys  # type: ignore[attr-defined]
-    yield proc
-    assert proc.stop() == 0, proc.logs()
+    keys = {**ROOT_ALICE_BOB, "agent": ("agent", "swarm-far")}
+    with keyed_stub_server(tmp_path_factory.mktemp("client-e2e"), keys, args=("--debug",)) as proc:
+        yield proc
 
 
 def client_for(server: ServerProcess, who: str | None = "alice") -> MAILClient:
-    key = server.keys[who] if who else None  # type: ignore[attr-defined]
+    key = server.keys[who] if who else None
     return MAILClient(server.base_url, api_key=key, config=ClientConfig(timeout=30))
 
 
@@ -85,7 +71,7 @@ async def test_service_and_identity(server: ServerProcess) -> None:
     async with client_for(server, None) as client:
         root = await client.ping()
         health = await client.get_health()
-        identity = await client.login(server.keys["alice"])  # type: ignore[attr-defined]
+        identity = await client.login(server.keys["alice"])
         status = await client.get_status()
     assert root["protocol_version"] == "1.3" and root["swarm"]["name"] == "stub"
     assert health["status"] == "healthy" and health["swarm_name"] == "stub"
@@ -247,7 +233,7 @@ async def test_interswarm_methods_reach_their_routes(server: ServerProcess) -> N
             await alice.send_interswarm_message(
                 "hi",
                 server.keys["alice"],
-                targets=["worker@elsewhere"],  # type: ignore[attr-defined]
+                targets=["worker@elsewhere"],
             )
         with pytest.raises(MAILClientError) as forward:
             await agent.post_interswarm_message(envelope(str(uuid.uuid4())))
@@ -265,7 +251,7 @@ async def test_interswarm_methods_reach_their_routes(server: ServerProcess) -> N
 
 async def test_external_session_survives_the_client(server: ServerProcess) -> None:
     async with aiohttp.ClientSession() as session:
-        key = server.keys["alice"]  # type: ignore[attr-defined]
+        key = server.keys["alice"]
         async with MAILClient(server.base_url, api_key=key, session=session) as client:
             assert (await client.get_whoami())["role"] == "user"
         await client.aclose()
@@ -278,7 +264,7 @@ async def test_external_session_survives_the_client(server: ServerProcess) -> No
 
 
 def test_repl_against_the_real_server(server: ServerProcess, tmp_path: Path) -> None:
-    key = server.keys["alice"]  # type: ignore[attr-defined]
+    key = server.keys["alice"]
     term = Terminal(["client", server.base_url, "--api-key", key, "--timeout", "60"], tmp_path)
     prompt = r"mail::user:alice@127\.0\.0\.1:\d+> "
     try:

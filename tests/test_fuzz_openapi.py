@@ -101,7 +101,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     }
     proc = ServerProcess(directory, port, args=["--config", str(config)]).start(wait=False)
     proc.wait_healthy(timeout=120)  # generous: CI machines may be busy
-    proc.keys = keys  # type: ignore[attr-defined]
+    proc.keys = keys
     yield proc
     code = proc.stop()
     logs = proc.logs()
@@ -110,7 +110,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _headers(server: ServerProcess, caller: str) -> dict[str, str]:
-    key = server.keys.get(caller)  # type: ignore[attr-defined]
+    key = server.keys.get(caller)
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

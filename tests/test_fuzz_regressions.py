@@ -32,7 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     keys_file = directory / "registries" / "keys.json"
     proc = ServerProcess(directory, port, args=["--config", str(config)]).start(wait=False)
     proc.wait_healthy(timeout=120)
-    proc.keys = {"user": create_key(keys_file, "user", "fuzzed")}  # type: ignore[attr-defined]
+    proc.keys = {"user": create_key(keys_file, "user", "fuzzed")}
     yield proc
     assert proc.stop() == 0, proc.logs()[-3000:]
 
@@ -40,7 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 def _send(server: ServerProcess, **body: object) -> httpx.Response:
     return httpx.post(
         f"{server.base_url}/interswarm/message",
-        headers=auth(server.keys["user"]),  # type: ignore[attr-defined]
+        headers=auth(server.keys["user"]),
         json={"body": "+", "targets": ["nobody"], **body},
         timeout=60,
     )

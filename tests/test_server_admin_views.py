@@ -7,41 +7,29 @@ must gather what every instance holds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
 from server_fixtures import (
+    ROOT_ALICE_BOB,
     ServerProcess,
     auth,
-    create_key,
-    free_port,
-    write_config,
-    write_stub_swarms,
+    keyed_stub_server,
 )
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    directory = tmp_path_factory.mktemp("admin-views")
-    write_stub_swarms(directory)
-    port = free_port()
-    config = write_config(directory, port=port)
-    keys_file = directory / "registries" / "keys.json"
-    keys = {
-        "admin": create_key(keys_file, "admin", "root"),
-        "alice": create_key(keys_file, "user", "alice"),
-        "bob": create_key(keys_file, "user", "bob"),
-    }
-    proc = ServerProcess(directory, port, args=["--config", str(config)]).start()
-    proc.keys = keys  # type: ignore[attr-defined]
-    yield proc
-    assert proc.stop() == 0, proc.logs()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with keyed_stub_server(tmp_path_factory.mktemp("admin-views"), ROOT_ALICE_BOB) as proc:
+        yield proc
 
 
 def test_tasks_all_lists_every_callers_tasks(server: ServerProcess) -> None:
-    keys = server.keys  # type: ignore[attr-defined]
+    keys = server.keys
     owned = {}
     with httpx.Client(base_url=server.base_url, timeout=60) as client:
         for who in ("alice", "bob"):

@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,9 @@ from server_fixtures import (
     auth,
     create_key,
     free_port,
+    keyed_stub_server,
     parse_sse_stream,
+    post_as,
     write_config,
     write_stub_swarms,
 )
@@ -34,31 +37,15 @@ MESSAGE_LIMIT = 20_000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    directory = tmp_path_factory.mktemp("limits")
-    write_stub_swarms(directory)
-    port = free_port()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     extra = f"max_request_body = {REQUEST_LIMIT}\nmax_message_body = {MESSAGE_LIMIT}\n"
-    config = write_config(directory, port=port, extra=extra)
-    keys_file = directory / "registries" / "keys.json"
-    keys = {
-        "alice": create_key(keys_file, "user", "alice"),
-        "bob": create_key(keys_file, "user", "bob"),
-    }
-    proc = ServerProcess(directory, port, args=["--config", str(config)]).start()
-    proc.keys = keys  # type: ignore[attr-defined]
-    yield proc
-    assert proc.stop() == 0, proc.logs()
-
-
-def post(server: ServerProcess, who: str, payload: dict, timeout: float = 30.0) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/message", json=payload, headers=auth(server.keys[who]), timeout=timeout
-    )
+    keys = {"alice": ("user", "alice"), "bob": ("user", "bob")}
+    with keyed_stub_server(tmp_path_factory.mktemp("limits"), keys, extra=extra) as proc:
+        yield proc
 
 
 def resume(server: ServerProcess, who: str, task_id: str, result: object) -> httpx.Response:
-    return post(
+    return post_as(
         server,
         who,
         {
@@ -75,7 +62,7 @@ def resume(server: ServerProcess, who: str, task_id: str, result: object) -> htt
 
 def test_a_declared_oversized_body_is_413_naming_the_limit(server: ServerProcess) -> None:
     payload = {"body": "x" * (REQUEST_LIMIT + 10)}
-    r = post(server, "alice", payload)
+    r = post_as(server, "alice", payload)
     assert r.status_code == 413
     assert str(REQUEST_LIMIT) in r.json()["detail"]
     assert "max_request_body" in r.json()["detail"]
@@ -113,15 +100,15 @@ def test_a_chunked_oversized_body_is_cut_off_while_reading(server: ServerProcess
 
 
 def test_a_message_body_over_the_cap_is_413(server: ServerProcess) -> None:
-    r = post(server, "alice", {"body": "y" * (MESSAGE_LIMIT + 1)})
+    r = post_as(server, "alice", {"body": "y" * (MESSAGE_LIMIT + 1)})
     assert r.status_code == 413
     assert f"the limit is {MESSAGE_LIMIT}" in r.json()["detail"]
     # Just under the cap is fine (the echo adds a short prefix and must fit too).
-    assert post(server, "alice", {"body": "y" * (MESSAGE_LIMIT - 100)}).status_code == 200
+    assert post_as(server, "alice", {"body": "y" * (MESSAGE_LIMIT - 100)}).status_code == 200
 
 
 def test_tasks_are_summaries_in_pages_and_task_keeps_the_events(server: ServerProcess) -> None:
-    ids = [post(server, "bob", {"body": f"page {i}"}).json()["task_id"] for i in range(5)]
+    ids = [post_as(server, "bob", {"body": f"page {i}"}).json()["task_id"] for i in range(5)]
     headers = auth(server.keys["bob"])
     seen: list[str] = []
     cursor: str | None = None
@@ -152,7 +139,7 @@ def test_tasks_are_summaries_in_pages_and_task_keeps_the_events(server: ServerPr
 
 
 def test_resume_of_a_task_not_paused_is_409_in_every_form(server: ServerProcess) -> None:
-    done = post(server, "alice", {"body": "finished"}).json()
+    done = post_as(server, "alice", {"body": "finished"}).json()
     for form in ({"content": "x"}, [{"call_id": "c", "content": "x"}], "plain"):
         r = resume(server, "alice", done["task_id"], form)
         assert r.status_code == 409, r.text
@@ -160,7 +147,7 @@ def test_resume_of_a_task_not_paused_is_409_in_every_form(server: ServerProcess)
 
 
 def test_a_second_resume_of_one_pause_is_409(server: ServerProcess) -> None:
-    paused = post(server, "alice", {"body": "BREAKPOINT once"}).json()
+    paused = post_as(server, "alice", {"body": "BREAKPOINT once"}).json()
     assert resume(server, "alice", paused["task_id"], {"content": "ok"}).status_code == 200
     for form in ({"content": "again"}, [{"content": "again"}], "again"):
         r = resume(server, "alice", paused["task_id"], form)
@@ -168,7 +155,7 @@ def test_a_second_resume_of_one_pause_is_409(server: ServerProcess) -> None:
 
 
 def test_unknown_or_missing_call_ids_are_400_naming_them(server: ServerProcess) -> None:
-    paused = post(server, "bob", {"body": "BREAKPOINT2"}).json()
+    paused = post_as(server, "bob", {"body": "BREAKPOINT2"}).json()
     calls = [c["call_id"] for c in json.loads(paused["response"])]
     r = resume(server, "bob", paused["task_id"], [{"call_id": "bogus", "content": "?"}])
     assert r.status_code == 400
@@ -184,7 +171,7 @@ def test_unknown_or_missing_call_ids_are_400_naming_them(server: ServerProcess) 
 
 
 async def test_concurrent_resumes_exactly_one_wins(server: ServerProcess) -> None:
-    paused = post(server, "alice", {"body": "BREAKPOINT race"}).json()
+    paused = post_as(server, "alice", {"body": "BREAKPOINT race"}).json()
     payload = {
         "body": "",
         "task_id": paused["task_id"],
@@ -233,7 +220,7 @@ async def test_a_message_to_a_running_task_is_409(server: ServerProcess) -> None
         assert stream.status_code == 409
         assert (await first).json()["response"] == "echo[bob]: slow"
     # Once finished, the task takes a new message again (multi-turn).
-    assert post(server, "bob", {"body": "COUNT", "task_id": task_id}).status_code == 200
+    assert post_as(server, "bob", {"body": "COUNT", "task_id": task_id}).status_code == 200
 
 
 async def test_concurrent_first_messages_with_one_new_task_id(server: ServerProcess) -> None:
@@ -257,7 +244,7 @@ async def test_concurrent_first_messages_with_one_new_task_id(server: ServerProc
 
 @pytest.mark.parametrize("bad", ["fed-1", "*", "z" * 50_000, "not-a-uuid-but-36-characters-long!!"])
 def test_task_ids_must_be_uuids(server: ServerProcess, bad: str) -> None:
-    r = post(server, "alice", {"body": "x", "task_id": bad})
+    r = post_as(server, "alice", {"body": "x", "task_id": bad})
     assert r.status_code == 400
     assert "parameter 'task_id' must be a UUID" in r.json()["detail"]
     assert len(r.text) < 1000  # a 100k id is not echoed back whole

@@ -10,50 +10,32 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from server_fixtures import (
+    ROOT_ALICE_BOB,
     ServerProcess,
     aparse_sse_stream,
     auth,
-    create_key,
-    free_port,
+    keyed_stub_server,
     parse_sse_stream,
-    write_config,
-    write_stub_swarms,
+    post_as,
 )
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    directory = tmp_path_factory.mktemp("server")
-    write_stub_swarms(directory)
-    port = free_port()
-    config = write_config(directory, port=port)
-    keys_file = directory / "registries" / "keys.json"
-    keys = {
-        "admin": create_key(keys_file, "admin", "root"),
-        "alice": create_key(keys_file, "user", "alice"),
-        "bob": create_key(keys_file, "user", "bob"),
-    }
-    proc = ServerProcess(directory, port, args=["--config", str(config)]).start()
-    proc.keys = keys  # type: ignore[attr-defined]
-    yield proc
-    assert proc.stop() == 0, proc.logs()
-
-
-def post(server: ServerProcess, who: str, payload: dict, timeout: float = 30.0) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/message", json=payload, headers=auth(server.keys[who]), timeout=timeout
-    )
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with keyed_stub_server(tmp_path_factory.mktemp("server"), ROOT_ALICE_BOB) as proc:
+        yield proc
 
 
 def test_post_message_returns_final_response_and_task_id(server: ServerProcess) -> None:
-    r = post(server, "alice", {"body": "Hello"})
+    r = post_as(server, "alice", {"body": "Hello"})
     assert r.status_code == 200
     data = r.json()
     assert data["response"] == "echo[alice]: Hello"
@@ -62,13 +44,13 @@ def test_post_message_returns_final_response_and_task_id(server: ServerProcess) 
 
 
 def test_message_alias_field_and_subject(server: ServerProcess) -> None:
-    r = post(server, "alice", {"message": "via alias", "subject": "Greeting"})
+    r = post_as(server, "alice", {"message": "via alias", "subject": "Greeting"})
     assert r.status_code == 200
     assert r.json()["response"] == "echo[alice]: via alias"
 
 
 def test_show_events_shape_and_ids(server: ServerProcess) -> None:
-    r = post(server, "bob", {"body": "events please", "show_events": True})
+    r = post_as(server, "bob", {"body": "events please", "show_events": True})
     data = r.json()
     events = data["events"]
     names = [e["event"] for e in events]
@@ -83,7 +65,7 @@ def test_show_events_shape_and_ids(server: ServerProcess) -> None:
 
 
 def test_agent_failure_is_a_200_with_the_error_in_the_task(server: ServerProcess) -> None:
-    r = post(server, "alice", {"body": "FAIL now"})
+    r = post_as(server, "alice", {"body": "FAIL now"})
     assert r.status_code == 200
     assert "stub agent failure" in r.json()["response"] or "::" in r.json()["response"]
     task = httpx.get(
@@ -96,14 +78,14 @@ def test_agent_failure_is_a_200_with_the_error_in_the_task(server: ServerProcess
 
 def test_task_message_limit_from_mail_toml_is_applied(server: ServerProcess) -> None:
     # The original never applied [server.settings].task_message_limit (default 15).
-    r = post(server, "alice", {"body": "LOOP", "show_events": True})
+    r = post_as(server, "alice", {"body": "LOOP", "show_events": True})
     assert r.json()["response"] == "stopped: step limit"
     deliveries = [e for e in r.json()["events"] if e["event"] == "new_message"]
     assert 10 <= len(deliveries) <= 20
 
 
 def test_multi_agent_delegation(server: ServerProcess) -> None:
-    r = post(server, "alice", {"body": "DELEGATE sum it"})
+    r = post_as(server, "alice", {"body": "DELEGATE sum it"})
     assert r.json()["response"] == "delegated: worked: sum it"
 
 
@@ -222,13 +204,13 @@ def test_two_streams_of_one_user_do_not_interfere(server: ServerProcess) -> None
 
 
 def test_breakpoint_pause_and_resume_with_a_dict(server: ServerProcess) -> None:
-    r = post(server, "alice", {"body": "BREAKPOINT please review"})
+    r = post_as(server, "alice", {"body": "BREAKPOINT please review"})
     assert r.status_code == 200
     paused = r.json()
     calls = json.loads(paused["response"])
     assert calls[0]["name"] == "human_review"
     assert json.loads(calls[0]["arguments"]) == {"question": "BREAKPOINT please review"}
-    r = post(
+    r = post_as(
         server,
         "alice",
         {
@@ -243,14 +225,14 @@ def test_breakpoint_pause_and_resume_with_a_dict(server: ServerProcess) -> None:
 
 
 def test_breakpoint_resume_with_a_list_matched_by_call_id(server: ServerProcess) -> None:
-    paused = post(server, "bob", {"body": "BREAKPOINT2"}).json()
+    paused = post_as(server, "bob", {"body": "BREAKPOINT2"}).json()
     calls = json.loads(paused["response"])
     assert [c["name"] for c in calls] == ["human_review", "human_review"]
     results = [
         {"call_id": calls[1]["call_id"], "content": "second ok"},
         {"call_id": calls[0]["call_id"], "content": "first ok"},
     ]
-    r = post(
+    r = post_as(
         server,
         "bob",
         {
@@ -265,7 +247,7 @@ def test_breakpoint_resume_with_a_list_matched_by_call_id(server: ServerProcess)
 
 
 def test_breakpoint_resume_over_sse(server: ServerProcess) -> None:
-    paused = post(server, "alice", {"body": "BREAKPOINT streamed resume"}).json()
+    paused = post_as(server, "alice", {"body": "BREAKPOINT streamed resume"}).json()
     with httpx.stream(
         "POST",
         f"{server.base_url}/message",
@@ -288,28 +270,30 @@ def test_breakpoint_resume_over_sse(server: ServerProcess) -> None:
 
 
 def test_user_response_multi_turn_on_one_task(server: ServerProcess) -> None:
-    first = post(server, "alice", {"body": "COUNT"}).json()
+    first = post_as(server, "alice", {"body": "COUNT"}).json()
     assert first["response"] == "turn 1"
-    second = post(
+    second = post_as(
         server,
         "alice",
         {"body": "COUNT again", "task_id": first["task_id"], "resume_from": "user_response"},
     ).json()
     assert second["response"] == "turn 2"
     assert second["task_id"] == first["task_id"]
-    third = post(
+    third = post_as(
         server,
         "alice",
         {"body": "COUNT more", "task_id": first["task_id"], "resume_from": "user_response"},
     ).json()
     assert third["response"] == "turn 3"
     # Reusing a completed task's id without resume_from continues it the same way.
-    fourth = post(server, "alice", {"body": "COUNT once more", "task_id": first["task_id"]}).json()
+    fourth = post_as(
+        server, "alice", {"body": "COUNT once more", "task_id": first["task_id"]}
+    ).json()
     assert fourth["response"] == "turn 4"
 
 
 def test_resuming_an_unknown_task_is_404(server: ServerProcess) -> None:
-    r = post(
+    r = post_as(
         server,
         "alice",
         {"body": "hi", "task_id": str(uuid.uuid4()), "resume_from": "user_response"},
@@ -322,7 +306,7 @@ def test_resuming_an_unknown_task_is_404(server: ServerProcess) -> None:
 
 
 def test_users_cannot_see_or_resume_each_others_tasks(server: ServerProcess) -> None:
-    alice_task = post(server, "alice", {"body": "private to alice"}).json()["task_id"]
+    alice_task = post_as(server, "alice", {"body": "private to alice"}).json()["task_id"]
     bob_tasks = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["bob"])).json()
     assert alice_task not in bob_tasks
     assert all(t["task_owner"].startswith("user:bob@") for t in bob_tasks.values())
@@ -330,7 +314,7 @@ def test_users_cannot_see_or_resume_each_others_tasks(server: ServerProcess) -> 
         f"{server.base_url}/task", params={"task_id": alice_task}, headers=auth(server.keys["bob"])
     )
     assert r.status_code == 404
-    r = post(
+    r = post_as(
         server, "bob", {"body": "hijack", "task_id": alice_task, "resume_from": "user_response"}
     )
     assert r.status_code == 404
@@ -363,7 +347,7 @@ def test_twenty_concurrent_messages_from_two_users_are_not_crossed(server: Serve
 
 
 def test_admin_gets_its_own_instance(server: ServerProcess) -> None:
-    r = post(server, "admin", {"body": "from the admin"})
+    r = post_as(server, "admin", {"body": "from the admin"})
     assert r.json()["response"] == "echo[root]: from the admin"
     tasks = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["admin"])).json()
     assert tasks[r.json()["task_id"]]["task_owner"] == "admin:root@stub"

@@ -38,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         "agent": create_key(keys_file, "agent", "peer-swarm"),
     }
     proc = ServerProcess(directory, port, args=["--config", str(config)]).start()
-    proc.keys = keys  # type: ignore[attr-defined]
+    proc.keys = keys
     proc.keys_file = keys_file  # type: ignore[attr-defined]
     yield proc
     assert proc.stop() == 0, proc.logs()

@@ -51,13 +51,13 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     }
     proc = ServerProcess(directory, port, args=["--config", str(config)]).start(wait=False)
     proc.wait_healthy(timeout=120)  # generous: CI machines may be busy
-    proc.keys = keys  # type: ignore[attr-defined]
+    proc.keys = keys
     yield proc
     assert proc.stop() == 0, proc.logs()
 
 
 def _events(server: ServerProcess, who: str, task_id: str, **params: Any) -> list[SSEEvent]:
-    headers = auth(server.keys[who])  # type: ignore[attr-defined]
+    headers = auth(server.keys[who])
     last = params.pop("last_event_id", None)
     if last is not None:
         headers["Last-Event-ID"] = str(last)
@@ -77,7 +77,7 @@ def _task(server: ServerProcess, who: str, task_id: str) -> dict[str, Any]:
     r = httpx.get(
         f"{server.base_url}/task",
         params={"task_id": task_id},
-        headers=auth(server.keys[who]),  # type: ignore[attr-defined]
+        headers=auth(server.keys[who]),
         timeout=30,
     )
     assert r.status_code == 200, r.text
@@ -90,7 +90,7 @@ def _wait_completed(server: ServerProcess, who: str, task_id: str) -> dict[str, 
         r = httpx.get(
             f"{server.base_url}/task",
             params={"task_id": task_id},
-            headers=auth(server.keys[who]),  # type: ignore[attr-defined]
+            headers=auth(server.keys[who]),
             timeout=30,
         )
         if r.status_code == 200 and r.json()["completed"]:
@@ -112,7 +112,7 @@ def test_resubscribe_after_a_drop_mid_task_sees_each_event_once_in_order(
         "POST",
         f"{server.base_url}/message",
         json={"body": "SLEEP 1.5 DELEGATE slowly", "stream": True, "task_id": task_id},
-        headers=auth(server.keys["user"]),  # type: ignore[attr-defined]
+        headers=auth(server.keys["user"]),
         timeout=60,
     ) as response:
         for event in parse_sse_stream(response):
@@ -135,7 +135,7 @@ def test_resubscribe_to_a_finished_task_replays_and_closes(server: ServerProcess
     r = httpx.post(
         f"{server.base_url}/message",
         json={"body": "DELEGATE done"},
-        headers=auth(server.keys["user"]),  # type: ignore[attr-defined]
+        headers=auth(server.keys["user"]),
         timeout=60,
     )
     task_id = r.json()["task_id"]
@@ -158,7 +158,7 @@ def test_resubscribe_to_a_finished_task_replays_and_closes(server: ServerProcess
 
 def test_multi_turn_task_resubscribe_after_each_turn(server: ServerProcess) -> None:
     task_id = str(uuid.uuid4())
-    headers = auth(server.keys["user"])  # type: ignore[attr-defined]
+    headers = auth(server.keys["user"])
     seen: list[int] = []
     for turn in (1, 2):
         r = httpx.post(
@@ -178,14 +178,14 @@ def test_resubscribe_errors(server: ServerProcess) -> None:
     r = httpx.post(
         f"{server.base_url}/message",
         json={"body": "mine"},
-        headers=auth(server.keys["user"]),  # type: ignore[attr-defined]
+        headers=auth(server.keys["user"]),
         timeout=60,
     )
     task_id = r.json()["task_id"]
     url = f"{server.base_url}/task/events"
 
     def get(who: str | None, **params: Any) -> httpx.Response:
-        headers = auth(server.keys[who]) if who else {}  # type: ignore[attr-defined]
+        headers = auth(server.keys[who]) if who else {}
         return httpx.get(url, params=params, headers=headers, timeout=30)
 
     # Another user's task is indistinguishable from a task that does not exist.
@@ -205,7 +205,7 @@ def test_resubscribe_errors(server: ServerProcess) -> None:
     r = httpx.get(
         url,
         params={"task_id": task_id},
-        headers={**auth(server.keys["user"]), "Last-Event-ID": "abc"},  # type: ignore[attr-defined]
+        headers={**auth(server.keys["user"]), "Last-Event-ID": "abc"},
         timeout=30,
     )
     assert r.status_code == 400 and "Last-Event-ID" in r.json()["detail"]
@@ -253,7 +253,7 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
     server: ServerProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert server.proc is not None
-    key = server.keys["user"]  # type: ignore[attr-defined]
+    key = server.keys["user"]
     rss_before = _rss_kib(server.proc.pid)
     task_id = str(uuid.uuid4())
     body = json.dumps({"body": "CHATTY 1000 12000", "stream": True, "task_id": task_id}).encode()
@@ -300,7 +300,7 @@ async def test_client_resubscribes_after_dropping_a_stream(server: ServerProcess
     from mail.client import MAILClient
 
     task_id = str(uuid.uuid4())
-    async with MAILClient(server.base_url, api_key=server.keys["user"]) as client:  # type: ignore[attr-defined]
+    async with MAILClient(server.base_url, api_key=server.keys["user"]) as client:
         stream = client.post_message_stream("SLEEP 1 DELEGATE via client", task_id=task_id)
         first = []
         async for event in stream:
@@ -325,7 +325,7 @@ def test_repl_task_events_replays_and_follows(server: ServerProcess) -> None:
     from mail.client_config import ClientConfig
     from mail.repl import MAILREPL
 
-    key = server.keys["user"]  # type: ignore[attr-defined]
+    key = server.keys["user"]
     r = httpx.post(
         f"{server.base_url}/message", json={"body": "hello repl"}, headers=auth(key), timeout=60
     )
