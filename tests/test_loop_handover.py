@@ -10,47 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
 
 import pytest
 
-from mail import MAILAgentTemplate, MAILSwarm, MAILSwarmTemplate
-from support.scripted_agents import ScriptedAgent, send_request, send_response, task_complete
-
-
-def _supervisor_step(history: list[dict[str, Any]], tool_choice: Any) -> list[Any]:
-    last = str(history[-1].get("content", ""))
-    body = last.split("<body>")[1].split("</body>")[0]
-    if '<from type="user">' in last:
-        return [send_request("worker", body)]
-    return [task_complete(f"answer: {body}")]
-
-
-def _worker_step(history: list[dict[str, Any]], tool_choice: Any) -> list[Any]:
-    body = str(history[-1]["content"]).split("<body>")[1].split("</body>")[0]
-    return [send_response("supervisor", body.upper())]
+from mail import MAILSwarm
+from support.relay_swarm import relay_swarm
 
 
 def _swarm(latency: float) -> MAILSwarm:
-    template = MAILSwarmTemplate(
-        name="handover",
-        agents=[
-            MAILAgentTemplate(
-                "supervisor",
-                lambda **_: ScriptedAgent("supervisor", default=_supervisor_step, sleep=latency),
-                ["worker"],
-                enable_entrypoint=True,
-                can_complete_tasks=True,
-            ),
-            MAILAgentTemplate(
-                "worker",
-                lambda **_: ScriptedAgent("worker", default=_worker_step, sleep=latency),
-                ["supervisor"],
-            ),
-        ],
-        entrypoint="supervisor",
-    )
-    return template.instantiate(user_id="handover-user")
+    return relay_swarm(latency, "handover")
 
 
 async def _one_round(rng: random.Random) -> None:
