@@ -84,6 +84,12 @@ def test_zero_task_message_limit_means_unlimited(tmp_path: Path) -> None:
     assert cfg.server.settings.task_message_limit is None
 
 
+def test_negative_task_message_limit_is_refused(tmp_path: Path) -> None:
+    # -1 used to be accepted and ended every task at once without an answer.
+    with pytest.raises(ConfigError, match=r"task_message_limit: Input should be greater"):
+        load_config(write(tmp_path, "[server.settings]\ntask_message_limit = -1\n"))
+
+
 def test_registry_alias_and_unknown_keys(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, '[server.swarm]\nregistry = "r.json"\nfuture_key = 1\n'))
     assert cfg.server.swarm.registry_file == "r.json"

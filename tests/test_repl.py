@@ -387,6 +387,19 @@ def test_task_commands(harness: Harness) -> None:
     assert "✗ HTTP 404: task 'nope' not found" in harness.run("task-get nope")
 
 
+def test_tasks_get_counts_events_of_summaries(harness: Harness, server: FakeMailServer) -> None:
+    # The real GET /tasks sends summaries: event_count instead of the event list.
+    server.tasks["summary-1"] = {
+        "task_id": "summary-1",
+        "task_owner": "admin:root@fake-swarm",
+        "is_running": False,
+        "completed": True,
+        "event_count": 7,
+    }
+    row = next(line for line in harness.run("tsg").splitlines() if "summary-1" in line)
+    assert row.rstrip(" │").endswith("7"), row
+
+
 def test_responses_command(harness: Harness, server: FakeMailServer) -> None:
     out = harness.run("r 'Plan tomorrow' '[]' -i 'be brief' --no-ptc")
     assert "planned" in out

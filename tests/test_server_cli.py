@@ -51,6 +51,14 @@ def test_unknown_log_level_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in err and "KeyError" not in err
 
 
+def test_out_of_range_flag_names_the_option_and_the_rule(tmp_path: Path) -> None:
+    write_stub_swarms(tmp_path)
+    config = write_config(tmp_path, port=free_port())
+    code, _, err = run_cli("server", "-c", str(config), "--port", "99999")
+    one_line_error(code, err, "invalid option: port: Input should be less than or equal to 65535")
+    assert "errors.pydantic.dev" not in err
+
+
 def test_swarm_missing_from_source_suggests_a_name(tmp_path: Path) -> None:
     write_stub_swarms(tmp_path)
     config = write_config(tmp_path, port=free_port())

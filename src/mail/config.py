@@ -74,7 +74,7 @@ class ServerSettings(_Section):
 
     # Maximum number of counted messages per task before the runtime forces task_complete.
     # ``None`` (or 0 in the file) means unlimited.
-    task_message_limit: int | None = 15
+    task_message_limit: int | None = Field(default=15, ge=0)
     print_llm_streams: bool = True
     # Seconds without a new event before an SSE stream sends an ``event: ping``.
     sse_ping_interval: float = Field(default=15.0, gt=0)

@@ -166,14 +166,18 @@ def _setup_logging(level: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from mail.config import ConfigError
 
     try:
         cfg = resolve_config(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    except ValueError as exc:  # pydantic validation of a flag value
-        return _fail(f"invalid option: {str(exc).splitlines()[-1].strip()}")
+    except ValidationError as exc:  # pydantic validation of a flag value
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err.get("loc", ()))
+        return _fail(f"invalid option: {where}: {err.get('msg')}")
     if cfg.log_level.lower() not in LOG_LEVELS:
         return _fail(
             f"invalid log level '{cfg.log_level}' (--log-level or [server].log_level): "

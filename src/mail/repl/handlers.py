@@ -423,7 +423,8 @@ async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
                 task.get("task_owner"),
                 task.get("is_running"),
                 task.get("completed"),
-                len(task.get("events") or []),
+                # GET /tasks summaries carry event_count, not the events themselves.
+                task.get("event_count", len(task.get("events") or [])),
             ]
             for task_id, task in tasks.items()
         ),
