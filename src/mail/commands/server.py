@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err.get("loc", ()))
         return _fail(f"invalid option: {where}: {err.get('msg')}")
+    except ValueError as exc:  # any other bad flag value
+        return _fail(f"invalid option: {str(exc).splitlines()[-1].strip()}")
     if cfg.log_level.lower() not in LOG_LEVELS:
         return _fail(
             f"invalid log level '{cfg.log_level}' (--log-level or [server].log_level): "
