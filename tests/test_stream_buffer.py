@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mail.server.sse import encode_event, resubscribe_event
+from mail.server.sse import encode_event, resubscribe_event, slow_reader_reason
 from mail.server.stream_buffer import BoundedFrameQueue
 
 
@@ -36,7 +36,7 @@ def _queue(source: Source, max_bytes: int, stall: float) -> BoundedFrameQueue:
         source.events(),
         encode_event,
         max_bytes,
-        lambda last: resubscribe_event("t-1", last, max_bytes, stall),
+        lambda last: resubscribe_event("t-1", last, slow_reader_reason(max_bytes, stall)),
         stall,
     )
 

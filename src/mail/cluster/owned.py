@@ -71,6 +71,7 @@ async def owned_task_events(request: Request) -> StreamingResponse:
         max_buffer_bytes=settings.sse_max_buffer_bytes,
         stall_timeout=settings.sse_slow_reader_timeout,
         task_id=task_id,
+        streams=state.open_streams,
     )
 
 

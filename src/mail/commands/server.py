@@ -265,7 +265,9 @@ def run(args: argparse.Namespace) -> int:
     except ClusterUnavailable as exc:
         sock.close()
         return _fail(str(exc))
-    server = uvicorn.Server(
+    from mail.server.stream_shutdown import closing_server
+
+    server = closing_server(
         uvicorn.Config(
             app,
             host=cfg.host,
@@ -280,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=int(cfg.cluster.drain_timeout)
             if cfg.cluster.backend != "none"
             else 10,
-        )
+        ),
+        lambda: getattr(getattr(app.state, "mail", None), "open_streams", None),
     )
     logging.getLogger("mail.server").info("listening on http://%s:%d", cfg.host, cfg.port)
     if cfg.ui:

@@ -339,8 +339,9 @@ def run_server_with_template(
         setup_server_logging(logging.INFO)
     app = create_app(config, template=template, template_source="<injected>")
     from mail.server.http_protocol import http_protocol
+    from mail.server.stream_shutdown import closing_server
 
-    server = uvicorn.Server(
+    server = closing_server(
         uvicorn.Config(
             app,
             host=config.host,
@@ -349,7 +350,8 @@ def run_server_with_template(
             access_log=config.access_log,
             http=http_protocol(),
             ws="none",
-        )
+        ),
+        lambda: getattr(getattr(app.state, "mail", None), "open_streams", None),
     )
     if config.ui:
         from mail.server.console import console_url, open_browser_when_ready

@@ -202,6 +202,7 @@ async def stream_message(
         max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
         stall_timeout=state.config.settings.sse_slow_reader_timeout,
         task_id=req.task_id,
+        streams=state.open_streams,
     )
 
 

@@ -30,4 +30,5 @@ async def task_event_stream(
         max_buffer_bytes=settings.sse_max_buffer_bytes,
         stall_timeout=settings.sse_slow_reader_timeout,
         task_id=task_id,
+        streams=state.open_streams,
     )

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from mail.server.jsonio import dumps_str, loads
+from mail.server.stream_shutdown import OpenStreams
 
 logger = logging.getLogger("mail.server.sse")
 
@@ -87,13 +88,19 @@ def event_stream_response(
     max_buffer_bytes: int | None = None,
     stall_timeout: float = 5.0,
     task_id: str | None = None,
+    streams: OpenStreams | None = None,
 ) -> StreamingResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
 
     See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
     seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
-    for ``task_id``.
+    for ``task_id``. With ``streams``, the stream ends the same way when the server starts to
+    shut down (:mod:`mail.server.stream_shutdown`).
     """
+    if streams is not None:
+        events = streams.until_closing(
+            events, lambda last_id: resubscribe_event(task_id or "", last_id, SHUTDOWN_REASON)
+        )
     if max_buffer_bytes is None:
         body: AsyncIterator[bytes] = _frames(events)
     else:
@@ -104,7 +111,7 @@ def event_stream_response(
             encode_event,
             max_buffer_bytes,
             lambda last_id: resubscribe_event(
-                task_id or "", last_id, max_buffer_bytes, stall_timeout
+                task_id or "", last_id, slow_reader_reason(max_buffer_bytes, stall_timeout)
             ),
             stall_timeout,
         )
@@ -115,10 +122,18 @@ def event_stream_response(
 RESUBSCRIBE_EVENT = "resubscribe"
 
 
-def resubscribe_event(
-    task_id: str, last_event_id: str | None, limit: int, stall_timeout: float
-) -> dict[str, Any]:
-    """The final event of a stream whose reader fell too far behind."""
+SHUTDOWN_REASON = "the server is shutting down"
+
+
+def slow_reader_reason(limit: int, stall_timeout: float) -> str:
+    return (
+        f"the client read too slowly: {limit} bytes of events waited more than "
+        f"{stall_timeout:g}s; the task keeps running"
+    )
+
+
+def resubscribe_event(task_id: str, last_event_id: str | None, reason: str) -> dict[str, Any]:
+    """The final event of a stream that ends before its task (a slow reader, a shutdown)."""
     after = last_event_id or "0"
     return {
         "event": RESUBSCRIBE_EVENT,
@@ -126,10 +141,7 @@ def resubscribe_event(
             "timestamp": _utc_now_iso(),
             "task_id": task_id,
             "last_event_id": last_event_id,
-            "reason": (
-                f"the client read too slowly: {limit} bytes of events waited more than "
-                f"{stall_timeout:g}s; the task keeps running"
-            ),
+            "reason": reason,
             "resubscribe": f"/task/events?task_id={task_id}&after={after}",
         },
         "id": None,

@@ -21,6 +21,7 @@ from typing import Any
 from mail.config import ServerConfig
 from mail.server.auth import Authenticator
 from mail.server.instances import InstanceManager
+from mail.server.stream_shutdown import OpenStreams
 
 logger = logging.getLogger("mail.server")
 
@@ -55,6 +56,8 @@ class ServerState:
     # Set by POST /swarms/load: GET / then describes the loaded template only (no fallback
     # to the startup swarm's [server.swarm] values).
     template_loaded: bool = field(default=False, repr=False)
+    # The SSE streams being served; ended with a closing frame when shutdown begins.
+    open_streams: OpenStreams = field(default_factory=OpenStreams, repr=False)
 
     @property
     def swarm_name(self) -> str:
