@@ -70,6 +70,8 @@ async def test_a_stalled_reader_is_told_to_resubscribe_after_the_last_id_it_got(
     assert source.produced < 20  # it stopped at the bound instead of draining the source
     frames += [frame async for frame in body]
     assert queue.overflowed
+    # Chunks may carry several frames (what was queued together): compare SSE frames.
+    frames = [f + b"\r\n\r\n" for f in b"".join(frames).split(b"\r\n\r\n") if f]
     notice = frames[-1].decode()
     assert "event: resubscribe" in notice
     ids = _ids(frames[:-1])
@@ -98,3 +100,16 @@ async def test_a_failing_source_fails_the_stream_after_what_it_produced() -> Non
         async for frame in queue.frames():
             got.append(frame)
     assert _ids(got) == ["1"]
+
+
+async def test_frames_queued_together_leave_as_one_chunk() -> None:
+    # A turn's events are queued in one go; the response writes them as one chunk.
+    async def burst() -> AsyncIterator[Any]:
+        for n in range(1, 4):
+            yield {"event": "tick", "data": str(n), "id": str(n)}
+
+    queue = BoundedFrameQueue(burst(), encode_event, 1 << 20, lambda last: {}, 1.0)
+    chunks = [chunk async for chunk in queue.frames()]
+    assert len(chunks) == 1
+    assert _ids(chunks) == ["1", "2", "3"]
+    assert chunks[0].count(b"\r\n\r\n") == 3

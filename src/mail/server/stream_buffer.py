@@ -117,11 +117,16 @@ class BoundedFrameQueue:
         pump = asyncio.create_task(self._pump())
         try:
             while True:
-                while self._frames:
-                    frame = self._frames.popleft()
-                    self.buffered_bytes -= len(frame)
+                if self._frames:
+                    # Everything queued goes out as one chunk: the frames of one turn's events
+                    # then cost one socket write (and the client one read), not one each.
+                    frames = self._frames
+                    chunk = frames.popleft() if len(frames) == 1 else b"".join(frames)
+                    frames.clear()
+                    self.buffered_bytes -= len(chunk)
                     self._room.set()
-                    yield frame
+                    yield chunk
+                    continue
                 if self._done:
                     break
                 self._ready.clear()
