@@ -218,12 +218,21 @@ def keyed_stub_server(
     """A real `mail server` on the stub swarms with a key per entry of ``keys`` (name ->
     (role, id)), found again in ``server.keys``; it must stop cleanly (exit 0)."""
     write_stub_swarms(directory)
-    port = free_port()
-    config = write_config(directory, port=port, extra=extra)
     keys_file = directory / "registries" / "keys.json"
-    server = ServerProcess(directory, port, args=["--config", str(config), *args])
-    server.keys = {name: create_key(keys_file, role, id_) for name, (role, id_) in keys.items()}
-    server.start()
+    made = {name: create_key(keys_file, role, id_) for name, (role, id_) in keys.items()}
+    for attempt in range(5):
+        # The port is free when picked, but another process (a Ray worker of the cluster
+        # matrix, say) may bind it before the server does: then pick another.
+        port = free_port()
+        config = write_config(directory, port=port, extra=extra)
+        server = ServerProcess(directory, port, args=["--config", str(config), *args])
+        server.keys = made
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            if attempt == 4 or "already in use" not in server.logs():
+                raise
     yield server
     assert server.stop() == 0, server.logs()
 
