@@ -214,10 +214,12 @@ def keyed_stub_server(
     *,
     extra: str = "",
     args: tuple[str, ...] = (),
+    public: bool = False,
 ) -> Iterator[ServerProcess]:
     """A real `mail server` on the stub swarms with a key per entry of ``keys`` (name ->
-    (role, id)), found again in ``server.keys``; it must stop cleanly (exit 0)."""
-    write_stub_swarms(directory)
+    (role, id)), found again in ``server.keys`` (the file is ``registries/keys.json`` of
+    ``directory``); it must stop cleanly (exit 0)."""
+    write_stub_swarms(directory, public=public)
     keys_file = directory / "registries" / "keys.json"
     made = {name: create_key(keys_file, role, id_) for name, (role, id_) in keys.items()}
     for attempt in range(5):

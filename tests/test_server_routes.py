@@ -17,31 +17,20 @@ from server_fixtures import (
     auth,
     create_key,
     free_port,
+    keyed_stub_server,
     run_cli,
-    write_config,
-    write_stub_swarms,
 )
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    keys = {"admin": ("admin", "root"), "user": ("user", "carol"), "agent": ("agent", "peer-swarm")}
     directory = tmp_path_factory.mktemp("routes")
-    write_stub_swarms(directory, public=True)
-    port = free_port()
-    config = write_config(directory, port=port)
-    keys_file = directory / "registries" / "keys.json"
-    keys = {
-        "admin": create_key(keys_file, "admin", "root"),
-        "user": create_key(keys_file, "user", "carol"),
-        "agent": create_key(keys_file, "agent", "peer-swarm"),
-    }
-    proc = ServerProcess(directory, port, args=["--config", str(config)]).start()
-    proc.keys = keys
-    proc.keys_file = keys_file  # type: ignore[attr-defined]
-    yield proc
-    assert proc.stop() == 0, proc.logs()
+    with keyed_stub_server(directory, keys, public=True) as proc:
+        proc.keys_file = directory / "registries" / "keys.json"  # type: ignore[attr-defined]
+        yield proc
 
 
 def get(server: ServerProcess, path: str, who: str | None = None, **kw) -> httpx.Response:

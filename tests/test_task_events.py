@@ -6,6 +6,7 @@ import json
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,8 @@ from server_fixtures import (
     ServerProcess,
     SSEEvent,
     auth,
-    create_key,
-    free_port,
+    keyed_stub_server,
     parse_sse_stream,
-    write_config,
-    write_stub_swarms,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -29,31 +27,20 @@ BUFFER_LIMIT = 65536
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    directory = tmp_path_factory.mktemp("task-events")
-    write_stub_swarms(directory)
-    port = free_port()
-    config = write_config(
-        directory,
-        port=port,
-        extra=(
-            # the chatty task takes ~600 agent turns: no turn bound here
-            f"task_message_limit = 0\ntask_turn_limit = 0\nsse_max_buffer_bytes = {BUFFER_LIMIT}\n"
-            "sse_slow_reader_timeout = 0.5\n"
-        ),
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    extra = (
+        # the chatty task takes ~600 agent turns: no turn bound here
+        f"task_message_limit = 0\ntask_turn_limit = 0\nsse_max_buffer_bytes = {BUFFER_LIMIT}\n"
+        "sse_slow_reader_timeout = 0.5\n"
     )
-    keys_file = directory / "registries" / "keys.json"
     keys = {
-        "admin": create_key(keys_file, "admin", "root"),
-        "user": create_key(keys_file, "user", "ada"),
-        "other": create_key(keys_file, "user", "bob"),
-        "agent": create_key(keys_file, "agent", "peer"),
+        "admin": ("admin", "root"),
+        "user": ("user", "ada"),
+        "other": ("user", "bob"),
+        "agent": ("agent", "peer"),
     }
-    proc = ServerProcess(directory, port, args=["--config", str(config)]).start(wait=False)
-    proc.wait_healthy(timeout=120)  # generous: CI machines may be busy
-    proc.keys = keys
-    yield proc
-    assert proc.stop() == 0, proc.logs()
+    with keyed_stub_server(tmp_path_factory.mktemp("task-events"), keys, extra=extra) as proc:
+        yield proc
 
 
 def _events(server: ServerProcess, who: str, task_id: str, **params: Any) -> list[SSEEvent]:
