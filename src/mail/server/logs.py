@@ -160,7 +160,7 @@ class _BatchWriter:
                 if quick and handler.level <= logging.INFO and not handler.filters:
                     assert isinstance(formatter, _StampFormatter)
                     created, name, msg, args = item
-                    stamp = formatter.stamp(created, int((created - int(created)) * 1000) + 0.0)
+                    stamp = formatter.stamp(created, _msecs(created))
                     lines.append(f"{stamp} INFO    {name}: {msg % args}{handler.terminator}")
                     continue
                 item = _access_record(item)
@@ -194,8 +194,13 @@ def _access_record(line: AccessLine) -> logging.LogRecord:
     created, name, msg, args = line
     record = logging.LogRecord(name, logging.INFO, "", 0, msg, args, None)
     record.created = created
-    record.msecs = int((created - int(created)) * 1000) + 0.0
+    record.msecs = _msecs(created)
     return record
+
+
+def _msecs(created: float) -> float:
+    """``LogRecord.msecs`` of a record made at ``created``."""
+    return int((created - int(created)) * 1000) + 0.0
 
 
 _NO_LOCK = threading.Lock()  # stands in for a handler without one (never the case in practice)
