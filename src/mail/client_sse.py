@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mail.client")
 
 DEFAULT_EVENT_NAME = "message"
+_LINE_END = re.compile(r"\r\n?|\n")
 
 _event_class: Any = None
 
@@ -85,26 +87,24 @@ class SSEParser:
             if text[0] == "\n":
                 start = 1
             self._skip_leading_lf = False
-        index = start
-        while index < length:
-            char = text[index]
-            if char == "\r" or char == "\n":
-                self._line_buffer.append(text[start:index])
-                line = "".join(self._line_buffer)
-                self._line_buffer.clear()
-                produced = self._process_line(line)
-                if produced is not None:
-                    events.append(produced)
-                if char == "\r":
-                    if index + 1 < length:
-                        if text[index + 1] == "\n":
-                            index += 1
-                    else:
-                        self._skip_leading_lf = True
-                start = index + 1
-            index += 1
+        buffer = self._line_buffer
+        for ending in _LINE_END.finditer(text, start):
+            # Line endings are found by the regex engine, not a Python loop per character.
+            end = ending.start()
+            if buffer:
+                buffer.append(text[start:end])
+                line = "".join(buffer)
+                buffer.clear()
+            else:
+                line = text[start:end]
+            produced = self._process_line(line)
+            if produced is not None:
+                events.append(produced)
+            start = ending.end()
+            if start == length and text[end] == "\r" and start - end == 1:
+                self._skip_leading_lf = True  # a CR ending this chunk: an LF may follow
         if start < length:
-            self._line_buffer.append(text[start:])
+            buffer.append(text[start:])
         return events
 
     def close(self) -> list[ServerSentEvent]:

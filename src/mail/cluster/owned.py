@@ -13,14 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
-from starlette.responses import StreamingResponse
 
 from mail.server import task_events, task_listing
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.jsonio import JSONBody
 from mail.server.messaging import task_record, task_summary
 from mail.server.routes_public import get_state
-from mail.server.sse import event_stream_response
+from mail.server.sse import EventStreamResponse, event_stream_response
 
 OWNED_PREFIX = "/_cluster/owned"
 
@@ -57,7 +56,7 @@ async def owned_task(request: Request) -> JSONBody:
 
 
 @router.get(OWNED_PREFIX + "/task/events", include_in_schema=False)
-async def owned_task_events(request: Request) -> StreamingResponse:
+async def owned_task_events(request: Request) -> EventStreamResponse:
     state = get_state(request)
     role, caller_id = _owner(request)
     task_id = parse_task_id({}, request.query_params.get("task_id"))

@@ -19,7 +19,28 @@ Description = str | Callable[[], str]
 _XML_FLAG = "description_xml"
 
 
+_orjson: Any
+try:  # not a declared dependency: used when the environment has it (it usually does)
+    import orjson as _orjson
+
+    # Datetimes, dataclasses and subclasses go to ``default`` as with the stdlib, so both
+    # give the same text.
+    _ORJSON_OPTIONS = (
+        _orjson.OPT_PASSTHROUGH_DATETIME
+        | _orjson.OPT_PASSTHROUGH_DATACLASS
+        | _orjson.OPT_PASSTHROUGH_SUBCLASS
+    )
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
 def compact_json(value: Any) -> str:
+    """Compact JSON text, non-ASCII kept as is; anything else JSON lacks as its ``str()``."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()  # type: ignore[no-any-return]
+        except TypeError:
+            pass  # what orjson refuses (non-str keys, huge ints, NaN-free rules): the stdlib
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import HTTPException
-from starlette.responses import StreamingResponse
 
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.server import task_listing
@@ -22,7 +21,7 @@ from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
 from mail.server.errors import BadRequest
 from mail.server.instances import Instance
-from mail.server.sse import event_record, event_stream_response
+from mail.server.sse import EventStreamResponse, event_record, event_stream_response
 from mail.server.state import ServerState
 from mail.server.team import parse_attachments, store_uploads
 
@@ -173,7 +172,7 @@ async def post_message(state: ServerState, caller: Caller, req: MessageRequest) 
 
 async def stream_message(
     state: ServerState, caller: Caller, req: MessageRequest
-) -> StreamingResponse:
+) -> EventStreamResponse:
     """Submit and stream the task's events as SSE, ending with ``task_complete``."""
     uploads = await _uploads(state, caller, req)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)

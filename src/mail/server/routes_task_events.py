@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import StreamingResponse
 
 from mail.server import task_events
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_task_id
 from mail.server.routes_public import get_state
-from mail.server.sse import event_stream_response
+from mail.server.sse import EventStreamResponse, event_stream_response
 
 router = APIRouter()
 
@@ -17,7 +16,7 @@ router = APIRouter()
 @router.get("/task/events")
 async def task_event_stream(
     request: Request, caller: Caller = Depends(caller_admin_or_user)
-) -> StreamingResponse:
+) -> EventStreamResponse:
     state = get_state(request)
     task_id = parse_task_id({}, request.query_params.get("task_id"))
     after = task_events.parse_after(

@@ -12,14 +12,19 @@ result stays available through ``GET /task``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from mail.server.jsonio import dumps_str, loads
-from mail.server.stream_shutdown import OpenStreams
+from mail.server.stream_buffer import BoundedFrameQueue
+from mail.server.stream_shutdown import FinalEvent, OpenStreams
 
 logger = logging.getLogger("mail.server.sse")
 
@@ -28,7 +33,7 @@ SSE_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
-_SEP = "\r\n"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _data_text(data: Any) -> str:
@@ -53,33 +58,23 @@ def encode_event(event: Any) -> bytes:
         retry, comment = getattr(event, "retry", None), getattr(event, "comment", None)
     parts: list[str] = []
     if comment:
-        parts.extend(f": {line}" for line in str(comment).splitlines())
+        parts.extend(f": {line}\r\n" for line in _LINE_BREAK.split(str(comment)))
     if ev_id is not None:
-        parts.append(f"id: {ev_id}")
+        parts.append(f"id: {ev_id}\r\n")
     if name:
-        parts.append(f"event: {name}")
+        parts.append(f"event: {name}\r\n")
     text = _data_text(data)
-    for line in text.splitlines() or [""]:
-        parts.append(f"data: {line}")
+    if "\n" in text or "\r" in text:
+        # Only CR and LF end an SSE line (not the other breaks str.splitlines knows, such as
+        # U+2028, which JSON text may hold raw): split on those alone, so the reader's
+        # "\n".join gives the text back.
+        parts.extend(f"data: {line}\r\n" for line in _LINE_BREAK.split(text))
+    else:
+        parts.append(f"data: {text}\r\n")
     if retry is not None:
-        parts.append(f"retry: {int(retry)}")
-    return (_SEP.join(parts) + _SEP + _SEP).encode("utf-8")
-
-
-async def _frames(events: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-    try:
-        async for event in events:
-            yield encode_event(event)
-    finally:
-        # Close the runtime's generator promptly so its subscription is dropped now,
-        # not whenever the garbage collector gets to it.
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except RuntimeError:
-                # Already running/closing (the cancellation path); nothing left to release.
-                pass
+        parts.append(f"retry: {int(retry)}\r\n")
+    parts.append("\r\n")
+    return "".join(parts).encode("utf-8")
 
 
 def event_stream_response(
@@ -89,7 +84,7 @@ def event_stream_response(
     stall_timeout: float = 5.0,
     task_id: str | None = None,
     streams: OpenStreams | None = None,
-) -> StreamingResponse:
+) -> EventStreamResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
 
     See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
@@ -97,26 +92,85 @@ def event_stream_response(
     for ``task_id``. With ``streams``, the stream ends the same way when the server starts to
     shut down (:mod:`mail.server.stream_shutdown`).
     """
-    if streams is not None:
-        events = streams.until_closing(
-            events, lambda last_id: resubscribe_event(task_id or "", last_id, SHUTDOWN_REASON)
-        )
-    if max_buffer_bytes is None:
-        body: AsyncIterator[bytes] = _frames(events)
-    else:
-        from mail.server.stream_buffer import BoundedFrameQueue
+    limit = sys.maxsize if max_buffer_bytes is None else max_buffer_bytes
+    queue = BoundedFrameQueue(
+        events,
+        encode_event,
+        limit,
+        lambda last_id: resubscribe_event(
+            task_id or "", last_id, slow_reader_reason(limit, stall_timeout)
+        ),
+        stall_timeout,
+    )
+    return EventStreamResponse(
+        queue,
+        lambda last_id: resubscribe_event(task_id or "", last_id, SHUTDOWN_REASON),
+        streams,
+    )
 
-        queue = BoundedFrameQueue(
-            events,
-            encode_event,
-            max_buffer_bytes,
-            lambda last_id: resubscribe_event(
-                task_id or "", last_id, slow_reader_reason(max_buffer_bytes, stall_timeout)
-            ),
-            stall_timeout,
-        )
-        body = queue.frames()
-    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+class EventStreamResponse(Response):
+    """An SSE response served from a :class:`BoundedFrameQueue`.
+
+    Unlike Starlette's ``StreamingResponse`` it needs no task group (one plain task watches
+    for the client going away) and it ends the body in the same write as the last chunk.
+    Registered with ``streams`` while it runs, so a server shutdown ends it cleanly.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        queue: BoundedFrameQueue,
+        final_event: FinalEvent,
+        streams: OpenStreams | None = None,
+    ) -> None:
+        self.queue = queue
+        self.final_event = final_event
+        self.streams = streams
+        self.status_code = 200
+        self.background = None
+        self.init_headers(SSE_HEADERS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        task = asyncio.current_task()
+        state = {"finished": False, "gone": False}
+
+        def hang_up(watch: asyncio.Task[None]) -> None:
+            # The client went away: stop this response at its current wait.
+            if state["finished"] or watch.cancelled() or watch.exception() is not None:
+                return
+            state["gone"] = True
+            if task is not None:
+                task.cancel()
+
+        watcher = asyncio.create_task(_until_disconnect(receive))
+        watcher.add_done_callback(hang_up)
+        if self.streams is not None:
+            self.streams.add(self.queue, self.final_event)
+        chunks = self.queue.chunks()
+        try:
+            async for chunk, last in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+                if last:
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not state["gone"] or task is None:
+                raise
+            task.uncancel()  # ours: the client hung up, nothing more to send
+        finally:
+            state["finished"] = True
+            watcher.cancel()
+            await chunks.aclose()  # stops the reader and closes the source now
+            if self.streams is not None:
+                self.streams.discard(self.queue)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 RESUBSCRIBE_EVENT = "resubscribe"

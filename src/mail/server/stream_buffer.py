@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 logger = logging.getLogger("mail.server.sse")
@@ -53,6 +53,23 @@ class BoundedFrameQueue:
         self._error: BaseException | None = None
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._pumping = False
+        self._ending: OverflowEvent | None = None
+
+    def end_now(self, final_event: OverflowEvent) -> None:
+        """Stop reading the source at its current wait and end with ``final_event(last id)``.
+
+        Used when the server shuts down: the stream closes cleanly (see
+        :mod:`mail.server.stream_shutdown`) instead of waiting for its task.
+        """
+        if self._done or self._ending is not None:
+            return
+        self._ending = final_event
+        # A pump that has not taken its first step yet sees ``_ending`` itself (cancelling it
+        # then would skip its handler, and the final event with it).
+        if self._pumping and self._pump_task is not None:
+            self._pump_task.cancel()
 
     async def _wait_for_room(self, size: int) -> bool:
         """Wait until ``size`` more bytes fit; False when the reader stalls too long."""
@@ -72,7 +89,10 @@ class BoundedFrameQueue:
 
     async def _pump(self) -> None:
         events = self._events
+        self._pumping = True
         try:
+            if self._ending is not None:
+                raise asyncio.CancelledError  # ended before it started: don't read the source
             async for event in events:
                 frame = self._encode(event)
                 if not await self._wait_for_room(len(frame)):
@@ -98,7 +118,9 @@ class BoundedFrameQueue:
                     self.last_event_id = str(event_id)
                 self._ready.set()
         except asyncio.CancelledError:
-            raise
+            if self._ending is None:
+                raise
+            self._frames.append(self._encode(self._ending(self.last_event_id)))
         except Exception as exc:  # handed to the response, which logs it and drops the stream
             self._error = exc
         finally:
@@ -112,26 +134,29 @@ class BoundedFrameQueue:
                 except RuntimeError:
                     pass  # already closing (the cancellation path)
 
-    async def frames(self) -> AsyncIterator[bytes]:
-        """The body iterator: frames in order, until the source ends or overflowed."""
-        pump = asyncio.create_task(self._pump())
+    async def chunks(self) -> AsyncGenerator[tuple[bytes, bool], None]:
+        """The body: ``(chunk, last)`` in order until the source ends or overflowed.
+
+        Everything queued when the reader comes back goes out as one chunk: the frames of one
+        turn's events then cost one socket write (and the client one read), not one each.
+        ``last`` is true on the stream's final chunk, so the response can end the body with
+        that same write.
+        """
+        pump = self._pump_task = asyncio.create_task(self._pump())
+        frames = self._frames
         try:
             while True:
-                if self._frames:
-                    # Everything queued goes out as one chunk: the frames of one turn's events
-                    # then cost one socket write (and the client one read), not one each.
-                    frames = self._frames
+                if frames:
                     chunk = frames.popleft() if len(frames) == 1 else b"".join(frames)
                     frames.clear()
                     self.buffered_bytes -= len(chunk)
                     self._room.set()
-                    yield chunk
+                    yield chunk, self._done and self._error is None
                     continue
                 if self._done:
                     break
                 self._ready.clear()
-                if not self._frames and not self._done:
-                    await self._ready.wait()
+                await self._ready.wait()
             if self._error is not None:
                 raise self._error
         finally:
@@ -141,3 +166,12 @@ class BoundedFrameQueue:
                 await asyncio.shield(asyncio.gather(pump, return_exceptions=True))
             except asyncio.CancelledError:
                 pass
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        """The chunks alone (see :meth:`chunks`)."""
+        chunks = self.chunks()
+        try:
+            async for chunk, _ in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()

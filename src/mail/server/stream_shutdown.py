@@ -5,8 +5,8 @@ finish before the application's own shutdown. An SSE stream of a running task ne
 on its own, so Ctrl+C waited out the whole grace period (10 s) and then cancelled the streams:
 tracebacks in the log and clients cut off in the middle of a chunked body.
 
-Each stream waits for its next event under a registered timeout scope; ``OpenStreams.close_all``
-(run when the shutdown signal arrives) expires every such wait at once. The stream then sends
+Each open stream is registered here; ``OpenStreams.close_all`` (run when the shutdown signal
+arrives) stops every stream's reader at its current wait. The stream then sends
 ``event: resubscribe`` naming the last event id it carried (the event a reader that falls
 behind gets; a client that handles it can attach again with ``GET /task/events``) and ends
 cleanly. The tasks themselves are left to the application's shutdown.
@@ -15,10 +15,12 @@ cleanly. The tasks themselves are left to the application's shutdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+
+from mail.server.stream_buffer import BoundedFrameQueue
 
 FinalEvent = Callable[[str | None], Any]
 
@@ -27,50 +29,24 @@ class OpenStreams:
     """The event streams one application is serving (see module doc)."""
 
     def __init__(self) -> None:
-        self._waits: set[asyncio.Timeout] = set()
+        self._streams: dict[BoundedFrameQueue, FinalEvent] = {}
         self.closing = False
 
     def close_all(self) -> None:
         """End every stream at its current wait (and every stream that opens from now on)."""
         self.closing = True
-        for wait in list(self._waits):
-            wait.reschedule(0)  # a time already past: expires on the loop's next pass
+        for queue, final_event in list(self._streams.items()):
+            queue.end_now(final_event)
 
-    async def until_closing(
-        self, events: AsyncIterator[Any], final_event: FinalEvent
-    ) -> AsyncIterator[Any]:
-        """``events`` until they end or the server closes; then ``final_event(last id)``."""
-        source = aiter(events)
-        last_id: str | None = None
-        try:
-            while not self.closing:
-                try:
-                    async with asyncio.timeout(None) as wait:
-                        self._waits.add(wait)
-                        try:
-                            event = await anext(source)
-                        finally:
-                            self._waits.discard(wait)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError:
-                    if not self.closing:
-                        raise  # not ours: the source's own timeout
-                    break
-                event_id = (
-                    event.get("id") if isinstance(event, dict) else getattr(event, "id", None)
-                )
-                if event_id is not None:
-                    last_id = str(event_id)
-                yield event
-            yield final_event(last_id)
-        finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                try:
-                    await aclose()
-                except RuntimeError:
-                    pass  # already closing
+    def add(self, queue: BoundedFrameQueue, final_event: FinalEvent) -> None:
+        """Serve ``queue`` until :meth:`discard`; ended at once if the server is closing."""
+        if self.closing:
+            queue.end_now(final_event)
+        else:
+            self._streams[queue] = final_event
+
+    def discard(self, queue: BoundedFrameQueue) -> None:
+        self._streams.pop(queue, None)
 
 
 def closing_server(config: uvicorn.Config, streams: Callable[[], OpenStreams | None]) -> Any:
