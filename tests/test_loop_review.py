@@ -109,25 +109,14 @@ async def test_reclaim_spares_an_instance_leased_while_the_round_stopped_another
     # reclaim_idle listed its victims once, then stopped them one after the other. A caller
     # whose instance was listed but leased while an earlier victim was stopping (its store
     # flushing, say) had its instance shut down under its request.
-    from mail.server.instances import Instance, InstanceManager
+    from support.bare_instances import add_instance, bare_manager
 
-    manager = InstanceManager(
-        lambda: None,
-        swarm_name="s",
-        base_url="http://localhost",
-        registry_file=None,
-        print_llm_streams=False,
-        task_message_limit=None,
-        idle_timeout=1.0,
-    )
+    manager = bare_manager(idle_timeout=1.0)
     release = asyncio.Event()
     slow, busy = _FakeSwarm(release), _FakeSwarm()
     instances = []
     for ident, swarm in (("a", slow), ("b", busy)):
-        loop_task = asyncio.create_task(swarm.stopped.wait())
-        inst = Instance("user", ident, swarm, loop_task, "key", last_used=0.0)
-        manager._instances[inst.key] = inst
-        instances.append(inst)
+        instances.append(add_instance(manager, ident, swarm))
     reclaim = asyncio.create_task(manager.reclaim_idle())
     await asyncio.wait_for(slow.stopping.wait(), 5)  # stopping "a"; "b" is listed next
     got = await manager.get("user", "b", "key")  # a request for "b" arrives meanwhile

@@ -299,21 +299,11 @@ async def test_closing_while_the_reaper_stops_an_instance_neither_hangs_nor_leak
     """Server shutdown racing an idle reclaim (both on the 1 s timeout in cluster hosts): the
     reaper was cancelled while it waited for the instance's loop, swallowed the cancellation and
     looped forever, so `close()` never returned."""
-    from mail.server.instances import Instance, InstanceManager
+    from support.bare_instances import add_instance, bare_manager
 
-    manager = InstanceManager(
-        lambda: None,
-        swarm_name="s",
-        base_url="http://localhost",
-        registry_file=None,
-        print_llm_streams=False,
-        task_message_limit=None,
-        idle_timeout=0.05,
-    )
+    manager = bare_manager(idle_timeout=0.05)
     swarm = _SlowToStopSwarm()
-    loop_task = asyncio.create_task(swarm.stopped.wait())
-    inst = Instance("user", "u", swarm, loop_task, "key", last_used=0.0)
-    manager._instances[inst.key] = inst
+    loop_task = add_instance(manager, "u", swarm).loop_task
     manager.start()
     await asyncio.wait_for(swarm.shutdown_called.wait(), 5)  # the reaper is stopping it now
     closing = asyncio.create_task(manager.close())

@@ -130,6 +130,11 @@ def test_resubscribe_to_a_finished_task_replays_and_closes(server: ServerProcess
     everything = _events(server, "user", task_id)
     assert _ids(everything) == list(range(1, len(stored) + 1))
     assert everything[-1].event == "task_complete" and everything[-1].id is None
+    # The waiter of a non-streamed answer stored its own task_complete: replayed under its id
+    # (as GET /task lists it), then the closing event, the only one without an id.
+    assert stored[-1]["event"] == "task_complete"
+    ends = [(e.id, e.event) for e in everything if e.event == "task_complete"]
+    assert ends == [(str(len(stored)), "task_complete"), (None, "task_complete")]
     assert everything[-1].json() | {"timestamp": ""} == {
         "timestamp": "",
         "task_id": task_id,
