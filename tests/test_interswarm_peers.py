@@ -23,6 +23,7 @@ from tests.support.peer_agents import peer_swarm_json
 from tests.support.prefix_proxy import PrefixProxy
 
 from mail.client import MAILClient
+from mail.stdlib.interswarm import get_swarm_health, get_swarm_registry, ping_swarm
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 
 pytestmark = pytest.mark.timeout(180)
@@ -137,7 +138,7 @@ def _swarms_of(pair: Pair) -> dict[str, dict[str, Any]]:
 # --------------------------------------------------------------------------- path prefix
 
 
-def test_peer_behind_a_path_prefix_proxy(pair: Pair) -> None:
+def test_peer_behind_a_path_prefix_proxy(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
     # The registry file's entry: alpha's first health pass went to the proxy, under the
     # prefix, and a message reaches beta through it.
     _wait_for(lambda: "/health" in pair.proxy.paths, "alpha's health check through the proxy")
@@ -177,8 +178,8 @@ def test_peer_behind_a_path_prefix_proxy(pair: Pair) -> None:
         assert r.status_code == 400, r.text
         assert word in r.json()["detail"]
 
-
-def test_client_streams_through_a_path_prefix(pair: Pair) -> None:
+    # A client pointed at the prefix works too, streaming included (the proxy relays the
+    # server-sent events as they come).
     async def scenario() -> tuple[dict[str, Any], list[Any]]:
         async with MAILClient(pair.proxy.base_url, api_key=pair.keys["bob"]) as client:
             health = await client.get_health()
@@ -193,6 +194,15 @@ def test_client_streams_through_a_path_prefix(pair: Pair) -> None:
         json.loads(events[-1].data)["response"] == "supervisor@swarm-beta: streamed via the prefix"
     )
     assert "/message" in pair.proxy.paths
+
+    # The stdlib probes append their routes to the prefix as well.
+    monkeypatch.setenv("MAIL_STDLIB_NET_ALLOWED_HOSTS", "127.0.0.1")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    url = {"url": pair.proxy.base_url}
+    assert asyncio.run(ping_swarm.function(url)) == "pong"
+    assert asyncio.run(get_swarm_health.function(url)) == "healthy"
+    assert "swarm-alpha@" + pair.alpha.base_url in asyncio.run(get_swarm_registry.function(url))
 
 
 # --------------------------------------------------------------------------- restarts
@@ -291,3 +301,53 @@ def test_non_entrypoint_remote_target_is_refused_clearly_and_fast(pair: Pair) ->
     # The entrypoint itself is still reachable the same way.
     r = _ask(pair, "supervisor@swarm-beta", "hello entrypoint")
     assert r.json()["response"]["message"]["body"] == "supervisor@swarm-beta: hello entrypoint"
+
+
+# --------------------------------------------------------------------------- reviews
+
+
+def test_reviewed_action_in_a_peer_task_is_refused_and_the_owner_hears(pair: Pair) -> None:
+    _register_beta(pair, pair.beta.base_url)
+    started = time.monotonic()
+    r = _ask(pair, "supervisor@swarm-beta", "EMAIL the launch moves to Friday")
+    elapsed = time.monotonic() - started
+    assert r.status_code == 200, r.text
+    answer = r.json()["response"]["message"]
+    # The owner's caller gets beta's answer at once, and it says why nothing was sent.
+    assert answer["subject"] == "::task_complete::", answer
+    assert answer["body"].startswith("supervisor saw: Error: send_email"), answer["body"]
+    assert "review before it runs" in answer["body"]
+    assert "swarm-alpha" in answer["body"]
+    assert elapsed < 20, elapsed
+    task_id = answer["task_id"]
+
+    # On beta the call was never held: no pending review, the refusal is on record, and
+    # the action did not run.
+    r = httpx.get(f"{pair.beta.base_url}/tasks", headers=auth(pair.keys["beta_admin"]), timeout=10)
+    assert r.status_code == 200, r.text
+    record = r.json()[task_id]
+    assert record["pending_reviews"] == []
+    assert record["completed"] is True
+    r = httpx.get(
+        f"{pair.beta.base_url}/task",
+        params={"task_id": task_id},
+        headers=auth(pair.keys["beta_admin"]),
+        timeout=10,
+    )
+    events = r.json()["events"]
+    names = [e["event"] for e in events]
+    assert "action_review" not in names and "action_call" not in names, names
+    refused = [e for e in events if e["event"] == "action_error"]
+    assert len(refused) == 1
+    assert json.loads(refused[0]["data"])["extra_data"]["action"] == "send_email"
+
+    # Beta's own users still get the review, as before.
+    r = httpx.post(
+        f"{pair.beta.base_url}/message",
+        json={"body": "EMAIL local request"},
+        headers=auth(pair.keys["bob"]),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    held = json.loads(r.json()["response"])
+    assert [h["action"] for h in held] == ["send_email"]
