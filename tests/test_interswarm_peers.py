@@ -24,7 +24,7 @@ from tests.support.prefix_proxy import PrefixProxy
 
 from mail.client import MAILClient
 from mail.stdlib.interswarm import get_swarm_health, get_swarm_registry, ping_swarm
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth, create_key, free_port, run_cli, write_config
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -203,6 +203,9 @@ def test_peer_behind_a_path_prefix_proxy(pair: Pair, monkeypatch: pytest.MonkeyP
     assert asyncio.run(ping_swarm.function(url)) == "pong"
     assert asyncio.run(get_swarm_health.function(url)) == "healthy"
     assert "swarm-alpha@" + pair.alpha.base_url in asyncio.run(get_swarm_registry.function(url))
+    # And so does `mail ping`.
+    code, out, err = run_cli("ping", pair.proxy.base_url)
+    assert code == 0 and "swarm-beta is healthy" in out, (out, err)
 
 
 # --------------------------------------------------------------------------- restarts
