@@ -180,9 +180,12 @@ class InterswarmBridge:
             )
         elif sender["address_type"] in ("user", "admin"):
             # A caller's direct interswarm message: nobody here can retry, so answer now.
-            rt._complete_task(
-                task_id, system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
-            )
+            answer = system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
+            if isinstance(exc, InterswarmError) and exc.status == 400:
+                # The peer refused what the caller wrote (e.g. a non-entrypoint target):
+                # POST /interswarm/message turns this answer into its own 400.
+                answer["message"]["routing_info"] = {"peer_status": 400}
+            rt._complete_task(task_id, answer)
 
     # ------------------------------------------------------------------ dead peers
     def _expect_answer(self, message: MAILMessage, target_swarm: str) -> str | None:
