@@ -37,6 +37,10 @@ class Pair:
         self, alpha: ServerProcess, beta: ServerProcess, proxy: PrefixProxy, keys: dict[str, str]
     ) -> None:
         self.alpha, self.beta, self.proxy, self.keys = alpha, beta, proxy, keys
+        # Alpha's first message to beta, sent while only the registry file's entry (the
+        # proxy's URL) is known; tests may re-register beta later.
+        self.first_answer: httpx.Response | None = None
+        self.first_paths: list[str] = []
 
 
 def _side(directory: Path, name: str) -> tuple[Path, int]:
@@ -106,7 +110,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             timeout=20,
         )
         assert r.status_code == 200, r.text
-        yield Pair(alpha, beta, proxy, keys)
+        made = Pair(alpha, beta, proxy, keys)
+        made.first_answer = _ask(made, "supervisor@swarm-beta", "hello through the proxy")
+        made.first_paths = list(proxy.paths)
+        yield made
     finally:
         alpha.stop()
         beta.stop()
@@ -142,12 +149,12 @@ def test_peer_behind_a_path_prefix_proxy(pair: Pair, monkeypatch: pytest.MonkeyP
     # The registry file's entry: alpha's first health pass went to the proxy, under the
     # prefix, and a message reaches beta through it.
     _wait_for(lambda: "/health" in pair.proxy.paths, "alpha's health check through the proxy")
-    r = _ask(pair, "supervisor@swarm-beta", "hello through the proxy")
-    assert r.status_code == 200, r.text
+    r = pair.first_answer
+    assert r is not None and r.status_code == 200, r and r.text
     assert r.json()["response"]["message"]["body"] == (
         "supervisor@swarm-beta: hello through the proxy"
     )
-    assert "/interswarm/forward" in pair.proxy.paths
+    assert "/interswarm/forward" in pair.first_paths
 
     # POST /swarms takes the same URL (trailing slash and all) and keeps the prefix.
     admin = auth(pair.keys["alpha_admin"])
@@ -164,9 +171,11 @@ def test_peer_behind_a_path_prefix_proxy(pair: Pair, monkeypatch: pytest.MonkeyP
     entry = stored["endpoints"]["swarm-beta"]
     assert entry["base_url"] == pair.proxy.base_url
     assert entry["health_check_url"] == pair.proxy.base_url + "/health"
+    before = len(pair.proxy.paths)
     r = _ask(pair, "supervisor@swarm-beta", "after registering")
     assert r.status_code == 200, r.text
     assert r.json()["response"]["message"]["body"] == "supervisor@swarm-beta: after registering"
+    assert "/interswarm/forward" in pair.proxy.paths[before:]
 
     for bad, word in (("?via=proxy", "query"), ("#top", "fragment"), ("?", "query")):
         r = httpx.post(
