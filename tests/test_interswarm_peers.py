@@ -43,9 +43,10 @@ class Pair:
         self.first_paths: list[str] = []
 
 
-def _side(directory: Path, name: str) -> tuple[Path, int]:
+def _side(directory: Path, name: str, remote: str) -> tuple[Path, int]:
     directory.mkdir(parents=True)
-    (directory / "swarms.json").write_text(json.dumps(peer_swarm_json(name)), encoding="utf-8")
+    swarms = peer_swarm_json(name, remote)
+    (directory / "swarms.json").write_text(json.dumps(swarms), encoding="utf-8")
     port = free_port()
     extra = f"interswarm_timeout = 5.0\nhealth_check_interval = {HEALTH_INTERVAL}\n"
     return write_config(directory, port=port, swarm=name, extra=extra), port
@@ -73,8 +74,8 @@ def _registry_file(path: Path, local: str, remote: str, base_url: str) -> None:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     root = tmp_path_factory.mktemp("peers")
-    a_cfg, a_port = _side(root / "alpha", "swarm-alpha")
-    b_cfg, b_port = _side(root / "beta", "swarm-beta")
+    a_cfg, a_port = _side(root / "alpha", "swarm-alpha", "swarm-beta")
+    b_cfg, b_port = _side(root / "beta", "swarm-beta", "swarm-alpha")
     a_keys, b_keys = root / "alpha/registries/keys.json", root / "beta/registries/keys.json"
     keys = {
         "alpha_admin": create_key(a_keys, "admin", "alpha-admin"),
@@ -276,7 +277,7 @@ def test_non_entrypoint_remote_target_is_refused_clearly_and_fast(pair: Pair) ->
         assert r.status_code == 400, r.text
         detail = r.json()["detail"]
         assert "answered HTTP 400" in detail, detail
-        assert why in detail and "entrypoint agents (supervisor)" in detail
+        assert why in detail and "entrypoint agents (relay, supervisor)" in detail
         assert elapsed < 10, elapsed
 
     # Beta's own view: the envelope itself is refused with a 400, and no task was made.
@@ -352,6 +353,19 @@ def test_reviewed_action_in_a_peer_task_is_refused_and_the_owner_hears(pair: Pai
     refused = [e for e in events if e["event"] == "action_error"]
     assert len(refused) == 1
     assert json.loads(refused[0]["data"])["extra_data"]["action"] == "send_email"
+
+    # The same when one of alpha's agents asks beta's supervisor: the answer comes back to
+    # the agent, and through it to alice, who called alpha's POST /message.
+    r = httpx.post(
+        f"{pair.alpha.base_url}/message",
+        json={"body": "ASK supervisor@swarm-beta EMAIL minutes", "entrypoint": "relay"},
+        headers=auth(pair.keys["alice"]),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    relayed = r.json()["response"]
+    assert relayed.startswith("relay got: supervisor saw: Error: send_email"), relayed
+    assert "review before it runs" in relayed
 
     # Beta's own users still get the review, as before.
     r = httpx.post(

@@ -6,6 +6,8 @@ Both swarms' entrypoint is `supervisor`, as in real deployments.
   (an `::action_error::`, say) completes the task with `supervisor saw: <notice>`; anything
   else completes with `supervisor@<swarm>: <body>`.
 * `peer_worker`: not an entrypoint; completes with `worker: <body>`.
+* `relay` (from interswarm_agents): `ASK <agent@swarm> <text>` asks that agent and completes
+  with `relay got: <answer>`.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ def peer_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     return agent
 
 
-def peer_swarm_json(name: str) -> list[dict[str, Any]]:
-    """`supervisor` (entrypoint, with a reviewed `send_email`) and `worker` (not an
-    entrypoint)."""
+def peer_swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
+    """`supervisor` (entrypoint, with a reviewed `send_email`), `worker` (not an
+    entrypoint) and `relay` (an entrypoint that asks agents of `remote`)."""
     factory = "python::tests.support.peer_agents:"
     return [
         {
@@ -59,6 +61,15 @@ def peer_swarm_json(name: str) -> list[dict[str, Any]]:
                     "comm_targets": ["worker"],
                     "actions": ["send_email"],
                     "agent_params": {"swarm_label": name},
+                    "enable_entrypoint": True,
+                    "can_complete_tasks": True,
+                    "enable_interswarm": True,
+                },
+                {
+                    "name": "relay",
+                    "factory": "python::tests.support.interswarm_agents:relay",
+                    "comm_targets": [f"supervisor@{remote}", f"worker@{remote}"],
+                    "agent_params": {},
                     "enable_entrypoint": True,
                     "can_complete_tasks": True,
                     "enable_interswarm": True,
