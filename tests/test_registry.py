@@ -262,14 +262,44 @@ async def test_register_local_name_is_refused(
     assert endpoint is not None and endpoint["base_url"] == "http://127.0.0.1:1"
 
 
-async def test_register_refuses_base_url_with_path_or_query(
+async def test_register_refuses_base_url_with_query_fragment_or_credentials(
     registries: Callable[..., SwarmRegistry],
 ) -> None:
+    # A path prefix is fine (tests/test_interswarm_peers.py runs one behind a real proxy);
+    # these are not, and nothing is contacted for them.
     registry = registries()
-    for url in ("http://127.0.0.1:2/api", "http://127.0.0.1:2/?x=1", "http://:80"):
-        with pytest.raises(ValueError, match="base_url"):
+    for url, why in (
+        ("http://127.0.0.1:2/?x=1", "query"),
+        ("http://127.0.0.1:2/mail?", "query"),
+        ("http://127.0.0.1:2/mail#top", "fragment"),
+        ("http://u:p@127.0.0.1:2/mail", "credentials"),
+        ("http://:80", "no host"),
+        ("ftp://127.0.0.1:2", "http"),
+    ):
+        with pytest.raises(ValueError, match=why):
             await registry.register_swarm("swarm-beta", url)
     assert registry.get_swarm_endpoint("swarm-beta") is None
+
+
+def test_registry_file_entries_keep_a_path_prefix_and_skip_a_query(
+    registries: Callable[..., SwarmRegistry], registry_file: Path
+) -> None:
+    registry_file.parent.mkdir(parents=True)
+    registry_file.write_text(
+        json.dumps(
+            {
+                "endpoints": {
+                    "swarm-beta": {"base_url": "https://proxy.example/mail/"},
+                    "swarm-gamma": {"base_url": "https://proxy.example/mail?x=1"},
+                }
+            }
+        )
+    )
+    registry = registries()
+    beta = registry.get_swarm_endpoint("swarm-beta")
+    assert beta is not None and beta["base_url"] == "https://proxy.example/mail"
+    assert beta["health_check_url"] == "https://proxy.example/mail/health"
+    assert registry.get_swarm_endpoint("swarm-gamma") is None
 
 
 async def test_register_refuses_a_name_the_remote_does_not_report(

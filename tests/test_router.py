@@ -39,6 +39,9 @@ class RemoteServer:
         self.hang = False
         self.release = asyncio.Event()
         self.server: TestServer | None = None
+        self.health_status = 404  # no /health unless a test wants one
+        self.health_delay = 0.0
+        self.health_hits = 0
 
     @property
     def url(self) -> str:
@@ -69,8 +72,14 @@ class RemoteServer:
                 return web.Response(text=body, status=self.status)
             return web.json_response(body, status=self.status)
 
+        async def health(_: web.Request) -> web.Response:
+            self.health_hits += 1
+            await asyncio.sleep(self.health_delay)
+            return web.json_response({"status": "ok"}, status=self.health_status)
+
         app = web.Application()
         app.router.add_get("/", root)
+        app.router.add_get("/health", health)
         app.router.add_post("/interswarm/{direction}", interswarm)
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server()
@@ -255,8 +264,38 @@ async def test_inactive_swarm(
     await registry.register_swarm("swarm-beta", remote.url, auth_token="t")
     registry.get_swarm_endpoint("swarm-beta")["is_active"] = False  # type: ignore[index]
     envelope = router.wrap_message(request_message(), "swarm-beta", OWNER, [OWNER])
-    with pytest.raises(InterswarmError, match="swarm 'swarm-beta' is not active"):
+    with pytest.raises(InterswarmError, match="swarm 'swarm-beta' is not active") as info:
         await router.send_interswarm(envelope, "forward")
+    # It was checked again before the send was refused, and the refusal says why.
+    assert "checked again just now: HTTP 404" in str(info.value)
+    assert remote.health_hits == 1 and remote.requests == []
+
+
+async def test_inactive_swarm_back_up_is_reached_with_one_probe(
+    router: InterswarmRouter, registry: SwarmRegistry, remote: RemoteServer
+) -> None:
+    await registry.register_swarm("swarm-beta", remote.url, auth_token="t")
+    registry.get_swarm_endpoint("swarm-beta")["is_active"] = False  # type: ignore[index]
+    remote.health_status, remote.health_delay = 200, 0.2
+    envelope = router.wrap_message(request_message(), "swarm-beta", OWNER, [OWNER])
+    results = await asyncio.gather(*(router.send_interswarm(envelope, "forward") for _ in range(5)))
+    assert [r["status"] for r in results] == ["success"] * 5
+    assert len(remote.requests) == 5
+    assert remote.health_hits == 1  # five sends waited on the same probe
+    assert registry.get_swarm_endpoint("swarm-beta")["is_active"] is True  # type: ignore[index]
+
+
+async def test_dead_peer_costs_one_probe_per_cooldown(
+    router: InterswarmRouter, registry: SwarmRegistry, remote: RemoteServer
+) -> None:
+    await registry.register_swarm("swarm-beta", remote.url, auth_token="t")
+    registry.get_swarm_endpoint("swarm-beta")["is_active"] = False  # type: ignore[index]
+    remote.health_status = 503
+    envelope = router.wrap_message(request_message(), "swarm-beta", OWNER, [OWNER])
+    for _ in range(10):
+        with pytest.raises(InterswarmError, match="HTTP 503"):
+            await router.send_interswarm(envelope, "forward")
+    assert remote.health_hits == 1 and remote.requests == []
 
 
 async def test_connection_refused(

@@ -32,6 +32,7 @@ def test_root_reports_the_swarm_loaded_by_post_swarms_load(tmp_path) -> None:
     try:
         before = httpx.get(server.base_url + "/", **with_key).json()["swarm"]
         assert before["name"] == "stub" and before["description"] == "stub swarm for server tests"
+        assert httpx.get(server.base_url + "/health", **with_key).json()["swarm_name"] == "stub"
         swarm = json.loads((tmp_path / "swarms.json").read_text())[0]
         swarm.update(
             name="replacement",
@@ -68,6 +69,9 @@ def test_root_reports_the_swarm_loaded_by_post_swarms_load(tmp_path) -> None:
             "keywords": ["new"],
             "public": False,
         }
+        # /health names the same swarm as GET / (it kept the old name before).
+        health = httpx.get(server.base_url + "/health", **with_key).json()
+        assert health["swarm_name"] == "replacement" and health["status"] == "healthy"
         # And the loaded swarm is what new callers talk to.
         r = httpx.post(
             server.base_url + "/message", headers=auth(user), json={"body": "hi"}, **with_key

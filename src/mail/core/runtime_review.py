@@ -18,6 +18,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from mail.core.message import parse_task_contributor
 from mail.core.review import (
     ACTION_REVIEW_SUBJECT,
     RESUME_FROM_ACTION_REVIEW,
@@ -63,6 +64,39 @@ class ActionReviewer:
             for c in calls
             if c.tool_name not in breakpoints and self.policy.allowed(agent_name, c.tool_name)
         ]
+
+    def refuse_in_peer_task(self, ctx: TurnContext, calls: list[AgentToolCall]) -> bool:
+        """In a task this swarm runs for another swarm, refuse reviewed calls; True if it did.
+
+        Nobody can decide them: this swarm's people cannot see the other swarm's task, and
+        the caller waiting in the other swarm cannot resume a task here. So each call gets an
+        error result now (nothing runs), the agent gets an `::action_error::` turn to tell
+        its caller, and the task goes on instead of waiting forever.
+        """
+        rt = self.runtime
+        task = rt.mail_tasks.get(ctx.task_id)
+        if not calls or task is None:
+            return False
+        owner_swarm = _owner_swarm(task.task_owner)
+        if owner_swarm in ("", rt.swarm_name):
+            return False
+        for call in calls:
+            why = peer_task_refusal(call.tool_name, owner_swarm)
+            ctx.history.append(call.create_response_msg(f"ERROR: {why}"))
+            ctx.action_errors.append((call.tool_name, why))
+            rt._emit(
+                ctx.task_id,
+                "action_error",
+                f"agent {ctx.agent_name} called reviewed action {call.tool_name} in a task run "
+                f"for swarm '{owner_swarm}': refused, nobody can review it here",
+                {
+                    "tool_call_id": call.tool_call_id,
+                    "caller": ctx.agent_name,
+                    "action": call.tool_name,
+                    "task_owner": task.task_owner,
+                },
+            )
+        return True
 
     def hold(
         self,
@@ -331,6 +365,22 @@ class ActionReviewer:
             )
         except Exception as exc:  # noqa: BLE001 - memory trouble is reported, not fatal
             rt._emit(task_id, "agent_error", f"could not store review note for {caller}: {exc}")
+
+
+def peer_task_refusal(action: str, owner_swarm: str) -> str:
+    """The result a reviewed call gets in a task run for `owner_swarm` (see docs/review.md)."""
+    return (
+        f"the action '{action}' needs a person's review before it runs, and this task is run "
+        f"for swarm '{owner_swarm}', whose people cannot review calls made here; it was not "
+        "run. Tell your caller what you wanted to do and why, so they can do it themselves."
+    )
+
+
+def _owner_swarm(task_owner: str) -> str:
+    try:
+        return parse_task_contributor(task_owner)[2]
+    except ValueError:
+        return ""
 
 
 class ReviewPending(TaskSubmitError):

@@ -110,6 +110,8 @@ class TurnMixin:
                     current = call
                     await self._handle_call(ctx, call)
                 current = None
+                if held and self.review.refuse_in_peer_task(ctx, held):
+                    held = []  # a peer's task: refused with an error result, never held
                 if held:
                     # Pauses the task; notices wait for the resume, and a breakpoint of this
                     # turn pauses the task again once the review is decided.

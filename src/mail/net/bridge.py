@@ -15,6 +15,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from mail.core.message import (
+    ALL_AGENTS,
     MAILInterswarmMessage,
     MAILMessage,
     build_interswarm_mail_xml,
@@ -179,9 +180,12 @@ class InterswarmBridge:
             )
         elif sender["address_type"] in ("user", "admin"):
             # A caller's direct interswarm message: nobody here can retry, so answer now.
-            rt._complete_task(
-                task_id, system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
-            )
+            answer = system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
+            if isinstance(exc, InterswarmError) and exc.status == 400:
+                # The peer refused what the caller wrote (e.g. a non-entrypoint target):
+                # POST /interswarm/message turns this answer into its own 400.
+                answer["message"]["routing_info"] = {"peer_status": 400}
+            rt._complete_task(task_id, answer)
 
     # ------------------------------------------------------------------ dead peers
     def _expect_answer(self, message: MAILMessage, target_swarm: str) -> str | None:
@@ -362,6 +366,10 @@ class InterswarmBridge:
         except TrustError as exc:
             logger.warning("refused interswarm %s from swarm '%s': %s", direction, source, exc)
             raise InterswarmReceiveError(str(exc), exc.status) from exc
+        problem = self._user_target_problem(payload)
+        if problem is not None:
+            logger.info("refused interswarm %s from swarm '%s': %s", direction, source, problem)
+            raise InterswarmReceiveError(problem, 400)
         if task is None:
             task = rt._ensure_task(task_id, owner, contributors)
         elif task.task_owner != owner:
@@ -393,6 +401,35 @@ class InterswarmBridge:
         rt.submit(self._as_message(envelope))
         task.wake()
         return task_id
+
+    def _user_target_problem(self, payload: Any) -> str | None:
+        """Why a user's (or admin's) message from another swarm cannot go where it is sent.
+
+        A person reaches a swarm through its entrypoint agents, here as over POST /message;
+        refusing up front gives the sender a clear 400 instead of a task that goes nowhere.
+        """
+        sender = payload["sender"]
+        if sender["address_type"] not in ("user", "admin"):
+            return None
+        rt = self.runtime
+        entrypoints = sorted(
+            name
+            for name, agent in rt.agents.items()
+            if getattr(agent, "enable_entrypoint", False) or name == rt.entrypoint
+        )
+        recipients = payload.get("recipients") or [payload.get("recipient")]
+        for recipient in recipients:
+            if not recipient:
+                continue
+            name, _ = parse_agent_address(recipient["address"])
+            if name == ALL_AGENTS or name in entrypoints:
+                continue
+            what = "is not an entrypoint" if name in rt.agents else "is not an agent"
+            return (
+                f"'{name}' {what} of swarm '{self.local_swarm}': a user's message from another "
+                f"swarm may only go to its entrypoint agents ({', '.join(entrypoints)})"
+            )
+        return None
 
     def _completes_here(self, payload: Any, owner: str) -> bool:
         """Does a `::task_complete::` notice end our copy of the task?

@@ -25,6 +25,12 @@ logger = logging.getLogger("mail.net.health")
 # A failing endpoint waits interval * 2**(failures-1) between checks, at most this many
 # intervals, so it is noticed again within a few intervals once it comes back.
 MAX_BACKOFF_INTERVALS = 4
+# An on-demand re-check (a send to a peer marked inactive) waits at most this long for the
+# peer's /health (or health_check_timeout, if shorter): the send it delays is someone's.
+RECHECK_TIMEOUT = 5.0
+# A failed re-check is the answer for this long: a dead peer costs one probe per second,
+# however many sends try it.
+RECHECK_COOLDOWN = 1.0
 
 
 @dataclass
@@ -56,6 +62,10 @@ class HealthMonitor:
         self._task: asyncio.Task[None] | None = None
         # Called with (swarm name, problem) when an active endpoint fails its check.
         self._on_down = on_down
+        # On-demand re-checks under way (one per swarm) and the last failed one's outcome.
+        self._rechecks: dict[str, asyncio.Task[str | None]] = {}
+        self._failed_recheck: dict[str, tuple[float, str]] = {}
+        self._last_problem: dict[str, str] = {}
 
     @property
     def running(self) -> bool:
@@ -67,6 +77,10 @@ class HealthMonitor:
         self._task = asyncio.create_task(self._loop(), name="mail-registry-health-checks")
 
     async def stop(self) -> None:
+        rechecks = list(self._rechecks.values())
+        for probe in rechecks:
+            probe.cancel()
+        await asyncio.gather(*rechecks, return_exceptions=True)
         task, self._task = self._task, None
         if task is None:
             return
@@ -105,21 +119,57 @@ class HealthMonitor:
             for endpoint in due:
                 group.create_task(self.check(endpoint, session))
 
-    async def check(self, endpoint: SwarmEndpoint, session: aiohttp.ClientSession) -> bool:
+    async def recheck(self, endpoint: SwarmEndpoint) -> str | None:
+        """Check an inactive endpoint now; None when it answered, else what went wrong.
+
+        Callers asking about the same swarm at the same time share one probe, and a failed
+        probe stays the answer for RECHECK_COOLDOWN seconds, so sends to a dead peer cannot
+        turn into a flood of health requests.
+        """
+        name = endpoint["swarm_name"]
+        probe = self._rechecks.get(name)
+        if probe is None:
+            failed = self._failed_recheck.get(name)
+            if failed is not None and time.monotonic() - failed[0] < RECHECK_COOLDOWN:
+                return failed[1]
+            probe = asyncio.create_task(self._recheck(endpoint), name=f"mail-recheck-{name}")
+            self._rechecks[name] = probe
+            probe.add_done_callback(lambda _done: self._rechecks.pop(name, None))
+        # Shielded: one caller giving up must not cancel the probe the others wait on.
+        return await asyncio.shield(probe)
+
+    async def _recheck(self, endpoint: SwarmEndpoint) -> str | None:
+        name = endpoint["swarm_name"]
+        session = await self._get_session()
+        timeout = min(self.timeout, RECHECK_TIMEOUT)
+        if await self.check(endpoint, session, timeout=timeout):
+            self._failed_recheck.pop(name, None)
+            return None
+        problem = self._last_problem.get(name, "health check failed")
+        self._failed_recheck[name] = (time.monotonic(), problem)
+        return problem
+
+    async def check(
+        self,
+        endpoint: SwarmEndpoint,
+        session: aiohttp.ClientSession,
+        timeout: float | None = None,
+    ) -> bool:
         """Check one endpoint, update it in place, and return whether it is healthy."""
         name = endpoint["swarm_name"]
+        limit = timeout if timeout is not None else self.timeout
         started = time.monotonic()
         problem: str | None = None
         try:
             async with session.get(
                 endpoint["health_check_url"],
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                timeout=aiohttp.ClientTimeout(total=limit),
             ) as response:
                 await response.read()
                 if response.status != 200:
                     problem = f"HTTP {response.status}"
         except TimeoutError:
-            problem = f"no answer within {self.timeout:g}s"
+            problem = f"no answer within {limit:g}s"
         except aiohttp.ClientError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # e.g. a malformed URL; one bad entry must not stop the pass
@@ -139,6 +189,7 @@ class HealthMonitor:
             return True
 
         endpoint["is_active"] = False
+        self._last_problem[name] = problem
         state.failures += 1
         delay = self.interval * min(2 ** (state.failures - 1), MAX_BACKOFF_INTERVALS)
         state.next_due = time.monotonic() + delay
@@ -153,6 +204,8 @@ class HealthMonitor:
 
     def forget(self, swarm_name: str) -> None:
         self._backoff.pop(swarm_name, None)
+        self._failed_recheck.pop(swarm_name, None)
+        self._last_problem.pop(swarm_name, None)
 
 
 # --------------------------------------------------------------------------- other probes

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -35,6 +34,7 @@ from mail.net.registry_store import (
     entries_from_document,
     is_env_ref,
     make_env_ref,
+    normalize_base_url,
     parse_env_ref,
     read_registry_file,
     resolve_token_ref,
@@ -51,21 +51,8 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _normalize_base_url(base_url: str) -> str:
-    url = (base_url or "").strip().rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"base_url must start with http:// or https://, got '{base_url}'")
-    parts = urlsplit(url)
-    if not parts.hostname:
-        raise ValueError(f"base_url has no host: '{base_url}'")
-    if parts.path or parts.query or parts.fragment:
-        # Routes are appended to base_url (/health, /interswarm/forward): a path would be
-        # silently combined with them, a query string would break them.
-        raise ValueError(
-            f"base_url must be scheme://host[:port] with no path, query or fragment, "
-            f"got '{base_url}'"
-        )
-    return url
+# Kept under its old name for callers of the private helper.
+_normalize_base_url = normalize_base_url
 
 
 class SwarmRegistry:
@@ -541,6 +528,19 @@ class SwarmRegistry:
 
     def health_checks_running(self) -> bool:
         return self._health.running
+
+    async def recheck(self, swarm_name: str) -> str | None:
+        """Probe a remote marked inactive now (a send is waiting on it).
+
+        None when it is active (again), else why not. At most one probe per swarm is in
+        flight; see `HealthMonitor.recheck` for the bounds.
+        """
+        endpoint = self.get_swarm_endpoint(swarm_name)
+        if endpoint is None:
+            return f"unknown swarm endpoint: '{swarm_name}'"
+        if endpoint["is_active"] or swarm_name == self.local_swarm_name:
+            return None
+        return await self._health.recheck(endpoint)
 
     async def check_health_now(self) -> None:
         """Run one health-check pass over every remote, ignoring backoff."""

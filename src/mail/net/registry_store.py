@@ -14,6 +14,7 @@ import re
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mail.net.types import SwarmEndpoint, SwarmEndpointCleaned
 
@@ -23,6 +24,41 @@ DEFAULT_TOKEN_PREFIX = "SWARM_AUTH_TOKEN"
 
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _NOT_ENV_CHAR = re.compile(r"[^A-Z0-9_]")
+
+
+# --------------------------------------------------------------------------- base URLs
+
+
+def normalize_base_url(base_url: str) -> str:
+    """``base_url`` without trailing slashes, or ValueError saying what is wrong with it.
+
+    A path prefix is kept (``https://host/mail``, a server behind a reverse proxy): every
+    route (``/``, ``/health``, ``/interswarm/*``, ``/swarms``) is appended to it. A query
+    string or fragment would end up in the middle of those URLs, and credentials belong in
+    the token, so all three are refused.
+    """
+    url = (base_url or "").strip().rstrip("/")
+    if not url.lower().startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got '{base_url}'")
+    if any(char.isspace() for char in url):
+        raise ValueError(f"base_url must not contain whitespace, got '{base_url}'")
+    parts = urlsplit(url)
+    if "?" in url:
+        raise ValueError(f"base_url must not contain a query string ('?...'), got '{base_url}'")
+    if "#" in url:
+        raise ValueError(f"base_url must not contain a fragment ('#...'), got '{base_url}'")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            f"base_url must not contain credentials; give the token as auth_token instead "
+            f"(got a URL with user info for host '{parts.hostname}')"
+        )
+    if not parts.hostname:
+        raise ValueError(f"base_url has no host: '{base_url}'")
+    try:
+        parts.port  # noqa: B018 - the property validates the port
+    except ValueError as exc:
+        raise ValueError(f"base_url has an invalid port: '{base_url}'") from exc
+    return url
 
 
 # --------------------------------------------------------------------------- token refs
@@ -96,9 +132,13 @@ def endpoint_to_json(endpoint: SwarmEndpoint) -> dict[str, Any]:
 
 def endpoint_from_json(swarm_name: str, data: dict[str, Any]) -> SwarmEndpoint:
     """Rebuild an endpoint from its file form, tolerating missing optional fields."""
-    base_url = str(data.get("base_url") or "").rstrip("/")
-    if not base_url:
+    raw = str(data.get("base_url") or "")
+    if not raw.strip():
         raise ValueError(f"registry entry '{swarm_name}' has no base_url")
+    try:
+        base_url = normalize_base_url(raw)
+    except ValueError as exc:
+        raise ValueError(f"registry entry '{swarm_name}': {exc}") from exc
     keywords = data.get("keywords")
     metadata = data.get("metadata")
     latency = data.get("latency")

@@ -41,6 +41,8 @@ MessageHandler = Callable[["MAILMessage"], Awaitable[Any] | Any]
 # How much of a remote's error body goes into the error message.
 # A peer's error text is kept whole up to this many characters (it ends with the reason).
 _BODY_EXCERPT = 4000
+# Answers of a reverse proxy whose upstream (the peer) is down or does not answer.
+_GATEWAY_DOWN = (502, 504)
 
 
 def peer_error_text(text: str) -> str:
@@ -185,7 +187,7 @@ class InterswarmRouter:
         if direction not in ("forward", "back"):
             raise ValueError(f"direction must be 'forward' or 'back', got '{direction}'")
         target = envelope["target_swarm"]
-        base_url = self._active_base_url(target)
+        base_url = await self._active_base_url(target)
         token = self.resolve_token(target, envelope)
         outgoing = dict(envelope)
         # Receivers that follow the original reject a null auth_token in the envelope.
@@ -217,7 +219,8 @@ class InterswarmRouter:
         if base_url_or_swarm.startswith(("http://", "https://")):
             base_url, label = base_url_or_swarm.rstrip("/"), base_url_or_swarm
         else:
-            base_url, label = self._active_base_url(base_url_or_swarm), base_url_or_swarm
+            base_url = await self._active_base_url(base_url_or_swarm)
+            label = base_url_or_swarm
         outgoing = dict(body)
         outgoing.setdefault("user_token", user_token)
         return await self._post(
@@ -228,12 +231,24 @@ class InterswarmRouter:
             timeout if timeout is not None else self.request_timeout,
         )
 
-    def _active_base_url(self, swarm_name: str) -> str:
+    async def _active_base_url(self, swarm_name: str) -> str:
+        """The swarm's base URL; a swarm marked inactive is checked again first.
+
+        A peer that restarted since its last failed contact is reachable at once instead of
+        after the next periodic health check (the registry bounds these probes).
+        """
         endpoint = self.swarm_registry.get_swarm_endpoint(swarm_name)
         if endpoint is None:
             raise InterswarmError(f"unknown swarm endpoint: '{swarm_name}'", swarm_name=swarm_name)
         if not endpoint["is_active"]:
-            raise InterswarmError(f"swarm '{swarm_name}' is not active", swarm_name=swarm_name)
+            recheck = getattr(self.swarm_registry, "recheck", None)
+            problem = await recheck(swarm_name) if recheck is not None else "no health check"
+            if problem is not None:
+                raise InterswarmError(
+                    f"swarm '{swarm_name}' is not active (checked again just now: {problem})",
+                    swarm_name=swarm_name,
+                )
+            endpoint = self.swarm_registry.get_swarm_endpoint(swarm_name) or endpoint
         return endpoint["base_url"]
 
     async def _post(
@@ -252,6 +267,11 @@ class InterswarmRouter:
                 url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
             ) as response:
                 text = await response.text()
+                if response.status in _GATEWAY_DOWN:
+                    # A proxy in front of the peer says the peer itself is unreachable.
+                    self._mark_unreachable(
+                        swarm, f"swarm '{swarm}' answered HTTP {response.status} ({url})"
+                    )
                 if not 200 <= response.status < 300:
                     excerpt = peer_error_text(text)
                     summary = f"swarm '{swarm}' answered HTTP {response.status}"
@@ -266,10 +286,7 @@ class InterswarmRouter:
             ) from exc
         except aiohttp.ClientConnectorError as exc:
             reason = f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}"
-            # Other tasks waiting on this swarm learn of it now, not at the next health check.
-            mark = getattr(self.swarm_registry, "mark_unreachable", None)
-            if mark is not None:
-                mark(swarm, reason)
+            self._mark_unreachable(swarm, reason)
             raise InterswarmError(reason, swarm_name=swarm) from exc
         except aiohttp.ClientError as exc:
             raise InterswarmError(
@@ -282,6 +299,12 @@ class InterswarmRouter:
         except ValueError:
             return {"raw": text}
         return data if isinstance(data, dict) else {"data": data}
+
+    def _mark_unreachable(self, swarm: str, reason: str) -> None:
+        # Other tasks waiting on this swarm learn of it now, not at the next health check.
+        mark = getattr(self.swarm_registry, "mark_unreachable", None)
+        if mark is not None:
+            mark(swarm, reason)
 
     # ------------------------------------------------------------------ legacy routing API
 

@@ -243,7 +243,21 @@ async def post_user_message(
         response, events = await inst.swarm.submit_message(
             message, timeout=timeout, show_events=show
         )
+    refusal = _peer_refusal(response)
+    if refusal is not None:
+        raise BadRequest(refusal)
     return {"response": response, "events": events if show else None}
+
+
+def _peer_refusal(response: Any) -> str | None:
+    """The text of an answer saying the remote refused the caller's message with a 400."""
+    payload = response.get("message") if isinstance(response, dict) else None
+    if not isinstance(payload, dict) or payload.get("subject") != "::interswarm_error::":
+        return None
+    routing = payload.get("routing_info")
+    if isinstance(routing, dict) and routing.get("peer_status") == 400:
+        return str(payload.get("body") or "")
+    return None
 
 
 def _is_uuid(value: str) -> bool:

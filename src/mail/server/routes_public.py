@@ -18,7 +18,7 @@ def get_state(request: Request) -> ServerState:
 def health_body(state: ServerState) -> dict[str, str]:
     return {
         "status": state.health_status,
-        "swarm_name": state.swarm_name,
+        "swarm_name": state.public_swarm_name(),
         "timestamp": state.health_timestamp,
     }
 

@@ -98,11 +98,20 @@ class ServerState:
 
     # -- the template's public description --------------------------------------------
 
+    def public_swarm_name(self) -> str:
+        """The name GET / and GET /health show: the loaded template's, after /swarms/load.
+
+        (`swarm_name` stays the configured one: it is this server's interswarm identity.)
+        """
+        if self.template_loaded:
+            return str(getattr(self.template, "name", "") or self.swarm_name)
+        return self.swarm_name
+
     def swarm_info(self) -> dict[str, Any]:
         t = self.template
         if self.template_loaded:
             return {
-                "name": str(getattr(t, "name", "") or self.swarm_name),
+                "name": self.public_swarm_name(),
                 "version": str(getattr(t, "version", "")),
                 "description": str(getattr(t, "description", "") or ""),
                 "entrypoint": self.default_entrypoint,
