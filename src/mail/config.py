@@ -139,8 +139,8 @@ class TeamToolsConfig(_Section):
     max_attachment_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     # Largest attachment read_attachment returns as text, in bytes.
     max_read_bytes: int = Field(default=256 * 1024, gt=0)
-    # Agents' working folders (one sub-folder per instance). Empty = the ``[stdlib.fs]``
-    # root, shared with the mail.stdlib file actions.
+    # Agents' working folders (one sub-folder per instance). Empty = the instance's folder
+    # of the ``[stdlib.fs]`` root, the same one the mail.stdlib file actions use.
     files_root: str = ""
     # Attachment bytes without DATABASE_URL. Empty = ``attachments`` next to the registry.
     attachments_dir: str = ""
@@ -219,9 +219,13 @@ STDLIB_ENV_PREFIX = "MAIL_STDLIB_"
 class StdlibFsConfig(_Section):
     """``[stdlib.fs]``: where the file actions may read and write."""
 
-    # Every path an agent names must resolve (symlinks included) inside this folder. Empty
+    # Every path an agent names must stay inside this folder (links are never followed). Empty
     # means a per-server folder: ``./mail_files/<server.swarm.name>`` under the working directory.
     root: str = ""
+    # False (default): each caller's instance works in its own sub-folder ``<role>-<id>`` of
+    # the root, so one caller's agents never see another caller's files. True: every caller
+    # works in the root itself and all files are shared between callers.
+    shared: bool = False
     max_read_bytes: int = Field(default=1_048_576, gt=0)
     max_write_bytes: int = Field(default=1_048_576, gt=0)
 
