@@ -110,11 +110,11 @@ class TeamService:
             root = Path(base).expanduser() / folder
             root.mkdir(parents=True, exist_ok=True)
             return root.resolve()
-        from mail.config import load_config
+        from mail.config import current_stdlib_config
         from mail.stdlib.fs.sandbox import file_root
 
         # The same effective settings the stdlib actions read (mail.toml, MAIL_STDLIB_*).
-        settings = load_config().stdlib.with_env_overrides()
+        settings = current_stdlib_config().with_env_overrides()
         return file_root(settings, (self.key.caller_role, self.key.caller_id))
 
     # ------------------------------------------------------------------ reply waits
