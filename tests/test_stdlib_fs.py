@@ -230,3 +230,26 @@ async def test_root_from_mail_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert (files / "n.txt").read_text() == "ok"
     finally:
         clear_config_cache()
+
+
+def test_a_link_swapped_in_after_the_check_is_refused_at_use(tmp_path: Path) -> None:
+    # The check (lstat: nothing there) and the use (open) are separate calls; a link planted
+    # in between is refused by the open itself (O_NOFOLLOW), so nothing is written through it.
+    from mail.utils.safe_files import LinkRefused, lstat_entry, parent_dir, write_regular
+
+    root = tmp_path / "root"
+    (root / "inbox").mkdir(parents=True)
+    target = tmp_path / "outside.txt"
+    target.write_text("untouched")
+    with parent_dir(root, ["inbox", "report.txt"]) as folder:
+        assert lstat_entry(folder, "report.txt") is None
+        os.symlink(target, root / "inbox" / "report.txt")
+        with pytest.raises(LinkRefused):
+            write_regular(folder, "report.txt", "inbox/report.txt", b"payload")
+    assert target.read_text() == "untouched"
+    # A folder on the way swapped for a link is refused the same way.
+    (root / "inbox" / "report.txt").unlink()
+    (root / "inbox").rename(root / "moved")
+    os.symlink(tmp_path, root / "inbox")
+    with pytest.raises(LinkRefused), parent_dir(root, ["inbox", "outside.txt"]):
+        pass

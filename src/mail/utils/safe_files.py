@@ -40,7 +40,7 @@ def entry_parts(root: Path, raw: str) -> list[str]:
     """
     if "\x00" in raw:
         raise UnsafePath(f"{raw!r} is not a valid path")
-    path = Path(os.path.expanduser(raw.strip()))
+    path = Path(os.path.expanduser(raw))
     if path.is_absolute():
         normal = Path(os.path.normpath(path))
         try:
