@@ -233,3 +233,45 @@ def test_upgrades_a_database_initialised_by_the_original(schema_url: str, tmp_pa
             await conn.close()
 
     asyncio.run(check())
+
+
+def test_removes_pseudo_task_rows_of_older_versions(schema_url: str, tmp_path: Path) -> None:
+    """Earlier versions stored the runtime's own events under task '*' (a running 'task')."""
+    first = mail(["db-init"], tmp_path, schema_url)
+    assert first.returncode == 0, first.stderr
+
+    async def plant() -> None:
+        conn = await asyncpg.connect(schema_url, timeout=5)
+        try:
+            for task_id in ("*", "real-task"):
+                await conn.execute(
+                    "INSERT INTO tasks (task_id, swarm_name, caller_role, caller_id, task_owner,"
+                    " is_running, completed, start_time)"
+                    " VALUES ($1, 's', 'user', 'u', 'user:u@s', true, false, now())",
+                    task_id,
+                )
+                await conn.execute(
+                    "INSERT INTO task_events (task_id, swarm_name, caller_role, caller_id,"
+                    " event_type) VALUES ($1, 's', 'user', 'u', 'shutdown_requested')",
+                    task_id,
+                )
+        finally:
+            await conn.close()
+
+    asyncio.run(plant())
+    result = mail(["db-init"], tmp_path, schema_url)
+    assert result.returncode == 0, result.stderr
+    assert "Removed 1 pseudo-task row(s) (task_id '*')" in result.stdout
+
+    async def check() -> None:
+        conn = await asyncpg.connect(schema_url, timeout=5)
+        try:
+            assert [r["task_id"] for r in await conn.fetch("SELECT task_id FROM tasks")] == [
+                "real-task"
+            ]
+            events = await conn.fetch("SELECT task_id FROM task_events")
+            assert [r["task_id"] for r in events] == ["real-task"]
+        finally:
+            await conn.close()
+
+    asyncio.run(check())

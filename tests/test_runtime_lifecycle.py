@@ -240,6 +240,7 @@ async def test_task_owner_contributors_and_to_dict() -> None:
         "title",
         "task_message_queue",
         "pending_reviews",  # action review (docs/review.md): [] when nothing waits
+        "state",  # the one task state is_running and completed derive from
         "events",
     }
     assert record["pending_reviews"] == []

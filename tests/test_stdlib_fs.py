@@ -122,7 +122,7 @@ async def test_symlinks_out_of_the_root_are_refused(root: Path, tmp_path: Path) 
     (outside_dir / "secret.txt").write_text("secret")
     os.symlink(outside_dir, root / "link_dir")
     os.symlink(outside_dir / "secret.txt", root / "link_file")
-    refused = "is outside the file root"
+    refused = "symbolic link; links are not followed"
     assert refused in await read_file.function({"path": "link_file"})
     assert refused in await read_file.function({"path": "link_dir/secret.txt"})
     assert refused in await write_file.function({"path": "link_dir/new.txt", "content": "x"})
@@ -137,10 +137,47 @@ async def test_symlinks_out_of_the_root_are_refused(root: Path, tmp_path: Path) 
     assert (outside_dir / "secret.txt").read_text() == "secret"
 
 
-async def test_symlink_inside_the_root_is_followed(root: Path) -> None:
+async def test_symlink_inside_the_root_is_not_followed_either(root: Path) -> None:
+    # A link is refused wherever it points: the check and the use are one open (O_NOFOLLOW),
+    # so a link swapped in after any check cannot redirect a read or a write.
     (root / "real.txt").write_text("inside")
     os.symlink(root / "real.txt", root / "alias.txt")
-    assert await read_file.function({"path": "alias.txt"}) == "inside"
+    (root / "d").mkdir()
+    os.symlink(root / "d", root / "alias_dir")
+    for result in (
+        await read_file.function({"path": "alias.txt"}),
+        await write_file.function({"path": "alias.txt", "content": "x"}),
+        await write_file.function({"path": "alias_dir/new.txt", "content": "x"}),
+        await read_directory.function({"path": "alias_dir"}),
+    ):
+        assert result.startswith("Error: ") and "links are not followed" in result, result
+    assert (root / "real.txt").read_text() == "inside"
+    assert not (root / "d" / "new.txt").exists()
+
+
+async def test_each_instance_has_its_own_folder(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mail.core.instance_context import acting_for
+
+    with acting_for("user", "alice"):
+        assert await write_file.function({"path": "a.txt", "content": "A"}) == (
+            "successfully wrote to a.txt"
+        )
+        assert await read_directory.function({"path": "."}) == "a.txt"
+    with acting_for("user", "bob"):
+        assert await read_file.function({"path": "a.txt"}) == "Error: file not found at a.txt"
+        assert await read_file.function({"path": "../user-alice/a.txt"}) == (
+            "Error: ../user-alice/a.txt is outside the file root ([stdlib.fs] root)"
+        )
+        assert await read_directory.function({"path": "."}) == ""
+    with acting_for("user", "../evil"):
+        await write_file.function({"path": "e.txt", "content": "E"})
+    assert (root / "user-alice" / "a.txt").read_text() == "A"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("user-h")) != []
+    monkeypatch.setenv("MAIL_STDLIB_FS_SHARED", "true")
+    with acting_for("user", "bob"):
+        assert await read_file.function({"path": "user-alice/a.txt"}) == "A"
 
 
 async def test_size_caps(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,3 +230,26 @@ async def test_root_from_mail_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert (files / "n.txt").read_text() == "ok"
     finally:
         clear_config_cache()
+
+
+def test_a_link_swapped_in_after_the_check_is_refused_at_use(tmp_path: Path) -> None:
+    # The check (lstat: nothing there) and the use (open) are separate calls; a link planted
+    # in between is refused by the open itself (O_NOFOLLOW), so nothing is written through it.
+    from mail.utils.safe_files import LinkRefused, lstat_entry, parent_dir, write_regular
+
+    root = tmp_path / "root"
+    (root / "inbox").mkdir(parents=True)
+    target = tmp_path / "outside.txt"
+    target.write_text("untouched")
+    with parent_dir(root, ["inbox", "report.txt"]) as folder:
+        assert lstat_entry(folder, "report.txt") is None
+        os.symlink(target, root / "inbox" / "report.txt")
+        with pytest.raises(LinkRefused):
+            write_regular(folder, "report.txt", "inbox/report.txt", b"payload")
+    assert target.read_text() == "untouched"
+    # A folder on the way swapped for a link is refused the same way.
+    (root / "inbox" / "report.txt").unlink()
+    (root / "inbox").rename(root / "moved")
+    os.symlink(tmp_path, root / "inbox")
+    with pytest.raises(LinkRefused), parent_dir(root, ["inbox", "outside.txt"]):
+        pass

@@ -391,8 +391,12 @@ async def test_files_share_the_stdlib_fs_root(
     body = response["message"]["body"]
     assert "saved to from_lead/copy.txt" in body, body
     assert body.endswith("SUCCESS: hello team"), body
-    assert (root / "from_lead" / "copy.txt").read_text(encoding="utf-8") == "hello team"
-    assert rt.team.files_root() == root.resolve()
+    # Both live in this instance's own folder of the root (user u1), not in the root itself.
+    assert (root / "user-u1" / "from_lead" / "copy.txt").read_text(encoding="utf-8") == (
+        "hello team"
+    )
+    assert not (root / "from_lead").exists()
+    assert rt.team.files_root() == (root / "user-u1").resolve()
 
 
 async def test_files_root_setting_overrides_the_stdlib_fs_root(
@@ -400,7 +404,8 @@ async def test_files_root_setting_overrides_the_stdlib_fs_root(
 ) -> None:
     monkeypatch.setenv("MAIL_STDLIB_FS_ROOT", str(tmp_path / "fsroot"))
     rt = team_runtime({"supervisor": AgentSpec(ScriptedAgent("supervisor"), [], True)})
-    assert rt.team is not None and rt.team.files_root() == (tmp_path / "fsroot").resolve()
+    assert rt.team is not None
+    assert rt.team.files_root() == (tmp_path / "fsroot" / "user-u1").resolve()
     rt = team_runtime(
         {"supervisor": AgentSpec(ScriptedAgent("supervisor"), [], True)},
         files_root=str(tmp_path / "team"),

@@ -35,6 +35,7 @@ __all__ = [
     "SwarmConfig",
     "TeamToolsConfig",
     "clear_config_cache",
+    "current_stdlib_config",
     "find_config_file",
     "load_config",
     "load_config_file",
@@ -139,8 +140,8 @@ class TeamToolsConfig(_Section):
     max_attachment_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     # Largest attachment read_attachment returns as text, in bytes.
     max_read_bytes: int = Field(default=256 * 1024, gt=0)
-    # Agents' working folders (one sub-folder per instance). Empty = the ``[stdlib.fs]``
-    # root, shared with the mail.stdlib file actions.
+    # Agents' working folders (one sub-folder per instance). Empty = the instance's folder
+    # of the ``[stdlib.fs]`` root, the same one the mail.stdlib file actions use.
     files_root: str = ""
     # Attachment bytes without DATABASE_URL. Empty = ``attachments`` next to the registry.
     attachments_dir: str = ""
@@ -219,9 +220,13 @@ STDLIB_ENV_PREFIX = "MAIL_STDLIB_"
 class StdlibFsConfig(_Section):
     """``[stdlib.fs]``: where the file actions may read and write."""
 
-    # Every path an agent names must resolve (symlinks included) inside this folder. Empty
+    # Every path an agent names must stay inside this folder (links are never followed). Empty
     # means a per-server folder: ``./mail_files/<server.swarm.name>`` under the working directory.
     root: str = ""
+    # False (default): each caller's instance works in its own sub-folder ``<role>-<id>`` of
+    # the root, so one caller's agents never see another caller's files. True: every caller
+    # works in the root itself and all files are shared between callers.
+    shared: bool = False
     max_read_bytes: int = Field(default=1_048_576, gt=0)
     max_write_bytes: int = Field(default=1_048_576, gt=0)
 
@@ -329,6 +334,7 @@ _cache: dict[str | None, MAILConfig] = {}
 
 def clear_config_cache() -> None:
     _cache.clear()
+    _stdlib_seen.clear()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -396,6 +402,45 @@ def load_config(path: str | Path | None = None, *, use_cache: bool = True) -> MA
     cfg = load_config_file(resolved)
     _cache[key] = cfg
     return cfg
+
+
+# path -> ((mtime_ns, size, inode), the last good [stdlib] settings of that file)
+_stdlib_seen: dict[str, tuple[tuple[int, int, int], StdlibConfig]] = {}
+
+
+def current_stdlib_config() -> StdlibConfig:
+    """The ``[stdlib]`` settings of the effective mail.toml, re-read when the file changes.
+
+    The file's mtime, size and inode are compared on every call (one ``stat``); when they
+    differ, the ``[stdlib]`` tables are parsed again, so a running server picks up edited
+    guards and limits without a restart. An edit that does not parse or validate is logged
+    and the last good settings stay in force. ``[server]`` keys are not re-read (restart).
+    """
+    path = find_config_file()
+    if path is None:
+        return StdlibConfig()
+    key = str(path.resolve())
+    try:
+        st = path.stat()
+    except OSError:
+        seen = _stdlib_seen.get(key)
+        return seen[1] if seen is not None else StdlibConfig()
+    signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+    seen = _stdlib_seen.get(key)
+    if seen is not None and seen[0] == signature:
+        return seen[1]
+    try:
+        stdlib = load_config_file(path).stdlib
+    except ConfigError as exc:
+        if seen is None:
+            raise
+        logger.error("%s (keeping the previous [stdlib] settings)", exc)
+        _stdlib_seen[key] = (signature, seen[1])
+        return seen[1]
+    if seen is not None and seen[1] != stdlib:
+        logger.info("[stdlib] settings re-read from %s", path)
+    _stdlib_seen[key] = (signature, stdlib)
+    return stdlib
 
 
 def read_config_table(name: str) -> dict[str, Any]:

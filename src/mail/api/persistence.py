@@ -126,7 +126,7 @@ def restore_snapshot(
             if journal is not None and snapshot.queues.get(journal_key(task_id)):
                 continuing.append(task_id)
             else:
-                task.is_running = False
+                task.stop()
         for raw in snapshot.events.get(task_id, []):
             event = TaskEvent.from_record(raw)
             task.events.append(event)

@@ -49,6 +49,7 @@ def review_policy_for(
         ],
         ignore_ends_task=ignore_ends_task,
         descriptions={name: act.description for name, act in all_actions.items()},
+        parameters={name: act.parameters for name, act in all_actions.items()},
     )
 
 

@@ -77,6 +77,11 @@ async def _init(url: str, timeout: float) -> int:
                 f"Collapsed {report.removed_duplicate_histories} duplicated agent history row(s) "
                 "left by an older version (kept the newest per agent and task)."
             )
+        if report.removed_pseudo_tasks:
+            _say(
+                f"Removed {report.removed_pseudo_tasks} pseudo-task row(s) (task_id '*') "
+                "left by an older version."
+            )
         _say("Indexes are in place.")
         _say()
         _say("Checking tables:")

@@ -21,6 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
 REVIEW_DECISIONS: tuple[str, ...] = ("accept", "edit", "ignore", "respond")
 RESUME_FROM_ACTION_REVIEW = "action_review"
 ACTION_REVIEW_SUBJECT = "::action_review::"
@@ -67,6 +70,8 @@ class ReviewPolicy:
     memory_agents: frozenset[str] = frozenset()
     ignore_ends_task: bool = True
     descriptions: Mapping[str, str] = field(default_factory=dict)
+    # Each action's parameters JSON schema: an `edit` decision's arguments must fit it.
+    parameters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def allowed(self, agent: str, action: str) -> tuple[str, ...] | None:
         """The decisions allowed for `agent` calling `action`, or None if not reviewed."""
@@ -85,6 +90,7 @@ def build_policy(
     memory_agents: Iterable[str] = (),
     ignore_ends_task: bool = True,
     descriptions: Mapping[str, str] | None = None,
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ReviewPolicy:
     """Combine the actions' own `review` with per-agent `review_actions` overrides."""
     reviewed: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -98,7 +104,11 @@ def build_policy(
         if table:
             reviewed[agent] = table
     return ReviewPolicy(
-        reviewed, frozenset(memory_agents), ignore_ends_task, dict(descriptions or {})
+        reviewed,
+        frozenset(memory_agents),
+        ignore_ends_task,
+        dict(descriptions or {}),
+        dict(parameters or {}),
     )
 
 
@@ -189,12 +199,53 @@ class Decision:
     message: str | None = None
 
 
+def edit_args_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> str | None:
+    """Why edited `args` do not fit the action's parameters `schema` (None when they do).
+
+    The text starts with the offending field's path (``to``, ``items[2]``), so the reviewer
+    knows what to fix. Fields the schema does not declare are refused too (unless it sets
+    `additionalProperties`): the model was never told of them and the action would not expect
+    them.
+    """
+    if not schema:
+        return None
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping) and properties and "additionalProperties" not in schema:
+        unknown = [key for key in args if key not in properties]
+        if unknown:
+            return (
+                f"'{unknown[0]}' is not a parameter of this action (its parameters: "
+                f"{', '.join(properties)})." + _did_you_mean(unknown[0], properties)
+            )
+    error = best_match(Draft202012Validator(dict(schema)).iter_errors(dict(args)))
+    if error is None:
+        return None
+    path = "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+    ).lstrip(".")
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [
+            name
+            for name in error.validator_value
+            if isinstance(name, str) and name not in error.instance
+        ]
+        if missing:
+            where = f"{path}.{missing[0]}" if path else missing[0]
+            return f"'{where}' is required"
+    if not path:
+        return error.message
+    return f"'{path}': {error.message}"
+
+
 def parse_decisions(
     raw: Any,
     held: Sequence[HeldCall],
     decided_ids: Iterable[str] = (),
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Decision]:
     """Check `kwargs.decisions` against the held calls; one Decision per held call, in order.
+
+    An `edit` decision's `args` must fit the action's schema in `parameters` (by action name).
 
     Raises ReviewDecisionError naming the offending field and call ids; nothing is changed.
     """
@@ -262,6 +313,13 @@ def parse_decisions(
                 f"parameter '{where}.args' must be an object of the edited arguments "
                 f"(call {call_id})"
             )
+        if kind == "edit" and isinstance(args, dict):
+            problem = edit_args_problem((parameters or {}).get(call.action), args)
+            if problem is not None:
+                raise ReviewDecisionError(
+                    f"parameter '{where}.args' does not fit the parameters of {call.action} "
+                    f"(call {call_id}): {problem}"
+                )
         if kind == "respond" and (not isinstance(message, str) or not message.strip()):
             raise ReviewDecisionError(
                 f"parameter '{where}.message' must be a non-empty string (call {call_id})"

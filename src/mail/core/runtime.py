@@ -33,7 +33,7 @@ from mail.core.runtime_resume import ResumeMixin, TaskSubmitError
 from mail.core.runtime_review import ActionReviewer
 from mail.core.runtime_turns import TurnMixin
 from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
-from mail.core.tasks import MAILTask
+from mail.core.tasks import RUNTIME_EVENTS, MAILTask, state_for_answer
 
 logger = logging.getLogger("mail.runtime")
 
@@ -90,6 +90,9 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         self.outstanding_requests: dict[str, dict[str, int]] = {}
         self.last_breakpoint_caller: dict[str, str] = {}
         self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
+        # Events of the runtime itself (shutdown, loop cancelled), not of any task: kept here
+        # under the id "*" and never stored, so no pseudo-task exists in memory or a store.
+        self.runtime_events: list[TaskEvent] = []
         self.manual_message_buffer: dict[str, list[MAILMessage]] = {}
         self.manual_return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
         # messages delivered to an agent of a task, waiting for its next turn
@@ -187,6 +190,11 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         description: Description,
         extra_data: dict[str, Any] | None = None,
     ) -> TaskEvent:
+        if task_id == RUNTIME_EVENTS:
+            loop_event = TaskEvent(event, task_id, description, extra_data)
+            loop_event.id = str(len(self.runtime_events) + 1)
+            self.runtime_events.append(loop_event)
+            return loop_event
         task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
         task.add_event(record)
@@ -199,6 +207,8 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         return len(task.events) if task else 0
 
     def get_events_by_task_id(self, task_id: str) -> list[TaskEvent]:
+        if task_id == RUNTIME_EVENTS:
+            return list(self.runtime_events)
         task = self.mail_tasks.get(task_id)
         return list(task.events) if task else []
 
@@ -244,7 +254,7 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
             return
         stashed = self.mailbox.stash(task_id)
         task.queue_stash(stashed)
-        task.mark_complete()
+        task.mark_complete(state_for_answer(response["message"].get("subject")))
         task.response = response  # type: ignore[assignment]
         self.response_messages[task_id] = response
         self._step_counts.pop(task_id, None)
@@ -446,7 +456,7 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         if self._shutdown:
             return
         self._shutdown = True
-        self._emit("*", "shutdown_requested", "shutdown requested")
+        self._emit(RUNTIME_EVENTS, "shutdown_requested", "shutdown requested")
         self.mailbox.close()
         if self.interswarm is not None:
             await self.interswarm.stop()

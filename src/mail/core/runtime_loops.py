@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from mail.core.actions import ActionOverrideFunction
 from mail.core.mailbox import MailboxClosed
 from mail.core.message import MAILMessage
+from mail.core.tasks import RUNTIME_EVENTS
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
@@ -171,7 +172,7 @@ class LoopMixin:
                     logger.exception("error while dispatching a message")
                     self._emit(message["message"]["task_id"], "run_loop_error", f"{exc}")
         except asyncio.CancelledError:
-            self._emit("*", "run_loop_cancelled", "run loop cancelled")
+            self._emit(RUNTIME_EVENTS, "run_loop_cancelled", "run loop cancelled")
             raise
         finally:
             self._loop_running = False

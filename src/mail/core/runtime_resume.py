@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from mail.core.review import ReviewDecisionError
 from mail.core.system_messages import system_broadcast
+from mail.core.tasks import TaskState
 
 if TYPE_CHECKING:
     from mail.core.message import MAILMessage
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from mail.core.tasks import MAILTask
 
 RESUME_FORMS = ("user_response", "breakpoint_tool_call", "action_review")
+BREAKPOINT_ANSWERED_BY_MESSAGE = (
+    "No result was given for this call: the user answered with a message instead (it follows)."
+)
 
 
 class TaskSubmitError(Exception):
@@ -105,6 +109,9 @@ class ResumeMixin:
 
     def _resume_task(self: MAILRuntime, task_id: str) -> None:
         task = self.mail_tasks[task_id]
+        if task.state is TaskState.WAITING_FOR_BREAKPOINT:
+            # Continued by a message rather than a breakpoint resume: close the pause.
+            self._close_breakpoint_pause(task_id)
         self._step_counts.pop(task_id, None)
         self.response_messages.pop(task_id, None)
         task.resume()
@@ -112,6 +119,46 @@ class ResumeMixin:
         self.mailbox.load(task.queue_take())
         self.observer.task_changed(task)
         self.observer.queue_stashed(task_id, [])
+
+    def _close_breakpoint_pause(self: MAILRuntime, task_id: str) -> None:
+        """Give every call the task is paused on a result saying a message came instead.
+
+        Every tool call in a history needs a result (providers reject histories without
+        one), and the pause is over: `pending_breakpoints` empties and a late breakpoint
+        resume is a 409. The results are written before the caller's next turn: at once when
+        no turn of the caller runs, else under its turn lock, queued ahead of the next turn.
+        """
+        calls = self.last_breakpoint_tool_calls.pop(task_id, None) or []
+        caller = self.last_breakpoint_caller.get(task_id)
+        if not calls or not caller:
+            return
+        ids = ", ".join(c.tool_call_id for c in calls)
+        self._emit(
+            task_id,
+            "breakpoint_action_complete",
+            f"breakpoint call(s) {ids} of {caller} closed: {BREAKPOINT_ANSWERED_BY_MESSAGE}",
+            {"caller": caller, "tool_call_ids": [c.tool_call_id for c in calls]},
+        )
+        key = f"{task_id}::{caller}"
+
+        def close() -> None:
+            history = self.history_for(task_id, caller)
+            for call in calls:
+                history.append(call.create_response_msg(BREAKPOINT_ANSWERED_BY_MESSAGE))
+            self._save_history(task_id, caller)
+
+        if key not in self._turn_gates:
+            close()
+            return
+
+        async def close_in_turn() -> None:
+            await self._acquire_turn(key)
+            try:
+                close()
+            finally:
+                self._release_turn(key)
+
+        self._spawn(task_id, close_in_turn())
 
     def pending_breakpoints(self: MAILRuntime, task_id: str) -> list[dict[str, Any]]:
         """The breakpoint calls `task_id` is paused on (empty when it is not paused).
@@ -121,7 +168,7 @@ class ResumeMixin:
         """
         task = self.mail_tasks.get(task_id)
         calls = self.last_breakpoint_tool_calls.get(task_id) or []
-        if task is None or not task.completed or not calls:
+        if task is None or task.state is not TaskState.WAITING_FOR_BREAKPOINT or not calls:
             return []
         caller = self.last_breakpoint_caller.get(task_id)
         return [
@@ -182,7 +229,7 @@ class ResumeMixin:
         if task is None:
             raise TaskNotFoundError(f"task '{task_id}' not found")
         calls = list(self.last_breakpoint_tool_calls.get(task_id, []))
-        if not task.completed or not calls:
+        if task.state is not TaskState.WAITING_FOR_BREAKPOINT or not calls:
             state = "still running" if task_is_running(task) else "not paused at a breakpoint"
             raise TaskConflictError(
                 f"task '{task_id}' is {state}; resume_from 'breakpoint_tool_call' needs a task "

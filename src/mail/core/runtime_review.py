@@ -186,7 +186,12 @@ class ActionReviewer:
         if task is None:
             raise ReviewDecisionError(f"parameter 'task_id': task '{task_id}' not found")
         held = [HeldCall.from_public(p) for p in task.pending_reviews]
-        return parse_decisions(raw_decisions, held, task.review_state.get("decided", []))
+        return parse_decisions(
+            raw_decisions,
+            held,
+            task.review_state.get("decided", []),
+            self.policy.parameters,
+        )
 
     def resume(self, task_id: str, kwargs: dict[str, Any]) -> None:
         """Apply the decisions in `kwargs['decisions']` and continue the task."""

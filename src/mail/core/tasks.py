@@ -1,12 +1,75 @@
-"""MAILTask: the record of one task (owner, contributors, events, stashed queue, state)."""
+"""MAILTask: the record of one task (owner, contributors, events, stashed queue, state).
+
+A task's state is one value of `TaskState`; `is_running`, `completed` (both the runtime's and
+the one callers see) and whether breakpoint calls or reviews are pending all derive from it,
+in memory, in every store and after a restart (`state_from_record`):
+
+    running --task answer--------------------> completed
+    running --breakpoint tool answer---------> waiting_for_breakpoint
+    running --held reviewed action answer----> waiting_for_review
+    running --restart without pending work---> stopped
+    any of the four --resume / new message---> running
+"""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import enum
+from collections.abc import Mapping
 from typing import Any
 
 from mail.core.events import TaskEvent
+
+# Pseudo task id of the runtime's own events (see MAILRuntime.runtime_events); never a task.
+RUNTIME_EVENTS = "*"
+
+
+class TaskState(enum.StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"  # was running when the server stopped; a message continues it
+    WAITING_FOR_BREAKPOINT = "waiting_for_breakpoint"
+    WAITING_FOR_REVIEW = "waiting_for_review"
+    COMPLETED = "completed"
+
+
+# States in which no agent work runs: the runtime holds agent messages until a resume.
+HALTED = frozenset(
+    {TaskState.COMPLETED, TaskState.WAITING_FOR_BREAKPOINT, TaskState.WAITING_FOR_REVIEW}
+)
+# States callers see as `completed: true`. A breakpoint pause answers the caller like a
+# finished task (as in the original); a task waiting for review has not finished.
+SHOWN_COMPLETED = frozenset({TaskState.COMPLETED, TaskState.WAITING_FOR_BREAKPOINT})
+
+ANSWER_STATES = {
+    "::breakpoint_tool_call::": TaskState.WAITING_FOR_BREAKPOINT,
+    "::action_review::": TaskState.WAITING_FOR_REVIEW,
+}
+
+
+def state_for_answer(subject: str | None) -> TaskState:
+    """The state a task enters when it answers its caller with a message of `subject`."""
+    return ANSWER_STATES.get(subject or "", TaskState.COMPLETED)
+
+
+def state_from_record(record: Mapping[str, Any]) -> TaskState:
+    """The state of a stored task record (records written before `state` existed too)."""
+    raw = record.get("state")
+    if isinstance(raw, str) and raw in TaskState.__members__.values():
+        state = TaskState(raw)
+    elif record.get("pending_reviews"):
+        state = TaskState.WAITING_FOR_REVIEW
+    elif record.get("completed"):
+        has_calls = bool(record.get("breakpoint_calls"))
+        state = TaskState.WAITING_FOR_BREAKPOINT if has_calls else TaskState.COMPLETED
+    elif record.get("is_running", True):
+        state = TaskState.RUNNING
+    else:
+        state = TaskState.STOPPED
+    # The held calls are the evidence: a review state without them is not waiting for review.
+    if state is TaskState.WAITING_FOR_REVIEW and not record.get("pending_reviews"):
+        state = TaskState.COMPLETED
+    return state
 
 
 class MAILTask:
@@ -27,8 +90,7 @@ class MAILTask:
             self.task_contributors.insert(0, task_owner)
         self.start_time = start_time or datetime.datetime.now(datetime.UTC)
         self.events: list[TaskEvent] = []
-        self.is_running = True
-        self.completed = False
+        self.state = TaskState.RUNNING
         self.task_message_queue: list[dict[str, Any]] = []
         self.remote_swarms: set[str] = set()
         self.title: str | None = None
@@ -40,13 +102,31 @@ class MAILTask:
         self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
-    def mark_complete(self) -> None:
-        self.completed = True
-        self.is_running = False
+    @property
+    def is_running(self) -> bool:
+        """Agent work of the task may be under way."""
+        return self.state is TaskState.RUNNING
+
+    @property
+    def completed(self) -> bool:
+        """No agent work runs (finished, or paused for a person); the runtime's view."""
+        return self.state in HALTED
+
+    @property
+    def shown_completed(self) -> bool:
+        """`completed` as callers see it: finished, or answered with a breakpoint pause."""
+        return self.state in SHOWN_COMPLETED
+
+    def mark_complete(self, state: TaskState = TaskState.COMPLETED) -> None:
+        self.state = state if state in HALTED else TaskState.COMPLETED
 
     def resume(self) -> None:
-        self.completed = False
-        self.is_running = True
+        self.state = TaskState.RUNNING
+
+    def stop(self) -> None:
+        """A task that was running when its server stopped and has no work left to replay."""
+        if self.state is TaskState.RUNNING:
+            self.state = TaskState.STOPPED
 
     def queue_stash(self, items: list[dict[str, Any]]) -> None:
         self.task_message_queue.extend(items)
@@ -85,7 +165,8 @@ class MAILTask:
             "task_contributors": list(self.task_contributors),
             "start_time": self.start_time.isoformat(),
             "is_running": self.is_running,
-            "completed": self.completed,
+            "completed": self.shown_completed,
+            "state": self.state.value,
             "remote_swarms": sorted(self.remote_swarms),
             "title": self.title,
             "pending_reviews": list(self.pending_reviews),
@@ -105,7 +186,8 @@ class MAILTask:
             "task_contributors": list(self.task_contributors),
             "remote_swarms": sorted(self.remote_swarms),
             "is_running": self.is_running,
-            "completed": self.completed,
+            "completed": self.shown_completed,
+            "state": self.state.value,
             "title": self.title,
             "start_time": self.start_time.isoformat(),
             "pending_reviews": list(self.pending_reviews),
@@ -122,8 +204,7 @@ class MAILTask:
             start_time=datetime.datetime.fromisoformat(start) if isinstance(start, str) else start,
         )
         task.remote_swarms = set(record.get("remote_swarms") or [])
-        task.completed = bool(record.get("completed"))
-        task.is_running = bool(record.get("is_running", not task.completed))
+        task.state = state_from_record(record)
         task.title = record.get("title")
         task.pending_reviews = list(record.get("pending_reviews") or [])
         task.review_state = dict(record.get("review_state") or {})

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from mail.core.help_text import build_help_text, load_protocol_text
+from mail.core.instance_context import acting_for
 from mail.core.memory import acknowledgement_entries
 from mail.core.message import (
     ALL_AGENTS,
@@ -412,7 +413,8 @@ async def handle_action(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) 
         ),
     )
     try:
-        status, result = await action.execute(call, rt.actions, rt.action_override)
+        with acting_for(str(rt.user_role), str(rt.user_id)):
+            status, result = await action.execute(call, rt.actions, rt.action_override)
     except Exception as exc:  # noqa: BLE001 - execute should not raise, but never trust it
         rt._emit(
             ctx.task_id,

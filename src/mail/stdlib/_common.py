@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mail.api.actions import MAILAction, action
-from mail.config import StdlibConfig, load_config
+from mail.config import StdlibConfig, current_stdlib_config
 
 ActionCallback = Callable[[dict[str, Any]], Awaitable[str]]
 
@@ -14,9 +14,10 @@ ActionCallback = Callable[[dict[str, Any]], Awaitable[str]]
 def settings() -> StdlibConfig:
     """The effective ``[stdlib]`` settings: mail.toml, then ``MAIL_STDLIB_*`` variables.
 
-    Read on every call so a changed environment (tests, a reloaded server) takes effect.
+    Taken on every call: the environment is read each time and mail.toml is re-read when it
+    changed on disk (see :func:`mail.config.current_stdlib_config`).
     """
-    return load_config().stdlib.with_env_overrides()
+    return current_stdlib_config().with_env_overrides()
 
 
 def stdlib_action(

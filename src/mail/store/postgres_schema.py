@@ -129,6 +129,12 @@ _DEDUPE_HISTORIES = """
       AND (COALESCE(a.updated_at, a.created_at), a.id) < (COALESCE(b.updated_at, b.created_at), b.id)
 """
 
+# Earlier versions stored the runtime's own events (shutdown, loop cancelled) under a pseudo
+# task `*`, which left a `tasks` row with is_running = true. The task_id lookup uses the
+# unique index; the events are removed only when such a row was found (once per database).
+_DROP_PSEUDO_TASKS = "DELETE FROM tasks WHERE task_id = '*'"
+_DROP_PSEUDO_TASK_EVENTS = "DELETE FROM task_events WHERE task_id = '*'"
+
 _INDEXES: tuple[tuple[str, str], ...] = (
     (
         "mail_agent_histories_key_uidx",
@@ -167,6 +173,7 @@ class SchemaReport:
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
     removed_duplicate_histories: int = 0
+    removed_pseudo_tasks: int = 0
 
 
 async def missing_tables(conn: Any, tables: tuple[str, ...] = ALL_TABLES) -> list[str]:
@@ -205,6 +212,9 @@ async def ensure_schema(
             report.removed_duplicate_histories = _row_count(status)
         for _name, statement in _INDEXES:
             await conn.execute(statement)
+        report.removed_pseudo_tasks = _row_count(await conn.execute(_DROP_PSEUDO_TASKS))
+        if report.removed_pseudo_tasks:
+            await conn.execute(_DROP_PSEUDO_TASK_EVENTS)
     return report
 
 

@@ -1,8 +1,9 @@
 """File tools: agent working folders, attachments (size cap, sha256) and their delivery.
 
 Paths given by agents are relative to the instance's working folder
-(`TeamService.files_root`); absolute paths are accepted only when they resolve inside it.
-Symlinks are resolved before the check, so a link pointing outside is refused too.
+(`TeamService.files_root`); absolute paths are accepted only when they lie inside it. Paths are
+walked with `mail.utils.safe_files` (every component opened relative to its folder, links never
+followed), so no link, wherever it points and whenever it appears, redirects a read or a write.
 """
 
 from __future__ import annotations
@@ -20,20 +21,82 @@ from mail.core.message import (
 )
 from mail.core.team.service import TeamError, TeamService, new_id
 from mail.store.team_base import Record
+from mail.utils.safe_files import (
+    OutsideRoot,
+    UnsafePath,
+    entry_parts,
+    is_dir,
+    is_link,
+    is_regular,
+    lstat_entry,
+    parent_dir,
+    read_regular,
+    write_regular,
+)
 
 USER_RECIPIENTS = ("user",)
 EVERY_AGENT = "*"
 
 
-def resolve_inside(root: Path, path: Any) -> Path:
-    """`path` (relative to `root`, or absolute) resolved; TeamError if it leaves `root`."""
+def path_parts(root: Path, path: Any) -> list[str]:
+    """The components of `path` below `root` (relative, or absolute inside it); TeamError else."""
     if not isinstance(path, str) or not path.strip():
         raise TeamError("a path is required")
-    candidate = Path(path.strip())
-    full = (candidate if candidate.is_absolute() else root / candidate).resolve()
-    if full != root and root not in full.parents:
-        raise TeamError(f"path '{path}' is outside your working folder; use a relative path")
-    return full
+    try:
+        return entry_parts(root, path.strip())
+    except OutsideRoot:
+        raise TeamError(
+            f"path '{path}' is outside your working folder; use a relative path"
+        ) from None
+    except UnsafePath as exc:
+        raise TeamError(str(exc)) from None
+
+
+def _read_source(root: Path, parts: list[str], shown: str, cap: int) -> bytes:
+    """The bytes of a regular file in the working folder (links refused), at most `cap`."""
+    missing = TeamError(f"no file at '{shown}' in your working folder")
+    if not parts:
+        raise missing
+    try:
+        with parent_dir(root, parts) as folder:
+            entry = lstat_entry(folder, parts[-1])
+            if entry is None or not (is_regular(entry) or is_link(entry)):
+                raise missing
+            if is_regular(entry) and entry.st_size > cap:
+                raise TeamError(
+                    f"'{shown}' is {entry.st_size} bytes; attachments are limited to {cap}"
+                )
+            data = read_regular(folder, parts[-1], shown, cap)
+    except FileNotFoundError:
+        raise missing from None
+    except UnsafePath as exc:
+        raise TeamError(str(exc)) from None
+    if len(data) > cap:
+        raise TeamError(f"'{shown}' is over {cap} bytes; attachments are limited to {cap}")
+    return data
+
+
+def _write_target(root: Path, parts: list[str], filename: str, data: bytes) -> list[str]:
+    """Write `data` at `parts` (into it, named `filename`, when it is a folder); links refused."""
+    try:
+        if parts:
+            with parent_dir(root, parts, create=True) as folder:
+                into_folder = is_dir(lstat_entry(folder, parts[-1]))
+        else:
+            into_folder = True
+        if into_folder:
+            parts = [*parts, filename]
+        shown = "/".join(parts)
+        with parent_dir(root, parts, create=True) as folder:
+            entry = lstat_entry(folder, parts[-1])
+            if entry is not None and not (is_regular(entry) or is_link(entry)):
+                raise TeamError(f"'{shown}' exists and is not a file")
+            write_regular(folder, parts[-1], shown, data)
+    except UnsafePath as exc:
+        raise TeamError(str(exc)) from None
+    except OSError as exc:
+        raise TeamError(f"cannot write '{'/'.join(parts)}': {exc.strerror or exc}") from None
+    return parts
 
 
 def clean_filename(name: Any, fallback: str) -> str:
@@ -99,15 +162,9 @@ async def transfer_file(
                 f"unknown recipient '{name}'. Valid names: {', '.join([*valid, 'user'])}"
             )
     root = team.files_root()
-    source = resolve_inside(root, source_path)
-    if not source.is_file():
-        raise TeamError(f"no file at '{source_path}' in your working folder")
-    size = source.stat().st_size
-    cap = team.settings.max_attachment_bytes
-    if size > cap:
-        raise TeamError(f"'{source_path}' is {size} bytes; attachments are limited to {cap}")
-    data = source.read_bytes()
-    filename = clean_filename(destination_filename, source.name)
+    parts = path_parts(root, source_path)
+    data = _read_source(root, parts, str(source_path), team.settings.max_attachment_bytes)
+    filename = clean_filename(destination_filename, parts[-1])
     text = str(description) if isinstance(description, str) else ""
     target = "user" if to_user else name
     record = new_attachment(data, filename, text, sender, [target], task_id)
@@ -184,9 +241,5 @@ async def read_attachment(team: TeamService, agent: str, attachment_id: Any) -> 
 async def save_attachment(team: TeamService, agent: str, attachment_id: Any, path: Any) -> str:
     record, data = await _readable(team, agent, attachment_id)
     root = team.files_root()
-    target = resolve_inside(root, path)
-    if target.is_dir():
-        target = target / record["filename"]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
-    return str(target.relative_to(root))
+    parts = path_parts(root, path)
+    return "/".join(_write_target(root, parts, record["filename"], data))

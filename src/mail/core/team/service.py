@@ -96,21 +96,26 @@ class TeamService:
     def files_root(self) -> Path:
         """This instance's working folder for file tools (created on first use).
 
-        By default it is the `mail.stdlib` filesystem root (`[stdlib.fs] root`), so files an
-        agent wrote with `write_file` can be sent with `transfer_file`, and a saved attachment
-        can be read with `read_file`. `[server.team_tools] files_root` overrides it with a
-        folder that has one sub-folder per instance (`<role>-<id>`).
+        By default it is this instance's folder of the `mail.stdlib` filesystem root
+        (`<[stdlib.fs] root>/<role>-<id>`, or the root itself with `[stdlib.fs] shared`), so
+        files an agent wrote with `write_file` can be sent with `transfer_file`, and a saved
+        attachment can be read with `read_file`. `[server.team_tools] files_root` overrides
+        it with a folder that has one sub-folder per instance (`<role>-<id>`).
         """
+        from mail.core.instance_context import instance_folder_name
+
         base = self.settings.files_root
         if base:
-            root = Path(base).expanduser() / f"{self.key.caller_role}-{self.key.caller_id}"
+            folder = instance_folder_name(self.key.caller_role, self.key.caller_id)
+            root = Path(base).expanduser() / folder
             root.mkdir(parents=True, exist_ok=True)
             return root.resolve()
-        from mail.config import load_config
+        from mail.config import current_stdlib_config
         from mail.stdlib.fs.sandbox import file_root
 
         # The same effective settings the stdlib actions read (mail.toml, MAIL_STDLIB_*).
-        return file_root(load_config().stdlib.with_env_overrides())  # resolved and created
+        settings = current_stdlib_config().with_env_overrides()
+        return file_root(settings, (self.key.caller_role, self.key.caller_id))
 
     # ------------------------------------------------------------------ reply waits
     def register_wait(self, task_id: str, waiter: str, target: str) -> ReplyWait:

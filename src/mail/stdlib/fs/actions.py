@@ -1,18 +1,31 @@
 """File actions: read_file, write_file, delete_file, create_directory, read_directory.
 
-Every path is confined to the ``[stdlib.fs] root`` folder (see :mod:`mail.stdlib.fs.sandbox`);
+Every path is confined to the caller's folder of the ``[stdlib.fs] root`` (see
+:mod:`mail.stdlib.fs.sandbox`) and walked without following links (:mod:`mail.utils.safe_files`);
 reads and writes are capped by ``max_read_bytes`` / ``max_write_bytes``. Text is UTF-8.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mail.stdlib._common import error, exception_text, settings, stdlib_action
-from mail.stdlib.fs.sandbox import PathRefused, confine, confine_entry, file_root
+from mail.stdlib.fs.sandbox import PathRefused, confine_parts, file_root
+from mail.utils.safe_files import (
+    UnsafePath,
+    is_dir,
+    is_link,
+    is_regular,
+    lstat_entry,
+    open_dir,
+    parent_dir,
+    read_regular,
+    write_regular,
+)
 
 PATH_ONLY: dict[str, Any] = {
     "type": "object",
@@ -36,18 +49,18 @@ def _path_arg(args: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def _in_root(raw: str, work: Callable[[Path], str], *, keep_link: bool = False) -> str:
-    """Resolve ``raw`` inside the root and run ``work`` on it in a worker thread."""
+async def _in_root(raw: str, work: Callable[[Path, list[str]], str]) -> str:
+    """Split ``raw`` below the caller's root and run ``work`` on it in a worker thread."""
     cfg = settings()
 
     def run() -> str:
         root = file_root(cfg)
-        target = confine_entry(root, raw) if keep_link else confine(root, raw)
-        return work(target)
+        return work(root, confine_parts(root, raw))
 
     try:
+        # to_thread copies the context, so the worker sees whose instance it serves.
         return await asyncio.to_thread(run)
-    except PathRefused as exc:
+    except (PathRefused, UnsafePath) as exc:
         return error(str(exc))
     except UnicodeDecodeError:
         return error(f"{raw} is not a UTF-8 text file")
@@ -64,19 +77,24 @@ async def read_file(args: dict[str, Any]) -> str:
         return error("`path` must be a string")
     limit = settings().fs.max_read_bytes
 
-    def work(target: Path) -> str:
-        if not target.exists():
-            return error(f"file not found at {raw}")
-        if not target.is_file():
+    def work(root: Path, parts: list[str]) -> str:
+        if not parts:
             return error(f"{raw} is not a file")
-        size = target.stat().st_size
-        if size > limit:
-            return error(
-                f"{raw} is {size} bytes, over the read limit of {limit} bytes "
-                "([stdlib.fs] max_read_bytes)"
-            )
-        with target.open("rb") as fh:
-            data = fh.read(limit + 1)
+        try:
+            with parent_dir(root, parts) as folder:
+                entry = lstat_entry(folder, parts[-1])
+                if entry is None:
+                    return error(f"file not found at {raw}")
+                if not is_link(entry) and not is_regular(entry):
+                    return error(f"{raw} is not a file")
+                if entry.st_size > limit and is_regular(entry):
+                    return error(
+                        f"{raw} is {entry.st_size} bytes, over the read limit of {limit} bytes "
+                        "([stdlib.fs] max_read_bytes)"
+                    )
+                data = read_regular(folder, parts[-1], raw, limit)
+        except FileNotFoundError:
+            return error(f"file not found at {raw}")
         if len(data) > limit:
             return error(f"{raw} is over the read limit of {limit} bytes")
         return data.decode("utf-8")
@@ -102,13 +120,14 @@ async def write_file(args: dict[str, Any]) -> str:
             "([stdlib.fs] max_write_bytes)"
         )
 
-    def work(target: Path) -> str:
-        if target.exists():
-            if not target.is_file():
+    def work(root: Path, parts: list[str]) -> str:
+        if not parts:
+            return error(f"{raw} is not a file")
+        with parent_dir(root, parts, create=True) as folder:
+            entry = lstat_entry(folder, parts[-1])
+            if entry is not None and not is_link(entry) and not is_regular(entry):
                 return error(f"{raw} is not a file")
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+            write_regular(folder, parts[-1], raw, data)
         return f"successfully wrote to {raw}"
 
     return await _in_root(raw, work)
@@ -120,18 +139,23 @@ async def delete_file(args: dict[str, Any]) -> str:
     if raw is None:
         return error("`path` must be a string")
 
-    def work(target: Path) -> str:
-        if target.is_symlink():
-            target.unlink()
-            return f"successfully deleted {raw}"
-        if not target.exists():
-            return error(f"file not found at {raw}")
-        if not target.is_file():
+    def work(root: Path, parts: list[str]) -> str:
+        if not parts:
             return error(f"{raw} is not a file")
-        target.unlink()
+        try:
+            with parent_dir(root, parts) as folder:
+                entry = lstat_entry(folder, parts[-1])
+                if entry is None:
+                    return error(f"file not found at {raw}")
+                if is_dir(entry):
+                    return error(f"{raw} is not a file")
+                # unlink removes a link itself, never what it points to.
+                os.unlink(parts[-1], dir_fd=folder)
+        except FileNotFoundError:
+            return error(f"file not found at {raw}")
         return f"successfully deleted {raw}"
 
-    return await _in_root(raw, work, keep_link=True)
+    return await _in_root(raw, work)
 
 
 @stdlib_action("create_directory", "Create a directory, including missing parents.", PATH_ONLY)
@@ -141,12 +165,18 @@ async def create_directory(args: dict[str, Any]) -> str:
         # The original indexed args["path"] and raised KeyError when it was missing.
         return error("`path` must be a string")
 
-    def work(target: Path) -> str:
-        if target.is_dir():
+    def work(root: Path, parts: list[str]) -> str:
+        if not parts:
             return error(f"directory already exists at {raw}")
-        if target.exists():
-            return error(f"{raw} is a file, not a directory")
-        target.mkdir(parents=True)
+        with parent_dir(root, parts, create=True) as folder:
+            entry = lstat_entry(folder, parts[-1])
+            if is_dir(entry):
+                return error(f"directory already exists at {raw}")
+            if is_link(entry):
+                return error(f"{raw} is a symbolic link; links are not followed")
+            if entry is not None:
+                return error(f"{raw} is a file, not a directory")
+            os.mkdir(parts[-1], 0o777, dir_fd=folder)
         return f"successfully created directory at {raw}"
 
     return await _in_root(raw, work)
@@ -158,12 +188,21 @@ async def read_directory(args: dict[str, Any]) -> str:
     if raw is None:
         return error("`path` must be a string")
 
-    def work(target: Path) -> str:
-        if not target.exists():
+    def work(root: Path, parts: list[str]) -> str:
+        try:
+            if parts:
+                with parent_dir(root, parts) as folder:
+                    entry = lstat_entry(folder, parts[-1])
+                    if entry is None:
+                        return error(f"directory not found at {raw}")
+                    if not is_dir(entry) and not is_link(entry):
+                        return error(f"{raw} is not a directory")
+            with open_dir(root, parts) as fd:
+                return "\n".join(sorted(os.listdir(fd)))
+        except FileNotFoundError:
             return error(f"directory not found at {raw}")
-        if not target.is_dir():
+        except NotADirectoryError:
             return error(f"{raw} is not a directory")
-        return "\n".join(sorted(entry.name for entry in target.iterdir()))
 
     return await _in_root(raw, work)
 

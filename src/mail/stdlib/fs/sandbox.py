@@ -1,4 +1,9 @@
-"""Confinement of agent-supplied paths to the configured file root."""
+"""The file root of the stdlib file actions, and confinement of agent-supplied paths to it.
+
+Each caller's instance gets a folder of its own under the root (``<role>-<id>``), unless
+``[stdlib.fs] shared = true`` makes every caller work in the root itself. Paths are walked with
+:mod:`mail.utils.safe_files` (``openat``-style, links never followed).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import os
 from pathlib import Path
 
 from mail.config import StdlibConfig, load_config
+from mail.core.instance_context import current_instance, instance_folder_name
+from mail.utils.safe_files import OutsideRoot, UnsafePath, entry_parts
 
 DEFAULT_ROOT_DIR = "mail_files"
 
@@ -14,12 +21,8 @@ class PathRefused(Exception):
     """A path that leaves the file root (the message is shown to the agent)."""
 
 
-def file_root(cfg: StdlibConfig) -> Path:
-    """The resolved root folder, created on first use.
-
-    Unset, it is ``./mail_files/<swarm name>`` under the server's working directory, so each
-    server (and swarm) gets a folder of its own instead of the whole disk.
-    """
+def base_root(cfg: StdlibConfig) -> Path:
+    """The configured root (unset: ``./mail_files/<swarm name>``), resolved, not created."""
     configured = cfg.fs.root.strip()
     if configured:
         root = Path(configured).expanduser()
@@ -27,39 +30,29 @@ def file_root(cfg: StdlibConfig) -> Path:
         # `mail server` exports SWARM_NAME (it reflects --swarm-name, which the file does not).
         swarm = os.environ.get("SWARM_NAME") or load_config().server.swarm.name
         root = Path.cwd() / DEFAULT_ROOT_DIR / swarm
-    root = root.resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    return root.resolve()
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or path.is_relative_to(root)
+def file_root(cfg: StdlibConfig, instance: tuple[str, str] | None = None) -> Path:
+    """The folder the current caller's file actions work in, created on first use.
 
-
-def confine(root: Path, raw: str) -> Path:
-    """``raw`` resolved (symlinks followed) inside ``root``; relative paths start at the root."""
-    if "\x00" in raw:
-        raise PathRefused(f"{raw!r} is not a valid path")
-    resolved = (root / Path(raw).expanduser()).resolve()
-    if not _inside(resolved, root):
-        raise PathRefused(f"{raw} is outside the file root ([stdlib.fs] root)")
-    return resolved
-
-
-def confine_entry(root: Path, raw: str) -> Path:
-    """Like :func:`confine`, but a final symlink is kept as the link itself.
-
-    Used for deletion: removing a link that lives inside the root never touches its target.
+    `instance` is ``(caller_role, caller_id)``; by default the instance whose action is
+    running (see :mod:`mail.core.instance_context`). Outside any instance (an action called
+    directly from Python) it is the root itself.
     """
-    if "\x00" in raw:
-        raise PathRefused(f"{raw!r} is not a valid path")
-    lexical = root / Path(raw).expanduser()
-    if lexical.name in ("", ".", ".."):
-        return confine(root, raw)
-    parent = lexical.parent.resolve()
-    if not _inside(parent, root):
-        raise PathRefused(f"{raw} is outside the file root ([stdlib.fs] root)")
-    entry = parent / lexical.name
-    if not entry.is_symlink():
-        return confine(root, raw)
-    return entry
+    root = base_root(cfg)
+    who = instance if instance is not None else current_instance.get()
+    if who is not None and not cfg.fs.shared:
+        root = root / instance_folder_name(*who)
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+def confine_parts(root: Path, raw: str) -> list[str]:
+    """The components of `raw` below `root`, or PathRefused (the agent's error text)."""
+    try:
+        return entry_parts(root, raw)
+    except OutsideRoot:
+        raise PathRefused(f"{raw} is outside the file root ([stdlib.fs] root)") from None
+    except UnsafePath as exc:
+        raise PathRefused(str(exc)) from None
