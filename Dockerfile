@@ -15,14 +15,21 @@ ARG MAIL_EXTRAS="--extra fast"
 ARG PIP_INDEX_URL
 ARG UV_INDEX_URL
 ARG UV_DEFAULT_INDEX
+# 1 = strip debug symbols from the extension modules (about 60 MB; needs Debian's binutils,
+# installed from the base's apt sources in this stage only). 0 = leave them as the wheels ship them.
+ARG MAIL_STRIP=1
 ENV UV_PYTHON_DOWNLOADS=never \
     UV_PYTHON=python3 \
     UV_PROJECT_ENVIRONMENT=/opt/mail/venv \
-    UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
     UV_NO_CACHE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN if [ "${MAIL_STRIP}" = 1 ]; then \
+      apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends binutils >/dev/null \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
 # PIP_BREAK_SYSTEM_PACKAGES: a Debian python3 refuses system-wide pip installs without it; uv
 # only lives in this stage.
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet "uv==${UV_VERSION}"
@@ -33,6 +40,16 @@ RUN uv sync --frozen --no-dev --no-install-project ${MAIL_EXTRAS}
 COPY README.md ./
 COPY src ./src
 RUN uv sync --frozen --no-dev --no-editable ${MAIL_EXTRAS}
+# Slimming (docs/docker.md, "Image size"): litellm's proxy admin web UI (unused by its SDK), debug
+# symbols of the extension modules, and .pyc files only for what the server imports.
+COPY docker/precompile.py /tmp/precompile.py
+RUN rm -rf /opt/mail/venv/lib/python3*/site-packages/litellm/proxy/_experimental/out \
+ && find /opt/mail/venv -name '__pycache__' -type d -prune -exec rm -rf {} + \
+ && if [ "${MAIL_STRIP}" = 1 ]; then \
+      find /opt/mail/venv -name '*.so*' -type f -exec strip --strip-unneeded {} +; \
+    fi \
+ && PYTHONDONTWRITEBYTECODE=1 LITELLM_LOCAL_MODEL_COST_MAP=True \
+      /opt/mail/venv/bin/python /tmp/precompile.py
 
 # ---- runtime: the base, the venv, the default config; no uv, no compiler, no sources ----
 FROM ${BASE} AS runtime
