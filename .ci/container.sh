@@ -212,6 +212,9 @@ task_id="$(echo "$answer" | json_get task_id)"
 reply="$(echo "$answer" | json_get response)" || fail "POST /message answered without a response: $answer"
 case "$reply" in *84*) ;; *) fail "the demo swarm's answer to 12 * 7 lacks 84: $answer" ;; esac
 say "POST /message with the printed key: 200 in $(($(now_ms) - t0)) ms (task $task_id)"
+t0=$(now_ms)
+post_message "$PORT" "$key" 'What is 2 + 2?' >/dev/null || fail "a second POST /message failed"
+say "a second POST /message: 200 in $(($(now_ms) - t0)) ms"
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -H 'Authorization: Bearer wrong' "http://127.0.0.1:$PORT/whoami")
 [ "$code" = 401 ] || fail "a wrong key got $code from /whoami, expected 401"
 timeout 60 podman healthcheck run "$APP" >/dev/null || { dump_logs "$APP"; fail "the image's HEALTHCHECK reports unhealthy"; }
@@ -250,6 +253,12 @@ CAPP="${PROJECT}_app_1"
 CPG="${PROJECT}_postgres_1"
 wait_health "http://127.0.0.1:$CPORT/health" 120 >/dev/null || { dump_logs "$CPG"; dump_logs "$CAPP"; fail "compose app: no /health within 120 s"; }
 say "compose pair up in $(($(now_ms) - t0)) ms"
+# The app waited for the database itself: it never failed and was restarted.
+restarts="$(podman inspect --format '{{.RestartCount}}' "$CAPP")"
+[ "$restarts" = 0 ] || { dump_logs "$CAPP"; fail "compose app was restarted $restarts times while PostgreSQL came up"; }
+if podman logs "$CAPP" 2>&1 | grep -q 'waiting for PostgreSQL'; then
+  say "compose app waited for PostgreSQL before starting (no restart)"
+fi
 ckey="$(printed_key "$CAPP" user)"
 [ -n "$ckey" ] || { dump_logs "$CAPP"; fail "compose app printed no user key"; }
 answer="$(post_message "$CPORT" "$ckey" 'What is 6 * 7?')" || { dump_logs "$CAPP"; fail "compose POST /message failed"; }
