@@ -236,6 +236,12 @@ keys_printed=$(podman logs "$APP" 2>&1 | grep -c 'No API keys were found' || tru
 [ "$keys_printed" = 1 ] || fail "the server created keys again after a restart ($keys_printed times)"
 podman exec "$APP" test -s /data/registries/keys.json || fail "no /data/registries/keys.json in the volume"
 say "restart keeps the keys (volume /data)"
+# The other subcommands work in the running container against the same volume (docs/docker.md).
+newkey="$(timeout 60 podman exec "$APP" mail keys create --role user --id ci-added 2>&1 | grep -o 'mail_[A-Za-z0-9_-]*' | head -n1 || true)"
+[ -n "$newkey" ] || fail "podman exec ... mail keys create printed no key"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -H "Authorization: Bearer $newkey" "http://127.0.0.1:$PORT/whoami")
+[ "$code" = 200 ] || fail "a key made with 'mail keys create' in the container got $code from /whoami"
+say "mail keys create in the running container: the new key works at once"
 timeout 30 podman rm -f -t 5 "$APP" >/dev/null
 
 # --- compose: app + PostgreSQL ---------------------------------------------------------------
