@@ -70,6 +70,12 @@ cleanup() {
   for n in $(podman network ls --format '{{.Name}}' 2>/dev/null | grep "^$PROJECT" || true); do
     timeout 30 podman network rm -f "$n" >/dev/null 2>&1
   done
+  # Podman's store keeps the build cache between runs; drop what no run of the last week used
+  # and the bases of earlier weeks (a new week builds everything anew from its own base).
+  timeout 120 podman image prune -f --filter until=168h >/dev/null 2>&1
+  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep '^localhost/mail-ci-base:' | grep -v ":${CODENAME:-x}-${WEEK:-x}$" || true); do
+    timeout 60 podman rmi -f "$old" >/dev/null 2>&1
+  done
   rm -rf "$WORK"
   say "cleaned up (exit $rc)"
   exit $rc
@@ -120,7 +126,8 @@ if ! podman image exists "$BASE"; then
     find "$CACHE" -maxdepth 1 -name "base-$CODENAME-*.tar" ! -name "$(basename "$tarball")" -delete
   fi
   say "importing the local base $BASE"
-  # Like the official python image: python3 on PATH, a UTF-8 locale, unbuffered output.
+  # Like the official python image: python3 on PATH, a UTF-8 locale. The CA bundle and pip's
+  # switch are what builds here need (see above; Debian's pip refuses system-wide installs).
   timeout 300 podman import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
@@ -129,8 +136,10 @@ if ! podman image exists "$BASE"; then
     --change 'CMD ["python3"]' \
     "$tarball" "$BASE" >"$WORK/import.log" 2>&1 || { cat "$WORK/import.log"; fail "podman import failed"; }
 fi
-timeout 120 podman run --rm --name "${PROJECT}-probe" "$BASE" python3 -c 'print("ok")' \
+timeout 120 podman run --rm --name "${PROJECT}-probe" "$BASE" true \
   >"$WORK/probe.txt" 2>&1 || skip "podman cannot run a container here: $(tail -n1 "$WORK/probe.txt")"
+timeout 120 podman run --rm --name "${PROJECT}-python" "$BASE" python3 -c 'import ssl, venv' \
+  >"$WORK/probe.txt" 2>&1 || { cat "$WORK/probe.txt"; fail "the local base has no working python3"; }
 say "base ready: $BASE ($(podman image inspect --format '{{.Size}}' "$BASE") bytes)"
 
 
