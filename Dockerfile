@@ -34,20 +34,21 @@ RUN if [ "${MAIL_STRIP}" = 1 ]; then \
 # only lives in this stage.
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet "uv==${UV_VERSION}"
 WORKDIR /src
-# Dependencies first: this layer is rebuilt only when the lock changes.
+# Dependencies first: this layer is rebuilt only when the lock changes. Slimmed in the same
+# step (docs/docker.md, "Image size"): litellm's proxy admin web UI (unused by its SDK) and the
+# debug symbols of the extension modules go.
 COPY pyproject.toml uv.lock ./
-RUN uv sync --frozen --no-dev --no-install-project ${MAIL_EXTRAS}
-COPY README.md ./
-COPY src ./src
-RUN uv sync --frozen --no-dev --no-editable ${MAIL_EXTRAS}
-# Slimming (docs/docker.md, "Image size"): litellm's proxy admin web UI (unused by its SDK), debug
-# symbols of the extension modules, and .pyc files only for what the server imports.
-COPY docker/precompile.py /tmp/precompile.py
-RUN rm -rf /opt/mail/venv/lib/python3*/site-packages/litellm/proxy/_experimental/out \
+RUN uv sync --frozen --no-dev --no-install-project ${MAIL_EXTRAS} \
+ && rm -rf /opt/mail/venv/lib/python3*/site-packages/litellm/proxy/_experimental/out \
  && find /opt/mail/venv -name '__pycache__' -type d -prune -exec rm -rf {} + \
  && if [ "${MAIL_STRIP}" = 1 ]; then \
       find /opt/mail/venv -name '*.so*' -type f -exec strip --strip-unneeded {} +; \
-    fi \
+    fi
+COPY README.md ./
+COPY src ./src
+COPY docker/precompile.py /tmp/precompile.py
+# The package itself, then .pyc files only for what the server imports.
+RUN uv sync --frozen --no-dev --no-editable ${MAIL_EXTRAS} \
  && PYTHONDONTWRITEBYTECODE=1 LITELLM_LOCAL_MODEL_COST_MAP=True \
       /opt/mail/venv/bin/python /tmp/precompile.py
 
