@@ -75,7 +75,8 @@ ENV PATH=/opt/mail/venv/bin:${PATH} \
 # to the working directory: mount a volume here to keep it across restarts and upgrades.
 WORKDIR /data
 VOLUME ["/data"]
-USER app
+# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER ${MAIL_UID}:${MAIL_UID}
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python3", "/opt/mail/healthcheck.py"]
