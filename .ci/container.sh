@@ -256,7 +256,22 @@ newkey="$(timeout 60 podman exec "$APP" mail keys create --role user --id ci-add
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -H "Authorization: Bearer $newkey" "http://127.0.0.1:$PORT/whoami")
 [ "$code" = 200 ] || fail "a key made with 'mail keys create' in the container got $code from /whoami"
 say "mail keys create in the running container: the new key works at once"
-timeout 30 podman rm -f -t 5 "$APP" >/dev/null
+timeout 30 podman rm -f -t 5 "$APP" >/dev/null 2>&1
+
+# Configuration by a mounted mail.toml (another port) and the environment (the health check's port).
+printf '%s\n' '[server]' 'port = 8100' '[server.swarm]' 'name = "demo"' \
+  'source = "/opt/mail/swarms.json"' 'registry = "registries/demo.json"' >"$WORK/mail.toml"
+timeout 60 podman run -d --health-interval disable --name "$APP-cfg" -p "127.0.0.1:$PORT:8100" \
+  -e MAIL_HEALTHCHECK_PORT=8100 -v "$WORK/mail.toml:/opt/mail/mail.toml:ro" \
+  -v "$PROJECT-data:/data" "$IMAGE" >"$WORK/run.log" 2>&1 \
+  || { cat "$WORK/run.log"; fail "podman run with a mounted mail.toml failed"; }
+wait_health "http://127.0.0.1:$PORT/health" 90 >/dev/null \
+  || { dump_logs "$APP-cfg"; fail "no /health on the port of a mounted mail.toml"; }
+timeout 60 podman healthcheck run "$APP-cfg" >/dev/null || fail "HEALTHCHECK fails with MAIL_HEALTHCHECK_PORT=8100"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -H "Authorization: Bearer $key" "http://127.0.0.1:$PORT/whoami")
+[ "$code" = 200 ] || fail "a new container on the same volume refused the first key ($code)"
+say "a mounted mail.toml moves the server to port 8100, MAIL_HEALTHCHECK_PORT follows; a new container on the volume keeps the keys"
+timeout 30 podman rm -f -t 5 "$APP-cfg" >/dev/null 2>&1
 
 # --- compose: app + PostgreSQL ---------------------------------------------------------------
 say "building the CI stand-in for the postgres image"
