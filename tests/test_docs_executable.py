@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tests.support.docs_blocks import parse_page
 from tests.support.docs_runner import REPO, PageRunner
 
@@ -43,6 +42,7 @@ def test_page_runs_as_written(page: Path, tmp_path: Path, eval_example: object) 
         assert page.name not in MUST_RUN, f"{page.name} has no runnable block left"
         pytest.skip("no runnable blocks")
     ran = PageRunner(page, tmp_path, eval_example=eval_example).run()
+    print("\n".join(ran))
     assert ran
 
 

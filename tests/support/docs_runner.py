@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from tests.support.docs_blocks import (
     REPL_PROMPT,
     Block,
@@ -46,7 +45,9 @@ BIN = Path(sys.executable).parent
 BLOCK_TIMEOUT = 120.0
 STARTUP_TIMEOUT = 120.0
 
-_SERVER_LINE = re.compile(r"^\s*(?:uv run(?:\s+--\S+(?:\s+[^-\s]\S*)?)*\s+)?mail server(?P<args>.*)$")
+_SERVER_LINE = re.compile(
+    r"^\s*(?:uv run(?:\s+--\S+(?:\s+[^-\s]\S*)?)*\s+)?mail server(?P<args>.*)$"
+)
 _PLACEHOLDER_EXPORT = re.compile(r"^\s*export\s+(?P<name>[A-Z_][A-Z0-9_]*)=\S*\.\.\.")
 _URL = re.compile(r"(?:localhost|127\.0\.0\.1):(?P<port>\d{4,5})")
 _AUTOLINK = re.compile(r"<(?P<url>http://localhost:\d+/[^>\s]*)>")
@@ -127,7 +128,7 @@ class PageRunner:
         env["HOME"] = str(self.workdir)  # REPL history and the like stay in the scratch folder
         env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
         env["PYTHONUNBUFFERED"] = "1"
-        env["COLUMNS"] = "100"
+        env["COLUMNS"] = "200"  # no wrapping of long REPL lines
         env["DOCS_STATE"] = str(self.state)
         self.env = env
 
@@ -228,6 +229,8 @@ class PageRunner:
         except subprocess.TimeoutExpired as exc:
             raise DocsFailure(f"did not finish within {BLOCK_TIMEOUT}s: {lines}") from exc
         self._load_state()
+        if os.environ.get("DOCS_TEST_VERBOSE"):
+            print(f"--- $ {lines}\n{result.stdout}{result.stderr}")
         statuses.extend(int(s) for s in _STATUS.findall(result.stderr))
         if result.returncode != 0:
             raise DocsFailure(
@@ -386,6 +389,8 @@ class PageRunner:
             os.environ.clear()
             os.environ.update(saved_env)
             os.chdir(saved_cwd)
+        if os.environ.get("DOCS_TEST_VERBOSE"):
+            print(f"--- python {block.where}\n{out.getvalue()}")
         if block.output is not None:
             match_output(self._expected(block.output) or "", out.getvalue(), self.bindings)
 

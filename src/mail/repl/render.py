@@ -85,8 +85,9 @@ class Renderer:
     def warn(self, message: str) -> None:
         self.console.print(Text("! ", style="yellow") + Text(message))
 
-    def info(self, message: str, style: str = "") -> None:
-        self.console.print(Text(message.rstrip("\n"), style=style))
+    def info(self, message: str, style: str = "", *, soft_wrap: bool = False) -> None:
+        # soft_wrap: a command line meant to be copied is never broken with inserted newlines.
+        self.console.print(Text(message.rstrip("\n"), style=style), soft_wrap=soft_wrap)
 
     def json(self, value: Any) -> None:
         try:
