@@ -20,6 +20,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,10 +52,12 @@ _SERVER_LINE = re.compile(
 _PLACEHOLDER_EXPORT = re.compile(r"^\s*export\s+(?P<name>[A-Z_][A-Z0-9_]*)=\S*\.\.\.")
 _URL = re.compile(r"(?:localhost|127\.0\.0\.1):(?P<port>\d{4,5})")
 _AUTOLINK = re.compile(r"<(?P<url>http://localhost:\d+/[^>\s]*)>")
+# A documented PostgreSQL URL on localhost becomes the test database.
+_DATABASE_URL = re.compile(r"postgresql://[^\s'\"@/]*@localhost(?::5432)?/\w+")
 _STATUS = re.compile(r"^DOCS-HTTP-STATUS (\d{3})$", re.M)
 
 PRELUDE = r"""
-set -e
+set -ea  # -a: plain assignments carry to later blocks, as in one terminal
 uv() {
   case "$1" in
     run) shift
@@ -108,6 +111,7 @@ class PageRunner:
         self.home.mkdir(exist_ok=True)
         for name in ("mail.toml", "swarms.json"):
             (self.home / name).write_bytes((REPO / name).read_bytes())
+        shutil.copytree(REPO / "scripts", self.home / "scripts")
         self.cwd = self.home
         env = {
             k: v
@@ -161,11 +165,19 @@ class PageRunner:
         elif block.kind == "transcript":
             self._run_transcript(block)
 
-    def map_urls(self, text: str) -> str:
+    def map_urls(self, text: str, *, strict: bool = False) -> str:
+        """Documented addresses -> this page's servers (``strict``: unknown ports are an error)."""
+
         def repl(m: re.Match[str]) -> str:
             port = self.ports.get(int(m.group("port")))
+            if port is None and strict and m.group("port") != "5432":
+                raise DocsFailure(
+                    f"{m.group(0)}: no server of this page listens there (the page must start "
+                    "one with `mail server` first)"
+                )
             return f"127.0.0.1:{port}" if port else m.group(0)
 
+        text = _DATABASE_URL.sub(_test_database_url(), text)
         return _URL.sub(repl, text)
 
     def _expected(self, block: Block | None) -> str | None:
@@ -174,7 +186,7 @@ class PageRunner:
     # ------------------------------------------------------------------ shell
 
     def _run_shell(self, block: Block) -> None:
-        text = self.map_urls(substitute(block.text, self.bindings))
+        text = substitute(block.text, self.bindings)
         chunk: list[str] = []
         repl_line: str | None = None
         outputs: list[str] = []
@@ -184,7 +196,7 @@ class PageRunner:
             if server and not line.rstrip().endswith("\\"):
                 outputs.append(self._flush(chunk, statuses))
                 chunk = []
-                self.start_server(server.group("args"))
+                self.start_server(self.map_urls(server.group("args")))
             elif _PLACEHOLDER_EXPORT.match(line):
                 name = _PLACEHOLDER_EXPORT.match(line).group("name")  # type: ignore[union-attr]
                 if name not in self.env:
@@ -194,6 +206,7 @@ class PageRunner:
             else:
                 chunk.append(line)
         outputs.append(self._flush(chunk, statuses))
+        del text
         wanted = block.markers.get("status")
         if wanted:
             if not statuses or statuses[-1] != int(wanted):
@@ -208,6 +221,7 @@ class PageRunner:
     def _flush(self, lines: list[str], statuses: list[int]) -> str:
         if not any(line.strip() for line in lines):
             return ""
+        lines = [self.map_urls(line, strict=True) for line in lines]
         script = self.state / "block.sh"
         script.write_text(
             PRELUDE
@@ -344,7 +358,7 @@ class PageRunner:
                 match_output(expected, actual, self.bindings)
 
     def _run_repl(self, command_line: str, transcript: Block) -> None:
-        repl = _Repl(command_line, self)
+        repl = _Repl(self.map_urls(command_line, strict=True), self)
         try:
             steps: list[tuple[str, list[str]]] = []
             for line in transcript.text.splitlines():
@@ -371,7 +385,7 @@ class PageRunner:
     def _run_python(self, block: Block) -> None:
         from pytest_examples import CodeExample
 
-        source = self.map_urls(substitute(block.text, self.bindings))
+        source = self.map_urls(substitute(block.text, self.bindings), strict=True)
         example = CodeExample.create(source, path=block.page, start_line=block.line, prefix="py")
         saved_env, saved_cwd = dict(os.environ), os.getcwd()
         out = io.StringIO()
@@ -381,10 +395,15 @@ class PageRunner:
             assert self.cwd is not None
             os.chdir(self.cwd)
             with contextlib.redirect_stdout(out):
-                if "#> " in source:
-                    self.eval_example.run_print_check(example)
-                else:
-                    self.eval_example.run(example)
+                try:
+                    if "#> " in source:
+                        self.eval_example.run_print_check(example)
+                    else:
+                        self.eval_example.run(example)
+                except Exception as exc:  # reported as text: the example's frames confuse pytest
+                    raise DocsFailure(
+                        f"{type(exc).__name__}: {exc}\n--- output\n{out.getvalue()}"
+                    ) from None
         finally:
             os.environ.clear()
             os.environ.update(saved_env)
@@ -467,6 +486,10 @@ class _Repl:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def _test_database_url() -> str:
+    return os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def _free_port() -> int:
