@@ -41,7 +41,12 @@ def test_page_runs_as_written(page: Path, tmp_path: Path, eval_example: object) 
     if not _runnable(page):
         assert page.name not in MUST_RUN, f"{page.name} has no runnable block left"
         pytest.skip("no runnable blocks")
+    before = {p.name for p in REPO.iterdir()}
     ran = PageRunner(page, tmp_path, eval_example=eval_example).run()
+    # The pages run from scratch folders: nothing (keys, registries, mail_files/) lands in the
+    # checkout itself.
+    left = {p.name for p in REPO.iterdir()} - before
+    assert not left & {"mail_files", "registries", "attachments", "team-files"}, left
     print("\n".join(ran))
     assert ran
 
