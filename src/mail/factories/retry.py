@@ -93,11 +93,11 @@ def refusal_kind(exc: BaseException) -> str:
 
 def _advice(kind: str, key_variable: str | None) -> str:
     """What the person running the server can do about a refusal (empty when unclear)."""
-    key = key_variable or "the provider's API key variable"
+    key = key_variable or "the agent's api_key"
     if kind == "authentication":
-        return f" The provider refused the API key: check {key} (or the agent's api_key)."
+        return f" The provider refused the API key: check {key}."
     if kind == "permission":
-        return f" The API key in {key} may not use this model: check its permissions."
+        return f" The API key ({key}) may not use this model: check its permissions."
     if kind == "unknown_model":
         return " Check the model name in the agent's llm (a LiteLLM name such as 'openai/gpt-5-mini')."
     return ""
