@@ -294,3 +294,68 @@ def test_review_hint_offers_only_allowed_decisions() -> None:
     )
     assert hint == "decide with: review t1 call_1=respond:TEXT | call_1=ignore"
     assert "accept" not in hint and "edit" not in hint
+
+
+# ---------------------------------------------------------------------------- /docs
+
+
+def test_openapi_json_is_the_committed_document_and_docs_are_served_locally(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    from server_fixtures import REPO_ROOT
+
+    committed = yaml.safe_load((REPO_ROOT / "spec" / "openapi.yaml").read_text())
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        spec = httpx.get(f"{server.base_url}/openapi.json", timeout=30)
+        moved = httpx.get(f"{server.base_url}/docs", timeout=30)
+        page = httpx.get(f"{server.base_url}/docs/", timeout=30)
+        refs = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assets = {ref: httpx.get(f"{server.base_url}/docs/{ref}", timeout=30) for ref in refs}
+        unknown = httpx.get(f"{server.base_url}/docs/assets/swagger-editor.js", timeout=30)
+    assert spec.status_code == 200 and spec.headers["content-type"] == "application/json"
+    assert spec.json() == committed
+    assert moved.status_code == 308 and moved.headers["location"] == "/docs/"
+    assert page.status_code == 200, page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert "<script>" not in page.text  # no inline code
+    assert refs and all(not ref.startswith(("http:", "https:", "//")) for ref in refs), refs
+    for ref, answer in assets.items():
+        assert answer.status_code == 200, (ref, answer.status_code)
+        assert "script-src 'self'" in answer.headers["content-security-policy"]
+    assert b"SwaggerUIBundle" in assets["assets/swagger-ui-bundle.js"].content
+    assert b"../openapi.json" in assets["assets/start.js"].content
+    assert unknown.status_code == 404
+
+
+def test_docs_page_renders_the_api_in_a_browser_under_the_csp(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from support.console_harness import launch_browser
+
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server, sync_playwright() as pw:
+        browser = launch_browser(pw)
+        try:
+            page = browser.new_page()
+            violations: list[str] = []
+            outside: list[str] = []
+            page.on(
+                "console",
+                lambda m: (
+                    violations.append(m.text) if "Content Security Policy" in m.text else None
+                ),
+            )
+            page.on(
+                "request",
+                lambda r: outside.append(r.url) if not r.url.startswith(server.base_url) else None,
+            )
+            page.goto(f"{server.base_url}/docs/")
+            page.wait_for_selector("text=/message", timeout=60_000)
+            title = page.locator(".info .title").inner_text(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "docs.png"))
+        finally:
+            browser.close()
+    assert "MAIL" in title, title
+    assert not violations, violations
+    assert not outside, outside

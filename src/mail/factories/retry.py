@@ -99,7 +99,9 @@ def _advice(kind: str, key_variable: str | None) -> str:
     if kind == "permission":
         return f" The API key ({key}) may not use this model: check its permissions."
     if kind == "unknown_model":
-        return " Check the model name in the agent's llm (a LiteLLM name such as 'openai/gpt-5-mini')."
+        return (
+            " Check the model name in the agent's llm (a LiteLLM name such as 'openai/gpt-5-mini')."
+        )
     return ""
 
 
