@@ -52,6 +52,8 @@ _SERVER_LINE = re.compile(
 _PLACEHOLDER_EXPORT = re.compile(r"^\s*export\s+(?P<name>[A-Z_][A-Z0-9_]*)=\S*\.\.\.")
 _URL = re.compile(r"(?:localhost|127\.0\.0\.1):(?P<port>\d{4,5})")
 _AUTOLINK = re.compile(r"<(?P<url>http://localhost:\d+/[^>\s]*)>")
+_NAMED_URL = re.compile(r"(?<![<\w])(?P<url>http://localhost:\d+(?:/[^\s>]*)?)")
+_FENCED = re.compile(r"^ {0,3}```.*?^ {0,3}```", re.S | re.M)
 # A documented PostgreSQL URL on localhost becomes the test database.
 _DATABASE_URL = re.compile(r"postgresql://[^\s'\"@/]*@localhost(?::5432)?/\w+")
 _STATUS = re.compile(r"^DOCS-HTTP-STATUS (\d{3})$", re.M)
@@ -416,15 +418,28 @@ class PageRunner:
     # ------------------------------------------------------------------ links
 
     def _check_links(self) -> None:
-        text = self.page.read_text(encoding="utf-8")
-        for m in _AUTOLINK.finditer(text):
-            url = self.map_urls(m.group("url"))
-            if "localhost" in url:
+        """Every server URL the page names (outside commands) answers: 2xx/3xx, or 401 for a
+        route that needs a key. Links (``<http://...>``) must answer 2xx/3xx."""
+        named: dict[str, bool] = {}
+        for block in parse_page(self.page):
+            if block.kind not in ("shell", "python"):
+                for m in _NAMED_URL.finditer(block.text):
+                    named.setdefault(m.group("url").rstrip(".,;:)`'\""), False)
+        prose = _FENCED.sub("", self.page.read_text(encoding="utf-8"))
+        for m in _NAMED_URL.finditer(prose):
+            named.setdefault(m.group("url").rstrip(".,;:)`'\""), False)
+        for m in _AUTOLINK.finditer(prose):
+            named[m.group("url")] = True
+        for url, strict in named.items():
+            if any(mark in url for mark in ("<", "{", "...", "$")):
+                continue  # a template for the reader, not an address
+            mapped = self.map_urls(url)
+            if "localhost" in mapped:
                 continue  # no server of this page listens there
-            status = httpx.get(url, timeout=10, follow_redirects=True).status_code
-            if status >= 400:
-                raise DocsFailure(f"{self.page.name}: link {m.group('url')} answers {status}")
-            self.ran.append(f"link {m.group('url')}")
+            status = httpx.get(mapped, timeout=10, follow_redirects=True).status_code
+            if status >= 400 and (strict or status != 401):
+                raise DocsFailure(f"{self.page.name}: {url} answers {status}")
+            self.ran.append(f"url {url} -> {status}")
 
 
 class _Repl:
