@@ -6,12 +6,14 @@ is the repository root in a checkout). A missing file, table or key falls back t
 declared on the models below, so ``ServerConfig()`` and ``ClientConfig()`` always work.
 
 Unlike the original, ``[server.settings]`` is read whether or not ``[server.swarm]`` is present,
-and unknown keys are ignored (with a debug log) rather than rejected, so a config written for a
-newer version still loads.
+and unknown keys are ignored rather than rejected, so a config written for a newer version still
+loads; ``MAILConfig.warnings`` names each one (with the closest known key), and ``mail server``
+prints them at start-up.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import tomllib
@@ -307,6 +309,8 @@ class MAILConfig(_Section):
     stdlib: StdlibConfig = Field(default_factory=StdlibConfig)
     # Path the values were read from (None when only defaults are in use).
     source_path: str | None = None
+    # One line per key of the file that no setting reads (a typo, usually).
+    warnings: list[str] = Field(default_factory=list)
 
 
 def find_config_file() -> Path | None:
@@ -354,6 +358,59 @@ def _first_error(exc: ValidationError, path: Path | None) -> ConfigError:
     return ConfigError(f"invalid config value{origin}: {where}: {err.get('msg')}")
 
 
+def _field_names(model: type[BaseModel]) -> set[str]:
+    names = set(model.model_fields)
+    names |= {f.alias for f in model.model_fields.values() if f.alias}
+    return names
+
+
+def _known_tables() -> dict[str, type[BaseModel] | None]:
+    """Each table of mail.toml -> the model that reads it (None: any key is read)."""
+    try:
+        from mail.client_config import ClientConfig
+
+        client: type[BaseModel] | None = ClientConfig
+    except ImportError:  # pragma: no cover - ships with the package
+        client = None
+    tables: dict[str, type[BaseModel] | None] = {
+        "server": ServerConfig,
+        "client": client,
+        "stdlib": StdlibConfig,
+    }
+    for name in ("swarm", "settings", "auth", "team_tools", "cluster"):
+        tables[f"server.{name}"] = ServerConfig.model_fields[name].annotation  # type: ignore[assignment]
+    for name in ("fs", "net", "http", "mcp"):
+        tables[f"stdlib.{name}"] = StdlibConfig.model_fields[name].annotation  # type: ignore[assignment]
+    return tables
+
+
+def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
+    """One line per key no setting reads, with the closest known name when there is one."""
+    tables = _known_tables()
+    found: list[str] = []
+
+    def check(table: str, keys: list[str], known: set[str]) -> None:
+        for key in keys:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            where = f"[{table}]" if table else "the top level"
+            found.append(f"{path}: unknown key '{key}' in {where} is ignored{hint}")
+
+    check("", list(data), {name for name in tables if "." not in name})
+    for table, model in tables.items():
+        parent, _, child = table.partition(".")
+        section = data.get(parent)
+        if child:
+            section = section.get(child) if isinstance(section, dict) else None
+        if not isinstance(section, dict) or model is None:
+            continue
+        sub_tables = {t.partition(".")[2] for t in tables if t.startswith(f"{table}.")}
+        check(table, list(section), _field_names(model) | sub_tables)
+    return found
+
+
 def load_config_file(path: str | Path | None) -> MAILConfig:
     """Parse one file (or the defaults when ``path`` is None) into a :class:`MAILConfig`."""
     if path is None:
@@ -386,6 +443,7 @@ def load_config_file(path: str | Path | None) -> MAILConfig:
             client=client,
             stdlib=stdlib_config,
             source_path=str(path),
+            warnings=unknown_key_warnings(data, path),
         )
     except ValidationError as exc:
         raise _first_error(exc, path) from exc

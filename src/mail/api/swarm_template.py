@@ -12,6 +12,7 @@ from mail.api.factory_check import check_factory_params
 from mail.api.prompts import augment_system_prompts
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
+from mail.factories.demo_model import offline_model_problem
 from mail.swarms_json import (
     build_swarm_from_json,
     build_swarms_from_json,
@@ -130,6 +131,10 @@ class MAILSwarmTemplate:
         for agent in self.agents:
             # A template that cannot build its agents fails now, not at a caller's first use.
             check_factory_params(agent.name, agent.factory, agent.factory_kwargs())
+            # An unknown `mail/...` model would fail every task later: refuse it now.
+            problem = offline_model_problem((agent.agent_params or {}).get("llm"))
+            if problem:
+                raise ValueError(f"agent '{agent.name}': {problem}")
 
     # ------------------------------------------------------------------ instances
     def instantiate(

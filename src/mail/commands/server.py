@@ -73,8 +73,12 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
     if args.config:
         os.environ["MAIL_CONFIG_PATH"] = args.config
-    cfg = load_config(args.config, use_cache=False).server
+    full = load_config(args.config, use_cache=False)
+    args.config_warnings = list(full.warnings)
+    cfg = full.server
     data = cfg.model_dump(by_alias=False)
+    if full.source_path and args.swarm_source is None:
+        data["swarm"]["source"] = _relative_to_config(cfg.swarm.source, Path(full.source_path))
     from mail.cluster.settings import apply_cluster_env
 
     apply_cluster_env(data["cluster"])
@@ -107,6 +111,22 @@ def resolve_config(args: argparse.Namespace) -> Any:
     ):
         data["swarm"]["registry_file"] = f"registries/{args.swarm_name}.json"
     return ServerConfig.model_validate(data)
+
+
+def _relative_to_config(source: str, config_path: Path) -> str:
+    """``[server.swarm].source`` read from a file: a relative path is relative to that file.
+
+    So a server started from another folder (``uv run --project <checkout> mail server``)
+    finds the swarms.json next to the mail.toml it found. A relative path that exists only
+    under the current folder keeps working as before.
+    """
+    path = Path(source).expanduser()
+    if path.is_absolute():
+        return str(path)
+    beside_config = config_path.resolve().parent / path
+    if beside_config.is_file() or not path.is_file():
+        return str(beside_config)
+    return source
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -190,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
     from mail.server.keystore import KeyStoreError, bootstrap_keys
     from mail.server.state import TEMPLATE_ENV_VAR, StartupError, check_swarm_source
 
+    for warning in getattr(args, "config_warnings", None) or []:
+        print(f"mail server: warning: {warning}", file=sys.stderr, flush=True)
     _setup_logging(cfg.log_level)
     os.environ["SWARM_NAME"] = cfg.swarm.name
     os.environ["SWARM_SOURCE"] = cfg.swarm.source
@@ -197,10 +219,11 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("BASE_URL", cfg.base_url)
 
     try:
-        Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
         injected = os.environ.get(TEMPLATE_ENV_VAR)
         if not injected:
+            # Before any folder is created: a failed start leaves nothing behind.
             check_swarm_source(cfg.swarm.name, cfg.swarm.source)
+        Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
         mode = resolve_auth_mode(cfg)
         if mode == "local":
             keys_path = cfg.keys_file_path()

@@ -272,10 +272,14 @@ class TurnMixin:
             ctx.history.append(
                 current.create_response_msg(f"ERROR: failed to schedule message: {exc}")
             )
+        # Agent functions may say what kind of failure this is (e.g. missing_api_key): a
+        # program can act on the word without parsing the text.
+        kind = getattr(exc, "kind", None)
         self._emit(
             ctx.task_id,
             "agent_error",
             f"error scheduling message for agent {ctx.agent_name}: {exc}",
+            {"error_kind": kind, "agent": ctx.agent_name} if isinstance(kind, str) else None,
         )
         body = f"Agent '{ctx.agent_name}' failed while handling your message: {exc}"
         notify: list[str] = []

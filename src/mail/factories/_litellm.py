@@ -136,3 +136,26 @@ def supports_reasoning(model: str) -> bool:
     except Exception:
         # Unknown models (custom providers, proxies with aliases) are treated as plain models.
         return False
+
+
+def missing_provider_keys(model: str) -> list[str]:
+    """Environment variables ``model``'s provider needs that are not set (LiteLLM's own list).
+
+    Empty when nothing is missing or LiteLLM does not know what the provider needs.
+    """
+    if model.startswith("mail/"):
+        return []
+    litellm = load_litellm()
+    try:
+        report = litellm.validate_environment(model=model)
+    except Exception:  # noqa: BLE001 - an unknown provider: nothing we can name
+        return []
+    return [str(k) for k in (report or {}).get("missing_keys") or []]
+
+
+def provider_key_variable(model: str) -> str | None:
+    """The usual key variable of ``model``'s provider (``openai/...`` -> ``OPENAI_API_KEY``)."""
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    if not provider or provider == "mail":
+        return None
+    return f"{provider.upper().replace('-', '_')}_API_KEY"

@@ -24,7 +24,11 @@ from mail.core.tools import (
     pydantic_model_to_tool,
 )
 from mail.factories import completions, responses
-from mail.factories._litellm import load_litellm_async
+from mail.factories._litellm import (
+    load_litellm_async,
+    missing_provider_keys,
+    provider_key_variable,
+)
 from mail.factories.assembly import StreamPrinter
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
@@ -291,6 +295,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             # The caller's key is the proxy credential unless the deployment configures one.
             if not (self.api_key or os.environ.get("LITELLM_PROXY_API_KEY")) and self.user_token:
                 options["api_key"] = self.user_token
+        else:
+            self._require_provider_key(model)
         if self.api_base:
             options["api_base"] = self.api_base
         if self.api_key:
@@ -298,6 +304,23 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         if self.request_timeout:
             options["timeout"] = self.request_timeout
         return model, options
+
+    def _require_provider_key(self, model: str) -> None:
+        """Fail at once, saying which variable to set, when the provider's key is missing.
+
+        Without it every attempt would fail the same way (or, offline, retry a connection
+        five times); an agent with its own ``api_key`` or ``api_base`` is left alone.
+        """
+        if self.api_key or self.api_base:
+            return
+        missing = missing_provider_keys(model)
+        if missing:
+            raise LLMConfigError(
+                f"agent '{self.name}' cannot call {model}: {missing[0]} is not set. "
+                f"Set {missing[0]} in the server's environment and restart it "
+                "(or give the agent an api_key).",
+                kind="missing_api_key",
+            )
 
     def _make_attempt(
         self,
@@ -353,6 +376,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             attempt,
             policy=self.retry_policy,
             what=f"agent '{self.name}' calling {self.llm}",
+            key_variable=None if self.api_key else provider_key_variable(self.llm),
         )
 
 

@@ -31,6 +31,19 @@ def is_offline_model(model: Any) -> bool:
     return isinstance(model, str) and model.startswith(PREFIX)
 
 
+def offline_model_problem(model: Any) -> str | None:
+    """Why ``model`` cannot be served offline (an unknown ``mail/...`` name), else None."""
+    if not is_offline_model(model):
+        return None
+    name = model.split("/", 1)[-1]
+    if name in MODELS:
+        return None
+    return (
+        f"unknown offline model '{model}'; the only one is 'mail/demo' "
+        "(use a real LiteLLM model name such as 'openai/gpt-5-mini' otherwise)"
+    )
+
+
 def _turn_for(
     model: str,
     messages: list[dict[str, Any]],

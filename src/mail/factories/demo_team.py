@@ -22,6 +22,8 @@ from typing import Any
 
 from mail.factories.demo_text import Incoming, parse_incoming, summarize
 
+# How mail.api.swarm introduces the list of files uploaded with a message.
+_ATTACHMENTS_NOTE = "\n\nAttached files ("
 TEAM_MARKERS = ("create_thread", "transfer_file", "read_attachment")
 _ATTACHMENT = re.compile(r"\(attachment id (att_[0-9a-f]+), (\d+) bytes\)")
 _FILE_ID = re.compile(r"attachment id (att_[0-9a-f]+)\.")
@@ -109,7 +111,9 @@ def lead_turn(tools: dict[str, Any], messages: list[dict[str, Any]]) -> list[Any
     team = _enum(tools, "send_request", "target")
     if not team:
         return None
-    title = summarize(origin.body, 60)
+    # The request itself, without the note POST /message appends for uploaded files.
+    request = origin.body.split(_ATTACHMENTS_NOTE, 1)[0].strip()
+    title = summarize(request, 60)
     created = progress.called("create_thread")
     if not created:
         return [
@@ -146,7 +150,7 @@ def lead_turn(tools: dict[str, Any], messages: list[dict[str, Any]]) -> list[Any
                 {
                     "target": team[0],
                     "subject": title,
-                    "body": origin.body,
+                    "body": request,
                     "wait_for_reply": True,
                 },
             )

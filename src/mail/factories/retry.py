@@ -78,11 +78,39 @@ def describe(exc: BaseException) -> str:
     )
 
 
+def refusal_kind(exc: BaseException) -> str:
+    """The ``kind`` of a provider refusal that retrying cannot fix."""
+    status = status_code_of(exc)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if status == 401 or "AuthenticationError" in names:
+        return "authentication"
+    if status == 403 or "PermissionDeniedError" in names:
+        return "permission"
+    if status == 404 or "NotFoundError" in names or "LLM Provider NOT provided" in str(exc):
+        return "unknown_model"
+    return "provider_error"
+
+
+def _advice(kind: str, key_variable: str | None) -> str:
+    """What the person running the server can do about a refusal (empty when unclear)."""
+    key = key_variable or "the agent's api_key"
+    if kind == "authentication":
+        return f" The provider refused the API key: check {key}."
+    if kind == "permission":
+        return f" The API key ({key}) may not use this model: check its permissions."
+    if kind == "unknown_model":
+        return (
+            " Check the model name in the agent's llm (a LiteLLM name such as 'openai/gpt-5-mini')."
+        )
+    return ""
+
+
 async def call_with_retries(
     attempt: Callable[[], Awaitable[T]],
     *,
     policy: RetryPolicy,
     what: str,
+    key_variable: str | None = None,
 ) -> T:
     """Run `attempt` until it succeeds, retrying only failures that are safe to retry.
 
@@ -102,7 +130,8 @@ async def call_with_retries(
             if malformed > policy.malformed_retries:
                 raise LLMCallError(
                     f"{what}: the model returned malformed tool arguments {malformed} times; "
-                    f"giving up. Last problem: {exc}"
+                    f"giving up. Last problem: {exc}",
+                    kind="malformed_tool_call",
                 ) from exc
             logger.warning("%s: %s; asking the model again", what, exc)
             continue
@@ -111,7 +140,11 @@ async def call_with_retries(
             if not is_retryable(exc):
                 if isinstance(exc, LLMConfigError):
                     raise
-                raise LLMCallError(f"{what} failed (not retried): {describe(exc)}") from exc
+                kind = refusal_kind(exc)
+                raise LLMCallError(
+                    f"{what} failed (not retried): {describe(exc)}.{_advice(kind, key_variable)}",
+                    kind=kind,
+                ) from exc
             if attempts >= policy.max_attempts:
                 break
             pause = policy.delay(attempts)
@@ -126,5 +159,6 @@ async def call_with_retries(
             await asyncio.sleep(pause)
     assert last is not None
     raise LLMCallError(
-        f"{what} failed after {attempts} attempts; last error: {describe(last)}"
+        f"{what} failed after {attempts} attempts; last error: {describe(last)}",
+        kind="provider_unavailable",
     ) from last

@@ -175,6 +175,22 @@ def held_calls_in(response: Any) -> list[dict[str, Any]]:
     return []
 
 
+_DECISION_FORMS = {
+    "accept": "{id}=accept",
+    "edit": "{id}=edit:'{{...}}'",
+    "respond": "{id}=respond:TEXT",
+    "ignore": "{id}=ignore",
+}
+
+
+def decision_hint(task_id: Any, call: dict[str, Any]) -> str:
+    """The `review` line for one held call, offering only the decisions the call allows."""
+    call_id = call.get("tool_call_id") or "CALL_ID"
+    allowed = [d for d in _DECISION_FORMS if d in (call.get("allowed_decisions") or [])]
+    forms = " | ".join(_DECISION_FORMS[d].format(id=call_id) for d in allowed)
+    return f"decide with: review {task_id} {forms}"
+
+
 def _show_held(ctx: ReplContext, task_id: Any, held: list[dict[str, Any]]) -> None:
     for h in held:
         # Full ids (never truncated): they are what the decisions are typed with.
@@ -184,10 +200,7 @@ def _show_held(ctx: ReplContext, task_id: Any, held: list[dict[str, Any]]) -> No
             style="bold",
         )
         ctx.render.json(h.get("args"))
-    ctx.render.info(
-        f"decide with: review {task_id} CALL_ID=accept | CALL_ID=edit:'{{...}}' | "
-        "CALL_ID=respond:TEXT | CALL_ID=ignore"
-    )
+        ctx.render.info(decision_hint(task_id, h), soft_wrap=True)
 
 
 def _render_answer(ctx: ReplContext, result: dict[str, Any]) -> None:

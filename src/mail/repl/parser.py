@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-MSG_TYPES = ("request", "response", "broadcast", "interrupt")
+# What POST /message accepts (mail.server.bodies.POSTABLE_MESSAGE_TYPES; a test keeps the two
+# equal): responses and interrupts are for agents, the server refuses them from a caller.
+MSG_TYPES = ("request", "broadcast")
 RESUME_FROM = ("user_response", "breakpoint_tool_call", "action_review")
 REVIEW_TYPES = ("accept", "edit", "ignore", "respond")
 

@@ -85,8 +85,9 @@ class Renderer:
     def warn(self, message: str) -> None:
         self.console.print(Text("! ", style="yellow") + Text(message))
 
-    def info(self, message: str, style: str = "") -> None:
-        self.console.print(Text(message.rstrip("\n"), style=style))
+    def info(self, message: str, style: str = "", *, soft_wrap: bool = False) -> None:
+        # soft_wrap: a command line meant to be copied is never broken with inserted newlines.
+        self.console.print(Text(message.rstrip("\n"), style=style), soft_wrap=soft_wrap)
 
     def json(self, value: Any) -> None:
         try:
@@ -96,12 +97,25 @@ class Renderer:
 
     # ------------------------------------------------------------------ structures
 
-    def banner(self, version: str, base_url: str) -> None:
+    def banner(self, version: str, base_url: str, swarm: str | None = None) -> None:
+        """The greeting, once GET /health has answered (``swarm``: the name it gave)."""
         self.console.print(Text(f"MAIL CLIent v{version}", style="bold cyan"))
+        served = f" (swarm {swarm})" if swarm else ""
         self.console.print(
             Text(
-                f"connected to {base_url} — type 'help' for commands, 'exit' to leave", style="dim"
+                f"connected to {base_url}{served} — type 'help' for commands, 'exit' to leave",
+                style="dim",
             )
+        )
+
+    def unreachable(self, version: str, base_url: str, problem: str) -> None:
+        """The greeting when the server did not answer: the server is the problem, not a key."""
+        self.console.print(Text(f"MAIL CLIent v{version}", style="bold cyan"))
+        self.error(f"no MAIL server answers at {base_url}: {problem}")
+        self.info(
+            "start one there (`mail server`) or check the URL; commands will work once it "
+            "answers ('exit' to leave)",
+            style="dim",
         )
 
     def fields(self, rows: Iterable[tuple[str, Any]]) -> None:

@@ -125,13 +125,32 @@ class MAILREPL:
         self._setup_readline()
         with asyncio.Runner() as runner:
             try:
-                self.render.banner(__version__, self.client.base_url)
-                self._login_at_start(runner)
+                if self._server_answers(runner, __version__):
+                    self._login_at_start(runner)
                 self._loop(runner)
             finally:
                 self._save_history()
                 runner.run(self.client.aclose())
         return 0
+
+    def _server_answers(self, runner: asyncio.Runner, version: str) -> bool:
+        """Greet only after GET /health answered; otherwise say the server is the problem."""
+        try:
+            health = runner.run(self.client.get_health())
+        except KeyboardInterrupt:
+            self.render.unreachable(version, self.client.base_url, "interrupted")
+            return False
+        except MAILClientError as exc:
+            self.render.unreachable(
+                version, self.client.base_url, f"GET /health answered HTTP {exc.status}"
+            )
+            return False
+        except (RuntimeError, ValueError, OSError) as exc:
+            self.render.unreachable(version, self.client.base_url, _first_line(exc))
+            return False
+        swarm = health.get("swarm_name") if isinstance(health, dict) else None
+        self.render.banner(version, self.client.base_url, swarm if isinstance(swarm, str) else None)
+        return True
 
     def _login_at_start(self, runner: asyncio.Runner) -> None:
         key = self.client.api_key
@@ -210,6 +229,11 @@ def redact_secrets(line: str) -> str:
     if words and words[0] in ("login", "l") and len(words) > 1:
         return words[0]
     return line
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _detail_text(detail: object) -> str:

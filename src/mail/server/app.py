@@ -293,6 +293,9 @@ def create_app(
     app.include_router(routes_team.router)
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
+    from mail.server.api_docs import install_api_docs
+
+    install_api_docs(app)
     if config.ui:
         from mail.server.console import install_console
 

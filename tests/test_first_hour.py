@@ -1,0 +1,361 @@
+"""Issue 28: the mistakes of a first hour get a helpful answer, over real `mail server` processes.
+
+Typos in mail.toml, a swarm source named relative to the config file, a model without its
+provider key, a provider that refuses the key, an unknown offline model, `mail client`
+pointed at nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server_fixtures import (
+    ROOT_ALICE_BOB,
+    ServerProcess,
+    auth,
+    free_port,
+    keyed_stub_server,
+    post_as,
+    server_env,
+    write_stub_swarms,
+)
+from support.scripted_llm import ScriptedLLM, error
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _one_agent_swarm(name: str, agent_params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "version": "1.0.0",
+            "entrypoint": "supervisor",
+            "agents": [
+                {
+                    "name": "supervisor",
+                    "factory": "python::mail.factories.supervisor:LiteLLMSupervisorFunction",
+                    "comm_targets": [],
+                    "enable_entrypoint": True,
+                    "can_complete_tasks": True,
+                    "tool_format": "completions",
+                    "agent_params": {"system": "You are the supervisor.", **agent_params},
+                }
+            ],
+            "actions": [],
+        }
+    ]
+
+
+def _run_server(cwd: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mail.cli", "server", *args],
+        cwd=cwd,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _agent_errors(server: ServerProcess, key: str, task_id: str) -> list[dict[str, Any]]:
+    record = httpx.get(
+        f"{server.base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=30
+    ).json()
+    found = []
+    for event in record["events"]:
+        if event["event"] == "agent_error":
+            data = event["data"]
+            found.append(json.loads(data) if isinstance(data, str) else data)
+    return found
+
+
+# ---------------------------------------------------------------------------- mail.toml
+
+
+def test_config_typos_are_warned_and_a_failed_start_leaves_no_folders(tmp_path: Path) -> None:
+    (tmp_path / "mail.toml").write_text(
+        '[server]\nprot = 8000\n\n[server.swarm]\nname = "demo"\nsource = "nowhere.json"\n'
+        "\n[server.settings]\ninstance_idle_timout = 1800\n",
+        encoding="utf-8",
+    )
+    done = _run_server(tmp_path, "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert any(
+        "unknown key 'prot' in [server] is ignored; did you mean 'port'?" in line for line in lines
+    ), done.stderr
+    assert any(
+        "unknown key 'instance_idle_timout' in [server.settings] is ignored; did you mean "
+        "'instance_idle_timeout'?" in line
+        for line in lines
+    ), done.stderr
+    # The source is named relative to the config file, and the error says where it looked.
+    assert f"{tmp_path / 'nowhere.json'}' does not exist" in done.stderr
+    assert not (tmp_path / "registries").exists(), "a failed start created registries/"
+
+
+def test_swarm_source_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
+    checkout.mkdir()
+    elsewhere.mkdir()
+    write_stub_swarms(checkout)
+    config = checkout / "mail.toml"
+    config.write_text(
+        '[server]\nhost = "127.0.0.1"\n\n[server.swarm]\nname = "stub"\n'
+        'source = "swarms.json"\nregistry = "registries/stub.json"\n',
+        encoding="utf-8",
+    )
+    port = free_port()
+    server = ServerProcess(elsewhere, port, args=["--config", str(config), "--port", str(port)])
+    server.start()
+    try:
+        assert httpx.get(f"{server.base_url}/", timeout=10).json()["swarm"]["name"] == "stub"
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------- models
+
+
+def _start(directory: Path, *args: str) -> tuple[ServerProcess, str]:
+    """A fresh `mail server` in ``directory`` (first start: it prints its keys) and its user key."""
+    port = free_port()
+    server = ServerProcess(
+        directory, port, args=["--port", str(port), "--host", "127.0.0.1", *args]
+    )
+    server.start()
+    keys = dict(re.findall(r"(admin|user)\s+key \(id '\w+'\): (\S+)", server.logs()))
+    return server, keys["user"]
+
+
+def test_missing_provider_key_is_warned_and_fails_fast_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (tmp_path / "swarms.json").write_text(
+        json.dumps(_one_agent_swarm("keyless", {"llm": "openai/gpt-5-mini", "use_proxy": False}))
+    )
+    server, key = _start(tmp_path, "-s", "swarms.json", "-n", "keyless")
+    try:
+        _wait_for(lambda: "OPENAI_API_KEY is not set" in server.logs(), "the start-up warning")
+        warning = [line for line in server.logs().splitlines() if "is not set" in line]
+        assert len(warning) == 1 and "agent 'supervisor' uses openai/gpt-5-mini" in warning[0]
+        started = time.monotonic()
+        answer = httpx.post(
+            f"{server.base_url}/message", json={"body": "hi"}, headers=auth(key), timeout=60
+        )
+        took = time.monotonic() - started
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert "OPENAI_API_KEY is not set" in body["response"], body
+        assert "Set OPENAI_API_KEY" in body["response"], body
+        assert took < 10, f"a missing key should fail at once, took {took:.1f}s (retries?)"
+        errors = _agent_errors(server, key, body["task_id"])
+        assert errors and errors[0]["extra_data"]["error_kind"] == "missing_api_key", errors
+    finally:
+        server.stop()
+
+
+async def test_provider_refusing_the_key_is_not_retried(tmp_path: Path) -> None:
+    async with ScriptedLLM() as llm:
+        for _ in range(5):
+            llm.queue(error(401, "Incorrect API key provided"))
+        params = {
+            "llm": "openai/gpt-4o-mini",
+            "use_proxy": False,
+            "api_base": llm.base_url,
+            "api_key": "sk-wrong",
+        }
+        (tmp_path / "swarms.json").write_text(json.dumps(_one_agent_swarm("refused", params)))
+        server, key = _start(tmp_path, "-s", "swarms.json", "-n", "refused")
+        try:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+                answer = await client.post("/message", json={"body": "hi"}, headers=auth(key))
+                assert answer.status_code == 200, answer.text
+                body = answer.json()
+                record = (
+                    await client.get(
+                        "/task", params={"task_id": body["task_id"]}, headers=auth(key)
+                    )
+                ).json()
+        finally:
+            server.stop()
+    assert len(llm.requests) == 1, f"a 401 was retried: {len(llm.requests)} requests"
+    assert "HTTP 401" in body["response"], body
+    assert "The provider refused the API key: check the agent's api_key." in body["response"]
+    kinds = [
+        (json.loads(e["data"]) if isinstance(e["data"], str) else e["data"])["extra_data"]
+        for e in record["events"]
+        if e["event"] == "agent_error"
+    ]
+    assert kinds and kinds[0]["error_kind"] == "authentication", kinds
+
+
+def test_unknown_offline_model_is_refused_at_start(tmp_path: Path) -> None:
+    (tmp_path / "swarms.json").write_text(
+        json.dumps(_one_agent_swarm("nope", {"llm": "mail/nope"}))
+    )
+    done = _run_server(tmp_path, "-s", "swarms.json", "-n", "nope", "--port", str(free_port()))
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, done.stderr
+    assert "unknown offline model 'mail/nope'" in errors[0]
+    assert "agent 'supervisor'" in errors[0]
+
+
+def test_unknown_offline_model_is_refused_by_swarms_load(tmp_path: Path) -> None:
+    swarm = _one_agent_swarm("nope", {"llm": "mail/nope"})[0]
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        refused = httpx.post(
+            f"{server.base_url}/swarms/load",
+            json={"json": json.dumps(swarm)},
+            headers=auth(server.keys["admin"]),
+            timeout=30,
+        )
+        # The running swarm is untouched.
+        still = post_as(server, "alice", {"body": "hello"})
+    assert refused.status_code == 400, refused.text
+    assert "unknown offline model 'mail/nope'" in refused.json()["detail"]
+    assert still.status_code == 200, still.text
+
+
+# ---------------------------------------------------------------------------- mail client
+
+
+def test_client_names_the_server_when_nothing_listens(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "mail.cli", "client", url, "--api-key", "mail_whatever"],
+        cwd=tmp_path,
+        env={**server_env(), "HOME": str(tmp_path), "COLUMNS": "200"},
+        input="exit\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = done.stdout + done.stderr
+    assert "connected to" not in out, out
+    assert f"no MAIL server answers at {url}" in out, out
+    assert "login failed" not in out and "login KEY" not in out, out
+
+
+def test_client_says_connected_after_health_answers(tmp_path: Path) -> None:
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mail.cli",
+                "client",
+                server.base_url,
+                "--api-key",
+                server.keys["alice"],
+            ],
+            cwd=tmp_path,
+            env={**server_env(), "HOME": str(tmp_path), "COLUMNS": "200"},
+            input="exit\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert f"connected to {server.base_url} (swarm stub)" in done.stdout, done.stdout
+    assert "logged in as user:alice" in done.stdout, done.stdout
+
+
+def test_repl_offers_only_the_message_types_the_server_accepts() -> None:
+    from mail.repl.parser import MSG_TYPES
+    from mail.server.bodies import POSTABLE_MESSAGE_TYPES
+
+    assert tuple(MSG_TYPES) == tuple(POSTABLE_MESSAGE_TYPES)
+
+
+def test_review_hint_offers_only_allowed_decisions() -> None:
+    from mail.repl.handlers import decision_hint
+
+    hint = decision_hint(
+        "t1", {"tool_call_id": "call_1", "allowed_decisions": ["respond", "ignore"]}
+    )
+    assert hint == "decide with: review t1 call_1=respond:TEXT | call_1=ignore"
+    assert "accept" not in hint and "edit" not in hint
+
+
+# ---------------------------------------------------------------------------- /docs
+
+
+def test_openapi_json_is_the_committed_document_and_docs_are_served_locally(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    from server_fixtures import REPO_ROOT
+
+    committed = yaml.safe_load((REPO_ROOT / "spec" / "openapi.yaml").read_text())
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        spec = httpx.get(f"{server.base_url}/openapi.json", timeout=30)
+        moved = httpx.get(f"{server.base_url}/docs", timeout=30)
+        page = httpx.get(f"{server.base_url}/docs/", timeout=30)
+        refs = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assets = {ref: httpx.get(f"{server.base_url}/docs/{ref}", timeout=30) for ref in refs}
+        unknown = httpx.get(f"{server.base_url}/docs/assets/swagger-editor.js", timeout=30)
+    assert spec.status_code == 200 and spec.headers["content-type"] == "application/json"
+    assert spec.json() == committed
+    assert moved.status_code == 308 and moved.headers["location"] == "/docs/"
+    assert page.status_code == 200, page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert "<script>" not in page.text  # no inline code
+    assert refs and all(not ref.startswith(("http:", "https:", "//")) for ref in refs), refs
+    for ref, answer in assets.items():
+        assert answer.status_code == 200, (ref, answer.status_code)
+        assert "script-src 'self'" in answer.headers["content-security-policy"]
+    assert b"SwaggerUIBundle" in assets["assets/swagger-ui-bundle.js"].content
+    assert b"../openapi.json" in assets["assets/start.js"].content
+    assert unknown.status_code == 404
+
+
+def test_docs_page_renders_the_api_in_a_browser_under_the_csp(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from support.console_harness import launch_browser
+
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server, sync_playwright() as pw:
+        browser = launch_browser(pw)
+        try:
+            page = browser.new_page()
+            violations: list[str] = []
+            outside: list[str] = []
+            page.on(
+                "console",
+                lambda m: (
+                    violations.append(m.text) if "Content Security Policy" in m.text else None
+                ),
+            )
+            page.on(
+                "request",
+                lambda r: outside.append(r.url) if not r.url.startswith(server.base_url) else None,
+            )
+            page.goto(f"{server.base_url}/docs/")
+            page.wait_for_selector("text=/message", timeout=60_000)
+            title = page.locator(".info .title").inner_text(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "docs.png"))
+        finally:
+            browser.close()
+    assert "MAIL" in title, title
+    assert not violations, violations
+    assert not outside, outside
