@@ -160,8 +160,9 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
     if kind == "request":
         outstanding[ctx.agent_name] = outstanding.get(ctx.agent_name, 0) + 1
     elif kind == "response":
-        target_name = parse_agent_address(target)[0]
-        if outstanding.get(target_name, 0) > 0:
+        # Only a local target's count: `supervisor@beta` is not our `supervisor`.
+        target_name, target_swarm = parse_agent_address(target)
+        if rt._is_local_swarm(target_swarm) and outstanding.get(target_name, 0) > 0:
             outstanding[target_name] -= 1
     rt._prechecked.add(message["id"])  # comm_targets already checked above
     rt.mailbox.put(message)
