@@ -111,8 +111,13 @@ class DeliveryMixin:
         agent = self.agents.get(sender)
         if agent is None:
             return []
-        allowed = agent.comm_targets
-        return [t for t in targets if t != ALL_AGENTS and t not in allowed]
+        # Compared as full addresses: `x@<this swarm>` is `x`; `x@other` is never `x`.
+        allowed = {self._full_address(t) for t in agent.comm_targets}
+        return [t for t in targets if t != ALL_AGENTS and self._full_address(t) not in allowed]
+
+    def _full_address(self: MAILRuntime, address: str) -> str:
+        name, swarm = parse_agent_address(address)
+        return f"{name}@{self.swarm_name if self._is_local_swarm(swarm) else swarm}"
 
     def _process_message(self: MAILRuntime, message: MAILMessage) -> None:
         payload: Any = message["message"]
