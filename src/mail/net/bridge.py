@@ -389,6 +389,9 @@ class InterswarmBridge:
         # From here on the peer's message carries its re-attributed sender (net/trust.py).
         payload = {**payload, "sender": sender, "sender_swarm": source}
         incoming = self._as_message({**envelope, "payload": payload})  # type: ignore[typeddict-item]
+        # A peer names its own side's contributors; who takes part on this side is ours to
+        # record (a peer listing `user:someone@<this swarm>` does not make them one).
+        contributors = [c for c in contributors if parse_task_contributor(c)[2] != self.local_swarm]
         if task is None:
             task = rt._ensure_task(task_id, owner, contributors)
         for contributor in contributors:
