@@ -105,12 +105,12 @@ def fed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             fed.keys[f"{swarm}/user"] = create_key(keys_file, "user", "alice")
             for peer in peers:
                 fed.keys[f"{swarm}/as-{peer}"] = _agent_key(keys_file, peer)
-        for swarm in SWARMS:
-            directory = root / swarm
-            server = ServerProcess(
-                directory, ports[swarm], args=["--config", str(directory / "mail.toml")]
-            )
-            fed.servers[swarm] = server.start()
+        for swarm in SWARMS:  # started together: the three start-ups overlap
+            config = root / swarm / "mail.toml"
+            server = ServerProcess(root / swarm, ports[swarm], args=["--config", str(config)])
+            fed.servers[swarm] = server.start(wait=False)
+        for server in fed.servers.values():
+            server.wait_healthy()
         for swarm in SWARMS:
             for peer in SWARMS:
                 if peer == swarm:
