@@ -167,6 +167,29 @@ def test_broadcast_reaches_the_same_named_supervisor(fed: Fed) -> None:
     assert r.json()["response"] == "alpha got: beta says: news for everyone", r.text
 
 
+def test_broadcast_to_two_swarms_is_answered_by_both_and_never_relayed(fed: Fed) -> None:
+    task_id = str(uuid.uuid4())
+    r = fed.ask("alpha", "BCAST2 beta gamma to both", task_id=task_id)
+    assert r.status_code == 200, r.text
+    assert r.json()["response"] == "alpha got: beta says: to both | gamma says: to both", r.text
+    # Each peer got its own copy from alpha; neither passed its copy on to the other (the
+    # envelope names both swarms' `all`), so nothing was sent, or refused, between them.
+    for peer, other in (("beta", "gamma"), ("gamma", "beta")):
+        record = _wait_completed(fed, peer, task_id)
+        r = httpx.get(
+            f"{fed.url(peer)}/task",
+            params={"task_id": task_id},
+            headers=auth(fed.keys[f"{peer}/admin"]),
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        events = r.json()["events"]
+        sent = [str(e["data"]) for e in events if e["event"] == "interswarm_message_sent"]
+        assert sent and all(f"to swarm {other}" not in d for d in sent), sent
+        assert not [e for e in events if e["event"] == "interswarm_message_error"], events
+        assert other not in record["remote_swarms"], record
+
+
 def test_one_task_forwarded_to_two_peers_and_answered_back(fed: Fed) -> None:
     task_id = str(uuid.uuid4())
     r = fed.ask("alpha", "ASK2 beta gamma fan out", task_id=task_id)

@@ -6,7 +6,8 @@ from the newest incoming MAIL message (and the first one of the task):
 
 * from a user `ASK <swarm> <text>`: ask `supervisor@<swarm>` (subject `question`);
   `ASK2 <s1> <s2> <text>`: ask both in one turn, complete once both answered;
-  `BCAST <swarm> <text>`: `send_interswarm_broadcast` to that swarm;
+  `BCAST <swarm> <text>`: `send_interswarm_broadcast` to that swarm (`BCAST2 <s1> <s2>`:
+  to both, complete once both answered);
 * a `question` / `news` from an agent: answer it with `<swarm> says: <text>`; `SPIN` makes
   the agent call `await_message` forever (the loop guard stops it); `HOLD` is answered late;
 * an `answer`: complete with `<swarm> got: <answers>` (or pass it on to the agent that asked);
@@ -96,7 +97,7 @@ def brain(request: ScriptedRequest) -> ReplyLike:
         return reply(tool_call("await_message", {"reason": "spinning"}))
     if subject == "answer":
         answers = [b for _, _, s, b in seen if s == "answer"]
-        wanted = 2 if first[3].startswith("ASK2 ") else 1
+        wanted = 2 if first[3].startswith(("ASK2 ", "BCAST2 ")) else 1
         if len(answers) < wanted:
             return reply(tool_call("await_message", {"reason": "one more answer"}))
         return _finish(first, f"{swarm} got: {' | '.join(sorted(answers))}")
@@ -115,6 +116,10 @@ def brain(request: ScriptedRequest) -> ReplyLike:
         _, peer, text = body.split(" ", 2)
         args = {"target": f"supervisor@{peer}", "subject": "question", "body": text}
         return reply(tool_call("send_request", args))
+    if body.startswith("BCAST2 "):
+        _, one, two, text = body.split(" ", 3)
+        args = {"target_swarms": [one, two], "subject": "news", "body": text}
+        return reply(tool_call("send_interswarm_broadcast", args))
     if body.startswith("BCAST "):
         _, peer, text = body.split(" ", 2)
         args = {"target_swarms": [peer], "subject": "news", "body": text}

@@ -294,7 +294,10 @@ async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -
     reason = call.tool_args.get("reason")
     waiting_on = rt.outstanding_requests.get(ctx.task_id, {}).get(ctx.agent_name, 0)
     others_busy = rt.other_turns_running(ctx.task_id) or rt.mailbox.has_task(ctx.task_id)
-    if waiting_on == 0 and not others_busy:
+    # A broadcast to other swarms is not a request, but their answers are on their way.
+    bridge = rt.interswarm
+    remote_pending = bridge is not None and bridge.is_waiting(ctx.task_id, ctx.agent_name)
+    if waiting_on == 0 and not others_busy and not remote_pending:
         _tool_call_error(
             rt,
             ctx,

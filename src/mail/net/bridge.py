@@ -217,6 +217,10 @@ class InterswarmBridge:
             del self._direct[done]
         self._direct.setdefault(task_id, set()).add(target_swarm)
 
+    def is_waiting(self, task_id: str, name: str) -> bool:
+        """Does `name` (a local agent) wait on an answer from another swarm in this task?"""
+        return any(name in tasks.get(task_id, ()) for tasks in self._waiting.values())
+
     def _task_done(self, task_id: str) -> bool:
         task = self.runtime.mail_tasks.get(task_id)
         return task is None or task.completed
