@@ -4,7 +4,8 @@ Three real `mail server` processes (alpha, beta, gamma) started through the CLI,
 LiteLLM supervisors answered by the scripted provider, for both tool formats of swarms.json:
 
 * request/response and broadcast between `supervisor@alpha` and `supervisor@beta` (a
-  same-named sender used to be mistaken for the recipient itself and dropped);
+  same-named sender used to be mistaken for the recipient itself and dropped), and a
+  broadcast to two swarms that each answer and neither relays;
 * one task forwarded to two peers, answered back by both; the owner's end finishes them;
 * a peer's task stopped by the loop guard reaches the owner's caller as an error at once;
 * a peer's envelope never speaks as a local user/admin/system or another swarm's agent;
