@@ -126,7 +126,7 @@ async def test_send_interswarm_message_gets_the_remote_answer(pair: Pair) -> Non
     alpha, _beta, keys = pair
     async with MAILClient(alpha.base_url, keys["alice"], config=ClientConfig(timeout=60)) as alice:
         result = await alice.send_interswarm_message(
-            "direct hello", keys["alice"], targets=["worker@swarm-beta"], msg_type="request"
+            "direct hello", keys["alice"], targets=["supervisor@swarm-beta"], msg_type="request"
         )
     assert result["response"]["message"]["body"] == "beta completes: direct hello"
 
@@ -168,7 +168,11 @@ async def test_post_interswarm_response_returns_to_the_owning_swarm(pair: Pair) 
         "swarm-beta",
         "swarm-alpha",
         _agent_payload(
-            task_id, "worker@swarm-beta", "supervisor", "a late word", ("swarm-beta", "swarm-alpha")
+            task_id,
+            "supervisor@swarm-beta",
+            "supervisor",
+            "a late word",
+            ("swarm-beta", "swarm-alpha"),
         ),
         "response",
         "user:alice@swarm-alpha",
@@ -187,6 +191,6 @@ def test_repl_message_interswarm_fills_the_right_fields(pair: Pair) -> None:
     repl = MAILREPL(alpha.base_url, keys["alice"], ClientConfig(timeout=60), console=console)
     with asyncio.Runner() as runner:
         runner.run(repl.client.login(keys["alice"]))
-        repl.execute(runner, "mi 'hello from the repl' worker@swarm-beta")
+        repl.execute(runner, "mi 'hello from the repl' supervisor@swarm-beta")
         runner.run(repl.client.aclose())
     assert "beta completes: hello from the repl" in out.getvalue()

@@ -1,4 +1,4 @@
-"""Interswarm failure handling in-process: a swarm whose agent addresses `worker@remote`,
+"""Interswarm failure handling in-process: a swarm whose agent addresses `supervisor@remote`,
 with the remote played by a loopback aiohttp server that refuses, hangs, or is unknown.
 
 Each failure must reach the sending agent as `::interswarm_error::` within the router
@@ -151,7 +151,7 @@ async def test_successful_send_carries_owner_contributors_and_token(tmp_path: Pa
         assert envelope["task_owner"] == "user:alice@local"
         assert envelope["task_contributors"] == ["user:alice@local"]
         assert envelope["payload"]["sender"]["address"] == "supervisor@local"
-        assert envelope["payload"]["recipient"]["address"] == "worker@remote"
+        assert envelope["payload"]["recipient"]["address"] == "supervisor@remote"
         assert envelope["target_swarm"] == "remote" and envelope["source_swarm"] == "local"
         # The remote answers through /interswarm/back; play that part by hand.
         answer = {
@@ -164,8 +164,9 @@ async def test_successful_send_carries_owner_contributors_and_token(tmp_path: Pa
             "payload": {
                 **envelope["payload"],
                 "request_id": str(uuid.uuid4()),
-                "sender": {"address_type": "agent", "address": "worker@remote"},
+                "sender": {"address_type": "agent", "address": "supervisor@remote"},
                 "recipient": {"address_type": "agent", "address": "supervisor@local"},
+                "subject": "answer",
                 "body": "remote answer",
             },
         }

@@ -113,7 +113,7 @@ def test_interswarm_message_route_reaches_remote_entrypoint(pair) -> None:
     alpha, _beta, keys = pair
     r = httpx.post(
         f"{alpha.base_url}/interswarm/message",
-        json={"targets": ["worker@swarm-beta"], "body": "direct hello", "msg_type": "request"},
+        json={"targets": ["supervisor@swarm-beta"], "body": "direct hello", "msg_type": "request"},
         headers=auth(keys["alice"]),
         timeout=60,
     )
@@ -169,7 +169,7 @@ def test_role_enforcement_on_interswarm_routes(pair) -> None:
         assert r.status_code == 400
     r = httpx.post(
         f"{alpha.base_url}/interswarm/message",
-        json={"targets": ["worker@swarm-beta"], "body": "x"},
+        json={"targets": ["supervisor@swarm-beta"], "body": "x"},
         headers=auth(keys["beta_on_alpha"]),
     )
     assert r.status_code == 403

@@ -166,7 +166,7 @@ def test_peer_cannot_write_into_a_local_task(fed) -> None:  # noqa: ANN001
             source="swarm-beta",
             target="swarm-alpha",
             owner=owner,
-            sender="worker@swarm-beta",
+            sender="supervisor@swarm-beta",
             recipient="supervisor@swarm-alpha",
         )
         r = _post(alpha, path, keys["beta_on_alpha"], env)
@@ -178,7 +178,7 @@ def test_peer_cannot_write_into_a_local_task(fed) -> None:  # noqa: ANN001
         source="swarm-alpha",
         target="swarm-alpha",
         owner=owner,
-        sender="worker@swarm-alpha",
+        sender="supervisor@swarm-alpha",
         recipient="supervisor@swarm-alpha",
     )
     r = _post(alpha, "/interswarm/back", keys["loose_on_alpha"], env)
@@ -197,8 +197,8 @@ def test_bound_key_speaks_only_for_its_swarm(fed) -> None:  # noqa: ANN001
         source="swarm-gamma",
         target="swarm-alpha",
         owner="user:g@swarm-gamma",
-        sender="worker@swarm-gamma",
-        recipient="worker",
+        sender="supervisor@swarm-gamma",
+        recipient="supervisor",
     )
     r = _post(alpha, "/interswarm/forward", keys["beta_on_alpha"], env)
     assert r.status_code == 403
@@ -213,8 +213,8 @@ def test_forward_only_starts_tasks_the_source_swarm_owns(fed) -> None:  # noqa: 
         source="swarm-gamma",
         target="swarm-alpha",
         owner="user:z@swarm-beta",
-        sender="worker@swarm-gamma",
-        recipient="worker",
+        sender="supervisor@swarm-gamma",
+        recipient="supervisor",
     )
     r = _post(alpha, "/interswarm/forward", keys["loose_on_alpha"], env)
     assert r.status_code == 403 and "may only start tasks it owns" in r.text
@@ -226,8 +226,8 @@ def test_forward_only_starts_tasks_the_source_swarm_owns(fed) -> None:  # noqa: 
         source="swarm-gamma",
         target="swarm-alpha",
         owner="user:z@swarm-gamma",
-        sender="worker@swarm-gamma",
-        recipient="worker",
+        sender="supervisor@swarm-gamma",
+        recipient="supervisor",
     )
     r = _post(alpha, "/interswarm/forward", keys["loose_on_alpha"], env)
     assert r.status_code == 200, r.text
@@ -270,7 +270,7 @@ def test_registry_caller_id_is_enforced(fed) -> None:  # noqa: ANN001
             target="swarm-alpha",
             owner="user:q@swarm-beta",
             sender="supervisor@swarm-beta",
-            recipient="worker",
+            recipient="supervisor",
         )
         return _post(alpha, "/interswarm/forward", keys["beta_on_alpha"], env)
 
@@ -310,7 +310,7 @@ def test_register_swarm_rejects_own_name_wrong_name_and_queries(fed) -> None:  #
 
 def test_interswarm_message_rejects_malformed_fields(fed) -> None:  # noqa: ANN001
     alpha, _beta, keys, _ = fed
-    base = {"targets": ["worker@swarm-beta"], "body": "x"}
+    base = {"targets": ["supervisor@swarm-beta"], "body": "x"}
     cases = [
         ({"timeout": "abc"}, "'timeout'"),
         ({"timeout": [1]}, "'timeout'"),

@@ -1,8 +1,14 @@
 """Deterministic agents for the two-server interswarm tests (no LLM).
 
-* `alpha_supervisor`: a user message makes it ask `worker@<remote>` (the remote swarm name is
-  its only comm target); an agent's answer completes the task with `alpha got: <answer>`; a
-  system message (an interswarm error) completes it with `error: <body>`.
+Both sides use the same layout, as real federations do: every swarm's entrypoint is
+`supervisor`, so `supervisor@swarm-alpha` talks to `supervisor@swarm-beta`.
+
+* `supervisor`: a message from its own user asks `supervisor@<remote>` (subject `question`);
+  a `question` from an agent is answered with `beta says: <body>`; any other agent message
+  (an answer, a task-end notice) completes the task with `alpha got: <body>`; a remote user's
+  direct message (`<from type="user">id@swarm</from>`) is completed with
+  `beta completes: <body>`; a system message completes it with `error: <body>`.
+* `alpha_supervisor`: the older one-way supervisor (asks its first comm target).
 * `beta_worker`: answers whoever asked with `beta says: <body>`.
 * `relay` / `sleeper`: a user's `ASK agent@swarm text` goes to that agent; the sleeper
   answers after 30 s (for peers that die, or callers that time out, meanwhile).
@@ -12,9 +18,40 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from tests.support.stub_agents import _call, _last_incoming
+
+_SUBJECT = re.compile(r"<subject>(.*?)</subject>", re.S)
+
+
+def _last_subject(history: list[dict[str, Any]]) -> str:
+    for item in reversed(history):
+        content = item.get("content")
+        if item.get("role") == "user" and isinstance(content, str) and "<subject>" in content:
+            found = _SUBJECT.findall(content)
+            return found[-1] if found else ""
+    return ""
+
+
+def supervisor(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
+        kind, sender, body = _last_incoming(history)
+        subject = _last_subject(history)
+        if kind in ("user", "admin") and "@" in sender:  # a peer's user, sent to us directly
+            return None, [_call("task_complete", {"finish_message": f"beta completes: {body}"})]
+        if kind in ("user", "admin"):
+            args = {"target": comm_targets[0], "subject": "question", "body": body}
+            return None, [_call("send_request", args)]
+        if kind == "system":
+            return None, [_call("task_complete", {"finish_message": f"error: {body}"})]
+        if subject == "question":
+            args = {"target": sender, "subject": "answer", "body": f"beta says: {body}"}
+            return None, [_call("send_response", args)]
+        return None, [_call("task_complete", {"finish_message": f"alpha got: {body}"})]
+
+    return agent
 
 
 def alpha_supervisor(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
@@ -85,7 +122,7 @@ def sleeper(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
 
 
 def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
-    """swarms.json for one side: `supervisor` (asks worker@remote) and a local `worker`."""
+    """swarms.json for one side: `supervisor` (asks supervisor@remote) and a local `worker`."""
     factory = "python::tests.support.interswarm_agents:"
     return [
         {
@@ -98,8 +135,8 @@ def swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
             "agents": [
                 {
                     "name": "supervisor",
-                    "factory": factory + "alpha_supervisor",
-                    "comm_targets": [f"worker@{remote}", "worker"],
+                    "factory": factory + "supervisor",
+                    "comm_targets": [f"supervisor@{remote}", "worker"],
                     "agent_params": {},
                     "enable_entrypoint": True,
                     "can_complete_tasks": True,

@@ -83,21 +83,41 @@ class DeliveryMixin:
         return swarm is None or swarm == "" or swarm == self.swarm_name
 
     def _sender_is_local_agent(self: MAILRuntime, payload: Any) -> bool:
+        return self._local_sender(payload) is not None
+
+    def _local_sender(self: MAILRuntime, payload: Any) -> str | None:
+        """The sender's name when it is an agent of THIS swarm, else None.
+
+        Agents of different swarms may share a name (every swarm's entrypoint is usually
+        `supervisor`): `supervisor@alpha` is not our `supervisor`, so a name alone never
+        identifies the sender; its swarm (address or `sender_swarm`) must be ours too.
+        """
         if payload["sender"]["address_type"] != "agent":
-            return False
+            return None
         name, swarm = parse_agent_address(payload["sender"]["address"])
-        if not self._is_local_swarm(swarm):
-            return False
-        sender_swarm = payload.get("sender_swarm")
-        return self._is_local_swarm(sender_swarm)
+        if not self._is_local_swarm(swarm) or not self._is_local_swarm(payload.get("sender_swarm")):
+            return None
+        return name
+
+    def _from_peer(self: MAILRuntime, payload: Any) -> bool:
+        """Did this message arrive from another swarm (its sender names a remote swarm)?"""
+        _, swarm = parse_agent_address(payload["sender"]["address"])
+        return not self._is_local_swarm(swarm) or not self._is_local_swarm(
+            payload.get("sender_swarm")
+        )
 
     def disallowed_targets(self: MAILRuntime, sender: str, targets: list[str]) -> list[str]:
         """Targets that `sender`'s comm_targets do not allow (`all` is always allowed)."""
         agent = self.agents.get(sender)
         if agent is None:
             return []
-        allowed = agent.comm_targets
-        return [t for t in targets if t != ALL_AGENTS and t not in allowed]
+        # Compared as full addresses: `x@<this swarm>` is `x`; `x@other` is never `x`.
+        allowed = {self._full_address(t) for t in agent.comm_targets}
+        return [t for t in targets if t != ALL_AGENTS and self._full_address(t) not in allowed]
+
+    def _full_address(self: MAILRuntime, address: str) -> str:
+        name, swarm = parse_agent_address(address)
+        return f"{name}@{self.swarm_name if self._is_local_swarm(swarm) else swarm}"
 
     def _process_message(self: MAILRuntime, message: MAILMessage) -> None:
         payload: Any = message["message"]
@@ -117,28 +137,29 @@ class DeliveryMixin:
                 return
 
         names = [r["address"] for r in message_recipients(message)]
-        sender_name = parse_agent_address(sender["address"])[0]
+        # Compared by full address: a same-named agent of another swarm is someone else.
+        local_sender = self._local_sender(payload)
         prechecked = message["id"] in self._prechecked
         if prechecked:
             self._prechecked.discard(message["id"])
         if (
             not prechecked
             and message["msg_type"] not in ("broadcast", "broadcast_complete")
-            and self._sender_is_local_agent(payload)
+            and local_sender is not None
         ):
-            disallowed = self.disallowed_targets(sender_name, names)
+            disallowed = self.disallowed_targets(local_sender, names)
             if disallowed:
                 self._emit(
                     task_id,
                     "agent_error",
                     f"agent attempted to contact disallowed recipients: {disallowed}",
                 )
-                targets = self.agents[sender_name].comm_targets
+                targets = self.agents[local_sender].comm_targets
                 self.mailbox.put(
                     system_response(
                         self.swarm_name,
                         task_id,
-                        sender_name,
+                        local_sender,
                         "::invalid_recipient::",
                         invalid_recipient_body(disallowed, targets),
                     )
@@ -156,10 +177,14 @@ class DeliveryMixin:
                 local.append(agent_name)
             else:
                 remote.append(name)
-        if remote:
+        if remote and self._from_peer(payload):
+            # A peer's envelope is delivered here only (a broadcast to several swarms names
+            # the others too, and each gets its own copy): never relayed under its name.
+            logger.debug("not relaying %s's message to %s", sender["address"], remote)
+        elif remote:
             self._route_remote(message, remote)
         if local:
-            self._deliver_local(message, local, sender_name if sender_type != "system" else None)
+            self._deliver_local(message, local, local_sender)
 
     def _route_remote(self: MAILRuntime, message: MAILMessage, remote: list[str]) -> None:
         payload: Any = message["message"]
@@ -167,14 +192,15 @@ class DeliveryMixin:
         if self.enable_interswarm and self.interswarm is not None:
             self.interswarm.send_soon(message, remote)
             return
-        sender_name = parse_agent_address(payload["sender"]["address"])[0]
+        local_sender = self._local_sender(payload)
+        sender_name = local_sender or payload["sender"]["address"]
         self._emit(
             task_id,
             "agent_error",
             f"interswarm is not enabled; message from {sender_name} to {', '.join(remote)} "
             "cannot be delivered",
         )
-        if payload["sender"]["address_type"] == "agent" and sender_name in self.agents:
+        if local_sender is not None and local_sender in self.agents:
             self.mailbox.put(
                 system_response(
                     self.swarm_name,
@@ -187,19 +213,23 @@ class DeliveryMixin:
             )
 
     def _deliver_local(
-        self: MAILRuntime, message: MAILMessage, names: list[str], sender_name: str | None
+        self: MAILRuntime, message: MAILMessage, names: list[str], local_sender: str | None
     ) -> None:
+        """Deliver to this swarm's agents `names`; `local_sender` is the sending agent's name
+        when it is one of ours (never itself a recipient), None for anyone else (a user, the
+        system, an agent of another swarm, whatever its name)."""
         payload: Any = message["message"]
         task_id = payload["task_id"]
+        sender_name = payload["sender"]["address"] if local_sender is None else local_sender
         expanded: list[str]
         if len(names) == 1 and names[0] != ALL_AGENTS:
-            expanded = [] if names[0] == sender_name else names
+            expanded = [] if names[0] == local_sender else names
         else:
             expanded = []
             seen: set[str] = set()
             for name in names:
                 for target in self.agents if name == ALL_AGENTS else (name,):
-                    if target not in seen and target != sender_name:
+                    if target not in seen and target != local_sender:
                         seen.add(target)
                         expanded.append(target)
 
@@ -213,12 +243,12 @@ class DeliveryMixin:
                     "agent_error",
                     f"agent {sender_name} attempted to send a message to the user ({self.user_id})",
                 )
-                if sender_name in self.agents:
+                if local_sender is not None and local_sender in self.agents:
                     self.mailbox.put(
                         system_response(
                             self.swarm_name,
                             task_id,
-                            sender_name,
+                            local_sender,
                             "::improper_response_to_user::",
                             improper_response_to_user_body(self.user_id),
                         )
@@ -245,13 +275,13 @@ class DeliveryMixin:
                     "agent_error",
                     f"agent {name} is unknown; message from {sender_name} cannot be delivered to it",
                 )
-                if sender_name in self.agents:
-                    targets = self.agents[sender_name].comm_targets
+                if local_sender is not None and local_sender in self.agents:
+                    targets = self.agents[local_sender].comm_targets
                     self.mailbox.put(
                         system_response(
                             self.swarm_name,
                             task_id,
-                            sender_name,
+                            local_sender,
                             "::agent_error::",
                             unknown_agent_body(name, targets),
                         )

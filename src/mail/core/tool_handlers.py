@@ -161,8 +161,9 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
     if kind == "request":
         outstanding[ctx.agent_name] = outstanding.get(ctx.agent_name, 0) + 1
     elif kind == "response":
-        target_name = parse_agent_address(target)[0]
-        if outstanding.get(target_name, 0) > 0:
+        # Only a local target's count: `supervisor@beta` is not our `supervisor`.
+        target_name, target_swarm = parse_agent_address(target)
+        if rt._is_local_swarm(target_swarm) and outstanding.get(target_name, 0) > 0:
             outstanding[target_name] -= 1
     rt._prechecked.add(message["id"])  # comm_targets already checked above
     rt.mailbox.put(message)
@@ -294,7 +295,10 @@ async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -
     reason = call.tool_args.get("reason")
     waiting_on = rt.outstanding_requests.get(ctx.task_id, {}).get(ctx.agent_name, 0)
     others_busy = rt.other_turns_running(ctx.task_id) or rt.mailbox.has_task(ctx.task_id)
-    if waiting_on == 0 and not others_busy:
+    # A broadcast to other swarms is not a request, but their answers are on their way.
+    bridge = rt.interswarm
+    remote_pending = bridge is not None and bridge.is_waiting(ctx.task_id, ctx.agent_name)
+    if waiting_on == 0 and not others_busy and not remote_pending:
         _tool_call_error(
             rt,
             ctx,

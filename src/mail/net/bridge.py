@@ -29,7 +29,13 @@ from mail.core.message import (
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
 from mail.net.router import InterswarmRouter
-from mail.net.trust import TrustError, check_existing_task, check_new_task
+from mail.net.trust import (
+    TrustError,
+    check_existing_task,
+    check_new_task,
+    peer_sender,
+    task_end_effect,
+)
 from mail.net.types import InterswarmError
 
 if TYPE_CHECKING:
@@ -69,6 +75,9 @@ class InterswarmBridge:
         self._waiting: dict[str, dict[str, set[str]]] = {}
         # (swarm, task_id, sender) of sends under way: their own failure is reported by _send.
         self._in_flight: set[tuple[str, str, str]] = set()
+        # task_id -> swarms our user or admin sent that task to directly
+        # (POST /interswarm/message): only their task-end notice may end it here.
+        self._direct: dict[str, set[str]] = {}
 
     @property
     def local_swarm(self) -> str:
@@ -130,6 +139,8 @@ class InterswarmBridge:
         task.remote_swarms.add(target_swarm)
         rt.observer.task_changed(task)
         direction = self.router.choose_direction(target_swarm, task.task_contributors)
+        if payload["sender"]["address_type"] in ("user", "admin"):
+            self._note_direct(task_id, target_swarm)
         waiter = self._expect_answer(message, target_swarm)
         flight = (target_swarm, task_id, waiter or "")
         self._in_flight.add(flight)
@@ -204,6 +215,15 @@ class InterswarmBridge:
             del tasks[task_id]
         tasks.setdefault(payload["task_id"], set()).add(name)
         return name
+
+    def _note_direct(self, task_id: str, target_swarm: str) -> None:
+        for done in [t for t in self._direct if self._task_done(t)]:
+            del self._direct[done]
+        self._direct.setdefault(task_id, set()).add(target_swarm)
+
+    def is_waiting(self, task_id: str, name: str) -> bool:
+        """Does `name` (a local agent) wait on an answer from another swarm in this task?"""
+        return any(name in tasks.get(task_id, ()) for tasks in self._waiting.values())
 
     def _task_done(self, task_id: str) -> bool:
         task = self.runtime.mail_tasks.get(task_id)
@@ -363,6 +383,14 @@ class InterswarmBridge:
                     task_owner=task.task_owner,
                     forwarded_to=task.remote_swarms,
                 )
+                if task.task_owner != owner:
+                    raise InterswarmReceiveError(
+                        f"task owner mismatch: expected '{task.task_owner}', got '{owner}'", 409
+                    )
+            sender = peer_sender(payload["sender"], source_swarm=source, task_owner=owner)
+            ends_task = False
+            if payload.get("subject") in TASK_END_SUBJECTS:
+                ends_task = self._task_end(payload, source, owner) == "end"
         except TrustError as exc:
             logger.warning("refused interswarm %s from swarm '%s': %s", direction, source, exc)
             raise InterswarmReceiveError(str(exc), exc.status) from exc
@@ -370,35 +398,36 @@ class InterswarmBridge:
         if problem is not None:
             logger.info("refused interswarm %s from swarm '%s': %s", direction, source, problem)
             raise InterswarmReceiveError(problem, 400)
+        # From here on the peer's message carries its re-attributed sender (net/trust.py).
+        payload = {**payload, "sender": sender, "sender_swarm": source}
+        incoming = self._as_message({**envelope, "payload": payload})  # type: ignore[typeddict-item]
+        # A peer names its own side's contributors; who takes part on this side is ours to
+        # record (a peer listing `user:someone@<this swarm>` does not make them one).
+        contributors = [c for c in contributors if parse_task_contributor(c)[2] != self.local_swarm]
         if task is None:
             task = rt._ensure_task(task_id, owner, contributors)
-        elif task.task_owner != owner:
-            raise InterswarmReceiveError(
-                f"task owner mismatch: expected '{task.task_owner}', got '{owner}'", 409
-            )
         for contributor in contributors:
             task.add_contributor(contributor)
         task.add_contributor(rt.this_owner)
         self._remember(message_id)
-        waiting = self._waiting.get(envelope["source_swarm"])
+        waiting = self._waiting.get(source)
         if waiting is not None:
             waiting.pop(task_id, None)
         rt._emit(
             task_id,
             "interswarm_message_received",
-            f"received interswarm message from swarm {envelope['source_swarm']}",
+            f"received interswarm message from swarm {source}",
         )
-        sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
-        sender = f"{sender_name}@{sender_swarm or envelope['source_swarm']}"
-        if payload.get("subject") in TASK_END_SUBJECTS and self._completes_here(payload, owner):
+        if ends_task:
             if not task.completed:
-                rt._complete_task(task_id, self._as_message(envelope))
+                rt._complete_task(task_id, incoming)
             return task_id
         if owner != rt.this_owner and task_id not in self.remote_callers:
-            self.remote_callers[task_id] = sender
+            self.remote_callers[task_id] = sender["address"]
+        self._count_answer(incoming)
         if task.completed:
             rt._resume_task(task_id)
-        rt.submit(self._as_message(envelope))
+        rt.submit(incoming)
         task.wake()
         return task_id
 
@@ -431,18 +460,42 @@ class InterswarmBridge:
             )
         return None
 
-    def _completes_here(self, payload: Any, owner: str) -> bool:
-        """Does a `::task_complete::` notice end our copy of the task?
-
-        Yes when the owner tells a contributor the task is over, and when a remote swarm
-        answers a task a user of ours sent to it directly (POST /interswarm/message).
-        """
+    def _task_end(self, payload: Any, source: str, owner: str) -> str:
+        """`end` or `deliver` for a peer's task-end notice (net/trust.py decides)."""
         rt = self.runtime
-        if owner != rt.this_owner:
-            return True
         recipients = payload.get("recipients") or [payload.get("recipient")]
-        names = [parse_agent_address(r["address"])[0] for r in recipients if r]
-        return any(name == rt.user_id or name not in rt.agents for name in names)
+        to_agent = to_caller = False
+        for recipient in recipients:
+            if not isinstance(recipient, dict):
+                continue
+            name, swarm = parse_agent_address(str(recipient.get("address", "")))
+            if not rt._is_local_swarm(swarm):
+                continue
+            to_agent = to_agent or name in rt.agents
+            to_caller = to_caller or name == rt.user_id
+        direct = source in self._direct.get(payload["task_id"], ())
+        return task_end_effect(
+            source_swarm=source,
+            task_id=payload["task_id"],
+            task_owner=owner,
+            owned_here=owner == rt.this_owner,
+            to_local_agent=to_agent,
+            to_direct_caller=to_caller and direct,
+        )
+
+    def _count_answer(self, message: MAILMessage) -> None:
+        """A peer's response settles one outstanding request of the local agent it answers
+        (as a local send_response does), so `await_message` sees the true count."""
+        if message["msg_type"] != "response":
+            return
+        payload: Any = message["message"]
+        recipient = payload.get("recipient")
+        if not isinstance(recipient, dict):
+            return
+        name, swarm = parse_agent_address(str(recipient.get("address", "")))
+        outstanding = self.runtime.outstanding_requests.get(payload["task_id"], {})
+        if self.runtime._is_local_swarm(swarm) and outstanding.get(name, 0) > 0:
+            outstanding[name] -= 1
 
     def _remember(self, message_id: str) -> None:
         self._seen[message_id] = None

@@ -8,14 +8,24 @@ Pure functions (no I/O) so the rules can be read, and tested, in one place:
 * a new task: only the swarm that owns it may start it here (`task_owner` is `...@source`);
 * an existing task: only its owner's swarm, or a swarm this server forwarded the task to
   (recorded in the task's `remote_swarms`), may add to it. Anyone else gets a 404, so a
-  peer cannot even learn that a task exists.
+  peer cannot even learn that a task exists;
+* the sender inside the envelope (`peer_sender`): always someone of the source swarm, with
+  the source swarm in its address (`x@<source>`), so it never reads as one of ours. An agent
+  of another swarm, a system address, or a user/admin who does not own the task is refused
+  (403); the peer's user who owns the task (a direct POST /interswarm/message) stays a user,
+  re-attributed to `id@<source>`;
+* the end of a task (`task_end_effect`): a contributor's `::task_complete::`/`::task_error::`
+  is a message to the local agent that asked it, never the end of a task this swarm owns
+  (only this swarm's own `can_complete_tasks` agents finish those), except for a task our
+  user sent directly to that peer. A contributor's copy ends only on its owner's word.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Literal
 
-from mail.core.message import parse_task_contributor
+from mail.core.message import parse_agent_address, parse_task_contributor
 
 
 class TrustError(Exception):
@@ -83,3 +93,74 @@ def check_existing_task(
     if source_swarm == owner_swarm(task_owner) or source_swarm in set(forwarded_to):
         return
     raise TrustError(f"task '{task_id}' is not known to this swarm", 404)
+
+
+def peer_sender(sender: Any, *, source_swarm: str, task_owner: str) -> dict[str, str]:
+    """The sender of a peer's envelope as this swarm sees it; TrustError(403) if it may not be.
+
+    Every sender is re-attributed to the source swarm (`x@<source>`): agents stay agents;
+    a user or admin sender is kept only when it is the peer's user who owns the task (the
+    direct POST /interswarm/message of docs/interswarm.md), as `id@<source>`, which no local
+    user or admin address ever equals; system addresses are never accepted from a peer.
+    """
+    kind = sender.get("address_type") if isinstance(sender, dict) else None
+    address = sender.get("address") if isinstance(sender, dict) else None
+    if not isinstance(address, str) or not address.strip():
+        raise TrustError("the envelope's sender has no address")
+    name, swarm = parse_agent_address(address)
+    if swarm not in (None, "", source_swarm):
+        raise TrustError(
+            f"an envelope from swarm '{source_swarm}' speaks only for that swarm; its sender "
+            f"'{address}' belongs to swarm '{swarm}'"
+        )
+    qualified = f"{name}@{source_swarm}"
+    if kind == "agent":
+        return {"address_type": "agent", "address": qualified}
+    if kind in ("user", "admin"):
+        try:
+            role, ident, owner = parse_task_contributor(task_owner)
+        except ValueError:
+            role = ident = owner = ""
+        if (role, ident, owner) == (kind, name, source_swarm):
+            return {"address_type": kind, "address": qualified}
+        raise TrustError(
+            f"swarm '{source_swarm}' cannot send as a {kind} ('{address}'): a peer's envelope "
+            f"carries its agents, or the peer's own {kind} who owns the task"
+        )
+    raise TrustError(
+        f"swarm '{source_swarm}' cannot send as the {kind or 'unknown'} address '{address}': "
+        "a peer's envelope carries only that peer's agents"
+    )
+
+
+TaskEndEffect = Literal["end", "deliver"]
+
+
+def task_end_effect(
+    *,
+    source_swarm: str,
+    task_id: str,
+    task_owner: str,
+    owned_here: bool,
+    to_local_agent: bool,
+    to_direct_caller: bool,
+) -> TaskEndEffect:
+    """What a peer's `::task_complete::` / `::task_error::` notice does here.
+
+    `end`: it ends our copy of the task; `deliver`: it is a message to the local agent it
+    names (which decides what happens next). Anything else raises TrustError(403).
+
+    `to_direct_caller`: the notice goes to our user or admin who sent this task straight to
+    `source_swarm` (POST /interswarm/message); their answer can only come this way.
+    """
+    if not owned_here and source_swarm == owner_swarm(task_owner):
+        return "end"  # the owner says the task is over
+    if to_local_agent:
+        return "deliver"
+    if owned_here and to_direct_caller:
+        return "end"
+    raise TrustError(
+        f"swarm '{source_swarm}' contributes to task '{task_id}' but cannot finish it: only "
+        f"the agents of swarm '{owner_swarm(task_owner)}' that can complete tasks do, so a "
+        "contributor's task end must be addressed to the agent that asked"
+    )

@@ -177,8 +177,14 @@ async def handle_send_broadcast(
     elif ALL_AGENTS in targets:
         recipients = others
     else:
-        names = [parse_agent_address(t.strip())[0] for t in targets]
-        unknown = [t for t, n in zip(targets, names, strict=True) if n not in rt.agents]
+        parsed = [parse_agent_address(t.strip()) for t in targets]
+        names = [n for n, _ in parsed]
+        # `worker@other-swarm` is not our `worker`: only this swarm's agents are known here.
+        unknown = [
+            t
+            for t, (n, s) in zip(targets, parsed, strict=True)
+            if n not in rt.agents or not rt._is_local_swarm(s)
+        ]
         if unknown:
             rt._emit(ctx.task_id, "agent_error", f"broadcast to unknown agents: {unknown}")
             return _err(
