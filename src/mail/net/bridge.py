@@ -27,6 +27,7 @@ from mail.core.message import (
 )
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
+from mail.net.discovery import DiscoveredSwarms
 from mail.net.router import InterswarmRouter
 from mail.net.trust import TrustError, check_existing_task, check_new_task
 from mail.net.types import InterswarmError
@@ -68,6 +69,8 @@ class InterswarmBridge:
         self._waiting: dict[str, dict[str, set[str]]] = {}
         # (swarm, task_id, sender) of sends under way: their own failure is reported by _send.
         self._in_flight: set[tuple[str, str, str]] = set()
+        # Swarms this instance's agents discovered (net/discovery.py); None: no discovery.
+        self.discovery: DiscoveredSwarms | None = None
 
     @property
     def local_swarm(self) -> str:
@@ -136,7 +139,7 @@ class InterswarmBridge:
             envelope = self.router.wrap_message(
                 self._qualified(message), target_swarm, task.task_owner, task.task_contributors
             )
-            await self.router.send_interswarm(envelope, direction)
+            await self._post(envelope, direction)
         except Exception as exc:  # noqa: BLE001 - any failure must reach the agent
             if not isinstance(exc, InterswarmError | ValueError):
                 logger.exception("unexpected interswarm send failure")
@@ -182,6 +185,15 @@ class InterswarmBridge:
             rt._complete_task(
                 task_id, system_task_end(rt.swarm_name, task_id, "::interswarm_error::", text)
             )
+
+    async def _post(self, envelope: MAILInterswarmMessage, direction: Any) -> None:
+        """Send through the router, or to a swarm only this instance discovered."""
+        target = envelope["target_swarm"]
+        found = self.discovery.get(target) if self.discovery is not None else None
+        if found is None or self.discovery is None:
+            await self.router.send_interswarm(envelope, direction)
+            return
+        await self.discovery.send(found, envelope, direction, self.router.request_timeout)
 
     # ------------------------------------------------------------------ dead peers
     def _expect_answer(self, message: MAILMessage, target_swarm: str) -> str | None:
@@ -311,7 +323,7 @@ class InterswarmBridge:
             envelope = self.router.wrap_message(
                 notice, swarm, task.task_owner, task.task_contributors
             )
-            await self.router.send_interswarm(envelope, direction)
+            await self._post(envelope, direction)
         except Exception as exc:  # noqa: BLE001 - a lost notice is logged, never fatal
             rt._emit(
                 task.task_id,
@@ -446,12 +458,11 @@ class InterswarmBridge:
         return f"SUCCESS: broadcast sent to {', '.join(swarms)}"
 
     async def discover_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:
-        urls = [u for u in (call.tool_args.get("discovery_urls") or []) if u]
-        if not urls:
-            return "ERROR: discovery_urls is empty"
+        """Discovery for this instance only (net/discovery.py); never the server registry."""
+        if self.discovery is None:
+            return "ERROR: swarm discovery is not available on this server"
         try:
-            found = await self.router.swarm_registry.discover_swarms(urls)
+            return await self.discovery.discover(call.tool_args.get("discovery_urls"))
         except Exception as exc:  # noqa: BLE001 - reported to the agent
+            logger.exception("discovery failed")
             return f"ERROR: discovery failed: {exc}"
-        names = ", ".join(found or []) or "none"
-        return f"SUCCESS: discovered swarms: {names}"
