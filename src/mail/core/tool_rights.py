@@ -8,7 +8,10 @@ the same wiring, built by the same spec builders (`create_mail_tools`,
 `create_supervisor_tools`, the team tool specs) plus the agent's actions.
 
 Calls the runtime makes up itself (`text_output` for plain text, provider-run built-ins)
-are never refused. Everything here is pure.
+are never refused, nor are the MAIL tools that only concern the calling agent (`await_message`,
+`help`, `acknowledge_broadcast`, `ignore_broadcast`) unless `exclude_tools` names them: the
+factories leave them out for an agent without comm targets, yet they reach nobody else.
+Everything here is pure.
 """
 
 from __future__ import annotations
@@ -70,11 +73,7 @@ def function_tool_names(function: Any) -> frozenset[str] | None:
 
 
 def wiring_tool_names(agent: AgentCore, swarm_exclude: Iterable[str] = ()) -> frozenset[str]:
-    """The tools the bundled factories offer an agent with this wiring.
-
-    The MAIL tools that only concern the agent itself are added even without comm targets:
-    a function that keeps no tool list may well offer them, and they reach nobody else.
-    """
+    """The tools the bundled factories offer an agent with this wiring."""
     exclude = [*agent.exclude_tools, *swarm_exclude]
     targets = list(agent.comm_targets)
     style = agent.tool_format
@@ -97,8 +96,7 @@ def wiring_tool_names(agent: AgentCore, swarm_exclude: Iterable[str] = ()) -> fr
             style=style,
             _debug_include_intraswarm=bool(targets),
         )
-    own = SELF_TOOL_NAMES - set(exclude)
-    return _names(specs) | _names(team) | frozenset(agent.actions) | own
+    return _names(specs) | _names(team) | frozenset(agent.actions)
 
 
 def offered_tool_names(
@@ -109,10 +107,12 @@ def offered_tool_names(
     Only a listed set is exact for names outside MAIL (a breakpoint tool the function
     offers that is no action); a set derived from the wiring knows MAIL tools and actions.
     """
+    swarm_exclude = list(swarm_exclude)
+    always = SYNTHETIC_TOOL_NAMES | (SELF_TOOL_NAMES - {*agent.exclude_tools, *swarm_exclude})
     listed = function_tool_names(agent.function)
     if listed is None:
-        return wiring_tool_names(agent, swarm_exclude) | SYNTHETIC_TOOL_NAMES, False
-    return listed | SYNTHETIC_TOOL_NAMES, True
+        return wiring_tool_names(agent, swarm_exclude) | always, False
+    return listed | always, True
 
 
 def refusal_reason(tool: str, agent: AgentCore, offered: Iterable[str]) -> str:
