@@ -95,7 +95,9 @@ def peer() -> Iterator[FakePeer]:
 
 
 # ------------------------------------------------------------------ servers and the model
-def _agent(name: str, targets: list[str], llm_url: str, **extra: Any) -> dict[str, Any]:
+def _agent(
+    name: str, targets: list[str], llm_url: str, style: str = "completions", **extra: Any
+) -> dict[str, Any]:
     factory = "python::mail.factories.base:LiteLLMAgentFunction"
     if extra.get("can_complete_tasks"):
         factory = "python::mail.factories.supervisor:LiteLLMSupervisorFunction"
@@ -105,12 +107,12 @@ def _agent(name: str, targets: list[str], llm_url: str, **extra: Any) -> dict[st
         "factory": factory,
         "comm_targets": targets,
         "agent_params": {**params, "api_key": "test-key", "system": f"ROLE={name}"},
-        "tool_format": "completions",
+        "tool_format": style,
         **extra,
     }
 
 
-def _swarms(llm_url: str) -> list[dict[str, Any]]:
+def _swarms(llm_url: str, style: str = "completions") -> list[dict[str, Any]]:
     return [
         {
             "name": "swarm-alpha",
@@ -122,21 +124,25 @@ def _swarms(llm_url: str) -> list[dict[str, Any]]:
                     "supervisor",
                     ["worker"],
                     llm_url,
+                    style,
                     enable_entrypoint=True,
                     can_complete_tasks=True,
                     enable_interswarm=True,
                     team_tools=["inbox"],
                 ),
-                _agent("worker", ["supervisor"], llm_url),
+                _agent("worker", ["supervisor"], llm_url, style),
             ],
             "actions": [],
         }
     ]
 
 
-def _start(directory: Path, llm: ScriptedLLM, env: dict[str, str] | None = None) -> ServerProcess:
+def _start(
+    directory: Path, llm: ScriptedLLM, env: dict[str, str] | None = None, style: str = "completions"
+) -> ServerProcess:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "swarms.json").write_text(json.dumps(_swarms(llm.base_url)), encoding="utf-8")
+    swarms = _swarms(llm.base_url, style)
+    (directory / "swarms.json").write_text(json.dumps(swarms), encoding="utf-8")
     keys_file = directory / "registries" / "keys.json"
     keys = {
         name: create_key(keys_file, role, name)
@@ -160,13 +166,15 @@ def _role(name: str) -> Any:
     return lambda request: f"ROLE={name}" in request.system_text
 
 
-def _tool_texts(request: ScriptedRequest) -> list[str]:
-    return [str(m.get("content")) for m in request.messages if m.get("role") == "tool"]
-
-
 def _seen(request: ScriptedRequest) -> str:
-    """Every tool result and incoming message the model was shown, as one text."""
-    parts = [str(m.get("content")) for m in request.messages if m.get("role") in ("tool", "user")]
+    """Every tool result and incoming message the model was shown, as one text (both the
+    Chat Completions and the Responses layout)."""
+    parts = []
+    for m in request.messages:
+        if m.get("role") in ("tool", "user"):
+            parts.append(str(m.get("content")))
+        elif m.get("type") == "function_call_output":
+            parts.append(str(m.get("output")))
     return "\n".join(parts)
 
 
@@ -286,12 +294,14 @@ async def test_discovery_is_scoped_to_the_callers_instance_and_never_uses_listed
     assert LISTED_SECRET not in saved
 
 
+@pytest.mark.parametrize("style", ["completions", "responses"])
 async def test_agents_cannot_call_tools_they_were_not_offered(
-    tmp_path: Path, peer: FakePeer
+    tmp_path: Path, peer: FakePeer, style: str
 ) -> None:
     peer.listed = [{"swarm_name": "found", "base_url": peer.base_url}]
+    env = {"MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1"}
     async with ScriptedLLM() as llm:
-        server = _start(tmp_path / "srv", llm, env={"MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1"})
+        server = _start(tmp_path / "srv", llm, env=env, style=style)
         try:
             sup, worker = _role("supervisor"), _role("worker")
             llm.queue(
