@@ -198,15 +198,20 @@ def test_targeted_broadcast(env: Env) -> None:
         tool_call(
             "send_broadcast", {"subject": "s", "body": "for a only", "targets": ["a", "lead"]}
         ),
-        tool_call("send_broadcast", {"subject": "s", "body": "x", "targets": ["zed"]}),
+        tool_call("await_message", {}),
         match=LEAD,
     )
     env.queue(respond("lead", "got it"), match=A)
+    env.queue(
+        tool_call("send_broadcast", {"subject": "s", "body": "x", "targets": ["zed"]}), match=LEAD
+    )
+    # The error result earns the lead another turn (::action_error::), in which it finishes.
     env.queue(lambda r: reply(complete(" | ".join(results(r)))), match=LEAD)
     r = env.post("announce")
     text = r.json()["response"]
     assert "SUCCESS: broadcast delivered to: a |" in text
     assert "ERROR: unknown broadcast targets: zed. Valid names: a, b" in text
+    assert "::action_error::" in incoming_texts(requests_of(env.llm, "lead")[-1])[-1]
     assert env.count(B) == 0
     assert "for a only" in incoming_texts(requests_of(env.llm, "a")[0])[-1]
 

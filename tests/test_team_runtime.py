@@ -145,8 +145,12 @@ async def test_targeted_broadcast_honours_targets_and_skips_the_sender() -> None
                 call("send_broadcast", subject="s", body="x", targets=["zed"]),
                 call("await_message"),
             ],
-            finish_with_results,
         ],
+        # The error result earns the supervisor a turn of its own (::action_error::); it
+        # finishes once the answer of `a` is there as well.
+        default=lambda h, _: (
+            finish_with_results(h, _) if "seen" in json.dumps(h) else [call("await_message")]
+        ),
     )
     a = ScriptedAgent("a", [[send_response("supervisor", "seen")]])
     b = ScriptedAgent("b", [])
@@ -157,6 +161,8 @@ async def test_targeted_broadcast_honours_targets_and_skips_the_sender() -> None
     assert "ERROR: unknown broadcast targets: zed. Valid names: a, b" in body
     assert len(a.calls) == 1 and "only for a" in a.calls[0].last_content
     assert b.calls == []
+    notices = json.dumps([c.history for c in lead.calls[1:]])
+    assert "::action_error::" in notices and "unknown broadcast targets: zed" in notices
 
 
 # ------------------------------------------------------------------ threads

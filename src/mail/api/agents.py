@@ -90,6 +90,7 @@ class MAILAgent:
             can_complete_tasks=self.can_complete_tasks,
             tool_format=self.tool_format,
             team_tools=tuple(self.team_tools),
+            exclude_tools=tuple(self.exclude_tools),
         )
 
     def _to_template(self, names: list[str]) -> MAILAgentTemplate:

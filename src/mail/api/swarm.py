@@ -450,6 +450,16 @@ class MAILSwarm:
                 raise RuntimeError("interswarm needs a swarm registry")
             router = InterswarmRouter(self.swarm_registry, self.name)
         bridge = InterswarmBridge(self.runtime, router, owns_router=owns)
+        # Agent-driven discovery: guarded like the stdlib http actions, this instance only.
+        from mail.net.discovery import DiscoveredSwarms
+        from mail.stdlib.peer_http import GuardedPeerHttp
+
+        registry = router.swarm_registry
+        bridge.discovery = DiscoveredSwarms(
+            GuardedPeerHttp(),
+            self.name,
+            lambda name: registry.get_swarm_endpoint(name) is not None,
+        )
         await bridge.start()
         self.runtime.interswarm = bridge
 

@@ -14,8 +14,8 @@ from typing import Any
 _INNER = ("supervisor_fn", "action_agent_fn", "_mail_agent")
 
 
-def _chain(fn: Any) -> Iterator[Any]:
-    """``fn`` and every function it wraps, each once."""
+def function_chain(fn: Any) -> Iterator[Any]:
+    """``fn`` and every function it wraps, each once (outermost first)."""
     seen: set[int] = set()
     pending = [fn]
     while pending:
@@ -29,7 +29,7 @@ def _chain(fn: Any) -> Iterator[Any]:
 
 def apply_print_flag(fn: Any, value: bool) -> None:
     """Whether agent functions print their LLM streams."""
-    for current in _chain(fn):
+    for current in function_chain(fn):
         try:
             if hasattr(current, "print_llm_streams") or hasattr(current, "__dict__"):
                 current.print_llm_streams = value
@@ -39,7 +39,7 @@ def apply_print_flag(fn: Any, value: bool) -> None:
 
 def attach_recall(fn: Any, recall: Any) -> None:
     """Give agent functions that keep a memory a ``recall`` function."""
-    for current in _chain(fn):
+    for current in function_chain(fn):
         try:
             if hasattr(current, "memory"):
                 current.recall = recall

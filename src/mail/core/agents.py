@@ -24,6 +24,7 @@ class AgentCore:
     can_complete_tasks: bool = False
     tool_format: Literal["completions", "responses"] = "responses"
     team_tools: tuple[str, ...] = ()  # opted-in team tool groups (mail.core.team)
+    exclude_tools: tuple[str, ...] = ()  # MAIL tools not offered to this agent
 
     async def __call__(
         self, messages: list[dict[str, Any]], tool_choice: Any = "required"

@@ -101,6 +101,8 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         self.journal: Any = None
         # ids of queued agent messages whose recipients a tool handler already checked
         self._prechecked: set[str] = set()
+        # agent -> (its function, the tools it was offered); see TurnMixin.offered_tools
+        self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
 
         # Longest message body (characters) a caller or an agent may send; None = no cap.
         self.max_message_body: int | None = DEFAULT_MAX_MESSAGE_BODY

@@ -13,6 +13,7 @@ from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_resume import message_too_large
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
+from mail.core.tool_rights import SYNTHETIC_TOOL_NAMES, offered_tool_names, refusal_reason
 from mail.core.tools import AgentToolCall
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class TurnContext:
     breakpoint_hit: bool = False
     # every message shown to the agent this turn (batched delivery), `message` is the first
     batch: list[MAILMessage] = field(default_factory=list)
+    # runtime notices queued for this agent by the handlers of this turn (see `notify`)
+    notices: int = 0
 
     def __post_init__(self) -> None:
         if not self.batch:
@@ -102,9 +105,14 @@ class TurnMixin:
                     )
                 self._append_agent_output(history, calls[0])
                 self._emit_tool_calls(task_id, agent_name, calls)
-                breakpoint_calls = [c for c in calls if c.tool_name in self.breakpoint_tools]
-                held = self.review.select(agent_name, calls)
+                refusals = {id(c): why for c in calls if (why := self._refusal(agent_name, c))}
+                permitted = [c for c in calls if id(c) not in refusals]
+                breakpoint_calls = [c for c in permitted if c.tool_name in self.breakpoint_tools]
+                held = self.review.select(agent_name, permitted)
                 for call in calls:
+                    if id(call) in refusals:
+                        self._refuse_call(ctx, call, refusals[id(call)])
+                        continue
                     if call.tool_name in self.breakpoint_tools or call in held:
                         continue
                     current = call
@@ -190,6 +198,46 @@ class TurnMixin:
                 extra["preamble"] = call.preamble
             self._emit(task_id, "tool_call", f"agent {agent_name} called {call.tool_name}", extra)
 
+    # ------------------------------------------------------------------ tool rights
+    def offered_tools(self: MAILRuntime, agent_name: str) -> tuple[frozenset[str], bool]:
+        """The tools `agent_name` was offered (the tools it may call); True when exact."""
+        agent = self.agents[agent_name]
+        cached = self._offered_tools.get(agent_name)
+        if cached is None or cached[0] is not agent.function:
+            cached = (agent.function, *offered_tool_names(agent, self.exclude_tools))
+            self._offered_tools[agent_name] = cached
+        return cached[1], cached[2]
+
+    def _refusal(self: MAILRuntime, agent_name: str, call: AgentToolCall) -> str | None:
+        """Why `call` is refused, or None. Actions are checked by `handle_action`."""
+        name = call.tool_name
+        if name in SYNTHETIC_TOOL_NAMES:
+            return None
+        if name not in TOOL_HANDLERS and name not in self.breakpoint_tools:
+            return None
+        agent = self.agents[agent_name]
+        if name == "task_complete" and not agent.can_complete_tasks:
+            return None  # the handler refuses it with the original's words
+        offered, exact = self.offered_tools(agent_name)
+        if name in offered or (not exact and name not in TOOL_HANDLERS):
+            return None
+        return refusal_reason(name, agent, offered)
+
+    def _refuse_call(self: MAILRuntime, ctx: TurnContext, call: AgentToolCall, why: str) -> None:
+        """A call to a tool the agent was not offered: an error result and another turn."""
+        self._emit(
+            ctx.task_id,
+            "agent_error",
+            f"agent {ctx.agent_name} called {call.tool_name}, which it was not offered",
+            {"tool_name": call.tool_name},
+        )
+        result = f"ERROR: {why}"
+        ctx.history.append(call.create_response_msg(result))
+        ctx.action_errors.append((call.tool_name, why))
+        stop = self.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
+        if stop is not None:
+            stop_task(self, ctx.task_id, stop)
+
     # ------------------------------------------------------------------ tool calls
     async def _handle_call(self: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
         oversized = self._oversized_text(call)
@@ -203,9 +251,18 @@ class TurnMixin:
             ctx.action_errors.append((call.tool_name, f"not sent: {oversized}"))  # re-prompts
             return
         handler = TOOL_HANDLERS.get(call.tool_name, handle_action)
+        before = (ctx.notices, len(ctx.action_errors), ctx.actions_ran)
         result = await handler(self, ctx, call)
         if result is not None:
             ctx.history.append(call.create_response_msg(result))
+        if (
+            isinstance(result, str)
+            and result.startswith("ERROR")
+            and (ctx.notices, len(ctx.action_errors), ctx.actions_ran) == before
+        ):
+            # One rule for results: an error nothing else tells the agent about gets it
+            # another turn (the ::action_error:: notice), so the task never idles on it.
+            ctx.action_errors.append((call.tool_name, result.removeprefix("ERROR:").strip()))
         stop = self.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
         if stop is not None:
             stop_task(self, ctx.task_id, stop)

@@ -62,10 +62,18 @@ def _err(details: str = "") -> str:
     return f"ERROR: {details}" if details else "ERROR"
 
 
+def notify(rt: MAILRuntime, ctx: TurnContext, message: MAILMessage) -> None:
+    """Queue a runtime notice for the calling agent (it gets another turn to read it)."""
+    ctx.notices += 1
+    rt.mailbox.put(message)
+
+
 def _tool_call_error(rt: MAILRuntime, ctx: TurnContext, event_text: str, body: str) -> None:
     rt._emit(ctx.task_id, "agent_error", event_text)
-    rt.mailbox.put(
-        system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, "::tool_call_error::", body)
+    notify(
+        rt,
+        ctx,
+        system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, "::tool_call_error::", body),
     )
 
 
@@ -143,7 +151,9 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
     problem = _check_target(rt, ctx, target)
     if problem is not None:
         subject, notice, result = problem
-        rt.mailbox.put(system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, subject, notice))
+        notify(
+            rt, ctx, system_response(rt.swarm_name, ctx.task_id, ctx.agent_name, subject, notice)
+        )
         return _err(result)
     sender = create_agent_address(ctx.agent_name)
     hints = _routing_hints(rt, ctx.task_id, target)
@@ -333,7 +343,9 @@ async def handle_help(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) ->
         get_full_protocol=bool(args.get("get_full_protocol", False)),
         protocol_text=load_protocol_text() if args.get("get_full_protocol") else None,
     )
-    rt.mailbox.put(system_broadcast(rt.swarm_name, ctx.task_id, [ctx.agent_name], "::help::", text))
+    notify(
+        rt, ctx, system_broadcast(rt.swarm_name, ctx.task_id, [ctx.agent_name], "::help::", text)
+    )
     return _ok("help string generated; will be sent to you in a subsequent prompt")
 
 
@@ -393,7 +405,12 @@ async def handle_interswarm_broadcast(
 async def handle_discover(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
     if not rt.enable_interswarm or rt.interswarm is None:
         return _err("interswarm messaging is not enabled for this swarm")
-    return await rt.interswarm.discover_tool(ctx, call)
+    result: str = await rt.interswarm.discover_tool(ctx, call)
+    # What was found is news the agent has to act on: it is called again to read it (an
+    # error gets the ::action_error:: turn of the runtime's result rule instead).
+    if result.startswith("SUCCESS"):
+        ctx.actions_ran = True
+    return result
 
 
 # ---------------------------------------------------------------------------- actions

@@ -28,6 +28,7 @@ from mail.core.message import (
 )
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
+from mail.net.discovery import DiscoveredSwarms
 from mail.net.router import InterswarmRouter
 from mail.net.trust import (
     TrustError,
@@ -78,6 +79,8 @@ class InterswarmBridge:
         # task_id -> swarms our user or admin sent that task to directly
         # (POST /interswarm/message): only their task-end notice may end it here.
         self._direct: dict[str, set[str]] = {}
+        # Swarms this instance's agents discovered (net/discovery.py); None: no discovery.
+        self.discovery: DiscoveredSwarms | None = None
 
     @property
     def local_swarm(self) -> str:
@@ -148,7 +151,7 @@ class InterswarmBridge:
             envelope = self.router.wrap_message(
                 self._qualified(message), target_swarm, task.task_owner, task.task_contributors
             )
-            await self.router.send_interswarm(envelope, direction)
+            await self._post(envelope, direction)
         except Exception as exc:  # noqa: BLE001 - any failure must reach the agent
             if not isinstance(exc, InterswarmError | ValueError):
                 logger.exception("unexpected interswarm send failure")
@@ -197,6 +200,15 @@ class InterswarmBridge:
                 # POST /interswarm/message turns this answer into its own 400.
                 answer["message"]["routing_info"] = {"peer_status": 400}
             rt._complete_task(task_id, answer)
+
+    async def _post(self, envelope: MAILInterswarmMessage, direction: Any) -> None:
+        """Send through the router, or to a swarm only this instance discovered."""
+        target = envelope["target_swarm"]
+        found = self.discovery.get(target) if self.discovery is not None else None
+        if found is None or self.discovery is None:
+            await self.router.send_interswarm(envelope, direction)
+            return
+        await self.discovery.send(found, envelope, direction, self.router.request_timeout)
 
     # ------------------------------------------------------------------ dead peers
     def _expect_answer(self, message: MAILMessage, target_swarm: str) -> str | None:
@@ -335,7 +347,7 @@ class InterswarmBridge:
             envelope = self.router.wrap_message(
                 notice, swarm, task.task_owner, task.task_contributors
             )
-            await self.router.send_interswarm(envelope, direction)
+            await self._post(envelope, direction)
         except Exception as exc:  # noqa: BLE001 - a lost notice is logged, never fatal
             rt._emit(
                 task.task_id,
@@ -536,12 +548,11 @@ class InterswarmBridge:
         return f"SUCCESS: broadcast sent to {', '.join(swarms)}"
 
     async def discover_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:
-        urls = [u for u in (call.tool_args.get("discovery_urls") or []) if u]
-        if not urls:
-            return "ERROR: discovery_urls is empty"
+        """Discovery for this instance only (net/discovery.py); never the server registry."""
+        if self.discovery is None:
+            return "ERROR: swarm discovery is not available on this server"
         try:
-            found = await self.router.swarm_registry.discover_swarms(urls)
+            return await self.discovery.discover(call.tool_args.get("discovery_urls"))
         except Exception as exc:  # noqa: BLE001 - reported to the agent
+            logger.exception("discovery failed")
             return f"ERROR: discovery failed: {exc}"
-        names = ", ".join(found or []) or "none"
-        return f"SUCCESS: discovered swarms: {names}"

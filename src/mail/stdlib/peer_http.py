@@ -1,0 +1,68 @@
+"""`PeerHttp` for agent-driven discovery, over the guard and limits of the http actions.
+
+Every request passes :mod:`mail.stdlib.netguard` (address guard after DNS, on every
+redirect hop; ``[stdlib.net]``) and the timeouts and body cap of ``[stdlib.http]``, exactly
+as ``http_get`` does. Settings are read on each call, like the actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from mail.net.discovery import PeerHttpError
+from mail.stdlib._common import settings
+from mail.stdlib.http.actions import read_capped, transport_error
+from mail.stdlib.netguard import AddressPolicy, AddressRefused, guarded_client, resolve
+
+
+def _reason(exc: BaseException) -> str:
+    return transport_error(exc, settings()).removeprefix("Error: ")
+
+
+class GuardedPeerHttp:
+    """Discovery requests through the stdlib address guard."""
+
+    async def get_json(self, url: str) -> Any:
+        cfg = settings()
+        client = guarded_client(cfg.net, cfg.http, headers={"Accept": "application/json"})
+        try:
+            async with asyncio.timeout(cfg.http.total_timeout), client:
+                async with client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        raise PeerHttpError(f"answered HTTP {response.status_code}")
+                    data = await read_capped(response, cfg.http.max_response_bytes)
+        except PeerHttpError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, never raised raw
+            raise PeerHttpError(_reason(exc)) from exc
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise PeerHttpError("the answer is not JSON") from None
+
+    async def check_address(self, url: str) -> None:
+        cfg = settings()
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        try:
+            addresses = await resolve(host, parts.port or 0)
+            AddressPolicy.from_config(cfg.net).check(host, addresses)
+        except AddressRefused as exc:
+            raise PeerHttpError(str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - resolution failures are reported
+            raise PeerHttpError(str(exc) or type(exc).__name__) from exc
+
+    async def post_json(self, url: str, body: dict[str, Any], timeout: float) -> tuple[int, str]:
+        cfg = settings()
+        # No redirects: an envelope is posted where the entry says, or not at all.
+        client = guarded_client(cfg.net, cfg.http, follow_redirects=False)
+        try:
+            async with asyncio.timeout(min(timeout, cfg.http.total_timeout)), client:
+                async with client.stream("POST", url, json=body) as response:
+                    data = await read_capped(response, cfg.http.max_response_bytes)
+                    return response.status_code, data.decode("utf-8", errors="replace")
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, never raised raw
+            raise PeerHttpError(_reason(exc)) from exc
