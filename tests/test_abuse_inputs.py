@@ -1,0 +1,58 @@
+"""Abusive inputs from the outside, against a real `mail server` (issue 26, part A).
+
+Every byte a hostile party sends is counted while it is read: a gzip bomb behind ``http_get``
+and a huge MCP ``tools/list`` answer are refused at their caps, and the server's peak RSS
+(``VmHWM`` of the process, reset before each input) grows by less than ``RSS_BOUND_MIB``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from server_fixtures import ServerProcess, post_as
+from support.abuse_harness import MIB, HostileSite, Memory, abuse_server, gzip_bomb, steps_body
+
+pytestmark = pytest.mark.timeout(180)
+
+RSS_BOUND_MIB = 30
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[HostileSite]:
+    with HostileSite(bomb=gzip_bomb(200 * MIB), tools_answer_size=150 * MIB) as hostile:
+        yield hostile
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {"MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1", "MAIL_STDLIB_MCP_TIMEOUT": "60"}
+    with abuse_server(tmp_path_factory.mktemp("abuse"), env=env) as proc:
+        yield proc
+
+
+def run_steps(server: ServerProcess, *steps: dict[str, Any]) -> dict[str, Any]:
+    r = post_as(server, "alice", {"body": steps_body(*steps)}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()["response"]
+    try:
+        return dict(json.loads(body))
+    except ValueError:
+        raise AssertionError(f"the task did not end with a summary: {body[:2000]}") from None
+
+
+def test_a_gzip_bomb_is_refused_while_it_is_inflated(
+    server: ServerProcess, site: HostileSite
+) -> None:
+    assert server.proc is not None
+    memory = Memory(server.proc.pid).start()
+    outcome = run_steps(server, {"tool": "http_get", "args": {"url": f"{site.base_url}/bomb"}})
+    memory.stop()
+    print("gzip bomb: RSS before/peak/after MiB", memory.row())
+    assert memory.growth < RSS_BOUND_MIB, memory.row()
+    assert outcome["errors"] == 1, outcome
+    assert "decompressed response body is over the limit" in outcome["first_error"]
+    assert "max_response_bytes" in outcome["first_error"]
