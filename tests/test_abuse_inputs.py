@@ -19,6 +19,7 @@ from support.abuse_harness import MIB, HostileSite, Memory, abuse_server, gzip_b
 pytestmark = pytest.mark.timeout(180)
 
 RSS_BOUND_MIB = 30
+CLOSED_PORT = "http://127.0.0.1:9/mcp"
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +57,22 @@ def test_a_gzip_bomb_is_refused_while_it_is_inflated(
     assert outcome["errors"] == 1, outcome
     assert "decompressed response body is over the limit" in outcome["first_error"]
     assert "max_response_bytes" in outcome["first_error"]
+
+
+def test_a_huge_mcp_answer_is_cut_off_in_the_transport(
+    server: ServerProcess, site: HostileSite
+) -> None:
+    assert server.proc is not None
+    # The first MCP call imports the SDK (~25 MiB of modules): not what is measured here.
+    warm = run_steps(server, {"tool": "mcp_list_tools", "args": {"server_url": CLOSED_PORT}})
+    assert warm["errors"] == 1, warm
+    memory = Memory(server.proc.pid).start()
+    outcome = run_steps(
+        server, {"tool": "mcp_list_tools", "args": {"server_url": f"{site.base_url}/mcp"}}
+    )
+    memory.stop()
+    print("MCP 150 MB tools/list: RSS before/peak/after MiB", memory.row())
+    assert memory.growth < RSS_BOUND_MIB, memory.row()
+    assert outcome["errors"] == 1, outcome
+    assert "max_response_bytes" in outcome["first_error"], outcome
+    assert "POST tools/list" in site.hits

@@ -257,6 +257,9 @@ class StdlibMcpConfig(_Section):
     allowed_commands: list[str] = Field(default_factory=list)
     timeout: float = Field(default=30.0, gt=0)
     max_result_chars: int = Field(default=200_000, gt=0)
+    # Bytes one MCP call may receive over HTTP (handshake and every page together), counted
+    # in the transport while they arrive; more ends the call with an error.
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
 
 
 class StdlibConfig(_Section):
