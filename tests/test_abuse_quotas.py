@@ -1,0 +1,64 @@
+"""Quotas and paged operator views against a real `mail server` (issue 26, part A).
+
+``GET /tasks/all`` answers summaries in pages (it used to return every task's full event log:
+179 MB for 31 tasks), concurrent event streams per caller are bounded (429 with Retry-After),
+and the server's peak RSS stays within ``RSS_BOUND_MIB`` of where it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from server_fixtures import ServerProcess, auth, keyed_stub_server, post_as
+from support.abuse_harness import Memory
+
+pytestmark = pytest.mark.timeout(240)
+
+RSS_BOUND_MIB = 30
+KEYS = {"admin": ("admin", "root"), "alice": ("user", "alice"), "bob": ("user", "bob")}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    extra = "task_message_limit = 0\nmax_event_streams_per_caller = 3\n"
+    with keyed_stub_server(tmp_path_factory.mktemp("quotas"), KEYS, extra=extra) as proc:
+        yield proc
+
+
+def test_tasks_all_pages_summaries_whatever_the_event_logs_weigh(server: ServerProcess) -> None:
+    assert server.proc is not None
+    made = set()
+    for who in ("alice", "bob") * 4:  # 8 tasks of ~2 MB of events each
+        r = post_as(server, who, {"body": "CHATTY 10 200000"}, timeout=120)
+        assert r.status_code == 200 and "chatted 10" in r.text, r.text[:300]
+        made.add(r.json()["task_id"])
+    admin = auth(server.keys["admin"])
+    memory = Memory(server.proc.pid).start()
+    seen: list[str] = []
+    cursor = None
+    sizes = []
+    with httpx.Client(base_url=server.base_url, headers=admin, timeout=60) as client:
+        while True:
+            params = {"limit": "3", **({"cursor": cursor} if cursor else {})}
+            r = client.get("/tasks/all", params=params)
+            assert r.status_code == 200, r.text
+            sizes.append(len(r.content))
+            page = r.json()["tasks"]
+            assert len(page) <= 3
+            assert all("events" not in t and t["event_count"] > 20 for t in page)
+            seen += [t["task_id"] for t in page]
+            cursor = r.headers.get("X-Next-Cursor")
+            if cursor is None:
+                break
+            assert 'rel="next"' in r.headers["Link"]
+        memory.stop()
+        full = client.get("/tasks/all", params={"task_id": seen[0]}).json()["tasks"]
+    print("GET /tasks/all pages: bytes", sizes, "RSS before/peak/after MiB", memory.row())
+    assert made <= set(seen) and len(seen) == len(set(seen))
+    assert max(sizes) < 64 * 1024
+    assert len(full) == 1 and len(json.dumps(full[0]["events"])) > 1_000_000
+    assert memory.growth < RSS_BOUND_MIB, memory.row()
