@@ -8,6 +8,7 @@ and the server's peak RSS stays within ``RSS_BOUND_MIB`` of where it was.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -62,3 +63,55 @@ def test_tasks_all_pages_summaries_whatever_the_event_logs_weigh(server: ServerP
     assert max(sizes) < 64 * 1024
     assert len(full) == 1 and len(json.dumps(full[0]["events"])) > 1_000_000
     assert memory.growth < RSS_BOUND_MIB, memory.row()
+
+
+def _open_stream(client: httpx.Client, key: str, body: str) -> httpx.Response:
+    request = client.build_request(
+        "POST", "/message", json={"body": body, "stream": True}, headers=auth(key)
+    )
+    return client.send(request, stream=True)
+
+
+def test_event_streams_per_caller_are_bounded_with_429_and_retry_after(
+    server: ServerProcess,
+) -> None:
+    assert server.proc is not None
+    alice, bob = server.keys["alice"], server.keys["bob"]
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        before = len(client.get("/tasks", headers=auth(alice)).json())
+        held = [_open_stream(client, alice, "SLEEP 60 held") for _ in range(3)]
+        try:
+            assert [r.status_code for r in held] == [200, 200, 200]
+            refused = _open_stream(client, alice, "SLEEP 60 one too many")
+            refused.read()
+            assert refused.status_code == 429, refused.text
+            assert int(refused.headers["Retry-After"]) > 0
+            assert "max_event_streams_per_caller = 3" in refused.json()["detail"]
+            # Resubscribing counts too, and the refused POST started no task.
+            task_id = held[0].headers.get("X-Task-Id") or _first_task_id(held[0])
+            again = client.get("/task/events", params={"task_id": task_id}, headers=auth(alice))
+            assert again.status_code == 429
+            assert len(client.get("/tasks", headers=auth(alice)).json()) == before + 3
+            # Another caller is not affected.
+            other = _open_stream(client, bob, "quick")
+            other.read()
+            assert other.status_code == 200 and "task_complete" in other.text
+        finally:
+            for response in held:
+                response.close()
+        # A closed stream gives its slot back (the server notices the hang-up).
+        deadline = time.monotonic() + 20
+        while True:
+            reopened = _open_stream(client, alice, "quick")
+            reopened.read()
+            if reopened.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert reopened.status_code == 200, reopened.text
+
+
+def _first_task_id(response: httpx.Response) -> str:
+    for line in response.iter_lines():
+        if line.startswith("data:") and "task_id" in line:
+            return str(json.loads(line[5:])["task_id"])
+    raise AssertionError("no task id in the stream")

@@ -104,6 +104,9 @@ class ServerSettings(_Section):
     max_request_body: int = Field(default=4 * 1024 * 1024, ge=0)
     # Largest message body, in characters, a caller or an agent may send (0 = no limit).
     max_message_body: int = Field(default=1024 * 1024, ge=0)
+    # Event streams (POST /message stream, GET /task/events) one caller may hold open at
+    # once; more are 429 with Retry-After (0 = no bound).
+    max_event_streams_per_caller: int = Field(default=32, ge=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod

@@ -173,36 +173,45 @@ async def post_message(state: ServerState, caller: Caller, req: MessageRequest) 
 async def stream_message(
     state: ServerState, caller: Caller, req: MessageRequest
 ) -> EventStreamResponse:
-    """Submit and stream the task's events as SSE, ending with ``task_complete``."""
-    uploads = await _uploads(state, caller, req)
-    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    _prepare(state, inst, req)
-    await _store_uploads(inst, caller, req, uploads)
-    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
-    events = inst.swarm.stream_events(
-        req.body,
-        timeout=timeout,
-        ping_interval=state.config.settings.sse_ping_interval,
-        **_post_kwargs(state, req),
-    )
+    """Submit and stream the task's events as SSE, ending with ``task_complete``.
 
-    async def leased() -> AsyncIterator[Any]:
-        # Keep the instance from being reclaimed while the stream is open.
-        try:
-            async with state.instances.lease(inst):
-                async for event in events:
-                    _release(inst, req.task_id)  # submitted: the task's state answers now
-                    yield event
-        finally:
-            _release(inst, req.task_id)
+    The caller's stream slot is taken first: at the limit the answer is 429 and no task starts.
+    """
+    slot = state.stream_slots.acquire(caller.role, caller.id)
+    try:
+        uploads = await _uploads(state, caller, req)
+        inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+        _prepare(state, inst, req)
+        await _store_uploads(inst, caller, req, uploads)
+        timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+        events = inst.swarm.stream_events(
+            req.body,
+            timeout=timeout,
+            ping_interval=state.config.settings.sse_ping_interval,
+            **_post_kwargs(state, req),
+        )
 
-    return event_stream_response(
-        leased(),
-        max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
-        stall_timeout=state.config.settings.sse_slow_reader_timeout,
-        task_id=req.task_id,
-        streams=state.open_streams,
-    )
+        async def leased() -> AsyncIterator[Any]:
+            # Keep the instance from being reclaimed while the stream is open.
+            try:
+                async with state.instances.lease(inst):
+                    async for event in events:
+                        _release(inst, req.task_id)  # submitted: the task's state answers now
+                        yield event
+            finally:
+                _release(inst, req.task_id)
+
+        return event_stream_response(
+            leased(),
+            max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
+            stall_timeout=state.config.settings.sse_slow_reader_timeout,
+            task_id=req.task_id,
+            streams=state.open_streams,
+            slot=slot,
+        )
+    except BaseException:
+        slot.release()
+        raise
 
 
 def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, Any]:
