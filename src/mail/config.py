@@ -147,6 +147,17 @@ class TeamToolsConfig(_Section):
     files_root: str = ""
     # Attachment bytes without DATABASE_URL. Empty = ``attachments`` next to the registry.
     attachments_dir: str = ""
+    # Sizes of what agents and callers hand to the team tools (a thread post or an initial
+    # message is bounded by [server.settings] max_message_body).
+    max_title_chars: int = Field(default=200, gt=0)
+    max_description_chars: int = Field(default=2000, gt=0)
+    max_filename_chars: int = Field(default=255, gt=0)
+    # Quotas per instance (one caller's swarm). Threads and attachment bytes are refused past
+    # the quota; stored posts per thread and inbox entries per agent keep the newest ones.
+    max_threads: int = Field(default=1000, gt=0)
+    max_attachment_bytes_per_instance: int = Field(default=1024 * 1024 * 1024, gt=0)
+    max_posts_per_thread: int = Field(default=10_000, gt=0)
+    max_inbox_entries: int = Field(default=10_000, gt=0)
 
 
 class ClusterConfig(_Section):

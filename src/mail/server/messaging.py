@@ -105,13 +105,24 @@ async def _uploads(state: ServerState, caller: Caller, req: MessageRequest) -> A
     """Validated uploads of the request (400/413 before any instance work)."""
     if req.attachments is None:
         return []
-    return parse_attachments(req.attachments, state.config.team_tools.max_attachment_bytes)
+    cfg = state.config.team_tools
+    return parse_attachments(
+        req.attachments,
+        cfg.max_attachment_bytes,
+        max_filename_chars=cfg.max_filename_chars,
+        max_description_chars=cfg.max_description_chars,
+    )
 
 
 async def _store_uploads(inst: Instance, caller: Caller, req: MessageRequest, uploads: Any) -> None:
     if uploads:
         assert req.task_id is not None
-        req.kwargs["attachments"] = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+        try:
+            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+        except BaseException:
+            _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
+            raise
+        req.kwargs["attachments"] = stored
 
 
 def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from mail.core.message import (
     make_request,
     utc_now_iso,
 )
+from mail.core.team import limits
 from mail.core.team.service import TeamError, TeamService, new_id
 from mail.store.team_base import Record
 
@@ -106,9 +107,11 @@ async def transfer_file(
     cap = team.settings.max_attachment_bytes
     if size > cap:
         raise TeamError(f"'{source_path}' is {size} bytes; attachments are limited to {cap}")
-    data = source.read_bytes()
     filename = clean_filename(destination_filename, source.name)
     text = str(description) if isinstance(description, str) else ""
+    limits.check_attachment_texts(team, filename, text)
+    await limits.check_attachment_quota(team, size)
+    data = source.read_bytes()
     target = "user" if to_user else name
     record = new_attachment(data, filename, text, sender, [target], task_id)
     await team.store.put_attachment(team.key, record, data)
