@@ -20,12 +20,20 @@ from support.abuse_harness import Memory
 pytestmark = pytest.mark.timeout(240)
 
 RSS_BOUND_MIB = 30
-KEYS = {"admin": ("admin", "root"), "alice": ("user", "alice"), "bob": ("user", "bob")}
+KEYS = {
+    "admin": ("admin", "root"),
+    "alice": ("user", "alice"),
+    "bob": ("user", "bob"),
+    "carol": ("user", "carol"),
+}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    extra = "task_message_limit = 0\nmax_event_streams_per_caller = 3\n"
+    extra = (
+        "task_message_limit = 0\nmax_event_streams_per_caller = 3\n"
+        "max_paused_tasks_per_caller = 2\n"
+    )
     with keyed_stub_server(tmp_path_factory.mktemp("quotas"), KEYS, extra=extra) as proc:
         yield proc
 
@@ -115,3 +123,31 @@ def _first_task_id(response: httpx.Response) -> str:
         if line.startswith("data:") and "task_id" in line:
             return str(json.loads(line[5:])["task_id"])
     raise AssertionError("no task id in the stream")
+
+
+def test_paused_tasks_per_caller_are_bounded(server: ServerProcess) -> None:
+    paused = []
+    for question in ("first", "second"):
+        r = post_as(server, "carol", {"body": f"BREAKPOINT {question}"})
+        assert r.status_code == 200, r.text
+        paused.append(r.json()["task_id"])
+    refused = post_as(server, "carol", {"body": "a third task"})
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) > 0
+    assert "max_paused_tasks_per_caller = 2" in refused.json()["detail"]
+    streamed = post_as(server, "carol", {"body": "a streamed one", "stream": True})
+    assert streamed.status_code == 429
+    # Another caller is not affected; resuming a paused task is always allowed, and frees a place.
+    assert post_as(server, "bob", {"body": "hello"}).status_code == 200
+    resumed = post_as(
+        server,
+        "carol",
+        {
+            "body": "",
+            "task_id": paused[0],
+            "resume_from": "breakpoint_tool_call",
+            "kwargs": {"breakpoint_tool_call_result": {"content": "ok"}},
+        },
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert post_as(server, "carol", {"body": "now there is room"}).status_code == 200

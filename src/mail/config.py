@@ -107,6 +107,9 @@ class ServerSettings(_Section):
     # Event streams (POST /message stream, GET /task/events) one caller may hold open at
     # once; more are 429 with Retry-After (0 = no bound).
     max_event_streams_per_caller: int = Field(default=32, ge=0)
+    # Tasks one caller may keep paused (at a breakpoint or waiting for a review) before a new
+    # task is refused with 429 (0 = no bound).
+    max_paused_tasks_per_caller: int = Field(default=100, ge=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod

@@ -23,6 +23,7 @@ from mail.server.errors import BadRequest
 from mail.server.instances import Instance
 from mail.server.sse import EventStreamResponse, event_record, event_stream_response
 from mail.server.state import ServerState
+from mail.server.stream_quota import RETRY_AFTER_SECONDS
 from mail.server.team import parse_attachments, store_uploads
 
 logger = logging.getLogger("mail.server")
@@ -64,10 +65,13 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     if req.task_id is None:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
+        _check_paused_quota(state, inst)
         req.task_id = str(uuid.uuid4())
         _claim(inst, req.task_id)
         return
     task_id = req.task_id
+    if req.resume_from is None and _task_or_none(inst, task_id) is None:
+        _check_paused_quota(state, inst)  # a new task under an id the caller chose
     if _task_or_none(inst, task_id) is None and task_id in state.instances.archived_tasks(
         inst.kind, inst.id
     ):
@@ -90,6 +94,35 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     except TaskSubmitError as exc:
         raise HTTPException(exc.status, str(exc)) from None
     _claim(inst, task_id)
+
+
+def paused_tasks(inst: Instance) -> int:
+    """Tasks of the instance waiting on a breakpoint resume or a review decision."""
+    runtime = inst.swarm.runtime
+    return sum(
+        1
+        for task_id, task in inst.swarm.get_all_tasks().items()
+        if task_id != "*"
+        and not task.is_running
+        and (task.pending_reviews or runtime.pending_breakpoints(task_id))
+    )
+
+
+def _check_paused_quota(state: ServerState, inst: Instance) -> None:
+    """429 when the caller already holds `max_paused_tasks_per_caller` paused tasks: each
+    keeps its histories and held calls in memory until it is resumed."""
+    limit = state.config.settings.max_paused_tasks_per_caller
+    if not limit:
+        return
+    paused = paused_tasks(inst)
+    if paused >= limit:
+        raise HTTPException(
+            429,
+            f"you have {paused} paused tasks (waiting for a breakpoint resume or a review), "
+            f"the most one caller may hold ([server.settings] max_paused_tasks_per_caller = "
+            f"{limit}); resume or answer one before starting a new task",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
 
 def _claim(inst: Instance, task_id: str) -> None:
