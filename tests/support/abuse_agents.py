@@ -12,8 +12,8 @@ large HTTP request), ``"$TH"`` the last thread id (``th_...``) and ``"$ATT"`` th
 attachment id (``att_...``) seen in a tool result.
 
 Referenced as ``python::tests.support.abuse_agents:abuse_factory``; `abuse_swarms_json` builds
-a swarm whose entrypoint ``supervisor`` has the stdlib http and mcp actions and every team
-tool group, and a ``worker`` that takes part in threads.
+a swarm whose entrypoint ``supervisor`` has the stdlib http and mcp actions, the breakpoint
+``human_review`` and every team tool group, and a ``worker`` that takes part in threads.
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ def abuse_swarms_json(name: str = "abuse") -> list[dict[str, Any]]:
             "version": "1.0.0",
             "entrypoint": "supervisor",
             "description": "agents that make the calls a test spells out",
+            "breakpoint_tools": ["human_review"],
             "agents": [
                 {
                     "name": "supervisor",
@@ -162,7 +163,7 @@ def abuse_swarms_json(name: str = "abuse") -> list[dict[str, Any]]:
                     "comm_targets": ["worker"],
                     "enable_entrypoint": True,
                     "can_complete_tasks": True,
-                    "actions": ["http_get", "mcp_list_tools"],
+                    "actions": ["http_get", "mcp_list_tools", "human_review"],
                     "team_tools": TEAM,
                     "agent_params": {},
                 },
@@ -174,7 +175,18 @@ def abuse_swarms_json(name: str = "abuse") -> list[dict[str, Any]]:
                     "agent_params": {},
                 },
             ],
-            "actions": [],
+            "actions": [
+                {
+                    "name": "human_review",
+                    "description": "Ask a human (a breakpoint: the task pauses).",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"question": {"type": "string"}},
+                        "required": ["question"],
+                    },
+                    "function": "python::tests.support.stub_agents:human_review",
+                }
+            ],
             "action_imports": [
                 "python::mail.stdlib.http.actions:http_get",
                 "python::mail.stdlib.mcp.actions:mcp_list_tools",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -75,7 +76,8 @@ def big_tools_list(size: int) -> bytes:
 
 @dataclass
 class HostileSite:
-    """Answers GET ``/bomb`` with a gzip bomb and POST ``/mcp`` as a (greedy) MCP server."""
+    """Answers GET ``/bomb`` with a gzip bomb, GET ``/slow?s=N`` after N seconds and POST
+    ``/mcp`` as a (greedy) MCP server."""
 
     bomb: bytes = b""
     tools_answer_size: int = 0
@@ -111,6 +113,9 @@ class HostileSite:
                 site.hits.append(f"GET {self.path}")
                 if self.path.startswith("/bomb"):
                     self._send(200, site.bomb, {"Content-Encoding": "gzip"})
+                elif self.path.startswith("/slow"):
+                    time.sleep(float(self.path.rsplit("=", 1)[-1]))  # /slow?s=<seconds>
+                    self._send(200, b"slow answer", {})
                 else:
                     self._send(405, b"", {})
 
