@@ -122,11 +122,11 @@ def rows(bench: Bench) -> None:
         ),
     )
     bench.row(
-        "create_thread: 5 MB title",
+        "create_thread: 1 MB title",
         lambda: error_of(
             bench.steps(
                 "alice",
-                {"tool": "create_thread", "args": {"title": {"$big": 5 * MIB}, "participants": []}},
+                {"tool": "create_thread", "args": {"title": {"$big": MIB}, "participants": []}},
             )
         ),
     )
