@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,9 +29,42 @@ def site() -> Iterator[HostileSite]:
         yield hostile
 
 
+# A stdio MCP server that answers the handshake, then writes one endless tools/list line.
+GREEDY_STDIO = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "greedy", "version": "1"},
+        }
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    elif message.get("method") == "tools/list":
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"tools": [' % message["id"])
+        for _ in range(150):
+            sys.stdout.write('{"name": "t", "description": "' + "d" * 1048576 + '"},')
+        sys.stdout.flush()
+"""
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {"MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1", "MAIL_STDLIB_MCP_TIMEOUT": "60"}
+def greedy_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("greedy") / "greedy_stdio.py"
+    path.write_text(GREEDY_STDIO, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, greedy_script: Path
+) -> Iterator[ServerProcess]:
+    env = {
+        "MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1",
+        "MAIL_STDLIB_MCP_TIMEOUT": "60",
+        "MAIL_STDLIB_MCP_ALLOWED_COMMANDS": str(greedy_script),
+    }
     with abuse_server(tmp_path_factory.mktemp("abuse"), env=env) as proc:
         yield proc
 
@@ -76,3 +110,20 @@ def test_a_huge_mcp_answer_is_cut_off_in_the_transport(
     assert outcome["errors"] == 1, outcome
     assert "max_response_bytes" in outcome["first_error"], outcome
     assert "POST tools/list" in site.hits
+
+
+def test_an_endless_stdio_mcp_line_is_cut_off_by_the_relay(
+    server: ServerProcess, greedy_script: Path
+) -> None:
+    assert server.proc is not None
+    warm = run_steps(server, {"tool": "mcp_list_tools", "args": {"server_url": CLOSED_PORT}})
+    assert warm["errors"] == 1, warm
+    memory = Memory(server.proc.pid).start()
+    outcome = run_steps(
+        server, {"tool": "mcp_list_tools", "args": {"server_url": str(greedy_script)}}
+    )
+    memory.stop()
+    print("stdio MCP 150 MB line: RSS before/peak/after MiB", memory.row())
+    assert memory.growth < RSS_BOUND_MIB, memory.row()
+    assert outcome["errors"] == 1, outcome
+    assert "max_response_bytes" in outcome["first_error"], outcome

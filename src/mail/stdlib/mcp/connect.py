@@ -4,7 +4,8 @@
   ends in ``/sse``), through an httpx2 client whose connections pass the address guard of
   :mod:`mail.stdlib.netguard` (the mcp SDK is built on httpx2, a fork of httpx).
 - anything else is treated as a local script to launch as a stdio MCP server, which is only
-  allowed when the path is listed in ``[stdlib.mcp] allowed_commands``.
+  allowed when the path is listed in ``[stdlib.mcp] allowed_commands``. It runs behind
+  ``stdio_relay.py``, which counts what the server writes against ``max_response_bytes``.
 """
 
 from __future__ import annotations
@@ -166,7 +167,10 @@ async def open_transport(
             f"launching {server_url!r} as a local MCP server is not allowed; only http(s) URLs "
             "are accepted unless the script is listed in [stdlib.mcp] allowed_commands"
         )
-    return StdioServerParameters(command=command[0], args=command[1:])
+    # Through the relay, which counts what the server writes (the SDK buffers whole lines).
+    relay = str(Path(__file__).with_name("stdio_relay.py"))
+    limit = str(cfg.mcp.max_response_bytes)
+    return StdioServerParameters(command=sys.executable, args=[relay, limit, *command])
 
 
 __all__ = [
