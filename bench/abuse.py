@@ -41,6 +41,7 @@ import httpx  # noqa: E402
 
 from server_fixtures import ServerProcess, auth  # noqa: E402
 from support.abuse_harness import (  # noqa: E402
+    GREEDY_STDIO,
     MIB,
     HostileSite,
     Memory,
@@ -77,6 +78,8 @@ class Bench:
         self.failed = False
         assert server.proc is not None
         self.pid = server.proc.pid
+        self.greedy_script = server.directory / "greedy_stdio.py"
+        self.greedy_script.write_text(GREEDY_STDIO, encoding="utf-8")
 
     def post(self, who: str, body: dict[str, Any]) -> httpx.Response:
         return self.client.post("/message", json=body, headers=auth(self.server.keys[who]))
@@ -119,6 +122,15 @@ def rows(bench: Bench) -> None:
         "mcp_list_tools: 150 MB tools/list answer",
         lambda: error_of(
             bench.steps("alice", {"tool": "mcp_list_tools", "args": {"server_url": f"{site}/mcp"}})
+        ),
+    )
+    bench.row(
+        "mcp_list_tools: stdio server, 150 MB line",
+        lambda: error_of(
+            bench.steps(
+                "alice",
+                {"tool": "mcp_list_tools", "args": {"server_url": str(bench.greedy_script)}},
+            )
         ),
     )
     bench.row(
@@ -269,7 +281,11 @@ def main() -> int:
         HostileSite(bomb=bomb, tools_answer_size=150 * MIB) as site,
         database(args.postgres) as db_env,
     ):
-        env = {"MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1", "MAIL_STDLIB_MCP_TIMEOUT": "60"}
+        env = {
+            "MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1",
+            "MAIL_STDLIB_MCP_TIMEOUT": "60",
+            "MAIL_STDLIB_MCP_ALLOWED_COMMANDS": str(Path(tmp) / "greedy_stdio.py"),
+        }
         env |= db_env
         with abuse_server(Path(tmp), extra=EXTRA, env=env, keys=KEYS) as server:
             store = "postgres" if args.postgres else "memory"

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from server_fixtures import ServerProcess, post_as
-from support.abuse_harness import MIB, HostileSite, Memory, abuse_server, gzip_bomb, steps_body
+from support.abuse_harness import (
+    GREEDY_STDIO,
+    MIB,
+    HostileSite,
+    Memory,
+    abuse_server,
+    gzip_bomb,
+    steps_body,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,26 +35,6 @@ CLOSED_PORT = "http://127.0.0.1:9/mcp"
 def site() -> Iterator[HostileSite]:
     with HostileSite(bomb=gzip_bomb(200 * MIB), tools_answer_size=150 * MIB) as hostile:
         yield hostile
-
-
-# A stdio MCP server that answers the handshake, then writes one endless tools/list line.
-GREEDY_STDIO = """
-import json, sys
-for line in sys.stdin:
-    message = json.loads(line)
-    if message.get("method") == "initialize":
-        result = {
-            "protocolVersion": message["params"]["protocolVersion"],
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "greedy", "version": "1"},
-        }
-        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
-    elif message.get("method") == "tools/list":
-        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"tools": [' % message["id"])
-        for _ in range(150):
-            sys.stdout.write('{"name": "t", "description": "' + "d" * 1048576 + '"},')
-        sys.stdout.flush()
-"""
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,26 @@ class Memory:
         return f"{self.before:7.1f} {self.peak:7.1f} {self.after:7.1f}  (+{self.growth:.1f})"
 
 
+# A stdio MCP server that answers the handshake, then writes one endless tools/list line.
+GREEDY_STDIO = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "greedy", "version": "1"},
+        }
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    elif message.get("method") == "tools/list":
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"tools": [' % message["id"])
+        for _ in range(150):
+            sys.stdout.write('{"name": "t", "description": "' + "d" * 1048576 + '"},')
+        sys.stdout.flush()
+"""
+
+
 def gzip_bomb(decompressed: int) -> bytes:
     """``decompressed`` zero bytes, gzipped (about 1/1000 of that on the wire)."""
     return gzip.compress(b"\0" * decompressed, compresslevel=9)
