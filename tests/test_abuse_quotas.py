@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -73,10 +74,11 @@ def test_tasks_all_pages_summaries_whatever_the_event_logs_weigh(server: ServerP
     assert memory.growth < RSS_BOUND_MIB, memory.row()
 
 
-def _open_stream(client: httpx.Client, key: str, body: str) -> httpx.Response:
-    request = client.build_request(
-        "POST", "/message", json={"body": body, "stream": True}, headers=auth(key)
-    )
+def _open_stream(
+    client: httpx.Client, key: str, body: str, task_id: str | None = None
+) -> httpx.Response:
+    payload = {"body": body, "stream": True, **({"task_id": task_id} if task_id else {})}
+    request = client.build_request("POST", "/message", json=payload, headers=auth(key))
     return client.send(request, stream=True)
 
 
@@ -87,7 +89,8 @@ def test_event_streams_per_caller_are_bounded_with_429_and_retry_after(
     alice, bob = server.keys["alice"], server.keys["bob"]
     with httpx.Client(base_url=server.base_url, timeout=60) as client:
         before = len(client.get("/tasks", headers=auth(alice)).json())
-        held = [_open_stream(client, alice, "SLEEP 60 held") for _ in range(3)]
+        ids = [str(uuid.uuid4()) for _ in range(3)]
+        held = [_open_stream(client, alice, "SLEEP 60 held", task_id) for task_id in ids]
         try:
             assert [r.status_code for r in held] == [200, 200, 200]
             refused = _open_stream(client, alice, "SLEEP 60 one too many")
@@ -96,8 +99,7 @@ def test_event_streams_per_caller_are_bounded_with_429_and_retry_after(
             assert int(refused.headers["Retry-After"]) > 0
             assert "max_event_streams_per_caller = 3" in refused.json()["detail"]
             # Resubscribing counts too, and the refused POST started no task.
-            task_id = held[0].headers.get("X-Task-Id") or _first_task_id(held[0])
-            again = client.get("/task/events", params={"task_id": task_id}, headers=auth(alice))
+            again = client.get("/task/events", params={"task_id": ids[0]}, headers=auth(alice))
             assert again.status_code == 429
             assert len(client.get("/tasks", headers=auth(alice)).json()) == before + 3
             # Another caller is not affected.
@@ -116,13 +118,6 @@ def test_event_streams_per_caller_are_bounded_with_429_and_retry_after(
                 break
             time.sleep(0.1)
         assert reopened.status_code == 200, reopened.text
-
-
-def _first_task_id(response: httpx.Response) -> str:
-    for line in response.iter_lines():
-        if line.startswith("data:") and "task_id" in line:
-            return str(json.loads(line[5:])["task_id"])
-    raise AssertionError("no task id in the stream")
 
 
 def test_paused_tasks_per_caller_are_bounded(server: ServerProcess) -> None:
