@@ -264,3 +264,23 @@ def test_a_swarm_crossed_by_a_task_appears_as_a_node(console: ConsolePage) -> No
     assert page.locator('.gnode[data-agent="supervisor"].active').count() == 1
     console.screenshot("graph-remote", narrow=False)
     assert console.errors == []
+
+
+def test_the_task_list_comes_in_pages(console: ConsolePage, demo: ConsoleServer) -> None:
+    """The list shows GET /tasks pages of 100 summaries and asks for the next on demand."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    oldest = demo.post("bob", {"body": "the first"})["task_id"]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: demo.post("bob", {"body": f"hello {i}"}), range(100)))
+    page = console.sign_in("bob").page
+    console.go("#/tasks")
+    page.wait_for_selector("#task-list")
+    assert page.locator("#task-list .task-row").count() == 100
+    assert page.locator(f'.task-row[data-task="{oldest}"]').count() == 0
+    page.click("#tasks-more")
+    page.wait_for_selector(f'.task-row[data-task="{oldest}"]')
+    assert page.locator("#tasks-more").count() == 0
+    assert page.locator("#task-list .task-row").count() >= 101
+    console.screenshot("tasks-paged")
+    assert console.errors == []

@@ -154,7 +154,11 @@ async def test_admin_sees_every_callers_tasks_users_only_their_own(
         everything = (await client.get("/tasks/all", headers=auth(keys["admin"]))).json()["tasks"]
         owners = {t["task_id"]: t["instance"] for t in everything}
         assert owners[alice_task] == "user:alice" and owners[bob_task] == "user:bob"
-        assert all(isinstance(t["events"], list) for t in everything)
+        # Summaries, as in GET /tasks; ?task_id= gives one task's full record.
+        assert all("events" not in t and t["event_count"] > 0 for t in everything)
+        one = await client.get(f"/tasks/all?task_id={bob_task}", headers=auth(keys["admin"]))
+        (full,) = one.json()["tasks"]
+        assert full["instance"] == "user:bob" and full["events"]
         mine = (await client.get("/tasks", headers=auth(keys["bob"]))).json()
         assert set(mine) == {bob_task}
 

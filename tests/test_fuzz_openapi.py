@@ -59,6 +59,7 @@ AGENT_ONLY = {"POST /interswarm/forward", "POST /interswarm/back"}
 STATE_DEPENDENT = {
     "POST /message",
     "GET /tasks",
+    "GET /tasks/all",
     "GET /task",
     "GET /task/events",
     "POST /swarms/load",

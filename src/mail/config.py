@@ -107,6 +107,12 @@ class ServerSettings(_Section):
     max_request_body: int = Field(default=4 * 1024 * 1024, ge=0)
     # Largest message body, in characters, a caller or an agent may send (0 = no limit).
     max_message_body: int = Field(default=1024 * 1024, ge=0)
+    # Event streams (POST /message stream, GET /task/events) one caller may hold open at
+    # once; more are 429 with Retry-After (0 = no bound).
+    max_event_streams_per_caller: int = Field(default=32, ge=0)
+    # Tasks one caller may keep paused (at a breakpoint or waiting for a review) before a new
+    # task is refused with 429 (0 = no bound).
+    max_paused_tasks_per_caller: int = Field(default=100, ge=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod
@@ -147,6 +153,17 @@ class TeamToolsConfig(_Section):
     files_root: str = ""
     # Attachment bytes without DATABASE_URL. Empty = ``attachments`` next to the registry.
     attachments_dir: str = ""
+    # Sizes of what agents and callers hand to the team tools (a thread post or an initial
+    # message is bounded by [server.settings] max_message_body).
+    max_title_chars: int = Field(default=200, gt=0)
+    max_description_chars: int = Field(default=2000, gt=0)
+    max_filename_chars: int = Field(default=255, gt=0)
+    # Quotas per instance (one caller's swarm). Threads and attachment bytes are refused past
+    # the quota; stored posts per thread and inbox entries per agent keep the newest ones.
+    max_threads: int = Field(default=1000, gt=0)
+    max_attachment_bytes_per_instance: int = Field(default=1024 * 1024 * 1024, gt=0)
+    max_posts_per_thread: int = Field(default=10_000, gt=0)
+    max_inbox_entries: int = Field(default=10_000, gt=0)
 
 
 class ClusterConfig(_Section):
@@ -264,6 +281,9 @@ class StdlibMcpConfig(_Section):
     allowed_commands: list[str] = Field(default_factory=list)
     timeout: float = Field(default=30.0, gt=0)
     max_result_chars: int = Field(default=200_000, gt=0)
+    # Bytes one MCP call may receive over HTTP (handshake and every page together), counted
+    # in the transport while they arrive; more ends the call with an error.
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
 
 
 class StdlibConfig(_Section):

@@ -59,7 +59,6 @@ def merged_task_records(answers: list[UnaryResponse]) -> list[dict[str, Any]]:
         if answer.status != 200:
             continue
         tasks.extend(json.loads(answer.body).get("tasks", []))
-    tasks.sort(key=lambda r: str(r.get("start_time") or ""), reverse=True)
     return tasks
 
 
@@ -68,16 +67,28 @@ router = APIRouter()
 
 @router.get("/tasks/all", include_in_schema=False)
 async def list_all_tasks(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
+    # Each instance answers its own first page after the cursor; the merged first `limit`
+    # of those are the deployment's page (an instance's later tasks sort after its own page).
+    query = request.query_params
+    limit = task_listing.parse_limit(query.get("limit"))
+    after = task_listing.decode_cursor(query.get("cursor"))
     backend = request.app.state.cluster_backend
     client = request.scope.get("client")
     forwarded = ForwardedRequest(
         method="GET",
         path="/tasks/all",
+        query=request.scope.get("query_string", b""),
         headers=list(request.scope["headers"]),
         client=tuple(client) if client else None,  # type: ignore[arg-type]
     )
     answers = await ask_every_instance(backend.instances, caller, forwarded)
-    return JSONBody({"tasks": merged_task_records(answers)})
+    merged = merged_task_records(answers)
+    if query.get("task_id"):
+        return JSONBody({"tasks": merged[:1]})
+    tasks, following = task_listing.page_list(merged, limit, after)
+    return JSONBody(
+        {"tasks": tasks}, headers=task_listing.page_headers("/tasks/all", limit, following)
+    )
 
 
 # -- an admin's view of one task held by another instance ---------------------------------------

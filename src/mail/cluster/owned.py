@@ -63,7 +63,12 @@ async def owned_task_events(request: Request) -> EventStreamResponse:
     after = task_events.parse_after(
         request.headers.get("last-event-id"), request.query_params.get("after")
     )
-    sub = task_events.find_owned_task(state, role, caller_id, task_id, after)
+    slot = state.stream_slots.acquire(role, caller_id)  # 429 at the caller's limit
+    try:
+        sub = task_events.find_owned_task(state, role, caller_id, task_id, after)
+    except BaseException:
+        slot.release()
+        raise
     settings = state.config.settings
     return event_stream_response(
         task_events.feed(state, sub),
@@ -71,6 +76,7 @@ async def owned_task_events(request: Request) -> EventStreamResponse:
         stall_timeout=settings.sse_slow_reader_timeout,
         task_id=task_id,
         streams=state.open_streams,
+        slot=slot,
     )
 
 

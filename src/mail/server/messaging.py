@@ -23,6 +23,7 @@ from mail.server.errors import BadRequest
 from mail.server.instances import Instance
 from mail.server.sse import EventStreamResponse, event_record, event_stream_response
 from mail.server.state import ServerState
+from mail.server.stream_quota import RETRY_AFTER_SECONDS
 from mail.server.team import parse_attachments, store_uploads
 
 logger = logging.getLogger("mail.server")
@@ -64,10 +65,13 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     if req.task_id is None:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
+        _check_paused_quota(state, inst)
         req.task_id = str(uuid.uuid4())
         _claim(inst, req.task_id)
         return
     task_id = req.task_id
+    if req.resume_from is None and _task_or_none(inst, task_id) is None:
+        _check_paused_quota(state, inst)  # a new task under an id the caller chose
     if _task_or_none(inst, task_id) is None and task_id in state.instances.archived_tasks(
         inst.kind, inst.id
     ):
@@ -92,6 +96,35 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     _claim(inst, task_id)
 
 
+def paused_tasks(inst: Instance) -> int:
+    """Tasks of the instance waiting on a breakpoint resume or a review decision."""
+    runtime = inst.swarm.runtime
+    return sum(
+        1
+        for task_id, task in inst.swarm.get_all_tasks().items()
+        if task_id != "*"
+        and not task.is_running
+        and (task.pending_reviews or runtime.pending_breakpoints(task_id))
+    )
+
+
+def _check_paused_quota(state: ServerState, inst: Instance) -> None:
+    """429 when the caller already holds `max_paused_tasks_per_caller` paused tasks: each
+    keeps its histories and held calls in memory until it is resumed."""
+    limit = state.config.settings.max_paused_tasks_per_caller
+    if not limit:
+        return
+    paused = paused_tasks(inst)
+    if paused >= limit:
+        raise HTTPException(
+            429,
+            f"you have {paused} paused tasks (waiting for a breakpoint resume or a review), "
+            f"the most one caller may hold ([server.settings] max_paused_tasks_per_caller = "
+            f"{limit}); resume or answer one before starting a new task",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+
+
 def _claim(inst: Instance, task_id: str) -> None:
     inst.claimed_tasks[task_id] = time.monotonic()
 
@@ -105,13 +138,24 @@ async def _uploads(state: ServerState, caller: Caller, req: MessageRequest) -> A
     """Validated uploads of the request (400/413 before any instance work)."""
     if req.attachments is None:
         return []
-    return parse_attachments(req.attachments, state.config.team_tools.max_attachment_bytes)
+    cfg = state.config.team_tools
+    return parse_attachments(
+        req.attachments,
+        cfg.max_attachment_bytes,
+        max_filename_chars=cfg.max_filename_chars,
+        max_description_chars=cfg.max_description_chars,
+    )
 
 
 async def _store_uploads(inst: Instance, caller: Caller, req: MessageRequest, uploads: Any) -> None:
     if uploads:
         assert req.task_id is not None
-        req.kwargs["attachments"] = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+        try:
+            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+        except BaseException:
+            _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
+            raise
+        req.kwargs["attachments"] = stored
 
 
 def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
@@ -173,36 +217,45 @@ async def post_message(state: ServerState, caller: Caller, req: MessageRequest) 
 async def stream_message(
     state: ServerState, caller: Caller, req: MessageRequest
 ) -> EventStreamResponse:
-    """Submit and stream the task's events as SSE, ending with ``task_complete``."""
-    uploads = await _uploads(state, caller, req)
-    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    _prepare(state, inst, req)
-    await _store_uploads(inst, caller, req, uploads)
-    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
-    events = inst.swarm.stream_events(
-        req.body,
-        timeout=timeout,
-        ping_interval=state.config.settings.sse_ping_interval,
-        **_post_kwargs(state, req),
-    )
+    """Submit and stream the task's events as SSE, ending with ``task_complete``.
 
-    async def leased() -> AsyncIterator[Any]:
-        # Keep the instance from being reclaimed while the stream is open.
-        try:
-            async with state.instances.lease(inst):
-                async for event in events:
-                    _release(inst, req.task_id)  # submitted: the task's state answers now
-                    yield event
-        finally:
-            _release(inst, req.task_id)
+    The caller's stream slot is taken first: at the limit the answer is 429 and no task starts.
+    """
+    slot = state.stream_slots.acquire(caller.role, caller.id)
+    try:
+        uploads = await _uploads(state, caller, req)
+        inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+        _prepare(state, inst, req)
+        await _store_uploads(inst, caller, req, uploads)
+        timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+        events = inst.swarm.stream_events(
+            req.body,
+            timeout=timeout,
+            ping_interval=state.config.settings.sse_ping_interval,
+            **_post_kwargs(state, req),
+        )
 
-    return event_stream_response(
-        leased(),
-        max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
-        stall_timeout=state.config.settings.sse_slow_reader_timeout,
-        task_id=req.task_id,
-        streams=state.open_streams,
-    )
+        async def leased() -> AsyncIterator[Any]:
+            # Keep the instance from being reclaimed while the stream is open.
+            try:
+                async with state.instances.lease(inst):
+                    async for event in events:
+                        _release(inst, req.task_id)  # submitted: the task's state answers now
+                        yield event
+            finally:
+                _release(inst, req.task_id)
+
+        return event_stream_response(
+            leased(),
+            max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
+            stall_timeout=state.config.settings.sse_slow_reader_timeout,
+            task_id=req.task_id,
+            streams=state.open_streams,
+            slot=slot,
+        )
+    except BaseException:
+        slot.release()
+        raise
 
 
 def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, Any]:

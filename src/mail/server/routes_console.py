@@ -4,7 +4,8 @@
   actions). Nothing here is secret: it is what the agents' own tool specs already reveal.
 - ``GET /swarms/registry`` (admin): every registry entry, private ones included, no tokens.
 - ``DELETE /swarms/{swarm_name}`` (admin): forget a remote swarm.
-- ``GET /tasks/all`` (admin): the tasks of every live instance, for operators.
+- ``GET /tasks/all`` (admin): the task summaries of every live instance, paged, for operators
+  (see ``mail.server.admin_tasks``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
+from mail.server import task_listing
+from mail.server.admin_tasks import all_tasks_page
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
 from mail.server.jsonio import JSONBody
-from mail.server.messaging import task_record
 from mail.server.routes_public import get_state
 from mail.server.swarm_description import describe_swarm
 
@@ -79,14 +81,10 @@ async def remove_swarm(
 
 @router.get("/tasks/all")
 async def list_all_tasks(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
-    state = get_state(request)
-    tasks: list[dict[str, Any]] = []
-    for inst in state.instances.all():
-        for task_id, task in inst.swarm.get_all_tasks().items():
-            if task_id == "*":
-                continue
-            record = task_record(task, inst.swarm.runtime)
-            record["instance"] = inst.owner
-            tasks.append(record)
-    tasks.sort(key=lambda r: str(r.get("start_time") or ""), reverse=True)
-    return JSONBody({"tasks": tasks})
+    query = request.query_params
+    limit = task_listing.parse_limit(query.get("limit"))
+    task_id = query.get("task_id") or None
+    tasks, following = all_tasks_page(get_state(request), limit, query.get("cursor"), task_id)
+    return JSONBody(
+        {"tasks": tasks}, headers=task_listing.page_headers("/tasks/all", limit, following)
+    )

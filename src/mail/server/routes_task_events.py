@@ -22,7 +22,12 @@ async def task_event_stream(
     after = task_events.parse_after(
         request.headers.get("last-event-id"), request.query_params.get("after")
     )
-    feed = await task_events.subscribe(state, caller, task_id, after)
+    slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 at the caller's limit
+    try:
+        feed = await task_events.subscribe(state, caller, task_id, after)
+    except BaseException:
+        slot.release()
+        raise
     settings = state.config.settings
     return event_stream_response(
         feed,
@@ -30,4 +35,5 @@ async def task_event_stream(
         stall_timeout=settings.sse_slow_reader_timeout,
         task_id=task_id,
         streams=state.open_streams,
+        slot=slot,
     )

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from mail.server.jsonio import dumps_str, loads
 from mail.server.stream_buffer import BoundedFrameQueue
+from mail.server.stream_quota import StreamSlot
 from mail.server.stream_shutdown import FinalEvent, OpenStreams
 
 logger = logging.getLogger("mail.server.sse")
@@ -84,6 +85,7 @@ def event_stream_response(
     stall_timeout: float = 5.0,
     task_id: str | None = None,
     streams: OpenStreams | None = None,
+    slot: StreamSlot | None = None,
 ) -> EventStreamResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
 
@@ -106,6 +108,7 @@ def event_stream_response(
         queue,
         lambda last_id: resubscribe_event(task_id or "", last_id, SHUTDOWN_REASON),
         streams,
+        slot,
     )
 
 
@@ -124,10 +127,12 @@ class EventStreamResponse(Response):
         queue: BoundedFrameQueue,
         final_event: FinalEvent,
         streams: OpenStreams | None = None,
+        slot: StreamSlot | None = None,
     ) -> None:
         self.queue = queue
         self.final_event = final_event
         self.streams = streams
+        self.slot = slot  # the caller's stream slot, given back when the response ends
         self.status_code = 200
         self.background = None
         self.init_headers(SSE_HEADERS)
@@ -166,6 +171,8 @@ class EventStreamResponse(Response):
             await chunks.aclose()  # stops the reader and closes the source now
             if self.streams is not None:
                 self.streams.discard(self.queue)
+            if self.slot is not None:
+                self.slot.release()
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from mail.config import ServerConfig
 from mail.server.auth import Authenticator
 from mail.server.instances import InstanceManager
+from mail.server.stream_quota import StreamSlots
 from mail.server.stream_shutdown import OpenStreams
 
 logger = logging.getLogger("mail.server")
@@ -58,6 +59,11 @@ class ServerState:
     template_loaded: bool = field(default=False, repr=False)
     # The SSE streams being served; ended with a closing frame when shutdown begins.
     open_streams: OpenStreams = field(default_factory=OpenStreams, repr=False)
+    # Open event streams per caller ([server.settings] max_event_streams_per_caller).
+    stream_slots: StreamSlots = field(default_factory=lambda: StreamSlots(0), repr=False)
+
+    def __post_init__(self) -> None:
+        self.stream_slots.limit = self.config.settings.max_event_streams_per_caller
 
     @property
     def swarm_name(self) -> str:

@@ -61,13 +61,31 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def page(
+def page_list(
     records: list[dict[str, Any]], limit: int, cursor: tuple[str, str] | None
-) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """(one page keyed by task id, cursor of the next page or None); newest tasks first."""
+) -> tuple[list[dict[str, Any]], str | None]:
+    """(one page of records, cursor of the next page or None); newest tasks first."""
     ordered = sorted(records, key=_sort_key, reverse=True)
     if cursor is not None:
         ordered = [r for r in ordered if _sort_key(r) < cursor]
     chosen = ordered[:limit]
     following = encode_cursor(chosen[-1]) if len(ordered) > limit else None
+    return chosen, following
+
+
+def page(
+    records: list[dict[str, Any]], limit: int, cursor: tuple[str, str] | None
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """(one page keyed by task id, cursor of the next page or None); newest tasks first."""
+    chosen, following = page_list(records, limit, cursor)
     return {str(r["task_id"]): r for r in chosen}, following
+
+
+def page_headers(path: str, limit: int, following: str | None) -> dict[str, str]:
+    """``X-Next-Cursor`` and ``Link: rel="next"`` when another page follows."""
+    if following is None:
+        return {}
+    return {
+        "X-Next-Cursor": following,
+        "Link": f'<{path}?limit={limit}&cursor={following}>; rel="next"',
+    }

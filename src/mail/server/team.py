@@ -36,6 +36,12 @@ def team_settings(config: ServerConfig) -> Any:
         max_attachment_bytes=cfg.max_attachment_bytes,
         max_read_bytes=cfg.max_read_bytes,
         files_root=cfg.files_root or None,  # unset: the [stdlib.fs] root
+        max_body_chars=config.settings.max_message_body or 2**62,
+        max_title_chars=cfg.max_title_chars,
+        max_description_chars=cfg.max_description_chars,
+        max_filename_chars=cfg.max_filename_chars,
+        max_threads=cfg.max_threads,
+        max_attachment_bytes_per_instance=cfg.max_attachment_bytes_per_instance,
     )
 
 
@@ -45,6 +51,14 @@ def uses_team_tools(template: Any) -> bool:
 
 async def start_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
     """PostgreSQL when the server persists tasks there and the swarm uses team tools."""
+    store = await _open_team_store(config, template, task_store)
+    # Both stores keep the newest posts per thread and inbox entries per agent.
+    store.max_posts_per_thread = config.team_tools.max_posts_per_thread
+    store.max_inbox_entries = config.team_tools.max_inbox_entries
+    return store
+
+
+async def _open_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
     if task_store is not None and getattr(task_store, "backend", "") == "postgres":
         if uses_team_tools(template):
             from mail.store import database_url_from_env
@@ -73,7 +87,13 @@ def _owner(key: InstanceKey) -> str:
 
 
 # ------------------------------------------------------------------ uploads
-def parse_attachments(value: Any, max_bytes: int) -> list[tuple[str, str, bytes]]:
+def parse_attachments(
+    value: Any,
+    max_bytes: int,
+    *,
+    max_filename_chars: int = 255,
+    max_description_chars: int = 2000,
+) -> list[tuple[str, str, bytes]]:
     """``[(filename, description, bytes)]`` from a POST /message ``attachments`` list."""
     if value is None:
         return []
@@ -90,6 +110,11 @@ def parse_attachments(value: Any, max_bytes: int) -> list[tuple[str, str, bytes]
         filename = item.get("filename")
         if not isinstance(filename, str) or not filename.strip():
             raise BadRequest(f"parameter '{where}.filename' must be a non-empty string")
+        if len(filename) > max_filename_chars:
+            raise BadRequest(
+                f"parameter '{where}.filename' is {len(filename)} characters; the limit is "
+                f"{max_filename_chars} ([server.team_tools] max_filename_chars)"
+            )
         encoded, text = item.get("content_base64"), item.get("content")
         if (encoded is None) == (text is None):
             raise BadRequest(f"parameter '{where}' needs exactly one of content_base64, content")
@@ -113,6 +138,11 @@ def parse_attachments(value: Any, max_bytes: int) -> list[tuple[str, str, bytes]
         description = item.get("description") or ""
         if not isinstance(description, str):
             raise BadRequest(f"parameter '{where}.description' must be a string")
+        if len(description) > max_description_chars:
+            raise BadRequest(
+                f"parameter '{where}.description' is {len(description)} characters; the limit "
+                f"is {max_description_chars} ([server.team_tools] max_description_chars)"
+            )
         parsed.append((filename, description, data))
     return parsed
 
@@ -130,6 +160,15 @@ async def store_uploads(
         raise BadRequest(
             'this swarm has no agent with file tools (team_tools: ["files"]); '
             "attachments cannot be delivered"
+        )
+    quota = team.settings.max_attachment_bytes_per_instance
+    used = await team.store.attachment_bytes(team.key)
+    adding = sum(len(data) for _, _, data in uploads)
+    if used + adding > quota:
+        raise HTTPException(
+            413,
+            f"attachments of your swarm instance would take {used + adding} bytes, over its "
+            f"quota of {quota} ([server.team_tools] max_attachment_bytes_per_instance)",
         )
     metas = []
     for filename, description, data in uploads:

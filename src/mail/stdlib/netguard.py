@@ -281,5 +281,6 @@ def guarded_client(
         follow_redirects=follow_redirects,
         max_redirects=http.max_redirects,
         timeout=httpx.Timeout(http.read_timeout, connect=http.connect_timeout),
-        headers=headers,
+        # Only the encodings mail.stdlib.http.bounded can inflate under the size cap.
+        headers={"Accept-Encoding": "gzip, deflate", **(headers or {})},
     )

@@ -31,6 +31,12 @@ Record = dict[str, Any]
 class TeamStore(abc.ABC):
     """Threads, inboxes and attachments of swarm instances."""
 
+    # Stored posts per thread and inbox entries per agent (per instance): past these the
+    # oldest are dropped as new ones arrive ([server.team_tools] max_posts_per_thread /
+    # max_inbox_entries). None keeps everything.
+    max_posts_per_thread: int | None = None
+    max_inbox_entries: int | None = None
+
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections / prepare tables."""
 
@@ -48,6 +54,10 @@ class TeamStore(abc.ABC):
     @abc.abstractmethod
     async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
         """Threads of one instance, or of every instance of every swarm when key is None."""
+
+    async def count_threads(self, key: InstanceKey) -> int:
+        """How many threads this instance has (the thread quota counts them)."""
+        return len(await self.list_threads(key))
 
     @abc.abstractmethod
     async def add_post(self, key: InstanceKey, post: Record) -> None: ...
@@ -90,6 +100,10 @@ class TeamStore(abc.ABC):
     # -- attachments -----------------------------------------------------------------
     @abc.abstractmethod
     async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def attachment_bytes(self, key: InstanceKey) -> int:
+        """Total size of this instance's attachments (the attachment quota counts them)."""
 
     @abc.abstractmethod
     async def get_attachment(

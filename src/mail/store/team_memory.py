@@ -16,6 +16,11 @@ def _instance_dir(root: Path, key: InstanceKey) -> Path:
     return root / key.swarm_name.replace(os.sep, "_") / safe
 
 
+def _keep_newest(records: list[Record], limit: int | None) -> None:
+    if limit is not None and len(records) > limit:
+        del records[: len(records) - limit]
+
+
 class MemoryTeamStore(TeamStore):
     """Everything in dicts; lost with the process (attachment files excepted)."""
 
@@ -42,8 +47,13 @@ class MemoryTeamStore(TeamStore):
             for t in sorted(self._threads.get(k, {}).values(), key=lambda t: t["created_at"])
         ]
 
+    async def count_threads(self, key: InstanceKey) -> int:
+        return len(self._threads.get(key, {}))
+
     async def add_post(self, key: InstanceKey, post: Record) -> None:
-        self._posts.setdefault((key, post["thread_id"]), []).append(copy.deepcopy(post))
+        posts = self._posts.setdefault((key, post["thread_id"]), [])
+        posts.append(copy.deepcopy(post))
+        _keep_newest(posts, self.max_posts_per_thread)
 
     async def thread_posts(
         self, key: InstanceKey, thread_id: str, limit: int | None = None
@@ -55,7 +65,9 @@ class MemoryTeamStore(TeamStore):
     # -- inboxes ---------------------------------------------------------------------
     async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
         for entry in entries:
-            self._inbox.setdefault((key, entry["agent"]), []).append(copy.deepcopy(entry))
+            inbox = self._inbox.setdefault((key, entry["agent"]), [])
+            inbox.append(copy.deepcopy(entry))
+            _keep_newest(inbox, self.max_inbox_entries)
 
     async def inbox(
         self,
@@ -117,6 +129,9 @@ class MemoryTeamStore(TeamStore):
             copy.deepcopy(record),
             stored,
         )
+
+    async def attachment_bytes(self, key: InstanceKey) -> int:
+        return sum(int(record["size"]) for record, _ in self._attachments.get(key, {}).values())
 
     async def get_attachment(
         self, key: InstanceKey, attachment_id: str, *, with_data: bool = True

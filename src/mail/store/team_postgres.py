@@ -167,14 +167,31 @@ class PostgresTeamStore(TeamStore):
             for r in rows
         ]
 
-    async def add_post(self, key: InstanceKey, post: Record) -> None:
-        await self.pool.execute(
-            "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
-            " VALUES ($1, $2, $3, $4, $5::jsonb)",
-            *_k(key),
-            post["thread_id"],
-            _dump(post),
+    async def count_threads(self, key: InstanceKey) -> int:
+        count = await self.pool.fetchval(
+            f"SELECT COUNT(*) FROM team_threads WHERE {_KEY}", *_k(key)
         )
+        return int(count or 0)
+
+    async def add_post(self, key: InstanceKey, post: Record) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
+                " VALUES ($1, $2, $3, $4, $5::jsonb)",
+                *_k(key),
+                post["thread_id"],
+                _dump(post),
+            )
+            if self.max_posts_per_thread is not None:
+                # Keep the newest posts of the thread (the same rule as the memory store).
+                await conn.execute(
+                    f"DELETE FROM team_posts WHERE {_KEY} AND thread_id = $4 AND seq <= ("
+                    f"SELECT seq FROM team_posts WHERE {_KEY} AND thread_id = $4"
+                    " ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                    *_k(key),
+                    post["thread_id"],
+                    self.max_posts_per_thread,
+                )
 
     async def thread_posts(
         self, key: InstanceKey, thread_id: str, limit: int | None = None
@@ -203,14 +220,26 @@ class PostgresTeamStore(TeamStore):
             )
             for e in entries
         ]
-        if rows:
-            await self.pool.executemany(
+        if not rows:
+            return
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.executemany(
                 "INSERT INTO team_inbox (swarm_name, caller_role, caller_id, agent_name,"
                 " entry_id, thread_id, ts, is_read, shown, record)"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)"
                 " ON CONFLICT DO NOTHING",
                 rows,
             )
+            if self.max_inbox_entries is not None:
+                for agent in sorted({row[3] for row in rows}):
+                    await conn.execute(
+                        f"DELETE FROM team_inbox WHERE {_KEY} AND agent_name = $4 AND seq <= ("
+                        f"SELECT seq FROM team_inbox WHERE {_KEY} AND agent_name = $4"
+                        " ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                        *_k(key),
+                        agent,
+                        self.max_inbox_entries,
+                    )
 
     async def inbox(
         self,
@@ -276,6 +305,13 @@ class PostgresTeamStore(TeamStore):
             _dump(record),
             data,
         )
+
+    async def attachment_bytes(self, key: InstanceKey) -> int:
+        total = await self.pool.fetchval(
+            f"SELECT COALESCE(SUM(octet_length(data)), 0) FROM team_attachments WHERE {_KEY}",
+            *_k(key),
+        )
+        return int(total or 0)
 
     async def get_attachment(
         self, key: InstanceKey, attachment_id: str, *, with_data: bool = True

@@ -19,6 +19,7 @@ from mail.core.message import (
     make_request,
     utc_now_iso,
 )
+from mail.core.team import limits
 from mail.core.team.service import TeamError, TeamService, new_id
 from mail.store.team_base import Record
 from mail.utils.safe_files import (
@@ -166,6 +167,8 @@ async def transfer_file(
     data = _read_source(root, parts, str(source_path), team.settings.max_attachment_bytes)
     filename = clean_filename(destination_filename, parts[-1])
     text = str(description) if isinstance(description, str) else ""
+    limits.check_attachment_texts(team, filename, text)
+    await limits.check_attachment_quota(team, len(data))
     target = "user" if to_user else name
     record = new_attachment(data, filename, text, sender, [target], task_id)
     await team.store.put_attachment(team.key, record, data)

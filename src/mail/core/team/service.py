@@ -41,6 +41,14 @@ class TeamSettings:
     max_attachment_bytes: int = 10 * 1024 * 1024
     max_read_bytes: int = 256 * 1024  # read_attachment refuses larger files
     files_root: str | None = None  # agents' working folders; None = the [stdlib.fs] root
+    max_body_chars: int = (
+        1024 * 1024
+    )  # a post / initial message ([server.settings] max_message_body)
+    max_title_chars: int = 200
+    max_description_chars: int = 2000
+    max_filename_chars: int = 255
+    max_threads: int = 1000  # per instance
+    max_attachment_bytes_per_instance: int = 1024 * 1024 * 1024
 
 
 @dataclass

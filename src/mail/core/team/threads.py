@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from mail.core.message import create_agent_address, make_interrupt, make_message, utc_now_iso
+from mail.core.team import limits
 from mail.core.team.service import TeamError, TeamService, new_id
 from mail.store.team_base import Record
 
@@ -133,11 +134,15 @@ async def create_thread(
         raise TeamError("title is required")
     if not isinstance(participants, list) or not all(isinstance(p, str) for p in participants):
         raise TeamError("participants must be a list of agent names")
+    limits.check_title(team, title.strip())
+    if isinstance(initial_message, str):
+        limits.check_body(team, initial_message, "initial_message")
     members = [creator]
     for name in participants:
         local = team.check_agent(name, "threads", "participant")
         if local not in members:
             members.append(local)
+    await limits.check_thread_quota(team)
     now = utc_now_iso()
     thread = {
         "thread_id": new_id("th"),
@@ -228,6 +233,7 @@ async def post_to_thread(
         )
     if not isinstance(body, str) or not body.strip():
         raise TeamError("body is required")
+    limits.check_body(team, body)
     thread["updated_at"] = utc_now_iso()
     await team.store.save_thread(team.key, thread)
     return await _post(team, thread, caller, body, task_id, urgent=bool(urgent))

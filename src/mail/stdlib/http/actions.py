@@ -3,7 +3,8 @@
 As in the original, the body is returned for any status code and nothing else of the
 response is reported. Underneath, every request goes through the address guard of
 :mod:`mail.stdlib.netguard` (each redirect hop included), is bounded by the timeouts of
-``[stdlib.http]``, and its body is read only up to ``max_response_bytes``.
+``[stdlib.http]``, and its body is read only up to ``max_response_bytes`` (counted after
+decompression, while it is inflated: see :mod:`mail.stdlib.http.bounded`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mail.stdlib._common import (
     settings,
     stdlib_action,
 )
+from mail.stdlib.http.bounded import ResponseTooLarge, UnsupportedEncoding, read_capped
 from mail.stdlib.netguard import AddressRefused, guarded_client
 
 _URL = {"type": "string", "description": "The URL to request."}
@@ -48,34 +50,9 @@ PATCH_SCHEMA: dict[str, Any] = {
 }
 
 
-class ResponseTooLarge(Exception):
-    pass
-
-
-async def read_capped(response: httpx.Response, limit: int) -> bytes:
-    """The (decoded) body, refusing more than ``limit`` bytes without reading the rest."""
-    declared = response.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ResponseTooLarge(
-            f"response body is {declared} bytes, over the limit of {limit} bytes "
-            "([stdlib.http] max_response_bytes)"
-        )
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            raise ResponseTooLarge(
-                f"response body is over the limit of {limit} bytes "
-                "([stdlib.http] max_response_bytes)"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def transport_error(exc: BaseException, cfg: StdlibConfig) -> str:
     """The agent's text for a failed request."""
-    if isinstance(exc, AddressRefused | ResponseTooLarge):
+    if isinstance(exc, AddressRefused | ResponseTooLarge | UnsupportedEncoding):
         return error(str(exc))
     if isinstance(exc, httpx.ConnectTimeout):
         return error(f"connecting timed out after {cfg.http.connect_timeout:g} s")
@@ -186,6 +163,7 @@ async def http_options(args: dict[str, Any]) -> str:
 
 
 __all__ = [
+    "ResponseTooLarge",
     "http_delete",
     "http_get",
     "http_head",
@@ -193,4 +171,5 @@ __all__ = [
     "http_patch",
     "http_post",
     "http_put",
+    "read_capped",
 ]

@@ -3,7 +3,8 @@
 Each call opens a session with the mcp SDK's ``Client`` (see :mod:`mail.stdlib.mcp.connect`
 for which ``server_url`` values are accepted), runs one request and returns the result as
 text, as the original did (Python reprs of the SDK's objects). A call is bounded by
-``[stdlib.mcp] timeout`` and its text by ``max_result_chars``.
+``[stdlib.mcp] timeout``, the bytes it receives over HTTP by ``max_response_bytes`` (counted in
+the transport while they arrive) and its text by ``max_result_chars``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mail.stdlib._common import (
     settings,
     stdlib_action,
 )
-from mail.stdlib.mcp.connect import AddressRefused, ServerRefused, open_transport
+from mail.stdlib.mcp.connect import AddressRefused, ByteBudget, ServerRefused, open_transport
 
 _SERVER_URL = {"type": "string", "description": "URL of the MCP server (http:// or https://)."}
 
@@ -99,19 +100,25 @@ async def _run(server_url: str, request: Callable[[Any], Awaitable[Any]]) -> str
     from mcp import Client
 
     cfg = settings()
+    budget = ByteBudget(cfg.mcp.max_response_bytes)
     try:
         async with asyncio.timeout(cfg.mcp.timeout), AsyncExitStack() as stack:
-            target = await open_transport(stack, server_url, cfg)
+            target = await open_transport(stack, server_url, cfg, budget)
             client = await stack.enter_async_context(
                 Client(target, read_timeout_seconds=cfg.mcp.timeout)
             )
             result = await request(client)
     except TimeoutError:
+        if budget.refusal:
+            return error(budget.refusal)
         return error(
             f"MCP server did not answer within {cfg.mcp.timeout:g} s ([stdlib.mcp] timeout)"
         )
     except Exception as exc:  # noqa: BLE001 - every failure becomes the agent's Error: text
-        return _cause_text(_leaf(exc))
+        # The SDK reports a transport failure in its own words (or as a parse error).
+        return error(budget.refusal) if budget.refusal else _cause_text(_leaf(exc))
+    if budget.refusal:
+        return error(budget.refusal)
     if isinstance(result, str) and result.startswith("Error: "):
         return result
     text = str(result)

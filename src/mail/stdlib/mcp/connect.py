@@ -4,7 +4,8 @@
   ends in ``/sse``), through an httpx2 client whose connections pass the address guard of
   :mod:`mail.stdlib.netguard` (the mcp SDK is built on httpx2, a fork of httpx).
 - anything else is treated as a local script to launch as a stdio MCP server, which is only
-  allowed when the path is listed in ``[stdlib.mcp] allowed_commands``.
+  allowed when the path is listed in ``[stdlib.mcp] allowed_commands``. It runs behind
+  ``stdio_relay.py``, which counts what the server writes against ``max_response_bytes``.
 """
 
 from __future__ import annotations
@@ -25,29 +26,90 @@ class ServerRefused(Exception):
     """A ``server_url`` the settings do not allow (the message is shown to the agent)."""
 
 
+class ByteBudget:
+    """Bytes one MCP call may receive over HTTP, every answer of its session together.
+
+    Counted in the transport as the bytes arrive, before the SDK buffers or parses them, so
+    a server that answers ``tools/list`` with 150 MB costs at most the budget in memory.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.refusal: str | None = None
+
+    def take(self, size: int) -> None:
+        self.used += size
+        if self.used > self.limit:
+            self.refusal = (
+                f"the MCP server sent more than {self.limit} bytes "
+                "([stdlib.mcp] max_response_bytes)"
+            )
+            raise AnswerTooLarge(self.refusal)
+
+    def refuse_encoding(self, encoding: str) -> None:
+        self.refusal = (
+            f"the MCP server answered with Content-Encoding '{encoding}'; only uncompressed "
+            "answers are read (their size is counted as they arrive)"
+        )
+        raise AnswerTooLarge(self.refusal)
+
+
+class AnswerTooLarge(Exception):
+    """Raised inside the transport once a `ByteBudget` is spent."""
+
+
 @functools.cache
 def _guarded_transport2_class() -> Any:
     """The guarded transport for httpx2 clients (built on first use: httpx2 loads lazily)."""
     import httpcore2
     import httpx2
 
+    class CountedStream(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any, budget: ByteBudget) -> None:
+            self.inner = inner
+            self.budget = budget
+
+        async def __aiter__(self) -> Any:
+            async for chunk in self.inner:
+                self.budget.take(len(chunk))
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
     class GuardedTransport2(GuardedRouting, httpx2.AsyncBaseTransport):
         http: ClassVar[Any] = httpx2
         core: ClassVar[Any] = httpcore2
+        budget: ByteBudget | None = None
+
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await super().handle_async_request(request)
+            if self.budget is not None:
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    await response.aclose()
+                    self.budget.refuse_encoding(encoding)
+                response.stream = CountedStream(response.stream, self.budget)
+            return response
 
     return GuardedTransport2
 
 
-def _httpx2_client(cfg: StdlibConfig, headers: dict[str, str] | None = None) -> Any:
+def _httpx2_client(
+    cfg: StdlibConfig, budget: ByteBudget, headers: dict[str, str] | None = None
+) -> Any:
     import httpx2
 
     transport = _guarded_transport2_class()(
         AddressPolicy.from_config(cfg.net), trust_env=cfg.net.trust_env
     )
+    transport.budget = budget
     return httpx2.AsyncClient(
         transport=transport,
         trust_env=False,
-        headers=headers,
+        # Compressed answers could not be counted before they are inflated.
+        headers={**(headers or {}), "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(cfg.mcp.timeout, connect=cfg.http.connect_timeout),
         follow_redirects=False,
     )
@@ -71,7 +133,9 @@ def allowed_command(server_url: str, cfg: StdlibConfig) -> list[str] | None:
     raise ServerRefused(f"Unsupported script type: {server_url}")
 
 
-async def open_transport(stack: AsyncExitStack, server_url: str, cfg: StdlibConfig) -> Any:
+async def open_transport(
+    stack: AsyncExitStack, server_url: str, cfg: StdlibConfig, budget: ByteBudget
+) -> Any:
     """What to hand to ``mcp.Client`` for ``server_url`` (resources go on ``stack``)."""
     from mcp import StdioServerParameters
 
@@ -86,12 +150,12 @@ async def open_transport(stack: AsyncExitStack, server_url: str, cfg: StdlibConf
             def factory(
                 headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
             ) -> Any:
-                return _httpx2_client(cfg, headers)
+                return _httpx2_client(cfg, budget, headers)
 
             return sse_client(url, httpx_client_factory=factory, sse_read_timeout=cfg.mcp.timeout)
         from mcp.client.streamable_http import streamable_http_client
 
-        client = await stack.enter_async_context(_httpx2_client(cfg))
+        client = await stack.enter_async_context(_httpx2_client(cfg, budget))
         return streamable_http_client(url, http_client=client)
     command = allowed_command(url, cfg)
     if command is None:
@@ -103,7 +167,17 @@ async def open_transport(stack: AsyncExitStack, server_url: str, cfg: StdlibConf
             f"launching {server_url!r} as a local MCP server is not allowed; only http(s) URLs "
             "are accepted unless the script is listed in [stdlib.mcp] allowed_commands"
         )
-    return StdioServerParameters(command=command[0], args=command[1:])
+    # Through the relay, which counts what the server writes (the SDK buffers whole lines).
+    relay = str(Path(__file__).with_name("stdio_relay.py"))
+    limit = str(cfg.mcp.max_response_bytes)
+    return StdioServerParameters(command=sys.executable, args=[relay, limit, *command])
 
 
-__all__ = ["AddressRefused", "ServerRefused", "allowed_command", "open_transport"]
+__all__ = [
+    "AddressRefused",
+    "AnswerTooLarge",
+    "ByteBudget",
+    "ServerRefused",
+    "allowed_command",
+    "open_transport",
+]

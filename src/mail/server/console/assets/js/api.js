@@ -45,7 +45,7 @@ async function failure(response) {
   return new ApiError(response.status, detail);
 }
 
-export async function request(method, path, body, options = {}) {
+async function send(method, path, body, options = {}) {
   let response;
   try {
     response = await fetch(ROOT + path, {
@@ -61,7 +61,20 @@ export async function request(method, path, body, options = {}) {
     throw new ApiError(0, "The server cannot be reached. Is `mail server` running?");
   }
   if (!response.ok) throw await failure(response);
-  return response.json();
+  return response;
+}
+
+export async function request(method, path, body, options = {}) {
+  return (await send(method, path, body, options)).json();
+}
+
+// One page of a paged listing (GET /tasks, GET /tasks/all): {body, next} where `next` is the
+// X-Next-Cursor of the following page (null on the last one).
+async function page(path, cursor, limit = 100) {
+  const query = new URLSearchParams({ limit: String(limit) });
+  if (cursor) query.set("cursor", cursor);
+  const response = await send("GET", `${path}?${query}`);
+  return { body: await response.json(), next: response.headers.get("X-Next-Cursor") };
 }
 
 export const api = {
@@ -70,7 +83,10 @@ export const api = {
   whoami: () => request("GET", "/whoami"),
   swarm: () => request("GET", "/swarm"),
   tasks: () => request("GET", "/tasks"),
-  allTasks: () => request("GET", "/tasks/all"),
+  tasksPage: (cursor) => page("/tasks", cursor),
+  allTasksPage: (cursor) => page("/tasks/all", cursor),
+  // Another caller's task, whole (admins): GET /tasks/all?task_id=…
+  anyTask: (taskId) => request("GET", `/tasks/all?task_id=${encodeURIComponent(taskId)}`),
   task: (taskId) => request("GET", `/task?task_id=${encodeURIComponent(taskId)}`),
   publicSwarms: () => request("GET", "/swarms"),
   registry: () => request("GET", "/swarms/registry"),

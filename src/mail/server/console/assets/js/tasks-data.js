@@ -10,8 +10,8 @@ export async function loadTask(taskId) {
     return await api.task(taskId);
   } catch (error) {
     if (!(error instanceof ApiError) || error.status !== 404 || !isAdmin()) throw error;
-    // Not one of the admin's own tasks: look through every caller's.
-    const all = await api.allTasks();
+    // Not one of the admin's own tasks: ask for it among every caller's.
+    const all = await api.anyTask(taskId);
     const found = (all.tasks || []).find((t) => t.task_id === taskId);
     if (!found) throw error;
     return found;

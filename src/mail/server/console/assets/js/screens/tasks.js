@@ -26,28 +26,54 @@ function renderList(container) {
     h("div", { class: "toolbar" }, h("h1", {}, "Tasks"), scope, refresh), body));
 
   let alive = true;
+  // Pages of summaries (GET /tasks or GET /tasks/all), newest first; "Load more" asks for the
+  // next page with the X-Next-Cursor of the last one.
+  let records = [];
+  let next = null;
+  const fetchPage = async (cursor) => {
+    const got = view.all ? await api.allTasksPage(cursor) : await api.tasksPage(cursor);
+    return { rows: view.all ? got.body.tasks || [] : Object.values(got.body), next: got.next };
+  };
+  const show = () => {
+    if (!records.length) {
+      replace(body, emptyState("No tasks yet", "A task starts when you send a message.",
+        h("a", { class: "btn btn-primary", href: "#/chat" }, "Open the chat")));
+      return;
+    }
+    const more = next
+      ? h("button", { type: "button", class: "btn btn-quiet", id: "tasks-more", onclick: () => loadMore() }, "Load more")
+      : null;
+    replace(body, [h("ul", { class: "task-list", id: "task-list" }, records.map((r) => {
+      const events = taskEvents(r);
+      const st = taskStatus(r, events);
+      return h("li", {},
+        h("a", { class: "task-row", href: `#/tasks/${encodeURIComponent(r.task_id)}`, dataset: { task: r.task_id } },
+          badge(st.label, st.tone),
+          h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
+          view.all ? h("span", { class: "muted task-owner" }, r.task_owner) : null,
+          h("span", { class: "muted" }, `${r.event_count ?? events.length} events`),
+          h("time", { class: "muted", title: r.start_time }, relativeTime(r.start_time))));
+    })), more].filter(Boolean));
+  };
+  const loadMore = async () => {
+    try {
+      const got = await fetchPage(next);
+      if (!alive) return;
+      records = records.concat(got.rows);
+      next = got.next;
+      show();
+    } catch (error) {
+      if (alive) replace(body, errorState("Could not load tasks", error, load));
+    }
+  };
   const load = async () => {
     replace(body, loadingState("tasks"));
     try {
-      const records = view.all ? (await api.allTasks()).tasks : Object.values(await api.tasks());
+      const got = await fetchPage(null);
       if (!alive) return;
-      records.sort((a, b) => String(b.start_time).localeCompare(String(a.start_time)));
-      if (!records.length) {
-        replace(body, emptyState("No tasks yet", "A task starts when you send a message.",
-          h("a", { class: "btn btn-primary", href: "#/chat" }, "Open the chat")));
-        return;
-      }
-      replace(body, h("ul", { class: "task-list", id: "task-list" }, records.map((r) => {
-        const events = taskEvents(r);
-        const st = taskStatus(r, events);
-        return h("li", {},
-          h("a", { class: "task-row", href: `#/tasks/${encodeURIComponent(r.task_id)}`, dataset: { task: r.task_id } },
-            badge(st.label, st.tone),
-            h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
-            view.all ? h("span", { class: "muted task-owner" }, r.task_owner) : null,
-            h("span", { class: "muted" }, `${r.event_count ?? events.length} events`),
-            h("time", { class: "muted", title: r.start_time }, relativeTime(r.start_time))));
-      })));
+      records = got.rows;
+      next = got.next;
+      show();
     } catch (error) {
       if (alive) replace(body, errorState("Could not load tasks", error, load));
     }

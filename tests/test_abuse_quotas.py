@@ -1,0 +1,148 @@
+"""Quotas and paged operator views against a real `mail server` (issue 26, part A).
+
+``GET /tasks/all`` answers summaries in pages (it used to return every task's full event log:
+179 MB for 31 tasks), concurrent event streams per caller are bounded (429 with Retry-After),
+and the server's peak RSS stays within ``RSS_BOUND_MIB`` of where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from server_fixtures import ServerProcess, auth, keyed_stub_server, post_as
+from support.abuse_harness import Memory
+
+pytestmark = pytest.mark.timeout(240)
+
+RSS_BOUND_MIB = 30
+KEYS = {
+    "admin": ("admin", "root"),
+    "alice": ("user", "alice"),
+    "bob": ("user", "bob"),
+    "carol": ("user", "carol"),
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    extra = (
+        "task_message_limit = 0\nmax_event_streams_per_caller = 3\n"
+        "max_paused_tasks_per_caller = 2\n"
+    )
+    with keyed_stub_server(tmp_path_factory.mktemp("quotas"), KEYS, extra=extra) as proc:
+        yield proc
+
+
+def test_tasks_all_pages_summaries_whatever_the_event_logs_weigh(server: ServerProcess) -> None:
+    assert server.proc is not None
+    made = set()
+    for who in ("alice", "bob") * 4:  # 8 tasks of ~2 MB of events each
+        r = post_as(server, who, {"body": "CHATTY 10 200000"}, timeout=120)
+        assert r.status_code == 200 and "chatted 10" in r.text, r.text[:300]
+        made.add(r.json()["task_id"])
+    admin = auth(server.keys["admin"])
+    memory = Memory(server.proc.pid).start()
+    seen: list[str] = []
+    cursor = None
+    sizes = []
+    with httpx.Client(base_url=server.base_url, headers=admin, timeout=60) as client:
+        while True:
+            params = {"limit": "3", **({"cursor": cursor} if cursor else {})}
+            r = client.get("/tasks/all", params=params)
+            assert r.status_code == 200, r.text
+            sizes.append(len(r.content))
+            page = r.json()["tasks"]
+            assert len(page) <= 3
+            assert all("events" not in t and t["event_count"] > 20 for t in page)
+            seen += [t["task_id"] for t in page]
+            cursor = r.headers.get("X-Next-Cursor")
+            if cursor is None:
+                break
+            assert 'rel="next"' in r.headers["Link"]
+        memory.stop()
+        full = client.get("/tasks/all", params={"task_id": seen[0]}).json()["tasks"]
+    print("GET /tasks/all pages: bytes", sizes, "RSS before/peak/after MiB", memory.row())
+    assert made <= set(seen) and len(seen) == len(set(seen))
+    assert max(sizes) < 64 * 1024
+    assert len(full) == 1 and len(json.dumps(full[0]["events"])) > 1_000_000
+    assert memory.growth < RSS_BOUND_MIB, memory.row()
+
+
+def _open_stream(
+    client: httpx.Client, key: str, body: str, task_id: str | None = None
+) -> httpx.Response:
+    payload = {"body": body, "stream": True, **({"task_id": task_id} if task_id else {})}
+    request = client.build_request("POST", "/message", json=payload, headers=auth(key))
+    return client.send(request, stream=True)
+
+
+def test_event_streams_per_caller_are_bounded_with_429_and_retry_after(
+    server: ServerProcess,
+) -> None:
+    assert server.proc is not None
+    alice, bob = server.keys["alice"], server.keys["bob"]
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        before = len(client.get("/tasks", headers=auth(alice)).json())
+        ids = [str(uuid.uuid4()) for _ in range(3)]
+        held = [_open_stream(client, alice, "SLEEP 60 held", task_id) for task_id in ids]
+        try:
+            assert [r.status_code for r in held] == [200, 200, 200]
+            refused = _open_stream(client, alice, "SLEEP 60 one too many")
+            refused.read()
+            assert refused.status_code == 429, refused.text
+            assert int(refused.headers["Retry-After"]) > 0
+            assert "max_event_streams_per_caller = 3" in refused.json()["detail"]
+            # Resubscribing counts too, and the refused POST started no task.
+            again = client.get("/task/events", params={"task_id": ids[0]}, headers=auth(alice))
+            assert again.status_code == 429
+            assert len(client.get("/tasks", headers=auth(alice)).json()) == before + 3
+            # Another caller is not affected.
+            other = _open_stream(client, bob, "quick")
+            other.read()
+            assert other.status_code == 200 and "task_complete" in other.text
+        finally:
+            for response in held:
+                response.close()
+        # A closed stream gives its slot back (the server notices the hang-up).
+        deadline = time.monotonic() + 20
+        while True:
+            reopened = _open_stream(client, alice, "quick")
+            reopened.read()
+            if reopened.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert reopened.status_code == 200, reopened.text
+
+
+def test_paused_tasks_per_caller_are_bounded(server: ServerProcess) -> None:
+    paused = []
+    for question in ("first", "second"):
+        r = post_as(server, "carol", {"body": f"BREAKPOINT {question}"})
+        assert r.status_code == 200, r.text
+        paused.append(r.json()["task_id"])
+    refused = post_as(server, "carol", {"body": "a third task"})
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) > 0
+    assert "max_paused_tasks_per_caller = 2" in refused.json()["detail"]
+    streamed = post_as(server, "carol", {"body": "a streamed one", "stream": True})
+    assert streamed.status_code == 429
+    # Another caller is not affected; resuming a paused task is always allowed, and frees a place.
+    assert post_as(server, "bob", {"body": "hello"}).status_code == 200
+    resumed = post_as(
+        server,
+        "carol",
+        {
+            "body": "",
+            "task_id": paused[0],
+            "resume_from": "breakpoint_tool_call",
+            "kwargs": {"breakpoint_tool_call_result": {"content": "ok"}},
+        },
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert post_as(server, "carol", {"body": "now there is room"}).status_code == 200
