@@ -54,8 +54,13 @@ def api_routes(routes: list[Any]) -> list[APIRoute | Route]:
 
 
 def _is_api(route: Route) -> bool:
-    # The console's static assets (docs/console.md) are plain routes too, but not the API.
-    return bool(route.methods) and not (route.path == "/ui" or route.path.startswith("/ui/"))
+    # The console's static assets (docs/console.md) and the API's own documentation
+    # (/openapi.json, /docs) are plain routes too, but not the API.
+    path = route.path
+    pages = ("/ui", "/docs")
+    return bool(route.methods) and not (
+        path == "/openapi.json" or any(path == p or path.startswith(p + "/") for p in pages)
+    )
 
 
 def app_operations(app: Any) -> set[tuple[str, str]]:
