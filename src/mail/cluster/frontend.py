@@ -60,8 +60,9 @@ class RayFrontEnd:
 
 
 def install_backend(app: FastAPI, config: Any) -> None:
-    from mail.cluster.settings import require_ray
+    from mail.cluster.settings import prepare_ray_environment, require_ray
 
+    prepare_ray_environment(config.cluster.address, config.host)  # before Ray is imported
     require_ray()  # fail at creation with the install hint, not at the first request
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     # Each instance actor opens its own pool (the variables reach the actors with the rest of

@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,6 +57,13 @@ RESTART_WINDOW = 30.0
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 # How Ray words an error for a call that never reached the actor (connection refused).
 _UNDELIVERED_SIGNS = ("failed to connect", "Connection refused", "The actor is restarting")
+
+
+def _short_temp_root() -> str | None:
+    """Where a private cluster's folder goes: Ray's socket paths must stay short (Unix
+    sockets allow ~107 bytes), so a long ``TMPDIR`` is passed over for ``/tmp``."""
+    root = tempfile.gettempdir()
+    return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
 
 
 def forwarded_env() -> dict[str, str]:
@@ -174,25 +183,25 @@ class RayInstances:
         self._actor_class: Any = None
         self._handles: dict[str, Any] = {}
         self._connected_here = False
+        self._temp_dir: str | None = None
+        self.host = str(getattr(config, "host", "127.0.0.1"))
         self.env = forwarded_env()
 
     # -- connection ----------------------------------------------------------------------------
 
     def connect(self) -> None:
-        # Instance hosts run in the workers' own Python environment; Ray must not re-package
-        # the front end's directory for them (its `uv run` integration would, per worker).
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         ray = self.ray
         if not ray.is_initialized():
-            address = None if self.address == "local" else self.address
             try:
-                ray.init(
-                    address=address,
-                    namespace=self.namespace,
-                    log_to_driver=False,
-                    include_dashboard=False if address is None else None,
-                    configure_logging=False,
-                )
+                if self.address == "local":
+                    self._start_private_cluster()
+                else:
+                    ray.init(
+                        address=self.address,
+                        namespace=self.namespace,
+                        log_to_driver=False,
+                        configure_logging=False,
+                    )
             except ConnectionError as exc:
                 raise ClusterUnavailable(
                     f"cannot reach the Ray cluster at '{self.address}': {exc} "
@@ -201,11 +210,44 @@ class RayInstances:
             self._connected_here = True
         self._actor_class = ray.remote(InstanceActor)
 
+    def _start_private_cluster(self) -> None:
+        """``address = "local"``: a single-node cluster of this process and for it alone.
+
+        ``address="local"`` makes Ray start a new cluster even when another one runs on the
+        machine (``None`` would join the latest one, or ``RAY_ADDRESS``'s); its own temporary
+        folder keeps it out of ``/tmp/ray`` (where ``ray status`` and ``ray.init()`` of other
+        programs look); Ray picks free ports; token authentication is on with a token of its
+        own (``prepare_ray_environment``); with a loopback ``host`` the node's address, and so
+        every server of the cluster, is loopback. It ends with this process (``close``, or
+        Ray's reaper process when this one is killed).
+        """
+        from mail.cluster.settings import is_loopback
+
+        self._temp_dir = tempfile.mkdtemp(prefix="mail-ray-", dir=_short_temp_root())
+        options: dict[str, Any] = {}
+        if is_loopback(self.host):
+            options["_node_ip_address"] = "127.0.0.1"
+        self.ray.init(
+            address="local",
+            namespace=self.namespace,
+            log_to_driver=False,
+            configure_logging=False,
+            include_dashboard=False,
+            _temp_dir=self._temp_dir,
+            **options,
+        )
+
     def close(self) -> None:
-        """Forget the handles; the actors (instances) live on for the other front ends."""
+        """Forget the handles; the actors (instances) live on for the other front ends.
+
+        A private (``local``) cluster ends here, with its actors and its temporary folder.
+        """
         self._handles.clear()
         if self._connected_here and self.ray.is_initialized():
             self.ray.shutdown()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     # -- actors --------------------------------------------------------------------------------
 
