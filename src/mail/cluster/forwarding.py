@@ -59,6 +59,10 @@ class InstanceBackend(Protocol):
         self, swarm: str, caller: Caller, request: ForwardedRequest
     ) -> AsyncIterator[dict[str, Any]]: ...
 
+    async def unary_at(
+        self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
+    ) -> UnaryResponse | None: ...
+
     def unavailable(self, exc: BaseException) -> bool: ...
 
 
@@ -72,6 +76,47 @@ def wants_stream(path: str, body: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("stream") is True
+
+
+def interswarm_recipient(path: str, body: bytes, swarm: str) -> tuple[str, str, str] | None:
+    """The local instance an interswarm envelope is delivered to: ``(kind, id, contributor)``.
+
+    In one process ``/interswarm/back`` (and ``/interswarm/forward`` of a task this swarm
+    owns) reaches the instance of the task's first local contributor, not the calling
+    swarm's. In cluster mode that instance is another actor, named after the contributor.
+    None when the envelope names none (the caller's own host then gives the single-process
+    answer: 400 for a bad envelope, 404 for an unknown task).
+    """
+    from mail.core.message import parse_task_contributor
+
+    if path not in _AGENT_ROUTES:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    envelope = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(envelope, dict):
+        return None
+    owner = envelope.get("task_owner")
+    contributors = envelope.get("task_contributors")
+    if not isinstance(owner, str) or not isinstance(contributors, list):
+        return None
+    if path == "/interswarm/forward" and owner.rpartition("@")[2] != swarm:
+        return None  # a remote swarm's task: it runs in that swarm's instance here
+    for contributor in [owner, *contributors]:
+        if not isinstance(contributor, str):
+            continue
+        try:
+            role, ident, where = parse_task_contributor(contributor)
+        except ValueError:
+            continue
+        if where != swarm:
+            continue
+        if role not in ("admin", "user", "swarm"):
+            return None
+        return role, ident, contributor
+    return None
 
 
 def _forwarded(request: Request, body: bytes) -> ForwardedRequest:
@@ -130,6 +175,15 @@ async def forward(request: Request) -> Response:
                 listing = instances and await admin_task_list(instances, swarm, caller, fwd)
                 if listing is not None:
                     return listing
+            recipient = interswarm_recipient(template, body, swarm)
+            if recipient is not None:
+                kind, ident, contributor = recipient
+                delivered = await backend.unary_at(swarm, kind, ident, caller, fwd)
+                if delivered is None:  # as in one process: the instance is not here
+                    raise HTTPException(
+                        404, f"no mail instance found for contributor: {contributor}"
+                    )
+                return _Relay(delivered.status, delivered.headers, delivered.body)
             reply = await backend.unary(swarm, caller, fwd)
             if admin_fallback(caller, fwd.path, reply.status):
                 reply = await _from_holder(backend, swarm, fwd) or reply

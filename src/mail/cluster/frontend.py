@@ -55,6 +55,9 @@ class RayFrontEnd:
     def stream(self, *args: Any) -> Any:
         return self.instances.stream(*args)
 
+    def unary_at(self, *args: Any) -> Any:
+        return self.instances.unary_at(*args)
+
     def unavailable(self, exc: BaseException) -> bool:
         return self.instances.unavailable(exc)
 

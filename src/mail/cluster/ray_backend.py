@@ -323,16 +323,48 @@ class RayInstances:
         return True
 
     async def unary(self, swarm: str, caller: Caller, request: ForwardedRequest) -> UnaryResponse:
+        name = actor_name(swarm, caller)
+        reply = await self._unary(name, caller, request, lambda: self.actor(swarm, caller))
+        assert reply is not None  # the caller's own actor is created when missing
+        return reply
+
+    async def unary_at(
+        self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
+    ) -> UnaryResponse | None:
+        """Run ``caller``'s request in the existing instance ``<swarm>/<kind>/<ident>``.
+
+        For interswarm deliveries to another caller's instance (see
+        ``forwarding.interswarm_recipient``); None when that instance has no actor (it is
+        never created here: the front end does not hold its owner's credentials).
+        """
+        name = f"{swarm}/{kind}/{ident}"
+        return await self._unary(name, caller, request, lambda: self.existing(name))
+
+    async def existing(self, name: str) -> Any | None:
+        handle = self._handles.get(name)
+        if handle is None:
+            try:
+                handle = await asyncio.to_thread(self.ray.get_actor, name, self.namespace)
+            except ValueError:  # no such actor (never made, or reclaimed)
+                return None
+            self._handles[name] = handle
+        return handle
+
+    async def _unary(
+        self, name: str, caller: Caller, request: ForwardedRequest, locate: Any
+    ) -> UnaryResponse | None:
         deadline = asyncio.get_running_loop().time() + RESTART_WINDOW
         idempotent = request.method in _IDEMPOTENT
         attempt = 0
         while True:
-            handle = await self.actor(swarm, caller)
+            handle = await locate()
+            if handle is None:
+                return None
             try:
                 result: UnaryResponse = await handle.unary.remote(caller_to_dict(caller), request)
                 return result
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
-                self.forget(swarm, caller)
+                self._handles.pop(name, None)
                 if not self._retryable(exc, idempotent) or not await self._retry_pause(
                     attempt, deadline
                 ):
