@@ -206,7 +206,7 @@ async def client_round_trip(env: dict[str, Any], samples: int = 200) -> list[flo
     from mail.server.auth import Caller
 
     dep, key = env["dep"], env["keys"]["user0"]
-    config = load_config(dep.front_ends[0].directory / "mail.toml", use_cache=False).server
+    config = load_config(dep.config_file(), use_cache=False).server
     config = config.model_copy(
         update={
             "cluster": config.cluster.model_copy(update={"namespace": env["cluster"].namespace})

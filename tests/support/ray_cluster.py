@@ -195,25 +195,29 @@ class ClusterDeployment:
         self.keys["bob"] = create_key(self.keys_file, "user", "bob")
         return self
 
+    def config_file(self) -> Path:
+        """The deployment's one mail.toml: every front end uses it, with its own ``--port``."""
+        path = self.root / "mail.toml"
+        if not path.exists():
+            write_config(
+                self.root,
+                port=8000,  # each front end overrides it with --port
+                swarm=self.swarm,
+                source=str(self.root / "swarms.json"),
+                extra=self.settings,
+            )
+            text = path.read_text(encoding="utf-8")
+            if "instance_idle_timeout" in self.settings:  # replaces the fixture's default of 0
+                text = text.replace("instance_idle_timeout = 0\n", "", 1)
+            path.write_text(text, encoding="utf-8")
+        return path
+
     def start_front_end(self) -> ServerProcess:
         index = len(self.front_ends)
         directory = self.root / f"fe{index}"
         directory.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        config = write_config(
-            directory,
-            port=port,
-            swarm=self.swarm,
-            source=str(self.root / "swarms.json"),
-            extra=self.settings,
-        )
-        # One registry for the deployment, as on a shared volume.
-        text = config.read_text(encoding="utf-8").replace(
-            str(directory / "registries"), str(self.root / "registries")
-        )
-        if "instance_idle_timeout" in self.settings:  # replaces the fixture's default of 0
-            text = text.replace("instance_idle_timeout = 0\n", "", 1)
-        config.write_text(text, encoding="utf-8")
+        config = self.config_file()
         env = {
             "DATABASE_URL": self.database_url,
             "MAIL_KEYS_FILE": str(self.keys_file),

@@ -78,6 +78,20 @@ def wants_stream(path: str, body: bytes) -> bool:
     return isinstance(data, dict) and data.get("stream") is True
 
 
+async def _check_envelope(request: Request, swarm: str) -> None:
+    """A malformed envelope gets its 400 here, as in one process: before any instance is made
+    (an instance actor for a new caller takes seconds to start)."""
+    from mail.server.bodies import read_json_object
+    from mail.server.errors import BadRequest
+    from mail.server.interswarm import validate_envelope
+
+    envelope = validate_envelope(await read_json_object(request))
+    if envelope["target_swarm"] != swarm:
+        raise BadRequest(
+            f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"
+        )
+
+
 def interswarm_recipient(path: str, body: bytes, swarm: str) -> tuple[str, str, str] | None:
     """The local instance an interswarm envelope is delivered to: ``(kind, id, contributor)``.
 
@@ -167,6 +181,8 @@ async def forward(request: Request) -> Response:
     body = await request.body()
     fwd = _forwarded(request, body)
     swarm = state.swarm_name
+    if template in _AGENT_ROUTES:
+        await _check_envelope(request, swarm)
     if not wants_stream(fwd.path, body):
         try:
             if caller.role == "admin" and fwd.path == "/tasks":
@@ -249,4 +265,9 @@ def install_cluster(app: FastAPI, backend: InstanceBackend) -> None:
     from mail.cluster.fanout import router as fanout_router
 
     app.state.cluster_backend = backend
-    app.router.routes[:0] = [*cluster_router().routes, *fanout_router.routes]
+    routes = [*cluster_router().routes, *fanout_router.routes]
+    if getattr(app.state, "cluster_shared", None) is not None:
+        from mail.cluster.deployment import router as shared_router
+
+        routes += shared_router.routes  # /, /health, /swarms/load: the deployment's state
+    app.router.routes[:0] = routes

@@ -39,12 +39,15 @@ class RayFrontEnd:
     """The backend of a front end: connects to Ray at start-up, forwards to instance actors."""
 
     def __init__(self, config: Any) -> None:
+        from mail.cluster.deployment import SharedState
         from mail.cluster.ray_backend import RayInstances
 
         self.instances = RayInstances(config, config_json=host_config_json(config))
+        self.shared = SharedState(self.instances)
 
     async def start(self) -> None:
         await asyncio.to_thread(self.instances.connect)
+        await self.shared.warm()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.instances.close)
@@ -72,4 +75,6 @@ def install_backend(app: FastAPI, config: Any) -> None:
     # MAIL_*): keep them small so the database sees a few connections per live instance.
     os.environ.setdefault("MAIL_DB_POOL_MIN", "1")
     os.environ.setdefault("MAIL_DB_POOL_MAX", "4")
-    install_cluster(app, RayFrontEnd(config))
+    backend = RayFrontEnd(config)
+    app.state.cluster_shared = backend.shared
+    install_cluster(app, backend)

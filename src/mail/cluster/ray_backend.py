@@ -89,7 +89,12 @@ class InstanceActor:
     """The body of the Ray actor: an :class:`InstanceHost` plus idle reclaim."""
 
     def __init__(
-        self, config_json: str, caller: dict[str, Any], env: dict[str, str], cwd: str
+        self,
+        config_json: str,
+        caller: dict[str, Any],
+        env: dict[str, str],
+        cwd: str,
+        template_json: str | None = None,
     ) -> None:
         with contextlib.suppress(OSError):
             os.chdir(cwd)
@@ -99,7 +104,7 @@ class InstanceActor:
         self.idle_timeout = ServerConfig.model_validate_json(
             config_json
         ).settings.instance_idle_timeout
-        self.host = InstanceHost(config_json, caller, env)
+        self.host = InstanceHost(config_json, caller, env, template_json=template_json)
         # Async actor: __init__ runs on the actor's event loop, so the host starts (and a
         # restarted one resumes its tasks) without waiting for the first request.
         self.host.start_soon()
@@ -167,6 +172,11 @@ class InstanceActor:
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
 
+def is_instance_name(name: str) -> bool:
+    """Instance actors are ``<swarm>/<kind>/<id>``; the deployment's own ones start with ``_``."""
+    return not name.startswith("_") and name.count("/") >= 2
+
+
 def actor_name(swarm: str, caller: Caller) -> str:
     return f"{swarm}/{instance_kind(caller.role)}/{caller.id}"
 
@@ -184,6 +194,9 @@ class RayInstances:
         self._handles: dict[str, Any] = {}
         self._connected_here = False
         self._temp_dir: str | None = None
+        # The swarm a POST /swarms/load made current (deployment.SharedState): new instance
+        # actors are built from it instead of the configured swarms.json.
+        self.template_json: str | None = None
         self.host = str(getattr(config, "host", "127.0.0.1"))
         self.env = forwarded_env()
 
@@ -273,7 +286,13 @@ class RayInstances:
                     num_cpus=INSTANCE_CPUS,
                     # Set when the worker process starts (PYTHONPATH must be, for factories).
                     runtime_env={"env_vars": self.env},
-                ).remote(self.config_json, caller_to_dict(caller), self.env, os.getcwd())
+                ).remote(
+                    self.config_json,
+                    caller_to_dict(caller),
+                    self.env,
+                    os.getcwd(),
+                    self.template_json,
+                )
             except ValueError as exc:  # the name of a reclaimed actor is still being released
                 last = exc
                 import time
@@ -287,7 +306,11 @@ class RayInstances:
     def list_instances(self) -> list[str]:
         names = self.ray.util.list_named_actors(all_namespaces=True)
         return sorted(
-            n["name"] for n in names if isinstance(n, dict) and n.get("namespace") == self.namespace
+            n["name"]
+            for n in names
+            if isinstance(n, dict)
+            and n.get("namespace") == self.namespace
+            and is_instance_name(n["name"])
         )
 
     # -- calls ---------------------------------------------------------------------------------
