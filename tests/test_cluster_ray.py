@@ -378,6 +378,37 @@ def test_stopping_a_node_moves_its_instances(deployment: ClusterDeployment) -> N
     assert after["node_id"] != before["node_id"]
 
 
+def test_front_ends_share_health_template_and_uptime(deployment: ClusterDeployment) -> None:
+    fe0, fe1 = deployment.front_ends
+    admin = deployment.keys["admin"]
+    # fe1 started seconds after fe0; both report the deployment's uptime, not their own.
+    first = httpx.get(f"{fe0.base_url}/", timeout=30).json()["uptime"]
+    second = httpx.get(f"{fe1.base_url}/", timeout=30).json()["uptime"]
+    assert second >= first - 0.05, (first, second)
+    assert abs(second - first) < 2.0, (first, second)
+
+    before = httpx.get(f"{fe1.base_url}/health", timeout=30).json()
+    r = httpx.post(
+        f"{fe0.base_url}/health",
+        json={"status": "maintenance"},
+        headers=auth_header(admin),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    try:
+        after = httpx.get(f"{fe1.base_url}/health", timeout=30).json()
+        assert after["status"] == "maintenance", after
+        assert after["timestamp"] > before["timestamp"]
+    finally:
+        httpx.post(
+            f"{fe1.base_url}/health",
+            json={"status": "healthy"},
+            headers=auth_header(admin),
+            timeout=30,
+        )
+    assert httpx.get(f"{fe0.base_url}/health", timeout=30).json()["status"] == "healthy"
+
+
 def _mail_cluster(dep: ClusterDeployment, *args: str) -> subprocess.CompletedProcess[str]:
     """``mail cluster ...`` as an operator runs it on a node of the cluster."""
     from tests.support.ray_cluster import uv_command
