@@ -141,4 +141,4 @@ def test_interswarm_tests_pass_with_two_front_ends_per_swarm(
     counts, summary = _run_child(
         INTERSWARM_MODULES, INTERSWARM_KNOWN_GAPS, ray_address, tmp_path / "interswarm"
     )
-    assert counts.get("passed", 0) >= 25 and not counts.get("skipped"), summary
+    assert counts.get("passed", 0) >= 20 and not counts.get("skipped"), summary
