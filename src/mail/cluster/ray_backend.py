@@ -66,6 +66,21 @@ def _short_temp_root() -> str | None:
     return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
 
 
+def _token_auth_off() -> bool:
+    """Whether this driver runs without Ray's token authentication (False when unknown)."""
+    try:
+        from ray._raylet import (  # type: ignore[attr-defined]
+            AuthenticationMode,
+            get_authentication_mode,
+        )
+    except ImportError:  # a Ray without token authentication (< 2.52)
+        return False
+    try:
+        return bool(get_authentication_mode() != AuthenticationMode.TOKEN)
+    except Exception:  # noqa: BLE001 - private API: never fail a start over a warning
+        return False
+
+
 def forwarded_env() -> dict[str, str]:
     env = {
         k: v
@@ -221,6 +236,13 @@ class RayInstances:
                     "(start one with `ray start --head`, or set [server.cluster] address)"
                 ) from exc
             self._connected_here = True
+            if self.address != "local" and _token_auth_off():
+                logger.warning(
+                    "Ray token authentication is off for the cluster at '%s': whoever reaches "
+                    "its ports runs code with this server's environment. Set RAY_AUTH_MODE=token "
+                    "and one token on every head, worker and front end (docs/security.md)",
+                    self.address,
+                )
         self._actor_class = ray.remote(InstanceActor)
 
     def _start_private_cluster(self) -> None:
