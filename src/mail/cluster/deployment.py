@@ -67,6 +67,10 @@ class SharedState:
         self.instances = instances
         self._handle: Any = None
         self.template_version = 0
+        self.app: Any = None  # the front end's application (its ServerState once started)
+        # Before this front end first reaches a caller's actor (possibly creating it), it
+        # catches up with a template another front end loaded.
+        instances.before_create = self.catch_up
 
     def _actor(self) -> Any:
         if self._handle is None:
@@ -97,6 +101,11 @@ class SharedState:
             self._handle = None
             logger.warning("deployment state unavailable (%s): answering from this front end", exc)
             return None
+
+    async def catch_up(self) -> None:
+        state = getattr(getattr(self.app, "state", None), "mail", None)
+        if state is not None:
+            await self.refresh(state)
 
     async def refresh(self, state: Any) -> None:
         """Bring ``state`` (this front end's ServerState) up to the deployment's."""

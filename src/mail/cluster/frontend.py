@@ -77,4 +77,5 @@ def install_backend(app: FastAPI, config: Any) -> None:
     os.environ.setdefault("MAIL_DB_POOL_MAX", "4")
     backend = RayFrontEnd(config)
     app.state.cluster_shared = backend.shared
+    backend.shared.app = app
     install_cluster(app, backend)

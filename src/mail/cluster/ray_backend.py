@@ -212,6 +212,8 @@ class RayInstances:
         # The swarm a POST /swarms/load made current (deployment.SharedState): new instance
         # actors are built from it instead of the configured swarms.json.
         self.template_json: str | None = None
+        # Awaited before this front end first reaches an actor (deployment.SharedState).
+        self.before_create: Any = None
         self.host = str(getattr(config, "host", "127.0.0.1"))
         self.env = forwarded_env()
 
@@ -290,6 +292,8 @@ class RayInstances:
         name = actor_name(swarm, caller)
         handle = self._handles.get(name)
         if handle is None:
+            if self.before_create is not None:
+                await self.before_create()
             handle = await asyncio.to_thread(self._get_or_create, name, caller)
             self._handles[name] = handle
         return handle
