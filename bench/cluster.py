@@ -192,6 +192,26 @@ async def bare_actor_round_trip(samples: int = 300) -> dict[str, Any]:
     }
 
 
+async def empty_actor_start(env: dict[str, str], samples: int = 3) -> list[float]:
+    """Seconds from creating an empty Ray actor (with an instance's runtime environment) to
+    its first answer: the floor under any restart that needs a new actor process."""
+    import ray
+
+    @ray.remote(num_cpus=0.01)
+    class Empty:
+        def pid(self) -> int:
+            return os.getpid()
+
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        actor = Empty.options(runtime_env={"env_vars": env}).remote()  # type: ignore[attr-defined]
+        await actor.pid.remote()
+        times.append(time.perf_counter() - started)
+        ray.kill(actor)
+    return times
+
+
 async def instance_round_trip(env: dict[str, Any], samples: int = 200) -> list[float]:
     """GET /status sent straight to the caller's instance actor (no front end, no HTTP)."""
     from mail.cluster.host import ForwardedRequest
@@ -553,6 +573,15 @@ async def measure(args: argparse.Namespace, env: dict[str, Any]) -> None:
             f"  node death -> running again, p50 of {len(runs)}: {p50:.2f} s "
             f"(runs: {', '.join(f'{r:.2f}' for r in runs)}; target <= {TARGET_FAILOVER_S:.0f} s) "
             f"{mark}; {load()}"
+        )
+        from mail.cluster.ray_backend import forwarded_env
+
+        empty = await empty_actor_start(forwarded_env())
+        print(
+            f"  floor in this run: an empty Ray actor (no mail code) from creation to its first "
+            f"answer: p50 {statistics.median(empty):.2f} s (samples: "
+            f"{', '.join(f'{e:.2f}' for e in empty)}); every restart pays it, plus Ray's "
+            f"node-death detection (above) and the server's imports and start-up"
         )
         end_actors(env, ["failover"])
     if "memory" in args.only:
