@@ -106,3 +106,13 @@ def test_shared_cluster_switches_respect_the_operator(monkeypatch: pytest.Monkey
     assert os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] == "1"  # the operator's choice
     assert "RAY_AUTH_MODE" not in os.environ  # a shared cluster's mode is the operator's
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
+
+
+def test_mail_cluster_refuses_a_private_cluster_and_asks_for_names() -> None:
+    from tests.server_fixtures import run_cli
+
+    code, _out, err = run_cli("cluster", "--address", "local", "list")
+    assert code == 2
+    assert err.startswith("mail cluster: error: a 'local' cluster is private"), err
+    code, _out, err = run_cli("cluster", "--address", "auto", "end")
+    assert code == 2 and "name the actors to end, or give --all" in err, err
