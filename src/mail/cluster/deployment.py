@@ -4,11 +4,12 @@ In one process ``POST /health`` sets the status ``GET /health`` reports, ``POST 
 replaces the template new instances are built from, and ``GET /`` reports the uptime of that
 process. Behind a load balancer each request may reach another front end, so these live in
 one small detached actor per deployment (:class:`DeploymentState`, named
-:data:`STATE_ACTOR` in the deployment's namespace), and the front end's routes below read it
-before they answer and write it after a change. When that actor cannot be reached within
-:data:`STATE_TIMEOUT` seconds a front end answers from its own copy (the last it saw).
+:data:`STATE_ACTOR` in the deployment's namespace, placed on the head node), and the front
+end's routes below read it before they answer and write it after a change. When that actor
+cannot be reached in time (:data:`READ_TIMEOUT` for reads, :data:`STATE_TIMEOUT` for writes)
+a front end answers from its own copy (the last it saw).
 
-The actor keeps the state in memory: if its node dies Ray restarts it empty (status
+The actor keeps the state in memory: if it is restarted, it starts empty (status
 ``healthy``, the startup template, uptime counted again from its restart).
 """
 
@@ -30,8 +31,14 @@ from mail.server.routes_public import get_state
 logger = logging.getLogger("mail.cluster")
 
 STATE_ACTOR = "_deployment"
-# Seconds a front end waits for the shared state before answering from its own copy.
+# Seconds a front end waits for the shared state before answering from its own copy: writes
+# (POST /health, POST /swarms/load) and reads of GET / and GET /health (a load balancer's
+# health check must not stall while the actor is restarting).
 STATE_TIMEOUT = 2.0
+READ_TIMEOUT = 0.5
+# Ray's resource of the head node: the state actor lives there, so the loss of a worker node
+# never takes it (the head is the cluster's single point of failure anyway).
+_HEAD_RESOURCE = "node:__internal_head__"
 
 
 class DeploymentState:
@@ -84,6 +91,7 @@ class SharedState:
                     lifetime="detached",
                     max_restarts=-1,
                     num_cpus=0,
+                    resources={_HEAD_RESOURCE: 0.001},
                 )
                 .remote()
             )
@@ -107,9 +115,9 @@ class SharedState:
         if state is not None:
             await self.refresh(state)
 
-    async def refresh(self, state: Any) -> None:
+    async def refresh(self, state: Any, timeout: float = STATE_TIMEOUT) -> None:
         """Bring ``state`` (this front end's ServerState) up to the deployment's."""
-        snap = await self._call("snapshot")
+        snap = await self._call("snapshot", timeout=timeout)
         if snap is None:
             return
         state.started_monotonic = time.monotonic() - max(0.0, time.time() - snap["started_at"])
@@ -151,13 +159,13 @@ router = APIRouter()
 
 @router.get("/", include_in_schema=False)
 async def root(request: Request) -> JSONBody:
-    await _shared(request).refresh(get_state(request))
+    await _shared(request).refresh(get_state(request), READ_TIMEOUT)
     return await routes_public.root(request)
 
 
 @router.get("/health", include_in_schema=False)
 async def health(request: Request) -> JSONBody:
-    await _shared(request).refresh(get_state(request))
+    await _shared(request).refresh(get_state(request), READ_TIMEOUT)
     return await routes_public.health(request)
 
 
