@@ -294,3 +294,48 @@ def test_cluster_mode_without_database_is_one_line_and_exit_2(tmp_path: Path) ->
         "mail server: error: cluster mode keeps instances in PostgreSQL: set DATABASE_URL "
         '(or run without --cluster / with [server.cluster] backend = "none")'
     ], run.stderr
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Ray alone would retry an unreachable head for minutes; the server says so at once."""
+    _require()
+    write_stub_swarms(tmp_path, "unreach")
+    closed = free_port()  # nothing listens there
+    env = _operator_env(
+        {
+            "PYTHONPATH": str(REPO_ROOT),
+            "MAIL_KEYS_FILE": str(tmp_path / "k"),
+            "DATABASE_URL": DATABASE_URL,
+        }
+    )
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mail.cli",
+            "server",
+            "--cluster",
+            "ray",
+            "--cluster-address",
+            f"127.0.0.1:{closed}",
+            "--port",
+            str(free_port()),
+            "--swarm-name",
+            "unreach",
+            "--swarm-source",
+            str(tmp_path / "swarms.json"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert lines[-1].startswith(
+        f"mail server: error: cannot reach the Ray cluster at '127.0.0.1:{closed}'"
+    ), lines
+    assert time.monotonic() - started < 60

@@ -66,6 +66,36 @@ def _short_temp_root() -> str | None:
     return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
 
 
+# Seconds a front end gives a named cluster's head to accept a connection before it gives up
+# (Ray itself keeps retrying an unreachable head for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail at once, in one line, when a ``host:port`` (or ``ray://host:port``) head does not
+    accept connections. ``auto`` is left to Ray (it fails fast when nothing is found)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local", ""):
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # not a port: Ray gives its own error
+        return
+    if not host or not port:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ClusterUnavailable(
+            f"cannot reach the Ray cluster at '{address}': {exc.strerror or exc} "
+            "(is the head running? `ray start --head`; check the address and the firewall)"
+        ) from None
+
+
 def _token_auth_off() -> bool:
     """Whether this driver runs without Ray's token authentication (False when unknown)."""
     try:
@@ -226,6 +256,7 @@ class RayInstances:
                 if self.address == "local":
                     self._start_private_cluster()
                 else:
+                    check_reachable(self.address)
                     ray.init(
                         address=self.address,
                         namespace=self.namespace,
