@@ -61,7 +61,9 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TARGET_ADDED_MS = 1.0
+# Added latency of the cluster hop: at most this many times one bare Ray actor call measured
+# in the same run (issue 27; the earlier absolute 1 ms sits below one actor call here).
+TARGET_ADDED_FACTOR = 1.5
 TARGET_FAILOVER_S = 5.0
 STUB_LATENCY_MS = 200
 THROUGHPUT_USERS = 4
@@ -125,7 +127,9 @@ async def latency(
     return samples
 
 
-def print_latency(title: str, samples: dict[str, list[float]], check: bool) -> float:
+def print_latency(
+    title: str, samples: dict[str, list[float]], bare_ms: float | None = None
+) -> float:
     single = samples["single process"]
     cluster = samples["cluster"]
     added50 = pct(cluster, 0.5) - pct(single, 0.5)
@@ -134,9 +138,13 @@ def print_latency(title: str, samples: dict[str, list[float]], check: bool) -> f
     for name, values in samples.items():
         print(f"    {name:<15} p50 {pct(values, 0.5):7.2f} ms   p90 {pct(values, 0.9):7.2f} ms")
     mark = ""
-    if check:
-        mark = "  OK" if added50 <= TARGET_ADDED_MS else "  MISSED"
-        mark = f"   (target <= {TARGET_ADDED_MS:.0f} ms added at p50){mark}"
+    if bare_ms is not None:
+        target = TARGET_ADDED_FACTOR * bare_ms
+        mark = "  OK" if added50 <= target else "  MISSED"
+        mark = (
+            f"   (target <= {TARGET_ADDED_FACTOR:g} x a bare actor call = {target:.2f} ms "
+            f"added at p50){mark}"
+        )
     print(f"    added by the cluster hop: p50 {added50:+.2f} ms, p90 {added90:+.2f} ms{mark}")
     return added50
 
@@ -184,6 +192,26 @@ async def bare_actor_round_trip(samples: int = 300) -> dict[str, Any]:
     }
 
 
+async def empty_actor_start(env: dict[str, str], samples: int = 3) -> list[float]:
+    """Seconds from creating an empty Ray actor (with an instance's runtime environment) to
+    its first answer: the floor under any restart that needs a new actor process."""
+    import ray
+
+    @ray.remote(num_cpus=0.01)
+    class Empty:
+        def pid(self) -> int:
+            return os.getpid()
+
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        actor = Empty.options(runtime_env={"env_vars": env}).remote()  # type: ignore[attr-defined]
+        await actor.pid.remote()
+        times.append(time.perf_counter() - started)
+        ray.kill(actor)
+    return times
+
+
 async def instance_round_trip(env: dict[str, Any], samples: int = 200) -> list[float]:
     """GET /status sent straight to the caller's instance actor (no front end, no HTTP)."""
     from mail.cluster.host import ForwardedRequest
@@ -206,7 +234,7 @@ async def client_round_trip(env: dict[str, Any], samples: int = 200) -> list[flo
     from mail.server.auth import Caller
 
     dep, key = env["dep"], env["keys"]["user0"]
-    config = load_config(dep.front_ends[0].directory / "mail.toml", use_cache=False).server
+    config = load_config(dep.config_file(), use_cache=False).server
     config = config.model_copy(
         update={
             "cluster": config.cluster.model_copy(update={"namespace": env["cluster"].namespace})
@@ -396,7 +424,9 @@ async def node_declared_dead(node_id: str, timeout: float = 120) -> float:
     return time.perf_counter()
 
 
-async def failover(dep: Any, cluster: Any, front_end: str, other: str, key: str, log: Path) -> None:
+async def failover(
+    dep: Any, cluster: Any, front_end: str, other: str, key: str, log: Path
+) -> float:
     from server_fixtures import aparse_sse_stream
 
     swarm = dep.swarm
@@ -509,6 +539,7 @@ async def failover(dep: Any, cluster: Any, front_end: str, other: str, key: str,
         f"    generation {before['generation']} -> {after['generation']}, "
         f"node changed: {before['node_id'] != after['node_id']}"
     )
+    return run_s
 
 
 # ---------------------------------------------------------------------------------- main
@@ -527,7 +558,31 @@ async def measure(args: argparse.Namespace, env: dict[str, Any]) -> None:
     end_actors(env, [f"user{i}" for i in range(THROUGHPUT_USERS)])
     if "failover" in args.only:
         print("\n3. node failure (head + 2 worker nodes; the instance's node is killed mid-task)")
-        await failover(dep, cluster, fe_slow.base_url, fe1.base_url, keys["failover"], env["log"])
+        runs: list[float] = []
+        for run in range(args.failover_runs):
+            print(f"  run {run + 1} of {args.failover_runs}")
+            runs.append(
+                await failover(
+                    dep, cluster, fe_slow.base_url, fe1.base_url, keys["failover"], env["log"]
+                )
+            )
+            cluster.add_worker()  # back to two worker nodes (Ray wants the main thread)
+        p50 = statistics.median(runs)
+        mark = "OK" if p50 <= TARGET_FAILOVER_S else "MISSED"
+        print(
+            f"  node death -> running again, p50 of {len(runs)}: {p50:.2f} s "
+            f"(runs: {', '.join(f'{r:.2f}' for r in runs)}; target <= {TARGET_FAILOVER_S:.0f} s) "
+            f"{mark}; {load()}"
+        )
+        from mail.cluster.ray_backend import forwarded_env
+
+        empty = await empty_actor_start(forwarded_env())
+        print(
+            f"  floor in this run: an empty Ray actor (no mail code) from creation to its first "
+            f"answer: p50 {statistics.median(empty):.2f} s (samples: "
+            f"{', '.join(f'{e:.2f}' for e in empty)}); every restart pays it, plus Ray's "
+            f"node-death detection (above) and the server's imports and start-up"
+        )
         end_actors(env, ["failover"])
     if "memory" in args.only:
         await measure_memory(args, env)
@@ -549,14 +604,21 @@ async def measure_latency(args: argparse.Namespace, env: dict[str, Any]) -> None
         "single process": (single.base_url, keys["solo0"]),
         "cluster": (fe0.base_url, keys["user0"]),
     }
-    lat = await latency(targets, args.requests, "POST", "/message", message)
-    added = print_latency("POST /message, non-stream, 4 agent calls per task", lat, True)
-    status = await latency(targets, args.requests, "GET", "/status", None)
-    print_latency("GET /status (the lightest forwarded route)", status, False)
-    whoami = await latency(targets, args.requests // 2, "GET", "/whoami", None)
-    print_latency("GET /whoami (authenticated, answered by the front end itself)", whoami, False)
+    # The floor, measured first in the same run: one bare Ray actor call.
     bare = await bare_actor_round_trip()
     env["bare"] = bare
+    print(
+        f"  one bare Ray actor call (request-sized payload, awaited): p50 "
+        f"{bare['await_p50']:.2f} ms, p90 {bare['await_p90']:.2f} ms"
+    )
+    lat = await latency(targets, args.requests, "POST", "/message", message)
+    added = print_latency(
+        "POST /message, non-stream, 4 agent calls per task", lat, bare["await_p50"]
+    )
+    status = await latency(targets, args.requests, "GET", "/status", None)
+    print_latency("GET /status (the lightest forwarded route)", status, bare["await_p50"])
+    whoami = await latency(targets, args.requests // 2, "GET", "/whoami", None)
+    print_latency("GET /whoami (authenticated, answered by the front end itself)", whoami)
     direct = await instance_round_trip(env)
     via_client = await client_round_trip(env)
     print("  where the added time goes (from this driver process, no HTTP):")
@@ -572,7 +634,7 @@ async def measure_latency(args: argparse.Namespace, env: dict[str, Any]) -> None
         f"    the same through the front end's client (RayInstances.unary): p50 "
         f"{pct(via_client, 0.5):.2f} ms, p90 {pct(via_client, 0.9):.2f} ms"
     )
-    if added > TARGET_ADDED_MS:
+    if added > TARGET_ADDED_FACTOR * bare["await_p50"]:
         hop = pct(status["cluster"], 0.5) - pct(status["single process"], 0.5)
         host = max(0.0, pct(direct, 0.5) - bare["await_p50"])
         rest = max(0.0, hop - pct(direct, 0.5))
@@ -594,6 +656,8 @@ async def measure_throughput(args: argparse.Namespace, env: dict[str, Any]) -> N
     )
     cluster_keys = [keys[f"user{i}"] for i in range(THROUGHPUT_USERS)]
     solo_keys = [keys[f"solo{i}"] for i in range(THROUGHPUT_USERS)]
+    # Every user's actor exists (a request cut off by the end of a run may not have made it).
+    await one_task_each([fe0.base_url, fe1.base_url], cluster_keys)
     await throughput([fe0.base_url, fe1.base_url], cluster_keys, 16, 1.0)  # warm every actor
     await throughput([single.base_url], solo_keys, 16, 1.0)
     runs = (
@@ -792,6 +856,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="latency samples per target")
     parser.add_argument("--seconds", type=float, default=2.0, help="per throughput run")
     parser.add_argument("--rounds", type=int, default=3, help="throughput rounds")
+    parser.add_argument(
+        "--failover-runs", type=int, default=5, help="node kills (the p50 is reported)"
+    )
     parser.add_argument(
         "--ray-defaults",
         action="store_true",

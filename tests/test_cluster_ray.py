@@ -7,8 +7,10 @@ take 200 ms. Nodes are killed (their raylet and workers) while tasks run or wait
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -18,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.server_fixtures import REPO_ROOT
 from tests.support.durable_agents import swarms_json
 from tests.support.ray_cluster import ClusterDeployment, RayTestCluster, auth_header, ray_available
 from tests.test_persistence_e2e import _database_reachable
@@ -312,7 +315,7 @@ def test_zombie_writes_after_failover_are_rejected(
 def _front_end_config(dep: ClusterDeployment) -> str:
     from mail.config import load_config
 
-    cfg = load_config(dep.front_ends[0].directory / "mail.toml", use_cache=False).server
+    cfg = load_config(dep.config_file(), use_cache=False).server
     return cfg.model_dump_json(by_alias=False)
 
 
@@ -373,6 +376,84 @@ def test_stopping_a_node_moves_its_instances(deployment: ClusterDeployment) -> N
     assert "both: worked(worker1): moved A" in str(record["events"][-1]["data"])
     after = deployment.cluster.describe(deployment.swarm, "user", "bob")
     assert after["node_id"] != before["node_id"]
+
+
+def test_front_ends_share_health_template_and_uptime(deployment: ClusterDeployment) -> None:
+    fe0, fe1 = deployment.front_ends
+    admin = deployment.keys["admin"]
+    # fe1 started seconds after fe0; both report the deployment's uptime, not their own.
+    first = httpx.get(f"{fe0.base_url}/", timeout=30).json()["uptime"]
+    second = httpx.get(f"{fe1.base_url}/", timeout=30).json()["uptime"]
+    assert second >= first - 0.05, (first, second)
+    assert abs(second - first) < 2.0, (first, second)
+
+    before = httpx.get(f"{fe1.base_url}/health", timeout=30).json()
+    r = httpx.post(
+        f"{fe0.base_url}/health",
+        json={"status": "maintenance"},
+        headers=auth_header(admin),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    try:
+        after = httpx.get(f"{fe1.base_url}/health", timeout=30).json()
+        assert after["status"] == "maintenance", after
+        assert after["timestamp"] > before["timestamp"]
+    finally:
+        httpx.post(
+            f"{fe1.base_url}/health",
+            json={"status": "healthy"},
+            headers=auth_header(admin),
+            timeout=30,
+        )
+    assert httpx.get(f"{fe0.base_url}/health", timeout=30).json()["status"] == "healthy"
+
+
+def _mail_cluster(dep: ClusterDeployment, *args: str) -> subprocess.CompletedProcess[str]:
+    """``mail cluster ...`` as an operator runs it on a node of the cluster."""
+    from tests.support.ray_cluster import uv_command
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MAIL_"))}
+    env.pop("VIRTUAL_ENV", None)
+    cmd = [*uv_command(), "run", "--project", str(REPO_ROOT), "--no-sync", "mail", "cluster"]
+    cmd += ["--config", str(dep.config_file()), "--address", dep.cluster.address]
+    cmd += ["--namespace", dep.cluster.namespace, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_mail_cluster_lists_and_ends_instance_actors(deployment: ClusterDeployment) -> None:
+    fe0, fe1 = deployment.front_ends
+    alice = deployment.keys["alice"]
+    task_id = str(uuid.uuid4())
+    assert (
+        _post(fe0.base_url, alice, {"body": "FANOUT kept", "task_id": task_id}).status_code == 200
+    )
+    name = f"{deployment.swarm}/user/alice"
+
+    listed = _mail_cluster(deployment, "list", "--details", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)["instances"]}
+    assert name in rows and rows[name]["caller"] == {"role": "user", "id": "alice"}, rows
+    assert all(n.startswith(f"{deployment.swarm}/") for n in rows), rows
+
+    unknown = _mail_cluster(deployment, "end", f"{deployment.swarm}/user/nobody")
+    assert unknown.returncode == 2 and "no instance actor named" in unknown.stderr
+
+    ended = _mail_cluster(deployment, "end", "--all")
+    assert ended.returncode == 0, ended.stderr
+    assert f"ended {name}" in ended.stdout
+    import ray
+
+    left = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == deployment.cluster.namespace
+    ]
+    assert name not in left, left
+    # The state stayed in PostgreSQL: the next request makes a new actor that restores it.
+    record = _task(fe1.base_url, alice, task_id)
+    assert record["completed"] is True
+    assert "FANOUT kept" in json.dumps(record["events"])
 
 
 def test_idle_instances_are_reclaimed_and_restored(

@@ -16,6 +16,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("db-init", "db_init", "create the PostgreSQL tables used for persistence"),
     ("register", "register", "register this program as the handler of swarm:// URLs"),
     ("keys", "keys", "manage the local API keys of the embedded auth mode"),
+    ("cluster", "cluster", "list or end a cluster deployment's instance actors"),
 ]
 
 

@@ -151,6 +151,14 @@ def cluster_server_class(base: type) -> type:
 
         index: int = 0
 
+        def start(self, *, wait: bool = True) -> Any:
+            from tests.support.ray_cluster import start_with_uv
+
+            start_with_uv(self)  # `uv run mail server`, as the docs say
+            if wait:
+                self.wait_healthy()
+            return self
+
         @property
         def stdout_path(self) -> Path:
             return Path(self.directory) / f"frontend{self.index}.out"

@@ -11,14 +11,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.server_fixtures import ServerProcess, create_key, free_port, write_config
+from tests.server_fixtures import (
+    REPO_ROOT,
+    ServerProcess,
+    create_key,
+    free_port,
+    server_env,
+    write_config,
+)
 
 WORKER_CPUS = 2
 # How fast the head notices a dead node (Ray's defaults take tens of seconds); docs/cluster.md
@@ -28,6 +38,57 @@ FAST_FAILURE_DETECTION = {
     "health_check_timeout_ms": 500,
     "health_check_failure_threshold": 3,
 }
+
+
+# What the test process sets for itself as a Ray driver; a front end must do without it.
+_DRIVER_ONLY_ENV = ("RAY_ENABLE_UV_RUN_RUNTIME_ENV",)
+
+
+def uv_command() -> list[str]:
+    found = shutil.which("uv")
+    return [found] if found else [sys.executable, "-m", "uv"]
+
+
+def start_with_uv(server: ServerProcess) -> None:
+    """Start ``server`` as docs/cluster.md tells an operator: ``uv run mail server ...``.
+
+    Its environment is the test's minus the Ray switches this process set for itself as a
+    driver and the virtualenv variables (``uv run`` sets its own), so a front end that only
+    works with them fails here.
+    """
+    env = server_env(server.env)
+    for name in (*_DRIVER_ONLY_ENV, "VIRTUAL_ENV"):
+        if name not in server.env:
+            env.pop(name, None)
+    cmd = [*uv_command(), "run", "--project", str(REPO_ROOT), "--no-sync", "mail", "server"]
+    server.proc = _UvPopen(
+        [*cmd, *server.args],
+        cwd=server.directory,
+        env=env,
+        stdout=server.stdout_path.open("wb"),
+        stderr=server.stderr_path.open("wb"),
+        start_new_session=True,
+    )
+
+
+class _UvPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """``uv run`` passes SIGINT and SIGTERM on to the server, but SIGKILL cannot be passed on:
+    ``kill()`` ends the whole process group (uv and the server it started), as killing the
+    server process itself does in a single-process test."""
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+class UvServerProcess(ServerProcess):
+    """A front end started with ``uv run mail server`` (see :func:`start_with_uv`)."""
+
+    def start(self, *, wait: bool = True) -> UvServerProcess:
+        start_with_uv(self)
+        if wait:
+            self.wait_healthy()
+        return self
 
 
 def ray_available() -> bool:
@@ -134,32 +195,36 @@ class ClusterDeployment:
         self.keys["bob"] = create_key(self.keys_file, "user", "bob")
         return self
 
+    def config_file(self) -> Path:
+        """The deployment's one mail.toml: every front end uses it, with its own ``--port``."""
+        path = self.root / "mail.toml"
+        if not path.exists():
+            write_config(
+                self.root,
+                port=8000,  # each front end overrides it with --port
+                swarm=self.swarm,
+                source=str(self.root / "swarms.json"),
+                extra=self.settings,
+            )
+            text = path.read_text(encoding="utf-8")
+            if "instance_idle_timeout" in self.settings:  # replaces the fixture's default of 0
+                text = text.replace("instance_idle_timeout = 0\n", "", 1)
+            path.write_text(text, encoding="utf-8")
+        return path
+
     def start_front_end(self) -> ServerProcess:
         index = len(self.front_ends)
         directory = self.root / f"fe{index}"
         directory.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        config = write_config(
-            directory,
-            port=port,
-            swarm=self.swarm,
-            source=str(self.root / "swarms.json"),
-            extra=self.settings,
-        )
-        # One registry for the deployment, as on a shared volume.
-        text = config.read_text(encoding="utf-8").replace(
-            str(directory / "registries"), str(self.root / "registries")
-        )
-        if "instance_idle_timeout" in self.settings:  # replaces the fixture's default of 0
-            text = text.replace("instance_idle_timeout = 0\n", "", 1)
-        config.write_text(text, encoding="utf-8")
+        config = self.config_file()
         env = {
             "DATABASE_URL": self.database_url,
             "MAIL_KEYS_FILE": str(self.keys_file),
             "MAIL_CONFIG_PATH": str(config),
             **self.env,
         }
-        server = ServerProcess(
+        server = UvServerProcess(
             directory,
             port,
             args=[

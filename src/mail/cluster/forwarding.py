@@ -59,6 +59,10 @@ class InstanceBackend(Protocol):
         self, swarm: str, caller: Caller, request: ForwardedRequest
     ) -> AsyncIterator[dict[str, Any]]: ...
 
+    async def unary_at(
+        self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
+    ) -> UnaryResponse | None: ...
+
     def unavailable(self, exc: BaseException) -> bool: ...
 
 
@@ -72,6 +76,61 @@ def wants_stream(path: str, body: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("stream") is True
+
+
+async def _check_envelope(request: Request, swarm: str) -> None:
+    """A malformed envelope gets its 400 here, as in one process: before any instance is made
+    (an instance actor for a new caller takes seconds to start)."""
+    from mail.server.bodies import read_json_object
+    from mail.server.errors import BadRequest
+    from mail.server.interswarm import validate_envelope
+
+    envelope = validate_envelope(await read_json_object(request))
+    if envelope["target_swarm"] != swarm:
+        raise BadRequest(
+            f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"
+        )
+
+
+def interswarm_recipient(path: str, body: bytes, swarm: str) -> tuple[str, str, str] | None:
+    """The local instance an interswarm envelope is delivered to: ``(kind, id, contributor)``.
+
+    In one process ``/interswarm/back`` (and ``/interswarm/forward`` of a task this swarm
+    owns) reaches the instance of the task's first local contributor, not the calling
+    swarm's. In cluster mode that instance is another actor, named after the contributor.
+    None when the envelope names none (the caller's own host then gives the single-process
+    answer: 400 for a bad envelope, 404 for an unknown task).
+    """
+    from mail.core.message import parse_task_contributor
+
+    if path not in _AGENT_ROUTES:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    envelope = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(envelope, dict):
+        return None
+    owner = envelope.get("task_owner")
+    contributors = envelope.get("task_contributors")
+    if not isinstance(owner, str) or not isinstance(contributors, list):
+        return None
+    if path == "/interswarm/forward" and owner.rpartition("@")[2] != swarm:
+        return None  # a remote swarm's task: it runs in that swarm's instance here
+    for contributor in [owner, *contributors]:
+        if not isinstance(contributor, str):
+            continue
+        try:
+            role, ident, where = parse_task_contributor(contributor)
+        except ValueError:
+            continue
+        if where != swarm:
+            continue
+        if role not in ("admin", "user", "swarm"):
+            return None
+        return role, ident, contributor
+    return None
 
 
 def _forwarded(request: Request, body: bytes) -> ForwardedRequest:
@@ -122,6 +181,8 @@ async def forward(request: Request) -> Response:
     body = await request.body()
     fwd = _forwarded(request, body)
     swarm = state.swarm_name
+    if template in _AGENT_ROUTES:
+        await _check_envelope(request, swarm)
     if not wants_stream(fwd.path, body):
         try:
             if caller.role == "admin" and fwd.path == "/tasks":
@@ -130,6 +191,15 @@ async def forward(request: Request) -> Response:
                 listing = instances and await admin_task_list(instances, swarm, caller, fwd)
                 if listing is not None:
                     return listing
+            recipient = interswarm_recipient(template, body, swarm)
+            if recipient is not None:
+                kind, ident, contributor = recipient
+                delivered = await backend.unary_at(swarm, kind, ident, caller, fwd)
+                if delivered is None:  # as in one process: the instance is not here
+                    raise HTTPException(
+                        404, f"no mail instance found for contributor: {contributor}"
+                    )
+                return _Relay(delivered.status, delivered.headers, delivered.body)
             reply = await backend.unary(swarm, caller, fwd)
             if admin_fallback(caller, fwd.path, reply.status):
                 reply = await _from_holder(backend, swarm, fwd) or reply
@@ -195,4 +265,9 @@ def install_cluster(app: FastAPI, backend: InstanceBackend) -> None:
     from mail.cluster.fanout import router as fanout_router
 
     app.state.cluster_backend = backend
-    app.router.routes[:0] = [*cluster_router().routes, *fanout_router.routes]
+    routes = [*cluster_router().routes, *fanout_router.routes]
+    if getattr(app.state, "cluster_shared", None) is not None:
+        from mail.cluster.deployment import router as shared_router
+
+        routes += shared_router.routes  # /, /health, /swarms/load: the deployment's state
+    app.router.routes[:0] = routes

@@ -39,12 +39,15 @@ class RayFrontEnd:
     """The backend of a front end: connects to Ray at start-up, forwards to instance actors."""
 
     def __init__(self, config: Any) -> None:
+        from mail.cluster.deployment import SharedState
         from mail.cluster.ray_backend import RayInstances
 
         self.instances = RayInstances(config, config_json=host_config_json(config))
+        self.shared = SharedState(self.instances)
 
     async def start(self) -> None:
         await asyncio.to_thread(self.instances.connect)
+        await self.shared.warm()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.instances.close)
@@ -55,17 +58,24 @@ class RayFrontEnd:
     def stream(self, *args: Any) -> Any:
         return self.instances.stream(*args)
 
+    def unary_at(self, *args: Any) -> Any:
+        return self.instances.unary_at(*args)
+
     def unavailable(self, exc: BaseException) -> bool:
         return self.instances.unavailable(exc)
 
 
 def install_backend(app: FastAPI, config: Any) -> None:
-    from mail.cluster.settings import require_ray
+    from mail.cluster.settings import prepare_ray_environment, require_ray
 
+    prepare_ray_environment(config.cluster.address, config.host)  # before Ray is imported
     require_ray()  # fail at creation with the install hint, not at the first request
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     # Each instance actor opens its own pool (the variables reach the actors with the rest of
     # MAIL_*): keep them small so the database sees a few connections per live instance.
     os.environ.setdefault("MAIL_DB_POOL_MIN", "1")
     os.environ.setdefault("MAIL_DB_POOL_MAX", "4")
-    install_cluster(app, RayFrontEnd(config))
+    backend = RayFrontEnd(config)
+    app.state.cluster_shared = backend.shared
+    backend.shared.app = app
+    install_cluster(app, backend)

@@ -99,8 +99,11 @@ class InstanceHost:
         config_json: str,
         caller: dict[str, Any],
         env: dict[str, str] | None = None,
+        *,
+        template_json: str | None = None,
     ) -> None:
         self.config_json = config_json
+        self.template_json = template_json
         self.caller = caller_from_dict(caller)
         self.env = dict(env or {})
         self.app: Any = None
@@ -136,7 +139,12 @@ class InstanceHost:
         from mail.server.app import create_app
 
         config = ServerConfig.model_validate_json(instance_config_json(self.config_json))
-        self.app = create_app(config, authenticator=self._auth)
+        template = None
+        if self.template_json:  # loaded through POST /swarms/load (deployment.SharedState)
+            from mail.api import MAILSwarmTemplate
+
+            template = MAILSwarmTemplate.from_swarm_json(self.template_json)
+        self.app = create_app(config, authenticator=self._auth, template=template)
         # What an admin may ask of this instance from another one (see cluster.owned).
         self.app.state.cluster_owner = (self.caller.role, self.caller.id)
         self.app.include_router(owned_router)

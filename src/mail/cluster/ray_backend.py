@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -57,6 +59,58 @@ _IDEMPOTENT = frozenset({"GET", "HEAD"})
 _UNDELIVERED_SIGNS = ("failed to connect", "Connection refused", "The actor is restarting")
 
 
+def _short_temp_root() -> str | None:
+    """Where a private cluster's folder goes: Ray's socket paths must stay short (Unix
+    sockets allow ~107 bytes), so a long ``TMPDIR`` is passed over for ``/tmp``."""
+    root = tempfile.gettempdir()
+    return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
+
+
+# Seconds a front end gives a named cluster's head to accept a connection before it gives up
+# (Ray itself keeps retrying an unreachable head for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail at once, in one line, when a ``host:port`` (or ``ray://host:port``) head does not
+    accept connections. ``auto`` is left to Ray (it fails fast when nothing is found)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local", ""):
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # not a port: Ray gives its own error
+        return
+    if not host or not port:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ClusterUnavailable(
+            f"cannot reach the Ray cluster at '{address}': {exc.strerror or exc} "
+            "(is the head running? `ray start --head`; check the address and the firewall)"
+        ) from None
+
+
+def _token_auth_off() -> bool:
+    """Whether this driver runs without Ray's token authentication (False when unknown)."""
+    try:
+        from ray._raylet import (  # type: ignore[attr-defined]
+            AuthenticationMode,
+            get_authentication_mode,
+        )
+    except ImportError:  # a Ray without token authentication (< 2.52)
+        return False
+    try:
+        return bool(get_authentication_mode() != AuthenticationMode.TOKEN)
+    except Exception:  # noqa: BLE001 - private API: never fail a start over a warning
+        return False
+
+
 def forwarded_env() -> dict[str, str]:
     env = {
         k: v
@@ -80,7 +134,12 @@ class InstanceActor:
     """The body of the Ray actor: an :class:`InstanceHost` plus idle reclaim."""
 
     def __init__(
-        self, config_json: str, caller: dict[str, Any], env: dict[str, str], cwd: str
+        self,
+        config_json: str,
+        caller: dict[str, Any],
+        env: dict[str, str],
+        cwd: str,
+        template_json: str | None = None,
     ) -> None:
         with contextlib.suppress(OSError):
             os.chdir(cwd)
@@ -90,7 +149,7 @@ class InstanceActor:
         self.idle_timeout = ServerConfig.model_validate_json(
             config_json
         ).settings.instance_idle_timeout
-        self.host = InstanceHost(config_json, caller, env)
+        self.host = InstanceHost(config_json, caller, env, template_json=template_json)
         # Async actor: __init__ runs on the actor's event loop, so the host starts (and a
         # restarted one resumes its tasks) without waiting for the first request.
         self.host.start_soon()
@@ -158,6 +217,11 @@ class InstanceActor:
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
 
+def is_instance_name(name: str) -> bool:
+    """Instance actors are ``<swarm>/<kind>/<id>``; the deployment's own ones start with ``_``."""
+    return not name.startswith("_") and name.count("/") >= 2
+
+
 def actor_name(swarm: str, caller: Caller) -> str:
     return f"{swarm}/{instance_kind(caller.role)}/{caller.id}"
 
@@ -174,38 +238,84 @@ class RayInstances:
         self._actor_class: Any = None
         self._handles: dict[str, Any] = {}
         self._connected_here = False
+        self._temp_dir: str | None = None
+        # The swarm a POST /swarms/load made current (deployment.SharedState): new instance
+        # actors are built from it instead of the configured swarms.json.
+        self.template_json: str | None = None
+        # Awaited before this front end first reaches an actor (deployment.SharedState).
+        self.before_create: Any = None
+        self.host = str(getattr(config, "host", "127.0.0.1"))
         self.env = forwarded_env()
 
     # -- connection ----------------------------------------------------------------------------
 
     def connect(self) -> None:
-        # Instance hosts run in the workers' own Python environment; Ray must not re-package
-        # the front end's directory for them (its `uv run` integration would, per worker).
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         ray = self.ray
         if not ray.is_initialized():
-            address = None if self.address == "local" else self.address
             try:
-                ray.init(
-                    address=address,
-                    namespace=self.namespace,
-                    log_to_driver=False,
-                    include_dashboard=False if address is None else None,
-                    configure_logging=False,
-                )
+                if self.address == "local":
+                    self._start_private_cluster()
+                else:
+                    check_reachable(self.address)
+                    ray.init(
+                        address=self.address,
+                        namespace=self.namespace,
+                        log_to_driver=False,
+                        configure_logging=False,
+                    )
             except ConnectionError as exc:
                 raise ClusterUnavailable(
                     f"cannot reach the Ray cluster at '{self.address}': {exc} "
                     "(start one with `ray start --head`, or set [server.cluster] address)"
                 ) from exc
             self._connected_here = True
+            if self.address != "local" and _token_auth_off():
+                logger.warning(
+                    "Ray token authentication is off for the cluster at '%s': whoever reaches "
+                    "its ports runs code with this server's environment. Set RAY_AUTH_MODE=token "
+                    "and one token on every head, worker and front end (docs/security.md)",
+                    self.address,
+                )
         self._actor_class = ray.remote(InstanceActor)
 
+    def _start_private_cluster(self) -> None:
+        """``address = "local"``: a single-node cluster of this process and for it alone.
+
+        ``address="local"`` makes Ray start a new cluster even when another one runs on the
+        machine (``None`` would join the latest one, or ``RAY_ADDRESS``'s); its own temporary
+        folder keeps it out of ``/tmp/ray`` (where ``ray status`` and ``ray.init()`` of other
+        programs look); Ray picks free ports; token authentication is on with a token of its
+        own (``prepare_ray_environment``); with a loopback ``host`` the node's address, and so
+        every server of the cluster, is loopback. It ends with this process (``close``, or
+        Ray's reaper process when this one is killed).
+        """
+        from mail.cluster.settings import is_loopback
+
+        self._temp_dir = tempfile.mkdtemp(prefix="mail-ray-", dir=_short_temp_root())
+        options: dict[str, Any] = {}
+        if is_loopback(self.host):
+            options["_node_ip_address"] = "127.0.0.1"
+        self.ray.init(
+            address="local",
+            namespace=self.namespace,
+            log_to_driver=False,
+            configure_logging=False,
+            include_dashboard=False,
+            _temp_dir=self._temp_dir,
+            **options,
+        )
+
     def close(self) -> None:
-        """Forget the handles; the actors (instances) live on for the other front ends."""
+        """Forget the handles; the actors (instances) live on for the other front ends.
+
+        A private (``local``) cluster ends here, with its actors and its temporary folder.
+        """
         self._handles.clear()
         if self._connected_here and self.ray.is_initialized():
             self.ray.shutdown()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     # -- actors --------------------------------------------------------------------------------
 
@@ -213,6 +323,8 @@ class RayInstances:
         name = actor_name(swarm, caller)
         handle = self._handles.get(name)
         if handle is None:
+            if self.before_create is not None:
+                await self.before_create()
             handle = await asyncio.to_thread(self._get_or_create, name, caller)
             self._handles[name] = handle
         return handle
@@ -231,7 +343,13 @@ class RayInstances:
                     num_cpus=INSTANCE_CPUS,
                     # Set when the worker process starts (PYTHONPATH must be, for factories).
                     runtime_env={"env_vars": self.env},
-                ).remote(self.config_json, caller_to_dict(caller), self.env, os.getcwd())
+                ).remote(
+                    self.config_json,
+                    caller_to_dict(caller),
+                    self.env,
+                    os.getcwd(),
+                    self.template_json,
+                )
             except ValueError as exc:  # the name of a reclaimed actor is still being released
                 last = exc
                 import time
@@ -245,7 +363,11 @@ class RayInstances:
     def list_instances(self) -> list[str]:
         names = self.ray.util.list_named_actors(all_namespaces=True)
         return sorted(
-            n["name"] for n in names if isinstance(n, dict) and n.get("namespace") == self.namespace
+            n["name"]
+            for n in names
+            if isinstance(n, dict)
+            and n.get("namespace") == self.namespace
+            and is_instance_name(n["name"])
         )
 
     # -- calls ---------------------------------------------------------------------------------
@@ -281,16 +403,48 @@ class RayInstances:
         return True
 
     async def unary(self, swarm: str, caller: Caller, request: ForwardedRequest) -> UnaryResponse:
+        name = actor_name(swarm, caller)
+        reply = await self._unary(name, caller, request, lambda: self.actor(swarm, caller))
+        assert reply is not None  # the caller's own actor is created when missing
+        return reply
+
+    async def unary_at(
+        self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
+    ) -> UnaryResponse | None:
+        """Run ``caller``'s request in the existing instance ``<swarm>/<kind>/<ident>``.
+
+        For interswarm deliveries to another caller's instance (see
+        ``forwarding.interswarm_recipient``); None when that instance has no actor (it is
+        never created here: the front end does not hold its owner's credentials).
+        """
+        name = f"{swarm}/{kind}/{ident}"
+        return await self._unary(name, caller, request, lambda: self.existing(name))
+
+    async def existing(self, name: str) -> Any | None:
+        handle = self._handles.get(name)
+        if handle is None:
+            try:
+                handle = await asyncio.to_thread(self.ray.get_actor, name, self.namespace)
+            except ValueError:  # no such actor (never made, or reclaimed)
+                return None
+            self._handles[name] = handle
+        return handle
+
+    async def _unary(
+        self, name: str, caller: Caller, request: ForwardedRequest, locate: Any
+    ) -> UnaryResponse | None:
         deadline = asyncio.get_running_loop().time() + RESTART_WINDOW
         idempotent = request.method in _IDEMPOTENT
         attempt = 0
         while True:
-            handle = await self.actor(swarm, caller)
+            handle = await locate()
+            if handle is None:
+                return None
             try:
                 result: UnaryResponse = await handle.unary.remote(caller_to_dict(caller), request)
                 return result
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
-                self.forget(swarm, caller)
+                self._handles.pop(name, None)
                 if not self._retryable(exc, idempotent) or not await self._retry_pause(
                     attempt, deadline
                 ):

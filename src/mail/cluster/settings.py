@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import secrets
+import sys
 from typing import Any
 
 CLUSTER_ENV = {
@@ -31,7 +35,72 @@ def cluster_enabled(config: Any) -> bool:
     return cluster is not None and cluster.backend != "none"
 
 
+# Ray reads these when it is imported (``ray._private.ray_constants``), so they are set before
+# the first ``import ray`` of the process (``prepare_ray_environment``):
+# - its `uv run` integration would make every worker re-create the front end's `uv run`
+#   environment (and fail: VIRTUAL_ENV mismatch, no module named 'ray'); instance hosts run in
+#   the Python environment the worker already has.
+_UV_HOOK = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+# - with this off, Ray takes the loopback address as the node's address ("localhost" stays
+#   127.0.0.1), so a private cluster's servers listen on loopback only.
+_NODE_IP_FROM_NETWORK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Token authentication of Ray's control plane (Ray >= 2.52): every node and driver of one
+# cluster must agree on the mode and the token.
+AUTH_MODE = "RAY_AUTH_MODE"
+AUTH_TOKEN = "RAY_AUTH_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def prepare_ray_environment(address: str, host: str) -> dict[str, str]:
+    """Set Ray's process-wide switches for this front end; returns what was set.
+
+    Call before ``import ray`` (Ray reads them at import); when Ray is already imported (an
+    in-process test) its cached constants are updated too. A value the operator exported
+    wins over ours, except for a private (``local``) cluster's token, which is always its own.
+    """
+    changed: dict[str, str] = {}
+
+    def default(name: str, value: str) -> None:
+        if name not in os.environ:
+            os.environ[name] = changed[name] = value
+
+    default(_UV_HOOK, "0")
+    if address == "local":
+        if is_loopback(host):
+            default(_NODE_IP_FROM_NETWORK, "0")
+        # A private cluster gets its own token (never the one in ~/.ray/auth_token that
+        # another cluster of this machine may use), unless the operator chose a mode.
+        if AUTH_MODE not in os.environ:
+            os.environ[AUTH_MODE] = changed[AUTH_MODE] = "token"
+            os.environ[AUTH_TOKEN] = changed[AUTH_TOKEN] = secrets.token_hex(32)
+    _refresh_imported_ray()
+    return changed
+
+
+def _refresh_imported_ray() -> None:
+    """Make an already-imported Ray see the variables set above (best effort)."""
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is None:
+        return
+    constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = os.environ.get(_UV_HOOK, "1") not in ("0", "false")  # type: ignore[attr-defined]
+    if os.environ.get(_NODE_IP_FROM_NETWORK) == "0":
+        constants.ENABLE_RAY_CLUSTER = False  # type: ignore[attr-defined]
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is not None and AUTH_MODE in os.environ:
+        with contextlib.suppress(Exception):
+            raylet.Config.initialize("")  # re-reads RAY_AUTH_MODE, as Ray itself does
+
+
 def require_ray() -> Any:
+    os.environ.setdefault(_UV_HOOK, "0")  # before the import: Ray reads it there
     try:
         import ray
     except ImportError:

@@ -174,6 +174,40 @@ def _check_database() -> str | None:
     return None
 
 
+def _check_cluster(cfg: Any) -> str | None:
+    """Problem with cluster mode's requirements (one line), or None."""
+    if cfg.cluster.backend == "none":
+        return None
+    from mail.store import database_url_from_env
+
+    if not database_url_from_env():
+        return (
+            "cluster mode keeps instances in PostgreSQL: set DATABASE_URL "
+            '(or run without --cluster / with [server.cluster] backend = "none")'
+        )
+    return None
+
+
+def _connect_cluster(app: Any) -> None:
+    """Join (or, for ``local``, start) the Ray cluster now, so a failure is one line."""
+    backend = getattr(app.state, "cluster_backend", None)
+    if backend is None:
+        return
+    from mail.cluster import ClusterUnavailable
+
+    try:
+        backend.instances.connect()
+    except ClusterUnavailable:
+        raise
+    except Exception as exc:  # Ray's own errors (authentication, version mismatch, ...)
+        text = str(exc).strip().splitlines()
+        detail = text[0] if text else type(exc).__name__
+        raise ClusterUnavailable(
+            f"cannot join the Ray cluster at '{backend.instances.address}': "
+            f"{type(exc).__name__}: {detail}"
+        ) from None
+
+
 # The levels uvicorn understands (it fails with a KeyError on anything else).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
@@ -235,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot create {Path(cfg.swarm.registry_file).parent}: {exc.strerror or exc}")
 
-    problem = _check_database()
+    problem = _check_database() or _check_cluster(cfg)
     if problem:
         return _fail(problem)
 
@@ -285,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         app = create_app(cfg, template=template, template_source=source)
+        _connect_cluster(app)
     except ClusterUnavailable as exc:
         sock.close()
         return _fail(str(exc))

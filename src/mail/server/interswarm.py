@@ -109,13 +109,12 @@ async def receive(
             f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"
         )
     _check_caller(state, caller, envelope)
-    if direction == "forward":
+    owner_swarm = envelope["task_owner"].rpartition("@")[2]
+    if direction == "forward" and owner_swarm != state.swarm_name:
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-        owner_swarm = envelope["task_owner"].rpartition("@")[2]
-        if owner_swarm == state.swarm_name:
-            # A task we own coming back through /forward: deliver it to the owner's instance.
-            inst = await _instance_for_back(state, envelope)
     else:
+        # /back, or a task we own coming back through /forward: the owner's instance (in
+        # cluster mode the front end sends such envelopes to that instance's host).
         inst = await _instance_for_back(state, envelope)
     if not inst.swarm.is_interswarm_running():
         raise HTTPException(503, "interswarm is not enabled for this swarm")
