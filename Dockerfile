@@ -46,6 +46,8 @@ RUN uv sync --frozen --no-dev --no-install-project ${MAIL_EXTRAS} \
     fi
 COPY README.md ./
 COPY src ./src
+# Served as /openapi.json and /docs: the wheel force-includes it (pyproject.toml).
+COPY spec/openapi.yaml ./spec/openapi.yaml
 COPY docker/precompile.py /tmp/precompile.py
 # The package itself, then .pyc files only for what the server imports.
 RUN uv sync --frozen --no-dev --no-editable ${MAIL_EXTRAS} \

@@ -214,6 +214,9 @@ timeout 60 podman run -d --health-interval disable --name "$APP" -p "127.0.0.1:$
   -v "$PROJECT-data:/data" "$IMAGE" >"$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; fail "podman run failed"; }
 ms=$(wait_health "http://127.0.0.1:$PORT/health" 90) || { dump_logs "$APP"; fail "no /health answer within 90 s"; }
 say "/health answered $(($(now_ms) - t0)) ms after podman run"
+openapi="$(curl -fsS --max-time 10 "http://127.0.0.1:$PORT/openapi.json")" \
+  || { dump_logs "$APP"; fail "GET /openapi.json failed (is spec/openapi.yaml in the image?)"; }
+case "$openapi" in *'"openapi"'*) ;; *) fail "GET /openapi.json is not the OpenAPI document" ;; esac
 key="$(printed_key "$APP" user)"
 [ -n "$key" ] || { dump_logs "$APP"; fail "the server printed no user key"; }
 t0=$(now_ms)
