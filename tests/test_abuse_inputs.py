@@ -16,6 +16,7 @@ import pytest
 
 from server_fixtures import ServerProcess, post_as
 from support.abuse_harness import (
+    DEFLATE_SPLIT_TEXT,
     GREEDY_STDIO,
     MIB,
     HostileSite,
@@ -79,6 +80,17 @@ def test_a_gzip_bomb_is_refused_while_it_is_inflated(
     assert outcome["errors"] == 1, outcome
     assert "decompressed response body is over the limit" in outcome["first_error"]
     assert "max_response_bytes" in outcome["first_error"]
+
+
+def test_raw_deflate_whose_first_chunk_is_one_byte_is_read(
+    server: ServerProcess, site: HostileSite
+) -> None:
+    # The inflater used to decide raw vs zlib-wrapped deflate on the first chunk alone.
+    outcome = run_steps(
+        server, {"tool": "http_get", "args": {"url": f"{site.base_url}/deflate-split"}}
+    )
+    assert outcome["errors"] == 0, outcome
+    assert DEFLATE_SPLIT_TEXT.decode()[:100] in outcome["last"], outcome
 
 
 def test_a_huge_mcp_answer_is_cut_off_in_the_transport(
