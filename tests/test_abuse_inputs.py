@@ -18,6 +18,7 @@ from server_fixtures import ServerProcess, post_as
 from support.abuse_harness import (
     DEFLATE_SPLIT_TEXT,
     GREEDY_STDIO,
+    LOUD_STDIO,
     MIB,
     HostileSite,
     Memory,
@@ -46,13 +47,20 @@ def greedy_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def loud_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("loud") / "loud_stdio.py"
+    path.write_text(LOUD_STDIO, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, greedy_script: Path
+    tmp_path_factory: pytest.TempPathFactory, greedy_script: Path, loud_script: Path
 ) -> Iterator[ServerProcess]:
     env = {
         "MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1",
         "MAIL_STDLIB_MCP_TIMEOUT": "60",
-        "MAIL_STDLIB_MCP_ALLOWED_COMMANDS": str(greedy_script),
+        "MAIL_STDLIB_MCP_ALLOWED_COMMANDS": f"{greedy_script},{loud_script}",
     }
     with abuse_server(tmp_path_factory.mktemp("abuse"), env=env) as proc:
         yield proc
@@ -127,3 +135,17 @@ def test_an_endless_stdio_mcp_line_is_cut_off_by_the_relay(
     assert memory.growth < RSS_BOUND_MIB, memory.row()
     assert outcome["errors"] == 1, outcome
     assert "max_response_bytes" in outcome["first_error"], outcome
+
+
+def test_a_stdio_mcp_server_flooding_stderr_is_cut_off_by_the_relay(
+    server: ServerProcess, loud_script: Path
+) -> None:
+    # The relay passed the server's stderr through whole: 3.3 GB in the log in 20 s.
+    before = server.stderr_path.stat().st_size
+    outcome = run_steps(
+        server, {"tool": "mcp_list_tools", "args": {"server_url": str(loud_script)}}
+    )
+    assert outcome["errors"] == 0, outcome  # the answer after the noise still arrives
+    grown = server.stderr_path.stat().st_size - before
+    assert grown < 5 * MIB, grown  # 64 MiB written, at most max_response_bytes (4 MiB) kept
+    assert "stderr is cut after 4194304 bytes" in server.logs()

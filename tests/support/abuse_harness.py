@@ -80,6 +80,26 @@ for line in sys.stdin:
         sys.stdout.flush()
 """
 
+# A stdio MCP server that writes 64 MiB to stderr before it answers tools/list (no tools).
+LOUD_STDIO = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "loud", "version": "1"},
+        }
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    elif message.get("method") == "tools/list":
+        for _ in range(64):
+            sys.stderr.write("E" * 1048576)
+        sys.stderr.flush()
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": []}}
+        print(json.dumps(answer), flush=True)
+"""
+
 
 def gzip_bomb(decompressed: int) -> bytes:
     """``decompressed`` zero bytes, gzipped (about 1/1000 of that on the wire)."""
