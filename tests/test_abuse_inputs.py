@@ -16,7 +16,9 @@ import pytest
 
 from server_fixtures import ServerProcess, post_as
 from support.abuse_harness import (
+    DEFLATE_SPLIT_TEXT,
     GREEDY_STDIO,
+    LOUD_STDIO,
     MIB,
     HostileSite,
     Memory,
@@ -45,13 +47,20 @@ def greedy_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def loud_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("loud") / "loud_stdio.py"
+    path.write_text(LOUD_STDIO, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, greedy_script: Path
+    tmp_path_factory: pytest.TempPathFactory, greedy_script: Path, loud_script: Path
 ) -> Iterator[ServerProcess]:
     env = {
         "MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1",
         "MAIL_STDLIB_MCP_TIMEOUT": "60",
-        "MAIL_STDLIB_MCP_ALLOWED_COMMANDS": str(greedy_script),
+        "MAIL_STDLIB_MCP_ALLOWED_COMMANDS": f"{greedy_script},{loud_script}",
     }
     with abuse_server(tmp_path_factory.mktemp("abuse"), env=env) as proc:
         yield proc
@@ -79,6 +88,17 @@ def test_a_gzip_bomb_is_refused_while_it_is_inflated(
     assert outcome["errors"] == 1, outcome
     assert "decompressed response body is over the limit" in outcome["first_error"]
     assert "max_response_bytes" in outcome["first_error"]
+
+
+def test_raw_deflate_whose_first_chunk_is_one_byte_is_read(
+    server: ServerProcess, site: HostileSite
+) -> None:
+    # The inflater used to decide raw vs zlib-wrapped deflate on the first chunk alone.
+    outcome = run_steps(
+        server, {"tool": "http_get", "args": {"url": f"{site.base_url}/deflate-split"}}
+    )
+    assert outcome["errors"] == 0, outcome
+    assert DEFLATE_SPLIT_TEXT.decode()[:100] in outcome["last"], outcome
 
 
 def test_a_huge_mcp_answer_is_cut_off_in_the_transport(
@@ -115,3 +135,17 @@ def test_an_endless_stdio_mcp_line_is_cut_off_by_the_relay(
     assert memory.growth < RSS_BOUND_MIB, memory.row()
     assert outcome["errors"] == 1, outcome
     assert "max_response_bytes" in outcome["first_error"], outcome
+
+
+def test_a_stdio_mcp_server_flooding_stderr_is_cut_off_by_the_relay(
+    server: ServerProcess, loud_script: Path
+) -> None:
+    # The relay passed the server's stderr through whole: 3.3 GB in the log in 20 s.
+    before = server.stderr_path.stat().st_size
+    outcome = run_steps(
+        server, {"tool": "mcp_list_tools", "args": {"server_url": str(loud_script)}}
+    )
+    assert outcome["errors"] == 0, outcome  # the answer after the noise still arrives
+    grown = server.stderr_path.stat().st_size - before
+    assert grown < 5 * MIB, grown  # 64 MiB written, at most max_response_bytes (4 MiB) kept
+    assert "stderr is cut after 4194304 bytes" in server.logs()

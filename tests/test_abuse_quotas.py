@@ -146,3 +146,27 @@ def test_paused_tasks_per_caller_are_bounded(server: ServerProcess) -> None:
     )
     assert resumed.status_code == 200, resumed.text
     assert post_as(server, "carol", {"body": "now there is room"}).status_code == 200
+
+
+def test_paused_quota_also_counts_finished_tasks_that_are_continued(
+    server: ServerProcess,
+) -> None:
+    """Continuing finished tasks with a message that pauses them must not go past the quota
+    (it did: six finished tasks continued with BREAKPOINT made six paused tasks of two)."""
+    headers = auth(server.keys["admin"])  # the admin's own instance: no other test pauses it
+
+    def post(payload: dict[str, object]) -> httpx.Response:
+        return httpx.post(f"{server.base_url}/message", json=payload, headers=headers, timeout=30)
+
+    finished = [str(uuid.uuid4()) for _ in range(3)]
+    for task_id in finished:
+        assert post({"body": "hello", "task_id": task_id}).status_code == 200
+    codes = [post({"body": "BREAKPOINT", "task_id": t}).status_code for t in finished]
+    assert codes == [200, 200, 429], codes
+    tasks = httpx.get(f"{server.base_url}/tasks", headers=headers).json()
+    paused = [t for t in tasks.values() if t.get("pending_breakpoints")]
+    assert len(paused) == 2, tasks
+    # A message to a paused task closes its pause: never refused, and it frees a place.
+    closed = post({"body": "never mind", "task_id": finished[0]})
+    assert closed.status_code == 200, closed.text
+    assert post({"body": "BREAKPOINT", "task_id": finished[2]}).status_code == 200

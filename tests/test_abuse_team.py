@@ -9,6 +9,7 @@ keep the newest ones in both stores; the server's peak RSS stays within ``RSS_BO
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Iterator
@@ -28,6 +29,9 @@ RSS_BOUND_MIB = 30
 BODY_LIMIT = 50_000
 ATTACHMENT = 900
 QUOTA = 3 * ATTACHMENT + 100  # three attachments fit, the fourth does not
+
+
+KEYS = {"alice": ("user", "alice"), "bob": ("user", "bob"), "carol": ("user", "carol")}
 
 
 def _extra(directory: Path) -> str:
@@ -51,12 +55,12 @@ def server(
 ) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp(f"team-{request.param}")
     if request.param == "memory":
-        with abuse_server(directory, extra=_extra(directory)) as proc:
+        with abuse_server(directory, extra=_extra(directory), keys=KEYS) as proc:
             yield proc
         return
     with scratch_schema("abuse_team") as schema:
         env = {"DATABASE_URL": with_search_path(BASE_URL, schema)}
-        with abuse_server(directory, extra=_extra(directory), env=env) as proc:
+        with abuse_server(directory, extra=_extra(directory), env=env, keys=KEYS) as proc:
             yield proc
 
 
@@ -173,3 +177,30 @@ def test_attachment_bytes_per_instance_are_a_quota(server: ServerProcess) -> Non
         r = post_as(server, "bob", {"body": "hi", "attachments": [bad]})
         assert r.status_code == 400, r.text
         assert f"attachments[0].{field}" in r.json()["detail"] and setting in r.json()["detail"]
+
+
+def test_quotas_hold_under_concurrent_tasks_of_one_caller(server: ServerProcess) -> None:
+    """The quota check and the write it allows are one step: with PostgreSQL, 12 concurrent
+    tasks each creating a thread stored 10 threads of a quota of 3 (and uploads alike)."""
+    headers = auth(server.keys["carol"])
+    upload = {
+        "filename": "c.bin",
+        "content_base64": base64.b64encode(b"c" * ATTACHMENT).decode(),
+    }
+
+    async def burst() -> tuple[list[int], list[int]]:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+
+            async def task(body: dict[str, Any]) -> httpx.Response:
+                return await client.post("/message", json=body, headers=headers)
+
+            creates = [task({"body": steps_body(create(f"c{i}"))}) for i in range(10)]
+            uploads = [task({"body": "hi", "attachments": [upload]}) for _ in range(6)]
+            made = await asyncio.gather(*creates)
+            sent = await asyncio.gather(*uploads)
+            return [r.status_code for r in made], [r.status_code for r in sent]
+
+    made, sent = asyncio.run(burst())
+    assert made == [200] * 10, made
+    assert len(threads_of(server, "carol")) == 5  # max_threads
+    assert sorted(sent) == [200, 200, 200, 413, 413, 413], sent  # three fit the quota

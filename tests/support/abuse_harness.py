@@ -15,12 +15,14 @@ import gzip
 import json
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 MIB = 1024 * 1024
+DEFLATE_SPLIT_TEXT = b"split deflate answer " * 20
 
 
 def _status_kib(pid: int, name: str) -> int:
@@ -78,6 +80,26 @@ for line in sys.stdin:
         sys.stdout.flush()
 """
 
+# A stdio MCP server that writes 64 MiB to stderr before it answers tools/list (no tools).
+LOUD_STDIO = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "loud", "version": "1"},
+        }
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    elif message.get("method") == "tools/list":
+        for _ in range(64):
+            sys.stderr.write("E" * 1048576)
+        sys.stderr.flush()
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": []}}
+        print(json.dumps(answer), flush=True)
+"""
+
 
 def gzip_bomb(decompressed: int) -> bytes:
     """``decompressed`` zero bytes, gzipped (about 1/1000 of that on the wire)."""
@@ -96,7 +118,8 @@ def big_tools_list(size: int) -> bytes:
 
 @dataclass
 class HostileSite:
-    """Answers GET ``/bomb`` with a gzip bomb, GET ``/slow?s=N`` after N seconds and POST
+    """Answers GET ``/bomb`` with a gzip bomb, GET ``/slow?s=N`` after N seconds, GET
+    ``/deflate-split`` with raw deflate whose first chunk is one byte, and POST
     ``/mcp`` as a (greedy) MCP server."""
 
     bomb: bytes = b""
@@ -133,11 +156,28 @@ class HostileSite:
                 site.hits.append(f"GET {self.path}")
                 if self.path.startswith("/bomb"):
                     self._send(200, site.bomb, {"Content-Encoding": "gzip"})
+                elif self.path.startswith("/deflate-split"):
+                    self._deflate_split()
                 elif self.path.startswith("/slow"):
                     time.sleep(float(self.path.rsplit("=", 1)[-1]))  # /slow?s=<seconds>
                     self._send(200, b"slow answer", {})
                 else:
                     self._send(405, b"", {})
+
+            def _deflate_split(self) -> None:
+                # A raw (headerless) deflate body whose first chunk is one byte: a valid
+                # answer, although the first chunk alone cannot tell raw from zlib-wrapped.
+                packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+                body = packer.compress(DEFLATE_SPLIT_TEXT) + packer.flush()
+                self.send_response(200)
+                self.send_header("Content-Encoding", "deflate")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for part in (body[:1], body[1:]):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+                    time.sleep(0.2)  # separate network chunks
+                self.wfile.write(b"0\r\n\r\n")
 
             def do_DELETE(self) -> None:  # noqa: N802
                 self._send(200, b"", {})

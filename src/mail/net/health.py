@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from mail.net.peer_read import peer_json, read_peer_answer
 from mail.net.types import InterswarmError, SwarmEndpoint
 
 logger = logging.getLogger("mail.net.health")
@@ -165,7 +166,7 @@ class HealthMonitor:
                 endpoint["health_check_url"],
                 timeout=aiohttp.ClientTimeout(total=limit),
             ) as response:
-                await response.read()
+                await read_peer_answer(response)
                 if response.status != 200:
                     problem = f"HTTP {response.status}"
         except TimeoutError:
@@ -229,7 +230,7 @@ async def fetch_swarm_info(
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 raise failure(f"HTTP {response.status}")
-            data = await response.json(content_type=None)
+            data = await peer_json(response)
     except TimeoutError as exc:
         raise failure(f"no answer within {timeout:g}s") from exc
     except (aiohttp.ClientError, ValueError) as exc:
@@ -264,7 +265,7 @@ async def fetch_swarm_list(
             if response.status != 200:
                 logger.warning("discovery at %s answered HTTP %d", list_url, response.status)
                 return []
-            data = await response.json(content_type=None)
+            data = await peer_json(response)
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         logger.warning("discovery at %s failed: %s", list_url, exc or type(exc).__name__)
         return []

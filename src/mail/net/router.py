@@ -28,6 +28,7 @@ from mail.core.message import (
     parse_agent_address,
     utc_now_iso,
 )
+from mail.net.peer_read import PeerAnswerTooLarge, peer_text
 from mail.net.types import Direction, InterswarmError
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ class InterswarmRouter:
             async with session.post(
                 url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
             ) as response:
-                text = await response.text()
+                text = await peer_text(response)
                 if response.status in _GATEWAY_DOWN:
                     # A proxy in front of the peer says the peer itself is unreachable.
                     self._mark_unreachable(
@@ -288,6 +289,10 @@ class InterswarmRouter:
             reason = f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}"
             self._mark_unreachable(swarm, reason)
             raise InterswarmError(reason, swarm_name=swarm) from exc
+        except PeerAnswerTooLarge as exc:
+            raise InterswarmError(
+                f"swarm '{swarm}' answered too much: {exc}", swarm_name=swarm
+            ) from exc
         except aiohttp.ClientError as exc:
             raise InterswarmError(
                 f"request to swarm '{swarm}' failed: {exc or type(exc).__name__}",

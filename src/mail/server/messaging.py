@@ -70,8 +70,13 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
         _claim(inst, req.task_id)
         return
     task_id = req.task_id
-    if req.resume_from is None and _task_or_none(inst, task_id) is None:
-        _check_paused_quota(state, inst)  # a new task under an id the caller chose
+    known = _task_or_none(inst, task_id) is not None
+    continuing = req.resume_from is None or (req.resume_from == "user_response" and known)
+    if continuing and not _is_paused(inst, task_id):
+        # A new task under an id the caller chose, or a message continuing a task that is
+        # not paused (a finished one can pause again): either may add a paused task. A
+        # message to a paused task closes that pause, so it is never refused.
+        _check_paused_quota(state, inst)
     if _task_or_none(inst, task_id) is None and task_id in state.instances.archived_tasks(
         inst.kind, inst.id
     ):
@@ -94,6 +99,15 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     except TaskSubmitError as exc:
         raise HTTPException(exc.status, str(exc)) from None
     _claim(inst, task_id)
+
+
+def _is_paused(inst: Instance, task_id: str) -> bool:
+    task = _task_or_none(inst, task_id)
+    return (
+        task is not None
+        and not task.is_running
+        and bool(task.pending_reviews or inst.swarm.runtime.pending_breakpoints(task_id))
+    )
 
 
 def paused_tasks(inst: Instance) -> int:

@@ -161,27 +161,30 @@ async def store_uploads(
             'this swarm has no agent with file tools (team_tools: ["files"]); '
             "attachments cannot be delivered"
         )
-    quota = team.settings.max_attachment_bytes_per_instance
-    used = await team.store.attachment_bytes(team.key)
-    adding = sum(len(data) for _, _, data in uploads)
-    if used + adding > quota:
-        raise HTTPException(
-            413,
-            f"attachments of your swarm instance would take {used + adding} bytes, over its "
-            f"quota of {quota} ([server.team_tools] max_attachment_bytes_per_instance)",
-        )
-    metas = []
+    records = []
     for filename, description, data in uploads:
         try:
             name = clean_filename(filename, "upload")
         except Exception as exc:  # TeamError
             raise BadRequest(f"attachment filename: {exc}") from exc
-        record = new_attachment(
-            data, name, description, f"{caller.role}:{caller.id}", [EVERY_AGENT], task_id
+        records.append(
+            new_attachment(
+                data, name, description, f"{caller.role}:{caller.id}", [EVERY_AGENT], task_id
+            )
         )
-        await team.store.put_attachment(team.key, record, data)
-        metas.append(attachment_meta(record))
-    return metas
+    quota = team.settings.max_attachment_bytes_per_instance
+    adding = sum(len(data) for _, _, data in uploads)
+    async with team.quota_lock:  # the check and the writes it allows, as one step
+        used = await team.store.attachment_bytes(team.key)
+        if used + adding > quota:
+            raise HTTPException(
+                413,
+                f"attachments of your swarm instance would take {used + adding} bytes, over "
+                f"its quota of {quota} ([server.team_tools] max_attachment_bytes_per_instance)",
+            )
+        for record, (_, _, data) in zip(records, uploads, strict=True):
+            await team.store.put_attachment(team.key, record, data)
+    return [attachment_meta(record) for record in records]
 
 
 # ------------------------------------------------------------------ reads

@@ -168,10 +168,11 @@ async def transfer_file(
     filename = clean_filename(destination_filename, parts[-1])
     text = str(description) if isinstance(description, str) else ""
     limits.check_attachment_texts(team, filename, text)
-    await limits.check_attachment_quota(team, len(data))
     target = "user" if to_user else name
     record = new_attachment(data, filename, text, sender, [target], task_id)
-    await team.store.put_attachment(team.key, record, data)
+    async with team.quota_lock:
+        await limits.check_attachment_quota(team, len(data))
+        await team.store.put_attachment(team.key, record, data)
     meta = attachment_meta(record)
     team.rt._emit(
         task_id,

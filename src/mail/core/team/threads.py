@@ -142,26 +142,27 @@ async def create_thread(
         local = team.check_agent(name, "threads", "participant")
         if local not in members:
             members.append(local)
-    await limits.check_thread_quota(team)
-    now = utc_now_iso()
-    thread = {
-        "thread_id": new_id("th"),
-        "title": title.strip(),
-        "creator": creator,
-        "participants": members,
-        "created_at": now,
-        "updated_at": now,
-    }
-    others = ", ".join(members[1:]) or "nobody else yet"
-    await _membership(
-        team,
-        thread,
-        "created",
-        creator,
-        creator,
-        task_id,
-        f"{creator} created thread '{thread['title']}' with {others}",
-    )
+    async with team.quota_lock:
+        await limits.check_thread_quota(team)
+        now = utc_now_iso()
+        thread = {
+            "thread_id": new_id("th"),
+            "title": title.strip(),
+            "creator": creator,
+            "participants": members,
+            "created_at": now,
+            "updated_at": now,
+        }
+        others = ", ".join(members[1:]) or "nobody else yet"
+        await _membership(
+            team,
+            thread,
+            "created",
+            creator,
+            creator,
+            task_id,
+            f"{creator} created thread '{thread['title']}' with {others}",
+        )
     if isinstance(initial_message, str) and initial_message.strip():
         await _post(team, thread, creator, initial_message, task_id)
     return thread

@@ -43,6 +43,7 @@ class _Inflater:
         self._gzip = encoding in ("gzip", "x-gzip")
         self._obj = self._new()
         self._first = True
+        self._head = b""  # deflate: bytes held until the 2-byte zlib header can be checked
 
     def _new(self) -> Any:
         return zlib.decompressobj(zlib.MAX_WBITS | 16 if self._gzip else zlib.MAX_WBITS)
@@ -52,6 +53,13 @@ class _Inflater:
         out: list[bytes] = []
         size = 0
         pending = data
+        if self._first and not self._gzip:
+            # Whether the body is zlib-wrapped or raw deflate shows in its first two bytes,
+            # which may come in separate network chunks.
+            self._head += data
+            if len(self._head) < 2:
+                return b""
+            pending, self._head = self._head, b""
         while pending:
             try:
                 chunk = self._obj.decompress(pending, allowed - size + 1)

@@ -7,8 +7,10 @@ endless line would grow the agent server without bound. ``mail.stdlib.mcp.connec
 allow-listed scripts through this relay instead: it forwards stdin to the server unchanged and
 the server's stdout back in chunks, counting them. Past LIMIT bytes it ends the line in
 progress, answers the last request with a JSON-RPC error naming ``[stdlib.mcp]
-max_response_bytes``, stops the server and exits. Standard library only (it starts fast and
-imports nothing of the agent server).
+max_response_bytes``, stops the server and exits. The server's stderr goes to the agent
+server's stderr up to LIMIT bytes as well; the rest is read and dropped (one note says so), so
+a server that floods stderr cannot fill the agent server's log. Standard library only (it
+starts fast and imports nothing of the agent server).
 """
 
 from __future__ import annotations
@@ -45,14 +47,38 @@ def _forward_stdin(child: subprocess.Popen[bytes], last_id: list[Any]) -> None:
             pass
 
 
+def _forward_stderr(child: subprocess.Popen[bytes], limit: int) -> None:
+    """Copy the server's stderr to ours up to ``limit`` bytes; drain and drop the rest."""
+    assert child.stderr is not None
+    err = sys.stderr.buffer
+    passed = 0
+    try:
+        while chunk := os.read(child.stderr.fileno(), CHUNK):
+            if passed < limit:
+                kept = chunk[: limit - passed]
+                passed += len(chunk)
+                err.write(kept)
+                if passed >= limit:
+                    err.write(
+                        f"\n[stdio_relay] the MCP server's stderr is cut after {limit} bytes "
+                        "([stdlib.mcp] max_response_bytes); the rest is dropped\n".encode()
+                    )
+                err.flush()
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3:
         print("usage: stdio_relay.py LIMIT COMMAND [ARGS...]", file=sys.stderr)
         return 2
     limit = int(argv[1])
-    child = subprocess.Popen(argv[2:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        argv[2:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     last_id: list[Any] = [None]
     threading.Thread(target=_forward_stdin, args=(child, last_id), daemon=True).start()
+    threading.Thread(target=_forward_stderr, args=(child, limit), daemon=True).start()
     assert child.stdout is not None
     out = sys.stdout.buffer
     sent = 0
