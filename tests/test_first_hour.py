@@ -218,6 +218,28 @@ def test_unknown_offline_model_is_refused_at_start(tmp_path: Path) -> None:
     assert len(errors) == 1, done.stderr
     assert "unknown offline model 'mail/nope'" in errors[0]
     assert "agent 'supervisor'" in errors[0]
+    # A swarm that cannot be built is found before any folder or key is made.
+    assert not (tmp_path / "registries").exists(), "a failed start created registries/"
+    assert "No API keys were found" not in done.stdout, done.stdout
+
+
+def test_busy_port_leaves_no_folders_and_prints_no_keys(tmp_path: Path) -> None:
+    import socket
+
+    (tmp_path / "swarms.json").write_text(
+        json.dumps(_one_agent_swarm("demo", {"llm": "mail/demo"}))
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _run_server(
+            tmp_path, "-s", "swarms.json", "-n", "demo", "--host", "127.0.0.1", "--port", str(port)
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert not (tmp_path / "registries").exists(), "a failed start created registries/"
+    assert "No API keys were found" not in done.stdout, done.stdout
 
 
 def test_unknown_offline_model_is_refused_by_swarms_load(tmp_path: Path) -> None:
