@@ -28,7 +28,7 @@ from server_fixtures import (
     server_env,
     write_stub_swarms,
 )
-from support.scripted_llm import ScriptedLLM, error
+from support.scripted_llm import ScriptedLLM, error, reply, tool_call
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -206,6 +206,32 @@ async def test_provider_refusing_the_key_is_not_retried(tmp_path: Path) -> None:
         if e["event"] == "agent_error"
     ]
     assert kinds and kinds[0]["error_kind"] == "authentication", kinds
+
+
+async def test_model_library_info_lines_stay_out_of_the_server_log(tmp_path: Path) -> None:
+    """LiteLLM's per-call INFO lines (and its warm-up's mocked ``gpt-4o-mini`` calls, which
+    read as if the server called a model nobody configured) are not printed at the default
+    log level."""
+    async with ScriptedLLM() as llm:
+        llm.queue(reply(tool_call("task_complete", {"finish_message": "done here"})))
+        params = {
+            "llm": "openai/gpt-4o-2024-08-06",
+            "use_proxy": False,
+            "api_base": llm.base_url,
+            "api_key": "sk-test",
+        }
+        (tmp_path / "swarms.json").write_text(json.dumps(_one_agent_swarm("quiet", params)))
+        server, key = _start(tmp_path, "-s", "swarms.json", "-n", "quiet")
+        try:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+                answer = await client.post("/message", json={"body": "hi"}, headers=auth(key))
+        finally:
+            server.stop()
+    assert answer.json()["response"] == "done here", answer.text
+    assert len(llm.requests) == 1
+    logs = server.logs()
+    assert "LiteLLM completion()" not in logs, logs
+    assert "gpt-4o-mini" not in logs, logs
 
 
 def test_unknown_offline_model_is_refused_at_start(tmp_path: Path) -> None:
