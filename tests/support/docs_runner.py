@@ -4,7 +4,9 @@ One ``PageRunner`` per page: a scratch folder that looks like a fresh checkout (
 repository's ``mail.toml`` and ``swarms.json``, nothing else), one shell state carried from
 block to block (exported variables and the current folder, like one terminal), and the
 ``mail server`` processes the page starts. What the page says to run is changed only where a
-test must: ``uv run X`` runs the synced environment's ``X`` (no re-sync per block), each
+test must: ``uv run X`` runs the synced environment's ``X`` (no re-sync per block; as with
+real uv, only inside the checkout or with ``--project``, and plain commands never see that
+environment), each
 server gets a free port (``localhost:8000`` in the page's text is rewritten to it), and the
 keys a server prints on its first start become ``$TOKEN`` (user) and ``$ADMIN_TOKEN``.
 
@@ -77,9 +79,9 @@ uv() {
       local d=$PWD
       while [ "$d" != / ] && [ ! -f "$d/pyproject.toml" ]; do d=$(dirname "$d"); done
       if [ -z "$project" ] && [ ! -f "$d/pyproject.toml" ]; then
-        PATH="$DOCS_OUTER_PATH" "$@"
-      else
         "$@"
+      else
+        PATH="$DOCS_VENV_PATH" "$@"
       fi ;;
     sync) return 0 ;;
     *) echo "docs runner: unsupported uv command: uv $*" >&2; return 64 ;;
@@ -140,9 +142,11 @@ class PageRunner:
                 "PYTEST_CURRENT_TEST",
             )
         }
+        # The reader's shell has no virtualenv on its PATH (plain `python`, `mail` are not the
+        # checkout's); only `uv run` in or with a project puts it there.
         outer = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != BIN]
-        env["DOCS_OUTER_PATH"] = os.pathsep.join(outer)  # what `uv run` sees outside a project
-        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+        env["PATH"] = os.pathsep.join(outer)
+        env["DOCS_VENV_PATH"] = os.pathsep.join([str(BIN), *outer])
         env["HOME"] = str(self.workdir)  # REPL history and the like stay in the scratch folder
         env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
         env["PYTHONUNBUFFERED"] = "1"
