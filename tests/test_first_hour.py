@@ -111,6 +111,17 @@ def test_config_typos_are_warned_and_a_failed_start_leaves_no_folders(tmp_path: 
     assert not (tmp_path / "registries").exists(), "a failed start created registries/"
 
 
+def test_swarm_source_that_is_a_folder_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "mail.toml").write_text(
+        '[server.swarm]\nname = "demo"\nsource = "."\n', encoding="utf-8"
+    )
+    done = _run_server(tmp_path, "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr
+    assert f"swarm source '{tmp_path}' is a folder, not a swarms.json file" in done.stderr
+    assert "does not exist" not in done.stderr
+    assert not (tmp_path / "registries").exists()
+
+
 def test_swarm_source_is_relative_to_the_config_file(tmp_path: Path) -> None:
     checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
     checkout.mkdir()
