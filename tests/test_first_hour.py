@@ -418,3 +418,29 @@ def test_docs_page_renders_the_api_in_a_browser_under_the_csp(tmp_path: Path) ->
     assert "MAIL" in title, title
     assert not violations, violations
     assert not outside, outside
+
+
+def test_repl_tables_show_whole_ids_on_an_80_column_terminal(tmp_path: Path) -> None:
+    """`tasks-get` lists ids a person copies into `task-get ID`: they must not be elided."""
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        answer = post_as(server, "alice", {"body": "hello"})
+        assert answer.status_code == 200, answer.text
+        task_id = answer.json()["task_id"]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mail.cli",
+                "client",
+                server.base_url,
+                "--api-key",
+                server.keys["alice"],
+            ],
+            cwd=tmp_path,
+            env={**server_env(), "HOME": str(tmp_path), "COLUMNS": "80"},
+            input="tasks-get\nexit\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert task_id in done.stdout, done.stdout
