@@ -28,7 +28,7 @@ from server_fixtures import (
     server_env,
     write_stub_swarms,
 )
-from support.scripted_llm import ScriptedLLM, error
+from support.scripted_llm import ScriptedLLM, error, reply, tool_call
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -109,6 +109,17 @@ def test_config_typos_are_warned_and_a_failed_start_leaves_no_folders(tmp_path: 
     # The source is named relative to the config file, and the error says where it looked.
     assert f"{tmp_path / 'nowhere.json'}' does not exist" in done.stderr
     assert not (tmp_path / "registries").exists(), "a failed start created registries/"
+
+
+def test_swarm_source_that_is_a_folder_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "mail.toml").write_text(
+        '[server.swarm]\nname = "demo"\nsource = "."\n', encoding="utf-8"
+    )
+    done = _run_server(tmp_path, "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr
+    assert f"swarm source '{tmp_path}' is a folder, not a swarms.json file" in done.stderr
+    assert "does not exist" not in done.stderr
+    assert not (tmp_path / "registries").exists()
 
 
 def test_swarm_source_is_relative_to_the_config_file(tmp_path: Path) -> None:
@@ -208,6 +219,32 @@ async def test_provider_refusing_the_key_is_not_retried(tmp_path: Path) -> None:
     assert kinds and kinds[0]["error_kind"] == "authentication", kinds
 
 
+async def test_model_library_info_lines_stay_out_of_the_server_log(tmp_path: Path) -> None:
+    """LiteLLM's per-call INFO lines (and its warm-up's mocked ``gpt-4o-mini`` calls, which
+    read as if the server called a model nobody configured) are not printed at the default
+    log level."""
+    async with ScriptedLLM() as llm:
+        llm.queue(reply(tool_call("task_complete", {"finish_message": "done here"})))
+        params = {
+            "llm": "openai/gpt-4o-2024-08-06",
+            "use_proxy": False,
+            "api_base": llm.base_url,
+            "api_key": "sk-test",
+        }
+        (tmp_path / "swarms.json").write_text(json.dumps(_one_agent_swarm("quiet", params)))
+        server, key = _start(tmp_path, "-s", "swarms.json", "-n", "quiet")
+        try:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+                answer = await client.post("/message", json={"body": "hi"}, headers=auth(key))
+        finally:
+            server.stop()
+    assert answer.json()["response"] == "done here", answer.text
+    assert len(llm.requests) == 1
+    logs = server.logs()
+    assert "LiteLLM completion()" not in logs, logs
+    assert "gpt-4o-mini" not in logs, logs
+
+
 def test_unknown_offline_model_is_refused_at_start(tmp_path: Path) -> None:
     (tmp_path / "swarms.json").write_text(
         json.dumps(_one_agent_swarm("nope", {"llm": "mail/nope"}))
@@ -218,6 +255,28 @@ def test_unknown_offline_model_is_refused_at_start(tmp_path: Path) -> None:
     assert len(errors) == 1, done.stderr
     assert "unknown offline model 'mail/nope'" in errors[0]
     assert "agent 'supervisor'" in errors[0]
+    # A swarm that cannot be built is found before any folder or key is made.
+    assert not (tmp_path / "registries").exists(), "a failed start created registries/"
+    assert "No API keys were found" not in done.stdout, done.stdout
+
+
+def test_busy_port_leaves_no_folders_and_prints_no_keys(tmp_path: Path) -> None:
+    import socket
+
+    (tmp_path / "swarms.json").write_text(
+        json.dumps(_one_agent_swarm("demo", {"llm": "mail/demo"}))
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _run_server(
+            tmp_path, "-s", "swarms.json", "-n", "demo", "--host", "127.0.0.1", "--port", str(port)
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert not (tmp_path / "registries").exists(), "a failed start created registries/"
+    assert "No API keys were found" not in done.stdout, done.stdout
 
 
 def test_unknown_offline_model_is_refused_by_swarms_load(tmp_path: Path) -> None:
@@ -359,3 +418,29 @@ def test_docs_page_renders_the_api_in_a_browser_under_the_csp(tmp_path: Path) ->
     assert "MAIL" in title, title
     assert not violations, violations
     assert not outside, outside
+
+
+def test_repl_tables_show_whole_ids_on_an_80_column_terminal(tmp_path: Path) -> None:
+    """`tasks-get` lists ids a person copies into `task-get ID`: they must not be elided."""
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        answer = post_as(server, "alice", {"body": "hello"})
+        assert answer.status_code == 200, answer.text
+        task_id = answer.json()["task_id"]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mail.cli",
+                "client",
+                server.base_url,
+                "--api-key",
+                server.keys["alice"],
+            ],
+            cwd=tmp_path,
+            env={**server_env(), "HOME": str(tmp_path), "COLUMNS": "80"},
+            input="tasks-get\nexit\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert task_id in done.stdout, done.stdout

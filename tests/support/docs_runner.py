@@ -4,7 +4,9 @@ One ``PageRunner`` per page: a scratch folder that looks like a fresh checkout (
 repository's ``mail.toml`` and ``swarms.json``, nothing else), one shell state carried from
 block to block (exported variables and the current folder, like one terminal), and the
 ``mail server`` processes the page starts. What the page says to run is changed only where a
-test must: ``uv run X`` runs the synced environment's ``X`` (no re-sync per block), each
+test must: ``uv run X`` runs the synced environment's ``X`` (no re-sync per block; as with
+real uv, only inside the checkout or with ``--project``, and plain commands never see that
+environment), each
 server gets a free port (``localhost:8000`` in the page's text is rewritten to it), and the
 keys a server prints on its first start become ``$TOKEN`` (user) and ``$ADMIN_TOKEN``.
 
@@ -63,14 +65,24 @@ set -ea  # -a: plain assignments carry to later blocks, as in one terminal
 uv() {
   case "$1" in
     run) shift
+      local project=
       while [ $# -gt 0 ]; do
         case "$1" in
-          --project|--extra|--directory|--with|--python) shift 2 ;;
+          --project|--directory) project=1; shift 2 ;;
+          --extra|--with|--python) shift 2 ;;
           --*) shift ;;
           *) break ;;
         esac
       done
-      "$@" ;;
+      # Like uv: outside a project (no pyproject.toml up the tree) and without --project,
+      # the checkout's environment is not used, so its commands (`mail`) are not found.
+      local d=$PWD
+      while [ "$d" != / ] && [ ! -f "$d/pyproject.toml" ]; do d=$(dirname "$d"); done
+      if [ -z "$project" ] && [ ! -f "$d/pyproject.toml" ]; then
+        "$@"
+      else
+        PATH="$DOCS_VENV_PATH" "$@"
+      fi ;;
     sync) return 0 ;;
     *) echo "docs runner: unsupported uv command: uv $*" >&2; return 64 ;;
   esac
@@ -111,7 +123,7 @@ class PageRunner:
         self.state.mkdir(parents=True, exist_ok=True)
         self.home = self.workdir / "checkout"
         self.home.mkdir(exist_ok=True)
-        for name in ("mail.toml", "swarms.json"):
+        for name in ("mail.toml", "swarms.json", "pyproject.toml"):
             (self.home / name).write_bytes((REPO / name).read_bytes())
         shutil.copytree(REPO / "scripts", self.home / "scripts")
         self.cwd = self.home
@@ -130,7 +142,11 @@ class PageRunner:
                 "PYTEST_CURRENT_TEST",
             )
         }
-        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+        # The reader's shell has no virtualenv on its PATH (plain `python`, `mail` are not the
+        # checkout's); only `uv run` in or with a project puts it there.
+        outer = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != BIN]
+        env["PATH"] = os.pathsep.join(outer)
+        env["DOCS_VENV_PATH"] = os.pathsep.join([str(BIN), *outer])
         env["HOME"] = str(self.workdir)  # REPL history and the like stay in the scratch folder
         env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
         env["PYTHONUNBUFFERED"] = "1"
@@ -198,6 +214,7 @@ class PageRunner:
             if server and not line.rstrip().endswith("\\"):
                 outputs.append(self._flush(chunk, statuses))
                 chunk = []
+                self._check_project(line)
                 self.start_server(self.map_urls(server.group("args")))
             elif _PLACEHOLDER_EXPORT.match(line):
                 name = _PLACEHOLDER_EXPORT.match(line).group("name")  # type: ignore[union-attr]
@@ -268,6 +285,18 @@ class PageRunner:
             self.cwd = Path(cwd_file.read_text().strip())
 
     # ------------------------------------------------------------------ servers
+
+    def _check_project(self, line: str) -> None:
+        """``uv run mail server`` outside a checkout needs ``--project``, as with real uv."""
+        words = line.split()
+        if words[:2] != ["uv", "run"] or {"--project", "--directory"} & set(words):
+            return
+        assert self.cwd is not None
+        if not any((d / "pyproject.toml").is_file() for d in (self.cwd, *self.cwd.parents)):
+            raise DocsFailure(
+                f"`{line.strip()}` runs in {self.cwd}, outside the checkout, without --project: "
+                "uv would not find `mail` there"
+            )
 
     def start_server(self, arg_text: str) -> Server:
         args = shlex.split(arg_text, comments=True)
@@ -351,6 +380,7 @@ class PageRunner:
         for command, expected_lines in steps:
             server = _SERVER_LINE.match(command)
             if server:
+                self._check_project(command)
                 started = self.start_server(server.group("args"))
                 actual = started.output()
             else:

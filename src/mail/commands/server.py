@@ -252,22 +252,13 @@ def run(args: argparse.Namespace) -> int:
     os.environ["SWARM_REGISTRY_FILE"] = cfg.swarm.registry_file
     os.environ.setdefault("BASE_URL", cfg.base_url)
 
+    injected = os.environ.get(TEMPLATE_ENV_VAR)
     try:
-        injected = os.environ.get(TEMPLATE_ENV_VAR)
         if not injected:
-            # Before any folder is created: a failed start leaves nothing behind.
             check_swarm_source(cfg.swarm.name, cfg.swarm.source)
-        Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
         mode = resolve_auth_mode(cfg)
-        if mode == "local":
-            keys_path = cfg.keys_file_path()
-            created = bootstrap_keys(keys_path)
-            if created:
-                _print_bootstrap(created, keys_path, cfg.base_url)
-    except (StartupError, AuthConfigError, KeyStoreError) as exc:
+    except (StartupError, AuthConfigError) as exc:
         return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot create {Path(cfg.swarm.registry_file).parent}: {exc.strerror or exc}")
 
     problem = _check_database() or _check_cluster(cfg)
     if problem:
@@ -281,6 +272,32 @@ def run(args: argparse.Namespace) -> int:
                 f"port {cfg.port} on {cfg.host} is already in use (choose another with --port)"
             )
         return _fail(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}")
+
+    template: Any = None
+    if not cfg.reload:
+        try:
+            from mail.server.state import load_template, template_from_env
+
+            template = template_from_env() if injected else load_template(cfg)
+        except StartupError as exc:
+            sock.close()
+            return _fail(str(exc))
+
+    # Only now, with the swarm built and the port bound, are folders and keys created: a
+    # start that fails leaves nothing behind and prints no keys that would never be used.
+    try:
+        Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
+        if mode == "local":
+            keys_path = cfg.keys_file_path()
+            created = bootstrap_keys(keys_path)
+            if created:
+                _print_bootstrap(created, keys_path, cfg.base_url)
+    except KeyStoreError as exc:
+        sock.close()
+        return _fail(str(exc))
+    except OSError as exc:
+        sock.close()
+        return _fail(f"cannot create {Path(cfg.swarm.registry_file).parent}: {exc.strerror or exc}")
 
     import uvicorn
 
@@ -307,13 +324,6 @@ def run(args: argparse.Namespace) -> int:
 
     from mail.server.app import create_app
 
-    try:
-        from mail.server.state import load_template, template_from_env
-
-        template = template_from_env() if injected else load_template(cfg)
-    except StartupError as exc:
-        sock.close()
-        return _fail(str(exc))
     source = f"{TEMPLATE_ENV_VAR}={injected}" if injected else cfg.swarm.source
     from mail.cluster import ClusterUnavailable
 

@@ -64,6 +64,11 @@ def load_litellm() -> Any:
     # dropped instead of failing the request, as the reference implementation does.
     litellm.drop_params = True
     litellm.suppress_debug_info = True
+    if not os.environ.get("LITELLM_LOG"):
+        # LiteLLM logs two INFO lines per call on its own handler (and again through ours),
+        # including the warm-up's mocked calls; LITELLM_LOG=INFO (or DEBUG) brings them back.
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     _module = litellm
     return litellm
 

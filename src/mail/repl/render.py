@@ -128,10 +128,17 @@ class Renderer:
 
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str = "") -> None:
         table = Table(title=title or None, show_lines=False)
-        for column in columns:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
+        cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+        for index, column in enumerate(columns):
+            if index == 0:
+                # The first column holds the ids people copy into the next command: never
+                # elided; the other columns fold (wrap) to make room, losing nothing.
+                widest = max((len(row[0]) for row in cells if row), default=0)
+                table.add_column(column, no_wrap=True, min_width=min(max(widest, len(column)), 64))
+            else:
+                table.add_column(column, overflow="fold")
+        for row in cells:
+            table.add_row(*(Text(cell) for cell in row))
         self.console.print(table)
 
     def response(self, body: Any, title: str = "response") -> None:

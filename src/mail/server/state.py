@@ -188,12 +188,21 @@ def _swarm_names(path: Path) -> list[str]:
 def check_swarm_source(name: str, source: str) -> None:
     """Fail early, with one readable line, when ``source`` can't provide swarm ``name``."""
     path = Path(source)
+    if path.is_dir():
+        raise StartupError(
+            f"swarm source '{source}' is a folder, not a swarms.json file (set "
+            "[server.swarm].source or --swarm-source to the file)"
+        )
     if not path.is_file():
         raise StartupError(
             f"swarm source '{source}' does not exist (set [server.swarm].source or --swarm-source)"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StartupError(
+            f"swarm source '{source}' cannot be read: {exc.strerror or exc}"
+        ) from exc
     except ValueError as exc:
         raise StartupError(f"swarm source '{source}' is not valid JSON: {exc}") from exc
     if not isinstance(data, list):
