@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from mail.net.answers import MAX_PEER_INFO_BYTES, AnswerTooLarge, read_at_most, read_capped
 from mail.net.types import InterswarmError, SwarmEndpoint
 
 logger = logging.getLogger("mail.net.health")
@@ -165,7 +167,8 @@ class HealthMonitor:
                 endpoint["health_check_url"],
                 timeout=aiohttp.ClientTimeout(total=limit),
             ) as response:
-                await response.read()
+                # Only the status counts; a body of any size is not worth holding.
+                await read_at_most(response, MAX_PEER_INFO_BYTES)
                 if response.status != 200:
                     problem = f"HTTP {response.status}"
         except TimeoutError:
@@ -229,10 +232,10 @@ async def fetch_swarm_info(
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 raise failure(f"HTTP {response.status}")
-            data = await response.json(content_type=None)
+            data = json.loads(await read_capped(response, MAX_PEER_INFO_BYTES))
     except TimeoutError as exc:
         raise failure(f"no answer within {timeout:g}s") from exc
-    except (aiohttp.ClientError, ValueError) as exc:
+    except (aiohttp.ClientError, ValueError, AnswerTooLarge) as exc:
         raise failure(str(exc) or type(exc).__name__) from exc
     if not isinstance(data, dict):
         raise failure("answer is not a JSON object")
