@@ -159,3 +159,50 @@ async def test_a_plain_id_cannot_take_the_hashed_folder_of_another_id(tmp_path: 
                 assert not any("mine" in text or "secret.txt" == text for text in seen), seen
         finally:
             server.stop()
+
+
+async def test_paths_deeper_or_longer_than_the_limits_are_refused(tmp_path: Path) -> None:
+    """The descriptor walk has no PATH_MAX: a 20,000-folder path made 20,000 nested folders in
+    one call. Paths are bounded (MAX_PATH_DEPTH folders, MAX_PATH_CHARS characters)."""
+    from mail.utils.safe_files import MAX_PATH_CHARS, MAX_PATH_DEPTH
+
+    name = f"files-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    root = tmp_path / "files"
+    deep = "/".join(["d"] * (MAX_PATH_DEPTH + 1)) + "/x.txt"
+    fits = "/".join(["d"] * (MAX_PATH_DEPTH - 1)) + "/x.txt"
+    long = "n" * (MAX_PATH_CHARS + 1)
+    async with ScriptedLLM() as llm:
+        (tmp_path / "swarms.json").write_text(json.dumps([swarm(name, llm.base_url)]))
+        config = write_config(
+            tmp_path, port=port, swarm=name, extra=f'[stdlib.fs]\nroot = "{root}"\n'
+        )
+        server = ServerProcess(tmp_path, port, args=["--config", str(config)]).start(wait=False)
+        try:
+            await healthy(server)
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=240) as client:
+                llm.queue(
+                    tool_call("write_file", {"path": deep, "content": "x"}),
+                    tool_call("write_file", {"path": long, "content": "x"}),
+                    tool_call("read_file", {"path": deep}),
+                    tool_call("transfer_file", {"recipient": "user", "source_path": deep}),
+                    tool_call("write_file", {"path": fits, "content": "ok"}),
+                )
+                llm.queue(finish_with_results)
+                r = await client.post(
+                    "/message",
+                    json={"body": "go", "task_id": str(uuid.uuid4())},
+                    headers=auth(key),
+                )
+                assert r.status_code == 200, r.text
+                results = list(json.loads(r.json()["response"]))
+                assert f"the limit is {MAX_PATH_DEPTH}" in results[0], results[0]
+                assert f"the limit is {MAX_PATH_CHARS}" in results[1], results[1]
+                assert f"the limit is {MAX_PATH_DEPTH}" in results[2], results[2]
+                assert f"the limit is {MAX_PATH_DEPTH}" in results[3], results[3]
+                assert results[4].startswith("SUCCESS: successfully wrote"), results[4]
+                depth = max(len(p.relative_to(root).parts) for p in root.rglob("*"))
+                assert depth == MAX_PATH_DEPTH + 1, depth  # user-alice + 63 folders + x.txt
+        finally:
+            server.stop()
