@@ -17,6 +17,8 @@ MAX_PEER_ANSWER_BYTES = 32 * 1024 * 1024
 MAX_PEER_ERROR_BYTES = 64 * 1024
 # `GET /health` and `GET /` of a peer: a small JSON object.
 MAX_PEER_INFO_BYTES = 1024 * 1024
+# A discovery endpoint's `GET /swarms` list (thousands of entries fit).
+MAX_SWARM_LIST_BYTES = 4 * 1024 * 1024
 
 _CHUNK = 64 * 1024
 

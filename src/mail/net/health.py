@@ -19,7 +19,13 @@ from typing import Any
 
 import aiohttp
 
-from mail.net.answers import MAX_PEER_INFO_BYTES, AnswerTooLarge, read_at_most, read_capped
+from mail.net.answers import (
+    MAX_PEER_INFO_BYTES,
+    MAX_SWARM_LIST_BYTES,
+    AnswerTooLarge,
+    read_at_most,
+    read_capped,
+)
 from mail.net.types import InterswarmError, SwarmEndpoint
 
 logger = logging.getLogger("mail.net.health")
@@ -267,8 +273,8 @@ async def fetch_swarm_list(
             if response.status != 200:
                 logger.warning("discovery at %s answered HTTP %d", list_url, response.status)
                 return []
-            data = await response.json(content_type=None)
-    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            data = json.loads(await read_capped(response, MAX_SWARM_LIST_BYTES))
+    except (TimeoutError, aiohttp.ClientError, ValueError, AnswerTooLarge) as exc:
         logger.warning("discovery at %s failed: %s", list_url, exc or type(exc).__name__)
         return []
     items = data.get("swarms") if isinstance(data, dict) else data
