@@ -3,7 +3,7 @@
 A swarm registered with ``POST /swarms`` is asked for ``GET /`` (and later ``/health``,
 ``/swarms``, interswarm answers); its answer used to be read whole, decompressed: 150 MB of
 gzipped JSON on ``GET /`` took the server from 71 to 546 MiB and was registered. Now the
-answer is refused past ``PEER_ANSWER_LIMIT`` and the server's peak RSS stays within
+answer is refused past the caps of ``mail.net.answers`` and the server's peak RSS stays within
 ``RSS_BOUND_MIB`` of where it was.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mail.net.answers import MAX_PEER_INFO_BYTES
 from server_fixtures import ServerProcess, auth, keyed_stub_server
 from support.abuse_harness import MIB, Memory
 
@@ -90,7 +91,7 @@ def test_a_huge_swarm_info_answer_is_refused_while_it_is_read(
     memory.stop()
     print("GET / of 150 MB gzipped JSON: RSS before/peak/after MiB", memory.row())
     assert r.status_code == 500, r.text
-    assert "over 4194304 bytes" in r.json()["detail"], r.text
+    assert f"over {MAX_PEER_INFO_BYTES} bytes" in r.json()["detail"], r.text
     assert memory.growth < RSS_BOUND_MIB, memory.row()
     listed = httpx.get(f"{server.base_url}/swarms", headers=headers, timeout=30).json()
     assert "evil" not in json.dumps(listed)

@@ -294,6 +294,11 @@ def test_register_swarm_rejects_own_name_wrong_name_and_queries(fed) -> None:  #
         ({"name": "swarm-zeta", "base_url": beta.base_url}, "is swarm 'swarm-beta'"),
         # A path prefix is accepted (test_interswarm_peers.py); a query string is not.
         ({"name": "swarm-beta", "base_url": beta.base_url + "/api?x=1"}, "query string"),
+        # Control characters reached the network (a 500 from the failed fetch), and a
+        # backslash is read as a host character here but as a slash by browsers and proxies.
+        ({"name": "swarm-beta", "base_url": beta.base_url + "/a\u0000b"}, "control character"),
+        ({"name": "swarm-beta", "base_url": beta.base_url + "/a\u007fb"}, "control character"),
+        ({"name": "swarm-beta", "base_url": "http://127.0.0.1\\x/"}, "backslash"),
     ]
     for body, text in cases:
         r = httpx.post(

@@ -377,3 +377,35 @@ def test_reviewed_action_in_a_peer_task_is_refused_and_the_owner_hears(pair: Pai
     assert r.status_code == 200, r.text
     held = json.loads(r.json()["response"])
     assert [h["action"] for h in held] == ["send_email"]
+
+
+def test_breakpoint_in_a_peer_task_does_not_leave_the_owner_waiting(pair: Pair) -> None:
+    """A breakpoint tool pauses a task for its caller to resume; in a task beta runs for
+    alpha nobody can (beta's people cannot see it, alpha's caller cannot resume it there)."""
+    _register_beta(pair, pair.beta.base_url)
+    started = time.monotonic()
+    r = _ask(pair, "supervisor@swarm-beta", "BREAK which colour?")
+    elapsed = time.monotonic() - started
+    assert r.status_code == 200, r.text
+    answer = r.json()["response"]["message"]
+    assert elapsed < 20, (elapsed, answer)
+    # The call got an error result instead of pausing; the agent told alpha's caller.
+    assert answer["subject"] == "::task_complete::", answer
+    assert answer["body"].startswith("supervisor saw: Error: ask_human"), answer["body"]
+    assert "pauses the task until a person answers" in answer["body"]
+    task_id = answer["task_id"]
+    r = httpx.get(f"{pair.beta.base_url}/tasks", headers=auth(pair.keys["beta_admin"]), timeout=10)
+    record = r.json()[task_id]
+    assert record["completed"] is True and record.get("state") == "completed", record
+    assert "pending_breakpoints" not in record or not record["pending_breakpoints"], record
+
+    # Beta's own users still get the pause, as before.
+    r = httpx.post(
+        f"{pair.beta.base_url}/message",
+        json={"body": "BREAK local question"},
+        headers=auth(pair.keys["bob"]),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    paused = r.json()["response"]
+    assert "ask_human" in paused and "local question" in paused, paused

@@ -712,3 +712,21 @@ async def test_aclose_stops_health_checks(
     await registry.start_health_checks()
     await registry.aclose()
     assert not registry.health_checks_running()
+
+
+async def test_discovery_list_is_read_only_up_to_a_cap(
+    registries: Callable[..., SwarmRegistry], remotes: Callable[..., Any]
+) -> None:
+    """A discovery endpoint decides how much it sends: its list is read up to
+    MAX_SWARM_LIST_BYTES, and a longer one is dropped whole (nothing from it is used)."""
+    from mail.net.answers import MAX_SWARM_LIST_BYTES
+
+    gamma = await remotes("swarm-gamma")
+    directory = await remotes("directory")
+    padding = [{"note": "x" * 1000}] * (MAX_SWARM_LIST_BYTES // 1000 + 1)
+    directory.swarm_list = [{"swarm_name": "swarm-gamma", "base_url": gamma.url}, *padding]
+    registry = registries()
+    assert await registry.discover_swarms([directory.url]) == []
+    assert registry.get_swarm_endpoint("swarm-gamma") is None
+    directory.swarm_list = [{"swarm_name": "swarm-gamma", "base_url": gamma.url}]
+    assert await registry.discover_swarms([directory.url]) == ["swarm-gamma"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -103,3 +105,79 @@ async def test_edit_that_does_not_fit_the_schema_is_refused(tmp_path: Path) -> N
                 assert any('"body": "final"' in str(c) for c in results), results
         finally:
             server.stop()
+
+
+async def test_edit_check_never_fetches_a_schema_ref(
+    tmp_path: Path,
+) -> None:
+    """An action's parameters schema may hold a `$ref` to a URL: checking an edit must not
+    make the server fetch it (a blocking request on the event loop, with no timeout: the whole
+    server froze while it hung), nor answer 500."""
+    hits: list[str] = []
+    release = threading.Event()
+
+    class Hanging(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
+            release.wait(60)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"type": "string"}')
+
+    hanging = ThreadingHTTPServer(("127.0.0.1", 0), Hanging)
+    threading.Thread(target=hanging.serve_forever, daemon=True).start()
+    ref = f"http://127.0.0.1:{hanging.server_address[1]}/to.json"
+
+    swarm = f"edit-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    async with ScriptedLLM() as llm:
+        definition = review_swarms_json(swarm, llm.base_url, "completions")
+        for action in definition["actions"]:
+            if action["name"] == "send_email":
+                # Builds locally (the last segment names a $defs entry), yet is a remote URI.
+                action["parameters"]["properties"]["to"] = {"$ref": ref}
+                action["parameters"]["$defs"] = {"to.json": {"type": "string"}}
+        (tmp_path / "swarms.json").write_text(json.dumps([definition]), encoding="utf-8")
+        config = write_config(tmp_path, port=port, swarm=swarm)
+        server = ServerProcess(tmp_path, port, args=["--config", str(config)]).start(wait=False)
+        try:
+            await healthy(server)
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+
+                async def decide(task_id: str, call_id: str, args: object) -> httpx.Response:
+                    return await client.post(
+                        "/message",
+                        json={
+                            "task_id": task_id,
+                            "resume_from": "action_review",
+                            "kwargs": {
+                                "decisions": [
+                                    {"tool_call_id": call_id, "type": "edit", "args": args}
+                                ]
+                            },
+                        },
+                        headers=auth(key),
+                    )
+
+                task_id = str(uuid.uuid4())
+                llm.queue(tool_call("send_email", {"to": "bob@x.org", "body": "draft"}, "r1"))
+                r = await client.post(
+                    "/message", json={"body": "email bob", "task_id": task_id}, headers=auth(key)
+                )
+                assert r.status_code == 200, r.text
+                r = await decide(task_id, "r1", {"to": "carol@x.org", "body": "final"})
+                assert r.status_code == 400, r.text
+                assert "cannot be checked" in r.json()["detail"], r.text
+                assert hits == [], hits
+                # The server stayed responsive throughout.
+                assert (await client.get("/health")).status_code == 200
+
+        finally:
+            release.set()
+            server.stop()
+            hanging.shutdown()
+            hanging.server_close()

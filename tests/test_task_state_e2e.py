@@ -257,3 +257,41 @@ async def test_review_wait_is_not_completed_and_no_pseudo_task_rows(tmp_path: Pa
         "SELECT count(*) AS n FROM task_events WHERE swarm_name = $1 AND task_id = '*'", h.swarm
     )
     assert events[0]["n"] == 0
+
+
+@pytest.mark.parametrize("order", ["message_first", "resume_first"])
+async def test_message_and_breakpoint_resume_at_once(tmp_path: Path, order: str) -> None:
+    """A plain message and a breakpoint resume sent together to one pause: one of them
+    closes it; the paused call never gets two results, nor none."""
+    task_id = str(uuid.uuid4())
+    async with ScriptedLLM() as llm:
+        h = Harness(tmp_path, llm, False)
+        async with h.server() as (_server, client):
+            llm.queue(tool_call("ask_human", {"question": "blue or red?"}, "bp1"))
+            r = await h.post(client, body="paint it", task_id=task_id)
+            assert r.status_code == 200, r.text
+            llm.queue(reply(tool_call("task_complete", {"finish_message": "one"})))
+            llm.queue(reply(tool_call("task_complete", {"finish_message": "two"})))
+            message = h.post(
+                client, body="blue, please", task_id=task_id, resume_from="user_response"
+            )
+            resume = h.post(
+                client,
+                body="",
+                task_id=task_id,
+                resume_from="breakpoint_tool_call",
+                kwargs={"breakpoint_tool_call_result": "red"},
+            )
+            first, second = (message, resume) if order == "message_first" else (resume, message)
+            answers = await asyncio.gather(first, second)
+            statuses = sorted(a.status_code for a in answers)
+            assert statuses[0] == 200, [a.text for a in answers]
+            for request in llm.requests[1:]:
+                results = [
+                    m
+                    for m in request.messages
+                    if m.get("role") == "tool" and m.get("tool_call_id") == "bp1"
+                ]
+                assert len(results) == 1, request.messages
+            record = await h.task(client, task_id)
+            assert record["pending_breakpoints"] == [], record

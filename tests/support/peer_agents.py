@@ -5,6 +5,7 @@ Both swarms' entrypoint is `supervisor`, as in real deployments.
 * `peer_supervisor`: `EMAIL <text>` calls the reviewed action `send_email`; a system notice
   (an `::action_error::`, say) completes the task with `supervisor saw: <notice>`; anything
   else completes with `supervisor@<swarm>: <body>`.
+  `BREAK <text>` calls the breakpoint tool `ask_human`.
 * `peer_worker`: not an entrypoint; completes with `worker: <body>`.
 * `relay` (from interswarm_agents): `ASK <agent@swarm> <text>` asks that agent and completes
   with `relay got: <answer>`.
@@ -26,6 +27,8 @@ def peer_supervisor(name: str, comm_targets: list[str], **params: Any):  # noqa:
         kind, _sender, body = _last_incoming(history)
         if kind == "system":
             return None, [_call("task_complete", {"finish_message": f"supervisor saw: {body}"})]
+        if body.startswith("BREAK "):
+            return None, [_call("ask_human", {"question": body[len("BREAK ") :]})]
         if body.startswith("EMAIL "):
             args = {"to": "team@example.com", "body": body[len("EMAIL ") :]}
             return None, [_call("send_email", args)]
@@ -54,12 +57,13 @@ def peer_swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
             "enable_interswarm": True,
             "public": True,
             "description": f"peer test swarm {name}",
+            "breakpoint_tools": ["ask_human"],
             "agents": [
                 {
                     "name": "supervisor",
                     "factory": factory + "peer_supervisor",
                     "comm_targets": ["worker"],
-                    "actions": ["send_email"],
+                    "actions": ["send_email", "ask_human"],
                     "agent_params": {"swarm_label": name},
                     "enable_entrypoint": True,
                     "can_complete_tasks": True,
@@ -94,7 +98,17 @@ def peer_swarm_json(name: str, remote: str) -> list[dict[str, Any]]:
                     },
                     "function": "python::tests.support.scripted_agents:echo_action",
                     "review": ["accept", "ignore"],
-                }
+                },
+                {
+                    "name": "ask_human",
+                    "description": "Ask a person (a breakpoint tool: the task pauses).",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"question": {"type": "string"}},
+                        "required": ["question"],
+                    },
+                    "function": "python::tests.support.scripted_agents:echo_action",
+                },
             ],
         }
     ]

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import SchemaError, UnknownType, best_match
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 REVIEW_DECISIONS: tuple[str, ...] = ("accept", "edit", "ignore", "respond")
 RESUME_FROM_ACTION_REVIEW = "action_review"
@@ -217,7 +219,16 @@ def edit_args_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any])
                 f"'{unknown[0]}' is not a parameter of this action (its parameters: "
                 f"{', '.join(properties)})." + _did_you_mean(unknown[0], properties)
             )
-    error = best_match(Draft202012Validator(dict(schema)).iter_errors(dict(args)))
+    # An empty registry: a `$ref` to a URL is never fetched (jsonschema's default would fetch
+    # it with a blocking, unbounded request on the server's event loop).
+    validator = Draft202012Validator(dict(schema), registry=Registry())
+    try:
+        error = best_match(validator.iter_errors(dict(args)))
+    except (Unresolvable, SchemaError, UnknownType) as exc:
+        return (
+            f"the action's parameters schema cannot be checked here ({str(exc)[:200]}); "
+            "only local $refs (#/$defs/...) are followed"
+        )
     if error is None:
         return None
     path = "".join(

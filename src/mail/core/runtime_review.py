@@ -65,13 +65,16 @@ class ActionReviewer:
             if c.tool_name not in breakpoints and self.policy.allowed(agent_name, c.tool_name)
         ]
 
-    def refuse_in_peer_task(self, ctx: TurnContext, calls: list[AgentToolCall]) -> bool:
+    def refuse_in_peer_task(
+        self, ctx: TurnContext, calls: list[AgentToolCall], *, breakpoint: bool = False
+    ) -> bool:
         """In a task this swarm runs for another swarm, refuse reviewed calls; True if it did.
 
         Nobody can decide them: this swarm's people cannot see the other swarm's task, and
         the caller waiting in the other swarm cannot resume a task here. So each call gets an
         error result now (nothing runs), the agent gets an `::action_error::` turn to tell
-        its caller, and the task goes on instead of waiting forever.
+        its caller, and the task goes on instead of waiting forever. With `breakpoint`, the
+        calls are breakpoint tools, refused for the same reason (a pause nobody can resume).
         """
         rt = self.runtime
         task = rt.mail_tasks.get(ctx.task_id)
@@ -81,14 +84,18 @@ class ActionReviewer:
         if owner_swarm in ("", rt.swarm_name):
             return False
         for call in calls:
-            why = peer_task_refusal(call.tool_name, owner_swarm)
+            why = (breakpoint_refusal if breakpoint else peer_task_refusal)(
+                call.tool_name, owner_swarm
+            )
             ctx.history.append(call.create_response_msg(f"ERROR: {why}"))
             ctx.action_errors.append((call.tool_name, why))
             rt._emit(
                 ctx.task_id,
                 "action_error",
-                f"agent {ctx.agent_name} called reviewed action {call.tool_name} in a task run "
-                f"for swarm '{owner_swarm}': refused, nobody can review it here",
+                f"agent {ctx.agent_name} called "
+                f"{'breakpoint tool' if breakpoint else 'reviewed action'} {call.tool_name} in "
+                f"a task run for swarm '{owner_swarm}': refused, nobody can "
+                f"{'resume' if breakpoint else 'review'} it here",
                 {
                     "tool_call_id": call.tool_call_id,
                     "caller": ctx.agent_name,
@@ -378,6 +385,15 @@ def peer_task_refusal(action: str, owner_swarm: str) -> str:
         f"the action '{action}' needs a person's review before it runs, and this task is run "
         f"for swarm '{owner_swarm}', whose people cannot review calls made here; it was not "
         "run. Tell your caller what you wanted to do and why, so they can do it themselves."
+    )
+
+
+def breakpoint_refusal(tool: str, owner_swarm: str) -> str:
+    """The result a breakpoint tool call gets in a task run for `owner_swarm`."""
+    return (
+        f"the tool '{tool}' pauses the task until a person answers it, and this task is run "
+        f"for swarm '{owner_swarm}', whose people cannot answer calls made here; it was not "
+        "run. Tell your caller what you wanted to ask, so they can answer in their reply."
     )
 
 

@@ -118,6 +118,10 @@ class TurnMixin:
                     current = call
                     await self._handle_call(ctx, call)
                 current = None
+                if breakpoint_calls and self.review.refuse_in_peer_task(
+                    ctx, breakpoint_calls, breakpoint=True
+                ):
+                    breakpoint_calls = []  # a peer's task: nobody here could resume the pause
                 if held and self.review.refuse_in_peer_task(ctx, held):
                     held = []  # a peer's task: refused with an error result, never held
                 if held:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +19,13 @@ from typing import Any
 
 import aiohttp
 
-from mail.net.peer_read import peer_json, read_peer_answer
+from mail.net.answers import (
+    MAX_PEER_INFO_BYTES,
+    MAX_SWARM_LIST_BYTES,
+    AnswerTooLarge,
+    read_at_most,
+    read_capped,
+)
 from mail.net.types import InterswarmError, SwarmEndpoint
 
 logger = logging.getLogger("mail.net.health")
@@ -166,7 +173,8 @@ class HealthMonitor:
                 endpoint["health_check_url"],
                 timeout=aiohttp.ClientTimeout(total=limit),
             ) as response:
-                await read_peer_answer(response)
+                # Only the status counts; a body of any size is not worth holding.
+                await read_at_most(response, MAX_PEER_INFO_BYTES)
                 if response.status != 200:
                     problem = f"HTTP {response.status}"
         except TimeoutError:
@@ -230,10 +238,10 @@ async def fetch_swarm_info(
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 raise failure(f"HTTP {response.status}")
-            data = await peer_json(response)
+            data = json.loads(await read_capped(response, MAX_PEER_INFO_BYTES))
     except TimeoutError as exc:
         raise failure(f"no answer within {timeout:g}s") from exc
-    except (aiohttp.ClientError, ValueError) as exc:
+    except (aiohttp.ClientError, ValueError, AnswerTooLarge) as exc:
         raise failure(str(exc) or type(exc).__name__) from exc
     if not isinstance(data, dict):
         raise failure("answer is not a JSON object")
@@ -265,8 +273,8 @@ async def fetch_swarm_list(
             if response.status != 200:
                 logger.warning("discovery at %s answered HTTP %d", list_url, response.status)
                 return []
-            data = await peer_json(response)
-    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            data = json.loads(await read_capped(response, MAX_SWARM_LIST_BYTES))
+    except (TimeoutError, aiohttp.ClientError, ValueError, AnswerTooLarge) as exc:
         logger.warning("discovery at %s failed: %s", list_url, exc or type(exc).__name__)
         return []
     items = data.get("swarms") if isinstance(data, dict) else data

@@ -42,6 +42,11 @@ def normalize_base_url(base_url: str) -> str:
         raise ValueError(f"base_url must start with http:// or https://, got '{base_url}'")
     if any(char.isspace() for char in url):
         raise ValueError(f"base_url must not contain whitespace, got '{base_url}'")
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in url):
+        raise ValueError(f"base_url must not contain control characters, got {base_url!r}")
+    if "\\" in url:
+        # Read as a host character by urlsplit, as "/" by WHATWG parsers (browsers, proxies).
+        raise ValueError(f"base_url must not contain a backslash, got '{base_url}'")
     parts = urlsplit(url)
     if "?" in url:
         raise ValueError(f"base_url must not contain a query string ('?...'), got '{base_url}'")

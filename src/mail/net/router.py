@@ -28,7 +28,14 @@ from mail.core.message import (
     parse_agent_address,
     utc_now_iso,
 )
-from mail.net.peer_read import PeerAnswerTooLarge, peer_text
+from mail.net.answers import (
+    MAX_PEER_ANSWER_BYTES,
+    MAX_PEER_ERROR_BYTES,
+    AnswerTooLarge,
+    decode,
+    read_at_most,
+    read_capped,
+)
 from mail.net.types import Direction, InterswarmError
 
 if TYPE_CHECKING:
@@ -267,7 +274,11 @@ class InterswarmRouter:
             async with session.post(
                 url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
             ) as response:
-                text = await peer_text(response)
+                if 200 <= response.status < 300:
+                    text = decode(await read_capped(response, MAX_PEER_ANSWER_BYTES))
+                else:
+                    # Only the start of an error is shown (peer_error_text): read no more.
+                    text = decode((await read_at_most(response, MAX_PEER_ERROR_BYTES))[0])
                 if response.status in _GATEWAY_DOWN:
                     # A proxy in front of the peer says the peer itself is unreachable.
                     self._mark_unreachable(
@@ -285,14 +296,14 @@ class InterswarmRouter:
             raise InterswarmError(
                 f"swarm '{swarm}' did not answer within {timeout:g}s ({url})", swarm_name=swarm
             ) from exc
+        except AnswerTooLarge as exc:
+            raise InterswarmError(
+                f"swarm '{swarm}' answered too much ({url}): {exc}", swarm_name=swarm
+            ) from exc
         except aiohttp.ClientConnectorError as exc:
             reason = f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}"
             self._mark_unreachable(swarm, reason)
             raise InterswarmError(reason, swarm_name=swarm) from exc
-        except PeerAnswerTooLarge as exc:
-            raise InterswarmError(
-                f"swarm '{swarm}' answered too much: {exc}", swarm_name=swarm
-            ) from exc
         except aiohttp.ClientError as exc:
             raise InterswarmError(
                 f"request to swarm '{swarm}' failed: {exc or type(exc).__name__}",

@@ -17,6 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# Walking relative to directory descriptors has no PATH_MAX: without these bounds one call
+# could create a tree thousands of folders deep (20,000 levels took 2 s) that recursive tools
+# (os.walk, shutil.rmtree) cannot even traverse.
+MAX_PATH_CHARS = 4096
+MAX_PATH_DEPTH = 64
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -40,6 +46,8 @@ def entry_parts(root: Path, raw: str) -> list[str]:
     """
     if "\x00" in raw:
         raise UnsafePath(f"{raw!r} is not a valid path")
+    if len(raw) > MAX_PATH_CHARS:
+        raise UnsafePath(f"the path is {len(raw)} characters long; the limit is {MAX_PATH_CHARS}")
     path = Path(os.path.expanduser(raw))
     if path.is_absolute():
         normal = Path(os.path.normpath(path))
@@ -51,6 +59,10 @@ def entry_parts(root: Path, raw: str) -> list[str]:
     parts = [p for p in Path(normal_text).parts if p not in ("", ".")]
     if parts and parts[0] == "..":
         raise OutsideRoot(f"{raw} is outside the file root")
+    if len(parts) > MAX_PATH_DEPTH:
+        raise UnsafePath(
+            f"{raw[:80]}... is {len(parts)} folders deep; the limit is {MAX_PATH_DEPTH}"
+        )
     return parts
 
 
