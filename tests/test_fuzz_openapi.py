@@ -33,6 +33,7 @@ from server_fixtures import (
     write_config,
     write_stub_swarms,
 )
+from support.api_routes import is_api_path
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -200,10 +201,7 @@ def test_every_documented_route_is_fuzzed() -> None:
         f"{method} {route.path}"
         for route in app.routes
         for method in getattr(route, "methods", None) or ()
-        if method not in ("HEAD",)
-        and route.path != "/responses"
-        # the console's static assets (docs/console.md) are not part of the API
-        and not (route.path == "/ui" or route.path.startswith("/ui/"))
+        if method not in ("HEAD",) and route.path != "/responses" and is_api_path(route.path)
     }
     assert served <= set(OPERATIONS), sorted(served - set(OPERATIONS))
     assert Path(REPO_ROOT / "spec" / "openapi.yaml").is_file()

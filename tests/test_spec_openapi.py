@@ -21,6 +21,7 @@ from mail.config import ServerConfig
 from mail.server import bodies, responses_bridge
 from mail.server.app import create_app
 from server_fixtures import REPO_ROOT, auth, create_key, stub_swarms_json
+from support.api_routes import is_api_path
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,13 +55,7 @@ def api_routes(routes: list[Any]) -> list[APIRoute | Route]:
 
 
 def _is_api(route: Route) -> bool:
-    # The console's static assets (docs/console.md) and the API's own documentation
-    # (/openapi.json, /docs) are plain routes too, but not the API.
-    path = route.path
-    pages = ("/ui", "/docs")
-    return bool(route.methods) and not (
-        path == "/openapi.json" or any(path == p or path.startswith(p + "/") for p in pages)
-    )
+    return bool(route.methods) and is_api_path(route.path)
 
 
 def app_operations(app: Any) -> set[tuple[str, str]]:
