@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from mail.net.trust import TrustError, peer_sender, task_end_effect
+from mail.net.trust import TrustError, check_subject, peer_sender, task_end_effect
 
 
 def agent(address: str) -> dict[str, str]:
@@ -89,3 +89,18 @@ def test_task_end_notices() -> None:
         with pytest.raises(TrustError) as caught:
             _effect(**refused)
         assert caught.value.status == 403 and "cannot finish it" in str(caught.value)
+
+
+@pytest.mark.parametrize("subject", ["hello", "", "::task_complete::", "::task_error::", " ::x::"])
+def test_subjects_a_peer_may_send(subject: str) -> None:
+    check_subject(subject, source_swarm="alpha")
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["::maximum_steps_reached::", "::action_complete_broadcast::", "::task_complete:: ", "::"],
+)
+def test_runtime_subjects_from_a_peer_are_refused(subject: str) -> None:
+    with pytest.raises(TrustError) as caught:
+        check_subject(subject, source_swarm="alpha")
+    assert caught.value.status == 400 and "reserved for the runtime" in str(caught.value)

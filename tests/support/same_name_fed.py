@@ -11,6 +11,7 @@ from the newest incoming MAIL message (and the first one of the task):
 * a `question` / `news` from an agent: answer it with `<swarm> says: <text>`; `SPIN` makes
   the agent call `await_message` forever (the loop guard stops it); `HOLD` is answered late;
 * an `answer`: complete with `<swarm> got: <answers>` (or pass it on to the agent that asked);
+* `TEXTOUT ...`: a plain-text answer, no tool call (the model ignoring tool_choice);
 * a `::task_error::` notice or a system message: complete with `error: <text>`.
 """
 
@@ -20,7 +21,17 @@ import asyncio
 import re
 import threading
 
-from support.scripted_llm import ReplyLike, ScriptedLLM, ScriptedRequest, hang, reply, tool_call
+from support.scripted_llm import (
+    ReplyLike,
+    ScriptedLLM,
+    ScriptedRequest,
+    hang,
+    reply,
+    tool_call,
+)
+from support.scripted_llm import (
+    text as text_part,
+)
 
 MODELS = {"completions": "openai/gpt-4o-mini", "responses": "openai/gpt-5-mini"}
 
@@ -93,6 +104,8 @@ def brain(request: ScriptedRequest) -> ReplyLike:
     first, (kind, sender, subject, body) = seen[0], seen[-1]
     if subject == "::task_error::" or (kind == "system" and first[3] != "SPIN"):
         return _finish(first, f"error: {body}")
+    if body.startswith("TEXTOUT"):
+        return reply(text_part(f"{swarm} answers in plain text"))  # no tool call at all
     if first[3] == "SPIN":
         return reply(tool_call("await_message", {"reason": "spinning"}))
     if subject == "answer":

@@ -353,9 +353,31 @@ async def handle_help(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) ->
 @tool_handler("text_output")
 async def handle_text_output(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
     body = str(call.tool_args.get("body") or call.tool_args.get("content") or "")
-    routing = ctx.message["message"].get("routing_info") or {}
+    incoming: Any = ctx.message["message"]
+    # Where plain text goes is the runtime's choice (a manual step names it); routing_info
+    # of anyone else's message (a peer's envelope carries its own) never steers it.
+    manual = incoming["sender"]["address_type"] == "system"
+    routing = (incoming.get("routing_info") or {}) if manual else {}
     kind = routing.get("manual_response_type", "broadcast")
     targets = list(routing.get("manual_response_targets") or [ALL_AGENTS])
+    waiter = rt.manual_return_messages.get(f"{ctx.task_id}::{ctx.agent_name}")
+    if (waiter is None or waiter.done()) and targets == [ALL_AGENTS]:
+        if not [name for name in rt.agents if name != ctx.agent_name]:
+            # Nobody would read it: tell the agent, so the task does not idle on it.
+            rt._emit(ctx.task_id, "agent_error", f"agent {ctx.agent_name} answered in plain text")
+            notify(
+                rt,
+                ctx,
+                system_response(
+                    rt.swarm_name,
+                    ctx.task_id,
+                    ctx.agent_name,
+                    "::tool_call_error::",
+                    "Your reply was plain text, which reaches nobody: answer by calling one "
+                    "of your tools (for example send_response or task_complete).",
+                ),
+            )
+            return None
     sender = create_agent_address(ctx.agent_name)
     message: MAILMessage
     if kind == "broadcast":
@@ -366,7 +388,6 @@ async def handle_text_output(rt: MAILRuntime, ctx: TurnContext, call: AgentToolC
     else:
         payload = make_request(ctx.task_id, sender, create_agent_address(targets[0]), "", body)
         message = make_message(payload, kind)
-    waiter = rt.manual_return_messages.get(f"{ctx.task_id}::{ctx.agent_name}")
     if waiter is not None and not waiter.done():
         waiter.set_result(message)
     rt.mailbox.put(message)

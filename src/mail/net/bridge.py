@@ -34,6 +34,7 @@ from mail.net.trust import (
     TrustError,
     check_existing_task,
     check_new_task,
+    check_subject,
     peer_sender,
     task_end_effect,
 )
@@ -400,13 +401,14 @@ class InterswarmBridge:
                         f"task owner mismatch: expected '{task.task_owner}', got '{owner}'", 409
                     )
             sender = peer_sender(payload["sender"], source_swarm=source, task_owner=owner)
+            check_subject(payload.get("subject"), source_swarm=source)
             ends_task = False
             if payload.get("subject") in TASK_END_SUBJECTS:
                 ends_task = self._task_end(payload, source, owner) == "end"
         except TrustError as exc:
             logger.warning("refused interswarm %s from swarm '%s': %s", direction, source, exc)
             raise InterswarmReceiveError(str(exc), exc.status) from exc
-        problem = self._user_target_problem(payload)
+        problem = self._swarm_target_problem(payload) or self._user_target_problem(payload)
         if problem is not None:
             logger.info("refused interswarm %s from swarm '%s': %s", direction, source, problem)
             raise InterswarmReceiveError(problem, 400)
@@ -442,6 +444,25 @@ class InterswarmBridge:
         rt.submit(incoming)
         task.wake()
         return task_id
+
+    def _swarm_target_problem(self, payload: Any) -> str | None:
+        """A peer's message addressed to this swarm's name (not an agent of it).
+
+        Locally such a message ends the task with a runtime error; a peer must not end a
+        task that way (only the owner's agents finish it), so it is refused up front.
+        """
+        rt = self.runtime
+        recipients = payload.get("recipients") or [payload.get("recipient")]
+        for recipient in recipients:
+            if not isinstance(recipient, dict):
+                continue
+            name, swarm = parse_agent_address(str(recipient.get("address", "")))
+            if rt._is_local_swarm(swarm) and name == self.local_swarm and name not in rt.agents:
+                return (
+                    f"'{name}' is the name of swarm '{self.local_swarm}', not one of its "
+                    "agents: a message from another swarm must name an agent"
+                )
+        return None
 
     def _user_target_problem(self, payload: Any) -> str | None:
         """Why a user's (or admin's) message from another swarm cannot go where it is sent.

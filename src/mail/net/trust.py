@@ -14,6 +14,10 @@ Pure functions (no I/O) so the rules can be read, and tested, in one place:
   of another swarm, a system address, or a user/admin who does not own the task is refused
   (403); the peer's user who owns the task (a direct POST /interswarm/message) stays a user,
   re-attributed to `id@<source>`;
+* the subject (`check_subject`): subjects of the form `::name::` steer the runtime (a
+  `::maximum_steps_reached::` forces the recipient to call `task_complete`, any `::` subject
+  escapes the step limit), so a peer may send only the task-end notices
+  `::task_complete::` and `::task_error::` (400 for any other);
 * the end of a task (`task_end_effect`): a contributor's `::task_complete::`/`::task_error::`
   is a message to the local agent that asked it, never the end of a task this swarm owns
   (only this swarm's own `can_complete_tasks` agents finish those), except for a task our
@@ -131,6 +135,24 @@ def peer_sender(sender: Any, *, source_swarm: str, task_owner: str) -> dict[str,
         f"swarm '{source_swarm}' cannot send as the {kind or 'unknown'} address '{address}': "
         "a peer's envelope carries only that peer's agents"
     )
+
+
+PEER_CONTROL_SUBJECTS = frozenset({"::task_complete::", "::task_error::"})
+
+
+def check_subject(subject: Any, *, source_swarm: str) -> None:
+    """Raise TrustError(400) for a runtime control subject other than a task-end notice."""
+    if (
+        isinstance(subject, str)
+        and subject.startswith("::")
+        and subject not in PEER_CONTROL_SUBJECTS
+    ):
+        raise TrustError(
+            f"swarm '{source_swarm}' cannot send the subject '{subject[:80]}': subjects starting "
+            "with '::' are reserved for the runtime; a peer may send only "
+            + " and ".join(sorted(PEER_CONTROL_SUBJECTS)),
+            400,
+        )
 
 
 TaskEndEffect = Literal["end", "deliver"]
