@@ -21,9 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
 REVIEW_DECISIONS: tuple[str, ...] = ("accept", "edit", "ignore", "respond")
 RESUME_FROM_ACTION_REVIEW = "action_review"
 ACTION_REVIEW_SUBJECT = "::action_review::"
@@ -217,6 +214,11 @@ def edit_args_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any])
                 f"'{unknown[0]}' is not a parameter of this action (its parameters: "
                 f"{', '.join(properties)})." + _did_you_mean(unknown[0], properties)
             )
+    # Imported on first use: jsonschema costs every server's and cluster instance host's
+    # start-up ~0.1-0.5 s, and only swarms with reviewed actions get here.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
     error = best_match(Draft202012Validator(dict(schema)).iter_errors(dict(args)))
     if error is None:
         return None
