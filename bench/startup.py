@@ -39,7 +39,7 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5
 HOST_PROBE = textwrap.dedent(
     """
     import asyncio, json, sys, time
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     from mail.cluster.host import InstanceHost
     t1 = time.perf_counter()
 
@@ -53,9 +53,13 @@ HOST_PROBE = textwrap.dedent(
 
     t2, t3 = asyncio.run(main())
     heavy = sorted(m for m in ("langgraph", "langchain_core", "langmem") if m in sys.modules)
-    print(json.dumps({"import": t1 - t0, "start": t3 - t2, "heavy": heavy}))
+    cpu = time.process_time() - c0
+    print(json.dumps({"import": t1 - t0, "start": t3 - t2, "cpu": cpu, "heavy": heavy}))
     """
 )
+
+
+ENV: dict[str, str] = {"DATABASE_URL": DATABASE_URL}
 
 
 def server_start(directory: Path) -> float:
@@ -64,9 +68,7 @@ def server_start(directory: Path) -> float:
     write_stub_swarms(directory)
     port = free_port()
     config = write_config(directory, port=port)
-    server = ServerProcess(
-        directory, port, args=["--config", str(config)], env={"DATABASE_URL": DATABASE_URL}
-    )
+    server = ServerProcess(directory, port, args=["--config", str(config)], env=ENV)
     server.start(wait=False)
     try:
         return server.wait_healthy()
@@ -94,7 +96,7 @@ def host_start(directory: Path, run: int) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, "-c", HOST_PROBE, config.model_dump_json(), f"bench-{os.getpid()}-{run}"],
         cwd=directory,
-        env=server_env({"DATABASE_URL": DATABASE_URL}),
+        env=server_env(ENV),
         capture_output=True,
         text=True,
         timeout=120,
@@ -106,9 +108,24 @@ def host_start(directory: Path, run: int) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--cached-bytecode",
+        action="store_true",
+        help="let the processes cache bytecode (a first start fills it), as installed packages"
+        " do; by default the environment decides (PYTHONDONTWRITEBYTECODE=1: every process"
+        " compiles every module it imports)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mail-startup-") as tmp:
         root = Path(tmp)
+        if args.cached_bytecode:
+            os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            ENV["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+            warm = root / "warm"
+            warm.mkdir()
+            server_start(warm)
+            host_start(warm, -1)
+        print(f"load average at start: {os.getloadavg()[0]:.1f}")
         starts = []
         for run in range(args.runs):
             folder = root / f"server{run}"
@@ -124,13 +141,16 @@ def main() -> int:
             folder.mkdir()
             hosts.append(host_start(folder, run))
         imports = [float(h["import"]) for h in hosts]  # type: ignore[arg-type]
+        cpus = [float(h["cpu"]) for h in hosts]  # type: ignore[arg-type]
         started = [float(h["start"]) for h in hosts]  # type: ignore[arg-type]
         heavy = sorted({m for h in hosts for m in h["heavy"]})  # type: ignore[attr-defined]
         print(
             f"new instance host: import p50 {statistics.median(imports):.2f} s,"
-            f" start p50 {statistics.median(started):.2f} s"
+            f" start p50 {statistics.median(started):.2f} s,"
+            f" CPU (import + start) p50 {statistics.median(cpus):.2f} s"
             f"  (start runs: {', '.join(f'{s:.2f}' for s in started)})"
         )
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
         print(f"  heavy modules imported for a swarm without memory: {heavy or 'none'}")
     return 0
 
