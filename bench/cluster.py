@@ -865,6 +865,13 @@ def main() -> int:
         help="keep Ray's default node health checks (node death is noticed after 15-30 s)",
     )
     parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="keep the environment's PYTHONDONTWRITEBYTECODE: then every new instance process"
+        " compiles every module it imports (by default bytecode is cached, as installed packages"
+        " do; the first actors fill the cache)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         default=SECTIONS,
@@ -885,6 +892,12 @@ def main() -> int:
     print(f"ray node health checks: {checks}")
     env: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="mail-cluster-bench-") as tmp:
+        if not args.no_bytecode_cache:
+            # Inherited by the raylets, so by every front end and actor process.
+            os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        cached = "cached" if os.environ.get("PYTHONDONTWRITEBYTECODE") != "1" else "not cached"
+        print(f"bytecode: {cached} (--no-bytecode-cache keeps PYTHONDONTWRITEBYTECODE)")
         try:
             start_all(Path(tmp), env)
             asyncio.run(measure(args, env))

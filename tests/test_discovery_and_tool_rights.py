@@ -228,6 +228,8 @@ async def test_discovery_is_scoped_to_the_callers_instance_and_never_uses_listed
         {"swarm_name": "swarm-alpha", "base_url": "http://127.0.0.1:9"},
     ]
     broadcast = {"subject": "hi", "body": "hello", "target_swarms": ["found"]}
+    # Models sometimes name one swarm as a string: it is that swarm, not its letters.
+    broadcast_one = {**broadcast, "target_swarms": "found"}
     async with ScriptedLLM() as llm:
         server = _start(tmp_path / "srv", llm, env={"MAIL_STDLIB_NET_ALLOWED_HOSTS": "127.0.0.1"})
         try:
@@ -243,7 +245,7 @@ async def test_discovery_is_scoped_to_the_callers_instance_and_never_uses_listed
             # alice's agent discovers, then broadcasts to what it found.
             sup = _role("supervisor")
             llm.queue(tool_call("discover_swarms", {"discovery_urls": [peer.base_url]}), match=sup)
-            llm.queue(tool_call("send_interswarm_broadcast", broadcast), match=sup)
+            llm.queue(tool_call("send_interswarm_broadcast", broadcast_one), match=sup)
             llm.queue(_complete_with_what_was_seen, match=sup)
             alice_answer, _ = await _ask(server, "alice", "discover and greet")
             posts = [r for r in peer.requests if r[0] == "POST"]

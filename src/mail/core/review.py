@@ -21,11 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, UnknownType, best_match
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-
 REVIEW_DECISIONS: tuple[str, ...] = ("accept", "edit", "ignore", "respond")
 RESUME_FROM_ACTION_REVIEW = "action_review"
 ACTION_REVIEW_SUBJECT = "::action_review::"
@@ -220,7 +215,14 @@ def edit_args_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any])
                 f"{', '.join(properties)})." + _did_you_mean(unknown[0], properties)
             )
     # An empty registry: a `$ref` to a URL is never fetched (jsonschema's default would fetch
-    # it with a blocking, unbounded request on the server's event loop).
+    # it with a blocking, unbounded request on the server's event loop). Imported on first
+    # use: jsonschema costs every server's and cluster instance host's start-up ~0.1-0.5 s,
+    # and only swarms with reviewed actions get here.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError, UnknownType, best_match
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+
     validator = Draft202012Validator(dict(schema), registry=Registry())
     try:
         error = best_match(validator.iter_errors(dict(args)))

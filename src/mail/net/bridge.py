@@ -548,7 +548,13 @@ class InterswarmBridge:
     async def broadcast_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:
         rt = self.runtime
         args = call.tool_args
-        swarms = [s for s in (args.get("target_swarms") or []) if s]
+        requested = args.get("target_swarms") or []
+        if isinstance(requested, str):
+            # One swarm named as a string, not a list: iterating it would name each letter.
+            requested = [requested]
+        if not isinstance(requested, list) or not all(isinstance(s, str) for s in requested):
+            return "ERROR: target_swarms must be a list of swarm names"
+        swarms = [s for s in requested if s]
         if not swarms:
             active = self.router.swarm_registry.get_active_endpoints()
             swarms = [name for name in active if name != self.local_swarm]

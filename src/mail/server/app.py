@@ -132,7 +132,10 @@ async def _startup(
     )
     state_box["state"] = state
     if store is not None and getattr(store, "backend", "") == "postgres":
-        instances.agent_memory = await _start_agent_memory()
+        # Opened when an agent first remembers or recalls (see store/lazy_memory.py).
+        from mail.store.lazy_memory import LazyAgentMemory
+
+        instances.agent_memory = LazyAgentMemory(_start_agent_memory)
     await _start_interswarm(state)
     from mail.server.team import start_team_store, team_settings
 

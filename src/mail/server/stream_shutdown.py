@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
-
-import uvicorn
+from typing import TYPE_CHECKING, Any
 
 from mail.server.stream_buffer import BoundedFrameQueue
+
+if TYPE_CHECKING:  # a cluster instance host serves no socket: it never imports uvicorn
+    import uvicorn
 
 FinalEvent = Callable[[str | None], Any]
 
@@ -52,6 +53,7 @@ class OpenStreams:
 def closing_server(config: uvicorn.Config, streams: Callable[[], OpenStreams | None]) -> Any:
     """A ``uvicorn.Server`` that ends the open event streams when a shutdown signal arrives
     (``streams`` finds the application's registry once it has started)."""
+    import uvicorn
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

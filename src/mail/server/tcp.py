@@ -88,9 +88,13 @@ class MAILFastAPI(FastAPI):
 
     def _check_protocol(self, send: Any) -> None:
         self._protocol_checked = True
+        protocol = serving_protocol(send)
+        if protocol is None:
+            # Called in-process (a cluster instance host, a test client): no socket, so no
+            # protocol to check; importing uvicorn's would cost a new host ~0.1-0.3 s.
+            return
         from mail.server.http_protocol import BoundedHttpToolsProtocol, warn_unbounded
 
-        protocol = serving_protocol(send)
         if BoundedHttpToolsProtocol is not None and isinstance(protocol, BoundedHttpToolsProtocol):
             self._nodelay_per_request = False
         else:

@@ -16,8 +16,6 @@ import json
 import logging
 from typing import Any
 
-import httpx
-
 __all__ = [
     "PYTHON_PREFIX",
     "URL_PREFIX",
@@ -68,6 +66,10 @@ def read_url_string(string: str, raise_on_error: bool = False) -> str:
     returned and a warning logged, so a missing prompt server degrades instead of
     aborting the load; pass ``raise_on_error=True`` to get a RuntimeError instead.
     """
+    # Imported here: httpx (and the CLI packages it pulls in) costs a server's and every
+    # cluster instance host's start-up ~0.2-0.4 s, and few swarms have url:: references.
+    import httpx
+
     url = string.removeprefix(URL_PREFIX)
     try:
         response = httpx.get(url, timeout=URL_FETCH_TIMEOUT)
