@@ -7,6 +7,7 @@ to ``sys.path`` here for in-process tests that build templates from those swarms
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -410,3 +411,21 @@ def read_http_response(conn: socket.socket) -> tuple[bytes, bytes]:
     while len(body) < length:
         body += conn.recv(65536)
     return head, body
+
+
+async def healthy(server: ServerProcess, timeout: float = 240.0) -> None:
+    """Poll /health without blocking the event loop (a scripted LLM in the test may live on it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with httpx.AsyncClient(timeout=1) as client:
+        while loop.time() < deadline:
+            assert server.proc is not None
+            if server.proc.poll() is not None:
+                raise AssertionError(f"server exited:\n{server.logs()}")
+            try:
+                if (await client.get(f"{server.base_url}/health")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"server not healthy in {timeout}s:\n{server.logs()}")

@@ -4,7 +4,6 @@ resume works (the edited call reaches the model)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import uuid
@@ -14,7 +13,7 @@ import asyncpg
 import httpx
 import pytest
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
 from support.review_swarm import review_swarms_json
 from support.scripted_llm import ScriptedLLM, reply, tool_call
 
@@ -31,24 +30,6 @@ async def _database_reachable() -> bool:
         return False
     await conn.close()
     return True
-
-
-async def _healthy(server: ServerProcess, timeout: float = 240.0) -> None:
-    """Poll /health without blocking the loop (the scripted LLM lives on it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    async with httpx.AsyncClient(timeout=1) as client:
-        while loop.time() < deadline:
-            assert server.proc is not None
-            if server.proc.poll() is not None:
-                raise AssertionError(f"server exited:\n{server.logs()}")
-            try:
-                if (await client.get(f"{server.base_url}/health")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"server not healthy in {timeout}s:\n{server.logs()}")
 
 
 async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) -> None:
@@ -73,7 +54,7 @@ async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) 
 
         first = server().start(wait=False)
         try:
-            await _healthy(first)
+            await healthy(first)
             llm.queue(
                 tool_call("lookup", {"query": "address"}, "l1"),
                 tool_call("send_email", {"to": "bob@x.org", "body": "draft"}, "k1"),
@@ -91,7 +72,7 @@ async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) 
 
         second = server().start(wait=False)
         try:
-            await _healthy(second)
+            await healthy(second)
             async with httpx.AsyncClient(base_url=second.base_url, timeout=240) as client:
                 tasks = (await client.get("/tasks", headers=auth(key))).json()
                 record = tasks[task_id]

@@ -4,7 +4,6 @@ field, the action does not run and the call stays held; a fitting edit then runs
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
@@ -14,29 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
 from support.review_swarm import review_swarms_json
 from support.scripted_llm import ScriptedLLM, reply, tool_call
 
 pytestmark = pytest.mark.timeout(600)
-
-
-async def healthy(server: ServerProcess, timeout: float = 240.0) -> None:
-    """Poll /health without blocking the loop (the scripted LLM lives on it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    async with httpx.AsyncClient(timeout=1) as client:
-        while loop.time() < deadline:
-            assert server.proc is not None
-            if server.proc.poll() is not None:
-                raise AssertionError(f"server exited:\n{server.logs()}")
-            try:
-                if (await client.get(f"{server.base_url}/health")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"server not healthy in {timeout}s:\n{server.logs()}")
 
 
 async def test_edit_that_does_not_fit_the_schema_is_refused(tmp_path: Path) -> None:

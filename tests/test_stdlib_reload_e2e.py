@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
-from support.fs_swarm import finish_with_results, healthy, swarm
+from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
+from support.fs_swarm import finish_with_results, swarm
 from support.scripted_llm import ScriptedLLM, tool_call
 
 pytestmark = pytest.mark.timeout(600)

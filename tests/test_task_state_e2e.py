@@ -24,8 +24,7 @@ import httpx
 import pytest
 
 from mail.core.runtime_resume import BREAKPOINT_ANSWERED_BY_MESSAGE
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
-from support.fs_swarm import healthy
+from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
 from support.review_swarm import review_swarms_json
 from support.scripted_llm import ScriptedLLM, reply, tool_call
 

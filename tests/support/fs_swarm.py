@@ -3,13 +3,9 @@ scripted LLM, for end-to-end tests against a real `mail server` process."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
-import httpx
-
-from server_fixtures import ServerProcess
 from support.scripted_llm import Reply, ScriptedRequest, reply, tool_call
 
 FS = ["read_file", "write_file", "read_directory"]
@@ -42,23 +38,6 @@ def swarm(name: str, llm_url: str) -> dict[str, Any]:
         ],
         "actions": [],
     }
-
-
-async def healthy(server: ServerProcess, timeout: float = 240.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    async with httpx.AsyncClient(timeout=1) as client:
-        while loop.time() < deadline:
-            assert server.proc is not None
-            if server.proc.poll() is not None:
-                raise AssertionError(f"server exited:\n{server.logs()}")
-            try:
-                if (await client.get(f"{server.base_url}/health")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"server not healthy in {timeout}s:\n{server.logs()}")
 
 
 def tool_results(request: ScriptedRequest) -> list[str]:

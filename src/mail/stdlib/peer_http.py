@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from mail.net.discovery import PeerHttpError
 from mail.stdlib._common import settings
-from mail.stdlib.http.actions import read_capped, transport_error
+from mail.stdlib.http.actions import guarded_get_json_bytes, read_capped, transport_error
 from mail.stdlib.netguard import AddressPolicy, AddressRefused, guarded_client, resolve
 
 
@@ -26,18 +26,12 @@ class GuardedPeerHttp:
     """Discovery requests through the stdlib address guard."""
 
     async def get_json(self, url: str) -> Any:
-        cfg = settings()
-        client = guarded_client(cfg.net, cfg.http, headers={"Accept": "application/json"})
         try:
-            async with asyncio.timeout(cfg.http.total_timeout), client:
-                async with client.stream("GET", url) as response:
-                    if response.status_code != 200:
-                        raise PeerHttpError(f"answered HTTP {response.status_code}")
-                    data = await read_capped(response, cfg.http.max_response_bytes)
-        except PeerHttpError:
-            raise
+            status, data = await guarded_get_json_bytes(url, settings())
         except Exception as exc:  # noqa: BLE001 - every failure is reported, never raised raw
             raise PeerHttpError(_reason(exc)) from exc
+        if status != 200:
+            raise PeerHttpError(f"answered HTTP {status}")
         try:
             return json.loads(data)
         except ValueError:

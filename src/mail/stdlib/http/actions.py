@@ -77,6 +77,18 @@ def _header_values(headers: dict[str, Any]) -> dict[str, str] | str:
     return out
 
 
+async def guarded_get_json_bytes(url: str, cfg: StdlibConfig) -> tuple[int, bytes]:
+    """GET `url` asking for JSON, through the address guard and within ``[stdlib.http]``'s
+    total time; the body (capped while read) only with a 200, else ``b""``. Transport
+    failures raise (``transport_error`` words them)."""
+    client = guarded_client(cfg.net, cfg.http, headers={"Accept": "application/json"})
+    async with asyncio.timeout(cfg.http.total_timeout), client:
+        async with client.stream("GET", url) as response:
+            if response.status_code != 200:
+                return response.status_code, b""
+            return 200, await read_capped(response, cfg.http.max_response_bytes)
+
+
 def check_url(url: str) -> str | None:
     """An error text unless ``url`` is an absolute http(s) URL."""
     parts = urlsplit(url.strip())

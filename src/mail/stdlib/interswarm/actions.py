@@ -7,13 +7,11 @@ shape of the JSON answer before reporting on it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from mail.stdlib._common import error, missing, not_string, settings, stdlib_action
-from mail.stdlib.http.actions import check_url, read_capped, transport_error
-from mail.stdlib.netguard import guarded_client
+from mail.stdlib.http.actions import check_url, guarded_get_json_bytes, transport_error
 
 URL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -41,13 +39,10 @@ async def _get_json(args: dict[str, Any], path: str) -> _Document | str:
     # Join without doubling the slash (the original produced ``//health``).
     url = args["url"].rstrip("/") + path if path else args["url"]
     cfg = settings()
-    client = guarded_client(cfg.net, cfg.http, headers={"Accept": "application/json"})
     try:
-        async with asyncio.timeout(cfg.http.total_timeout), client:
-            async with client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    return error(f"remote URL returned status code {response.status_code}")
-                data = await read_capped(response, cfg.http.max_response_bytes)
+        status, data = await guarded_get_json_bytes(url, cfg)
+        if status != 200:
+            return error(f"remote URL returned status code {status}")
         try:
             return _Document(json.loads(data))
         except ValueError:
