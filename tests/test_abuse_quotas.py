@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ KEYS = {
     "alice": ("user", "alice"),
     "bob": ("user", "bob"),
     "carol": ("user", "carol"),
+    "dave": ("user", "dave"),
 }
 
 
@@ -33,7 +35,7 @@ KEYS = {
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     extra = (
         "task_message_limit = 0\nmax_event_streams_per_caller = 3\n"
-        "max_paused_tasks_per_caller = 2\n"
+        "max_paused_tasks_per_caller = 3\n"
     )
     with keyed_stub_server(tmp_path_factory.mktemp("quotas"), KEYS, extra=extra) as proc:
         yield proc
@@ -109,27 +111,33 @@ def test_event_streams_per_caller_are_bounded_with_429_and_retry_after(
         finally:
             for response in held:
                 response.close()
-        # A closed stream gives its slot back (the server notices the hang-up).
+        # A closed stream gives its slot back (the server notices the hang-up): following a
+        # task that still runs works again. (A new task would not: alice's three run on,
+        # and running tasks count towards max_paused_tasks_per_caller.)
         deadline = time.monotonic() + 20
         while True:
-            reopened = _open_stream(client, alice, "quick")
-            reopened.read()
-            if reopened.status_code == 200 or time.monotonic() > deadline:
+            request = client.build_request(
+                "GET", "/task/events", params={"task_id": ids[0]}, headers=auth(alice)
+            )
+            reopened = client.send(request, stream=True)
+            status = reopened.status_code
+            reopened.close()
+            if status == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        assert reopened.status_code == 200, reopened.text
+        assert status == 200, status
 
 
 def test_paused_tasks_per_caller_are_bounded(server: ServerProcess) -> None:
     paused = []
-    for question in ("first", "second"):
+    for question in ("first", "second", "third"):
         r = post_as(server, "carol", {"body": f"BREAKPOINT {question}"})
         assert r.status_code == 200, r.text
         paused.append(r.json()["task_id"])
-    refused = post_as(server, "carol", {"body": "a third task"})
+    refused = post_as(server, "carol", {"body": "a fourth task"})
     assert refused.status_code == 429, refused.text
     assert int(refused.headers["Retry-After"]) > 0
-    assert "max_paused_tasks_per_caller = 2" in refused.json()["detail"]
+    assert "max_paused_tasks_per_caller = 3" in refused.json()["detail"]
     streamed = post_as(server, "carol", {"body": "a streamed one", "stream": True})
     assert streamed.status_code == 429
     # Another caller is not affected; resuming a paused task is always allowed, and frees a place.
@@ -158,15 +166,36 @@ def test_paused_quota_also_counts_finished_tasks_that_are_continued(
     def post(payload: dict[str, object]) -> httpx.Response:
         return httpx.post(f"{server.base_url}/message", json=payload, headers=headers, timeout=30)
 
-    finished = [str(uuid.uuid4()) for _ in range(3)]
+    finished = [str(uuid.uuid4()) for _ in range(4)]
     for task_id in finished:
         assert post({"body": "hello", "task_id": task_id}).status_code == 200
     codes = [post({"body": "BREAKPOINT", "task_id": t}).status_code for t in finished]
-    assert codes == [200, 200, 429], codes
+    assert codes == [200, 200, 200, 429], codes
     tasks = httpx.get(f"{server.base_url}/tasks", headers=headers).json()
     paused = [t for t in tasks.values() if t.get("pending_breakpoints")]
-    assert len(paused) == 2, tasks
+    assert len(paused) == 3, tasks
     # A message to a paused task closes its pause: never refused, and it frees a place.
     closed = post({"body": "never mind", "task_id": finished[0]})
     assert closed.status_code == 200, closed.text
-    assert post({"body": "BREAKPOINT", "task_id": finished[2]}).status_code == 200
+    assert post({"body": "BREAKPOINT", "task_id": finished[3]}).status_code == 200
+
+
+def test_concurrent_new_tasks_cannot_all_pause_past_the_quota(server: ServerProcess) -> None:
+    """Ten tasks started at once that each pause a second later: the running ones count
+    (they may pause), so at most the quota's 3 end up paused (all ten did before)."""
+
+    def start(_: int) -> httpx.Response:
+        return post_as(server, "dave", {"body": "SLEEP 1 BREAKPOINT"}, timeout=60)
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        answers = list(pool.map(start, range(10)))
+    codes = sorted(r.status_code for r in answers)
+    assert set(codes) <= {200, 429}, [r.text for r in answers]
+    assert 1 <= codes.count(200) <= 3, codes
+    refused = next(r for r in answers if r.status_code == 429)
+    assert "max_paused_tasks_per_caller = 3" in refused.json()["detail"]
+    tasks = httpx.get(
+        f"{server.base_url}/tasks", headers=auth(server.keys["dave"]), timeout=30
+    ).json()
+    paused = [t for t in tasks.values() if t.get("pending_breakpoints")]
+    assert len(paused) == codes.count(200) <= 3, tasks

@@ -76,7 +76,7 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
         # A new task under an id the caller chose, or a message continuing a task that is
         # not paused (a finished one can pause again): either may add a paused task. A
         # message to a paused task closes that pause, so it is never refused.
-        _check_paused_quota(state, inst)
+        _check_paused_quota(state, inst, task_id)
     if _task_or_none(inst, task_id) is None and task_id in state.instances.archived_tasks(
         inst.kind, inst.id
     ):
@@ -122,19 +122,40 @@ def paused_tasks(inst: Instance) -> int:
     )
 
 
-def _check_paused_quota(state: ServerState, inst: Instance) -> None:
-    """429 when the caller already holds `max_paused_tasks_per_caller` paused tasks: each
-    keeps its histories and held calls in memory until it is resumed."""
+def open_tasks(inst: Instance, *, besides: str | None = None) -> int:
+    """Tasks of the instance that are paused, running (any of them may pause next) or just
+    claimed by a request that has not created them yet; `besides` is left out."""
+    runtime = inst.swarm.runtime
+    now = time.monotonic()
+    held = {
+        task_id
+        for task_id, task in inst.swarm.get_all_tasks().items()
+        if task_id != "*"
+        and (task.is_running or task.pending_reviews or bool(runtime.pending_breakpoints(task_id)))
+    }
+    held.update(t for t, at in inst.claimed_tasks.items() if now - at < _CLAIM_SECONDS)
+    if besides is not None:
+        held.discard(besides)
+    return len(held)
+
+
+def _check_paused_quota(state: ServerState, inst: Instance, task_id: str | None = None) -> None:
+    """429 when the caller already holds `max_paused_tasks_per_caller` tasks that are paused
+    or may still pause (running, or claimed by a request under way): each paused task keeps
+    its histories and held calls in memory until it is resumed. Counting running ones too
+    keeps concurrent new tasks from all pausing past the limit."""
     limit = state.config.settings.max_paused_tasks_per_caller
     if not limit:
         return
-    paused = paused_tasks(inst)
-    if paused >= limit:
+    held = open_tasks(inst, besides=task_id)
+    if held >= limit:
+        paused = paused_tasks(inst)
         raise HTTPException(
             429,
-            f"you have {paused} paused tasks (waiting for a breakpoint resume or a review), "
-            f"the most one caller may hold ([server.settings] max_paused_tasks_per_caller = "
-            f"{limit}); resume or answer one before starting a new task",
+            f"you have {held} tasks running or paused ({paused} paused, waiting for a "
+            f"breakpoint resume or a review), the most one caller may hold ([server.settings] "
+            f"max_paused_tasks_per_caller = {limit}); wait for one to finish, or resume or "
+            "answer a paused one, before starting another",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
 
