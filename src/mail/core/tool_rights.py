@@ -16,6 +16,7 @@ Everything here is pure.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -74,29 +75,48 @@ def function_tool_names(function: Any) -> frozenset[str] | None:
 
 def wiring_tool_names(agent: AgentCore, swarm_exclude: Iterable[str] = ()) -> frozenset[str]:
     """The tools the bundled factories offer an agent with this wiring."""
-    exclude = [*agent.exclude_tools, *swarm_exclude]
-    targets = list(agent.comm_targets)
-    style = agent.tool_format
+    mail_names = _wiring_mail_tool_names(
+        tuple(agent.comm_targets),
+        tuple(agent.team_tools),
+        agent.tool_format,
+        agent.enable_interswarm,
+        agent.can_complete_tasks,
+        (*agent.exclude_tools, *swarm_exclude),
+    )
+    return mail_names | frozenset(agent.actions)
+
+
+@functools.lru_cache(maxsize=256)
+def _wiring_mail_tool_names(
+    targets: tuple[str, ...],
+    team_tools: tuple[str, ...],
+    style: Any,
+    enable_interswarm: bool,
+    can_complete_tasks: bool,
+    exclude: tuple[str, ...],
+) -> frozenset[str]:
+    # Cached: building the specs deep-copies their schemas (~0.5 ms an agent), and agents of
+    # one swarm, and the same swarm in every caller's instance, share a few wirings.
     team = team_tool_specs(
-        agent.team_tools,
-        targets,
+        team_tools,
+        list(targets),
         style=style,
-        enable_interswarm=agent.enable_interswarm,
-        exclude_tools=exclude,
+        enable_interswarm=enable_interswarm,
+        exclude_tools=list(exclude),
     )
     specs: list[dict[str, Any]] = []
     if targets:
-        specs += create_mail_tools(targets, agent.enable_interswarm, style, exclude)
-    if agent.can_complete_tasks:
+        specs += create_mail_tools(list(targets), enable_interswarm, style, list(exclude))
+    if can_complete_tasks:
         specs += create_supervisor_tools(
-            targets,
+            list(targets),
             can_complete_tasks=True,
-            enable_interswarm=agent.enable_interswarm,
-            exclude_tools=exclude,
+            enable_interswarm=enable_interswarm,
+            exclude_tools=list(exclude),
             style=style,
             _debug_include_intraswarm=bool(targets),
         )
-    return _names(specs) | _names(team) | frozenset(agent.actions)
+    return _names(specs) | _names(team)
 
 
 def offered_tool_names(
