@@ -512,9 +512,10 @@ async def failover(
         f"    node death -> restarted instance's next agent call: {run_s:.2f} s "
         f"(target <= {TARGET_FAILOVER_S:.0f} s) {mark}"
     )
+    how = "a warm host adopts," if after.get("adopted_warm") else "a new actor process starts,"
     print(
-        f"      of which: Ray declares the node dead {dead_at - killed:.2f} s; a new actor "
-        f"process starts, claims, restores and calls the agent {running - dead_at:.2f} s"
+        f"      of which: Ray declares the node dead {dead_at - killed:.2f} s; {how} "
+        f"claims, restores and calls the agent {running - dead_at:.2f} s"
     )
     if claimed is not None:
         print(
@@ -574,7 +575,7 @@ async def measure(args: argparse.Namespace, env: dict[str, Any]) -> None:
             f"(runs: {', '.join(f'{r:.2f}' for r in runs)}; target <= {TARGET_FAILOVER_S:.0f} s) "
             f"{mark}; {load()}"
         )
-        from mail.cluster.ray_backend import forwarded_env
+        from mail.cluster.actor import forwarded_env
 
         empty = await empty_actor_start(forwarded_env())
         print(
@@ -591,9 +592,11 @@ async def measure(args: argparse.Namespace, env: dict[str, Any]) -> None:
 def end_actors(env: dict[str, Any], users: list[str]) -> None:
     import ray
 
+    from mail.cluster.warm_pool import end_instance
+
     for user in users:
         with contextlib.suppress(Exception):
-            ray.kill(env["cluster"].actor(env["dep"].swarm, "user", user), no_restart=True)
+            end_instance(ray, env["cluster"].namespace, f"{env['dep'].swarm}/user/{user}")
 
 
 async def measure_latency(args: argparse.Namespace, env: dict[str, Any]) -> None:
@@ -692,7 +695,7 @@ async def measure_throughput(args: argparse.Namespace, env: dict[str, Any]) -> N
             pids = servers["single process" if title == "single process" else "cluster"]
             before, ray_before = cpu_seconds(pids), cpu_seconds(daemons)
             rps, failed = await throughput(urls, ks, 16, args.seconds)
-            tasks = rps * args.seconds / 1000
+            tasks = max(rps * args.seconds, 1) / 1000  # none done under heavy load: no 0/0
             cpu[title].append(
                 (
                     (cpu_seconds(pids) - before) / tasks,
@@ -742,8 +745,10 @@ async def measure_memory(args: argparse.Namespace, env: dict[str, Any]) -> None:
     fe_rss = process_memory(fe0.proc.pid)[0]
     print(
         f"    {IDLE_USERS} callers ran one task each (POST /message), then idle: "
-        f"{created:.1f} s in all; a new caller's first task (cold instance): "
-        f"{cold:.2f} s in the cluster (a new actor process), {cold_single:.2f} s single process"
+        f"{created:.1f} s in all; a new caller's first task: {cold:.2f} s in the cluster "
+        f"(warm_pool = {os.environ.get('MAIL_CLUSTER_WARM_POOL', '1')}: "
+        f"{'a new actor process' if os.environ.get('MAIL_CLUSTER_WARM_POOL') == '0' else 'a warm host adopts it'}), "
+        f"{cold_single:.2f} s single process"
     )
     print(
         f"    per instance actor: RSS median {statistics.median(rss):.0f} MiB "
@@ -872,6 +877,12 @@ def main() -> int:
         " do; the first actors fill the cache)",
     )
     parser.add_argument(
+        "--warm-pool",
+        type=int,
+        default=1,
+        help="[server.cluster] warm_pool of the front ends (0: every instance host starts cold)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         default=SECTIONS,
@@ -886,6 +897,7 @@ def main() -> int:
         return 2
     if not args.ray_defaults:
         os.environ.update(FAST_HEALTH_CHECK)  # read by the head's GCS when it starts
+    os.environ["MAIL_CLUSTER_WARM_POOL"] = str(args.warm_pool)  # inherited by the front ends
     began = time.perf_counter()
     print(f"mail cluster bench — {load()}; {os.cpu_count()} CPUs; DATABASE_URL {DATABASE_URL}")
     checks = {k.removeprefix("RAY_"): os.environ.get(k, "default") for k in FAST_HEALTH_CHECK}

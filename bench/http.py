@@ -393,6 +393,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process's threads have used so far (ns clock of schedstat)."""
+    total = 0
+    for thread in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((thread / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that just ended
+    return total / 1e9
+
+
 class StubServer:
     def __init__(
         self, workdir: Path, keys_file: Path, latency: float, access_log: bool, bare: bool = False
@@ -416,14 +427,7 @@ class StubServer:
             raise
 
     def cpu_seconds(self) -> float:
-        """CPU time the server process's threads have used so far (ns clock of schedstat)."""
-        total = 0
-        for thread in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            try:
-                total += int((thread / "schedstat").read_text().split()[0])
-            except (FileNotFoundError, ProcessLookupError):
-                pass  # a thread that just ended
-        return total / 1e9
+        return cpu_seconds(self.proc.pid)
 
     def close(self) -> None:
         stop(self.proc)

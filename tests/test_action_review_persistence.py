@@ -1,17 +1,17 @@
-"""A task paused for action review survives kill -9 of a real `mail server` with DATABASE_URL
-on the real PostgreSQL: after the restart /tasks lists it with its pending reviews, and the
+"""A task paused for action review survives kill -9 of a real `mail server`, on SQLite (the
+default) and on the real PostgreSQL (DATABASE_URL): after the restart /tasks lists it with its pending reviews, and the
 resume works (the edited call reaches the model)."""
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
+from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
+from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
 from support.review_swarm import review_swarms_json
@@ -20,23 +20,11 @@ from support.scripted_llm import ScriptedLLM, reply, tool_call
 # Two server start-ups and LiteLLM imports in subprocesses: slow on a busy machine.
 pytestmark = pytest.mark.timeout(900)
 
-DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
-
-async def _database_reachable() -> bool:
-    try:
-        conn = await asyncpg.connect(DATABASE_URL, timeout=3)
-    except Exception:  # noqa: BLE001
-        return False
-    await conn.close()
-    return True
-
-
-async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) -> None:
-    if not await _database_reachable():
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required but unreachable at {DATABASE_URL}")
-        pytest.skip("PostgreSQL not reachable (set MAIL_REQUIRE_POSTGRES=1 to make this fail)")
+async def test_kill_while_waiting_for_review_restart_and_resume(
+    tmp_path: Path,
+    durable_store: DurableStore,  # noqa: F811
+) -> None:
     swarm = f"review-{uuid.uuid4().hex[:8]}"
     port = free_port()
     key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
@@ -49,7 +37,7 @@ async def test_kill_while_waiting_for_review_restart_and_resume(tmp_path: Path) 
 
         def server() -> ServerProcess:
             return ServerProcess(
-                tmp_path, port, args=["--config", str(config)], env={"DATABASE_URL": DATABASE_URL}
+                tmp_path, port, args=["--config", str(config)], env=durable_store.env
             )
 
         first = server().start(wait=False)

@@ -22,7 +22,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_defaults_without_any_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mail.config.find_config_file", lambda: None)
+    monkeypatch.setattr("mail.client_config.find_config_file", lambda: None)
     assert find_config_path() is None
     config = load_client_config()
     assert (config.timeout, config.verbose) == (3600.0, False)

@@ -58,8 +58,10 @@ INTERSWARM_MODULES = (
     "tests/test_stdlib_interswarm.py",
 )
 
-# docs/cluster.md, "Limits": a swarm's first interswarm call starts the remote caller's
-# instance actor (a new Python process: seconds), and these tests give a peer 3 or 5 s.
+# docs/cluster.md, "Limits": with the default warm_pool = 0 a swarm's first interswarm call
+# starts the remote caller's instance actor (a new Python process: seconds), and these tests
+# give a peer 3 or 5 s. The (opt-in) warm pool closes that gap for two of them, but the
+# matrix runs the default.
 _COLD = (
     "the peer's first forward starts a new instance actor there (4-6 s measured on a busy "
     "2-core machine), longer than the test's interswarm_timeout"
@@ -74,7 +76,7 @@ INTERSWARM_KNOWN_GAPS = {
     ),
 }
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1500)
 
 
 def _require() -> None:
@@ -111,7 +113,7 @@ def _run_child(
     args += ["--basetemp", str(basetemp), "-o", "addopts="]
     for test in deselect:
         args += ["--deselect", test]
-    run = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=850)
+    run = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1400)
     summary = run.stdout[-6000:] + run.stderr[-2000:]
     assert run.returncode == 0, summary
     assert " passed" in run.stdout and "error" not in run.stdout.splitlines()[-1], summary

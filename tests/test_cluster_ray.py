@@ -65,7 +65,11 @@ def deployment(
         database_url=DATABASE_URL,
         swarms=swarms_json(swarm),
         swarm=swarm,
-        env={"MAIL_STUB_LATENCY_MS": "200", "MAIL_DURABLE_CALL_LOG": str(root / "calls.log")},
+        env={
+            "MAIL_STUB_LATENCY_MS": "200",
+            "MAIL_DURABLE_CALL_LOG": str(root / "calls.log"),
+            "MAIL_CLUSTER_WARM_POOL": "1",  # these tests check the (opt-in) warm pool
+        },
     ).prepare()
     try:
         dep.start_front_end()
@@ -147,12 +151,12 @@ def test_one_instance_per_caller_across_front_ends(deployment: ClusterDeployment
     assert [r.status_code for r in results] == [200] * 4, [r.text for r in results]
     import ray
 
-    names = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == deployment.cluster.namespace
-    ]
+    from mail.commands.cluster import instance_names
+
+    names = instance_names(ray, deployment.cluster.namespace)
     assert names.count(f"{deployment.swarm}/user/bob") == 1, names
+    # A warm host of the pool adopted the new caller's instance (no process started for it).
+    assert deployment.cluster.describe(deployment.swarm, "user", "bob")["adopted_warm"] is True
     tasks = httpx.get(f"{fe1.base_url}/tasks", headers=auth_header(bob), timeout=30).json()
     assert len(tasks) == 4
     # Users stay isolated: alice's task is not bob's.
@@ -160,6 +164,32 @@ def test_one_instance_per_caller_across_front_ends(deployment: ClusterDeployment
         f"{fe0.base_url}/task", params={"task_id": task_id}, headers=auth_header(bob), timeout=30
     )
     assert missing.status_code == 404
+
+
+def _stream_and_kill(
+    dep: ClusterDeployment, url: str, key: str, body: dict[str, Any], kill: Any
+) -> list[int]:
+    """Stream a task; once it has events and a worker call started, ``kill()`` (once); read
+    until the stream is cut. Returns the event ids seen."""
+    calls_before = len(_calls(dep))
+    seen: list[int] = []
+    killed = False
+    with httpx.stream(
+        "POST", url, json={**body, "stream": True}, headers=auth_header(key), timeout=60
+    ) as response:
+        assert response.status_code == 200
+        try:
+            for event in parse_sse_stream(response):
+                if event.id and event.event != "ping":
+                    seen.append(int(event.id))
+                if not killed and seen:
+                    if any(line.startswith("worker") for line in _calls(dep)[calls_before:]):
+                        kill()
+                        killed = True
+        except httpx.HTTPError:
+            pass  # the stream is cut when the node dies
+    assert killed, "no worker call started"
+    return seen
 
 
 def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeployment) -> None:
@@ -171,30 +201,13 @@ def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeploym
     before = deployment.cluster.describe(deployment.swarm, "user", "alice")
     calls_before = len(_calls(deployment))
 
-    seen: list[int] = []
-    killed_at = 0.0
-    with httpx.stream(
-        "POST",
+    seen = _stream_and_kill(
+        deployment,
         f"{fe0.base_url}/message",
-        json={"body": "FANOUT go", "task_id": task_id, "stream": True},
-        headers=auth_header(alice),
-        timeout=60,
-    ) as response:
-        assert response.status_code == 200
-        try:
-            for event in parse_sse_stream(response):
-                if event.id and event.event != "ping":
-                    seen.append(int(event.id))
-                if (
-                    not killed_at
-                    and seen
-                    and any(line.startswith("worker") for line in _calls(deployment)[calls_before:])
-                ):
-                    deployment.cluster.kill_node_of(deployment.swarm, "user", "alice")
-                    killed_at = time.monotonic()
-        except httpx.HTTPError:
-            pass  # the stream is cut when the node dies
-    assert killed_at, "no worker call started"
+        alice,
+        {"body": "FANOUT go", "task_id": task_id},
+        lambda: deployment.cluster.kill_node_of(deployment.swarm, "user", "alice"),
+    )
     assert seen == list(range(1, len(seen) + 1)), seen
 
     # Reconnect through the OTHER front end after the last id seen.
@@ -211,6 +224,7 @@ def test_node_killed_mid_task_resumes_on_another_node(deployment: ClusterDeploym
     after = deployment.cluster.describe(deployment.swarm, "user", "alice")
     assert after["node_id"] != before["node_id"]
     assert after["generation"] > before["generation"]
+    assert after["adopted_warm"] is True  # failover took a warm host of the other node
     # The task really continued in the restarted instance: its workers ran there.
     ran_after = {
         line.split()[0]
@@ -249,6 +263,81 @@ def test_breakpoint_pause_survives_node_kill(deployment: ClusterDeployment) -> N
     assert (
         deployment.cluster.describe(deployment.swarm, "user", "bob")["node_id"] != before["node_id"]
     )
+
+
+def _kill_warm_hosts(namespace: str) -> int:
+    """End every warm (unassigned) host of the deployment's pool; returns how many."""
+    import ray
+
+    from mail.cluster.warm_pool import HOST_PREFIX
+
+    ended = 0
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] != namespace or not entry["name"].startswith(HOST_PREFIX):
+            continue
+        handle = ray.get_actor(entry["name"], namespace)
+        if not ray.get(handle.adoption.remote(), timeout=60)["name"]:
+            ray.kill(handle, no_restart=True)
+            ended += 1
+    return ended
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.xfail(
+    reason="known issue (docs/cluster.md, Limits): a cold host adopts the instance but the "
+    "running task does not run again; why is not found yet, so warm_pool defaults to 0",
+    strict=False,
+)
+def test_failover_without_warm_hosts_runs_the_task_again(deployment: ClusterDeployment) -> None:
+    """The node of a running task dies when no other node has a warm host: the directory
+    starts a host on a live node (never the dead one, which Ray may still count as alive),
+    retrying until one adopts the instance, and the task runs again with no request sent."""
+    while len(deployment.cluster.nodes) < 2:
+        deployment.cluster.add_worker()
+    fe0, fe1 = deployment.front_ends
+    alice = deployment.keys["alice"]
+    task_id = str(uuid.uuid4())
+    assert _post(fe0.base_url, alice, {"body": "FANOUT warm"}).status_code == 200
+    before = deployment.cluster.describe(deployment.swarm, "user", "alice")
+    warm_ended: list[int] = []
+    killed_calls: list[int] = []
+
+    def kill() -> None:
+        warm_ended.append(_kill_warm_hosts(deployment.cluster.namespace))
+        deployment.cluster.kill_node_of(deployment.swarm, "user", "alice")
+        killed_calls.append(len(_calls(deployment)))
+
+    seen = _stream_and_kill(
+        deployment,
+        f"{fe0.base_url}/message",
+        alice,
+        {"body": "FANOUT again", "task_id": task_id},
+        kill,
+    )
+    assert warm_ended[0] >= 1
+
+    # No request reaches the instance: the directory alone must bring the task back (a cold
+    # host: a new Ray worker process that imports and starts the server, slow on a loaded
+    # machine).
+    killed = time.monotonic()
+    deadline = killed + 240
+    while not any(
+        line.startswith("worker") and line.split()[1] != str(before["pid"])
+        for line in _calls(deployment)[killed_calls[0] :]
+    ):
+        assert time.monotonic() < deadline, "the task did not run again within 240 s"
+        time.sleep(0.2)
+    print(f"the task ran again {time.monotonic() - killed:.1f} s after the node was killed")
+    after = deployment.cluster.describe(deployment.swarm, "user", "alice")
+    assert after["node_id"] != before["node_id"]
+    assert after["generation"] > before["generation"]
+
+    events = _follow(fe1.base_url, alice, task_id, seen[-1])
+    assert events[-1].event == "task_complete", [e.event for e in events]
+    assert (
+        events[-1].json()["response"] == "both: worked(worker1): again A + worked(worker2): again B"
+    )
+    deployment.cluster.add_worker()  # keep two workers for the tests that follow
 
 
 def test_zombie_writes_after_failover_are_rejected(
@@ -444,12 +533,16 @@ def test_mail_cluster_lists_and_ends_instance_actors(deployment: ClusterDeployme
     assert f"ended {name}" in ended.stdout
     import ray
 
+    from mail.commands.cluster import instance_names
+
+    assert name not in instance_names(ray, deployment.cluster.namespace)
     left = [
         a["name"]
         for a in ray.util.list_named_actors(all_namespaces=True)
         if a["namespace"] == deployment.cluster.namespace
     ]
-    assert name not in left, left
+    # The warm pool went too (its directory would otherwise start hosts again).
+    assert name not in left and not [n for n in left if n.startswith(("_host/", "_directory"))]
     # The state stayed in PostgreSQL: the next request makes a new actor that restores it.
     record = _task(fe1.base_url, alice, task_id)
     assert record["completed"] is True
@@ -479,11 +572,10 @@ def test_idle_instances_are_reclaimed_and_restored(
         first = dep.cluster.describe(swarm, "user", "alice")
         import ray
 
+        from mail.commands.cluster import instance_names
+
         def alive() -> bool:
-            return any(
-                a["name"] == f"{swarm}/user/alice" and a["namespace"] == ray_cluster.namespace
-                for a in ray.util.list_named_actors(all_namespaces=True)
-            )
+            return f"{swarm}/user/alice" in instance_names(ray, ray_cluster.namespace)
 
         deadline = time.monotonic() + 60
         while alive():

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
+from mail.cluster.actor import is_instance_name
 from mail.cluster.forwarding import interswarm_recipient
-from mail.cluster.ray_backend import is_instance_name
 from mail.cluster.settings import is_loopback, prepare_ray_environment
 
 
@@ -97,9 +98,15 @@ def test_local_cluster_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(token) == 64 and set(changed) >= {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"}
 
 
-def test_shared_cluster_switches_respect_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_cluster_switches_respect_the_operator(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "1")
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    # No token on this "machine": the mode stays the operator's (with one, see
+    # tests/test_cluster_token_auth.py).
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
     changed = prepare_ray_environment("auto", "0.0.0.0")
     assert changed == {}

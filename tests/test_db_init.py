@@ -132,7 +132,23 @@ def test_db_init_twice_is_harmless(schema_url: str, tmp_path: Path) -> None:
     assert asyncio.run(_tables(schema_url)) == columns
 
 
-def test_missing_database_url_is_a_clear_error(tmp_path: Path) -> None:
+def test_without_database_url_the_sqlite_file_is_initialised(tmp_path: Path) -> None:
+    import sqlite3
+
+    (tmp_path / "mail.toml").write_text('[server.swarm]\nregistry = "registries/x.json"\n')
+    first = mail(["db-init"], tmp_path, None)
+    assert first.returncode == 0, first.stderr
+    assert "Applying schema version 1" in first.stdout
+    db = tmp_path / "data" / "mail.db"
+    with sqlite3.connect(db) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert set(TABLES) | {"schema_version", "team_threads", "team_inbox"} <= tables
+    again = mail(["db-init", "--sqlite", str(db)], tmp_path, None)
+    assert again.returncode == 0 and "already up to date" in again.stdout, again.stdout
+
+
+def test_memory_store_without_database_url_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "mail.toml").write_text('[server.store]\nkind = "memory"\n')
     result = mail(["db-init"], tmp_path, None)
     assert result.returncode == 1
     assert "DATABASE_URL is not set" in result.stderr

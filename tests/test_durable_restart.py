@@ -1,4 +1,4 @@
-"""Running tasks survive kill -9: a real `mail server` on the real PostgreSQL.
+"""Running tasks survive kill -9: a real `mail server` on SQLite (the default) and PostgreSQL.
 
 A supervisor fans out to two workers whose calls take 200 ms. The server is killed (SIGKILL)
 while the first worker call is in flight; a new server on the same database continues the
@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.support.durable_agents import swarms_json
-from tests.test_persistence_e2e import _fetch, database  # noqa: F401 - the fixture
+from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
+from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
 from server_fixtures import (
     ServerProcess,
@@ -31,10 +32,10 @@ from server_fixtures import (
 pytestmark = pytest.mark.timeout(180)
 
 
-def _server(directory: Path, swarm: str, port: int, database_url: str) -> ServerProcess:
+def _server(directory: Path, swarm: str, port: int, store: DurableStore) -> ServerProcess:
     config = write_config(directory, port=port, swarm=swarm)
     env = {
-        "DATABASE_URL": database_url,
+        **store.env,
         "MAIL_STUB_LATENCY_MS": "200",
         "MAIL_DURABLE_CALL_LOG": str(directory / "calls.log"),
     }
@@ -56,8 +57,8 @@ def _wait_for(condition, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.005)
 
 
-def _stored_event_ids(swarm: str, task_id: str) -> list[int]:
-    rows = _fetch(
+def _stored_event_ids(store: DurableStore, swarm: str, task_id: str) -> list[int]:
+    rows = store.fetch(
         "SELECT event_id FROM task_events WHERE swarm_name = $1 AND task_id = $2",
         swarm,
         task_id,
@@ -65,8 +66,8 @@ def _stored_event_ids(swarm: str, task_id: str) -> list[int]:
     return sorted(int(r["event_id"]) for r in rows)
 
 
-def _histories(swarm: str, task_id: str) -> dict[str, list[dict[str, object]]]:
-    rows = _fetch(
+def _histories(store: DurableStore, swarm: str, task_id: str) -> dict[str, list[dict[str, object]]]:
+    rows = store.fetch(
         "SELECT agent_name, history FROM agent_histories WHERE swarm_name = $1 AND task_id = $2",
         swarm,
         task_id,
@@ -78,14 +79,17 @@ def _histories(swarm: str, task_id: str) -> dict[str, list[dict[str, object]]]:
     return out
 
 
-def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: Path) -> None:  # noqa: F811
+def test_task_running_at_kill_completes_after_restart(
+    durable_store: DurableStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     swarm = f"durable-{uuid.uuid4().hex[:8]}"
     (tmp_path / "swarms.json").write_text(json.dumps(swarms_json(swarm)), encoding="utf-8")
     key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
     port = free_port()
     task_id = str(uuid.uuid4())
 
-    first = _server(tmp_path, swarm, port, database).start()
+    first = _server(tmp_path, swarm, port, durable_store).start()
     seen: list[str] = []
     try:
         with httpx.stream(
@@ -103,7 +107,11 @@ def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: P
                     break  # the first worker call has started (it takes 200 ms)
         last_seen = int(seen[-1])
         # What the client saw is durable (the store writes behind, within milliseconds).
-        _wait_for(lambda: len(_stored_event_ids(swarm, task_id)) >= last_seen, 5, "stored events")
+        _wait_for(
+            lambda: len(_stored_event_ids(durable_store, swarm, task_id)) >= last_seen,
+            5,
+            "stored events",
+        )
     finally:
         assert first.proc is not None
         first.proc.kill()  # kill -9: no shutdown hooks run
@@ -113,7 +121,7 @@ def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: P
     # Killed mid-task: the workers had not both answered.
     assert sum(1 for name, _ in before if name == "supervisor") == 1, before
 
-    second = _server(tmp_path, swarm, port, database).start()
+    second = _server(tmp_path, swarm, port, durable_store).start()
     try:
         # Nothing is sent: only a subscriber reattaching after the last id it saw.
         events = []
@@ -159,8 +167,8 @@ def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: P
     assert {name for name, _ in after if name.startswith("worker")} == {"worker1", "worker2"}
     assert not any(name == "supervisor" and pid == first_pid for name, pid in after)
 
-    assert _stored_event_ids(swarm, task_id) == all_ids
-    histories = _histories(swarm, task_id)
+    assert _stored_event_ids(durable_store, swarm, task_id) == all_ids
+    histories = _histories(durable_store, swarm, task_id)
     for worker in ("worker1", "worker2"):
         incoming = [
             h for h in histories[worker] if "<incoming_message>" in str(h.get("content", ""))
@@ -168,7 +176,7 @@ def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: P
         assert len(incoming) == 1, (worker, histories[worker])  # the re-run left no duplicate
     supervisor_text = json.dumps(histories["supervisor"])
     assert supervisor_text.count("FANOUT go") == 1
-    journal = _fetch(
+    journal = durable_store.fetch(
         "SELECT items FROM task_queues WHERE swarm_name = $1 AND task_id = $2",
         swarm,
         f"{task_id}::journal",
@@ -176,14 +184,17 @@ def test_task_running_at_kill_completes_after_restart(database: str, tmp_path: P
     assert journal == []  # no pending work left behind
 
 
-def test_breakpoint_pause_survives_kill_and_resumes(database: str, tmp_path: Path) -> None:  # noqa: F811
+def test_breakpoint_pause_survives_kill_and_resumes(
+    durable_store: DurableStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     swarm = f"durable-bp-{uuid.uuid4().hex[:8]}"
     (tmp_path / "swarms.json").write_text(json.dumps(swarms_json(swarm)), encoding="utf-8")
     key = create_key(tmp_path / "registries" / "keys.json", "user", "bob")
     port = free_port()
     task_id = str(uuid.uuid4())
 
-    first = _server(tmp_path, swarm, port, database).start()
+    first = _server(tmp_path, swarm, port, durable_store).start()
     try:
         r = httpx.post(
             f"{first.base_url}/message",
@@ -198,14 +209,18 @@ def test_breakpoint_pause_survives_kill_and_resumes(database: str, tmp_path: Pat
                 f"{first.base_url}/task", params={"task_id": task_id}, headers=auth(key)
             ).json()["events"]
         )
-        _wait_for(lambda: len(_stored_event_ids(swarm, task_id)) >= count, 5, "stored events")
+        _wait_for(
+            lambda: len(_stored_event_ids(durable_store, swarm, task_id)) >= count,
+            5,
+            "stored events",
+        )
     finally:
         assert first.proc is not None
         first.proc.kill()
         first.proc.wait(10)
     calls_before = len(_calls(tmp_path))
 
-    second = _server(tmp_path, swarm, port, database).start()
+    second = _server(tmp_path, swarm, port, durable_store).start()
     try:
         record = httpx.get(
             f"{second.base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=10

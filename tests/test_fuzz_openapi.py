@@ -44,7 +44,7 @@ FIXED_EXAMPLES = int(os.environ.get("MAIL_FUZZ_EXAMPLES", "15"))
 RANDOM_EXAMPLES = max(2, FIXED_EXAMPLES // 4)
 REQUEST_TIMEOUT = 30.0
 
-PUBLIC = {"GET /", "GET /health", "GET /swarms"}
+PUBLIC = {"GET /", "GET /health", "GET /swarms", "GET /.well-known/agent-card.json"}
 ADMIN_ONLY = {
     "POST /health",
     "POST /swarms",
@@ -63,6 +63,8 @@ STATE_DEPENDENT = {
     "GET /tasks/all",
     "GET /task",
     "GET /task/events",
+    "POST /task/cancel",
+    "POST /a2a",
     "POST /swarms/load",
     "POST /interswarm/forward",
     "POST /interswarm/back",

@@ -65,7 +65,7 @@ async def test_a_call_waiting_on_a_stopping_temporary_loop_joins_the_continuous_
     # started a second loop on the same mailbox (whose failure stopped the continuous one).
     swarm = _swarm(0.02)
     rt = swarm.runtime
-    serve = rt._serve
+    serve = rt.loops._serve
     loops_started = 0
 
     async def counting_serve() -> None:
@@ -73,7 +73,7 @@ async def test_a_call_waiting_on_a_stopping_temporary_loop_joins_the_continuous_
         loops_started += 1
         await serve()
 
-    rt._serve = counting_serve  # type: ignore[method-assign]
+    rt.loops._serve = counting_serve  # type: ignore[method-assign]
     first = asyncio.create_task(swarm.post_message("first", timeout=5))
     for _ in range(100_000):  # until the first call's temporary loop is stopping
         if rt._stop_serving and rt._loop_running:

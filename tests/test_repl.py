@@ -398,6 +398,11 @@ def test_tasks_get_counts_events_of_summaries(harness: Harness, server: FakeMail
     }
     row = next(line for line in harness.run("tsg").splitlines() if "summary-1" in line)
     assert row.rstrip(" │").endswith("7"), row
+    assert "completed" in row, row
+    # One state column (waiting for a review, a breakpoint...) instead of two booleans that hide it.
+    server.tasks["summary-1"]["state"] = "waiting_for_review"
+    listing = harness.run("tsg")
+    assert "waiting_for_review" in listing and "False" not in listing, listing
 
 
 def test_responses_command(harness: Harness, server: FakeMailServer) -> None:
@@ -459,3 +464,19 @@ def test_cli_docs_list_every_command_alias_and_subcommand() -> None:
             assert f"`{alias}`" in row, f"alias {alias} of {spec.name} missing in docs/cli.md"
     for name, _module, _help in SUBCOMMANDS:
         assert f"\n## `mail {name}`" in docs, f"mail {name} has no section in docs/cli.md"
+        assert f"\n| `mail {name}" in docs, f"mail {name} missing from the table of docs/cli.md"
+
+
+def test_cli_docs_list_every_server_option() -> None:
+    from mail.cli import build_parser
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    section = docs.split("\n## `mail server`", 1)[1].split("\n## ", 1)[0]
+    parser = build_parser()
+    server = parser._subparsers._group_actions[0].choices["server"]  # type: ignore[union-attr]
+    for action in server._actions:
+        longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+        for option in longs:
+            assert re.search(rf"{option}(?![\w-])", section), (
+                f"mail server {option} not in docs/cli.md"
+            )

@@ -130,10 +130,13 @@ async def test_demo_swarm_answers_over_http_at_once(tmp_path: Path) -> None:
                 json={"body": "What is the weather in Paris?"},
                 headers={"Authorization": f"Bearer {key}"},
             )
+            # The swarm keeps its name once its agents have run (it once took an agent's).
+            described = await client.get("/swarm", headers={"Authorization": f"Bearer {key}"})
     finally:
         server.stop()
     assert answer.status_code == 200, answer.text
     assert "Paris" in answer.json()["response"], answer.text
+    assert described.status_code == 200 and described.json()["name"] == "demo", described.text
     # The server never warmed LiteLLM for an all-demo swarm (nothing would use it).
     assert "warming up the model library" not in server.stdout_path.read_text()
 

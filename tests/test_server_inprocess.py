@@ -23,11 +23,13 @@ pytestmark = pytest.mark.timeout(60)
 
 def make_config(tmp_path: Path, **settings: Any) -> ServerConfig:
     debug = settings.pop("debug", False)
+    store = settings.pop("store", "memory")  # these tests are about the server without a store
     return ServerConfig.model_validate(
         {
             "host": "127.0.0.1",
             "port": 8123,
             "debug": debug,
+            "store": {"kind": store, "path": str(tmp_path / "data" / "mail.db")},
             "swarm": {"name": "stub", "registry": str(tmp_path / "registries" / "stub.json")},
             "settings": {"instance_idle_timeout": 0, **settings},
             "auth": {"mode": "local", "keys_file": str(tmp_path / "keys.json")},
@@ -313,3 +315,25 @@ async def test_closing_while_the_reaper_stops_an_instance_neither_hangs_nor_leak
     assert loop_task.done() and not loop_task.cancelled()  # stopped cleanly, not cut off
     assert manager.peek("user", "u") is None
     assert manager._reaper is None
+
+
+async def test_with_the_sqlite_store_a_reclaimed_task_continues(tmp_path: Path) -> None:
+    key = create_key(tmp_path / "keys.json", "user", "sleepy")
+    config = make_config(tmp_path, instance_idle_timeout=3600, store="sqlite")
+    app = create_app(config, template=stub_template())
+    async with client_for(app) as client:
+        first = (
+            await client.post("/message", json={"body": "remember me"}, headers=auth(key))
+        ).json()
+        manager = app.state.mail.instances
+        old = manager.peek("user", "sleepy")
+        assert old is not None
+        assert await manager.reclaim_idle(now=old.last_used + 3601) == [("user", "sleepy")]
+        r = await client.post(
+            "/message",
+            json={"body": "more", "task_id": first["task_id"], "resume_from": "user_response"},
+            headers=auth(key),
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["task_id"] == first["task_id"]
+        assert r.json()["response"] == "echo[sleepy]: more"

@@ -273,7 +273,9 @@ def test_a_reclaimed_task_id_is_never_replaced(tmp_path: Path) -> None:
     text = config.read_text().replace("instance_idle_timeout = 0", "instance_idle_timeout = 0.5")
     config.write_text(text)
     key = create_key(tmp_path / "registries" / "keys.json", "user", "sleepy")
-    proc = ServerProcess(tmp_path, port, args=["--config", str(config)]).start()
+    # Without a store the conversation goes with the instance (SQLite, the default, keeps it).
+    args = ["--config", str(config), "--store", "memory"]
+    proc = ServerProcess(tmp_path, port, args=args).start()
     try:
         first = httpx.post(
             f"{proc.base_url}/message", json={"body": "keep me"}, headers=auth(key), timeout=30

@@ -55,7 +55,10 @@ def test_sigint_with_streams_open_ends_them_with_resubscribe_and_exits_at_once(
             args=(f"{server.base_url}/task/events?task_id={task_id}", key, "GET", attached),
         )
         reattach.start()
-        time.sleep(0.3)  # both streams wait for the sleeping agent
+        deadline = time.monotonic() + 30
+        while not attached and time.monotonic() < deadline:  # the replay arrived: it is open
+            time.sleep(0.02)
+        assert attached, "the /task/events stream never opened"
 
         assert server.proc is not None
         started = time.monotonic()

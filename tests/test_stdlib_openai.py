@@ -145,6 +145,42 @@ async def test_supervisors_call_with_supervisor_tools(llm: ScriptedLLM, cls, fmt
     assert sent.system_text == "You are supervisor."
 
 
+@pytest.mark.parametrize(
+    ("cls", "fmt"),
+    [
+        (OpenAIChatCompletionsSupervisorFunction, "completions"),
+        (OpenAIResponsesSupervisorFunction, "responses"),
+    ],
+)
+async def test_own_tools_replace_builtins_of_the_same_name(llm: ScriptedLLM, cls, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    # An own send_request / send_broadcast (as team_tools gives) replaces the built-in one:
+    # the API refuses a request that names one tool twice.
+    own = [
+        {**WEATHER_TOOL, "name": "send_request", "description": "Ask and wait for the reply."},
+        {**WEATHER_TOOL, "name": "send_broadcast", "description": "Post to the team thread."},
+    ]
+    supervisor = cls(
+        name="supervisor",
+        comm_targets=["assistant"],
+        model="gpt-4o-mini",
+        tools=own,
+        api_key="k",
+        base_url=llm.base_url,
+    )
+    llm.queue(tool_call("task_complete", {"finish_message": "done"}))
+    await supervisor([_user("hi")])
+    sent = llm.requests[0]
+    assert sent.format == fmt
+    assert sent.tool_names.count("send_request") == 1
+    assert sent.tool_names.count("send_broadcast") == 1
+    descriptions = {
+        (t.get("function") or t).get("name"): (t.get("function") or t).get("description")
+        for t in sent.body["tools"]
+    }
+    assert descriptions["send_request"] == "Ask and wait for the reply."
+    assert descriptions["send_broadcast"] == "Post to the team thread."
+
+
 async def test_openai_supervisor_runs_a_swarm_task(llm: ScriptedLLM) -> None:
     params = {"model": "gpt-4o-mini", "api_key": "k", "base_url": llm.base_url}
     supervisor = MAILAgentTemplate(

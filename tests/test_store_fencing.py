@@ -15,6 +15,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -49,12 +50,18 @@ class Pair:
     backend: str
 
 
-@pytest.fixture(params=["memory", "postgres"])
-async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pair]:
     if request.param == "memory":
         shared = MemoryTaskStore()
         old: TaskStore = shared
         new: TaskStore = MemoryTaskStore(share_with=shared)
+    elif request.param == "sqlite":
+        from mail.store.sqlite import SqliteTaskStore
+
+        # Two store objects on one file: what two processes sharing it would do.
+        old = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
+        new = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
     else:
         url = request.getfixturevalue("pg_url")
         old = PostgresTaskStore(url, application_name="mail-fence-a", **FAST)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -84,21 +85,37 @@ def _swarm(name: str, llm_url: str) -> dict[str, Any]:
     return swarm
 
 
+async def _stored_rows(store: str, tmp_path: Path, sql: str, *args: Any) -> list[Any]:
+    """Rows of a query on the server's database: PostgreSQL, or its SQLite file."""
+    if store == "postgres":
+        return list(await _fetch(sql, *args))
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "data" / "mail.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(re.sub(r"\$\d+", "?", sql), args).fetchall()
+    finally:
+        conn.close()
+
+
 class Harness:
-    def __init__(self, tmp_path: Path, llm: ScriptedLLM, database: bool) -> None:
+    def __init__(self, tmp_path: Path, llm: ScriptedLLM, database: bool | str) -> None:
+        # database: True / "postgres" (DATABASE_URL), "sqlite" (the default), else memory.
         self.tmp_path = tmp_path
         self.llm = llm
         self.port = free_port()
         self.swarm = f"state-{uuid.uuid4().hex[:8]}"
         self.key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
-        self.env = {"DATABASE_URL": DATABASE_URL} if database else {}
+        self.env = {"DATABASE_URL": DATABASE_URL} if database in (True, "postgres") else {}
+        self.args = [] if database in (True, "postgres", "sqlite") else ["--store", "memory"]
         (tmp_path / "swarms.json").write_text(json.dumps([_swarm(self.swarm, llm.base_url)]))
         self.config = write_config(tmp_path, port=self.port, swarm=self.swarm)
 
     @asynccontextmanager
     async def server(self) -> AsyncIterator[tuple[ServerProcess, httpx.AsyncClient]]:
         server = ServerProcess(
-            self.tmp_path, self.port, args=["--config", str(self.config)], env=self.env
+            self.tmp_path, self.port, args=["--config", str(self.config), *self.args], env=self.env
         ).start(wait=False)
         try:
             await healthy(server)
@@ -126,13 +143,13 @@ def _tool_calls_sent(messages: list[dict[str, Any]]) -> list[str]:
     return [c["id"] for m in messages for c in m.get("tool_calls") or []]
 
 
-@pytest.mark.parametrize("store", ["memory", "postgres"])
+@pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
 async def test_message_to_a_breakpoint_pause_closes_it(tmp_path: Path, store: str) -> None:
     if store == "postgres":
         await _require_database()
     task_id = str(uuid.uuid4())
     async with ScriptedLLM() as llm:
-        h = Harness(tmp_path, llm, store == "postgres")
+        h = Harness(tmp_path, llm, store)
         async with h.server() as (server, client):
             llm.queue(tool_call("ask_human", {"question": "blue or red?"}, "bp1"))
             r = await h.post(client, body="paint it", task_id=task_id)
@@ -172,10 +189,12 @@ async def test_message_to_a_breakpoint_pause_closes_it(tmp_path: Path, store: st
             assert r.status_code == 409, r.text
             assert (await h.task(client, task_id))["state"] == "completed"
 
-            if store == "postgres":
+            if store != "memory":
 
                 async def stored_closed() -> bool:
-                    rows = await _fetch(
+                    rows = await _stored_rows(
+                        store,
+                        tmp_path,
                         "SELECT metadata FROM tasks WHERE swarm_name = $1 AND task_id = $2",
                         h.swarm,
                         task_id,
@@ -188,7 +207,7 @@ async def test_message_to_a_breakpoint_pause_closes_it(tmp_path: Path, store: st
                 server.proc.kill()  # kill -9: no shutdown hooks run
                 server.proc.wait(10)
 
-        if store == "postgres":
+        if store != "memory":
             async with h.server() as (server, client):
                 record = await h.task(client, task_id)
                 assert record["pending_breakpoints"] == [] and record["completed"] is True

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 from support.scripted_llm import ScriptedLLM, reply, tool_call
@@ -82,11 +83,9 @@ def _queue(llm: Any, *parts: Any) -> None:
     asyncio.run_coroutine_threadsafe(put(), loop).result(5)
 
 
-def _server(directory: Path, swarm: str, port: int) -> ServerProcess:
+def _server(directory: Path, swarm: str, port: int, store: DurableStore) -> ServerProcess:
     config = write_config(directory, port=port, swarm=swarm, extra=team_config_extra(directory))
-    return ServerProcess(
-        directory, port, args=["--config", str(config)], env={"DATABASE_URL": DATABASE_URL}
-    )
+    return ServerProcess(directory, port, args=["--config", str(config)], env=store.env)
 
 
 def _post(server: ServerProcess, key: str, body: str) -> dict[str, Any]:
@@ -97,16 +96,16 @@ def _post(server: ServerProcess, key: str, body: str) -> dict[str, Any]:
     return r.json()  # type: ignore[no-any-return]
 
 
-def test_threads_inbox_and_attachments_survive_kill_9(
-    database: str, llm: Any, tmp_path: Path
-) -> None:
-    swarm = f"team-persist-{uuid.uuid4().hex[:8]}"
-    write_team_swarm(tmp_path, swarm, llm[0].base_url)
-    key = create_key(tmp_path / "registries" / "keys.json", "user", "carol")
-    root = tmp_path / "files" / "user-carol"
+def script_thread_and_file(
+    llm: Any, directory: Path, swarm: str, title: str, content: bytes
+) -> tuple[str, dict[str, Any]]:
+    """A team swarm whose lead, on the next task, creates a thread (``state["tid"]``) and
+    hands the user a file holding `content`; returns the user key (id carol) and state."""
+    write_team_swarm(directory, swarm, llm[0].base_url)
+    key = create_key(directory / "registries" / "keys.json", "user", "carol")
+    root = directory / "files" / "user-carol"
     root.mkdir(parents=True)
-    (root / "keep.txt").write_text("durable bytes", encoding="utf-8")
-    port = free_port()
+    (root / "keep.txt").write_bytes(content)
     state: dict[str, Any] = {}
 
     def after_create(r: Any) -> Any:
@@ -116,16 +115,23 @@ def test_threads_inbox_and_attachments_survive_kill_9(
             tool_call("get_messages", {}),
         )
 
-    _queue(
-        llm,
-        tool_call(
-            "create_thread", {"title": "Durable", "participants": ["a"], "initial_message": "hi a"}
-        ),
-    )
+    thread = {"title": title, "participants": ["a"], "initial_message": "hi a"}
+    _queue(llm, tool_call("create_thread", thread))
     _queue(llm, after_create)
     _queue(llm, lambda r: reply(tool_call("task_complete", {"finish_message": results(r)[-2]})))
+    return key, state
 
-    first = _server(tmp_path, swarm, port).start()
+
+def test_threads_inbox_and_attachments_survive_kill_9(
+    durable_store: DurableStore,  # noqa: F811
+    llm: Any,
+    tmp_path: Path,
+) -> None:
+    swarm = f"team-persist-{uuid.uuid4().hex[:8]}"
+    key, state = script_thread_and_file(llm, tmp_path, swarm, "Durable", b"durable bytes")
+    port = free_port()
+
+    first = _server(tmp_path, swarm, port, durable_store).start()
     try:
         out = _post(first, key, "set things up")
         meta = json_result(out["response"])
@@ -134,7 +140,7 @@ def test_threads_inbox_and_attachments_survive_kill_9(
         first.proc.kill()  # kill -9: no shutdown hooks run
         first.proc.wait(10)
 
-    second = _server(tmp_path, swarm, port).start()
+    second = _server(tmp_path, swarm, port, durable_store).start()
     try:
         headers = auth(key)
         threads = httpx.get(f"{second.base_url}/threads", headers=headers, timeout=10).json()

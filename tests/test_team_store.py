@@ -25,8 +25,16 @@ def pg_url() -> Iterator[str]:
         yield with_search_path(BASE_URL, schema)
 
 
-@pytest.fixture(params=["memory", "memory-files", "postgres"])
+@pytest.fixture(params=["memory", "memory-files", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TeamStore]:
+    if request.param == "sqlite":
+        from mail.store.team_sqlite import SqliteTeamStore
+
+        lite = SqliteTeamStore(tmp_path / "mail.db")
+        await lite.start()
+        yield lite
+        await lite.close()
+        return
     if request.param == "postgres":
         from mail.store.team_postgres import PostgresTeamStore
 

@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any
 # for that, and a closed network would stall every import.
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from mail import launch as _launch  # noqa: E402
 from mail.version import PROTOCOL_VERSION, __version__  # noqa: E402
+
+# MAILSwarmTemplate.start_server serves through this (api/ never imports the server).
+_launch.install()
 
 if TYPE_CHECKING:
     from mail.api import (

@@ -1,18 +1,25 @@
 """Settings of the client side: the `[client]` table of mail.toml.
 
 Kept apart from the server's configuration models so that the client, the REPL and
-`mail ping` can load their few settings without importing anything server-related.
-`mail.config` re-exports `ClientConfig` for callers who expect it there.
+`mail ping` can load their few settings without importing anything server-related. The
+search for mail.toml lives here too, below `mail.config`, which re-exports it and
+`ClientConfig` for callers who expect them there.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+logger = logging.getLogger("mail.config")
+
+CONFIG_ENV_VAR = "MAIL_CONFIG_PATH"
+CONFIG_FILE_NAME = "mail.toml"
 
 
 class ClientConfig(BaseModel):
@@ -40,9 +47,27 @@ def find_config_path(path: str | os.PathLike[str] | None = None) -> Path | None:
         if not explicit.is_file():
             raise ValueError(f"configuration file not found: {explicit}")
         return explicit
-    from mail.config import find_config_file
-
     return find_config_file()
+
+
+def find_config_file() -> Path | None:
+    """Locate ``mail.toml`` (search order: see :func:`find_config_path`)."""
+    env = os.environ.get(CONFIG_ENV_VAR)
+    if env:
+        path = Path(env).expanduser()
+        if path.is_file():
+            return path
+        logger.warning(
+            "%s=%s does not name a file; falling back to the search path", CONFIG_ENV_VAR, env
+        )
+    local = Path.cwd() / CONFIG_FILE_NAME
+    if local.is_file():
+        return local
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / CONFIG_FILE_NAME
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -22,20 +22,29 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+# The file search and the [client] model live below this module (the client reads them
+# without the server models); re-exported here, where callers have always found them.
+from mail.client_config import CONFIG_ENV_VAR, CONFIG_FILE_NAME, ClientConfig, find_config_file
+from mail.telemetry.settings import TelemetryConfig
+
 logger = logging.getLogger("mail.config")
 
-CONFIG_ENV_VAR = "MAIL_CONFIG_PATH"
-CONFIG_FILE_NAME = "mail.toml"
 
 __all__ = [
+    "CONFIG_ENV_VAR",
+    "CONFIG_FILE_NAME",
     "AuthConfig",
+    "ClientConfig",
     "ConfigError",
     "MAILConfig",
     "ServerConfig",
     "ServerSettings",
     "StdlibConfig",
+    "StoreConfig",
     "SwarmConfig",
     "TeamToolsConfig",
+    "apply_cluster_env",
+    "cluster_enabled",
     "clear_config_cache",
     "current_stdlib_config",
     "find_config_file",
@@ -113,6 +122,10 @@ class ServerSettings(_Section):
     # Tasks one caller may keep paused (at a breakpoint or waiting for a review) before a new
     # task is refused with 429 (0 = no bound).
     max_paused_tasks_per_caller: int = Field(default=100, ge=0)
+    # A2A task records (GetTask, ListTasks, SubscribeToTask) kept per caller, in memory: past
+    # either bound the caller's least recently updated records are forgotten (0 = no bound).
+    max_a2a_tasks_per_caller: int = Field(default=1000, ge=0)
+    max_a2a_task_bytes_per_caller: int = Field(default=32 * 1024 * 1024, ge=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod
@@ -166,13 +179,31 @@ class TeamToolsConfig(_Section):
     max_inbox_entries: int = Field(default=10_000, gt=0)
 
 
+class McpConfig(_Section):
+    """``[server.mcp]``: the MCP endpoint ``/mcp`` where outside agents join (docs/mcp.md)."""
+
+    enabled: bool = True
+    # External agents one caller's instance may have joined at once.
+    max_agents_per_instance: int = Field(default=16, gt=0)
+    # Cap on the timeout of wait_for_messages / wait_for_reply / post_message(wait), seconds.
+    max_wait_seconds: float = Field(default=300.0, gt=0)
+    # Open MCP sessions of the whole server, and seconds an idle session is kept.
+    max_sessions: int = Field(default=1000, gt=0)
+    session_idle_timeout: float = Field(default=1800.0, gt=0)
+    # Long-polls (wait_for_messages / wait_for_reply) one outside agent may run at once.
+    max_waits_per_agent: int = Field(default=4, gt=0)
+    # Characters of the subject of a message an outside agent sends.
+    max_subject_chars: int = Field(default=1000, gt=0)
+
+
 class ClusterConfig(_Section):
     """``[server.cluster]``: where instances live when there is more than one process.
 
     ``backend = "none"`` (the default) keeps every instance in this process. ``"ray"`` puts
     each instance in a named Ray actor (needs the ``cluster`` extra and ``DATABASE_URL``);
     see docs/cluster.md. ``MAIL_CLUSTER_BACKEND``, ``MAIL_CLUSTER_ADDRESS`` and
-    ``MAIL_CLUSTER_NAMESPACE`` and ``MAIL_CLUSTER_PUBLIC_URL`` override the file.
+    ``MAIL_CLUSTER_NAMESPACE``, ``MAIL_CLUSTER_PUBLIC_URL`` and ``MAIL_CLUSTER_WARM_POOL``
+    override the file.
     """
 
     backend: Literal["none", "ray"] = "none"
@@ -186,6 +217,55 @@ class ClusterConfig(_Section):
     # The deployment's URL as others reach it (its load balancer): what the registry and
     # interswarm messages announce instead of each front end's own host:port.
     public_url: str = ""
+    # Instance hosts kept started per worker node (imports done, database pool open), ready
+    # to adopt a new caller's instance or one whose node died; 0 starts each host on demand.
+    # Off by default: with no warm host left, a dead host's instance came back on a cold host
+    # without running its tasks again (docs/cluster.md, "Limits").
+    warm_pool: int = Field(default=0, ge=0, le=8)
+
+
+# ``MAIL_CLUSTER_*`` variables over ``[server.cluster]`` keys (mail.toml, then these, then flags).
+CLUSTER_ENV = {
+    "backend": "MAIL_CLUSTER_BACKEND",
+    "address": "MAIL_CLUSTER_ADDRESS",
+    "namespace": "MAIL_CLUSTER_NAMESPACE",
+    "public_url": "MAIL_CLUSTER_PUBLIC_URL",
+    "warm_pool": "MAIL_CLUSTER_WARM_POOL",
+}
+
+
+def apply_cluster_env(table: dict[str, Any]) -> dict[str, Any]:
+    """Override the keys of a ``[server.cluster]`` dict from ``MAIL_CLUSTER_*`` variables."""
+    for key, var in CLUSTER_ENV.items():
+        value = os.environ.get(var)
+        if value:
+            table[key] = value.strip()
+    return table
+
+
+def cluster_enabled(config: Any) -> bool:
+    cluster = getattr(config, "cluster", None)
+    return cluster is not None and cluster.backend != "none"
+
+
+class StoreConfig(_Section):
+    """``[server.store]``: where the server keeps tasks, histories, threads and attachments.
+
+    ``kind = "sqlite"`` (the default) keeps them in one SQLite file, ``path`` (empty:
+    ``data/mail.db`` next to the registry's folder); ``"memory"`` keeps nothing across a
+    restart; ``"postgres"`` uses ``DATABASE_URL`` (required then). ``DATABASE_URL`` set in
+    the environment or ./.env selects PostgreSQL for ``"sqlite"`` too; ``"memory"`` ignores it.
+    ``mail server --store`` overrides ``kind``. See docs/database.md.
+    """
+
+    kind: Literal["sqlite", "memory", "postgres"] = "sqlite"
+    path: str = ""
+
+    def database_path(self, registry_file: str) -> Path:
+        """The SQLite file: ``path``, or ``data/mail.db`` beside the registry's folder."""
+        if self.path:
+            return Path(self.path).expanduser()
+        return Path(registry_file).parent.parent / "data" / "mail.db"
 
 
 class ServerConfig(_Section):
@@ -205,6 +285,9 @@ class ServerConfig(_Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     team_tools: TeamToolsConfig = Field(default_factory=TeamToolsConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
     @property
     def base_url(self) -> str:
@@ -333,26 +416,6 @@ class MAILConfig(_Section):
     warnings: list[str] = Field(default_factory=list)
 
 
-def find_config_file() -> Path | None:
-    """Locate ``mail.toml`` (see the module docstring for the search order)."""
-    env = os.environ.get(CONFIG_ENV_VAR)
-    if env:
-        path = Path(env).expanduser()
-        if path.is_file():
-            return path
-        logger.warning(
-            "%s=%s does not name a file; falling back to the search path", CONFIG_ENV_VAR, env
-        )
-    local = Path.cwd() / CONFIG_FILE_NAME
-    if local.is_file():
-        return local
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / CONFIG_FILE_NAME
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 _cache: dict[str | None, MAILConfig] = {}
 
 
@@ -386,18 +449,13 @@ def _field_names(model: type[BaseModel]) -> set[str]:
 
 def _known_tables() -> dict[str, type[BaseModel] | None]:
     """Each table of mail.toml -> the model that reads it (None: any key is read)."""
-    try:
-        from mail.client_config import ClientConfig
-
-        client: type[BaseModel] | None = ClientConfig
-    except ImportError:  # pragma: no cover - ships with the package
-        client = None
+    client: type[BaseModel] | None = ClientConfig
     tables: dict[str, type[BaseModel] | None] = {
         "server": ServerConfig,
         "client": client,
         "stdlib": StdlibConfig,
     }
-    for name in ("swarm", "settings", "auth", "team_tools", "cluster"):
+    for name in ("swarm", "settings", "auth", "team_tools", "cluster", "store"):
         tables[f"server.{name}"] = ServerConfig.model_fields[name].annotation  # type: ignore[assignment]
     for name in ("fs", "net", "http", "mcp"):
         tables[f"stdlib.{name}"] = StdlibConfig.model_fields[name].annotation  # type: ignore[assignment]
@@ -524,8 +582,7 @@ def current_stdlib_config() -> StdlibConfig:
 def read_config_table(name: str) -> dict[str, Any]:
     """Return one top-level table of the effective file (``{}`` when absent or unreadable).
 
-    Used by ``mail.client_config.ClientConfig`` to read ``[client]`` without importing the
-    server models.
+    For callers that need one table without validating it against the models.
     """
     path = find_config_file()
     if path is None:
@@ -537,13 +594,3 @@ def read_config_table(name: str) -> dict[str, Any]:
         return {}
     table = data.get(name, {})
     return table if isinstance(table, dict) else {}
-
-
-def __getattr__(name: str) -> Any:
-    # ClientConfig is defined by the client package; resolved lazily to avoid an import cycle
-    # (mail.client_config reads [client] through read_config_table above).
-    if name == "ClientConfig":
-        from mail.client_config import ClientConfig
-
-        return ClientConfig
-    raise AttributeError(f"module 'mail.config' has no attribute {name!r}")

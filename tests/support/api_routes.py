@@ -8,6 +8,6 @@ _PAGE_PREFIXES = ("/ui", "/docs")
 
 
 def is_api_path(path: str) -> bool:
-    if path == "/openapi.json":
+    if path in ("/openapi.json", "/mcp"):  # /mcp: MCP's JSON-RPC, described in docs/mcp.md
         return False
     return not any(path == prefix or path.startswith(prefix + "/") for prefix in _PAGE_PREFIXES)

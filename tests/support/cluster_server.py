@@ -116,6 +116,9 @@ def remove_actors(namespace: str) -> int:
     """End every instance actor of ``namespace`` for good; returns how many there were."""
     import ray
 
+    from mail.cluster.warm_pool import end_pool
+
+    end_pool(ray, namespace)  # first: a directory would replace the hosts ended below
     names = [
         entry["name"]
         for entry in ray.util.list_named_actors(all_namespaces=True)
@@ -178,6 +181,7 @@ def cluster_server_class(base: type) -> type:
 
             address = ray_address()
             self.namespace = f"mx-{uuid.uuid4().hex[:10]}"
+            # The matrix runs the default (warm_pool = 0); docs/cluster.md, Limits.
             env = {"MAIL_CLUSTER_PUBLIC_URL": self.base_url, **self.env}
             if "DATABASE_URL" not in env:
                 self.database, env["DATABASE_URL"] = create_database()

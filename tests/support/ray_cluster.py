@@ -138,7 +138,9 @@ class RayTestCluster:
     def actor(self, swarm: str, kind: str, caller_id: str) -> Any:
         import ray
 
-        return ray.get_actor(f"{swarm}/{kind}/{caller_id}", namespace=self.namespace)
+        from mail.cluster.warm_pool import instance_handle
+
+        return instance_handle(ray, self.namespace, f"{swarm}/{kind}/{caller_id}")
 
     def describe(self, swarm: str, kind: str, caller_id: str) -> dict[str, Any]:
         import ray

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import logging
 import warnings
@@ -14,6 +15,9 @@ from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
+
+# Where `MAILAgentTemplate.from_example` finds the bundled example agents (``EXAMPLES``).
+EXAMPLES_MODULE = "mail.examples"
 
 logger = logging.getLogger("mail.api")
 
@@ -272,13 +276,14 @@ class MAILAgentTemplate:
     @classmethod
     def from_example(cls, name: str, comm_targets: list[str]) -> MAILAgentTemplate:
         """A bundled example agent: supervisor, weather, math, consultant or analyst."""
-        from mail.examples import EXAMPLES
-
-        spec = EXAMPLES.get(name)
+        # Looked up by name when asked for: the examples are built on this package (their
+        # actions are MAILActions), so importing them here would make a cycle.
+        examples: dict[str, Any] = importlib.import_module(EXAMPLES_MODULE).EXAMPLES
+        spec = examples.get(name)
         if spec is None:
             from mail.swarms_json import suggest
 
-            raise ValueError(f"unknown example agent '{name}'." + suggest(name, EXAMPLES))
+            raise ValueError(f"unknown example agent '{name}'." + suggest(name, examples))
         return cls(
             name=name,
             factory=spec.factory,

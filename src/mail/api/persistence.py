@@ -1,8 +1,10 @@
 """Wiring between a runtime instance and a TaskStore: write-through hooks and recovery.
 
-The runtime calls the observer hooks synchronously; they only enqueue. One drain task per
-instance hands the writes to the store in order (the store itself acknowledges at once and
-writes in the background), so agents never wait on the database.
+The runtime calls the observer hooks synchronously; they only enqueue. A store with
+`write_nowait` (the SQL stores) takes each write at once, in the hook, so a write costs no
+task switch; otherwise, or while that store's buffer is full, one drain task per instance
+awaits the store's methods in order. Either way the store acknowledges at once and writes
+in the background, so agents never wait on the database.
 """
 
 from __future__ import annotations
@@ -40,12 +42,23 @@ class StoreObserver(RuntimeObserver):
         self.persist_histories = persist_histories
         self._queue: asyncio.Queue[tuple[str, tuple[Any, ...]]] = asyncio.Queue()
         self._drain_task: asyncio.Task[None] | None = None
+        self._nowait = getattr(store, "write_nowait", None)
+        self._backlog = 0  # writes taken by the drain task and not yet handed to the store
 
     def start(self) -> None:
         if self._drain_task is None:
             self._drain_task = asyncio.create_task(self._drain())
 
     def _put(self, method: str, *args: Any) -> None:
+        # Straight to the store unless earlier writes still wait in the drain (order).
+        if self._nowait is not None and not self._backlog:
+            try:
+                if self._nowait(self.key, method, *args):
+                    return
+            except Exception:  # noqa: BLE001 - as in _drain: logged, persistence goes on
+                logger.exception("store write %s failed", method)
+                return
+        self._backlog += 1
         self._queue.put_nowait((method, args))
 
     async def _drain(self) -> None:
@@ -56,6 +69,7 @@ class StoreObserver(RuntimeObserver):
             except Exception:  # noqa: BLE001 - one bad write must not stop persistence
                 logger.exception("store write %s failed", method)
             finally:
+                self._backlog -= 1
                 self._queue.task_done()
 
     async def flush(self, timeout: float | None = None) -> bool:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar, Literal
 
 from mail.api.actions import MAILAction
 from mail.api.agents import MAILAgent
@@ -24,10 +25,16 @@ from mail.core.review import ReviewPolicy, build_policy
 from mail.core.runtime import MAILRuntime
 from mail.core.tasks import MAILTask
 
-if TYPE_CHECKING:
-    from mail.api.swarm_template import MAILSwarmTemplate
-
 logger = logging.getLogger("mail.api")
+
+# The HTTP client of agent-driven discovery: the stdlib's guarded one. The stdlib builds on
+# this package (its actions are MAILActions), so it is looked up by name, not imported.
+DISCOVERY_HTTP = "mail.stdlib.peer_http:GuardedPeerHttp"
+
+
+def _discovery_http() -> Any:
+    module, _, name = DISCOVERY_HTTP.partition(":")
+    return getattr(importlib.import_module(module), name)()
 
 
 def review_policy_for(
@@ -80,6 +87,10 @@ def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
 
 class MAILSwarm:
     """One instance of a swarm for one caller; owns a MAILRuntime."""
+
+    # MAILSwarmTemplate, set by mail.api.swarm_template: a template makes instances (it
+    # imports this module), so an instance reaches its template class through this slot.
+    template_type: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
@@ -452,11 +463,10 @@ class MAILSwarm:
         bridge = InterswarmBridge(self.runtime, router, owns_router=owns)
         # Agent-driven discovery: guarded like the stdlib http actions, this instance only.
         from mail.net.discovery import DiscoveredSwarms
-        from mail.stdlib.peer_http import GuardedPeerHttp
 
         registry = router.swarm_registry
         bridge.discovery = DiscoveredSwarms(
-            GuardedPeerHttp(),
+            _discovery_http(),
             self.name,
             lambda name: registry.get_swarm_endpoint(name) is not None,
         )
@@ -494,11 +504,9 @@ class MAILSwarm:
         return self.runtime.pending_requests
 
     # ------------------------------------------------------------------ wiring
-    def _template(self) -> MAILSwarmTemplate:
-        from mail.api.swarm_template import MAILSwarmTemplate
-
+    def _template(self) -> Any:
         names = list(self.agents)
-        return MAILSwarmTemplate(
+        return self.template_type(
             name=self.name,
             version=self.version,
             agents=[a._to_template(names) for a in self.agents.values()],
@@ -516,7 +524,8 @@ class MAILSwarm:
 
     def get_subswarm(
         self, names: list[str], name_suffix: str, entrypoint: str | None = None
-    ) -> MAILSwarmTemplate:
+    ) -> Any:
+        """A ``MAILSwarmTemplate`` of some of this instance's agents, as they are wired now."""
         return self._template().get_subswarm(names, name_suffix, entrypoint)
 
     def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mail import hooks
 from mail.api.actions import MAILAction
 from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.factory_check import check_factory_params
 from mail.api.prompts import augment_system_prompts
+from mail.api.swarm import MAILSwarm
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
 from mail.factories.demo_model import offline_model_problem
@@ -21,9 +23,6 @@ from mail.swarms_json import (
     suggest,
 )
 from mail.utils.parsing import read_python_string
-
-if TYPE_CHECKING:
-    from mail.api.swarm import MAILSwarm
 
 
 class MAILSwarmTemplate:
@@ -146,8 +145,6 @@ class MAILSwarmTemplate:
         registry_file: str | None = None,
         print_llm_streams: bool = True,
     ) -> MAILSwarm:
-        from mail.api.swarm import MAILSwarm
-
         for agent in self.agents:
             if not agent.comm_targets and not (
                 agent.can_complete_tasks and agent.enable_entrypoint
@@ -364,13 +361,18 @@ class MAILSwarmTemplate:
         }
 
     def start_server(self, port: int = 8000, host: str = "0.0.0.0", **kwargs: Any) -> None:
-        """Serve this template over HTTP (blocks)."""
-        from mail.server.app import run_server_with_template
+        """Serve this template over HTTP (blocks).
 
-        run_server_with_template(self, port=port, host=host, **kwargs)
+        The server builds on this package, so it is reached through the starter ``mail.launch``
+        installs (see mail.hooks), never imported from here.
+        """
+        hooks.start_server(self, port=port, host=host, **kwargs)
 
     def __repr__(self) -> str:
         return f"MAILSwarmTemplate(name={self.name!r}, agents={self.agent_names!r})"
+
+
+MAILSwarm.template_type = MAILSwarmTemplate
 
 
 def _add_action(

@@ -10,8 +10,11 @@ Modules:
 
 - ``settings``: the effective ``[server.cluster]`` (file, environment, flags).
 - ``host``: :class:`InstanceHost`, what runs inside an actor (no Ray import; testable alone).
-- ``ray_backend``: the Ray actor around a host and the front end's client of those actors.
+- ``actor``: the Ray actor around a host; ``ray_backend``: the front end's client of those
+  actors; ``ray_connect``: reachability and token checks before joining a cluster.
 - ``forwarding``: the front end's routes that hand requests to the backend.
+- ``warm_pool``: pre-started instance hosts per node and the directory that hands them out
+  (``[server.cluster] warm_pool``).
 
 Ray is an optional dependency (``uv sync --extra cluster``); nothing here imports it unless
 cluster mode is switched on.

@@ -22,11 +22,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from mail.server import routes_admin, routes_public
+from mail.server import handlers
 from mail.server.auth import Caller, caller_admin
-from mail.server.bodies import parse_load_swarm, read_json_object
+from mail.server.bodies import read_json_object
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 
 logger = logging.getLogger("mail.cluster")
 
@@ -159,28 +159,31 @@ router = APIRouter()
 
 @router.get("/", include_in_schema=False)
 async def root(request: Request) -> JSONBody:
-    await _shared(request).refresh(get_state(request), READ_TIMEOUT)
-    return await routes_public.root(request)
+    state = get_state(request)
+    await _shared(request).refresh(state, READ_TIMEOUT)
+    return JSONBody(handlers.root_body(state))
 
 
 @router.get("/health", include_in_schema=False)
 async def health(request: Request) -> JSONBody:
-    await _shared(request).refresh(get_state(request), READ_TIMEOUT)
-    return await routes_public.health(request)
+    state = get_state(request)
+    await _shared(request).refresh(state, READ_TIMEOUT)
+    return JSONBody(handlers.health_body(state))
 
 
 @router.post("/health", include_in_schema=False)
 async def update_health(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
-    reply = await routes_admin.update_health(request, caller)
-    await _shared(request).health_changed(get_state(request))
-    return reply
+    state = get_state(request)
+    reply = handlers.set_health(state, await read_json_object(request), caller.id)
+    await _shared(request).health_changed(state)
+    return JSONBody(reply)
 
 
 @router.post("/swarms/load", include_in_schema=False)
 async def load_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
-    shared = _shared(request)
-    await shared.refresh(get_state(request))
-    reply = await routes_admin.load_swarm(request, caller)  # validates; 400 for a bad one
-    text = parse_load_swarm(await read_json_object(request))
-    await shared.template_loaded(get_state(request), text)
-    return reply
+    shared, state = _shared(request), get_state(request)
+    await shared.refresh(state)
+    # Validates (400 for a bad document) and applies it here, then shares it.
+    reply, text = handlers.load_swarm(state, await read_json_object(request), caller.id)
+    await shared.template_loaded(state, text)
+    return JSONBody(reply)

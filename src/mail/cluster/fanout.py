@@ -22,8 +22,8 @@ from starlette.responses import Response
 from mail.cluster.host import ForwardedRequest, UnaryResponse, caller_to_dict
 from mail.server import task_listing
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 
 logger = logging.getLogger("mail.cluster")
 
@@ -35,12 +35,11 @@ async def ask_every_instance(
     instances: Any, caller: Caller, request: ForwardedRequest
 ) -> list[UnaryResponse]:
     """The answers of every live instance actor of ``instances``' namespace to ``request``."""
-    ray = instances.ray
     names = await asyncio.to_thread(instances.list_instances)
 
     async def one(name: str) -> UnaryResponse | None:
         try:
-            handle = await asyncio.to_thread(ray.get_actor, name, instances.namespace)
+            handle = await instances.lookup(name)
             reply: UnaryResponse = await asyncio.wait_for(
                 handle.unary.remote(caller_to_dict(caller), request), FAN_OUT_TIMEOUT
             )
@@ -127,11 +126,10 @@ async def task_holder(instances: Any, swarm: str, request: ForwardedRequest) -> 
     names = await asyncio.to_thread(instances.list_instances)
     if kinds is not None:
         names = [n for n in names if any(n.startswith(f"{swarm}/{kind}/") for kind in kinds)]
-    ray = instances.ray
 
     async def has(name: str) -> Any | None:
         try:
-            handle = await asyncio.to_thread(ray.get_actor, name, instances.namespace)
+            handle = await instances.lookup(name)
             found = await asyncio.wait_for(handle.has_task.remote(task_id), FAN_OUT_TIMEOUT)
         except Exception as exc:  # ending, restarting or slow: not asked
             logger.info("instance %s not asked for task %s: %s", name, task_id, type(exc).__name__)
@@ -175,12 +173,11 @@ async def admin_task_list(
     remote = [n for n in names if n.startswith(f"{swarm}/swarm/")]
     if not remote:
         return None
-    ray = instances.ray
     owned = ForwardedRequest(method="GET", path="/tasks", headers=request.headers)
 
     async def summaries(name: str) -> dict[str, Any]:
         try:
-            handle = await asyncio.to_thread(ray.get_actor, name, instances.namespace)
+            handle = await instances.lookup(name)
             reply = await asyncio.wait_for(handle.owned_unary.remote(owned), FAN_OUT_TIMEOUT)
         except Exception as exc:  # ending, restarting or slow: leave it out of the view
             logger.info("instance %s left out of /tasks: %s", name, type(exc).__name__)
@@ -212,7 +209,7 @@ async def admin_task_list(
 @router.get("/status", include_in_schema=False)
 async def status(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
     """As in one process, answered from the actors' names: no instance is made by asking."""
-    from mail.cluster.ray_backend import actor_name
+    from mail.cluster.actor import actor_name
 
     state = get_state(request)
     instances = request.app.state.cluster_backend.instances
@@ -221,7 +218,7 @@ async def status(request: Request, caller: Caller = Depends(caller_admin_or_user
     running = False
     if mine in names:
         try:
-            handle = await asyncio.to_thread(instances.ray.get_actor, mine, instances.namespace)
+            handle = await instances.lookup(mine)
             running = bool(await asyncio.wait_for(handle.loop_running.remote(), FAN_OUT_TIMEOUT))
         except Exception as exc:  # ending or restarting: not running now
             logger.info("instance %s left out of /status: %s", mine, type(exc).__name__)

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.responses import Response, StreamingResponse
 
 from mail.cluster.fanout import admin_fallback, admin_task_list, holder_stream, task_holder
-from mail.cluster.host import ForwardedRequest, UnaryResponse
-from mail.server.auth import Caller, authenticate_request
-from mail.server.routes_public import get_state
+from mail.server.auth import authenticate_request
+from mail.server.backends import ForwardedRequest, InstanceBackend, UnaryResponse
+from mail.server.handlers import get_state
 
 logger = logging.getLogger("mail.cluster")
 
@@ -48,22 +48,6 @@ _USER_ROLES = frozenset({"admin", "user"})
 _HOP_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 # Seconds a client should wait before retrying when an instance's node just failed.
 RETRY_AFTER = "2"
-
-
-class InstanceBackend(Protocol):
-    async def unary(
-        self, swarm: str, caller: Caller, request: ForwardedRequest
-    ) -> UnaryResponse: ...
-
-    def stream(
-        self, swarm: str, caller: Caller, request: ForwardedRequest
-    ) -> AsyncIterator[dict[str, Any]]: ...
-
-    async def unary_at(
-        self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
-    ) -> UnaryResponse | None: ...
-
-    def unavailable(self, exc: BaseException) -> bool: ...
 
 
 def wants_stream(path: str, body: bytes) -> bool:

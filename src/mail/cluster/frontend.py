@@ -44,12 +44,20 @@ class RayFrontEnd:
 
         self.instances = RayInstances(config, config_json=host_config_json(config))
         self.shared = SharedState(self.instances)
+        self._pool_start: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self.instances.connect)
+        if self.instances.pool is not None:
+            # In the background: making the directory and the first warm hosts starts Ray
+            # worker processes (seconds each, a minute on a loaded machine); a request that
+            # comes first gets a host started for it, as without a pool.
+            self._pool_start = asyncio.get_running_loop().create_task(self.instances.pool.start())
         await self.shared.warm()
 
     async def close(self) -> None:
+        if self._pool_start is not None and not self._pool_start.done():
+            self._pool_start.cancel()
         await asyncio.to_thread(self.instances.close)
 
     def unary(self, *args: Any) -> Any:
@@ -65,7 +73,8 @@ class RayFrontEnd:
         return self.instances.unavailable(exc)
 
 
-def install_backend(app: FastAPI, config: Any) -> None:
+def install_backend(app: FastAPI, config: Any) -> RayFrontEnd:
+    """``[server.cluster] backend = "ray"`` (see ``mail.server.backends.CLUSTER_BACKENDS``)."""
     from mail.cluster.settings import prepare_ray_environment, require_ray
 
     prepare_ray_environment(config.cluster.address, config.host)  # before Ray is imported
@@ -79,3 +88,4 @@ def install_backend(app: FastAPI, config: Any) -> None:
     app.state.cluster_shared = backend.shared
     backend.shared.app = app
     install_cluster(app, backend)
+    return backend

@@ -9,7 +9,7 @@ code and SSE event is exactly the single-process one.
 On start the host claims the next *generation* of its instance in the store (fencing: writes
 of a host that lost its node are rejected once a newer host claimed the instance), restores the
 instance from the store and starts its runtime, so tasks that were running continue before any
-request arrives. Nothing here imports Ray; ``ray_backend`` wraps a host in an actor.
+request arrives. Nothing here imports Ray; ``actor`` wraps a host in an actor.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from mail.server.auth import Caller
+from mail.server.backends import ForwardedRequest, UnaryResponse
 from mail.server.forwarded_auth import ForwardedAuthenticator
 
 logger = logging.getLogger("mail.cluster")
@@ -39,25 +39,6 @@ class InstanceClosing(RuntimeError):
     """The host is being reclaimed; the request did not run and may be sent to a new host."""
 
 
-@dataclass
-class ForwardedRequest:
-    """An HTTP request as the front end received it (already authenticated, body bounded)."""
-
-    method: str
-    path: str
-    query: bytes = b""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    body: bytes = b""
-    client: tuple[str, int] | None = None
-
-
-@dataclass
-class UnaryResponse:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-
-
 def caller_from_dict(data: dict[str, Any]) -> Caller:
     return Caller(
         role=str(data["role"]),
@@ -69,6 +50,10 @@ def caller_from_dict(data: dict[str, Any]) -> Caller:
 
 def caller_to_dict(caller: Caller) -> dict[str, Any]:
     return {"role": caller.role, "id": caller.id, "api_key": caller.api_key, "swarm": caller.swarm}
+
+
+# The caller of a warm host that has not adopted an instance yet.
+_NOBODY = Caller(role="", id="", api_key="", swarm=None)
 
 
 def instance_config_json(config_json: str) -> str:
@@ -97,14 +82,15 @@ class InstanceHost:
     def __init__(
         self,
         config_json: str,
-        caller: dict[str, Any],
+        caller: dict[str, Any] | None,
         env: dict[str, str] | None = None,
         *,
         template_json: str | None = None,
     ) -> None:
         self.config_json = config_json
         self.template_json = template_json
-        self.caller = caller_from_dict(caller)
+        # None for a warm host (``cluster.warm_pool``) until it adopts an instance.
+        self.caller: Caller = caller_from_dict(caller) if caller else _NOBODY
         self.env = dict(env or {})
         self.app: Any = None
         self.generation: int | None = None
@@ -115,10 +101,19 @@ class InstanceHost:
         self.closing = False
         # Called once when a newer host took the instance over (the owner ends this host).
         self.on_lost: Any = None
+        # Whether it was a warm host, ready before it adopted its instance (warm_pool).
+        self.adopted_warm = False
         self._auth = ForwardedAuthenticator()
-        self._auth.remember(self.caller)
+        if caller:
+            self._auth.remember(self.caller)
         self._lifespan: Any = None
+        self._prepared: asyncio.Task[None] | None = None
+        self._prepared_template: str | None = None
         self._started: asyncio.Task[None] | None = None
+
+    @property
+    def adopted(self) -> bool:
+        return self.caller is not _NOBODY
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -129,9 +124,27 @@ class InstanceHost:
         return self._started
 
     async def ready(self) -> None:
+        if not self.adopted:
+            raise InstanceClosing("this host has no instance yet")
         await asyncio.shield(self.start_soon())
 
-    async def _start(self) -> None:
+    def prepare_soon(self) -> asyncio.Task[None]:
+        """Build the application and open its store (once): everything but the instance."""
+        if self._prepared is None:
+            self._prepared = asyncio.get_running_loop().create_task(self._prepare())
+        return self._prepared
+
+    def adopt(self, caller: dict[str, Any], template_json: str | None) -> asyncio.Task[None]:
+        """Make a warm host the host of ``caller``'s instance (claim, restore, resume)."""
+        if self.adopted:
+            raise RuntimeError("this host already has an instance")
+        self.caller = caller_from_dict(caller)
+        self._auth.remember(self.caller)
+        self.template_json = template_json
+        self.adopted_warm = self._prepared is not None and self._prepared.done()
+        return self.start_soon()
+
+    async def _prepare(self) -> None:
         # The environment is the process's own (a Ray worker started with it); a host never
         # changes it, so one run in-process (tests) leaves no trace in its caller.
         from mail.cluster.owned import router as owned_router
@@ -140,16 +153,24 @@ class InstanceHost:
 
         config = ServerConfig.model_validate_json(instance_config_json(self.config_json))
         template = None
+        self._prepared_template = self.template_json
         if self.template_json:  # loaded through POST /swarms/load (deployment.SharedState)
             from mail.api import MAILSwarmTemplate
 
             template = MAILSwarmTemplate.from_swarm_json(self.template_json)
         self.app = create_app(config, authenticator=self._auth, template=template)
-        # What an admin may ask of this instance from another one (see cluster.owned).
-        self.app.state.cluster_owner = (self.caller.role, self.caller.id)
         self.app.include_router(owned_router)
         self._lifespan = self.app.router.lifespan_context(self.app)
         await self._lifespan.__aenter__()
+
+    async def _start(self) -> None:
+        await asyncio.shield(self.prepare_soon())
+        if self._prepared_template != self.template_json:  # warmed before a POST /swarms/load
+            await self.stop_app()
+            self._prepared = None
+            await asyncio.shield(self.prepare_soon())
+        # What an admin may ask of this instance from another one (see cluster.owned).
+        self.app.state.cluster_owner = (self.caller.role, self.caller.id)
         state = self.app.state.mail
         await self._claim(state)
         # Created now, so a restarted host continues its running tasks by itself.
@@ -184,10 +205,14 @@ class InstanceHost:
                 self.on_lost()
 
     async def stop(self) -> None:
-        if self._started is not None and not self._started.done():
-            self._started.cancel()
-            with contextlib.suppress(BaseException):
-                await self._started
+        for task in (self._started, self._prepared):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        await self.stop_app()
+
+    async def stop_app(self) -> None:
         if self._lifespan is not None:
             lifespan, self._lifespan = self._lifespan, None
             await lifespan.__aexit__(None, None, None)
@@ -212,7 +237,7 @@ class InstanceHost:
     def describe(self) -> dict[str, Any]:
         inst = self.instance()
         return {
-            "caller": {"role": self.caller.role, "id": self.caller.id},
+            "caller": {"role": self.caller.role, "id": self.caller.id} if self.adopted else None,
             "holder": self.holder,
             "generation": self.generation,
             "pid": os.getpid(),
@@ -220,6 +245,7 @@ class InstanceHost:
             if inst is None
             else sum(1 for t in inst.swarm.get_all_tasks().values() if t.is_running),
             "open_requests": self.open_requests,
+            "adopted_warm": self.adopted_warm,
             "fenced": self.fenced,
         }
 
@@ -227,14 +253,14 @@ class InstanceHost:
         """Whether this host's instance has the task, live or archived (creates nothing)."""
         from mail.cluster.owned import has_task
 
-        if self.closing:
+        if self.closing or not self.adopted:
             return False
         await self.ready()
         return has_task(self.app.state.mail, self.caller.role, self.caller.id, task_id)
 
     async def loop_running(self) -> bool:
         """Whether this host's instance exists and its runtime loop runs (``GET /status``)."""
-        if self.closing:
+        if self.closing or not self.adopted:
             return False
         await self.ready()
         inst = self.instance()
@@ -272,7 +298,7 @@ class InstanceHost:
         With ``durable``, each body chunk of an event stream is sent only once the store has
         the events it carries, so an event a client saw survives the loss of this host.
         """
-        if self.closing:
+        if self.closing or not self.adopted:
             raise InstanceClosing("instance reclaimed")
         await self.ready()
         self._auth.remember(caller_from_dict(caller))

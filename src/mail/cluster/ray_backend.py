@@ -19,36 +19,30 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from mail.cluster.host import (
-    ForwardedRequest,
-    InstanceClosing,
-    InstanceHost,
-    UnaryResponse,
-    caller_to_dict,
+from mail.cluster.actor import (
+    INSTANCE_CPUS,
+    InstanceActor,
+    actor_name,
+    forwarded_env,
+    is_instance_name,
+)
+from mail.cluster.host import ForwardedRequest, InstanceClosing, UnaryResponse, caller_to_dict
+from mail.cluster.ray_connect import (
+    _AUTH_SIGNS,
+    _short_temp_root,
+    _token_auth_off,
+    check_reachable,
+    head_requires_token,
 )
 from mail.cluster.settings import ClusterUnavailable, require_ray
 from mail.server.auth import Caller
-from mail.server.instances import instance_kind
 
 logger = logging.getLogger("mail.cluster")
 
-# Environment an instance host needs from its front end (the actor runs in a Ray worker).
-# SWARM_AUTH_TOKEN_*: the registry's token references (interswarm calls run in the actors).
-FORWARDED_ENV_PREFIXES = (
-    "MAIL_",
-    "LITELLM_",
-    "OPENAI_",
-    "ANTHROPIC_",
-    "AZURE_",
-    "GEMINI_",
-    "SWARM_AUTH_TOKEN_",
-)
-FORWARDED_ENV_NAMES = ("DATABASE_URL", "PYTHONPATH", "AUTH_ENDPOINT", "TOKEN_INFO_ENDPOINT")
-# Share of a CPU an instance reserves: instances wait on models and the network, not on CPU.
-INSTANCE_CPUS = 0.01
 # A dead (reclaimed) actor's name is released asynchronously; retries of a lookup race it.
 _LOOKUP_ATTEMPTS = 20
 # Seconds a front end keeps resending a call that could not reach an instance (its node died
@@ -57,173 +51,19 @@ RESTART_WINDOW = 30.0
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 # How Ray words an error for a call that never reached the actor (connection refused).
 _UNDELIVERED_SIGNS = ("failed to connect", "Connection refused", "The actor is restarting")
+# Seconds between an actor's recorded end and a call's sending before the call counts as
+# sent to an actor already dead (clocks of head and front end differ a little).
+_CLOCK_MARGIN = 0.5
+# How Ray words the death of an actor's process or node (not an end on purpose).
+_DIED_SIGNS = ("worker process has died", "node")
 
-
-def _short_temp_root() -> str | None:
-    """Where a private cluster's folder goes: Ray's socket paths must stay short (Unix
-    sockets allow ~107 bytes), so a long ``TMPDIR`` is passed over for ``/tmp``."""
-    root = tempfile.gettempdir()
-    return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
-
-
-# Seconds a front end gives a named cluster's head to accept a connection before it gives up
-# (Ray itself keeps retrying an unreachable head for minutes).
-CONNECT_TIMEOUT = 10.0
-
-
-def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """Fail at once, in one line, when a ``host:port`` (or ``ray://host:port``) head does not
-    accept connections. ``auto`` is left to Ray (it fails fast when nothing is found)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    if address in ("auto", "local", ""):
-        return
-    parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    try:
-        host, port = parts.hostname, parts.port
-    except ValueError:  # not a port: Ray gives its own error
-        return
-    if not host or not port:
-        return
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise ClusterUnavailable(
-            f"cannot reach the Ray cluster at '{address}': {exc.strerror or exc} "
-            "(is the head running? `ray start --head`; check the address and the firewall)"
-        ) from None
-
-
-def _token_auth_off() -> bool:
-    """Whether this driver runs without Ray's token authentication (False when unknown)."""
-    try:
-        from ray._raylet import (  # type: ignore[attr-defined]
-            AuthenticationMode,
-            get_authentication_mode,
-        )
-    except ImportError:  # a Ray without token authentication (< 2.52)
-        return False
-    try:
-        return bool(get_authentication_mode() != AuthenticationMode.TOKEN)
-    except Exception:  # noqa: BLE001 - private API: never fail a start over a warning
-        return False
-
-
-def forwarded_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV_NAMES
-    }
-    env.pop("MAIL_CLUSTER_BACKEND", None)
-    return env
-
-
-def _client_request(request: ForwardedRequest) -> ForwardedRequest:
-    """A client's request never reaches the host's internal routes (only ``owned_*`` do)."""
-    from mail.cluster.owned import OWNED_PREFIX
-
-    if request.path.startswith(OWNED_PREFIX):
-        raise ValueError(f"not a client route: {request.path}")
-    return request
-
-
-class InstanceActor:
-    """The body of the Ray actor: an :class:`InstanceHost` plus idle reclaim."""
-
-    def __init__(
-        self,
-        config_json: str,
-        caller: dict[str, Any],
-        env: dict[str, str],
-        cwd: str,
-        template_json: str | None = None,
-    ) -> None:
-        with contextlib.suppress(OSError):
-            os.chdir(cwd)
-        os.environ.update(env)  # already set at worker start (runtime_env); kept for clarity
-        from mail.config import ServerConfig
-
-        self.idle_timeout = ServerConfig.model_validate_json(
-            config_json
-        ).settings.instance_idle_timeout
-        self.host = InstanceHost(config_json, caller, env, template_json=template_json)
-        # Async actor: __init__ runs on the actor's event loop, so the host starts (and a
-        # restarted one resumes its tasks) without waiting for the first request.
-        self.host.start_soon()
-        self.host.on_lost = self._lost
-        self._ending: asyncio.Task[None] | None = None
-        self._reaper = (
-            asyncio.get_running_loop().create_task(self._reap()) if self.idle_timeout > 0 else None
-        )
-
-    async def ready(self) -> dict[str, Any]:
-        await self.host.ready()
-        return await self.describe()
-
-    async def describe(self) -> dict[str, Any]:
-        ray = require_ray()
-        return {**self.host.describe(), "node_id": ray.get_runtime_context().get_node_id()}
-
-    async def unary(self, caller: dict[str, Any], request: ForwardedRequest) -> UnaryResponse:
-        return await self.host.unary(caller, _client_request(request))
-
-    async def stream(
-        self, caller: dict[str, Any], request: ForwardedRequest
-    ) -> AsyncIterator[dict[str, Any]]:
-        async for message in self.host.stream(caller, _client_request(request)):
-            yield message
-
-    async def loop_running(self) -> bool:
-        return await self.host.loop_running()
-
-    async def has_task(self, task_id: str) -> bool:
-        return await self.host.has_task(task_id)
-
-    async def owned_unary(self, request: ForwardedRequest) -> UnaryResponse:
-        """An admin's request about this actor's own instance (see ``cluster.owned``)."""
-        return await self.host.unary(self.host.owner(), self.host.owned(request))
-
-    async def owned_stream(self, request: ForwardedRequest) -> AsyncIterator[dict[str, Any]]:
-        async for message in self.host.stream(self.host.owner(), self.host.owned(request)):
-            yield message
-
-    async def _reap(self) -> None:
-        interval = max(0.05, min(60.0, self.idle_timeout / 4))
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                if self.host.idle_for() >= self.idle_timeout:
-                    break
-            except Exception:  # noqa: BLE001 - a failed check must not end the reaper
-                logger.exception("checking whether instance %s is idle", self.host.caller.id)
-        logger.info("instance %s idle: ending its actor", self.host.caller.id)
-        await self._end()
-
-    def _lost(self) -> None:
-        if self._ending is None:
-            self._ending = asyncio.get_running_loop().create_task(self._end())
-
-    async def _end(self) -> None:
-        """End this actor for good (reclaimed or fenced); the next request makes a new one."""
-        self.host.closing = True  # from now on requests are refused (and sent to a new actor)
-        while self.host.open_requests:
-            await asyncio.sleep(0.01)
-        with contextlib.suppress(Exception):
-            await self.host.stop()
-        ray = require_ray()
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-
-
-def is_instance_name(name: str) -> bool:
-    """Instance actors are ``<swarm>/<kind>/<id>``; the deployment's own ones start with ``_``."""
-    return not name.startswith("_") and name.count("/") >= 2
-
-
-def actor_name(swarm: str, caller: Caller) -> str:
-    return f"{swarm}/{instance_kind(caller.role)}/{caller.id}"
+__all__ = [
+    "RESTART_WINDOW",
+    "RayInstances",
+    "actor_name",
+    "forwarded_env",
+    "is_instance_name",
+]
 
 
 class RayInstances:
@@ -246,28 +86,47 @@ class RayInstances:
         self.before_create: Any = None
         self.host = str(getattr(config, "host", "127.0.0.1"))
         self.env = forwarded_env()
+        # With a warm pool, instance hosts are handed out by the deployment's directory.
+        self.pool: Any = None
+        if config.cluster.warm_pool > 0:
+            from mail.cluster.warm_pool import PoolClient
+
+            self.pool = PoolClient(self, config.cluster.warm_pool)
 
     # -- connection ----------------------------------------------------------------------------
 
     def connect(self) -> None:
         ray = self.ray
         if not ray.is_initialized():
+            requires_token = False
             try:
                 if self.address == "local":
                     self._start_private_cluster()
                 else:
                     check_reachable(self.address)
+                    requires_token = head_requires_token(self.address)
+                    if requires_token and not self._presents_token():
+                        raise ClusterUnavailable(self._token_refused())
                     ray.init(
                         address=self.address,
                         namespace=self.namespace,
                         log_to_driver=False,
                         configure_logging=False,
                     )
-            except ConnectionError as exc:
-                raise ClusterUnavailable(
-                    f"cannot reach the Ray cluster at '{self.address}': {exc} "
-                    "(start one with `ray start --head`, or set [server.cluster] address)"
-                ) from exc
+            except ClusterUnavailable:
+                raise
+            except Exception as exc:
+                text = f"{type(exc).__name__}: {exc}"
+                if any(sign in text for sign in _AUTH_SIGNS) or requires_token:
+                    # A head that wants a token and refused ours (Ray retries, then reports
+                    # only that it could not connect).
+                    raise ClusterUnavailable(self._token_refused()) from None
+                if isinstance(exc, ConnectionError):
+                    raise ClusterUnavailable(
+                        f"cannot reach the Ray cluster at '{self.address}': {exc} "
+                        "(start one with `ray start --head`, or set [server.cluster] address)"
+                    ) from exc
+                raise
             self._connected_here = True
             if self.address != "local" and _token_auth_off():
                 logger.warning(
@@ -277,6 +136,21 @@ class RayInstances:
                     self.address,
                 )
         self._actor_class = ray.remote(InstanceActor)
+
+    @staticmethod
+    def _presents_token() -> bool:
+        from mail.cluster.settings import AUTH_MODE, ray_token_available
+
+        return os.environ.get(AUTH_MODE) == "token" and ray_token_available()
+
+    def _token_refused(self) -> str:
+        return (
+            f"the Ray cluster at '{self.address}' refused this front end's token "
+            "authentication (its token is missing or not the cluster's): export "
+            "RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN, "
+            "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) as on its head and workers; "
+            "see docs/security.md"
+        )
 
     def _start_private_cluster(self) -> None:
         """``address = "local"``: a single-node cluster of this process and for it alone.
@@ -325,7 +199,10 @@ class RayInstances:
         if handle is None:
             if self.before_create is not None:
                 await self.before_create()
-            handle = await asyncio.to_thread(self._get_or_create, name, caller)
+            if self.pool is not None:
+                handle = await self.pool.assign(name, caller_to_dict(caller), self.template_json)
+            else:
+                handle = await asyncio.to_thread(self._get_or_create, name, caller)
             self._handles[name] = handle
         return handle
 
@@ -352,15 +229,24 @@ class RayInstances:
                 )
             except ValueError as exc:  # the name of a reclaimed actor is still being released
                 last = exc
-                import time
-
                 time.sleep(0.05)
         raise ClusterUnavailable(f"cannot create instance actor {name}: {last}")
+
+    async def lookup(self, name: str) -> Any:
+        """The actor of instance ``name`` now (not cached); ValueError when it has none."""
+        if self.pool is None:
+            return await asyncio.to_thread(self.ray.get_actor, name, self.namespace)
+        handle = await self.pool.lookup(name)
+        if handle is None:
+            raise ValueError(f"no instance actor {name}")
+        return handle
 
     def forget(self, swarm: str, caller: Caller) -> None:
         self._handles.pop(actor_name(swarm, caller), None)
 
     def list_instances(self) -> list[str]:
+        if self.pool is not None:
+            return self.pool.names()
         names = self.ray.util.list_named_actors(all_namespaces=True)
         return sorted(
             n["name"]
@@ -376,7 +262,7 @@ class RayInstances:
         """The error means the instance's actor is gone or restarting (answer 503)."""
         return isinstance(exc, self.ray.exceptions.RayActorError)
 
-    def _retryable(self, exc: BaseException, idempotent: bool) -> bool:
+    def _retryable(self, exc: BaseException, idempotent: bool, sent_at: float = 0.0) -> bool:
         """Whether sending the call again is safe: it never ran, or running twice is harmless.
 
         A call never ran when the actor had ended for good (reclaimed), was closing, or was
@@ -388,10 +274,29 @@ class RayInstances:
             text = str(exc)
             return idempotent or any(sign in text for sign in _UNDELIVERED_SIGNS)
         if isinstance(exc, errors.ActorDiedError):
-            return True
+            # A pooled host is never restarted by Ray: a call in flight when its process or
+            # node died fails here, and may have run (an actor that ended on purpose refused
+            # every call before it ended).
+            if idempotent or not any(sign in str(exc) for sign in _DIED_SIGNS):
+                return True
+            return self._dead_before(exc, sent_at)
         return isinstance(exc, errors.RayTaskError) and isinstance(
             getattr(exc, "cause", None), InstanceClosing
         )
+
+    def _dead_before(self, exc: BaseException, sent_at: float) -> bool:
+        """Whether the actor had died (Ray's record of its end) before the call was sent: the
+        call then never ran (a front end learns of a host's death only by using it)."""
+        actor_id = getattr(exc, "actor_id", None)
+        if not actor_id or not sent_at:
+            return False
+        try:
+            from ray._private import state
+
+            ended = float(state.actors(actor_id=actor_id).get("EndTime") or 0) / 1000
+        except Exception:  # noqa: BLE001 - unknown: not resent
+            return False
+        return 0 < ended < sent_at - _CLOCK_MARGIN
 
     async def _retry_pause(self, attempt: int, deadline: float) -> bool:
         """Wait before the next attempt; False once the restart window is over."""
@@ -422,6 +327,11 @@ class RayInstances:
 
     async def existing(self, name: str) -> Any | None:
         handle = self._handles.get(name)
+        if handle is None and self.pool is not None:
+            handle = await self.pool.lookup(name)
+            if handle is None:
+                return None
+            self._handles[name] = handle
         if handle is None:
             try:
                 handle = await asyncio.to_thread(self.ray.get_actor, name, self.namespace)
@@ -440,12 +350,13 @@ class RayInstances:
             handle = await locate()
             if handle is None:
                 return None
+            sent_at = time.time()
             try:
                 result: UnaryResponse = await handle.unary.remote(caller_to_dict(caller), request)
                 return result
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
                 self._handles.pop(name, None)
-                if not self._retryable(exc, idempotent) or not await self._retry_pause(
+                if not self._retryable(exc, idempotent, sent_at) or not await self._retry_pause(
                     attempt, deadline
                 ):
                     raise
@@ -459,6 +370,7 @@ class RayInstances:
         attempt = 0
         while True:
             handle = await self.actor(swarm, caller)
+            sent_at = time.time()
             refs = handle.stream.remote(caller_to_dict(caller), request)
             started = finished = False
             try:
@@ -472,7 +384,7 @@ class RayInstances:
                 self.forget(swarm, caller)
                 if (
                     started
-                    or not self._retryable(exc, idempotent)
+                    or not self._retryable(exc, idempotent, sent_at)
                     or not await self._retry_pause(attempt, deadline)
                 ):
                     raise

@@ -9,30 +9,12 @@ import secrets
 import sys
 from typing import Any
 
-CLUSTER_ENV = {
-    "backend": "MAIL_CLUSTER_BACKEND",
-    "address": "MAIL_CLUSTER_ADDRESS",
-    "namespace": "MAIL_CLUSTER_NAMESPACE",
-    "public_url": "MAIL_CLUSTER_PUBLIC_URL",
-}
+# Defined with the [server.cluster] model (the server reads them without importing cluster/).
+from mail.config import CLUSTER_ENV, apply_cluster_env, cluster_enabled
 
 
 class ClusterUnavailable(RuntimeError):
     """Cluster mode was asked for but cannot run (missing extra, no database, no cluster)."""
-
-
-def apply_cluster_env(table: dict[str, Any]) -> dict[str, Any]:
-    """Override the keys of a ``[server.cluster]`` dict from ``MAIL_CLUSTER_*`` variables."""
-    for key, var in CLUSTER_ENV.items():
-        value = os.environ.get(var)
-        if value:
-            table[key] = value.strip()
-    return table
-
-
-def cluster_enabled(config: Any) -> bool:
-    cluster = getattr(config, "cluster", None)
-    return cluster is not None and cluster.backend != "none"
 
 
 # Ray reads these when it is imported (``ray._private.ray_constants``), so they are set before
@@ -48,6 +30,16 @@ _NODE_IP_FROM_NETWORK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # cluster must agree on the mode and the token.
 AUTH_MODE = "RAY_AUTH_MODE"
 AUTH_TOKEN = "RAY_AUTH_TOKEN"
+AUTH_TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
+# Where Ray looks for the token when neither variable is set (`ray get-auth-token --generate`).
+DEFAULT_TOKEN_FILE = "~/.ray/auth_token"
+
+
+def ray_token_available() -> bool:
+    """Whether a Ray token is configured for this process (variable or Ray's default file)."""
+    if os.environ.get(AUTH_TOKEN) or os.environ.get(AUTH_TOKEN_PATH):
+        return True
+    return os.path.isfile(os.path.expanduser(DEFAULT_TOKEN_FILE))
 
 
 def is_loopback(host: str) -> bool:
@@ -81,6 +73,11 @@ def prepare_ray_environment(address: str, host: str) -> dict[str, str]:
         if AUTH_MODE not in os.environ:
             os.environ[AUTH_MODE] = changed[AUTH_MODE] = "token"
             os.environ[AUTH_TOKEN] = changed[AUTH_TOKEN] = secrets.token_hex(32)
+    elif AUTH_MODE not in os.environ and ray_token_available():
+        # A shared cluster: present the token this machine has, as `ray start` does when it
+        # finds one (head, workers and front ends configured alike). RAY_AUTH_MODE=disabled
+        # keeps it off.
+        os.environ[AUTH_MODE] = changed[AUTH_MODE] = "token"
     _refresh_imported_ray()
     return changed
 
@@ -109,3 +106,14 @@ def require_ray() -> Any:
             "(or `pip install 'mail[cluster]'`)"
         ) from None
     return ray
+
+
+__all__ = [
+    "CLUSTER_ENV",
+    "ClusterUnavailable",
+    "apply_cluster_env",
+    "cluster_enabled",
+    "is_loopback",
+    "prepare_ray_environment",
+    "require_ray",
+]

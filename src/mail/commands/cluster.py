@@ -61,20 +61,28 @@ def _connect(address: str) -> Any:
 
 
 def instance_names(ray: Any, namespace: str) -> list[str]:
-    from mail.cluster.ray_backend import is_instance_name
+    from mail.cluster.actor import is_instance_name
+    from mail.cluster.warm_pool import pooled_names
 
-    return sorted(
+    named = {
         entry["name"]
         for entry in ray.util.list_named_actors(all_namespaces=True)
         if isinstance(entry, dict)
         and entry.get("namespace") == namespace
         and is_instance_name(entry["name"])
-    )
+    }
+    return sorted(named | set(pooled_names(ray, namespace)))
+
+
+def instance_handle(ray: Any, name: str, namespace: str) -> Any:
+    from mail.cluster import warm_pool
+
+    return warm_pool.instance_handle(ray, namespace, name)
 
 
 def _describe(ray: Any, name: str, namespace: str) -> dict[str, Any]:
     try:
-        handle = ray.get_actor(name, namespace=namespace)
+        handle = instance_handle(ray, name, namespace)
         info: dict[str, Any] = ray.get(handle.describe.remote(), timeout=DESCRIBE_TIMEOUT)
     except Exception as exc:  # restarting, ending or slow: say so instead of failing
         return {"name": name, "error": type(exc).__name__}
@@ -129,15 +137,23 @@ def _list(ray: Any, names: list[str], namespace: str, args: argparse.Namespace) 
 
 
 def _end(ray: Any, names: list[str], namespace: str, args: argparse.Namespace) -> int:
+    from mail.cluster.warm_pool import end_instance
+
     chosen = names if args.all else list(args.names)
     unknown = [n for n in chosen if n not in names]
     if unknown:
         return _fail(f"no instance actor named {', '.join(unknown)} in namespace '{namespace}'")
     for name in chosen:
         try:
-            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+            end_instance(ray, namespace, name)
         except ValueError:  # ended meanwhile (reclaimed)
             pass
         print(f"ended {name}")
     print(f"{len(chosen)} instance actor(s) ended in namespace '{namespace}'", file=sys.stderr)
+    if args.all:  # the warm pool too, or its directory would start hosts again
+        from mail.cluster.warm_pool import end_pool
+
+        warm = end_pool(ray, namespace)
+        if warm:
+            print(f"warm pool of namespace '{namespace}' ended", file=sys.stderr)
     return 0

@@ -1,4 +1,8 @@
-"""`mail db-init`: create (or bring up to date) the PostgreSQL tables used for persistence."""
+"""`mail db-init`: create (or bring up to date) the tables used for persistence.
+
+PostgreSQL with ``--database-url`` or ``DATABASE_URL``; otherwise the SQLite file of
+``[server.store]`` (or ``--sqlite PATH``), whose schema migrations are applied.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PostgreSQL URL to initialise (default: $DATABASE_URL, also read from ./.env)",
     )
     parser.add_argument(
+        "--sqlite",
+        metavar="PATH",
+        default=None,
+        help="SQLite file to initialise (default: [server.store] path, data/mail.db)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=10.0,
@@ -25,16 +35,45 @@ def run(args: argparse.Namespace) -> int:
 
     from mail.store import database_url_from_env
 
-    url = args.database_url or database_url_from_env()
+    url = None if args.sqlite else args.database_url or database_url_from_env()
     if not url:
-        print(
-            "Error: DATABASE_URL is not set. Set it (e.g. "
-            "postgresql://user:password@localhost:5432/mail) in the environment or in ./.env, "
-            "or pass --database-url.",
-            file=sys.stderr,
-        )
-        return 1
+        return _init_sqlite(args.sqlite)
     return asyncio.run(_init(url, args.timeout))
+
+
+def _init_sqlite(path_arg: str | None) -> int:
+    from pathlib import Path
+
+    from mail.config import load_config
+    from mail.store.sqlite_schema import applied_versions, connect, migrate
+
+    if path_arg:
+        path = Path(path_arg)
+    else:
+        server = load_config(use_cache=False).server
+        if server.store.kind != "sqlite":
+            print(
+                f'Error: [server.store] kind = "{server.store.kind}" and DATABASE_URL is not '
+                "set: nothing to initialise. Set DATABASE_URL (PostgreSQL) or pass --sqlite PATH.",
+                file=sys.stderr,
+            )
+            return 1
+        path = server.store.database_path(server.swarm.registry_file)
+    _say(f"SQLite database {path.resolve()} ...")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = connect(path)
+        try:
+            applied = migrate(conn, lambda v: _say(f"Applying schema version {v} ..."))
+            present = applied_versions(conn)
+        finally:
+            conn.close()
+    except Exception as exc:
+        print(f"Error: cannot initialise {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    state = f"{len(applied)} migration(s) applied" if applied else "already up to date"
+    _say(f"Database initialization complete (schema version {max(present)}, {state}).")
+    return 0
 
 
 def _say(text: str = "") -> None:

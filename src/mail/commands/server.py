@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cluster-address", help="Ray cluster address: auto, local or ray://...")
     parser.add_argument("--cluster-namespace", help="Ray namespace shared by the front ends")
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "memory", "postgres"),
+        help="where tasks are kept: a SQLite file (default), memory (lost on restart) "
+        "or PostgreSQL (DATABASE_URL)",
+    )
 
 
 def _fail(message: str) -> int:
@@ -95,6 +101,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
         ("cluster", "backend"): getattr(args, "cluster", None),
         ("cluster", "address"): getattr(args, "cluster_address", None),
         ("cluster", "namespace"): getattr(args, "cluster_namespace", None),
+        ("store", "kind"): getattr(args, "store", None),
     }
     for path, value in overrides.items():
         if value is None:
@@ -149,13 +156,22 @@ def _print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:
     print("\n".join(lines), flush=True)
 
 
-def _check_database() -> str | None:
-    """Problem with DATABASE_URL (one line), or None when it is unset or reachable."""
-    from mail.store import create_store, database_url_from_env
+def _check_database(cfg: Any) -> str | None:
+    """Problem with the configured store (one line), or None when it can be used.
+
+    PostgreSQL is probed here; a SQLite file is made later (`_prepare_sqlite`), once the
+    port is bound, so that a start that fails leaves nothing behind.
+    """
+    from mail.store import StoreUnavailableError, database_url_from_env, store_kind
 
     url = database_url_from_env()
-    if not url:
+    try:
+        kind = store_kind(cfg.store.kind, url)
+    except StoreUnavailableError as exc:
+        return str(exc)
+    if kind != "postgres":
         return None
+    from mail.store import create_store
 
     async def probe() -> None:
         store = create_store(url)
@@ -169,8 +185,40 @@ def _check_database() -> str | None:
     try:
         asyncio.run(probe())
     except Exception as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"cannot start persistence (DATABASE_URL): {detail}"
+        return f"cannot start persistence (DATABASE_URL): {_first_line(exc)}"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _prepare_sqlite(cfg: Any) -> str | None:
+    """Create the SQLite file or bring its schema up to date; the first start says where."""
+    from mail.store import database_url_from_env, store_kind
+    from mail.store.sqlite_schema import DatabaseInUseError, ProcessLock, connect, migrate
+
+    if store_kind(cfg.store.kind, database_url_from_env()) != "sqlite":
+        return None
+    path = cfg.store.database_path(cfg.swarm.registry_file)
+    first = not path.exists()
+    try:
+        with ProcessLock(path):  # a second server on the same file stops here
+            conn = connect(path)
+            try:
+                migrate(conn)
+            finally:
+                conn.close()
+    except DatabaseInUseError as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"cannot use the SQLite database {path}: {_first_line(exc)}"
+    if first:
+        print(
+            f"MAIL data: {path.resolve()} (SQLite; kept across restarts; "
+            "[server.store] in mail.toml or DATABASE_URL to change)",
+            flush=True,
+        )
     return None
 
 
@@ -180,10 +228,10 @@ def _check_cluster(cfg: Any) -> str | None:
         return None
     from mail.store import database_url_from_env
 
-    if not database_url_from_env():
+    if cfg.store.kind == "memory" or not database_url_from_env():
         return (
-            "cluster mode keeps instances in PostgreSQL: set DATABASE_URL "
-            '(or run without --cluster / with [server.cluster] backend = "none")'
+            "cluster mode keeps instances in PostgreSQL, not in SQLite or memory: set "
+            'DATABASE_URL (or run without --cluster / with [server.cluster] backend = "none")'
         )
     return None
 
@@ -260,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
     except (StartupError, AuthConfigError) as exc:
         return _fail(str(exc))
 
-    problem = _check_database() or _check_cluster(cfg)
+    problem = _check_cluster(cfg) or _check_database(cfg)
     if problem:
         return _fail(problem)
 
@@ -292,6 +340,10 @@ def run(args: argparse.Namespace) -> int:
             created = bootstrap_keys(keys_path)
             if created:
                 _print_bootstrap(created, keys_path, cfg.base_url)
+        problem = _prepare_sqlite(cfg)
+        if problem:
+            sock.close()
+            return _fail(problem)
     except KeyStoreError as exc:
         sock.close()
         return _fail(str(exc))
@@ -336,22 +388,14 @@ def run(args: argparse.Namespace) -> int:
     from mail.server.stream_shutdown import closing_server
 
     server = closing_server(
-        uvicorn.Config(
-            app,
-            host=cfg.host,
-            port=cfg.port,
-            log_config=None,
-            log_level=cfg.log_level.lower(),
-            access_log=cfg.access_log,
-            lifespan="on",
-            http=http_protocol(),  # httptools with request heads bounded
-            ws="none",  # no websocket routes; skips importing a websocket implementation
-            # Open requests and streams get this long to finish on SIGTERM/SIGINT.
-            timeout_graceful_shutdown=int(cfg.cluster.drain_timeout)
-            if cfg.cluster.backend != "none"
-            else 10,
-        ),
-        lambda: getattr(getattr(app.state, "mail", None), "open_streams", None),
+        app,
+        cfg,
+        log_level=cfg.log_level.lower(),
+        lifespan="on",
+        # Open requests and streams get this long to finish on SIGTERM/SIGINT.
+        timeout_graceful_shutdown=int(cfg.cluster.drain_timeout)
+        if cfg.cluster.backend != "none"
+        else 10,
     )
     logging.getLogger("mail.server").info("listening on http://%s:%d", cfg.host, cfg.port)
     if cfg.ui:

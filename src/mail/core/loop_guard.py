@@ -21,14 +21,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mail.core.message import MAILMessage
+from mail.core.runtime_ports import TaskLog
 from mail.core.system_messages import system_task_end
 from mail.core.tools import AgentToolCall
-
-if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
 
 logger = logging.getLogger("mail.runtime")
 
@@ -100,7 +98,7 @@ def _canonical(args: Any) -> str:
         return repr(args)
 
 
-def stop_task(rt: MAILRuntime, task_id: str, reason: str) -> None:
+def stop_task(rt: TaskLog, task_id: str, reason: str) -> None:
     """End a running task with a `::task_error::` response (and tell other swarms)."""
     task = rt.mail_tasks.get(task_id)
     if task is None or task.completed:
@@ -110,7 +108,7 @@ def stop_task(rt: MAILRuntime, task_id: str, reason: str) -> None:
     end_task(rt, task_id, system_task_end(rt.swarm_name, task_id, TASK_ERROR_SUBJECT, reason))
 
 
-def end_task(rt: MAILRuntime, task_id: str, response: MAILMessage) -> None:
+def end_task(rt: TaskLog, task_id: str, response: MAILMessage) -> None:
     """Complete a task that did not finish by itself (an error, a caller's timeout).
 
     Its queued messages are stashed, waiters get `response`, `is_running` turns false, and

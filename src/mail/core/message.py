@@ -42,40 +42,29 @@ class MAILRequest(TypedDict):
     routing_info: dict[str, Any] | None
 
 
-class MAILResponse(TypedDict):
+class MAILResponse(MAILRequest):
+    """The fields of a request; a response carries a fresh `request_id`."""
+
+
+class _FanoutFields(TypedDict):
+    """What broadcasts and interrupts share: one sender, many recipients."""
+
     task_id: str
-    request_id: str
     sender: MAILAddress
-    recipient: MAILAddress
+    recipients: list[MAILAddress]
     subject: str
     body: str
     sender_swarm: str | None
-    recipient_swarm: str | None
+    recipient_swarms: list[str] | None
     routing_info: dict[str, Any] | None
 
 
-class MAILBroadcast(TypedDict):
-    task_id: str
+class MAILBroadcast(_FanoutFields):
     broadcast_id: str
-    sender: MAILAddress
-    recipients: list[MAILAddress]
-    subject: str
-    body: str
-    sender_swarm: str | None
-    recipient_swarms: list[str] | None
-    routing_info: dict[str, Any] | None
 
 
-class MAILInterrupt(TypedDict):
-    task_id: str
+class MAILInterrupt(_FanoutFields):
     interrupt_id: str
-    sender: MAILAddress
-    recipients: list[MAILAddress]
-    subject: str
-    body: str
-    sender_swarm: str | None
-    recipient_swarms: list[str] | None
-    routing_info: dict[str, Any] | None
 
 
 MAILPayload = MAILRequest | MAILResponse | MAILBroadcast | MAILInterrupt

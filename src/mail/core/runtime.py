@@ -3,13 +3,21 @@
 The loop dequeues messages in priority order and hands each delivery to its own agent
 turn (an asyncio task), so different tasks, and independent agents of one task, run
 concurrently. One agent's history for one task is only touched under that pair's lock.
-The loops, delivery, turns, tool handling, resumes and manual mode live in sibling modules.
+
+MAILRuntime is a coordinator: it keeps the task book (tasks, events, waiters, turn locks,
+spawned turns) and owns the components that do the work, each given this runtime typed as
+the narrow interface it declares (see core/runtime_ports.py): `delivery` (routing, step
+limit), `turns` (agent turns, tool calls), `loops` (the scheduling loops), `submissions`
+(submit checks, continuations, resumes), `manual` (manual steps), `review` (action review),
+`loop_guard`, and `team` (team tools, when enabled). The methods below that only forward to
+a component keep the runtime's Python API (and the names other packages use) unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Coroutine
@@ -18,29 +26,34 @@ from typing import Any
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
-from mail.core.events import Description, TaskEvent, closing_event
-from mail.core.loop_guard import LoopGuard, end_task
+from mail.core.events import Description, TaskEvent
+from mail.core.loop_guard import LoopGuard
 from mail.core.mailbox import Mailbox
 from mail.core.memory import AgentMemory, InMemoryAgentMemory
-from mail.core.message import MAILMessage, utc_now_iso
+from mail.core.message import MAILMessage
 from mail.core.observer import RuntimeObserver
 from mail.core.review import ReviewPolicy
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_delivery import DeliveryMixin
-from mail.core.runtime_loops import LoopMixin, RunMode
-from mail.core.runtime_manual import ManualMixin
-from mail.core.runtime_resume import ResumeMixin, TaskSubmitError
+from mail.core.runtime_delivery import Delivery
+from mail.core.runtime_loops import LoopRunner, RunMode
+from mail.core.runtime_manual import ManualStepper
+from mail.core.runtime_ports import TurnContext
+from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
-from mail.core.runtime_turns import TurnMixin
-from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
+from mail.core.runtime_turns import TurnRunner
+from mail.core.runtime_waiting import TaskWaiters
+from mail.core.system_messages import system_task_end
 from mail.core.tasks import RUNTIME_EVENTS, MAILTask, state_for_answer
+from mail.core.tools import AgentToolCall
+from mail.telemetry.budget import BUDGET_SUBJECT
+from mail.telemetry.meter import TaskMeter
 
 logger = logging.getLogger("mail.runtime")
 
 DEFAULT_MAX_MESSAGE_BODY = 1024 * 1024
 
 
-class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin):
+class MAILRuntime:
     """The runtime of one swarm instance (one user, admin, or remote swarm)."""
 
     def __init__(
@@ -77,7 +90,6 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         self._observer: RuntimeObserver = observer or RuntimeObserver()
         self._observing = type(self._observer) is not RuntimeObserver
         self.interswarm: Any = None  # set by the interswarm layer when enabled
-        self.review = ActionReviewer(self, review_policy)  # human review of actions
         self.team: Any = None  # TeamService when an agent opted into team tools
         # async (history, ratio, model) -> bool; shrinks a history in place (manual_step)
         self.context_compressor: Any = None
@@ -93,45 +105,48 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         # Events of the runtime itself (shutdown, loop cancelled), not of any task: kept here
         # under the id "*" and never stored, so no pseudo-task exists in memory or a store.
         self.runtime_events: list[TaskEvent] = []
-        self.manual_message_buffer: dict[str, list[MAILMessage]] = {}
-        self.manual_return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
         # messages delivered to an agent of a task, waiting for its next turn
         self.inboxes = AgentInboxes(batch=batch_delivery)
         # pending work of running tasks, kept while a store is attached (runtime_durable)
         self.journal: Any = None
-        # ids of queued agent messages whose recipients a tool handler already checked
-        self._prechecked: set[str] = set()
-        # agent -> (its function, the tools it was offered); see TurnMixin.offered_tools
-        self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
 
         # Longest message body (characters) a caller or an agent may send; None = no cap.
         self.max_message_body: int | None = DEFAULT_MAX_MESSAGE_BODY
         self.max_steps: int | None = None
         self.default_max_steps: int | None = None  # limit of loops started by post_message
-        self._step_counts: dict[str, int] = {}
-        self._step_limits: dict[str, int | None] = {}
         self.mode: RunMode = "continuous"
         self.action_override: ActionOverrideFunction | None = None
         # Turn bound and repeated-failure stop per task (see core/loop_guard.py).
         self.loop_guard = LoopGuard()
+        # Spans, model-call records and budgets of the tasks (mail.telemetry.meter).
+        self.meter = TaskMeter(
+            self._emit,
+            self._pause_for_budget,
+            lambda t: self.mail_tasks.get(t),
+            lambda: self.swarm_name,
+        )
 
-        self._waiters: dict[str, list[asyncio.Future[MAILMessage]]] = {}
         # "{task}::{agent}" -> waiters for that agent's next turn on that task (present = busy)
         self._turn_gates: dict[str, collections.deque[asyncio.Future[None]]] = {}
         self._turns: set[asyncio.Task[Any]] = set()
-        self._background: set[asyncio.Task[Any]] = set()  # tasks the runtime started, held
         # task id -> its spawned turns; a turn stays here until its done callback has run
         self._turns_by_task: dict[str, set[asyncio.Task[Any]]] = {}
         self._idle = asyncio.Event()
         self._idle.set()
-        self._loop_running = False
-        self._stop_serving = False
-        self._ephemeral_task: asyncio.Task[None] | None = None
-        self._ephemeral_stopping: asyncio.Task[None] | None = None
-        self._ephemeral_saved: tuple[int | None, ActionOverrideFunction | None] = (None, None)
-        self._ephemeral_users = 0
-        self._continuous = False
         self._shutdown = False
+
+        # The components, each given this runtime as the interface it declares.
+        self.delivery = Delivery(self, self.inboxes)
+        self.turns = TurnRunner(self, self.inboxes)
+        self.loops = LoopRunner(self)
+        self.submissions = Submissions(self, self.delivery.steps)
+        self.manual = ManualStepper(self)
+        self.waiters = TaskWaiters(self)  # callers waiting for a task's answer
+        self.review = ActionReviewer(self, review_policy)  # human review of actions
+        # Shared with the components that own them (same objects, no copies).
+        self._prechecked = self.delivery.prechecked
+        self.manual_message_buffer = self.manual.message_buffer
+        self.manual_return_messages = self.manual.return_messages
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
         for name, agent in self.agents.items():
@@ -183,6 +198,7 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
                 task.add_contributor(self.this_owner)
             self.mail_tasks[task_id] = task
             self.observer.task_changed(task)
+            self.meter.task_started(task_id)
         return task
 
     def _emit(
@@ -219,7 +235,7 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
 
     @property
     def pending_requests(self) -> dict[str, asyncio.Future[MAILMessage]]:
-        return {t: futs[0] for t, futs in self._waiters.items() if futs}
+        return {t: futs[0] for t, futs in self.waiters.futures.items() if futs}
 
     def history_for(self, task_id: str, agent_name: str) -> list[dict[str, Any]]:
         return self.agent_histories.setdefault(f"{task_id}::{agent_name}", [])
@@ -259,18 +275,23 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         task.mark_complete(state_for_answer(response["message"].get("subject")))
         task.response = response  # type: ignore[assignment]
         self.response_messages[task_id] = response
-        self._step_counts.pop(task_id, None)
-        self._step_limits.pop(task_id, None)
+        self.delivery.steps.forget(task_id)
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
+        self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
         self.observer.task_changed(task)
         self.observer.response_set(task_id, response)  # type: ignore[arg-type]
         self.observer.queue_stashed(task_id, list(task.task_message_queue))
-        for future in self._waiters.pop(task_id, []):
-            if not future.done():
-                future.set_result(response)
+        self.waiters.resolve(task_id, response)
         task.wake()
         logger.debug("task %s completed", task_id)
+
+    def _pause_for_budget(self, task_id: str, why: str) -> None:
+        """The task spent its token/cost budget: answer the caller and wait for a raise."""
+        body = f"The task was paused: {why}. Continue it with a higher budget."
+        self._complete_task(
+            task_id, system_task_end(self.swarm_name, task_id, BUDGET_SUBJECT, body)
+        )
 
     # ------------------------------------------------------------------ submission
     def submit(self, message: MAILMessage) -> None:
@@ -279,16 +300,15 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         self.mailbox.put(message)
 
     def _add_waiter(self, task_id: str) -> asyncio.Future[MAILMessage]:
-        future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(task_id, []).append(future)
-        return future
+        return self.waiters.add(task_id)
 
     def _drop_waiter(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
-        futures = self._waiters.get(task_id)
-        if futures and future in futures:
-            futures.remove(future)
-            if not futures:
-                del self._waiters[task_id]
+        self.waiters.drop(task_id, future)
+
+    def _submit_for_task(
+        self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
+    ) -> None:
+        self.submissions.submit_for_task(message, resume_from, kwargs)
 
     async def submit_and_wait(
         self,
@@ -298,31 +318,9 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         **kwargs: Any,
     ) -> MAILMessage:
         """Submit and wait for the task's final response (or a system error response)."""
-        task_id = message["message"]["task_id"]
-        future = self._add_waiter(task_id)
-        try:
-            self._submit_for_task(message, resume_from, kwargs)
-            async with asyncio.timeout(timeout):
-                response = await future
-            body = response["message"]["body"]
-            self._emit(task_id, "task_complete", lambda: f"response: '{body}'")
-            return response
-        except TaskSubmitError as exc:
-            if exc.status != 409:
-                # A refused conflicting submission is not an event of the (running) task.
-                self._emit(task_id, "task_error", f"error for task: {exc}")
-            return system_task_end(self.swarm_name, task_id, "::task_error::", task_error_body(exc))
-        except TimeoutError:
-            self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
-            response = system_task_end(
-                self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
-            )
-            end_task(self, task_id, response)  # the caller has its answer: stop the task
-            return response
-        finally:
-            self._drop_waiter(task_id, future)
+        return await self.waiters.submit_and_wait(message, timeout, resume_from, kwargs)
 
-    async def submit_and_stream(
+    def submit_and_stream(
         self,
         message: MAILMessage,
         timeout: float = 3600.0,
@@ -335,69 +333,15 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
         The final event is `task_complete` with the response body, or `task_error`.
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
         """
-        task_id = message["message"]["task_id"]
-        existing = self.mail_tasks.get(task_id)
-        index = len(existing.events) if existing else 0
-        future = self._add_waiter(task_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        try:
-            try:
-                self._submit_for_task(message, resume_from, kwargs)
-            except TaskSubmitError as exc:
-                yield closing_event("task_error", task_id, str(exc))
-                return
-            task = self.mail_tasks[task_id]
-            while True:
-                while index < len(task.events):
-                    yield task.events[index]
-                    index += 1
-                if future.done():
-                    break
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    for event in task.events[index:]:
-                        yield event
-                    # Recorded on the task; the stream gets one task_error frame, the final one.
-                    self._emit(task_id, "task_error", f"timeout for task '{task_id}'")
-                    # The caller has its answer: the task stops (is_running false, peers told).
-                    end_task(
-                        self,
-                        task_id,
-                        system_task_end(
-                            self.swarm_name, task_id, "::task_timeout::", task_timeout_body()
-                        ),
-                    )
-                    yield closing_event("task_error", task_id, task_timeout_body())
-                    return
-                signal = task.event_signal()
-                try:
-                    # asyncio.timeout, not wait_for: no extra task per wait (3.11)
-                    async with asyncio.timeout(min(ping_interval, remaining)):
-                        await signal.wait()
-                except TimeoutError:
-                    if index >= len(task.events) and not future.done():
-                        yield TaskEvent(
-                            "ping",
-                            task_id,
-                            "",
-                            raw_payload={"timestamp": utc_now_iso(), "task_id": task_id},
-                        )
-            while index < len(task.events):
-                yield task.events[index]
-                index += 1
-            response = future.result()
-            yield closing_event("task_complete", task_id, response["message"]["body"])
-        finally:
-            self._drop_waiter(task_id, future)
+        return self.waiters.submit_and_stream(message, timeout, resume_from, ping_interval, kwargs)
 
     def _dispatch(self, message: MAILMessage) -> None:
         task_id = message["message"]["task_id"]
         if message["msg_type"] == "broadcast_complete":
             self._complete_task(task_id, message)
             return
-        message = self._apply_step_limit(message)
-        self._process_message(message)
+        delivery = self.delivery
+        delivery.process_message(delivery.apply_step_limit(message))
 
     # ------------------------------------------------------------------ turns bookkeeping
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -468,14 +412,153 @@ class MAILRuntime(LoopMixin, DeliveryMixin, TurnMixin, ResumeMixin, ManualMixin)
                 turn.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        for futures in self._waiters.values():
-            for future in futures:
-                if not future.done():
-                    future.set_result(
-                        system_task_end(
-                            self.swarm_name,
-                            "null",
-                            "::shutdown_requested::",
-                            "The runtime was shut down before the task completed.",
-                        )
-                    )
+        self.waiters.release_all(
+            system_task_end(
+                self.swarm_name,
+                "null",
+                "::shutdown_requested::",
+                "The runtime was shut down before the task completed.",
+            )
+        )
+
+    # ------------------------------------------------------------------ loops (self.loops)
+    async def run_continuous(
+        self,
+        max_steps: int | None = None,
+        action_override: ActionOverrideFunction | None = None,
+        mode: RunMode = "continuous",
+    ) -> None:
+        """Serve the mailbox until shutdown (see `LoopRunner.run_continuous`)."""
+        await self.loops.run_continuous(max_steps, action_override, mode)
+
+    async def run(self, action_override: ActionOverrideFunction | None = None) -> None:
+        await self.loops.run(action_override)
+
+    async def run_task(
+        self,
+        message: MAILMessage,
+        action_override: ActionOverrideFunction | None = None,
+        resume_from: str | None = None,
+        max_steps: int | None = None,
+        timeout: float = 3600.0,
+        **kwargs: Any,
+    ) -> MAILMessage:
+        """Run the loop only until `message`'s task completes; return its response."""
+        return await self.loops.run_task(
+            message, action_override, resume_from, max_steps, timeout, **kwargs
+        )
+
+    def ephemeral_loop(
+        self,
+        max_steps: int | None = None,
+        action_override: ActionOverrideFunction | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Serve the mailbox for the duration of the block unless a continuous loop runs."""
+        return self.loops.ephemeral_loop(max_steps, action_override)
+
+    def _dispatch_pending(self) -> None:
+        self.loops.dispatch_pending()
+
+    def _open_waiters(self) -> list[asyncio.Future[MAILMessage]]:
+        return self.waiters.open()
+
+    @property
+    def _loop_running(self) -> bool:
+        return self.loops.loop_running
+
+    @property
+    def _stop_serving(self) -> bool:
+        return self.loops.stop_serving
+
+    @property
+    def _ephemeral_task(self) -> asyncio.Task[None] | None:
+        return self.loops.ephemeral_task
+
+    @property
+    def _ephemeral_users(self) -> int:
+        return self.loops.ephemeral_users
+
+    # ------------------------------------------------------------------ delivery
+    def _is_local_swarm(self, swarm: str | None) -> bool:
+        return swarm is None or swarm == "" or swarm == self.swarm_name
+
+    def disallowed_targets(self, sender: str, targets: list[str]) -> list[str]:
+        """Targets that `sender`'s comm_targets do not allow (`all` is always allowed)."""
+        return self.delivery.disallowed_targets(sender, targets)
+
+    def _start_turn(self, task_id: str, agent_name: str) -> None:
+        """A turn of `agent_name` that takes what waits in its inbox."""
+        self._spawn(task_id, self.turns.run_turn(task_id, agent_name, None, None))
+
+    # ------------------------------------------------------------------ turns (self.turns)
+    def _run_turn(
+        self, task_id: str, agent_name: str, message: MAILMessage | None, tool_choice: Any
+    ) -> Coroutine[Any, Any, None]:
+        return self.turns.run_turn(task_id, agent_name, message, tool_choice)
+
+    async def _handle_call(self, ctx: TurnContext, call: AgentToolCall) -> None:
+        await self.turns.handle_call(ctx, call)
+
+    def _turn_failed(self, ctx: TurnContext, current: AgentToolCall | None, exc: Exception) -> None:
+        self.turns.turn_failed(ctx, current, exc)
+
+    def _pause_at_breakpoint(
+        self, task_id: str, agent_name: str, calls: list[AgentToolCall]
+    ) -> None:
+        self.turns.pause_at_breakpoint(task_id, agent_name, calls)
+
+    def _save_history(self, task_id: str, agent_name: str) -> None:
+        self.turns.save_history(task_id, agent_name)
+
+    def offered_tools(self, agent_name: str) -> tuple[frozenset[str], bool]:
+        """The tools `agent_name` was offered (the tools it may call); True when exact."""
+        return self.turns.offered_tools(agent_name)
+
+    def _turn_held(self, key: str) -> bool:
+        """Whether a turn holds (or waits for) the lock of `key` ("{task}::{agent}")."""
+        return key in self._turn_gates
+
+    # ------------------------------------------------------------------ submissions
+    def _resume_task(self, task_id: str) -> None:
+        self.submissions.resume_task(task_id)
+
+    def check_submission(
+        self, task_id: str, resume_from: str | None, kwargs: dict[str, Any]
+    ) -> None:
+        """Raise the TaskSubmitError this submission would meet; change nothing."""
+        self.submissions.check_submission(task_id, resume_from, kwargs)
+
+    def pending_breakpoints(self, task_id: str) -> list[dict[str, Any]]:
+        """The breakpoint calls `task_id` is paused on (empty when it is not paused)."""
+        return self.submissions.pending_breakpoints(task_id)
+
+    # ------------------------------------------------------------------ manual mode
+    async def await_queue_empty(self) -> None:
+        """Wait until nothing is queued and no turn is running (no race with delivery)."""
+        await self.await_idle()
+
+    async def submit_message_nowait(self, message: MAILMessage) -> None:
+        self.submit(message)
+
+    async def manual_step(
+        self,
+        task_id: str,
+        target: str,
+        response_targets: list[str] | None = None,
+        response_type: str = "broadcast",
+        payload: str | None = None,
+        dynamic_ctx_ratio: float = 0.0,
+        _llm: str | None = None,
+        _system: str | None = None,
+    ) -> MAILMessage:
+        """Show `target` its buffered messages (+ payload) and return what it says."""
+        return await self.manual.manual_step(
+            task_id,
+            target,
+            response_targets,
+            response_type,
+            payload,
+            dynamic_ctx_ratio,
+            _llm,
+            _system,
+        )

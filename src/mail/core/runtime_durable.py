@@ -34,13 +34,13 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
+from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
-
-if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
+from mail.core.runtime_batching import AgentInboxes
+from mail.core.runtime_ports import TaskLog
 
 logger = logging.getLogger("mail.runtime")
 
@@ -58,10 +58,30 @@ def is_journal_key(key: str) -> bool:
     return key.endswith(JOURNAL_SUFFIX)
 
 
+class JournalHost(TaskLog, Protocol):
+    """What the journal uses of the runtime."""
+
+    journal: Any
+
+    @property
+    def mailbox(self) -> Mailbox: ...
+    @property
+    def inboxes(self) -> AgentInboxes: ...
+    @property
+    def agent_histories(self) -> dict[str, list[dict[str, Any]]]: ...
+
+    def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+    def _run_turn(
+        self, task_id: str, agent_name: str, message: MAILMessage | None, tool_choice: Any
+    ) -> Coroutine[Any, Any, None]: ...
+    def _add_waiter(self, task_id: str) -> asyncio.Future[MAILMessage]: ...
+    def _drop_waiter(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None: ...
+
+
 class TaskJournal:
     """In-memory image of every task's pending work, mirrored to the store."""
 
-    def __init__(self, runtime: MAILRuntime, write: JournalWriter) -> None:
+    def __init__(self, runtime: JournalHost, write: JournalWriter) -> None:
         self.runtime = runtime
         self._write = write
         # task_id -> entry id -> entry (insertion ordered)
@@ -88,16 +108,16 @@ class TaskJournal:
     # ------------------------------------------------------------------ hooks (hot path)
     def queued(self, seq: int, priority: int, message: MAILMessage) -> None:
         """The mailbox accepted a message."""
-        entry: dict[str, Any] = {
-            "kind": "mailbox",
-            "priority": priority,
-            "seq": seq,
-            "message": message,
-        }
+        entry = self._entry("mailbox", priority, seq, message)
+        self._add(message["message"]["task_id"], f"m{seq}", entry)
+
+    def _entry(self, kind: str, priority: int, seq: int, message: MAILMessage) -> dict[str, Any]:
+        """A journal entry for queued work, with the turn that produced it (if any)."""
+        entry: dict[str, Any] = {"kind": kind, "priority": priority, "seq": seq, "message": message}
         origin = self._current_turn()
         if origin is not None:
             entry["origin"] = origin
-        self._add(message["message"]["task_id"], f"m{seq}", entry)
+        return entry
 
     def popped(self, seq: int, message: MAILMessage) -> None:
         """The mailbox handed a message to the loop (its deliveries are recorded next)."""
@@ -111,16 +131,8 @@ class TaskJournal:
     def delivered(self, key: str, seq: int, priority: int, message: MAILMessage) -> None:
         """A message reached an agent's inbox (``key`` is ``task::agent``)."""
         task_id, agent = key.split("::", 1)
-        entry: dict[str, Any] = {
-            "kind": "inbox",
-            "agent": agent,
-            "priority": priority,
-            "seq": seq,
-            "message": message,
-        }
-        origin = self._current_turn()
-        if origin is not None:
-            entry["origin"] = origin
+        entry = self._entry("inbox", priority, seq, message)
+        entry["agent"] = agent
         self._add(task_id, f"i{key}#{seq}", entry)
 
     def taken(self, key: str, seqs: list[int]) -> None:

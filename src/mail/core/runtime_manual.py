@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
+from mail.core.agents import AgentCore
 from mail.core.message import (
     ALL_AGENTS,
     MAILMessage,
@@ -13,9 +15,7 @@ from mail.core.message import (
     make_message,
     make_request,
 )
-
-if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
+from mail.core.runtime_ports import TaskLog, TurnLocks
 
 MANUAL_STEP_SUBJECT = "::manual_step::"
 
@@ -44,18 +44,33 @@ def render_buffer(messages: list[MAILMessage]) -> str:
     return "\n\n\n".join(blocks)
 
 
-class ManualMixin:
-    """manual_step and friends (mixed into MAILRuntime)."""
+class ManualHost(TaskLog, TurnLocks, Protocol):
+    """What manual steps use of the runtime."""
 
-    async def await_queue_empty(self: MAILRuntime) -> None:
-        """Wait until nothing is queued and no turn is running (no race with delivery)."""
-        await self.await_idle()
+    @property
+    def agents(self) -> dict[str, AgentCore]: ...
+    @property
+    def context_compressor(self) -> Any: ...
 
-    async def submit_message_nowait(self: MAILRuntime, message: MAILMessage) -> None:
-        self.submit(message)
+    async def await_idle(self) -> None: ...
+    async def await_task_idle(self, task_id: str, poll: float = 0.01) -> None: ...
+    def _run_turn(
+        self, task_id: str, agent_name: str, message: MAILMessage | None, tool_choice: Any
+    ) -> Coroutine[Any, Any, None]: ...
+
+
+class ManualStepper:
+    """Manual mode: the messages buffered per agent, and `manual_step`."""
+
+    def __init__(self, host: ManualHost) -> None:
+        self.host = host
+        # "{task}::{agent}" -> messages delivered in manual mode, shown at its next step
+        self.message_buffer: dict[str, list[MAILMessage]] = {}
+        # "{task}::{agent}" -> the step waiting for that agent's text answer
+        self.return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
 
     async def manual_step(
-        self: MAILRuntime,
+        self,
         task_id: str,
         target: str,
         response_targets: list[str] | None = None,
@@ -66,24 +81,25 @@ class ManualMixin:
         _system: str | None = None,
     ) -> MAILMessage:
         """Show `target` its buffered messages (+ payload) and return what it says."""
+        rt = self.host
         if response_type not in ("broadcast", "response", "request"):
             raise ValueError(f"invalid response_type '{response_type}'")
         if response_type != "broadcast" and not response_targets:
             raise ValueError(f"response_type '{response_type}' requires response_targets")
         targets = list(response_targets or [ALL_AGENTS])
-        await self.await_idle()
-        if target not in self.agents:
+        await rt.await_idle()
+        if target not in rt.agents:
             raise ValueError(f"unknown agent target: '{target}'")
         for name in targets:
-            if name != ALL_AGENTS and name not in self.agents:
+            if name != ALL_AGENTS and name not in rt.agents:
                 raise ValueError(f"unknown agent response target: '{name}'")
         key = f"{task_id}::{target}"
-        buffered = self.manual_message_buffer.pop(key, [])
+        buffered = self.message_buffer.pop(key, [])
         text = render_buffer(buffered)
         if payload:
             text = f"{text}\n\n\n{payload}" if text else payload
         body = text.rstrip()
-        self._ensure_task(task_id)
+        rt._ensure_task(task_id)
         request = make_request(
             task_id,
             create_system_address("system"),
@@ -97,20 +113,20 @@ class ManualMixin:
         )
         message = make_message(request, "buffered")
         future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
-        self.manual_return_messages[key] = future
-        if dynamic_ctx_ratio > 0 and _llm and self.context_compressor is not None:
+        self.return_messages[key] = future
+        if dynamic_ctx_ratio > 0 and _llm and rt.context_compressor is not None:
             turn_key = f"{task_id}::{target}"
-            await self._acquire_turn(turn_key)
+            await rt._acquire_turn(turn_key)
             try:
-                await self.context_compressor(
-                    self.history_for(task_id, target), dynamic_ctx_ratio, _llm
+                await rt.context_compressor(
+                    rt.history_for(task_id, target), dynamic_ctx_ratio, _llm
                 )
             finally:
-                self._release_turn(turn_key)
-        overrides = _apply_overrides(self.agents[target].function, _llm, _system)
+                rt._release_turn(turn_key)
+        overrides = _apply_overrides(rt.agents[target].function, _llm, _system)
         try:
-            self._spawn(task_id, self._run_turn(task_id, target, message, "auto"))
-            idle: asyncio.Task[None] = asyncio.create_task(self.await_task_idle(task_id))
+            rt._spawn(task_id, rt._run_turn(task_id, target, message, "auto"))
+            idle: asyncio.Task[None] = asyncio.create_task(rt.await_task_idle(task_id))
             try:
                 pending: set[asyncio.Future[Any]] = {future, idle}
                 await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -120,7 +136,7 @@ class ManualMixin:
                 return future.result()
             # Everything this step set off has finished and the agent never answered in
             # text (it only called tools, or it failed): say so instead of waiting forever.
-            task = self.mail_tasks.get(task_id)
+            task = rt.mail_tasks.get(task_id)
             errors = [
                 e.description for e in (task.events if task else []) if e.event == "agent_error"
             ]
@@ -129,8 +145,8 @@ class ManualMixin:
                 f"agent '{target}' ended its manual step without text output{detail}"
             )
         finally:
-            self.manual_return_messages.pop(key, None)
-            _restore_overrides(self.agents[target].function, overrides)
+            self.return_messages.pop(key, None)
+            _restore_overrides(rt.agents[target].function, overrides)
 
 
 _OVERRIDABLE = {"_llm": "llm", "_system": "system"}

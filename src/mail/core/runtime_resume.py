@@ -1,18 +1,23 @@
-"""Submitting into a task: new tasks, multi-turn reuse, and the two resume forms."""
+"""Submitting into a task: new tasks, multi-turn reuse, and the resume forms (`Submissions`)."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from mail.core.agents import AgentCore
+from mail.core.mailbox import Mailbox
+from mail.core.message import MAILMessage
 from mail.core.review import ReviewDecisionError
+from mail.core.runtime_ports import TaskLog, TurnLocks
 from mail.core.system_messages import system_broadcast
 from mail.core.tasks import TaskState
+from mail.telemetry.budget import BudgetError
 
 if TYPE_CHECKING:
-    from mail.core.message import MAILMessage
-    from mail.core.runtime import MAILRuntime
+    from mail.core.runtime_delivery import StepBudget
     from mail.core.tasks import MAILTask
+    from mail.telemetry.meter import TaskMeter
 
 RESUME_FORMS = ("user_response", "breakpoint_tool_call", "action_review")
 BREAKPOINT_ANSWERED_BY_MESSAGE = (
@@ -73,54 +78,96 @@ def parse_max_steps(value: Any) -> int | None:
     return value or None
 
 
-class ResumeMixin:
-    """Task submission semantics (mixed into MAILRuntime)."""
+class Reviewing(Protocol):
+    """The submit side of action review (`ActionReviewer`)."""
 
-    def _submit_for_task(
-        self: MAILRuntime, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
+    def check_submit(self, task_id: str, resume_from: str | None) -> None: ...
+    def validate(self, task_id: str, raw_decisions: Any) -> Any: ...
+    def resume(self, task_id: str, kwargs: dict[str, Any]) -> None: ...
+
+
+class ResumeHost(TaskLog, TurnLocks, Protocol):
+    """What submissions use of the runtime."""
+
+    @property
+    def meter(self) -> TaskMeter: ...
+
+    @property
+    def agents(self) -> dict[str, AgentCore]: ...
+    @property
+    def mailbox(self) -> Mailbox: ...
+    @property
+    def review(self) -> Reviewing: ...
+    @property
+    def response_messages(self) -> dict[str, MAILMessage]: ...
+    @property
+    def max_message_body(self) -> int | None: ...
+    @property
+    def last_breakpoint_caller(self) -> dict[str, str]: ...
+    @property
+    def last_breakpoint_tool_calls(self) -> dict[str, list[Any]]: ...
+    @property
+    def _shutdown(self) -> bool: ...
+
+    def submit(self, message: MAILMessage) -> None: ...
+    def _turn_held(self, key: str) -> bool: ...
+
+
+class Submissions:
+    """Task submission semantics: checks, continuations, and the resume forms."""
+
+    def __init__(self, host: ResumeHost, steps: StepBudget) -> None:
+        self.host = host
+        self.steps = steps
+
+    def submit_for_task(
+        self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
     ) -> None:
+        rt = self.host
         task_id = message["message"]["task_id"]
-        if self._shutdown:
+        if rt._shutdown:
             raise TaskSubmitError("the runtime is shut down")
-        limit = self.max_message_body
+        limit = rt.max_message_body
         body = message["message"]["body"]
         if limit and isinstance(body, str) and len(body) > limit:
             raise MessageTooLargeError(message_too_large(len(body), limit))
         self.check_submission(task_id, resume_from, kwargs)
         if "max_steps" in kwargs:
-            self._step_limits[task_id] = parse_max_steps(kwargs["max_steps"])
+            self.steps.limits[task_id] = parse_max_steps(kwargs["max_steps"])
+        rt.meter.submitted(task_id, kwargs)
         if resume_from is None:
-            task = self.mail_tasks.get(task_id)
+            task = rt.mail_tasks.get(task_id)
             if task is not None and task.completed:
                 # A new message on a finished task continues it (multi-turn).
-                self._resume_task(task_id)
-            self.submit(message)
+                self.resume_task(task_id)
+            rt.submit(message)
         elif resume_from == "user_response":
-            self._resume_task(task_id)
-            self.submit(message)
+            self.resume_task(task_id)
+            rt.submit(message)
         elif resume_from == "breakpoint_tool_call":
-            self._resume_breakpoint(task_id, kwargs)
+            self.resume_breakpoint(task_id, kwargs)
         elif resume_from == "action_review":
-            self.review.resume(task_id, kwargs)
+            rt.review.resume(task_id, kwargs)
         else:
             raise TaskSubmitError(
                 f"invalid resume_from '{resume_from}': expected one of {', '.join(RESUME_FORMS)}"
             )
 
-    def _resume_task(self: MAILRuntime, task_id: str) -> None:
-        task = self.mail_tasks[task_id]
+    def resume_task(self, task_id: str) -> None:
+        rt = self.host
+        task = rt.mail_tasks[task_id]
         if task.state is TaskState.WAITING_FOR_BREAKPOINT:
             # Continued by a message rather than a breakpoint resume: close the pause.
-            self._close_breakpoint_pause(task_id)
-        self._step_counts.pop(task_id, None)
-        self.response_messages.pop(task_id, None)
+            self.close_breakpoint_pause(task_id)
+        self.steps.counts.pop(task_id, None)
+        rt.response_messages.pop(task_id, None)
         task.resume()
         task.response = None
-        self.mailbox.load(task.queue_take())
-        self.observer.task_changed(task)
-        self.observer.queue_stashed(task_id, [])
+        rt.mailbox.load(task.queue_take())
+        rt.observer.task_changed(task)
+        rt.observer.queue_stashed(task_id, [])
 
-    def _close_breakpoint_pause(self: MAILRuntime, task_id: str) -> None:
+    def close_breakpoint_pause(self, task_id: str) -> None:
         """Give every call the task is paused on a result saying a message came instead.
 
         Every tool call in a history needs a result (providers reject histories without
@@ -128,12 +175,13 @@ class ResumeMixin:
         resume is a 409. The results are written before the caller's next turn: at once when
         no turn of the caller runs, else under its turn lock, queued ahead of the next turn.
         """
-        calls = self.last_breakpoint_tool_calls.pop(task_id, None) or []
-        caller = self.last_breakpoint_caller.get(task_id)
+        rt = self.host
+        calls = rt.last_breakpoint_tool_calls.pop(task_id, None) or []
+        caller = rt.last_breakpoint_caller.get(task_id)
         if not calls or not caller:
             return
         ids = ", ".join(c.tool_call_id for c in calls)
-        self._emit(
+        rt._emit(
             task_id,
             "breakpoint_action_complete",
             f"breakpoint call(s) {ids} of {caller} closed: {BREAKPOINT_ANSWERED_BY_MESSAGE}",
@@ -142,35 +190,36 @@ class ResumeMixin:
         key = f"{task_id}::{caller}"
 
         def close() -> None:
-            history = self.history_for(task_id, caller)
+            history = rt.history_for(task_id, caller)
             for call in calls:
                 history.append(call.create_response_msg(BREAKPOINT_ANSWERED_BY_MESSAGE))
-            self._save_history(task_id, caller)
+            rt._save_history(task_id, caller)
 
-        if key not in self._turn_gates:
+        if not rt._turn_held(key):
             close()
             return
 
         async def close_in_turn() -> None:
-            await self._acquire_turn(key)
+            await rt._acquire_turn(key)
             try:
                 close()
             finally:
-                self._release_turn(key)
+                rt._release_turn(key)
 
-        self._spawn(task_id, close_in_turn())
+        rt._spawn(task_id, close_in_turn())
 
-    def pending_breakpoints(self: MAILRuntime, task_id: str) -> list[dict[str, Any]]:
+    def pending_breakpoints(self, task_id: str) -> list[dict[str, Any]]:
         """The breakpoint calls `task_id` is paused on (empty when it is not paused).
 
         Shown on task records so a client can offer the resume form without reading the
         event log (GET /tasks lists summaries without events).
         """
-        task = self.mail_tasks.get(task_id)
-        calls = self.last_breakpoint_tool_calls.get(task_id) or []
+        rt = self.host
+        task = rt.mail_tasks.get(task_id)
+        calls = rt.last_breakpoint_tool_calls.get(task_id) or []
         if task is None or task.state is not TaskState.WAITING_FOR_BREAKPOINT or not calls:
             return []
-        caller = self.last_breakpoint_caller.get(task_id)
+        caller = rt.last_breakpoint_caller.get(task_id)
         return [
             {
                 "tool_call_id": c.tool_call_id,
@@ -182,17 +231,22 @@ class ResumeMixin:
         ]
 
     def check_submission(
-        self: MAILRuntime, task_id: str, resume_from: str | None, kwargs: dict[str, Any]
+        self, task_id: str, resume_from: str | None, kwargs: dict[str, Any]
     ) -> None:
         """Raise the TaskSubmitError this submission would meet; change nothing.
 
         Synchronous, so a caller that checks and then submits without awaiting in between
         (the server) sees the same answer the submission would get.
         """
+        rt = self.host
         if "max_steps" in kwargs:
             parse_max_steps(kwargs["max_steps"])
-        self.review.check_submit(task_id, resume_from)  # a task waiting for review: 409
-        task = self.mail_tasks.get(task_id)
+        try:
+            rt.meter.check_submission(task_id, kwargs, resume_from in (None, "user_response"))
+        except BudgetError as exc:
+            raise (TaskConflictError if exc.status == 409 else TaskSubmitError)(str(exc)) from None
+        rt.review.check_submit(task_id, resume_from)  # a task waiting for review: 409
+        task = rt.mail_tasks.get(task_id)
         if resume_from is None:
             if task is not None and task_is_running(task):
                 raise TaskConflictError(
@@ -208,12 +262,12 @@ class ResumeMixin:
                     "that has finished or asked a question"
                 )
         elif resume_from == "breakpoint_tool_call":
-            self._plan_breakpoint_results(task_id, kwargs)
+            self.plan_breakpoint_results(task_id, kwargs)
         elif resume_from == "action_review":
             if task is None:
                 raise TaskNotFoundError(f"task '{task_id}' not found")
             try:
-                self.review.validate(task_id, kwargs.get("decisions"))
+                rt.review.validate(task_id, kwargs.get("decisions"))
             except ReviewDecisionError as exc:
                 raise TaskSubmitError(str(exc)) from None
         else:
@@ -221,14 +275,15 @@ class ResumeMixin:
                 f"invalid resume_from '{resume_from}': expected one of {', '.join(RESUME_FORMS)}"
             )
 
-    def _plan_breakpoint_results(
-        self: MAILRuntime, task_id: str, kwargs: dict[str, Any]
+    def plan_breakpoint_results(
+        self, task_id: str, kwargs: dict[str, Any]
     ) -> tuple[str, list[tuple[Any, Any]]]:
         """(caller, [(paused call, result content)]) for a breakpoint resume, or raise."""
-        task = self.mail_tasks.get(task_id)
+        rt = self.host
+        task = rt.mail_tasks.get(task_id)
         if task is None:
             raise TaskNotFoundError(f"task '{task_id}' not found")
-        calls = list(self.last_breakpoint_tool_calls.get(task_id, []))
+        calls = list(rt.last_breakpoint_tool_calls.get(task_id, []))
         if task.state is not TaskState.WAITING_FOR_BREAKPOINT or not calls:
             state = "still running" if task_is_running(task) else "not paused at a breakpoint"
             raise TaskConflictError(
@@ -239,8 +294,8 @@ class ResumeMixin:
             raise TaskSubmitError(
                 "resuming from a breakpoint requires 'breakpoint_tool_call_result' in kwargs"
             )
-        caller = kwargs.get("breakpoint_tool_caller") or self.last_breakpoint_caller.get(task_id)
-        if not caller or caller not in self.agents:
+        caller = kwargs.get("breakpoint_tool_caller") or rt.last_breakpoint_caller.get(task_id)
+        if not caller or caller not in rt.agents:
             raise TaskSubmitError(f"no breakpoint tool caller is known for task '{task_id}'")
         result = kwargs["breakpoint_tool_call_result"]
         if isinstance(result, str):
@@ -277,23 +332,22 @@ class ResumeMixin:
         text = result if isinstance(result, str) else json.dumps(result)
         return caller, [(calls[0], text)]
 
-    def _resume_breakpoint(self: MAILRuntime, task_id: str, kwargs: dict[str, Any]) -> None:
-        caller, results = self._plan_breakpoint_results(task_id, kwargs)
-        history = self.history_for(task_id, caller)
+    def resume_breakpoint(self, task_id: str, kwargs: dict[str, Any]) -> None:
+        rt = self.host
+        caller, results = self.plan_breakpoint_results(task_id, kwargs)
+        history = rt.history_for(task_id, caller)
         for call, content in results:
             self._inject_breakpoint_result(task_id, caller, history, call, content)
         # Stored now: a restart before the caller's next turn ends must still show it these.
-        self._save_history(task_id, caller)
-        self.last_breakpoint_tool_calls.pop(task_id, None)
-        self._resume_task(task_id)
-        self.mailbox.put(
-            system_broadcast(
-                self.swarm_name, task_id, [caller], "::action_complete_broadcast::", ""
-            )
+        rt._save_history(task_id, caller)
+        rt.last_breakpoint_tool_calls.pop(task_id, None)
+        self.resume_task(task_id)
+        rt.mailbox.put(
+            system_broadcast(rt.swarm_name, task_id, [caller], "::action_complete_broadcast::", "")
         )
 
     def _inject_breakpoint_result(
-        self: MAILRuntime,
+        self,
         task_id: str,
         caller: str,
         history: list[dict[str, Any]],
@@ -302,7 +356,7 @@ class ResumeMixin:
     ) -> None:
         text = content if isinstance(content, str) else json.dumps(content)
         history.append(call.create_response_msg(text))
-        self._emit(
+        self.host._emit(
             task_id,
             "breakpoint_action_complete",
             f"breakpoint action complete (caller = {caller}):\n{text}",

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from mail.core.message import parse_task_contributor
+from mail.core.mailbox import Mailbox
+from mail.core.memory import AgentMemory
+from mail.core.message import MAILMessage, parse_task_contributor
 from mail.core.review import (
     ACTION_REVIEW_SUBJECT,
     RESUME_FROM_ACTION_REVIEW,
@@ -35,21 +37,41 @@ from mail.core.review import (
     respond_note,
     review_answer_body,
 )
+from mail.core.runtime_ports import TaskLog, TurnContext, TurnLocks
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tools import AgentToolCall
 
-if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
-    from mail.core.runtime_turns import TurnContext
-
 logger = logging.getLogger("mail.runtime")
+
+
+class ReviewHost(TaskLog, TurnLocks, Protocol):
+    """What the reviewer uses of the runtime: the task log, turn locks, and running calls."""
+
+    @property
+    def breakpoint_tools(self) -> list[str]: ...
+    @property
+    def mailbox(self) -> Mailbox: ...
+    @property
+    def memory(self) -> AgentMemory: ...
+    @property
+    def response_messages(self) -> dict[str, MAILMessage]: ...
+
+    async def _handle_call(self, ctx: TurnContext, call: AgentToolCall) -> None: ...
+    def _turn_failed(
+        self, ctx: TurnContext, current: AgentToolCall | None, exc: Exception
+    ) -> None: ...
+    def _pause_at_breakpoint(
+        self, task_id: str, agent_name: str, calls: list[AgentToolCall]
+    ) -> None: ...
+    def _resume_task(self, task_id: str) -> None: ...
+    def _dispatch_pending(self) -> None: ...
 
 
 class ActionReviewer:
     """Holds reviewed action calls and applies a person's decisions to them."""
 
-    def __init__(self, runtime: MAILRuntime, policy: ReviewPolicy | None = None) -> None:
+    def __init__(self, runtime: ReviewHost, policy: ReviewPolicy | None = None) -> None:
         self.runtime = runtime
         self.policy = policy or ReviewPolicy()
 
@@ -297,8 +319,6 @@ class ActionReviewer:
         plan: list[tuple[HeldCall, AgentToolCall, Decision]],
         ignored: list[HeldCall],
     ) -> tuple[list[list[str]], bool]:
-        from mail.core.runtime_turns import TurnContext
-
         rt = self.runtime
         key = f"{task_id}::{caller}"
         await rt._acquire_turn(key)

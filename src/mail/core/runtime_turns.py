@@ -5,19 +5,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from mail.core.loop_guard import stop_task
+import mail.core.team.handlers  # noqa: F401 - the team tools register into TOOL_HANDLERS
+from mail.core.loop_guard import LoopGuard, stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
+from mail.core.runtime_batching import AgentInboxes
+from mail.core.runtime_delivery import MAX_STEPS_SUBJECT
+from mail.core.runtime_ports import ToolHost, TurnContext, TurnLocks
 from mail.core.runtime_resume import message_too_large
+from mail.core.runtime_review import ActionReviewer
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
 from mail.core.tool_rights import SYNTHETIC_TOOL_NAMES, offered_tool_names, refusal_reason
 from mail.core.tools import AgentToolCall
+from mail.telemetry.meter import TaskMeter
 
-if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
+__all__ = ["TurnContext", "TurnHost", "TurnRunner", "breakpoint_entry"]
 
 logger = logging.getLogger("mail.runtime")
 
@@ -32,32 +36,55 @@ _MESSAGE_TEXT_FIELDS = {
 }
 
 
-@dataclass(slots=True)
-class TurnContext:
-    """What the tool handlers of one turn share."""
+class TurnHost(ToolHost, TurnLocks, Protocol):
+    """What agent turns use of the runtime (it is also the tool handlers' host)."""
 
-    task_id: str
-    agent_name: str
-    message: MAILMessage
-    history: list[dict[str, Any]]
-    action_errors: list[tuple[str, str]] = field(default_factory=list)
-    actions_ran: bool = False
-    breakpoint_hit: bool = False
-    # every message shown to the agent this turn (batched delivery), `message` is the first
-    batch: list[MAILMessage] = field(default_factory=list)
-    # runtime notices queued for this agent by the handlers of this turn (see `notify`)
-    notices: int = 0
+    @property
+    def meter(self) -> TaskMeter: ...
 
-    def __post_init__(self) -> None:
-        if not self.batch:
-            self.batch = [self.message]
+    @property
+    def breakpoint_tools(self) -> list[str]: ...
+    @property
+    def exclude_tools(self) -> list[str]: ...
+    @property
+    def review(self) -> ActionReviewer: ...
+    @property
+    def loop_guard(self) -> LoopGuard: ...
+    @property
+    def journal(self) -> Any: ...
+    @property
+    def max_message_body(self) -> int | None: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def last_breakpoint_caller(self) -> dict[str, str]: ...
+    @property
+    def last_breakpoint_tool_calls(self) -> dict[str, list[Any]]: ...
+    @property
+    def _observing(self) -> bool: ...
+
+    def _dispatch_pending(self) -> None: ...
 
 
-class TurnMixin:
-    """Agent turns (mixed into MAILRuntime)."""
+class TurnRunner:
+    """Agent turns: show an agent its messages, call it, handle its tool calls."""
 
-    async def _run_turn(
-        self: MAILRuntime,
+    def __init__(self, host: TurnHost, inboxes: AgentInboxes) -> None:
+        self.host = host
+        self.inboxes = inboxes
+        # agent -> (its function, the tools it was offered); see `offered_tools`
+        self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
+
+    def _tool_choice_for(self, messages: list[MAILMessage]) -> Any:
+        """What the agent must do this turn: anything, a tool, or task_complete."""
+        if self.host.mode == "manual":
+            return "auto"
+        if any(m["message"]["subject"] == MAX_STEPS_SUBJECT for m in messages):
+            return {"type": "function", "name": "task_complete"}
+        return "required"
+
+    async def run_turn(
+        self,
         task_id: str,
         agent_name: str,
         message: MAILMessage | None,
@@ -68,8 +95,9 @@ class TurnMixin:
         With `message` None the turn shows the agent what waits in its inbox (every message
         delivered since its last turn, or one of them without batched delivery).
         """
+        rt = self.host
         key = f"{task_id}::{agent_name}"
-        await self._acquire_turn(key)
+        await rt._acquire_turn(key)
         try:
             if message is None:
                 batch = self.inboxes.take(key)
@@ -78,25 +106,26 @@ class TurnMixin:
                 message, tool_choice = batch[0], self._tool_choice_for(batch)
             else:
                 batch = [message]
-            task = self.mail_tasks.get(task_id)
+            task = rt.mail_tasks.get(task_id)
             if task is not None and task.completed:
                 # The task ended while this turn waited for the agent: no new work starts.
                 for incoming in batch:
                     self._hold_for_continuation(task, incoming)
                 return
-            stop = self.loop_guard.begin_turn(task_id)
+            stop = rt.loop_guard.begin_turn(task_id)
             if stop is not None:
-                stop_task(self, task_id, stop)
+                stop_task(rt, task_id, stop)
                 return
-            history = self.history_for(task_id, agent_name)
+            history = rt.history_for(task_id, agent_name)
             ctx = TurnContext(task_id, agent_name, message, history, batch=batch)
             current: AgentToolCall | None = None
+            measured = rt.meter.begin_turn(task_id, agent_name)  # spans, usage, budget
             try:
                 for incoming in batch:
-                    if self.team is not None:  # inbox filing + quiet digest (mail.core.team)
-                        await self.team.before_turn(task_id, agent_name, incoming, history)
+                    if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
+                        await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
-                agent = self.agents[agent_name]
+                agent = rt.agents[agent_name]
                 _text, calls = await agent.function(history, tool_choice)
                 if not calls:
                     raise RuntimeError(
@@ -107,56 +136,55 @@ class TurnMixin:
                 self._emit_tool_calls(task_id, agent_name, calls)
                 refusals = {id(c): why for c in calls if (why := self._refusal(agent_name, c))}
                 permitted = [c for c in calls if id(c) not in refusals]
-                breakpoint_calls = [c for c in permitted if c.tool_name in self.breakpoint_tools]
-                held = self.review.select(agent_name, permitted)
+                breakpoint_calls = [c for c in permitted if c.tool_name in rt.breakpoint_tools]
+                held = rt.review.select(agent_name, permitted)
                 for call in calls:
                     if id(call) in refusals:
                         self._refuse_call(ctx, call, refusals[id(call)])
                         continue
-                    if call.tool_name in self.breakpoint_tools or call in held:
+                    if call.tool_name in rt.breakpoint_tools or call in held:
                         continue
                     current = call
-                    await self._handle_call(ctx, call)
+                    await self.handle_call(ctx, call)
                 current = None
-                if breakpoint_calls and self.review.refuse_in_peer_task(
+                if breakpoint_calls and rt.review.refuse_in_peer_task(
                     ctx, breakpoint_calls, breakpoint=True
                 ):
                     breakpoint_calls = []  # a peer's task: nobody here could resume the pause
-                if held and self.review.refuse_in_peer_task(ctx, held):
+                if held and rt.review.refuse_in_peer_task(ctx, held):
                     held = []  # a peer's task: refused with an error result, never held
                 if held:
                     # Pauses the task; notices wait for the resume, and a breakpoint of this
                     # turn pauses the task again once the review is decided.
-                    self.review.hold(ctx, held, breakpoint_calls)
+                    rt.review.hold(ctx, held, breakpoint_calls)
                 else:
                     self._send_action_notices(ctx)
                     if breakpoint_calls:
-                        self._pause_at_breakpoint(task_id, agent_name, breakpoint_calls)
+                        self.pause_at_breakpoint(task_id, agent_name, breakpoint_calls)
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
-                self._turn_failed(ctx, current, exc)
+                self.turn_failed(ctx, current, exc)
             finally:
+                measured.end(cancelled=_cancelling())
                 if not _cancelling():
                     # A cancelled turn (shutdown) runs again after a restart from its start.
-                    self._save_history(task_id, agent_name)
+                    self.save_history(task_id, agent_name)
         finally:
-            self._release_turn(key)
-            if self.journal is not None:
-                self.journal.turn_finished(_cancelling())
-            self._dispatch_pending()
+            rt._release_turn(key)
+            if rt.journal is not None:
+                rt.journal.turn_finished(_cancelling())
+            rt._dispatch_pending()
 
-    def _hold_for_continuation(self: MAILRuntime, task: Any, message: MAILMessage) -> None:
+    def _hold_for_continuation(self, task: Any, message: MAILMessage) -> None:
         """A message whose turn would start after its task ended: keep runtime notices with
         the task's stashed queue (a continuation delivers them), drop agent chatter."""
         if message["message"]["sender"]["address_type"] == "system":
             task.queue_stash([{"priority": 1, "seq": 0, "message": message}])
-            self.observer.queue_stashed(task.task_id, list(task.task_message_queue))
+            self.host.observer.queue_stashed(task.task_id, list(task.task_message_queue))
         else:
             logger.debug("no turn for %s: task %s already completed", message["id"], task.task_id)
 
     # ------------------------------------------------------------------ history
-    def _append_incoming(
-        self: MAILRuntime, history: list[dict[str, Any]], message: MAILMessage
-    ) -> None:
+    def _append_incoming(self, history: list[dict[str, Any]], message: MAILMessage) -> None:
         payload: Any = message["message"]
         if payload["subject"].startswith(ACTION_COMPLETE_BROADCAST):
             return
@@ -172,19 +200,18 @@ class TurnMixin:
         else:
             history.extend(first.responses)
 
-    def _save_history(self: MAILRuntime, task_id: str, agent_name: str) -> None:
-        if not self._observing:
+    def save_history(self, task_id: str, agent_name: str) -> None:
+        rt = self.host
+        if not rt._observing:
             return
-        agent = self.agents.get(agent_name)
+        agent = rt.agents.get(agent_name)
         tool_format = agent.tool_format if agent else "responses"
-        self.observer.history_changed(
-            task_id, agent_name, tool_format, self.history_for(task_id, agent_name)
+        rt.observer.history_changed(
+            task_id, agent_name, tool_format, rt.history_for(task_id, agent_name)
         )
 
     # ------------------------------------------------------------------ events
-    def _emit_tool_calls(
-        self: MAILRuntime, task_id: str, agent_name: str, calls: list[AgentToolCall]
-    ) -> None:
+    def _emit_tool_calls(self, task_id: str, agent_name: str, calls: list[AgentToolCall]) -> None:
         last_with_reasoning: str | None = None
         for call in calls:
             extra: dict[str, Any] = {
@@ -200,26 +227,34 @@ class TurnMixin:
                 extra["reasoning_ref"] = last_with_reasoning
             if call.preamble:
                 extra["preamble"] = call.preamble
-            self._emit(task_id, "tool_call", f"agent {agent_name} called {call.tool_name}", extra)
+            self.host._emit(
+                task_id, "tool_call", f"agent {agent_name} called {call.tool_name}", extra
+            )
 
     # ------------------------------------------------------------------ tool rights
-    def offered_tools(self: MAILRuntime, agent_name: str) -> tuple[frozenset[str], bool]:
+    def forget_agent(self, agent_name: str) -> None:
+        """Drop what is cached of an agent that left the swarm (core/external_agents.py)."""
+        self._offered_tools.pop(agent_name, None)
+
+    def offered_tools(self, agent_name: str) -> tuple[frozenset[str], bool]:
         """The tools `agent_name` was offered (the tools it may call); True when exact."""
-        agent = self.agents[agent_name]
+        rt = self.host
+        agent = rt.agents[agent_name]
         cached = self._offered_tools.get(agent_name)
         if cached is None or cached[0] is not agent.function:
-            cached = (agent.function, *offered_tool_names(agent, self.exclude_tools))
+            cached = (agent.function, *offered_tool_names(agent, rt.exclude_tools))
             self._offered_tools[agent_name] = cached
         return cached[1], cached[2]
 
-    def _refusal(self: MAILRuntime, agent_name: str, call: AgentToolCall) -> str | None:
+    def _refusal(self, agent_name: str, call: AgentToolCall) -> str | None:
         """Why `call` is refused, or None. Actions are checked by `handle_action`."""
+        rt = self.host
         name = call.tool_name
         if name in SYNTHETIC_TOOL_NAMES:
             return None
-        if name not in TOOL_HANDLERS and name not in self.breakpoint_tools:
+        if name not in TOOL_HANDLERS and name not in rt.breakpoint_tools:
             return None
-        agent = self.agents[agent_name]
+        agent = rt.agents[agent_name]
         if name == "task_complete" and not agent.can_complete_tasks:
             return None  # the handler refuses it with the original's words
         offered, exact = self.offered_tools(agent_name)
@@ -227,9 +262,10 @@ class TurnMixin:
             return None
         return refusal_reason(name, agent, offered)
 
-    def _refuse_call(self: MAILRuntime, ctx: TurnContext, call: AgentToolCall, why: str) -> None:
+    def _refuse_call(self, ctx: TurnContext, call: AgentToolCall, why: str) -> None:
         """A call to a tool the agent was not offered: an error result and another turn."""
-        self._emit(
+        rt = self.host
+        rt._emit(
             ctx.task_id,
             "agent_error",
             f"agent {ctx.agent_name} called {call.tool_name}, which it was not offered",
@@ -238,15 +274,16 @@ class TurnMixin:
         result = f"ERROR: {why}"
         ctx.history.append(call.create_response_msg(result))
         ctx.action_errors.append((call.tool_name, why))
-        stop = self.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
+        stop = rt.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
         if stop is not None:
-            stop_task(self, ctx.task_id, stop)
+            stop_task(rt, ctx.task_id, stop)
 
     # ------------------------------------------------------------------ tool calls
-    async def _handle_call(self: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
-        oversized = self._oversized_text(call)
+    async def handle_call(self, ctx: TurnContext, call: AgentToolCall) -> None:
+        rt = self.host
+        oversized = self.oversized_text(call)
         if oversized is not None:
-            self._emit(
+            rt._emit(
                 ctx.task_id,
                 "agent_error",
                 f"agent {ctx.agent_name} called {call.tool_name} with {oversized}",
@@ -256,7 +293,9 @@ class TurnMixin:
             return
         handler = TOOL_HANDLERS.get(call.tool_name, handle_action)
         before = (ctx.notices, len(ctx.action_errors), ctx.actions_ran)
-        result = await handler(self, ctx, call)
+        with rt.meter.tool_call(call.tool_name, call.tool_call_id, call.tool_args) as probe:
+            result = await handler(self.host, ctx, call)
+            probe.result(result)
         if result is not None:
             ctx.history.append(call.create_response_msg(result))
         if (
@@ -267,13 +306,13 @@ class TurnMixin:
             # One rule for results: an error nothing else tells the agent about gets it
             # another turn (the ::action_error:: notice), so the task never idles on it.
             ctx.action_errors.append((call.tool_name, result.removeprefix("ERROR:").strip()))
-        stop = self.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
+        stop = rt.loop_guard.record_call(ctx.task_id, ctx.agent_name, call, result)
         if stop is not None:
-            stop_task(self, ctx.task_id, stop)
+            stop_task(rt, ctx.task_id, stop)
 
-    def _oversized_text(self: MAILRuntime, call: AgentToolCall) -> str | None:
+    def oversized_text(self, call: AgentToolCall) -> str | None:
         """Why a message tool call carries too much text, or None (max_message_body)."""
-        limit = self.max_message_body
+        limit = self.host.max_message_body
         field_name = _MESSAGE_TEXT_FIELDS.get(call.tool_name)
         if not limit or field_name is None:
             return None
@@ -282,22 +321,23 @@ class TurnMixin:
             return message_too_large(len(text), limit) + "; send a shorter message"
         return None
 
-    def _send_action_notices(self: MAILRuntime, ctx: TurnContext) -> None:
-        task = self.mail_tasks.get(ctx.task_id)
+    def _send_action_notices(self, ctx: TurnContext) -> None:
+        rt = self.host
+        task = rt.mail_tasks.get(ctx.task_id)
         if task is not None and task.completed:
             # The batch completed the task; re-prompting the agent would be a wasted call.
             return
         if ctx.action_errors:
             body = "\n".join(f"Error: {tool}\n{why}" for tool, why in ctx.action_errors)
-            self.mailbox.put(
+            rt.mailbox.put(
                 system_response(
-                    self.swarm_name, ctx.task_id, ctx.agent_name, "::action_error::", body
+                    rt.swarm_name, ctx.task_id, ctx.agent_name, "::action_error::", body
                 )
             )
         elif ctx.actions_ran:
-            self.mailbox.put(
+            rt.mailbox.put(
                 system_broadcast(
-                    self.swarm_name,
+                    rt.swarm_name,
                     ctx.task_id,
                     [ctx.agent_name],
                     "::action_complete::",
@@ -306,28 +346,29 @@ class TurnMixin:
             )
 
     # ------------------------------------------------------------------ breakpoints
-    def _pause_at_breakpoint(
-        self: MAILRuntime, task_id: str, agent_name: str, calls: list[AgentToolCall]
+    def pause_at_breakpoint(
+        self, task_id: str, agent_name: str, calls: list[AgentToolCall]
     ) -> None:
+        rt = self.host
         names = ", ".join(c.tool_name for c in calls)
         args = ", ".join(json.dumps(c.tool_args) for c in calls)
-        self._emit(
+        rt._emit(
             task_id,
             "breakpoint_tool_call",
             f"agent {agent_name} used breakpoint tools {names} with args: {args}",
         )
-        self.last_breakpoint_caller[task_id] = agent_name
-        self.last_breakpoint_tool_calls[task_id] = list(calls)
+        rt.last_breakpoint_caller[task_id] = agent_name
+        rt.last_breakpoint_tool_calls[task_id] = list(calls)
+        rt.meter.breakpoint(task_id, [c.tool_name for c in calls])
         body = json.dumps([breakpoint_entry(c) for c in calls], separators=(",", ":"))
-        self._complete_task(
+        rt._complete_task(
             task_id,
-            system_task_end(self.swarm_name, task_id, "::breakpoint_tool_call::", body),
+            system_task_end(rt.swarm_name, task_id, "::breakpoint_tool_call::", body),
         )
 
     # ------------------------------------------------------------------ failures
-    def _turn_failed(
-        self: MAILRuntime, ctx: TurnContext, current: AgentToolCall | None, exc: Exception
-    ) -> None:
+    def turn_failed(self, ctx: TurnContext, current: AgentToolCall | None, exc: Exception) -> None:
+        rt = self.host
         logger.warning("agent %s failed on task %s: %s", ctx.agent_name, ctx.task_id, exc)
         if current is not None:
             ctx.history.append(
@@ -336,7 +377,7 @@ class TurnMixin:
         # Agent functions may say what kind of failure this is (e.g. missing_api_key): a
         # program can act on the word without parsing the text.
         kind = getattr(exc, "kind", None)
-        self._emit(
+        rt._emit(
             ctx.task_id,
             "agent_error",
             f"error scheduling message for agent {ctx.agent_name}: {exc}",
@@ -350,23 +391,23 @@ class TurnMixin:
             sender_name, sender_swarm = parse_agent_address(payload["sender"]["address"])
             if (
                 sender_type == "agent"
-                and sender_name in self.agents
+                and sender_name in rt.agents
                 and sender_name != ctx.agent_name
-                and self._is_local_swarm(sender_swarm)
+                and rt._is_local_swarm(sender_swarm)
             ):
                 if sender_name not in notify:
                     notify.append(sender_name)
                 continue
             # Nobody else can react (the user, the system, the agent itself, a remote
             # swarm): end the task with the error so the caller gets an answer, not a hang.
-            self._complete_task(
+            rt._complete_task(
                 ctx.task_id,
-                system_task_end(self.swarm_name, ctx.task_id, "::agent_error::", body),
+                system_task_end(rt.swarm_name, ctx.task_id, "::agent_error::", body),
             )
             return
         for sender_name in notify:
-            self.mailbox.put(
-                system_response(self.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
+            rt.mailbox.put(
+                system_response(rt.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
             )
 
 

@@ -7,6 +7,7 @@ in memory, in every store and after a restart (`state_from_record`):
     running --task answer--------------------> completed
     running --breakpoint tool answer---------> waiting_for_breakpoint
     running --held reviewed action answer----> waiting_for_review
+    running --over its token/cost budget-----> waiting_for_budget (mail.telemetry.budget)
     running --restart without pending work---> stopped
     any of the four --resume / new message---> running
 """
@@ -30,20 +31,29 @@ class TaskState(enum.StrEnum):
     STOPPED = "stopped"  # was running when the server stopped; a message continues it
     WAITING_FOR_BREAKPOINT = "waiting_for_breakpoint"
     WAITING_FOR_REVIEW = "waiting_for_review"
+    WAITING_FOR_BUDGET = "waiting_for_budget"
     COMPLETED = "completed"
 
 
 # States in which no agent work runs: the runtime holds agent messages until a resume.
 HALTED = frozenset(
-    {TaskState.COMPLETED, TaskState.WAITING_FOR_BREAKPOINT, TaskState.WAITING_FOR_REVIEW}
+    {
+        TaskState.COMPLETED,
+        TaskState.WAITING_FOR_BREAKPOINT,
+        TaskState.WAITING_FOR_REVIEW,
+        TaskState.WAITING_FOR_BUDGET,
+    }
 )
 # States callers see as `completed: true`. A breakpoint pause answers the caller like a
 # finished task (as in the original); a task waiting for review has not finished.
-SHOWN_COMPLETED = frozenset({TaskState.COMPLETED, TaskState.WAITING_FOR_BREAKPOINT})
+SHOWN_COMPLETED = frozenset(
+    {TaskState.COMPLETED, TaskState.WAITING_FOR_BREAKPOINT, TaskState.WAITING_FOR_BUDGET}
+)
 
 ANSWER_STATES = {
     "::breakpoint_tool_call::": TaskState.WAITING_FOR_BREAKPOINT,
     "::action_review::": TaskState.WAITING_FOR_REVIEW,
+    "::budget_exceeded::": TaskState.WAITING_FOR_BUDGET,
 }
 
 

@@ -1,6 +1,6 @@
 """One handler per MAIL tool, registered by name.
 
-A handler gets the runtime, the turn context and the call; it returns the text of the tool
+A handler gets the runtime (as a `ToolHost`), the turn context and the call; it returns the text of the tool
 result the agent will see (`SUCCESS: ...` / `ERROR: ...`) or None when the call gets no
 result. Anything that is not a MAIL tool is an action (`handle_action`).
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from mail.core.help_text import build_help_text, load_protocol_text
 from mail.core.instance_context import acting_for
@@ -26,6 +26,7 @@ from mail.core.message import (
     make_request,
     parse_agent_address,
 )
+from mail.core.runtime_ports import Handler, ToolHost, TurnContext
 from mail.core.system_messages import (
     improper_response_to_user_body,
     invalid_recipient_body,
@@ -36,13 +37,8 @@ from mail.core.system_messages import (
 )
 from mail.core.tools import AgentToolCall
 
-if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
-    from mail.core.runtime_turns import TurnContext
-
 logger = logging.getLogger("mail.runtime")
 
-Handler = Callable[["MAILRuntime", "TurnContext", AgentToolCall], Awaitable[str | None]]
 TOOL_HANDLERS: dict[str, Handler] = {}
 
 
@@ -62,13 +58,13 @@ def _err(details: str = "") -> str:
     return f"ERROR: {details}" if details else "ERROR"
 
 
-def notify(rt: MAILRuntime, ctx: TurnContext, message: MAILMessage) -> None:
+def notify(rt: ToolHost, ctx: TurnContext, message: MAILMessage) -> None:
     """Queue a runtime notice for the calling agent (it gets another turn to read it)."""
     ctx.notices += 1
     rt.mailbox.put(message)
 
 
-def _tool_call_error(rt: MAILRuntime, ctx: TurnContext, event_text: str, body: str) -> None:
+def _tool_call_error(rt: ToolHost, ctx: TurnContext, event_text: str, body: str) -> None:
     rt._emit(ctx.task_id, "agent_error", event_text)
     notify(
         rt,
@@ -78,7 +74,7 @@ def _tool_call_error(rt: MAILRuntime, ctx: TurnContext, event_text: str, body: s
 
 
 # ---------------------------------------------------------------------------- sending
-def _check_target(rt: MAILRuntime, ctx: TurnContext, target: str) -> tuple[str, str, str] | None:
+def _check_target(rt: ToolHost, ctx: TurnContext, target: str) -> tuple[str, str, str] | None:
     """(notice subject, notice body, tool result) if `target` can't be reached, else None."""
     name, swarm = parse_agent_address(target)
     if not name:
@@ -126,7 +122,7 @@ def _check_target(rt: MAILRuntime, ctx: TurnContext, target: str) -> tuple[str, 
     return None
 
 
-def _routing_hints(rt: MAILRuntime, task_id: str, target: str) -> dict[str, Any]:
+def _routing_hints(rt: ToolHost, task_id: str, target: str) -> dict[str, Any]:
     _, swarm = parse_agent_address(target)
     if rt._is_local_swarm(swarm):
         return {}
@@ -134,7 +130,7 @@ def _routing_hints(rt: MAILRuntime, task_id: str, target: str) -> dict[str, Any]
     return {"remote_swarm": swarm}
 
 
-async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, kind: str) -> str:
+async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind: str) -> str:
     args = call.tool_args
     try:
         target = str(args["target"]).strip()
@@ -181,22 +177,22 @@ async def _send_direct(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall, k
 
 
 @tool_handler("send_request")
-async def handle_send_request(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_send_request(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     return await _send_direct(rt, ctx, call, "request")
 
 
 @tool_handler("send_response")
-async def handle_send_response(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_send_response(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     return await _send_direct(rt, ctx, call, "response")
 
 
 @tool_handler("send_interrupt")
-async def handle_send_interrupt(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_send_interrupt(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     return await _send_direct(rt, ctx, call, "interrupt")
 
 
 @tool_handler("send_broadcast")
-async def handle_send_broadcast(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_send_broadcast(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     args = call.tool_args
     payload = make_broadcast(
         ctx.task_id,
@@ -211,7 +207,7 @@ async def handle_send_broadcast(rt: MAILRuntime, ctx: TurnContext, call: AgentTo
 
 # ---------------------------------------------------------------------------- completion
 @tool_handler("task_complete")
-async def handle_task_complete(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_task_complete(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     agent = rt.agents[ctx.agent_name]
     if not agent.can_complete_tasks:
         _tool_call_error(
@@ -262,7 +258,7 @@ async def handle_task_complete(rt: MAILRuntime, ctx: TurnContext, call: AgentToo
 
 # ---------------------------------------------------------------------------- broadcasts
 @tool_handler("acknowledge_broadcast")
-async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_acknowledge(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     broadcasts = [m for m in ctx.batch if m["msg_type"] == "broadcast"]
     if not broadcasts:
         _tool_call_error(
@@ -295,13 +291,13 @@ async def handle_acknowledge(rt: MAILRuntime, ctx: TurnContext, call: AgentToolC
 
 
 @tool_handler("ignore_broadcast")
-async def handle_ignore(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_ignore(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     rt._emit(ctx.task_id, "broadcast_ignored", f"agent {ctx.agent_name} called ignore_broadcast")
     return _ok("broadcast ignored")
 
 
 @tool_handler("await_message")
-async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_await(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     reason = call.tool_args.get("reason")
     waiting_on = rt.outstanding_requests.get(ctx.task_id, {}).get(ctx.agent_name, 0)
     others_busy = rt.other_turns_running(ctx.task_id) or rt.mailbox.has_task(ctx.task_id)
@@ -331,7 +327,7 @@ async def handle_await(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -
 
 
 @tool_handler("help")
-async def handle_help(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_help(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     args = call.tool_args
     rt._emit(ctx.task_id, "help_called", f"agent {ctx.agent_name} called help")
     text = build_help_text(
@@ -351,7 +347,7 @@ async def handle_help(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) ->
 
 # ---------------------------------------------------------------------------- synthetic calls
 @tool_handler("text_output")
-async def handle_text_output(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
+async def handle_text_output(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> None:
     body = str(call.tool_args.get("body") or call.tool_args.get("content") or "")
     incoming: Any = ctx.message["message"]
     # Where plain text goes is the runtime's choice (a manual step names it); routing_info
@@ -394,7 +390,7 @@ async def handle_text_output(rt: MAILRuntime, ctx: TurnContext, call: AgentToolC
     return None
 
 
-async def _builtin(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> None:
+async def _builtin(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> None:
     if call.tool_name == "web_search_call":
         text = f"agent {ctx.agent_name} used web_search with query: {call.tool_args.get('query')}"
     else:
@@ -414,16 +410,14 @@ TOOL_HANDLERS["code_interpreter_call"] = _builtin
 
 # ---------------------------------------------------------------------------- interswarm tools
 @tool_handler("send_interswarm_broadcast")
-async def handle_interswarm_broadcast(
-    rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall
-) -> str:
+async def handle_interswarm_broadcast(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     if not rt.enable_interswarm or rt.interswarm is None:
         return _err("interswarm messaging is not enabled for this swarm")
     return await rt.interswarm.broadcast_tool(ctx, call)
 
 
 @tool_handler("discover_swarms")
-async def handle_discover(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_discover(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     if not rt.enable_interswarm or rt.interswarm is None:
         return _err("interswarm messaging is not enabled for this swarm")
     result: str = await rt.interswarm.discover_tool(ctx, call)
@@ -435,7 +429,7 @@ async def handle_discover(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall
 
 
 # ---------------------------------------------------------------------------- actions
-async def handle_action(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str:
+async def handle_action(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     name = call.tool_name
     action = rt.actions.get(name)
     if action is None:
@@ -474,7 +468,3 @@ async def handle_action(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) 
         ctx.action_errors.append((name, content))
         return _err(content)
     return _ok(content)
-
-
-# Team tools (threads, inbox, files, reply waits) register themselves into TOOL_HANDLERS.
-import mail.core.team.handlers  # noqa: E402, F401

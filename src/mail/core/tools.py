@@ -202,18 +202,35 @@ def _target_field(targets: Sequence[str], enable_interswarm: bool) -> tuple[Any,
     return (str, Field(description=description, json_schema_extra=extra))
 
 
+def _field(annotation: Any, **options: Any) -> tuple[Any, Any]:
+    """One argument of a tool: its type and its pydantic `Field` (description, default)."""
+    return (annotation, Field(**options))
+
+
+def _optional_text(description: str) -> tuple[Any, Any]:
+    return _field(str | None, default=None, description=description)
+
+
 def _subject_field(what: str) -> tuple[Any, Any]:
-    return (str, Field(description=f"Short subject line summarising the {what}."))
+    return _field(str, description=f"Short subject line summarising the {what}.")
 
 
 def _body_field(what: str) -> tuple[Any, Any]:
-    return (
+    return _field(
         str,
-        Field(
-            description=f"Full text of the {what}. The recipient sees only this, so include "
-            "every detail it needs."
-        ),
+        description=f"Full text of the {what}. The recipient sees only this, so include "
+        "every detail it needs.",
     )
+
+
+def _fixed_tool(name: str, doc: str, **fields: tuple[Any, Any]) -> Callable[..., dict[str, Any]]:
+    """The builder of a tool whose arguments do not depend on the agent (only on `style`)."""
+
+    def create(style: ToolStyle = "completions") -> dict[str, Any]:
+        return _build(name, doc, style, **fields)
+
+    create.__doc__ = f"The `{name}` tool."
+    return _cached_tool(create)
 
 
 @_cached_tool
@@ -277,147 +294,95 @@ def create_interrupt_tool(
     )
 
 
-@_cached_tool
-def create_broadcast_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `send_broadcast` tool: one message to every agent of the local swarm."""
-    return _build(
-        "send_broadcast",
-        "Send the same message to every agent in the swarm at once, for announcements or "
-        "context everyone needs. A broadcast asks for no reply.",
-        style,
-        subject=_subject_field("broadcast"),
-        body=_body_field("broadcast"),
-        targets=(
-            list[str],
-            Field(
-                description='Intended audience; pass ["all"]. The broadcast reaches every '
-                "agent of the swarm whatever this list contains."
-            ),
-        ),
-    )
+# One message to every agent of the local swarm.
+create_broadcast_tool = _fixed_tool(
+    "send_broadcast",
+    "Send the same message to every agent in the swarm at once, for announcements or "
+    "context everyone needs. A broadcast asks for no reply.",
+    subject=_subject_field("broadcast"),
+    body=_body_field("broadcast"),
+    targets=_field(
+        list[str],
+        description='Intended audience; pass ["all"]. The broadcast reaches every '
+        "agent of the swarm whatever this list contains.",
+    ),
+)
 
 
-@_cached_tool
-def create_acknowledge_broadcast_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `acknowledge_broadcast` tool."""
-    return _build(
-        "acknowledge_broadcast",
-        "Acknowledge the broadcast you are handling without replying: it is kept in your "
-        "memory and no message is sent. Only valid while handling a broadcast.",
-        style,
-        note=(
-            str | None,
-            Field(default=None, description="Optional private note stored with the broadcast."),
-        ),
-    )
+create_acknowledge_broadcast_tool = _fixed_tool(
+    "acknowledge_broadcast",
+    "Acknowledge the broadcast you are handling without replying: it is kept in your "
+    "memory and no message is sent. Only valid while handling a broadcast.",
+    note=_optional_text("Optional private note stored with the broadcast."),
+)
 
 
-@_cached_tool
-def create_ignore_broadcast_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `ignore_broadcast` tool."""
-    return _build(
-        "ignore_broadcast",
-        "Ignore the broadcast you are handling because it does not concern you: nothing is "
-        "stored and no message is sent.",
-        style,
-        reason=(
-            str | None,
-            Field(default=None, description="Optional reason, used only for logging."),
-        ),
-    )
+create_ignore_broadcast_tool = _fixed_tool(
+    "ignore_broadcast",
+    "Ignore the broadcast you are handling because it does not concern you: nothing is "
+    "stored and no message is sent.",
+    reason=_optional_text("Optional reason, used only for logging."),
+)
 
 
-@_cached_tool
-def create_await_message_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `await_message` tool."""
-    return _build(
-        "await_message",
-        "End your turn and wait for the next message addressed to you, such as the answer "
-        "to a request you sent. Fails if you have no outstanding requests and no messages "
-        "are waiting.",
-        style,
-        reason=(
-            str | None,
-            Field(default=None, description="Optional note on what you are waiting for."),
-        ),
-    )
+create_await_message_tool = _fixed_tool(
+    "await_message",
+    "End your turn and wait for the next message addressed to you, such as the answer "
+    "to a request you sent. Fails if you have no outstanding requests and no messages "
+    "are waiting.",
+    reason=_optional_text("Optional note on what you are waiting for."),
+)
 
 
-@_cached_tool
-def create_help_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `help` tool; the runtime sends the requested text back as a system broadcast."""
-    topic = Literal[TOOL_HELP_NAMES]  # type: ignore[valid-type]
-    return _build(
-        "help",
-        "Ask the MAIL runtime for guidance on how to work in this swarm. The help text is "
-        "delivered to you as a message on your next turn.",
-        style,
-        get_summary=(bool, Field(default=True, description="Include an overview of MAIL.")),
-        get_identity=(
-            bool,
-            Field(default=False, description="Include your name, swarm and addresses."),
-        ),
-        get_tool_help=(
-            list[topic],
-            Field(default=[], description="Tools to explain, each with a worked example."),
-        ),
-        get_full_protocol=(
-            bool,
-            Field(default=False, description="Include the full MAIL protocol specification."),
-        ),
-    )
+# The runtime sends the requested text back as a system broadcast.
+create_help_tool = _fixed_tool(
+    "help",
+    "Ask the MAIL runtime for guidance on how to work in this swarm. The help text is "
+    "delivered to you as a message on your next turn.",
+    get_summary=_field(bool, default=True, description="Include an overview of MAIL."),
+    get_identity=_field(bool, default=False, description="Include your name, swarm and addresses."),
+    get_tool_help=_field(
+        list[Literal[TOOL_HELP_NAMES]],  # type: ignore[valid-type]
+        default=[],
+        description="Tools to explain, each with a worked example.",
+    ),
+    get_full_protocol=_field(
+        bool, default=False, description="Include the full MAIL protocol specification."
+    ),
+)
 
 
-@_cached_tool
-def create_task_complete_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `task_complete` tool."""
-    return _build(
-        "task_complete",
-        "Finish the current task and deliver the final answer to the user. Call it once, when "
-        "all the work you depend on is done.",
-        style,
-        finish_message=(
-            str,
-            Field(
-                description="The final answer for the user. It is all the user sees, so make "
-                "it complete and self-contained."
-            ),
-        ),
-    )
+create_task_complete_tool = _fixed_tool(
+    "task_complete",
+    "Finish the current task and deliver the final answer to the user. Call it once, when "
+    "all the work you depend on is done.",
+    finish_message=_field(
+        str,
+        description="The final answer for the user. It is all the user sees, so make "
+        "it complete and self-contained.",
+    ),
+)
 
 
-@_cached_tool
-def create_interswarm_broadcast_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `send_interswarm_broadcast` tool."""
-    return _build(
-        "send_interswarm_broadcast",
-        "Send one broadcast to agents in other swarms.",
-        style,
-        subject=_subject_field("broadcast"),
-        body=_body_field("broadcast"),
-        target_swarms=(
-            list[str],
-            Field(
-                default=[],
-                description="Names of the swarms to reach; an empty list means every known swarm.",
-            ),
-        ),
-    )
+create_interswarm_broadcast_tool = _fixed_tool(
+    "send_interswarm_broadcast",
+    "Send one broadcast to agents in other swarms.",
+    subject=_subject_field("broadcast"),
+    body=_body_field("broadcast"),
+    target_swarms=_field(
+        list[str],
+        default=[],
+        description="Names of the swarms to reach; an empty list means every known swarm.",
+    ),
+)
 
 
-@_cached_tool
-def create_swarm_discovery_tool(style: ToolStyle = "completions") -> dict[str, Any]:
-    """The `discover_swarms` tool."""
-    return _build(
-        "discover_swarms",
-        "Hand discovery URLs to the swarm registry so that the swarms listed there are "
-        "registered and their agents become reachable.",
-        style,
-        discovery_urls=(
-            list[str],
-            Field(description="URLs of swarm discovery endpoints to read."),
-        ),
-    )
+create_swarm_discovery_tool = _fixed_tool(
+    "discover_swarms",
+    "Hand discovery URLs to the swarm registry so that the swarms listed there are "
+    "registered and their agents become reachable.",
+    discovery_urls=_field(list[str], description="URLs of swarm discovery endpoints to read."),
+)
 
 
 # --------------------------------------------------------------------------------------------

@@ -181,3 +181,13 @@ class StreamPrinter:
             self.out.write("\n")
             self.out.flush()
             self._mode = None
+
+
+@dataclass
+class ModelRequest:
+    """A provider call ready to send: its keyword arguments, whether the reply streams, and
+    where streamed tokens are echoed."""
+
+    kwargs: dict[str, Any]
+    stream: bool
+    printer: StreamPrinter

@@ -29,6 +29,7 @@ from mail.factories._litellm import (
     missing_provider_keys,
     provider_key_variable,
 )
+from mail.factories._settings import check_settings
 from mail.factories.assembly import StreamPrinter
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
@@ -89,6 +90,8 @@ class MAILAgentFunction(ABC):
     """
 
     accepts_model_tools: ClassVar[bool] = False
+    # What `can_complete_tasks=None` (not given) means for the class: supervisors say True.
+    completes_tasks_by_default: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -97,7 +100,7 @@ class MAILAgentFunction(ABC):
         tools: list[dict[str, Any]],
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
-        can_complete_tasks: bool = False,
+        can_complete_tasks: bool | None = None,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
         **kwargs: Any,
@@ -114,7 +117,9 @@ class MAILAgentFunction(ABC):
         )
         self.enable_entrypoint = enable_entrypoint
         self.enable_interswarm = enable_interswarm
-        self.can_complete_tasks = can_complete_tasks
+        self.can_complete_tasks = (
+            self.completes_tasks_by_default if can_complete_tasks is None else can_complete_tasks
+        )
         self.tool_format: ToolFormat = tool_format
         self.exclude_tools = list(exclude_tools or [])
         self.kwargs = kwargs
@@ -124,6 +129,40 @@ class MAILAgentFunction(ABC):
         self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
     ) -> Awaitable[AgentResult]:
         """Run one agent turn over `messages` (the runtime's history for this agent)."""
+
+    def wiring(self) -> dict[str, Any]:
+        """The constructor arguments every agent function takes, as this one was wired
+        (its final tool list included): what a wrapper hands the function it delegates to."""
+        return {
+            "name": self.name,
+            "comm_targets": self.comm_targets,
+            "tools": self.tools,
+            "enable_entrypoint": self.enable_entrypoint,
+            "enable_interswarm": self.enable_interswarm,
+            "can_complete_tasks": self.can_complete_tasks,
+            "tool_format": self.tool_format,
+            "exclude_tools": self.exclude_tools,
+        }
+
+    def own_tool_names(self) -> list[str]:
+        """Names of the agent's own tools (an own tool replaces a built-in of the same name,
+        e.g. team_tools' send_request with wait_for_reply)."""
+        return [name for name in (_tool_name(tool) for tool in self.tools) if name]
+
+    def mail_then_own_tools(self, include_mail_tools: bool = True) -> list[dict[str, Any]]:
+        """The MAIL tools (when the agent has someone to talk to), then the agent's own."""
+        tools: list[dict[str, Any]] = []
+        if self.comm_targets and include_mail_tools:
+            tools.extend(
+                create_mail_tools(
+                    self.comm_targets,
+                    enable_interswarm=self.enable_interswarm,
+                    style=self.tool_format,
+                    exclude_tools=[*self.exclude_tools, *self.own_tool_names()],
+                )
+            )
+        tools.extend(self.tools)
+        return tools
 
 
 class LiteLLMAgentFunction(MAILAgentFunction):
@@ -209,21 +248,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
 
     def build_tools(self) -> list[dict[str, Any]]:
         """MAIL tools (when the agent has someone to talk to), then the agent's own tools."""
-        tools: list[dict[str, Any]] = []
-        if self.comm_targets and self._debug_include_mail_tools:
-            # An own tool named like a MAIL tool (e.g. send_request with wait_for_reply from
-            # team_tools) replaces the built-in one.
-            own = [t for t in (_tool_name(tool) for tool in self.tools) if t]
-            tools.extend(
-                create_mail_tools(
-                    self.comm_targets,
-                    enable_interswarm=self.enable_interswarm,
-                    style=self.tool_format,
-                    exclude_tools=[*self.exclude_tools, *own],
-                )
-            )
-        tools.extend(self.tools)
-        return tools
+        return self.mail_then_own_tools(include_mail_tools=self._debug_include_mail_tools)
 
     def build_messages(
         self, messages: list[dict[str, Any]], memories: list[str] | None = None
@@ -332,32 +357,24 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         tools = self.build_tools()
         request_messages = self.build_messages(messages, memories)
         printer = StreamPrinter(self.name, self.print_llm_streams)
+        # What both request builders take; the Chat Completions one also sets thinking.
+        shared: dict[str, Any] = {
+            "model": model,
+            "messages": request_messages,
+            "tools": tools,
+            "tool_choice": tool_choice,
+            "options": options,
+            "reasoning_effort": self.reasoning_effort,
+            "max_tokens": self.max_tokens,
+            "stream": self.stream_tokens,
+            "printer": printer,
+        }
         if self.tool_format == "completions":
             crequest = completions.build_request(
-                model=model,
-                messages=request_messages,
-                tools=tools,
-                tool_choice=tool_choice,
-                options=options,
-                reasoning_effort=self.reasoning_effort,
-                thinking_budget=self.thinking_budget,
-                max_tokens=self.max_tokens,
-                anthropic=self.is_anthropic_model,
-                stream=self.stream_tokens,
-                printer=printer,
+                **shared, thinking_budget=self.thinking_budget, anthropic=self.is_anthropic_model
             )
             return lambda: completions.run(crequest)
-        rrequest = responses.build_request(
-            model=model,
-            messages=request_messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            options=options,
-            reasoning_effort=self.reasoning_effort,
-            max_tokens=self.max_tokens,
-            stream=self.stream_tokens,
-            printer=printer,
-        )
+        rrequest = responses.build_request(**shared)
         return lambda: responses.run(rrequest)
 
     # -- the agent function --------------------------------------------------------------------
@@ -385,28 +402,54 @@ def inner_function(
 ) -> LiteLLMAgentFunction:
     """The LiteLLMAgentFunction a wrapper delegates to, built from the wrapper's own wiring
     (its final tool list included) and the LiteLLM settings it was given."""
-    return LiteLLMAgentFunction(
-        name=wrapper.name,
-        comm_targets=wrapper.comm_targets,
-        tools=wrapper.tools,
-        llm=llm,
-        enable_entrypoint=wrapper.enable_entrypoint,
-        enable_interswarm=wrapper.enable_interswarm,
-        can_complete_tasks=wrapper.can_complete_tasks,
-        tool_format=wrapper.tool_format,
-        exclude_tools=wrapper.exclude_tools,
-        **settings,
-    )
+    return LiteLLMAgentFunction(llm=llm, **wrapper.wiring(), **settings)
 
 
-class DelegatingAgentFunction:
-    """Mixin for wrapper classes that hold an inner LiteLLMAgentFunction.
+class DelegatingAgentFunction(MAILAgentFunction):
+    """Base of the wrapper classes that hold an inner LiteLLMAgentFunction.
 
-    `_inner_attr` names the attribute holding it (`supervisor_fn`, `action_agent_fn`); the
-    model, the prompt and calls are forwarded to it.
+    The wrapper takes the wiring plus every `LiteLLMAgentFunction` setting; it builds the inner
+    function from its own wiring (after `_add_role_tools`, its final tool list included) and
+    the settings, and keeps it in the attribute `_inner_attr` names (`supervisor_fn`,
+    `action_agent_fn`). The model, the prompt and calls are forwarded to it.
     """
 
     _inner_attr: ClassVar[str]
+
+    # Template checks compare agent_params with these (see mail.api.factory_check).
+    accepted_settings = LiteLLMAgentFunction.__init__
+
+    def __init__(
+        self,
+        name: str,
+        comm_targets: list[str],
+        tools: list[Any],
+        llm: str,
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        can_complete_tasks: bool | None = None,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+        **settings: Any,
+    ) -> None:
+        check_settings(type(self).__name__, settings, LiteLLMAgentFunction.__init__)
+        super().__init__(
+            name=name,
+            comm_targets=comm_targets,
+            tools=tools,
+            enable_entrypoint=enable_entrypoint,
+            enable_interswarm=enable_interswarm,
+            can_complete_tasks=can_complete_tasks,
+            tool_format=tool_format,
+            exclude_tools=exclude_tools,
+        )
+        self._add_role_tools()
+        inner = inner_function(self, llm, settings)
+        setattr(self, self._inner_attr, inner)
+        self.print_llm_streams = inner.print_llm_streams
+
+    def _add_role_tools(self) -> None:
+        """Tools the wrapper's role adds to its own before the inner function is built."""
 
     def _inner(self) -> LiteLLMAgentFunction:
         return getattr(self, self._inner_attr)  # type: ignore[no-any-return]

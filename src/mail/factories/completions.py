@@ -14,6 +14,7 @@ from typing import Any
 from mail.core.tools import AgentToolCall
 from mail.factories import model_calls
 from mail.factories.assembly import (
+    ModelRequest,
     PendingCall,
     StreamPrinter,
     TurnAssembler,
@@ -23,13 +24,6 @@ from mail.factories.assembly import (
 
 INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 DEFAULT_ANTHROPIC_MAX_TOKENS = 8192
-
-
-@dataclass
-class CompletionsRequest:
-    kwargs: dict[str, Any]
-    stream: bool
-    printer: StreamPrinter
 
 
 def completions_tool_choice(
@@ -54,7 +48,7 @@ def build_request(
     anthropic: bool,
     stream: bool,
     printer: StreamPrinter,
-) -> CompletionsRequest:
+) -> ModelRequest:
     kwargs: dict[str, Any] = {"model": model, "messages": messages, **options}
     choice = completions_tool_choice(tool_choice) if tools else None
     if tools:
@@ -81,10 +75,10 @@ def build_request(
     if choice is not None:
         kwargs["tool_choice"] = choice
     kwargs["stream"] = stream
-    return CompletionsRequest(kwargs=kwargs, stream=stream, printer=printer)
+    return ModelRequest(kwargs=kwargs, stream=stream, printer=printer)
 
 
-async def run(request: CompletionsRequest) -> tuple[str | None, list[AgentToolCall]]:
+async def run(request: ModelRequest) -> tuple[str | None, list[AgentToolCall]]:
     response = await model_calls.acompletion(**request.kwargs)
     if request.stream:
         return await _consume_stream(response, request.printer)

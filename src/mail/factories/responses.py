@@ -8,20 +8,18 @@ reasoning summaries are rebuilt from the `response.reasoning_summary_text.delta`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from mail.core.tools import AgentToolCall
 from mail.factories import model_calls
 from mail.factories._litellm import supports_reasoning
-from mail.factories.assembly import StreamPrinter, TurnAssembler, field_of, to_plain
-
-
-@dataclass
-class ResponsesRequest:
-    kwargs: dict[str, Any]
-    stream: bool
-    printer: StreamPrinter
+from mail.factories.assembly import (
+    ModelRequest,
+    StreamPrinter,
+    TurnAssembler,
+    field_of,
+    to_plain,
+)
 
 
 def responses_tool_choice(tool_choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
@@ -42,7 +40,7 @@ def build_request(
     max_tokens: int | None,
     stream: bool,
     printer: StreamPrinter,
-) -> ResponsesRequest:
+) -> ModelRequest:
     kwargs: dict[str, Any] = {"model": model, "input": messages, **options}
     include = ["code_interpreter_call.outputs"]
     if supports_reasoning(model):
@@ -55,10 +53,10 @@ def build_request(
     if max_tokens:
         kwargs["max_output_tokens"] = max_tokens
     kwargs["stream"] = stream
-    return ResponsesRequest(kwargs=kwargs, stream=stream, printer=printer)
+    return ModelRequest(kwargs=kwargs, stream=stream, printer=printer)
 
 
-async def run(request: ResponsesRequest) -> tuple[str | None, list[AgentToolCall]]:
+async def run(request: ModelRequest) -> tuple[str | None, list[AgentToolCall]]:
     result = await model_calls.aresponses(**request.kwargs)
     if request.stream:
         output, streamed_reasoning = await _consume_stream(result, request.printer)

@@ -15,7 +15,6 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from mail.core.message import (
-    ALL_AGENTS,
     MAILInterswarmMessage,
     MAILMessage,
     build_interswarm_mail_xml,
@@ -28,6 +27,7 @@ from mail.core.message import (
 )
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
+from mail.net.bridge_inbound import as_message, swarm_target_problem, task_end, user_target_problem
 from mail.net.discovery import DiscoveredSwarms
 from mail.net.router import InterswarmRouter
 from mail.net.trust import (
@@ -36,7 +36,6 @@ from mail.net.trust import (
     check_new_task,
     check_subject,
     peer_sender,
-    task_end_effect,
 )
 from mail.net.types import InterswarmError
 
@@ -304,41 +303,41 @@ class InterswarmBridge:
         if task.task_owner == rt.this_owner:
             # We own the task: tell every contributing remote swarm it is over.
             for swarm in sorted(task.remote_swarms):
-                notice = make_message(
-                    make_request(
-                        task_id,
-                        create_agent_address(f"{caller}@{self.local_swarm}"),
-                        create_agent_address(f"{rt.entrypoint}@{swarm}"),
-                        subject,
-                        finish,
-                        sender_swarm=self.local_swarm,
-                        recipient_swarm=swarm,
-                        routing_info={"origin_swarm": self.local_swarm, "remote_swarm": swarm},
-                    ),
-                    "response",
+                self._notify_end(
+                    task_id, caller, f"{rt.entrypoint}@{swarm}", swarm, subject, finish
                 )
-                self._spawn(self._send_notice(notice, swarm))
             return
         # A remote task finished here: return the finish message to the agent that asked.
         target = self.remote_callers.get(task_id)
         if not target:
             return
         _, target_swarm = parse_agent_address(target)
-        swarm = target_swarm or ""
+        self._notify_end(task_id, caller, target, target_swarm, subject, finish)
+
+    def _notify_end(
+        self,
+        task_id: str,
+        caller: str,
+        recipient: str,
+        swarm: str | None,
+        subject: str,
+        finish: str,
+    ) -> None:
+        """Send the task-end notice (`subject`, the finish text) to `recipient` in `swarm`."""
         notice = make_message(
             make_request(
                 task_id,
                 create_agent_address(f"{caller}@{self.local_swarm}"),
-                create_agent_address(target),
+                create_agent_address(recipient),
                 subject,
                 finish,
                 sender_swarm=self.local_swarm,
-                recipient_swarm=target_swarm,
-                routing_info={"origin_swarm": self.local_swarm, "remote_swarm": target_swarm},
+                recipient_swarm=swarm,
+                routing_info={"origin_swarm": self.local_swarm, "remote_swarm": swarm},
             ),
             "response",
         )
-        self._spawn(self._send_notice(notice, swarm))
+        self._spawn(self._send_notice(notice, swarm or ""))
 
     async def _send_notice(self, notice: MAILMessage, swarm: str) -> None:
         rt = self.runtime
@@ -404,17 +403,18 @@ class InterswarmBridge:
             check_subject(payload.get("subject"), source_swarm=source)
             ends_task = False
             if payload.get("subject") in TASK_END_SUBJECTS:
-                ends_task = self._task_end(payload, source, owner) == "end"
+                direct = source in self._direct.get(task_id, ())
+                ends_task = task_end(rt, payload, source, owner, direct) == "end"
         except TrustError as exc:
             logger.warning("refused interswarm %s from swarm '%s': %s", direction, source, exc)
             raise InterswarmReceiveError(str(exc), exc.status) from exc
-        problem = self._swarm_target_problem(payload) or self._user_target_problem(payload)
+        problem = swarm_target_problem(rt, payload) or user_target_problem(rt, payload)
         if problem is not None:
             logger.info("refused interswarm %s from swarm '%s': %s", direction, source, problem)
             raise InterswarmReceiveError(problem, 400)
         # From here on the peer's message carries its re-attributed sender (net/trust.py).
         payload = {**payload, "sender": sender, "sender_swarm": source}
-        incoming = self._as_message({**envelope, "payload": payload})  # type: ignore[typeddict-item]
+        incoming = as_message({**envelope, "payload": payload})  # type: ignore[typeddict-item]
         # A peer names its own side's contributors; who takes part on this side is ours to
         # record (a peer listing `user:someone@<this swarm>` does not make them one).
         contributors = [c for c in contributors if parse_task_contributor(c)[2] != self.local_swarm]
@@ -445,77 +445,6 @@ class InterswarmBridge:
         task.wake()
         return task_id
 
-    def _swarm_target_problem(self, payload: Any) -> str | None:
-        """A peer's message addressed to this swarm's name (not an agent of it).
-
-        Locally such a message ends the task with a runtime error; a peer must not end a
-        task that way (only the owner's agents finish it), so it is refused up front.
-        """
-        rt = self.runtime
-        recipients = payload.get("recipients") or [payload.get("recipient")]
-        for recipient in recipients:
-            if not isinstance(recipient, dict):
-                continue
-            name, swarm = parse_agent_address(str(recipient.get("address", "")))
-            if rt._is_local_swarm(swarm) and name == self.local_swarm and name not in rt.agents:
-                return (
-                    f"'{name}' is the name of swarm '{self.local_swarm}', not one of its "
-                    "agents: a message from another swarm must name an agent"
-                )
-        return None
-
-    def _user_target_problem(self, payload: Any) -> str | None:
-        """Why a user's (or admin's) message from another swarm cannot go where it is sent.
-
-        A person reaches a swarm through its entrypoint agents, here as over POST /message;
-        refusing up front gives the sender a clear 400 instead of a task that goes nowhere.
-        """
-        sender = payload["sender"]
-        if sender["address_type"] not in ("user", "admin"):
-            return None
-        rt = self.runtime
-        entrypoints = sorted(
-            name
-            for name, agent in rt.agents.items()
-            if getattr(agent, "enable_entrypoint", False) or name == rt.entrypoint
-        )
-        recipients = payload.get("recipients") or [payload.get("recipient")]
-        for recipient in recipients:
-            if not recipient:
-                continue
-            name, _ = parse_agent_address(recipient["address"])
-            if name == ALL_AGENTS or name in entrypoints:
-                continue
-            what = "is not an entrypoint" if name in rt.agents else "is not an agent"
-            return (
-                f"'{name}' {what} of swarm '{self.local_swarm}': a user's message from another "
-                f"swarm may only go to its entrypoint agents ({', '.join(entrypoints)})"
-            )
-        return None
-
-    def _task_end(self, payload: Any, source: str, owner: str) -> str:
-        """`end` or `deliver` for a peer's task-end notice (net/trust.py decides)."""
-        rt = self.runtime
-        recipients = payload.get("recipients") or [payload.get("recipient")]
-        to_agent = to_caller = False
-        for recipient in recipients:
-            if not isinstance(recipient, dict):
-                continue
-            name, swarm = parse_agent_address(str(recipient.get("address", "")))
-            if not rt._is_local_swarm(swarm):
-                continue
-            to_agent = to_agent or name in rt.agents
-            to_caller = to_caller or name == rt.user_id
-        direct = source in self._direct.get(payload["task_id"], ())
-        return task_end_effect(
-            source_swarm=source,
-            task_id=payload["task_id"],
-            task_owner=owner,
-            owned_here=owner == rt.this_owner,
-            to_local_agent=to_agent,
-            to_direct_caller=to_caller and direct,
-        )
-
     def _count_answer(self, message: MAILMessage) -> None:
         """A peer's response settles one outstanding request of the local agent it answers
         (as a local send_response does), so `await_message` sees the true count."""
@@ -534,15 +463,6 @@ class InterswarmBridge:
         self._seen[message_id] = None
         if len(self._seen) > SEEN_LIMIT:
             self._seen.popitem(last=False)
-
-    @staticmethod
-    def _as_message(envelope: MAILInterswarmMessage) -> MAILMessage:
-        return {
-            "id": envelope["message_id"],
-            "timestamp": envelope["timestamp"],
-            "message": envelope["payload"],
-            "msg_type": envelope["msg_type"],
-        }
 
     # ------------------------------------------------------------------ supervisor tools
     async def broadcast_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:

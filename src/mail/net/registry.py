@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import importlib
 import logging
 import os
 import time
@@ -43,6 +44,9 @@ from mail.net.registry_store import (
 )
 from mail.net.types import InterswarmError, SwarmEndpoint, SwarmEndpointCleaned
 from mail.version import PROTOCOL_VERSION
+
+# The A2A bridge (an adapter above net/) registers A2A agents by their cards; found by name.
+A2A_PEER_MODULE = "mail.a2a.peer"
 
 logger = logging.getLogger("mail.net.registry")
 
@@ -153,8 +157,15 @@ class SwarmRegistry:
             raise ValueError(f"'{swarm_name}' is the name of this swarm, not a remote one")
         base = _normalize_base_url(base_url)
         started = time.monotonic()
-        session = await self._get_session()
-        info = await fetch_swarm_info(session, swarm_name, base, self.health_check_timeout)
+        health_url = f"{base}/health"
+        if (metadata or {}).get("kind") == "a2a":  # an A2A agent: its card
+            # mail.a2a sits above net/: looked up by name, as A2A_PEER_MODULE says.
+            peer = importlib.import_module(A2A_PEER_MODULE)
+            health_url = peer.card_url(base, metadata)
+            info = await peer.fetch_card_info(swarm_name, health_url, self.health_check_timeout)
+        else:
+            session = await self._get_session()
+            info = await fetch_swarm_info(session, swarm_name, base, self.health_check_timeout)
         elapsed = time.monotonic() - started
         reported = info.get("name")
         if reported and reported != swarm_name:
@@ -173,7 +184,7 @@ class SwarmRegistry:
                     swarm_name=swarm_name,
                     base_url=base,
                     version=info["version"],
-                    health_check_url=f"{base}/health",
+                    health_check_url=health_url,
                     auth_token_ref=make_env_ref(var),
                     last_seen=_now(),
                     is_active=True,

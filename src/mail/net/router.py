@@ -37,6 +37,7 @@ from mail.net.answers import (
     read_capped,
 )
 from mail.net.types import Direction, InterswarmError
+from mail.telemetry.interswarm import interswarm_hop
 
 if TYPE_CHECKING:
     from mail.core.message import MAILInterswarmMessage, MAILMessage
@@ -108,6 +109,9 @@ class InterswarmRouter:
         self.session = session
         self._owns_session = session is None
         self.message_handlers: dict[str, MessageHandler] = {}
+        # Set by the server when it serves A2A (mail.a2a.peer.A2APeers): registry entries of
+        # kind "a2a" are A2A agents, reached through the A2A SDK instead of /interswarm/*.
+        self.a2a_peers: Any = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -196,6 +200,16 @@ class InterswarmRouter:
             raise ValueError(f"direction must be 'forward' or 'back', got '{direction}'")
         target = envelope["target_swarm"]
         base_url = await self._active_base_url(target)
+        endpoint = self.swarm_registry.get_swarm_endpoint(target)
+        if endpoint is not None and (endpoint.get("metadata") or {}).get("kind") == "a2a":
+            if self.a2a_peers is None:  # the A2A bridge is not installed (cluster mode)
+                raise InterswarmError(
+                    f"'{target}' is an A2A agent, and A2A peers are not reachable here "
+                    "(the A2A bridge is not served in cluster mode)",
+                    swarm_name=target,
+                )
+            token = self.swarm_registry.get_resolved_auth_token(target)
+            return await self.a2a_peers.send(self, endpoint, envelope, token)  # type: ignore[no-any-return]
         token = self.resolve_token(target, envelope)
         outgoing = dict(envelope)
         # Receivers that follow the original reject a null auth_token in the envelope.
@@ -262,6 +276,18 @@ class InterswarmRouter:
     async def _post(
         self, swarm: str, url: str, body: dict[str, Any], token: str, timeout: float
     ) -> dict[str, Any]:
+        with interswarm_hop(swarm, url) as hop_headers:  # span, traceparent, metrics
+            return await self._post_once(swarm, url, body, token, timeout, hop_headers)
+
+    async def _post_once(
+        self,
+        swarm: str,
+        url: str,
+        body: dict[str, Any],
+        token: str,
+        timeout: float,
+        hop_headers: dict[str, str],
+    ) -> dict[str, Any]:
         session = self.session
         if session is None or session.closed:
             raise InterswarmError("HTTP client session is not open", swarm_name=swarm)
@@ -270,6 +296,7 @@ class InterswarmRouter:
             "User-Agent": f"MAIL-Interswarm-Router/{self.local_swarm_name}",
             "Authorization": f"Bearer {token}",
         }
+        headers.update(hop_headers)
         try:
             async with session.post(
                 url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)

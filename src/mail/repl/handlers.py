@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mail.a2a.repl import do_a2a_send, do_task_cancel
 from mail.client import MAILClient
 from mail.repl.parser import COMMANDS, ReplArgumentParser, ReplUsageError, resolve_command
 from mail.repl.render import Renderer, parse_event_data
+from mail.telemetry.usage import usage_text
 
 
 class ReplQuit(Exception):
@@ -47,10 +49,16 @@ async def do_exit(ctx: ReplContext, args: argparse.Namespace) -> None:
     raise ReplQuit()
 
 
+def _shown_as_json(ctx: ReplContext, args: argparse.Namespace, result: Any) -> bool:
+    """With --verbose the server's JSON answer is the whole output: shown here, and True."""
+    if args.verbose:
+        ctx.render.json(result)
+    return bool(args.verbose)
+
+
 async def do_ping(ctx: ReplContext, args: argparse.Namespace) -> None:
     root = await ctx.client.ping()
-    if args.verbose:
-        ctx.render.json(root)
+    if _shown_as_json(ctx, args, root):
         return
     swarm = root.get("swarm") or {}
     version = root.get("protocol_version", root.get("version", "?"))
@@ -62,8 +70,7 @@ async def do_ping(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_health(ctx: ReplContext, args: argparse.Namespace) -> None:
     health = await ctx.client.get_health()
-    if args.verbose:
-        ctx.render.json(health)
+    if _shown_as_json(ctx, args, health):
         return
     ctx.render.success(
         f"{health.get('swarm_name', '?')} is {health.get('status', '?')} "
@@ -73,8 +80,7 @@ async def do_health(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_health_update(ctx: ReplContext, args: argparse.Namespace) -> None:
     health = await ctx.client.update_health(args.status)
-    if args.verbose:
-        ctx.render.json(health)
+    if _shown_as_json(ctx, args, health):
         return
     ctx.render.success(f"health of {health.get('swarm_name', '?')} is now {health.get('status')}")
 
@@ -93,8 +99,7 @@ async def do_logout(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_whoami(ctx: ReplContext, args: argparse.Namespace) -> None:
     identity = await ctx.client.get_whoami()
-    if args.verbose:
-        ctx.render.json(identity)
+    if _shown_as_json(ctx, args, identity):
         return
     user_id = identity.get("id", identity.get("username"))
     ctx.render.info(identity_label(identity.get("role"), None if user_id is None else str(user_id)))
@@ -102,8 +107,7 @@ async def do_whoami(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_status(ctx: ReplContext, args: argparse.Namespace) -> None:
     status = await ctx.client.get_status()
-    if args.verbose:
-        ctx.render.json(status)
+    if _shown_as_json(ctx, args, status):
         return
     swarm = status.get("swarm") or {}
     ctx.render.fields(
@@ -148,8 +152,7 @@ async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
         result = await ctx.client.post_message(
             " ".join(args.body), show_events=args.show_events, **_message_kwargs(args)
         )
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     if result.get("events"):
         ctx.render.events(result["events"])
@@ -307,8 +310,7 @@ async def do_message_interswarm(ctx: ReplContext, args: argparse.Namespace) -> N
             stream=args.stream,
             ignore_stream_pings=args.ignore_stream_pings,
         )
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     response = result.get("response")
     if isinstance(response, dict) and isinstance(response.get("message"), dict):
@@ -325,8 +327,7 @@ async def do_message_interswarm(ctx: ReplContext, args: argparse.Namespace) -> N
 async def do_swarms_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     result = await ctx.client.get_swarms()
     swarms = result.get("swarms", [])
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     if not swarms:
         ctx.render.info("no public swarms known")
@@ -354,8 +355,7 @@ async def do_swarm_register(ctx: ReplContext, args: argparse.Namespace) -> None:
         volatile=args.volatile,
         metadata=args.metadata,
     )
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     kind = "volatile" if args.volatile else "persistent"
     ctx.render.success(
@@ -365,8 +365,7 @@ async def do_swarm_register(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_swarm_dump(ctx: ReplContext, args: argparse.Namespace) -> None:
     result = await ctx.client.dump_swarm()
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     ctx.render.success(f"{result.get('status')} swarm {result.get('swarm_name')} to the server log")
 
@@ -383,8 +382,7 @@ async def do_swarm_load(ctx: ReplContext, args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise ReplUsageError(f"the swarm is not valid JSON: {exc}") from exc
     result = await ctx.client.load_swarm_from_json(text)
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     ctx.render.success(f"loaded swarm {result.get('swarm_name')} (used by new instances)")
 
@@ -413,30 +411,38 @@ async def do_responses(ctx: ReplContext, args: argparse.Namespace) -> None:
             **args.kwargs,
         )
     dumped = response.model_dump(mode="json") if hasattr(response, "model_dump") else response
-    if args.verbose:
-        ctx.render.json(dumped)
+    if _shown_as_json(ctx, args, dumped):
         return
     text = getattr(response, "output_text", None)
     ctx.render.response(text if text else dumped, title=f"response {getattr(response, 'id', '')}")
 
 
+def _task_state(task: dict[str, Any]) -> str:
+    """The record's `state` (waiting_for_review, ...); older servers send only the flags."""
+    if task.get("state"):
+        return str(task["state"])
+    if task.get("is_running"):
+        return "running"
+    return "completed" if task.get("completed") else "idle"
+
+
 async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     tasks = await ctx.client.get_tasks()
-    if args.verbose:
-        ctx.render.json(tasks)
+    if _shown_as_json(ctx, args, tasks):
         return
     if not tasks:
         ctx.render.info("no tasks yet")
         return
     ctx.render.table(
-        ["task id", "owner", "running", "completed", "events"],
+        ["task id", "owner", "state", "tokens", "cost", "events"],
         (
             [
                 task_id,
                 task.get("task_owner"),
-                task.get("is_running"),
-                task.get("completed"),
+                _task_state(task),
                 # GET /tasks summaries carry event_count, not the events themselves.
+                (task.get("usage") or {}).get("total_tokens", "-"),
+                (task.get("usage") or {}).get("cost", "-"),
                 task.get("event_count", len(task.get("events") or [])),
             ]
             for task_id, task in tasks.items()
@@ -446,8 +452,7 @@ async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_task_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     task = await ctx.client.get_task(args.task_id)
-    if args.verbose:
-        ctx.render.json(task)
+    if _shown_as_json(ctx, args, task):
         return
     ctx.render.fields(
         [
@@ -459,10 +464,12 @@ async def do_task_get(ctx: ReplContext, args: argparse.Namespace) -> None:
                 "start_time",
                 "is_running",
                 "completed",
+                "state",
                 "remote_swarms",
             )
             if key in task
         ]
+        + ([("usage", usage_text(task["usage"]))] if "usage" in task else [])
     )
     events = task.get("events") or []
     ctx.render.info(f"{len(events)} events", style="bold")
@@ -473,8 +480,7 @@ async def do_review(ctx: ReplContext, args: argparse.Namespace) -> None:
     decisions = list(args.decisions or []) + list(args.decisions_json or [])
     if not decisions:
         held = await ctx.client.get_pending_reviews(args.task_id)
-        if args.verbose:
-            ctx.render.json(held)
+        if _shown_as_json(ctx, args, held):
             return
         if not held:
             ctx.render.info(f"task {args.task_id} has no calls waiting for review")
@@ -485,8 +491,7 @@ async def do_review(ctx: ReplContext, args: argparse.Namespace) -> None:
         result = await ctx.client.review_actions(
             args.task_id, decisions, show_events=args.show_events
         )
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     if result.get("events"):
         ctx.render.events(result["events"])
@@ -495,8 +500,7 @@ async def do_review(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_threads(ctx: ReplContext, args: argparse.Namespace) -> None:
     result = await ctx.client.get_threads()
-    if args.verbose:
-        ctx.render.json(result)
+    if _shown_as_json(ctx, args, result):
         return
     threads = result.get("threads") or []
     if not threads:
@@ -513,8 +517,7 @@ async def do_threads(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_thread(ctx: ReplContext, args: argparse.Namespace) -> None:
     thread = await ctx.client.get_thread(args.thread_id)
-    if args.verbose:
-        ctx.render.json(thread)
+    if _shown_as_json(ctx, args, thread):
         return
     ctx.render.fields(
         [
@@ -572,4 +575,6 @@ HANDLERS: dict[str, Handler] = {
     "threads-get": do_threads,
     "thread-get": do_thread,
     "attachment-get": do_attachment,
+    "task-cancel": do_task_cancel,
+    "a2a-send": do_a2a_send,
 }

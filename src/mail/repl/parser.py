@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from mail.a2a.repl import configure_a2a_send, configure_task_cancel
+
 # What POST /message accepts (mail.server.bodies.POSTABLE_MESSAGE_TYPES; a test keeps the two
 # equal): responses and interrupts are for agents, the server refuses them from a caller.
 MSG_TYPES = ("request", "broadcast")
@@ -337,6 +339,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec(
         "attachment-get", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment
+    ),
+    CommandSpec(
+        "task-cancel", ("tc",), "POST /task/cancel ID — stop a task", configure_task_cancel
+    ),
+    CommandSpec(
+        "a2a-send", ("a2a",), "send TEXT over A2A (this server, or --url AGENT)", configure_a2a_send
     ),
 )
 

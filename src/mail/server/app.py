@@ -23,8 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from mail.cluster.settings import cluster_enabled
-from mail.config import ServerConfig, load_config
+from mail.config import ServerConfig, apply_cluster_env, cluster_enabled, load_config
 from mail.server import (
     responses_bridge,
     routes_admin,
@@ -36,8 +35,10 @@ from mail.server import (
     routes_user,
 )
 from mail.server.auth import Authenticator, build_authenticator
+from mail.server.backends import cluster_backend, install_cluster_backend
 from mail.server.body_limit import BodyLimitMiddleware
 from mail.server.errors import install_error_handling
+from mail.server.front_doors import install_front_doors
 from mail.server.instances import InstanceManager
 from mail.server.state import (
     ServerState,
@@ -63,8 +64,6 @@ def config_from_env() -> ServerConfig:
     if raw:
         return ServerConfig.model_validate_json(raw)
     config = load_config().server
-    from mail.cluster.settings import apply_cluster_env
-
     cluster = apply_cluster_env(config.cluster.model_dump())
     return config.model_copy(update={"cluster": type(config.cluster).model_validate(cluster)})
 
@@ -97,12 +96,12 @@ async def _startup(
     auth = authenticator or build_authenticator(config)
     if store is None:
         try:
-            store = await start_store()
+            store = await start_store(config)
         except Exception as exc:
-            raise StartupError(f"cannot start persistence (DATABASE_URL): {exc}") from exc
-    backend = getattr(app.state, "cluster_backend", None)
+            raise StartupError(f"cannot start persistence: {exc}") from exc
+    backend = cluster_backend(app)
     if backend is not None:
-        if store is None:
+        if getattr(store, "backend", None) != "postgres":
             raise StartupError(
                 "cluster mode keeps instances in PostgreSQL: set DATABASE_URL "
                 '(or [server.cluster] backend = "none")'
@@ -261,7 +260,7 @@ def create_app(
             await _shutdown(
                 state,
                 own_store=store is None,
-                backend=getattr(app.state, "cluster_backend", None),
+                backend=cluster_backend(app),
             )
 
     app = MAILFastAPI(
@@ -275,10 +274,7 @@ def create_app(
     )
     app.state.config = config
     install_error_handling(app)
-    if cluster_enabled(config):
-        from mail.cluster.frontend import install_backend
-
-        install_backend(app, config)
+    install_cluster_backend(app, config)  # [server.cluster] backend; nothing for "none"
     app.add_middleware(BodyLimitMiddleware, limit=config.settings.max_request_body)
     app.add_middleware(
         CORSMiddleware,
@@ -296,9 +292,14 @@ def create_app(
     app.include_router(routes_team.router)
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
+    from mail.server.observability import install as install_observability
+
+    install_observability(app, config)  # /metrics, tracing (OTEL_*), budget defaults
     from mail.server.api_docs import install_api_docs
 
     install_api_docs(app)
+    # MCP face (docs/mcp.md); found by name: front doors sit above the server.
+    install_front_doors(app, config, clustered=cluster_enabled(config))
     if config.ui:
         from mail.server.console import install_console
 
@@ -322,7 +323,6 @@ def run_server_with_template(
     the original's ``ui_port``, ``ui_path`` and ``server_url`` are accepted and unused (the
     console is part of this server, not a separate app).
     """
-    import uvicorn
 
     launch_ui = bool(options.pop("launch_ui", True))
     open_browser = bool(options.pop("open_browser", True))
@@ -344,21 +344,9 @@ def run_server_with_template(
 
         setup_server_logging(logging.INFO)
     app = create_app(config, template=template, template_source="<injected>")
-    from mail.server.http_protocol import http_protocol
     from mail.server.stream_shutdown import closing_server
 
-    server = closing_server(
-        uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.port,
-            log_config=None,
-            access_log=config.access_log,
-            http=http_protocol(),
-            ws="none",
-        ),
-        lambda: getattr(getattr(app.state, "mail", None), "open_streams", None),
-    )
+    server = closing_server(app, config)
     if config.ui:
         from mail.server.console import console_url, open_browser_when_ready
 

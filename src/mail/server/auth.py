@@ -120,43 +120,55 @@ class ExternalAuthenticator:
             self._client = httpx.AsyncClient(timeout=self.timeout)
         return self._client
 
+    async def _ask(
+        self, method: str, url: str, credential: str, *, what: str, refused: str, failed: str
+    ) -> httpx.Response:
+        """Send `credential` to the auth service at `url`: its 200 reply, else 401 with
+        `refused` (the service said 401) or 500 with `failed` (unreachable, other status)."""
+        try:
+            reply = await self._http().request(
+                method, url, headers={"Authorization": f"Bearer {credential}"}
+            )
+        except Exception as exc:
+            logger.error("auth service unreachable at %s: %s", url, exc)
+            raise HTTPException(500, failed) from exc
+        if reply.status_code == 401:
+            raise unauthorized(refused)
+        if reply.status_code != 200:
+            logger.error("auth service replied %s to %s", reply.status_code, what)
+            raise HTTPException(500, failed)
+        return reply
+
     async def login(self, api_key: str) -> str:
         """Exchange an API key for a token at ``AUTH_ENDPOINT``."""
         self.login_calls += 1
-        try:
-            reply = await self._http().post(
-                self.auth_endpoint, headers={"Authorization": f"Bearer {api_key}"}
-            )
-        except Exception as exc:
-            logger.error("auth service unreachable at %s: %s", self.auth_endpoint, exc)
-            raise HTTPException(500, "failed to authenticate user or agent with API key") from exc
-        if reply.status_code == 401:
-            raise unauthorized("invalid API key")
-        if reply.status_code != 200:
-            logger.error("auth service replied %s to login", reply.status_code)
-            raise HTTPException(500, "failed to authenticate user or agent with API key")
+        failed = "failed to authenticate user or agent with API key"
+        reply = await self._ask(
+            "POST",
+            self.auth_endpoint,
+            api_key,
+            what="login",
+            refused="invalid API key",
+            failed=failed,
+        )
         try:
             token = reply.json()["token"]
         except Exception as exc:
             logger.error("auth service login reply has no 'token' field")
-            raise HTTPException(500, "failed to authenticate user or agent with API key") from exc
+            raise HTTPException(500, failed) from exc
         return str(token)
 
     async def get_token_info(self, token: str) -> dict[str, Any]:
         """Describe a token via ``TOKEN_INFO_ENDPOINT``: ``{"role", "id", "api_key"}``."""
         self.token_info_calls += 1
-        try:
-            reply = await self._http().get(
-                self.token_info_endpoint, headers={"Authorization": f"Bearer {token}"}
-            )
-        except Exception as exc:
-            logger.error("auth service unreachable at %s: %s", self.token_info_endpoint, exc)
-            raise HTTPException(500, "failed to get token info") from exc
-        if reply.status_code == 401:
-            raise unauthorized("invalid token")
-        if reply.status_code != 200:
-            logger.error("auth service replied %s to token info", reply.status_code)
-            raise HTTPException(500, "failed to get token info")
+        reply = await self._ask(
+            "GET",
+            self.token_info_endpoint,
+            token,
+            what="token info",
+            refused="invalid token",
+            failed="failed to get token info",
+        )
         try:
             info = reply.json()
         except ValueError as exc:
@@ -284,12 +296,16 @@ def request_authenticator(request: Request) -> Authenticator:
     return auth
 
 
-async def authenticate_request(request: Request) -> Caller:
-    """The caller behind the request's bearer key (memoised on the request)."""
+async def authenticate_request(
+    request: Request, authenticator: Authenticator | None = None
+) -> Caller:
+    """The caller behind the request's bearer key (memoised on the request), as
+    `authenticator` (default: the server's) sees it."""
     cached = getattr(request.state, "mail_caller", None)
     if cached is not None:
         return cached
-    caller = await request_authenticator(request).authenticate(bearer_key(request))
+    auth = authenticator if authenticator is not None else request_authenticator(request)
+    caller = await auth.authenticate(bearer_key(request))
     request.state.mail_caller = caller
     return caller
 

@@ -152,14 +152,7 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
 
     timeout = kwargs.pop("timeout", None)
     if timeout is not None:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise BadRequest("parameter 'kwargs.timeout' must be a positive number of seconds")
-        timeout = float(timeout)
+        timeout = positive_seconds(timeout, "kwargs.timeout")
     if "max_steps" in kwargs:
         kwargs["max_steps"] = _max_steps(kwargs["max_steps"])
     if resume_from == "breakpoint_tool_call":
@@ -196,6 +189,18 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
         kwargs=kwargs,
         attachments=data.get("attachments"),
     )
+
+
+def positive_seconds(value: Any, name: str) -> float:
+    """A duration in seconds: a finite number > 0 (a bool is not one), else 400."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise BadRequest(f"parameter '{name}' must be a positive number of seconds")
+    return float(value)
 
 
 def _max_steps(value: Any) -> int | None:

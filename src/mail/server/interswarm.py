@@ -8,7 +8,6 @@ instance, volatile or not.
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from typing import Any
 
@@ -24,6 +23,7 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server.auth import Caller
+from mail.server.bodies import positive_seconds
 from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
 from mail.server.state import ServerState
@@ -210,16 +210,7 @@ def _interswarm_user_message(
 
 
 def _timeout(value: Any) -> float:
-    if value is None:
-        return 3600.0
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise BadRequest("parameter 'timeout' must be a positive number of seconds")
-    return float(value)
+    return 3600.0 if value is None else positive_seconds(value, "timeout")
 
 
 async def post_user_message(

@@ -25,6 +25,7 @@ from mail.server.sse import EventStreamResponse, event_record, event_stream_resp
 from mail.server.state import ServerState
 from mail.server.stream_quota import RETRY_AFTER_SECONDS
 from mail.server.team import parse_attachments, store_uploads
+from mail.telemetry.usage import task_usage
 
 logger = logging.getLogger("mail.server")
 
@@ -67,6 +68,9 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
         _check_paused_quota(state, inst)
         req.task_id = str(uuid.uuid4())
+        # A new task too: a malformed budget (kwargs.max_cost "lots") is a 400 here, not a
+        # 200 whose answer is the error.
+        _check_submission(inst, req.task_id, req)
         _claim(inst, req.task_id)
         return
     task_id = req.task_id
@@ -92,13 +96,17 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
             409,
             f"task '{task_id}' is still running (another request is working on it); wait for its answer",
         )
+    _check_submission(inst, task_id, req)
+    _claim(inst, task_id)
+
+
+def _check_submission(inst: Instance, task_id: str, req: MessageRequest) -> None:
     try:
-        # Includes the review checks: 409 while calls wait for review, 400 for bad decisions,
-        # 404 for a resume of an unknown task.
+        # Includes the review checks: 409 while calls wait for review, 400 for bad decisions
+        # or budgets, 404 for a resume of an unknown task.
         inst.swarm.runtime.check_submission(task_id, req.resume_from, req.kwargs)
     except TaskSubmitError as exc:
         raise HTTPException(exc.status, str(exc)) from None
-    _claim(inst, task_id)
 
 
 def _is_paused(inst: Instance, task_id: str) -> bool:
@@ -311,6 +319,8 @@ def task_record(task: Any, runtime: Any) -> dict[str, Any]:
     if isinstance(events, list):
         record["events"] = [event_record(e, parse_data=False) for e in events]
     record["pending_breakpoints"] = runtime.pending_breakpoints(task.task_id)
+    record["usage"] = task_usage(task).as_dict()
+    record.update(task_listing.preview(task))
     return record
 
 
@@ -318,6 +328,8 @@ def task_summary(task: Any, runtime: Any) -> dict[str, Any]:
     record: dict[str, Any] = task.to_dict(include_events=False)
     record["event_count"] = len(task.events)
     record["pending_breakpoints"] = runtime.pending_breakpoints(task.task_id)
+    record["usage"] = task_usage(task).total.as_dict()
+    record.update(task_listing.preview(task))
     return record
 
 

@@ -27,8 +27,8 @@ from mail.server import messaging
 from mail.server.auth import authenticate_request
 from mail.server.bodies import MessageRequest, check_task_id, read_json_object
 from mail.server.errors import BadRequest, type_name
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 
 router = APIRouter()
 

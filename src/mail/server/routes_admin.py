@@ -6,16 +6,12 @@ import logging
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
+from mail.server import handlers
 from mail.server.auth import Caller, caller_admin
-from mail.server.bodies import (
-    parse_health_update,
-    parse_load_swarm,
-    parse_register_swarm,
-    read_json_object,
-)
+from mail.server.bodies import parse_register_swarm, read_json_object
 from mail.server.errors import BadRequest
+from mail.server.handlers import get_state, registry_or_503
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state, health_body
 
 logger = logging.getLogger("mail.server")
 
@@ -24,19 +20,14 @@ router = APIRouter()
 
 @router.post("/health")
 async def update_health(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
-    state = get_state(request)
-    status = parse_health_update(await read_json_object(request))
-    state.set_health(status)
-    logger.info("health set to '%s' by admin %s", status, caller.id)
-    return JSONBody(health_body(state))
+    data = await read_json_object(request)
+    return JSONBody(handlers.set_health(get_state(request), data, caller.id))
 
 
 async def _register(request: Request, caller: Caller) -> JSONBody:
     state = get_state(request)
     req = parse_register_swarm(await read_json_object(request))
-    registry = state.get_registry()
-    if registry is None:
-        raise HTTPException(503, "swarm registry not available")
+    registry = registry_or_503(state)
     try:
         await registry.register_swarm(
             req.name,
@@ -96,20 +87,5 @@ async def dump_swarm(request: Request, caller: Caller = Depends(caller_admin)) -
 
 @router.post("/swarms/load")
 async def load_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
-    state = get_state(request)
-    text = parse_load_swarm(await read_json_object(request))
-    from mail.api import MAILSwarmTemplate
-
-    try:
-        template = MAILSwarmTemplate.from_swarm_json(text)
-    except Exception as exc:
-        # A bad document is the caller's error, not ours: 400 (the original answered 500).
-        raise BadRequest(f"error loading swarm from JSON: {exc}") from exc
-    state.replace_template(template)
-    logger.info(
-        "admin %s loaded swarm '%s' (entrypoint %s)",
-        caller.id,
-        template.name,
-        state.default_entrypoint,
-    )
-    return JSONBody({"status": "success", "swarm_name": template.name})
+    body, _ = handlers.load_swarm(get_state(request), await read_json_object(request), caller.id)
+    return JSONBody(body)

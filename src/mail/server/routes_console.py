@@ -18,8 +18,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from mail.server import task_listing
 from mail.server.admin_tasks import all_tasks_page
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 from mail.server.swarm_description import describe_swarm
 
 logger = logging.getLogger("mail.server")

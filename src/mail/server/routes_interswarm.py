@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Request
 from mail.server import interswarm
 from mail.server.auth import Caller, caller_admin_or_user, caller_agent
 from mail.server.bodies import read_json_object
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 
 router = APIRouter()
 

@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 
+from mail.server.handlers import get_state, health_body, registry_or_503, root_body
 from mail.server.jsonio import JSONBody
-from mail.server.state import ServerState
-from mail.version import PROTOCOL_VERSION
 
 router = APIRouter()
 
 
-def get_state(request: Request) -> ServerState:
-    return request.app.state.mail
-
-
-def health_body(state: ServerState) -> dict[str, str]:
-    return {
-        "status": state.health_status,
-        "swarm_name": state.public_swarm_name(),
-        "timestamp": state.health_timestamp,
-    }
-
-
 @router.get("/")
 async def root(request: Request) -> JSONBody:
-    state = get_state(request)
-    return JSONBody(
-        {
-            "name": "mail",
-            # Both spellings: the docs use protocol_version, the OpenAPI file version.
-            "protocol_version": PROTOCOL_VERSION,
-            "version": PROTOCOL_VERSION,
-            "swarm": state.swarm_info(),
-            "status": "running",
-            "uptime": state.uptime(),
-        }
-    )
+    return JSONBody(root_body(get_state(request)))
 
 
 @router.get("/health")
@@ -46,7 +22,8 @@ async def health(request: Request) -> JSONBody:
 
 @router.get("/swarms")
 async def list_swarms(request: Request) -> JSONBody:
-    registry = get_state(request).get_registry()
-    if registry is None:
-        raise HTTPException(503, "swarm registry not available")
+    registry = registry_or_503(get_state(request))
     return JSONBody({"swarms": registry.get_public_endpoints_cleaned()})
+
+
+__all__ = ["get_state", "health_body", "router"]  # the handlers, where callers found them

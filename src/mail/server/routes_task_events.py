@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from mail.server import task_events
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_task_id
-from mail.server.routes_public import get_state
+from mail.server.handlers import get_state
 from mail.server.sse import EventStreamResponse, event_stream_response
 
 router = APIRouter()

@@ -9,8 +9,8 @@ from starlette.responses import Response
 
 from mail.server import team
 from mail.server.auth import Caller, caller_admin_or_user
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 
 router = APIRouter()
 

@@ -9,8 +9,8 @@ from starlette.routing import Route
 from mail.server import messaging, task_listing
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_message_request, parse_task_id, read_json_object
+from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.routes_public import get_state
 
 router = APIRouter()
 

@@ -45,18 +45,23 @@ def _data_text(data: Any) -> str:
     return dumps_str(data)
 
 
+def _event_fields(event: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(event, data, id, retry, comment) of an event object or a dict with those keys."""
+    if isinstance(event, dict):
+        get = event.get
+        return get("event"), get("data"), get("id"), get("retry"), get("comment")
+    return (
+        getattr(event, "event", None),
+        getattr(event, "data", None),
+        getattr(event, "id", None),
+        getattr(event, "retry", None),
+        getattr(event, "comment", None),
+    )
+
+
 def encode_event(event: Any) -> bytes:
     """One SSE frame for an event object or a ``{"event","data","id"}`` dict."""
-    if isinstance(event, dict):
-        name, data, ev_id = event.get("event"), event.get("data"), event.get("id")
-        retry, comment = event.get("retry"), event.get("comment")
-    else:
-        name, data, ev_id = (
-            getattr(event, "event", None),
-            getattr(event, "data", None),
-            getattr(event, "id", None),
-        )
-        retry, comment = getattr(event, "retry", None), getattr(event, "comment", None)
+    name, data, ev_id, retry, comment = _event_fields(event)
     parts: list[str] = []
     if comment:
         parts.extend(f": {line}\r\n" for line in _LINE_BREAK.split(str(comment)))
@@ -221,16 +226,7 @@ def event_record(event: Any, *, parse_data: bool = True) -> dict[str, Any]:
     ``data`` is parsed into an object when ``parse_data`` (``POST /message``), kept as the raw
     JSON text otherwise (``GET /task(s)``), as in the original.
     """
-    if isinstance(event, dict):
-        name, data, ev_id = event.get("event"), event.get("data"), event.get("id")
-        retry, comment = event.get("retry"), event.get("comment")
-    else:
-        name, data, ev_id = (
-            getattr(event, "event", None),
-            getattr(event, "data", None),
-            getattr(event, "id", None),
-        )
-        retry, comment = getattr(event, "retry", None), getattr(event, "comment", None)
+    name, data, ev_id, retry, comment = _event_fields(event)
     if parse_data and isinstance(data, str):
         try:
             data = loads(data)

@@ -294,14 +294,16 @@ def pool_sizes_from_env() -> dict[str, int]:
     return sizes
 
 
-async def start_store() -> Any | None:
-    """A started TaskStore when DATABASE_URL names a database, else None (in-memory runtime)."""
-    from mail.store import create_store, database_url_from_env
+async def start_store(config: Any = None) -> Any | None:
+    """The started task store [server.store] and DATABASE_URL select; None for "memory"."""
+    from mail.config import ServerConfig
+    from mail.store import database_url_from_env, server_store
 
-    url = database_url_from_env()
-    if not url:
+    config = config or ServerConfig()
+    path = config.store.database_path(config.swarm.registry_file)
+    store = server_store(config.store.kind, path, database_url_from_env(), **pool_sizes_from_env())
+    if store is None:
         return None
-    store = create_store(url, **pool_sizes_from_env())
     await store.start()
     logger.info("persistence: %s", store.backend)
     return store

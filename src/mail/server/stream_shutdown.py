@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from mail.server.stream_buffer import BoundedFrameQueue
 
-if TYPE_CHECKING:  # a cluster instance host serves no socket: it never imports uvicorn
-    import uvicorn
+if TYPE_CHECKING:
+    from mail.config import ServerConfig
 
 FinalEvent = Callable[[str | None], Any]
 
@@ -50,15 +50,25 @@ class OpenStreams:
         self._streams.pop(queue, None)
 
 
-def closing_server(config: uvicorn.Config, streams: Callable[[], OpenStreams | None]) -> Any:
-    """A ``uvicorn.Server`` that ends the open event streams when a shutdown signal arrives
-    (``streams`` finds the application's registry once it has started)."""
+def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
+    """A ``uvicorn.Server`` for a MAIL ``app`` on ``config``'s host and port that ends the open
+    event streams when a shutdown signal arrives.
+
+    Every way of serving the app shares these settings: our logging (no uvicorn log config),
+    httptools with bounded request heads (:mod:`mail.server.http_protocol`), no websockets
+    (none are routed; it skips importing an implementation). ``options`` adds uvicorn's others.
+    """
     import uvicorn
+
+    from mail.server.http_protocol import http_protocol
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
-            registry = streams()
+            # The application's registry exists once it has started.
+            registry: OpenStreams | None = getattr(
+                getattr(app.state, "mail", None), "open_streams", None
+            )
             if registry is None:
                 return
             try:
@@ -67,4 +77,15 @@ def closing_server(config: uvicorn.Config, streams: Callable[[], OpenStreams | N
                 return  # not serving yet
             loop.call_soon_threadsafe(registry.close_all)
 
-    return _Server(config)
+    return _Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_config=None,
+            access_log=config.access_log,
+            http=http_protocol(),
+            ws="none",
+            **options,
+        )
+    )

@@ -47,6 +47,12 @@ def describe_swarm(swarm: Any, *, name: str, description: str = "") -> dict[str,
     entrypoint = str(getattr(swarm, "entrypoint", "") or "")
     breakpoints = [str(t) for t in getattr(swarm, "breakpoint_tools", None) or []]
     agents = [describe_agent(a, entrypoint) for a in _values(getattr(swarm, "agents", None))]
+    known = {a["name"] for a in agents}
+    runtime_agents = getattr(getattr(swarm, "runtime", None), "agents", None) or {}
+    for agent_name, core in runtime_agents.items():
+        if agent_name not in known and hasattr(core, "receive"):  # joined over MCP (mail.mcp_face)
+            described = describe_agent(core, entrypoint)
+            agents.append(described | {"external": True, "description": core.description})
     actions = {_name(a): a for a in _values(getattr(swarm, "actions", None))}
     for agent in _values(getattr(swarm, "agents", None)):
         for action in getattr(agent, "actions", None) or []:

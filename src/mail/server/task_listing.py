@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 from typing import Any
 
 from mail.server.errors import BadRequest
@@ -89,3 +90,35 @@ def page_headers(path: str, limit: int, following: str | None) -> dict[str, str]
         "X-Next-Cursor": following,
         "Link": f'<{path}?limit={limit}&cursor={following}>; rel="next"',
     }
+
+
+_PREVIEW_CHARS = 300
+
+
+def _clip(text: Any) -> str | None:
+    if not isinstance(text, str):
+        return None
+    return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "…"
+
+
+def preview(task: Any) -> dict[str, Any]:
+    """What a task list row shows: the first user message, the answer (both clipped), and
+    seconds from the start to the last event."""
+    question = None
+    for event in task.events[:50]:
+        message = event.extra_data.get("full_message")
+        if isinstance(message, dict):
+            sender = (message.get("message") or {}).get("sender") or {}
+            if sender.get("address_type") in ("user", "admin"):
+                question = _clip((message.get("message") or {}).get("body"))
+                break
+    response = task.response if isinstance(task.response, dict) else {}
+    answer = _clip((response.get("message") or {}).get("body"))
+    duration = None
+    if task.events:
+        try:
+            last = datetime.datetime.fromisoformat(task.events[-1].timestamp)
+            duration = round(max(0.0, (last - task.start_time).total_seconds()), 3)
+        except (TypeError, ValueError):
+            duration = None
+    return {"first_message": question, "answer": answer, "duration_s": duration}

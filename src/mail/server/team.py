@@ -50,7 +50,7 @@ def uses_team_tools(template: Any) -> bool:
 
 
 async def start_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
-    """PostgreSQL when the server persists tasks there and the swarm uses team tools."""
+    """The task store's database (SQLite or PostgreSQL) when the swarm uses team tools."""
     store = await _open_team_store(config, template, task_store)
     # Both stores keep the newest posts per thread and inbox entries per agent.
     store.max_posts_per_thread = config.team_tools.max_posts_per_thread
@@ -59,6 +59,12 @@ async def start_team_store(config: ServerConfig, template: Any, task_store: Any)
 
 
 async def _open_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
+    if getattr(task_store, "backend", "") == "sqlite" and uses_team_tools(template):
+        from mail.store.team_sqlite import SqliteTeamStore
+
+        lite = SqliteTeamStore(task_store.path)  # the same file (and writer thread)
+        await lite.start()
+        return lite
     if task_store is not None and getattr(task_store, "backend", "") == "postgres":
         if uses_team_tools(template):
             from mail.store import database_url_from_env

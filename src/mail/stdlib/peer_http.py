@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 
 from mail.net.discovery import PeerHttpError
 from mail.stdlib._common import settings
-from mail.stdlib.http.actions import guarded_get_json_bytes, read_capped, transport_error
+from mail.stdlib.http.actions import guarded_get_json_bytes, transport_error
+from mail.stdlib.http.bounded import read_capped
 from mail.stdlib.netguard import AddressPolicy, AddressRefused, guarded_client, resolve
 
 

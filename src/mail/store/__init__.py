@@ -1,4 +1,4 @@
-"""Persistence for MAIL: one small interface, an in-memory and a PostgreSQL implementation.
+"""Persistence for MAIL: one small interface; in-memory, SQLite and PostgreSQL implementations.
 
     from mail.store import InstanceKey, store_from_env
 
@@ -6,6 +6,7 @@
     await store.start()
     snapshot = await store.load_instance(InstanceKey("my-swarm", "user", "u-123"))
 
+`mail server` picks its store with `server_store` ([server.store], SQLite by default).
 The PostgreSQL implementation (and asyncpg) is imported only when it is asked for.
 """
 
@@ -40,6 +41,8 @@ __all__ = [
     "database_url_from_env",
     "detect_tool_format",
     "load_dotenv",
+    "server_store",
+    "store_kind",
     "store_from_env",
 ]
 
@@ -113,6 +116,38 @@ def create_store(database_url: str | None, **options: Any) -> TaskStore:
 def store_from_env(**options: Any) -> TaskStore:
     """`create_store` with DATABASE_URL (read after loading ./.env)."""
     return create_store(database_url_from_env(), **options)
+
+
+def store_kind(kind: str, database_url: str | None) -> str:
+    """The store a server uses: "memory" | "sqlite" | "postgres".
+
+    `kind` is [server.store] kind (or `--store`). "memory" always wins; otherwise a
+    DATABASE_URL selects PostgreSQL, and "postgres" without one is an error.
+    """
+    if kind == "memory":
+        return "memory"
+    if database_enabled(database_url):
+        return "postgres"
+    if kind == "postgres":
+        raise StoreUnavailableError(
+            '[server.store] kind = "postgres" needs DATABASE_URL (in the environment or ./.env)'
+        )
+    return "sqlite"
+
+
+def server_store(
+    kind: str, sqlite_path: str | Path, database_url: str | None, **options: Any
+) -> TaskStore | None:
+    """The (not yet started) task store of a server; None for "memory" (the runtime keeps
+    its tasks itself). `options` go to the PostgreSQL store."""
+    chosen = store_kind(kind, database_url)
+    if chosen == "memory":
+        return None
+    if chosen == "postgres":
+        return create_store(database_url, **options)
+    from mail.store.sqlite import SqliteTaskStore
+
+    return SqliteTaskStore(sqlite_path)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,11 +15,11 @@ import abc
 import dataclasses
 import datetime as _dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mail.store.fencing import FencedCallback, FenceState
+from mail.store.fencing import FenceState
 
 # Task record fields that have their own column in the `tasks` table; any other key of a
 # record is kept too (in a JSON side column) and comes back merged into the record.
@@ -45,6 +45,10 @@ class InstanceKey:
     swarm_name: str
     caller_role: str
     caller_id: str
+
+
+# Called once with the key of an instance whose lease a newer host took (see fencing.py).
+FencedCallback = Callable[[InstanceKey], object]
 
 
 @dataclass
@@ -97,7 +101,7 @@ class TaskStore(abc.ABC):
     """
 
     def __init__(self) -> None:
-        self._fencing = FenceState()
+        self._fencing: FenceState[InstanceKey] = FenceState()
 
     # -- lifecycle -------------------------------------------------------------------
     @abc.abstractmethod
@@ -277,8 +281,29 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+_orjson: Any
+try:  # not a declared dependency (as in mail.core.events): used when installed
+    import orjson as _orjson
+
+    # Datetimes and dataclasses go to `_json_default` as with the stdlib: the same text.
+    _ORJSON_OPTIONS = _orjson.OPT_PASSTHROUGH_DATETIME | _orjson.OPT_PASSTHROUGH_DATACLASS
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
 def to_json(value: Any) -> str:
-    """Compact JSON text; what both stores keep, so they behave identically."""
+    """Compact JSON text; what every store keeps, so they behave identically.
+
+    orjson when installed (histories are the bulk of what a store encodes; it is several
+    times faster), the stdlib for what orjson refuses (non-string keys, integers beyond 64
+    bits). One difference: orjson writes NaN and infinities as null, as JSON has no such
+    numbers (PostgreSQL's jsonb refuses the stdlib's `NaN`).
+    """
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value, default=_json_default, option=_ORJSON_OPTIONS).decode()  # type: ignore[no-any-return]
+        except TypeError:
+            pass
     return json.dumps(value, default=_json_default, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -311,10 +336,14 @@ def normalize_start_time(value: Any) -> str:
     return parse_start_time(value).isoformat()
 
 
-def split_task_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_task_record(
+    record: Mapping[str, Any], copy: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a record into (column fields without None values, extra fields).
 
-    Raises ValueError when the record has no usable task_id.
+    With `copy`, the list columns and the extra fields are JSON-normalised deep copies (what
+    the memory store keeps); without, they are shallow copies for a caller that encodes them
+    at once. Raises ValueError when the record has no usable task_id.
     """
     task_id = record.get("task_id")
     if not isinstance(task_id, str) or not task_id:
@@ -331,11 +360,12 @@ def split_task_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
         columns["start_time"] = normalize_start_time(columns["start_time"])
     for list_field in ("task_contributors", "remote_swarms"):
         if list_field in columns:
-            columns[list_field] = json_copy(list(columns[list_field]))
+            listed = list(columns[list_field])
+            columns[list_field] = json_copy(listed) if copy else listed
     for flag in ("is_running", "completed"):
         if flag in columns:
             columns[flag] = bool(columns[flag])
-    return columns, json_copy(extra)
+    return columns, json_copy(extra) if copy else extra
 
 
 def normalize_event(event: Any) -> dict[str, Any]:

@@ -15,18 +15,30 @@ generation is the store's job (a dict for the memory store, a locked row in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # base.py imports this module
-    from mail.store.base import InstanceKey
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 logger = logging.getLogger("mail.store.fencing")
 
-FencedCallback = Callable[["InstanceKey"], object]
+
+class _InstanceKeyLike(Hashable, Protocol):
+    """What fencing needs of a key: ``store.base.InstanceKey`` (typed structurally, so this
+    module stays below base.py, which builds on it)."""
+
+    @property
+    def swarm_name(self) -> str: ...
+
+    @property
+    def caller_role(self) -> str: ...
+
+    @property
+    def caller_id(self) -> str: ...
 
 
-class FenceState:
+InstanceKey = TypeVar("InstanceKey", bound=_InstanceKeyLike)
+
+
+class FenceState(Generic[InstanceKey]):
     """Generations one store object claimed, and the keys it lost."""
 
     __slots__ = ("leases", "fenced", "fenced_writes", "on_fenced")
@@ -37,7 +49,7 @@ class FenceState:
         # keys whose generation was claimed by someone else after ours.
         self.fenced: set[InstanceKey] = set()
         self.fenced_writes = 0
-        self.on_fenced: FencedCallback | None = None
+        self.on_fenced: Callable[[InstanceKey], object] | None = None
 
     def generation_for(self, key: InstanceKey) -> int | None:
         """The generation a write for `key` carries; None for keys never claimed (hot path)."""

@@ -20,12 +20,30 @@ Records are plain JSON-able dicts:
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Iterable
 from typing import Any
 
 from mail.store.base import InstanceKey
 
 Record = dict[str, Any]
+
+
+def key_tuple(key: InstanceKey) -> tuple[str, str, str]:
+    return (key.swarm_name, key.caller_role, key.caller_id)
+
+
+def dump_record(value: Any) -> str:
+    """A record as the SQL stores keep it: compact JSON without NUL characters."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
+
+
+def entry_from_row(row: Any) -> Record:
+    """An inbox entry from a `team_inbox` row: the record with its read/shown columns."""
+    record: Record = json.loads(row["record"])
+    record["read"] = bool(row["is_read"])
+    record["shown"] = bool(row["shown"])
+    return record
 
 
 class TeamStore(abc.ABC):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import asyncpg
 
 from mail.store.base import InstanceKey, StoreUnavailableError
 from mail.store.postgres_schema import normalize_dsn, redact_dsn
 from mail.store.team_base import Record, TeamStore
+from mail.store.team_base import dump_record as _dump
+from mail.store.team_base import entry_from_row as _entry
+from mail.store.team_base import key_tuple as _k
 
 logger = logging.getLogger("mail.store.team")
 
@@ -70,21 +72,6 @@ CREATE TABLE IF NOT EXISTS team_attachments (
 
 TEAM_TABLES = ("team_threads", "team_posts", "team_inbox", "team_attachments")
 _KEY = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
-
-
-def _k(key: InstanceKey) -> tuple[str, str, str]:
-    return (key.swarm_name, key.caller_role, key.caller_id)
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
-
-
-def _entry(row: Any) -> Record:
-    record: Record = json.loads(row["record"])
-    record["read"] = row["is_read"]
-    record["shown"] = row["shown"]
-    return record
 
 
 class PostgresTeamStore(TeamStore):

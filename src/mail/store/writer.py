@@ -82,12 +82,23 @@ class WriteBehindBuffer(Generic[T]):
             return
         self._worker = asyncio.create_task(self._run(), name=f"{self.name}-writer")
 
+    @property
+    def full(self) -> bool:
+        """`max_pending` items are waiting: `submit` would wait, `put_nowait` refuses."""
+        return len(self._queue) >= self.max_pending
+
     async def submit(self, item: T) -> None:
         """Accept an item. Waits only if `max_pending` items are already waiting."""
-        if len(self._queue) >= self.max_pending:
+        if self.full:
             # Backpressure during a long outage, instead of growing without bound.
             async with self._changed:
-                await self._changed.wait_for(lambda: len(self._queue) < self.max_pending)
+                await self._changed.wait_for(lambda: not self.full)
+        self.put_nowait(item)
+
+    def put_nowait(self, item: T) -> None:
+        """Accept an item now; the caller checked `full` (raises if it is)."""
+        if self.full:
+            raise RuntimeError(f"{self.name}: {self.max_pending} writes already waiting")
         self._queue.append(item)
         self._submitted += 1
         self._has_items.set()

@@ -12,6 +12,7 @@ name, in a fixed order (see docs/swarms-json.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mail.swarms_json.suggestions import suggest
@@ -146,15 +147,14 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
             f"entrypoint agent '{entrypoint}' does not have 'enable_entrypoint' set to true"
         )
 
-    for agent in agents:
-        for target in _string_items(agent.get("comm_targets")):
-            if "@" in target:  # remote agent: checked when the message is routed
-                continue
-            if target not in seen:
-                raise ValueError(
-                    f"agent '{agent['name']}' has comm_target '{target}' which is not a "
-                    f"defined agent.{suggest(target, agent_names)}"
-                )
+    _check_references(
+        agents,
+        "comm_targets",
+        agent_names,
+        "has comm_target '{}' which is not a defined agent.",
+        # A remote agent (agent@swarm) is checked when the message is routed.
+        local=lambda target: "@" not in target,
+    )
 
     if not any(agent.get("can_complete_tasks") for agent in agents):
         raise ValueError("swarm must have at least one agent with 'can_complete_tasks' set to true")
@@ -164,12 +164,29 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
     if swarm.get("action_imports"):
         return
     action_names = [action["name"] for action in _named(swarm["actions"])]
+    _check_references(
+        agents,
+        "actions",
+        action_names,
+        "references action '{}' which is not defined in the swarm's actions.",
+    )
+
+
+def _check_references(
+    agents: list[dict[str, Any]],
+    field: str,
+    known: list[str],
+    problem: str,
+    local: Callable[[str], bool] = lambda name: True,
+) -> None:
+    """Every name in each agent's `field` list (those `local` accepts) must be in `known`;
+    the first that is not raises ValueError: "agent 'a' " + `problem` with the name, and a
+    suggestion."""
     for agent in agents:
-        for action_name in _string_items(agent.get("actions")):
-            if action_name not in action_names:
+        for name in _string_items(agent.get(field)):
+            if local(name) and name not in known:
                 raise ValueError(
-                    f"agent '{agent['name']}' references action '{action_name}' which is not "
-                    f"defined in the swarm's actions.{suggest(action_name, action_names)}"
+                    f"agent '{agent['name']}' {problem.format(name)}{suggest(name, known)}"
                 )
 
 

@@ -22,7 +22,7 @@ from mail.server.auth import (
     Authenticator,
     Caller,
     ExternalAuthenticator,
-    bearer_key,
+    authenticate_request,
     build_authenticator,
 )
 
@@ -77,12 +77,7 @@ async def get_token_info(token: str) -> dict[str, Any]:
 
 
 async def _caller(request: Request) -> Caller:
-    cached = getattr(request.state, "mail_caller", None)
-    if cached is not None:
-        return cached
-    caller = await _authenticator_for(request).authenticate(bearer_key(request))
-    request.state.mail_caller = caller
-    return caller
+    return await authenticate_request(request, _authenticator_for(request))
 
 
 async def _require(request: Request, roles: tuple[str, ...]) -> bool:

@@ -154,18 +154,39 @@ async def transfer_file(
     description: Any = None,
 ) -> tuple[Record, str]:
     """Store the file as an attachment and deliver it; returns (record, recipient)."""
-    name = str(recipient or "").strip()
-    to_user = _is_user(team, name)
-    if not to_user:
-        if name not in team.rt.agents or name == sender:
-            valid = [a for a in team.rt.agents if a != sender]
-            raise TeamError(
-                f"unknown recipient '{name}'. Valid names: {', '.join([*valid, 'user'])}"
-            )
+    _check_recipient(team, sender, recipient)
     root = team.files_root()
     parts = path_parts(root, source_path)
     data = _read_source(root, parts, str(source_path), team.settings.max_attachment_bytes)
     filename = clean_filename(destination_filename, parts[-1])
+    return await send_bytes(team, sender, task_id, recipient, data, filename, description)
+
+
+def _check_recipient(team: TeamService, sender: str, recipient: Any) -> None:
+    name = str(recipient or "").strip()
+    if not _is_user(team, name) and (name not in team.rt.agents or name == sender):
+        valid = [a for a in team.rt.agents if a != sender]
+        raise TeamError(f"unknown recipient '{name}'. Valid names: {', '.join([*valid, 'user'])}")
+
+
+async def send_bytes(
+    team: TeamService,
+    sender: str,
+    task_id: str,
+    recipient: Any,
+    data: bytes,
+    filename: str,
+    description: Any = None,
+) -> tuple[Record, str]:
+    """Store `data` as an attachment named `filename` and deliver it to `recipient`."""
+    _check_recipient(team, sender, recipient)
+    name = str(recipient or "").strip()
+    to_user = _is_user(team, name)
+    if len(data) > team.settings.max_attachment_bytes:
+        raise TeamError(
+            f"'{filename}' is {len(data)} bytes; attachments are limited to "
+            f"{team.settings.max_attachment_bytes} ([server.team_tools] max_attachment_bytes)"
+        )
     text = str(description) if isinstance(description, str) else ""
     limits.check_attachment_texts(team, filename, text)
     target = "user" if to_user else name

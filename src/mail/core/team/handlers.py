@@ -26,8 +26,7 @@ from mail.core.tool_handlers import TOOL_HANDLERS, Handler, handle_action, tool_
 from mail.core.tools import AgentToolCall
 
 if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
-    from mail.core.runtime_turns import TurnContext
+    from mail.core.runtime_ports import ToolHost, TurnContext
 
 
 def _ok(details: str) -> str:
@@ -46,7 +45,7 @@ def team_tool(name: str, group: str) -> Any:
     """Register a handler that gets the TeamService; TeamError becomes an ERROR result."""
 
     def register(fn: Any) -> Handler:
-        async def handler(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str | None:
+        async def handler(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str | None:
             team: TeamService | None = getattr(rt, "team", None)
             if team is None or group not in team.groups(ctx.agent_name):
                 # Not opted in: exactly what MAIL v1 does with an unknown tool (or a swarm
@@ -75,7 +74,7 @@ _base_send_broadcast = TOOL_HANDLERS["send_broadcast"]
 
 
 @tool_handler("send_request")
-async def handle_send_request(rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall) -> str | None:
+async def handle_send_request(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str | None:
     args = call.tool_args
     team: TeamService | None = getattr(rt, "team", None)
     if not args.get("wait_for_reply") or team is None:
@@ -124,9 +123,7 @@ async def handle_send_request(rt: MAILRuntime, ctx: TurnContext, call: AgentTool
 
 
 @tool_handler("send_response")
-async def handle_send_response(
-    rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall
-) -> str | None:
+async def handle_send_response(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str | None:
     team: TeamService | None = getattr(rt, "team", None)
     if team is None or not team._waits:
         return await _base_send_response(rt, ctx, call)
@@ -161,9 +158,7 @@ async def handle_send_response(
 
 
 @tool_handler("send_broadcast")
-async def handle_send_broadcast(
-    rt: MAILRuntime, ctx: TurnContext, call: AgentToolCall
-) -> str | None:
+async def handle_send_broadcast(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str | None:
     team: TeamService | None = getattr(rt, "team", None)
     if team is None or not team.groups(ctx.agent_name):
         return await _base_send_broadcast(rt, ctx, call)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from mail.store.base import InstanceKey
 from mail.store.team_base import Record, TeamStore
 
 if TYPE_CHECKING:
-    from mail.core.runtime import MAILRuntime
+    from mail.core.runtime_ports import Swarm
 
 logger = logging.getLogger("mail.runtime.team")
 
@@ -66,7 +67,7 @@ def new_id(prefix: str) -> str:
 class TeamService:
     def __init__(
         self,
-        runtime: MAILRuntime,
+        runtime: Swarm,
         store: TeamStore,
         key: InstanceKey,
         settings: TeamSettings | None = None,
@@ -82,6 +83,9 @@ class TeamService:
         # concurrent tasks of one instance cannot all pass the check before any of them
         # stores (with PostgreSQL, 12 concurrent creates made 10 threads of a quota of 3).
         self.quota_lock = asyncio.Lock()
+        # Called with an agent's name whenever an entry lands in its inbox (external agents'
+        # long-polls wait on it; see mail.mcp_face).
+        self.inbox_listeners: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------------ who is who
     def groups(self, agent: str) -> frozenset[str]:
@@ -210,6 +214,12 @@ class TeamService:
         for entry in entries:
             if not entry["shown"]:
                 self._nothing_pending.discard(entry["agent"])
+        self._tell_listeners({entry["agent"] for entry in entries})
+
+    def _tell_listeners(self, agents: set[str]) -> None:
+        for listener in self.inbox_listeners:
+            for agent in agents:
+                listener(agent)
 
     async def record_message(self, agent: str, message: MAILMessage, kind: str = "") -> None:
         """Keep a message an agent is being shown in its inbox (agents with `inbox`)."""
@@ -233,6 +243,7 @@ class TeamService:
             attachments=list(routing.get("attachments") or []),
         )
         await self.store.add_inbox_entries(self.key, [entry])
+        self._tell_listeners({agent})
 
     async def before_turn(
         self, task_id: str, agent: str, message: MAILMessage, history: list[dict[str, Any]]

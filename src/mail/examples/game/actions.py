@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from mail.api import MAILAction
-    from mail.examples.game.game import NumberGuessGame
+
+
+class GameState(Protocol):
+    """What the actions read and write of a game (``game.NumberGuessGame`` has it); typed
+    structurally so this module stays below game.py, which builds the actions."""
+
+    players: dict[str, str]
+    low: int
+    high: int
+    round_number: int
+    round_open: bool
+    guesses: dict[str, int]
 
 
 class GameRuleError(ValueError):
@@ -23,7 +34,7 @@ class RecordGuessArgs(BaseModel):
     guess: int = Field(description="The number the player guessed")
 
 
-async def record_guess(game: NumberGuessGame, args: dict[str, Any]) -> str:
+async def record_guess(game: GameState, args: dict[str, Any]) -> str:
     player = str(args.get("player_name", "")).strip()
     if player not in game.players:
         raise GameRuleError(f"unknown player '{player}'; players are {', '.join(game.players)}")
@@ -39,7 +50,7 @@ async def record_guess(game: NumberGuessGame, args: dict[str, Any]) -> str:
     return f"Recorded {player}'s guess for round {game.round_number}: {guess}"
 
 
-def get_game_master_actions(game: NumberGuessGame) -> list[MAILAction]:
+def get_game_master_actions(game: GameState) -> list[MAILAction]:
     from mail.api import MAILAction
 
     return [

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +45,30 @@ WRITE_SCHEMA: dict[str, Any] = {
 }
 
 
+class _Refusal(Exception):
+    """Ends a file action with ``Error: <its text>``."""
+
+
 def _path_arg(args: dict[str, Any]) -> str | None:
     value = args.get("path")
     return value if isinstance(value, str) else None
 
 
-async def _in_root(raw: str, work: Callable[[Path, list[str]], str]) -> str:
-    """Split ``raw`` below the caller's root and run ``work`` on it in a worker thread."""
+async def _in_root(args: dict[str, Any], work: Callable[[Path, list[str], str], str]) -> str:
+    """Split ``args["path"]`` below the caller's root and run ``work`` on it in a worker thread."""
+    raw = _path_arg(args)
+    if raw is None:
+        return error("`path` must be a string")
     cfg = settings()
 
     def run() -> str:
         root = file_root(cfg)
-        return work(root, confine_parts(root, raw))
+        return work(root, confine_parts(root, raw), raw)
 
     try:
         # to_thread copies the context, so the worker sees whose instance it serves.
         return await asyncio.to_thread(run)
-    except (PathRefused, UnsafePath) as exc:
+    except (PathRefused, UnsafePath, _Refusal) as exc:
         return error(str(exc))
     except UnicodeDecodeError:
         return error(f"{raw} is not a UTF-8 text file")
@@ -70,45 +78,60 @@ async def _in_root(raw: str, work: Callable[[Path, list[str]], str]) -> str:
         return exception_text(exc)
 
 
+@contextmanager
+def _last_entry(
+    root: Path, parts: list[str], *, empty: str, missing: str | None = None, create: bool = False
+) -> Iterator[tuple[int, os.stat_result | None]]:
+    """The folder that holds ``parts[-1]`` and that entry's lstat (None when absent).
+
+    No parts (the root itself) refuses with ``empty``; with ``missing``, an absent entry or
+    folder on the way (also one that vanishes during the block) refuses with that text.
+    """
+    if not parts:
+        raise _Refusal(empty)
+    try:
+        with parent_dir(root, parts, create=create) as folder:
+            entry = lstat_entry(folder, parts[-1])
+            if entry is None and missing is not None:
+                raise _Refusal(missing)
+            yield folder, entry
+    except FileNotFoundError:
+        if missing is None:
+            raise
+        raise _Refusal(missing) from None
+
+
 @stdlib_action("read_file", "Read a text file and return its contents.", PATH_ONLY)
 async def read_file(args: dict[str, Any]) -> str:
-    raw = _path_arg(args)
-    if raw is None:
-        return error("`path` must be a string")
     limit = settings().fs.max_read_bytes
 
-    def work(root: Path, parts: list[str]) -> str:
-        if not parts:
-            return error(f"{raw} is not a file")
-        try:
-            with parent_dir(root, parts) as folder:
-                entry = lstat_entry(folder, parts[-1])
-                if entry is None:
-                    return error(f"file not found at {raw}")
-                if not is_link(entry) and not is_regular(entry):
-                    return error(f"{raw} is not a file")
-                if entry.st_size > limit and is_regular(entry):
-                    return error(
-                        f"{raw} is {entry.st_size} bytes, over the read limit of {limit} bytes "
-                        "([stdlib.fs] max_read_bytes)"
-                    )
-                data = read_regular(folder, parts[-1], raw, limit)
-        except FileNotFoundError:
-            return error(f"file not found at {raw}")
+    def work(root: Path, parts: list[str], raw: str) -> str:
+        found = _last_entry(
+            root, parts, empty=f"{raw} is not a file", missing=f"file not found at {raw}"
+        )
+        with found as (folder, entry):
+            assert entry is not None
+            if not is_link(entry) and not is_regular(entry):
+                return error(f"{raw} is not a file")
+            if entry.st_size > limit and is_regular(entry):
+                return error(
+                    f"{raw} is {entry.st_size} bytes, over the read limit of {limit} bytes "
+                    "([stdlib.fs] max_read_bytes)"
+                )
+            data = read_regular(folder, parts[-1], raw, limit)
         if len(data) > limit:
             return error(f"{raw} is over the read limit of {limit} bytes")
         return data.decode("utf-8")
 
-    return await _in_root(raw, work)
+    return await _in_root(args, work)
 
 
 @stdlib_action(
     "write_file", "Create or overwrite a text file with the given content.", WRITE_SCHEMA
 )
 async def write_file(args: dict[str, Any]) -> str:
-    raw = _path_arg(args)
-    if raw is None:
-        return error("`path` must be a string")
+    if _path_arg(args) is None:
+        return error("`path` must be a string")  # reported before a bad `content`
     content = args.get("content")
     if not isinstance(content, str):
         return error("`content` must be a string")
@@ -120,58 +143,41 @@ async def write_file(args: dict[str, Any]) -> str:
             "([stdlib.fs] max_write_bytes)"
         )
 
-    def work(root: Path, parts: list[str]) -> str:
-        if not parts:
-            return error(f"{raw} is not a file")
-        with parent_dir(root, parts, create=True) as folder:
-            entry = lstat_entry(folder, parts[-1])
+    def work(root: Path, parts: list[str], raw: str) -> str:
+        with _last_entry(root, parts, empty=f"{raw} is not a file", create=True) as found:
+            folder, entry = found
             if entry is not None and not is_link(entry) and not is_regular(entry):
                 return error(f"{raw} is not a file")
             write_regular(folder, parts[-1], raw, data)
         return f"successfully wrote to {raw}"
 
-    return await _in_root(raw, work)
+    return await _in_root(args, work)
 
 
 @stdlib_action("delete_file", "Delete one file (never a directory).", PATH_ONLY)
 async def delete_file(args: dict[str, Any]) -> str:
-    raw = _path_arg(args)
-    if raw is None:
-        return error("`path` must be a string")
-
-    def work(root: Path, parts: list[str]) -> str:
-        if not parts:
-            return error(f"{raw} is not a file")
-        try:
-            with parent_dir(root, parts) as folder:
-                entry = lstat_entry(folder, parts[-1])
-                if entry is None:
-                    return error(f"file not found at {raw}")
-                if is_dir(entry):
-                    return error(f"{raw} is not a file")
-                # unlink removes a link itself, never what it points to.
-                os.unlink(parts[-1], dir_fd=folder)
-        except FileNotFoundError:
-            return error(f"file not found at {raw}")
+    def work(root: Path, parts: list[str], raw: str) -> str:
+        found = _last_entry(
+            root, parts, empty=f"{raw} is not a file", missing=f"file not found at {raw}"
+        )
+        with found as (folder, entry):
+            if is_dir(entry):
+                return error(f"{raw} is not a file")
+            # unlink removes a link itself, never what it points to.
+            os.unlink(parts[-1], dir_fd=folder)
         return f"successfully deleted {raw}"
 
-    return await _in_root(raw, work)
+    return await _in_root(args, work)
 
 
 @stdlib_action("create_directory", "Create a directory, including missing parents.", PATH_ONLY)
 async def create_directory(args: dict[str, Any]) -> str:
-    raw = _path_arg(args)
-    if raw is None:
-        # The original indexed args["path"] and raised KeyError when it was missing.
-        return error("`path` must be a string")
-
-    def work(root: Path, parts: list[str]) -> str:
-        if not parts:
-            return error(f"directory already exists at {raw}")
-        with parent_dir(root, parts, create=True) as folder:
-            entry = lstat_entry(folder, parts[-1])
+    # The original indexed args["path"] and raised KeyError when it was missing.
+    def work(root: Path, parts: list[str], raw: str) -> str:
+        exists = f"directory already exists at {raw}"
+        with _last_entry(root, parts, empty=exists, create=True) as (folder, entry):
             if is_dir(entry):
-                return error(f"directory already exists at {raw}")
+                return error(exists)
             if is_link(entry):
                 return error(f"{raw} is a symbolic link; links are not followed")
             if entry is not None:
@@ -179,16 +185,12 @@ async def create_directory(args: dict[str, Any]) -> str:
             os.mkdir(parts[-1], 0o777, dir_fd=folder)
         return f"successfully created directory at {raw}"
 
-    return await _in_root(raw, work)
+    return await _in_root(args, work)
 
 
 @stdlib_action("read_directory", "List the names of the entries in a directory.", PATH_ONLY)
 async def read_directory(args: dict[str, Any]) -> str:
-    raw = _path_arg(args)
-    if raw is None:
-        return error("`path` must be a string")
-
-    def work(root: Path, parts: list[str]) -> str:
+    def work(root: Path, parts: list[str], raw: str) -> str:
         try:
             if parts:
                 with parent_dir(root, parts) as folder:
@@ -204,7 +206,7 @@ async def read_directory(args: dict[str, Any]) -> str:
         except NotADirectoryError:
             return error(f"{raw} is not a directory")
 
-    return await _in_root(raw, work)
+    return await _in_root(args, work)
 
 
 __all__ = ["create_directory", "delete_file", "read_directory", "read_file", "write_file"]

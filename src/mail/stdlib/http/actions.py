@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from mail.api.actions import MAILAction
 from mail.config import StdlibConfig
 from mail.stdlib._common import (
     error,
@@ -123,65 +124,29 @@ async def send(method: str, args: dict[str, Any], *, with_body: bool) -> str:
         return transport_error(exc, cfg)
 
 
-def _check(args: dict[str, Any], required: tuple[str, ...], has_body: bool) -> str | None:
-    return (
-        missing(args, *required)
-        or not_string(args, "url")
-        or not_dict(args, "headers")
-        or (not_dict(args, "body") if has_body else None)
-    )
+def _verb_action(method: str, description: str, parameters: dict[str, Any]) -> MAILAction:
+    """The action for one HTTP verb: check the arguments its schema requires, then send."""
+    required = tuple(parameters["required"])
+    with_body = "body" in parameters["properties"]
+
+    async def request(args: dict[str, Any]) -> str:
+        problem = (
+            missing(args, *required)
+            or not_string(args, "url")
+            or not_dict(args, "headers")
+            or (not_dict(args, "body") if with_body else None)
+        )
+        return problem or await send(method, args, with_body=with_body)
+
+    name = f"http_{method.lower()}"
+    request.__name__ = request.__qualname__ = name
+    return stdlib_action(name, description, parameters)(request)
 
 
-@stdlib_action("http_get", "get a URL via HTTP", URL_AND_HEADERS)
-async def http_get(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url",), False)
-    return problem or await send("GET", args, with_body=False)
-
-
-@stdlib_action("http_post", "post to a URL via HTTP", WITH_BODY)
-async def http_post(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url", "headers", "body"), True)
-    return problem or await send("POST", args, with_body=True)
-
-
-@stdlib_action("http_put", "put to a URL via HTTP", WITH_BODY)
-async def http_put(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url", "headers", "body"), True)
-    return problem or await send("PUT", args, with_body=True)
-
-
-@stdlib_action("http_delete", "delete a URL via HTTP", URL_AND_HEADERS)
-async def http_delete(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url",), False)
-    return problem or await send("DELETE", args, with_body=False)
-
-
-@stdlib_action("http_patch", "patch a URL via HTTP", PATCH_SCHEMA)
-async def http_patch(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url", "body"), True)
-    return problem or await send("PATCH", args, with_body=True)
-
-
-@stdlib_action("http_head", "head a URL via HTTP", URL_AND_HEADERS)
-async def http_head(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url",), False)
-    return problem or await send("HEAD", args, with_body=False)
-
-
-@stdlib_action("http_options", "options a URL via HTTP", URL_AND_HEADERS)
-async def http_options(args: dict[str, Any]) -> str:
-    problem = _check(args, ("url",), False)
-    return problem or await send("OPTIONS", args, with_body=False)
-
-
-__all__ = [
-    "ResponseTooLarge",
-    "http_delete",
-    "http_get",
-    "http_head",
-    "http_options",
-    "http_patch",
-    "http_post",
-    "http_put",
-    "read_capped",
-]
+http_get = _verb_action("GET", "get a URL via HTTP", URL_AND_HEADERS)
+http_post = _verb_action("POST", "post to a URL via HTTP", WITH_BODY)
+http_put = _verb_action("PUT", "put to a URL via HTTP", WITH_BODY)
+http_delete = _verb_action("DELETE", "delete a URL via HTTP", URL_AND_HEADERS)
+http_patch = _verb_action("PATCH", "patch a URL via HTTP", PATCH_SCHEMA)
+http_head = _verb_action("HEAD", "head a URL via HTTP", URL_AND_HEADERS)
+http_options = _verb_action("OPTIONS", "options a URL via HTTP", URL_AND_HEADERS)

@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from mail.api.actions import MAILAction
 from mail.stdlib._common import (
     error,
     exception_text,
@@ -147,6 +148,23 @@ def _url_problem(args: dict[str, Any], *required: str) -> str | None:
     return missing(args, "server_url", *required) or not_string(args, "server_url")
 
 
+def _listing_action(kind: str, description: str) -> MAILAction:
+    """`mcp_list_<kind>`: every page of the server's `list_<kind>` answer."""
+
+    async def list_all(args: dict[str, Any]) -> str:
+        problem = _url_problem(args)
+        if problem:
+            return problem
+        return await _run(
+            args["server_url"],
+            lambda client: _all_pages(lambda c: getattr(client, f"list_{kind}")(cursor=c), kind),
+        )
+
+    name = f"mcp_list_{kind}"
+    list_all.__name__ = list_all.__qualname__ = name
+    return stdlib_action(name, description, PING_SCHEMA)(list_all)
+
+
 @stdlib_action("mcp_ping", "Ping an MCP server.", PING_SCHEMA)
 async def mcp_ping(args: dict[str, Any]) -> str:
     problem = _url_problem(args)
@@ -164,15 +182,7 @@ async def mcp_ping(args: dict[str, Any]) -> str:
     return await _run(args["server_url"], ping)
 
 
-@stdlib_action("mcp_list_tools", "List the tools of an MCP server.", PING_SCHEMA)
-async def mcp_list_tools(args: dict[str, Any]) -> str:
-    problem = _url_problem(args)
-    if problem:
-        return problem
-    return await _run(
-        args["server_url"],
-        lambda client: _all_pages(lambda c: client.list_tools(cursor=c), "tools"),
-    )
+mcp_list_tools = _listing_action("tools", "List the tools of an MCP server.")
 
 
 @stdlib_action("mcp_call_tool", "Call a tool of an MCP server.", CALL_TOOL_SCHEMA)
@@ -215,15 +225,7 @@ async def mcp_get_prompt(args: dict[str, Any]) -> str:
     )
 
 
-@stdlib_action("mcp_list_prompts", "List the prompts of an MCP server.", PING_SCHEMA)
-async def mcp_list_prompts(args: dict[str, Any]) -> str:
-    problem = _url_problem(args)
-    if problem:
-        return problem
-    return await _run(
-        args["server_url"],
-        lambda client: _all_pages(lambda c: client.list_prompts(cursor=c), "prompts"),
-    )
+mcp_list_prompts = _listing_action("prompts", "List the prompts of an MCP server.")
 
 
 @stdlib_action("mcp_read_resource", "Read a resource of an MCP server.", READ_RESOURCE_SCHEMA)
@@ -239,23 +241,4 @@ async def mcp_read_resource(args: dict[str, Any]) -> str:
     return await _run(args["server_url"], read)
 
 
-@stdlib_action("mcp_list_resources", "List the resources of an MCP server.", PING_SCHEMA)
-async def mcp_list_resources(args: dict[str, Any]) -> str:
-    problem = _url_problem(args)
-    if problem:
-        return problem
-    return await _run(
-        args["server_url"],
-        lambda client: _all_pages(lambda c: client.list_resources(cursor=c), "resources"),
-    )
-
-
-__all__ = [
-    "mcp_call_tool",
-    "mcp_get_prompt",
-    "mcp_list_prompts",
-    "mcp_list_resources",
-    "mcp_list_tools",
-    "mcp_ping",
-    "mcp_read_resource",
-]
+mcp_list_resources = _listing_action("resources", "List the resources of an MCP server.")

@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 
-from mail.core.tools import AgentToolCall, create_mail_tools, create_supervisor_tools
+from mail.core.tools import AgentToolCall
 from mail.factories.assembly import to_plain
 from mail.factories.base import AgentResult, MAILAgentFunction, ToolChoice, ToolFormat
 from mail.factories.completions import completions_tool_choice
@@ -79,7 +79,13 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 class _OpenAIAgentBase(MAILAgentFunction):
-    """Wiring shared by the two agent classes."""
+    """Wiring shared by the two agent classes.
+
+    `tool_format` is accepted for compatibility; each API always takes its own shape
+    (`api_style`).
+    """
+
+    api_style: ToolFormat
 
     def __init__(
         self,
@@ -104,7 +110,7 @@ class _OpenAIAgentBase(MAILAgentFunction):
             enable_entrypoint=enable_entrypoint,
             enable_interswarm=enable_interswarm,
             can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
+            tool_format=self.api_style,
             exclude_tools=exclude_tools,
             **kwargs,
         )
@@ -124,18 +130,7 @@ class _OpenAIAgentBase(MAILAgentFunction):
 
     def all_tools(self) -> list[dict[str, Any]]:
         """MAIL tools (when the agent has someone to talk to), then its own tools."""
-        tools: list[dict[str, Any]] = []
-        if self.comm_targets:
-            tools.extend(
-                create_mail_tools(
-                    self.comm_targets,
-                    enable_interswarm=self.enable_interswarm,
-                    style=self.tool_format,
-                    exclude_tools=self.exclude_tools,
-                )
-            )
-        tools.extend(self.tools)
-        return tools
+        return self.mail_then_own_tools()
 
     def _with_system(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = messages[0] if messages else None
@@ -147,32 +142,7 @@ class _OpenAIAgentBase(MAILAgentFunction):
 class OpenAIChatCompletionsAgentFunction(_OpenAIAgentBase):
     """An agent on the Chat Completions API (``client.chat.completions.create``)."""
 
-    def __init__(
-        self,
-        name: str,
-        comm_targets: list[str],
-        model: str,
-        tools: list[dict[str, Any]],
-        enable_entrypoint: bool = False,
-        enable_interswarm: bool = False,
-        can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "completions",
-        exclude_tools: list[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        # tool_format is accepted for compatibility; this API always takes its own shape.
-        super().__init__(
-            name,
-            comm_targets,
-            model,
-            tools,
-            enable_entrypoint,
-            enable_interswarm,
-            can_complete_tasks,
-            "completions",
-            exclude_tools,
-            **kwargs,
-        )
+    api_style: ToolFormat = "completions"
 
     async def __call__(
         self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
@@ -226,31 +196,7 @@ class OpenAIChatCompletionsAgentFunction(_OpenAIAgentBase):
 class OpenAIResponsesAgentFunction(_OpenAIAgentBase):
     """An agent on the Responses API (``client.responses.create``)."""
 
-    def __init__(
-        self,
-        name: str,
-        comm_targets: list[str],
-        model: str,
-        tools: list[dict[str, Any]],
-        enable_entrypoint: bool = False,
-        enable_interswarm: bool = False,
-        can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "responses",
-        exclude_tools: list[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            name,
-            comm_targets,
-            model,
-            tools,
-            enable_entrypoint,
-            enable_interswarm,
-            can_complete_tasks,
-            "responses",
-            exclude_tools,
-            **kwargs,
-        )
+    api_style: ToolFormat = "responses"
 
     async def __call__(
         self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
@@ -322,26 +268,8 @@ class _OpenAISupervisorBase(SupervisorFunction):
             tool_format=self.style,
             exclude_tools=exclude_tools,
         )
-        supervisor_tools = create_supervisor_tools(
-            self.comm_targets,
-            can_complete_tasks=True,
-            enable_interswarm=enable_interswarm,
-            exclude_tools=self.exclude_tools,
-            style=self.style,
-            _debug_include_intraswarm=bool(self.comm_targets),
-        )
-        self.tools = [*self.tools, *supervisor_tools]
-        self.supervisor_fn = self.inner_class(
-            name=name,
-            comm_targets=comm_targets,
-            model=model,
-            tools=self.tools,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=True,
-            exclude_tools=exclude_tools,
-            **kwargs,
-        )
+        self.add_supervisor_tools()
+        self.supervisor_fn = self.inner_class(model=model, **self.wiring(), **kwargs)
         self.model = model
 
     async def __call__(

@@ -41,7 +41,17 @@ export function parseReviewCalls(text) {
   return null;
 }
 
-function finish(taskId, response) {
+// The agent that completed the task: the caller of the last task_complete among `events`.
+export function completerOf(events) {
+  for (let i = events.length - 1; i >= 0; i -= 1) {
+    const ev = events[i];
+    if (ev.event === "tool_call" && ev.extra.tool_name === "task_complete") return callerOf(ev);
+  }
+  return null;
+}
+
+// `steps` are the events of this turn of the task (what the trace under the answer shows).
+function finish(taskId, response, steps) {
   const held = parseHeldCalls(response);
   const review = held ? null : parseReviewCalls(response);
   if (review) {
@@ -49,8 +59,13 @@ function finish(taskId, response) {
   } else if (held) {
     push({ role: "breakpoint", taskId, calls: held, text: `Paused at ${held.map((c) => c.name).join(", ")}` });
   } else {
-    push({ role: "assistant", taskId, text: response == null ? "" : String(response) });
+    push({ role: "assistant", taskId, text: response == null ? "" : String(response), from: completerOf(steps), steps });
   }
+}
+
+// A held-calls bubble (breakpoint or review) is answered once the caller wrote after it.
+export function isAnswered(messages, index) {
+  return messages.slice(index + 1).some((m) => m.role === "user");
 }
 
 // Sends `text` (or a breakpoint resume when `resume` is given, or action-review decisions
@@ -110,7 +125,7 @@ export async function send({ text, entrypoint, resume, review, files }) {
       if (raw.event === "ping") return true;
       if (raw.event === "task_complete" && data.response !== undefined) {
         ended = true;
-        finish(data.task_id || chat.taskId, data.response);
+        finish(data.task_id || chat.taskId, data.response, chat.progress.slice());
         return false;
       }
       if (raw.event === "task_error") {
@@ -134,6 +149,11 @@ export async function send({ text, entrypoint, resume, review, files }) {
       if (review.onRefused) review.onRefused(error);
     } else if (error.name !== "AbortError") {
       const tooLarge = error.status === 413 && body.attachments;
+      if (!opened && text && !resume && !review) {
+        // Refused before the task began: nothing was sent, so the words go back to the composer.
+        chat.draft = text;
+        chat.messages = chat.messages.filter((m) => m !== sent);
+      }
       push({
         role: "system", taskId: chat.taskId,
         text: tooLarge
@@ -178,13 +198,22 @@ export function openTaskInChat(record) {
   const events = (record.events || []).map((e) => normalizeEvent(e, record.task_id));
   addEvents(events);
   const messages = [];
+  let steps = [];
   for (const ev of events) {
     const msg = messageOf(ev);
     if (ev.event === "new_message" && msg && ["user", "admin"].includes(msg.sender.address_type)) {
       messages.push({ role: "user", taskId: record.task_id, text: msg.body, time: ev.timestamp, attachments: attachmentsOf(ev) });
+      steps = [ev];
     } else if (ev.event === "tool_call" && ev.extra.tool_name === "task_complete") {
       const args = ev.extra.tool_args || {};
-      messages.push({ role: "assistant", taskId: record.task_id, text: String(args.finish_message ?? ""), time: ev.timestamp, from: callerOf(ev) });
+      steps.push(ev);
+      messages.push({
+        role: "assistant", taskId: record.task_id, text: String(args.finish_message ?? ""), time: ev.timestamp,
+        from: callerOf(ev), steps,
+      });
+      steps = [];
+    } else {
+      steps.push(ev);
     }
   }
   store.chat = { taskId: record.task_id, entrypoint: store.chat.entrypoint, messages, busy: false, error: null, progress: [] };

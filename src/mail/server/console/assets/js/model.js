@@ -117,6 +117,27 @@ export function involvement(ev) {
   return { agents, remotes };
 }
 
+// The links of the agent graph a message crossed: "a|b" keys (names sorted) between its
+// sender and each recipient, an agent of another swarm standing for its swarm ("@meteo").
+export function linkKey(a, b) {
+  return [a, b].sort().join("|");
+}
+
+export function crossings(ev) {
+  const msg = messageOf(ev);
+  if (ev.event !== "new_message" || !msg || msg.sender.address_type !== "agent") return [];
+  const node = (address) => {
+    const { name, swarm } = splitAddress(address);
+    return swarm ? `@${swarm}` : name;
+  };
+  const from = node(msg.sender.address);
+  return msg.recipients
+    .filter((r) => r.address_type === "agent" && r.address)
+    .map((r) => node(r.address))
+    .filter((to) => from && to && to !== from)
+    .map((to) => linkKey(from, to));
+}
+
 export function callerOf(ev) {
   if (typeof ev.extra.caller === "string") return splitAddress(ev.extra.caller).name;
   const m = AGENT_PREFIX.exec(ev.description);

@@ -1,7 +1,7 @@
 // Console state shared by the screens: who is signed in, the swarm, every event seen, the
 // chat of the current task. Screens subscribe and re-render what they show.
 
-import { involvement, normalizeEvent } from "./model.js";
+import { crossings, involvement, linkKey, normalizeEvent } from "./model.js";
 
 const MAX_EVENTS = 5000;
 const ACTIVE_MS = 3000;
@@ -15,6 +15,8 @@ export const store = {
   eventKeys: new Set(),
   activity: new Map(), // agent -> last time (ms) an event named it
   counts: new Map(), // agent -> number of events naming it
+  linkCounts: new Map(), // "a|b" (sorted) -> messages that crossed the link
+  linkActivity: new Map(), // "a|b" -> last time (ms) a live message crossed it
   remotes: new Set(), // remote swarms seen in events
   remoteLinks: new Set(), // "agent|@swarm" pairs seen talking across swarms
   chat: { taskId: null, entrypoint: null, messages: [], busy: false, error: null },
@@ -49,6 +51,10 @@ export function addEvents(raws, fallbackTaskId, { live = false } = {}) {
       store.counts.set(agent, (store.counts.get(agent) || 0) + 1);
       if (live) store.activity.set(agent, Date.now());
     }
+    for (const link of crossings(ev)) {
+      store.linkCounts.set(link, (store.linkCounts.get(link) || 0) + 1);
+      if (live) store.linkActivity.set(link, Date.now());
+    }
     for (const remote of remotes) {
       store.remotes.add(remote);
       for (const agent of agents) store.remoteLinks.add(`${agent}|@${remote}`);
@@ -68,10 +74,17 @@ export function isActive(agent) {
   return t !== undefined && Date.now() - t < ACTIVE_MS;
 }
 
+// A link glows while a message has just crossed it, not merely because one end is busy.
+export function isLinkActive(a, b) {
+  const t = store.linkActivity.get(linkKey(a, b));
+  return t !== undefined && Date.now() - t < ACTIVE_MS;
+}
+
 export function clearEvents() {
   store.events = [];
   store.eventKeys = new Set();
   store.counts = new Map();
+  store.linkCounts = new Map();
   notify("events");
 }
 
@@ -83,6 +96,8 @@ export function resetSession() {
   store.eventKeys = new Set();
   store.activity = new Map();
   store.counts = new Map();
+  store.linkCounts = new Map();
+  store.linkActivity = new Map();
   store.remotes = new Set();
   store.remoteLinks = new Set();
   store.chat = { taskId: null, entrypoint: null, messages: [], busy: false, error: null };

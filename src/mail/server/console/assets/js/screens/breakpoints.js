@@ -3,20 +3,13 @@
 
 import { api } from "../api.js";
 import { send } from "../conversation.js";
-import { emptyState, errorState, h, loadingState, pretty, relativeTime, replace, shortId } from "../dom.js";
+import { emptyState, errorState, h, loadingState, pretty, replace, shortId } from "../dom.js";
 import { store } from "../store.js";
-import { loadTask, pausedCalls } from "../tasks-data.js";
+import { pausedCalls } from "../tasks-data.js";
+import { heldTaskRow, loadHeldTask, renderHeldScreen } from "./held.js";
 
 export function render(container, params) {
-  const body = h("div", { class: "bp-body" });
-  container.appendChild(h("div", { class: "bp-screen" },
-    h("div", { class: "toolbar" }, h("h1", {}, "Breakpoints"),
-      params[0] ? h("a", { class: "btn btn-quiet", href: "#/breakpoints" }, "All paused tasks") : null),
-    body));
-  let alive = true;
-  if (params[0]) showTask(body, params[0], () => alive);
-  else showList(body, () => alive);
-  return () => { alive = false; };
+  return renderHeldScreen(container, params, { title: "Breakpoints", href: "#/breakpoints", back: "All paused tasks" }, showTask, showList);
 }
 
 async function showList(body, alive) {
@@ -34,28 +27,15 @@ async function showList(body, alive) {
       return;
     }
     replace(body, h("ul", { class: "task-list", id: "bp-list" }, paused.map(({ r, calls }) =>
-      h("li", {}, h("a", { class: "task-row", href: `#/breakpoints/${encodeURIComponent(r.task_id)}` },
-        h("span", { class: "badge badge-warn" }, `${calls.length} held`),
-        h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
-        h("span", { class: "muted" }, calls.map((c) => c.name).join(", ")),
-        h("time", { class: "muted" }, relativeTime(r.start_time)))))));
+      heldTaskRow(`#/breakpoints/${encodeURIComponent(r.task_id)}`, r, calls.map((c) => c.name)))));
   } catch (error) {
     if (alive()) replace(body, errorState("Could not load tasks", error, () => showList(body, alive)));
   }
 }
 
 async function showTask(body, taskId, alive) {
-  replace(body, loadingState("the task"));
-  let record;
-  try {
-    record = await loadTask(taskId);
-  } catch (error) {
-    if (!alive()) return;
-    replace(body, error.status === 404 ? emptyState("Task not found", "It does not exist, or it belongs to someone else.")
-      : errorState("Could not load the task", error, () => showTask(body, taskId, alive)));
-    return;
-  }
-  if (!alive()) return;
+  const record = await loadHeldTask(body, taskId, alive, () => showTask(body, taskId, alive));
+  if (!record) return;
   const calls = pausedCalls(record);
   if (!calls.length) {
     replace(body, emptyState("This task is not waiting at a breakpoint", "It may have been resumed already.",

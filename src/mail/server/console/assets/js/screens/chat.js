@@ -3,28 +3,50 @@
 
 import { attachmentList, clipIcon, formatSize, readPicked } from "../attachments.js";
 import { emptyState, formatTime, h, replace, shortId } from "../dom.js";
-import { newConversation, send, stopWatching } from "../conversation.js";
+import { isAnswered, newConversation, send, stopWatching } from "../conversation.js";
 import { summary, typeLabel, typeTone } from "../model.js";
 import { store, subscribe } from "../store.js";
+import { buildTrace, traceTotal, traceView } from "../trace.js";
 
-function bubble(m) {
-  if (m.role === "breakpoint") {
-    return h("article", { class: "bubble bubble-breakpoint" },
-      h("header", {}, "Paused at a breakpoint"),
-      h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.name), " ", h("span", { class: "muted" }, String(c.arguments ?? ""))))),
-      h("a", { class: "btn", href: `#/breakpoints/${encodeURIComponent(m.taskId)}` }, "Answer the held calls"));
-  }
-  if (m.role === "review") {
-    return h("article", { class: "bubble bubble-breakpoint bubble-review" },
-      h("header", {}, "Waiting for your review"),
-      h("ul", {}, m.calls.map((c) => h("li", {}, h("code", {}, c.action), " ", h("span", { class: "muted" }, `by ${c.caller}`)))),
-      h("a", { class: "btn", href: `#/review/${encodeURIComponent(m.taskId)}` }, "Review the held calls"));
-  }
+// Under an answer: the trace of the turn that produced it, folded (its open state survives
+// re-renders of the timeline).
+function answerTrace(m) {
+  const trace = buildTrace(m.steps || []);
+  if (!trace.turns.length) return null;
+  const fold = h("details", { class: "bubble-trace", open: Boolean(m.traceOpen) },
+    h("summary", {}, `Trace · ${traceTotal(trace)}`));
+  fold.addEventListener("toggle", () => {
+    m.traceOpen = fold.open;
+    if (fold.open && !fold.querySelector(".trace")) fold.appendChild(traceView(m.steps, null, { ids: false }));
+  });
+  if (m.traceOpen) fold.appendChild(traceView(m.steps, null, { ids: false }));
+  return fold;
+}
+
+// A breakpoint or review bubble: the held calls, and a way to answer them until that is done.
+function heldBubble(m, answered) {
+  const review = m.role === "review";
+  const href = `#/${review ? "review" : "breakpoints"}/${encodeURIComponent(m.taskId)}`;
+  return h("article", { class: `bubble bubble-breakpoint${review ? " bubble-review" : ""}${answered ? " bubble-answered" : ""}` },
+    h("header", {}, answered
+      ? (review ? "Was waiting for your review" : "Was paused at a breakpoint")
+      : (review ? "Waiting for your review" : "Paused at a breakpoint")),
+    h("ul", {}, m.calls.map((c) => (review
+      ? h("li", {}, h("code", {}, c.action), " ", h("span", { class: "muted" }, `by ${c.caller}`))
+      : h("li", {}, h("code", {}, c.name), " ", h("span", { class: "muted" }, String(c.arguments ?? "")))))),
+    answered
+      ? h("p", { class: "muted bubble-done" }, "Answered below.")
+      : h("a", { class: "btn", href }, review ? "Review the held calls" : "Answer the held calls"));
+}
+
+function bubble(m, i, messages) {
+  if (m.role === "breakpoint" || m.role === "review") return heldBubble(m, isAnswered(messages, i));
   const label = { user: "You", assistant: m.from || "Swarm", system: "System" }[m.role] || m.role;
-  return h("article", { class: `bubble bubble-${m.role}` },
-    h("header", {}, h("span", {}, label), h("time", {}, formatTime(m.time))),
+  return h("article", { class: `bubble bubble-${m.role}`, dataset: m.from ? { agent: m.from } : {} },
+    h("header", {}, h("span", { class: "bubble-from" }, label), h("time", {}, formatTime(m.time))),
     h("div", { class: "bubble-text" }, m.text),
-    attachmentList(m.attachments));
+    attachmentList(m.attachments),
+    m.role === "assistant" ? answerTrace(m) : null);
 }
 
 export function render(container) {
@@ -37,7 +59,7 @@ export function render(container) {
     entrypoints.map((name) => h("option", { value: name, selected: name === chat.entrypoint }, name)));
   select.addEventListener("change", () => { chat.entrypoint = select.value; });
   const taskLabel = h("span", { class: "chat-task" });
-  const newBtn = h("button", { type: "button", class: "btn btn-quiet", onclick: newConversation }, "New task");
+  const newBtn = h("button", { type: "button", class: "btn btn-quiet", id: "chat-new", onclick: newConversation }, "New task");
   const timeline = h("div", { class: "timeline", id: "chat-timeline", "aria-live": "polite" });
   const input = h("textarea", {
     id: "chat-input", rows: 2, placeholder: "Message the swarm (Enter to send, Shift+Enter for a new line)",
@@ -107,7 +129,7 @@ export function render(container) {
         c.messages.length && c.messages[c.messages.length - 1].role === "review"
           ? `Task ${shortId(c.taskId)}… (waiting for your review)`
           : `Task ${shortId(c.taskId)}… (next message continues it)`)
-      : h("span", { class: "muted" }, "New task"));
+      : null);
     const items = c.messages.map(bubble);
     if (c.busy) {
       const steps = (c.progress || []).slice(-8).map((ev) => h("li", {},
@@ -123,7 +145,13 @@ export function render(container) {
     timeline.scrollTop = timeline.scrollHeight;
     sendBtn.disabled = c.busy;
     stopBtn.hidden = !c.busy;
-    newBtn.disabled = !c.taskId && !c.messages.length;
+    // An empty chat is already a new task: nothing to offer until there is something to leave.
+    newBtn.hidden = !c.taskId && !c.messages.length;
+    if (c.draft) {
+      // A message the server refused before the task began comes back to be fixed and resent.
+      if (!input.value) input.value = c.draft;
+      c.draft = null;
+    }
   };
   showPicked();
   update();

@@ -3,8 +3,8 @@
 // Badges, event counts and a pulse for agents active in the last seconds update live.
 
 import { emptyState, formatTime, h, replace, svg } from "../dom.js";
-import { summary, typeLabel, typeTone } from "../model.js";
-import { isActive, store, subscribe } from "../store.js";
+import { linkKey, summary, typeLabel, typeTone } from "../model.js";
+import { isActive, isLinkActive, store, subscribe } from "../store.js";
 
 const W = 900;
 const H = 600;
@@ -67,6 +67,7 @@ function nodeView(agent, p) {
   if (agent.enable_entrypoint) badges.push(["entry", "Entry"]);
   if (agent.can_complete_tasks) badges.push(["completer", "Completer"]);
   if (agent.enable_interswarm) badges.push(["inter", "Interswarm"]);
+  if (agent.external) badges.push(["inter", "MCP"]); // joined from outside (docs/mcp.md)
   let bx = -NODE_W / 2 + 10;
   const badgeEls = badges.map(([kind, label]) => {
     const w = label.length * 6.4 + 12;
@@ -152,6 +153,16 @@ export function render(container) {
         "data-both": l.ab && l.ba ? "1" : null,
       });
     });
+    // How many messages crossed each link, on its middle (hidden while none did).
+    const counts = known.map((l) => {
+      const p = pos.get(l.a);
+      const q = pos.get(l.b);
+      if (!p || !q) return null;
+      return svg("g", {
+        class: "gedge-count", transform: `translate(${(p.x + q.x) / 2},${(p.y + q.y) / 2})`,
+        "data-edge": `${l.a}|${l.b}`,
+      }, svg("rect", { x: -14, y: -10, width: 28, height: 20, rx: 10 }), svg("text", { y: 4, "text-anchor": "middle" }, "0"));
+    });
     // Two-way links carry no arrow (the convention: an arrow marks a one-way link).
     for (const e of edges) {
       if (e && e.getAttribute("data-both")) {
@@ -182,7 +193,8 @@ export function render(container) {
         svg("path", { d: "M0,0 L10,5 L0,10 z", class: "garrow" })),
       svg("marker", { id: "arrow-start", viewBox: "0 0 10 10", refX: 1, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
         svg("path", { d: "M10,0 L0,5 L10,10 z", class: "garrow" }))),
-    svg("g", { class: "gedges" }, edges), svg("g", { class: "gnodes" }, nodeEls, remoteEls));
+    svg("g", { class: "gedges" }, edges), svg("g", { class: "gedge-counts" }, counts),
+    svg("g", { class: "gnodes" }, nodeEls, remoteEls));
     replace(canvas, drawing);
     refresh();
   };
@@ -196,7 +208,13 @@ export function render(container) {
     }
     for (const line of canvas.querySelectorAll(".gedge")) {
       const [a, b] = line.getAttribute("data-edge").split("|");
-      line.classList.toggle("active", isActive(a) || isActive(b));
+      line.classList.toggle("active", isLinkActive(a, b));
+    }
+    for (const label of canvas.querySelectorAll(".gedge-count")) {
+      const [a, b] = label.getAttribute("data-edge").split("|");
+      const n = store.linkCounts.get(linkKey(a, b)) || 0;
+      label.querySelector("text").textContent = n > 99 ? "99+" : String(n);
+      label.classList.toggle("has-count", n > 0);
     }
     const recent = store.events.slice(-12).reverse();
     replace(feed, recent.length ? recent.map((ev) => {

@@ -66,7 +66,8 @@ export function render(container) {
           h("td", {}, h("strong", {}, s.swarm_name), h("div", { class: "muted" }, s.swarm_description || "")),
           h("td", {}, badge(s.is_active ? "up" : "down", s.is_active ? "good" : "bad"),
             s.latency != null ? h("span", { class: "muted" }, ` ${Math.round(s.latency * 1000)} ms`) : null),
-          h("td", { class: "mono wrap" }, s.base_url),
+          // One line, never broken inside the address; a long one ends in "…" (full in the title).
+          h("td", {}, h("span", { class: "mono reg-url", title: s.base_url }, s.base_url)),
           h("td", { class: "muted" }, s.last_seen ? relativeTime(s.last_seen) : "never"),
           h("td", {}, s.is_local ? badge("this server", "info") : null, s.public ? badge("public", "plain") : null,
             s.volatile ? badge("volatile", "plain") : null),

@@ -7,9 +7,9 @@
 
 import { api } from "../api.js";
 import { send } from "../conversation.js";
-import { emptyState, errorState, h, loadingState, pretty, relativeTime, replace, shortId } from "../dom.js";
+import { emptyState, errorState, h, loadingState, pretty, replace, shortId } from "../dom.js";
 import { store } from "../store.js";
-import { loadTask } from "../tasks-data.js";
+import { heldTaskRow, loadHeldTask, renderHeldScreen } from "./held.js";
 
 const DECISIONS = {
   accept: { label: "Accept", hint: "run it with these arguments" },
@@ -19,15 +19,7 @@ const DECISIONS = {
 };
 
 export function render(container, params) {
-  const body = h("div", { class: "bp-body" });
-  container.appendChild(h("div", { class: "bp-screen" },
-    h("div", { class: "toolbar" }, h("h1", {}, "Action review"),
-      params[0] ? h("a", { class: "btn btn-quiet", href: "#/review" }, "All tasks waiting") : null),
-    body));
-  let alive = true;
-  if (params[0]) showTask(body, params[0], () => alive);
-  else showList(body, () => alive);
-  return () => { alive = false; };
+  return renderHeldScreen(container, params, { title: "Action review", href: "#/review", back: "All tasks waiting" }, showTask, showList);
 }
 
 async function showList(body, alive) {
@@ -43,28 +35,15 @@ async function showList(body, alive) {
       return;
     }
     replace(body, h("ul", { class: "task-list", id: "review-list" }, waiting.map((r) =>
-      h("li", {}, h("a", { class: "task-row", href: `#/review/${encodeURIComponent(r.task_id)}` },
-        h("span", { class: "badge badge-warn" }, `${r.pending_reviews.length} held`),
-        h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
-        h("span", { class: "muted" }, r.pending_reviews.map((c) => c.action).join(", ")),
-        h("time", { class: "muted" }, relativeTime(r.start_time)))))));
+      heldTaskRow(`#/review/${encodeURIComponent(r.task_id)}`, r, r.pending_reviews.map((c) => c.action)))));
   } catch (error) {
     if (alive()) replace(body, errorState("Could not load tasks", error, () => showList(body, alive)));
   }
 }
 
 async function showTask(body, taskId, alive) {
-  replace(body, loadingState("the task"));
-  let record;
-  try {
-    record = await loadTask(taskId);
-  } catch (error) {
-    if (!alive()) return;
-    replace(body, error.status === 404 ? emptyState("Task not found", "It does not exist, or it belongs to someone else.")
-      : errorState("Could not load the task", error, () => showTask(body, taskId, alive)));
-    return;
-  }
-  if (!alive()) return;
+  const record = await loadHeldTask(body, taskId, alive, () => showTask(body, taskId, alive));
+  if (!record) return;
   const calls = record.pending_reviews || [];
   if (!calls.length) {
     replace(body, emptyState("This task is not waiting for review", "Its held calls may have been decided already.",

@@ -6,7 +6,12 @@ import { openTaskInChat } from "../conversation.js";
 import { badge, emptyState, errorState, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
 import { addEvents, isAdmin, store } from "../store.js";
 import { follow, loadTask, pausedCalls, taskEvents, taskStatus } from "../tasks-data.js";
+import { traceView } from "../trace.js";
 import { eventRow } from "./events.js";
+
+const firstLine = (text) => String(text || "").split("\n").find((l) => l.trim()) || "";
+const seconds = (s) => (s == null ? "" : s >= 60 ? `${Math.floor(s / 60)} min ${Math.round(s % 60)} s` : `${s.toFixed(1)} s`);
+const usageLine = (u) => (u ? `${u.total_tokens} tokens · $${Number(u.cost || 0).toFixed(4)}` : "");
 
 const view = { all: false };
 
@@ -49,9 +54,12 @@ function renderList(container) {
       return h("li", {},
         h("a", { class: "task-row", href: `#/tasks/${encodeURIComponent(r.task_id)}`, dataset: { task: r.task_id } },
           badge(st.label, st.tone),
-          h("span", { class: "task-title" }, r.title || `Task ${shortId(r.task_id)}…`),
+          h("span", { class: "task-preview" },
+            h("span", { class: "task-title" }, r.title || r.first_message || `Task ${shortId(r.task_id)}…`),
+            r.answer ? h("span", { class: "muted task-answer" }, `→ ${firstLine(r.answer)}`) : null),
           view.all ? h("span", { class: "muted task-owner" }, r.task_owner) : null,
-          h("span", { class: "muted" }, `${r.event_count ?? events.length} events`),
+          h("span", { class: "muted task-numbers" },
+            [seconds(r.duration_s), usageLine(r.usage), `${r.event_count ?? events.length} events`].filter(Boolean).join(" · ")),
           h("time", { class: "muted", title: r.start_time }, relativeTime(r.start_time))));
     })), more].filter(Boolean));
   };
@@ -141,14 +149,18 @@ function renderDetail(container, taskId) {
         `Followed live: ${stats.received} events streamed`) : null,
     ];
     replace(body,
+      record.answer ? h("div", { class: "task-answer-full", id: "task-answer" }, record.answer) : null,
       h("dl", { class: "facts" },
         h("dt", {}, "Status"), h("dd", {}, badge(st.label, st.tone)),
         h("dt", {}, "Id"), h("dd", { class: "mono", id: "task-id" }, record.task_id),
         h("dt", {}, "Owner"), h("dd", {}, record.task_owner || "—"),
         h("dt", {}, "Started"), h("dd", { title: record.start_time || "" }, relativeTime(record.start_time)),
         record.title ? [h("dt", {}, "Title"), h("dd", {}, record.title)] : null,
-        (record.remote_swarms || []).length ? [h("dt", {}, "Remote swarms"), h("dd", {}, record.remote_swarms.join(", "))] : null),
+        (record.remote_swarms || []).length ? [h("dt", {}, "Remote swarms"), h("dd", {}, record.remote_swarms.join(", "))] : null,
+        record.duration_s != null ? [h("dt", {}, "Duration"), h("dd", {}, seconds(record.duration_s))] : null,
+        record.usage ? [h("dt", {}, "Usage"), h("dd", { id: "task-usage" }, usageLine(record.usage))] : null),
       h("div", { class: "actions" }, actions),
+      h("h2", {}, "Trace"), traceView(events, record.start_time),
       heading, list);
     renderEvents(!keepEvents);
   };

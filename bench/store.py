@@ -1,0 +1,249 @@
+"""Store benchmark (not a test): memory vs SQLite vs PostgreSQL, measured interleaved.
+
+    uv run python bench/store.py [--requests 1500] [--tasks 300] [--rounds 3]
+
+1. HTTP: POST /message at 16 kept-alive clients over 4 users (raw asyncio client from
+   bench/http.py) against three `mail server`-like processes on the bench/http.py stub swarm
+   (supervisor + 3 workers, no latency), one per store ([server.store] kind = memory,
+   sqlite; postgres with DATABASE_URL), and the floor: bench/http.py's bare FastAPI route.
+   Rounds alternate between the servers, each row is the median of its rounds, with the
+   server's CPU time per request. Target: SQLite within 10% of memory.
+2. Runtime: tasks/s of one swarm instance running N tasks at once (bench/runtime.py's swarm)
+   with `attach_store` on each store (memory store, SQLite file, PostgreSQL), interleaved,
+   timed until the store has flushed every write.
+3. Start to first 200 on GET /health of a stub server on memory and on SQLite (the
+   default), interleaved.
+
+PostgreSQL is MAIL_BENCH_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test);
+it is skipped when unreachable. `--serve PORT KEYS DIR KIND` is the server process.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/http.py is named like the stdlib `http` package: when this file runs as a script its
+# directory comes first on sys.path and would shadow it. Drop that entry first.
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DATABASE_URL = os.environ.get(
+    "MAIL_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+KINDS = ("memory", "sqlite", "postgres")
+
+
+def _load(name: str) -> ModuleType:
+    # bench/http.py is named like the stdlib package: load it by path.
+    spec = importlib.util.spec_from_file_location(f"mail_bench_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def serve(port: int, keys_file: str, directory: str, kind: str) -> None:
+    import uvicorn
+
+    from mail.commands.server import _bind, _setup_logging
+    from mail.config import ServerConfig
+    from mail.server.app import create_app
+    from mail.server.http_protocol import http_protocol
+
+    bench_http = _load("http")
+    _setup_logging("warning")
+    config = ServerConfig.model_validate(
+        {
+            "host": "127.0.0.1",
+            "port": port,
+            "access_log": False,
+            "swarm": {"name": "bench", "registry": f"{directory}/registries/bench.json"},
+            "settings": {"task_message_limit": 0},
+            "auth": {"mode": "local", "keys_file": keys_file},
+            "store": {"kind": kind},
+        }
+    )
+    app = create_app(config, template=bench_http.stub_template(0.0), template_source="bench")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, log_config=None, log_level="warning", access_log=False, http=http_protocol()
+        )
+    )
+    server.run(sockets=[_bind("127.0.0.1", port)])
+
+
+def _pg_reachable() -> bool:
+    import asyncpg
+
+    async def probe() -> bool:
+        try:
+            conn = await asyncpg.connect(DATABASE_URL, timeout=3)
+        except Exception:  # noqa: BLE001
+            return False
+        await conn.close()
+        return True
+
+    return asyncio.run(probe())
+
+
+def http_rows(workdir: Path, kinds: list[str], requests: int, rounds: int) -> None:
+    bench_http = _load("http")
+    keys_file = workdir / "keys.json"
+    keys = bench_http.make_keys(keys_file, 4)
+    procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    try:
+        for kind in kinds:
+            port = bench_http.free_port()
+            folder = workdir / kind
+            folder.mkdir()
+            env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+            if kind == "postgres":
+                env["DATABASE_URL"] = DATABASE_URL
+            cmd = [sys.executable, __file__, "--serve", str(port), str(keys_file), str(folder)]
+            proc = subprocess.Popen(
+                [*cmd, kind], env=env, stderr=(folder / "server.err").open("wb")
+            )
+            url = f"http://127.0.0.1:{port}"
+            bench_http.wait_health(url, proc)
+            procs[kind] = (proc, url)
+
+        # The floor: a bare FastAPI route on the same uvicorn (bench/http.py), no swarm.
+        bare = bench_http.StubServer(workdir, keys_file, 0.0, access_log=False, bare=True)
+        procs["floor"] = (bare.proc, bare.url)
+        cpu_ms: dict[str, list[float]] = {kind: [] for kind in procs}
+
+        def measure(kind: str, pid: int, url: str) -> Any:
+            def run() -> Any:
+                before = bench_http.cpu_seconds(pid)
+                result = asyncio.run(bench_http.load("raw", url, keys, 16, requests, False))
+                cpu_ms[kind].append((bench_http.cpu_seconds(pid) - before) * 1000 / requests)
+                return result
+
+            return run
+
+        rows = [(kind, measure(kind, proc.pid, url)) for kind, (proc, url) in procs.items()]
+        results = bench_http.interleaved(rows, rounds)
+    finally:
+        for proc, _ in procs.values():
+            bench_http.stop(proc)
+    print("HTTP POST /message, 16 clients (raw), median of rounds;")
+    print("server CPU per request (all its threads) is steadier than req/s on a busy machine:")
+    medians = {kind: statistics.median(rps) for kind, (rps, _) in results.items()}
+    cpu = {kind: statistics.median(values) for kind, values in cpu_ms.items()}
+    for kind, (rps, lat) in results.items():
+        lat_ms = sorted(x * 1000 for x in lat)
+        p50 = lat_ms[len(lat_ms) // 2]
+        print(
+            f"  {kind:<9} {medians[kind]:7.0f} req/s (rounds {min(rps):.0f}-{max(rps):.0f})"
+            f"  p50 {p50:.1f} ms  CPU {cpu[kind]:.2f} ms/request"
+        )
+    if "sqlite" in medians:
+        print(f"  CPU SQLite / memory = {cpu['sqlite'] / cpu['memory']:.2f}")
+        ratio = medians["sqlite"] / medians["memory"]
+        verdict = "target met" if ratio >= 0.9 else "TARGET MISSED"
+        print(f"  SQLite / memory = {ratio:.2f} ({verdict}: >= 0.90)")
+
+
+async def _runtime_once(kind: str, workdir: Path, tasks: int) -> float:
+    from mail.store import MemoryTaskStore
+    from mail.store.base import InstanceKey
+
+    bench_runtime = _load("runtime")
+    store: Any
+    if kind == "memory":
+        store = MemoryTaskStore()
+    elif kind == "sqlite":
+        from mail.store.sqlite import SqliteTaskStore
+
+        store = SqliteTaskStore(workdir / f"runtime-{time.monotonic_ns()}.db")
+    else:
+        from mail.store.postgres import PostgresTaskStore
+
+        store = PostgresTaskStore(DATABASE_URL)
+    await store.start()
+    swarm = bench_runtime.build_template(0.0).instantiate({}, user_id="bench")
+    await swarm.attach_store(store, InstanceKey("bench", "user", f"b-{time.monotonic_ns()}"))
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    start = time.perf_counter()
+    await asyncio.gather(*(swarm.post_message("go") for _ in range(tasks)))
+    await store.flush(60)
+    elapsed = time.perf_counter() - start
+    await swarm.shutdown()
+    await loop_task
+    await store.close()
+    return tasks / elapsed
+
+
+def runtime_rows(workdir: Path, kinds: list[str], tasks: int, rounds: int) -> None:
+    results: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for number in range(rounds):
+        print(f"  ... runtime round {number + 1} of {rounds}", file=sys.stderr)
+        for kind in kinds:
+            results[kind].append(asyncio.run(_runtime_once(kind, workdir, tasks)))
+    print(f"Runtime: {tasks} tasks at once on one instance, until stored, median of rounds:")
+    for kind, values in results.items():
+        print(
+            f"  {kind:<9} {statistics.median(values):7.0f} tasks/s"
+            f" (rounds {min(values):.0f}-{max(values):.0f})"
+        )
+
+
+def startup(workdir: Path, runs: int = 3) -> None:
+    bench_http = _load("http")
+    folder = workdir / "startup"
+    folder.mkdir()
+    keys_file = folder / "keys.json"
+    bench_http.make_keys(keys_file, 1)
+    times: dict[str, list[float]] = {"memory": [], "sqlite": []}
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    for _ in range(runs):  # interleaved: the machine's speed drifts
+        for kind, values in times.items():
+            port = bench_http.free_port()
+            cmd = [sys.executable, __file__, "--serve", str(port), str(keys_file), str(folder)]
+            proc = subprocess.Popen([*cmd, kind], env=env, stderr=subprocess.DEVNULL)
+            try:
+                values.append(bench_http.wait_health(f"http://127.0.0.1:{port}", proc))
+            finally:
+                bench_http.stop(proc)
+    print("Start to /health (process start and imports included), median of runs:")
+    for kind, values in times.items():
+        runs_text = ", ".join(f"{t:.2f}" for t in values)
+        print(f"  {kind:<9} {statistics.median(values):.2f} s (runs {runs_text})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--requests", type=int, default=1500, help="HTTP requests per round")
+    parser.add_argument("--tasks", type=int, default=300, help="runtime tasks per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--serve", nargs=4, metavar=("PORT", "KEYS", "DIR", "KIND"))
+    args = parser.parse_args()
+    if args.serve:
+        port, keys, directory, kind = args.serve
+        serve(int(port), keys, directory, kind)
+        return
+    kinds = list(KINDS) if _pg_reachable() else ["memory", "sqlite"]
+    with tempfile.TemporaryDirectory(prefix="mail-bench-store-") as tmp:
+        workdir = Path(tmp)
+        http_rows(workdir, kinds, args.requests, args.rounds)
+        runtime_rows(workdir, kinds, args.tasks, args.rounds)
+        startup(workdir)
+
+
+if __name__ == "__main__":
+    main()

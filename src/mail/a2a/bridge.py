@@ -1,0 +1,90 @@
+"""The SDK objects of the inbound bridge, built once per server on first use.
+
+The SDK's ``DefaultRequestHandler`` (tasks, streaming, get, cancel, resubscribe) runs our
+``MAILAgentExecutor``; its in-memory task store is scoped per MAIL caller (``role:id``), so
+one caller's A2A tasks are invisible to another, like their MAIL tasks are, and bounded per
+caller (``mail.a2a.store``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.auth.user import User
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import ServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types.a2a_pb2 import AgentCard
+from starlette.requests import Request
+
+from mail.a2a.card import build_agent_card
+from mail.a2a.executor import MAILAgentExecutor
+from mail.a2a.store import BoundedTaskStore
+
+# A malformed request is the client's mistake (it gets a JSON-RPC error saying so), not a
+# server failure: the SDK logs a traceback for it, which is kept out of the server's log.
+_CLIENT_MISTAKES = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
+
+
+class _ClientMistakeFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in _CLIENT_MISTAKES:
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+logging.getLogger("a2a.server.routes.jsonrpc_dispatcher").addFilter(_ClientMistakeFilter())
+
+
+class MAILCallerUser(User):
+    def __init__(self, caller: Any) -> None:
+        self.caller = caller
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return f"{self.caller.role}:{self.caller.id}"
+
+
+class CallerContextBuilder(ServerCallContextBuilder):
+    """The call context of a request the route has authenticated (``request.state``)."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        caller = request.state.mail_caller
+        state = {"mail_caller": caller, "headers": dict(request.headers)}
+        return ServerCallContext(user=MAILCallerUser(caller), state=state)
+
+
+@dataclass
+class InboundBridge:
+    card: AgentCard
+    handler: DefaultRequestHandler
+    dispatcher: JsonRpcDispatcher
+
+    async def aclose(self) -> None:
+        await self.handler.aclose()
+
+
+def build_bridge(state: Any) -> InboundBridge:
+    card = build_agent_card(state)
+    settings = state.config.settings
+    handler = DefaultRequestHandler(
+        agent_executor=MAILAgentExecutor(lambda: state),
+        task_store=BoundedTaskStore(
+            settings.max_a2a_tasks_per_caller, settings.max_a2a_task_bytes_per_caller
+        ),
+        agent_card=card,
+    )
+    # v0.3 compatibility: clients (and curl) that send no A2A-Version header speak 0.3.
+    dispatcher = JsonRpcDispatcher(
+        request_handler=handler, context_builder=CallerContextBuilder(), enable_v0_3_compat=True
+    )
+    return InboundBridge(card=card, handler=handler, dispatcher=dispatcher)

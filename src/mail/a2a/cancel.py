@@ -1,0 +1,95 @@
+"""Cancelling a MAIL task: the task stops, its agents are not called again, the log says so.
+
+``cancel_task(runtime, task_id)`` is the runtime-level operation (no HTTP, no caller);
+``cancel_caller_task(state, caller, task_id)`` is the service the A2A bridge's ``tasks/cancel``
+and ``POST /task/cancel`` both call, on the caller's own instance only.
+
+What a cancel does, in order:
+
+1. a running task ends as a timed-out one does (``end_task``): its queued messages are
+   stashed, anyone waiting on it gets a ``::task_cancelled::`` answer, peer swarms taking
+   part are told it failed; a task paused at a breakpoint closes the pause (each paused call
+   gets a result saying so) and one waiting for review drops its held calls;
+2. a ``task_cancelled`` event is recorded on the task (with the reason);
+3. the agent turns of the task still in flight are cancelled, so no model call of the task
+   finishes and nothing it would have sent is delivered (messages for a completed task are
+   held back by the runtime, see ``_hold_for_continuation``).
+
+A cancelled task can be continued later with a new message, like any completed one.
+
+(Kept in ``mail.a2a`` for now; the MCP face needs the same service, see the merge notes.)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import HTTPException
+
+from mail.core.loop_guard import end_task
+from mail.core.system_messages import system_task_end
+from mail.core.tasks import TaskState
+
+logger = logging.getLogger("mail.a2a")
+
+CANCELLED_SUBJECT = "::task_cancelled::"
+CANCELLED_BODY = "The task was cancelled."
+
+
+def cancel_task(runtime: Any, task_id: str, reason: str = "cancelled by the caller") -> bool:
+    """Stop `task_id` on `runtime`; False when there was nothing to stop (already finished).
+
+    Raises KeyError for an unknown task.
+    """
+    task = runtime.mail_tasks.get(task_id)
+    if task is None:
+        raise KeyError(task_id)
+    paused = task.state in (TaskState.WAITING_FOR_BREAKPOINT, TaskState.WAITING_FOR_REVIEW)
+    if task.state is TaskState.COMPLETED and not paused:
+        return False
+    response = system_task_end(runtime.swarm_name, task_id, CANCELLED_SUBJECT, CANCELLED_BODY)
+    if paused:
+        if task.state is TaskState.WAITING_FOR_BREAKPOINT:
+            runtime.submissions.close_breakpoint_pause(task_id)
+        task.pending_reviews = []
+        task.review_state = {}
+        task.state = TaskState.COMPLETED
+        task.response = response
+        runtime.response_messages[task_id] = response
+        runtime.observer.task_changed(task)
+        runtime.observer.response_set(task_id, response)
+    else:
+        end_task(runtime, task_id, response)
+    runtime._emit(task_id, "task_cancelled", f"task cancelled: {reason}", {"reason": reason})
+    for turn in list(runtime._turns_by_task.get(task_id, ())):
+        if turn is not _current():
+            turn.cancel()
+    task.wake()
+    logger.info("task %s cancelled (%s)", task_id, reason)
+    return True
+
+
+def _current() -> Any:
+    import asyncio
+
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+async def cancel_caller_task(
+    state: Any, caller: Any, task_id: str, reason: str = "cancelled by the caller"
+) -> dict[str, Any]:
+    """Cancel one of the caller's tasks: ``{"task_id", "cancelled", "state"}``; 404 if unknown."""
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    inst.touch()
+    runtime = inst.swarm.runtime
+    try:
+        cancelled = cancel_task(runtime, task_id, reason)
+    except KeyError:
+        raise HTTPException(404, f"task '{task_id}' not found") from None
+    inst.claimed_tasks.pop(task_id, None)
+    task = runtime.mail_tasks[task_id]
+    return {"task_id": task_id, "cancelled": cancelled, "state": task.state.value}

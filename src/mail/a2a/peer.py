@@ -1,0 +1,219 @@
+"""A2A agents as interswarm peers: ``<agent>@<peer>`` for a registry entry of kind ``a2a``.
+
+An entry is registered like a MAIL swarm (``POST /swarms``, the registry file) with
+``metadata: {"kind": "a2a"}`` (optionally ``"card_url"`` when the card is not at
+``<base_url>/.well-known/agent-card.json``). Its health check reads the card.
+
+Sending (``InterswarmRouter.send_interswarm`` hands envelopes for such entries here): the
+MAIL message body becomes the text of an A2A message, its MAIL task id the A2A
+``contextId``; the SDK client (over :mod:`mail.a2a.peer_http`: address guard and byte cap)
+sends it and waits, within the router's ``interswarm_timeout``, for the A2A task to end or
+pause. The registry's token for the entry goes only to the origins of its ``base_url`` and
+``card_url``, not to another one a card names. The outcome comes back to the sender as a MAIL response from ``<agent>@<peer>``, the
+way a MAIL peer's ``/interswarm/back`` answer does:
+
+* ``completed`` (or a plain message): the artifacts' text (else the status message's text);
+* ``input-required`` / ``auth-required``: subject ``Input required: ...`` and the agent's
+  question; the sender's next message to the peer in this task continues that A2A task;
+* runtime notices (subjects starting with ``::``, e.g. the task-end notice) are not sent;
+* ``failed`` / ``rejected`` / ``canceled``, a timeout, a refused address, an answer over the
+  cap, a dead peer: an ``::interswarm_error::`` to the sender (nothing is delivered), and an
+  unreachable peer is marked inactive like a MAIL one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from mail.core.message import create_agent_address, make_message, make_response, utc_now_iso
+from mail.net.types import InterswarmError
+
+logger = logging.getLogger("mail.a2a")
+
+KIND = "a2a"
+CARD_PATH = "/.well-known/agent-card.json"
+
+Deliver = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def is_a2a_endpoint(endpoint: Any) -> bool:
+    metadata = endpoint.get("metadata") if isinstance(endpoint, dict) else None
+    return isinstance(metadata, dict) and metadata.get("kind") == KIND
+
+
+def card_url(base_url: str, metadata: dict[str, Any] | None) -> str:
+    given = (metadata or {}).get("card_url")
+    return str(given) if given else base_url.rstrip("/") + CARD_PATH
+
+
+async def fetch_card_info(swarm_name: str, url: str, timeout: float) -> dict[str, Any]:
+    """The registry's view of an A2A agent (as ``fetch_swarm_info`` gives for MAIL peers)."""
+    from a2a.client import A2ACardResolver
+
+    try:
+        async with a2a_http(timeout) as http:
+            card = await A2ACardResolver(http, url, agent_card_path="").get_agent_card()
+    except Exception as exc:  # noqa: BLE001 - every failure is a registration error
+        raise InterswarmError(
+            f"failed to read the A2A agent card at {url}: {exc}", swarm_name=swarm_name
+        ) from exc
+    return {
+        "name": None,  # an agent's card names the agent, not our registry entry
+        "version": card.version,
+        "description": card.description,
+        "keywords": sorted({t for s in card.skills for t in s.tags}),
+        "public": False,
+    }
+
+
+def a2a_http(timeout: float, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+    from mail.a2a.peer_http import a2a_http_client
+
+    return a2a_http_client(None, timeout, auth)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class A2APeers:
+    """Sends envelopes to A2A agents and delivers their answers back (one per server)."""
+
+    def __init__(self, deliver: Deliver) -> None:
+        self._deliver = deliver
+        # (peer, MAIL task id) -> the A2A task waiting for input there.
+        self._waiting_input: dict[tuple[str, str], str] = {}
+        # peer -> (card URL, card): read once, again after a failure or a new registration.
+        self._cards: dict[str, tuple[str, Any]] = {}
+
+    async def send(
+        self, router: Any, endpoint: dict[str, Any], envelope: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        swarm = endpoint["swarm_name"]
+        subject = str(envelope["payload"].get("subject") or "")
+        if subject.startswith("::"):
+            # Runtime notices (the task ended here, ...) mean nothing to an A2A agent; an A2A
+            # task waiting for input stays open, since the MAIL task may be continued.
+            return {"status": "success", "a2a_state": "not forwarded"}
+        try:
+            async with asyncio.timeout(router.request_timeout):
+                outcome = await self._exchange(endpoint, envelope, token, router.request_timeout)
+        except InterswarmError:
+            raise
+        except TimeoutError as exc:
+            raise InterswarmError(
+                f"A2A agent '{swarm}' did not answer within {router.request_timeout:g}s",
+                swarm_name=swarm,
+            ) from exc
+        except Exception as exc:  # noqa: BLE001 - SDK, guard and cap errors alike
+            self._cards.pop(swarm, None)
+            if _caused_by(exc, httpx.ConnectError):
+                reason = f"cannot connect to A2A agent '{swarm}' at {endpoint['base_url']}"
+                router._mark_unreachable(swarm, reason)
+                raise InterswarmError(reason, swarm_name=swarm) from exc
+            raise InterswarmError(
+                f"A2A agent '{swarm}' failed: {exc or type(exc).__name__}", swarm_name=swarm
+            ) from exc
+        await self._deliver(self._answer(envelope, swarm, *outcome))
+        return {"status": "success", "a2a_state": outcome[2]}
+
+    async def _exchange(
+        self, endpoint: dict[str, Any], envelope: dict[str, Any], token: str | None, timeout: float
+    ) -> tuple[str, str, str]:
+        from a2a.client import A2ACardResolver, ClientConfig, create_client
+
+        from mail.a2a.client import user_message
+
+        payload = envelope["payload"]
+        swarm = endpoint["swarm_name"]
+        task_id = payload["task_id"]
+        waiting = self._waiting_input.pop((swarm, task_id), "")
+        url = card_url(endpoint["base_url"], endpoint.get("metadata"))
+        auth = None
+        if token:
+            from mail.a2a.peer_http import OriginBearer
+
+            auth = OriginBearer(token, [endpoint["base_url"], url])
+        async with a2a_http(timeout, auth) as http:
+            cached = self._cards.get(swarm)
+            if cached is not None and cached[0] == url:
+                card = cached[1]
+            else:
+                card = await A2ACardResolver(http, url, agent_card_path="").get_agent_card()
+                self._cards[swarm] = (url, card)
+            client = await create_client(card, ClientConfig(streaming=False, httpx_client=http))
+            try:
+                request = user_message(
+                    payload.get("body") or "(empty message)", context_id=task_id, task_id=waiting
+                )
+                last = None
+                async for event in client.send_message(request):
+                    last = event
+            finally:
+                await client.close()
+        return self._outcome(swarm, task_id, payload.get("subject") or "", last)
+
+    def _outcome(self, swarm: str, task_id: str, subject: str, event: Any) -> tuple[str, str, str]:
+        """(subject, body, A2A state) of the peer's answer; raises for a failed task."""
+        from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
+        from a2a.types.a2a_pb2 import TaskState
+
+        reply = f"Re: {subject}" if subject else "Re:"
+        if event is None:
+            raise InterswarmError(f"A2A agent '{swarm}' sent no answer", swarm_name=swarm)
+        if event.HasField("message"):
+            return reply, get_message_text(event.message), "message"
+        task = event.task
+        state = task.status.state
+        said = get_message_text(task.status.message) if task.status.HasField("message") else ""
+        name = TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+        if state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
+            self._waiting_input[(swarm, task_id)] = task.id
+            return f"Input required: {subject}", said or "(the agent asks for more input)", name
+        if state == TaskState.TASK_STATE_COMPLETED:
+            texts = [get_artifact_text(a) for a in task.artifacts]
+            return reply, "\n".join(t for t in texts if t) or said, name
+        raise InterswarmError(
+            f"A2A agent '{swarm}' ended the task as {name}" + (f": {said}" if said else ""),
+            swarm_name=swarm,
+        )
+
+    @staticmethod
+    def _answer(
+        envelope: dict[str, Any], swarm: str, subject: str, body: str, state: str
+    ) -> dict[str, Any]:
+        payload = envelope["payload"]
+        recipient = payload.get("recipient") or {}
+        agent = str(recipient.get("address", "agent")).partition("@")[0] or "agent"
+        response = make_response(
+            payload["task_id"],
+            create_agent_address(f"{agent}@{swarm}"),
+            dict(payload["sender"]),  # type: ignore[arg-type]
+            subject,
+            body,
+            sender_swarm=swarm,
+            recipient_swarm=envelope["source_swarm"],
+        )
+        message = make_message(response, "response")
+        return {
+            "message_id": message["id"],
+            "source_swarm": swarm,
+            "target_swarm": envelope["source_swarm"],
+            "timestamp": utc_now_iso(),
+            "payload": response,
+            "msg_type": "response",
+            "auth_token": None,
+            "task_owner": envelope["task_owner"],
+            "task_contributors": list(envelope["task_contributors"]),
+            "metadata": {"a2a_state": state},
+        }

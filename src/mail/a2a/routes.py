@@ -1,0 +1,135 @@
+"""HTTP routes of the A2A bridge, installed by ``mail.server.app`` (``server/front_doors.py``).
+
+* ``GET /.well-known/agent-card.json`` — the swarm's Agent Card (public, like ``GET /``);
+* ``POST /a2a`` — the A2A JSON-RPC binding (bearer API key, as ``/message``; a streaming
+  method takes one of the caller's event stream slots, as ``POST /message`` with a stream);
+* ``POST /task/cancel`` — cancel one of your MAIL tasks (``{"task_id": ...}``).
+
+The SDK is imported and its objects built on the first A2A request (a server nobody reaches
+over A2A never loads it, and its shutdown never waits for it); they are closed at shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from mail.server.auth import caller_admin_or_user
+from mail.server.bodies import parse_task_id, read_json_object
+from mail.server.handlers import get_state
+from mail.server.jsonio import JSONBody
+from mail.server.stream_quota import StreamSlot
+
+logger = logging.getLogger("mail.a2a")
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state = getattr(app.state, "mail", None)
+    if state is not None and state.router is not None:
+        from mail.a2a.delivery import deliverer
+        from mail.a2a.peer import A2APeers
+
+        state.router.a2a_peers = A2APeers(deliverer(state))
+    try:
+        yield
+    finally:
+        bridge = getattr(app.state, "a2a_bridge", None)
+        if bridge is not None:
+            try:
+                await bridge.aclose()
+            except Exception:  # noqa: BLE001 - shutdown goes on
+                logger.warning("closing the A2A bridge failed", exc_info=True)
+
+
+router = APIRouter(lifespan=_lifespan)
+
+
+def _bridge(request: Request) -> Any:
+    bridge = getattr(request.app.state, "a2a_bridge", None)
+    if bridge is None:
+        from mail.a2a.bridge import build_bridge
+
+        bridge = build_bridge(get_state(request))
+        request.app.state.a2a_bridge = bridge
+    return bridge
+
+
+async def agent_card(request: Request) -> Response:
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    return JSONBody(agent_card_to_dict(_bridge(request).card))
+
+
+# JSON-RPC 2.0's parse error: a body nested deeper than the parser's recursion limit is one
+# (the SDK would answer an internal error, with a traceback in the server's log).
+_TOO_DEEP = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {"code": -32700, "message": "Parse error: the JSON body is nested too deeply"},
+}
+
+
+# The methods answered with an event stream (1.0 names and 0.3 ones): each takes one of the
+# caller's stream slots ([server.settings] max_event_streams_per_caller), as SSE routes do.
+_STREAMING = frozenset(
+    {"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"}
+)
+
+
+class _HoldingSlot(Response):
+    """The dispatcher's response, giving the caller's stream slot back however it ends."""
+
+    def __init__(self, inner: Response, slot: StreamSlot) -> None:
+        self._inner = inner
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._inner(scope, receive, send)
+        finally:
+            self._slot.release()
+
+
+async def a2a_jsonrpc(request: Request) -> Response:
+    caller = request.state.mail_caller = await caller_admin_or_user(request)
+    try:
+        body = await request.json()  # parsed once: Starlette keeps it for the SDK's dispatcher
+    except RecursionError:
+        return JSONBody(_TOO_DEEP)
+    except ValueError:
+        body = None  # the dispatcher answers the parse error
+    slot = None
+    if isinstance(body, dict) and body.get("method") in _STREAMING:
+        slot = get_state(request).stream_slots.acquire(caller.role, caller.id)  # 429 when full
+    try:
+        response: Response = await _bridge(request).dispatcher.handle_requests(request)
+    except BaseException:
+        if slot is not None:
+            slot.release()
+        raise
+    return response if slot is None else _HoldingSlot(response, slot)
+
+
+async def cancel_task(request: Request) -> Response:
+    caller = await caller_admin_or_user(request)
+    task_id = parse_task_id(await read_json_object(request), None)
+    from mail.a2a.cancel import cancel_caller_task
+
+    return JSONBody(await cancel_caller_task(get_state(request), caller, task_id))
+
+
+router.add_api_route("/.well-known/agent-card.json", agent_card, methods=["GET"])
+router.add_route("/a2a", a2a_jsonrpc, methods=["POST"])
+router.add_route("/task/cancel", cancel_task, methods=["POST"])
+
+
+def install(app: FastAPI, config: object) -> None:
+    """Add the bridge's routes (and its lifespan) to ``app``."""
+    app.include_router(router)

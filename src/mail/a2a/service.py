@@ -1,0 +1,42 @@
+"""Run a MAIL message for a caller and watch its events, as ``POST /message`` with
+``stream: true`` does, without the HTTP response around it.
+
+Same checks and limits as ``/message`` (entrypoint, ``max_message_body``, paused-task
+quota, one request per task, per-user instance, message timeout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mail.core.events import TaskEvent
+from mail.server import messaging
+from mail.server.bodies import MessageRequest
+
+
+async def run_events(state: Any, caller: Any, req: MessageRequest) -> AsyncIterator[TaskEvent]:
+    """The task's events for this message, ending with ``task_complete`` or ``task_error``."""
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    messaging._prepare(state, inst, req)
+    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+    events = inst.swarm.stream_events(
+        req.body,
+        timeout=timeout,
+        ping_interval=state.config.settings.sse_ping_interval,
+        **messaging._post_kwargs(state, req),
+    )
+    try:
+        async with state.instances.lease(inst):
+            async for event in events:
+                messaging._release(inst, req.task_id)  # submitted: the task's state answers
+                yield event
+    finally:
+        messaging._release(inst, req.task_id)
+
+
+async def task_state(state: Any, caller: Any, task_id: str) -> str | None:
+    """The MAIL state of one of the caller's tasks (None when unknown)."""
+    inst = state.instances.peek(caller.role, caller.id)
+    task = inst.swarm.get_task_by_id(task_id) if inst is not None else None
+    return task.state.value if task is not None else None

@@ -1,0 +1,89 @@
+"""Reaching a Ray cluster: reachability and token probes, and a private cluster's folder.
+
+Ray itself retries an unreachable head for minutes and reports a refused token only as a
+failed connection; these checks let a front end stop at once with one line instead.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from mail.cluster.settings import ClusterUnavailable
+
+# How Ray words a refused or missing token (Ray >= 2.52 token authentication).
+_AUTH_SIGNS = ("InvalidAuthToken", "Unauthenticated", "AuthenticationError", "auth token")
+
+
+def _short_temp_root() -> str | None:
+    """Where a private cluster's folder goes: Ray's socket paths must stay short (Unix
+    sockets allow ~107 bytes), so a long ``TMPDIR`` is passed over for ``/tmp``."""
+    root = tempfile.gettempdir()
+    return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
+
+
+# Seconds a front end gives a named cluster's head to accept a connection before it gives up
+# (Ray itself keeps retrying an unreachable head for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail at once, in one line, when a ``host:port`` (or ``ray://host:port``) head does not
+    accept connections. ``auto`` is left to Ray (it fails fast when nothing is found)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local", ""):
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # not a port: Ray gives its own error
+        return
+    if not host or not port:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ClusterUnavailable(
+            f"cannot reach the Ray cluster at '{address}': {exc.strerror or exc} "
+            "(is the head running? `ray start --head`; check the address and the firewall)"
+        ) from None
+
+
+def head_requires_token(address: str, timeout: float = 5.0) -> bool:
+    """Whether the GCS at ``host:port`` refuses a call that carries no token (False when
+    unknown: a ``ray://`` address, no answer, or a Ray without token authentication)."""
+    if "://" in address or ":" not in address:
+        return False
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return False
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+            stub.GetClusterId(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        return bool(exc.code() == grpc.StatusCode.UNAUTHENTICATED)
+    except Exception:  # noqa: BLE001 - a probe only: Ray's own connection decides
+        return False
+    return False
+
+
+def _token_auth_off() -> bool:
+    """Whether this driver runs without Ray's token authentication (False when unknown)."""
+    try:
+        from ray._raylet import (  # type: ignore[attr-defined]
+            AuthenticationMode,
+            get_authentication_mode,
+        )
+    except ImportError:  # a Ray without token authentication (< 2.52)
+        return False
+    try:
+        return bool(get_authentication_mode() != AuthenticationMode.TOKEN)
+    except Exception:  # noqa: BLE001 - private API: never fail a start over a warning
+        return False

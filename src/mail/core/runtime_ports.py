@@ -1,0 +1,127 @@
+"""The interfaces the runtime's components are given, and the context of one agent turn.
+
+`MAILRuntime` (core/runtime.py) is a coordinator: it keeps the task book (tasks, events,
+waiters, turn locks) and owns the components (delivery, turns, loops, submissions, manual
+steps, review, team service, loop guard). Each component is handed the coordinator at
+construction, typed as the narrow Protocol that lists what the component uses: the ones
+shared by several components are here; a component's own is declared in its module. No
+component imports runtime.py, so the dependencies point one way: ports <- components <- runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mail.core.actions import ActionCore, ActionOverrideFunction
+from mail.core.agents import AgentCore
+from mail.core.events import Description, TaskEvent
+from mail.core.mailbox import Mailbox
+from mail.core.memory import AgentMemory
+from mail.core.message import MAILMessage
+from mail.core.observer import RuntimeObserver
+from mail.core.tasks import MAILTask
+from mail.core.tools import AgentToolCall
+
+
+@dataclass(slots=True)
+class TurnContext:
+    """What the tool handlers of one turn share."""
+
+    task_id: str
+    agent_name: str
+    message: MAILMessage
+    history: list[dict[str, Any]]
+    action_errors: list[tuple[str, str]] = field(default_factory=list)
+    actions_ran: bool = False
+    breakpoint_hit: bool = False
+    # every message shown to the agent this turn (batched delivery), `message` is the first
+    batch: list[MAILMessage] = field(default_factory=list)
+    # runtime notices queued for this agent by the handlers of this turn (see `notify`)
+    notices: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.batch:
+            self.batch = [self.message]
+
+
+class TaskLog(Protocol):
+    """Tasks and their events: what every component records into."""
+
+    @property
+    def swarm_name(self) -> str: ...
+    @property
+    def mail_tasks(self) -> dict[str, MAILTask]: ...
+    @property
+    def observer(self) -> RuntimeObserver: ...
+    @property
+    def interswarm(self) -> Any: ...
+
+    def _emit(
+        self,
+        task_id: str,
+        event: str,
+        description: Description,
+        extra_data: dict[str, Any] | None = None,
+    ) -> TaskEvent: ...
+
+    def _ensure_task(
+        self, task_id: str, owner: str | None = None, contributors: list[str] | None = None
+    ) -> MAILTask: ...
+
+    def _complete_task(self, task_id: str, response: MAILMessage) -> None: ...
+
+
+class Swarm(TaskLog, Protocol):
+    """Who is who in this swarm, and the queue messages to them go into."""
+
+    @property
+    def agents(self) -> dict[str, AgentCore]: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def mailbox(self) -> Mailbox: ...
+    @property
+    def _prechecked(self) -> set[str]: ...
+
+    def _is_local_swarm(self, swarm: str | None) -> bool: ...
+
+
+class TurnLocks(Protocol):
+    """One agent's history on one task: its lock, and the turns spawned for the task."""
+
+    async def _acquire_turn(self, key: str) -> None: ...
+    def _release_turn(self, key: str) -> None: ...
+    def history_for(self, task_id: str, agent_name: str) -> list[dict[str, Any]]: ...
+    def _save_history(self, task_id: str, agent_name: str) -> None: ...
+    def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+
+class ToolHost(Swarm, Protocol):
+    """What a tool handler (core/tool_handlers.py, core/team/handlers.py) may use."""
+
+    @property
+    def actions(self) -> dict[str, ActionCore]: ...
+    @property
+    def user_role(self) -> str: ...
+    @property
+    def memory(self) -> AgentMemory: ...
+    @property
+    def enable_interswarm(self) -> bool: ...
+    @property
+    def outstanding_requests(self) -> dict[str, dict[str, int]]: ...
+    @property
+    def manual_return_messages(self) -> dict[str, asyncio.Future[MAILMessage]]: ...
+    @property
+    def action_override(self) -> ActionOverrideFunction | None: ...
+    @property
+    def team(self) -> Any: ...
+
+    def disallowed_targets(self, sender: str, targets: list[str]) -> list[str]: ...
+    def other_turns_running(self, task_id: str) -> bool: ...
+
+
+# A tool handler: the result text the agent sees (`SUCCESS: ...` / `ERROR: ...`) or None.
+Handler = Callable[[ToolHost, TurnContext, AgentToolCall], Awaitable[str | None]]

@@ -1,0 +1,167 @@
+"""Callers waiting for a task's answer: `submit_and_wait`, `submit_and_stream` (`TaskWaiters`).
+
+Each waiting caller holds a future per task; the runtime resolves every future of a task when
+the task completes, and all of them at shutdown. A caller whose timeout passes ends the task
+(`end_task`): it has its answer, so the task stops and other swarms taking part are told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from mail.core.events import TaskEvent, closing_event
+from mail.core.loop_guard import end_task
+from mail.core.message import MAILMessage, utc_now_iso
+from mail.core.runtime_ports import TaskLog
+from mail.core.runtime_resume import TaskSubmitError
+from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
+
+
+class WaitHost(TaskLog, Protocol):
+    """What waiting callers use of the runtime: the task log, and submitting into a task."""
+
+    def _submit_for_task(
+        self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
+    ) -> None: ...
+
+
+class TaskWaiters:
+    """The futures of the callers waiting for each task's answer."""
+
+    def __init__(self, host: WaitHost) -> None:
+        self.host = host
+        self.futures: dict[str, list[asyncio.Future[MAILMessage]]] = {}
+
+    def add(self, task_id: str) -> asyncio.Future[MAILMessage]:
+        future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
+        self.futures.setdefault(task_id, []).append(future)
+        return future
+
+    def drop(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
+        futures = self.futures.get(task_id)
+        if futures and future in futures:
+            futures.remove(future)
+            if not futures:
+                del self.futures[task_id]
+
+    def open(self) -> list[asyncio.Future[MAILMessage]]:
+        """Every caller still waiting, whatever its task."""
+        return [f for futures in self.futures.values() for f in futures if not f.done()]
+
+    def resolve(self, task_id: str, response: MAILMessage) -> None:
+        """The task completed: every caller waiting for it gets `response`."""
+        for future in self.futures.pop(task_id, []):
+            if not future.done():
+                future.set_result(response)
+
+    def release_all(self, response: MAILMessage) -> None:
+        """Shutdown: every caller still waiting gets `response`."""
+        for futures in self.futures.values():
+            for future in futures:
+                if not future.done():
+                    future.set_result(response)
+
+    async def submit_and_wait(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> MAILMessage:
+        """Submit and wait for the task's final response (or a system error response)."""
+        rt = self.host
+        task_id = message["message"]["task_id"]
+        future = self.add(task_id)
+        try:
+            rt._submit_for_task(message, resume_from, kwargs or {})
+            async with asyncio.timeout(timeout):
+                response = await future
+            body = response["message"]["body"]
+            rt._emit(task_id, "task_complete", lambda: f"response: '{body}'")
+            return response
+        except TaskSubmitError as exc:
+            if exc.status != 409:
+                # A refused conflicting submission is not an event of the (running) task.
+                rt._emit(task_id, "task_error", f"error for task: {exc}")
+            return system_task_end(rt.swarm_name, task_id, "::task_error::", task_error_body(exc))
+        except TimeoutError:
+            rt._emit(task_id, "task_error", f"timeout for task '{task_id}'")
+            response = system_task_end(
+                rt.swarm_name, task_id, "::task_timeout::", task_timeout_body()
+            )
+            end_task(rt, task_id, response)  # the caller has its answer: stop the task
+            return response
+        finally:
+            self.drop(task_id, future)
+
+    async def submit_and_stream(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        ping_interval: float = 15.0,
+        kwargs: dict[str, Any] | None = None,
+    ) -> AsyncIterator[TaskEvent]:
+        """Submit, then yield the task's new events as they happen and a final event.
+
+        The final event is `task_complete` with the response body, or `task_error`.
+        Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
+        """
+        rt = self.host
+        task_id = message["message"]["task_id"]
+        existing = rt.mail_tasks.get(task_id)
+        index = len(existing.events) if existing else 0
+        future = self.add(task_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            try:
+                rt._submit_for_task(message, resume_from, kwargs or {})
+            except TaskSubmitError as exc:
+                yield closing_event("task_error", task_id, str(exc))
+                return
+            task = rt.mail_tasks[task_id]
+            while True:
+                while index < len(task.events):
+                    yield task.events[index]
+                    index += 1
+                if future.done():
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    for event in task.events[index:]:
+                        yield event
+                    # Recorded on the task; the stream gets one task_error frame, the final one.
+                    rt._emit(task_id, "task_error", f"timeout for task '{task_id}'")
+                    # The caller has its answer: the task stops (is_running false, peers told).
+                    end_task(
+                        rt,
+                        task_id,
+                        system_task_end(
+                            rt.swarm_name, task_id, "::task_timeout::", task_timeout_body()
+                        ),
+                    )
+                    yield closing_event("task_error", task_id, task_timeout_body())
+                    return
+                signal = task.event_signal()
+                try:
+                    # asyncio.timeout, not wait_for: no extra task per wait (3.11)
+                    async with asyncio.timeout(min(ping_interval, remaining)):
+                        await signal.wait()
+                except TimeoutError:
+                    if index >= len(task.events) and not future.done():
+                        yield TaskEvent(
+                            "ping",
+                            task_id,
+                            "",
+                            raw_payload={"timestamp": utc_now_iso(), "task_id": task_id},
+                        )
+            while index < len(task.events):
+                yield task.events[index]
+                index += 1
+            response = future.result()
+            yield closing_event("task_complete", task_id, response["message"]["body"])
+        finally:
+            self.drop(task_id, future)

@@ -1,0 +1,27 @@
+"""Serving a swarm template from Python: the layer above api/ and server/.
+
+``MAILSwarmTemplate.start_server`` is defined in api/, which the server builds on, so it
+cannot import the server: it calls the starter this module installs in :mod:`mail.hooks`
+(``import mail`` installs it). The server itself is imported when a template is served, so
+``import mail`` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mail import hooks
+
+
+def start_server(template: Any, port: int = 8000, host: str = "0.0.0.0", **options: Any) -> None:
+    """Serve ``template`` over HTTP (blocks); see ``mail.server.app.run_server_with_template``."""
+    from mail.server.app import run_server_with_template
+
+    run_server_with_template(template, port=port, host=host, **options)
+
+
+def install() -> None:
+    hooks.install_server_starter(start_server)
+
+
+__all__ = ["install", "start_server"]

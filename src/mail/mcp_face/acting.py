@@ -1,0 +1,63 @@
+"""Run a MAIL or team tool as an outside agent: the same handlers a model's call goes through.
+
+The handlers check recipients, comm_targets, message sizes, reply-wait cycles, thread
+membership and attachment quotas exactly as for the swarm's own agents; the outside agent
+only differs in having no history (each call gets a scratch one) and never getting the
+runtime's follow-up notices (it reads its inbox instead).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from mail.core.message import create_agent_address, make_message, make_request
+from mail.core.tools import AgentToolCall
+from mail.mcp_face.members import FaceError, Member
+
+
+def _tool_call(tool: str, args: dict[str, Any]) -> AgentToolCall:
+    call_id = f"mcp_{uuid.uuid4().hex[:12]}"
+    completion = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool}}],
+    }
+    return AgentToolCall(
+        tool_name=tool, tool_args=args, tool_call_id=call_id, completion=completion
+    )
+
+
+async def run_tool(
+    member: Member, tool: str, args: dict[str, Any], task_id: str, max_subject: int
+) -> str:
+    """The tool result text; FaceError when the handler answered ``ERROR: ...``."""
+    import mail.core.team.handlers  # noqa: F401 - registers the team tool handlers
+    from mail.core.runtime_turns import TurnContext
+    from mail.core.tool_handlers import TOOL_HANDLERS
+
+    rt = member.runtime
+    if not member.active:
+        raise FaceError("you are no longer a member of the swarm; call join_swarm again")
+    subject = args.get("subject")
+    if isinstance(subject, str) and len(subject) > max_subject:
+        raise FaceError(
+            f"not sent: the subject is {len(subject)} characters; the limit is {max_subject} "
+            "([server.mcp] max_subject_chars)"
+        )
+    call = _tool_call(tool, args)
+    oversized = rt.turns.oversized_text(call)
+    if oversized is not None:
+        raise FaceError(f"not sent: {oversized}")
+    origin = make_message(
+        make_request(
+            task_id, create_agent_address(member.name), create_agent_address(member.name), "", ""
+        ),
+        "request",
+    )
+    ctx = TurnContext(task_id, member.name, origin, [])
+    result = await TOOL_HANDLERS[tool](rt, ctx, call)
+    text = str(result or "SUCCESS")
+    if text.startswith("ERROR"):
+        raise FaceError(text.removeprefix("ERROR:").strip())
+    return text.removeprefix("SUCCESS:").strip()

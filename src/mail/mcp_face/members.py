@@ -1,0 +1,193 @@
+"""Outside agents of a swarm instance, one per MCP session: join, leave, inbox wake-ups.
+
+A member is an `ExternalAgentCore` in the caller's runtime (see core/external_agents.py)
+plus what its session needs: the instance it holds (reclaim waits while it is joined), its
+team service (inbox, threads, files, reply waits) and an event its long-polls wait on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from mail.core import external_agents
+from mail.core.message import MAILMessage
+from mail.store.base import InstanceKey
+
+logger = logging.getLogger("mail.mcp")
+
+
+class FaceError(Exception):
+    """A tool call that cannot be carried out; the text is what the client reads."""
+
+
+@dataclass(eq=False)
+class Member:
+    name: str
+    inst: Any  # mail.server.instances.Instance
+    team: Any  # mail.core.team.TeamService
+    caller_id: str
+    core: Any = None  # its ExternalAgentCore in the runtime
+    max_waits: int = 4
+    waits: int = 0  # long-polls running now
+    home_task: str = field(default_factory=lambda: f"mcp_{uuid.uuid4().hex[:16]}")
+    last_task: str | None = None  # the task of the newest message it got
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _listener: Any = None
+
+    @property
+    def runtime(self) -> Any:
+        return self.inst.swarm.runtime
+
+    @property
+    def active(self) -> bool:
+        """Still this agent of the swarm (not left, replaced, or its instance gone)."""
+        return self.core is not None and self.runtime.agents.get(self.name) is self.core
+
+    def wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def changed(self) -> asyncio.Event:
+        """The event the next inbox entry sets (take it before looking at the inbox)."""
+        return self._changed
+
+    async def unread(self, sender: str | None = None, task_id: str | None = None) -> list[Any]:
+        entries = await self.team.store.inbox(self.team.key, self.name, limit=100)
+        return [
+            e
+            for e in entries
+            if not e.get("read")
+            and (sender is None or e.get("sender") == sender)
+            and (task_id is None or e.get("task_id") == task_id)
+        ]
+
+    async def wait_unread(
+        self, timeout: float, sender: str | None = None, task_id: str | None = None
+    ) -> list[Any]:
+        """Unread entries (matching the filters), waiting up to `timeout` s for the first;
+        at most `max_waits` run at once, and leaving ends them."""
+        if timeout > 0 and self.waits >= self.max_waits:
+            raise FaceError(
+                f"you already have {self.waits} waits running, the limit "
+                "([server.mcp] max_waits_per_agent); let one finish first"
+            )
+        self.waits += 1
+        try:
+            return await self._wait_unread(timeout, sender, task_id)
+        finally:
+            self.waits -= 1
+
+    async def _wait_unread(
+        self, timeout: float, sender: str | None, task_id: str | None
+    ) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            changed = self.changed()
+            found = await self.unread(sender, task_id)
+            remaining = deadline - loop.time()
+            if found or remaining <= 0 or not self.active:
+                if found:
+                    await self.team.store.mark(
+                        self.team.key, self.name, [e["entry_id"] for e in found], field="read"
+                    )
+                return found
+            try:
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+
+def ensure_team(inst: Any, team_store: Any, team_settings: Any, swarm_name: str) -> Any:
+    """The instance's TeamService, created for a swarm whose own agents use no team tools."""
+    runtime = inst.swarm.runtime
+    if runtime.team is None:
+        from mail.core.team import TeamService
+
+        key = InstanceKey(swarm_name, inst.kind, inst.id)
+        runtime.team = TeamService(runtime, team_store, key, team_settings)
+    return runtime.team
+
+
+async def join(
+    inst: Any,
+    team: Any,
+    name: str,
+    description: str,
+    caller_id: str,
+    settings: Any,
+    replace: bool = False,
+) -> Member:
+    """Join `name` to `inst`; with `replace`, an outside agent of that name leaves first
+    (one an earlier session of this caller left behind: every outside agent of an instance
+    was joined by its one caller)."""
+    runtime = inst.swarm.runtime
+    old = external_agents.holder(runtime, name)
+    if old is not None and not replace:
+        raise FaceError(
+            f"the name '{name}' is taken by an outside agent; if it is an earlier session "
+            "of yours that did not end (it would leave after [server.mcp] "
+            "session_idle_timeout), call join_swarm again with replace=true"
+        )
+    if old is not None and isinstance(old.member, Member):
+        leave(old.member)
+    max_agents = settings.max_agents_per_instance
+    if len(external_agents.external_agents(runtime)) >= max_agents:
+        raise FaceError(
+            f"this swarm instance already has {max_agents} outside agents, the limit "
+            "([server.mcp] max_agents_per_instance); ask one to leave_swarm first"
+        )
+    member: Member | None = None
+
+    async def sink(task_id: str, message: MAILMessage) -> None:
+        if member is None or message["message"]["sender"]["address_type"] == "system":
+            return  # runtime notices to an outside agent have no reader
+        member.last_task = task_id
+        await team.record_message(member.name, message)
+
+    try:
+        core = external_agents.join(runtime, name, description, sink)
+    except external_agents.JoinError as exc:
+        raise FaceError(str(exc)) from None
+    member = Member(core.name, inst, team, caller_id, core, settings.max_waits_per_agent)
+    core.member = member
+
+    def listener(agent: str) -> None:
+        if member is not None and agent == member.name:
+            member.wake()
+
+    member._listener = listener
+    _listed_targets(inst, core.name, add=True)
+    team.inbox_listeners.append(listener)
+    inst.in_use += 1  # a joined instance is never reclaimed as idle
+    logger.info("outside agent '%s' joined %s", member.name, inst.owner)
+    return member
+
+
+def leave(member: Member) -> None:
+    if not external_agents.leave(member.runtime, member.name, member.core):
+        return
+    _listed_targets(member.inst, member.name, add=False)
+    if member._listener in member.team.inbox_listeners:
+        member.team.inbox_listeners.remove(member._listener)
+    member.inst.in_use -= 1
+    member.inst.touch()
+    member.wake()
+    logger.info("outside agent '%s' left %s", member.name, member.inst.owner)
+
+
+def _listed_targets(inst: Any, name: str, *, add: bool) -> None:
+    """The instance's agent descriptions (GET /swarm, the console graph) link to `name`."""
+    for agent in (getattr(inst.swarm, "agents", None) or {}).values():
+        targets = getattr(agent, "comm_targets", None)
+        if not isinstance(targets, list):
+            continue
+        if add and name not in targets:
+            targets.append(name)
+        elif not add and name in targets:
+            targets.remove(name)

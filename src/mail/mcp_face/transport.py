@@ -1,0 +1,85 @@
+"""``/mcp`` on the FastAPI app: bearer auth, one caller per session, the SDK's transport.
+
+Every request needs a key the server's authenticator accepts (401 otherwise, before the SDK
+sees a byte). A session belongs to the caller that opened it: a request for it with another
+key is answered 404, as if it did not exist. Request bodies are bounded by
+``[server.settings] max_request_body`` (the app's body limit, and the SDK's own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import HTTPException
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Message, Receive, Scope, Send
+
+from mail.mcp_face.face import Face
+
+logger = logging.getLogger("mail.mcp")
+SESSION_HEADER = b"mcp-session-id"
+
+
+class McpEndpoint:
+    """The ASGI app behind the ``/mcp`` route."""
+
+    def __init__(self, face: Face, max_body: int) -> None:
+        self.face = face
+        face.server.streamable_http_app(
+            max_request_body_size=max_body,
+            session_idle_timeout=face.settings.session_idle_timeout,
+            max_sessions=face.settings.max_sessions,
+            # Every request carries a bearer key, which a rebinding page does not have.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self.sessions = face.server.session_manager
+        self.owners: dict[str, tuple[str, str]] = {}  # session id -> (role, caller id)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self.sessions.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers") or [])
+        try:
+            caller = await self._caller(headers.get(b"authorization", b"").decode("latin-1"))
+        except HTTPException as exc:
+            await _error(send, exc.status_code, str(exc.detail), exc.headers)
+            return
+        owner = (caller.role, caller.id)
+        session = headers.get(SESSION_HEADER, b"").decode("latin-1")
+        if session and session in self.owners and self.owners[session] != owner:
+            await _error(send, 404, "Session not found")
+            return
+
+        async def send_and_record(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for key, value in message.get("headers") or []:
+                    if key.lower() == SESSION_HEADER:
+                        self.owners.setdefault(value.decode("latin-1"), owner)
+            await send(message)
+
+        await self.sessions.handle_request(scope, receive, send_and_record)
+        if scope.get("method") == "DELETE" and session:
+            self.owners.pop(session, None)
+
+    async def _caller(self, header: str) -> Any:
+        from mail.server.auth import unauthorized
+
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise unauthorized("no API key provided" if not header else "invalid API key format")
+        return await self.face.state.auth.authenticate(key.strip())
+
+
+async def _error(send: Send, status: int, detail: str, headers: Any = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

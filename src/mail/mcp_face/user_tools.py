@@ -1,0 +1,175 @@
+"""MCP tools that act as the caller (a user of the swarm), and the MCP resources.
+
+Each tool builds the body ``POST /message`` would get and goes through the same parsing,
+quotas and task handling (mail.server.bodies, mail.server.messaging), so an MCP client can
+do nothing an HTTP client with the same key could not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mail.mcp_face.face import Face, resource_error, tool_error
+from mail.server import messaging, team
+from mail.server.bodies import parse_message_request
+from mail.server.swarm_description import describe_swarm
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def register(face: Face) -> None:
+    server = face.server
+
+    async def user(ctx: Context[Any, Any]) -> Any:
+        caller = await face.caller(ctx)
+        if caller.role not in ("admin", "user"):
+            raise ToolError("403: only user and admin keys can act as a user of the swarm")
+        return caller
+
+    async def post(ctx: Context[Any, Any], body: dict[str, Any]) -> dict[str, Any]:
+        return await post_as(await user(ctx), body)
+
+    async def post_as(caller: Any, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            req = parse_message_request(body)
+            return await messaging.post_message(face.state, caller, req)
+        except Exception as exc:  # HTTPException: the status and detail HTTP would send
+            raise tool_error(exc) from None
+
+    @server.tool(
+        description=(
+            "Send the swarm a message as its user: starts a task, or continues one when "
+            "task_id names it. With wait=true (default) returns the swarm's final answer "
+            '{"response", "task_id"} (at most timeout_seconds). An answer whose subject is a '
+            "breakpoint or an action review means the task paused: see get_task, then "
+            "answer_breakpoint or review_actions. With wait=false returns the task_id at once."
+        )
+    )
+    async def post_message(
+        ctx: Context[Any, Any],
+        body: str,
+        task_id: str | None = None,
+        subject: str | None = None,
+        entrypoint: str | None = None,
+        wait: bool = True,
+        timeout_seconds: float | None = None,
+    ) -> str:
+        request: dict[str, Any] = {"body": body, "task_id": task_id or str(uuid.uuid4())}
+        if subject:
+            request["subject"] = subject
+        if entrypoint:
+            request["entrypoint"] = entrypoint
+        limit = face.settings.max_wait_seconds
+        request["kwargs"] = {"timeout": face.clamp_wait(timeout_seconds, limit) or limit}
+        if wait:
+            return _json(await post(ctx, request))
+        started = asyncio.create_task(post_as(await user(ctx), request))
+        face.background.add(started)
+        started.add_done_callback(face.background.discard)
+        return _json({"task_id": request["task_id"], "status": "started"})
+
+    @server.tool(
+        description=(
+            "A task of yours: whether it is running or paused, its final response and its "
+            "events (messages, tool calls, breakpoints, reviews)."
+        )
+    )
+    async def get_task(ctx: Context[Any, Any], task_id: str) -> str:
+        caller = await user(ctx)
+        try:
+            return _json(await messaging.get_task(face.state, caller, task_id))
+        except Exception as exc:
+            raise tool_error(exc) from None
+
+    @server.tool(
+        description=(
+            "Resume a task paused at a breakpoint tool: `result` is what the paused tool call "
+            "returns to the agent (text, or a JSON list of {call_id, content}). Waits for the "
+            "task's next answer like post_message."
+        )
+    )
+    async def answer_breakpoint(
+        ctx: Context[Any, Any], task_id: str, result: str | list[dict[str, Any]]
+    ) -> str:
+        body = {
+            "task_id": task_id,
+            "resume_from": "breakpoint_tool_call",
+            "kwargs": {"breakpoint_tool_call_result": result},
+        }
+        return _json(await post(ctx, body))
+
+    @server.tool(
+        description=(
+            "Decide the actions a task holds for review: `decisions` is a list of "
+            '{"tool_call_id", "type": accept|edit|ignore|respond, "args"?, "message"?}. '
+            "Waits for the task's next answer like post_message."
+        )
+    )
+    async def review_actions(
+        ctx: Context[Any, Any], task_id: str, decisions: list[dict[str, Any]]
+    ) -> str:
+        body = {
+            "task_id": task_id,
+            "resume_from": "action_review",
+            "kwargs": {"decisions": decisions},
+        }
+        return _json(await post(ctx, body))
+
+    # ------------------------------------------------------------------ resources
+    @server.resource(
+        "mail://swarm/{part}",
+        description=(
+            "The swarm you talk to: part=description (its agents, links and actions), "
+            "agents (names, and which joined from outside) or threads (your instance's)."
+        ),
+        mime_type="application/json",
+    )
+    async def swarm_part(part: str, ctx: Context[Any, Any]) -> str:
+        try:
+            caller = await face.caller(ctx)
+        except Exception as exc:
+            raise resource_error(exc) from None
+        state = face.state
+        inst = await face.instance(caller)
+        if part == "threads":
+            return _json(
+                await team.list_threads(state.instances.team_store, state.swarm_name, caller)
+            )
+        info = describe_swarm(inst.swarm, name=state.swarm_name)
+        if part == "agents":
+            return _json(
+                [
+                    {
+                        "name": a["name"],
+                        "external": bool(a.get("external")),
+                        "description": a.get("description", ""),
+                    }
+                    for a in info["agents"]
+                ]
+            )
+        if part == "description":
+            return _json(info)
+        raise resource_error(
+            ValueError(f"unknown part '{part}'; use description, agents or threads")
+        )
+
+    @server.resource(
+        "mail://tasks/{task_id}/events",
+        description="The events of one of your tasks, oldest first.",
+        mime_type="application/json",
+    )
+    async def task_events(task_id: str, ctx: Context[Any, Any]) -> str:
+        try:
+            caller = await face.caller(ctx)
+            record = await messaging.get_task(face.state, caller, task_id)
+        except Exception as exc:
+            raise resource_error(exc) from None
+        return _json(record.get("events", []))

@@ -1,0 +1,66 @@
+"""Wires mail.telemetry into the server: tracing from OTEL_*, /metrics, budgets' defaults.
+
+``GET /metrics`` answers admins (Prometheus text format); ``[server.telemetry] metrics_port``
+also serves it without a key on its own port (bound to ``metrics_host``, loopback by default).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Response
+
+from mail.server.auth import Caller, caller_admin
+from mail.telemetry import metrics, tracing
+from mail.telemetry.budget import set_default_budget
+from mail.telemetry.http import TelemetryMiddleware
+
+logger = logging.getLogger("mail.server")
+
+router = APIRouter()
+
+
+@router.get("/metrics")
+async def get_metrics(_caller: Caller = Depends(caller_admin)) -> Response:
+    if not metrics.enabled():
+        return Response("metrics are off ([server.telemetry] metrics = false)\n", 404)
+    body, content_type = metrics.render()
+    return Response(body, media_type=content_type)
+
+
+def server_numbers(app: FastAPI) -> dict[str, Any]:
+    """What the scrape-time gauges show: tasks by state, mailbox depth, open streams."""
+    state = getattr(app.state, "mail", None)
+    if state is None:
+        return {}
+    tasks: dict[str, int] = {}
+    depth = 0
+    for inst in state.instances.all():
+        runtime = inst.swarm.runtime
+        depth += len(runtime.mailbox)
+        for task_id, task in runtime.mail_tasks.items():
+            if task_id != "*":
+                tasks[task.state.value] = tasks.get(task.state.value, 0) + 1
+    streams = len(getattr(state.open_streams, "_streams", ()))
+    return {"tasks": tasks, "mailbox_depth": depth, "open_streams": streams}
+
+
+def install(app: FastAPI, config: Any) -> None:
+    settings = config.telemetry
+    set_default_budget(settings.max_tokens_total, settings.max_cost)
+    if settings.capture_content:
+        tracing.set_capture_content(True)
+    tracing.setup_from_env(config.swarm.name)
+    if settings.metrics:
+        registry = metrics.enable()
+        metrics.set_state_reader(lambda: server_numbers(app))
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(settings.metrics_port, settings.metrics_host, registry=registry)
+            logger.info(
+                "metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port
+            )
+    app.include_router(router)
+    app.add_middleware(TelemetryMiddleware)

@@ -1,0 +1,346 @@
+"""Copy everything a server stored from one database to another (SQLite <-> PostgreSQL).
+
+Both stores use the same tables and column names (see `sqlite_schema`), so a copy is a
+table-by-table move of rows, converting what the two keep differently: JSON (text vs
+jsonb), timestamps (ISO text vs timestamptz) and flags (0/1 vs boolean). Row order within
+events, posts and inbox entries is kept (their sequence numbers are assigned anew by the
+target). The target must hold no data yet, so nothing is ever duplicated, and it is
+filled in one transaction, so an interrupted copy (Ctrl+C, kill -9, a lost connection)
+leaves it empty and the command can simply be run again. A SQLite file a server is using
+is refused on either side (`ProcessLock`). Fencing generations are not copied (a new
+deployment starts its own).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+# table -> ((column, type), ...); type: text | json | bool | time | bytes. `order` columns
+# give the order rows are read in (and thus the target's new sequence numbers).
+_KEY = (("swarm_name", "text"), ("caller_role", "text"), ("caller_id", "text"))
+TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
+    (
+        "tasks",
+        (
+            *_KEY,
+            ("task_id", "text"),
+            ("task_owner", "text"),
+            ("task_contributors", "json"),
+            ("remote_swarms", "json"),
+            ("is_running", "bool"),
+            ("completed", "bool"),
+            ("title", "text"),
+            ("start_time", "time"),
+            ("metadata", "json"),
+            ("created_at", "time"),
+            ("updated_at", "time"),
+        ),
+        "start_time",
+    ),
+    (
+        "task_events",
+        (
+            *_KEY,
+            ("task_id", "text"),
+            ("event_type", "text"),
+            ("event_data", "text"),
+            ("event_id", "text"),
+            ("created_at", "time"),
+        ),
+        "seq",
+    ),
+    (
+        "agent_histories",
+        (
+            *_KEY,
+            ("task_id", "text"),
+            ("agent_name", "text"),
+            ("tool_format", "text"),
+            ("history", "json"),
+            ("created_at", "time"),
+            ("updated_at", "time"),
+        ),
+        "task_id",
+    ),
+    (
+        "task_responses",
+        (*_KEY, ("task_id", "text"), ("response", "json"), ("created_at", "time")),
+        "task_id",
+    ),
+    (
+        "task_queues",
+        (
+            *_KEY,
+            ("task_id", "text"),
+            ("items", "json"),
+            ("created_at", "time"),
+            ("updated_at", "time"),
+        ),
+        "task_id",
+    ),
+    (
+        "agent_memories",
+        (
+            ("namespace", "text"),
+            ("key", "text"),
+            ("value", "json"),
+            ("created_at", "time"),
+            ("updated_at", "time"),
+        ),
+        "namespace, key",
+    ),
+    (
+        "team_threads",
+        (*_KEY, ("thread_id", "text"), ("record", "json"), ("created_at", "time")),
+        "created_at",
+    ),
+    ("team_posts", (*_KEY, ("thread_id", "text"), ("record", "json")), "seq"),
+    (
+        "team_inbox",
+        (
+            *_KEY,
+            ("agent_name", "text"),
+            ("entry_id", "text"),
+            ("thread_id", "text"),
+            ("ts", "text"),
+            ("is_read", "bool"),
+            ("shown", "bool"),
+            ("record", "json"),
+        ),
+        "seq",
+    ),
+    (
+        "team_attachments",
+        (
+            *_KEY,
+            ("attachment_id", "text"),
+            ("record", "json"),
+            ("data", "bytes"),
+            ("created_at", "time"),
+        ),
+        "attachment_id",
+    ),
+)
+
+BATCH = 500
+
+
+def is_postgres_url(location: str) -> bool:
+    return location.split("://", 1)[0].split("+", 1)[0] in ("postgres", "postgresql")
+
+
+def sqlite_path(location: str) -> Path:
+    """`sqlite:///abs/path`, `sqlite:relative/path` or a plain path."""
+    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
+        if location.startswith(prefix):
+            rest = location[len(prefix) :]
+            return Path("/" + rest if prefix == "sqlite:///" else rest)
+    return Path(location)
+
+
+class _Sqlite:
+    def __init__(self, location: str) -> None:
+        self.path = sqlite_path(location)
+        self.name = f"SQLite {self.path}"
+        self.conn: sqlite3.Connection | None = None
+        self.lock: Any = None
+
+    async def open(self, *, create: bool) -> None:
+        from mail.store.sqlite_schema import ProcessLock, connect, migrate
+
+        if not create and not self.path.exists():
+            raise FileNotFoundError(f"no SQLite database at {self.path}")
+        self.lock = ProcessLock(self.path)
+        self.lock.acquire()
+        self.conn = connect(self.path)
+        migrate(self.conn)
+
+    async def begin(self) -> None:
+        assert self.conn is not None
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    async def end(self, *, commit: bool) -> None:
+        assert self.conn is not None
+        self.conn.execute("COMMIT" if commit else "ROLLBACK")
+
+    async def count(self, table: str) -> int:
+        assert self.conn is not None
+        return int(self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    async def rows(
+        self, table: str, columns: tuple[tuple[str, str], ...], order: str
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        assert self.conn is not None
+        names = ", ".join(c for c, _ in columns)
+        cursor = self.conn.execute(f"SELECT {names} FROM {table} ORDER BY {order}")
+        while batch := cursor.fetchmany(BATCH):
+            yield [
+                tuple(_from_sqlite(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
+                for r in batch
+            ]
+
+    async def insert(
+        self, table: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]
+    ) -> None:
+        assert self.conn is not None
+        names = ", ".join(c for c, _ in columns)
+        marks = ", ".join("?" for _ in columns)
+        converted = [
+            tuple(_to_sqlite(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
+            for r in rows
+        ]
+        self.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", converted)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        if self.lock is not None:
+            self.lock.release()
+
+
+class _Postgres:
+    def __init__(self, location: str) -> None:
+        from mail.store.postgres_schema import normalize_dsn, redact_dsn
+
+        self.dsn = normalize_dsn(location)
+        self.name = f"PostgreSQL {redact_dsn(self.dsn)}"
+        self.conn: Any = None
+        self.transaction: Any = None
+
+    async def open(self, *, create: bool) -> None:
+        import asyncpg
+
+        from mail.store.postgres_schema import ensure_schema
+        from mail.store.team_postgres import TEAM_SCHEMA
+
+        self.conn = await asyncpg.connect(self.dsn, timeout=10)
+        if create:
+            await ensure_schema(self.conn)
+            await self.conn.execute(TEAM_SCHEMA)
+
+    async def begin(self) -> None:
+        self.transaction = self.conn.transaction()
+        await self.transaction.start()
+
+    async def end(self, *, commit: bool) -> None:
+        await (self.transaction.commit() if commit else self.transaction.rollback())
+
+    async def count(self, table: str) -> int:
+        if await self.conn.fetchval("SELECT to_regclass($1) IS NULL", table):
+            return 0
+        return int(await self.conn.fetchval(f"SELECT COUNT(*) FROM {table}"))
+
+    async def rows(
+        self, table: str, columns: tuple[tuple[str, str], ...], order: str
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        if await self.conn.fetchval("SELECT to_regclass($1) IS NULL", table):
+            return
+        names = ", ".join(f"{c}::text" if kind == "json" else c for c, kind in columns)
+        batch: list[tuple[Any, ...]] = []
+        async with self.conn.transaction(isolation="repeatable_read", readonly=True):
+            query = f"SELECT {names} FROM {table} ORDER BY {order}"
+            async for record in self.conn.cursor(query, prefetch=BATCH):
+                batch.append(tuple(record.values()))
+                if len(batch) >= BATCH:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    async def insert(
+        self, table: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]
+    ) -> None:
+        names = ", ".join(c for c, _ in columns)
+        casts = {"json": "::text::jsonb", "time": "::timestamptz"}
+        marks = ", ".join(f"${i}{casts.get(kind, '')}" for i, (_, kind) in enumerate(columns, 1))
+        converted = [
+            tuple(_to_postgres(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
+            for r in rows
+        ]
+        await self.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", converted)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
+def _from_sqlite(value: Any, kind: str) -> Any:
+    if value is None:
+        return None
+    if kind == "bool":
+        return bool(value)
+    if kind == "time":
+        return _parse_time(value)
+    return value
+
+
+def _to_sqlite(value: Any, kind: str) -> Any:
+    if isinstance(value, _dt.datetime):
+        return value.astimezone(_dt.UTC).isoformat()
+    return value
+
+
+def _to_postgres(value: Any, kind: str) -> Any:
+    if value is None:
+        return None
+    if kind == "time" and not isinstance(value, _dt.datetime):
+        return _parse_time(value)
+    if kind == "bool":
+        return bool(value)
+    return value
+
+
+def _parse_time(value: Any) -> _dt.datetime:
+    from mail.store.base import parse_start_time
+
+    return parse_start_time(value)
+
+
+def endpoint(location: str) -> _Sqlite | _Postgres:
+    if is_postgres_url(location):
+        return _Postgres(location)
+    scheme = location.split("://", 1)[0] if "://" in location else ""
+    if scheme and scheme != "sqlite":  # a mistyped URL is not a file name to create
+        raise ValueError(f"{scheme}:// is neither a PostgreSQL URL nor a SQLite file")
+    return _Sqlite(location)
+
+
+async def copy_database(
+    source: str, target: str, progress: Callable[[str, int], None] | None = None
+) -> dict[str, int]:
+    """Copy every table; returns table -> rows copied. Raises ValueError when the target
+    already holds data (copy into an empty database)."""
+    src, dst = endpoint(source), endpoint(target)
+    await src.open(create=False)
+    try:
+        await dst.open(create=True)
+        try:
+            busy = [t for t, _, _ in TABLES if await dst.count(t)]
+            if busy:
+                raise ValueError(
+                    f"{dst.name} already holds data (in {', '.join(busy)}); "
+                    "copy into an empty database"
+                )
+            copied: dict[str, int] = {}
+            await dst.begin()  # all or nothing: an interrupted copy leaves the target empty
+            try:
+                for table, columns, order in TABLES:
+                    copied[table] = 0
+                    async for rows in src.rows(table, columns, order):
+                        await dst.insert(table, columns, rows)
+                        copied[table] += len(rows)
+                        if progress:
+                            progress(table, copied[table])
+            except BaseException:
+                await dst.end(commit=False)
+                raise
+            await dst.end(commit=True)
+            return copied
+        finally:
+            await dst.close()
+    finally:
+        await src.close()

@@ -1,0 +1,393 @@
+"""What the two SQL stores (PostgreSQL, SQLite) share: write-behind, encoding, fencing rules.
+
+Each write method validates and JSON-encodes its arguments (so a bad value fails in the
+caller, before it is acknowledged), then hands a small `SqlWrite` to a `WriteBehindBuffer`.
+Encoding at once also snapshots the value: the runtime keeps mutating its histories.
+The buffer's worker gives batches to the subclass's `_apply_batch`, which applies each in
+one transaction; see `mail.store.writer` for the guarantees. A subclass supplies the
+connection handling, the SQL dialect (`_json`, `_text`, `_start_time`) and the reads.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mail.store.base import (
+    TASK_FIELDS,
+    InstanceKey,
+    InstanceSnapshot,
+    StoreUnavailableError,
+    TaskStore,
+    detect_tool_format,
+    normalize_event,
+    split_task_record,
+)
+from mail.store.writer import WriteBehindBuffer
+
+logger = logging.getLogger("mail.store")
+
+WRITE_KINDS = ("task", "event", "history", "response", "queue", "queue_delete")
+
+
+@dataclass(frozen=True, slots=True)
+class SqlWrite:
+    kind: str  # one of WRITE_KINDS
+    args: tuple[Any, ...]  # starts with swarm_name, caller_role, caller_id
+    generation: int | None = None  # the lease it was made under; None: not fenced
+
+    def row_identity(self) -> tuple[Any, ...] | None:
+        """The row a write replaces whole (None: it merges or appends).
+
+        A history is keyed by (swarm, role, id, task, agent); a task's queue by (swarm,
+        role, id, task), for saves and deletes alike.
+        """
+        if self.kind == "history":
+            return ("history", *self.args[:5])
+        if self.kind in ("queue", "queue_delete"):
+            return ("queue", *self.args[:4])
+        return None
+
+
+# (key, generation, dropped count, current generation) for a lease found superseded.
+FencedLease = tuple[InstanceKey, int, int, int | None]
+
+
+def key_args(key: InstanceKey) -> tuple[str, str, str]:
+    return (key.swarm_name, key.caller_role, key.caller_id)
+
+
+def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
+    """Drop whole-row saves that a later write of the same row in this batch replaces.
+
+    A batch is one transaction, so the rows it leaves are exactly those of applying every
+    write in order: only the last save (or delete) of a history or a queue matters.
+    """
+    last_index: dict[tuple[Any, ...], int] = {}
+    for index, write in enumerate(batch):
+        identity = write.row_identity()
+        if identity is not None:
+            last_index[identity] = index
+    return [
+        write
+        for index, write in enumerate(batch)
+        if (identity := write.row_identity()) is None or last_index[identity] == index
+    ]
+
+
+def leased_keys(writes: Sequence[SqlWrite]) -> list[tuple[str, str, str]]:
+    """The (swarm, role, id) of the fenced writes of a batch, sorted (lock order)."""
+    return sorted({w.args[:3] for w in writes if w.generation is not None})
+
+
+def split_fenced(
+    writes: Sequence[SqlWrite], current: Mapping[tuple[Any, ...], int]
+) -> tuple[list[SqlWrite], list[FencedLease]]:
+    """Keep the writes whose generation is the current one; count the others per lease."""
+    kept: list[SqlWrite] = []
+    dropped: dict[tuple[Any, ...], int] = {}
+    for write in writes:
+        if write.generation is None or current.get(write.args[:3]) == write.generation:
+            kept.append(write)
+        else:
+            lease = (*write.args[:3], write.generation)
+            dropped[lease] = dropped.get(lease, 0) + 1
+    return kept, [
+        (InstanceKey(*lease[:3]), lease[3], count, current.get(lease[:3]))
+        for lease, count in dropped.items()
+    ]
+
+
+def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    """Consecutive writes of one kind as one group (for executemany); never reordered."""
+    start = 0
+    while start < len(writes):
+        end = start
+        kind = writes[start].kind
+        while end < len(writes) and writes[end].kind == kind:
+            end += 1
+        yield kind, [w.args for w in writes[start:end]]
+        start = end
+
+
+def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> dict[str, Any]:
+    """A task record from a `tasks` row (metadata merged in, JSON list columns decoded)."""
+    record: dict[str, Any] = {}
+    metadata = row["metadata"]
+    if metadata:
+        record.update(json.loads(metadata))
+    for name in TASK_FIELDS:
+        value = row[name]
+        if name in ("task_contributors", "remote_swarms"):
+            value = json.loads(value) if value is not None else []
+        elif name in ("is_running", "completed") and value is not None:
+            value = bool(value)
+        elif name == "start_time" and value is not None:
+            value = start_time(value)
+        record[name] = value
+    return record
+
+
+def add_snapshot_row(snapshot: InstanceSnapshot, table: str, row: Mapping[str, Any]) -> None:
+    """Put one row of a read of `table` (tasks excepted) into a snapshot."""
+    task_id = row["task_id"]
+    if table == "task_events":
+        snapshot.events.setdefault(task_id, []).append(
+            {"event": row["event_type"], "data": row["event_data"], "id": row["event_id"]}
+        )
+    elif table == "agent_histories":
+        snapshot.histories[(task_id, row["agent_name"])] = json.loads(row["history"])
+    elif table == "task_responses":
+        snapshot.responses[task_id] = json.loads(row["response"])
+    elif table == "task_queues":
+        snapshot.queues[task_id] = json.loads(row["items"])
+    else:  # pragma: no cover - our own constant list
+        raise ValueError(f"unknown table {table}")
+
+
+# What `load_instance` reads besides tasks: table -> columns, in the order rows come back.
+SNAPSHOT_READS: tuple[tuple[str, str, str], ...] = (
+    ("task_events", "task_id, event_type, event_data, event_id", " ORDER BY seq"),
+    ("agent_histories", "task_id, agent_name, history", ""),
+    ("task_responses", "task_id, response", ""),
+    ("task_queues", "task_id, items", ""),
+)
+TASK_COLUMNS = (
+    "task_id, task_owner, task_contributors, remote_swarms, is_running, completed, title,"
+    " start_time, metadata"
+)
+
+
+class BufferedSqlStore(TaskStore):
+    """A TaskStore whose writes go through one write-behind buffer to a SQL database."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        is_transient: Callable[[BaseException], bool],
+        max_batch: int,
+        batch_delay: float,
+        retry_initial: float,
+        retry_max: float,
+        max_pending: int,
+        close_timeout: float,
+        read_timeout: float,
+    ) -> None:
+        super().__init__()
+        self._is_transient = is_transient
+        self._close_timeout = close_timeout
+        self._read_timeout = read_timeout
+        self._buffer: WriteBehindBuffer[SqlWrite] = WriteBehindBuffer(
+            self._apply_batch,
+            is_transient=is_transient,
+            max_batch=max_batch,
+            max_delay=batch_delay,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+            max_pending=max_pending,
+            name=name,
+        )
+        # The TaskStore write methods by name, as `write_nowait` takes them.
+        self._builders: dict[str, Callable[..., SqlWrite | None]] = {
+            "upsert_task": self._task_write,
+            "append_event": self._event_write,
+            "save_history": self._history_write,
+            "save_response": self._response_write,
+            "save_queue": self._queue_write,
+            "delete_queue": self._queue_delete_write,
+        }
+
+    # -- what a dialect supplies ---------------------------------------------------------
+    @abc.abstractmethod
+    def _json(self, value: Any) -> str:
+        """JSON text the database accepts for a JSON column."""
+
+    @abc.abstractmethod
+    def _text(self, value: Any) -> str | None:
+        """A text column value (None stays None)."""
+
+    @abc.abstractmethod
+    def _start_time(self, iso: str) -> Any:
+        """The database's value for a normalised ISO 8601 start time."""
+
+    @abc.abstractmethod
+    async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
+        """Apply writes in one transaction (fencing included); raise to retry."""
+
+    @abc.abstractmethod
+    async def _read_instance(self, key: InstanceKey) -> InstanceSnapshot: ...
+
+    @abc.abstractmethod
+    async def _release(self) -> None:
+        """Close connections (after the buffer was flushed)."""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def close(self) -> None:
+        lost = await self._buffer.close(self._close_timeout)
+        if lost:
+            logger.error("closing the %s store with %d unwritten write(s)", self.backend, lost)
+        await self._release()
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        if self._buffer.pending and not self._buffer.running:
+            return False
+        return await self._buffer.flush(timeout)
+
+    # -- writes ----------------------------------------------------------------------------
+    # Each write is built by a synchronous `_<kind>_write` (checked and encoded in the
+    # caller), then queued: awaited by the TaskStore methods, at once
+    # by `write_nowait` (the runtime's StoreObserver: no task switch per write).
+    def _task_write(self, key: InstanceKey, record: Mapping[str, Any]) -> SqlWrite | None:
+        columns, extra = split_task_record(record, copy=False)  # encoded just below
+        start_time = columns.get("start_time")
+        contributors = columns.get("task_contributors")
+        remote = columns.get("remote_swarms")
+        flags = (columns.get("is_running"), columns.get("completed"))
+        args = (
+            *key_args(key),
+            columns["task_id"],
+            self._text(columns.get("task_owner")),
+            None if contributors is None else self._json(contributors),
+            None if remote is None else self._json(remote),
+            *flags,
+            self._text(columns.get("title")),
+            None if start_time is None else self._start_time(start_time),
+            self._json(extra),
+        )
+        return self._write(key, "task", args)
+
+    def _event_write(self, key: InstanceKey, task_id: str, event: Any) -> SqlWrite | None:
+        ev = normalize_event(event)
+        text = self._text
+        args = (*key_args(key), task_id, text(ev["event"]), text(ev["data"]), text(ev["id"]))
+        return self._write(key, "event", args)
+
+    def _history_write(
+        self,
+        key: InstanceKey,
+        task_id: str,
+        agent_name: str,
+        tool_format: str | None,
+        history: list[dict[str, Any]],
+    ) -> SqlWrite | None:
+        encoded = self._json(list(history))  # now: the runtime keeps mutating its list
+        fmt = tool_format or detect_tool_format(history)
+        args = (*key_args(key), task_id, agent_name, fmt, encoded)
+        return self._write(key, "history", args)
+
+    def _response_write(
+        self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
+    ) -> SqlWrite | None:
+        return self._write(key, "response", (*key_args(key), task_id, self._json(dict(response))))
+
+    def _queue_write(
+        self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
+    ) -> SqlWrite | None:
+        return self._write(key, "queue", (*key_args(key), task_id, self._json(list(items))))
+
+    def _queue_delete_write(self, key: InstanceKey, task_id: str) -> SqlWrite | None:
+        return self._write(key, "queue_delete", (*key_args(key), task_id))
+
+    def _write(self, key: InstanceKey, kind: str, args: tuple[Any, ...]) -> SqlWrite | None:
+        generation = self._fencing.generation_for(key)
+        if generation is not None and self._fencing.drop_if_known_fenced(key, generation):
+            return None
+        return SqlWrite(kind, args, generation)
+
+    def write_nowait(self, key: InstanceKey, method: str, *args: Any) -> bool:
+        """Queue the write `await self.<method>(key, *args)` would make, without awaiting.
+
+        Returns False, writing nothing, while the buffer is full (the caller then awaits the
+        method, which waits for room). A bad value raises here, as in the method.
+        """
+        if self._buffer.full:
+            return False
+        write = self._builders[method](key, *args)
+        if write is not None:
+            self._buffer.put_nowait(write)
+        return True
+
+    async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
+        await self._submit(self._task_write(key, record))
+
+    async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
+        await self._submit(self._event_write(key, task_id, event))
+
+    async def save_history(
+        self,
+        key: InstanceKey,
+        task_id: str,
+        agent_name: str,
+        tool_format: str | None,
+        history: list[dict[str, Any]],
+    ) -> None:
+        await self._submit(self._history_write(key, task_id, agent_name, tool_format, history))
+
+    async def save_response(
+        self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
+    ) -> None:
+        await self._submit(self._response_write(key, task_id, response))
+
+    async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
+        await self._submit(self._queue_write(key, task_id, items))
+
+    async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
+        await self._submit(self._queue_delete_write(key, task_id))
+
+    async def _submit(self, write: SqlWrite | None) -> None:
+        if write is not None:
+            await self._buffer.submit(write)
+
+    def _count_fenced(self, fenced: Sequence[FencedLease]) -> None:
+        # Called only once the transaction committed (a failed batch is retried whole).
+        for key, generation, count, now_current in fenced:
+            self._fencing.dropped(key, generation, count, now_current)
+
+    # -- reads -----------------------------------------------------------------------------
+    async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
+        # Read-your-writes: what was acknowledged for this instance must be visible.
+        if not await self.flush(self._read_timeout):
+            raise StoreUnavailableError(
+                f"pending writes could not be stored within {self._read_timeout:.0f}s "
+                f"(last error: {self._buffer.last_error})"
+            )
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                return await self._read_instance(key)
+        except Exception as exc:
+            if self._is_transient(exc):
+                raise StoreUnavailableError(
+                    f"cannot read from {self.backend}: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise
+
+    # -- health ----------------------------------------------------------------------------
+    @property
+    def pending_writes(self) -> int:
+        return self._buffer.pending
+
+    @property
+    def failed_attempts(self) -> int:
+        return self._buffer.failed_attempts
+
+    @property
+    def last_error(self) -> str | None:
+        return self._buffer.last_error
+
+    @property
+    def dropped_writes(self) -> int:
+        return self._buffer.dropped
+
+    def is_degraded(self) -> bool:
+        return self._buffer.outage_since is not None
+
+    def status(self) -> dict[str, Any]:
+        status = super().status()
+        status["dropped_writes"] = self._buffer.dropped
+        return status

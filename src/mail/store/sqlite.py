@@ -1,0 +1,229 @@
+"""SQLite TaskStore: the default of `mail server`, durable without a database server.
+
+Writes are batched off the request path exactly as for PostgreSQL (`sql_base`): callers
+enqueue and return, the buffer's worker hands each batch to the database's one thread,
+which applies it in one `BEGIN IMMEDIATE` transaction. Fencing works as with PostgreSQL
+(the generation check runs inside the batch's write transaction), though cluster mode
+refuses SQLite: its instances live in other processes and machines.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mail.store.base import (
+    InstanceKey,
+    InstanceSnapshot,
+    StoreUnavailableError,
+    normalize_start_time,
+    to_json,
+)
+from mail.store.sql_base import (
+    SNAPSHOT_READS,
+    TASK_COLUMNS,
+    BufferedSqlStore,
+    FencedLease,
+    SqlWrite,
+    add_snapshot_row,
+    coalesce_writes,
+    key_args,
+    leased_keys,
+    runs_by_kind,
+    split_fenced,
+    task_from_row,
+)
+from mail.store.sqlite_schema import NOW_SQL, is_transient_error, open_database, transaction
+
+logger = logging.getLogger("mail.store.sqlite")
+
+_SQL: dict[str, str] = {
+    "task": """
+        INSERT INTO tasks (swarm_name, caller_role, caller_id, task_id, task_owner,
+                           task_contributors, remote_swarms, is_running, completed, title,
+                           start_time, metadata, created_at, updated_at)
+        VALUES (?1, ?2, ?3, ?4, COALESCE(?5, ''), COALESCE(?6, '[]'), COALESCE(?7, '[]'),
+                COALESCE(?8, 0), COALESCE(?9, 0), ?10, COALESCE(?11, {now}), ?12,
+                {now}, {now})
+        ON CONFLICT (task_id, swarm_name, caller_role, caller_id) DO UPDATE SET
+            task_owner = COALESCE(?5, task_owner),
+            task_contributors = COALESCE(?6, task_contributors),
+            remote_swarms = COALESCE(?7, remote_swarms),
+            is_running = COALESCE(?8, is_running),
+            completed = COALESCE(?9, completed),
+            title = COALESCE(?10, title),
+            start_time = COALESCE(?11, start_time),
+            metadata = mail_merge(metadata, ?12),
+            updated_at = {now}
+    """,
+    "event": """
+        INSERT INTO task_events (swarm_name, caller_role, caller_id, task_id,
+                                 event_type, event_data, event_id, created_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, {now})
+    """,
+    "history": """
+        INSERT INTO agent_histories (swarm_name, caller_role, caller_id, task_id, agent_name,
+                                     tool_format, history, created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, {now}, {now})
+        ON CONFLICT (swarm_name, caller_role, caller_id, task_id, agent_name) DO UPDATE SET
+            tool_format = excluded.tool_format,
+            history = excluded.history,
+            updated_at = excluded.updated_at
+    """,
+    "response": """
+        INSERT INTO task_responses (swarm_name, caller_role, caller_id, task_id, response,
+                                    created_at)
+        VALUES (?, ?, ?, ?, ?, {now})
+        ON CONFLICT (task_id, swarm_name, caller_role, caller_id) DO UPDATE SET
+            response = excluded.response
+    """,
+    "queue": """
+        INSERT INTO task_queues (swarm_name, caller_role, caller_id, task_id, items,
+                                 created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?, {now}, {now})
+        ON CONFLICT (task_id, swarm_name, caller_role, caller_id) DO UPDATE SET
+            items = excluded.items,
+            updated_at = excluded.updated_at
+    """,
+    "queue_delete": """
+        DELETE FROM task_queues
+        WHERE swarm_name = ? AND caller_role = ? AND caller_id = ? AND task_id = ?
+    """,
+}
+
+_SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
+
+_INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
+
+_CLAIM_SQL = """
+    INSERT INTO instance_generations (swarm_name, caller_role, caller_id, generation,
+                                      claimed_at, holder)
+    VALUES (?1, ?2, ?3, 1, {now}, ?4)
+    ON CONFLICT (swarm_name, caller_role, caller_id) DO UPDATE SET
+        generation = generation + 1, claimed_at = {now}, holder = excluded.holder
+    RETURNING generation
+""".replace("{now}", NOW_SQL)
+
+
+def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease]:
+    """One batch in one write transaction; the generation check sees every claim."""
+    with transaction(conn):
+        fenced: list[FencedLease] = []
+        leased = leased_keys(writes)
+        if leased:
+            current: dict[tuple[Any, ...], int] = {}
+            for lease in leased:
+                row = conn.execute(
+                    f"SELECT generation FROM instance_generations WHERE {_INSTANCE}", lease
+                ).fetchone()
+                if row is not None:
+                    current[lease] = row[0]
+            writes, fenced = split_fenced(writes, current)
+        for kind, rows in runs_by_kind(writes):
+            conn.executemany(_SQL[kind], rows)
+    return fenced
+
+
+def _claim(conn: sqlite3.Connection, args: tuple[str, ...]) -> int:
+    with transaction(conn):
+        return int(conn.execute(_CLAIM_SQL, args).fetchone()[0])
+
+
+def _read(conn: sqlite3.Connection, args: tuple[str, str, str]) -> InstanceSnapshot:
+    snapshot = InstanceSnapshot()
+    conn.execute("BEGIN")  # one consistent read
+    try:
+        for row in conn.execute(
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE {_INSTANCE} ORDER BY start_time, rowid", args
+        ):
+            snapshot.tasks[row["task_id"]] = task_from_row(row, normalize_start_time)
+        for table, columns, order in SNAPSHOT_READS:
+            for row in conn.execute(
+                f"SELECT {columns} FROM {table} WHERE {_INSTANCE}{order}", args
+            ):
+                add_snapshot_row(snapshot, table, row)
+    finally:
+        conn.execute("COMMIT")
+    return snapshot
+
+
+# Larger batches and a shorter wait than PostgreSQL: a commit is cheap here (no round trip).
+SQLITE_BUFFER_DEFAULTS: dict[str, Any] = {
+    "max_batch": 500,
+    "batch_delay": 0.02,
+    "retry_initial": 0.2,
+    "retry_max": 5.0,
+    "max_pending": 100_000,
+    "close_timeout": 10.0,
+    "read_timeout": 30.0,
+}
+
+
+class SqliteTaskStore(BufferedSqlStore):
+    """Tasks, events, histories, responses and queues in one SQLite file (WAL)."""
+
+    def __init__(self, path: str | Path, **options: Any) -> None:
+        """`options`: the write-behind settings of `BufferedSqlStore` (max_batch,
+        batch_delay, retry_initial, retry_max, max_pending, close_timeout, read_timeout)."""
+        settings = {**SQLITE_BUFFER_DEFAULTS, **options}
+        super().__init__(name="mail.store.sqlite", is_transient=is_transient_error, **settings)
+        self.path = Path(path)
+        self.db = open_database(path)
+        self._started = False
+
+    # -- dialect ---------------------------------------------------------------------------
+    def _json(self, value: Any) -> str:
+        return to_json(value)
+
+    def _text(self, value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    def _start_time(self, iso: str) -> Any:
+        return iso  # already normalised to UTC by split_task_record
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self.db.acquire_for_store()
+        self._started = True
+        self._buffer.start()
+        logger.info("SQLite task store ready (%s)", self.db.path)
+
+    async def _release(self) -> None:
+        if self._started:
+            self._started = False
+            await self.db.release()
+
+    # -- writes and fencing ------------------------------------------------------------------
+    async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
+        fenced = await self.db.run(_apply, coalesce_writes(batch))
+        self._count_fenced(fenced)
+
+    async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
+        if not self._started:
+            raise StoreUnavailableError("the SQLite store is not started")
+        if key in self._fencing.leases:
+            await self.flush(self._read_timeout)
+        try:
+            generation = await self.db.run(_claim, (*key_args(key), holder))
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"cannot claim a generation in SQLite: {exc}") from exc
+        self._fencing.claimed(key, generation)
+        return generation
+
+    # -- reads -----------------------------------------------------------------------------
+    async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
+        if not self._started:
+            raise StoreUnavailableError("the SQLite store is not started")
+        return await super().load_instance(key)
+
+    async def _read_instance(self, key: InstanceKey) -> InstanceSnapshot:
+        return await self.db.run(_read, key_args(key))
+
+    @property
+    def backend(self) -> str:
+        return "sqlite"

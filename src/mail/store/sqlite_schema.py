@@ -1,0 +1,334 @@
+"""The SQLite database file: opening it (WAL, one writer thread) and its versioned schema.
+
+Every store of one server that keeps data in SQLite (tasks, team messaging) shares one
+`SqliteDatabase` per file: one connection used by one worker thread, so there is exactly
+one writer and statements never wait on each other's locks. The standard library's
+`sqlite3` is used directly (no aiosqlite): the write-behind buffer hands the thread a
+whole batch at once, so one thread hop per batch is all the event loop pays.
+
+The schema is versioned: `schema_version` holds the versions applied, `MIGRATIONS` lists
+every version's statements in order, and opening a file applies those it lacks in one
+transaction each. Table and column names are those of the PostgreSQL store, so
+`mail db-copy` moves rows between the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory lock, one server per file is on you
+    fcntl = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+
+_KEY_COLUMNS = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
+
+# version -> statements. Append a new version; never edit one that was released.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            f"""CREATE TABLE tasks ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
+                task_owner TEXT NOT NULL DEFAULT '', task_contributors TEXT NOT NULL DEFAULT '[]',
+                remote_swarms TEXT NOT NULL DEFAULT '[]', is_running INTEGER NOT NULL DEFAULT 0,
+                completed INTEGER NOT NULL DEFAULT 0, title TEXT, start_time TEXT NOT NULL,
+                metadata TEXT NOT NULL DEFAULT '{{}}', created_at TEXT, updated_at TEXT,
+                UNIQUE (task_id, swarm_name, caller_role, caller_id))""",
+            "CREATE INDEX mail_tasks_instance_idx ON tasks (swarm_name, caller_role, caller_id)",
+            f"""CREATE TABLE task_events (seq INTEGER PRIMARY KEY AUTOINCREMENT, {_KEY_COLUMNS},
+                task_id TEXT NOT NULL, event_type TEXT, event_data TEXT, event_id TEXT,
+                created_at TEXT)""",
+            "CREATE INDEX mail_task_events_instance_idx ON task_events"
+            " (swarm_name, caller_role, caller_id, task_id, seq)",
+            f"""CREATE TABLE agent_histories ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
+                agent_name TEXT NOT NULL, tool_format TEXT NOT NULL, history TEXT NOT NULL,
+                created_at TEXT, updated_at TEXT,
+                UNIQUE (swarm_name, caller_role, caller_id, task_id, agent_name))""",
+            f"""CREATE TABLE task_responses ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
+                response TEXT NOT NULL, created_at TEXT,
+                UNIQUE (task_id, swarm_name, caller_role, caller_id))""",
+            f"""CREATE TABLE task_queues ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
+                items TEXT NOT NULL, created_at TEXT, updated_at TEXT,
+                UNIQUE (task_id, swarm_name, caller_role, caller_id))""",
+            """CREATE TABLE agent_memories (namespace TEXT NOT NULL, key TEXT NOT NULL,
+                value TEXT NOT NULL, created_at TEXT, updated_at TEXT,
+                PRIMARY KEY (namespace, key))""",
+            f"""CREATE TABLE instance_generations ({_KEY_COLUMNS},
+                generation INTEGER NOT NULL, claimed_at TEXT, holder TEXT NOT NULL DEFAULT '',
+                PRIMARY KEY (swarm_name, caller_role, caller_id))""",
+            f"""CREATE TABLE team_threads ({_KEY_COLUMNS}, thread_id TEXT NOT NULL,
+                record TEXT NOT NULL, created_at TEXT,
+                PRIMARY KEY (swarm_name, caller_role, caller_id, thread_id))""",
+            f"""CREATE TABLE team_posts (seq INTEGER PRIMARY KEY AUTOINCREMENT, {_KEY_COLUMNS},
+                thread_id TEXT NOT NULL, record TEXT NOT NULL)""",
+            "CREATE INDEX team_posts_thread ON team_posts"
+            " (swarm_name, caller_role, caller_id, thread_id, seq)",
+            f"""CREATE TABLE team_inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, {_KEY_COLUMNS},
+                agent_name TEXT NOT NULL, entry_id TEXT NOT NULL, thread_id TEXT,
+                ts TEXT NOT NULL, is_read INTEGER NOT NULL DEFAULT 0,
+                shown INTEGER NOT NULL DEFAULT 0, record TEXT NOT NULL,
+                UNIQUE (swarm_name, caller_role, caller_id, agent_name, entry_id))""",
+            "CREATE INDEX team_inbox_agent ON team_inbox"
+            " (swarm_name, caller_role, caller_id, agent_name, seq)",
+            f"""CREATE TABLE team_attachments ({_KEY_COLUMNS}, attachment_id TEXT NOT NULL,
+                record TEXT NOT NULL, data BLOB NOT NULL, created_at TEXT,
+                PRIMARY KEY (swarm_name, caller_role, caller_id, attachment_id))""",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+# The current UTC time as ISO 8601 text, computed by SQLite itself (no Python call per row).
+NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')"
+
+
+def utc_now() -> str:
+    """What the schema's timestamps hold: ISO 8601 UTC text (sorts as time does)."""
+    return datetime.now(UTC).isoformat()
+
+
+def _merge_json(current: str | None, extra: str) -> str:
+    """Shallow merge of two JSON objects (PostgreSQL's `jsonb || jsonb`)."""
+    merged = json.loads(current) if current else {}
+    merged.update(json.loads(extra))
+    return json.dumps(merged, separators=(",", ":"), ensure_ascii=False)
+
+
+def create_private(path: Path) -> None:
+    """Create the file (and its missing folders) readable by its owner only: it holds task
+    content. SQLite gives the -wal and -shm files the database file's mode. An existing
+    file keeps its mode (the owner may have widened it on purpose)."""
+    missing = not path.parent.exists()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if missing:
+        path.parent.chmod(0o700)  # mkdir's mode is filtered through the umask
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        path.chmod(0o600)
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """A connection in WAL mode with the functions the store's SQL uses (mail_now, mail_merge).
+
+    Autocommit (isolation_level None): transactions are explicit `BEGIN IMMEDIATE`s.
+    synchronous=NORMAL: a commit survives the process being killed (not a power cut).
+    A missing file is created private (`create_private`).
+    """
+    create_private(Path(path))
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.create_function("mail_now", 0, utc_now)
+    conn.create_function("mail_merge", 2, _merge_json, deterministic=True)
+    return conn
+
+
+def applied_versions(conn: sqlite3.Connection) -> set[int]:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)"
+    )
+    return {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+
+
+def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = None) -> list[int]:
+    """Apply the migrations the file lacks, each in its own transaction; returns them."""
+    done = applied_versions(conn)
+    newer = max(done, default=0)
+    if newer > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database has schema version {newer}, newer than this version of mail "
+            f"knows ({SCHEMA_VERSION}); upgrade mail"
+        )
+    applied = []
+    for version, statements in MIGRATIONS:
+        if version in done:
+            continue
+        if progress:
+            progress(version)
+        with transaction(conn):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, utc_now()))
+        applied.append(version)
+    return applied
+
+
+class transaction:  # noqa: N801 - used like a function: `with transaction(conn):`
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Locked or busy files, disk full, I/O errors: worth retrying."""
+    return isinstance(exc, sqlite3.OperationalError | OSError | TimeoutError)
+
+
+class DatabaseInUseError(RuntimeError):
+    """Another process (a running `mail server`) holds the file."""
+
+
+class ProcessLock:
+    """An exclusive lock on ``<file>-lock`` for as long as one process uses the database.
+
+    Two servers on one file would each keep their own copy of every instance in memory and
+    overwrite each other's task state, so the second one is refused. `flock` locks are
+    dropped by the kernel when their process dies (kill -9 included): a stale lock file
+    never blocks a restart. Reading the file meanwhile (a backup, `sqlite3`) is not locked.
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.database = database
+        self.path = database.with_name(database.name + "-lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if fcntl is None or self._fd is not None:
+            return
+        create_private(self.path)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise DatabaseInUseError(
+                f"{self.database} is in use by another mail process (pid {holder}); stop it "
+                "first, or give this one its own [server.store] path"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the descriptor drops the lock
+
+    def __enter__(self) -> ProcessLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class SqliteDatabase:
+    """One database file: one connection, used only by one worker thread.
+
+    `await db.run(fn, *args)` runs `fn(conn, *args)` on that thread. Several stores share
+    one object per file (see `open_database`); it is closed when the last one releases it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._users = 0
+        self._lock = ProcessLock(self.path)
+        self.applied: list[int] = []
+
+    @property
+    def is_open(self) -> bool:
+        return self._conn is not None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None or self._conn is None:
+            raise sqlite3.OperationalError(f"the SQLite database {self.path} is closed")
+        conn = self._conn
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(conn, *args))
+
+    async def acquire(self) -> None:
+        self._users += 1
+        if self._conn is not None:
+            return
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="mail-sqlite")
+        loop = asyncio.get_running_loop()
+
+        def open_file() -> sqlite3.Connection:
+            self._lock.acquire()
+            try:
+                conn = connect(self.path)
+            except BaseException:
+                self._lock.release()
+                raise
+            try:
+                self.applied = migrate(conn)
+            except BaseException:
+                conn.close()
+                self._lock.release()
+                raise
+            return conn
+
+        try:
+            self._conn = await loop.run_in_executor(self._executor, open_file)
+        except BaseException:
+            self._users -= 1
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
+
+    async def acquire_for_store(self) -> None:
+        """`acquire`, with any failure as the stores' StoreUnavailableError."""
+        from mail.store.base import StoreUnavailableError
+
+        try:
+            await self.acquire()
+        except Exception as exc:
+            raise StoreUnavailableError(
+                f"cannot use the SQLite database {self.path}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def release(self) -> None:
+        self._users = max(0, self._users - 1)
+        if self._users or self._conn is None or self._executor is None:
+            return
+        conn, self._conn = self._conn, None
+        executor, self._executor = self._executor, None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(executor, conn.close)
+        executor.shutdown(wait=True)
+        self._lock.release()
+        with _OPEN_LOCK:
+            if _OPEN.get(self.path) is self:
+                del _OPEN[self.path]
+
+
+_OPEN: dict[Path, SqliteDatabase] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_database(path: str | Path) -> SqliteDatabase:
+    """The process's `SqliteDatabase` for a file (created on first use; `acquire` it)."""
+    resolved = Path(path).expanduser().resolve()
+    with _OPEN_LOCK:
+        db = _OPEN.get(resolved)
+        if db is None:
+            db = _OPEN[resolved] = SqliteDatabase(resolved)
+        return db

@@ -1,0 +1,239 @@
+"""SQLite TeamStore: threads, posts, inboxes and attachments in the server's database file.
+
+It shares the task store's `SqliteDatabase` (one connection, one thread, one writer).
+Every write is its own committed transaction before it returns, like the PostgreSQL
+team store: a tool call that reported success survives a kill -9.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mail.store.base import InstanceKey
+from mail.store.sqlite_schema import open_database, transaction, utc_now
+from mail.store.team_base import Record, TeamStore, dump_record, entry_from_row, key_tuple
+
+_KEY = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
+
+# Keep the newest `limit` rows of one thread / one agent (the memory store's rule).
+_TRIM = (
+    "DELETE FROM {table} WHERE {key} AND {column} = ? AND seq <= ("
+    "SELECT seq FROM {table} WHERE {key} AND {column} = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)"
+)
+
+
+def _trim(
+    conn: sqlite3.Connection, table: str, column: str, args: tuple[Any, ...], limit: int
+) -> None:
+    sql = _TRIM.format(table=table, key=_KEY, column=column)
+    *key, value = args
+    conn.execute(sql, (*key, value, *key, value, limit))
+
+
+class SqliteTeamStore(TeamStore):
+    def __init__(self, path: str | Path) -> None:
+        self.db = open_database(path)
+        self._started = False
+
+    async def start(self) -> None:
+        if not self._started:
+            await self.db.acquire_for_store()
+            self._started = True
+
+    async def close(self) -> None:
+        if self._started:
+            self._started = False
+            await self.db.release()
+
+    async def _write(self, fn: Any, *args: Any) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                fn(conn, *args)
+
+        await self.db.run(run)
+
+    async def _rows(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        return await self.db.run(lambda conn: conn.execute(sql, args).fetchall())
+
+    # -- threads ---------------------------------------------------------------------
+    async def save_thread(self, key: InstanceKey, thread: Record) -> None:
+        def save(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id,"
+                " record, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT"
+                " (swarm_name, caller_role, caller_id, thread_id) DO UPDATE SET"
+                " record = excluded.record",
+                (*key_tuple(key), thread["thread_id"], dump_record(thread), utc_now()),
+            )
+
+        await self._write(save)
+
+    async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
+        rows = await self._rows(
+            f"SELECT record FROM team_threads WHERE {_KEY} AND thread_id = ?",
+            *key_tuple(key),
+            thread_id,
+        )
+        return json.loads(rows[0]["record"]) if rows else None
+
+    async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
+        select = "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
+        if key is None:
+            rows = await self._rows(f"{select} ORDER BY created_at, rowid")
+        else:
+            rows = await self._rows(
+                f"{select} WHERE {_KEY} ORDER BY created_at, rowid", *key_tuple(key)
+            )
+        return [(InstanceKey(r[0], r[1], r[2]), json.loads(r["record"])) for r in rows]
+
+    async def count_threads(self, key: InstanceKey) -> int:
+        rows = await self._rows(f"SELECT COUNT(*) FROM team_threads WHERE {_KEY}", *key_tuple(key))
+        return int(rows[0][0])
+
+    async def add_post(self, key: InstanceKey, post: Record) -> None:
+        args = (*key_tuple(key), post["thread_id"])
+        limit = self.max_posts_per_thread
+
+        def add(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (*args, dump_record(post)),
+            )
+            if limit is not None:
+                _trim(conn, "team_posts", "thread_id", args, limit)
+
+        await self._write(add)
+
+    async def thread_posts(
+        self, key: InstanceKey, thread_id: str, limit: int | None = None
+    ) -> list[Record]:
+        rows = await self._rows(
+            f"SELECT record FROM team_posts WHERE {_KEY} AND thread_id = ?"
+            " ORDER BY seq DESC LIMIT ?",
+            *key_tuple(key),
+            thread_id,
+            -1 if not limit else limit,
+        )
+        return [json.loads(r["record"]) for r in reversed(rows)]
+
+    # -- inboxes ---------------------------------------------------------------------
+    async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
+        k = key_tuple(key)
+        rows = [
+            (
+                *k,
+                e["agent"],
+                e["entry_id"],
+                e.get("thread_id"),
+                e["timestamp"],
+                bool(e.get("read")),
+                bool(e.get("shown")),
+                dump_record(e),
+            )
+            for e in entries
+        ]
+        if not rows:
+            return
+        limit = self.max_inbox_entries
+
+        def add(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO team_inbox (swarm_name, caller_role, caller_id, agent_name,"
+                " entry_id, thread_id, ts, is_read, shown, record)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            if limit is not None:
+                for agent in sorted({row[3] for row in rows}):
+                    _trim(conn, "team_inbox", "agent_name", (*k, agent), limit)
+
+        await self._write(add)
+
+    async def inbox(
+        self,
+        key: InstanceKey,
+        agent: str,
+        *,
+        thread_id: str | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        unshown_only: bool = False,
+    ) -> list[Record]:
+        rows = await self._rows(
+            f"SELECT record, is_read, shown FROM team_inbox WHERE {_KEY} AND agent_name = ?"
+            " AND (?5 IS NULL OR thread_id = ?5) AND (?6 IS NULL OR ts > ?6)"
+            " AND (NOT ?7 OR NOT shown) ORDER BY seq DESC LIMIT ?8",
+            *key_tuple(key),
+            agent,
+            thread_id,
+            since,
+            unshown_only,
+            -1 if limit is None else limit,
+        )
+        return [entry_from_row(r) for r in rows]
+
+    async def mark(
+        self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
+    ) -> None:
+        column = {"read": "is_read", "shown": "shown"}[field]
+        args = [(*key_tuple(key), agent, entry_id) for entry_id in entry_ids]
+
+        def mark(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                f"UPDATE team_inbox SET {column} = 1"
+                f" WHERE {_KEY} AND agent_name = ? AND entry_id = ?",
+                args,
+            )
+
+        await self._write(mark)
+
+    async def unread_counts(
+        self, key: InstanceKey, thread_id: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        rows = await self._rows(
+            "SELECT agent_name, COALESCE(thread_id, 'direct') AS place, COUNT(*) AS n"
+            f" FROM team_inbox WHERE {_KEY} AND NOT is_read"
+            " AND (?4 IS NULL OR thread_id = ?4) GROUP BY agent_name, place",
+            *key_tuple(key),
+            thread_id,
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for r in rows:
+            counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
+        return counts
+
+    # -- attachments -----------------------------------------------------------------
+    async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
+        def put(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO team_attachments (swarm_name, caller_role, caller_id, attachment_id,"
+                " record, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*key_tuple(key), record["attachment_id"], dump_record(record), data, utc_now()),
+            )
+
+        await self._write(put)
+
+    async def attachment_bytes(self, key: InstanceKey) -> int:
+        rows = await self._rows(
+            f"SELECT COALESCE(SUM(length(data)), 0) FROM team_attachments WHERE {_KEY}",
+            *key_tuple(key),
+        )
+        return int(rows[0][0])
+
+    async def get_attachment(
+        self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
+    ) -> tuple[Record, bytes] | None:
+        column = "data" if with_data else "X'' AS data"
+        rows = await self._rows(
+            f"SELECT record, {column} FROM team_attachments WHERE {_KEY} AND attachment_id = ?",
+            *key_tuple(key),
+            attachment_id,
+        )
+        if not rows:
+            return None
+        return json.loads(rows[0]["record"]), bytes(rows[0]["data"])

@@ -1,0 +1,173 @@
+"""Prometheus metrics (prometheus-client), in a registry of our own.
+
+Recording is on when the server turns it on (``[server.telemetry] metrics``, the default);
+until then every function here returns at once. Gauges that describe the server's state
+(tasks by state, mailbox depth, open event streams) are read when scraped, through the
+callbacks `set_state_reader` installs, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mail.telemetry.usage import ModelCall
+
+_on = False
+_metrics: dict[str, Any] = {}
+REGISTRY: Any = None
+_state_reader: Callable[[], dict[str, Any]] | None = None
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+
+
+def enabled() -> bool:
+    return _on
+
+
+def enable() -> Any:
+    """Create the registry and the metrics (once); returns the registry."""
+    global _on, REGISTRY
+    if REGISTRY is not None:
+        _on = True
+        return REGISTRY
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    REGISTRY = CollectorRegistry(auto_describe=True)
+    m = _metrics
+    m["agent_calls"] = Counter(
+        "mail_agent_calls", "Agent turns started", ["agent"], registry=REGISTRY
+    )
+    m["model_calls"] = Counter(
+        "mail_model_calls", "Model calls by outcome", ["model", "outcome"], registry=REGISTRY
+    )
+    m["model_latency"] = Histogram(
+        "mail_model_call_duration_seconds",
+        "Model call latency",
+        ["model"],
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    m["model_tokens"] = Histogram(
+        "mail_model_call_tokens",
+        "Tokens per model call",
+        ["model", "direction"],
+        buckets=_TOKEN_BUCKETS,
+        registry=REGISTRY,
+    )
+    m["model_cost"] = Counter(
+        "mail_model_cost", "Model cost as LiteLLM prices it (USD)", ["model"], registry=REGISTRY
+    )
+    m["task_answers"] = Counter(
+        "mail_task_answers",
+        "Tasks answered, by the state they entered",
+        ["state"],
+        registry=REGISTRY,
+    )
+    m["http_latency"] = Histogram(
+        "mail_http_request_duration_seconds",
+        "HTTP request latency (to the response's first byte) per route",
+        ["method", "route", "status"],
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
+    m["interswarm"] = Counter(
+        "mail_interswarm_requests",
+        "Interswarm requests sent, per peer and outcome",
+        ["peer", "outcome"],
+        registry=REGISTRY,
+    )
+    REGISTRY.register(_StateCollector())
+    _on = True
+    return REGISTRY
+
+
+def disable() -> None:
+    global _on
+    _on = False
+
+
+def set_state_reader(reader: Callable[[], dict[str, Any]] | None) -> None:
+    """``reader()`` -> {"tasks": {state: n}, "mailbox_depth": n, "open_streams": n}."""
+    global _state_reader
+    _state_reader = reader
+
+
+class _StateCollector:
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        state = _state_reader() if _state_reader is not None else {}
+        tasks = GaugeMetricFamily("mail_tasks", "Tasks by state", labels=["state"])
+        for name, count in sorted((state.get("tasks") or {}).items()):
+            tasks.add_metric([name], count)
+        yield tasks
+        yield GaugeMetricFamily(
+            "mail_mailbox_depth",
+            "Messages queued in mailboxes",
+            value=state.get("mailbox_depth", 0),
+        )
+        yield GaugeMetricFamily(
+            "mail_open_event_streams", "Open SSE event streams", value=state.get("open_streams", 0)
+        )
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+
+def render() -> tuple[bytes, str]:
+    """(exposition text, its content type)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return generate_latest(enable()), CONTENT_TYPE_LATEST
+
+
+# ------------------------------------------------------------------------------------------
+# Recording (no-ops while off)
+
+
+_children: dict[tuple[str, ...], Any] = {}
+
+
+def _child(metric: str, *labels: str) -> Any:
+    """The labelled child of a metric, cached (``labels()`` takes a lock on every call)."""
+    key = (metric, *labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = _metrics[metric].labels(*labels)
+    return child
+
+
+def agent_call(agent: str) -> None:
+    if _on:
+        _child("agent_calls", agent).inc()
+
+
+def model_call(call: ModelCall) -> None:
+    if not _on:
+        return
+    model = call.model
+    _child("model_calls", model, "error" if call.error else "ok").inc()
+    _child("model_latency", model).observe(call.duration_ms / 1000.0)
+    if not call.error:
+        _child("model_tokens", model, "input").observe(call.input_tokens)
+        _child("model_tokens", model, "output").observe(call.output_tokens)
+        if call.cost:
+            _child("model_cost", model).inc(call.cost)
+
+
+def task_answered(state: str) -> None:
+    if _on:
+        _child("task_answers", state).inc()
+
+
+def http_request(method: str, route: str, status: int, seconds: float) -> None:
+    if _on:
+        _child("http_latency", method, route, str(status)).observe(seconds)
+
+
+def interswarm_request(peer: str, outcome: str) -> None:
+    if _on:
+        _child("interswarm", peer, outcome).inc()

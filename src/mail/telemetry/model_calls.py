@@ -1,0 +1,161 @@
+"""Measure one model call: duration, tokens, cost, and a GenAI span when tracing is on.
+
+`observed` wraps the call an agent function makes (`mail.factories.model_calls`). Outside an
+agent turn with tracing off it only calls through. A streamed reply is measured when the
+stream ends: its usage comes from the chunk or event that carries one; a stream without any
+is charged by counting the text it delivered (``estimated: true`` on the record).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from mail.telemetry import tracing
+from mail.telemetry.meter import CURRENT_TURN, Turn
+from mail.telemetry.usage import (
+    ModelCall,
+    cost_of,
+    count_tokens,
+    counted_input,
+    counted_output,
+    field_of,
+    finish_reason_of,
+    reported_tokens,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+OFFLINE_PREFIX = "mail/"
+
+
+def provider_of(model: str) -> str:
+    if model.startswith(OFFLINE_PREFIX):
+        return "mail"
+    return model.split("/", 1)[0] if "/" in model else "openai"
+
+
+class _Probe:
+    __slots__ = ("turn", "model", "started", "span", "call", "offline_input", "kwargs")
+
+    def __init__(self, turn: Turn | None, kind: str, kwargs: dict[str, Any]) -> None:
+        self.turn = turn
+        self.model = str(kwargs.get("model") or "")
+        self.started = time.perf_counter()
+        self.call = ModelCall(self.model)
+        self.kwargs = kwargs
+        # The demo model reports no usage: its tokens are counted (and cost nothing).
+        offline = self.model.startswith(OFFLINE_PREFIX)
+        self.offline_input = counted_input(kwargs) if offline else None
+        self.span: Span | None = None
+        if tracing.tracer() is not None:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "mail.model_api": kind,
+                "gen_ai.system": provider_of(self.model),
+                "gen_ai.provider.name": provider_of(self.model),
+                "gen_ai.request.model": self.model,
+            }
+            if turn is not None:
+                attributes["gen_ai.agent.name"] = turn.agent
+            if tracing.capture_content():
+                attributes["gen_ai.input.messages"] = str(
+                    kwargs.get("messages") or kwargs.get("input") or ""
+                )
+            self.span = tracing.start_span(
+                f"chat {self.model}", kind="CLIENT", attributes=attributes
+            )
+
+    def finish(self, response: Any, tokens: tuple[int, int] | None, text: str = "") -> None:
+        call = self.call
+        call.duration_ms = (time.perf_counter() - self.started) * 1000.0
+        if self.offline_input is not None:
+            output = count_tokens(text) if response is None else counted_output(response)
+            tokens = (self.offline_input, output)
+        elif tokens is None:
+            # No usage reported (some OpenAI-compatible servers, streams without
+            # include_usage): counted, both ways, so a budget still sees the call.
+            call.estimated = True
+            output = count_tokens(text) if response is None else counted_output(response)
+            tokens = (counted_input(self.kwargs), output)
+        call.input_tokens, call.output_tokens = tokens
+        call.finish_reason = call.finish_reason or finish_reason_of(response)
+        if self.offline_input is not None:
+            call.cost = 0.0
+        else:
+            call.cost = cost_of(response, self.model, tokens)
+        self._close()
+
+    def failed(self, exc: BaseException) -> None:
+        self.call.duration_ms = (time.perf_counter() - self.started) * 1000.0
+        self.call.error = type(exc).__name__
+        self._close()
+
+    def _close(self) -> None:
+        call = self.call
+        if self.turn is not None:
+            self.turn.record(call)
+        span = self.span
+        if span is not None:
+            span.set_attribute("gen_ai.usage.input_tokens", call.input_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", call.output_tokens)
+            if call.finish_reason:
+                span.set_attribute("gen_ai.response.finish_reasons", [call.finish_reason])
+            span.set_attribute("mail.cost", call.cost)
+            tracing.end_span(span, call.error)
+
+
+async def observed(kind: str, call: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
+    """``await call(**kwargs)``, measured (``kind``: ``chat`` or ``responses``)."""
+    turn = CURRENT_TURN.get()
+    if turn is None and tracing.tracer() is None:
+        return await call(**kwargs)
+    probe = _Probe(turn, kind, kwargs)
+    try:
+        response = await call(**kwargs)
+    except BaseException as exc:
+        probe.failed(exc)
+        raise
+    if kwargs.get("stream"):
+        return _measured_stream(response, probe)
+    probe.finish(response, reported_tokens(field_of(response, "usage")))
+    return response
+
+
+def _event_type(item: Any) -> str:
+    kind = field_of(item, "type")
+    return str(getattr(kind, "value", kind) or "")
+
+
+async def _measured_stream(stream: Any, probe: _Probe) -> AsyncIterator[Any]:
+    tokens: tuple[int, int] | None = None
+    final: Any = None
+    text: list[str] = []
+    try:
+        async for item in stream:
+            usage = field_of(item, "usage")
+            if usage is not None:
+                tokens = reported_tokens(usage) or tokens
+            choices = field_of(item, "choices")
+            if isinstance(choices, list) and choices:
+                reason = field_of(choices[0], "finish_reason")
+                if reason:
+                    probe.call.finish_reason = str(reason)
+                delta = field_of(choices[0], "delta")
+                content = field_of(delta, "content") if delta is not None else None
+                if isinstance(content, str):
+                    text.append(content)
+                for tool in (field_of(delta, "tool_calls") or []) if delta is not None else []:
+                    arguments = field_of(field_of(tool, "function"), "arguments")
+                    if isinstance(arguments, str):
+                        text.append(arguments)
+            elif _event_type(item) == "response.completed":
+                final = field_of(item, "response")
+                tokens = reported_tokens(field_of(final, "usage")) or tokens
+            yield item
+    except BaseException as exc:
+        probe.failed(exc)
+        raise
+    probe.finish(final, tokens, "".join(text))

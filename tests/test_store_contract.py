@@ -1,0 +1,195 @@
+"""The TaskStore contract, run against every store: memory, SQLite and PostgreSQL.
+
+PostgreSQL uses the real server (MAIL_TEST_DATABASE_URL, default
+postgresql://postgres@127.0.0.1:5432/test) in a schema of its own, dropped at the end;
+SQLite a file in the test's tmp_path. What is specific to one store stays in its own file
+(test_store_memory.py, test_store_postgres.py, test_store_sqlite.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
+from tests.test_store_postgres import BASE_URL, FAST, TASK, new_key
+
+from mail.store import MemoryTaskStore, TaskStore
+from mail.store.postgres import PostgresTaskStore
+from mail.store.sqlite import SqliteTaskStore
+
+STORES = ["memory", "sqlite", "postgres"]
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with scratch_schema("mail_contract", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
+
+
+@pytest.fixture(params=STORES)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
+    if request.param == "memory":
+        s: TaskStore = MemoryTaskStore()
+    elif request.param == "sqlite":
+        s = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
+    else:
+        s = PostgresTaskStore(request.getfixturevalue("pg_url"), **FAST)
+    await s.start()
+    yield s
+    await s.close()
+
+
+# -- contract: every implementation -----------------------------------------------------------
+
+
+async def test_round_trip_of_every_method(store: TaskStore) -> None:
+    key = new_key()
+    await store.upsert_task(key, {**TASK, "breakpoint_calls": [{"call_id": "c1"}]})
+    for i in range(3):
+        await store.append_event(
+            key, "t-1", {"event": "new_message", "data": f'{{"i":{i}}}', "id": str(i)}
+        )
+    history = [{"role": "system", "content": "You are helpful"}, {"role": "user", "content": "hi"}]
+    await store.save_history(key, "t-1", "supervisor", None, history)
+    await store.save_response(
+        key, "t-1", {"id": "m1", "message": {"body": "done"}, "msg_type": "response"}
+    )
+    queue = [{"priority": 3, "seq": 7, "message": {"id": "q1", "msg_type": "request"}}]
+    await store.save_queue(key, "t-1", queue)
+    assert await store.flush(timeout=10)
+
+    snap = await store.load_instance(key)
+    assert snap.tasks["t-1"] == {**TASK, "breakpoint_calls": [{"call_id": "c1"}]}
+    assert snap.events["t-1"] == [
+        {"event": "new_message", "data": f'{{"i":{i}}}', "id": str(i)} for i in range(3)
+    ]
+    assert snap.histories == {("t-1", "supervisor"): history}
+    assert snap.histories_for_task("t-1") == {"supervisor": history}
+    assert snap.responses["t-1"]["message"]["body"] == "done"
+    assert snap.queues == {"t-1": queue}
+
+    await store.delete_queue(key, "t-1")
+    assert (await store.load_instance(key)).queues == {}
+
+
+async def test_partial_task_update_keeps_other_fields(store: TaskStore) -> None:
+    key = new_key()
+    await store.upsert_task(key, TASK)
+    await store.upsert_task(key, {"task_id": "t-1", "is_running": False, "completed": True})
+    await store.upsert_task(key, {"task_id": "t-1", "title": None, "note": "x"})
+    record = (await store.load_instance(key)).tasks["t-1"]
+    assert record == {**TASK, "is_running": False, "completed": True, "note": "x"}
+
+
+async def test_history_save_replaces_instead_of_appending(store: TaskStore) -> None:
+    # BEHAVIOR §13.20: the original appended a row per completion and concatenated them.
+    key = new_key()
+    first = [{"role": "user", "content": "one"}]
+    second = first + [{"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}]
+    await store.save_history(key, "t", "a", "completions", first)
+    await store.flush(timeout=10)
+    await store.save_history(key, "t", "a", "completions", second)
+    snap = await store.load_instance(key)
+    assert snap.histories[("t", "a")] == second
+
+
+async def test_instances_are_isolated(store: TaskStore) -> None:
+    key_a, key_b = new_key(), new_key("admin")
+    await store.upsert_task(key_a, TASK)
+    await store.save_history(key_a, "t-1", "sup", None, [{"role": "user", "content": "a"}])
+    snap_b = await store.load_instance(key_b)
+    assert snap_b.is_empty()
+    assert not (await store.load_instance(key_a)).is_empty()
+
+
+async def test_later_mutation_of_runtime_objects_does_not_change_the_store(
+    store: TaskStore,
+) -> None:
+    key = new_key()
+    history = [{"role": "user", "content": "original"}]
+    await store.save_history(key, "t", "a", None, history)
+    history[0]["content"] = "mutated"
+    history.append({"role": "assistant", "content": "extra"})
+    assert (await store.load_instance(key)).histories[("t", "a")] == [
+        {"role": "user", "content": "original"}
+    ]
+
+
+async def test_bad_task_record_is_rejected_by_the_caller(store: TaskStore) -> None:
+    with pytest.raises(ValueError, match="task_id"):
+        await store.upsert_task(new_key(), {"task_owner": "x"})
+    with pytest.raises(ValueError, match="start_time"):
+        await store.upsert_task(new_key(), {"task_id": "t", "start_time": "yesterday"})
+    assert store.pending_writes == 0
+
+
+# -- stored events keep a message once (issue 12, item 5) ------------------------------------
+
+
+async def test_stored_events_hold_a_large_message_once(store: TaskStore) -> None:
+    from mail.api.persistence import StoreObserver, restore_snapshot
+    from support.scripted_agents import AgentSpec, ScriptedAgent, make_runtime, run_task
+    from support.scripted_agents import task_complete as complete
+
+    def runtime() -> Any:
+        agent = ScriptedAgent("supervisor", [[complete("ok")]])
+        return make_runtime({"supervisor": AgentSpec(agent, [], True)})
+
+    rt = runtime()
+    key = new_key()
+    observer = StoreObserver(rt, store, key, persist_histories=False)
+    observer.start()
+    rt.observer = observer
+    body = "z" * 200_000
+    response = await run_task(rt, "big", body)
+    assert response["message"]["body"] == "ok"
+    assert await observer.flush(10)
+    await observer.close()
+
+    snap = await store.load_instance(key)
+    stored = sum(len(e["data"] or "") for e in snap.events["big"])
+    assert len(body) < stored < 1.2 * len(body)  # once, not twice (description + message)
+
+    # Restored events read exactly as the live ones did.
+    again = runtime()
+    restore_snapshot(again, snap)
+    live = {e.id: e for e in rt.get_events_by_task_id("big")}
+    for event in again.get_events_by_task_id("big"):
+        assert json.loads(event.data) == json.loads(live[event.id].data)
+
+
+async def test_last_save_or_delete_of_a_queue_wins(store: TaskStore) -> None:
+    # Written without a flush in between: SQL stores coalesce them within one batch.
+    key = new_key()
+    await store.save_queue(key, "gone", [{"seq": 1}])
+    await store.save_queue(key, "gone", [{"seq": 2}])
+    await store.delete_queue(key, "gone")
+    await store.delete_queue(key, "kept")
+    await store.save_queue(key, "kept", [{"seq": 3}])
+    await store.save_history(key, "kept", "a", None, [{"role": "user", "content": "1"}])
+    await store.save_history(key, "kept", "a", None, [{"role": "user", "content": "2"}])
+    snap = await store.load_instance(key)
+    assert snap.queues == {"kept": [{"seq": 3}]}
+    assert snap.histories[("kept", "a")] == [{"role": "user", "content": "2"}]
+
+
+async def test_write_nowait_keeps_the_order_of_awaited_writes(store: TaskStore) -> None:
+    nowait = getattr(store, "write_nowait", None)
+    if nowait is None:
+        pytest.skip("the store has no write_nowait (the observer awaits its methods)")
+    key = new_key()
+    assert nowait(key, "upsert_task", TASK)
+    assert nowait(key, "append_event", "t-1", {"event": "e", "data": "1", "id": "1"})
+    await store.append_event(key, "t-1", {"event": "e", "data": "2", "id": "2"})
+    assert nowait(key, "append_event", "t-1", {"event": "e", "data": "3", "id": "3"})
+    assert nowait(key, "save_queue", "t-1", [{"seq": 1}])
+    with pytest.raises(ValueError, match="task_id"):
+        nowait(key, "upsert_task", {"task_id": ""})
+    snap = await store.load_instance(key)
+    assert [e["data"] for e in snap.events["t-1"]] == ["1", "2", "3"]
+    assert snap.queues == {"t-1": [{"seq": 1}]}
+    assert "t-1" in snap.tasks
