@@ -101,10 +101,15 @@ def test_a_front_end_without_the_heads_token_is_one_line_and_exit_2(
 
 def test_a_wrong_token_is_one_line_and_exit_2(token_head: tuple[str, str], tmp_path: Path) -> None:
     address, _token = token_head
+    started = time.monotonic()
     run = _front_end(tmp_path, address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64})
+    elapsed = time.monotonic() - started
     assert run.returncode == 2, run.stderr[-3000:]
     last = [line for line in run.stderr.splitlines() if line.strip()][-1]
     assert "refused this front end's token authentication" in last, last
+    # Probed before ray.init, which would retry a refused token for minutes.
+    assert elapsed < 60, f"a wrong token took {elapsed:.0f} s to be refused"
+    print(f"wrong token refused in {elapsed:.1f} s")
 
 
 def test_the_token_in_rays_default_file_is_presented_by_itself(tmp_path: Path) -> None:

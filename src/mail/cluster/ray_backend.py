@@ -36,6 +36,7 @@ from mail.cluster.ray_connect import (
     _short_temp_root,
     _token_auth_off,
     check_reachable,
+    head_refuses_our_token,
     head_requires_token,
 )
 from mail.cluster.settings import ClusterUnavailable, require_ray
@@ -105,7 +106,9 @@ class RayInstances:
                 else:
                     check_reachable(self.address)
                     requires_token = head_requires_token(self.address)
-                    if requires_token and not self._presents_token():
+                    if requires_token and (
+                        not self._presents_token() or head_refuses_our_token(self.address)
+                    ):
                         raise ClusterUnavailable(self._token_refused())
                     ray.init(
                         address=self.address,

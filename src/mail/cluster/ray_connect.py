@@ -55,6 +55,26 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
 def head_requires_token(address: str, timeout: float = 5.0) -> bool:
     """Whether the GCS at ``host:port`` refuses a call that carries no token (False when
     unknown: a ``ray://`` address, no answer, or a Ray without token authentication)."""
+    return _refuses(address, (), timeout)
+
+
+def head_refuses_our_token(address: str, timeout: float = 5.0) -> bool:
+    """Whether the GCS at ``host:port`` refuses the token this process would present
+    (Ray itself retries a refused token for minutes before it gives up)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+
+        header = AuthenticationTokenLoader.instance().get_token_for_http_header(
+            ignore_auth_mode=True
+        )
+    except Exception:  # noqa: BLE001 - a Ray without token authentication, or no token
+        return False
+    metadata = tuple((str(k).lower(), str(v)) for k, v in dict(header or {}).items())
+    return bool(metadata) and _refuses(address, metadata, timeout)
+
+
+def _refuses(address: str, metadata: tuple[tuple[str, str], ...], timeout: float) -> bool:
+    """Whether one GetClusterId call carrying `metadata` is refused as unauthenticated."""
     if "://" in address or ":" not in address:
         return False
     try:
@@ -66,7 +86,7 @@ def head_requires_token(address: str, timeout: float = 5.0) -> bool:
         with grpc.insecure_channel(address) as channel:
             stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
             request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
-            stub.GetClusterId(request, timeout=timeout)
+            stub.GetClusterId(request, timeout=timeout, metadata=metadata)
     except grpc.RpcError as exc:
         return bool(exc.code() == grpc.StatusCode.UNAUTHENTICATED)
     except Exception:  # noqa: BLE001 - a probe only: Ray's own connection decides

@@ -296,7 +296,7 @@ class PostgresTaskStore(BufferedSqlStore):
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
-        writes = coalesce_writes(batch)
+        writes = list(batch)
         fenced: list[FencedLease] = []
         async with self._pool.acquire() as conn:
             if not self._schema_ready and self._auto_create_schema:
@@ -305,7 +305,8 @@ class PostgresTaskStore(BufferedSqlStore):
             try:
                 async with conn.transaction():
                     writes, fenced = await self._fence(conn, writes)
-                    for kind, rows in runs_by_kind(writes):
+                    # Coalesced after the fence: a stale delete must not replace a current save.
+                    for kind, rows in runs_by_kind(coalesce_writes(writes)):
                         await conn.executemany(_SQL[kind], rows)
             except asyncpg.exceptions.UndefinedTableError:
                 self._schema_ready = False

@@ -122,7 +122,8 @@ def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease
                 if row is not None:
                     current[lease] = row[0]
             writes, fenced = split_fenced(writes, current)
-        for kind, rows in runs_by_kind(writes):
+        # Coalesce only what survives the fence: a stale delete must not replace a current save.
+        for kind, rows in runs_by_kind(coalesce_writes(writes)):
             conn.executemany(_SQL[kind], rows)
     return fenced
 
@@ -200,7 +201,7 @@ class SqliteTaskStore(BufferedSqlStore):
 
     # -- writes and fencing ------------------------------------------------------------------
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
-        fenced = await self.db.run(_apply, coalesce_writes(batch))
+        fenced = await self.db.run(_apply, list(batch))
         self._count_fenced(fenced)
 
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
