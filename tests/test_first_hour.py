@@ -168,15 +168,18 @@ def test_missing_provider_key_is_warned_and_fails_fast_naming_the_variable(
         _wait_for(lambda: "OPENAI_API_KEY is not set" in server.logs(), "the start-up warning")
         warning = [line for line in server.logs().splitlines() if "is not set" in line]
         assert len(warning) == 1 and "agent 'supervisor' uses openai/gpt-5-mini" in warning[0]
-        started = time.monotonic()
-        answer = httpx.post(
-            f"{server.base_url}/message", json={"body": "hi"}, headers=auth(key), timeout=60
-        )
-        took = time.monotonic() - started
-        assert answer.status_code == 200, answer.text
-        body = answer.json()
-        assert "OPENAI_API_KEY is not set" in body["response"], body
-        assert "Set OPENAI_API_KEY" in body["response"], body
+        # The first request also imports the model library (seconds on a loaded machine); the
+        # second shows the failure itself is immediate (retries with backoff take far longer).
+        for attempt in range(2):
+            started = time.monotonic()
+            answer = httpx.post(
+                f"{server.base_url}/message", json={"body": "hi"}, headers=auth(key), timeout=60
+            )
+            took = time.monotonic() - started
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert "OPENAI_API_KEY is not set" in body["response"], body
+            assert "Set OPENAI_API_KEY" in body["response"], body
         assert took < 10, f"a missing key should fail at once, took {took:.1f}s (retries?)"
         errors = _agent_errors(server, key, body["task_id"])
         assert errors and errors[0]["extra_data"]["error_kind"] == "missing_api_key", errors
