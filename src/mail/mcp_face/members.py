@@ -46,6 +46,7 @@ class Member:
     notify: Callable[[], Awaitable[None]] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _taking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _marks: int = 0  # mark_read calls so far (a wait that read before one looks again)
     _listener: Any = None
     _announcing: bool = False
     _announcements: set[asyncio.Task[None]] = field(default_factory=set)
@@ -112,6 +113,7 @@ class Member:
         if entries:
             ids = [e["entry_id"] for e in entries]
             await self.team.store.mark(self.team.key, self.name, ids, field="read")
+            self._marks += 1  # once stored: a read after it sees them read
 
     async def take(
         self,
@@ -131,11 +133,12 @@ class Member:
             )
         self.waits += 1
         try:
-            await self._wait_unread(timeout, sender, task_id)
+            found, marks = await self._wait_unread(timeout, sender, task_id)
         finally:
             self.waits -= 1
         async with self._taking:  # two waits never hand out the same entry
-            found = await self.unread(sender, task_id)
+            if marks != self._marks:  # another call marked entries since: look again
+                found = await self.unread(sender, task_id)
             answer, count = packer(found)
             await self.mark_read(found[:count])
         return answer, not found
@@ -145,17 +148,23 @@ class Member:
     ) -> list[Any]:
         """The unread entries matching the filters, waiting up to `timeout` s for the first
         (one known to be on its way: not counted as a wait of the client's)."""
-        await self._wait_unread(timeout, sender, task_id)
-        return await self.unread(sender, task_id)
+        found, _ = await self._wait_unread(timeout, sender, task_id)
+        return found
 
-    async def _wait_unread(self, timeout: float, sender: str | None, task_id: str | None) -> None:
+    async def _wait_unread(
+        self, timeout: float, sender: str | None, task_id: str | None
+    ) -> tuple[list[Any], int]:
+        """(the unread entries matching, as soon as there is one or time is up; the count
+        of mark_read calls when they were read)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             changed = self.changed()
+            marks = self._marks
+            found = await self.unread(sender, task_id)
             remaining = deadline - loop.time()
-            if remaining <= 0 or not self.active or await self.unread(sender, task_id):
-                return
+            if found or remaining <= 0 or not self.active:
+                return found, marks
             try:
                 async with asyncio.timeout(remaining):
                     await changed.wait()
