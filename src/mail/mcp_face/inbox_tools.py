@@ -167,7 +167,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
             "offset": offset,
             "body": "",
             "body_chars": len(body),
-            "next_offset": len(body),
+            "next_offset": replies.WIDEST_COUNT,
         }
         room = budget - replies.wire_bytes(replies.dumps(shell))
         end = offset + replies.fit_prefix(body[offset:], room)

@@ -102,16 +102,29 @@ def pack(
     return answer, len(kept)
 
 
-def cut_message(entry: dict[str, Any], room: int) -> dict[str, Any] | None:
+def cut_message(entry: dict[str, Any], room: int) -> dict[str, Any]:
     """An inbox message cut to `room` bytes: the start of its body, ``truncated: true``, its
     length and the offset ``read_message`` continues from."""
     body = str(entry.get("body") or "")
     marked = {**entry, "truncated": True, "body_chars": len(body), "next_offset": len(body)}
     avail = room - wire_bytes(dumps({**marked, "body": ""}))
-    if avail < 0:  # the rest of it (a subject, attachments) is too large already
-        return cut_strings(entry, room)
-    kept = fit_prefix(body, avail)
-    return {**marked, "body": body[:kept], "next_offset": kept}
+    if avail >= 0:
+        kept = fit_prefix(body, avail)
+        return {**marked, "body": body[:kept], "next_offset": kept}
+    # The rest of it (a subject, a list of attachments) is too large already: its strings
+    # cut, or, past that, its ids alone, so that it is still handed out (and read on).
+    cut = cut_strings(marked, room)
+    if cut is not None:
+        return {**cut, "body": "", "next_offset": 0}
+    keep = ("entry_id", "kind", "thread_id", "sender", "task_id", "timestamp")
+    return {
+        **{k: entry.get(k) for k in keep},
+        "body": "",
+        "truncated": True,
+        "body_chars": len(body),
+        "next_offset": 0,
+        "omitted": f"its subject and attachments are too large for one answer ({SETTING})",
+    }
 
 
 def cut_marker(dropped: int) -> str:
