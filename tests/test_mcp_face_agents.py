@@ -100,7 +100,7 @@ def test_swarm_agent_asks_outside_agent_and_waits_for_its_reply(env: Env) -> Non
             # A long-poll with nothing to read times out, bounded by its timeout.
             started = time.monotonic()
             empty = await ext.call("wait_for_messages", timeout_seconds=0.5)
-            assert empty == {"messages": [], "timed_out": True}
+            assert empty == {"messages": [], "timed_out": True, "more": 0}
             assert 0.4 < time.monotonic() - started < 10
 
     asyncio.run(main())
@@ -157,7 +157,7 @@ def test_outside_agent_asks_swarm_agent_and_waits(env: Env) -> None:
             counts = await ext.call("check_new_messages")
             assert counts["unread"] == 0
             inbox = await ext.call("get_messages", limit=10)
-            assert {m["body"] for m in inbox} >= {"green"}
+            assert {m["body"] for m in inbox["messages"]} >= {"green"}
 
     asyncio.run(main())
 
@@ -195,6 +195,23 @@ def test_threads_and_attachments(env: Env) -> None:
             assert env.get(f"/attachments/{sent['id']}", env.bob).status_code == 404
             details = await ext.call("get_thread_details", thread_id=thread_id)
             assert "on it" in str(details)
+            # A swarm agent sends the outside agent a file: it reads it by the id it got.
+            root = env.dir / "files" / "user-alice"
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "draft.txt").write_text("Draft: launch on Monday.", encoding="utf-8")
+            env.queue(
+                tool_call("transfer_file", {"recipient": "scribe", "source_path": "draft.txt"}),
+                match=A,
+            )
+            env.queue(tool_call("await_message", {}), match=A)
+            await ext.call("send_request", target="a", subject="draft?", body="send the draft")
+            got = await ext.call("wait_for_messages", timeout_seconds=60)
+            [file_message] = got["messages"]
+            assert file_message["sender"] == "a"
+            [attachment] = file_message["attachments"]
+            assert attachment["filename"] == "draft.txt"
+            text = await ext.call("read_attachment", attachment_id=attachment["id"])
+            assert text == "Draft: launch on Monday."
 
     asyncio.run(main())
 

@@ -110,7 +110,22 @@ async def test_inbox_filters_flags_and_counts(store: TeamStore) -> None:
     unshown = await store.inbox(KEY, "a", unshown_only=True)
     assert [e["entry_id"] for e in unshown] == ["m2", "m1"]
     assert await store.unread_counts(KEY) == {"a": {"direct": 1, "th_1": 2}, "b": {"th_1": 1}}
-    await store.mark(KEY, "a", ["m2", "m1"], field="read")
+    await store.mark(KEY, "a", ["m2"], field="read")
+    # The unread ones, oldest first: the queue an outside agent drains (the limit keeps
+    # the oldest); one entry by its id.
+    unread = await store.inbox(KEY, "a", unread_only=True, oldest_first=True, limit=1)
+    assert [e["entry_id"] for e in unread] == ["m1"]
+    unread = await store.inbox(KEY, "a", unread_only=True)
+    assert [e["entry_id"] for e in unread] == ["m3", "m1"]
+    assert [e["entry_id"] for e in await store.inbox(KEY, "a", oldest_first=True)] == [
+        "m1",
+        "m2",
+        "m3",
+    ]
+    [one] = await store.inbox(KEY, "a", entry_id="m2")
+    assert one["body"] == "body m2" and one["read"] is True
+    assert await store.inbox(KEY, "b", entry_id="m2") == []
+    await store.mark(KEY, "a", ["m1"], field="read")
     assert (await store.inbox(KEY, "a"))[1]["read"] is True
     assert await store.unread_counts(KEY, "th_1") == {"a": {"th_1": 1}, "b": {"th_1": 1}}
     assert await store.inbox(OTHER, "a") == []

@@ -194,6 +194,10 @@ class McpConfig(_Section):
     max_waits_per_agent: int = Field(default=4, gt=0)
     # Characters of the subject of a message an outside agent sends.
     max_subject_chars: int = Field(default=1000, gt=0)
+    # Bytes of one answer to a tool call or resource read (the JSON-RPC message). The
+    # mcp SDK's client refuses a server-sent event over 1 MiB; message lists hold as many
+    # whole messages as fit, a longer body is cut and read on with read_message.
+    max_reply_bytes: int = Field(default=512 * 1024, ge=4096)
 
 
 class ClusterConfig(_Section):

@@ -36,12 +36,13 @@ class LazyMcpRoute:
     async def _build(self) -> Any:
         async with self._building:
             if self.endpoint is None:
-                from mail.mcp_face import agent_tools, user_tools
+                from mail.mcp_face import agent_tools, inbox_tools, user_tools
                 from mail.mcp_face.face import Face
                 from mail.mcp_face.transport import McpEndpoint
 
                 face = Face(self.app, self.config.mcp)
                 agent_tools.register(face)
+                inbox_tools.register(face)
                 user_tools.register(face)
                 max_body = self.config.settings.max_request_body or 4 * 1024 * 1024
                 endpoint = McpEndpoint(face, max_body)

@@ -15,6 +15,8 @@ from mail.core.message import create_agent_address, make_message, make_request
 from mail.core.tools import AgentToolCall
 from mail.mcp_face.members import FaceError, Member
 
+SENDING = frozenset({"send_request", "send_response", "send_broadcast"})
+
 
 def _tool_call(tool: str, args: dict[str, Any]) -> AgentToolCall:
     call_id = f"mcp_{uuid.uuid4().hex[:12]}"
@@ -44,6 +46,13 @@ async def run_tool(
         raise FaceError(
             f"not sent: the subject is {len(subject)} characters; the limit is {max_subject} "
             "([server.mcp] max_subject_chars)"
+        )
+    task = rt.mail_tasks.get(task_id)
+    if tool in SENDING and task is not None and task.completed:
+        # The runtime drops an agent's message to a completed task: say so instead.
+        raise FaceError(
+            f"not sent: task '{task_id}' is completed, and messages to it would be dropped; "
+            "leave out task_id to start a new task"
         )
     call = _tool_call(tool, args)
     oversized = rt.turns.oversized_text(call)

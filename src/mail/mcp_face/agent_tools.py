@@ -11,37 +11,27 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
+from mail.mcp_face import inbox_tools, replies
 from mail.mcp_face.acting import run_tool
 from mail.mcp_face.face import Face
 from mail.mcp_face.members import FaceError, Member
+
+REPLY_FILED_SECONDS = 5.0
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _public(entry: dict[str, Any]) -> dict[str, Any]:
-    keep = ("entry_id", "kind", "thread_id", "sender", "subject", "body", "task_id", "timestamp")
-    out = {k: entry.get(k) for k in keep}
-    if entry.get("attachments"):
-        out["attachments"] = entry["attachments"]
-    return out
-
-
 def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each short
-    server = face.server
+    tool = face.tool
+    budget = replies.text_budget(face.settings.max_reply_bytes)
 
-    async def act(ctx: Context[Any, Any], tool: str, args: dict[str, Any], task_id: str) -> str:
+    async def act(ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str) -> str:
         member = face.member(ctx)
         assert member is not None
         try:
-            return await run_tool(member, tool, args, task_id, face.settings.max_subject_chars)
-        except FaceError as exc:
-            raise ToolError(str(exc)) from None
-
-    async def wait(member: Member, timeout: float, **filters: Any) -> list[dict[str, Any]]:
-        try:
-            return await member.wait_unread(timeout, **filters)
+            return await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
             raise ToolError(str(exc)) from None
 
@@ -50,7 +40,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
             return task_id
         return member.last_task or member.home_task
 
-    @server.tool(
+    @tool(
         description=(
             "Join this MAIL swarm as an agent named `name` (letters, digits, '_', '-', '.'; "
             "must not be taken). `description` tells the swarm's agents what you do. After "
@@ -67,11 +57,11 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         agents = [n for n in member.runtime.agents if n != member.name]
         return _json({"joined_as": member.name, "swarm": face.state.swarm_name, "agents": agents})
 
-    @server.tool(description="Leave the swarm: you are no longer listed or addressable.")
+    @tool(description="Leave the swarm: you are no longer listed or addressable.")
     async def leave_swarm(ctx: Context[Any, Any]) -> str:
         return _json({"left": face.leave(ctx)})
 
-    @server.tool(
+    @tool(
         description=(
             "Send a request to an agent of the swarm (`target` is its name) asking for "
             "information or handing it work. Without `task_id` a new task starts; pass the "
@@ -97,13 +87,22 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 timeout_seconds, face.state.config.team_tools.reply_timeout
             )
         result = await act(ctx, "send_request", args, task)
-        if wait_for_reply:  # the reply is this result: it is not left unread in the inbox
-            member = face.member(ctx)
-            assert member is not None
-            await member.wait_unread(0, sender=target.strip(), task_id=task)
-        return _json({"task_id": task, "result": result})
+        if not wait_for_reply:
+            return _json({"task_id": task, "result": result})
+        # The reply is this result: it is not left unread in the inbox.
+        member = face.member(ctx)
+        assert member is not None
+        # (The reply is filed in the inbox as it is handed over; it may land a moment after.)
+        replied = await member.arrived(REPLY_FILED_SECONDS, sender=target.strip(), task_id=task)
+        await member.mark_read(replied)
+        answer = {"task_id": task, "result": result}
+        if replies.wire_bytes(_json(answer)) <= budget or not replied:
+            return _json(answer)  # (an answer still too large is cut by ReplyCap)
+        cut = replies.cut_message(inbox_tools.public(replied[-1]), budget - 512)
+        note = f"reply from {target.strip()}, too long for one answer: see `reply`"
+        return _json({"task_id": task, "result": note, "reply": cut})
 
-    @server.tool(
+    @tool(
         description=(
             "Answer a request an agent sent you: `target` is the agent that asked, `task_id` "
             "the task of its request (from get_messages; defaults to the task of the newest "
@@ -119,7 +118,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         args = {"target": target, "subject": subject, "body": body}
         return _json({"task_id": task, "result": await act(ctx, "send_response", args, task)})
 
-    @server.tool(
+    @tool(
         description=(
             "Send one message to several agents of the swarm: `targets` is a list of names, "
             'or ["all"] for everyone. You never receive your own broadcast.'
@@ -138,63 +137,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         args = {"subject": subject, "body": body, "targets": targets or ["all"]}
         return _json({"task_id": task, "result": await act(ctx, "send_broadcast", args, task)})
 
-    @server.tool(
-        description=(
-            "Wait up to timeout_seconds for a message from agent `sender` (optionally on one "
-            "task) that you have not read yet, and return it (marked read). Use after "
-            "send_request without wait_for_reply. Returns an empty list on timeout."
-        )
-    )
-    async def wait_for_reply(
-        ctx: Context[Any, Any],
-        sender: str,
-        task_id: str | None = None,
-        timeout_seconds: float | None = None,
-    ) -> str:
-        member = face.member(ctx)
-        assert member is not None
-        timeout = face.clamp_wait(timeout_seconds, face.state.config.team_tools.reply_timeout)
-        found = await wait(member, timeout, sender=sender, task_id=task_id)
-        return _json({"messages": [_public(e) for e in found], "timed_out": not found})
-
-    @server.tool(
-        description=(
-            "Block until at least one unread message is in your inbox, at most "
-            "timeout_seconds (0 checks and returns at once), then return the unread messages "
-            "(oldest first, marked read). Call it in a loop to serve the swarm's requests."
-        )
-    )
-    async def wait_for_messages(ctx: Context[Any, Any], timeout_seconds: float = 30.0) -> str:
-        member = face.member(ctx)
-        assert member is not None
-        found = await wait(member, face.clamp_wait(timeout_seconds, 30.0))
-        found.reverse()
-        return _json({"messages": [_public(e) for e in found], "timed_out": not found})
-
-    @server.tool(
-        description=(
-            "Read your inbox, newest first (default 10, at most 100), optionally only one "
-            "thread or entries since an ISO 8601 time. Returned entries are marked read."
-        )
-    )
-    async def get_messages(
-        ctx: Context[Any, Any],
-        limit: int = 10,
-        thread_id: str | None = None,
-        since: str | None = None,
-    ) -> str:
-        member = face.member(ctx)
-        assert member is not None
-        args = {"limit": limit, "thread_id": thread_id, "since": since}
-        return await act(ctx, "get_messages", args, member.home_task)
-
-    @server.tool(description='How many unread messages you have: {"unread", "direct", "threads"}.')
-    async def check_new_messages(ctx: Context[Any, Any]) -> str:
-        member = face.member(ctx)
-        assert member is not None
-        return await act(ctx, "check_new_messages", {}, member.home_task)
-
-    @server.tool(
+    @tool(
         description=(
             "Open a named group conversation (thread) with agents of the swarm; you are its "
             "creator. Thread posts reach every participant's inbox. Returns the thread_id."
@@ -211,7 +154,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         args = {"title": title, "participants": participants, "initial_message": initial_message}
         return await act(ctx, "create_thread", args, task_for(member, None))
 
-    @server.tool(
+    @tool(
         description=(
             "Post to a thread you take part in. urgent=true also wakes every participant "
             "at once (an interrupt); a normal post waits for their next turn."
@@ -225,20 +168,20 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         args = {"thread_id": thread_id, "body": body, "urgent": urgent}
         return await act(ctx, "post_to_thread", args, task_for(member, None))
 
-    @server.tool(description="Join an existing thread by its thread_id.")
+    @tool(description="Join an existing thread by its thread_id.")
     async def join_thread(ctx: Context[Any, Any], thread_id: str) -> str:
         member = face.member(ctx)
         assert member is not None
         return await act(ctx, "join_thread", {"thread_id": thread_id}, task_for(member, None))
 
-    @server.tool(description="A thread's title, creator, participants and its last 20 posts.")
+    @tool(description="A thread's title, creator, participants and its last 20 posts.")
     async def get_thread_details(ctx: Context[Any, Any], thread_id: str) -> str:
         member = face.member(ctx)
         assert member is not None
         args = {"thread_id": thread_id}
         return await act(ctx, "get_thread_details", args, task_for(member, None))
 
-    @server.tool(
+    @tool(
         description=(
             "Add `agent` to a thread you take part in, or remove one (remove=true; the "
             "creator can remove anyone, others only themselves)."
@@ -253,7 +196,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         args = {"thread_id": thread_id, "agent": agent}
         return await act(ctx, tool, args, task_for(member, None))
 
-    @server.tool(
+    @tool(
         description=(
             "Send a file to an agent of the swarm (or 'user'): give its text as `content` or "
             "its bytes as `content_base64`. The recipient gets a message naming the "
@@ -286,7 +229,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
             raise ToolError(str(exc)) from None
         return _json({"task_id": task, "sent_to": target, **files.attachment_meta(record)})
 
-    @server.tool(
+    @tool(
         description=(
             "The text of an attachment sent to you (or by you), by its id. Binary files and "
             "files over [server.team_tools] max_read_bytes are refused."

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.session import ClientSession, MessageHandlerFnT
+from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 
 
 class ToolFailed(Exception):
@@ -23,14 +23,37 @@ class ToolFailed(Exception):
 
 
 @contextlib.asynccontextmanager
-async def connect(base_url: str, key: str, timeout: float = 120.0) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session with `mail server` at `base_url` (``/mcp`` is appended)."""
+async def connect(
+    base_url: str,
+    key: str,
+    timeout: float = 120.0,
+    *,
+    message_handler: MessageHandlerFnT | None = None,
+    http_client: httpx2.AsyncClient | None = None,
+    max_event_bytes: int | None = None,
+) -> AsyncIterator[ClientSession]:
+    """An initialized MCP session with `mail server` at `base_url` (``/mcp`` is appended).
+
+    `message_handler` gets what the server sends on its own (notifications such as
+    ``notifications/resources/updated`` for a subscribed ``mail://inbox``). An `http_client`
+    given is used as it is (it must send the key); it is not closed here. `max_event_bytes`
+    is the largest server-sent event the transport reads (the SDK's 1 MiB by default)."""
     headers = {"Authorization": f"Bearer {key}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout)) as http,
-        streamable_http_client(f"{base_url.rstrip('/')}/mcp", http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
+    async with contextlib.AsyncExitStack() as stack:
+        if http_client is None:
+            http_client = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout))
+            )
+        url = f"{base_url.rstrip('/')}/mcp"
+        transport = streamable_http_client(
+            url,
+            http_client=http_client,
+            max_sse_event_size=max_event_bytes or DEFAULT_MAX_SSE_EVENT_SIZE,
+        )
+        read, write = await stack.enter_async_context(transport)
+        session = await stack.enter_async_context(
+            ClientSession(read, write, message_handler=message_handler)
+        )
         await session.initialize()
         yield session
 

@@ -8,7 +8,8 @@ caller's instance and the session's member.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import HTTPException
 from mcp.server.mcpserver import Context, MCPServer
@@ -17,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mail.config import McpConfig
 from mail.mcp_face import members
 from mail.mcp_face.members import FaceError, Member
+from mail.mcp_face.replies import ReplyCap
 from mail.server.auth import Caller, unauthorized
 
 INSTRUCTIONS = (
@@ -24,12 +26,14 @@ INSTRUCTIONS = (
     "an agent of it: the swarm's agents can then message you by name and you can message "
     "them (send_request, send_response, send_broadcast). Their messages wait in your inbox: "
     "wait_for_messages(timeout_seconds) blocks until something arrives, get_messages reads "
-    "it. To use the swarm like a person instead, call post_message and answer its pauses "
+    "it; subscribe to mail://inbox to be notified instead. An answer holds what fits; "
+    "'more' counts the messages still waiting. To use the swarm like a person instead, call post_message and answer its pauses "
     "with answer_breakpoint or review_actions. Resources mail://swarm/description, "
     "mail://swarm/agents, mail://swarm/threads and mail://tasks/{task_id}/events describe "
     "what is going on."
 )
 SESSION_KEY = "mail_member"
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
 class Face:
@@ -39,7 +43,16 @@ class Face:
         self.server: MCPServer[Any] = MCPServer(
             name="mail", instructions=INSTRUCTIONS, warn_on_duplicate_resources=False
         )
+        # Every answer fits [server.mcp] max_reply_bytes (the client's event limit).
+        self.server.middleware.append(ReplyCap(settings.max_reply_bytes))
         self.background: set[Any] = set()  # post_message(wait=false) tasks, held
+        # Called with (member, connection) when a session joins (inbox notices).
+        self.on_join: list[Callable[[Member, Any], None]] = []
+
+    def tool(self, description: str) -> Callable[[_Fn], _Fn]:
+        """Register a tool. Its text answer is all it sends: without structured output the
+        SDK would send the text a second time, as ``{"result": text}``."""
+        return self.server.tool(description=description, structured_output=False)
 
     # ------------------------------------------------------------------ context
     @property
@@ -113,6 +126,8 @@ class Face:
             raise ToolError(str(exc)) from None
         connection = self._connection(ctx)
         connection.state[SESSION_KEY] = member
+        for hook in self.on_join:
+            hook(member, connection)
         connection.exit_stack.callback(members.leave, member)  # the session ended
         return member
 

@@ -2,7 +2,8 @@
 
 A member is an `ExternalAgentCore` in the caller's runtime (see core/external_agents.py)
 plus what its session needs: the instance it holds (reclaim waits while it is joined), its
-team service (inbox, threads, files, reply waits) and an event its long-polls wait on.
+team service (inbox, threads, files, reply waits), an event its long-polls wait on, and
+the notification its client may have subscribed to (inbox_tools.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,11 @@ class FaceError(Exception):
     """A tool call that cannot be carried out; the text is what the client reads."""
 
 
+UNREAD_PAGE = 100  # unread entries looked at first; a filtered wait looks further if need be
+
+Packer = Callable[[list[Any]], tuple[dict[str, Any], int]]
+
+
 @dataclass(eq=False)
 class Member:
     name: str
@@ -35,8 +42,14 @@ class Member:
     waits: int = 0  # long-polls running now
     home_task: str = field(default_factory=lambda: f"mcp_{uuid.uuid4().hex[:16]}")
     last_task: str | None = None  # the task of the newest message it got
+    # Tells the session's client that its inbox changed (MCP notifications), if it asked.
+    notify: Callable[[], Awaitable[None]] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _taking: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _marks: int = 0  # mark_read calls so far (a wait that read before one looks again)
     _listener: Any = None
+    _announcing: bool = False
+    _announcements: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def runtime(self) -> Any:
@@ -55,21 +68,64 @@ class Member:
         """The event the next inbox entry sets (take it before looking at the inbox)."""
         return self._changed
 
-    async def unread(self, sender: str | None = None, task_id: str | None = None) -> list[Any]:
-        entries = await self.team.store.inbox(self.team.key, self.name, limit=100)
-        return [
-            e
-            for e in entries
-            if not e.get("read")
-            and (sender is None or e.get("sender") == sender)
-            and (task_id is None or e.get("task_id") == task_id)
-        ]
+    def announce(self) -> None:
+        """Notify the client that the inbox changed; a burst of messages makes one notice."""
+        if self.notify is None or self._announcing:
+            return
+        self._announcing = True
+        task = asyncio.get_running_loop().create_task(self._announce(self.notify))
+        self._announcements.add(task)
+        task.add_done_callback(self._announcements.discard)
 
-    async def wait_unread(
-        self, timeout: float, sender: str | None = None, task_id: str | None = None
-    ) -> list[Any]:
-        """Unread entries (matching the filters), waiting up to `timeout` s for the first;
-        at most `max_waits` run at once, and leaving ends them."""
+    async def _announce(self, notify: Callable[[], Awaitable[None]]) -> None:
+        self._announcing = False  # what arrives while this is sent gets a notice of its own
+        try:
+            await notify()
+        except Exception:  # a client that went away: the notice is best effort
+            logger.debug("inbox notice to '%s' not sent", self.name, exc_info=True)
+
+    async def unread(self, sender: str | None = None, task_id: str | None = None) -> list[Any]:
+        """Unread entries matching the filters, oldest first."""
+
+        def matching(entries: list[Any]) -> list[Any]:
+            return [
+                e
+                for e in entries
+                if (sender is None or e.get("sender") == sender)
+                and (task_id is None or e.get("task_id") == task_id)
+            ]
+
+        store, key = self.team.store, self.team.key
+        entries = await store.inbox(
+            key, self.name, unread_only=True, oldest_first=True, limit=UNREAD_PAGE
+        )
+        found = matching(entries)
+        if not found and len(entries) == UNREAD_PAGE and (sender or task_id):
+            # Older unread ones from others fill the page: look at every unread entry.
+            found = matching(await store.inbox(key, self.name, unread_only=True, oldest_first=True))
+        return found
+
+    async def unread_total(self) -> int:
+        counts = await self.team.store.unread_counts(self.team.key)
+        return sum(counts.get(self.name, {}).values())
+
+    async def mark_read(self, entries: list[Any]) -> None:
+        if entries:
+            ids = [e["entry_id"] for e in entries]
+            await self.team.store.mark(self.team.key, self.name, ids, field="read")
+            self._marks += 1  # once stored: a read after it sees them read
+
+    async def take(
+        self,
+        timeout: float,
+        packer: Packer,
+        sender: str | None = None,
+        task_id: str | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Wait up to `timeout` s for an unread entry matching the filters, then answer with
+        `packer(unread entries)` -> (answer, n) and mark the first n read; the rest stay
+        unread. Returns (answer, timed_out). At most `max_waits` run at once, and leaving
+        ends them."""
         if timeout > 0 and self.waits >= self.max_waits:
             raise FaceError(
                 f"you already have {self.waits} waits running, the limit "
@@ -77,25 +133,38 @@ class Member:
             )
         self.waits += 1
         try:
-            return await self._wait_unread(timeout, sender, task_id)
+            found, marks = await self._wait_unread(timeout, sender, task_id)
         finally:
             self.waits -= 1
+        async with self._taking:  # two waits never hand out the same entry
+            if marks != self._marks:  # another call marked entries since: look again
+                found = await self.unread(sender, task_id)
+            answer, count = packer(found)
+            await self.mark_read(found[:count])
+        return answer, not found
+
+    async def arrived(
+        self, timeout: float, sender: str | None = None, task_id: str | None = None
+    ) -> list[Any]:
+        """The unread entries matching the filters, waiting up to `timeout` s for the first
+        (one known to be on its way: not counted as a wait of the client's)."""
+        found, _ = await self._wait_unread(timeout, sender, task_id)
+        return found
 
     async def _wait_unread(
         self, timeout: float, sender: str | None, task_id: str | None
-    ) -> list[Any]:
+    ) -> tuple[list[Any], int]:
+        """(the unread entries matching, as soon as there is one or time is up; the count
+        of mark_read calls when they were read)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             changed = self.changed()
+            marks = self._marks
             found = await self.unread(sender, task_id)
             remaining = deadline - loop.time()
             if found or remaining <= 0 or not self.active:
-                if found:
-                    await self.team.store.mark(
-                        self.team.key, self.name, [e["entry_id"] for e in found], field="read"
-                    )
-                return found
+                return found, marks
             try:
                 async with asyncio.timeout(remaining):
                     await changed.wait()
@@ -160,6 +229,7 @@ async def join(
     def listener(agent: str) -> None:
         if member is not None and agent == member.name:
             member.wake()
+            member.announce()
 
     member._listener = listener
     _listed_targets(inst, core.name, add=True)
@@ -177,6 +247,7 @@ def leave(member: Member) -> None:
         member.team.inbox_listeners.remove(member._listener)
     member.inst.in_use -= 1
     member.inst.touch()
+    member.notify = None
     member.wake()
     logger.info("outside agent '%s' left %s", member.name, member.inst.owner)
 

@@ -15,6 +15,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
+from mail.mcp_face import replies
 from mail.mcp_face.face import Face, resource_error, tool_error
 from mail.server import messaging, team
 from mail.server.bodies import parse_message_request
@@ -25,8 +26,20 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+def _cut_event(event: Any, room: int) -> Any:
+    """An event too large for an answer: its strings cut, or (when even that is too
+    large) only its name, so paging always moves on."""
+    cut = replies.cut_strings(event, room)
+    if cut is not None:
+        return cut
+    name = event.get("event") if isinstance(event, dict) else None
+    return {"event": name, "omitted": f"too large for one answer ({replies.SETTING})"}
+
+
 def register(face: Face) -> None:
     server = face.server
+    tool = face.tool
+    budget = replies.text_budget(face.settings.max_reply_bytes)
 
     async def user(ctx: Context[Any, Any]) -> Any:
         caller = await face.caller(ctx)
@@ -44,7 +57,7 @@ def register(face: Face) -> None:
         except Exception as exc:  # HTTPException: the status and detail HTTP would send
             raise tool_error(exc) from None
 
-    @server.tool(
+    @tool(
         description=(
             "Send the swarm a message as its user: starts a task, or continues one when "
             "task_id names it. With wait=true (default) returns the swarm's final answer "
@@ -76,20 +89,31 @@ def register(face: Face) -> None:
         started.add_done_callback(face.background.discard)
         return _json({"task_id": request["task_id"], "status": "started"})
 
-    @server.tool(
+    @tool(
         description=(
             "A task of yours: whether it is running or paused, its final response and its "
-            "events (messages, tool calls, breakpoints, reviews)."
+            "events (messages, tool calls, breakpoints, reviews), oldest first from "
+            "`first_event` (0 by default) as many as fit in one answer; `next_event` is the "
+            "first_event of the next page, null when none is left."
         )
     )
-    async def get_task(ctx: Context[Any, Any], task_id: str) -> str:
+    async def get_task(ctx: Context[Any, Any], task_id: str, first_event: int = 0) -> str:
         caller = await user(ctx)
         try:
-            return _json(await messaging.get_task(face.state, caller, task_id))
+            record = await messaging.get_task(face.state, caller, task_id)
         except Exception as exc:
             raise tool_error(exc) from None
+        if isinstance(first_event, bool) or first_event < 0:
+            raise ToolError("first_event must be 0 or more")
+        events = list(record.pop("events", None) or [])[first_event:]
+        shell = {**record, "first_event": first_event, "next_event": replies.WIDEST_COUNT}
+        shell = replies.cut_strings(shell, budget // 4) or shell  # room for the events
+        answer, count = replies.pack(shell, "events", events, budget, _cut_event)
+        left = len(events) - count
+        answer["next_event"] = first_event + count if left else None
+        return replies.dumps(answer)
 
-    @server.tool(
+    @tool(
         description=(
             "Resume a task paused at a breakpoint tool: `result` is what the paused tool call "
             "returns to the agent (text, or a JSON list of {call_id, content}). Waits for the "
@@ -106,7 +130,7 @@ def register(face: Face) -> None:
         }
         return _json(await post(ctx, body))
 
-    @server.tool(
+    @tool(
         description=(
             "Decide the actions a task holds for review: `decisions` is a list of "
             '{"tool_call_id", "type": accept|edit|ignore|respond, "args"?, "message"?}. '

@@ -100,8 +100,12 @@ class TeamStore(abc.ABC):
         since: str | None = None,
         limit: int | None = None,
         unshown_only: bool = False,
+        unread_only: bool = False,
+        entry_id: str | None = None,
+        oldest_first: bool = False,
     ) -> list[Record]:
-        """An agent's entries, most recent first (timestamps compare as ISO 8601 text)."""
+        """An agent's entries, most recent first (oldest first with `oldest_first`; the
+        `limit` then keeps the oldest). Timestamps compare as ISO 8601 text."""
 
     @abc.abstractmethod
     async def mark(

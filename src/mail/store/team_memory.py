@@ -78,14 +78,22 @@ class MemoryTeamStore(TeamStore):
         since: str | None = None,
         limit: int | None = None,
         unshown_only: bool = False,
+        unread_only: bool = False,
+        entry_id: str | None = None,
+        oldest_first: bool = False,
     ) -> list[Record]:
         found = []
-        for entry in reversed(self._inbox.get((key, agent), [])):
+        entries = self._inbox.get((key, agent), [])
+        for entry in entries if oldest_first else reversed(entries):
             if thread_id is not None and entry.get("thread_id") != thread_id:
                 continue
             if since is not None and entry["timestamp"] <= since:
                 continue
             if unshown_only and entry.get("shown"):
+                continue
+            if unread_only and entry.get("read"):
+                continue
+            if entry_id is not None and entry["entry_id"] != entry_id:
                 continue
             found.append(copy.deepcopy(entry))
             if limit is not None and len(found) >= limit:

@@ -237,20 +237,28 @@ class PostgresTeamStore(TeamStore):
         since: str | None = None,
         limit: int | None = None,
         unshown_only: bool = False,
+        unread_only: bool = False,
+        entry_id: str | None = None,
+        oldest_first: bool = False,
     ) -> list[Record]:
+        order = "ASC" if oldest_first else "DESC"
         rows = await self.pool.fetch(
             "SELECT record, is_read, shown FROM team_inbox"
             f" WHERE {_KEY} AND agent_name = $4"
             " AND ($5::text IS NULL OR thread_id = $5)"
             " AND ($6::text IS NULL OR ts > $6)"
             " AND (NOT $7 OR NOT shown)"
-            " ORDER BY seq DESC LIMIT $8",
+            " AND (NOT $9 OR NOT is_read)"
+            " AND ($10::text IS NULL OR entry_id = $10)"
+            f" ORDER BY seq {order} LIMIT $8",
             *_k(key),
             agent,
             thread_id,
             since,
             unshown_only,
             limit,
+            unread_only,
+            entry_id,
         )
         return [_entry(r) for r in rows]
 

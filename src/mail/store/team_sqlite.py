@@ -163,17 +163,24 @@ class SqliteTeamStore(TeamStore):
         since: str | None = None,
         limit: int | None = None,
         unshown_only: bool = False,
+        unread_only: bool = False,
+        entry_id: str | None = None,
+        oldest_first: bool = False,
     ) -> list[Record]:
+        order = "ASC" if oldest_first else "DESC"
         rows = await self._rows(
             f"SELECT record, is_read, shown FROM team_inbox WHERE {_KEY} AND agent_name = ?"
             " AND (?5 IS NULL OR thread_id = ?5) AND (?6 IS NULL OR ts > ?6)"
-            " AND (NOT ?7 OR NOT shown) ORDER BY seq DESC LIMIT ?8",
+            " AND (NOT ?7 OR NOT shown) AND (NOT ?9 OR NOT is_read)"
+            f" AND (?10 IS NULL OR entry_id = ?10) ORDER BY seq {order} LIMIT ?8",
             *key_tuple(key),
             agent,
             thread_id,
             since,
             unshown_only,
             -1 if limit is None else limit,
+            unread_only,
+            entry_id,
         )
         return [entry_from_row(r) for r in rows]
 

@@ -1,0 +1,252 @@
+"""Answers an MCP client can read: none is over ``[server.mcp] max_reply_bytes``.
+
+The mcp SDK's client reads a server-sent event of at most 1 MiB
+(``mcp.client.streamable_http.DEFAULT_MAX_SSE_EVENT_SIZE``) and fails the request past it,
+while a message body may be up to ``[server.settings] max_message_body`` (1 MiB) and an
+inbox holds thousands. So:
+
+- lists (inbox messages, thread posts, a task's events) are packed: as many whole items as
+  fit, in order; what is left waits for the next call, and the answer says how much;
+- an item too large for an answer of its own is cut, with a marker saying so (a message's
+  body is read on with ``read_message(entry_id, offset)``);
+- `ReplyCap`, a middleware of the SDK's server, checks every answer last: a text still too
+  large has its longest strings cut (with a marker), or becomes an error naming the setting.
+
+Sizes count what is sent: a tool's text travels as a JSON string inside the JSON-RPC
+message, so quotes, backslashes and control characters count escaped, the rest as UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_REQUEST, CallToolResult, TextContent
+from pydantic import BaseModel
+
+# What surrounds a tool's text in the JSON-RPC message ({"jsonrpc":"2.0","id":..,"result":
+# {"content":[{"type":"text","text":..}],"isError":false}}), with room to spare.
+TEXT_OVERHEAD = 256
+RPC_OVERHEAD = 64  # {"jsonrpc":"2.0","id":...,"result":...} around a result
+MIN_KEPT_CHARS = 100  # strings are never cut shorter than this by `cut_strings`
+SETTING = "[server.mcp] max_reply_bytes"
+WIDEST_COUNT = 10**9  # placeholder of a count filled in after packing (never wider)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def wire_bytes(text: str) -> int:
+    """Bytes `text` takes as a JSON string's contents (escaped, UTF-8)."""
+    return utf8_len(json.dumps(text, ensure_ascii=False)) - 2
+
+
+def nested_bytes(text: str) -> int:
+    """Bytes `text` takes as a string inside a JSON text that is itself sent as a string."""
+    return wire_bytes(json.dumps(text, ensure_ascii=False)[1:-1])
+
+
+def text_budget(limit: int) -> int:
+    """Bytes a tool's text may take (as sent) in an answer of at most `limit` bytes."""
+    return limit - TEXT_OVERHEAD
+
+
+def fit_prefix(text: str, room: int, measure: Callable[[str], int] = nested_bytes) -> int:
+    """The most leading characters of `text` whose `measure` is at most `room`."""
+    lo, hi = 0, max(0, min(len(text), room))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[:mid]) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def pack(
+    shell: dict[str, Any],
+    field: str,
+    items: list[Any],
+    budget: int,
+    shrink: Callable[[Any, int], Any | None],
+) -> tuple[dict[str, Any], int]:
+    """`shell` with `field` set to the longest leading run of `items` that keeps the answer's
+    text within `budget` bytes; when not even the first fits, it is `shrink(item, room)`
+    (None leaves it out). Returns the answer and how many items it holds.
+
+    `shell`'s other fields must already have their widest values (counts filled in later
+    may only get shorter)."""
+    answer = {**shell, field: []}
+    used = wire_bytes(dumps(answer))
+    kept: list[Any] = []
+    for item in items:
+        size = wire_bytes(dumps(item)) + (1 if kept else 0)  # 1: the comma
+        if used + size <= budget:
+            kept.append(item)
+            used += size
+            continue
+        if not kept:
+            small = shrink(item, budget - used)
+            if small is not None:
+                kept.append(small)
+        break
+    answer[field] = kept
+    return answer, len(kept)
+
+
+def cut_message(entry: dict[str, Any], room: int) -> dict[str, Any]:
+    """An inbox message cut to `room` bytes: the start of its body, ``truncated: true``, its
+    length and the offset ``read_message`` continues from."""
+    body = str(entry.get("body") or "")
+    marked = {**entry, "truncated": True, "body_chars": len(body), "next_offset": len(body)}
+    avail = room - wire_bytes(dumps({**marked, "body": ""}))
+    if avail >= 0:
+        kept = fit_prefix(body, avail)
+        return {**marked, "body": body[:kept], "next_offset": kept}
+    # The rest of it (a subject, a list of attachments) is too large already: its strings
+    # cut, or, past that, its ids alone, so that it is still handed out (and read on).
+    cut = cut_strings(marked, room)
+    if cut is not None:
+        return {**cut, "body": "", "next_offset": 0}
+    keep = ("entry_id", "kind", "thread_id", "sender", "task_id", "timestamp")
+    return {
+        **{k: entry.get(k) for k in keep},
+        "body": "",
+        "truncated": True,
+        "body_chars": len(body),
+        "next_offset": 0,
+        "omitted": f"its subject and attachments are too large for one answer ({SETTING})",
+    }
+
+
+def cut_marker(dropped: int) -> str:
+    return f" …[{dropped} more characters cut: answers are limited by {SETTING}]"
+
+
+def _cut(value: Any, keep: int) -> Any:
+    if isinstance(value, str):
+        if len(value) > keep + 80:  # never cut less than the marker adds
+            return value[:keep] + cut_marker(len(value) - keep)
+        return value
+    if isinstance(value, dict):
+        return {k: _cut(v, keep) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v, keep) for v in value]
+    return value
+
+
+def _longest(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return max((_longest(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return max((_longest(v) for v in value), default=0)
+    return 0
+
+
+def cut_strings(value: Any, room: int) -> Any | None:
+    """`value` with its longest strings cut (each marked) so that its JSON text takes at most
+    `room` bytes as sent; None when even strings of MIN_KEPT_CHARS do not fit."""
+
+    def fits(candidate: Any) -> bool:
+        return wire_bytes(dumps(candidate)) <= room
+
+    if fits(value):
+        return value
+    lo, hi = MIN_KEPT_CHARS, _longest(value)
+    if hi <= lo or not fits(_cut(value, lo)):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(_cut(value, mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return _cut(value, lo)
+
+
+def fit_text(text: str, room: int) -> str | None:
+    """`text` within `room` bytes as sent: a JSON text keeps its shape with its longest
+    strings cut; other text is cut at the end; both marked. None when it cannot be done."""
+    if wire_bytes(text) <= room:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    else:
+        cut = cut_strings(value, room)
+        return None if cut is None else dumps(cut)
+    marker = cut_marker(len(text))  # the widest marker it can get
+    kept = fit_prefix(text, room - wire_bytes(marker), wire_bytes)
+    if kept == 0:
+        return None
+    return text[:kept] + cut_marker(len(text) - kept)
+
+
+class ReplyCap:
+    """Server middleware: no answer to ``tools/call`` or ``resources/read`` is over `limit`
+    bytes. Tools that return lists pack them themselves; this is the last check."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method not in ("tools/call", "resources/read") or result is None:
+            return result
+        data = (
+            result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if isinstance(result, BaseModel)
+            else result
+        )
+        size = utf8_len(dumps(data)) + RPC_OVERHEAD
+        if size <= self.limit:
+            return result
+        if ctx.method == "tools/call":
+            return self._tool_result(data, size)
+        return self._resource_result(data, size)
+
+    def _fitted(self, text: str, size: int) -> str | None:
+        return fit_text(text, self.limit - (size - wire_bytes(text)))
+
+    def _too_large(self, size: int) -> str:
+        return (
+            f"the answer would be {size} bytes, over the {self.limit} of {SETTING}; "
+            "ask for less (a smaller limit, one thread, a later start)"
+        )
+
+    def _tool_result(self, data: dict[str, Any], size: int) -> CallToolResult:
+        content = data.get("content") or []
+        fitted = None
+        if len(content) == 1 and content[0].get("type") == "text":
+            # The text alone: a copy of it as structured content is dropped first.
+            only = {"content": content, "isError": bool(data.get("isError"))}
+            size = utf8_len(dumps(only)) + RPC_OVERHEAD
+            fitted = self._fitted(content[0]["text"], size)
+        if fitted is None:
+            return CallToolResult(
+                content=[TextContent(type="text", text=self._too_large(size))], is_error=True
+            )
+        return CallToolResult(
+            content=[TextContent(type="text", text=fitted)], is_error=bool(data.get("isError"))
+        )
+
+    def _resource_result(self, data: dict[str, Any], size: int) -> dict[str, Any]:
+        contents = data.get("contents") or []
+        if len(contents) == 1 and isinstance(contents[0].get("text"), str):
+            fitted = self._fitted(contents[0]["text"], size)
+            if fitted is not None:
+                return {**data, "contents": [{**contents[0], "text": fitted}]}
+        raise MCPError(INVALID_REQUEST, self._too_large(size))
