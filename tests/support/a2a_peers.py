@@ -23,7 +23,7 @@ from server_fixtures import (
     write_config,
 )
 
-PEERS = ("echoer", "streamer", "doomed")
+PEERS = ("echoer", "plainer", "streamer", "doomed")
 # The misbehaving agents of tests/support/hostile_a2a.py, registered by test_a2a_hostile_peers.
 HOSTILE_PEERS = ("good", "huge", "redirect", "garbage", "elsewhere", "hugecard")
 

@@ -33,10 +33,13 @@ logger = logging.getLogger("mail.a2a")
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = getattr(app.state, "mail", None)
     if state is not None and state.router is not None:
-        from mail.a2a.delivery import deliverer
+        from mail.a2a.delivery import deliverer, reporter
         from mail.a2a.peer import A2APeers
+        from mail.a2a.peer_updates import UpdateLimits
 
-        state.router.a2a_peers = A2APeers(deliverer(state))
+        settings = state.config.settings
+        limits = UpdateLimits(settings.max_a2a_peer_updates, settings.max_a2a_peer_update_chars)
+        state.router.a2a_peers = A2APeers(deliverer(state), reporter(state), limits)
     try:
         yield
     finally:
