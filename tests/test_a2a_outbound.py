@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from server_fixtures import ServerProcess, auth
-from support.a2a_peers import hub_server, sample_a2a_server
+from support.a2a_peers import hub_server, sample_a2a_process, sample_a2a_server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -203,6 +203,30 @@ def test_dead_peer_is_reported_and_marked_inactive(world: Any) -> None:
     answer = _ask(server, "ASK echo@doomed anyone?")["response"]
     assert answer.startswith("error: "), answer
     assert "doomed" in answer and ("cannot connect" in answer or "not active" in answer), answer
+
+
+async def test_a_peer_dying_mid_stream_is_reported_at_once(world: Any) -> None:
+    from mail.client import MAILClient
+    from mail.client_config import ClientConfig
+
+    server, _, directory = world
+    seen: list[tuple[str, dict[str, Any]]] = []
+    with sample_a2a_process(directory) as (dying, process):
+        assert _register(server, "dying", f"{dying}/stream").status_code == 200
+        key = server.keys["alice"]
+        async with MAILClient(server.base_url, api_key=key, config=ClientConfig()) as client:
+            async for frame in client.post_message_stream(f"ASK stream@dying GATED {uuid.uuid4()}"):
+                data = json.loads(frame.data) if frame.data else {}
+                seen.append((frame.event, data))
+                if (data.get("extra_data") or {}).get("text") == "one":
+                    process.kill()  # mid-stream: the first chunk arrived, the gate is shut
+    answer = seen[-1][1]["response"]
+    assert seen[-1][0] == "task_complete"
+    assert answer.startswith("error: ") and "'dying' failed" in answer, answer
+    assert (
+        "did not answer within" not in answer
+    )  # the broken stream ended the call, not the timeout
+    assert "interswarm_message_error" in [name for name, _ in seen]
 
 
 def test_address_guard_applies_to_a2a_peers(world: Any) -> None:
