@@ -87,6 +87,9 @@ async def test_send_without_streaming_returns_completed_task(server: ServerProce
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert [a.name for a in task.artifacts] == ["response"]
     assert get_artifact_text(task.artifacts[0]) == "echo[alice]: hello there"
+    # A blocking send gets no per-event `working` updates (nobody could see them): the final
+    # task carries no leftover MAIL event in its metadata.
+    assert "mail_event" not in MessageToDict(task.metadata)
     # The MAIL task is the A2A context: same record over MAIL's own API.
     r = httpx.get(
         f"{server.base_url}/task",

@@ -109,7 +109,9 @@ async def a2a_jsonrpc(request: Request) -> Response:
     except ValueError:
         body = None  # the dispatcher answers the parse error
     slot = None
-    if isinstance(body, dict) and body.get("method") in _STREAMING:
+    method = body.get("method") if isinstance(body, dict) else None
+    request.state.a2a_method = method  # the executor skips per-event updates nobody can see
+    if method in _STREAMING:
         slot = get_state(request).stream_slots.acquire(caller.role, caller.id)  # 429 when full
     try:
         response: Response = await _bridge(request).dispatcher.handle_requests(request)
