@@ -126,6 +126,8 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     keys: dict[str, str] = field(default_factory=dict)  # name -> API key, as the test made them
+    # Between the interpreter and `-m mail.cli` (a bench runs the server under a profiler).
+    python_args: list[str] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -140,7 +142,7 @@ class ServerProcess:
         return self.directory / "server.err"
 
     def start(self, *, wait: bool = True) -> ServerProcess:
-        cmd = [sys.executable, "-m", "mail.cli", "server", *self.args]
+        cmd = [sys.executable, *self.python_args, "-m", "mail.cli", "server", *self.args]
         self.proc = subprocess.Popen(
             cmd,
             cwd=self.directory,
@@ -216,6 +218,7 @@ def keyed_stub_server(
     extra: str = "",
     args: tuple[str, ...] = (),
     public: bool = False,
+    python_args: tuple[str, ...] = (),
 ) -> Iterator[ServerProcess]:
     """A real `mail server` on the stub swarms with a key per entry of ``keys`` (name ->
     (role, id)), found again in ``server.keys`` (the file is ``registries/keys.json`` of
@@ -228,7 +231,9 @@ def keyed_stub_server(
         # matrix, say) may bind it before the server does: then pick another.
         port = free_port()
         config = write_config(directory, port=port, extra=extra)
-        server = ServerProcess(directory, port, args=["--config", str(config), *args])
+        server = ServerProcess(
+            directory, port, args=["--config", str(config), *args], python_args=list(python_args)
+        )
         server.keys = made
         try:
             server.start()

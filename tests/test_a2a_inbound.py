@@ -7,6 +7,7 @@ Card resolution, send, stream, get, cancel, resubscribe, a breakpoint round trip
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     SubscribeToTaskRequest,
     Task,
     TaskState,
@@ -85,6 +87,9 @@ async def test_send_without_streaming_returns_completed_task(server: ServerProce
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert [a.name for a in task.artifacts] == ["response"]
     assert get_artifact_text(task.artifacts[0]) == "echo[alice]: hello there"
+    # A blocking send gets no per-event `working` updates (nobody could see them): the final
+    # task carries no leftover MAIL event in its metadata.
+    assert "mail_event" not in MessageToDict(task.metadata)
     # The MAIL task is the A2A context: same record over MAIL's own API.
     r = httpx.get(
         f"{server.base_url}/task",
@@ -187,17 +192,46 @@ async def test_subscribe_follows_a_running_task(server: ServerProcess) -> None:
     assert states[-2:] == ["echo[alice]: late answer", "TASK_STATE_COMPLETED"], states
 
 
+async def test_a_dropped_stream_is_picked_up_again_by_subscribing(server: ServerProcess) -> None:
+    key = server.keys["alice"]
+    async with a2a_client(server.base_url, key) as client:
+        stream = client.send_message(message("SLEEP 2 after the drop"))
+        async with contextlib.aclosing(stream):
+            first = await anext(stream)  # the task, then the caller hangs up
+        task_id = first.task.id
+        assert first.task.status.state != TaskState.TASK_STATE_COMPLETED
+        seen = []
+        async for ev in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+            if ev.HasField("artifact_update"):
+                seen.append(get_artifact_text(ev.artifact_update.artifact))
+            elif ev.HasField("status_update"):
+                seen.append(TaskState.Name(ev.status_update.status.state))
+        got = await client.get_task(GetTaskRequest(id=task_id))
+    # Hanging up did not stop the task: the subscription saw it finish.
+    assert seen[-2:] == ["echo[alice]: after the drop", "TASK_STATE_COMPLETED"], seen
+    assert get_artifact_text(got.artifacts[-1]) == "echo[alice]: after the drop"
+
+
 async def test_users_cannot_see_or_cancel_each_others_tasks(server: ServerProcess) -> None:
     async with a2a_client(server.base_url, server.keys["alice"], streaming=False) as alice:
         task = _task(await collect(alice, message("alice's secret")))
+        listed = await alice.list_tasks(ListTasksRequest())
+        assert task.id in [t.id for t in listed.tasks]
     async with a2a_client(server.base_url, server.keys["bob"], streaming=False) as bob:
         with pytest.raises(Exception, match="(?i)not found"):
             await bob.get_task(GetTaskRequest(id=task.id))
         with pytest.raises(Exception, match="(?i)not found"):
             await bob.cancel_task(CancelTaskRequest(id=task.id))
+    async with a2a_client(server.base_url, server.keys["bob"]) as bob:
+        with pytest.raises(Exception, match="(?i)not found"):
+            async for _ in bob.subscribe(SubscribeToTaskRequest(id=task.id)):
+                pass
+    async with a2a_client(server.base_url, server.keys["bob"], streaming=False) as bob:
         # Bob naming Alice's context gets a task of his own, in his own instance.
         mine = _task(await collect(bob, message("COUNT", context_id=task.context_id)))
         assert get_artifact_text(mine.artifacts[0]) == "turn 1"
+        bobs = [t.id for t in (await bob.list_tasks(ListTasksRequest())).tasks]
+        assert mine.id in bobs and task.id not in bobs
 
 
 async def test_no_key_is_401_like_message(server: ServerProcess) -> None:

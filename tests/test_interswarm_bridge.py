@@ -170,6 +170,11 @@ async def test_successful_send_carries_owner_contributors_and_token(tmp_path: Pa
                 "body": "remote answer",
             },
         }
+        # Progress is taken only from a swarm the task was sent to, for a known, running task.
+        update = {"kind": "status", "state": "working"}
+        assert swarm.receive_interswarm_progress(task_id, "remote", "working", update)
+        assert not swarm.receive_interswarm_progress(task_id, "elsewhere", "forged", update)
+        assert not swarm.receive_interswarm_progress("no-such-task", "remote", "x", update)
         assert swarm.receive_interswarm_message(answer, "back") == task_id
         # A re-delivered envelope (same message_id) is ignored.
         assert swarm.receive_interswarm_message(answer, "back") == task_id
@@ -179,6 +184,11 @@ async def test_successful_send_carries_owner_contributors_and_token(tmp_path: Pa
         assert task is not None
         received = [e for e in task.events if e.event == "interswarm_message_received"]
         assert len(received) == 1
+        progress = [e for e in task.events if e.event == "interswarm_message_progress"]
+        assert [(e.description, e.extra_data) for e in progress] == [
+            ("working", {**update, "swarm": "remote"})
+        ]
+        assert not swarm.receive_interswarm_progress(task_id, "remote", "late", update)
         assert "swarm:local@remote" in task.task_contributors
         assert "remote" in task.remote_swarms
     finally:

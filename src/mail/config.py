@@ -126,6 +126,10 @@ class ServerSettings(_Section):
     # either bound the caller's least recently updated records are forgotten (0 = no bound).
     max_a2a_tasks_per_caller: int = Field(default=1000, ge=0)
     max_a2a_task_bytes_per_caller: int = Field(default=32 * 1024 * 1024, ge=0)
+    # Updates of an A2A peer shown, while it works, as events of the task that called it: per
+    # call, and characters of each update's text (0 = none shown / no text).
+    max_a2a_peer_updates: int = Field(default=100, ge=0)
+    max_a2a_peer_update_chars: int = Field(default=2000, ge=0)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod

@@ -23,16 +23,17 @@ from server_fixtures import (
     write_config,
 )
 
-PEERS = ("echoer", "streamer", "doomed")
+PEERS = ("echoer", "plainer", "streamer", "doomed", "dying")
 # The misbehaving agents of tests/support/hostile_a2a.py, registered by test_a2a_hostile_peers.
 HOSTILE_PEERS = ("good", "huge", "redirect", "garbage", "elsewhere", "hugecard")
 
 
 @contextlib.contextmanager
-def sample_a2a_server(directory: Path) -> Iterator[str]:
-    """The stock sample agents on a free loopback port; yields the base URL."""
+def sample_a2a_process(directory: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The stock sample agents on a free loopback port: (base URL, process)."""
     port = free_port()
-    log = (directory / f"a2a-sample-{port}.log").open("wb")
+    log_path = directory / f"a2a-sample-{port}.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.a2a_sample_server", str(port)],
         cwd=REPO_ROOT,
@@ -45,7 +46,7 @@ def sample_a2a_server(directory: Path) -> Iterator[str]:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                raise RuntimeError((directory / f"a2a-sample-{port}.log").read_text())
+                raise RuntimeError(log_path.read_text())
             try:
                 if (
                     httpx.get(f"{base}/echo/.well-known/agent-card.json", timeout=1).status_code
@@ -57,12 +58,19 @@ def sample_a2a_server(directory: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError("the sample A2A server did not start")
             time.sleep(0.05)
-        yield base
+        yield base, proc
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(10)
         log.close()
+
+
+@contextlib.contextmanager
+def sample_a2a_server(directory: Path) -> Iterator[str]:
+    """The stock sample agents on a free loopback port; yields the base URL."""
+    with sample_a2a_process(directory) as (base, _):
+        yield base
 
 
 def relay_swarms_json(name: str = "hub", peers: tuple[str, ...] = PEERS) -> list[dict[str, Any]]:

@@ -4,7 +4,12 @@ outbound bridge tests and the bench: ``python3 -m tests.support.a2a_sample_serve
 * ``/echo`` (card ``/echo/.well-known/agent-card.json``): ``ASK <q>`` asks back
   (``input-required``) and completes the follow-up with ``got: <answer>``; ``FAIL`` fails;
   ``SLOW <s> <text>`` waits first; ``BIG <n>`` answers n bytes; anything else ``echo: <text>``.
-* ``/stream``: answers in three appended artifact chunks, then completes.
+* ``/plain``: the echo agent behind a card without ``capabilities.streaming`` (the SDK's
+  client then sends without streaming).
+* ``/stream``: answers in three appended artifact chunks (``one``, ``two``, ``three``), then
+  completes; ``GATED <key>`` waits after ``one`` until ``POST /gates/<key>`` (so a test can
+  see the first chunk arrive while the call still runs); ``MANY <n>`` sends n chunks
+  ``c0`` ... ``c<n-1>``; ``LONG <n>`` sends one chunk of n letters.
 """
 
 from __future__ import annotations
@@ -27,6 +32,21 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+# Gates of `GATED <key>` streams, opened by POST /gates/<key> (whichever comes first).
+_GATES: dict[str, asyncio.Event] = {}
+
+
+def _gate(key: str) -> asyncio.Event:
+    return _GATES.setdefault(key, asyncio.Event())
+
+
+async def _open_gate(request: Request) -> Response:
+    _gate(request.path_params["key"]).set()
+    return Response(status_code=204)
 
 
 async def _start(context: RequestContext, queue: EventQueue) -> TaskUpdater:
@@ -71,8 +91,16 @@ class EchoExecutor(AgentExecutor):
 
 class StreamingExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        text = context.get_user_input()
         updater = await _start(context, event_queue)
-        for i, chunk in enumerate(["one", "two", "three"]):
+        chunks = ["one", "two", "three"]
+        if text.startswith("MANY "):
+            chunks = [f"c{i}" for i in range(int(text[5:]))]
+        elif text.startswith("LONG "):
+            chunks = ["x" * int(text[5:])]
+        for i, chunk in enumerate(chunks):
+            if i == 1 and text.startswith("GATED "):
+                await asyncio.wait_for(_gate(text[6:]).wait(), 60)
             await updater.add_artifact(
                 [new_text_part(chunk)], artifact_id="answer", name="answer", append=i > 0
             )
@@ -82,7 +110,7 @@ class StreamingExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
-def _card(base: str, name: str) -> AgentCard:
+def _card(base: str, name: str, streaming: bool = True) -> AgentCard:
     return AgentCard(
         name=name,
         description=f"stock a2a-sdk {name} agent",
@@ -92,7 +120,7 @@ def _card(base: str, name: str) -> AgentCard:
                 url=f"{base}/{name}/", protocol_binding="JSONRPC", protocol_version="1.0"
             )
         ],
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id=name, name=name, description=name, tags=["sample"])],
@@ -100,9 +128,14 @@ def _card(base: str, name: str) -> AgentCard:
 
 
 def build_app(base: str) -> Starlette:
-    routes = []
-    for name, executor in (("echo", EchoExecutor()), ("stream", StreamingExecutor())):
-        card = _card(base, name)
+    routes = [Route("/gates/{key}", _open_gate, methods=["POST"])]
+    agents = (
+        ("echo", EchoExecutor(), True),
+        ("plain", EchoExecutor(), False),
+        ("stream", StreamingExecutor(), True),
+    )
+    for name, executor, streaming in agents:
+        card = _card(base, name, streaming)
         handler = DefaultRequestHandler(
             agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
         )

@@ -59,7 +59,11 @@ class CallerContextBuilder(ServerCallContextBuilder):
 
     def build(self, request: Request) -> ServerCallContext:
         caller = request.state.mail_caller
-        state = {"mail_caller": caller, "headers": dict(request.headers)}
+        state = {
+            "mail_caller": caller,
+            "headers": dict(request.headers),
+            "a2a_method": getattr(request.state, "a2a_method", None),
+        }
         return ServerCallContext(user=MAILCallerUser(caller), state=state)
 
 

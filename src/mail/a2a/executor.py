@@ -43,6 +43,21 @@ _PAUSES = {
 }
 
 
+# A blocking send (neither streamed nor `returnImmediately`) answers with the final task only.
+_BLOCKING_METHODS = frozenset({"SendMessage", "message/send"})
+
+
+def shows_progress(context: RequestContext) -> bool:
+    """Whether anyone can see the task's `working` updates while it runs: a stream, or a
+    send that returns at once (its caller polls or subscribes). A blocking send's caller sees
+    only the final task, so an update per MAIL event would be work for nobody (each one is a
+    task copy and a store write in the SDK)."""
+    if context.call_context.state.get("a2a_method") not in _BLOCKING_METHODS:
+        return True
+    config = context.configuration
+    return bool(config is not None and config.return_immediately)
+
+
 def caller_of(context: RequestContext) -> Any:
     caller = context.call_context.state.get("mail_caller")
     if caller is None:  # the bridge's routes always authenticate first
@@ -98,6 +113,7 @@ class MAILAgentExecutor(AgentExecutor):
         await updater.start_work()
         answer: str | None = None
         failed = False
+        progress = shows_progress(context)
         try:
             async for event in run_events(state, caller, req):
                 if event.event == "ping":
@@ -106,6 +122,8 @@ class MAILAgentExecutor(AgentExecutor):
                     answer = str(json.loads(event.data).get("response", ""))
                     failed = event.event == "task_error"
                     break
+                if not progress:
+                    continue
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,
                     metadata=mapping.event_metadata(event.event, event.id, event.data),

@@ -8,7 +8,10 @@ Sending (``InterswarmRouter.send_interswarm`` hands envelopes for such entries h
 MAIL message body becomes the text of an A2A message, its MAIL task id the A2A
 ``contextId``; the SDK client (over :mod:`mail.a2a.peer_http`: address guard and byte cap)
 sends it and waits, within the router's ``interswarm_timeout``, for the A2A task to end or
-pause. The registry's token for the entry goes only to the origins of its ``base_url`` and
+pause. A peer whose card says ``capabilities.streaming`` is sent to with the SDK's streaming
+send, and each status or artifact update it sends meanwhile becomes an
+``interswarm_message_progress`` event of the sender's MAIL task (:mod:`mail.a2a.peer_updates`,
+bounded per call). The registry's token for the entry goes only to the origins of its ``base_url`` and
 ``card_url``, not to another one a card names. The outcome comes back to the sender as a MAIL response from ``<agent>@<peer>``, the
 way a MAIL peer's ``/interswarm/back`` answer does:
 
@@ -30,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from mail.a2a.peer_updates import PeerTaskFeed, Progress, UpdateLimits, state_name
 from mail.core.message import create_agent_address, make_message, make_response, utc_now_iso
 from mail.net.types import InterswarmError
 
@@ -39,6 +43,8 @@ KIND = "a2a"
 CARD_PATH = "/.well-known/agent-card.json"
 
 Deliver = Callable[[dict[str, Any]], Awaitable[None]]
+# (the envelope sent, description, extra_data): one update of the peer, as an event there.
+Report = Callable[[dict[str, Any], str, dict[str, Any]], Awaitable[None]]
 
 
 def is_a2a_endpoint(endpoint: Any) -> bool:
@@ -89,8 +95,12 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
 class A2APeers:
     """Sends envelopes to A2A agents and delivers their answers back (one per server)."""
 
-    def __init__(self, deliver: Deliver) -> None:
+    def __init__(
+        self, deliver: Deliver, report: Report | None = None, limits: UpdateLimits | None = None
+    ) -> None:
         self._deliver = deliver
+        self._report = report
+        self._limits = limits or UpdateLimits()
         # (peer, MAIL task id) -> the A2A task waiting for input there.
         self._waiting_input: dict[tuple[str, str], str] = {}
         # peer -> (card URL, card): read once, again after a failure or a new registration.
@@ -144,6 +154,8 @@ class A2APeers:
             from mail.a2a.peer_http import OriginBearer
 
             auth = OriginBearer(token, [endpoint["base_url"], url])
+        recipient = str((payload.get("recipient") or {}).get("address", "agent"))
+        feed = PeerTaskFeed(f"{recipient.partition('@')[0] or 'agent'}@{swarm}", self._limits)
         async with a2a_http(timeout, auth) as http:
             cached = self._cards.get(swarm)
             if cached is not None and cached[0] == url:
@@ -151,38 +163,57 @@ class A2APeers:
             else:
                 card = await A2ACardResolver(http, url, agent_card_path="").get_agent_card()
                 self._cards[swarm] = (url, card)
-            client = await create_client(card, ClientConfig(streaming=False, httpx_client=http))
+            # The SDK streams only when the card says the agent can (else one blocking send).
+            config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)
+            client = await create_client(card, config)
             try:
                 request = user_message(
                     payload.get("body") or "(empty message)", context_id=task_id, task_id=waiting
                 )
-                last = None
-                async for event in client.send_message(request):
-                    last = event
+                try:
+                    async for event in client.send_message(request):
+                        await self._progress(envelope, feed.add(event))
+                finally:
+                    await self._progress(envelope, feed.overflow())
             finally:
                 await client.close()
-        return self._outcome(swarm, task_id, payload.get("subject") or "", last)
+        return self._outcome(swarm, task_id, payload.get("subject") or "", feed)
 
-    def _outcome(self, swarm: str, task_id: str, subject: str, event: Any) -> tuple[str, str, str]:
+    async def _progress(self, envelope: dict[str, Any], progress: Progress | None) -> None:
+        if progress is None or self._report is None:
+            return
+        try:
+            await self._report(envelope, *progress)
+        except Exception:  # noqa: BLE001 - a lost progress event must not fail the call
+            logger.debug("an A2A progress event was not recorded", exc_info=True)
+
+    def _outcome(
+        self, swarm: str, task_id: str, subject: str, feed: PeerTaskFeed
+    ) -> tuple[str, str, str]:
         """(subject, body, A2A state) of the peer's answer; raises for a failed task."""
         from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
         from a2a.types.a2a_pb2 import TaskState
 
         reply = f"Re: {subject}" if subject else "Re:"
-        if event is None:
+        if feed.message is not None:
+            return reply, get_message_text(feed.message), "message"
+        task = feed.task
+        if task is None:
             raise InterswarmError(f"A2A agent '{swarm}' sent no answer", swarm_name=swarm)
-        if event.HasField("message"):
-            return reply, get_message_text(event.message), "message"
-        task = event.task
         state = task.status.state
         said = get_message_text(task.status.message) if task.status.HasField("message") else ""
-        name = TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+        name = state_name(state)
         if state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
             self._waiting_input[(swarm, task_id)] = task.id
             return f"Input required: {subject}", said or "(the agent asks for more input)", name
         if state == TaskState.TASK_STATE_COMPLETED:
             texts = [get_artifact_text(a) for a in task.artifacts]
             return reply, "\n".join(t for t in texts if t) or said, name
+        if state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+            raise InterswarmError(
+                f"A2A agent '{swarm}' stopped answering while its task was {name}",
+                swarm_name=swarm,
+            )
         raise InterswarmError(
             f"A2A agent '{swarm}' ended the task as {name}" + (f": {said}" if said else ""),
             swarm_name=swarm,

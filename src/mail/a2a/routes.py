@@ -33,10 +33,13 @@ logger = logging.getLogger("mail.a2a")
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = getattr(app.state, "mail", None)
     if state is not None and state.router is not None:
-        from mail.a2a.delivery import deliverer
+        from mail.a2a.delivery import deliverer, reporter
         from mail.a2a.peer import A2APeers
+        from mail.a2a.peer_updates import UpdateLimits
 
-        state.router.a2a_peers = A2APeers(deliverer(state))
+        settings = state.config.settings
+        limits = UpdateLimits(settings.max_a2a_peer_updates, settings.max_a2a_peer_update_chars)
+        state.router.a2a_peers = A2APeers(deliverer(state), reporter(state), limits)
     try:
         yield
     finally:
@@ -106,7 +109,9 @@ async def a2a_jsonrpc(request: Request) -> Response:
     except ValueError:
         body = None  # the dispatcher answers the parse error
     slot = None
-    if isinstance(body, dict) and body.get("method") in _STREAMING:
+    method = body.get("method") if isinstance(body, dict) else None
+    request.state.a2a_method = method  # the executor skips per-event updates nobody can see
+    if method in _STREAMING:
         slot = get_state(request).stream_slots.acquire(caller.role, caller.id)  # 429 when full
     try:
         response: Response = await _bridge(request).dispatcher.handle_requests(request)

@@ -487,6 +487,16 @@ class MAILSwarm:
             raise RuntimeError(f"interswarm is not running for swarm '{self.name}'")
         return self.runtime.interswarm.receive(envelope, direction)  # type: ignore[no-any-return]
 
+    def receive_interswarm_progress(
+        self, task_id: str, source_swarm: str, description: str, extra: dict[str, Any]
+    ) -> bool:
+        """Record a peer's update on its work for `task_id` (`interswarm_message_progress`)."""
+        if self.runtime.interswarm is None:
+            return False
+        return self.runtime.interswarm.receive_progress(  # type: ignore[no-any-return]
+            task_id, source_swarm, description, extra
+        )
+
     # ------------------------------------------------------------------ inspection
     def get_events(self, task_id: str) -> list[TaskEvent]:
         return self.runtime.get_events_by_task_id(task_id)

@@ -445,6 +445,20 @@ class InterswarmBridge:
         task.wake()
         return task_id
 
+    def receive_progress(
+        self, task_id: str, source_swarm: str, description: str, extra: dict[str, Any]
+    ) -> bool:
+        """A peer's update on work it does for one of our tasks (an A2A agent's status or
+        artifact update while the call runs): an `interswarm_message_progress` event, taken
+        only from a swarm the task was sent to and while the task runs; whether it was."""
+        task = self.runtime.mail_tasks.get(task_id)
+        if task is None or task.completed or source_swarm not in task.remote_swarms:
+            return False
+        self.runtime._emit(
+            task_id, "interswarm_message_progress", description, {**extra, "swarm": source_swarm}
+        )
+        return True
+
     def _count_answer(self, message: MAILMessage) -> None:
         """A peer's response settles one outstanding request of the local agent it answers
         (as a local send_response does), so `await_message` sees the true count."""

@@ -5,6 +5,7 @@ export const EVENT_TYPES = [
   "new_message", "tool_call", "builtin_tool_call", "action_call", "action_complete",
   "action_error", "action_review", "action_review_decision", "breakpoint_tool_call", "agent_error", "task_complete", "task_error",
   "interswarm_message_sent", "interswarm_message_received", "interswarm_message_error",
+  "interswarm_message_progress",
 ];
 
 export const TYPE_LABELS = {
@@ -24,6 +25,7 @@ export const TYPE_LABELS = {
   interswarm_message_sent: "Interswarm out",
   interswarm_message_received: "Interswarm in",
   interswarm_message_error: "Interswarm error",
+  interswarm_message_progress: "Interswarm progress",
 };
 
 export function typeLabel(name) {

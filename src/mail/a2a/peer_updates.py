@@ -1,0 +1,138 @@
+"""What an A2A peer sends while it works, turned into MAIL task events.
+
+A peer whose card says ``capabilities.streaming`` is called with the SDK's streaming send; each
+status or artifact update it sends while the call runs becomes one ``interswarm_message_progress``
+event of the sender's MAIL task (``PeerTaskFeed.add`` builds it), and the updates are applied,
+in order, to the peer's task as the SDK's server applies them, so the call's outcome is the same
+task a non-streaming send would have returned.
+
+Bounded per call: ``[server.settings] max_a2a_peer_updates`` updates become events (later ones
+are counted and summed up in one last event), each carrying at most ``max_a2a_peer_update_chars``
+characters of the update's text (cut off, ``"truncated": true``). What the peer sends in all is
+bounded by ``[stdlib.http] max_response_bytes`` (``mail.a2a.peer_http``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PROGRESS_EVENT = "interswarm_message_progress"
+
+Progress = tuple[str, dict[str, Any]]  # (description, extra_data) of one event
+
+
+@dataclass(frozen=True)
+class UpdateLimits:
+    max_updates: int = 100  # updates shown as events per call (0: none)
+    max_chars: int = 2000  # characters of an update's text kept in its event (0: none)
+
+
+def state_name(state: int) -> str:
+    """``TASK_STATE_INPUT_REQUIRED`` -> ``input-required`` (the A2A specification's spelling)."""
+    from a2a.types.a2a_pb2 import TaskState
+
+    return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")  # type: ignore[arg-type]
+
+
+class PeerTaskFeed:
+    """The events of one call to an A2A peer, and the task or message they add up to."""
+
+    def __init__(self, agent: str, limits: UpdateLimits) -> None:
+        self.agent = agent  # "<agent>@<peer>", as the MAIL sender addressed it
+        self.limits = limits
+        self.task: Any = None  # a2a Task, built up from the events
+        self.message: Any = None  # a2a Message, when the peer answered with one
+        self.updates = 0
+        self.dropped = 0
+
+    def add(self, event: Any) -> Progress | None:
+        """Take one ``StreamResponse``; the event to emit for it, if any."""
+        from a2a.types.a2a_pb2 import Task
+
+        kind = event.WhichOneof("payload")
+        if kind == "message":
+            self.message = event.message
+            return None
+        if kind == "task":
+            self.task = Task()
+            self.task.CopyFrom(event.task)
+            return None
+        if kind == "status_update":
+            update = event.status_update
+            self._task_of(update).status.CopyFrom(update.status)
+            return self._count(self._status_progress(update))
+        if kind == "artifact_update":
+            from a2a.server.tasks.task_manager import append_artifact_to_task
+
+            update = event.artifact_update
+            append_artifact_to_task(self._task_of(update), update)
+            return self._count(self._artifact_progress(update))
+        return None
+
+    def overflow(self) -> Progress | None:
+        """One event saying how many updates were not shown, when some were not."""
+        if not self.dropped:
+            return None
+        limit = self.limits.max_updates
+        return (
+            f"A2A agent {self.agent}: {self.dropped} more updates not shown "
+            f"([server.settings] max_a2a_peer_updates = {limit})",
+            {"agent": self.agent, "kind": "overflow", "not_shown": self.dropped},
+        )
+
+    # -- building blocks -------------------------------------------------------------------
+    def _task_of(self, update: Any) -> Any:
+        from a2a.types.a2a_pb2 import Task
+
+        if self.task is None:  # a stream need not start with the task itself
+            self.task = Task(id=update.task_id, context_id=update.context_id)
+        return self.task
+
+    def _count(self, progress: Progress) -> Progress | None:
+        self.updates += 1
+        if self.updates > self.limits.max_updates:
+            self.dropped += 1
+            return None
+        progress[1]["update"] = self.updates
+        return progress
+
+    def _text(self, text: str, extra: dict[str, Any]) -> str:
+        limit = self.limits.max_chars
+        if len(text) > limit:
+            text = text[:limit]
+            extra["truncated"] = True
+        extra["text"] = text
+        return text
+
+    def _status_progress(self, update: Any) -> Progress:
+        from a2a.helpers.proto_helpers import get_message_text
+
+        state = state_name(update.status.state)
+        extra: dict[str, Any] = {
+            "agent": self.agent,
+            "kind": "status",
+            "a2a_task_id": update.task_id,
+            "state": state,
+        }
+        said = get_message_text(update.status.message) if update.status.HasField("message") else ""
+        text = self._text(said, extra)
+        return f"A2A agent {self.agent}: {state}" + (f": {text}" if text else ""), extra
+
+    def _artifact_progress(self, update: Any) -> Progress:
+        from a2a.helpers.proto_helpers import get_artifact_text
+
+        artifact = update.artifact
+        extra: dict[str, Any] = {
+            "agent": self.agent,
+            "kind": "artifact",
+            "a2a_task_id": update.task_id,
+            "artifact_id": artifact.artifact_id,
+            "artifact_name": artifact.name,
+            "append": update.append,
+            "last_chunk": update.last_chunk,
+        }
+        text = self._text(get_artifact_text(artifact), extra)
+        name = artifact.name or artifact.artifact_id
+        verb = "appended to" if update.append else "artifact"
+        return f"A2A agent {self.agent}: {verb} {name}: {text}", extra
