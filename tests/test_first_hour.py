@@ -170,7 +170,7 @@ def test_missing_provider_key_is_warned_and_fails_fast_naming_the_variable(
         assert len(warning) == 1 and "agent 'supervisor' uses openai/gpt-5-mini" in warning[0]
         # The first request also imports the model library (seconds on a loaded machine); the
         # second shows the failure itself is immediate (retries with backoff take far longer).
-        for attempt in range(2):
+        for _attempt in range(2):
             started = time.monotonic()
             answer = httpx.post(
                 f"{server.base_url}/message", json={"body": "hi"}, headers=auth(key), timeout=60
