@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -48,5 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry(argv: Sequence[str] | None = None) -> None:
+    """The console script and ``python -m mail.cli``: run, then exit with the command's code."""
+    code = main(argv)
+    from mail.commands import exit_at_once
+
+    if exit_at_once():
+        atexit._run_exitfuncs()  # exporters and other exit hooks still flush
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

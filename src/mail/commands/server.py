@@ -412,6 +412,10 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if server.started:
+        from mail.commands import exit_at_once_when_done
+
+        exit_at_once_when_done()
     return 0 if server.started else 1
 
 

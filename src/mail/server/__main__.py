@@ -2,7 +2,7 @@
 
 import sys
 
-from mail.cli import main
+from mail.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["server", *sys.argv[1:]]))
+    entry(["server", *sys.argv[1:]])
