@@ -32,6 +32,7 @@ from mail.store.sql_base import (
     SqlWrite,
     add_snapshot_row,
     coalesce_writes,
+    encode_histories,
     key_args,
     leased_keys,
     runs_by_kind,
@@ -296,7 +297,7 @@ class PostgresTaskStore(BufferedSqlStore):
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
-        writes = list(batch)
+        writes = encode_histories(coalesce_writes(batch), self._json)
         fenced: list[FencedLease] = []
         async with self._pool.acquire() as conn:
             if not self._schema_ready and self._auto_create_schema:
@@ -305,8 +306,7 @@ class PostgresTaskStore(BufferedSqlStore):
             try:
                 async with conn.transaction():
                     writes, fenced = await self._fence(conn, writes)
-                    # Coalesced after the fence: a stale delete must not replace a current save.
-                    for kind, rows in runs_by_kind(coalesce_writes(writes)):
+                    for kind, rows in runs_by_kind(writes):
                         await conn.executemany(_SQL[kind], rows)
             except asyncpg.exceptions.UndefinedTableError:
                 self._schema_ready = False

@@ -30,6 +30,7 @@ from mail.store.sql_base import (
     SqlWrite,
     add_snapshot_row,
     coalesce_writes,
+    encode_histories,
     key_args,
     leased_keys,
     runs_by_kind,
@@ -122,8 +123,7 @@ def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease
                 if row is not None:
                     current[lease] = row[0]
             writes, fenced = split_fenced(writes, current)
-        # Coalesce only what survives the fence: a stale delete must not replace a current save.
-        for kind, rows in runs_by_kind(coalesce_writes(writes)):
+        for kind, rows in runs_by_kind(writes):
             conn.executemany(_SQL[kind], rows)
     return fenced
 
@@ -201,7 +201,8 @@ class SqliteTaskStore(BufferedSqlStore):
 
     # -- writes and fencing ------------------------------------------------------------------
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
-        fenced = await self.db.run(_apply, list(batch))
+        writes = encode_histories(coalesce_writes(batch), self._json)
+        fenced = await self.db.run(_apply, writes)
         self._count_fenced(fenced)
 
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
