@@ -127,7 +127,8 @@ class ServerSettings(_Section):
     max_a2a_tasks_per_caller: int = Field(default=1000, ge=0)
     max_a2a_task_bytes_per_caller: int = Field(default=32 * 1024 * 1024, ge=0)
     # Updates of an A2A peer shown, while it works, as events of the task that called it: per
-    # call, and characters of each update's text (0 = none shown / no text).
+    # call, and characters kept of each string of the peer's (an update's text, ids and names,
+    # its error or failure text in an interswarm error) (0 = none shown / no text).
     max_a2a_peer_updates: int = Field(default=100, ge=0)
     max_a2a_peer_update_chars: int = Field(default=2000, ge=0)
 

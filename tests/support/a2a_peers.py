@@ -22,10 +22,20 @@ from server_fixtures import (
     server_env,
     write_config,
 )
+from support.hostile_a2a import STREAMS
 
 PEERS = ("echoer", "plainer", "streamer", "doomed", "dying")
 # The misbehaving agents of tests/support/hostile_a2a.py, registered by test_a2a_hostile_peers.
-HOSTILE_PEERS = ("good", "huge", "redirect", "garbage", "elsewhere", "hugecard")
+HOSTILE_PEERS = (
+    "good",
+    "huge",
+    "redirect",
+    "garbage",
+    "elsewhere",
+    "hugecard",
+    "errorplain",
+    *STREAMS,
+)
 
 
 @contextlib.contextmanager

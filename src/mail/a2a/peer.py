@@ -11,9 +11,11 @@ sends it and waits, within the router's ``interswarm_timeout``, for the A2A task
 pause. A peer whose card says ``capabilities.streaming`` is sent to with the SDK's streaming
 send, and each status or artifact update it sends meanwhile becomes an
 ``interswarm_message_progress`` event of the sender's MAIL task (:mod:`mail.a2a.peer_updates`,
-bounded per call). The registry's token for the entry goes only to the origins of its ``base_url`` and
-``card_url``, not to another one a card names. The outcome comes back to the sender as a MAIL response from ``<agent>@<peer>``, the
-way a MAIL peer's ``/interswarm/back`` answer does:
+bounded per call). The call ends at the peer's answer (a message, or its task's first final or
+interrupted state) and closes the stream, whatever the peer would send after. The registry's
+token for the entry goes only to the origins of its ``base_url`` and ``card_url``, not to
+another one a card names. The outcome comes back to the sender as a MAIL response from
+``<agent>@<peer>``, the way a MAIL peer's ``/interswarm/back`` answer does:
 
 * ``completed`` (or a plain message): the artifacts' text (else the status message's text);
 * ``input-required`` / ``auth-required``: subject ``Input required: ...`` and the agent's
@@ -21,7 +23,8 @@ way a MAIL peer's ``/interswarm/back`` answer does:
 * runtime notices (subjects starting with ``::``, e.g. the task-end notice) are not sent;
 * ``failed`` / ``rejected`` / ``canceled``, a timeout, a refused address, an answer over the
   cap, a dead peer: an ``::interswarm_error::`` to the sender (nothing is delivered), and an
-  unreachable peer is marked inactive like a MAIL one.
+  unreachable peer is marked inactive like a MAIL one. The peer's own words in it (its failure
+  reason, its error message) are cut to ``max_a2a_peer_update_chars``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from typing import Any
 
 import httpx
 
-from mail.a2a.peer_updates import PeerTaskFeed, Progress, UpdateLimits, state_name
+from mail.a2a.peer_updates import (
+    PeerTaskFeed,
+    Progress,
+    UpdateLimits,
+    clip_reason,
+    state_name,
+)
 from mail.core.message import create_agent_address, make_message, make_response, utc_now_iso
 from mail.net.types import InterswarmError
 
@@ -131,9 +140,8 @@ class A2APeers:
                 reason = f"cannot connect to A2A agent '{swarm}' at {endpoint['base_url']}"
                 router._mark_unreachable(swarm, reason)
                 raise InterswarmError(reason, swarm_name=swarm) from exc
-            raise InterswarmError(
-                f"A2A agent '{swarm}' failed: {exc or type(exc).__name__}", swarm_name=swarm
-            ) from exc
+            said = clip_reason(str(exc) or type(exc).__name__, self._limits.max_chars)
+            raise InterswarmError(f"A2A agent '{swarm}' failed: {said}", swarm_name=swarm) from exc
         await self._deliver(self._answer(envelope, swarm, *outcome))
         return {"status": "success", "a2a_state": outcome[2]}
 
@@ -170,10 +178,15 @@ class A2APeers:
                 request = user_message(
                     payload.get("body") or "(empty message)", context_id=task_id, task_id=waiting
                 )
+                events = client.send_message(request)
                 try:
-                    async for event in client.send_message(request):
+                    async for event in events:
                         await self._progress(envelope, feed.add(event))
+                        if feed.finished:
+                            break  # the answer is in; what a peer sends after it is not read
                 finally:
+                    # The stream's HTTP response closes with `http` at the latest.
+                    await events.aclose()  # type: ignore[attr-defined]
                     await self._progress(envelope, feed.overflow())
             finally:
                 await client.close()
@@ -203,6 +216,7 @@ class A2APeers:
         state = task.status.state
         said = get_message_text(task.status.message) if task.status.HasField("message") else ""
         name = state_name(state)
+        reason = clip_reason(said, self._limits.max_chars)
         if state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
             self._waiting_input[(swarm, task_id)] = task.id
             return f"Input required: {subject}", said or "(the agent asks for more input)", name
@@ -215,7 +229,7 @@ class A2APeers:
                 swarm_name=swarm,
             )
         raise InterswarmError(
-            f"A2A agent '{swarm}' ended the task as {name}" + (f": {said}" if said else ""),
+            f"A2A agent '{swarm}' ended the task as {name}" + (f": {reason}" if reason else ""),
             swarm_name=swarm,
         )
 

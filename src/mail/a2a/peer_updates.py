@@ -4,20 +4,29 @@ A peer whose card says ``capabilities.streaming`` is called with the SDK's strea
 status or artifact update it sends while the call runs becomes one ``interswarm_message_progress``
 event of the sender's MAIL task (``PeerTaskFeed.add`` builds it), and the updates are applied,
 in order, to the peer's task as the SDK's server applies them, so the call's outcome is the same
-task a non-streaming send would have returned.
+task a non-streaming send would have returned. The call's task is the first one the stream
+names; updates naming another task are ignored. The peer has answered (``finished``) once it
+sends a message or its task reaches a final or interrupted state (``FINAL_STATES``): what it
+sends after that is not read.
 
 Bounded per call: ``[server.settings] max_a2a_peer_updates`` updates become events (later ones
-are counted and summed up in one last event), each carrying at most ``max_a2a_peer_update_chars``
-characters of the update's text (cut off, ``"truncated": true``). What the peer sends in all is
-bounded by ``[stdlib.http] max_response_bytes`` (``mail.a2a.peer_http``).
+are counted and summed up in one last event), and every string of the peer's in an event (the
+update's text, task and artifact ids, the artifact's name) keeps at most
+``max_a2a_peer_update_chars`` characters (cut off, ``"truncated": true``); ``clip_reason`` cuts a
+peer's error or failure text to as many. What the peer sends in all is bounded by
+``[stdlib.http] max_response_bytes`` (``mail.a2a.peer_http``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 PROGRESS_EVENT = "interswarm_message_progress"
+# States after which an A2A task's stream has nothing more to say for this call: the final
+# ones, and the interrupted ones (the peer waits for the sender).
+FINAL_STATES = ("completed", "failed", "canceled", "rejected", "input-required", "auth-required")
 
 Progress = tuple[str, dict[str, Any]]  # (description, extra_data) of one event
 
@@ -35,6 +44,28 @@ def state_name(state: int) -> str:
     return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")  # type: ignore[arg-type]
 
 
+@functools.cache
+def _final_state_values() -> frozenset[int]:
+    from a2a.types.a2a_pb2 import TaskState
+
+    return frozenset(v for v in TaskState.values() if state_name(v) in FINAL_STATES)
+
+
+def clip(text: str, limit: int) -> tuple[str, bool]:
+    """At most ``limit`` characters of ``text``, and whether it was cut."""
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+def clip_reason(text: str, limit: int) -> str:
+    """A peer's error or failure text, cut to ``limit`` characters (saying so) for a message."""
+    if len(text) <= limit:
+        return text
+    return (
+        f"{text[:limit]}... (cut from {len(text)} characters: "
+        f"[server.settings] max_a2a_peer_update_chars = {limit})"
+    )
+
+
 class PeerTaskFeed:
     """The events of one call to an A2A peer, and the task or message they add up to."""
 
@@ -46,6 +77,13 @@ class PeerTaskFeed:
         self.updates = 0
         self.dropped = 0
 
+    @property
+    def finished(self) -> bool:
+        """Whether the peer has answered: a message, or its task in one of ``FINAL_STATES``."""
+        if self.message is not None:
+            return True
+        return self.task is not None and self.task.status.state in _final_state_values()
+
     def add(self, event: Any) -> Progress | None:
         """Take one ``StreamResponse``; the event to emit for it, if any."""
         from a2a.types.a2a_pb2 import Task
@@ -55,17 +93,22 @@ class PeerTaskFeed:
             self.message = event.message
             return None
         if kind == "task":
-            self.task = Task()
-            self.task.CopyFrom(event.task)
+            if self._mine(event.task.id):
+                self.task = Task()
+                self.task.CopyFrom(event.task)
             return None
         if kind == "status_update":
             update = event.status_update
+            if not self._mine(update.task_id):
+                return None
             self._task_of(update).status.CopyFrom(update.status)
             return self._count(self._status_progress(update))
         if kind == "artifact_update":
             from a2a.server.tasks.task_manager import append_artifact_to_task
 
             update = event.artifact_update
+            if not self._mine(update.task_id):
+                return None
             append_artifact_to_task(self._task_of(update), update)
             return self._count(self._artifact_progress(update))
         return None
@@ -82,6 +125,10 @@ class PeerTaskFeed:
         )
 
     # -- building blocks -------------------------------------------------------------------
+    def _mine(self, task_id: str) -> bool:
+        """Whether an event about ``task_id`` is about this call's task (the first one named)."""
+        return self.task is None or not self.task.id or not task_id or task_id == self.task.id
+
     def _task_of(self, update: Any) -> Any:
         from a2a.types.a2a_pb2 import Task
 
@@ -97,42 +144,35 @@ class PeerTaskFeed:
         progress[1]["update"] = self.updates
         return progress
 
-    def _text(self, text: str, extra: dict[str, Any]) -> str:
-        limit = self.limits.max_chars
-        if len(text) > limit:
-            text = text[:limit]
+    def _put(self, extra: dict[str, Any], key: str, value: str) -> str:
+        """``extra[key] = value``, cut to ``max_chars`` (then ``truncated``); the value kept."""
+        kept, cut = clip(value, self.limits.max_chars)
+        if cut:
             extra["truncated"] = True
-        extra["text"] = text
-        return text
+        extra[key] = kept
+        return kept
 
     def _status_progress(self, update: Any) -> Progress:
         from a2a.helpers.proto_helpers import get_message_text
 
         state = state_name(update.status.state)
-        extra: dict[str, Any] = {
-            "agent": self.agent,
-            "kind": "status",
-            "a2a_task_id": update.task_id,
-            "state": state,
-        }
+        extra: dict[str, Any] = {"agent": self.agent, "kind": "status"}
+        self._put(extra, "a2a_task_id", update.task_id)
+        extra["state"] = state
         said = get_message_text(update.status.message) if update.status.HasField("message") else ""
-        text = self._text(said, extra)
+        text = self._put(extra, "text", said)
         return f"A2A agent {self.agent}: {state}" + (f": {text}" if text else ""), extra
 
     def _artifact_progress(self, update: Any) -> Progress:
         from a2a.helpers.proto_helpers import get_artifact_text
 
         artifact = update.artifact
-        extra: dict[str, Any] = {
-            "agent": self.agent,
-            "kind": "artifact",
-            "a2a_task_id": update.task_id,
-            "artifact_id": artifact.artifact_id,
-            "artifact_name": artifact.name,
-            "append": update.append,
-            "last_chunk": update.last_chunk,
-        }
-        text = self._text(get_artifact_text(artifact), extra)
-        name = artifact.name or artifact.artifact_id
+        extra: dict[str, Any] = {"agent": self.agent, "kind": "artifact"}
+        self._put(extra, "a2a_task_id", update.task_id)
+        artifact_id = self._put(extra, "artifact_id", artifact.artifact_id)
+        name = self._put(extra, "artifact_name", artifact.name) or artifact_id
+        extra["append"] = update.append
+        extra["last_chunk"] = update.last_chunk
+        text = self._put(extra, "text", get_artifact_text(artifact))
         verb = "appended to" if update.append else "artifact"
         return f"A2A agent {self.agent}: {verb} {name}: {text}", extra
