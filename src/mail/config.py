@@ -203,6 +203,9 @@ class McpConfig(_Section):
     # mcp SDK's client refuses a server-sent event over 1 MiB; message lists hold as many
     # whole messages as fit, a longer body is cut and read on with read_message.
     max_reply_bytes: int = Field(default=512 * 1024, ge=4096)
+    # Characters of a resource URI a client sends (resources/read, subscribe); longer ones
+    # are refused before they are matched or echoed in an error.
+    max_uri_chars: int = Field(default=2048, ge=64)
 
 
 class ClusterConfig(_Section):

@@ -15,7 +15,26 @@ from mail.core.message import create_agent_address, make_message, make_request
 from mail.core.tools import AgentToolCall
 from mail.mcp_face.members import FaceError, Member
 
-SENDING = frozenset({"send_request", "send_response", "send_broadcast"})
+# What to do instead of sending to a completed task, per tool that sends (the runtime drops
+# an agent's message to a completed task).
+INSTEAD = {
+    "send_request": "leave out task_id to start a new task",
+    "send_broadcast": "leave out task_id to send it in a task that is still running",
+    "transfer_file": "leave out task_id to send it in a task that is still running",
+    "send_response": (
+        "nobody can be waiting for an answer in it any more; to tell the agent anyway, "
+        "send_request starts a new task"
+    ),
+}
+
+
+def refuse_if_completed(member: Member, tool: str, task_id: str) -> None:
+    """FaceError when `task_id` is completed: what `tool` sends to it would be dropped."""
+    if member.task_completed(task_id):
+        raise FaceError(
+            f"not sent: task '{task_id}' is completed, and messages to it would be dropped; "
+            + INSTEAD[tool]
+        )
 
 
 def _tool_call(tool: str, args: dict[str, Any]) -> AgentToolCall:
@@ -47,13 +66,8 @@ async def run_tool(
             f"not sent: the subject is {len(subject)} characters; the limit is {max_subject} "
             "([server.mcp] max_subject_chars)"
         )
-    task = rt.mail_tasks.get(task_id)
-    if tool in SENDING and task is not None and task.completed:
-        # The runtime drops an agent's message to a completed task: say so instead.
-        raise FaceError(
-            f"not sent: task '{task_id}' is completed, and messages to it would be dropped; "
-            "leave out task_id to start a new task"
-        )
+    if tool in INSTEAD:
+        refuse_if_completed(member, tool, task_id)
     call = _tool_call(tool, args)
     oversized = rt.turns.oversized_text(call)
     if oversized is not None:

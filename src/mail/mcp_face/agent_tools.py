@@ -12,7 +12,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mail.mcp_face import inbox_tools, replies
-from mail.mcp_face.acting import run_tool
+from mail.mcp_face.acting import refuse_if_completed, run_tool
 from mail.mcp_face.face import Face
 from mail.mcp_face.members import FaceError, Member
 
@@ -36,9 +36,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
             raise ToolError(str(exc)) from None
 
     def task_for(member: Member, task_id: str | None) -> str:
-        if task_id:
-            return task_id
-        return member.last_task or member.home_task
+        return task_id or member.default_task()
 
     @tool(
         description=(
@@ -81,24 +79,32 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     ) -> str:
         task = task_id or str(uuid.uuid4())
         args: dict[str, Any] = {"target": target, "subject": subject, "body": body}
-        if wait_for_reply:
-            args["wait_for_reply"] = True
-            args["timeout_seconds"] = face.clamp_wait(
-                timeout_seconds, face.state.config.team_tools.reply_timeout
-            )
-        result = await act(ctx, "send_request", args, task)
         if not wait_for_reply:
-            return _json({"task_id": task, "result": result})
-        # The reply is this result: it is not left unread in the inbox.
+            return _json({"task_id": task, "result": await act(ctx, "send_request", args, task)})
+        args["wait_for_reply"] = True
+        args["timeout_seconds"] = face.clamp_wait(
+            timeout_seconds, face.state.config.team_tools.reply_timeout
+        )
         member = face.member(ctx)
         assert member is not None
-        # (The reply is filed in the inbox as it is handed over; it may land a moment after.)
-        replied = await member.arrived(REPLY_FILED_SECONDS, sender=target.strip(), task_id=task)
-        await member.mark_read(replied)
+        # The reply handed over is filed in the inbox as kind "reply" (a moment after it is
+        # handed over); any other unread message from the target stays unread.
+        sender = target.strip()
+        earlier = await member.unread(sender=sender, task_id=task, kind="reply")
+        result = await act(ctx, "send_request", args, task)
+        filed = await member.arrived(
+            REPLY_FILED_SECONDS,
+            sender=sender,
+            task_id=task,
+            kind="reply",
+            skip=frozenset(e["entry_id"] for e in earlier),
+        )
+        reply = filed[:1]
+        await member.mark_read(reply)  # it is this call's result
         answer = {"task_id": task, "result": result}
-        if replies.wire_bytes(_json(answer)) <= budget or not replied:
+        if replies.wire_bytes(_json(answer)) <= budget or not reply:
             return _json(answer)  # (an answer still too large is cut by ReplyCap)
-        cut = replies.cut_message(inbox_tools.public(replied[-1]), budget - 512)
+        cut = replies.cut_message(inbox_tools.public(reply[0]), budget - 512)
         note = f"reply from {target.strip()}, too long for one answer: see `reply`"
         return _json({"task_id": task, "result": note, "reply": cut})
 
@@ -106,7 +112,8 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         description=(
             "Answer a request an agent sent you: `target` is the agent that asked, `task_id` "
             "the task of its request (from get_messages; defaults to the task of the newest "
-            "message you received). If that agent is waiting for your reply it gets it at once."
+            "message you received, and is refused when that task is completed). If that agent "
+            "is waiting for your reply it gets it at once."
         )
     )
     async def send_response(
@@ -114,14 +121,23 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     ) -> str:
         member = face.member(ctx)
         assert member is not None
-        task = task_for(member, task_id)
+        # An answer goes to its request's task: never to a fresh one.
+        task = task_id or member.last_task or member.home_task
+        if not task_id and member.task_completed(task):
+            which = "the newest message you received" if member.last_task else "your messages"
+            raise ToolError(
+                f"not sent: the task of {which} ('{task}') is completed; pass the task_id of "
+                "the request you are answering (get_messages lists each message's task_id)"
+            )
         args = {"target": target, "subject": subject, "body": body}
         return _json({"task_id": task, "result": await act(ctx, "send_response", args, task)})
 
     @tool(
         description=(
             "Send one message to several agents of the swarm: `targets` is a list of names, "
-            'or ["all"] for everyone. You never receive your own broadcast.'
+            'or ["all"] for everyone. You never receive your own broadcast. Without '
+            "`task_id` it goes to the task of the newest message you received, or to a new "
+            "task once that one is completed."
         )
     )
     async def send_broadcast(
@@ -200,7 +216,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         description=(
             "Send a file to an agent of the swarm (or 'user'): give its text as `content` or "
             "its bytes as `content_base64`. The recipient gets a message naming the "
-            "attachment id, which it reads with read_attachment."
+            "attachment id, which it reads with read_attachment. Without `task_id` it goes "
+            "to the task of the newest message you received, or to a new task once that one "
+            "is completed."
         )
     )
     async def transfer_file(
@@ -220,6 +238,11 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         cap = member.team.settings.max_attachment_bytes
         data = _file_bytes(content, content_base64, cap)
         task = task_for(member, task_id)
+        if not files.is_user_recipient(member.team, str(recipient or "").strip()):
+            try:
+                refuse_if_completed(member, "transfer_file", task)
+            except FaceError as exc:
+                raise ToolError(str(exc)) from None
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
@@ -238,7 +261,8 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     async def read_attachment(ctx: Context[Any, Any], attachment_id: str) -> str:
         member = face.member(ctx)
         assert member is not None
-        return await act(ctx, "read_attachment", {"attachment_id": attachment_id}, member.home_task)
+        args = {"attachment_id": attachment_id}
+        return await act(ctx, "read_attachment", args, member.default_task())
 
 
 def _file_bytes(content: str | None, content_base64: str | None, cap: int) -> bytes:

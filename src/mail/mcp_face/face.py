@@ -44,7 +44,7 @@ class Face:
             name="mail", instructions=INSTRUCTIONS, warn_on_duplicate_resources=False
         )
         # Every answer fits [server.mcp] max_reply_bytes (the client's event limit).
-        self.server.middleware.append(ReplyCap(settings.max_reply_bytes))
+        self.server.middleware.append(ReplyCap(settings.max_reply_bytes, settings.max_uri_chars))
         self.background: set[Any] = set()  # post_message(wait=false) tasks, held
         # Called with (member, connection) when a session joins (inbox notices).
         self.on_join: list[Callable[[Member, Any], None]] = []

@@ -175,41 +175,59 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         next_offset = end if end < len(body) else None
         return replies.dumps({**shell, "body": body[offset:end], "next_offset": next_offset})
 
-    @tool(description='How many unread messages you have: {"unread", "direct", "threads"}.')
-    async def check_new_messages(ctx: Context[Any, Any]) -> str:
+    @tool(
+        description=(
+            'How many unread messages you have: {"unread", "direct", "threads", '
+            '"threads_not_listed"}. "threads" maps thread ids to their unread counts, most '
+            "unread first, at most `max_threads` of them (default 50) and as many as fit in "
+            'one answer; "threads_not_listed" counts the threads with unread messages left '
+            'out (their messages are in "unread"; get_messages(thread_id=...) reads one).'
+        )
+    )
+    async def check_new_messages(ctx: Context[Any, Any], max_threads: int = 50) -> str:
         member = face.member(ctx)
         assert member is not None
-        return replies.dumps(await inbox_counts(member))
+        shown = _count(max_threads, "max_threads")
+        return replies.dumps(await inbox_counts(member, shown, budget))
 
     # ------------------------------------------------------------------ the inbox resource
     # A template (its one variable is optional) because only templates get the context.
     @face.server.resource(
-        INBOX_URI + "{?limit}",
+        INBOX_URI + "{?limit,threads}",
         description=(
-            f"{INBOX_URI}: your inbox as the agent you joined as: unread counts and the "
-            "newest unread messages' senders and subjects (`limit` of them, default 20; "
-            f"bodies: get_messages). Subscribe to {INBOX_URI} (resources/subscribe) to be "
-            "notified when a message arrives."
+            f"{INBOX_URI}: your inbox as the agent you joined as: unread counts (per thread: "
+            "`threads` of them, default 20, most unread first) and the newest unread "
+            "messages' senders and subjects (`limit` of them, default 20; bodies: "
+            "get_messages). What does not fit in one answer is left out and counted "
+            f'("threads_not_listed", "omitted"). Subscribe to {INBOX_URI} '
+            "(resources/subscribe) to be notified when a message arrives."
         ),
         mime_type="application/json",
     )
-    async def inbox(ctx: Context[Any, Any], limit: str = "20") -> str:
+    async def inbox(ctx: Context[Any, Any], limit: str = "20", threads: str = "20") -> str:
         member = face.member(ctx, required=False)
         if member is None:
             raise ResourceError("join the swarm first: call join_swarm(name, description)")
         try:
-            count = min(max(int(limit), 0), 100)
-        except ValueError:
-            raise ResourceError("limit must be a number") from None
-        latest = await member.team.store.inbox(
-            member.team.key, member.name, unread_only=True, limit=count
-        )
+            count = min(_count(limit, "limit"), 100)
+            shown = _count(threads, "threads")
+        except ToolError as exc:
+            raise ResourceError(str(exc)) from None
+        latest = []  # (a store reads every entry for limit=0)
+        if count:
+            latest = await member.team.store.inbox(
+                member.team.key, member.name, unread_only=True, limit=count
+            )
         heads = [
             {k: e.get(k) for k in ("entry_id", "sender", "subject", "task_id", "timestamp")}
             for e in latest
         ]
-        counts = await inbox_counts(member)
-        return replies.dumps({"agent": member.name, **counts, "latest_unread": heads})
+        # The counts take at most half of the answer; the newest messages fill the rest.
+        counts = await inbox_counts(member, shown, budget // 2)
+        shell = {"agent": member.name, **counts, "omitted": replies.WIDEST_COUNT}
+        answer, kept = replies.pack(shell, "latest_unread", heads, budget, replies.cut_strings)
+        answer["omitted"] = len(heads) - kept
+        return replies.dumps(answer)
 
     async def subscribe(
         ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
@@ -242,11 +260,39 @@ def _notify_when_subscribed(member: Member, connection: Any) -> None:
     member.notify = notify
 
 
-async def inbox_counts(member: Member) -> dict[str, Any]:
+def _count(value: Any, name: str) -> int:
+    """A non-negative count given as a number (a tool argument) or text (a URI's query)."""
+    try:
+        number = int(value) if not isinstance(value, bool) else -1
+    except (TypeError, ValueError):
+        number = -1
+    if number < 0:
+        raise ToolError(f"{name} must be a number, 0 or more")
+    return number
+
+
+async def inbox_counts(member: Member, max_threads: int, room: int) -> dict[str, Any]:
+    """Unread counts: in all, direct, and per thread for at most `max_threads` threads (most
+    unread first) that fit, with the rest in ``threads_not_listed``, all in `room` bytes."""
     counts = await member.team.unread_for(member.name)
-    per_thread = {k: v for k, v in counts.items() if k != "direct"}
-    return {
+    per_thread = sorted(
+        ((k, v) for k, v in counts.items() if k != "direct"), key=lambda kv: (-kv[1], kv[0])
+    )
+    answer: dict[str, Any] = {
         "unread": sum(counts.values()),
         "direct": counts.get("direct", 0),
-        "threads": per_thread,
+        "threads": {},
+        "threads_not_listed": replies.WIDEST_COUNT,
     }
+    used = replies.wire_bytes(replies.dumps(answer))
+    listed: dict[str, int] = {}
+    for thread_id, unread in per_thread[:max_threads]:
+        # `"id":n` inside the braces, and a comma before all but the first.
+        size = replies.wire_bytes(replies.dumps({thread_id: unread})) - 2 + (1 if listed else 0)
+        if used + size > room:
+            break
+        listed[thread_id] = unread
+        used += size
+    answer["threads"] = listed
+    answer["threads_not_listed"] = len(per_thread) - len(listed)
+    return answer

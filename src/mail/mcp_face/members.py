@@ -40,7 +40,9 @@ class Member:
     core: Any = None  # its ExternalAgentCore in the runtime
     max_waits: int = 4
     waits: int = 0  # long-polls running now
-    home_task: str = field(default_factory=lambda: f"mcp_{uuid.uuid4().hex[:16]}")
+    # The task its messages go to when it names none (a UUID, like every task id, so the
+    # caller can look it up with GET /task); a fresh one once that task is completed.
+    home_task: str = field(default_factory=lambda: str(uuid.uuid4()))
     last_task: str | None = None  # the task of the newest message it got
     # Tells the session's client that its inbox changed (MCP notifications), if it asked.
     notify: Callable[[], Awaitable[None]] | None = None
@@ -59,6 +61,20 @@ class Member:
     def active(self) -> bool:
         """Still this agent of the swarm (not left, replaced, or its instance gone)."""
         return self.core is not None and self.runtime.agents.get(self.name) is self.core
+
+    def task_completed(self, task_id: str) -> bool:
+        """Is `task_id` a completed task of its runtime (messages to it would be dropped)?"""
+        task = self.runtime.mail_tasks.get(task_id)
+        return task is not None and bool(task.completed)
+
+    def default_task(self) -> str:
+        """The task a message that names none goes to: that of the newest message it got,
+        else its own; when both are completed, a new task of its own."""
+        for task_id in (self.last_task, self.home_task):
+            if task_id and not self.task_completed(task_id):
+                return task_id
+        self.home_task = str(uuid.uuid4())
+        return self.home_task
 
     def wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -84,8 +100,15 @@ class Member:
         except Exception:  # a client that went away: the notice is best effort
             logger.debug("inbox notice to '%s' not sent", self.name, exc_info=True)
 
-    async def unread(self, sender: str | None = None, task_id: str | None = None) -> list[Any]:
-        """Unread entries matching the filters, oldest first."""
+    async def unread(
+        self,
+        sender: str | None = None,
+        task_id: str | None = None,
+        kind: str | None = None,
+        skip: frozenset[str] = frozenset(),
+    ) -> list[Any]:
+        """Unread entries matching the filters (and not among the ids in `skip`), oldest
+        first."""
 
         def matching(entries: list[Any]) -> list[Any]:
             return [
@@ -93,6 +116,8 @@ class Member:
                 for e in entries
                 if (sender is None or e.get("sender") == sender)
                 and (task_id is None or e.get("task_id") == task_id)
+                and (kind is None or e.get("kind") == kind)
+                and e.get("entry_id") not in skip
             ]
 
         store, key = self.team.store, self.team.key
@@ -100,7 +125,7 @@ class Member:
             key, self.name, unread_only=True, oldest_first=True, limit=UNREAD_PAGE
         )
         found = matching(entries)
-        if not found and len(entries) == UNREAD_PAGE and (sender or task_id):
+        if not found and len(entries) == UNREAD_PAGE and (sender or task_id or kind or skip):
             # Older unread ones from others fill the page: look at every unread entry.
             found = matching(await store.inbox(key, self.name, unread_only=True, oldest_first=True))
         return found
@@ -133,7 +158,7 @@ class Member:
             )
         self.waits += 1
         try:
-            found, marks = await self._wait_unread(timeout, sender, task_id)
+            found, marks = await self._wait_unread(timeout, sender=sender, task_id=task_id)
         finally:
             self.waits -= 1
         async with self._taking:  # two waits never hand out the same entry
@@ -143,17 +168,14 @@ class Member:
             await self.mark_read(found[:count])
         return answer, not found
 
-    async def arrived(
-        self, timeout: float, sender: str | None = None, task_id: str | None = None
-    ) -> list[Any]:
-        """The unread entries matching the filters, waiting up to `timeout` s for the first
-        (one known to be on its way: not counted as a wait of the client's)."""
-        found, _ = await self._wait_unread(timeout, sender, task_id)
+    async def arrived(self, timeout: float, **filters: Any) -> list[Any]:
+        """The unread entries matching `filters` (those of `unread`), waiting up to
+        `timeout` s for the first (one known to be on its way: not counted as a wait of the
+        client's)."""
+        found, _ = await self._wait_unread(timeout, **filters)
         return found
 
-    async def _wait_unread(
-        self, timeout: float, sender: str | None, task_id: str | None
-    ) -> tuple[list[Any], int]:
+    async def _wait_unread(self, timeout: float, **filters: Any) -> tuple[list[Any], int]:
         """(the unread entries matching, as soon as there is one or time is up; the count
         of mark_read calls when they were read)."""
         loop = asyncio.get_running_loop()
@@ -161,7 +183,7 @@ class Member:
         while True:
             changed = self.changed()
             marks = self._marks
-            found = await self.unread(sender, task_id)
+            found = await self.unread(**filters)
             remaining = deadline - loop.time()
             if found or remaining <= 0 or not self.active:
                 return found, marks

@@ -11,6 +11,8 @@ inbox holds thousands. So:
   body is read on with ``read_message(entry_id, offset)``);
 - `ReplyCap`, a middleware of the SDK's server, checks every answer last: a text still too
   large has its longest strings cut (with a marker), or becomes an error naming the setting.
+  Errors are checked too (an error may echo what the client sent: a resource's URI), and a
+  URI over ``[server.mcp] max_uri_chars`` is refused before anything looks at it.
 
 Sizes count what is sent: a tool's text travels as a JSON string inside the JSON-RPC
 message, so quotes, backslashes and control characters count escaped, the rest as UTF-8.
@@ -19,13 +21,16 @@ message, so quotes, backslashes and control characters count escaped, the rest a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_REQUEST, CallToolResult, TextContent
-from pydantic import BaseModel
+from mcp.types import INVALID_PARAMS, INVALID_REQUEST, CallToolResult, ErrorData, TextContent
+from pydantic import BaseModel, ValidationError
+
+logger = logging.getLogger("mail.mcp")
 
 # What surrounds a tool's text in the JSON-RPC message ({"jsonrpc":"2.0","id":..,"result":
 # {"content":[{"type":"text","text":..}],"isError":false}}), with room to spare.
@@ -34,6 +39,7 @@ RPC_OVERHEAD = 64  # {"jsonrpc":"2.0","id":...,"result":...} around a result
 MIN_KEPT_CHARS = 100  # strings are never cut shorter than this by `cut_strings`
 SETTING = "[server.mcp] max_reply_bytes"
 WIDEST_COUNT = 10**9  # placeholder of a count filled in after packing (never wider)
+URI_METHODS = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 
 
 def dumps(value: Any) -> str:
@@ -194,16 +200,28 @@ def fit_text(text: str, room: int) -> str | None:
 
 
 class ReplyCap:
-    """Server middleware: no answer to ``tools/call`` or ``resources/read`` is over `limit`
-    bytes. Tools that return lists pack them themselves; this is the last check."""
+    """Server middleware: no answer to ``tools/call`` or ``resources/read``, and no error, is
+    over `limit` bytes, and no URI over `max_uri_chars` characters is looked at. Tools that
+    return lists pack them themselves; this is the last check."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_uri_chars: int) -> None:
         self.limit = limit
+        self.max_uri_chars = max_uri_chars
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        result = await call_next(ctx)
+        self._check_uri(ctx)
+        try:
+            result = await call_next(ctx)
+        except ValidationError:
+            raise  # sent as "Invalid request parameters", without what was sent
+        except Exception as exc:
+            cut = self._cut_error(exc)
+            if cut is None:
+                raise
+            logger.info("the error answering %s was cut to fit %s", ctx.method, SETTING)
+            raise cut from None
         if ctx.method not in ("tools/call", "resources/read") or result is None:
             return result
         data = (
@@ -217,6 +235,32 @@ class ReplyCap:
         if ctx.method == "tools/call":
             return self._tool_result(data, size)
         return self._resource_result(data, size)
+
+    def _check_uri(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        # Before the SDK matches it against the templates, logs it and echoes it in errors.
+        if ctx.method not in URI_METHODS or not isinstance(ctx.params, Mapping):
+            return
+        uri = ctx.params.get("uri")
+        if isinstance(uri, str) and len(uri) > self.max_uri_chars:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"the URI is {len(uri)} characters; the limit is {self.max_uri_chars} "
+                "([server.mcp] max_uri_chars)",
+            )
+
+    def _cut_error(self, exc: Exception) -> MCPError | None:
+        """None when the JSON-RPC error `exc` makes fits the limit; else that error with its
+        message and data cut to half of the limit each (data that cannot be cut is left
+        out). Any exception but an MCPError is sent with code 0 and its text (the SDK's
+        JSON-RPC dispatcher does so), which may echo what the client sent."""
+        error = exc.error if isinstance(exc, MCPError) else ErrorData(code=0, message=str(exc))
+        dumped = error.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if utf8_len(dumps(dumped)) + RPC_OVERHEAD <= self.limit:
+            return None
+        room = (self.limit - RPC_OVERHEAD - TEXT_OVERHEAD) // 2
+        message = fit_text(error.message, room) or f"an error too large to send ({SETTING})"
+        data = None if error.data is None else cut_strings(error.data, room)
+        return MCPError(error.code, message, data)
 
     def _fitted(self, text: str, size: int) -> str | None:
         return fit_text(text, self.limit - (size - wire_bytes(text)))

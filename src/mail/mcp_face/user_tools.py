@@ -36,6 +36,29 @@ def _cut_event(event: Any, room: int) -> Any:
     return {"event": name, "omitted": f"too large for one answer ({replies.SETTING})"}
 
 
+def threads_page(threads: list[Any], first: str, budget: int) -> str:
+    """The threads from index `first` that fit in `budget` bytes, and where the next page
+    starts (``next``, null at the end)."""
+    try:
+        start = int(first)
+    except ValueError:
+        start = -1
+    if start < 0:
+        raise resource_error(ValueError("first must be a number, 0 or more"))
+    rest = threads[start:]
+    shell = {"first": start, "next": replies.WIDEST_COUNT, "total": len(threads)}
+    answer, count = replies.pack(shell, "threads", rest, budget, _cut_thread)
+    answer["next"] = start + count if count < len(rest) else None
+    return replies.dumps(answer)
+
+
+def _cut_thread(thread: Any, room: int) -> Any:
+    cut = replies.cut_strings(thread, room)
+    if cut is not None:
+        return cut
+    return {"thread_id": thread.get("thread_id"), "omitted": f"too large ({replies.SETTING})"}
+
+
 def register(face: Face) -> None:
     server = face.server
     tool = face.tool
@@ -149,14 +172,17 @@ def register(face: Face) -> None:
 
     # ------------------------------------------------------------------ resources
     @server.resource(
-        "mail://swarm/{part}",
+        "mail://swarm/{part}{?first}",
         description=(
             "The swarm you talk to: part=description (its agents, links and actions), "
-            "agents (names, and which joined from outside) or threads (your instance's)."
+            "agents (names, and which joined from outside) or threads (your instance's, "
+            "oldest first from `first` (default 0), as many as fit in one answer; `next` is "
+            "the `first` of the next page, null when none is left: "
+            "mail://swarm/threads?first=N)."
         ),
         mime_type="application/json",
     )
-    async def swarm_part(part: str, ctx: Context[Any, Any]) -> str:
+    async def swarm_part(part: str, ctx: Context[Any, Any], first: str = "0") -> str:
         try:
             caller = await face.caller(ctx)
         except Exception as exc:
@@ -164,9 +190,8 @@ def register(face: Face) -> None:
         state = face.state
         inst = await face.instance(caller)
         if part == "threads":
-            return _json(
-                await team.list_threads(state.instances.team_store, state.swarm_name, caller)
-            )
+            found = await team.list_threads(state.instances.team_store, state.swarm_name, caller)
+            return threads_page(found["threads"], first, budget)
         info = describe_swarm(inst.swarm, name=state.swarm_name)
         if part == "agents":
             return _json(

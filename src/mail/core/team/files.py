@@ -140,7 +140,8 @@ def new_attachment(
     }
 
 
-def _is_user(team: TeamService, name: str) -> bool:
+def is_user_recipient(team: TeamService, name: str) -> bool:
+    """Does `name` address the swarm's user (files to it are stored, not messaged)?"""
     return name in USER_RECIPIENTS or name == team.rt.user_id
 
 
@@ -164,7 +165,7 @@ async def transfer_file(
 
 def _check_recipient(team: TeamService, sender: str, recipient: Any) -> None:
     name = str(recipient or "").strip()
-    if not _is_user(team, name) and (name not in team.rt.agents or name == sender):
+    if not is_user_recipient(team, name) and (name not in team.rt.agents or name == sender):
         valid = [a for a in team.rt.agents if a != sender]
         raise TeamError(f"unknown recipient '{name}'. Valid names: {', '.join([*valid, 'user'])}")
 
@@ -181,7 +182,7 @@ async def send_bytes(
     """Store `data` as an attachment named `filename` and deliver it to `recipient`."""
     _check_recipient(team, sender, recipient)
     name = str(recipient or "").strip()
-    to_user = _is_user(team, name)
+    to_user = is_user_recipient(team, name)
     if len(data) > team.settings.max_attachment_bytes:
         raise TeamError(
             f"'{filename}' is {len(data)} bytes; attachments are limited to "
