@@ -1,14 +1,14 @@
 """One benchmark script of two checkouts, run in interleaved rounds (not a test): prints numbers.
 
     uv run python bench/compare.py BASE_DIR [--script runtime.py] [--rounds 4]
-                                   [--args "--store memory"] [--base-args ""]
+                                   [--args="--store memory"] [--base-args=""]
 
 Runs BASE_DIR/bench/SCRIPT in BASE_DIR's own environment (`uv run --frozen` there: its code,
 its lock file) and this checkout's bench/SCRIPT here, alternately (base, this, this, base,
 base, ...: each side runs first as often as second), `--rounds` times each. A shared machine's
 speed drifts over minutes, so only rounds taken side by side compare; the ratio of medians is
 the number to read. `--args` go to this checkout's script, `--base-args` to the base's
-(default: the same as `--args`).
+(default: the same as `--args`); write them with "=" (`--args=--skip-startup`).
 
 Every output line of the script is a row. Numbers that never change (labels such as "200
 tasks") are printed as they are; each other number as base -> this: the median of the rounds
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 # A script's verdict on its own target flips between runs; rows compare without it.
 VERDICT = re.compile(r"\s*\((?:target met|TARGET MISSED)\)")
 
