@@ -1,6 +1,6 @@
 """HTTP benchmark of `mail server` as clients meet it (not a test): prints numbers.
 
-    uv run python bench/http.py [--requests 300] [--rounds 3] [--skip-startup]
+    uv run python bench/http.py [--requests 300] [--rounds 3] [--skip-startup] [--store memory]
 
 Every client keeps its connection alive, as MAILClient, httpx, aiohttp and browsers do. Each
 number is measured with three clients: MAILClient, httpx.AsyncClient and a raw asyncio client
@@ -61,6 +61,8 @@ from typing import Any  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 CLIENTS = ("raw", "httpx", "MAILClient")
 TARGETS = {"p50_1_ms": 2.0, "rps_16": 1500.0, "concurrency_50ms": 15.0, "first_answer_s": 1.0}
+# The store kind of the servers this run starts (`--store`), handed to them in the environment.
+STORE_VARIABLE = "MAIL_BENCH_STORE"
 
 # ------------------------------------------------------------------------- server side
 
@@ -136,6 +138,7 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
             "swarm": {"name": "bench", "registry": f"{directory}/registries/bench.json"},
             "settings": {"task_message_limit": 0},
             "auth": {"mode": "local", "keys_file": keys_file},
+            "store": {"kind": os.environ.get(STORE_VARIABLE, "sqlite")},
         }
     )
     app = create_app(config, template=stub_template(latency), template_source="bench stub")
@@ -535,7 +538,8 @@ def measure_startup(
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "mail.cli", "server", "--port", str(port)]
-            + ["--host", "127.0.0.1", "--print-llm-streams", "false"],
+            + ["--host", "127.0.0.1", "--print-llm-streams", "false"]
+            + ["--store", os.environ.get(STORE_VARIABLE, "sqlite")],
             cwd=workdir,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -820,7 +824,14 @@ def main() -> None:
     parser.add_argument("--access-log-only", action="store_true", help="only the access-log cost")
     parser.add_argument("--floor-only", action="store_true", help="only the bare-FastAPI floor")
     parser.add_argument("--startup-only", action="store_true", help="only the demo-server start")
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "memory"),
+        default="sqlite",
+        help="[server.store] kind of every server started (default: sqlite, as `mail server`)",
+    )
     args = parser.parse_args()
+    os.environ[STORE_VARIABLE] = args.store  # read by the server processes started below
     only = "access-log" if args.access_log_only else "floor" if args.floor_only else None
     only = "startup" if args.startup_only else only
     run(args.requests, args.skip_startup, only, max(1, args.rounds))

@@ -17,6 +17,9 @@ for path in (str(REPO_ROOT), str(TESTS_DIR)):
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+# The console tests' `browser` and `console` fixtures (see that module).
+from tests.support.console_harness import browser, console  # noqa: E402, F401
+
 
 @pytest.fixture(autouse=True)
 def _restore_config_path_env() -> Iterator[None]:
@@ -29,18 +32,3 @@ def _restore_config_path_env() -> Iterator[None]:
         os.environ.pop("MAIL_CONFIG_PATH", None)
     else:
         os.environ["MAIL_CONFIG_PATH"] = saved
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    """One headless Chromium per console test module (Playwright, the system's Chromium)."""
-    from playwright.sync_api import sync_playwright
-    from tests.support.console_harness import launch_browser, require_chromium
-
-    require_chromium()
-    with sync_playwright() as playwright:
-        instance = launch_browser(playwright)
-        try:
-            yield instance
-        finally:
-            instance.close()

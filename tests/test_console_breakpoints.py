@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,51 +13,26 @@ from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
     ConsolePage,
     ConsoleServer,
-    new_console,
-    require_chromium,
-    start_console_server,
+    serve_console,
 )
 
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    with serve_console(
         tmp_path_factory.mktemp("console-stub"),
         swarm="stub",
         who=[("user", "alice")],
         stub=True,
-    )
-    try:
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
-
-
-@pytest.fixture
-def console(browser: Any, stub: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, stub, tmp_path)
-
-
-def _send(console: ConsolePage, text: str, selector: str) -> None:
-    page = console.page
-    console.go("#/chat")
-    page.wait_for_selector("#chat-input")
-    before = page.locator(selector).count()
-    page.fill("#chat-input", text)
-    page.click("#chat-send")
-    page.wait_for_function(
-        "([sel, n]) => document.querySelectorAll(sel).length > n",
-        arg=[selector, before],
-        timeout=ANSWER_TIMEOUT_MS,
-    )
 
 
 def test_resume_one_held_call_from_the_form(console: ConsolePage) -> None:
     page = console.sign_in("alice").page
-    _send(console, "BREAKPOINT may I book the room?", ".bubble-breakpoint")
+    console.send("BREAKPOINT may I book the room?", ".bubble-breakpoint")
     assert "human_review" in page.locator(".bubble-breakpoint").last.inner_text()
     page.locator(".bubble-breakpoint a.btn").last.click()
     page.wait_for_selector("#bp-form")
@@ -81,7 +55,7 @@ def test_resume_one_held_call_from_the_form(console: ConsolePage) -> None:
 
 def test_resume_two_held_calls_as_a_list_after_a_reload(console: ConsolePage) -> None:
     page = console.sign_in("alice").page
-    _send(console, "BREAKPOINT2", ".bubble-breakpoint")
+    console.send("BREAKPOINT2", ".bubble-breakpoint")
     page.reload()
     page.wait_for_selector("nav.nav")
     console.go("#/breakpoints")
@@ -112,7 +86,7 @@ HOSTILE = (
 
 def test_agent_and_user_text_is_shown_as_text(console: ConsolePage) -> None:
     page = console.sign_in("alice").page
-    _send(console, HOSTILE, ".bubble-assistant")
+    console.send(HOSTILE, ".bubble-assistant")
     answer = page.locator(".bubble-assistant .bubble-text").last.inner_text()
     assert answer == f"echo[alice]: {HOSTILE}"
     assert page.locator(".bubble-user .bubble-text").last.inner_text() == HOSTILE
@@ -129,13 +103,15 @@ def test_agent_and_user_text_is_shown_as_text(console: ConsolePage) -> None:
     assert console.errors == []
 
 
-def test_follow_a_running_task_until_it_finishes(console: ConsolePage, stub: ConsoleServer) -> None:
+def test_follow_a_running_task_until_it_finishes(
+    console: ConsolePage, console_server: ConsoleServer
+) -> None:
     # The task sleeps on the server; the console attaches to it (GET /task/events) while it
     # runs and shows each of its events once.
     result: dict[str, Any] = {}
 
     def run() -> None:
-        result["reply"] = stub.post("alice", {"body": "SLEEP 4 slow one"})
+        result["reply"] = console_server.post("alice", {"body": "SLEEP 4 slow one"})
 
     worker = threading.Thread(target=run)
     worker.start()
@@ -151,9 +127,9 @@ def test_follow_a_running_task_until_it_finishes(console: ConsolePage, stub: Con
         task_id = result["reply"]["task_id"]
         assert page.locator("#task-id").inner_text() == task_id
         record = httpx.get(
-            f"{stub.url}/task",
+            f"{console_server.url}/task",
             params={"task_id": task_id},
-            headers=auth(stub.keys["alice"]),
+            headers=auth(console_server.keys["alice"]),
         ).json()
         ids = page.eval_on_selector_all(
             ".task-detail .event-row", "els => els.map(e => e.dataset.id)"

@@ -5,15 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
     ConsolePage,
     ConsoleServer,
-    new_console,
-    require_chromium,
+    serve_console,
     start_console_server,
 )
 
@@ -21,25 +19,16 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    with serve_console(
         tmp_path_factory.mktemp("console-demo"),
         swarm="demo",
         who=[("admin", "root"), ("user", "alice"), ("user", "bob")],
-    )
-    try:
+    ) as server:
         # The first message of a process pays for imports and instance creation; pay it here
         # so the browser tests time what the console does.
         server.post("root", {"body": "warm up"})
         yield server
-    finally:
-        server.process.stop()
-
-
-@pytest.fixture
-def console(browser: Any, demo: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, demo, tmp_path)
 
 
 def test_sign_in_shows_the_graph_with_every_agent_and_link(console: ConsolePage) -> None:
@@ -168,8 +157,10 @@ def test_a_task_opens_from_the_list_after_a_reload_and_continues(console: Consol
     assert console.errors == []
 
 
-def test_a_user_cannot_see_another_users_task(console: ConsolePage, demo: ConsoleServer) -> None:
-    record = demo.post("alice", {"body": "What is 3 * 3?"})
+def test_a_user_cannot_see_another_users_task(
+    console: ConsolePage, console_server: ConsoleServer
+) -> None:
+    record = console_server.post("alice", {"body": "What is 3 * 3?"})
     alices = record["task_id"]
     page = console.sign_in("bob").page
     console.go("#/tasks")
@@ -180,7 +171,7 @@ def test_a_user_cannot_see_another_users_task(console: ConsolePage, demo: Consol
     assert page.locator(".state-title").inner_text() == "Task not found"
     console.screenshot("not-found")
     # An admin may look at every caller's tasks.
-    admin = ConsolePage(console.page.context.browser, demo, console.shots)
+    admin = ConsolePage(console.page.context.browser, console_server, console.shots)
     try:
         admin.sign_in("root")
         admin.go("#/tasks")
@@ -228,14 +219,16 @@ def test_admin_registers_and_removes_a_swarm(console: ConsolePage, tmp_path: Pat
         remote.process.stop()
 
 
-def test_the_server_announces_the_console_and_never_logs_a_key(demo: ConsoleServer) -> None:
+def test_the_server_announces_the_console_and_never_logs_a_key(
+    console_server: ConsoleServer,
+) -> None:
     # Runs after the tests above, so the log holds everything they did.
-    logs = demo.process.logs()
-    assert f"MAIL console: http://localhost:{demo.process.port}/ui/" in logs or (
-        f"MAIL console: http://127.0.0.1:{demo.process.port}/ui/" in logs
+    logs = console_server.process.logs()
+    assert f"MAIL console: http://localhost:{console_server.process.port}/ui/" in logs or (
+        f"MAIL console: http://127.0.0.1:{console_server.process.port}/ui/" in logs
     )
     assert "GET /ui/ HTTP/1.1" in logs  # the console was served by this process
-    for key in demo.keys.values():
+    for key in console_server.keys.values():
         assert key not in logs
 
 
@@ -266,13 +259,13 @@ def test_a_swarm_crossed_by_a_task_appears_as_a_node(console: ConsolePage) -> No
     assert console.errors == []
 
 
-def test_the_task_list_comes_in_pages(console: ConsolePage, demo: ConsoleServer) -> None:
+def test_the_task_list_comes_in_pages(console: ConsolePage, console_server: ConsoleServer) -> None:
     """The list shows GET /tasks pages of 100 summaries and asks for the next on demand."""
     from concurrent.futures import ThreadPoolExecutor
 
-    oldest = demo.post("bob", {"body": "the first"})["task_id"]
+    oldest = console_server.post("bob", {"body": "the first"})["task_id"]
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda i: demo.post("bob", {"body": f"hello {i}"}), range(100)))
+        list(pool.map(lambda i: console_server.post("bob", {"body": f"hello {i}"}), range(100)))
     page = console.sign_in("bob").page
     console.go("#/tasks")
     page.wait_for_selector("#task-list")

@@ -21,8 +21,7 @@ from tests.support.console_harness import (
     ConsolePage,
     ConsoleServer,
     new_console,
-    require_chromium,
-    start_console_server,
+    serve_console,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -30,38 +29,25 @@ MAX_ATTACHMENT = 2048
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    with serve_console(
         tmp_path_factory.mktemp("console-fixes-demo"),
         swarm="demo",
         who=[("admin", "root"), ("user", "alice")],
-    )
-    try:
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
 
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+    with serve_console(
         tmp_path_factory.mktemp("console-fixes-stub"),
         swarm="stub",
         who=[("user", "alice")],
         stub=True,
         settings=f"[server.team_tools]\nmax_attachment_bytes = {MAX_ATTACHMENT}\n",
-    )
-    try:
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
-
-
-@pytest.fixture
-def console(browser: Any, demo: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, demo, tmp_path)
 
 
 @pytest.fixture
@@ -69,27 +55,12 @@ def stub_console(browser: Any, stub: ConsoleServer, tmp_path: Path) -> Iterator[
     yield from new_console(browser, stub, tmp_path)
 
 
-def _send(console: ConsolePage, text: str, selector: str) -> None:
-    """Sends ``text`` from the chat and waits for one more element matching ``selector``."""
-    page = console.page
-    console.go("#/chat")
-    page.wait_for_selector("#chat-input")
-    before = page.locator(selector).count()
-    page.fill("#chat-input", text)
-    page.click("#chat-send")
-    page.wait_for_function(
-        "([sel, n]) => document.querySelectorAll(sel).length > n",
-        arg=[selector, before],
-        timeout=ANSWER_TIMEOUT_MS,
-    )
-
-
 def test_each_answer_keeps_a_folded_trace_signed_by_its_completer(
     console: ConsolePage,
 ) -> None:
     page = console.sign_in("alice").page
-    _send(console, "What is 12 * 7?", ".bubble-assistant")
-    _send(console, "And 2 + 2?", ".bubble-assistant")
+    console.send("What is 12 * 7?", ".bubble-assistant")
+    console.send("And 2 + 2?", ".bubble-assistant")
     answers = page.locator(".bubble-assistant")
     assert answers.count() == 2
     for i in range(2):
@@ -132,7 +103,7 @@ def test_an_empty_chat_offers_no_new_task(console: ConsolePage) -> None:
     assert page.locator(".chat-task").inner_text() == ""
     assert page.get_by_text("New task", exact=True).locator("visible=true").count() == 0
     console.screenshot("chat-empty")
-    _send(console, "What is 1 + 1?", ".bubble-assistant")
+    console.send("What is 1 + 1?", ".bubble-assistant")
     assert page.is_visible("#chat-new") and page.is_enabled("#chat-new")
     assert "next message continues it" in page.locator(".chat-task").inner_text()
     page.click("#chat-new")
@@ -282,7 +253,7 @@ def test_registry_addresses_stay_on_one_line(console: ConsolePage) -> None:
 def test_an_answered_breakpoint_stops_offering_its_form(stub_console: ConsolePage) -> None:
     console = stub_console
     page = console.sign_in("alice").page
-    _send(console, "BREAKPOINT may I book the room?", ".bubble-breakpoint")
+    console.send("BREAKPOINT may I book the room?", ".bubble-breakpoint")
     held = page.locator(".bubble-breakpoint").last
     assert held.locator("a.btn").inner_text() == "Answer the held calls"
     held.locator("a.btn").click()

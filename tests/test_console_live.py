@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,9 +14,7 @@ from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
     ConsolePage,
     ConsoleServer,
-    new_console,
-    require_chromium,
-    start_console_server,
+    serve_console,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -27,25 +24,16 @@ ROUNDS = 80
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    with serve_console(
         tmp_path_factory.mktemp("console-live"),
         swarm="stub",
         who=[("user", "alice")],
         stub=True,
         env={"MAIL_STUB_LATENCY_MS": "50"},
         settings="task_message_limit = 0",
-    )
-    try:
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
-
-
-@pytest.fixture
-def console(browser: Any, live: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, live, tmp_path)
 
 
 def _shown_ids(console: ConsolePage) -> list[str]:
@@ -57,12 +45,12 @@ def _shown_ids(console: ConsolePage) -> list[str]:
 
 
 def test_attach_mid_stream_after_a_reload_shows_every_event_once_in_order(
-    console: ConsolePage, live: ConsoleServer
+    console: ConsolePage, console_server: ConsoleServer
 ) -> None:
     result: dict[str, Any] = {}
 
     def run() -> None:
-        result["reply"] = live.post("alice", {"body": f"CHATTY {ROUNDS} 40"}, timeout=300)
+        result["reply"] = console_server.post("alice", {"body": f"CHATTY {ROUNDS} 40"}, timeout=300)
 
     worker = threading.Thread(target=run)
     worker.start()
@@ -95,7 +83,9 @@ def test_attach_mid_stream_after_a_reload_shows_every_event_once_in_order(
         task_id = result["reply"]["task_id"]
         assert page.locator("#task-id").inner_text() == task_id
         record = httpx.get(
-            f"{live.url}/task", params={"task_id": task_id}, headers=auth(live.keys["alice"])
+            f"{console_server.url}/task",
+            params={"task_id": task_id},
+            headers=auth(console_server.keys["alice"]),
         ).json()
         expected = [str(e["id"]) for e in record["events"]]
         assert len(expected) > 4 * ROUNDS

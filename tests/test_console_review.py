@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,9 +15,7 @@ from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
     ConsolePage,
     ConsoleServer,
-    new_console,
-    require_chromium,
-    start_console_server,
+    serve_console,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -32,20 +28,11 @@ EDITED = {
 
 
 @pytest.fixture(scope="module")
-def review(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    with serve_console(
         tmp_path_factory.mktemp("console-review"), swarm="email-review", who=[("user", "bob")]
-    )
-    try:
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
-
-
-@pytest.fixture
-def console(browser: Any, review: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, review, tmp_path)
 
 
 def _radios(console: ConsolePage, index: int) -> list[str]:
@@ -67,7 +54,7 @@ def _open_review_from_chat(console: ConsolePage, bubbles_before: int) -> None:
 
 
 def test_review_held_calls_respond_edit_and_a_refused_decision(
-    console: ConsolePage, review: ConsoleServer
+    console: ConsolePage, console_server: ConsoleServer
 ) -> None:
     page = console.sign_in("bob").page
     console.go("#/chat")
@@ -99,8 +86,8 @@ def test_review_held_calls_respond_edit_and_a_refused_decision(
 
     # Someone else decides that call meanwhile (feedback: the assistant redrafts).
     httpx.post(
-        f"{review.url}/message",
-        headers=auth(review.keys["bob"]),
+        f"{console_server.url}/message",
+        headers=auth(console_server.keys["bob"]),
         json={
             "task_id": task_id,
             "resume_from": "action_review",
@@ -143,7 +130,9 @@ def test_review_held_calls_respond_edit_and_a_refused_decision(
 
     # The decisions are events of the task, in order; the edit carries the new arguments.
     record = httpx.get(
-        f"{review.url}/task", params={"task_id": task_id}, headers=auth(review.keys["bob"])
+        f"{console_server.url}/task",
+        params={"task_id": task_id},
+        headers=auth(console_server.keys["bob"]),
     ).json()
     assert record["pending_reviews"] == []
     decisions = [

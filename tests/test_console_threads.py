@@ -14,14 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from tests.server_fixtures import auth
 from tests.support.console_harness import (
     ANSWER_TIMEOUT_MS,
-    STARTUP_TIMEOUT,
     ConsolePage,
     ConsoleServer,
-    new_console,
-    require_chromium,
+    serve_console,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -67,44 +65,17 @@ def write_team_demo(directory: Path) -> Path:
     return path
 
 
-def start_team_server(directory: Path, who: list[tuple[str, str]]) -> ConsoleServer:
-    directory.mkdir(parents=True, exist_ok=True)
-    write_team_demo(directory)
-    port = free_port()
-    config = write_config(
-        directory,
-        port=port,
-        swarm="team-demo",
-        extra=f"\n[server.team_tools]\nmax_attachment_bytes = {MAX_ATTACHMENT}\n",
-    )
-    keys_file = directory / "registries" / "keys.json"
-    keys = {ident: create_key(keys_file, role, ident) for role, ident in who}
-    process = ServerProcess(directory, port, args=["--config", str(config), "--port", str(port)])
-    process.start(wait=False)
-    try:
-        process.wait_healthy(STARTUP_TIMEOUT)
-    except BaseException:
-        process.stop()
-        raise
-    return ConsoleServer(process, keys)
-
-
 @pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_team_server(
-        tmp_path_factory.mktemp("console-team"),
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    directory = tmp_path_factory.mktemp("console-team")
+    with serve_console(
+        directory,
+        swarm="team-demo",
+        source=write_team_demo(directory),
         who=[("admin", "root"), ("user", "alice"), ("user", "bob")],
-    )
-    try:
+        settings=f"\n[server.team_tools]\nmax_attachment_bytes = {MAX_ATTACHMENT}\n",
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
-
-
-@pytest.fixture
-def console(browser: Any, team: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, team, tmp_path)
 
 
 BRIEF = b"Launch on Monday.\nBudget: 12k\n"

@@ -380,6 +380,8 @@ def test_registry_commands(harness: Harness, server: FakeMailServer, tmp_path: P
 
 
 def test_task_commands(harness: Harness) -> None:
+    empty = harness.run("tsg")
+    assert "no tasks yet" in empty and "task id" not in empty, empty
     harness.run("m remember -tid keep-1")
     listing = harness.run("tsg")
     assert "keep-1" in listing and "admin:root@fake-swarm" in listing

@@ -131,6 +131,23 @@ async def test_inbox_filters_flags_and_counts(store: TeamStore) -> None:
     assert await store.inbox(OTHER, "a") == []
 
 
+async def test_limits_keep_the_newest_posts_and_entries(store: TeamStore) -> None:
+    store.max_posts_per_thread = 2
+    store.max_inbox_entries = 3
+    for n in range(5):
+        await store.add_post(KEY, {"post_id": f"p{n}", "thread_id": "th_1", "body": str(n)})
+        await store.add_post(OTHER, {"post_id": f"q{n}", "thread_id": "th_1", "body": str(n)})
+    await store.add_post(KEY, {"post_id": "x", "thread_id": "th_2", "body": "other thread"})
+    assert [p["body"] for p in await store.thread_posts(KEY, "th_1")] == ["3", "4"]
+    assert [p["body"] for p in await store.thread_posts(OTHER, "th_1")] == ["3", "4"]
+    assert [p["body"] for p in await store.thread_posts(KEY, "th_2")] == ["other thread"]
+    for n in range(5):
+        ts = f"2025-01-01T00:00:0{n}+00:00"
+        await store.add_inbox_entries(KEY, [entry("a", f"a{n}", ts), entry("b", f"b{n}", ts)])
+    assert [e["entry_id"] for e in await store.inbox(KEY, "a")] == ["a4", "a3", "a2"]
+    assert [e["entry_id"] for e in await store.inbox(KEY, "b")] == ["b4", "b3", "b2"]
+
+
 async def test_attachments(store: TeamStore) -> None:
     record = {"attachment_id": "att_1", "filename": "x.bin", "size": 3, "sha256": "abc"}
     await store.put_attachment(KEY, record, b"\x00\x01\x02")

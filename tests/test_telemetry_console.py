@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.support.console_harness import (
     ConsolePage,
     ConsoleServer,
-    new_console,
-    require_chromium,
-    start_console_server,
+    serve_console,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -21,25 +17,16 @@ QUESTION = "What is 6 times 7?"
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
-    require_chromium()
-    server = start_console_server(
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    with serve_console(
         tmp_path_factory.mktemp("console-trace"), swarm="demo", who=[("user", "alice")]
-    )
-    try:
+    ) as server:
         yield server
-    finally:
-        server.process.stop()
 
 
-@pytest.fixture
-def console(browser: Any, demo: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
-    yield from new_console(browser, demo, tmp_path)
-
-
-def test_task_rows_and_the_trace_view(console: ConsolePage, demo: ConsoleServer) -> None:
+def test_task_rows_and_the_trace_view(console: ConsolePage, console_server: ConsoleServer) -> None:
     task_id = str(uuid.uuid4())
-    answer = demo.post("alice", {"body": QUESTION, "task_id": task_id})["response"]
+    answer = console_server.post("alice", {"body": QUESTION, "task_id": task_id})["response"]
     page = console.sign_in("alice").page
     console.go("#/tasks")
     row = page.wait_for_selector(f'.task-row[data-task="{task_id}"]')

@@ -3,6 +3,10 @@
 The browser is the system's Chromium (Debian package `chromium`, installed by `.ci/run`)
 driven by Playwright for Python; no browser is downloaded. Tests skip with a clear reason
 when the executable is missing, unless ``MAIL_REQUIRE_BROWSER=1`` (then they fail).
+
+The fixtures `browser` (one Chromium per module) and `console` (a fresh tab on the module's
+server) are registered by tests/conftest.py; a console test module defines the module-scoped
+fixture `console_server`, usually as ``with serve_console(directory, ...) as server``.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,22 +88,23 @@ def start_console_server(
     swarm: str,
     who: list[tuple[str, str]],
     stub: bool = False,
+    source: Path | None = None,
     env: dict[str, str] | None = None,
     settings: str = "",
 ) -> ConsoleServer:
+    """`mail server` on `swarm` of the repository's swarms.json (or of `source`, or of the
+    stub swarms when `stub`), with a key for each (role, id) of `who`."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     if stub:
-        write_stub_swarms(directory, swarm)
-        config = write_config(directory, port=port, swarm=swarm, extra=settings)
-    else:
-        config = write_config(
-            directory,
-            port=port,
-            swarm=swarm,
-            source=str(REPO_ROOT / "swarms.json"),
-            extra=settings,
-        )
+        source = write_stub_swarms(directory, swarm)
+    config = write_config(
+        directory,
+        port=port,
+        swarm=swarm,
+        source=str(source or REPO_ROOT / "swarms.json"),
+        extra=settings,
+    )
     keys_file = directory / "registries" / "keys.json"
     keys = {ident: create_key(keys_file, role, ident) for role, ident in who}
     # --config: other tests may leave MAIL_CONFIG_PATH set in this process's environment.
@@ -110,6 +116,18 @@ def start_console_server(
         process.stop()
         raise
     return ConsoleServer(process, keys)
+
+
+@contextmanager
+def serve_console(directory: Path, **options: Any) -> Iterator[ConsoleServer]:
+    """A server for browser tests (skipped without Chromium), stopped on leaving; `options`
+    as for `start_console_server`."""
+    require_chromium()
+    server = start_console_server(directory, **options)
+    try:
+        yield server
+    finally:
+        server.process.stop()
 
 
 def launch_browser(playwright: Any) -> Any:
@@ -149,6 +167,19 @@ class ConsolePage:
     def go(self, fragment: str) -> None:
         self.page.evaluate("(f) => { location.hash = f; }", fragment)
 
+    def send(self, text: str, selector: str) -> None:
+        """Sends ``text`` from the chat and waits for one more element matching ``selector``."""
+        self.go("#/chat")
+        self.page.wait_for_selector("#chat-input")
+        before = self.page.locator(selector).count()
+        self.page.fill("#chat-input", text)
+        self.page.click("#chat-send")
+        self.page.wait_for_function(
+            "([sel, n]) => document.querySelectorAll(sel).length > n",
+            arg=[selector, before],
+            timeout=ANSWER_TIMEOUT_MS,
+        )
+
     def screenshot(self, name: str, *, narrow: bool = True) -> list[Path]:
         """Saves a wide (1280x800) and, unless told otherwise, a phone-width screenshot."""
         self.shots.mkdir(parents=True, exist_ok=True)
@@ -173,3 +204,23 @@ def new_console(browser: Any, server: ConsoleServer, tmp_path: Path) -> Iterator
         yield console
     finally:
         console.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """One headless Chromium per console test module (Playwright, the system's Chromium)."""
+    from playwright.sync_api import sync_playwright
+
+    require_chromium()
+    with sync_playwright() as playwright:
+        instance = launch_browser(playwright)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+@pytest.fixture
+def console(browser: Any, console_server: ConsoleServer, tmp_path: Path) -> Iterator[ConsolePage]:
+    """A new tab (signed out) on the module's `console_server`."""
+    yield from new_console(browser, console_server, tmp_path)

@@ -40,6 +40,23 @@ def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
     return factory
 
 
+def _wiring(agent: MAILAgent | MAILAgentTemplate) -> dict[str, Any]:
+    """What an agent and its template both hold, as keywords of either constructor (an
+    agent is built from its template, and a swarm's template is rebuilt from its agents)."""
+    return {
+        "name": agent.name,
+        "factory": agent.factory,
+        "actions": agent.actions,
+        "agent_params": agent.agent_params,
+        "enable_entrypoint": agent.enable_entrypoint,
+        "enable_interswarm": agent.enable_interswarm,
+        "can_complete_tasks": agent.can_complete_tasks,
+        "tool_format": agent.tool_format,
+        "review_actions": agent.review_actions,
+        "team_tools": agent.team_tools,
+    }
+
+
 class MAILAgent:
     """An agent built by its factory: a function plus wiring."""
 
@@ -99,18 +116,9 @@ class MAILAgent:
 
     def _to_template(self, names: list[str]) -> MAILAgentTemplate:
         return MAILAgentTemplate(
-            name=self.name,
-            factory=self.factory,
+            **_wiring(self),
             comm_targets=[t for t in self.comm_targets if t in names or "@" in t],
-            actions=self.actions,
-            agent_params=self.agent_params,
-            enable_entrypoint=self.enable_entrypoint,
-            enable_interswarm=self.enable_interswarm,
-            can_complete_tasks=self.can_complete_tasks,
-            tool_format=self.tool_format,
             exclude_tools=self.exclude_tools,
-            review_actions=self.review_actions,
-            team_tools=self.team_tools,
         )
 
 
@@ -215,19 +223,10 @@ class MAILAgentTemplate:
         except TypeError as exc:
             raise TypeError(f"agent '{self.name}': factory rejected its parameters: {exc}") from exc
         return MAILAgent(
-            name=self.name,
-            factory=self.factory,
-            actions=self.actions,
+            **_wiring(self),
             function=function,
             comm_targets=self.comm_targets,
-            agent_params=self.agent_params,
-            enable_entrypoint=self.enable_entrypoint,
-            enable_interswarm=self.enable_interswarm,
-            can_complete_tasks=self.can_complete_tasks,
-            tool_format=self.tool_format,
             exclude_tools=exclude,
-            review_actions=self.review_actions,
-            team_tools=self.team_tools,
         )
 
     # ------------------------------------------------------------------ loaders

@@ -238,18 +238,15 @@ class MAILSwarm:
         **kwargs: Any,
     ) -> tuple[MAILMessage, list[dict[str, Any]]]:
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
-        tid = message["message"]["task_id"]
-        start = len(self.runtime.get_events_by_task_id(tid))
-        response = await self._run_and_flush(
+        return await self._run_to_answer(
             message,
+            show_events,
             action_override=action_override,
             resume_from=resume_from,
             max_steps=max_steps,
             timeout=timeout,
             **kwargs,
         )
-        events = self.runtime.get_events_by_task_id(tid)[start:] if show_events else []
-        return response, _event_records(events)
 
     async def submit_message(
         self,
@@ -259,26 +256,30 @@ class MAILSwarm:
         resume_from: str | None = None,
         **kwargs: Any,
     ) -> tuple[MAILMessage, list[dict[str, Any]]]:
-        task_id = message["message"]["task_id"]
-        start = self.runtime.event_count(task_id)
-        response = await self._run_and_flush(
+        return await self._run_to_answer(
             message,
+            show_events,
             action_override=None,
             resume_from=resume_from,
             timeout=timeout,
             **kwargs,
         )
+
+    async def _run_to_answer(
+        self, message: MAILMessage, show_events: bool, **run_task: Any
+    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+        """Run `message`'s task until it answers (`runtime.run_task`), make it durable, and
+        return the answer with, when `show_events`, the events the task added meanwhile."""
+        task_id = message["message"]["task_id"]
+        start = self.runtime.event_count(task_id)
+        response = await self.runtime.run_task(message, **run_task)
+        await self._flush_before_answer()
         if not show_events:
             return response, []
         events = [
             e for e in self.runtime.get_events_by_task_id(task_id)[start:] if e.task_id == task_id
         ]
         return response, _event_records(events)
-
-    async def _run_and_flush(self, message: MAILMessage, **kwargs: Any) -> MAILMessage:
-        response = await self.runtime.run_task(message, **kwargs)
-        await self._flush_before_answer()
-        return response
 
     async def _flush_before_answer(self, timeout: float = 5.0) -> None:
         """Make a finished (or paused) task durable before its caller hears about it.

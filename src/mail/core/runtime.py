@@ -36,7 +36,7 @@ from mail.core.review import ReviewPolicy
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import Delivery
 from mail.core.runtime_loops import LoopRunner, RunMode
-from mail.core.runtime_manual import ManualStepper
+from mail.core.runtime_manual import ManualStepper, manual_routing
 from mail.core.runtime_ports import TurnContext
 from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
@@ -432,7 +432,7 @@ class MAILRuntime:
         await self.loops.run_continuous(max_steps, action_override, mode)
 
     async def run(self, action_override: ActionOverrideFunction | None = None) -> None:
-        await self.loops.run(action_override)
+        await self.loops.run_continuous(None, action_override, "continuous")
 
     async def run_task(
         self,
@@ -443,10 +443,17 @@ class MAILRuntime:
         timeout: float = 3600.0,
         **kwargs: Any,
     ) -> MAILMessage:
-        """Run the loop only until `message`'s task completes; return its response."""
-        return await self.loops.run_task(
-            message, action_override, resume_from, max_steps, timeout, **kwargs
-        )
+        """Run the loop only until `message`'s task completes; return its response.
+
+        `max_steps` limits this task (like a request's `kwargs.max_steps`); without it the
+        loop's limit applies (`default_max_steps` for a temporary loop).
+        """
+        if max_steps is not None:
+            kwargs["max_steps"] = max_steps
+        if self.loops.continuous:
+            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
+        async with self.ephemeral_loop(self.default_max_steps, action_override):
+            return await self.submit_and_wait(message, timeout, resume_from, **kwargs)
 
     def ephemeral_loop(
         self,
@@ -551,14 +558,13 @@ class MAILRuntime:
         _llm: str | None = None,
         _system: str | None = None,
     ) -> MAILMessage:
-        """Show `target` its buffered messages (+ payload) and return what it says."""
-        return await self.manual.manual_step(
-            task_id,
-            target,
-            response_targets,
-            response_type,
-            payload,
-            dynamic_ctx_ratio,
-            _llm,
-            _system,
+        """Show `target` its buffered messages (+ payload) and return what it says.
+
+        The text answer goes as a `response_type` message to `response_targets` (default:
+        every agent). With `dynamic_ctx_ratio` > 0 and `_llm`, the agent's history is
+        compressed first; `_llm` and `_system` replace its model and prompt for this step.
+        """
+        routing = manual_routing(response_type, response_targets)
+        return await self.manual.step(
+            task_id, target, routing, payload, dynamic_ctx_ratio, _llm, _system
         )

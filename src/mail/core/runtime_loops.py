@@ -42,17 +42,10 @@ class LoopHost(TaskLog, Protocol):
 
     def _dispatch(self, message: MAILMessage) -> None: ...
     def _open_waiters(self) -> list[asyncio.Future[MAILMessage]]: ...
-    async def submit_and_wait(
-        self,
-        message: MAILMessage,
-        timeout: float = 3600.0,
-        resume_from: str | None = None,
-        **kwargs: Any,
-    ) -> MAILMessage: ...
 
 
 class LoopRunner:
-    """run_continuous, run_task and the temporary loop; at most one loop serves the mailbox."""
+    """run_continuous and the temporary loop (run_task's); at most one loop serves the mailbox."""
 
     def __init__(self, host: LoopHost) -> None:
         self.host = host
@@ -66,10 +59,7 @@ class LoopRunner:
         self.background: set[asyncio.Task[Any]] = set()  # tasks the loops started, held
 
     async def run_continuous(
-        self,
-        max_steps: int | None = None,
-        action_override: ActionOverrideFunction | None = None,
-        mode: RunMode = "continuous",
+        self, max_steps: int | None, action_override: ActionOverrideFunction | None, mode: RunMode
     ) -> None:
         """Serve the mailbox until shutdown. From its first step, calls queue on this loop; a
         temporary loop already serving calls keeps them, and this one takes over when it ends."""
@@ -112,31 +102,6 @@ class LoopRunner:
         adopted = asyncio.create_task(serve(), name="mail-runtime-stranded-calls")
         self.background.add(adopted)
         adopted.add_done_callback(self.background.discard)
-
-    async def run(self, action_override: ActionOverrideFunction | None = None) -> None:
-        await self.run_continuous(action_override=action_override)
-
-    async def run_task(
-        self,
-        message: MAILMessage,
-        action_override: ActionOverrideFunction | None = None,
-        resume_from: str | None = None,
-        max_steps: int | None = None,
-        timeout: float = 3600.0,
-        **kwargs: Any,
-    ) -> MAILMessage:
-        """Run the loop only until `message`'s task completes; return its response.
-
-        `max_steps` limits this task (like a request's `kwargs.max_steps`); without it the
-        loop's limit applies (`default_max_steps` for a temporary loop).
-        """
-        rt = self.host
-        if max_steps is not None:
-            kwargs["max_steps"] = max_steps
-        if self.continuous:
-            return await rt.submit_and_wait(message, timeout, resume_from, **kwargs)
-        async with self.ephemeral_loop(rt.default_max_steps, action_override):
-            return await rt.submit_and_wait(message, timeout, resume_from, **kwargs)
 
     @contextlib.asynccontextmanager
     async def ephemeral_loop(

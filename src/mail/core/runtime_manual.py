@@ -44,6 +44,18 @@ def render_buffer(messages: list[MAILMessage]) -> str:
     return "\n\n\n".join(blocks)
 
 
+def manual_routing(response_type: str, response_targets: list[str] | None) -> dict[str, Any]:
+    """The routing_info of a manual step's request: where the agent's text answer goes."""
+    if response_type not in ("broadcast", "response", "request"):
+        raise ValueError(f"invalid response_type '{response_type}'")
+    if response_type != "broadcast" and not response_targets:
+        raise ValueError(f"response_type '{response_type}' requires response_targets")
+    return {
+        "manual_response_type": response_type,
+        "manual_response_targets": list(response_targets or [ALL_AGENTS]),
+    }
+
+
 class ManualHost(TaskLog, TurnLocks, Protocol):
     """What manual steps use of the runtime."""
 
@@ -69,28 +81,23 @@ class ManualStepper:
         # "{task}::{agent}" -> the step waiting for that agent's text answer
         self.return_messages: dict[str, asyncio.Future[MAILMessage]] = {}
 
-    async def manual_step(
+    async def step(
         self,
         task_id: str,
         target: str,
-        response_targets: list[str] | None = None,
-        response_type: str = "broadcast",
-        payload: str | None = None,
-        dynamic_ctx_ratio: float = 0.0,
-        _llm: str | None = None,
-        _system: str | None = None,
+        routing: dict[str, Any],
+        payload: str | None,
+        ctx_ratio: float,
+        llm: str | None,
+        system: str | None,
     ) -> MAILMessage:
-        """Show `target` its buffered messages (+ payload) and return what it says."""
+        """`MAILRuntime.manual_step` once its arguments are checked: `routing` is what
+        `manual_routing` made of the response type and targets."""
         rt = self.host
-        if response_type not in ("broadcast", "response", "request"):
-            raise ValueError(f"invalid response_type '{response_type}'")
-        if response_type != "broadcast" and not response_targets:
-            raise ValueError(f"response_type '{response_type}' requires response_targets")
-        targets = list(response_targets or [ALL_AGENTS])
         await rt.await_idle()
         if target not in rt.agents:
             raise ValueError(f"unknown agent target: '{target}'")
-        for name in targets:
+        for name in routing["manual_response_targets"]:
             if name != ALL_AGENTS and name not in rt.agents:
                 raise ValueError(f"unknown agent response target: '{name}'")
         key = f"{task_id}::{target}"
@@ -106,24 +113,19 @@ class ManualStepper:
             create_agent_address(target),
             MANUAL_STEP_SUBJECT,
             body,
-            routing_info={
-                "manual_response_type": response_type,
-                "manual_response_targets": targets,
-            },
+            routing_info=routing,
         )
         message = make_message(request, "buffered")
         future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
         self.return_messages[key] = future
-        if dynamic_ctx_ratio > 0 and _llm and rt.context_compressor is not None:
+        if ctx_ratio > 0 and llm and rt.context_compressor is not None:
             turn_key = f"{task_id}::{target}"
             await rt._acquire_turn(turn_key)
             try:
-                await rt.context_compressor(
-                    rt.history_for(task_id, target), dynamic_ctx_ratio, _llm
-                )
+                await rt.context_compressor(rt.history_for(task_id, target), ctx_ratio, llm)
             finally:
                 rt._release_turn(turn_key)
-        overrides = _apply_overrides(rt.agents[target].function, _llm, _system)
+        overrides = _apply_overrides(rt.agents[target].function, llm, system)
         try:
             rt._spawn(task_id, rt._run_turn(task_id, target, message, "auto"))
             idle: asyncio.Task[None] = asyncio.create_task(rt.await_task_idle(task_id))

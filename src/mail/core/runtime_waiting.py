@@ -64,18 +64,14 @@ class TaskWaiters:
                     future.set_result(response)
 
     async def submit_and_wait(
-        self,
-        message: MAILMessage,
-        timeout: float = 3600.0,
-        resume_from: str | None = None,
-        kwargs: dict[str, Any] | None = None,
+        self, message: MAILMessage, timeout: float, resume_from: str | None, kwargs: dict[str, Any]
     ) -> MAILMessage:
         """Submit and wait for the task's final response (or a system error response)."""
         rt = self.host
         task_id = message["message"]["task_id"]
         future = self.add(task_id)
         try:
-            rt._submit_for_task(message, resume_from, kwargs or {})
+            rt._submit_for_task(message, resume_from, kwargs)
             async with asyncio.timeout(timeout):
                 response = await future
             body = response["message"]["body"]
@@ -99,10 +95,10 @@ class TaskWaiters:
     async def submit_and_stream(
         self,
         message: MAILMessage,
-        timeout: float = 3600.0,
-        resume_from: str | None = None,
-        ping_interval: float = 15.0,
-        kwargs: dict[str, Any] | None = None,
+        timeout: float,
+        resume_from: str | None,
+        ping_interval: float,
+        kwargs: dict[str, Any],
     ) -> AsyncIterator[TaskEvent]:
         """Submit, then yield the task's new events as they happen and a final event.
 
@@ -118,7 +114,7 @@ class TaskWaiters:
         deadline = loop.time() + timeout
         try:
             try:
-                rt._submit_for_task(message, resume_from, kwargs or {})
+                rt._submit_for_task(message, resume_from, kwargs)
             except TaskSubmitError as exc:
                 yield closing_event("task_error", task_id, str(exc))
                 return

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Awaitable
-from typing import Any
-
 from mail.factories.base import (
-    AgentResult,
     DelegatingAgentFunction,
     LiteLLMAgentFunction,
     MAILAgentFunction,
-    ToolChoice,
     deprecated_function_factory,
 )
 
@@ -20,11 +14,6 @@ class ActionAgentFunction(MAILAgentFunction):
     """Base for agents with actions: action tools may be given as pydantic model classes."""
 
     accepts_model_tools = True
-
-    @abstractmethod
-    def __call__(
-        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
-    ) -> Awaitable[AgentResult]: ...
 
 
 class LiteLLMActionAgentFunction(DelegatingAgentFunction, ActionAgentFunction):

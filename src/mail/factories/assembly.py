@@ -183,6 +183,22 @@ class StreamPrinter:
             self._mode = None
 
 
+@dataclass(frozen=True)
+class TurnRequest:
+    """What one agent turn asks of the model, before `completions.build_request` or
+    `responses.build_request` shapes it for its API."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tool_choice: str | dict[str, Any] | None
+    options: dict[str, Any]  # provider options (api_base, api_key, timeout, ...)
+    reasoning_effort: str | None
+    max_tokens: int | None
+    stream: bool
+    printer: StreamPrinter
+
+
 @dataclass
 class ModelRequest:
     """A provider call ready to send: its keyword arguments, whether the reply streams, and

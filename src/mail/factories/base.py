@@ -30,7 +30,7 @@ from mail.factories._litellm import (
     provider_key_variable,
 )
 from mail.factories._settings import check_settings
-from mail.factories.assembly import StreamPrinter
+from mail.factories.assembly import StreamPrinter, TurnRequest
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
 from mail.factories.retry import RetryPolicy, call_with_retries
@@ -357,24 +357,14 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         tools = self.build_tools()
         request_messages = self.build_messages(messages, memories)
         printer = StreamPrinter(self.name, self.print_llm_streams)
-        # What both request builders take; the Chat Completions one also sets thinking.
-        shared: dict[str, Any] = {
-            "model": model,
-            "messages": request_messages,
-            "tools": tools,
-            "tool_choice": tool_choice,
-            "options": options,
-            "reasoning_effort": self.reasoning_effort,
-            "max_tokens": self.max_tokens,
-            "stream": self.stream_tokens,
-            "printer": printer,
-        }
+        settings = (self.reasoning_effort, self.max_tokens, self.stream_tokens, printer)
+        turn = TurnRequest(model, request_messages, tools, tool_choice, options, *settings)
         if self.tool_format == "completions":
             crequest = completions.build_request(
-                **shared, thinking_budget=self.thinking_budget, anthropic=self.is_anthropic_model
+                turn, thinking_budget=self.thinking_budget, anthropic=self.is_anthropic_model
             )
             return lambda: completions.run(crequest)
-        rrequest = responses.build_request(**shared)
+        rrequest = responses.build_request(turn)
         return lambda: responses.run(rrequest)
 
     # -- the agent function --------------------------------------------------------------------

@@ -18,6 +18,7 @@ from mail.factories.assembly import (
     PendingCall,
     StreamPrinter,
     TurnAssembler,
+    TurnRequest,
     field_of,
     to_plain,
 )
@@ -36,23 +37,13 @@ def completions_tool_choice(
 
 
 def build_request(
-    *,
-    model: str,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    tool_choice: str | dict[str, Any] | None,
-    options: dict[str, Any],
-    reasoning_effort: str | None,
-    thinking_budget: int | None,
-    max_tokens: int | None,
-    anthropic: bool,
-    stream: bool,
-    printer: StreamPrinter,
+    turn: TurnRequest, *, thinking_budget: int | None, anthropic: bool
 ) -> ModelRequest:
-    kwargs: dict[str, Any] = {"model": model, "messages": messages, **options}
-    choice = completions_tool_choice(tool_choice) if tools else None
-    if tools:
-        kwargs["tools"] = tools
+    kwargs: dict[str, Any] = {"model": turn.model, "messages": turn.messages, **turn.options}
+    choice = completions_tool_choice(turn.tool_choice) if turn.tools else None
+    stream = turn.stream
+    if turn.tools:
+        kwargs["tools"] = turn.tools
     if anthropic:
         headers = dict(kwargs.get("extra_headers") or {})
         if thinking_budget:
@@ -63,19 +54,19 @@ def build_request(
                 choice = "auto"
         if headers:
             kwargs["extra_headers"] = headers
-        kwargs["max_tokens"] = max_tokens or DEFAULT_ANTHROPIC_MAX_TOKENS
+        kwargs["max_tokens"] = turn.max_tokens or DEFAULT_ANTHROPIC_MAX_TOKENS
         stream = True
     else:
         if thinking_budget:
             kwargs["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
-        if reasoning_effort:
-            kwargs["reasoning_effort"] = reasoning_effort
-        if max_tokens:
-            kwargs["max_tokens"] = max_tokens
+        if turn.reasoning_effort:
+            kwargs["reasoning_effort"] = turn.reasoning_effort
+        if turn.max_tokens:
+            kwargs["max_tokens"] = turn.max_tokens
     if choice is not None:
         kwargs["tool_choice"] = choice
     kwargs["stream"] = stream
-    return ModelRequest(kwargs=kwargs, stream=stream, printer=printer)
+    return ModelRequest(kwargs=kwargs, stream=stream, printer=turn.printer)
 
 
 async def run(request: ModelRequest) -> tuple[str | None, list[AgentToolCall]]:

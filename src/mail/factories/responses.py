@@ -17,6 +17,7 @@ from mail.factories.assembly import (
     ModelRequest,
     StreamPrinter,
     TurnAssembler,
+    TurnRequest,
     field_of,
     to_plain,
 )
@@ -29,31 +30,20 @@ def responses_tool_choice(tool_choice: str | dict[str, Any] | None) -> str | dic
     return tool_choice
 
 
-def build_request(
-    *,
-    model: str,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    tool_choice: str | dict[str, Any] | None,
-    options: dict[str, Any],
-    reasoning_effort: str | None,
-    max_tokens: int | None,
-    stream: bool,
-    printer: StreamPrinter,
-) -> ModelRequest:
-    kwargs: dict[str, Any] = {"model": model, "input": messages, **options}
+def build_request(turn: TurnRequest) -> ModelRequest:
+    kwargs: dict[str, Any] = {"model": turn.model, "input": turn.messages, **turn.options}
     include = ["code_interpreter_call.outputs"]
-    if supports_reasoning(model):
+    if supports_reasoning(turn.model):
         include.append("reasoning.encrypted_content")
-        kwargs["reasoning"] = {"effort": reasoning_effort or "medium", "summary": "auto"}
+        kwargs["reasoning"] = {"effort": turn.reasoning_effort or "medium", "summary": "auto"}
     kwargs["include"] = include
-    if tools:
-        kwargs["tools"] = tools
-        kwargs["tool_choice"] = responses_tool_choice(tool_choice)
-    if max_tokens:
-        kwargs["max_output_tokens"] = max_tokens
-    kwargs["stream"] = stream
-    return ModelRequest(kwargs=kwargs, stream=stream, printer=printer)
+    if turn.tools:
+        kwargs["tools"] = turn.tools
+        kwargs["tool_choice"] = responses_tool_choice(turn.tool_choice)
+    if turn.max_tokens:
+        kwargs["max_output_tokens"] = turn.max_tokens
+    kwargs["stream"] = turn.stream
+    return ModelRequest(kwargs=kwargs, stream=turn.stream, printer=turn.printer)
 
 
 async def run(request: ModelRequest) -> tuple[str | None, list[AgentToolCall]]:

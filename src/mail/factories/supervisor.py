@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Awaitable
-from typing import Any
-
 from mail.core.tools import create_supervisor_tools
 from mail.factories.base import (
-    AgentResult,
     DelegatingAgentFunction,
     LiteLLMAgentFunction,
     MAILAgentFunction,
-    ToolChoice,
     deprecated_function_factory,
 )
 
@@ -26,11 +20,6 @@ class SupervisorFunction(MAILAgentFunction):
 
     accepts_model_tools = True
     completes_tasks_by_default = True
-
-    @abstractmethod
-    def __call__(
-        self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
-    ) -> Awaitable[AgentResult]: ...
 
     def add_supervisor_tools(self) -> None:
         """Append the supervisor tools to the agent's own: `send_interrupt` and

@@ -29,7 +29,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
 
     async def act(ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str) -> str:
         member = face.member(ctx)
-        assert member is not None
         try:
             return await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
@@ -86,7 +85,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
             timeout_seconds, face.state.config.team_tools.reply_timeout
         )
         member = face.member(ctx)
-        assert member is not None
         # The reply handed over is filed in the inbox as kind "reply" (a moment after it is
         # handed over); any other unread message from the target stays unread.
         sender = target.strip()
@@ -120,7 +118,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         ctx: Context[Any, Any], target: str, subject: str, body: str, task_id: str | None = None
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         # An answer goes to its request's task: never to a fresh one.
         task = task_id or member.last_task or member.home_task
         if not task_id and member.task_completed(task):
@@ -148,7 +145,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         task_id: str | None = None,
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         task = task_for(member, task_id)
         args = {"subject": subject, "body": body, "targets": targets or ["all"]}
         return _json({"task_id": task, "result": await act(ctx, "send_broadcast", args, task)})
@@ -166,7 +162,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         initial_message: str | None = None,
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         args = {"title": title, "participants": participants, "initial_message": initial_message}
         return await act(ctx, "create_thread", args, task_for(member, None))
 
@@ -180,20 +175,17 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         ctx: Context[Any, Any], thread_id: str, body: str, urgent: bool = False
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         args = {"thread_id": thread_id, "body": body, "urgent": urgent}
         return await act(ctx, "post_to_thread", args, task_for(member, None))
 
     @tool(description="Join an existing thread by its thread_id.")
     async def join_thread(ctx: Context[Any, Any], thread_id: str) -> str:
         member = face.member(ctx)
-        assert member is not None
         return await act(ctx, "join_thread", {"thread_id": thread_id}, task_for(member, None))
 
     @tool(description="A thread's title, creator, participants and its last 20 posts.")
     async def get_thread_details(ctx: Context[Any, Any], thread_id: str) -> str:
         member = face.member(ctx)
-        assert member is not None
         args = {"thread_id": thread_id}
         return await act(ctx, "get_thread_details", args, task_for(member, None))
 
@@ -207,7 +199,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         ctx: Context[Any, Any], thread_id: str, agent: str, remove: bool = False
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         tool = "remove_participant_from_thread" if remove else "add_participant_to_thread"
         args = {"thread_id": thread_id, "agent": agent}
         return await act(ctx, tool, args, task_for(member, None))
@@ -234,7 +225,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         from mail.core.team.service import TeamError
 
         member = face.member(ctx)
-        assert member is not None
         cap = member.team.settings.max_attachment_bytes
         data = _file_bytes(content, content_base64, cap)
         task = task_for(member, task_id)
@@ -260,7 +250,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     )
     async def read_attachment(ctx: Context[Any, Any], attachment_id: str) -> str:
         member = face.member(ctx)
-        assert member is not None
         args = {"attachment_id": attachment_id}
         return await act(ctx, "read_attachment", args, member.default_task())
 

@@ -81,11 +81,17 @@ class Face:
         # The SDK's per-connection state and teardown stack (one per MCP session).
         return ctx.session._connection
 
-    def member(self, ctx: Context[Any, Any], *, required: bool = True) -> Member | None:
-        member = self._connection(ctx).state.get(SESSION_KEY)
+    def joined(self, ctx: Context[Any, Any]) -> Member | None:
+        """The member this session joined as, while it is one."""
+        member: Member | None = self._connection(ctx).state.get(SESSION_KEY)
         if member is not None and not member.active:
-            member = None  # it left, another session took its name, or its instance stopped
-        if member is None and required:
+            return None  # it left, another session took its name, or its instance stopped
+        return member
+
+    def member(self, ctx: Context[Any, Any]) -> Member:
+        """The member this session joined as; a ToolError when it has not (or not any more)."""
+        member = self.joined(ctx)
+        if member is None:
             raise ToolError("join the swarm first: call join_swarm(name, description)")
         return member
 
@@ -99,7 +105,7 @@ class Face:
     async def join(
         self, ctx: Context[Any, Any], name: str, description: str, replace: bool = False
     ) -> Member:
-        if self.member(ctx, required=False) is not None:
+        if self.joined(ctx) is not None:
             raise ToolError("this session already joined; call leave_swarm first")
         caller = await self.caller(ctx)
         if caller.role == "agent":
@@ -133,7 +139,6 @@ class Face:
 
     def leave(self, ctx: Context[Any, Any]) -> str:
         member = self.member(ctx)
-        assert member is not None
         members.leave(member)
         self._connection(ctx).state.pop(SESSION_KEY, None)
         return member.name

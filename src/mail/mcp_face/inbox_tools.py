@@ -83,7 +83,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         timeout_seconds: float | None = None,
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         timeout = face.clamp_wait(timeout_seconds, face.state.config.team_tools.reply_timeout)
         return await take(member, timeout, sender=sender, task_id=task_id)
 
@@ -100,7 +99,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     )
     async def wait_for_messages(ctx: Context[Any, Any], timeout_seconds: float = 30.0) -> str:
         member = face.member(ctx)
-        assert member is not None
         return await take(member, face.clamp_wait(timeout_seconds, 30.0))
 
     @tool(
@@ -120,7 +118,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         unread_only: bool = False,
     ) -> str:
         member = face.member(ctx)
-        assert member is not None
         if isinstance(limit, bool) or limit < 1:
             raise ToolError("limit must be a positive number")
         if since is not None:
@@ -155,7 +152,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     )
     async def read_message(ctx: Context[Any, Any], entry_id: str, offset: int = 0) -> str:
         member = face.member(ctx)
-        assert member is not None
         found = await member.team.store.inbox(member.team.key, member.name, entry_id=entry_id)
         if not found:
             raise ToolError(f"no message '{entry_id}' in your inbox")
@@ -186,7 +182,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     )
     async def check_new_messages(ctx: Context[Any, Any], max_threads: int = 50) -> str:
         member = face.member(ctx)
-        assert member is not None
         shown = _count(max_threads, "max_threads")
         return replies.dumps(await inbox_counts(member, shown, budget))
 
@@ -205,7 +200,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         mime_type="application/json",
     )
     async def inbox(ctx: Context[Any, Any], limit: str = "20", threads: str = "20") -> str:
-        member = face.member(ctx, required=False)
+        member = face.joined(ctx)
         if member is None:
             raise ResourceError("join the swarm first: call join_swarm(name, description)")
         try:

@@ -73,6 +73,11 @@ def register(face: Face) -> None:
     async def post(ctx: Context[Any, Any], body: dict[str, Any]) -> dict[str, Any]:
         return await post_as(await user(ctx), body)
 
+    async def resume(ctx: Context[Any, Any], task_id: str, resume_from: str, **kwargs: Any) -> str:
+        """Continue a paused task (what POST /message with `resume_from` does)."""
+        body = {"task_id": task_id, "resume_from": resume_from, "kwargs": kwargs}
+        return _json(await post(ctx, body))
+
     async def post_as(caller: Any, body: dict[str, Any]) -> dict[str, Any]:
         try:
             req = parse_message_request(body)
@@ -146,12 +151,9 @@ def register(face: Face) -> None:
     async def answer_breakpoint(
         ctx: Context[Any, Any], task_id: str, result: str | list[dict[str, Any]]
     ) -> str:
-        body = {
-            "task_id": task_id,
-            "resume_from": "breakpoint_tool_call",
-            "kwargs": {"breakpoint_tool_call_result": result},
-        }
-        return _json(await post(ctx, body))
+        return await resume(
+            ctx, task_id, "breakpoint_tool_call", breakpoint_tool_call_result=result
+        )
 
     @tool(
         description=(
@@ -163,12 +165,7 @@ def register(face: Face) -> None:
     async def review_actions(
         ctx: Context[Any, Any], task_id: str, decisions: list[dict[str, Any]]
     ) -> str:
-        body = {
-            "task_id": task_id,
-            "resume_from": "action_review",
-            "kwargs": {"decisions": decisions},
-        }
-        return _json(await post(ctx, body))
+        return await resume(ctx, task_id, "action_review", decisions=decisions)
 
     # ------------------------------------------------------------------ resources
     @server.resource(

@@ -329,9 +329,6 @@ async def do_swarms_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     swarms = result.get("swarms", [])
     if _shown_as_json(ctx, args, result):
         return
-    if not swarms:
-        ctx.render.info("no public swarms known")
-        return
     ctx.render.table(
         ["swarm", "base url", "version", "active", "last seen"],
         (
@@ -344,6 +341,7 @@ async def do_swarms_get(ctx: ReplContext, args: argparse.Namespace) -> None:
             ]
             for s in swarms
         ),
+        empty="no public swarms known",
     )
 
 
@@ -430,9 +428,6 @@ async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     tasks = await ctx.client.get_tasks()
     if _shown_as_json(ctx, args, tasks):
         return
-    if not tasks:
-        ctx.render.info("no tasks yet")
-        return
     ctx.render.table(
         ["task id", "owner", "state", "tokens", "cost", "events"],
         (
@@ -447,6 +442,7 @@ async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
             ]
             for task_id, task in tasks.items()
         ),
+        empty="no tasks yet",
     )
 
 
@@ -503,15 +499,13 @@ async def do_threads(ctx: ReplContext, args: argparse.Namespace) -> None:
     if _shown_as_json(ctx, args, result):
         return
     threads = result.get("threads") or []
-    if not threads:
-        ctx.render.info("no threads yet")
-        return
     ctx.render.table(
         ["thread id", "title", "creator", "participants", "owner"],
         (
             [t["thread_id"], t["title"], t["creator"], ", ".join(t["participants"]), t.get("owner")]
             for t in threads
         ),
+        empty="no threads yet",
     )
 
 

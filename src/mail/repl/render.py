@@ -126,9 +126,20 @@ class Renderer:
             table.add_row(Text(key), Text("" if value is None else str(value)))
         self.console.print(table)
 
-    def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str = "") -> None:
-        table = Table(title=title or None, show_lines=False)
+    def table(
+        self,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        title: str = "",
+        *,
+        empty: str = "",
+    ) -> None:
+        """A table of `rows`; with no rows and an `empty` text, that text instead."""
         cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+        if not cells and empty:
+            self.info(empty)
+            return
+        table = Table(title=title or None, show_lines=False)
         for index, column in enumerate(columns):
             if index == 0:
                 # The first column holds the ids people copy into the next command: never

@@ -61,15 +61,7 @@ class KeyRecord:
 
     def public_dict(self) -> dict[str, str]:
         """What `mail keys list` shows: everything but the digest."""
-        shown = {
-            "id": self.id,
-            "role": self.role,
-            "prefix": self.prefix,
-            "created_at": self.created_at,
-        }
-        if self.swarm:
-            shown["swarm"] = self.swarm
-        return shown
+        return {name: value for name, value in self.file_dict().items() if name != "sha256"}
 
     def file_dict(self) -> dict[str, str]:
         data = {

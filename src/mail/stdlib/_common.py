@@ -70,3 +70,15 @@ def not_dict(args: dict[str, Any], *keys: str) -> str | None:
         if key in args and args[key] is not None and not isinstance(args[key], dict):
             return error(f"`{key}` must be a dictionary")
     return None
+
+
+def bad_args(
+    args: dict[str, Any],
+    required: tuple[str, ...] = (),
+    strings: tuple[str, ...] = (),
+    dicts: tuple[str, ...] = (),
+) -> str | None:
+    """The original's checks in its order: the first `required` key that is missing, then
+    the first of `strings` that is not a string, then the first of `dicts` that is not an
+    object; None when the arguments pass."""
+    return missing(args, *required) or not_string(args, *strings) or not_dict(args, *dicts)

@@ -364,27 +364,37 @@ class LangGraphAgentMemory(AgentMemory):
             await on_close()
 
 
-async def create_agent_memory(database_url: str | None, *, fallback: bool = False) -> AgentMemory:
-    """Postgres-backed memory for a URL, in-memory for None/""/"none".
+async def open_langgraph_store(
+    database_url: str | None, *, fallback: bool
+) -> tuple[BaseStore, Callable[[], Awaitable[None]] | None]:
+    """A LangGraph store and how to close it (None: nothing to close).
 
-    With `fallback`, a database that cannot be reached degrades to in-memory (logged);
-    otherwise the connection error is raised.
+    A PostgresMemoryStore, set up, when `database_url` names a database; an InMemoryStore
+    for None/""/"none" and, with `fallback`, when the database cannot be reached (logged;
+    without `fallback` the connection error is raised).
     """
     from langgraph.store.memory import InMemoryStore
 
     from mail.store import database_enabled
 
     if database_url is None or not database_enabled(database_url):
-        return LangGraphAgentMemory(InMemoryStore())
+        return InMemoryStore(), None
     store = PostgresMemoryStore(database_url)
     try:
         await store.setup()
     except Exception as exc:
         if not fallback:
             raise
-        logger.warning("agent memory falls back to in-process storage: %s", exc)
-        return LangGraphAgentMemory(InMemoryStore())
-    return LangGraphAgentMemory(store, on_close=store.aclose)
+        logger.warning("agent memory: PostgreSQL unavailable (%s); using an in-memory store", exc)
+        return InMemoryStore(), None
+    return store, store.aclose
+
+
+async def create_agent_memory(database_url: str | None, *, fallback: bool = False) -> AgentMemory:
+    """Postgres-backed memory for a URL, in-memory for None/""/"none" (see
+    `open_langgraph_store` for `fallback`)."""
+    store, close = await open_langgraph_store(database_url, fallback=fallback)
+    return LangGraphAgentMemory(store, on_close=close)
 
 
 async def store_acknowledged_broadcast(

@@ -23,21 +23,23 @@ from mail.store.base import (
     parse_start_time,
     to_json,
 )
-from mail.store.postgres_schema import ensure_schema, missing_tables, normalize_dsn, redact_dsn
+from mail.store.postgres_schema import (
+    ensure_schema,
+    missing_tables,
+    normalize_dsn,
+    open_pool,
+    redact_dsn,
+)
 from mail.store.sql_base import (
-    SNAPSHOT_READS,
-    TASK_COLUMNS,
     BufferedSqlStore,
-    FencedLease,
     SqlWrite,
     add_snapshot_row,
+    batch_statements,
     coalesce_writes,
     encode_histories,
     key_args,
     leased_keys,
-    runs_by_kind,
-    split_fenced,
-    task_from_row,
+    snapshot_queries,
 )
 
 logger = logging.getLogger("mail.store.postgres")
@@ -111,7 +113,9 @@ _SQL: dict[str, str] = {
     """,
 }
 
-_INSTANCE = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
+_SNAPSHOT_SQL = snapshot_queries(
+    "swarm_name = $1 AND caller_role = $2 AND caller_id = $3", "start_time, created_at"
+)
 
 # A claim is one statement: its row lock (taken by the INSERT or the UPDATE) waits for every
 # writer transaction holding the row FOR SHARE, and writers that come later see the new value.
@@ -214,24 +218,16 @@ class PostgresTaskStore(BufferedSqlStore):
     async def start(self) -> None:
         if self._pool is not None:
             return
-        try:
-            self._pool = await asyncpg.create_pool(
-                self._dsn,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                command_timeout=self._command_timeout,
-                timeout=self._connect_timeout,
-                server_settings={"application_name": self._application_name},
-            )
-            async with self._pool.acquire() as conn:
-                await self._prepare_schema(conn)
-        except Exception as exc:
-            if self._pool is not None:
-                self._pool.terminate()
-                self._pool = None
-            raise StoreUnavailableError(
-                f"cannot use PostgreSQL at {redact_dsn(self._dsn)}: {type(exc).__name__}: {exc}"
-            ) from exc
+        self._pool = await open_pool(
+            self._dsn,
+            self._prepare_schema,
+            purpose="",
+            min_size=self._min_size,
+            max_size=self._max_size,
+            command_timeout=self._command_timeout,
+            timeout=self._connect_timeout,
+            server_settings={"application_name": self._application_name},
+        )
         self._buffer.start()
         logger.info("PostgreSQL task store ready (%s)", redact_dsn(self._dsn))
 
@@ -280,34 +276,33 @@ class PostgresTaskStore(BufferedSqlStore):
         logger.debug("claimed generation %d of %s (holder %r)", generation, key, holder)
         return int(generation)
 
-    async def _fence(
+    async def _lock_generations(
         self, conn: asyncpg.Connection, writes: list[SqlWrite]
-    ) -> tuple[list[SqlWrite], list[FencedLease]]:
-        """Lock the generations of the batch's fenced keys; keep only current writes."""
+    ) -> dict[tuple[Any, ...], int]:
+        """Lock the generations of the batch's fenced keys and return them."""
         leased = leased_keys(writes)
         if not leased:
-            return writes, []
+            return {}
         names, roles, ids = (list(column) for column in zip(*leased, strict=True))
-        current = {
+        return {
             (row["swarm_name"], row["caller_role"], row["caller_id"]): row["generation"]
             for row in await conn.fetch(_LOCK_GENERATIONS_SQL, names, roles, ids)
         }
-        return split_fenced(writes, current)
 
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
         writes = encode_histories(coalesce_writes(batch), self._json)
-        fenced: list[FencedLease] = []
         async with self._pool.acquire() as conn:
             if not self._schema_ready and self._auto_create_schema:
                 await ensure_schema(conn)
                 self._schema_ready = True
             try:
                 async with conn.transaction():
-                    writes, fenced = await self._fence(conn, writes)
-                    for kind, rows in runs_by_kind(writes):
-                        await conn.executemany(_SQL[kind], rows)
+                    current = await self._lock_generations(conn, writes)
+                    statements, fenced = batch_statements(writes, current, _SQL)
+                    for statement, rows in statements:
+                        await conn.executemany(statement, rows)
             except asyncpg.exceptions.UndefinedTableError:
                 self._schema_ready = False
                 raise
@@ -325,17 +320,9 @@ class PostgresTaskStore(BufferedSqlStore):
         snapshot = InstanceSnapshot()
         async with self._pool.acquire() as conn:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
-                for row in await conn.fetch(
-                    f"SELECT {TASK_COLUMNS} FROM tasks WHERE {_INSTANCE}"
-                    " ORDER BY start_time, created_at",
-                    *args,
-                ):
-                    snapshot.tasks[row["task_id"]] = task_from_row(row, _isoformat)
-                for table, columns, order in SNAPSHOT_READS:
-                    for row in await conn.fetch(
-                        f"SELECT {columns} FROM {table} WHERE {_INSTANCE}{order}", *args
-                    ):
-                        add_snapshot_row(snapshot, table, row)
+                for table, sql in _SNAPSHOT_SQL:
+                    for row in await conn.fetch(sql, *args):
+                        add_snapshot_row(snapshot, table, row, _isoformat)
         return snapshot
 
     @property

@@ -8,10 +8,12 @@ original appended one per completion) are collapsed before the unique index is b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from mail.store.base import StoreUnavailableError
 
 # The four documented tables, plus the stashed queues of paused tasks, agent memory and
 # the generation (fencing token) of each instance for cluster mode.
@@ -245,6 +247,31 @@ def _row_count(status: str) -> int:
         return int(status.rsplit(" ", 1)[-1])
     except (ValueError, AttributeError):
         return 0
+
+
+async def open_pool(
+    dsn: str, prepare: Callable[[Any], Awaitable[None]], *, purpose: str, **options: Any
+) -> Any:
+    """An asyncpg pool whose first connection ran `prepare` (schema checks, DDL).
+
+    Any failure closes what was opened and raises StoreUnavailableError saying what the
+    pool was for (`purpose`) and where, without the password. `options` go to
+    `asyncpg.create_pool`.
+    """
+    import asyncpg  # lazily: importing this module must not load the driver
+
+    pool = None
+    try:
+        pool = await asyncpg.create_pool(dsn, **options)
+        async with pool.acquire() as conn:
+            await prepare(conn)
+    except Exception as exc:
+        if pool is not None:
+            pool.terminate()
+        raise StoreUnavailableError(
+            f"cannot use PostgreSQL{purpose} at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return pool
 
 
 def normalize_dsn(url: str) -> str:

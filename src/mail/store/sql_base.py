@@ -168,10 +168,28 @@ def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> d
     return record
 
 
-def add_snapshot_row(snapshot: InstanceSnapshot, table: str, row: Mapping[str, Any]) -> None:
-    """Put one row of a read of `table` (tasks excepted) into a snapshot."""
+def batch_statements(
+    writes: Sequence[SqlWrite], current: Mapping[tuple[Any, ...], int], sql: Mapping[str, str]
+) -> tuple[list[tuple[str, list[tuple[Any, ...]]]], list[FencedLease]]:
+    """What one batch executes, given the current generations of its fenced keys: (statement,
+    rows) pairs for executemany, in order, and the leases found superseded. `writes` are
+    already coalesced and encoded (`coalesce_writes`, `encode_histories`)."""
+    kept, fenced = split_fenced(writes, current)
+    return [(sql[kind], rows) for kind, rows in runs_by_kind(kept)], fenced
+
+
+def add_snapshot_row(
+    snapshot: InstanceSnapshot,
+    table: str,
+    row: Mapping[str, Any],
+    start_time: Callable[[Any], str],
+) -> None:
+    """Put one row of a read of `table` into a snapshot (`start_time`: the dialect's
+    start_time column value as ISO 8601 text)."""
     task_id = row["task_id"]
-    if table == "task_events":
+    if table == "tasks":
+        snapshot.tasks[task_id] = task_from_row(row, start_time)
+    elif table == "task_events":
         snapshot.events.setdefault(task_id, []).append(
             {"event": row["event_type"], "data": row["event_data"], "id": row["event_id"]}
         )
@@ -185,17 +203,32 @@ def add_snapshot_row(snapshot: InstanceSnapshot, table: str, row: Mapping[str, A
         raise ValueError(f"unknown table {table}")
 
 
+_TASK_COLUMNS = (
+    "task_id, task_owner, task_contributors, remote_swarms, is_running, completed, title,"
+    " start_time, metadata"
+)
 # What `load_instance` reads besides tasks: table -> columns, in the order rows come back.
-SNAPSHOT_READS: tuple[tuple[str, str, str], ...] = (
+_SNAPSHOT_READS: tuple[tuple[str, str, str], ...] = (
     ("task_events", "task_id, event_type, event_data, event_id", " ORDER BY seq"),
     ("agent_histories", "task_id, agent_name, history", ""),
     ("task_responses", "task_id, response", ""),
     ("task_queues", "task_id, items", ""),
 )
-TASK_COLUMNS = (
-    "task_id, task_owner, task_contributors, remote_swarms, is_running, completed, title,"
-    " start_time, metadata"
-)
+
+
+def snapshot_queries(instance: str, task_order: str) -> tuple[tuple[str, str], ...]:
+    """(table, SELECT) pairs that read one instance for `load_instance`, tasks first.
+
+    `instance` is the dialect's condition on the three key columns, `task_order` the
+    ORDER BY of the tasks (start time, then insertion order).
+    """
+    return (
+        ("tasks", f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {instance} ORDER BY {task_order}"),
+        *(
+            (table, f"SELECT {columns} FROM {table} WHERE {instance}{order}")
+            for table, columns, order in _SNAPSHOT_READS
+        ),
+    )
 
 
 class BufferedSqlStore(TaskStore):

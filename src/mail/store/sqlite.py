@@ -23,19 +23,16 @@ from mail.store.base import (
     to_json,
 )
 from mail.store.sql_base import (
-    SNAPSHOT_READS,
-    TASK_COLUMNS,
     BufferedSqlStore,
     FencedLease,
     SqlWrite,
     add_snapshot_row,
+    batch_statements,
     coalesce_writes,
     encode_histories,
     key_args,
     leased_keys,
-    runs_by_kind,
-    split_fenced,
-    task_from_row,
+    snapshot_queries,
 )
 from mail.store.sqlite_schema import NOW_SQL, is_transient_error, open_database, transaction
 
@@ -98,6 +95,7 @@ _SQL: dict[str, str] = {
 _SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
 
 _INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
+_SNAPSHOT_SQL = snapshot_queries(_INSTANCE, "start_time, rowid")
 
 _CLAIM_SQL = """
     INSERT INTO instance_generations (swarm_name, caller_role, caller_id, generation,
@@ -112,19 +110,16 @@ _CLAIM_SQL = """
 def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease]:
     """One batch in one write transaction; the generation check sees every claim."""
     with transaction(conn):
-        fenced: list[FencedLease] = []
-        leased = leased_keys(writes)
-        if leased:
-            current: dict[tuple[Any, ...], int] = {}
-            for lease in leased:
-                row = conn.execute(
-                    f"SELECT generation FROM instance_generations WHERE {_INSTANCE}", lease
-                ).fetchone()
-                if row is not None:
-                    current[lease] = row[0]
-            writes, fenced = split_fenced(writes, current)
-        for kind, rows in runs_by_kind(writes):
-            conn.executemany(_SQL[kind], rows)
+        current: dict[tuple[Any, ...], int] = {}
+        for lease in leased_keys(writes):
+            row = conn.execute(
+                f"SELECT generation FROM instance_generations WHERE {_INSTANCE}", lease
+            ).fetchone()
+            if row is not None:
+                current[lease] = row[0]
+        statements, fenced = batch_statements(writes, current, _SQL)
+        for statement, rows in statements:
+            conn.executemany(statement, rows)
     return fenced
 
 
@@ -137,15 +132,9 @@ def _read(conn: sqlite3.Connection, args: tuple[str, str, str]) -> InstanceSnaps
     snapshot = InstanceSnapshot()
     conn.execute("BEGIN")  # one consistent read
     try:
-        for row in conn.execute(
-            f"SELECT {TASK_COLUMNS} FROM tasks WHERE {_INSTANCE} ORDER BY start_time, rowid", args
-        ):
-            snapshot.tasks[row["task_id"]] = task_from_row(row, normalize_start_time)
-        for table, columns, order in SNAPSHOT_READS:
-            for row in conn.execute(
-                f"SELECT {columns} FROM {table} WHERE {_INSTANCE}{order}", args
-            ):
-                add_snapshot_row(snapshot, table, row)
+        for table, sql in _SNAPSHOT_SQL:
+            for row in conn.execute(sql, args):
+                add_snapshot_row(snapshot, table, row, normalize_start_time)
     finally:
         conn.execute("COMMIT")
     return snapshot

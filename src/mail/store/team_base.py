@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from mail.store.base import InstanceKey
@@ -44,6 +45,70 @@ def entry_from_row(row: Any) -> Record:
     record["read"] = bool(row["is_read"])
     record["shown"] = bool(row["shown"])
     return record
+
+
+def inbox_rows(key: InstanceKey, entries: Iterable[Record]) -> list[tuple[Any, ...]]:
+    """`team_inbox` rows of new entries, in the column order both SQL stores insert:
+    key, agent_name, entry_id, thread_id, ts, is_read, shown, record."""
+    k = key_tuple(key)
+    return [
+        (
+            *k,
+            e["agent"],
+            e["entry_id"],
+            e.get("thread_id"),
+            e["timestamp"],
+            bool(e.get("read")),
+            bool(e.get("shown")),
+            dump_record(e),
+        )
+        for e in entries
+    ]
+
+
+def unread_from_rows(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
+    """`unread_counts` from rows of (agent_name, place, n)."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
+    return counts
+
+
+def key_clause(mark: str) -> str:
+    """The instance key condition with numbered parameters 1-3 (`$` PostgreSQL, `?` SQLite)."""
+    return f"swarm_name = {mark}1 AND caller_role = {mark}2 AND caller_id = {mark}3"
+
+
+def trim_sql(table: str, column: str, mark: str) -> str:
+    """Keep the newest rows of one thread / one agent (the memory store's rule): parameters
+    1-3 the key, 4 the thread or agent, 5 how many to keep."""
+    where = f"{key_clause(mark)} AND {column} = {mark}4"
+    return (
+        f"DELETE FROM {table} WHERE {where} AND seq <= ("
+        f"SELECT seq FROM {table} WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET {mark}5)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InboxQuery:
+    """Which of an agent's inbox entries `TeamStore.inbox` returns, and in which order."""
+
+    thread_id: str | None = None
+    since: str | None = None  # only entries after it (ISO 8601 timestamps compare as text)
+    limit: int | None = None
+    unshown_only: bool = False
+    unread_only: bool = False
+    entry_id: str | None = None
+    oldest_first: bool = False  # oldest first instead (the limit then keeps the oldest)
+
+    def matches(self, entry: Record) -> bool:
+        return (
+            (self.thread_id is None or entry.get("thread_id") == self.thread_id)
+            and (self.since is None or entry["timestamp"] > self.since)
+            and not (self.unshown_only and entry.get("shown"))
+            and not (self.unread_only and entry.get("read"))
+            and (self.entry_id is None or entry["entry_id"] == self.entry_id)
+        )
 
 
 class TeamStore(abc.ABC):
@@ -90,7 +155,6 @@ class TeamStore(abc.ABC):
     @abc.abstractmethod
     async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None: ...
 
-    @abc.abstractmethod
     async def inbox(
         self,
         key: InstanceKey,
@@ -106,6 +170,15 @@ class TeamStore(abc.ABC):
     ) -> list[Record]:
         """An agent's entries, most recent first (oldest first with `oldest_first`; the
         `limit` then keeps the oldest). Timestamps compare as ISO 8601 text."""
+        return await self.select_inbox(
+            key,
+            agent,
+            InboxQuery(thread_id, since, limit, unshown_only, unread_only, entry_id, oldest_first),
+        )
+
+    @abc.abstractmethod
+    async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
+        """`inbox` with its filters in one value."""
 
     @abc.abstractmethod
     async def mark(

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mail.store.base import InstanceKey
-from mail.store.team_base import Record, TeamStore
+from mail.store.team_base import InboxQuery, Record, TeamStore
 
 
 def _instance_dir(root: Path, key: InstanceKey) -> Path:
@@ -69,35 +69,14 @@ class MemoryTeamStore(TeamStore):
             inbox.append(copy.deepcopy(entry))
             _keep_newest(inbox, self.max_inbox_entries)
 
-    async def inbox(
-        self,
-        key: InstanceKey,
-        agent: str,
-        *,
-        thread_id: str | None = None,
-        since: str | None = None,
-        limit: int | None = None,
-        unshown_only: bool = False,
-        unread_only: bool = False,
-        entry_id: str | None = None,
-        oldest_first: bool = False,
-    ) -> list[Record]:
+    async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
         found = []
         entries = self._inbox.get((key, agent), [])
-        for entry in entries if oldest_first else reversed(entries):
-            if thread_id is not None and entry.get("thread_id") != thread_id:
-                continue
-            if since is not None and entry["timestamp"] <= since:
-                continue
-            if unshown_only and entry.get("shown"):
-                continue
-            if unread_only and entry.get("read"):
-                continue
-            if entry_id is not None and entry["entry_id"] != entry_id:
-                continue
-            found.append(copy.deepcopy(entry))
-            if limit is not None and len(found) >= limit:
-                break
+        for entry in entries if query.oldest_first else reversed(entries):
+            if query.matches(entry):
+                found.append(copy.deepcopy(entry))
+                if query.limit is not None and len(found) >= query.limit:
+                    break
         return found
 
     async def mark(

@@ -14,8 +14,16 @@ from collections.abc import Iterable
 import asyncpg
 
 from mail.store.base import InstanceKey, StoreUnavailableError
-from mail.store.postgres_schema import normalize_dsn, redact_dsn
-from mail.store.team_base import Record, TeamStore
+from mail.store.postgres_schema import normalize_dsn, open_pool
+from mail.store.team_base import (
+    InboxQuery,
+    Record,
+    TeamStore,
+    inbox_rows,
+    key_clause,
+    trim_sql,
+    unread_from_rows,
+)
 from mail.store.team_base import dump_record as _dump
 from mail.store.team_base import entry_from_row as _entry
 from mail.store.team_base import key_tuple as _k
@@ -71,7 +79,15 @@ CREATE TABLE IF NOT EXISTS team_attachments (
 """
 
 TEAM_TABLES = ("team_threads", "team_posts", "team_inbox", "team_attachments")
-_KEY = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
+_KEY = key_clause("$")
+
+
+async def _create_tables(conn: asyncpg.Connection) -> None:
+    await conn.execute("SELECT pg_advisory_lock(7415001)")
+    try:
+        await conn.execute(TEAM_SCHEMA)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(7415001)")
 
 
 class PostgresTeamStore(TeamStore):
@@ -82,29 +98,15 @@ class PostgresTeamStore(TeamStore):
         self._pool: asyncpg.Pool | None = None
 
     async def start(self) -> None:
-        if self._pool is not None:
-            return
-        try:
-            self._pool = await asyncpg.create_pool(
+        if self._pool is None:
+            self._pool = await open_pool(
                 self._dsn,
+                _create_tables,
+                purpose=" for team messaging",
                 min_size=self._min_size,
                 max_size=self._max_size,
                 server_settings={"application_name": "mail-server-team"},
             )
-            async with self._pool.acquire() as conn:
-                await conn.execute("SELECT pg_advisory_lock(7415001)")
-                try:
-                    await conn.execute(TEAM_SCHEMA)
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(7415001)")
-        except Exception as exc:
-            if self._pool is not None:
-                self._pool.terminate()
-                self._pool = None
-            raise StoreUnavailableError(
-                f"cannot use PostgreSQL for team messaging at {redact_dsn(self._dsn)}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -172,9 +174,7 @@ class PostgresTeamStore(TeamStore):
             if self.max_posts_per_thread is not None:
                 # Keep the newest posts of the thread (the same rule as the memory store).
                 await conn.execute(
-                    f"DELETE FROM team_posts WHERE {_KEY} AND thread_id = $4 AND seq <= ("
-                    f"SELECT seq FROM team_posts WHERE {_KEY} AND thread_id = $4"
-                    " ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                    trim_sql("team_posts", "thread_id", "$"),
                     *_k(key),
                     post["thread_id"],
                     self.max_posts_per_thread,
@@ -194,19 +194,7 @@ class PostgresTeamStore(TeamStore):
 
     # -- inboxes ---------------------------------------------------------------------
     async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
-        rows = [
-            (
-                *_k(key),
-                e["agent"],
-                e["entry_id"],
-                e.get("thread_id"),
-                e["timestamp"],
-                bool(e.get("read")),
-                bool(e.get("shown")),
-                _dump(e),
-            )
-            for e in entries
-        ]
+        rows = inbox_rows(key, entries)
         if not rows:
             return
         async with self.pool.acquire() as conn, conn.transaction():
@@ -220,28 +208,14 @@ class PostgresTeamStore(TeamStore):
             if self.max_inbox_entries is not None:
                 for agent in sorted({row[3] for row in rows}):
                     await conn.execute(
-                        f"DELETE FROM team_inbox WHERE {_KEY} AND agent_name = $4 AND seq <= ("
-                        f"SELECT seq FROM team_inbox WHERE {_KEY} AND agent_name = $4"
-                        " ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                        trim_sql("team_inbox", "agent_name", "$"),
                         *_k(key),
                         agent,
                         self.max_inbox_entries,
                     )
 
-    async def inbox(
-        self,
-        key: InstanceKey,
-        agent: str,
-        *,
-        thread_id: str | None = None,
-        since: str | None = None,
-        limit: int | None = None,
-        unshown_only: bool = False,
-        unread_only: bool = False,
-        entry_id: str | None = None,
-        oldest_first: bool = False,
-    ) -> list[Record]:
-        order = "ASC" if oldest_first else "DESC"
+    async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
+        order = "ASC" if query.oldest_first else "DESC"
         rows = await self.pool.fetch(
             "SELECT record, is_read, shown FROM team_inbox"
             f" WHERE {_KEY} AND agent_name = $4"
@@ -253,12 +227,12 @@ class PostgresTeamStore(TeamStore):
             f" ORDER BY seq {order} LIMIT $8",
             *_k(key),
             agent,
-            thread_id,
-            since,
-            unshown_only,
-            limit,
-            unread_only,
-            entry_id,
+            query.thread_id,
+            query.since,
+            query.unshown_only,
+            query.limit,
+            query.unread_only,
+            query.entry_id,
         )
         return [_entry(r) for r in rows]
 
@@ -285,10 +259,7 @@ class PostgresTeamStore(TeamStore):
             *_k(key),
             thread_id,
         )
-        counts: dict[str, dict[str, int]] = {}
-        for r in rows:
-            counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
-        return counts
+        return unread_from_rows(rows)
 
     # -- attachments -----------------------------------------------------------------
     async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:

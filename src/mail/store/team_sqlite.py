@@ -15,23 +15,20 @@ from typing import Any
 
 from mail.store.base import InstanceKey
 from mail.store.sqlite_schema import open_database, transaction, utc_now
-from mail.store.team_base import Record, TeamStore, dump_record, entry_from_row, key_tuple
-
-_KEY = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
-
-# Keep the newest `limit` rows of one thread / one agent (the memory store's rule).
-_TRIM = (
-    "DELETE FROM {table} WHERE {key} AND {column} = ? AND seq <= ("
-    "SELECT seq FROM {table} WHERE {key} AND {column} = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)"
+from mail.store.team_base import (
+    InboxQuery,
+    Record,
+    TeamStore,
+    dump_record,
+    entry_from_row,
+    inbox_rows,
+    key_clause,
+    key_tuple,
+    trim_sql,
+    unread_from_rows,
 )
 
-
-def _trim(
-    conn: sqlite3.Connection, table: str, column: str, args: tuple[Any, ...], limit: int
-) -> None:
-    sql = _TRIM.format(table=table, key=_KEY, column=column)
-    *key, value = args
-    conn.execute(sql, (*key, value, *key, value, limit))
+_KEY = key_clause("?")
 
 
 class SqliteTeamStore(TeamStore):
@@ -105,7 +102,7 @@ class SqliteTeamStore(TeamStore):
                 (*args, dump_record(post)),
             )
             if limit is not None:
-                _trim(conn, "team_posts", "thread_id", args, limit)
+                conn.execute(trim_sql("team_posts", "thread_id", "?"), (*args, limit))
 
         await self._write(add)
 
@@ -124,19 +121,7 @@ class SqliteTeamStore(TeamStore):
     # -- inboxes ---------------------------------------------------------------------
     async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
         k = key_tuple(key)
-        rows = [
-            (
-                *k,
-                e["agent"],
-                e["entry_id"],
-                e.get("thread_id"),
-                e["timestamp"],
-                bool(e.get("read")),
-                bool(e.get("shown")),
-                dump_record(e),
-            )
-            for e in entries
-        ]
+        rows = inbox_rows(key, entries)
         if not rows:
             return
         limit = self.max_inbox_entries
@@ -150,24 +135,12 @@ class SqliteTeamStore(TeamStore):
             )
             if limit is not None:
                 for agent in sorted({row[3] for row in rows}):
-                    _trim(conn, "team_inbox", "agent_name", (*k, agent), limit)
+                    conn.execute(trim_sql("team_inbox", "agent_name", "?"), (*k, agent, limit))
 
         await self._write(add)
 
-    async def inbox(
-        self,
-        key: InstanceKey,
-        agent: str,
-        *,
-        thread_id: str | None = None,
-        since: str | None = None,
-        limit: int | None = None,
-        unshown_only: bool = False,
-        unread_only: bool = False,
-        entry_id: str | None = None,
-        oldest_first: bool = False,
-    ) -> list[Record]:
-        order = "ASC" if oldest_first else "DESC"
+    async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
+        order = "ASC" if query.oldest_first else "DESC"
         rows = await self._rows(
             f"SELECT record, is_read, shown FROM team_inbox WHERE {_KEY} AND agent_name = ?"
             " AND (?5 IS NULL OR thread_id = ?5) AND (?6 IS NULL OR ts > ?6)"
@@ -175,12 +148,12 @@ class SqliteTeamStore(TeamStore):
             f" AND (?10 IS NULL OR entry_id = ?10) ORDER BY seq {order} LIMIT ?8",
             *key_tuple(key),
             agent,
-            thread_id,
-            since,
-            unshown_only,
-            -1 if limit is None else limit,
-            unread_only,
-            entry_id,
+            query.thread_id,
+            query.since,
+            query.unshown_only,
+            -1 if query.limit is None else query.limit,
+            query.unread_only,
+            query.entry_id,
         )
         return [entry_from_row(r) for r in rows]
 
@@ -209,10 +182,7 @@ class SqliteTeamStore(TeamStore):
             *key_tuple(key),
             thread_id,
         )
-        counts: dict[str, dict[str, int]] = {}
-        for r in rows:
-            counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
-        return counts
+        return unread_from_rows(rows)
 
     # -- attachments -----------------------------------------------------------------
     async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:

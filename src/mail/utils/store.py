@@ -14,12 +14,9 @@ Search is lexical: no embedding model is configured, so nothing leaves the machi
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-
-logger = logging.getLogger("mail.utils.store")
 
 _FROM_ENV: Any = object()
 
@@ -33,26 +30,13 @@ async def get_langmem_store(
     `database_url` defaults to DATABASE_URL; pass None to force the in-memory store.
     With `fallback=False` a database that cannot be reached raises instead of degrading.
     """
-    from langgraph.store.memory import InMemoryStore
-
-    from mail.store import database_enabled, database_url_from_env
-    from mail.store.memory_store import PostgresMemoryStore
+    from mail.store import database_url_from_env
+    from mail.store.memory_store import open_langgraph_store
 
     url = database_url_from_env() if database_url is _FROM_ENV else database_url
-    if url is None or not database_enabled(url):
-        yield InMemoryStore()
-        return
-
-    store = PostgresMemoryStore(url)
-    try:
-        await store.setup()
-    except Exception as exc:
-        if not fallback:
-            raise
-        logger.warning("memory store: PostgreSQL unavailable (%s); using an in-memory store", exc)
-        yield InMemoryStore()
-        return
+    store, close = await open_langgraph_store(url, fallback=fallback)
     try:
         yield store
     finally:
-        await store.aclose()
+        if close is not None:
+            await close()

@@ -17,15 +17,7 @@ import httpx
 
 from mail.api.actions import MAILAction
 from mail.config import StdlibConfig
-from mail.stdlib._common import (
-    error,
-    exception_text,
-    missing,
-    not_dict,
-    not_string,
-    settings,
-    stdlib_action,
-)
+from mail.stdlib._common import bad_args, error, exception_text, settings, stdlib_action
 from mail.stdlib.http.bounded import ResponseTooLarge, UnsupportedEncoding, read_capped
 from mail.stdlib.netguard import AddressRefused, guarded_client
 
@@ -130,11 +122,8 @@ def _verb_action(method: str, description: str, parameters: dict[str, Any]) -> M
     with_body = "body" in parameters["properties"]
 
     async def request(args: dict[str, Any]) -> str:
-        problem = (
-            missing(args, *required)
-            or not_string(args, "url")
-            or not_dict(args, "headers")
-            or (not_dict(args, "body") if with_body else None)
+        problem = bad_args(
+            args, required, ("url",), ("headers", "body") if with_body else ("headers",)
         )
         return problem or await send(method, args, with_body=with_body)
 

@@ -16,15 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mail.api.actions import MAILAction
-from mail.stdlib._common import (
-    error,
-    exception_text,
-    missing,
-    not_dict,
-    not_string,
-    settings,
-    stdlib_action,
-)
+from mail.stdlib._common import bad_args, error, exception_text, settings, stdlib_action
 from mail.stdlib.mcp.connect import AddressRefused, ByteBudget, ServerRefused, open_transport
 
 _SERVER_URL = {"type": "string", "description": "URL of the MCP server (http:// or https://)."}
@@ -144,8 +136,8 @@ async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], field: str) 
     return items
 
 
-def _url_problem(args: dict[str, Any], *required: str) -> str | None:
-    return missing(args, "server_url", *required) or not_string(args, "server_url")
+def _url_problem(args: dict[str, Any]) -> str | None:
+    return bad_args(args, ("server_url",), ("server_url",))
 
 
 def _listing_action(kind: str, description: str) -> MAILAction:
@@ -187,10 +179,11 @@ mcp_list_tools = _listing_action("tools", "List the tools of an MCP server.")
 
 @stdlib_action("mcp_call_tool", "Call a tool of an MCP server.", CALL_TOOL_SCHEMA)
 async def mcp_call_tool(args: dict[str, Any]) -> str:
-    problem = (
-        _url_problem(args, "tool_name", "tool_input")
-        or not_string(args, "tool_name")
-        or not_dict(args, "tool_input")
+    problem = bad_args(
+        args,
+        ("server_url", "tool_name", "tool_input"),
+        ("server_url", "tool_name"),
+        ("tool_input",),
     )
     if problem:
         return problem
@@ -211,10 +204,8 @@ async def mcp_call_tool(args: dict[str, Any]) -> str:
 
 @stdlib_action("mcp_get_prompt", "Get a prompt from an MCP server.", GET_PROMPT_SCHEMA)
 async def mcp_get_prompt(args: dict[str, Any]) -> str:
-    problem = (
-        _url_problem(args, "prompt_name")
-        or not_string(args, "prompt_name")
-        or not_dict(args, "arguments")
+    problem = bad_args(
+        args, ("server_url", "prompt_name"), ("server_url", "prompt_name"), ("arguments",)
     )
     if problem:
         return problem
@@ -230,7 +221,7 @@ mcp_list_prompts = _listing_action("prompts", "List the prompts of an MCP server
 
 @stdlib_action("mcp_read_resource", "Read a resource of an MCP server.", READ_RESOURCE_SCHEMA)
 async def mcp_read_resource(args: dict[str, Any]) -> str:
-    problem = _url_problem(args, "resource_uri") or not_string(args, "resource_uri")
+    problem = bad_args(args, ("server_url", "resource_uri"), ("server_url", "resource_uri"))
     if problem:
         return problem
 
