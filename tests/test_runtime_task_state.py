@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from mail.core.runtime_resume import TaskConflictError
 from support.scripted_agents import (
@@ -13,6 +14,8 @@ from support.scripted_agents import (
     send_request,
     send_response,
     task_complete,
+    tool_call,
+    two_agent_runtime,
     user_message,
 )
 
@@ -98,3 +101,36 @@ async def test_an_agent_message_over_the_cap_is_not_sent() -> None:
     )
     assert oversized_user["message"]["subject"] == "::task_error::"
     assert "the limit is 100" in oversized_user["message"]["body"]
+
+
+async def test_open_tasks_follow_running_paused_finished_and_resumed_tasks() -> None:
+    rt, _, _ = two_agent_runtime(
+        [[tool_call("get_weather", {"city": "Paris"})], [task_complete("done")]],
+        actions={"get_weather": _weather},
+        breakpoint_tools=["get_weather"],
+    )
+    response = await run_task(rt, "paused")
+    assert response["message"]["subject"] == "::breakpoint_tool_call::"
+    assert rt.open_tasks.ids() == {"paused"}  # a breakpoint pause holds its place
+    resumed = await asyncio.wait_for(
+        rt.run_task(
+            user_message("paused", "go on"),
+            resume_from="breakpoint_tool_call",
+            timeout=5,
+            breakpoint_tool_call_result={"content": "sunny"},
+        ),
+        6,
+    )
+    assert resumed["message"]["body"] == "done"
+    assert rt.open_tasks.ids() == set()
+
+    sup = ScriptedAgent("supervisor", default=[task_complete("ok")])
+    many = make_runtime({"supervisor": AgentSpec(sup, [], True)})
+    for number in range(30):
+        await run_task(many, f"t{number}")
+    assert many.open_tasks.ids() == set()
+    assert len(many.open_tasks._ids) == 0  # noqa: SLF001 - finished tasks are not rescanned
+
+
+async def _weather(args: dict[str, Any]) -> str:
+    return "sunny"

@@ -157,6 +157,7 @@ def restore_snapshot(
                 AgentToolCall.model_validate(c) for c in calls
             ]
         runtime.mail_tasks[task_id] = task
+        runtime.open_tasks.add(task_id)
         restored += 1
     for (task_id, agent_name), history in snapshot.histories.items():
         runtime.agent_histories[f"{task_id}::{agent_name}"] = list(history)

@@ -43,7 +43,7 @@ from mail.core.runtime_review import ActionReviewer
 from mail.core.runtime_turns import TurnRunner
 from mail.core.runtime_waiting import TaskWaiters
 from mail.core.system_messages import system_task_end
-from mail.core.tasks import RUNTIME_EVENTS, MAILTask, state_for_answer
+from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, state_for_answer
 from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
@@ -97,6 +97,8 @@ class MAILRuntime:
         self.this_owner = f"{user_role}:{user_id}@{swarm_name}"
         self.mailbox = Mailbox()
         self.mail_tasks: dict[str, MAILTask] = {}
+        # running and paused tasks (the paused-task quota reads it on every new task)
+        self.open_tasks = OpenTasks(self._is_open)
         self.agent_histories: dict[str, list[dict[str, Any]]] = {}
         self.response_messages: dict[str, MAILMessage] = {}
         self.outstanding_requests: dict[str, dict[str, int]] = {}
@@ -197,6 +199,7 @@ class MAILRuntime:
             if self.this_owner not in task.task_contributors and owner is None:
                 task.add_contributor(self.this_owner)
             self.mail_tasks[task_id] = task
+            self.open_tasks.add(task_id)
             self.observer.task_changed(task)
             self.meter.task_started(task_id)
         return task
@@ -538,6 +541,13 @@ class MAILRuntime:
     def pending_breakpoints(self, task_id: str) -> list[dict[str, Any]]:
         """The breakpoint calls `task_id` is paused on (empty when it is not paused)."""
         return self.submissions.pending_breakpoints(task_id)
+
+    def _is_open(self, task_id: str) -> bool:
+        """Running, or paused on reviews or breakpoints (see `open_tasks`)."""
+        task = self.mail_tasks.get(task_id)
+        if task is None:
+            return False
+        return task.is_running or bool(task.pending_reviews or self.pending_breakpoints(task_id))
 
     # ------------------------------------------------------------------ manual mode
     async def await_queue_empty(self) -> None:

@@ -22,7 +22,7 @@ from mail.core.mailbox import Mailbox
 from mail.core.memory import AgentMemory
 from mail.core.message import MAILMessage
 from mail.core.observer import RuntimeObserver
-from mail.core.tasks import MAILTask
+from mail.core.tasks import MAILTask, OpenTasks
 from mail.core.tools import AgentToolCall
 
 
@@ -54,6 +54,8 @@ class TaskLog(Protocol):
     def swarm_name(self) -> str: ...
     @property
     def mail_tasks(self) -> dict[str, MAILTask]: ...
+    @property
+    def open_tasks(self) -> OpenTasks: ...
     @property
     def observer(self) -> RuntimeObserver: ...
     @property

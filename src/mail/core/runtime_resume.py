@@ -162,6 +162,7 @@ class Submissions:
         self.steps.counts.pop(task_id, None)
         rt.response_messages.pop(task_id, None)
         task.resume()
+        rt.open_tasks.add(task_id)
         task.response = None
         rt.mailbox.load(task.queue_take())
         rt.observer.task_changed(task)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mail.core.events import TaskEvent
@@ -219,3 +219,30 @@ class MAILTask:
         task.pending_reviews = list(record.get("pending_reviews") or [])
         task.review_state = dict(record.get("review_state") or {})
         return task
+
+
+class OpenTasks:
+    """Ids of the tasks that are running or paused, without looking at every task.
+
+    A task enters when it is created, restored or resumed, the only ways it starts to run
+    (it is paused only from running). One found finished or stopped leaves when the set is
+    next read: a read costs the open tasks plus those that closed since the last
+    read, however many finished tasks the instance keeps (`POST /message` reads it for the
+    quota of paused tasks).
+    """
+
+    __slots__ = ("_ids", "_is_open")
+
+    def __init__(self, is_open: Callable[[str], bool]) -> None:
+        self._ids: set[str] = set()
+        self._is_open = is_open
+
+    def add(self, task_id: str) -> None:
+        self._ids.add(task_id)
+
+    def ids(self) -> set[str]:
+        """The open tasks now (a new set the caller may change)."""
+        is_open = self._is_open
+        closed = [task_id for task_id in self._ids if not is_open(task_id)]
+        self._ids.difference_update(closed)
+        return set(self._ids)

@@ -16,7 +16,6 @@ from typing import Any
 from fastapi import HTTPException
 
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
-from mail.core.tasks import TaskState
 from mail.server import task_listing
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
@@ -134,22 +133,8 @@ def paused_tasks(inst: Instance) -> int:
 def open_tasks(inst: Instance, *, besides: str | None = None) -> int:
     """Tasks of the instance that are paused, running (any of them may pause next) or just
     claimed by a request that has not created them yet; `besides` is left out."""
-    runtime = inst.swarm.runtime
     now = time.monotonic()
-    # Runs on every message: a finished task (most of them) is passed over on its state alone.
-    held = {
-        task_id
-        for task_id, task in inst.swarm.get_all_tasks().items()
-        if task_id != "*"
-        and (
-            task.is_running
-            or task.pending_reviews
-            or (
-                task.state is TaskState.WAITING_FOR_BREAKPOINT
-                and bool(runtime.pending_breakpoints(task_id))
-            )
-        )
-    }
+    held = inst.swarm.runtime.open_tasks.ids()  # not a scan of every task the caller ran
     held.update(t for t, at in inst.claimed_tasks.items() if now - at < _CLAIM_SECONDS)
     if besides is not None:
         held.discard(besides)
