@@ -19,6 +19,53 @@ Description = str | Callable[[], str]
 _XML_FLAG = "description_xml"
 
 
+class MessageText:
+    """A description that is ``prefix`` followed by the XML rendering of ``message``.
+
+    Rendered on first read like any lazy description; the store keeps only the prefix (the
+    message is in ``extra_data.full_message``), so storing the event renders no XML at all.
+    """
+
+    __slots__ = ("prefix", "message")
+
+    def __init__(self, prefix: str, message: Any) -> None:
+        self.prefix = prefix
+        self.message = message
+
+    def __call__(self) -> str:
+        return self.prefix + build_mail_xml(self.message)["content"]
+
+
+class _UtcStamps:
+    """ISO 8601 UTC text of epoch nanoseconds, as ``datetime.isoformat`` writes it (to the
+    microsecond, truncated). The text up to the seconds is computed once per second: events
+    of a busy server share it, and an event's text costs a division and an f-string."""
+
+    __slots__ = ("cached",)
+
+    def __init__(self) -> None:
+        self.cached: tuple[int, str] = (-1, "")  # (second, its text without the offset)
+
+    def iso(self, ns: int) -> str:
+        second, rest = divmod(ns, 1_000_000_000)
+        cached = self.cached  # one tuple: a thread never pairs one second with another's text
+        if cached[0] != second:
+            stamp = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat()
+            cached = self.cached = (second, stamp[:-6])  # without "+00:00"
+        micro = rest // 1000
+        if micro:
+            return f"{cached[1]}.{micro:06d}+00:00"
+        return f"{cached[1]}+00:00"  # isoformat leaves out a zero fraction
+
+
+_stamps = _UtcStamps()
+
+
+def utc_iso(ns: int) -> str:
+    """Epoch nanoseconds (``time.time_ns()``) as ISO 8601 UTC text with microseconds."""
+    return _stamps.iso(ns)
+
+
 _orjson: Any
 try:  # not a declared dependency: used when the environment has it (it usually does)
     import orjson as _orjson
@@ -54,6 +101,7 @@ class TaskEvent:
         "_timestamp",
         "_created",
         "_description",
+        "_message_text",
         "extra_data",
         "_data",
         "_raw",
@@ -77,8 +125,9 @@ class TaskEvent:
         self.task_id = task_id
         self.id = event_id
         self._timestamp = timestamp
-        self._created = time.time()
+        self._created = time.time_ns()
         self._description = description
+        self._message_text = description if type(description) is MessageText else None
         self.extra_data = extra_data or {}
         self._data: str | None = None
         self._raw = raw_payload
@@ -86,8 +135,7 @@ class TaskEvent:
     @property
     def timestamp(self) -> str:
         if self._timestamp is None:
-            created = datetime.datetime.fromtimestamp(self._created, datetime.UTC)
-            self._timestamp = created.isoformat()
+            self._timestamp = utc_iso(self._created)
         return self._timestamp
 
     @property
@@ -124,6 +172,18 @@ class TaskEvent:
         message = self.extra_data.get("full_message") if self._raw is None else None
         if not isinstance(message, dict):
             return self.data
+        text = self._message_text
+        if text is not None and text.message is message:
+            # The description is the prefix and this message's XML by construction.
+            return compact_json(
+                {
+                    "timestamp": self.timestamp,
+                    "description": text.prefix,
+                    "task_id": self.task_id,
+                    "extra_data": self.extra_data,
+                    _XML_FLAG: True,
+                }
+            )
         description = self.description
         try:
             xml = build_mail_xml(message)["content"]  # type: ignore[arg-type]
@@ -153,7 +213,10 @@ class TaskEvent:
         if data.pop(_XML_FLAG, False):
             # Stored by `store_data`: rebuild the description from the message it renders.
             message = (data.get("extra_data") or {}).get("full_message")
-            xml = build_mail_xml(message)["content"] if isinstance(message, dict) else ""  # type: ignore[arg-type]
+            try:
+                xml = build_mail_xml(message)["content"] if isinstance(message, dict) else ""  # type: ignore[arg-type]
+            except (KeyError, TypeError):  # a message that never rendered: keep the prefix
+                xml = ""
             data["description"] = f"{data.get('description', '')}{xml}"
             raw = None
         event = cls(

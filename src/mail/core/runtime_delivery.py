@@ -9,11 +9,11 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from mail.core.agents import AgentCore
+from mail.core.events import MessageText
 from mail.core.mailbox import Mailbox
 from mail.core.message import (
     ALL_AGENTS,
     MAILMessage,
-    build_mail_xml,
     message_recipients,
     parse_agent_address,
 )
@@ -344,7 +344,7 @@ class Delivery:
             rt._emit(
                 task_id,
                 "new_message",
-                lambda: f"sending message:\n{build_mail_xml(message)['content']}",
+                MessageText("sending message:\n", message),
                 {"full_message": message},
             )
         receive = getattr(rt.agents.get(name), "receive", None)

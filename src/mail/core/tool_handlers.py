@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from mail.core.events import MessageText
 from mail.core.help_text import build_help_text, load_protocol_text
 from mail.core.instance_context import acting_for
 from mail.core.memory import acknowledgement_entries
@@ -245,9 +246,7 @@ async def handle_task_complete(rt: ToolHost, ctx: TurnContext, call: AgentToolCa
     rt._emit(
         ctx.task_id,
         "new_message",
-        lambda: (
-            f"task_complete response from {ctx.agent_name}:\n{build_mail_xml(response)['content']}"
-        ),
+        MessageText(f"task_complete response from {ctx.agent_name}:\n", response),
         {"full_message": response},
     )
     rt._complete_task(ctx.task_id, response)
