@@ -4,12 +4,23 @@ token accounting and budgets the same runs record."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+)
 from tests.support import telemetry_fixtures
 from tests.support.telemetry_fixtures import demo_swarm
 
+from mail.telemetry import tracing
 from mail.telemetry.usage import task_usage
 
 spans = telemetry_fixtures.spans  # the fixture
@@ -59,8 +70,22 @@ async def test_span_tree_of_a_delegating_task_with_an_action(
     [action] = [s for s in finished if s.name == "execute_tool get_weather_forecast"]
     assert action.attributes["mail.tool.outcome"] == "ok"
     assert ancestors(action, index)[:2] == ["invoke_agent weather", "mail.task"]
-    delegations = [s for s in finished if s.name == "execute_tool send_request"]
-    assert delegations and ancestors(delegations[0], index)[0] == "invoke_agent supervisor"
+    # MAIL tools answered on the spot are events on their turn's span, not spans.
+    assert not [s for s in finished if s.name == "execute_tool send_request"], names
+    delegations = [
+        (turn, event)
+        for turn in turns
+        for event in turn.events
+        if event.name == "execute_tool send_request"
+    ]
+    assert delegations, [(t.name, [e.name for e in t.events]) for t in turns]
+    for turn, event in delegations:
+        assert turn.name == "invoke_agent supervisor"
+        assert event.attributes["gen_ai.tool.name"] == "send_request"
+        assert event.attributes["mail.tool.outcome"] == "ok"
+        assert event.attributes["gen_ai.tool.call.id"]
+    completions = [e for t in turns for e in t.events if e.name == "execute_tool task_complete"]
+    assert len(completions) == 1
 
 
 async def test_breakpoint_ends_the_run_span_and_is_marked(spans: InMemorySpanExporter) -> None:
@@ -127,3 +152,41 @@ async def test_a_budget_pauses_the_task_and_a_raised_one_continues_it() -> None:
         assert not task.task_message_queue or task.state.value == "completed"
     finally:
         await swarm.shutdown()
+
+
+class CountingSampler(Sampler):
+    """The SDK's parent-based sampler around a fixed root decision, counting its calls."""
+
+    def __init__(self, sample_roots: bool) -> None:
+        self.calls = 0
+        self.inner = ParentBased(ALWAYS_ON if sample_roots else ALWAYS_OFF)
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        self.calls += 1
+        return self.inner.should_sample(*args, **kwargs)
+
+    def get_description(self) -> str:
+        return "counting"
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+async def test_an_unsampled_task_costs_one_sampling_decision(sampled: bool) -> None:
+    sampler = CountingSampler(sample_roots=sampled)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    swarm = demo_swarm()
+    try:
+        response, _ = await swarm.post_message(
+            "What is the weather in Paris tomorrow?", task_id=str(uuid.uuid4())
+        )
+    finally:
+        await swarm.shutdown()
+        tracing.shutdown()
+    assert response["message"]["subject"] != "::task_error::", response
+    made = len(exporter.get_finished_spans())
+    if sampled:  # every span asked the sampler (task, turns, model calls, the action)
+        assert made >= 6 and sampler.calls == made
+    else:  # the task's decision; its turns, calls and actions were never made
+        assert made == 0 and sampler.calls == 1

@@ -34,6 +34,8 @@ _MESSAGE_TEXT_FIELDS = {
     "send_broadcast": "body",
     "task_complete": "finish_message",
 }
+# MAIL tools whose handler waits on other servers (registries): traced as spans, like actions.
+_NETWORK_TOOLS = frozenset({"discover_swarms"})
 
 
 class TurnHost(ToolHost, TurnLocks, Protocol):
@@ -291,9 +293,15 @@ class TurnRunner:
             ctx.history.append(call.create_response_msg(f"ERROR: not sent: {oversized}"))
             ctx.action_errors.append((call.tool_name, f"not sent: {oversized}"))  # re-prompts
             return
-        handler = TOOL_HANDLERS.get(call.tool_name, handle_action)
+        handler = TOOL_HANDLERS.get(call.tool_name)
+        # A MAIL tool answered on the spot is an event on the turn's span, not a span of
+        # its own; actions and the tools that wait on the network get spans.
+        instant = handler is not None and call.tool_name not in _NETWORK_TOOLS
+        handler = handler or handle_action
         before = (ctx.notices, len(ctx.action_errors), ctx.actions_ran)
-        with rt.meter.tool_call(call.tool_name, call.tool_call_id, call.tool_args) as probe:
+        with rt.meter.tool_call(
+            call.tool_name, call.tool_call_id, call.tool_args, instant=instant
+        ) as probe:
             result = await handler(self.host, ctx, call)
             probe.result(result)
         if result is not None:

@@ -43,8 +43,6 @@ class TelemetryMiddleware:
         span: Any = None
         token: Any = None
         if tracer is not None:
-            from opentelemetry import context, trace
-
             headers = {
                 k.decode("latin-1"): v.decode("latin-1")
                 for k, v in scope["headers"]
@@ -52,11 +50,11 @@ class TelemetryMiddleware:
             }
             span = tracing.start_span(
                 f"{method} {scope.get('path', '')}",
-                parent=tracing.extract(headers),
+                parent=tracing.extract(headers) if headers else None,
                 kind="SERVER",
                 attributes={"http.request.method": method, "url.path": scope.get("path", "")},
             )
-            token = context.attach(trace.set_span_in_context(span))
+            token = tracing.attach(span)
         status = 500
 
         async def sending(message: dict[str, Any]) -> None:
@@ -70,11 +68,9 @@ class TelemetryMiddleware:
             await self.app(scope, receive, sending)
         finally:
             if span is not None:
-                from opentelemetry import context
-
-                route = route_of(scope)
-                span.update_name(f"{method} {route}")
-                span.set_attribute("http.route", route)
-                span.set_attribute("http.response.status_code", status)
-                context.detach(token)
+                if span.is_recording():
+                    route = route_of(scope)
+                    span.update_name(f"{method} {route}")
+                    span.set_attributes({"http.route": route, "http.response.status_code": status})
+                tracing.detach(token)
                 tracing.end_span(span, f"HTTP {status}" if status >= 500 else None)

@@ -21,9 +21,7 @@ def interswarm_hop(peer: str, url: str) -> Iterator[dict[str, str]]:
     )
     token: Any = None
     if span is not None:
-        from opentelemetry import context, trace
-
-        token = context.attach(trace.set_span_in_context(span))
+        token = tracing.attach(span)
         tracing.inject(headers)
     outcome = "ok"
     try:
@@ -33,14 +31,13 @@ def interswarm_hop(peer: str, url: str) -> Iterator[dict[str, str]]:
         status = getattr(exc, "status", None)
         if isinstance(status, int):
             outcome = f"http_{status}"
-        if span is not None:
+        if span is not None and span.is_recording():
             span.set_attribute("error.type", type(exc).__name__)
         raise
     finally:
         metrics.interswarm_request(peer, outcome)
         if span is not None:
-            from opentelemetry import context
-
-            span.set_attribute("mail.interswarm.outcome", outcome)
-            context.detach(token)
+            if span.is_recording():
+                span.set_attribute("mail.interswarm.outcome", outcome)
+            tracing.detach(token)
             tracing.end_span(span, None if outcome == "ok" else outcome)

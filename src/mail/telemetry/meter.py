@@ -4,6 +4,11 @@ The runtime holds one `TaskMeter` and calls it at a handful of points (task crea
 begun and ended, tool call handled, task answered, submission checked). Model calls report
 to the turn that is running through a context variable, so agent functions need no
 parameter for it (see `mail.telemetry.model_calls`).
+
+Spans go where a step takes time a user may want to see: the task's run, each agent turn,
+each model call, each action, each interswarm hop. A MAIL tool the runtime answers at once
+(``send_request``, ``task_complete``, ...) is an event on its turn's span, with the same name
+and attributes a span would have had: a span per such call cost more than the call itself.
 """
 
 from __future__ import annotations
@@ -58,9 +63,7 @@ class Turn:
 
     def end(self, cancelled: bool = False) -> None:
         if self._otel_token is not None:
-            from opentelemetry import context
-
-            context.detach(self._otel_token)
+            tracing.detach(self._otel_token)
             self._otel_token = None
         if self._token is not None:
             CURRENT_TURN.reset(self._token)
@@ -86,24 +89,50 @@ class _ToolProbe:
 
     def __enter__(self) -> _ToolProbe:
         if self.span is not None:
-            from opentelemetry import context, trace
-
-            self._token = context.attach(trace.set_span_in_context(self.span))
+            self._token = tracing.attach(self.span)
         return self
 
     def result(self, result: Any) -> None:
-        if self.span is not None:
-            failed = isinstance(result, str) and result.startswith("ERROR")
-            self.span.set_attribute("mail.tool.outcome", "error" if failed else "ok")
-            if failed:
-                self.span.set_attribute("error.type", "tool_error")
+        span = self.span
+        if span is not None and span.is_recording():
+            span.set_attributes(_outcome(result))
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if self.span is not None:
-            from opentelemetry import context
-
-            context.detach(self._token)
+            tracing.detach(self._token)
             tracing.end_span(self.span, None if exc is None else f"{kind.__name__}: {exc}")
+
+
+def _outcome(result: Any) -> dict[str, str]:
+    if isinstance(result, str) and result.startswith("ERROR"):
+        return {"mail.tool.outcome": "error", "error.type": "tool_error"}
+    return _OK
+
+
+_OK = {"mail.tool.outcome": "ok"}
+
+
+class _ToolEvent:
+    """An instant MAIL tool call: an ``execute_tool <name>`` event on its turn's span."""
+
+    __slots__ = ("span", "name", "attributes")
+
+    def __init__(self, span: Span, name: str, attributes: dict[str, Any]) -> None:
+        self.span = span
+        self.name = name
+        self.attributes = attributes
+
+    def __enter__(self) -> _ToolEvent:
+        return self
+
+    def result(self, result: Any) -> None:
+        self.attributes.update(_outcome(result))
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            self.attributes["mail.tool.outcome"] = "error"
+            self.attributes["error.type"] = kind.__name__
+        self.span.add_event(self.name, self.attributes)
 
 
 _NO_PROBE = _ToolProbe(None)
@@ -119,7 +148,9 @@ class TaskMeter:
         self._swarm = swarm
         # task id -> the budget its caller set (None: looked, none set; the defaults apply)
         self.budgets: dict[str, Budget | None] = {}
-        self._runs: dict[str, Span] = {}
+        # task id -> its run's span and the context holding it (the parent of its turns)
+        self._runs: dict[str, tuple[Span, Context]] = {}
+        self._turn_attributes: dict[str, dict[str, str]] = {}  # per agent, made once
 
     # -- budgets --------------------------------------------------------------------------
     def budget_for(self, task_id: str) -> Budget:
@@ -179,70 +210,84 @@ class TaskMeter:
     def task_started(self, task_id: str) -> None:
         """A task was created here; the caller's trace context (if any) is its parent."""
         if tracing.tracer() is not None and task_id not in self._runs:
-            self._start_run(task_id, None)
+            self._start_run(task_id)
 
-    def _start_run(self, task_id: str, parent: Context | None) -> Span | None:
+    def _start_run(self, task_id: str) -> tuple[Span, Context] | None:
         root = tracing.task_root(task_id)
         span = tracing.start_span(
             "mail.task",
-            parent=root if root is not None else parent,
+            parent=root,  # None: the current context (the request that created the task)
             attributes={"mail.task_id": task_id, "mail.swarm": self._swarm()},
         )
-        if span is not None:
-            self._runs[task_id] = span
-            if root is None:
-                tracing.remember_task_root(task_id, span)
-        return span
+        if span is None:
+            return None
+        run = self._runs[task_id] = (span, tracing.context_of(span))
+        if root is None:
+            tracing.remember_task_root(task_id, span)
+        return run
 
     def task_answered(self, task_id: str, subject: str | None, state: str) -> None:
         metrics.task_answered(state)
-        span = self._runs.pop(task_id, None)
-        if span is not None:
-            span.set_attribute("mail.task.state", state)
-            if subject:
-                span.set_attribute("mail.task.answer_subject", subject)
+        run = self._runs.pop(task_id, None)
+        if run is not None:
+            span = run[0]
+            if span.is_recording():
+                span.set_attribute("mail.task.state", state)
+                if subject:
+                    span.set_attribute("mail.task.answer_subject", subject)
             error = subject if subject in ("::task_error::", "::agent_error::") else None
             tracing.end_span(span, error)
 
     def forget(self, task_id: str) -> None:
         self.budgets.pop(task_id, None)
-        tracing.end_span(self._runs.pop(task_id, None))
+        run = self._runs.pop(task_id, None)
+        if run is not None:
+            tracing.end_span(run[0])
 
     # -- turns ----------------------------------------------------------------------------
     def begin_turn(self, task_id: str, agent: str) -> Turn:
         metrics.agent_call(agent)
         span = None
         if tracing.tracer() is not None:
-            run = self._runs.get(task_id) or self._start_run(task_id, None)
-            from opentelemetry import trace
-
-            span = tracing.start_span(
-                f"invoke_agent {agent}",
-                parent=trace.set_span_in_context(run) if run is not None else None,
-                attributes={
+            run = self._runs.get(task_id) or self._start_run(task_id)
+            attributes = self._turn_attributes.get(agent)
+            if attributes is None:
+                if len(self._turn_attributes) >= 1024:  # agents come and go: bounded
+                    self._turn_attributes.clear()
+                attributes = self._turn_attributes[agent] = {
                     "gen_ai.operation.name": "invoke_agent",
                     "gen_ai.agent.name": agent,
-                    "mail.task_id": task_id,
-                },
+                }
+            span = tracing.start_span(
+                f"invoke_agent {agent}",
+                parent=run[1] if run is not None else None,
+                attributes=attributes,
             )
         turn = Turn(self, task_id, agent, span)
         turn._token = CURRENT_TURN.set(turn)
         if span is not None:
-            from opentelemetry import context, trace
-
-            turn._otel_token = context.attach(trace.set_span_in_context(span))
+            turn._otel_token = tracing.attach(span)
         return turn
 
-    def tool_call(self, tool_name: str, call_id: str, args: Any) -> _ToolProbe:
+    def tool_call(
+        self, tool_name: str, call_id: str, args: Any, instant: bool = False
+    ) -> _ToolProbe | _ToolEvent:
+        """Measure one tool call: a span, or for an `instant` MAIL tool an event on the
+        turn's span."""
         if tracing.tracer() is None:
             return _NO_PROBE
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool_name,
-            "gen_ai.tool.call.id": call_id,
-        }
+        turn_span = None
+        if instant:
+            turn = CURRENT_TURN.get()
+            turn_span = turn.span if turn is not None else None
+            if turn_span is None or not turn_span.is_recording():
+                return _NO_PROBE
+        attributes: dict[str, Any] = {"gen_ai.tool.name": tool_name, "gen_ai.tool.call.id": call_id}
         if tracing.capture_content():
             attributes["gen_ai.tool.call.arguments"] = str(args)
+        if turn_span is not None:  # the event's name says the operation
+            return _ToolEvent(turn_span, f"execute_tool {tool_name}", attributes)
+        attributes["gen_ai.operation.name"] = "execute_tool"
         return _ToolProbe(tracing.start_span(f"execute_tool {tool_name}", attributes=attributes))
 
     def breakpoint(self, task_id: str, tool_names: list[str]) -> None:

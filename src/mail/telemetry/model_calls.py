@@ -51,11 +51,12 @@ class _Probe:
         self.offline_input = counted_input(kwargs) if offline else None
         self.span: Span | None = None
         if tracing.tracer() is not None:
+            provider = provider_of(self.model)
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
                 "mail.model_api": kind,
-                "gen_ai.system": provider_of(self.model),
-                "gen_ai.provider.name": provider_of(self.model),
+                "gen_ai.system": provider,
+                "gen_ai.provider.name": provider,
                 "gen_ai.request.model": self.model,
             }
             if turn is not None:
@@ -99,11 +100,15 @@ class _Probe:
             self.turn.record(call)
         span = self.span
         if span is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", call.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", call.output_tokens)
-            if call.finish_reason:
-                span.set_attribute("gen_ai.response.finish_reasons", [call.finish_reason])
-            span.set_attribute("mail.cost", call.cost)
+            if span.is_recording():
+                attributes: dict[str, Any] = {
+                    "gen_ai.usage.input_tokens": call.input_tokens,
+                    "gen_ai.usage.output_tokens": call.output_tokens,
+                    "mail.cost": call.cost,
+                }
+                if call.finish_reason:
+                    attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
+                span.set_attributes(attributes)
             tracing.end_span(span, call.error)
 
 

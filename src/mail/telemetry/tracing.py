@@ -5,8 +5,15 @@
 (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``OTEL_SDK_DISABLED=true``
 or ``OTEL_TRACES_EXPORTER=none`` keep it off. The OTLP exporter is OTLP/HTTP (protobuf) and
 reads its own ``OTEL_EXPORTER_OTLP_*`` settings; spans leave through a batch processor
-(``OTEL_BSP_*``). While no tracer is installed every helper here returns at its first line,
-so tracing costs nothing when off.
+(``OTEL_BSP_*``) that encodes each span as it ends (`mail.telemetry.otlp`). While no tracer is
+installed every helper here returns at its first line, so tracing costs nothing when off.
+
+Sampling is the SDK's (``OTEL_TRACES_SAMPLER``); the default, ``parentbased_always_on``, is
+decided by `mail.telemetry.sampler` (same decisions, less work per span). A span
+whose parent is a local span that was not sampled is not made at all: `start_span` hands back
+the parent itself (a non-recording span, whose methods do nothing), since under every sampler
+the SDK ships such a child would not be sampled either. So an unsampled request costs one
+sampling decision, not one per span.
 
 Message content (prompts, replies, tool arguments) is never put on spans unless
 ``MAIL_OTEL_CAPTURE_CONTENT=true`` (or ``[server.telemetry] capture_content``) says so.
@@ -23,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span, Tracer
 
 logger = logging.getLogger("mail.telemetry")
@@ -40,6 +47,11 @@ _MAX_TASK_ROOTS = 10_000
 MAX_TRACEPARENT = 128
 MAX_TRACESTATE = 512
 _PROPAGATOR: Any = None  # the W3C propagator, made when tracing is installed
+_DEFAULT_SAMPLER = "parentbased_always_on"
+# Set by `install` (the OpenTelemetry modules are imported only when tracing is on).
+_KINDS: dict[str, Any] = {}
+_trace_api: Any = None
+_context_api: Any = None
 
 
 def tracer() -> Tracer | None:
@@ -86,12 +98,15 @@ def setup_from_env(service_name: str, env: Mapping[str, str] | None = None) -> b
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    sampler = None  # the SDK builds what OTEL_TRACES_SAMPLER names
+    if (env.get("OTEL_TRACES_SAMPLER") or _DEFAULT_SAMPLER).strip().lower() == _DEFAULT_SAMPLER:
+        from mail.telemetry.sampler import ParentBasedAlwaysOn
+
+        sampler = ParentBasedAlwaysOn()  # the same decisions, made faster
+    provider = TracerProvider(resource=Resource.create(attributes), sampler=sampler)
     for name in names:
         if name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            provider.add_span_processor(_otlp_processor())
         elif name == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         else:
@@ -101,14 +116,34 @@ def setup_from_env(service_name: str, env: Mapping[str, str] | None = None) -> b
     return True
 
 
+def _otlp_processor() -> SpanProcessor:
+    """OTLP/HTTP through the span-encoding batch processor, or the SDK's batch processor
+    when this SDK's exporter offers no client to send encoded requests with."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from mail.telemetry.otlp import EncodingBatchProcessor, sender_of
+
+    exporter = OTLPSpanExporter()
+    send = sender_of(exporter)
+    if send is None:
+        logger.info("tracing: this OTLP exporter has no HTTP client to reuse; SDK batching")
+        return BatchSpanProcessor(exporter)
+    return EncodingBatchProcessor(send, on_shutdown=exporter.shutdown)
+
+
 def install(provider: TracerProvider) -> None:
     """Trace through `provider` (tests pass one with an in-memory exporter)."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from mail.version import __version__
 
-    global _tracer, _provider, _PROPAGATOR
+    global _tracer, _provider, _PROPAGATOR, _trace_api, _context_api
     _PROPAGATOR = TraceContextTextMapPropagator()
+    _KINDS.update((kind.name, kind) for kind in SpanKind)
+    _trace_api, _context_api = trace, context
     _provider = provider
     _tracer = provider.get_tracer("mail", __version__)
 
@@ -149,10 +184,22 @@ def extract(headers: Mapping[str, str]) -> Context | None:
     return _PROPAGATOR.extract(carrier)
 
 
-def remember_task_root(task_id: str, span: Span) -> None:
-    from opentelemetry import trace
+def context_of(span: Span) -> Context:
+    """A context whose current span is `span` (tracing must be on)."""
+    return _trace_api.set_span_in_context(span)  # type: ignore[no-any-return]
 
-    _TASK_ROOTS[task_id] = trace.set_span_in_context(span)
+
+def attach(span: Span) -> object:
+    """Make `span` the current span until `detach` is called with what this returns."""
+    return _context_api.attach(_trace_api.set_span_in_context(span))
+
+
+def detach(token: object) -> None:
+    _context_api.detach(token)
+
+
+def remember_task_root(task_id: str, span: Span) -> None:
+    _TASK_ROOTS[task_id] = context_of(span)
     _TASK_ROOTS.move_to_end(task_id)
     while len(_TASK_ROOTS) > _MAX_TASK_ROOTS:
         _TASK_ROOTS.popitem(last=False)
@@ -169,20 +216,28 @@ def start_span(
     kind: str = "INTERNAL",
     attributes: Mapping[str, Any] | None = None,
 ) -> Span | None:
-    """A started span (None when tracing is off); the caller ends it."""
+    """A started span (None when tracing is off); the caller ends it.
+
+    Under a local parent that was not sampled this is that parent (see the module's doc).
+    """
     if _tracer is None:
         return None
-    from opentelemetry.trace import SpanKind
-
-    return _tracer.start_span(
-        name, context=parent, kind=getattr(SpanKind, kind), attributes=attributes
-    )
+    current = _trace_api.get_current_span(parent)
+    context = current.get_span_context()
+    if (
+        context.is_valid
+        and not context.trace_flags.sampled
+        and not context.is_remote
+        and not current.is_recording()
+    ):
+        return current  # type: ignore[no-any-return]
+    return _tracer.start_span(name, context=parent, kind=_KINDS[kind], attributes=attributes)
 
 
 def end_span(span: Span | None, error: str | None = None) -> None:
     if span is None:
         return
-    if error is not None:
+    if error is not None and span.is_recording():
         from opentelemetry.trace import Status, StatusCode
 
         span.set_status(Status(StatusCode.ERROR, error))

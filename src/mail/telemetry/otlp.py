@@ -1,0 +1,401 @@
+"""Spans to OTLP/HTTP, each encoded as it ends: what `tracing` uses in place of the SDK's
+``BatchSpanProcessor`` in front of its OTLP/HTTP exporter.
+
+Why (measured with ``bench/tracing.py``): the SDK's batch processor keeps every ended span
+object until its thread encodes a batch of them. Those objects outlive the garbage
+collector's young generations, so it keeps walking them, and the SDK's encoder builds a
+protobuf message object per span, attribute and value in Python. Here each span becomes the
+bytes of its OTLP ``Span`` message when it ends, written directly in the protobuf wire format
+(short attributes that repeat, such as an agent's name, are encoded once and reused); the
+span object is freed at once and only the bytes wait. A thread frames queued spans into
+``ExportTraceServiceRequest``s and sends them with the OTLP exporter's own HTTP client, so
+every ``OTEL_EXPORTER_OTLP_*`` setting (endpoint, headers, compression, timeout, certificates,
+retries) applies as usual. ``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE`` and
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` mean what they mean for the SDK's processor; a span that
+finds the queue full is dropped (the next export logs how many were).
+
+`sender_of` needs the exporter's client (``OTLPSpanExporter._client.export(bytes)``, not
+public API); with an SDK whose exporter lacks it, `tracing` falls back to the SDK's batch
+processor, and a test fails so the upgrade is noticed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.trace import SpanKind
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+
+logger = logging.getLogger("mail.telemetry")
+
+Send = Callable[[bytes], bool]
+
+# ------------------------------------------------------------------------------------------
+# Encoding: the protobuf wire format of OTLP's trace messages (opentelemetry/proto/trace/v1),
+# written directly. A tag byte is (field number << 3) | wire type (0 varint, 1 fixed64,
+# 2 length-delimited, 5 fixed32); the tests decode the result with opentelemetry-proto and
+# compare it with what the SDK's own encoder makes of the same spans.
+
+_U64 = struct.Struct("<Q").pack
+_U32 = struct.Struct("<I").pack
+_F64 = struct.Struct("<d").pack
+_MASK64 = (1 << 64) - 1
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
+def _varint(number: int) -> bytes:
+    if number < 0x80:
+        return _ONE_BYTE[number]
+    out = bytearray()
+    while number >= 0x80:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+def _framed(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: its tag, the payload's length, the payload."""
+    return tag + _varint(len(payload)) + payload
+
+
+def _text(value: str) -> bytes:
+    # A lone surrogate (possible in captured content) must not fail the span.
+    return value.encode("utf-8", "replace")
+
+
+def _any_value(value: Any) -> bytes:
+    """The fields of an ``AnyValue`` holding `value` (the oneof member is always written)."""
+    if isinstance(value, bool):  # before int: bool is an int
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, str):
+        return _framed(b"\x0a", _text(value))
+    if isinstance(value, int):
+        return b"\x18" + _varint(value & _MASK64)  # int64: two's complement, 10 bytes if < 0
+    if isinstance(value, float):
+        return b"\x21" + _F64(value)
+    if isinstance(value, bytes):
+        return _framed(b"\x3a", value)
+    if isinstance(value, Sequence):
+        return _framed(b"\x2a", b"".join(_framed(b"\x0a", _any_value(v)) for v in value))
+    if isinstance(value, Mapping):
+        return _framed(b"\x32", _key_values(b"\x0a", value))
+    return b""  # None (or a type the SDK does not let through): an empty AnyValue
+
+
+# Encoded fields of what repeats from span to span: short scalar attributes (an agent's
+# name, an operation) with their tags, and names. Bounded: emptied when full.
+_CACHE: dict[tuple[Any, ...], bytes] = {}
+_CACHE_MAX = 4096
+_CACHED_TYPES = frozenset((str, int, bool))
+
+
+def _cached(key: tuple[Any, ...], encoded: bytes) -> bytes:
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = encoded
+    return encoded
+
+
+def _key_values(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
+    """`attributes` as repeated ``KeyValue`` fields with `tag`."""
+    if not attributes:
+        return b""
+    parts = []
+    for key, value in attributes.items():
+        kind = type(value)
+        cacheable = kind in _CACHED_TYPES and (kind is not str or len(value) <= 64)
+        if cacheable:
+            cache_key = (tag, key, kind, value)  # the type keeps True and 1 apart
+            encoded = _CACHE.get(cache_key)
+            if encoded is not None:
+                parts.append(encoded)
+                continue
+        pair = _framed(b"\x0a", _text(str(key))) + _framed(b"\x12", _any_value(value))
+        encoded = _framed(tag, pair)
+        parts.append(_cached(cache_key, encoded) if cacheable else encoded)
+    return b"".join(parts)
+
+
+def _name(tag: bytes, name: str) -> bytes:
+    """A span's or event's name field (`tag`), encoded."""
+    encoded = _CACHE.get((tag, name))
+    if encoded is None:
+        encoded = _framed(tag, _text(name))
+        if len(name) <= 128:
+            _cached((tag, name), encoded)
+    return encoded
+
+
+# OTLP's span flags: bit 8 says whether the parent's remoteness is known, bit 9 that it is.
+_HAS_IS_REMOTE = 0x100
+_IS_REMOTE = 0x200
+_LOCAL_PARENT = b"\x85\x01" + _U32(_HAS_IS_REMOTE)  # Span.flags (field 16, fixed32)
+_REMOTE_PARENT = b"\x85\x01" + _U32(_HAS_IS_REMOTE | _IS_REMOTE)
+# Span.kind (field 6): OTLP counts from SPAN_KIND_UNSPECIFIED = 0, the SDK from INTERNAL = 0.
+_KIND_FIELDS = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}
+
+
+def encode_span(span: ReadableSpan) -> bytes:
+    """One span as the bytes of an OTLP ``Span`` message."""
+    context = span.get_span_context()
+    assert context is not None  # an SDK span always has one
+    parent = span.parent
+    parts = [
+        b"\x0a\x10",
+        context.trace_id.to_bytes(16, "big"),
+        b"\x12\x08",
+        context.span_id.to_bytes(8, "big"),
+    ]
+    if context.trace_state:
+        parts.append(_framed(b"\x1a", _text(context.trace_state.to_header())))
+    if parent is not None:
+        parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+    parts += (_name(b"\x2a", span.name), _KIND_FIELDS[span.kind])
+    if span.start_time:
+        parts += (b"\x39", _U64(span.start_time))
+    if span.end_time:
+        parts += (b"\x41", _U64(span.end_time))
+    parts.append(_key_values(b"\x4a", span.attributes))
+    if span.dropped_attributes:
+        parts += (b"\x50", _varint(span.dropped_attributes))
+    for event in span.events:
+        body = b"\x09" + _U64(event.timestamp) + _name(b"\x12", event.name)
+        body += _key_values(b"\x1a", event.attributes)
+        if event.dropped_attributes:
+            body += b"\x20" + _varint(event.dropped_attributes)
+        parts.append(_framed(b"\x5a", body))
+    if span.dropped_events:
+        parts += (b"\x60", _varint(span.dropped_events))
+    for link in span.links:
+        linked = link.context
+        body = b"\x0a\x10" + linked.trace_id.to_bytes(16, "big")
+        body += b"\x12\x08" + linked.span_id.to_bytes(8, "big")
+        body += _key_values(b"\x22", link.attributes)
+        if link.dropped_attributes:
+            body += b"\x28" + _varint(link.dropped_attributes)
+        body += b"\x35" + _U32(_HAS_IS_REMOTE | (_IS_REMOTE if linked.is_remote else 0))
+        parts.append(_framed(b"\x6a", body))
+    if span.dropped_links:
+        parts += (b"\x70", _varint(span.dropped_links))
+    status = span.status
+    body = _framed(b"\x12", _text(status.description)) if status.description else b""
+    code = status.status_code.value
+    parts.append(_framed(b"\x7a", body + (b"\x18" + _varint(code) if code else b"")))
+    parts.append(_REMOTE_PARENT if parent is not None and parent.is_remote else _LOCAL_PARENT)
+    return b"".join(parts)
+
+
+class _Origin:
+    """A resource and instrumentation scope, encoded once: the envelope of their spans."""
+
+    __slots__ = ("resource", "scope", "resource_head", "resource_tail", "scope_head", "scope_tail")
+
+    def __init__(self, span: ReadableSpan) -> None:
+        # Held: the key of this entry is their id().
+        self.resource = resource = span.resource
+        self.scope = scope = span.instrumentation_scope
+        self.resource_head = _framed(b"\x0a", _key_values(b"\x0a", resource.attributes))
+        schema = resource.schema_url
+        self.resource_tail = _framed(b"\x1a", _text(schema)) if schema else b""
+        self.scope_head = self.scope_tail = b""
+        if scope is not None:
+            body = _framed(b"\x0a", _text(scope.name))
+            if scope.version:
+                body += _framed(b"\x12", _text(scope.version))
+            body += _key_values(b"\x1a", getattr(scope, "attributes", None))
+            self.scope_head = _framed(b"\x0a", body)
+            if scope.schema_url:
+                self.scope_tail = _framed(b"\x1a", _text(scope.schema_url))
+
+    def resource_spans(self, spans: list[bytes]) -> bytes:
+        """``ExportTraceServiceRequest.resource_spans`` holding `spans` (encoded ``Span``s)."""
+        scope_spans = self.scope_head + b"".join(_framed(b"\x12", s) for s in spans)
+        scope_spans += self.scope_tail
+        body = self.resource_head + _framed(b"\x12", scope_spans) + self.resource_tail
+        return _framed(b"\x0a", body)
+
+
+def export_request(batch: Sequence[tuple[_Origin, bytes]]) -> bytes:
+    """An ``ExportTraceServiceRequest`` holding the encoded spans of `batch`."""
+    groups: dict[int, tuple[_Origin, list[bytes]]] = {}
+    for origin, data in batch:
+        group = groups.get(id(origin))
+        if group is None:
+            groups[id(origin)] = (origin, [data])
+        else:
+            group[1].append(data)
+    return b"".join(origin.resource_spans(spans) for origin, spans in groups.values())
+
+
+# ------------------------------------------------------------------------------------------
+# The processor
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        logger.warning("%s=%r is not an integer; using %d", name, raw, default)
+        return default
+    if value <= 0:
+        logger.warning("%s=%r must be positive; using %d", name, raw, default)
+        return default
+    return value
+
+
+def sender_of(exporter: Any) -> Send | None:
+    """A function posting encoded requests through `exporter`'s HTTP client, or None when
+    this SDK version's exporter has no such client."""
+    client = getattr(exporter, "_client", None)
+    export = getattr(client, "export", None)
+    if not callable(export):
+        return None
+
+    def send(data: bytes) -> bool:
+        return bool(getattr(export(data), "success", False))
+
+    return send
+
+
+class EncodingBatchProcessor(SpanProcessor):
+    """Encodes each sampled span when it ends; a thread sends them in batches."""
+
+    def __init__(
+        self,
+        send: Send,
+        *,
+        on_shutdown: Callable[[], Any] | None = None,
+        schedule_delay_millis: int | None = None,
+        max_queue_size: int | None = None,
+        max_export_batch_size: int | None = None,
+    ) -> None:
+        self._send = send
+        self._on_shutdown = on_shutdown
+        delay = schedule_delay_millis or _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000)
+        self._delay = delay / 1000.0
+        self._max_queue = max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+        self._max_batch = min(
+            max_export_batch_size or _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
+            self._max_queue,
+        )
+        self._queue: deque[tuple[_Origin, bytes]] = deque()
+        self._origins: dict[tuple[int, int], _Origin] = {}
+        self._dropped = 0
+        self._wake = threading.Event()
+        self._export_lock = threading.Lock()
+        self._closed = False
+        self._thread = self._start_thread()
+        if hasattr(os, "register_at_fork"):
+            # A forked child has the queue but not the thread: it gets its own. (A weak
+            # reference: the fork hook must not keep a shut-down processor alive.)
+            hook = weakref.WeakMethod(self._after_fork)
+
+            def after_fork() -> None:
+                method = hook()
+                if method is not None:
+                    method()
+
+            os.register_at_fork(after_in_child=after_fork)
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._work, name="mail-otlp-spans", daemon=True)
+        thread.start()
+        return thread
+
+    def _after_fork(self) -> None:
+        self._queue.clear()
+        self._export_lock = threading.Lock()
+        self._wake = threading.Event()
+        if not self._closed:
+            self._thread = self._start_thread()
+
+    # -- the span's side: on the thread that ends it -----------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        context = span.context
+        if self._closed or context is None or not context.trace_flags.sampled:
+            return
+        if len(self._queue) >= self._max_queue:
+            self._dropped += 1
+            return
+        try:
+            key = (id(span.resource), id(span.instrumentation_scope))
+            origin = self._origins.get(key)
+            if origin is None:
+                origin = self._origins[key] = _Origin(span)
+            self._queue.append((origin, encode_span(span)))
+        except Exception:  # noqa: BLE001 - ending a span must never fail the caller
+            logger.exception("tracing: span '%s' could not be encoded; dropped", span.name)
+            return
+        if len(self._queue) >= self._max_batch and not self._wake.is_set():
+            self._wake.set()
+
+    # -- the exporting thread ----------------------------------------------------------------
+    def _work(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            if not self._closed:
+                self._export(everything=False)
+
+    def _export(self, everything: bool) -> bool:
+        """Send what is queued: full batches, plus one partial batch (all of it when
+        `everything`); False if a send failed."""
+        ok = True
+        with self._export_lock:
+            dropped, self._dropped = self._dropped, 0
+            if dropped:
+                logger.warning(
+                    "tracing: %d spans dropped, the export queue was full "
+                    "(OTEL_BSP_MAX_QUEUE_SIZE=%d)",
+                    dropped,
+                    self._max_queue,
+                )
+            partial_sent = False
+            while self._queue:
+                if len(self._queue) < self._max_batch:
+                    if partial_sent and not everything:
+                        break
+                    partial_sent = True
+                count = min(len(self._queue), self._max_batch)
+                batch = [self._queue.popleft() for _ in range(count)]
+                try:
+                    ok = self._send(export_request(batch)) and ok
+                except Exception:  # noqa: BLE001 - the exporter thread must not die
+                    logger.exception("tracing: exporting %d spans failed", count)
+                    ok = False
+        return ok
+
+    # -- SpanProcessor -----------------------------------------------------------------------
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        deadline = time.monotonic() + timeout_millis / 1000.0
+        ok = self._export(everything=True)
+        return ok and time.monotonic() <= deadline
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+        self._export(everything=True)
+        if self._on_shutdown is not None:
+            self._on_shutdown()
