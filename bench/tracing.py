@@ -1,7 +1,7 @@
 """What tracing costs a `mail server` at 16 kept-alive clients (not a test): prints numbers.
 
-    uv run python bench/tracing.py [--swarm stub|llm] [--rounds 6] [--requests 800]
-                                   [--baseline SRC [--baseline-on]] [--sampled RATIO]
+    uv run python bench/tracing.py [--swarm stub|llm] [--rounds 8] [--requests 600]
+        [--fresh 4] [--baseline SRC [--baseline-on]] [--sampled RATIO] [--toggle]
 
 Each server is `mail server` started from a scratch folder, as the docs start it (access log
 on, info logging to a file), answering POST /message (JSON) to 16 raw kept-alive clients over
@@ -9,13 +9,17 @@ on, info logging to a file), answering POST /message (JSON) to 16 raw kept-alive
 
 - ``off``: this tree, no ``OTEL_*`` variables (tracing off);
 - ``on``: this tree, ``OTEL_EXPORTER_OTLP_ENDPOINT`` at a local OTLP/HTTP receiver (its own
-  process; it counts the spans it decodes, so dropped spans would show), default batch
-  processor settings: every request traced and exported;
+  process; it counts the spans it decodes, per service, so dropped spans would show), default
+  batch settings: every request traced and exported;
 - ``sampled``: as ``on`` with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` at
   ``--sampled`` (skipped with ``--sampled 0``);
 - ``base``: tracing off, ``mail`` imported from ``--baseline`` (a ``src`` directory, e.g. of
   ``git archive main``), to compare ``off`` with today's main; ``base-on`` (with
-  ``--baseline-on``): that tree traced as ``on`` is.
+  ``--baseline-on``): that tree traced as ``on`` is;
+- ``toggled`` (with ``--toggle``): as ``on``, but a signal switches its tracing off and on
+  between the two back-to-back halves of each round, so both sides of the ratio come from one
+  process; during the traced halves it also adds up the CPU time spent inside its tracing
+  calls (`bench/tracing_procs.py`), which is what a span costs inside a busy server.
 
 Swarms: ``stub`` is `bench/http.py`'s supervisor + 3 workers with agents that answer at once
 (3 agent turns, 3 MAIL tool calls per request: MAIL's own work only, so tracing's share is at
@@ -24,11 +28,12 @@ in its own process (3 model calls per request, as users run it).
 
 The servers are measured in interleaved rounds (order rotated every round; this VM's speed
 drifts by a fifth over seconds): req/s and the server process's CPU per request (all its
-threads, so the batch exporter's encoding counts). Each round also runs the floor in a fresh
-process: N spans made and ended with the bare OpenTelemetry SDK (same resource, span shape,
-batch processor and OTLP/HTTP exporter to the same receiver), split into making the spans
-(main thread) and exporting them (the processor's thread), so the SDK's own per-span cost is
-known in the same run. Spans per request come from the receiver.
+threads, so the exporter's thread counts), as medians with their range and as ratios to
+``off`` paired by round. A server's cost per request grows with the tasks it holds, so every
+``--fresh`` rounds all of them are replaced by new ones. Each round also runs the floor in a
+fresh process: N spans made and ended with the bare OpenTelemetry SDK through no processor,
+the SDK's batch processor (discarding, and OTLP/HTTP to the same receiver) and mail's, so the
+SDK's own cost per span is known in the same run; spans per request come from the receiver.
 """
 
 from __future__ import annotations
@@ -55,14 +60,10 @@ import urllib.request  # noqa: E402
 from typing import Any  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+PROCS = HERE / "tracing_procs.py"  # the receiver, model, floor and toggled server
 TARGET_PCT = 15.0
 FLOOR_SPANS = 4000
-# The span the floor makes: attributes like an agent turn's or a tool call's.
-FLOOR_ATTRIBUTES = {
-    "gen_ai.operation.name": "execute_tool",
-    "gen_ai.tool.name": "send_request",
-    "mail.task_id": "0f6a2b3c-4d5e-4f70-8a9b-0c1d2e3f4a5b",
-}
+WARM_UP = 320  # requests a new server answers before it is measured
 
 
 def _load_http_bench() -> Any:
@@ -73,219 +74,13 @@ def _load_http_bench() -> Any:
     return module
 
 
-# ------------------------------------------------------------------ helper processes
-
-
-def serve_receiver(port_file: str) -> None:
-    """OTLP/HTTP on loopback: decodes each export, counts spans; GET /count reports."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-        ExportTraceServiceResponse,
-    )
-
-    counts: dict[str, int] = {"exports": 0, "bytes": 0}  # and spans per service name
-    reply = ExportTraceServiceResponse().SerializeToString()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > 64 * 1024 * 1024:
-                self.send_error(413)
-                return
-            body = self.rfile.read(length)
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            for resource_spans in request.resource_spans:
-                service = next(
-                    (
-                        a.value.string_value
-                        for a in resource_spans.resource.attributes
-                        if a.key == "service.name"
-                    ),
-                    "",
-                )
-                made = sum(len(scope.spans) for scope in resource_spans.scope_spans)
-                counts[service] = counts.get(service, 0) + made
-            counts["exports"] += 1
-            counts["bytes"] += length
-            self._answer(reply, "application/x-protobuf")
-
-        def do_GET(self) -> None:  # noqa: N802
-            self._answer(json.dumps(counts).encode(), "application/json")
-
-        def _answer(self, body: bytes, kind: str) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Path(port_file).write_text(str(server.server_address[1]))
-    server.serve_forever()
-
-
-def serve_model(port_file: str) -> None:
-    """A scripted OpenAI-compatible chat-completions model: the supervisor delegates each user
-    message to the worker and completes the task on the answer; the worker answers."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    def reply(name: str, arguments: dict[str, Any]) -> bytes:
-        message = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments)},
-                }
-            ],
-        }
-        return json.dumps(
-            {
-                "id": "chatcmpl-bench",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "gpt-4o-mini",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
-                "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
-            }
-        ).encode()
-
-    delegate = reply("send_request", {"target": "worker", "subject": "job", "body": "do"})
-    answer = reply("send_response", {"target": "supervisor", "subject": "re", "body": "r"})
-    complete = reply("task_complete", {"finish_message": "done"})
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # noqa: N802
-            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            messages = request.get("messages") or [{}]
-            if "ROLE=worker" in str(messages[0].get("content")):
-                body = answer
-            elif 'type="user"' in str(messages[-1].get("content")):
-                body = delegate
-            else:
-                body = complete
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Path(port_file).write_text(str(server.server_address[1]))
-    server.serve_forever()
-
-
-def run_floor(count: int, endpoint: str) -> None:
-    """`count` bare SDK spans (children of one parent, 3 attributes) through each pipeline;
-    prints JSON: CPU microseconds per span for making and ending them (main thread) and for
-    everything (all threads, until the processor has exported them)."""
-    from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
-
-    class Discard(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    def otlp() -> OTLPSpanExporter:
-        return OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")
-
-    # Queues that hold every span: a dropped span would look free.
-    pipelines: dict[str, Any] = {
-        "SDK, no processor": lambda: None,
-        "SDK batch, discarding exporter": lambda: BatchSpanProcessor(
-            Discard(), max_queue_size=count + 1
-        ),
-        "SDK batch + OTLP/HTTP": lambda: BatchSpanProcessor(otlp(), max_queue_size=count + 1),
-        "mail's encoding batch + OTLP/HTTP": lambda: mail_processor(count),
-    }
-
-    def mail_processor(count: int) -> Any:
-        from mail.telemetry.otlp import EncodingBatchProcessor, sender_of
-
-        exporter = otlp()
-        send = sender_of(exporter)
-        assert send is not None
-        return EncodingBatchProcessor(send, max_queue_size=count + 1)
-
-    results: dict[str, float] = {}
-    for label, make_processor in pipelines.items():
-        provider = TracerProvider(resource=Resource.create({"service.name": "floor"}))
-        processor = make_processor()
-        if processor is not None:
-            provider.add_span_processor(processor)
-        tracer = provider.get_tracer("mail", "bench")
-        for _ in range(300):  # warm-up
-            tracer.start_span("warm", attributes=FLOOR_ATTRIBUTES).end()
-        provider.force_flush()
-        parent = tracer.start_span("parent")
-        context = trace.set_span_in_context(parent)
-        main0, all0 = time.thread_time(), time.process_time()
-        for _ in range(count):
-            tracer.start_span(
-                "execute_tool send_request", context, attributes=FLOOR_ATTRIBUTES
-            ).end()
-        main1 = time.thread_time()
-        provider.force_flush()
-        all1 = time.process_time()
-        parent.end()
-        provider.shutdown()
-        results[f"{label}: make"] = (main1 - main0) / count * 1e6
-        results[f"{label}: all"] = (all1 - all0) / count * 1e6
-    print(json.dumps(results))
-
-
-def serve_toggled(port: str) -> None:
-    """`mail server` in this process, plus a SIGUSR1 handler that switches tracing off (the
-    tracer set aside) and on again: both halves of a pair measured in one process."""
-    import signal
-
-    from mail.telemetry import tracing
-
-    set_aside: list[Any] = []
-
-    def toggle(*_: Any) -> None:
-        if tracing._tracer is not None:
-            set_aside[:] = [tracing._tracer]
-            tracing._tracer = None
-        elif set_aside:
-            tracing._tracer = set_aside.pop()
-
-    signal.signal(signal.SIGUSR1, toggle)
-    sys.path.insert(0, os.getcwd())  # the scratch folder's tracing_swarm module
-    from mail.cli import main
-
-    sys.exit(main(["server", "--port", port]))
-
-
 # ------------------------------------------------------------------ the bench
 
 
 def _helper(mode: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[Any, int]:
     port_file = workdir / f"{mode}.port"
     proc = subprocess.Popen(
-        [sys.executable, __file__, f"--{mode}", str(port_file)],
+        [sys.executable, str(PROCS), f"--{mode}", str(port_file)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -388,18 +183,19 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (folder / "server.log").open("wb")
         command = [sys.executable, "-m", "mail.cli", "server", "--port", str(self.port)]
-        if toggled:  # the same, with a SIGUSR1 handler that turns tracing off and on
-            command = [sys.executable, __file__, "--serve-toggled", str(self.port)]
+        self.costs = folder / "tracing-costs.json"
+        if toggled:  # the same, with tracing switched by SIGUSR1 and its cost kept
+            command = [sys.executable, str(PROCS), "--serve-toggled", str(self.port)]
         self.proc = subprocess.Popen(
             command,
             cwd=folder,
-            env={**env, "PYTHONUNBUFFERED": "1"},
+            env={**env, "PYTHONUNBUFFERED": "1", "BENCH_TRACING_COSTS": str(self.costs)},
             stdout=self.log,
             stderr=self.log,
         )
-        self.requests = 0
         self.tracing_on = True  # a toggled server's state
         http.wait_health(self.url, self.proc)
+        asyncio.run(http.load("raw", self.url, self.keys, 16, WARM_UP, False))  # instances
 
     def close(self, http: Any) -> None:
         http.stop(self.proc)
@@ -416,6 +212,37 @@ def median_range(values: list[float], fmt: str = "{:.0f}") -> str:
         f"{fmt.format(statistics.median(values))} "
         f"({fmt.format(min(values))}-{fmt.format(max(values))})"
     )
+
+
+def variants_of(args: argparse.Namespace, base_env: dict[str, str], endpoint: str) -> dict:  # type: ignore[type-arg]
+    """Each server's environment, by name."""
+    on = {**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench-on"}
+    variants = {"off": base_env, "on": on}
+    if args.sampled:
+        variants["sampled"] = {
+            **on,
+            "OTEL_SERVICE_NAME": "bench-sampled",
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": str(args.sampled),
+        }
+    if args.baseline:
+        src = str(Path(args.baseline).resolve())
+        variants["base"] = {**base_env, "PYTHONPATH": src}
+        if args.baseline_on:
+            variants["base-on"] = {**on, "PYTHONPATH": src, "OTEL_SERVICE_NAME": "bench-base-on"}
+    if args.toggle:
+        variants["toggled"] = {**on, "OTEL_SERVICE_NAME": "bench-toggled"}
+    return variants
+
+
+class Results:
+    def __init__(self, names: list[str]) -> None:
+        self.rps: dict[str, list[float]] = {name: [] for name in names}
+        self.cpu: dict[str, list[float]] = {name: [] for name in names}
+        self.sent: dict[str, int] = dict.fromkeys(names, 0)  # requests traced servers answered
+        self.pairs: dict[bool, list[float]] = {True: [], False: []}  # the toggled server's
+        self.costs: list[dict[str, list[float]]] = []  # its tracing calls, per traced half
+        self.floors: list[dict[str, float]] = []
 
 
 def run(args: argparse.Namespace) -> None:
@@ -435,71 +262,46 @@ def run(args: argparse.Namespace) -> None:
                 helpers.append(model)
                 model_url = f"http://127.0.0.1:{model_port}/v1"
             endpoint = f"http://127.0.0.1:{receiver_port}"
-            variants: dict[str, dict[str, str]] = {
-                "off": base_env,
-                "on": {
-                    **base_env,
-                    "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-                    "OTEL_SERVICE_NAME": "bench-on",
-                },
-            }
-            if args.sampled:
-                variants["sampled"] = {
-                    **variants["on"],
-                    "OTEL_SERVICE_NAME": "bench-sampled",
-                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
-                    "OTEL_TRACES_SAMPLER_ARG": str(args.sampled),
-                }
-            if args.baseline:
-                src = str(Path(args.baseline).resolve())
-                variants["base"] = {**base_env, "PYTHONPATH": src}
-                if args.baseline_on:
-                    variants["base-on"] = {
-                        **variants["on"],
-                        "PYTHONPATH": src,
-                        "OTEL_SERVICE_NAME": "bench-base-on",
-                    }
-            for name, env in variants.items():
-                servers[name] = Server(http, workdir / name, args.swarm, model_url, env)
-            toggled = None
-            if args.toggle:
-                env = {**variants["on"], "OTEL_SERVICE_NAME": "bench-toggled"}
-                toggled = Server(http, workdir / "toggled", args.swarm, model_url, env, True)
-                servers["toggled"] = toggled
-            for server in servers.values():  # warm-up: the 4 users' instances, LiteLLM
-                asyncio.run(http.load("raw", server.url, server.keys, 16, 320, False))
-                server.requests += 320 + 16
-            rps: dict[str, list[float]] = {name: [] for name in servers if name != "toggled"}
-            cpu: dict[str, list[float]] = {name: [] for name in rps}
-            pairs: dict[bool, list[float]] = {True: [], False: []}  # the toggled server's
-            floors: list[dict[str, float]] = []
-            names = list(rps)
+            variants = variants_of(args, base_env, endpoint)
+            names = [name for name in variants if name != "toggled"]
+            results = Results(names)
             for number in range(args.rounds):
                 print(f"  ... round {number + 1} of {args.rounds}", file=sys.stderr)
+                if number % args.fresh == 0:
+                    # New processes: a server's cost per request grows with the tasks it
+                    # holds, so every variant starts over together.
+                    for server in servers.values():
+                        server.close(http)
+                    servers = {
+                        name: Server(
+                            http, workdir / f"{name}-{number}", args.swarm, model_url, env,
+                            toggled=name == "toggled",
+                        )
+                        for name, env in variants.items()
+                    }  # fmt: skip
+                    for name in servers:
+                        results.sent[name] = results.sent.get(name, 0) + WARM_UP + 16
                 order = names[number % len(names) :] + names[: number % len(names)]
-                if number % 2:
-                    order.reverse()
-                for name in order:
+                for name in order if number % 2 == 0 else order[::-1]:
                     server = servers[name]
                     before = http.cpu_seconds(server.proc.pid)
                     got, _ = asyncio.run(
                         http.load("raw", server.url, server.keys, 16, args.requests, False)
                     )
                     used = http.cpu_seconds(server.proc.pid) - before
-                    server.requests += args.requests + 16
-                    rps[name].append(got)
-                    cpu[name].append(used / args.requests * 1e6)
-                if toggled is not None:
-                    measure_pair(http, toggled, args.requests, number, pairs)
+                    results.sent[name] += args.requests + 16
+                    results.rps[name].append(got)
+                    results.cpu[name].append(used / args.requests * 1e6)
+                if "toggled" in servers:
+                    measure_pair(http, servers["toggled"], args.requests, number, results)
                 floor = subprocess.run(
-                    [sys.executable, __file__, "--floor", str(FLOOR_SPANS), endpoint],
+                    [sys.executable, str(PROCS), "--floor", str(FLOOR_SPANS), endpoint],
                     env=base_env,
                     capture_output=True,
                     text=True,
                     check=True,
                 )
-                floors.append(json.loads(floor.stdout))
-            before_close = receiver_count(receiver_port)
+                results.floors.append(json.loads(floor.stdout))
         finally:
             for server in servers.values():
                 server.close(http)  # a clean exit flushes the batch processor
@@ -507,48 +309,47 @@ def run(args: argparse.Namespace) -> None:
         for helper in helpers:
             helper.terminate()
             helper.wait(10)
-    report(args, rps, cpu, floors, servers, exported, before_close)
-    if args.toggle:
-        report_pairs(pairs)
+    report(args, results, exported)
 
 
-def measure_pair(
-    http: Any, server: Server, requests: int, number: int, pairs: dict[bool, list[float]]
-) -> None:
-    """One round of the toggled server: tracing on, then off (or off, then on: ABBA)."""
+def measure_pair(http: Any, server: Server, requests: int, number: int, results: Results) -> None:
+    """One round of the toggled server: tracing on, then off (or off, then on: ABBA); during
+    the traced half the server adds up the CPU time spent in tracing calls."""
     for want in (True, False) if number % 2 == 0 else (False, True):
         if want != server.tracing_on:
             os.kill(server.proc.pid, signal.SIGUSR1)
             server.tracing_on = want
             # a few requests first: the signal is handled between two of them
             asyncio.run(http.load("raw", server.url, server.keys, 16, 32, False))
+        if want:
+            os.kill(server.proc.pid, signal.SIGUSR2)  # start counting
         before = http.cpu_seconds(server.proc.pid)
         asyncio.run(http.load("raw", server.url, server.keys, 16, requests, False))
-        pairs[want].append((http.cpu_seconds(server.proc.pid) - before) / requests * 1e6)
+        results.pairs[want].append((http.cpu_seconds(server.proc.pid) - before) / requests * 1e6)
+        if want:
+            server.costs.unlink(missing_ok=True)
+            os.kill(server.proc.pid, signal.SIGUSR2)  # write what was counted
+            deadline = time.monotonic() + 10
+            while not server.costs.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            counted = json.loads(server.costs.read_text())
+            results.costs.append(
+                {k: [v[0] / requests, v[1] / requests * 1e6] for k, v in counted.items()}
+            )
 
 
-def report_pairs(pairs: dict[bool, list[float]]) -> None:
-    ratios = [100 * (on / off - 1) for on, off in zip(pairs[True], pairs[False], strict=True)]
-    print(
-        "one server, tracing switched on and off between back-to-back halves of each round: "
-        f"server CPU per request on {median_range(pairs[True])} us, off "
-        f"{median_range(pairs[False])} us; paired ratio {statistics.median(ratios):+.1f}% "
-        f"({min(ratios):+.1f}..{max(ratios):+.1f})"
-    )
+def paired(values: list[float], base: list[float]) -> str:
+    """Median (range) of the per-round ratios values/base, in percent."""
+    ratios = [100 * (a / b - 1) for a, b in zip(values, base, strict=True)]
+    return f"{statistics.median(ratios):+.1f}% ({min(ratios):+.1f}..{max(ratios):+.1f})"
 
 
-def report(
-    args: argparse.Namespace,
-    rps: dict[str, list[float]],
-    cpu: dict[str, list[float]],
-    floors: list[dict[str, float]],
-    servers: dict[str, Server],
-    exported: dict[str, int],
-    before_close: dict[str, int],
-) -> None:
+def report(args: argparse.Namespace, results: Results, exported: dict[str, int]) -> None:
+    rps, cpu = results.rps, results.cpu
     print(
         f"swarm {args.swarm}: POST /message (json), 16 raw kept-alive clients over 4 users, "
-        f"{args.requests} requests a round, {args.rounds} rounds; median (range):"
+        f"{args.requests} requests a round, {args.rounds} rounds, new servers every "
+        f"{args.fresh}; median (range):"
     )
     for name in rps:
         print(
@@ -556,65 +357,61 @@ def report(
             f"{median_range(cpu[name])} us"
         )
     for name in [n for n in rps if n != "off"]:
-        ratios_rps = [a / b for a, b in zip(rps[name], rps["off"], strict=True)]
-        ratios_cpu = [a / b for a, b in zip(cpu[name], cpu["off"], strict=True)]
-        lost = [100 * (1 - r) for r in ratios_rps]
-        more = [100 * (r - 1) for r in ratios_cpu]
+        lost = statistics.median([1 - a / b for a, b in zip(rps[name], rps["off"], strict=True)])
         verdict = ""
         if name == "on":
-            ok = statistics.median(lost) <= TARGET_PCT
-            verdict = "  (target met)" if ok else "  (TARGET MISSED)"
+            verdict = "  (target met)" if 100 * lost <= TARGET_PCT else "  (TARGET MISSED)"
         print(
-            f"  {name:<8} vs off, paired by round: req/s {-statistics.median(lost):+.1f}% "
-            f"({-max(lost):+.1f}..{-min(lost):+.1f}), CPU per request "
-            f"{statistics.median(more):+.1f}% ({min(more):+.1f}..{max(more):+.1f}){verdict}"
+            f"  {name:<8} vs off, paired by round: req/s {paired(rps[name], rps['off'])}, "
+            f"CPU per request {paired(cpu[name], cpu['off'])}{verdict}"
         )
     per_request = 0.0
     for name in ("on", "sampled", "base-on"):
-        if name not in servers:
-            continue
-        got = exported.get(f"bench-{name}", 0)
-        sent = servers[name].requests
-        if name == "on":
-            per_request = got / sent
+        if name in rps:
+            got, sent = exported.get(f"bench-{name}", 0), results.sent[name]
+            per_request = got / sent if name == "on" else per_request
+            print(f"  {name}: {got} spans exported for {sent} requests: {got / sent:.2f} each")
+    if results.pairs[True]:
+        on, off = results.pairs[True], results.pairs[False]
         print(
-            f"  {name}: {got} spans exported for {sent} requests = {got / sent:.2f} per request "
-            f"({before_close.get(f'bench-{name}', 0)} of them before the server exited)"
+            "one server, tracing switched on and off between back-to-back halves of each "
+            f"round: CPU per request on {median_range(on)} us, off {median_range(off)} us, "
+            f"paired {paired(on, off)}"
         )
-    keys = list(floors[0])
+        print("  inside its tracing calls during the traced halves, per request (median):")
+        for key in results.costs[0]:
+            calls = statistics.median(c[key][0] for c in results.costs if key in c)
+            took = statistics.median(c[key][1] for c in results.costs if key in c)
+            print(f"    {key:<24} {calls:4.1f} calls {took:6.0f} us ({took / calls:5.1f} us each)")
+        total = statistics.median(sum(v[1] for v in c.values()) for c in results.costs)
+        print(
+            f"    all of them: {total:.0f} us = {100 * total / statistics.median(off):.0f}% of off"
+        )
+    floors = results.floors
     print(f"floor: {FLOOR_SPANS} bare OpenTelemetry SDK spans per round, CPU us per span:")
-    for key in keys:
+    for key in floors[0]:
         print(f"  {key:<40} {median_range([f[key] for f in floors], '{:.1f}')}")
-    off = statistics.median(cpu["off"])
-    on_extra = statistics.median(cpu["on"]) - off
+    off_cpu = statistics.median(cpu["off"])
     print(
-        f"  per request, {per_request:.2f} spans at each floor (share of the untraced request's "
-        f"{off:.0f} us of CPU; tracing added {on_extra:.0f} us = {100 * on_extra / off:.0f}%):"
+        f"  x {per_request:.2f} spans per request, as a share of the untraced request's "
+        f"{off_cpu:.0f} us (tracing added {statistics.median(cpu['on']) - off_cpu:.0f} us):"
     )
-    for key in [k for k in keys if k.endswith(": all")]:
+    for key in [k for k in floors[0] if k.endswith(": all")]:
         per_span = statistics.median(f[key] for f in floors)
         cost = per_span * per_request
         print(
             f"    {key.removesuffix(': all'):<36} {per_span:5.1f} us x {per_request:.2f} = "
-            f"{cost:4.0f} us = {100 * cost / off:3.0f}%; {TARGET_PCT:.0f}% allows "
-            f"{TARGET_PCT / 100 * off / per_span:.1f} spans"
+            f"{cost:4.0f} us = {100 * cost / off_cpu:3.0f}%; {TARGET_PCT:.0f}% allows "
+            f"{TARGET_PCT / 100 * off_cpu / per_span:.1f} spans"
         )
 
 
 def main() -> None:
-    if len(sys.argv) >= 3 and sys.argv[1] in ("--receive", "--model"):
-        (serve_receiver if sys.argv[1] == "--receive" else serve_model)(sys.argv[2])
-        return
-    if len(sys.argv) >= 3 and sys.argv[1] == "--serve-toggled":
-        serve_toggled(sys.argv[2])
-        return
-    if len(sys.argv) >= 4 and sys.argv[1] == "--floor":
-        run_floor(int(sys.argv[2]), sys.argv[3])
-        return
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--swarm", choices=("stub", "llm"), default="stub")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--requests", type=int, default=800, help="requests per round")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=600, help="requests per round")
+    parser.add_argument("--fresh", type=int, default=4, help="new servers every N rounds")
     parser.add_argument("--baseline", help="a src directory to compare 'off' with")
     parser.add_argument(
         "--baseline-on", action="store_true", help="also trace the baseline ('base-on')"
