@@ -222,40 +222,12 @@ async def test_provider_refusing_the_key_is_not_retried(tmp_path: Path) -> None:
     assert kinds and kinds[0]["error_kind"] == "authentication", kinds
 
 
-async def test_stopping_after_model_calls_exits_as_soon_as_the_server_has_stopped(
-    tmp_path: Path,
-) -> None:
-    """Once the model library and its SDKs are loaded, tearing the interpreter down took seconds
-    (over 15 s on a loaded machine) after the server had logged that it finished; the process
-    now ends right after its graceful shutdown, exit hooks run and its last lines written."""
-    async with ScriptedLLM() as llm:
-        llm.queue(reply(tool_call("task_complete", {"finish_message": "done here"})))
-        params = {
-            "llm": "openai/gpt-4o-mini",
-            "use_proxy": False,
-            "api_base": llm.base_url,
-            "api_key": "sk-test",
-        }
-        (tmp_path / "swarms.json").write_text(json.dumps(_one_agent_swarm("quick", params)))
-        server, key = _start(tmp_path, "-s", "swarms.json", "-n", "quick")
-        try:
-            async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
-                answer = await client.post("/message", json={"body": "hi"}, headers=auth(key))
-                assert answer.json()["response"] == "done here", answer.text
-        finally:
-            assert server.stop(timeout=60) == 0, server.logs()
-            exited = time.time()
-    finished = [line for line in server.logs().splitlines() if "Finished server process" in line]
-    assert finished, server.logs()  # the last lines are flushed
-    stamp = time.mktime(time.strptime(finished[-1][:19], "%Y-%m-%d %H:%M:%S"))
-    stamp += int(finished[-1][20:23]) / 1000
-    assert exited - stamp < 1.0, f"the process lingered {exited - stamp:.2f} s after stopping"
-
-
 async def test_model_library_info_lines_stay_out_of_the_server_log(tmp_path: Path) -> None:
     """LiteLLM's per-call INFO lines (and its warm-up's mocked ``gpt-4o-mini`` calls, which
     read as if the server called a model nobody configured) are not printed at the default
-    log level."""
+    log level. And once the model library and its SDKs are loaded, tearing the interpreter
+    down took seconds (over 15 s on a loaded machine) after the server had logged that it
+    finished: the process now ends right after its graceful shutdown, its last lines written."""
     async with ScriptedLLM() as llm:
         llm.queue(reply(tool_call("task_complete", {"finish_message": "done here"})))
         params = {
@@ -270,9 +242,15 @@ async def test_model_library_info_lines_stay_out_of_the_server_log(tmp_path: Pat
             async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
                 answer = await client.post("/message", json={"body": "hi"}, headers=auth(key))
         finally:
-            server.stop()
+            assert server.stop(timeout=60) == 0, server.logs()
+            exited = time.time()
     assert answer.json()["response"] == "done here", answer.text
     assert len(llm.requests) == 1
+    finished = [line for line in server.logs().splitlines() if "Finished server process" in line]
+    assert finished, server.logs()  # the last lines are flushed
+    stamp = time.mktime(time.strptime(finished[-1][:19], "%Y-%m-%d %H:%M:%S"))
+    stamp += int(finished[-1][20:23]) / 1000
+    assert exited - stamp < 1.0, f"the process lingered {exited - stamp:.2f} s after stopping"
     logs = server.logs()
     assert "LiteLLM completion()" not in logs, logs
     assert "gpt-4o-mini" not in logs, logs
