@@ -562,6 +562,11 @@ async def measure(args: argparse.Namespace, env: dict[str, Any]) -> None:
         runs: list[float] = []
         for run in range(args.failover_runs):
             print(f"  run {run + 1} of {args.failover_runs}")
+            if args.warm_pool > 0:
+                # A node dies when the pool is full; one that dies while it still refills
+                # after the previous failover meets a cold start (warm_pool = 0's path).
+                refill = cluster.wait_pool_settled()  # Ray wants the main thread
+                print(f"    warm pool full again after {refill:.1f} s more")
             runs.append(
                 await failover(
                     dep, cluster, fe_slow.base_url, fe1.base_url, keys["failover"], env["log"]

@@ -13,6 +13,11 @@
    timed until the store has flushed every write.
 3. Start to first 200 on GET /health of a stub server on memory and on SQLite (the
    default), interleaved.
+4. The SQLite floor: the batches the store wrote for the runtime row's tasks (captured,
+   coalesced and encoded as the store does), written again into a fresh file with bare
+   sqlite3 (same statements and indexes, one transaction per batch, executemany per run
+   of one kind), as CPU microseconds per task and per row. No store can write those rows
+   for less; compare with memory's CPU per request above.
 
 PostgreSQL is MAIL_BENCH_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test);
 it is skipped when unreachable. `--serve PORT KEYS DIR KIND` is the server process.
@@ -226,6 +231,69 @@ def startup(workdir: Path, runs: int = 3) -> None:
         print(f"  {kind:<9} {statistics.median(values):.2f} s (runs {runs_text})")
 
 
+async def _capture_batches(path: Path, tasks: int) -> list[list[Any]]:
+    """The batches a SQLite store applies for `tasks` runtime tasks (bench/runtime.py)."""
+    from mail.store.base import InstanceKey
+    from mail.store.sqlite import SqliteTaskStore
+
+    bench_runtime = _load("runtime")
+    store = SqliteTaskStore(path)
+    batches: list[list[Any]] = []
+    apply = store._buffer._apply
+
+    async def spy(batch: Any) -> None:
+        batches.append(list(batch))
+        await apply(batch)
+
+    store._buffer._apply = spy
+    await store.start()
+    swarm = bench_runtime.build_template(0.0).instantiate({}, user_id="bench")
+    await swarm.attach_store(store, InstanceKey("bench", "user", "floor"))
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    await asyncio.gather(*(swarm.post_message("go") for _ in range(tasks)))
+    await store.flush(60)
+    await swarm.shutdown()
+    await loop_task
+    await store.close()
+    return batches
+
+
+def sqlite_floor(workdir: Path, tasks: int, rounds: int) -> None:
+    from mail.store.base import to_json
+    from mail.store.sql_base import coalesce_writes, encode_histories, runs_by_kind
+    from mail.store.sqlite import _SQL
+    from mail.store.sqlite_schema import connect, migrate
+
+    captured = asyncio.run(_capture_batches(workdir / "floor-capture.db", tasks))
+    batches = [
+        [
+            (_SQL[kind], rows)
+            for kind, rows in runs_by_kind(encode_histories(coalesce_writes(b), to_json))
+        ]
+        for b in captured
+    ]
+    rows = sum(len(r) for batch in batches for _, r in batch)
+    micros: list[float] = []
+    for number in range(rounds):
+        conn = connect(workdir / f"floor-{number}.db")
+        migrate(conn)
+        start = time.thread_time()
+        for batch in batches:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement, args in batch:
+                conn.executemany(statement, args)
+            conn.execute("COMMIT")
+        micros.append((time.thread_time() - start) * 1e6)
+        conn.close()
+    total = statistics.median(micros)
+    print(
+        f"SQLite floor (bare sqlite3, the store's batches of {tasks} runtime tasks: "
+        f"{rows / tasks:.1f} rows per task in {len(batches)} transactions), median of rounds:"
+    )
+    print(f"  {total / tasks:.0f} us CPU per task, {total / rows:.1f} us per row")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--requests", type=int, default=1500, help="HTTP requests per round")
@@ -243,6 +311,7 @@ def main() -> None:
         http_rows(workdir, kinds, args.requests, args.rounds)
         runtime_rows(workdir, kinds, args.tasks, args.rounds)
         startup(workdir)
+        sqlite_floor(workdir, args.tasks, args.rounds)
 
 
 if __name__ == "__main__":

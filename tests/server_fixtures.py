@@ -273,19 +273,27 @@ def parse_sse_stream(response: httpx.Response) -> Iterator[SSEEvent]:
     """Events of a streaming httpx response as they arrive (CRLF or LF framing)."""
     buffer = ""
     for chunk in response.iter_text():
-        buffer += chunk.replace("\r\n", "\n")
-        while "\n\n" in buffer:
-            frame, buffer = buffer.split("\n\n", 1)
+        frames, buffer = split_sse_frames(buffer + chunk)
+        for frame in frames:
             yield _frame(frame)
 
 
 async def aparse_sse_stream(response: httpx.Response) -> Any:
     buffer = ""
     async for chunk in response.aiter_text():
-        buffer += chunk.replace("\r\n", "\n")
-        while "\n\n" in buffer:
-            frame, buffer = buffer.split("\n\n", 1)
+        frames, buffer = split_sse_frames(buffer + chunk)
+        for frame in frames:
             yield _frame(frame)
+
+
+def split_sse_frames(text: str) -> tuple[list[str], str]:
+    """The complete frames of ``text`` and the unfinished rest.
+
+    CRLF is normalised on the joined text, not per chunk: a chunk may end between the CR and
+    the LF of a line ending, and normalising each chunk alone then merged two frames.
+    """
+    *frames, rest = text.replace("\r\n", "\n").split("\n\n")
+    return frames, rest
 
 
 def _frame(frame: str) -> SSEEvent:

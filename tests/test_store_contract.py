@@ -193,3 +193,52 @@ async def test_write_nowait_keeps_the_order_of_awaited_writes(store: TaskStore) 
     assert [e["data"] for e in snap.events["t-1"]] == ["1", "2", "3"]
     assert snap.queues == {"t-1": [{"seq": 1}]}
     assert "t-1" in snap.tasks
+
+
+async def test_a_task_that_stored_no_queue_deletes_none(store: TaskStore) -> None:
+    # The observer skips deleting a queue row the instance never had (one write less per
+    # finished task), and still deletes the rows it loaded or saved.
+    from mail.api.persistence import StoreObserver
+    from support.scripted_agents import AgentSpec, ScriptedAgent, make_runtime
+
+    key = new_key()
+    await store.save_queue(key, "t-old", [{"seq": 1}])
+    methods: list[str] = []
+    nowait = getattr(store, "write_nowait", None)
+    if nowait is not None:
+
+        def counted(k: Any, method: str, *args: Any) -> bool:
+            methods.append(method)
+            return bool(nowait(k, method, *args))
+
+        store.write_nowait = counted  # type: ignore[attr-defined]
+    else:
+        delete = store.delete_queue
+
+        async def counted_delete(*args: Any) -> None:
+            methods.append("delete_queue")
+            await delete(*args)
+
+        store.delete_queue = counted_delete  # type: ignore[method-assign]
+
+    runtime = make_runtime({"supervisor": AgentSpec(ScriptedAgent("supervisor", []), [], True)})
+    observer = StoreObserver(runtime, store, key)
+    observer.stored_queues((await store.load_instance(key)).queues)
+    observer.start()
+    observer.queue_stashed("t-new", [])  # never stored: nothing to delete
+    observer.journal_changed("t-new", None)
+    assert methods.count("delete_queue") == 0
+    observer.queue_stashed("t-old", [])  # loaded: deleted
+    observer.queue_stashed("t-new", [{"seq": 2}])
+    observer.queue_stashed("t-new", [])  # saved, then deleted
+    assert await observer.flush(10)
+    assert methods.count("delete_queue") == 2
+    assert (await store.load_instance(key)).queues == {}
+
+    unknown = StoreObserver(runtime, store, key)  # not told what was stored: deletes
+    unknown.start()
+    unknown.queue_stashed("t-other", [])
+    assert await unknown.flush(10)
+    assert methods.count("delete_queue") == 3
+    await observer.close()
+    await unknown.close()

@@ -268,13 +268,14 @@ def test_the_default_sampler_decides_as_the_sdks(remote: bool, sampled: bool, st
             trace_state=TraceState.from_header([state]) if state else None,
         )
     context = _context_with(parent)
-    ours = ParentBasedAlwaysOn().should_sample(context, 0xABC, "span")  # type: ignore[arg-type]
-    sdks = ParentBased(ALWAYS_ON).should_sample(context, 0xABC, "span")  # type: ignore[arg-type]
-    assert ours.decision == sdks.decision
-    assert dict(ours.attributes) == dict(sdks.attributes)
-    assert (ours.trace_state or TraceState()).to_header() == (
-        sdks.trace_state or TraceState()
-    ).to_header()
+    for attributes in (None, {"mail.task_id": "t", "n": 1}):
+        ours = ParentBasedAlwaysOn().should_sample(context, 0xABC, "span", None, attributes)  # type: ignore[arg-type]
+        sdks = ParentBased(ALWAYS_ON).should_sample(context, 0xABC, "span", None, attributes)  # type: ignore[arg-type]
+        assert ours.decision == sdks.decision
+        assert dict(ours.attributes) == dict(sdks.attributes)
+        assert (ours.trace_state or TraceState()).to_header() == (
+            sdks.trace_state or TraceState()
+        ).to_header()
     assert ParentBasedAlwaysOn().get_description() == ParentBased(ALWAYS_ON).get_description()
 
 

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,9 +151,12 @@ class RayTestCluster:
         )
         return result
 
-    def kill_node_of(self, swarm: str, kind: str, caller_id: str) -> str:
-        """Remove (kill) the worker node that hosts the instance; returns its node id."""
-        where = self.describe(swarm, kind, caller_id)
+    def kill_node_of(
+        self, swarm: str, kind: str, caller_id: str, where: dict[str, Any] | None = None
+    ) -> str:
+        """Remove (kill) the worker node that hosts the instance (``where``: its ``describe``,
+        if already known); returns its node id."""
+        where = where or self.describe(swarm, kind, caller_id)
         node_id = where["node_id"]
         for node in self.nodes:
             if node.node_id == node_id:
@@ -164,6 +168,29 @@ class RayTestCluster:
                     os.kill(int(where["pid"]), signal.SIGKILL)
                 return node_id
         raise AssertionError(f"instance runs on node {node_id}, which is not a worker node")
+
+    def wait_pool_settled(self, timeout: float = 180) -> float:
+        """Wait until the warm pool has a host of every profile on each worker node and none
+        starting; returns the seconds waited. A pool refills in the time a host takes to start
+        (a new worker process), so a failover right after another one meets an empty pool."""
+        import ray
+
+        from mail.cluster.warm_pool import DIRECTORY_ACTOR
+
+        directory = ray.get_actor(DIRECTORY_ACTOR, namespace=self.namespace)
+        began = time.monotonic()
+        while True:
+            pool = ray.get(directory.pool.remote(), timeout=60)
+            profiles = [v for k, v in pool.items() if k != "assigned"]
+            if profiles and all(
+                not any(p["starting"].values())
+                and sum(n > 0 for n in p["warm"].values()) >= len(self.nodes)
+                for p in profiles
+            ):
+                return time.monotonic() - began
+            if time.monotonic() - began > timeout:
+                raise TimeoutError(f"the warm pool did not settle in {timeout:.0f} s: {pool}")
+            time.sleep(0.2)
 
     def shutdown(self) -> None:
         import ray

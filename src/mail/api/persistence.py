@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from mail.core.events import TaskEvent
@@ -44,6 +45,14 @@ class StoreObserver(RuntimeObserver):
         self._drain_task: asyncio.Task[None] | None = None
         self._nowait = getattr(store, "write_nowait", None)
         self._backlog = 0  # writes taken by the drain task and not yet handed to the store
+        # The queue rows (stashed queues and journals) this instance has in the store, once
+        # `stored_queues` said which it had when loaded: a task that never stored one has
+        # nothing to delete when it ends (one write less per task). None: unknown, delete.
+        self._stored_queues: set[str] | None = None
+
+    def stored_queues(self, keys: Iterable[str]) -> None:
+        """The queue rows the store held when the instance was loaded (its snapshot's)."""
+        self._stored_queues = set(keys)
 
     def start(self) -> None:
         if self._drain_task is None:
@@ -108,17 +117,22 @@ class StoreObserver(RuntimeObserver):
         self._put("save_response", task_id, response)
 
     def queue_stashed(self, task_id: str, items: list[dict[str, Any]]) -> None:
-        if items:
-            self._put("save_queue", task_id, list(items))
-        else:
-            self._put("delete_queue", task_id)
+        self._save_queue(task_id, list(items))
 
     def journal_changed(self, task_id: str, items: list[dict[str, Any]] | None) -> None:
         """A running task's pending work (a TaskJournal write), kept beside its stashed queue."""
+        self._save_queue(journal_key(task_id), items)
+
+    def _save_queue(self, key: str, items: list[dict[str, Any]] | None) -> None:
+        stored = self._stored_queues
         if items:
-            self._put("save_queue", journal_key(task_id), items)
-        else:
-            self._put("delete_queue", journal_key(task_id))
+            if stored is not None:
+                stored.add(key)
+            self._put("save_queue", key, items)
+        elif stored is None or key in stored:
+            if stored is not None:
+                stored.discard(key)
+            self._put("delete_queue", key)
 
 
 def restore_snapshot(

@@ -411,6 +411,7 @@ class MAILSwarm:
         # Running tasks continue after a restart only when their histories are stored too.
         journal = TaskJournal(self.runtime, observer.journal_changed) if persist_histories else None
         restored = restore_snapshot(self.runtime, snapshot, journal)
+        observer.stored_queues(snapshot.queues)
         observer.start()
         self.runtime.observer = observer
         if journal is not None:

@@ -88,7 +88,11 @@ class InstanceActor:
         self.host.on_lost = self._lost
         self._ending: asyncio.Task[None] | None = None
         self._ended = asyncio.Event()
-        self.name = ""
+        # A pooled host learns its instance's name when it adopts one; a named actor (no
+        # pool) was created under it.
+        self.name = (
+            "" if caller is None else (require_ray().get_runtime_context().get_actor_name() or "")
+        )
         self.profile = profile  # the warm pool's profile it was started for
         self._reaper = (
             asyncio.get_running_loop().create_task(self._reap()) if self.idle_timeout > 0 else None

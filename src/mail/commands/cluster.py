@@ -86,7 +86,7 @@ def _describe(ray: Any, name: str, namespace: str) -> dict[str, Any]:
         info: dict[str, Any] = ray.get(handle.describe.remote(), timeout=DESCRIBE_TIMEOUT)
     except Exception as exc:  # restarting, ending or slow: say so instead of failing
         return {"name": name, "error": type(exc).__name__}
-    return {"name": name, **info}
+    return {**info, "name": name}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -410,7 +410,8 @@ class SwarmRegistry:
         if self.shared:
             self._file_sig = signature
         if data is None:
-            logger.info("no swarm registry file at %s yet", path)
+            # Nothing to load is the normal first start; the file is written at shutdown.
+            logger.debug("no swarm registry file at %s yet", path)
             return 0
         self._apply_local_settings(data)
         loaded = 0

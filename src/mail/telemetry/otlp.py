@@ -14,6 +14,9 @@ retries) applies as usual. ``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZ
 ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` mean what they mean for the SDK's processor; a span that
 finds the queue full is dropped (the next export logs how many were).
 
+Spans of the lean path (`mail.telemetry.lean`, what `tracing` uses when this processor is the
+only one) are not SDK spans: they go through the same `encode_span` and straight to `enqueue`.
+
 `sender_of` needs the exporter's client (``OTLPSpanExporter._client.export(bytes)``, not
 public API); with an SDK whose exporter lacks it, `tracing` falls back to the SDK's batch
 processor, and a test fails so the upgrade is noticed.
@@ -36,7 +39,9 @@ from opentelemetry.trace import SpanKind
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan, Span
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 logger = logging.getLogger("mail.telemetry")
 
@@ -52,6 +57,7 @@ _U64 = struct.Struct("<Q").pack
 _U32 = struct.Struct("<I").pack
 _F64 = struct.Struct("<d").pack
 _MASK64 = (1 << 64) - 1
+_TIMES = struct.Struct("<BQBQ").pack  # start and end time fields (tags 0x39, 0x41)
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
 
@@ -99,7 +105,6 @@ def _any_value(value: Any) -> bytes:
 # name, an operation) with their tags, and names. Bounded: emptied when full.
 _CACHE: dict[tuple[Any, ...], bytes] = {}
 _CACHE_MAX = 4096
-_CACHED_TYPES = frozenset((str, int, bool))
 
 
 def _cached(key: tuple[Any, ...], encoded: bytes) -> bytes:
@@ -109,23 +114,59 @@ def _cached(key: tuple[Any, ...], encoded: bytes) -> bytes:
     return encoded
 
 
+_KEY_FIELDS: dict[str, bytes] = {}  # an attribute key's encoded KeyValue.key field
+_STR_CACHE: dict[tuple[bytes, str, str], bytes] = {}  # short string attributes, encoded
+
+
+def _key_field(key: str) -> bytes:
+    field = _KEY_FIELDS.get(key)
+    if field is None:
+        field = _framed(b"\x0a", _text(str(key)))
+        if len(_KEY_FIELDS) >= _CACHE_MAX:
+            _KEY_FIELDS.clear()
+        _KEY_FIELDS[key] = field
+    return field
+
+
 def _key_values(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     """`attributes` as repeated ``KeyValue`` fields with `tag`."""
     if not attributes:
         return b""
-    parts = []
+    parts: list[bytes] = []
+    append = parts.append
     for key, value in attributes.items():
         kind = type(value)
-        cacheable = kind in _CACHED_TYPES and (kind is not str or len(value) <= 64)
+        if kind is str:  # most attributes: written here, without the general path's turns
+            short = len(value) <= 64
+            if short:
+                encoded = _STR_CACHE.get((tag, key, value))
+                if encoded is not None:
+                    append(encoded)
+                    continue
+            data = _text(value)
+            size = len(data)
+            # AnyValue{string_value} inside KeyValue.value (both lengths < 128 most often)
+            any_value = (
+                b"\x0a" + _ONE_BYTE[size] if size < 0x80 else b"\x0a" + _varint(size)
+            ) + data
+            pair = _key_field(key) + b"\x12" + _varint(len(any_value)) + any_value
+            encoded = tag + _varint(len(pair)) + pair
+            if short:
+                if len(_STR_CACHE) >= _CACHE_MAX:
+                    _STR_CACHE.clear()
+                _STR_CACHE[(tag, key, value)] = encoded
+            append(encoded)
+            continue
+        cacheable = kind is int or kind is bool
         if cacheable:
             cache_key = (tag, key, kind, value)  # the type keeps True and 1 apart
             encoded = _CACHE.get(cache_key)
             if encoded is not None:
-                parts.append(encoded)
+                append(encoded)
                 continue
-        pair = _framed(b"\x0a", _text(str(key))) + _framed(b"\x12", _any_value(value))
+        pair = _key_field(key) + _framed(b"\x12", _any_value(value))
         encoded = _framed(tag, pair)
-        parts.append(_cached(cache_key, encoded) if cacheable else encoded)
+        append(_cached(cache_key, encoded) if cacheable else encoded)
     return b"".join(parts)
 
 
@@ -154,20 +195,21 @@ def encode_span(span: ReadableSpan) -> bytes:
     assert context is not None  # an SDK span always has one
     parent = span.parent
     parts = [
-        b"\x0a\x10",
-        context.trace_id.to_bytes(16, "big"),
-        b"\x12\x08",
-        context.span_id.to_bytes(8, "big"),
+        b"\x0a\x10"
+        + context.trace_id.to_bytes(16, "big")
+        + b"\x12\x08"
+        + context.span_id.to_bytes(8, "big")
     ]
     if context.trace_state:
         parts.append(_framed(b"\x1a", _text(context.trace_state.to_header())))
     if parent is not None:
         parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
     parts += (_name(b"\x2a", span.name), _KIND_FIELDS[span.kind])
-    if span.start_time:
-        parts += (b"\x39", _U64(span.start_time))
-    if span.end_time:
-        parts += (b"\x41", _U64(span.end_time))
+    start, end = span.start_time, span.end_time
+    if start and end:
+        parts.append(_TIMES(0x39, start, 0x41, end))
+    elif start or end:
+        parts.append(b"\x39" + _U64(start) if start else b"\x41" + _U64(end))
     parts.append(_key_values(b"\x4a", span.attributes))
     if span.dropped_attributes:
         parts += (b"\x50", _varint(span.dropped_attributes))
@@ -191,9 +233,12 @@ def encode_span(span: ReadableSpan) -> bytes:
     if span.dropped_links:
         parts += (b"\x70", _varint(span.dropped_links))
     status = span.status
-    body = _framed(b"\x12", _text(status.description)) if status.description else b""
     code = status.status_code.value
-    parts.append(_framed(b"\x7a", body + (b"\x18" + _varint(code) if code else b"")))
+    if code or status.description:
+        body = _framed(b"\x12", _text(status.description)) if status.description else b""
+        parts.append(_framed(b"\x7a", body + (b"\x18" + _varint(code) if code else b"")))
+    else:
+        parts.append(b"\x7a\x00")  # an empty (unset) status
     parts.append(_REMOTE_PARENT if parent is not None and parent.is_remote else _LOCAL_PARENT)
     return b"".join(parts)
 
@@ -203,10 +248,10 @@ class _Origin:
 
     __slots__ = ("resource", "scope", "resource_head", "resource_tail", "scope_head", "scope_tail")
 
-    def __init__(self, span: ReadableSpan) -> None:
-        # Held: the key of this entry is their id().
-        self.resource = resource = span.resource
-        self.scope = scope = span.instrumentation_scope
+    def __init__(self, resource: Resource, scope: InstrumentationScope | None) -> None:
+        # Held: the key of the processor's entry is their id().
+        self.resource = resource
+        self.scope = scope
         self.resource_head = _framed(b"\x0a", _key_values(b"\x0a", resource.attributes))
         schema = resource.schema_url
         self.resource_tail = _framed(b"\x1a", _text(schema)) if schema else b""
@@ -242,6 +287,9 @@ def export_request(batch: Sequence[tuple[_Origin, bytes]]) -> bytes:
 
 # ------------------------------------------------------------------------------------------
 # The processor
+
+
+_SHUTDOWN_WAIT = 5.0  # seconds shutdown waits for a send under way
 
 
 def _env_int(name: str, default: int) -> int:
@@ -340,11 +388,21 @@ class EncodingBatchProcessor(SpanProcessor):
             key = (id(span.resource), id(span.instrumentation_scope))
             origin = self._origins.get(key)
             if origin is None:
-                origin = self._origins[key] = _Origin(span)
-            self._queue.append((origin, encode_span(span)))
+                origin = self._origins[key] = _Origin(span.resource, span.instrumentation_scope)
+            data = encode_span(span)
         except Exception:  # noqa: BLE001 - ending a span must never fail the caller
             logger.exception("tracing: span '%s' could not be encoded; dropped", span.name)
             return
+        self.enqueue(origin, data)
+
+    def enqueue(self, origin: _Origin, data: bytes) -> None:
+        """Queue one encoded span (`on_end`'s, or a `mail.telemetry.lean` span's)."""
+        if self._closed:
+            return
+        if len(self._queue) >= self._max_queue:
+            self._dropped += 1
+            return
+        self._queue.append((origin, data))
         if len(self._queue) >= self._max_batch and not self._wake.is_set():
             self._wake.set()
 
@@ -371,6 +429,8 @@ class EncodingBatchProcessor(SpanProcessor):
                 )
             partial_sent = False
             while self._queue:
+                if self._closed and not everything:
+                    break  # shutting down: the final export (if it can run) sends the rest
                 if len(self._queue) < self._max_batch:
                     if partial_sent and not everything:
                         break
@@ -395,7 +455,15 @@ class EncodingBatchProcessor(SpanProcessor):
             return
         self._closed = True
         self._wake.set()
-        self._thread.join(timeout=30)
-        self._export(everything=True)
+        # A receiver that never answers holds the exporting thread in a send (up to
+        # OTEL_EXPORTER_OTLP_TIMEOUT): exit is not held up for it; what is queued is lost.
+        self._thread.join(timeout=_SHUTDOWN_WAIT)
+        if self._thread.is_alive():
+            logger.warning(
+                "tracing: the OTLP receiver did not answer; %d queued spans dropped at exit",
+                len(self._queue),
+            )
+        else:
+            self._export(everything=True)
         if self._on_shutdown is not None:
             self._on_shutdown()

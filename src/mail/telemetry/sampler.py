@@ -37,12 +37,18 @@ class ParentBasedAlwaysOn(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
+        # A sampled result carries the span's attributes (the SDK starts the span with the
+        # result's attributes, not the ones it was asked about), as the SDK's samplers do.
         parent = get_current_span(parent_context).get_span_context()
         if not parent.is_valid:
-            return _SAMPLED
+            return (
+                SamplingResult(Decision.RECORD_AND_SAMPLE, attributes) if attributes else _SAMPLED
+            )
         state = parent.trace_state
         if parent.trace_flags.sampled:
-            return SamplingResult(Decision.RECORD_AND_SAMPLE, None, state) if state else _SAMPLED
+            if attributes or state:
+                return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, state or None)
+            return _SAMPLED
         return SamplingResult(Decision.DROP, None, state) if state else _DROPPED
 
     def get_description(self) -> str:

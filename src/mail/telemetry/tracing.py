@@ -18,20 +18,31 @@ sampling decision, not one per span.
 Message content (prompts, replies, tool arguments) is never put on spans unless
 ``MAIL_OTEL_CAPTURE_CONTENT=true`` (or ``[server.telemetry] capture_content``) says so.
 W3C ``traceparent`` / ``tracestate`` headers carry the trace across interswarm requests.
+
+With the setup the ``OTEL_*`` variables make for OTLP (one exporter, `mail.telemetry.otlp`'s
+encoding processor, the SDK's id generator) spans take the lean path (`mail.telemetry.lean`):
+the helpers here make slotted span records, keep the current one in a ``ContextVar`` and
+encode them to the same OTLP messages. The span and context objects they hand out are then
+`LeanSpan`s (typed here as the OpenTelemetry ones: callers use only the methods both have).
+Any other setup, e.g. a provider a test installs with `install`, uses the SDK's spans.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span, Tracer
+
+    from mail.telemetry.lean import LeanSpan, LeanTracer
 
 logger = logging.getLogger("mail.telemetry")
 
@@ -46,12 +57,21 @@ _MAX_TASK_ROOTS = 10_000
 # is 55 characters; tracestate at most 32 members, 512 characters recommended).
 MAX_TRACEPARENT = 128
 MAX_TRACESTATE = 512
+MAX_TRACESTATE_MEMBERS = 32
+# One W3C tracestate list member (key: simple or tenant@system; value: printable ASCII
+# without ',' and '=', not ending in a space).
+_STATE_MEMBER = re.compile(
+    r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
 _PROPAGATOR: Any = None  # the W3C propagator, made when tracing is installed
 _DEFAULT_SAMPLER = "parentbased_always_on"
 # Set by `install` (the OpenTelemetry modules are imported only when tracing is on).
 _KINDS: dict[str, Any] = {}
 _trace_api: Any = None
 _context_api: Any = None
+_lean: LeanTracer | None = None  # set when spans take the lean path
+_CURRENT: contextvars.ContextVar[LeanSpan | None] | None = None  # the lean path's current span
 
 
 def tracer() -> Tracer | None:
@@ -132,26 +152,58 @@ def _otlp_processor() -> SpanProcessor:
     return EncodingBatchProcessor(send, on_shutdown=exporter.shutdown)
 
 
-def install(provider: TracerProvider) -> None:
-    """Trace through `provider` (tests pass one with an in-memory exporter)."""
+def install(provider: TracerProvider, lean: bool = True) -> None:
+    """Trace through `provider` (tests pass one with an in-memory exporter); its spans take
+    the lean path when `lean` and the provider's pipeline allows (see the module's doc)."""
     from opentelemetry import context, trace
     from opentelemetry.trace import SpanKind
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from mail.version import __version__
 
-    global _tracer, _provider, _PROPAGATOR, _trace_api, _context_api
+    global _tracer, _provider, _PROPAGATOR, _trace_api, _context_api, _lean, _CURRENT
     _PROPAGATOR = TraceContextTextMapPropagator()
     _KINDS.update((kind.name, kind) for kind in SpanKind)
     _trace_api, _context_api = trace, context
     _provider = provider
     _tracer = provider.get_tracer("mail", __version__)
+    _lean = _lean_tracer(provider, _tracer) if lean else None
+    if _lean is not None:
+        from mail.telemetry.lean import CURRENT
+
+        _CURRENT = CURRENT
+        logger.info("tracing: lean spans (one OTLP exporter)")
+
+
+def _lean_tracer(provider: TracerProvider, sdk_tracer: Tracer) -> LeanTracer | None:
+    """A lean tracer for `provider`, or None when its spans must be the SDK's."""
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    from mail.telemetry.lean import LeanTracer
+    from mail.telemetry.otlp import EncodingBatchProcessor
+    from mail.telemetry.sampler import ParentBasedAlwaysOn
+
+    active = getattr(provider, "_active_span_processor", None)
+    processors = getattr(active, "_span_processors", None)
+    scope = getattr(sdk_tracer, "_instrumentation_scope", None)
+    limits = getattr(provider, "_span_limits", None)
+    if (
+        not isinstance(processors, tuple)
+        or len(processors) != 1
+        or type(processors[0]) is not EncodingBatchProcessor
+        or type(provider.id_generator) is not RandomIdGenerator
+        or scope is None
+        or limits is None
+    ):
+        return None
+    sampler = None if type(provider.sampler) is ParentBasedAlwaysOn else provider.sampler
+    return LeanTracer(processors[0], provider, scope, sampler, limits)
 
 
 def shutdown() -> None:
     """Flush and stop the exporters; tracing is off afterwards."""
-    global _tracer, _provider
-    provider, _provider, _tracer = _provider, None, None
+    global _tracer, _provider, _lean
+    provider, _provider, _tracer, _lean = _provider, None, None, None
     _TASK_ROOTS.clear()
     if provider is not None:
         provider.shutdown()
@@ -164,6 +216,15 @@ def shutdown() -> None:
 def inject(headers: MutableMapping[str, str]) -> None:
     """Add ``traceparent`` (and ``tracestate``) for the current span to `headers`."""
     if _tracer is None:
+        return
+    if _CURRENT is not None and _lean is not None:
+        from mail.telemetry.lean import traceparent
+
+        span = _CURRENT.get()
+        if span is not None:
+            headers["traceparent"] = traceparent(span)
+            if span.trace_state:
+                headers["tracestate"] = span.trace_state.to_header()
         return
     _PROPAGATOR.inject(headers)
 
@@ -179,22 +240,66 @@ def extract(headers: Mapping[str, str]) -> Context | None:
         return None
     carrier = {"traceparent": parent}
     state = headers.get("tracestate")
-    if state is not None and len(state) <= MAX_TRACESTATE:
+    if state is not None and len(state) <= MAX_TRACESTATE and _valid_tracestate(state):
         carrier["tracestate"] = state
-    return _PROPAGATOR.extract(carrier)
+    context = _PROPAGATOR.extract(carrier)
+    if _lean is None:
+        return context  # type: ignore[no-any-return]
+    from mail.telemetry.lean import LeanSpan
+
+    remote = _trace_api.get_current_span(context).get_span_context()
+    if not remote.is_valid:
+        return None
+    span = LeanSpan(
+        remote.trace_id,
+        remote.span_id,
+        int(remote.trace_flags),
+        remote.trace_state or None,
+        True,  # remote
+        None,  # not recording: a parent only
+    )
+    return cast("Context", span)
+
+
+def _valid_tracestate(state: str) -> bool:
+    """Whether `state` is a well-formed W3C tracestate. A malformed one is dropped here,
+    quietly: OpenTelemetry's parser logs a warning (with the caller's text) for each."""
+    keys: set[str] = set()
+    for member in state.split(","):
+        member = member.strip(" \t")
+        if not member:
+            continue
+        if not _STATE_MEMBER.fullmatch(member):
+            return False
+        key = member.partition("=")[0]
+        if key in keys or len(keys) >= MAX_TRACESTATE_MEMBERS:
+            return False
+        keys.add(key)
+    return True
 
 
 def context_of(span: Span) -> Context:
     """A context whose current span is `span` (tracing must be on)."""
+    if _lean is not None:
+        return cast("Context", span)  # a lean span is its own context
     return _trace_api.set_span_in_context(span)  # type: ignore[no-any-return]
 
 
 def attach(span: Span) -> object:
     """Make `span` the current span until `detach` is called with what this returns."""
+    if _CURRENT is not None and _lean is not None:
+        return _CURRENT.set(cast("LeanSpan", span))
     return _context_api.attach(_trace_api.set_span_in_context(span))
 
 
 def detach(token: object) -> None:
+    current = _CURRENT
+    if current is not None and id(getattr(token, "var", None)) == id(current):
+        try:
+            current.reset(cast("contextvars.Token[LeanSpan | None]", token))
+        except ValueError:  # made in another context: as the SDK's detach, logged, not raised
+            logger.warning("tracing: a span was detached in another context than its own")
+        return
     _context_api.detach(token)
 
 
@@ -222,6 +327,15 @@ def start_span(
     """
     if _tracer is None:
         return None
+    lean = _lean
+    if lean is not None:
+        local = cast("LeanSpan | None", parent)
+        if local is None:
+            local = _CURRENT.get()  # type: ignore[union-attr]
+        if local is not None and not local.flags & 1 and not local.is_remote:
+            if local._tracer is None:  # not recording
+                return cast("Span", local)
+        return cast("Span", lean.start(name, local, kind, attributes))
     current = _trace_api.get_current_span(parent)
     context = current.get_span_context()
     if (

@@ -127,7 +127,7 @@ class TeamService:
             root.mkdir(parents=True, exist_ok=True)
             return root.resolve()
         from mail.config import current_stdlib_config
-        from mail.stdlib.fs.sandbox import file_root
+        from mail.core.file_root import file_root
 
         # The same effective settings the stdlib actions read (mail.toml, MAIL_STDLIB_*).
         settings = current_stdlib_config().with_env_overrides()

@@ -1,0 +1,42 @@
+"""Where an instance's files live: the stdlib file actions' root and the team tools' default.
+
+The root is ``[stdlib.fs] root`` (unset: ``./mail_files/<swarm name>``); each caller's instance
+works in a folder of its own below it (``<role>-<id>``) unless ``[stdlib.fs] shared = true``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mail.config import StdlibConfig, load_config
+from mail.core.instance_context import current_instance, instance_folder_name
+
+DEFAULT_ROOT_DIR = "mail_files"
+
+
+def base_root(cfg: StdlibConfig) -> Path:
+    """The configured root (unset: ``./mail_files/<swarm name>``), resolved, not created."""
+    configured = cfg.fs.root.strip()
+    if configured:
+        root = Path(configured).expanduser()
+    else:
+        # `mail server` exports SWARM_NAME (it reflects --swarm-name, which the file does not).
+        swarm = os.environ.get("SWARM_NAME") or load_config().server.swarm.name
+        root = Path.cwd() / DEFAULT_ROOT_DIR / swarm
+    return root.resolve()
+
+
+def file_root(cfg: StdlibConfig, instance: tuple[str, str] | None = None) -> Path:
+    """The folder the current caller's file actions work in, created on first use.
+
+    `instance` is ``(caller_role, caller_id)``; by default the instance whose action is
+    running (see :mod:`mail.core.instance_context`). Outside any instance (an action called
+    directly from Python) it is the root itself.
+    """
+    root = base_root(cfg)
+    who = instance if instance is not None else current_instance.get()
+    if who is not None and not cfg.fs.shared:
+        root = root / instance_folder_name(*who)
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
