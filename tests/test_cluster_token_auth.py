@@ -8,6 +8,7 @@ A front end whose machine has the token in Ray's default file presents it by its
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -139,3 +140,68 @@ def test_the_token_in_rays_default_file_is_presented_by_itself(tmp_path: Path) -
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(scope="module")
+def plain_head() -> Iterator[str]:
+    """A one-node Ray cluster without token authentication; yields its GCS address."""
+    _require()
+    folder = tempfile.mkdtemp(prefix="mail-plain-", dir="/tmp")
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+        "HOME": folder,
+    }
+    head = subprocess.Popen(
+        [sys.executable, "-c", _HEAD, folder],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert head.stdout is not None
+        address = next((ln.split()[1] for ln in head.stdout if ln.startswith("ADDRESS")), "")
+        assert address, "the plain head did not start"
+        yield address
+    finally:
+        assert head.stdin is not None
+        head.stdin.close()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+
+
+def test_a_token_file_does_not_switch_token_mode_on_for_a_head_without_it(
+    plain_head: str, token_head: tuple[str, str], tmp_path: Path
+) -> None:
+    """A machine with ~/.ray/auth_token (any local `ray.init()` leaves one) joining a cluster
+    whose head runs without tokens: a front end in token mode would refuse its own workers'
+    calls back, so a streamed answer (Ray generator items pushed to the front end) never
+    arrives while plain requests work. The head is asked first; one that wants the token
+    gets it."""
+    token_file = tmp_path / ".ray" / "auth_token"
+    token_file.parent.mkdir()
+    token_file.write_text("b" * 64)
+    code = (
+        "import json, sys\n"
+        "from mail.cluster.settings import prepare_ray_environment\n"
+        "print(json.dumps(prepare_ray_environment(sys.argv[1], '0.0.0.0')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(tmp_path)
+    modes = {}
+    for name, address in (("plain", plain_head), ("token", token_head[0])):
+        run = subprocess.run(
+            [sys.executable, "-c", code, address],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO_ROOT,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        modes[name] = json.loads(run.stdout.strip().splitlines()[-1]).get("RAY_AUTH_MODE")
+    assert modes == {"plain": "disabled", "token": "token"}

@@ -42,6 +42,29 @@ def ray_token_available() -> bool:
     return os.path.isfile(os.path.expanduser(DEFAULT_TOKEN_FILE))
 
 
+def head_token_requirement(address: str, timeout: float = 3.0) -> bool | None:
+    """Whether the GCS at ``host:port`` requires a token: True when it refuses a call that
+    carries none, False when it answers one, None when unknown (no answer, a ``ray://``
+    address, a Ray without token authentication)."""
+    if "://" in address or ":" not in address:
+        return None
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return None
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+            stub.GetClusterId(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        return True if exc.code() == grpc.StatusCode.UNAUTHENTICATED else None
+    except Exception:  # noqa: BLE001 - a probe only: Ray's own connection decides
+        return None
+    return False
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "ip6-localhost"):
         return True
@@ -75,9 +98,13 @@ def prepare_ray_environment(address: str, host: str) -> dict[str, str]:
             os.environ[AUTH_TOKEN] = changed[AUTH_TOKEN] = secrets.token_hex(32)
     elif AUTH_MODE not in os.environ and ray_token_available():
         # A shared cluster: present the token this machine has, as `ray start` does when it
-        # finds one (head, workers and front ends configured alike). RAY_AUTH_MODE=disabled
-        # keeps it off.
-        os.environ[AUTH_MODE] = changed[AUTH_MODE] = "token"
+        # finds one (head, workers and front ends configured alike), unless the head answers
+        # without one: a front end in token mode refuses its own workers' calls back (the
+        # items of a streamed answer never arrive) when they run without. A token file left
+        # by another cluster of this machine must not switch it on. RAY_AUTH_MODE=disabled
+        # keeps it off; a head that cannot be asked yet gets the token.
+        mode = "disabled" if head_token_requirement(address) is False else "token"
+        os.environ[AUTH_MODE] = changed[AUTH_MODE] = mode
     _refresh_imported_ray()
     return changed
 
