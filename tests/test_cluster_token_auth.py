@@ -8,6 +8,7 @@ A front end whose machine has the token in Ray's default file presents it by its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -32,19 +33,13 @@ sys.stdin.read()  # runs until the test closes stdin
 """
 
 
-@pytest.fixture(scope="module")
-def token_head() -> Iterator[tuple[str, str]]:
-    """A one-node Ray cluster that requires a token; yields (GCS address, token)."""
+@contextlib.contextmanager
+def _head(mode: dict[str, str], prefix: str) -> Iterator[str]:
+    """A one-node Ray cluster started with ``mode`` (its RAY_AUTH_* variables) and a scratch
+    HOME; yields its GCS address, ends it on exit."""
     _require()
-    token = secrets.token_hex(32)
-    folder = tempfile.mkdtemp(prefix="mail-tok-", dir="/tmp")
-    env = {
-        **os.environ,
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": token,
-        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-        "HOME": folder,
-    }
+    folder = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    env = {**os.environ, **mode, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "HOME": folder}
     head = subprocess.Popen(
         [sys.executable, "-c", _HEAD, folder],
         env=env,
@@ -54,13 +49,9 @@ def token_head() -> Iterator[tuple[str, str]]:
     )
     try:
         assert head.stdout is not None
-        address = ""
-        for line in head.stdout:
-            if line.startswith("ADDRESS"):
-                address = line.split()[1]
-                break
-        assert address, "the token head did not start"
-        yield address, token
+        address = next((ln.split()[1] for ln in head.stdout if ln.startswith("ADDRESS")), "")
+        assert address, "the head did not start"
+        yield address
     finally:
         assert head.stdin is not None
         head.stdin.close()
@@ -68,6 +59,14 @@ def token_head() -> Iterator[tuple[str, str]]:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
             head.kill()
+
+
+@pytest.fixture(scope="module")
+def token_head() -> Iterator[tuple[str, str]]:
+    """A one-node Ray cluster that requires a token; yields (GCS address, token)."""
+    token = secrets.token_hex(32)
+    with _head({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}, "mail-tok-") as address:
+        yield address, token
 
 
 def _front_end(
@@ -145,33 +144,8 @@ def test_the_token_in_rays_default_file_is_presented_by_itself(tmp_path: Path) -
 @pytest.fixture(scope="module")
 def plain_head() -> Iterator[str]:
     """A one-node Ray cluster without token authentication; yields its GCS address."""
-    _require()
-    folder = tempfile.mkdtemp(prefix="mail-plain-", dir="/tmp")
-    env = {
-        **os.environ,
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-        "HOME": folder,
-    }
-    head = subprocess.Popen(
-        [sys.executable, "-c", _HEAD, folder],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert head.stdout is not None
-        address = next((ln.split()[1] for ln in head.stdout if ln.startswith("ADDRESS")), "")
-        assert address, "the plain head did not start"
+    with _head({"RAY_AUTH_MODE": "disabled"}, "mail-plain-") as address:
         yield address
-    finally:
-        assert head.stdin is not None
-        head.stdin.close()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
 
 
 def test_a_token_file_does_not_switch_token_mode_on_for_a_head_without_it(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from mail.cluster.settings import ClusterUnavailable
+from mail.cluster.settings import ClusterUnavailable, gcs_refuses
 
 # How Ray words a refused or missing token (Ray >= 2.52 token authentication).
 _AUTH_SIGNS = ("InvalidAuthToken", "Unauthenticated", "AuthenticationError", "auth token")
@@ -75,23 +75,7 @@ def head_refuses_our_token(address: str, timeout: float = 5.0) -> bool:
 
 def _refuses(address: str, metadata: tuple[tuple[str, str], ...], timeout: float) -> bool:
     """Whether one GetClusterId call carrying `metadata` is refused as unauthenticated."""
-    if "://" in address or ":" not in address:
-        return False
-    try:
-        import grpc
-        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-    except ImportError:
-        return False
-    try:
-        with grpc.insecure_channel(address) as channel:
-            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
-            stub.GetClusterId(request, timeout=timeout, metadata=metadata)
-    except grpc.RpcError as exc:
-        return bool(exc.code() == grpc.StatusCode.UNAUTHENTICATED)
-    except Exception:  # noqa: BLE001 - a probe only: Ray's own connection decides
-        return False
-    return False
+    return gcs_refuses(address, metadata, timeout) is True
 
 
 def _token_auth_off() -> bool:

@@ -42,10 +42,12 @@ def ray_token_available() -> bool:
     return os.path.isfile(os.path.expanduser(DEFAULT_TOKEN_FILE))
 
 
-def head_token_requirement(address: str, timeout: float = 3.0) -> bool | None:
-    """Whether the GCS at ``host:port`` requires a token: True when it refuses a call that
-    carries none, False when it answers one, None when unknown (no answer, a ``ray://``
-    address, a Ray without token authentication)."""
+def gcs_refuses(
+    address: str, metadata: tuple[tuple[str, str], ...] = (), timeout: float = 3.0
+) -> bool | None:
+    """Whether the GCS at ``host:port`` refuses one GetClusterId call carrying ``metadata``
+    as unauthenticated: True (refused), False (answered), None when unknown (no answer, a
+    ``ray://`` address, no Ray). Called with no metadata: whether the head requires a token."""
     if "://" in address or ":" not in address:
         return None
     try:
@@ -57,7 +59,7 @@ def head_token_requirement(address: str, timeout: float = 3.0) -> bool | None:
         with grpc.insecure_channel(address) as channel:
             stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
             request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
-            stub.GetClusterId(request, timeout=timeout)
+            stub.GetClusterId(request, timeout=timeout, metadata=metadata)
     except grpc.RpcError as exc:
         return True if exc.code() == grpc.StatusCode.UNAUTHENTICATED else None
     except Exception:  # noqa: BLE001 - a probe only: Ray's own connection decides
@@ -103,7 +105,7 @@ def prepare_ray_environment(address: str, host: str) -> dict[str, str]:
         # items of a streamed answer never arrive) when they run without. A token file left
         # by another cluster of this machine must not switch it on. RAY_AUTH_MODE=disabled
         # keeps it off; a head that cannot be asked yet gets the token.
-        mode = "disabled" if head_token_requirement(address) is False else "token"
+        mode = "disabled" if gcs_refuses(address) is False else "token"
         os.environ[AUTH_MODE] = changed[AUTH_MODE] = mode
     _refresh_imported_ray()
     return changed
