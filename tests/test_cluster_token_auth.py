@@ -167,10 +167,13 @@ def test_a_token_file_does_not_switch_token_mode_on_for_a_head_without_it(
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["HOME"] = str(tmp_path)
     modes = {}
-    for name, address in (("plain", plain_head), ("token", token_head[0])):
+    cases = (("plain", plain_head, {}), ("token", token_head[0], {}))
+    # `--cluster-address auto` with Ray's RAY_ADDRESS naming the head (docs/cluster.md).
+    cases += (("auto", "auto", {"RAY_ADDRESS": plain_head}),)
+    for name, address, extra in cases:
         run = subprocess.run(
             [sys.executable, "-c", code, address],
-            env=env,
+            env={**env, **extra},
             capture_output=True,
             text=True,
             timeout=120,
@@ -178,4 +181,4 @@ def test_a_token_file_does_not_switch_token_mode_on_for_a_head_without_it(
         )
         assert run.returncode == 0, run.stderr[-2000:]
         modes[name] = json.loads(run.stdout.strip().splitlines()[-1]).get("RAY_AUTH_MODE")
-    assert modes == {"plain": "disabled", "token": "token"}
+    assert modes == {"plain": "disabled", "token": "token", "auto": "disabled"}

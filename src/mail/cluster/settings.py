@@ -67,6 +67,17 @@ def gcs_refuses(
     return False
 
 
+def _auto_address() -> str | None:
+    """The head ``auto`` stands for, as Ray finds it (``RAY_ADDRESS``, then the cluster this
+    machine started last); None when there is none."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address("auto")
+    except Exception:  # noqa: BLE001 - not found: Ray's own connection reports it
+        return None
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "ip6-localhost"):
         return True
@@ -105,7 +116,8 @@ def prepare_ray_environment(address: str, host: str) -> dict[str, str]:
         # items of a streamed answer never arrive) when they run without. A token file left
         # by another cluster of this machine must not switch it on. RAY_AUTH_MODE=disabled
         # keeps it off; a head that cannot be asked yet gets the token.
-        mode = "disabled" if gcs_refuses(address) is False else "token"
+        probe = _auto_address() if address == "auto" else address
+        mode = "disabled" if probe and gcs_refuses(probe) is False else "token"
         os.environ[AUTH_MODE] = changed[AUTH_MODE] = mode
     _refresh_imported_ray()
     return changed
