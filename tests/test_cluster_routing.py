@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -75,11 +77,16 @@ def test_loopback_hosts() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _leave_imported_ray_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Ray imported by other tests of this process keeps its settings."""
+def _leave_imported_ray_alone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A Ray imported by other tests of this process keeps its settings, and the variables
+    prepare_ray_environment sets go with the test (monkeypatch.delenv of an absent variable
+    records nothing to restore: RAY_AUTH_MODE=token and a loopback node address leaked into
+    every later test's subprocesses)."""
     from mail.cluster import settings
 
     monkeypatch.setattr(settings, "_refresh_imported_ray", lambda: None)
+    with patch.dict(os.environ):
+        yield
 
 
 def test_local_cluster_switches(monkeypatch: pytest.MonkeyPatch) -> None:

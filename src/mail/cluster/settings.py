@@ -71,9 +71,10 @@ def _auto_address() -> str | None:
     """The head ``auto`` stands for, as Ray finds it (``RAY_ADDRESS``, then the cluster this
     machine started last); None when there is none."""
     try:
-        from ray._private.services import canonicalize_bootstrap_address
+        from ray._private.services import get_ray_address_from_environment
 
-        return canonicalize_bootstrap_address("auto")
+        found = get_ray_address_from_environment("auto", None)
+        return str(found) if found and found != "auto" else None
     except Exception:  # noqa: BLE001 - not found: Ray's own connection reports it
         return None
 
