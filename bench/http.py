@@ -21,7 +21,9 @@ measured in interleaved rounds and reported as the median of the rounds, with th
    spread over 150 ms, as independent users arrive (reported, no target);
 3. the cost of the access log: 1 client, one server with its access log turned off and on
    between interleaved rounds: p50 latency and server CPU per request;
-4. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
+4. the cost of `Idempotency-Key`: 16 clients, every request with a fresh key vs none,
+   interleaved rounds on one server (`--idempotency-only` runs just this; target: within 5%);
+5. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the offline demo model needs no model
    library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
    OpenAI-compatible stub on loopback answering at once), which pays LiteLLM's import
@@ -54,6 +56,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from functools import partial  # noqa: E402
 from typing import Any  # noqa: E402
@@ -126,7 +129,7 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
 
     from mail.commands.server import _bind, _setup_logging
     from mail.config import ServerConfig
-    from mail.server.app import create_app
+    from mail.server.app_factory import create_app
     from mail.server.http_protocol import http_protocol
 
     _setup_logging("info")  # as `mail server` does (stderr goes to a file here)
@@ -219,12 +222,15 @@ def serve_bare(port: int, latency: float = 0.0) -> None:
 
 
 class RawClient:
-    """One kept-alive HTTP/1.1 connection, requests written and responses parsed by hand."""
+    """One kept-alive HTTP/1.1 connection, requests written and responses parsed by hand.
 
-    def __init__(self, url: str, key: str) -> None:
+    With `keyed`, every request carries a fresh `Idempotency-Key` (as MAILClient sends)."""
+
+    def __init__(self, url: str, key: str, keyed: bool = False) -> None:
         host, port = url.removeprefix("http://").split(":")
         self.address = (host, int(port))
         self.key = key
+        self.keyed = keyed
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -233,10 +239,17 @@ class RawClient:
             self.reader, self.writer = await asyncio.open_connection(*self.address)
         assert self.reader is not None
         body = json.dumps({"body": "go", "stream": stream}).encode()
+        idempotency = f'Idempotency-Key: "{uuid.uuid4()}"\r\n'.encode() if self.keyed else b""
         self.writer.write(
             b"POST /message HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            b"Authorization: Bearer " + self.key.encode() + b"\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            b"Authorization: Bearer "
+            + self.key.encode()
+            + b"\r\n"
+            + idempotency
+            + b"Content-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
@@ -307,6 +320,7 @@ class MAILClientAdapter:
 
 MAKERS: dict[str, Callable[[str, str], Any]] = {
     "raw": RawClient,
+    "raw+key": partial(RawClient, keyed=True),
     "httpx": HttpxClient,
     "MAILClient": MAILClientAdapter,
 }
@@ -692,6 +706,60 @@ def floor(workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: i
         slow.close()
 
 
+def idempotency_cost(
+    workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: int
+) -> None:
+    """POST /message at 16 clients with a fresh Idempotency-Key per request vs without, on one
+    server, in pairs run back to back in ABBA order (this VM's speed drifts; each pair's ratio
+    cancels it). Reported: requests/s and the server's CPU time per request, medians of the
+    pairs' ratios; CPU per request is the number to trust on a loaded machine."""
+    store = os.environ.get(STORE_VARIABLE, "sqlite")
+    print(
+        f"Idempotency-Key cost (raw client, 16 clients over 4 users, stub swarm, store {store}; "
+        f"{rounds} ABBA pairs per row):"
+    )
+    load_before = os.getloadavg()
+    server = StubServer(workdir, keys_file, 0.0, access_log=True)
+    try:
+        measure(server, "raw+key", 16, 16 * 10, False)  # warm-up: instances, the key table
+        measure(server, "raw", 16, 16 * 10, False)
+        for stream in (False, True):
+            what = "stream" if stream else "json"
+            rps: dict[bool, list[float]] = {True: [], False: []}
+            cpu: dict[bool, list[float]] = {True: [], False: []}
+            lat: dict[bool, list[float]] = {True: [], False: []}
+            for pair in range(rounds):
+                for keyed in (False, True) if pair % 2 == 0 else (True, False):
+                    before = server.cpu_seconds()
+                    got, latencies = measure(
+                        server, "raw+key" if keyed else "raw", 16, requests * 4, stream
+                    )
+                    cpu[keyed].append((server.cpu_seconds() - before) / (requests * 4))
+                    rps[keyed].append(got)
+                    lat[keyed].extend(latencies)
+            for keyed in (False, True):
+                label = f"{what}, 16 clients, {'with keys' if keyed else 'no key'}"
+                print(
+                    row(label, rps[keyed], lat[keyed])
+                    + f"  server CPU {1000 * statistics.median(cpu[keyed]):.3f} ms/request"
+                )
+            rps_ratio = statistics.median(k / p for k, p in zip(rps[True], rps[False], strict=True))
+            cpu_ratio = statistics.median(k / p for k, p in zip(cpu[True], cpu[False], strict=True))
+            print(
+                f"  {what}: with keys vs without (medians of {rounds} paired ratios): "
+                f"requests/s {100 * (rps_ratio - 1):+.1f}%, server CPU per request "
+                f"{100 * (cpu_ratio - 1):+.1f}%" + mark(cpu_ratio <= 1.05)
+            )
+    finally:
+        server.close()
+    load_after = os.getloadavg()
+    print(
+        f"  machine load (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/"
+        f"{load_before[2]:.2f}, after {load_after[0]:.2f}/{load_after[1]:.2f}/"
+        f"{load_after[2]:.2f} on {os.cpu_count()} CPUs"
+    )
+
+
 def run(requests: int, skip_startup: bool, only: str | None = None, rounds: int = 3) -> None:
     with tempfile.TemporaryDirectory(prefix="mail-bench-") as tmp:
         workdir = Path(tmp)
@@ -709,6 +777,9 @@ def run(requests: int, skip_startup: bool, only: str | None = None, rounds: int 
             return
         if only == "startup":
             startup(workdir)
+            return
+        if only == "idempotency":
+            idempotency_cost(workdir, keys_file, measure, requests, rounds)
             return
         print(
             "POST /message, supervisor + 3 workers (3 agent calls per task), kept-alive "
@@ -775,6 +846,8 @@ def run(requests: int, skip_startup: bool, only: str | None = None, rounds: int 
 
         access_log_cost(workdir, keys_file, measure, requests)
 
+        idempotency_cost(workdir, keys_file, measure, requests, rounds)
+
         if not skip_startup:
             startup(workdir)
 
@@ -825,6 +898,11 @@ def main() -> None:
     parser.add_argument("--floor-only", action="store_true", help="only the bare-FastAPI floor")
     parser.add_argument("--startup-only", action="store_true", help="only the demo-server start")
     parser.add_argument(
+        "--idempotency-only",
+        action="store_true",
+        help="only POST /message at 16 clients with Idempotency-Key vs without",
+    )
+    parser.add_argument(
         "--store",
         choices=("sqlite", "memory"),
         default="sqlite",
@@ -834,6 +912,7 @@ def main() -> None:
     os.environ[STORE_VARIABLE] = args.store  # read by the server processes started below
     only = "access-log" if args.access_log_only else "floor" if args.floor_only else None
     only = "startup" if args.startup_only else only
+    only = "idempotency" if args.idempotency_only else only
     run(args.requests, args.skip_startup, only, max(1, args.rounds))
 
 

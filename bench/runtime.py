@@ -110,8 +110,8 @@ async def run_batch(n: int, latency: float) -> float:
 
 async def main() -> None:
     gc.collect()
-    # Same collector settings as `mail server` (see mail.server.app.tune_gc).
-    from mail.server.app import tune_gc
+    # Same collector settings as `mail server` (see mail.server.app_factory.tune_gc).
+    from mail.server.app_factory import tune_gc
 
     tune_gc()
     if os.environ.get("BENCH_NO_GC"):

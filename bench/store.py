@@ -66,7 +66,7 @@ def serve(port: int, keys_file: str, directory: str, kind: str) -> None:
 
     from mail.commands.server import _bind, _setup_logging
     from mail.config import ServerConfig
-    from mail.server.app import create_app
+    from mail.server.app_factory import create_app
     from mail.server.http_protocol import http_protocol
 
     bench_http = _load("http")

@@ -28,7 +28,7 @@ IMPORTS = [
     "mail.commands.server",
     "mail.commands.db_init",
     "mail.commands.keys",
-    "mail.server.app",
+    "mail.server.app_factory",
     "mail.server.http_protocol",
     "mail.factories",
     "mail.stdlib",

@@ -273,13 +273,13 @@ def test_decorator_misuse() -> None:
         async def undocumented(args: WeatherArgs) -> str:
             return ""
 
-    with pytest.raises(TypeError, match="exactly one of a pydantic model"):
+    with pytest.raises(ValueError, match="exactly one of a pydantic model"):
 
         @action(description="d")
         async def no_model(args: dict[str, Any]) -> str:
             return ""
 
-    with pytest.raises(TypeError, match="exactly one of a pydantic model"):
+    with pytest.raises(ValueError, match="exactly one of a pydantic model"):
 
         @action(model=WeatherArgs, parameters={"type": "object"})
         async def both(args: WeatherArgs) -> str:

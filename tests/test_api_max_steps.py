@@ -64,7 +64,7 @@ def _template(limit: int | None) -> MAILSwarmTemplate:
 
 
 def _steps_taken(swarm: Any, task_id: str) -> int:
-    return sum(1 for e in swarm.get_events(task_id) if e.event == "new_message")
+    return sum(1 for e in swarm.get_task_events(task_id) if e.event == "new_message")
 
 
 async def test_request_max_steps_applies_under_a_continuous_loop() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mail import MAILAction, MAILAgentTemplate, MAILSwarm, MAILSwarmTemplate
+from mail.core.events import TaskEvent
 from mail.core.tools import AgentToolCall
 from support.scripted_agents import (
     ScriptedAgent,
@@ -76,23 +77,24 @@ async def test_post_message_without_a_running_loop() -> None:
     assert not swarm.runtime._loop_running  # the ephemeral loop is gone again
 
 
-async def test_post_message_show_events_returns_parsed_records_of_this_task_only() -> None:
+async def test_post_message_show_events_returns_server_sent_events_of_this_task_only() -> None:
+    from sse_starlette import ServerSentEvent
+
     swarm, _, _ = build([[task_complete("one")], [task_complete("b")], [task_complete("two")]])
     _, first = await post(swarm, task_id="task-a", show_events=True)
     await post(swarm, task_id="task-b")
     response, second = await post(swarm, task_id="task-a", show_events=True)
     assert response["message"]["body"] == "two"
-    for records in (first, second):
-        assert records and all(
-            set(r) == {"event", "id", "data", "retry", "comment"} for r in records
-        )
-        assert all(
-            isinstance(r["data"], dict) and r["data"]["task_id"] == "task-a" for r in records
-        )
+    for events in (first, second):
+        assert events and all(isinstance(e, ServerSentEvent) for e in events)
+        assert all(isinstance(e.data, dict) and e.data["task_id"] == "task-a" for e in events)
     # Only the new events of the continued task are returned.
-    assert [r["id"] for r in second] == [str(len(first) + i + 1) for i in range(len(second))]
-    assert first[0]["event"] == "new_message" and second[0]["event"] == "new_message"
-    assert any("task_complete response from supervisor" in r["data"]["description"] for r in second)
+    assert [e.id for e in second] == [str(len(first) + i + 1) for i in range(len(second))]
+    assert first[0].event == "new_message" and second[0].event == "new_message"
+    assert any("task_complete response from supervisor" in e.data["description"] for e in second)
+    # The same events as TaskEvent records.
+    _, typed = await swarm.post_message_task_events(task_id="task-c", show_events=True)
+    assert typed and all(isinstance(e, TaskEvent) and e.task_id == "task-c" for e in typed)
 
 
 async def test_non_stream_post_records_a_task_complete_event() -> None:
@@ -100,10 +102,10 @@ async def test_non_stream_post_records_a_task_complete_event() -> None:
     # description "response: '{body}'" (streams send theirs without storing it).
     swarm, _, _ = build([[task_complete("final words")]])
     _, events = await post(swarm, task_id="tc", show_events=True)
-    assert events[-1]["event"] == "task_complete"
-    assert events[-1]["data"]["description"] == "response: 'final words'"
-    assert events[-1]["data"]["extra_data"] == {}
-    stored = swarm.get_events("tc")
+    assert events[-1].event == "task_complete"
+    assert events[-1].data["description"] == "response: 'final words'"
+    assert events[-1].data["extra_data"] == {}
+    stored = swarm.get_task_events("tc")
     assert [e.event for e in stored].count("task_complete") == 1
 
 
@@ -154,7 +156,7 @@ async def test_post_message_and_run_with_max_steps_and_action_override() -> None
     assert response["message"]["body"] == "ok"
     assert [c.tool_name for c in seen] == ["get_weather"]
     assert tool_results(sup.calls[1].history) == ["SUCCESS: overridden weather"]
-    assert any(e["event"] == "action_complete" for e in events)
+    assert any(e.event == "action_complete" for e in events)
 
 
 async def test_admin_caller_sends_as_admin() -> None:
@@ -223,7 +225,9 @@ async def test_stream_events_and_stream_message() -> None:
     assert all(isinstance(f, ServerSentEvent) for f in frames)
     assert [f.event for f in frames][-1] == "task_complete"
     assert frames[0].id == "1"
-    assert json.loads(frames[-1].data)["response"] == "again"
+    assert frames[-1].data["response"] == "again"  # the closing event's data is a dict
+    assert json.loads(str(frames[-1].data))["response"] == "again"  # ... written as JSON
+    assert json.loads(frames[0].data)["task_id"] == "s2"  # stored events: JSON text
 
 
 async def test_stream_pings_with_short_interval_through_the_swarm() -> None:
@@ -267,7 +271,7 @@ async def test_breakpoint_resume_through_post_message() -> None:
     )
     assert resumed["message"]["body"] == "sunny"
     assert sup.calls[1].last["content"] == "25C"
-    assert events[0]["event"] == "breakpoint_action_complete"
+    assert events[0].event == "breakpoint_action_complete"
 
 
 async def test_user_response_resume_through_post_message() -> None:
@@ -314,7 +318,7 @@ async def test_inspection_helpers() -> None:
     assert task is tasks["insp"] and task.completed
     assert swarm.get_task_by_id("missing") is None
     assert swarm.get_response_message("insp") == response
-    assert swarm.get_events("insp") == task.events
+    assert swarm.get_task_events("insp") == task.events
     record = task.to_dict()
     assert record["task_owner"] == "user:api-user@apiswarm"
     json.dumps(record)
@@ -339,7 +343,7 @@ async def test_update_from_adjacency_matrix_changes_runtime_enforcement() -> Non
         [[send_response("supervisor", "r")]],
     )
     swarm.update_from_adjacency_matrix([[0, 0], [1, 0]])
-    assert swarm.agents["supervisor"].comm_targets == []
+    assert swarm.agents_by_name["supervisor"].comm_targets == []
     assert swarm.runtime.agents["supervisor"].comm_targets == []
     response, _ = await post(swarm)
     assert response["message"]["body"] == "done"

@@ -113,16 +113,16 @@ def test_instantiate_builds_agents_with_swarm_level_excludes_and_instance_params
     swarm = template(exclude_tools=["help"], task_message_limit=7).instantiate(
         {"user_token": "tok"}, user_id="u-9", user_role="admin", base_url="http://x:1"
     )
-    sup_kwargs = swarm.agents["supervisor"].function.factory_kwargs  # type: ignore[attr-defined]
+    sup_kwargs = swarm.agents_by_name["supervisor"].function.factory_kwargs  # type: ignore[attr-defined]
     assert sup_kwargs["exclude_tools"] == ["await_message", "help"]
     assert sup_kwargs["user_token"] == "tok"
-    weather_kwargs = swarm.agents["weather"].function.factory_kwargs  # type: ignore[attr-defined]
+    weather_kwargs = swarm.agents_by_name["weather"].function.factory_kwargs  # type: ignore[attr-defined]
     assert weather_kwargs["exclude_tools"] == ["help"]
     assert weather_kwargs["tools"] == [GET_WEATHER.to_tool_dict()]
     assert swarm.name == "demo" and swarm.entrypoint == "supervisor"
     assert swarm.user_id == "u-9" and swarm.user_role == "admin"
     assert swarm.task_message_limit == 7 and swarm.base_url == "http://x:1"
-    assert set(swarm.actions) == {"get_weather"}
+    assert set(swarm.actions_by_name) == {"get_weather"}
     assert swarm.swarm_registry is None  # only interswarm swarms get a registry
     assert swarm.runtime.this_owner == "admin:u-9@demo"
     assert swarm.runtime.agents["weather"].actions == ["get_weather"]
@@ -222,7 +222,7 @@ def test_system_prompts_are_augmented_with_target_capabilities() -> None:
     ]
     t = MAILSwarmTemplate("sw", agents=agents, entrypoint="supervisor")
     swarm = t.instantiate()
-    system = swarm.agents["supervisor"].function.system  # type: ignore[attr-defined]
+    system = swarm.agents_by_name["supervisor"].function.system  # type: ignore[attr-defined]
     head = f"You are sup.\n\n{TARGETS_HEADER}\n\n"
     assert TARGETS_HEADER == "Here are details about the agents you can communicate with:"
     assert system.startswith(head)
@@ -236,9 +236,9 @@ def test_system_prompts_are_augmented_with_target_capabilities() -> None:
     assert len(plain.split("\n")) == 3  # a single "no tools" line
     assert plain.split("\n")[2] not in (weather + math)
 
-    weather_system = swarm.agents["weather"].function.system  # type: ignore[attr-defined]
+    weather_system = swarm.agents_by_name["weather"].function.system  # type: ignore[attr-defined]
     assert weather_system.startswith(f"You are weather.\n\n{TARGETS_HEADER}\n\nName: supervisor")
-    assert not hasattr(swarm.agents["plain"].function, "system")
+    assert not hasattr(swarm.agents_by_name["plain"].function, "system")
 
 
 def test_augmentation_replaces_an_earlier_section_instead_of_stacking() -> None:
@@ -255,7 +255,7 @@ def test_augmentation_replaces_an_earlier_section_instead_of_stacking() -> None:
         MAILAgentTemplate("math", prompted_factory, ["supervisor"]),
     ]
     swarm = MAILSwarmTemplate("sw", agents=agents, entrypoint="supervisor").instantiate()
-    system = swarm.agents["supervisor"].function.system  # type: ignore[attr-defined]
+    system = swarm.agents_by_name["supervisor"].function.system  # type: ignore[attr-defined]
     assert system.count(TARGETS_HEADER) == 1
     assert "stale" not in system and "Name: math" in system
 
@@ -399,9 +399,9 @@ async def test_from_swarm_json_runs_a_task_end_to_end() -> None:
     swarm = t.instantiate(user_id="u-json")
     response, events = await swarm.post_message("start", show_events=True, timeout=5)
     assert response["message"]["body"] == "json swarm done"
-    complete = [e for e in events if e["event"] == "action_complete"]
-    assert complete[0]["data"]["description"].endswith('echo: {"text": "hi"}')
-    kwargs = swarm.agents["supervisor"].function.factory_kwargs  # type: ignore[attr-defined]
+    complete = [e for e in events if e.event == "action_complete"]
+    assert complete[0].data["description"].endswith('echo: {"text": "hi"}')
+    kwargs = swarm.agents_by_name["supervisor"].function.factory_kwargs  # type: ignore[attr-defined]
     assert kwargs["exclude_tools"] == ["help"]
     assert kwargs["tools"][0]["name"] == "echo"
 

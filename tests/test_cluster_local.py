@@ -211,6 +211,8 @@ def test_local_cluster_is_private_loopback_and_ends_with_the_server(
         "--project",
         str(REPO_ROOT),
         "--no-sync",
+        "--extra",
+        "cluster",
         "mail",
         "server",
         "--cluster",
@@ -247,6 +249,17 @@ def test_local_cluster_is_private_loopback_and_ends_with_the_server(
         )
         assert reply.status_code == 200, reply.text + (scratch / "server.log").read_text()[-4000:]
         assert reply.json()["response"], reply.json()
+        # What it did while Ray and the first instance started was said, in order.
+        log = (scratch / "server.log").read_text()
+        said = [
+            "Starting a private Ray cluster for this server...",
+            "Ray cluster ready (",
+            "listening on http://127.0.0.1:",
+            f"instance {swarm}/user/alice: reaching its host on the Ray cluster",
+            f"instance {swarm}/user/alice: ready after ",
+        ]
+        positions = [log.find(line) for line in said]
+        assert -1 not in positions and positions == sorted(positions), (positions, log[-4000:])
 
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         names = " ".join(p.name() for p in tree)

@@ -134,7 +134,7 @@ def test_follow_a_running_task_until_it_finishes(
         ids = page.eval_on_selector_all(
             ".task-detail .event-row", "els => els.map(e => e.dataset.id)"
         )
-        assert ids[::-1] == [str(e["id"]) for e in record["events"]]
+        assert ids == [str(e["id"]) for e in record["events"]]  # oldest first
         console.go("#/events")
         page.wait_for_selector(".event-row")
         keys = page.evaluate(

@@ -37,11 +37,11 @@ def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console
 
 
 def _shown_ids(console: ConsolePage) -> list[str]:
-    # The list shows the newest first.
-    ids = console.page.eval_on_selector_all(
+    # The list shows the oldest first, as the trace does.
+    ids: list[str] = console.page.eval_on_selector_all(
         "#task-events .event-row", "rows => rows.map(r => r.dataset.id)"
     )
-    return list(reversed(ids))
+    return ids
 
 
 def test_attach_mid_stream_after_a_reload_shows_every_event_once_in_order(

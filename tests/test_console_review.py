@@ -148,7 +148,7 @@ def test_review_held_calls_respond_edit_and_a_refused_decision(
         '#task-events .event-row[data-event="action_review_decision"]',
         "rows => rows.map(r => r.textContent)",
     )
-    assert len(shown) == 3 and "edit: send_email" in shown[0]
+    assert len(shown) == 3 and "edit: send_email" in shown[-1]  # oldest first
     assert "Done" in page.locator(".facts").inner_text()
     # Nothing waits any more.
     console.go("#/review")

@@ -14,7 +14,7 @@ import pytest
 
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from mail.server.console import ASSETS_DIR, CONTENT_SECURITY_POLICY
 from server_fixtures import auth, create_key, stub_swarms_json
 
@@ -167,7 +167,7 @@ def test_start_server_options(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> N
     """launch_ui/open_browser are honoured; ui_port/ui_path are accepted and unused."""
     import uvicorn
 
-    from mail.server import app as app_module
+    from mail.server import app_factory as app_module
     from mail.server import console
 
     opened: list[str] = []

@@ -23,7 +23,7 @@ from mail.factories import (
     LiteLLMAgentFunction,
     LiteLLMSupervisorFunction,
 )
-from mail.swarms_json import load_swarms_json_from_file, validate_swarm_from_swarms_json
+from mail.swarms_json import read_swarms_json_file, validate_swarm_from_swarms_json
 
 REPO = Path(__file__).resolve().parent.parent
 SWARMS_JSON = REPO / "swarms.json"
@@ -63,10 +63,15 @@ def test_evaluator_refuses_anything_but_arithmetic(expression: str, reason: str)
 
 
 async def test_calculate_expression_action_formats_results():
-    assert await calculate_expression({"expression": "12 * (3 + 4)"}) == "12 * (3 + 4) = 84"
-    assert await calculate_expression({"expression": "10 / 3", "precision": 2}) == "10 / 3 = 3.33"
+    assert (
+        await calculate_expression.function({"expression": "12 * (3 + 4)"}) == "12 * (3 + 4) = 84"
+    )
+    assert (
+        await calculate_expression.function({"expression": "10 / 3", "precision": 2})
+        == "10 / 3 = 3.33"
+    )
     with pytest.raises(ValueError, match="precision"):
-        await calculate_expression({"expression": "1", "precision": 40})
+        await calculate_expression.function({"expression": "1", "precision": 40})
 
 
 async def test_weather_forecast_is_deterministic_fake_data():
@@ -77,11 +82,13 @@ async def test_weather_forecast_is_deterministic_fake_data():
     assert weather(forecast("Paris", 1)) == weather(forecast(" paris ", 1))
     days = {weather(forecast("Paris", d)) for d in range(5)}
     assert len(days) > 1  # the data varies by day, not a constant
-    text = await get_weather_forecast({"location": "Paris", "days_ahead": 1, "metric": False})
+    text = await get_weather_forecast.function(
+        {"location": "Paris", "days_ahead": 1, "metric": False}
+    )
     assert text.startswith("Forecast for Paris (tomorrow):") and "°F" in text
     assert "Synthetic demo data" in text
     with pytest.raises(ValueError, match="location"):
-        await get_weather_forecast({"location": ""})
+        await get_weather_forecast.function({"location": ""})
 
 
 @pytest.mark.parametrize(
@@ -105,7 +112,7 @@ def test_examples_load_with_from_example(name, factory_cls, action_names, superv
 
 
 def test_root_swarms_json_validates_and_both_swarms_instantiate():
-    swarms = load_swarms_json_from_file(SWARMS_JSON)
+    swarms = read_swarms_json_file(SWARMS_JSON)
     by_name = {s["name"]: s for s in swarms}
     assert set(by_name) == {"example", "demo", "email-review"}  # email-review: docs/review.md
     for swarm in swarms:
@@ -118,12 +125,12 @@ def test_root_swarms_json_validates_and_both_swarms_instantiate():
     for name in ("example", "demo"):
         template = MAILSwarmTemplate.from_swarm_json_file(name, str(SWARMS_JSON))
         swarm = template.instantiate({"user_token": "t"}, user_id="u", print_llm_streams=False)
-        assert set(swarm.agents) == {"supervisor", "weather", "math"}
-        weather_fn = swarm.agents["weather"].function
+        assert set(swarm.agents_by_name) == {"supervisor", "weather", "math"}
+        weather_fn = swarm.agents_by_name["weather"].function
         assert isinstance(weather_fn, LiteLLMActionAgentFunction)
         # The runtime's print_llm_streams switch reaches the inner LiteLLM functions.
         assert weather_fn.action_agent_fn.print_llm_streams is False
-        assert swarm.agents["supervisor"].function.supervisor_fn.print_llm_streams is False
+        assert swarm.agents_by_name["supervisor"].function.supervisor_fn.print_llm_streams is False
 
 
 async def test_demo_swarm_answers_offline_in_process():
@@ -139,7 +146,7 @@ async def test_demo_swarm_answers_offline_in_process():
         await asyncio.wait_for(runner, 10)
     assert response["message"]["subject"] == "::task_complete::"
     assert response["message"]["body"] == "6 * 7 = 42"
-    calls = [e["data"]["extra_data"]["tool_name"] for e in events if e["event"] == "tool_call"]
+    calls = [e.data["extra_data"]["tool_name"] for e in events if e.event == "tool_call"]
     assert calls == ["send_request", "calculate_expression", "send_response", "task_complete"]
 
 

@@ -157,9 +157,9 @@ async def test_full_task_user_supervisor_worker_action_supervisor_complete(
     # The supervisor's system prompt was augmented with its comm targets.
     assert "Name: math" in first.system_text
 
-    names = [e["event"] for e in events]
+    names = [e.event for e in events]
     assert "action_call" in names and "action_complete" in names and "task_complete_call" in names
-    tool_events = [e["data"]["extra_data"] for e in events if e["event"] == "tool_call"]
+    tool_events = [e.data["extra_data"] for e in events if e.event == "tool_call"]
     assert [t["tool_name"] for t in tool_events] == [
         "send_request",
         "calculate_expression",

@@ -196,7 +196,7 @@ def test_fuzz_short_random_run(server: ServerProcess, capsys: pytest.CaptureFixt
 
 def test_every_documented_route_is_fuzzed() -> None:
     """The document must list the routes the app serves, or fuzzing would miss some."""
-    from mail.server.app import create_app
+    from mail.server.app_factory import create_app
 
     app = create_app()
     served = {

@@ -175,9 +175,9 @@ async def test_successful_send_carries_owner_contributors_and_token(tmp_path: Pa
         assert swarm.receive_interswarm_progress(task_id, "remote", "working", update)
         assert not swarm.receive_interswarm_progress(task_id, "elsewhere", "forged", update)
         assert not swarm.receive_interswarm_progress("no-such-task", "remote", "x", update)
-        assert swarm.receive_interswarm_message(answer, "back") == task_id
+        assert swarm.accept_interswarm_message(answer, "back") == task_id
         # A re-delivered envelope (same message_id) is ignored.
-        assert swarm.receive_interswarm_message(answer, "back") == task_id
+        assert swarm.accept_interswarm_message(answer, "back") == task_id
         response, _ = await asyncio.wait_for(waiter, 5)
         assert response["message"]["body"] == "alpha got: remote answer"
         task = swarm.get_task_by_id(task_id)

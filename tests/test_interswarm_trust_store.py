@@ -103,10 +103,10 @@ async def test_forwarded_to_survives_a_restore(tmp_path: Path, store: TaskStore)
         task = second.get_task_by_id(task_id)
         assert task is not None and task.remote_swarms == {"remote"}
         with pytest.raises(InterswarmReceiveError) as refused:
-            second.receive_interswarm_message(_answer(envelope, "elsewhere"), "back")
+            second.accept_interswarm_message(_answer(envelope, "elsewhere"), "back")
         assert refused.value.status == 404
         events = len(task.events)
-        assert second.receive_interswarm_message(_answer(envelope, "remote"), "back") == task_id
+        assert second.accept_interswarm_message(_answer(envelope, "remote"), "back") == task_id
         assert len(task.events) > events
     finally:
         await second.shutdown()

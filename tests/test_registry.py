@@ -514,7 +514,7 @@ async def test_migrate_auth_tokens_to_env_refs(
     assert endpoint is not None
     endpoint["auth_token_ref"] = "hand-edited-token"
 
-    assert registry.migrate_auth_tokens_to_env_refs(prefix="MY_TOKENS") == {
+    assert registry.migrate_auth_tokens(prefix="MY_TOKENS") == {
         "swarm-beta": "MY_TOKENS_SWARM_BETA"
     }
     assert endpoint["auth_token_ref"] == "${MY_TOKENS_SWARM_BETA}"

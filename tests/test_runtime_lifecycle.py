@@ -44,7 +44,7 @@ async def test_shutdown_lets_in_flight_turns_finish_within_the_grace_period() ->
     assert sup.live_histories[0][-1]["content"] == "SUCCESS: task completed"
     response = await asyncio.wait_for(waiter, 1)
     assert response["message"]["body"] == "finished during shutdown"
-    assert [e.event for e in rt.get_events_by_task_id("*")] == ["shutdown_requested"]
+    assert [e.event for e in rt.get_task_events("*")] == ["shutdown_requested"]
 
 
 async def test_shutdown_cancels_turns_that_outlive_the_grace_period() -> None:
@@ -185,7 +185,7 @@ async def test_tool_call_events_carry_reasoning_reference_and_preamble() -> None
 async def test_new_message_event_description_and_full_message() -> None:
     rt, _, _ = two_agent_runtime([[task_complete("ok")]])
     await run_task(rt, body="ping?")
-    first = rt.get_events_by_task_id("t1")[0]
+    first = rt.get_task_events("t1")[0]
     assert first.event == "new_message"
     assert first.description.startswith("sending message:\n\n<incoming_message>\n")
     assert "<body>ping?</body>" in first.description

@@ -67,7 +67,7 @@ async def test_breakpoint_ends_the_task_with_the_call_description() -> None:
     entries = json.loads(response["message"]["body"])
     assert entries == [
         {
-            "arguments": '{"city": "Paris"}',
+            "arguments": '{"city":"Paris"}',
             "call_id": "bp-1",
             "name": "get_weather",
             "type": "function_call",
@@ -352,7 +352,7 @@ async def test_user_response_for_unknown_task_is_a_task_error() -> None:
     )
     assert response["message"]["subject"] == "::task_error::"
     assert response["message"]["body"] == "The task encountered an error: task 'ghost' not found."
-    assert [e.event for e in rt.get_events_by_task_id("ghost")] == ["task_error"]
+    assert [e.event for e in rt.get_task_events("ghost")] == ["task_error"]
 
 
 async def test_resume_restores_the_stashed_queue() -> None:

@@ -49,7 +49,7 @@ async def test_stream_order_ids_and_final_event(serving: Any) -> None:
         [[send_response("supervisor", "r")]],
     )
     serving(rt)
-    events = await collect(rt.submit_and_stream(user_message("t1", "hi"), timeout=5))
+    events = await collect(rt.stream_task_events(user_message("t1", "hi"), timeout=5))
     names = [e.event for e in events]
     assert names == [
         "new_message",
@@ -62,7 +62,7 @@ async def test_stream_order_ids_and_final_event(serving: Any) -> None:
         "new_message",
         "task_complete",
     ]
-    stored = rt.get_events_by_task_id("t1")
+    stored = rt.get_task_events("t1")
     assert events[:-1] == stored  # the same records, streamed in order
     assert [e.id for e in events[:-1]] == [str(i) for i in range(1, len(events))]
     final = events[-1]
@@ -82,12 +82,12 @@ async def test_pings_during_silence(serving: Any) -> None:
     rt, sup, _ = two_agent_runtime([[task_complete("slow answer")]])
     sup.sleep = 0.3
     serving(rt)
-    events = await collect(rt.submit_and_stream(user_message("t1"), timeout=5, ping_interval=0.05))
+    events = await collect(rt.stream_task_events(user_message("t1"), timeout=5, ping_interval=0.05))
     pings = [e for e in events if e.event == "ping"]
     assert len(pings) >= 3
     assert all(set(json.loads(p.data)) == {"timestamp", "task_id"} for p in pings)
     assert all(json.loads(p.data)["task_id"] == "t1" for p in pings)
-    assert all(p.event != "ping" for p in rt.get_events_by_task_id("t1"))
+    assert all(p.event != "ping" for p in rt.get_task_events("t1"))
     assert events[-1].event == "task_complete"
     # Pings only fill silence: the first real event precedes them.
     assert events[0].event == "new_message"
@@ -105,7 +105,7 @@ async def test_breakpoint_ends_the_stream_promptly(serving: Any) -> None:
     serving(rt)
     started = time.monotonic()
     events = await collect(
-        rt.submit_and_stream(user_message("t1"), timeout=30, ping_interval=30), limit=5
+        rt.stream_task_events(user_message("t1"), timeout=30, ping_interval=30), limit=5
     )
     assert time.monotonic() - started < 1.0
     assert [e.event for e in events][-2:] == ["breakpoint_tool_call", "task_complete"]
@@ -119,7 +119,7 @@ async def test_stream_timeout_is_enforced(serving: Any) -> None:
     serving(rt)
     started = time.monotonic()
     events = await collect(
-        rt.submit_and_stream(user_message("t1"), timeout=0.2, ping_interval=10), limit=3
+        rt.stream_task_events(user_message("t1"), timeout=0.2, ping_interval=10), limit=3
     )
     assert time.monotonic() - started < 1.5
     final = events[-1]
@@ -128,7 +128,7 @@ async def test_stream_timeout_is_enforced(serving: Any) -> None:
     assert [e.event for e in events].count("task_error") == 1  # one frame, as documented
     assert any(
         e.event == "task_error" and e.description == "timeout for task 't1'"
-        for e in rt.get_events_by_task_id("t1")
+        for e in rt.get_task_events("t1")
     )
 
 
@@ -136,7 +136,7 @@ async def test_stream_setup_error_is_a_single_task_error(serving: Any) -> None:
     rt, _, _ = two_agent_runtime([[task_complete("x")]])
     serving(rt)
     events = await collect(
-        rt.submit_and_stream(user_message("nope"), resume_from="user_response", timeout=5)
+        rt.stream_task_events(user_message("nope"), resume_from="user_response", timeout=5)
     )
     assert [e.event for e in events] == ["task_error"]
     assert json.loads(events[0].data)["response"] == "task 'nope' not found"
@@ -145,9 +145,9 @@ async def test_stream_setup_error_is_a_single_task_error(serving: Any) -> None:
 async def test_resumed_stream_replays_only_new_events(serving: Any) -> None:
     rt, _, _ = two_agent_runtime([[task_complete("one")], [task_complete("two")]])
     serving(rt)
-    first = await collect(rt.submit_and_stream(user_message("t1", "q1"), timeout=5))
+    first = await collect(rt.stream_task_events(user_message("t1", "q1"), timeout=5))
     second = await collect(
-        rt.submit_and_stream(user_message("t1", "q2"), resume_from="user_response", timeout=5)
+        rt.stream_task_events(user_message("t1", "q2"), resume_from="user_response", timeout=5)
     )
     assert json.loads(second[-1].data)["response"] == "two"
     first_ids = {e.id for e in first if e.id}

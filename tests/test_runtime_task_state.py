@@ -75,7 +75,7 @@ async def test_a_new_message_to_a_running_task_is_a_conflict() -> None:
     release.set()
     assert (await first)["message"]["body"] == "first"
     # Refusals are not events of the running task.
-    assert [e.event for e in rt.get_events_by_task_id("t1")].count("task_error") == 0
+    assert [e.event for e in rt.get_task_events("t1")].count("task_error") == 0
 
 
 async def test_an_agent_message_over_the_cap_is_not_sent() -> None:

@@ -144,11 +144,11 @@ async def test_task_complete_response_shape_and_events() -> None:
     assert payload["subject"] == "::task_complete::" and payload["body"] == "the answer"
     assert payload["sender_swarm"] == "testswarm"
     assert payload["recipient_swarms"] == ["testswarm"]
-    names = [e.event for e in rt.get_events_by_task_id("t1")]
+    names = [e.event for e in rt.get_task_events("t1")]
     # A non-stream submission records the final response as a `task_complete` event.
     assert names[-4:] == ["tool_call", "task_complete_call", "new_message", "task_complete"]
-    assert rt.get_events_by_task_id("t1")[-1].description == "response: 'the answer'"
-    last = rt.get_events_by_task_id("t1")[-2]
+    assert rt.get_task_events("t1")[-1].description == "response: 'the answer'"
+    last = rt.get_task_events("t1")[-2]
     assert last.description.startswith("task_complete response from supervisor:\n")
     assert last.extra_data["full_message"] == response
     assert events_named(rt, "t1", "task_complete_call")[0].description == (
@@ -571,7 +571,7 @@ async def test_tool_call_events_precede_handling_and_carry_ids() -> None:
         actions={"lookup": _lookup},
     )
     await run_task(rt)
-    names = [e.event for e in rt.get_events_by_task_id("t1")]
+    names = [e.event for e in rt.get_task_events("t1")]
     first_tool_call = names.index("tool_call")
     assert names[first_tool_call : first_tool_call + 3] == ["tool_call", "tool_call", "action_call"]
     calls = events_named(rt, "t1", "tool_call")

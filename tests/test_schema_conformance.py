@@ -75,7 +75,7 @@ async def _emitted_messages() -> list[dict[str, Any]]:
     task_id = response["message"]["task_id"]
     messages = [
         e.extra_data["full_message"]
-        for e in rt.get_events_by_task_id(task_id)
+        for e in rt.get_task_events(task_id)
         if e.event == "new_message"
     ]
     return [*messages, response]

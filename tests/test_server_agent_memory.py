@@ -12,7 +12,7 @@ import pytest
 
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from server_fixtures import stub_swarms_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -59,7 +59,7 @@ _NO_MEMORY_PROBE = """
 import asyncio, sys
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from server_fixtures import stub_swarms_json
 
 config = ServerConfig.model_validate_json(sys.argv[1])

@@ -204,7 +204,7 @@ def test_startup_does_not_import_the_model_library(tmp_path: Path) -> None:
     script = (
         "import asyncio, sys\n"
         "from mail.config import load_config\n"
-        "from mail.server.app import create_app\n"
+        "from mail.server.app_factory import create_app\n"
         "from mail.server.state import load_template\n"
         "cfg = load_config().server\n"
         "app = create_app(cfg, template=load_template(cfg))\n"

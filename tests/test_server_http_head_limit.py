@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from mail.server.http_protocol import (
     DEFAULT_MAX_HEAD_BYTES,
     BoundedHttpToolsProtocol,
@@ -312,7 +312,7 @@ def test_run_server_with_template_uses_the_bounded_protocol(
 ) -> None:
     """start_server / run_server_with_template configure uvicorn with the bounded protocol."""
     from mail import MAILSwarmTemplate
-    from mail.server import app as app_module
+    from mail.server import app_factory as app_module
 
     configs: list[Any] = []
 

@@ -15,7 +15,7 @@ import pytest
 
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from server_fixtures import auth, create_key, stub_swarms_json
 
 pytestmark = pytest.mark.timeout(60)

@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 
 from mail.commands.server import _bind
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from mail.server.http_protocol import http_protocol
 from server_fixtures import read_http_response
 from test_server_inprocess import make_config, stub_template

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
 from mail.server import bodies, responses_bridge
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 from server_fixtures import REPO_ROOT, auth, create_key, stub_swarms_json
 from support.api_routes import is_api_path
 

@@ -202,5 +202,5 @@ async def test_documented_example_runs_mcp_actions_through_an_agent(
     assert results[0] == "SUCCESS: True"
     assert results[1].startswith("SUCCESS: [Tool(name='add'")
     assert response["message"]["body"].startswith("SUCCESS: True | SUCCESS: [Tool(name='add'")
-    completes = [e for e in events if e["event"] == "action_complete"]
+    completes = [e for e in events if e.event == "action_complete"]
     assert len(completes) == 2

@@ -157,8 +157,8 @@ async def test_stored_events_hold_a_large_message_once(store: TaskStore) -> None
     # Restored events read exactly as the live ones did.
     again = runtime()
     restore_snapshot(again, snap)
-    live = {e.id: e for e in rt.get_events_by_task_id("big")}
-    for event in again.get_events_by_task_id("big"):
+    live = {e.id: e for e in rt.get_task_events("big")}
+    for event in again.get_task_events("big"):
         assert json.loads(event.data) == json.loads(live[event.id].data)
 
 

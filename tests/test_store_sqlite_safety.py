@@ -189,7 +189,27 @@ def _newer_schema(path: Path) -> str:
     return "the database has schema version 99, newer than this version of mail knows"
 
 
-@pytest.mark.parametrize("spoil", [_not_sqlite, _newer_schema], ids=["not-sqlite", "newer"])
+def _filled(path: Path, rows: int = 3000) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+        conn.executemany("INSERT INTO notes (text) VALUES (?)", [("n" * 200,)] * rows)
+    conn.close()
+
+
+def _damaged_inside(path: Path) -> str:
+    # A valid header and schema, garbage in the middle: it opens and migrates without a
+    # complaint, and every read that touches the damage fails.
+    _filled(path)
+    size = path.stat().st_size
+    with path.open("r+b") as file:
+        file.seek(size // 2)
+        file.write(b"\xde\xad\xbe\xef" * 2048)
+    return "it is damaged (PRAGMA quick_check: "
+
+
+@pytest.mark.parametrize(
+    "spoil", [_not_sqlite, _newer_schema, _damaged_inside], ids=["not-sqlite", "newer", "damaged"]
+)
 def test_a_file_it_cannot_use_stops_the_server_in_one_line(
     spoil: Callable[[Path], str], tmp_path: Path
 ) -> None:
@@ -215,3 +235,41 @@ def _contents(path: Path) -> object:
             return conn.execute("SELECT type, name, sql FROM sqlite_master").fetchall()
     except sqlite3.DatabaseError:
         return path.read_bytes()
+
+
+def _start_on(tmp_path: Path, store: Path, extra: str = "") -> ServerProcess:
+    directory = tmp_path / "srv"
+    directory.mkdir()
+    write_stub_swarms(directory)
+    port = free_port()
+    write_config(directory, port=port, extra=f'[server.store]\npath = "{store}"\n{extra}')
+    server = ServerProcess(directory, port, args=["--config", "mail.toml", "--port", str(port)])
+    return server.start()
+
+
+def test_an_empty_file_that_becomes_a_new_database_is_said(tmp_path: Path) -> None:
+    store = tmp_path / "data" / "mail.db"
+    store.parent.mkdir()
+    store.touch()  # emptied by accident (a truncating copy, a full disk at the wrong time)
+    server = _start_on(tmp_path, store)
+    try:
+        out = server.stdout_path.read_text()
+        assert f"MAIL data: {store} was an empty file (0 bytes); it is a new, empty database" in (
+            out
+        ), server.logs()
+    finally:
+        assert server.stop() == 0
+    assert store.stat().st_size > 0
+
+
+def test_the_integrity_check_of_a_large_file_is_bounded_and_says_so(tmp_path: Path) -> None:
+    store = tmp_path / "data" / "mail.db"
+    store.parent.mkdir()
+    _filled(store, rows=20_000)
+    server = _start_on(tmp_path, store, "integrity_check_seconds = 0.000001\n")
+    try:
+        out = server.stdout_path.read_text()
+        assert "the integrity check of this" in out and "stopped after 1e-06 s" in out, out
+        assert "[server.store] integrity_check_seconds" in out
+    finally:
+        assert server.stop() == 0

@@ -18,7 +18,7 @@ from mail.swarms_json import (
     build_swarms_from_json,
     find_swarm,
     load_swarm_from_json_file,
-    load_swarms_json_from_file,
+    read_swarms_json_file,
     suggest,
     validate_action_from_swarms_json,
     validate_agent_from_swarms_json,
@@ -180,7 +180,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "no-entrypoint-agent",
         _set((*SUPERVISOR, "enable_entrypoint"), False),
-        "swarm must have at least one agent with 'enable_entrypoint' set to true",
+        "no agent has 'enable_entrypoint' set to true; the swarm will reject all incoming messages",
     ),
     (
         "entrypoint-not-enabled",
@@ -201,7 +201,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "no-supervisor",
         _delete((*SUPERVISOR, "can_complete_tasks")),
-        "swarm must have at least one agent with 'can_complete_tasks' set to true",
+        "no agent has 'can_complete_tasks' set to true; no agent will be able to complete tasks",
     ),
     (
         "action-ref-typo",
@@ -498,11 +498,11 @@ def test_build_swarms_validates_every_swarm_not_just_the_first() -> None:
 # --------------------------------------------------------------------------- files and lookup
 
 
-def test_load_swarms_json_from_file(tmp_path: Path) -> None:
+def test_read_swarms_json_file(tmp_path: Path) -> None:
     path = tmp_path / "swarms.json"
     path.write_text(json.dumps([sample_swarm()]), encoding="utf-8")
-    assert load_swarms_json_from_file(path) == [sample_swarm()]
-    assert load_swarms_json_from_file(str(path)) == [sample_swarm()]
+    assert read_swarms_json_file(path) == [sample_swarm()]
+    assert read_swarms_json_file(str(path)) == [sample_swarm()]
 
 
 @pytest.mark.parametrize(("content", "type_name"), [({"a": 1}, "dict"), ("s", "str"), (3, "int")])
@@ -510,7 +510,7 @@ def test_load_rejects_non_list_files(tmp_path: Path, content: Any, type_name: st
     path = tmp_path / "swarms.json"
     path.write_text(json.dumps(content), encoding="utf-8")
     with pytest.raises(ValueError) as info:
-        load_swarms_json_from_file(path)
+        read_swarms_json_file(path)
     assert str(info.value) == (
         f"swarms.json file at {path} must contain a list of swarms, actually got {type_name}"
     )
@@ -520,9 +520,9 @@ def test_load_reports_invalid_json_with_the_path(tmp_path: Path) -> None:
     path = tmp_path / "swarms.json"
     path.write_text("[{", encoding="utf-8")
     with pytest.raises(ValueError, match=f"swarms.json file at {path} is not valid JSON"):
-        load_swarms_json_from_file(path)
+        read_swarms_json_file(path)
     with pytest.raises(FileNotFoundError):
-        load_swarms_json_from_file(tmp_path / "absent.json")
+        read_swarms_json_file(tmp_path / "absent.json")
 
 
 def test_find_swarm() -> None:
@@ -554,7 +554,7 @@ def test_swarms_json_documents_validate() -> None:
     documents: list[tuple[str, Any]] = [("sample", [sample_swarm()])]
     repo_file = REPO_ROOT / "swarms.json"
     if repo_file.is_file():
-        documents.append((str(repo_file), load_swarms_json_from_file(repo_file)))
+        documents.append((str(repo_file), read_swarms_json_file(repo_file)))
     for label, data in documents:
         assert schemas.schema_errors(data, schemas.SWARMS_SCHEMA) == [], label
         built = build_swarms_from_json(data)

@@ -51,11 +51,11 @@ async def test_example_swarm_runs_offline(tmp_path: Path) -> None:
     assert "analyst answered:" in body
     assert "writer about the file: Received brief.txt: Launch on Monday." in body
 
-    calls = [e["data"]["extra_data"]["tool_name"] for e in events if e["event"] == "tool_call"]
+    calls = [e.data["extra_data"]["tool_name"] for e in events if e.event == "tool_call"]
     for name in ("create_thread", "save_attachment", "transfer_file", "read_attachment"):
         assert name in calls
-    waits = [e for e in events if e["event"] == "await_message"]
-    assert any(e["data"]["extra_data"].get("reason") == "wait_for_reply" for e in waits)
+    waits = [e for e in events if e.event == "await_message"]
+    assert any(e.data["extra_data"].get("reason") == "wait_for_reply" for e in waits)
 
     threads = await store.list_threads(team.key)
     assert len(threads) == 1

@@ -201,7 +201,7 @@ async def test_quiet_post_is_a_digest_at_the_next_turn_without_an_extra_call() -
     # Shown once: b's entries are still pending for its next turn, a's are not.
     assert await rt.team.store.inbox(rt.team.key, "a", unshown_only=True) == []
     assert len(await rt.team.store.inbox(rt.team.key, "b", unshown_only=True)) == 2
-    events = [e.event for e in rt.get_events_by_task_id("t1")]
+    events = [e.event for e in rt.get_task_events("t1")]
     assert "thread_membership" in events and "thread_post" in events
 
 

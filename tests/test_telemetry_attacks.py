@@ -141,3 +141,21 @@ async def test_prompts_and_answers_stay_off_spans_by_default(spans: InMemorySpan
         for key, value in (span.attributes or {}).items():
             assert "6 times 7" not in str(value), (span.name, key)
             assert key not in ("gen_ai.input.messages", "gen_ai.tool.call.arguments")
+
+
+def test_a_link_to_an_untrusted_callers_context_on_the_sdk_path(
+    spans: InMemorySpanExporter,
+) -> None:
+    # The lean path is covered over HTTP (test_telemetry_lean_attacks); this is the SDK's.
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    caller = tracing.extract({"traceparent": f"00-{trace_id}-{span_id}-01"})
+    span = tracing.start_span("POST /message", link=caller, kind="SERVER")
+    tracing.end_span(span)
+    [ended] = spans.get_finished_spans()
+    assert f"{ended.context.trace_id:032x}" != trace_id and ended.parent is None
+    [link] = ended.links
+    assert (f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") == (trace_id, span_id)
+    # an invalid context adds no link
+    bad = tracing.extract({"traceparent": f"00-{'0' * 32}-{span_id}-01"})
+    tracing.end_span(tracing.start_span("GET /x", link=bad))
+    assert spans.get_finished_spans()[-1].links == ()

@@ -24,7 +24,8 @@ def _side(directory: Path, name: str, remote: str) -> tuple[Path, Path, int]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "swarms.json").write_text(json.dumps(swarm_json(name, remote)), encoding="utf-8")
     port = free_port()
-    config = write_config(directory, port=port, swarm=name, extra="interswarm_timeout = 5.0\n")
+    # Generous: under load a hop between two busy servers can take seconds.
+    config = write_config(directory, port=port, swarm=name, extra="interswarm_timeout = 30.0\n")
     return config, directory / "registries" / "keys.json", port
 
 
@@ -72,16 +73,26 @@ def test_a_two_swarm_task_is_one_trace_over_otlp_http(tmp_path: Path) -> None:
                 f"{alpha.base_url}/message",
                 json={"body": "ping from alice", "task_id": task_id},
                 headers=auth(keys["alice"]),
-                timeout=60,
+                timeout=120,
             )
             assert r.status_code == 200, r.text
             assert r.json()["response"] == "alpha got: beta says: ping from alice"
 
-            def one_trace_on_both(spans: list) -> bool:  # type: ignore[type-arg]
-                tasks = [s for s in spans if s.name == "mail.task"]
-                return {s.service for s in tasks} >= {"swarm-alpha", "swarm-beta"}
+            def whole_trace_arrived(spans: list) -> bool:  # type: ignore[type-arg]
+                # Every span asserted below: the two servers export in their own batches,
+                # and under load one side's arrive seconds after the other's.
+                tasks = {s.service: s for s in spans if s.name == "mail.task"}
+                if not {"swarm-alpha", "swarm-beta"} <= set(tasks):
+                    return False
+                ids = {s.span_id: s for s in spans}
+                server_span = ids.get(tasks["swarm-beta"].parent_span_id)
+                return (
+                    server_span is not None
+                    and server_span.parent_span_id in ids
+                    and any(s.name == "mail.interswarm swarm-alpha" for s in spans)
+                )
 
-            spans = receiver.wait_for(one_trace_on_both)
+            spans = receiver.wait_for(whole_trace_arrived, timeout=90)
             tasks = {s.service: s for s in spans if s.name == "mail.task"}
             trace_id = tasks["swarm-alpha"].trace_id
             assert tasks["swarm-beta"].trace_id == trace_id
@@ -160,7 +171,8 @@ def test_usage_budgets_and_metrics_over_http(tmp_path: Path) -> None:
         assert (
             _metric(after, "mail_model_call_tokens_sum", model="mail/demo") == usage["total_tokens"]
         )
-        assert _metric(after, "mail_tasks", state="completed") >= 1
+        # (mail_tasks counts the tasks held in memory: a finished one leaves once answered.)
+        assert _metric(after, "mail_task_answers_total", state="completed") >= 1
         assert _metric(after, "mail_http_request_duration_seconds_count", route="/message") >= 1
 
         # A budget pauses the task; a bad one is a 400; a raised one continues it.

@@ -65,7 +65,9 @@ def test_hostile_trace_headers_on_a_real_server(tmp_path: Path) -> None:
     shutil.copy(REPO / "swarms.json", tmp_path / "swarms.json")
     admin = create_key(tmp_path / "registries" / "keys.json", "admin", "root")
     port = free_port()
-    config = write_config(tmp_path, port=port, swarm="demo")
+    # The caller is a trusted source (a proxy on this machine): its trace headers are read.
+    trusted = '\n[server.telemetry]\ntrusted_trace_sources = ["127.0.0.1"]\n'
+    config = write_config(tmp_path, port=port, swarm="demo", extra=trusted)
     trace_id, span_id = GOOD.split("-")[1:3]
     hostile = [
         {"traceparent": GOOD.upper()},  # uppercase hex
@@ -136,3 +138,104 @@ def test_a_receiver_that_never_answers_neither_slows_requests_nor_holds_up_exit(
     # exit waited 30 s (and more for the final export) before
     assert stopped_in < 15, stopped_in
     assert "queued spans dropped at exit" in server.stderr_path.read_text(encoding="utf-8")
+
+
+def test_sigterm_with_a_full_queue_and_a_silent_receiver_exits_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Each send to a receiver that never answers takes OTEL_EXPORTER_OTLP_TIMEOUT; exit must
+    not send the queued batches one timeout after another (it took 43 s with the defaults)."""
+    shutil.copy(REPO / "swarms.json", tmp_path / "swarms.json")
+    admin = create_key(tmp_path / "registries" / "keys.json", "admin", "root")
+    port = free_port()
+    config = write_config(tmp_path, port=port, swarm="demo")
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "2",  # each send gives up after 2 s
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_BSP_MAX_QUEUE_SIZE": "200",
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2",  # a full queue: 100 sends
+        }
+        server = ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
+        try:
+            for _ in range(12):
+                r = httpx.post(
+                    f"{server.base_url}/message",
+                    json={"body": "What is 6 times 7?", "task_id": str(uuid.uuid4())},
+                    headers=auth(admin),
+                    timeout=60,
+                )
+                assert r.status_code == 200, r.text
+        finally:
+            assert server.proc is not None
+            started = time.monotonic()
+            server.proc.terminate()  # SIGTERM, as a process manager stops it
+            try:
+                code = server.proc.wait(90)
+            finally:
+                stopped_in = time.monotonic() - started
+    log = server.stderr_path.read_text(encoding="utf-8")
+    assert code == 0, log[-3000:]
+    # The server's own shutdown, then at most 5 s for the receiver (slack for a busy machine).
+    assert stopped_in < 12, (stopped_in, log[-2000:])
+    assert "did not answer within 5 s" in log and "queued spans dropped at exit" in log
+
+
+def _post_with(server: ServerProcess, key: str, headers: dict[str, str]) -> None:
+    r = httpx.post(
+        f"{server.base_url}/message",
+        json={"body": "What is 6 times 7?", "task_id": str(uuid.uuid4())},
+        headers={**auth(key), **headers},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_an_untrusted_callers_traceparent_only_becomes_a_link(tmp_path: Path) -> None:
+    """By default nobody is trusted on public routes: the request starts its own trace and
+    links to the caller's, so a caller can neither pick trace ids nor join another trace."""
+    shutil.copy(REPO / "swarms.json", tmp_path / "swarms.json")
+    admin = create_key(tmp_path / "registries" / "keys.json", "admin", "root")
+    port = free_port()
+    config = write_config(tmp_path, port=port, swarm="demo")
+    trace_id, span_id = GOOD.split("-")[1:3]
+    with OTLPReceiver() as receiver:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        server = ServerProcess(tmp_path, port, args=["--config", str(config)], env=otel).start()
+        try:
+            _post_with(server, admin, {"traceparent": GOOD})
+
+            def the_request(spans: list[ReceivedSpan]) -> bool:
+                return any(s.name.startswith("POST /message") for s in spans)
+
+            found = receiver.wait_for(the_request)
+        finally:
+            assert server.stop() == 0
+    request = next(s for s in found if s.name.startswith("POST /message"))
+    assert request.trace_id != trace_id and request.parent_span_id == "", request
+    assert request.links == ((trace_id, span_id),), request
+    assert all(s.trace_id != trace_id for s in found)
+
+
+def test_a_sampled_header_does_not_force_export_at_sample_ratio_0(tmp_path: Path) -> None:
+    shutil.copy(REPO / "swarms.json", tmp_path / "swarms.json")
+    admin = create_key(tmp_path / "registries" / "keys.json", "admin", "root")
+    port = free_port()
+    config = write_config(tmp_path, port=port, swarm="demo")
+    with OTLPReceiver() as receiver:
+        otel = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "0",
+        }
+        server = ServerProcess(tmp_path, port, args=["--config", str(config)], env=otel).start()
+        try:
+            for _ in range(3):
+                _post_with(server, admin, {"traceparent": GOOD})
+        finally:
+            assert server.stop() == 0  # exit sends whatever was queued
+        assert receiver.spans == []

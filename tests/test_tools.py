@@ -273,7 +273,7 @@ def test_supervisor_tools_exclude_and_style() -> None:
 
 
 def test_tool_name_constants() -> None:
-    assert T.MAIL_TOOL_NAMES == (
+    assert T.MAIL_TOOL_NAMES == [
         "send_request",
         "send_response",
         "send_interrupt",
@@ -283,7 +283,7 @@ def test_tool_name_constants() -> None:
         "ignore_broadcast",
         "await_message",
         "help",
-    )
+    ]
     assert T.RUNTIME_TOOL_NAMES == frozenset(
         {*T.MAIL_TOOL_NAMES, "send_interswarm_broadcast", "discover_swarms"}
     )

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         MAILRequest,
         MAILResponse,
     )
+    from mail.core.runtime import MAILRuntime
     from mail.core.tools import AgentToolCall
 
 _EXPORTS: dict[str, str] = {
@@ -55,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "MAILRequest": "mail.core.message",
     "MAILResponse": "mail.core.message",
     "AgentToolCall": "mail.core.tools",
+    "MAILRuntime": "mail.core.runtime",
 }
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "MAILMessage",
     "MAILRequest",
     "MAILResponse",
+    "MAILRuntime",
     "MAILSwarm",
     "MAILSwarmTemplate",
     "__version__",

@@ -18,6 +18,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("version", "version", "print the implementation and protocol versions"),
     ("db-init", "db_init", "create or upgrade the tables used for persistence"),
     ("db-copy", "db_copy", "copy a server's stored data to another database"),
+    ("db-prune", "db_prune", "remove expired finished tasks and give their space back"),
     ("register", "register", "register this program as the handler of swarm:// URLs"),
     ("keys", "keys", "manage the local API keys of the embedded auth mode"),
     ("cluster", "cluster", "list or end a cluster deployment's instance actors"),

@@ -24,6 +24,7 @@ from mail.a2a.client import A2AClientMethods
 from mail.client_config import ClientConfig
 from mail.client_http import MAILClientError, MAILHTTPConnection
 from mail.client_sse import MAILEventStream, preview
+from mail.client_webhooks import WebhookClientMethods
 
 __all__ = ["ClientConfig", "MAILClient", "MAILClientError", "MAILEventStream"]
 
@@ -32,7 +33,7 @@ def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-class MAILClient(MAILHTTPConnection, A2AClientMethods):
+class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
     """Async client for a MAIL server; use `async with MAILClient(url, api_key) as client:`."""
 
     # ----------------------------------------------------------------- service and identity
@@ -117,6 +118,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         resume_from: Literal["user_response", "breakpoint_tool_call", "action_review"]
         | None = None,
         attachments: list[dict[str, Any]] | None = None,
+        webhook: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """POST /message and wait for the task's answer: `{"response": ..., "events": ...}`.
@@ -124,14 +126,18 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         Extra keyword arguments (e.g. `breakpoint_tool_call_result`, `max_steps`) travel in the
         body's `kwargs` object. `attachments` are files for agents with team file tools, each
         `{"filename", "content_base64" | "content", "description"?}` (see `attachment_from_file`).
+        `webhook` (`{"url", "events"?, "secret"?}`) has this task's events POSTed to a URL
+        (docs/webhooks.md); the answer's `webhook` names it.
         """
         payload = self._message_payload(
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
         if attachments:
             payload["attachments"] = list(attachments)
+        if webhook is not None:
+            payload["webhook"] = dict(webhook)
         payload["show_events"] = show_events
-        return await self._request_json("POST", "/message", payload=payload)  # type: ignore[no-any-return]
+        return await self._request_json("POST", "/message", payload=payload, starts_work=True)  # type: ignore[no-any-return]
 
     def post_message_stream(
         self,
@@ -159,7 +165,9 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
             payload["attachments"] = list(attachments)
         payload["stream"] = True
         return MAILEventStream(
-            lambda: self._open("POST", "/message", payload=payload, accept="text/event-stream"),
+            lambda: self._open_work(
+                "POST", "/message", payload=payload, accept="text/event-stream"
+            ),
             "POST /message",
         )
 
@@ -187,7 +195,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
             {**kwargs, "decisions": [dict(d) for d in decisions]},
         )
         payload["show_events"] = show_events
-        return await self._request_json("POST", "/message", payload=payload)  # type: ignore[no-any-return]
+        return await self._request_json("POST", "/message", payload=payload, starts_work=True)  # type: ignore[no-any-return]
 
     async def get_pending_reviews(self, task_id: str) -> list[dict[str, Any]]:
         """The calls `task_id` holds for review (empty when nothing waits)."""
@@ -280,7 +288,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
                 "metadata": metadata,
             }
         )
-        return await self._request_json("POST", "/swarms", payload=payload)  # type: ignore[no-any-return]
+        return await self._request_json("POST", "/swarms", payload=payload, starts_work=True)  # type: ignore[no-any-return]
 
     async def dump_swarm(self) -> dict[str, Any]:
         """GET /swarms/dump (admin) — have the server log its swarm template."""
@@ -289,7 +297,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
     async def load_swarm_from_json(self, swarm_json: str) -> dict[str, Any]:
         """POST /swarms/load (admin) — replace the template with ONE swarm object (JSON text)."""
         return await self._request_json(  # type: ignore[no-any-return]
-            "POST", "/swarms/load", payload={"json": swarm_json}
+            "POST", "/swarms/load", payload={"json": swarm_json}, starts_work=True
         )
 
     # ----------------------------------------------------------------- interswarm
@@ -322,7 +330,9 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
                 "ignore_stream_pings": ignore_stream_pings,
             }
         )
-        return await self._request_json("POST", "/interswarm/message", payload=payload)  # type: ignore[no-any-return]
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", "/interswarm/message", payload=payload, starts_work=True
+        )
 
     async def post_interswarm_message(self, message: Mapping[str, Any]) -> dict[str, Any]:
         """Deliver interswarm traffic.
@@ -334,10 +344,10 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         """
         if _is_interswarm_envelope(message):
             return await self._request_json(  # type: ignore[no-any-return]
-                "POST", "/interswarm/forward", payload={"message": dict(message)}
+                "POST", "/interswarm/forward", payload={"message": dict(message)}, starts_work=True
             )
         return await self._request_json(  # type: ignore[no-any-return]
-            "POST", "/interswarm/message", payload=dict(message)
+            "POST", "/interswarm/message", payload=dict(message), starts_work=True
         )
 
     async def post_interswarm_response(self, message: Mapping[str, Any]) -> dict[str, Any]:
@@ -348,7 +358,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
                 "(with message_id, source_swarm, target_swarm, payload, ...)"
             )
         return await self._request_json(  # type: ignore[no-any-return]
-            "POST", "/interswarm/back", payload={"message": dict(message)}
+            "POST", "/interswarm/back", payload={"message": dict(message)}, starts_work=True
         )
 
     # ----------------------------------------------------------------- debug

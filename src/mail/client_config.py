@@ -27,12 +27,19 @@ class ClientConfig(BaseModel):
 
     `timeout` is the total number of seconds one HTTP request (a whole SSE stream included)
     may take; `verbose` makes the client log every request and response at INFO level.
+    `retries` is how many times a call that starts work (it carries an `Idempotency-Key`) is
+    sent again after a transient failure (a connection reset or refused, a timeout before the
+    answer, 502/503/504, 429 with `Retry-After`), waiting `retry_backoff` seconds doubled at
+    each attempt (at most `retry_max_delay`, with jitter) or what `Retry-After` says.
     """
 
     model_config = ConfigDict(extra="ignore")
 
     timeout: float = Field(default=3600.0, gt=0)
     verbose: bool = False
+    retries: int = Field(default=3, ge=0, le=100)
+    retry_backoff: float = Field(default=0.5, ge=0)
+    retry_max_delay: float = Field(default=30.0, ge=0)
 
 
 def find_config_path(path: str | os.PathLike[str] | None = None) -> Path | None:

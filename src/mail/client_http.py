@@ -6,17 +6,27 @@ for JSON routes, `_request_json`; see `mail.client` for the error contract.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiohttp
 
 from mail.client_config import ClientConfig, load_client_config
+from mail.client_retry import (
+    RetryPolicy,
+    new_idempotency_key,
+    retry_after_seconds,
+    still_working,
+    transport_failure,
+)
 from mail.client_sse import describe_error, preview
+
+T = TypeVar("T")
 
 logger = logging.getLogger("mail.client")
 
@@ -32,11 +42,15 @@ def _user_agent() -> str:
 class MAILClientError(RuntimeError):
     """The server answered with an HTTP error status; `detail` is its explanation."""
 
-    def __init__(self, status: int, detail: Any, method: str, path: str) -> None:
+    def __init__(
+        self, status: int, detail: Any, method: str, path: str, retry_after: float | None = None
+    ) -> None:
         self.status = status
         self.detail = detail
         self.method = method
         self.path = path
+        # Seconds of the answer's Retry-After header (429, 503, or a 409 "still working").
+        self.retry_after = retry_after
         detail_text = detail if isinstance(detail, str) else json.dumps(detail)
         super().__init__(f"HTTP request failed with status code {status}: '{detail_text}'")
 
@@ -57,11 +71,21 @@ class MAILHTTPConnection:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         api_key: str | None = None,
         session: aiohttp.ClientSession | None = None,
         config: ClientConfig | None = None,
+        *,
+        url: str | None = None,
+        retries: int | None = None,
     ) -> None:
+        """`retries`: how often a call that starts work is sent again after a transient
+        failure, with the same Idempotency-Key (default: `[client] retries`, 3; 0 = never).
+        See docs/client.md#retries."""
+        if url is not None:  # v1.3's name of the first parameter
+            if base_url is not None:
+                raise TypeError("give the server's URL once: base_url or url, not both")
+            base_url = url
         if not base_url or not base_url.strip():
             raise ValueError("base_url must be a non-empty URL such as http://localhost:8000")
         self.base_url = base_url.strip().rstrip("/")
@@ -70,6 +94,9 @@ class MAILHTTPConnection:
         self.config = config if config is not None else load_client_config()
         self._session = session
         self._owns_session = session is None
+        if retries is not None and retries < 0:
+            raise ValueError("retries must be 0 or more")
+        self.retries = retries
         # Filled by MAILClient.login(); the REPL shows them in its prompt.
         self.user_role: str | None = None
         self.user_id: str | None = None
@@ -125,6 +152,11 @@ class MAILHTTPConnection:
     def _log_level(self) -> int:
         return logging.INFO if self.config.verbose else logging.DEBUG
 
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        retries = self.config.retries if self.retries is None else self.retries
+        return RetryPolicy(retries, self.config.retry_backoff, self.config.retry_max_delay)
+
     # ----------------------------------------------------------------- transport
 
     async def _open(
@@ -135,12 +167,16 @@ class MAILHTTPConnection:
         payload: Any = None,
         params: Mapping[str, str] | None = None,
         accept: str = "application/json",
+        idempotency_key: str | None = None,
     ) -> aiohttp.ClientResponse:
         """Send a request; return the response once its status is known to be < 400."""
         session = self._ensure_session()
         url = f"{self.base_url}{path}"
         logger.log(self._log_level, "-> %s %s", method, url)
-        kwargs: dict[str, Any] = {"headers": self._build_headers({"Accept": accept})}
+        extra = {"Accept": accept}
+        if idempotency_key is not None:
+            extra["Idempotency-Key"] = idempotency_key
+        kwargs: dict[str, Any] = {"headers": self._build_headers(extra)}
         if payload is not None:
             kwargs["json"] = payload
         if params:
@@ -170,8 +206,64 @@ class MAILHTTPConnection:
                 body = f"(error body unreadable: {describe_error(exc)})"
             finally:
                 response.release()
-            raise MAILClientError(response.status, _detail_of(body), method, path)
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            raise MAILClientError(response.status, _detail_of(body), method, path, retry_after)
         return response
+
+    async def _open_work(
+        self,
+        method: str,
+        path: str,
+        *,
+        payload: Any = None,
+        accept: str = "application/json",
+    ) -> aiohttp.ClientResponse:
+        """`_open` for a call that starts work: one fresh Idempotency-Key for every attempt,
+        transient failures retried (see `mail.client_retry`)."""
+        key = new_idempotency_key()
+        return await self._retrying(
+            method,
+            path,
+            lambda: self._open(method, path, payload=payload, accept=accept, idempotency_key=key),
+        )
+
+    async def _retrying(self, method: str, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        policy = self.retry_policy
+        deadline = time.monotonic() + self.config.timeout
+        failures = 0
+        while True:
+            try:
+                return await attempt()
+            except MAILClientError as exc:
+                if still_working(exc.status, exc.retry_after):
+                    # Not a failure (not counted): the first attempt's work goes on; asked
+                    # again until its outcome is there, within the client's timeout.
+                    wait = policy.delay(0, exc.retry_after)
+                    if time.monotonic() + wait > deadline:
+                        raise
+                elif failures < policy.retries and policy.retry_status(exc.status, exc.retry_after):
+                    wait = policy.delay(failures, exc.retry_after)
+                    failures += 1
+                else:
+                    raise
+                reason = f"HTTP {exc.status}"
+            except RuntimeError as exc:
+                cause = exc.__cause__
+                if cause is None or not transport_failure(cause) or failures >= policy.retries:
+                    raise
+                wait = policy.delay(failures)
+                failures += 1
+                reason = describe_error(cause)
+            logger.info(
+                "%s %s: %s; sending it again in %.1f s (same Idempotency-Key; retry %d of %d)",
+                method,
+                path,
+                reason,
+                wait,
+                failures,
+                policy.retries,
+            )
+            await asyncio.sleep(wait)
 
     async def _request_json(
         self,
@@ -180,9 +272,23 @@ class MAILHTTPConnection:
         *,
         payload: Any = None,
         params: Mapping[str, str] | None = None,
+        starts_work: bool = False,
     ) -> Any:
-        response = await self._open(method, path, payload=payload, params=params)
-        raw = await self._read_body(response, method, path)
+        """The JSON answer. With `starts_work` the request carries an Idempotency-Key and is
+        retried after transient failures (a body that could not be read included)."""
+        if starts_work:
+            key = new_idempotency_key()
+
+            async def attempt() -> tuple[aiohttp.ClientResponse, bytes]:
+                answer = await self._open(
+                    method, path, payload=payload, params=params, idempotency_key=key
+                )
+                return answer, await self._read_body(answer, method, path)
+
+            response, raw = await self._retrying(method, path, attempt)
+        else:
+            response = await self._open(method, path, payload=payload, params=params)
+            raw = await self._read_body(response, method, path)
         text = _decode(raw, response.charset)
         content_type = response.headers.get("Content-Type", "(none)")
         try:

@@ -14,8 +14,8 @@ from mail import hooks
 
 
 def start_server(template: Any, port: int = 8000, host: str = "0.0.0.0", **options: Any) -> None:
-    """Serve ``template`` over HTTP (blocks); see ``mail.server.app.run_server_with_template``."""
-    from mail.server.app import run_server_with_template
+    """Serve ``template`` over HTTP (blocks); see ``mail.server.app_factory.run_server_with_template``."""
+    from mail.server.app_factory import run_server_with_template
 
     run_server_with_template(template, port=port, host=host, **options)
 

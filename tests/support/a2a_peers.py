@@ -83,7 +83,11 @@ def sample_a2a_server(directory: Path) -> Iterator[str]:
         yield base
 
 
-def relay_swarms_json(name: str = "hub", peers: tuple[str, ...] = PEERS) -> list[dict[str, Any]]:
+def relay_swarms_json(
+    name: str = "hub", peers: tuple[str, ...] = PEERS, more_targets: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """The relay swarm: `relay` may ask `echo@<peer>` and `stream@<peer>` of each peer, and
+    the `more_targets` (e.g. `worker@beta` of a MAIL peer)."""
     factory = "python::tests.support.interswarm_agents:relay"
     return [
         {
@@ -97,7 +101,8 @@ def relay_swarms_json(name: str = "hub", peers: tuple[str, ...] = PEERS) -> list
                     "name": "relay",
                     "factory": factory,
                     "comm_targets": [
-                        f"{agent}@{peer}" for peer in peers for agent in ("echo", "stream")
+                        *(f"{agent}@{peer}" for peer in peers for agent in ("echo", "stream")),
+                        *more_targets,
                     ],
                     "agent_params": {},
                     "enable_entrypoint": True,
@@ -110,14 +115,21 @@ def relay_swarms_json(name: str = "hub", peers: tuple[str, ...] = PEERS) -> list
     ]
 
 
-def write_relay_swarm(directory: Path, peers: tuple[str, ...] = PEERS) -> None:
-    text = json.dumps(relay_swarms_json(peers=peers))
+def write_relay_swarm(
+    directory: Path, peers: tuple[str, ...] = PEERS, more_targets: tuple[str, ...] = ()
+) -> None:
+    text = json.dumps(relay_swarms_json(peers=peers, more_targets=more_targets))
     (directory / "swarms.json").write_text(text, encoding="utf-8")
 
 
-def hub_server(directory: Path, extra: str, peers: tuple[str, ...] = PEERS) -> ServerProcess:
+def hub_server(
+    directory: Path,
+    extra: str,
+    peers: tuple[str, ...] = PEERS,
+    more_targets: tuple[str, ...] = (),
+) -> ServerProcess:
     """A `mail server` (not started) for the relay swarm `hub`, keys `admin` and `alice`."""
-    write_relay_swarm(directory, peers)
+    write_relay_swarm(directory, peers, more_targets)
     keys_file = directory / "registries" / "keys.json"
     port = free_port()
     config = write_config(directory, port=port, swarm="hub", extra=extra)

@@ -3,7 +3,9 @@ outbound bridge tests and the bench: ``python3 -m tests.support.a2a_sample_serve
 
 * ``/echo`` (card ``/echo/.well-known/agent-card.json``): ``ASK <q>`` asks back
   (``input-required``) and completes the follow-up with ``got: <answer>``; ``FAIL`` fails;
-  ``SLOW <s> <text>`` waits first; ``BIG <n>`` answers n bytes; anything else ``echo: <text>``.
+  ``SLOW <s> <text>`` waits first; ``BIG <n>`` answers n bytes; ``RECALL`` answers
+  ``recall: <what was said before in this context, joined by ' | '>``; ``CONTEXT`` answers
+  ``context: <the contextId it was sent>``; anything else ``echo: <text>``.
 * ``/plain``: the echo agent behind a card without ``capabilities.streaming`` (the SDK's
   client then sends without streaming).
 * ``/stream``: answers in three appended artifact chunks (``one``, ``two``, ``three``), then
@@ -59,13 +61,27 @@ async def _start(context: RequestContext, queue: EventQueue) -> TaskUpdater:
 
 
 class EchoExecutor(AgentExecutor):
+    def __init__(self) -> None:
+        self._said: dict[str, list[str]] = {}  # context id -> the texts it was sent, in order
+
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = context.get_user_input()
+        said = self._said.setdefault(context.context_id or "", [])
+        earlier = list(said)
+        said.append(text)
         # Tasks that ended cannot take messages: a known task is one that asked for input.
         was_asking = context.current_task is not None
         updater = await _start(context, event_queue)
         if was_asking:
             await updater.add_artifact([new_text_part(f"got: {text}")], name="answer")
+            await updater.complete()
+            return
+        about = {
+            "RECALL": f"recall: {' | '.join(earlier)}",
+            "CONTEXT": f"context: {context.context_id}",
+        }
+        if text in about:
+            await updater.add_artifact([new_text_part(about[text])], name="answer")
             await updater.complete()
             return
         if text.startswith("ASK "):

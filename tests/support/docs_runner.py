@@ -215,6 +215,7 @@ class PageRunner:
                 outputs.append(self._flush(chunk, statuses))
                 chunk = []
                 self._check_project(line)
+                self._check_extras(line, server.group("args"))
                 self.start_server(self.map_urls(server.group("args")))
             elif _PLACEHOLDER_EXPORT.match(line):
                 name = _PLACEHOLDER_EXPORT.match(line).group("name")  # type: ignore[union-attr]
@@ -298,7 +299,25 @@ class PageRunner:
                 "uv would not find `mail` there"
             )
 
+    @staticmethod
+    def _check_extras(line: str, arg_text: str) -> None:
+        """``uv run`` installs the project's default dependencies only: cluster mode needs
+        ``--extra cluster`` there (the runner's `uv` shim ignores extras, so say it here)."""
+        words = line.split()
+        if words[:2] != ["uv", "run"] or not _cluster_mode(arg_text):
+            return
+        if "--all-extras" in words or any(
+            a == "--extra" and b == "cluster" for a, b in zip(words, words[1:], strict=False)
+        ):
+            return
+        raise DocsFailure(
+            f"`{line.strip()}` asks for cluster mode without `--extra cluster`: in a fresh "
+            "checkout `uv run` has no Ray, and the server fails to start"
+        )
+
     def start_server(self, arg_text: str) -> Server:
+        if _cluster_mode(arg_text):
+            _require_ray()
         args = shlex.split(arg_text, comments=True)
         expanded = [os.path.expandvars(a) for a in args] if args else []
         doc_port = 8000
@@ -381,6 +400,7 @@ class PageRunner:
             server = _SERVER_LINE.match(command)
             if server:
                 self._check_project(command)
+                self._check_extras(command, server.group("args"))
                 started = self.start_server(server.group("args"))
                 actual = started.output()
             else:
@@ -531,6 +551,28 @@ class _Repl:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def _cluster_mode(arg_text: str) -> bool:
+    args = shlex.split(arg_text, comments=True)
+    if "--cluster" not in args:
+        return False
+    index = args.index("--cluster")
+    return index + 1 < len(args) and args[index + 1] != "none"
+
+
+def _require_ray() -> None:
+    """A page that starts a cluster-mode server needs Ray (``uv sync --extra cluster``): it
+    is skipped without it, or fails with ``MAIL_REQUIRE_RAY=1`` (CI), as the cluster tests."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is not None:
+        return
+    if os.environ.get("MAIL_REQUIRE_RAY") == "1":
+        raise DocsFailure("Ray is required (uv sync --extra cluster) but not installed")
+    import pytest
+
+    pytest.skip("Ray not installed (uv sync --extra cluster; MAIL_REQUIRE_RAY=1 fails instead)")
 
 
 def _test_database_url() -> str:

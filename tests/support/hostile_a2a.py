@@ -10,7 +10,9 @@ that interface according to the mode:
 * ``garbage``: ``200`` with HTML;
 * ``elsewhere``: the card's interface is the *collector* (another port, another origin);
 * ``hugecard``: the card itself is 3 MB;
-* ``errorplain``: a JSON-RPC error whose message is 500,000 characters.
+* ``errorplain``: a JSON-RPC error whose message is 500,000 characters;
+* ``drip``, ``dripleft`` (``DRIPS``): the card comes a byte every 0.2 s, for ever; when the
+  reader hangs up, ``closed_by_caller[mode]`` is set.
 
 The modes of ``STREAMS`` have a card saying ``capabilities.streaming`` and answer with an event
 stream (``_stream_events``): an answer followed by more (``lingers`` keeps the stream open
@@ -36,6 +38,8 @@ BIG = 3 * 1024 * 1024
 LOUD = 500_000  # characters of a hostile error message
 STREAMS = ("lingers", "asks", "flips", "others", "bigfields", "failsloud", "errorevent", "sseerror")
 LINGERING = ("lingers", "asks")
+DRIPS = ("drip", "dripleft")
+DRIP_EVERY = 0.2  # seconds between two bytes of a dripping card
 
 
 def _completed(request_id: Any, context_id: str, text: str) -> dict[str, Any]:
@@ -123,6 +127,9 @@ def _handler(owner: HostileA2A, collector: bool) -> type[BaseHTTPRequestHandler]
 
         def do_GET(self) -> None:  # noqa: N802
             mode = self.path.strip("/").split("/")[0]
+            if mode in DRIPS:
+                self._drip(mode)
+                return
             base = owner.collector_url if mode == "elsewhere" else f"{owner.url}/{mode}"
             card: dict[str, Any] = {
                 "name": "someone-else",
@@ -165,6 +172,19 @@ def _handler(owner: HostileA2A, collector: bool) -> type[BaseHTTPRequestHandler]
                     200, json.dumps(_completed(request.get("id"), context_id, text)).encode()
                 )
 
+        def _drip(self, mode: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(BIG))
+            self.end_headers()
+            try:
+                while not owner.stopping.is_set():
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    owner.stopping.wait(DRIP_EVERY)
+            except (BrokenPipeError, ConnectionResetError):
+                owner.closed_by_caller[mode].set()
+
         def _stream(self, mode: str, request_id: Any, context_id: str) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -200,7 +220,7 @@ class HostileA2A:
     def __init__(self) -> None:
         self.seen_auth: list[str | None] = []
         self.collector_auth: list[str | None] = []
-        self.closed_by_caller = {mode: threading.Event() for mode in LINGERING}
+        self.closed_by_caller = {mode: threading.Event() for mode in (*LINGERING, *DRIPS)}
         self.stopping = threading.Event()
         self._servers = [
             _Server(("127.0.0.1", 0), _handler(self, collector=False)),

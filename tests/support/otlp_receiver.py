@@ -23,6 +23,8 @@ class ReceivedSpan:
     trace_id: str
     span_id: str
     parent_span_id: str
+    # (trace id, span id) of each span this one links to (hex)
+    links: tuple[tuple[str, str], ...] = ()
 
 
 class OTLPReceiver:
@@ -81,6 +83,7 @@ class OTLPReceiver:
                             span.trace_id.hex(),
                             span.span_id.hex(),
                             span.parent_span_id.hex(),
+                            tuple((ln.trace_id.hex(), ln.span_id.hex()) for ln in span.links),
                         )
                     )
         with self.changed:

@@ -14,7 +14,7 @@ import uvicorn
 
 from mail.api import MAILSwarmTemplate
 from mail.config import ServerConfig
-from mail.server.app import create_app
+from mail.server.app_factory import create_app
 
 MODELS = {"completions": "openai/gpt-4o-mini", "responses": "openai/gpt-5-mini"}
 ECHO = "python::tests.support.scripted_agents:echo_action"

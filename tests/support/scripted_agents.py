@@ -332,11 +332,11 @@ def user_message(
 
 
 def event_names(runtime: MAILRuntime, task_id: str) -> list[str]:
-    return [e.event for e in runtime.get_events_by_task_id(task_id)]
+    return [e.event for e in runtime.get_task_events(task_id)]
 
 
 def events_named(runtime: MAILRuntime, task_id: str, name: str) -> list[Any]:
-    return [e for e in runtime.get_events_by_task_id(task_id) if e.event == name]
+    return [e for e in runtime.get_task_events(task_id) if e.event == name]
 
 
 def tool_results(history: list[dict[str, Any]]) -> list[str]:

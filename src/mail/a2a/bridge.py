@@ -1,9 +1,9 @@
 """The SDK objects of the inbound bridge, built once per server on first use.
 
-The SDK's ``DefaultRequestHandler`` (tasks, streaming, get, cancel, resubscribe) runs our
-``MAILAgentExecutor``; its in-memory task store is scoped per MAIL caller (``role:id``), so
-one caller's A2A tasks are invisible to another, like their MAIL tasks are, and bounded per
-caller (``mail.a2a.store``).
+The SDK's request handler (tasks, streaming, get, cancel, resubscribe), with MAIL's rules on
+top (``mail.a2a.handler``), runs our ``MAILAgentExecutor``; its in-memory task store is scoped
+per MAIL caller (``role:id``), so one caller's A2A tasks are invisible to another, like their
+MAIL tasks are, and bounded per caller (``mail.a2a.store``).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import AgentCard
 from starlette.requests import Request
 
 from mail.a2a.card import build_agent_card
-from mail.a2a.executor import MAILAgentExecutor
+from mail.a2a.dedupe import MessageIdDedupingHandler
+from mail.a2a.handler import MAILRequestHandler
 from mail.a2a.store import BoundedTaskStore
 
 # A malformed request is the client's mistake (it gets a JSON-RPC error saying so), not a
@@ -70,22 +70,36 @@ class CallerContextBuilder(ServerCallContextBuilder):
 @dataclass
 class InboundBridge:
     card: AgentCard
-    handler: DefaultRequestHandler
+    handler: MAILRequestHandler
     dispatcher: JsonRpcDispatcher
 
     async def aclose(self) -> None:
         await self.handler.aclose()
 
 
+class _Handler(MessageIdDedupingHandler, MAILRequestHandler):
+    """A repeated messageId is answered first (with its task), then the checks of a new
+    message (role, one message at a time per task) and the SDK's handling."""
+
+
 def build_bridge(state: Any) -> InboundBridge:
     card = build_agent_card(state)
     settings = state.config.settings
-    handler = DefaultRequestHandler(
-        agent_executor=MAILAgentExecutor(lambda: state),
-        task_store=BoundedTaskStore(
-            settings.max_a2a_tasks_per_caller, settings.max_a2a_task_bytes_per_caller
-        ),
-        agent_card=card,
+    push: dict[str, Any] = {}
+    if state.webhooks is not None:  # push notifications ride the server's push delivery
+        from mail.a2a.push import PushConfigs, PushSender
+
+        push = {
+            "push_config_store": PushConfigs(lambda: state.webhooks),
+            "push_sender": PushSender(lambda: state.webhooks),
+        }
+    handler = _Handler(
+        lambda: state,
+        BoundedTaskStore(settings.max_a2a_tasks_per_caller, settings.max_a2a_task_bytes_per_caller),
+        card,
+        max_messages=settings.max_a2a_tasks_per_caller,
+        interrupted_task_timeout=settings.a2a_interrupted_task_timeout,
+        **push,
     )
     # v0.3 compatibility: clients (and curl) that send no A2A-Version header speak 0.3.
     dispatcher = JsonRpcDispatcher(

@@ -136,4 +136,4 @@ class A2AClientMethods:
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
         """POST /task/cancel — stop one of your tasks."""
         request = self._request_json  # type: ignore[attr-defined]
-        return await request("POST", "/task/cancel", payload={"task_id": task_id})  # type: ignore[no-any-return]
+        return await request("POST", "/task/cancel", payload={"task_id": task_id}, starts_work=True)  # type: ignore[no-any-return]

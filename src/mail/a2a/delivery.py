@@ -18,7 +18,7 @@ def deliverer(state: Any) -> Deliver:
 
         inst = await _instance_for_back(state, envelope)
         async with state.instances.lease(inst):
-            inst.swarm.receive_interswarm_message(envelope, "back")
+            inst.swarm.accept_interswarm_message(envelope, "back")
 
     return deliver
 

@@ -1,19 +1,26 @@
 """The A2A ``AgentExecutor`` that runs A2A messages as MAIL tasks of the caller's instance.
 
-One A2A message is one MAIL message (``mapping.inbound_message``); the MAIL task is the A2A
-context (``mapping.mail_task_id``). While the task runs, each MAIL event becomes a
-``working`` status update whose metadata carries it (``mail_event``: name, per-task id and
-data); the task's answer becomes the ``response`` artifact and the ``completed`` status. A
-breakpoint or review pause becomes ``input-required`` with a data part saying what to send
-back (``mapping.pause_payload``). What ``POST /message`` refuses (400, 404, 409, 413, 429)
-becomes ``rejected`` with the same explanation; a task error or timeout ``failed``.
+One A2A message is one MAIL message (``mapping.inbound_request``, checked as ``POST /message``
+checks its body); the MAIL task is the A2A context (``mapping.mail_task_id``). While the task
+runs, each MAIL event becomes a ``working`` status update whose metadata carries it
+(``mail_event``: name, per-task id and data); the task's answer becomes the ``response``
+artifact and the ``completed`` status. A breakpoint or review pause becomes ``input-required``
+with a data part saying what to send back (``mapping.pause_payload``). What ``POST /message``
+refuses (400, 404, 409, 413, 429) becomes ``rejected`` with the same explanation; a task error
+or timeout ``failed``.
+
+Cancelling is the request handler's (``mail.a2a.handler``): it stops the MAIL task first and
+marks the A2A task ``cancelling`` here, so that from then on ``execute`` writes nothing more of
+its own (its answer, a rejection) and ``cancel`` alone writes the ``canceled`` state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from a2a.helpers.proto_helpers import (
@@ -24,15 +31,16 @@ from a2a.helpers.proto_helpers import (
     new_text_part,
 )
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.agent_execution.active_task import TERMINAL_TASK_STATES
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import TaskState
 from fastapi import HTTPException
 
 from mail.a2a import mapping
-from mail.a2a.cancel import CANCELLED_SUBJECT, cancel_caller_task
+from mail.a2a.cancel import CANCELLED_SUBJECT
 from mail.a2a.service import run_events
-from mail.server.bodies import MessageRequest
+from mail.server.bodies import parse_message_request
 
 logger = logging.getLogger("mail.a2a")
 
@@ -41,6 +49,7 @@ _PAUSES = {
     "waiting_for_breakpoint": mapping.PAUSE_BREAKPOINT,
     "waiting_for_review": mapping.PAUSE_REVIEW,
 }
+CANCELLED_TEXT = "The task was cancelled."
 
 
 # A blocking send (neither streamed nor `returnImmediately`) answers with the final task only.
@@ -58,8 +67,10 @@ def shows_progress(context: RequestContext) -> bool:
     return bool(config is not None and config.return_immediately)
 
 
-def caller_of(context: RequestContext) -> Any:
-    caller = context.call_context.state.get("mail_caller")
+def caller_of(context: Any) -> Any:
+    """The MAIL caller of a request (a ``RequestContext`` or a ``ServerCallContext``)."""
+    state = getattr(context, "call_context", context).state
+    caller = state.get("mail_caller")
     if caller is None:  # the bridge's routes always authenticate first
         raise RuntimeError("A2A request without an authenticated MAIL caller")
     return caller
@@ -68,20 +79,44 @@ def caller_of(context: RequestContext) -> Any:
 class MAILAgentExecutor(AgentExecutor):
     def __init__(self, state: Callable[[], Any]) -> None:
         self._state = state
-        # A2A task ids whose `execute` is in flight, and those of them an A2A `CancelTask`
-        # is ending (that path writes the canceled state; any other MAIL cancel, such as
-        # POST /task/cancel, leaves it to `execute`).
+        # A2A task ids whose `execute` is in flight, and those a cancel is ending (counted:
+        # two cancels of one task may overlap).
         self._running: set[str] = set()
-        self._cancelling: set[str] = set()
+        self._cancelling: Counter[str] = Counter()
+
+    def is_running(self, task_id: str) -> bool:
+        return task_id in self._running
+
+    def is_cancelling(self, task_id: str) -> bool:
+        return task_id in self._cancelling
+
+    @contextlib.contextmanager
+    def cancelling(self, task_id: str) -> Iterator[None]:
+        """While this lasts, ``execute`` of ``task_id`` writes no state of its own."""
+        self._cancelling[task_id] += 1
+        try:
+            yield
+        finally:
+            self._cancelling[task_id] -= 1
+            if self._cancelling[task_id] <= 0:
+                del self._cancelling[task_id]
+
+    def _stopped(self, task_id: str) -> bool:
+        return task_id in self._cancelling
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
+        current = context.current_task
+        if current is not None and current.status.state in TERMINAL_TASK_STATES:
+            # The request handler refuses messages to an ended task; one that got queued
+            # behind the task's last message anyway changes nothing (no COMPLETED -> WORKING).
+            logger.info("A2A task %s has ended: a message queued behind it is dropped", task_id)
+            return
         self._running.add(task_id)
         try:
             await self._execute(context, event_queue, task_id)
         finally:
             self._running.discard(task_id)
-            self._cancelling.discard(task_id)
 
     async def _execute(
         self, context: RequestContext, event_queue: EventQueue, task_id: str
@@ -97,19 +132,14 @@ class MAILAgentExecutor(AgentExecutor):
             )
         updater = TaskUpdater(event_queue, task_id, context_id)
         parts = list(message.parts) if message is not None else []
-        inbound = mapping.inbound_message(get_text_parts(parts), get_data_parts(parts))
-        if not inbound.body and inbound.resume_from is None:
-            await _say(updater, TaskState.TASK_STATE_REJECTED, "no message provided")
-            return
         mail_id = mapping.mail_task_id(context_id)
-        req = MessageRequest(
-            body=inbound.body,
-            subject=inbound.subject,
-            entrypoint=inbound.entrypoint,
-            task_id=mail_id,
-            resume_from=inbound.resume_from,
-            kwargs=inbound.kwargs,
-        )
+        try:
+            req = parse_message_request(
+                mapping.inbound_request(get_text_parts(parts), get_data_parts(parts), mail_id)
+            )
+        except HTTPException as exc:
+            await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
+            return
         await updater.start_work()
         answer: str | None = None
         failed = False
@@ -122,27 +152,28 @@ class MAILAgentExecutor(AgentExecutor):
                     answer = str(json.loads(event.data).get("response", ""))
                     failed = event.event == "task_error"
                     break
-                if not progress:
+                if not progress or self._stopped(task_id):
                     continue
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,
                     metadata=mapping.event_metadata(event.event, event.id, event.data),
                 )
         except HTTPException as exc:
-            await _say(updater, TaskState.TASK_STATE_REJECTED, f"{exc.status_code}: {exc.detail}")
+            await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
         await self._finish(state, caller, updater, mail_id, answer or "", failed)
 
     async def _finish(
         self, state: Any, caller: Any, updater: TaskUpdater, mail_id: str, answer: str, failed: bool
     ) -> None:
+        if self._stopped(updater.task_id):
+            return  # a cancel is ending the task: it writes the state
         inst = state.instances.peek(caller.role, caller.id)
         task = inst.swarm.get_task_by_id(mail_id) if inst is not None else None
         response = getattr(task, "response", None) or {}
         subject = response.get("message", {}).get("subject", "") if response else ""
-        if subject == CANCELLED_SUBJECT:
-            if updater.task_id not in self._cancelling:  # cancelled outside A2A
-                await _say(updater, TaskState.TASK_STATE_CANCELED, answer)
+        if subject == CANCELLED_SUBJECT:  # cancelled outside A2A (POST /task/cancel, ...)
+            await self._say(updater, TaskState.TASK_STATE_CANCELED, answer)
             return
         pause = _PAUSES.get(task.state.value) if task is not None else None
         if pause is not None:
@@ -152,25 +183,23 @@ class MAILAgentExecutor(AgentExecutor):
             )
             return
         if failed or subject in _FAILED_SUBJECTS:
-            await _say(updater, TaskState.TASK_STATE_FAILED, answer)
+            await self._say(updater, TaskState.TASK_STATE_FAILED, answer)
             return
         await updater.add_artifact([new_text_part(answer)], name="response", last_chunk=True)
         await updater.complete(updater.new_agent_message([new_text_part(answer)]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        state = self._state()
-        caller = caller_of(context)
-        context_id = context.context_id or ""
-        if context.task_id in self._running:
-            self._cancelling.add(context.task_id)
-        try:
-            await cancel_caller_task(
-                state, caller, mapping.mail_task_id(context_id), "cancelled over A2A"
-            )
-        except HTTPException:
-            pass  # no MAIL task yet (rejected before it started): only the A2A task ends
-        updater = TaskUpdater(event_queue, context.task_id or "", context_id)
-        await _say(updater, TaskState.TASK_STATE_CANCELED, "The task was cancelled.")
+        # The MAIL task was stopped by the request handler before the SDK called this.
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        await _say(updater, TaskState.TASK_STATE_CANCELED, CANCELLED_TEXT)
+
+    async def _say(self, updater: TaskUpdater, state: int, text: str) -> None:
+        if not self._stopped(updater.task_id):
+            await _say(updater, state, text)
+
+
+def _refusal(exc: HTTPException) -> str:
+    return f"{exc.status_code}: {exc.detail}"
 
 
 async def _say(updater: TaskUpdater, state: int, text: str) -> None:

@@ -10,6 +10,9 @@ Inbound message shape (documented in docs/a2a.md):
 * a data part may also carry ``"entrypoint"``, ``"subject"`` and ``"max_steps"``;
 * anything else continues the MAIL task with the text (``user_response``).
 
+The result is checked as a ``POST /message`` body is (``inbound_request``), so the bridge
+refuses what ``/message`` refuses, with the same words.
+
 The MAIL task id is derived from the A2A ``contextId`` (the context *is* the MAIL task): a
 new A2A task in the same context continues the MAIL task with its agents' memory, and an
 ``input-required`` A2A task resumed with a follow-up message resumes the paused MAIL task.
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 # Any contextId that is not a UUID is mapped onto one, stably, inside this namespace.
@@ -37,43 +39,50 @@ def mail_task_id(context_id: str) -> str:
         return str(uuid.uuid5(_CONTEXT_NAMESPACE, context_id))
 
 
-@dataclass
-class InboundMessage:
-    body: str
-    resume_from: str | None = None
-    entrypoint: str | None = None
-    subject: str = "New Message"
-    kwargs: dict[str, Any] = field(default_factory=dict)
+# Doubles represent every integer up to 2**53 exactly; past that a "whole" double is not the
+# integer the sender meant (1e300 would become a 301-digit step limit).
+_EXACT_INTS = 2**53
 
 
-def _int_or_none(value: Any) -> Any:
-    # A2A data parts carry numbers as doubles (google.protobuf.Value).
-    if isinstance(value, float) and value.is_integer():
+def _number(value: Any) -> Any:
+    """A data part's number as ``POST /message`` would have received it.
+
+    A2A data parts carry numbers as doubles (``google.protobuf.Value``): a whole one within
+    the exactly representable range becomes an int; anything else stays as it is, for the
+    ``/message`` checks to refuse as they refuse it there.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT_INTS:
         return int(value)
     return value
 
 
-def inbound_message(texts: list[str], data: list[Any]) -> InboundMessage:
-    """What a MAIL ``POST /message`` would have been for these A2A parts."""
-    msg = InboundMessage(body="\n".join(t for t in texts if t))
+def inbound_request(texts: list[str], data: list[Any], task_id: str) -> dict[str, Any]:
+    """The ``POST /message`` body these A2A parts stand for, for task ``task_id``.
+
+    Checked afterwards by the same code as ``/message`` bodies
+    (``mail.server.bodies.parse_message_request``), so both refuse the same things.
+    """
+    body: dict[str, Any] = {"body": "\n".join(t for t in texts if t), "task_id": task_id}
+    kwargs: dict[str, Any] = {}
     for item in data:
         if not isinstance(item, dict):
             continue
         if "breakpoint_tool_call_result" in item:
-            msg.resume_from = "breakpoint_tool_call"
-            msg.kwargs["breakpoint_tool_call_result"] = item["breakpoint_tool_call_result"]
-            if isinstance(item.get("breakpoint_tool_caller"), str):
-                msg.kwargs["breakpoint_tool_caller"] = item["breakpoint_tool_caller"]
+            body["resume_from"] = "breakpoint_tool_call"
+            kwargs["breakpoint_tool_call_result"] = item["breakpoint_tool_call_result"]
+            if "breakpoint_tool_caller" in item:
+                kwargs["breakpoint_tool_caller"] = item["breakpoint_tool_caller"]
         if "decisions" in item:
-            msg.resume_from = "action_review"
-            msg.kwargs["decisions"] = item["decisions"]
-        if isinstance(item.get("entrypoint"), str):
-            msg.entrypoint = item["entrypoint"]
-        if isinstance(item.get("subject"), str):
-            msg.subject = item["subject"]
+            body["resume_from"] = "action_review"
+            kwargs["decisions"] = item["decisions"]
+        for key in ("entrypoint", "subject"):
+            if key in item:
+                body[key] = item[key]
         if "max_steps" in item:
-            msg.kwargs["max_steps"] = _int_or_none(item["max_steps"])
-    return msg
+            kwargs["max_steps"] = _number(item["max_steps"])
+    if kwargs:
+        body["kwargs"] = kwargs
+    return body
 
 
 def event_metadata(name: str, event_id: str | None, data_json: str) -> dict[str, Any]:

@@ -5,8 +5,9 @@ An entry is registered like a MAIL swarm (``POST /swarms``, the registry file) w
 ``<base_url>/.well-known/agent-card.json``). Its health check reads the card.
 
 Sending (``InterswarmRouter.send_interswarm`` hands envelopes for such entries here): the
-MAIL message body becomes the text of an A2A message, its MAIL task id the A2A
-``contextId``; the SDK client (over :mod:`mail.a2a.peer_http`: address guard and byte cap)
+MAIL message body becomes the text of an A2A message whose ``contextId`` stands for the
+sending task and its caller (``mail.a2a.peer_conversations``: one conversation per caller's
+task, naming neither); the SDK client (over :mod:`mail.a2a.peer_http`: address guard and byte cap)
 sends it and waits, within the router's ``interswarm_timeout``, for the A2A task to end or
 pause. A peer whose card says ``capabilities.streaming`` is sent to with the SDK's streaming
 send, and each status or artifact update it sends meanwhile becomes an
@@ -19,7 +20,7 @@ another one a card names. The outcome comes back to the sender as a MAIL respons
 
 * ``completed`` (or a plain message): the artifacts' text (else the status message's text);
 * ``input-required`` / ``auth-required``: subject ``Input required: ...`` and the agent's
-  question; the sender's next message to the peer in this task continues that A2A task;
+  question; the next message of the same caller's task to the peer continues that A2A task;
 * runtime notices (subjects starting with ``::``, e.g. the task-end notice) are not sent;
 * ``failed`` / ``rejected`` / ``canceled``, a timeout, a refused address, an answer over the
   cap, a dead peer: an ``::interswarm_error::`` to the sender (nothing is delivered), and an
@@ -36,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from mail.a2a.peer_conversations import PeerConversations
 from mail.a2a.peer_updates import (
     PeerTaskFeed,
     Progress,
@@ -66,13 +68,31 @@ def card_url(base_url: str, metadata: dict[str, Any] | None) -> str:
     return str(given) if given else base_url.rstrip("/") + CARD_PATH
 
 
-async def fetch_card_info(swarm_name: str, url: str, timeout: float) -> dict[str, Any]:
-    """The registry's view of an A2A agent (as ``fetch_swarm_info`` gives for MAIL peers)."""
+def card_deadline(timeout: float) -> float:
+    """Seconds one whole read of an agent card may take: ``timeout`` (the registry's check
+    timeout) or ``[stdlib.http] total_timeout``, whichever is shorter. Each step of the read
+    also has ``timeout``; this bounds a card that arrives a byte at a time."""
+    from mail.stdlib._common import settings
+
+    return min(timeout, settings().http.total_timeout)
+
+
+async def read_card(http: httpx.AsyncClient, url: str, deadline: float) -> Any:
+    """The agent card at ``url``, read within ``deadline`` seconds in all."""
     from a2a.client import A2ACardResolver
 
     try:
+        async with asyncio.timeout(deadline):
+            return await A2ACardResolver(http, url, agent_card_path="").get_agent_card()
+    except TimeoutError:
+        raise TimeoutError(f"reading the card took longer than {deadline:g}s") from None
+
+
+async def fetch_card_info(swarm_name: str, url: str, timeout: float) -> dict[str, Any]:
+    """The registry's view of an A2A agent (as ``fetch_swarm_info`` gives for MAIL peers)."""
+    try:
         async with a2a_http(timeout) as http:
-            card = await A2ACardResolver(http, url, agent_card_path="").get_agent_card()
+            card = await read_card(http, url, card_deadline(timeout))
     except Exception as exc:  # noqa: BLE001 - every failure is a registration error
         raise InterswarmError(
             f"failed to read the A2A agent card at {url}: {exc}", swarm_name=swarm_name
@@ -110,8 +130,8 @@ class A2APeers:
         self._deliver = deliver
         self._report = report
         self._limits = limits or UpdateLimits()
-        # (peer, MAIL task id) -> the A2A task waiting for input there.
-        self._waiting_input: dict[tuple[str, str], str] = {}
+        # Per (peer, caller, MAIL task): the context sent, the peer's task waiting for input.
+        self._conversations = PeerConversations()
         # peer -> (card URL, card): read once, again after a failure or a new registration.
         self._cards: dict[str, tuple[str, Any]] = {}
 
@@ -148,14 +168,15 @@ class A2APeers:
     async def _exchange(
         self, endpoint: dict[str, Any], envelope: dict[str, Any], token: str | None, timeout: float
     ) -> tuple[str, str, str]:
-        from a2a.client import A2ACardResolver, ClientConfig, create_client
+        from a2a.client import ClientConfig, create_client
 
         from mail.a2a.client import user_message
 
         payload = envelope["payload"]
         swarm = endpoint["swarm_name"]
         task_id = payload["task_id"]
-        waiting = self._waiting_input.pop((swarm, task_id), "")
+        caller = (swarm, str(envelope["task_owner"]), task_id)
+        waiting = self._conversations.take_waiting(*caller)
         url = card_url(endpoint["base_url"], endpoint.get("metadata"))
         auth = None
         if token:
@@ -169,14 +190,16 @@ class A2APeers:
             if cached is not None and cached[0] == url:
                 card = cached[1]
             else:
-                card = await A2ACardResolver(http, url, agent_card_path="").get_agent_card()
+                card = await read_card(http, url, card_deadline(timeout))
                 self._cards[swarm] = (url, card)
             # The SDK streams only when the card says the agent can (else one blocking send).
             config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)
             client = await create_client(card, config)
             try:
                 request = user_message(
-                    payload.get("body") or "(empty message)", context_id=task_id, task_id=waiting
+                    payload.get("body") or "(empty message)",
+                    context_id=self._conversations.context_id(*caller),
+                    task_id=waiting,
                 )
                 events = client.send_message(request)
                 try:
@@ -190,7 +213,7 @@ class A2APeers:
                     await self._progress(envelope, feed.overflow())
             finally:
                 await client.close()
-        return self._outcome(swarm, task_id, payload.get("subject") or "", feed)
+        return self._outcome(caller, payload.get("subject") or "", feed)
 
     async def _progress(self, envelope: dict[str, Any], progress: Progress | None) -> None:
         if progress is None or self._report is None:
@@ -201,12 +224,13 @@ class A2APeers:
             logger.debug("an A2A progress event was not recorded", exc_info=True)
 
     def _outcome(
-        self, swarm: str, task_id: str, subject: str, feed: PeerTaskFeed
+        self, caller: tuple[str, str, str], subject: str, feed: PeerTaskFeed
     ) -> tuple[str, str, str]:
         """(subject, body, A2A state) of the peer's answer; raises for a failed task."""
         from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
         from a2a.types.a2a_pb2 import TaskState
 
+        swarm = caller[0]
         reply = f"Re: {subject}" if subject else "Re:"
         if feed.message is not None:
             return reply, get_message_text(feed.message), "message"
@@ -218,7 +242,7 @@ class A2APeers:
         name = state_name(state)
         reason = clip_reason(said, self._limits.max_chars)
         if state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
-            self._waiting_input[(swarm, task_id)] = task.id
+            self._conversations.wait(*caller, task.id)
             return f"Input required: {subject}", said or "(the agent asks for more input)", name
         if state == TaskState.TASK_STATE_COMPLETED:
             texts = [get_artifact_text(a) for a in task.artifacts]

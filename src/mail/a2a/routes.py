@@ -1,8 +1,9 @@
-"""HTTP routes of the A2A bridge, installed by ``mail.server.app`` (``server/front_doors.py``).
+"""HTTP routes of the A2A bridge, installed by ``mail.server.app_factory`` (``server/front_doors.py``).
 
 * ``GET /.well-known/agent-card.json`` — the swarm's Agent Card (public, like ``GET /``);
 * ``POST /a2a`` — the A2A JSON-RPC binding (bearer API key, as ``/message``; a streaming
-  method takes one of the caller's event stream slots, as ``POST /message`` with a stream);
+  method takes one of the caller's event stream slots, as ``POST /message`` with a stream,
+  and its stream is bounded for a slow reader, ``mail.a2a.stream``);
 * ``POST /task/cancel`` — cancel one of your MAIL tasks (``{"task_id": ...}``).
 
 The SDK is imported and its objects built on the first A2A request (a server nobody reaches
@@ -18,13 +19,13 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
+from mail.a2a.stream import bounded_stream
 from mail.server.auth import caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
-from mail.server.stream_quota import StreamSlot
 
 logger = logging.getLogger("mail.a2a")
 
@@ -70,13 +71,12 @@ async def agent_card(request: Request) -> Response:
     return JSONBody(agent_card_to_dict(_bridge(request).card))
 
 
-# JSON-RPC 2.0's parse error: a body nested deeper than the parser's recursion limit is one
-# (the SDK would answer an internal error, with a traceback in the server's log).
-_TOO_DEEP = {
-    "jsonrpc": "2.0",
-    "id": None,
-    "error": {"code": -32700, "message": "Parse error: the JSON body is nested too deeply"},
-}
+def _parse_error(reason: str) -> JSONBody:
+    """JSON-RPC 2.0's parse error. A body that is not UTF-8, or nested deeper than the parser's
+    recursion limit, is one too (the SDK would answer an internal error, with a traceback in
+    the server's log)."""
+    error = {"code": -32700, "message": f"Parse error: {reason}"}
+    return JSONBody({"jsonrpc": "2.0", "id": None, "error": error})
 
 
 # The methods answered with an event stream (1.0 names and 0.3 ones): each takes one of the
@@ -86,42 +86,35 @@ _STREAMING = frozenset(
 )
 
 
-class _HoldingSlot(Response):
-    """The dispatcher's response, giving the caller's stream slot back however it ends."""
-
-    def __init__(self, inner: Response, slot: StreamSlot) -> None:
-        self._inner = inner
-        self._slot = slot
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self._inner(scope, receive, send)
-        finally:
-            self._slot.release()
-
-
 async def a2a_jsonrpc(request: Request) -> Response:
     caller = request.state.mail_caller = await caller_admin_or_user(request)
     try:
         body = await request.json()  # parsed once: Starlette keeps it for the SDK's dispatcher
     except RecursionError:
-        return JSONBody(_TOO_DEEP)
-    except ValueError:
-        body = None  # the dispatcher answers the parse error
-    slot = None
+        return _parse_error("the JSON body is nested too deeply")
+    except UnicodeDecodeError:
+        return _parse_error("the body is not UTF-8 text")
+    except ValueError as exc:
+        return _parse_error(f"the body is not JSON ({exc})")
     method = body.get("method") if isinstance(body, dict) else None
     request.state.a2a_method = method  # the executor skips per-event updates nobody can see
-    if method in _STREAMING:
-        slot = get_state(request).stream_slots.acquire(caller.role, caller.id)  # 429 when full
+    if method not in _STREAMING:
+        return await _bridge(request).dispatcher.handle_requests(request)  # type: ignore[no-any-return]
+    state = get_state(request)
+    slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 when full
     try:
         response: Response = await _bridge(request).dispatcher.handle_requests(request)
+        streamed = bounded_stream(response, body.get("id"), state, slot)
     except BaseException:
-        if slot is not None:
-            slot.release()
+        slot.release()
         raise
-    return response if slot is None else _HoldingSlot(response, slot)
+    if streamed is None:  # the SDK answered an error instead of a stream
+        slot.release()
+        return response
+    return streamed
 
 
+@idempotent()  # Idempotency-Key (server/idempotency.py)
 async def cancel_task(request: Request) -> Response:
     caller = await caller_admin_or_user(request)
     task_id = parse_task_id(await read_json_object(request), None)

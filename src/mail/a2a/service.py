@@ -18,7 +18,7 @@ from mail.server.bodies import MessageRequest
 async def run_events(state: Any, caller: Any, req: MessageRequest) -> AsyncIterator[TaskEvent]:
     """The task's events for this message, ending with ``task_complete`` or ``task_error``."""
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    messaging._prepare(state, inst, req)
+    await messaging.prepare(state, inst, req)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     events = inst.swarm.stream_events(
         req.body,
@@ -40,3 +40,16 @@ async def task_state(state: Any, caller: Any, task_id: str) -> str | None:
     inst = state.instances.peek(caller.role, caller.id)
     task = inst.swarm.get_task_by_id(task_id) if inst is not None else None
     return task.state.value if task is not None else None
+
+
+def was_cancelled(state: Any, caller: Any, task_id: str) -> bool:
+    """Whether one of the caller's MAIL tasks ended by being cancelled (and stayed so)."""
+    from mail.a2a.cancel import CANCELLED_SUBJECT
+    from mail.core.tasks import TaskState
+
+    inst = state.instances.peek(caller.role, caller.id)
+    task = inst.swarm.get_task_by_id(task_id) if inst is not None else None
+    if task is None or task.state is not TaskState.COMPLETED:
+        return False
+    response = getattr(task, "response", None) or {}
+    return bool(response.get("message", {}).get("subject") == CANCELLED_SUBJECT)

@@ -13,7 +13,10 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from mail.core.actions import ActionCore, ActionFunction
 from mail.core.review import normalize_review
 from mail.core.tools import pydantic_model_to_tool
-from mail.swarms_json.validation import check_parameters_schema
+from mail.swarms_json.validation import (
+    check_parameters_schema,
+    validate_action_from_swarms_json,
+)
 from mail.utils.parsing import read_python_string
 
 ToolStyle = Literal["responses", "completions"]
@@ -46,6 +49,9 @@ class MAILAction:
         self._validate()
         # Decisions a person may take before this action runs (None: runs unreviewed).
         self.review: list[str] | None = normalize_review(review, f"action '{name}'")
+        # Set by @action: the decorated function and the pydantic model of its payload.
+        self.callback: Callable[..., Any] | None = None
+        self.parameters_model: type[BaseModel] | None = None
 
     # ------------------------------------------------------------------ construction
     def _validate(self) -> None:
@@ -92,14 +98,22 @@ class MAILAction:
         )
 
     @classmethod
-    def from_swarm_json(cls, json_str: str | dict[str, Any]) -> MAILAction:
-        data = json.loads(json_str) if isinstance(json_str, str) else json_str
+    def from_swarm_json(cls, json_dump: str | dict[str, Any]) -> MAILAction:
+        """An action from a swarms.json entry (JSON text or dict), checked first: a missing
+        or mistyped field is a ValueError naming it."""
+        data = json.loads(json_dump) if isinstance(json_dump, str) else json_dump
+        validate_action_from_swarms_json(data)
+        return cls.from_swarms_json(data)
+
+    @classmethod
+    def from_swarms_json(cls, action_data: dict[str, Any]) -> MAILAction:
+        """An action from an entry already checked (``build_action_from_swarms_json``)."""
         return cls(
-            data["name"],
-            data["description"],
-            data["parameters"],
-            data["function"],
-            review=data.get("review"),
+            action_data["name"],
+            action_data["description"],
+            action_data["parameters"],
+            action_data["function"],
+            review=action_data.get("review"),
         )
 
     def to_core(self) -> ActionCore:
@@ -225,6 +239,9 @@ def action(
     before each call runs; see docs/review.md.
     """
 
+    if model is not None and not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        raise TypeError(f"model must be a subclass of pydantic.BaseModel, got {model!r}")
+
     def decorate(fn: Callable[..., Any]) -> MAILAction:
         params = list(inspect.signature(fn).parameters.values())
         if len(params) != 1:
@@ -248,7 +265,7 @@ def action(
         ):
             payload_model = annotation
         if (payload_model is None) == (parameters is None):
-            raise TypeError(
+            raise ValueError(
                 f"@action '{fn.__name__}' needs exactly one of a pydantic model (argument or "
                 "annotation) or a `parameters` JSON schema"
             )
@@ -278,6 +295,8 @@ def action(
         runner.__module__ = fn.__module__
         built = MAILAction(name or fn.__name__, desc, schema, runner, review=review)
         built.style = style  # type: ignore[attr-defined]
+        built.callback = fn
+        built.parameters_model = payload_model
         return built
 
     if _fn is not None:

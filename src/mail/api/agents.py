@@ -14,6 +14,7 @@ from mail.api.actions import MAILAction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
+from mail.swarms_json.validation import validate_agent_from_swarms_json
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 # Where `MAILAgentTemplate.from_example` finds the bundled example agents (``EXAMPLES``).
@@ -233,10 +234,24 @@ class MAILAgentTemplate:
     @classmethod
     def from_swarm_json(
         cls,
-        json_str: str | dict[str, Any],
+        json_dump: str | dict[str, Any],
         actions_by_name: dict[str, MAILAction] | None = None,
     ) -> MAILAgentTemplate:
-        data = json.loads(json_str) if isinstance(json_str, str) else dict(json_str)
+        """An agent template from a swarms.json entry (JSON text or dict), checked first: a
+        missing or mistyped field is a ValueError naming it. `actions_by_name` resolves the
+        names in its ``actions`` list."""
+        data = json.loads(json_dump) if isinstance(json_dump, str) else json_dump
+        validate_agent_from_swarms_json(data)
+        return cls.from_swarms_json(data, actions_by_name)
+
+    @classmethod
+    def from_swarms_json(
+        cls,
+        agent_data: dict[str, Any],
+        actions_by_name: dict[str, MAILAction] | None = None,
+    ) -> MAILAgentTemplate:
+        """An agent template from an entry already checked (``build_agent_from_swarms_json``)."""
+        data = agent_data
         actions_by_name = actions_by_name or {}
         actions: list[MAILAction] = []
         for ref in data.get("actions") or []:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mail.core.events import TaskEvent
 from mail.core.observer import RuntimeObserver
@@ -25,6 +25,19 @@ if TYPE_CHECKING:
     from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
 
 logger = logging.getLogger("mail.store")
+
+
+class EventOutbox(Protocol):
+    """Push delivery's side of an instance (``mail.webhooks.outbox.InstanceOutbox``): which
+    outbox rows a task event or a task's answer causes. Installed by the server; the rows are
+    written in the same store write as their cause (one transaction)."""
+
+    def rows_for_event(self, task: MAILTask, event: TaskEvent) -> list[Any]: ...
+    def rows_for_answer(
+        self, task_id: str, task: MAILTask | None, response: dict[str, Any]
+    ) -> list[Any]: ...
+    def record(self, rows: list[Any]) -> None: ...
+    def kick(self) -> None: ...
 
 
 class StoreObserver(RuntimeObserver):
@@ -49,10 +62,20 @@ class StoreObserver(RuntimeObserver):
         # `stored_queues` said which it had when loaded: a task that never stored one has
         # nothing to delete when it ends (one write less per task). None: unknown, delete.
         self._stored_queues: set[str] | None = None
+        # Push delivery (None: off). A store with `outbox_write` (the SQL stores) takes a
+        # write and its outbox rows as one item of one transaction; another store writes the
+        # cause and hands the rows to the outbox.
+        self.outbox: EventOutbox | None = None
+        self._outbox_in_store = hasattr(store, "outbox_write")
 
     def stored_queues(self, keys: Iterable[str]) -> None:
         """The queue rows the store held when the instance was loaded (its snapshot's)."""
         self._stored_queues = set(keys)
+
+    def note_stored_queues(self, keys: Iterable[str]) -> None:
+        """More queue rows the store holds (a stored task put back into the instance)."""
+        if self._stored_queues is not None:
+            self._stored_queues.update(keys)
 
     def start(self) -> None:
         if self._drain_task is None:
@@ -105,7 +128,12 @@ class StoreObserver(RuntimeObserver):
         self._put("upsert_task", record)
 
     def event_added(self, task: MAILTask, event: TaskEvent) -> None:
-        self._put("append_event", task.task_id, event)
+        outbox = self.outbox
+        rows = outbox.rows_for_event(task, event) if outbox is not None else None
+        if rows:
+            self._put_with_outbox(rows, "append_event", task.task_id, event)
+        else:
+            self._put("append_event", task.task_id, event)
 
     def history_changed(
         self, task_id: str, agent_name: str, tool_format: str, history: list[dict[str, Any]]
@@ -114,7 +142,23 @@ class StoreObserver(RuntimeObserver):
             self._put("save_history", task_id, agent_name, tool_format, list(history))
 
     def response_set(self, task_id: str, response: dict[str, Any]) -> None:
+        outbox = self.outbox
+        if outbox is not None:
+            task = self.runtime.mail_tasks.get(task_id)
+            rows = outbox.rows_for_answer(task_id, task, response)
+            if rows:
+                self._put_with_outbox(rows, "save_response", task_id, response)
+                return
         self._put("save_response", task_id, response)
+
+    def _put_with_outbox(self, rows: list[Any], method: str, *args: Any) -> None:
+        assert self.outbox is not None
+        if self._outbox_in_store:
+            self._put("outbox_write", method, args, rows)
+        else:
+            self._put(method, *args)
+            self.outbox.record(rows)
+        self.outbox.kick()
 
     def queue_stashed(self, task_id: str, items: list[dict[str, Any]]) -> None:
         self._save_queue(task_id, list(items))

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from mail.api.actions import MAILAction
 from mail.api.agents import MAILAgent
+from mail.api.instance_wiring import attach_files, connect_interswarm, review_policy_for
+from mail.api.swarm_v13 import V13SwarmMethods
 from mail.core.actions import ActionOverrideFunction
+from mail.core.compat import server_sent_event_stream, server_sent_events
 from mail.core.events import TaskEvent
 from mail.core.message import (
     MAILMessage,
@@ -21,72 +23,21 @@ from mail.core.message import (
     make_message,
     make_request,
 )
-from mail.core.review import ReviewPolicy, build_policy
 from mail.core.runtime import MAILRuntime
 from mail.core.tasks import MAILTask
 
+if TYPE_CHECKING:
+    from sse_starlette import ServerSentEvent
+
 logger = logging.getLogger("mail.api")
 
-# The HTTP client of agent-driven discovery: the stdlib's guarded one. The stdlib builds on
-# this package (its actions are MAILActions), so it is looked up by name, not imported.
-DISCOVERY_HTTP = "mail.stdlib.peer_http:GuardedPeerHttp"
 
+class MAILSwarm(V13SwarmMethods):
+    """One instance of a swarm for one caller; owns a MAILRuntime.
 
-def _discovery_http() -> Any:
-    module, _, name = DISCOVERY_HTTP.partition(":")
-    return getattr(importlib.import_module(module), name)()
-
-
-def review_policy_for(
-    agents: list[MAILAgent], actions: list[MAILAction], ignore_ends_task: bool = True
-) -> ReviewPolicy:
-    """Which calls each agent must have reviewed (actions' `review` + agent overrides)."""
-    all_actions = {a.name: a for a in actions}
-    for agent in agents:
-        for act in agent.actions:
-            all_actions.setdefault(act.name, act)
-    return build_policy(
-        action_defaults={name: act.review for name, act in all_actions.items()},
-        agent_actions={a.name: [act.name for act in a.actions] for a in agents},
-        agent_overrides={a.name: a.review_actions for a in agents},
-        memory_agents=[
-            a.name
-            for a in agents
-            if a.agent_params.get("memory") or getattr(a.function, "memory", False) is True
-        ],
-        ignore_ends_task=ignore_ends_task,
-        descriptions={name: act.description for name, act in all_actions.items()},
-        parameters={name: act.parameters for name, act in all_actions.items()},
-    )
-
-
-def _attach_files(message: MAILMessage, attachments: list[dict[str, Any]] | None) -> None:
-    """List uploaded files (`{id, filename, size, sha256, description}`) on a user message.
-
-    They go in `routing_info.attachments` and, so that the agent knows of them, in a note
-    at the end of the body.
+    v1.3's interswarm and database methods (``receive_interswarm_message``,
+    ``load_tasks_from_db`` ...) come from V13SwarmMethods.
     """
-    if not attachments:
-        return
-    payload: Any = message["message"]
-    payload["routing_info"] = {**(payload.get("routing_info") or {}), "attachments": attachments}
-    lines = [
-        f"- {a['filename']} (attachment id {a['id']}, {a['size']} bytes)"
-        + (f": {a['description']}" if a.get("description") else "")
-        for a in attachments
-    ]
-    payload["body"] = (
-        f"{payload['body']}\n\nAttached files (use read_attachment or save_attachment):\n"
-        + "\n".join(lines)
-    )
-
-
-def _event_records(events: list[TaskEvent]) -> list[dict[str, Any]]:
-    return [e.to_record(parsed=True) for e in events]
-
-
-class MAILSwarm:
-    """One instance of a swarm for one caller; owns a MAILRuntime."""
 
     # MAILSwarmTemplate, set by mail.api.swarm_template: a template makes instances (it
     # imports this module), so an instance reaches its template class through this slot.
@@ -116,8 +67,8 @@ class MAILSwarm:
     ) -> None:
         self.name = name
         self.version = version
-        self.agents = {a.name: a for a in agents}
-        self.actions = {a.name: a for a in actions}
+        self.agents: list[MAILAgent] = list(agents)
+        self.actions: list[MAILAction] = list(actions)
         self.entrypoint = entrypoint
         self.user_id = user_id
         self.user_role = user_role
@@ -213,15 +164,45 @@ class MAILSwarm:
         task_id: str | None = None,
         resume_from: str | None = None,
         **kwargs: Any,
-    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+    ) -> tuple[MAILMessage, list[ServerSentEvent]]:
         """Send a message from the caller and wait for the task's final response.
 
         Works whether or not `run_continuous` is running: without a loop, the task is run
-        to completion here.
+        to completion here. With `show_events`, the events this request added come back as
+        ``sse_starlette.ServerSentEvent`` objects (``data`` a dict); `post_message_task_events`
+        gives them as TaskEvent records.
         """
+        response, events = await self.post_message_task_events(
+            body,
+            subject,
+            msg_type,
+            entrypoint,
+            show_events,
+            timeout,
+            task_id,
+            resume_from,
+            **kwargs,
+        )
+        return response, server_sent_events(events) if show_events else []
+
+    async def post_message_task_events(
+        self,
+        body: str = "",
+        subject: str = "New Message",
+        msg_type: str = "request",
+        entrypoint: str | None = None,
+        show_events: bool = False,
+        timeout: float = 3600.0,
+        task_id: str | None = None,
+        resume_from: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[MAILMessage, list[TaskEvent]]:
+        """`post_message` with the events as TaskEvent records."""
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
-        _attach_files(message, kwargs.pop("attachments", None))
-        return await self.submit_message(message, timeout, show_events, resume_from, **kwargs)
+        attach_files(message, kwargs.pop("attachments", None))
+        return await self.submit_message_task_events(
+            message, timeout, show_events, resume_from, **kwargs
+        )
 
     async def post_message_and_run(
         self,
@@ -236,9 +217,9 @@ class MAILSwarm:
         action_override: ActionOverrideFunction | None = None,
         timeout: float = 3600.0,
         **kwargs: Any,
-    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+    ) -> tuple[MAILMessage, list[ServerSentEvent]]:
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
-        return await self._run_to_answer(
+        response, events = await self._run_to_answer(
             message,
             show_events,
             action_override=action_override,
@@ -247,6 +228,7 @@ class MAILSwarm:
             timeout=timeout,
             **kwargs,
         )
+        return response, server_sent_events(events) if show_events else []
 
     async def submit_message(
         self,
@@ -255,7 +237,22 @@ class MAILSwarm:
         show_events: bool = False,
         resume_from: str | None = None,
         **kwargs: Any,
-    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+    ) -> tuple[MAILMessage, list[ServerSentEvent]]:
+        """Submit a complete MAILMessage and wait for its task's answer (see `post_message`)."""
+        response, events = await self.submit_message_task_events(
+            message, timeout, show_events, resume_from, **kwargs
+        )
+        return response, server_sent_events(events) if show_events else []
+
+    async def submit_message_task_events(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        show_events: bool = False,
+        resume_from: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[MAILMessage, list[TaskEvent]]:
+        """`submit_message` with the events as TaskEvent records."""
         return await self._run_to_answer(
             message,
             show_events,
@@ -267,7 +264,7 @@ class MAILSwarm:
 
     async def _run_to_answer(
         self, message: MAILMessage, show_events: bool, **run_task: Any
-    ) -> tuple[MAILMessage, list[dict[str, Any]]]:
+    ) -> tuple[MAILMessage, list[TaskEvent]]:
         """Run `message`'s task until it answers (`runtime.run_task`), make it durable, and
         return the answer with, when `show_events`, the events the task added meanwhile."""
         task_id = message["message"]["task_id"]
@@ -276,10 +273,7 @@ class MAILSwarm:
         await self._flush_before_answer()
         if not show_events:
             return response, []
-        events = [
-            e for e in self.runtime.get_events_by_task_id(task_id)[start:] if e.task_id == task_id
-        ]
-        return response, _event_records(events)
+        return response, self.runtime.get_task_events(task_id)[start:]
 
     async def _flush_before_answer(self, timeout: float = 5.0) -> None:
         """Make a finished (or paused) task durable before its caller hears about it.
@@ -296,7 +290,8 @@ class MAILSwarm:
         if not await observer.flush(timeout):
             logger.warning("persistence is lagging: task data not yet written after %.0fs", timeout)
 
-    async def submit_message_nowait(self, message: MAILMessage) -> None:
+    async def submit_message_nowait(self, message: MAILMessage, **kwargs: Any) -> None:
+        """Queue a complete MAILMessage without waiting for its task."""
         self.runtime.submit(message)
 
     # ------------------------------------------------------------------ streaming
@@ -314,7 +309,7 @@ class MAILSwarm:
     ) -> AsyncIterator[TaskEvent]:
         """The task's events as TaskEvent records, ending with task_complete/task_error."""
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
-        _attach_files(message, kwargs.pop("attachments", None))
+        attach_files(message, kwargs.pop("attachments", None))
         async for event in self.submit_events(
             message, timeout, resume_from, ping_interval, **kwargs
         ):
@@ -329,19 +324,16 @@ class MAILSwarm:
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
         async with self.runtime.ephemeral_loop(self.task_message_limit):  # loop-wide default
-            async for event in self.runtime.submit_and_stream(
+            async for event in self.runtime.stream_task_events(
                 message, timeout, resume_from, ping_interval, **kwargs
             ):
                 if event.event in ("task_complete", "task_error"):
                     await self._flush_before_answer()
                 yield event
 
-    async def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[ServerSentEvent]:
         """Like `stream_events`, as `sse_starlette.ServerSentEvent` objects."""
-        from sse_starlette import ServerSentEvent
-
-        async for event in self.stream_events(*args, **kwargs):
-            yield ServerSentEvent(data=event.data, event=event.event, id=event.id)
+        return server_sent_event_stream(self.stream_events(*args, **kwargs))
 
     async def post_message_stream(self, *args: Any, **kwargs: Any) -> Any:
         """An `EventSourceResponse` streaming the task (for use inside a FastAPI route)."""
@@ -356,13 +348,11 @@ class MAILSwarm:
         resume_from: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        from sse_starlette import EventSourceResponse, ServerSentEvent
+        from sse_starlette import EventSourceResponse
 
-        async def frames() -> AsyncIterator[Any]:
-            async for event in self.submit_events(message, timeout, resume_from, **kwargs):
-                yield ServerSentEvent(data=event.data, event=event.event, id=event.id)
-
-        return EventSourceResponse(frames())
+        return EventSourceResponse(
+            server_sent_event_stream(self.submit_events(message, timeout, resume_from, **kwargs))
+        )
 
     # ------------------------------------------------------------------ loop control
     async def run_continuous(
@@ -387,25 +377,34 @@ class MAILSwarm:
         observer = getattr(self, "_store_observer", None)
         if observer is not None:
             await observer.close()
+        owned = getattr(self, "_owned_store", None)
+        if owned is not None:  # opened by load_tasks_from_db (v1.3)
+            self._owned_store = None
+            await owned.close()
         registry = self.swarm_registry
         if registry is not None and hasattr(registry, "stop_health_checks"):
             await registry.stop_health_checks()
 
     # ------------------------------------------------------------------ persistence
-    async def attach_store(self, store: Any, key: Any = None) -> int:
+    async def attach_store(self, store: Any, key: Any = None, *, load_finished: bool = True) -> int:
         """Restore this instance's tasks from `store` and persist from now on.
 
         Returns the number of restored tasks. Agent histories are persisted unless the
         swarm explicitly sets `enable_db_agent_histories=False`. With histories persisted,
         tasks that were running continue by themselves once the loop runs (their pending
-        work is journaled: mail.core.runtime_durable).
+        work is journaled: mail.core.runtime_durable). `load_finished=False` loads only the
+        running and paused tasks (the server reads finished ones from the store).
         """
         from mail.api.persistence import StoreObserver, restore_snapshot
+        from mail.api.stored_tasks import load_open_snapshot
         from mail.core.runtime_durable import TaskJournal
         from mail.store.base import InstanceKey
 
         key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
-        snapshot = await store.load_instance(key)
+        if load_finished:
+            snapshot = await store.load_instance(key)
+        else:
+            snapshot = await load_open_snapshot(store, key)
         persist_histories = self.enable_db_agent_histories is not False
         observer = StoreObserver(self.runtime, store, key, persist_histories=persist_histories)
         # Running tasks continue after a restart only when their histories are stored too.
@@ -425,7 +424,7 @@ class MAILSwarm:
         Without a store they are kept in memory. Only swarms with an agent that opted into
         `team_tools` get a team service; for the others this does nothing.
         """
-        if not any(a.team_tools for a in self.agents.values()):
+        if not any(a.team_tools for a in self.agents):
             return
         from mail.core.team import TeamService
         from mail.store.base import InstanceKey
@@ -454,37 +453,20 @@ class MAILSwarm:
         """Connect this instance to other swarms (through `router`, or one of its own)."""
         if not self.enable_interswarm or self.runtime.interswarm is not None:
             return
-        from mail.net.bridge import InterswarmBridge
-        from mail.net.router import InterswarmRouter
-
-        owns = router is None
-        if router is None:
-            if self.swarm_registry is None:
-                raise RuntimeError("interswarm needs a swarm registry")
-            router = InterswarmRouter(self.swarm_registry, self.name)
-        bridge = InterswarmBridge(self.runtime, router, owns_router=owns)
-        # Agent-driven discovery: guarded like the stdlib http actions, this instance only.
-        from mail.net.discovery import DiscoveredSwarms
-
-        registry = router.swarm_registry
-        bridge.discovery = DiscoveredSwarms(
-            _discovery_http(),
-            self.name,
-            lambda name: registry.get_swarm_endpoint(name) is not None,
-        )
-        await bridge.start()
-        self.runtime.interswarm = bridge
+        await connect_interswarm(self.runtime, self.swarm_registry, router)
 
     async def stop_interswarm(self) -> None:
-        bridge, self.runtime.interswarm = self.runtime.interswarm, None
-        if bridge is not None:
-            await bridge.stop()
+        await self.runtime.stop_interswarm()
 
-    def is_interswarm_running(self) -> bool:
+    async def is_interswarm_running(self) -> bool:
+        """Whether this instance is connected to other swarms (a coroutine, as in v1.3)."""
         return self.runtime.interswarm is not None
 
-    def receive_interswarm_message(self, envelope: Any, direction: str = "forward") -> str:
-        """Accept an envelope from /interswarm/forward or /back; returns the task id."""
+    def accept_interswarm_message(self, envelope: Any, direction: str = "forward") -> str:
+        """Accept an envelope from /interswarm/forward or /back; returns the task id.
+
+        (`await receive_interswarm_message(...)` is v1.3's coroutine over this.)
+        """
         if self.runtime.interswarm is None:
             raise RuntimeError(f"interswarm is not running for swarm '{self.name}'")
         return self.runtime.interswarm.receive(envelope, direction)  # type: ignore[no-any-return]
@@ -500,11 +482,25 @@ class MAILSwarm:
         )
 
     # ------------------------------------------------------------------ inspection
-    def get_events(self, task_id: str) -> list[TaskEvent]:
+    def get_events(self, task_id: str) -> list[ServerSentEvent]:
+        """The task's events as ``sse_starlette.ServerSentEvent`` objects (``data`` a dict)."""
         return self.runtime.get_events_by_task_id(task_id)
 
+    def get_task_events(self, task_id: str) -> list[TaskEvent]:
+        """The task's events as TaskEvent records."""
+        return self.runtime.get_task_events(task_id)
+
     def get_response_message(self, task_id: str) -> MAILMessage | None:
-        return self.runtime.response_messages.get(task_id)
+        return self.runtime.get_response_message(task_id)
+
+    @property
+    def print_llm_streams(self) -> bool:
+        """Whether agents print model output as it streams (set on every agent function)."""
+        return self.runtime.print_llm_streams
+
+    @print_llm_streams.setter
+    def print_llm_streams(self, value: bool) -> None:
+        self.runtime.set_print_llm_streams(value)
 
     def get_all_tasks(self) -> dict[str, MAILTask]:
         return dict(self.runtime.mail_tasks)
@@ -516,13 +512,38 @@ class MAILSwarm:
         return self.runtime.pending_requests
 
     # ------------------------------------------------------------------ wiring
+    @property
+    def agents_by_name(self) -> dict[str, MAILAgent]:
+        """`agents` keyed by name (the documented attribute is the list)."""
+        return {a.name: a for a in self.agents}
+
+    @property
+    def actions_by_name(self) -> dict[str, MAILAction]:
+        """`actions` keyed by name (the documented attribute is the list)."""
+        return {a.name: a for a in self.actions}
+
+    @property
+    def agent_names(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+    @property
+    def supervisors(self) -> list[MAILAgent]:
+        """The agents that can complete tasks."""
+        return [a for a in self.agents if a.can_complete_tasks]
+
+    @property
+    def adjacency_matrix(self) -> list[list[int]]:
+        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`)."""
+        names = self.agent_names
+        return [[1 if other in a.comm_targets else 0 for other in names] for a in self.agents]
+
     def _template(self) -> Any:
-        names = list(self.agents)
+        names = self.agent_names
         return self.template_type(
             name=self.name,
             version=self.version,
-            agents=[a._to_template(names) for a in self.agents.values()],
-            actions=list(self.actions.values()),
+            agents=[a._to_template(names) for a in self.agents],
+            actions=list(self.actions),
             entrypoint=self.entrypoint,
             enable_interswarm=self.enable_interswarm,
             breakpoint_tools=self.breakpoint_tools,
@@ -541,11 +562,11 @@ class MAILSwarm:
         return self._template().get_subswarm(names, name_suffix, entrypoint)
 
     def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
-        names = list(self.agents)
+        names = self.agent_names
         if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
             raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
-        for name, row in zip(names, adj, strict=True):
-            targets = [n for n, flag in zip(names, row, strict=True) if flag and n != name]
-            remote = [t for t in self.agents[name].comm_targets if "@" in t]
-            self.agents[name].comm_targets = targets + remote
-            self.runtime.agents[name].comm_targets = targets + remote
+        for agent, row in zip(self.agents, adj, strict=True):
+            targets = [n for n, flag in zip(names, row, strict=True) if flag and n != agent.name]
+            remote = [t for t in agent.comm_targets if "@" in t]
+            agent.comm_targets = targets + remote
+            self.runtime.agents[agent.name].comm_targets = targets + remote

@@ -19,7 +19,8 @@ from mail.swarms_json import (
     build_swarm_from_json,
     build_swarms_from_json,
     find_swarm,
-    load_swarms_json_from_file,
+    invalid_json,
+    read_swarms_json_file,
     suggest,
 )
 from mail.utils.parsing import read_python_string
@@ -271,9 +272,10 @@ class MAILSwarmTemplate:
     # ------------------------------------------------------------------ loaders
     @classmethod
     def from_swarms_json(
-        cls, data: dict[str, Any], task_message_limit: int | None = None
+        cls, swarm_data: dict[str, Any], task_message_limit: int | None = None
     ) -> MAILSwarmTemplate:
-        return cls._from_built(build_swarm_from_json(data), data, task_message_limit)
+        """A template from one swarms.json entry (a dict), validated once."""
+        return cls._from_built(build_swarm_from_json(swarm_data), swarm_data, task_message_limit)
 
     @classmethod
     def _from_built(
@@ -290,8 +292,8 @@ class MAILSwarmTemplate:
                 )
             _add_action(by_name, actions, imported, swarm["name"])
         for raw in swarm.get("actions") or []:
-            _add_action(by_name, actions, MAILAction.from_swarm_json(raw), swarm["name"])
-        agents = [MAILAgentTemplate.from_swarm_json(a, by_name) for a in swarm["agents"]]
+            _add_action(by_name, actions, MAILAction.from_swarms_json(raw), swarm["name"])
+        agents = [MAILAgentTemplate.from_swarms_json(a, by_name) for a in swarm["agents"]]
         limit = (
             task_message_limit
             if task_message_limit is not None
@@ -319,12 +321,13 @@ class MAILSwarmTemplate:
 
     @classmethod
     def from_swarm_json(
-        cls, json_str: str, task_message_limit: int | None = None
+        cls, json_dump: str, task_message_limit: int | None = None
     ) -> MAILSwarmTemplate:
+        """A template from one swarm object as JSON text."""
         try:
-            data = json.loads(json_str)
+            data = json.loads(json_dump)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"swarm JSON is not valid JSON: {exc}") from exc
+            raise invalid_json("swarm JSON", exc) from exc
         if not isinstance(data, dict):
             raise ValueError(f"swarm JSON must be one swarm object, got {type(data).__name__}")
         return cls.from_swarms_json(data, task_message_limit)
@@ -336,7 +339,7 @@ class MAILSwarmTemplate:
         json_filepath: str | os.PathLike[str] = "swarms.json",
         task_message_limit: int | None = None,
     ) -> MAILSwarmTemplate:
-        raw_swarms = load_swarms_json_from_file(json_filepath)
+        raw_swarms = read_swarms_json_file(json_filepath)
         built_swarms = build_swarms_from_json(raw_swarms)  # validates every swarm, once
         raw = find_swarm(raw_swarms, swarm_name, json_filepath)
         built = built_swarms[raw_swarms.index(raw)]
@@ -360,13 +363,32 @@ class MAILSwarmTemplate:
             "actions": [a.to_swarm_json() for a in self.actions],
         }
 
-    def start_server(self, port: int = 8000, host: str = "0.0.0.0", **kwargs: Any) -> None:
-        """Serve this template over HTTP (blocks).
+    def start_server(
+        self,
+        port: int = 8000,
+        host: str = "0.0.0.0",
+        launch_ui: bool = True,
+        ui_port: int = 3000,
+        ui_path: str | None = None,
+        open_browser: bool = True,
+        server_url: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Serve this template over HTTP (blocks), with the web console at ``/ui`` when
+        `launch_ui`. `ui_port`, `ui_path` and `server_url` (v1.3's separate console app) are
+        accepted and unused; `kwargs` may override any ``[server]`` key.
 
         The server builds on this package, so it is reached through the starter ``mail.launch``
         installs (see mail.hooks), never imported from here.
         """
-        hooks.start_server(self, port=port, host=host, **kwargs)
+        hooks.start_server(
+            self,
+            port=port,
+            host=host,
+            launch_ui=launch_ui,
+            open_browser=open_browser,
+            **kwargs,
+        )
 
     def __repr__(self) -> str:
         return f"MAILSwarmTemplate(name={self.name!r}, agents={self.agent_names!r})"

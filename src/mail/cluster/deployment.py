@@ -26,6 +26,7 @@ from mail.server import handlers
 from mail.server.auth import Caller, caller_admin
 from mail.server.bodies import read_json_object
 from mail.server.handlers import get_state
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 
 logger = logging.getLogger("mail.cluster")
@@ -180,6 +181,7 @@ async def update_health(request: Request, caller: Caller = Depends(caller_admin)
 
 
 @router.post("/swarms/load", include_in_schema=False)
+@idempotent()
 async def load_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
     shared, state = _shared(request), get_state(request)
     await shared.refresh(state)

@@ -65,6 +65,8 @@ def instance_config_json(config_json: str) -> str:
     cluster = config.cluster.model_copy(update={"backend": "none"})
     # Every front end and instance host of the deployment uses the one registry file.
     swarm = config.swarm.model_copy(update={"registry_shared": True})
+    # A host delivers what its instance records; retries and takeovers are the front ends'.
+    webhooks = config.webhooks.model_copy(update={"poll": False})
     return config.model_copy(
         update={
             "ui": False,
@@ -72,6 +74,7 @@ def instance_config_json(config_json: str) -> str:
             "settings": settings,
             "cluster": cluster,
             "swarm": swarm,
+            "webhooks": webhooks,
         }
     ).model_dump_json(by_alias=False)
 
@@ -149,7 +152,7 @@ class InstanceHost:
         # changes it, so one run in-process (tests) leaves no trace in its caller.
         from mail.cluster.owned import router as owned_router
         from mail.config import ServerConfig
-        from mail.server.app import create_app
+        from mail.server.app_factory import create_app
 
         config = ServerConfig.model_validate_json(instance_config_json(self.config_json))
         template = None
@@ -250,13 +253,14 @@ class InstanceHost:
         }
 
     async def has_task(self, task_id: str) -> bool:
-        """Whether this host's instance has the task, live or archived (creates nothing)."""
+        """Whether this host's instance has the task, live, archived or stored (creates
+        nothing)."""
         from mail.cluster.owned import has_task
 
         if self.closing or not self.adopted:
             return False
         await self.ready()
-        return has_task(self.app.state.mail, self.caller.role, self.caller.id, task_id)
+        return await has_task(self.app.state.mail, self.caller.role, self.caller.id, task_id)
 
     async def loop_running(self) -> bool:
         """Whether this host's instance exists and its runtime loop runs (``GET /status``)."""

@@ -31,12 +31,21 @@ def _owner(request: Request) -> tuple[str, str]:
     return str(role), str(caller_id)
 
 
-def has_task(state: Any, role: str, caller_id: str, task_id: str) -> bool:
-    """Whether the (role, id) instance has the task, live or archived (creates nothing)."""
+async def has_task(state: Any, role: str, caller_id: str, task_id: str) -> bool:
+    """Whether the (role, id) instance has the task, live, archived or stored (creates
+    nothing)."""
     inst = state.instances.peek(role, caller_id)
     if inst is not None and inst.swarm.get_task_by_id(task_id) is not None:
         return True
-    return task_id in state.instances.archived_tasks(role, caller_id)
+    if task_id in state.instances.archived_tasks(role, caller_id):
+        return True
+    return await _stored(state, role, caller_id, task_id) is not None
+
+
+async def _stored(state: Any, role: str, caller_id: str, task_id: str) -> Any | None:
+    """A finished task of the instance that left memory, read back from the store."""
+    finished = getattr(state, "finished", None)
+    return None if finished is None else await finished.stored_task(role, caller_id, task_id)
 
 
 @router.get(OWNED_PREFIX + "/task", include_in_schema=False)
@@ -50,9 +59,12 @@ async def owned_task(request: Request) -> JSONBody:
     if inst is not None and task is not None:
         return JSONBody(task_record(task, inst.swarm.runtime))
     archived = state.instances.archived_tasks(role, caller_id).get(task_id)
-    if archived is None:
+    if archived is not None:
+        return JSONBody(archived)
+    stored = await _stored(state, role, caller_id, task_id)
+    if inst is None or stored is None:
         raise HTTPException(404, f"task '{task_id}' not found")
-    return JSONBody(archived)
+    return JSONBody(task_record(stored, inst.swarm.runtime))
 
 
 @router.get(OWNED_PREFIX + "/task/events", include_in_schema=False)
@@ -65,7 +77,7 @@ async def owned_task_events(request: Request) -> EventStreamResponse:
     )
     slot = state.stream_slots.acquire(role, caller_id)  # 429 at the caller's limit
     try:
-        sub = task_events.find_owned_task(state, role, caller_id, task_id, after)
+        sub = await task_events.find_owned_task(state, role, caller_id, task_id, after)
     except BaseException:
         slot.release()
         raise
@@ -94,4 +106,8 @@ async def owned_tasks(request: Request) -> JSONBody:
         for task_id, task in inst.swarm.get_all_tasks().items():
             if task_id != "*":  # runtime-internal pseudo-task of loop-level events
                 records[task_id] = task_summary(task, inst.swarm.runtime)
+    finished = getattr(state, "finished", None)
+    if finished is not None:  # the finished ones that left memory
+        stored = await finished.stored_summaries(role, caller_id, live=records)
+        records = {**stored, **records}
     return JSONBody(records)

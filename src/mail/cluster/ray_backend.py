@@ -50,6 +50,9 @@ _LOOKUP_ATTEMPTS = 20
 # and Ray is restarting it elsewhere, or it was just reclaimed) before answering 503.
 RESTART_WINDOW = 30.0
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
+# A request with this header may be resent too: the host it reaches deduplicates it (a keyed
+# request that already ran answers its outcome, or attaches to its task).
+_IDEMPOTENCY_HEADER = b"idempotency-key"
 # How Ray words an error for a call that never reached the actor (connection refused).
 _UNDELIVERED_SIGNS = ("failed to connect", "Connection refused", "The actor is restarting")
 # Seconds between an actor's recorded end and a call's sending before the call counts as
@@ -65,6 +68,14 @@ __all__ = [
     "forwarded_env",
     "is_instance_name",
 ]
+
+
+def _resendable(request: ForwardedRequest) -> bool:
+    """Whether a call may run twice without harm: a GET, or a request with an
+    ``Idempotency-Key`` (see ``mail.server.idempotency``)."""
+    if request.method in _IDEMPOTENT:
+        return True
+    return any(name.lower() == _IDEMPOTENCY_HEADER for name, _ in request.headers)
 
 
 class RayInstances:
@@ -89,6 +100,8 @@ class RayInstances:
         self.env = forwarded_env()
         # With a warm pool, instance hosts are handed out by the deployment's directory.
         self.pool: Any = None
+        # Instances reached but not yet answering: name -> when (see `_answered`).
+        self._starting: dict[str, float] = {}
         if config.cluster.warm_pool > 0:
             from mail.cluster.warm_pool import PoolClient
 
@@ -202,12 +215,25 @@ class RayInstances:
         if handle is None:
             if self.before_create is not None:
                 await self.before_create()
+            if name not in self._starting:
+                # Its host may be a new worker process (the first of a cluster takes longest):
+                # said, so a first request that waits is not a silent one.
+                logger.info(
+                    "instance %s: reaching its host on the Ray cluster (started if new)", name
+                )
+                self._starting[name] = time.monotonic()
             if self.pool is not None:
                 handle = await self.pool.assign(name, caller_to_dict(caller), self.template_json)
             else:
                 handle = await asyncio.to_thread(self._get_or_create, name, caller)
             self._handles[name] = handle
         return handle
+
+    def _answered(self, name: str) -> None:
+        """An instance answered: the first answer after its start is logged, with the wait."""
+        started = self._starting.pop(name, None)
+        if started is not None:
+            logger.info("instance %s: ready after %.1f s", name, time.monotonic() - started)
 
     def _get_or_create(self, name: str, caller: Caller) -> Any:
         last: Exception | None = None
@@ -347,7 +373,7 @@ class RayInstances:
         self, name: str, caller: Caller, request: ForwardedRequest, locate: Any
     ) -> UnaryResponse | None:
         deadline = asyncio.get_running_loop().time() + RESTART_WINDOW
-        idempotent = request.method in _IDEMPOTENT
+        idempotent = _resendable(request)
         attempt = 0
         while True:
             handle = await locate()
@@ -356,6 +382,7 @@ class RayInstances:
             sent_at = time.time()
             try:
                 result: UnaryResponse = await handle.unary.remote(caller_to_dict(caller), request)
+                self._answered(name)
                 return result
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
                 self._handles.pop(name, None)
@@ -369,7 +396,7 @@ class RayInstances:
         self, swarm: str, caller: Caller, request: ForwardedRequest
     ) -> AsyncIterator[dict[str, Any]]:
         deadline = asyncio.get_running_loop().time() + RESTART_WINDOW
-        idempotent = request.method in _IDEMPOTENT
+        idempotent = _resendable(request)
         attempt = 0
         while True:
             handle = await self.actor(swarm, caller)
@@ -379,6 +406,8 @@ class RayInstances:
             try:
                 async for ref in refs:
                     message = await ref
+                    if not started:
+                        self._answered(actor_name(swarm, caller))
                     started = True
                     yield message
                 finished = True

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,24 +144,11 @@ def _bind(host: str, port: int) -> socket.socket:
     return listening_socket(host, port)
 
 
-def _print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:
-    user_key = next(secret for secret, record in created if record.role == "user")
-    lines = [
-        f"No API keys were found, so two were created in {path} (shown only this once):",
-        *[f"  {record.role:<5} key (id '{record.id}'): {secret}" for secret, record in created],
-        "Use them as bearer tokens, for example:",
-        f"  export TOKEN={user_key}",
-        f'  curl -H "Authorization: Bearer $TOKEN" {base_url}/whoami',
-        "Manage keys with `mail keys create|list|revoke`.",
-    ]
-    print("\n".join(lines), flush=True)
-
-
 def _check_database(cfg: Any) -> str | None:
     """Problem with the configured store (one line), or None when it can be used.
 
-    PostgreSQL is probed here; a SQLite file is made later (`_prepare_sqlite`), once the
-    port is bound, so that a start that fails leaves nothing behind.
+    PostgreSQL is probed here; a SQLite file is made later
+    (`server.first_start.prepare_sqlite`), once the port is bound, so that a start that fails leaves nothing behind.
     """
     from mail.store import StoreUnavailableError, database_url_from_env, store_kind
 
@@ -193,35 +181,6 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _prepare_sqlite(cfg: Any) -> str | None:
-    """Create the SQLite file or bring its schema up to date; the first start says where."""
-    from mail.store import database_url_from_env, store_kind
-    from mail.store.sqlite_schema import DatabaseInUseError, ProcessLock, connect, migrate
-
-    if store_kind(cfg.store.kind, database_url_from_env()) != "sqlite":
-        return None
-    path = cfg.store.database_path(cfg.swarm.registry_file)
-    first = not path.exists()
-    try:
-        with ProcessLock(path):  # a second server on the same file stops here
-            conn = connect(path)
-            try:
-                migrate(conn)
-            finally:
-                conn.close()
-    except DatabaseInUseError as exc:
-        return str(exc)
-    except Exception as exc:
-        return f"cannot use the SQLite database {path}: {_first_line(exc)}"
-    if first:
-        print(
-            f"MAIL data: {path.resolve()} (SQLite; kept across restarts; "
-            "[server.store] in mail.toml or DATABASE_URL to change)",
-            flush=True,
-        )
-    return None
-
-
 def _check_cluster(cfg: Any) -> str | None:
     """Problem with cluster mode's requirements (one line), or None."""
     if cfg.cluster.backend == "none":
@@ -243,8 +202,20 @@ def _connect_cluster(app: Any) -> None:
         return
     from mail.cluster import ClusterUnavailable
 
+    address = backend.instances.address
+    # Ray takes tens of seconds to start (more on a first run): say what is happening.
+    if address == "local":
+        print("Starting a private Ray cluster for this server...", flush=True)
+    else:
+        print(f"Joining the Ray cluster at {address}...", flush=True)
+    started = time.monotonic()
     try:
         backend.instances.connect()
+        print(
+            f"Ray cluster ready ({time.monotonic() - started:.0f} s); a caller's instance "
+            "starts on its first request",
+            flush=True,
+        )
     except ClusterUnavailable:
         raise
     except Exception as exc:  # Ray's own errors (authentication, version mismatch, ...)
@@ -289,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         )
 
     from mail.server.auth import AuthConfigError, resolve_auth_mode
-    from mail.server.keystore import KeyStoreError, bootstrap_keys
+    from mail.server.first_start import prepare_first_start
     from mail.server.state import TEMPLATE_ENV_VAR, StartupError, check_swarm_source
 
     for warning in getattr(args, "config_warnings", None) or []:
@@ -304,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not injected:
             check_swarm_source(cfg.swarm.name, cfg.swarm.source)
-        mode = resolve_auth_mode(cfg)
+        resolve_auth_mode(cfg)  # a bad auth setting stops the start here, before binding
     except (StartupError, AuthConfigError) as exc:
         return _fail(str(exc))
 
@@ -334,22 +305,10 @@ def run(args: argparse.Namespace) -> int:
     # Only now, with the swarm built and the port bound, are folders and keys created: a
     # start that fails leaves nothing behind and prints no keys that would never be used.
     try:
-        Path(cfg.swarm.registry_file).parent.mkdir(parents=True, exist_ok=True)
-        if mode == "local":
-            keys_path = cfg.keys_file_path()
-            created = bootstrap_keys(keys_path)
-            if created:
-                _print_bootstrap(created, keys_path, cfg.base_url)
-        problem = _prepare_sqlite(cfg)
-        if problem:
-            sock.close()
-            return _fail(problem)
-    except KeyStoreError as exc:
+        prepare_first_start(cfg)
+    except StartupError as exc:
         sock.close()
         return _fail(str(exc))
-    except OSError as exc:
-        sock.close()
-        return _fail(f"cannot create {Path(cfg.swarm.registry_file).parent}: {exc.strerror or exc}")
 
     import uvicorn
 
@@ -357,11 +316,11 @@ def run(args: argparse.Namespace) -> int:
 
     if cfg.reload:
         sock.close()
-        from mail.server.app import CONFIG_JSON_ENV_VAR
+        from mail.server.app_factory import CONFIG_JSON_ENV_VAR
 
         os.environ[CONFIG_JSON_ENV_VAR] = cfg.model_dump_json(by_alias=False)
         uvicorn.run(
-            "mail.server.app:create_app",
+            "mail.server.app_factory:create_app",
             factory=True,
             host=cfg.host,
             port=cfg.port,
@@ -374,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
 
-    from mail.server.app import create_app
+    from mail.server.app_factory import create_app
 
     source = f"{TEMPLATE_ENV_VAR}={injected}" if injected else cfg.swarm.source
     from mail.cluster import ClusterUnavailable

@@ -1,4 +1,12 @@
-"""The MAIL protocol core: messages, tools, tasks, and the runtime."""
+"""The MAIL protocol core: messages, tools, tasks, and the runtime.
+
+``MAILRuntime`` is loaded on first use (PEP 562): importing a submodule such as
+``mail.core.message`` runs this file, and should not load the whole runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from mail.core.actions import ActionCore, ActionFunction, ActionOverrideFunction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
@@ -22,10 +30,32 @@ from mail.core.message import (
     parse_agent_address,
 )
 from mail.core.tasks import MAILTask
-from mail.core.tools import AgentToolCall
+from mail.core.tools import (
+    MAIL_TOOL_NAMES,
+    AgentToolCall,
+    convert_call_to_mail_message,
+    create_acknowledge_broadcast_tool,
+    create_await_message_tool,
+    create_broadcast_tool,
+    create_help_tool,
+    create_ignore_broadcast_tool,
+    create_interrupt_tool,
+    create_interswarm_broadcast_tool,
+    create_mail_tools,
+    create_request_tool,
+    create_response_tool,
+    create_supervisor_tools,
+    create_swarm_discovery_tool,
+    create_task_complete_tool,
+    pydantic_model_to_tool,
+)
+
+if TYPE_CHECKING:
+    from mail.core.runtime import MAILRuntime
 
 __all__ = [
     "MAIL_MESSAGE_TYPES",
+    "MAIL_TOOL_NAMES",
     "ActionCore",
     "ActionFunction",
     "ActionOverrideFunction",
@@ -40,14 +70,43 @@ __all__ = [
     "MAILMessage",
     "MAILRequest",
     "MAILResponse",
+    "MAILRuntime",
     "MAILTask",
     "build_body_xml",
     "build_mail_xml",
+    "convert_call_to_mail_message",
+    "create_acknowledge_broadcast_tool",
     "create_address",
     "create_admin_address",
     "create_agent_address",
+    "create_await_message_tool",
+    "create_broadcast_tool",
+    "create_help_tool",
+    "create_ignore_broadcast_tool",
+    "create_interrupt_tool",
+    "create_interswarm_broadcast_tool",
+    "create_mail_tools",
+    "create_request_tool",
+    "create_response_tool",
+    "create_supervisor_tools",
+    "create_swarm_discovery_tool",
     "create_system_address",
+    "create_task_complete_tool",
     "create_user_address",
     "format_agent_address",
     "parse_agent_address",
+    "pydantic_model_to_tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MAILRuntime":
+        from mail.core.runtime import MAILRuntime
+
+        globals()["MAILRuntime"] = MAILRuntime
+        return MAILRuntime
+    raise AttributeError(f"module 'mail.core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"MAILRuntime"})

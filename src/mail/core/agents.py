@@ -30,3 +30,31 @@ class AgentCore:
         self, messages: list[dict[str, Any]], tool_choice: Any = "required"
     ) -> AgentOutput:
         return await self.function(messages, tool_choice)
+
+    def can_access_action(self, action_name: str) -> bool:
+        """Whether `action_name` is one of this agent's actions."""
+        return action_name in self.actions
+
+    def can_access_action_or_tool(self, name: str) -> bool:
+        """Whether this agent may call `name`: a messaging MAIL tool, `task_complete` when it
+        can complete tasks, or one of its actions (the runtime's own check is
+        mail.core.tool_rights, which also knows the tools its function was offered)."""
+        if name in _EVERY_AGENTS_TOOLS:
+            return True
+        if name == "task_complete":
+            return self.can_complete_tasks
+        return name in self.actions
+
+
+# What v1.3's AgentCore.can_access_action_or_tool allowed every agent.
+_EVERY_AGENTS_TOOLS = frozenset(
+    {
+        "send_request",
+        "send_response",
+        "send_interrupt",
+        "send_broadcast",
+        "acknowledge_broadcast",
+        "ignore_broadcast",
+        "help",
+    }
+)

@@ -129,8 +129,9 @@ def parse_agent_address(address: str) -> tuple[str, str | None]:
     return name.strip(), swarm.strip()
 
 
-def format_agent_address(name: str, swarm: str | None = None) -> MAILAddress:
-    return create_agent_address(f"{name}@{swarm}" if swarm else name)
+def format_agent_address(agent_name: str, swarm_name: str | None = None) -> MAILAddress:
+    """The agent address ``agent_name@swarm_name`` (just ``agent_name`` without a swarm)."""
+    return create_agent_address(f"{agent_name}@{swarm_name}" if swarm_name else agent_name)
 
 
 def parse_task_contributor(contributor: str) -> tuple[str, str, str]:

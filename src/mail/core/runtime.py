@@ -19,13 +19,21 @@ import asyncio
 import collections
 import contextlib
 import functools
+import importlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
+from mail.core.compat import (
+    DONE,
+    RecentQueue,
+    run_submitted_task,
+    server_sent_event_stream,
+    server_sent_events,
+)
 from mail.core.events import Description, TaskEvent
 from mail.core.loop_guard import LoopGuard
 from mail.core.mailbox import Mailbox
@@ -48,9 +56,21 @@ from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
 
+if TYPE_CHECKING:
+    from sse_starlette import ServerSentEvent
+
 logger = logging.getLogger("mail.runtime")
 
+# Builds the interswarm bridge of `start_interswarm` (mail.api sits above the runtime).
+INTERSWARM_CONNECTOR = "mail.api.instance_wiring:connect_interswarm"
+
+# The key of one agent's history on one task in `agent_histories` (v1.3's name for it).
+AGENT_HISTORY_KEY = "{task_id}::{agent_name}"
+
 DEFAULT_MAX_MESSAGE_BODY = 1024 * 1024
+
+# How many answers `response_queue` (v1.3's attribute) keeps when nobody reads them.
+RESPONSE_QUEUE_SIZE = 1000
 
 
 class MAILRuntime:
@@ -68,7 +88,7 @@ class MAILRuntime:
         enable_interswarm: bool = False,
         breakpoint_tools: list[str] | None = None,
         exclude_tools: list[str] | None = None,
-        enable_db_agent_histories: bool | None = None,
+        enable_db_agent_histories: bool | None = False,
         print_llm_streams: bool = True,
         memory: AgentMemory | None = None,
         observer: RuntimeObserver | None = None,
@@ -101,6 +121,9 @@ class MAILRuntime:
         self.open_tasks = OpenTasks(self._is_open)
         self.agent_histories: dict[str, list[dict[str, Any]]] = {}
         self.response_messages: dict[str, MAILMessage] = {}
+        # ids of finished tasks let go of (core/finished_tasks.py): their store has them
+        self.forgotten_tasks: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._response_queue: RecentQueue | None = None  # made when first read
         self.outstanding_requests: dict[str, dict[str, int]] = {}
         self.last_breakpoint_caller: dict[str, str] = {}
         self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
@@ -227,11 +250,17 @@ class MAILRuntime:
         task = self.mail_tasks.get(task_id)
         return len(task.events) if task else 0
 
-    def get_events_by_task_id(self, task_id: str) -> list[TaskEvent]:
+    def get_task_events(self, task_id: str) -> list[TaskEvent]:
+        """The task's events as TaskEvent records (``"*"``: the runtime's own events)."""
         if task_id == RUNTIME_EVENTS:
             return list(self.runtime_events)
         task = self.mail_tasks.get(task_id)
         return list(task.events) if task else []
+
+    def get_events_by_task_id(self, task_id: str) -> list[ServerSentEvent]:
+        """The task's events as ``sse_starlette.ServerSentEvent`` objects whose ``data`` is a
+        dict (the v1.3 shape); `get_task_events` gives the TaskEvent records."""
+        return server_sent_events(self.get_task_events(task_id))
 
     def get_task_by_id(self, task_id: str) -> MAILTask | None:
         return self.mail_tasks.get(task_id)
@@ -239,6 +268,23 @@ class MAILRuntime:
     @property
     def pending_requests(self) -> dict[str, asyncio.Future[MAILMessage]]:
         return {t: futs[0] for t, futs in self.waiters.futures.items() if futs}
+
+    def get_response_message(self, task_id: str) -> MAILMessage | None:
+        """The answer a task gave its caller (None while it has none)."""
+        return self.response_messages.get(task_id)
+
+    @property
+    def response_queue(self) -> asyncio.Queue[tuple[str, MAILMessage]]:
+        """v1.3's queue of answers: ``(task_id, response)`` for every task answered after
+        the first time this is read (the newest RESPONSE_QUEUE_SIZE are kept)."""
+        if self._response_queue is None:
+            self._response_queue = RecentQueue(RESPONSE_QUEUE_SIZE)
+        return self._response_queue
+
+    @property
+    def interswarm_router(self) -> Any:
+        """The InterswarmRouter this instance sends through (None while interswarm is off)."""
+        return None if self.interswarm is None else self.interswarm.router
 
     def history_for(self, task_id: str, agent_name: str) -> list[dict[str, Any]]:
         return self.agent_histories.setdefault(f"{task_id}::{agent_name}", [])
@@ -286,6 +332,8 @@ class MAILRuntime:
         self.observer.response_set(task_id, response)  # type: ignore[arg-type]
         self.observer.queue_stashed(task_id, list(task.task_message_queue))
         self.waiters.resolve(task_id, response)
+        if self._response_queue is not None:
+            self._response_queue.put_latest((task_id, response))
         task.wake()
         logger.debug("task %s completed", task_id)
 
@@ -297,10 +345,15 @@ class MAILRuntime:
         )
 
     # ------------------------------------------------------------------ submission
-    def submit(self, message: MAILMessage) -> None:
-        """Queue a message (creating its task if new)."""
+    def submit(self, message: MAILMessage) -> Awaitable[None]:
+        """Queue a message (creating its task if new).
+
+        The message is queued before this returns; the result may be awaited (v1.3 defined
+        ``async def submit``) or ignored.
+        """
         self._ensure_task(message["message"]["task_id"])
         self.mailbox.put(message)
+        return DONE
 
     def _add_waiter(self, task_id: str) -> asyncio.Future[MAILMessage]:
         return self.waiters.add(task_id)
@@ -323,7 +376,7 @@ class MAILRuntime:
         """Submit and wait for the task's final response (or a system error response)."""
         return await self.waiters.submit_and_wait(message, timeout, resume_from, kwargs)
 
-    def submit_and_stream(
+    def stream_task_events(
         self,
         message: MAILMessage,
         timeout: float = 3600.0,
@@ -337,6 +390,19 @@ class MAILRuntime:
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
         """
         return self.waiters.submit_and_stream(message, timeout, resume_from, ping_interval, kwargs)
+
+    def submit_and_stream(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        ping_interval: float = 15.0,
+        **kwargs: Any,
+    ) -> AsyncIterator[ServerSentEvent]:
+        """`stream_task_events` as ``sse_starlette.ServerSentEvent`` objects (the v1.3 shape)."""
+        return server_sent_event_stream(
+            self.stream_task_events(message, timeout, resume_from, ping_interval, **kwargs)
+        )
 
     def _dispatch(self, message: MAILMessage) -> None:
         task_id = message["message"]["task_id"]
@@ -424,6 +490,27 @@ class MAILRuntime:
             )
         )
 
+    # ------------------------------------------------------------------ interswarm
+    async def start_interswarm(self) -> None:
+        """Connect to other swarms through `swarm_registry` (when `enable_interswarm`).
+
+        The bridge lives in the layers above the runtime (mail.net, with discovery from
+        mail.stdlib), so it is built by the API layer's connector, looked up by name.
+        """
+        if not self.enable_interswarm or self.interswarm is not None:
+            return
+        module, _, name = INTERSWARM_CONNECTOR.partition(":")
+        connect = getattr(importlib.import_module(module), name)
+        await connect(self, self.swarm_registry)
+
+    async def stop_interswarm(self) -> None:
+        bridge, self.interswarm = self.interswarm, None
+        if bridge is not None:
+            await bridge.stop()
+
+    async def is_interswarm_running(self) -> bool:
+        return self.interswarm is not None
+
     # ------------------------------------------------------------------ loops (self.loops)
     async def run_continuous(
         self,
@@ -439,18 +526,25 @@ class MAILRuntime:
 
     async def run_task(
         self,
-        message: MAILMessage,
+        message: MAILMessage | str | None = None,
         action_override: ActionOverrideFunction | None = None,
         resume_from: str | None = None,
         max_steps: int | None = None,
         timeout: float = 3600.0,
+        *,
+        task_id: str | None = None,
         **kwargs: Any,
     ) -> MAILMessage:
         """Run the loop only until `message`'s task completes; return its response.
 
         `max_steps` limits this task (like a request's `kwargs.max_steps`); without it the
-        loop's limit applies (`default_max_steps` for a temporary loop).
+        loop's limit applies (`default_max_steps` for a temporary loop). v1.3's form,
+        ``run_task(task_id=...)`` (or the id first), runs a task submitted before.
         """
+        if message is None or isinstance(message, str):
+            return await run_submitted_task(
+                self, task_id or message, action_override, resume_from, max_steps, timeout, kwargs
+            )
         if max_steps is not None:
             kwargs["max_steps"] = max_steps
         if self.loops.continuous:

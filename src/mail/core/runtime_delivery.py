@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from mail.core.agents import AgentCore
@@ -74,6 +74,8 @@ class DeliveryHost(TaskLog, Protocol):
     def max_steps(self) -> int | None: ...
     @property
     def manual_message_buffer(self) -> dict[str, list[MAILMessage]]: ...
+    @property
+    def forgotten_tasks(self) -> Mapping[str, None]: ...
 
     def _start_turn(self, task_id: str, agent_name: str) -> None: ...
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
@@ -171,9 +173,15 @@ class Delivery:
         rt = self.host
         payload: Any = message["message"]
         task_id = payload["task_id"]
-        task = rt._ensure_task(task_id)
         sender = payload["sender"]
         sender_type = sender["address_type"]
+        if sender_type in ("agent", "system") and task_id in rt.forgotten_tasks:
+            if task_id not in rt.mail_tasks:
+                # Finished and let go (its store has it): as for a completed task, a late
+                # agent or runtime message does not start it again.
+                logger.debug("dropping a message for finished task %s", task_id)
+                return
+        task = rt._ensure_task(task_id)
         if task.completed and message["msg_type"] != "broadcast_complete":
             if sender_type == "agent":
                 logger.debug("dropping agent message for completed task %s", task_id)

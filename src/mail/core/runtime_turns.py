@@ -18,7 +18,7 @@ from mail.core.runtime_review import ActionReviewer
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
 from mail.core.tool_rights import SYNTHETIC_TOOL_NAMES, offered_tool_names, refusal_reason
-from mail.core.tools import AgentToolCall
+from mail.core.tools import AgentToolCall, normalize_breakpoint_tool_call
 from mail.telemetry.meter import TaskMeter
 
 __all__ = ["TurnContext", "TurnHost", "TurnRunner", "breakpoint_entry"]
@@ -426,26 +426,4 @@ def _cancelling() -> bool:
 
 def breakpoint_entry(call: AgentToolCall) -> dict[str, Any]:
     """One element of the `::breakpoint_tool_call::` body (OpenAI function_call layout)."""
-    raw_id: str | None = None
-    raw_status: str | None = None
-    for item in call.responses or []:
-        if item.get("type") == "function_call" and item.get("call_id") == call.tool_call_id:
-            raw_id = item.get("id")
-            raw_status = item.get("status")
-    content = (call.completion or {}).get("content")
-    if isinstance(content, list):
-        for block in content:
-            if (
-                isinstance(block, dict)
-                and block.get("type") == "tool_use"
-                and block.get("id") == call.tool_call_id
-            ):
-                raw_id = block.get("id")
-    return {
-        "arguments": json.dumps(call.tool_args),
-        "call_id": call.tool_call_id,
-        "name": call.tool_name,
-        "type": "function_call",
-        "id": raw_id or f"fc_{call.tool_call_id}",
-        "status": raw_status or "completed",
-    }
+    return normalize_breakpoint_tool_call(call)

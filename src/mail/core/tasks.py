@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import enum
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from mail.core.compat import DONE
 from mail.core.events import TaskEvent
+from mail.core.message import MAILMessage, create_agent_address
 
 # Pseudo task id of the runtime's own events (see MAILRuntime.runtime_events); never a task.
 RUNTIME_EVENTS = "*"
@@ -82,6 +85,28 @@ def state_from_record(record: Mapping[str, Any]) -> TaskState:
     return state
 
 
+def _extra_data(event: Any) -> dict[str, Any]:
+    """The ``extra_data`` of a TaskEvent, or of any event object whose ``data`` is the JSON
+    payload (text or dict), such as an sse-starlette ServerSentEvent."""
+    if isinstance(event, TaskEvent):
+        return event.extra_data
+    data = getattr(event, "data", None)
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return {}
+    extra = data.get("extra_data") if isinstance(data, dict) else None
+    return extra if isinstance(extra, dict) else {}
+
+
+def _recipients(message: MAILMessage) -> list[Any]:
+    payload: Any = message["message"]
+    if message["msg_type"] in ("request", "response"):
+        return [payload.get("recipient")]
+    return list(payload.get("recipients") or [])
+
+
 class MAILTask:
     """State of one task inside one runtime instance."""
 
@@ -138,12 +163,34 @@ class MAILTask:
         if self.state is TaskState.RUNNING:
             self.state = TaskState.STOPPED
 
-    def queue_stash(self, items: list[dict[str, Any]]) -> None:
+    def queue_stash(self, items: list[dict[str, Any]] | Any) -> Awaitable[None]:
+        """Keep queued items of this task until it resumes.
+
+        `items` are mailbox items; given the runtime's mailbox instead (v1.3 passed its
+        message queue), this task's items are taken out of it. v1.3 defined
+        ``async def queue_stash``: the result may be awaited, or ignored.
+        """
+        if hasattr(items, "stash"):
+            items = items.stash(self.task_id)
         self.task_message_queue.extend(items)
+        return DONE
 
     def queue_take(self) -> list[dict[str, Any]]:
         items, self.task_message_queue = self.task_message_queue, []
         return items
+
+    def queue_load(self, mailbox: Any) -> Awaitable[None]:
+        """v1.3: put the stashed items back into the runtime's mailbox (`runtime.mailbox`)
+        and mark the task running again; awaitable, like v1.3's coroutine."""
+        items = self.queue_take()
+        if items:
+            mailbox.load(items)
+            self.resume()
+        return DONE
+
+    def add_remote_swarm(self, remote_swarm: str) -> None:
+        """Note a remote swarm that works on this task."""
+        self.remote_swarms.add(remote_swarm)
 
     def add_contributor(self, contributor: str) -> None:
         if contributor not in self.task_contributors:
@@ -166,6 +213,48 @@ class MAILTask:
         if self._event_signal is None:
             self._event_signal = asyncio.Event()
         return self._event_signal
+
+    # -- messages (v1.3's queries) --------------------------------------------------------
+    def get_messages(self) -> list[MAILMessage]:
+        """Every message of the task in order: the ``full_message`` of its ``new_message``
+        events."""
+        found: list[MAILMessage] = []
+        for event in self.events:
+            if event.event != "new_message":
+                continue
+            message = _extra_data(event).get("full_message")
+            if isinstance(message, dict):
+                found.append(message)  # type: ignore[arg-type]
+        return found
+
+    def get_messages_by_agent(
+        self, agent: str, sent: bool = True, received: bool = True
+    ) -> list[MAILMessage]:
+        """The messages `agent` sent (first), then those it received."""
+        address = create_agent_address(agent)
+        messages = self.get_messages()
+        mine = [m for m in messages if m["message"]["sender"] == address] if sent else []
+        if received:
+            mine += [m for m in messages if address in _recipients(m)]
+        return mine
+
+    def get_messages_by_type(self, message_type: str) -> list[MAILMessage]:
+        return [m for m in self.get_messages() if m["msg_type"] == message_type]
+
+    def get_messages_by_system(self) -> list[MAILMessage]:
+        return self._messages_from("system")
+
+    def get_messages_by_user(self) -> list[MAILMessage]:
+        return self._messages_from("user")
+
+    def _messages_from(self, address_type: str) -> list[MAILMessage]:
+        return [
+            m for m in self.get_messages() if m["message"]["sender"]["address_type"] == address_type
+        ]
+
+    def get_lifetime(self) -> datetime.timedelta:
+        """How long ago the task started."""
+        return datetime.datetime.now(datetime.UTC) - self.start_time
 
     # -- serialisation ------------------------------------------------------------------
     def to_dict(self, include_events: bool = True) -> dict[str, Any]:
@@ -203,6 +292,15 @@ class MAILTask:
             "pending_reviews": list(self.pending_reviews),
             "review_state": dict(self.review_state),
         }
+
+    def to_db_dict(self) -> dict[str, Any]:
+        """v1.3's name for `to_store_record` (the task without its events and queue)."""
+        return self.to_store_record()
+
+    @classmethod
+    def from_db_dict(cls, data: dict[str, Any]) -> MAILTask:
+        """v1.3's name for `from_store_record`."""
+        return cls.from_store_record(data)
 
     @classmethod
     def from_store_record(cls, record: dict[str, Any]) -> MAILTask:

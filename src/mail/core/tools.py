@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
@@ -28,7 +29,7 @@ from mail.core.strict_schema import to_strict_json_schema
 
 ToolStyle = Literal["completions", "responses"]
 
-MAIL_TOOL_NAMES: tuple[str, ...] = (
+MAIL_TOOL_NAMES: list[str] = [
     "send_request",
     "send_response",
     "send_interrupt",
@@ -38,8 +39,8 @@ MAIL_TOOL_NAMES: tuple[str, ...] = (
     "ignore_broadcast",
     "await_message",
     "help",
-)
-"""Tools every MAIL runtime implements."""
+]
+"""Tools every MAIL runtime implements (a list, as in v1.3: ``MAIL_TOOL_NAMES + [...]``)."""
 
 SUPERVISOR_ONLY_TOOL_NAMES: frozenset[str] = frozenset(
     {
@@ -522,3 +523,63 @@ def convert_call_to_mail_message(call: AgentToolCall, sender: str, task_id: str)
             + ", ".join(_CONVERTERS)
         )
     return converter(call, sender, task_id)
+
+
+# --------------------------------------------------------------------------------------------
+# Breakpoint bodies
+
+
+def _provider_record(call: AgentToolCall) -> dict[str, Any] | None:
+    """The provider's own record of `call`: an Anthropic ``tool_use`` block of its completion,
+    or the Responses ``function_call`` item of its output (matched by call id)."""
+    content = call.completion.get("content") if call.completion else None
+    if isinstance(content, list):
+        for block in content:
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_use"
+                and block.get("id") == call.tool_call_id
+            ):
+                return block
+    for item in call.responses:
+        if item.get("type") == "function_call" and item.get("call_id") == call.tool_call_id:
+            return item
+    return None
+
+
+def normalize_breakpoint_tool_call(
+    call: AgentToolCall, raw: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One element of a ``::breakpoint_tool_call::`` body, in the Responses ``function_call``
+    layout whatever the provider: ``{"arguments", "call_id", "name", "type", "id", "status"}``.
+
+    `raw` is the provider's record of the call (looked up in the call when not given). A
+    Responses item keeps its own ``id``, arguments text and status; any other call (Chat
+    Completions, an Anthropic ``tool_use`` block) gets ``id`` ``fc_<call id>``, so an
+    Anthropic call ``toolu_x`` is ``fc_toolu_x`` as in v1.3.
+    """
+    if raw is None:
+        raw = _provider_record(call)
+    call_id: Any = None
+    name: Any = None
+    arguments: Any = None
+    item_id: Any = None
+    status: Any = None
+    if raw is not None and raw.get("type") == "function_call":
+        call_id, name, arguments = raw.get("call_id"), raw.get("name"), raw.get("arguments")
+        item_id, status = raw.get("id"), raw.get("status")
+    elif raw is not None and raw.get("type") == "tool_use":
+        call_id, name, arguments = raw.get("id"), raw.get("name"), raw.get("input")
+    call_id = call_id or call.tool_call_id
+    if arguments is None:
+        arguments = call.tool_args
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, separators=(",", ":"))
+    return {
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name or call.tool_name,
+        "type": "function_call",
+        "id": item_id or f"fc_{call_id}",
+        "status": status or "completed",
+    }

@@ -4,6 +4,10 @@
 `ExampleSpec` per bundled agent (`supervisor`, `weather`, `math`, `consultant`, `analyst`).
 The specs default to a real OpenAI model; set ``agent_params["llm"] = "mail/demo"`` on the
 template to run them offline.
+
+The names v1.3's `mail.examples` exported (the agent classes, the deprecated
+``factory_*_dummy`` functions, and here also the agents' actions, prompts and default
+``*_agent_params``) load on first use, from the example packages that hold them.
 """
 
 from __future__ import annotations
@@ -80,4 +84,54 @@ EXAMPLES: dict[str, ExampleSpec] = {
     ),
 }
 
-__all__ = ["DEFAULT_EXAMPLE_LLM", "EXAMPLES", "ExampleSpec"]
+# v1.3's package-level names -> the example package that defines them.
+_V13_EXPORTS: dict[str, str] = {
+    "LiteLLMAnalystFunction": "analyst_dummy",
+    "factory_analyst_dummy": "analyst_dummy",
+    "analyst_agent_params": "analyst_dummy",
+    "ANALYST_SYSPROMPT": "analyst_dummy",
+    "LiteLLMConsultantFunction": "consultant_dummy",
+    "factory_consultant_dummy": "consultant_dummy",
+    "consultant_agent_params": "consultant_dummy",
+    "CONSULTANT_SYSPROMPT": "consultant_dummy",
+    "LiteLLMMathFunction": "math_dummy",
+    "factory_math_dummy": "math_dummy",
+    "math_agent_params": "math_dummy",
+    "MATH_SYSPROMPT": "math_dummy",
+    "calculate_expression": "math_dummy",
+    "action_calculate_expression": "math_dummy",
+    "LiteLLMWeatherFunction": "weather_dummy",
+    "factory_weather_dummy": "weather_dummy",
+    "weather_agent_params": "weather_dummy",
+    "WEATHER_SYSPROMPT": "weather_dummy",
+    "get_weather_forecast": "weather_dummy",
+    "action_get_weather_forecast": "weather_dummy",
+    "supervisor_agent_params": "supervisor",
+    "SUPERVISOR_SYSPROMPT": "supervisor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    package = _V13_EXPORTS.get(name)
+    if package is None:
+        raise AttributeError(f"module 'mail.examples' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(f"mail.examples.{package}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "DEFAULT_EXAMPLE_LLM",
+    "EXAMPLES",
+    "ExampleSpec",
+    "LiteLLMAnalystFunction",
+    "LiteLLMConsultantFunction",
+    "LiteLLMMathFunction",
+    "LiteLLMWeatherFunction",
+    "factory_analyst_dummy",
+    "factory_consultant_dummy",
+    "factory_math_dummy",
+    "factory_weather_dummy",
+]

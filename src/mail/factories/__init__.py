@@ -3,6 +3,7 @@
 Importing this package is cheap: LiteLLM is imported on the first model call.
 """
 
+from mail.core.agents import AgentFunction
 from mail.factories.action import (
     ActionAgentFunction,
     LiteLLMActionAgentFunction,
@@ -28,6 +29,7 @@ from mail.factories.supervisor import (
 
 __all__ = [
     "ActionAgentFunction",
+    "AgentFunction",
     "AgentFunctionError",
     "LLMCallError",
     "LLMConfigError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mail.factories.base import (
+    FUNCTION_FACTORY_ORDER,
     DelegatingAgentFunction,
     LiteLLMAgentFunction,
     MAILAgentFunction,
@@ -29,5 +30,9 @@ class LiteLLMActionAgentFunction(DelegatingAgentFunction, ActionAgentFunction):
 
 
 action_agent_factory = deprecated_function_factory(
-    LiteLLMActionAgentFunction, "action_agent_factory"
+    LiteLLMActionAgentFunction,
+    "action_agent_factory",
+    {"name": "action"},
+    # v1.3's order ended with `_debug_include_mail_tools`, `print_llm_streams`.
+    (*FUNCTION_FACTORY_ORDER[:16], "_debug_include_mail_tools", "print_llm_streams"),
 )

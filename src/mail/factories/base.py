@@ -415,14 +415,40 @@ class DelegatingAgentFunction(MAILAgentFunction):
         comm_targets: list[str],
         tools: list[Any],
         llm: str,
+        system: str = "",
+        user_token: str = "",
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool | None = None,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
+        reasoning_effort: str | None = None,
+        thinking_budget: int | None = None,
+        max_tokens: int | None = None,
+        memory: bool = True,
+        use_proxy: bool = True,
+        _debug_include_mail_tools: bool = True,
+        stream_tokens: bool = False,
+        print_llm_streams: bool = True,
+        default_tool_choice: ToolChoice | None = None,
         **settings: Any,
     ) -> None:
+        # The parameters are in v1.3's positional order; the ones after `exclude_tools` (and
+        # any other `LiteLLMAgentFunction` setting in **settings) go to the inner function.
         check_settings(type(self).__name__, settings, LiteLLMAgentFunction.__init__)
+        settings.update(
+            system=system,
+            user_token=user_token,
+            reasoning_effort=reasoning_effort,
+            thinking_budget=thinking_budget,
+            max_tokens=max_tokens,
+            memory=memory,
+            use_proxy=use_proxy,
+            _debug_include_mail_tools=_debug_include_mail_tools,
+            stream_tokens=stream_tokens,
+            print_llm_streams=print_llm_streams,
+            default_tool_choice=default_tool_choice,
+        )
         super().__init__(
             name=name,
             comm_targets=comm_targets,
@@ -456,18 +482,66 @@ class DelegatingAgentFunction(MAILAgentFunction):
     def system(self, value: str) -> None:
         self._inner().system = value
 
+    @property
+    def user_token(self) -> str:
+        return self._inner().user_token
+
     async def __call__(
         self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
     ) -> AgentResult:
         return await self._inner()(messages, tool_choice)
 
 
-def deprecated_function_factory(
-    cls: type[Any], name: str
-) -> Callable[..., Callable[..., Awaitable[AgentResult]]]:
-    """The original's function-style factories: build `cls`, return a plain coroutine fn."""
+# The parameter order of the original's function-style factories (v1.3), so positional calls
+# such as ``base_agent_factory(["helper"], [], "token", "openai/gpt-5-mini", "prompt")`` work.
+FUNCTION_FACTORY_ORDER: tuple[str, ...] = (
+    "comm_targets",
+    "tools",
+    "user_token",
+    "llm",
+    "system",
+    "name",
+    "enable_entrypoint",
+    "enable_interswarm",
+    "can_complete_tasks",
+    "tool_format",
+    "exclude_tools",
+    "reasoning_effort",
+    "thinking_budget",
+    "max_tokens",
+    "memory",
+    "use_proxy",
+    "stream_tokens",
+    "print_llm_streams",
+    "_debug_include_mail_tools",
+    "default_tool_choice",
+)
 
-    def factory(**kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
+
+def deprecated_function_factory(
+    cls: type[Any],
+    name: str,
+    defaults: dict[str, Any] | None = None,
+    order: tuple[str, ...] = FUNCTION_FACTORY_ORDER,
+) -> Callable[..., Callable[..., Awaitable[AgentResult]]]:
+    """The original's function-style factories: build `cls`, return a plain coroutine fn.
+
+    Arguments may be given by keyword or in the original's positional `order`; `defaults`
+    fill what is not given (the original's default agent name, for instance).
+    """
+    fixed = dict(defaults or {})
+
+    def factory(*args: Any, **kwargs: Any) -> Callable[..., Awaitable[AgentResult]]:
+        if len(args) > len(order):
+            raise TypeError(
+                f"{name}() takes at most {len(order)} positional arguments ({len(args)} given)"
+            )
+        for key, value in zip(order, args, strict=False):
+            if key in kwargs:
+                raise TypeError(f"{name}() got multiple values for argument '{key}'")
+            kwargs[key] = value
+        for key, value in fixed.items():
+            kwargs.setdefault(key, value)
         warnings.warn(
             f"{name} is deprecated; use {cls.__name__} as the factory",
             DeprecationWarning,
@@ -484,8 +558,13 @@ def deprecated_function_factory(
         return run
 
     factory.__name__ = factory.__qualname__ = name
-    factory.__doc__ = f"Deprecated: build a `{cls.__name__}` and return a coroutine function."
+    factory.__doc__ = (
+        f"Deprecated: build a `{cls.__name__}` and return a coroutine function. "
+        f"Positional order: {', '.join(order[:6])}, ..."
+    )
     return factory
 
 
-base_agent_factory = deprecated_function_factory(LiteLLMAgentFunction, "base_agent_factory")
+base_agent_factory = deprecated_function_factory(
+    LiteLLMAgentFunction, "base_agent_factory", {"name": "base_agent"}
+)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mail.core.tools import create_supervisor_tools
 from mail.factories.base import (
+    FUNCTION_FACTORY_ORDER,
     DelegatingAgentFunction,
     LiteLLMAgentFunction,
     MAILAgentFunction,
+    ToolFormat,
     deprecated_function_factory,
 )
 
@@ -14,12 +18,37 @@ from mail.factories.base import (
 class SupervisorFunction(MAILAgentFunction):
     """Base for supervisors: action tools may be given as pydantic model classes.
 
-    Same constructor as MAILAgentFunction, except that supervisors complete tasks by default
-    (`can_complete_tasks` not given means True).
+    The same parameters as MAILAgentFunction, with `can_complete_tasks` fourth (v1.3's order);
+    supervisors complete tasks by default (`can_complete_tasks` not given means True).
     """
 
     accepts_model_tools = True
     completes_tasks_by_default = True
+
+    def __init__(
+        self,
+        name: str,
+        comm_targets: list[str],
+        tools: list[Any],
+        can_complete_tasks: bool | None = None,
+        enable_entrypoint: bool = False,
+        enable_interswarm: bool = False,
+        tool_format: ToolFormat = "responses",
+        exclude_tools: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # v1.3's positional order: `can_complete_tasks` comes right after `tools` here.
+        super().__init__(
+            name=name,
+            comm_targets=comm_targets,
+            tools=tools,
+            enable_entrypoint=enable_entrypoint,
+            enable_interswarm=enable_interswarm,
+            can_complete_tasks=can_complete_tasks,
+            tool_format=tool_format,
+            exclude_tools=exclude_tools,
+            **kwargs,
+        )
 
     def add_supervisor_tools(self) -> None:
         """Append the supervisor tools to the agent's own: `send_interrupt` and
@@ -54,4 +83,10 @@ class LiteLLMSupervisorFunction(DelegatingAgentFunction, SupervisorFunction):
         self.add_supervisor_tools()
 
 
-supervisor_factory = deprecated_function_factory(LiteLLMSupervisorFunction, "supervisor_factory")
+supervisor_factory = deprecated_function_factory(
+    LiteLLMSupervisorFunction,
+    "supervisor_factory",
+    {"name": "supervisor", "enable_entrypoint": True, "can_complete_tasks": True},
+    # v1.3's supervisor_factory had no `_debug_include_mail_tools` parameter.
+    tuple(p for p in FUNCTION_FACTORY_ORDER if p != "_debug_include_mail_tools"),
+)

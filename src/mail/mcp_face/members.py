@@ -65,7 +65,9 @@ class Member:
     def task_completed(self, task_id: str) -> bool:
         """Is `task_id` a completed task of its runtime (messages to it would be dropped)?"""
         task = self.runtime.mail_tasks.get(task_id)
-        return task is not None and bool(task.completed)
+        if task is None:  # finished and let go of (its store has it)
+            return task_id in self.runtime.forgotten_tasks
+        return bool(task.completed)
 
     def default_task(self) -> str:
         """The task a message that names none goes to: that of the newest message it got,
@@ -276,7 +278,7 @@ def leave(member: Member) -> None:
 
 def _listed_targets(inst: Any, name: str, *, add: bool) -> None:
     """The instance's agent descriptions (GET /swarm, the console graph) link to `name`."""
-    for agent in (getattr(inst.swarm, "agents", None) or {}).values():
+    for agent in getattr(inst.swarm, "agents", None) or []:
         targets = getattr(agent, "comm_targets", None)
         if not isinstance(targets, list):
             continue

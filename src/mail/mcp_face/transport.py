@@ -2,8 +2,10 @@
 
 Every request needs a key the server's authenticator accepts (401 otherwise, before the SDK
 sees a byte). A session belongs to the caller that opened it: a request for it with another
-key is answered 404, as if it did not exist. Request bodies are bounded by
-``[server.settings] max_request_body`` (the app's body limit, and the SDK's own).
+key is answered 404, as if it did not exist. A caller holds at most its share of sessions,
+and a new one makes room by ending idle ones first (`mail.mcp_face.sessions`). Request
+bodies are bounded by ``[server.settings] max_request_body`` (the app's body limit, and the
+SDK's own).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Message, Receive, Scope, Send
 
 from mail.mcp_face.face import Face
+from mail.mcp_face.sessions import SessionShares, TooManySessions
 
 logger = logging.getLogger("mail.mcp")
 SESSION_HEADER = b"mcp-session-id"
@@ -37,7 +40,11 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         self.sessions = face.server.session_manager
-        self.owners: dict[str, tuple[str, str]] = {}  # session id -> (role, caller id)
+        self.shares = SessionShares(
+            self.sessions,
+            per_caller=face.settings.max_sessions_per_caller,
+            server_wide=face.settings.max_sessions,
+        )
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -53,20 +60,36 @@ class McpEndpoint:
             return
         owner = (caller.role, caller.id)
         session = headers.get(SESSION_HEADER, b"").decode("latin-1")
-        if session and session in self.owners and self.owners[session] != owner:
-            await _error(send, 404, "Session not found")
+        if session:
+            known = self.shares.owner_of(session)
+            if known is not None and known != owner:
+                await _error(send, 404, "Session not found")
+                return
+            self.shares.started(session)
+            try:
+                await self.sessions.handle_request(scope, receive, send)
+            finally:
+                self.shares.finished(session)
+            if scope.get("method") == "DELETE":
+                self.shares.closed(session)
+            return
+        try:
+            await self.shares.admit(owner)
+        except TooManySessions as exc:
+            await _error(send, 429, str(exc), {"Retry-After": "30"})
             return
 
         async def send_and_record(message: Message) -> None:
             if message["type"] == "http.response.start":
                 for key, value in message.get("headers") or []:
                     if key.lower() == SESSION_HEADER:
-                        self.owners.setdefault(value.decode("latin-1"), owner)
+                        self.shares.opened(value.decode("latin-1"), owner)
             await send(message)
 
-        await self.sessions.handle_request(scope, receive, send_and_record)
-        if scope.get("method") == "DELETE" and session:
-            self.owners.pop(session, None)
+        try:
+            await self.sessions.handle_request(scope, receive, send_and_record)
+        finally:
+            self.shares.done_opening(owner)
 
     async def _caller(self, header: str) -> Any:
         from mail.server.auth import unauthorized

@@ -180,6 +180,7 @@ class InterswarmBridge:
             task_id,
             "interswarm_message_error",
             f"error sending interswarm message {direction}: {exc}",
+            {"target_swarm": target_swarm},  # the peer, for push notifications
         )
         sender = payload["sender"]
         name, swarm = parse_agent_address(sender["address"])
@@ -269,7 +270,7 @@ class InterswarmBridge:
                 f"Swarm '{swarm}' became unreachable while this task waited on it "
                 f"({reason}); no answer will come from it."
             )
-            rt._emit(task_id, "interswarm_message_error", text)
+            rt._emit(task_id, "interswarm_message_error", text, {"target_swarm": swarm})
             for waiter in sorted(waiters):
                 if waiter in rt.agents:
                     rt.mailbox.put(
@@ -353,6 +354,7 @@ class InterswarmBridge:
                 task.task_id,
                 "interswarm_message_error",
                 f"error sending interswarm message {direction}: {exc}",
+                {"target_swarm": swarm},
             )
             logger.warning("could not notify swarm %s of task %s: %s", swarm, task.task_id, exc)
 
@@ -396,8 +398,19 @@ class InterswarmBridge:
                     forwarded_to=task.remote_swarms,
                 )
                 if task.task_owner != owner:
+                    # Another caller's task under the same id: the peer is told so without
+                    # their name (it goes back to the sender); the operator's log has both.
+                    logger.info(
+                        "refused interswarm %s from swarm '%s': task %s is owned by %s, not %s",
+                        direction,
+                        source,
+                        task_id,
+                        task.task_owner,
+                        owner,
+                    )
                     raise InterswarmReceiveError(
-                        f"task owner mismatch: expected '{task.task_owner}', got '{owner}'", 409
+                        f"task '{task_id}' here belongs to someone else: use another task id",
+                        409,
                     )
             sender = peer_sender(payload["sender"], source_swarm=source, task_owner=owner)
             check_subject(payload.get("subject"), source_swarm=source)

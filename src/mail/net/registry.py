@@ -42,6 +42,7 @@ from mail.net.registry_store import (
     token_env_var,
     write_json_atomic,
 )
+from mail.net.registry_v13 import V13RegistryMethods
 from mail.net.types import InterswarmError, SwarmEndpoint, SwarmEndpointCleaned
 from mail.version import PROTOCOL_VERSION
 
@@ -59,8 +60,11 @@ def _now() -> datetime.datetime:
 _normalize_base_url = normalize_base_url
 
 
-class SwarmRegistry:
-    """Local and remote swarm endpoints, their persistence file, and their health."""
+class SwarmRegistry(V13RegistryMethods):
+    """Local and remote swarm endpoints, their persistence file, and their health.
+
+    v1.3's `get_public_endpoints` and `from_dict` come from V13RegistryMethods.
+    """
 
     def __init__(
         self,
@@ -301,7 +305,7 @@ class SwarmRegistry:
     def _resolve_auth_token_ref(self, auth_token_ref: str | None) -> str | None:
         return resolve_token_ref(auth_token_ref)
 
-    def migrate_auth_tokens_to_env_refs(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
+    def migrate_auth_tokens(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
         """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references.
 
         The literal stays usable in memory for this process. Returns {swarm: variable} for
@@ -309,6 +313,13 @@ class SwarmRegistry:
         """
         with self._changing():
             return self._migrate_auth_tokens(prefix)
+
+    def migrate_auth_tokens_to_env_refs(
+        self, env_var_prefix: str = DEFAULT_TOKEN_PREFIX, *, prefix: str | None = None
+    ) -> None:
+        """`migrate_auth_tokens` with v1.3's signature: the keyword is ``env_var_prefix``
+        (``prefix`` is accepted too) and nothing is returned."""
+        self.migrate_auth_tokens(prefix if prefix is not None else env_var_prefix)
 
     def _migrate_auth_tokens(self, prefix: str) -> dict[str, str]:
         migrated: dict[str, str] = {}

@@ -12,14 +12,18 @@ in the runtime and the server, not here.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
+import random
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from mail.core.compat import AwaitableBool
 from mail.core.message import (
     INTERSWARM_MESSAGE_TYPES,
     create_system_address,
@@ -36,6 +40,7 @@ from mail.net.answers import (
     read_at_most,
     read_capped,
 )
+from mail.net.router_v13 import V13RouterMethods
 from mail.net.types import Direction, InterswarmError
 from mail.telemetry.interswarm import interswarm_hop
 
@@ -52,6 +57,14 @@ MessageHandler = Callable[["MAILMessage"], Awaitable[Any] | Any]
 _BODY_EXCERPT = 4000
 # Answers of a reverse proxy whose upstream (the peer) is down or does not answer.
 _GATEWAY_DOWN = (502, 504)
+# Answers worth sending the same request again for (with the same Idempotency-Key): the peer
+# or a proxy in front of it is briefly unavailable. 429 and 409 only with a Retry-After (a
+# 409 with one answers a key whose first request the peer is still working on).
+_RETRY_STATUSES = frozenset({502, 503, 504})
+_RETRY_AFTER_STATUSES = frozenset({409, 429})
+# Seconds before the first resend (doubled each time, with jitter), and the longest wait.
+RETRY_BACKOFF = 0.25
+RETRY_MAX_DELAY = 5.0
 
 
 def peer_error_text(text: str) -> str:
@@ -70,6 +83,19 @@ def peer_error_text(text: str) -> str:
         return said
     half = _BODY_EXCERPT // 2
     return f"{said[:half]} [...] {said[-half:]}"
+
+
+def _transient(error: InterswarmError) -> InterswarmError:
+    error.transient = True
+    return error
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def choose_direction(target_swarm: str, task_contributors: list[str]) -> Direction:
@@ -91,8 +117,11 @@ def _recipient_addresses(message: MAILMessage) -> list[str]:
     return [payload["recipient"]["address"]]
 
 
-class InterswarmRouter:
-    """Sends MAIL traffic to remote swarms found in a SwarmRegistry."""
+class InterswarmRouter(V13RouterMethods):
+    """Sends MAIL traffic to remote swarms found in a SwarmRegistry.
+
+    v1.3's method names (``send_interswarm_message_forward`` ...) come from V13RouterMethods.
+    """
 
     def __init__(
         self,
@@ -100,9 +129,16 @@ class InterswarmRouter:
         local_swarm_name: str,
         request_timeout: float = 30.0,
         session: aiohttp.ClientSession | None = None,
+        retries: int = 2,
     ) -> None:
+        """`retries`: how often a request that got no answer, or a 502/503/504 (a 429 or
+        409 with Retry-After), is sent again, with the same Idempotency-Key, within
+        `request_timeout` (which bounds all attempts together)."""
         if request_timeout <= 0:
             raise ValueError("request_timeout must be positive")
+        if retries < 0:
+            raise ValueError("retries must be 0 or more")
+        self.retries = retries
         self.swarm_registry = swarm_registry
         self.local_swarm_name = local_swarm_name
         self.request_timeout = request_timeout
@@ -130,8 +166,10 @@ class InterswarmRouter:
             self.session = None
             logger.debug("interswarm router for '%s' stopped", self.local_swarm_name)
 
-    def is_running(self) -> bool:
-        return self.session is not None and not self.session.closed
+    def is_running(self) -> AwaitableBool:
+        """Whether the HTTP session is open; ``await router.is_running()`` works too (v1.3
+        defined it as a coroutine)."""
+        return AwaitableBool(self.session is not None and not self.session.closed)
 
     # ------------------------------------------------------------------ envelopes
 
@@ -225,17 +263,22 @@ class InterswarmRouter:
 
     async def post_interswarm_user_message(
         self,
-        base_url_or_swarm: str,
-        body: dict[str, Any],
-        user_token: str,
+        base_url_or_swarm: str | MAILInterswarmMessage,
+        body: dict[str, Any] | None = None,
+        user_token: str | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """POST a user/admin message to a remote's `/interswarm/message`; returns its JSON.
 
         `base_url_or_swarm` is a registered swarm name or an http(s) URL. The remote runs
         the task before answering, so callers may pass a longer `timeout` than the router's
-        default.
+        default. Given one envelope instead (v1.3's form), the envelope's request is sent
+        (`post_envelope_as_user_message`).
         """
+        if isinstance(base_url_or_swarm, dict):
+            return await self.post_envelope_as_user_message(base_url_or_swarm)  # type: ignore[no-any-return]
+        if body is None:
+            raise TypeError("post_interswarm_user_message needs the message body")
         if not user_token:
             raise InterswarmError("user token is required for an interswarm user message")
         if base_url_or_swarm.startswith(("http://", "https://")):
@@ -276,8 +319,34 @@ class InterswarmRouter:
     async def _post(
         self, swarm: str, url: str, body: dict[str, Any], token: str, timeout: float
     ) -> dict[str, Any]:
-        with interswarm_hop(swarm, url) as hop_headers:  # span, traceparent, metrics
-            return await self._post_once(swarm, url, body, token, timeout, hop_headers)
+        """POST with one Idempotency-Key for every attempt (a peer that knows the header runs
+        the request once however often it arrives; one that does not ignores it)."""
+        key = f'"{uuid.uuid4()}"'
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        attempt = 0
+        while True:
+            try:
+                with interswarm_hop(swarm, url) as hop_headers:  # span, traceparent, metrics
+                    return await self._post_once(
+                        swarm, url, body, token, timeout, hop_headers, key, deadline - loop.time()
+                    )
+            except InterswarmError as exc:
+                wait = self._retry_wait(exc, attempt)
+                if wait is None or loop.time() + wait >= deadline:
+                    raise
+                logger.info("%s; sending it again in %.2fs (retry %d)", exc, wait, attempt + 1)
+            attempt += 1
+            await asyncio.sleep(wait)
+
+    def _retry_wait(self, exc: InterswarmError, attempt: int) -> float | None:
+        """Seconds before resending after `exc`, or None when it is not to be resent."""
+        if attempt >= self.retries or not exc.transient:
+            return None
+        if exc.retry_after is not None:
+            return exc.retry_after
+        base = min(RETRY_MAX_DELAY, RETRY_BACKOFF * 2**attempt)
+        return base / 2 + random.uniform(0, base / 2)  # noqa: S311 - jitter
 
     async def _post_once(
         self,
@@ -287,19 +356,30 @@ class InterswarmRouter:
         token: str,
         timeout: float,
         hop_headers: dict[str, str],
+        idempotency_key: str | None = None,
+        remaining: float | None = None,
     ) -> dict[str, Any]:
+        """One attempt; `timeout` is the request's budget (named in errors), `remaining`
+        what is left of it for this attempt (all of it by default)."""
         session = self.session
         if session is None or session.closed:
             raise InterswarmError("HTTP client session is not open", swarm_name=swarm)
+        left = timeout if remaining is None else remaining
+        if left <= 0:
+            raise InterswarmError(
+                f"swarm '{swarm}' did not answer within {timeout:g}s ({url})", swarm_name=swarm
+            )
         headers = {
             "Content-Type": "application/json",
             "User-Agent": f"MAIL-Interswarm-Router/{self.local_swarm_name}",
             "Authorization": f"Bearer {token}",
         }
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
         headers.update(hop_headers)
         try:
             async with session.post(
-                url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+                url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=left)
             ) as response:
                 if 200 <= response.status < 300:
                     text = decode(await read_capped(response, MAX_PEER_ANSWER_BYTES))
@@ -318,7 +398,15 @@ class InterswarmRouter:
                         summary += f" {response.reason}"
                     if excerpt:
                         summary += f": {excerpt}"
-                    raise InterswarmError(summary, swarm_name=swarm, status=response.status)
+                    retry_after = _retry_after(response.headers.get("Retry-After"))
+                    raise InterswarmError(
+                        summary,
+                        swarm_name=swarm,
+                        status=response.status,
+                        transient=response.status in _RETRY_STATUSES
+                        or (response.status in _RETRY_AFTER_STATUSES and retry_after is not None),
+                        retry_after=retry_after,
+                    )
         except TimeoutError as exc:
             raise InterswarmError(
                 f"swarm '{swarm}' did not answer within {timeout:g}s ({url})", swarm_name=swarm
@@ -330,12 +418,16 @@ class InterswarmRouter:
         except aiohttp.ClientConnectorError as exc:
             reason = f"cannot connect to swarm '{swarm}' at {url}: {exc.strerror or exc}"
             self._mark_unreachable(swarm, reason)
-            raise InterswarmError(reason, swarm_name=swarm) from exc
+            raise _transient(InterswarmError(reason, swarm_name=swarm)) from exc
         except aiohttp.ClientError as exc:
-            raise InterswarmError(
+            error = InterswarmError(
                 f"request to swarm '{swarm}' failed: {exc or type(exc).__name__}",
                 swarm_name=swarm,
-            ) from exc
+            )
+            # No answer came (reset, closed, cut short): the same request may be sent again.
+            if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
+                error = _transient(error)
+            raise error from exc
         logger.debug("POST %s -> %d", url, response.status)
         try:
             data = json.loads(text) if text else {}
@@ -354,6 +446,35 @@ class InterswarmRouter:
     def register_message_handler(self, message_type: str, handler: MessageHandler) -> None:
         """Handler for messages whose recipients are local (`route_message`)."""
         self.message_handlers[message_type] = handler
+
+    # ------------------------------------------------------------------ inbound (v1.3)
+    async def receive_interswarm_message_forward(self, message: MAILInterswarmMessage) -> None:
+        """An envelope starting work here: handed to the ``local_message_handler``."""
+        await self._receive_envelope(message, "forward")
+
+    async def receive_interswarm_message_back(self, message: MAILInterswarmMessage) -> None:
+        """An envelope answering work of ours: handed to the ``local_message_handler``."""
+        await self._receive_envelope(message, "back")
+
+    async def _receive_envelope(self, message: MAILInterswarmMessage, direction: str) -> None:
+        # The server takes envelopes through the instance's bridge (net/bridge_inbound.py,
+        # with its trust checks); this is v1.3's entry point for code that registered its
+        # own handler.
+        if message["target_swarm"] != self.local_swarm_name:
+            raise ValueError(
+                f"received interswarm message for wrong swarm: '{message['target_swarm']}'"
+            )
+        handler = self.message_handlers.get("local_message_handler")
+        if handler is None:
+            raise ValueError("no local message handler registered")
+        try:
+            result = handler(message)  # type: ignore[arg-type]
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            raise ValueError(
+                f"router failed to receive interswarm message {direction}: {exc}"
+            ) from exc
 
     async def route_message(
         self,

@@ -50,20 +50,115 @@ class SwarmEndpointCleaned(TypedDict):
     metadata: dict[str, Any] | None
 
 
+# ---------------------------------------------------------------------------- HTTP answers
+# The JSON bodies of the server's routes, under the names v1.3 gave them (its api.md names
+# them `types.GetRootResponse` and so on). Fields this server adds are NotRequired.
+
+
+class SwarmInfo(TypedDict):
+    """``swarm`` in the answer of ``GET /``: the swarm this server serves."""
+
+    name: str
+    version: str
+    description: str
+    entrypoint: str
+    keywords: list[str]
+    public: bool
+
+
+class SwarmStatus(TypedDict):
+    """``swarm`` in the answer of ``GET /status``."""
+
+    name: str | None
+    status: str
+
+
+class GetRootResponse(TypedDict):
+    """``GET /``: the service, its protocol version and the swarm it serves."""
+
+    name: str  # always "mail"
+    protocol_version: str
+    swarm: SwarmInfo
+    status: str  # "running"
+    uptime: float  # seconds
+    version: NotRequired[str]  # the OpenAPI file's name of protocol_version
+
+
+class GetWhoamiResponse(TypedDict):
+    """``GET /whoami``: who the bearer token belongs to."""
+
+    id: str
+    role: str
+    username: NotRequired[str]  # the OpenAPI file's name of id
+
+
+class GetStatusResponse(TypedDict):
+    """``GET /status``: the swarm and the caller's instance."""
+
+    swarm: SwarmStatus
+    active_users: int
+    user_mail_ready: bool
+    user_task_running: bool
+
+
+class PostMessageResponse(TypedDict):
+    """``POST /message`` (not streamed): the final answer's body, and the events when
+    ``show_events`` was asked for (each a dict with ``event``, ``id`` and ``data``)."""
+
+    response: str
+    events: list[dict[str, Any]] | None
+    task_id: NotRequired[str]  # to continue the task in a next request
+
+
+class GetHealthResponse(TypedDict):
+    """``GET /health``."""
+
+    status: str
+    swarm_name: str
+    timestamp: str
+
+
 class GetSwarmsResponse(TypedDict):
+    """``GET /swarms``: the public swarms this server knows."""
+
     swarms: list[SwarmEndpointCleaned]
 
 
 class PostSwarmsResponse(TypedDict):
+    """``POST /swarms``: a swarm was registered."""
+
     status: str
     swarm_name: str
 
 
+class GetSwarmsDumpResponse(TypedDict):
+    """``GET /swarms/dump``."""
+
+    status: str
+    swarm_name: str
+
+
+class PostSwarmsLoadResponse(TypedDict):
+    """``POST /swarms/load``: the swarm that is served from now on."""
+
+    status: str
+    swarm_name: str
+
+
+class PostInterswarmMessageResponse(TypedDict):
+    """``POST /interswarm/message``: the remote task's final message, and its events."""
+
+    response: dict[str, Any]  # a MAILMessage
+    events: list[dict[str, Any]] | None
+
+
 class PostInterswarmForwardResponse(TypedDict):
+    """``POST /interswarm/forward``: the envelope was taken."""
+
     swarm: str
     task_id: str
     status: str
-    local_runner: str
+    local_runner: str  # role:id@swarm of the instance that runs the task here
 
 
 # /interswarm/back answers with the same shape as /interswarm/forward.
@@ -75,7 +170,9 @@ class InterswarmError(Exception):
 
     `str(error)` is a short human-readable sentence suitable for a system message to the
     agent that tried to send. `swarm_name` and `status` (HTTP status of a non-2xx answer)
-    are set when known.
+    are set when known. `transient`: no answer came, or one saying "try again" (the router
+    resends such a request, see `InterswarmRouter.retries`); `retry_after`: the seconds the
+    peer's Retry-After asked for.
     """
 
     def __init__(
@@ -84,11 +181,15 @@ class InterswarmError(Exception):
         *,
         swarm_name: str | None = None,
         status: int | None = None,
+        transient: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.swarm_name = swarm_name
         self.status = status
+        self.transient = transient
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         return self.message

@@ -13,6 +13,7 @@ from mail.a2a.repl import do_a2a_send, do_task_cancel
 from mail.client import MAILClient
 from mail.repl.parser import COMMANDS, ReplArgumentParser, ReplUsageError, resolve_command
 from mail.repl.render import Renderer, parse_event_data
+from mail.repl.webhooks import COMMANDS as WEBHOOK_COMMANDS
 from mail.telemetry.usage import usage_text
 
 
@@ -571,4 +572,5 @@ HANDLERS: dict[str, Handler] = {
     "attachment-get": do_attachment,
     "task-cancel": do_task_cancel,
     "a2a-send": do_a2a_send,
+    **{name: spec[3] for name, spec in WEBHOOK_COMMANDS.items()},
 }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from mail.a2a.repl import configure_a2a_send, configure_task_cancel
+from mail.repl.webhooks import COMMANDS as WEBHOOK_COMMANDS
 
 # What POST /message accepts (mail.server.bodies.POSTABLE_MESSAGE_TYPES; a test keeps the two
 # equal): responses and interrupts are for agents, the server refuses them from a caller.
@@ -345,6 +346,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec(
         "a2a-send", ("a2a",), "send TEXT over A2A (this server, or --url AGENT)", configure_a2a_send
+    ),
+    *(
+        CommandSpec(name, aliases, summary, configure)
+        for name, (aliases, summary, configure, _) in WEBHOOK_COMMANDS.items()
     ),
 )
 

@@ -1,19 +1,27 @@
 """The MAIL HTTP server (FastAPI): ``from mail.server import create_app``.
 
 Submodules are imported lazily so that light users (``mail keys``) don't load FastAPI.
-Run it with ``mail server`` or ``python -m mail.server``.
+Run it with ``mail server`` or ``python -m mail.server``. ``mail.server.app`` is the
+configured server's application, built when first read (v1.3 kept it there, so
+``uvicorn mail.server:app`` serves it; see ``server/asgi_module.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["create_app"]
+__all__ = ["app", "create_app"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "create_app":
-        from mail.server.app import create_app
+        from mail.server.app_factory import create_app
 
         return create_app
+    if name == "app":
+        from mail.server.asgi_module import served_app
+
+        application = served_app()
+        globals()["app"] = application
+        return application
     raise AttributeError(f"module 'mail.server' has no attribute {name!r}")

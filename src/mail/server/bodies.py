@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 
 from mail.server.errors import BadRequest, type_name
 from mail.server.jsonio import loads
@@ -40,6 +40,7 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "show_events",
     "stream",
     "attachments",
+    "webhook",
 )
 # kwargs entries that would collide with the explicit parameters of post_message.
 _RESERVED_KWARGS = frozenset(MESSAGE_FIELDS) - {"message", "kwargs", "stream"}
@@ -104,6 +105,8 @@ class MessageRequest:
     kwargs: dict[str, Any] = field(default_factory=dict)
     # Files sent with the message (validated against the size cap in mail.server.team).
     attachments: Any = None
+    # A webhook for this one task (validated in mail.server.webhooks): {url, events, secret}.
+    webhook: Any = None
 
 
 def parse_message_request(data: dict[str, Any]) -> MessageRequest:
@@ -188,7 +191,23 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
         timeout=timeout,
         kwargs=kwargs,
         attachments=data.get("attachments"),
+        webhook=data.get("webhook"),
     )
+
+
+def check_subject(subject: str | None, limit: int) -> None:
+    """413 for a subject over ``[server.settings] max_subject_chars`` (0 = no limit).
+
+    The one check of every front door that turns a caller's text into a message (POST
+    /message, /interswarm/message, A2A): without it the subject was the way around
+    ``max_message_body``.
+    """
+    if limit and subject is not None and len(subject) > limit:
+        raise HTTPException(
+            413,
+            f"parameter 'subject' is {len(subject)} characters; the limit is {limit} "
+            "([server.settings] max_subject_chars)",
+        )
 
 
 def positive_seconds(value: Any, name: str) -> float:
@@ -203,12 +222,25 @@ def positive_seconds(value: Any, name: str) -> float:
     return float(value)
 
 
+MAX_STEPS_LIMIT = 2**63 - 1
+
+
 def _max_steps(value: Any) -> int | None:
     """Same meaning as ``task_message_limit``: a non-negative integer, 0 or null = unlimited."""
     if value is None:
         return None
+    huge = (
+        isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_STEPS_LIMIT
+    )
+    if huge:
+        # The JSON parser reads integers past 64 bits as floats: say what is wrong with the
+        # number instead of naming a type the caller never wrote.
+        raise BadRequest(
+            f"parameter 'kwargs.max_steps' is too large: at most {MAX_STEPS_LIMIT} "
+            "(0 or null means unlimited)"
+        )
     if isinstance(value, bool) or not isinstance(value, int):
-        got = type_name(value)
+        got = repr(value) if isinstance(value, float) else type_name(value)
     elif value < 0:
         got = str(value)
     else:

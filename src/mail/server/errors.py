@@ -93,6 +93,15 @@ class CorrelationIdMiddleware:
             await response(scope, receive, send)
 
 
+async def _store_unavailable_handler(request: Request, exc: Exception) -> JSONResponse:
+    # The database is failing (a full disk, PostgreSQL down): a failing dependency, worth
+    # retrying later, and nothing of this request was stored.
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+
+
 def install_error_handling(app: FastAPI) -> None:
+    from mail.store.base import StoreUnavailableError
+
     app.add_exception_handler(RequestValidationError, _validation_error_handler)  # type: ignore[arg-type]
+    app.add_exception_handler(StoreUnavailableError, _store_unavailable_handler)
     app.add_middleware(CorrelationIdMiddleware)

@@ -15,6 +15,7 @@ from fastapi import HTTPException, Request
 from mail.server.bodies import parse_health_update, parse_load_swarm
 from mail.server.errors import BadRequest
 from mail.server.state import ServerState
+from mail.server.storage_health import degraded_reason
 from mail.version import PROTOCOL_VERSION
 
 logger = logging.getLogger("mail.server")
@@ -39,12 +40,22 @@ def root_body(state: ServerState) -> dict[str, Any]:
 
 
 def health_body(state: ServerState) -> dict[str, str]:
-    """``GET /health`` (and the answer of ``POST /health``)."""
-    return {
+    """``GET /health`` (and the answer of ``POST /health``).
+
+    While writes are failing (a full disk, the database down) a healthy server says
+    ``degraded`` and why (``reason``); a status an admin set is kept, with the reason.
+    """
+    body = {
         "status": state.health_status,
         "swarm_name": state.public_swarm_name(),
         "timestamp": state.health_timestamp,
     }
+    reason = degraded_reason(state)
+    if reason is not None:
+        if body["status"] == "healthy":
+            body["status"] = "degraded"
+        body["reason"] = reason
+    return body
 
 
 def registry_or_503(state: ServerState) -> Any:

@@ -7,10 +7,11 @@ requests from one caller builds one instance.
 
 Idle reclaim: an instance unused for ``instance_idle_timeout`` seconds, with no request or
 stream in progress and no task still running, is shut down. Its task records survive: with a
-store attached they are in the database and come back when the instance is re-created; without
-one, the manager keeps the records (``task.to_dict()``) so ``GET /tasks`` and ``GET /task`` still
-show them. (Agent histories are not kept in memory after reclaim; use ``DATABASE_URL`` or set
-the timeout to 0 to resume very old tasks.)
+store attached they are in the database and its running and paused tasks come back when the
+instance is re-created (finished ones are read from the store when asked for, and leave a live
+instance's memory too: see finished_tasks.py); without one, the manager keeps the records
+(``task.to_dict()``) so ``GET /tasks`` and ``GET /task`` still show them. (Agent histories are
+not kept in memory after reclaim; use a store or set the timeout to 0 to resume very old tasks.)
 """
 
 from __future__ import annotations
@@ -123,6 +124,12 @@ class InstanceManager:
         self.team_settings: Any | None = None
         # characters; applied to each new instance's runtime (None = no cap)
         self.max_message_body: int | None = None
+        # False: an instance loads only its running and paused tasks from the store (the
+        # server reads finished ones from there when asked, see finished_tasks.py).
+        self.load_finished = True
+        # Push delivery: called with each new MAILSwarm and its InstanceKey, after its store
+        # is attached, so the instance records its webhook events (mail.server.webhooks).
+        self.attach_outbox: Callable[[Any, Any], None] | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -188,15 +195,21 @@ class InstanceManager:
             if attach is not None:
                 from mail.store import InstanceKey
 
-                await _maybe_await(
-                    attach(self.store, InstanceKey(self.swarm_name, kind, caller_id))
-                )
+                store_key = InstanceKey(self.swarm_name, kind, caller_id)
+                if self.load_finished:
+                    await _maybe_await(attach(self.store, store_key))
+                else:
+                    await _maybe_await(attach(self.store, store_key, load_finished=False))
             else:
                 logger.warning(
                     "this MAILSwarm has no attach_store(); persistence is off for %s:%s",
                     kind,
                     caller_id,
                 )
+        if self.attach_outbox is not None:
+            from mail.store import InstanceKey
+
+            self.attach_outbox(swarm, InstanceKey(self.swarm_name, kind, caller_id))
         if self.agent_memory is not None:
             swarm.runtime.memory = self.agent_memory
         guard = getattr(getattr(swarm, "runtime", None), "loop_guard", None)

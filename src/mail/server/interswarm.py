@@ -23,7 +23,7 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server.auth import Caller
-from mail.server.bodies import positive_seconds
+from mail.server.bodies import check_subject, positive_seconds
 from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
 from mail.server.state import ServerState
@@ -99,10 +99,25 @@ def _check_caller(state: ServerState, caller: Caller, envelope: dict[str, Any]) 
         raise HTTPException(exc.status, str(exc)) from exc
 
 
+def refuse_if_interswarm_off(state: ServerState) -> None:
+    """409 when the hosted swarm does not enable interswarm: configuration, not an outage,
+    so no 503 (which tells callers, and peers' routers, to try again)."""
+    if getattr(state.template, "enable_interswarm", False):
+        return
+    raise HTTPException(
+        409,
+        f"interswarm is off for swarm '{state.swarm_name}': set \"enable_interswarm\": true "
+        "on the swarm in its swarms.json (and on the agents that write to other swarms), "
+        "then restart the server; see docs/interswarm.md",
+    )
+
+
 async def receive(
     state: ServerState, caller: Caller, envelope: dict[str, Any], direction: str
 ) -> dict[str, Any]:
     from mail.net.bridge import InterswarmReceiveError
+
+    refuse_if_interswarm_off(state)
 
     if envelope["target_swarm"] != state.swarm_name:
         raise BadRequest(
@@ -116,11 +131,11 @@ async def receive(
         # /back, or a task we own coming back through /forward: the owner's instance (in
         # cluster mode the front end sends such envelopes to that instance's host).
         inst = await _instance_for_back(state, envelope)
-    if not inst.swarm.is_interswarm_running():
+    if not await inst.swarm.is_interswarm_running():
         raise HTTPException(503, "interswarm is not enabled for this swarm")
     async with state.instances.lease(inst):
         try:
-            task_id = inst.swarm.receive_interswarm_message(envelope, direction)
+            task_id = inst.swarm.accept_interswarm_message(envelope, direction)
         except InterswarmReceiveError as exc:
             raise HTTPException(exc.status, str(exc)) from exc
         except HTTPException:
@@ -221,22 +236,27 @@ async def post_user_message(
     The message enters the caller's own instance like any other and leaves through the
     server's router, so the remote answers through /interswarm/back into this task.
     """
+    refuse_if_interswarm_off(state)
     user_token = data.get("user_token") or caller.api_key
     if not user_token:
         raise HTTPException(401, "user token is required")
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     message, timeout = _interswarm_user_message(inst, caller, data)
-    if not inst.swarm.is_interswarm_running():
+    check_subject(message["message"]["subject"], state.config.settings.max_subject_chars)
+    if not await inst.swarm.is_interswarm_running():
         raise HTTPException(503, "interswarm router not available")
     show = bool(data.get("stream") or data.get("show_events"))
     async with state.instances.lease(inst):
-        response, events = await inst.swarm.submit_message(
+        response, events = await inst.swarm.submit_message_task_events(
             message, timeout=timeout, show_events=show
         )
     refusal = _peer_refusal(response)
     if refusal is not None:
         raise BadRequest(refusal)
-    return {"response": response, "events": events if show else None}
+    return {
+        "response": response,
+        "events": [e.to_record(parsed=True) for e in events] if show else None,
+    }
 
 
 def _peer_refusal(response: Any) -> str | None:

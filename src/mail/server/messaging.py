@@ -18,8 +18,9 @@ from fastapi import HTTPException
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.server import task_listing
 from mail.server.auth import Caller
-from mail.server.bodies import MessageRequest
+from mail.server.bodies import MessageRequest, check_subject
 from mail.server.errors import BadRequest
+from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
 from mail.server.sse import EventStreamResponse, event_record, event_stream_response
 from mail.server.state import ServerState
@@ -60,6 +61,7 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     suspension in between, so of two concurrent requests for one task exactly one wins.
     """
     _check_entrypoint(state, req)
+    check_subject(req.subject, state.config.settings.max_subject_chars)
     limit = inst.swarm.runtime.max_message_body
     if limit and len(req.body) > limit:
         raise HTTPException(413, f"parameter 'body': {message_too_large(len(req.body), limit)}")
@@ -88,7 +90,8 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
         raise HTTPException(
             409,
             f"task '{task_id}' belongs to an instance that was reclaimed while idle "
-            "and cannot be continued or resumed without persistence (DATABASE_URL)",
+            "and cannot be continued or resumed without persistence (the server keeps no store: "
+            '[server.store] kind = "memory")',
         )
     claimed = inst.claimed_tasks.get(task_id)
     if claimed is not None and time.monotonic() - claimed < _CLAIM_SECONDS:
@@ -98,6 +101,38 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
         )
     _check_submission(inst, task_id, req)
     _claim(inst, task_id)
+
+
+async def prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
+    """`_prepare`, after what needs the store: a finished task the message names is put back
+    into the instance, and the caller's stored bytes and tasks are checked (429 past
+    [server.store] max_stored_bytes_per_caller / max_stored_tasks_per_caller)."""
+    finished = state.finished
+    if finished is not None:
+        await finished.bring_back(inst, req.task_id)
+        await finished.books(inst.kind, inst.id)
+        task = None if req.task_id is None else _task_or_none(inst, req.task_id)
+        if task is None or not _is_paused(inst, req.task_id or ""):
+            # A message to a paused task closes the pause: never refused, as for the
+            # paused-task quota. Checked with no suspension before `_prepare`'s claim.
+            state.quota.check(
+                inst.key,
+                new_task=task is None,
+                incoming=len(req.body) + _upload_bytes(req),
+                open_ids=inst.swarm.runtime.open_tasks.ids,
+            )
+    _prepare(state, inst, req)
+
+
+def _upload_bytes(req: MessageRequest) -> int:
+    uploads = req.attachments if isinstance(req.attachments, list) else []
+    return sum(len(str(u.get("content", ""))) for u in uploads if isinstance(u, dict))
+
+
+def answered(state: ServerState, inst: Instance, task_id: str | None) -> None:
+    """The caller has the task's answer: a finished task may leave memory now."""
+    if state.finished is not None:
+        state.finished.answered(inst, task_id)
 
 
 def _check_submission(inst: Instance, task_id: str, req: MessageRequest) -> None:
@@ -184,15 +219,35 @@ async def _uploads(state: ServerState, caller: Caller, req: MessageRequest) -> A
     )
 
 
-async def _store_uploads(inst: Instance, caller: Caller, req: MessageRequest, uploads: Any) -> None:
+async def _store_uploads(
+    inst: Instance, caller: Caller, req: MessageRequest, uploads: Any, ticket: Ticket | None
+) -> None:
     if uploads:
         assert req.task_id is not None
         try:
             stored = await store_uploads(inst.swarm, caller, req.task_id, uploads)
         except BaseException:
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
+            if ticket is not None:
+                await ticket.release()  # and so is the key: nothing ran
             raise
         req.kwargs["attachments"] = stored
+
+
+async def _request_webhook(
+    state: ServerState, inst: Instance, caller: Caller, req: MessageRequest
+) -> dict[str, Any] | None:
+    """The message's own webhook (a subscription for its task), stored before the task runs."""
+    if req.webhook is None:
+        return None
+    assert req.task_id is not None
+    from mail.server.webhooks import request_webhook
+
+    try:
+        return await request_webhook(state, caller, req.task_id, req.webhook)
+    except BaseException:
+        _release(inst, req.task_id)  # refused: the task id is free again
+        raise
 
 
 def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
@@ -206,23 +261,59 @@ def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
     )
 
 
+async def _prepare_keyed(
+    state: ServerState, inst: Instance, req: MessageRequest, ticket: Ticket | None
+) -> None:
+    """`_prepare`, and for a request with an Idempotency-Key, the key committed first, with
+    the task it starts or continues (and where that task's events and answer stood).
+
+    Taken before the checks: a repeat of the request is answered from the key (its outcome,
+    or "still running") rather than by the checks (a continuation's repeat would be "task
+    still running"). A request the checks refuse gives its key back.
+    """
+    if ticket is None:
+        await prepare(state, inst, req)
+        return
+    if req.task_id is None and req.resume_from is None:
+        # A new task: named now, so the key records it. A retry that takes over from a first
+        # attempt that died reuses that attempt's task id (one task, not two).
+        req.task_id = ticket.subject if ticket.takeover and ticket.subject else str(uuid.uuid4())
+    elif state.finished is not None:  # a finished task named: back from the store first
+        await state.finished.bring_back(inst, req.task_id)
+    task = _task_or_none(inst, req.task_id or "")
+    answer = getattr(task, "response", None) if task is not None else None
+    context = {
+        "after": len(task.events) if task is not None else 0,
+        "answer": answer.get("id") if isinstance(answer, dict) else None,
+        "stream": req.stream,
+    }
+    await ticket.take(req.task_id, context)
+    try:
+        await prepare(state, inst, req)
+    except BaseException:
+        await ticket.release()
+        raise
+
+
 async def run_message(
-    state: ServerState, caller: Caller, req: MessageRequest
+    state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> tuple[dict[str, Any], list[Any]]:
     """Submit and wait for the task's final MAILMessage; returns ``(message, events)``."""
     uploads = await _uploads(state, caller, req)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    _prepare(state, inst, req)
-    await _store_uploads(inst, caller, req, uploads)
+    await _prepare_keyed(state, inst, req, ticket)
+    req.webhook = await _request_webhook(state, inst, caller, req)
+    await _store_uploads(inst, caller, req, uploads, ticket)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     try:
         async with state.instances.lease(inst):
-            response, events = await inst.swarm.post_message(
+            response, events = await inst.swarm.post_message_task_events(
                 req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
             )
     finally:
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
+    answered(state, inst, req.task_id)
     return response, events
 
 
@@ -240,19 +331,24 @@ def _log_outcome(inst: Instance, task_id: str | None, response: Any) -> None:
         logger.info("task %s of %s ended with %s", task_id, inst.owner, subject or "no subject")
 
 
-async def post_message(state: ServerState, caller: Caller, req: MessageRequest) -> dict[str, Any]:
+async def post_message(
+    state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
+) -> dict[str, Any]:
     """``POST /message`` without streaming: ``{"response", "events", "task_id"}``."""
-    response, events = await run_message(state, caller, req)
+    response, events = await run_message(state, caller, req, ticket)
     message = response.get("message", {}) if isinstance(response, dict) else {}
-    return {
+    answer = {
         "response": message.get("body", ""),
-        "events": [event_record(e) for e in events] if req.show_events else None,
+        "events": [e.to_record(parsed=True) for e in events] if req.show_events else None,
         "task_id": message.get("task_id") or req.task_id,
     }
+    if req.webhook is not None:
+        answer["webhook"] = req.webhook  # {"id", "secret"} of the message's own webhook
+    return answer
 
 
 async def stream_message(
-    state: ServerState, caller: Caller, req: MessageRequest
+    state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> EventStreamResponse:
     """Submit and stream the task's events as SSE, ending with ``task_complete``.
 
@@ -262,8 +358,9 @@ async def stream_message(
     try:
         uploads = await _uploads(state, caller, req)
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-        _prepare(state, inst, req)
-        await _store_uploads(inst, caller, req, uploads)
+        await _prepare_keyed(state, inst, req, ticket)
+        hook = await _request_webhook(state, inst, caller, req)
+        await _store_uploads(inst, caller, req, uploads, ticket)
         timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
         events = inst.swarm.stream_events(
             req.body,
@@ -281,8 +378,9 @@ async def stream_message(
                         yield event
             finally:
                 _release(inst, req.task_id)
+            answered(state, inst, req.task_id)  # the whole stream went out
 
-        return event_stream_response(
+        response = event_stream_response(
             leased(),
             max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
             stall_timeout=state.config.settings.sse_slow_reader_timeout,
@@ -290,6 +388,11 @@ async def stream_message(
             streams=state.open_streams,
             slot=slot,
         )
+        if hook is not None:
+            response.headers["MAIL-Webhook-Id"] = hook["id"]
+            if hook["secret"]:
+                response.headers["MAIL-Webhook-Secret"] = hook["secret"]
+        return response
     except BaseException:
         slot.release()
         raise
@@ -350,6 +453,11 @@ async def list_tasks(
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     inst.touch()
     records = _summaries_for(state, caller, inst)
+    if state.finished is not None:
+        stored = await state.finished.stored_summaries(
+            inst.kind, inst.id, live=records, limit=limit, before=after
+        )
+        records = {**stored, **records}
     if caller.role == "admin":
         # Operators also see the work remote swarms do here; users only ever see their own.
         records = {**_remote_swarm_summaries(state), **records}
@@ -365,10 +473,20 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
     archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
     if archived is not None:
         return archived
+    finished = state.finished
+    stored = None if finished is None else await finished.stored_task(inst.kind, inst.id, task_id)
+    if stored is not None:
+        return task_record(stored, inst.swarm.runtime)
     if caller.role == "admin":
         # The tasks remote swarms run here are listed for operators; their logs are here.
         for other in state.instances.all():
             remote = other.swarm.get_task_by_id(task_id) if other.kind == "swarm" else None
             if remote is not None:
                 return task_record(remote, other.swarm.runtime)
+        if finished is not None:
+            for key in await finished.owners(task_id):
+                if key.caller_role == "swarm":
+                    found = await finished.stored_task(key.caller_role, key.caller_id, task_id)
+                    if found is not None:
+                        return task_record(found, inst.swarm.runtime)
     raise HTTPException(404, f"task '{task_id}' not found")

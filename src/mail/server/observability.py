@@ -12,9 +12,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Response
 
 from mail.server.auth import Caller, caller_admin
+from mail.server.storage_health import store_health
 from mail.telemetry import metrics, tracing
 from mail.telemetry.budget import set_default_budget
-from mail.telemetry.http import TelemetryMiddleware
+from mail.telemetry.http import TelemetryMiddleware, TraceTrust
+from mail.telemetry.settings import parse_sources
 
 logger = logging.getLogger("mail.server")
 
@@ -30,7 +32,8 @@ async def get_metrics(_caller: Caller = Depends(caller_admin)) -> Response:
 
 
 def server_numbers(app: FastAPI) -> dict[str, Any]:
-    """What the scrape-time gauges show: tasks by state, mailbox depth, open streams."""
+    """What the scrape-time gauges show: tasks by state, mailbox depth, open streams, and
+    each store's write health."""
     state = getattr(app.state, "mail", None)
     if state is None:
         return {}
@@ -43,7 +46,16 @@ def server_numbers(app: FastAPI) -> dict[str, Any]:
             if task_id != "*":
                 tasks[task.state.value] = tasks.get(task.state.value, 0) + 1
     streams = len(getattr(state.open_streams, "_streams", ()))
-    return {"tasks": tasks, "mailbox_depth": depth, "open_streams": streams}
+    storage = [(h.store, h.degraded, h.pending_writes, h.reason) for h in store_health(state)]
+    hooks = getattr(state, "webhooks", None)
+    pending = hooks.engine.pending if hooks is not None else 0
+    return {
+        "tasks": tasks,
+        "mailbox_depth": depth,
+        "open_streams": streams,
+        "storage": storage,
+        "webhook_pending": pending,
+    }
 
 
 def install(app: FastAPI, config: Any) -> None:
@@ -63,4 +75,33 @@ def install(app: FastAPI, config: Any) -> None:
                 "metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port
             )
     app.include_router(router)
-    app.add_middleware(TelemetryMiddleware)
+    networks = parse_sources(settings.trusted_trace_sources)
+    app.add_middleware(TelemetryMiddleware, trust=TraceTrust(networks, interswarm_peer))
+
+
+_PEER_ROUTES = ("/interswarm/forward", "/interswarm/back")
+
+
+async def interswarm_peer(scope: dict[str, Any]) -> bool:
+    """Whether a request comes from an interswarm peer: an agent key on the routes peers
+    call. Such a caller is already trusted to start and continue tasks here, so its
+    `traceparent` may continue its trace (a two-swarm task is one trace)."""
+    path = str(scope.get("path", ""))
+    root = str(scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    if path not in _PEER_ROUTES:
+        return False
+    app = scope.get("app")
+    state = getattr(getattr(app, "state", None), "mail", None)
+    if state is None:
+        return False
+    header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+    scheme, _, key = header.decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        return False
+    try:
+        caller = await state.auth.authenticate(key.strip())
+    except Exception:  # noqa: BLE001 - a refused key is simply not a trusted peer
+        return False
+    return bool(caller.role == "agent")

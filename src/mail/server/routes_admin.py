@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
@@ -11,6 +14,7 @@ from mail.server.auth import Caller, caller_admin
 from mail.server.bodies import parse_register_swarm, read_json_object
 from mail.server.errors import BadRequest
 from mail.server.handlers import get_state, registry_or_503
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 
 logger = logging.getLogger("mail.server")
@@ -29,13 +33,16 @@ async def _register(request: Request, caller: Caller) -> JSONBody:
     req = parse_register_swarm(await read_json_object(request))
     registry = registry_or_503(state)
     try:
-        await registry.register_swarm(
-            req.name,
-            req.base_url,
-            auth_token=req.auth_token,
-            metadata=req.metadata,
-            volatile=req.volatile,
-            caller_id=req.caller_id,
+        await _while_connected(
+            request,
+            registry.register_swarm(
+                req.name,
+                req.base_url,
+                auth_token=req.auth_token,
+                metadata=req.metadata,
+                volatile=req.volatile,
+                caller_id=req.caller_id,
+            ),
         )
     except ValueError as exc:
         raise BadRequest(f"error registering swarm: '{exc}'") from exc
@@ -52,12 +59,37 @@ async def _register(request: Request, caller: Caller) -> JSONBody:
     return JSONBody({"status": "registered", "swarm_name": req.name})
 
 
+async def _while_connected(request: Request, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work``, stopped as soon as the client goes away: a registration reading a remote
+    that answers slowly ends with the admin's request (the read has its own deadline too)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        logger.info("registration stopped: the client went away")
+        raise HTTPException(499, "the client went away")
+    task.result()
+
+
+async def _until_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 @router.post("/swarms")
+@idempotent()
 async def register_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
     return await _register(request, caller)
 
 
 @router.post("/swarms/register")
+@idempotent()
 async def register_swarm_alias(
     request: Request, caller: Caller = Depends(caller_admin)
 ) -> JSONBody:
@@ -86,6 +118,7 @@ async def dump_swarm(request: Request, caller: Caller = Depends(caller_admin)) -
 
 
 @router.post("/swarms/load")
+@idempotent()
 async def load_swarm(request: Request, caller: Caller = Depends(caller_admin)) -> JSONBody:
     body, _ = handlers.load_swarm(get_state(request), await read_json_object(request), caller.id)
     return JSONBody(body)

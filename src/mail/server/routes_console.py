@@ -84,7 +84,7 @@ async def list_all_tasks(request: Request, caller: Caller = Depends(caller_admin
     query = request.query_params
     limit = task_listing.parse_limit(query.get("limit"))
     task_id = query.get("task_id") or None
-    tasks, following = all_tasks_page(get_state(request), limit, query.get("cursor"), task_id)
+    tasks, following = await all_tasks_page(get_state(request), limit, query.get("cursor"), task_id)
     return JSONBody(
         {"tasks": tasks}, headers=task_listing.page_headers("/tasks/all", limit, following)
     )

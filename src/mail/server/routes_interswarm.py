@@ -9,24 +9,28 @@ from mail.server import interswarm
 from mail.server.auth import Caller, caller_admin_or_user, caller_agent
 from mail.server.bodies import read_json_object
 from mail.server.handlers import get_state
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 
 router = APIRouter()
 
 
 @router.post("/interswarm/forward")
+@idempotent()
 async def interswarm_forward(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
     envelope = interswarm.validate_envelope(await read_json_object(request))
     return JSONBody(await interswarm.receive(get_state(request), caller, envelope, "forward"))
 
 
 @router.post("/interswarm/back")
+@idempotent()
 async def interswarm_back(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
     envelope = interswarm.validate_envelope(await read_json_object(request))
     return JSONBody(await interswarm.receive(get_state(request), caller, envelope, "back"))
 
 
 @router.post("/interswarm/message")
+@idempotent()
 async def interswarm_message(
     request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:

@@ -10,18 +10,25 @@ from mail.server import messaging, task_listing
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_message_request, parse_task_id, read_json_object
 from mail.server.handlers import get_state
+from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
+from mail.server.message_replay import resolve_message
+from mail.server.storage_health import storage_summary
 
 router = APIRouter()
 
 
+# The key is taken with the task it starts; the outcome (the task's answer, which the task
+# store keeps before it is sent) is recorded right after the answer.
+@idempotent(resolve_message, deferred=True, lazy_outcome=True)
 async def post_message(request: Request) -> Response:
     caller = await caller_admin_or_user(request)
     state = get_state(request)
     req = parse_message_request(await read_json_object(request))
+    ticket = current_ticket(request)
     if req.stream:
-        return await messaging.stream_message(state, caller, req)
-    return JSONBody(await messaging.post_message(state, caller, req))
+        return await messaging.stream_message(state, caller, req, ticket)
+    return JSONBody(await messaging.post_message(state, caller, req, ticket))
 
 
 # The hot path is a plain Starlette route, the first the app matches: it takes nothing FastAPI
@@ -41,12 +48,17 @@ async def whoami(caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
 async def status(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
     state = get_state(request)
     inst = state.instances.peek(caller.role, caller.id)
+    storage = storage_summary(state)
+    # "degraded" while writes are failing: tasks still run, but what they write is only
+    # in memory until the database takes it (storage.reason says why).
+    ready = "ready" if storage["status"] == "ok" else "degraded"
     return JSONBody(
         {
-            "swarm": {"name": state.swarm_name, "status": "ready"},
+            "swarm": {"name": state.swarm_name, "status": ready},
             "active_users": state.instances.count("user"),
             "user_mail_ready": inst is not None,
             "user_task_running": inst is not None and inst.is_running(),
+            "storage": storage,
         }
     )
 

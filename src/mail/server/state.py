@@ -50,6 +50,8 @@ class ServerState:
     # Interswarm router shared by every instance (None when the swarm has interswarm off).
     router: Any | None = None
     store: Any | None = None
+    # Push delivery (mail.webhooks.service.WebhookService; None when [server.webhooks] is off).
+    webhooks: Any | None = None
     started_monotonic: float = field(default_factory=time.monotonic)
     health_status: str = "healthy"
     health_timestamp: str = field(default_factory=utc_now_iso)
@@ -61,6 +63,13 @@ class ServerState:
     open_streams: OpenStreams = field(default_factory=OpenStreams, repr=False)
     # Open event streams per caller ([server.settings] max_event_streams_per_caller).
     stream_slots: StreamSlots = field(default_factory=lambda: StreamSlots(0), repr=False)
+    # Finished tasks out of memory, the per-caller storage books and retention
+    # (server/finished_tasks.py, storage_quota.py, retention.py); set at start-up.
+    finished: Any = field(default=None, repr=False)
+    quota: Any = field(default=None, repr=False)
+    retention: Any = field(default=None, repr=False)
+    # Idempotency-Key records and the keyed requests under way (server/idempotency.py).
+    idempotency: Any | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.stream_slots.limit = self.config.settings.max_event_streams_per_caller

@@ -38,22 +38,28 @@ class Subscription:
     task: Any | None = None  # a live MAILTask
     record: dict[str, Any] | None = None  # an archived task record (instance reclaimed)
     instance: Instance | None = None
+    stored: bool = False  # `task` was read back from the store: finished, it never changes
 
 
 def parse_after(header: str | None, query: str | None) -> int:
-    """The id after which to start: ``?after=`` wins over ``Last-Event-ID``; default 0."""
+    """The id after which to start: ``?after=`` wins over ``Last-Event-ID``; default 0.
+
+    Only ASCII digits count (``int()`` also takes ``+5``, ``1_000`` and other scripts'
+    digits). A value that is not printable ASCII is not echoed: header bytes reach us as
+    Latin-1, so a UTF-8 value would come back as mojibake.
+    """
     raw, name = (query, "after") if query is not None else (header, "Last-Event-ID")
     if raw is None or raw.strip() == "":
         return 0
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise BadRequest(
-            f"{name} must be an event id (a non-negative integer), got '{raw[:40]}'"
-        ) from None
-    if value < 0:
-        raise BadRequest(f"{name} must be an event id (a non-negative integer), got '{raw[:40]}'")
-    return value
+    text = raw.strip()
+    if text.isascii() and text.isdigit():
+        return int(text)
+    shown = (
+        f"got '{text[:40]}'"
+        if text.isascii() and text.isprintable()
+        else "got a value with characters other than printable ASCII"
+    )
+    raise BadRequest(f"{name} must be an event id (a non-negative integer), {shown}")
 
 
 async def find_task(state: ServerState, caller: Caller, task_id: str, after: int) -> Subscription:
@@ -62,25 +68,41 @@ async def find_task(state: ServerState, caller: Caller, task_id: str, after: int
     inst.touch()
     sub = Subscription(task_id, after)
     _look_in(state, inst, caller.role, caller.id, sub)
+    await _look_in_store(state, caller.role, caller.id, sub)
     if sub.task is None and sub.record is None and caller.role == "admin" and task_id != "*":
         for other in state.instances.all():
             found = other.swarm.get_task_by_id(task_id)
             if found is not None:
                 sub.task, sub.instance = found, other
                 break
+        finished = state.finished
+        if sub.task is None and finished is not None:
+            for key in await finished.owners(task_id):
+                await _look_in_store(state, key.caller_role, key.caller_id, sub)
+                if sub.task is not None:
+                    break
     return _checked(sub)
 
 
-def find_owned_task(
+async def find_owned_task(
     state: ServerState, role: str, caller_id: str, task_id: str, after: int
 ) -> Subscription:
-    """The task of the (role, id) instance, live or archived, or 404; creates no instance.
+    """The task of the (role, id) instance, live, archived or stored, or 404; creates no
+    instance.
 
     Cluster mode: an admin's view of another caller's task, asked of that caller's host.
     """
     sub = Subscription(task_id, after)
     _look_in(state, state.instances.peek(role, caller_id), role, caller_id, sub)
+    await _look_in_store(state, role, caller_id, sub)
     return _checked(sub)
+
+
+async def _look_in_store(state: ServerState, role: str, caller_id: str, sub: Subscription) -> None:
+    """A finished task that left memory: read back from the store (it does not change)."""
+    if sub.task is None and sub.record is None and state.finished is not None:
+        sub.task = await state.finished.stored_task(role, caller_id, sub.task_id)
+        sub.stored = sub.task is not None
 
 
 def _look_in(
@@ -129,6 +151,11 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
         return
     task = sub.task
     assert task is not None
+    if sub.stored:
+        for event in task.events[sub.after :]:
+            yield event
+        yield closing_event("task_complete", sub.task_id, _response_body(task.response))
+        return
     index = sub.after
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

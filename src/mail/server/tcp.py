@@ -84,7 +84,22 @@ class MAILFastAPI(FastAPI):
             if not self._protocol_checked:
                 self._check_protocol(send)
             ensure_nodelay(send)
+        elif scope["type"] == "lifespan":
+            send = self._startup_errors_in_one_line(send)
         await super().__call__(scope, receive, send)
+
+    def _startup_errors_in_one_line(self, send: Any) -> Any:
+        """A start-up that failed with a `StartupError` (kept in ``app.state.startup_error``
+        by the lifespan) is reported to the ASGI server as its one line, not a traceback."""
+
+        async def forward(message: Any) -> None:
+            if message.get("type") == "lifespan.startup.failed":
+                error = getattr(self.state, "startup_error", None)
+                if error is not None:
+                    message = {**message, "message": f"the MAIL server cannot start: {error}"}
+            await send(message)
+
+        return forward
 
     def _check_protocol(self, send: Any) -> None:
         self._protocol_checked = True

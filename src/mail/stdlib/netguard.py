@@ -79,9 +79,13 @@ class AddressPolicy:
     allow_all: bool = False
     host_patterns: tuple[str, ...] = ()
     networks: tuple[IPNetwork, ...] = ()
+    # The setting a refusal tells the operator to extend (webhooks have their own).
+    setting: str = "[stdlib.net] allowed_hosts"
 
     @classmethod
-    def from_config(cls, cfg: StdlibNetConfig) -> AddressPolicy:
+    def from_config(
+        cls, cfg: StdlibNetConfig, setting: str = "[stdlib.net] allowed_hosts"
+    ) -> AddressPolicy:
         patterns: list[str] = []
         networks: list[IPNetwork] = []
         for entry in cfg.allowed_hosts:
@@ -92,7 +96,7 @@ class AddressPolicy:
                 networks.append(ipaddress.ip_network(text, strict=False))
             except ValueError:
                 patterns.append(text.rstrip("."))
-        return cls(cfg.allow_private_addresses, tuple(patterns), tuple(networks))
+        return cls(cfg.allow_private_addresses, tuple(patterns), tuple(networks), setting)
 
     def host_allowed(self, host: str) -> bool:
         name = host.lower().strip("[]").rstrip(".")
@@ -122,7 +126,7 @@ class AddressPolicy:
             where = host if host.strip("[]") == str(ip) else f"{host} ({ip})"
             raise AddressRefused(
                 f"refused to connect to {where}: {reason} addresses are blocked; "
-                "add the host to [stdlib.net] allowed_hosts to allow it"
+                f"add the host to {self.setting} to allow it"
             )
         if not allowed:
             raise AddressRefused(f"could not resolve {host}")

@@ -27,6 +27,7 @@ from mail.store.base import (
 from mail.store.memory import MemoryTaskStore
 
 if TYPE_CHECKING:
+    from mail.store.lifecycle import TaskLifecycle
     from mail.store.postgres import PostgresTaskStore
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "database_enabled",
     "database_url_from_env",
     "detect_tool_format",
+    "lifecycle_for",
     "load_dotenv",
     "server_store",
     "store_kind",
@@ -148,6 +150,25 @@ def server_store(
     from mail.store.sqlite import SqliteTaskStore
 
     return SqliteTaskStore(sqlite_path)
+
+
+def lifecycle_for(store: Any) -> TaskLifecycle | None:
+    """How the server reads, measures and removes a store's finished tasks
+    (`mail.store.lifecycle`); None for a store object this package does not know."""
+    backend = getattr(store, "backend", None)
+    if backend == "sqlite":
+        from mail.store.lifecycle_sqlite import SqliteLifecycle
+
+        return SqliteLifecycle(store)
+    if backend == "postgres":
+        from mail.store.lifecycle_postgres import PostgresLifecycle
+
+        return PostgresLifecycle(store)
+    if backend == "memory":
+        from mail.store.lifecycle_memory import MemoryLifecycle
+
+        return MemoryLifecycle(store)
+    return None
 
 
 def __getattr__(name: str) -> Any:

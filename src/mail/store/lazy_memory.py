@@ -67,6 +67,14 @@ class LazyAgentMemory:
         logger.debug("agent memory opened on first use")
         return memory
 
+    def status(self) -> dict[str, Any]:
+        """The backing memory's write health once opened (never degraded before)."""
+        status = getattr(self._memory, "status", None)
+        if status is None:
+            return {"degraded": False, "last_error": None, "pending_writes": 0}
+        result: dict[str, Any] = status()
+        return result
+
     async def put(self, agent_name: str, key: str, value: dict[str, Any]) -> None:
         await (await self.backend()).put(agent_name, key, value)
 

@@ -25,7 +25,7 @@ from mail.store.base import (
 
 
 class _InstanceData:
-    __slots__ = ("tasks", "events", "histories", "formats", "responses", "queues")
+    __slots__ = ("tasks", "events", "histories", "formats", "responses", "queues", "updated")
 
     def __init__(self) -> None:
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -34,6 +34,8 @@ class _InstanceData:
         self.formats: dict[tuple[str, str], str] = {}
         self.responses: dict[str, dict[str, Any]] = {}
         self.queues: dict[str, list[dict[str, Any]]] = {}
+        # task_id -> when its record last changed (the `updated_at` of the SQL stores)
+        self.updated: dict[str, datetime] = {}
 
 
 class _MemoryDatabase:
@@ -118,6 +120,7 @@ class MemoryTaskStore(TaskStore):
             tasks[task_id] = current
         current.update(columns)
         current.update(extra)
+        self._data(key).updated[task_id] = datetime.now(UTC)
 
     async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
         if not self._admit(key):

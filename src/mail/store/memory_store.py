@@ -36,7 +36,11 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from mail.store.retrying import RetryingWrites
+
 logger = logging.getLogger("mail.store.memory_store")
+
+MemoryWrite = Callable[[], Awaitable[None]]
 
 ACK_MARKER = "<acknowledged broadcast/>"
 _TOKEN = re.compile(r"\w+")
@@ -320,16 +324,36 @@ class AgentMemory(abc.ABC):
 
 
 class LangGraphAgentMemory(AgentMemory):
-    """AgentMemory over a LangGraph store (InMemoryStore, PostgresMemoryStore, ...)."""
+    """AgentMemory over a LangGraph store (InMemoryStore, PostgresMemoryStore, ...).
+
+    With `writes`, puts go through that retrying path (a database store): while the
+    database fails they stay queued and land once it is back (see `mail.store.retrying`).
+    """
 
     def __init__(
-        self, store: BaseStore, *, on_close: Callable[[], Awaitable[None]] | None = None
+        self,
+        store: BaseStore,
+        *,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+        writes: RetryingWrites[MemoryWrite] | None = None,
     ) -> None:
         self.store = store
         self._on_close = on_close
+        self.writes = writes
 
     async def put(self, agent_name: str, key: str, value: dict[str, Any]) -> None:
-        await self.store.aput(self.namespace(agent_name), key, dict(value), index=False)
+        namespace, entry = self.namespace(agent_name), dict(value)
+        if self.writes is None:
+            await self.store.aput(namespace, key, entry, index=False)
+            return
+        store = self.store
+        await self.writes.write(lambda: store.aput(namespace, key, entry, index=False))
+
+    def status(self) -> dict[str, Any]:
+        """Whether writes are failing (and why), for the server's health reporting."""
+        if self.writes is None:
+            return {"degraded": False, "last_error": None, "pending_writes": 0}
+        return self.writes.status()
 
     async def search(self, agent_name: str, query: str, limit: int = 5) -> list[dict[str, Any]]:
         namespace = self.namespace(agent_name)
@@ -359,6 +383,8 @@ class LangGraphAgentMemory(AgentMemory):
         return results
 
     async def close(self) -> None:
+        if self.writes is not None and self.writes.running:
+            await self.writes.close()
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
             await on_close()
@@ -394,7 +420,21 @@ async def create_agent_memory(database_url: str | None, *, fallback: bool = Fals
     """Postgres-backed memory for a URL, in-memory for None/""/"none" (see
     `open_langgraph_store` for `fallback`)."""
     store, close = await open_langgraph_store(database_url, fallback=fallback)
-    return LangGraphAgentMemory(store, on_close=close)
+    writes: RetryingWrites[MemoryWrite] | None = None
+    if isinstance(store, PostgresMemoryStore):
+        from mail.store.postgres import is_transient_error
+
+        writes = RetryingWrites(
+            _run_writes, is_transient=is_transient_error, name="mail.store.memory"
+        )
+        writes.start()
+    return LangGraphAgentMemory(store, on_close=close, writes=writes)
+
+
+async def _run_writes(writes: list[MemoryWrite]) -> None:
+    # Puts are upserts: replaying the earlier ones of a batch that failed half-way is harmless.
+    for write in writes:
+        await write()
 
 
 async def store_acknowledged_broadcast(

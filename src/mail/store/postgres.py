@@ -41,6 +41,7 @@ from mail.store.sql_base import (
     leased_keys,
     snapshot_queries,
 )
+from mail.store.webhooks_schema import POSTGRES_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.postgres")
 
@@ -112,6 +113,8 @@ _SQL: dict[str, str] = {
         WHERE swarm_name = $1 AND caller_role = $2 AND caller_id = $3 AND task_id = $4
     """,
 }
+
+_SQL["webhook_event"] = POSTGRES_OUTBOX_SQL  # transactional outbox (sql_base)
 
 _SNAPSHOT_SQL = snapshot_queries(
     "swarm_name = $1 AND caller_role = $2 AND caller_id = $3", "start_time, created_at"

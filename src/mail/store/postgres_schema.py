@@ -14,6 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from mail.store.base import StoreUnavailableError
+from mail.store.webhooks_schema import POSTGRES_INDEXES as WEBHOOK_INDEXES
+from mail.store.webhooks_schema import POSTGRES_TABLE_DDL as WEBHOOK_TABLE_DDL
+from mail.store.webhooks_schema import TABLES as WEBHOOK_TABLES
 
 # The four documented tables, plus the stashed queues of paused tasks, agent memory and
 # the generation (fencing token) of each instance for cluster mode.
@@ -23,6 +26,7 @@ ALL_TABLES: tuple[str, ...] = DOCUMENTED_TABLES + (
     "agent_memories",
     "instance_generations",
 )
+ALL_TABLES += WEBHOOK_TABLES  # push delivery (store/webhooks_schema.py)
 
 _TABLE_DDL: dict[str, str] = {
     "agent_histories": """
@@ -114,6 +118,8 @@ _TABLE_DDL: dict[str, str] = {
         )""",
 }
 
+_TABLE_DDL.update(WEBHOOK_TABLE_DDL)
+
 # Columns we rely on that a database initialised by the original may lack.
 _COLUMN_UPGRADES: tuple[str, ...] = (
     "ALTER TABLE tasks ADD COLUMN IF NOT EXISTS title TEXT",
@@ -164,6 +170,8 @@ _INDEXES: tuple[tuple[str, str], ...] = (
         "(swarm_name, caller_role, caller_id)",
     ),
 )
+
+_INDEXES += WEBHOOK_INDEXES
 
 # Serialises concurrent schema set-up (two servers starting, or db-init during start-up):
 # concurrent CREATE ... IF NOT EXISTS can otherwise fail on the system catalogs.

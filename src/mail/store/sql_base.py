@@ -73,7 +73,9 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
     A batch is one transaction, so the rows it leaves are exactly those of applying every
     write in order: only the last save (or delete) of a history or a queue matters. The
     survivor's `weight` counts the writes it stands for (fencing counts dropped writes).
+    Outbox items are unpacked first (see "transactional outbox" below).
     """
+    batch = unpack_outbox(batch)
     last_index: dict[tuple[Any, ...], int] = {}
     merged: dict[tuple[Any, ...], int] = {}
     for index, write in enumerate(batch):
@@ -90,6 +92,39 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
             weight = merged[identity]
             kept.append(write if weight == write.weight else replace(write, weight=weight))
     return kept
+
+
+# -- transactional outbox (push delivery, mail.webhooks) ------------------------------------
+# A write that causes push deliveries (a task event, a task's answer) is queued together with
+# its outbox rows (`webhook_event`, one per webhook event; see store/webhooks_schema.py) as ONE
+# buffer item of kind "outbox" whose args are the member writes. A batch is one transaction
+# and an item is never split across batches, nor across the one-by-one retries of a batch the
+# database rejected, so the rows commit exactly when their cause does (a kill -9 loses both or
+# neither). `coalesce_writes` unpacks the items before anything else looks at the batch.
+OUTBOX_KIND = "outbox"  # besides WRITE_KINDS, with its members of kind "webhook_event"
+
+
+def unpack_outbox(batch: Sequence[SqlWrite]) -> Sequence[SqlWrite]:
+    """The batch with each outbox item replaced by its member writes, in order."""
+    if not any(w.kind == OUTBOX_KIND for w in batch):
+        return batch
+    writes: list[SqlWrite] = []
+    for write in batch:
+        if write.kind == OUTBOX_KIND:
+            writes.extend(write.args)
+        else:
+            writes.append(write)
+    return writes
+
+
+def outbox_item(cause: SqlWrite, key: InstanceKey, rows: Sequence[tuple[Any, ...]]) -> SqlWrite:
+    """`cause` and its outbox rows ((event_id, task_id, type, payload, created_at) each) as
+    one buffer item; the rows carry the cause's generation (fenced together)."""
+    members = [SqlWrite("webhook_event", (*key_args(key), *row), cause.generation) for row in rows]
+    return SqlWrite(OUTBOX_KIND, (cause, *members), cause.generation)
+
+
+# -- end of the transactional outbox ---------------------------------------------------------
 
 
 def encode_histories(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
@@ -269,6 +304,7 @@ class BufferedSqlStore(TaskStore):
             "save_response": self._response_write,
             "save_queue": self._queue_write,
             "delete_queue": self._queue_delete_write,
+            "outbox_write": self._outbox_write,  # transactional outbox (see outbox_item)
         }
 
     # -- what a dialect supplies ---------------------------------------------------------
@@ -363,6 +399,18 @@ class BufferedSqlStore(TaskStore):
 
     def _queue_delete_write(self, key: InstanceKey, task_id: str) -> SqlWrite | None:
         return self._write(key, "queue_delete", (*key_args(key), task_id))
+
+    def _outbox_write(
+        self, key: InstanceKey, method: str, args: tuple[Any, ...], rows: list[tuple[Any, ...]]
+    ) -> SqlWrite | None:
+        cause = self._builders[method](key, *args)
+        return None if cause is None else outbox_item(cause, key, rows)
+
+    async def outbox_write(
+        self, key: InstanceKey, method: str, args: tuple[Any, ...], rows: list[tuple[Any, ...]]
+    ) -> None:
+        """`await self.<method>(key, *args)` and the outbox `rows`, in one transaction."""
+        await self._submit(self._outbox_write(key, method, args, rows))
 
     def _write(self, key: InstanceKey, kind: str, args: tuple[Any, ...]) -> SqlWrite | None:
         generation = self._fencing.generation_for(key)

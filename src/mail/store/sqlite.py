@@ -35,6 +35,7 @@ from mail.store.sql_base import (
     snapshot_queries,
 )
 from mail.store.sqlite_schema import NOW_SQL, is_transient_error, open_database, transaction
+from mail.store.webhooks_schema import SQLITE_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.sqlite")
 
@@ -93,6 +94,7 @@ _SQL: dict[str, str] = {
 }
 
 _SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
+_SQL["webhook_event"] = SQLITE_OUTBOX_SQL  # transactional outbox (sql_base)
 
 _INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 _SNAPSHOT_SQL = snapshot_queries(_INSTANCE, "start_time, rowid")

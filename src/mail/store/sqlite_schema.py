@@ -16,21 +16,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from mail.store.idempotency_schema import SQLITE_DDL as IDEMPOTENCY_DDL
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no advisory lock, one server per file is on you
     fcntl = None  # type: ignore[assignment]
 
+from mail.store.webhooks_schema import SQLITE_MIGRATION as WEBHOOK_MIGRATION
+
 T = TypeVar("T")
+
+logger = logging.getLogger("mail.store.sqlite")
 
 _KEY_COLUMNS = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
 
@@ -86,6 +95,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 PRIMARY KEY (swarm_name, caller_role, caller_id, attachment_id))""",
         ),
     ),
+    (2, WEBHOOK_MIGRATION),  # push delivery: subscriptions, outbox, deliveries, attempts
+    (3, IDEMPOTENCY_DDL),  # idempotency keys (mail.store.idempotency): a new table only
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -129,6 +140,9 @@ def connect(path: str | Path) -> sqlite3.Connection:
     create_private(Path(path))
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
     conn.row_factory = sqlite3.Row
+    from mail.store.sqlite_space import prepare_connection
+
+    prepare_connection(conn)  # first: a new file's auto_vacuum mode (sqlite_space.py)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
@@ -142,6 +156,56 @@ def applied_versions(conn: sqlite3.Connection) -> set[int]:
         "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)"
     )
     return {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+
+
+def is_empty_file(path: Path) -> bool:
+    """A database file of 0 bytes with no write-ahead log to recover: SQLite would make it a
+    new, empty database without a word (a file emptied by accident loses everything)."""
+    try:
+        if path.stat().st_size != 0:
+            return False
+    except FileNotFoundError:
+        return False
+    wal = path.with_name(path.name + "-wal")
+    return not wal.exists() or wal.stat().st_size == 0
+
+
+@dataclass(frozen=True, slots=True)
+class IntegrityCheck:
+    problem: str | None  # the first problem `PRAGMA quick_check` found, None if none
+    finished: bool  # False: skipped (0 s) or stopped at the time bound
+
+
+def quick_check(conn: sqlite3.Connection, seconds: float) -> IntegrityCheck:
+    """`PRAGMA quick_check`, stopped after `seconds` (a huge file takes minutes).
+
+    A file damaged inside (random bytes in the middle of a page) opens and migrates
+    without complaint, and then fails every read that touches the damage; this finds it at
+    start-up. A file that is not SQLite at all raises instead (as `connect` would).
+    """
+    if seconds <= 0:
+        return IntegrityCheck(None, False)
+    deadline = time.monotonic() + seconds
+    stopped = False
+
+    def past_deadline() -> bool:
+        nonlocal stopped
+        stopped = time.monotonic() > deadline
+        return stopped
+
+    conn.set_progress_handler(past_deadline, 20_000)
+    try:
+        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.OperationalError:
+        if stopped:
+            return IntegrityCheck(None, False)
+        raise
+    except sqlite3.DatabaseError as exc:  # "database disk image is malformed"
+        return IntegrityCheck(str(exc), True)
+    finally:
+        conn.set_progress_handler(None, 0)
+    first = " ".join(str(rows[0][0]).split()) if rows else "ok"  # one line
+    return IntegrityCheck(None if first == "ok" else first, True)
 
 
 def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = None) -> list[int]:
@@ -168,7 +232,12 @@ def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = N
 
 
 class transaction:  # noqa: N801 - used like a function: `with transaction(conn):`
-    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error).
+
+    The error that ended the transaction is the one raised. SQLite rolls a transaction back
+    by itself after some errors (a full disk among them), and a ROLLBACK then fails with
+    "cannot rollback - no transaction is active", which used to replace the real cause.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -178,7 +247,22 @@ class transaction:  # noqa: N801 - used like a function: `with transaction(conn)
         return self.conn
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        if exc_type is not None:
+            self._roll_back()
+            return
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self._roll_back()  # a failed COMMIT may leave the transaction open
+            raise
+
+    def _roll_back(self) -> None:
+        if not self.conn.in_transaction:
+            return
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:  # the error being raised says more than this one
+            logger.warning("rollback after a failed write did not succeed: %s", exc)
 
 
 def is_transient_error(exc: BaseException) -> bool:
@@ -284,6 +368,12 @@ class SqliteDatabase:
                 conn.close()
                 self._lock.release()
                 raise
+            from mail.store.sqlite_space import convert_on_open
+
+            try:
+                convert_on_open(conn, self.path)  # an older file: switch to shrinking
+            except sqlite3.Error as exc:  # e.g. no room for the rewrite: run as before
+                logger.warning("could not switch %s to incremental auto-vacuum: %s", self.path, exc)
             return conn
 
         try:

@@ -3,6 +3,9 @@
 Like `TaskStore`, everything is scoped by an `InstanceKey` (one caller's swarm instance).
 Unlike the task store's write-behind, every write here is durable when it returns: a thread
 post or an attachment is something an agent was told succeeded, and must survive a crash.
+The SQL stores write through `mail.store.retrying.RetryingWrites`: while the database is
+failing, a write stays queued (in order) and is retried until it lands, and the caller goes
+on; attachments are refused instead (their bytes do not wait in memory).
 
 Records are plain JSON-able dicts:
 
@@ -20,6 +23,7 @@ Records are plain JSON-able dicts:
 from __future__ import annotations
 
 import abc
+import datetime as _dt
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -126,6 +130,14 @@ class TeamStore(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources. Idempotent."""
 
+    def status(self) -> dict[str, Any]:
+        """Whether writes are failing (and why), for the server's health reporting."""
+        writes = getattr(self, "writes", None)  # the SQL stores' RetryingWrites
+        if writes is None:
+            return {"degraded": False, "last_error": None, "pending_writes": 0}
+        status: dict[str, Any] = writes.status()
+        return status
+
     # -- threads ---------------------------------------------------------------------
     @abc.abstractmethod
     async def save_thread(self, key: InstanceKey, thread: Record) -> None:
@@ -205,3 +217,24 @@ class TeamStore(abc.ABC):
         self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
     ) -> tuple[Record, bytes] | None:
         """(record, bytes) of an attachment of this instance; bytes are b"" without data."""
+
+    # -- lifecycle (mail.store.lifecycle) ---------------------------------------------
+    async def stored_bytes(self, key: InstanceKey) -> int:
+        """Bytes this instance keeps here: records of threads, posts and inbox entries, and
+        attachments (the per-caller storage quota counts them with the caller's tasks)."""
+        return await self.attachment_bytes(key)
+
+    async def prune_before(self, cutoff: _dt.datetime) -> int:
+        """Remove what is older than `cutoff` (retention), in small batches; returns the rows
+        removed: posts, inbox entries and attachments by their own time, then threads that
+        have not changed since and have no posts left."""
+        return 0
+
+
+# Rows a team prune removes per statement (one transaction each).
+TEAM_PRUNE_BATCH = 500
+
+
+def cutoff_text(cutoff: _dt.datetime) -> str:
+    """A cutoff as the ISO 8601 UTC text the team records hold (they compare as text)."""
+    return cutoff.astimezone(_dt.UTC).isoformat()

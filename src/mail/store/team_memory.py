@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import datetime
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from mail.store.base import InstanceKey
-from mail.store.team_base import InboxQuery, Record, TeamStore
+from mail.store.team_base import InboxQuery, Record, TeamStore, cutoff_text
 
 
 def _instance_dir(root: Path, key: InstanceKey) -> Path:
@@ -130,3 +132,41 @@ class MemoryTeamStore(TeamStore):
         if with_data and self._dir is not None:
             data = (_instance_dir(self._dir, key) / attachment_id).read_bytes()
         return copy.deepcopy(record), data if with_data else b""
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def stored_bytes(self, key: InstanceKey) -> int:
+        records: list[Record] = list(self._threads.get(key, {}).values())
+        for (k, _), posts in self._posts.items():
+            if k == key:
+                records.extend(posts)
+        for (k, _), entries in self._inbox.items():
+            if k == key:
+                records.extend(entries)
+        size = sum(len(json.dumps(r, ensure_ascii=False).encode()) for r in records)
+        return size + await self.attachment_bytes(key)
+
+    async def prune_before(self, cutoff: datetime.datetime) -> int:
+        text = cutoff_text(cutoff)
+        removed = 0
+        for store in (self._posts, self._inbox):
+            for place, records in list(store.items()):
+                kept = [r for r in records if str(r.get("timestamp", "")) >= text]
+                removed += len(records) - len(kept)
+                if kept:
+                    store[place] = kept
+                else:
+                    del store[place]
+        for key, attachments in list(self._attachments.items()):
+            for attachment_id, (record, _data) in list(attachments.items()):
+                if str(record.get("created_at", "")) < text:
+                    del attachments[attachment_id]
+                    removed += 1
+                    if self._dir is not None:
+                        (_instance_dir(self._dir, key) / attachment_id).unlink(missing_ok=True)
+        for key, threads in list(self._threads.items()):
+            for thread_id, thread in list(threads.items()):
+                changed = str(thread.get("updated_at") or thread.get("created_at") or "")
+                if changed < text and (key, thread_id) not in self._posts:
+                    del threads[thread_id]
+                    removed += 1
+        return removed

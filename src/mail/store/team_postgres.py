@@ -1,24 +1,32 @@
 """PostgreSQL TeamStore (asyncpg): threads, posts, inboxes and attachments in four tables.
 
-Writes are executed directly (not through the task store's write-behind buffer) so that a
-tool call that reported success is on disk: a kill -9 right after it loses nothing. The
-tables are created on start when missing (``CREATE TABLE IF NOT EXISTS``).
+A write returns once it is committed (not through the task store's write-behind buffer), so
+a tool call that reported success is on disk: a kill -9 right after it loses nothing.
+Writes go through `RetryingWrites`: while PostgreSQL cannot be reached they stay queued in
+order and land once it can, and the store reports itself degraded meanwhile. The tables
+are created on start when missing (``CREATE TABLE IF NOT EXISTS``).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import asyncpg
 
 from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import normalize_dsn, open_pool
+from mail.store.retrying import RetryingWrites
 from mail.store.team_base import (
+    TEAM_PRUNE_BATCH,
     InboxQuery,
     Record,
     TeamStore,
+    cutoff_text,
     inbox_rows,
     key_clause,
     trim_sql,
@@ -81,6 +89,29 @@ CREATE TABLE IF NOT EXISTS team_attachments (
 TEAM_TABLES = ("team_threads", "team_posts", "team_inbox", "team_attachments")
 _KEY = key_clause("$")
 
+# What is older than the cutoff ($1: as text for the records' times, as a timestamp for
+# the columns), per table; threads last, once their posts are gone.
+_EXPIRED: tuple[tuple[str, str, bool], ...] = (
+    ("team_posts", "record->>'timestamp' < $1", False),
+    ("team_inbox", "ts < $1", False),
+    ("team_attachments", "created_at < $1", True),
+    (
+        "team_threads",
+        "COALESCE(record->>'updated_at', '') < $1 AND NOT EXISTS"
+        " (SELECT 1 FROM team_posts p WHERE p.swarm_name = team_threads.swarm_name"
+        " AND p.caller_role = team_threads.caller_role AND p.caller_id = team_threads.caller_id"
+        " AND p.thread_id = team_threads.thread_id)",
+        False,
+    ),
+)
+_SIZES = (
+    f"SELECT (SELECT COALESCE(SUM(octet_length(record::text)), 0) FROM team_threads WHERE {_KEY})"
+    f" + (SELECT COALESCE(SUM(octet_length(record::text)), 0) FROM team_posts WHERE {_KEY})"
+    f" + (SELECT COALESCE(SUM(octet_length(record::text)), 0) FROM team_inbox WHERE {_KEY})"
+    " + (SELECT COALESCE(SUM(octet_length(data) + octet_length(record::text)), 0)"
+    f" FROM team_attachments WHERE {_KEY})"
+)
+
 
 async def _create_tables(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_lock(7415001)")
@@ -90,12 +121,18 @@ async def _create_tables(conn: asyncpg.Connection) -> None:
         await conn.execute("SELECT pg_advisory_unlock(7415001)")
 
 
+Write = Callable[[Any], Awaitable[Any]]  # given a connection inside a transaction
+
+
 class PostgresTeamStore(TeamStore):
     def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 5) -> None:
         self._dsn = normalize_dsn(database_url)
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
+        self.writes: RetryingWrites[Write] = RetryingWrites(
+            self._apply, is_transient=is_transient_error, name="mail.store.team"
+        )
 
     async def start(self) -> None:
         if self._pool is None:
@@ -107,11 +144,19 @@ class PostgresTeamStore(TeamStore):
                 max_size=self._max_size,
                 server_settings={"application_name": "mail-server-team"},
             )
+            self.writes.start()
 
     async def close(self) -> None:
+        if self.writes.running:
+            await self.writes.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+    async def _apply(self, writes: list[Write]) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            for write in writes:
+                await write(conn)
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -121,13 +166,14 @@ class PostgresTeamStore(TeamStore):
 
     # -- threads ---------------------------------------------------------------------
     async def save_thread(self, key: InstanceKey, thread: Record) -> None:
-        await self.pool.execute(
-            "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id, record)"
-            " VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT"
-            " (swarm_name, caller_role, caller_id, thread_id) DO UPDATE SET record = $5::jsonb",
-            *_k(key),
-            thread["thread_id"],
-            _dump(thread),
+        args = (*_k(key), thread["thread_id"], _dump(thread))
+        await self.writes.write(
+            lambda conn: conn.execute(
+                "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id, record)"
+                " VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT"
+                " (swarm_name, caller_role, caller_id, thread_id) DO UPDATE SET record = $5::jsonb",
+                *args,
+            )
         )
 
     async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
@@ -163,22 +209,22 @@ class PostgresTeamStore(TeamStore):
         return int(count or 0)
 
     async def add_post(self, key: InstanceKey, post: Record) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
+        args = (*_k(key), post["thread_id"])
+        record = _dump(post)
+        limit = self.max_posts_per_thread
+
+        async def add(conn: Any) -> None:
             await conn.execute(
                 "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
                 " VALUES ($1, $2, $3, $4, $5::jsonb)",
-                *_k(key),
-                post["thread_id"],
-                _dump(post),
+                *args,
+                record,
             )
-            if self.max_posts_per_thread is not None:
+            if limit is not None:
                 # Keep the newest posts of the thread (the same rule as the memory store).
-                await conn.execute(
-                    trim_sql("team_posts", "thread_id", "$"),
-                    *_k(key),
-                    post["thread_id"],
-                    self.max_posts_per_thread,
-                )
+                await conn.execute(trim_sql("team_posts", "thread_id", "$"), *args, limit)
+
+        await self.writes.write(add)
 
     async def thread_posts(
         self, key: InstanceKey, thread_id: str, limit: int | None = None
@@ -197,7 +243,9 @@ class PostgresTeamStore(TeamStore):
         rows = inbox_rows(key, entries)
         if not rows:
             return
-        async with self.pool.acquire() as conn, conn.transaction():
+        limit = self.max_inbox_entries
+
+        async def add(conn: Any) -> None:
             await conn.executemany(
                 "INSERT INTO team_inbox (swarm_name, caller_role, caller_id, agent_name,"
                 " entry_id, thread_id, ts, is_read, shown, record)"
@@ -205,14 +253,13 @@ class PostgresTeamStore(TeamStore):
                 " ON CONFLICT DO NOTHING",
                 rows,
             )
-            if self.max_inbox_entries is not None:
+            if limit is not None:
                 for agent in sorted({row[3] for row in rows}):
                     await conn.execute(
-                        trim_sql("team_inbox", "agent_name", "$"),
-                        *_k(key),
-                        agent,
-                        self.max_inbox_entries,
+                        trim_sql("team_inbox", "agent_name", "$"), *_k(key), agent, limit
                     )
+
+        await self.writes.write(add)
 
     async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
         order = "ASC" if query.oldest_first else "DESC"
@@ -240,12 +287,13 @@ class PostgresTeamStore(TeamStore):
         self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
     ) -> None:
         column = {"read": "is_read", "shown": "shown"}[field]
-        await self.pool.execute(
-            f"UPDATE team_inbox SET {column} = TRUE"
-            f" WHERE {_KEY} AND agent_name = $4 AND entry_id = ANY($5::text[])",
-            *_k(key),
-            agent,
-            list(entry_ids),
+        args = (*_k(key), agent, list(entry_ids))
+        await self.writes.write(
+            lambda conn: conn.execute(
+                f"UPDATE team_inbox SET {column} = TRUE"
+                f" WHERE {_KEY} AND agent_name = $4 AND entry_id = ANY($5::text[])",
+                *args,
+            )
         )
 
     async def unread_counts(
@@ -263,13 +311,13 @@ class PostgresTeamStore(TeamStore):
 
     # -- attachments -----------------------------------------------------------------
     async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
-        await self.pool.execute(
-            "INSERT INTO team_attachments (swarm_name, caller_role, caller_id, attachment_id,"
-            " record, data) VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
-            *_k(key),
-            record["attachment_id"],
-            _dump(record),
-            data,
+        args = (*_k(key), record["attachment_id"], _dump(record), data)
+        await self.writes.write_now(  # the bytes do not wait in memory
+            lambda conn: conn.execute(
+                "INSERT INTO team_attachments (swarm_name, caller_role, caller_id,"
+                " attachment_id, record, data) VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+                *args,
+            )
         )
 
     async def attachment_bytes(self, key: InstanceKey) -> int:
@@ -291,3 +339,23 @@ class PostgresTeamStore(TeamStore):
         if row is None:
             return None
         return json.loads(row["record"]), bytes(row["data"])
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def stored_bytes(self, key: InstanceKey) -> int:
+        return int(await self.pool.fetchval(_SIZES, *_k(key)) or 0)
+
+    async def prune_before(self, cutoff: datetime.datetime) -> int:
+        text = cutoff_text(cutoff)
+        removed = 0
+        for table, condition, by_timestamp in _EXPIRED:
+            while True:  # a batch per transaction: other writes go on in between
+                status = await self.pool.execute(
+                    f"DELETE FROM {table} WHERE ctid IN"
+                    f" (SELECT ctid FROM {table} WHERE {condition} LIMIT {TEAM_PRUNE_BATCH})",
+                    cutoff if by_timestamp else text,
+                )
+                count = int(status.rsplit(" ", 1)[-1]) if status else 0
+                removed += count
+                if count < TEAM_PRUNE_BATCH:
+                    break
+        return removed

@@ -1,24 +1,30 @@
 """SQLite TeamStore: threads, posts, inboxes and attachments in the server's database file.
 
 It shares the task store's `SqliteDatabase` (one connection, one thread, one writer).
-Every write is its own committed transaction before it returns, like the PostgreSQL
-team store: a tool call that reported success survives a kill -9.
+Every write is committed before it returns, like the PostgreSQL team store: a tool call
+that reported success survives a kill -9. Writes go through `RetryingWrites`: while the
+file cannot be written (a full disk), they stay queued in order and land once it can,
+and the store reports itself degraded meanwhile.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from mail.store.base import InstanceKey
-from mail.store.sqlite_schema import open_database, transaction, utc_now
+from mail.store.retrying import RetryingWrites
+from mail.store.sqlite_schema import is_transient_error, open_database, transaction, utc_now
 from mail.store.team_base import (
+    TEAM_PRUNE_BATCH,
     InboxQuery,
     Record,
     TeamStore,
+    cutoff_text,
     dump_record,
     entry_from_row,
     inbox_rows,
@@ -30,28 +36,71 @@ from mail.store.team_base import (
 
 _KEY = key_clause("?")
 
+# What is older than the cutoff (?1), per table; threads last, once their posts are gone.
+_EXPIRED: tuple[tuple[str, str], ...] = (
+    ("team_posts", "json_extract(record, '$.timestamp') < ?1"),
+    ("team_inbox", "ts < ?1"),
+    ("team_attachments", "created_at < ?1"),
+    (
+        "team_threads",
+        "COALESCE(json_extract(record, '$.updated_at'), created_at) < ?1 AND NOT EXISTS"
+        " (SELECT 1 FROM team_posts p WHERE p.swarm_name = team_threads.swarm_name"
+        " AND p.caller_role = team_threads.caller_role AND p.caller_id = team_threads.caller_id"
+        " AND p.thread_id = team_threads.thread_id)",
+    ),
+)
+_SIZES = (
+    f"SELECT (SELECT COALESCE(SUM(length(CAST(record AS BLOB))), 0) FROM team_threads WHERE {_KEY})"
+    f" + (SELECT COALESCE(SUM(length(CAST(record AS BLOB))), 0) FROM team_posts WHERE {_KEY})"
+    f" + (SELECT COALESCE(SUM(length(CAST(record AS BLOB))), 0) FROM team_inbox WHERE {_KEY})"
+    " + (SELECT COALESCE(SUM(length(data) + length(CAST(record AS BLOB))), 0)"
+    f" FROM team_attachments WHERE {_KEY})"
+)
+
+
+def _prune_step(conn: sqlite3.Connection, table: str, condition: str, cutoff: str) -> int:
+    with transaction(conn):
+        cursor = conn.execute(
+            f"DELETE FROM {table} WHERE rowid IN"
+            f" (SELECT rowid FROM {table} WHERE {condition} LIMIT {TEAM_PRUNE_BATCH})",
+            (cutoff,),
+        )
+        return max(0, cursor.rowcount)
+
+
+Write = Callable[[sqlite3.Connection], None]
+
 
 class SqliteTeamStore(TeamStore):
     def __init__(self, path: str | Path) -> None:
         self.db = open_database(path)
         self._started = False
+        self.writes: RetryingWrites[Write] = RetryingWrites(
+            self._apply, is_transient=is_transient_error, name="mail.store.team"
+        )
 
     async def start(self) -> None:
         if not self._started:
             await self.db.acquire_for_store()
             self._started = True
+            self.writes.start()
 
     async def close(self) -> None:
         if self._started:
             self._started = False
+            await self.writes.close()
             await self.db.release()
 
-    async def _write(self, fn: Any, *args: Any) -> None:
+    async def _apply(self, writes: list[Write]) -> None:
         def run(conn: sqlite3.Connection) -> None:
             with transaction(conn):
-                fn(conn, *args)
+                for write in writes:
+                    write(conn)
 
         await self.db.run(run)
+
+    async def _write(self, fn: Write) -> None:
+        await self.writes.write(fn)
 
     async def _rows(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return await self.db.run(lambda conn: conn.execute(sql, args).fetchall())
@@ -193,7 +242,7 @@ class SqliteTeamStore(TeamStore):
                 (*key_tuple(key), record["attachment_id"], dump_record(record), data, utc_now()),
             )
 
-        await self._write(put)
+        await self.writes.write_now(put)  # the bytes do not wait in memory
 
     async def attachment_bytes(self, key: InstanceKey) -> int:
         rows = await self._rows(
@@ -214,3 +263,19 @@ class SqliteTeamStore(TeamStore):
         if not rows:
             return None
         return json.loads(rows[0]["record"]), bytes(rows[0]["data"])
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def stored_bytes(self, key: InstanceKey) -> int:
+        rows = await self._rows(_SIZES, *key_tuple(key))
+        return int(rows[0][0] or 0)
+
+    async def prune_before(self, cutoff: datetime.datetime) -> int:
+        text = cutoff_text(cutoff)
+        removed = 0
+        for table, condition in _EXPIRED:
+            while True:  # a batch per transaction: the task store's writes go on in between
+                count = await self.db.run(_prune_step, table, condition, text)
+                removed += count
+                if count < TEAM_PRUNE_BATCH:
+                    break
+        return removed

@@ -5,7 +5,18 @@ they are re-exported here for convenience, with the typed dicts of ``types``.
 """
 
 from mail.swarms_json import utils as _utils
-from mail.swarms_json.types import SwarmsJSONAction, SwarmsJSONAgent, SwarmsJSONSwarm
+from mail.swarms_json.types import (
+    SwarmsJSONAction,
+    SwarmsJSONAgent,
+    SwarmsJSONFile,
+    SwarmsJSONSwarm,
+)
 from mail.swarms_json.utils import *  # noqa: F403
 
-__all__ = [*_utils.__all__, "SwarmsJSONAction", "SwarmsJSONAgent", "SwarmsJSONSwarm"]
+__all__ = [
+    *_utils.__all__,
+    "SwarmsJSONAction",
+    "SwarmsJSONAgent",
+    "SwarmsJSONFile",
+    "SwarmsJSONSwarm",
+]

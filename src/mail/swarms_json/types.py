@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["SwarmsJSONAction", "SwarmsJSONAgent", "SwarmsJSONSwarm"]
+__all__ = ["SwarmsJSONAction", "SwarmsJSONAgent", "SwarmsJSONFile", "SwarmsJSONSwarm"]
 
 
 class SwarmsJSONAction(TypedDict):
@@ -46,3 +46,10 @@ class SwarmsJSONSwarm(TypedDict):
     public: bool
     enable_db_agent_histories: bool
     batch_delivery: bool
+
+
+class SwarmsJSONFile(TypedDict):
+    """A whole swarms.json document: ``{"swarms": [...]}`` (what `load_swarms_json_from_file`
+    returns)."""
+
+    swarms: list[SwarmsJSONSwarm]

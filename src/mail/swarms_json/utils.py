@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from mail.swarms_json.suggestions import suggest
-from mail.swarms_json.types import SwarmsJSONAction, SwarmsJSONAgent, SwarmsJSONSwarm
+from mail.swarms_json.types import (
+    SwarmsJSONAction,
+    SwarmsJSONAgent,
+    SwarmsJSONFile,
+    SwarmsJSONSwarm,
+)
 from mail.swarms_json.validation import (
     validate_action_from_swarms_json,
     validate_agent_from_swarms_json,
@@ -26,12 +31,19 @@ __all__ = [
     "AGENT_DEFAULTS",
     "SWARM_DEFAULTS",
     "build_action_from_json",
+    "build_action_from_swarms_json",
     "build_agent_from_json",
+    "build_agent_from_swarms_json",
     "build_swarm_from_json",
+    "build_swarm_from_swarms_json",
     "build_swarms_from_json",
+    "build_swarms_from_swarms_json",
     "find_swarm",
+    "invalid_json",
     "load_swarm_from_json_file",
     "load_swarms_json_from_file",
+    "load_swarms_json_from_string",
+    "read_swarms_json_file",
     "suggest",
     "validate_action_from_swarms_json",
     "validate_agent_from_swarms_json",
@@ -62,19 +74,52 @@ AGENT_DEFAULTS: dict[str, Any] = {
 PathLike = str | os.PathLike[str]
 
 
-def load_swarms_json_from_file(path: PathLike) -> list[dict[str, Any]]:
+def invalid_json(what: str, exc: json.JSONDecodeError) -> json.JSONDecodeError:
+    """`exc` with `what` named in its message; still a JSONDecodeError (a ValueError), the
+    error v1.3's loaders raised for text that is not JSON."""
+    return json.JSONDecodeError(f"{what} is not valid JSON: {exc.msg}", exc.doc, exc.pos)
+
+
+def read_swarms_json_file(path: PathLike) -> list[dict[str, Any]]:
     """Read a swarms.json file; it must hold a JSON list (entries are not validated here)."""
     with Path(path).open(encoding="utf-8") as fh:
         try:
             data = json.load(fh)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"swarms.json file at {path} is not valid JSON: {exc}") from exc
+            raise invalid_json(f"swarms.json file at {path}", exc) from exc
+    return _swarm_list(data, f"swarms.json file at {path}")
+
+
+def _swarm_list(data: Any, what: str) -> list[dict[str, Any]]:
     if not isinstance(data, list):
         raise ValueError(
-            f"swarms.json file at {path} must contain a list of swarms, "
-            f"actually got {type(data).__name__}"
+            f"{what} must contain a list of swarms, actually got {type(data).__name__}"
         )
     return data
+
+
+def load_swarms_json_from_file(path: PathLike) -> SwarmsJSONFile:
+    """Read and validate a swarms.json file: ``{"swarms": [...]}`` with its entries as written.
+
+    The v1.3 entry point; `read_swarms_json_file` reads without validating, and
+    `build_swarms_from_json` validates and fills in defaults.
+    """
+    swarms = read_swarms_json_file(path)
+    for swarm in swarms:
+        validate_swarm_from_swarms_json(swarm)
+    return {"swarms": cast(list[SwarmsJSONSwarm], swarms)}
+
+
+def load_swarms_json_from_string(contents: str) -> SwarmsJSONFile:
+    """`load_swarms_json_from_file` for a swarms.json document held in a string."""
+    try:
+        data = json.loads(contents)
+    except json.JSONDecodeError as exc:
+        raise invalid_json("swarms.json string", exc) from exc
+    swarms = _swarm_list(data, "swarms.json string")
+    for swarm in swarms:
+        validate_swarm_from_swarms_json(swarm)
+    return {"swarms": cast(list[SwarmsJSONSwarm], swarms)}
 
 
 def _with_defaults(entry: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -89,10 +134,10 @@ def _with_defaults(entry: dict[str, Any], defaults: dict[str, Any]) -> dict[str,
     return built
 
 
-def build_action_from_json(candidate: dict[str, Any]) -> SwarmsJSONAction:
+def build_action_from_json(action_candidate: dict[str, Any]) -> SwarmsJSONAction:
     """Validate one action entry and return a copy of it."""
-    validate_action_from_swarms_json(candidate)
-    return cast(SwarmsJSONAction, _with_defaults(candidate, {}))
+    validate_action_from_swarms_json(action_candidate)
+    return cast(SwarmsJSONAction, _with_defaults(action_candidate, {}))
 
 
 def _build_agent(candidate: dict[str, Any]) -> SwarmsJSONAgent:
@@ -112,32 +157,32 @@ def _build_agent(candidate: dict[str, Any]) -> SwarmsJSONAgent:
     return cast(SwarmsJSONAgent, built)
 
 
-def build_agent_from_json(candidate: dict[str, Any]) -> SwarmsJSONAgent:
+def build_agent_from_json(agent_candidate: dict[str, Any]) -> SwarmsJSONAgent:
     """Validate one agent entry and return a copy with defaults filled in."""
-    validate_agent_from_swarms_json(candidate)
-    return _build_agent(candidate)
+    validate_agent_from_swarms_json(agent_candidate)
+    return _build_agent(agent_candidate)
 
 
-def build_swarm_from_json(candidate: dict[str, Any]) -> SwarmsJSONSwarm:
+def build_swarm_from_json(swarm_candidate: dict[str, Any]) -> SwarmsJSONSwarm:
     """Validate one swarm entry (once) and return a copy with every default filled in."""
-    validate_swarm_from_swarms_json(candidate)
-    built = _with_defaults(candidate, SWARM_DEFAULTS)
-    built["agents"] = [_build_agent(agent) for agent in candidate["agents"]]
-    built["actions"] = [dict(action) for action in candidate["actions"]]
+    validate_swarm_from_swarms_json(swarm_candidate)
+    built = _with_defaults(swarm_candidate, SWARM_DEFAULTS)
+    built["agents"] = [_build_agent(agent) for agent in swarm_candidate["agents"]]
+    built["actions"] = [dict(action) for action in swarm_candidate["actions"]]
     return cast(SwarmsJSONSwarm, built)
 
 
-def build_swarms_from_json(data: list[dict[str, Any]]) -> list[SwarmsJSONSwarm]:
+def build_swarms_from_json(contents: list[dict[str, Any]]) -> list[SwarmsJSONSwarm]:
     """Validate and default every swarm of a swarms.json list.
 
     All entries are checked, not just the one a caller will pick, so a broken
     definition anywhere in the file is reported at load time.
     """
-    if not isinstance(data, list):
+    if not isinstance(contents, list):
         raise ValueError(
-            f"swarms.json must contain a list of swarms, actually got {type(data).__name__}"
+            f"swarms.json must contain a list of swarms, actually got {type(contents).__name__}"
         )
-    built = [build_swarm_from_json(candidate) for candidate in data]
+    built = [build_swarm_from_json(candidate) for candidate in contents]
     seen: set[str] = set()
     for swarm in built:
         if swarm["name"] in seen:
@@ -158,5 +203,12 @@ def find_swarm(swarms: list[Any], name: str, path: PathLike = "swarms.json") -> 
 
 def load_swarm_from_json_file(swarm_name: str, path: PathLike = "swarms.json") -> SwarmsJSONSwarm:
     """Load ``path``, validate every swarm in it, and return the one called ``swarm_name``."""
-    swarms = build_swarms_from_json(load_swarms_json_from_file(path))
+    swarms = build_swarms_from_json(read_swarms_json_file(path))
     return cast(SwarmsJSONSwarm, find_swarm(swarms, swarm_name, path))
+
+
+# The v1.3 names of the builders (the same functions).
+build_action_from_swarms_json = build_action_from_json
+build_agent_from_swarms_json = build_agent_from_json
+build_swarm_from_swarms_json = build_swarm_from_json
+build_swarms_from_swarms_json = build_swarms_from_json

@@ -140,7 +140,10 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
             f"{suggest(entrypoint, agent_names)}"
         )
     if not any(agent.get("enable_entrypoint") for agent in agents):
-        raise ValueError("swarm must have at least one agent with 'enable_entrypoint' set to true")
+        raise ValueError(
+            "no agent has 'enable_entrypoint' set to true; "
+            "the swarm will reject all incoming messages"
+        )
     entry_agent = next(agent for agent in agents if agent["name"] == entrypoint)
     if not entry_agent.get("enable_entrypoint"):
         raise ValueError(
@@ -157,7 +160,9 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
     )
 
     if not any(agent.get("can_complete_tasks") for agent in agents):
-        raise ValueError("swarm must have at least one agent with 'can_complete_tasks' set to true")
+        raise ValueError(
+            "no agent has 'can_complete_tasks' set to true; no agent will be able to complete tasks"
+        )
 
     # Imported actions are only known once their import strings are resolved (by the
     # template builder), so references can't be checked here when there are any.

@@ -1,19 +1,52 @@
 """ASGI middleware: HTTP latency per route (metrics) and the server span of each request.
 
-A request carrying a W3C ``traceparent`` (an interswarm hop) continues that trace: its server
-span is the parent of whatever the request starts, e.g. the task a peer forwards here.
+A request carrying a W3C ``traceparent`` from a trusted source (`TraceTrust`: a configured
+proxy or peer address, or an authenticated interswarm peer) continues that trace: its server
+span is the parent of whatever the request starts, e.g. the task a peer forwards here. From
+anyone else the header decides nothing (OpenTelemetry's advice for public endpoints): the
+request starts a new trace, sampled by our own sampler, with a link to the caller's context.
 With tracing and metrics off it calls straight through.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from mail.telemetry import metrics, tracing
+from mail.telemetry.settings import IpNetwork
 
 Scope = dict[str, Any]
 _TRACE_HEADERS = frozenset((b"traceparent", b"tracestate"))
+
+
+class TraceTrust:
+    """Whose ``traceparent`` a request may continue: a client address in `networks`, or a
+    request `caller` (an async check the server supplies) vouches for."""
+
+    def __init__(
+        self,
+        networks: Iterable[IpNetwork] = (),
+        caller: Callable[[Scope], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.networks = tuple(networks)
+        self.caller = caller
+
+    async def trusted(self, scope: Scope) -> bool:
+        client = scope.get("client")
+        if client and self.networks:
+            try:
+                address = ipaddress.ip_address(client[0])
+            except ValueError:
+                address = None
+            if address is not None and any(address in net for net in self.networks):
+                return True
+        return self.caller is not None and await self.caller(scope)
+
+
+TRUST_NOBODY = TraceTrust()
 
 
 def route_of(scope: Scope) -> str:
@@ -30,8 +63,9 @@ def route_of(scope: Scope) -> str:
 
 
 class TelemetryMiddleware:
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, trust: TraceTrust = TRUST_NOBODY) -> None:
         self.app = app
+        self.trust = trust
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         tracer = tracing.tracer()
@@ -48,9 +82,18 @@ class TelemetryMiddleware:
                 for k, v in scope["headers"]
                 if k in _TRACE_HEADERS
             }
+            parent = link = None
+            if headers:
+                remote = tracing.extract(headers)
+                if remote is not None:
+                    if await self.trust.trusted(scope):
+                        parent = remote
+                    else:
+                        link = remote
             span = tracing.start_span(
                 f"{method} {scope.get('path', '')}",
-                parent=tracing.extract(headers) if headers else None,
+                parent=parent,
+                link=link,
                 kind="SERVER",
                 attributes={"http.request.method": method, "url.path": scope.get("path", "")},
             )

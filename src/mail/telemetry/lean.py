@@ -198,6 +198,12 @@ class LeanSpan:
         self.parent = self.attributes = self.events = None  # type: ignore[assignment]
 
 
+class LinkedLeanSpan(LeanSpan):
+    """A lean span with links (OpenTelemetry ``Link``s): rare, so the plain one has none."""
+
+    __slots__ = ("links",)  # type: ignore[assignment]
+
+
 class LeanTracer:
     """Makes `LeanSpan`s for one encoding processor, resource and instrumentation scope."""
 
@@ -227,6 +233,7 @@ class LeanTracer:
         parent: LeanSpan | None,
         kind: str,
         attributes: Mapping[str, Any] | None,
+        links: tuple[Any, ...] = (),
     ) -> LeanSpan:
         if parent is None:
             trace_id = _new_id(128)
@@ -248,7 +255,7 @@ class LeanTracer:
             recording = result.decision.is_recording()
             state = result.trace_state
             kept, dropped = self.bounded(result.attributes, self.max_attributes)
-        span = LeanSpan(
+        span = (LinkedLeanSpan if links else LeanSpan)(
             trace_id,
             _new_id(64),
             flags | _SAMPLED if sampled else flags,
@@ -256,6 +263,8 @@ class LeanTracer:
             False,
             self if recording else None,
         )
+        if links:
+            span.links = links  # type: ignore[misc]
         if recording:
             span.name = name
             span.parent = parent

@@ -79,6 +79,18 @@ def enable() -> Any:
         ["peer", "outcome"],
         registry=REGISTRY,
     )
+    m["webhook_attempts"] = Counter(
+        "mail_webhook_attempts",
+        "Push delivery attempts (webhooks, A2A push) by outcome",
+        ["outcome"],
+        registry=REGISTRY,
+    )
+    m["webhook_latency"] = Histogram(
+        "mail_webhook_attempt_duration_seconds",
+        "Push delivery attempt latency (to the answer's first bytes)",
+        buckets=_LATENCY_BUCKETS,
+        registry=REGISTRY,
+    )
     REGISTRY.register(_StateCollector())
     _on = True
     return REGISTRY
@@ -90,7 +102,8 @@ def disable() -> None:
 
 
 def set_state_reader(reader: Callable[[], dict[str, Any]] | None) -> None:
-    """``reader()`` -> {"tasks": {state: n}, "mailbox_depth": n, "open_streams": n}."""
+    """``reader()`` -> {"tasks": {state: n}, "mailbox_depth": n, "open_streams": n,
+    "storage": [(store, degraded, pending writes, reason or None), ...]}."""
     global _state_reader
     _state_reader = reader
 
@@ -111,6 +124,27 @@ class _StateCollector:
         )
         yield GaugeMetricFamily(
             "mail_open_event_streams", "Open SSE event streams", value=state.get("open_streams", 0)
+        )
+        storage = state.get("storage") or []
+        degraded = GaugeMetricFamily(
+            "mail_store_degraded",
+            "1 while a store's writes are failing and being retried (reason: why), else 0",
+            labels=["store", "reason"],
+        )
+        pending = GaugeMetricFamily(
+            "mail_store_pending_writes",
+            "Writes acknowledged but not yet stored, per store",
+            labels=["store"],
+        )
+        for store, is_degraded, waiting, reason in storage:
+            degraded.add_metric([store, reason or ""], 1 if is_degraded else 0)
+            pending.add_metric([store], waiting)
+        yield degraded
+        yield pending
+        yield GaugeMetricFamily(
+            "mail_webhook_pending_deliveries",
+            "Push deliveries waiting to be sent or retried",
+            value=state.get("webhook_pending", 0),
         )
 
     def describe(self) -> Iterable[Any]:
@@ -171,3 +205,9 @@ def http_request(method: str, route: str, status: int, seconds: float) -> None:
 def interswarm_request(peer: str, outcome: str) -> None:
     if _on:
         _child("interswarm", peer, outcome).inc()
+
+
+def webhook_attempt(outcome: str, seconds: float) -> None:
+    if _on:
+        _child("webhook_attempts", outcome).inc()
+        _metrics["webhook_latency"].observe(seconds)

@@ -413,6 +413,11 @@ class EncodingBatchProcessor(SpanProcessor):
             self._wake.clear()
             if not self._closed:
                 self._export(everything=False)
+        # Closed: the final export runs here, not in `shutdown`, so that `shutdown` can stop
+        # waiting for it. Every send may take OTEL_EXPORTER_OTLP_TIMEOUT against a receiver
+        # that never answers; sent from `shutdown`, the batches of a full queue took one
+        # timeout each (43 s at exit with the defaults).
+        self._export(everything=True)
 
     def _export(self, everything: bool) -> bool:
         """Send what is queued: full batches, plus one partial batch (all of it when
@@ -455,15 +460,16 @@ class EncodingBatchProcessor(SpanProcessor):
             return
         self._closed = True
         self._wake.set()
-        # A receiver that never answers holds the exporting thread in a send (up to
-        # OTEL_EXPORTER_OTLP_TIMEOUT): exit is not held up for it; what is queued is lost.
+        # The exporting thread sends what is queued and ends. A receiver that never answers
+        # holds it in a send (up to OTEL_EXPORTER_OTLP_TIMEOUT each): exit waits at most
+        # _SHUTDOWN_WAIT in all; what is still queued then is lost (the thread is a daemon).
         self._thread.join(timeout=_SHUTDOWN_WAIT)
         if self._thread.is_alive():
             logger.warning(
-                "tracing: the OTLP receiver did not answer; %d queued spans dropped at exit",
+                "tracing: the OTLP receiver did not answer within %.0f s; %d queued spans "
+                "dropped at exit",
+                _SHUTDOWN_WAIT,
                 len(self._queue),
             )
-        else:
-            self._export(everything=True)
         if self._on_shutdown is not None:
-            self._on_shutdown()
+            self._on_shutdown()  # the exporter stops retrying

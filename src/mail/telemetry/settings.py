@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import ipaddress
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_sources(values: Iterable[str]) -> list[IpNetwork]:
+    """Addresses and networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``); ``*`` means every
+    address. ValueError names a value that is neither."""
+    networks: list[IpNetwork] = []
+    for value in values:
+        text = str(value).strip()
+        if text == "*":
+            networks += [ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")]
+            continue
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"trusted trace source '{text}' is not an IP address or network"
+            ) from None
+    return networks
 
 
 class TelemetryConfig(BaseModel):
@@ -20,3 +43,14 @@ class TelemetryConfig(BaseModel):
     metrics_host: str = "127.0.0.1"
     # Put prompts, replies and tool arguments on spans (off: only names, sizes and numbers).
     capture_content: bool = False
+    # Client addresses or networks (proxies, peers) whose incoming `traceparent` a request
+    # continues; "*" = everyone. From others a request starts its own trace and links to
+    # the caller's. Interswarm peers (agent keys on /interswarm/forward and /back) are
+    # trusted whatever this says.
+    trusted_trace_sources: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_trace_sources")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        parse_sources(value)  # ValueError names a bad entry
+        return value

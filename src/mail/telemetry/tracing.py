@@ -320,10 +320,13 @@ def start_span(
     parent: Context | None = None,
     kind: str = "INTERNAL",
     attributes: Mapping[str, Any] | None = None,
+    link: Context | None = None,
 ) -> Span | None:
     """A started span (None when tracing is off); the caller ends it.
 
     Under a local parent that was not sampled this is that parent (see the module's doc).
+    `link`: a context (an untrusted caller's, from `extract`) the span links to without
+    being its child: the caller's trace can be found, but does not decide this one.
     """
     if _tracer is None:
         return None
@@ -335,6 +338,9 @@ def start_span(
         if local is not None and not local.flags & 1 and not local.is_remote:
             if local._tracer is None:  # not recording
                 return cast("Span", local)
+        links = _links(link)
+        if links:
+            return cast("Span", lean.start(name, local, kind, attributes, links))
         return cast("Span", lean.start(name, local, kind, attributes))
     current = _trace_api.get_current_span(parent)
     context = current.get_span_context()
@@ -345,7 +351,28 @@ def start_span(
         and not current.is_recording()
     ):
         return current  # type: ignore[no-any-return]
-    return _tracer.start_span(name, context=parent, kind=_KINDS[kind], attributes=attributes)
+    return _tracer.start_span(
+        name, context=parent, kind=_KINDS[kind], attributes=attributes, links=_links(link)
+    )
+
+
+def _links(context: Context | None) -> tuple[Any, ...]:
+    """The OpenTelemetry links a span gets for `context` (none for no or an invalid one)."""
+    if context is None:
+        return ()
+    if _lean is not None:
+        remote: Any = context  # a lean context is its span
+    else:
+        remote = _trace_api.get_current_span(context).get_span_context()
+    if not remote.is_valid:
+        return ()
+    span_context = _trace_api.SpanContext(
+        remote.trace_id,
+        remote.span_id,
+        is_remote=True,
+        trace_flags=_trace_api.TraceFlags(int(remote.trace_flags)),
+    )
+    return (_trace_api.Link(span_context, {"mail.link": "caller"}),)
 
 
 def end_span(span: Span | None, error: str | None = None) -> None:

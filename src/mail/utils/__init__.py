@@ -30,9 +30,37 @@ _LAZY_EXPORTS: dict[str, str] = {
     "generate_agent_id": "auth",
     "get_loggers": "logger",
     "init_logger": "logger",
+    "extract_token": "auth",
+    "require_debug": "auth",
+    "get_langmem_store": "store",
+    "get_version": "version",
+    "get_protocol_version": "version",
+    "export": "serialize",
+    "serialize_mail_value": "serialize",
 }
 
-__all__ = ["read_python_string", "target_address_is_interswarm"]
+# v1.3's list; every name is loaded on first use.
+__all__ = [
+    "caller_is_admin",
+    "caller_is_admin_or_user",
+    "caller_is_agent",
+    "caller_is_user",
+    "export",
+    "extract_token",
+    "extract_token_info",
+    "get_langmem_store",
+    "get_loggers",
+    "get_protocol_version",
+    "get_token_info",
+    "get_version",
+    "init_logger",
+    "login",
+    "read_python_string",
+    "require_debug",
+    "resolve_prefixed_string_references",
+    "serialize_mail_value",
+    "target_address_is_interswarm",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -28,6 +28,8 @@ from mail.server.auth import (
 
 __all__ = [
     "caller_is_admin",
+    "extract_token",
+    "require_debug",
     "caller_is_admin_or_user",
     "caller_is_agent",
     "caller_is_user",
@@ -116,3 +118,18 @@ def generate_user_id(token_info: dict[str, Any]) -> str:
 def generate_agent_id(token_info: dict[str, Any]) -> str:
     """Composite id of a remote swarm caller: ``swarm_{id}``."""
     return f"swarm_{token_info['id']}"
+
+
+def extract_token(request: Request) -> str:
+    """The bearer token of `request`; 401 ``invalid API key format`` without one."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme != "Bearer" or not token.strip():
+        raise HTTPException(status_code=401, detail="invalid API key format")
+    return token.strip()
+
+
+def require_debug(request: Request) -> None:
+    """404 unless the server runs in debug mode (``[server].debug``, ``mail server --debug``)."""
+    config = getattr(request.app.state, "config", None)
+    if not getattr(config, "debug", False):
+        raise HTTPException(status_code=404, detail="Not found")

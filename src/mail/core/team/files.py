@@ -21,6 +21,7 @@ from mail.core.message import (
 )
 from mail.core.team import limits
 from mail.core.team.service import TeamError, TeamService, new_id
+from mail.store.base import StoreUnavailableError
 from mail.store.team_base import Record
 from mail.utils.safe_files import (
     OutsideRoot,
@@ -194,7 +195,10 @@ async def send_bytes(
     record = new_attachment(data, filename, text, sender, [target], task_id)
     async with team.quota_lock:
         await limits.check_attachment_quota(team, len(data))
-        await team.store.put_attachment(team.key, record, data)
+        try:
+            await team.store.put_attachment(team.key, record, data)
+        except StoreUnavailableError as exc:
+            raise TeamError(f"'{filename}' was not sent: {exc}") from exc
     meta = attachment_meta(record)
     team.rt._emit(
         task_id,

@@ -3,6 +3,8 @@
 from typing import Any
 
 from mail.core.tools import AgentToolCall
+from mail.examples.analyst_dummy.prompts import SYSPROMPT
+from mail.examples.legacy import example_agent_params, example_factory
 from mail.factories.base import LiteLLMAgentFunction
 
 
@@ -20,4 +22,8 @@ class LiteLLMAnalystFunction(LiteLLMAgentFunction):
         return await super().__call__(messages, tool_choice)
 
 
-__all__ = ["LiteLLMAnalystFunction"]
+# v1.3's names: default agent_params and the deprecated function-style factory.
+analyst_agent_params = example_agent_params(SYSPROMPT)
+factory_analyst_dummy = example_factory(LiteLLMAnalystFunction, "factory_analyst_dummy", "analyst")
+
+__all__ = ["LiteLLMAnalystFunction", "analyst_agent_params", "factory_analyst_dummy"]

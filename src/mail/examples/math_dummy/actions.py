@@ -1,9 +1,14 @@
-"""`calculate_expression`: evaluates arithmetic safely (see `evaluator`)."""
+"""`calculate_expression`: evaluates arithmetic safely (see `evaluator`).
+
+`calculate_expression` is a `MAILAction` (as in v1.3, so swarms.json can list it under
+`action_imports`); the coroutine it runs is `evaluate_text`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from mail.api import MAILAction
 from mail.examples.math_dummy.evaluator import evaluate
 
 DESCRIPTION = "Evaluate a basic arithmetic expression inside the math agent"
@@ -31,8 +36,8 @@ def _format(value: int | float, precision: int | None) -> str:
     return str(value)
 
 
-async def calculate_expression(args: dict[str, Any]) -> str:
-    """Action function: `"{expression} = {result}"`."""
+async def evaluate_text(args: dict[str, Any]) -> str:
+    """The action's function: `"{expression} = {result}"`."""
     expression = str(args.get("expression") or "")
     precision = args.get("precision")
     if precision is not None:
@@ -43,15 +48,14 @@ async def calculate_expression(args: dict[str, Any]) -> str:
     return f"{expression.strip()} = {_format(value, precision)}"
 
 
-def get_actions() -> list[Any]:
-    """The math agent's actions as `MAILAction`s (imported lazily to avoid cycles)."""
-    from mail.api import MAILAction
+calculate_expression = MAILAction(
+    name="calculate_expression",
+    description=DESCRIPTION,
+    parameters=PARAMETERS,
+    function=evaluate_text,
+)
 
-    return [
-        MAILAction(
-            name="calculate_expression",
-            description=DESCRIPTION,
-            parameters=PARAMETERS,
-            function=calculate_expression,
-        )
-    ]
+
+def get_actions() -> list[MAILAction]:
+    """The math agent's actions, as new `MAILAction` objects."""
+    return [MAILAction("calculate_expression", DESCRIPTION, PARAMETERS, evaluate_text)]

@@ -1,4 +1,8 @@
-"""`get_weather_forecast`: deterministic, synthetic forecasts (no network, no real data)."""
+"""`get_weather_forecast`: deterministic, synthetic forecasts (no network, no real data).
+
+`get_weather_forecast` is a `MAILAction` (as in v1.3, so swarms.json can list it under
+`action_imports`); the coroutine it runs is `forecast_text`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import hashlib
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from mail.api import MAILAction
 
 CONDITIONS = (
     "sunny",
@@ -75,8 +81,8 @@ def _when(days_ahead: int) -> str:
     return {0: "today", 1: "tomorrow"}.get(days_ahead, f"in {days_ahead} days")
 
 
-async def get_weather_forecast(args: dict[str, Any]) -> str:
-    """Action function: a one-line forecast for `args["location"]`."""
+async def forecast_text(args: dict[str, Any]) -> str:
+    """The action's function: a one-line forecast for `args["location"]`."""
     location = str(args.get("location") or "").strip()
     if not location:
         raise ValueError("a location is required")
@@ -93,15 +99,14 @@ async def get_weather_forecast(args: dict[str, Any]) -> str:
     )
 
 
-def get_actions() -> list[Any]:
-    """The weather agent's actions as `MAILAction`s (imported lazily to avoid cycles)."""
-    from mail.api import MAILAction
+get_weather_forecast = MAILAction(
+    name="get_weather_forecast",
+    description=DESCRIPTION,
+    parameters=PARAMETERS,
+    function=forecast_text,
+)
 
-    return [
-        MAILAction(
-            name="get_weather_forecast",
-            description=DESCRIPTION,
-            parameters=PARAMETERS,
-            function=get_weather_forecast,
-        )
-    ]
+
+def get_actions() -> list[MAILAction]:
+    """The weather agent's actions, as new `MAILAction` objects."""
+    return [MAILAction("get_weather_forecast", DESCRIPTION, PARAMETERS, forecast_text)]

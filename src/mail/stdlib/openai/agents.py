@@ -251,13 +251,14 @@ class _OpenAISupervisorBase(SupervisorFunction):
         comm_targets: list[str],
         model: str,
         tools: list[Any],
+        can_complete_tasks: bool = True,
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
-        can_complete_tasks: bool = True,
         tool_format: ToolFormat = "responses",
         exclude_tools: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        # v1.3's positional order: `can_complete_tasks` right after `tools` (as SupervisorFunction).
         super().__init__(
             name=name,
             comm_targets=comm_targets,

@@ -13,6 +13,7 @@ import * as breakpoints from "./screens/breakpoints.js";
 import * as review from "./screens/review.js";
 import * as registry from "./screens/registry.js";
 import * as threads from "./screens/threads.js";
+import * as webhooks from "./screens/webhooks.js";
 import * as signin from "./screens/signin.js";
 
 // Screens in the navigation; `admin` ones are shown to admins only. A new screen (threads,
@@ -25,6 +26,7 @@ const SCREENS = [
   { path: "breakpoints", label: "Breakpoints", module: breakpoints },
   { path: "review", label: "Review", module: review },
   { path: "threads", label: "Threads", module: threads },
+  { path: "webhooks", label: "Webhooks", module: webhooks },
   { path: "registry", label: "Registry", module: registry, admin: true },
 ];
 const HIDDEN = { agents: agent };
@@ -32,6 +34,8 @@ const HIDDEN = { agents: agent };
 const root = document.getElementById("app");
 let cleanup = null;
 let frame = null;
+let healthTimer = null;
+const HEALTH_POLL_MS = 15000;
 
 function parseHash() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
@@ -64,6 +68,8 @@ function showSignIn(message) {
   if (cleanup) cleanup();
   cleanup = null;
   frame = null;
+  clearInterval(healthTimer);
+  healthTimer = null;
   replace(root, signin.render({ message, onSubmit: signIn }));
 }
 
@@ -83,6 +89,8 @@ function buildFrame() {
   const links = SCREENS.filter((s) => !s.admin || isAdmin()).map((s) =>
     h("a", { href: `#/${s.path}`, class: "nav-link", dataset: { path: s.path } }, s.label));
   const health = h("span", { class: "health-dot", title: "server health" });
+  // Says why while the server is degraded (writes failing: a full disk, the database down).
+  const alert = h("div", { class: "server-alert", role: "status", "aria-live": "polite" });
   const el = h("div", { class: "frame" },
     h("header", { class: "topbar" },
       h("div", { class: "brand" }, h("img", { src: "icon.svg", alt: "", class: "brand-icon" }), "MAIL"),
@@ -92,17 +100,21 @@ function buildFrame() {
         badge(store.me.role, store.me.role === "admin" ? "warn" : "info"),
         h("span", { class: "me-id" }, store.me.id),
         h("button", { type: "button", class: "btn btn-quiet", onclick: signOut }, "Sign out"))),
+    alert,
     h("nav", { class: "nav", "aria-label": "Screens" }, links),
     h("main", { class: "view", id: "view" }));
-  pollHealth(health);
+  pollHealth(health, alert);
+  clearInterval(healthTimer);
+  healthTimer = setInterval(() => pollHealth(health, alert), HEALTH_POLL_MS);
   return { el, view: el.querySelector("#view"), links };
 }
 
-async function pollHealth(dot) {
+async function pollHealth(dot, alert) {
   try {
     const body = await api.health();
     dot.className = `health-dot health-${body.status === "healthy" ? "ok" : "warn"}`;
     dot.title = `server health: ${body.status}`;
+    alert.textContent = body.reason ? `Server ${body.status}: ${body.reason}` : "";
   } catch {
     dot.className = "health-dot health-bad";
     dot.title = "server unreachable";

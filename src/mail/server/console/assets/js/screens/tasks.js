@@ -105,13 +105,14 @@ function renderDetail(container, taskId) {
   const list = h("ol", { class: "event-list", id: "task-events" });
   const followState = h("span", { class: "badge badge-info", id: "follow-state", role: "status" });
 
-  let rendered = 0; // events already in the list (newest first), so a live update only prepends
+  // Oldest first, the order the trace above reads in; a live update only appends.
+  let rendered = 0; // events already in the list
   const renderEvents = (full = false) => {
     heading.textContent = `Events (${events.length})`;
     if (!full && rendered && events.length >= rendered) {
-      for (const ev of events.slice(rendered)) list.insertBefore(eventRow(ev), list.firstChild);
+      for (const ev of events.slice(rendered)) list.appendChild(eventRow(ev));
     } else {
-      replace(list, events.length ? [...events].reverse().map(eventRow)
+      replace(list, events.length ? events.map(eventRow)
         : emptyState("No events recorded", "The task has not done anything yet."));
     }
     rendered = events.length;

@@ -1,6 +1,6 @@
 """The FastAPI application: ``create_app`` and its lifespan.
 
-    from mail.server.app import create_app
+    from mail.server import create_app
     app = create_app()                                 # config from mail.toml, swarm from swarms.json
     app = create_app(config=cfg, template=template)    # inject a MAILSwarmTemplate (tests, benches)
 
@@ -12,6 +12,7 @@ it the resolved config through ``MAIL_SERVER_CONFIG_JSON``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -33,6 +34,7 @@ from mail.server import (
     routes_task_events,
     routes_team,
     routes_user,
+    routes_webhooks,
 )
 from mail.server.auth import Authenticator, build_authenticator
 from mail.server.backends import cluster_backend, install_cluster_backend
@@ -139,7 +141,17 @@ async def _startup(
     from mail.server.team import start_team_store, team_settings
 
     instances.team_store = await start_team_store(config, template, store)
+    from mail.server.idempotency import start_guard
+
+    state.idempotency = await start_guard(config, store)
     instances.team_settings = team_settings(config)
+    _start_lifecycle(state)
+    from mail.server.webhooks import start_webhooks
+
+    try:
+        state.webhooks = await start_webhooks(config, store, instances)
+    except Exception as exc:
+        raise StartupError(f"cannot start webhook delivery: {exc}") from exc
     instances.start()
     if config.settings.gc_tuning:
         tune_gc()
@@ -154,6 +166,29 @@ async def _startup(
         config.base_url,
     )
     return state
+
+
+def _start_lifecycle(state: ServerState) -> None:
+    """Finished tasks out of memory, per-caller storage quotas, retention ([server.store])."""
+    from mail.server.finished_tasks import FinishedTasks
+    from mail.server.retention import Retention
+    from mail.server.storage_quota import StorageQuota
+
+    settings = state.config.store
+    quota = StorageQuota(settings.max_stored_bytes_per_caller, settings.max_stored_tasks_per_caller)
+    finished = FinishedTasks(
+        state.instances, state.store, quota, team_store=state.instances.team_store
+    )
+    state.instances.load_finished = finished.keeps_finished
+    retention = Retention(
+        finished,
+        state.instances,
+        ttl=settings.finished_task_ttl,
+        interval=settings.prune_interval,
+    )
+    state.quota, state.finished, state.retention = quota, finished, retention
+    finished.start()
+    retention.start()
 
 
 # gen0 collections every 20k net allocations (default 700), each older generation after 20
@@ -192,7 +227,10 @@ async def _start_interswarm(state: ServerState) -> None:
 
     settings = state.config.settings
     router = InterswarmRouter(
-        registry, state.swarm_name, request_timeout=settings.interswarm_timeout
+        registry,
+        state.swarm_name,
+        request_timeout=settings.interswarm_timeout,
+        retries=settings.interswarm_retries,
     )
     monitor = getattr(registry, "_health", None)
     if monitor is not None:
@@ -217,17 +255,28 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
             "registry volatile entries", getattr(registry, "cleanup_volatile_endpoints", None)
         )
         await close_quietly("registry", getattr(registry, "aclose", None))
+    if state.retention is not None:
+        await close_quietly("retention", state.retention.close)
     await state.instances.close()
-    if state.instances.agent_memory is not None:
-        await close_quietly("agent memory", state.instances.agent_memory.close)
+    if state.finished is not None:
+        await close_quietly("finished tasks", state.finished.close)
+    if state.webhooks is not None:
+        await close_quietly("webhooks", state.webhooks.close)
     if state.router is not None:
         await close_quietly("interswarm router", state.router.stop)
-    if state.instances.team_store is not None:
-        await close_quietly("team store", state.instances.team_store.close)
+    if state.idempotency is not None:
+        await close_quietly("idempotency keys", state.idempotency.close)
     await close_quietly("auth", state.auth.aclose)
     await close_quietly("cluster", getattr(backend, "close", None))
+    # Together: each waits (up to its close timeout) for its queued writes, so a database
+    # that is down at shutdown costs that wait once, not once per store.
+    closing = [
+        close_quietly("agent memory", getattr(state.instances.agent_memory, "close", None)),
+        close_quietly("team store", getattr(state.instances.team_store, "close", None)),
+    ]
     if own_store and state.store is not None:
-        await close_quietly("store", state.store.close)
+        closing.append(close_quietly("store", state.store.close))
+    await asyncio.gather(*closing)
     logger.info("MAIL server stopped")
 
 
@@ -238,18 +287,30 @@ def create_app(
     authenticator: Authenticator | None = None,
     store: Any | None = None,
     template_source: str | None = None,
+    first_start: bool = False,
 ) -> FastAPI:
     """Build the application. Heavy work (template, store, registry) happens at startup.
 
     ``template`` injects a ready ``MAILSwarmTemplate`` (``template_source`` is only used in
     logs); ``authenticator`` and ``store`` replace the ones built from the config and
-    environment (a given store is not closed at shutdown).
+    environment (a given store is not closed at shutdown). ``first_start`` makes the startup
+    do `mail server`'s first-start work first (keys, registry folder, SQLite database; see
+    server/first_start.py), for servers started without the CLI. A `StartupError` at startup
+    is reported as its one line (`MAILFastAPI`), not as a traceback.
     """
     config = config or config_from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = await _startup(app, config, template, authenticator, store, template_source)
+        try:
+            if first_start:
+                from mail.server.first_start import prepare_first_start
+
+                prepare_first_start(config)
+            state = await _startup(app, config, template, authenticator, store, template_source)
+        except StartupError as exc:
+            app.state.startup_error = exc
+            raise
         app.state.mail = state
         warm_up = schedule_warm_up(state.template)
         try:
@@ -292,6 +353,7 @@ def create_app(
     app.include_router(routes_team.router)
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
+    app.include_router(routes_webhooks.router)
     from mail.server.observability import install as install_observability
 
     install_observability(app, config)  # /metrics, tracing (OTEL_*), budget defaults

@@ -1,0 +1,145 @@
+"""A2A event streams (``SendStreamingMessage``, ``SubscribeToTask``) with a slow-reader bound.
+
+The SDK hands each stream its events through a queue of its own per subscriber, one entry per
+event holding the event *and a copy of the whole task*; a client that stops reading let that
+queue, and the bytes behind it, grow with everything the task did (an unread stream of a
+task producing 20 MB held hundreds of MB). Here the SDK's stream is read as soon as it has
+something (``_drained``), so its queue stays empty, and what the client has not read yet is
+held as encoded frames, counted in bytes:
+
+* up to ``[server.settings] sse_max_buffer_bytes`` wait in the response's own buffer
+  (:class:`mail.server.stream_buffer.BoundedFrameQueue`, as for ``POST /message`` streams);
+  when it stays full for ``sse_slow_reader_timeout`` seconds the client is too slow;
+* while that buffer is full, up to as many bytes again are taken from the SDK meanwhile; past
+  them the client is too slow too.
+
+A client that is too slow gets every frame already held, then a JSON-RPC error event saying
+so, and the stream ends; the task keeps running (``GetTask`` or ``SubscribeToTask`` follows it).
+An A2A stream thus holds at most twice ``sse_max_buffer_bytes`` for its client (one event
+larger than that always passes). A stream with nothing to say sends a comment line every
+``sse_ping_interval`` seconds, and a server shutdown ends it with an error event saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import Response
+
+from mail.server.sse import EventStreamResponse, encode_event
+from mail.server.stream_buffer import BoundedFrameQueue
+
+PING = b": ping\r\n\r\n"
+# JSON-RPC's range for errors an implementation defines (no A2A error says "read faster").
+SERVER_ERROR = -32000
+
+
+def error_frame(request_id: Any, message: str) -> bytes:
+    """An SSE ``error`` event carrying a JSON-RPC error for ``request_id``."""
+    error = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": SERVER_ERROR, "message": message},
+    }
+    return encode_event({"event": "error", "data": json.dumps(error)})
+
+
+def too_slow_reason(limit: int, stall_timeout: float) -> str:
+    return (
+        f"the client read this stream too slowly: {limit} bytes of events waited more than "
+        f"{stall_timeout:g}s ([server.settings] sse_max_buffer_bytes / sse_slow_reader_timeout); "
+        "the task keeps running: follow it with SubscribeToTask or GetTask"
+    )
+
+
+SHUTDOWN_REASON = "the server is shutting down: this stream ends here"
+
+
+async def _drained(
+    source: AsyncIterator[Any], max_bytes: int, ping_interval: float, too_slow: bytes
+) -> AsyncIterator[bytes]:
+    """The frames of ``source`` (sse-starlette event dicts), read from it as they come.
+
+    At most ``max_bytes`` of frames are held for whoever iterates this (one larger frame
+    always fits); past that ``source`` is closed and, once the held frames are out,
+    ``too_slow`` ends the iteration. A ping comes out after ``ping_interval`` seconds without
+    a frame.
+    """
+    frames: collections.deque[bytes] = collections.deque()
+    held = 0
+    ready = asyncio.Event()
+    outcome: dict[str, Any] = {"done": False, "overflow": False, "error": None}
+
+    async def pull() -> None:
+        nonlocal held
+        try:
+            async for item in source:
+                frame = encode_event(item)
+                if frames and held + len(frame) > max_bytes:
+                    outcome["overflow"] = True
+                    break
+                frames.append(frame)
+                held += len(frame)
+                ready.set()
+        except Exception as exc:  # noqa: BLE001 - handed to the response, which drops the stream
+            outcome["error"] = exc
+        finally:
+            outcome["done"] = True
+            ready.set()
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:  # the SDK's subscription ends now, not when collected
+                try:
+                    await aclose()
+                except RuntimeError:
+                    pass  # already closing
+
+    puller = asyncio.create_task(pull())
+    try:
+        while True:
+            if frames:
+                frame = frames.popleft()
+                held -= len(frame)
+                yield frame
+                continue
+            if outcome["done"]:
+                break
+            ready.clear()
+            try:
+                async with asyncio.timeout(ping_interval):
+                    await ready.wait()
+            except TimeoutError:
+                yield PING
+        if outcome["error"] is not None:
+            raise outcome["error"]
+        if outcome["overflow"]:
+            yield too_slow
+    finally:
+        puller.cancel()
+        await asyncio.gather(puller, return_exceptions=True)
+
+
+def bounded_stream(
+    sdk_response: Response, request_id: Any, state: Any, slot: Any
+) -> EventStreamResponse | None:
+    """The SDK's event-stream response re-served with the bound (None: not an event stream,
+    e.g. the JSON-RPC error the SDK answers instead of a stream)."""
+    source = getattr(sdk_response, "body_iterator", None)
+    if source is None or "text/event-stream" not in (sdk_response.media_type or ""):
+        return None
+    settings = state.config.settings
+    limit = settings.sse_max_buffer_bytes
+    stall = settings.sse_slow_reader_timeout
+    too_slow = error_frame(request_id, too_slow_reason(limit, stall))
+    queue = BoundedFrameQueue(
+        _drained(source, limit, settings.sse_ping_interval, too_slow),
+        lambda frame: frame,
+        limit,
+        lambda _last_id: too_slow,
+        stall,
+    )
+    shutdown = error_frame(request_id, SHUTDOWN_REASON)
+    return EventStreamResponse(queue, lambda _last_id: shutdown, state.open_streams, slot)

@@ -1,0 +1,76 @@
+"""When `MAILClient` sends a call again, and how long it waits first.
+
+Only calls that start or change work are retried, and each carries one `Idempotency-Key`
+for all of its attempts (a fresh key per call, see `new_idempotency_key`), so the server runs
+the work once however many attempts reach it (docs/client.md#retries).
+
+Retried, at most `retries` times, waiting `backoff * 2**n` seconds (at most `max_delay`,
+jitter of up to half that) or what the server's `Retry-After` says:
+
+- the request got no answer: the connection was refused, reset or closed, or timed out
+  before the answer (or while its body was read);
+- 502, 503 and 504 (a proxy or a cluster front end whose instance is moving);
+- 429 with `Retry-After`.
+
+Besides, a 409 with `Retry-After` answers a call whose first attempt is still being worked on
+(the server says so for a repeated `Idempotency-Key`): the client waits and asks again until
+the outcome is there, within the client's `timeout`, without counting it as a retry.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+
+import aiohttp
+
+RETRY_STATUSES = frozenset({502, 503, 504})
+# The longest `Retry-After` the client honours (a server saying "in an hour" is not waited for).
+MAX_RETRY_AFTER = 120.0
+
+
+def new_idempotency_key() -> str:
+    """A fresh key as the header carries it: an RFC 8941 string holding a random UUID."""
+    return f'"{uuid.uuid4()}"'
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds of a `Retry-After` header in the delay-seconds form (dates are not used)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def transport_failure(exc: BaseException) -> bool:
+    """The request got no (complete) answer: worth sending again with the same key."""
+    return isinstance(
+        exc,
+        aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError,
+    )
+
+
+@dataclass
+class RetryPolicy:
+    retries: int = 3
+    backoff: float = 0.5
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before attempt `attempt + 1` (`attempt` counts from 0)."""
+        if retry_after is not None:
+            return min(retry_after, MAX_RETRY_AFTER)
+        base = min(self.max_delay, self.backoff * (2**attempt))
+        return base / 2 + random.uniform(0, base / 2)  # noqa: S311 - jitter, not a secret
+
+    def retry_status(self, status: int, retry_after: float | None) -> bool:
+        return status in RETRY_STATUSES or (status == 429 and retry_after is not None)
+
+
+def still_working(status: int, retry_after: float | None) -> bool:
+    """The server's answer to a repeated key whose first request is still under way."""
+    return status == 409 and retry_after is not None

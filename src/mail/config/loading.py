@@ -1,0 +1,210 @@
+"""Finding, reading and caching mail.toml: ``load_config`` and friends."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from mail.client_config import ClientConfig, find_config_file
+from mail.config.base import ConfigError, _Section
+from mail.config.server import ServerConfig
+from mail.config.stdlib import StdlibConfig
+
+logger = logging.getLogger("mail.config")
+
+
+class MAILConfig(_Section):
+    """The whole file."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    client: dict[str, Any] = Field(default_factory=dict)
+    stdlib: StdlibConfig = Field(default_factory=StdlibConfig)
+    # Path the values were read from (None when only defaults are in use).
+    source_path: str | None = None
+    # One line per key of the file that no setting reads (a typo, usually).
+    warnings: list[str] = Field(default_factory=list)
+
+
+_cache: dict[str | None, MAILConfig] = {}
+
+
+def clear_config_cache() -> None:
+    _cache.clear()
+    _stdlib_seen.clear()
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def _first_error(exc: ValidationError, path: Path | None) -> ConfigError:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    origin = f" in {path}" if path else ""
+    return ConfigError(f"invalid config value{origin}: {where}: {err.get('msg')}")
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    names = set(model.model_fields)
+    names |= {f.alias for f in model.model_fields.values() if f.alias}
+    return names
+
+
+def _known_tables() -> dict[str, type[BaseModel] | None]:
+    """Each table of mail.toml -> the model that reads it (None: any key is read)."""
+    client: type[BaseModel] | None = ClientConfig
+    tables: dict[str, type[BaseModel] | None] = {
+        "server": ServerConfig,
+        "client": client,
+        "stdlib": StdlibConfig,
+    }
+    for name in ("swarm", "settings", "auth", "team_tools", "cluster", "store", "webhooks"):
+        tables[f"server.{name}"] = ServerConfig.model_fields[name].annotation  # type: ignore[assignment]
+    for name in ("fs", "net", "http", "mcp"):
+        tables[f"stdlib.{name}"] = StdlibConfig.model_fields[name].annotation  # type: ignore[assignment]
+    return tables
+
+
+def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
+    """One line per key no setting reads, with the closest known name when there is one."""
+    tables = _known_tables()
+    found: list[str] = []
+
+    def check(table: str, keys: list[str], known: set[str]) -> None:
+        for key in keys:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            where = f"[{table}]" if table else "the top level"
+            found.append(f"{path}: unknown key '{key}' in {where} is ignored{hint}")
+
+    check("", list(data), {name for name in tables if "." not in name})
+    for table, model in tables.items():
+        parent, _, child = table.partition(".")
+        section = data.get(parent)
+        if child:
+            section = section.get(child) if isinstance(section, dict) else None
+        if not isinstance(section, dict) or model is None:
+            continue
+        sub_tables = {t.partition(".")[2] for t in tables if t.startswith(f"{table}.")}
+        check(table, list(section), _field_names(model) | sub_tables)
+    return found
+
+
+def load_config_file(path: str | Path | None) -> MAILConfig:
+    """Parse one file (or the defaults when ``path`` is None) into a :class:`MAILConfig`."""
+    if path is None:
+        return MAILConfig()
+    path = Path(path)
+    data = _read_toml(path)
+    server = data.get("server", {})
+    if not isinstance(server, dict):
+        raise ConfigError(f"config file {path}: [server] must be a table")
+    for table in ("swarm", "settings", "auth", "team_tools", "cluster"):
+        if table in server and not isinstance(server[table], dict):
+            raise ConfigError(f"config file {path}: [server.{table}] must be a table")
+    client = data.get("client", {})
+    if not isinstance(client, dict):
+        raise ConfigError(f"config file {path}: [client] must be a table")
+    stdlib = data.get("stdlib", {})
+    if not isinstance(stdlib, dict) or not all(
+        isinstance(v, dict) for k, v in stdlib.items() if k in StdlibConfig.model_fields
+    ):
+        raise ConfigError(f"config file {path}: [stdlib] and its sub-tables must be tables")
+    try:
+        stdlib_config = StdlibConfig.model_validate(stdlib)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in ("stdlib", *err.get("loc", ())))
+        raise ConfigError(f"invalid config value in {path}: {where}: {err.get('msg')}") from exc
+    try:
+        return MAILConfig(
+            server=ServerConfig.model_validate(server),
+            client=client,
+            stdlib=stdlib_config,
+            source_path=str(path),
+            warnings=unknown_key_warnings(data, path),
+        )
+    except ValidationError as exc:
+        raise _first_error(exc, path) from exc
+
+
+def load_config(path: str | Path | None = None, *, use_cache: bool = True) -> MAILConfig:
+    """Load the effective configuration (explicit ``path``, else the search order)."""
+    resolved = Path(path) if path is not None else find_config_file()
+    key = str(resolved.resolve()) if resolved is not None else None
+    if use_cache and key in _cache:
+        return _cache[key]
+    if resolved is not None and not resolved.is_file():
+        raise ConfigError(f"config file {resolved} does not exist")
+    cfg = load_config_file(resolved)
+    _cache[key] = cfg
+    return cfg
+
+
+# path -> ((mtime_ns, size, inode), the last good [stdlib] settings of that file)
+_stdlib_seen: dict[str, tuple[tuple[int, int, int], StdlibConfig]] = {}
+
+
+def current_stdlib_config() -> StdlibConfig:
+    """The ``[stdlib]`` settings of the effective mail.toml, re-read when the file changes.
+
+    The file's mtime, size and inode are compared on every call (one ``stat``); when they
+    differ, the ``[stdlib]`` tables are parsed again, so a running server picks up edited
+    guards and limits without a restart. An edit that does not parse or validate is logged
+    and the last good settings stay in force. ``[server]`` keys are not re-read (restart).
+    """
+    path = find_config_file()
+    if path is None:
+        return StdlibConfig()
+    key = str(path.resolve())
+    try:
+        st = path.stat()
+    except OSError:
+        seen = _stdlib_seen.get(key)
+        return seen[1] if seen is not None else StdlibConfig()
+    signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+    seen = _stdlib_seen.get(key)
+    if seen is not None and seen[0] == signature:
+        return seen[1]
+    try:
+        stdlib = load_config_file(path).stdlib
+    except ConfigError as exc:
+        if seen is None:
+            raise
+        logger.error("%s (keeping the previous [stdlib] settings)", exc)
+        _stdlib_seen[key] = (signature, seen[1])
+        return seen[1]
+    if seen is not None and seen[1] != stdlib:
+        logger.info("[stdlib] settings re-read from %s", path)
+    _stdlib_seen[key] = (signature, stdlib)
+    return stdlib
+
+
+def read_config_table(name: str) -> dict[str, Any]:
+    """Return one top-level table of the effective file (``{}`` when absent or unreadable).
+
+    For callers that need one table without validating it against the models.
+    """
+    path = find_config_file()
+    if path is None:
+        return {}
+    try:
+        data = _read_toml(path)
+    except ConfigError as exc:
+        logger.warning("%s", exc)
+        return {}
+    table = data.get(name, {})
+    return table if isinstance(table, dict) else {}

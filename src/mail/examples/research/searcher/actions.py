@@ -1,0 +1,114 @@
+"""`search_topic` (synthetic, clearly labelled results) and `extract_facts` (real text mining).
+
+No network is used: a demo swarm must run anywhere. `search_topic` makes up plausible
+result records from the query (the same query always gives the same records) and says so in
+every record; replace it with a real search action for actual research.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from mail.api import action
+
+SOURCES = ("wikipedia", "academic", "news", "general")
+MAX_TEXT = 100_000
+
+SEARCH_TOPIC_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What to look up"},
+        "source": {
+            "type": "string",
+            "enum": list(SOURCES),
+            "description": "Which kind of source to prefer (default general)",
+        },
+    },
+    "required": ["query"],
+}
+
+EXTRACT_FACTS_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The text to pull factual statements from"},
+    },
+    "required": ["text"],
+}
+
+_KINDS = {
+    "wikipedia": ("encyclopedia article", "https://encyclopedia.example/wiki/"),
+    "academic": ("journal paper", "https://papers.example/abs/"),
+    "news": ("news report", "https://news.example/story/"),
+    "general": ("web page", "https://web.example/page/"),
+}
+
+_FACT_HINTS = re.compile(
+    r"\d|\b(is|are|was|were|has|have|contains|consists|founded|discovered|invented|measured)\b",
+    re.I,
+)
+
+
+def synthetic_results(query: str, source: str) -> list[dict[str, Any]]:
+    digest = hashlib.sha256(f"{source}|{query.lower()}".encode()).hexdigest()
+    kind, base = _KINDS[source]
+    slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")[:60] or "topic"
+    results = []
+    for rank in range(3):
+        year = 2015 + int(digest[rank * 2 : rank * 2 + 2], 16) % 10
+        results.append(
+            {
+                "title": f"{query.strip().capitalize()}: {('overview', 'analysis', 'update')[rank]}",
+                "url": f"{base}{slug}-{digest[rank * 6 : rank * 6 + 6]}",
+                "source_type": source,
+                "year": year,
+                "snippet": f"A {kind} about {query.strip()} ({year}).",
+                "synthetic": True,
+            }
+        )
+    return results
+
+
+def candidate_facts(text: str, limit: int = 20) -> list[str]:
+    """Sentences that state something checkable: numbers, dates or a defining verb."""
+    sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
+    facts = [s.strip() for s in sentences if len(s.split()) >= 4 and _FACT_HINTS.search(s)]
+    return facts[:limit]
+
+
+@action(
+    name="search_topic",
+    description="Search for material on a topic (demo: synthetic results, labelled as such).",
+    parameters=SEARCH_TOPIC_PARAMETERS,
+)
+async def search_topic(args: dict[str, Any]) -> str:
+    query = str(args.get("query") or "").strip()
+    if not query:
+        raise ValueError("a query is required")
+    source = str(args.get("source") or "general")
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}")
+    results = synthetic_results(query, source)
+    return json.dumps(
+        {
+            "query": query,
+            "source": source,
+            "results": results,
+            "note": "synthetic demo results: no search service was contacted",
+        }
+    )
+
+
+@action(
+    name="extract_facts",
+    description="Pull the sentences that state checkable facts out of a text.",
+    parameters=EXTRACT_FACTS_PARAMETERS,
+)
+async def extract_facts(args: dict[str, Any]) -> str:
+    text = str(args.get("text") or "")
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"text is limited to {MAX_TEXT} characters")
+    facts = candidate_facts(text)
+    return json.dumps({"facts": facts, "count": len(facts)})

@@ -1,0 +1,136 @@
+"""`summarize_text` (extractive: the most representative sentences) and `create_bibliography`."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from mail.api import action
+
+STYLES = ("apa", "mla", "chicago", "simple")
+MAX_TEXT = 100_000
+_STOP = frozenset(
+    "a an and are as at be by for from has have in is it its of on or that the this to was "
+    "were which with".split()
+)
+
+SUMMARIZE_TEXT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The text to condense"},
+        "max_length": {
+            "type": "integer",
+            "minimum": 50,
+            "maximum": 2000,
+            "description": "The longest summary wanted, in characters (default 300)",
+        },
+    },
+    "required": ["text"],
+}
+
+CREATE_BIBLIOGRAPHY_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "sources": {
+            "type": "array",
+            "description": "The sources to list",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string"},
+                    "author": {"type": "string"},
+                    "url": {"type": "string"},
+                    "date": {"type": "string"},
+                    "source_type": {"type": "string"},
+                },
+            },
+        },
+        "style": {
+            "type": "string",
+            "enum": list(STYLES),
+            "description": "The citation style (default apa)",
+        },
+    },
+    "required": ["sources"],
+}
+
+
+def summarize(text: str, max_length: int) -> str:
+    """The sentences whose words recur most in the text, in their original order."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if s]
+    if not sentences:
+        return ""
+    words = [w for w in re.findall(r"[a-z]+", text.lower()) if w not in _STOP]
+    frequency = Counter(words)
+
+    def score(sentence: str) -> float:
+        tokens = [w for w in re.findall(r"[a-z]+", sentence.lower()) if w not in _STOP]
+        return sum(frequency[t] for t in tokens) / (len(tokens) or 1)
+
+    ranked = sorted(range(len(sentences)), key=lambda i: (-score(sentences[i]), i))
+    chosen: list[int] = []
+    length = 0
+    for index in ranked:
+        extra = len(sentences[index]) + (1 if chosen else 0)
+        if length + extra > max_length:
+            continue
+        chosen.append(index)
+        length += extra
+    if not chosen:  # even the best sentence is too long: cut it at a word boundary
+        return sentences[ranked[0]][: max_length - 3].rsplit(" ", 1)[0] + "..."
+    return " ".join(sentences[i] for i in sorted(chosen))
+
+
+def cite(source: dict[str, Any], style: str) -> str:
+    """One bibliography entry for `source` in `style`."""
+    title = str(source.get("title") or "Untitled").strip()
+    author = str(source.get("author") or "").strip()
+    date = str(source.get("date") or "n.d.").strip()
+    url = str(source.get("url") or "").strip()
+    found_year = re.search(r"\d{4}", date)
+    year = found_year.group(0) if found_year else date
+    lead = f"{author}. " if author else ""
+    link = f" {url}" if url else ""
+    if style == "apa":
+        return f"{lead}({year}). {title}.{link}"
+    if style == "mla":
+        return f'{lead}"{title}." {date}.{link}'
+    if style == "chicago":
+        return f'{lead}"{title}." Accessed {date}.{link}'
+    return f"{title} - {author or 'unknown author'} ({date}){link}"
+
+
+@action(
+    name="summarize_text",
+    description="Summarize a text by keeping its most representative sentences.",
+    parameters=SUMMARIZE_TEXT_PARAMETERS,
+)
+async def summarize_text(args: dict[str, Any]) -> str:
+    text = str(args.get("text") or "")
+    if not text.strip():
+        raise ValueError("a text is required")
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"text is limited to {MAX_TEXT} characters")
+    max_length = min(max(int(args.get("max_length") or 300), 50), 2000)
+    summary = summarize(text, max_length)
+    return json.dumps(
+        {"summary": summary, "original_length": len(text), "summary_length": len(summary)}
+    )
+
+
+@action(
+    name="create_bibliography",
+    description="Format a list of sources as a bibliography (apa, mla, chicago or simple).",
+    parameters=CREATE_BIBLIOGRAPHY_PARAMETERS,
+)
+async def create_bibliography(args: dict[str, Any]) -> str:
+    sources = args.get("sources")
+    style = str(args.get("style") or "apa")
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}")
+    if not isinstance(sources, list) or not all(isinstance(s, dict) for s in sources):
+        raise ValueError("sources must be a list of objects")
+    entries = sorted(cite(s, style) for s in sources)
+    return "\n".join(entries) if entries else "(no sources)"

@@ -1,0 +1,134 @@
+"""`verify_claim` (a synthetic verdict, labelled as such) and `rate_confidence` (real weighing).
+
+No fact database is consulted: `verify_claim` gives a deterministic demo verdict from the
+claim's wording and the number of sources; `rate_confidence` computes a confidence from the
+evidence it is given, weighting each kind of source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from mail.api import action
+
+# How much one piece of evidence counts, by the kind of source it came from.
+SOURCE_WEIGHTS: dict[str, float] = {
+    "academic": 1.0,
+    "government": 0.9,
+    "wikipedia": 0.7,
+    "news": 0.6,
+    "general": 0.4,
+    "blog": 0.3,
+    "social": 0.2,
+}
+
+_HEDGES = re.compile(r"\b(always|never|all|none|every|guaranteed|proves|100%)\b", re.I)
+
+VERIFY_CLAIM_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "claim": {"type": "string", "description": "The statement to check"},
+        "sources": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "URLs or names of sources that bear on the claim",
+        },
+    },
+    "required": ["claim"],
+}
+
+RATE_CONFIDENCE_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "claim": {"type": "string", "description": "The statement the evidence is about"},
+        "evidence": {
+            "type": "array",
+            "description": "Pieces of evidence for or against the claim",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "source": {"type": "string", "description": "Where it comes from"},
+                    "source_type": {
+                        "type": "string",
+                        "description": f"One of: {', '.join(SOURCE_WEIGHTS)}",
+                    },
+                    "supports": {"type": "boolean", "description": "Whether it supports it"},
+                },
+            },
+        },
+    },
+    "required": ["claim", "evidence"],
+}
+
+
+def confidence_from(evidence: list[dict[str, Any]]) -> dict[str, Any]:
+    """Weighted share of supporting evidence, shrunk towards 0.5 when evidence is thin."""
+    weight_for = weight_against = 0.0
+    for item in evidence:
+        weight = SOURCE_WEIGHTS.get(str(item.get("source_type") or "general").lower(), 0.4)
+        if item.get("supports", True):
+            weight_for += weight
+        else:
+            weight_against += weight
+    total = weight_for + weight_against
+    if total == 0:
+        return {"confidence": 0.5, "level": "unknown", "evidence_weight": 0.0}
+    share = weight_for / total
+    confidence = 0.5 + (share - 0.5) * min(total / 2.0, 1.0)
+    level = "high" if confidence >= 0.75 else "medium" if confidence >= 0.55 else "low"
+    return {
+        "confidence": round(confidence, 3),
+        "level": level,
+        "evidence_weight": round(total, 2),
+    }
+
+
+@action(
+    name="verify_claim",
+    description="Check a claim against sources (demo: a synthetic verdict, labelled as such).",
+    parameters=VERIFY_CLAIM_PARAMETERS,
+)
+async def verify_claim(args: dict[str, Any]) -> str:
+    claim = str(args.get("claim") or "").strip()
+    if not claim:
+        raise ValueError("a claim is required")
+    sources = [str(s) for s in args.get("sources") or []]
+    sweeping = bool(_HEDGES.search(claim))
+    if sweeping:
+        verdict = "disputed"
+    elif sources:
+        verdict = "supported"
+    else:
+        verdict = "unverified"
+    return json.dumps(
+        {
+            "claim": claim,
+            "verdict": verdict,
+            "sources_checked": len(sources),
+            "reason": (
+                "absolute wording is rarely true without exception"
+                if sweeping
+                else "sources were given"
+                if sources
+                else "no sources were given to check against"
+            ),
+            "note": "synthetic demo verdict: no fact database was consulted",
+        }
+    )
+
+
+@action(
+    name="rate_confidence",
+    description="Rate the confidence in a claim from supporting and contradicting evidence.",
+    parameters=RATE_CONFIDENCE_PARAMETERS,
+)
+async def rate_confidence(args: dict[str, Any]) -> str:
+    claim = str(args.get("claim") or "").strip()
+    evidence = args.get("evidence")
+    if not claim:
+        raise ValueError("a claim is required")
+    if not isinstance(evidence, list) or not all(isinstance(e, dict) for e in evidence):
+        raise ValueError("evidence must be a list of {source, source_type, supports} objects")
+    return json.dumps({"claim": claim, **confidence_from(evidence)})

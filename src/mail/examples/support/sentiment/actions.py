@@ -1,0 +1,101 @@
+"""`analyze_sentiment` (a small word lexicon) and `create_escalation` (a synthetic record)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from mail.api import action
+
+POSITIVE = frozenset(
+    "thanks thank great good love happy pleased excellent helpful quick perfect glad".split()
+)
+NEGATIVE = frozenset(
+    "bad angry annoyed awful broken terrible useless unacceptable disappointed frustrated "
+    "worst hate ridiculous slow never refund cancel".split()
+)
+INTENSIFIERS = frozenset("very really extremely so totally completely".split())
+
+ANALYZE_SENTIMENT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "What the customer wrote"},
+    },
+    "required": ["text"],
+}
+
+CREATE_ESCALATION_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ticket_id": {"type": "string", "description": "The ticket to escalate"},
+        "reason": {"type": "string", "description": "Why a person should look at it"},
+        "priority": {
+            "type": "string",
+            "enum": ["high", "urgent"],
+            "description": "How soon a person should look at it",
+        },
+    },
+    "required": ["ticket_id", "reason", "priority"],
+}
+
+
+def score_sentiment(text: str) -> dict[str, Any]:
+    """A score in [-1, 1], its label, and whether a person should step in."""
+    words = re.findall(r"[a-z']+", text.lower())
+    score = 0.0
+    for index, word in enumerate(words):
+        weight = 1.5 if index and words[index - 1] in INTENSIFIERS else 1.0
+        if word in POSITIVE:
+            score += weight
+        elif word in NEGATIVE:
+            score -= weight
+    score -= 0.5 * min(text.count("!"), 4) if score < 0 else 0
+    normalized = max(-1.0, min(1.0, score / 4))
+    label = "positive" if normalized > 0.2 else "negative" if normalized < -0.2 else "neutral"
+    return {
+        "sentiment": label,
+        "score": round(normalized, 2),
+        "escalate": normalized <= -0.6,
+    }
+
+
+@action(
+    name="analyze_sentiment",
+    description="Analyze the sentiment of a customer's message and say whether to escalate.",
+    parameters=ANALYZE_SENTIMENT_PARAMETERS,
+)
+async def analyze_sentiment(args: dict[str, Any]) -> str:
+    text = str(args.get("text") or "").strip()
+    if not text:
+        raise ValueError("the text is required")
+    return json.dumps(score_sentiment(text))
+
+
+@action(
+    name="create_escalation",
+    description="Create an escalation record so a person reviews the ticket.",
+    parameters=CREATE_ESCALATION_PARAMETERS,
+)
+async def create_escalation(args: dict[str, Any]) -> str:
+    ticket_id = str(args.get("ticket_id") or "").strip()
+    reason = str(args.get("reason") or "").strip()
+    priority = str(args.get("priority") or "high")
+    if not ticket_id or not reason:
+        raise ValueError("ticket_id and reason are required")
+    if priority not in ("high", "urgent"):
+        raise ValueError("priority must be 'high' or 'urgent'")
+    digest = hashlib.sha256(f"{ticket_id}|{reason}".encode()).hexdigest()[:8].upper()
+    record = {
+        "escalation_id": f"ESC-{digest}",
+        "ticket_id": ticket_id,
+        "priority": priority,
+        "reason": reason,
+        "status": "open",
+        "respond_within_hours": 1 if priority == "urgent" else 4,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "note": "demo record: nothing is sent to a ticketing system",
+    }
+    return json.dumps(record)

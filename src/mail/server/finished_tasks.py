@@ -1,0 +1,424 @@
+"""Finished tasks leave memory; the store answers for them ([server.store], docs/database.md).
+
+With a store (SQLite, PostgreSQL) an instance keeps only its running and paused tasks. A task
+that finished is let go (`core/finished_tasks.forget_finished`) as soon as its answer is out
+(`answered`, called by the request that waited for it), or by the sweep within `SWEEP_GRACE`
+seconds when nobody waited (a task answered through A2A, another swarm, a restart). Before it
+goes, its summary (what `GET /tasks` shows: event count, usage, first message, answer) is
+taken; the summary and the bytes the task stores are written to its record in the background,
+a batch at a time, and its size goes into the caller's books (`storage_quota`).
+
+Reads: `stored_task` (GET /task, GET /task/events), `stored_summaries` (GET /tasks) and
+`bring_back` (a new message for a finished task puts it back into its instance, histories
+and all) go to the store. With the memory store there is no store to go to: finished tasks
+stay in their instance (bounded by the same quotas and by retention, see `retention.py`);
+they are only measured here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from mail.api.stored_tasks import restore_task, task_from_snapshot
+from mail.core.finished_tasks import can_forget, forget_finished, is_finished
+from mail.core.tasks import MAILTask
+from mail.server import task_listing
+from mail.server.instances import Instance, InstanceManager, instance_kind
+from mail.server.storage_quota import CallerBooks, Owner, StorageQuota
+from mail.store import InstanceKey, lifecycle_for
+from mail.store.lifecycle import record_is_finished, stored_summary
+from mail.telemetry.usage import TaskUsage, task_usage
+
+logger = logging.getLogger("mail.server")
+
+SWEEP_INTERVAL = 1.0  # seconds between looks for finished tasks nobody was waiting for
+SWEEP_GRACE = 2.0  # a finished task nobody waited for stays this long (late readers)
+RETRY_INTERVAL = 0.02  # an answered task whose last turn is still winding down: again then
+# Sizes and summaries of let-go tasks are written together, at most this often (a busy
+# server writes one batch for many tasks, not a transaction per request).
+SAVE_INTERVAL = 0.25
+# The heap is trimmed (see `give_back_memory`) once messages of TRIM_AFTER_BYTES were let
+# go of, or TRIM_IDLE_BYTES when nothing else waits; at most every TRIM_INTERVAL seconds.
+TRIM_AFTER_BYTES = 8 * 1024 * 1024
+TRIM_IDLE_BYTES = 1024 * 1024
+TRIM_INTERVAL = 1.0
+HEAL_PER_PAGE = 20  # stored tasks without a summary read whole per GET /tasks page
+_EMPTY_USAGE = TaskUsage().total.as_dict()
+
+
+def summary_of(task: MAILTask) -> dict[str, Any]:
+    """What a task list shows of a task beyond its record (kept with the stored record)."""
+    return {
+        "event_count": len(task.events),
+        "usage": task_usage(task).total.as_dict(),
+        **task_listing.preview(task),
+    }
+
+
+def listed_record(record: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
+    """A stored task's row in GET /tasks, shaped like a live task's (`messaging.task_summary`)."""
+    out: dict[str, Any] = MAILTask.from_store_record(record).to_dict(include_events=False)
+    summary = summary or {}
+    out["event_count"] = int(record.get("event_count") or summary.get("event_count") or 0)
+    out["pending_breakpoints"] = []
+    out["usage"] = summary.get("usage") or dict(_EMPTY_USAGE)
+    for name in ("first_message", "answer", "duration_s"):
+        out[name] = summary.get(name)
+    return out
+
+
+def message_bytes(task: MAILTask) -> int:
+    """A quick lower bound of what a task stores: the bodies of the messages it recorded."""
+    size = 0
+    for event in task.events:
+        message = event.extra_data.get("full_message")
+        if isinstance(message, dict):
+            body = (message.get("message") or {}).get("body")
+            size += len(body) if isinstance(body, str) else 0
+    return size
+
+
+def measure_in_memory(task: MAILTask, runtime: Any) -> int:
+    """About what a task would store (the memory store's size; nothing is encoded): the
+    bodies of its messages, the text of its agents' histories and its answer."""
+    size = message_bytes(task)
+    prefix = f"{task.task_id}::"
+    for key, history in runtime.agent_histories.items():
+        if key.startswith(prefix):
+            size += sum(_text_size(entry) for entry in history)
+    response = task.response if isinstance(task.response, dict) else {}
+    body = (response.get("message") or {}).get("body")
+    return size + (len(body) if isinstance(body, str) else 0)
+
+
+def _text_size(entry: Any) -> int:
+    if not isinstance(entry, dict):
+        return len(str(entry))
+    size = 0
+    for value in entry.values():
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, list | dict):
+            size += sum(_text_size(v) for v in (value if isinstance(value, list) else [value]))
+    return size
+
+
+def _libc_trim() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def give_back_memory() -> None:
+    """Ask glibc to hand the heap pages freed by let-go tasks back to the system: large
+    messages are freed in the middle of the heap, which glibc keeps for reuse otherwise."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+class FinishedTasks:
+    """The server's finished tasks: letting them go, measuring them, reading them back."""
+
+    def __init__(
+        self, instances: InstanceManager, store: Any, quota: StorageQuota, team_store: Any = None
+    ) -> None:
+        self.instances = instances
+        self.quota = quota
+        self.team_store = team_store
+        self.lifecycle = lifecycle_for(store) if store is not None else None
+        # (owner, task id): answered tasks to let go (and since when), finished tasks waiting
+        # to be measured and have their summary saved
+        self._answered: dict[tuple[Owner, str], tuple[Instance, float]] = {}
+        self._pending: dict[tuple[Owner, str], tuple[Instance, dict[str, Any] | None]] = {}
+        self._seen: dict[tuple[Owner, str], float] = {}  # first seen finished (sweep)
+        self._wake = asyncio.Event()
+        self._freed = 0  # bytes of messages let go of since memory was last given back
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def keeps_finished(self) -> bool:
+        """Whether finished tasks stay in memory (no store to read them back from)."""
+        return self.lifecycle is None
+
+    def key(self, kind: str, caller_id: str) -> InstanceKey:
+        return InstanceKey(self.instances.swarm_name, kind, caller_id)
+
+    # -- letting go ----------------------------------------------------------------------
+    def answered(self, inst: Instance, task_id: str | None) -> None:
+        """The caller has the task's answer: it is counted in the caller's books at once and
+        let go as soon as nothing works on it any more (the turn that answered may still be
+        winding down), in the background; measured and summarised there."""
+        if task_id is None:
+            return
+        task = inst.swarm.runtime.mail_tasks.get(task_id)
+        if task is None or not is_finished(task):
+            return
+        books = self.quota.books(inst.key)
+        if books is None or task_id not in books.tasks:
+            # Counted now (the caller's next message may come first): its messages' bytes.
+            self.quota.record(inst.key, task_id, message_bytes(task))
+        # Another swarm may still be told about the end of a task it took part in: the
+        # sweep lets such a task go after its grace.
+        if not task.remote_swarms:
+            if not self._answered:  # otherwise the worker comes back within RETRY_INTERVAL
+                self._wake.set()
+            self._answered[(inst.key, task_id)] = (inst, time.monotonic())
+
+    def _take_answered(self) -> None:
+        now = time.monotonic()
+        answered, self._answered = self._answered, {}
+        for (owner, task_id), (inst, at) in answered.items():
+            runtime = inst.swarm.runtime
+            task = runtime.mail_tasks.get(task_id)
+            if task is None or task_id in inst.claimed_tasks or not is_finished(task):
+                continue
+            if can_forget(runtime, task_id):
+                self._let_go(inst, task_id, task)
+            elif now - at < SWEEP_GRACE:
+                self._answered[(owner, task_id)] = (inst, at)  # again in a moment
+
+    def _let_go(self, inst: Instance, task_id: str, task: MAILTask) -> None:
+        summary = None  # the memory store keeps the task: measured from there
+        if self.lifecycle is not None:
+            summary = summary_of(task)  # before it goes: it reads the events
+            if forget_finished(inst.swarm.runtime, task_id) is None:
+                return
+        self._pending[(inst.key, task_id)] = (inst, summary)
+        self._seen.pop((inst.key, task_id), None)
+        books = self.quota.books(inst.key)
+        size = message_bytes(task)
+        if summary is not None:  # it left memory
+            self._freed += size
+        if books is None or task_id not in books.tasks:
+            self.quota.record(inst.key, task_id, size)  # until measured
+        self._wake.set()
+
+    def sweep(self, now: float | None = None) -> None:
+        """Finished tasks nobody waited for: let go after `SWEEP_GRACE` seconds."""
+        now = time.monotonic() if now is None else now
+        seen: dict[tuple[Owner, str], float] = {}
+        measured = self.quota.all_books()
+        for inst in self.instances.all():
+            runtime = inst.swarm.runtime
+            books = measured.get(inst.key)
+            for task_id, task in list(runtime.mail_tasks.items()):
+                if not is_finished(task) or task_id in inst.claimed_tasks:
+                    continue
+                if self.lifecycle is None and books is not None and task_id in books.finished_at:
+                    continue  # memory store: measured already, stays in memory
+                first = self._seen.get((inst.key, task_id), now)
+                seen[(inst.key, task_id)] = first
+                if now - first >= SWEEP_GRACE and can_forget(runtime, task_id):
+                    self._let_go(inst, task_id, task)
+                    seen.pop((inst.key, task_id), None)
+        self._seen = seen
+
+    async def run(self) -> None:
+        """Measure and summarise what was let go; sweep; until `close`."""
+        last_sweep = last_save = last_trim = time.monotonic()
+        while not self._closing:
+            if self._answered:  # soon again: their last turn is still winding down
+                timeout = RETRY_INTERVAL
+            elif self._pending:
+                timeout = max(0.0, SAVE_INTERVAL - (time.monotonic() - last_save))
+            else:
+                timeout = SWEEP_INTERVAL
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(0)  # the answering turn's own end comes first
+            try:
+                self._take_answered()  # memory goes back at once
+                now = time.monotonic()
+                if now - last_sweep >= SWEEP_INTERVAL:
+                    last_sweep = now
+                    self.sweep()
+                if self._pending and now - last_save >= SAVE_INTERVAL:
+                    last_save = now
+                    await self.save_pending()
+                idle = not (self._pending or self._answered)
+                due = self._freed >= TRIM_AFTER_BYTES or (idle and self._freed >= TRIM_IDLE_BYTES)
+                if due and now - last_trim >= TRIM_INTERVAL:
+                    self._freed, last_trim = 0, now
+                    give_back_memory()
+            except Exception:
+                logger.exception("error while storing finished tasks' summaries")
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="mail-finished-tasks")
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await asyncio.shield(self._task)
+            if not self._task.done():
+                self._task.cancel()
+            self._task = None
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                await self.save_pending()
+
+    async def save_pending(self) -> None:
+        """One batch per caller: sizes from the store (or memory), summaries into records."""
+        pending, self._pending = self._pending, {}
+        by_owner: dict[Owner, dict[str, tuple[Instance, dict[str, Any] | None]]] = {}
+        for (owner, task_id), item in pending.items():
+            by_owner.setdefault(owner, {})[task_id] = item
+        for owner, tasks in by_owner.items():
+            if self.lifecycle is None:
+                now = time.time()
+                for task_id, (inst, _) in tasks.items():
+                    task = inst.swarm.runtime.mail_tasks.get(task_id)
+                    if task is not None:
+                        size = measure_in_memory(task, inst.swarm.runtime)
+                        self.quota.record(owner, task_id, size, finished_at=now)
+            else:
+                await self._save(owner, tasks)
+            await self.measure_team(owner)
+
+    async def _save(
+        self, owner: Owner, tasks: dict[str, tuple[Instance, dict[str, Any] | None]]
+    ) -> None:
+        assert self.lifecycle is not None
+        key = self.key(*owner)
+        try:
+            sizes = await self.lifecycle.task_bytes(key, list(tasks))
+            summaries = {}
+            for task_id, (_inst, summary) in tasks.items():
+                size = sizes.get(task_id, 0)
+                self.quota.record(owner, task_id, size)
+                if summary is not None:
+                    summary["stored_bytes"] = size
+                    summaries[task_id] = summary
+            await self.lifecycle.save_summaries(key, summaries)
+        except Exception:
+            # Kept for the next round (a database outage): the task is in the store anyway.
+            logger.warning("could not store the summaries of %d finished task(s)", len(tasks))
+            for task_id, item in tasks.items():
+                self._pending.setdefault((owner, task_id), item)
+            raise
+
+    async def measure_team(self, owner: Owner, *, force: bool = False) -> None:
+        if self.team_store is None or not (force or self.quota.team_due(owner)):
+            return
+        self.quota.set_team(owner, await self.team_store.stored_bytes(self.key(*owner)))
+
+    def unsaved_summary(self, owner: Owner, task_id: str) -> dict[str, Any] | None:
+        item = self._pending.get((owner, task_id))
+        return item[1] if item is not None else None
+
+    # -- the caller's books ----------------------------------------------------------------
+    async def books(self, kind: str, caller_id: str, inst: Instance | None = None) -> CallerBooks:
+        """The caller's books, read from the store the first time (sizes kept with each
+        record; tasks without one, such as running ones, are measured)."""
+        owner = (instance_kind(kind), caller_id)
+
+        async def load() -> CallerBooks:
+            books = CallerBooks()
+            if self.lifecycle is not None:
+                key = self.key(*owner)
+                records = await self.lifecycle.records(key)
+                unknown = []
+                for task_id, record in records.items():
+                    size = (stored_summary(record) or {}).get("stored_bytes")
+                    if isinstance(size, int):
+                        books.tasks[task_id] = size
+                    else:
+                        unknown.append(task_id)
+                books.tasks.update(await self.lifecycle.task_bytes(key, unknown))
+            if self.team_store is not None:
+                books.team_bytes = await self.team_store.stored_bytes(self.key(*owner))
+                books.team_measured = time.monotonic()
+            return books
+
+        return await self.quota.ensure(owner, load)
+
+    # -- reading back ----------------------------------------------------------------------
+    async def stored_task(self, kind: str, caller_id: str, task_id: str) -> MAILTask | None:
+        """A task of the (kind, id) instance from the store (None: none, or no store)."""
+        if self.lifecycle is None or task_id == "*":
+            return None
+        snapshot = await self.lifecycle.load_tasks(
+            self.key(instance_kind(kind), caller_id), [task_id]
+        )
+        return task_from_snapshot(snapshot, task_id)
+
+    async def owners(self, task_id: str) -> list[InstanceKey]:
+        if self.lifecycle is None or task_id == "*":
+            return []
+        return [
+            k
+            for k in await self.lifecycle.owners(task_id)
+            if k.swarm_name == self.instances.swarm_name
+        ]
+
+    async def stored_summaries(
+        self,
+        kind: str,
+        caller_id: str,
+        live: Iterable[str] = (),
+        *,
+        limit: int | None = None,
+        before: tuple[str, str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """GET /tasks rows of the caller's stored tasks that are not in `live`: all of them,
+        or (with `limit`) the newest `limit` before the cursor `before`."""
+        if self.lifecycle is None:
+            return {}
+        owner = (instance_kind(kind), caller_id)
+        key = self.key(*owner)
+        skip = set(live)
+        # One more than a page tells whether another page follows; live ones are stored too.
+        wanted = None if limit is None else limit + 1 + len(skip)
+        records = await self.lifecycle.records(key, limit=wanted, before=before)
+        rows: dict[str, dict[str, Any]] = {}
+        healed = 0
+        for task_id, record in records.items():
+            if task_id in skip:
+                continue
+            summary = stored_summary(record) or self.unsaved_summary(owner, task_id)
+            if summary is None and record_is_finished(record) and healed < HEAL_PER_PAGE:
+                # Finished before summaries were kept (or just before a crash): once.
+                summary = await self._heal(key, task_id)
+                healed += 1
+            rows[task_id] = listed_record(record, summary)
+        return rows
+
+    async def _heal(self, key: InstanceKey, task_id: str) -> dict[str, Any] | None:
+        assert self.lifecycle is not None
+        task = await self.stored_task(key.caller_role, key.caller_id, task_id)
+        if task is None:
+            return None
+        summary = summary_of(task)
+        summary["stored_bytes"] = (await self.lifecycle.task_bytes(key, [task_id])).get(task_id, 0)
+        await self.lifecycle.save_summaries(key, {task_id: summary})
+        return summary
+
+    async def bring_back(self, inst: Instance, task_id: str | None) -> bool:
+        """A message names a task the instance does not hold: put it back from the store."""
+        if self.lifecycle is None or task_id is None:
+            return False
+        runtime = inst.swarm.runtime
+        if task_id in runtime.mail_tasks:
+            return False
+        snapshot = await self.lifecycle.load_tasks(self.key(inst.kind, inst.id), [task_id])
+        if task_id in runtime.mail_tasks or task_id not in snapshot.tasks:
+            return False  # another request put it back meanwhile, or it is unknown
+        return restore_task(inst.swarm, snapshot)

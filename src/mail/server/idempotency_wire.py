@@ -1,0 +1,135 @@
+"""``Idempotency-Key`` on the wire: the header, the request's fingerprint, the answers.
+
+What a key is (draft-ietf-httpapi-idempotency-key-header: an RFC 8941 string; a bare token
+is accepted too), what makes two requests "the same" (method, path, canonical JSON body),
+and the answers a duplicate gets (409 with Retry-After, 422, the replayed outcome). The rest
+is in ``mail.server.idempotency`` (routes) and ``mail.server.idempotency_guard`` (state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from fastapi import HTTPException, Request
+from starlette.responses import Response
+
+from mail.server.errors import BadRequest
+from mail.server.jsonio import dumps, loads
+from mail.store.idempotency import KeyRecord
+
+HEADER = "idempotency-key"
+HEADER_BYTES = HEADER.encode()
+REPLAYED_HEADER = "Idempotent-Replayed"
+# Seconds a duplicate of a request still under way is told to wait before asking again.
+IN_PROGRESS_RETRY_AFTER = 1
+DOCS = "docs/api-http.md#idempotency-keys"
+
+
+def parse_key(request: Request, max_length: int) -> str | None:
+    """The request's key, or None without the header; 400 for a malformed one.
+
+    An ``sf-string`` (``"..."``, printable ASCII, ``\\"`` and ``\\\\`` escaped) as the draft
+    says, or the same characters unquoted (what curl users type): at most ``max_length``
+    characters, not empty, one header field.
+    """
+    values = request.headers.getlist(HEADER)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(f"send one Idempotency-Key header, not {len(values)} (see {DOCS})")
+    raw = values[0].strip()
+    key = _sf_string(raw) if raw.startswith('"') else raw
+    if not key or not (key.isascii() and key.isprintable()):
+        raise BadRequest(
+            "Idempotency-Key must be a quoted string of printable ASCII characters, such as "
+            f'"8e03978e-40d5-43e8-bc93-6894a57f9324" (see {DOCS})'
+        )
+    if max_length and len(key) > max_length:
+        raise BadRequest(
+            f"Idempotency-Key is {len(key)} characters long; the most this server accepts is "
+            f"{max_length} ([server.settings] max_idempotency_key_length)"
+        )
+    return key
+
+
+def _sf_string(raw: str) -> str | None:
+    """The value of an RFC 8941 string (``"a \\" b"``), or None when it is not one."""
+    inner = raw[1:-1]
+    if len(raw) >= 2 and raw[-1] == '"' and '"' not in inner and "\\" not in inner:
+        return inner  # no escapes: the usual key (a UUID)
+    out: list[str] = []
+    chars = iter(raw[1:])
+    for char in chars:
+        if char == "\\":
+            escaped = next(chars, "")
+            if escaped not in ('"', "\\"):
+                return None
+            out.append(escaped)
+        elif char == '"':
+            return "".join(out) if next(chars, None) is None else None
+        else:
+            out.append(char)
+    return None  # no closing quote
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """What makes two requests "the same": method, path and the body as canonical JSON
+    (keys sorted, no spaces), or the raw bytes of a body that is not JSON."""
+    canonical = body
+    if body.strip():
+        try:
+            canonical = _canonical(loads(body))
+        except (ValueError, TypeError, RecursionError):
+            canonical = body
+    digest = hashlib.sha256(f"{method.upper()} {path}\n".encode())
+    digest.update(canonical)
+    return digest.hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    try:
+        import orjson
+
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)  # type: ignore[no-any-return]
+    except ImportError:  # pragma: no cover - depends on the environment
+        import json
+
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ------------------------------------------------------------------------- answers
+
+
+def in_progress(detail: str | None = None, **extra: Any) -> Response:
+    """409 + Retry-After: the first request with this key is still under way."""
+    body = {
+        "detail": detail
+        or "a request with this Idempotency-Key is still being processed; retry after "
+        f"{IN_PROGRESS_RETRY_AFTER}s to get its outcome",
+        **extra,
+    }
+    return Response(
+        dumps(body),
+        status_code=409,
+        media_type="application/json",
+        headers={"Retry-After": str(IN_PROGRESS_RETRY_AFTER)},
+    )
+
+
+def key_reused() -> HTTPException:
+    return HTTPException(
+        422,
+        "this Idempotency-Key was already used for a different request (another method, "
+        "path or body); send a new key with a new request",
+    )
+
+
+def replay(record: KeyRecord) -> Response:
+    """The stored outcome of the first request, as it answered."""
+    return Response(
+        record.body or b"",
+        status_code=record.status or 200,
+        media_type=record.content_type,
+        headers={REPLAYED_HEADER: "true"},
+    )

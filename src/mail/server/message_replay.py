@@ -1,0 +1,147 @@
+"""What a repeated ``POST /message`` with the same ``Idempotency-Key`` gets, found from its task.
+
+The key record of a message names the task the first request started or continued
+(``subject``) and where that task stood when it did (``context``: ``after``, the number of
+events it had; ``answer``, the id of its answer then; ``stream``). A duplicate whose first
+request finished gets the stored outcome (``mail.server.idempotency``); the others are
+resolved here, from the task itself:
+
+- streamed (``"stream": true``): the duplicate *attaches* to the task's events from where
+  the first request's began (or from its ``Last-Event-ID``, when later), live until the task
+  ends, then the closing ``task_complete`` - as ``GET /task/events`` does, whether the first
+  stream is still open, was dropped, or its server was restarted;
+- not streamed, task still running (the first request is waiting for it, or a restarted
+  server continues it): 409 with ``Retry-After`` and the task id;
+- not streamed, task answered since the first request (its server died before it stored the
+  outcome): the answer is built from the task, stored as the key's outcome, and returned;
+- the task never got the message (the first request died between taking the key and
+  submitting): None, and the request runs again, under the same task id;
+- the task was interrupted by a restart and stopped without an answer: 409 without
+  ``Retry-After`` (nothing more will come; a new message continues the task).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from starlette.responses import Response
+
+from mail.server import task_events
+from mail.server.auth import Caller
+from mail.server.bodies import read_json_object
+from mail.server.handlers import get_state
+from mail.server.idempotency import REPLAYED_HEADER, Ticket, in_progress
+from mail.server.jsonio import JSONBody
+from mail.server.sse import event_record, event_stream_response
+
+
+def _found(state: Any, caller: Caller, inst: Any, task_id: str) -> tuple[Any, dict[str, Any]]:
+    """(live task or None, archived record or {}) of the caller's task `task_id`."""
+    task = inst.swarm.get_task_by_id(task_id)
+    if task is not None:
+        return task, {}
+    return None, state.instances.archived_tasks(caller.role, caller.id).get(task_id) or {}
+
+
+def _last_event_id(request: Request) -> int:
+    raw = request.headers.get("last-event-id", "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
+    """The answer to a duplicate of an unfinished keyed ``POST /message`` (module docstring)."""
+    task_id, context = ticket.subject, ticket.context
+    if task_id is None:  # the first request has not reached its task yet
+        return in_progress() if ticket.in_flight else None
+    state = get_state(request)
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    task, archived = _found(state, caller, inst, task_id)
+    events = task.events if task is not None else archived.get("events") or []
+    after = int(context.get("after") or 0)
+    if len(events) <= after:  # not submitted (yet, or ever)
+        return in_progress(task_id=task_id) if ticket.in_flight else None
+    data = await read_json_object(request, required=False)
+    if data.get("stream") is True:
+        return await _attach(
+            request, caller, task_id, min(len(events), max(after, _last_event_id(request)))
+        )
+    if ticket.in_flight or (task is not None and task.is_running):
+        return in_progress(
+            f"the task this Idempotency-Key started ({task_id}) is still running; retry "
+            "to get its answer",
+            task_id=task_id,
+        )
+    answer = task.response if task is not None else archived.get("response")
+    message = answer.get("message") if isinstance(answer, dict) else None
+    later, body = _own_answer(events[after:])
+    if not later and isinstance(message, dict) and answer.get("id") != context.get("answer"):  # type: ignore[union-attr]
+        body = str(message.get("body", ""))
+    if body is None:
+        return JSONBody(
+            {
+                "detail": f"the task this Idempotency-Key started ({task_id}) was interrupted "
+                "by a server restart and stopped without an answer; send a new message (with "
+                "a new key) to continue it",
+                "task_id": task_id,
+            },
+            status_code=409,
+        )
+    show = data.get("show_events") is True
+    response = JSONBody(
+        {
+            "response": body,
+            "events": [event_record(e) for e in events[after:]] if show else None,
+            "task_id": task_id,
+        }
+    )
+    await ticket.store_outcome(response)
+    response.headers[REPLAYED_HEADER] = "true"
+    return response
+
+
+_ANSWER_PREFIX = "response: '"
+
+
+def _own_answer(events: list[Any]) -> tuple[bool, str | None]:
+    """(whether the task has answered later messages since, this request's answer then).
+
+    More than one stored ``task_complete`` after the request's first event: the first is
+    this request's, its body as the runtime records it (``response: '<body>'``; None when it
+    cannot be read). Otherwise (False, None): the task's latest answer is this request's."""
+    answers = []
+    for event in events:
+        record = event_record(event)
+        if record["event"] == "task_complete" and record["id"] is not None:
+            answers.append(record)
+            if len(answers) > 1:
+                break
+    if len(answers) < 2:
+        return False, None
+    data = answers[0]["data"]
+    text = data.get("description") if isinstance(data, dict) else None
+    if isinstance(text, str) and text.startswith(_ANSWER_PREFIX) and text.endswith("'"):
+        return True, text[len(_ANSWER_PREFIX) : -1]
+    return True, None
+
+
+async def _attach(request: Request, caller: Caller, task_id: str, after: int) -> Response:
+    """The task's events after `after`, live until it ends: a stream's duplicate."""
+    state = get_state(request)
+    slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 at the caller's limit
+    try:
+        feed = await task_events.subscribe(state, caller, task_id, after)
+    except BaseException:
+        slot.release()
+        raise
+    settings = state.config.settings
+    response = event_stream_response(
+        feed,
+        max_buffer_bytes=settings.sse_max_buffer_bytes,
+        stall_timeout=settings.sse_slow_reader_timeout,
+        task_id=task_id,
+        streams=state.open_streams,
+        slot=slot,
+    )
+    response.headers[REPLAYED_HEADER] = "true"
+    return response

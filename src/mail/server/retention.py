@@ -1,0 +1,161 @@
+"""Retention: finished tasks older than [server.store] finished_task_ttl are removed.
+
+Every `prune_interval` seconds, in the background:
+
+- SQLite and PostgreSQL: the store removes the tasks that finished (and did not change)
+  more than the TTL ago, in batches of a few dozen tasks, one transaction each
+  (`TaskLifecycle.prune`); the team store removes threads, posts, inbox entries and
+  attachments older than the TTL the same way; the removed tasks leave their callers' books;
+  SQLite then gives the freed pages back to the file system (`reclaim_space`) once a few
+  megabytes are free.
+- memory: the finished tasks the instances keep (and the records of reclaimed instances)
+  are dropped once they were seen finished more than the TTL ago.
+
+`mail db-prune` runs the same removal by hand against a store no server is using.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mail.core.finished_tasks import forget_finished
+from mail.server.finished_tasks import FinishedTasks
+from mail.server.instances import InstanceManager
+from mail.server.storage_quota import Owner
+from mail.store.lifecycle import PruneReport, cutoff_for
+
+logger = logging.getLogger("mail.server")
+
+# Free space in the SQLite file past which a round gives pages back to the file system.
+RECLAIM_FREE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class RoundReport:
+    tasks: int = 0
+    rows: int = 0
+    batches: int = 0
+    team_rows: int = 0
+    reclaimed_bytes: int = 0
+
+
+class Retention:
+    """The background rounds of one server."""
+
+    def __init__(
+        self,
+        finished: FinishedTasks,
+        instances: InstanceManager,
+        *,
+        ttl: float,
+        interval: float,
+    ) -> None:
+        self.finished = finished
+        self.instances = instances
+        self.ttl = ttl
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self.rounds = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="mail-retention")
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._task is not None:
+            try:
+                async with asyncio.timeout(10):
+                    await asyncio.shield(self._task)
+            except (TimeoutError, Exception):
+                self._task.cancel()
+            self._task = None
+
+    async def _loop(self) -> None:
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):
+                    await self._closing.wait()
+            if self._closing.is_set():
+                return
+            try:
+                report = await self.run_round()
+            except Exception:
+                logger.exception("retention round failed (tried again in %.0fs)", self.interval)
+                continue
+            if report.tasks or report.team_rows or report.reclaimed_bytes:
+                logger.info(
+                    "retention: removed %d finished task(s) (%d rows) in %d batch(es), "
+                    "%d team row(s); %d bytes returned to the file system",
+                    report.tasks,
+                    report.rows,
+                    report.batches,
+                    report.team_rows,
+                    report.reclaimed_bytes,
+                )
+
+    async def run_round(self) -> RoundReport:
+        """One round: expired tasks and team rows removed, space given back."""
+        self.rounds += 1
+        report = RoundReport()
+        lifecycle = self.finished.lifecycle
+        if self.ttl > 0:
+            cutoff = cutoff_for(self.ttl)
+            if lifecycle is not None:
+                pruned = await lifecycle.prune(cutoff)
+                self._forget(pruned)
+                report.tasks, report.rows = len(pruned.tasks), pruned.rows
+                report.batches = pruned.batches
+            else:
+                report.tasks = self._expire_in_memory(time.time() - self.ttl)
+            team = self.finished.team_store
+            if team is not None:
+                report.team_rows = await team.prune_before(cutoff)
+                if report.team_rows:
+                    for owner in list(self.finished.quota.all_books()):
+                        await self.finished.measure_team(owner, force=True)
+        if lifecycle is not None:
+            space = await lifecycle.space()
+            if space.free_bytes >= RECLAIM_FREE_BYTES:
+                report.reclaimed_bytes = await lifecycle.reclaim_space()
+        return report
+
+    def _forget(self, pruned: PruneReport) -> None:
+        """Removed from the store: out of the books, and out of memory if still there."""
+        by_owner: dict[Owner, list[str]] = {}
+        for key, task_id in pruned.tasks:
+            if key.swarm_name == self.instances.swarm_name:
+                by_owner.setdefault((key.caller_role, key.caller_id), []).append(task_id)
+        for owner, task_ids in by_owner.items():
+            self.finished.quota.forget(owner, task_ids)
+            inst = self.instances.peek(*owner)
+            if inst is not None:
+                for task_id in task_ids:
+                    forget_finished(inst.swarm.runtime, task_id)
+
+    def _expire_in_memory(self, before: float) -> int:
+        """Memory store: drop finished tasks seen finished before `before` (time.time())."""
+        removed = 0
+        for owner, books in list(self.finished.quota.all_books().items()):
+            expired = [t for t, at in books.finished_at.items() if at < before]
+            if not expired:
+                continue
+            inst = self.instances.peek(*owner)
+            archived = self.instances.archived_tasks(*owner)
+            gone = []
+            for task_id in expired:
+                runtime: Any = inst.swarm.runtime if inst is not None else None
+                if runtime is not None and task_id in runtime.mail_tasks:
+                    if forget_finished(runtime, task_id) is None:
+                        continue  # continued meanwhile: measured again when it finishes
+                archived.pop(task_id, None)
+                gone.append(task_id)
+            self.finished.quota.forget(owner, gone)
+            removed += len(gone)
+        return removed

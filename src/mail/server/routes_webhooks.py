@@ -1,0 +1,100 @@
+"""``/webhooks``: a caller's push subscriptions and their delivery log (docs/webhooks.md).
+
+Thin: each route parses, authorizes (admin or user; everything is scoped to the caller) and
+calls one handler of ``mail.server.webhooks``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from mail.server import webhooks
+from mail.server.auth import Caller, caller_admin_or_user
+from mail.server.bodies import read_json_object
+from mail.server.handlers import get_state
+from mail.server.jsonio import JSONBody
+
+router = APIRouter()
+
+
+@router.get("/webhooks/event-types")
+async def event_types(_caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
+    return JSONBody(webhooks.event_types())
+
+
+@router.get("/webhooks")
+async def list_webhooks(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    return JSONBody(await webhooks.list_webhooks(get_state(request), caller))
+
+
+@router.post("/webhooks")
+async def create_webhook(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    body = await read_json_object(request)
+    return JSONBody(await webhooks.create(get_state(request), caller, body), status_code=201)
+
+
+@router.get("/webhooks/{webhook_id}")
+async def get_webhook(
+    webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    return JSONBody(await webhooks.get(get_state(request), caller, webhook_id))
+
+
+@router.patch("/webhooks/{webhook_id}")
+async def update_webhook(
+    webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    body = await read_json_object(request)
+    return JSONBody(await webhooks.update(get_state(request), caller, webhook_id, body))
+
+
+@router.delete("/webhooks/{webhook_id}")
+async def delete_webhook(
+    webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> Response:
+    await webhooks.delete(get_state(request), caller, webhook_id)
+    return Response(status_code=204)
+
+
+@router.post("/webhooks/{webhook_id}/rotate-secret")
+async def rotate_secret(
+    webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    body = await read_json_object(request, required=False)
+    return JSONBody(await webhooks.rotate(get_state(request), caller, webhook_id, body))
+
+
+@router.post("/webhooks/{webhook_id}/test")
+async def test_webhook(
+    webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    return JSONBody(await webhooks.test(get_state(request), caller, webhook_id), status_code=202)
+
+
+@router.get("/webhooks/{webhook_id}/deliveries")
+async def list_deliveries(
+    webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    body, following = await webhooks.deliveries(
+        get_state(request), caller, webhook_id, request.query_params
+    )
+    response = JSONBody(body)
+    if following is not None:
+        response.headers["X-Next-Cursor"] = following
+    return response
+
+
+@router.post("/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
+async def retry_delivery(
+    webhook_id: str,
+    delivery_id: str,
+    request: Request,
+    caller: Caller = Depends(caller_admin_or_user),
+) -> JSONBody:
+    found = await webhooks.retry(get_state(request), caller, webhook_id, delivery_id)
+    return JSONBody(found, status_code=202)

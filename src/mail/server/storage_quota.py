@@ -1,0 +1,153 @@
+"""What each caller keeps stored, and the per-caller bound on it ([server.store] quotas).
+
+Every caller's stored tasks are counted here: the bytes each task's rows hold (measured from
+the store when the task finishes and leaves memory, see `finished_tasks`) and how many tasks
+there are, plus the caller's team data (threads, posts, inbox entries, attachments). A caller's
+books are read from the store the first time it sends a message after a (re)start.
+
+A message is refused with 429 when the caller already keeps `max_stored_tasks_per_caller`
+tasks (a new task only) or when its stored bytes plus the message would pass
+`max_stored_bytes_per_caller`. Tasks still running count from when they finish: a caller can
+pass the bound by what the tasks it runs at once store (at most
+`max_paused_tasks_per_caller` of them). Another caller's books are never touched.
+
+429, not 507 or 413: the limit is this caller's share (507 Insufficient Storage says the
+server is out of room, a 5xx that clients and monitors read as a server fault; 413 says this
+one request is too large, which it is not). Like the other per-caller bounds it is "too much
+of this caller's own", and it clears when the caller's old tasks expire (finished_task_ttl).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from fastapi import HTTPException
+
+Owner = tuple[str, str]  # (instance kind, caller id)
+# How often a caller's team data is measured again (its threads grow while its tasks run).
+TEAM_MEASURE_INTERVAL = 10.0
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+@dataclass
+class CallerBooks:
+    """One caller's stored tasks (task_id -> bytes) and team bytes."""
+
+    tasks: dict[str, int] = field(default_factory=dict)
+    # memory store: when each task was seen finished (time.time()), for retention
+    finished_at: dict[str, float] = field(default_factory=dict)
+    team_bytes: int = 0
+    team_measured: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return sum(self.tasks.values()) + self.team_bytes
+
+
+class StorageQuota:
+    """The books of every caller of one server, and the check a new message goes through."""
+
+    def __init__(self, max_bytes: int, max_tasks: int) -> None:
+        self.max_bytes = max_bytes  # 0 = no bound
+        self.max_tasks = max_tasks
+        self._books: dict[Owner, CallerBooks] = {}
+        self._loading: dict[Owner, asyncio.Task[CallerBooks]] = {}
+
+    def books(self, owner: Owner) -> CallerBooks | None:
+        return self._books.get(owner)
+
+    def all_books(self) -> dict[Owner, CallerBooks]:
+        return self._books
+
+    async def ensure(
+        self, owner: Owner, load: Callable[[], Awaitable[CallerBooks]] | None = None
+    ) -> CallerBooks:
+        """The caller's books, read with `load` once (single-flight per caller)."""
+        books = self._books.get(owner)
+        if books is not None:
+            return books
+        if load is None:
+            books = self._books[owner] = CallerBooks()
+            return books
+        pending = self._loading.get(owner)
+        if pending is None:
+            pending = self._loading[owner] = asyncio.ensure_future(load())
+        try:
+            loaded = await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self._loading.pop(owner, None)
+        return self._books.setdefault(owner, loaded)
+
+    def record(
+        self, owner: Owner, task_id: str, size: int, finished_at: float | None = None
+    ) -> None:
+        books = self._books.setdefault(owner, CallerBooks())
+        books.tasks[task_id] = max(0, int(size))
+        if finished_at is not None:
+            books.finished_at[task_id] = finished_at
+
+    def set_team(self, owner: Owner, size: int) -> None:
+        books = self._books.setdefault(owner, CallerBooks())
+        books.team_bytes = max(0, int(size))
+        books.team_measured = time.monotonic()
+
+    def team_due(self, owner: Owner) -> bool:
+        books = self._books.get(owner)
+        return books is None or time.monotonic() - books.team_measured >= TEAM_MEASURE_INTERVAL
+
+    def forget(self, owner: Owner, task_ids: Iterable[str]) -> None:
+        books = self._books.get(owner)
+        if books is None:
+            return
+        for task_id in task_ids:
+            books.tasks.pop(task_id, None)
+            books.finished_at.pop(task_id, None)
+
+    def check(
+        self,
+        owner: Owner,
+        *,
+        new_task: bool,
+        incoming: int,
+        open_ids: Callable[[], Iterable[str]] = tuple,
+    ) -> None:
+        """429 when a message of `incoming` bytes (a new task or not) passes either bound;
+        `open_ids` gives the caller's running and paused tasks (not yet in the books)."""
+        if not (self.max_bytes or (new_task and self.max_tasks)):
+            return
+        books = self._books.get(owner) or CallerBooks()
+        if new_task and self.max_tasks:
+            count = len(books.tasks) + sum(1 for t in open_ids() if t not in books.tasks)
+            if count >= self.max_tasks:
+                raise HTTPException(
+                    429,
+                    f"you keep {count} stored tasks, the most one caller may keep "
+                    f"([server.store] max_stored_tasks_per_caller = {self.max_tasks}); "
+                    f"{_freed_by()}",
+                )
+        if self.max_bytes and books.total + incoming > self.max_bytes:
+            raise HTTPException(
+                429,
+                f"you store {human_bytes(books.total)} in {len(books.tasks)} tasks, and this "
+                f"message ({human_bytes(incoming)}) would pass the most one caller may store "
+                f"([server.store] max_stored_bytes_per_caller = {self.max_bytes}); "
+                f"{_freed_by()}",
+            )
+
+
+def _freed_by() -> str:
+    return (
+        "finished tasks are removed after [server.store] finished_task_ttl, or an operator "
+        "can remove them with `mail db-prune`"
+    )

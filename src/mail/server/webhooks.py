@@ -1,0 +1,157 @@
+"""Push delivery in the server: starting it with the task store, and what /webhooks means.
+
+``start_webhooks`` builds the webhook store beside the task store (the same SQLite file, the
+same PostgreSQL database, or memory), starts the delivery engine, and has every new instance
+record its webhook events (``InstanceManager.attach_outbox``). The functions below are the
+request handlers of ``routes_webhooks`` and of ``POST /message``'s ``webhook`` field: they
+turn a caller into an owner and ``WebhookError`` into an HTTP error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
+
+from fastapi import HTTPException
+
+from mail.config import ServerConfig, cluster_enabled
+from mail.server.auth import Caller
+from mail.server.instances import instance_kind
+from mail.server.state import ServerState
+from mail.webhooks import events as ev
+from mail.webhooks.service import WebhookError, WebhookService
+
+logger = logging.getLogger("mail.server")
+
+T = TypeVar("T")
+
+
+async def start_webhooks(config: ServerConfig, store: Any, instances: Any) -> WebhookService | None:
+    """The started webhook service of a server (None when [server.webhooks] enabled = false)."""
+    cfg = config.webhooks
+    if not cfg.enabled:
+        return None
+    backend = getattr(store, "backend", "memory") if store is not None else "memory"
+    hooks: Any
+    if backend == "postgres":
+        from mail.store import database_url_from_env
+        from mail.store.webhooks_postgres import PostgresWebhookStore
+
+        url = database_url_from_env()
+        assert url is not None
+        hooks = PostgresWebhookStore(url)
+    elif backend == "sqlite":
+        from mail.store.webhooks_sqlite import SqliteWebhookStore
+
+        hooks = SqliteWebhookStore(store.path)
+    else:
+        from mail.store.webhooks_memory import MemoryWebhookStore
+
+        hooks = MemoryWebhookStore()
+    flush = getattr(store, "flush", None)
+    service = WebhookService(
+        cfg,
+        hooks,
+        config.swarm.name,
+        flush=flush,
+        # One server on its own database may drop every lease of its previous run at start;
+        # servers sharing PostgreSQL wait for a dead one's leases to run out instead.
+        single_server=backend != "postgres" and not cluster_enabled(config),
+    )
+    await service.start()
+    instances.attach_outbox = service.attach_instance
+    logger.info("webhooks: push delivery on (%s)", backend)
+    return service
+
+
+def owner_of(caller: Caller) -> tuple[str, str]:
+    return (instance_kind(caller.role), caller.id)
+
+
+def service_of(state: ServerState) -> WebhookService:
+    service = getattr(state, "webhooks", None)
+    if service is None:
+        raise HTTPException(404, "webhooks are off on this server ([server.webhooks] enabled)")
+    return service  # type: ignore[no-any-return]
+
+
+async def _call(work: Awaitable[T]) -> T:
+    try:
+        return await work
+    except WebhookError as exc:
+        raise HTTPException(exc.status, exc.detail) from None
+
+
+def event_types() -> dict[str, Any]:
+    return {"event_types": list(ev.EVENT_TYPES), "test_event_type": ev.PING}
+
+
+async def create(state: ServerState, caller: Caller, body: Mapping[str, Any]) -> dict[str, Any]:
+    return await _call(service_of(state).create(owner_of(caller), body))
+
+
+async def list_webhooks(state: ServerState, caller: Caller) -> dict[str, Any]:
+    return {"webhooks": await _call(service_of(state).list_for(owner_of(caller)))}
+
+
+async def get(state: ServerState, caller: Caller, webhook_id: str) -> dict[str, Any]:
+    return await _call(service_of(state).get(owner_of(caller), webhook_id))
+
+
+async def update(
+    state: ServerState, caller: Caller, webhook_id: str, body: Mapping[str, Any]
+) -> dict[str, Any]:
+    return await _call(service_of(state).update(owner_of(caller), webhook_id, body))
+
+
+async def delete(state: ServerState, caller: Caller, webhook_id: str) -> None:
+    await _call(service_of(state).delete(owner_of(caller), webhook_id))
+
+
+async def rotate(
+    state: ServerState, caller: Caller, webhook_id: str, body: Mapping[str, Any]
+) -> dict[str, Any]:
+    return await _call(service_of(state).rotate(owner_of(caller), webhook_id, body))
+
+
+async def test(state: ServerState, caller: Caller, webhook_id: str) -> dict[str, Any]:
+    return await _call(service_of(state).test(owner_of(caller), webhook_id))
+
+
+async def deliveries(
+    state: ServerState, caller: Caller, webhook_id: str, query: Mapping[str, str]
+) -> tuple[dict[str, Any], str | None]:
+    raw_limit = query.get("limit", "50")
+    try:
+        limit = int(raw_limit)
+    except ValueError:
+        raise HTTPException(400, "parameter 'limit' must be a whole number") from None
+    found, following = await _call(
+        service_of(state).deliveries(
+            owner_of(caller),
+            webhook_id,
+            status=query.get("status") or None,
+            limit=limit,
+            cursor=query.get("cursor") or None,
+        )
+    )
+    return {"deliveries": found}, following
+
+
+async def retry(
+    state: ServerState, caller: Caller, webhook_id: str, delivery_id: str
+) -> dict[str, Any]:
+    return await _call(service_of(state).retry(owner_of(caller), webhook_id, delivery_id))
+
+
+async def request_webhook(
+    state: ServerState, caller: Caller, task_id: str, spec: Any
+) -> dict[str, Any]:
+    """``POST /message``'s ``webhook``: a subscription for that one task."""
+    return await _call(service_of(state).request_webhook(owner_of(caller), task_id, spec))
+
+
+def pending_deliveries(state: Any) -> int:
+    service = getattr(state, "webhooks", None)
+    return int(service.engine.pending) if service is not None else 0

@@ -1,0 +1,182 @@
+"""PostgreSQL IdempotencyStore (asyncpg): the `idempotency_keys` table, shared by every
+server and front end on the database (cluster mode: a retry may reach another front end).
+
+Statements run directly on a small pool of their own, each committed before it returns
+(never through the task store's write-behind buffer). The table is created on start when
+missing (``CREATE TABLE IF NOT EXISTS``, under the schema lock the task store uses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import asyncpg
+
+from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.idempotency import (
+    IdempotencyStore,
+    KeyRecord,
+    dump_context,
+    load_context,
+)
+from mail.store.idempotency_schema import POSTGRES_DDL, TABLE
+from mail.store.postgres_schema import normalize_dsn, open_pool, redact_dsn
+
+logger = logging.getLogger("mail.store.idempotency")
+
+_SCOPE = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
+
+_TAKE = f"""
+    INSERT INTO {TABLE} AS k (swarm_name, caller_role, caller_id, idem_key, fingerprint,
+                              subject, context, holder, created_at, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+    ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
+        fingerprint = EXCLUDED.fingerprint, subject = EXCLUDED.subject,
+        context = EXCLUDED.context, holder = EXCLUDED.holder, status = NULL,
+        content_type = NULL, body = NULL, created_at = EXCLUDED.created_at,
+        expires_at = EXCLUDED.expires_at
+    WHERE k.expires_at <= EXCLUDED.created_at
+       OR ($11::boolean AND k.status IS NULL AND k.fingerprint = EXCLUDED.fingerprint)
+    RETURNING 1
+"""
+_GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = $4 AND expires_at > $5"
+_FINISH = f"""
+    UPDATE {TABLE} SET status = $5, content_type = $6, body = $7
+    WHERE {_SCOPE} AND idem_key = $4
+"""
+_RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = $4"
+_COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > $4"
+_PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= $1"
+_PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= $4"
+# The task store's schema lock (postgres_schema): concurrent DDL on one database waits.
+_SCHEMA_LOCK_ID = 0x4D41494C
+
+
+def _scope(scope: InstanceKey) -> tuple[str, str, str]:
+    return (scope.swarm_name, scope.caller_role, scope.caller_id)
+
+
+def _record(row: Any) -> KeyRecord:
+    body = row["body"]
+    return KeyRecord(
+        fingerprint=row["fingerprint"],
+        created_at=float(row["created_at"]),
+        expires_at=float(row["expires_at"]),
+        subject=row["subject"],
+        context=load_context(row["context"]),
+        holder=row["holder"],
+        status=row["status"],
+        content_type=row["content_type"],
+        body=None if body is None else bytes(body),
+    )
+
+
+def _count(status: str) -> int:
+    try:
+        return int(status.rsplit(" ", 1)[-1])
+    except (ValueError, AttributeError):
+        return 0
+
+
+async def ensure_table(conn: Any) -> None:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
+        await conn.execute(POSTGRES_DDL)
+
+
+class PostgresIdempotencyStore(IdempotencyStore):
+    backend = "postgres"
+
+    def __init__(
+        self, database_url: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 30.0
+    ) -> None:
+        self._dsn = normalize_dsn(database_url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._timeout = timeout
+        self._pool: asyncpg.Pool | None = None
+
+    async def start(self) -> None:
+        if self._pool is None:
+            self._pool = await open_pool(
+                self._dsn,
+                ensure_table,
+                purpose=" for idempotency keys",
+                min_size=self._min_size,
+                max_size=self._max_size,
+                command_timeout=self._timeout,
+                server_settings={"application_name": "mail-idempotency"},
+            )
+            logger.info("idempotency keys in PostgreSQL (%s)", redact_dsn(self._dsn))
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                async with asyncio.timeout(10):
+                    await pool.close()
+            except (TimeoutError, OSError, asyncpg.InterfaceError):
+                pool.terminate()
+
+    def _require(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreUnavailableError("the idempotency store is not started")
+        return self._pool
+
+    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
+        row = await self._require().fetchrow(_GET, *_scope(scope), key, now)
+        return None if row is None else _record(row)
+
+    async def take(
+        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+    ) -> KeyRecord | None:
+        pool = self._require()
+        args = (
+            *_scope(scope),
+            key,
+            record.fingerprint,
+            record.subject,
+            dump_context(record.context),
+            record.holder,
+            record.created_at,
+            record.expires_at,
+            replace,
+        )
+        for _ in range(3):
+            # One statement (one round trip, committed on its own) when the key is free.
+            if await pool.fetchval(_TAKE, *args) is not None:
+                return None
+            row = await pool.fetchrow(_GET, *_scope(scope), key, record.created_at)
+            if row is not None:
+                return _record(row)
+            # The holder was released or expired between the two statements: try again.
+        return record
+
+    async def finish(
+        self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
+    ) -> None:
+        await self._require().execute(
+            _FINISH, *_scope(scope), key, status, content_type, bytes(body)
+        )
+
+    async def finish_many(
+        self, outcomes: list[tuple[InstanceKey, str, int, str | None, bytes]]
+    ) -> None:
+        rows = [
+            (*_scope(scope), key, status, content_type, bytes(body))
+            for scope, key, status, content_type, body in outcomes
+        ]
+        await self._require().executemany(_FINISH, rows)
+
+    async def release(self, scope: InstanceKey, key: str) -> None:
+        await self._require().execute(_RELEASE, *_scope(scope), key)
+
+    async def count(self, scope: InstanceKey, now: float) -> int:
+        return int(await self._require().fetchval(_COUNT, *_scope(scope), now))
+
+    async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
+        if scope is None:
+            return _count(await self._require().execute(_PURGE, now))
+        return _count(await self._require().execute(_PURGE_SCOPE, *_scope(scope), now))

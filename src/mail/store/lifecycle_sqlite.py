@@ -1,0 +1,218 @@
+"""`TaskLifecycle` of the SQLite store: its statements run on the database's one thread.
+
+Space: files made by this version use ``auto_vacuum = INCREMENTAL`` (see `sqlite_space`), so
+the pages removed tasks leave are returned to the file system by `reclaim_space`, a few
+megabytes per step, between the store's write batches.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from mail.store.base import InstanceKey, InstanceSnapshot, normalize_start_time, to_json
+from mail.store.lifecycle import (
+    PRUNE_BATCH,
+    TASK_CONTENT,
+    TASK_TABLES,
+    Cursor,
+    PruneReport,
+    SpaceReport,
+    TaskLifecycle,
+    batch_by_bytes,
+    queue_keys,
+    task_of_queue_key,
+)
+from mail.store.sql_base import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
+from mail.store.sqlite_schema import transaction
+from mail.store.sqlite_space import (
+    VACUUM_STEP_PAGES,
+    file_bytes,
+    space_report,
+    truncate_wal,
+    vacuum_step,
+)
+
+_KEY = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
+_IDS = "task_id IN (SELECT value FROM json_each(?))"
+
+# A record is finished when it neither runs nor waits (lifecycle.record_is_finished in SQL).
+_FINISHED = """is_running = 0 AND COALESCE(json_extract(metadata, '$.state'),
+    CASE WHEN completed = 0 THEN 'stopped'
+         WHEN json_array_length(COALESCE(json_extract(metadata, '$.breakpoint_calls'), '[]')) > 0
+           OR json_array_length(COALESCE(json_extract(metadata, '$.pending_reviews'), '[]')) > 0
+         THEN 'paused' ELSE 'completed' END) IN ('completed', 'stopped')"""
+
+_RECORDS_SELECT = f"""
+    SELECT {_TASK_COLUMNS},
+           (SELECT count(*) FROM task_events e WHERE e.swarm_name = t.swarm_name
+              AND e.caller_role = t.caller_role AND e.caller_id = t.caller_id
+              AND e.task_id = t.task_id) AS event_count
+    FROM tasks t WHERE {_KEY}"""
+_RECORDS_SQL = f"{_RECORDS_SELECT} ORDER BY start_time, rowid"
+_PAGE_SQL = f"""{_RECORDS_SELECT}
+      AND (?4 IS NULL OR start_time < ?4 OR (start_time = ?4 AND task_id < ?5))
+    ORDER BY start_time DESC, task_id DESC LIMIT ?6"""
+
+
+_EXPIRED_SQL = f"""
+    SELECT swarm_name, caller_role, caller_id, task_id,
+           json_extract(metadata, '$.summary.stored_bytes') AS size
+    FROM tasks WHERE updated_at < ? AND {_FINISHED} LIMIT {PRUNE_BATCH}
+"""
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    """The task tables this file has (as tables: a view over another layout is skipped)."""
+    found = {
+        row[0]
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        if row[0] in TASK_CONTENT
+    }
+    return [table for table in TASK_TABLES if table in found]
+
+
+def _records(
+    conn: sqlite3.Connection, key: tuple[str, ...], limit: int | None, before: Cursor | None
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if limit is None:
+        rows = conn.execute(_RECORDS_SQL, key)
+    else:
+        start, task_id = before or (None, None)
+        rows = conn.execute(_PAGE_SQL, (*key, start, task_id, limit))
+    for row in rows:
+        record = task_from_row(row, normalize_start_time)
+        record["event_count"] = int(row["event_count"])
+        out[row["task_id"]] = record
+    return out
+
+
+def _load(conn: sqlite3.Connection, key: tuple[str, ...], ids: list[str]) -> InstanceSnapshot:
+    snapshot = InstanceSnapshot()
+    wanted = json.dumps(queue_keys(ids))
+    conn.execute("BEGIN")  # one consistent read
+    try:
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_KEY} AND {_IDS} ORDER BY start_time"
+        for row in conn.execute(sql, (*key, wanted)):
+            add_snapshot_row(snapshot, "tasks", row, normalize_start_time)
+        for table, columns, order in _SNAPSHOT_READS:
+            sql = f"SELECT {columns} FROM {table} WHERE {_KEY} AND {_IDS}{order}"
+            for row in conn.execute(sql, (*key, wanted)):
+                add_snapshot_row(snapshot, table, row, normalize_start_time)
+    finally:
+        conn.execute("COMMIT")
+    return snapshot
+
+
+def _owners(conn: sqlite3.Connection, task_id: str) -> list[InstanceKey]:
+    rows = conn.execute(
+        "SELECT swarm_name, caller_role, caller_id FROM tasks WHERE task_id = ?", (task_id,)
+    )
+    return [InstanceKey(*row) for row in rows]
+
+
+def _save_summaries(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    with transaction(conn):
+        conn.executemany(
+            f"UPDATE tasks SET metadata = mail_merge(metadata, ?) WHERE {_KEY} AND task_id = ?",
+            rows,
+        )
+
+
+def _sizes(conn: sqlite3.Connection, key: tuple[str, ...], ids: list[str]) -> dict[str, int]:
+    sizes = dict.fromkeys(ids, 0)
+    wanted = json.dumps(queue_keys(ids))
+    for table in _tables(conn):
+        column = TASK_CONTENT[table]
+        sql = (
+            f"SELECT task_id, sum(length(CAST({column} AS BLOB))) FROM {table}"
+            f" WHERE {_KEY} AND {_IDS} GROUP BY task_id"
+        )
+        for task_id, size in conn.execute(sql, (*key, wanted)):
+            owner = task_of_queue_key(task_id)
+            if owner in sizes:
+                sizes[owner] += int(size or 0)
+    return sizes
+
+
+def _prune(conn: sqlite3.Connection, cutoff: str) -> PruneReport:
+    report = PruneReport(batches=1)
+    with transaction(conn):
+        rows = batch_by_bytes(conn.execute(_EXPIRED_SQL, (cutoff,)).fetchall(), 4)
+        if not rows:
+            report.batches = 0
+            return report
+        tasks = [(InstanceKey(*row[:3]), str(row[3])) for row in rows]
+        for table in _tables(conn):
+            args = [
+                (k.swarm_name, k.caller_role, k.caller_id, json.dumps(queue_keys([task_id])))
+                for k, task_id in tasks
+            ]
+            before = conn.total_changes
+            conn.executemany(f"DELETE FROM {table} WHERE {_KEY} AND {_IDS}", args)
+            report.rows += conn.total_changes - before
+        report.tasks = tasks
+    return report
+
+
+class SqliteLifecycle(TaskLifecycle):
+    @property
+    def _db(self) -> Any:
+        return self.store.db  # type: ignore[attr-defined]
+
+    async def records(
+        self, key: InstanceKey, *, limit: int | None = None, before: Cursor | None = None
+    ) -> dict[str, dict[str, Any]]:
+        await self._settle()
+        return await self._db.run(_records, _key(key), limit, before)  # type: ignore[no-any-return]
+
+    async def load_tasks(self, key: InstanceKey, task_ids: Sequence[str]) -> InstanceSnapshot:
+        await self._settle()
+        return await self._db.run(_load, _key(key), list(task_ids))  # type: ignore[no-any-return]
+
+    async def owners(self, task_id: str) -> list[InstanceKey]:
+        await self._settle()
+        return await self._db.run(_owners, task_id)  # type: ignore[no-any-return]
+
+    async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
+        if not summaries:
+            return
+        await self._settle()
+        rows = [(to_json({"summary": s}), *_key(key), t) for t, s in summaries.items()]
+        await self._db.run(_save_summaries, rows)
+
+    async def task_bytes(self, key: InstanceKey, task_ids: Sequence[str]) -> dict[str, int]:
+        if not task_ids:
+            return {}
+        await self._settle()
+        return await self._db.run(_sizes, _key(key), list(task_ids))  # type: ignore[no-any-return]
+
+    async def _prune_batch(self, cutoff: _dt.datetime) -> PruneReport:
+        return await self._db.run(_prune, normalize_start_time(cutoff))  # type: ignore[no-any-return]
+
+    async def reclaim_space(self, max_pages: int | None = None) -> int:
+        # Step by step: the store's write batches run on the same thread in between.
+        before = await self._db.run(file_bytes)
+        done = 0
+        while max_pages is None or done < max_pages:
+            step = (
+                VACUUM_STEP_PAGES if max_pages is None else min(VACUUM_STEP_PAGES, max_pages - done)
+            )
+            left = await self._db.run(vacuum_step, step)
+            done += step
+            if not left:
+                break
+        await self._db.run(truncate_wal)
+        return max(0, before - await self._db.run(file_bytes))  # type: ignore[no-any-return]
+
+    async def space(self) -> SpaceReport:
+        await self._settle()
+        return await self._db.run(space_report)  # type: ignore[no-any-return]
+
+
+def _key(key: InstanceKey) -> tuple[str, str, str]:
+    return (key.swarm_name, key.caller_role, key.caller_id)

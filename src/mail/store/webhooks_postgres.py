@@ -1,0 +1,416 @@
+"""PostgreSQL WebhookStore (asyncpg), with its own small pool.
+
+Several servers (front ends, instance hosts of a cluster) share these tables. Outbox events
+are fanned out and pending deliveries claimed with ``FOR UPDATE ... SKIP LOCKED``, so two
+servers never take the same row; a claimed delivery carries a lease (``lease_until``), and a
+server that dies holding one loses it when the lease runs out: another server takes it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mail.store.postgres_schema import ensure_schema, missing_tables, normalize_dsn, open_pool
+from mail.store.webhooks import (
+    ATTEMPT_COLUMNS,
+    DELIVERY_COLUMNS,
+    EVENT_COLUMNS,
+    FAN_OUT_KINDS,
+    MAX_ATTEMPTS_KEPT,
+    SENDING_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    UPDATABLE,
+    ClaimLimits,
+    Finished,
+    Record,
+    SubscriptionCache,
+    WebhookStore,
+    decode_auth,
+    decode_subscription,
+    encode_value,
+    plan_fan_out,
+)
+from mail.store.webhooks_schema import TABLES
+
+logger = logging.getLogger("mail.store.webhooks")
+
+
+def _insert(table: str, columns: Sequence[str], conflict: str = "") -> str:
+    marks = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}){conflict}"
+
+
+_INSERT_SUBSCRIPTION = _insert("webhook_subscriptions", SUBSCRIPTION_COLUMNS)
+_INSERT_EVENT = _insert("webhook_events", EVENT_COLUMNS, " ON CONFLICT (event_id) DO NOTHING")
+_INSERT_DELIVERY = _insert(
+    "webhook_deliveries", DELIVERY_COLUMNS, " ON CONFLICT (subscription_id, event_id) DO NOTHING"
+)
+_INSERT_ATTEMPT = _insert(
+    "webhook_attempts", ATTEMPT_COLUMNS, " ON CONFLICT (delivery_id, attempt) DO NOTHING"
+)
+_SENDING = ", ".join(f"s.{c}" for c in SENDING_COLUMNS)
+_DELIVERY = ", ".join(f"d.{c}" for c in DELIVERY_COLUMNS)
+
+_CLAIM_SQL = f"""
+    SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d
+    JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id
+    WHERE d.swarm_name = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2
+      AND (d.lease_until IS NULL OR d.lease_until < $2) AND s.active
+      AND NOT (s.destination = ANY($3::text[]))
+    ORDER BY d.next_attempt_at, d.created_at
+    LIMIT $4
+    FOR UPDATE OF d SKIP LOCKED
+"""
+
+_FAN_OUT_EVENTS_SQL = """
+    SELECT * FROM webhook_events WHERE swarm_name = $1 ORDER BY created_at LIMIT $2
+    FOR UPDATE SKIP LOCKED
+"""
+
+
+def _sub_values(sub: Record) -> list[Any]:
+    return [encode_value(c, sub.get(c)) for c in SUBSCRIPTION_COLUMNS]
+
+
+def _assignments(table: str, key: str, changes: Record) -> tuple[str, list[Any]] | None:
+    columns = [
+        c for c in changes if c != key and (table != "webhook_subscriptions" or c in UPDATABLE)
+    ]
+    if not columns:
+        return None
+    sql = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
+    return (
+        f"UPDATE {table} SET {sql} WHERE {key} = $1",
+        [changes[key], *(encode_value(c, changes[c]) for c in columns)],
+    )
+
+
+class PostgresWebhookStore(WebhookStore):
+    def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        self._dsn = normalize_dsn(database_url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: Any = None
+        self._subs = SubscriptionCache()
+
+    async def start(self) -> None:
+        if self._pool is None:
+            self._pool = await open_pool(
+                self._dsn,
+                self._prepare,
+                purpose=" for webhooks",
+                min_size=self._min_size,
+                max_size=self._max_size,
+                command_timeout=60,
+                server_settings={"application_name": "mail-webhooks"},
+            )
+
+    async def _prepare(self, conn: Any) -> None:
+        if await missing_tables(conn, TABLES):
+            await ensure_schema(conn)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                async with asyncio.timeout(10):
+                    await pool.close()
+            except Exception:  # noqa: BLE001 - closing goes on
+                pool.terminate()
+
+    def _conn(self) -> Any:
+        if self._pool is None:
+            raise RuntimeError("the PostgreSQL webhook store is not started")
+        return self._pool.acquire()
+
+    # -- subscriptions ------------------------------------------------------------------
+    async def add_subscription(self, sub: Record) -> None:
+        async with self._conn() as conn:
+            await conn.execute(_INSERT_SUBSCRIPTION, *_sub_values(sub))
+
+    async def get_subscription(self, subscription_id: str) -> Record | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "SELECT * FROM webhook_subscriptions WHERE subscription_id = $1", subscription_id
+            )
+        return decode_subscription(row) if row is not None else None
+
+    async def list_subscriptions(
+        self,
+        swarm_name: str,
+        *,
+        owner: tuple[str, str] | None = None,
+        kinds: Sequence[str] | None = None,
+        task_id: str | None = None,
+    ) -> list[Record]:
+        where, args = ["swarm_name = $1"], [swarm_name]
+        if owner is not None:
+            where.append(f"owner_role = ${len(args) + 1} AND owner_id = ${len(args) + 2}")
+            args.extend(owner)
+        if kinds is not None:
+            where.append(f"kind = ANY(${len(args) + 1}::text[])")
+            args.append(list(kinds))  # type: ignore[arg-type]
+        if task_id is not None:
+            where.append(f"task_id = ${len(args) + 1}")
+            args.append(task_id)
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT * FROM webhook_subscriptions WHERE {' AND '.join(where)}"
+                " ORDER BY created_at, subscription_id",
+                *args,
+            )
+        return [decode_subscription(r) for r in rows]
+
+    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
+        changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
+        update = _assignments(
+            "webhook_subscriptions",
+            "subscription_id",
+            {**changes, "subscription_id": subscription_id},
+        )
+        async with self._conn() as conn:
+            if update is not None:
+                await conn.execute(update[0], *update[1])
+            row = await conn.fetchrow(
+                "SELECT * FROM webhook_subscriptions WHERE subscription_id = $1", subscription_id
+            )
+        return decode_subscription(row) if row is not None else None
+
+    async def delete_subscription(self, subscription_id: str) -> bool:
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute(
+                "DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT delivery_id FROM"
+                " webhook_deliveries WHERE subscription_id = $1)",
+                subscription_id,
+            )
+            await conn.execute(
+                "DELETE FROM webhook_deliveries WHERE subscription_id = $1", subscription_id
+            )
+            status = await conn.execute(
+                "DELETE FROM webhook_subscriptions WHERE subscription_id = $1", subscription_id
+            )
+        return bool(status.endswith(" 1"))
+
+    # -- outbox and deliveries ------------------------------------------------------------
+    async def add_events(self, events: Sequence[Record]) -> None:
+        async with self._conn() as conn:
+            await conn.executemany(_INSERT_EVENT, [[e[c] for c in EVENT_COLUMNS] for e in events])
+
+    async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
+        async with self._conn() as conn, conn.transaction():
+            events = [dict(r) for r in await conn.fetch(_FAN_OUT_EVENTS_SQL, swarm_name, limit)]
+            if not events:
+                return 0
+            where = "swarm_name = $1 AND active AND kind = ANY($2::text[])"
+            version = tuple(
+                await conn.fetchrow(
+                    f"SELECT count(*), max(updated_at) FROM webhook_subscriptions WHERE {where}",
+                    swarm_name,
+                    list(FAN_OUT_KINDS),
+                )
+            )
+            index = self._subs.get(swarm_name, version)
+            if index is None:
+                subs = [
+                    decode_subscription(r)
+                    for r in await conn.fetch(
+                        f"SELECT * FROM webhook_subscriptions WHERE {where}"
+                        " ORDER BY created_at, subscription_id",
+                        swarm_name,
+                        list(FAN_OUT_KINDS),
+                    )
+                ]
+                index = self._subs.put(swarm_name, version, subs)
+            matched = index.matching(events)
+            pending: dict[str, int] = {}
+            if matched:
+                for row in await conn.fetch(
+                    "SELECT subscription_id, count(*) AS n FROM webhook_deliveries WHERE"
+                    " status = 'pending' AND subscription_id = ANY($1::text[])"
+                    " GROUP BY subscription_id",
+                    [s["subscription_id"] for s in matched],
+                ):
+                    pending[row["subscription_id"]] = int(row["n"])
+            planned = plan_fan_out(events, index, pending, max_pending, now)
+            if planned:
+                await conn.executemany(
+                    _INSERT_DELIVERY, [[d[c] for c in DELIVERY_COLUMNS] for d in planned]
+                )
+            await conn.execute(
+                "DELETE FROM webhook_events WHERE event_id = ANY($1::text[])",
+                [e["event_id"] for e in events],
+            )
+        return len(planned)
+
+    async def add_deliveries(self, deliveries: Sequence[Record]) -> None:
+        async with self._conn() as conn:
+            await conn.executemany(
+                _INSERT_DELIVERY, [[d[c] for c in DELIVERY_COLUMNS] for d in deliveries]
+            )
+
+    async def claim(
+        self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
+    ) -> list[Record]:
+        async with self._conn() as conn, conn.transaction():
+            rows = await conn.fetch(
+                _CLAIM_SQL, swarm_name, now, limits.saturated(), limits.total * 4
+            )
+            candidates = [dict(r) for r in rows]
+            chosen = limits.choose(candidates)
+            if not chosen:
+                return []
+            await conn.execute(
+                "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2"
+                " WHERE delivery_id = ANY($3::text[])",
+                owner,
+                lease_until,
+                chosen,
+            )
+        picked = set(chosen)
+        claimed = []
+        for row in candidates:
+            if row["delivery_id"] in picked:
+                row["lease_owner"], row["lease_until"] = owner, lease_until
+                row["push_auth"] = decode_auth(row["push_auth"])
+                claimed.append(row)
+        return claimed
+
+    async def finish_many(self, finished: Sequence[Finished]) -> None:
+        async with self._conn() as conn, conn.transaction():
+            for attempt, delivery, subscription in finished:
+                await conn.execute(_INSERT_ATTEMPT, *(attempt.get(c) for c in ATTEMPT_COLUMNS))
+                if attempt["attempt"] > MAX_ATTEMPTS_KEPT:
+                    await conn.execute(
+                        "DELETE FROM webhook_attempts WHERE delivery_id = $1 AND attempt <= $2",
+                        attempt["delivery_id"],
+                        attempt["attempt"] - MAX_ATTEMPTS_KEPT,
+                    )
+                update = _assignments(
+                    "webhook_deliveries",
+                    "delivery_id",
+                    {**delivery, "lease_owner": None, "lease_until": None},
+                )
+                if update is not None:
+                    await conn.execute(update[0], *update[1])
+                if subscription is not None:
+                    sub_update = _assignments(
+                        "webhook_subscriptions", "subscription_id", subscription
+                    )
+                    if sub_update is not None:
+                        await conn.execute(sub_update[0], *sub_update[1])
+
+    async def _with_attempts(self, conn: Any, rows: list[Any]) -> list[Record]:
+        ids = [r["delivery_id"] for r in rows]
+        logs: dict[str, list[Record]] = {i: [] for i in ids}
+        if ids:
+            for row in await conn.fetch(
+                "SELECT * FROM webhook_attempts WHERE delivery_id = ANY($1::text[])"
+                " ORDER BY delivery_id, attempt",
+                ids,
+            ):
+                logs[row["delivery_id"]].append({c: row[c] for c in ATTEMPT_COLUMNS})
+        return [
+            {**{c: r[c] for c in DELIVERY_COLUMNS}, "attempts_log": logs[r["delivery_id"]]}
+            for r in rows
+        ]
+
+    async def get_delivery(self, delivery_id: str) -> Record | None:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "SELECT * FROM webhook_deliveries WHERE delivery_id = $1", delivery_id
+            )
+            found = await self._with_attempts(conn, rows)
+        return found[0] if found else None
+
+    async def list_deliveries(
+        self,
+        subscription_id: str,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        before: tuple[float, str] | None = None,
+    ) -> list[Record]:
+        where, args = ["subscription_id = $1"], [subscription_id]
+        if status is not None:
+            where.append(f"status = ${len(args) + 1}")
+            args.append(status)
+        if before is not None:
+            n = len(args)
+            where.append(f"(created_at, delivery_id) < (${n + 1}, ${n + 2})")
+            args.extend([before[0], before[1]])  # type: ignore[list-item]
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT * FROM webhook_deliveries WHERE {' AND '.join(where)}"
+                f" ORDER BY created_at DESC, delivery_id DESC LIMIT ${len(args) + 1}",
+                *args,
+                limit,
+            )
+            return await self._with_attempts(conn, list(rows))
+
+    async def retry(self, delivery_id: str, now: float) -> Record | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "UPDATE webhook_deliveries SET status = 'pending', retry_index = 0,"
+                " next_attempt_at = $2, lease_owner = NULL, lease_until = NULL,"
+                " updated_at = $2, finished_at = NULL WHERE delivery_id = $1 RETURNING *",
+                delivery_id,
+                now,
+            )
+        return {c: row[c] for c in DELIVERY_COLUMNS} if row is not None else None
+
+    async def pending_count(self, swarm_name: str) -> int:
+        async with self._conn() as conn:
+            value = await conn.fetchval(
+                "SELECT count(*) FROM webhook_deliveries WHERE swarm_name = $1"
+                " AND status = 'pending'",
+                swarm_name,
+            )
+        return int(value)
+
+    async def release_leases(self, swarm_name: str) -> int:
+        # Other servers may hold leases on these tables: only expired ones are theirs to
+        # lose, which claiming already handles. Nothing to do for PostgreSQL.
+        return 0
+
+    async def cleanup(self, now: float, retention: float) -> int:
+        removed = 0
+        async with self._conn() as conn, conn.transaction():
+            expired = [
+                r["subscription_id"]
+                for r in await conn.fetch(
+                    "SELECT subscription_id FROM webhook_subscriptions"
+                    " WHERE expires_at IS NOT NULL AND expires_at < $1",
+                    now,
+                )
+            ]
+            if expired:
+                await conn.execute(
+                    "DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT delivery_id FROM"
+                    " webhook_deliveries WHERE subscription_id = ANY($1::text[]))",
+                    expired,
+                )
+                await conn.execute(
+                    "DELETE FROM webhook_deliveries WHERE subscription_id = ANY($1::text[])",
+                    expired,
+                )
+                await conn.execute(
+                    "DELETE FROM webhook_subscriptions WHERE subscription_id = ANY($1::text[])",
+                    expired,
+                )
+                removed += len(expired)
+            cutoff = now - retention
+            await conn.execute(
+                "DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT delivery_id FROM"
+                " webhook_deliveries WHERE finished_at IS NOT NULL AND finished_at < $1)",
+                cutoff,
+            )
+            status = await conn.execute(
+                "DELETE FROM webhook_deliveries WHERE finished_at IS NOT NULL AND finished_at < $1",
+                cutoff,
+            )
+            removed += int(status.rsplit(" ", 1)[-1] or 0)
+        return removed

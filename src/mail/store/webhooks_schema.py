@@ -1,0 +1,155 @@
+"""Tables of push delivery (webhooks, A2A push notifications), for SQLite and PostgreSQL.
+
+- ``webhook_subscriptions``: who wants which events where (a standing subscription, a
+  per-request one of ``POST /message``, or an A2A push config), with its signing secrets;
+- ``webhook_events``: the transactional outbox. A row is written by the task store in the
+  same batch (one transaction) as the task event that causes it; the delivery engine turns
+  each row into one delivery per matching subscription and deletes it, in one transaction;
+- ``webhook_deliveries``: one event for one subscription: its body, its ``webhook-id``
+  (``delivery_id``), its state (pending, delivered, failed), when it is due next and which
+  server holds it (a lease);
+- ``webhook_attempts``: every attempt of a delivery (time, status, latency, answer's start).
+
+Times are seconds since the epoch (REAL / DOUBLE PRECISION): the engine compares them with
+its own clock, the same way on both databases. Added to SQLite as schema version 2 and to
+PostgreSQL's idempotent set-up (``postgres_schema``); nothing existing changes.
+"""
+
+from __future__ import annotations
+
+TABLES: tuple[str, ...] = (
+    "webhook_subscriptions",
+    "webhook_events",
+    "webhook_deliveries",
+    "webhook_attempts",
+)
+
+_SUBSCRIPTIONS = """CREATE TABLE {exists}webhook_subscriptions (
+    subscription_id TEXT PRIMARY KEY,
+    swarm_name TEXT NOT NULL,
+    owner_role TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    scope TEXT NOT NULL DEFAULT 'own',
+    task_id TEXT,
+    url TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    events TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    active {bool} NOT NULL DEFAULT {true},
+    disabled_reason TEXT,
+    secret TEXT,
+    previous_secret TEXT,
+    previous_secret_until {real},
+    push_token TEXT,
+    push_auth TEXT,
+    failing_since {real},
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL,
+    expires_at {real}
+)"""
+
+_EVENTS = """CREATE TABLE {exists}webhook_events (
+    event_id TEXT PRIMARY KEY,
+    swarm_name TEXT NOT NULL,
+    caller_role TEXT NOT NULL,
+    caller_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at {real} NOT NULL
+)"""
+
+_DELIVERIES = """CREATE TABLE {exists}webhook_deliveries (
+    delivery_id TEXT PRIMARY KEY,
+    subscription_id TEXT NOT NULL,
+    swarm_name TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    task_id TEXT,
+    payload TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    retry_index INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at {real} NOT NULL,
+    lease_owner TEXT,
+    lease_until {real},
+    last_status INTEGER,
+    last_error TEXT,
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL,
+    finished_at {real},
+    UNIQUE (subscription_id, event_id)
+)"""
+
+_ATTEMPTS = """CREATE TABLE {exists}webhook_attempts (
+    delivery_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    started_at {real} NOT NULL,
+    status_code INTEGER,
+    latency_ms {real} NOT NULL,
+    response_excerpt TEXT NOT NULL DEFAULT '',
+    error TEXT,
+    outcome TEXT NOT NULL,
+    PRIMARY KEY (delivery_id, attempt)
+)"""
+
+_INDEXES: tuple[tuple[str, str], ...] = (
+    (
+        "mail_webhook_subscriptions_owner_idx",
+        "webhook_subscriptions (swarm_name, owner_role, owner_id, kind)",
+    ),
+    ("mail_webhook_subscriptions_task_idx", "webhook_subscriptions (task_id)"),
+    ("mail_webhook_events_swarm_idx", "webhook_events (swarm_name, created_at)"),
+    (
+        "mail_webhook_deliveries_due_idx",
+        "webhook_deliveries (swarm_name, status, next_attempt_at)",
+    ),
+    (
+        "mail_webhook_deliveries_subscription_idx",
+        "webhook_deliveries (subscription_id, created_at)",
+    ),
+)
+
+
+def _ddl(template: str, dialect: str) -> str:
+    if dialect == "sqlite":
+        return template.format(exists="", bool="INTEGER", true="1", real="REAL")
+    return template.format(
+        exists="IF NOT EXISTS ", bool="BOOLEAN", true="TRUE", real="DOUBLE PRECISION"
+    )
+
+
+# SQLite: schema version 2 (store.sqlite_schema.MIGRATIONS).
+SQLITE_MIGRATION: tuple[str, ...] = (
+    *(_ddl(t, "sqlite") for t in (_SUBSCRIPTIONS, _EVENTS, _DELIVERIES, _ATTEMPTS)),
+    *(f"CREATE INDEX {name} ON {target}" for name, target in _INDEXES),
+)
+
+# PostgreSQL: table -> CREATE TABLE IF NOT EXISTS, and (index name, CREATE INDEX IF NOT
+# EXISTS) pairs, merged into store.postgres_schema's set-up.
+POSTGRES_TABLE_DDL: dict[str, str] = {
+    name: _ddl(template, "postgres")
+    for name, template in zip(
+        TABLES, (_SUBSCRIPTIONS, _EVENTS, _DELIVERIES, _ATTEMPTS), strict=True
+    )
+}
+POSTGRES_INDEXES: tuple[tuple[str, str], ...] = tuple(
+    (name, f"CREATE INDEX IF NOT EXISTS {name} ON {target}") for name, target in _INDEXES
+)
+
+# The outbox row the task store writes with the event that causes it (write kind
+# "webhook_event" of store.sql_base): args swarm, role, id, event_id, task_id, type, payload,
+# created_at. A batch retried after a failure writes it again: the second copy is ignored.
+SQLITE_OUTBOX_SQL = """
+    INSERT INTO webhook_events (swarm_name, caller_role, caller_id, event_id, task_id,
+                                event_type, payload, created_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (event_id) DO NOTHING
+"""
+POSTGRES_OUTBOX_SQL = """
+    INSERT INTO webhook_events (swarm_name, caller_role, caller_id, event_id, task_id,
+                                event_type, payload, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    ON CONFLICT (event_id) DO NOTHING
+"""

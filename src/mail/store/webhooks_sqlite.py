@@ -1,0 +1,427 @@
+"""SQLite WebhookStore, in the server's database file (the task store's `SqliteDatabase`).
+
+One connection on one thread: every method below is one call on that thread, and the ones
+that change several rows do it in one ``BEGIN IMMEDIATE`` transaction. A SQLite file has one
+server (``ProcessLock``), so leases only matter across that server's restarts.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mail.store.sqlite_schema import open_database, transaction
+from mail.store.webhooks import (
+    ATTEMPT_COLUMNS,
+    DELIVERY_COLUMNS,
+    EVENT_COLUMNS,
+    FAN_OUT_KINDS,
+    MAX_ATTEMPTS_KEPT,
+    SENDING_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    UPDATABLE,
+    ClaimLimits,
+    FanOutIndex,
+    Finished,
+    Record,
+    SubscriptionCache,
+    WebhookStore,
+    decode_auth,
+    decode_subscription,
+    encode_value,
+    plan_fan_out,
+)
+
+
+def _insert(table: str, columns: Sequence[str], conflict: str = "") -> str:
+    marks = ", ".join("?" for _ in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}){conflict}"
+
+
+_INSERT_SUBSCRIPTION = _insert("webhook_subscriptions", SUBSCRIPTION_COLUMNS)
+_INSERT_EVENT = _insert("webhook_events", EVENT_COLUMNS, " ON CONFLICT (event_id) DO NOTHING")
+_INSERT_DELIVERY = _insert(
+    "webhook_deliveries", DELIVERY_COLUMNS, " ON CONFLICT (subscription_id, event_id) DO NOTHING"
+)
+_INSERT_ATTEMPT = _insert(
+    "webhook_attempts", ATTEMPT_COLUMNS, " ON CONFLICT (delivery_id, attempt) DO NOTHING"
+)
+_SENDING = ", ".join(f"s.{c}" for c in SENDING_COLUMNS)
+_DELIVERY = ", ".join(f"d.{c}" for c in DELIVERY_COLUMNS)
+
+
+def _sub_values(sub: Record) -> tuple[Any, ...]:
+    return tuple(encode_value(c, sub.get(c)) for c in SUBSCRIPTION_COLUMNS)
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" for _ in values)
+
+
+def _subscriptions(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Record]:
+    rows = conn.execute(
+        f"SELECT * FROM webhook_subscriptions WHERE {where} ORDER BY created_at, subscription_id",
+        tuple(args),
+    ).fetchall()
+    return [decode_subscription(r) for r in rows]
+
+
+def _attempts(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[Record]]:
+    logs: dict[str, list[Record]] = {i: [] for i in ids}
+    if ids:
+        for row in conn.execute(
+            f"SELECT * FROM webhook_attempts WHERE delivery_id IN ({_marks(ids)})"
+            " ORDER BY delivery_id, attempt",
+            tuple(ids),
+        ):
+            logs[row["delivery_id"]].append({c: row[c] for c in ATTEMPT_COLUMNS})
+    return logs
+
+
+def _with_attempts(conn: sqlite3.Connection, rows: list[sqlite3.Row]) -> list[Record]:
+    logs = _attempts(conn, [r["delivery_id"] for r in rows])
+    return [
+        {**{c: r[c] for c in DELIVERY_COLUMNS}, "attempts_log": logs[r["delivery_id"]]}
+        for r in rows
+    ]
+
+
+_FAN_OUT_WHERE = f"swarm_name = ? AND active = 1 AND kind IN ({_marks(FAN_OUT_KINDS)})"
+
+
+def _fan_out_subscriptions(
+    conn: sqlite3.Connection, swarm: str, cache: SubscriptionCache
+) -> FanOutIndex:
+    args = (swarm, *FAN_OUT_KINDS)
+    version = tuple(
+        conn.execute(
+            f"SELECT count(*), max(updated_at) FROM webhook_subscriptions WHERE {_FAN_OUT_WHERE}",
+            args,
+        ).fetchone()
+    )
+    index = cache.get(swarm, version)
+    if index is None:
+        index = cache.put(swarm, version, _subscriptions(conn, _FAN_OUT_WHERE, args))
+    return index
+
+
+def _fan_out(
+    conn: sqlite3.Connection,
+    swarm: str,
+    now: float,
+    limit: int,
+    max_pending: int,
+    cache: SubscriptionCache,
+) -> int:
+    # The whole call runs on the database's one thread: a read before the write transaction
+    # sees what the transaction will (and an idle poll takes no write lock).
+    events = [
+        dict(r)
+        for r in conn.execute(
+            "SELECT * FROM webhook_events WHERE swarm_name = ? ORDER BY created_at LIMIT ?",
+            (swarm, limit),
+        )
+    ]
+    if not events:
+        return 0
+    with transaction(conn):
+        index = _fan_out_subscriptions(conn, swarm, cache)
+        matched = index.matching(events)
+        pending: dict[str, int] = {}
+        if matched:
+            ids = [s["subscription_id"] for s in matched]
+            for row in conn.execute(
+                "SELECT subscription_id, count(*) AS n FROM webhook_deliveries WHERE"
+                f" status = 'pending' AND subscription_id IN ({_marks(ids)})"
+                " GROUP BY subscription_id",
+                tuple(ids),
+            ):
+                pending[row["subscription_id"]] = row["n"]
+        planned = plan_fan_out(events, index, pending, max_pending, now)
+        conn.executemany(_INSERT_DELIVERY, [tuple(d[c] for c in DELIVERY_COLUMNS) for d in planned])
+        taken = [e["event_id"] for e in events]
+        conn.execute(f"DELETE FROM webhook_events WHERE event_id IN ({_marks(taken)})", taken)
+    return len(planned)
+
+
+def _claim(
+    conn: sqlite3.Connection,
+    swarm: str,
+    now: float,
+    limits: ClaimLimits,
+    owner: str,
+    lease_until: float,
+) -> list[Record]:
+    saturated = limits.saturated()
+    skip = f" AND s.destination NOT IN ({_marks(saturated)})" if saturated else ""
+    rows = conn.execute(  # read first: see _fan_out
+        f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
+        " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
+        " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
+        " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
+        f"{skip} ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
+        (swarm, now, now, *saturated, limits.total * 4),
+    ).fetchall()
+    candidates = [dict(r) for r in rows]
+    chosen = limits.choose(candidates)
+    if not chosen:
+        return []
+    with transaction(conn):
+        conn.execute(
+            "UPDATE webhook_deliveries SET lease_owner = ?, lease_until = ?"
+            f" WHERE delivery_id IN ({_marks(chosen)})",
+            (owner, lease_until, *chosen),
+        )
+    picked = set(chosen)
+    claimed = []
+    for row in candidates:
+        if row["delivery_id"] in picked:
+            row["lease_owner"], row["lease_until"] = owner, lease_until
+            row["push_auth"] = decode_auth(row["push_auth"])
+            claimed.append(row)
+    return claimed
+
+
+def _update(conn: sqlite3.Connection, table: str, key: str, changes: Record) -> int:
+    columns = [
+        c for c in changes if c != key and (table != "webhook_subscriptions" or c in UPDATABLE)
+    ]
+    if not columns:
+        return 0
+    assignments = ", ".join(f"{c} = ?" for c in columns)
+    values = [encode_value(c, changes[c]) for c in columns]
+    cursor = conn.execute(
+        f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*values, changes[key])
+    )
+    return cursor.rowcount
+
+
+def _finish(conn: sqlite3.Connection, finished: Sequence[Finished]) -> None:
+    with transaction(conn):
+        for attempt, delivery, subscription in finished:
+            conn.execute(_INSERT_ATTEMPT, tuple(attempt.get(c) for c in ATTEMPT_COLUMNS))
+            if attempt["attempt"] > MAX_ATTEMPTS_KEPT:
+                conn.execute(
+                    "DELETE FROM webhook_attempts WHERE delivery_id = ? AND attempt <= ?",
+                    (attempt["delivery_id"], attempt["attempt"] - MAX_ATTEMPTS_KEPT),
+                )
+            _update(
+                conn,
+                "webhook_deliveries",
+                "delivery_id",
+                {**delivery, "lease_owner": None, "lease_until": None},
+            )
+            if subscription is not None:
+                _update(conn, "webhook_subscriptions", "subscription_id", subscription)
+
+
+def _delete_deliveries(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> int:
+    conn.execute(
+        "DELETE FROM webhook_attempts WHERE delivery_id IN"
+        f" (SELECT delivery_id FROM webhook_deliveries WHERE {where})",
+        tuple(args),
+    )
+    return conn.execute(f"DELETE FROM webhook_deliveries WHERE {where}", tuple(args)).rowcount
+
+
+def _delete_subscription(conn: sqlite3.Connection, subscription_id: str) -> bool:
+    with transaction(conn):
+        _delete_deliveries(conn, "subscription_id = ?", (subscription_id,))
+        cursor = conn.execute(
+            "DELETE FROM webhook_subscriptions WHERE subscription_id = ?", (subscription_id,)
+        )
+        return cursor.rowcount > 0
+
+
+def _cleanup(conn: sqlite3.Connection, now: float, retention: float) -> int:
+    removed = 0
+    with transaction(conn):
+        expired = [
+            r["subscription_id"]
+            for r in conn.execute(
+                "SELECT subscription_id FROM webhook_subscriptions"
+                " WHERE expires_at IS NOT NULL AND expires_at < ?",
+                (now,),
+            )
+        ]
+        for sub_id in expired:
+            removed += _delete_deliveries(conn, "subscription_id = ?", (sub_id,))
+            conn.execute("DELETE FROM webhook_subscriptions WHERE subscription_id = ?", (sub_id,))
+            removed += 1
+        removed += _delete_deliveries(
+            conn, "finished_at IS NOT NULL AND finished_at < ?", (now - retention,)
+        )
+    return removed
+
+
+class SqliteWebhookStore(WebhookStore):
+    def __init__(self, path: str | Path) -> None:
+        self.db = open_database(path)
+        self._started = False
+        self._subs = SubscriptionCache()
+
+    async def start(self) -> None:
+        if not self._started:
+            await self.db.acquire_for_store()
+            self._started = True
+
+    async def close(self) -> None:
+        if self._started:
+            self._started = False
+            await self.db.release()
+
+    async def _write(self, fn: Any, *args: Any) -> Any:
+        def run(conn: sqlite3.Connection) -> Any:
+            with transaction(conn):
+                return fn(conn, *args)
+
+        return await self.db.run(run)
+
+    # -- subscriptions ------------------------------------------------------------------
+    async def add_subscription(self, sub: Record) -> None:
+        await self._write(lambda c: c.execute(_INSERT_SUBSCRIPTION, _sub_values(sub)))
+
+    async def get_subscription(self, subscription_id: str) -> Record | None:
+        found = await self.db.run(
+            lambda c: _subscriptions(c, "subscription_id = ?", (subscription_id,))
+        )
+        return found[0] if found else None
+
+    async def list_subscriptions(
+        self,
+        swarm_name: str,
+        *,
+        owner: tuple[str, str] | None = None,
+        kinds: Sequence[str] | None = None,
+        task_id: str | None = None,
+    ) -> list[Record]:
+        where, args = ["swarm_name = ?"], [swarm_name]
+        if owner is not None:
+            where.append("owner_role = ? AND owner_id = ?")
+            args.extend(owner)
+        if kinds is not None:
+            where.append(f"kind IN ({_marks(kinds)})")
+            args.extend(kinds)
+        if task_id is not None:
+            where.append("task_id = ?")
+            args.append(task_id)
+        return await self.db.run(lambda c: _subscriptions(c, " AND ".join(where), args))  # type: ignore[no-any-return]
+
+    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
+        changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
+
+        def run(conn: sqlite3.Connection) -> Record | None:
+            with transaction(conn):
+                _update(
+                    conn,
+                    "webhook_subscriptions",
+                    "subscription_id",
+                    {**changes, "subscription_id": subscription_id},
+                )
+                found = _subscriptions(conn, "subscription_id = ?", (subscription_id,))
+            return found[0] if found else None
+
+        return await self.db.run(run)  # type: ignore[no-any-return]
+
+    async def delete_subscription(self, subscription_id: str) -> bool:
+        return await self.db.run(_delete_subscription, subscription_id)  # type: ignore[no-any-return]
+
+    # -- outbox and deliveries ------------------------------------------------------------
+    async def add_events(self, events: Sequence[Record]) -> None:
+        rows = [tuple(e[c] for c in EVENT_COLUMNS) for e in events]
+        await self._write(lambda c: c.executemany(_INSERT_EVENT, rows))
+
+    async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
+        return await self.db.run(  # type: ignore[no-any-return]
+            _fan_out, swarm_name, now, limit, max_pending, self._subs
+        )
+
+    async def add_deliveries(self, deliveries: Sequence[Record]) -> None:
+        rows = [tuple(d[c] for c in DELIVERY_COLUMNS) for d in deliveries]
+        await self._write(lambda c: c.executemany(_INSERT_DELIVERY, rows))
+
+    async def claim(
+        self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
+    ) -> list[Record]:
+        return await self.db.run(_claim, swarm_name, now, limits, owner, lease_until)  # type: ignore[no-any-return]
+
+    async def finish_many(self, finished: Sequence[Finished]) -> None:
+        await self.db.run(_finish, list(finished))
+
+    async def get_delivery(self, delivery_id: str) -> Record | None:
+        def run(conn: sqlite3.Connection) -> Record | None:
+            rows = conn.execute(
+                "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,)
+            ).fetchall()
+            return _with_attempts(conn, rows)[0] if rows else None
+
+        return await self.db.run(run)  # type: ignore[no-any-return]
+
+    async def list_deliveries(
+        self,
+        subscription_id: str,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        before: tuple[float, str] | None = None,
+    ) -> list[Record]:
+        where: list[str] = ["subscription_id = ?"]
+        args: list[Any] = [subscription_id]
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if before is not None:
+            where.append("(created_at < ? OR (created_at = ? AND delivery_id < ?))")
+            args.extend([before[0], before[0], before[1]])
+
+        def run(conn: sqlite3.Connection) -> list[Record]:
+            rows = conn.execute(
+                f"SELECT * FROM webhook_deliveries WHERE {' AND '.join(where)}"
+                " ORDER BY created_at DESC, delivery_id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return _with_attempts(conn, rows)
+
+        return await self.db.run(run)  # type: ignore[no-any-return]
+
+    async def retry(self, delivery_id: str, now: float) -> Record | None:
+        def run(conn: sqlite3.Connection) -> Record | None:
+            with transaction(conn):
+                conn.execute(
+                    "UPDATE webhook_deliveries SET status = 'pending', retry_index = 0,"
+                    " next_attempt_at = ?, lease_owner = NULL, lease_until = NULL,"
+                    " updated_at = ?, finished_at = NULL WHERE delivery_id = ?",
+                    (now, now, delivery_id),
+                )
+                rows = conn.execute(
+                    "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,)
+                ).fetchall()
+            return {c: rows[0][c] for c in DELIVERY_COLUMNS} if rows else None
+
+        return await self.db.run(run)  # type: ignore[no-any-return]
+
+    async def pending_count(self, swarm_name: str) -> int:
+        row = await self.db.run(
+            lambda c: c.execute(
+                "SELECT count(*) FROM webhook_deliveries WHERE swarm_name = ?"
+                " AND status = 'pending'",
+                (swarm_name,),
+            ).fetchone()
+        )
+        return int(row[0])
+
+    async def release_leases(self, swarm_name: str) -> int:
+        cursor = await self._write(
+            lambda c: c.execute(
+                "UPDATE webhook_deliveries SET lease_owner = NULL, lease_until = NULL"
+                " WHERE swarm_name = ? AND lease_owner IS NOT NULL",
+                (swarm_name,),
+            )
+        )
+        return int(cursor.rowcount)
+
+    async def cleanup(self, now: float, retention: float) -> int:
+        return await self.db.run(_cleanup, now, retention)  # type: ignore[no-any-return]

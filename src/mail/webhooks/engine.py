@@ -1,0 +1,371 @@
+"""The delivery engine: outbox -> deliveries -> attempts, retries, leases, retention.
+
+One engine per server process. It wakes when an instance of this process recorded an event
+(``kick``), when an attempt ends, and every ``poll_interval`` (for retries that fall due and
+for the work of other servers sharing the database). Each round:
+
+1. waits until the task store has committed what was queued (the outbox rows ride in the
+   batch of their event: a delivery is only ever made from a committed event);
+2. fans outbox events out into deliveries (``WebhookStore.fan_out``: one transaction);
+3. claims due deliveries (a lease) up to ``max_in_flight``, at most
+   ``max_in_flight_per_destination`` under way towards one host:port, and sends each in its
+   own task: a slow receiver holds its own slots only, never a request or another receiver.
+
+An attempt's answer decides (``policy``): delivered, retried on the schedule, failed, or the
+subscription disabled (410 Gone, or no success for ``disable_after``). A delivery keeps its
+``webhook-id`` (its ``delivery_id``) across attempts and restarts; a server that dies holding
+a lease loses it after ``lease_seconds``, and any server (or the same one restarted) takes
+the delivery over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mail.store.webhooks import ClaimLimits, Finished, Record, WebhookStore
+from mail.telemetry.webhooks import delivery_attempt
+from mail.webhook_settings import WebhooksConfig
+from mail.webhooks import policy, signing
+from mail.webhooks.events import iso_time
+from mail.webhooks.transport import WebhookTransport
+
+logger = logging.getLogger("mail.webhooks")
+
+FAN_OUT_BATCH = 500
+_FLUSH_WAIT = 5.0
+_CLEANUP_EVERY = 600.0
+_CLOSE_WAIT = 5.0
+
+Flush = Callable[[float], Awaitable[Any]]
+
+
+def node_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class DeliveryEngine:
+    def __init__(
+        self,
+        store: WebhookStore,
+        cfg: WebhooksConfig,
+        swarm_name: str,
+        transport: WebhookTransport,
+        *,
+        flush: Flush | None = None,
+        single_server: bool = True,
+    ) -> None:
+        self.store = store
+        self.cfg = cfg
+        self.swarm_name = swarm_name
+        self.transport = transport
+        self.flush = flush
+        self.single_server = single_server
+        self.node = node_name()
+        self.schedule = policy.Schedule(cfg.retry_schedule, cfg.retry_jitter)
+        self.pending = 0  # deliveries waiting (the /metrics gauge), as last counted
+        self._wake = asyncio.Event()
+        self._flush_due = False
+        self._claim_due = True
+        self._events: list[Record] = []  # outbox rows recorded here (no task store)
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._in_flight: dict[str, int] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._closing = False
+        self._last_cleanup = 0.0
+        self._last_count = 0.0
+        self._next_due: float | None = None  # the soonest retry this process scheduled
+        # Attempts whose outcome is not written yet: written together each round (one
+        # transaction). Until then the delivery's lease keeps it from being sent again.
+        self._finished: list[Finished] = []
+
+    # -- what the rest of the server calls ----------------------------------------------
+    def kick(self, *, flush: bool = False) -> None:
+        """Look at the outbox now. `flush`: new outbox rows were queued in the task store
+        (wait for its commit, fan them out; claim only if that made deliveries); otherwise
+        deliveries may be due (claim)."""
+        if flush:
+            self._flush_due = True
+        else:
+            self._claim_due = True
+        self._wake.set()
+
+    def record_events(self, events: list[Record]) -> None:
+        """Outbox rows of a server without a task store (kept in the webhook store)."""
+        self._events.extend(events)
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._attempts)
+
+    async def start(self) -> None:
+        if self.single_server:
+            # Nobody else can hold a lease here: the ones left by our previous run go now.
+            released = await self.store.release_leases(self.swarm_name)
+            if released:
+                logger.info("webhooks: %d delivery lease(s) of a previous run released", released)
+        self._runner = asyncio.create_task(self._run(), name="mail-webhooks")
+        self.kick()  # what a previous run left pending goes out now
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+            self._runner = None
+        if self._attempts:
+            # Attempts under way get a moment; the rest keep their lease (sent again later).
+            await asyncio.wait(set(self._attempts), timeout=_CLOSE_WAIT)
+            for task in list(self._attempts):
+                task.cancel()
+            await asyncio.gather(*self._attempts, return_exceptions=True)
+        if self._events:
+            with contextlib.suppress(Exception):
+                await self.store.add_events(self._events)
+            self._events = []
+        with contextlib.suppress(Exception):
+            await self._record_finished()
+        await self.transport.aclose()
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _run(self) -> None:
+        while not self._closing:
+            try:
+                async with asyncio.timeout(self._sleep()):
+                    await self._wake.wait()
+            except TimeoutError:
+                self._claim_due = True  # a poll: retries may be due, other servers' work
+            self._wake.clear()
+            if self._closing:
+                return
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the database may be away: try again later
+                logger.warning("webhooks: a delivery round failed", exc_info=True)
+                await asyncio.sleep(min(self.cfg.poll_interval, 5.0))
+
+    def _sleep(self) -> float | None:
+        """Seconds until the next look: the poll interval, or sooner for a retry this
+        process scheduled (it need not wait for the next poll)."""
+        wait = self.cfg.poll_interval if self.cfg.poll else None
+        if self._next_due is not None:
+            until = max(0.0, self._next_due - time.time())
+            wait = until if wait is None else min(wait, until)
+        return wait
+
+    async def _record_finished(self) -> None:
+        if not self._finished:
+            return
+        finished, self._finished = self._finished, []
+        try:
+            await self.store.finish_many(finished)
+        except BaseException:
+            self._finished[:0] = finished
+            raise
+        for _, _delivery, subscription in finished:
+            if subscription is not None and subscription.get("active") is False:
+                logger.warning(
+                    "webhooks: subscription %s disabled: %s",
+                    subscription["subscription_id"],
+                    subscription["disabled_reason"],
+                )
+
+    async def _round(self) -> None:
+        await self._record_finished()
+        if self._flush_due and self.flush is not None:
+            self._flush_due = False
+            await self.flush(_FLUSH_WAIT)
+        if self._events:
+            events, self._events = self._events, []
+            try:
+                await self.store.add_events(events)
+            except BaseException:
+                self._events[:0] = events
+                raise
+        now = time.time()
+        if self._next_due is not None and self._next_due <= now:
+            self._next_due = None
+            self._claim_due = True
+        if await self.store.fan_out(
+            self.swarm_name, now, FAN_OUT_BATCH, self.cfg.max_pending_deliveries
+        ):
+            self._claim_due = True
+            self._wake.set()  # maybe more events behind these
+        if self._claim_due:
+            # Rounds woken only by new outbox rows that matched nothing claim nothing: most
+            # tasks of a busy server have no webhook.
+            self._claim_due = False
+            await self._claim(now)
+        if now - self._last_count >= self.cfg.poll_interval:
+            self._last_count = now
+            self.pending = await self.store.pending_count(self.swarm_name)
+        if now - self._last_cleanup >= _CLEANUP_EVERY:
+            self._last_cleanup = now
+            removed = await self.store.cleanup(now, self.cfg.retention)
+            if removed:
+                logger.info(
+                    "webhooks: %d finished delivery record(s) past retention removed", removed
+                )
+
+    async def _claim(self, now: float) -> None:
+        free = self.cfg.max_in_flight - len(self._attempts)
+        if free <= 0:
+            return
+        limits = ClaimLimits(free, self.cfg.max_in_flight_per_destination, dict(self._in_flight))
+        rows = await self.store.claim(
+            self.swarm_name, now, limits, self.node, now + self.cfg.lease_seconds
+        )
+        for row in rows:
+            destination = row["destination"]
+            self._in_flight[destination] = self._in_flight.get(destination, 0) + 1
+            task = asyncio.create_task(
+                self._attempt(row), name=f"mail-webhook-{row['delivery_id']}"
+            )
+            self._attempts.add(task)
+        if len(rows) >= free:
+            self._claim_due = True
+            self._wake.set()  # there may be more due
+
+    async def _attempt(self, row: Record) -> None:
+        destination = row["destination"]
+        try:
+            await self._send(row)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the lease runs out and the delivery is retried
+            logger.warning(
+                "webhooks: delivery %s could not be recorded", row["delivery_id"], exc_info=True
+            )
+        finally:
+            left = self._in_flight.get(destination, 1) - 1
+            if left > 0:
+                self._in_flight[destination] = left
+            else:
+                self._in_flight.pop(destination, None)
+            current = asyncio.current_task()
+            if current is not None:
+                self._attempts.discard(current)  # type: ignore[arg-type]
+            self._claim_due = True  # a slot is free
+            self._wake.set()
+
+    # -- one attempt --------------------------------------------------------------------
+    def _headers(self, row: Record, now: float) -> dict[str, str]:
+        timestamp = int(now)
+        found = {"Content-Type": "application/json"}
+        if row["kind"] == "a2a":
+            # A2A 1.0: the config's token and authentication; the id to deduplicate on.
+            found.update(signing.headers(row["delivery_id"], timestamp, row["payload"], []))
+            if row.get("push_token"):
+                found["X-A2A-Notification-Token"] = row["push_token"]
+            auth = row.get("push_auth") or {}
+            if auth.get("scheme") and auth.get("credentials"):
+                found["Authorization"] = f"{auth['scheme']} {auth['credentials']}"
+            return found
+        secrets = signing.signing_secrets(row, now)
+        found.update(signing.headers(row["delivery_id"], timestamp, row["payload"], secrets))
+        return found
+
+    async def _send(self, row: Record) -> None:
+        started = time.time()
+        number = int(row["attempts"]) + 1
+        with delivery_attempt(
+            row["delivery_id"],
+            row["subscription_id"],
+            row["event_type"],
+            row["destination"],
+            number,
+        ) as record:
+            answer = await self.transport.post(
+                row["url"], row["payload"].encode(), self._headers(row, started)
+            )
+            verdict = policy.classify(answer.status, refused=answer.refused)
+            ended = time.time()
+            delivery, subscription, outcome = self._outcome(row, answer, verdict, ended)
+            record.outcome, record.seconds, record.status = (
+                outcome,
+                answer.latency_ms / 1000,
+                answer.status,
+            )
+        attempt = {
+            "delivery_id": row["delivery_id"],
+            "attempt": number,
+            "started_at": started,
+            "status_code": answer.status,
+            "latency_ms": answer.latency_ms,
+            "response_excerpt": answer.excerpt,
+            "error": answer.error,
+            "outcome": outcome,
+        }
+        self._finished.append((attempt, delivery, subscription))
+
+    def _outcome(
+        self, row: Record, answer: Any, verdict: str, ended: float
+    ) -> tuple[Record, Record | None, str]:
+        """(delivery changes, subscription changes or None, outcome for the log)."""
+        why = (
+            f"HTTP {answer.status}" if answer.status is not None else (answer.error or "no answer")
+        )
+        delivery: Record = {
+            "delivery_id": row["delivery_id"],
+            "attempts": int(row["attempts"]) + 1,
+            "last_status": answer.status,
+            "last_error": None if verdict == policy.DELIVERED else why,
+            "updated_at": ended,
+        }
+        sub_id = row["subscription_id"]
+        if verdict == policy.DELIVERED:
+            delivery.update(status="delivered", finished_at=ended)
+            cleared = {"subscription_id": sub_id, "failing_since": None, "updated_at": ended}
+            return delivery, cleared if row["failing_since"] is not None else None, "delivered"
+        outcome = "failed"
+        if verdict == policy.RETRY:
+            asked = policy.retry_after(answer.retry_after, ended, self.cfg.max_retry_after)
+            delay = self.schedule.next_delay(int(row["retry_index"]), asked)
+            if delay is not None:
+                delivery.update(
+                    status="pending",
+                    next_attempt_at=ended + delay,
+                    retry_index=int(row["retry_index"]) + 1,
+                )
+                due = ended + delay
+                self._next_due = due if self._next_due is None else min(self._next_due, due)
+                outcome = "retry"
+            else:
+                delivery.update(
+                    status="failed",
+                    finished_at=ended,
+                    last_error=f"gave up after {delivery['attempts']} attempts; last: {why}",
+                )
+        else:
+            delivery.update(status="failed", finished_at=ended)
+        since = row["failing_since"] if row["failing_since"] is not None else ended
+        changes: Record = {"subscription_id": sub_id, "failing_since": since, "updated_at": ended}
+        if verdict == policy.GONE:
+            outcome = "gone"
+            changes.update(
+                active=False,
+                disabled_reason=f"disabled at {iso_time(ended)}: the receiver answered 410 Gone",
+            )
+        elif ended - since >= self.cfg.disable_after:
+            changes.update(
+                active=False,
+                disabled_reason=(
+                    f"disabled at {iso_time(ended)}: no delivery succeeded since "
+                    f"{iso_time(since)} ([server.webhooks] disable_after = "
+                    f"{self.cfg.disable_after:g} s); last: {why}"
+                ),
+            )
+        subscription = None if len(changes) == 3 and row["failing_since"] is not None else changes
+        return delivery, subscription, outcome

@@ -1,0 +1,533 @@
+"""Subscriptions as callers see them: create, list, get, update, delete, rotate, test,
+deliveries and retries; per-request webhooks of ``POST /message``; A2A push configs.
+
+Everything is scoped to an owner, ``(role, id)`` of the caller: nobody sees or changes
+another caller's subscriptions or deliveries (someone else's id is "not found"). A
+subscription covers its owner's own tasks; an admin's may have ``scope: "all"``. Secrets are
+shown once, in the answer that made them. Errors are ``WebhookError`` with an HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mail.store.base import InstanceKey
+from mail.store.webhooks import Record, WebhookStore, new_delivery, new_id
+from mail.webhook_settings import WebhooksConfig
+from mail.webhooks import events as ev
+from mail.webhooks import signing
+from mail.webhooks.engine import DeliveryEngine, Flush
+from mail.webhooks.outbox import InstanceOutbox, OutboxObserver
+from mail.webhooks.transport import UrlRefused, WebhookTransport, destination_of
+
+logger = logging.getLogger("mail.webhooks")
+
+Owner = tuple[str, str]
+
+SUBSCRIPTION_FIELDS: tuple[str, ...] = ("url", "events", "description", "scope", "secret")
+UPDATE_FIELDS: tuple[str, ...] = ("url", "events", "description", "active")
+REQUEST_WEBHOOK_FIELDS: tuple[str, ...] = ("url", "events", "secret")
+DELIVERY_STATUSES: tuple[str, ...] = ("pending", "delivered", "failed")
+MAX_PAGE = 100
+
+
+class WebhookError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _iso(value: float | None) -> str | None:
+    return ev.iso_time(value) if value is not None else None
+
+
+def subscription_view(sub: Mapping[str, Any], now: float | None = None) -> Record:
+    """What callers see of a subscription: never a secret, token or credential."""
+    now = time.time() if now is None else now
+    until = sub.get("previous_secret_until")
+    view: Record = {
+        "id": sub["subscription_id"],
+        "kind": sub["kind"],
+        "url": sub["url"],
+        "events": list(sub["events"]),
+        "description": sub["description"],
+        "scope": sub["scope"],
+        "task_id": sub["task_id"],
+        "active": bool(sub["active"]),
+        "disabled_reason": sub["disabled_reason"],
+        "failing_since": _iso(sub["failing_since"]),
+        "previous_secret_expires_at": _iso(until) if until is not None and until > now else None,
+        "created_at": _iso(sub["created_at"]),
+        "updated_at": _iso(sub["updated_at"]),
+        "expires_at": _iso(sub["expires_at"]),
+        "owner": {"role": sub["owner_role"], "id": sub["owner_id"]},
+    }
+    return view
+
+
+def delivery_view(row: Mapping[str, Any]) -> Record:
+    try:
+        body: Any = json.loads(row["payload"])
+    except ValueError:
+        body = row["payload"]
+    return {
+        "id": row["delivery_id"],
+        "subscription_id": row["subscription_id"],
+        "event_id": row["event_id"],
+        "event_type": row["event_type"],
+        "task_id": row["task_id"],
+        "status": row["status"],
+        "attempts": row["attempts"],
+        "next_attempt_at": _iso(row["next_attempt_at"]) if row["status"] == "pending" else None,
+        "last_status": row["last_status"],
+        "last_error": row["last_error"],
+        "created_at": _iso(row["created_at"]),
+        "finished_at": _iso(row["finished_at"]),
+        "payload": body,
+        "attempts_log": [
+            {
+                "attempt": a["attempt"],
+                "at": _iso(a["started_at"]),
+                "status": a["status_code"],
+                "latency_ms": a["latency_ms"],
+                "response": a["response_excerpt"],
+                "error": a["error"],
+                "outcome": a["outcome"],
+            }
+            for a in row.get("attempts_log", [])
+        ],
+    }
+
+
+def _cursor(row: Mapping[str, Any]) -> str:
+    raw = json.dumps([row["created_at"], row["delivery_id"]]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _parse_cursor(text: str | None) -> tuple[float, str] | None:
+    if not text:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        created, delivery_id = json.loads(raw)
+        return float(created), str(delivery_id)
+    except (ValueError, TypeError):
+        raise WebhookError(400, "parameter 'cursor' is not a cursor this server gave") from None
+
+
+class WebhookService:
+    def __init__(
+        self,
+        cfg: WebhooksConfig,
+        store: WebhookStore,
+        swarm_name: str,
+        *,
+        flush: Flush | None = None,
+        single_server: bool = True,
+        transport: WebhookTransport | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.swarm_name = swarm_name
+        self.transport = transport or WebhookTransport(cfg)
+        self.engine = DeliveryEngine(
+            store, cfg, swarm_name, self.transport, flush=flush, single_server=single_server
+        )
+        self._warming: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        await self.store.start()
+        # The guard and the TLS context (the CA bundle) load once, off the event loop and
+        # without delaying the start, before an attempt needs them.
+        self._warming = asyncio.ensure_future(asyncio.to_thread(self.transport.warm))
+        await self.engine.start()
+
+    async def close(self) -> None:
+        if self._warming is not None:
+            with contextlib.suppress(Exception):
+                await self._warming
+        await self.engine.close()
+        await self.store.close()
+
+    # -- instances ------------------------------------------------------------------------
+    def attach_instance(self, swarm: Any, key: InstanceKey) -> None:
+        """Record this instance's webhook events: through its StoreObserver (in the same
+        write as their cause) or, without a store, an observer of its own."""
+        outbox = InstanceOutbox(key, self.cfg.summary_chars, self.engine)
+        observer = getattr(swarm, "_store_observer", None)
+        if observer is not None:
+            observer.outbox = outbox
+            return
+        runtime = swarm.runtime
+        if type(runtime.observer).__name__ == "RuntimeObserver":
+            runtime.observer = OutboxObserver(outbox, runtime)
+        else:  # pragma: no cover - every server instance has one of the two
+            logger.warning("webhooks: instance %s has an unknown observer; events not pushed", key)
+
+    # -- checks ---------------------------------------------------------------------------
+    def _events(self, value: Any, default: Sequence[str] | None = None) -> list[str]:
+        if value is None and default is not None:
+            return list(default)
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise WebhookError(400, "parameter 'events' must be a non-empty list of event types")
+        if len(value) > 32:
+            raise WebhookError(400, "parameter 'events' names at most 32 event types")
+        unknown = [v for v in value if not ev.valid_pattern(v)]
+        if unknown:
+            raise WebhookError(
+                400,
+                f"parameter 'events': unknown event type '{unknown[0]}'; known: "
+                f"{', '.join(ev.EVENT_TYPES)} (or '*', or a prefix such as 'task.*')",
+            )
+        return list(dict.fromkeys(value))
+
+    def _description(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise WebhookError(400, "parameter 'description' must be a string")
+        if len(value) > self.cfg.max_description_chars:
+            raise WebhookError(
+                400,
+                f"parameter 'description' is {len(value)} characters; the limit is "
+                f"{self.cfg.max_description_chars} ([server.webhooks] max_description_chars)",
+            )
+        return value
+
+    def _secret(self, value: Any) -> str:
+        if value is None:
+            return signing.new_secret()
+        why = signing.check_secret(value)
+        if why is not None:
+            raise WebhookError(400, f"parameter 'secret' {why}")
+        return str(value)
+
+    async def _url(self, value: Any) -> str:
+        try:
+            return await self.transport.check_url(value)
+        except UrlRefused as exc:
+            raise WebhookError(exc.status, str(exc)) from None
+
+    @staticmethod
+    def _unknown_fields(body: Mapping[str, Any], allowed: Sequence[str], where: str = "") -> None:
+        extra = sorted(set(body) - set(allowed))
+        if extra:
+            raise WebhookError(
+                400, f"unknown parameter '{where}{extra[0]}'; accepted: {', '.join(allowed)}"
+            )
+
+    def _new_subscription(
+        self, owner: Owner, kind: str, url: str, events: list[str], **fields: Any
+    ) -> Record:
+        now = time.time()
+        record: Record = {
+            "subscription_id": new_id("push" if kind == "a2a" else "wh"),
+            "swarm_name": self.swarm_name,
+            "owner_role": owner[0],
+            "owner_id": owner[1],
+            "kind": kind,
+            "scope": "own",
+            "task_id": None,
+            "url": url,
+            "destination": destination_of(url),
+            "events": events,
+            "description": "",
+            "active": True,
+            "disabled_reason": None,
+            "secret": None,
+            "previous_secret": None,
+            "previous_secret_until": None,
+            "push_token": None,
+            "push_auth": None,
+            "failing_since": None,
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": None,
+        }
+        record.update(fields)
+        return record
+
+    async def _owned(self, owner: Owner, subscription_id: str, kinds: Sequence[str] = ()) -> Record:
+        sub = await self.store.get_subscription(subscription_id)
+        if (
+            sub is None
+            or sub["swarm_name"] != self.swarm_name
+            or (sub["owner_role"], sub["owner_id"]) != owner
+            or (kinds and sub["kind"] not in kinds)
+        ):
+            raise WebhookError(404, f"webhook '{subscription_id}' not found")
+        return sub
+
+    # -- subscriptions --------------------------------------------------------------------
+    async def create(self, owner: Owner, body: Mapping[str, Any]) -> Record:
+        """A standing subscription; the answer shows its secret (the only time)."""
+        self._unknown_fields(body, SUBSCRIPTION_FIELDS)
+        scope = body.get("scope", "own")
+        if scope not in ("own", "all"):
+            raise WebhookError(400, "parameter 'scope' must be 'own' or 'all'")
+        if scope == "all" and owner[0] != "admin":
+            raise WebhookError(
+                403, "only admins may subscribe to every caller's tasks (scope 'all')"
+            )
+        events = self._events(body.get("events"))
+        description = self._description(body.get("description"))
+        secret = self._secret(body.get("secret"))
+        url = await self._url(body.get("url"))
+        existing = await self.store.list_subscriptions(
+            self.swarm_name, owner=owner, kinds=["webhook"]
+        )
+        if len(existing) >= self.cfg.max_subscriptions_per_caller:
+            raise WebhookError(
+                429,
+                f"you already have {len(existing)} webhooks, the most one caller may have "
+                f"([server.webhooks] max_subscriptions_per_caller = "
+                f"{self.cfg.max_subscriptions_per_caller}); delete one first",
+            )
+        sub = self._new_subscription(
+            owner, "webhook", url, events, scope=scope, description=description, secret=secret
+        )
+        await self.store.add_subscription(sub)
+        logger.info(
+            "webhooks: %s:%s subscribed %s to %s",
+            owner[0],
+            owner[1],
+            sub["subscription_id"],
+            sub["destination"],
+        )
+        return {**subscription_view(sub), "secret": secret}
+
+    async def list_for(self, owner: Owner) -> list[Record]:
+        subs = await self.store.list_subscriptions(
+            self.swarm_name, owner=owner, kinds=["webhook", "request"]
+        )
+        now = time.time()
+        return [subscription_view(s, now) for s in subs]
+
+    async def get(self, owner: Owner, subscription_id: str) -> Record:
+        return subscription_view(await self._owned(owner, subscription_id, ("webhook", "request")))
+
+    async def update(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
+        self._unknown_fields(body, UPDATE_FIELDS)
+        await self._owned(owner, subscription_id, ("webhook", "request"))
+        changes: Record = {}
+        if "events" in body:
+            changes["events"] = self._events(body["events"])
+        if "description" in body:
+            changes["description"] = self._description(body["description"])
+        if "active" in body:
+            if not isinstance(body["active"], bool):
+                raise WebhookError(400, "parameter 'active' must be a boolean")
+            changes["active"] = body["active"]
+            if body["active"]:  # a re-enabled subscription starts with a clean record
+                changes.update(disabled_reason=None, failing_since=None)
+        if "url" in body:
+            changes["url"] = await self._url(body["url"])
+            changes["destination"] = destination_of(changes["url"])
+        changes["updated_at"] = time.time()
+        updated = await self.store.update_subscription(subscription_id, changes)
+        if updated is None:
+            raise WebhookError(404, f"webhook '{subscription_id}' not found")
+        if changes.get("active"):
+            self.engine.kick()  # its waiting deliveries go out now
+        return subscription_view(updated)
+
+    async def delete(self, owner: Owner, subscription_id: str) -> None:
+        await self._owned(owner, subscription_id, ("webhook", "request"))
+        await self.store.delete_subscription(subscription_id)
+
+    async def rotate(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
+        """A new secret (shown once); the old one keeps signing for `overlap_seconds`."""
+        self._unknown_fields(body, ("overlap_seconds", "secret"))
+        sub = await self._owned(owner, subscription_id, ("webhook", "request"))
+        overlap = body.get("overlap_seconds", 86400)
+        if isinstance(overlap, bool) or not isinstance(overlap, int | float) or overlap < 0:
+            raise WebhookError(400, "parameter 'overlap_seconds' must be a number >= 0")
+        if overlap > self.cfg.max_secret_overlap:
+            raise WebhookError(
+                400,
+                f"parameter 'overlap_seconds' is over the limit of {self.cfg.max_secret_overlap:g} "
+                "([server.webhooks] max_secret_overlap)",
+            )
+        secret = self._secret(body.get("secret"))
+        now = time.time()
+        updated = await self.store.update_subscription(
+            subscription_id,
+            {
+                "secret": secret,
+                "previous_secret": sub["secret"] if overlap else None,
+                "previous_secret_until": now + float(overlap) if overlap else None,
+                "updated_at": now,
+            },
+        )
+        assert updated is not None
+        return {**subscription_view(updated, now), "secret": secret}
+
+    async def test(self, owner: Owner, subscription_id: str) -> Record:
+        """Queue a ``webhook.ping`` delivery (through the engine like any other)."""
+        sub = await self._owned(owner, subscription_id, ("webhook", "request"))
+        now = time.time()
+        event_id = new_id("evt")
+        body = ev.payload(
+            ev.PING,
+            event_id=event_id,
+            occurred_at=now,
+            task_id=None,
+            caller=owner,
+            swarm=self.swarm_name,
+            summary="This is a test delivery of your MAIL webhook.",
+            summary_chars=self.cfg.summary_chars,
+            detail={"webhook_id": subscription_id},
+        )
+        delivery = new_delivery(
+            sub,
+            {
+                "event_id": event_id,
+                "swarm_name": self.swarm_name,
+                "event_type": ev.PING,
+                "payload": body,
+            },
+            now,
+        )
+        await self.store.add_deliveries([delivery])
+        self.engine.kick()
+        return delivery_view(delivery)
+
+    # -- deliveries -----------------------------------------------------------------------
+    async def deliveries(
+        self,
+        owner: Owner,
+        subscription_id: str,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[Record], str | None]:
+        await self._owned(owner, subscription_id, ("webhook", "request"))
+        if status is not None and status not in DELIVERY_STATUSES:
+            raise WebhookError(
+                400, f"parameter 'status' must be one of {', '.join(DELIVERY_STATUSES)}"
+            )
+        limit = max(1, min(limit, MAX_PAGE))
+        rows = await self.store.list_deliveries(
+            subscription_id, status=status, limit=limit, before=_parse_cursor(cursor)
+        )
+        following = _cursor(rows[-1]) if len(rows) == limit else None
+        return [delivery_view(r) for r in rows], following
+
+    async def retry(self, owner: Owner, subscription_id: str, delivery_id: str) -> Record:
+        sub = await self._owned(owner, subscription_id, ("webhook", "request"))
+        row = await self.store.get_delivery(delivery_id)
+        if row is None or row["subscription_id"] != subscription_id:
+            raise WebhookError(404, f"delivery '{delivery_id}' not found")
+        if row["status"] == "pending" and row["lease_owner"] is not None:
+            raise WebhookError(409, f"delivery '{delivery_id}' is being sent right now")
+        if not sub["active"]:
+            raise WebhookError(
+                409, f"webhook '{subscription_id}' is disabled; enable it (active: true) first"
+            )
+        updated = await self.store.retry(delivery_id, time.time())
+        if updated is None:
+            raise WebhookError(404, f"delivery '{delivery_id}' not found")
+        self.engine.kick()
+        return delivery_view({**updated, "attempts_log": row.get("attempts_log", [])})
+
+    # -- per-request webhooks (POST /message) ----------------------------------------------
+    async def request_webhook(self, owner: Owner, task_id: str, spec: Any) -> Record:
+        """The subscription of one ``POST /message``: its task's events go to `url`.
+        Returns ``{"id", "secret"}`` (the new secret; None when the caller gave one)."""
+        if not isinstance(spec, dict):
+            raise WebhookError(400, "parameter 'webhook' must be an object with a 'url'")
+        self._unknown_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
+        given = spec.get("secret") is not None
+        try:
+            events = self._events(spec.get("events"), default=["*"])
+            secret = self._secret(spec.get("secret"))
+            url = await self._url(spec.get("url"))
+        except WebhookError as exc:
+            raise WebhookError(
+                exc.status, exc.detail.replace("parameter '", "parameter 'webhook.", 1)
+            ) from None
+        sub = self._new_subscription(
+            owner,
+            "request",
+            url,
+            events,
+            task_id=task_id,
+            secret=secret,
+            expires_at=time.time() + self.cfg.retention,
+        )
+        await self.store.add_subscription(sub)
+        # A secret the caller chose is not sent back; a new one is shown this once.
+        return {"id": sub["subscription_id"], "secret": None if given else secret}
+
+    # -- A2A push notification configs ----------------------------------------------------
+    async def set_push_config(
+        self,
+        owner: Owner,
+        task_id: str,
+        config_id: str,
+        url: Any,
+        token: str | None,
+        auth: Record | None,
+    ) -> Record:
+        """Create or replace the owner's push config `config_id` of A2A task `task_id`."""
+        checked = await self._url(url)
+        existing = await self.store.list_subscriptions(
+            self.swarm_name, owner=owner, kinds=["a2a"], task_id=task_id
+        )
+        same = [s for s in existing if s["description"] == config_id]
+        if not same and len(existing) >= self.cfg.max_push_configs_per_task:
+            raise WebhookError(
+                429,
+                f"task '{task_id}' already has {len(existing)} push configs, the most one task "
+                f"may have ([server.webhooks] max_push_configs_per_task)",
+            )
+        for old in same:
+            await self.store.delete_subscription(old["subscription_id"])
+        # For A2A configs `description` holds the config id and `events` is unused.
+        sub = self._new_subscription(
+            owner,
+            "a2a",
+            checked,
+            ["*"],
+            task_id=task_id,
+            description=config_id,
+            push_token=token,
+            push_auth=auth,
+            expires_at=time.time() + self.cfg.retention,
+        )
+        await self.store.add_subscription(sub)
+        return sub
+
+    async def push_configs(self, task_id: str, owner: Owner | None = None) -> list[Record]:
+        return await self.store.list_subscriptions(
+            self.swarm_name, owner=owner, kinds=["a2a"], task_id=task_id
+        )
+
+    async def delete_push_config(self, owner: Owner, task_id: str, config_id: str | None) -> None:
+        for sub in await self.push_configs(task_id, owner):
+            if config_id is None or sub["description"] == config_id:
+                await self.store.delete_subscription(sub["subscription_id"])
+
+    async def push(self, subs: Sequence[Record], event_type: str, body: str, task_id: str) -> None:
+        """Queue one A2A push notification (`body`, JSON) to each of `subs`."""
+        now = time.time()
+        event = {
+            "event_id": new_id("evt"),
+            "swarm_name": self.swarm_name,
+            "event_type": event_type,
+            "task_id": task_id,
+            "payload": body,
+        }
+        deliveries = [new_delivery(sub, event, now) for sub in subs if sub["active"]]
+        if deliveries:
+            await self.store.add_deliveries(deliveries)
+            self.engine.kick()

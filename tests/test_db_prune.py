@@ -1,0 +1,117 @@
+"""`mail db-prune`: expired finished tasks removed by hand, space given back; refused on a
+file a server is using."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
+
+from mail.store import InstanceKey
+from mail.store.postgres import PostgresTaskStore
+from mail.store.sqlite import SqliteTaskStore
+from server_fixtures import ROOT_ALICE_BOB, keyed_stub_server, run_cli
+
+pytestmark = pytest.mark.timeout(120)
+KEY = InstanceKey("stub", "user", "alice")
+
+
+async def _fill(store: SqliteTaskStore | PostgresTaskStore, finished: int) -> None:
+    await store.start()
+    try:
+        for n in range(finished):
+            task_id = f"done-{n}"
+            await store.upsert_task(
+                KEY,
+                {
+                    "task_id": task_id,
+                    "task_owner": "user:alice@stub",
+                    "is_running": False,
+                    "completed": True,
+                    "state": "completed",
+                },
+            )
+            await store.append_event(KEY, task_id, {"event": "new_message", "data": "x" * 300_000})
+            await store.save_history(KEY, task_id, "supervisor", None, [{"content": "y" * 10}])
+        await store.upsert_task(
+            KEY, {"task_id": "busy", "task_owner": "user:alice@stub", "is_running": True}
+        )
+        assert await store.flush(30)
+    finally:
+        await store.close()
+
+
+def _old_format(path: Path) -> None:
+    """Make the file as older versions did: auto_vacuum = NONE (a full VACUUM switches it)."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA auto_vacuum = NONE")
+    conn.execute("VACUUM")
+    conn.close()
+
+
+def test_db_prune_removes_finished_tasks_and_shrinks_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mail.db"
+    asyncio.run(_fill(SqliteTaskStore(path), 120))
+    # A file of an older version, too big to be switched when opened (the bound is 64 MiB;
+    # lowered here, as the command runs in this process, to keep the file small).
+    _old_format(path)
+    monkeypatch.setattr("mail.store.sqlite_space.AUTO_CONVERT_BYTES", 1024)
+    size = path.stat().st_size
+    assert size > 30_000_000
+
+    code, out, err = run_cli("db-prune", "--sqlite", str(path))
+    assert code == 0, err
+    assert "Removed 0 task(s)" in out  # none is 30 days old yet
+
+    code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "0")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"Pruning SQLite {path}: every finished task"
+    assert lines[1].startswith("Removed 120 task(s) (360 rows) in ")
+    assert "run `mail db-prune --vacuum` once to make it shrink by itself" in out
+    assert path.stat().st_size > size // 2  # free pages kept for new rows
+
+    code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "0", "--vacuum")
+    assert code == 0, err
+    assert "Removed 0 task(s)" in out
+    assert path.stat().st_size < 1_000_000
+    assert "MiB -> 0.1 MiB" in out
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental from now on
+    assert [r[0] for r in conn.execute("SELECT task_id FROM tasks")] == ["busy"]
+    conn.close()
+
+
+def test_a_small_file_of_an_older_version_is_switched_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "mail.db"
+    asyncio.run(_fill(SqliteTaskStore(path), 20))
+    _old_format(path)
+    code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "0")
+    assert code == 0, err
+    assert "MiB -> 0.1 MiB" in out and "--vacuum" not in out
+    assert sqlite3.connect(path).execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+
+
+def test_db_prune_refuses_a_file_a_server_uses(tmp_path: Path) -> None:
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB):
+        code, out, err = run_cli(
+            "db-prune", "--sqlite", str(tmp_path / "data" / "mail.db"), "--older-than", "0"
+        )
+    assert code == 1
+    assert err.startswith("Error: ") and "in use by another mail process" in err
+    assert err.count("\n") == 1
+
+
+def test_db_prune_on_postgres_in_batches() -> None:
+    with scratch_schema("mail_prune", BASE_URL) as schema:
+        url = with_search_path(BASE_URL, schema)
+        asyncio.run(_fill(PostgresTaskStore(url, min_size=1, max_size=2), 60))
+        code, out, err = run_cli("db-prune", "--database-url", url, "--older-than", "0", "--vacuum")
+        assert code == 0, err
+        assert "Removed 60 task(s) (180 rows) in 2 batch(es), 0 team row(s)." in out
+        assert "Vacuumed " in out

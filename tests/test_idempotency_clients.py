@@ -1,0 +1,345 @@
+"""MAILClient and the interswarm router send a fresh Idempotency-Key per call that starts
+work and retry transient failures with that same key.
+
+- MAILClient against a real `mail server` behind a proxy that resets the client's first
+  connection right after passing its request on (the server runs it): the retry gets the
+  one task's answer, and the caller has one task;
+- MAILClient against a small loopback server answering 503 / 429 / 409 with Retry-After, or
+  not answering in time: the same key on every attempt, bounded, nothing retried that must not be;
+- the router against a peer that drops the first connection or answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import struct
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from mail.client import MAILClient, MAILClientError
+from mail.client_config import ClientConfig
+from mail.core.message import create_agent_address, make_message, make_request
+from mail.net import InterswarmError, InterswarmRouter, SwarmRegistry
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = ClientConfig(timeout=30, retries=3, retry_backoff=0.05, retry_max_delay=0.2)
+
+
+# ------------------------------------------------------------------------- a real server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with keyed_stub_server(tmp_path_factory.mktemp("idem_client"), ROOT_ALICE_BOB) as srv:
+        yield srv
+
+
+class ResettingProxy:
+    """127.0.0.1:<port> -> the server. The first `resets` connections: the client's request
+    is passed on whole, then the client's side is reset (RST) while the server's side stays
+    open until the server answered (so the server does the work; the client never hears)."""
+
+    def __init__(self, target_port: int, resets: int = 1) -> None:
+        self.target_port = target_port
+        self.resets = resets
+        self.connections = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> ResettingProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        if self.connections <= self.resets:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            up_writer.write(head + await reader.readexactly(length))
+            await up_writer.drain()
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()  # RST: "connection reset by peer" for the client
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                await up_reader.read(65536)  # the server's answer, which nobody gets
+            up_writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_mailclient_retries_a_reset_connection_and_gets_the_one_answer(
+    server: ServerProcess,
+) -> None:
+    before = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"])).json()
+    async with ResettingProxy(server.port) as proxy:
+        async with MAILClient(
+            f"http://127.0.0.1:{proxy.port}", server.keys["alice"], config=FAST
+        ) as client:
+            answer = await client.post_message("SLEEP 1 hello")
+        assert proxy.connections >= 2  # the reset one and the retry(s)
+    assert answer["response"] == "echo[alice]: hello"
+    after = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"])).json()
+    assert set(after) - set(before) == {answer["task_id"]}  # one task, not two
+
+
+async def test_mailclient_without_retries_reports_the_reset(server: ServerProcess) -> None:
+    async with ResettingProxy(server.port) as proxy:
+        async with MAILClient(
+            f"http://127.0.0.1:{proxy.port}", server.keys["bob"], config=FAST, retries=0
+        ) as client:
+            with pytest.raises(RuntimeError, match="request failed"):
+                await client.post_message("hello")
+        assert proxy.connections == 1
+
+
+async def test_mailclient_stream_retries_the_opening(server: ServerProcess) -> None:
+    async with ResettingProxy(server.port) as proxy:
+        async with MAILClient(
+            f"http://127.0.0.1:{proxy.port}", server.keys["bob"], config=FAST
+        ) as client:
+            names = []
+            final: Any = None
+            async for event in client.post_message_stream("SLEEP 0.5 streamed"):
+                names.append(event.event)
+                if event.event == "task_complete" and event.id is None:
+                    final = event
+                    break
+        assert proxy.connections >= 2
+    assert final is not None and '"echo[bob]: streamed"' in final.data
+    assert names[0] == "new_message"  # attached to the task from its first event
+
+
+# ------------------------------------------------------------------------- scripted answers
+
+
+class Scripted:
+    """A loopback server answering POST /message and GET /tasks from a list of replies,
+    recording the Idempotency-Key of each request."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []
+        self.keys: list[str | None] = []
+        self.server: TestServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.port}"
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.keys.append(request.headers.get("Idempotency-Key"))
+        reply = self.replies.pop(0) if self.replies else (200, {}, None)
+        status, headers, delay = reply
+        if delay:
+            await asyncio.sleep(delay)
+        body = (
+            {"response": "done", "events": None, "task_id": "t"}
+            if status == 200
+            else {"detail": "no"}
+        )
+        return web.json_response(body, status=status, headers=headers)
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Scripted]:
+    fake = Scripted()
+    app = web.Application()
+    app.router.add_post("/message", fake.handle)
+    app.router.add_get("/tasks", fake.handle)
+    fake.server = TestServer(app, host="127.0.0.1")
+    await fake.server.start_server()
+    yield fake
+    await fake.server.close()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        (503, {}, None),
+        (502, {}, None),
+        (504, {"Retry-After": "0"}, None),
+        (429, {"Retry-After": "0"}, None),
+        (409, {"Retry-After": "0"}, None),  # "still working on your first attempt"
+    ],
+)
+async def test_transient_answers_are_retried_with_the_same_key(
+    scripted: Scripted, first: Any
+) -> None:
+    scripted.replies = [first, first, (200, {}, None)]
+    async with MAILClient(scripted.url, "k", config=FAST) as client:
+        assert (await client.post_message("hi"))["response"] == "done"
+    assert len(scripted.keys) == 3
+    assert len(set(scripted.keys)) == 1 and scripted.keys[0] is not None
+    assert scripted.keys[0].startswith('"') and scripted.keys[0].endswith('"')
+    async with MAILClient(scripted.url, "k", config=FAST) as client:
+        await client.post_message("hi")
+    assert scripted.keys[-1] != scripted.keys[0]  # a fresh key per call
+
+
+async def test_a_timeout_before_the_answer_is_retried(scripted: Scripted) -> None:
+    scripted.replies = [(200, {}, 5.0), (200, {}, None)]
+    config = ClientConfig(timeout=1.0, retries=2, retry_backoff=0.05, retry_max_delay=0.1)
+    async with MAILClient(scripted.url, "k", config=config) as client:
+        assert (await client.post_message("hi"))["response"] == "done"
+    assert len(scripted.keys) == 2 and scripted.keys[0] == scripted.keys[1]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [(400, {}, None), (429, {}, None), (500, {}, None), (409, {}, None), (422, {}, None)],
+)
+async def test_answers_that_are_not_transient_are_not_retried(
+    scripted: Scripted, reply: Any
+) -> None:
+    scripted.replies = [reply, (200, {}, None)]
+    async with MAILClient(scripted.url, "k", config=FAST) as client:
+        with pytest.raises(MAILClientError) as raised:
+            await client.post_message("hi")
+    assert raised.value.status == reply[0]
+    assert len(scripted.keys) == 1
+
+
+async def test_retries_are_bounded_and_reads_carry_no_key(scripted: Scripted) -> None:
+    scripted.replies = [(503, {}, None)] * 10
+    async with MAILClient(scripted.url, "k", config=FAST, retries=2) as client:
+        with pytest.raises(MAILClientError):
+            await client.post_message("hi")
+        assert len(scripted.keys) == 3  # the call and 2 retries
+        scripted.replies = [(503, {}, None), (200, {}, None)]
+        with pytest.raises(MAILClientError):
+            await client.get_tasks()  # reads start nothing: no key, not retried
+    assert scripted.keys[-1] is None and len(scripted.keys) == 4
+
+
+def test_retries_keep_the_original_constructor() -> None:
+    # The original's MAILClient(url, api_key=None, session=None, config=None) still works.
+    client = MAILClient("http://127.0.0.1:1", "key", None, ClientConfig(retries=5))
+    assert client.retry_policy.retries == 5
+    assert MAILClient("http://127.0.0.1:1", retries=0).retry_policy.retries == 0
+    with pytest.raises(ValueError):
+        MAILClient("http://127.0.0.1:1", retries=-1)
+
+
+# ------------------------------------------------------------------------- the router
+
+
+class Peer:
+    """A peer's /interswarm/forward: drops the first `drops` connections, then answers
+    `statuses` in turn (200 after them); records each request's Idempotency-Key."""
+
+    def __init__(self) -> None:
+        self.drops = 0
+        self.statuses: list[int] = []
+        self.keys: list[str | None] = []
+        self.server: TestServer | None = None
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        self.keys.append(request.headers.get("Idempotency-Key"))
+        await request.read()
+        if self.drops:
+            self.drops -= 1
+            assert request.transport is not None
+            request.transport.abort()  # no answer at all
+            return web.Response()
+        status = self.statuses.pop(0) if self.statuses else 200
+        return web.json_response(
+            {"status": "success"} if status == 200 else {"detail": "busy"}, status=status
+        )
+
+    async def root(self, _: web.Request) -> web.Response:
+        return web.json_response({"protocol_version": "1.3", "swarm": {"public": True}})
+
+
+@pytest.fixture
+async def peer_router(tmp_path: Any) -> AsyncIterator[tuple[Peer, InterswarmRouter]]:
+    for var in [v for v in os.environ if v.startswith("SWARM_AUTH_TOKEN")]:
+        os.environ.pop(var)
+    peer = Peer()
+    app = web.Application()
+    app.router.add_get("/", peer.root)
+    app.router.add_post("/interswarm/forward", peer.forward)
+    peer.server = TestServer(app, host="127.0.0.1")
+    await peer.server.start_server()
+    registry = SwarmRegistry(
+        "alpha", "http://127.0.0.1:1", persistence_file=tmp_path / "alpha.json"
+    )
+    await registry.register_swarm("beta", f"http://127.0.0.1:{peer.server.port}", auth_token="t")
+    router = InterswarmRouter(registry, "alpha", request_timeout=10)
+    await router.start()
+    yield peer, router
+    await router.stop()
+    await registry.aclose()
+    await peer.server.close()
+
+
+def _envelope(router: InterswarmRouter) -> Any:
+    payload = make_request(
+        "task-1",
+        create_agent_address("supervisor@alpha"),
+        create_agent_address("worker@beta"),
+        "Q",
+        "hello",
+        sender_swarm="alpha",
+        recipient_swarm="beta",
+    )
+    owner = "user:u1@alpha"
+    return router.wrap_message(make_message(payload, "request"), "beta", owner, [owner])
+
+
+async def test_router_resends_after_a_dropped_connection_and_a_503(
+    peer_router: tuple[Peer, InterswarmRouter],
+) -> None:
+    peer, router = peer_router
+    peer.drops, peer.statuses = 1, [503]
+    answer = await router.send_interswarm(_envelope(router), "forward")
+    assert answer["status"] == "success"
+    assert len(peer.keys) == 3 and len(set(peer.keys)) == 1 and peer.keys[0] is not None
+    await router.send_interswarm(_envelope(router), "forward")
+    assert peer.keys[-1] != peer.keys[0]  # a fresh key per send
+
+
+async def test_router_gives_up_after_its_retries_and_on_a_400(
+    peer_router: tuple[Peer, InterswarmRouter],
+) -> None:
+    peer, router = peer_router
+    peer.statuses = [503, 503, 503, 503]
+    with pytest.raises(InterswarmError, match="HTTP 503"):
+        await router.send_interswarm(_envelope(router), "forward")
+    assert len(peer.keys) == 1 + router.retries
+    peer.keys.clear()
+    peer.statuses = [400]
+    with pytest.raises(InterswarmError, match="HTTP 400"):
+        await router.send_interswarm(_envelope(router), "forward")
+    assert len(peer.keys) == 1

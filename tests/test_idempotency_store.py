@@ -1,0 +1,182 @@
+"""IdempotencyStore contract, for the memory, SQLite and PostgreSQL stores alike: a key is
+taken once, a live record is never overwritten (unless an unfinished one is taken over by the
+same request), outcomes are kept, records expire, callers are apart, and what SQLite and
+PostgreSQL keep is still there after the store is closed and opened again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
+
+from mail.store.base import InstanceKey
+from mail.store.idempotency import IdempotencyStore, KeyRecord, MemoryIdempotencyStore
+
+BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+ALICE = InstanceKey("s", "user", "alice")
+BOB = InstanceKey("s", "user", "bob")
+NOW = 1_000_000.0
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with scratch_schema("mail_idem", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
+
+
+def _open(kind: str, where: Path | str) -> IdempotencyStore:
+    if kind == "sqlite":
+        from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+
+        return SqliteIdempotencyStore(where)
+    from mail.store.idempotency_postgres import PostgresIdempotencyStore
+
+    return PostgresIdempotencyStore(str(where))
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[IdempotencyStore]:
+    if request.param == "memory":
+        yield MemoryIdempotencyStore()
+        return
+    where = tmp_path / "mail.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    opened = _open(request.param, where)
+    await opened.start()
+    try:
+        yield opened
+    finally:
+        await opened.purge(NOW * 10)  # the PostgreSQL schema is shared by the module's tests
+        await opened.close()
+
+
+def record(
+    fingerprint: str = "fp", *, at: float = NOW, ttl: float = 100.0, **extra: object
+) -> KeyRecord:
+    return KeyRecord(fingerprint, at, at + ttl, **extra)  # type: ignore[arg-type]
+
+
+async def test_a_key_is_taken_once_and_read_back(store: IdempotencyStore) -> None:
+    first = record(subject="task-1", context={"after": 3, "stream": False}, holder="h1")
+    assert await store.take(ALICE, "k", first) is None
+    held = await store.take(ALICE, "k", record(subject="task-2"))
+    assert held is not None and held.subject == "task-1" and not held.finished
+    got = await store.get(ALICE, "k", NOW + 1)
+    assert got is not None
+    assert (got.fingerprint, got.subject, got.context, got.holder) == (
+        "fp",
+        "task-1",
+        {"after": 3, "stream": False},
+        "h1",
+    )
+    # Another caller's key of the same value is another key.
+    assert await store.get(BOB, "k", NOW + 1) is None
+    assert await store.take(BOB, "k", record("other")) is None
+
+
+async def test_outcome_is_kept_and_release_forgets(store: IdempotencyStore) -> None:
+    assert await store.take(ALICE, "k", record()) is None
+    await store.finish(ALICE, "k", 200, "application/json", b'{"response":"done"}')
+    got = await store.get(ALICE, "k", NOW + 1)
+    assert got is not None and got.finished
+    assert (got.status, got.content_type, got.body) == (
+        200,
+        "application/json",
+        b'{"response":"done"}',
+    )
+    await store.release(ALICE, "k")
+    assert await store.get(ALICE, "k", NOW + 1) is None
+    assert await store.take(ALICE, "k", record("new")) is None
+
+
+async def test_expired_records_are_absent_overwritten_and_purged(store: IdempotencyStore) -> None:
+    assert await store.take(ALICE, "old", record(ttl=10)) is None
+    assert await store.take(ALICE, "new", record(ttl=1000)) is None
+    assert await store.count(ALICE, NOW + 1) == 2
+    assert await store.get(ALICE, "old", NOW + 20) is None
+    assert await store.count(ALICE, NOW + 20) == 1
+    # An expired key can be taken again, by any request.
+    assert await store.take(ALICE, "old", record("different", at=NOW + 20)) is None
+    assert await store.purge(NOW + 5000, ALICE) == 2
+    assert await store.count(ALICE, NOW) == 0
+
+
+async def test_takeover_needs_the_same_unfinished_request(store: IdempotencyStore) -> None:
+    assert await store.take(ALICE, "k", record(subject="t1", holder="dead")) is None
+    # Another request (fingerprint) cannot take it over; the same one can.
+    assert await store.take(ALICE, "k", record("other"), replace=True) is not None
+    assert await store.take(ALICE, "k", record(subject="t1", holder="new"), replace=True) is None
+    got = await store.get(ALICE, "k", NOW)
+    assert got is not None and got.holder == "new"
+    # A finished one is never taken over: its outcome is what a retry gets.
+    await store.finish(ALICE, "k", 200, None, b"x")
+    assert await store.take(ALICE, "k", record(), replace=True) is not None
+
+
+async def test_concurrent_takes_one_winner(store: IdempotencyStore) -> None:
+    results = await asyncio.gather(*(store.take(ALICE, "race", record(f"fp{i}")) for i in range(8)))
+    assert sum(r is None for r in results) == 1
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_records_survive_reopening(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = tmp_path / "mail.db" if kind == "sqlite" else request.getfixturevalue("pg_url")
+    first = _open(kind, where)
+    await first.start()
+    await first.take(ALICE, "durable", record(subject="task-9"))
+    await first.close()
+    second = _open(kind, where)
+    await second.start()
+    try:
+        got = await second.get(ALICE, "durable", NOW)
+        assert got is not None and got.subject == "task-9"
+    finally:
+        await second.purge(NOW * 10)
+        await second.close()
+
+
+def test_sqlite_migration_adds_the_table(tmp_path: Path) -> None:
+    from mail.store.sqlite_schema import connect, migrate
+
+    conn = connect(tmp_path / "old.db")
+    migrate(conn)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "idempotency_keys" in tables
+    assert [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")][
+        -1
+    ] >= 2
+    conn.close()
+
+
+async def test_sqlite_take_waits_for_the_lock_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """A take commits on the database thread: while another writer (the task store's batch)
+    holds the file's lock, it waits there for the lock; the event loop never blocks on it."""
+    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+    from mail.store.sqlite_schema import connect
+
+    store = SqliteIdempotencyStore(tmp_path / "mail.db")
+    await store.start()
+    other = connect(tmp_path / "mail.db")
+    try:
+        assert await store.take(ALICE, "free", record()) is None
+        other.execute("BEGIN IMMEDIATE")  # a writer holds the lock
+        taking = asyncio.ensure_future(store.take(ALICE, "busy", record()))
+        ticks = 0
+        while ticks < 20:  # the loop keeps running meanwhile
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not taking.done()
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(taking, 30) is None
+        got = await store.get(ALICE, "busy", NOW)
+        assert got is not None and got.fingerprint == "fp"
+    finally:
+        other.close()
+        await store.close()

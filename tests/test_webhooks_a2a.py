@@ -1,0 +1,165 @@
+"""A2A push notifications: the SDK's own client against a real `mail server`, and a real
+receiver process.
+
+The card says ``pushNotifications: true``; push configs are created, read, listed and deleted
+per task and per caller; a breakpoint pause reaches the receiver as ``input-required``, with
+the config's token and authentication headers; a config's URL passes the address guard.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from a2a.types.a2a_pb2 import (
+    AuthenticationInfo,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    SendMessageConfiguration,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from tests.support.webhook_receiver import ReceiverProcess
+
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, free_port, keyed_stub_server
+from support.a2a_clients import a2a_client, collect, message
+
+pytestmark = pytest.mark.timeout(240)
+
+WEBHOOKS = """
+[server.webhooks]
+allowed_hosts = ["127.0.0.1"]
+retry_schedule = [0.2, 0.2]
+poll_interval = 0.2
+"""
+
+
+@pytest.fixture(scope="module")
+def servers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ServerProcess, ReceiverProcess]]:
+    root = tmp_path_factory.mktemp("a2a_push")
+    receiver = ReceiverProcess(free_port(), root).start()
+    try:
+        with keyed_stub_server(root, ROOT_ALICE_BOB, extra=WEBHOOKS) as server:
+            yield server, receiver
+    finally:
+        receiver.stop()
+
+
+def _push_states(entries: list[dict[str, Any]]) -> list[str]:
+    states = []
+    for entry in entries:
+        body = json.loads(entry["body"])
+        if "statusUpdate" in body:
+            states.append(body["statusUpdate"]["status"]["state"])
+        elif "task" in body:
+            states.append(body["task"]["status"]["state"])
+    return states
+
+
+async def test_the_card_offers_push_notifications(
+    servers: tuple[ServerProcess, ReceiverProcess],
+) -> None:
+    server, _ = servers
+    card = httpx.get(f"{server.base_url}/.well-known/agent-card.json", timeout=30).json()
+    assert card["capabilities"]["pushNotifications"] is True
+
+
+async def test_a_pause_is_pushed_as_input_required_with_token_and_auth(
+    servers: tuple[ServerProcess, ReceiverProcess],
+) -> None:
+    server, receiver = servers
+    config = TaskPushNotificationConfig(
+        url=receiver.url("/a2a-alice"),
+        token="tok-123",
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="receiver-secret"),
+    )
+    request = message("BREAKPOINT may I?")
+    request.configuration.CopyFrom(SendMessageConfiguration(task_push_notification_config=config))
+    async with a2a_client(server.base_url, server.keys["alice"], streaming=False) as client:
+        events = await collect(client, request)
+    task = events[-1].task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    deadline = time.monotonic() + 20
+    while "TASK_STATE_INPUT_REQUIRED" not in _push_states(receiver.received("/a2a-alice")):
+        assert time.monotonic() < deadline, receiver.received("/a2a-alice")
+        time.sleep(0.05)
+    got = receiver.received("/a2a-alice")
+    for entry in got:
+        assert entry["headers"]["x-a2a-notification-token"] == "tok-123"
+        assert entry["headers"]["authorization"] == "Bearer receiver-secret"
+        assert entry["headers"]["webhook-id"].startswith("msg_")
+        body = json.loads(entry["body"])
+        update = body.get("statusUpdate") or body.get("task")
+        assert update["taskId" if "statusUpdate" in body else "id"] == task.id
+    # Only state changes are pushed, not the per-MAIL-event `working` updates.
+    states = _push_states(got)
+    assert states[-1] == "TASK_STATE_INPUT_REQUIRED"
+    assert len(states) <= 4, states
+    paused = [json.loads(e["body"]) for e in got if "INPUT_REQUIRED" in e["body"]][0]
+    parts = paused["statusUpdate"]["status"]["message"]["parts"]
+    assert any(p.get("data", {}).get("mail_pause") == "breakpoint" for p in parts), parts
+
+
+async def test_push_configs_are_created_listed_and_deleted_per_caller(
+    servers: tuple[ServerProcess, ReceiverProcess],
+) -> None:
+    server, receiver = servers
+    async with a2a_client(server.base_url, server.keys["alice"], streaming=False) as client:
+        events = await collect(client, message("BREAKPOINT hold"))
+        task_id = events[-1].task.id
+        made = await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(
+                task_id=task_id, id="cfg-1", url=receiver.url("/a2a-cfg"), token="t1"
+            )
+        )
+        assert made.id == "cfg-1" and made.url == receiver.url("/a2a-cfg")
+        await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task_id, id="cfg-2", url=receiver.url("/a2a-cfg2"))
+        )
+        got = await client.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task_id, id="cfg-1")
+        )
+        assert got.token == "t1"
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert sorted(c.id for c in listed.configs) == ["cfg-1", "cfg-2"]
+        # The guard: a private address is refused.
+        with pytest.raises(Exception, match="allowed_hosts"):
+            await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task_id, id="bad", url="http://10.0.0.7/x")
+            )
+        await client.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="cfg-2")
+        )
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert [c.id for c in listed.configs] == ["cfg-1"]
+    # Bob cannot see alice's task, let alone its configs.
+    async with a2a_client(server.base_url, server.keys["bob"], streaming=False) as client:
+        with pytest.raises(Exception):  # noqa: B017 - the SDK's task-not-found error
+            await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+    # Resuming the paused task pushes its completion to the remaining config.
+    async with a2a_client(server.base_url, server.keys["alice"], streaming=False) as client:
+        resumed = message(
+            "",
+            {"breakpoint_tool_call_result": "yes"},
+            context_id=events[-1].task.context_id,
+            task_id=task_id,
+        )
+        await collect(client, resumed)
+    deadline = time.monotonic() + 20
+    while "TASK_STATE_COMPLETED" not in _push_states(receiver.received("/a2a-cfg")):
+        assert time.monotonic() < deadline, receiver.received("/a2a-cfg")
+        time.sleep(0.05)
+    assert receiver.received("/a2a-cfg2") == []
