@@ -17,7 +17,7 @@ from tests.support.tcp_proxy import TcpProxy, via_proxy
 
 from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
 from mail.core.message import create_agent_address, make_broadcast, make_message
-from mail.store.memory_store import create_agent_memory
+from mail.store.agent_memory import create_agent_memory
 from mail.store.postgres import PostgresTaskStore
 
 pytestmark = pytest.mark.timeout(90)

@@ -26,7 +26,7 @@ from mail.core.message import (
 from mail.core.runtime_durable import journal_key
 from mail.core.system_messages import system_response
 from mail.store.base import InstanceKey
-from mail.store.memory import MemoryTaskStore
+from mail.store.tasks_memory import MemoryTaskStore
 
 pytestmark = pytest.mark.timeout(30)
 

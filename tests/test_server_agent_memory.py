@@ -45,7 +45,7 @@ async def test_instances_share_a_postgres_backed_agent_memory(
         bob = await state.instances.get("user", "bob", "key-b")
         memory = alice.swarm.runtime.memory
         assert memory is bob.swarm.runtime.memory
-        # Opened on first use, not at start-up (store/lazy_memory.py).
+        # Opened on first use, not at start-up (store/agent_memory_lazy.py).
         assert memory.store is None
         await memory.put(agent, "k1", {"role": "user", "content": "the harvest festival is friday"})
         assert type(memory.store).__name__ == "PostgresMemoryStore"

@@ -99,7 +99,7 @@ async def test_team_writes_wait_out_an_outage_and_land_in_order(pg_schema: str) 
 
 
 async def test_agent_memory_puts_wait_out_an_outage(pg_schema: str) -> None:
-    from mail.store.memory_store import create_agent_memory
+    from mail.store.agent_memory import create_agent_memory
 
     async with proxied(pg_schema) as (proxy, url):
         memory = await create_agent_memory(url)

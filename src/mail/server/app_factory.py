@@ -133,8 +133,8 @@ async def _startup(
     )
     state_box["state"] = state
     if store is not None and getattr(store, "backend", "") == "postgres":
-        # Opened when an agent first remembers or recalls (see store/lazy_memory.py).
-        from mail.store.lazy_memory import LazyAgentMemory
+        # Opened when an agent first remembers or recalls (see store/agent_memory_lazy.py).
+        from mail.store.agent_memory_lazy import LazyAgentMemory
 
         instances.agent_memory = LazyAgentMemory(_start_agent_memory)
     await _start_interswarm(state)
@@ -210,7 +210,7 @@ def tune_gc() -> None:
 async def _start_agent_memory() -> Any:
     """Agent memory in the same database as the tasks (in-memory if it cannot be reached)."""
     from mail.store import database_url_from_env
-    from mail.store.memory_store import create_agent_memory
+    from mail.store.agent_memory import create_agent_memory
 
     return await create_agent_memory(database_url_from_env(), fallback=True)
 

@@ -24,7 +24,7 @@ from mail.store.base import (
     TaskStore,
     detect_tool_format,
 )
-from mail.store.memory import MemoryTaskStore
+from mail.store.tasks_memory import MemoryTaskStore
 
 if TYPE_CHECKING:
     from mail.store.lifecycle import TaskLifecycle

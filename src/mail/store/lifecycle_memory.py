@@ -18,7 +18,7 @@ from mail.store.lifecycle import (
     queue_keys,
     record_is_finished,
 )
-from mail.store.memory import MemoryTaskStore, _InstanceData
+from mail.store.tasks_memory import MemoryTaskStore, _InstanceData
 
 
 class MemoryLifecycle(TaskLifecycle):

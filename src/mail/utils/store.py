@@ -31,7 +31,7 @@ async def get_langmem_store(
     With `fallback=False` a database that cannot be reached raises instead of degrading.
     """
     from mail.store import database_url_from_env
-    from mail.store.memory_store import open_langgraph_store
+    from mail.store.agent_memory import open_langgraph_store
 
     url = database_url_from_env() if database_url is _FROM_ENV else database_url
     store, close = await open_langgraph_store(url, fallback=fallback)

@@ -12,7 +12,7 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 from tests.support.pg_schema import scratch_schema, with_search_path
 
-from mail.store.memory_store import (
+from mail.store.agent_memory import (
     ACK_MARKER,
     AgentMemory,
     LangGraphAgentMemory,

@@ -38,7 +38,7 @@ from langgraph.store.base import (
 
 from mail.store.retrying import RetryingWrites
 
-logger = logging.getLogger("mail.store.memory_store")
+logger = logging.getLogger("mail.store.agent_memory")
 
 MemoryWrite = Callable[[], Awaitable[None]]
 
@@ -425,7 +425,7 @@ async def create_agent_memory(database_url: str | None, *, fallback: bool = Fals
         from mail.store.postgres import is_transient_error
 
         writes = RetryingWrites(
-            _run_writes, is_transient=is_transient_error, name="mail.store.memory"
+            _run_writes, is_transient=is_transient_error, name="mail.store.agent_memory"
         )
         writes.start()
     return LangGraphAgentMemory(store, on_close=close, writes=writes)

@@ -1,6 +1,6 @@
 """Agent memory opened on first use, so servers whose agents never remember pay nothing.
 
-The backing memory (``memory_store.create_agent_memory``: LangGraph's store API, PostgreSQL
+The backing memory (``agent_memory.create_agent_memory``: LangGraph's store API, PostgreSQL
 with ``DATABASE_URL``) imports langgraph/langchain_core (over a second of start-up on a busy
 machine) and opens its own database pool. Most swarms never acknowledge a broadcast nor
 recall anything, so a server, and every cluster instance host, builds this proxy at start-up
@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-logger = logging.getLogger("mail.store.lazy_memory")
+logger = logging.getLogger("mail.store.agent_memory_lazy")
 
 
 class AgentMemoryClosed(RuntimeError):
