@@ -369,6 +369,13 @@ async def test_interswarm_send_receive_and_router_methods_of_v13(tmp_path: Path)
     base_url = await peer.start()
     registry = SwarmRegistry("local", "http://127.0.0.1:1", str(tmp_path / "reg.json"))
     await registry.register_swarm("remote", base_url, auth_token="swarm-token", volatile=True)
+    # docs/differences.md "swarm registry": even a volatile endpoint carries the reference,
+    # never the literal, so a v1.3 migration with another prefix has nothing to move.
+    registry.migrate_auth_tokens_to_env_refs(env_var_prefix="OTHER_PREFIX")
+    endpoint = registry.get_swarm_endpoint("remote")
+    assert endpoint is not None
+    assert endpoint["auth_token_ref"] == "${SWARM_AUTH_TOKEN_REMOTE}"
+    assert registry.get_resolved_auth_token("remote") == "swarm-token"
     router = InterswarmRouter(registry, "local", request_timeout=5)
     assert not router.is_running() and await router.is_running() is False
     await router.start()
