@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -180,3 +181,57 @@ async def test_sqlite_take_waits_for_the_lock_off_the_event_loop(
     finally:
         other.close()
         await store.close()
+
+
+async def test_the_oldest_finished_records_are_evicted(store: IdempotencyStore) -> None:
+    for n in range(4):
+        assert await store.take(ALICE, f"e{n}", record(f"fp{n}", at=NOW + n)) is None
+    assert await store.take(BOB, "e0", record("fp0", at=NOW - 5)) is None
+    for n in (0, 1, 3):
+        await store.finish(ALICE, f"e{n}", 200, "application/json", b"{}")
+    await store.finish(BOB, "e0", 200, "application/json", b"{}")
+    assert await store.evict_finished(ALICE, 2) == 2
+    live = {n for n in range(4) if await store.get(ALICE, f"e{n}", NOW) is not None}
+    assert live == {2, 3}  # the two oldest finished went; the unfinished one stays
+    assert await store.evict_finished(ALICE, 10) == 1
+    assert await store.get(ALICE, "e2", NOW) is not None
+    assert await store.get(BOB, "e0", NOW) is not None  # another caller's: untouched
+
+
+async def test_at_the_bound_finished_keys_make_room_and_unfinished_ones_refuse() -> None:
+    """A caller past `max_idempotency_keys_per_caller` (MAILClient keys every call) keeps
+    working: its oldest answered keys are forgotten; only keys whose requests are all still
+    under way are a 429."""
+    from fastapi import HTTPException
+    from starlette.responses import Response
+
+    from mail.server.auth import Caller
+    from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld
+
+    guard = IdempotencyGuard(
+        MemoryIdempotencyStore(), swarm_name="s", ttl=100.0, max_keys=2, max_length=255
+    )
+    caller = Caller("user", "alice", "k")
+
+    async def run(key: str, *, finish: bool = True) -> None:
+        ticket = guard.open(caller, key, f"fp-{key}")
+        try:
+            await ticket.take()
+            if finish:
+                await ticket.finish(Response(b"{}", media_type="application/json"))
+        finally:
+            ticket.leave()
+
+    for key in ("a", "b", "c", "d"):
+        await run(key)  # past the bound: the oldest answered key makes room each time
+    scope = guard.scope(caller)
+    assert await guard.store.count(scope, time.time()) == 2
+    assert await guard.store.get(scope, "a", time.time()) is None
+    with pytest.raises(KeyHeld):  # a repeat at the bound finds its own key, never evicts it
+        await run("d")
+    await run("e", finish=False)
+    await run("f", finish=False)
+    with pytest.raises(HTTPException) as refused:
+        await run("g")
+    assert refused.value.status_code == 429
+    assert "max_idempotency_keys_per_caller = 2" in str(refused.value.detail)

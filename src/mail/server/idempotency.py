@@ -153,7 +153,7 @@ def idempotent(
             key = parse_key(request, guard.max_length)
             assert key is not None
             body = await request.body()
-            ticket = guard.open(who, key, fingerprint(request.method, request.url.path, body))
+            ticket = guard.open(who, key, fingerprint(request.method, request.scope["path"], body))
             if ticket.in_flight:
                 return await _answer_duplicate(request, who, ticket, resolver)
             request.scope[_SCOPE_KEY] = ticket

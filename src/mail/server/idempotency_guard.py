@@ -31,6 +31,9 @@ logger = logging.getLogger("mail.server.idempotency")
 
 # Seconds a caller at the key bound is told to wait (the oldest keys expire meanwhile).
 KEY_LIMIT_RETRY_AFTER = 60
+# At the key bound, this share of it (at least one key) of the caller's oldest finished keys
+# is forgotten at once: one store statement per that many keyed requests, not per request.
+EVICT_FRACTION = 0.01
 # Seconds an outcome recorded after its answer waits for others to be written with it.
 OUTCOME_DELAY = 0.05
 # Seconds between two sweeps of expired keys (one per server, started by a take).
@@ -92,8 +95,10 @@ class IdempotencyGuard:
         pending = self._pending[slot] = _Pending(fingerprint)
         return Ticket(self, scope, key, fingerprint, pending=pending, owner=True)
 
-    async def admit(self, scope: InstanceKey, now: float) -> None:
-        """429 when the caller already holds `max_keys` live keys."""
+    async def admit(self, scope: InstanceKey, key: str, now: float) -> None:
+        """Room for one more key of the caller: at `max_keys` live keys, its oldest finished
+        ones are forgotten (a batch of them, `EVICT_FRACTION` of the bound); 429 when none of
+        them is finished (every request is still under way, or died without an outcome)."""
         if not self.max_keys:
             return
         owner = (scope.caller_role, scope.caller_id)
@@ -102,14 +107,20 @@ class IdempotencyGuard:
             if count is not None:
                 await self.store.purge(now, scope)
             count = await self.store.count(scope, now)
+            if count >= self.max_keys and await self.store.get(scope, key, now) is None:
+                # (A repeat of a held key adds none: its own record must not be evicted.)
+                await self.flush_outcomes()
+                batch = count - self.max_keys + max(1, int(self.max_keys * EVICT_FRACTION))
+                count -= await self.store.evict_finished(scope, batch)
             self._counts[owner] = count
         if count >= self.max_keys:
             raise HTTPException(
                 429,
-                f"you hold {count} idempotency keys, the most one caller may hold "
-                f"([server.settings] max_idempotency_keys_per_caller = {self.max_keys}); "
-                f"keys expire {self.ttl:g}s after their request; retry later, or send this "
-                "request without an Idempotency-Key",
+                f"you hold {count} idempotency keys whose requests are still under way or "
+                "ended without an outcome, the most one caller may hold ([server.settings] "
+                f"max_idempotency_keys_per_caller = {self.max_keys}); they expire "
+                f"{self.ttl:g}s after their request; retry later, or send this request "
+                "without an Idempotency-Key",
                 headers={"Retry-After": str(KEY_LIMIT_RETRY_AFTER)},
             )
 
@@ -156,16 +167,20 @@ class IdempotencyGuard:
     async def _write_outcomes(self) -> None:
         while self._outcomes:
             await asyncio.sleep(OUTCOME_DELAY)
-            batch, self._outcomes = self._outcomes, []
-            try:
-                await self.store.finish_many([outcome for _, outcome in batch])
-            except Exception:  # noqa: BLE001 - unfinished keys are resolved from their tasks
-                logger.warning(
-                    "recording %d idempotency outcomes failed", len(batch), exc_info=True
-                )
-            finally:
-                for ticket, _ in batch:
-                    ticket.leave()
+            await self.flush_outcomes()
+
+    async def flush_outcomes(self) -> None:
+        """Write the queued outcomes now (also before evicting: they are finished keys)."""
+        batch, self._outcomes = self._outcomes, []
+        if not batch:
+            return
+        try:
+            await self.store.finish_many([outcome for _, outcome in batch])
+        except Exception:  # noqa: BLE001 - unfinished keys are resolved from their tasks
+            logger.warning("recording %d idempotency outcomes failed", len(batch), exc_info=True)
+        finally:
+            for ticket, _ in batch:
+                ticket.leave()
 
     def spawn(self, work: Awaitable[Any], what: str) -> None:
         async def run() -> None:
@@ -242,7 +257,7 @@ class Ticket:
         )
         if not self.takeover:
             try:
-                await self.guard.admit(self.scope, now)
+                await self.guard.admit(self.scope, self.key, now)
             except HTTPException:
                 # At the bound: a repeat of a request whose key is held still gets its answer.
                 earlier = await self.guard.store.get(self.scope, self.key, now)

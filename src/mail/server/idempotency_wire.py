@@ -33,7 +33,9 @@ def parse_key(request: Request, max_length: int) -> str | None:
     says, or the same characters unquoted (what curl users type): at most ``max_length``
     characters, not empty, one header field.
     """
-    values = request.headers.getlist(HEADER)
+    # Read off the raw header list (latin-1, as Starlette decodes it): building the request's
+    # `Headers` costs more than the rest of this function on the keyed hot path.
+    values = [v.decode("latin-1") for n, v in request.scope["headers"] if n == HEADER_BYTES]
     if not values:
         return None
     if len(values) > 1:

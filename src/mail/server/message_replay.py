@@ -56,6 +56,10 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         return in_progress() if ticket.in_flight else None
     state = get_state(request)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    if state.finished is not None:
+        # After a restart a task that ended before it is only in the store: put it back, or
+        # its events look absent and the request would run a second time.
+        await state.finished.bring_back(inst, task_id)
     task, archived = _found(state, caller, inst, task_id)
     events = task.events if task is not None else archived.get("events") or []
     after = int(context.get("after") or 0)

@@ -103,13 +103,19 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     _claim(inst, task_id)
 
 
-async def prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
+async def prepare(
+    state: ServerState, inst: Instance, req: MessageRequest, *, brought_back: bool = False
+) -> None:
     """`_prepare`, after what needs the store: a finished task the message names is put back
     into the instance, and the caller's stored bytes and tasks are checked (429 past
-    [server.store] max_stored_bytes_per_caller / max_stored_tasks_per_caller)."""
+    [server.store] max_stored_bytes_per_caller / max_stored_tasks_per_caller).
+
+    `brought_back`: the caller already did that (or the task id is one it just made up, which
+    the store cannot know): no store read here."""
     finished = state.finished
     if finished is not None:
-        await finished.bring_back(inst, req.task_id)
+        if not brought_back:
+            await finished.bring_back(inst, req.task_id)
         await finished.books(inst.kind, inst.id)
         task = None if req.task_id is None else _task_or_none(inst, req.task_id)
         if task is None or not _is_paused(inst, req.task_id or ""):
@@ -235,7 +241,7 @@ async def _store_uploads(
 
 
 async def _request_webhook(
-    state: ServerState, inst: Instance, caller: Caller, req: MessageRequest
+    state: ServerState, inst: Instance, caller: Caller, req: MessageRequest, ticket: Ticket | None
 ) -> dict[str, Any] | None:
     """The message's own webhook (a subscription for its task), stored before the task runs."""
     if req.webhook is None:
@@ -247,6 +253,8 @@ async def _request_webhook(
         return await request_webhook(state, caller, req.task_id, req.webhook)
     except BaseException:
         _release(inst, req.task_id)  # refused: the task id is free again
+        if ticket is not None:
+            await ticket.release()  # and so is the key: nothing ran
         raise
 
 
@@ -276,10 +284,17 @@ async def _prepare_keyed(
         return
     if req.task_id is None and req.resume_from is None:
         # A new task: named now, so the key records it. A retry that takes over from a first
-        # attempt that died reuses that attempt's task id (one task, not two).
-        req.task_id = ticket.subject if ticket.takeover and ticket.subject else str(uuid.uuid4())
+        # attempt that died reuses that attempt's task id (one task, not two), which the
+        # store may hold (`prepare` brings it back); a new id it cannot (no store read).
+        if ticket.takeover and ticket.subject:
+            req.task_id, brought_back = ticket.subject, False
+        else:
+            req.task_id, brought_back = str(uuid.uuid4()), True
     elif state.finished is not None:  # a finished task named: back from the store first
         await state.finished.bring_back(inst, req.task_id)
+        brought_back = True
+    else:
+        brought_back = False
     task = _task_or_none(inst, req.task_id or "")
     answer = getattr(task, "response", None) if task is not None else None
     context = {
@@ -289,7 +304,7 @@ async def _prepare_keyed(
     }
     await ticket.take(req.task_id, context)
     try:
-        await prepare(state, inst, req)
+        await prepare(state, inst, req, brought_back=brought_back)
     except BaseException:
         await ticket.release()
         raise
@@ -302,7 +317,7 @@ async def run_message(
     uploads = await _uploads(state, caller, req)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     await _prepare_keyed(state, inst, req, ticket)
-    req.webhook = await _request_webhook(state, inst, caller, req)
+    req.webhook = await _request_webhook(state, inst, caller, req, ticket)
     await _store_uploads(inst, caller, req, uploads, ticket)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     try:
@@ -359,7 +374,7 @@ async def stream_message(
         uploads = await _uploads(state, caller, req)
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
         await _prepare_keyed(state, inst, req, ticket)
-        hook = await _request_webhook(state, inst, caller, req)
+        hook = await _request_webhook(state, inst, caller, req, ticket)
         await _store_uploads(inst, caller, req, uploads, ticket)
         timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
         events = inst.swarm.stream_events(

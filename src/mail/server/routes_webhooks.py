@@ -1,7 +1,9 @@
 """``/webhooks``: a caller's push subscriptions and their delivery log (docs/webhooks.md).
 
 Thin: each route parses, authorizes (admin or user; everything is scoped to the caller) and
-calls one handler of ``mail.server.webhooks``.
+calls one handler of ``mail.server.webhooks``. Every route that changes something honours
+``Idempotency-Key`` (``mail.server.idempotency``): a retried create or rotate-secret returns
+the first answer (the same webhook, the same secret) instead of doing it again.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from mail.server import webhooks
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import read_json_object
 from mail.server.handlers import get_state
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 
 router = APIRouter()
@@ -31,6 +34,7 @@ async def list_webhooks(
 
 
 @router.post("/webhooks")
+@idempotent()
 async def create_webhook(
     request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
@@ -46,6 +50,7 @@ async def get_webhook(
 
 
 @router.patch("/webhooks/{webhook_id}")
+@idempotent()
 async def update_webhook(
     webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
@@ -54,6 +59,7 @@ async def update_webhook(
 
 
 @router.delete("/webhooks/{webhook_id}")
+@idempotent()
 async def delete_webhook(
     webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> Response:
@@ -62,6 +68,7 @@ async def delete_webhook(
 
 
 @router.post("/webhooks/{webhook_id}/rotate-secret")
+@idempotent()
 async def rotate_secret(
     webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
@@ -70,6 +77,7 @@ async def rotate_secret(
 
 
 @router.post("/webhooks/{webhook_id}/test")
+@idempotent()
 async def test_webhook(
     webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
@@ -90,6 +98,7 @@ async def list_deliveries(
 
 
 @router.post("/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
+@idempotent()
 async def retry_delivery(
     webhook_id: str,
     delivery_id: str,

@@ -107,6 +107,11 @@ class IdempotencyStore(abc.ABC):
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
         """Delete expired records (of one caller, or of everyone); returns how many."""
 
+    @abc.abstractmethod
+    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
+        """Delete one caller's `count` oldest finished records (their requests answered; the
+        caller is at its bound and needs room); returns how many."""
+
 
 class MemoryIdempotencyStore(IdempotencyStore):
     """In this process only: what a server with ``--store memory`` keeps."""
@@ -150,6 +155,13 @@ class MemoryIdempotencyStore(IdempotencyStore):
 
     async def count(self, scope: InstanceKey, now: float) -> int:
         return sum(1 for r in self._records.get(scope, {}).values() if r.live(now))
+
+    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
+        records = self._records.get(scope, {})
+        finished = sorted((r.created_at, k) for k, r in records.items() if r.finished)
+        for _, key in finished[: max(count, 0)]:
+            del records[key]
+        return min(len(finished), max(count, 0))
 
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
         removed = 0

@@ -50,6 +50,11 @@ _RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = $4"
 _COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > $4"
 _PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= $1"
 _PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= $4"
+_EVICT = f"""
+    DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key IN (
+        SELECT idem_key FROM {TABLE} WHERE {_SCOPE} AND status IS NOT NULL
+        ORDER BY created_at LIMIT $4)
+"""
 # The task store's schema lock (postgres_schema): concurrent DDL on one database waits.
 _SCHEMA_LOCK_ID = 0x4D41494C
 
@@ -180,3 +185,6 @@ class PostgresIdempotencyStore(IdempotencyStore):
         if scope is None:
             return _count(await self._require().execute(_PURGE, now))
         return _count(await self._require().execute(_PURGE_SCOPE, *_scope(scope), now))
+
+    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
+        return _count(await self._require().execute(_EVICT, *_scope(scope), max(count, 0)))

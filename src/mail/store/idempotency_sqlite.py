@@ -49,6 +49,11 @@ _RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
 _COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > ?"
 _PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 _PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= ?"
+_EVICT = f"""
+    DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key IN (
+        SELECT idem_key FROM {TABLE} WHERE {_SCOPE} AND status IS NOT NULL
+        ORDER BY created_at LIMIT ?)
+"""
 
 
 def _scope(scope: InstanceKey) -> tuple[str, str, str]:
@@ -202,4 +207,9 @@ class SqliteIdempotencyStore(IdempotencyStore):
         else:
             sql, args = _PURGE_SCOPE, (*_scope(scope), now)
         removed: int = await self._write(lambda conn: conn.execute(sql, args).rowcount)
+        return removed
+
+    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
+        args = (*_scope(scope), *_scope(scope), max(count, 0))
+        removed: int = await self._write(lambda conn: conn.execute(_EVICT, args).rowcount)
         return removed
