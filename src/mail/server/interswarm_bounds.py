@@ -71,11 +71,15 @@ def check_address_list(field: str, value: Any, settings: Any) -> None:
 
 
 def check_envelope(data: dict[str, Any], settings: Any) -> None:
-    """The bounds of a POST /interswarm/forward or /back body (``{"message": envelope}``)."""
-    check_body_shape(data, settings)
+    """The bounds of a POST /interswarm/forward or /back body (``{"message": envelope}``):
+    the address fields first (their errors say more), then the shape of the whole body."""
     envelope = data.get("message")
-    if not isinstance(envelope, dict):
-        return  # the schema check says what is wrong
+    if isinstance(envelope, dict):
+        _check_envelope_addresses(envelope, settings)
+    check_body_shape(data, settings)
+
+
+def _check_envelope_addresses(envelope: dict[str, Any], settings: Any) -> None:
     for name in _ENVELOPE_ADDRESSES:
         check_address(f"message.{name}", envelope.get(name), settings)
     for name in _ENVELOPE_LISTS:
