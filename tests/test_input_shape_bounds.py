@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from support.a2a_clients import a2a_client, collect, message
 from support.abuse_harness import MIB, Memory
 
 pytestmark = pytest.mark.timeout(300)
@@ -154,6 +155,18 @@ def test_a2a_messages_within_the_bounds_run(server: ServerProcess) -> None:
     answer, _, _ = _a2a(server, _send(parts))
     assert "error" not in answer, answer
     assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_the_sdk_client_is_told_which_setting(server: ServerProcess, streaming: bool) -> None:
+    from a2a.helpers.proto_helpers import new_text_part
+
+    request = message("first line")
+    request.message.parts.extend(new_text_part(f"line {i}") for i in range(200))
+    async with a2a_client(server.base_url, server.keys["bob"], streaming=streaming) as client:
+        with pytest.raises(Exception, match=r"max_a2a_message_parts") as caught:
+            await collect(client, request)
+    assert "201 parts; the limit is 100" in str(caught.value)
 
 
 # -- interswarm -----------------------------------------------------------------------------
