@@ -322,3 +322,17 @@ def test_interswarm_user_messages_are_bounded(
     assert f"([server.settings] {setting})" in detail, detail
     assert words in detail, detail
     _bounded(memory, elapsed)
+
+
+# -- the counting itself ---------------------------------------------------------------------
+def test_values_and_depth_are_counted_as_documented() -> None:
+    from mail.server.json_bounds import excess
+
+    assert excess("x" * 10, 1, 1) is None  # a scalar is one value, nested 0 deep
+    assert excess([], 1, 1) is None
+    assert excess([[1]], 0, 2) is None
+    assert excess([[1]], 0, 1) == "depth"
+    assert excess({"a": [1, 2]}, 4) is None  # the object, its member, two items
+    assert excess({"a": [1, 2]}, 3) == "values"
+    assert excess(_nested(5000), 0, 0) is None  # no recursion: deeper than Python's stack
+    assert excess(_nested(5000), 0, 4999) == "depth"
