@@ -30,6 +30,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import base64  # noqa: E402
 import contextlib  # noqa: E402
+import gzip  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
@@ -165,11 +166,39 @@ def rows(bench: Bench) -> None:
             )
         ),
     )
+    bench.row("POST /message: 120 KB gzip -> 120 MB body", lambda: gzip_body(bench))
+    bench.row("POST /a2a: data part of 1.3M values", lambda: a2a_values(bench))
+    bench.row("POST /interswarm/message: 200k targets", lambda: many_targets(bench))
     bench.row(f"60 x 1 MB uploads (quota {UPLOAD_QUOTA_MIB} MiB)", lambda: uploads(bench))
     bench.row("500 concurrent POST /message streams", lambda: asyncio.run(streams(bench)))
     bench.row("150 tasks paused at a breakpoint", lambda: paused(bench))
     heavy_tasks(bench)
     bench.row("GET /tasks/all over 31 heavy tasks", lambda: all_tasks(bench))
+
+
+def _raw(bench: Bench, path: str, content: bytes, **headers: str) -> str:
+    r = bench.client.post(
+        path,
+        content=content,
+        headers={**auth(bench.server.keys["alice"]), "Content-Type": "application/json", **headers},
+    )
+    return f"{r.status_code} {r.text[:200]}"
+
+
+def gzip_body(bench: Bench) -> str:
+    bomb = gzip.compress(b" " * (120 * MIB), compresslevel=9)
+    return _raw(bench, "/message", bomb, **{"Content-Encoding": "gzip"})
+
+
+def a2a_values(bench: Bench) -> str:
+    message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"data": [0] * 1_300_000}]}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    return _raw(bench, "/a2a", json.dumps(body).encode(), **{"A2A-Version": "1.0"})
+
+
+def many_targets(bench: Bench) -> str:
+    body = {"targets": ["a@b"] * 200_000, "body": "x", "msg_type": "broadcast"}
+    return _raw(bench, "/interswarm/message", json.dumps(body).encode())
 
 
 def uploads(bench: Bench) -> str:

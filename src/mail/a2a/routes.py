@@ -79,6 +79,36 @@ def _parse_error(reason: str) -> JSONBody:
     return JSONBody({"jsonrpc": "2.0", "id": None, "error": error})
 
 
+def _invalid_params(request_id: Any, reason: str) -> JSONBody:
+    error = {"code": -32602, "message": f"Invalid params: {reason}"}
+    return JSONBody({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+def _shape_refusal(body: Any, settings: Any) -> str | None:
+    """Why a request is too big in shape for the SDK to read (None when it is not): more
+    parts in its message than ``max_a2a_message_parts``, more JSON values in all than
+    ``max_a2a_json_values``. Counted before the SDK turns the request into protobuf objects,
+    which costs per value (a 4 MiB list of zeros took seconds and 80 MB there)."""
+    from mail.server.json_bounds import excess
+
+    params = body.get("params")
+    message = params.get("message") if isinstance(params, dict) else None
+    parts = message.get("parts") if isinstance(message, dict) else None
+    limit = settings.max_a2a_message_parts
+    if limit and isinstance(parts, list) and len(parts) > limit:
+        return (
+            f"the message has {len(parts)} parts; the limit is {limit} "
+            "([server.settings] max_a2a_message_parts)"
+        )
+    limit = settings.max_a2a_json_values
+    if limit and excess(body, limit) is not None:
+        return (
+            f"the request holds more than {limit} JSON values (array items and object "
+            "members, at any depth) ([server.settings] max_a2a_json_values)"
+        )
+    return None
+
+
 # The methods answered with an event stream (1.0 names and 0.3 ones): each takes one of the
 # caller's stream slots ([server.settings] max_event_streams_per_caller), as SSE routes do.
 _STREAMING = frozenset(
@@ -97,6 +127,13 @@ async def a2a_jsonrpc(request: Request) -> Response:
     except ValueError as exc:
         return _parse_error(f"the body is not JSON ({exc})")
     method = body.get("method") if isinstance(body, dict) else None
+    if isinstance(body, dict):
+        refusal = _shape_refusal(body, get_state(request).config.settings)
+        if refusal is not None:
+            request_id = body.get("id")
+            if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+                request_id = None
+            return _invalid_params(request_id, refusal)
     request.state.a2a_method = method  # the executor skips per-event updates nobody can see
     if method not in _STREAMING:
         return await _bridge(request).dispatcher.handle_requests(request)  # type: ignore[no-any-return]

@@ -69,7 +69,9 @@ async def _check_envelope(request: Request, swarm: str) -> None:
     from mail.server.errors import BadRequest
     from mail.server.interswarm import validate_envelope
 
-    envelope = validate_envelope(await read_json_object(request))
+    config = getattr(request.app.state, "config", None)
+    settings = config.settings if config is not None else None
+    envelope = validate_envelope(await read_json_object(request), settings)
     if envelope["target_swarm"] != swarm:
         raise BadRequest(
             f"received interswarm message for wrong swarm: '{envelope['target_swarm']}'"

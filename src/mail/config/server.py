@@ -90,6 +90,21 @@ class ServerSettings(_Section):
     # its error or failure text in an interswarm error) (0 = none shown / no text).
     max_a2a_peer_updates: int = Field(default=100, ge=0)
     max_a2a_peer_update_chars: int = Field(default=2000, ge=0)
+    # Shape of one A2A JSON-RPC request (POST /a2a), checked before the SDK reads it: parts
+    # of its message, and JSON values in the whole request (every array item and object
+    # member, at any depth: data parts, metadata). Over either: JSON-RPC invalid params
+    # (0 = no bound).
+    max_a2a_message_parts: int = Field(default=100, ge=0)
+    max_a2a_json_values: int = Field(default=10_000, ge=0)
+    # Shape of an interswarm envelope (POST /interswarm/forward, /back) and of a caller's
+    # POST /interswarm/message, checked before anything else reads it: entries of an address
+    # list (task_contributors, recipients, recipient_swarms, targets), characters of one
+    # address or swarm name, JSON values in the whole body and how deep arrays and objects
+    # nest in it. Over any: 400 naming the setting (0 = no bound).
+    max_interswarm_addresses: int = Field(default=1000, ge=0)
+    max_address_chars: int = Field(default=512, ge=0)
+    max_interswarm_json_values: int = Field(default=10_000, ge=0)
+    max_interswarm_json_depth: int = Field(default=32, ge=0)
     # Idempotency-Key (docs/api-http.md#idempotency-keys): seconds a key and the outcome of
     # its request are kept; live keys one caller may hold (more: 429; 0 = no bound); the
     # longest key accepted (longer: 400).

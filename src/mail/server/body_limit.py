@@ -3,6 +3,11 @@
 A declared ``Content-Length`` above the limit is answered 413 before the application runs;
 a body without one (chunked) is counted as it arrives and the read fails with 413 as soon as
 it passes the limit, so an oversized body is never buffered whole.
+
+Nothing in the server decodes a request's ``Content-Encoding`` (gzip, deflate, br, ...), so a
+compressed body could only be read as its raw bytes; such a request is refused with 415 before
+any of it is read (RFC 7694: the answer's ``Accept-Encoding: identity`` says what is taken).
+A decompression bomb never reaches a parser, and the cap above counts what is parsed.
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ class BodyLimitMiddleware:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.limit <= 0:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        encoding = _content_encoding(scope)
+        if encoding is not None:
+            await _refuse_encoding(send, encoding)
+            return
+        if self.limit <= 0:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
@@ -66,16 +78,42 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
+def _content_encoding(scope: Scope) -> str | None:
+    """The request's content codings other than ``identity`` (None when there are none)."""
+    codings: list[str] = []
+    for name, value in scope.get("headers", ()):
+        if name == b"content-encoding":
+            text = value.decode("latin-1")
+            codings += [c.strip() for c in text.split(",") if c.strip().lower() != "identity"]
+    codings = [c for c in codings if c]
+    return ", ".join(codings)[:100] if codings else None
+
+
 async def _reject(send: Send, limit: int) -> None:
-    body: Any = dumps({"detail": too_large_detail(limit)})
+    await _answer(send, 413, too_large_detail(limit))
+
+
+async def _refuse_encoding(send: Send, encoding: str) -> None:
+    detail = (
+        f"request bodies with Content-Encoding '{encoding}' are not accepted: send the body "
+        "uncompressed (identity)"
+    )
+    await _answer(send, 415, detail, [(b"accept-encoding", b"identity")])
+
+
+async def _answer(
+    send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body: Any = dumps({"detail": detail})
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                *(extra or []),
             ],
         }
     )

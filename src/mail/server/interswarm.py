@@ -26,6 +26,7 @@ from mail.server.auth import Caller
 from mail.server.bodies import check_subject, positive_seconds
 from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
+from mail.server.interswarm_bounds import check_envelope, check_user_message
 from mail.server.state import ServerState
 
 logger = logging.getLogger("mail.server")
@@ -43,9 +44,13 @@ async def connect_instance(state: ServerState, swarm: Any) -> None:
     await swarm.start_interswarm(router)
 
 
-def validate_envelope(data: dict[str, Any]) -> dict[str, Any]:
+def validate_envelope(data: dict[str, Any], settings: Any = None) -> dict[str, Any]:
+    """The envelope of a POST /interswarm/forward or /back body, or 400. Its shape is bounded
+    first (``mail.server.interswarm_bounds``) when ``settings`` are given."""
     from mail.schemas import SchemaValidationError, validate_interswarm
 
+    if settings is not None:
+        check_envelope(data, settings)
     envelope = data.get("message")
     if envelope is None:
         raise BadRequest("parameter 'message' is required")
@@ -236,6 +241,7 @@ async def post_user_message(
     The message enters the caller's own instance like any other and leaves through the
     server's router, so the remote answers through /interswarm/back into this task.
     """
+    check_user_message(data, state.config.settings)
     refuse_if_interswarm_off(state)
     user_token = data.get("user_token") or caller.api_key
     if not user_token:

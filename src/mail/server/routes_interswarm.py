@@ -18,15 +18,17 @@ router = APIRouter()
 @router.post("/interswarm/forward")
 @idempotent()
 async def interswarm_forward(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
-    envelope = interswarm.validate_envelope(await read_json_object(request))
-    return JSONBody(await interswarm.receive(get_state(request), caller, envelope, "forward"))
+    state = get_state(request)
+    envelope = interswarm.validate_envelope(await read_json_object(request), state.config.settings)
+    return JSONBody(await interswarm.receive(state, caller, envelope, "forward"))
 
 
 @router.post("/interswarm/back")
 @idempotent()
 async def interswarm_back(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
-    envelope = interswarm.validate_envelope(await read_json_object(request))
-    return JSONBody(await interswarm.receive(get_state(request), caller, envelope, "back"))
+    state = get_state(request)
+    envelope = interswarm.validate_envelope(await read_json_object(request), state.config.settings)
+    return JSONBody(await interswarm.receive(state, caller, envelope, "back"))
 
 
 @router.post("/interswarm/message")
