@@ -323,11 +323,21 @@ class MAILSwarm(V13SwarmMethods):
         ping_interval: float = 15.0,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
+        """`stream_events` for a complete MAILMessage.
+
+        Acknowledged means stored: the first event is yielded only once the store has
+        committed what the submission wrote (the task's creation or resumption and the
+        caller's message), as a plain `post_message` answers only once its task is stored;
+        the last one only once the task's answer is. Two commits per stream, none per event
+        in between (skipped, as there, while the store reports an outage).
+        """
+        first = True
         async with self.runtime.ephemeral_loop(self.task_message_limit):  # loop-wide default
             async for event in self.runtime.stream_task_events(
                 message, timeout, resume_from, ping_interval, **kwargs
             ):
-                if event.event in ("task_complete", "task_error"):
+                if first or event.event in ("task_complete", "task_error"):
+                    first = False
                     await self._flush_before_answer()
                 yield event
 

@@ -387,6 +387,9 @@ async def stream_message(
             task_id=req.task_id,
             streams=state.open_streams,
             slot=slot,
+            # Nothing, headers included, leaves before the submission is committed (the
+            # first event waits for that commit: Swarm.submit_events).
+            start_with_first_event=True,
         )
         if hook is not None:
             response.headers["MAIL-Webhook-Id"] = hook["id"]

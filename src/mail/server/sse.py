@@ -91,13 +91,16 @@ def event_stream_response(
     task_id: str | None = None,
     streams: OpenStreams | None = None,
     slot: StreamSlot | None = None,
+    start_with_first_event: bool = False,
 ) -> EventStreamResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
 
     See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
     seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
     for ``task_id``. With ``streams``, the stream ends the same way when the server starts to
-    shut down (:mod:`mail.server.stream_shutdown`).
+    shut down (:mod:`mail.server.stream_shutdown`). With ``start_with_first_event`` the
+    status line and headers leave with the first event, not before it: a stream whose first
+    event waits for a commit (``POST /message``) acknowledges nothing before that commit.
     """
     limit = sys.maxsize if max_buffer_bytes is None else max_buffer_bytes
     queue = BoundedFrameQueue(
@@ -114,6 +117,7 @@ def event_stream_response(
         lambda last_id: resubscribe_event(task_id or "", last_id, SHUTDOWN_REASON),
         streams,
         slot,
+        start_with_first_event,
     )
 
 
@@ -133,8 +137,10 @@ class EventStreamResponse(Response):
         final_event: FinalEvent,
         streams: OpenStreams | None = None,
         slot: StreamSlot | None = None,
+        start_with_first_event: bool = False,
     ) -> None:
         self.queue = queue
+        self.start_with_first_event = start_with_first_event
         self.final_event = final_event
         self.streams = streams
         self.slot = slot  # the caller's stream slot, given back when the response ends
@@ -143,7 +149,18 @@ class EventStreamResponse(Response):
         self.init_headers(SSE_HEADERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        started = False
+
+        async def start() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                )
+
+        if not self.start_with_first_event:
+            await start()
         task = asyncio.current_task()
         state = {"finished": False, "gone": False}
 
@@ -162,9 +179,11 @@ class EventStreamResponse(Response):
         chunks = self.queue.chunks()
         try:
             async for chunk, last in chunks:
+                await start()
                 await send({"type": "http.response.body", "body": chunk, "more_body": not last})
                 if last:
                     return
+            await start()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not state["gone"] or task is None:
