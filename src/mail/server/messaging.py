@@ -6,6 +6,7 @@ own instance only, which is what isolates users from each other.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import logging
 import time
@@ -362,10 +363,14 @@ async def stream_message(
         hook = await _request_webhook(state, inst, caller, req)
         await _store_uploads(inst, caller, req, uploads, ticket)
         timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+        # Set once the store committed the submission (Swarm.submit_events): the response's
+        # headers wait for it, as a plain answer waits for its commit.
+        stored = asyncio.Event()
         events = inst.swarm.stream_events(
             req.body,
             timeout=timeout,
             ping_interval=state.config.settings.sse_ping_interval,
+            on_stored=stored.set,
             **_post_kwargs(state, req),
         )
 
@@ -387,9 +392,8 @@ async def stream_message(
             task_id=req.task_id,
             streams=state.open_streams,
             slot=slot,
-            # Nothing, headers included, leaves before the submission is committed (the
-            # first event waits for that commit: Swarm.submit_events).
-            start_with_first_event=True,
+            # Nothing, headers included, leaves before the submission is committed.
+            opened=stored,
         )
         if hook is not None:
             response.headers["MAIL-Webhook-Id"] = hook["id"]
