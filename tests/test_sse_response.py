@@ -168,3 +168,59 @@ async def test_a_stream_opened_while_shutting_down_ends_at_once_without_reading(
     assert [e.event for e in peer.events()] == ["resubscribe"]
     assert json.loads(peer.events()[0].data)["last_event_id"] is None
     assert source.produced == []  # the task was never submitted
+
+
+class HeldSource:
+    """Sets ``opened`` only when told (as a stream's commit would), then yields one event."""
+
+    def __init__(self, opened: asyncio.Event) -> None:
+        self.opened = opened
+        self.commit = asyncio.Event()
+        self.started = asyncio.Event()
+        self.closed = asyncio.Event()
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            self.started.set()
+            await self.commit.wait()
+            self.opened.set()
+            yield {"event": "new_message", "data": {"n": 1}, "id": "1"}
+            await asyncio.Event().wait()
+        finally:
+            self.closed.set()
+
+
+def test_held_headers_leave_only_once_the_source_opens_the_response() -> None:
+    async def run() -> None:
+        opened = asyncio.Event()
+        source, peer = HeldSource(opened), Peer()
+        response = event_stream_response(source.events(), opened=opened)
+        serving = asyncio.create_task(response(SCOPE, peer.receive, peer.send))
+        await source.started.wait()  # the source runs before anything is sent
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert peer.sent == []  # not even the status line
+        source.commit.set()
+        await peer.body_sent.wait()
+        assert peer.sent[0]["type"] == "http.response.start"
+        assert [e.event for e in peer.events()] == ["new_message"]
+        peer.gone.set()
+        await serving
+        assert source.closed.is_set()
+
+    asyncio.run(run())
+
+
+def test_a_hang_up_before_the_held_headers_closes_the_source() -> None:
+    async def run() -> None:
+        opened = asyncio.Event()
+        source, peer = HeldSource(opened), Peer()
+        response = event_stream_response(source.events(), opened=opened)
+        serving = asyncio.create_task(response(SCOPE, peer.receive, peer.send))
+        await source.started.wait()
+        peer.gone.set()
+        await asyncio.wait_for(serving, 10)
+        assert peer.sent == []
+        assert source.closed.is_set()  # the stream's lease and subscription are dropped
+
+    asyncio.run(run())

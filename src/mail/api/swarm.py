@@ -305,13 +305,17 @@ class MAILSwarm(V13SwarmMethods):
         task_id: str | None = None,
         resume_from: str | None = None,
         ping_interval: float = 15.0,
+        *,
+        on_stored: Callable[[], Any] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
-        """The task's events as TaskEvent records, ending with task_complete/task_error."""
+        """The task's events as TaskEvent records, ending with task_complete/task_error.
+
+        See `submit_events` for when events leave and what `on_stored` is."""
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
         attach_files(message, kwargs.pop("attachments", None))
         async for event in self.submit_events(
-            message, timeout, resume_from, ping_interval, **kwargs
+            message, timeout, resume_from, ping_interval, on_stored=on_stored, **kwargs
         ):
             yield event
 
@@ -321,11 +325,29 @@ class MAILSwarm(V13SwarmMethods):
         timeout: float = 3600.0,
         resume_from: str | None = None,
         ping_interval: float = 15.0,
+        *,
+        on_stored: Callable[[], Any] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
+        """`stream_events` for a complete MAILMessage.
+
+        Acknowledged means stored: right after the submission, before any event is yielded,
+        the store commits what it wrote (the task's creation or resumption and the caller's
+        message), as a plain `post_message` answers only once its task is stored; then
+        `on_stored()` is called (a server sends its response's headers then). The final
+        event waits for the task's answer to be stored too. Two commits per stream, none
+        per event in between; both skipped, as for `post_message`, while the store
+        reports an outage.
+        """
+
+        async def submitted() -> None:
+            await self._flush_before_answer()
+            if on_stored is not None:
+                on_stored()
+
         async with self.runtime.ephemeral_loop(self.task_message_limit):  # loop-wide default
             async for event in self.runtime.stream_task_events(
-                message, timeout, resume_from, ping_interval, **kwargs
+                message, timeout, resume_from, ping_interval, on_submitted=submitted, **kwargs
             ):
                 if event.event in ("task_complete", "task_error"):
                     await self._flush_before_answer()

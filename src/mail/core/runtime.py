@@ -21,7 +21,7 @@ import contextlib
 import functools
 import importlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
@@ -382,14 +382,19 @@ class MAILRuntime:
         timeout: float = 3600.0,
         resume_from: str | None = None,
         ping_interval: float = 15.0,
+        *,
+        on_submitted: Callable[[], Awaitable[Any]] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
         """Submit, then yield the task's new events as they happen and a final event.
 
         The final event is `task_complete` with the response body, or `task_error`.
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
+        `on_submitted` is awaited after the submission, before the first event.
         """
-        return self.waiters.submit_and_stream(message, timeout, resume_from, ping_interval, kwargs)
+        return self.waiters.submit_and_stream(
+            message, timeout, resume_from, ping_interval, kwargs, on_submitted
+        )
 
     def submit_and_stream(
         self,

@@ -8,7 +8,7 @@ the task completes, and all of them at shutdown. A caller whose timeout passes e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from mail.core.events import TaskEvent, closing_event
@@ -99,11 +99,14 @@ class TaskWaiters:
         resume_from: str | None,
         ping_interval: float,
         kwargs: dict[str, Any],
+        on_submitted: Callable[[], Awaitable[Any]] | None = None,
     ) -> AsyncIterator[TaskEvent]:
         """Submit, then yield the task's new events as they happen and a final event.
 
         The final event is `task_complete` with the response body, or `task_error`.
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
+        `on_submitted` is awaited once the submission is in, before any event is yielded
+        (the caller makes it durable there); not when the submission is refused.
         """
         rt = self.host
         task_id = message["message"]["task_id"]
@@ -118,6 +121,8 @@ class TaskWaiters:
             except TaskSubmitError as exc:
                 yield closing_event("task_error", task_id, str(exc))
                 return
+            if on_submitted is not None:
+                await on_submitted()
             task = rt.mail_tasks[task_id]
             while True:
                 while index < len(task.events):

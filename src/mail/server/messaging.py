@@ -6,6 +6,7 @@ own instance only, which is what isolates users from each other.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import logging
 import time
@@ -377,10 +378,14 @@ async def stream_message(
         hook = await _request_webhook(state, inst, caller, req, ticket)
         await _store_uploads(inst, caller, req, uploads, ticket)
         timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+        # Set once the store committed the submission (Swarm.submit_events): the response's
+        # headers wait for it, as a plain answer waits for its commit.
+        stored = asyncio.Event()
         events = inst.swarm.stream_events(
             req.body,
             timeout=timeout,
             ping_interval=state.config.settings.sse_ping_interval,
+            on_stored=stored.set,
             **_post_kwargs(state, req),
         )
 
@@ -402,6 +407,8 @@ async def stream_message(
             task_id=req.task_id,
             streams=state.open_streams,
             slot=slot,
+            # Nothing, headers included, leaves before the submission is committed.
+            opened=stored,
         )
         if hook is not None:
             response.headers["MAIL-Webhook-Id"] = hook["id"]

@@ -91,13 +91,16 @@ def event_stream_response(
     task_id: str | None = None,
     streams: OpenStreams | None = None,
     slot: StreamSlot | None = None,
+    opened: asyncio.Event | None = None,
 ) -> EventStreamResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
 
     See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
     seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
     for ``task_id``. With ``streams``, the stream ends the same way when the server starts to
-    shut down (:mod:`mail.server.stream_shutdown`).
+    shut down (:mod:`mail.server.stream_shutdown`). With ``opened``, the status line and
+    headers leave only once that event is set (by the source: for ``POST /message``, once
+    the submission is committed), or the first event is ready, or the source ended.
     """
     limit = sys.maxsize if max_buffer_bytes is None else max_buffer_bytes
     queue = BoundedFrameQueue(
@@ -108,12 +111,14 @@ def event_stream_response(
             task_id or "", last_id, slow_reader_reason(limit, stall_timeout)
         ),
         stall_timeout,
+        opened,
     )
     return EventStreamResponse(
         queue,
         lambda last_id: resubscribe_event(task_id or "", last_id, SHUTDOWN_REASON),
         streams,
         slot,
+        opened is not None,
     )
 
 
@@ -133,8 +138,11 @@ class EventStreamResponse(Response):
         final_event: FinalEvent,
         streams: OpenStreams | None = None,
         slot: StreamSlot | None = None,
+        hold_start: bool = False,
     ) -> None:
         self.queue = queue
+        # Headers wait until the queue is `opened` (see `event_stream_response`).
+        self.hold_start = hold_start
         self.final_event = final_event
         self.streams = streams
         self.slot = slot  # the caller's stream slot, given back when the response ends
@@ -143,7 +151,11 @@ class EventStreamResponse(Response):
         self.init_headers(SSE_HEADERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        opened = self.queue.opened if self.hold_start else None
+        if opened is None:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        else:
+            self.queue.start()  # the source runs (and sets `opened`) before the body is read
         task = asyncio.current_task()
         state = {"finished": False, "gone": False}
 
@@ -161,6 +173,11 @@ class EventStreamResponse(Response):
             self.streams.add(self.queue, self.final_event)
         chunks = self.queue.chunks()
         try:
+            if opened is not None:
+                await opened.wait()
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                )
             async for chunk, last in chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": not last})
                 if last:
@@ -174,6 +191,7 @@ class EventStreamResponse(Response):
             state["finished"] = True
             watcher.cancel()
             await chunks.aclose()  # stops the reader and closes the source now
+            await self.queue.stop()  # (one started before the body was read, too)
             if self.streams is not None:
                 self.streams.discard(self.queue)
             if self.slot is not None:

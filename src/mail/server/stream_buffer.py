@@ -38,8 +38,12 @@ class BoundedFrameQueue:
         max_bytes: int,
         overflow_event: OverflowEvent,
         stall_timeout: float = 5.0,
+        opened: asyncio.Event | None = None,
     ) -> None:
         self._events = events
+        # Set (with `_ready`) once a frame is queued or the source ended; a response that
+        # holds its headers back until its source says so waits on it (see `start`).
+        self.opened = opened
         self._encode = encode
         self.max_bytes = max_bytes
         self.stall_timeout = stall_timeout
@@ -87,6 +91,28 @@ class BoundedFrameQueue:
                 return False
         return True
 
+    def _wake(self) -> None:
+        self._ready.set()
+        if self.opened is not None:
+            self.opened.set()
+
+    def start(self) -> None:
+        """Read the source from now on, before the body is asked for (see `opened`)."""
+        if self._pump_task is None:
+            self._pump_task = asyncio.create_task(self._pump())
+
+    async def stop(self) -> None:
+        """Stop reading the source (it is closed); nothing happens if it never started."""
+        pump = self._pump_task
+        if pump is None:
+            return
+        if not pump.done():
+            pump.cancel()
+        try:
+            await asyncio.shield(asyncio.gather(pump, return_exceptions=True))
+        except asyncio.CancelledError:
+            pass
+
     async def _pump(self) -> None:
         events = self._events
         self._pumping = True
@@ -116,7 +142,7 @@ class BoundedFrameQueue:
                 )
                 if event_id is not None:
                     self.last_event_id = str(event_id)
-                self._ready.set()
+                self._wake()
         except asyncio.CancelledError:
             if self._ending is None:
                 raise
@@ -125,7 +151,7 @@ class BoundedFrameQueue:
             self._error = exc
         finally:
             self._done = True
-            self._ready.set()
+            self._wake()
             # Close the source now so its subscription (and instance lease) is dropped at once.
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
@@ -142,7 +168,7 @@ class BoundedFrameQueue:
         ``last`` is true on the stream's final chunk, so the response can end the body with
         that same write.
         """
-        pump = self._pump_task = asyncio.create_task(self._pump())
+        self.start()
         frames = self._frames
         try:
             while True:
@@ -160,12 +186,7 @@ class BoundedFrameQueue:
             if self._error is not None:
                 raise self._error
         finally:
-            if not pump.done():
-                pump.cancel()
-            try:
-                await asyncio.shield(asyncio.gather(pump, return_exceptions=True))
-            except asyncio.CancelledError:
-                pass
+            await self.stop()
 
     async def frames(self) -> AsyncIterator[bytes]:
         """The chunks alone (see :meth:`chunks`)."""
