@@ -239,7 +239,9 @@ async def test_interswarm_methods_reach_their_routes(server: ServerProcess) -> N
             await agent.post_interswarm_message(envelope(str(uuid.uuid4())))
         with pytest.raises(MAILClientError) as back:
             await agent.post_interswarm_response(envelope(str(uuid.uuid4())))
-    assert send.value.status == 503 and "interswarm" in str(send.value.detail)
+    # Interswarm is off for this swarm: a 409 that says how to turn it on (not a retryable 503).
+    assert send.value.status == 409, send.value
+    assert "enable_interswarm" in str(send.value.detail)
     assert forward.value.status == 503
     assert "interswarm is not enabled" in str(forward.value.detail)
     # /interswarm/back looks the task up first; this one was never forwarded here.

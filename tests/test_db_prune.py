@@ -4,6 +4,7 @@ file a server is using."""
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def test_db_prune_removes_finished_tasks_and_shrinks_the_file(
     assert code == 0, err
     assert "Removed 0 task(s)" in out
     assert path.stat().st_size < 1_000_000
-    assert "MiB -> 0.1 MiB" in out
+    assert re.search(r"MiB -> 0\.[0-4] MiB", out), out
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental from now on
     assert [r[0] for r in conn.execute("SELECT task_id FROM tasks")] == ["busy"]
@@ -93,7 +94,7 @@ def test_a_small_file_of_an_older_version_is_switched_when_opened(tmp_path: Path
     _old_format(path)
     code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "0")
     assert code == 0, err
-    assert "MiB -> 0.1 MiB" in out and "--vacuum" not in out
+    assert re.search(r"MiB -> 0\.[0-4] MiB", out) and "--vacuum" not in out, out
     assert sqlite3.connect(path).execute("PRAGMA auto_vacuum").fetchone()[0] == 2
 
 

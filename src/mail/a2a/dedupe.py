@@ -46,7 +46,7 @@ class _Sent:
     def ended(self, result: Any) -> None:
         self.started(result.id if isinstance(result, Task) else None)
         if not self.result.done():
-            self.result.set_result(result)
+            self.result.set_result(_slim(result))
 
     def failed(self, exc: BaseException) -> None:
         for future in (self.task_id, self.result):
@@ -59,6 +59,17 @@ def _as_error(exc: BaseException) -> Exception:
     if isinstance(exc, Exception):
         return exc
     return RuntimeError("the first request with this messageId ended before it started a task")
+
+
+def _slim(result: Any) -> Any:
+    """What a repeat falls back on once the task record is gone: the task's id, context and
+    last status, not its history and artifacts (up to ``max_messages`` of these are kept per
+    caller, so a whole copy of each task would double what a task costs)."""
+    if not isinstance(result, Task):
+        return result
+    slim = Task(id=result.id, context_id=result.context_id)
+    slim.status.CopyFrom(result.status)
+    return slim
 
 
 def _task_id_of(event: Any) -> str | None:
