@@ -225,7 +225,7 @@ async def test_debug_responses_bridge(server: ServerProcess) -> None:
 
 
 async def test_interswarm_methods_reach_their_routes(server: ServerProcess) -> None:
-    # The stub swarm has interswarm off, so each route answers with its own error, which
+    # The stub swarm has interswarm off, so each route answers 409 "interswarm is off", which
     # shows the client reached a route that exists (the original posted to a missing one).
     # The success paths run between two federated servers in test_client_e2e_interswarm.py.
     async with client_for(server) as alice, client_for(server, "agent") as agent:
@@ -242,10 +242,11 @@ async def test_interswarm_methods_reach_their_routes(server: ServerProcess) -> N
     # Interswarm is off for this swarm: a 409 that says how to turn it on (not a retryable 503).
     assert send.value.status == 409, send.value
     assert "enable_interswarm" in str(send.value.detail)
-    assert forward.value.status == 503
-    assert "interswarm is not enabled" in str(forward.value.detail)
-    # /interswarm/back looks the task up first; this one was never forwarded here.
-    assert back.value.status == 404 and "no mail instance found" in str(back.value.detail)
+    assert forward.value.status == 409, forward.value
+    assert "interswarm is off" in str(forward.value.detail)
+    # A missing route would be a 404/405: all three reached theirs and were refused alike.
+    assert back.value.status == 409, back.value
+    assert "interswarm is off" in str(back.value.detail)
 
 
 # ---------------------------------------------------------------------- sessions

@@ -182,3 +182,20 @@ def test_secrets_and_signatures() -> None:
     assert signing.signing_secrets(sub, 150.0) == [secret]
     headers = signing.headers("msg_1", 1_700_000_000, "{}", [secret, old])
     assert headers["webhook-signature"].count("v1,") == 2
+
+
+def test_the_openapi_event_patterns_are_exactly_what_a_subscription_accepts() -> None:
+    import yaml
+
+    from server_fixtures import REPO_ROOT
+
+    spec = yaml.safe_load((REPO_ROOT / "spec" / "openapi.yaml").read_text())
+    listed = spec["components"]["schemas"]["WebhookEventPattern"]["enum"]
+    assert all(ev.valid_pattern(p) for p in listed)
+    prefixes = {
+        ".".join(t.split(".")[:i]) + ".*"
+        for t in ev.EVENT_TYPES
+        for i in range(1, t.count(".") + 1)
+    }
+    assert set(listed) == {"*", *ev.EVENT_TYPES, *prefixes}
+    assert not ev.valid_pattern("") and not ev.valid_pattern("nope.*")
