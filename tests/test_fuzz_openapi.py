@@ -71,6 +71,9 @@ STATE_DEPENDENT = {
     "POST /interswarm/message",
     "POST /swarms",
     "POST /swarms/register",
+    # a webhook URL must resolve, through the address guard, to an address it allows
+    "POST /webhooks",
+    "PATCH /webhooks/{webhook_id}",
 }
 REGISTER = {"POST /swarms", "POST /swarms/register"}
 CALLERS = ("user", "admin", "agent", "unknown-key", "no-key")
