@@ -1,4 +1,11 @@
-"""Warm the model library after start-up so the first answer does not pay for its import.
+"""Warm what start-up defers, so the first answer does not pay for it.
+
+Start-up defers the modules only a user's first request needs (its instance's store
+observer and history compression); :class:`StartupWarmUp` imports them in a background
+thread right after the first ``GET /health`` has answered (or ``FALLBACK_DELAY`` seconds
+after start-up when nothing asks), so neither /health nor the first request waits for them.
+
+The model library is warmed on its own:
 
 LiteLLM takes seconds to import and to load what its first request needs. The server starts
 without it (fast /health), then — shortly after it is serving, and only when the swarm has
@@ -9,8 +16,12 @@ event loop never waits for it: agent calls that arrive earlier await the same th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import logging
 import os
+import sys
+import time
 from typing import Any
 
 logger = logging.getLogger("mail.server")
@@ -20,6 +31,82 @@ logger = logging.getLogger("mail.server")
 WARM_UP_DELAY = 0.2
 
 _MODEL_FACTORY_MODULES = ("mail.factories", "mail.examples")
+
+# What start-up leaves to the first request of a user and the warm-up loads: the store
+# observer and restore of an instance (with the durable task journal), history compression.
+# tests/test_startup_warmup.py fails when a first request imports a mail module not listed.
+DEFERRED_MODULES = ("mail.api.persistence", "mail.api.compression")
+
+# Seconds after the end of start-up when the warm-up starts if no GET /health came first.
+FALLBACK_DELAY = 1.0
+
+
+def _import_all(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
+class StartupWarmUp:
+    """Loads ``DEFERRED_MODULES`` once, in a thread, after the first /health answered.
+
+    ``start`` is what /health runs after its answer went out (a background task); the timer
+    armed by ``arm`` starts it anyway when no /health comes. The event loop only awaits the
+    thread: a request that needs one of the modules meanwhile waits on its import lock, as
+    it would have imported it itself.
+    """
+
+    def __init__(
+        self, modules: tuple[str, ...] = DEFERRED_MODULES, fallback_delay: float = FALLBACK_DELAY
+    ) -> None:
+        self.modules = modules
+        self.fallback_delay = fallback_delay
+        self.loaded: list[str] = []  # the modules the warm-up imported (not loaded before)
+        self.seconds: float | None = None  # how long it took, once done
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Future[None] | None = None
+        self._closed = False
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None or self._closed
+
+    def arm(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.fallback_delay, self._begin)
+
+    async def start(self) -> None:
+        self._begin()
+
+    def _begin(self) -> None:
+        if self.started:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        missing = tuple(name for name in self.modules if name not in sys.modules)
+        began = time.perf_counter()
+        try:
+            await asyncio.to_thread(_import_all, missing)
+        except Exception:  # noqa: BLE001 - the first request then imports (and reports) it
+            logger.warning("start-up warm-up failed", exc_info=True)
+            return
+        self.loaded = list(missing)
+        self.seconds = time.perf_counter() - began
+        logger.debug(
+            "start-up warm-up done in %.0f ms: imported %s",
+            1000 * self.seconds,
+            ", ".join(self.loaded) or "nothing (already loaded)",
+        )
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
 
 
 def uses_model_library(template: Any) -> bool:
