@@ -313,7 +313,7 @@ def create_app(
             raise
         app.state.mail = state
         warm_up = schedule_warm_up(state.template)
-        state.warm_up = StartupWarmUp()
+        state.warm_up = StartupWarmUp(state.template)
         state.warm_up.arm()
         try:
             yield

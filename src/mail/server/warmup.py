@@ -1,8 +1,8 @@
 """Warm what start-up defers, so the first answer does not pay for it.
 
 Start-up defers the modules only a user's first request needs (its instance's store
-observer and history compression); :class:`StartupWarmUp` imports them in a background
-thread right after the first ``GET /health`` has answered (or ``FALLBACK_DELAY`` seconds
+observer and history compression), and the agents' tool specs are built on first use;
+:class:`StartupWarmUp` does both in a background thread right after the first ``GET /health`` has answered (or ``FALLBACK_DELAY`` seconds
 after start-up when nothing asks), so neither /health nor the first request waits for them.
 
 The model library is warmed on its own:
@@ -46,8 +46,39 @@ def _import_all(modules: tuple[str, ...]) -> None:
         importlib.import_module(name)
 
 
+def warm_tool_specs(template: Any) -> int:
+    """Build the MAIL tool specs of every agent of ``template`` the way a first turn does.
+
+    A turn checks each tool call against the tools its agent was offered
+    (mail.core.tool_rights); the specs behind that (pydantic models and their JSON schemas,
+    ~25 ms for a small swarm) are built on first use and cached per wiring, shared by every
+    instance. Returns how many agents were warmed.
+    """
+    from mail.core.agents import AgentCore
+    from mail.core.tool_rights import wiring_tool_names
+
+    swarm_exclude = list(getattr(template, "exclude_tools", None) or [])
+    warmed = 0
+    for agent in getattr(template, "agents", None) or []:
+        core = AgentCore(
+            function=None,  # type: ignore[arg-type]  # the wiring alone names the tools
+            comm_targets=list(agent.comm_targets),
+            actions=[a.name for a in agent.actions],
+            enable_interswarm=agent.enable_interswarm,
+            can_complete_tasks=agent.can_complete_tasks,
+            tool_format=agent.tool_format,
+            team_tools=tuple(agent.team_tools),
+            exclude_tools=tuple(sorted(set(agent.exclude_tools) | set(swarm_exclude))),
+        )
+        wiring_tool_names(core, swarm_exclude)
+        agent.tool_specs()  # its actions' and team tools' specs, handed to its factory
+        warmed += 1
+    return warmed
+
+
 class StartupWarmUp:
-    """Loads ``DEFERRED_MODULES`` once, in a thread, after the first /health answered.
+    """Loads ``DEFERRED_MODULES`` and builds the swarm's tool specs (`warm_tool_specs`)
+    once, in a thread, after the first /health answered.
 
     ``start`` is what /health runs after its answer went out (a background task); the timer
     armed by ``arm`` starts it anyway when no /health comes. The event loop only awaits the
@@ -56,8 +87,12 @@ class StartupWarmUp:
     """
 
     def __init__(
-        self, modules: tuple[str, ...] = DEFERRED_MODULES, fallback_delay: float = FALLBACK_DELAY
+        self,
+        template: Any = None,
+        modules: tuple[str, ...] = DEFERRED_MODULES,
+        fallback_delay: float = FALLBACK_DELAY,
     ) -> None:
+        self.template = template
         self.modules = modules
         self.fallback_delay = fallback_delay
         self.loaded: list[str] = []  # the modules the warm-up imported (not loaded before)
@@ -89,15 +124,17 @@ class StartupWarmUp:
         began = time.perf_counter()
         try:
             await asyncio.to_thread(_import_all, missing)
-        except Exception:  # noqa: BLE001 - the first request then imports (and reports) it
+            agents = await asyncio.to_thread(warm_tool_specs, self.template)
+        except Exception:  # noqa: BLE001 - the first request then does (and reports) it
             logger.warning("start-up warm-up failed", exc_info=True)
             return
         self.loaded = list(missing)
         self.seconds = time.perf_counter() - began
         logger.debug(
-            "start-up warm-up done in %.0f ms: imported %s",
+            "start-up warm-up done in %.0f ms: imported %s; tool specs of %d agent(s)",
             1000 * self.seconds,
             ", ".join(self.loaded) or "nothing (already loaded)",
+            agents,
         )
 
     async def close(self) -> None:
