@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import sys
@@ -43,7 +42,9 @@ FALLBACK_DELAY = 1.0
 
 def _import_all(modules: tuple[str, ...]) -> None:
     for name in modules:
-        importlib.import_module(name)
+        # As an import statement does (importlib.import_module skips the interpreter's own
+        # import path, and with it -X importtime's record of the module).
+        __import__(name)
 
 
 def warm_tool_specs(template: Any) -> int:
@@ -100,6 +101,7 @@ class StartupWarmUp:
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Future[None] | None = None
         self._closed = False
+        self.trigger = ""  # what started it: the first /health, or the fallback timer
 
     @property
     def started(self) -> bool:
@@ -107,14 +109,17 @@ class StartupWarmUp:
 
     def arm(self) -> None:
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.fallback_delay, self._begin)
+        self._timer = loop.call_later(
+            self.fallback_delay, self._begin, f"no GET /health within {self.fallback_delay:g} s"
+        )
 
     async def start(self) -> None:
-        self._begin()
+        self._begin("the first GET /health answered")
 
-    def _begin(self) -> None:
+    def _begin(self, trigger: str) -> None:
         if self.started:
             return
+        self.trigger = trigger
         if self._timer is not None:
             self._timer.cancel()
         self._task = asyncio.ensure_future(self._run())
@@ -131,7 +136,8 @@ class StartupWarmUp:
         self.loaded = list(missing)
         self.seconds = time.perf_counter() - began
         logger.debug(
-            "start-up warm-up done in %.0f ms: imported %s; tool specs of %d agent(s)",
+            "start-up warm-up (%s) done in %.0f ms: imported %s; tool specs of %d agent(s)",
+            self.trigger,
             1000 * self.seconds,
             ", ".join(self.loaded) or "nothing (already loaded)",
             agents,
