@@ -3,7 +3,10 @@
     uv run python bench/startup.py [--runs 5]
 
 1. ``mail server`` (the CLI, as an operator starts it) with ``DATABASE_URL`` set: seconds from
-   the process's start until ``GET /health`` answers 200, p50 of the runs.
+   the process's start until ``GET /health`` answers 200, p50 of the runs; then the first
+   answer after start: a user's ``POST /message`` sent as soon as /health answered (the
+   user's key made with the CLI; the stub swarm: three agent calls), its latency, next to a
+   second one's right after it (nothing left to load), p50 of the runs.
 2. A new instance host (what a cluster instance actor runs after a failover or on a caller's
    first request), in a fresh Python process, with ``DATABASE_URL`` set: seconds to import
    ``mail.cluster.host``, then to start the host (the in-process application, the store, the
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import tempfile
 import textwrap
+import time
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -62,16 +66,34 @@ HOST_PROBE = textwrap.dedent(
 ENV: dict[str, str] = {"DATABASE_URL": DATABASE_URL}
 
 
-def server_start(directory: Path) -> float:
-    from server_fixtures import ServerProcess, free_port, write_config, write_stub_swarms
+def server_start(directory: Path) -> tuple[float, float, float]:
+    """Seconds to /health, then the first and the second POST /message's latencies."""
+    import httpx
+
+    from server_fixtures import (
+        ServerProcess,
+        create_key,
+        free_port,
+        write_config,
+        write_stub_swarms,
+    )
 
     write_stub_swarms(directory)
+    key = create_key(directory / "registries" / "keys.json", "user", f"bench-{directory.name}")
     port = free_port()
     config = write_config(directory, port=port)
     server = ServerProcess(directory, port, args=["--config", str(config)], env=ENV)
     server.start(wait=False)
     try:
-        return server.wait_healthy()
+        healthy = server.wait_healthy()
+        took = []
+        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+            for _ in range(2):
+                t0 = time.perf_counter()
+                reply = client.post(f"{server.base_url}/message", json={"body": "hi"})
+                took.append(time.perf_counter() - t0)
+                assert reply.status_code == 200, reply.text
+        return healthy, took[0], took[1]
     finally:
         server.stop()
 
@@ -109,6 +131,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
+        "--server-only", action="store_true", help="skip the instance-host part (2.)"
+    )
+    parser.add_argument(
         "--cached-bytecode",
         action="store_true",
         help="let the processes cache bytecode (a first start fills it), as installed packages"
@@ -126,15 +151,25 @@ def main() -> int:
             server_start(warm)
             host_start(warm, -1)
         print(f"load average at start: {os.getloadavg()[0]:.1f}")
-        starts = []
+        runs = []
         for run in range(args.runs):
             folder = root / f"server{run}"
             folder.mkdir()
-            starts.append(server_start(folder))
+            runs.append(server_start(folder))
+        starts = [r[0] for r in runs]
         print(
             f"mail server start -> /health (DATABASE_URL set): p50 {statistics.median(starts):.2f} s"
             f"  (runs: {', '.join(f'{s:.2f}' for s in starts)})"
         )
+        firsts = [1000 * r[1] for r in runs]
+        seconds = [1000 * r[2] for r in runs]
+        print(
+            f"first answer after start (POST /message as /health answers): p50"
+            f" {statistics.median(firsts):.0f} ms, the next one {statistics.median(seconds):.0f} ms"
+            f"  (first runs: {', '.join(f'{f:.0f}' for f in firsts)})"
+        )
+        if args.server_only:
+            return 0
         hosts = []
         for run in range(args.runs):
             folder = root / f"host{run}"

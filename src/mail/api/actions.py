@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import json
 import typing
@@ -125,6 +127,21 @@ class MAILAction:
         return _model_from_schema(self.name, self.parameters, self.parameters, 0)
 
     def to_tool_dict(self, style: ToolStyle = "responses") -> dict[str, Any]:
+        """The action's tool spec (a fresh copy: callers may change it).
+
+        Built once per definition (a pydantic model and its JSON schema: milliseconds) and
+        shared by every instance of the swarm: each instance's agents are handed one.
+        """
+        try:
+            parameters = json.dumps(self.parameters, sort_keys=True)
+            exact = json.loads(parameters) == self.parameters
+        except (TypeError, ValueError):
+            exact = False
+        if not exact:  # not plain JSON (tuples, a caller's own objects): built each time
+            return self._build_tool_dict(style)
+        return copy.deepcopy(_tool_dict(self.name, self.description, parameters, style))
+
+    def _build_tool_dict(self, style: ToolStyle) -> dict[str, Any]:
         return pydantic_model_to_tool(
             self.to_pydantic_model(for_tools=True),
             name=self.name,
@@ -197,6 +214,17 @@ def _field_type(
     if kind is None:
         return Any
     raise ValueError(f"unsupported JSON schema type: {kind}")
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_dict(name: str, description: str, parameters: str, style: ToolStyle) -> dict[str, Any]:
+    params = json.loads(parameters)
+    return pydantic_model_to_tool(
+        _model_from_schema(name, params, params, 0),
+        name=name,
+        description=description,
+        style=style,
+    )
 
 
 def _model_from_schema(

@@ -176,14 +176,19 @@ class MAILAgentTemplate:
         return {
             "name": self.name,
             "comm_targets": list(self.comm_targets),
-            "tools": [a.to_tool_dict(style=self.tool_format) for a in self.actions]
-            + self._team_tool_specs(),
+            "tools": self.tool_specs(),
             "enable_entrypoint": self.enable_entrypoint,
             "enable_interswarm": self.enable_interswarm,
             "tool_format": self.tool_format,
             "can_complete_tasks": self.can_complete_tasks,
             "exclude_tools": list(self.exclude_tools),
         }
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The specs of the agent's actions and team tools, as its factory gets them."""
+        return [a.to_tool_dict(style=self.tool_format) for a in self.actions] + (
+            self._team_tool_specs()
+        )
 
     def _team_tool_specs(self) -> list[dict[str, Any]]:
         # Offered like action tools; those named like a MAIL tool replace the built-in one.

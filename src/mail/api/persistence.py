@@ -54,8 +54,12 @@ class StoreObserver(RuntimeObserver):
         self.store = store
         self.key = key
         self.persist_histories = persist_histories
-        self._queue: asyncio.Queue[tuple[str, tuple[Any, ...]]] = asyncio.Queue()
+        # Writes waiting behind one the store could not take at once, and the task that
+        # hands them over in order: both made on first need (most instances never need
+        # them: a queue and a parked task are ~2 KB an instance).
+        self._queue: asyncio.Queue[tuple[str, tuple[Any, ...]]] | None = None
         self._drain_task: asyncio.Task[None] | None = None
+        self._started = False
         self._nowait = getattr(store, "write_nowait", None)
         self._backlog = 0  # writes taken by the drain task and not yet handed to the store
         # The queue rows (stashed queues and journals) this instance has in the store, once
@@ -78,7 +82,8 @@ class StoreObserver(RuntimeObserver):
             self._stored_queues.update(keys)
 
     def start(self) -> None:
-        if self._drain_task is None:
+        self._started = True
+        if self._queue is not None and self._drain_task is None:
             self._drain_task = asyncio.create_task(self._drain())
 
     def _put(self, method: str, *args: Any) -> None:
@@ -91,24 +96,31 @@ class StoreObserver(RuntimeObserver):
                 logger.exception("store write %s failed", method)
                 return
         self._backlog += 1
+        if self._queue is None:
+            self._queue = asyncio.Queue()
         self._queue.put_nowait((method, args))
+        if self._started and self._drain_task is None:
+            self._drain_task = asyncio.create_task(self._drain())
 
     async def _drain(self) -> None:
+        queue = self._queue
+        assert queue is not None
         while True:
-            method, args = await self._queue.get()
+            method, args = await queue.get()
             try:
                 await getattr(self.store, method)(self.key, *args)
             except Exception:  # noqa: BLE001 - one bad write must not stop persistence
                 logger.exception("store write %s failed", method)
             finally:
                 self._backlog -= 1
-                self._queue.task_done()
+                queue.task_done()
 
     async def flush(self, timeout: float | None = None) -> bool:
-        try:
-            await asyncio.wait_for(self._queue.join(), timeout)
-        except TimeoutError:
-            return False
+        if self._queue is not None:
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout)
+            except TimeoutError:
+                return False
         return await self.store.flush(timeout)
 
     async def close(self, timeout: float = 10.0) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Coroutine, Mapping
@@ -162,12 +163,11 @@ class Delivery:
         if agent is None:
             return []
         # Compared as full addresses: `x@<this swarm>` is `x`; `x@other` is never `x`.
-        allowed = {self.full_address(t) for t in agent.comm_targets}
+        allowed = _allowed_addresses(tuple(agent.comm_targets), self.host.swarm_name)
         return [t for t in targets if t != ALL_AGENTS and self.full_address(t) not in allowed]
 
     def full_address(self, address: str) -> str:
-        name, swarm = parse_agent_address(address)
-        return f"{name}@{self.host.swarm_name if self.is_local_swarm(swarm) else swarm}"
+        return _full_address(address, self.host.swarm_name)
 
     def process_message(self, message: MAILMessage) -> None:
         rt = self.host
@@ -362,3 +362,16 @@ class Delivery:
         # The turn takes what waits in the agent's inbox when it starts (see runtime_batching).
         if self.inboxes.add(f"{task_id}::{name}", message):
             rt._start_turn(task_id, name)
+
+
+def _full_address(address: str, swarm_name: str) -> str:
+    name, swarm = parse_agent_address(address)
+    return f"{name}@{swarm_name if swarm is None or swarm in ('', swarm_name) else swarm}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _allowed_addresses(targets: tuple[str, ...], swarm_name: str) -> frozenset[str]:
+    """The full addresses of a wiring's comm_targets, shared by every instance and every
+    message (a supervisor's turn of 50 requests parsed its 50 targets 50 times: ~2.5 ms of
+    that turn, on the critical path of a fan-in)."""
+    return frozenset(_full_address(t, swarm_name) for t in targets)

@@ -83,7 +83,7 @@ def wiring_tool_names(agent: AgentCore, swarm_exclude: Iterable[str] = ()) -> fr
         agent.can_complete_tasks,
         (*agent.exclude_tools, *swarm_exclude),
     )
-    return mail_names | frozenset(agent.actions)
+    return _union(mail_names, frozenset(agent.actions))
 
 
 @functools.lru_cache(maxsize=256)
@@ -128,11 +128,23 @@ def offered_tool_names(
     offers that is no action); a set derived from the wiring knows MAIL tools and actions.
     """
     swarm_exclude = list(swarm_exclude)
-    always = SYNTHETIC_TOOL_NAMES | (SELF_TOOL_NAMES - {*agent.exclude_tools, *swarm_exclude})
+    always = _always_offered(frozenset((*agent.exclude_tools, *swarm_exclude)))
     listed = function_tool_names(agent.function)
     if listed is None:
-        return wiring_tool_names(agent, swarm_exclude) | always, False
+        return _union(wiring_tool_names(agent, swarm_exclude), always), False
     return listed | always, True
+
+
+@functools.lru_cache(maxsize=256)
+def _always_offered(excluded: frozenset[str]) -> frozenset[str]:
+    return SYNTHETIC_TOOL_NAMES | (SELF_TOOL_NAMES - excluded)
+
+
+@functools.lru_cache(maxsize=256)
+def _union(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
+    # One set for every instance of a swarm (each instance's runtime keeps its agents'):
+    # ~0.7 KB an agent an instance otherwise.
+    return a | b
 
 
 def refusal_reason(tool: str, agent: AgentCore, offered: Iterable[str]) -> str:

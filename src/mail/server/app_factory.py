@@ -52,7 +52,7 @@ from mail.server.state import (
     template_from_env,
 )
 from mail.server.tcp import MAILFastAPI
-from mail.server.warmup import schedule_warm_up
+from mail.server.warmup import StartupWarmUp, schedule_warm_up
 from mail.version import PROTOCOL_VERSION, __version__
 
 logger = logging.getLogger("mail.server")
@@ -313,11 +313,14 @@ def create_app(
             raise
         app.state.mail = state
         warm_up = schedule_warm_up(state.template)
+        state.warm_up = StartupWarmUp(state.template)
+        state.warm_up.arm()
         try:
             yield
         finally:
             if warm_up is not None:
                 warm_up.cancel()
+            await state.warm_up.close()
             await _shutdown(
                 state,
                 own_store=store is None,

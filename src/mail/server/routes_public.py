@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.background import BackgroundTask
 
 from mail.server.handlers import get_state, health_body, registry_or_503, root_body
 from mail.server.jsonio import JSONBody
@@ -17,7 +18,12 @@ async def root(request: Request) -> JSONBody:
 
 @router.get("/health")
 async def health(request: Request) -> JSONBody:
-    return JSONBody(health_body(get_state(request)))
+    state = get_state(request)
+    warm_up = state.warm_up
+    if warm_up is not None and not warm_up.started:
+        # What start-up deferred loads once this answer has gone out (server/warmup.py).
+        return JSONBody(health_body(state), background=BackgroundTask(warm_up.start))
+    return JSONBody(health_body(state))
 
 
 @router.get("/swarms")

@@ -56,6 +56,8 @@ class ServerState:
     health_status: str = "healthy"
     health_timestamp: str = field(default_factory=utc_now_iso)
     _registry_failed: bool = field(default=False, repr=False)
+    # What start-up deferred, loaded after the first /health (mail.server.warmup.StartupWarmUp).
+    warm_up: Any | None = field(default=None, repr=False)
     # Set by POST /swarms/load: GET / then describes the loaded template only (no fallback
     # to the startup swarm's [server.swarm] values).
     template_loaded: bool = field(default=False, repr=False)

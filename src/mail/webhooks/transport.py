@@ -85,7 +85,7 @@ class GuardedResolver:
         self.policy = policy
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[Any]:
-        from mail.stdlib.netguard import resolve
+        from mail.stdlib.netpolicy import resolve
 
         addresses = self.policy.check(host, await resolve(host, port))
         return [
@@ -119,10 +119,9 @@ class WebhookTransport:
 
     @property
     def policy(self) -> Any:
-        """The guard's AddressPolicy (mail.stdlib.netguard, imported on first use: it pulls
-        in httpx, which a server that never delivers does not need at start-up)."""
+        """The guard's AddressPolicy (mail.stdlib.netpolicy, imported on first use)."""
         if self._policy is None:
-            from mail.stdlib.netguard import AddressPolicy
+            from mail.stdlib.netpolicy import AddressPolicy
 
             net = StdlibNetConfig(
                 allowed_hosts=list(self.cfg.allowed_hosts),
@@ -135,7 +134,7 @@ class WebhookTransport:
     def warm(self) -> None:
         """Load what the first attempt needs (the guard, the TLS context: tens of
         milliseconds), so it does not land on the event loop then."""
-        from mail.stdlib.netguard import shared_ssl_context
+        from mail.stdlib.netpolicy import shared_ssl_context
 
         self.policy  # noqa: B018
         shared_ssl_context()
@@ -144,7 +143,7 @@ class WebhookTransport:
         if self._session is None:
             import aiohttp
 
-            from mail.stdlib.netguard import shared_ssl_context
+            from mail.stdlib.netpolicy import shared_ssl_context
 
             self._aiohttp = aiohttp
             connector = aiohttp.TCPConnector(
@@ -172,7 +171,7 @@ class WebhookTransport:
     async def check_url(self, url: object) -> str:
         """A URL subscriptions may use: well formed, and every address of its host allowed
         by the guard now (it is checked again on every connection). Raises UrlRefused."""
-        from mail.stdlib.netguard import AddressRefused, resolve
+        from mail.stdlib.netpolicy import AddressRefused, resolve
 
         url = check_url_form(url, self.cfg.max_url_chars)
         parts = urlsplit(url)
@@ -199,7 +198,7 @@ class WebhookTransport:
 
     async def _precheck(self, url: str, proxy: str | None) -> None:
         """What the resolver does not see: an IP literal, or the target behind a proxy."""
-        from mail.stdlib.netguard import resolve
+        from mail.stdlib.netpolicy import resolve
 
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -214,7 +213,7 @@ class WebhookTransport:
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
         """One attempt: POST `body`, read at most max_response_bytes of the answer."""
-        from mail.stdlib.netguard import AddressRefused
+        from mail.stdlib.netpolicy import AddressRefused
 
         client = self._client()
         started = time.monotonic()
@@ -249,7 +248,7 @@ class WebhookTransport:
 
 def _refusal(exc: BaseException) -> BaseException | None:
     """The guard's refusal behind an aiohttp error, if that is what it is."""
-    from mail.stdlib.netguard import AddressRefused
+    from mail.stdlib.netpolicy import AddressRefused
 
     seen: BaseException | None = exc
     while seen is not None:
