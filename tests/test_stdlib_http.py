@@ -287,6 +287,12 @@ async def test_environment_proxy_is_used(server: Site, monkeypatch: pytest.Monke
         ("169.254.169.254", "link-local"),
         ("::1", "loopback"),
         ("::ffff:127.0.0.1", "loopback"),
+        # IPv6 forms that carry an IPv4 destination: 6to4, Teredo (client), NAT64, compatible
+        ("2002:7f00:1::", "loopback"),
+        ("2002:a00:1::1", "private"),
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"),
+        ("64:ff9b::a9fe:a9fe", "link-local"),
+        ("::127.0.0.1", "loopback"),
         ("100.64.0.1", "non-public"),
         ("224.0.0.1", "multicast"),
         ("0.0.0.0", "unspecified"),

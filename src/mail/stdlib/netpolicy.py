@@ -31,10 +31,30 @@ class AddressRefused(Exception):
     """A connection the guard will not open; the message says why and how to allow it."""
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries to its destination (mapped, 6to4, Teredo client,
+    NAT64's well-known prefix, the deprecated IPv4-compatible form), or None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or (ip in _IPV4_COMPATIBLE and int(ip) > 1):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def _classify(ip: IPAddress) -> str | None:
     """Why ``ip`` is not a public destination (None when it is)."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return _classify(ip.ipv4_mapped)
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = _embedded_ipv4(ip)
+        if inner is not None:
+            return _classify(inner)
     if ip.is_loopback:
         return "loopback"
     if ip.is_link_local:
@@ -83,8 +103,10 @@ class AddressPolicy:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.host_patterns)
 
     def address_allowed(self, ip: IPAddress) -> bool:
-        plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
-        return any(plain in net for net in self.networks)
+        plain = (_embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None) or ip
+        return any(net.version == ip.version and ip in net for net in self.networks) or any(
+            plain in net for net in self.networks
+        )
 
     def check(self, host: str, addresses: Iterable[IPAddress]) -> list[IPAddress]:
         """The addresses of ``host`` that may be used; raises when none may."""
