@@ -199,3 +199,22 @@ def test_the_openapi_event_patterns_are_exactly_what_a_subscription_accepts() ->
     }
     assert set(listed) == {"*", *ev.EVENT_TYPES, *prefixes}
     assert not ev.valid_pattern("") and not ev.valid_pattern("nope.*")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("https://example.com:0/hook", "port 0"),
+        ("https://exa\x01mple.com/hook", "control characters"),
+        ("https://example.com/ho ok", "spaces"),
+        ("https://example.com/hook\x7f", "control characters"),
+        ("ftp://example.com/hook", "http:// or https://"),
+        ("https://example.com:99999/", "not a valid URL"),
+    ],
+)
+def test_malformed_urls_are_refused_with_the_reason(url: str, says: str) -> None:
+    from mail.webhooks.transport import UrlRefused, check_url_form
+
+    with pytest.raises(UrlRefused, match=says):
+        check_url_form(url, 2048)
+    assert check_url_form(" https://example.com:8443/hook?a=1 ", 2048).endswith("?a=1")

@@ -62,6 +62,12 @@ def check_url_form(url: object, max_chars: int) -> str:
         raise UrlRefused(f"parameter 'url' is not a valid URL: {exc}", 400) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UrlRefused("parameter 'url' must be an http:// or https:// URL with a host", 400)
+    if parts.port == 0:
+        raise UrlRefused("parameter 'url' names port 0, which no receiver listens on", 400)
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise UrlRefused(
+            "parameter 'url' contains spaces or control characters; percent-encode them", 400
+        )
     return url
 
 
