@@ -104,8 +104,39 @@ def test_db_prune_refuses_a_file_a_server_uses(tmp_path: Path) -> None:
             "db-prune", "--sqlite", str(tmp_path / "data" / "mail.db"), "--older-than", "0"
         )
     assert code == 1
-    assert err.startswith("Error: ") and "in use by another mail process" in err
+    assert err.startswith("Error: ") and "in use by a running mail server (pid " in err
+    assert "stop it first" in err and "[server.store] path" not in err  # that is for servers
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--older-than", "-5"], "'-5' is not a duration: it must be a finite number, 0 or more"),
+        (["--older-than", "nan"], "'nan' is not a duration"),
+        (["--older-than", "inf"], "'inf' is not a duration"),
+        (["--sqlite", "{tmp}", "--database-url", BASE_URL], "--sqlite PATH or --database-url"),
+        (["--sqlite", "{tmp}"], "is a folder, not a SQLite file"),
+    ],
+)
+def test_db_prune_refuses_what_it_cannot_mean(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, out, err = run_cli("db-prune", *(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert code == 1, (out, err)
+    assert err.startswith("Error: ") and message in err and err.count("\n") == 1, err
+    assert out == ""
+    assert (
+        list(tmp_path.iterdir()) == [] and not (tmp_path.parent / f"{tmp_path.name}-lock").exists()
+    )
+
+
+def test_db_prune_with_a_ttl_longer_than_the_calendar_removes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "mail.db"
+    asyncio.run(_fill(SqliteTaskStore(path), 3))
+    code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "1e15")
+    assert code == 0, err
+    assert "Removed 0 task(s)" in out
 
 
 def test_db_prune_on_postgres_in_batches() -> None:

@@ -122,6 +122,25 @@ def test_swarm_source_that_is_a_folder_is_named_as_such(tmp_path: Path) -> None:
     assert not (tmp_path / "registries").exists()
 
 
+def test_a_scratch_mail_toml_without_a_swarm_source_is_named(tmp_path: Path) -> None:
+    # docs/webhooks.md's walkthrough appends a [server.webhooks] table to ./mail.toml: from a
+    # folder of one's own that makes a mail.toml that replaces the checkout's.
+    (tmp_path / "mail.toml").write_text(
+        '[server.webhooks]\nallowed_hosts = ["127.0.0.1"]\n', encoding="utf-8"
+    )
+    done = _run_server(tmp_path, "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr
+    assert f"swarm source '{tmp_path / 'swarms.json'}' does not exist" in done.stderr
+    assert f"the mail.toml in use is {tmp_path / 'mail.toml'}" in done.stderr
+    assert "instead of the checkout's" in done.stderr
+    # With the source given as a flag, the flag is what is wrong: no word about mail.toml.
+    done = _run_server(tmp_path, "--port", str(free_port()), "--swarm-source", "nope.json")
+    assert done.returncode == 2, done.stderr
+    assert "swarm source 'nope.json' does not exist" in done.stderr
+    assert "mail.toml in use" not in done.stderr
+    assert not (tmp_path / "registries").exists()
+
+
 def test_swarm_source_is_relative_to_the_config_file(tmp_path: Path) -> None:
     checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
     checkout.mkdir()

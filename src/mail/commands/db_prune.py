@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         return 0
+    if args.sqlite and args.database_url:
+        print("Error: give --sqlite PATH or --database-url URL, not both", file=sys.stderr)
+        return 1
     url = None if args.sqlite else args.database_url or database_url_from_env()
     try:
         if url:
@@ -95,14 +98,30 @@ def run(args: argparse.Namespace) -> int:
             if args.sqlite
             else server.store.database_path(server.swarm.registry_file)
         )
+        if path.is_dir():
+            print(f"Error: {path} is a folder, not a SQLite file", file=sys.stderr)
+            return 1
         if not path.exists():
             _say(f"Pruning SQLite {path}: {_headline(ttl)[1]}")
             _say(f"Nothing to remove: {path} does not exist (yet).")
             return 0
         return asyncio.run(_prune_sqlite(path, ttl, args.vacuum))
     except Exception as exc:  # one line for any failure (in use, unreachable, ...)
-        print(f"Error: {exc}", file=sys.stderr)
+        print(f"Error: {_in_use(exc) or exc}", file=sys.stderr)
         return 1
+
+
+def _in_use(exc: BaseException) -> str | None:
+    """The line for a SQLite file a running server holds (its own words are for a server)."""
+    from mail.store.sqlite_schema import DatabaseInUseError
+
+    cause = exc.__cause__ if not isinstance(exc, DatabaseInUseError) else exc
+    if not isinstance(cause, DatabaseInUseError):
+        return None
+    return (
+        f"the SQLite file is in use by a running mail server (pid {cause.holder}): stop it "
+        "first (a running server prunes its file itself, every [server.store] prune_interval)"
+    )
 
 
 def _say(text: str) -> None:

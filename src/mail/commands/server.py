@@ -74,6 +74,24 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _config_hint(args: argparse.Namespace, cfg: Any) -> str:
+    """Which mail.toml placed a missing swarm source there, when it was not a flag.
+
+    A mail.toml in the current folder replaces the checkout's (docs/configuration.md), so
+    a scratch folder holding only, say, a [server.webhooks] table has no swarms.json beside
+    it: say which file was read rather than leave the reader guessing.
+    """
+    source = getattr(args, "config_source", None)
+    if args.swarm_source is not None or not source or Path(cfg.swarm.source).is_file():
+        return ""
+    if args.config or Path(source).resolve().parent != Path.cwd().resolve():
+        return ""
+    return (
+        f"; the mail.toml in use is {source} (a mail.toml in the current folder is read "
+        "instead of the checkout's), and a relative source is looked for beside it"
+    )
+
+
 def resolve_config(args: argparse.Namespace) -> Any:
     """The effective ``ServerConfig``: the file, then the flags that were given."""
     from mail.config import ServerConfig, load_config
@@ -82,6 +100,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
         os.environ["MAIL_CONFIG_PATH"] = args.config
     full = load_config(args.config, use_cache=False)
     args.config_warnings = list(full.warnings)
+    args.config_source = full.source_path
     cfg = full.server
     data = cfg.model_dump(by_alias=False)
     if full.source_path and args.swarm_source is None:
@@ -277,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
             check_swarm_source(cfg.swarm.name, cfg.swarm.source)
         resolve_auth_mode(cfg)  # a bad auth setting stops the start here, before binding
     except (StartupError, AuthConfigError) as exc:
-        return _fail(str(exc))
+        return _fail(str(exc) + _config_hint(args, cfg))
 
     problem = _check_cluster(cfg) or _check_database(cfg)
     if problem:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -259,6 +260,8 @@ def parse_duration(text: str) -> float:
         raise ValueError(
             f"'{text}' is not a duration (seconds, or a number with s, m, h, d or w: '30d')"
         ) from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"'{text}' is not a duration: it must be a finite number, 0 or more")
     return value * (unit or 1.0)
 
 

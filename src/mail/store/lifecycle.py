@@ -108,7 +108,10 @@ def task_of_queue_key(key: str) -> str:
 def cutoff_for(ttl: float, now: _dt.datetime | None = None) -> _dt.datetime:
     """The time before which a task that last changed is expired, for a TTL in seconds."""
     now = now or _dt.datetime.now(_dt.UTC)
-    return now - _dt.timedelta(seconds=ttl)
+    try:
+        return now - _dt.timedelta(seconds=ttl)
+    except OverflowError:  # a TTL longer than the calendar: nothing is that old
+        return _dt.datetime.min.replace(tzinfo=_dt.UTC)
 
 
 def batch_by_bytes(rows: Sequence[tuple[Any, ...]], size_index: int) -> list[tuple[Any, ...]]:

@@ -273,6 +273,8 @@ def is_transient_error(exc: BaseException) -> bool:
 class DatabaseInUseError(RuntimeError):
     """Another process (a running `mail server`) holds the file."""
 
+    holder: str = "?"  # the pid written in the lock file
+
 
 class ProcessLock:
     """An exclusive lock on ``<file>-lock`` for as long as one process uses the database.
@@ -298,10 +300,12 @@ class ProcessLock:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise DatabaseInUseError(
+            error = DatabaseInUseError(
                 f"{self.database} is in use by another mail process (pid {holder}); stop it "
                 "first, or give this one its own [server.store] path"
-            ) from None
+            )
+            error.holder = holder
+            raise error from None
         except BaseException:
             os.close(fd)
             raise
