@@ -100,6 +100,28 @@ async def test_subscriptions_per_caller_are_bounded(
         await service.close()
 
 
+async def test_a_burst_of_creates_cannot_pass_the_quota(
+    receiver: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    from mail.store.webhooks_sqlite import SqliteWebhookStore
+
+    url, _ = receiver
+    cfg = WebhooksConfig(allowed_hosts=["127.0.0.1"], max_subscriptions_per_caller=2)
+    # SQLite's reads and writes leave the event loop, so concurrent creates interleave.
+    service = WebhookService(cfg, SqliteWebhookStore(tmp_path / "hooks.db"), "swarm")
+    await service.start()
+    try:
+        results = await asyncio.gather(
+            *(service.create(("user", "carol"), {"url": url, "events": ["*"]}) for _ in range(8)),
+            return_exceptions=True,
+        )
+        made = [r for r in results if isinstance(r, dict)]
+        refusals = [r for r in results if isinstance(r, WebhookError) and r.status == 429]
+        assert len(made) == 2 and len(refusals) == 6, results
+    finally:
+        await service.close()
+
+
 def test_a_server_without_a_task_store_delivers_too(tmp_path: Path) -> None:
     receiver = ReceiverProcess(free_port(), tmp_path).start()
     extra = '\n[server.webhooks]\nallowed_hosts = ["127.0.0.1"]\npoll_interval = 0.2\n'

@@ -142,6 +142,7 @@ class WebhookService:
             store, cfg, swarm_name, self.transport, flush=flush, single_server=single_server
         )
         self._warming: asyncio.Future[None] | None = None
+        self._create_locks = tuple(asyncio.Lock() for _ in range(64))
 
     async def start(self) -> None:
         await self.store.start()
@@ -281,20 +282,22 @@ class WebhookService:
         description = self._description(body.get("description"))
         secret = self._secret(body.get("secret"))
         url = await self._url(body.get("url"))
-        existing = await self.store.list_subscriptions(
-            self.swarm_name, owner=owner, kinds=["webhook"]
-        )
-        if len(existing) >= self.cfg.max_subscriptions_per_caller:
-            raise WebhookError(
-                429,
-                f"you already have {len(existing)} webhooks, the most one caller may have "
-                f"([server.webhooks] max_subscriptions_per_caller = "
-                f"{self.cfg.max_subscriptions_per_caller}); delete one first",
+        # Counted and added under one lock per caller: a burst of creates cannot pass the quota.
+        async with self._create_locks[hash(owner) % len(self._create_locks)]:
+            existing = await self.store.list_subscriptions(
+                self.swarm_name, owner=owner, kinds=["webhook"]
             )
-        sub = self._new_subscription(
-            owner, "webhook", url, events, scope=scope, description=description, secret=secret
-        )
-        await self.store.add_subscription(sub)
+            if len(existing) >= self.cfg.max_subscriptions_per_caller:
+                raise WebhookError(
+                    429,
+                    f"you already have {len(existing)} webhooks, the most one caller may have "
+                    f"([server.webhooks] max_subscriptions_per_caller = "
+                    f"{self.cfg.max_subscriptions_per_caller}); delete one first",
+                )
+            sub = self._new_subscription(
+                owner, "webhook", url, events, scope=scope, description=description, secret=secret
+            )
+            await self.store.add_subscription(sub)
         logger.info(
             "webhooks: %s:%s subscribed %s to %s",
             owner[0],
