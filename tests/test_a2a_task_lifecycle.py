@@ -49,6 +49,9 @@ sse_max_buffer_bytes = {BUFFER}
 sse_slow_reader_timeout = 1
 task_message_limit = 0
 max_paused_tasks_per_caller = 0
+
+[server.telemetry]
+metrics = true
 """
 
 
@@ -243,42 +246,40 @@ def _rss_kb(server: ServerProcess) -> int:
     raise AssertionError("no VmRSS")
 
 
-async def test_a_task_left_waiting_costs_about_what_a_paused_message_task_costs(
-    server: ServerProcess,
-) -> None:
-    """Measured in one server, one after the other: the memory a task paused over
-    POST /message takes, and one paused over A2A and left there (released after the
-    interrupted-task timeout). Unreleased, an A2A one took about 5 times more."""
+async def test_tasks_left_waiting_are_released_from_memory(server: ServerProcess) -> None:
+    """150 A2A tasks paused and left `input-required`: the SDK's machinery of each (queues,
+    producer, consumer) is held while it waits and let go after the interrupted-task timeout
+    (`mail_a2a_tasks_in_memory` on /metrics); unreleased, it stayed for good. The server's
+    memory grows by less than an unreleased task's ~70 KB each."""
     key = server.keys["carol"]
     rounds = 150
 
-    async def over_message(http: httpx.AsyncClient, n: int) -> None:
-        for _ in range(n):
-            r = await http.post(
-                f"{server.base_url}/message", json={"body": "BREAKPOINT ok?"}, headers=auth(key)
-            )
-            assert r.status_code == 200, r.text
-
-    async def over_a2a(client: Any, n: int) -> None:
-        for _ in range(n):
-            await _paused(client)
+    async def in_memory(http: httpx.AsyncClient) -> float:
+        r = await http.get(f"{server.base_url}/metrics", headers=auth(server.keys["admin"]))
+        assert r.status_code == 200, r.text
+        (line,) = [x for x in r.text.splitlines() if x.startswith("mail_a2a_tasks_in_memory ")]
+        return float(line.split()[1])
 
     async with (
         httpx.AsyncClient(timeout=30) as http,
         a2a_client(server.base_url, key, streaming=False) as client,
     ):
-        await over_message(http, 30)  # warm both paths up
-        await over_a2a(client, 30)
-        await asyncio.sleep(1.5)
+        for _ in range(30):  # warm the path up
+            await _paused(client)
         before = _rss_kb(server)
-        await over_message(http, rounds)
-        per_message = (_rss_kb(server) - before) / rounds
-        await asyncio.sleep(1.5)
-        before = _rss_kb(server)
-        await over_a2a(client, rounds)
-        await asyncio.sleep(1.5)
+        held = 0.0
+        for n in range(rounds):
+            await _paused(client)
+            if n == 10:  # paused well within the 1 s timeout: still held
+                held = await in_memory(http)
+        assert held >= 1, held
+        deadline = asyncio.get_running_loop().time() + 20
+        while (left := await in_memory(http)) > 0:
+            assert asyncio.get_running_loop().time() < deadline, f"{left} tasks never released"
+            await asyncio.sleep(0.2)
         per_a2a = (_rss_kb(server) - before) / rounds
-    assert per_a2a < 3 * max(per_message, 8), (per_a2a, per_message)
+        # The paused tasks themselves are still answerable (GetTask reads the stored record).
+        assert per_a2a < 70, per_a2a
 
 
 # -- item 5: cancel racing an answer -------------------------------------------------------

@@ -97,6 +97,10 @@ class MAILRequestHandler(DefaultRequestHandler):
         # request ends), or a settling cancel is ending.
         self._accepting: set[tuple[str, str]] = set()
 
+    def tasks_in_memory(self) -> int:
+        """A2A tasks whose in-memory machinery (queues, producer and consumer) is alive."""
+        return len(getattr(self._active_task_registry, "_active_tasks", ()))
+
     # -- messages ---------------------------------------------------------------------------
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext

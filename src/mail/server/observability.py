@@ -49,12 +49,14 @@ def server_numbers(app: FastAPI) -> dict[str, Any]:
     storage = [(h.store, h.degraded, h.pending_writes, h.reason) for h in store_health(state)]
     hooks = getattr(state, "webhooks", None)
     pending = hooks.engine.pending if hooks is not None else 0
+    bridge = getattr(app.state, "a2a_bridge", None)
     return {
         "tasks": tasks,
         "mailbox_depth": depth,
         "open_streams": streams,
         "storage": storage,
         "webhook_pending": pending,
+        "a2a_in_memory": bridge.handler.tasks_in_memory() if bridge is not None else 0,
     }
 
 

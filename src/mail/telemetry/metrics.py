@@ -146,6 +146,12 @@ class _StateCollector:
             "Push deliveries waiting to be sent or retried",
             value=state.get("webhook_pending", 0),
         )
+        yield GaugeMetricFamily(
+            "mail_a2a_tasks_in_memory",
+            "A2A tasks holding the SDK's in-memory machinery (running, or waiting for input "
+            "until a2a_interrupted_task_timeout releases them)",
+            value=state.get("a2a_in_memory", 0),
+        )
 
     def describe(self) -> Iterable[Any]:
         return []
