@@ -291,3 +291,23 @@ def test_decorator_misuse() -> None:
         @action(description="d", parameters={})
         async def two(a: dict[str, Any], b: int) -> str:
             return ""
+
+
+def test_tool_specs_keep_the_declared_order_of_the_properties() -> None:
+    # A model fills arguments in the order the schema lists them; the shared, cached spec
+    # must not reorder them (two actions differing only in order get their own orders).
+    def spec(order: list[str]) -> list[str]:
+        act = MAILAction(
+            name="send_email",
+            description="Send an email.",
+            parameters={
+                "type": "object",
+                "properties": {name: {"type": "string"} for name in order},
+                "required": order,
+            },
+            function=echo_action,
+        )
+        return list(act.to_tool_dict()["parameters"]["properties"])
+
+    assert spec(["to", "subject", "body"]) == ["to", "subject", "body"]
+    assert spec(["body", "to", "subject"]) == ["body", "to", "subject"]

@@ -133,7 +133,8 @@ class MAILAction:
         shared by every instance of the swarm: each instance's agents are handed one.
         """
         try:
-            parameters = json.dumps(self.parameters, sort_keys=True)
+            # Not sorted: the order of the properties is the order a model fills them in.
+            parameters = json.dumps(self.parameters)
             exact = json.loads(parameters) == self.parameters
         except (TypeError, ValueError):
             exact = False
