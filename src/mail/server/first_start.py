@@ -35,6 +35,27 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+STORE_PATH_HINT = "or set [server.store] path in mail.toml to a writable place"
+
+
+def _reason(exc: BaseException) -> str:
+    """Why SQLite or the file system refused, in words (not an errno dump)."""
+    errno_ = getattr(exc, "errno", None)
+    text = first_line(exc)
+    if errno_ == 28 or "disk is full" in text:  # ENOSPC, SQLITE_FULL
+        return "the disk is full (no space left on device); free space there"
+    if errno_ == 30 or (errno_ is None and "read-only file system" in text.lower()):
+        return "its folder is on a read-only file system; make it writable"
+    if errno_ == 13 or "readonly database" in text or "unable to open" in text:
+        return f"it cannot be written ({text}); check the folder's and the file's permissions"
+    return text if errno_ is None else (getattr(exc, "strerror", None) or text)
+
+
+def unusable_database(path: Path, exc: BaseException) -> str:
+    """One line for a database the server cannot use: which file, why, what to change."""
+    return f"cannot use the SQLite database {path}: {_reason(exc)}; {STORE_PATH_HINT}"
+
+
 def prepare_sqlite(cfg: Any) -> None:
     """Create the SQLite file, or check it and bring its schema up to date; the first start
     says where. A file damaged inside is refused here, in one line, like any unusable file.
@@ -76,7 +97,7 @@ def prepare_sqlite(cfg: Any) -> None:
     except DatabaseInUseError as exc:
         raise StartupError(str(exc)) from None
     except Exception as exc:
-        raise StartupError(f"cannot use the SQLite database {path}: {first_line(exc)}") from None
+        raise StartupError(unusable_database(path, exc)) from None
     if emptied:
         print(
             f"MAIL data: {path.resolve()} was an empty file (0 bytes); it is a new, empty "
@@ -108,6 +129,10 @@ def prepare_first_start(cfg: Any) -> None:
     folder = Path(cfg.swarm.registry_file).parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create {folder}: {exc.strerror or exc}") from None
+    prepare_sqlite(cfg)  # before the keys: a start refused here prints no keys
+    try:
         if mode == "local":
             keys_path = cfg.keys_file_path()
             created = bootstrap_keys(keys_path)
@@ -117,4 +142,3 @@ def prepare_first_start(cfg: Any) -> None:
         raise StartupError(str(exc)) from None
     except OSError as exc:
         raise StartupError(f"cannot create {folder}: {exc.strerror or exc}") from None
-    prepare_sqlite(cfg)
