@@ -4,7 +4,7 @@ server that answers healthy but cannot keep a task, and no API keys printed for 
 that never ran.
 
 The file systems are real: a small tmpfs (support/full_disk.py) filled to ENOSPC or
-remounted read-only.
+remounted read-only; sidecar files made unusable with `chattr +i` (root too is refused).
 """
 
 from __future__ import annotations
@@ -69,3 +69,33 @@ def test_a_read_only_folder_is_refused_in_one_line(tmp_path: Path, existing: boo
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         line = _refused(tmp_path, store)
     assert "read-only file system" in line and "Errno" not in line, line
+
+
+def _immutable(path: Path) -> None:
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i is not available here: {made.stderr.strip()}")
+
+
+def _mutable(path: Path) -> None:
+    subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
+@pytest.mark.parametrize("sidecar", ["mail.db-wal", "mail.db-shm"])
+@pytest.mark.parametrize("kind", ["unwritable", "folder"])
+def test_a_sidecar_file_it_cannot_use_is_named(tmp_path: Path, sidecar: str, kind: str) -> None:
+    store = tmp_path / "data" / "mail.db"
+    _existing_database(store)
+    assert store.exists() and not store.with_name(sidecar).exists()
+    stale = store.with_name(sidecar)
+    if kind == "folder":
+        stale.mkdir()
+    else:
+        stale.touch()
+        _immutable(stale)
+    try:
+        line = _refused(tmp_path, store)
+    finally:
+        _mutable(stale)
+    assert str(stale) in line, line
+    assert ("not a regular file" if kind == "folder" else "cannot be written") in line, line

@@ -8,6 +8,8 @@ same things on a first start. A problem is a `StartupError` with one line meant 
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +53,38 @@ def _reason(exc: BaseException) -> str:
     return text if errno_ is None else (getattr(exc, "strerror", None) or text)
 
 
+def _sidecar_problem(path: Path) -> str | None:
+    """A -wal or -shm file beside the database that SQLite cannot use (left by another user,
+    made read-only, or not a file at all): SQLite itself only says the database is
+    read-only or cannot be opened."""
+    for suffix in ("-wal", "-shm"):
+        sidecar = path.with_name(path.name + suffix)
+        try:
+            info = sidecar.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            why = "is not a regular file"
+        elif info.st_uid != os.geteuid() and not os.access(sidecar, os.R_OK | os.W_OK):
+            why = f"belongs to another user (uid {info.st_uid}) and cannot be written"
+        elif not os.access(sidecar, os.R_OK | os.W_OK):
+            why = "cannot be written"
+        else:
+            continue
+        keep = (
+            "; do not delete a -wal file: it can hold committed writes" if suffix == "-wal" else ""
+        )
+        return (
+            f"{sidecar} {why}; give it to the user the server runs as (uid {os.geteuid()}) "
+            f"or stop the program that made it{keep}"
+        )
+    return None
+
+
 def unusable_database(path: Path, exc: BaseException) -> str:
     """One line for a database the server cannot use: which file, why, what to change."""
-    return f"cannot use the SQLite database {path}: {_reason(exc)}; {STORE_PATH_HINT}"
+    reason = _sidecar_problem(path) or _reason(exc)
+    return f"cannot use the SQLite database {path}: {reason}; {STORE_PATH_HINT}"
 
 
 def prepare_sqlite(cfg: Any) -> None:
