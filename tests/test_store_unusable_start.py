@@ -9,6 +9,7 @@ remounted read-only; sidecar files made unusable with `chattr +i` (root too is r
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -99,3 +100,40 @@ def test_a_sidecar_file_it_cannot_use_is_named(tmp_path: Path, sidecar: str, kin
         _mutable(stale)
     assert str(stale) in line, line
     assert ("not a regular file" if kind == "folder" else "cannot be written") in line, line
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_db_init_and_a_first_start_make_the_data_folder_private(tmp_path: Path) -> None:
+    """The database holds every caller's data: the folder `mail db-init` or a first
+    `mail server` creates for it is 0700 (the file 0600), whatever the umask."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    made = subprocess.run(
+        ["sh", "-c", 'umask 022 && exec uv run mail db-init --sqlite "$0"', "new/data/mail.db"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    assert _mode(tmp_path / "new" / "data") == 0o700
+    assert _mode(tmp_path / "new" / "data" / "mail.db") == 0o600
+
+    directory = tmp_path / "srv"  # the default place: data/mail.db beside registries/
+    directory.mkdir()
+    write_stub_swarms(directory)
+    port = free_port()
+    write_config(directory, port=port)
+    server = ServerProcess(directory, port, args=["--config", "mail.toml"])
+    old = os.umask(0o022)
+    try:
+        server.start()
+    finally:
+        os.umask(old)
+    try:
+        assert _mode(directory / "data") == 0o700
+        assert _mode(directory / "data" / "mail.db") == 0o600
+    finally:
+        assert server.stop() == 0, server.logs()
