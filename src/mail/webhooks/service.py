@@ -151,11 +151,14 @@ class WebhookService:
         self._warming = asyncio.ensure_future(asyncio.to_thread(self.transport.warm))
         await self.engine.start()
 
-    async def close(self) -> None:
+    def close_deadline(self) -> float:
+        return self.engine.close_deadline()
+
+    async def close(self, deadline: float | None = None) -> None:
         if self._warming is not None:
             with contextlib.suppress(Exception):
                 await self._warming
-        await self.engine.close()
+        await self.engine.close(deadline)
         await self.store.close()
 
     # -- instances ------------------------------------------------------------------------
