@@ -61,8 +61,7 @@ def _init_sqlite(path_arg: str | None) -> int:
         path = server.store.database_path(server.swarm.registry_file)
     _say(f"SQLite database {path.resolve()} ...")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect(path)
+        conn = connect(path)  # a missing folder is made 0700, the file 0600
         try:
             applied = migrate(conn, lambda v: _say(f"Applying schema version {v} ..."))
             present = applied_versions(conn)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -247,6 +248,10 @@ async def _start_interswarm(state: ServerState) -> None:
 
 
 async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) -> None:
+    # Webhook attempts under way get their few seconds from now, alongside the agents'
+    # grace period below, not after it (docs/webhooks.md, "Stopping").
+    deadline_of = getattr(state.webhooks, "close_deadline", None)
+    webhooks_deadline = deadline_of() if deadline_of is not None else None
     # Built here if nobody needed it yet, so the registry file is always written at shutdown.
     registry = state.get_registry()
     if registry is not None:
@@ -261,7 +266,7 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
     if state.finished is not None:
         await close_quietly("finished tasks", state.finished.close)
     if state.webhooks is not None:
-        await close_quietly("webhooks", state.webhooks.close)
+        await close_quietly("webhooks", functools.partial(state.webhooks.close, webhooks_deadline))
     if state.router is not None:
         await close_quietly("interswarm router", state.router.stop)
     if state.idempotency is not None:

@@ -16,6 +16,7 @@ from fastapi import HTTPException, Request
 
 from mail.server.errors import BadRequest, type_name
 from mail.server.jsonio import loads
+from mail.utils.echo import echo
 
 MESSAGE_TYPES: tuple[str, ...] = (
     "request",
@@ -117,7 +118,7 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
     if not isinstance(msg_type, str):
         raise BadRequest(f"msg_type must be a string, got {type_name(msg_type)}")
     if msg_type not in MESSAGE_TYPES:
-        raise BadRequest(f"invalid message type: {msg_type}")
+        raise BadRequest(f"invalid message type: {echo(msg_type)}")
     if msg_type not in POSTABLE_MESSAGE_TYPES:
         raise BadRequest(
             f"msg_type '{msg_type}' cannot be posted; use one of: {', '.join(POSTABLE_MESSAGE_TYPES)}"
@@ -127,7 +128,7 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
     resume_from = _opt_str(data, "resume_from") or None
     if resume_from is not None and resume_from not in RESUME_FROM_VALUES:
         raise BadRequest(
-            f"parameter 'resume_from' must be one of {', '.join(RESUME_FROM_VALUES)} or null, got '{resume_from}'"
+            f"parameter 'resume_from' must be one of {', '.join(RESUME_FROM_VALUES)} or null, got '{echo(resume_from)}'"
         )
     if not body and resume_from not in ("breakpoint_tool_call", "action_review"):
         raise BadRequest("no message provided")

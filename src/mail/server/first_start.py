@@ -8,6 +8,8 @@ same things on a first start. A problem is a `StartupError` with one line meant 
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,56 @@ def print_bootstrap(created: list[Any], path: Path, base_url: str) -> None:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+STORE_PATH_HINT = "or set [server.store] path in mail.toml to a writable place"
+
+
+def _reason(exc: BaseException) -> str:
+    """Why SQLite or the file system refused, in words (not an errno dump)."""
+    errno_ = getattr(exc, "errno", None)
+    text = first_line(exc)
+    if errno_ == 28 or "disk is full" in text:  # ENOSPC, SQLITE_FULL
+        return "the disk is full (no space left on device); free space there"
+    if errno_ == 30 or (errno_ is None and "read-only file system" in text.lower()):
+        return "its folder is on a read-only file system; make it writable"
+    if errno_ == 13 or "readonly database" in text or "unable to open" in text:
+        return f"it cannot be written ({text}); check the folder's and the file's permissions"
+    return text if errno_ is None else (getattr(exc, "strerror", None) or text)
+
+
+def _sidecar_problem(path: Path) -> str | None:
+    """A -wal or -shm file beside the database that SQLite cannot use (left by another user,
+    made read-only, or not a file at all): SQLite itself only says the database is
+    read-only or cannot be opened."""
+    for suffix in ("-wal", "-shm"):
+        sidecar = path.with_name(path.name + suffix)
+        try:
+            info = sidecar.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            why = "is not a regular file"
+        elif info.st_uid != os.geteuid() and not os.access(sidecar, os.R_OK | os.W_OK):
+            why = f"belongs to another user (uid {info.st_uid}) and cannot be written"
+        elif not os.access(sidecar, os.R_OK | os.W_OK):
+            why = "cannot be written"
+        else:
+            continue
+        keep = (
+            "; do not delete a -wal file: it can hold committed writes" if suffix == "-wal" else ""
+        )
+        return (
+            f"{sidecar} {why}; give it to the user the server runs as (uid {os.geteuid()}) "
+            f"or stop the program that made it{keep}"
+        )
+    return None
+
+
+def unusable_database(path: Path, exc: BaseException) -> str:
+    """One line for a database the server cannot use: which file, why, what to change."""
+    reason = _sidecar_problem(path) or _reason(exc)
+    return f"cannot use the SQLite database {path}: {reason}; {STORE_PATH_HINT}"
 
 
 def prepare_sqlite(cfg: Any) -> None:
@@ -76,7 +128,7 @@ def prepare_sqlite(cfg: Any) -> None:
     except DatabaseInUseError as exc:
         raise StartupError(str(exc)) from None
     except Exception as exc:
-        raise StartupError(f"cannot use the SQLite database {path}: {first_line(exc)}") from None
+        raise StartupError(unusable_database(path, exc)) from None
     if emptied:
         print(
             f"MAIL data: {path.resolve()} was an empty file (0 bytes); it is a new, empty "
@@ -108,6 +160,10 @@ def prepare_first_start(cfg: Any) -> None:
     folder = Path(cfg.swarm.registry_file).parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create {folder}: {exc.strerror or exc}") from None
+    prepare_sqlite(cfg)  # before the keys: a start refused here prints no keys
+    try:
         if mode == "local":
             keys_path = cfg.keys_file_path()
             created = bootstrap_keys(keys_path)
@@ -117,4 +173,3 @@ def prepare_first_start(cfg: Any) -> None:
         raise StartupError(str(exc)) from None
     except OSError as exc:
         raise StartupError(f"cannot create {folder}: {exc.strerror or exc}") from None
-    prepare_sqlite(cfg)

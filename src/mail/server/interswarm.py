@@ -28,6 +28,7 @@ from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
 from mail.server.interswarm_bounds import check_envelope, check_user_message
 from mail.server.state import ServerState
+from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
@@ -80,9 +81,9 @@ async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> In
             raise BadRequest(f"invalid role: {role}")
         inst = state.instances.peek(role, ident)
         if inst is None:
-            raise HTTPException(404, f"no mail instance found for contributor: {contributor}")
+            raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
         return inst
-    raise HTTPException(404, f"no mail instance found for task with id {task_id}")
+    raise HTTPException(404, f"no mail instance found for task with id {echo(task_id)}")
 
 
 def _check_caller(state: ServerState, caller: Caller, envelope: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from mail.server.state import ServerState
 from mail.server.stream_quota import RETRY_AFTER_SECONDS
 from mail.server.team import parse_attachments, store_uploads
 from mail.telemetry.usage import task_usage
+from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
@@ -41,7 +42,7 @@ def _check_entrypoint(state: ServerState, req: MessageRequest) -> None:
     close = difflib.get_close_matches(req.entrypoint, names, n=1, cutoff=0.6)
     hint = f" Did you mean '{close[0]}'?" if close else f" Entrypoints: {', '.join(names)}."
     raise BadRequest(
-        f"parameter 'entrypoint': '{req.entrypoint}' is not an entrypoint agent of swarm '{state.swarm_name}'.{hint}"
+        f"parameter 'entrypoint': '{echo(req.entrypoint)}' is not an entrypoint agent of swarm '{state.swarm_name}'.{hint}"
     )
 
 
@@ -511,4 +512,4 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
                     found = await finished.stored_task(key.caller_role, key.caller_id, task_id)
                     if found is not None:
                         return task_record(found, inst.swarm.runtime)
-    raise HTTPException(404, f"task '{task_id}' not found")
+    raise HTTPException(404, f"task '{echo(task_id)}' not found")

@@ -29,6 +29,7 @@ from mail.server.bodies import MessageRequest, check_task_id, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
+from mail.utils.echo import echo
 
 router = APIRouter()
 
@@ -180,7 +181,7 @@ async def responses(request: Request) -> JSONBody:
         archived = state.instances.archived_tasks(caller.role, caller.id)
         if req.task_id not in archived:
             # Never start a fresh task under an id the caller believes is a past response.
-            raise HTTPException(404, f"previous response '{req.task_id}' not found")
+            raise HTTPException(404, f"previous response '{echo(req.task_id)}' not found")
     if req.resume_from is None and req.task_id is not None:
         req.resume_from = "user_response"
     response, _events = await messaging.run_message(state, caller, req)

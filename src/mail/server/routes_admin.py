@@ -16,6 +16,7 @@ from mail.server.errors import BadRequest
 from mail.server.handlers import get_state, registry_or_503
 from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
+from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
@@ -45,11 +46,11 @@ async def _register(request: Request, caller: Caller) -> JSONBody:
             ),
         )
     except ValueError as exc:
-        raise BadRequest(f"error registering swarm: '{exc}'") from exc
+        raise BadRequest(f"error registering swarm: '{echo(exc, 300)}'") from exc
     except Exception as exc:
         # Typically the remote's GET / failed; the caller needs to know why.
         logger.warning("registering swarm '%s' at %s failed: %s", req.name, req.base_url, exc)
-        raise HTTPException(500, f"error registering swarm: '{exc}'") from exc
+        raise HTTPException(500, f"error registering swarm: '{echo(exc, 300)}'") from exc
     logger.info(
         "admin %s registered swarm '%s' (%s)",
         caller.id,

@@ -21,6 +21,7 @@ from mail.server.auth import Caller, caller_admin, caller_admin_or_user
 from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
 from mail.server.swarm_description import describe_swarm
+from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
@@ -72,9 +73,9 @@ async def remove_swarm(
 ) -> JSONBody:
     registry = _registry(request)
     if swarm_name == registry.local_swarm_name:
-        raise HTTPException(400, f"swarm '{swarm_name}' is this server's own swarm")
+        raise HTTPException(400, f"swarm '{echo(swarm_name)}' is this server's own swarm")
     if not registry.unregister_swarm(swarm_name):
-        raise HTTPException(404, f"swarm '{swarm_name}' not found")
+        raise HTTPException(404, f"swarm '{echo(swarm_name)}' not found")
     logger.info("admin %s removed swarm '%s'", caller.id, swarm_name)
     return JSONBody({"status": "removed", "swarm_name": swarm_name})
 

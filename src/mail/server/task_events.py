@@ -27,6 +27,7 @@ from mail.server.auth import Caller
 from mail.server.errors import BadRequest
 from mail.server.instances import Instance
 from mail.server.state import ServerState
+from mail.utils.echo import echo
 
 CLOSING_EVENTS = ("task_complete", "task_error")
 
@@ -117,7 +118,7 @@ def _look_in(
 
 def _checked(sub: Subscription) -> Subscription:
     if sub.task is None and sub.record is None:
-        raise HTTPException(404, f"task '{sub.task_id}' not found")
+        raise HTTPException(404, f"task '{echo(sub.task_id)}' not found")
     count = len(sub.task.events) if sub.task is not None else len(_record_events(sub.record))
     if sub.after > count:
         raise BadRequest(

@@ -20,6 +20,7 @@ from mail.server.auth import Caller
 from mail.server.errors import BadRequest, type_name
 from mail.server.instances import instance_kind
 from mail.store.base import InstanceKey
+from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
@@ -216,7 +217,7 @@ async def get_thread(store: Any, swarm_name: str, caller: Caller, thread_id: str
             agent: counts.get(agent, {}).get(thread_id, 0) for agent in thread["participants"]
         }
         return {**thread, "owner": _owner(key), "messages": posts, "unread": unread}
-    raise HTTPException(404, f"thread '{thread_id}' not found")
+    raise HTTPException(404, f"thread '{echo(thread_id)}' not found")
 
 
 async def get_attachment(
@@ -224,5 +225,5 @@ async def get_attachment(
 ) -> tuple[dict[str, Any], bytes]:
     found = await store.get_attachment(caller_key(swarm_name, caller), attachment_id)
     if found is None:
-        raise HTTPException(404, f"attachment '{attachment_id}' not found")
+        raise HTTPException(404, f"attachment '{echo(attachment_id)}' not found")
     return found

@@ -115,7 +115,17 @@ class DeliveryEngine:
         self._runner = asyncio.create_task(self._run(), name="mail-webhooks")
         self.kick()  # what a previous run left pending goes out now
 
-    async def close(self) -> None:
+    def close_deadline(self) -> float:
+        """When attempts under way must be done, counted from now (the loop's clock): the
+        server takes this at the start of its shutdown, so the wait overlaps the agents'
+        grace period instead of following it."""
+        return asyncio.get_running_loop().time() + _CLOSE_WAIT
+
+    async def close(self, deadline: float | None = None) -> None:
+        """Stop; attempts under way get until `deadline` (default: `_CLOSE_WAIT` from now),
+        the rest keep their lease and are sent again later."""
+        loop = asyncio.get_running_loop()
+        wait = _CLOSE_WAIT if deadline is None else max(0.0, deadline - loop.time())
         self._closing = True
         self._wake.set()
         if self._runner is not None:
@@ -125,7 +135,8 @@ class DeliveryEngine:
             self._runner = None
         if self._attempts:
             # Attempts under way get a moment; the rest keep their lease (sent again later).
-            await asyncio.wait(set(self._attempts), timeout=_CLOSE_WAIT)
+            if wait > 0:
+                await asyncio.wait(set(self._attempts), timeout=wait)
             for task in list(self._attempts):
                 task.cancel()
             await asyncio.gather(*self._attempts, return_exceptions=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from mail.store.base import InstanceKey
 from mail.store.webhooks import Record, WebhookStore, new_delivery, new_id
+from mail.utils.echo import echo
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import events as ev
 from mail.webhooks import signing
@@ -151,11 +152,14 @@ class WebhookService:
         self._warming = asyncio.ensure_future(asyncio.to_thread(self.transport.warm))
         await self.engine.start()
 
-    async def close(self) -> None:
+    def close_deadline(self) -> float:
+        return self.engine.close_deadline()
+
+    async def close(self, deadline: float | None = None) -> None:
         if self._warming is not None:
             with contextlib.suppress(Exception):
                 await self._warming
-        await self.engine.close()
+        await self.engine.close(deadline)
         await self.store.close()
 
     # -- instances ------------------------------------------------------------------------
@@ -185,7 +189,7 @@ class WebhookService:
         if unknown:
             raise WebhookError(
                 400,
-                f"parameter 'events': unknown event type '{unknown[0]}'; known: "
+                f"parameter 'events': unknown event type '{echo(unknown[0])}'; known: "
                 f"{', '.join(ev.EVENT_TYPES)} (or '*', or a prefix such as 'task.*')",
             )
         return list(dict.fromkeys(value))
@@ -264,7 +268,7 @@ class WebhookService:
             or (sub["owner_role"], sub["owner_id"]) != owner
             or (kinds and sub["kind"] not in kinds)
         ):
-            raise WebhookError(404, f"webhook '{subscription_id}' not found")
+            raise WebhookError(404, f"webhook '{echo(subscription_id)}' not found")
         return sub
 
     # -- subscriptions --------------------------------------------------------------------
@@ -337,7 +341,7 @@ class WebhookService:
         changes["updated_at"] = time.time()
         updated = await self.store.update_subscription(subscription_id, changes)
         if updated is None:
-            raise WebhookError(404, f"webhook '{subscription_id}' not found")
+            raise WebhookError(404, f"webhook '{echo(subscription_id)}' not found")
         if changes.get("active"):
             self.engine.kick()  # its waiting deliveries go out now
         return subscription_view(updated)
@@ -429,16 +433,17 @@ class WebhookService:
         sub = await self._owned(owner, subscription_id, ("webhook", "request"))
         row = await self.store.get_delivery(delivery_id)
         if row is None or row["subscription_id"] != subscription_id:
-            raise WebhookError(404, f"delivery '{delivery_id}' not found")
+            raise WebhookError(404, f"delivery '{echo(delivery_id)}' not found")
         if row["status"] == "pending" and row["lease_owner"] is not None:
-            raise WebhookError(409, f"delivery '{delivery_id}' is being sent right now")
+            raise WebhookError(409, f"delivery '{echo(delivery_id)}' is being sent right now")
         if not sub["active"]:
             raise WebhookError(
-                409, f"webhook '{subscription_id}' is disabled; enable it (active: true) first"
+                409,
+                f"webhook '{echo(subscription_id)}' is disabled; enable it (active: true) first",
             )
         updated = await self.store.retry(delivery_id, time.time())
         if updated is None:
-            raise WebhookError(404, f"delivery '{delivery_id}' not found")
+            raise WebhookError(404, f"delivery '{echo(delivery_id)}' not found")
         self.engine.kick()
         return delivery_view({**updated, "attempts_log": row.get("attempts_log", [])})
 
