@@ -31,6 +31,8 @@ PROBES: list[tuple[str, str, str, Any]] = [
     ("alice", "POST", "/webhooks", {"url": "http://127.0.0.1:9/h", "events": [LONG]}),
     ("alice", "GET", f"/task?task_id={LONG}", None),
     ("alice", "GET", f"/tasks?limit={LONG}", None),
+    # A peer address past MAX_BASE_URL_CHARS (2048) is refused up front, not a 500 later.
+    ("admin", "POST", "/swarms", {"name": "peer", "base_url": f"http://{LONG}.example/"}),
 ]
 
 

@@ -301,6 +301,10 @@ class RegisterSwarmRequest:
     caller_id: str | None = None
 
 
+# A peer's address (POST /swarms): longer is no URL a peer answers at.
+MAX_BASE_URL_CHARS = 2048
+
+
 def parse_register_swarm(data: dict[str, Any]) -> RegisterSwarmRequest:
     name, base_url = data.get("name"), data.get("base_url")
     if not name or not base_url:
@@ -311,6 +315,10 @@ def parse_register_swarm(data: dict[str, Any]) -> RegisterSwarmRequest:
         raise BadRequest(f"parameter 'base_url' must be a string, got {type_name(base_url)}")
     if not base_url.startswith(("http://", "https://")):
         raise BadRequest("parameter 'base_url' must be an http:// or https:// URL")
+    if len(base_url) > MAX_BASE_URL_CHARS:
+        raise BadRequest(
+            f"parameter 'base_url' is {len(base_url)} characters; the limit is {MAX_BASE_URL_CHARS}"
+        )
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise BadRequest(f"parameter 'metadata' must be an object, got {type_name(metadata)}")
