@@ -33,7 +33,7 @@ IMPORTS = [
     "mail.factories",
     "mail.stdlib",
     "mail.store.postgres",
-    "mail.store.memory_store",
+    "mail.store.agent_memory",
     "uvicorn.loops.asyncio",
     "uvicorn.lifespan.on",
     "uvicorn.protocols.http.h11_impl",
