@@ -210,3 +210,14 @@ def test_every_documented_route_is_fuzzed() -> None:
     }
     assert served <= set(OPERATIONS), sorted(served - set(OPERATIONS))
     assert Path(REPO_ROOT / "spec" / "openapi.yaml").is_file()
+
+
+@pytest.mark.parametrize("stream_body", [{"body": "hello", "stream": True}])
+def test_a_streamed_answer_matches_the_documented_events(
+    server: ServerProcess, stream_body: dict[str, Any]
+) -> None:
+    # A streamed POST /message that succeeds: every SSE event is checked against the
+    # document's event schema (the generated cases reach a 200 stream only by chance).
+    case = OPERATIONS["POST /message"].Case(body=stream_body, media_type="application/json")
+    with requests.Session() as session:
+        _check_case(server, session, "POST /message", "user", case)
