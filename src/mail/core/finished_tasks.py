@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Protocol
 
+from mail.core.agent_histories import SEPARATOR, AgentHistories
 from mail.core.tasks import MAILTask, TaskState
 
 # States a task may be forgotten in: it neither runs nor waits for anyone.
@@ -79,9 +80,13 @@ def forget_finished(rt: FinishedHost, task_id: str) -> MAILTask | None:
     if not can_forget(rt, task_id):
         return None
     task = rt.mail_tasks.pop(task_id)
-    prefix = f"{task_id}::"
-    for key in [k for k in rt.agent_histories if k.startswith(prefix)]:
-        del rt.agent_histories[key]
+    histories = rt.agent_histories
+    if isinstance(histories, AgentHistories):
+        histories.drop_task(task_id)
+    else:  # replaced by a plain dict
+        prefix = f"{task_id}::"
+        for key in [k for k in histories if k.startswith(prefix)]:
+            del histories[key]
     rt.response_messages.pop(task_id, None)
     rt.outstanding_requests.pop(task_id, None)
     rt.last_breakpoint_caller.pop(task_id, None)
@@ -98,4 +103,7 @@ def forget_finished(rt: FinishedHost, task_id: str) -> MAILTask | None:
 
 
 def _agents_of(rt: FinishedHost, prefix: str) -> list[str]:
-    return [k[len(prefix) :] for k in rt.agent_histories if k.startswith(prefix)]
+    histories = rt.agent_histories
+    if isinstance(histories, AgentHistories):  # the task's own keys, not a scan of all
+        return histories.agents_of(prefix[: -len(SEPARATOR)])
+    return [k[len(prefix) :] for k in histories if k.startswith(prefix)]

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
+from mail.core.agent_histories import AgentHistories
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
 from mail.core.compat import DONE, run_submitted_task
@@ -104,7 +105,7 @@ class MAILRuntime(V13Surface):
         self.mail_tasks: dict[str, MAILTask] = {}
         # running and paused tasks (the paused-task quota reads it on every new task)
         self.open_tasks = OpenTasks(self._is_open)
-        self.agent_histories: dict[str, list[dict[str, Any]]] = {}
+        self.agent_histories: dict[str, list[dict[str, Any]]] = AgentHistories()
         self.response_messages: dict[str, MAILMessage] = {}
         # ids of finished tasks let go of (core/finished_tasks.py): their store has them
         self.forgotten_tasks: collections.OrderedDict[str, None] = collections.OrderedDict()

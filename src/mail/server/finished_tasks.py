@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mail.api.stored_tasks import restore_task, task_from_snapshot
+from mail.core.agent_histories import AgentHistories
 from mail.core.finished_tasks import can_forget, forget_finished, is_finished
 from mail.core.tasks import MAILTask
 from mail.server import task_listing
@@ -87,10 +88,14 @@ def measure_in_memory(task: MAILTask, runtime: Any) -> int:
     """About what a task would store (the memory store's size; nothing is encoded): the
     bodies of its messages, the text of its agents' histories and its answer."""
     size = message_bytes(task)
-    prefix = f"{task.task_id}::"
-    for key, history in runtime.agent_histories.items():
-        if key.startswith(prefix):
-            size += sum(_text_size(entry) for entry in history)
+    histories = runtime.agent_histories
+    if isinstance(histories, AgentHistories):  # the task's own keys, not a scan of all
+        own = histories.of_task(task.task_id)
+    else:
+        prefix = f"{task.task_id}::"
+        own = [(k, h) for k, h in histories.items() if k.startswith(prefix)]
+    for _, history in own:
+        size += sum(_text_size(entry) for entry in history)
     response = task.response if isinstance(task.response, dict) else {}
     body = (response.get("message") or {}).get("body")
     return size + (len(body) if isinstance(body, str) else 0)
