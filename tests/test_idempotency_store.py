@@ -122,6 +122,25 @@ async def test_concurrent_takes_one_winner(store: IdempotencyStore) -> None:
     assert sum(r is None for r in results) == 1
 
 
+async def test_takes_batched_with_held_keys(store: IdempotencyStore) -> None:
+    """Takes arriving together (one statement in SQLite): a held key among them is refused
+    with its holder's record, the others are taken, and each request hears its own."""
+    assert await store.take(ALICE, "held", record("fp-held", subject="t-held")) is None
+    results = await asyncio.gather(
+        store.take(ALICE, "new-1", record("fp-1")),
+        store.take(ALICE, "held", record("fp-held", holder="retry")),
+        store.take(BOB, "held", record("fp-bob")),  # another caller's key of the same value
+        store.take(ALICE, "new-2", record("fp-2")),
+    )
+    assert results[0] is None and results[2] is None and results[3] is None
+    assert results[1] is not None and results[1].subject == "t-held"
+    for scope, key, fingerprint in ((ALICE, "new-1", "fp-1"), (BOB, "held", "fp-bob")):
+        got = await store.get(scope, key, NOW)
+        assert got is not None and got.fingerprint == fingerprint
+    got = await store.get(ALICE, "held", NOW)
+    assert got is not None and got.holder != "retry"
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_records_survive_reopening(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest

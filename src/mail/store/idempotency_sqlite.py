@@ -3,9 +3,12 @@
 It shares the task store's `SqliteDatabase` (one connection, one writer thread). Every write
 is committed before it returns: a key taken is on disk (WAL, like the task store's writes)
 when the task it guards starts, so a retry after a kill -9 finds it. Writes that arrive
-together (many clients at once) are committed together: one thread hop and one commit for
-the batch. (A take on the event loop's own connection was measured too: it costs the event
-loop more than the hop does, and commits every take on its own.)
+together (many clients at once) go to the database thread in one hop. Takes, the write on
+every keyed request's path, are one multi-row ``INSERT ... ON CONFLICT`` for the batch, in a
+transaction of its own (autocommit: no BEGIN / COMMIT calls): each call into SQLite gives up
+the GIL and takes it back from the event loop, which costs more than the statement does.
+The holder of a key already taken is read back in the same hop. (A take on the event loop's
+own connection was measured too: it costs the event loop more than the hop does.)
 """
 
 from __future__ import annotations
@@ -41,6 +44,30 @@ _TAKE = f"""
        OR (?11 AND {TABLE}.status IS NULL AND {TABLE}.fingerprint = excluded.fingerprint)
 """
 _GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
+_GET_ANY = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
+# The take of a batch of keys (no takeovers among them): one statement, one commit.
+_TAKE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_TAKE_MANY = f"""
+    INSERT INTO {TABLE} (swarm_name, caller_role, caller_id, idem_key, fingerprint, subject,
+                         context, holder, created_at, expires_at)
+    VALUES {{rows}}
+    ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
+        fingerprint = excluded.fingerprint, subject = excluded.subject,
+        context = excluded.context, holder = excluded.holder, status = NULL,
+        content_type = NULL, body = NULL, created_at = excluded.created_at,
+        expires_at = excluded.expires_at
+    WHERE {TABLE}.expires_at <= excluded.created_at
+"""
+# Outcomes of a batch of keys: one statement.
+_FINISH_ROW = "(?, ?, ?, ?, ?, ?, ?)"
+_FINISH_MANY = f"""
+    UPDATE {TABLE} SET status = v.column5, content_type = v.column6, body = v.column7
+    FROM (VALUES {{rows}}) AS v
+    WHERE swarm_name = v.column1 AND caller_role = v.column2 AND caller_id = v.column3
+      AND idem_key = v.column4
+"""
+# Rows per multi-row statement (10 or 7 parameters each: far below SQLite's limit).
+_CHUNK = 64
 _FINISH = f"""
     UPDATE {TABLE} SET status = ?, content_type = ?, body = ?
     WHERE {_SCOPE} AND idem_key = ?
@@ -75,7 +102,76 @@ def record_from_row(row: Any) -> KeyRecord:
     )
 
 
+def _chunks(rows: list[Any]) -> list[list[Any]]:
+    return [rows[start : start + _CHUNK] for start in range(0, len(rows), _CHUNK)]
+
+
+def take_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> list[KeyRecord | None]:
+    """Take keys (rows of `_TAKE_MANY`'s columns): None for each row stored, else the live
+    record holding its key. Each chunk is one statement, committed on its own; a key that
+    is held (a retry) is looked up after it, on this thread, with nothing in between."""
+    out: list[KeyRecord | None] = [None] * len(rows)
+    first: dict[tuple[Any, ...], int] = {}
+    repeats: list[int] = []  # the same key twice in one batch: the first row gets it
+    for index, row in enumerate(rows):
+        if first.setdefault(row[:4], index) != index:
+            repeats.append(index)
+    for chunk in _chunks(list(first.values())):
+        sql = _TAKE_MANY.format(rows=", ".join([_TAKE_ROW] * len(chunk)))
+        stored = conn.execute(sql, [value for index in chunk for value in rows[index]]).rowcount
+        if stored != len(chunk):
+            for index in chunk:
+                out[index] = _held(conn, rows[index], mine=True)
+    for index in repeats:
+        out[index] = _held(conn, rows[index], mine=False)
+    return out
+
+
+def _held(conn: sqlite3.Connection, row: tuple[Any, ...], *, mine: bool) -> KeyRecord | None:
+    """After a take of `row`: None when it holds its key (`mine`: the row stored is this
+    one), else the live record that does."""
+    current = conn.execute(_GET_ANY, row[:4]).fetchone()
+    if (
+        mine
+        and current is not None
+        and (current["fingerprint"], current["holder"], current["created_at"])
+        == (
+            row[4],
+            row[7],
+            row[8],
+        )
+    ):
+        return None
+    if current is not None and current["expires_at"] > row[8]:
+        return record_from_row(current)
+    # Absent or expired (a repeat whose first row was not stored): take it on its own.
+    if conn.execute(_TAKE, (*row, 0)).rowcount == 1:
+        return None
+    current = conn.execute(_GET_ANY, row[:4]).fetchone()
+    if current is None:  # (the insert found a row, and nothing else writes in between)
+        raise sqlite3.IntegrityError("an idempotency key was neither stored nor found")
+    return record_from_row(current)
+
+
+def finish_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Outcomes (scope, key, status, content type, body rows): one statement per chunk."""
+    for chunk in _chunks(rows):
+        sql = _FINISH_MANY.format(rows=", ".join([_FINISH_ROW] * len(chunk)))
+        conn.execute(sql, [value for row in chunk for value in row])
+
+
 Write = Callable[[sqlite3.Connection], Any]
+
+
+def _settle(results: Any, waiting: list[tuple[Any, asyncio.Future[Any]]]) -> None:
+    """Answer each future of a hop: its result, or the exception that failed them all."""
+    for index, (_, future) in enumerate(waiting):
+        if future.done():
+            continue
+        if isinstance(results, BaseException):
+            future.set_exception(results)
+        else:
+            future.set_result(results[index])
 
 
 class SqliteIdempotencyStore(IdempotencyStore):
@@ -84,8 +180,9 @@ class SqliteIdempotencyStore(IdempotencyStore):
     def __init__(self, path: str | Path) -> None:
         self.db = open_database(path)
         self._started = False
-        # Writes waiting for the next commit, and the task committing them.
+        # Writes and takes waiting for the next hop, and the task making it.
         self._batch: list[tuple[Write, asyncio.Future[Any]]] = []
+        self._takes: list[tuple[tuple[Any, ...], asyncio.Future[KeyRecord | None]]] = []
         self._drainer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -100,45 +197,57 @@ class SqliteIdempotencyStore(IdempotencyStore):
             self._started = False
             await self.db.release()
 
+    def _kick(self) -> None:
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+
     async def _write(self, fn: Write) -> Any:
         """Run `fn` in a write transaction, committed with the writes queued beside it.
 
         The commit runs in a task of its own: a caller that is cancelled meanwhile does not
         strand the writes queued behind its own (its write itself may still commit).
         """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._batch.append((fn, future))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain())
+        self._kick()
         return await future
 
     async def _drain(self) -> None:
-        while self._batch:
+        while self._batch or self._takes:
             batch, self._batch = self._batch, []
-            await self._commit(batch)
+            takes, self._takes = self._takes, []
+            await self._commit(batch, takes)
 
-    async def _commit(self, batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
-        def run(conn: sqlite3.Connection) -> list[tuple[bool, Any]]:
-            # One transaction for the batch; a write that fails fails the batch (a full
-            # disk, a broken file: the others would fail as well), every caller hears it.
-            with transaction(conn):
-                return [(True, fn(conn)) for fn, _ in batch]
+    async def _commit(
+        self,
+        batch: list[tuple[Write, asyncio.Future[Any]]],
+        takes: list[tuple[tuple[Any, ...], asyncio.Future[KeyRecord | None]]],
+    ) -> None:
+        def run(conn: sqlite3.Connection) -> tuple[Any, Any]:
+            # The writes: one transaction; a write that fails fails them all (a full disk, a
+            # broken file: the others would fail as well), every caller hears it. The takes:
+            # one statement of their own, after them.
+            done: Any = []
+            if batch:
+                try:
+                    with transaction(conn):
+                        done = [fn(conn) for fn, _ in batch]
+                except Exception as exc:  # noqa: BLE001 - handed to the writers' futures
+                    done = exc
+            taken: Any = []
+            if takes:
+                try:
+                    taken = take_rows(conn, [row for row, _ in takes])
+                except Exception as exc:  # noqa: BLE001 - handed to the takers' futures
+                    taken = exc
+            return done, taken
 
         try:
-            results = await self.db.run(run)
+            done, taken = await self.db.run(run)
         except Exception as exc:  # the database is closed or failing: every write of the batch
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (ok, value), (_, future) in zip(results, batch, strict=True):
-            if future.done():
-                continue
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            done = taken = exc
+        _settle(done, batch)
+        _settle(taken, takes)
 
     async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
         def read(conn: sqlite3.Connection) -> KeyRecord | None:
@@ -150,7 +259,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
     async def take(
         self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
     ) -> KeyRecord | None:
-        args = (
+        row = (
             *_scope(scope),
             key,
             record.fingerprint,
@@ -159,11 +268,19 @@ class SqliteIdempotencyStore(IdempotencyStore):
             record.holder,
             record.created_at,
             record.expires_at,
-            1 if replace else 0,
         )
+        if replace:  # a takeover (rare): its own statement, and a read when it is refused
+            return await self._take_over(scope, key, record, row)
+        future: asyncio.Future[KeyRecord | None] = asyncio.get_running_loop().create_future()
+        self._takes.append((row, future))
+        self._kick()
+        return await future
 
+    async def _take_over(
+        self, scope: InstanceKey, key: str, record: KeyRecord, row: tuple[Any, ...]
+    ) -> KeyRecord | None:
         def write(conn: sqlite3.Connection) -> bool:
-            return bool(conn.execute(_TAKE, args).rowcount == 1)
+            return bool(conn.execute(_TAKE, (*row, 1)).rowcount == 1)
 
         for _ in range(3):
             stored = await self._write(write)
@@ -185,10 +302,10 @@ class SqliteIdempotencyStore(IdempotencyStore):
         self, outcomes: list[tuple[InstanceKey, str, int, str | None, bytes]]
     ) -> None:
         rows = [
-            (status, content_type, bytes(body), *_scope(scope), key)
+            (*_scope(scope), key, status, content_type, bytes(body))
             for scope, key, status, content_type, body in outcomes
         ]
-        await self._write(lambda conn: conn.executemany(_FINISH, rows))
+        await self._write(lambda conn: finish_rows(conn, rows))
 
     async def release(self, scope: InstanceKey, key: str) -> None:
         args = (*_scope(scope), key)
