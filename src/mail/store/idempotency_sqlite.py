@@ -14,6 +14,8 @@ own connection was measured too: it costs the event loop more than the hop does.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +29,7 @@ from mail.store.idempotency import (
     load_context,
 )
 from mail.store.idempotency_schema import TABLE
-from mail.store.sqlite_schema import open_database, transaction
+from mail.store.sqlite_schema import SqliteDatabase, open_database, transaction
 
 _SCOPE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 
@@ -102,6 +104,16 @@ def record_from_row(row: Any) -> KeyRecord:
     )
 
 
+@functools.cache
+def _take_sql(count: int) -> str:
+    return _TAKE_MANY.format(rows=", ".join([_TAKE_ROW] * count))
+
+
+@functools.cache
+def _finish_sql(count: int) -> str:
+    return _FINISH_MANY.format(rows=", ".join([_FINISH_ROW] * count))
+
+
 def _chunks(rows: list[Any]) -> list[list[Any]]:
     return [rows[start : start + _CHUNK] for start in range(0, len(rows), _CHUNK)]
 
@@ -117,8 +129,8 @@ def take_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> list[Key
         if first.setdefault(row[:4], index) != index:
             repeats.append(index)
     for chunk in _chunks(list(first.values())):
-        sql = _TAKE_MANY.format(rows=", ".join([_TAKE_ROW] * len(chunk)))
-        stored = conn.execute(sql, [value for index in chunk for value in rows[index]]).rowcount
+        values = [value for index in chunk for value in rows[index]]
+        stored = conn.execute(_take_sql(len(chunk)), values).rowcount
         if stored != len(chunk):
             for index in chunk:
                 out[index] = _held(conn, rows[index], mine=True)
@@ -156,11 +168,20 @@ def _held(conn: sqlite3.Connection, row: tuple[Any, ...], *, mine: bool) -> KeyR
 def finish_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     """Outcomes (scope, key, status, content type, body rows): one statement per chunk."""
     for chunk in _chunks(rows):
-        sql = _FINISH_MANY.format(rows=", ".join([_FINISH_ROW] * len(chunk)))
-        conn.execute(sql, [value for row in chunk for value in row])
+        conn.execute(_finish_sql(len(chunk)), [value for row in chunk for value in row])
 
 
 Write = Callable[[sqlite3.Connection], Any]
+
+
+def submit(db: SqliteDatabase, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    """`fn(conn)` on the database's thread, as `SqliteDatabase.run` does, but without an
+    asyncio future in between: the caller gets the `concurrent.futures.Future` and hears
+    of it from that thread (one loop turn less than awaiting `run`, on the request path)."""
+    executor, conn = db._executor, db._conn  # noqa: SLF001 - the same thread and connection
+    if executor is None or conn is None:
+        raise sqlite3.OperationalError(f"the SQLite database {db.path} is closed")
+    return executor.submit(fn, conn)
 
 
 def _settle(results: Any, waiting: list[tuple[Any, asyncio.Future[Any]]]) -> None:
@@ -180,10 +201,12 @@ class SqliteIdempotencyStore(IdempotencyStore):
     def __init__(self, path: str | Path) -> None:
         self.db = open_database(path)
         self._started = False
-        # Writes and takes waiting for the next hop, and the task making it.
+        # Writes and takes waiting for the next hop; the hop under way; who waits for quiet.
         self._batch: list[tuple[Write, asyncio.Future[Any]]] = []
         self._takes: list[tuple[tuple[Any, ...], asyncio.Future[KeyRecord | None]]] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._hop: concurrent.futures.Future[Any] | None = None
+        self._scheduled = False  # a hop leaves at the end of this turn of the loop
+        self._quiet: list[asyncio.Future[None]] = []
 
     async def start(self) -> None:
         if not self._started:
@@ -191,38 +214,44 @@ class SqliteIdempotencyStore(IdempotencyStore):
             self._started = True
 
     async def close(self) -> None:
-        if self._drainer is not None:
-            await asyncio.gather(self._drainer, return_exceptions=True)
+        if self._hop is not None or self._scheduled:
+            quiet: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._quiet.append(quiet)
+            await quiet
         if self._started:
             self._started = False
             await self.db.release()
 
-    def _kick(self) -> None:
-        if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
-
     async def _write(self, fn: Write) -> Any:
         """Run `fn` in a write transaction, committed with the writes queued beside it.
 
-        The commit runs in a task of its own: a caller that is cancelled meanwhile does not
-        strand the writes queued behind its own (its write itself may still commit).
+        No caller owns the hop: one that is cancelled meanwhile strands nobody (its write
+        itself may still commit).
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._batch.append((fn, future))
-        self._kick()
+        self._schedule(asyncio.get_running_loop())
         return await future
 
-    async def _drain(self) -> None:
-        while self._batch or self._takes:
-            batch, self._batch = self._batch, []
-            takes, self._takes = self._takes, []
-            await self._commit(batch, takes)
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The next hop leaves once this turn of the loop has queued what it has: a hop per
+        request would cost more than the statements do (each wakes the database thread and
+        trades the GIL with it), so the takes of one turn travel together."""
+        if self._hop is None and not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._send, loop)
 
-    async def _commit(
-        self,
-        batch: list[tuple[Write, asyncio.Future[Any]]],
-        takes: list[tuple[tuple[Any, ...], asyncio.Future[KeyRecord | None]]],
-    ) -> None:
+    def _send(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand what is queued to the database thread, one hop; the next one leaves when it
+        is back (what queues meanwhile goes with it). The results come back with one
+        `call_soon_threadsafe`: the waiting requests run on the loop's next turn."""
+        self._scheduled = False
+        batch, self._batch = self._batch, []
+        takes, self._takes = self._takes, []
+        if not batch and not takes:
+            self._wake_quiet()
+            return
+
         def run(conn: sqlite3.Connection) -> tuple[Any, Any]:
             # The writes: one transaction; a write that fails fails them all (a full disk, a
             # broken file: the others would fail as well), every caller hears it. The takes:
@@ -242,12 +271,39 @@ class SqliteIdempotencyStore(IdempotencyStore):
                     taken = exc
             return done, taken
 
+        def back(hop: concurrent.futures.Future[Any]) -> None:  # on the database thread
+            loop.call_soon_threadsafe(self._landed, hop, batch, takes, loop)
+
         try:
-            done, taken = await self.db.run(run)
-        except Exception as exc:  # the database is closed or failing: every write of the batch
-            done = taken = exc
+            self._hop = submit(self.db, run)
+        except Exception as exc:  # the database is closed: every write of the batch fails
+            _settle(exc, batch)
+            _settle(exc, takes)
+            return
+        self._hop.add_done_callback(back)
+
+    def _landed(
+        self,
+        hop: concurrent.futures.Future[Any],
+        batch: list[tuple[Write, asyncio.Future[Any]]],
+        takes: list[tuple[tuple[Any, ...], asyncio.Future[KeyRecord | None]]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._hop = None
+        error = hop.exception()
+        done, taken = (error, error) if error is not None else hop.result()
         _settle(done, batch)
         _settle(taken, takes)
+        if self._batch or self._takes:
+            self._schedule(loop)
+        else:
+            self._wake_quiet()
+
+    def _wake_quiet(self) -> None:
+        for quiet in self._quiet:
+            if not quiet.done():
+                quiet.set_result(None)
+        self._quiet.clear()
 
     async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
         def read(conn: sqlite3.Connection) -> KeyRecord | None:
@@ -271,9 +327,10 @@ class SqliteIdempotencyStore(IdempotencyStore):
         )
         if replace:  # a takeover (rare): its own statement, and a read when it is refused
             return await self._take_over(scope, key, record, row)
-        future: asyncio.Future[KeyRecord | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[KeyRecord | None] = loop.create_future()
         self._takes.append((row, future))
-        self._kick()
+        self._schedule(loop)
         return await future
 
     async def _take_over(
