@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -254,3 +255,26 @@ async def test_at_the_bound_finished_keys_make_room_and_unfinished_ones_refuse()
         await run("g")
     assert refused.value.status_code == 429
     assert "max_idempotency_keys_per_caller = 2" in str(refused.value.detail)
+
+
+async def test_sqlite_close_waits_for_takes_under_way(tmp_path: Path) -> None:
+    """Takes queued when the store closes are committed first (their requests heard they
+    hold the key); a take after the close fails instead of waiting forever."""
+    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+
+    store = SqliteIdempotencyStore(tmp_path / "mail.db")
+    await store.start()
+    taking = [asyncio.ensure_future(store.take(ALICE, f"k{n}", record())) for n in range(5)]
+    await asyncio.sleep(0)  # queued, the hop not back yet
+    await store.close()
+    assert all(t.done() for t in taking)
+    assert [t.result() for t in taking] == [None] * 5
+    with pytest.raises(sqlite3.OperationalError):
+        await asyncio.wait_for(store.take(ALICE, "late", record()), 30)
+    reopened = SqliteIdempotencyStore(tmp_path / "mail.db")
+    await reopened.start()
+    try:
+        for n in range(5):
+            assert await reopened.get(ALICE, f"k{n}", NOW) is not None
+    finally:
+        await reopened.close()

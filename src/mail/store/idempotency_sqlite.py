@@ -279,6 +279,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
         except Exception as exc:  # the database is closed: every write of the batch fails
             _settle(exc, batch)
             _settle(exc, takes)
+            self._wake_quiet()
             return
         self._hop.add_done_callback(back)
 
