@@ -717,16 +717,12 @@ def key_write_floor(path: Path, count: int = 400) -> tuple[float, float]:
     start its work without; the outcomes are written in one transaction per batch."""
     import sqlite3
 
-    from mail.store.idempotency_schema import SQLITE_DDL
     from mail.store.idempotency_sqlite import _FINISH, _TAKE
-    from mail.store.sqlite_schema import connect
+    from mail.store.sqlite_schema import connect, migrate
 
-    fresh = not path.exists()
     conn = connect(path)
     try:
-        if fresh:
-            for statement in SQLITE_DDL:
-                conn.execute(statement)
+        migrate(conn)  # the server's schema (once per file)
         context = '{"after":0,"answer":null,"stream":false}'
         body = b'{"response":"done","events":null,"task_id":"' + str(uuid.uuid4()).encode() + b'"}'
         now = time.time()

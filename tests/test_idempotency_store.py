@@ -278,3 +278,45 @@ async def test_sqlite_close_waits_for_takes_under_way(tmp_path: Path) -> None:
             assert await reopened.get(ALICE, f"k{n}", NOW) is not None
     finally:
         await reopened.close()
+
+
+async def test_sqlite_keys_of_a_version_3_file_survive_the_rowid_rebuild(tmp_path: Path) -> None:
+    """Migration 4 turns the WITHOUT ROWID key table of a file made by migration 3 into a
+    rowid table, and the keys it held (a retry after the upgrade's restart) are still there."""
+    from mail.store import sqlite_schema
+    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+
+    path = tmp_path / "mail.db"
+    conn = sqlite_schema.connect(path)
+    sqlite_schema.applied_versions(conn)
+    for version, statements in sqlite_schema.MIGRATIONS:
+        if version > 3:
+            break
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (?, '')", (version,))
+    conn.execute(
+        "INSERT INTO idempotency_keys (swarm_name, caller_role, caller_id, idem_key, "
+        "fingerprint, subject, created_at, expires_at, status, body) "
+        "VALUES ('s', 'user', 'alice', 'old', 'fp', 't-1', ?, ?, 200, x'7b7d')",
+        (NOW, NOW + 100),
+    )
+    table_sql = "SELECT sql FROM sqlite_master WHERE name = 'idempotency_keys'"
+    assert "WITHOUT ROWID" in conn.execute(table_sql).fetchone()[0]
+    conn.close()
+
+    store = SqliteIdempotencyStore(path)
+    await store.start()  # migrates
+    try:
+        got = await store.get(ALICE, "old", NOW)
+        assert got is not None and got.subject == "t-1" and got.body == b"{}"
+        assert await store.take(ALICE, "old", record("fp", holder="retry")) is not None  # held
+        assert await store.take(ALICE, "new", record("fp")) is None
+    finally:
+        await store.close()
+    conn = sqlite_schema.connect(path)
+    try:
+        assert "WITHOUT ROWID" not in conn.execute(table_sql).fetchone()[0]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] >= 4
+    finally:
+        conn.close()
