@@ -22,7 +22,10 @@ measured in interleaved rounds and reported as the median of the rounds, with th
 3. the cost of the access log: 1 client, one server with its access log turned off and on
    between interleaved rounds: p50 latency and server CPU per request;
 4. the cost of `Idempotency-Key`: 16 clients, every request with a fresh key vs none,
-   interleaved rounds on one server (`--idempotency-only` runs just this; target: within 5%);
+   interleaved rounds on one server (`--idempotency-only` runs just this; target: within 5%),
+   next to its floor measured in the same run: the bare durable writes a keyed request needs
+   (sqlite3 INSERT+COMMIT of a key row, and its outcome UPDATE, in the server's file mode, on
+   the bench's own thread), as a share of an unkeyed request's server CPU;
 5. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the offline demo model needs no model
    library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
@@ -706,23 +709,68 @@ def floor(workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: i
         slow.close()
 
 
+def key_write_floor(path: Path, count: int = 400) -> tuple[float, float]:
+    """CPU microseconds of the bare durable writes a keyed request needs, on this thread: one
+    key row taken (the store's own INSERT, committed on its own) and its outcome recorded
+    (the store's UPDATE, committed on its own), in a file of the server's mode (WAL,
+    synchronous=NORMAL); no thread hop, no server. The take is what a keyed request cannot
+    start its work without; the outcomes are written in one transaction per batch."""
+    import sqlite3
+
+    from mail.store.idempotency_sqlite import _FINISH, _TAKE
+    from mail.store.sqlite_schema import connect, migrate
+
+    conn = connect(path)
+    try:
+        migrate(conn)  # the server's schema (once per file)
+        context = '{"after":0,"answer":null,"stream":false}'
+        body = b'{"response":"done","events":null,"task_id":"' + str(uuid.uuid4()).encode() + b'"}'
+        now = time.time()
+        rows = [
+            ("bench", "user", "bench-0", str(uuid.uuid4()), "f" * 64, str(uuid.uuid4()), context,
+             "bench:1", now, now + 86400.0, 0)
+            for _ in range(count)
+        ]  # fmt: skip
+        outcomes = [(200, "application/json", body, *row[:4]) for row in rows]
+        start = time.thread_time()
+        for row in rows:
+            conn.execute(_TAKE, row)  # autocommit: INSERT + COMMIT
+        took = time.thread_time() - start
+        start = time.thread_time()
+        conn.execute("BEGIN IMMEDIATE")  # outcomes are written in batches, after the answer
+        for outcome in outcomes:
+            conn.execute(_FINISH, outcome)
+        conn.execute("COMMIT")
+        finished = time.thread_time() - start
+    except sqlite3.Error as exc:
+        raise RuntimeError(f"measuring the key write floor failed: {exc}") from exc
+    finally:
+        conn.close()
+    return 1e6 * took / count, 1e6 * finished / count
+
+
 def idempotency_cost(
     workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: int
 ) -> None:
     """POST /message at 16 clients with a fresh Idempotency-Key per request vs without, on one
     server, in pairs run back to back in ABBA order (this VM's speed drifts; each pair's ratio
     cancels it). Reported: requests/s and the server's CPU time per request, medians of the
-    pairs' ratios; CPU per request is the number to trust on a loaded machine."""
+    pairs' ratios; CPU per request is the number to trust on a loaded machine. Next to them,
+    the floor (`key_write_floor`, measured between the pairs of the same run): what the bare
+    durable key write costs, as a share of an unkeyed request's CPU."""
     store = os.environ.get(STORE_VARIABLE, "sqlite")
     print(
         f"Idempotency-Key cost (raw client, 16 clients over 4 users, stub swarm, store {store}; "
         f"{rounds} ABBA pairs per row):"
     )
     load_before = os.getloadavg()
+    floor_file = workdir / "key-floor.db"
+    floors: list[tuple[float, float]] = []
     server = StubServer(workdir, keys_file, 0.0, access_log=True)
     try:
         measure(server, "raw+key", 16, 16 * 10, False)  # warm-up: instances, the key table
         measure(server, "raw", 16, 16 * 10, False)
+        key_write_floor(floor_file, 100)  # warm-up: the file, the imports
         for stream in (False, True):
             what = "stream" if stream else "json"
             rps: dict[bool, list[float]] = {True: [], False: []}
@@ -737,6 +785,8 @@ def idempotency_cost(
                     cpu[keyed].append((server.cpu_seconds() - before) / (requests * 4))
                     rps[keyed].append(got)
                     lat[keyed].extend(latencies)
+                if store == "sqlite":
+                    floors.append(key_write_floor(floor_file))
             for keyed in (False, True):
                 label = f"{what}, 16 clients, {'with keys' if keyed else 'no key'}"
                 print(
@@ -749,6 +799,24 @@ def idempotency_cost(
                 f"  {what}: with keys vs without (medians of {rounds} paired ratios): "
                 f"requests/s {100 * (rps_ratio - 1):+.1f}%, server CPU per request "
                 f"{100 * (cpu_ratio - 1):+.1f}%" + mark(cpu_ratio <= 1.05)
+            )
+            unkeyed_us = 1e6 * statistics.median(cpu[False])
+            if store != "sqlite":
+                print(f"  {what}: floor none (store {store}: no durable key write)")
+                continue
+            take = statistics.median(t for t, _ in floors)
+            outcome = statistics.median(o for _, o in floors)
+            # A streamed answer stores no outcome (a repeat attaches to the task's events).
+            floor_us = take + (0.0 if stream else outcome)
+            floor_pct = 100 * floor_us / unkeyed_us
+            what_floor = "take" if stream else "take + batched outcome UPDATE"
+            print(
+                f"  {what}: floor (bare sqlite3, the server's file mode, this run, medians of "
+                f"{len(floors)}): key take INSERT+COMMIT {take:.1f} us, outcome UPDATE "
+                f"{outcome:.1f} us; {what_floor} {floor_us:.1f} us = {floor_pct:.1f}% of an "
+                f"unkeyed request's CPU ({unkeyed_us:.0f} us); measured keyed cost "
+                f"{100 * (cpu_ratio - 1):+.1f}% = floor + {100 * (cpu_ratio - 1) - floor_pct:.1f}"
+                f" points; the 5% target is {'above' if floor_pct < 5 else 'below'} the floor"
             )
     finally:
         server.close()

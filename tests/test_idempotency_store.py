@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -122,6 +123,25 @@ async def test_concurrent_takes_one_winner(store: IdempotencyStore) -> None:
     assert sum(r is None for r in results) == 1
 
 
+async def test_takes_batched_with_held_keys(store: IdempotencyStore) -> None:
+    """Takes arriving together (one statement in SQLite): a held key among them is refused
+    with its holder's record, the others are taken, and each request hears its own."""
+    assert await store.take(ALICE, "held", record("fp-held", subject="t-held")) is None
+    results = await asyncio.gather(
+        store.take(ALICE, "new-1", record("fp-1")),
+        store.take(ALICE, "held", record("fp-held", holder="retry")),
+        store.take(BOB, "held", record("fp-bob")),  # another caller's key of the same value
+        store.take(ALICE, "new-2", record("fp-2")),
+    )
+    assert results[0] is None and results[2] is None and results[3] is None
+    assert results[1] is not None and results[1].subject == "t-held"
+    for scope, key, fingerprint in ((ALICE, "new-1", "fp-1"), (BOB, "held", "fp-bob")):
+        got = await store.get(scope, key, NOW)
+        assert got is not None and got.fingerprint == fingerprint
+    got = await store.get(ALICE, "held", NOW)
+    assert got is not None and got.holder != "retry"
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_records_survive_reopening(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -235,3 +255,68 @@ async def test_at_the_bound_finished_keys_make_room_and_unfinished_ones_refuse()
         await run("g")
     assert refused.value.status_code == 429
     assert "max_idempotency_keys_per_caller = 2" in str(refused.value.detail)
+
+
+async def test_sqlite_close_waits_for_takes_under_way(tmp_path: Path) -> None:
+    """Takes queued when the store closes are committed first (their requests heard they
+    hold the key); a take after the close fails instead of waiting forever."""
+    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+
+    store = SqliteIdempotencyStore(tmp_path / "mail.db")
+    await store.start()
+    taking = [asyncio.ensure_future(store.take(ALICE, f"k{n}", record())) for n in range(5)]
+    await asyncio.sleep(0)  # queued, the hop not back yet
+    await store.close()
+    assert all(t.done() for t in taking)
+    assert [t.result() for t in taking] == [None] * 5
+    with pytest.raises(sqlite3.OperationalError):
+        await asyncio.wait_for(store.take(ALICE, "late", record()), 30)
+    reopened = SqliteIdempotencyStore(tmp_path / "mail.db")
+    await reopened.start()
+    try:
+        for n in range(5):
+            assert await reopened.get(ALICE, f"k{n}", NOW) is not None
+    finally:
+        await reopened.close()
+
+
+async def test_sqlite_keys_of_a_version_3_file_survive_the_rowid_rebuild(tmp_path: Path) -> None:
+    """Migration 4 turns the WITHOUT ROWID key table of a file made by migration 3 into a
+    rowid table, and the keys it held (a retry after the upgrade's restart) are still there."""
+    from mail.store import sqlite_schema
+    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+
+    path = tmp_path / "mail.db"
+    conn = sqlite_schema.connect(path)
+    sqlite_schema.applied_versions(conn)
+    for version, statements in sqlite_schema.MIGRATIONS:
+        if version > 3:
+            break
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (?, '')", (version,))
+    conn.execute(
+        "INSERT INTO idempotency_keys (swarm_name, caller_role, caller_id, idem_key, "
+        "fingerprint, subject, created_at, expires_at, status, body) "
+        "VALUES ('s', 'user', 'alice', 'old', 'fp', 't-1', ?, ?, 200, x'7b7d')",
+        (NOW, NOW + 100),
+    )
+    table_sql = "SELECT sql FROM sqlite_master WHERE name = 'idempotency_keys'"
+    assert "WITHOUT ROWID" in conn.execute(table_sql).fetchone()[0]
+    conn.close()
+
+    store = SqliteIdempotencyStore(path)
+    await store.start()  # migrates
+    try:
+        got = await store.get(ALICE, "old", NOW)
+        assert got is not None and got.subject == "t-1" and got.body == b"{}"
+        assert await store.take(ALICE, "old", record("fp", holder="retry")) is not None  # held
+        assert await store.take(ALICE, "new", record("fp")) is None
+    finally:
+        await store.close()
+    conn = sqlite_schema.connect(path)
+    try:
+        assert "WITHOUT ROWID" not in conn.execute(table_sql).fetchone()[0]
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] >= 4
+    finally:
+        conn.close()

@@ -95,6 +95,14 @@ class IdempotencyGuard:
         pending = self._pending[slot] = _Pending(fingerprint)
         return Ticket(self, scope, key, fingerprint, pending=pending, owner=True)
 
+    def has_room(self, scope: InstanceKey) -> bool:
+        """The caller is known to hold fewer than `max_keys` live keys (no store read: the
+        usual case of every keyed request)."""
+        if not self.max_keys:
+            return True
+        count = self._counts.get((scope.caller_role, scope.caller_id))
+        return count is not None and count < self.max_keys
+
     async def admit(self, scope: InstanceKey, key: str, now: float) -> None:
         """Room for one more key of the caller: at `max_keys` live keys, its oldest finished
         ones are forgotten (a batch of them, `EVICT_FRACTION` of the bound); 429 when none of
@@ -255,7 +263,7 @@ class Ticket:
             context=dict(context or {}),
             holder=self.guard.holder,
         )
-        if not self.takeover:
+        if not self.takeover and not self.guard.has_room(self.scope):
             try:
                 await self.guard.admit(self.scope, self.key, now)
             except HTTPException:

@@ -9,6 +9,7 @@ is in ``mail.server.idempotency`` (routes) and ``mail.server.idempotency_guard``
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -24,6 +25,12 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 # Seconds a duplicate of a request still under way is told to wait before asking again.
 IN_PROGRESS_RETRY_AFTER = 1
 DOCS = "docs/api-http.md#idempotency-keys"
+
+_orjson: Any
+try:  # not a declared dependency: used when the environment has it (as mail.server.jsonio)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
 
 
 def parse_key(request: Request, max_length: int) -> str | None:
@@ -90,14 +97,9 @@ def fingerprint(method: str, path: str, body: bytes) -> str:
 
 
 def _canonical(value: Any) -> bytes:
-    try:
-        import orjson
-
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)  # type: ignore[no-any-return]
-    except ImportError:  # pragma: no cover - depends on the environment
-        import json
-
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    if _orjson is not None:
+        return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)  # type: ignore[no-any-return]
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 # ------------------------------------------------------------------------- answers

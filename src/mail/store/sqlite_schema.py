@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mail.store.idempotency_schema import SQLITE_DDL as IDEMPOTENCY_DDL
+from mail.store.idempotency_schema import SQLITE_ROWID_DDL as IDEMPOTENCY_ROWID_DDL
 
 try:
     import fcntl
@@ -97,6 +98,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     ),
     (2, WEBHOOK_MIGRATION),  # push delivery: subscriptions, outbox, deliveries, attempts
     (3, IDEMPOTENCY_DDL),  # idempotency keys (mail.store.idempotency): a new table only
+    (4, IDEMPOTENCY_ROWID_DDL),  # the idempotency keys as a rowid table (faster writes)
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
