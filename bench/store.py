@@ -261,7 +261,7 @@ async def _capture_batches(path: Path, tasks: int) -> list[list[Any]]:
 
 def sqlite_floor(workdir: Path, tasks: int, rounds: int) -> None:
     from mail.store.base import to_json
-    from mail.store.sql_base import coalesce_writes, encode_histories, runs_by_kind
+    from mail.store.sql_base import coalesce_writes, encode_deferred, runs_by_kind
     from mail.store.sqlite import _SQL
     from mail.store.sqlite_schema import connect, migrate
 
@@ -269,7 +269,7 @@ def sqlite_floor(workdir: Path, tasks: int, rounds: int) -> None:
     batches = [
         [
             (_SQL[kind], rows)
-            for kind, rows in runs_by_kind(encode_histories(coalesce_writes(b), to_json))
+            for kind, rows in runs_by_kind(encode_deferred(coalesce_writes(b), to_json))
         ]
         for b in captured
     ]

@@ -6,7 +6,9 @@ Agent histories are the exception: a history is saved whole after every turn and
 the task, so encoding each save at once costs O(turns^2) (a 1000-turn task with 12 kB messages
 took 85 s and 1.8 GB instead of 1.8 s on the memory store). A history write keeps the
 runtime's snapshot (the list and a copy of each message's fields) and is encoded when its
-batch is applied, after later saves of the same row in the batch replaced it.
+batch is applied, after later saves of the same row in the batch replaced it. A task's queue
+row (a running task's journal, rewritten several times per turn; a paused task's stashed
+queue) is deferred the same way: most saves are replaced before their batch is written.
 The buffer's worker gives batches to the subclass's `_apply_batch`, which applies each in
 one transaction; see `mail.store.writer` for the guarantees. A subclass supplies the
 connection handling, the SQL dialect (`_json`, `_text`, `_start_time`) and the reads.
@@ -127,21 +129,27 @@ def outbox_item(cause: SqlWrite, key: InstanceKey, rows: Sequence[tuple[Any, ...
 # -- end of the transactional outbox ---------------------------------------------------------
 
 
-def encode_histories(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
-    """The batch with its history writes' snapshots encoded (see the module's docstring).
+# Writes whose last argument is kept as the caller's snapshot and encoded when applied.
+DEFERRED_KINDS = ("history", "queue")
 
-    A history that cannot be encoded is logged and left out; the rest of the batch goes on.
+
+def encode_deferred(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
+    """The batch with its deferred writes' snapshots encoded (see the module's docstring).
+
+    A history or queue that cannot be encoded is logged and left out; the rest of the batch
+    goes on.
     """
     encoded: list[SqlWrite] = []
     for write in writes:
-        if write.kind == "history" and not isinstance(write.args[-1], str):
+        if write.kind in DEFERRED_KINDS and not isinstance(write.args[-1], str):
             try:
                 text = encode(write.args[-1])
             except (TypeError, ValueError) as exc:
+                what = "agent history" if write.kind == "history" else "task queue"
                 logger.error(
-                    "agent history of %s/%s not stored, it cannot be encoded as JSON: %s",
-                    write.args[3],
-                    write.args[4],
+                    "%s of %s not stored, it cannot be encoded as JSON: %s",
+                    what,
+                    "/".join(str(a) for a in write.args[3:-1] if isinstance(a, str)),
                     exc,
                 )
                 continue
@@ -208,7 +216,7 @@ def batch_statements(
 ) -> tuple[list[tuple[str, list[tuple[Any, ...]]]], list[FencedLease]]:
     """What one batch executes, given the current generations of its fenced keys: (statement,
     rows) pairs for executemany, in order, and the leases found superseded. `writes` are
-    already coalesced and encoded (`coalesce_writes`, `encode_histories`)."""
+    already coalesced and encoded (`coalesce_writes`, `encode_deferred`)."""
     kept, fenced = split_fenced(writes, current)
     return [(sql[kind], rows) for kind, rows in runs_by_kind(kept)], fenced
 
@@ -395,7 +403,9 @@ class BufferedSqlStore(TaskStore):
     def _queue_write(
         self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
     ) -> SqlWrite | None:
-        return self._write(key, "queue", (*key_args(key), task_id, self._json(list(items))))
+        # Encoded when its batch is applied, as a history (module docstring).
+        snapshot = [dict(i) if isinstance(i, dict) else i for i in items]
+        return self._write(key, "queue", (*key_args(key), task_id, snapshot))
 
     def _queue_delete_write(self, key: InstanceKey, task_id: str) -> SqlWrite | None:
         return self._write(key, "queue_delete", (*key_args(key), task_id))
