@@ -75,25 +75,40 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
     A batch is one transaction, so the rows it leaves are exactly those of applying every
     write in order: only the last save (or delete) of a history or a queue matters. The
     survivor's `weight` counts the writes it stands for (fencing counts dropped writes).
-    Outbox items are unpacked first (see "transactional outbox" below).
+    Outbox items are unpacked first (see "transactional outbox" below). One pass from the
+    end (this runs for every batch, on the event loop).
     """
-    batch = unpack_outbox(batch)
-    last_index: dict[tuple[Any, ...], int] = {}
-    merged: dict[tuple[Any, ...], int] = {}
-    for index, write in enumerate(batch):
-        identity = write.row_identity()
-        if identity is not None:
-            last_index[identity] = index
-            merged[identity] = merged.get(identity, 0) + write.weight
-    kept: list[SqlWrite] = []
-    for index, write in enumerate(batch):
-        identity = write.row_identity()
-        if identity is None:
+    kept: list[SqlWrite] = []  # in reverse order until the end
+    survivors: dict[tuple[Any, ...], list[int]] = {}  # row -> [index in kept, weight]
+    for write in _reversed_unpacked(batch):
+        kind = write.kind
+        if kind == "history":
+            identity: tuple[Any, ...] = (True, write.args[:5])
+        elif kind == "queue" or kind == "queue_delete":
+            identity = (False, write.args[:4])
+        else:
             kept.append(write)
-        elif last_index[identity] == index:
-            weight = merged[identity]
-            kept.append(write if weight == write.weight else replace(write, weight=weight))
+            continue
+        survivor = survivors.get(identity)
+        if survivor is None:
+            survivors[identity] = [len(kept), write.weight]
+            kept.append(write)
+        else:
+            survivor[1] += write.weight
+    for index, weight in survivors.values():
+        write = kept[index]
+        if weight != write.weight:
+            kept[index] = SqlWrite(write.kind, write.args, write.generation, weight)
+    kept.reverse()
     return kept
+
+
+def _reversed_unpacked(batch: Sequence[SqlWrite]) -> Iterator[SqlWrite]:
+    for write in reversed(batch):
+        if write.kind == OUTBOX_KIND:
+            yield from reversed(write.args)
+        else:
+            yield write
 
 
 # -- transactional outbox (push delivery, mail.webhooks) ------------------------------------
@@ -182,15 +197,37 @@ def split_fenced(
 
 
 def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """Consecutive writes of one kind as one group (for executemany); never reordered."""
-    start = 0
-    while start < len(writes):
-        end = start
-        kind = writes[start].kind
-        while end < len(writes) and writes[end].kind == kind:
-            end += 1
-        yield kind, [w.args for w in writes[start:end]]
-        start = end
+    """The writes of each kind as one group (for executemany), in their order within the
+    kind, kinds in the order of their first write.
+
+    Regrouping is safe in one transaction: each kind writes its own table, its writes keep
+    their order (event sequence, merges of one task record), and after `coalesce_writes` a
+    queue row has one write left (a save or a delete), so writes of different kinds never
+    touch one row. One executemany per kind instead of one per run: a batch of a few
+    requests interleaves its kinds some 50 times.
+    """
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    for write in writes:
+        rows = groups.get(write.kind)
+        if rows is None:
+            groups[write.kind] = [write.args]
+        else:
+            rows.append(write.args)
+    yield from groups.items()
+
+
+# The argument of each kind that holds its content (the bulk of a batch's bytes).
+_CONTENT_ARG: dict[str, int] = {"event": 5, "webhook_event": 6}
+
+
+def batch_bytes(writes: Sequence[SqlWrite]) -> int:
+    """About how many bytes an encoded batch writes (its content columns)."""
+    size = 0
+    for write in writes:
+        value = write.args[_CONTENT_ARG.get(write.kind, -1)]
+        if type(value) is str:
+            size += len(value)
+    return size
 
 
 def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> dict[str, Any]:

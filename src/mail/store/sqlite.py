@@ -28,6 +28,7 @@ from mail.store.sql_base import (
     FencedLease,
     SqlWrite,
     add_snapshot_row,
+    batch_bytes,
     batch_statements,
     coalesce_writes,
     encode_deferred,
@@ -200,7 +201,7 @@ class SqliteTaskStore(BufferedSqlStore):
     # -- writes and fencing ------------------------------------------------------------------
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         writes = encode_deferred(coalesce_writes(batch), self._json)
-        size = sum(len(a) for w in writes for a in w.args[3:] if isinstance(a, str))
+        size = batch_bytes(writes)
         if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
             fenced = await self.db.run_small(_apply, writes, pages=len(writes) + size // 4096)
         else:
