@@ -192,3 +192,48 @@ async def test_concurrent_updates_leave_the_mirror_as_the_store() -> None:
             ), (event_type, stored["events"])
     finally:
         await service.close()
+
+
+class _CancelledAfterWriting(MemoryWebhookStore):
+    """A store whose writes land but whose caller is cancelled before hearing so (a client
+    that went away mid-request)."""
+
+    cancel = False
+
+    async def add_subscription(self, sub: Any) -> None:
+        await super().add_subscription(sub)
+        if self.cancel:
+            raise asyncio.CancelledError
+
+    async def update_subscription(self, subscription_id: str, changes: Any) -> Any:
+        found = await super().update_subscription(subscription_id, changes)
+        if self.cancel:
+            raise asyncio.CancelledError
+        return found
+
+
+async def test_a_change_that_lands_unanswered_is_covered() -> None:
+    store = _CancelledAfterWriting()
+    service = await _service(store)
+    try:
+        assert service.interest is not None
+        made = await service.create(ALICE, {"url": URL, "events": ["task.failed"]})
+        store.cancel = True
+        try:
+            await service.update(ALICE, made["id"], {"events": ["task.completed"]})
+        except asyncio.CancelledError:
+            pass
+        try:
+            await service.create(BOB, {"url": URL, "events": ["*"]})
+        except asyncio.CancelledError:
+            pass
+        try:
+            await service.request_webhook(("user", "carol"), "t5", {"url": URL})
+        except asyncio.CancelledError:
+            pass
+        assert len(await store.list_subscriptions("swarm")) == 3  # all three landed
+        assert service.interest.wants(ALICE, "t", ev.TASK_COMPLETED)
+        assert service.interest.wants(BOB, "t", ev.TASK_COMPLETED)
+        assert service.interest.wants(("user", "carol"), "t5", ev.TASK_COMPLETED)
+    finally:
+        await service.close()

@@ -10,11 +10,11 @@ cost no outbox row and no fan-out round.
 
 The mirror may hold more than the store (a subscription the engine disabled, one the store
 forgot at cleanup): that only writes rows fan-out then drops. It never holds less, from the
-moment a change is answered: the service updates it after the store's write and before the
-answer, changes of one owner's subscriptions one at a time (so their order here is the
-store's). Rule: an event that happens after a create (or an update) was answered is
-delivered. Servers sharing PostgreSQL cannot see each other's changes and keep writing every
-row (no mirror).
+moment a change is answered: the service puts a new subscription here before writing it,
+widens a changed one (old and new events) before the write and narrows it after, and makes
+one owner's changes one at a time (so their order here is the store's). Rule: an event that
+happens after a create (or an update) was answered is delivered. Servers sharing PostgreSQL
+cannot see each other's changes and keep writing every row (no mirror).
 
 A2A push configs are not here: their deliveries are made directly (``WebhookService.push``),
 not from outbox rows.
@@ -88,6 +88,16 @@ class SubscriptionInterest:
         self._seq += 1
         self._entries[sub_id] = entry
         self._bucket(entry)[sub_id] = entry
+
+    def widen(self, sub: Mapping[str, Any]) -> None:
+        """Before a change is written: cover what the subscription covers now and what it
+        will (its events both ways, active if either is), whichever the store ends with."""
+        old = self._entries.get(sub["subscription_id"])
+        if old is None or old.kind != sub["kind"]:
+            self.put(sub)
+            return
+        events = list(dict.fromkeys([*old.events, *sub["events"]]))
+        self.put({**sub, "events": events, "active": old.active or bool(sub["active"])})
 
     def remove(self, subscription_id: str) -> None:
         entry = self._entries.pop(subscription_id, None)

@@ -315,8 +315,10 @@ class WebhookService:
             sub = self._new_subscription(
                 owner, "webhook", url, events, scope=scope, description=description, secret=secret
             )
+            # Mirrored first: a write that lands (even one whose caller went away meanwhile)
+            # is never missing there; one that fails leaves an entry that only costs rows.
+            self._mirror(sub)
             await self.store.add_subscription(sub)
-            self._mirror(sub)  # before the answer: later events are pushed
         logger.info(
             "webhooks: %s:%s subscribed %s to %s",
             owner[0],
@@ -338,7 +340,7 @@ class WebhookService:
 
     async def update(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
         self._unknown_fields(body, UPDATE_FIELDS)
-        await self._owned(owner, subscription_id, ("webhook", "request"))
+        current = await self._owned(owner, subscription_id, ("webhook", "request"))
         changes: Record = {}
         if "events" in body:
             changes["events"] = self._events(body["events"])
@@ -355,6 +357,8 @@ class WebhookService:
             changes["destination"] = destination_of(changes["url"])
         async with self._lock(owner):
             changes["updated_at"] = time.time()
+            if self.interest is not None:  # old or new until the write's outcome is known
+                self.interest.widen({**current, **changes})
             updated = await self.store.update_subscription(subscription_id, changes)
             if updated is not None:
                 self._mirror(updated)
@@ -493,8 +497,9 @@ class WebhookService:
             secret=secret,
             expires_at=time.time() + self.cfg.retention,
         )
+        self._mirror(sub)  # first, as in `create`; the task runs after
         await self.store.add_subscription(sub)
-        self._mirror(sub)  # before the task runs
+        self._mirror(sub)  # again: stored by now, as a cleanup that starts later will see
         # A secret the caller chose is not sent back; a new one is shown this once.
         return {"id": sub["subscription_id"], "secret": None if given else secret}
 
