@@ -36,7 +36,7 @@ from mail.store.sql_base import (
     add_snapshot_row,
     batch_statements,
     coalesce_writes,
-    encode_histories,
+    encode_deferred,
     key_args,
     leased_keys,
     snapshot_queries,
@@ -295,7 +295,7 @@ class PostgresTaskStore(BufferedSqlStore):
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
-        writes = encode_histories(coalesce_writes(batch), self._json)
+        writes = encode_deferred(coalesce_writes(batch), self._json)
         async with self._pool.acquire() as conn:
             if not self._schema_ready and self._auto_create_schema:
                 await ensure_schema(conn)

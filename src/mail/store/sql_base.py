@@ -6,7 +6,9 @@ Agent histories are the exception: a history is saved whole after every turn and
 the task, so encoding each save at once costs O(turns^2) (a 1000-turn task with 12 kB messages
 took 85 s and 1.8 GB instead of 1.8 s on the memory store). A history write keeps the
 runtime's snapshot (the list and a copy of each message's fields) and is encoded when its
-batch is applied, after later saves of the same row in the batch replaced it.
+batch is applied, after later saves of the same row in the batch replaced it. A task's queue
+row (a running task's journal, rewritten several times per turn; a paused task's stashed
+queue) is deferred the same way: most saves are replaced before their batch is written.
 The buffer's worker gives batches to the subclass's `_apply_batch`, which applies each in
 one transaction; see `mail.store.writer` for the guarantees. A subclass supplies the
 connection handling, the SQL dialect (`_json`, `_text`, `_start_time`) and the reads.
@@ -73,25 +75,40 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
     A batch is one transaction, so the rows it leaves are exactly those of applying every
     write in order: only the last save (or delete) of a history or a queue matters. The
     survivor's `weight` counts the writes it stands for (fencing counts dropped writes).
-    Outbox items are unpacked first (see "transactional outbox" below).
+    Outbox items are unpacked first (see "transactional outbox" below). One pass from the
+    end (this runs for every batch, on the event loop).
     """
-    batch = unpack_outbox(batch)
-    last_index: dict[tuple[Any, ...], int] = {}
-    merged: dict[tuple[Any, ...], int] = {}
-    for index, write in enumerate(batch):
-        identity = write.row_identity()
-        if identity is not None:
-            last_index[identity] = index
-            merged[identity] = merged.get(identity, 0) + write.weight
-    kept: list[SqlWrite] = []
-    for index, write in enumerate(batch):
-        identity = write.row_identity()
-        if identity is None:
+    kept: list[SqlWrite] = []  # in reverse order until the end
+    survivors: dict[tuple[Any, ...], list[int]] = {}  # row -> [index in kept, weight]
+    for write in _reversed_unpacked(batch):
+        kind = write.kind
+        if kind == "history":
+            identity: tuple[Any, ...] = (True, write.args[:5])
+        elif kind == "queue" or kind == "queue_delete":
+            identity = (False, write.args[:4])
+        else:
             kept.append(write)
-        elif last_index[identity] == index:
-            weight = merged[identity]
-            kept.append(write if weight == write.weight else replace(write, weight=weight))
+            continue
+        survivor = survivors.get(identity)
+        if survivor is None:
+            survivors[identity] = [len(kept), write.weight]
+            kept.append(write)
+        else:
+            survivor[1] += write.weight
+    for index, weight in survivors.values():
+        write = kept[index]
+        if weight != write.weight:
+            kept[index] = SqlWrite(write.kind, write.args, write.generation, weight)
+    kept.reverse()
     return kept
+
+
+def _reversed_unpacked(batch: Sequence[SqlWrite]) -> Iterator[SqlWrite]:
+    for write in reversed(batch):
+        if write.kind == OUTBOX_KIND:
+            yield from reversed(write.args)
+        else:
+            yield write
 
 
 # -- transactional outbox (push delivery, mail.webhooks) ------------------------------------
@@ -127,21 +144,27 @@ def outbox_item(cause: SqlWrite, key: InstanceKey, rows: Sequence[tuple[Any, ...
 # -- end of the transactional outbox ---------------------------------------------------------
 
 
-def encode_histories(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
-    """The batch with its history writes' snapshots encoded (see the module's docstring).
+# Writes whose last argument is kept as the caller's snapshot and encoded when applied.
+DEFERRED_KINDS = ("history", "queue")
 
-    A history that cannot be encoded is logged and left out; the rest of the batch goes on.
+
+def encode_deferred(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
+    """The batch with its deferred writes' snapshots encoded (see the module's docstring).
+
+    A history or queue that cannot be encoded is logged and left out; the rest of the batch
+    goes on.
     """
     encoded: list[SqlWrite] = []
     for write in writes:
-        if write.kind == "history" and not isinstance(write.args[-1], str):
+        if write.kind in DEFERRED_KINDS and not isinstance(write.args[-1], str):
             try:
                 text = encode(write.args[-1])
             except (TypeError, ValueError) as exc:
+                what = "agent history" if write.kind == "history" else "task queue"
                 logger.error(
-                    "agent history of %s/%s not stored, it cannot be encoded as JSON: %s",
-                    write.args[3],
-                    write.args[4],
+                    "%s of %s not stored, it cannot be encoded as JSON: %s",
+                    what,
+                    "/".join(str(a) for a in write.args[3:-1] if isinstance(a, str)),
                     exc,
                 )
                 continue
@@ -174,15 +197,37 @@ def split_fenced(
 
 
 def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """Consecutive writes of one kind as one group (for executemany); never reordered."""
-    start = 0
-    while start < len(writes):
-        end = start
-        kind = writes[start].kind
-        while end < len(writes) and writes[end].kind == kind:
-            end += 1
-        yield kind, [w.args for w in writes[start:end]]
-        start = end
+    """The writes of each kind as one group (for executemany), in their order within the
+    kind, kinds in the order of their first write.
+
+    Regrouping is safe in one transaction: each kind writes its own table, its writes keep
+    their order (event sequence, merges of one task record), and after `coalesce_writes` a
+    queue row has one write left (a save or a delete), so writes of different kinds never
+    touch one row. One executemany per kind instead of one per run: a batch of a few
+    requests interleaves its kinds some 50 times.
+    """
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    for write in writes:
+        rows = groups.get(write.kind)
+        if rows is None:
+            groups[write.kind] = [write.args]
+        else:
+            rows.append(write.args)
+    yield from groups.items()
+
+
+# The argument of each kind that holds its content (the bulk of a batch's bytes).
+_CONTENT_ARG: dict[str, int] = {"event": 5, "webhook_event": 6}
+
+
+def batch_bytes(writes: Sequence[SqlWrite]) -> int:
+    """About how many bytes an encoded batch writes (its content columns)."""
+    size = 0
+    for write in writes:
+        value = write.args[_CONTENT_ARG.get(write.kind, -1)]
+        if type(value) is str:
+            size += len(value)
+    return size
 
 
 def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> dict[str, Any]:
@@ -208,7 +253,7 @@ def batch_statements(
 ) -> tuple[list[tuple[str, list[tuple[Any, ...]]]], list[FencedLease]]:
     """What one batch executes, given the current generations of its fenced keys: (statement,
     rows) pairs for executemany, in order, and the leases found superseded. `writes` are
-    already coalesced and encoded (`coalesce_writes`, `encode_histories`)."""
+    already coalesced and encoded (`coalesce_writes`, `encode_deferred`)."""
     kept, fenced = split_fenced(writes, current)
     return [(sql[kind], rows) for kind, rows in runs_by_kind(kept)], fenced
 
@@ -395,7 +440,9 @@ class BufferedSqlStore(TaskStore):
     def _queue_write(
         self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
     ) -> SqlWrite | None:
-        return self._write(key, "queue", (*key_args(key), task_id, self._json(list(items))))
+        # Encoded when its batch is applied, as a history (module docstring).
+        snapshot = [dict(i) if isinstance(i, dict) else i for i in items]
+        return self._write(key, "queue", (*key_args(key), task_id, snapshot))
 
     def _queue_delete_write(self, key: InstanceKey, task_id: str) -> SqlWrite | None:
         return self._write(key, "queue_delete", (*key_args(key), task_id))

@@ -1,8 +1,9 @@
 """SQLite TaskStore: the default of `mail server`, durable without a database server.
 
 Writes are batched off the request path exactly as for PostgreSQL (`sql_base`): callers
-enqueue and return, the buffer's worker hands each batch to the database's one thread,
-which applies it in one `BEGIN IMMEDIATE` transaction. Fencing works as with PostgreSQL
+enqueue and return, the buffer's worker applies each batch in one `BEGIN IMMEDIATE`
+transaction: a small batch at once on the event loop's thread, a large one (or one behind
+other work) on the database's thread (`SqliteDatabase.run_small`). Fencing works as with PostgreSQL
 (the generation check runs inside the batch's write transaction), though cluster mode
 refuses SQLite: its instances live in other processes and machines.
 """
@@ -27,14 +28,21 @@ from mail.store.sql_base import (
     FencedLease,
     SqlWrite,
     add_snapshot_row,
+    batch_bytes,
     batch_statements,
     coalesce_writes,
-    encode_histories,
+    encode_deferred,
     key_args,
     leased_keys,
     snapshot_queries,
 )
-from mail.store.sqlite_schema import NOW_SQL, is_transient_error, open_database, transaction
+from mail.store.sqlite_schema import (
+    INLINE_BATCH_BYTES,
+    NOW_SQL,
+    is_transient_error,
+    open_database,
+    transaction,
+)
 from mail.store.webhooks_schema import SQLITE_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.sqlite")
@@ -192,8 +200,12 @@ class SqliteTaskStore(BufferedSqlStore):
 
     # -- writes and fencing ------------------------------------------------------------------
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
-        writes = encode_histories(coalesce_writes(batch), self._json)
-        fenced = await self.db.run(_apply, writes)
+        writes = encode_deferred(coalesce_writes(batch), self._json)
+        size = batch_bytes(writes)
+        if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
+            fenced = await self.db.run_small(_apply, writes, pages=len(writes) + size // 4096)
+        else:
+            fenced = await self.db.run(_apply, writes)
         self._count_fenced(fenced)
 
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:

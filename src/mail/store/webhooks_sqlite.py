@@ -335,8 +335,10 @@ class SqliteWebhookStore(WebhookStore):
         await self._write(lambda c: c.executemany(_INSERT_EVENT, rows))
 
     async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
-        return await self.db.run(  # type: ignore[no-any-return]
-            _fan_out, swarm_name, now, limit, max_pending, self._subs
+        # Once per busy round, usually over a few rows: on the loop's thread when the
+        # database's thread is idle (`SqliteDatabase.run_small`), as the task store's writes.
+        return await self.db.run_small(  # type: ignore[no-any-return]
+            _fan_out, swarm_name, now, limit, max_pending, self._subs, pages=4
         )
 
     async def add_deliveries(self, deliveries: Sequence[Record]) -> None:

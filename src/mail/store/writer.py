@@ -57,7 +57,12 @@ class WriteBehindBuffer(Generic[T]):
         self._queue: deque[T] = deque()
         self._submitted = 0  # items ever accepted
         self._done = 0  # items written (or dropped as poison)
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Condition()  # room in the queue (submit's backpressure)
+        self._room_waiters = 0
+        # flush() callers: (the item count they wait for, their future), in submission order
+        # (targets never decrease), resolved by the worker as batches land: one wake-up per
+        # caller, where a Condition woke every caller on every batch to check its predicate.
+        self._flushes: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._urgent = asyncio.Event()  # stop waiting for a fuller batch
         self._has_items = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
@@ -91,8 +96,12 @@ class WriteBehindBuffer(Generic[T]):
         """Accept an item. Waits only if `max_pending` items are already waiting."""
         if self.full:
             # Backpressure during a long outage, instead of growing without bound.
-            async with self._changed:
-                await self._changed.wait_for(lambda: not self.full)
+            self._room_waiters += 1
+            try:
+                async with self._changed:
+                    await self._changed.wait_for(lambda: not self.full)
+            finally:
+                self._room_waiters -= 1
         self.put_nowait(item)
 
     def put_nowait(self, item: T) -> None:
@@ -114,10 +123,11 @@ class WriteBehindBuffer(Generic[T]):
             raise RuntimeError(f"{self.name} writer is not running; cannot flush")
         self._flush_waiters += 1
         self._urgent.set()
+        waiter = asyncio.get_running_loop().create_future()
+        self._flushes.append((target, waiter))
         try:
             async with asyncio.timeout(timeout):
-                async with self._changed:
-                    await self._changed.wait_for(lambda: self._done >= target or not self.running)
+                await waiter  # cancelled on timeout: `_wake_flushes` skips it
         except TimeoutError:
             return False
         finally:
@@ -151,8 +161,17 @@ class WriteBehindBuffer(Generic[T]):
         except Exception:  # a bug here must not leave flush() callers hanging silently
             logger.exception("%s: writer stopped unexpectedly", self.name)
         finally:
+            self._wake_flushes(stopped=True)
             async with self._changed:
                 self._changed.notify_all()
+
+    def _wake_flushes(self, stopped: bool = False) -> None:
+        """Resolve the flush() callers whose items are written (all of them once stopped)."""
+        flushes = self._flushes
+        while flushes and (stopped or flushes[0][0] <= self._done):
+            _, waiter = flushes.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _loop(self) -> None:
         while True:
@@ -170,8 +189,10 @@ class WriteBehindBuffer(Generic[T]):
             self._done += len(batch)
             if not self._queue:
                 self._has_items.clear()
-            async with self._changed:
-                self._changed.notify_all()
+            self._wake_flushes()
+            if self._room_waiters:
+                async with self._changed:
+                    self._changed.notify_all()
 
     async def _write(self, batch: list[T]) -> None:
         delay = self.retry_initial

@@ -35,6 +35,7 @@ from mail.telemetry.webhooks import delivery_attempt
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import policy, signing
 from mail.webhooks.events import iso_time
+from mail.webhooks.interest import SubscriptionInterest
 from mail.webhooks.transport import WebhookTransport
 
 logger = logging.getLogger("mail.webhooks")
@@ -85,6 +86,8 @@ class DeliveryEngine:
         # Attempts whose outcome is not written yet: written together each round (one
         # transaction). Until then the delivery's lease keeps it from being sent again.
         self._finished: list[Finished] = []
+        # The service's mirror of the subscriptions (None: not kept); cleanup prunes it.
+        self.interest: SubscriptionInterest | None = None
 
     # -- what the rest of the server calls ----------------------------------------------
     def kick(self, *, flush: bool = False) -> None:
@@ -224,7 +227,11 @@ class DeliveryEngine:
             self.pending = await self.store.pending_count(self.swarm_name)
         if now - self._last_cleanup >= _CLEANUP_EVERY:
             self._last_cleanup = now
+            interest = self.interest
+            mark = interest.mark() if interest is not None else 0
             removed = await self.store.cleanup(now, self.cfg.retention)
+            if interest is not None:
+                interest.forget_expired(now, mark)
             if removed:
                 logger.info(
                     "webhooks: %d finished delivery record(s) past retention removed", removed

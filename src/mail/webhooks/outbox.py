@@ -7,7 +7,8 @@ without a task store (``[server.store] kind = "memory"``) gets an ``OutboxObserv
 which hands the rows to the engine's memory.
 
 Cheap on the hot path: one dict lookup per event, a payload built only for the few events
-that are pushed.
+that are pushed, and (on a server alone on its database) only when some subscription could
+take them (``interest.SubscriptionInterest``): a task nobody subscribed to writes no row.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mail.core.tasks import MAILTask
 from mail.store.base import InstanceKey
 from mail.store.webhooks import Record, new_id
 from mail.webhooks import events as ev
+from mail.webhooks.interest import SubscriptionInterest
 
 # (event_id, task_id, event_type, payload, created_at): what sql_base.outbox_item takes.
 OutboxRow = tuple[str, str, str, str, float]
@@ -30,10 +32,19 @@ OutboxRow = tuple[str, str, str, str, float]
 class InstanceOutbox:
     """Outbox rows of one swarm instance (its key: swarm, caller kind, caller id)."""
 
-    def __init__(self, key: InstanceKey, summary_chars: int, engine: Any) -> None:
+    def __init__(
+        self,
+        key: InstanceKey,
+        summary_chars: int,
+        engine: Any,
+        interest: SubscriptionInterest | None = None,
+    ) -> None:
         self.key = key
         self.summary_chars = summary_chars
         self.engine = engine
+        # None: every pushed event gets its row (servers sharing a database).
+        self.interest = interest
+        self._owner = (key.caller_role, key.caller_id)
 
     def _row(
         self,
@@ -63,6 +74,9 @@ class InstanceOutbox:
         event_type = ev.event_type_of(event.event)
         if event_type is None or task.task_id == "*":
             return []
+        interest = self.interest
+        if interest is not None and not interest.wants(self._owner, task.task_id, event_type):
+            return []
         text = str(event.description or "")
         detail = ev.event_detail(event_type, event.extra_data)
         return [self._row(event_type, task.task_id, text, task.state.value, detail)]
@@ -72,7 +86,12 @@ class InstanceOutbox:
     ) -> list[OutboxRow]:
         if task_id == "*":
             return []
+        interest = self.interest
+        if interest is not None and not interest.watches(self._owner, task_id):
+            return []
         event_type, summary, detail = ev.answer_detail(response)
+        if interest is not None and not interest.wants(self._owner, task_id, event_type):
+            return []
         state = task.state.value if task is not None else None
         return [self._row(event_type, task_id, summary, state, detail)]
 

@@ -19,12 +19,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mail.store.base import InstanceKey
-from mail.store.webhooks import Record, WebhookStore, new_delivery, new_id
+from mail.store.webhooks import FAN_OUT_KINDS, Record, WebhookStore, new_delivery, new_id
 from mail.utils.echo import echo
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import events as ev
 from mail.webhooks import signing
 from mail.webhooks.engine import DeliveryEngine, Flush
+from mail.webhooks.interest import SubscriptionInterest
 from mail.webhooks.outbox import InstanceOutbox, OutboxObserver
 from mail.webhooks.transport import UrlRefused, WebhookTransport, destination_of
 
@@ -143,10 +144,23 @@ class WebhookService:
             store, cfg, swarm_name, self.transport, flush=flush, single_server=single_server
         )
         self._warming: asyncio.Future[None] | None = None
-        self._create_locks = tuple(asyncio.Lock() for _ in range(64))
+        # Changes to one owner's subscriptions run one at a time (a create's quota count;
+        # the mirror below sees them in the store's order).
+        self._owner_locks = tuple(asyncio.Lock() for _ in range(64))
+        # What this server's subscriptions could want, so that other tasks write no outbox
+        # row. Only a server alone on its database sees every change (None: rows always).
+        self.interest = SubscriptionInterest(swarm_name) if single_server else None
+        self.engine.interest = self.interest
+
+    def _lock(self, owner: Owner) -> asyncio.Lock:
+        return self._owner_locks[hash(owner) % len(self._owner_locks)]
 
     async def start(self) -> None:
         await self.store.start()
+        if self.interest is not None:  # before any instance can record an event
+            self.interest.load(
+                await self.store.list_subscriptions(self.swarm_name, kinds=list(FAN_OUT_KINDS))
+            )
         # The guard and the TLS context (the CA bundle) load once, off the event loop and
         # without delaying the start, before an attempt needs them.
         self._warming = asyncio.ensure_future(asyncio.to_thread(self.transport.warm))
@@ -166,7 +180,7 @@ class WebhookService:
     def attach_instance(self, swarm: Any, key: InstanceKey) -> None:
         """Record this instance's webhook events: through its StoreObserver (in the same
         write as their cause) or, without a store, an observer of its own."""
-        outbox = InstanceOutbox(key, self.cfg.summary_chars, self.engine)
+        outbox = InstanceOutbox(key, self.cfg.summary_chars, self.engine, self.interest)
         observer = getattr(swarm, "_store_observer", None)
         if observer is not None:
             observer.outbox = outbox
@@ -287,7 +301,7 @@ class WebhookService:
         secret = self._secret(body.get("secret"))
         url = await self._url(body.get("url"))
         # Counted and added under one lock per caller: a burst of creates cannot pass the quota.
-        async with self._create_locks[hash(owner) % len(self._create_locks)]:
+        async with self._lock(owner):
             existing = await self.store.list_subscriptions(
                 self.swarm_name, owner=owner, kinds=["webhook"]
             )
@@ -301,6 +315,9 @@ class WebhookService:
             sub = self._new_subscription(
                 owner, "webhook", url, events, scope=scope, description=description, secret=secret
             )
+            # Mirrored first: a write that lands (even one whose caller went away meanwhile)
+            # is never missing there; one that fails leaves an entry that only costs rows.
+            self._mirror(sub)
             await self.store.add_subscription(sub)
         logger.info(
             "webhooks: %s:%s subscribed %s to %s",
@@ -323,7 +340,7 @@ class WebhookService:
 
     async def update(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
         self._unknown_fields(body, UPDATE_FIELDS)
-        await self._owned(owner, subscription_id, ("webhook", "request"))
+        current = await self._owned(owner, subscription_id, ("webhook", "request"))
         changes: Record = {}
         if "events" in body:
             changes["events"] = self._events(body["events"])
@@ -338,8 +355,13 @@ class WebhookService:
         if "url" in body:
             changes["url"] = await self._url(body["url"])
             changes["destination"] = destination_of(changes["url"])
-        changes["updated_at"] = time.time()
-        updated = await self.store.update_subscription(subscription_id, changes)
+        async with self._lock(owner):
+            changes["updated_at"] = time.time()
+            if self.interest is not None:  # old or new until the write's outcome is known
+                self.interest.widen({**current, **changes})
+            updated = await self.store.update_subscription(subscription_id, changes)
+            if updated is not None:
+                self._mirror(updated)
         if updated is None:
             raise WebhookError(404, f"webhook '{echo(subscription_id)}' not found")
         if changes.get("active"):
@@ -348,7 +370,10 @@ class WebhookService:
 
     async def delete(self, owner: Owner, subscription_id: str) -> None:
         await self._owned(owner, subscription_id, ("webhook", "request"))
-        await self.store.delete_subscription(subscription_id)
+        async with self._lock(owner):
+            await self.store.delete_subscription(subscription_id)
+            if self.interest is not None:
+                self.interest.remove(subscription_id)
 
     async def rotate(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
         """A new secret (shown once); the old one keeps signing for `overlap_seconds`."""
@@ -472,9 +497,16 @@ class WebhookService:
             secret=secret,
             expires_at=time.time() + self.cfg.retention,
         )
+        self._mirror(sub)  # first, as in `create`; the task runs after
         await self.store.add_subscription(sub)
+        self._mirror(sub)  # again: stored by now, as a cleanup that starts later will see
         # A secret the caller chose is not sent back; a new one is shown this once.
         return {"id": sub["subscription_id"], "secret": None if given else secret}
+
+    def _mirror(self, sub: Record) -> None:
+        """A subscription the store now holds (new or changed), into the mirror."""
+        if self.interest is not None:
+            self.interest.put(sub)
 
     # -- A2A push notification configs ----------------------------------------------------
     async def set_push_config(
