@@ -171,10 +171,7 @@ def submit(db: SqliteDatabase, fn: Callable[[sqlite3.Connection], Any]) -> Any:
     """`fn(conn)` on the database's thread, as `SqliteDatabase.run` does, but without an
     asyncio future in between: the caller gets the `concurrent.futures.Future` and hears
     of it from that thread (one loop turn less than awaiting `run`, on the request path)."""
-    executor, conn = db._executor, db._conn  # noqa: SLF001 - the same thread and connection
-    if executor is None or conn is None:
-        raise sqlite3.OperationalError(f"the SQLite database {db.path} is closed")
-    return executor.submit(fn, conn)
+    return db.submit_threadsafe(fn)
 
 
 def _settle(results: Any, waiting: list[tuple[Any, asyncio.Future[Any]]]) -> None:

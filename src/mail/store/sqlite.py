@@ -202,10 +202,13 @@ class SqliteTaskStore(BufferedSqlStore):
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         writes = encode_deferred(coalesce_writes(batch), self._json)
         size = batch_bytes(writes)
+        # Pages toward the next checkpoint: every row's b-tree pages and its text's overflow
+        # pages (an undercount let the WAL grow to its 64 MiB cap and fill small disks).
+        pages = 2 * len(writes) + size // 4096
         if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
-            fenced = await self.db.run_small(_apply, writes, pages=len(writes) + size // 4096)
+            fenced = await self.db.run_small(_apply, writes, pages=pages)
         else:
-            fenced = await self.db.run(_apply, writes)
+            fenced = await self.db.run(_apply, writes, pages=pages)
         self._count_fenced(fenced)
 
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:

@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -381,12 +381,36 @@ class SqliteDatabase:
     def is_open(self) -> bool:
         return self._conn is not None
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, pages: int = _THREAD_JOB_PAGES) -> T:
+        """`fn(conn, *args)` on the worker thread. `pages`: about how many pages it writes
+        (counted toward the next checkpoint, see CHECKPOINT_PAGES)."""
         if self._executor is None or self._conn is None:
             raise sqlite3.OperationalError(f"the SQLite database {self.path} is closed")
         future = self._submit(fn, *args)
-        self._wrote(_THREAD_JOB_PAGES)
+        self._wrote(pages)
         return await future
+
+    def submit_threadsafe(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        """`fn(conn)` on the worker thread, as a `concurrent.futures.Future` (no asyncio
+        future in between: its caller hears of it from that thread). Counted like `run`'s
+        jobs, so `run_small` never uses the connection while it runs."""
+        executor, conn = self._executor, self._conn
+        if executor is None or conn is None:
+            raise sqlite3.OperationalError(f"the SQLite database {self.path} is closed")
+
+        def job() -> T:
+            try:
+                return fn(conn)
+            finally:
+                self._finished += 1
+
+        self._submitted += 1
+        self._wrote(_THREAD_JOB_PAGES)
+        return executor.submit(job)
+
+    def note_written(self, pages: int) -> None:
+        """Count pages a job turned out to write (see `run`'s `pages`)."""
+        self._wrote(pages)
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         assert self._executor is not None and self._conn is not None
@@ -417,9 +441,15 @@ class SqliteDatabase:
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
                 raise
-            return await self.run(fn, *args)
+            busy = True
+        else:
+            busy = False
         finally:
+            # Restored before the job goes to the thread: there it waits for the lock, and
+            # this thread touches the connection no more once the worker may.
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if busy:
+            return await self.run(fn, *args, pages=pages)
         self._wrote(pages)
         return result
 
