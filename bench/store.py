@@ -24,7 +24,8 @@
    ceilings they leave: memory's CPU per request / (memory's + the floor's) at 16 clients,
    and (memory's p50 + one task's transaction) / memory's p50 at 1 client.
 
-PostgreSQL is MAIL_BENCH_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test);
+PostgreSQL is MAIL_BENCH_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test, in a
+scratch schema made for the run and dropped after it);
 it is skipped when unreachable. `--serve PORT KEYS DIR KIND` is the server process.
 """
 
@@ -40,12 +41,15 @@ if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().p
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import os
 import statistics
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -108,6 +112,27 @@ def _pg_reachable() -> bool:
         return True
 
     return asyncio.run(probe())
+
+
+@contextlib.contextmanager
+def _scratch_schema(url: str) -> Iterator[str]:
+    """A fresh schema for this run (dropped after it): the URL that uses it."""
+    import asyncpg
+
+    schema = f"bench_store_{uuid.uuid4().hex[:12]}"
+
+    async def execute(sql: str) -> None:
+        conn = await asyncpg.connect(url, timeout=5)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(execute(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}search_path={schema}"
+    finally:
+        asyncio.run(execute(f"DROP SCHEMA {schema} CASCADE"))
 
 
 def http_rows(
@@ -358,8 +383,13 @@ def main() -> None:
         serve(int(port), keys, directory, kind)
         return
     kinds = list(KINDS) if _pg_reachable() else ["memory", "sqlite"]
-    with tempfile.TemporaryDirectory(prefix="mail-bench-store-") as tmp:
-        workdir = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if "postgres" in kinds:
+            # A scratch schema per run: the bench's fixed users would otherwise reach their
+            # stored-task quota in a shared database after a few runs (a 429 mid-bench).
+            global DATABASE_URL
+            DATABASE_URL = stack.enter_context(_scratch_schema(DATABASE_URL))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mail-bench-store-")))
         cpu, p50s = http_rows(workdir, kinds, args.requests, args.rounds)
         runtime_rows(workdir, kinds, args.tasks, args.rounds)
         startup(workdir)
