@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from mail.store import InstanceKey
@@ -123,5 +124,40 @@ async def test_large_writes_count_toward_checkpoints_so_the_wal_stays_small(tmp_
                 await checkpoint
             peak = max(peak, wal.stat().st_size)
         assert peak < 16 * (1 << 20), f"WAL grew to {peak / (1 << 20):.1f} MiB"
+    finally:
+        await store.close()
+
+
+async def test_idempotency_takes_run_here_when_idle_and_wait_on_the_thread_for_a_lock(
+    tmp_path: Path,
+) -> None:
+    """A key take (on the request path) runs on the loop's thread while the database's
+    thread is idle, and is committed when it returns; a lock of another process sends it to
+    the thread, which waits for the lock: the take neither fails nor runs twice."""
+    from mail.store.idempotency import KeyRecord
+    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+
+    path = tmp_path / "mail.db"
+    store = SqliteIdempotencyStore(path)
+    await store.start()
+    scope = InstanceKey("demo", "user", "u-1")
+    now = time.time()
+    try:
+        jobs = store.db._submitted
+        assert await store.take(scope, "k1", KeyRecord("f1", now, now + 60)) is None
+        assert store.db._submitted == jobs  # no job for the database's thread
+        other = sqlite3.connect(path, isolation_level=None)
+        try:  # committed already: another connection sees the key
+            assert other.execute("SELECT count(*) FROM idempotency_keys").fetchone()[0] == 1
+            other.execute("BEGIN IMMEDIATE")
+            taking = asyncio.ensure_future(store.take(scope, "k2", KeyRecord("f2", now, now + 60)))
+            done, _ = await asyncio.wait({taking}, timeout=1.0)
+            assert not done  # waiting for the lock, on the thread
+            other.execute("COMMIT")
+            assert await taking is None
+        finally:
+            other.close()
+        held = await store.take(scope, "k2", KeyRecord("f3", now, now + 60))
+        assert held is not None and held.fingerprint == "f2"  # taken once, by the first
     finally:
         await store.close()

@@ -271,7 +271,10 @@ class transaction:  # noqa: N801 - used like a function: `with transaction(conn)
             logger.warning("rollback after a failed write did not succeed: %s", exc)
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+def is_busy(exc: BaseException) -> bool:
+    """A lock held by another connection (SQLITE_BUSY / SQLITE_LOCKED)."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
     text = str(exc)
     return "locked" in text or "busy" in text
 
@@ -432,26 +435,34 @@ class SqliteDatabase:
         The busy timeout is off meanwhile: a lock held by another process (a `sqlite3`
         shell writing) sends the job to the worker, which waits for it, not the loop.
         """
+        done, result = self.run_inline(lambda conn: fn(conn, *args), pages=pages)
+        if done:
+            return result  # type: ignore[return-value]
+        return await self.run(fn, *args, pages=pages)
+
+    def run_inline(
+        self, fn: Callable[[sqlite3.Connection], T], *, pages: int
+    ) -> tuple[bool, T | None]:
+        """`(True, fn(conn))` run at once on this (the loop's) thread when the worker has
+        nothing to do; `(False, None)` when it does, or when another process holds a lock
+        `fn` needs (then `fn` must be safe to run again, on the worker: a transaction that
+        rolled back, statements that find their own rows)."""
         conn = self._conn
         if conn is None or self._executor is None or self._submitted != self._finished:
-            return await self.run(fn, *args)
+            return False, None
         conn.execute("PRAGMA busy_timeout=0")
         try:
-            result = fn(conn, *args)
+            result = fn(conn)
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
+            if not is_busy(exc):
                 raise
-            busy = True
-        else:
-            busy = False
+            return False, None
         finally:
-            # Restored before the job goes to the thread: there it waits for the lock, and
+            # Restored before the job can go to the thread: there it waits for the lock, and
             # this thread touches the connection no more once the worker may.
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        if busy:
-            return await self.run(fn, *args, pages=pages)
         self._wrote(pages)
-        return result
+        return True, result
 
     def _wrote(self, pages: int) -> None:
         """Count written pages; past CHECKPOINT_PAGES, checkpoint on the worker thread."""
