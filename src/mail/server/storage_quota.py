@@ -23,6 +23,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import HTTPException
 
@@ -39,11 +40,59 @@ def human_bytes(size: float) -> str:
     return f"{size:.1f} GiB"  # pragma: no cover - the loop returns
 
 
+class TaskSizes(dict[str, int]):
+    """task_id -> stored bytes, with their sum kept as entries change (`bytes`): the quota
+    check runs on every message, and summing a caller's 10,000 tasks each time cost more
+    than the rest of a request's work."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def __setitem__(self, task_id: str, size: int) -> None:
+        self.bytes += size - self.get(task_id, 0)
+        super().__setitem__(task_id, size)
+
+    def __delitem__(self, task_id: str) -> None:
+        self.bytes -= self[task_id]
+        super().__delitem__(task_id)
+
+    def pop(self, task_id: str, default: Any = None) -> Any:  # type: ignore[override]
+        if task_id in self:
+            self.bytes -= self[task_id]
+            return super().pop(task_id)
+        return default
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        for task_id, size in dict(*args, **kwargs).items():
+            self[task_id] = size
+
+    def setdefault(self, task_id: str, default: Any = None) -> Any:  # type: ignore[override]
+        if task_id not in self:
+            self[task_id] = default
+        return self[task_id]
+
+    def popitem(self) -> tuple[str, int]:
+        task_id, size = super().popitem()
+        self.bytes -= size
+        return task_id, size
+
+    def clear(self) -> None:
+        super().clear()
+        self.bytes = 0
+
+    def __ior__(self, other: Any) -> TaskSizes:  # type: ignore[override, misc]
+        self.update(other)
+        return self
+
+
 @dataclass
 class CallerBooks:
     """One caller's stored tasks (task_id -> bytes) and team bytes."""
 
-    tasks: dict[str, int] = field(default_factory=dict)
+    tasks: TaskSizes = field(default_factory=TaskSizes)
     # memory store: when each task was seen finished (time.time()), for retention
     finished_at: dict[str, float] = field(default_factory=dict)
     team_bytes: int = 0
@@ -51,7 +100,7 @@ class CallerBooks:
 
     @property
     def total(self) -> int:
-        return sum(self.tasks.values()) + self.team_bytes
+        return self.tasks.bytes + self.team_bytes
 
 
 class StorageQuota:
