@@ -339,6 +339,13 @@ class SqliteIdempotencyStore(IdempotencyStore):
         )
         if replace:  # a takeover (rare): its own statement, and a read when it is refused
             return await self._take_over(scope, key, record, row)
+        if self._hop is None and not self._scheduled:
+            # Nothing queued and the database's thread idle: taken and committed right here,
+            # without waiting for a turn of the loop (each one a request's latency). A lock
+            # of another process, or a busy thread: queued as below.
+            here, taken = self.db.run_inline(lambda conn: take_rows(conn, [row]), pages=1)
+            if here:
+                return taken[0]  # type: ignore[index]
         loop = asyncio.get_running_loop()
         future: asyncio.Future[KeyRecord | None] = loop.create_future()
         self._takes.append((row, future))
