@@ -4,6 +4,7 @@ and a server on PostgreSQL serves what a server on SQLite stored."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
@@ -24,6 +26,7 @@ from tests.test_team_persistence import (  # noqa: F401 - fixtures
 from mail.store import InstanceKey
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
+from mail.store.sqlite_schema import connect, migrate
 from mail.store.team_base import TeamStore
 from mail.store.team_postgres import PostgresTeamStore
 from mail.store.team_sqlite import SqliteTeamStore
@@ -219,3 +222,204 @@ def test_a_mistyped_url_is_not_taken_for_a_file_name(tmp_path: Path) -> None:
         "Error: postgress:// is neither a PostgreSQL URL nor a SQLite file",
     )
     assert list(tmp_path.iterdir()) == []
+
+
+_PUSH_ORDER = {  # table -> its primary key (the order rows are compared in)
+    "webhook_subscriptions": "subscription_id",
+    "webhook_events": "event_id",
+    "webhook_deliveries": "delivery_id",
+    "webhook_attempts": "delivery_id, attempt",
+    "idempotency_keys": "swarm_name, caller_role, caller_id, idem_key",
+}
+_PUSH_ROWS: dict[str, list[dict[str, Any]]] = {
+    "webhook_subscriptions": [
+        {
+            "subscription_id": "sub1",
+            "swarm_name": "demo",
+            "owner_role": "user",
+            "owner_id": "alice",
+            "kind": "standing",
+            "scope": "own",
+            "task_id": None,
+            "url": "https://hooks.example/in",
+            "destination": "hooks.example:443",
+            "events": '["task.completed", "task.failed"]',
+            "description": "ops",
+            "active": 1,
+            "disabled_reason": None,
+            "secret": "whsec_bmV3LXNlY3JldC1ieXRlcy0wMTIzNDU2Nzg5",
+            "previous_secret": "whsec_b2xkLXNlY3JldA==",
+            "previous_secret_until": 1763990000.25,
+            "push_token": None,
+            "push_auth": None,
+            "failing_since": 1763980000.5,
+            "created_at": 1763900000.125,
+            "updated_at": 1763950000.0,
+            "expires_at": None,
+        },
+        {
+            "subscription_id": "sub2",
+            "swarm_name": "demo",
+            "owner_role": "user",
+            "owner_id": "alice",
+            "kind": "a2a_push",
+            "scope": "own",
+            "task_id": "t1",
+            "url": "https://push.example/a2a",
+            "destination": "push.example:443",
+            "events": '["*"]',
+            "description": "",
+            "active": 0,
+            "disabled_reason": "gone",
+            "secret": None,
+            "previous_secret": None,
+            "previous_secret_until": None,
+            "push_token": "tok-1",
+            "push_auth": '{"schemes": ["Bearer"], "credentials": "c"}',
+            "failing_since": None,
+            "created_at": 1763900001.0,
+            "updated_at": 1763900001.0,
+            "expires_at": 1764500000.75,
+        },
+    ],
+    "webhook_events": [
+        {
+            "event_id": "ev-out",
+            "swarm_name": "demo",
+            "caller_role": "user",
+            "caller_id": "alice",
+            "task_id": "t1",
+            "event_type": "task.completed",
+            "payload": '{"task_id": "t1", "summary": "done \\u00e9"}',
+            "created_at": 1763960000.0625,
+        }
+    ],
+    "webhook_deliveries": [
+        {
+            "delivery_id": "msg_d1",
+            "subscription_id": "sub1",
+            "swarm_name": "demo",
+            "event_id": "ev-0",
+            "event_type": "task.completed",
+            "task_id": "t2",
+            "payload": '{"type": "task.completed", "data": {"task_id": "t2"}}',
+            "status": "pending",
+            "attempts": 1,
+            "retry_index": 1,
+            "next_attempt_at": 1763970000.5,
+            "lease_owner": None,
+            "lease_until": None,
+            "last_status": 503,
+            "last_error": "HTTP 503",
+            "created_at": 1763960001.0,
+            "updated_at": 1763960002.0,
+            "finished_at": None,
+        }
+    ],
+    "webhook_attempts": [
+        {
+            "delivery_id": "msg_d1",
+            "attempt": 1,
+            "started_at": 1763960001.5,
+            "status_code": 503,
+            "latency_ms": 12.375,
+            "response_excerpt": "busy",
+            "error": None,
+            "outcome": "retry",
+        }
+    ],
+    "idempotency_keys": [
+        {
+            "swarm_name": "demo",
+            "caller_role": "user",
+            "caller_id": "alice",
+            "idem_key": "k-done",
+            "fingerprint": "f" * 64,
+            "subject": "t2",
+            "context": '{"route": "message"}',
+            "status": 200,
+            "content_type": "application/json",
+            "body": b'{"ok": true}\x00\xff',
+            "holder": "host:1",
+            "created_at": 1763960000.0,
+            "expires_at": 1764046400.0,
+        },
+        {
+            "swarm_name": "demo",
+            "caller_role": "user",
+            "caller_id": "alice",
+            "idem_key": "k-running",
+            "fingerprint": "e" * 64,
+            "subject": None,
+            "context": "{}",
+            "status": None,
+            "content_type": None,
+            "body": None,
+            "holder": "",
+            "created_at": 1763960005.5,
+            "expires_at": 1764046405.5,
+        },
+    ],
+}
+
+
+def _sqlite_push_rows(path: Path) -> dict[str, list[dict[str, Any]]]:
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return {
+            t: [dict(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY {order}")]
+            for t, order in _PUSH_ORDER.items()
+        }
+    finally:
+        conn.close()
+
+
+async def test_webhooks_and_idempotency_keys_make_the_round_trip(
+    pg_url: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "a.db"
+    await _fill(source)
+    conn = connect(source)
+    migrate(conn)
+    with conn:
+        for table, rows in _PUSH_ROWS.items():
+            for row in rows:
+                names = ", ".join(row)
+                marks = ", ".join("?" for _ in row)
+                conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(row.values()))
+    conn.close()
+    expected = _sqlite_push_rows(source)
+    assert expected == _PUSH_ROWS  # each list is in its table's key order
+
+    moved = db_copy(str(source), pg_url, tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    for table, rows in _PUSH_ROWS.items():
+        assert f"{table}: {len(rows)} row(s)" in moved.stdout, moved.stdout
+    pg = await asyncpg.connect(pg_url)
+    try:
+        on_pg = {
+            t: [dict(r) for r in await pg.fetch(f"SELECT * FROM {t} ORDER BY {order}")]
+            for t, order in _PUSH_ORDER.items()
+        }
+        types = dict(
+            await pg.fetch(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_name = 'webhook_subscriptions' AND table_schema = current_schema()"
+            )
+        )
+    finally:
+        await pg.close()
+    assert types["active"] == "boolean" and types["created_at"] == "double precision"
+    for rows in expected["webhook_subscriptions"]:
+        rows["active"] = bool(rows["active"])  # 0/1 in SQLite, a boolean in PostgreSQL
+    assert on_pg == expected
+    secret = _PUSH_ROWS["webhook_subscriptions"][0]["secret"]
+    assert on_pg["webhook_subscriptions"][0]["secret"] == secret  # receivers still verify
+
+    back = tmp_path / "b.db"
+    returned = db_copy(pg_url, f"sqlite:///{back}", tmp_path)
+    assert returned.returncode == 0, returned.stderr
+    for rows in expected["webhook_subscriptions"]:
+        rows["active"] = int(rows["active"])
+    assert _sqlite_push_rows(back) == expected

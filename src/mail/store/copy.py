@@ -2,7 +2,9 @@
 
 Both stores use the same tables and column names (see `sqlite_schema`), so a copy is a
 table-by-table move of rows, converting what the two keep differently: JSON (text vs
-jsonb), timestamps (ISO text vs timestamptz) and flags (0/1 vs boolean). Row order within
+jsonb), timestamps (ISO text vs timestamptz) and flags (0/1 vs boolean). Webhook
+subscriptions (secrets as stored), the outbox, deliveries with their attempts, and
+idempotency keys with their stored outcomes are copied too. Row order within
 events, posts and inbox entries is kept (their sequence numbers are assigned anew by the
 target). The target must hold no data yet, so nothing is ever duplicated, and it is
 filled in one transaction, so an interrupted copy (Ctrl+C, kill -9, a lost connection)
@@ -19,7 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-# table -> ((column, type), ...); type: text | json | bool | time | bytes. `order` columns
+# table -> ((column, type), ...); type: text | json | bool | time | bytes | int | real (epoch
+# seconds, REAL / DOUBLE PRECISION). `order` columns
 # give the order rows are read in (and thus the target's new sequence numbers).
 _KEY = (("swarm_name", "text"), ("caller_role", "text"), ("caller_id", "text"))
 TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
@@ -124,6 +127,108 @@ TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
         ),
         "attachment_id",
     ),
+    # Push delivery (store/webhooks_schema.py): times are epoch seconds (REAL / DOUBLE
+    # PRECISION), payloads and event lists JSON kept as text on both. Subscriptions come
+    # before the deliveries and attempts that name them; secrets are stored as given.
+    (
+        "webhook_subscriptions",
+        (
+            ("subscription_id", "text"),
+            ("swarm_name", "text"),
+            ("owner_role", "text"),
+            ("owner_id", "text"),
+            ("kind", "text"),
+            ("scope", "text"),
+            ("task_id", "text"),
+            ("url", "text"),
+            ("destination", "text"),
+            ("events", "text"),
+            ("description", "text"),
+            ("active", "bool"),
+            ("disabled_reason", "text"),
+            ("secret", "text"),
+            ("previous_secret", "text"),
+            ("previous_secret_until", "real"),
+            ("push_token", "text"),
+            ("push_auth", "text"),
+            ("failing_since", "real"),
+            ("created_at", "real"),
+            ("updated_at", "real"),
+            ("expires_at", "real"),
+        ),
+        "created_at, subscription_id",
+    ),
+    (
+        "webhook_events",
+        (
+            ("event_id", "text"),
+            ("swarm_name", "text"),
+            ("caller_role", "text"),
+            ("caller_id", "text"),
+            ("task_id", "text"),
+            ("event_type", "text"),
+            ("payload", "text"),
+            ("created_at", "real"),
+        ),
+        "created_at, event_id",
+    ),
+    (
+        "webhook_deliveries",
+        (
+            ("delivery_id", "text"),
+            ("subscription_id", "text"),
+            ("swarm_name", "text"),
+            ("event_id", "text"),
+            ("event_type", "text"),
+            ("task_id", "text"),
+            ("payload", "text"),
+            ("status", "text"),
+            ("attempts", "int"),
+            ("retry_index", "int"),
+            ("next_attempt_at", "real"),
+            ("lease_owner", "text"),
+            ("lease_until", "real"),
+            ("last_status", "int"),
+            ("last_error", "text"),
+            ("created_at", "real"),
+            ("updated_at", "real"),
+            ("finished_at", "real"),
+        ),
+        "created_at, delivery_id",
+    ),
+    (
+        "webhook_attempts",
+        (
+            ("delivery_id", "text"),
+            ("attempt", "int"),
+            ("started_at", "real"),
+            ("status_code", "int"),
+            ("latency_ms", "real"),
+            ("response_excerpt", "text"),
+            ("error", "text"),
+            ("outcome", "text"),
+        ),
+        "delivery_id, attempt",
+    ),
+    # Idempotency keys (store/idempotency_schema.py), with their stored outcomes, so a
+    # keyed retry against the copy is answered instead of run again.
+    (
+        "idempotency_keys",
+        (
+            *_KEY,
+            ("idem_key", "text"),
+            ("fingerprint", "text"),
+            ("subject", "text"),
+            ("context", "text"),
+            ("status", "int"),
+            ("content_type", "text"),
+            ("body", "bytes"),
+            ("holder", "text"),
+            ("created_at", "real"),
+            ("expires_at", "real"),
+        ),
+        "created_at, swarm_name, caller_role, caller_id, idem_key",
+    ),
 )
 
 BATCH = 500
@@ -214,13 +319,15 @@ class _Postgres:
     async def open(self, *, create: bool) -> None:
         import asyncpg
 
+        from mail.store.idempotency_postgres import ensure_table as ensure_idempotency
         from mail.store.postgres_schema import ensure_schema
         from mail.store.team_postgres import TEAM_SCHEMA
 
         self.conn = await asyncpg.connect(self.dsn, timeout=10)
         if create:
-            await ensure_schema(self.conn)
+            await ensure_schema(self.conn)  # also the webhook tables
             await self.conn.execute(TEAM_SCHEMA)
+            await ensure_idempotency(self.conn)
 
     async def begin(self) -> None:
         self.transaction = self.conn.transaction()
@@ -291,6 +398,10 @@ def _to_postgres(value: Any, kind: str) -> Any:
         return _parse_time(value)
     if kind == "bool":
         return bool(value)
+    if kind == "real":
+        return float(value)  # a REAL column may hand back an int; float8 wants a float
+    if kind == "bytes" and not isinstance(value, bytes):
+        return bytes(value) if isinstance(value, bytearray | memoryview) else str(value).encode()
     return value
 
 
