@@ -127,16 +127,30 @@ def test_a_postgres_server_serves_what_a_sqlite_server_stored(
     swarm = f"copy-{uuid.uuid4().hex[:8]}"
     key, state = script_thread_and_file(llm, tmp_path, swarm, "Moved", b"moved bytes")
     port = free_port()
-    config = write_config(tmp_path, port=port, swarm=swarm, extra=team_config_extra(tmp_path))
+    extra = team_config_extra(tmp_path) + '\n[server.webhooks]\nallowed_hosts = ["127.0.0.1"]\n'
+    config = write_config(tmp_path, port=port, swarm=swarm, extra=extra)
+    keyed = {**auth(key), "Idempotency-Key": "move-1"}
 
     args = ["--config", str(config)]
     on_sqlite = ServerProcess(tmp_path, port, args=args).start()
     try:
-        out = _post(on_sqlite, key, "set things up")
+        hook = {"url": f"http://127.0.0.1:{free_port()}/hook", "events": ["*"]}
+        made = httpx.post(f"{on_sqlite.base_url}/webhooks", json=hook, headers=auth(key))
+        assert made.status_code == 201, made.text
+        first = httpx.post(
+            f"{on_sqlite.base_url}/message",
+            json={"body": "set things up"},
+            headers=keyed,
+            timeout=120,
+        )
+        assert first.status_code == 200, first.text
+        out = first.json()
         meta = json_result(out["response"])
         task_id = out["task_id"]
+        listed_before = httpx.get(f"{on_sqlite.base_url}/webhooks", headers=auth(key)).json()
     finally:
         assert on_sqlite.stop() == 0, on_sqlite.logs()
+    model_calls = len(llm[0].requests)
 
     moved = db_copy(str(tmp_path / "data" / "mail.db"), pg_url, tmp_path)
     assert moved.returncode == 0, moved.stderr
@@ -152,6 +166,20 @@ def test_a_postgres_server_serves_what_a_sqlite_server_stored(
         listed = list(tasks.values())  # task_id -> record
         assert len(listed) == 1 and listed[0]["completed"] is True, tasks
         assert listed[0]["task_id"] == task_id
+        # The webhook is still there (same record, secret included where it is shown) ...
+        hooks = httpx.get(f"{on_pg.base_url}/webhooks", headers=headers, timeout=10).json()
+        assert hooks == listed_before and len(hooks["webhooks"]) == 1, hooks
+        # ... and a keyed retry is answered from the stored outcome, not run again.
+        again = httpx.post(
+            f"{on_pg.base_url}/message",
+            json={"body": "set things up"},
+            headers=keyed,
+            timeout=120,
+        )
+        assert again.status_code == 200, again.text
+        assert again.headers.get("Idempotent-Replayed") == "true"
+        assert again.json() == out
+        assert len(llm[0].requests) == model_calls
     finally:
         assert on_pg.stop() == 0, on_pg.logs()
 
