@@ -103,8 +103,7 @@ class MAILRuntime(V13Surface):
         self.this_owner = f"{user_role}:{user_id}@{swarm_name}"
         self.mailbox = Mailbox()
         self.mail_tasks: dict[str, MAILTask] = {}
-        # running and paused tasks (the paused-task quota reads it on every new task)
-        self.open_tasks = OpenTasks(self._is_open)
+        self.open_tasks = OpenTasks(self._is_open)  # running and paused (quota reads it)
         self.agent_histories: dict[str, list[dict[str, Any]]] = AgentHistories()
         self.response_messages: dict[str, MAILMessage] = {}
         # ids of finished tasks let go of (core/finished_tasks.py): their store has them
@@ -113,8 +112,7 @@ class MAILRuntime(V13Surface):
         self.outstanding_requests: dict[str, dict[str, int]] = {}
         self.last_breakpoint_caller: dict[str, str] = {}
         self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
-        # Events of the runtime itself (shutdown, loop cancelled), not of any task: kept here
-        # under the id "*" and never stored, so no pseudo-task exists in memory or a store.
+        # The runtime's own events (shutdown, loop cancelled), under id "*", never stored.
         self.runtime_events: list[TaskEvent] = []
         # messages delivered to an agent of a task, waiting for its next turn
         self.inboxes = AgentInboxes(batch=batch_delivery)

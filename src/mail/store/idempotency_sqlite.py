@@ -33,32 +33,28 @@ from mail.store.sqlite_schema import SqliteDatabase, is_busy, open_database, tra
 
 _SCOPE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 
-_TAKE = f"""
+# A take: a new key, or one whose holder expired, is (re)written; a live one is left alone.
+_TAKE_HEAD = f"""
     INSERT INTO {TABLE} (swarm_name, caller_role, caller_id, idem_key, fingerprint, subject,
-                         context, holder, created_at, expires_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                         context, holder, created_at, expires_at)"""
+_TAKE_UPDATE = f"""
     ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
         fingerprint = excluded.fingerprint, subject = excluded.subject,
         context = excluded.context, holder = excluded.holder, status = NULL,
         content_type = NULL, body = NULL, created_at = excluded.created_at,
         expires_at = excluded.expires_at
-    WHERE {TABLE}.expires_at <= excluded.created_at
+    WHERE {TABLE}.expires_at <= excluded.created_at"""
+# One key; ?11: a takeover of an unfinished key with the same fingerprint.
+_TAKE = f"""{_TAKE_HEAD}
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10){_TAKE_UPDATE}
        OR (?11 AND {TABLE}.status IS NULL AND {TABLE}.fingerprint = excluded.fingerprint)
 """
 _GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
 _GET_ANY = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
 # The take of a batch of keys (no takeovers among them): one statement, one commit.
 _TAKE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_TAKE_MANY = f"""
-    INSERT INTO {TABLE} (swarm_name, caller_role, caller_id, idem_key, fingerprint, subject,
-                         context, holder, created_at, expires_at)
-    VALUES {{rows}}
-    ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
-        fingerprint = excluded.fingerprint, subject = excluded.subject,
-        context = excluded.context, holder = excluded.holder, status = NULL,
-        content_type = NULL, body = NULL, created_at = excluded.created_at,
-        expires_at = excluded.expires_at
-    WHERE {TABLE}.expires_at <= excluded.created_at
+_TAKE_MANY = f"""{_TAKE_HEAD}
+    VALUES {{rows}}{_TAKE_UPDATE}
 """
 # Outcomes of a batch of keys: one statement.
 _FINISH_ROW = "(?, ?, ?, ?, ?, ?, ?)"
