@@ -24,13 +24,25 @@ measured in interleaved rounds and reported as the median of the rounds, with th
 4. the cost of `Idempotency-Key`: 16 clients, every request with a fresh key vs none,
    interleaved rounds on one server (`--idempotency-only` runs just this; target: within 5%),
    next to its floor measured in the same run: the bare durable writes a keyed request needs
-   (sqlite3 INSERT+COMMIT of a key row, and its outcome UPDATE, in the server's file mode, on
-   the bench's own thread), as a share of an unkeyed request's server CPU;
+   (its key row and its outcome row, each in a sqlite3 transaction of 16 rows as the task
+   store's batches write them, in the server's file mode, on the bench's own thread), as a
+   share of an unkeyed request's server CPU;
 5. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the offline demo model needs no model
    library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
    OpenAI-compatible stub on loopback answering at once), which pays LiteLLM's import
    (warmed in the background from 0.2 s after start): reported, no target.
+
+The stub servers run with the defaults of `mail server` except what a benchmark that sends
+one caller tens of thousands of messages needs (`BENCH_CONFIG`): `[server.store]`
+`max_stored_tasks_per_caller = 0` and `max_stored_bytes_per_caller = 0` (no bound: the full
+run stores more than the default 10,000 tasks for one user, which would be refused with 429
+part-way) and `[server.settings] task_message_limit = 0`. Every other bound keeps its default
+(`max_idempotency_keys_per_caller` included: the keyed rows pay for it as users do; their
+keys are answered, so the oldest make room at the bound). Any answer other than the expected
+2xx (a 429 from a bound, a 5xx) stops the run with a message naming it and exit status 1:
+a refused request must not be counted as a fast one, and MAILClient runs with `retries=0`
+so that it does not retry one away unseen.
 
 `python bench/http.py --serve PORT KEYS DIR LATENCY ACCESS_LOG` is the stub server process,
 `--serve-bare PORT LATENCY` the floor's.
@@ -69,6 +81,22 @@ CLIENTS = ("raw", "httpx", "MAILClient")
 TARGETS = {"p50_1_ms": 2.0, "rps_16": 1500.0, "concurrency_50ms": 15.0, "first_answer_s": 1.0}
 # The store kind of the servers this run starts (`--store`), handed to them in the environment.
 STORE_VARIABLE = "MAIL_BENCH_STORE"
+# What the bench's servers set besides the defaults (module docstring): no bound on what one
+# caller keeps stored, as a run stores more than 10,000 tasks for one user; no message limit.
+BENCH_CONFIG: dict[str, dict[str, Any]] = {
+    "settings": {"task_message_limit": 0},
+    "store": {"max_stored_tasks_per_caller": 0, "max_stored_bytes_per_caller": 0},
+}
+
+
+class BenchFailure(RuntimeError):
+    """A request got an answer the bench did not expect (a 429 from a bound, a 5xx, a stream
+    without its end): the numbers would be wrong, so the run stops (exit status 1)."""
+
+
+def refused(what: str, status: int, text: str) -> BenchFailure:
+    return BenchFailure(f"{what}: HTTP {status}: {text[:400]}")
+
 
 # ------------------------------------------------------------------------- server side
 
@@ -142,9 +170,9 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
             "port": port,
             "access_log": access_log,
             "swarm": {"name": "bench", "registry": f"{directory}/registries/bench.json"},
-            "settings": {"task_message_limit": 0},
+            "settings": BENCH_CONFIG["settings"],
             "auth": {"mode": "local", "keys_file": keys_file},
-            "store": {"kind": os.environ.get(STORE_VARIABLE, "sqlite")},
+            "store": {**BENCH_CONFIG["store"], "kind": os.environ.get(STORE_VARIABLE, "sqlite")},
         }
     )
     app = create_app(config, template=stub_template(latency), template_source="bench stub")
@@ -255,15 +283,21 @@ class RawClient:
             + body
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(head.decode(errors="replace"))
         lowered = head.lower()
         match = re.search(rb"content-length: *(\d+)", lowered)
+        if not head.startswith(b"HTTP/1.1 200"):
+            payload = await self.reader.readexactly(int(match.group(1))) if match else b""
+            status = int(head.split(b" ", 2)[1]) if head.count(b" ") >= 2 else 0
+            raise refused(
+                "raw client POST /message", status, (head + payload).decode(errors="replace")
+            )
         if match:
             payload = await self.reader.readexactly(int(match.group(1)))
-            assert b"done" in payload, payload[:200]
+            if b"done" not in payload:
+                raise refused("raw client POST /message", 200, payload.decode(errors="replace"))
             return
-        assert b"transfer-encoding: chunked" in lowered
+        if b"transfer-encoding: chunked" not in lowered:
+            raise refused("raw client POST /message (stream)", 200, head.decode(errors="replace"))
         seen = b""
         while True:  # chunked body until the terminating chunk
             size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
@@ -271,7 +305,10 @@ class RawClient:
             if size == 0:
                 break
             seen += chunk
-        assert b"task_complete" in seen, seen[-200:]
+        if b"task_complete" not in seen:
+            raise refused(
+                "raw client POST /message (stream)", 200, seen[-400:].decode(errors="replace")
+            )
 
     async def aclose(self) -> None:
         if self.writer is not None:
@@ -292,12 +329,15 @@ class HttpxClient:
     async def post(self, stream: bool) -> None:
         if not stream:
             reply = await self.client.post("/message", json={"body": "go"})
-            assert reply.status_code == 200 and reply.json()["response"] == "done", reply.text
+            if reply.status_code != 200 or reply.json().get("response") != "done":
+                raise refused("httpx POST /message", reply.status_code, reply.text)
             return
         async with self.client.stream("POST", "/message", json={"body": "go", "stream": True}) as r:
-            assert r.status_code == 200
             seen = b"".join([chunk async for chunk in r.aiter_bytes()])
-        assert b"task_complete" in seen
+        if r.status_code != 200 or b"task_complete" not in seen:
+            raise refused(
+                "httpx POST /message (stream)", r.status_code, seen.decode(errors="replace")
+            )
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -307,15 +347,23 @@ class MAILClientAdapter:
     def __init__(self, url: str, key: str) -> None:
         from mail.client import MAILClient
 
-        self.client = MAILClient(url, api_key=key)
+        # No retries: a refused request (a 429 from a bound) stops the run, never hidden.
+        self.client = MAILClient(url, api_key=key, retries=0)
 
     async def post(self, stream: bool) -> None:
-        if not stream:
-            reply = await self.client.post_message("go")
-            assert reply["response"] == "done", reply
-            return
-        names = [event.event async for event in self.client.post_message_stream("go")]
-        assert "task_complete" in names, names
+        try:
+            if not stream:
+                reply = await self.client.post_message("go")
+                if reply.get("response") != "done":
+                    raise refused("MAILClient.post_message", 200, str(reply))
+                return
+            names = [event.event async for event in self.client.post_message_stream("go")]
+        except BenchFailure:
+            raise
+        except Exception as exc:  # the client's own error for a non-2xx answer
+            raise BenchFailure(f"MAILClient POST /message: {exc!r}"[:600]) from exc
+        if "task_complete" not in names:
+            raise refused("MAILClient.post_message_stream", 200, str(names))
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -709,15 +757,16 @@ def floor(workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: i
         slow.close()
 
 
-def key_write_floor(path: Path, count: int = 400) -> tuple[float, float]:
-    """CPU microseconds of the bare durable writes a keyed request needs, on this thread: one
-    key row taken (the store's own INSERT, committed on its own) and its outcome recorded
-    (the store's UPDATE, committed on its own), in a file of the server's mode (WAL,
-    synchronous=NORMAL); no thread hop, no server. The take is what a keyed request cannot
-    start its work without; the outcomes are written in one transaction per batch."""
+def key_write_floor(path: Path, count: int = 400, batch: int = 16) -> tuple[float, float]:
+    """CPU microseconds of the bare durable writes a keyed request needs, on this thread: its
+    key row (the store's upsert) and, later, its outcome (the same upsert with the answer),
+    each as a row of a transaction of `batch` rows, as the task store's write-behind batches
+    commit them (the key with its task's first writes, the outcome with a later batch), in a
+    file of the server's mode (WAL, synchronous=NORMAL) already holding keys; no thread hop,
+    no server."""
     import sqlite3
 
-    from mail.store.idempotency_sqlite import _FINISH, _TAKE
+    from mail.store.idempotency_sqlite_buffered import KEY_ROW_SQL
     from mail.store.sqlite_schema import connect, migrate
 
     conn = connect(path)
@@ -727,26 +776,25 @@ def key_write_floor(path: Path, count: int = 400) -> tuple[float, float]:
         body = b'{"response":"done","events":null,"task_id":"' + str(uuid.uuid4()).encode() + b'"}'
         now = time.time()
         rows = [
-            ("bench", "user", "bench-0", str(uuid.uuid4()), "f" * 64, str(uuid.uuid4()), context,
-             "bench:1", now, now + 86400.0, 0)
-            for _ in range(count)
+            ("bench", "user", f"bench-{n % 4}", str(uuid.uuid4()), "f" * 64, str(uuid.uuid4()),
+             context, "bench:1", now, now + 86400.0, None, None, None)
+            for n in range(count)
         ]  # fmt: skip
-        outcomes = [(200, "application/json", body, *row[:4]) for row in rows]
-        start = time.thread_time()
-        for row in rows:
-            conn.execute(_TAKE, row)  # autocommit: INSERT + COMMIT
-        took = time.thread_time() - start
-        start = time.thread_time()
-        conn.execute("BEGIN IMMEDIATE")  # outcomes are written in batches, after the answer
-        for outcome in outcomes:
-            conn.execute(_FINISH, outcome)
-        conn.execute("COMMIT")
-        finished = time.thread_time() - start
+        outcomes = [(*row[:10], 200, "application/json", body) for row in rows]
+        spent = []
+        for written in (rows, outcomes):
+            start = time.thread_time()
+            for first in range(0, count, batch):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(KEY_ROW_SQL, written[first : first + batch])
+                conn.execute("COMMIT")
+            spent.append(time.thread_time() - start)
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # (the server does it too)
     except sqlite3.Error as exc:
         raise RuntimeError(f"measuring the key write floor failed: {exc}") from exc
     finally:
         conn.close()
-    return 1e6 * took / count, 1e6 * finished / count
+    return 1e6 * spent[0] / count, 1e6 * spent[1] / count
 
 
 def idempotency_cost(
@@ -806,13 +854,14 @@ def idempotency_cost(
                 continue
             take = statistics.median(t for t, _ in floors)
             outcome = statistics.median(o for _, o in floors)
-            # A streamed answer stores no outcome (a repeat attaches to the task's events).
-            floor_us = take + (0.0 if stream else outcome)
+            # A streamed answer's outcome row has no body (`STREAMED_OUTCOME`): the same row.
+            floor_us = take + outcome
             floor_pct = 100 * floor_us / unkeyed_us
-            what_floor = "take" if stream else "take + batched outcome UPDATE"
+            what_floor = "key row + outcome row"
             print(
-                f"  {what}: floor (bare sqlite3, the server's file mode, this run, medians of "
-                f"{len(floors)}): key take INSERT+COMMIT {take:.1f} us, outcome UPDATE "
+                f"  {what}: floor (bare sqlite3 rows in transactions of 16, the server's file "
+                f"mode, this run, medians of "
+                f"{len(floors)}): key row {take:.1f} us, outcome row "
                 f"{outcome:.1f} us; {what_floor} {floor_us:.1f} us = {floor_pct:.1f}% of an "
                 f"unkeyed request's CPU ({unkeyed_us:.0f} us); measured keyed cost "
                 f"{100 * (cpu_ratio - 1):+.1f}% = floor + {100 * (cpu_ratio - 1) - floor_pct:.1f}"
@@ -981,7 +1030,11 @@ def main() -> None:
     only = "access-log" if args.access_log_only else "floor" if args.floor_only else None
     only = "startup" if args.startup_only else only
     only = "idempotency" if args.idempotency_only else only
-    run(args.requests, args.skip_startup, only, max(1, args.rounds))
+    try:
+        run(args.requests, args.skip_startup, only, max(1, args.rounds))
+    except BenchFailure as failure:
+        print(f"bench/http.py: FAILED, the numbers are void: {failure}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

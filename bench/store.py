@@ -26,7 +26,9 @@
 
 PostgreSQL is MAIL_BENCH_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test, in a
 scratch schema made for the run and dropped after it);
-it is skipped when unreachable. `--serve PORT KEYS DIR KIND` is the server process.
+it is skipped when unreachable. `--serve PORT KEYS DIR KIND` is the server process, configured
+as bench/http.py's (`BENCH_CONFIG`: no bound on what one caller keeps stored, every other
+setting the default); any answer but a 200 stops the run with exit status 1.
 """
 
 from __future__ import annotations
@@ -86,9 +88,9 @@ def serve(port: int, keys_file: str, directory: str, kind: str) -> None:
             "port": port,
             "access_log": False,
             "swarm": {"name": "bench", "registry": f"{directory}/registries/bench.json"},
-            "settings": {"task_message_limit": 0},
+            "settings": bench_http.BENCH_CONFIG["settings"],
             "auth": {"mode": "local", "keys_file": keys_file},
-            "store": {"kind": kind},
+            "store": {**bench_http.BENCH_CONFIG["store"], "kind": kind},
         }
     )
     app = create_app(config, template=bench_http.stub_template(0.0), template_source="bench")
@@ -390,7 +392,13 @@ def main() -> None:
             global DATABASE_URL
             DATABASE_URL = stack.enter_context(_scratch_schema(DATABASE_URL))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mail-bench-store-")))
-        cpu, p50s = http_rows(workdir, kinds, args.requests, args.rounds)
+        try:
+            cpu, p50s = http_rows(workdir, kinds, args.requests, args.rounds)
+        except RuntimeError as failure:  # bench/http.py's BenchFailure: a non-2xx answer
+            if type(failure).__name__ != "BenchFailure":
+                raise
+            print(f"bench/store.py: FAILED, the numbers are void: {failure}", file=sys.stderr)
+            sys.exit(1)
         runtime_rows(workdir, kinds, args.tasks, args.rounds)
         startup(workdir)
         sqlite_floor(workdir, args.tasks, args.rounds, cpu, p50s)

@@ -168,6 +168,7 @@ async def test_cancel_stops_the_mail_task(server: ServerProcess) -> None:
     record = httpx.get(
         f"{server.base_url}/task", params={"task_id": task.context_id}, headers=auth(key)
     ).json()
+    assert "events" in record, record
     names = [e["event"] for e in record["events"]]
     assert "task_cancelled" in names, names
     assert record["is_running"] is False
@@ -278,6 +279,31 @@ async def test_http_cancel_route(server: ServerProcess) -> None:
             headers=auth(server.keys["alice"]),
         )
         assert other.status_code == 404
+
+
+async def test_cancelling_a_finished_task_that_left_memory(server: ServerProcess) -> None:
+    """A task whose answer is out leaves its instance (the store keeps it): cancelling it is
+    `cancelled: false` as for any finished task, not 404; another caller still gets 404."""
+    key = server.keys["bob"]
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(f"{server.base_url}/message", json={"body": "hi"}, headers=auth(key))
+        assert r.status_code == 200, r.text
+        task_id = r.json()["task_id"]
+        r = await http.post(
+            f"{server.base_url}/task/cancel", json={"task_id": task_id}, headers=auth(key)
+        )
+        assert r.status_code == 200, r.text
+        assert r.json() == {"task_id": task_id, "cancelled": False, "state": "completed"}
+        other = await http.post(
+            f"{server.base_url}/task/cancel",
+            json={"task_id": task_id},
+            headers=auth(server.keys["alice"]),
+        )
+        assert other.status_code == 404
+        r = await http.get(
+            f"{server.base_url}/task", params={"task_id": task_id}, headers=auth(key)
+        )
+        assert r.json()["events"][-1]["event"] != "task_cancelled"
 
 
 async def test_mail_client_speaks_a2a_and_cancels(server: ServerProcess) -> None:

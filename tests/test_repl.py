@@ -180,6 +180,9 @@ def test_person_session_message_stream_typo_ctrl_c_exit(
     # Ctrl+C while a stream is open: back to the prompt, connection closed, session alive.
     term.sendline("message-stream hang")
     term.expect(r"new_message\s+sending message: hang")
+    # (once the client waits for the next event; a Ctrl+C that lands while it is still
+    # drawing the first one can be lost under load, see the stop 47 note)
+    term.expect(r"1 events so far; waiting for more")
     term.ctrl_c()
     term.expect(r"! interrupted")
     term.expect(USER_PROMPT)

@@ -242,3 +242,73 @@ async def test_a_task_that_stored_no_queue_deletes_none(store: TaskStore) -> Non
     assert methods.count("delete_queue") == 3
     await observer.close()
     await unknown.close()
+
+
+async def test_task_writes_in_one_batch_leave_what_one_by_one_writes_leave(
+    store: TaskStore,
+) -> None:
+    # The SQL stores merge successive writes of one task record in a batch into one row
+    # write (sql_base._merge_task): whole records, partial updates and None columns in
+    # between must end as they do written one at a time.
+    records: list[dict[str, Any]] = [
+        {**TASK, "state": "running", "a": 1},
+        {"task_id": "t-1", "is_running": False},
+        {**TASK, "title": None, "is_running": None, "state": "running", "a": 2},
+        {**TASK, "title": "renamed", "is_running": None, "state": "done", "a": 2, "b": 3},
+        {"task_id": "t-1", "note": "n"},  # fewer metadata keys: the ones before stay apart
+        {"task_id": "t-2", "task_owner": "user:u2@demo", "start_time": TASK["start_time"]},
+        {**TASK, "task_id": "t-2", "title": None, "remote_swarms": None, "x": [1]},
+    ]
+    one_by_one, batched = new_key(), new_key()
+    for record in records:
+        await store.upsert_task(one_by_one, record)
+        await store.flush()
+    nowait = getattr(store, "write_nowait", None)
+    for record in records:  # one tick: one batch
+        if nowait is None:
+            await store.upsert_task(batched, record)
+        else:
+            assert nowait(batched, "upsert_task", record)
+    expected = (await store.load_instance(one_by_one)).tasks
+    assert (await store.load_instance(batched)).tasks == expected
+    assert expected["t-1"]["title"] == "renamed" and expected["t-1"]["is_running"] is False
+    assert (expected["t-1"]["state"], expected["t-1"]["b"], expected["t-1"]["note"]) == (
+        "done",
+        3,
+        "n",
+    )
+    assert (expected["t-2"]["remote_swarms"], expected["t-2"]["x"]) == ([], [1])
+
+
+def test_merged_task_writes_keep_the_later_value_or_the_earlier_one() -> None:
+    from mail.store.sql_base import SqlWrite, coalesce_writes
+
+    head = ("s", "user", "u", "t-1")
+    first = SqlWrite(
+        "task", (*head, "o", "[]", None, 1, 0, "A", "2026", '{"k":1}'), None, 1, frozenset({"k"})
+    )
+    second = SqlWrite(
+        "task",
+        (*head, None, None, "[]", None, 1, None, None, '{"k":2,"m":3}'),
+        None,
+        1,
+        frozenset({"k", "m"}),
+    )
+    other = SqlWrite("event", (*head, "e", "{}", "1"))
+    # At the earlier write's place: a row the batch inserts gets the rowid it would get one
+    # write at a time (SQLite lists tasks of one start time in rowid order).
+    (merged, event) = coalesce_writes([first, other, second])
+    assert event is other
+    assert merged.args == (*head, "o", "[]", "[]", 1, 1, "A", "2026", '{"k":2,"m":3}')
+    assert merged.weight == 2
+    task_2 = SqlWrite("task", ("s", "user", "u", "t-2", *first.args[4:]), None, 1, first.merge_keys)
+    assert [w.args[3] for w in coalesce_writes([first, task_2, second])] == ["t-1", "t-2"]
+    # A later write that sets fewer metadata keys, or another lease, is not merged into.
+    fewer = SqlWrite(
+        "task", (*head, None, None, None, 0, None, None, None, "{}"), None, 1, frozenset()
+    )
+    assert len(coalesce_writes([first, fewer])) == 2
+    fenced = SqlWrite("task", second.args, 7, 1, second.merge_keys)
+    assert len(coalesce_writes([first, fenced])) == 2
+    # Nor across a write of the record under another lease between them.
+    assert len(coalesce_writes([first, fenced, second])) == 3

@@ -89,7 +89,23 @@ async def cancel_caller_task(
     try:
         cancelled = cancel_task(runtime, task_id, reason)
     except KeyError:
-        raise HTTPException(404, f"task '{task_id}' not found") from None
+        finished = await _finished_state(state, inst, caller, task_id)
+        if finished is None:
+            raise HTTPException(404, f"task '{task_id}' not found") from None
+        return {"task_id": task_id, "cancelled": False, "state": finished}
     inst.claimed_tasks.pop(task_id, None)
     task = runtime.mail_tasks[task_id]
     return {"task_id": task_id, "cancelled": cancelled, "state": task.state.value}
+
+
+async def _finished_state(state: Any, inst: Any, caller: Any, task_id: str) -> str | None:
+    """The state of one of the caller's tasks that finished and left its instance's memory
+    (kept by the store, or archived with the memory store); None: no such task of theirs."""
+    archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
+    if archived is not None:
+        return str(archived.get("state") or TaskState.COMPLETED.value)
+    finished = getattr(state, "finished", None)
+    if finished is None or task_id == "*":
+        return None
+    stored = await finished.stored_task(inst.kind, inst.id, task_id)
+    return None if stored is None else stored.state.value

@@ -16,6 +16,7 @@ its own (its answer, a rejection) and ``cancel`` alone writes the ``canceled`` s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -83,9 +84,21 @@ class MAILAgentExecutor(AgentExecutor):
         # two cancels of one task may overlap).
         self._running: set[str] = set()
         self._cancelling: Counter[str] = Counter()
+        # Running A2A task ids -> set once their message is in MAIL (or `execute` ended).
+        self._submitted: dict[str, asyncio.Event] = {}
 
     def is_running(self, task_id: str) -> bool:
         return task_id in self._running
+
+    async def submission(self, task_id: str, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until the message ``execute`` is handing to
+        MAIL for ``task_id`` is there, or ``execute`` ended without it."""
+        submitted = self._submitted.get(task_id)
+        if submitted is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await submitted.wait()
 
     def is_cancelling(self, task_id: str) -> bool:
         return task_id in self._cancelling
@@ -113,13 +126,21 @@ class MAILAgentExecutor(AgentExecutor):
             logger.info("A2A task %s has ended: a message queued behind it is dropped", task_id)
             return
         self._running.add(task_id)
+        submitted = self._submitted[task_id] = asyncio.Event()
         try:
-            await self._execute(context, event_queue, task_id)
+            await self._execute(context, event_queue, task_id, submitted.set)
         finally:
             self._running.discard(task_id)
+            submitted.set()
+            if self._submitted.get(task_id) is submitted:
+                del self._submitted[task_id]
 
     async def _execute(
-        self, context: RequestContext, event_queue: EventQueue, task_id: str
+        self,
+        context: RequestContext,
+        event_queue: EventQueue,
+        task_id: str,
+        on_submitted: Callable[[], None],
     ) -> None:
         state = self._state()
         caller = caller_of(context)
@@ -145,7 +166,7 @@ class MAILAgentExecutor(AgentExecutor):
         failed = False
         progress = shows_progress(context)
         try:
-            async for event in run_events(state, caller, req):
+            async for event in run_events(state, caller, req, on_submitted):
                 if event.event == "ping":
                     continue
                 if event.id is None and event.event in ("task_complete", "task_error"):

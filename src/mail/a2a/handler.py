@@ -12,7 +12,9 @@
 * ``CancelTask`` stops the MAIL task first. When that cancelled nothing (the MAIL task had
   just finished), the A2A task is left to end with its own answer and the cancel is refused
   (``TaskNotCancelableError``): never ``canceled`` for a task that then completes. A task
-  waiting for input is ended as ``canceled`` either way.
+  waiting for input is ended as ``canceled`` either way. A message still being handed to
+  MAIL (instance creation, store reads) is waited for first, so its MAIL task exists and is
+  cancelled (``SUBMISSION_WAIT``).
 * A task waiting for input whose MAIL task was cancelled another way (``POST /task/cancel``,
   the console) reads ``canceled`` from then on (``GetTask``, ``ListTasks``,
   ``SubscribeToTask``).
@@ -60,6 +62,9 @@ from mail.a2a import mapping
 from mail.a2a.cancel import cancel_caller_task
 from mail.a2a.executor import MAILAgentExecutor, caller_of
 from mail.a2a.service import was_cancelled
+
+# Seconds a cancel waits for a message still being handed to MAIL (see `_cancel_mail`).
+SUBMISSION_WAIT = 30.0
 
 
 def _state_name(task: Task) -> str:
@@ -187,14 +192,20 @@ class MAILRequestHandler(DefaultRequestHandler):
             return await super().on_cancel_task(params, context)
 
     async def _cancel_mail(self, task: Task, context: ServerCallContext) -> bool | None:
-        """Stop the MAIL task of ``task``'s context: whether it stopped one (None: no task)."""
+        """Stop the MAIL task of ``task``'s context: whether it stopped one (None: no task).
+
+        A message still on its way into MAIL (the caller's instance being created, the
+        store reads before it) is waited for first, then cancelled like a running one: the
+        A2A task was announced, so its MAIL task exists and records the cancel (and a
+        continuation of a finished MAIL task is cancelled, not refused as finished)."""
+        await self._executor.submission(task.id, SUBMISSION_WAIT)
         mail_id = mapping.mail_task_id(task.context_id)
         try:
             outcome = await cancel_caller_task(
                 self._state(), caller_of(context), mail_id, "cancelled over A2A"
             )
         except HTTPException:
-            return None  # no MAIL task yet (refused before it started): the A2A task only
+            return None  # no MAIL task (refused before it started): the A2A task only
         return bool(outcome["cancelled"])
 
     # -- reads: a wait whose MAIL task was cancelled elsewhere is over -----------------------

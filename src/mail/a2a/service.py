@@ -7,7 +7,7 @@ quota, one request per task, per-user instance, message timeout).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from mail.core.events import TaskEvent
@@ -15,8 +15,16 @@ from mail.server import messaging
 from mail.server.bodies import MessageRequest
 
 
-async def run_events(state: Any, caller: Any, req: MessageRequest) -> AsyncIterator[TaskEvent]:
-    """The task's events for this message, ending with ``task_complete`` or ``task_error``."""
+async def run_events(
+    state: Any,
+    caller: Any,
+    req: MessageRequest,
+    on_submitted: Callable[[], None] | None = None,
+) -> AsyncIterator[TaskEvent]:
+    """The task's events for this message, ending with ``task_complete`` or ``task_error``.
+
+    ``on_submitted`` is called once the message is in the caller's instance (its MAIL task
+    exists and is stored), before the first event."""
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     await messaging.prepare(state, inst, req)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
@@ -24,6 +32,7 @@ async def run_events(state: Any, caller: Any, req: MessageRequest) -> AsyncItera
         req.body,
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
+        on_stored=on_submitted,
         **messaging._post_kwargs(state, req),
     )
     try:

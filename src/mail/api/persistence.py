@@ -71,6 +71,8 @@ class StoreObserver(RuntimeObserver):
         # cause and hands the rows to the outbox.
         self.outbox: EventOutbox | None = None
         self._outbox_in_store = hasattr(store, "outbox_write")
+        # A store that keeps a journal's items without copying them (the SQL stores).
+        self._owned_queues = hasattr(store, "save_owned_queue")
 
     def stored_queues(self, keys: Iterable[str]) -> None:
         """The queue rows the store held when the instance was loaded (its snapshot's)."""
@@ -176,15 +178,20 @@ class StoreObserver(RuntimeObserver):
         self._save_queue(task_id, list(items))
 
     def journal_changed(self, task_id: str, items: list[dict[str, Any]] | None) -> None:
-        """A running task's pending work (a TaskJournal write), kept beside its stashed queue."""
-        self._save_queue(journal_key(task_id), items)
+        """A running task's pending work (a TaskJournal write), kept beside its stashed queue.
 
-    def _save_queue(self, key: str, items: list[dict[str, Any]] | None) -> None:
+        The journal makes `items` (copies of its entries) for this call alone: a store that
+        can keeps them as they are."""
+        self._save_queue(journal_key(task_id), items, self._owned_queues)
+
+    def _save_queue(
+        self, key: str, items: list[dict[str, Any]] | None, owned: bool = False
+    ) -> None:
         stored = self._stored_queues
         if items:
             if stored is not None:
                 stored.add(key)
-            self._put("save_queue", key, items)
+            self._put("save_owned_queue" if owned else "save_queue", key, items)
         elif stored is None or key in stored:
             if stored is not None:
                 stored.discard(key)

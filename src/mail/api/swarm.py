@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -334,7 +335,8 @@ class MAILSwarm(V13SwarmMethods):
         Acknowledged means stored: right after the submission, before any event is yielded,
         the store commits what it wrote (the task's creation or resumption and the caller's
         message), as a plain `post_message` answers only once its task is stored; then
-        `on_stored()` is called (a server sends its response's headers then). The final
+        `on_stored()` is called, and awaited when it returns an awaitable (a server sends
+        its response's headers then; what it raises ends the stream before any event). The final
         event waits for the task's answer to be stored too. Two commits per stream, none
         per event in between; both skipped, as for `post_message`, while the store
         reports an outage.
@@ -343,7 +345,9 @@ class MAILSwarm(V13SwarmMethods):
         async def submitted() -> None:
             await self._flush_before_answer()
             if on_stored is not None:
-                on_stored()
+                stored = on_stored()
+                if inspect.isawaitable(stored):  # (it may wait for more, or refuse: raise)
+                    await stored
 
         async with self.runtime.ephemeral_loop(self.task_message_limit):  # loop-wide default
             async for event in self.runtime.stream_task_events(

@@ -6,13 +6,12 @@ time someone reads it (a stream, GET /task, the store) and then shared by every 
 
 from __future__ import annotations
 
-import datetime
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-from mail.core.message import build_mail_xml, utc_now_iso
+from mail.core.message import build_mail_xml, utc_iso, utc_now_iso
 
 Description = str | Callable[[], str]
 # Marks a stored description whose message XML was left out (see TaskEvent.store_data).
@@ -34,36 +33,6 @@ class MessageText:
 
     def __call__(self) -> str:
         return self.prefix + build_mail_xml(self.message)["content"]
-
-
-class _UtcStamps:
-    """ISO 8601 UTC text of epoch nanoseconds, as ``datetime.isoformat`` writes it (to the
-    microsecond, truncated). The text up to the seconds is computed once per second: events
-    of a busy server share it, and an event's text costs a division and an f-string."""
-
-    __slots__ = ("cached",)
-
-    def __init__(self) -> None:
-        self.cached: tuple[int, str] = (-1, "")  # (second, its text without the offset)
-
-    def iso(self, ns: int) -> str:
-        second, rest = divmod(ns, 1_000_000_000)
-        cached = self.cached  # one tuple: a thread never pairs one second with another's text
-        if cached[0] != second:
-            stamp = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat()
-            cached = self.cached = (second, stamp[:-6])  # without "+00:00"
-        micro = rest // 1000
-        if micro:
-            return f"{cached[1]}.{micro:06d}+00:00"
-        return f"{cached[1]}+00:00"  # isoformat leaves out a zero fraction
-
-
-_stamps = _UtcStamps()
-
-
-def utc_iso(ns: int) -> str:
-    """Epoch nanoseconds (``time.time_ns()``) as ISO 8601 UTC text with microseconds."""
-    return _stamps.iso(ns)
 
 
 _orjson: Any

@@ -66,11 +66,12 @@ class LoopGuard:
         self, task_id: str, agent_name: str, call: AgentToolCall, result: str | None
     ) -> str | None:
         """Note one handled call; the reason to stop the task if it repeats a failure."""
-        key = (task_id, agent_name)
         failed = isinstance(result, str) and result.startswith("ERROR")
         if not failed:
-            self._repeats.pop(key, None)
+            if self._repeats:  # most runtimes never had a failing call: no key to build
+                self._repeats.pop((task_id, agent_name), None)
             return None
+        key = (task_id, agent_name)
         signature = (call.tool_name, _canonical(call.tool_args))
         state = self._repeats.setdefault(key, _Repeat())
         if state.signature == signature:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from typing import Any, Literal, TypedDict
 
 AddressType = Literal["admin", "agent", "system", "user"]
@@ -155,15 +156,59 @@ def format_task_contributor(role: str, ident: str, swarm: str) -> str:
 _VARIANT_NIBBLE = "89ab"
 
 
+_IDS_PER_READ = 64
+# Hex text of random bytes read from the OS for the next ids: one system call per 64 ids
+# instead of one per id. A list: pop and extend are atomic, so threads never share an id.
+_random_hex: list[str] = []
+if hasattr(os, "register_at_fork"):  # a forked child must not reuse its parent's bytes
+    os.register_at_fork(after_in_child=_random_hex.clear)
+
+
 def new_id() -> str:
-    """A random (version 4) UUID string, like str(uuid.uuid4()) at about a third the cost."""
-    h = os.urandom(16).hex()
+    """A random (version 4) UUID string, like str(uuid.uuid4()) at about a quarter of the cost."""
+    try:
+        h = _random_hex.pop()
+    except IndexError:
+        raw = os.urandom(16 * _IDS_PER_READ).hex()
+        _random_hex.extend(raw[i : i + 32] for i in range(32, len(raw), 32))
+        h = raw[:32]
     variant = _VARIANT_NIBBLE[int(h[16], 16) & 3]
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:32]}"
 
 
+class _UtcStamps:
+    """ISO 8601 UTC text of epoch nanoseconds, as ``datetime.isoformat`` writes it (to the
+    microsecond, truncated). The text up to the seconds is computed once per second: events
+    of a busy server share it, and an event's text costs a division and an f-string."""
+
+    __slots__ = ("cached",)
+
+    def __init__(self) -> None:
+        self.cached: tuple[int, str] = (-1, "")  # (second, its text without the offset)
+
+    def iso(self, ns: int) -> str:
+        second, rest = divmod(ns, 1_000_000_000)
+        cached = self.cached  # one tuple: a thread never pairs one second with another's text
+        if cached[0] != second:
+            stamp = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat()
+            cached = self.cached = (second, stamp[:-6])  # without "+00:00"
+        micro = rest // 1000
+        if micro:
+            return f"{cached[1]}.{micro:06d}+00:00"
+        return f"{cached[1]}+00:00"  # isoformat leaves out a zero fraction
+
+
+_stamps = _UtcStamps()
+
+
+def utc_iso(ns: int) -> str:
+    """Epoch nanoseconds (``time.time_ns()``) as ISO 8601 UTC text with microseconds."""
+    return _stamps.iso(ns)
+
+
 def utc_now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat()
+    """Now as ISO 8601 UTC text, as ``datetime.datetime.now(datetime.UTC).isoformat()``."""
+    return _stamps.iso(time.time_ns())
 
 
 def make_request(

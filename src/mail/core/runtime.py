@@ -1,8 +1,8 @@
 """MAILRuntime: one instance's mailbox, tasks, agent histories and scheduling loop.
 
-The loop dequeues messages in priority order and hands each delivery to its own agent
-turn (an asyncio task), so different tasks, and independent agents of one task, run
-concurrently. One agent's history for one task is only touched under that pair's lock.
+The loop dequeues messages in priority order and hands each delivery to an agent turn (its
+own asyncio task, or a turn of the task handing over: TurnRunner.run_turns), so tasks, and
+independent agents of one task, run concurrently. An agent's history on a task has its own lock.
 
 MAILRuntime is a coordinator: it keeps the task book (tasks, events, waiters, turn locks,
 spawned turns) and owns the components that do the work, each given this runtime typed as
@@ -21,7 +21,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agent_histories import AgentHistories
@@ -50,9 +50,6 @@ from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, state_for_answe
 from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger("mail.runtime")
 
@@ -135,8 +132,8 @@ class MAILRuntime(V13Surface):
             lambda: self.swarm_name,
         )
 
-        # "{task}::{agent}" -> waiters for that agent's next turn on that task (present = busy)
-        self._turn_gates: dict[str, collections.deque[asyncio.Future[None]]] = {}
+        # "{task}::{agent}" -> turns waiting for it (present = busy; None: none waits, no deque)
+        self._turn_gates: dict[str, collections.deque[asyncio.Future[None]] | None] = {}
         self._turns: set[asyncio.Task[Any]] = set()
         # task id -> its spawned turns; a turn stays here until its done callback has run
         self._turns_by_task: dict[str, set[asyncio.Task[Any]]] = {}
@@ -242,14 +239,18 @@ class MAILRuntime(V13Surface):
         return list(task.events) if task else []
 
     def history_for(self, task_id: str, agent_name: str) -> list[dict[str, Any]]:
-        return self.agent_histories.setdefault(f"{task_id}::{agent_name}", [])
+        key = f"{task_id}::{agent_name}"  # get first: setdefault would make a list per turn
+        return self.agent_histories.get(key) or self.agent_histories.setdefault(key, [])
 
     async def _acquire_turn(self, key: str) -> None:
         """Exclusive, FIFO access to one agent's history on one task."""
-        waiters = self._turn_gates.get(key)
-        if waiters is None:
-            self._turn_gates[key] = collections.deque()
+        gates = self._turn_gates
+        if key not in gates:
+            gates[key] = None
             return
+        waiters = gates[key]
+        if waiters is None:
+            waiters = gates[key] = collections.deque()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters.append(future)
         try:
@@ -283,9 +284,10 @@ class MAILRuntime(V13Surface):
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
-        self.observer.task_changed(task)
-        self.observer.response_set(task_id, response)  # type: ignore[arg-type]
-        self.observer.queue_stashed(task_id, list(task.task_message_queue))
+        if self._observing:  # the no-op observer needs no copy of the queue
+            self._observer.task_changed(task)
+            self._observer.response_set(task_id, response)  # type: ignore[arg-type]
+            self._observer.queue_stashed(task_id, list(task.task_message_queue))
         self.waiters.resolve(task_id, response)
         if self._response_queue is not None:
             self._response_queue.put_latest((task_id, response))
@@ -301,11 +303,8 @@ class MAILRuntime(V13Surface):
 
     # ------------------------------------------------------------------ submission
     def submit(self, message: MAILMessage) -> Awaitable[None]:
-        """Queue a message (creating its task if new).
-
-        The message is queued before this returns; the result may be awaited (v1.3 defined
-        ``async def submit``) or ignored.
-        """
+        """Queue a message (creating its task if new) before returning; the result may be
+        awaited (v1.3 defined ``async def submit``) or ignored."""
         self._ensure_task(message["message"]["task_id"])
         self.mailbox.put(message)
         return DONE
@@ -363,7 +362,9 @@ class MAILRuntime(V13Surface):
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         turn = asyncio.create_task(coro)
         self._turns.add(turn)
-        self._turns_by_task.setdefault(task_id, set()).add(turn)
+        if (running := self._turns_by_task.get(task_id)) is None:
+            running = self._turns_by_task[task_id] = set()
+        running.add(turn)
         self._idle.clear()
         turn.add_done_callback(functools.partial(self._turn_done, task_id))
         return turn
@@ -384,9 +385,8 @@ class MAILRuntime(V13Surface):
     def other_turns_running(self, task_id: str) -> bool:
         """Whether a turn of `task_id` other than the calling one is still running.
 
-        A turn whose coroutine has returned is finished even though its done callback (which
-        drops it from the bookkeeping) may run only after the next turn has started; an agent
-        that answers at once would otherwise see its own previous turn as work in flight.
+        A turn whose coroutine returned is finished, though its done callback may run after the
+        next turn started: an agent answering at once must not see its last turn as running.
         """
         me = asyncio.current_task()
         return any(t is not me and not t.done() for t in self._turns_by_task.get(task_id, ()))
@@ -518,7 +518,7 @@ class MAILRuntime(V13Surface):
 
     def _start_turn(self, task_id: str, agent_name: str) -> None:
         """A turn of `agent_name` that takes what waits in its inbox."""
-        self._spawn(task_id, self.turns.run_turn(task_id, agent_name, None, None))
+        self.turns.start(task_id, agent_name)
 
     # ------------------------------------------------------------------ turns (self.turns)
     def _run_turn(

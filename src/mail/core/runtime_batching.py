@@ -67,6 +67,10 @@ class AgentInboxes:
         if not items:
             return []
         del self._items[key]
+        if len(items) == 1:  # the common case: nothing to order, no notices to fold
+            if self.journal is not None:
+                self.journal.taken(key, [items[0][1]])
+            return [items[0][2]]
         items.sort(key=_order)
         if self.journal is not None:
             self.journal.taken(key, [item[1] for item in items])

@@ -162,9 +162,18 @@ class Delivery:
         agent = self.host.agents.get(sender)
         if agent is None:
             return []
-        # Compared as full addresses: `x@<this swarm>` is `x`; `x@other` is never `x`.
-        allowed = _allowed_addresses(tuple(agent.comm_targets), self.host.swarm_name)
-        return [t for t in targets if t != ALL_AGENTS and self.full_address(t) not in allowed]
+        written = agent.comm_targets
+        disallowed: list[str] = []
+        allowed: frozenset[str] | None = None
+        for target in targets:
+            if target == ALL_AGENTS or target in written:  # as written in the wiring: allowed
+                continue
+            # Compared as full addresses: `x@<this swarm>` is `x`; `x@other` is never `x`.
+            if allowed is None:
+                allowed = _allowed_addresses(tuple(written), self.host.swarm_name)
+            if self.full_address(target) not in allowed:
+                disallowed.append(target)
+        return disallowed
 
     def full_address(self, address: str) -> str:
         return _full_address(address, self.host.swarm_name)

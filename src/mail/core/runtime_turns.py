@@ -76,14 +76,56 @@ class TurnRunner:
         self.inboxes = inboxes
         # agent -> (its function, the tools it was offered); see `offered_tools`
         self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
+        # While a turn of `run_turns` dispatches what it sent: where the next turn goes
+        self._handover: _Handover | None = None
 
     def _tool_choice_for(self, messages: list[MAILMessage]) -> Any:
         """What the agent must do this turn: anything, a tool, or task_complete."""
         if self.host.mode == "manual":
             return "auto"
-        if any(m["message"]["subject"] == MAX_STEPS_SUBJECT for m in messages):
-            return {"type": "function", "name": "task_complete"}
+        for message in messages:
+            if message["message"]["subject"] == MAX_STEPS_SUBJECT:
+                return {"type": "function", "name": "task_complete"}
         return "required"
+
+    def start(self, task_id: str, agent_name: str) -> None:
+        """Start a turn of `agent_name` from its inbox: the ending turn of `run_turns` that
+        is dispatching this task's messages takes the first such turn over, else a new
+        asyncio task runs it. Not while other turns of the task run: they may yet send to
+        the same agent, and a turn queued behind them takes their messages in one batch."""
+        handover = self._handover
+        if (
+            handover is not None
+            and handover.task_id == task_id
+            and handover.next is None
+            and not self.host.other_turns_running(task_id)
+        ):
+            handover.next = agent_name
+            return
+        self.host._spawn(task_id, self.run_turns(task_id, agent_name))
+
+    async def run_turns(self, task_id: str, agent_name: str) -> None:
+        """`agent_name`'s turn from its inbox, then each turn of the task it hands over.
+
+        A turn that waited (a model call) and whose messages start a turn of the same task
+        (the worker its request goes to, the supervisor its answer goes to) runs that turn
+        itself as soon as it ends: the next model call starts at once, not after every other
+        ready callback of the loop has run (with 200 tasks whose model calls end together,
+        after 200 turn ends), and no asyncio task is made and torn down per hop. A turn that
+        never waited starts its next turns as new tasks, so the loop runs others in between.
+        """
+        loop = asyncio.get_running_loop()
+        handover = _Handover(task_id, agent_name)
+        while (agent := handover.take()) is not None:
+            pending = loop.call_soon(handover.loop_ran)
+            try:
+                await self.run_turn(task_id, agent, None, None, handover=handover)
+            except BaseException:
+                if handover.next is not None:  # never lose a turn that was handed over
+                    self.host._spawn(task_id, self.run_turns(task_id, handover.next))
+                raise
+            finally:
+                pending.cancel()
 
     async def run_turn(
         self,
@@ -91,11 +133,15 @@ class TurnRunner:
         agent_name: str,
         message: MAILMessage | None,
         tool_choice: Any,
+        *,
+        handover: _Handover | None = None,
     ) -> None:
         """One turn of `agent_name` on `task_id`.
 
         With `message` None the turn shows the agent what waits in its inbox (every message
-        delivered since its last turn, or one of them without batched delivery).
+        delivered since its last turn, or one of them without batched delivery). With
+        `handover` (from `run_turns`), the first turn of this task that the turn's messages
+        start is handed over instead of started, when the turn waited.
         """
         rt = self.host
         key = f"{task_id}::{agent_name}"
@@ -136,15 +182,19 @@ class TurnRunner:
                     )
                 self._append_agent_output(history, calls[0])
                 self._emit_tool_calls(task_id, agent_name, calls)
-                refusals = {id(c): why for c in calls if (why := self._refusal(agent_name, c))}
-                permitted = [c for c in calls if id(c) not in refusals]
-                breakpoint_calls = [c for c in permitted if c.tool_name in rt.breakpoint_tools]
+                refusals: dict[int, str] = {}
+                for c in calls:
+                    if (why := self._refusal(agent_name, c)) is not None:
+                        refusals[id(c)] = why
+                stops = rt.breakpoint_tools
+                permitted = [c for c in calls if id(c) not in refusals] if refusals else calls
+                breakpoint_calls = [c for c in permitted if c.tool_name in stops] if stops else []
                 held = rt.review.select(agent_name, permitted)
                 for call in calls:
-                    if id(call) in refusals:
+                    if refusals and id(call) in refusals:
                         self._refuse_call(ctx, call, refusals[id(call)])
                         continue
-                    if call.tool_name in rt.breakpoint_tools or call in held:
+                    if (stops and call.tool_name in stops) or (held and call in held):
                         continue
                     current = call
                     await self.handle_call(ctx, call)
@@ -166,15 +216,23 @@ class TurnRunner:
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
                 self.turn_failed(ctx, current, exc)
             finally:
-                measured.end(cancelled=_cancelling())
-                if not _cancelling():
+                cancelled = _cancelling()
+                measured.end(cancelled=cancelled)
+                if not cancelled and rt._observing:
                     # A cancelled turn (shutdown) runs again after a restart from its start.
                     self.save_history(task_id, agent_name)
         finally:
             rt._release_turn(key)
             if rt.journal is not None:
                 rt.journal.turn_finished(_cancelling())
-            rt._dispatch_pending()
+            if handover is None or not handover.waited or _cancelling():
+                rt._dispatch_pending()
+            else:
+                self._handover = handover
+                try:
+                    rt._dispatch_pending()
+                finally:
+                    self._handover = None
 
     def _hold_for_continuation(self, task: Any, message: MAILMessage) -> None:
         """A message whose turn would start after its task ended: keep runtime notices with
@@ -221,7 +279,7 @@ class TurnRunner:
                 "tool_args": call.tool_args,
                 "tool_call_id": call.tool_call_id,
             }
-            blocks = [b for b in (call.reasoning or []) if b and b.strip()]
+            blocks = [b for b in call.reasoning if b and b.strip()] if call.reasoning else None
             if blocks:
                 extra["reasoning"] = "\n\n".join(blocks)
                 last_with_reasoning = call.tool_call_id
@@ -298,7 +356,7 @@ class TurnRunner:
         # its own; actions and the tools that wait on the network get spans.
         instant = handler is not None and call.tool_name not in _NETWORK_TOOLS
         handler = handler or handle_action
-        before = (ctx.notices, len(ctx.action_errors), ctx.actions_ran)
+        notices, errors, ran = ctx.notices, len(ctx.action_errors), ctx.actions_ran
         with rt.meter.tool_call(
             call.tool_name, call.tool_call_id, call.tool_args, instant=instant
         ) as probe:
@@ -309,7 +367,7 @@ class TurnRunner:
         if (
             isinstance(result, str)
             and result.startswith("ERROR")
-            and (ctx.notices, len(ctx.action_errors), ctx.actions_ran) == before
+            and (ctx.notices, len(ctx.action_errors), ctx.actions_ran) == (notices, errors, ran)
         ):
             # One rule for results: an error nothing else tells the agent about gets it
             # another turn (the ::action_error:: notice), so the task never idles on it.
@@ -417,6 +475,25 @@ class TurnRunner:
             rt.mailbox.put(
                 system_response(rt.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
             )
+
+
+class _Handover:
+    """The turns of one `run_turns`: the turn handed over to it, and whether the loop ran
+    while the current turn went on (it waited, e.g. for its model)."""
+
+    __slots__ = ("task_id", "next", "waited")
+
+    def __init__(self, task_id: str, first: str) -> None:
+        self.task_id = task_id
+        self.next: str | None = first
+        self.waited = False
+
+    def take(self) -> str | None:
+        agent, self.next, self.waited = self.next, None, False
+        return agent
+
+    def loop_ran(self) -> None:
+        self.waited = True
 
 
 def _cancelling() -> bool:

@@ -8,6 +8,7 @@ the task completes, and all of them at shutdown. A caller whose timeout passes e
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
@@ -17,6 +18,13 @@ from mail.core.message import MAILMessage, utc_now_iso
 from mail.core.runtime_ports import TaskLog
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
+
+_RESPONSE_TEXT = "response: '{}'"
+
+
+def _expire(future: asyncio.Future[MAILMessage]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class WaitHost(TaskLog, Protocol):
@@ -72,10 +80,21 @@ class TaskWaiters:
         future = self.add(task_id)
         try:
             rt._submit_for_task(message, resume_from, kwargs)
-            async with asyncio.timeout(timeout):
+            # The caller's own future times out: one timer, no asyncio.timeout context
+            # (a third of a submission's waiting cost) around a future only this call awaits.
+            # None waits without a limit, as asyncio.timeout(None) did.
+            expiry = (
+                None
+                if timeout is None
+                else asyncio.get_running_loop().call_later(timeout, _expire, future)
+            )
+            try:
                 response = await future
+            finally:
+                if expiry is not None:
+                    expiry.cancel()
             body = response["message"]["body"]
-            rt._emit(task_id, "task_complete", lambda: f"response: '{body}'")
+            rt._emit(task_id, "task_complete", functools.partial(_RESPONSE_TEXT.format, body))
             return response
         except TaskSubmitError as exc:
             if exc.status != 409:

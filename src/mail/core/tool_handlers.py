@@ -164,7 +164,9 @@ async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind
     else:
         payload = make_request(ctx.task_id, sender, recipient, subject, body, routing_info=hints)
         message = make_message(payload, kind)
-    outstanding = rt.outstanding_requests.setdefault(ctx.task_id, {})
+    outstanding = rt.outstanding_requests.get(ctx.task_id)
+    if outstanding is None:
+        outstanding = rt.outstanding_requests[ctx.task_id] = {}
     if kind == "request":
         outstanding[ctx.agent_name] = outstanding.get(ctx.agent_name, 0) + 1
     elif kind == "response":

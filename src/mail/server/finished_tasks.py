@@ -189,17 +189,24 @@ class FinishedTasks:
             task = runtime.mail_tasks.get(task_id)
             if task is None or task_id in inst.claimed_tasks or not is_finished(task):
                 continue
-            if can_forget(runtime, task_id):
-                self._let_go(inst, task_id, task)
-            elif now - at < SWEEP_GRACE:
+            if self._let_go(inst, task_id, task):
+                continue
+            if now - at < SWEEP_GRACE:
                 self._answered[(owner, task_id)] = (inst, at)  # again in a moment
 
-    def _let_go(self, inst: Instance, task_id: str, task: MAILTask) -> None:
+    def _let_go(self, inst: Instance, task_id: str, task: MAILTask) -> bool:
+        """Let a finished task go if nothing works on it any more (`can_forget`); whether
+        it went."""
         summary = None  # the memory store keeps the task: measured from there
-        if self.lifecycle is not None:
-            summary = summary_of(task)  # before it goes: it reads the events
+        if self.lifecycle is None:
+            if not can_forget(inst.swarm.runtime, task_id):
+                return False
+        else:
+            # forget_finished checks can_forget; the task it let go keeps its events and
+            # answer, which the summary reads
             if forget_finished(inst.swarm.runtime, task_id) is None:
-                return
+                return False
+            summary = summary_of(task)
         self._pending[(inst.key, task_id)] = (inst, summary)
         self._seen.pop((inst.key, task_id), None)
         books = self.quota.books(inst.key)
@@ -209,6 +216,7 @@ class FinishedTasks:
         if books is None or task_id not in books.tasks:
             self.quota.record(inst.key, task_id, size)  # until measured
         self._wake.set()
+        return True
 
     def sweep(self, now: float | None = None) -> None:
         """Finished tasks nobody waited for: let go after `SWEEP_GRACE` seconds."""
@@ -225,8 +233,7 @@ class FinishedTasks:
                     continue  # memory store: measured already, stays in memory
                 first = self._seen.get((inst.key, task_id), now)
                 seen[(inst.key, task_id)] = first
-                if now - first >= SWEEP_GRACE and can_forget(runtime, task_id):
-                    self._let_go(inst, task_id, task)
+                if now - first >= SWEEP_GRACE and self._let_go(inst, task_id, task):
                     seen.pop((inst.key, task_id), None)
         self._seen = seen
 

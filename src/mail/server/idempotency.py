@@ -157,6 +157,7 @@ def idempotent(
             if ticket.in_flight:
                 return await _answer_duplicate(request, who, ticket, resolver)
             request.scope[_SCOPE_KEY] = ticket
+            ticket.with_work = deferred and lazy_outcome
             for _attempt in range(3):  # the first try, and at most two takeovers
                 try:
                     if not deferred:
@@ -191,10 +192,12 @@ async def _answer_duplicate(
     """What a duplicate gets; None when it is to run the work itself (a takeover: only the
     owner of the key's "under way here" entry ever does)."""
     record = ticket.record or ticket.pending.outcome  # stored, or answered and being stored
-    if record is not None and record.finished:
+    if record is not None and record.finished and not record.streamed:
         ticket.leave()
         return replay(record)
     try:
+        if ticket.in_flight:  # told of a request under way: its key and task are stored first
+            await ticket.guard.store.settle(ticket.scope, ticket.key)
         answer = await resolver(request, caller, ticket)
     except BaseException:
         ticket.leave()

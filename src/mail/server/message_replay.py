@@ -3,8 +3,9 @@
 The key record of a message names the task the first request started or continued
 (``subject``) and where that task stood when it did (``context``: ``after``, the number of
 events it had; ``answer``, the id of its answer then; ``stream``). A duplicate whose first
-request finished gets the stored outcome (``mail.server.idempotency``); the others are
-resolved here, from the task itself:
+request finished gets the stored outcome (``mail.server.idempotency``), unless that outcome
+only marks a stream that ended (``STREAMED_OUTCOME``); those and the others are resolved
+here, from the task itself:
 
 - streamed (``"stream": true``): the duplicate *attaches* to the task's events from where
   the first request's began (or from its ``Last-Event-ID``, when later), live until the task
@@ -92,13 +93,20 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
             status_code=409,
         )
     show = data.get("show_events") is True
-    response = JSONBody(
-        {
-            "response": body,
-            "events": [event_record(e) for e in events[after:]] if show else None,
-            "task_id": task_id,
-        }
-    )
+    answer_body: dict[str, Any] = {
+        "response": body,
+        "events": [event_record(e) for e in events[after:]] if show else None,
+        "task_id": task_id,
+    }
+    webhooks = getattr(state, "webhooks", None)
+    if data.get("webhook") is not None and webhooks is not None:
+        # The message's own webhook, as the first answer named it (stored before the task ran).
+        from mail.server.webhooks import owner_of
+
+        hook = await webhooks.request_webhook_of(owner_of(caller), task_id, data.get("webhook"))
+        if hook is not None:
+            answer_body["webhook"] = hook
+    response = JSONBody(answer_body)
     await ticket.store_outcome(response)
     response.headers[REPLAYED_HEADER] = "true"
     return response

@@ -304,12 +304,31 @@ async def _prepare_keyed(
         "answer": answer.get("id") if isinstance(answer, dict) else None,
         "stream": req.stream,
     }
+    # The key commits with the task's first writes (`take_with_work`) when they go through
+    # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
+    # task; otherwise on its own first, as every other route's key.
+    observer = getattr(inst.swarm, "_store_observer", None)
+    ticket.with_work = (
+        ticket.with_work
+        and getattr(observer, "store", None) is getattr(ticket.guard.store, "tasks", False)
+        and req.webhook is None
+        and not req.attachments
+    )
     await ticket.take(req.task_id, context)
     try:
         await prepare(state, inst, req, brought_back=brought_back)
     except BaseException:
         await ticket.release()
         raise
+
+
+async def _key_stored(ticket: Ticket | None) -> None:
+    """A key that went with its task's writes (`take_with_work`) is committed before the
+    answer (or a stream's first event) names the task: the swarm's own flush before an
+    answer is best effort (skipped during an outage, given up after a few seconds), this one
+    waits, and refuses the request (StoreUnavailableError: 503) when the key is not stored."""
+    if ticket is not None and ticket.taken and ticket.with_work:
+        await ticket.guard.store.settle(ticket.scope, ticket.key)
 
 
 async def run_message(
@@ -327,6 +346,7 @@ async def run_message(
             response, events = await inst.swarm.post_message_task_events(
                 req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
             )
+        await _key_stored(ticket)
     finally:
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
@@ -382,11 +402,16 @@ async def stream_message(
         # Set once the store committed the submission (Swarm.submit_events): the response's
         # headers wait for it, as a plain answer waits for its commit.
         stored = asyncio.Event()
+
+        async def on_stored() -> None:
+            await _key_stored(ticket)
+            stored.set()
+
         events = inst.swarm.stream_events(
             req.body,
             timeout=timeout,
             ping_interval=state.config.settings.sse_ping_interval,
-            on_stored=stored.set,
+            on_stored=on_stored,
             **_post_kwargs(state, req),
         )
 

@@ -175,6 +175,10 @@ class EventStreamResponse(Response):
         try:
             if opened is not None:
                 await opened.wait()
+                refused = self.queue.refused()
+                if refused is not None:  # nothing went out: refused as a plain request is
+                    await _send_unavailable(send, refused)
+                    return
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
@@ -196,6 +200,17 @@ class EventStreamResponse(Response):
                 self.streams.discard(self.queue)
             if self.slot is not None:
                 self.slot.release()
+
+
+async def _send_unavailable(send: Send, error: BaseException) -> None:
+    body = dumps_str({"detail": str(error)}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"5"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -96,6 +96,16 @@ class BoundedFrameQueue:
         if self.opened is not None:
             self.opened.set()
 
+    def refused(self) -> BaseException | None:
+        """What ended the source before its first event when that was the store refusing
+        (StoreUnavailableError): the response is then a 503, not an empty stream."""
+        from mail.store.base import StoreUnavailableError
+
+        error = self._error
+        if self._done and not self._frames and isinstance(error, StoreUnavailableError):
+            return error
+        return None
+
     def start(self) -> None:
         """Read the source from now on, before the body is asked for (see `opened`)."""
         if self._pump_task is None:

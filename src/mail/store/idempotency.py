@@ -24,6 +24,12 @@ from typing import Any
 
 from mail.store.base import InstanceKey, to_json
 
+# The content type recorded as the outcome of a streamed answer, with no body: its key counts
+# as answered (forgotten early at the caller's bound, like any answered key), and a repeat is
+# answered from the work's own records (``POST /message``: the task's events), never replayed
+# from the key.
+STREAMED_OUTCOME = "text/event-stream"
+
 
 @dataclass(slots=True)
 class KeyRecord:
@@ -42,12 +48,32 @@ class KeyRecord:
     def finished(self) -> bool:
         return self.status is not None
 
+    @property
+    def streamed(self) -> bool:
+        """Its request was answered by a stream that ended (`STREAMED_OUTCOME`)."""
+        return self.content_type == STREAMED_OUTCOME
+
     def live(self, now: float) -> bool:
         return self.expires_at > now
 
 
 def dump_context(context: dict[str, Any]) -> str:
     return to_json(context)
+
+
+def take_row(scope: tuple[str, str, str], key: str, record: KeyRecord) -> tuple[Any, ...]:
+    """A take's columns, as every store writes them: the caller's scope, the key, then the
+    record's fingerprint, subject, context, holder, created_at and expires_at."""
+    return (
+        *scope,
+        key,
+        record.fingerprint,
+        record.subject,
+        dump_context(record.context),
+        record.holder,
+        record.created_at,
+        record.expires_at,
+    )
 
 
 def load_context(text: str | None) -> dict[str, Any]:
@@ -81,6 +107,24 @@ class IdempotencyStore(abc.ABC):
         finished and has the same fingerprint (a request taking over work whose first
         attempt died with its process).
         """
+
+    async def take_with_work(
+        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+    ) -> KeyRecord | None:
+        """`take` for a request whose work is written to the task store right after (the
+        SQLite server's key then commits with that work: `idempotency_sqlite_buffered`)."""
+        return await self.take(scope, key, record, replace=replace)
+
+    async def settle(  # noqa: B027 - optional
+        self, scope: InstanceKey | None = None, key: str | None = None
+    ) -> None:
+        """The keys taken with their work (`key` of `scope` alone when given) are committed:
+        before an answer, a stream's first event or a duplicate's 409 names their task.
+        Raises StoreUnavailableError when they cannot be (an outage); a no-op where every
+        take commits on its own."""
+
+    def let_go(self, scope: InstanceKey, key: str) -> None:  # noqa: B027 - optional
+        """The request that took `key` is over here (answered, streamed, or refused)."""
 
     @abc.abstractmethod
     async def finish(

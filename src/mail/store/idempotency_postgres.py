@@ -18,8 +18,8 @@ from mail.store.base import InstanceKey, StoreUnavailableError
 from mail.store.idempotency import (
     IdempotencyStore,
     KeyRecord,
-    dump_context,
     load_context,
+    take_row,
 )
 from mail.store.idempotency_schema import POSTGRES_DDL, TABLE
 from mail.store.postgres_schema import normalize_dsn, open_pool, redact_dsn
@@ -138,17 +138,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
         self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
     ) -> KeyRecord | None:
         pool = self._require()
-        args = (
-            *_scope(scope),
-            key,
-            record.fingerprint,
-            record.subject,
-            dump_context(record.context),
-            record.holder,
-            record.created_at,
-            record.expires_at,
-            replace,
-        )
+        args = (*take_row(_scope(scope), key, record), replace)
         for _ in range(3):
             # One statement (one round trip, committed on its own) when the key is free.
             if await pool.fetchval(_TAKE, *args) is not None:

@@ -25,8 +25,8 @@ from mail.store.base import InstanceKey
 from mail.store.idempotency import (
     IdempotencyStore,
     KeyRecord,
-    dump_context,
     load_context,
+    take_row,
 )
 from mail.store.idempotency_schema import TABLE
 from mail.store.sqlite_schema import SqliteDatabase, is_busy, open_database, transaction
@@ -323,16 +323,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
     async def take(
         self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
     ) -> KeyRecord | None:
-        row = (
-            *_scope(scope),
-            key,
-            record.fingerprint,
-            record.subject,
-            dump_context(record.context),
-            record.holder,
-            record.created_at,
-            record.expires_at,
-        )
+        row = take_row(_scope(scope), key, record)
         if replace:  # a takeover (rare): its own statement, and a read when it is refused
             return await self._take_over(scope, key, record, row)
         if self._hop is None and not self._scheduled:

@@ -20,8 +20,7 @@ import abc
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mail.store.base import (
@@ -31,203 +30,53 @@ from mail.store.base import (
     StoreUnavailableError,
     TaskStore,
     detect_tool_format,
-    normalize_event,
+    event_row,
     split_task_record,
+)
+from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
+    DEFERRED_KINDS,
+    OUTBOX_KIND,
+    WRITE_KINDS,
+    FencedLease,
+    SqlWrite,
+    batch_bytes,
+    batch_statements,
+    coalesce_writes,
+    encode_deferred,
+    encode_deferred_sized,
+    key_args,
+    leased_keys,
+    outbox_item,
+    runs_by_kind,
+    split_fenced,
+    unpack_outbox,
 )
 from mail.store.writer import WriteBehindBuffer
 
+__all__ = [
+    "DEFERRED_KINDS",
+    "OUTBOX_KIND",
+    "WRITE_KINDS",
+    "BufferedSqlStore",
+    "FencedLease",
+    "SqlWrite",
+    "add_snapshot_row",
+    "batch_bytes",
+    "batch_statements",
+    "coalesce_writes",
+    "encode_deferred",
+    "encode_deferred_sized",
+    "key_args",
+    "leased_keys",
+    "outbox_item",
+    "runs_by_kind",
+    "snapshot_queries",
+    "split_fenced",
+    "task_from_row",
+    "unpack_outbox",
+]
+
 logger = logging.getLogger("mail.store")
-
-WRITE_KINDS = ("task", "event", "history", "response", "queue", "queue_delete")
-
-
-@dataclass(frozen=True, slots=True)
-class SqlWrite:
-    kind: str  # one of WRITE_KINDS
-    args: tuple[Any, ...]  # starts with swarm_name, caller_role, caller_id
-    generation: int | None = None  # the lease it was made under; None: not fenced
-    weight: int = 1  # how many writes it stands for (coalesced saves of one row)
-
-    def row_identity(self) -> tuple[Any, ...] | None:
-        """The row a write replaces whole (None: it merges or appends).
-
-        A history is keyed by (swarm, role, id, task, agent); a task's queue by (swarm,
-        role, id, task), for saves and deletes alike.
-        """
-        if self.kind == "history":
-            return ("history", *self.args[:5])
-        if self.kind in ("queue", "queue_delete"):
-            return ("queue", *self.args[:4])
-        return None
-
-
-# (key, generation, dropped count, current generation) for a lease found superseded.
-FencedLease = tuple[InstanceKey, int, int, int | None]
-
-
-def key_args(key: InstanceKey) -> tuple[str, str, str]:
-    return (key.swarm_name, key.caller_role, key.caller_id)
-
-
-def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
-    """Drop whole-row saves that a later write of the same row in this batch replaces.
-
-    A batch is one transaction, so the rows it leaves are exactly those of applying every
-    write in order: only the last save (or delete) of a history or a queue matters. The
-    survivor's `weight` counts the writes it stands for (fencing counts dropped writes).
-    Outbox items are unpacked first (see "transactional outbox" below). One pass from the
-    end (this runs for every batch, on the event loop).
-    """
-    kept: list[SqlWrite] = []  # in reverse order until the end
-    survivors: dict[tuple[Any, ...], list[int]] = {}  # row -> [index in kept, weight]
-    for write in _reversed_unpacked(batch):
-        kind = write.kind
-        if kind == "history":
-            identity: tuple[Any, ...] = (True, write.args[:5])
-        elif kind == "queue" or kind == "queue_delete":
-            identity = (False, write.args[:4])
-        else:
-            kept.append(write)
-            continue
-        survivor = survivors.get(identity)
-        if survivor is None:
-            survivors[identity] = [len(kept), write.weight]
-            kept.append(write)
-        else:
-            survivor[1] += write.weight
-    for index, weight in survivors.values():
-        write = kept[index]
-        if weight != write.weight:
-            kept[index] = SqlWrite(write.kind, write.args, write.generation, weight)
-    kept.reverse()
-    return kept
-
-
-def _reversed_unpacked(batch: Sequence[SqlWrite]) -> Iterator[SqlWrite]:
-    for write in reversed(batch):
-        if write.kind == OUTBOX_KIND:
-            yield from reversed(write.args)
-        else:
-            yield write
-
-
-# -- transactional outbox (push delivery, mail.webhooks) ------------------------------------
-# A write that causes push deliveries (a task event, a task's answer) is queued together with
-# its outbox rows (`webhook_event`, one per webhook event; see store/webhooks_schema.py) as ONE
-# buffer item of kind "outbox" whose args are the member writes. A batch is one transaction
-# and an item is never split across batches, nor across the one-by-one retries of a batch the
-# database rejected, so the rows commit exactly when their cause does (a kill -9 loses both or
-# neither). `coalesce_writes` unpacks the items before anything else looks at the batch.
-OUTBOX_KIND = "outbox"  # besides WRITE_KINDS, with its members of kind "webhook_event"
-
-
-def unpack_outbox(batch: Sequence[SqlWrite]) -> Sequence[SqlWrite]:
-    """The batch with each outbox item replaced by its member writes, in order."""
-    if not any(w.kind == OUTBOX_KIND for w in batch):
-        return batch
-    writes: list[SqlWrite] = []
-    for write in batch:
-        if write.kind == OUTBOX_KIND:
-            writes.extend(write.args)
-        else:
-            writes.append(write)
-    return writes
-
-
-def outbox_item(cause: SqlWrite, key: InstanceKey, rows: Sequence[tuple[Any, ...]]) -> SqlWrite:
-    """`cause` and its outbox rows ((event_id, task_id, type, payload, created_at) each) as
-    one buffer item; the rows carry the cause's generation (fenced together)."""
-    members = [SqlWrite("webhook_event", (*key_args(key), *row), cause.generation) for row in rows]
-    return SqlWrite(OUTBOX_KIND, (cause, *members), cause.generation)
-
-
-# -- end of the transactional outbox ---------------------------------------------------------
-
-
-# Writes whose last argument is kept as the caller's snapshot and encoded when applied.
-DEFERRED_KINDS = ("history", "queue")
-
-
-def encode_deferred(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
-    """The batch with its deferred writes' snapshots encoded (see the module's docstring).
-
-    A history or queue that cannot be encoded is logged and left out; the rest of the batch
-    goes on.
-    """
-    encoded: list[SqlWrite] = []
-    for write in writes:
-        if write.kind in DEFERRED_KINDS and not isinstance(write.args[-1], str):
-            try:
-                text = encode(write.args[-1])
-            except (TypeError, ValueError) as exc:
-                what = "agent history" if write.kind == "history" else "task queue"
-                logger.error(
-                    "%s of %s not stored, it cannot be encoded as JSON: %s",
-                    what,
-                    "/".join(str(a) for a in write.args[3:-1] if isinstance(a, str)),
-                    exc,
-                )
-                continue
-            write = replace(write, args=(*write.args[:-1], text))
-        encoded.append(write)
-    return encoded
-
-
-def leased_keys(writes: Sequence[SqlWrite]) -> list[tuple[str, str, str]]:
-    """The (swarm, role, id) of the fenced writes of a batch, sorted (lock order)."""
-    return sorted({w.args[:3] for w in writes if w.generation is not None})
-
-
-def split_fenced(
-    writes: Sequence[SqlWrite], current: Mapping[tuple[Any, ...], int]
-) -> tuple[list[SqlWrite], list[FencedLease]]:
-    """Keep the writes whose generation is the current one; count the others per lease."""
-    kept: list[SqlWrite] = []
-    dropped: dict[tuple[Any, ...], int] = {}
-    for write in writes:
-        if write.generation is None or current.get(write.args[:3]) == write.generation:
-            kept.append(write)
-        else:
-            lease = (*write.args[:3], write.generation)
-            dropped[lease] = dropped.get(lease, 0) + write.weight
-    return kept, [
-        (InstanceKey(*lease[:3]), lease[3], count, current.get(lease[:3]))
-        for lease, count in dropped.items()
-    ]
-
-
-def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """The writes of each kind as one group (for executemany), in their order within the
-    kind, kinds in the order of their first write.
-
-    Regrouping is safe in one transaction: each kind writes its own table, its writes keep
-    their order (event sequence, merges of one task record), and after `coalesce_writes` a
-    queue row has one write left (a save or a delete), so writes of different kinds never
-    touch one row. One executemany per kind instead of one per run: a batch of a few
-    requests interleaves its kinds some 50 times.
-    """
-    groups: dict[str, list[tuple[Any, ...]]] = {}
-    for write in writes:
-        rows = groups.get(write.kind)
-        if rows is None:
-            groups[write.kind] = [write.args]
-        else:
-            rows.append(write.args)
-    yield from groups.items()
-
-
-# The argument of each kind that holds its content (the bulk of a batch's bytes).
-_CONTENT_ARG: dict[str, int] = {"event": 5, "webhook_event": 6}
-
-
-def batch_bytes(writes: Sequence[SqlWrite]) -> int:
-    """About how many bytes an encoded batch writes (its content columns)."""
-    size = 0
-    for write in writes:
-        value = write.args[_CONTENT_ARG.get(write.kind, -1)]
-        if type(value) is str:
-            size += len(value)
-    return size
 
 
 def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> dict[str, Any]:
@@ -246,16 +95,6 @@ def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> d
             value = start_time(value)
         record[name] = value
     return record
-
-
-def batch_statements(
-    writes: Sequence[SqlWrite], current: Mapping[tuple[Any, ...], int], sql: Mapping[str, str]
-) -> tuple[list[tuple[str, list[tuple[Any, ...]]]], list[FencedLease]]:
-    """What one batch executes, given the current generations of its fenced keys: (statement,
-    rows) pairs for executemany, in order, and the leases found superseded. `writes` are
-    already coalesced and encoded (`coalesce_writes`, `encode_deferred`)."""
-    kept, fenced = split_fenced(writes, current)
-    return [(sql[kind], rows) for kind, rows in runs_by_kind(kept)], fenced
 
 
 def add_snapshot_row(
@@ -348,6 +187,7 @@ class BufferedSqlStore(TaskStore):
             "save_history": self._history_write,
             "save_response": self._response_write,
             "save_queue": self._queue_write,
+            "save_owned_queue": self._owned_queue_write,
             "delete_queue": self._queue_delete_write,
             "outbox_write": self._outbox_write,  # transactional outbox (see outbox_item)
         }
@@ -409,12 +249,12 @@ class BufferedSqlStore(TaskStore):
             None if start_time is None else self._start_time(start_time),
             self._json(extra),
         )
-        return self._write(key, "task", args)
+        return self._write(key, "task", args, frozenset(extra))
 
     def _event_write(self, key: InstanceKey, task_id: str, event: Any) -> SqlWrite | None:
-        ev = normalize_event(event)
+        name, data, event_id = event_row(event)
         text = self._text
-        args = (*key_args(key), task_id, text(ev["event"]), text(ev["data"]), text(ev["id"]))
+        args = (*key_args(key), task_id, text(name), text(data), text(event_id))
         return self._write(key, "event", args)
 
     def _history_write(
@@ -444,6 +284,13 @@ class BufferedSqlStore(TaskStore):
         snapshot = [dict(i) if isinstance(i, dict) else i for i in items]
         return self._write(key, "queue", (*key_args(key), task_id, snapshot))
 
+    def _owned_queue_write(
+        self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
+    ) -> SqlWrite | None:
+        # `items` were made for this write and nobody changes them (a running task's journal
+        # copies its entries for each write): kept as they are, not copied again.
+        return self._write(key, "queue", (*key_args(key), task_id, items))
+
     def _queue_delete_write(self, key: InstanceKey, task_id: str) -> SqlWrite | None:
         return self._write(key, "queue_delete", (*key_args(key), task_id))
 
@@ -459,11 +306,20 @@ class BufferedSqlStore(TaskStore):
         """`await self.<method>(key, *args)` and the outbox `rows`, in one transaction."""
         await self._submit(self._outbox_write(key, method, args, rows))
 
-    def _write(self, key: InstanceKey, kind: str, args: tuple[Any, ...]) -> SqlWrite | None:
-        generation = self._fencing.generation_for(key)
-        if generation is not None and self._fencing.drop_if_known_fenced(key, generation):
+    def _write(
+        self,
+        key: InstanceKey,
+        kind: str,
+        args: tuple[Any, ...],
+        merge_keys: frozenset[str] | None = None,
+    ) -> SqlWrite | None:
+        fencing = self._fencing
+        if not fencing.leases:  # no lease claimed (not in a cluster): nothing is fenced
+            return SqlWrite(kind, args, None, 1, merge_keys)
+        generation = fencing.generation_for(key)
+        if generation is not None and fencing.drop_if_known_fenced(key, generation):
             return None
-        return SqlWrite(kind, args, generation)
+        return SqlWrite(kind, args, generation, 1, merge_keys)
 
     def write_nowait(self, key: InstanceKey, method: str, *args: Any) -> bool:
         """Queue the write `await self.<method>(key, *args)` would make, without awaiting.
@@ -471,11 +327,12 @@ class BufferedSqlStore(TaskStore):
         Returns False, writing nothing, while the buffer is full (the caller then awaits the
         method, which waits for room). A bad value raises here, as in the method.
         """
-        if self._buffer.full:
+        buffer = self._buffer
+        if buffer.full:
             return False
         write = self._builders[method](key, *args)
         if write is not None:
-            self._buffer.put_nowait(write)
+            buffer.try_put(write)  # not full: checked above, and nothing ran since
         return True
 
     async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
@@ -501,6 +358,12 @@ class BufferedSqlStore(TaskStore):
 
     async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
         await self._submit(self._queue_write(key, task_id, items))
+
+    async def save_owned_queue(
+        self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
+    ) -> None:
+        """`save_queue` of items made for this call that nobody changes afterwards."""
+        await self._submit(self._owned_queue_write(key, task_id, items))
 
     async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
         await self._submit(self._queue_delete_write(key, task_id))

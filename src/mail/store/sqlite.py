@@ -23,6 +23,7 @@ from mail.store.base import (
     normalize_start_time,
     to_json,
 )
+from mail.store.idempotency_sqlite_buffered import KEY_ROW_KIND, KEY_ROW_SQL, key_row_write
 from mail.store.sql_base import (
     BufferedSqlStore,
     FencedLease,
@@ -103,6 +104,7 @@ _SQL: dict[str, str] = {
 
 _SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
 _SQL["webhook_event"] = SQLITE_OUTBOX_SQL  # transactional outbox (sql_base)
+_SQL[KEY_ROW_KIND] = KEY_ROW_SQL  # POST /message's idempotency keys (idempotency_sqlite_buffered)
 
 _INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 _SNAPSHOT_SQL = snapshot_queries(_INSTANCE, "start_time, rowid")
@@ -173,6 +175,7 @@ class SqliteTaskStore(BufferedSqlStore):
         self.path = Path(path)
         self.db = open_database(path)
         self._started = False
+        self._builders[KEY_ROW_KIND] = key_row_write
 
     # -- dialect ---------------------------------------------------------------------------
     def _json(self, value: Any) -> str:
@@ -202,9 +205,18 @@ class SqliteTaskStore(BufferedSqlStore):
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         writes = encode_deferred(coalesce_writes(batch), self._json)
         size = batch_bytes(writes)
-        # Pages toward the next checkpoint: every row's b-tree pages and its text's overflow
-        # pages (an undercount let the WAL grow to its 64 MiB cap and fill small disks).
-        pages = 2 * len(writes) + size // 4096
+        # Pages toward the next checkpoint: the text's own pages (an undercount of large
+        # batches let the WAL grow to its 64 MiB cap and fill small disks), the pages every
+        # transaction touches, 2 per task record (an update finds its row apart from other
+        # tasks' rows, in the table and its index: 500 updates of scattered tasks wrote ~3x
+        # what one page per two rows counted) and one per two other rows (events, histories
+        # and the like share leaves; counting 2 pages each checkpointed three times as often
+        # as CHECKPOINT_PAGES means). docs/database.md has the frames checkpoints find.
+        records = 0
+        for write in writes:
+            if write.kind == "task":
+                records += 1
+        pages = 4 + records * 2 + (len(writes) - records) // 2 + size // 4096
         if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
             fenced = await self.db.run_small(_apply, writes, pages=pages)
         else:

@@ -169,14 +169,17 @@ class TaskMeter:
     def check_submission(self, task_id: str, kwargs: dict[str, Any], continuing: bool) -> None:
         """Raise BudgetError for a malformed budget, or for a continuation of a task whose
         budget is spent and not raised (it would pause again at once)."""
-        budget = self.budget_for(task_id)
-        if any(key in kwargs for key in BUDGET_KEYS):
-            budget = budget.merged(kwargs)
+        budgeted = bool(kwargs) and any(key in kwargs for key in BUDGET_KEYS)
         task = self._task_of(task_id) if continuing else None
         # Any finished task, not only one paused over its budget: a new message on a
         # completed task whose budget is spent would run one more turn past it.
         if task is None or task.is_running:
+            if budgeted:
+                self.budget_for(task_id).merged(kwargs)  # raises for a malformed budget
             return
+        budget = self.budget_for(task_id)
+        if budgeted:
+            budget = budget.merged(kwargs)
         why = budget.exceeded(task_usage(task).total)
         if why is not None:
             raise BudgetError(
@@ -186,7 +189,7 @@ class TaskMeter:
             )
 
     def submitted(self, task_id: str, kwargs: dict[str, Any]) -> None:
-        if any(key in kwargs for key in BUDGET_KEYS):
+        if kwargs and any(key in kwargs for key in BUDGET_KEYS):
             budget = self.budgets[task_id] = self.budget_for(task_id).merged(kwargs)
             self.emit(
                 task_id,

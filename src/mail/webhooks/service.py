@@ -503,6 +503,16 @@ class WebhookService:
         # A secret the caller chose is not sent back; a new one is shown this once.
         return {"id": sub["subscription_id"], "secret": None if given else secret}
 
+    async def request_webhook_of(self, owner: Owner, task_id: str, spec: Any) -> Record | None:
+        """What `request_webhook` answered for `task_id`'s message (``{"id", "secret"}``),
+        read back from the store: a keyed message replayed from its task after a restart."""
+        subs = await self.store.list_subscriptions(self.swarm_name, owner=owner, kinds=["request"])
+        for sub in subs:
+            if sub["task_id"] == task_id:
+                given = isinstance(spec, dict) and spec.get("secret") is not None
+                return {"id": sub["subscription_id"], "secret": None if given else sub["secret"]}
+        return None
+
     def _mirror(self, sub: Record) -> None:
         """A subscription the store now holds (new or changed), into the mirror."""
         if self.interest is not None:

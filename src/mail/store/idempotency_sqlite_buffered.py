@@ -1,0 +1,341 @@
+"""SQLite keys of ``POST /message`` committed with the task they start: no commit of their own.
+
+A `mail server` on SQLite is the only process on its database file (`ProcessLock`), so
+whether one of its callers' keys is taken is known here: each caller's keys are read once
+(its first keyed request, and again after each sweep of expired keys) into a Bloom filter
+(`KeyFilter`), and every key this process takes afterwards is added to it. A key the filter
+does not have is free, with no statement at all; one it has (a retry, or 1% of new keys) is
+read from the file.
+
+Such a key's row (`KEY_ROW_KIND`) then goes into the task store's write-behind buffer, ahead
+of the writes that create or continue its task, which the route makes right after. The
+buffer is FIFO and commits a prefix of it in each transaction, so after a kill -9 the file
+has the key and the task's first writes, or the key alone (it is still running the
+statements before them), or neither; never the task without its key. "Acknowledged means
+stored" holds as for the task: a plain answer and a stream's first event wait until the
+task store committed what was written before them, the key included, and so does the
+answer to a duplicate that arrives while the first request is under way (`settle`). A retry
+after a crash finds the key with its task (answered from the task: `mail.server.message_replay`), or the
+key alone (its task never got the message: the retry runs it under the same task id), or
+nothing (nothing was told, nothing reached the store: the retry runs as a first request).
+
+The outcome (status, body) goes into the same buffer later, written whole with the key's row
+(an upsert of every column: the rows of one key are applied in their order, whatever else
+the batch holds). A key the filter has is read from the file after the buffer is flushed,
+as is everything else this store does (counts at the per-caller bound, evictions, sweeps,
+outcomes of keys it did not take): those run on the file as `SqliteIdempotencyStore` does,
+once what the buffer holds is committed before them.
+
+Only takes that ask for it (`take_with_work`, which ``POST /message`` uses when its work is
+nothing but the task: no webhook, no upload) go this way; every other route's key is
+committed on its own before its work starts, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.idempotency import KeyRecord, take_row
+from mail.store.idempotency_schema import TABLE
+from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+from mail.store.sql_base import SqlWrite
+
+# The task store's write kind of a key row (`mail.store.sqlite` runs `KEY_ROW_SQL` for it).
+KEY_ROW_KIND = "idempotency_key"
+# A key row, written whole: the take's decision was made in memory; this stores it.
+KEY_ROW_SQL = f"""
+    INSERT INTO {TABLE} (swarm_name, caller_role, caller_id, idem_key, fingerprint, subject,
+                         context, holder, created_at, expires_at, status, content_type, body)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
+        fingerprint = excluded.fingerprint, subject = excluded.subject,
+        context = excluded.context, holder = excluded.holder,
+        created_at = excluded.created_at, expires_at = excluded.expires_at,
+        status = excluded.status, content_type = excluded.content_type, body = excluded.body
+"""
+# Every key of a caller, expired ones too (until swept): a key the filter has is looked up on
+# the file, so one too many costs a read, and no clock is compared here.
+_LOAD = f"SELECT idem_key FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
+# The fewest keys a caller's filter is sized for (1,024: 1.3 kB).
+MIN_FILTER_KEYS = 1024
+# Seconds a read waits for the task store's buffer to be committed before it.
+FLUSH_TIMEOUT = 30.0
+
+Scope = tuple[str, str, str]
+
+
+class KeyFilter:
+    """A caller's keys as a Bloom filter: "absent" is certain, "present" may be wrong (at most
+    about 1% of absent keys, then read from the file). 10 bits per key it is sized for (2.5
+    bytes per key read; 1.3 kB at least), where a set of 10,000 keys held 1.4 MB: a server
+    keeps one per caller that sent keys lately.
+
+    Sized for `capacity` keys (twice the caller's keys when read); past it, `full` asks for
+    a new one (read again from the file), as keys cannot be taken out of a Bloom filter.
+    """
+
+    __slots__ = ("bits", "capacity", "count", "size")
+    HASHES = 7  # with 10 bits per key: about 1% false "present"
+
+    def __init__(self, keys: list[str]) -> None:
+        self.capacity = max(2 * len(keys), MIN_FILTER_KEYS)
+        self.size = 10 * self.capacity
+        self.bits = bytearray(self.size // 8 + 1)
+        self.count = 0
+        for key in keys:
+            self.add(key)
+
+    def add(self, key: str) -> bool:
+        """Add `key`; whether the filter may have had it already (what `in` would have said),
+        in one pass: the keyed request's hot path asks and adds at once."""
+        # One 64-bit string hash, split into a start and an odd step (double hashing); per
+        # process (never stored: the filter is read again from the file at each start).
+        digest = hash(key)
+        size, bits = self.size, self.bits
+        spot = (digest & 0xFFFFFFFF) % size
+        step = ((digest >> 32) | 1) % size or 1
+        had = True
+        for _ in range(self.HASHES):
+            byte, mask = spot >> 3, 1 << (spot & 7)
+            if not bits[byte] & mask:
+                had = False
+                bits[byte] |= mask
+            spot += step
+            if spot >= size:
+                spot -= size
+        self.count += 1
+        return had
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        digest = hash(key)
+        size, bits = self.size, self.bits
+        spot = (digest & 0xFFFFFFFF) % size
+        step = ((digest >> 32) | 1) % size or 1
+        for _ in range(self.HASHES):
+            if not bits[spot >> 3] >> (spot & 7) & 1:
+                return False
+            spot += step
+            if spot >= size:
+                spot -= size
+        return True
+
+    @property
+    def full(self) -> bool:
+        return self.count > self.capacity
+
+
+def key_row_write(key: InstanceKey, row: tuple[Any, ...]) -> SqlWrite:
+    """The task store's buffer item of a key row (`KEY_ROW_SQL`'s 13 columns); not fenced:
+    a key belongs to its caller, not to one lease of the caller's instance."""
+    return SqlWrite(KEY_ROW_KIND, row)
+
+
+def _scope(scope: InstanceKey) -> Scope:
+    return (scope.swarm_name, scope.caller_role, scope.caller_id)
+
+
+class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
+    """`SqliteIdempotencyStore` whose ``POST /message`` keys travel with their task's writes."""
+
+    def __init__(self, path: Any, task_store: Any) -> None:
+        super().__init__(path)
+        self.tasks = task_store  # a SqliteTaskStore on the same file
+        self._known: dict[Scope, KeyFilter] = {}  # per caller: the keys on the file (and more)
+        self._loading: dict[Scope, asyncio.Future[KeyFilter]] = {}
+        # Keys taken through the buffer whose request has not finished: their row, to write
+        # again whole with the outcome (or as released).
+        self._taken: dict[tuple[Scope, str], tuple[Any, ...]] = {}
+        # Keys whose row went into the buffer and is not known to be committed yet: nothing
+        # may name their task before it is (`settle`).
+        # The value: the buffer's count of accepted writes once the row was in (None: unknown).
+        self._unsettled: dict[tuple[Scope, str], int | None] = {}
+
+    # -- the buffer and the per-caller filters ---------------------------------------------
+    async def _settle(self) -> None:
+        """Everything queued in the task store's buffer committed (a read or a write on the
+        file then sees the key rows queued before it)."""
+        queued = list(self._unsettled)
+        if not await self.tasks.flush(FLUSH_TIMEOUT):
+            raise StoreUnavailableError(
+                "idempotency keys cannot be read: the task store's pending writes were not "
+                f"stored within {FLUSH_TIMEOUT:.0f}s"
+            )
+        for taken in queued:
+            self._unsettled.pop(taken, None)
+
+    def _degraded(self) -> bool:
+        degraded = getattr(self.tasks, "is_degraded", None)
+        return bool(callable(degraded) and degraded())
+
+    async def settle(self, scope: InstanceKey | None = None, key: str | None = None) -> None:
+        """Before a request or a duplicate hears of a task whose key went into the buffer (an
+        answer, a stream's first event, a 409 naming it): the key is committed, else
+        StoreUnavailableError (at once while the task store reports an outage, after
+        `FLUSH_TIMEOUT` when its commits wait, e.g. on another process's write lock)."""
+        if key is not None and scope is not None:
+            taken = (_scope(scope), key)
+            if taken not in self._unsettled:
+                return
+            mark = self._unsettled[taken]
+            buffer = getattr(self.tasks, "_buffer", None)
+            if mark is not None and buffer is not None and buffer.written(mark):
+                del self._unsettled[taken]  # committed with the task (the usual case)
+                return
+        elif not self._unsettled:
+            return
+        if self._degraded():
+            raise StoreUnavailableError(
+                "the store cannot write (see GET /status): the request's Idempotency-Key is "
+                "not stored; retry later"
+            )
+        await self._settle()
+
+    async def _keys_of(self, scope: InstanceKey) -> KeyFilter:
+        """The caller's set of keys (read from the file on first use)."""
+        owner = _scope(scope)
+        known = self._known.get(owner)
+        if known is not None:
+            return known
+        loading = self._loading.get(owner)
+        if loading is None:
+            loading = asyncio.get_running_loop().create_future()
+            self._loading[owner] = loading
+            try:
+                await self._settle()
+                args = owner
+                rows = await self.db.run(lambda conn: conn.execute(_LOAD, args).fetchall())
+                known = KeyFilter([row[0] for row in rows])
+                self._known[owner] = known
+                loading.set_result(known)
+            except BaseException as exc:
+                loading.set_exception(exc)
+                loading.exception()  # (retrieved: the waiters, if any, raise it)
+                raise
+            finally:
+                del self._loading[owner]
+            return known
+        return await asyncio.shield(loading)
+
+    def _queue(self, scope: InstanceKey, row: tuple[Any, ...]) -> bool:
+        """Put a key row in the task store's buffer (False when it is full: an outage)."""
+        return bool(self.tasks.write_nowait(scope, KEY_ROW_KIND, row))
+
+    # -- takes -----------------------------------------------------------------------------
+    async def take_with_work(
+        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+    ) -> KeyRecord | None:
+        if self._degraded():  # an outage: committed on its own first (or refused), as before
+            return await self._take_alone(scope, key, record, replace=replace)
+        owner = _scope(scope)
+        known = self._known.get(owner) or await self._keys_of(scope)
+        if known.add(key):
+            # Taken before (a retry, a takeover, or a key reused after it expired), or one of
+            # the filter's false "present": the file has the answer. Only the same request
+            # takes over one never finished.
+            held = await self.get(scope, key, record.created_at)
+            if held is not None and (
+                not replace or held.finished or held.fingerprint != record.fingerprint
+            ):
+                return held
+            reloaded = await self._keys_of(scope)  # (a sweep may have reloaded it meanwhile)
+            if reloaded is not known:  # (the same filter has it: counted once)
+                reloaded.add(key)
+            known = reloaded
+        row = (*take_row(owner, key, record), None, None, None)
+        if not self._queue(scope, row):  # the buffer is full: committed on its own, as before
+            return await self._take_alone(scope, key, record, replace=replace)
+        if known.full:  # read again, into a larger filter, at the caller's next take
+            self._known.pop(owner, None)
+        self._taken[(owner, key)] = row
+        buffer = getattr(self.tasks, "_buffer", None)
+        self._unsettled[(owner, key)] = None if buffer is None else buffer.submitted
+        return None
+
+    async def _take_alone(
+        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool
+    ) -> KeyRecord | None:
+        """`take`, committed on its own; a database that cannot write refuses it (503)."""
+        try:
+            return await BufferedSqliteIdempotencyStore.take(
+                self, scope, key, record, replace=replace
+            )
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailableError(
+                f"the store cannot write ({exc}): the request's Idempotency-Key is not "
+                "stored; retry later"
+            ) from exc
+
+    def _noted(self, scope: InstanceKey, known: KeyFilter, key: str) -> None:
+        known.add(key)
+        if known.full:  # read again, into a larger filter, at the caller's next take
+            self._known.pop(_scope(scope), None)
+
+    async def take(
+        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+    ) -> KeyRecord | None:
+        known = await self._keys_of(scope)
+        if key in known:
+            await self._settle()  # its row may be in the buffer
+        held = await super().take(scope, key, record, replace=replace)
+        if held is None:
+            self._noted(scope, await self._keys_of(scope), key)
+        return held
+
+    def let_go(self, scope: InstanceKey, key: str) -> None:
+        self._taken.pop((_scope(scope), key), None)
+
+    # -- outcomes and releases -------------------------------------------------------------
+    async def finish(
+        self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
+    ) -> None:
+        # Committed before it returns (a route that answers after it): the buffer first.
+        self._taken.pop((_scope(scope), key), None)
+        await self._settle()
+        await super().finish(scope, key, status, content_type, body)
+
+    async def finish_many(
+        self, outcomes: list[tuple[InstanceKey, str, int, str | None, bytes]]
+    ) -> None:
+        rest = []
+        for outcome in outcomes:
+            scope, key, status, content_type, body = outcome
+            row = self._taken.pop((_scope(scope), key), None)
+            if row is None or not self._queue(scope, (*row[:10], status, content_type, body)):
+                rest.append(outcome)
+        if rest:
+            await self._settle()
+            await super().finish_many(rest)
+
+    async def release(self, scope: InstanceKey, key: str) -> None:
+        row = self._taken.pop((_scope(scope), key), None)
+        # Written as expired at once: absent for every read, overwritten by a new take (the
+        # filter still says "present": the key's next take reads the file first).
+        if row is not None and self._queue(scope, (*row[:9], row[8], None, None, None)):
+            return
+        await self._settle()
+        await super().release(scope, key)
+
+    # -- reads and housekeeping: on the file, after the buffer -----------------------------
+    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
+        await self._settle()
+        return await super().get(scope, key, now)
+
+    async def count(self, scope: InstanceKey, now: float) -> int:
+        await self._settle()
+        return await super().count(scope, now)
+
+    async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
+        await self._settle()
+        removed = await super().purge(now, scope)
+        if scope is None:
+            self._known.clear()  # read again when next needed: the expired keys drop out
+        return removed
+
+    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
+        await self._settle()
+        return await super().evict_finished(scope, count)

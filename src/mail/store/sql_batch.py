@@ -1,0 +1,298 @@
+"""The SQL stores' writes as a batch sees them: `SqlWrite`, and the pure functions that turn
+a batch into what one transaction executes (coalescing, the transactional outbox's items,
+deferred encoding, fencing, grouping by kind). Split from `mail.store.sql_base`, which
+re-exports these names; see its docstring for the design.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mail.store.base import InstanceKey
+
+logger = logging.getLogger("mail.store")
+
+WRITE_KINDS = ("task", "event", "history", "response", "queue", "queue_delete")
+
+
+@dataclass(slots=True)
+class SqlWrite:
+    """One write waiting in the buffer. Never changed once made (a changed write is a new
+    one); not frozen only because a frozen dataclass costs 4x to make, and some 20 are made
+    per request."""
+
+    kind: str  # one of WRITE_KINDS
+    args: tuple[Any, ...]  # starts with swarm_name, caller_role, caller_id
+    generation: int | None = None  # the lease it was made under; None: not fenced
+    weight: int = 1  # how many writes it stands for (coalesced saves of one row)
+    # A task write: the keys of its metadata (what its merge into the record replaces);
+    # None: not merged with other writes of its record (see `coalesce_writes`).
+    merge_keys: frozenset[str] | None = None
+
+    def row_identity(self) -> tuple[Any, ...] | None:
+        """The row a write replaces whole (None: it merges or appends).
+
+        A history is keyed by (swarm, role, id, task, agent); a task's queue by (swarm,
+        role, id, task), for saves and deletes alike.
+        """
+        if self.kind == "history":
+            return ("history", *self.args[:5])
+        if self.kind in ("queue", "queue_delete"):
+            return ("queue", *self.args[:4])
+        return None
+
+
+# (key, generation, dropped count, current generation) for a lease found superseded.
+FencedLease = tuple[InstanceKey, int, int, int | None]
+
+
+def key_args(key: InstanceKey) -> tuple[str, str, str]:
+    return (key.swarm_name, key.caller_role, key.caller_id)
+
+
+def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
+    """Drop whole-row saves that a later write of the same row in this batch replaces.
+
+    A batch is one transaction, so the rows it leaves are exactly those of applying every
+    write in order: only the last save (or delete) of a history or a queue matters. The
+    survivor's `weight` counts the writes it stands for (fencing counts dropped writes).
+    Successive writes of one task record become one (`_merge_task`), at the place of the
+    first (the order a one-by-one apply would insert rows in). Outbox items are
+    unpacked first (see "transactional outbox" below). One pass from the end (this runs for
+    every batch, on the event loop).
+    """
+    kept: list[SqlWrite | None] = []  # in reverse order until the end
+    keep = kept.append
+    # row -> [index in kept, weight]; a history's row is 5 arguments long, a queue's 4, so
+    # the two never collide
+    survivors: dict[tuple[Any, ...], list[int]] = {}
+    # task record -> index in kept of its next write in the batch (merged ones included)
+    tasks: dict[tuple[Any, ...], int] = {}
+    moved = 0  # merged task writes moved to their earlier write's place (None left behind)
+    writes: Iterable[SqlWrite] = reversed(batch)
+    for write in batch:
+        if write.kind == OUTBOX_KIND:
+            writes = _reversed_unpacked(batch)
+            break
+    for write in writes:
+        kind = write.kind
+        if kind == "history":
+            identity: tuple[Any, ...] = write.args[:5]
+        elif kind == "queue" or kind == "queue_delete":
+            identity = write.args[:4]
+        else:
+            if kind == "task":
+                # Any write of the record, merged or not, is the next one an earlier write
+                # may merge with: so nothing of the record sits between two merged writes.
+                record = write.args[:4]
+                index = tasks.get(record, -1)
+                tasks[record] = len(kept)
+                if index >= 0 and write.merge_keys is not None:
+                    later = kept[index]
+                    if (
+                        later is not None
+                        and later.generation == write.generation
+                        and later.merge_keys is not None
+                        and write.merge_keys <= later.merge_keys
+                    ):
+                        # At the earlier write's place: a row the batch inserts gets the
+                        # rowid it would get one write at a time (SQLite lists tasks of
+                        # one start time in rowid order).
+                        kept[index] = None
+                        moved += 1
+                        write = _merge_task(write, later)
+            keep(write)
+            continue
+        survivor = survivors.get(identity)
+        if survivor is None:
+            survivors[identity] = [len(kept), write.weight]
+            keep(write)
+        else:
+            survivor[1] += write.weight
+    for index, weight in survivors.values():
+        saved = kept[index]
+        assert saved is not None  # only task writes are moved
+        if weight != saved.weight:
+            kept[index] = SqlWrite(
+                saved.kind, saved.args, saved.generation, weight, saved.merge_keys
+            )
+    kept.reverse()
+    if moved:
+        return [write for write in kept if write is not None]
+    return kept  # type: ignore[return-value]  # no None in it
+
+
+def _merge_task(earlier: SqlWrite, later: SqlWrite) -> SqlWrite:
+    """One write of a task record that leaves it as `earlier` then `later` would.
+
+    Each column is set to the later value, or kept when that is None (the SQL's COALESCE):
+    so the later non-None value, else the earlier one. The metadata is merged key by key,
+    and `later`'s keys include all of `earlier`'s, so its metadata replaces every key the
+    earlier one set. The runtime's store observer sends whole records, so a task's creation
+    and its end in one batch are one row write, one metadata merge, not two.
+    """
+    args = later.args
+    before = earlier.args
+    merged = (
+        *args[:4],
+        *[before[i] if args[i] is None else args[i] for i in range(4, len(args) - 1)],
+        args[-1],
+    )
+    return SqlWrite(
+        "task", merged, later.generation, later.weight + earlier.weight, later.merge_keys
+    )
+
+
+def _reversed_unpacked(batch: Sequence[SqlWrite]) -> Iterator[SqlWrite]:
+    for write in reversed(batch):
+        if write.kind == OUTBOX_KIND:
+            yield from reversed(write.args)
+        else:
+            yield write
+
+
+# -- transactional outbox (push delivery, mail.webhooks) ------------------------------------
+# A write that causes push deliveries (a task event, a task's answer) is queued together with
+# its outbox rows (`webhook_event`, one per webhook event; see store/webhooks_schema.py) as ONE
+# buffer item of kind "outbox" whose args are the member writes. A batch is one transaction
+# and an item is never split across batches, nor across the one-by-one retries of a batch the
+# database rejected, so the rows commit exactly when their cause does (a kill -9 loses both or
+# neither). `coalesce_writes` unpacks the items before anything else looks at the batch.
+OUTBOX_KIND = "outbox"  # besides WRITE_KINDS, with its members of kind "webhook_event"
+
+
+def unpack_outbox(batch: Sequence[SqlWrite]) -> Sequence[SqlWrite]:
+    """The batch with each outbox item replaced by its member writes, in order."""
+    if not any(w.kind == OUTBOX_KIND for w in batch):
+        return batch
+    writes: list[SqlWrite] = []
+    for write in batch:
+        if write.kind == OUTBOX_KIND:
+            writes.extend(write.args)
+        else:
+            writes.append(write)
+    return writes
+
+
+def outbox_item(cause: SqlWrite, key: InstanceKey, rows: Sequence[tuple[Any, ...]]) -> SqlWrite:
+    """`cause` and its outbox rows ((event_id, task_id, type, payload, created_at) each) as
+    one buffer item; the rows carry the cause's generation (fenced together)."""
+    members = [SqlWrite("webhook_event", (*key_args(key), *row), cause.generation) for row in rows]
+    return SqlWrite(OUTBOX_KIND, (cause, *members), cause.generation)
+
+
+# -- end of the transactional outbox ---------------------------------------------------------
+
+
+# Writes whose last argument is kept as the caller's snapshot and encoded when applied.
+DEFERRED_KINDS = ("history", "queue")
+
+
+def encode_deferred(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
+    """The batch with its deferred writes' snapshots encoded (see the module's docstring).
+
+    A history or queue that cannot be encoded is logged and left out; the rest of the batch
+    goes on.
+    """
+    return encode_deferred_sized(writes, encode)[0]
+
+
+def encode_deferred_sized(
+    writes: Sequence[SqlWrite], encode: Callable[[Any], str]
+) -> tuple[list[SqlWrite], int]:
+    """`encode_deferred` and `batch_bytes` of its result in one pass (runs per batch)."""
+    encoded: list[SqlWrite] = []
+    size = 0
+    content_arg = _CONTENT_ARG.get
+    for write in writes:
+        kind = write.kind
+        if kind in DEFERRED_KINDS and type(write.args[-1]) is not str:
+            try:
+                text = encode(write.args[-1])
+            except (TypeError, ValueError) as exc:
+                what = "agent history" if write.kind == "history" else "task queue"
+                logger.error(
+                    "%s of %s not stored, it cannot be encoded as JSON: %s",
+                    what,
+                    "/".join(str(a) for a in write.args[3:-1] if isinstance(a, str)),
+                    exc,
+                )
+                continue
+            write = SqlWrite(
+                kind, (*write.args[:-1], text), write.generation, write.weight, write.merge_keys
+            )
+        value = write.args[content_arg(kind, -1)]
+        if type(value) is str:
+            size += len(value)
+        encoded.append(write)
+    return encoded, size
+
+
+def leased_keys(writes: Sequence[SqlWrite]) -> list[tuple[str, str, str]]:
+    """The (swarm, role, id) of the fenced writes of a batch, sorted (lock order)."""
+    return sorted({w.args[:3] for w in writes if w.generation is not None})
+
+
+def split_fenced(
+    writes: Sequence[SqlWrite], current: Mapping[tuple[Any, ...], int]
+) -> tuple[list[SqlWrite], list[FencedLease]]:
+    """Keep the writes whose generation is the current one; count the others per lease."""
+    kept: list[SqlWrite] = []
+    dropped: dict[tuple[Any, ...], int] = {}
+    for write in writes:
+        if write.generation is None or current.get(write.args[:3]) == write.generation:
+            kept.append(write)
+        else:
+            lease = (*write.args[:3], write.generation)
+            dropped[lease] = dropped.get(lease, 0) + write.weight
+    return kept, [
+        (InstanceKey(*lease[:3]), lease[3], count, current.get(lease[:3]))
+        for lease, count in dropped.items()
+    ]
+
+
+def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    """The writes of each kind as one group (for executemany), in their order within the
+    kind, kinds in the order of their first write.
+
+    Regrouping is safe in one transaction: each kind writes its own table, its writes keep
+    their order (event sequence, merges of one task record), and after `coalesce_writes` a
+    queue row has one write left (a save or a delete), so writes of different kinds never
+    touch one row. One executemany per kind instead of one per run: a batch of a few
+    requests interleaves its kinds some 50 times.
+    """
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    for write in writes:
+        rows = groups.get(write.kind)
+        if rows is None:
+            groups[write.kind] = [write.args]
+        else:
+            rows.append(write.args)
+    yield from groups.items()
+
+
+# The argument of each kind that holds its content (the bulk of a batch's bytes).
+_CONTENT_ARG: dict[str, int] = {"event": 5, "webhook_event": 6}
+
+
+def batch_bytes(writes: Sequence[SqlWrite]) -> int:
+    """About how many bytes an encoded batch writes (its content columns)."""
+    size = 0
+    for write in writes:
+        value = write.args[_CONTENT_ARG.get(write.kind, -1)]
+        if type(value) is str:
+            size += len(value)
+    return size
+
+
+def batch_statements(
+    writes: Sequence[SqlWrite], current: Mapping[tuple[Any, ...], int], sql: Mapping[str, str]
+) -> tuple[list[tuple[str, list[tuple[Any, ...]]]], list[FencedLease]]:
+    """What one batch executes, given the current generations of its fenced keys: (statement,
+    rows) pairs for executemany, in order, and the leases found superseded. `writes` are
+    already coalesced and encoded (`coalesce_writes`, `encode_deferred`)."""
+    kept, fenced = split_fenced(writes, current)
+    return [(sql[kind], rows) for kind, rows in runs_by_kind(kept)], fenced

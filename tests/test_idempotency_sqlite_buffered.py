@@ -1,0 +1,237 @@
+"""SQLite keys of ``POST /message`` written with their task (`idempotency_sqlite_buffered`),
+and a kill -9 at the moments that matter.
+
+- A key taken with its work is not on the file until the task store commits what was queued
+  with it; then the key and the task's first writes are there together.
+- A process killed (SIGKILL) after one key and its task were committed and while a second
+  key and its task were only queued: the file has the first pair and nothing of the second
+  (never a task without its key). Opened again, the first key is held (with its task id),
+  the second is free: its retry runs as a first request (nothing had been acknowledged).
+- A real `mail server` started on a file that holds a key whose task never got its message
+  (what a kill between the key's commit and its task's leaves, e.g. when the buffer commits
+  them in two batches): the retry runs the task once, under the key's task id, and a second
+  retry gets that answer replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mail.store.base import InstanceKey
+from mail.store.idempotency import KeyRecord
+from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
+from mail.store.sqlite import SqliteTaskStore
+from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from support.llm_thread import ThreadedLLM, mentions
+from support.review_swarm import review_swarms_json
+from support.scripted_llm import reply, tool_call
+
+pytestmark = pytest.mark.timeout(300)
+
+ALICE = InstanceKey("s", "user", "alice")
+
+
+def _rows(path: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path, timeout=10)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def _record(subject: str, fingerprint: str = "fp") -> KeyRecord:
+    now = time.time()
+    return KeyRecord(fingerprint, now, now + 3600, subject=subject, context={"after": 0})
+
+
+async def _open(
+    path: Path, **options: object
+) -> tuple[SqliteTaskStore, BufferedSqliteIdempotencyStore]:
+    tasks = SqliteTaskStore(path, **options)
+    await tasks.start()
+    keys = BufferedSqliteIdempotencyStore(path, tasks)
+    await keys.start()
+    return tasks, keys
+
+
+async def test_a_key_taken_with_its_work_commits_with_the_task(tmp_path: Path) -> None:
+    path = tmp_path / "mail.db"
+    tasks, keys = await _open(path, batch_delay=30.0)  # nothing commits until flushed
+    try:
+        assert await keys.take_with_work(ALICE, "k1", _record("task-1")) is None
+        await tasks.upsert_task(ALICE, {"task_id": "task-1", "task_owner": "alice"})
+        assert _rows(path, "SELECT idem_key FROM idempotency_keys") == []
+        assert await tasks.flush(10)
+        assert _rows(path, "SELECT idem_key, subject FROM idempotency_keys") == [("k1", "task-1")]
+        assert _rows(path, "SELECT task_id FROM tasks") == [("task-1",)]
+        # A repeat is held (from memory, its record from the file); another key is free.
+        held = await keys.take_with_work(ALICE, "k1", _record("task-x"))
+        assert held is not None and held.subject == "task-1"
+        assert await keys.take_with_work(ALICE, "k2", _record("task-2")) is None
+        # The outcome, queued after the answer, lands with the next commit.
+        await keys.finish_many([(ALICE, "k2", 200, "application/json", b'{"response":"ok"}')])
+        got = await keys.get(ALICE, "k2", time.time())
+        assert got is not None and got.finished and got.body == b'{"response":"ok"}'
+        # A released key is free again at once, and on the file.
+        assert await keys.take_with_work(ALICE, "k3", _record("task-3")) is None
+        await keys.release(ALICE, "k3")
+        assert await keys.get(ALICE, "k3", time.time()) is None
+        assert await keys.take_with_work(ALICE, "k3", _record("task-3b")) is None
+    finally:
+        await keys.close()
+        await tasks.close()
+
+
+def test_the_key_filter_never_misses_a_key_and_rarely_invents_one() -> None:
+    from mail.store.idempotency_sqlite_buffered import MIN_FILTER_KEYS, KeyFilter
+
+    loaded = [str(uuid.uuid4()) for _ in range(3000)]
+    known = KeyFilter(loaded)
+    assert known.capacity == 6000 and not known.full
+    added = [str(uuid.uuid4()) for _ in range(3000)]
+    for key in added:
+        known.add(key)
+    assert all(key in known for key in loaded + added)  # never a false "absent"
+    strangers = [str(uuid.uuid4()) for _ in range(20_000)]
+    assert sum(key in known for key in strangers) < 20_000 * 0.03  # about 1% at capacity
+    known.add("one more")
+    assert known.full  # past its capacity: read again, larger, at the next take
+    assert KeyFilter([]).capacity == MIN_FILTER_KEYS
+
+
+async def test_a_full_filter_is_read_again_from_the_file(tmp_path: Path) -> None:
+    from mail.store import idempotency_sqlite_buffered as buffered
+
+    path = tmp_path / "mail.db"
+    tasks, keys = await _open(path)
+    try:
+        alice = ("s", "user", "alice")
+        taken = 0
+        while taken == 0 or alice in keys._known:  # until full: dropped, read at the next take
+            assert await keys.take_with_work(ALICE, f"k{taken}", _record(f"t{taken}")) is None
+            taken += 1
+            assert taken <= buffered.MIN_FILTER_KEYS + 1  # one past the first's capacity at most
+        # (a key the filter wrongly said it had is read from the file, and counted once)
+        assert taken == buffered.MIN_FILTER_KEYS + 1
+        held = await keys.take_with_work(ALICE, "k7", _record("again"))
+        assert held is not None and held.subject == "t7"
+        assert keys._known[alice].capacity == 2 * taken
+    finally:
+        await keys.close()
+        await tasks.close()
+
+
+_CHILD = """
+import asyncio, os, signal, sys, time
+sys.path[:0] = {paths!r}
+from test_idempotency_sqlite_buffered import ALICE, _open, _record
+
+async def main():
+    tasks, keys = await _open({path!r}, batch_delay=30.0)
+    assert await keys.take_with_work(ALICE, "committed", _record("task-c")) is None
+    await tasks.upsert_task(ALICE, {{"task_id": "task-c", "task_owner": "alice"}})
+    assert await tasks.flush(10)
+    assert await keys.take_with_work(ALICE, "queued", _record("task-q")) is None
+    await tasks.upsert_task(ALICE, {{"task_id": "task-q", "task_owner": "alice"}})
+    await tasks.append_event(ALICE, "task-q", {{"event": "new_message", "data": "x", "id": "e1"}})
+    print("queued", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+async def test_kill_9_keeps_each_key_with_its_task(tmp_path: Path) -> None:
+    path = tmp_path / "mail.db"
+    here = Path(__file__).parent
+    code = _CHILD.format(paths=[str(here), str(here.parent)], path=str(path))
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert "queued" in child.stdout
+    keys_on_file = dict(_rows(path, "SELECT idem_key, subject FROM idempotency_keys"))
+    tasks_on_file = {row[0] for row in _rows(path, "SELECT task_id FROM tasks")}
+    assert keys_on_file == {"committed": "task-c"}
+    assert tasks_on_file == {"task-c"}  # the queued task went with its key: neither is there
+    assert _rows(path, "SELECT count(*) FROM task_events WHERE task_id = 'task-q'") == [(0,)]
+
+    tasks, keys = await _open(path)  # the restarted server
+    try:
+        held = await keys.take_with_work(ALICE, "committed", _record("again"))
+        assert held is not None and held.subject == "task-c"
+        assert await keys.take_with_work(ALICE, "queued", _record("task-q2")) is None
+    finally:
+        await keys.close()
+        await tasks.close()
+    assert os.path.exists(path)
+
+
+def test_a_key_whose_task_never_got_its_message_runs_it_once(tmp_path: Path) -> None:
+    from mail.server.idempotency_wire import fingerprint
+    from mail.store.sqlite_schema import connect, migrate
+
+    swarm = f"idem-lone-{uuid.uuid4().hex[:8]}"
+    token = uuid.uuid4().hex
+    payload = {"body": f"question {token}"}
+    key, task_id = str(uuid.uuid4()), str(uuid.uuid4())
+    database = tmp_path / "data" / "mail.db"
+    database.parent.mkdir(parents=True)
+    conn = connect(database)
+    migrate(conn)
+    now = time.time()
+    conn.execute(
+        "INSERT INTO idempotency_keys (swarm_name, caller_role, caller_id, idem_key,"
+        " fingerprint, subject, context, holder, created_at, expires_at)"
+        " VALUES (?, 'user', 'alice', ?, ?, ?, ?, 'gone:1', ?, ?)",
+        (
+            swarm,
+            key,
+            fingerprint("POST", "/message", json.dumps(payload).encode()),
+            task_id,
+            json.dumps({"after": 0, "answer": None, "stream": False}),
+            now - 5,
+            now + 3600,
+        ),
+    )
+    conn.close()
+    with ThreadedLLM() as llm:
+        llm.queue(
+            reply(tool_call("task_complete", {"finish_message": f"answer {token}"})),
+            match=lambda r: mentions(r, token),
+        )
+        (tmp_path / "swarms.json").write_text(
+            json.dumps([review_swarms_json(swarm, llm.base_url)]), encoding="utf-8"
+        )
+        api_key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+        port = free_port()
+        config = write_config(tmp_path, port=port, swarm=swarm)
+        server = ServerProcess(tmp_path, port, args=["--config", str(config)])
+        server.start()
+        try:
+            keyed = {**auth(api_key), "Idempotency-Key": f'"{key}"'}
+            url = f"{server.base_url}/message"
+            first = httpx.post(url, json=payload, headers=keyed, timeout=60)
+            assert first.status_code == 200, first.text
+            assert first.json()["response"] == f"answer {token}"
+            assert first.json()["task_id"] == task_id  # the key's task: one task, not two
+            again = httpx.post(url, json=payload, headers=keyed, timeout=60)
+            assert again.status_code == 200, again.text
+            assert again.headers["idempotent-replayed"] == "true"
+            assert again.json()["response"] == f"answer {token}"
+            tasks = httpx.get(f"{server.base_url}/tasks", headers=auth(api_key), timeout=30)
+            assert list(tasks.json()) == [task_id]
+        finally:
+            assert server.stop(timeout=60) == 0, server.logs()
+        assert len(llm.requests(token)) == 1
