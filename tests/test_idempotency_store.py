@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.pg_schema import scratch_schema, with_search_path
@@ -40,10 +41,37 @@ def _open(kind: str, where: Path | str) -> IdempotencyStore:
     return PostgresIdempotencyStore(str(where))
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def _with_work(where: Path) -> AsyncIterator[IdempotencyStore]:
+    """The server's SQLite store, every take made as ``POST /message`` makes it: in memory,
+    its row queued in the task store's buffer (`idempotency_sqlite_buffered`)."""
+    from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
+    from mail.store.sqlite import SqliteTaskStore
+
+    class WithWork(BufferedSqliteIdempotencyStore):
+        async def take(
+            self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        ) -> KeyRecord | None:
+            return await self.take_with_work(scope, key, record, replace=replace)
+
+    tasks = SqliteTaskStore(where)
+    await tasks.start()
+    opened = WithWork(where, tasks)
+    await opened.start()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+        await tasks.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlite-with-work", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[IdempotencyStore]:
     if request.param == "memory":
         yield MemoryIdempotencyStore()
+        return
+    if request.param == "sqlite-with-work":
+        async for opened in _with_work(tmp_path / "mail.db"):
+            yield opened
         return
     where = tmp_path / "mail.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     opened = _open(request.param, where)
@@ -320,3 +348,48 @@ async def test_sqlite_keys_of_a_version_3_file_survive_the_rowid_rebuild(tmp_pat
         assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] >= 4
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("stale_count", [False, True])
+@pytest.mark.parametrize("warm", [False, True])
+async def test_concurrent_new_keys_never_pass_the_bound(warm: bool, stale_count: bool) -> None:
+    """Twenty new keys of one caller at once, each take and count taking a few turns of the
+    loop (a store on a database): at most `max_keys` are taken, whether the caller's count
+    is known already (`warm`) or read by the first of them, and when a count's answer was
+    read before takes that land while it is on its way back (`stale_count`: SQLite's
+    buffered keys, queued between the count's flush and its read)."""
+    from fastapi import HTTPException
+
+    from mail.server.auth import Caller
+    from mail.server.idempotency_guard import IdempotencyGuard
+
+    class SlowStore(MemoryIdempotencyStore):
+        async def take(self, *args: Any, **kwargs: Any) -> KeyRecord | None:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            return await super().take(*args, **kwargs)
+
+        async def count(self, scope: InstanceKey, now: float) -> int:
+            if stale_count:
+                counted = await super().count(scope, now)
+                for _ in range(6):  # every take under way lands meanwhile
+                    await asyncio.sleep(0)
+                return counted
+            await asyncio.sleep(0)
+            return await super().count(scope, now)
+
+    guard = IdempotencyGuard(SlowStore(), swarm_name="s", ttl=100.0, max_keys=5, max_length=255)
+    caller = Caller("user", "alice", "k")
+    if warm:
+        first = guard.open(caller, "warm", "fp-warm")
+        await first.take()  # under way: it holds one of the five
+
+    async def take(key: str) -> None:
+        await guard.open(caller, key, f"fp-{key}").take()
+
+    results = await asyncio.gather(*(take(f"k{n}") for n in range(20)), return_exceptions=True)
+    taken = [r for r in results if r is None]
+    refused = [r for r in results if isinstance(r, HTTPException) and r.status_code == 429]
+    assert len(taken) + len(refused) == 20, results
+    assert len(taken) == 5 - warm, results
+    assert await guard.store.count(guard.scope(caller), time.time()) == 5

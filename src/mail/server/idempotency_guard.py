@@ -20,12 +20,12 @@ from typing import Any
 
 from fastapi import HTTPException
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from mail.server.auth import Caller
 from mail.server.idempotency_wire import key_reused
 from mail.store.base import InstanceKey
-from mail.store.idempotency import IdempotencyStore, KeyRecord
+from mail.store.idempotency import STREAMED_OUTCOME, IdempotencyStore, KeyRecord
 
 logger = logging.getLogger("mail.server.idempotency")
 
@@ -47,9 +47,19 @@ class _Pending:
     fingerprint: str
     subject: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
-    # The outcome, once the request answered and until it is written (`record_later`):
-    # what a duplicate arriving meanwhile gets.
-    outcome: KeyRecord | None = None
+    # (status, content type, body) once the request answered and until it is written
+    # (`record_later`): what a duplicate arriving meanwhile gets (`outcome`).
+    answered: tuple[int, str | None, bytes] | None = None
+
+    @property
+    def outcome(self) -> KeyRecord | None:
+        """The answer not yet written, as a record (built only for a duplicate)."""
+        if self.answered is None:
+            return None
+        status, content_type, body = self.answered
+        return KeyRecord(
+            self.fingerprint, 0.0, 0.0, status=status, content_type=content_type, body=body
+        )
 
 
 class IdempotencyGuard:
@@ -73,6 +83,13 @@ class IdempotencyGuard:
         self._pending: dict[tuple[str, str, str], _Pending] = {}  # (role, id, key)
         # Live keys per caller as last counted (+ keys taken since): checked at each take.
         self._counts: dict[tuple[str, str], int] = {}  # (role, id)
+        # Slots reserved (counted above) by takes not yet stored: a recount from the store
+        # adds them. Reserving is synchronous, so concurrent new keys cannot pass the bound.
+        self._reserved: dict[tuple[str, str], int] = {}
+        self._counting: dict[tuple[str, str], asyncio.Lock] = {}  # one recount per caller
+        # Keys stored (their slot given back) while a recount of their caller ran: the
+        # count it read may predate them (a take queued between its flush and its read).
+        self._landed: dict[tuple[str, str], int] = {}
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._background: set[asyncio.Task[Any]] = set()
         # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
@@ -95,47 +112,76 @@ class IdempotencyGuard:
         pending = self._pending[slot] = _Pending(fingerprint)
         return Ticket(self, scope, key, fingerprint, pending=pending, owner=True)
 
-    def has_room(self, scope: InstanceKey) -> bool:
-        """The caller is known to hold fewer than `max_keys` live keys (no store read: the
-        usual case of every keyed request)."""
+    def reserve(self, scope: InstanceKey) -> bool:
+        """Count one more key of the caller now, when it is known to hold fewer than
+        `max_keys` (no store read: the usual case of every keyed request); False when its
+        count is unknown or at the bound (then `admit`). Give it back with `unreserve`."""
         if not self.max_keys:
             return True
-        count = self._counts.get((scope.caller_role, scope.caller_id))
-        return count is not None and count < self.max_keys
-
-    async def admit(self, scope: InstanceKey, key: str, now: float) -> None:
-        """Room for one more key of the caller: at `max_keys` live keys, its oldest finished
-        ones are forgotten (a batch of them, `EVICT_FRACTION` of the bound); 429 when none of
-        them is finished (every request is still under way, or died without an outcome)."""
-        if not self.max_keys:
-            return
         owner = (scope.caller_role, scope.caller_id)
         count = self._counts.get(owner)
         if count is None or count >= self.max_keys:
-            if count is not None:
-                await self.store.purge(now, scope)
-            count = await self.store.count(scope, now)
-            if count >= self.max_keys and await self.store.get(scope, key, now) is None:
-                # (A repeat of a held key adds none: its own record must not be evicted.)
-                await self.flush_outcomes()
-                batch = count - self.max_keys + max(1, int(self.max_keys * EVICT_FRACTION))
-                count -= await self.store.evict_finished(scope, batch)
-            self._counts[owner] = count
-        if count >= self.max_keys:
-            raise HTTPException(
-                429,
-                f"you hold {count} idempotency keys whose requests are still under way or "
-                "ended without an outcome, the most one caller may hold ([server.settings] "
-                f"max_idempotency_keys_per_caller = {self.max_keys}); they expire "
-                f"{self.ttl:g}s after their request; retry later, or send this request "
-                "without an Idempotency-Key",
-                headers={"Retry-After": str(KEY_LIMIT_RETRY_AFTER)},
-            )
+            return False
+        self._counts[owner] = count + 1
+        self._reserved[owner] = self._reserved.get(owner, 0) + 1
+        return True
+
+    def unreserve(self, scope: InstanceKey, *, stored: bool) -> None:
+        """A reserved slot's take is over: its key `stored` (it stays counted) or not."""
+        if not self.max_keys:
+            return
+        owner = (scope.caller_role, scope.caller_id)
+        left = self._reserved.get(owner, 0) - 1
+        if left > 0:
+            self._reserved[owner] = left
+        else:
+            self._reserved.pop(owner, None)
+        if not stored:
+            self.released(scope)
+        elif owner in self._landed:
+            self._landed[owner] += 1
+
+    async def admit(self, scope: InstanceKey, key: str, now: float) -> None:
+        """Reserve room for one more key of the caller (`reserve`): at `max_keys` live keys,
+        its oldest finished ones are forgotten (a batch of them, `EVICT_FRACTION` of the
+        bound); 429 when none of them is finished (every request is still under way, or died
+        without an outcome). One recount per caller at a time; the slots reserved by takes
+        not yet stored are added to the store's count."""
+        if not self.max_keys:
+            return
+        owner = (scope.caller_role, scope.caller_id)
+        lock = self._counting.setdefault(owner, asyncio.Lock())
+        async with lock:
+            if self.reserve(scope):  # counted by the recount that ran meanwhile
+                return
+            self._landed[owner] = 0
+            try:
+                if self._counts.get(owner) is not None:
+                    await self.store.purge(now, scope)
+                count = await self.store.count(scope, now)
+                if count >= self.max_keys and await self.store.get(scope, key, now) is None:
+                    # (A repeat of a held key adds none: its own record must not be evicted.)
+                    await self.flush_outcomes()
+                    batch = count - self.max_keys + max(1, int(self.max_keys * EVICT_FRACTION))
+                    count -= await self.store.evict_finished(scope, batch)
+            finally:
+                # (Counted twice when the read saw them too: a recount of more than there
+                # is errs toward the bound, and the next recount corrects it.)
+                landed = self._landed.pop(owner)
+            self._counts[owner] = count + landed + self._reserved.get(owner, 0)
+            if not self.reserve(scope):
+                count = self._counts[owner]
+                raise HTTPException(
+                    429,
+                    f"you hold {count} idempotency keys whose requests are still under way or "
+                    "ended without an outcome, the most one caller may hold ([server.settings] "
+                    f"max_idempotency_keys_per_caller = {self.max_keys}); they expire "
+                    f"{self.ttl:g}s after their request; retry later, or send this request "
+                    "without an Idempotency-Key",
+                    headers={"Retry-After": str(KEY_LIMIT_RETRY_AFTER)},
+                )
 
     def taken(self, scope: InstanceKey) -> None:
-        owner = (scope.caller_role, scope.caller_id)
-        if owner in self._counts:
-            self._counts[owner] += 1
         self._maybe_sweep()
 
     def released(self, scope: InstanceKey) -> None:
@@ -148,27 +194,17 @@ class IdempotencyGuard:
             return
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._counts.clear()  # counted again when next needed (expired keys drop out)
+        for owner in [o for o, lock in self._counting.items() if not lock.locked()]:
+            del self._counting[owner]
         self.spawn(self.store.purge(time.time()), "sweeping expired idempotency keys")
 
-    def record_later(self, ticket: Ticket, response: Response) -> None:
+    def record_later(
+        self, ticket: Ticket, status: int, content_type: str | None, body: bytes
+    ) -> None:
         """Queue an outcome; the queue is written in one go `OUTCOME_DELAY` seconds after its
         first entry, then the tickets leave their "under way here" entries."""
-        outcome = (
-            ticket.scope,
-            ticket.key,
-            response.status_code,
-            response.headers.get("content-type"),
-            bytes(response.body),
-        )
-        self._outcomes.append((ticket, outcome))
-        ticket.pending.outcome = KeyRecord(
-            ticket.fingerprint,
-            0.0,
-            0.0,
-            status=outcome[2],
-            content_type=outcome[3],
-            body=outcome[4],
-        )
+        self._outcomes.append((ticket, (ticket.scope, ticket.key, status, content_type, body)))
+        ticket.pending.answered = (status, content_type, body)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_outcomes())
 
@@ -236,6 +272,8 @@ class Ticket:
         # Set when this request redoes the work of a first attempt that died after its take.
         self.takeover = False
         self.taken = False
+        # The work is the task store's writes, made right after the take (`take_with_work`).
+        self.with_work = False
 
     def found(self, record: KeyRecord) -> None:
         """The store holds the key already (`KeyHeld`): what its first request started."""
@@ -260,10 +298,11 @@ class Ticket:
             now,
             now + self.guard.ttl,
             subject=subject,
-            context=dict(context or {}),
+            context=context if context is not None else {},  # (the caller's own, fresh)
             holder=self.guard.holder,
         )
-        if not self.takeover and not self.guard.has_room(self.scope):
+        counted = not self.takeover  # a slot of the bound reserved (before any await)
+        if counted and not self.guard.reserve(self.scope):
             try:
                 await self.guard.admit(self.scope, self.key, now)
             except HTTPException:
@@ -274,21 +313,31 @@ class Ticket:
                 if earlier.fingerprint != self.fingerprint:
                     raise key_reused() from None
                 raise KeyHeld(earlier) from None
-        held = await self.guard.store.take(self.scope, self.key, record, replace=self.takeover)
+        store = self.guard.store
+        take = store.take_with_work if self.with_work else store.take
+        try:
+            held = await take(self.scope, self.key, record, replace=self.takeover)
+        except BaseException:
+            if counted:
+                self.guard.unreserve(self.scope, stored=False)
+            raise
+        if counted:
+            self.guard.unreserve(self.scope, stored=held is None)
         if held is not None:  # an earlier request has the key: the route must not go on
             if held.fingerprint != self.fingerprint:
                 raise key_reused()
             raise KeyHeld(held)
         self.taken = True
         self.pending.subject, self.pending.context = subject, record.context
-        if not self.takeover:
-            self.guard.taken(self.scope)
+        self.guard.taken(self.scope)
 
     async def finish(self, response: Response, *, lazy: bool = False) -> Response:
         """Store the outcome of a taken key (before the answer leaves) and return the answer.
 
         A streamed answer is not stored (a duplicate attaches to its task instead, see the
-        route's resolver); the key stays "under way here" until the stream ends. With `lazy`
+        route's resolver); the key stays "under way here" until the stream ends, and with
+        `lazy` its outcome is then `STREAMED_OUTCOME` (no body: the key counts as answered,
+        so it is among those forgotten early at the caller's bound). With `lazy`
         (a route whose resolver rebuilds the outcome from the work's own records, which are
         stored before the answer leaves), the outcome is written with others a moment later,
         and the key stays "under way here" until then.
@@ -297,9 +346,14 @@ class Ticket:
             self.leave()
             return response
         if not hasattr(response, "body"):
-            return _Leaving(response, self)
+            return _Leaving(response, self, record=lazy)
         if lazy:
-            self.guard.record_later(self, response)
+            self.guard.record_later(
+                self,
+                response.status_code,
+                response.headers.get("content-type"),
+                bytes(response.body),
+            )
             return response
         try:
             await self.guard.store.finish(
@@ -344,6 +398,8 @@ class Ticket:
 
     def leave(self) -> None:
         """This request no longer holds the key's "under way here" entry (idempotent)."""
+        if self.taken:
+            self.guard.store.let_go(self.scope, self.key)
         if self.owner:
             self.owner = False
             slot = (self.scope.caller_role, self.scope.caller_id, self.key)
@@ -361,20 +417,39 @@ class KeyHeld(Exception):
 
 
 class _Leaving(Response):
-    """A streamed answer that gives its key's "under way here" entry back when it ends."""
+    """A streamed answer that gives its key's "under way here" entry back when it ends.
 
-    def __init__(self, inner: Response, ticket: Ticket) -> None:
+    With `record`, a stream that started (its headers went out: the route sends none before
+    its work is stored) records `STREAMED_OUTCOME` as the key's outcome when it ends, however
+    it ends: a repeat is answered from the work (the resolver), never from the key. One that
+    never started leaves the key unfinished, as a request that died would (a repeat may run
+    it: its work may not have begun)."""
+
+    def __init__(self, inner: Response, ticket: Ticket, *, record: bool = False) -> None:
         self._inner = inner
         self._ticket = ticket
+        self._record = record
         self.status_code = inner.status_code
         self.background = None
         self.raw_headers = inner.raw_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
         try:
-            await self._inner(scope, receive, send)
+            await self._inner(scope, receive, watched if self._record else send)
         finally:
-            self._ticket.leave()
+            ticket = self._ticket
+            if started and ticket.taken:
+                ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")
+            else:
+                ticket.leave()
 
 
 async def start_guard(config: Any, task_store: Any) -> IdempotencyGuard:
@@ -393,9 +468,10 @@ async def start_guard(config: Any, task_store: Any) -> IdempotencyGuard:
 async def _open_store(task_store: Any) -> IdempotencyStore:
     backend = getattr(task_store, "backend", "")
     if backend == "sqlite":
-        from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+        from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
 
-        lite = SqliteIdempotencyStore(task_store.path)  # the same file (and writer thread)
+        # The same file (and writer thread); POST /message's keys go with its task's writes.
+        lite = BufferedSqliteIdempotencyStore(task_store.path, task_store)
         await lite.start()
         return lite
     if backend == "postgres":
