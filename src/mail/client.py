@@ -150,6 +150,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         resume_from: Literal["user_response", "breakpoint_tool_call", "action_review"]
         | None = None,
         attachments: list[dict[str, Any]] | None = None,
+        webhook: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> MAILEventStream:
         """POST /message with `stream: true`; iterate the result for ServerSentEvent objects.
@@ -157,12 +158,16 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         Both `stream = await client.post_message_stream(...)` (the request is sent, and HTTP
         errors raised, by the await) and `async for event in client.post_message_stream(...)`
         work. Leaving the loop early closes the connection; the server keeps running the task.
+        `attachments` and `webhook` mean what they mean for `post_message`; the stream's
+        `webhook` property names the webhook (`{"id", "secret"}`) once the stream is open.
         """
         payload = self._message_payload(
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
         if attachments:
             payload["attachments"] = list(attachments)
+        if webhook is not None:
+            payload["webhook"] = dict(webhook)
         payload["stream"] = True
         return MAILEventStream(
             lambda: self._open_work(

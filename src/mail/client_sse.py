@@ -216,6 +216,17 @@ class MAILEventStream:
     def last_event_id(self) -> str | None:
         return self._decoder.parser.last_event_id
 
+    @property
+    def webhook(self) -> dict[str, Any] | None:
+        """The message's own webhook as the server named it in the stream's headers
+        (``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret``): ``{"id", "secret"}``, the secret None
+        when you chose it. None before the stream is open, and for a message without one."""
+        headers = self._response.headers if self._response is not None else {}
+        hook_id = headers.get("MAIL-Webhook-Id")
+        if hook_id is None:
+            return None
+        return {"id": hook_id, "secret": headers.get("MAIL-Webhook-Secret")}
+
     async def open(self) -> MAILEventStream:
         if self._response is None:
             response = await self._open_response()

@@ -10,7 +10,8 @@ here, from the task itself:
 - streamed (``"stream": true``): the duplicate *attaches* to the task's events from where
   the first request's began (or from its ``Last-Event-ID``, when later), live until the task
   ends, then the closing ``task_complete`` - as ``GET /task/events`` does, whether the first
-  stream is still open, was dropped, or its server was restarted;
+  stream is still open, was dropped, or its server was restarted; a message with its own
+  ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again;
 - not streamed, task still running (the first request is waiting for it, or a restarted
   server continues it): 409 with ``Retry-After`` and the task id;
 - not streamed, task answered since the first request (its server died before it stored the
@@ -34,6 +35,7 @@ from mail.server.bodies import read_json_object
 from mail.server.handlers import get_state
 from mail.server.idempotency import REPLAYED_HEADER, Ticket, in_progress
 from mail.server.jsonio import JSONBody
+from mail.server.messaging import name_webhook
 from mail.server.sse import event_record, event_stream_response
 
 
@@ -68,9 +70,12 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         return in_progress(task_id=task_id) if ticket.in_flight else None
     data = await read_json_object(request, required=False)
     if data.get("stream") is True:
-        return await _attach(
+        hook = await _own_webhook(state, caller, task_id, data)
+        response = await _attach(
             request, caller, task_id, min(len(events), max(after, _last_event_id(request)))
         )
+        name_webhook(response, hook)  # the same headers as the first stream's
+        return response
     if ticket.in_flight or (task is not None and task.is_running):
         return in_progress(
             f"the task this Idempotency-Key started ({task_id}) is still running; retry "
@@ -98,18 +103,29 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         "events": [event_record(e) for e in events[after:]] if show else None,
         "task_id": task_id,
     }
-    webhooks = getattr(state, "webhooks", None)
-    if data.get("webhook") is not None and webhooks is not None:
-        # The message's own webhook, as the first answer named it (stored before the task ran).
-        from mail.server.webhooks import owner_of
-
-        hook = await webhooks.request_webhook_of(owner_of(caller), task_id, data.get("webhook"))
-        if hook is not None:
-            answer_body["webhook"] = hook
+    hook = await _own_webhook(state, caller, task_id, data)
+    if hook is not None:
+        answer_body["webhook"] = hook
     response = JSONBody(answer_body)
     await ticket.store_outcome(response)
     response.headers[REPLAYED_HEADER] = "true"
     return response
+
+
+async def _own_webhook(
+    state: Any, caller: Caller, task_id: str, data: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The message's own webhook (``{"id", "secret"}``) as the first answer named it: it was
+    stored before the task ran, so it is found after a restart too. None without one."""
+    webhooks = getattr(state, "webhooks", None)
+    if data.get("webhook") is None or webhooks is None:
+        return None
+    from mail.server.webhooks import owner_of
+
+    hook: dict[str, Any] | None = await webhooks.request_webhook_of(
+        owner_of(caller), task_id, data.get("webhook")
+    )
+    return hook
 
 
 _ANSWER_PREFIX = "response: '"

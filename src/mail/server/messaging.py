@@ -436,14 +436,20 @@ async def stream_message(
             # Nothing, headers included, leaves before the submission is committed.
             opened=stored,
         )
-        if hook is not None:
-            response.headers["MAIL-Webhook-Id"] = hook["id"]
-            if hook["secret"]:
-                response.headers["MAIL-Webhook-Secret"] = hook["secret"]
+        name_webhook(response, hook)
         return response
     except BaseException:
         slot.release()
         raise
+
+
+def name_webhook(response: Any, hook: dict[str, Any] | None) -> None:
+    """A stream names the message's own webhook (``{"id", "secret"}``) in its headers: the
+    first answer and every replay of it by its Idempotency-Key alike."""
+    if hook is not None:
+        response.headers["MAIL-Webhook-Id"] = hook["id"]
+        if hook["secret"]:
+            response.headers["MAIL-Webhook-Secret"] = hook["secret"]
 
 
 def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, Any]:
