@@ -1,15 +1,17 @@
 """A streamed ``POST /message`` with its own ``webhook``, against real `mail server` processes
-(stub agents, SQLite, the default store) and a real webhook receiver process.
+(stub agents; SQLite, the default store, and PostgreSQL) and a real webhook receiver process.
 
 - A keyed stream's repeat (same ``Idempotency-Key``) names the same webhook in its headers
   as the first stream did (``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret``), as a plain
-  message's repeat names it in its body; after a kill -9 and a restart too.
+  message's repeat names it in its body; after a kill -9 and a restart too (SQLite and
+  PostgreSQL).
 - ``MAILClient.post_message_stream(..., webhook=...)`` gives the streamed message its own
   webhook, whose deliveries arrive signed with the secret the stream's headers named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -20,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 from tests.support.webhook_receiver import ReceiverProcess
 
 from mail.client import ClientConfig, MAILClient
@@ -45,20 +48,22 @@ poll_interval = 0.2
 
 
 class Deployment:
-    """A stub-swarm server on one SQLite file (restartable on the same port) and a receiver."""
+    """A stub-swarm server on its default SQLite file, or on PostgreSQL with `database_url`
+    (restartable on the same port), and a webhook receiver."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, database_url: str | None = None) -> None:
         self.directory = directory
         write_stub_swarms(directory)
         self.key = create_key(directory / "registries" / "keys.json", "user", "alice")
         self.port = free_port()
-        store = f'\n[server.store]\npath = "{directory / "data" / "mail.db"}"\n'
-        self.config = write_config(directory, port=self.port, extra=WEBHOOKS + store)
+        self.config = write_config(directory, port=self.port, extra=WEBHOOKS)
+        self.env = {"DATABASE_URL": database_url} if database_url else {}
         self.receiver = ReceiverProcess(free_port(), directory).start()
         self.server: ServerProcess | None = None
 
     def start(self) -> ServerProcess:
-        self.server = ServerProcess(self.directory, self.port, args=["--config", str(self.config)])
+        args = ["--config", str(self.config)]
+        self.server = ServerProcess(self.directory, self.port, args=args, env=self.env)
         return self.server.start()
 
     def kill9(self) -> None:
@@ -106,13 +111,29 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         made.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable_deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    """The default SQLite file, or a PostgreSQL schema of this test's own."""
+    with contextlib.ExitStack() as stack:
+        url = None
+        if request.param == "postgres":
+            schema = stack.enter_context(scratch_schema("mail_hook_replay", BASE_URL))
+            url = with_search_path(BASE_URL, schema)
+        made = Deployment(tmp_path, url)
+        try:
+            yield made
+        finally:
+            made.close()
+
+
 def _named(headers: httpx.Headers) -> tuple[str | None, str | None]:
     return headers.get("mail-webhook-id"), headers.get("mail-webhook-secret")
 
 
 def test_a_keyed_streams_repeat_names_its_webhook_before_and_after_a_kill_9(
-    deployment: Deployment,
+    durable_deployment: Deployment,
 ) -> None:
+    deployment = durable_deployment
     deployment.start()
     hook = {"url": deployment.receiver.url("/streamed")}
     streamed = {"body": "stream with a hook", "stream": True, "webhook": hook}
@@ -133,6 +154,8 @@ def test_a_keyed_streams_repeat_names_its_webhook_before_and_after_a_kill_9(
     assert _named(again_headers) == first  # the same id, and the secret shown again
 
     deployment.kill9()
+    # On SQLite: the default file (no store configured), which the restart reads.
+    assert deployment.env or (deployment.directory / "data" / "mail.db").is_file()
     deployment.start()
     plain_again = deployment.post(plain, plain_key)
     assert plain_again.headers.get("idempotent-replayed") == "true"
