@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from mail.store import InstanceKey, lifecycle_for
-from mail.store import lifecycle_sqlite
+from mail.store import InstanceKey, lifecycle_for, lifecycle_sqlite
 from mail.store.lifecycle import TaskLifecycle
 from mail.store.sqlite import SqliteTaskStore
 
@@ -142,6 +141,7 @@ async def test_tasks_the_store_did_not_insert_are_measured(tmp_path: Path) -> No
     try:
         life = _lifecycle(store)
         instance = (key.swarm_name, key.caller_role, key.caller_id)
+        await store.upsert_task(key, {"task_id": "old", "is_running": True, "y": "après"})
         await store.append_event(key, "old", {"event": "e", "data": "after a restart"})
         await store.save_history(key, "old", "supervisor", None, [{"content": "again"}])
         await _random_writes(store, rng, key, ["new"], 40)

@@ -38,9 +38,8 @@ MAX_TRACKED = 100_000  # tasks whose sizes are kept (a few hundred bytes each)
 TaskRef = tuple[str, str, str, str]
 
 _METADATA_SQL = """
-    SELECT task_id, rowid, length(CAST(metadata AS BLOB)) FROM tasks
-    WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?
-      AND task_id IN (SELECT value FROM json_each(?))"""
+    SELECT swarm_name, caller_role, caller_id, task_id, rowid, length(CAST(metadata AS BLOB))
+    FROM tasks WHERE task_id IN (SELECT value FROM json_each(?))"""
 _JOURNAL_LEN = len(JOURNAL_SUFFIX)
 
 
@@ -73,12 +72,14 @@ class BatchSizes:
     def __init__(self) -> None:
         self.events: dict[TaskRef, int] = {}
         self.rows: dict[TaskRef, dict[tuple[str, str], int]] = {}
-        self.records: dict[tuple[str, str, str], set[str]] = {}  # instance -> written records
+        self.records: set[TaskRef] = set()  # the records the batch wrote
         self.inserted: set[TaskRef] = set()
         self.metadata: dict[TaskRef, int] = {}
         self._top = 0
 
     def add(self, writes: Iterable[SqlWrite]) -> None:
+        # Runs for every batch on the loop's thread (most batches are written there): one
+        # pass, events (9 a request) first and inlined.
         events = self.events
         rows = self.rows
         for write in writes:
@@ -86,18 +87,20 @@ class BatchSizes:
             args = write.args
             if kind == "event":
                 ref = args[:4]
-                events[ref] = events.get(ref, 0) + text_bytes(args[5])
-            elif kind == "history":
-                rows.setdefault(args[:4], {})[("h", args[4])] = text_bytes(args[6])
-            elif kind == "response":
-                rows.setdefault(args[:4], {})[("r", "")] = text_bytes(args[4])
+                data = args[5]
+                size = len(data) if type(data) is str and data.isascii() else text_bytes(data)
+                events[ref] = events.get(ref, 0) + size
+            elif kind == "task":
+                self.records.add(args[:4])
             elif kind == "queue" or kind == "queue_delete":
                 key = args[3]
                 owner = key[:-_JOURNAL_LEN] if key.endswith(JOURNAL_SUFFIX) else key
                 size = text_bytes(args[4]) if kind == "queue" else 0
                 rows.setdefault((*args[:3], owner), {})[("q", key)] = size
-            elif kind == "task":
-                self.records.setdefault(args[:3], set()).add(args[3])
+            elif kind == "history":
+                rows.setdefault(args[:4], {})[("h", args[4])] = text_bytes(args[6])
+            elif kind == "response":
+                rows.setdefault(args[:4], {})[("r", "")] = text_bytes(args[4])
 
     def before(self, conn: sqlite3.Connection) -> None:
         """In the transaction, before the batch's statements: the largest rowid so far."""
@@ -106,14 +109,17 @@ class BatchSizes:
 
     def after(self, conn: sqlite3.Connection) -> None:
         """In the transaction, after the statements: the metadata lengths of the records
-        the batch wrote, and which of them it inserted."""
-        for instance, ids in self.records.items():
-            for task_id, rowid, size in conn.execute(
-                _METADATA_SQL, (*instance, json.dumps(sorted(ids)))
-            ):
-                ref = (*instance, task_id)
-                self.metadata[ref] = int(size or 0)
-                if rowid > self._top:
+        the batch wrote, and which of them it inserted (one query for the whole batch; a
+        task id is the key's first column, rows of other instances are skipped)."""
+        if not self.records:
+            return
+        records = self.records
+        ids = json.dumps(sorted({ref[3] for ref in records}))
+        for row in conn.execute(_METADATA_SQL, (ids,)):
+            ref = row[:4]
+            if ref in records:
+                self.metadata[ref] = int(row[5] or 0)
+                if row[4] > self._top:
                     self.inserted.add(ref)
 
 
