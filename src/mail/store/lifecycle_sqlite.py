@@ -28,7 +28,6 @@ from mail.store.lifecycle import (
 )
 from mail.store.sql_base import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
 from mail.store.sqlite_schema import transaction
-from mail.store.sqlite_sizes import TaskSizes
 from mail.store.sqlite_space import (
     VACUUM_STEP_PAGES,
     file_bytes,
@@ -172,10 +171,6 @@ class SqliteLifecycle(TaskLifecycle):
     def _db(self) -> Any:
         return self.store.db  # type: ignore[attr-defined]
 
-    @property
-    def _sizes(self) -> TaskSizes:
-        return self.store.task_sizes  # type: ignore[attr-defined,no-any-return]
-
     async def records(
         self, key: InstanceKey, *, limit: int | None = None, before: Cursor | None = None
     ) -> dict[str, dict[str, Any]]:
@@ -194,8 +189,6 @@ class SqliteLifecycle(TaskLifecycle):
         if not summaries:
             return
         await self._settle()
-        # The records change outside the store's batches: measured by a query from now on.
-        self._sizes.forget(_key(key), summaries)
         rows = [(to_json(s), *_key(key), t) for t, s in summaries.items()]
         await self._db.run(_save_summaries, rows)
 
@@ -203,18 +196,10 @@ class SqliteLifecycle(TaskLifecycle):
         if not task_ids:
             return {}
         await self._settle()
-        # Tasks this store inserted were counted as they were written (`sqlite_sizes`).
-        sizes = self._sizes.known(_key(key), task_ids)
-        rest = [task_id for task_id in task_ids if task_id not in sizes]
-        if rest:
-            sizes.update(await self._db.run(_sizes, _key(key), rest))
-        return sizes
+        return await self._db.run(_sizes, _key(key), list(task_ids))  # type: ignore[no-any-return]
 
     async def _prune_batch(self, cutoff: _dt.datetime) -> PruneReport:
-        report: PruneReport = await self._db.run(_prune, normalize_start_time(cutoff))
-        for owner, task_id in report.tasks:
-            self._sizes.forget(_key(owner), [task_id])
-        return report
+        return await self._db.run(_prune, normalize_start_time(cutoff))  # type: ignore[no-any-return]
 
     async def reclaim_space(self, max_pages: int | None = None) -> int:
         # Step by step: the store's write batches run on the same thread in between.

@@ -30,13 +30,12 @@ from mail.store.sql_base import (
     SqlWrite,
     add_snapshot_row,
     batch_bytes,
+    batch_statements,
     coalesce_writes,
     encode_deferred,
     key_args,
     leased_keys,
-    runs_by_kind,
     snapshot_queries,
-    split_fenced,
 )
 from mail.store.sqlite_schema import (
     INLINE_BATCH_BYTES,
@@ -45,7 +44,6 @@ from mail.store.sqlite_schema import (
     open_database,
     transaction,
 )
-from mail.store.sqlite_sizes import TaskSizes
 from mail.store.webhooks_schema import SQLITE_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.sqlite")
@@ -121,12 +119,8 @@ _CLAIM_SQL = """
 """.replace("{now}", NOW_SQL)
 
 
-def _apply(
-    conn: sqlite3.Connection, writes: list[SqlWrite], sizes: TaskSizes | None = None
-) -> list[FencedLease]:
-    """One batch in one write transaction; the generation check sees every claim. The
-    written tasks' sizes are counted into `sizes` once it committed (`sqlite_sizes`)."""
-    counted = None
+def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease]:
+    """One batch in one write transaction; the generation check sees every claim."""
     with transaction(conn):
         current: dict[tuple[Any, ...], int] = {}
         for lease in leased_keys(writes):
@@ -135,16 +129,9 @@ def _apply(
             ).fetchone()
             if row is not None:
                 current[lease] = row[0]
-        kept, fenced = split_fenced(writes, current)
-        if sizes is not None:
-            counted = sizes.batch(kept)
-            counted.before(conn)
-        for kind, rows in runs_by_kind(kept):
-            conn.executemany(_SQL[kind], rows)
-        if counted is not None:
-            counted.after(conn)
-    if sizes is not None and counted is not None:
-        sizes.commit(counted)
+        statements, fenced = batch_statements(writes, current, _SQL)
+        for statement, rows in statements:
+            conn.executemany(statement, rows)
     return fenced
 
 
@@ -189,9 +176,6 @@ class SqliteTaskStore(BufferedSqlStore):
         self.db = open_database(path)
         self._started = False
         self._builders[KEY_ROW_KIND] = key_row_write
-        # The sizes of the tasks this store inserted, counted as they are written: what
-        # `SqliteLifecycle.task_bytes` answers for them without a query (`sqlite_sizes`).
-        self.task_sizes = TaskSizes()
 
     # -- dialect ---------------------------------------------------------------------------
     def _json(self, value: Any) -> str:
@@ -234,9 +218,9 @@ class SqliteTaskStore(BufferedSqlStore):
                 records += 1
         pages = 4 + records * 2 + (len(writes) - records) // 2 + size // 4096
         if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
-            fenced = await self.db.run_small(_apply, writes, self.task_sizes, pages=pages)
+            fenced = await self.db.run_small(_apply, writes, pages=pages)
         else:
-            fenced = await self.db.run(_apply, writes, self.task_sizes, pages=pages)
+            fenced = await self.db.run(_apply, writes, pages=pages)
         self._count_fenced(fenced)
 
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
