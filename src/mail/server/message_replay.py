@@ -11,7 +11,8 @@ here, from the task itself:
   the first request's began (or from its ``Last-Event-ID``, when later), live until the task
   ends, then the closing ``task_complete`` - as ``GET /task/events`` does, whether the first
   stream is still open, was dropped, or its server was restarted; a message with its own
-  ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again;
+  ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again
+  (its id is in the key's ``context``: each message of a task may have its own);
 - not streamed, task still running (the first request is waiting for it, or a restarted
   server continues it): 409 with ``Retry-After`` and the task id;
 - not streamed, task answered since the first request (its server died before it stored the
@@ -19,7 +20,9 @@ here, from the task itself:
 - the task never got the message (the first request died between taking the key and
   submitting): None, and the request runs again, under the same task id;
 - the task was interrupted by a restart and stopped without an answer: 409 without
-  ``Retry-After`` (nothing more will come; a new message continues the task).
+  ``Retry-After`` (nothing more will come; a new message continues the task);
+- the first request was answered (a stream that ended) and its task was removed since
+  (retention, ``mail db-prune``): 404 naming the task; it does not run again.
 """
 
 from __future__ import annotations
@@ -64,13 +67,15 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         # its events look absent and the request would run a second time.
         await state.finished.bring_back(inst, task_id)
     task, archived = _found(state, caller, inst, task_id)
+    if task is None and not archived and ticket.record is not None and ticket.record.finished:
+        return _removed(task_id)
     events = task.events if task is not None else archived.get("events") or []
     after = int(context.get("after") or 0)
     if len(events) <= after:  # not submitted (yet, or ever)
         return in_progress(task_id=task_id) if ticket.in_flight else None
     data = await read_json_object(request, required=False)
     if data.get("stream") is True:
-        hook = await _own_webhook(state, caller, task_id, data)
+        hook = await _own_webhook(state, caller, task_id, data, context)
         response = await _attach(
             request, caller, task_id, min(len(events), max(after, _last_event_id(request)))
         )
@@ -103,7 +108,7 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         "events": [event_record(e) for e in events[after:]] if show else None,
         "task_id": task_id,
     }
-    hook = await _own_webhook(state, caller, task_id, data)
+    hook = await _own_webhook(state, caller, task_id, data, context)
     if hook is not None:
         answer_body["webhook"] = hook
     response = JSONBody(answer_body)
@@ -112,8 +117,22 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
     return response
 
 
+def _removed(task_id: str) -> Response:
+    """A finished request's task that is gone (retention, ``mail db-prune``): its events
+    cannot be replayed, and the message must not run again; final, so no Retry-After."""
+    return JSONBody(
+        {
+            "detail": f"task '{task_id}', which this Idempotency-Key started, was removed "
+            "([server.store] finished_task_ttl, or `mail db-prune`): its events are gone; "
+            "send the message again with a new key to run it again",
+            "task_id": task_id,
+        },
+        status_code=404,
+    )
+
+
 async def _own_webhook(
-    state: Any, caller: Caller, task_id: str, data: dict[str, Any]
+    state: Any, caller: Caller, task_id: str, data: dict[str, Any], context: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The message's own webhook (``{"id", "secret"}``) as the first answer named it: it was
     stored before the task ran, so it is found after a restart too. None without one."""
@@ -123,7 +142,7 @@ async def _own_webhook(
     from mail.server.webhooks import owner_of
 
     hook: dict[str, Any] | None = await webhooks.request_webhook_of(
-        owner_of(caller), task_id, data.get("webhook")
+        owner_of(caller), task_id, data.get("webhook"), context.get("webhook")
     )
     return hook
 
