@@ -5,6 +5,8 @@ an attacker found answered wrong, against a real `mail server` on its default SQ
 - a message that continues a task with a webhook of its own, streamed: its repeat named the
   webhook of the task's *first* message (another id and secret) in ``MAIL-Webhook-Id`` /
   ``MAIL-Webhook-Secret``, so deliveries could not be verified with what the repeat said;
+- a streamed message to a task that later messages continued: its repeat replayed their
+  events too and closed with the *latest* answer, not its own (a plain repeat gets its own);
 - a streamed message whose task was since removed (``finished_task_ttl``): its repeat was told
   409 "still being processed, retry after 1 s" on every try until the key expired (24 h), so a
   retrying client (``MAILClient``) waited its whole timeout for an answer that never comes.
@@ -111,3 +113,44 @@ def test_a_streamed_repeat_of_a_removed_task_is_answered_not_told_to_wait(
         # And the message did not run a second time.
         listed = httpx.get(f"{server.base_url}/tasks", headers=headers, timeout=30).json()
         assert listed == {}
+
+
+def test_a_streamed_repeat_ends_with_its_own_answer_when_the_task_went_on(
+    tmp_path: Path,
+) -> None:
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        first_key = str(uuid.uuid4())
+        first, events = _stream(server, {"body": "one"}, first_key)
+        assert first.status_code == 200
+        task_id = events[-1].json()["task_id"]
+        own = [e.id for e in events if e.id is not None]
+        assert events[-1].json()["response"] == "echo[alice]: one"
+        second, _ = _stream(server, {"body": "two", "task_id": task_id}, str(uuid.uuid4()))
+        assert second.status_code == 200
+        headers = {**auth(server.keys["alice"]), "Idempotency-Key": str(uuid.uuid4())}
+        plain = httpx.post(
+            f"{server.base_url}/message",
+            json={"body": "three", "task_id": task_id},
+            headers=headers,
+            timeout=60,
+        )
+        assert plain.json()["response"] == "echo[alice]: three"
+
+        again, events = _stream(server, {"body": "one"}, first_key)
+        assert again.headers.get("idempotent-replayed") == "true"
+        assert [e.id for e in events if e.id is not None] == own  # its events, no later ones
+        assert [e.event for e in events].count("task_complete") == 1
+        assert events[-1].json()["response"] == "echo[alice]: one"
+        # From a Last-Event-ID inside its events: the rest of them, then its answer.
+        headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{first_key}"'}
+        headers["Last-Event-ID"] = own[1]
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/message",
+            json={"body": "one", "stream": True},
+            headers=headers,
+            timeout=60,
+        ) as response:
+            rest = [e for e in parse_sse_stream(response) if e.event != "ping"]
+        assert [e.id for e in rest if e.id is not None] == own[2:]
+        assert rest[-1].json()["response"] == "echo[alice]: one"
