@@ -9,7 +9,9 @@ an attacker found answered wrong, against a real `mail server` on its default SQ
   events too and closed with the *latest* answer, not its own (a plain repeat gets its own);
 - a streamed message whose task was since removed (``finished_task_ttl``): its repeat was told
   409 "still being processed, retry after 1 s" on every try until the key expired (24 h), so a
-  retrying client (``MAILClient``) waited its whole timeout for an answer that never comes.
+  retrying client (``MAILClient``) waited its whole timeout for an answer that never comes;
+- ``MAILClient(retries=...)`` took 101 and more (``[client] retries`` stops at 100), ``True``
+  and ``2.5``, and failed on ``"3"`` with a bare ``TypeError`` about ``<``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mail.client import MAILClient
 from server_fixtures import ServerProcess, auth, keyed_stub_server, parse_sse_stream
 
 pytestmark = pytest.mark.timeout(180)
@@ -154,3 +157,11 @@ def test_a_streamed_repeat_ends_with_its_own_answer_when_the_task_went_on(
             rest = [e for e in parse_sse_stream(response) if e.event != "ping"]
         assert [e.id for e in rest if e.id is not None] == own[2:]
         assert rest[-1].json()["response"] == "echo[alice]: one"
+
+
+@pytest.mark.parametrize("retries", [-1, 101, True, 2.5, "3"])
+def test_client_retries_must_be_a_whole_number_from_0_to_100(retries: Any) -> None:
+    with pytest.raises(ValueError, match="retries must be a whole number from 0 to 100"):
+        MAILClient("http://127.0.0.1:9", retries=retries)
+    for fine in (0, 100):
+        assert MAILClient("http://127.0.0.1:9", retries=fine).retries == fine
