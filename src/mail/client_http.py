@@ -94,8 +94,10 @@ class MAILHTTPConnection:
         self.config = config if config is not None else load_client_config()
         self._session = session
         self._owns_session = session is None
-        if retries is not None and retries < 0:
-            raise ValueError("retries must be 0 or more")
+        if retries is not None and (
+            isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100
+        ):  # as [client] retries: a whole number of resends, 0 to 100
+            raise ValueError(f"retries must be a whole number from 0 to 100, got {retries!r}")
         self.retries = retries
         # Filled by MAILClient.login(); the REPL shows them in its prompt.
         self.user_role: str | None = None

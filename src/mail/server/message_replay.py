@@ -10,8 +10,11 @@ here, from the task itself:
 - streamed (``"stream": true``): the duplicate *attaches* to the task's events from where
   the first request's began (or from its ``Last-Event-ID``, when later), live until the task
   ends, then the closing ``task_complete`` - as ``GET /task/events`` does, whether the first
-  stream is still open, was dropped, or its server was restarted; a message with its own
-  ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again;
+  stream is still open, was dropped, or its server was restarted (when later messages
+  continued the task, only up to the first of them, closed with this message's answer as
+  its first stream was); a message with its own
+  ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again
+  (its id is in the key's ``context``: each message of a task may have its own);
 - not streamed, task still running (the first request is waiting for it, or a restarted
   server continues it): 409 with ``Retry-After`` and the task id;
 - not streamed, task answered since the first request (its server died before it stored the
@@ -19,16 +22,20 @@ here, from the task itself:
 - the task never got the message (the first request died between taking the key and
   submitting): None, and the request runs again, under the same task id;
 - the task was interrupted by a restart and stopped without an answer: 409 without
-  ``Retry-After`` (nothing more will come; a new message continues the task).
+  ``Retry-After`` (nothing more will come; a new message continues the task);
+- the first request was answered (a stream that ended) and its task was removed since
+  (retention, ``mail db-prune``): 404 naming the task; it does not run again.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
 from starlette.responses import Response
 
+from mail.core.events import closing_event
 from mail.server import task_events
 from mail.server.auth import Caller
 from mail.server.bodies import read_json_object
@@ -64,16 +71,17 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         # its events look absent and the request would run a second time.
         await state.finished.bring_back(inst, task_id)
     task, archived = _found(state, caller, inst, task_id)
+    if task is None and not archived and ticket.record is not None and ticket.record.finished:
+        return _removed(task_id)
     events = task.events if task is not None else archived.get("events") or []
     after = int(context.get("after") or 0)
     if len(events) <= after:  # not submitted (yet, or ever)
         return in_progress(task_id=task_id) if ticket.in_flight else None
     data = await read_json_object(request, required=False)
     if data.get("stream") is True:
-        hook = await _own_webhook(state, caller, task_id, data)
-        response = await _attach(
-            request, caller, task_id, min(len(events), max(after, _last_event_id(request)))
-        )
+        hook = await _own_webhook(state, caller, task_id, data, context)
+        start = min(len(events), max(after, _last_event_id(request)))
+        response = await _attach(request, caller, task_id, start, _own_end(events, after))
         name_webhook(response, hook)  # the same headers as the first stream's
         return response
     if ticket.in_flight or (task is not None and task.is_running):
@@ -103,7 +111,7 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         "events": [event_record(e) for e in events[after:]] if show else None,
         "task_id": task_id,
     }
-    hook = await _own_webhook(state, caller, task_id, data)
+    hook = await _own_webhook(state, caller, task_id, data, context)
     if hook is not None:
         answer_body["webhook"] = hook
     response = JSONBody(answer_body)
@@ -112,8 +120,22 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
     return response
 
 
+def _removed(task_id: str) -> Response:
+    """A finished request's task that is gone (retention, ``mail db-prune``): its events
+    cannot be replayed, and the message must not run again; final, so no Retry-After."""
+    return JSONBody(
+        {
+            "detail": f"task '{task_id}', which this Idempotency-Key started, was removed "
+            "([server.store] finished_task_ttl, or `mail db-prune`): its events are gone; "
+            "send the message again with a new key to run it again",
+            "task_id": task_id,
+        },
+        status_code=404,
+    )
+
+
 async def _own_webhook(
-    state: Any, caller: Caller, task_id: str, data: dict[str, Any]
+    state: Any, caller: Caller, task_id: str, data: dict[str, Any], context: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The message's own webhook (``{"id", "secret"}``) as the first answer named it: it was
     stored before the task ran, so it is found after a restart too. None without one."""
@@ -123,7 +145,7 @@ async def _own_webhook(
     from mail.server.webhooks import owner_of
 
     hook: dict[str, Any] | None = await webhooks.request_webhook_of(
-        owner_of(caller), task_id, data.get("webhook")
+        owner_of(caller), task_id, data.get("webhook"), context.get("webhook")
     )
     return hook
 
@@ -153,8 +175,42 @@ def _own_answer(events: list[Any]) -> tuple[bool, str | None]:
     return True, None
 
 
-async def _attach(request: Request, caller: Caller, task_id: str, after: int) -> Response:
-    """The task's events after `after`, live until it ends: a stream's duplicate."""
+def _own_end(events: list[Any], after: int) -> tuple[int, str] | None:
+    """(where the request's events end, its answer) when a later message to the task follows
+    them: its stream closed there, with that answer. None when the task's events to its end
+    are the request's (no later caller message, or no answer of its own among them)."""
+    answer = None
+    for index in range(after + 1, len(events)):
+        message = getattr(events[index], "extra_data", {}).get("full_message")
+        inner = message.get("message") if isinstance(message, dict) else None
+        if not isinstance(inner, dict):
+            continue
+        if (inner.get("sender") or {}).get("address_type") in ("user", "admin"):
+            return None if answer is None else (index, answer)
+        if inner.get("subject") == "::task_complete::":
+            answer = str(inner.get("body", ""))
+    return None
+
+
+async def _until(feed: Any, count: int, task_id: str, answer: str) -> AsyncIterator[Any]:
+    """The first `count` events of `feed`, then the closing ``task_complete`` with `answer`."""
+    try:
+        sent = 0
+        async for event in feed:
+            if sent >= count:
+                break
+            sent += event.event != "ping"
+            yield event
+        yield closing_event("task_complete", task_id, answer)
+    finally:
+        await feed.aclose()
+
+
+async def _attach(
+    request: Request, caller: Caller, task_id: str, after: int, end: tuple[int, str] | None
+) -> Response:
+    """The task's events after `after`, live until it ends (or, with `end`, until that
+    index, closed with that answer): a stream's duplicate."""
     state = get_state(request)
     slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 at the caller's limit
     try:
@@ -162,6 +218,8 @@ async def _attach(request: Request, caller: Caller, task_id: str, after: int) ->
     except BaseException:
         slot.release()
         raise
+    if end is not None:
+        feed = _until(feed, max(0, end[0] - after), task_id, end[1])
     settings = state.config.settings
     response = event_stream_response(
         feed,

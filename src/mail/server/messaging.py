@@ -251,8 +251,9 @@ async def _request_webhook(
     assert req.task_id is not None
     from mail.server.webhooks import request_webhook
 
+    hook_id = ticket.context.get("webhook") if ticket is not None and ticket.taken else None
     try:
-        return await request_webhook(state, caller, req.task_id, req.webhook)
+        return await request_webhook(state, caller, req.task_id, req.webhook, hook_id)
     except BaseException:
         _release(inst, req.task_id)  # refused: the task id is free again
         if ticket is not None:
@@ -304,6 +305,8 @@ async def _prepare_keyed(
         "answer": answer.get("id") if isinstance(answer, dict) else None,
         "stream": req.stream,
     }
+    if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
+        context["webhook"] = f"wh_{uuid.uuid4().hex}"
     # The key commits with the task's first writes (`take_with_work`) when they go through
     # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
     # task; otherwise on its own first, as every other route's key.

@@ -146,10 +146,12 @@ async def retry(
 
 
 async def request_webhook(
-    state: ServerState, caller: Caller, task_id: str, spec: Any
+    state: ServerState, caller: Caller, task_id: str, spec: Any, hook_id: str | None = None
 ) -> dict[str, Any]:
-    """``POST /message``'s ``webhook``: a subscription for that one task."""
-    return await _call(service_of(state).request_webhook(owner_of(caller), task_id, spec))
+    """``POST /message``'s ``webhook``: a subscription for that one task (`hook_id`: its id,
+    recorded with the message's Idempotency-Key)."""
+    service, owner = service_of(state), owner_of(caller)
+    return await _call(service.request_webhook(owner, task_id, spec, hook_id))
 
 
 def pending_deliveries(state: Any) -> int:

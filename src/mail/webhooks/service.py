@@ -473,9 +473,12 @@ class WebhookService:
         return delivery_view({**updated, "attempts_log": row.get("attempts_log", [])})
 
     # -- per-request webhooks (POST /message) ----------------------------------------------
-    async def request_webhook(self, owner: Owner, task_id: str, spec: Any) -> Record:
+    async def request_webhook(
+        self, owner: Owner, task_id: str, spec: Any, subscription_id: str | None = None
+    ) -> Record:
         """The subscription of one ``POST /message``: its task's events go to `url`.
-        Returns ``{"id", "secret"}`` (the new secret; None when the caller gave one)."""
+        Returns ``{"id", "secret"}`` (the new secret; None when the caller gave one).
+        `subscription_id`: its id, chosen by a keyed message (recorded with its key)."""
         if not isinstance(spec, dict):
             raise WebhookError(400, "parameter 'webhook' must be an object with a 'url'")
         self._unknown_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
@@ -496,6 +499,7 @@ class WebhookService:
             task_id=task_id,
             secret=secret,
             expires_at=time.time() + self.cfg.retention,
+            **({"subscription_id": subscription_id} if subscription_id else {}),
         )
         self._mirror(sub)  # first, as in `create`; the task runs after
         await self.store.add_subscription(sub)
@@ -503,12 +507,22 @@ class WebhookService:
         # A secret the caller chose is not sent back; a new one is shown this once.
         return {"id": sub["subscription_id"], "secret": None if given else secret}
 
-    async def request_webhook_of(self, owner: Owner, task_id: str, spec: Any) -> Record | None:
+    async def request_webhook_of(
+        self, owner: Owner, task_id: str, spec: Any, subscription_id: str | None = None
+    ) -> Record | None:
         """What `request_webhook` answered for `task_id`'s message (``{"id", "secret"}``),
-        read back from the store: a keyed message replayed from its task after a restart."""
-        subs = await self.store.list_subscriptions(self.swarm_name, owner=owner, kinds=["request"])
+        read back from the store: a keyed message replayed from its task after a restart.
+        `subscription_id`: the message's own (each message of a task may have one); without
+        it (a key of an older version) the task's first."""
+        if subscription_id is None:
+            subs = await self.store.list_subscriptions(
+                self.swarm_name, owner=owner, kinds=["request"]
+            )
+        else:
+            subs = [s for s in [await self.store.get_subscription(subscription_id)] if s]
         for sub in subs:
-            if sub["task_id"] == task_id:
+            mine = (sub["owner_role"], sub["owner_id"]) == owner and sub["kind"] == "request"
+            if mine and sub["swarm_name"] == self.swarm_name and sub["task_id"] == task_id:
                 given = isinstance(spec, dict) and spec.get("secret") is not None
                 return {"id": sub["subscription_id"], "secret": None if given else sub["secret"]}
         return None
