@@ -351,7 +351,30 @@ async def run_message(
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
     answered(state, inst, req.task_id)
+    if ticket is not None and ticket.with_work and not req.show_events:
+        _answered_by_task(inst, req, response, ticket)
     return response, events
+
+
+def _answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket: Ticket) -> None:
+    """A plain answer of a task that completed is the task's own (its answer and its
+    ``task_complete`` event, committed before it): its key needs no outcome row, a repeat
+    rebuilds the same bytes from the task (`mail.server.message_replay`). Any other ending (a
+    timeout, a pause, an error) and an answer with the events keep their stored outcome."""
+    message = response.get("message") if isinstance(response, dict) else None
+    if not isinstance(message, dict) or message.get("subject") != "::task_complete::":
+        return
+    if not isinstance(message.get("body", ""), str) or message.get("task_id") not in (
+        None,
+        "",
+        req.task_id,
+    ):
+        return
+    carried = getattr(ticket.guard.store, "carried", None)  # (its row went with the task's)
+    if not (callable(carried) and carried(ticket.scope, ticket.key)):
+        return
+    task = _task_or_none(inst, req.task_id or "")
+    ticket.answered_by_task = task is not None and not task.is_running
 
 
 _NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::", "::action_review::"})
