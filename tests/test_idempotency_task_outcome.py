@@ -31,7 +31,14 @@ from mail.store.base import InstanceKey
 from mail.store.idempotency import KeyRecord
 from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
 from mail.store.sqlite import SqliteTaskStore
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import (
+    ServerProcess,
+    auth,
+    create_key,
+    free_port,
+    parse_sse_stream,
+    write_config,
+)
 from support.llm_thread import ThreadedLLM, mentions
 from support.review_swarm import review_swarms_json
 from support.scripted_llm import reply, tool_call
@@ -61,6 +68,7 @@ class Swarm:
             json.dumps([review_swarms_json(self.name, llm.base_url)]), encoding="utf-8"
         )
         self.api_key = create_key(directory / "registries" / "keys.json", "user", "alice")
+        self.bob_key = create_key(directory / "registries" / "keys.json", "user", "bob")
         self.database = directory / "data" / "mail.db"
 
     def start(self) -> ServerProcess:
@@ -85,6 +93,19 @@ class Swarm:
         if key is not None:
             headers["Idempotency-Key"] = f'"{key}"'
         return httpx.post(f"{server.base_url}/message", json=payload, headers=headers, timeout=60)
+
+
+    def stream(
+        self, server: ServerProcess, payload: dict[str, Any], key: str
+    ) -> tuple[list[Any], bool]:
+        """Bob's keyed stream read to its end: (its events but pings, whether replayed)."""
+        headers = {**auth(self.bob_key), "Idempotency-Key": f'"{key}"'}
+        body = {**payload, "stream": True}
+        url = f"{server.base_url}/message"
+        with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as response:
+            assert response.status_code == 200, response.read()
+            events = [e for e in parse_sse_stream(response) if e.event != "ping"]
+            return events, response.headers.get("idempotent-replayed") == "true"
 
 
 @pytest.fixture
@@ -126,6 +147,15 @@ def test_a_repeat_after_the_answer_gets_the_same_bytes_from_the_task(swarm: Swar
         assert last.json()["response"] == f"answer {later} 'quoted'", last.text
         _same_answer(follow, swarm.post(server, follow_payload, follow_key))
 
+        # Bob's stream, read to its end, then its repeat: attached to the task's events.
+        streamed = uuid.uuid4().hex
+        swarm.answer(streamed)
+        stream_key = str(uuid.uuid4())
+        for attempt in range(2):
+            events, replayed = swarm.stream(server, {"body": f"s {streamed}"}, stream_key)
+            assert events[-1].event == "task_complete", events
+            assert replayed == (attempt == 1)
+
         # Past the bound, one after the other: the keys of completed tasks are forgotten.
         tokens = [uuid.uuid4().hex for _ in range(10)]
         for each in tokens:
@@ -138,9 +168,11 @@ def test_a_repeat_after_the_answer_gets_the_same_bytes_from_the_task(swarm: Swar
     # Nothing ran twice: one model call per message (a task's later calls show its history).
     assert [len(swarm.llm.requests(each)) for each in (token, again, later)] == [3, 2, 1]
     assert [len(swarm.llm.requests(each)) for each in tokens] == [1] * len(tokens)
-    rows = _rows(swarm.database, "SELECT status FROM idempotency_keys WHERE swarm_name = ?", swarm.name)
+    rows = _rows(swarm.database, "SELECT status FROM idempotency_keys WHERE caller_id = 'alice'")
     assert 0 < len(rows) <= BOUND, rows
     assert (None,) in rows, rows  # answered, and no outcome row was written for them
+    bob = _rows(swarm.database, "SELECT status FROM idempotency_keys WHERE caller_id = 'bob'")
+    assert bob == [(None,)]  # the stream's: no outcome row (`STREAMED_OUTCOME`) either
 
 
 def test_a_repeat_after_a_kill_9_gets_the_same_bytes(swarm: Swarm) -> None:

@@ -429,9 +429,11 @@ class _Leaving(Response):
 
     With `record`, a stream that started (its headers went out: the route sends none before
     its work is stored) records `STREAMED_OUTCOME` as the key's outcome when it ends, however
-    it ends: a repeat is answered from the work (the resolver), never from the key. One that
-    never started leaves the key unfinished, as a request that died would (a repeat may run
-    it: its work may not have begun)."""
+    it ends: a repeat is answered from the work (the resolver), never from the key; none
+    when the route found the work's own records to be the outcome (`answered_by_task`: the
+    whole stream went out and its task ended). One that never started leaves the key
+    unfinished, as a request that died would (a repeat may run it: its work may not have
+    begun)."""
 
     def __init__(self, inner: Response, ticket: Ticket, *, record: bool = False) -> None:
         self._inner = inner
@@ -454,7 +456,7 @@ class _Leaving(Response):
             await self._inner(scope, receive, watched if self._record else send)
         finally:
             ticket = self._ticket
-            if started and ticket.taken:
+            if started and ticket.taken and not ticket.answered_by_task:
                 ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")
             else:
                 ticket.leave()

@@ -370,11 +370,18 @@ def _answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket
         req.task_id,
     ):
         return
-    carried = getattr(ticket.guard.store, "carried", None)  # (its row went with the task's)
+    ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
+
+
+def _task_is_outcome(inst: Instance, req: MessageRequest, ticket: Ticket) -> bool:
+    """Whether the key's row went with its task's writes (`carried`: what the task stores
+    later commits after it) and the task is no longer running (the key counts as finished
+    at the caller's bound, `evict_finished`)."""
+    carried = getattr(ticket.guard.store, "carried", None)
     if not (callable(carried) and carried(ticket.scope, ticket.key)):
-        return
+        return False
     task = _task_or_none(inst, req.task_id or "")
-    ticket.answered_by_task = task is not None and not task.is_running
+    return task is not None and not task.is_running
 
 
 _NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::", "::action_review::"})
@@ -448,6 +455,10 @@ async def stream_message(
             finally:
                 _release(inst, req.task_id)
             answered(state, inst, req.task_id)  # the whole stream went out
+            if ticket is not None and ticket.with_work:
+                # A repeat attaches to the task's events, which hold all of it: no outcome
+                # row (`STREAMED_OUTCOME`) once the task ended.
+                ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
 
         response = event_stream_response(
             leased(),
