@@ -94,7 +94,6 @@ class Swarm:
             headers["Idempotency-Key"] = f'"{key}"'
         return httpx.post(f"{server.base_url}/message", json=payload, headers=headers, timeout=60)
 
-
     def stream(
         self, server: ServerProcess, payload: dict[str, Any], key: str
     ) -> tuple[list[Any], bool]:
