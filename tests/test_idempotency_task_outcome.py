@@ -8,6 +8,7 @@ are the outcome (``Ticket.answered_by_task``), and a repeat rebuilds the answer 
 - With ``max_idempotency_keys_per_caller = 4``, ten keyed messages one after the other are all
   answered (the keys of completed tasks count as finished: the oldest are forgotten), and
   the file holds keys without an outcome row (none was written) and at most the bound.
+- A repeat while a later message runs the task again gets its own answer (not 409).
 - The store: at the bound, keys without an outcome whose task is not running (or was never
   stored) are forgotten with those that have one, oldest first; a key whose task runs, or
   whose request is under way here, is kept.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,7 +43,7 @@ from server_fixtures import (
 )
 from support.llm_thread import ThreadedLLM, mentions
 from support.review_swarm import review_swarms_json
-from support.scripted_llm import reply, tool_call
+from support.scripted_llm import hang, reply, tool_call
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -192,6 +194,33 @@ def test_a_repeat_after_a_kill_9_gets_the_same_bytes(swarm: Swarm) -> None:
     finally:
         assert server.stop(timeout=60) == 0, server.logs()
     assert len(swarm.llm.requests(token)) == 1
+
+
+def test_a_repeat_while_a_later_message_runs_the_task_gets_its_own_answer(
+    swarm: Swarm,
+) -> None:
+    server = swarm.start()
+    try:
+        token, later = uuid.uuid4().hex, uuid.uuid4().hex
+        swarm.answer(token)
+        key, payload = str(uuid.uuid4()), {"body": f"question {token}"}
+        first = swarm.post(server, payload, key)
+        assert first.status_code == 200, first.text
+        swarm.llm.queue(  # the next message into the task: the model takes its time
+            hang(3.0, then=reply(tool_call("task_complete", {"finish_message": "later"}))),
+            match=lambda r: mentions(r, later),
+        )
+        follow = {"body": f"more {later}", "task_id": first.json()["task_id"]}
+        sent = threading.Thread(target=swarm.post, args=(server, follow, None))
+        sent.start()
+        deadline = time.monotonic() + 60
+        while not swarm.llm.requests(later):  # the task runs again
+            assert time.monotonic() < deadline, "the later message never reached the model"
+            time.sleep(0.01)
+        _same_answer(first, swarm.post(server, payload, key))  # not "still running"
+        sent.join(60)
+    finally:
+        assert server.stop(timeout=60) == 0, server.logs()
 
 
 def _record(subject: str | None, created_at: float) -> KeyRecord:
