@@ -227,19 +227,20 @@ def test_a_repeat_gets_its_own_answer_after_the_task_went_on(server: ServerProce
 
 
 def test_an_answer_is_found_among_the_task_events() -> None:
-    """After a crash (no stored outcome), a repeat's answer is rebuilt from the task: its own
-    stored task_complete when the task answered later messages since."""
-    from mail.server.message_replay import _own_answer
+    """A repeat's answer rebuilt from the task: the first stored task_complete after the
+    request's first event is its own (the task's latest answer when it is the only one)."""
+    from mail.server.message_replay import _answer_text, _answers
 
     def done(n: int, body: str) -> dict[str, Any]:
         data = json.dumps({"description": f"response: '{body}'", "task_id": "t"})
         return {"event": "task_complete", "data": data, "id": str(n)}
 
     other = {"event": "new_message", "data": "{}", "id": "1"}
-    assert _own_answer([other, done(2, "first")]) == (False, None)  # the task's latest answer
-    assert _own_answer([other, done(2, "it's first"), other, done(4, "second")]) == (
-        True,
-        "it's first",
-    )
+    assert [_answer_text(a) for a in _answers([other, done(2, "first")])] == ["first"]
+    found = _answers([other, done(2, "it's first"), other, done(4, "second"), done(5, "x")])
+    assert [_answer_text(a) for a in found] == ["it's first", "second"]  # (two at most)
     closing = {"event": "task_complete", "data": "{}", "id": None}  # a stream's closing event
-    assert _own_answer([done(2, "first"), closing]) == (False, None)
+    assert [_answer_text(a) for a in _answers([done(2, "first"), closing])] == ["first"]
+    assert _answers([other, closing]) == []
+    unreadable = {"event": "task_complete", "data": "{}", "id": "3"}
+    assert _answer_text(_answers([unreadable])[0]) is None

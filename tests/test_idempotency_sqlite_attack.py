@@ -593,8 +593,8 @@ def test_kill_9_after_a_keyed_message_with_its_own_webhook(tmp_path: Path) -> No
 
 
 def test_a_clean_stop_right_after_keyed_answers_keeps_their_outcomes(tmp_path: Path) -> None:
-    """SIGINT right after 20 keyed answers: the outcomes queued after the answers are written
-    before the process ends (each key on the file with its status and body)."""
+    """SIGINT right after 20 keyed answers: each key is on the file with its completed task
+    (a plain answer's outcome), and after a restart each repeat gets the same bytes."""
     server = Server(tmp_path / "srv", tmp_path / "data" / "mail.db")
     server.start()
     keys = [str(uuid.uuid4()) for _ in range(20)]
@@ -603,5 +603,16 @@ def test_a_clean_stop_right_after_keyed_answers_keeps_their_outcomes(tmp_path: P
     assert all(a.status_code == 200 for a in answers)
     assert server.proc is not None
     assert server.proc.stop(timeout=60) == 0, server.proc.logs()[-3000:]
-    rows = _rows(server.database, "SELECT idem_key, status FROM idempotency_keys")
-    assert {k: s for k, s in rows if k in keys} == dict.fromkeys(keys, 200)
+    join = " LEFT JOIN tasks AS t ON t.task_id = k.subject AND t.caller_id = k.caller_id"
+    rows = _rows(
+        server.database, f"SELECT idem_key, status, is_running FROM idempotency_keys AS k{join}"
+    )
+    assert {k: (s, r) for k, s, r in rows if k in keys} == dict.fromkeys(keys, (None, 0))
+    server.start()
+    try:
+        again = [server.post(f"stop {key}", key) for key in keys]
+    finally:
+        server.proc.stop(timeout=60)
+    for first, repeat in zip(answers, again, strict=True):
+        assert repeat.headers.get("idempotent-replayed") == "true", repeat.text
+        assert (repeat.status_code, repeat.content) == (first.status_code, first.content)

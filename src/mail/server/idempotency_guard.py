@@ -274,6 +274,9 @@ class Ticket:
         self.taken = False
         # The work is the task store's writes, made right after the take (`take_with_work`).
         self.with_work = False
+        # The answer is the one its task keeps (set by the route): no outcome is stored; a
+        # repeat rebuilds the same answer from the task (the resolver), as after a crash.
+        self.answered_by_task = False
 
     def found(self, record: KeyRecord) -> None:
         """The store holds the key already (`KeyHeld`): what its first request started."""
@@ -340,13 +343,18 @@ class Ticket:
         so it is among those forgotten early at the caller's bound). With `lazy`
         (a route whose resolver rebuilds the outcome from the work's own records, which are
         stored before the answer leaves), the outcome is written with others a moment later,
-        and the key stays "under way here" until then.
+        and the key stays "under way here" until then; with `answered_by_task` too, it is not
+        written at all: a repeat rebuilds the same answer from the task, and the store counts
+        the key as finished once its task is (`evict_finished`).
         """
         if not self.taken:
             self.leave()
             return response
         if not hasattr(response, "body"):
             return _Leaving(response, self, record=lazy)
+        if lazy and self.answered_by_task:
+            self.leave()  # its key and its task are committed: they are the outcome
+            return response
         if lazy:
             self.guard.record_later(
                 self,
@@ -421,9 +429,11 @@ class _Leaving(Response):
 
     With `record`, a stream that started (its headers went out: the route sends none before
     its work is stored) records `STREAMED_OUTCOME` as the key's outcome when it ends, however
-    it ends: a repeat is answered from the work (the resolver), never from the key. One that
-    never started leaves the key unfinished, as a request that died would (a repeat may run
-    it: its work may not have begun)."""
+    it ends: a repeat is answered from the work (the resolver), never from the key; none
+    when the route found the work's own records to be the outcome (`answered_by_task`: the
+    whole stream went out and its task ended). One that never started leaves the key
+    unfinished, as a request that died would (a repeat may run it: its work may not have
+    begun)."""
 
     def __init__(self, inner: Response, ticket: Ticket, *, record: bool = False) -> None:
         self._inner = inner
@@ -446,7 +456,7 @@ class _Leaving(Response):
             await self._inner(scope, receive, watched if self._record else send)
         finally:
             ticket = self._ticket
-            if started and ticket.taken:
+            if started and ticket.taken and not ticket.answered_by_task:
                 ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")
             else:
                 ticket.leave()

@@ -15,10 +15,14 @@ here, from the task itself:
   its first stream was); a message with its own
   ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again
   (its id is in the key's ``context``: each message of a task may have its own);
-- not streamed, task still running (the first request is waiting for it, or a restarted
-  server continues it): 409 with ``Retry-After`` and the task id;
-- not streamed, task answered since the first request (its server died before it stored the
-  outcome): the answer is built from the task, stored as the key's outcome, and returned;
+- not streamed, task still running without having answered this request (the first
+  request is waiting for it, or a restarted server continues it): 409 with ``Retry-After``
+  and the task id;
+- not streamed, task answered since the first request: the answer is built from the task
+  (the same status and body bytes as the first answer), stored as the key's outcome, and
+  returned. The usual case on SQLite, where a plain answer of a completed task stores no
+  outcome of its own (``Ticket.answered_by_task``: the key and the task are the outcome);
+  elsewhere, a server that died before it stored the outcome;
 - the task never got the message (the first request died between taking the key and
   submitting): None, and the request runs again, under the same task id;
 - the task was interrupted by a restart and stopped without an answer: 409 without
@@ -84,17 +88,24 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         response = await _attach(request, caller, task_id, start, _own_end(events, after))
         name_webhook(response, hook)  # the same headers as the first stream's
         return response
-    if ticket.in_flight or (task is not None and task.is_running):
+    running = task is not None and task.is_running
+    answers = _answers(events[after:])
+    if ticket.in_flight or (running and not answers):
         return in_progress(
             f"the task this Idempotency-Key started ({task_id}) is still running; retry "
             "to get its answer",
             task_id=task_id,
         )
-    answer = task.response if task is not None else archived.get("response")
-    message = answer.get("message") if isinstance(answer, dict) else None
-    later, body = _own_answer(events[after:])
-    if not later and isinstance(message, dict) and answer.get("id") != context.get("answer"):  # type: ignore[union-attr]
-        body = str(message.get("body", ""))
+    body: str | None = None
+    if running or len(answers) > 1:
+        # The task went on since (later messages): the first answer after this request's
+        # first event is its own.
+        body = _answer_text(answers[0])
+    else:
+        answer = task.response if task is not None else archived.get("response")
+        message = answer.get("message") if isinstance(answer, dict) else None
+        if isinstance(message, dict) and answer.get("id") != context.get("answer"):  # type: ignore[union-attr]
+            body = str(message.get("body", ""))
     if body is None:
         return JSONBody(
             {
@@ -153,26 +164,27 @@ async def _own_webhook(
 _ANSWER_PREFIX = "response: '"
 
 
-def _own_answer(events: list[Any]) -> tuple[bool, str | None]:
-    """(whether the task has answered later messages since, this request's answer then).
-
-    More than one stored ``task_complete`` after the request's first event: the first is
-    this request's, its body as the runtime records it (``response: '<body>'``; None when it
-    cannot be read). Otherwise (False, None): the task's latest answer is this request's."""
-    answers = []
+def _answers(events: list[Any]) -> list[dict[str, Any]]:
+    """The first two stored ``task_complete`` events after the request's first event: the
+    first is this request's answer (the task cannot answer before it got the message)."""
+    answers: list[dict[str, Any]] = []
     for event in events:
         record = event_record(event)
         if record["event"] == "task_complete" and record["id"] is not None:
             answers.append(record)
             if len(answers) > 1:
                 break
-    if len(answers) < 2:
-        return False, None
-    data = answers[0]["data"]
+    return answers
+
+
+def _answer_text(record: dict[str, Any]) -> str | None:
+    """An answer's body as the runtime records it (``response: '<body>'``); None when it
+    cannot be read."""
+    data = record["data"]
     text = data.get("description") if isinstance(data, dict) else None
     if isinstance(text, str) and text.startswith(_ANSWER_PREFIX) and text.endswith("'"):
-        return True, text[len(_ANSWER_PREFIX) : -1]
-    return True, None
+        return text[len(_ANSWER_PREFIX) : -1]
+    return None
 
 
 def _own_end(events: list[Any], after: int) -> tuple[int, str] | None:

@@ -56,8 +56,12 @@ def _task_or_none(inst: Instance, task_id: str) -> Any | None:
 _CLAIM_SECONDS = 30.0
 
 
-def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
+def _prepare(
+    state: ServerState, inst: Instance, req: MessageRequest, *, fresh: bool = False
+) -> None:
     """Checks that need the caller's instance; fills in a task id when none was given.
+    `fresh`: the task id is one the server just made up for a new task (a keyed request's:
+    no task has it), checked as a new task, without looking it up.
 
     Synchronous on purpose: the checks and the claim on the task id happen without a
     suspension in between, so of two concurrent requests for one task exactly one wins.
@@ -67,11 +71,12 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     limit = inst.swarm.runtime.max_message_body
     if limit and len(req.body) > limit:
         raise HTTPException(413, f"parameter 'body': {message_too_large(len(req.body), limit)}")
-    if req.task_id is None:
+    if req.task_id is None or fresh:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
         _check_paused_quota(state, inst)
-        req.task_id = str(uuid.uuid4())
+        if req.task_id is None:
+            req.task_id = str(uuid.uuid4())
         # A new task too: a malformed budget (kwargs.max_cost "lots") is a 400 here, not a
         # 200 whose answer is the error.
         _check_submission(inst, req.task_id, req)
@@ -106,20 +111,25 @@ def _prepare(state: ServerState, inst: Instance, req: MessageRequest) -> None:
 
 
 async def prepare(
-    state: ServerState, inst: Instance, req: MessageRequest, *, brought_back: bool = False
+    state: ServerState,
+    inst: Instance,
+    req: MessageRequest,
+    *,
+    brought_back: bool = False,
+    fresh: bool = False,
 ) -> None:
     """`_prepare`, after what needs the store: a finished task the message names is put back
     into the instance, and the caller's stored bytes and tasks are checked (429 past
     [server.store] max_stored_bytes_per_caller / max_stored_tasks_per_caller).
 
     `brought_back`: the caller already did that (or the task id is one it just made up, which
-    the store cannot know): no store read here."""
+    the store cannot know): no store read here. `fresh`: it made the id up (`_prepare`)."""
     finished = state.finished
     if finished is not None:
         if not brought_back:
             await finished.bring_back(inst, req.task_id)
         await finished.books(inst.kind, inst.id)
-        task = None if req.task_id is None else _task_or_none(inst, req.task_id)
+        task = None if req.task_id is None or fresh else _task_or_none(inst, req.task_id)
         if task is None or not _is_paused(inst, req.task_id or ""):
             # A message to a paused task closes the pause: never refused, as for the
             # paused-task quota. Checked with no suspension before `_prepare`'s claim.
@@ -129,7 +139,7 @@ async def prepare(
                 incoming=len(req.body) + _upload_bytes(req),
                 open_ids=inst.swarm.runtime.open_tasks.ids,
             )
-    _prepare(state, inst, req)
+    _prepare(state, inst, req, fresh=fresh)
 
 
 def _upload_bytes(req: MessageRequest) -> int:
@@ -290,15 +300,15 @@ async def _prepare_keyed(
         # attempt that died reuses that attempt's task id (one task, not two), which the
         # store may hold (`prepare` brings it back); a new id it cannot (no store read).
         if ticket.takeover and ticket.subject:
-            req.task_id, brought_back = ticket.subject, False
+            req.task_id, brought_back, fresh = ticket.subject, False, False
         else:
-            req.task_id, brought_back = str(uuid.uuid4()), True
+            req.task_id, brought_back, fresh = str(uuid.uuid4()), True, True
     elif state.finished is not None:  # a finished task named: back from the store first
         await state.finished.bring_back(inst, req.task_id)
-        brought_back = True
+        brought_back, fresh = True, False
     else:
-        brought_back = False
-    task = _task_or_none(inst, req.task_id or "")
+        brought_back, fresh = False, False
+    task = None if fresh else _task_or_none(inst, req.task_id or "")
     answer = getattr(task, "response", None) if task is not None else None
     context = {
         "after": len(task.events) if task is not None else 0,
@@ -319,7 +329,7 @@ async def _prepare_keyed(
     )
     await ticket.take(req.task_id, context)
     try:
-        await prepare(state, inst, req, brought_back=brought_back)
+        await prepare(state, inst, req, brought_back=brought_back, fresh=fresh)
     except BaseException:
         await ticket.release()
         raise
@@ -354,7 +364,37 @@ async def run_message(
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
     answered(state, inst, req.task_id)
+    if ticket is not None and ticket.with_work and not req.show_events:
+        _answered_by_task(inst, req, response, ticket)
     return response, events
+
+
+def _answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket: Ticket) -> None:
+    """A plain answer of a task that completed is the task's own (its answer and its
+    ``task_complete`` event, committed before it): its key needs no outcome row, a repeat
+    rebuilds the same bytes from the task (`mail.server.message_replay`). Any other ending (a
+    timeout, a pause, an error) and an answer with the events keep their stored outcome."""
+    message = response.get("message") if isinstance(response, dict) else None
+    if not isinstance(message, dict) or message.get("subject") != "::task_complete::":
+        return
+    if not isinstance(message.get("body", ""), str) or message.get("task_id") not in (
+        None,
+        "",
+        req.task_id,
+    ):
+        return
+    ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
+
+
+def _task_is_outcome(inst: Instance, req: MessageRequest, ticket: Ticket) -> bool:
+    """Whether the key's row went with its task's writes (`carried`: what the task stores
+    later commits after it) and the task is no longer running (the key counts as finished
+    at the caller's bound, `evict_finished`)."""
+    carried = getattr(ticket.guard.store, "carried", None)
+    if not (callable(carried) and carried(ticket.scope, ticket.key)):
+        return False
+    task = _task_or_none(inst, req.task_id or "")
+    return task is not None and not task.is_running
 
 
 _NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::", "::action_review::"})
@@ -428,6 +468,10 @@ async def stream_message(
             finally:
                 _release(inst, req.task_id)
             answered(state, inst, req.task_id)  # the whole stream went out
+            if ticket is not None and ticket.with_work:
+                # A repeat attaches to the task's events, which hold all of it: no outcome
+                # row (`STREAMED_OUTCOME`) once the task ended.
+                ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
 
         response = event_stream_response(
             leased(),

@@ -59,6 +59,21 @@ KEY_ROW_SQL = f"""
 # Every key of a caller, expired ones too (until swept): a key the filter has is looked up on
 # the file, so one too many costs a read, and no clock is compared here.
 _LOAD = f"SELECT idem_key FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
+# A caller's oldest finished keys: with an outcome, or (``POST /message``, whose key names
+# its task) without one whose task is not running. The tasks table's unique index leads
+# with task_id: one probe per key without an outcome.
+_FINISHED = f"""
+    SELECT idem_key FROM {TABLE} AS k
+    WHERE k.swarm_name = ?1 AND k.caller_role = ?2 AND k.caller_id = ?3
+      AND (k.status IS NOT NULL OR (k.subject IS NOT NULL AND NOT EXISTS (
+          SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = ?1
+             AND t.caller_role = ?2 AND t.caller_id = ?3 AND t.is_running != 0)))
+    ORDER BY k.created_at LIMIT ?4
+"""
+_FORGET = (
+    f"DELETE FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
+    " AND idem_key = ?"
+)
 # The fewest keys a caller's filter is sized for (1,024: 1.3 kB).
 MIN_FILTER_KEYS = 1024
 # Seconds a read waits for the task store's buffer to be committed before it.
@@ -147,9 +162,10 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         self.tasks = task_store  # a SqliteTaskStore on the same file
         self._known: dict[Scope, KeyFilter] = {}  # per caller: the keys on the file (and more)
         self._loading: dict[Scope, asyncio.Future[KeyFilter]] = {}
-        # Keys taken through the buffer whose request has not finished: their row, to write
-        # again whole with the outcome (or as released).
-        self._taken: dict[tuple[Scope, str], tuple[Any, ...]] = {}
+        # Keys taken whose request has not finished: their row when it went through the
+        # buffer, to write again whole with the outcome (or as released); None when it was
+        # committed on its own. Never evicted (`evict_finished`).
+        self._taken: dict[tuple[Scope, str], tuple[Any, ...] | None] = {}
         # Keys whose row went into the buffer and is not known to be committed yet: nothing
         # may name their task before it is (`settle`).
         # The value: the buffer's count of accepted writes once the row was in (None: unknown).
@@ -284,10 +300,17 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         held = await super().take(scope, key, record, replace=replace)
         if held is None:
             self._noted(scope, await self._keys_of(scope), key)
+            self._taken[(_scope(scope), key)] = None
         return held
 
     def let_go(self, scope: InstanceKey, key: str) -> None:
         self._taken.pop((_scope(scope), key), None)
+
+    def carried(self, scope: InstanceKey, key: str) -> bool:
+        """Whether the key's row went into the task store's buffer ahead of its task's
+        writes (its request under way): whatever that task stores later is committed after
+        the key, as an outcome row queued then would be."""
+        return self._taken.get((_scope(scope), key)) is not None
 
     # -- outcomes and releases -------------------------------------------------------------
     async def finish(
@@ -337,5 +360,22 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         return removed
 
     async def evict_finished(self, scope: InstanceKey, count: int) -> int:
+        """The caller's `count` oldest finished keys forgotten: those with an outcome, and
+        those of ``POST /message`` without one (answered from their task, or left by a
+        crash) whose task is not running (or was never stored); never a key whose request
+        is under way here."""
         await self._settle()
-        return await super().evict_finished(scope, count)
+        owner = _scope(scope)
+        limit = max(count, 0)
+
+        def evict(conn: sqlite3.Connection) -> int:
+            # Read here, on the database thread (a copy is atomic): a key taken meanwhile is
+            # in it before its row can reach the file (both happen in one step of the loop).
+            busy = {key for (who, key) in self._taken.copy() if who == owner}
+            rows = conn.execute(_FINISHED, (*owner, limit + len(busy))).fetchall()
+            keys = [row[0] for row in rows if row[0] not in busy][:limit]
+            conn.executemany(_FORGET, [(*owner, key) for key in keys])
+            return len(keys)
+
+        removed: int = await self._write(evict)
+        return removed
