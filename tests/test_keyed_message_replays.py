@@ -165,3 +165,32 @@ def test_client_retries_must_be_a_whole_number_from_0_to_100(retries: Any) -> No
         MAILClient("http://127.0.0.1:9", retries=retries)
     for fine in (0, 100):
         assert MAILClient("http://127.0.0.1:9", retries=fine).retries == fine
+
+
+def test_a_plain_repeat_of_a_removed_task_does_not_run_the_message_again(
+    tmp_path: Path,
+) -> None:
+    """On SQLite a plain keyed answer of a completed task stores no outcome of its own (the
+    key and the task are it); retention removing the task must leave the key answered."""
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}, extra=RETENTION) as server:
+        key = str(uuid.uuid4())
+        headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{key}"'}
+        url = f"{server.base_url}/message"
+        first = httpx.post(url, json={"body": "kept a while"}, headers=headers, timeout=60)
+        assert first.status_code == 200, first.text
+        task_id = first.json()["task_id"]
+        plain = auth(server.keys["alice"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # retention removes it about 1 s after it ended
+            got = httpx.get(f"{server.base_url}/task", params={"task_id": task_id}, headers=plain)
+            if got.status_code == 404:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"task {task_id} was not removed by retention")
+
+        again = httpx.post(url, json={"body": "kept a while"}, headers=headers, timeout=60)
+        assert again.status_code == 404, again.text
+        assert task_id in again.json()["detail"]
+        listed = httpx.get(f"{server.base_url}/tasks", headers=plain, timeout=30).json()
+        assert listed == {}  # the message did not run a second time

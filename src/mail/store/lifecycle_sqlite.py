@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mail.store.base import InstanceKey, InstanceSnapshot, normalize_start_time, to_json
+from mail.store.idempotency import STREAMED_OUTCOME
+from mail.store.idempotency_schema import TABLE as KEYS_TABLE
 from mail.store.lifecycle import (
     PRUNE_BATCH,
     TASK_CONTENT,
@@ -69,6 +71,15 @@ _EXPIRED_SQL = f"""
 # team and idempotency tables), and finished tasks are measured several times a second.
 _TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (SELECT value FROM json_each(?))"
 _TABLE_NAMES = json.dumps(TASK_TABLES)
+
+# A key of `POST /message` answered by its completed task stores no outcome of its own (the
+# key and the task are it: `Ticket.answered_by_task`); when that task is removed, the key
+# is marked answered (`STREAMED_OUTCOME`: resolved from the task, which is gone), so a
+# repeat is told the task was removed instead of running the message a second time.
+_KEYS_OF_REMOVED_SQL = f"""
+    UPDATE {KEYS_TABLE} SET status = 200, content_type = ?, body = X''
+    WHERE {_KEY} AND status IS NULL AND subject IN (SELECT value FROM json_each(?))"""
+_HAS_KEYS_SQL = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
@@ -162,6 +173,14 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> PruneReport:
             before = conn.total_changes
             conn.executemany(f"DELETE FROM {table} WHERE {_KEY} AND {_IDS}", args)
             report.rows += conn.total_changes - before
+        if conn.execute(_HAS_KEYS_SQL, (KEYS_TABLE,)).fetchone() is not None:
+            by_caller: dict[InstanceKey, list[str]] = {}
+            for key, task_id in tasks:
+                by_caller.setdefault(key, []).append(task_id)
+            conn.executemany(
+                _KEYS_OF_REMOVED_SQL,
+                [(STREAMED_OUTCOME, *_key(k), json.dumps(ids)) for k, ids in by_caller.items()],
+            )
         report.tasks = tasks
     return report
 
