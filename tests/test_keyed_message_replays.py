@@ -62,6 +62,18 @@ def _stream(
     return response, events
 
 
+def _wait_removed(server: ServerProcess, task_id: str) -> None:
+    """Until retention removed the task (about 1 s after it ended)."""
+    headers = auth(server.keys["alice"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = httpx.get(f"{server.base_url}/task", params={"task_id": task_id}, headers=headers)
+        if got.status_code == 404:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"task {task_id} was not removed by retention")
+
+
 def _named(response: httpx.Response) -> tuple[str | None, str | None]:
     return response.headers.get("mail-webhook-id"), response.headers.get("mail-webhook-secret")
 
@@ -99,14 +111,7 @@ def test_a_streamed_repeat_of_a_removed_task_is_answered_not_told_to_wait(
         assert first.status_code == 200
         task_id = events[-1].json()["task_id"]
         headers = auth(server.keys["alice"])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # retention removes it about 1 s after it ended
-            got = httpx.get(f"{server.base_url}/task", params={"task_id": task_id}, headers=headers)
-            if got.status_code == 404:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"task {task_id} was not removed by retention")
+        _wait_removed(server, task_id)
 
         again, events = _stream(server, {"body": "kept a while"}, key)
         assert again.status_code == 404, again.text  # not 409 + Retry-After: 1 for 24 h
@@ -180,14 +185,7 @@ def test_a_plain_repeat_of_a_removed_task_does_not_run_the_message_again(
         assert first.status_code == 200, first.text
         task_id = first.json()["task_id"]
         plain = auth(server.keys["alice"])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # retention removes it about 1 s after it ended
-            got = httpx.get(f"{server.base_url}/task", params={"task_id": task_id}, headers=plain)
-            if got.status_code == 404:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"task {task_id} was not removed by retention")
+        _wait_removed(server, task_id)
 
         again = httpx.post(url, json={"body": "kept a while"}, headers=headers, timeout=60)
         assert again.status_code == 404, again.text
