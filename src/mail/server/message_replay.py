@@ -97,9 +97,10 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
             task_id=task_id,
         )
     body: str | None = None
-    if running or len(answers) > 1:
-        # The task went on since (later messages): the first answer after this request's
-        # first event is its own.
+    if answers:
+        # The first answer after this request's first event is its own, whatever the task
+        # did since: the task's current answer may be a later message's (a streamed one
+        # stores no `task_complete` event, a timed-out one a `task_error`).
         body = _answer_text(answers[0])
     else:
         answer = task.response if task is not None else archived.get("response")

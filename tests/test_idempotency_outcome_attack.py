@@ -1,0 +1,86 @@
+"""Repeats of a keyed ``POST /message`` answered by its completed task (SQLite: no outcome row,
+the key and the task are the outcome) after the task was continued in ways that store no
+``task_complete`` event of their own, against a real `mail server` (stub agents, no model):
+
+- a later message into the task *streamed* (its closing ``task_complete`` is sent, not
+  stored): the repeat of the first message was answered with the later message's answer (the
+  task's current ``response``), not its own;
+- a later message into the task that *timed out* (a ``task_error`` event; the task's answer
+  became the timeout message): the repeat was answered with the timeout text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server_fixtures import ServerProcess, auth, keyed_stub_server, parse_sse_stream
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _post(server: ServerProcess, payload: dict[str, Any], key: str | None) -> httpx.Response:
+    headers = auth(server.keys["alice"])
+    if key is not None:
+        headers["Idempotency-Key"] = f'"{key}"'
+    return httpx.post(f"{server.base_url}/message", json=payload, headers=headers, timeout=60)
+
+
+def _stream(server: ServerProcess, payload: dict[str, Any]) -> list[Any]:
+    """An unkeyed streamed POST /message read to its closing event."""
+    events: list[Any] = []
+    body = {**payload, "stream": True}
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/message",
+        json=body,
+        headers=auth(server.keys["alice"]),
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for event in parse_sse_stream(response):
+            if event.event != "ping":
+                events.append(event)
+            if event.event in ("task_complete", "task_error") and event.id is None:
+                break
+    return events
+
+
+def _same(first: httpx.Response, again: httpx.Response) -> None:
+    assert again.status_code == first.status_code, again.text
+    assert again.headers.get("idempotent-replayed") == "true", again.headers
+    assert again.content == first.content, (first.text, again.text)
+
+
+def test_a_repeat_after_a_streamed_continuation_gets_its_own_answer(tmp_path: Path) -> None:
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        key = str(uuid.uuid4())
+        payload = {"body": 'first "quoted" ünïcode\nline'}
+        first = _post(server, payload, key)
+        assert first.status_code == 200, first.text
+        task_id = first.json()["task_id"]
+        events = _stream(server, {"body": "COUNT later", "task_id": task_id})
+        assert events[-1].event == "task_complete", events
+        assert events[-1].json()["response"] == "turn 2", events[-1].data
+        _same(first, _post(server, payload, key))
+        _same(first, _post(server, payload, key))  # (from its outcome row now)
+        # The message did not run again: the task saw two caller messages, not three.
+        count = _post(server, {"body": "COUNT", "task_id": task_id}, None)
+        assert count.json()["response"] == "turn 3", count.text
+
+
+def test_a_repeat_after_a_timed_out_continuation_gets_its_own_answer(tmp_path: Path) -> None:
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        key = str(uuid.uuid4())
+        payload = {"body": "first 'answer'"}
+        first = _post(server, payload, key)
+        assert first.status_code == 200, first.text
+        task_id = first.json()["task_id"]
+        late = _post(server, {"body": "SLEEP 3 late", "task_id": task_id, "timeout": 0.5}, None)
+        assert late.status_code == 200, late.text
+        assert late.json()["response"] != first.json()["response"]
+        _same(first, _post(server, payload, key))
