@@ -11,6 +11,9 @@ the key and the task are the outcome) after the task was continued in ways that 
 
 from __future__ import annotations
 
+import json
+import random
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -84,3 +87,86 @@ def test_a_repeat_after_a_timed_out_continuation_gets_its_own_answer(tmp_path: P
         assert late.status_code == 200, late.text
         assert late.json()["response"] != first.json()["response"]
         _same(first, _post(server, payload, key))
+
+
+def _keyed_stream(server: ServerProcess, payload: dict[str, Any], key: str) -> tuple[str, bool]:
+    """A keyed streamed POST /message: (its closing event's data, whether replayed)."""
+    headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{key}"'}
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/message",
+        json={**payload, "stream": True},
+        headers=headers,
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for event in parse_sse_stream(response):
+            if event.event in ("task_complete", "task_error") and event.id is None:
+                return event.data, response.headers.get("idempotent-replayed") == "true"
+    raise AssertionError("the stream ended without its closing event")
+
+
+def _untimed(data: str) -> dict[str, Any]:
+    record = json.loads(data)
+    record.pop("timestamp", None)
+    return dict(record)
+
+
+def _kill_and_restart(server: ServerProcess) -> None:
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGKILL)
+    assert server.wait_exit(60) == -signal.SIGKILL
+    server.start()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_continuations_repeated_in_any_order_after_a_kill_9(tmp_path: Path, seed: int) -> None:
+    """Several keyed messages into one task (plain, streamed, a pause and its resume, one
+    with its events), the server killed right after the last answer and started again: each
+    repeat gets its own first answer, in any order, and nothing runs again."""
+    rng = random.Random(seed)
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        first_key, first_payload = str(uuid.uuid4()), {"body": "COUNT 'a' \"ü\"\n" + "x" * 5000}
+        first = _post(server, first_payload, first_key)
+        assert first.status_code == 200, first.text
+        task_id = first.json()["task_id"]
+        plain: list[tuple[dict[str, Any], str, httpx.Response]] = [
+            (first_payload, first_key, first)
+        ]
+        streamed_key = str(uuid.uuid4())
+        streamed_payload = {"body": "COUNT streamed", "task_id": task_id}
+        closing, replayed = _keyed_stream(server, streamed_payload, streamed_key)
+        assert not replayed
+        for payload in (
+            {"body": "COUNT c", "task_id": task_id, "show_events": True},
+            {"body": "BREAKPOINT stop?", "task_id": task_id},
+            {
+                "body": "",
+                "task_id": task_id,
+                "resume_from": "breakpoint_tool_call",
+                "kwargs": {"breakpoint_tool_call_result": {"content": "ok"}},
+            },
+            {"body": "COUNT e", "task_id": task_id},
+        ):
+            key = str(uuid.uuid4())
+            answer = _post(server, payload, key)
+            assert answer.status_code == 200, answer.text
+            plain.append((payload, key, answer))
+        _kill_and_restart(server)
+        checks: list[Any] = [*plain, "stream"]
+        rng.shuffle(checks)
+        for check in checks:
+            if check == "stream":
+                again, replayed = _keyed_stream(server, streamed_payload, streamed_key)
+                # (A stream's repeat is attached to the task: its closing event is new.)
+                assert replayed and _untimed(again) == _untimed(closing), (closing, again)
+            else:
+                payload, key, answer = check
+                _same(answer, _post(server, payload, key))
+        # Nothing ran again: this is the task's next caller message after the five COUNTs,
+        # the pause and its resume.
+        before = _post(server, {"body": "COUNT", "task_id": task_id}, None)
+        again_count = _post(server, {"body": "COUNT", "task_id": task_id}, None)
+        n = int(before.json()["response"].split()[1])
+        assert again_count.json()["response"] == f"turn {n + 1}"
+        assert plain[-1][2].json()["response"] == f"turn {n - 1}", (before.text, plain[-1])
