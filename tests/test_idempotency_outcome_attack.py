@@ -11,9 +11,12 @@ the key and the task are the outcome) after the task was continued in ways that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -170,3 +173,72 @@ def test_continuations_repeated_in_any_order_after_a_kill_9(tmp_path: Path, seed
         n = int(before.json()["response"].split()[1])
         assert again_count.json()["response"] == f"turn {n + 1}"
         assert plain[-1][2].json()["response"] == f"turn {n - 1}", (before.text, plain[-1])
+
+
+BOUND = 4
+
+
+def _eventually(server: ServerProcess, payload: dict[str, Any], key: str) -> httpx.Response:
+    """A keyed repeat asked again while it is told 409 with Retry-After (still running)."""
+    deadline = time.monotonic() + 90
+    while True:
+        answer = _post(server, payload, key)
+        if answer.status_code != 409 or "retry-after" not in answer.headers:
+            return answer
+        assert time.monotonic() < deadline, answer.text
+        time.sleep(0.2)
+
+
+def _post_lost(server: ServerProcess, payload: dict[str, Any], key: str) -> None:
+    """A first request whose server is killed under it."""
+    with contextlib.suppress(httpx.HTTPError):
+        _post(server, payload, key)
+
+
+def test_keys_of_tasks_continued_after_a_kill_9_survive_a_burst_at_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Two keyed tasks running when the server is killed; the restarted server continues
+    them (no request holds their keys now). A burst of new keys at the bound, from alice and
+    from bob, must not forget them: their repeats get the answers once the tasks end, and the
+    tasks ran to one answer each."""
+    extra = f"max_idempotency_keys_per_caller = {BOUND}\n"
+    with keyed_stub_server(
+        tmp_path, {"alice": ("user", "alice"), "bob": ("user", "bob")}, extra=extra
+    ) as server:
+        slow = [(str(uuid.uuid4()), {"body": f"SLEEP 4 slow {n}"}) for n in range(2)]
+        threads = [
+            threading.Thread(target=_post_lost, args=(server, payload, key), daemon=True)
+            for key, payload in slow
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while True:  # both tasks run
+            listed = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"]))
+            if sum(bool(t.get("is_running")) for t in listed.json().values()) == 2:
+                break
+            assert time.monotonic() < deadline, listed.text
+            time.sleep(0.05)
+        told = [_post(server, payload, key) for key, payload in slow]  # (stored: told of)
+        assert all(t.status_code == 409 for t in told), [t.text for t in told]
+        task_ids = [t.json()["task_id"] for t in told]
+        _kill_and_restart(server)
+        for thread in threads:
+            thread.join(10)
+        for n in range(3 * BOUND):  # a burst of new keys, one after the other, and bob's
+            answer = _post(server, {"body": f"quick {n}"}, str(uuid.uuid4()))
+            assert answer.status_code == 200, answer.text
+            bob = httpx.post(
+                f"{server.base_url}/message",
+                json={"body": f"bob {n}"},
+                headers={**auth(server.keys["bob"]), "Idempotency-Key": f'"{uuid.uuid4()}"'},
+                timeout=60,
+            )
+            assert bob.status_code == 200, bob.text
+        for (key, payload), task_id in zip(slow, task_ids, strict=True):
+            again = _eventually(server, payload, key)
+            assert again.status_code == 200, again.text
+            assert again.json()["task_id"] == task_id, again.text
+            assert again.json()["response"] == f"echo[alice]: slow {task_ids.index(task_id)}"
+            _same(again, _post(server, payload, key))
