@@ -242,3 +242,94 @@ def test_keys_of_tasks_continued_after_a_kill_9_survive_a_burst_at_the_bound(
             assert again.json()["task_id"] == task_id, again.text
             assert again.json()["response"] == f"echo[alice]: slow {task_ids.index(task_id)}"
             _same(again, _post(server, payload, key))
+
+
+def test_every_kind_of_first_answer_is_repeated_after_a_clean_stop(tmp_path: Path) -> None:
+    """An error, a timeout, an answer with its events, and answers with quotes, backslashes,
+    line separators, emoji and a trailing quote: each repeat (before and after a clean stop)
+    gets the first answer's bytes, and nothing runs again."""
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        payloads = [
+            {"body": "FAIL now"},
+            {"body": "SLEEP 3 late", "timeout": 0.5},
+            {"body": "with events", "show_events": True},
+            {"body": "quote' \\ \u2028 \U0001f600 \"end'"},
+            {"body": "'"},
+            {"body": "y" * 200_000},
+        ]
+        firsts = []
+        for payload in payloads:
+            key = str(uuid.uuid4())
+            first = _post(server, payload, key)
+            assert first.status_code == 200, first.text
+            firsts.append((payload, key, first))
+            _same(first, _post(server, payload, key))
+        assert server.stop(timeout=60) == 0, server.logs()
+        server.start()
+        for payload, key, first in reversed(firsts):
+            _same(first, _post(server, payload, key))
+        for _payload, _key, first in firsts:  # one caller message per task: none ran again
+            count = _post(server, {"body": "COUNT", "task_id": first.json()["task_id"]}, None)
+            assert count.json()["response"] == "turn 2", (first.text[:200], count.text)
+
+
+def _keep_sending(
+    server: ServerProcess, sent: list[tuple[dict[str, Any], str, httpx.Response | None]]
+) -> None:
+    """Keyed messages one after the other until the server dies under one."""
+    n = 0
+    while True:
+        payload, key = {"body": f"burst {n} 'q'"}, str(uuid.uuid4())
+        sent.append((payload, key, None))
+        try:
+            answer = _post(server, payload, key)
+        except httpx.HTTPError:
+            return
+        sent[-1] = (payload, key, answer)
+        n += 1
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_kill_9_at_a_random_moment_of_a_burst(tmp_path: Path, seed: int) -> None:
+    """Keyed messages one after the other, the server killed at a random moment (right after
+    an answer, or under a request) and started again: every key's repeat gets the first
+    answer (or, for the one under way, its answer once), and each message ran in one task."""
+    rng = random.Random(seed)
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        sent: list[tuple[dict[str, Any], str, httpx.Response | None]] = []
+        sender = threading.Thread(target=_keep_sending, args=(server, sent), daemon=True)
+        sender.start()
+        deadline = time.monotonic() + 60
+        while len(sent) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.3))  # (the random moment)
+        _kill_and_restart(server)
+        sender.join(30)
+        for payload, key, first in rng.sample(sent, len(sent)):
+            again = _eventually(server, payload, key)
+            assert again.status_code == 200, again.text
+            if first is not None:
+                _same(first, again)
+            assert again.json()["response"] == f"echo[alice]: {payload['body']}"
+            count = _post(server, {"body": "COUNT", "task_id": again.json()["task_id"]}, None)
+            assert count.json()["response"] == "turn 2", (payload, count.text)
+
+
+def test_an_answer_with_its_events_repeated_after_a_kill_9_right_after_it(
+    tmp_path: Path,
+) -> None:
+    """``show_events: true``: its outcome row is written a moment after the answer; a server
+    killed in between left the repeat to rebuild it from the task, which gave the events in
+    another shape (``data`` before ``id``) and, once a later message continued the task, that
+    message's events too."""
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
+        for n in range(3):
+            key, payload = str(uuid.uuid4()), {"body": f"events {n}", "show_events": True}
+            first = _post(server, payload, key)
+            assert first.status_code == 200, first.text
+            _kill_and_restart(server)  # (at once: before its outcome row is written)
+            if n:  # a later message continues the task first
+                later = {"body": "later", "task_id": first.json()["task_id"]}
+                assert _post(server, later, None).status_code == 200
+            _same(first, _post(server, payload, key))
