@@ -333,3 +333,30 @@ def test_an_answer_with_its_events_repeated_after_a_kill_9_right_after_it(
                 later = {"body": "later", "task_id": first.json()["task_id"]}
                 assert _post(server, later, None).status_code == 200
             _same(first, _post(server, payload, key))
+
+
+def test_a_dropped_streams_key_is_kept_at_the_bound_while_its_task_runs(tmp_path: Path) -> None:
+    """A keyed stream whose client went away after the first event (its key recorded as
+    answered, ``STREAMED_OUTCOME``) while its task runs on; then a burst of new keys at the
+    bound. The key was forgotten, and its repeat started a second task next to the first
+    (both running); it must attach to the first task."""
+    extra = f"max_idempotency_keys_per_caller = {BOUND}\n"
+    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}, extra=extra) as server:
+        key, payload = str(uuid.uuid4()), {"body": "SLEEP 4 slow", "stream": True}
+        headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{key}"'}
+        url = f"{server.base_url}/message"
+        with httpx.stream("POST", url, json=payload, headers=headers, timeout=60) as response:
+            assert response.status_code == 200
+            task_id = next(iter(parse_sse_stream(response))).json()["task_id"]
+        for n in range(2 * BOUND):
+            answer = _post(server, {"body": f"quick {n}"}, str(uuid.uuid4()))
+            assert answer.status_code == 200, answer.text
+        with httpx.stream("POST", url, json=payload, headers=headers, timeout=60) as response:
+            assert response.status_code == 200
+            assert response.headers.get("idempotent-replayed") == "true"
+            events = [e for e in parse_sse_stream(response) if e.event != "ping"]
+        assert events[-1].event == "task_complete", events
+        assert events[-1].json()["task_id"] == task_id
+        assert events[-1].json()["response"] == "echo[alice]: slow"
+        listed = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"]))
+        assert len(listed.json()) == 2 * BOUND + 1  # the slow task and the quick ones: no other
