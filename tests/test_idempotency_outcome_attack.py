@@ -156,6 +156,22 @@ def test_continuations_repeated_in_any_order_after_a_kill_9(tmp_path: Path, seed
             assert answer.status_code == 200, answer.text
             plain.append((payload, key, answer))
         _kill_and_restart(server)
+        # The repeats come while a later message runs the task again.
+        later: list[httpx.Response] = []
+        runner = threading.Thread(
+            target=lambda: later.append(
+                _post(server, {"body": "SLEEP 3 COUNT", "task_id": task_id}, None)
+            ),
+            daemon=True,
+        )
+        runner.start()
+        deadline = time.monotonic() + 60
+        while True:
+            listed = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"]))
+            if (listed.json().get(task_id) or {}).get("is_running"):
+                break
+            assert time.monotonic() < deadline, listed.text
+            time.sleep(0.05)
         checks: list[Any] = [*plain, "stream"]
         rng.shuffle(checks)
         for check in checks:
@@ -166,13 +182,13 @@ def test_continuations_repeated_in_any_order_after_a_kill_9(tmp_path: Path, seed
             else:
                 payload, key, answer = check
                 _same(answer, _post(server, payload, key))
-        # Nothing ran again: this is the task's next caller message after the five COUNTs,
-        # the pause and its resume.
-        before = _post(server, {"body": "COUNT", "task_id": task_id}, None)
-        again_count = _post(server, {"body": "COUNT", "task_id": task_id}, None)
-        n = int(before.json()["response"].split()[1])
-        assert again_count.json()["response"] == f"turn {n + 1}"
-        assert plain[-1][2].json()["response"] == f"turn {n - 1}", (before.text, plain[-1])
+        runner.join(60)
+        # Nothing ran again: the later message is the task's next caller message after the
+        # last keyed one, and the next one after it.
+        last = int(plain[-1][2].json()["response"].split()[1])
+        assert later[0].json()["response"] == f"turn {last + 1}", later[0].text
+        after = _post(server, {"body": "COUNT", "task_id": task_id}, None)
+        assert after.json()["response"] == f"turn {last + 2}", after.text
 
 
 BOUND = 4
@@ -360,3 +376,22 @@ def test_a_dropped_streams_key_is_kept_at_the_bound_while_its_task_runs(tmp_path
         assert events[-1].json()["response"] == "echo[alice]: slow"
         listed = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"]))
         assert len(listed.json()) == 2 * BOUND + 1  # the slow task and the quick ones: no other
+
+
+def test_a_key_alice_used_is_bobs_own_key(tmp_path: Path) -> None:
+    """The same key and body from another caller: a request of their own (their task, their
+    answer, not a replay), before and after alice's key is answered from her task."""
+    with keyed_stub_server(
+        tmp_path, {"alice": ("user", "alice"), "bob": ("user", "bob")}
+    ) as server:
+        key, payload = str(uuid.uuid4()), {"body": "shared"}
+        alice = _post(server, payload, key)
+        headers = {**auth(server.keys["bob"]), "Idempotency-Key": f'"{key}"'}
+        url = f"{server.base_url}/message"
+        bob = httpx.post(url, json=payload, headers=headers, timeout=60)
+        assert bob.status_code == 200, bob.text
+        assert "idempotent-replayed" not in bob.headers
+        assert bob.json()["response"] == "echo[bob]: shared"
+        assert bob.json()["task_id"] != alice.json()["task_id"]
+        _same(alice, _post(server, payload, key))
+        _same(bob, httpx.post(url, json=payload, headers=headers, timeout=60))
