@@ -97,9 +97,10 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
             task_id=task_id,
         )
     body: str | None = None
-    if running or len(answers) > 1:
-        # The task went on since (later messages): the first answer after this request's
-        # first event is its own.
+    if answers:
+        # The first answer after this request's first event is its own, whatever the task
+        # did since: the task's current answer may be a later message's (a streamed one
+        # stores no `task_complete` event, a timed-out one a `task_error`).
         body = _answer_text(answers[0])
     else:
         answer = task.response if task is not None else archived.get("response")
@@ -119,7 +120,7 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
     show = data.get("show_events") is True
     answer_body: dict[str, Any] = {
         "response": body,
-        "events": [event_record(e) for e in events[after:]] if show else None,
+        "events": _shown(events[after:]) if show else None,
         "task_id": task_id,
     }
     hook = await _own_webhook(state, caller, task_id, data, context)
@@ -162,6 +163,19 @@ async def _own_webhook(
 
 
 _ANSWER_PREFIX = "response: '"
+
+
+def _shown(events: list[Any]) -> list[dict[str, Any]]:
+    """The request's events as its first answer showed them (``show_events``): in the same
+    shape (`TaskEvent.to_record`), up to its own answer (later messages' events are not its)."""
+    shown: list[dict[str, Any]] = []
+    for event in events:
+        to_record = getattr(event, "to_record", None)
+        record = to_record(parsed=True) if callable(to_record) else event_record(event)
+        shown.append(record)
+        if record["event"] == "task_complete" and record["id"] is not None:
+            break
+    return shown
 
 
 def _answers(events: list[Any]) -> list[dict[str, Any]]:

@@ -59,15 +59,16 @@ KEY_ROW_SQL = f"""
 # Every key of a caller, expired ones too (until swept): a key the filter has is looked up on
 # the file, so one too many costs a read, and no clock is compared here.
 _LOAD = f"SELECT idem_key FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
-# A caller's oldest finished keys: with an outcome, or (``POST /message``, whose key names
-# its task) without one whose task is not running. The tasks table's unique index leads
-# with task_id: one probe per key without an outcome.
+# A caller's oldest finished keys: of other routes, with an outcome; of ``POST /message``
+# (whose key names its task), with an outcome or without, once its task is not running (a
+# dropped stream's key has one while its task runs). The tasks table's unique index leads
+# with task_id: one probe per key with a task.
 _FINISHED = f"""
     SELECT idem_key FROM {TABLE} AS k
     WHERE k.swarm_name = ?1 AND k.caller_role = ?2 AND k.caller_id = ?3
-      AND (k.status IS NOT NULL OR (k.subject IS NOT NULL AND NOT EXISTS (
+      AND (CASE WHEN k.subject IS NULL THEN k.status IS NOT NULL ELSE NOT EXISTS (
           SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = ?1
-             AND t.caller_role = ?2 AND t.caller_id = ?3 AND t.is_running != 0)))
+             AND t.caller_role = ?2 AND t.caller_id = ?3 AND t.is_running != 0) END)
     ORDER BY k.created_at LIMIT ?4
 """
 _FORGET = (
@@ -360,10 +361,12 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         return removed
 
     async def evict_finished(self, scope: InstanceKey, count: int) -> int:
-        """The caller's `count` oldest finished keys forgotten: those with an outcome, and
-        those of ``POST /message`` without one (answered from their task, or left by a
-        crash) whose task is not running (or was never stored); never a key whose request
-        is under way here."""
+        """The caller's `count` oldest finished keys forgotten: of other routes, those with
+        an outcome; of ``POST /message`` (a key with a task), those whose task is not
+        running (or was never stored), with an outcome or not (answered from their task, or
+        left by a crash): a stream its client dropped has one while its task runs on, and a
+        repeat must still attach to that task, not start another. Never a key whose
+        request is under way here."""
         await self._settle()
         owner = _scope(scope)
         limit = max(count, 0)
