@@ -219,6 +219,7 @@ def keyed_stub_server(
     args: tuple[str, ...] = (),
     public: bool = False,
     python_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
     """A real `mail server` on the stub swarms with a key per entry of ``keys`` (name ->
     (role, id)), found again in ``server.keys`` (the file is ``registries/keys.json`` of
@@ -232,7 +233,11 @@ def keyed_stub_server(
         port = free_port()
         config = write_config(directory, port=port, extra=extra)
         server = ServerProcess(
-            directory, port, args=["--config", str(config), *args], python_args=list(python_args)
+            directory,
+            port,
+            args=["--config", str(config), *args],
+            python_args=list(python_args),
+            env=env or {},
         )
         server.keys = made
         try:

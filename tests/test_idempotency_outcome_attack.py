@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 from server_fixtures import ServerProcess, auth, keyed_stub_server, parse_sse_stream
 
@@ -351,31 +352,46 @@ def test_an_answer_with_its_events_repeated_after_a_kill_9_right_after_it(
             _same(first, _post(server, payload, key))
 
 
-def test_a_dropped_streams_key_is_kept_at_the_bound_while_its_task_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_dropped_streams_key_is_kept_at_the_bound_while_its_task_runs(
+    tmp_path: Path, store: str
+) -> None:
     """A keyed stream whose client went away after the first event (its key recorded as
     answered, ``STREAMED_OUTCOME``) while its task runs on; then a burst of new keys at the
     bound. The key was forgotten, and its repeat started a second task next to the first
-    (both running); it must attach to the first task."""
+    (both running); it must attach to the first task. SQLite (the default file) and
+    PostgreSQL (a schema of this test's own)."""
     extra = f"max_idempotency_keys_per_caller = {BOUND}\n"
-    with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}, extra=extra) as server:
-        key, payload = str(uuid.uuid4()), {"body": "SLEEP 4 slow", "stream": True}
-        headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{key}"'}
-        url = f"{server.base_url}/message"
-        with httpx.stream("POST", url, json=payload, headers=headers, timeout=60) as response:
-            assert response.status_code == 200
-            task_id = next(iter(parse_sse_stream(response))).json()["task_id"]
-        for n in range(2 * BOUND):
-            answer = _post(server, {"body": f"quick {n}"}, str(uuid.uuid4()))
-            assert answer.status_code == 200, answer.text
-        with httpx.stream("POST", url, json=payload, headers=headers, timeout=60) as response:
-            assert response.status_code == 200
-            assert response.headers.get("idempotent-replayed") == "true"
-            events = [e for e in parse_sse_stream(response) if e.event != "ping"]
-        assert events[-1].event == "task_complete", events
-        assert events[-1].json()["task_id"] == task_id
-        assert events[-1].json()["response"] == "echo[alice]: slow"
-        listed = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"]))
-        assert len(listed.json()) == 2 * BOUND + 1  # the slow task and the quick ones: no other
+    with contextlib.ExitStack() as stack:
+        env = None
+        if store == "postgres":
+            schema = stack.enter_context(scratch_schema("mail_dropped_stream_key", BASE_URL))
+            env = {"DATABASE_URL": with_search_path(BASE_URL, schema)}
+        server = stack.enter_context(
+            keyed_stub_server(tmp_path, {"alice": ("user", "alice")}, extra=extra, env=env)
+        )
+        _dropped_stream_then_burst(server)
+
+
+def _dropped_stream_then_burst(server: ServerProcess) -> None:
+    key, payload = str(uuid.uuid4()), {"body": "SLEEP 4 slow", "stream": True}
+    headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{key}"'}
+    url = f"{server.base_url}/message"
+    with httpx.stream("POST", url, json=payload, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        task_id = next(iter(parse_sse_stream(response))).json()["task_id"]
+    for n in range(2 * BOUND):
+        answer = _post(server, {"body": f"quick {n}"}, str(uuid.uuid4()))
+        assert answer.status_code == 200, answer.text
+    with httpx.stream("POST", url, json=payload, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers.get("idempotent-replayed") == "true"
+        events = [e for e in parse_sse_stream(response) if e.event != "ping"]
+    assert events[-1].event == "task_complete", events
+    assert events[-1].json()["task_id"] == task_id
+    assert events[-1].json()["response"] == "echo[alice]: slow"
+    listed = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys["alice"]))
+    assert len(listed.json()) == 2 * BOUND + 1  # the slow task and the quick ones: no other
 
 
 def test_a_key_alice_used_is_bobs_own_key(tmp_path: Path) -> None:

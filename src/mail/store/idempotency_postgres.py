@@ -50,10 +50,25 @@ _RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = $4"
 _COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > $4"
 _PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= $1"
 _PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= $4"
-_EVICT = f"""
+# Answered keys, oldest first (`_EVICT` once the task store's `tasks` table is on the
+# database, as with every server: never the key of a task still running, since a stream
+# dropped while its task runs is answered, `STREAMED_OUTCOME`, and its repeat must attach to
+# that task, not start a second one).
+_EVICT_ANSWERED = f"""
     DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key IN (
         SELECT idem_key FROM {TABLE} WHERE {_SCOPE} AND status IS NOT NULL
         ORDER BY created_at LIMIT $4)
+"""
+_HAS_TASKS = "SELECT to_regclass('tasks') IS NOT NULL"
+_EVICT = f"""
+    DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key IN (
+        SELECT k.idem_key FROM {TABLE} AS k
+        WHERE k.swarm_name = $1 AND k.caller_role = $2 AND k.caller_id = $3
+          AND k.status IS NOT NULL
+          AND (k.subject IS NULL OR NOT EXISTS (
+              SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = $1
+                 AND t.caller_role = $2 AND t.caller_id = $3 AND t.is_running))
+        ORDER BY k.created_at LIMIT $4)
 """
 # The task store's schema lock (postgres_schema): concurrent DDL on one database waits.
 _SCHEMA_LOCK_ID = 0x4D41494C
@@ -102,6 +117,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
         self._max_size = max_size
         self._timeout = timeout
         self._pool: asyncpg.Pool | None = None
+        self._with_tasks = False  # the task store's tables are on this database (`_EVICT`)
 
     async def start(self) -> None:
         if self._pool is None:
@@ -177,4 +193,8 @@ class PostgresIdempotencyStore(IdempotencyStore):
         return _count(await self._require().execute(_PURGE_SCOPE, *_scope(scope), now))
 
     async def evict_finished(self, scope: InstanceKey, count: int) -> int:
-        return _count(await self._require().execute(_EVICT, *_scope(scope), max(count, 0)))
+        pool = self._require()
+        if not self._with_tasks:
+            self._with_tasks = bool(await pool.fetchval(_HAS_TASKS))
+        evict = _EVICT if self._with_tasks else _EVICT_ANSWERED
+        return _count(await pool.execute(evict, *_scope(scope), max(count, 0)))
