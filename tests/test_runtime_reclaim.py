@@ -118,6 +118,29 @@ async def test_a_dropped_swarm_is_freed_without_the_cyclic_collector(collector_o
     assert mail_objects_in_cycles() == []
 
 
+async def test_a_dropped_swarm_with_a_store_is_freed_without_the_cyclic_collector(
+    collector_off: None,
+) -> None:
+    """The store's observer and the task journal hold the runtime weakly too."""
+    from mail.store.tasks_memory import MemoryTaskStore
+
+    store = MemoryTaskStore()
+    swarm = template().instantiate({}, user_id="u")
+    await swarm.attach_store(store)
+    assert swarm.runtime.journal is not None  # histories persisted: the journal is on
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(swarm.post_message("go", timeout=30) for _ in range(5)))
+    assert [r["message"]["body"] for r, _ in results] == ["done"] * 5
+    runtime = weakref.ref(swarm.runtime)
+    await swarm.shutdown()
+    await loop_task
+    del swarm, loop_task, results
+
+    assert runtime() is None, "the runtime is kept alive by a reference cycle"
+    assert mail_objects_in_cycles() == []
+
+
 async def test_a_runtime_dropped_while_its_loop_runs_stays_until_the_loop_ends(
     collector_off: None,
 ) -> None:
