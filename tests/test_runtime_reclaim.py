@@ -56,7 +56,7 @@ def worker_factory(**_: Any) -> Any:
     return worker
 
 
-def template() -> MAILSwarmTemplate:
+def template(team_tools: list[str] | None = None) -> MAILSwarmTemplate:
     return MAILSwarmTemplate(
         name="reclaim",
         version="1.0.0",
@@ -67,8 +67,9 @@ def template() -> MAILSwarmTemplate:
                 ["worker"],
                 enable_entrypoint=True,
                 can_complete_tasks=True,
+                team_tools=team_tools,
             ),
-            MAILAgentTemplate("worker", worker_factory, ["supervisor"]),
+            MAILAgentTemplate("worker", worker_factory, ["supervisor"], team_tools=team_tools),
         ],
         actions=[],
         entrypoint="supervisor",
@@ -128,6 +129,25 @@ async def test_a_dropped_swarm_with_a_store_is_freed_without_the_cyclic_collecto
     swarm = template().instantiate({}, user_id="u")
     await swarm.attach_store(store)
     assert swarm.runtime.journal is not None  # histories persisted: the journal is on
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(swarm.post_message("go", timeout=30) for _ in range(5)))
+    assert [r["message"]["body"] for r, _ in results] == ["done"] * 5
+    runtime = weakref.ref(swarm.runtime)
+    await swarm.shutdown()
+    await loop_task
+    del swarm, loop_task, results
+
+    assert runtime() is None, "the runtime is kept alive by a reference cycle"
+    assert mail_objects_in_cycles() == []
+
+
+async def test_a_dropped_swarm_with_team_tools_is_freed_without_the_cyclic_collector(
+    collector_off: None,
+) -> None:
+    """The team service holds the runtime weakly too."""
+    swarm = template(["reply_wait", "threads", "inbox", "files"]).instantiate({}, user_id="u")
+    assert swarm.runtime.team is not None
     loop_task = asyncio.create_task(swarm.run_continuous())
     await asyncio.sleep(0)
     results = await asyncio.gather(*(swarm.post_message("go", timeout=30) for _ in range(5)))
