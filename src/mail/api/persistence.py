@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,7 +51,8 @@ class StoreObserver(RuntimeObserver):
         key: InstanceKey,
         persist_histories: bool = True,
     ) -> None:
-        self.runtime = runtime
+        # Weakly: the runtime holds its observer (see mail.core.runtime_ports.HostLink).
+        self._runtime = weakref.ref(runtime)
         self.store = store
         self.key = key
         self.persist_histories = persist_histories
@@ -131,6 +133,13 @@ class StoreObserver(RuntimeObserver):
             self._drain_task.cancel()
             await asyncio.gather(self._drain_task, return_exceptions=True)
             self._drain_task = None
+
+    @property
+    def runtime(self) -> MAILRuntime:
+        runtime = self._runtime()
+        if runtime is None:
+            raise RuntimeError("the runtime this observer stores for is gone")
+        return runtime
 
     # ------------------------------------------------------------------ hooks
     def task_changed(self, task: MAILTask) -> None:

@@ -39,7 +39,7 @@ from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import Delivery
 from mail.core.runtime_loops import LoopRunner, RunMode
 from mail.core.runtime_manual import ManualStepper, manual_routing
-from mail.core.runtime_ports import TurnContext
+from mail.core.runtime_ports import TurnContext, weakly
 from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
 from mail.core.runtime_turns import TurnRunner
@@ -100,7 +100,7 @@ class MAILRuntime(V13Surface):
         self.this_owner = f"{user_role}:{user_id}@{swarm_name}"
         self.mailbox = Mailbox()
         self.mail_tasks: dict[str, MAILTask] = {}
-        self.open_tasks = OpenTasks(self._is_open)  # running and paused (quota reads it)
+        self.open_tasks = OpenTasks(weakly(self, type(self)._is_open))  # running or paused
         self.agent_histories: dict[str, list[dict[str, Any]]] = AgentHistories()
         self.response_messages: dict[str, MAILMessage] = {}
         # ids of finished tasks let go of (core/finished_tasks.py): their store has them
@@ -124,12 +124,12 @@ class MAILRuntime(V13Surface):
         self.action_override: ActionOverrideFunction | None = None
         # Turn bound and repeated-failure stop per task (see core/loop_guard.py).
         self.loop_guard = LoopGuard()
-        # Spans, model-call records and budgets of the tasks (mail.telemetry.meter).
+        # Spans, model calls, budgets (mail.telemetry.meter); callbacks hold the runtime weakly.
         self.meter = TaskMeter(
-            self._emit,
-            self._pause_for_budget,
-            lambda t: self.mail_tasks.get(t),
-            lambda: self.swarm_name,
+            weakly(self, type(self)._emit),
+            weakly(self, type(self)._pause_for_budget),
+            weakly(self, lambda rt, t: rt.mail_tasks.get(t)),
+            weakly(self, lambda rt: rt.swarm_name),
         )
 
         # "{task}::{agent}" -> turns waiting for it (present = busy; None: none waits, no deque)
@@ -156,7 +156,7 @@ class MAILRuntime(V13Surface):
         self.print_llm_streams = print_llm_streams
         self.set_print_llm_streams(print_llm_streams)
         for name, agent in self.agents.items():
-            attach_recall(agent.function, functools.partial(self.recall, name))
+            attach_recall(agent.function, functools.partial(weakly(self, type(self).recall), name))
 
     @property
     def batch_delivery(self) -> bool:

@@ -19,7 +19,7 @@ from mail.core.message import (
     parse_agent_address,
 )
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_ports import TaskLog
+from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.system_messages import (
     improper_response_to_user_body,
     invalid_recipient_body,
@@ -82,11 +82,11 @@ class DeliveryHost(TaskLog, Protocol):
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
-class Delivery:
+class Delivery(HostLink[DeliveryHost]):
     """Routing of one message to its recipients: local agents' inboxes, other swarms."""
 
     def __init__(self, host: DeliveryHost, inboxes: AgentInboxes) -> None:
-        self.host = host
+        self._link(host)
         self.inboxes = inboxes
         self.steps = StepBudget()
         # ids of queued agent messages whose recipients a tool handler already checked

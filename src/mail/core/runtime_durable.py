@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_ports import TaskLog
+from mail.core.runtime_ports import HostLink, TaskLog
 
 logger = logging.getLogger("mail.runtime")
 
@@ -78,11 +78,11 @@ class JournalHost(TaskLog, Protocol):
     def _drop_waiter(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None: ...
 
 
-class TaskJournal:
+class TaskJournal(HostLink[JournalHost]):
     """In-memory image of every task's pending work, mirrored to the store."""
 
     def __init__(self, runtime: JournalHost, write: JournalWriter) -> None:
-        self.runtime = runtime
+        self._link(runtime)
         self._write = write
         # task_id -> entry id -> entry (insertion ordered)
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
@@ -97,9 +97,9 @@ class TaskJournal:
 
     # ------------------------------------------------------------------ install
     def install(self) -> None:
-        self.runtime.journal = self
-        self.runtime.mailbox.journal = self
-        self.runtime.inboxes.journal = self
+        self.host.journal = self
+        self.host.mailbox.journal = self
+        self.host.inboxes.journal = self
 
     def entries(self, task_id: str) -> list[dict[str, Any]]:
         """The pending work of one task, in journal order (for tests and diagnostics)."""
@@ -142,7 +142,7 @@ class TaskJournal:
             return
         task_id = key.split("::", 1)[0]
         turn_id = f"{self._prefix}-{next(self._turn_ids)}"
-        base_len = len(self.runtime.agent_histories.get(key, ()))
+        base_len = len(self.host.agent_histories.get(key, ()))
         entries = self._entries.get(task_id, {})
         ids = []
         for seq in seqs:
@@ -225,7 +225,7 @@ class TaskJournal:
             if item.get("kind") == "inbox" and turn:
                 interrupted.setdefault(turn, (item["agent"], int(item.get("base_len", 0))))
         for agent, base_len in interrupted.values():
-            history = self.runtime.agent_histories.get(f"{task_id}::{agent}")
+            history = self.host.agent_histories.get(f"{task_id}::{agent}")
             if history is not None and len(history) > base_len:
                 del history[base_len:]
         keep = [i for i in items if i.get("origin") not in interrupted]
@@ -255,7 +255,7 @@ class TaskJournal:
         if not self._replay:
             return
         replay, self._replay = self._replay, {}
-        rt = self.runtime
+        rt = self.host
         for task_id, items in replay.items():
             self._entries.pop(task_id, None)
             self._mark(task_id)
@@ -275,13 +275,13 @@ class TaskJournal:
 
     def _watch_completion(self, task_id: str) -> None:
         """Store `task_complete` when the task ends, as the lost POST /message waiter would."""
-        future = self.runtime._add_waiter(task_id)
+        future = self.host._add_waiter(task_id)
         watcher = asyncio.create_task(self._complete_later(task_id, future))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
 
     async def _complete_later(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
-        rt = self.runtime
+        rt = self.host
         try:
             response = await future
         finally:

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 from mail.core.actions import ActionOverrideFunction
 from mail.core.mailbox import Mailbox, MailboxClosed
 from mail.core.message import MAILMessage
-from mail.core.runtime_ports import TaskLog
+from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.tasks import RUNTIME_EVENTS
 
 logger = logging.getLogger("mail.runtime")
@@ -44,11 +44,11 @@ class LoopHost(TaskLog, Protocol):
     def _open_waiters(self) -> list[asyncio.Future[MAILMessage]]: ...
 
 
-class LoopRunner:
+class LoopRunner(HostLink[LoopHost]):
     """run_continuous and the temporary loop (run_task's); at most one loop serves the mailbox."""
 
     def __init__(self, host: LoopHost) -> None:
-        self.host = host
+        self._link(host)
         self.loop_running = False
         self.stop_serving = False
         self.continuous = False

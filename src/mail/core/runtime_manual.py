@@ -15,7 +15,7 @@ from mail.core.message import (
     make_message,
     make_request,
 )
-from mail.core.runtime_ports import TaskLog, TurnLocks
+from mail.core.runtime_ports import HostLink, TaskLog, TurnLocks
 
 MANUAL_STEP_SUBJECT = "::manual_step::"
 
@@ -71,11 +71,11 @@ class ManualHost(TaskLog, TurnLocks, Protocol):
     ) -> Coroutine[Any, Any, None]: ...
 
 
-class ManualStepper:
+class ManualStepper(HostLink[ManualHost]):
     """Manual mode: the messages buffered per agent, and `manual_step`."""
 
     def __init__(self, host: ManualHost) -> None:
-        self.host = host
+        self._link(host)
         # "{task}::{agent}" -> messages delivered in manual mode, shown at its next step
         self.message_buffer: dict[str, list[MAILMessage]] = {}
         # "{task}::{agent}" -> the step waiting for that agent's text answer

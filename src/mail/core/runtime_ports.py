@@ -11,9 +11,10 @@ component imports runtime.py, so the dependencies point one way: ports <- compon
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agents import AgentCore
@@ -127,3 +128,48 @@ class ToolHost(Swarm, Protocol):
 
 # A tool handler: the result text the agent sees (`SUCCESS: ...` / `ERROR: ...`) or None.
 Handler = Callable[[ToolHost, TurnContext, AgentToolCall], Awaitable[str | None]]
+
+
+HostT = TypeVar("HostT")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class HostLink(Generic[HostT]):
+    """A component's link to the runtime it works for, held as a weak reference.
+
+    The runtime holds its components; were each to hold the runtime as well, every runtime
+    would be a reference cycle, and one let go of (a swarm dropped, an idle instance
+    reclaimed) would stay in memory with every task it kept until the cyclic collector's
+    next pass, which then walks all of it. Held weakly, a runtime nobody uses any more is
+    freed at once by reference counting. The runtime outlives its components' work: whoever
+    runs them (a loop, a turn, a caller waiting) holds the runtime, or a component method
+    that took it into a local (``rt = self.host``) before it awaits.
+    """
+
+    __slots__ = ("_host_ref",)
+    _host_ref: weakref.ReferenceType[HostT]
+
+    def _link(self, host: HostT) -> None:
+        self._host_ref = weakref.ref(host)
+
+    @property
+    def host(self) -> HostT:
+        host = self._host_ref()
+        if host is None:
+            raise RuntimeError("the runtime this component belongs to is gone")
+        return host
+
+
+def weakly(host: HostT, call: Callable[Concatenate[HostT, P], R]) -> Callable[P, R]:
+    """`call` with `host` as its first argument, holding `host` by a weak reference: a
+    callback the runtime hands to what it owns (a bound method would be a reference cycle)."""
+    ref = weakref.ref(host)
+
+    def bound(*args: P.args, **kwargs: P.kwargs) -> R:
+        host = ref()
+        if host is None:
+            raise RuntimeError("the runtime this callback belongs to is gone")
+        return call(host, *args, **kwargs)
+
+    return bound

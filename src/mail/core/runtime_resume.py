@@ -9,7 +9,7 @@ from mail.core.agents import AgentCore
 from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.review import ReviewDecisionError
-from mail.core.runtime_ports import TaskLog, TurnLocks
+from mail.core.runtime_ports import HostLink, TaskLog, TurnLocks
 from mail.core.system_messages import system_broadcast
 from mail.core.tasks import TaskState
 from mail.telemetry.budget import BudgetError
@@ -113,11 +113,11 @@ class ResumeHost(TaskLog, TurnLocks, Protocol):
     def _turn_held(self, key: str) -> bool: ...
 
 
-class Submissions:
+class Submissions(HostLink[ResumeHost]):
     """Task submission semantics: checks, continuations, and the resume forms."""
 
     def __init__(self, host: ResumeHost, steps: StepBudget) -> None:
-        self.host = host
+        self._link(host)
         self.steps = steps
 
     def submit_for_task(

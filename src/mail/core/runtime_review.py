@@ -37,7 +37,7 @@ from mail.core.review import (
     respond_note,
     review_answer_body,
 )
-from mail.core.runtime_ports import TaskLog, TurnContext, TurnLocks
+from mail.core.runtime_ports import HostLink, TaskLog, TurnContext, TurnLocks
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tools import AgentToolCall
@@ -68,11 +68,11 @@ class ReviewHost(TaskLog, TurnLocks, Protocol):
     def _dispatch_pending(self) -> None: ...
 
 
-class ActionReviewer:
+class ActionReviewer(HostLink[ReviewHost]):
     """Holds reviewed action calls and applies a person's decisions to them."""
 
     def __init__(self, runtime: ReviewHost, policy: ReviewPolicy | None = None) -> None:
-        self.runtime = runtime
+        self._link(runtime)
         self.policy = policy or ReviewPolicy()
 
     # ------------------------------------------------------------------ turn side
@@ -80,7 +80,7 @@ class ActionReviewer:
         """The calls of this turn that must wait for a person (breakpoint tools excepted)."""
         if not self.policy.reviewed:
             return []
-        breakpoints = self.runtime.breakpoint_tools
+        breakpoints = self.host.breakpoint_tools
         return [
             c
             for c in calls
@@ -98,7 +98,7 @@ class ActionReviewer:
         its caller, and the task goes on instead of waiting forever. With `breakpoint`, the
         calls are breakpoint tools, refused for the same reason (a pause nobody can resume).
         """
-        rt = self.runtime
+        rt = self.host
         task = rt.mail_tasks.get(ctx.task_id)
         if not calls or task is None:
             return False
@@ -138,7 +138,7 @@ class ActionReviewer:
         `breakpoint_calls` of the same turn are kept with the review: once the decisions are
         applied the task pauses at them (see `_apply`), so neither pause is lost.
         """
-        rt = self.runtime
+        rt = self.host
         task = rt._ensure_task(ctx.task_id)
         if task.completed and not task.pending_reviews:
             # The same turn completed the task: nothing will continue, so nothing is held.
@@ -201,7 +201,7 @@ class ActionReviewer:
         """A task waiting for review only continues through `resume_from: action_review`."""
         if resume_from == RESUME_FROM_ACTION_REVIEW:
             return
-        task = self.runtime.mail_tasks.get(task_id)
+        task = self.host.mail_tasks.get(task_id)
         if task is not None and task.pending_reviews:
             ids = ", ".join(p["tool_call_id"] for p in task.pending_reviews)
             raise ReviewPending(
@@ -211,7 +211,7 @@ class ActionReviewer:
 
     def validate(self, task_id: str, raw_decisions: Any) -> list[Decision]:
         """The decisions for `task_id`'s held calls, or ReviewDecisionError (changes nothing)."""
-        task = self.runtime.mail_tasks.get(task_id)
+        task = self.host.mail_tasks.get(task_id)
         if task is None:
             raise ReviewDecisionError(f"parameter 'task_id': task '{task_id}' not found")
         held = [HeldCall.from_public(p) for p in task.pending_reviews]
@@ -224,7 +224,7 @@ class ActionReviewer:
 
     def resume(self, task_id: str, kwargs: dict[str, Any]) -> None:
         """Apply the decisions in `kwargs['decisions']` and continue the task."""
-        rt = self.runtime
+        rt = self.host
         try:
             decisions = self.validate(task_id, kwargs.get("decisions"))
         except ReviewDecisionError as exc:
@@ -259,7 +259,7 @@ class ActionReviewer:
         carry: dict[str, Any],
         breakpoint: tuple[str, list[AgentToolCall]] | None = None,
     ) -> None:
-        rt = self.runtime
+        rt = self.host
         callers: list[str] = []
         for entry, _call, _d in plan:
             if entry.caller not in callers:
@@ -301,7 +301,7 @@ class ActionReviewer:
         self, task_id: str, caller: str, calls: list[AgentToolCall], why: str
     ) -> None:
         """Give breakpoint calls that will never be asked a result, so the history stays whole."""
-        rt = self.runtime
+        rt = self.host
         key = f"{task_id}::{caller}"
         await rt._acquire_turn(key)
         try:
@@ -319,7 +319,7 @@ class ActionReviewer:
         plan: list[tuple[HeldCall, AgentToolCall, Decision]],
         ignored: list[HeldCall],
     ) -> tuple[list[list[str]], bool]:
-        rt = self.runtime
+        rt = self.host
         key = f"{task_id}::{caller}"
         await rt._acquire_turn(key)
         try:
@@ -377,7 +377,7 @@ class ActionReviewer:
         if decision.message is not None:
             extra["message"] = decision.message
         detail = f" with args: {json.dumps(decision.args)}" if decision.args is not None else ""
-        self.runtime._emit(
+        self.host._emit(
             task_id,
             "action_review_decision",
             f"reviewer chose '{decision.type}' for {entry.action} "
@@ -388,7 +388,7 @@ class ActionReviewer:
     async def _remember(self, task_id: str, caller: str, call: AgentToolCall, note: str) -> None:
         if caller not in self.policy.memory_agents:
             return
-        rt = self.runtime
+        rt = self.host
         try:
             await rt.memory.put(
                 caller,

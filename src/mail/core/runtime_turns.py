@@ -12,7 +12,7 @@ from mail.core.loop_guard import LoopGuard, stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import MAX_STEPS_SUBJECT
-from mail.core.runtime_ports import ToolHost, TurnContext, TurnLocks
+from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks
 from mail.core.runtime_resume import message_too_large
 from mail.core.runtime_review import ActionReviewer
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
@@ -68,11 +68,11 @@ class TurnHost(ToolHost, TurnLocks, Protocol):
     def _dispatch_pending(self) -> None: ...
 
 
-class TurnRunner:
+class TurnRunner(HostLink[TurnHost]):
     """Agent turns: show an agent its messages, call it, handle its tool calls."""
 
     def __init__(self, host: TurnHost, inboxes: AgentInboxes) -> None:
-        self.host = host
+        self._link(host)
         self.inboxes = inboxes
         # agent -> (its function, the tools it was offered); see `offered_tools`
         self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}

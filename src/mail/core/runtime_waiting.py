@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from mail.core.events import TaskEvent, closing_event
 from mail.core.loop_guard import end_task
 from mail.core.message import MAILMessage, utc_now_iso
-from mail.core.runtime_ports import TaskLog
+from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
 
@@ -35,11 +35,11 @@ class WaitHost(TaskLog, Protocol):
     ) -> None: ...
 
 
-class TaskWaiters:
+class TaskWaiters(HostLink[WaitHost]):
     """The futures of the callers waiting for each task's answer."""
 
     def __init__(self, host: WaitHost) -> None:
-        self.host = host
+        self._link(host)
         self.futures: dict[str, list[asyncio.Future[MAILMessage]]] = {}
 
     def add(self, task_id: str) -> asyncio.Future[MAILMessage]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,13 @@ def new_id(prefix: str) -> str:
 
 
 class TeamService:
+    @property
+    def rt(self) -> Swarm:
+        runtime = self._rt()
+        if runtime is None:
+            raise RuntimeError("the runtime of this team service is gone")
+        return runtime
+
     def __init__(
         self,
         runtime: Swarm,
@@ -72,7 +80,8 @@ class TeamService:
         key: InstanceKey,
         settings: TeamSettings | None = None,
     ) -> None:
-        self.rt = runtime
+        # Weakly: the runtime holds its team service (see mail.core.runtime_ports.HostLink).
+        self._rt = weakref.ref(runtime)
         self.store = store
         self.key = key
         self.settings = settings or TeamSettings()
