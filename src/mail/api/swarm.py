@@ -434,7 +434,11 @@ class MAILSwarm(V13SwarmMethods):
         persist_histories = self.enable_db_agent_histories is not False
         observer = StoreObserver(self.runtime, store, key, persist_histories=persist_histories)
         # Running tasks continue after a restart only when their histories are stored too.
-        journal = TaskJournal(self.runtime, observer.journal_changed) if persist_histories else None
+        journal = (
+            TaskJournal(self.runtime, observer.journal_changed, observer.journal_touched)
+            if persist_histories
+            else None
+        )
         restored = restore_snapshot(self.runtime, snapshot, journal)
         observer.stored_queues(snapshot.queues)
         observer.start()

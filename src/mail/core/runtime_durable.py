@@ -48,6 +48,9 @@ JOURNAL_SUFFIX = "::journal"
 
 # (task_id, items) -> None; items None means "the task has no pending work" (delete the row).
 JournalWriter = Callable[[str, list[dict[str, Any]] | None], None]
+# (task_id, read) -> None: the task's pending work changed, `read(task_id)` gives it when the
+# store writes it (a store that reads it when its batch is cut: one write per batch).
+JournalToucher = Callable[[str, Callable[[str], list[dict[str, Any]] | None]], None]
 
 
 def journal_key(task_id: str) -> str:
@@ -81,9 +84,12 @@ class JournalHost(TaskLog, Protocol):
 class TaskJournal:
     """In-memory image of every task's pending work, mirrored to the store."""
 
-    def __init__(self, runtime: JournalHost, write: JournalWriter) -> None:
+    def __init__(
+        self, runtime: JournalHost, write: JournalWriter, touch: JournalToucher | None = None
+    ) -> None:
         self.runtime = runtime
         self._write = write
+        self._touch = touch
         # task_id -> entry id -> entry (insertion ordered)
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
         # asyncio task of a running turn -> (turn id, task_id, entry ids it took)
@@ -206,12 +212,20 @@ class TaskJournal:
             self._write_task(task_id)
 
     def _write_task(self, task_id: str) -> None:
+        if self._touch is not None:
+            if not self._entries.get(task_id, True):
+                del self._entries[task_id]
+            self._touch(task_id, self.items_for)
+            return
+        self._write(task_id, self.items_for(task_id))
+
+    def items_for(self, task_id: str) -> list[dict[str, Any]] | None:
+        """What the store keeps of a task's pending work: copies of its entries (None: none)."""
         entries = self._entries.get(task_id)
         if not entries:
             self._entries.pop(task_id, None)
-            self._write(task_id, None)
-            return
-        self._write(task_id, [dict(e) for e in entries.values()])
+            return None
+        return [dict(e) for e in entries.values()]
 
     # ------------------------------------------------------------------ restart
     def restore(self, task_id: str, items: list[dict[str, Any]]) -> None:
