@@ -14,7 +14,9 @@ both land in the same store batch.
 Each task's journal is one row, written with the store's ``save_queue`` under the key
 ``"<task_id>::journal"`` (``JOURNAL_SUFFIX``), so stashed queues of paused tasks (key
 ``<task_id>``) are untouched. Writes are coalesced: at most one per task per event-loop pass,
-plus one at the end of each turn. They go through the instance's StoreObserver queue, so agents
+plus one at the end of each turn; with a ``touch`` writer (the SQL stores' live writes) the
+store reads the task's entries (``items_for``) when its batch is cut, so changes before that
+cost no write. They go through the instance's StoreObserver queue, so agents
 never wait on the database.
 
 Replay (``restore``/``loop_started``): for a task that was running, the histories of agents whose
