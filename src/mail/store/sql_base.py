@@ -367,6 +367,10 @@ class BufferedSqlStore(TaskStore):
         if len(batch) < len(queue):
             batch = list(queue)
         writes: list[SqlWrite] = []
+        # Read now, so the newest state of its row: last in the batch, behind every write
+        # it may depend on even when a rejected batch is retried one write at a time. (A
+        # frozen one holds an older state: it stays in its place, before later saves.)
+        last: list[SqlWrite] = []
         for write in batch:
             if write.kind != LIVE_KIND:
                 writes.append(write)
@@ -381,7 +385,8 @@ class BufferedSqlStore(TaskStore):
                 logger.exception("a live write could not be read")
                 continue
             if made is not None:
-                writes.append(made)
+                (writes if live.frozen else last).append(made)
+        writes.extend(last)
         return len(batch), writes
 
     async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:

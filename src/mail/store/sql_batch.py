@@ -206,16 +206,18 @@ class LiveWrite:
     `read` returns (store method, its arguments after the key), or None: write nothing.
     """
 
-    __slots__ = ("read", "cut")
+    __slots__ = ("read", "cut", "frozen")
 
     def __init__(self, read: Callable[[], tuple[str, tuple[Any, ...]] | None]) -> None:
         self.read = read
         self.cut = False  # taken by a batch: a later change needs a new live write
+        self.frozen = False
 
     def freeze(self) -> None:
         """Read the row now; the batch that takes this write writes that (not a later state)."""
         value = self.read()
         self.read = lambda: value
+        self.frozen = True
 
 
 # Writes whose last argument is kept as the caller's snapshot and encoded when applied.
