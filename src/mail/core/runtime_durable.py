@@ -14,9 +14,9 @@ both land in the same store batch.
 Each task's journal is one row, written with the store's ``save_queue`` under the key
 ``"<task_id>::journal"`` (``JOURNAL_SUFFIX``), so stashed queues of paused tasks (key
 ``<task_id>``) are untouched. Writes are coalesced: at most one per task per event-loop pass,
-plus one at the end of each turn; with a ``touch`` writer (the SQL stores' live writes) the
-store reads the task's entries (``items_for``) when its batch is cut, so changes before that
-cost no write. They go through the instance's StoreObserver queue, so agents
+plus one at the end of each turn; with a ``touch`` writer (the SQL stores' live writes) each
+change is reported at once, and the store reads the task's entries (``items_for``) when its
+batch is cut, so changes before that cost no write. They go through the instance's StoreObserver queue, so agents
 never wait on the database.
 
 Replay (``restore``/``loop_started``): for a task that was running, the histories of agents whose
@@ -198,6 +198,11 @@ class TaskJournal:
             self._mark(task_id)
 
     def _mark(self, task_id: str) -> None:
+        if self._touch is not None:
+            # The store reads the entries when it writes them: say so at once (a task's first
+            # change queues its journal right behind the write that created the task).
+            self._touch(task_id, self.items_for)
+            return
         self._dirty.add(task_id)
         if not self._flush_scheduled:
             self._flush_scheduled = True
