@@ -196,21 +196,23 @@ class StoreObserver(RuntimeObserver):
 
     def journal_touched(
         self, task_id: str, read: Callable[[str], list[dict[str, Any]] | None]
-    ) -> None:
+    ) -> bool:
         """A running task's pending work changed; `read(task_id)` gives it (or None).
 
         With a store that can, the journal is read when the store's batch is cut: while
-        this task's live write waits in the buffer, a change needs no write of its own."""
+        this task's live write waits in the buffer, a change needs no write of its own.
+        False: no live write now (another store, a full buffer, a fenced instance); the
+        journal then writes its items (`journal_changed`)."""
         live = self._lives.get(task_id)
         if live is not None and not live.cut:
-            return
+            return True
         if self._live_nowait is not None and not self._backlog:
             live = self._live_nowait(self.key, lambda: self._read_live(task_id, read))
             if live is not None:
                 self._lives[task_id] = live
-                return
+                return True
         self._lives.pop(task_id, None)
-        self.journal_changed(task_id, read(task_id))
+        return False
 
     def _read_live(
         self, task_id: str, read: Callable[[str], list[dict[str, Any]] | None]

@@ -50,9 +50,10 @@ JOURNAL_SUFFIX = "::journal"
 
 # (task_id, items) -> None; items None means "the task has no pending work" (delete the row).
 JournalWriter = Callable[[str, list[dict[str, Any]] | None], None]
-# (task_id, read) -> None: the task's pending work changed, `read(task_id)` gives it when the
-# store writes it (a store that reads it when its batch is cut: one write per batch).
-JournalToucher = Callable[[str, Callable[[str], list[dict[str, Any]] | None]], None]
+# (task_id, read) -> True if the store will read the task's pending work (`read(task_id)`)
+# when it writes it (a store that reads it when its batch is cut: one write per batch);
+# False: it cannot now (no such store, a full buffer, a fenced instance): write it instead.
+JournalToucher = Callable[[str, Callable[[str], list[dict[str, Any]] | None]], bool]
 
 
 def journal_key(task_id: str) -> str:
@@ -198,10 +199,9 @@ class TaskJournal:
             self._mark(task_id)
 
     def _mark(self, task_id: str) -> None:
-        if self._touch is not None:
-            # The store reads the entries when it writes them: say so at once (a task's first
-            # change queues its journal right behind the write that created the task).
-            self._touch(task_id, self.items_for)
+        if self._touch is not None and self._touch(task_id, self.items_for):
+            # The store reads the entries when it writes them, told at once: a task's first
+            # change queues its journal right behind the write that created the task.
             return
         self._dirty.add(task_id)
         if not self._flush_scheduled:
@@ -219,10 +219,7 @@ class TaskJournal:
             self._write_task(task_id)
 
     def _write_task(self, task_id: str) -> None:
-        if self._touch is not None:
-            if not self._entries.get(task_id, True):
-                del self._entries[task_id]
-            self._touch(task_id, self.items_for)
+        if self._touch is not None and self._touch(task_id, self.items_for):
             return
         self._write(task_id, self.items_for(task_id))
 
