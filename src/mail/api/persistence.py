@@ -194,6 +194,11 @@ class StoreObserver(RuntimeObserver):
         can keeps them as they are."""
         self._save_queue(journal_key(task_id), items, self._owned_queues)
 
+    @property
+    def takes_live_journal(self) -> bool:
+        """The store reads a journal when its batch is cut (`journal_touched`)."""
+        return self._live_nowait is not None
+
     def journal_touched(
         self, task_id: str, read: Callable[[str], list[dict[str, Any]] | None]
     ) -> bool:
