@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mail.core.events import TaskEvent
@@ -75,6 +75,10 @@ class StoreObserver(RuntimeObserver):
         self._outbox_in_store = hasattr(store, "outbox_write")
         # A store that keeps a journal's items without copying them (the SQL stores).
         self._owned_queues = hasattr(store, "save_owned_queue")
+        # A store that reads a journal when its batch is cut (the SQL stores: `LiveWrite`),
+        # and the live write of each task waiting in its buffer.
+        self._live_nowait = getattr(store, "live_write_nowait", None)
+        self._lives: dict[str, Any] = {}
 
     def stored_queues(self, keys: Iterable[str]) -> None:
         """The queue rows the store held when the instance was loaded (its snapshot's)."""
@@ -99,6 +103,12 @@ class StoreObserver(RuntimeObserver):
             except Exception:  # noqa: BLE001 - as in _drain: logged, persistence goes on
                 logger.exception("store write %s failed", method)
                 return
+        if self._lives:
+            # From here on writes wait in the drain, behind the store's buffer: a live write
+            # read later could be ahead of them. It writes the journal as it is now.
+            lives, self._lives = self._lives, {}
+            for live in lives.values():
+                live.freeze()
         self._backlog += 1
         if self._queue is None:
             self._queue = asyncio.Queue()
@@ -193,18 +203,58 @@ class StoreObserver(RuntimeObserver):
         can keeps them as they are."""
         self._save_queue(journal_key(task_id), items, self._owned_queues)
 
+    @property
+    def takes_live_journal(self) -> bool:
+        """The store reads a journal when its batch is cut (`journal_touched`)."""
+        return self._live_nowait is not None
+
+    def journal_touched(
+        self, task_id: str, read: Callable[[str], list[dict[str, Any]] | None]
+    ) -> bool:
+        """A running task's pending work changed; `read(task_id)` gives it (or None).
+
+        With a store that can, the journal is read when the store's batch is cut: while
+        this task's live write waits in the buffer, a change needs no write of its own.
+        False: no live write now (another store, a full buffer, a fenced instance); the
+        journal then writes its items (`journal_changed`)."""
+        live = self._lives.get(task_id)
+        if live is not None and not live.cut:
+            return True
+        if self._live_nowait is not None and not self._backlog:
+            live = self._live_nowait(self.key, lambda: self._read_live(task_id, read))
+            if live is not None:
+                self._lives[task_id] = live
+                return True
+        self._lives.pop(task_id, None)
+        return False
+
+    def _read_live(
+        self, task_id: str, read: Callable[[str], list[dict[str, Any]] | None]
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        self._lives.pop(task_id, None)  # taken by a batch: the next change queues a new one
+        return self._queue_call(journal_key(task_id), read(task_id), True)
+
     def _save_queue(
         self, key: str, items: list[dict[str, Any]] | None, owned: bool = False
     ) -> None:
+        call = self._queue_call(key, items, owned)
+        if call is not None:
+            self._put(call[0], *call[1])
+
+    def _queue_call(
+        self, key: str, items: list[dict[str, Any]] | None, owned: bool
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        """The store write that leaves the queue row `key` holding `items` (None: none)."""
         stored = self._stored_queues
         if items:
             if stored is not None:
                 stored.add(key)
-            self._put("save_owned_queue" if owned else "save_queue", key, items)
-        elif stored is None or key in stored:
+            return ("save_owned_queue" if owned else "save_queue", (key, items))
+        if stored is None or key in stored:
             if stored is not None:
                 stored.discard(key)
-            self._put("delete_queue", key)
+            return ("delete_queue", (key,))
+        return None
 
 
 def restore_snapshot(

@@ -434,7 +434,10 @@ class MAILSwarm(V13SwarmMethods):
         persist_histories = self.enable_db_agent_histories is not False
         observer = StoreObserver(self.runtime, store, key, persist_histories=persist_histories)
         # Running tasks continue after a restart only when their histories are stored too.
-        journal = TaskJournal(self.runtime, observer.journal_changed) if persist_histories else None
+        touch = observer.journal_touched if observer.takes_live_journal else None
+        journal: TaskJournal | None = None
+        if persist_histories:
+            journal = TaskJournal(self.runtime, observer.journal_changed, touch)
         restored = restore_snapshot(self.runtime, snapshot, journal)
         observer.stored_queues(snapshot.queues)
         observer.start()

@@ -14,7 +14,9 @@ both land in the same store batch.
 Each task's journal is one row, written with the store's ``save_queue`` under the key
 ``"<task_id>::journal"`` (``JOURNAL_SUFFIX``), so stashed queues of paused tasks (key
 ``<task_id>``) are untouched. Writes are coalesced: at most one per task per event-loop pass,
-plus one at the end of each turn. They go through the instance's StoreObserver queue, so agents
+plus one at the end of each turn; with a ``touch`` writer (the SQL stores' live writes) each
+change is reported at once, and the store reads the task's entries (``items_for``) when its
+batch is cut, so changes before that cost no write. They go through the instance's StoreObserver queue, so agents
 never wait on the database.
 
 Replay (``restore``/``loop_started``): for a task that was running, the histories of agents whose
@@ -48,6 +50,10 @@ JOURNAL_SUFFIX = "::journal"
 
 # (task_id, items) -> None; items None means "the task has no pending work" (delete the row).
 JournalWriter = Callable[[str, list[dict[str, Any]] | None], None]
+# (task_id, read) -> True if the store will read the task's pending work (`read(task_id)`)
+# when it writes it (a store that reads it when its batch is cut: one write per batch);
+# False: it cannot now (no such store, a full buffer, a fenced instance): write it instead.
+JournalToucher = Callable[[str, Callable[[str], list[dict[str, Any]] | None]], bool]
 
 
 def journal_key(task_id: str) -> str:
@@ -81,9 +87,12 @@ class JournalHost(TaskLog, Protocol):
 class TaskJournal(HostLink[JournalHost]):
     """In-memory image of every task's pending work, mirrored to the store."""
 
-    def __init__(self, runtime: JournalHost, write: JournalWriter) -> None:
+    def __init__(
+        self, runtime: JournalHost, write: JournalWriter, touch: JournalToucher | None = None
+    ) -> None:
         self._link(runtime)
         self._write = write
+        self._touch = touch
         # task_id -> entry id -> entry (insertion ordered)
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
         # asyncio task of a running turn -> (turn id, task_id, entry ids it took)
@@ -190,6 +199,10 @@ class TaskJournal(HostLink[JournalHost]):
             self._mark(task_id)
 
     def _mark(self, task_id: str) -> None:
+        if self._touch is not None and self._touch(task_id, self.items_for):
+            # The store reads the entries when it writes them, told at once: a task's first
+            # change queues its journal right behind the write that created the task.
+            return
         self._dirty.add(task_id)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -206,12 +219,17 @@ class TaskJournal(HostLink[JournalHost]):
             self._write_task(task_id)
 
     def _write_task(self, task_id: str) -> None:
+        if self._touch is not None and self._touch(task_id, self.items_for):
+            return
+        self._write(task_id, self.items_for(task_id))
+
+    def items_for(self, task_id: str) -> list[dict[str, Any]] | None:
+        """What the store keeps of a task's pending work: copies of its entries (None: none)."""
         entries = self._entries.get(task_id)
         if not entries:
             self._entries.pop(task_id, None)
-            self._write(task_id, None)
-            return
-        self._write(task_id, [dict(e) for e in entries.values()])
+            return None
+        return [dict(e) for e in entries.values()]
 
     # ------------------------------------------------------------------ restart
     def restore(self, task_id: str, items: list[dict[str, Any]]) -> None:

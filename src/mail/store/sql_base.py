@@ -35,9 +35,11 @@ from mail.store.base import (
 )
 from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
     DEFERRED_KINDS,
+    LIVE_KIND,
     OUTBOX_KIND,
     WRITE_KINDS,
     FencedLease,
+    LiveWrite,
     SqlWrite,
     batch_bytes,
     batch_statements,
@@ -55,10 +57,12 @@ from mail.store.writer import WriteBehindBuffer
 
 __all__ = [
     "DEFERRED_KINDS",
+    "LIVE_KIND",
     "OUTBOX_KIND",
     "WRITE_KINDS",
     "BufferedSqlStore",
     "FencedLease",
+    "LiveWrite",
     "SqlWrite",
     "add_snapshot_row",
     "batch_bytes",
@@ -179,7 +183,9 @@ class BufferedSqlStore(TaskStore):
             retry_max=retry_max,
             max_pending=max_pending,
             name=name,
+            prepare=self._cut_batch,
         )
+        self._lives_queued = 0  # live writes in the buffer not yet taken by a batch
         # The TaskStore write methods by name, as `write_nowait` takes them.
         self._builders: dict[str, Callable[..., SqlWrite | None]] = {
             "upsert_task": self._task_write,
@@ -334,6 +340,54 @@ class BufferedSqlStore(TaskStore):
         if write is not None:
             buffer.try_put(write)  # not full: checked above, and nothing ran since
         return True
+
+    def live_write_nowait(
+        self, key: InstanceKey, read: Callable[[], tuple[str, tuple[Any, ...]] | None]
+    ) -> LiveWrite | None:
+        """Queue a row written as `read()` says when its batch is cut (`LiveWrite`).
+
+        None, queueing nothing, while the buffer is full or the instance is fenced (in a
+        cluster a write keeps the lease it was made under: the caller writes at once).
+        """
+        buffer = self._buffer
+        if buffer.full or self._fencing.leases:
+            return None
+        live = LiveWrite(read)
+        buffer.try_put(SqlWrite(LIVE_KIND, (key, live)))
+        self._lives_queued += 1
+        return live
+
+    def _cut_batch(
+        self, batch: list[SqlWrite], queue: Sequence[SqlWrite]
+    ) -> tuple[int, list[SqlWrite]]:
+        """The writer's `prepare`: a batch with live writes takes the whole queue and
+        reads them now (see `LiveWrite`). Runs on the event loop, between two awaits."""
+        if not self._lives_queued or not any(w.kind == LIVE_KIND for w in batch):
+            return len(batch), batch
+        if len(batch) < len(queue):
+            batch = list(queue)
+        writes: list[SqlWrite] = []
+        # Read now, so the newest state of its row: last in the batch, behind every write
+        # it may depend on even when a rejected batch is retried one write at a time. (A
+        # frozen one holds an older state: it stays in its place, before later saves.)
+        last: list[SqlWrite] = []
+        for write in batch:
+            if write.kind != LIVE_KIND:
+                writes.append(write)
+                continue
+            key, live = write.args
+            live.cut = True
+            self._lives_queued -= 1
+            try:
+                call = live.read()
+                made = None if call is None else self._builders[call[0]](key, *call[1])
+            except Exception:  # noqa: BLE001 - one bad row must not stop the batch
+                logger.exception("a live write could not be read")
+                continue
+            if made is not None:
+                (writes if live.frozen else last).append(made)
+        writes.extend(last)
+        return len(batch), writes
 
     async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
         await self._submit(self._task_write(key, record))

@@ -187,6 +187,39 @@ def outbox_item(cause: SqlWrite, key: InstanceKey, rows: Sequence[tuple[Any, ...
 # -- end of the transactional outbox ---------------------------------------------------------
 
 
+# -- live writes (a running task's journal) -------------------------------------------------
+# A running task's journal changes several times per request (each message queued, taken,
+# handled) and is one row: nearly every save is replaced by a later one of the same batch. A
+# live write stands for the row's state at the moment its batch is cut: it sits in the queue
+# as one item of kind "live" (args: the instance key and the `LiveWrite`), and the store
+# reads it (`LiveWrite.read`, the journal's items then) when a batch takes it. Until then,
+# every change of the journal reuses it: one write per task per batch, not one per change.
+# A batch that holds a live write takes every write queued at its cut (not `max_batch`), so
+# the state read is never ahead of a write it depends on (a turn's history is queued before
+# the journal drops the turn's messages, in the same synchronous step).
+LIVE_KIND = "live"
+
+
+class LiveWrite:
+    """A row written as it is when its batch is cut (see above).
+
+    `read` returns (store method, its arguments after the key), or None: write nothing.
+    """
+
+    __slots__ = ("read", "cut", "frozen")
+
+    def __init__(self, read: Callable[[], tuple[str, tuple[Any, ...]] | None]) -> None:
+        self.read = read
+        self.cut = False  # taken by a batch: a later change needs a new live write
+        self.frozen = False
+
+    def freeze(self) -> None:
+        """Read the row now; the batch that takes this write writes that (not a later state)."""
+        value = self.read()
+        self.read = lambda: value
+        self.frozen = True
+
+
 # Writes whose last argument is kept as the caller's snapshot and encoded when applied.
 DEFERRED_KINDS = ("history", "queue")
 

@@ -43,10 +43,15 @@ class WriteBehindBuffer(Generic[T]):
         retry_max: float = 5.0,
         max_pending: int = 100_000,
         name: str = "store",
+        prepare: Callable[[list[T], deque[T]], tuple[int, list[T]]] | None = None,
     ) -> None:
         if max_batch < 1 or max_pending < 1:
             raise ValueError("max_batch and max_pending must be positive")
         self._apply = apply
+        # Called with each batch as it is cut and the queue it comes from: (how many items
+        # of the queue the batch takes, the items to write). Runs once per batch, before
+        # its first attempt (a retry writes what it returned).
+        self._prepare = prepare
         self._is_transient = is_transient
         self.max_batch = max_batch
         self.max_delay = max_delay
@@ -207,13 +212,16 @@ class WriteBehindBuffer(Generic[T]):
                         await self._urgent.wait()
             queue = self._queue
             batch = list(itertools.islice(queue, self.max_batch))
+            taken = len(batch)
+            if self._prepare is not None:
+                taken, batch = self._prepare(batch, queue)
             await self._write(batch)
-            if len(queue) == len(batch):  # nothing came meanwhile (the queue only grows)
+            if len(queue) == taken:  # nothing came meanwhile (the queue only grows)
                 queue.clear()
             else:
-                for _ in batch:
+                for _ in range(taken):
                     queue.popleft()
-            self._done += len(batch)
+            self._done += taken
             if not self._queue:
                 self._has_items.clear()
             self._wake_flushes()
