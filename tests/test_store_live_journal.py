@@ -20,6 +20,13 @@ from mail.store.sql_base import BufferedSqlStore, SqlWrite
 from mail.store.sqlite import SqliteTaskStore
 
 
+class _NoRuntime:
+    """Stands in for the runtime (the observer holds it weakly; these tests never use it)."""
+
+
+_HOST = _NoRuntime()
+
+
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
     with scratch_schema("mail_h40b_live", BASE_URL) as schema:
@@ -78,7 +85,7 @@ async def test_changes_before_a_batch_are_one_write_of_the_latest_state(
     store: BufferedSqlStore,
 ) -> None:
     key = new_key()
-    observer = StoreObserver(None, store, key)  # type: ignore[arg-type]
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
     observer.stored_queues([])
     journal = Journal()
     batches = _spy(store)
@@ -108,7 +115,7 @@ async def test_a_live_write_is_not_written_ahead_of_the_history_it_follows(
     ends: the journal drops its message. The batch that writes the journal without it must
     write the history too, or a crash between two batches loses the turn's work."""
     key = new_key()
-    observer = StoreObserver(None, store, key)  # type: ignore[arg-type]
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
     observer.stored_queues([])
     journal = Journal()
     batches = _spy(store)
@@ -138,7 +145,7 @@ async def test_a_live_write_waiting_when_writes_back_up_keeps_the_state_of_then(
     """When the buffer is full, later writes wait in the observer's drain, behind the
     buffer: a live write read after that would be ahead of them. It is read at once."""
     key = new_key()
-    observer = StoreObserver(None, store, key)  # type: ignore[arg-type]
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
     observer.stored_queues([])
     observer.start()
     journal = Journal()
