@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mail.core.events import TaskEvent
 from mail.core.observer import RuntimeObserver
 from mail.core.runtime_durable import TaskJournal, is_journal_key, journal_key
+from mail.core.runtime_ports import HostLink
 from mail.core.tasks import MAILTask
 from mail.core.tools import AgentToolCall
 
@@ -41,7 +41,7 @@ class EventOutbox(Protocol):
     def kick(self) -> None: ...
 
 
-class StoreObserver(RuntimeObserver):
+class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
     """Forwards runtime state changes to a TaskStore, in order, off the hot path."""
 
     def __init__(
@@ -52,7 +52,7 @@ class StoreObserver(RuntimeObserver):
         persist_histories: bool = True,
     ) -> None:
         # Weakly: the runtime holds its observer (see mail.core.runtime_ports.HostLink).
-        self._runtime = weakref.ref(runtime)
+        self._link(runtime)
         self.store = store
         self.key = key
         self.persist_histories = persist_histories
@@ -146,10 +146,7 @@ class StoreObserver(RuntimeObserver):
 
     @property
     def runtime(self) -> MAILRuntime:
-        runtime = self._runtime()
-        if runtime is None:
-            raise RuntimeError("the runtime this observer stores for is gone")
-        return runtime
+        return self.host
 
     # ------------------------------------------------------------------ hooks
     def task_changed(self, task: MAILTask) -> None:

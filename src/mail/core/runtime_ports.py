@@ -14,7 +14,7 @@ import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agents import AgentCore
@@ -148,7 +148,7 @@ class HostLink(Generic[HostT]):
     """
 
     __slots__ = ("_host_ref",)
-    _host_ref: weakref.ReferenceType[HostT]
+    _host_ref: Callable[[], HostT | None]
 
     def _link(self, host: HostT) -> None:
         self._host_ref = weakref.ref(host)
@@ -160,16 +160,48 @@ class HostLink(Generic[HostT]):
             raise RuntimeError("the runtime this component belongs to is gone")
         return host
 
+    # A copy (copy.copy, copy.deepcopy, pickle) links to the copy of the runtime: the state
+    # names the runtime itself, which a deep copy maps to the runtime's copy, and the link is
+    # made weak again when the state is set (a weak reference would be copied as it is, and
+    # a copied swarm's components would serve the original runtime).
+    def __getstate__(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        return getattr(self, "__dict__", None), {"host": self._host_ref()}
+
+    def __setstate__(self, state: tuple[dict[str, Any] | None, dict[str, Any]]) -> None:
+        attrs, link = state
+        if attrs:
+            self.__dict__.update(attrs)
+        host = link["host"]
+        if host is None:  # copied after its runtime was gone: stays gone
+            self._host_ref = _gone
+        else:
+            self._link(host)
+
 
 def weakly(host: HostT, call: Callable[Concatenate[HostT, P], R]) -> Callable[P, R]:
     """`call` with `host` as its first argument, holding `host` by a weak reference: a
     callback the runtime hands to what it owns (a bound method would be a reference cycle)."""
-    ref = weakref.ref(host)
+    return cast("Callable[P, R]", _WeakCall(host, call))
 
-    def bound(*args: P.args, **kwargs: P.kwargs) -> R:
-        host = ref()
+
+def _gone() -> None:
+    return None
+
+
+class _WeakCall:
+    """What `weakly` returns; a copy (copy.deepcopy) calls with the copy of its host."""
+
+    __slots__ = ("_ref", "_call")
+
+    def __init__(self, host: Any, call: Callable[..., Any]) -> None:
+        self._ref: Callable[[], Any] = weakref.ref(host) if host is not None else _gone
+        self._call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        host = self._ref()
         if host is None:
             raise RuntimeError("the runtime this callback belongs to is gone")
-        return call(host, *args, **kwargs)
+        return self._call(host, *args, **kwargs)
 
-    return bound
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _WeakCall, (self._ref(), self._call)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mail.core.message import MAILMessage, parse_agent_address, utc_now_iso
+from mail.core.runtime_ports import HostLink
 from mail.store.base import InstanceKey
 from mail.store.team_base import Record, TeamStore
 
@@ -65,13 +65,10 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
-class TeamService:
+class TeamService(HostLink["Swarm"]):
     @property
     def rt(self) -> Swarm:
-        runtime = self._rt()
-        if runtime is None:
-            raise RuntimeError("the runtime of this team service is gone")
-        return runtime
+        return self.host
 
     def __init__(
         self,
@@ -81,7 +78,7 @@ class TeamService:
         settings: TeamSettings | None = None,
     ) -> None:
         # Weakly: the runtime holds its team service (see mail.core.runtime_ports.HostLink).
-        self._rt = weakref.ref(runtime)
+        self._link(runtime)
         self.store = store
         self.key = key
         self.settings = settings or TeamSettings()

@@ -1,0 +1,43 @@
+"""Attacks on the runtime's weak links (core/runtime_ports.py: HostLink, weakly) from the API.
+
+The components and callbacks hold the runtime weakly; what a user could do with a swarm
+before must keep working: a copy of a swarm is a swarm of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+from tests.test_runtime_reclaim import template
+
+
+async def test_a_deep_copy_of_a_swarm_runs_on_its_own_runtime() -> None:
+    """`copy.deepcopy(swarm)` made a swarm whose components (weak links, copied as they
+    are) still served the original runtime: the copy's tasks landed in the original, and
+    once the original was dropped the copy raised "the runtime ... is gone"."""
+    original = template().instantiate({}, user_id="u")
+    clone = copy.deepcopy(original)
+    assert clone.runtime is not original.runtime
+    response, _ = await clone.post_message("go", timeout=10)
+    assert response["message"]["body"] == "done"
+    assert len(clone.runtime.mail_tasks) == 1
+    assert original.runtime.mail_tasks == {}  # nothing of the copy's task in the original
+
+    del original
+    gc.collect()
+    response, _ = await clone.post_message("go", timeout=10)
+    assert response["message"]["body"] == "done"
+    assert len(clone.runtime.mail_tasks) == 2
+
+
+async def test_a_deep_copy_of_a_swarm_with_team_tools_has_its_own_team_service() -> None:
+    """The team service holds its runtime weakly too: the copy's serves the copy."""
+    original = template(["reply_wait", "threads", "inbox", "files"]).instantiate({}, user_id="u")
+    clone = copy.deepcopy(original)
+    assert clone.runtime.team is not original.runtime.team
+    assert clone.runtime.team.rt is clone.runtime
+    del original
+    gc.collect()
+    response, _ = await clone.post_message("go", timeout=10)
+    assert response["message"]["body"] == "done"
