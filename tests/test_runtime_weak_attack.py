@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import weakref
 
 from tests.test_runtime_reclaim import template
 
@@ -41,3 +42,23 @@ async def test_a_deep_copy_of_a_swarm_with_team_tools_has_its_own_team_service()
     gc.collect()
     response, _ = await clone.post_message("go", timeout=10)
     assert response["message"]["body"] == "done"
+
+
+async def test_a_stream_and_a_loop_block_kept_of_a_dropped_swarm_still_run() -> None:
+    """The v1.3 shape: `runtime.submit_and_stream(message)` and `runtime.ephemeral_loop()`
+    made, the swarm let go of, then both used. Each is a component's generator, which took
+    the runtime from its weak link only when it began: the runtime was gone by then."""
+    swarm = template().instantiate({}, user_id="u")
+    message = swarm.build_message("job", "go", ["supervisor"])
+    block = swarm.runtime.ephemeral_loop()
+    stream = swarm.runtime.submit_and_stream(message)
+    runtime = weakref.ref(swarm.runtime)
+    del swarm
+    gc.collect()
+    async with block:
+        events = [event async for event in stream]
+    assert events[-1].event == "task_complete"
+    assert events[-1].data["response"] == "done"
+    del block, stream, events
+    gc.collect()
+    assert runtime() is None  # freed once the caller let go of both

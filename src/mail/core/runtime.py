@@ -346,8 +346,8 @@ class MAILRuntime(V13Surface):
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
         `on_submitted` is awaited after the submission, before the first event.
         """
-        return self.waiters.submit_and_stream(
-            message, timeout, resume_from, ping_interval, kwargs, on_submitted
+        return self.waiters.submit_and_stream(  # rt=self: the stream holds it, not yet begun
+            message, timeout, resume_from, ping_interval, kwargs, on_submitted, rt=self
         )
 
     def _dispatch(self, message: MAILMessage) -> None:
@@ -484,7 +484,7 @@ class MAILRuntime(V13Surface):
         action_override: ActionOverrideFunction | None = None,
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Serve the mailbox for the duration of the block unless a continuous loop runs."""
-        return self.loops.ephemeral_loop(max_steps, action_override)
+        return self.loops.ephemeral_loop(max_steps, action_override, rt=self)
 
     def _dispatch_pending(self) -> None:
         self.loops.dispatch_pending()

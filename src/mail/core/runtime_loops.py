@@ -108,13 +108,16 @@ class LoopRunner(HostLink[LoopHost]):
         self,
         max_steps: int | None = None,
         action_override: ActionOverrideFunction | None = None,
+        *,
+        rt: LoopHost | None = None,
     ) -> AsyncIterator[None]:
         """Serve the mailbox for the duration of the block unless a continuous loop runs.
 
         Concurrent users share one temporary loop; the last one out stops it and restores
-        the loop settings (max_steps, action_override) that were in place before.
+        the loop settings (max_steps, action_override) that were in place before. The
+        runtime passes itself as `rt`, so a block not yet entered holds it.
         """
-        rt = self.host
+        rt = rt if rt is not None else self.host
         while not self.continuous and self.ephemeral_stopping is not None:
             await asyncio.wait({self.ephemeral_stopping})
         if self.continuous:  # checked again after waiting: a continuous loop may have begun

@@ -119,6 +119,8 @@ class TaskWaiters(HostLink[WaitHost]):
         ping_interval: float,
         kwargs: dict[str, Any],
         on_submitted: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        rt: WaitHost | None = None,
     ) -> AsyncIterator[TaskEvent]:
         """Submit, then yield the task's new events as they happen and a final event.
 
@@ -126,8 +128,10 @@ class TaskWaiters(HostLink[WaitHost]):
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
         `on_submitted` is awaited once the submission is in, before any event is yielded
         (the caller makes it durable there); not when the submission is refused.
+        The runtime passes itself as `rt`: a stream not yet iterated then holds it (a stream
+        a caller kept of a swarm it let go of still runs; see runtime_ports.HostLink).
         """
-        rt = self.host
+        rt = rt if rt is not None else self.host
         task_id = message["message"]["task_id"]
         existing = rt.mail_tasks.get(task_id)
         index = len(existing.events) if existing else 0
