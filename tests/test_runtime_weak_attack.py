@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import copy
 import gc
+import logging
 import weakref
+from pathlib import Path
 
+import pytest
 from tests.test_runtime_reclaim import template
+
+from mail.net import InterswarmRouter, SwarmRegistry
 
 
 async def test_a_deep_copy_of_a_swarm_runs_on_its_own_runtime() -> None:
@@ -62,3 +67,47 @@ async def test_a_stream_and_a_loop_block_kept_of_a_dropped_swarm_still_run() -> 
     del block, stream, events
     gc.collect()
     assert runtime() is None  # freed once the caller let go of both
+
+
+async def test_a_swarm_with_interswarm_is_freed_by_reference_counting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The interswarm bridge held its runtime strongly (runtime.interswarm <-> bridge.runtime:
+    a cycle, so a shut-down swarm with interswarm waited for the cyclic collector), and a
+    swarm dropped without shutdown stayed forever in the shared registry's down listeners."""
+    registry = SwarmRegistry("reclaim", "http://127.0.0.1:1", str(tmp_path / "reg.json"))
+    router = InterswarmRouter(registry, "reclaim")
+    await router.start()
+    try:
+        swarm = template().instantiate({}, user_id="u")
+        swarm.enable_interswarm = True
+        swarm.swarm_registry = registry
+        await swarm.start_interswarm(router)
+        response, _ = await swarm.post_message("go", timeout=10)
+        assert response["message"]["body"] == "done"
+        runtime = weakref.ref(swarm.runtime)
+        await swarm.shutdown()
+        gc.collect()
+        gc.disable()
+        try:
+            del swarm, response
+            assert runtime() is None, "kept alive by a reference cycle"
+        finally:
+            gc.enable()
+
+        # Dropped without shutdown: the registry keeps no runtime, and tells the others.
+        dropped = template().instantiate({}, user_id="u")
+        dropped.enable_interswarm = True
+        dropped.swarm_registry = registry
+        await dropped.start_interswarm(router)
+        runtime = weakref.ref(dropped.runtime)
+        del dropped
+        gc.collect()
+        assert runtime() is None, "the registry's down listener keeps the runtime"
+        with caplog.at_level(logging.ERROR, logger="mail"):
+            registry._notify_down("other", "test")  # what mark_unreachable tells listeners
+        assert [r.getMessage() for r in caplog.records] == []  # no "listener failed"
+        assert registry._down_listeners == []  # the gone swarm's listener let itself go
+    finally:
+        await router.stop()
+        await registry.aclose()

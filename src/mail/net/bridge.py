@@ -25,6 +25,7 @@ from mail.core.message import (
     parse_agent_address,
     parse_task_contributor,
 )
+from mail.core.runtime_ports import HostLink
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
 from mail.net.bridge_inbound import as_message, swarm_target_problem, task_end, user_target_problem
@@ -60,11 +61,12 @@ class InterswarmReceiveError(Exception):
         self.status = status
 
 
-class InterswarmBridge:
+class InterswarmBridge(HostLink["MAILRuntime"]):
     def __init__(
         self, runtime: MAILRuntime, router: InterswarmRouter, owns_router: bool = False
     ) -> None:
-        self.runtime = runtime
+        # Weakly: the runtime holds its bridge (see mail.core.runtime_ports.HostLink).
+        self._link(runtime)
         self.router = router
         self.owns_router = owns_router
         self._sending: set[asyncio.Task[Any]] = set()
@@ -81,6 +83,10 @@ class InterswarmBridge:
         self._direct: dict[str, set[str]] = {}
         # Swarms this instance's agents discovered (net/discovery.py); None: no discovery.
         self.discovery: DiscoveredSwarms | None = None
+
+    @property
+    def runtime(self) -> MAILRuntime:
+        return self.host
 
     @property
     def local_swarm(self) -> str:
@@ -254,7 +260,12 @@ class InterswarmBridge:
 
     def swarm_down(self, swarm: str, reason: str) -> None:
         """`swarm` was found unreachable: everyone here waiting on it hears so now."""
-        rt = self.runtime
+        rt = self._host_ref()
+        if rt is None:  # its swarm was let go of without a shutdown: stop listening
+            remove = getattr(self.router.swarm_registry, "remove_down_listener", None)
+            if remove is not None:
+                remove(self.swarm_down)
+            return
         for task_id, all_waiters in self._waiting.pop(swarm, {}).items():
             task = rt.mail_tasks.get(task_id)
             if task is None or task.completed:
