@@ -102,6 +102,19 @@ def mail_objects_in_cycles() -> list[str]:
     return found
 
 
+async def _five_answers_then_shutdown(swarm: Any) -> weakref.ref[Any]:
+    """Five messages answered on a running loop, then a shutdown: a weak reference to the
+    swarm's runtime (the caller drops the swarm)."""
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(swarm.post_message("go", timeout=30) for _ in range(5)))
+    assert [r["message"]["body"] for r, _ in results] == ["done"] * 5
+    runtime = weakref.ref(swarm.runtime)
+    await swarm.shutdown()
+    await loop_task
+    return runtime
+
+
 async def test_a_dropped_swarm_is_freed_without_the_cyclic_collector(collector_off: None) -> None:
     swarm = template().instantiate({}, user_id="u")
     loop_task = asyncio.create_task(swarm.run_continuous())
@@ -129,14 +142,8 @@ async def test_a_dropped_swarm_with_a_store_is_freed_without_the_cyclic_collecto
     swarm = template().instantiate({}, user_id="u")
     await swarm.attach_store(store)
     assert swarm.runtime.journal is not None  # histories persisted: the journal is on
-    loop_task = asyncio.create_task(swarm.run_continuous())
-    await asyncio.sleep(0)
-    results = await asyncio.gather(*(swarm.post_message("go", timeout=30) for _ in range(5)))
-    assert [r["message"]["body"] for r, _ in results] == ["done"] * 5
-    runtime = weakref.ref(swarm.runtime)
-    await swarm.shutdown()
-    await loop_task
-    del swarm, loop_task, results
+    runtime = await _five_answers_then_shutdown(swarm)
+    del swarm
 
     assert runtime() is None, "the runtime is kept alive by a reference cycle"
     assert mail_objects_in_cycles() == []
@@ -148,14 +155,8 @@ async def test_a_dropped_swarm_with_team_tools_is_freed_without_the_cyclic_colle
     """The team service holds the runtime weakly too."""
     swarm = template(["reply_wait", "threads", "inbox", "files"]).instantiate({}, user_id="u")
     assert swarm.runtime.team is not None
-    loop_task = asyncio.create_task(swarm.run_continuous())
-    await asyncio.sleep(0)
-    results = await asyncio.gather(*(swarm.post_message("go", timeout=30) for _ in range(5)))
-    assert [r["message"]["body"] for r, _ in results] == ["done"] * 5
-    runtime = weakref.ref(swarm.runtime)
-    await swarm.shutdown()
-    await loop_task
-    del swarm, loop_task, results
+    runtime = await _five_answers_then_shutdown(swarm)
+    del swarm
 
     assert runtime() is None, "the runtime is kept alive by a reference cycle"
     assert mail_objects_in_cycles() == []
