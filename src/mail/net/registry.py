@@ -29,19 +29,18 @@ import aiohttp
 from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
 from mail.net.registry_shared import FileSignature, file_signature, locked, take_file_entries
 from mail.net.registry_store import (
-    DEFAULT_TOKEN_PREFIX,
     clean_endpoint,
     endpoint_to_json,
     entries_from_document,
     is_env_ref,
     make_env_ref,
     normalize_base_url,
-    parse_env_ref,
     read_registry_file,
     resolve_token_ref,
     token_env_var,
     write_json_atomic,
 )
+from mail.net.registry_tokens import RegistryTokenMethods
 from mail.net.registry_v13 import V13RegistryMethods
 from mail.net.types import InterswarmError, SwarmEndpoint, SwarmEndpointCleaned
 from mail.version import PROTOCOL_VERSION
@@ -60,10 +59,11 @@ def _now() -> datetime.datetime:
 _normalize_base_url = normalize_base_url
 
 
-class SwarmRegistry(V13RegistryMethods):
+class SwarmRegistry(RegistryTokenMethods, V13RegistryMethods):
     """Local and remote swarm endpoints, their persistence file, and their health.
 
-    v1.3's `get_public_endpoints` and `from_dict` come from V13RegistryMethods.
+    v1.3's `get_public_endpoints` and `from_dict` come from V13RegistryMethods; token
+    references and their migration from RegistryTokenMethods.
     """
 
     def __init__(
@@ -293,70 +293,6 @@ class SwarmRegistry(V13RegistryMethods):
     def _remote_endpoints(self) -> list[SwarmEndpoint]:
         self._refresh()
         return [ep for name, ep in self.endpoints.items() if name != self.local_swarm_name]
-
-    # ------------------------------------------------------------------ tokens
-
-    def _get_auth_token_ref(self, swarm_name: str, auth_token: str | None) -> str | None:
-        """The reference stored for a swarm's token (None when there is no token)."""
-        if not auth_token:
-            return None
-        return make_env_ref(token_env_var(swarm_name))
-
-    def _resolve_auth_token_ref(self, auth_token_ref: str | None) -> str | None:
-        return resolve_token_ref(auth_token_ref)
-
-    def migrate_auth_tokens(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
-        """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references.
-
-        The literal stays usable in memory for this process. Returns {swarm: variable} for
-        every entry changed, so the caller knows which variables to export.
-        """
-        with self._changing():
-            return self._migrate_auth_tokens(prefix)
-
-    def migrate_auth_tokens_to_env_refs(
-        self, env_var_prefix: str = DEFAULT_TOKEN_PREFIX, *, prefix: str | None = None
-    ) -> None:
-        """`migrate_auth_tokens` with v1.3's signature: the keyword is ``env_var_prefix``
-        (``prefix`` is accepted too) and nothing is returned."""
-        self.migrate_auth_tokens(prefix if prefix is not None else env_var_prefix)
-
-    def _migrate_auth_tokens(self, prefix: str) -> dict[str, str]:
-        migrated: dict[str, str] = {}
-        for name, endpoint in self.endpoints.items():
-            ref = endpoint["auth_token_ref"]
-            if name == self.local_swarm_name or not ref or is_env_ref(ref):
-                continue
-            var = token_env_var(name, prefix)
-            self._tokens.setdefault(name, ref)
-            endpoint["auth_token_ref"] = make_env_ref(var)
-            migrated[name] = var
-            logger.warning("moved the token of swarm '%s' to a reference; export %s", name, var)
-        if any(self.shared or not self.endpoints[name]["volatile"] for name in migrated):
-            self.save_persistent_endpoints()
-        return migrated
-
-    def validate_environment_variables(self) -> dict[str, bool]:
-        """{variable: is set} for every token reference; logs a warning for each missing one."""
-        result: dict[str, bool] = {}
-        for name, endpoint in self.endpoints.items():
-            var = parse_env_ref(endpoint["auth_token_ref"])
-            if var is None:
-                continue
-            is_set = bool(os.environ.get(var))
-            result[var] = is_set
-            if is_set:
-                continue
-            if name in self._tokens:
-                if not endpoint["volatile"]:
-                    logger.warning(
-                        "%s is not set: swarm '%s' works now but loses its token on restart",
-                        var,
-                        name,
-                    )
-            else:
-                logger.warning("%s is not set: swarm '%s' has no auth token", var, name)
-        return result
 
     # ------------------------------------------------------------------ persistence
 
