@@ -181,6 +181,87 @@ async def test_team_rows_expire_by_age(team_store: TeamStore) -> None:
     assert await team_store.stored_bytes(key) < size
 
 
+@pytest.mark.parametrize("kind", STORES)
+async def test_team_rows_of_a_running_or_waiting_task_outlive_the_ttl(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Retention keeps the posts, inbox entries and uploads of a task that still runs or
+    waits (paused for a review): the task may need them. Its finished neighbour's go."""
+    team: TeamStore
+    tasks: TaskStore
+    if kind == "memory":
+        tasks, team = MemoryTaskStore(), MemoryTeamStore()
+    elif kind == "sqlite":
+        from mail.store.team_sqlite import SqliteTeamStore
+
+        tasks = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
+        team = SqliteTeamStore(tmp_path / "mail.db")
+    else:
+        from mail.store.team_postgres import PostgresTeamStore
+
+        url = request.getfixturevalue("pg_url")
+        tasks, team = PostgresTaskStore(url, **FAST), PostgresTeamStore(url)
+    await tasks.start()
+    await team.start()
+    try:
+        key, other = new_key(), new_key()
+        await add_task(tasks, key, "t-paused", state="paused")
+        await add_task(tasks, key, "t-running", state="running")
+        await add_task(tasks, key, "t-done", state="completed")
+        # Another instance's task of the same id does not keep this instance's rows.
+        await add_task(tasks, other, "t-done-elsewhere", state="paused")
+        assert await tasks.flush(timeout=10)
+        old = _iso(-7200)
+        for task_id in ("t-paused", "t-running", "t-done", "t-done-elsewhere", None):
+            tag = task_id or "none"
+            await team.save_thread(
+                key, {"thread_id": f"th-{tag}", "created_at": old, "updated_at": old}
+            )
+            await team.add_post(
+                key,
+                {
+                    "thread_id": f"th-{tag}",
+                    "post_id": f"p-{tag}",
+                    "timestamp": old,
+                    "task_id": task_id,
+                },
+            )
+            await team.add_inbox_entries(
+                key,
+                [
+                    {
+                        "agent": "a",
+                        "kind": "direct",
+                        "timestamp": old,
+                        "entry_id": f"e-{tag}",
+                        "task_id": task_id,
+                    }
+                ],
+            )
+            await team.put_attachment(
+                key,
+                {"attachment_id": f"f-{tag}", "size": 1, "created_at": old, "task_id": task_id},
+                b"x",
+            )
+        live = [(key, "t-paused"), (key, "t-running"), (other, "t-done-elsewhere")]
+        # A cutoff ahead of now: every row is older than it (the SQL stores date an upload by
+        # when it was stored).
+        cutoff = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        await team.prune_before(cutoff, live if kind == "memory" else ())
+        kept = ["t-paused", "t-running"]
+        threads = sorted(t["thread_id"] for _, t in await team.list_threads(key))
+        assert threads == [f"th-{t}" for t in kept]
+        assert sorted(e["entry_id"] for e in await team.inbox(key, "a")) == [f"e-{t}" for t in kept]
+        for tag in ("t-paused", "t-running", "t-done", "t-done-elsewhere", "none"):
+            found = await team.get_attachment(key, f"f-{tag}", with_data=False)
+            assert (found is not None) == (tag in kept), tag
+            posts = await team.thread_posts(key, f"th-{tag}")
+            assert [p["post_id"] for p in posts] == ([f"p-{tag}"] if tag in kept else []), tag
+    finally:
+        await team.close()
+        await tasks.close()
+
+
 async def test_sqlite_gives_freed_space_back(tmp_path: Path) -> None:
     store = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
     await store.start()

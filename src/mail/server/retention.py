@@ -27,6 +27,7 @@ from mail.core.finished_tasks import forget_finished
 from mail.server.finished_tasks import FinishedTasks
 from mail.server.instances import InstanceManager
 from mail.server.storage_quota import Owner
+from mail.store.base import InstanceKey
 from mail.store.lifecycle import PruneReport, cutoff_for
 
 logger = logging.getLogger("mail.server")
@@ -116,7 +117,8 @@ class Retention:
                 report.tasks = self._expire_in_memory(time.time() - self.ttl)
             team = self.finished.team_store
             if team is not None:
-                report.team_rows = await team.prune_before(cutoff)
+                live = self._live_tasks() if lifecycle is None else ()
+                report.team_rows = await team.prune_before(cutoff, live)
                 if report.team_rows:
                     for owner in list(self.finished.quota.all_books()):
                         await self.finished.measure_team(owner, force=True)
@@ -138,6 +140,17 @@ class Retention:
             if inst is not None:
                 for task_id in task_ids:
                     forget_finished(inst.swarm.runtime, task_id)
+
+    def _live_tasks(self) -> list[tuple[InstanceKey, str]]:
+        """Memory store: the tasks of the live instances that have not finished (they run or
+        wait); their team posts, inbox entries and uploads stay, whatever their age."""
+        live: list[tuple[InstanceKey, str]] = []
+        for inst in self.instances.all():
+            books = self.finished.quota.books(inst.key)
+            done = books.finished_at if books is not None else {}
+            key = self.finished.key(*inst.key)
+            live.extend((key, t) for t in inst.swarm.runtime.mail_tasks if t not in done)
+        return live
 
     def _expire_in_memory(self, before: float) -> int:
         """Memory store: drop finished tasks seen finished before `before` (time.time())."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import datetime as _dt
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,10 +224,16 @@ class TeamStore(abc.ABC):
         attachments (the per-caller storage quota counts them with the caller's tasks)."""
         return await self.attachment_bytes(key)
 
-    async def prune_before(self, cutoff: _dt.datetime) -> int:
+    async def prune_before(
+        self, cutoff: _dt.datetime, live_tasks: Collection[tuple[InstanceKey, str]] = ()
+    ) -> int:
         """Remove what is older than `cutoff` (retention), in small batches; returns the rows
         removed: posts, inbox entries and attachments by their own time, then threads that
-        have not changed since and have no posts left."""
+        have not changed since and have no posts left.
+
+        Posts, inbox entries and attachments of a task that still runs or waits (a
+        breakpoint, a review) stay, whatever their age. The SQL stores find those tasks in
+        their task table; the memory store is given them (`live_tasks`: (instance, task id))."""
         return 0
 
 

@@ -6,7 +6,7 @@ import copy
 import datetime
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from mail.store.base import InstanceKey
@@ -145,12 +145,20 @@ class MemoryTeamStore(TeamStore):
         size = sum(len(json.dumps(r, ensure_ascii=False).encode()) for r in records)
         return size + await self.attachment_bytes(key)
 
-    async def prune_before(self, cutoff: datetime.datetime) -> int:
+    async def prune_before(
+        self, cutoff: datetime.datetime, live_tasks: Collection[tuple[InstanceKey, str]] = ()
+    ) -> int:
         text = cutoff_text(cutoff)
+        live = set(live_tasks)
         removed = 0
         for store in (self._posts, self._inbox):
             for place, records in list(store.items()):
-                kept = [r for r in records if str(r.get("timestamp", "")) >= text]
+                key = place[0]
+                kept = [
+                    r
+                    for r in records
+                    if str(r.get("timestamp", "")) >= text or (key, r.get("task_id")) in live
+                ]
                 removed += len(records) - len(kept)
                 if kept:
                     store[place] = kept
@@ -158,7 +166,9 @@ class MemoryTeamStore(TeamStore):
                     del store[place]
         for key, attachments in list(self._attachments.items()):
             for attachment_id, (record, _data) in list(attachments.items()):
-                if str(record.get("created_at", "")) < text:
+                if str(record.get("created_at", "")) < text and (
+                    (key, record.get("task_id")) not in live
+                ):
                     del attachments[attachment_id]
                     removed += 1
                     if self._dir is not None:

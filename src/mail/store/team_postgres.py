@@ -12,12 +12,13 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 import asyncpg
 
 from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.lifecycle_postgres import _FINISHED
 from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import normalize_dsn, open_pool
 from mail.store.retrying import RetryingWrites
@@ -88,6 +89,16 @@ CREATE TABLE IF NOT EXISTS team_attachments (
 
 TEAM_TABLES = ("team_threads", "team_posts", "team_inbox", "team_attachments")
 _KEY = key_clause("$")
+
+# Posts, inbox entries and attachments name the task they came with ($.task_id). One whose
+# task (of the same instance) still runs or waits (a breakpoint, a review) is kept whatever
+# its age: the task may still need it (an upload, its thread, its inbox).
+_OF_TASKS = ("team_posts", "team_inbox", "team_attachments")
+_TASK_LIVE = (
+    " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.swarm_name = {table}.swarm_name"
+    " AND t.caller_role = {table}.caller_role AND t.caller_id = {table}.caller_id"
+    " AND t.task_id = {table}.record->>'task_id' AND NOT (" + _FINISHED + "))"
+)
 
 # What is older than the cutoff ($1: as text for the records' times, as a timestamp for
 # the columns), per table; threads last, once their posts are gone.
@@ -344,10 +355,16 @@ class PostgresTeamStore(TeamStore):
     async def stored_bytes(self, key: InstanceKey) -> int:
         return int(await self.pool.fetchval(_SIZES, *_k(key)) or 0)
 
-    async def prune_before(self, cutoff: datetime.datetime) -> int:
+    async def prune_before(
+        self, cutoff: datetime.datetime, live_tasks: Collection[tuple[InstanceKey, str]] = ()
+    ) -> int:
         text = cutoff_text(cutoff)
         removed = 0
+        # Without a task table (a team store on its own) no row has a task to wait for.
+        with_tasks = await self.pool.fetchval("SELECT to_regclass('tasks') IS NOT NULL")
         for table, condition, by_timestamp in _EXPIRED:
+            if with_tasks and table in _OF_TASKS:
+                condition += _TASK_LIVE.format(table=table)
             while True:  # a batch per transaction: other writes go on in between
                 status = await self.pool.execute(
                     f"DELETE FROM {table} WHERE ctid IN"

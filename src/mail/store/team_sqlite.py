@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from mail.store.base import InstanceKey
+from mail.store.lifecycle_sqlite import _FINISHED
 from mail.store.retrying import RetryingWrites
 from mail.store.sqlite_schema import is_transient_error, open_database, transaction, utc_now
 from mail.store.team_base import (
@@ -35,6 +36,16 @@ from mail.store.team_base import (
 )
 
 _KEY = key_clause("?")
+
+# Posts, inbox entries and attachments name the task they came with ($.task_id). One whose
+# task (of the same instance) still runs or waits (a breakpoint, a review) is kept whatever
+# its age: the task may still need it (an upload, its thread, its inbox).
+_OF_TASKS = ("team_posts", "team_inbox", "team_attachments")
+_TASK_LIVE = (
+    " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.swarm_name = {table}.swarm_name"
+    " AND t.caller_role = {table}.caller_role AND t.caller_id = {table}.caller_id"
+    " AND t.task_id = json_extract({table}.record, '$.task_id') AND NOT (" + _FINISHED + "))"
+)
 
 # What is older than the cutoff (?1), per table; threads last, once their posts are gone.
 _EXPIRED: tuple[tuple[str, str], ...] = (
@@ -269,10 +280,14 @@ class SqliteTeamStore(TeamStore):
         rows = await self._rows(_SIZES, *key_tuple(key))
         return int(rows[0][0] or 0)
 
-    async def prune_before(self, cutoff: datetime.datetime) -> int:
+    async def prune_before(
+        self, cutoff: datetime.datetime, live_tasks: Collection[tuple[InstanceKey, str]] = ()
+    ) -> int:
         text = cutoff_text(cutoff)
         removed = 0
         for table, condition in _EXPIRED:
+            if table in _OF_TASKS:
+                condition += _TASK_LIVE.format(table=table)
             while True:  # a batch per transaction: the task store's writes go on in between
                 count = await self.db.run(_prune_step, table, condition, text)
                 removed += count
