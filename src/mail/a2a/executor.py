@@ -146,12 +146,28 @@ class MAILAgentExecutor(AgentExecutor):
         caller = caller_of(context)
         context_id = context.context_id or ""
         message = context.message
+        # Acknowledged means stored: the caller hears of its task (the new Task, then
+        # `working`) only once MAIL has committed the task and the caller's message, so a
+        # kill -9 right after the first event it sees cannot take the task back.
+        unannounced = None
         if context.current_task is None:
             history = [message] if message is not None else []
-            await event_queue.enqueue_event(
-                new_task(task_id, context_id, TaskState.TASK_STATE_SUBMITTED, history=history)
+            unannounced = new_task(
+                task_id, context_id, TaskState.TASK_STATE_SUBMITTED, history=history
             )
         updater = TaskUpdater(event_queue, task_id, context_id)
+
+        async def announce() -> None:
+            nonlocal unannounced
+            if unannounced is not None:
+                first, unannounced = unannounced, None
+                await event_queue.enqueue_event(first)
+
+        async def stored() -> None:
+            await announce()
+            await updater.start_work()
+            on_submitted()
+
         parts = list(message.parts) if message is not None else []
         mail_id = mapping.mail_task_id(context_id)
         try:
@@ -159,14 +175,14 @@ class MAILAgentExecutor(AgentExecutor):
                 mapping.inbound_request(get_text_parts(parts), get_data_parts(parts), mail_id)
             )
         except HTTPException as exc:
+            await announce()
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
-        await updater.start_work()
         answer: str | None = None
         failed = False
         progress = shows_progress(context)
         try:
-            async for event in run_events(state, caller, req, on_submitted):
+            async for event in run_events(state, caller, req, stored):
                 if event.event == "ping":
                     continue
                 if event.id is None and event.event in ("task_complete", "task_error"):
@@ -180,8 +196,10 @@ class MAILAgentExecutor(AgentExecutor):
                     metadata=mapping.event_metadata(event.event, event.id, event.data),
                 )
         except HTTPException as exc:
+            await announce()
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
+        await announce()
         await self._finish(state, caller, updater, mail_id, answer or "", failed)
 
     async def _finish(

@@ -7,7 +7,7 @@ quota, one request per task, per-user instance, message timeout).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from mail.core.events import TaskEvent
@@ -19,12 +19,12 @@ async def run_events(
     state: Any,
     caller: Any,
     req: MessageRequest,
-    on_submitted: Callable[[], None] | None = None,
+    on_submitted: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[TaskEvent]:
     """The task's events for this message, ending with ``task_complete`` or ``task_error``.
 
-    ``on_submitted`` is called once the message is in the caller's instance (its MAIL task
-    exists and is stored), before the first event."""
+    ``on_submitted`` is awaited once the message is in the caller's instance and committed
+    (its MAIL task exists and is stored), before the first event."""
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     await messaging.prepare(state, inst, req)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
