@@ -79,6 +79,10 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
         # and the live write of each task waiting in its buffer.
         self._live_nowait = getattr(store, "live_write_nowait", None)
         self._lives: dict[str, Any] = {}
+        # A store that queues a task's events as one write per batch (the SQL stores:
+        # `EventRun`), and the open run of each task (it leaves when a batch takes it).
+        self._run_nowait = getattr(store, "event_run_nowait", None)
+        self._runs: dict[str, Any] = {}
 
     def stored_queues(self, keys: Iterable[str]) -> None:
         """The queue rows the store held when the instance was loaded (its snapshot's)."""
@@ -109,6 +113,9 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
             lives, self._lives = self._lives, {}
             for live in lives.values():
                 live.freeze()
+        if self._runs:
+            # Likewise no later event joins a run queued ahead of the drain's writes.
+            self._runs.clear()
         self._backlog += 1
         if self._queue is None:
             self._queue = asyncio.Queue()
@@ -160,10 +167,21 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
     def event_added(self, task: MAILTask, event: TaskEvent) -> None:
         outbox = self.outbox
         rows = outbox.rows_for_event(task, event) if outbox is not None else None
+        task_id = task.task_id
         if rows:
-            self._put_with_outbox(rows, "append_event", task.task_id, event)
-        else:
-            self._put("append_event", task.task_id, event)
+            self._runs.pop(task_id, None)  # later events queue behind this one
+            self._put_with_outbox(rows, "append_event", task_id, event)
+            return
+        run = self._runs.get(task_id)
+        if run is not None:  # open: no batch took it yet (it leaves `_runs` when taken)
+            run.events.append(event)
+            return
+        if (
+            self._run_nowait is None
+            or self._backlog
+            or self._run_nowait(self.key, task_id, event, self._runs) is None
+        ):
+            self._put("append_event", task_id, event)
 
     def history_changed(
         self, task_id: str, agent_name: str, tool_format: str, history: list[dict[str, Any]]

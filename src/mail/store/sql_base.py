@@ -35,9 +35,12 @@ from mail.store.base import (
 )
 from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
     DEFERRED_KINDS,
+    EVENT_ROWS_KIND,
     LIVE_KIND,
     OUTBOX_KIND,
+    RUN_KIND,
     WRITE_KINDS,
+    EventRun,
     FencedLease,
     LiveWrite,
     SqlWrite,
@@ -57,7 +60,10 @@ from mail.store.writer import WriteBehindBuffer
 
 __all__ = [
     "DEFERRED_KINDS",
+    "EVENT_ROWS_KIND",
     "LIVE_KIND",
+    "RUN_KIND",
+    "EventRun",
     "OUTBOX_KIND",
     "WRITE_KINDS",
     "BufferedSqlStore",
@@ -185,7 +191,8 @@ class BufferedSqlStore(TaskStore):
             name=name,
             prepare=self._cut_batch,
         )
-        self._lives_queued = 0  # live writes in the buffer not yet taken by a batch
+        # live writes and event runs in the buffer not yet taken by a batch
+        self._lives_queued = 0
         # The TaskStore write methods by name, as `write_nowait` takes them.
         self._builders: dict[str, Callable[..., SqlWrite | None]] = {
             "upsert_task": self._task_write,
@@ -357,12 +364,42 @@ class BufferedSqlStore(TaskStore):
         self._lives_queued += 1
         return live
 
+    def event_run_nowait(
+        self, key: InstanceKey, task_id: str, event: Any, runs: dict[str, EventRun]
+    ) -> EventRun | None:
+        """Queue `event` as the first of a run of `task_id`'s events (`EventRun`), entered
+        in `runs` (the caller's open runs, which the run leaves when a batch takes it).
+
+        None, queueing nothing, while the buffer is full or the instance is fenced (as
+        `live_write_nowait`)."""
+        buffer = self._buffer
+        if buffer.full or self._fencing.leases:
+            return None
+        run = EventRun(task_id, event, runs)
+        buffer.try_put(SqlWrite(RUN_KIND, (key, run)))
+        self._lives_queued += 1
+        runs[task_id] = run
+        return run
+
+    def _event_rows(self, key: InstanceKey, run: EventRun) -> SqlWrite:
+        """A run's events as one write of their rows (`_event_write`'s, encoded now)."""
+        head = (*key_args(key), run.task_id)
+        text = self._text
+        rows = []
+        for event in run.take():
+            name, data, event_id = event_row(event)
+            rows.append((*head, text(name), text(data), text(event_id)))
+        return SqlWrite(EVENT_ROWS_KIND, (*head, rows))
+
     def _cut_batch(
         self, batch: list[SqlWrite], queue: Sequence[SqlWrite]
     ) -> tuple[int, list[SqlWrite]]:
-        """The writer's `prepare`: a batch with live writes takes the whole queue and
-        reads them now (see `LiveWrite`). Runs on the event loop, between two awaits."""
-        if not self._lives_queued or not any(w.kind == LIVE_KIND for w in batch):
+        """The writer's `prepare`: a batch with live writes or event runs takes the whole
+        queue and reads them now (see `LiveWrite`, `EventRun`). Runs on the event loop,
+        between two awaits."""
+        if not self._lives_queued or not any(
+            w.kind == LIVE_KIND or w.kind == RUN_KIND for w in batch
+        ):
             return len(batch), batch
         if len(batch) < len(queue):
             batch = list(queue)
@@ -372,7 +409,15 @@ class BufferedSqlStore(TaskStore):
         # frozen one holds an older state: it stays in its place, before later saves.)
         last: list[SqlWrite] = []
         for write in batch:
-            if write.kind != LIVE_KIND:
+            kind = write.kind
+            if kind == RUN_KIND:
+                self._lives_queued -= 1
+                try:
+                    writes.append(self._event_rows(*write.args))
+                except Exception:  # noqa: BLE001 - as a live write's
+                    logger.exception("a task's events could not be encoded")
+                continue
+            if kind != LIVE_KIND:
                 writes.append(write)
                 continue
             key, live = write.args

@@ -16,6 +16,9 @@ from mail.store.base import InstanceKey
 logger = logging.getLogger("mail.store")
 
 WRITE_KINDS = ("task", "event", "history", "response", "queue", "queue_delete")
+# A task's events of one batch as one write: args (swarm, role, id, task_id, rows), each row
+# the args of an "event" write (see "event runs" below). Written with the "event" statement.
+EVENT_ROWS_KIND = "event_rows"
 
 
 @dataclass(slots=True)
@@ -220,6 +223,41 @@ class LiveWrite:
         self.frozen = True
 
 
+# -- event runs (a task's new events) --------------------------------------------------------
+# A request adds some 9 events to its task, each one row. While a task's run waits in the
+# queue (one item of kind "run": args the instance key and the `EventRun`), its next events
+# join it (a list append) instead of each being built, queued and taken as a write of its
+# own. When a batch takes the run, its events are encoded and become one write of kind
+# EVENT_ROWS_KIND holding their rows (one `executemany` with the other events, as before).
+# A batch holding a run takes every write queued at its cut, as one holding a live write:
+# what it writes is the state at the cut, events included.
+RUN_KIND = "run"
+
+
+class EventRun:
+    """A task's events queued as one write (see above); `cut` once a batch took it."""
+
+    __slots__ = ("task_id", "events", "cut", "owner")
+
+    def __init__(self, task_id: str, event: Any, owner: dict[str, EventRun]) -> None:
+        self.task_id = task_id
+        self.events = [event]
+        self.cut = False
+        # The observer's open runs, which this one leaves when cut (the next event of its
+        # task starts a new run behind the writes queued meanwhile).
+        self.owner = owner
+
+    def take(self) -> list[Any]:
+        """The events, once: the run is closed from here on."""
+        self.cut = True
+        if self.owner.get(self.task_id) is self:
+            del self.owner[self.task_id]
+        return self.events
+
+
+# -- end of event runs ------------------------------------------------------------------------
+
+
 # Writes whose last argument is kept as the caller's snapshot and encoded when applied.
 DEFERRED_KINDS = ("history", "queue")
 
@@ -257,11 +295,23 @@ def encode_deferred_sized(
             write = SqlWrite(
                 kind, (*write.args[:-1], text), write.generation, write.weight, write.merge_keys
             )
-        value = write.args[content_arg(kind, -1)]
-        if type(value) is str:
-            size += len(value)
+        if kind == EVENT_ROWS_KIND:
+            size += _rows_bytes(write.args[-1])
+        else:
+            value = write.args[content_arg(kind, -1)]
+            if type(value) is str:
+                size += len(value)
         encoded.append(write)
     return encoded, size
+
+
+def _rows_bytes(rows: Sequence[tuple[Any, ...]]) -> int:
+    size = 0
+    for row in rows:
+        data = row[5]
+        if type(data) is str:
+            size += len(data)
+    return size
 
 
 def leased_keys(writes: Sequence[SqlWrite]) -> list[tuple[str, str, str]]:
@@ -299,9 +349,17 @@ def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[A
     """
     groups: dict[str, list[tuple[Any, ...]]] = {}
     for write in writes:
-        rows = groups.get(write.kind)
+        kind = write.kind
+        if kind == EVENT_ROWS_KIND:
+            rows = groups.get("event")
+            if rows is None:
+                groups["event"] = list(write.args[-1])
+            else:
+                rows.extend(write.args[-1])
+            continue
+        rows = groups.get(kind)
         if rows is None:
-            groups[write.kind] = [write.args]
+            groups[kind] = [write.args]
         else:
             rows.append(write.args)
     yield from groups.items()
@@ -315,6 +373,9 @@ def batch_bytes(writes: Sequence[SqlWrite]) -> int:
     """About how many bytes an encoded batch writes (its content columns)."""
     size = 0
     for write in writes:
+        if write.kind == EVENT_ROWS_KIND:
+            size += _rows_bytes(write.args[-1])
+            continue
         value = write.args[_CONTENT_ARG.get(write.kind, -1)]
         if type(value) is str:
             size += len(value)

@@ -25,6 +25,7 @@ from mail.store.base import (
 )
 from mail.store.idempotency_sqlite_buffered import KEY_ROW_KIND, KEY_ROW_SQL, key_row_write
 from mail.store.sql_base import (
+    EVENT_ROWS_KIND,
     BufferedSqlStore,
     FencedLease,
     SqlWrite,
@@ -213,10 +214,14 @@ class SqliteTaskStore(BufferedSqlStore):
         # and the like share leaves; counting 2 pages each checkpointed three times as often
         # as CHECKPOINT_PAGES means). docs/database.md has the frames checkpoints find.
         records = 0
+        rows = len(writes)
         for write in writes:
-            if write.kind == "task":
+            kind = write.kind
+            if kind == "task":
                 records += 1
-        pages = 4 + records * 2 + (len(writes) - records) // 2 + size // 4096
+            elif kind == EVENT_ROWS_KIND:  # a task's events, one row each
+                rows += len(write.args[-1]) - 1
+        pages = 4 + records * 2 + (rows - records) // 2 + size // 4096
         if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
             fenced = await self.db.run_small(_apply, writes, pages=pages)
         else:

@@ -1,0 +1,158 @@
+"""A task's events as one queued write per batch (`mail.store.sql_batch.EventRun`), on SQLite
+and PostgreSQL: events that arrive before their batch is cut join their task's run, are
+encoded when the batch takes it, and come back in the order they happened, also when an
+outbox event or a full buffer closes a run and later events queue behind other writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
+from tests.test_store_postgres import BASE_URL, FAST, new_key
+
+from mail.api.persistence import StoreObserver
+from mail.core.events import TaskEvent
+from mail.store.postgres import PostgresTaskStore
+from mail.store.sql_base import BufferedSqlStore, SqlWrite
+from mail.store.sqlite import SqliteTaskStore
+
+
+class _NoRuntime:
+    """Stands in for the runtime (the observer holds it weakly; these tests never use it)."""
+
+
+_HOST = _NoRuntime()
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with scratch_schema("mail_h40c_runs", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BufferedSqlStore]:
+    # Nothing is written before a flush (batch_delay); the buffer holds 4 writes.
+    options: dict[str, Any] = {"batch_delay": 5.0, "max_batch": 2, "max_pending": 4}
+    made: BufferedSqlStore
+    if request.param == "sqlite":
+        made = SqliteTaskStore(tmp_path / "mail.db", **options)
+    else:
+        made = PostgresTaskStore(request.getfixturevalue("pg_url"), **{**FAST, **options})
+    await made.start()
+    yield made
+    await made.close()
+
+
+def _spy(store: BufferedSqlStore) -> list[list[SqlWrite]]:
+    batches: list[list[SqlWrite]] = []
+    apply = store._buffer._apply
+
+    async def spy(batch: Sequence[SqlWrite]) -> None:
+        batches.append(list(batch))
+        await apply(batch)
+
+    store._buffer._apply = spy
+    return batches
+
+
+def _task(task_id: str) -> Any:
+    return SimpleNamespace(task_id=task_id)
+
+
+def _event(task_id: str, name: str, n: int) -> TaskEvent:
+    return TaskEvent(name, task_id, f"step {n}", {"n": n}, event_id=f"{task_id}-{n}")
+
+
+def _stored(events: list[dict[str, Any]]) -> list[int]:
+    return [json.loads(e["data"])["extra_data"]["n"] for e in events]
+
+
+class _Outbox:
+    """Push delivery that wants the events named "hook" (one outbox row each)."""
+
+    def rows_for_event(self, task: Any, event: TaskEvent) -> list[Any]:
+        if event.event != "hook":
+            return []
+        payload = json.dumps({"id": event.id})
+        return [(f"evt-{event.id}", task.task_id, "task.hook", payload, time.time())]
+
+    def rows_for_answer(self, task_id: str, task: Any, response: dict[str, Any]) -> list[Any]:
+        return []
+
+    def record(self, rows: list[Any]) -> None:
+        raise AssertionError("a SQL store writes outbox rows itself")
+
+    def kick(self) -> None:
+        pass
+
+
+async def test_events_before_a_batch_are_one_write_and_keep_their_order(
+    store: BufferedSqlStore,
+) -> None:
+    key = new_key()
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
+    batches = _spy(store)
+    for n in range(6):  # two tasks' events, interleaved
+        observer.event_added(_task("t-1"), _event("t-1", "e", n))
+        observer.event_added(_task("t-2"), _event("t-2", "e", n))
+    assert store.pending_writes == 2  # one run per task stands for all twelve
+    assert await store.flush(timeout=10)
+    assert [w.kind for b in batches for w in b] == ["event_rows", "event_rows"]
+    assert not observer._runs  # a run taken by a batch is no longer open
+    # An event after the batch was cut starts a new run.
+    observer.event_added(_task("t-1"), _event("t-1", "e", 6))
+    assert store.pending_writes == 1
+    assert await store.flush(timeout=10)
+    snapshot = await store.load_instance(key)
+    assert _stored(snapshot.events["t-1"]) == [0, 1, 2, 3, 4, 5, 6]
+    assert _stored(snapshot.events["t-2"]) == [0, 1, 2, 3, 4, 5]
+    assert [e["id"] for e in snapshot.events["t-2"]][:2] == ["t-2-0", "t-2-1"]
+
+
+async def test_an_outbox_event_closes_the_run_so_later_events_follow_it(
+    store: BufferedSqlStore,
+) -> None:
+    """An event with outbox rows is queued as a write of its own; an event after it must not
+    join the run queued before it (it would be stored ahead of the outbox event)."""
+    key = new_key()
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
+    observer.outbox = _Outbox()
+    batches = _spy(store)
+    observer.event_added(_task("t-1"), _event("t-1", "e", 0))
+    observer.event_added(_task("t-1"), _event("t-1", "hook", 1))
+    observer.event_added(_task("t-1"), _event("t-1", "e", 2))
+    assert [w.kind for w in store._buffer._queue] == ["run", "outbox", "run"]
+    assert await store.flush(timeout=10)
+    assert [w.kind for b in batches for w in b] == ["event_rows", "outbox", "event_rows"]
+    snapshot = await store.load_instance(key)
+    assert _stored(snapshot.events["t-1"]) == [0, 1, 2]
+
+
+async def test_events_behind_a_full_buffer_queue_behind_the_waiting_writes(
+    store: BufferedSqlStore,
+) -> None:
+    """When the buffer is full, later writes wait in the observer's drain: an event must not
+    join a run in the buffer then (it would be stored ahead of the events in the drain)."""
+    key = new_key()
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
+    observer.start()
+    observer.event_added(_task("t-1"), _event("t-1", "e", 0))  # a run in the buffer
+    for n in range(3):  # the buffer holds 4 writes: now it is full
+        assert store.write_nowait(key, "save_response", f"other-{n}", {"n": n})
+    observer.event_added(_task("t-2"), _event("t-2", "e", 0))  # to the drain
+    observer.event_added(_task("t-1"), _event("t-1", "e", 1))  # behind it, not in the run
+    observer.event_added(_task("t-1"), _event("t-1", "e", 2))
+    assert len(store._buffer._queue[0].args[1].events) == 1
+    assert await observer.flush(timeout=10)
+    snapshot = await store.load_instance(key)
+    assert _stored(snapshot.events["t-1"]) == [0, 1, 2]
+    assert _stored(snapshot.events["t-2"]) == [0]
+    await observer.close()
