@@ -54,11 +54,11 @@ from mail.server.idempotency_guard import (
     start_guard,
 )
 from mail.server.idempotency_wire import (
-    HEADER_BYTES,
     REPLAYED_HEADER,
     fingerprint,
     in_progress,
-    parse_key,
+    key_fields,
+    key_of,
     replay,
 )
 from mail.server.jsonio import dumps
@@ -111,12 +111,6 @@ async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> R
     return None
 
 
-def _has_key(request: Request) -> bool:
-    """Whether the request has the header (checked on the raw list: the no-key path of every
-    guarded route pays for this only)."""
-    return any(name == HEADER_BYTES for name, _ in request.scope["headers"])
-
-
 def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Request:
     for value in (*args, *kwargs.values()):
         if isinstance(value, Request):
@@ -145,12 +139,15 @@ def idempotent(
     def decorate(endpoint: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(endpoint)
         async def guarded(*args: Any, **kwargs: Any) -> Any:
-            request = _request_of(args, kwargs)
-            if not _has_key(request) or (guard := guard_of(request)) is None:
+            request = args[0] if args and isinstance(args[0], Request) else None
+            if request is None:
+                request = _request_of(args, kwargs)
+            fields = key_fields(request)
+            if not fields or (guard := guard_of(request)) is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")
             who = given if isinstance(given, Caller) else await caller(request)
-            key = parse_key(request, guard.max_length)
+            key = key_of(fields, guard.max_length)
             assert key is not None
             body = await request.body()
             ticket = guard.open(who, key, fingerprint(request.method, request.scope["path"], body))

@@ -444,7 +444,11 @@ class _Leaving(Response):
         self.raw_headers = inner.raw_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        inner = self._inner
         started = False
+        # An answer that says whether its status line went out (`EventStreamResponse.started`)
+        # is not watched message by message.
+        told = isinstance(getattr(inner, "started", None), bool)
 
         async def watched(message: Message) -> None:
             nonlocal started
@@ -453,8 +457,10 @@ class _Leaving(Response):
             await send(message)
 
         try:
-            await self._inner(scope, receive, watched if self._record else send)
+            await inner(scope, receive, watched if self._record and not told else send)
         finally:
+            if told:
+                started = bool(getattr(inner, "started", False))
             ticket = self._ticket
             if started and ticket.taken and not ticket.answered_by_task:
                 ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")

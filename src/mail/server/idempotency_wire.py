@@ -33,21 +33,32 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 
+def key_fields(request: Request) -> list[bytes]:
+    """The raw values of the request's ``Idempotency-Key`` header fields (usually none).
+
+    Read off the raw header list: building the request's `Headers` costs more than parsing
+    the key on the keyed hot path, and every guarded request without a key pays this scan."""
+    return [value for name, value in request.scope["headers"] if name == HEADER_BYTES]
+
+
 def parse_key(request: Request, max_length: int) -> str | None:
-    """The request's key, or None without the header; 400 for a malformed one.
+    """The request's key, or None without the header; 400 for a malformed one (`key_of`)."""
+    return key_of(key_fields(request), max_length)
+
+
+def key_of(fields: list[bytes], max_length: int) -> str | None:
+    """The key of the header `fields` (`key_fields`), or None without one; 400 for a
+    malformed one.
 
     An ``sf-string`` (``"..."``, printable ASCII, ``\\"`` and ``\\\\`` escaped) as the draft
     says, or the same characters unquoted (what curl users type): at most ``max_length``
     characters, not empty, one header field.
     """
-    # Read off the raw header list (latin-1, as Starlette decodes it): building the request's
-    # `Headers` costs more than the rest of this function on the keyed hot path.
-    values = [v.decode("latin-1") for n, v in request.scope["headers"] if n == HEADER_BYTES]
-    if not values:
+    if not fields:
         return None
-    if len(values) > 1:
-        raise BadRequest(f"send one Idempotency-Key header, not {len(values)} (see {DOCS})")
-    raw = values[0].strip()
+    if len(fields) > 1:
+        raise BadRequest(f"send one Idempotency-Key header, not {len(fields)} (see {DOCS})")
+    raw = fields[0].decode("latin-1").strip()  # (latin-1: as Starlette decodes headers)
     key = _sf_string(raw) if raw.startswith('"') else raw
     if not key or not (key.isascii() and key.isprintable()):
         raise BadRequest(

@@ -149,10 +149,14 @@ class EventStreamResponse(Response):
         self.status_code = 200
         self.background = None
         self.init_headers(SSE_HEADERS)
+        # Set as the status line goes out, whatever it is (read by `idempotency_guard._Leaving`,
+        # which otherwise has to watch every message sent).
+        self.started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         opened = self.queue.opened if self.hold_start else None
         if opened is None:
+            self.started = True
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         else:
             self.queue.start()  # the source runs (and sets `opened`) before the body is read
@@ -177,8 +181,10 @@ class EventStreamResponse(Response):
                 await opened.wait()
                 refused = self.queue.refused()
                 if refused is not None:  # nothing went out: refused as a plain request is
+                    self.started = True  # (a status line all the same: 503)
                     await _send_unavailable(send, refused)
                     return
+                self.started = True
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )

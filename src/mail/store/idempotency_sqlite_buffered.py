@@ -81,6 +81,8 @@ MIN_FILTER_KEYS = 1024
 FLUSH_TIMEOUT = 30.0
 
 Scope = tuple[str, str, str]
+# The bit positions a key sets in its caller's filter (`KeyFilter.HASHES`), iterated.
+_PROBES = range(7)
 
 
 class KeyFilter:
@@ -94,7 +96,7 @@ class KeyFilter:
     """
 
     __slots__ = ("bits", "capacity", "count", "size")
-    HASHES = 7  # with 10 bits per key: about 1% false "present"
+    HASHES = len(_PROBES)  # 7: with 10 bits per key, about 1% false "present"
 
     def __init__(self, keys: list[str]) -> None:
         self.capacity = max(2 * len(keys), MIN_FILTER_KEYS)
@@ -114,11 +116,13 @@ class KeyFilter:
         spot = (digest & 0xFFFFFFFF) % size
         step = ((digest >> 32) | 1) % size or 1
         had = True
-        for _ in range(self.HASHES):
-            byte, mask = spot >> 3, 1 << (spot & 7)
-            if not bits[byte] & mask:
+        for _ in _PROBES:
+            byte = spot >> 3
+            old = bits[byte]
+            new = old | 1 << (spot & 7)
+            if new != old:
                 had = False
-                bits[byte] |= mask
+                bits[byte] = new
             spot += step
             if spot >= size:
                 spot -= size
@@ -132,7 +136,7 @@ class KeyFilter:
         size, bits = self.size, self.bits
         spot = (digest & 0xFFFFFFFF) % size
         step = ((digest >> 32) | 1) % size or 1
-        for _ in range(self.HASHES):
+        for _ in _PROBES:
             if not bits[spot >> 3] >> (spot & 7) & 1:
                 return False
             spot += step
@@ -268,9 +272,10 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             return await self._take_alone(scope, key, record, replace=replace)
         if known.full:  # read again, into a larger filter, at the caller's next take
             self._known.pop(owner, None)
-        self._taken[(owner, key)] = row
+        taken = (owner, key)
+        self._taken[taken] = row
         buffer = getattr(self.tasks, "_buffer", None)
-        self._unsettled[(owner, key)] = None if buffer is None else buffer.submitted
+        self._unsettled[taken] = None if buffer is None else buffer.submitted
         return None
 
     async def _take_alone(
