@@ -1,7 +1,7 @@
 """A caller's uploads (`attachments` of POST /message) count against
 `[server.store] max_stored_bytes_per_caller` as soon as they are stored.
 
-A real `mail server` (default SQLite store) on the abuse swarm, whose agents have the file
+A real `mail server` (SQLite, the memory store and PostgreSQL) on the abuse swarm, whose agents have the file
 tools, with a quota of about 3 MiB: a caller sending 1 MiB uploads one message after another is refused
 with 429 naming the setting once its uploads would pass the bound, within the same few
 seconds (not only after the server re-measured its team data, or after a restart); another
@@ -16,6 +16,7 @@ import pytest
 
 from server_fixtures import ServerProcess, post_as
 from support.abuse_harness import abuse_server
+from support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,16 +24,26 @@ MIB = 1024 * 1024
 QUOTA = 3 * MIB + 256 * 1024  # three uploads and their small tasks fit, a fourth does not
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    directory = tmp_path_factory.mktemp("quota_uploads")
+@pytest.fixture(scope="module", params=["sqlite", "memory", "postgres"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp(f"quota_uploads_{request.param}")
+    kind = 'kind = "memory"' if request.param == "memory" else ""
     extra = f"""
 [server.store]
 max_stored_bytes_per_caller = {QUOTA}
 finished_task_ttl = 0
+{kind}
 """
-    with abuse_server(directory, extra=extra) as proc:
-        yield proc
+    if request.param != "postgres":
+        with abuse_server(directory, extra=extra) as proc:
+            yield proc
+        return
+    with scratch_schema("quota_uploads") as schema:
+        env = {"DATABASE_URL": with_search_path(BASE_URL, schema)}
+        with abuse_server(directory, extra=extra, env=env) as proc:
+            yield proc
 
 
 def upload(index: int) -> dict[str, object]:
