@@ -146,12 +146,25 @@ class MAILAgentExecutor(AgentExecutor):
         caller = caller_of(context)
         context_id = context.context_id or ""
         message = context.message
-        if context.current_task is None:
-            history = [message] if message is not None else []
-            await event_queue.enqueue_event(
-                new_task(task_id, context_id, TaskState.TASK_STATE_SUBMITTED, history=history)
-            )
         updater = TaskUpdater(event_queue, task_id, context_id)
+        announced = False
+
+        async def announce(working: bool) -> None:
+            # Acknowledged means stored: the caller hears of its task (SUBMITTED, naming the
+            # context, i.e. the MAIL task) only once the MAIL task and the message are
+            # committed (the first MAIL event comes after that), or when it is refused.
+            nonlocal announced
+            if announced:
+                return
+            announced = True
+            if context.current_task is None:
+                history = [message] if message is not None else []
+                await event_queue.enqueue_event(
+                    new_task(task_id, context_id, TaskState.TASK_STATE_SUBMITTED, history=history)
+                )
+            if working:
+                await updater.start_work()
+
         parts = list(message.parts) if message is not None else []
         mail_id = mapping.mail_task_id(context_id)
         try:
@@ -159,14 +172,15 @@ class MAILAgentExecutor(AgentExecutor):
                 mapping.inbound_request(get_text_parts(parts), get_data_parts(parts), mail_id)
             )
         except HTTPException as exc:
+            await announce(working=False)
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
-        await updater.start_work()
         answer: str | None = None
         failed = False
         progress = shows_progress(context)
         try:
             async for event in run_events(state, caller, req, on_submitted):
+                await announce(working=True)
                 if event.event == "ping":
                     continue
                 if event.id is None and event.event in ("task_complete", "task_error"):
@@ -180,8 +194,10 @@ class MAILAgentExecutor(AgentExecutor):
                     metadata=mapping.event_metadata(event.event, event.id, event.data),
                 )
         except HTTPException as exc:
+            await announce(working=False)
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
+        await announce(working=True)
         await self._finish(state, caller, updater, mail_id, answer or "", failed)
 
     async def _finish(
