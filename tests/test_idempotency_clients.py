@@ -12,10 +12,7 @@ work and retry transient failures with that same key.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import socket
-import struct
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -29,6 +26,7 @@ from mail.client_config import ClientConfig
 from mail.core.message import create_agent_address, make_message, make_request
 from mail.net import InterswarmError, InterswarmRouter, SwarmRegistry
 from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from support.resetting_proxy import ResettingProxy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,61 +40,6 @@ FAST = ClientConfig(timeout=30, retries=3, retry_backoff=0.05, retry_max_delay=0
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with keyed_stub_server(tmp_path_factory.mktemp("idem_client"), ROOT_ALICE_BOB) as srv:
         yield srv
-
-
-class ResettingProxy:
-    """127.0.0.1:<port> -> the server. The first `resets` connections: the client's request
-    is passed on whole, then the client's side is reset (RST) while the server's side stays
-    open until the server answered (so the server does the work; the client never hears)."""
-
-    def __init__(self, target_port: int, resets: int = 1) -> None:
-        self.target_port = target_port
-        self.resets = resets
-        self.connections = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> ResettingProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        if self.connections <= self.resets:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            up_writer.write(head + await reader.readexactly(length))
-            await up_writer.drain()
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()  # RST: "connection reset by peer" for the client
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-                await up_reader.read(65536)  # the server's answer, which nobody gets
-            up_writer.close()
-            return
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 async def test_mailclient_retries_a_reset_connection_and_gets_the_one_answer(

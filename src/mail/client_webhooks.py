@@ -1,7 +1,10 @@
 """What `MAILClient` gains for push delivery: the `/webhooks` routes (docs/webhooks.md).
 
-Mixed into `MAILClient`; needs its `_request_json` and `_open`. Errors follow the client's
-contract (`MAILClientError` with the server's status and detail).
+Mixed into `MAILClient`; needs its `_request_json`, `_open` and `_open_work`. Errors follow
+the client's contract (`MAILClientError` with the server's status and detail). The calls that
+change something (create, change, delete, rotate, test, retry a delivery) carry a fresh
+Idempotency-Key and are retried with it after a transient failure, like `post_message`: a
+create whose answer was lost must not leave a second webhook with a secret nobody saw.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ class WebhookClientMethods:
     if TYPE_CHECKING:  # provided by MAILHTTPConnection
 
         async def _request_json(
-            self, method: str, path: str, *, payload: Any = None, params: Any = None
+            self,
+            method: str,
+            path: str,
+            *,
+            payload: Any = None,
+            params: Any = None,
+            starts_work: bool = False,
         ) -> Any: ...
 
         async def _open(
@@ -28,6 +37,15 @@ class WebhookClientMethods:
             *,
             payload: Any = None,
             params: Any = None,
+            accept: str = "application/json",
+        ) -> Any: ...
+
+        async def _open_work(
+            self,
+            method: str,
+            path: str,
+            *,
+            payload: Any = None,
             accept: str = "application/json",
         ) -> Any: ...
 
@@ -46,7 +64,9 @@ class WebhookClientMethods:
         for name, value in (("description", description), ("scope", scope), ("secret", secret)):
             if value is not None:
                 payload[name] = value
-        return await self._request_json("POST", "/webhooks", payload=payload)  # type: ignore[no-any-return]
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", "/webhooks", payload=payload, starts_work=True
+        )
 
     async def list_webhooks(self) -> list[dict[str, Any]]:
         """GET /webhooks — your webhooks (never their secrets)."""
@@ -59,16 +79,20 @@ class WebhookClientMethods:
 
     async def update_webhook(self, webhook_id: str, **changes: Any) -> dict[str, Any]:
         """PATCH /webhooks/{id} — `url`, `events`, `description`, `active`."""
-        return await self._request_json("PATCH", _path(webhook_id), payload=changes)  # type: ignore[no-any-return]
+        return await self._request_json(  # type: ignore[no-any-return]
+            "PATCH", _path(webhook_id), payload=changes, starts_work=True
+        )
 
     async def delete_webhook(self, webhook_id: str) -> None:
         """DELETE /webhooks/{id} — with its delivery log."""
-        response = await self._open("DELETE", _path(webhook_id))
+        response = await self._open_work("DELETE", _path(webhook_id))
         response.release()
 
     async def test_webhook(self, webhook_id: str) -> dict[str, Any]:
         """POST /webhooks/{id}/test — queue a `webhook.ping` delivery."""
-        return await self._request_json("POST", _path(webhook_id, "/test"))  # type: ignore[no-any-return]
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", _path(webhook_id, "/test"), starts_work=True
+        )
 
     async def rotate_webhook_secret(
         self, webhook_id: str, overlap_seconds: float = 86400
@@ -79,6 +103,7 @@ class WebhookClientMethods:
             "POST",
             _path(webhook_id, "/rotate-secret"),
             payload={"overlap_seconds": overlap_seconds},
+            starts_work=True,
         )
 
     async def webhook_deliveries(
@@ -94,4 +119,4 @@ class WebhookClientMethods:
     async def retry_webhook_delivery(self, webhook_id: str, delivery_id: str) -> dict[str, Any]:
         """POST /webhooks/{id}/deliveries/{delivery_id}/retry — send it again now."""
         path = _path(webhook_id, f"/deliveries/{quote(delivery_id, safe='')}/retry")
-        return await self._request_json("POST", path)  # type: ignore[no-any-return]
+        return await self._request_json("POST", path, starts_work=True)  # type: ignore[no-any-return]

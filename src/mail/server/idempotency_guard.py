@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 import time
@@ -178,8 +179,13 @@ class IdempotencyGuard:
                     f"max_idempotency_keys_per_caller = {self.max_keys}); they expire "
                     f"{self.ttl:g}s after their request; retry later, or send this request "
                     "without an Idempotency-Key",
-                    headers={"Retry-After": str(KEY_LIMIT_RETRY_AFTER)},
+                    headers={"Retry-After": str(self.limit_retry_after())},
                 )
+
+    def limit_retry_after(self) -> int:
+        """Seconds a caller at the key bound is told to wait: never longer than its keys
+        live (with `idempotency_key_ttl = 5`, 60 s would send it away for nothing)."""
+        return max(1, min(KEY_LIMIT_RETRY_AFTER, math.ceil(self.ttl)))
 
     def taken(self, scope: InstanceKey) -> None:
         self._maybe_sweep()

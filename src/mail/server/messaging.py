@@ -238,7 +238,12 @@ async def _uploads(state: ServerState, caller: Caller, req: MessageRequest) -> A
 
 
 async def _store_uploads(
-    inst: Instance, caller: Caller, req: MessageRequest, uploads: Any, ticket: Ticket | None
+    state: ServerState,
+    inst: Instance,
+    caller: Caller,
+    req: MessageRequest,
+    uploads: Any,
+    ticket: Ticket | None,
 ) -> None:
     if uploads:
         assert req.task_id is not None
@@ -250,6 +255,9 @@ async def _store_uploads(
                 await ticket.release()  # and so is the key: nothing ran
             raise
         req.kwargs["attachments"] = stored
+        if state.finished is not None and state.finished.team_store is not None:
+            # In the caller's books now, not at the next measurement of its team data.
+            state.quota.add_team(inst.key, sum(len(data) for _, _, data in uploads))
 
 
 async def _request_webhook(
@@ -352,7 +360,7 @@ async def run_message(
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     await _prepare_keyed(state, inst, req, ticket)
     req.webhook = await _request_webhook(state, inst, caller, req, ticket)
-    await _store_uploads(inst, caller, req, uploads, ticket)
+    await _store_uploads(state, inst, caller, req, uploads, ticket)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     try:
         async with state.instances.lease(inst):
@@ -440,7 +448,7 @@ async def stream_message(
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
         await _prepare_keyed(state, inst, req, ticket)
         hook = await _request_webhook(state, inst, caller, req, ticket)
-        await _store_uploads(inst, caller, req, uploads, ticket)
+        await _store_uploads(state, inst, caller, req, uploads, ticket)
         timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
         # Set once the store committed the submission (Swarm.submit_events): the response's
         # headers wait for it, as a plain answer waits for its commit.

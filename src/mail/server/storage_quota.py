@@ -151,6 +151,13 @@ class StorageQuota:
         books.team_bytes = max(0, int(size))
         books.team_measured = time.monotonic()
 
+    def add_team(self, owner: Owner, size: int) -> None:
+        """Team bytes just stored (a caller's uploads): counted at once, so uploads sent one
+        after another cannot pass the bound between two measurements; the next measurement
+        (`set_team`) replaces the figure with the store's."""
+        books = self._books.setdefault(owner, CallerBooks())
+        books.team_bytes += max(0, int(size))
+
     def team_due(self, owner: Owner) -> bool:
         books = self._books.get(owner)
         return books is None or time.monotonic() - books.team_measured >= TEAM_MEASURE_INTERVAL
