@@ -156,3 +156,23 @@ async def test_events_behind_a_full_buffer_queue_behind_the_waiting_writes(
     assert _stored(snapshot.events["t-1"]) == [0, 1, 2]
     assert _stored(snapshot.events["t-2"]) == [0]
     await observer.close()
+
+
+async def test_an_event_the_database_refuses_costs_that_event_alone(
+    store: BufferedSqlStore,
+) -> None:
+    """A run is one write: when the database rejects it (here text with a lone surrogate,
+    which neither SQLite nor PostgreSQL stores: the HTTP API refuses it in bodies, but a
+    model's or a tool's JSON `"\\ud800"` decodes to one), its events are retried one by one,
+    so the task keeps its other events of the batch, as it did when each event was a write
+    of its own."""
+    key = new_key()
+    observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
+    for n, text in enumerate(["fine", "bad \ud800", "fine too"]):
+        observer.event_added(_task("t-1"), TaskEvent("e", "t-1", text, {"n": n}, event_id=str(n)))
+    observer.event_added(_task("t-2"), _event("t-2", "e", 0))
+    assert await store.flush(timeout=10)
+    snapshot = await store.load_instance(key)
+    assert _stored(snapshot.events["t-1"]) == [0, 2]
+    assert _stored(snapshot.events["t-2"]) == [0]
+    assert store.dropped_writes == 1

@@ -190,6 +190,7 @@ class BufferedSqlStore(TaskStore):
             max_pending=max_pending,
             name=name,
             prepare=self._cut_batch,
+            split=_event_rows_apart,
         )
         # live writes and event runs in the buffer not yet taken by a batch
         self._lives_queued = 0
@@ -518,3 +519,12 @@ class BufferedSqlStore(TaskStore):
         status = super().status()
         status["dropped_writes"] = self._buffer.dropped
         return status
+
+
+def _event_rows_apart(write: SqlWrite) -> list[SqlWrite]:
+    """A run's events (EVENT_ROWS_KIND) as one "event" write each, for the buffer to retry
+    them one by one when the database rejected the run: a bad event (text it refuses) costs
+    that event alone, not its task's other events of the batch. [] for any other write."""
+    if write.kind != EVENT_ROWS_KIND:
+        return []
+    return [SqlWrite("event", row, write.generation) for row in write.args[-1]]

@@ -100,6 +100,9 @@ _TASK_LIVE = (
     " AND t.task_id = {table}.record->>'task_id' AND NOT (" + _FINISHED + "))"
 )
 
+# Tables pruned in `seq` order (see `_prune_by_seq`).
+_BY_SEQ = ("team_posts", "team_inbox")
+
 # What is older than the cutoff ($1: as text for the records' times, as a timestamp for
 # the columns), per table; threads last, once their posts are gone.
 _EXPIRED: tuple[tuple[str, str, bool], ...] = (
@@ -365,6 +368,9 @@ class PostgresTeamStore(TeamStore):
         for table, condition, by_timestamp in _EXPIRED:
             if with_tasks and table in _OF_TASKS:
                 condition += _TASK_LIVE.format(table=table)
+            if table in _BY_SEQ:
+                removed += await self._prune_by_seq(table, condition, text)
+                continue
             while True:  # a batch per transaction: other writes go on in between
                 status = await self.pool.execute(
                     f"DELETE FROM {table} WHERE ctid IN"
@@ -376,3 +382,20 @@ class PostgresTeamStore(TeamStore):
                 if count < TEAM_PRUNE_BATCH:
                     break
         return removed
+
+    async def _prune_by_seq(self, table: str, condition: str, cutoff: str) -> int:
+        """`table`'s expired rows in batches that each go on where the last one stopped (by
+        `seq`): rows that stay though older than the cutoff (a live task's) are read once
+        per prune, not once per batch."""
+        removed, after = 0, 0
+        while True:  # a batch per transaction: other writes go on in between
+            rows = await self.pool.fetch(
+                f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} WHERE seq > $2"
+                f" AND ({condition}) ORDER BY seq LIMIT {TEAM_PRUNE_BATCH}) RETURNING seq",
+                cutoff,
+                after,
+            )
+            removed += len(rows)
+            if len(rows) < TEAM_PRUNE_BATCH:
+                return removed
+            after = max(row["seq"] for row in rows)

@@ -69,14 +69,19 @@ _SIZES = (
 )
 
 
-def _prune_step(conn: sqlite3.Connection, table: str, condition: str, cutoff: str) -> int:
+def _prune_step(
+    conn: sqlite3.Connection, table: str, condition: str, cutoff: str, after: int
+) -> tuple[int, int]:
+    """One batch of `table`'s expired rows past rowid `after`: (rows removed, the rowid to
+    go on after). Each batch goes on where the last one stopped: rows that stay though
+    older than the cutoff (a live task's) are read once per prune, not once per batch."""
     with transaction(conn):
-        cursor = conn.execute(
-            f"DELETE FROM {table} WHERE rowid IN"
-            f" (SELECT rowid FROM {table} WHERE {condition} LIMIT {TEAM_PRUNE_BATCH})",
-            (cutoff,),
-        )
-        return max(0, cursor.rowcount)
+        removed = conn.execute(
+            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE rowid > ?2"
+            f" AND ({condition}) ORDER BY rowid LIMIT {TEAM_PRUNE_BATCH}) RETURNING rowid",
+            (cutoff, after),
+        ).fetchall()
+    return len(removed), max((row[0] for row in removed), default=after)
 
 
 Write = Callable[[sqlite3.Connection], None]
@@ -288,8 +293,9 @@ class SqliteTeamStore(TeamStore):
         for table, condition in _EXPIRED:
             if table in _OF_TASKS:
                 condition += _TASK_LIVE.format(table=table)
+            after = -(1 << 63)  # the lowest rowid (each of these tables has one)
             while True:  # a batch per transaction: the task store's writes go on in between
-                count = await self.db.run(_prune_step, table, condition, text)
+                count, after = await self.db.run(_prune_step, table, condition, text, after)
                 removed += count
                 if count < TEAM_PRUNE_BATCH:
                     break

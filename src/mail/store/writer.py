@@ -44,6 +44,7 @@ class WriteBehindBuffer(Generic[T]):
         max_pending: int = 100_000,
         name: str = "store",
         prepare: Callable[[list[T], deque[T]], tuple[int, list[T]]] | None = None,
+        split: Callable[[T], list[T]] | None = None,
     ) -> None:
         if max_batch < 1 or max_pending < 1:
             raise ValueError("max_batch and max_pending must be positive")
@@ -52,6 +53,9 @@ class WriteBehindBuffer(Generic[T]):
         # of the queue the batch takes, the items to write). Runs once per batch, before
         # its first attempt (a retry writes what it returned).
         self._prepare = prepare
+        # An item standing for several rows, as those rows (several items) or [] when it is
+        # one: a rejected item is retried row by row, so only the bad row is dropped.
+        self._split = split
         self._is_transient = is_transient
         self.max_batch = max_batch
         self.max_delay = max_delay
@@ -277,6 +281,10 @@ class WriteBehindBuffer(Generic[T]):
             return
 
     async def _isolate_poison(self, batch: list[T], exc: BaseException) -> None:
+        if len(batch) == 1 and self._split is not None:
+            parts = self._split(batch[0])
+            if len(parts) > 1:
+                batch = parts
         if len(batch) == 1:
             self.dropped += 1
             logger.error(
