@@ -16,7 +16,7 @@ import pytest
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 from support.llm_thread import ThreadedLLM, mentions
 from support.review_swarm import review_swarms_json
-from support.scripted_llm import reply, tool_call
+from support.scripted_llm import reply, text, tool_call
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,12 +47,6 @@ def server(llm: ThreadedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         srv.stop(timeout=60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a lone surrogate in a model's answer (JSON \\ud800) makes POST /message answer 500 "
-    "(internal server error; the store also drops every row holding the text): model and "
-    "tool text is not made valid Unicode where it enters",
-)
 def test_a_lone_surrogate_in_a_models_answer_is_not_a_500(
     server: ServerProcess, llm: ThreadedLLM
 ) -> None:
@@ -68,3 +62,27 @@ def test_a_lone_surrogate_in_a_models_answer_is_not_a_500(
         assert answered.status_code == 200, answered.text
         assert answered.json()["response"].startswith("done ")
         assert client.get("/tasks").status_code == 200
+
+
+def test_a_lone_surrogate_in_a_models_text_reply_is_stored_and_answered(
+    server: ServerProcess, llm: ThreadedLLM
+) -> None:
+    """A plain text reply (no tool call) with a lone surrogate: the answer carries U+FFFD in
+    its place, and the task's record, events and the caller's listing read back whole."""
+    token = f"sur-{uuid.uuid4().hex[:8]}"
+    llm.queue(reply(text(f"plain {token} \ud800 reply")), match=lambda r: mentions(r, token))
+    llm.queue(
+        reply(tool_call("task_complete", {"finish_message": f"closing {token}"})),
+        match=lambda r: mentions(r, token),
+    )
+    with httpx.Client(
+        base_url=server.base_url, headers=auth(server.keys["alice"]), timeout=120
+    ) as client:
+        answered = client.post("/message", json={"body": token})
+        assert answered.status_code == 200, answered.text
+        task_id = answered.json()["task_id"]
+        record = client.get("/task", params={"task_id": task_id})
+        assert record.status_code == 200, record.text
+        assert "\ufffd reply" in record.text or "\\ufffd reply" in record.text, record.text
+        assert client.get("/tasks").status_code == 200
+    assert "Traceback" not in server.logs(), server.logs()

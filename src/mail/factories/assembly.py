@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from mail.core.tools import AgentToolCall
 from mail.factories.errors import MalformedToolCallError
+from mail.utils.text import valid_str, valid_text
 
 TEXT_OUTPUT = "text_output"
 
@@ -42,7 +43,7 @@ def to_plain(obj: Any) -> Any:
 def parse_arguments(tool_name: str, raw: Any) -> dict[str, Any]:
     """Decode tool arguments; anything but a JSON object is a `MalformedToolCallError`."""
     if isinstance(raw, dict):
-        return raw
+        return valid_text(raw)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     if not isinstance(raw, str):
@@ -53,7 +54,8 @@ def parse_arguments(tool_name: str, raw: Any) -> dict[str, Any]:
         raise MalformedToolCallError(tool_name, raw, f"invalid JSON: {exc.msg}") from None
     if not isinstance(value, dict):
         raise MalformedToolCallError(tool_name, raw, f"decoded to {type(value).__name__}")
-    return value
+    # JSON may spell a lone surrogate ("\\ud800"), which no answer or row can hold.
+    return valid_text(value) if "\\u" in raw else value
 
 
 @dataclass
@@ -134,7 +136,7 @@ class TurnAssembler:
         return [
             AgentToolCall(
                 tool_name=TEXT_OUTPUT,
-                tool_args={"content": text_output},
+                tool_args={"content": valid_str(text_output)},
                 tool_call_id=str(uuid.uuid4()),
                 reasoning=self.leftover_reasoning,
                 preamble=None,

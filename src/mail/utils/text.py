@@ -1,0 +1,34 @@
+"""Text from outside (a model's reply, a tool's output) made valid Unicode.
+
+JSON lets a string hold a lone UTF-16 surrogate (``"\\ud800"``) and Python's decoder keeps
+it, but such a string cannot be encoded as UTF-8: a response body, a database row or a log
+line holding it fails. `valid_text` replaces each lone surrogate with U+FFFD (a valid pair
+becomes the character it stands for) and leaves every other string as it is, at the cost of
+one `isascii` or one encode for a string without any.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def valid_str(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def valid_text(value: Any) -> Any:
+    """`value` (str, or lists and dicts of them, keys included) with valid strings only."""
+    if isinstance(value, str):
+        return valid_str(value)
+    if isinstance(value, dict):
+        return {valid_text(k): valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [valid_text(v) for v in value]
+    return value
