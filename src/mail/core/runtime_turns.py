@@ -144,6 +144,7 @@ class TurnRunner(HostLink[TurnHost]):
         start is handed over instead of started, when the turn waited.
         """
         rt = self.host
+        cancelled: bool | None = None  # whether shutdown cut this turn short, once known
         key = f"{task_id}::{agent_name}"
         await rt._acquire_turn(key)
         try:
@@ -223,9 +224,11 @@ class TurnRunner(HostLink[TurnHost]):
                     self.save_history(task_id, agent_name)
         finally:
             rt._release_turn(key)
+            if cancelled is None:  # asyncio.current_task is not free: asked once per turn
+                cancelled = _cancelling()
             if rt.journal is not None:
-                rt.journal.turn_finished(_cancelling())
-            if handover is None or not handover.waited or _cancelling():
+                rt.journal.turn_finished(cancelled)
+            if handover is None or not handover.waited or cancelled:
                 rt._dispatch_pending()
             else:
                 self._handover = handover
