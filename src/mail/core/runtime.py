@@ -378,13 +378,13 @@ class MAILRuntime(V13Surface):
     def task_is_busy(self, task_id: str) -> bool:
         return bool(self._turns_by_task.get(task_id)) or self.mailbox.has_task(task_id)
 
-    def other_turns_running(self, task_id: str) -> bool:
+    def other_turns_running(self, task_id: str, me: asyncio.Task[Any] | None = None) -> bool:
         """Whether a turn of `task_id` other than the calling one is still running.
 
         A turn whose coroutine returned is finished, though its done callback may run after the
         next turn started: an agent answering at once must not see its last turn as running.
         """
-        me = asyncio.current_task()
+        me = me or asyncio.current_task()  # the calling turn's task (`me`, when it knows it)
         return any(t is not me and not t.done() for t in self._turns_by_task.get(task_id, ()))
 
     async def await_task_idle(self, task_id: str, poll: float = 0.01) -> None:
