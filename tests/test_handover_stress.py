@@ -275,7 +275,7 @@ def _child_ids(queue: Any) -> None:
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_ids_unique_in_child_processes(method: str) -> None:
     new_id()  # the parent has unused bytes in its pool
-    parent_pool = list(message_module._random_hex)
+    parent_pool = list(message_module._ready_ids)
     ctx = multiprocessing.get_context(method)
     queue = ctx.Queue()
     procs = [ctx.Process(target=_child_ids, args=(queue,)) for _ in range(3)]

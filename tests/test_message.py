@@ -202,3 +202,22 @@ def test_build_interswarm_mail_xml_forces_agent_types() -> None:
     assert text.startswith("<interswarm_message>\n<source_swarm>local</source_swarm>")
     assert '<from type="agent">u</from>' in text
     assert '<to>\n<address type="agent">x@remote</address>\n</to>' in text
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [],
+        ['<address type="agent">worker</address>'],
+        ['<address type="agent">a</address>', '<address type="user">u</address>'],
+        ["it's"],
+        ["a'", "b"],
+        ["back\\slash"],
+        ["new\nline"],
+        ["tab\there", "\x00"],
+        ["é ü 東京"],
+    ],
+)
+def test_to_list_text_is_the_python_repr_of_the_addresses(items: list[str]) -> None:
+    # Agents of the original were prompted with repr() of the list: the fast path keeps it.
+    assert M._python_list_text(items) == repr(items)

@@ -28,6 +28,7 @@ from mail.core.agent_histories import AgentHistories
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
 from mail.core.compat import DONE, run_submitted_task
+from mail.core.eager import spawn_turn
 from mail.core.events import Description, TaskEvent
 from mail.core.loop_guard import LoopGuard
 from mail.core.mailbox import Mailbox
@@ -140,6 +141,7 @@ class MAILRuntime(V13Surface):
         self._idle = asyncio.Event()
         self._idle.set()
         self._shutdown = False
+        self.eager_turns = False  # the next turn starts in its caller's step (core/eager.py)
 
         # The components, each given this runtime as the interface it declares.
         self.delivery = Delivery(self, self.inboxes)
@@ -309,12 +311,6 @@ class MAILRuntime(V13Surface):
         self.mailbox.put(message)
         return DONE
 
-    def _add_waiter(self, task_id: str) -> asyncio.Future[MAILMessage]:
-        return self.waiters.add(task_id)
-
-    def _drop_waiter(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
-        self.waiters.drop(task_id, future)
-
     def _submit_for_task(
         self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
     ) -> None:
@@ -360,7 +356,7 @@ class MAILRuntime(V13Surface):
 
     # ------------------------------------------------------------------ turns bookkeeping
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        turn = asyncio.create_task(coro)
+        turn = spawn_turn(self, coro)  # asyncio.create_task, or eagerly (core/eager.py)
         self._turns.add(turn)
         if (running := self._turns_by_task.get(task_id)) is None:
             running = self._turns_by_task[task_id] = set()
@@ -382,13 +378,13 @@ class MAILRuntime(V13Surface):
     def task_is_busy(self, task_id: str) -> bool:
         return bool(self._turns_by_task.get(task_id)) or self.mailbox.has_task(task_id)
 
-    def other_turns_running(self, task_id: str) -> bool:
+    def other_turns_running(self, task_id: str, me: asyncio.Task[Any] | None = None) -> bool:
         """Whether a turn of `task_id` other than the calling one is still running.
 
         A turn whose coroutine returned is finished, though its done callback may run after the
         next turn started: an agent answering at once must not see its last turn as running.
         """
-        me = asyncio.current_task()
+        me = me or asyncio.current_task()  # the calling turn's task (`me`, when it knows it)
         return any(t is not me and not t.done() for t in self._turns_by_task.get(task_id, ()))
 
     async def await_task_idle(self, task_id: str, poll: float = 0.01) -> None:
@@ -488,6 +484,9 @@ class MAILRuntime(V13Surface):
 
     def _dispatch_pending(self) -> None:
         self.loops.dispatch_pending()
+
+    def _dispatch_submitted(self) -> None:
+        self.loops.dispatch_pending(eager=True)
 
     def _open_waiters(self) -> list[asyncio.Future[MAILMessage]]:
         return self.waiters.open()

@@ -64,6 +64,13 @@ def is_journal_key(key: str) -> bool:
     return key.endswith(JOURNAL_SUFFIX)
 
 
+class CallerWaiters(Protocol):
+    """The runtime's waiting callers (core/runtime_waiting.py): a restored task gets one."""
+
+    def add(self, task_id: str) -> asyncio.Future[MAILMessage]: ...
+    def drop(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None: ...
+
+
 class JournalHost(TaskLog, Protocol):
     """What the journal uses of the runtime."""
 
@@ -80,8 +87,8 @@ class JournalHost(TaskLog, Protocol):
     def _run_turn(
         self, task_id: str, agent_name: str, message: MAILMessage | None, tool_choice: Any
     ) -> Coroutine[Any, Any, None]: ...
-    def _add_waiter(self, task_id: str) -> asyncio.Future[MAILMessage]: ...
-    def _drop_waiter(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None: ...
+    @property
+    def waiters(self) -> CallerWaiters: ...
 
 
 class TaskJournal(HostLink[JournalHost]):
@@ -293,7 +300,7 @@ class TaskJournal(HostLink[JournalHost]):
 
     def _watch_completion(self, task_id: str) -> None:
         """Store `task_complete` when the task ends, as the lost POST /message waiter would."""
-        future = self.host._add_waiter(task_id)
+        future = self.host.waiters.add(task_id)
         watcher = asyncio.create_task(self._complete_later(task_id, future))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
@@ -303,7 +310,7 @@ class TaskJournal(HostLink[JournalHost]):
         try:
             response = await future
         finally:
-            rt._drop_waiter(task_id, future)
+            rt.waiters.drop(task_id, future)
         if response["message"]["subject"] == "::shutdown_requested::":
             return
         body = response["message"]["body"]

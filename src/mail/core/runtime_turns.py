@@ -98,7 +98,7 @@ class TurnRunner(HostLink[TurnHost]):
             handover is not None
             and handover.task_id == task_id
             and handover.next is None
-            and not self.host.other_turns_running(task_id)
+            and not self.host.other_turns_running(task_id, handover.me)
         ):
             handover.next = agent_name
             return
@@ -115,7 +115,9 @@ class TurnRunner(HostLink[TurnHost]):
         never waited starts its next turns as new tasks, so the loop runs others in between.
         """
         loop = asyncio.get_running_loop()
-        handover = _Handover(task_id, agent_name)
+        # This chain's asyncio task, asked for once (also in a first step started in its
+        # caller's step: mail.core.eager makes the turn's task the current one there).
+        handover = _Handover(task_id, agent_name, asyncio.current_task())
         while (agent := handover.take()) is not None:
             pending = loop.call_soon(handover.loop_ran)
             try:
@@ -144,6 +146,8 @@ class TurnRunner(HostLink[TurnHost]):
         start is handed over instead of started, when the turn waited.
         """
         rt = self.host
+        cancelled: bool | None = None  # whether shutdown cut this turn short, once known
+        me = handover.me if handover is not None else asyncio.current_task()
         key = f"{task_id}::{agent_name}"
         await rt._acquire_turn(key)
         try:
@@ -216,16 +220,18 @@ class TurnRunner(HostLink[TurnHost]):
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
                 self.turn_failed(ctx, current, exc)
             finally:
-                cancelled = _cancelling()
+                cancelled = _cancelling(me)
                 measured.end(cancelled=cancelled)
                 if not cancelled and rt._observing:
                     # A cancelled turn (shutdown) runs again after a restart from its start.
                     self.save_history(task_id, agent_name)
         finally:
             rt._release_turn(key)
+            if cancelled is None:
+                cancelled = _cancelling(me)
             if rt.journal is not None:
-                rt.journal.turn_finished(_cancelling())
-            if handover is None or not handover.waited or _cancelling():
+                rt.journal.turn_finished(cancelled)
+            if handover is None or not handover.waited or cancelled:
                 rt._dispatch_pending()
             else:
                 self._handover = handover
@@ -481,10 +487,11 @@ class _Handover:
     """The turns of one `run_turns`: the turn handed over to it, and whether the loop ran
     while the current turn went on (it waited, e.g. for its model)."""
 
-    __slots__ = ("task_id", "next", "waited")
+    __slots__ = ("task_id", "next", "waited", "me")
 
-    def __init__(self, task_id: str, first: str) -> None:
+    def __init__(self, task_id: str, first: str, me: asyncio.Task[Any] | None) -> None:
         self.task_id = task_id
+        self.me = me  # the asyncio task running these turns
         self.next: str | None = first
         self.waited = False
 
@@ -496,8 +503,7 @@ class _Handover:
         self.waited = True
 
 
-def _cancelling() -> bool:
-    current = asyncio.current_task()
+def _cancelling(current: asyncio.Task[Any] | None) -> bool:
     return current is not None and current.cancelling() > 0
 
 

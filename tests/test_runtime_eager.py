@@ -1,0 +1,132 @@
+"""A caller's submitted message starts its first turn in the caller's step (mail.core.eager).
+
+With many callers at once, each caller's model call starts before the next caller is served
+(not after every submission and every dispatch of the burst). The turn's first step runs as
+its own asyncio task: `asyncio.current_task()`, `asyncio.timeout` and context variables in it
+are the turn's, never the caller's; a turn cancelled before its task first ran is cancelled
+at its wait, as any task's would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from typing import Any
+
+from mail.core.eager import start_eagerly
+from mail.core.tools import AgentToolCall
+from support.scripted_agents import AgentSpec, make_runtime, task_complete, user_message
+
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("eager_test_mark", default="unset")
+
+
+def _finish(text: str) -> list[AgentToolCall]:
+    call = task_complete(text)
+    return [call if isinstance(call, AgentToolCall) else AgentToolCall(**call)]
+
+
+def _runtime(agent: Any) -> Any:
+    return make_runtime({"supervisor": AgentSpec(agent, [], True)})
+
+
+async def _with_loop(rt: Any, body: Any) -> Any:
+    """`body()` awaited while the runtime's continuous loop waits for messages."""
+    loop = asyncio.create_task(rt.run_continuous())
+    await asyncio.sleep(0)
+    try:
+        return await asyncio.wait_for(body(), 10)
+    finally:
+        await rt.shutdown()
+        await loop
+
+
+async def test_each_callers_model_call_starts_before_the_next_caller_is_served() -> None:
+    known: list[int] = []  # tasks the runtime had when each model call started
+    rt: Any = None
+
+    async def agent(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+        known.append(len(rt.mail_tasks))
+        await asyncio.sleep(0.01)
+        return None, _finish("done")
+
+    rt = _runtime(agent)
+
+    def callers() -> Any:
+        return asyncio.gather(
+            *(rt.submit_and_wait(user_message(f"t{i}", "go"), timeout=5) for i in range(6))
+        )
+
+    answers = await _with_loop(rt, callers)
+    assert [a["message"]["body"] for a in answers] == ["done"] * 6
+    # Started in each caller's step: the 1st call saw 1 task, the 2nd 2, ... (all 6 before).
+    assert known == [1, 2, 3, 4, 5, 6]
+
+
+async def test_the_first_step_is_the_turns_own_task_and_context() -> None:
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def agent(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+        seen.append(asyncio.current_task())
+        MARK.set("set by the turn")
+        # A timeout armed in the first step cancels the turn's task, not the caller's.
+        try:
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return None, _finish(f"timed out in its own task, mark {MARK.get()}")
+        return None, _finish("not timed out")
+
+    rt = _runtime(agent)
+
+    async def caller() -> tuple[Any, asyncio.Task[Any] | None, str]:
+        answer = await rt.submit_and_wait(user_message("t1", "go"), timeout=5)
+        return answer, asyncio.current_task(), MARK.get()
+
+    answer, me, mark = await _with_loop(rt, caller)
+    assert answer["message"]["body"] == "timed out in its own task, mark set by the turn"
+    assert len(seen) == 1 and seen[0] is not None and seen[0] is not me
+    assert mark == "unset"  # the turn's context variables stay the turn's
+
+
+async def test_a_task_cancelled_before_it_first_ran_is_cancelled_at_its_wait() -> None:
+    steps: list[str] = []
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def work() -> str:
+        steps.append("first step")
+        try:
+            await gate
+        except asyncio.CancelledError:
+            steps.append("cancelled at its wait")
+            raise
+        return "never"
+
+    task = start_eagerly(work())
+    assert steps == ["first step"]  # ran before start_eagerly returned
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    assert task.cancelled()
+    assert steps == ["first step", "cancelled at its wait"]
+    assert gate.cancelled()  # what it waited on is cancelled, as a task's cancel() does
+
+
+async def test_a_first_step_that_ends_or_fails_ends_its_task() -> None:
+    async def done_at_once() -> str:
+        return "result"
+
+    async def fails_at_once() -> str:
+        raise ValueError("boom")
+
+    finished = start_eagerly(done_at_once())
+    assert await finished == "result"
+    failed = start_eagerly(fails_at_once())
+    try:
+        await failed
+    except ValueError as exc:
+        assert str(exc) == "boom"
+    else:
+        raise AssertionError("the error of the first step was lost")
+    assert asyncio.current_task() is not None  # the caller is the current task again
