@@ -190,7 +190,6 @@ class BufferedSqlStore(TaskStore):
             max_pending=max_pending,
             name=name,
             prepare=self._cut_batch,
-            write_now=self._write_batch_now if self.WRITES_AT_FLUSH else None,
         )
         # live writes and event runs in the buffer not yet taken by a batch
         self._lives_queued = 0
@@ -207,14 +206,6 @@ class BufferedSqlStore(TaskStore):
         }
 
     # -- what a dialect supplies ---------------------------------------------------------
-    # A dialect whose commit is synchronous (SQLite) writes a flushed batch in the flushing
-    # caller (`WriteBehindBuffer`'s `write_now`): it sets this and `_write_batch_now`.
-    WRITES_AT_FLUSH = False
-
-    def _write_batch_now(self, batch: list[SqlWrite]) -> bool:
-        """Commit `batch` at once on this thread (True), or decline (False)."""
-        return False
-
     @abc.abstractmethod
     def _json(self, value: Any) -> str:
         """JSON text the database accepts for a JSON column."""
