@@ -236,7 +236,7 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
         if live is not None and not live.cut:
             return True
         if self._live_nowait is not None and not self._backlog:
-            live = self._live_nowait(self.key, lambda: self._read_live(task_id, read))
+            live = self._live_nowait(self.key, lambda: self._read_live(task_id, read), task_id)
             if live is not None:
                 self._lives[task_id] = live
                 return True

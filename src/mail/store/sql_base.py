@@ -20,7 +20,7 @@ import abc
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mail.store.base import (
@@ -160,6 +160,38 @@ def snapshot_queries(instance: str, task_order: str) -> tuple[tuple[str, str], .
     )
 
 
+def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
+    """Every queued write is one task's (its record, events, histories, answer, queues):
+    no other request's writes wait to share a commit with the flushing one. False for any
+    write whose task is not known (an outbox item, an idempotency key, a live write that
+    does not name its task): then the writer's batch takes them, as without this check."""
+    task: tuple[Any, ...] | None = None
+    for write in queue:
+        kind = write.kind
+        args = write.args
+        if kind == RUN_KIND:
+            mine: tuple[Any, ...] = (*key_args(args[0]), args[1].task_id)
+        elif kind == LIVE_KIND:
+            if args[1].task_id is None:
+                return False
+            mine = (*key_args(args[0]), args[1].task_id)
+        elif kind in _TASK_KINDS:
+            # a queue row's key is the task id, or the task id and a suffix (its journal)
+            name = args[3] if kind not in _QUEUE_KINDS else args[3].split("::", 1)[0]
+            mine = (args[0], args[1], args[2], name)
+        else:
+            return False
+        if task is None:
+            task = mine
+        elif mine != task:
+            return False
+    return True
+
+
+_TASK_KINDS = frozenset(("task", "event", "history", "response", "queue", "queue_delete"))
+_QUEUE_KINDS = frozenset(("queue", "queue_delete"))
+
+
 class BufferedSqlStore(TaskStore):
     """A TaskStore whose writes go through one write-behind buffer to a SQL database."""
 
@@ -191,6 +223,8 @@ class BufferedSqlStore(TaskStore):
             name=name,
             prepare=self._cut_batch,
             split=_event_rows_apart,
+            write_now=self._write_batch_now if self.WRITES_AT_FLUSH else None,
+            alone=one_task_queued,
         )
         # live writes and event runs in the buffer not yet taken by a batch
         self._lives_queued = 0
@@ -207,6 +241,14 @@ class BufferedSqlStore(TaskStore):
         }
 
     # -- what a dialect supplies ---------------------------------------------------------
+    # A dialect whose commit is synchronous (SQLite) writes a flushed batch in the flushing
+    # caller (`WriteBehindBuffer`'s `write_now`): it sets this and `_write_batch_now`.
+    WRITES_AT_FLUSH = False
+
+    def _write_batch_now(self, batch: list[SqlWrite]) -> bool:
+        """Commit `batch` at once on this thread (True), or decline (False)."""
+        return False
+
     @abc.abstractmethod
     def _json(self, value: Any) -> str:
         """JSON text the database accepts for a JSON column."""
@@ -350,7 +392,10 @@ class BufferedSqlStore(TaskStore):
         return True
 
     def live_write_nowait(
-        self, key: InstanceKey, read: Callable[[], tuple[str, tuple[Any, ...]] | None]
+        self,
+        key: InstanceKey,
+        read: Callable[[], tuple[str, tuple[Any, ...]] | None],
+        task_id: str | None = None,
     ) -> LiveWrite | None:
         """Queue a row written as `read()` says when its batch is cut (`LiveWrite`).
 
@@ -360,7 +405,7 @@ class BufferedSqlStore(TaskStore):
         buffer = self._buffer
         if buffer.full or self._fencing.leases:
             return None
-        live = LiveWrite(read)
+        live = LiveWrite(read, task_id)
         buffer.try_put(SqlWrite(LIVE_KIND, (key, live)))
         self._lives_queued += 1
         return live

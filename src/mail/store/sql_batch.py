@@ -209,10 +209,13 @@ class LiveWrite:
     `read` returns (store method, its arguments after the key), or None: write nothing.
     """
 
-    __slots__ = ("read", "cut", "frozen")
+    __slots__ = ("read", "cut", "frozen", "task_id")
 
-    def __init__(self, read: Callable[[], tuple[str, tuple[Any, ...]] | None]) -> None:
+    def __init__(
+        self, read: Callable[[], tuple[str, tuple[Any, ...]] | None], task_id: str | None = None
+    ) -> None:
         self.read = read
+        self.task_id = task_id  # the task whose row it writes (None: not said)
         self.cut = False  # taken by a batch: a later change needs a new live write
         self.frozen = False
 

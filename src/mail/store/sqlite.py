@@ -204,6 +204,33 @@ class SqliteTaskStore(BufferedSqlStore):
 
     # -- writes and fencing ------------------------------------------------------------------
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
+        writes, size, pages = self._encoded(batch)
+        if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
+            fenced = await self.db.run_small(_apply, writes, pages=pages)
+        else:
+            fenced = await self.db.run(_apply, writes, pages=pages)
+        self._count_fenced(fenced)
+
+    # A flushed batch is committed by the flushing caller, as `_apply_batch` would commit
+    # it on this thread, without the task switches to the buffer's worker and back.
+    WRITES_AT_FLUSH = True
+
+    def _write_batch_now(self, batch: list[SqlWrite]) -> bool:
+        """A small batch committed at once when the database's thread is idle (see
+        `SqliteDatabase.run_inline`); False otherwise (the worker writes it)."""
+        if not self._started:
+            return False
+        writes, size, pages = self._encoded(batch)
+        if size > INLINE_BATCH_BYTES:
+            return False
+        done, fenced = self.db.run_inline(lambda conn: _apply(conn, writes), pages=pages)
+        if done:
+            self._count_fenced(fenced or [])
+        return done
+
+    def _encoded(self, batch: Sequence[SqlWrite]) -> tuple[list[SqlWrite], int, int]:
+        """The batch as one transaction writes it, its bytes, and the pages it adds to
+        the WAL (an estimate, see below)."""
         writes = encode_deferred(coalesce_writes(batch), self._json)
         size = batch_bytes(writes)
         # Pages toward the next checkpoint: the text's own pages (an undercount of large
@@ -222,11 +249,7 @@ class SqliteTaskStore(BufferedSqlStore):
             elif kind == EVENT_ROWS_KIND:  # a task's events, one row each
                 rows += len(write.args[-1]) - 1
         pages = 4 + records * 2 + (rows - records) // 2 + size // 4096
-        if size <= INLINE_BATCH_BYTES:  # on this thread (see INLINE_BATCH_BYTES)
-            fenced = await self.db.run_small(_apply, writes, pages=pages)
-        else:
-            fenced = await self.db.run(_apply, writes, pages=pages)
-        self._count_fenced(fenced)
+        return writes, size, pages
 
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
         if not self._started:

@@ -9,6 +9,15 @@ Guarantees:
 - isolation of poison items: a non-transient failure splits the batch and retries item by
   item, so only the item the database rejects is dropped (and counted, and logged).
 
+A store whose commit is synchronous (SQLite, on the loop's thread) may give `write_now` and
+`alone`: a `flush()` that finds the worker holding no batch and the queue `alone` (only one
+caller's work in it: nobody else's writes to share a commit with) writes the queue itself,
+at once, with no task switch to the worker and back (a lone caller's answer waits for
+exactly that). With other work queued the worker writes, one round of the loop later, so
+that the requests finishing in that round share its commit (group commit). When
+`write_now` declines (returns False or raises), the batch it was given is handed to the
+worker, which writes it with the retries and the poison isolation above.
+
 The buffer knows nothing about SQL: it is given an `apply(batch)` coroutine.
 """
 
@@ -45,6 +54,8 @@ class WriteBehindBuffer(Generic[T]):
         name: str = "store",
         prepare: Callable[[list[T], deque[T]], tuple[int, list[T]]] | None = None,
         split: Callable[[T], list[T]] | None = None,
+        write_now: Callable[[list[T]], bool] | None = None,
+        alone: Callable[[deque[T]], bool] | None = None,
     ) -> None:
         if max_batch < 1 or max_pending < 1:
             raise ValueError("max_batch and max_pending must be positive")
@@ -56,6 +67,13 @@ class WriteBehindBuffer(Generic[T]):
         # An item standing for several rows, as those rows (several items) or [] when it is
         # one: a rejected item is retried row by row, so only the bad row is dropped.
         self._split = split
+        # `flush()`'s synchronous write (see the module's docstring): True when the batch
+        # is committed, False (or an exception) when the worker must write it.
+        self._write_now = write_now if alone is not None else None
+        self._alone = alone  # the queue holds one caller's work only (see the docstring)
+        self._holding = False  # the worker has cut a batch and not yet counted it written
+        # A batch `write_now` declined, cut and prepared: the worker's next batch.
+        self._handed: tuple[int, list[T]] | None = None
         self._is_transient = is_transient
         self.max_batch = max_batch
         self.max_delay = max_delay
@@ -153,6 +171,8 @@ class WriteBehindBuffer(Generic[T]):
             return True
         if not self.running:
             raise RuntimeError(f"{self.name} writer is not running; cannot flush")
+        if self._write_now is not None and self._flush_now():
+            return True
         self._flush_waiters += 1
         self._urgent.set()
         waiter = asyncio.get_running_loop().create_future()
@@ -183,6 +203,53 @@ class WriteBehindBuffer(Generic[T]):
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
         return self.pending
+
+    def _flush_now(self) -> bool:
+        """`flush()`'s synchronous path: cut the queue and `write_now` it (True: written).
+
+        Only while the worker holds no batch (so batches stay in order), no batch waits for
+        it, nothing waits for room and no outage is under way; when the whole queue fits in
+        one batch (everything submitted before the flush is then written) and is `alone`."""
+        queue = self._queue
+        if (
+            self._holding
+            or self._handed is not None
+            or self._room_waiters
+            or self.outage_since is not None
+            or len(queue) > self.max_batch
+        ):
+            return False
+        assert self._write_now is not None and self._alone is not None
+        if not self._alone(queue):
+            return False
+        batch = list(queue)
+        taken = len(batch)
+        if self._prepare is not None:
+            taken, batch = self._prepare(batch, queue)
+        try:
+            written = self._write_now(batch)
+        except Exception as exc:  # noqa: BLE001 - the worker retries it or isolates the poison
+            logger.debug("%s: writing at flush failed (%s); the writer retries", self.name, exc)
+            written = False
+        if not written:
+            self._handed = (taken, batch)
+            self._urgent.set()
+            return False
+        self._taken(taken)
+        return True
+
+    def _taken(self, taken: int) -> None:
+        """`taken` items at the queue's head are written: count them, wake their flushes."""
+        queue = self._queue
+        if len(queue) == taken:  # nothing came meanwhile (the queue only grows)
+            queue.clear()
+        else:
+            for _ in range(taken):
+                queue.popleft()
+        self._done += taken
+        if not queue:
+            self._has_items.clear()
+        self._wake_flushes()
 
     # -- worker ----------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -215,20 +282,22 @@ class WriteBehindBuffer(Generic[T]):
                     async with asyncio.timeout(self.max_delay):
                         await self._urgent.wait()
             queue = self._queue
-            batch = list(itertools.islice(queue, self.max_batch))
-            taken = len(batch)
-            if self._prepare is not None:
-                taken, batch = self._prepare(batch, queue)
-            await self._write(batch)
-            if len(queue) == taken:  # nothing came meanwhile (the queue only grows)
-                queue.clear()
-            else:
-                for _ in range(taken):
-                    queue.popleft()
-            self._done += taken
-            if not self._queue:
+            if self._handed is not None:  # cut by a flush that could not write it
+                (taken, batch), self._handed = self._handed, None
+            elif not queue:  # a flush wrote it meanwhile (`_flush_now`)
                 self._has_items.clear()
-            self._wake_flushes()
+                continue
+            else:
+                batch = list(itertools.islice(queue, self.max_batch))
+                taken = len(batch)
+                if self._prepare is not None:
+                    taken, batch = self._prepare(batch, queue)
+            self._holding = True
+            try:
+                await self._write(batch)
+            finally:
+                self._holding = False
+            self._taken(taken)
             if self._room_waiters:
                 async with self._changed:
                     self._changed.notify_all()
