@@ -56,6 +56,16 @@ def _spy(store: BufferedSqlStore) -> list[list[SqlWrite]]:
         await apply(batch)
 
     store._buffer._apply = spy
+    write_now = store._buffer._write_now
+    if write_now is not None:  # SQLite: a flush may commit a lone task's batch itself
+
+        def spy_now(batch: list[SqlWrite]) -> bool:
+            written = write_now(batch)
+            if written:
+                batches.append(list(batch))
+            return written
+
+        store._buffer._write_now = spy_now
     return batches
 
 
