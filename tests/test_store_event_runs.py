@@ -8,27 +8,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.test_store_postgres import BASE_URL, FAST, new_key
+from tests.support.sql_batches import NoRuntime, record_batches, small_store
+from tests.test_store_postgres import BASE_URL, new_key
 
 from mail.api.persistence import StoreObserver
 from mail.core.events import TaskEvent
-from mail.store.postgres import PostgresTaskStore
-from mail.store.sql_base import BufferedSqlStore, SqlWrite
-from mail.store.sqlite import SqliteTaskStore
+from mail.store.sql_base import BufferedSqlStore
 
-
-class _NoRuntime:
-    """Stands in for the runtime (the observer holds it weakly; these tests never use it)."""
-
-
-_HOST = _NoRuntime()
+_HOST = NoRuntime()
 
 
 @pytest.fixture(scope="module")
@@ -39,28 +33,11 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BufferedSqlStore]:
-    # Nothing is written before a flush (batch_delay); the buffer holds 4 writes.
-    options: dict[str, Any] = {"batch_delay": 5.0, "max_batch": 2, "max_pending": 4}
-    made: BufferedSqlStore
-    if request.param == "sqlite":
-        made = SqliteTaskStore(tmp_path / "mail.db", **options)
-    else:
-        made = PostgresTaskStore(request.getfixturevalue("pg_url"), **{**FAST, **options})
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    made = small_store(request.param, tmp_path, pg_url)
     await made.start()
     yield made
     await made.close()
-
-
-def _spy(store: BufferedSqlStore) -> list[list[SqlWrite]]:
-    batches: list[list[SqlWrite]] = []
-    apply = store._buffer._apply
-
-    async def spy(batch: Sequence[SqlWrite]) -> None:
-        batches.append(list(batch))
-        await apply(batch)
-
-    store._buffer._apply = spy
-    return batches
 
 
 def _task(task_id: str) -> Any:
@@ -99,7 +76,7 @@ async def test_events_before_a_batch_are_one_write_and_keep_their_order(
 ) -> None:
     key = new_key()
     observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
-    batches = _spy(store)
+    batches = record_batches(store)
     for n in range(6):  # two tasks' events, interleaved
         observer.event_added(_task("t-1"), _event("t-1", "e", n))
         observer.event_added(_task("t-2"), _event("t-2", "e", n))
@@ -125,7 +102,7 @@ async def test_an_outbox_event_closes_the_run_so_later_events_follow_it(
     key = new_key()
     observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
     observer.outbox = _Outbox()
-    batches = _spy(store)
+    batches = record_batches(store)
     observer.event_added(_task("t-1"), _event("t-1", "e", 0))
     observer.event_added(_task("t-1"), _event("t-1", "hook", 1))
     observer.event_added(_task("t-1"), _event("t-1", "e", 2))

@@ -5,26 +5,20 @@ write queued before the change it reads (the history a finished turn saved).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.test_store_postgres import BASE_URL, FAST, new_key
+from tests.support.sql_batches import NoRuntime, record_batches, small_store
+from tests.test_store_postgres import BASE_URL, new_key
 
 from mail.api.persistence import StoreObserver
 from mail.core.runtime_durable import journal_key
-from mail.store.postgres import PostgresTaskStore
-from mail.store.sql_base import BufferedSqlStore, SqlWrite
-from mail.store.sqlite import SqliteTaskStore
+from mail.store.sql_base import BufferedSqlStore
 
-
-class _NoRuntime:
-    """Stands in for the runtime (the observer holds it weakly; these tests never use it)."""
-
-
-_HOST = _NoRuntime()
+_HOST = NoRuntime()
 
 
 @pytest.fixture(scope="module")
@@ -35,38 +29,11 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BufferedSqlStore]:
-    # Nothing is written before a flush (batch_delay), and a batch is 2 writes at most.
-    options: dict[str, Any] = {"batch_delay": 5.0, "max_batch": 2, "max_pending": 4}
-    made: BufferedSqlStore
-    if request.param == "sqlite":
-        made = SqliteTaskStore(tmp_path / "mail.db", **options)
-    else:
-        made = PostgresTaskStore(request.getfixturevalue("pg_url"), **{**FAST, **options})
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    made = small_store(request.param, tmp_path, pg_url)
     await made.start()
     yield made
     await made.close()
-
-
-def _spy(store: BufferedSqlStore) -> list[list[SqlWrite]]:
-    batches: list[list[SqlWrite]] = []
-    apply = store._buffer._apply
-
-    async def spy(batch: Sequence[SqlWrite]) -> None:
-        batches.append(list(batch))
-        await apply(batch)
-
-    store._buffer._apply = spy
-    write_now = store._buffer._write_now
-    if write_now is not None:  # SQLite: a flush may commit a lone task's batch itself
-
-        def spy_now(batch: list[SqlWrite]) -> bool:
-            written = write_now(batch)
-            if written:
-                batches.append(list(batch))
-            return written
-
-        store._buffer._write_now = spy_now
-    return batches
 
 
 class Journal:
@@ -98,7 +65,7 @@ async def test_changes_before_a_batch_are_one_write_of_the_latest_state(
     observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
     observer.stored_queues([])
     journal = Journal()
-    batches = _spy(store)
+    batches = record_batches(store)
     for n in range(1, 6):  # five changes of one task's pending work
         journal.items = [_entry(i) for i in range(1, n + 1)]
         assert observer.journal_touched("t-1", journal.read)
@@ -128,7 +95,7 @@ async def test_a_live_write_is_not_written_ahead_of_the_history_it_follows(
     observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
     observer.stored_queues([])
     journal = Journal()
-    batches = _spy(store)
+    batches = record_batches(store)
     journal.items = [_entry(1, taken=True), _entry(2)]
     assert observer.journal_touched("t-1", journal.read)
     for n in range(2):
@@ -159,7 +126,7 @@ async def test_a_live_write_waiting_when_writes_back_up_keeps_the_state_of_then(
     observer.stored_queues([])
     observer.start()
     journal = Journal()
-    batches = _spy(store)
+    batches = record_batches(store)
     journal.items = [_entry(1, taken=True)]
     assert observer.journal_touched("t-1", journal.read)
     for n in range(3):  # the buffer holds 4 writes: now it is full

@@ -1,0 +1,53 @@
+"""What the store-level tests of the SQL write path share: a small buffered store that writes
+only when flushed, a record of the batches it commits, and a stand-in runtime for a
+`StoreObserver` (which holds its runtime weakly and, in these tests, never uses it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.test_store_postgres import FAST
+
+from mail.store.postgres import PostgresTaskStore
+from mail.store.sql_base import BufferedSqlStore, SqlWrite
+from mail.store.sqlite import SqliteTaskStore
+
+
+class NoRuntime:
+    """Stands in for the runtime of a `StoreObserver`."""
+
+
+def small_store(kind: str, tmp_path: Path, pg_url: str | None) -> BufferedSqlStore:
+    """A SQLite or PostgreSQL store that writes nothing before a flush (batch_delay), with
+    batches of 2 writes and room for 4 in its buffer."""
+    options: dict[str, Any] = {"batch_delay": 5.0, "max_batch": 2, "max_pending": 4}
+    if kind == "sqlite":
+        return SqliteTaskStore(tmp_path / "mail.db", **options)
+    assert pg_url is not None
+    return PostgresTaskStore(pg_url, **{**FAST, **options})
+
+
+def record_batches(store: BufferedSqlStore) -> list[list[SqlWrite]]:
+    """The batches `store` commits from now on, in order: by its writer, and (SQLite) by a
+    flush that commits a lone task's batch itself."""
+    batches: list[list[SqlWrite]] = []
+    apply = store._buffer._apply
+
+    async def applied(batch: Sequence[SqlWrite]) -> None:
+        batches.append(list(batch))
+        await apply(batch)
+
+    store._buffer._apply = applied
+    write_now = store._buffer._write_now
+    if write_now is not None:
+
+        def written_now(batch: list[SqlWrite]) -> bool:
+            written = write_now(batch)
+            if written:
+                batches.append(list(batch))
+            return written
+
+        store._buffer._write_now = written_now
+    return batches
