@@ -13,6 +13,8 @@ import asyncio
 import contextvars
 from typing import Any
 
+import pytest
+
 from mail.core.eager import start_eagerly
 from mail.core.tools import AgentToolCall
 from support.scripted_agents import AgentSpec, make_runtime, task_complete, user_message
@@ -130,3 +132,134 @@ async def test_a_first_step_that_ends_or_fails_ends_its_task() -> None:
     else:
         raise AssertionError("the error of the first step was lost")
     assert asyncio.current_task() is not None  # the caller is the current task again
+
+
+async def test_two_turns_started_eagerly_may_await_the_same_future() -> None:
+    # Each caller's turn awaits one shared future in its first step (a client both set up,
+    # a result both wait for); the second await came before any task took the first one's.
+    shared: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    rt: Any = None
+
+    async def agent(history: list[dict[str, Any]], tool_choice: Any) -> Any:
+        text = await shared
+        return None, _finish(text)
+
+    rt = _runtime(agent)
+
+    async def callers() -> Any:
+        answers = asyncio.gather(
+            *(rt.submit_and_wait(user_message(f"t{i}", "go"), timeout=5) for i in range(2))
+        )
+        await asyncio.sleep(0)
+        shared.set_result("shared answer")
+        return await answers
+
+    answers = await _with_loop(rt, callers)
+    assert [a["message"]["body"] for a in answers] == ["shared answer"] * 2
+
+
+async def test_the_caller_may_await_what_the_first_step_awaits() -> None:
+    shared: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def work() -> str:
+        return await shared
+
+    task = start_eagerly(work())
+    asyncio.get_running_loop().call_soon(shared.set_result, "done")
+    assert await shared == "done"
+    assert await task == "done"
+
+
+async def test_a_task_cancelled_after_a_first_step_that_ended_keeps_its_outcome() -> None:
+    # An eager task that ended in its first step is done, as on Python 3.12: cancel() before
+    # its task ran must not resume the finished coroutine (RuntimeError) nor drop its error.
+    async def done_at_once() -> str:
+        return "result"
+
+    async def fails_at_once() -> str:
+        raise ValueError("boom")
+
+    finished = start_eagerly(done_at_once())
+    finished.cancel()
+    assert await finished == "result"
+    failed = start_eagerly(fails_at_once())
+    failed.cancel()
+    try:
+        await failed
+    except ValueError as exc:
+        assert str(exc) == "boom"
+    else:
+        raise AssertionError("the error of the first step was lost")
+
+
+async def test_a_task_cancelled_before_it_first_ran_waits_for_the_task_it_awaits() -> None:
+    # Cancelling a task that awaits another task cancels that one and ends once it has ended
+    # (after its clean-up); with a message, the awaited task gets the message too.
+    steps: list[str] = []
+    release = asyncio.Event()
+
+    async def inner() -> None:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError as exc:
+            steps.append(f"inner cancelled: {exc.args}")
+            await release.wait()
+            steps.append("inner cleaned up")
+            raise
+
+    async def outer(awaited: asyncio.Task[None]) -> None:
+        try:
+            await awaited
+        except asyncio.CancelledError:
+            steps.append("outer cancelled")
+            raise
+
+    awaited = asyncio.create_task(inner())
+    await asyncio.sleep(0)
+    task = start_eagerly(outer(awaited))
+    task.cancel("stop")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not task.done()  # still waiting for the awaited task's clean-up
+    release.set()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    assert task.cancelled()
+    assert steps == ["inner cancelled: ('stop',)", "inner cleaned up", "outer cancelled"]
+
+
+async def test_an_eager_tasks_repr_names_its_coroutine() -> None:
+    async def named_turn() -> None:
+        await asyncio.sleep(0)
+
+    task = start_eagerly(named_turn())
+    assert "named_turn" in repr(task)
+    assert task.get_stack()  # the coroutine's frame, for task dumps
+    await task
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "Python 3.11 emulation (mail.core.eager._Started): a SystemExit/KeyboardInterrupt "
+        "raised by a first step reaches the caller, and the task's own step, still scheduled, "
+        "raises it again out of the event loop even when the caller handled it (3.12's "
+        "eager_start raises it once: the task is done). asyncio.Task on 3.11 cannot end with "
+        "that error without raising it from the loop."
+    ),
+)
+def test_a_system_exit_in_a_first_step_reaches_the_caller_once() -> None:
+    async def exits() -> None:
+        raise SystemExit(3)
+
+    async def caller() -> str:
+        try:
+            start_eagerly(exits())
+        except SystemExit:
+            pass
+        await asyncio.sleep(0.01)  # the task's own step runs here
+        return "handled"
+
+    assert asyncio.run(caller()) == "handled"

@@ -72,17 +72,23 @@ def start_eagerly(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
 
 class _Started(Coroutine[Any, Any, Any]):
     """A coroutine whose first step ran before its task's: the task's first step hands the
-    task what that step waits on (or its result, or its error); later steps go to `coro`."""
+    task what that step waits on (or its result, or its error); later steps go to `coro`.
 
-    __slots__ = ("coro", "first")
+    What the first step waits on is taken as a task's step takes it (its
+    ``_asyncio_future_blocking`` cleared: a future still marked refuses the next ``await`` of
+    it, "await wasn't used with future", e.g. a second turn started eagerly awaiting the same
+    future) and handed to the task marked again, as it was yielded (`blocking`)."""
+
+    __slots__ = ("blocking", "coro", "first")
 
     def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
         self.coro = coro
         self.first: tuple[str, Any] | None = None
+        self.blocking: bool | None = None
 
     def first_step(self) -> None:
         try:
-            self.first = ("waits", self.coro.send(None))
+            waits = self.coro.send(None)
         except StopIteration as stop:
             self.first = ("returned", stop.value)
         except (KeyboardInterrupt, SystemExit) as exc:
@@ -90,6 +96,16 @@ class _Started(Coroutine[Any, Any, Any]):
             raise
         except BaseException as exc:  # noqa: BLE001 - the task raises it, as its own step would
             self.first = ("raised", exc)
+        else:
+            self.first = ("waits", waits)
+            self.blocking = getattr(waits, "_asyncio_future_blocking", None)
+            if self.blocking:
+                waits._asyncio_future_blocking = False  # taken, as a task's step takes it
+
+    def _waits(self, what: Any) -> Any:
+        if self.blocking:
+            what._asyncio_future_blocking = True  # as the first step yielded it
+        return what
 
     def send(self, value: Any) -> Any:
         first, self.first = self.first, None
@@ -97,21 +113,43 @@ class _Started(Coroutine[Any, Any, Any]):
             return self.coro.send(value)
         how, what = first
         if how == "waits":
-            return what
+            return self._waits(what)
         if how == "returned":
             raise StopIteration(what)
         raise what
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         first, self.first = self.first, None
-        if first is not None and first[0] == "waits" and isinstance(first[1], asyncio.Future):
-            first[1].cancel()  # cancelled before its task ran: what a task's cancel() does
+        if first is not None:
+            how, what = first
+            # Cancelled before its task ran: an eager task that ended in its first step is
+            # done already (its result or error stands; `coro` cannot be resumed); one that
+            # waits has what it waits on cancelled and ends when that ends (a task it awaits
+            # ends after its own clean-up), as a task's cancel() does.
+            if how == "returned":
+                raise StopIteration(what)
+            if how == "raised":
+                raise what
+            if (
+                isinstance(typ, asyncio.CancelledError)
+                and self.blocking
+                and isinstance(what, asyncio.Future)
+                and what.cancel(msg=typ.args[0] if typ.args else None)
+            ):
+                return self._waits(what)
         if val is None and tb is None:
             return self.coro.throw(typ)
         return self.coro.throw(typ, val, tb)
 
     def close(self) -> None:
         self.coro.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # cr_code, cr_frame, __qualname__...: the task's repr, get_stack() and debug mode
+        # show the turn's coroutine, not this wrapper.
+        if name in _Started.__slots__:
+            raise AttributeError(name)
+        return getattr(self.coro, name)
 
     def __await__(self) -> Generator[Any, Any, Any]:
         return self.coro.__await__()
