@@ -28,7 +28,6 @@ from mail.core.agent_histories import AgentHistories
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
 from mail.core.compat import DONE, run_submitted_task
-from mail.core.eager import spawn_turn
 from mail.core.events import Description, TaskEvent
 from mail.core.loop_guard import LoopGuard
 from mail.core.mailbox import Mailbox
@@ -141,7 +140,6 @@ class MAILRuntime(V13Surface):
         self._idle = asyncio.Event()
         self._idle.set()
         self._shutdown = False
-        self.eager_turns = False  # the next turn starts in its caller's step (core/eager.py)
 
         # The components, each given this runtime as the interface it declares.
         self.delivery = Delivery(self, self.inboxes)
@@ -356,7 +354,7 @@ class MAILRuntime(V13Surface):
 
     # ------------------------------------------------------------------ turns bookkeeping
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        turn = spawn_turn(self, coro)  # asyncio.create_task, or eagerly (core/eager.py)
+        turn = asyncio.create_task(coro)
         self._turns.add(turn)
         if (running := self._turns_by_task.get(task_id)) is None:
             running = self._turns_by_task[task_id] = set()
@@ -484,9 +482,6 @@ class MAILRuntime(V13Surface):
 
     def _dispatch_pending(self) -> None:
         self.loops.dispatch_pending()
-
-    def _dispatch_submitted(self) -> None:
-        self.loops.dispatch_pending(eager=True)
 
     def _open_waiters(self) -> list[asyncio.Future[MAILMessage]]:
         return self.waiters.open()

@@ -32,7 +32,6 @@ class LoopHost(TaskLog, Protocol):
     max_steps: int | None
     action_override: ActionOverrideFunction | None
     mode: RunMode
-    eager_turns: bool
 
     @property
     def default_max_steps(self) -> int | None: ...
@@ -175,29 +174,16 @@ class LoopRunner(HostLink[LoopHost]):
         finally:
             self.loop_running = False
 
-    def dispatch_pending(self, eager: bool = False) -> None:
+    def dispatch_pending(self) -> None:
         """Dispatch what is queued now, on behalf of a loop that is blocked on an empty queue.
 
-        Called when an agent turn ends, and when a caller has submitted a message (`eager`:
-        the first turn this starts runs its first step, up to its model call, in the caller's
-        step; mail.core.eager). Without it the loop would wake only after every other ready
-        callback (e.g. a whole wave of turns finishing at once, or of callers submitting) had
-        run; dispatching here starts the next agent sooner. Order is the mailbox's, as the
-        loop would take it.
+        Called when an agent turn ends. Without it the loop would wake only after every other
+        ready callback (e.g. a whole wave of turns finishing at once) had run; dispatching
+        here starts the next agent sooner. Order is the mailbox's, as the loop would take it.
         """
         rt = self.host
         if not (self.loop_running and rt.mailbox.consumer_waiting) or rt._shutdown:
             return
-        if not eager:
-            self._dispatch_queued(rt)
-            return
-        rt.eager_turns = True  # the first turn started here runs its first step now
-        try:
-            self._dispatch_queued(rt)
-        finally:
-            rt.eager_turns = False
-
-    def _dispatch_queued(self, rt: LoopHost) -> None:
         while not self.stop_serving:
             message = rt.mailbox.get_nowait()
             if message is None:

@@ -115,8 +115,7 @@ class TurnRunner(HostLink[TurnHost]):
         never waited starts its next turns as new tasks, so the loop runs others in between.
         """
         loop = asyncio.get_running_loop()
-        # This chain's asyncio task, asked for once (also in a first step started in its
-        # caller's step: mail.core.eager makes the turn's task the current one there).
+        # This chain's asyncio task, asked for once.
         handover = _Handover(task_id, agent_name, asyncio.current_task())
         while (agent := handover.take()) is not None:
             pending = loop.call_soon(handover.loop_ran)

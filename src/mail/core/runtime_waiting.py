@@ -33,7 +33,6 @@ class WaitHost(TaskLog, Protocol):
     def _submit_for_task(
         self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
     ) -> None: ...
-    def _dispatch_submitted(self) -> None: ...
 
 
 class TaskWaiters(HostLink[WaitHost]):
@@ -81,7 +80,6 @@ class TaskWaiters(HostLink[WaitHost]):
         future = self.add(task_id)
         try:
             rt._submit_for_task(message, resume_from, kwargs)
-            rt._dispatch_submitted()
             # The caller's own future times out: one timer, no asyncio.timeout context
             # (a third of a submission's waiting cost) around a future only this call awaits.
             # None waits without a limit, as asyncio.timeout(None) did.
