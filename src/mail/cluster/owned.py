@@ -18,8 +18,8 @@ from mail.server import task_events, task_listing
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.messaging import task_record, task_summary
 from mail.server.sse import EventStreamResponse, event_stream_response
+from mail.server.task_reads import task_record, task_summary
 
 OWNED_PREFIX = "/_cluster/owned"
 

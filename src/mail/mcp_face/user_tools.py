@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from mail.mcp_face import replies
 from mail.mcp_face.face import Face, resource_error, tool_error
-from mail.server import messaging, team
+from mail.server import messaging, task_reads, team
 from mail.server.bodies import parse_message_request
 from mail.server.swarm_description import describe_swarm
 
@@ -128,7 +128,7 @@ def register(face: Face) -> None:
     async def get_task(ctx: Context[Any, Any], task_id: str, first_event: int = 0) -> str:
         caller = await user(ctx)
         try:
-            record = await messaging.get_task(face.state, caller, task_id)
+            record = await task_reads.get_task(face.state, caller, task_id)
         except Exception as exc:
             raise tool_error(exc) from None
         if isinstance(first_event, bool) or first_event < 0:
@@ -215,7 +215,7 @@ def register(face: Face) -> None:
     async def task_events(task_id: str, ctx: Context[Any, Any]) -> str:
         try:
             caller = await face.caller(ctx)
-            record = await messaging.get_task(face.state, caller, task_id)
+            record = await task_reads.get_task(face.state, caller, task_id)
         except Exception as exc:
             raise resource_error(exc) from None
         return _json(record.get("events", []))

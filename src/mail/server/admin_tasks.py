@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from mail.server import task_listing
-from mail.server.messaging import task_record, task_summary
 from mail.server.state import ServerState
+from mail.server.task_reads import task_record, task_summary
 
 
 async def all_tasks_page(

@@ -62,7 +62,7 @@ def summary_of(task: MAILTask) -> dict[str, Any]:
 
 
 def listed_record(record: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
-    """A stored task's row in GET /tasks, shaped like a live task's (`messaging.task_summary`)."""
+    """A stored task's row in GET /tasks, shaped like a live task's (`task_reads.task_summary`)."""
     out: dict[str, Any] = MAILTask.from_store_record(record).to_dict(include_events=False)
     summary = summary or {}
     out["event_count"] = int(record.get("event_count") or summary.get("event_count") or 0)

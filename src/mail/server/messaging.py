@@ -17,17 +17,15 @@ from typing import Any
 from fastapi import HTTPException
 
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
-from mail.server import task_listing
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest, check_subject
 from mail.server.errors import BadRequest
 from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
-from mail.server.sse import EventStreamResponse, event_record, event_stream_response
+from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
 from mail.server.stream_quota import RETRY_AFTER_SECONDS
 from mail.server.team import parse_attachments, store_uploads
-from mail.telemetry.usage import task_usage
 from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
@@ -505,97 +503,3 @@ def name_webhook(response: Any, hook: dict[str, Any] | None) -> None:
         response.headers["MAIL-Webhook-Id"] = hook["id"]
         if hook["secret"]:
             response.headers["MAIL-Webhook-Secret"] = hook["secret"]
-
-
-def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, Any]:
-    records = {
-        tid: task_listing.summary(r)
-        for tid, r in state.instances.archived_tasks(caller.role, caller.id).items()
-    }
-    for task_id, task in inst.swarm.get_all_tasks().items():
-        if task_id == "*":  # runtime-internal pseudo-task of loop-level events
-            continue
-        records[task_id] = task_summary(task, inst.swarm.runtime)
-    return records
-
-
-def task_record(task: Any, runtime: Any) -> dict[str, Any]:
-    record = task.to_dict()
-    events = record.get("events")
-    if isinstance(events, list):
-        record["events"] = [event_record(e, parse_data=False) for e in events]
-    record["pending_breakpoints"] = runtime.pending_breakpoints(task.task_id)
-    record["usage"] = task_usage(task).as_dict()
-    record.update(task_listing.preview(task))
-    return record
-
-
-def task_summary(task: Any, runtime: Any) -> dict[str, Any]:
-    record: dict[str, Any] = task.to_dict(include_events=False)
-    record["event_count"] = len(task.events)
-    record["pending_breakpoints"] = runtime.pending_breakpoints(task.task_id)
-    record["usage"] = task_usage(task).total.as_dict()
-    record.update(task_listing.preview(task))
-    return record
-
-
-def _remote_swarm_summaries(state: ServerState) -> dict[str, dict[str, Any]]:
-    """Tasks that remote swarms contribute to on this server (their `swarm` instances)."""
-    records: dict[str, dict[str, Any]] = {}
-    for other in state.instances.all():
-        if other.kind != "swarm":
-            continue
-        for task_id, task in other.swarm.get_all_tasks().items():
-            if task_id != "*":
-                records[task_id] = task_summary(task, other.swarm.runtime)
-    return records
-
-
-async def list_tasks(
-    state: ServerState,
-    caller: Caller,
-    limit: int = task_listing.DEFAULT_PAGE,
-    cursor: str | None = None,
-) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """One page of the caller's task summaries (no event logs) and the next page's cursor."""
-    after = task_listing.decode_cursor(cursor)
-    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    inst.touch()
-    records = _summaries_for(state, caller, inst)
-    if state.finished is not None:
-        stored = await state.finished.stored_summaries(
-            inst.kind, inst.id, live=records, limit=limit, before=after
-        )
-        records = {**stored, **records}
-    if caller.role == "admin":
-        # Operators also see the work remote swarms do here; users only ever see their own.
-        records = {**_remote_swarm_summaries(state), **records}
-    return task_listing.page(list(records.values()), limit, after)
-
-
-async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str, Any]:
-    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    inst.touch()
-    task = None if task_id == "*" else inst.swarm.get_task_by_id(task_id)
-    if task is not None:
-        return task_record(task, inst.swarm.runtime)
-    archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
-    if archived is not None:
-        return archived
-    finished = state.finished
-    stored = None if finished is None else await finished.stored_task(inst.kind, inst.id, task_id)
-    if stored is not None:
-        return task_record(stored, inst.swarm.runtime)
-    if caller.role == "admin":
-        # The tasks remote swarms run here are listed for operators; their logs are here.
-        for other in state.instances.all():
-            remote = other.swarm.get_task_by_id(task_id) if other.kind == "swarm" else None
-            if remote is not None:
-                return task_record(remote, other.swarm.runtime)
-        if finished is not None:
-            for key in await finished.owners(task_id):
-                if key.caller_role == "swarm":
-                    found = await finished.stored_task(key.caller_role, key.caller_id, task_id)
-                    if found is not None:
-                        return task_record(found, inst.swarm.runtime)
-    raise HTTPException(404, f"task '{echo(task_id)}' not found")

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mail.server import messaging, task_listing
+from mail.server import messaging, task_listing, task_reads
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_message_request, parse_task_id, read_json_object
 from mail.server.handlers import get_state
@@ -67,7 +67,7 @@ async def status(request: Request, caller: Caller = Depends(caller_admin_or_user
 async def list_tasks(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
     limit = task_listing.parse_limit(request.query_params.get("limit"))
     cursor = request.query_params.get("cursor")
-    records, following = await messaging.list_tasks(get_state(request), caller, limit, cursor)
+    records, following = await task_reads.list_tasks(get_state(request), caller, limit, cursor)
     response = JSONBody(records)
     if following is not None:
         response.headers["X-Next-Cursor"] = following
@@ -80,4 +80,4 @@ async def get_task(request: Request, caller: Caller = Depends(caller_admin_or_us
     # The original takes a JSON body on GET; ?task_id= is accepted too.
     data = await read_json_object(request, required=False)
     task_id = parse_task_id(data, request.query_params.get("task_id"))
-    return JSONBody(await messaging.get_task(get_state(request), caller, task_id))
+    return JSONBody(await task_reads.get_task(get_state(request), caller, task_id))
