@@ -24,13 +24,10 @@ import pytest
 from server_fixtures import (
     ServerProcess,
     auth,
-    create_key,
-    free_port,
     parse_sse_stream,
-    write_config,
 )
 from support.llm_thread import ThreadedLLM, mentions
-from support.review_swarm import review_swarms_json
+from support.review_server import review_server
 from support.scripted_llm import hang, reply, tool_call
 
 pytestmark = pytest.mark.timeout(600)
@@ -48,21 +45,8 @@ def llm() -> Iterator[ThreadedLLM]:
 @pytest.fixture(scope="module")
 def server(llm: ThreadedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("idem_http")
-    swarm = f"idem-{uuid.uuid4().hex[:8]}"
-    (directory / "swarms.json").write_text(
-        json.dumps([review_swarms_json(swarm, llm.base_url)]), encoding="utf-8"
-    )
-    keys_file = directory / "registries" / "keys.json"
-    keys = {user: create_key(keys_file, "user", user) for user in USERS}
-    port = free_port()
-    config = write_config(directory, port=port, swarm=swarm)
-    srv = ServerProcess(directory, port, args=["--config", str(config)])
-    srv.keys = keys
-    srv.start()
-    try:
+    with review_server(directory, llm.base_url, USERS, prefix="idem") as srv:
         yield srv
-    finally:
-        assert srv.stop(timeout=60) == 0, srv.logs()
 
 
 def answer_for(llm: ThreadedLLM, token: str, *, times: int = 1) -> str:

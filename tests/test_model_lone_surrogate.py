@@ -6,16 +6,15 @@ it: neither SQLite nor PostgreSQL takes such text).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth
 from support.llm_thread import ThreadedLLM, mentions
-from support.review_swarm import review_swarms_json
+from support.review_server import review_server
 from support.scripted_llm import reply, text, tool_call
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,21 +29,8 @@ def llm() -> Iterator[ThreadedLLM]:
 @pytest.fixture(scope="module")
 def server(llm: ThreadedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("lone_surrogate")
-    swarm = f"sur-{uuid.uuid4().hex[:8]}"
-    (directory / "swarms.json").write_text(
-        json.dumps([review_swarms_json(swarm, llm.base_url)]), encoding="utf-8"
-    )
-    keys = {"alice": create_key(directory / "registries" / "keys.json", "user", "alice")}
-    port = free_port()
-    srv = ServerProcess(
-        directory, port, args=["--config", str(write_config(directory, port=port, swarm=swarm))]
-    )
-    srv.keys = keys
-    srv.start()
-    try:
+    with review_server(directory, llm.base_url, ["alice"], prefix="sur") as srv:
         yield srv
-    finally:
-        srv.stop(timeout=60)
 
 
 def test_a_lone_surrogate_in_a_models_answer_is_not_a_500(

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth
 from support.llm_thread import ThreadedLLM, mentions
-from support.review_swarm import review_swarms_json
+from support.review_server import review_server
 from support.scripted_llm import reply, tool_call
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,14 +38,6 @@ def llm() -> Iterator[ThreadedLLM]:
 @pytest.fixture(scope="module")
 def server(llm: ThreadedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("retention_paused")
-    swarm = f"keep-{uuid.uuid4().hex[:8]}"
-    definition = review_swarms_json(swarm, llm.base_url)
-    for agent in definition["agents"]:
-        agent["team_tools"] = TEAM
-    (directory / "swarms.json").write_text(json.dumps([definition]), encoding="utf-8")
-    keys_file = directory / "registries" / "keys.json"
-    keys = {"alice": create_key(keys_file, "user", "alice")}
-    port = free_port()
     extra = f"""
 [server.store]
 finished_task_ttl = {TTL}
@@ -54,14 +46,10 @@ prune_interval = 0.3
 [server.team_tools]
 files_root = "{directory / "files"}"
 """
-    config = write_config(directory, port=port, swarm=swarm, extra=extra)
-    srv = ServerProcess(directory, port, args=["--config", str(config)])
-    srv.keys = keys
-    srv.start()
-    try:
+    with review_server(
+        directory, llm.base_url, ["alice"], prefix="keep", team_tools=TEAM, extra=extra
+    ) as srv:
         yield srv
-    finally:
-        assert srv.stop(timeout=60) == 0, srv.logs()
 
 
 def test_a_paused_tasks_upload_outlives_the_ttl(server: ServerProcess, llm: ThreadedLLM) -> None:
