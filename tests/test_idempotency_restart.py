@@ -23,8 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
-from tests.support.store_backends import DurableStore
+from tests.support.store_backends import DurableStore, scratch_durable_store
 
 from server_fixtures import (
     ServerProcess,
@@ -45,11 +44,8 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(params=["sqlite", "postgres"])
 def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
     """The server's default SQLite file, or a PostgreSQL schema of this test's own."""
-    if request.param == "sqlite":
-        yield DurableStore("sqlite", tmp_path)
-        return
-    with scratch_schema("mail_idem_kill", BASE_URL) as schema:
-        yield DurableStore("postgres", tmp_path, with_search_path(BASE_URL, schema))
+    with scratch_durable_store(request.param, tmp_path, "mail_idem_kill") as store:
+        yield store
 
 
 def _complete(text: str) -> Any:

@@ -21,8 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.support.durable_agents import swarms_json
-from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
-from tests.support.store_backends import DurableStore
+from tests.support.store_backends import DurableStore, scratch_durable_store
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 
@@ -35,11 +34,8 @@ MAX_DELAY = 0.100  # seconds between the first event and the kill
 @pytest.fixture(params=["sqlite", "postgres"])
 def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
     """The server's default SQLite file, or a PostgreSQL schema of this test's own."""
-    if request.param == "sqlite":
-        yield DurableStore("sqlite", tmp_path)
-        return
-    with scratch_schema("mail_stream_ack", BASE_URL) as schema:
-        yield DurableStore("postgres", tmp_path, with_search_path(BASE_URL, schema))
+    with scratch_durable_store(request.param, tmp_path, "mail_stream_ack") as store:
+        yield store
 
 
 def _server(directory: Path, swarm: str, store: DurableStore) -> ServerProcess:

@@ -8,13 +8,16 @@ what the server really stored, in either database ($1-style parameters for both)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 
 @dataclass
@@ -68,3 +71,15 @@ def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> DurableStor
         url = request.getfixturevalue("database")  # skips (or fails) without PostgreSQL
         return DurableStore("postgres", tmp_path, url)
     return DurableStore("sqlite", tmp_path)
+
+
+@contextlib.contextmanager
+def scratch_durable_store(kind: str, directory: Path, prefix: str) -> Iterator[DurableStore]:
+    """A durable store of its own: the server's default SQLite file in `directory`, or a
+    PostgreSQL schema named after `prefix`, dropped on exit (the shared database may hold
+    other runs' rows, or other tests' tables)."""
+    if kind == "sqlite":
+        yield DurableStore("sqlite", directory)
+        return
+    with scratch_schema(prefix, BASE_URL) as schema:
+        yield DurableStore("postgres", directory, with_search_path(BASE_URL, schema))
