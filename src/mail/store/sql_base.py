@@ -435,7 +435,7 @@ class BufferedSqlStore(TaskStore):
         head = (*key_args(key), run.task_id)
         text = self._text
         as_is = self.TEXT_AS_IS
-        rows = []
+        rows: list[tuple[Any, ...]] = []
         append = rows.append
         for event in run.take():
             # A runtime TaskEvent's fields are text already: its row at once, where the
