@@ -79,6 +79,9 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
         # and the live write of each task waiting in its buffer.
         self._live_nowait = getattr(store, "live_write_nowait", None)
         self._lives: dict[str, Any] = {}
+        # Likewise each task's record: one live write per task per batch, the record built
+        # and encoded once, when the batch is cut (a request changes it twice or more).
+        self._record_lives: dict[str, Any] = {}
         # A store that queues a task's events as one write per batch (the SQL stores:
         # `EventRun`), and the open run of each task (it leaves when a batch takes it).
         self._run_nowait = getattr(store, "event_run_nowait", None)
@@ -107,11 +110,13 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
             except Exception:  # noqa: BLE001 - as in _drain: logged, persistence goes on
                 logger.exception("store write %s failed", method)
                 return
-        if self._lives:
+        if self._lives or self._record_lives:
             # From here on writes wait in the drain, behind the store's buffer: a live write
-            # read later could be ahead of them. It writes the journal as it is now.
+            # read later could be ahead of them. It writes the journal (the record) as it
+            # is now.
             lives, self._lives = self._lives, {}
-            for live in lives.values():
+            records, self._record_lives = self._record_lives, {}
+            for live in (*lives.values(), *records.values()):
                 live.freeze()
         if self._runs:
             # Likewise no later event joins a run queued ahead of the drain's writes.
@@ -157,12 +162,32 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
 
     # ------------------------------------------------------------------ hooks
     def task_changed(self, task: MAILTask) -> None:
+        if self._live_nowait is not None and not self._backlog:
+            # The record is read when the store's batch is cut (`LiveWrite`): while this
+            # task's live write waits, a change needs no write of its own.
+            task_id = task.task_id
+            live = self._record_lives.get(task_id)
+            if live is not None and not live.cut:
+                return
+            live = self._live_nowait(self.key, lambda: self._read_record(task), task_id)
+            if live is not None:
+                self._record_lives[task_id] = live
+                return
+            self._record_lives.pop(task_id, None)
+        self._put("upsert_task", self._record(task))
+
+    def _read_record(self, task: MAILTask) -> tuple[str, tuple[Any, ...]]:
+        # taken by a batch: the next change queues a new live write
+        self._record_lives.pop(task.task_id, None)
+        return ("upsert_task", (self._record(task),))
+
+    def _record(self, task: MAILTask) -> dict[str, Any]:
         record = task.to_store_record()
         caller = self.runtime.last_breakpoint_caller.get(task.task_id)
         calls = self.runtime.last_breakpoint_tool_calls.get(task.task_id)
         record["breakpoint_caller"] = caller or ""
         record["breakpoint_calls"] = [c.model_dump() for c in calls] if calls else []
-        self._put("upsert_task", record)
+        return record
 
     def event_added(self, task: MAILTask, event: TaskEvent) -> None:
         outbox = self.outbox

@@ -30,10 +30,9 @@ from mail.store.sql_base import (
     FencedLease,
     SqlWrite,
     add_snapshot_row,
-    batch_bytes,
     batch_statements,
     coalesce_writes,
-    encode_deferred,
+    encode_deferred_sized,
     key_args,
     leased_keys,
     snapshot_queries,
@@ -185,6 +184,8 @@ class SqliteTaskStore(BufferedSqlStore):
     def _text(self, value: Any) -> str | None:
         return None if value is None else str(value)
 
+    TEXT_AS_IS = True
+
     def _start_time(self, iso: str) -> Any:
         return iso  # already normalised to UTC by split_task_record
 
@@ -231,8 +232,7 @@ class SqliteTaskStore(BufferedSqlStore):
     def _encoded(self, batch: Sequence[SqlWrite]) -> tuple[list[SqlWrite], int, int]:
         """The batch as one transaction writes it, its bytes, and the pages it adds to
         the WAL (an estimate, see below)."""
-        writes = encode_deferred(coalesce_writes(batch), self._json)
-        size = batch_bytes(writes)
+        writes, size = encode_deferred_sized(coalesce_writes(batch), self._json)
         # Pages toward the next checkpoint: the text's own pages (an undercount of large
         # batches let the WAL grow to its 64 MiB cap and fill small disks), the pages every
         # transaction touches, 2 per task record (an update finds its row apart from other

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mail.store.base import to_json
 from mail.store.idempotency_schema import SQLITE_DDL as IDEMPOTENCY_DDL
 from mail.store.idempotency_schema import SQLITE_ROWID_DDL as IDEMPOTENCY_ROWID_DDL
 
@@ -116,11 +117,22 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_loads: Callable[[str], Any]
+try:  # not a declared dependency (as in mail.store.base): used when installed
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+
 def _merge_json(current: str | None, extra: str) -> str:
-    """Shallow merge of two JSON objects (PostgreSQL's `jsonb || jsonb`)."""
-    merged = json.loads(current) if current else {}
-    merged.update(json.loads(extra))
-    return json.dumps(merged, separators=(",", ":"), ensure_ascii=False)
+    """Shallow merge of two JSON objects (PostgreSQL's `jsonb || jsonb`). Called by SQLite
+    for each update of a task record, on the thread that commits (the event loop's, for a
+    small batch): orjson's parse and `to_json`, 2-3x the stdlib's speed."""
+    if not current:
+        return extra
+    merged = _loads(current)
+    merged.update(_loads(extra))
+    return to_json(merged)
 
 
 def create_private(path: Path) -> None:

@@ -40,6 +40,13 @@ logger = logging.getLogger("mail.store.writer")
 _OUTAGE_REMINDER_INTERVAL = 30.0
 
 
+def _expire(waiter: asyncio.Future[None], expired: list[bool]) -> None:
+    """A `flush()`'s timeout: its wait ends (False)."""
+    if not waiter.done():
+        expired.append(True)
+        waiter.cancel()
+
+
 class WriteBehindBuffer(Generic[T]):
     def __init__(
         self,
@@ -175,15 +182,23 @@ class WriteBehindBuffer(Generic[T]):
             return True
         self._flush_waiters += 1
         self._urgent.set()
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         self._flushes.append((target, waiter))
+        # A timer that cancels the waiter (`_wake_flushes` skips it) rather than
+        # `asyncio.timeout` around the wait: one handle, no context, on every answer's path.
+        expired: list[bool] = []
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter, expired)
         try:
-            async with asyncio.timeout(timeout):
-                await waiter  # cancelled on timeout: `_wake_flushes` skips it
-        except TimeoutError:
-            return False
+            await waiter
+        except asyncio.CancelledError:
+            if expired:  # the timer's cancellation, not the caller's
+                return False
+            raise
         finally:
             self._flush_waiters -= 1
+            if timer is not None:
+                timer.cancel()
         return self._done >= target
 
     async def close(self, timeout: float | None = 10.0) -> int:

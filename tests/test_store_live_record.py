@@ -1,0 +1,109 @@
+"""A task's record as a live write (`mail.store.sql_batch.LiveWrite`), on SQLite and
+PostgreSQL: the observer queues one write per task per batch and the record is built and
+encoded once, when the batch is cut, as it is then; a change after the cut queues a new one;
+with the buffer full the record goes the slow way, in order, and lands as it was last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.pg_schema import scratch_schema, with_search_path
+from tests.support.sql_batches import small_store
+from tests.test_store_postgres import BASE_URL, new_key
+
+from mail.api.persistence import StoreObserver
+from mail.core.tasks import MAILTask
+from mail.store.sql_base import BufferedSqlStore
+
+
+class Runtime:
+    """What `StoreObserver.task_changed` reads of its runtime."""
+
+    def __init__(self) -> None:
+        self.last_breakpoint_caller: dict[str, str] = {}
+        self.last_breakpoint_tool_calls: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with scratch_schema("mail_h40e_record", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BufferedSqlStore]:
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    made = small_store(request.param, tmp_path, pg_url)
+    await made.start()
+    yield made
+    await made.close()
+
+
+def _count_builds(store: BufferedSqlStore) -> list[int]:
+    """How many task records the store built (checked and encoded) from now on."""
+    builds = [0]
+    build = store._builders["upsert_task"]
+
+    def counted(*args: Any) -> Any:
+        builds[0] += 1
+        return build(*args)
+
+    store._builders["upsert_task"] = counted
+    return builds
+
+
+async def test_changes_before_a_batch_are_one_record_built_at_the_cut(
+    store: BufferedSqlStore,
+) -> None:
+    key = new_key()
+    runtime = Runtime()
+    observer = StoreObserver(runtime, store, key)  # type: ignore[arg-type]
+    builds = _count_builds(store)
+    task = MAILTask("t-1", "user:u", [])
+    observer.task_changed(task)
+    task.title = "first"
+    observer.task_changed(task)
+    task.title = "second"
+    runtime.last_breakpoint_caller["t-1"] = "agent-a"
+    observer.task_changed(task)
+    assert store.pending_writes == 1  # one live write stands for all three changes
+    assert builds[0] == 0  # nothing built before its batch is cut
+    assert await store.flush(timeout=10)
+    assert builds[0] == 1
+    stored = (await store.load_instance(key)).tasks["t-1"]
+    assert stored["title"] == "second"
+    assert stored["breakpoint_caller"] == "agent-a"
+    # A change after the batch was cut queues a write of its own, with the newest state.
+    task.title = "third"
+    observer.task_changed(task)
+    assert store.pending_writes == 1
+    assert await store.flush(timeout=10)
+    assert builds[0] == 2
+    assert (await store.load_instance(key)).tasks["t-1"]["title"] == "third"
+
+
+async def test_a_full_buffer_writes_the_record_in_order_as_it_was_last(
+    store: BufferedSqlStore,
+) -> None:
+    key = new_key()
+    runtime = Runtime()
+    observer = StoreObserver(runtime, store, key)  # type: ignore[arg-type]
+    observer.start()
+    task = MAILTask("t-2", "user:u", [])
+    task.title = "queued"
+    observer.task_changed(task)  # a live write
+    for n in range(3):  # fill the buffer (room for 4)
+        observer.response_set(f"other-{n}", {"n": n})
+    assert store._buffer.full
+    task.title = "behind the full buffer"
+    observer.task_changed(task)  # the slow way: the waiting live write is frozen first
+    task.title = "last"
+    observer.task_changed(task)
+    assert await observer.flush(timeout=10)
+    stored = (await store.load_instance(key)).tasks["t-2"]
+    assert stored["title"] == "last"
+    await observer.close()
