@@ -192,7 +192,10 @@ class WriteBehindBuffer(Generic[T]):
         try:
             await waiter
         except asyncio.CancelledError:
-            if expired:  # the timer's cancellation, not the caller's
+            # The timer's cancellation ends the wait; the caller's own (its task is being
+            # cancelled, also when both came at once) goes on.
+            task = asyncio.current_task()
+            if expired and (task is None or not task.cancelling()):
                 return False
             raise
         finally:
