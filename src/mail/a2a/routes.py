@@ -25,7 +25,7 @@ from mail.server.auth import caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
 from mail.server.idempotency import idempotent
-from mail.server.jsonio import JSONBody
+from mail.server.jsonio import JSONBody, loads
 
 logger = logging.getLogger("mail.a2a")
 
@@ -118,14 +118,20 @@ _STREAMING = frozenset(
 
 async def a2a_jsonrpc(request: Request) -> Response:
     caller = request.state.mail_caller = await caller_admin_or_user(request)
+    raw = await request.body()
     try:
-        body = await request.json()  # parsed once: Starlette keeps it for the SDK's dispatcher
+        # The server's parser, as POST /message's: it refuses a lone surrogate ("\ud800"),
+        # which the SDK could not hold in a message (an internal error, with a traceback).
+        body = loads(raw)
     except RecursionError:
         return _parse_error("the JSON body is nested too deeply")
     except UnicodeDecodeError:
         return _parse_error("the body is not UTF-8 text")
     except ValueError as exc:
+        if "depth limit" in str(exc):
+            return _parse_error("the JSON body is nested too deeply")
         return _parse_error(f"the body is not JSON ({exc})")
+    request._json = body  # parsed once: Starlette's request.json() gives it to the SDK
     method = body.get("method") if isinstance(body, dict) else None
     if isinstance(body, dict):
         refusal = _shape_refusal(body, get_state(request).config.settings)
