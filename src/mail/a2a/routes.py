@@ -84,6 +84,12 @@ def _invalid_params(request_id: Any, reason: str) -> JSONBody:
     return JSONBody({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
+# How deep a request may nest. The SDK's protobuf conversion stops at 100 levels of its own,
+# two for each level of a data part or metadata (deeper than about 48 fails): the 1.0 methods
+# answer that as invalid params, the 0.3 ones as an internal error with a long traceback.
+MAX_A2A_JSON_DEPTH = 40
+
+
 def _shape_refusal(body: Any, settings: Any) -> str | None:
     """Why a request is too big in shape for the SDK to read (None when it is not): more
     parts in its message than ``max_a2a_message_parts``, more JSON values in all than
@@ -101,11 +107,14 @@ def _shape_refusal(body: Any, settings: Any) -> str | None:
             "([server.settings] max_a2a_message_parts)"
         )
     limit = settings.max_a2a_json_values
-    if limit and excess(body, limit) is not None:
+    over = excess(body, limit, MAX_A2A_JSON_DEPTH)
+    if over == "values":
         return (
             f"the request holds more than {limit} JSON values (array items and object "
             "members, at any depth) ([server.settings] max_a2a_json_values)"
         )
+    if over == "depth":
+        return f"the request nests arrays and objects more than {MAX_A2A_JSON_DEPTH} levels deep"
     return None
 
 
