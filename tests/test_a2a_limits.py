@@ -56,6 +56,105 @@ async def test_deeply_nested_body_is_a_parse_error_not_an_internal_one(
     assert "RecursionError" not in server.logs()
 
 
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("tasks/get", {"id": "\\ud800"}),
+        ("GetTask", {"id": "x\\udfffy"}),
+        (
+            "message/send",
+            {
+                "message": {
+                    "role": "user",
+                    "messageId": "m1",
+                    "parts": [{"kind": "text", "text": "hi \\ud800"}],
+                }
+            },
+        ),
+        (
+            "SendMessage",
+            {
+                "message": {
+                    "role": "ROLE_USER",
+                    "messageId": "m2",
+                    "parts": [{"text": "hi \\ud800"}],
+                }
+            },
+        ),
+        (
+            "message/stream",
+            {
+                "message": {
+                    "role": "user",
+                    "messageId": "m3",
+                    "parts": [{"kind": "text", "text": "\\ud800"}],
+                }
+            },
+        ),
+    ],
+)
+async def test_a_lone_surrogate_is_a_parse_error_not_an_internal_one(
+    server: ServerProcess, method: str, params: dict[str, object]
+) -> None:
+    """JSON may spell a lone UTF-16 surrogate, which no A2A message can hold: the SDK failed
+    with an internal error (-32603, 'surrogates not allowed', a traceback in the log); it is
+    the caller's malformed request, refused as POST /message refuses it."""
+    import json
+
+    # json.dumps doubles the backslash; undone, the body holds the JSON escape \ud800 itself.
+    body = json.dumps(_rpc(method, params)).replace("\\\\u", "\\u")
+    assert "\\ud" in body, body
+    before = server.logs().count("Traceback")
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(
+            f"{server.base_url}/a2a",
+            content=body,
+            headers={**auth(server.keys["alice"]), "Content-Type": "application/json"},
+        )
+    assert r.status_code == 200, r.text
+    error = r.json()["error"]
+    assert error["code"] == -32700, error
+    assert "surrogate" in error["message"], error
+    assert server.logs().count("Traceback") == before, server.logs()[-3000:]
+
+
+@pytest.mark.parametrize("method", ["message/send", "SendMessage", "message/stream"])
+async def test_a_data_part_nested_past_the_sdks_depth_is_invalid_params(
+    server: ServerProcess, method: str
+) -> None:
+    """A data part nested 60 levels deep: the SDK's protobuf conversion gives up past about 48
+    (100 of its own levels); a 0.3 method answered that as an internal error (-32603) with a
+    400-line traceback in the log. It is the caller's request that is too deep: -32602."""
+    deep: object = 0
+    for _ in range(60):
+        deep = [deep]
+    if method == "SendMessage":
+        part: dict[str, object] = {"data": deep}
+        role = "ROLE_USER"
+    else:
+        part, role = {"kind": "data", "data": {"a": deep}}, "user"
+    params = {"message": {"role": role, "messageId": uuid.uuid4().hex, "parts": [part]}}
+    before = server.logs().count("Traceback")
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(
+            f"{server.base_url}/a2a", json=_rpc(method, params), headers=auth(server.keys["alice"])
+        )
+    assert r.status_code == 200, r.text
+    error = r.json()["error"]
+    assert error["code"] == -32602, error
+    assert "levels deep" in error["message"], error
+    assert server.logs().count("Traceback") == before, server.logs()[-3000:]
+
+
+async def test_a_data_part_nested_within_the_bound_is_read(server: ServerProcess) -> None:
+    deep: object = {"leaf": True}
+    for _ in range(30):
+        deep = [deep]
+    async with a2a_client(server.base_url, server.keys["alice"], streaming=False) as client:
+        events = await collect(client, message("with data", {"deep": deep}))
+    assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED, events[-1]
+
+
 async def test_each_callers_task_records_are_bounded(server: ServerProcess) -> None:
     key = server.keys["bob"]
     ids = []

@@ -95,3 +95,61 @@ def test_a_huge_swarm_info_answer_is_refused_while_it_is_read(
     assert memory.growth < RSS_BOUND_MIB, memory.row()
     listed = httpx.get(f"{server.base_url}/swarms", headers=headers, timeout=30).json()
     assert "evil" not in json.dumps(listed)
+
+
+@pytest.fixture(scope="module")
+def surrogate_peer() -> Iterator[str]:
+    """A peer whose JSON answers spell lone surrogates (``"\\ud800"``): escaped in its swarm
+    info, raw bytes (ED A0 80, which Python's decoder keeps too) in its health answer."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.startswith("/health"):
+                body = b'{"status": "healthy", "swarm_name": "odd\xed\xa0\x80"}'
+            else:
+                body = (
+                    b'{"swarm": {"name": "odd", "description": "bad \\ud800 text", '
+                    b'"keywords": ["k\\udfff"]}, "protocol_version": "1.3"}'
+                )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_peers_lone_surrogates_do_not_break_the_registry_listing(
+    server: ServerProcess, surrogate_peer: str
+) -> None:
+    """The peer's swarm info went into the registry as it was decoded: every later
+    `GET /swarms/registry` answered 500 (the answer could not be encoded as UTF-8) until the
+    swarm was removed. Its text is made valid (U+FFFD) where it is read."""
+    headers = auth(server.keys["admin"])
+    r = httpx.post(
+        f"{server.base_url}/swarms",
+        json={"name": "odd", "base_url": surrogate_peer, "volatile": True},
+        headers=headers,
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    try:
+        listed = httpx.get(f"{server.base_url}/swarms/registry", headers=headers, timeout=30)
+        assert listed.status_code == 200, listed.text
+        assert "bad \ufffd text" in json.dumps(listed.json(), ensure_ascii=False), listed.text
+        assert "Traceback" not in server.logs(), server.logs()[-3000:]
+    finally:
+        httpx.delete(f"{server.base_url}/swarms/odd", headers=headers, timeout=30)

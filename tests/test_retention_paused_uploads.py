@@ -35,13 +35,17 @@ def llm() -> Iterator[ThreadedLLM]:
         yield model
 
 
-@pytest.fixture(scope="module")
-def server(llm: ThreadedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["sqlite", "memory"])
+def server(
+    llm: ThreadedLLM, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("retention_paused")
+    kind = 'kind = "memory"' if request.param == "memory" else ""
     extra = f"""
 [server.store]
 finished_task_ttl = {TTL}
 prune_interval = 0.3
+{kind}
 
 [server.team_tools]
 files_root = "{directory / "files"}"
@@ -97,3 +101,53 @@ def test_a_paused_tasks_upload_outlives_the_ttl(server: ServerProcess, llm: Thre
         )
         assert decided.status_code == 200, decided.text
         assert decided.json()["response"] == f"sent {token}"
+
+
+def test_a_finished_tasks_upload_stays_as_long_as_the_task(
+    server: ServerProcess, llm: ThreadedLLM
+) -> None:
+    """Paused past the TTL, then finished: the task is kept `finished_task_ttl` from then on,
+    and so is what it needs to be read whole (its upload). The upload went at the first
+    retention round after the task finished (its own time was older than the TTL), while
+    `GET /task` still listed it."""
+    token = f"keep-{uuid.uuid4().hex[:8]}"
+    llm.queue(
+        reply(tool_call("send_email", {"to": "a@example.org", "body": "see file"})),
+        match=lambda r: mentions(r, token),
+    )
+    headers = auth(server.keys["alice"])
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=120) as client:
+        upload = {"filename": "keep.txt", "content": "read after the task ended"}
+        held = client.post("/message", json={"body": token, "attachments": [upload]})
+        assert held.status_code == 200, held.text
+        task_id = held.json()["task_id"]
+        call_id = json.loads(held.json()["response"])[0]["tool_call_id"]
+        record = client.get("/task", params={"task_id": task_id})
+        text = json.dumps(record.json()).replace('"', " ").replace("\\", " ")
+        attachment = next(p for p in text.split() if p.startswith("att_")).rstrip(",.)")
+        time.sleep(TTL * 1.5)  # the upload's own time gets older than the TTL
+        llm.queue(
+            reply(tool_call("task_complete", {"finish_message": f"sent {token}"})),
+            match=lambda r: mentions(r, token),
+        )
+        decided = client.post(
+            "/message",
+            json={
+                "task_id": task_id,
+                "resume_from": "action_review",
+                "kwargs": {"decisions": [{"tool_call_id": call_id, "type": "accept"}]},
+            },
+        )
+        assert decided.status_code == 200, decided.text
+        # Until the task itself is removed, its upload is there (read first: a task
+        # removed between the two reads took its upload with it).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            kept = client.get(f"/attachments/{attachment}").status_code
+            listed = client.get("/task", params={"task_id": task_id}).status_code
+            if listed == 404:
+                break
+            assert kept == 200, "the finished task is listed but its upload was removed"
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the finished task was not removed after its TTL")

@@ -262,6 +262,98 @@ async def test_team_rows_of_a_running_or_waiting_task_outlive_the_ttl(
         await tasks.close()
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_team_rows_of_a_finished_task_stay_while_the_task_does(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A task that ran (or waited) longer than the TTL and finished just now is kept for the
+    TTL from now; its old posts, inbox entries and uploads went at the next round, so
+    `GET /task` listed an upload that answered 404. A task finished before the cutoff still
+    loses them."""
+    team: TeamStore
+    tasks: TaskStore
+    if kind == "sqlite":
+        from mail.store.team_sqlite import SqliteTeamStore
+
+        tasks = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
+        team = SqliteTeamStore(tmp_path / "mail.db")
+    else:
+        from mail.store.team_postgres import PostgresTeamStore
+
+        url = request.getfixturevalue("pg_url")
+        tasks, team = PostgresTaskStore(url, **FAST), PostgresTeamStore(url)
+    await tasks.start()
+    await team.start()
+    try:
+        key = new_key()
+        await add_task(tasks, key, "t-just-done", state="completed")
+        await add_task(tasks, key, "t-long-done", state="completed")
+        assert await tasks.flush(timeout=10)
+        old = _iso(-7200)
+        for task_id in ("t-just-done", "t-long-done"):
+            await team.add_post(
+                key,
+                {
+                    "thread_id": "th",
+                    "post_id": f"p-{task_id}",
+                    "timestamp": old,
+                    "task_id": task_id,
+                },
+            )
+            await team.add_inbox_entries(
+                key,
+                [
+                    {
+                        "agent": "a",
+                        "kind": "direct",
+                        "timestamp": old,
+                        "entry_id": f"e-{task_id}",
+                        "task_id": task_id,
+                    }
+                ],
+            )
+            await team.put_attachment(
+                key,
+                {"attachment_id": f"f-{task_id}", "size": 1, "created_at": old, "task_id": task_id},
+                b"x",
+            )
+        # t-long-done last changed before the cutoff; t-just-done after it (now).
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
+        if kind == "sqlite":
+            import sqlite3
+
+            with sqlite3.connect(tmp_path / "mail.db") as conn:
+                conn.execute(
+                    "UPDATE tasks SET updated_at = ? WHERE task_id = 't-long-done'", (old,)
+                )
+                # Uploads are dated by when they were stored: as old as the rest here.
+                conn.execute("UPDATE team_attachments SET created_at = ?", (old,))
+        else:
+            import asyncpg
+
+            conn = await asyncpg.connect(url)
+            try:
+                await conn.execute(
+                    "UPDATE tasks SET updated_at = $1::text::timestamptz"
+                    " WHERE task_id = 't-long-done'",
+                    old,
+                )
+                await conn.execute(
+                    "UPDATE team_attachments SET created_at = $1::text::timestamptz", old
+                )
+            finally:
+                await conn.close()
+        await team.prune_before(cutoff)
+        posts = [p["post_id"] for p in await team.thread_posts(key, "th")]
+        assert posts == ["p-t-just-done"], posts
+        assert [e["entry_id"] for e in await team.inbox(key, "a")] == ["e-t-just-done"]
+        assert await team.get_attachment(key, "f-t-just-done", with_data=False) is not None
+        assert await team.get_attachment(key, "f-t-long-done", with_data=False) is None
+    finally:
+        await team.close()
+        await tasks.close()
+
+
 async def test_sqlite_gives_freed_space_back(tmp_path: Path) -> None:
     store = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
     await store.start()

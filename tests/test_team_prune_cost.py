@@ -62,6 +62,8 @@ async def _prune_steps(path: Path, kept: int) -> tuple[int, int]:
             rows = [("paused", f"k-{n}") for n in range(kept)]
             rows += [(f"done-{n % 10}", f"x-{n}") for n in range(EXPIRED)]
             with conn:
+                # The finished tasks last changed long ago too: a kept task keeps its posts.
+                conn.execute("UPDATE tasks SET updated_at = ? WHERE task_id LIKE 'done-%'", (old,))
                 conn.executemany(
                     "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id,"
                     " record) VALUES (?, ?, ?, 'th', ?)",

@@ -25,7 +25,7 @@ from mail.server.auth import caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
 from mail.server.idempotency import idempotent
-from mail.server.jsonio import JSONBody
+from mail.server.jsonio import JSONBody, loads
 
 logger = logging.getLogger("mail.a2a")
 
@@ -84,6 +84,12 @@ def _invalid_params(request_id: Any, reason: str) -> JSONBody:
     return JSONBody({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
+# How deep a request may nest. The SDK's protobuf conversion stops at 100 levels of its own,
+# two for each level of a data part or metadata (deeper than about 48 fails): the 1.0 methods
+# answer that as invalid params, the 0.3 ones as an internal error with a long traceback.
+MAX_A2A_JSON_DEPTH = 40
+
+
 def _shape_refusal(body: Any, settings: Any) -> str | None:
     """Why a request is too big in shape for the SDK to read (None when it is not): more
     parts in its message than ``max_a2a_message_parts``, more JSON values in all than
@@ -101,11 +107,14 @@ def _shape_refusal(body: Any, settings: Any) -> str | None:
             "([server.settings] max_a2a_message_parts)"
         )
     limit = settings.max_a2a_json_values
-    if limit and excess(body, limit) is not None:
+    over = excess(body, limit, MAX_A2A_JSON_DEPTH)
+    if over == "values":
         return (
             f"the request holds more than {limit} JSON values (array items and object "
             "members, at any depth) ([server.settings] max_a2a_json_values)"
         )
+    if over == "depth":
+        return f"the request nests arrays and objects more than {MAX_A2A_JSON_DEPTH} levels deep"
     return None
 
 
@@ -118,14 +127,20 @@ _STREAMING = frozenset(
 
 async def a2a_jsonrpc(request: Request) -> Response:
     caller = request.state.mail_caller = await caller_admin_or_user(request)
+    raw = await request.body()
     try:
-        body = await request.json()  # parsed once: Starlette keeps it for the SDK's dispatcher
+        # The server's parser, as POST /message's: it refuses a lone surrogate ("\ud800"),
+        # which the SDK could not hold in a message (an internal error, with a traceback).
+        body = loads(raw)
     except RecursionError:
         return _parse_error("the JSON body is nested too deeply")
     except UnicodeDecodeError:
         return _parse_error("the body is not UTF-8 text")
     except ValueError as exc:
+        if "depth limit" in str(exc):
+            return _parse_error("the JSON body is nested too deeply")
         return _parse_error(f"the body is not JSON ({exc})")
+    request._json = body  # parsed once: Starlette's request.json() gives it to the SDK
     method = body.get("method") if isinstance(body, dict) else None
     if isinstance(body, dict):
         refusal = _shape_refusal(body, get_state(request).config.settings)

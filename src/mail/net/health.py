@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from mail.net.answers import (
     read_capped,
 )
 from mail.net.types import InterswarmError, SwarmEndpoint
+from mail.utils.text import loads_valid
 
 logger = logging.getLogger("mail.net.health")
 
@@ -238,7 +238,7 @@ async def fetch_swarm_info(
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 raise failure(f"HTTP {response.status}")
-            data = json.loads(await read_capped(response, MAX_PEER_INFO_BYTES))
+            data = loads_valid(await read_capped(response, MAX_PEER_INFO_BYTES))
     except TimeoutError as exc:
         raise failure(f"no answer within {timeout:g}s") from exc
     except (aiohttp.ClientError, ValueError, AnswerTooLarge) as exc:
@@ -273,7 +273,7 @@ async def fetch_swarm_list(
             if response.status != 200:
                 logger.warning("discovery at %s answered HTTP %d", list_url, response.status)
                 return []
-            data = json.loads(await read_capped(response, MAX_SWARM_LIST_BYTES))
+            data = loads_valid(await read_capped(response, MAX_SWARM_LIST_BYTES))
     except (TimeoutError, aiohttp.ClientError, ValueError, AnswerTooLarge) as exc:
         logger.warning("discovery at %s failed: %s", list_url, exc or type(exc).__name__)
         return []

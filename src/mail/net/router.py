@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import random
 import uuid
@@ -43,6 +42,7 @@ from mail.net.answers import (
 from mail.net.router_v13 import V13RouterMethods
 from mail.net.types import Direction, InterswarmError
 from mail.telemetry.interswarm import interswarm_hop
+from mail.utils.text import loads_valid
 
 if TYPE_CHECKING:
     from mail.core.message import MAILInterswarmMessage, MAILMessage
@@ -74,7 +74,7 @@ def peer_error_text(text: str) -> str:
     what was refused and why (usually at the end) survive.
     """
     try:
-        data = json.loads(text)
+        data = loads_valid(text)
     except ValueError:
         data = None
     detail = data.get("detail") if isinstance(data, dict) else None
@@ -430,7 +430,7 @@ class InterswarmRouter(V13RouterMethods):
             raise error from exc
         logger.debug("POST %s -> %d", url, response.status)
         try:
-            data = json.loads(text) if text else {}
+            data = loads_valid(text) if text else {}
         except ValueError:
             return {"raw": text}
         return data if isinstance(data, dict) else {"data": data}

@@ -108,6 +108,22 @@ class MessageRequest:
     attachments: Any = None
     # A webhook for this one task (validated in mail.server.webhooks): {url, events, secret}.
     webhook: Any = None
+    # Upload bytes held in the caller's quota books from the check until they are stored.
+    reserved_bytes: int = 0
+
+    def upload_bytes(self) -> int:
+        """The bytes the uploads will store (`content` text, or `content_base64` decoded:
+        three bytes per four characters)."""
+        uploads = self.attachments if isinstance(self.attachments, list) else []
+        size = 0
+        for upload in uploads:
+            if isinstance(upload, dict):
+                text, encoded = upload.get("content"), upload.get("content_base64")
+                if isinstance(text, str):
+                    size += len(text.encode("utf-8", "surrogatepass"))
+                elif isinstance(encoded, str):
+                    size += len(encoded) * 3 // 4
+        return size
 
 
 def parse_message_request(data: dict[str, Any]) -> MessageRequest:

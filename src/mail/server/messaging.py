@@ -22,9 +22,9 @@ from mail.server.bodies import MessageRequest, check_subject
 from mail.server.errors import BadRequest
 from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
+from mail.server.paused_quota import CLAIM_SECONDS, check_paused_quota
 from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
-from mail.server.stream_quota import RETRY_AFTER_SECONDS
 from mail.server.team import parse_attachments, store_uploads
 from mail.utils.echo import echo
 
@@ -48,12 +48,6 @@ def _task_or_none(inst: Instance, task_id: str) -> Any | None:
     return inst.swarm.get_task_by_id(task_id)
 
 
-# A claim only has to cover the moment between a request's checks and its submission into
-# the runtime (after that the task's own state answers); a claim whose request vanished
-# without releasing it (a stream that never started) stops counting after this long.
-_CLAIM_SECONDS = 30.0
-
-
 def _prepare(
     state: ServerState, inst: Instance, req: MessageRequest, *, fresh: bool = False
 ) -> None:
@@ -72,7 +66,7 @@ def _prepare(
     if req.task_id is None or fresh:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
-        _check_paused_quota(state, inst)
+        check_paused_quota(state, inst)
         if req.task_id is None:
             req.task_id = str(uuid.uuid4())
         # A new task too: a malformed budget (kwargs.max_cost "lots") is a 400 here, not a
@@ -87,7 +81,7 @@ def _prepare(
         # A new task under an id the caller chose, or a message continuing a task that is
         # not paused (a finished one can pause again): either may add a paused task. A
         # message to a paused task closes that pause, so it is never refused.
-        _check_paused_quota(state, inst, task_id)
+        check_paused_quota(state, inst, task_id)
     if _task_or_none(inst, task_id) is None and task_id in state.instances.archived_tasks(
         inst.kind, inst.id
     ):
@@ -99,7 +93,7 @@ def _prepare(
             '[server.store] kind = "memory")',
         )
     claimed = inst.claimed_tasks.get(task_id)
-    if claimed is not None and time.monotonic() - claimed < _CLAIM_SECONDS:
+    if claimed is not None and time.monotonic() - claimed < CLAIM_SECONDS:
         raise HTTPException(
             409,
             f"task '{task_id}' is still running (another request is working on it); wait for its answer",
@@ -128,21 +122,31 @@ async def prepare(
             await finished.bring_back(inst, req.task_id)
         await finished.books(inst.kind, inst.id)
         task = None if req.task_id is None or fresh else _task_or_none(inst, req.task_id)
+        uploaded = req.upload_bytes()
         if task is None or not _is_paused(inst, req.task_id or ""):
             # A message to a paused task closes the pause: never refused, as for the
             # paused-task quota. Checked with no suspension before `_prepare`'s claim.
             state.quota.check(
                 inst.key,
                 new_task=task is None,
-                incoming=len(req.body) + _upload_bytes(req),
+                incoming=len(req.body) + uploaded,
                 open_ids=inst.swarm.runtime.open_tasks.ids,
             )
+        _prepare(state, inst, req, fresh=fresh)
+        if uploaded and finished.team_store is not None:
+            # In the books from here, with no suspension since the check: concurrent
+            # requests see each other's uploads (`_store_uploads` settles the figure).
+            state.quota.reserve(inst.key, uploaded)
+            req.reserved_bytes = uploaded
+        return
     _prepare(state, inst, req, fresh=fresh)
 
 
-def _upload_bytes(req: MessageRequest) -> int:
-    uploads = req.attachments if isinstance(req.attachments, list) else []
-    return sum(len(str(u.get("content", ""))) for u in uploads if isinstance(u, dict))
+def _unreserve(state: ServerState, inst: Instance, req: MessageRequest) -> None:
+    """The request's reserved upload bytes leave the books (stored, or never to be)."""
+    if req.reserved_bytes:
+        state.quota.unreserve(inst.key, req.reserved_bytes)
+        req.reserved_bytes = 0
 
 
 def answered(state: ServerState, inst: Instance, task_id: str | None) -> None:
@@ -167,50 +171,6 @@ def _is_paused(inst: Instance, task_id: str) -> bool:
         and not task.is_running
         and bool(task.pending_reviews or inst.swarm.runtime.pending_breakpoints(task_id))
     )
-
-
-def paused_tasks(inst: Instance) -> int:
-    """Tasks of the instance waiting on a breakpoint resume or a review decision."""
-    runtime = inst.swarm.runtime
-    return sum(
-        1
-        for task_id, task in inst.swarm.get_all_tasks().items()
-        if task_id != "*"
-        and not task.is_running
-        and (task.pending_reviews or runtime.pending_breakpoints(task_id))
-    )
-
-
-def open_tasks(inst: Instance, *, besides: str | None = None) -> int:
-    """Tasks of the instance that are paused, running (any of them may pause next) or just
-    claimed by a request that has not created them yet; `besides` is left out."""
-    now = time.monotonic()
-    held = inst.swarm.runtime.open_tasks.ids()  # not a scan of every task the caller ran
-    held.update(t for t, at in inst.claimed_tasks.items() if now - at < _CLAIM_SECONDS)
-    if besides is not None:
-        held.discard(besides)
-    return len(held)
-
-
-def _check_paused_quota(state: ServerState, inst: Instance, task_id: str | None = None) -> None:
-    """429 when the caller already holds `max_paused_tasks_per_caller` tasks that are paused
-    or may still pause (running, or claimed by a request under way): each paused task keeps
-    its histories and held calls in memory until it is resumed. Counting running ones too
-    keeps concurrent new tasks from all pausing past the limit."""
-    limit = state.config.settings.max_paused_tasks_per_caller
-    if not limit:
-        return
-    held = open_tasks(inst, besides=task_id)
-    if held >= limit:
-        paused = paused_tasks(inst)
-        raise HTTPException(
-            429,
-            f"you have {held} tasks running or paused ({paused} paused, waiting for a "
-            f"breakpoint resume or a review), the most one caller may hold ([server.settings] "
-            f"max_paused_tasks_per_caller = {limit}); wait for one to finish, or resume or "
-            "answer a paused one, before starting another",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
 
 
 def _claim(inst: Instance, task_id: str) -> None:
@@ -248,11 +208,13 @@ async def _store_uploads(
         try:
             stored = await store_uploads(inst.swarm, caller, req.task_id, uploads)
         except BaseException:
+            _unreserve(state, inst, req)
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
             if ticket is not None:
                 await ticket.release()  # and so is the key: nothing ran
             raise
         req.kwargs["attachments"] = stored
+        _unreserve(state, inst, req)
         if state.finished is not None and state.finished.team_store is not None:
             # In the caller's books now, not at the next measurement of its team data.
             state.quota.add_team(inst.key, sum(len(data) for _, _, data in uploads))
@@ -271,6 +233,7 @@ async def _request_webhook(
     try:
         return await request_webhook(state, caller, req.task_id, req.webhook, hook_id)
     except BaseException:
+        _unreserve(state, inst, req)  # its uploads will not be stored
         _release(inst, req.task_id)  # refused: the task id is free again
         if ticket is not None:
             await ticket.release()  # and so is the key: nothing ran

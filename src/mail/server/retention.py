@@ -117,7 +117,7 @@ class Retention:
                 report.tasks = self._expire_in_memory(time.time() - self.ttl)
             team = self.finished.team_store
             if team is not None:
-                live = self._live_tasks() if lifecycle is None else ()
+                live = self._kept_tasks(time.time() - self.ttl) if lifecycle is None else ()
                 report.team_rows = await team.prune_before(cutoff, live)
                 if report.team_rows:
                     for owner in list(self.finished.quota.all_books()):
@@ -141,16 +141,19 @@ class Retention:
                 for task_id in task_ids:
                     forget_finished(inst.swarm.runtime, task_id)
 
-    def _live_tasks(self) -> list[tuple[InstanceKey, str]]:
-        """Memory store: the tasks of the live instances that have not finished (they run or
-        wait); their team posts, inbox entries and uploads stay, whatever their age."""
-        live: list[tuple[InstanceKey, str]] = []
+    def _kept_tasks(self, before: float) -> list[tuple[InstanceKey, str]]:
+        """Memory store: the tasks of the live instances that are kept (they run or wait, or
+        finished at `before` or later); their team posts, inbox entries and uploads stay,
+        whatever their age, as long as the task does."""
+        kept: list[tuple[InstanceKey, str]] = []
         for inst in self.instances.all():
             books = self.finished.quota.books(inst.key)
             done = books.finished_at if books is not None else {}
             key = self.finished.key(*inst.key)
-            live.extend((key, t) for t in inst.swarm.runtime.mail_tasks if t not in done)
-        return live
+            kept.extend(
+                (key, t) for t in inst.swarm.runtime.mail_tasks if done.get(t, before) >= before
+            )
+        return kept
 
     def _expire_in_memory(self, before: float) -> int:
         """Memory store: drop finished tasks seen finished before `before` (time.time())."""

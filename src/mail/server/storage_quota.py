@@ -97,10 +97,13 @@ class CallerBooks:
     finished_at: dict[str, float] = field(default_factory=dict)
     team_bytes: int = 0
     team_measured: float = 0.0
+    # Uploads of requests past the check and not yet stored (`reserve`): counted at once, so
+    # uploads sent together cannot all pass the check before any is stored.
+    reserved: int = 0
 
     @property
     def total(self) -> int:
-        return self.tasks.bytes + self.team_bytes
+        return self.tasks.bytes + self.team_bytes + self.reserved
 
 
 class StorageQuota:
@@ -157,6 +160,17 @@ class StorageQuota:
         (`set_team`) replaces the figure with the store's."""
         books = self._books.setdefault(owner, CallerBooks())
         books.team_bytes += max(0, int(size))
+
+    def reserve(self, owner: Owner, size: int) -> None:
+        """Bytes a request that passed `check` is about to store: in the books until
+        `unreserve` (a measurement of the team data, `set_team`, leaves them alone)."""
+        books = self._books.setdefault(owner, CallerBooks())
+        books.reserved += max(0, int(size))
+
+    def unreserve(self, owner: Owner, size: int) -> None:
+        books = self._books.get(owner)
+        if books is not None:
+            books.reserved = max(0, books.reserved - max(0, int(size)))
 
     def team_due(self, owner: Owner) -> bool:
         books = self._books.get(owner)

@@ -8,7 +8,6 @@ as ``http_get`` does. Settings are read on each call, like the actions.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +16,7 @@ from mail.stdlib._common import settings
 from mail.stdlib.http.actions import guarded_get_json_bytes, transport_error
 from mail.stdlib.http.bounded import read_capped
 from mail.stdlib.netguard import AddressPolicy, AddressRefused, guarded_client, resolve
+from mail.utils.text import loads_valid
 
 
 def _reason(exc: BaseException) -> str:
@@ -34,7 +34,7 @@ class GuardedPeerHttp:
         if status != 200:
             raise PeerHttpError(f"answered HTTP {status}")
         try:
-            return json.loads(data)
+            return loads_valid(data)
         except ValueError:
             raise PeerHttpError("the answer is not JSON") from None
 

@@ -88,6 +88,11 @@ __all__ = [
 
 logger = logging.getLogger("mail.store")
 
+# A batch the database has neither taken nor refused for this long makes the store degraded
+# (/health, /status, /metrics), as a failing one does: answers stop waiting for it, and say
+# so where the server reports its health (the answer's own wait gives up after as long).
+STALLED_SECONDS = 5.0
+
 
 def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> dict[str, Any]:
     """A task record from a `tasks` row (metadata merged in, JSON list columns decoded)."""
@@ -570,6 +575,12 @@ class BufferedSqlStore(TaskStore):
 
     @property
     def last_error(self) -> str | None:
+        stalled = self._buffer.stalled_for()
+        if stalled >= STALLED_SECONDS:
+            return (
+                f"no write completed for {stalled:.0f}s: the database neither takes nor "
+                "refuses it (another process holding its lock? a disk that does not answer?)"
+            )
         return self._buffer.last_error
 
     @property
@@ -577,7 +588,8 @@ class BufferedSqlStore(TaskStore):
         return self._buffer.dropped
 
     def is_degraded(self) -> bool:
-        return self._buffer.outage_since is not None
+        buffer = self._buffer
+        return buffer.outage_since is not None or buffer.stalled_for() >= STALLED_SECONDS
 
     def status(self) -> dict[str, Any]:
         status = super().status()

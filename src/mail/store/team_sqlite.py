@@ -38,13 +38,15 @@ from mail.store.team_base import (
 _KEY = key_clause("?")
 
 # Posts, inbox entries and attachments name the task they came with ($.task_id). One whose
-# task (of the same instance) still runs or waits (a breakpoint, a review) is kept whatever
-# its age: the task may still need it (an upload, its thread, its inbox).
+# task (of the same instance) is kept is kept too, whatever its age: a task that still runs
+# or waits (a breakpoint, a review) may need it, and one finished (or changed) since the
+# cutoff is read with it (an upload, its thread, its inbox) until the task prune removes it.
 _OF_TASKS = ("team_posts", "team_inbox", "team_attachments")
 _TASK_LIVE = (
     " AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.swarm_name = {table}.swarm_name"
     " AND t.caller_role = {table}.caller_role AND t.caller_id = {table}.caller_id"
-    " AND t.task_id = json_extract({table}.record, '$.task_id') AND NOT (" + _FINISHED + "))"
+    " AND t.task_id = json_extract({table}.record, '$.task_id')"
+    " AND NOT (t.updated_at < ?1 AND " + _FINISHED + "))"
 )
 
 # What is older than the cutoff (?1), per table; threads last, once their posts are gone.

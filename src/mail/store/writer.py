@@ -107,11 +107,22 @@ class WriteBehindBuffer(Generic[T]):
         self.dropped = 0
         self.last_error: str | None = None
         self.outage_since: float | None = None  # monotonic time of the first failure
+        # Monotonic time the worker started writing its current batch (None while idle).
+        self.writing_since: float | None = None
 
     # -- public API ----------------------------------------------------------------------
     @property
     def pending(self) -> int:
         return self._submitted - self._done
+
+    def stalled_for(self) -> float:
+        """Seconds the batch being written has waited without failing (0 while idle or
+        failing): the database neither takes it nor refuses it, e.g. while another process
+        holds its lock or the disk does not answer."""
+        since = self.writing_since
+        if since is None or self.outage_since is not None:
+            return 0.0
+        return time.monotonic() - since
 
     @property
     def running(self) -> bool:
@@ -311,10 +322,12 @@ class WriteBehindBuffer(Generic[T]):
                 if self._prepare is not None:
                     taken, batch = self._prepare(batch, queue)
             self._holding = True
+            self.writing_since = time.monotonic()
             try:
                 await self._write(batch)
             finally:
                 self._holding = False
+                self.writing_since = None
             self._taken(taken)
             if self._room_waiters:
                 async with self._changed:

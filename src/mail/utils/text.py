@@ -9,6 +9,7 @@ one `isascii` or one encode for a string without any.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -32,3 +33,15 @@ def valid_text(value: Any) -> Any:
     if isinstance(value, list):
         return [valid_text(v) for v in value]
     return value
+
+
+def loads_valid(data: str | bytes) -> Any:
+    """`json.loads(data)` with valid strings only: what another party sent (a peer swarm's
+    answer) may spell a lone surrogate, escaped or as raw bytes, which the standard decoder
+    keeps; every string holding one is made valid (`valid_text`)."""
+    value = json.loads(data)
+    if isinstance(data, bytes):
+        suspect = b"\\u" in data or not data.isascii()
+    else:
+        suspect = "\\u" in data or not data.isascii()
+    return valid_text(value) if suspect else value

@@ -7,12 +7,12 @@ shape of the JSON answer before reporting on it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from mail.stdlib._common import error, missing, not_string, settings, stdlib_action
 from mail.stdlib.http.actions import check_url, guarded_get_json_bytes, transport_error
+from mail.utils.text import loads_valid
 
 URL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -41,7 +41,7 @@ async def _probe(args: dict[str, Any], path: str, report: Callable[[Any], str | 
     if status != 200:
         return error(f"remote URL returned status code {status}")
     try:
-        doc = json.loads(data)
+        doc = loads_valid(data)
     except ValueError:
         return NOT_A_SWARM
     return report(doc) or NOT_A_SWARM
