@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.support.sql_batches import NoRuntime, record_batches, small_store
-from tests.test_store_postgres import BASE_URL, new_key
+from tests.support.sql_batches import (  # noqa: F401 - fixtures
+    NoRuntime,
+    record_batches,
+    small_sql_store,
+    small_store,
+    small_store_pg_url,
+)
+from tests.test_store_postgres import new_key
 
 from mail.api.persistence import StoreObserver
 from mail.core.events import TaskEvent
@@ -25,19 +28,9 @@ from mail.store.sql_base import BufferedSqlStore
 _HOST = NoRuntime()
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with scratch_schema("mail_h40c_runs", BASE_URL) as schema:
-        yield with_search_path(BASE_URL, schema)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BufferedSqlStore]:
-    pg_url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
-    made = small_store(request.param, tmp_path, pg_url)
-    await made.start()
-    yield made
-    await made.close()
+@pytest.fixture
+def store(small_sql_store: BufferedSqlStore) -> BufferedSqlStore:  # noqa: F811
+    return small_sql_store
 
 
 def _task(task_id: str) -> Any:

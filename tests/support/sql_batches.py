@@ -4,10 +4,12 @@ only when flushed, a record of the batches it commits, and a stand-in runtime fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 from tests.test_store_postgres import FAST
 
 from mail.store.postgres import PostgresTaskStore
@@ -27,6 +29,27 @@ def small_store(kind: str, tmp_path: Path, pg_url: str | None) -> BufferedSqlSto
         return SqliteTaskStore(tmp_path / "mail.db", **options)
     assert pg_url is not None
     return PostgresTaskStore(pg_url, **{**FAST, **options})
+
+
+@pytest.fixture(scope="module")
+def small_store_pg_url() -> Iterator[str]:
+    """A PostgreSQL schema of the test module's own, for `small_sql_store`."""
+    with scratch_schema("mail_small_store", BASE_URL) as schema:
+        yield with_search_path(BASE_URL, schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def small_sql_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[BufferedSqlStore]:
+    """`small_store` on SQLite and on PostgreSQL, started, closed after the test."""
+    pg_url = None
+    if request.param == "postgres":
+        pg_url = request.getfixturevalue("small_store_pg_url")
+    made = small_store(request.param, tmp_path, pg_url)
+    await made.start()
+    yield made
+    await made.close()
 
 
 def record_batches(store: BufferedSqlStore) -> list[list[SqlWrite]]:
