@@ -41,10 +41,10 @@ from mail.store.base import InstanceKey, StoreUnavailableError
 from mail.store.idempotency import KeyRecord, take_row
 from mail.store.idempotency_schema import TABLE
 from mail.store.idempotency_sqlite import SqliteIdempotencyStore
-from mail.store.sql_base import SqlWrite
+from mail.store.sql_base import KEY_ROW_KIND, SqlWrite
 
-# The task store's write kind of a key row (`mail.store.sqlite` runs `KEY_ROW_SQL` for it).
-KEY_ROW_KIND = "idempotency_key"
+# The task store's write kind of a key row is `KEY_ROW_KIND` (`mail.store.sqlite` runs
+# `KEY_ROW_SQL` for it; `one_task_queued` counts it as its task's).
 # A key row, written whole: the take's decision was made in memory; this stores it.
 KEY_ROW_SQL = f"""
     INSERT INTO {TABLE} (swarm_name, caller_role, caller_id, idem_key, fingerprint, subject,
