@@ -127,6 +127,23 @@ class IdempotencyGuard:
         self._reserved[owner] = self._reserved.get(owner, 0) + 1
         return True
 
+    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+        """The usual keyed request's take, whole, with no await: the caller holds fewer than
+        `max_keys` keys as counted and the store takes the key at once (`take_now`: a new
+        key of ``POST /message`` on SQLite); the key is counted. False: nothing was done
+        (`Ticket.take`'s general path: `reserve`, the store's `take_with_work`...)."""
+        owner = (scope.caller_role, scope.caller_id)
+        count = self._counts.get(owner) if self.max_keys else 0
+        if count is None or (self.max_keys and count >= self.max_keys):
+            return False
+        if not self.store.take_now(scope, key, record):
+            return False
+        if self.max_keys:  # (`reserve` then `unreserve(stored=True)`, with nothing between)
+            self._counts[owner] = count + 1
+            if owner in self._landed:
+                self._landed[owner] += 1
+        return True
+
     def unreserve(self, scope: InstanceKey, *, stored: bool) -> None:
         """A reserved slot's take is over: its key `stored` (it stays counted) or not."""
         if not self.max_keys:
@@ -310,6 +327,15 @@ class Ticket:
             context=context if context is not None else {},  # (the caller's own, fresh)
             holder=self.guard.holder,
         )
+        if (
+            self.with_work
+            and not self.takeover
+            and self.guard.take_now(self.scope, self.key, record)
+        ):
+            self.taken = True
+            self.pending.subject, self.pending.context = subject, record.context
+            self.guard.taken(self.scope)
+            return
         counted = not self.takeover  # a slot of the bound reserved (before any await)
         if counted and not self.guard.reserve(self.scope):
             try:
