@@ -10,6 +10,7 @@ doing anything. The routes' side is ``mail.server.idempotency``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -383,6 +384,9 @@ class Ticket:
             self.leave()
             return response
         if not hasattr(response, "body"):
+            if getattr(response, "on_end", False) is None:  # an `EventStreamResponse`
+                response.on_end = functools.partial(_stream_ended, response, self)  # type: ignore[attr-defined]
+                return response
             return _Leaving(response, self, record=lazy)
         if lazy and self.answered_by_task:
             self.leave()  # its key and its task are committed: they are the outcome
@@ -498,6 +502,15 @@ class _Leaving(Response):
                 ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")
             else:
                 ticket.leave()
+
+
+def _stream_ended(response: Any, ticket: Ticket) -> None:
+    """An `EventStreamResponse` (it says whether its status line went out) ended: as
+    `_Leaving` does after the stream it wraps."""
+    if response.started and ticket.taken and not ticket.answered_by_task:
+        ticket.guard.record_later(ticket, response.status_code, STREAMED_OUTCOME, b"")
+    else:
+        ticket.leave()
 
 
 async def start_guard(config: Any, task_store: Any) -> IdempotencyGuard:
