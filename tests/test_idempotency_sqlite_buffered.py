@@ -93,6 +93,32 @@ async def test_a_key_taken_with_its_work_commits_with_the_task(tmp_path: Path) -
         await tasks.close()
 
 
+async def test_take_now_takes_only_a_key_it_can_tell_is_new(tmp_path: Path) -> None:
+    """The synchronous take of the usual keyed request: a new key of a caller whose keys are
+    known goes into the buffer with nothing awaited; an unknown caller, a key the file may
+    have (a repeat), or an outage leaves it to `take_with_work`, which reads the file."""
+    path = tmp_path / "mail.db"
+    tasks, keys = await _open(path, batch_delay=30.0)
+    try:
+        assert not keys.take_now(ALICE, "k0", _record("task-0"))  # the caller's keys unread
+        assert await keys.take_with_work(ALICE, "k0", _record("task-0")) is None
+        assert keys.take_now(ALICE, "k1", _record("task-1"))  # new: queued, not awaited
+        assert keys.carried(ALICE, "k1")
+        await tasks.upsert_task(ALICE, {"task_id": "task-1", "task_owner": "alice"})
+        await keys.settle(ALICE, "k1")
+        assert _rows(path, "SELECT idem_key, subject FROM idempotency_keys ORDER BY idem_key") == [
+            ("k0", "task-0"),
+            ("k1", "task-1"),
+        ]
+        # A repeat is never taken here: the file holds it, and `take_with_work` says so.
+        assert not keys.take_now(ALICE, "k1", _record("task-x"))
+        held = await keys.take_with_work(ALICE, "k1", _record("task-x"))
+        assert held is not None and held.subject == "task-1"
+    finally:
+        await keys.close()
+        await tasks.close()
+
+
 def test_the_key_filter_never_misses_a_key_and_rarely_invents_one() -> None:
     from mail.store.idempotency_sqlite_buffered import MIN_FILTER_KEYS, KeyFilter
 

@@ -393,3 +393,44 @@ async def test_concurrent_new_keys_never_pass_the_bound(warm: bool, stale_count:
     assert len(taken) + len(refused) == 20, results
     assert len(taken) == 5 - warm, results
     assert await guard.store.count(guard.scope(caller), time.time()) == 5
+
+
+async def test_a_keyed_stream_is_not_wrapped_and_records_its_end() -> None:
+    """A keyed `EventStreamResponse` goes out as it is (no wrapper coroutine that each of its
+    resumptions passes through); when it ends, its ticket records the streamed outcome and
+    leaves, as the wrapper did."""
+    from mail.server.auth import Caller
+    from mail.server.idempotency_guard import IdempotencyGuard
+    from mail.server.sse import event_stream_response
+    from mail.store.idempotency import STREAMED_OUTCOME
+
+    guard = IdempotencyGuard(
+        MemoryIdempotencyStore(), swarm_name="s", ttl=100.0, max_keys=5, max_length=255
+    )
+    caller = Caller("user", "alice", "k")
+    ticket = guard.open(caller, "s1", "fp-s1")
+    await ticket.take("task-1")
+
+    async def events() -> AsyncIterator[Any]:
+        yield {"event": "task_complete", "data": {"task_id": "task-1"}}
+
+    response = event_stream_response(events())
+    assert await ticket.finish(response, lazy=True) is response
+    assert ("user", "alice", "s1") in guard._pending  # under way until the stream ends
+
+    sent: list[dict[str, Any]] = []
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await response({"type": "http"}, receive, send)
+    assert sent[0]["type"] == "http.response.start"
+    await guard.flush_outcomes()
+    assert ("user", "alice", "s1") not in guard._pending
+    record = await guard.store.get(guard.scope(caller), "s1", time.time())
+    assert record is not None and record.status == 200 and record.content_type == STREAMED_OUTCOME

@@ -288,9 +288,17 @@ def bearer_key(request: Request) -> str:
     return key
 
 
+def server_state(request: Request) -> Any:
+    """The app's ``state.mail`` (the server's state), or None. Read from the dict behind
+    Starlette's `State` when there is one: ``state.mail`` raises and catches an
+    AttributeError inside `State` on every call before it finds the attribute."""
+    box = request.app.state
+    values = getattr(box, "_state", None)
+    return values.get("mail") if isinstance(values, dict) else getattr(box, "mail", None)
+
+
 def request_authenticator(request: Request) -> Authenticator:
-    state = getattr(request.app.state, "mail", None)
-    auth = getattr(state, "auth", None)
+    auth = getattr(server_state(request), "auth", None)
     if auth is None:
         raise HTTPException(503, "authentication is not configured")
     return auth
@@ -301,12 +309,15 @@ async def authenticate_request(
 ) -> Caller:
     """The caller behind the request's bearer key (memoised on the request), as
     `authenticator` (default: the server's) sees it."""
-    cached = getattr(request.state, "mail_caller", None)
+    # The dict behind `request.state` (Starlette keeps it in the scope), read directly: a
+    # `State` attribute it lacks raises and catches an AttributeError on every request.
+    memo: dict[str, Any] = request.scope.setdefault("state", {})
+    cached: Caller | None = memo.get("mail_caller")
     if cached is not None:
         return cached
     auth = authenticator if authenticator is not None else request_authenticator(request)
     caller = await auth.authenticate(bearer_key(request))
-    request.state.mail_caller = caller
+    memo["mail_caller"] = caller
     return caller
 
 

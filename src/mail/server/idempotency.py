@@ -46,7 +46,7 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import Response
 
-from mail.server.auth import Caller, caller_admin_or_user
+from mail.server.auth import Caller, caller_admin_or_user, server_state
 from mail.server.idempotency_guard import (
     IdempotencyGuard,
     KeyHeld,
@@ -85,8 +85,7 @@ Resolver = Callable[[Request, Caller, Ticket], Awaitable[Response | None]]
 
 
 def guard_of(request: Request) -> IdempotencyGuard | None:
-    state = getattr(request.app.state, "mail", None)
-    return getattr(state, "idempotency", None)
+    return getattr(server_state(request), "idempotency", None)
 
 
 def current_ticket(request: Request) -> Ticket | None:

@@ -10,6 +10,7 @@ doing anything. The routes' side is ``mail.server.idempotency``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -125,6 +126,23 @@ class IdempotencyGuard:
             return False
         self._counts[owner] = count + 1
         self._reserved[owner] = self._reserved.get(owner, 0) + 1
+        return True
+
+    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+        """The usual keyed request's take, whole, with no await: the caller holds fewer than
+        `max_keys` keys as counted and the store takes the key at once (`take_now`: a new
+        key of ``POST /message`` on SQLite); the key is counted. False: nothing was done
+        (`Ticket.take`'s general path: `reserve`, the store's `take_with_work`...)."""
+        owner = (scope.caller_role, scope.caller_id)
+        count = self._counts.get(owner) if self.max_keys else 0
+        if count is None or (self.max_keys and count >= self.max_keys):
+            return False
+        if not self.store.take_now(scope, key, record):
+            return False
+        if self.max_keys:  # (`reserve` then `unreserve(stored=True)`, with nothing between)
+            self._counts[owner] = count + 1
+            if owner in self._landed:
+                self._landed[owner] += 1
         return True
 
     def unreserve(self, scope: InstanceKey, *, stored: bool) -> None:
@@ -310,6 +328,15 @@ class Ticket:
             context=context if context is not None else {},  # (the caller's own, fresh)
             holder=self.guard.holder,
         )
+        if (
+            self.with_work
+            and not self.takeover
+            and self.guard.take_now(self.scope, self.key, record)
+        ):
+            self.taken = True
+            self.pending.subject, self.pending.context = subject, record.context
+            self.guard.taken(self.scope)
+            return
         counted = not self.takeover  # a slot of the bound reserved (before any await)
         if counted and not self.guard.reserve(self.scope):
             try:
@@ -357,6 +384,9 @@ class Ticket:
             self.leave()
             return response
         if not hasattr(response, "body"):
+            if getattr(response, "on_end", False) is None:  # an `EventStreamResponse`
+                response.on_end = functools.partial(_stream_ended, response, self)  # type: ignore[attr-defined]
+                return response
             return _Leaving(response, self, record=lazy)
         if lazy and self.answered_by_task:
             self.leave()  # its key and its task are committed: they are the outcome
@@ -472,6 +502,15 @@ class _Leaving(Response):
                 ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")
             else:
                 ticket.leave()
+
+
+def _stream_ended(response: Any, ticket: Ticket) -> None:
+    """An `EventStreamResponse` (it says whether its status line went out) ended: as
+    `_Leaving` does after the stream it wraps."""
+    if response.started and ticket.taken and not ticket.answered_by_task:
+        ticket.guard.record_later(ticket, response.status_code, STREAMED_OUTCOME, b"")
+    else:
+        ticket.leave()
 
 
 async def start_guard(config: Any, task_store: Any) -> IdempotencyGuard:

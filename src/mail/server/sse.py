@@ -16,7 +16,7 @@ import asyncio
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import Response
@@ -149,9 +149,13 @@ class EventStreamResponse(Response):
         self.status_code = 200
         self.background = None
         self.init_headers(SSE_HEADERS)
-        # Set as the status line goes out, whatever it is (read by `idempotency_guard._Leaving`,
-        # which otherwise has to watch every message sent).
+        # Set as the status line goes out, whatever it is (read by `idempotency_guard`, which
+        # otherwise has to watch every message sent).
         self.started = False
+        # Called once the response ended, however it ended (its Idempotency-Key's ticket
+        # leaves, `idempotency_guard.Ticket.finish`): no wrapper around the whole stream,
+        # whose frame every resumption of the response would pass through.
+        self.on_end: Callable[[], None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         opened = self.queue.opened if self.hold_start else None
@@ -198,14 +202,18 @@ class EventStreamResponse(Response):
                 raise
             task.uncancel()  # ours: the client hung up, nothing more to send
         finally:
-            state["finished"] = True
-            watcher.cancel()
-            await chunks.aclose()  # stops the reader and closes the source now
-            await self.queue.stop()  # (one started before the body was read, too)
-            if self.streams is not None:
-                self.streams.discard(self.queue)
-            if self.slot is not None:
-                self.slot.release()
+            try:
+                state["finished"] = True
+                watcher.cancel()
+                await chunks.aclose()  # stops the reader and closes the source now
+                await self.queue.stop()  # (one started before the body was read, too)
+                if self.streams is not None:
+                    self.streams.discard(self.queue)
+                if self.slot is not None:
+                    self.slot.release()
+            finally:
+                if self.on_end is not None:
+                    self.on_end()
 
 
 async def _send_unavailable(send: Send, error: BaseException) -> None:

@@ -115,6 +115,12 @@ class IdempotencyStore(abc.ABC):
         SQLite server's key then commits with that work: `idempotency_sqlite_buffered`)."""
         return await self.take(scope, key, record, replace=replace)
 
+    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+        """`take_with_work` at once, when the store can tell with no await that the key is
+        free and store it so (the SQLite server's buffered keys); False: nothing was done,
+        the caller awaits `take_with_work`."""
+        return False
+
     async def settle(  # noqa: B027 - optional
         self, scope: InstanceKey | None = None, key: str | None = None
     ) -> None:

@@ -41,10 +41,10 @@ from mail.store.base import InstanceKey, StoreUnavailableError
 from mail.store.idempotency import KeyRecord, take_row
 from mail.store.idempotency_schema import TABLE
 from mail.store.idempotency_sqlite import SqliteIdempotencyStore
-from mail.store.sql_base import SqlWrite
+from mail.store.sql_base import KEY_ROW_KIND, SqlWrite
 
-# The task store's write kind of a key row (`mail.store.sqlite` runs `KEY_ROW_SQL` for it).
-KEY_ROW_KIND = "idempotency_key"
+# The task store's write kind of a key row is `KEY_ROW_KIND` (`mail.store.sqlite` runs
+# `KEY_ROW_SQL` for it; `one_task_queued` counts it as its task's).
 # A key row, written whole: the take's decision was made in memory; this stores it.
 KEY_ROW_SQL = f"""
     INSERT INTO {TABLE} (swarm_name, caller_role, caller_id, idem_key, fingerprint, subject,
@@ -267,16 +267,36 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             if reloaded is not known:  # (the same filter has it: counted once)
                 reloaded.add(key)
             known = reloaded
-        row = (*take_row(owner, key, record), None, None, None)
-        if not self._queue(scope, row):  # the buffer is full: committed on its own, as before
+        if not self._queued(scope, owner, known, key, record):
+            # the buffer is full: committed on its own, as before
             return await self._take_alone(scope, key, record, replace=replace)
+        return None
+
+    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+        """The usual case of `take_with_work`, with no await: the caller's filter is loaded
+        and does not have the key (so the file does not), and its row goes into the buffer.
+        False otherwise, with nothing written (the key may be in the filter now: then
+        `take_with_work` reads the file, as for any key the filter has)."""
+        owner = _scope(scope)
+        known = self._known.get(owner)
+        if known is None or self._degraded() or known.add(key):
+            return False
+        return self._queued(scope, owner, known, key, record)
+
+    def _queued(
+        self, scope: InstanceKey, owner: Scope, known: KeyFilter, key: str, record: KeyRecord
+    ) -> bool:
+        """A free key's row into the buffer (False when it is full: nothing written)."""
+        row = (*take_row(owner, key, record), None, None, None)
+        if not self._queue(scope, row):
+            return False
         if known.full:  # read again, into a larger filter, at the caller's next take
             self._known.pop(owner, None)
         taken = (owner, key)
         self._taken[taken] = row
         buffer = getattr(self.tasks, "_buffer", None)
         self._unsettled[taken] = None if buffer is None else buffer.submitted
-        return None
+        return True
 
     async def _take_alone(
         self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool

@@ -168,8 +168,10 @@ def snapshot_queries(instance: str, task_order: str) -> tuple[tuple[str, str], .
 def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
     """Every queued write is one task's (its record, events, histories, answer, queues):
     no other request's writes wait to share a commit with the flushing one. False for any
-    write whose task is not known (an outbox item, an idempotency key, a live write that
-    does not name its task): then the writer's batch takes them, as without this check."""
+    write whose task is not known (an outbox item, a live write that does not name its
+    task): then the writer's batch takes them, as without this check. An idempotency key
+    row (`KEY_ROW_KIND`, ``POST /message``'s key queued ahead of its task's writes) is the
+    work of the task it names: a keyed request flushes alone as an unkeyed one does."""
     task: tuple[Any, ...] | None = None
     for write in queue:
         kind = write.kind
@@ -180,6 +182,10 @@ def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
             if args[1].task_id is None:
                 return False
             mine = (*key_args(args[0]), args[1].task_id)
+        elif kind == KEY_ROW_KIND:
+            if args[5] is None:  # (subject: the task id)
+                return False
+            mine = (args[0], args[1], args[2], args[5])
         elif kind in _TASK_KINDS:
             # a queue row's key is the task id, or the task id and a suffix (its journal)
             name = args[3] if kind not in _QUEUE_KINDS else args[3].split("::", 1)[0]
@@ -193,6 +199,9 @@ def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
     return True
 
 
+# The write kind of an idempotency key row (`mail.store.idempotency_sqlite_buffered`): the
+# caller's scope, the key, its fingerprint and its subject (a task id) lead its columns.
+KEY_ROW_KIND = "idempotency_key"
 _TASK_KINDS = frozenset(("task", "event", "history", "response", "queue", "queue_delete"))
 _QUEUE_KINDS = frozenset(("queue", "queue_delete"))
 
