@@ -1,10 +1,12 @@
 """A model's tool call arguments are read by the stdlib (`parse_arguments`): an integer
 beyond 64 bits and NaN are accepted, and a call waiting for action review lands in the task
 record's metadata (`pending_reviews`), which SQLite merges into the stored record with
-`mail_merge`. On the default SQLite store of a real `mail server`: the paused task's record
-is stored with the call's arguments exact (the big integer not turned into a float), and the
-store goes on writing (a merge error was retried as an outage for ever), so after kill -9
-the restarted server lists the second review and a later task.
+`mail_merge` (PostgreSQL with `||`). On a real `mail server`, SQLite (the default) and
+PostgreSQL: the paused task's record is stored with the call's arguments exact (the big
+integer not turned into a float, NaN as null), and the store goes on writing (on SQLite a
+merge error was retried as an outage for ever; PostgreSQL refused the stdlib's NaN and the
+record was dropped), so after kill -9 the restarted server lists the second review and a
+later task.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
+from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
 from support.review_swarm import review_swarms_json
@@ -26,7 +30,10 @@ BIG = 2**70 + 1
 ODD_ARGS = '{"to": "bob@x.org", "body": "pay", "amount": ' + str(BIG) + ', "ratio": NaN}'
 
 
-async def test_review_args_with_a_big_int_and_nan_are_stored_exactly(tmp_path: Path) -> None:
+async def test_review_args_with_a_big_int_and_nan_are_stored_exactly(
+    tmp_path: Path,
+    durable_store: DurableStore,  # noqa: F811
+) -> None:
     swarm = f"review-{uuid.uuid4().hex[:8]}"
     port = free_port()
     key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
@@ -38,7 +45,9 @@ async def test_review_args_with_a_big_int_and_nan_are_stored_exactly(tmp_path: P
         config = write_config(tmp_path, port=port, swarm=swarm)
 
         def server() -> ServerProcess:
-            return ServerProcess(tmp_path, port, args=["--config", str(config)], env={})
+            return ServerProcess(
+                tmp_path, port, args=["--config", str(config)], env=durable_store.env
+            )
 
         first = server().start(wait=False)
         try:
@@ -86,5 +95,6 @@ async def test_review_args_with_a_big_int_and_nan_are_stored_exactly(tmp_path: P
             assert [p["tool_call_id"] for p in pending] == ["k2"], pending
             amount = pending[0]["args"]["amount"]
             assert type(amount) is int and amount == BIG, amount
+            assert pending[0]["args"]["ratio"] is None
         finally:
             assert second.stop(timeout=120) == 0, second.logs()
