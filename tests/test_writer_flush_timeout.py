@@ -68,3 +68,29 @@ async def test_a_cancel_in_the_timeouts_own_pass_is_still_a_cancellation(
         await waiting
     gate.set()
     await buffer.close()
+
+
+async def test_a_flush_in_cleanup_after_a_caught_cancellation_still_times_out() -> None:
+    # A task that was cancelled and cleans up (its cancel request counted, not withdrawn)
+    # flushes with a timeout: as under asyncio.timeout, the timeout answers False, and
+    # close() gives up and stops its worker, rather than a CancelledError no one sent.
+    gate, written = asyncio.Event(), []
+    buffer = _stuck_buffer(gate, written)
+    buffer.put_nowait(1)
+    started = asyncio.Event()
+
+    async def cleanup_after_cancel() -> tuple[bool, int]:
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            flushed = await buffer.flush(timeout=0.05)
+            return flushed, await buffer.close(timeout=0.05)
+        raise AssertionError("not cancelled")
+
+    task = asyncio.create_task(cleanup_after_cancel())
+    await started.wait()
+    task.cancel()
+    assert await task == (False, 1)
+    assert not buffer.running
+    assert written == []

@@ -16,6 +16,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,15 +298,41 @@ def to_json(value: Any) -> str:
 
     orjson when installed (histories are the bulk of what a store encodes; it is several
     times faster), the stdlib for what orjson refuses (non-string keys, integers beyond 64
-    bits). One difference: orjson writes NaN and infinities as null, as JSON has no such
-    numbers (PostgreSQL's jsonb refuses the stdlib's `NaN`).
+    bits). NaN and infinities are written as null on either path, as JSON has no such
+    numbers (PostgreSQL's jsonb refuses the stdlib's `NaN`: a record or history holding one
+    beside a big integer was dropped there, and orjson cannot read it back in `mail_merge`).
     """
     if _orjson is not None:
         try:
             return _orjson.dumps(value, default=_json_default, option=_ORJSON_OPTIONS).decode()  # type: ignore[no-any-return]
         except TypeError:
             pass
-    return json.dumps(value, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return _stdlib_json(value, allow_nan=False)
+    except ValueError:  # NaN or an infinity: null, as orjson writes them
+        finite = _finite(json.loads(_stdlib_json(value)))
+        return _stdlib_json(finite)
+
+
+def _stdlib_json(value: Any, allow_nan: bool = True) -> str:
+    return json.dumps(
+        value,
+        default=_json_default,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=allow_nan,
+    )
+
+
+def _finite(value: Any) -> Any:
+    """`value` (parsed JSON) with each NaN or infinity replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def json_copy(value: Any) -> Any:

@@ -296,19 +296,29 @@ class PostgresTaskStore(BufferedSqlStore):
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
         writes = encode_deferred(coalesce_writes(batch), self._json)
-        async with self._pool.acquire() as conn:
-            if not self._schema_ready and self._auto_create_schema:
-                await ensure_schema(conn)
-                self._schema_ready = True
-            try:
-                async with conn.transaction():
-                    current = await self._lock_generations(conn, writes)
-                    statements, fenced = batch_statements(writes, current, _SQL)
-                    for statement, rows in statements:
-                        await conn.executemany(statement, rows)
-            except asyncpg.exceptions.UndefinedTableError:
-                self._schema_ready = False
+        committed = False
+        try:
+            async with self._pool.acquire() as conn:
+                if not self._schema_ready and self._auto_create_schema:
+                    await ensure_schema(conn)
+                    self._schema_ready = True
+                try:
+                    async with conn.transaction():
+                        current = await self._lock_generations(conn, writes)
+                        statements, fenced = batch_statements(writes, current, _SQL)
+                        for statement, rows in statements:
+                            await conn.executemany(statement, rows)
+                    committed = True
+                except asyncpg.exceptions.UndefinedTableError:
+                    self._schema_ready = False
+                    raise
+        except Exception:
+            # The pool resets a connection it takes back and raises what that reset raised:
+            # a link lost just after the COMMIT's answer. The batch is written; retried, its
+            # events would be stored twice.
+            if not committed:
                 raise
+            logger.warning("PostgreSQL link lost after a batch was committed", exc_info=True)
         self._count_fenced(fenced)
 
     # -- reads -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -117,17 +118,35 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-_loads: Callable[[str], Any]
+_orjson_loads: Callable[[str], Any] | None
 try:  # not a declared dependency (as in mail.store.base): used when installed
-    from orjson import loads as _loads
+    from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+    _orjson_loads = None
+
+# 19 digits in a row: maybe an integer beyond 64 bits, which orjson reads as a float (its
+# value changed: 2**70 + 1 comes back as 2**70). The stdlib keeps it exact.
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+
+
+def _loads(text: str) -> Any:
+    """The JSON text's value as the stdlib reads it: orjson unless the text may hold an
+    integer beyond 64 bits, or holds what orjson refuses (NaN and infinities, which
+    `to_json` writes when it falls back to the stdlib); either way the stdlib's value."""
+    if _orjson_loads is not None and _LONG_DIGITS.search(text) is None:
+        try:
+            return _orjson_loads(text)
+        except ValueError:  # orjson.JSONDecodeError
+            pass
+    return json.loads(text)
 
 
 def _merge_json(current: str | None, extra: str) -> str:
     """Shallow merge of two JSON objects (PostgreSQL's `jsonb || jsonb`). Called by SQLite
     for each update of a task record, on the thread that commits (the event loop's, for a
-    small batch): orjson's parse and `to_json`, 2-3x the stdlib's speed."""
+    small batch): orjson's parse and `to_json`, 2-3x the stdlib's speed. It must not raise
+    on what the store wrote: SQLite reports the function's error as an OperationalError,
+    which the writer takes for an outage and retries for ever."""
     if not current:
         return extra
     merged = _loads(current)

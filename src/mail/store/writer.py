@@ -200,13 +200,16 @@ class WriteBehindBuffer(Generic[T]):
         # `asyncio.timeout` around the wait: one handle, no context, on every answer's path.
         expired: list[bool] = []
         timer = None if timeout is None else loop.call_later(timeout, _expire, waiter, expired)
+        # Cancel requests its task had before the wait (one caught by a caller cleaning up
+        # after a cancellation): not the caller's cancellation of this wait.
+        task = asyncio.current_task()
+        before = 0 if task is None else task.cancelling()
         try:
             await waiter
         except asyncio.CancelledError:
             # The timer's cancellation ends the wait; the caller's own (its task is being
             # cancelled, also when both came at once) goes on.
-            task = asyncio.current_task()
-            if expired and (task is None or not task.cancelling()):
+            if expired and (task is None or task.cancelling() <= before):
                 return False
             raise
         finally:
