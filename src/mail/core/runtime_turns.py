@@ -78,6 +78,7 @@ class TurnRunner(HostLink[TurnHost]):
         self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
         # While a turn of `run_turns` dispatches what it sent: where the next turn goes
         self._handover: _Handover | None = None
+        self._clock = _LoopClock()  # tells a turn whether the loop ran since it began
 
     def _tool_choice_for(self, messages: list[MAILMessage]) -> Any:
         """What the agent must do this turn: anything, a tool, or task_complete."""
@@ -115,18 +116,16 @@ class TurnRunner(HostLink[TurnHost]):
         never waited starts its next turns as new tasks, so the loop runs others in between.
         """
         loop = asyncio.get_running_loop()
+        clock = self._clock
         # This chain's asyncio task, asked for once.
         handover = _Handover(task_id, agent_name, asyncio.current_task())
-        while (agent := handover.take()) is not None:
-            pending = loop.call_soon(handover.loop_ran)
+        while (agent := handover.take(clock.mark(loop))) is not None:
             try:
                 await self.run_turn(task_id, agent, None, None, handover=handover)
             except BaseException:
                 if handover.next is not None:  # never lose a turn that was handed over
                     self.host._spawn(task_id, self.run_turns(task_id, handover.next))
                 raise
-            finally:
-                pending.cancel()
 
     async def run_turn(
         self,
@@ -230,7 +229,7 @@ class TurnRunner(HostLink[TurnHost]):
                 cancelled = _cancelling(me)
             if rt.journal is not None:
                 rt.journal.turn_finished(cancelled)
-            if handover is None or not handover.waited or cancelled:
+            if handover is None or cancelled or not handover.waited(self._clock):
                 rt._dispatch_pending()
             else:
                 self._handover = handover
@@ -482,24 +481,48 @@ class TurnRunner(HostLink[TurnHost]):
             )
 
 
-class _Handover:
-    """The turns of one `run_turns`: the turn handed over to it, and whether the loop ran
-    while the current turn went on (it waited, e.g. for its model)."""
+class _LoopClock:
+    """Counts the event loop's passes, for turns asking whether the loop ran since they
+    began (they waited, e.g. for their model). One callback per pass of the loop, shared
+    by every turn that begins in it, instead of a callback (and its cancellation) per turn:
+    `tick` runs in the loop's next pass after `mark` scheduled it, as a turn's own would."""
 
-    __slots__ = ("task_id", "next", "waited", "me")
+    __slots__ = ("passes", "_armed")
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self._armed: asyncio.AbstractEventLoop | None = None  # the loop a tick is due in
+
+    def mark(self, loop: asyncio.AbstractEventLoop) -> int:
+        """The count now; the next pass of `loop` will change it."""
+        if self._armed is not loop:  # a tick due in a loop that ended never comes: rearm
+            self._armed = loop
+            loop.call_soon(self.tick)
+        return self.passes
+
+    def tick(self) -> None:
+        self.passes += 1
+        self._armed = None
+
+
+class _Handover:
+    """The turns of one `run_turns`: the turn handed over to it, and the loop's pass count
+    when the current turn began (`waited`: the loop ran while it went on)."""
+
+    __slots__ = ("task_id", "next", "began", "me")
 
     def __init__(self, task_id: str, first: str, me: asyncio.Task[Any] | None) -> None:
         self.task_id = task_id
         self.me = me  # the asyncio task running these turns
         self.next: str | None = first
-        self.waited = False
+        self.began = -1
 
-    def take(self) -> str | None:
-        agent, self.next, self.waited = self.next, None, False
+    def take(self, now: int) -> str | None:
+        agent, self.next, self.began = self.next, None, now
         return agent
 
-    def loop_ran(self) -> None:
-        self.waited = True
+    def waited(self, clock: _LoopClock) -> bool:
+        return clock.passes != self.began
 
 
 def _cancelling(current: asyncio.Task[Any] | None) -> bool:
