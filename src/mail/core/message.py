@@ -375,6 +375,20 @@ def _python_list_text(items: list[str]) -> str:
     return repr(items)
 
 
+# (address type, address) -> the `<to>` text of a message to that one recipient. Bounded: the
+# addresses are the swarm's agents (and "all") in practice, but any text may be an address.
+_one_recipient_text: dict[tuple[str, str], str] = {}
+_ONE_RECIPIENT_TEXTS = 1024
+
+
+def _remember_one_recipient(key: tuple[str, str]) -> str:
+    text = _python_list_text([f'<address type="{key[0]}">{key[1]}</address>'])
+    if len(_one_recipient_text) >= _ONE_RECIPIENT_TEXTS:
+        _one_recipient_text.clear()
+    _one_recipient_text[key] = text
+    return text
+
+
 def build_mail_xml(message: MAILMessage, is_manual: bool = False) -> dict[str, str]:
     """The user-role chat entry an agent receives for `message`.
 
@@ -385,7 +399,13 @@ def build_mail_xml(message: MAILMessage, is_manual: bool = False) -> dict[str, s
     if is_manual:
         return {"role": "user", "content": payload["body"]}
     sender = payload["sender"]
-    to_list = _python_list_text([_address_xml(r) for r in message_recipients(message)])
+    recipients = payload["recipients"] if "recipients" in payload else (payload["recipient"],)
+    if len(recipients) == 1:  # a request, a response, a broadcast to all: rendered once
+        only = recipients[0]
+        key = (only["address_type"], only["address"])
+        to_list = _one_recipient_text.get(key) or _remember_one_recipient(key)
+    else:
+        to_list = _python_list_text([_address_xml(r) for r in recipients])
     content = (
         "\n<incoming_message>\n"
         f"<timestamp>{_render_timestamp(message['timestamp'])}</timestamp>\n"
