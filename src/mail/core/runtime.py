@@ -204,7 +204,8 @@ class MAILRuntime(V13Surface):
                 task.add_contributor(self.this_owner)
             self.mail_tasks[task_id] = task
             self.open_tasks.add(task_id)
-            self.observer.task_changed(task)
+            if self._observing:
+                self._observer.task_changed(task)
             self.meter.task_started(task_id)
         return task
 
