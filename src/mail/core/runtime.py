@@ -204,7 +204,8 @@ class MAILRuntime(V13Surface):
                 task.add_contributor(self.this_owner)
             self.mail_tasks[task_id] = task
             self.open_tasks.add(task_id)
-            self.observer.task_changed(task)
+            if self._observing:
+                self._observer.task_changed(task)
             self.meter.task_started(task_id)
         return task
 
@@ -349,8 +350,7 @@ class MAILRuntime(V13Surface):
         if message["msg_type"] == "broadcast_complete":
             self._complete_task(task_id, message)
             return
-        delivery = self.delivery
-        delivery.process_message(delivery.apply_step_limit(message))
+        self.delivery.dispatch(message, self)
 
     # ------------------------------------------------------------------ turns bookkeeping
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -481,7 +481,7 @@ class MAILRuntime(V13Surface):
         return self.loops.ephemeral_loop(max_steps, action_override, rt=self)
 
     def _dispatch_pending(self) -> None:
-        self.loops.dispatch_pending()
+        self.loops.dispatch_pending(self)
 
     def _open_waiters(self) -> list[asyncio.Future[MAILMessage]]:
         return self.waiters.open()
@@ -512,7 +512,7 @@ class MAILRuntime(V13Surface):
 
     def _start_turn(self, task_id: str, agent_name: str) -> None:
         """A turn of `agent_name` that takes what waits in its inbox."""
-        self.turns.start(task_id, agent_name)
+        self.turns.start(task_id, agent_name, self)
 
     # ------------------------------------------------------------------ turns (self.turns)
     def _run_turn(

@@ -93,8 +93,14 @@ class Delivery(HostLink[DeliveryHost]):
         self.prechecked: set[str] = set()
 
     # ------------------------------------------------------------------ step limit
+    def dispatch(self, message: MAILMessage, rt: DeliveryHost) -> None:
+        """Route a dequeued message (`rt`: the runtime, which calls)."""
+        self._process(rt, self._step_limit(rt, message))
+
     def apply_step_limit(self, message: MAILMessage) -> MAILMessage:
-        rt = self.host
+        return self._step_limit(self.host, message)
+
+    def _step_limit(self, rt: DeliveryHost, message: MAILMessage) -> MAILMessage:
         payload = message["message"]
         if payload["subject"].startswith("::") or payload["sender"]["address_type"] == "system":
             return message
@@ -179,7 +185,9 @@ class Delivery(HostLink[DeliveryHost]):
         return _full_address(address, self.host.swarm_name)
 
     def process_message(self, message: MAILMessage) -> None:
-        rt = self.host
+        self._process(self.host, message)
+
+    def _process(self, rt: DeliveryHost, message: MAILMessage) -> None:
         payload: Any = message["message"]
         task_id = payload["task_id"]
         sender = payload["sender"]
@@ -247,7 +255,7 @@ class Delivery(HostLink[DeliveryHost]):
         elif remote:
             self.route_remote(message, remote)
         if local:
-            self.deliver_local(message, local, local_sender)
+            self._deliver_local(rt, message, local, local_sender)
 
     def notify(self, task_id: str, agent: str, subject: str, body: str) -> None:
         """Queue a runtime notice to one of our agents (what went wrong with its message)."""
@@ -286,10 +294,14 @@ class Delivery(HostLink[DeliveryHost]):
     def deliver_local(
         self, message: MAILMessage, names: list[str], local_sender: str | None
     ) -> None:
+        self._deliver_local(self.host, message, names, local_sender)
+
+    def _deliver_local(
+        self, rt: DeliveryHost, message: MAILMessage, names: list[str], local_sender: str | None
+    ) -> None:
         """Deliver to this swarm's agents `names`; `local_sender` is the sending agent's name
         when it is one of ours (never itself a recipient), None for anyone else (a user, the
         system, an agent of another swarm, whatever its name)."""
-        rt = self.host
         payload: Any = message["message"]
         task_id = payload["task_id"]
         sender_name = payload["sender"]["address"] if local_sender is None else local_sender
@@ -308,7 +320,7 @@ class Delivery(HostLink[DeliveryHost]):
         sender_type = payload["sender"]["address_type"]
         for name in expanded:
             if name in rt.agents:
-                self.deliver_to_agent(task_id, name, message)
+                self._deliver_to_agent(rt, task_id, name, message)
             elif name == rt.user_id:
                 rt._emit(
                     task_id,
@@ -352,7 +364,11 @@ class Delivery(HostLink[DeliveryHost]):
                     )
 
     def deliver_to_agent(self, task_id: str, name: str, message: MAILMessage) -> None:
-        rt = self.host
+        self._deliver_to_agent(self.host, task_id, name, message)
+
+    def _deliver_to_agent(
+        self, rt: DeliveryHost, task_id: str, name: str, message: MAILMessage
+    ) -> None:
         payload: Any = message["message"]
         if rt.mode == "manual" and payload["sender"]["address_type"] != "system":
             rt.manual_message_buffer.setdefault(f"{task_id}::{name}", []).append(message)

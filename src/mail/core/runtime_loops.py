@@ -174,14 +174,15 @@ class LoopRunner(HostLink[LoopHost]):
         finally:
             self.loop_running = False
 
-    def dispatch_pending(self) -> None:
+    def dispatch_pending(self, rt: LoopHost | None = None) -> None:
         """Dispatch what is queued now, on behalf of a loop that is blocked on an empty queue.
 
         Called when an agent turn ends. Without it the loop would wake only after every other
         ready callback (e.g. a whole wave of turns finishing at once) had run; dispatching
         here starts the next agent sooner. Order is the mailbox's, as the loop would take it.
+        `rt`: the runtime, when it calls (one weak reference less).
         """
-        rt = self.host
+        rt = rt or self.host
         if not (self.loop_running and rt.mailbox.consumer_waiting) or rt._shutdown:
             return
         while not self.stop_serving:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
@@ -27,25 +26,50 @@ from mail.core.tasks import MAILTask, OpenTasks
 from mail.core.tools import AgentToolCall
 
 
-@dataclass(slots=True)
 class TurnContext:
-    """What the tool handlers of one turn share."""
+    """What the tool handlers of one turn share.
 
-    task_id: str
-    agent_name: str
-    message: MAILMessage
-    history: list[dict[str, Any]]
-    action_errors: list[tuple[str, str]] = field(default_factory=list)
-    actions_ran: bool = False
-    breakpoint_hit: bool = False
-    # every message shown to the agent this turn (batched delivery), `message` is the first
-    batch: list[MAILMessage] = field(default_factory=list)
-    # runtime notices queued for this agent by the handlers of this turn (see `notify`)
-    notices: int = 0
+    A plain class (one is made per turn): `batch` is every message shown to the agent this
+    turn (batched delivery), `message` the first of them; `notices` counts the runtime
+    notices the turn's handlers queued for the agent (see `tool_handlers.notify`).
+    """
 
-    def __post_init__(self) -> None:
-        if not self.batch:
-            self.batch = [self.message]
+    __slots__ = (
+        "task_id",
+        "agent_name",
+        "message",
+        "history",
+        "action_errors",
+        "actions_ran",
+        "breakpoint_hit",
+        "batch",
+        "notices",
+    )
+
+    def __init__(
+        self,
+        task_id: str,
+        agent_name: str,
+        message: MAILMessage,
+        history: list[dict[str, Any]],
+        action_errors: list[tuple[str, str]] | None = None,
+        actions_ran: bool = False,
+        breakpoint_hit: bool = False,
+        batch: list[MAILMessage] | None = None,
+        notices: int = 0,
+    ) -> None:
+        self.task_id = task_id
+        self.agent_name = agent_name
+        self.message = message
+        self.history = history
+        self.action_errors: list[tuple[str, str]] = [] if action_errors is None else action_errors
+        self.actions_ran = actions_ran
+        self.breakpoint_hit = breakpoint_hit
+        self.batch: list[MAILMessage] = batch if batch else [message]
+        self.notices = notices
+
+    def __repr__(self) -> str:
+        return f"TurnContext({self.task_id!r}, {self.agent_name!r})"
 
 
 class TaskLog(Protocol):

@@ -78,31 +78,34 @@ class TurnRunner(HostLink[TurnHost]):
         self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
         # While a turn of `run_turns` dispatches what it sent: where the next turn goes
         self._handover: _Handover | None = None
+        self._clock = _LoopClock()  # tells a turn whether the loop ran since it began
 
-    def _tool_choice_for(self, messages: list[MAILMessage]) -> Any:
+    @staticmethod
+    def _tool_choice_for(rt: TurnHost, messages: list[MAILMessage]) -> Any:
         """What the agent must do this turn: anything, a tool, or task_complete."""
-        if self.host.mode == "manual":
+        if rt.mode == "manual":
             return "auto"
         for message in messages:
             if message["message"]["subject"] == MAX_STEPS_SUBJECT:
                 return {"type": "function", "name": "task_complete"}
         return "required"
 
-    def start(self, task_id: str, agent_name: str) -> None:
+    def start(self, task_id: str, agent_name: str, rt: TurnHost | None = None) -> None:
         """Start a turn of `agent_name` from its inbox: the ending turn of `run_turns` that
         is dispatching this task's messages takes the first such turn over, else a new
         asyncio task runs it. Not while other turns of the task run: they may yet send to
         the same agent, and a turn queued behind them takes their messages in one batch."""
+        rt = rt or self.host  # the runtime, when it calls (one weak reference less)
         handover = self._handover
         if (
             handover is not None
             and handover.task_id == task_id
             and handover.next is None
-            and not self.host.other_turns_running(task_id, handover.me)
+            and not rt.other_turns_running(task_id, handover.me)
         ):
             handover.next = agent_name
             return
-        self.host._spawn(task_id, self.run_turns(task_id, agent_name))
+        rt._spawn(task_id, self.run_turns(task_id, agent_name))
 
     async def run_turns(self, task_id: str, agent_name: str) -> None:
         """`agent_name`'s turn from its inbox, then each turn of the task it hands over.
@@ -115,18 +118,16 @@ class TurnRunner(HostLink[TurnHost]):
         never waited starts its next turns as new tasks, so the loop runs others in between.
         """
         loop = asyncio.get_running_loop()
+        clock = self._clock
         # This chain's asyncio task, asked for once.
         handover = _Handover(task_id, agent_name, asyncio.current_task())
-        while (agent := handover.take()) is not None:
-            pending = loop.call_soon(handover.loop_ran)
+        while (agent := handover.take(clock.mark(loop))) is not None:
             try:
                 await self.run_turn(task_id, agent, None, None, handover=handover)
             except BaseException:
                 if handover.next is not None:  # never lose a turn that was handed over
                     self.host._spawn(task_id, self.run_turns(task_id, handover.next))
                 raise
-            finally:
-                pending.cancel()
 
     async def run_turn(
         self,
@@ -154,7 +155,7 @@ class TurnRunner(HostLink[TurnHost]):
                 batch = self.inboxes.take(key)
                 if not batch:
                     return
-                message, tool_choice = batch[0], self._tool_choice_for(batch)
+                message, tool_choice = batch[0], self._tool_choice_for(rt, batch)
             else:
                 batch = [message]
             task = rt.mail_tasks.get(task_id)
@@ -184,10 +185,10 @@ class TurnRunner(HostLink[TurnHost]):
                         "is required"
                     )
                 self._append_agent_output(history, calls[0])
-                self._emit_tool_calls(task_id, agent_name, calls)
+                self._emit_tool_calls(rt, task_id, agent_name, calls)
                 refusals: dict[int, str] = {}
                 for c in calls:
-                    if (why := self._refusal(agent_name, c)) is not None:
+                    if (why := self._refusal(rt, agent_name, c)) is not None:
                         refusals[id(c)] = why
                 stops = rt.breakpoint_tools
                 permitted = [c for c in calls if id(c) not in refusals] if refusals else calls
@@ -200,7 +201,7 @@ class TurnRunner(HostLink[TurnHost]):
                     if (stops and call.tool_name in stops) or (held and call in held):
                         continue
                     current = call
-                    await self.handle_call(ctx, call)
+                    await self._handle_call(rt, ctx, call)
                 current = None
                 if breakpoint_calls and rt.review.refuse_in_peer_task(
                     ctx, breakpoint_calls, breakpoint=True
@@ -213,7 +214,7 @@ class TurnRunner(HostLink[TurnHost]):
                     # turn pauses the task again once the review is decided.
                     rt.review.hold(ctx, held, breakpoint_calls)
                 else:
-                    self._send_action_notices(ctx)
+                    self._send_action_notices(rt, ctx)
                     if breakpoint_calls:
                         self.pause_at_breakpoint(task_id, agent_name, breakpoint_calls)
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
@@ -230,7 +231,7 @@ class TurnRunner(HostLink[TurnHost]):
                 cancelled = _cancelling(me)
             if rt.journal is not None:
                 rt.journal.turn_finished(cancelled)
-            if handover is None or not handover.waited or cancelled:
+            if handover is None or cancelled or not handover.waited(self._clock):
                 rt._dispatch_pending()
             else:
                 self._handover = handover
@@ -276,7 +277,10 @@ class TurnRunner(HostLink[TurnHost]):
         )
 
     # ------------------------------------------------------------------ events
-    def _emit_tool_calls(self, task_id: str, agent_name: str, calls: list[AgentToolCall]) -> None:
+    @staticmethod
+    def _emit_tool_calls(
+        rt: TurnHost, task_id: str, agent_name: str, calls: list[AgentToolCall]
+    ) -> None:
         last_with_reasoning: str | None = None
         for call in calls:
             extra: dict[str, Any] = {
@@ -292,9 +296,7 @@ class TurnRunner(HostLink[TurnHost]):
                 extra["reasoning_ref"] = last_with_reasoning
             if call.preamble:
                 extra["preamble"] = call.preamble
-            self.host._emit(
-                task_id, "tool_call", f"agent {agent_name} called {call.tool_name}", extra
-            )
+            rt._emit(task_id, "tool_call", f"agent {agent_name} called {call.tool_name}", extra)
 
     # ------------------------------------------------------------------ tool rights
     def forget_agent(self, agent_name: str) -> None:
@@ -303,7 +305,9 @@ class TurnRunner(HostLink[TurnHost]):
 
     def offered_tools(self, agent_name: str) -> tuple[frozenset[str], bool]:
         """The tools `agent_name` was offered (the tools it may call); True when exact."""
-        rt = self.host
+        return self._offered(self.host, agent_name)
+
+    def _offered(self, rt: TurnHost, agent_name: str) -> tuple[frozenset[str], bool]:
         agent = rt.agents[agent_name]
         cached = self._offered_tools.get(agent_name)
         if cached is None or cached[0] is not agent.function:
@@ -311,9 +315,8 @@ class TurnRunner(HostLink[TurnHost]):
             self._offered_tools[agent_name] = cached
         return cached[1], cached[2]
 
-    def _refusal(self, agent_name: str, call: AgentToolCall) -> str | None:
+    def _refusal(self, rt: TurnHost, agent_name: str, call: AgentToolCall) -> str | None:
         """Why `call` is refused, or None. Actions are checked by `handle_action`."""
-        rt = self.host
         name = call.tool_name
         if name in SYNTHETIC_TOOL_NAMES:
             return None
@@ -322,7 +325,7 @@ class TurnRunner(HostLink[TurnHost]):
         agent = rt.agents[agent_name]
         if name == "task_complete" and not agent.can_complete_tasks:
             return None  # the handler refuses it with the original's words
-        offered, exact = self.offered_tools(agent_name)
+        offered, exact = self._offered(rt, agent_name)
         if name in offered or (not exact and name not in TOOL_HANDLERS):
             return None
         return refusal_reason(name, agent, offered)
@@ -345,8 +348,10 @@ class TurnRunner(HostLink[TurnHost]):
 
     # ------------------------------------------------------------------ tool calls
     async def handle_call(self, ctx: TurnContext, call: AgentToolCall) -> None:
-        rt = self.host
-        oversized = self.oversized_text(call)
+        await self._handle_call(self.host, ctx, call)
+
+    async def _handle_call(self, rt: TurnHost, ctx: TurnContext, call: AgentToolCall) -> None:
+        oversized = _oversized(rt.max_message_body, call)
         if oversized is not None:
             rt._emit(
                 ctx.task_id,
@@ -365,7 +370,7 @@ class TurnRunner(HostLink[TurnHost]):
         with rt.meter.tool_call(
             call.tool_name, call.tool_call_id, call.tool_args, instant=instant
         ) as probe:
-            result = await handler(self.host, ctx, call)
+            result = await handler(rt, ctx, call)
             probe.result(result)
         if result is not None:
             ctx.history.append(call.create_response_msg(result))
@@ -383,17 +388,10 @@ class TurnRunner(HostLink[TurnHost]):
 
     def oversized_text(self, call: AgentToolCall) -> str | None:
         """Why a message tool call carries too much text, or None (max_message_body)."""
-        limit = self.host.max_message_body
-        field_name = _MESSAGE_TEXT_FIELDS.get(call.tool_name)
-        if not limit or field_name is None:
-            return None
-        text = call.tool_args.get(field_name)
-        if isinstance(text, str) and len(text) > limit:
-            return message_too_large(len(text), limit) + "; send a shorter message"
-        return None
+        return _oversized(self.host.max_message_body, call)
 
-    def _send_action_notices(self, ctx: TurnContext) -> None:
-        rt = self.host
+    @staticmethod
+    def _send_action_notices(rt: TurnHost, ctx: TurnContext) -> None:
         task = rt.mail_tasks.get(ctx.task_id)
         if task is not None and task.completed:
             # The batch completed the task; re-prompting the agent would be a wasted call.
@@ -482,24 +480,58 @@ class TurnRunner(HostLink[TurnHost]):
             )
 
 
-class _Handover:
-    """The turns of one `run_turns`: the turn handed over to it, and whether the loop ran
-    while the current turn went on (it waited, e.g. for its model)."""
+class _LoopClock:
+    """Counts the event loop's passes, for turns asking whether the loop ran since they
+    began (they waited, e.g. for their model). One callback per pass of the loop, shared
+    by every turn that begins in it, instead of a callback (and its cancellation) per turn:
+    `tick` runs in the loop's next pass after `mark` scheduled it, as a turn's own would."""
 
-    __slots__ = ("task_id", "next", "waited", "me")
+    __slots__ = ("passes", "_armed")
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self._armed: asyncio.AbstractEventLoop | None = None  # the loop a tick is due in
+
+    def mark(self, loop: asyncio.AbstractEventLoop) -> int:
+        """The count now; the next pass of `loop` will change it."""
+        if self._armed is not loop:  # a tick due in a loop that ended never comes: rearm
+            self._armed = loop
+            loop.call_soon(self.tick)
+        return self.passes
+
+    def tick(self) -> None:
+        self.passes += 1
+        self._armed = None
+
+
+class _Handover:
+    """The turns of one `run_turns`: the turn handed over to it, and the loop's pass count
+    when the current turn began (`waited`: the loop ran while it went on)."""
+
+    __slots__ = ("task_id", "next", "began", "me")
 
     def __init__(self, task_id: str, first: str, me: asyncio.Task[Any] | None) -> None:
         self.task_id = task_id
         self.me = me  # the asyncio task running these turns
         self.next: str | None = first
-        self.waited = False
+        self.began = -1
 
-    def take(self) -> str | None:
-        agent, self.next, self.waited = self.next, None, False
+    def take(self, now: int) -> str | None:
+        agent, self.next, self.began = self.next, None, now
         return agent
 
-    def loop_ran(self) -> None:
-        self.waited = True
+    def waited(self, clock: _LoopClock) -> bool:
+        return clock.passes != self.began
+
+
+def _oversized(limit: int | None, call: AgentToolCall) -> str | None:
+    field_name = _MESSAGE_TEXT_FIELDS.get(call.tool_name)
+    if not limit or field_name is None:
+        return None
+    text = call.tool_args.get(field_name)
+    if isinstance(text, str) and len(text) > limit:
+        return message_too_large(len(text), limit) + "; send a shorter message"
+    return None
 
 
 def _cancelling(current: asyncio.Task[Any] | None) -> bool:

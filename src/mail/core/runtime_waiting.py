@@ -12,6 +12,7 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+from mail.core.deadlines import Deadlines
 from mail.core.events import TaskEvent, closing_event
 from mail.core.loop_guard import end_task
 from mail.core.message import MAILMessage, utc_now_iso
@@ -20,11 +21,6 @@ from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
 
 _RESPONSE_TEXT = "response: '{}'"
-
-
-def _expire(future: asyncio.Future[MAILMessage]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
 
 
 class WaitHost(TaskLog, Protocol):
@@ -41,6 +37,7 @@ class TaskWaiters(HostLink[WaitHost]):
     def __init__(self, host: WaitHost) -> None:
         self._link(host)
         self.futures: dict[str, list[asyncio.Future[MAILMessage]]] = {}
+        self.deadlines = Deadlines()  # the timeouts of `submit_and_wait`
 
     def add(self, task_id: str) -> asyncio.Future[MAILMessage]:
         future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
@@ -80,19 +77,17 @@ class TaskWaiters(HostLink[WaitHost]):
         future = self.add(task_id)
         try:
             rt._submit_for_task(message, resume_from, kwargs)
-            # The caller's own future times out: one timer, no asyncio.timeout context
-            # (a third of a submission's waiting cost) around a future only this call awaits.
+            # The caller's own future times out (no asyncio.timeout context around a future
+            # only this call awaits), on the deadlines' shared timer: no loop timer per call.
             # None waits without a limit, as asyncio.timeout(None) did.
-            expiry = (
-                None
-                if timeout is None
-                else asyncio.get_running_loop().call_later(timeout, _expire, future)
-            )
-            try:
+            if timeout is not None:
+                self.deadlines.add(timeout, future)
+                try:
+                    response = await future
+                finally:
+                    self.deadlines.answered(future)
+            else:
                 response = await future
-            finally:
-                if expiry is not None:
-                    expiry.cancel()
             body = response["message"]["body"]
             rt._emit(task_id, "task_complete", functools.partial(_RESPONSE_TEXT.format, body))
             return response

@@ -198,9 +198,11 @@ class MAILTask:
 
     # -- events -------------------------------------------------------------------------
     def add_event(self, event: TaskEvent) -> None:
-        event.id = str(len(self.events) + 1)
-        self.events.append(event)
-        self.wake()
+        events = self.events
+        event.id = str(len(events) + 1)
+        events.append(event)
+        if self._event_signal is not None:  # someone waits for it (a stream)
+            self.wake()
 
     def wake(self) -> None:
         """Wake whoever waits on `event_signal` (a new event, or the task finished)."""

@@ -68,7 +68,8 @@ class Turn:
         if self._token is not None:
             CURRENT_TURN.reset(self._token)
             self._token = None
-        tracing.end_span(self.span)
+        if self.span is not None:
+            tracing.end_span(self.span)
         if not cancelled:
             self.meter.check_budget(self.task_id)
 

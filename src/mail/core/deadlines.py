@@ -1,0 +1,110 @@
+"""Timeouts of many waiting futures on one loop timer (`Deadlines`).
+
+Every caller of `submit_and_wait` waits with a timeout (an hour by default). A loop timer per
+caller costs a timer handle, a push into the loop's heap of timers (whose comparisons are
+Python calls, as deep as the heap holds timers: every model call's sleep shares it) and a
+cancellation when the answer comes first, as it nearly always does. Here the deadlines are
+tuples in a heap of their own, compared in C, with one loop timer at the earliest; a future
+answered in time is dropped from the heap lazily (the heap is compacted once most of it is
+answered), so an answer costs a counter increment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+from typing import Any
+
+# Entries answered before they are compacted away: below this many the heap is left alone.
+_COMPACT_MIN = 64
+
+
+class _LoopDeadlines:
+    """The deadlines of the futures of one event loop."""
+
+    __slots__ = ("loop", "heap", "timer", "timer_at", "answered", "_seq")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.heap: list[tuple[float, int, asyncio.Future[Any]]] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = math.inf
+        self.answered = 0  # entries whose future was answered and left in the heap
+        self._seq = itertools.count()  # ties never compare futures
+
+    def add(self, delay: float, future: asyncio.Future[Any]) -> None:
+        when = self.loop.time() + delay
+        heapq.heappush(self.heap, (when, next(self._seq), future))
+        if when < self.timer_at:
+            self._arm(when)
+
+    def answered_one(self) -> None:
+        self.answered += 1
+        if self.answered == len(self.heap):  # nothing left to expire: no timer, no entries
+            self.heap.clear()
+            self.answered = 0
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer, self.timer_at = None, math.inf
+        elif self.answered >= _COMPACT_MIN and 2 * self.answered > len(self.heap):
+            self.heap = [entry for entry in self.heap if not entry[2].done()]
+            heapq.heapify(self.heap)
+            self.answered = 0
+
+    def _arm(self, when: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = when
+        self.timer = self.loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self.timer, self.timer_at = None, math.inf
+        heap, now = self.heap, self.loop.time()
+        while heap and (heap[0][0] <= now or heap[0][2].done()):
+            future = heapq.heappop(heap)[2]
+            if future.done():
+                self.answered = max(0, self.answered - 1)
+            else:
+                future.set_exception(TimeoutError())
+        if heap:
+            self._arm(heap[0][0])
+
+
+class Deadlines:
+    """Expire each added future with TimeoutError once its delay has passed (unless it
+    finished first); one loop timer for all of them."""
+
+    __slots__ = ("_current", "_others")
+
+    def __init__(self) -> None:
+        self._current: _LoopDeadlines | None = None
+        # Other loops' deadlines, kept until their loop is closed (a runtime used by two).
+        self._others: dict[asyncio.AbstractEventLoop, _LoopDeadlines] = {}
+
+    def _of(self, loop: asyncio.AbstractEventLoop) -> _LoopDeadlines:
+        current = self._current
+        if current is not None and current.loop is loop:
+            return current
+        if current is not None:
+            self._others[current.loop] = current
+        for other in [o for o in self._others if o.is_closed()]:
+            del self._others[other]
+        found = self._others.pop(loop, None) or _LoopDeadlines(loop)
+        self._current = found
+        return found
+
+    def add(self, delay: float, future: asyncio.Future[Any]) -> None:
+        """Expire `future` (of the running loop) after `delay` seconds."""
+        self._of(asyncio.get_running_loop()).add(delay, future)
+
+    def answered(self, future: asyncio.Future[Any]) -> None:
+        """`future`, added before, is done: its entry may go (one that expired is gone)."""
+        if not future.done():
+            future.cancel()  # its waiter went without it (closed): nothing to expire
+        elif not future.cancelled() and isinstance(future.exception(), TimeoutError):
+            return  # expired: `_fire` took its entry out
+        current = self._current
+        if current is not None and current.loop is future.get_loop():
+            current.answered_one()
