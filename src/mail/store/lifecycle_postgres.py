@@ -25,7 +25,7 @@ from mail.store.lifecycle import (
     task_of_queue_key,
 )
 from mail.store.postgres import _isoformat, _pg_json
-from mail.store.sql_base import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
+from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
 
 _KEY = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
 _IDS = "task_id = ANY($4::text[])"

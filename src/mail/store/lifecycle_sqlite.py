@@ -28,7 +28,7 @@ from mail.store.lifecycle import (
     queue_keys,
     task_of_queue_key,
 )
-from mail.store.sql_base import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
+from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
 from mail.store.sqlite_schema import transaction
 from mail.store.sqlite_space import (
     VACUUM_STEP_PAGES,
