@@ -17,19 +17,19 @@ async def test_each_future_expires_at_its_own_deadline() -> None:
     deadlines = Deadlines()
     late, early, never = loop.create_future(), loop.create_future(), loop.create_future()
     started = time.monotonic()
-    deadlines.add(0.4, late)
-    deadlines.add(0.1, early)  # earlier than the armed timer: it moves forward
-    deadlines.add(10.0, never)
+    late_entry = deadlines.add(0.4, late)
+    early_entry = deadlines.add(0.1, early)  # earlier than the armed timer: it moves forward
+    never_entry = deadlines.add(10.0, never)
     with pytest.raises(TimeoutError):
         await early
     assert 0.08 <= time.monotonic() - started and not late.done()
     with pytest.raises(TimeoutError):
         await late
     assert time.monotonic() - started >= 0.38 and not never.done()
-    deadlines.answered(early)
-    deadlines.answered(late)
+    deadlines.answered(early, early_entry)
+    deadlines.answered(late, late_entry)
     never.set_result(None)
-    deadlines.answered(never)
+    deadlines.answered(never, never_entry)
     state = deadlines._current
     assert state is not None and state.heap == [] and state.timer is None  # nothing left
 
@@ -38,20 +38,20 @@ async def test_answered_futures_leave_no_timer_and_are_compacted() -> None:
     loop = asyncio.get_running_loop()
     deadlines = Deadlines()
     keep = loop.create_future()
-    deadlines.add(3600, keep)  # one caller still waiting holds the timer
+    keep_entry = deadlines.add(3600, keep)  # one caller still waiting holds the timer
     answered = []
     for _ in range(4 * _COMPACT_MIN):
         future = loop.create_future()
-        deadlines.add(3600, future)
+        entry = deadlines.add(3600, future)
         future.set_result(None)
-        deadlines.answered(future)
+        deadlines.answered(future, entry)
         answered.append(future)
     state = deadlines._current
     assert state is not None
     # Answered entries never make up more than half of a heap past the compaction size.
     assert len(state.heap) <= 2 * _COMPACT_MIN
     keep.cancel()
-    deadlines.answered(keep)
+    deadlines.answered(keep, keep_entry)
     assert state.heap == [] and state.timer is None
 
 
@@ -59,8 +59,8 @@ async def test_a_waiter_closed_without_its_answer_cancels_its_future() -> None:
     loop = asyncio.get_running_loop()
     deadlines = Deadlines()
     future = loop.create_future()
-    deadlines.add(0.05, future)
-    deadlines.answered(future)
+    entry = deadlines.add(0.05, future)
+    deadlines.answered(future, entry)
     assert future.cancelled()
     await asyncio.sleep(0.1)  # the timer finds nothing to expire (no unretrieved exception)
 
@@ -71,12 +71,12 @@ def test_deadlines_of_two_loops_stay_apart() -> None:
     async def wait(delay: float) -> float:
         future = asyncio.get_running_loop().create_future()
         started = time.monotonic()
-        deadlines.add(delay, future)
+        entry = deadlines.add(delay, future)
         try:
             await future
         except TimeoutError:
             pass
-        deadlines.answered(future)
+        deadlines.answered(future, entry)
         return time.monotonic() - started
 
     assert asyncio.run(wait(0.05)) >= 0.04
@@ -126,3 +126,54 @@ async def test_post_message_times_out_among_callers_answered_in_time() -> None:
     finally:
         await swarm.shutdown()
         await loop_task
+
+
+async def _expires(future: asyncio.Future[Any], within: float = 5.0) -> bool:
+    """Whether `future` is expired by its deadline (TimeoutError) within `within` seconds."""
+    await asyncio.wait([future], timeout=within)
+    return future.done() and not future.cancelled() and isinstance(future.exception(), TimeoutError)
+
+
+async def test_futures_answered_in_one_pass_do_not_drop_live_deadlines_at_compaction() -> None:
+    # Many callers answered in one loop pass (a burst of answers) resume one by one in the
+    # next: the first ones' compaction drops every answered entry, the later ones' answers
+    # must not count again against the entries still waiting.
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines()
+    live = [loop.create_future() for _ in range(50)]
+    live_entries = [deadlines.add(0.2, future) for future in live]
+    answered = [loop.create_future() for _ in range(3 * _COMPACT_MIN)]
+    entries = [deadlines.add(3600, future) for future in answered]
+    for future in answered:  # all answered in one pass
+        future.set_result(None)
+    for future, entry in zip(answered, entries, strict=True):  # their waiters resume
+        deadlines.answered(future, entry)
+    assert await _expires(live[0])
+    assert all(f.done() for f in live)
+    for future, entry in zip(live, live_entries, strict=True):
+        deadlines.answered(future, entry)
+    state = deadlines._current
+    assert state is not None and state.heap == [] and state.timer is None
+
+
+async def test_an_answer_in_the_pass_of_its_deadline_keeps_the_next_deadline() -> None:
+    # The timer fires for `first` in the pass its answer came in, before its waiter resumed:
+    # the entry leaves the heap then, and the waiter's later word must not count it again.
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines()
+    first, second = loop.create_future(), loop.create_future()
+    first_entry = deadlines.add(0.05, first)
+    second_entry = deadlines.add(0.3, second)
+    state = deadlines._current
+    assert state is not None
+    armed_at = state.timer_at  # first's deadline
+    time.sleep(0.1)  # block the loop: the answer and the due timer meet in one pass
+    first.set_result(None)
+    # The next pass runs the timer after this task's step; the one after, the waiter's.
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert state.timer_at > armed_at  # the timer ran before `first`'s waiter resumed
+    deadlines.answered(first, first_entry)
+    assert await _expires(second)
+    deadlines.answered(second, second_entry)
+    assert state.heap == [] and state.timer is None

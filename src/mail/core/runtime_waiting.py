@@ -81,11 +81,11 @@ class TaskWaiters(HostLink[WaitHost]):
             # only this call awaits), on the deadlines' shared timer: no loop timer per call.
             # None waits without a limit, as asyncio.timeout(None) did.
             if timeout is not None:
-                self.deadlines.add(timeout, future)
+                entry = self.deadlines.add(timeout, future)
                 try:
                     response = await future
                 finally:
-                    self.deadlines.answered(future)
+                    self.deadlines.answered(future, entry)
             else:
                 response = await future
             body = response["message"]["body"]
