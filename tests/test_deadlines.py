@@ -177,3 +177,60 @@ async def test_an_answer_in_the_pass_of_its_deadline_keeps_the_next_deadline() -
     assert await _expires(second)
     deadlines.answered(second, second_entry)
     assert state.heap == [] and state.timer is None
+
+
+async def test_a_burst_of_answers_leaves_a_waiting_callers_timeout_in_place() -> None:
+    # 150 callers of one swarm answered at once (their agents held at a gate), one more caller
+    # whose agent never answers: its timeout still ends its wait.
+    finish = AgentToolCall(
+        tool_name="task_complete",
+        tool_args={"finish_message": "done"},
+        tool_call_id="c",
+        completion={"role": "assistant", "content": None},
+    )
+    quick_callers = 150
+    gate, all_started = asyncio.Event(), asyncio.Event()
+    started = 0
+
+    def factory(**_: Any) -> Any:
+        async def agent(history: Any, tool_choice: Any) -> Any:
+            nonlocal started
+            started += 1
+            if started == quick_callers + 1:
+                all_started.set()
+            if "hang" in str(history[-1]):
+                await asyncio.Event().wait()
+            await gate.wait()
+            return None, [finish]
+
+        return agent
+
+    template = MAILSwarmTemplate(
+        name="deadlines",
+        version="1.0.0",
+        agents=[
+            MAILAgentTemplate(
+                "supervisor", factory, [], enable_entrypoint=True, can_complete_tasks=True
+            )
+        ],
+        actions=[],
+        entrypoint="supervisor",
+    )
+    swarm = template.instantiate({}, user_id="u")
+    loop_task = asyncio.create_task(swarm.run_continuous())
+    try:
+        quick = [
+            asyncio.ensure_future(swarm.post_message("go", timeout=3600))
+            for _ in range(quick_callers)
+        ]
+        hanging = asyncio.ensure_future(swarm.post_message("hang", timeout=2.0))
+        await asyncio.wait_for(all_started.wait(), 60)
+        gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(*quick), 60)
+        assert all(a[0]["message"]["body"] == "done" for a in answers)
+        await asyncio.wait([hanging], timeout=30)
+        assert hanging.done(), "the hanging caller's timeout was lost"
+        assert hanging.result()[0]["message"]["subject"] == "::task_timeout::"
+    finally:
+        await swarm.shutdown()
+        await loop_task
