@@ -46,6 +46,9 @@ class Mailbox:
         self._heap: list[QueueItem] = []
         self._seq = itertools.count()
         self._not_empty = asyncio.Event()
+        # The loop `_not_empty` was last waited in: an asyncio.Event is bound to the first loop
+        # that waits on it, and a swarm may be run by one asyncio.run after another.
+        self._waited_in: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._wakeup = False
         self._per_task: dict[str, int] = {}
@@ -108,6 +111,14 @@ class Mailbox:
                 self._wakeup = False
                 self._not_empty.clear()
                 return None
+            loop = asyncio.get_running_loop()
+            if self._waited_in is not loop:
+                if self._waited_in is not None:  # bound to an earlier loop: a new one here
+                    was_set = self._not_empty.is_set()
+                    self._not_empty = asyncio.Event()
+                    if was_set:
+                        self._not_empty.set()
+                self._waited_in = loop
             self.consumer_waiting = True
             try:
                 await self._not_empty.wait()
