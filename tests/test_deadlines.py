@@ -234,3 +234,31 @@ async def test_a_burst_of_answers_leaves_a_waiting_callers_timeout_in_place() ->
     finally:
         await swarm.shutdown()
         await loop_task
+
+
+def test_an_answer_in_a_loop_not_last_used_still_frees_its_entry_and_timer() -> None:
+    # A runtime used from two loops in turn: an answer in the loop used before (not the
+    # deadlines' current one) still leaves that loop with no entry and no timer, instead of
+    # holding the answered future until its hour-long deadline.
+    deadlines = Deadlines()
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+
+        async def add() -> tuple[asyncio.Future[Any], Any]:
+            future = asyncio.get_running_loop().create_future()
+            return future, deadlines.add(3600, future)
+
+        async def answer(future: asyncio.Future[Any], entry: Any) -> None:
+            future.set_result(None)
+            deadlines.answered(future, entry)
+
+        waiting, waiting_entry = first.run_until_complete(add())
+        state = deadlines._current
+        assert state is not None and state.timer is not None
+        other, other_entry = second.run_until_complete(add())
+        second.run_until_complete(answer(other, other_entry))
+        first.run_until_complete(answer(waiting, waiting_entry))
+        assert state.heap == [] and state.timer is None
+    finally:
+        first.close()
+        second.close()
