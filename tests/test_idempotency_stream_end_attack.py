@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -155,3 +156,38 @@ def test_dropped_errored_and_stopped_streams_free_their_key(
         # (the oldest, the dropped stream's key, made room for the third)
         status, headers, again = keyed_stream(srv, keys[failed], payload[failed])
         assert status == 200 and headers.get("idempotent-replayed") == "true", again
+
+
+def test_one_key_streamed_twice_at_once_runs_one_task(
+    llm: ThreadedLLM, tmp_path: Path, database: dict[str, str]
+) -> None:
+    """Two identical keyed streams at once (the key taken by one, in one synchronous step
+    on SQLite): both read the one task's events to its end, one of them attached
+    (``Idempotent-Replayed``); the model is called once."""
+    token = uuid.uuid4().hex
+    llm.queue(
+        hang(THINKING, then=reply(tool_call("task_complete", {"finish_message": "one"}))),
+        match=lambda r: mentions(r, token),
+    )
+    key, payload = f'"{uuid.uuid4()}"', {"body": f"q {token}", "stream": True}
+    with review_server(tmp_path, llm.base_url, ["u"], prefix="seb") as srv:
+        if database:
+            assert srv.stop(timeout=60) == 0, srv.logs()
+            srv.env = database
+            srv.start()
+        results: list[Any] = [None, None]
+
+        def run(n: int) -> None:
+            results[n] = keyed_stream(srv, key, payload)
+
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert all(r is not None and r[0] == 200 for r in results), results
+        ends = [r[2][-1] for r in results]
+        assert all(e.event == "task_complete" for e in ends), ends
+        assert {e.json()["task_id"] for e in ends} == {ends[0].json()["task_id"]}
+        assert sorted(r[1].get("idempotent-replayed", "") for r in results) == ["", "true"]
+        assert len(llm.requests(token)) == 1
