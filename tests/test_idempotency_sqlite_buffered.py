@@ -15,6 +15,7 @@ and a kill -9 at the moments that matter.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -261,3 +262,60 @@ def test_a_key_whose_task_never_got_its_message_runs_it_once(tmp_path: Path) -> 
         finally:
             assert server.stop(timeout=60) == 0, server.logs()
         assert len(llm.requests(token)) == 1
+
+
+@pytest.mark.parametrize("release_some", [False, True])
+@pytest.mark.parametrize("warm", [False, True])
+async def test_synchronous_takes_never_pass_the_bound(
+    tmp_path: Path, warm: bool, release_some: bool
+) -> None:
+    """Thirty new keys of one caller at once through the guard over the SQLite file (each
+    `POST /message`'s take: `IdempotencyGuard.take_now` once the caller's count and filter
+    are known, the awaited take and a recount before): at most `max_keys` are live, whether
+    the caller's count is known already (`warm`) or read by the first of them, and with
+    some of the takes given back meanwhile (`release_some`: a request its checks refused)."""
+    from fastapi import HTTPException
+
+    from mail.server.auth import Caller
+    from mail.server.idempotency_guard import IdempotencyGuard
+
+    tasks, keys = await _open(tmp_path / "mail.db")
+    guard = IdempotencyGuard(keys, swarm_name="s", ttl=100.0, max_keys=5, max_length=255)
+    caller = Caller("user", "alice", "k")
+    synchronous = 0
+    take_now = guard.take_now
+
+    def counted(*args: object) -> bool:
+        nonlocal synchronous
+        done = take_now(*args)  # type: ignore[arg-type]
+        synchronous += done
+        return done
+
+    guard.take_now = counted  # type: ignore[method-assign]
+    try:
+        if warm:
+            first = guard.open(caller, "warm", "fp-warm")
+            first.with_work = True
+            await first.take("task-warm")
+
+        async def take(n: int) -> str:
+            ticket = guard.open(caller, f"k{n}", f"fp{n}")
+            ticket.with_work = True
+            await ticket.take(f"task-{n}")
+            if release_some and n % 3 == 0:
+                await ticket.release()
+                ticket.leave()
+                return "released"
+            return "taken"
+
+        results = await asyncio.gather(*(take(n) for n in range(30)), return_exceptions=True)
+        refused = [r for r in results if isinstance(r, HTTPException) and r.status_code == 429]
+        assert len(refused) + results.count("taken") + results.count("released") == 30, results
+        live = await keys.count(guard.scope(caller), time.time())
+        assert live == 5, results
+        assert results.count("taken") == 5 - warm, results
+        # (with the count and the filter known, the takes were the synchronous ones)
+        assert synchronous == (results.count("taken") + results.count("released") if warm else 0)
+    finally:
+        await guard.close()
+        await tasks.close()
