@@ -94,6 +94,27 @@ async def test_a_key_taken_with_its_work_commits_with_the_task(tmp_path: Path) -
         await tasks.close()
 
 
+async def test_a_released_key_is_forgotten_on_the_file_before_release_returns(
+    tmp_path: Path,
+) -> None:
+    """A refused request's key is given back before its refusal leaves: when the key's row was
+    committed (here by another request's flush), its release is on the file too when
+    `release` returns, so a crash right after the refusal leaves no key for a retry to find."""
+    path = tmp_path / "mail.db"
+    tasks, keys = await _open(path, batch_delay=30.0)  # nothing commits until flushed
+    try:
+        assert await keys.take_with_work(ALICE, "k1", _record("task-1")) is None
+        await tasks.upsert_task(ALICE, {"task_id": "task-1", "task_owner": "alice"})
+        assert await tasks.flush(10)  # another request's flush commits the key's row
+        live = "SELECT idem_key FROM idempotency_keys WHERE expires_at > ?"
+        assert _rows(path, live, time.time()) == [("k1",)]
+        await keys.release(ALICE, "k1")
+        assert _rows(path, live, time.time()) == [], "the release was only queued"
+    finally:
+        await keys.close()
+        await tasks.close()
+
+
 async def test_take_now_takes_only_a_key_it_can_tell_is_new(tmp_path: Path) -> None:
     """The synchronous take of the usual keyed request: a new key of a caller whose keys are
     known goes into the buffer with nothing awaited; an unknown caller, a key the file may

@@ -365,6 +365,10 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         # Written as expired at once: absent for every read, overwritten by a new take (the
         # filter still says "present": the key's next take reads the file first).
         if row is not None and self._queue(scope, (*row[:9], row[8], None, None, None)):
+            # Committed before the refusal leaves: were the key's row on the file and its
+            # release not, a retry after a crash would be answered with another turn's work.
+            # (Refusals only; in an outage the release stays queued, as every write does.)
+            await self.tasks.flush(FLUSH_TIMEOUT)
             return
         await self._settle()
         await super().release(scope, key)
