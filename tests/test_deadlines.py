@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
 from mail.core.deadlines import _COMPACT_MIN, Deadlines
+from support.one_agent_swarm import FINISH, one_agent_swarm
 
 
 async def test_each_future_expires_at_its_own_deadline() -> None:
@@ -84,32 +84,11 @@ def test_deadlines_of_two_loops_stay_apart() -> None:
 
 
 def _swarm(delay: float) -> Any:
-    finish = AgentToolCall(
-        tool_name="task_complete",
-        tool_args={"finish_message": "done"},
-        tool_call_id="c",
-        completion={"role": "assistant", "content": None},
-    )
+    async def agent(history: Any, tool_choice: Any) -> Any:
+        await asyncio.sleep(delay)
+        return None, [FINISH]
 
-    def factory(**_: Any) -> Any:
-        async def agent(history: Any, tool_choice: Any) -> Any:
-            await asyncio.sleep(delay)
-            return None, [finish]
-
-        return agent
-
-    template = MAILSwarmTemplate(
-        name="deadlines",
-        version="1.0.0",
-        agents=[
-            MAILAgentTemplate(
-                "supervisor", factory, [], enable_entrypoint=True, can_complete_tasks=True
-            )
-        ],
-        actions=[],
-        entrypoint="supervisor",
-    )
-    return template.instantiate({}, user_id="u")
+    return one_agent_swarm("deadlines", agent)
 
 
 async def test_post_message_times_out_among_callers_answered_in_time() -> None:
@@ -182,41 +161,21 @@ async def test_an_answer_in_the_pass_of_its_deadline_keeps_the_next_deadline() -
 async def test_a_burst_of_answers_leaves_a_waiting_callers_timeout_in_place() -> None:
     # 150 callers of one swarm answered at once (their agents held at a gate), one more caller
     # whose agent never answers: its timeout still ends its wait.
-    finish = AgentToolCall(
-        tool_name="task_complete",
-        tool_args={"finish_message": "done"},
-        tool_call_id="c",
-        completion={"role": "assistant", "content": None},
-    )
     quick_callers = 150
     gate, all_started = asyncio.Event(), asyncio.Event()
     started = 0
 
-    def factory(**_: Any) -> Any:
-        async def agent(history: Any, tool_choice: Any) -> Any:
-            nonlocal started
-            started += 1
-            if started == quick_callers + 1:
-                all_started.set()
-            if "hang" in str(history[-1]):
-                await asyncio.Event().wait()
-            await gate.wait()
-            return None, [finish]
+    async def agent(history: Any, tool_choice: Any) -> Any:
+        nonlocal started
+        started += 1
+        if started == quick_callers + 1:
+            all_started.set()
+        if "hang" in str(history[-1]):
+            await asyncio.Event().wait()
+        await gate.wait()
+        return None, [FINISH]
 
-        return agent
-
-    template = MAILSwarmTemplate(
-        name="deadlines",
-        version="1.0.0",
-        agents=[
-            MAILAgentTemplate(
-                "supervisor", factory, [], enable_entrypoint=True, can_complete_tasks=True
-            )
-        ],
-        actions=[],
-        entrypoint="supervisor",
-    )
-    swarm = template.instantiate({}, user_id="u")
+    swarm = one_agent_swarm("deadlines", agent)
     loop_task = asyncio.create_task(swarm.run_continuous())
     try:
         quick = [

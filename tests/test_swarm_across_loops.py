@@ -5,38 +5,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
+from support.one_agent_swarm import FINISH, one_agent_swarm
 
 
 def _swarm() -> Any:
-    finish = AgentToolCall(
-        tool_name="task_complete",
-        tool_args={"finish_message": "done"},
-        tool_call_id="c",
-        completion={"role": "assistant", "content": None},
-    )
+    async def agent(history: Any, tool_choice: Any) -> Any:
+        if "hang" in str(history[-1]):
+            await asyncio.Event().wait()
+        await asyncio.sleep(0.01)
+        return None, [FINISH]
 
-    def factory(**_: Any) -> Any:
-        async def agent(history: Any, tool_choice: Any) -> Any:
-            if "hang" in str(history[-1]):
-                await asyncio.Event().wait()
-            await asyncio.sleep(0.01)
-            return None, [finish]
-
-        return agent
-
-    template = MAILSwarmTemplate(
-        name="loops",
-        version="1.0.0",
-        agents=[
-            MAILAgentTemplate(
-                "supervisor", factory, [], enable_entrypoint=True, can_complete_tasks=True
-            )
-        ],
-        actions=[],
-        entrypoint="supervisor",
-    )
-    return template.instantiate({}, user_id="u")
+    return one_agent_swarm("loops", agent)
 
 
 def test_one_swarm_answers_in_one_event_loop_after_another() -> None:
