@@ -20,9 +20,11 @@
    coalesced and encoded as the store does), written again into a fresh file with bare
    sqlite3 (same statements and indexes, one transaction per batch, executemany per kind),
    as CPU microseconds per task and per row; and the same rows with one transaction per
-   task (what one lone request commits). No store can write those rows for less. The
-   ceilings they leave: memory's CPU per request / (memory's + the floor's) at 16 clients,
-   and (memory's p50 + one task's transaction) / memory's p50 at 1 client.
+   task (what one lone request commits). No store can write those rows for less. Beside
+   it, bare `orjson.dumps` of every JSON value those rows hold (the text a store must make
+   and a memory store never does). The ceilings they leave: memory's CPU per request /
+   (memory's + the floor's) at 16 clients, with and without the encoding, and (memory's
+   p50 + one task's transaction) / memory's p50 at 1 client.
 
 PostgreSQL is MAIL_BENCH_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test, in a
 scratch schema made for the run and dropped after it);
@@ -330,6 +332,35 @@ def _write_bare(path: Path, batches: list[list[tuple[str, list[Any]]]]) -> float
     return spent
 
 
+def _json_values(batches: list[list[tuple[str, list[Any]]]]) -> list[Any]:
+    """Every JSON text the rows of `batches` hold (event payloads, histories, records, queues),
+    parsed back into the Python values a store starts from."""
+    import orjson
+
+    values: list[Any] = []
+    for batch in batches:
+        for _, rows in batch:
+            for row in rows:
+                for column in row:
+                    if isinstance(column, str) and column[:1] in ("{", "["):
+                        try:
+                            values.append(orjson.loads(column))
+                        except orjson.JSONDecodeError:
+                            continue
+    return values
+
+
+def _encode_bare(values: list[Any]) -> float:
+    """CPU seconds bare `orjson.dumps` takes to turn `values` into JSON text again."""
+    import orjson
+
+    dumps = orjson.dumps
+    start = time.thread_time()
+    for value in values:
+        dumps(value)
+    return time.thread_time() - start
+
+
 def sqlite_floor(
     workdir: Path,
     tasks: int,
@@ -357,6 +388,8 @@ def sqlite_floor(
     rows = sum(len(r) for batch in batches for _, r in batch)
     micros = [_write_bare(workdir / f"floor-{n}.db", batches) * 1e6 for n in range(rounds)]
     lone_micros = [_write_bare(workdir / f"lone-{n}.db", lone) * 1e6 for n in range(rounds)]
+    values = _json_values(batches)
+    encode = statistics.median(_encode_bare(values) * 1e6 for _ in range(rounds)) / tasks
     total = statistics.median(micros)
     one = statistics.median(lone_micros) / max(1, len(lone))
     print(
@@ -365,9 +398,15 @@ def sqlite_floor(
     )
     print(f"  {total / tasks:.0f} us CPU per task, {total / rows:.1f} us per row")
     print(f"  {one:.0f} us CPU per task in a transaction of its own (a lone request)")
+    print(
+        f"  {encode:.0f} us CPU per task to encode the JSON those rows hold with bare orjson "
+        f"({len(values) / tasks:.1f} values per task; what a memory store never does)"
+    )
     if cpu and "memory" in cpu:
         cap = cpu["memory"] / (cpu["memory"] + total / tasks / 1000)
         print(f"  ceiling at 16 clients: SQLite / memory <= {cap:.2f} (memory's CPU + floor)")
+        cap = cpu["memory"] / (cpu["memory"] + (total / tasks + encode) / 1000)
+        print(f"  ceiling at 16 clients: SQLite / memory <= {cap:.2f} (+ the bare encoding too)")
     if p50s and "memory" in p50s:
         ratio = (p50s["memory"] + one / 1000) / p50s["memory"]
         print(f"  floor at 1 client: p50 SQLite / memory >= {ratio:.2f} (+ one transaction)")
