@@ -13,8 +13,8 @@ import pytest
 from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
 from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, healthy, write_config
-from support.review_swarm import review_swarms_json
+from server_fixtures import auth, healthy
+from support.review_server import ReviewRestarts
 from support.scripted_llm import ScriptedLLM, reply, tool_call
 
 # Two server start-ups and LiteLLM imports in subprocesses: slow on a busy machine.
@@ -25,20 +25,10 @@ async def test_kill_while_waiting_for_review_restart_and_resume(
     tmp_path: Path,
     durable_store: DurableStore,  # noqa: F811
 ) -> None:
-    swarm = f"review-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
     task_id = str(uuid.uuid4())
     async with ScriptedLLM() as llm:
-        (tmp_path / "swarms.json").write_text(
-            json.dumps([review_swarms_json(swarm, llm.base_url, "responses")]), encoding="utf-8"
-        )
-        config = write_config(tmp_path, port=port, swarm=swarm)
-
-        def server() -> ServerProcess:
-            return ServerProcess(
-                tmp_path, port, args=["--config", str(config)], env=durable_store.env
-            )
+        setup = ReviewRestarts(tmp_path, llm.base_url, durable_store.env, "responses")
+        key, server = setup.key, setup.server
 
         first = server().start(wait=False)
         try:

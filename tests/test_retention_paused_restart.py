@@ -21,15 +21,14 @@ import httpx
 import pytest
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, server_env, write_config
-from support.llm_thread import ThreadedLLM, mentions
+from support.llm_thread import ThreadedLLM
+from support.paused_upload import TEAM, PausedUpload
 from support.pg_schema import BASE_URL, scratch_schema, with_search_path
 from support.review_swarm import review_swarms_json
-from support.scripted_llm import reply, tool_call
 
 pytestmark = pytest.mark.timeout(300)
 
 TTL = 1.0
-TEAM = ["reply_wait", "threads", "inbox", "files"]
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +60,6 @@ files_root = "{directory / "files"}"
     return ServerProcess(directory, port, args=["--config", str(config)], env=env)
 
 
-def _attachment_of(record: httpx.Response) -> str:
-    text = json.dumps(record.json()).replace('"', " ").replace("\\", " ")
-    found = [part for part in text.split() if part.startswith("att_")]
-    assert found, record.text
-    return found[0].rstrip(",.)")
-
-
 def test_a_paused_tasks_upload_outlives_restart_and_db_prune(
     llm: ThreadedLLM, store_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -77,21 +69,11 @@ def test_a_paused_tasks_upload_outlives_restart_and_db_prune(
         agent["team_tools"] = TEAM
     (tmp_path / "swarms.json").write_text(json.dumps([definition]), encoding="utf-8")
     headers = auth(create_key(tmp_path / "registries" / "keys.json", "user", "alice"))
-    token = f"keep-{uuid.uuid4().hex[:8]}"
-    llm.queue(
-        reply(tool_call("send_email", {"to": "a@example.org", "body": "see file"})),
-        match=lambda r: mentions(r, token),
-    )
     server = _server(tmp_path, swarm, store_env).start()
     try:
         with httpx.Client(base_url=server.base_url, headers=headers, timeout=120) as client:
-            upload = {"filename": "keep.txt", "content": "needed after the review"}
-            held = client.post("/message", json={"body": token, "attachments": [upload]})
-            assert held.status_code == 200, held.text
-            task_id = held.json()["task_id"]
-            call_id = json.loads(held.json()["response"])[0]["tool_call_id"]
-            attachment = _attachment_of(client.get("/task", params={"task_id": task_id}))
-            assert client.get(f"/attachments/{attachment}").status_code == 200
+            paused = PausedUpload(client, llm, "needed after the review")
+            assert paused.upload_status() == 200
     finally:
         assert server.stop(timeout=60) == 0, server.logs()
 
@@ -111,27 +93,8 @@ def test_a_paused_tasks_upload_outlives_restart_and_db_prune(
     server = _server(tmp_path, swarm, store_env).start()
     try:
         with httpx.Client(base_url=server.base_url, headers=headers, timeout=120) as client:
-            deadline = time.monotonic() + TTL * 3  # many retention rounds of the new server
-            while time.monotonic() < deadline:
-                assert client.get("/task", params={"task_id": task_id}).status_code == 200
-                kept = client.get(f"/attachments/{attachment}")
-                assert kept.status_code == 200, (
-                    f"the paused task's upload was removed: {kept.text}\n{pruned.stdout}"
-                )
-                time.sleep(0.2)
-            llm.queue(
-                reply(tool_call("task_complete", {"finish_message": f"sent {token}"})),
-                match=lambda r: mentions(r, token),
-            )
-            decided = client.post(
-                "/message",
-                json={
-                    "task_id": task_id,
-                    "resume_from": "action_review",
-                    "kwargs": {"decisions": [{"tool_call_id": call_id, "type": "accept"}]},
-                },
-            )
-            assert decided.status_code == 200, decided.text
-            assert decided.json()["response"] == f"sent {token}"
+            paused.client = client  # the new server's connection
+            paused.stays_for(TTL * 3)  # many retention rounds of the new server
+            paused.finish()
     finally:
         assert server.stop(timeout=60) == 0, server.logs()

@@ -10,23 +10,20 @@ many retention rounds) the task and its attachment must stay; the review then co
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from server_fixtures import ServerProcess, auth
-from support.llm_thread import ThreadedLLM, mentions
+from support.llm_thread import ThreadedLLM
+from support.paused_upload import TEAM, PausedUpload
 from support.review_server import review_server
-from support.scripted_llm import reply, tool_call
 
 pytestmark = pytest.mark.timeout(300)
 
 TTL = 2.0
-TEAM = ["reply_wait", "threads", "inbox", "files"]
 
 
 @pytest.fixture(scope="module")
@@ -57,50 +54,14 @@ files_root = "{directory / "files"}"
 
 
 def test_a_paused_tasks_upload_outlives_the_ttl(server: ServerProcess, llm: ThreadedLLM) -> None:
-    token = f"keep-{uuid.uuid4().hex[:8]}"
-    llm.queue(
-        reply(tool_call("send_email", {"to": "a@example.org", "body": "see file"})),
-        match=lambda r: mentions(r, token),
-    )
     headers = auth(server.keys["alice"])
     with httpx.Client(base_url=server.base_url, headers=headers, timeout=120) as client:
-        upload = {"filename": "keep.txt", "content": "needed after the review"}
-        held = client.post("/message", json={"body": token, "attachments": [upload]})
-        assert held.status_code == 200, held.text
-        task_id = held.json()["task_id"]
-        call_id = json.loads(held.json()["response"])[0]["tool_call_id"]
-        record = client.get("/task", params={"task_id": task_id})
-        found = [
-            part
-            for part in json.dumps(record.json()).replace('"', " ").replace("\\", " ").split()
-            if part.startswith("att_")
-        ]
-        assert found, record.text
-        attachment = found[0].rstrip(",.)")
+        paused = PausedUpload(client, llm, "needed after the review")
         # (The model's first call can take longer than the TTL: the upload is already older.)
-        first = client.get(f"/attachments/{attachment}")
-        assert first.status_code == 200, f"the paused task's upload was removed: {first.text}"
+        assert paused.upload_status() == 200, "the paused task's upload was removed"
         # Well past the TTL: many retention rounds run while the task waits for review.
-        deadline = time.monotonic() + TTL * 4
-        while time.monotonic() < deadline:
-            assert client.get("/task", params={"task_id": task_id}).status_code == 200
-            kept = client.get(f"/attachments/{attachment}")
-            assert kept.status_code == 200, f"the paused task's upload was removed: {kept.text}"
-            time.sleep(0.2)
-        llm.queue(
-            reply(tool_call("task_complete", {"finish_message": f"sent {token}"})),
-            match=lambda r: mentions(r, token),
-        )
-        decided = client.post(
-            "/message",
-            json={
-                "task_id": task_id,
-                "resume_from": "action_review",
-                "kwargs": {"decisions": [{"tool_call_id": call_id, "type": "accept"}]},
-            },
-        )
-        assert decided.status_code == 200, decided.text
-        assert decided.json()["response"] == f"sent {token}"
+        paused.stays_for(TTL * 4)
+        paused.finish()
 
 
 def test_a_finished_tasks_upload_stays_as_long_as_the_task(
@@ -110,42 +71,17 @@ def test_a_finished_tasks_upload_stays_as_long_as_the_task(
     and so is what it needs to be read whole (its upload). The upload went at the first
     retention round after the task finished (its own time was older than the TTL), while
     `GET /task` still listed it."""
-    token = f"keep-{uuid.uuid4().hex[:8]}"
-    llm.queue(
-        reply(tool_call("send_email", {"to": "a@example.org", "body": "see file"})),
-        match=lambda r: mentions(r, token),
-    )
     headers = auth(server.keys["alice"])
     with httpx.Client(base_url=server.base_url, headers=headers, timeout=120) as client:
-        upload = {"filename": "keep.txt", "content": "read after the task ended"}
-        held = client.post("/message", json={"body": token, "attachments": [upload]})
-        assert held.status_code == 200, held.text
-        task_id = held.json()["task_id"]
-        call_id = json.loads(held.json()["response"])[0]["tool_call_id"]
-        record = client.get("/task", params={"task_id": task_id})
-        text = json.dumps(record.json()).replace('"', " ").replace("\\", " ")
-        attachment = next(p for p in text.split() if p.startswith("att_")).rstrip(",.)")
+        paused = PausedUpload(client, llm, "read after the task ended")
         time.sleep(TTL * 1.5)  # the upload's own time gets older than the TTL
-        llm.queue(
-            reply(tool_call("task_complete", {"finish_message": f"sent {token}"})),
-            match=lambda r: mentions(r, token),
-        )
-        decided = client.post(
-            "/message",
-            json={
-                "task_id": task_id,
-                "resume_from": "action_review",
-                "kwargs": {"decisions": [{"tool_call_id": call_id, "type": "accept"}]},
-            },
-        )
-        assert decided.status_code == 200, decided.text
+        paused.finish()
         # Until the task itself is removed, its upload is there (read first: a task
         # removed between the two reads took its upload with it).
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            kept = client.get(f"/attachments/{attachment}").status_code
-            listed = client.get("/task", params={"task_id": task_id}).status_code
-            if listed == 404:
+            kept = paused.upload_status()
+            if paused.record().status_code == 404:
                 break
             assert kept == 200, "the finished task is listed but its upload was removed"
             time.sleep(0.05)

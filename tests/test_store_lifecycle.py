@@ -181,6 +181,21 @@ async def test_team_rows_expire_by_age(team_store: TeamStore) -> None:
     assert await team_store.stored_bytes(key) < size
 
 
+async def _add_team_rows(
+    team: TeamStore, key: InstanceKey, thread_id: str, tag: str, task_id: str | None, old: str
+) -> None:
+    """A post in `thread_id`, an inbox entry of agent "a" and a 1-byte upload, all of
+    `task_id` and dated `old`; their ids are p-, e- and f-`tag`."""
+    await team.add_post(
+        key, {"thread_id": thread_id, "post_id": f"p-{tag}", "timestamp": old, "task_id": task_id}
+    )
+    entry = {"agent": "a", "kind": "direct", "timestamp": old, "entry_id": f"e-{tag}"}
+    await team.add_inbox_entries(key, [{**entry, "task_id": task_id}])
+    await team.put_attachment(
+        key, {"attachment_id": f"f-{tag}", "size": 1, "created_at": old, "task_id": task_id}, b"x"
+    )
+
+
 @pytest.mark.parametrize("kind", STORES)
 async def test_team_rows_of_a_running_or_waiting_task_outlive_the_ttl(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -217,32 +232,7 @@ async def test_team_rows_of_a_running_or_waiting_task_outlive_the_ttl(
             await team.save_thread(
                 key, {"thread_id": f"th-{tag}", "created_at": old, "updated_at": old}
             )
-            await team.add_post(
-                key,
-                {
-                    "thread_id": f"th-{tag}",
-                    "post_id": f"p-{tag}",
-                    "timestamp": old,
-                    "task_id": task_id,
-                },
-            )
-            await team.add_inbox_entries(
-                key,
-                [
-                    {
-                        "agent": "a",
-                        "kind": "direct",
-                        "timestamp": old,
-                        "entry_id": f"e-{tag}",
-                        "task_id": task_id,
-                    }
-                ],
-            )
-            await team.put_attachment(
-                key,
-                {"attachment_id": f"f-{tag}", "size": 1, "created_at": old, "task_id": task_id},
-                b"x",
-            )
+            await _add_team_rows(team, key, f"th-{tag}", tag, task_id, old)
         live = [(key, "t-paused"), (key, "t-running"), (other, "t-done-elsewhere")]
         # A cutoff ahead of now: every row is older than it (the SQL stores date an upload by
         # when it was stored).
@@ -291,32 +281,7 @@ async def test_team_rows_of_a_finished_task_stay_while_the_task_does(
         assert await tasks.flush(timeout=10)
         old = _iso(-7200)
         for task_id in ("t-just-done", "t-long-done"):
-            await team.add_post(
-                key,
-                {
-                    "thread_id": "th",
-                    "post_id": f"p-{task_id}",
-                    "timestamp": old,
-                    "task_id": task_id,
-                },
-            )
-            await team.add_inbox_entries(
-                key,
-                [
-                    {
-                        "agent": "a",
-                        "kind": "direct",
-                        "timestamp": old,
-                        "entry_id": f"e-{task_id}",
-                        "task_id": task_id,
-                    }
-                ],
-            )
-            await team.put_attachment(
-                key,
-                {"attachment_id": f"f-{task_id}", "size": 1, "created_at": old, "task_id": task_id},
-                b"x",
-            )
+            await _add_team_rows(team, key, "th", task_id, task_id, old)
         # t-long-done last changed before the cutoff; t-just-done after it (now).
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
         if kind == "sqlite":

@@ -10,16 +10,13 @@ write of any task would land.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.test_store_postgres import BASE_URL, FAST, new_key
+from tests.support.sql_batches import quick_sql_store, small_store_pg_url  # noqa: F401 - fixtures
+from tests.test_store_postgres import new_key
 
-from mail.store import TaskStore
-from mail.store.postgres import PostgresTaskStore
+from mail.store.sql_base import BufferedSqlStore
 from mail.store.sqlite import SqliteTaskStore
 
 BIG = 2**70 + 1  # read as a float it is 2**70
@@ -39,24 +36,10 @@ def _expected() -> dict[str, Any]:
     return merged
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with scratch_schema("mail_hatk6_oddjson", BASE_URL) as schema:
-        yield with_search_path(BASE_URL, schema)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
-    if request.param == "sqlite":
-        s: TaskStore = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
-    else:
-        s = PostgresTaskStore(request.getfixturevalue("pg_url"), **FAST)
-    await s.start()
-    yield s
-    await s.close()
-
-
-async def test_merged_metadata_keeps_big_integers_and_odd_json_exactly(store: TaskStore) -> None:
+async def test_merged_metadata_keeps_big_integers_and_odd_json_exactly(
+    quick_sql_store: BufferedSqlStore,  # noqa: F811
+) -> None:
+    store = quick_sql_store
     key = new_key()
     for update in UPDATES:  # one write a batch: each one merged into the stored row
         await store.upsert_task(key, {"task_id": "t", **update})
@@ -69,8 +52,9 @@ async def test_merged_metadata_keeps_big_integers_and_odd_json_exactly(store: Ta
 
 
 async def test_a_non_finite_number_beside_a_big_integer_is_stored_as_null(
-    store: TaskStore,
+    quick_sql_store: BufferedSqlStore,  # noqa: F811
 ) -> None:
+    store = quick_sql_store
     # {big int, inf}: orjson refuses the big int, so `to_json` takes the stdlib's path,
     # which wrote "Infinity": PostgreSQL refused the record (dropped), SQLite stored it and
     # then orjson could not read it back in `mail_merge`.

@@ -10,16 +10,13 @@ record in its own transaction. Run on SQLite and the real PostgreSQL server.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.test_store_postgres import BASE_URL, FAST, new_key
+from tests.support.sql_batches import quick_sql_store, small_store_pg_url  # noqa: F401 - fixtures
+from tests.test_store_postgres import new_key
 
-from mail.store import TaskStore
-from mail.store.postgres import PostgresTaskStore
+from mail.store.sql_base import BufferedSqlStore
 from mail.store.sqlite import SqliteTaskStore
 
 TASK_IDS = ("t-a", "t-b", "t-c")
@@ -69,24 +66,10 @@ def _records(rng: random.Random) -> list[dict[str, Any]]:
     return records
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with scratch_schema("mail_a40_merge", BASE_URL) as schema:
-        yield with_search_path(BASE_URL, schema)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
-    if request.param == "sqlite":
-        s: TaskStore = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
-    else:
-        s = PostgresTaskStore(request.getfixturevalue("pg_url"), **FAST)
-    await s.start()
-    yield s
-    await s.close()
-
-
-async def test_random_task_write_sequences_batched_equal_one_by_one(store: TaskStore) -> None:
+async def test_random_task_write_sequences_batched_equal_one_by_one(
+    quick_sql_store: BufferedSqlStore,  # noqa: F811
+) -> None:
+    store = quick_sql_store
     nowait = getattr(store, "write_nowait")  # noqa: B009 - SQL stores only
     for seed in range(300):
         rng = random.Random(seed)

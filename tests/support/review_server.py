@@ -42,3 +42,24 @@ def review_server(
         yield srv
     finally:
         assert srv.stop(timeout=60) == 0, srv.logs()
+
+
+class ReviewRestarts:
+    """The review swarm (support.review_swarm, its model at `llm_url`) configured in
+    `directory` for servers started one after another on one port and one store (`env`):
+    the kill -9 tests start one, kill it, and start the next (`server()`)."""
+
+    def __init__(self, directory: Path, llm_url: str, env: dict[str, str], api: str) -> None:
+        swarm = f"review-{uuid.uuid4().hex[:8]}"
+        self.directory = directory
+        self.env = env
+        self.port = free_port()
+        self.key = create_key(directory / "registries" / "keys.json", "user", "alice")
+        definition = review_swarms_json(swarm, llm_url, api)
+        (directory / "swarms.json").write_text(json.dumps([definition]), encoding="utf-8")
+        self.config = write_config(directory, port=self.port, swarm=swarm)
+
+    def server(self) -> ServerProcess:
+        return ServerProcess(
+            self.directory, self.port, args=["--config", str(self.config)], env=self.env
+        )

@@ -52,6 +52,22 @@ async def small_sql_store(
     await made.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+async def quick_sql_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[BufferedSqlStore]:
+    """A SQLite or PostgreSQL store (the module's `small_store_pg_url` schema) that writes
+    within milliseconds, started, closed after the test."""
+    made: BufferedSqlStore
+    if request.param == "sqlite":
+        made = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
+    else:
+        made = PostgresTaskStore(request.getfixturevalue("small_store_pg_url"), **FAST)
+    await made.start()
+    yield made
+    await made.close()
+
+
 def record_batches(store: BufferedSqlStore) -> list[list[SqlWrite]]:
     """The batches `store` commits from now on, in order: by its writer, and (SQLite) by a
     flush that commits a lone task's batch itself."""

@@ -12,6 +12,7 @@ from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.factory_check import check_factory_params
 from mail.api.prompts import augment_system_prompts
 from mail.api.swarm import MAILSwarm
+from mail.api.swarm_topology import swarm_settings
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
 from mail.factories.demo_model import offline_model_problem
@@ -171,25 +172,15 @@ class MAILSwarmTemplate:
                 local_swarm_public=self.public,
             )
         return MAILSwarm(
-            name=self.name,
-            version=self.version,
             agents=agents,
             actions=self._all_actions(),
-            entrypoint=self.entrypoint,
             user_id=user_id,
             user_role=user_role,
             swarm_registry=registry,
-            enable_interswarm=self.enable_interswarm,
-            breakpoint_tools=self.breakpoint_tools,
-            exclude_tools=self.exclude_tools,
-            task_message_limit=self.task_message_limit,
-            description=self.description,
-            keywords=self.keywords,
-            enable_db_agent_histories=self.enable_db_agent_histories,
             print_llm_streams=print_llm_streams,
             base_url=base_url,
-            review_ignore_ends_task=self.review_ignore_ends_task,
             batch_delivery=self.batch_delivery,
+            **swarm_settings(self),
         )
 
     def _all_actions(self) -> list[MAILAction]:

@@ -12,6 +12,28 @@ if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
 
 
+# The settings a swarm template and its instances both hold, under the same names.
+_SHARED_SETTINGS = (
+    "name",
+    "version",
+    "entrypoint",
+    "enable_interswarm",
+    "breakpoint_tools",
+    "exclude_tools",
+    "task_message_limit",
+    "description",
+    "keywords",
+    "enable_db_agent_histories",
+    "review_ignore_ends_task",
+)
+
+
+def swarm_settings(source: Any) -> dict[str, Any]:
+    """`source`'s settings that a template hands to its instances and an instance back to
+    a template (`MAILSwarmTemplate.instantiate`, `SwarmTopology._template`)."""
+    return {name: getattr(source, name) for name in _SHARED_SETTINGS}
+
+
 class SwarmTopology:
     """Mixed into MAILSwarm (which provides the attributes declared here)."""
 
@@ -59,19 +81,9 @@ class SwarmTopology:
     def _template(self) -> Any:
         names = self.agent_names
         return self.template_type(
-            name=self.name,
-            version=self.version,
             agents=[a._to_template(names) for a in self.agents],
             actions=list(self.actions),
-            entrypoint=self.entrypoint,
-            enable_interswarm=self.enable_interswarm,
-            breakpoint_tools=self.breakpoint_tools,
-            exclude_tools=self.exclude_tools,
-            task_message_limit=self.task_message_limit,
-            description=self.description,
-            keywords=self.keywords,
-            enable_db_agent_histories=self.enable_db_agent_histories,
-            review_ignore_ends_task=self.review_ignore_ends_task,
+            **swarm_settings(self),
         )
 
     def get_subswarm(
