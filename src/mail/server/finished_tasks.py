@@ -165,21 +165,30 @@ class FinishedTasks:
         """The caller has the task's answer: it is counted in the caller's books at once and
         let go as soon as nothing works on it any more (the turn that answered may still be
         winding down), in the background; measured and summarised there."""
-        if task_id is None:
+        task = self.count(inst, task_id)
+        if task is None:
             return
-        task = inst.swarm.runtime.mail_tasks.get(task_id)
-        if task is None or not is_finished(task):
-            return
-        books = self.quota.books(inst.key)
-        if books is None or task_id not in books.tasks:
-            # Counted now (the caller's next message may come first): its messages' bytes.
-            self.quota.record(inst.key, task_id, message_bytes(task))
         # Another swarm may still be told about the end of a task it took part in: the
         # sweep lets such a task go after its grace.
         if not task.remote_swarms:
             if not self._answered:  # otherwise the worker comes back within RETRY_INTERVAL
                 self._wake.set()
             self._answered[(inst.key, task_id)] = (inst, time.monotonic())
+
+    def count(self, inst: Instance, task_id: str | None) -> MAILTask | None:
+        """A finished task goes into its caller's books now, by its messages' bytes (the
+        caller's next message may come before the task leaves memory and is measured; a task
+        answered through A2A stays until the sweep). The task, or None when it is not a
+        finished task of the instance."""
+        if task_id is None:
+            return None
+        task = inst.swarm.runtime.mail_tasks.get(task_id)
+        if task is None or not is_finished(task):
+            return None
+        books = self.quota.books(inst.key)
+        if books is None or task_id not in books.tasks:
+            self.quota.record(inst.key, task_id, message_bytes(task))
+        return task
 
     def _take_answered(self) -> None:
         now = time.monotonic()
