@@ -369,7 +369,31 @@ class FinishedTasks:
                 books.team_measured = time.monotonic()
             return books
 
-        return await self.quota.ensure(owner, load)
+        books = await self.quota.ensure(owner, load)
+        self._count_unbooked(owner, books)
+        return books
+
+    def _count_unbooked(self, owner: Owner, books: CallerBooks) -> None:
+        """Finished tasks of the caller's instance not in its books yet go in now: a task
+        nobody was answered with (its stream dropped, answered through another swarm or
+        after a restart) stays until the sweep lets it go, a few seconds, and no longer
+        counts among the open tasks either; a caller sending in a loop would pass its bound
+        by what it finished in that time.
+
+        With a store the instance holds only its open and just-finished tasks: a few to look
+        at. The memory store keeps every finished task in its instance, and in its books
+        once let go: they are looked at only when the instance holds more finished tasks
+        than the books have (some are not booked yet)."""
+        inst = self.instances.peek(*owner)
+        if inst is None:
+            return
+        runtime = inst.swarm.runtime
+        tasks = runtime.mail_tasks
+        if self.lifecycle is None and len(tasks) - len(runtime.open_tasks.ids()) <= len(books.tasks):
+            return
+        for task_id, task in list(tasks.items()):
+            if task_id not in books.tasks and is_finished(task):
+                self.quota.record(owner, task_id, message_bytes(task))
 
     # -- reading back ----------------------------------------------------------------------
     async def stored_task(self, kind: str, caller_id: str, task_id: str) -> MAILTask | None:
