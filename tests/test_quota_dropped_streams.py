@@ -27,7 +27,9 @@ MAX_TASKS = 2
 
 @pytest.fixture(params=["sqlite", "memory"])
 def server(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ServerProcess]:
-    extra = f'\n[server.store]\nkind = "{request.param}"\nmax_stored_tasks_per_caller = {MAX_TASKS}\n'
+    extra = (
+        f'\n[server.store]\nkind = "{request.param}"\nmax_stored_tasks_per_caller = {MAX_TASKS}\n'
+    )
     with keyed_stub_server(tmp_path, ROOT_ALICE_BOB, extra=extra) as srv:
         yield srv
 

@@ -48,6 +48,10 @@ SAVE_INTERVAL = 0.25
 TRIM_AFTER_BYTES = 8 * 1024 * 1024
 TRIM_IDLE_BYTES = 1024 * 1024
 TRIM_INTERVAL = 1.0
+# A caller at a bound has its books read again from the store at most this often: tasks
+# removed outside this server (`mail db-prune` beside a live PostgreSQL server, another
+# front end's retention) leave them, and the caller gets in again.
+REREAD_AT_BOUND = 5.0
 HEAL_PER_PAGE = 20  # stored tasks without a summary read whole per GET /tasks page
 _EMPTY_USAGE = TaskUsage().total.as_dict()
 
@@ -166,7 +170,7 @@ class FinishedTasks:
         let go as soon as nothing works on it any more (the turn that answered may still be
         winding down), in the background; measured and summarised there."""
         task = self.count(inst, task_id)
-        if task is None:
+        if task is None or task_id is None:
             return
         # Another swarm may still be told about the end of a task it took part in: the
         # sweep lets such a task go after its grace.
@@ -367,9 +371,17 @@ class FinishedTasks:
             if self.team_store is not None:
                 books.team_bytes = await self.team_store.stored_bytes(self.key(*owner))
                 books.team_measured = time.monotonic()
+            books.read_at = time.monotonic()
             return books
 
         books = await self.quota.ensure(owner, load)
+        if (
+            self.lifecycle is not None
+            and self.quota.at_bound(books)
+            and time.monotonic() - books.read_at >= REREAD_AT_BOUND
+        ):
+            books.read_at = time.monotonic()  # one read at a time per caller
+            books.reread(await load())
         self._count_unbooked(owner, books)
         return books
 
@@ -389,7 +401,9 @@ class FinishedTasks:
             return
         runtime = inst.swarm.runtime
         tasks = runtime.mail_tasks
-        if self.lifecycle is None and len(tasks) - len(runtime.open_tasks.ids()) <= len(books.tasks):
+        if self.lifecycle is None and len(tasks) - len(runtime.open_tasks.ids()) <= len(
+            books.tasks
+        ):
             return
         for task_id, task in list(tasks.items()):
             if task_id not in books.tasks and is_finished(task):
