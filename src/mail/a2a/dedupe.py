@@ -6,7 +6,10 @@ does so per caller: the first ``SendMessage`` (or ``SendStreamingMessage``) with
 ``messageId`` runs; a repeat of it by the same caller returns that message's task as it is
 now (a blocking repeat waits until the first call returns), and a streamed repeat
 subscribes to that task (or gets its final state when it is over). Another caller's message
-with the same id is another message.
+with the same id is another message. The same id with another message (other parts, role,
+context or task; the metadata may differ between retries) is refused with invalid params,
+and nothing runs: answering it with the first message's task would drop the new message
+silently (as ``Idempotency-Key`` with another body is 422).
 
 What is remembered is the id of the task each message started, in memory, for the newest
 ``max_a2a_tasks_per_caller`` messages of each caller (the A2A task records themselves are
@@ -16,6 +19,7 @@ kept in memory and bounded the same way, see ``mail.a2a.store``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -25,7 +29,14 @@ from a2a.server.agent_execution.active_task import TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.types.a2a_pb2 import GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest, Task
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+)
+from a2a.utils.errors import InvalidParamsError
 
 
 @dataclass
@@ -38,6 +49,7 @@ class _Sent:
     result: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    fingerprint: bytes = b""  # of the message (`_fingerprint`): a repeat must match it
 
     def started(self, task_id: str | None) -> None:
         if not self.task_id.done():
@@ -72,6 +84,16 @@ def _slim(result: Any) -> Any:
     return slim
 
 
+def _fingerprint(message: Message) -> bytes:
+    """What makes two messages with one id the same message: everything but the metadata
+    and extensions (which a client may set anew on a retry), serialized deterministically."""
+    content = Message()
+    content.CopyFrom(message)
+    content.ClearField("metadata")
+    del content.extensions[:]
+    return hashlib.sha256(content.SerializeToString(deterministic=True)).digest()
+
+
 def _task_id_of(event: Any) -> str | None:
     if isinstance(event, Task):
         return event.id or None
@@ -94,9 +116,16 @@ class MessageIdDedupingHandler(DefaultRequestHandler):
         owner = resolve_user_scope(context)
         sent = self._sent.setdefault(owner, OrderedDict())
         found = sent.get(message_id)
+        fingerprint = _fingerprint(params.message)
         if found is not None:
+            if found.fingerprint != fingerprint:
+                raise InvalidParamsError(
+                    message=f"messageId {message_id!r} was already used for a different "
+                    "message; send each new message with a new messageId (a repeat with the "
+                    "same id is only for resending the same message)"
+                )
             return found, False
-        record = sent[message_id] = _Sent()
+        record = sent[message_id] = _Sent(fingerprint=fingerprint)
         while self._max_messages and len(sent) > self._max_messages:
             sent.popitem(last=False)
         return record, True

@@ -39,6 +39,12 @@ async def run_events(
         async with state.instances.lease(inst):
             async for event in events:
                 messaging._release(inst, req.task_id)  # submitted: the task's state answers
+                if event.id is None and event.event in ("task_complete", "task_error"):
+                    # In the caller's books at once, as an answer over HTTP is: the task stays
+                    # in memory until the sweep, and the caller's next send must see it.
+                    finished = getattr(state, "finished", None)
+                    if finished is not None:
+                        finished.count(inst, req.task_id)
                 yield event
     finally:
         messaging._release(inst, req.task_id)

@@ -48,6 +48,10 @@ SAVE_INTERVAL = 0.25
 TRIM_AFTER_BYTES = 8 * 1024 * 1024
 TRIM_IDLE_BYTES = 1024 * 1024
 TRIM_INTERVAL = 1.0
+# A caller at a bound has its books read again from the store at most this often: tasks
+# removed outside this server (`mail db-prune` beside a live PostgreSQL server, another
+# front end's retention) leave them, and the caller gets in again.
+REREAD_AT_BOUND = 5.0
 HEAL_PER_PAGE = 20  # stored tasks without a summary read whole per GET /tasks page
 _EMPTY_USAGE = TaskUsage().total.as_dict()
 
@@ -165,21 +169,30 @@ class FinishedTasks:
         """The caller has the task's answer: it is counted in the caller's books at once and
         let go as soon as nothing works on it any more (the turn that answered may still be
         winding down), in the background; measured and summarised there."""
-        if task_id is None:
+        task = self.count(inst, task_id)
+        if task is None or task_id is None:
             return
-        task = inst.swarm.runtime.mail_tasks.get(task_id)
-        if task is None or not is_finished(task):
-            return
-        books = self.quota.books(inst.key)
-        if books is None or task_id not in books.tasks:
-            # Counted now (the caller's next message may come first): its messages' bytes.
-            self.quota.record(inst.key, task_id, message_bytes(task))
         # Another swarm may still be told about the end of a task it took part in: the
         # sweep lets such a task go after its grace.
         if not task.remote_swarms:
             if not self._answered:  # otherwise the worker comes back within RETRY_INTERVAL
                 self._wake.set()
             self._answered[(inst.key, task_id)] = (inst, time.monotonic())
+
+    def count(self, inst: Instance, task_id: str | None) -> MAILTask | None:
+        """A finished task goes into its caller's books now, by its messages' bytes (the
+        caller's next message may come before the task leaves memory and is measured; a task
+        answered through A2A stays until the sweep). The task, or None when it is not a
+        finished task of the instance."""
+        if task_id is None:
+            return None
+        task = inst.swarm.runtime.mail_tasks.get(task_id)
+        if task is None or not is_finished(task):
+            return None
+        books = self.quota.books(inst.key)
+        if books is None or task_id not in books.tasks:
+            self.quota.record(inst.key, task_id, message_bytes(task))
+        return task
 
     def _take_answered(self) -> None:
         now = time.monotonic()
@@ -358,9 +371,43 @@ class FinishedTasks:
             if self.team_store is not None:
                 books.team_bytes = await self.team_store.stored_bytes(self.key(*owner))
                 books.team_measured = time.monotonic()
+            books.read_at = time.monotonic()
             return books
 
-        return await self.quota.ensure(owner, load)
+        books = await self.quota.ensure(owner, load)
+        if (
+            self.lifecycle is not None
+            and self.quota.at_bound(books)
+            and time.monotonic() - books.read_at >= REREAD_AT_BOUND
+        ):
+            books.read_at = time.monotonic()  # one read at a time per caller
+            books.reread(await load())
+        self._count_unbooked(owner, books)
+        return books
+
+    def _count_unbooked(self, owner: Owner, books: CallerBooks) -> None:
+        """Finished tasks of the caller's instance not in its books yet go in now: a task
+        nobody was answered with (its stream dropped, answered through another swarm or
+        after a restart) stays until the sweep lets it go, a few seconds, and no longer
+        counts among the open tasks either; a caller sending in a loop would pass its bound
+        by what it finished in that time.
+
+        With a store the instance holds only its open and just-finished tasks: a few to look
+        at. The memory store keeps every finished task in its instance, and in its books
+        once let go: they are looked at only when the instance holds more finished tasks
+        than the books have (some are not booked yet)."""
+        inst = self.instances.peek(*owner)
+        if inst is None:
+            return
+        runtime = inst.swarm.runtime
+        tasks = runtime.mail_tasks
+        if self.lifecycle is None and len(tasks) - len(runtime.open_tasks.ids()) <= len(
+            books.tasks
+        ):
+            return
+        for task_id, task in list(tasks.items()):
+            if task_id not in books.tasks and is_finished(task):
+                self.quota.record(owner, task_id, message_bytes(task))
 
     # -- reading back ----------------------------------------------------------------------
     async def stored_task(self, kind: str, caller_id: str, task_id: str) -> MAILTask | None:

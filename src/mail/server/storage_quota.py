@@ -100,10 +100,20 @@ class CallerBooks:
     # Uploads of requests past the check and not yet stored (`reserve`): counted at once, so
     # uploads sent together cannot all pass the check before any is stored.
     reserved: int = 0
+    read_at: float = 0.0  # time.monotonic() of the last read from the store (`reread`)
 
     @property
     def total(self) -> int:
         return self.tasks.bytes + self.team_bytes + self.reserved
+
+    def reread(self, loaded: CallerBooks) -> None:
+        """Take the tasks and team bytes of a new read from the store (what was removed
+        outside this server, such as by `mail db-prune`, leaves the books); what only this
+        server knows (uploads under way, finished_at) stays."""
+        self.tasks.clear()
+        self.tasks.update(loaded.tasks)
+        self.team_bytes, self.team_measured = loaded.team_bytes, loaded.team_measured
+        self.read_at = loaded.read_at
 
 
 class StorageQuota:
@@ -183,6 +193,13 @@ class StorageQuota:
         for task_id in task_ids:
             books.tasks.pop(task_id, None)
             books.finished_at.pop(task_id, None)
+
+    def at_bound(self, books: CallerBooks) -> bool:
+        """Whether the caller is at either bound, or within a tenth of the byte bound (its
+        next message may be refused)."""
+        if self.max_tasks and len(books.tasks) >= self.max_tasks:
+            return True
+        return bool(self.max_bytes) and books.total >= self.max_bytes - self.max_bytes // 10
 
     def check(
         self,
