@@ -396,6 +396,8 @@ class FinishedTasks:
         at. The memory store keeps every finished task in its instance, and in its books
         once let go: they are looked at only when the instance holds more finished tasks
         than the books have (some are not booked yet)."""
+        if not (self.quota.max_tasks or self.quota.max_bytes):
+            return  # no bound to check: the sweep books them as it lets them go
         inst = self.instances.peek(*owner)
         if inst is None:
             return
