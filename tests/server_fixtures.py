@@ -246,7 +246,11 @@ def keyed_stub_server(
         except RuntimeError:
             if attempt == 4 or "already in use" not in server.logs():
                 raise
-    yield server
+    try:
+        yield server
+    except BaseException:
+        server.stop()  # the test failed: stop the server all the same, then report that
+        raise
     assert server.stop() == 0, server.logs()
 
 
