@@ -142,14 +142,16 @@ def idempotent(
             if request is None:
                 request = _request_of(args, kwargs)
             fields = key_fields(request)
-            if not fields or (guard := guard_of(request)) is None:
+            if not fields or (guard := getattr(server_state(request), "idempotency", None)) is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")
             who = given if isinstance(given, Caller) else await caller(request)
             key = key_of(fields, guard.max_length)
             assert key is not None
             body = await request.body()
-            ticket = guard.open(who, key, fingerprint(request.method, request.scope["path"], body))
+            scope = request.scope
+            ticket = guard.open(who, key, fingerprint(scope["method"], scope["path"], body))
+            ticket.caller = who
             if ticket.in_flight:
                 return await _answer_duplicate(request, who, ticket, resolver)
             request.scope[_SCOPE_KEY] = ticket

@@ -59,7 +59,14 @@ def key_of(fields: list[bytes], max_length: int) -> str | None:
     if len(fields) > 1:
         raise BadRequest(f"send one Idempotency-Key header, not {len(fields)} (see {DOCS})")
     raw = fields[0].decode("latin-1").strip()  # (latin-1: as Starlette decodes headers)
-    key = _sf_string(raw) if raw.startswith('"') else raw
+    if raw.startswith('"'):
+        inner = raw[1:-1]
+        if len(raw) >= 2 and raw[-1] == '"' and '"' not in inner and "\\" not in inner:
+            key: str | None = inner  # no escapes: the usual key (a UUID)
+        else:
+            key = _sf_string(raw)
+    else:
+        key = raw
     if not key or not (key.isascii() and key.isprintable()):
         raise BadRequest(
             "Idempotency-Key must be a quoted string of printable ASCII characters, such as "
@@ -102,9 +109,10 @@ def fingerprint(method: str, path: str, body: bytes) -> str:
             canonical = _canonical(loads(body))
         except (ValueError, TypeError, RecursionError):
             canonical = body
-    digest = hashlib.sha256(f"{method.upper()} {path}\n".encode())
-    digest.update(canonical)
-    return digest.hexdigest()
+    # One hash of the prefix and the body together (the same digest as updating it twice).
+    return hashlib.sha256(
+        b"%s %s\n%s" % (method.upper().encode(), path.encode(), canonical)
+    ).hexdigest()
 
 
 def _canonical(value: Any) -> bytes:
