@@ -56,12 +56,13 @@ from mail.server.idempotency_guard import (
 from mail.server.idempotency_wire import (
     REPLAYED_HEADER,
     fingerprint,
+    fingerprint_and_value,
     in_progress,
     key_fields,
     key_of,
     replay,
 )
-from mail.server.jsonio import dumps
+from mail.server.jsonio import PARSED_BODY, dumps
 
 __all__ = [
     "REPLAYED_HEADER",
@@ -150,7 +151,10 @@ def idempotent(
             assert key is not None
             body = await request.body()
             scope = request.scope
-            ticket = guard.open(who, key, fingerprint(scope["method"], scope["path"], body))
+            digest, value = fingerprint_and_value(scope["method"], scope["path"], body)
+            if type(value) is dict:  # the route's `read_json_object` takes it as it is
+                scope[PARSED_BODY] = value
+            ticket = guard.open(who, key, digest)
             ticket.caller = who
             if ticket.in_flight:
                 return await _answer_duplicate(request, who, ticket, resolver)

@@ -110,7 +110,7 @@ class IdempotencyGuard:
     def open(self, caller: Caller, key: str, fingerprint: str) -> Ticket:
         """The ticket of a request with `key`: a duplicate of one under way in this process,
         or the key's owner here (whether the store already has the key, its take tells)."""
-        scope = self.scope(caller)
+        scope = self._scopes.get((caller.role, caller.id)) or self.scope(caller)
         slot = (caller.role, caller.id, key)
         pending = self._pending.get(slot)
         if pending is not None:
@@ -344,11 +344,8 @@ class Ticket:
             context=context if context is not None else {},  # (the caller's own, fresh)
             holder=self.guard.holder,
         )
-        if (
-            self.with_work
-            and not self.takeover
-            and self.guard.take_now(self.scope, self.key, record)
-        ):
+        guard = self.guard
+        if self.with_work and not self.takeover and guard.take_now(self.scope, self.key, record):
             self.taken = self.carried = True
             pending = self.pending
             pending.subject, pending.context = subject, record.context
