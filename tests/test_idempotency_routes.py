@@ -110,6 +110,28 @@ def test_fingerprint_ignores_key_order_and_spacing() -> None:
     assert a != fingerprint("POST", "/other", b'{"subject":"s","body":"x"}')
 
 
+def test_fingerprint_digest_is_the_stored_one() -> None:
+    """Keys live a day in the store, across restarts and upgrades: a retry is compared with
+    the digest its first request stored, so the digest's recipe never changes (sha256 of
+    "METHOD path\\n" then the canonical body, or the raw bytes of a body that is not JSON)."""
+    import hashlib
+
+    def stored(method: str, path: str, canonical: bytes) -> str:
+        digest = hashlib.sha256(f"{method} {path}\n".encode())
+        digest.update(canonical)
+        return digest.hexdigest()
+
+    body = b'{"subject": "s", "body": "x\\u00e9", "n": [1, 2.5, null]}'
+    canonical = '{"body":"x\u00e9","n":[1,2.5,null],"subject":"s"}'.encode()
+    assert fingerprint("post", "/message", body) == stored("POST", "/message", canonical)
+    for raw in (b"", b"   ", b"not json", b'{"a": 1'):
+        assert fingerprint("POST", "/task/cancel", raw) == stored("POST", "/task/cancel", raw)
+    # Paths past the kept prefixes (ids in them) hash alike.
+    for n in range(100):
+        path = f"/webhooks/wh_{n}"
+        assert fingerprint("DELETE", path, b"") == stored("DELETE", path, b"")
+
+
 def test_keys_per_caller_are_bounded_and_expire(server: ServerProcess) -> None:
     """At the bound (3 here) a caller is not refused: its oldest answered key is forgotten
     (a repeat of that request runs again); keys still under way refuse (the store tests)."""

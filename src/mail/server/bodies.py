@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from mail.server.errors import BadRequest, type_name
-from mail.server.jsonio import loads
+from mail.server.jsonio import PARSED_BODY, loads
 from mail.utils.echo import echo
 
 MESSAGE_TYPES: tuple[str, ...] = (
@@ -60,6 +60,9 @@ TASK_FIELDS: tuple[str, ...] = ("task_id",)
 
 async def read_json_object(request: Request, *, required: bool = True) -> dict[str, Any]:
     """The body as a JSON object; an empty body is ``{}`` unless ``required``."""
+    parsed: dict[str, Any] | None = request.scope.pop(PARSED_BODY, None)
+    if parsed is not None:  # parsed already (`PARSED_BODY`): the same bytes, read once
+        return parsed
     raw = await request.body()
     if not raw.strip():
         if required:

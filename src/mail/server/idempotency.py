@@ -56,12 +56,13 @@ from mail.server.idempotency_guard import (
 from mail.server.idempotency_wire import (
     REPLAYED_HEADER,
     fingerprint,
+    fingerprint_and_value,
     in_progress,
     key_fields,
     key_of,
     replay,
 )
-from mail.server.jsonio import dumps
+from mail.server.jsonio import PARSED_BODY, dumps
 
 __all__ = [
     "REPLAYED_HEADER",
@@ -142,14 +143,19 @@ def idempotent(
             if request is None:
                 request = _request_of(args, kwargs)
             fields = key_fields(request)
-            if not fields or (guard := guard_of(request)) is None:
+            if not fields or (guard := getattr(server_state(request), "idempotency", None)) is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")
             who = given if isinstance(given, Caller) else await caller(request)
             key = key_of(fields, guard.max_length)
             assert key is not None
             body = await request.body()
-            ticket = guard.open(who, key, fingerprint(request.method, request.scope["path"], body))
+            scope = request.scope
+            digest, value = fingerprint_and_value(scope["method"], scope["path"], body)
+            if type(value) is dict:  # the route's `read_json_object` takes it as it is
+                scope[PARSED_BODY] = value
+            ticket = guard.open(who, key, digest)
+            ticket.caller = who
             if ticket.in_flight:
                 return await _answer_duplicate(request, who, ticket, resolver)
             request.scope[_SCOPE_KEY] = ticket

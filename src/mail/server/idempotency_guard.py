@@ -97,14 +97,20 @@ class IdempotencyGuard:
         # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
         self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
         self._writer: asyncio.Task[None] | None = None
+        # Each caller's scope, made once (cleared with the counts at each sweep).
+        self._scopes: dict[tuple[str, str], InstanceKey] = {}
 
     def scope(self, caller: Caller) -> InstanceKey:
-        return InstanceKey(self.swarm_name, caller.role, caller.id)
+        owner = (caller.role, caller.id)
+        scope = self._scopes.get(owner)
+        if scope is None:
+            scope = self._scopes[owner] = InstanceKey(self.swarm_name, caller.role, caller.id)
+        return scope
 
     def open(self, caller: Caller, key: str, fingerprint: str) -> Ticket:
         """The ticket of a request with `key`: a duplicate of one under way in this process,
         or the key's owner here (whether the store already has the key, its take tells)."""
-        scope = self.scope(caller)
+        scope = self._scopes.get((caller.role, caller.id)) or self.scope(caller)
         slot = (caller.role, caller.id, key)
         pending = self._pending.get(slot)
         if pending is not None:
@@ -112,7 +118,9 @@ class IdempotencyGuard:
                 raise key_reused()
             return Ticket(self, scope, key, fingerprint, in_flight=True, pending=pending)
         pending = self._pending[slot] = _Pending(fingerprint)
-        return Ticket(self, scope, key, fingerprint, pending=pending, owner=True)
+        ticket = Ticket(self, scope, key, fingerprint, pending=pending, owner=True)
+        ticket.slot = slot
+        return ticket
 
     def reserve(self, scope: InstanceKey) -> bool:
         """Count one more key of the caller now, when it is known to hold fewer than
@@ -218,6 +226,7 @@ class IdempotencyGuard:
             return
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._counts.clear()  # counted again when next needed (expired keys drop out)
+        self._scopes.clear()
         for owner in [o for o, lock in self._counting.items() if not lock.locked()]:
             del self._counting[owner]
         self.spawn(self.store.purge(time.time()), "sweeping expired idempotency keys")
@@ -301,6 +310,13 @@ class Ticket:
         # The answer is the one its task keeps (set by the route): no outcome is stored; a
         # repeat rebuilds the same answer from the task (the resolver), as after a crash.
         self.answered_by_task = False
+        # Taken by the store's `take_now`: its row went into the task store's buffer ahead
+        # of the task's writes (what the store's `carried` says, known without asking it).
+        self.carried = False
+        # Its "under way here" entry, (role, id, key), while `owner`.
+        self.slot: tuple[str, str, str] | None = None
+        # The caller as the guard resolved it (`mail.server.idempotency`), for the route.
+        self.caller: Caller | None = None
 
     def found(self, record: KeyRecord) -> None:
         """The store holds the key already (`KeyHeld`): what its first request started."""
@@ -328,14 +344,13 @@ class Ticket:
             context=context if context is not None else {},  # (the caller's own, fresh)
             holder=self.guard.holder,
         )
-        if (
-            self.with_work
-            and not self.takeover
-            and self.guard.take_now(self.scope, self.key, record)
-        ):
-            self.taken = True
-            self.pending.subject, self.pending.context = subject, record.context
-            self.guard.taken(self.scope)
+        guard = self.guard
+        if self.with_work and not self.takeover and guard.take_now(self.scope, self.key, record):
+            self.taken = self.carried = True
+            pending = self.pending
+            pending.subject, pending.context = subject, record.context
+            if time.monotonic() >= self.guard._next_sweep:  # (`taken`, inline)
+                self.guard.taken(self.scope)
             return
         counted = not self.takeover  # a slot of the bound reserved (before any await)
         if counted and not self.guard.reserve(self.scope):
@@ -425,7 +440,7 @@ class Ticket:
     async def release(self) -> None:
         """Forget the key this request took: it was refused before it did anything."""
         if self.taken:
-            self.taken = False
+            self.taken = self.carried = False
             self.guard.released(self.scope)
             await self.guard.store.release(self.scope, self.key)
 
@@ -446,9 +461,10 @@ class Ticket:
             self.guard.store.let_go(self.scope, self.key)
         if self.owner:
             self.owner = False
-            slot = (self.scope.caller_role, self.scope.caller_id, self.key)
-            if self.guard._pending.get(slot) is self.pending:
-                del self.guard._pending[slot]
+            slot = self.slot or (self.scope.caller_role, self.scope.caller_id, self.key)
+            pending = self.guard._pending
+            if pending.get(slot) is self.pending:
+                del pending[slot]
 
 
 class KeyHeld(Exception):

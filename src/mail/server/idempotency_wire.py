@@ -59,7 +59,14 @@ def key_of(fields: list[bytes], max_length: int) -> str | None:
     if len(fields) > 1:
         raise BadRequest(f"send one Idempotency-Key header, not {len(fields)} (see {DOCS})")
     raw = fields[0].decode("latin-1").strip()  # (latin-1: as Starlette decodes headers)
-    key = _sf_string(raw) if raw.startswith('"') else raw
+    if raw.startswith('"'):
+        inner = raw[1:-1]
+        if len(raw) >= 2 and raw[-1] == '"' and '"' not in inner and "\\" not in inner:
+            key: str | None = inner  # no escapes: the usual key (a UUID)
+        else:
+            key = _sf_string(raw)
+    else:
+        key = raw
     if not key or not (key.isascii() and key.isprintable()):
         raise BadRequest(
             "Idempotency-Key must be a quoted string of printable ASCII characters, such as "
@@ -96,15 +103,39 @@ def _sf_string(raw: str) -> str | None:
 def fingerprint(method: str, path: str, body: bytes) -> str:
     """What makes two requests "the same": method, path and the body as canonical JSON
     (keys sorted, no spaces), or the raw bytes of a body that is not JSON."""
+    return fingerprint_and_value(method, path, body)[0]
+
+
+# The hashed prefix of a method and path ("POST /message\n"), for the first few of them.
+_PREFIXES: dict[tuple[str, str], bytes] = {}
+_MAX_PREFIXES = 64
+
+
+def fingerprint_and_value(method: str, path: str, body: bytes) -> tuple[str, Any]:
+    """`fingerprint`, and the body's JSON value it was made from (None when the body is not
+    JSON): the route need not parse the body again (`PARSED_BODY`)."""
+    value: Any = None
     canonical = body
-    if body.strip():
+    if body:  # (a body of spaces is not JSON: hashed as it is, as an empty one)
         try:
-            canonical = _canonical(loads(body))
+            value = _loads(body)
+            canonical = (
+                _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)  # (`_canonical`, inline)
+                if _orjson is not None
+                else _canonical(value)
+            )
         except (ValueError, TypeError, RecursionError):
-            canonical = body
-    digest = hashlib.sha256(f"{method.upper()} {path}\n".encode())
-    digest.update(canonical)
-    return digest.hexdigest()
+            value, canonical = None, body
+    prefix = _PREFIXES.get((method, path))
+    if prefix is None:
+        prefix = f"{method.upper()} {path}\n".encode()
+        if len(_PREFIXES) < _MAX_PREFIXES:  # (paths with ids in them are not kept)
+            _PREFIXES[(method, path)] = prefix
+    # One hash of the prefix and the body together (the same digest as updating it twice).
+    return hashlib.sha256(prefix + canonical).hexdigest(), value
+
+
+_loads: Any = loads if _orjson is None else _orjson.loads  # (`jsonio.loads`, without its frame)
 
 
 def _canonical(value: Any) -> bytes:

@@ -41,6 +41,11 @@ def dumps_str(obj: Any) -> str:
     return dumps(obj).decode("utf-8")
 
 
+# Where a request's body, parsed as a JSON object before its route ran (by the
+# Idempotency-Key guard, for its fingerprint), waits for the route's `read_json_object`.
+PARSED_BODY = "mail.parsed_body"
+
+
 def loads(data: bytes | str) -> Any:
     if _orjson is not None:
         return _orjson.loads(data)

@@ -352,16 +352,21 @@ def _answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket
         req.task_id,
     ):
         return
-    ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
+    if ticket.carried:  # (`_task_is_outcome`, inline: the keyed request's hot path)
+        task = inst.swarm.get_task_by_id(req.task_id or "")
+        ticket.answered_by_task = task is not None and not task.is_running
+    else:
+        ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
 
 
 def _task_is_outcome(inst: Instance, req: MessageRequest, ticket: Ticket) -> bool:
     """Whether the key's row went with its task's writes (`carried`: what the task stores
     later commits after it) and the task is no longer running (the key counts as finished
     at the caller's bound, `evict_finished`)."""
-    carried = getattr(ticket.guard.store, "carried", None)
-    if not (callable(carried) and carried(ticket.scope, ticket.key)):
-        return False
+    if not ticket.carried:  # (known to the ticket when `take_now` took it)
+        carried = getattr(ticket.guard.store, "carried", None)
+        if not (callable(carried) and carried(ticket.scope, ticket.key)):
+            return False
     task = _task_or_none(inst, req.task_id or "")
     return task is not None and not task.is_running
 

@@ -22,10 +22,12 @@ router = APIRouter()
 # store keeps before it is sent) is recorded right after the answer.
 @idempotent(resolve_message, deferred=True, lazy_outcome=True)
 async def post_message(request: Request) -> Response:
-    caller = await caller_admin_or_user(request)
+    ticket = current_ticket(request)
+    # A keyed request's caller was resolved (and its role checked) by the guard.
+    keyed = None if ticket is None else ticket.caller
+    caller = keyed if keyed is not None else await caller_admin_or_user(request)
     state = get_state(request)
     req = parse_message_request(await read_json_object(request))
-    ticket = current_ticket(request)
     if req.stream:
         return await messaging.stream_message(state, caller, req, ticket)
     return JSONBody(await messaging.post_message(state, caller, req, ticket))

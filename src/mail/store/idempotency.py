@@ -69,7 +69,7 @@ def take_row(scope: tuple[str, str, str], key: str, record: KeyRecord) -> tuple[
         key,
         record.fingerprint,
         record.subject,
-        dump_context(record.context),
+        to_json(record.context),  # (`dump_context`)
         record.holder,
         record.created_at,
         record.expires_at,

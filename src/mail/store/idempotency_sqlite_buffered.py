@@ -34,7 +34,9 @@ committed on its own before its work starts, as before.
 from __future__ import annotations
 
 import asyncio
+import operator
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from mail.store.base import InstanceKey, StoreUnavailableError
@@ -155,8 +157,11 @@ def key_row_write(key: InstanceKey, row: tuple[Any, ...]) -> SqlWrite:
     return SqlWrite(KEY_ROW_KIND, row)
 
 
-def _scope(scope: InstanceKey) -> Scope:
-    return (scope.swarm_name, scope.caller_role, scope.caller_id)
+# A caller's scope as a plain tuple, `(swarm_name, caller_role, caller_id)` (a C call: no
+# Python frame on the keyed hot path, where it ran four times a request).
+_scope: Callable[[InstanceKey], Scope] = operator.attrgetter(
+    "swarm_name", "caller_role", "caller_id"
+)
 
 
 class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
@@ -165,6 +170,8 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
     def __init__(self, path: Any, task_store: Any) -> None:
         super().__init__(path)
         self.tasks = task_store  # a SqliteTaskStore on the same file
+        # Its write-behind buffer (`take_now` queues key rows straight into it).
+        self._buffer: Any = getattr(task_store, "_buffer", None)
         self._known: dict[Scope, KeyFilter] = {}  # per caller: the keys on the file (and more)
         self._loading: dict[Scope, asyncio.Future[KeyFilter]] = {}
         # Keys taken whose request has not finished: their row when it went through the
@@ -203,7 +210,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             if taken not in self._unsettled:
                 return
             mark = self._unsettled[taken]
-            buffer = getattr(self.tasks, "_buffer", None)
+            buffer = self._buffer
             if mark is not None and buffer is not None and buffer.written(mark):
                 del self._unsettled[taken]  # committed with the task (the usual case)
                 return
@@ -279,7 +286,34 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         `take_with_work` reads the file, as for any key the filter has)."""
         owner = _scope(scope)
         known = self._known.get(owner)
-        if known is None or self._degraded() or known.add(key):
+        buffer = self._buffer
+        if known is None or buffer is None:
+            return known is not None and self._take_queued(scope, owner, known, key, record)
+        # The task store's `is_degraded` (an outage, or a batch stalled for seconds), asked
+        # only while its buffer is failing or writing: idle, it is neither.
+        if buffer.outage_since is not None or (
+            buffer.writing_since is not None and self.tasks.is_degraded()
+        ):
+            return False
+        if known.add(key):
+            return False
+        # `_queued`, inline (the keyed request's hot path): the row straight into the task
+        # store's buffer, as its `write_nowait` would put it (`key_row_write`).
+        row = (*take_row(owner, key, record), None, None, None)
+        if not buffer.try_put(SqlWrite(KEY_ROW_KIND, row)):
+            return False  # full: an outage
+        if known.count > known.capacity:  # (`full`) read again, into a larger filter
+            self._known.pop(owner, None)
+        taken = (owner, key)
+        self._taken[taken] = row
+        self._unsettled[taken] = buffer.submitted
+        return True
+
+    def _take_queued(
+        self, scope: InstanceKey, owner: Scope, known: KeyFilter, key: str, record: KeyRecord
+    ) -> bool:
+        """`take_now` of a task store without a buffer of its own."""
+        if self._degraded() or known.add(key):
             return False
         return self._queued(scope, owner, known, key, record)
 
