@@ -381,7 +381,8 @@ class FinishedTasks:
             and time.monotonic() - books.read_at >= REREAD_AT_BOUND
         ):
             books.read_at = time.monotonic()  # one read at a time per caller
-            books.reread(await load())
+            before = books.seen()  # (what is booked meanwhile is newer than the read)
+            books.reread(await load(), before)
         self._count_unbooked(owner, books)
         return books
 

@@ -106,13 +106,27 @@ class CallerBooks:
     def total(self) -> int:
         return self.tasks.bytes + self.team_bytes + self.reserved
 
-    def reread(self, loaded: CallerBooks) -> None:
+    def seen(self) -> tuple[dict[str, int], int]:
+        """What the books hold before a read from the store (`reread`'s `before`)."""
+        return dict(self.tasks), self.team_bytes
+
+    def reread(self, loaded: CallerBooks, before: tuple[dict[str, int], int]) -> None:
         """Take the tasks and team bytes of a new read from the store (what was removed
         outside this server, such as by `mail db-prune`, leaves the books); what only this
-        server knows (uploads under way, finished_at) stays."""
+        server knows (uploads under way, finished_at) stays, and so does what changed here
+        while the store was read (`before`, from `seen`): a task booked or measured then,
+        one forgotten then, team bytes added then are newer than the read."""
+        tasks, team_bytes = before
+        fresh = dict(loaded.tasks)
+        for task_id in tasks.keys() - self.tasks.keys():
+            fresh.pop(task_id, None)
+        for task_id, size in self.tasks.items():
+            if tasks.get(task_id) != size:
+                fresh[task_id] = size
         self.tasks.clear()
-        self.tasks.update(loaded.tasks)
-        self.team_bytes, self.team_measured = loaded.team_bytes, loaded.team_measured
+        self.tasks.update(fresh)
+        if self.team_bytes == team_bytes:
+            self.team_bytes, self.team_measured = loaded.team_bytes, loaded.team_measured
         self.read_at = loaded.read_at
 
 
