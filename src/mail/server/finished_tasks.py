@@ -396,7 +396,7 @@ class FinishedTasks:
         With a store the instance holds only its open and just-finished tasks: a few to look
         at. The memory store keeps every finished task in its instance, and in its books
         once let go: they are looked at only when the instance holds more finished tasks
-        than the books have (some are not booked yet)."""
+        than the books have of it (some are not booked yet)."""
         if not (self.quota.max_tasks or self.quota.max_bytes):
             return  # no bound to check: the sweep books them as it lets them go
         inst = self.instances.peek(*owner)
@@ -404,9 +404,12 @@ class FinishedTasks:
             return
         runtime = inst.swarm.runtime
         tasks = runtime.mail_tasks
+        # (Tasks of an instance reclaimed while idle stay booked and archived, in no instance:
+        # not among the books this instance's tasks are compared with.)
+        archived = self.instances.archived_tasks(*owner) if self.lifecycle is None else ()
         if self.lifecycle is None and len(tasks) - len(runtime.open_tasks.ids()) <= len(
             books.tasks
-        ):
+        ) - len(archived):
             return
         for task_id, task in list(tasks.items()):
             if task_id not in books.tasks and is_finished(task):

@@ -1,0 +1,60 @@
+"""The task quota holds on the memory store for a caller whose instance was reclaimed.
+
+On the memory store a caller's finished tasks that its client never got (a dropped stream)
+go into its books at its next message (`FinishedTasks._count_unbooked`), which looks at
+them only when its instance holds more finished tasks than the books have. An instance
+reclaimed while idle leaves its tasks archived, still in the books but no longer in the
+caller's next instance: that instance's unbooked tasks were hidden behind the archived
+ones, and a caller with 2 archived tasks and a bound of 3 was let in with 3 stored and
+more (until the sweep booked them, seconds later). Real ``mail server``, stub swarm.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from test_quota_dropped_streams import stream_and_drop, wait_finished
+
+pytestmark = pytest.mark.timeout(300)
+
+MAX_TASKS = 3
+IDLE_TIMEOUT = 3
+
+
+def send(server: ServerProcess, who: str, body: str) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/message",
+        json={"body": body, "subject": "s"},
+        headers=auth(server.keys[who]),
+        timeout=60,
+    )
+
+
+def test_unbooked_tasks_count_after_the_instance_was_reclaimed(tmp_path: Path) -> None:
+    extra = f'\n[server.store]\nkind = "memory"\nmax_stored_tasks_per_caller = {MAX_TASKS}\n'
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB, extra=extra) as server:
+        server.stop()  # (the fixture's config keeps instances forever: reclaim them soon)
+        config = tmp_path / "mail.toml"
+        text = config.read_text(encoding="utf-8")
+        config.write_text(
+            text.replace("instance_idle_timeout = 0", f"instance_idle_timeout = {IDLE_TIMEOUT}"),
+            encoding="utf-8",
+        )
+        server.start()
+        for n in range(MAX_TASKS - 1):
+            assert send(server, "alice", f"task {n}").status_code == 200
+        deadline = time.monotonic() + 60
+        while "reclaimed idle user instance for alice" not in server.logs():
+            assert time.monotonic() < deadline, server.logs()
+            time.sleep(0.1)
+        status, task_id = stream_and_drop(server, "alice")  # in a new instance
+        assert status == 200 and task_id is not None
+        wait_finished(server, "alice", task_id)  # finished, not yet booked by the sweep
+        refused = send(server, "alice", "one too many")
+        assert refused.status_code == 429, refused.text
+        assert send(server, "bob", "another caller").status_code == 200
