@@ -150,7 +150,7 @@ class StorageQuota:
     ) -> CallerBooks:
         """The caller's books, read with `load` once (single-flight per caller)."""
         books = self._books.get(owner)
-        if books is not None:
+        if books is not None and (books.read_at or load is None):
             return books
         if load is None:
             books = self._books[owner] = CallerBooks()
@@ -163,7 +163,12 @@ class StorageQuota:
         finally:
             if pending.done():
                 self._loading.pop(owner, None)
-        return self._books.setdefault(owner, loaded)
+        books = self._books.setdefault(owner, loaded)
+        if books is not loaded and not books.read_at:
+            # Booked here before the store was read (a task of the caller that ended before
+            # its first message, such as one cancelled): what the store keeps counts too.
+            books.reread(loaded, ({}, -1 if books.team_measured else books.team_bytes))
+        return books
 
     def record(
         self, owner: Owner, task_id: str, size: int, finished_at: float | None = None
