@@ -181,6 +181,7 @@ def _start_lifecycle(state: ServerState) -> None:
         state.instances, state.store, quota, team_store=state.instances.team_store
     )
     state.instances.load_finished = finished.keeps_finished
+    state.instances.on_archive = finished.book_archived
     retention = Retention(
         finished,
         state.instances,

@@ -194,6 +194,20 @@ class FinishedTasks:
             self.quota.record(inst.key, task_id, message_bytes(task))
         return task
 
+    def book_archived(self, inst: Instance) -> None:
+        """Memory store: an instance reclaimed while idle; its tasks are archived, in no
+        instance the sweep looks at. Its finished tasks not booked yet (a dropped stream's,
+        a cancelled one's: nobody was answered with them) go into the books now, as the
+        sweep would have put them: the quota counts them, retention expires them."""
+        books = self.quota.books(inst.key)
+        done = books.finished_at if books is not None else {}
+        runtime = inst.swarm.runtime
+        now = time.time()
+        for task_id, task in list(runtime.mail_tasks.items()):
+            if task_id not in done and is_finished(task):
+                size = measure_in_memory(task, runtime)
+                self.quota.record(inst.key, task_id, size, finished_at=now)
+
     def _take_answered(self) -> None:
         now = time.monotonic()
         answered, self._answered = self._answered, {}

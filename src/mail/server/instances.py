@@ -130,6 +130,9 @@ class InstanceManager:
         # Push delivery: called with each new MAILSwarm and its InstanceKey, after its store
         # is attached, so the instance records its webhook events (mail.server.webhooks).
         self.attach_outbox: Callable[[Any, Any], None] | None = None
+        # Without a store: called with an instance reclaimed while idle, its tasks archived
+        # (`FinishedTasks.book_archived`: the ones the sweep had not booked yet go in now).
+        self.on_archive: Callable[[Instance], None] | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -296,6 +299,8 @@ class InstanceManager:
             del self._instances[inst.key]
             if self.store is None:
                 self._archive(inst)
+                if self.on_archive is not None:
+                    self.on_archive(inst)
             reclaimed.append(inst.key)
             await self._stop(inst)
             logger.info("reclaimed idle %s instance for %s", inst.kind, inst.id)
