@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, keyed_stub_server, post_as
 from test_quota_dropped_streams import stream_and_drop, wait_finished
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,12 +30,7 @@ IDLE_TIMEOUT = 6  # (long enough that the second instance outlives the test)
 
 
 def send(server: ServerProcess, who: str, body: str) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/message",
-        json={"body": body, "subject": "s"},
-        headers=auth(server.keys[who]),
-        timeout=60,
-    )
+    return post_as(server, who, {"body": body, "subject": "s"}, timeout=60)
 
 
 def reclaiming_after(server: ServerProcess, directory: Path, seconds: float) -> None:

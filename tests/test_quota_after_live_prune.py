@@ -18,7 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server, server_env
+from server_fixtures import (
+    ROOT_ALICE_BOB,
+    ServerProcess,
+    auth,
+    keyed_stub_server,
+    post_as,
+    server_env,
+)
 from support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,12 +34,7 @@ MAX_TASKS = 3
 
 
 def send(server: ServerProcess, who: str, body: str) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/message",
-        json={"body": body, "subject": "s"},
-        headers=auth(server.keys[who]),
-        timeout=60,
-    )
+    return post_as(server, who, {"body": body, "subject": "s"}, timeout=60)
 
 
 def test_a_caller_at_its_quota_gets_in_after_a_live_prune(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server, post_as
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,12 +24,7 @@ MAX_TASKS = 3
 
 
 def send(server: ServerProcess, who: str, body: str) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/message",
-        json={"body": body, "subject": "s"},
-        headers=auth(server.keys[who]),
-        timeout=60,
-    )
+    return post_as(server, who, {"body": body, "subject": "s"}, timeout=60)
 
 
 def test_stored_tasks_count_after_a_restart_when_a_task_ended_first(tmp_path: Path) -> None:
