@@ -27,6 +27,7 @@ from mail.server.bodies import check_subject, positive_seconds
 from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
 from mail.server.interswarm_bounds import check_envelope, check_user_message
+from mail.server.messaging import check_stored_quota
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 
@@ -252,6 +253,10 @@ async def post_user_message(
     check_subject(message["message"]["subject"], state.config.settings.max_subject_chars)
     if not await inst.swarm.is_interswarm_running():
         raise HTTPException(503, "interswarm router not available")
+    # A task of the caller's like any other: the same storage quotas as POST /message.
+    await check_stored_quota(
+        state, inst, message["message"]["task_id"], len(message["message"]["body"])
+    )
     show = bool(data.get("stream") or data.get("show_events"))
     async with state.instances.lease(inst):
         response, events = await inst.swarm.submit_message_task_events(

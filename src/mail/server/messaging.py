@@ -142,6 +142,28 @@ async def prepare(
     _prepare(state, inst, req, fresh=fresh)
 
 
+async def check_stored_quota(
+    state: ServerState, inst: Instance, task_id: str, incoming: int
+) -> None:
+    """The per-caller storage quotas of `prepare`, for a message that enters the caller's
+    instance another way (``POST /interswarm/message``): a finished task it names is put
+    back first; 429 naming the setting when the message would pass a bound (a message to a
+    paused task is never refused)."""
+    finished = state.finished
+    if finished is None:
+        return
+    await finished.bring_back(inst, task_id)
+    await finished.books(inst.kind, inst.id)
+    task = _task_or_none(inst, task_id)
+    if task is None or not _is_paused(inst, task_id):
+        state.quota.check(
+            inst.key,
+            new_task=task is None,
+            incoming=incoming,
+            open_ids=inst.swarm.runtime.open_tasks.ids,
+        )
+
+
 def _unreserve(state: ServerState, inst: Instance, req: MessageRequest) -> None:
     """The request's reserved upload bytes leave the books (stored, or never to be)."""
     if req.reserved_bytes:
