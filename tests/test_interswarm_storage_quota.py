@@ -10,6 +10,7 @@ every message gets the router's error answer, and its task is stored all the sam
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -39,6 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     keys_file = root / "registries" / "keys.json"
     srv = ServerProcess(root, port, args=["--config", str(config)])
     srv.keys = {name: create_key(keys_file, "user", name) for name in ("ivy", "ike")}
+    srv.keys["peer"] = create_key(keys_file, "agent", "peer-x")
     srv.start()
     try:
         yield srv
@@ -88,3 +90,52 @@ def test_an_interswarm_message_past_the_stored_byte_bound_is_refused(
     assert refused.status_code == 429, refused.text
     assert "max_stored_bytes_per_caller = 200000" in refused.json()["detail"]
     assert _task_count(server, "ike") == 1
+
+
+def _forward(server: ServerProcess, task_id: str) -> httpx.Response:
+    owner = "user:z@swarm-gamma"
+    envelope = {
+        "message_id": str(uuid.uuid4()),
+        "source_swarm": "swarm-gamma",
+        "target_swarm": "swarm-alpha",
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "payload": {
+            "task_id": task_id,
+            "request_id": str(uuid.uuid4()),
+            "sender": {"address_type": "agent", "address": "supervisor@swarm-gamma"},
+            "recipient": {"address_type": "agent", "address": "supervisor"},
+            "subject": "work",
+            "body": "hello from gamma",
+            "sender_swarm": "swarm-gamma",
+            "recipient_swarm": "swarm-alpha",
+            "routing_info": {},
+        },
+        "msg_type": "request",
+        "auth_token": "x",
+        "task_owner": owner,
+        "task_contributors": [owner],
+        "metadata": {},
+    }
+    return httpx.post(
+        f"{server.base_url}/interswarm/forward",
+        json={"message": envelope},
+        headers=auth(server.keys["peer"]),
+        timeout=60,
+    )
+
+
+def test_a_peer_forwarding_new_tasks_stops_at_the_stored_task_bound(
+    server: ServerProcess,
+) -> None:
+    started = [str(uuid.uuid4()) for _ in range(2)]
+    for task_id in started:
+        accepted = _forward(server, task_id)
+        assert accepted.status_code == 200, accepted.text
+    # Its tasks run in the background (their answers go to a swarm that is not there):
+    # they count while they run, as a caller's own running tasks do.
+    refused = _forward(server, str(uuid.uuid4()))
+    assert refused.status_code == 429, refused.text
+    assert "max_stored_tasks_per_caller = 2" in refused.json()["detail"]
+    # A message to a task the peer already has here is not a new task.
+    again = _forward(server, started[0])
+    assert again.status_code == 200, again.text

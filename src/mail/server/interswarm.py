@@ -134,6 +134,9 @@ async def receive(
     owner_swarm = envelope["task_owner"].rpartition("@")[2]
     if direction == "forward" and owner_swarm != state.swarm_name:
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+        # The peer's task here is stored as the caller's: the per-caller storage quotas.
+        payload = envelope["payload"]
+        await check_stored_quota(state, inst, payload["task_id"], len(str(payload["body"])))
     else:
         # /back, or a task we own coming back through /forward: the owner's instance (in
         # cluster mode the front end sends such envelopes to that instance's host).
