@@ -147,3 +147,29 @@ def test_db_prune_on_postgres_in_batches() -> None:
         assert code == 0, err
         assert "Removed 60 task(s) (180 rows) in 2 batch(es), 0 team row(s)." in out
         assert "Vacuumed " in out
+
+
+@pytest.mark.parametrize(
+    ("command", "toml", "message"),
+    [
+        (["db-prune"], '[server.store]\nfinished_task_ttl = "a month"\n', "'a month' is not a"),
+        (["db-prune", "--older-than", "0"], "[server.store\n", "is not valid TOML"),
+        (["db-prune"], "[server.store]\nfinished_task_ttl = inf\n", "inf is not a duration"),
+        (["db-init"], '[server.store]\nkind = "disk"\n', "store.kind"),
+    ],
+)
+def test_a_broken_config_is_one_error_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    toml: str,
+    message: str,
+) -> None:
+    """The config names the store (and db-prune's default TTL): a mail.toml that does not
+    load is one `Error: ...` line with exit status 1, as the docs say, not a traceback."""
+    (tmp_path / "mail.toml").write_text(toml, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*command, env={"MAIL_CONFIG_PATH": str(tmp_path / "mail.toml")})
+    assert code == 1, (out, err)
+    assert err.startswith("Error: ") and message in err and err.count("\n") == 1, err
+    assert out == "" and sorted(p.name for p in tmp_path.iterdir()) == ["mail.toml"]

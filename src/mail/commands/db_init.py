@@ -44,13 +44,17 @@ def run(args: argparse.Namespace) -> int:
 def _init_sqlite(path_arg: str | None) -> int:
     from pathlib import Path
 
-    from mail.config import load_config
+    from mail.config import ConfigError, load_config
     from mail.store.sqlite_schema import applied_versions, connect, migrate
 
     if path_arg:
         path = Path(path_arg)
     else:
-        server = load_config(use_cache=False).server
+        try:
+            server = load_config(use_cache=False).server
+        except ConfigError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 1
         if server.store.kind != "sqlite":
             print(
                 f'Error: [server.store] kind = "{server.store.kind}" and DATABASE_URL is not '

@@ -57,10 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from mail.config import load_config, parse_duration
+    from mail.config import ConfigError, load_config, parse_duration
     from mail.store import database_url_from_env
 
-    server = load_config(use_cache=False).server
+    try:
+        server = load_config(use_cache=False).server
+    except ConfigError as exc:  # (the config names the store and the default TTL)
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
     try:
         ttl = (
             server.store.finished_task_ttl

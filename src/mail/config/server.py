@@ -295,6 +295,8 @@ class StoreConfig(_Section):
     @field_validator("finished_task_ttl", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):  # TOML's inf (nan: ge=0)
+            raise ValueError(f"{value} is not a duration: it must be a finite number, 0 or more")
         return parse_duration(value) if isinstance(value, str) else value
 
     def database_path(self, registry_file: str) -> Path:
