@@ -109,7 +109,7 @@ class ServerSettings(_Section):
     # Idempotency-Key (docs/api-http.md#idempotency-keys): seconds a key and the outcome of
     # its request are kept; live keys one caller may hold (more: 429; 0 = no bound); the
     # longest key accepted (longer: 400).
-    idempotency_key_ttl: float = Field(default=86400.0, gt=0)
+    idempotency_key_ttl: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
     max_idempotency_keys_per_caller: int = Field(default=10_000, ge=0)
     max_idempotency_key_length: int = Field(default=255, ge=1, le=4096)
 
