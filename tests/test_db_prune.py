@@ -173,3 +173,28 @@ def test_a_broken_config_is_one_error_line(
     assert code == 1, (out, err)
     assert err.startswith("Error: ") and message in err and err.count("\n") == 1, err
     assert out == "" and sorted(p.name for p in tmp_path.iterdir()) == ["mail.toml"]
+
+
+def test_db_prune_follows_the_store_kind_as_the_server_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kind = "memory"` ignores DATABASE_URL, as the server does (it may name another
+    deployment's database: pruning it was not asked for); `kind = "postgres"` without a URL
+    is an error, not a prune of data/mail.db, which that server does not use."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "mail.toml"
+    env = {"MAIL_CONFIG_PATH": str(config), "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"}
+    config.write_text('[server.store]\nkind = "memory"\n', encoding="utf-8")
+    code, out, err = run_cli("db-prune", "--older-than", "0", env=env)
+    assert (code, err) == (0, ""), err
+    assert 'kind = "memory" keeps nothing on disk' in out
+
+    stale = tmp_path / "data" / "mail.db"
+    asyncio.run(_fill(SqliteTaskStore(stale), 2))
+    config.write_text('[server.store]\nkind = "postgres"\n', encoding="utf-8")
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    code, out, err = run_cli("db-prune", "--older-than", "0", env={"MAIL_CONFIG_PATH": str(config)})
+    assert code == 1, (out, err)
+    assert err.startswith("Error: ") and "needs DATABASE_URL" in err and err.count("\n") == 1
+    tasks = sqlite3.connect(stale).execute("SELECT count(*) FROM tasks").fetchone()[0]
+    assert tasks == 3  # the file the server does not use is left as it was

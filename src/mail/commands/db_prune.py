@@ -84,17 +84,27 @@ def run(args: argparse.Namespace) -> int:
     if args.sqlite and args.database_url:
         print("Error: give --sqlite PATH or --database-url URL, not both", file=sys.stderr)
         return 1
+    kind = server.store.kind
+    if not (args.sqlite or args.database_url) and kind == "memory":
+        # As for the server: the memory store ignores DATABASE_URL (it may name another
+        # deployment's database).
+        print(
+            '[server.store] kind = "memory" keeps nothing on disk: nothing to prune '
+            "(pass --sqlite PATH or --database-url URL).",
+            flush=True,
+        )
+        return 0
     url = None if args.sqlite else args.database_url or database_url_from_env()
+    if not (url or args.sqlite) and kind == "postgres":
+        print(
+            'Error: [server.store] kind = "postgres" needs DATABASE_URL (in the environment '
+            "or ./.env), or pass --database-url URL",
+            file=sys.stderr,
+        )
+        return 1
     try:
         if url:
             return asyncio.run(_prune_postgres(url, ttl, args.vacuum))
-        if not args.sqlite and server.store.kind == "memory":
-            print(
-                '[server.store] kind = "memory" keeps nothing on disk: nothing to prune '
-                "(pass --sqlite PATH or --database-url URL).",
-                flush=True,
-            )
-            return 0
         from pathlib import Path
 
         path = (
