@@ -292,6 +292,11 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         if not await observer.flush(timeout):
             logger.warning("persistence is lagging: task data not yet written after %.0fs", timeout)
 
+    async def flush_before_answer(self, timeout: float = 5.0) -> None:
+        """`_flush_before_answer` for a caller told of a task some other way than by
+        `post_message` or `stream_events` (a server's answer to an interswarm delivery)."""
+        await self._flush_before_answer(timeout)
+
     async def submit_message_nowait(self, message: MAILMessage, **kwargs: Any) -> None:
         """Queue a complete MAILMessage without waiting for its task."""
         self.runtime.submit(message)

@@ -155,6 +155,9 @@ async def receive(
             raise HTTPException(
                 500, f"server failed to receive interswarm {direction} message: {exc}"
             ) from exc
+        # Acknowledged means stored: the peer's router takes this answer as the delivery
+        # done, so the task and the message are committed before it leaves.
+        await inst.swarm.flush_before_answer()
     return {
         "swarm": state.swarm_name,
         "task_id": task_id,
