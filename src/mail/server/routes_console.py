@@ -19,6 +19,7 @@ from mail.server import task_listing
 from mail.server.admin_tasks import all_tasks_page
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
 from mail.server.handlers import get_state
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 from mail.server.swarm_description import describe_swarm
 from mail.utils.echo import echo
@@ -68,6 +69,7 @@ async def list_registry(request: Request, caller: Caller = Depends(caller_admin)
 
 
 @router.delete("/swarms/{swarm_name}")
+@idempotent()  # a retried removal gets its first answer, not a 404
 async def remove_swarm(
     swarm_name: str, request: Request, caller: Caller = Depends(caller_admin)
 ) -> JSONBody:
