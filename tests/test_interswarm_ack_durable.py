@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from tests.support.interswarm_agents import swarm_json
+from tests.support.peer_envelopes import forward_new_task
 from tests.support.store_backends import DurableStore, scratch_durable_store
-from tests.test_interswarm_storage_quota import _forward
 
 from server_fixtures import ServerProcess, create_key, free_port, write_config
 
@@ -55,7 +55,7 @@ def test_a_forwarded_task_survives_kill_after_the_answer(
         task_id = str(uuid.uuid4())
         delay = MAX_DELAY * i / (TRIES - 1)
         try:
-            accepted = _forward(server, task_id)
+            accepted = forward_new_task(server, task_id)
             assert accepted.status_code == 200, accepted.text
             time.sleep(delay)  # the delay under test, not a wait for something
         finally:

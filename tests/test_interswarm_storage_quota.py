@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.support.interswarm_agents import swarm_json
+from tests.support.peer_envelopes import forward_new_task
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 
@@ -92,50 +93,18 @@ def test_an_interswarm_message_past_the_stored_byte_bound_is_refused(
     assert _task_count(server, "ike") == 1
 
 
-def _forward(server: ServerProcess, task_id: str) -> httpx.Response:
-    owner = "user:z@swarm-gamma"
-    envelope = {
-        "message_id": str(uuid.uuid4()),
-        "source_swarm": "swarm-gamma",
-        "target_swarm": "swarm-alpha",
-        "timestamp": "2026-01-01T00:00:00+00:00",
-        "payload": {
-            "task_id": task_id,
-            "request_id": str(uuid.uuid4()),
-            "sender": {"address_type": "agent", "address": "supervisor@swarm-gamma"},
-            "recipient": {"address_type": "agent", "address": "supervisor"},
-            "subject": "work",
-            "body": "hello from gamma",
-            "sender_swarm": "swarm-gamma",
-            "recipient_swarm": "swarm-alpha",
-            "routing_info": {},
-        },
-        "msg_type": "request",
-        "auth_token": "x",
-        "task_owner": owner,
-        "task_contributors": [owner],
-        "metadata": {},
-    }
-    return httpx.post(
-        f"{server.base_url}/interswarm/forward",
-        json={"message": envelope},
-        headers=auth(server.keys["peer"]),
-        timeout=60,
-    )
-
-
 def test_a_peer_forwarding_new_tasks_stops_at_the_stored_task_bound(
     server: ServerProcess,
 ) -> None:
     started = [str(uuid.uuid4()) for _ in range(2)]
     for task_id in started:
-        accepted = _forward(server, task_id)
+        accepted = forward_new_task(server, task_id)
         assert accepted.status_code == 200, accepted.text
     # Its tasks run in the background (their answers go to a swarm that is not there):
     # they count while they run, as a caller's own running tasks do.
-    refused = _forward(server, str(uuid.uuid4()))
+    refused = forward_new_task(server, str(uuid.uuid4()))
     assert refused.status_code == 429, refused.text
     assert "max_stored_tasks_per_caller = 2" in refused.json()["detail"]
     # A message to a task the peer already has here is not a new task.
-    again = _forward(server, started[0])
+    again = forward_new_task(server, started[0])
     assert again.status_code == 200, again.text
