@@ -48,15 +48,26 @@ def task_summary(task: Any, runtime: Any) -> dict[str, Any]:
     return record
 
 
-def _remote_swarm_summaries(state: ServerState) -> dict[str, dict[str, Any]]:
-    """Tasks that remote swarms contribute to on this server (their `swarm` instances)."""
+async def _remote_swarm_summaries(
+    state: ServerState, limit: int, after: tuple[str, str] | None
+) -> dict[str, dict[str, Any]]:
+    """Tasks that remote swarms contribute to on this server (their `swarm` instances): the
+    ones they hold, and (as for the caller's own) the finished ones that left memory, read
+    back from the store (a page of each instance's newest before `after`)."""
     records: dict[str, dict[str, Any]] = {}
     for other in state.instances.all():
         if other.kind != "swarm":
             continue
+        live: dict[str, dict[str, Any]] = {}
         for task_id, task in other.swarm.get_all_tasks().items():
             if task_id != "*":
-                records[task_id] = task_summary(task, other.swarm.runtime)
+                live[task_id] = task_summary(task, other.swarm.runtime)
+        if state.finished is not None:
+            stored = await state.finished.stored_summaries(
+                other.kind, other.id, live=live, limit=limit, before=after
+            )
+            records.update(stored)
+        records.update(live)
     return records
 
 
@@ -78,7 +89,7 @@ async def list_tasks(
         records = {**stored, **records}
     if caller.role == "admin":
         # Operators also see the work remote swarms do here; users only ever see their own.
-        records = {**_remote_swarm_summaries(state), **records}
+        records = {**await _remote_swarm_summaries(state, limit, after), **records}
     return task_listing.page(list(records.values()), limit, after)
 
 

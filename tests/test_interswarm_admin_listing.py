@@ -1,0 +1,82 @@
+"""An admin's ``GET /tasks`` lists the tasks remote swarms work on here (docs/interswarm.md)
+after they finished and left memory too, read back from the store as the caller's own are
+(docs/database.md#finished-tasks-leave-memory: "everything that shows a task reads a finished
+one back from the store, with the same answer as before").
+
+A peer's task ends here (its answer goes to a swarm that is not running) and leaves memory
+about three seconds later; the admin's listing dropped it then, while ``GET /task`` still
+found it. A real `mail server` with interswarm on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.support.interswarm_agents import swarm_json
+from tests.support.peer_envelopes import forward_new_task
+
+from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+
+pytestmark = pytest.mark.timeout(240)
+
+_COMPLETED = re.compile(r'^mail_tasks\{state="completed"\} (\S+)$', re.M)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    (tmp_path / "swarms.json").write_text(
+        json.dumps(swarm_json("swarm-alpha", "swarm-beta")), encoding="utf-8"
+    )
+    port = free_port()
+    config = write_config(tmp_path, port=port, swarm="swarm-alpha")
+    keys_file = tmp_path / "registries" / "keys.json"
+    srv = ServerProcess(tmp_path, port, args=["--config", str(config)])
+    srv.keys = {
+        "peer": create_key(keys_file, "agent", "peer-x"),
+        "admin": create_key(keys_file, "admin", "root"),
+    }
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
+
+
+def test_a_peers_finished_task_stays_listed_for_the_admin(server: ServerProcess) -> None:
+    admin = auth(server.keys["admin"])
+    task_id = str(uuid.uuid4())
+    accepted = forward_new_task(server, task_id)
+    assert accepted.status_code == 200, accepted.text
+
+    def task_state() -> str | None:
+        found = httpx.get(
+            f"{server.base_url}/task", params={"task_id": task_id}, headers=admin, timeout=30
+        )
+        return found.json().get("state") if found.status_code == 200 else None
+
+    def completed_in_memory() -> float:
+        metrics = httpx.get(f"{server.base_url}/metrics", headers=admin, timeout=30).text
+        found = _COMPLETED.search(metrics)
+        return float(found.group(1)) if found else 0.0
+
+    _until(lambda: task_state() == "completed", "the peer's task completed")
+    _until(lambda: completed_in_memory() == 0, "the finished task left memory")
+    listed = httpx.get(f"{server.base_url}/tasks", headers=admin, timeout=30)
+    assert listed.status_code == 200, listed.text
+    assert task_id in listed.json(), sorted(listed.json())
+    assert listed.json()[task_id]["state"] == "completed"
+    assert task_state() == "completed"  # GET /task found it all along
