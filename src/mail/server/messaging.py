@@ -146,16 +146,17 @@ async def check_stored_quota(
     state: ServerState, inst: Instance, task_id: str, incoming: int
 ) -> None:
     """The per-caller storage quotas of `prepare`, for a message that enters the caller's
-    instance another way (``POST /interswarm/message``): a finished task it names is put
-    back first; 429 naming the setting when the message would pass a bound (a message to a
-    paused task is never refused)."""
+    instance another way (a user's ``POST /interswarm/message``, a peer's
+    ``/interswarm/forward``): a finished task it names is put back first; 429 naming the
+    setting when the message would pass a bound, for a new task or a message to a finished
+    one (one to a running or paused task is never refused: its work goes on)."""
     finished = state.finished
     if finished is None:
         return
     await finished.bring_back(inst, task_id)
     await finished.books(inst.kind, inst.id)
     task = _task_or_none(inst, task_id)
-    if task is None or not _is_paused(inst, task_id):
+    if task is None or not (task.is_running or _is_paused(inst, task_id)):
         state.quota.check(
             inst.key,
             new_task=task is None,
