@@ -46,3 +46,26 @@ def test_forked_child_does_not_repeat_the_parents_ids() -> None:
     os.close(read_fd)
     parent = {new_id() for _ in range(10)}
     assert len(child) == 10 and not child & parent
+
+
+def test_task_ids_are_time_ordered_uuid7() -> None:
+    """Server-made task ids: valid version 7 UUIDs whose first 48 bits are the time in ms,
+    so ids made later sort later (the stores' task-id indexes rely on it for locality)."""
+    import time
+
+    from mail.core.message import new_task_id
+
+    before = time.time_ns() // 1_000_000
+    first = [new_task_id() for _ in range(2000)]
+    after = time.time_ns() // 1_000_000
+    assert len(set(first)) == len(first)
+    for value in first[:200]:
+        parsed = uuid.UUID(value)
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert str(parsed) == value
+        assert before <= parsed.int >> 80 <= after
+    # a later millisecond sorts after every id of an earlier one
+    while time.time_ns() // 1_000_000 <= after:
+        time.sleep(0.001)
+    later = new_task_id()
+    assert all(later > value for value in first)

@@ -23,7 +23,7 @@ from mail.core.message import (
     make_broadcast,
     make_message,
     make_request,
-    new_id,
+    new_task_id,
 )
 from mail.core.runtime import MAILRuntime
 from mail.core.tasks import MAILTask
@@ -120,7 +120,7 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         task_id: str | None = None,
     ) -> MAILMessage:
         """A message from this instance's caller to `targets` (request or broadcast)."""
-        task_id = task_id or new_id()  # a v4 UUID string, like str(uuid.uuid4()), cheaper
+        task_id = task_id or new_task_id()  # time-ordered: see new_task_id
         sender = create_address(self.user_id, sender_type)  # type: ignore[arg-type]
         if type == "request":
             if len(targets) != 1:

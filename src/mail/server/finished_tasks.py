@@ -338,13 +338,18 @@ class FinishedTasks:
         assert self.lifecycle is not None
         key = self.key(*owner)
         try:
-            sizes = await self.lifecycle.task_bytes(key, list(tasks))
+            # Measured in the store only for a byte bound (a query per table per round, on
+            # the database's thread): without one the books count tasks, and a record saved
+            # without `stored_bytes` is measured when a caller's books are read (`books`).
+            measure = self.quota.max_bytes > 0
+            sizes = await self.lifecycle.task_bytes(key, list(tasks)) if measure else {}
             summaries = {}
             for task_id, (_inst, summary) in tasks.items():
-                size = sizes.get(task_id, 0)
-                self.quota.record(owner, task_id, size)
+                if measure:
+                    self.quota.record(owner, task_id, sizes.get(task_id, 0))
                 if summary is not None:
-                    summary["stored_bytes"] = size
+                    if measure:
+                        summary["stored_bytes"] = sizes.get(task_id, 0)
                     summaries[task_id] = summary
             await self.lifecycle.save_summaries(key, summaries)
         except Exception:

@@ -19,6 +19,7 @@ from mail.core.message import (
     make_broadcast,
     make_message,
     make_request,
+    new_task_id,
     parse_agent_address,
     parse_task_contributor,
 )
@@ -189,7 +190,7 @@ def _interswarm_user_message(
         subject = "Interswarm Message"
     elif not isinstance(subject, str):
         raise BadRequest(f"parameter 'subject' must be a string, got {type_name(subject)}")
-    task_id = data.get("task_id") or str(uuid.uuid4())
+    task_id = data.get("task_id") or new_task_id()
     if not isinstance(task_id, str):
         raise BadRequest("parameter 'task_id' must be a string")
     if not _is_uuid(task_id):  # task ids travel in MAIL messages, where they are UUIDs

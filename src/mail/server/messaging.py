@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from mail.core.message import new_task_id
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest, check_subject
@@ -68,7 +69,7 @@ def _prepare(
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
         check_paused_quota(state, inst)
         if req.task_id is None:
-            req.task_id = str(uuid.uuid4())
+            req.task_id = new_task_id()
         # A new task too: a malformed budget (kwargs.max_cost "lots") is a 400 here, not a
         # 200 whose answer is the error.
         _check_submission(inst, req.task_id, req)
@@ -294,7 +295,7 @@ async def _prepare_keyed(
         if ticket.takeover and ticket.subject:
             req.task_id, brought_back, fresh = ticket.subject, False, False
         else:
-            req.task_id, brought_back, fresh = str(uuid.uuid4()), True, True
+            req.task_id, brought_back, fresh = new_task_id(), True, True
     elif state.finished is not None:  # a finished task named: back from the store first
         await state.finished.bring_back(inst, req.task_id)
         brought_back, fresh = True, False
