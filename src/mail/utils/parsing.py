@@ -18,7 +18,9 @@ from typing import Any
 
 __all__ = [
     "PYTHON_PREFIX",
+    "PYTHON_STRING_PREFIX",
     "URL_PREFIX",
+    "URL_STRING_PREFIX",
     "read_python_string",
     "read_url_string",
     "resolve_prefixed_string_references",
@@ -29,6 +31,9 @@ logger = logging.getLogger("mail.utils.parsing")
 
 PYTHON_PREFIX = "python::"
 URL_PREFIX = "url::"
+# v1.3's names for the two prefixes.
+PYTHON_STRING_PREFIX = PYTHON_PREFIX
+URL_STRING_PREFIX = URL_PREFIX
 
 # Seconds to wait for a url:: document; configuration loading must not hang forever.
 URL_FETCH_TIMEOUT = 10.0
