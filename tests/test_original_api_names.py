@@ -99,3 +99,17 @@ def test_parsing_prefixes_keep_their_v13_names() -> None:
     assert read_python_string(PYTHON_STRING_PREFIX + target) is read_python_string(target)
     resolved = resolve_prefixed_string_references({"f": PYTHON_STRING_PREFIX + target})
     assert resolved["f"] is read_python_string(target)
+
+
+def test_url_reference_errors_keep_v13s_wording() -> None:
+    import socket
+
+    from mail.utils.parsing import read_url_string
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/prompt.json"
+    assert read_url_string(f"url::{url}") == url
+    with pytest.raises(RuntimeError, match="^error reading URL string") as raised:
+        read_url_string(f"url::{url}", raise_on_error=True)
+    assert url in str(raised.value)

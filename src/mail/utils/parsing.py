@@ -82,7 +82,7 @@ def read_url_string(string: str, raise_on_error: bool = False) -> str:
         return json.dumps(response.json())
     except Exception as exc:  # any failure falls back to the URL (documented behaviour)
         if raise_on_error:
-            raise RuntimeError(f"failed to fetch url reference '{url}': {exc}") from exc
+            raise RuntimeError(f"error reading URL string '{url}': {exc}") from exc
         logger.warning("could not fetch url reference %r, using the URL itself: %s", url, exc)
         return url
 
