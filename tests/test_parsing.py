@@ -130,7 +130,7 @@ def test_read_url_string_falls_back_to_the_bare_url(
     with caplog.at_level(logging.WARNING, logger="mail.utils.parsing"):
         assert read_url_string(f"url::{url}") == url
     assert any(url in record.getMessage() for record in caplog.records)
-    with pytest.raises(RuntimeError, match="failed to fetch url reference"):
+    with pytest.raises(RuntimeError, match="error reading URL string"):
         read_url_string(f"url::{url}", raise_on_error=True)
 
 

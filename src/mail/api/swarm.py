@@ -75,6 +75,10 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         self.user_id = user_id
         self.user_role = user_role
         self.swarm_registry = swarm_registry
+        # The registry this swarm was built with; `shutdown` stops its health checks. One
+        # put in its place later (`mail server` gives every instance the server's own) is
+        # shared, and outlives the instance.
+        self._built_registry = swarm_registry
         self.enable_interswarm = enable_interswarm
         self.breakpoint_tools = list(breakpoint_tools or [])
         self.exclude_tools = list(exclude_tools or [])
@@ -414,7 +418,9 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
             self._owned_store = None
             await owned.close()
         registry = self.swarm_registry
-        if registry is not None and hasattr(registry, "stop_health_checks"):
+        if registry is None or registry is not self._built_registry:
+            return
+        if hasattr(registry, "stop_health_checks"):
             await registry.stop_health_checks()
 
     # ------------------------------------------------------------------ persistence

@@ -115,6 +115,10 @@ def create_user_address(address: str) -> MAILAddress:
     return create_address(address, "user")
 
 
+# The address that means every agent of the local swarm (v1.3 kept this name).
+MAIL_ALL_LOCAL_AGENTS: MAILAddress = create_agent_address(ALL_AGENTS)
+
+
 def get_address_string(address: MAILAddress) -> str:
     return address["address"]
 
@@ -145,6 +149,11 @@ def parse_task_contributor(contributor: str) -> tuple[str, str, str]:
         )
     ident, _, swarm = rest.partition("@")
     return role, ident, swarm
+
+
+def parse_task_contributors(contributors: list[str]) -> list[tuple[str, str, str]]:
+    """`parse_task_contributor` for each of a list of `role:id@swarm` strings."""
+    return [parse_task_contributor(contributor) for contributor in contributors]
 
 
 def format_task_contributor(role: str, ident: str, swarm: str) -> str:
@@ -429,8 +438,9 @@ def build_mail_xml(message: MAILMessage, is_manual: bool = False) -> dict[str, s
     return {"role": "user", "content": content}
 
 
-def build_interswarm_mail_xml(envelope: MAILInterswarmMessage) -> str:
+def build_interswarm_mail_xml(message: MAILInterswarmMessage) -> str:
     """Readable rendering of an interswarm envelope, used in event descriptions."""
+    envelope = message
     payload: Any = envelope["payload"]
     if "recipients" in payload:
         to = repr([_address_xml(r, "agent") for r in payload["recipients"]])

@@ -43,6 +43,7 @@ from mail.core.runtime_ports import TurnContext, weakly
 from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
 from mail.core.runtime_turns import TurnRunner
+from mail.core.runtime_v13 import AGENT_HISTORY_KEY as AGENT_HISTORY_KEY  # v1.3 import path
 from mail.core.runtime_v13 import V13Surface
 from mail.core.runtime_waiting import TaskWaiters
 from mail.core.system_messages import system_task_end

@@ -18,7 +18,9 @@ from typing import Any
 
 __all__ = [
     "PYTHON_PREFIX",
+    "PYTHON_STRING_PREFIX",
     "URL_PREFIX",
+    "URL_STRING_PREFIX",
     "read_python_string",
     "read_url_string",
     "resolve_prefixed_string_references",
@@ -29,6 +31,9 @@ logger = logging.getLogger("mail.utils.parsing")
 
 PYTHON_PREFIX = "python::"
 URL_PREFIX = "url::"
+# v1.3's names for the two prefixes.
+PYTHON_STRING_PREFIX = PYTHON_PREFIX
+URL_STRING_PREFIX = URL_PREFIX
 
 # Seconds to wait for a url:: document; configuration loading must not hang forever.
 URL_FETCH_TIMEOUT = 10.0
@@ -77,7 +82,7 @@ def read_url_string(string: str, raise_on_error: bool = False) -> str:
         return json.dumps(response.json())
     except Exception as exc:  # any failure falls back to the URL (documented behaviour)
         if raise_on_error:
-            raise RuntimeError(f"failed to fetch url reference '{url}': {exc}") from exc
+            raise RuntimeError(f"error reading URL string '{url}': {exc}") from exc
         logger.warning("could not fetch url reference %r, using the URL itself: %s", url, exc)
         return url
 
