@@ -7,46 +7,23 @@ client could not tell whether its removal or someone else's took it away). A rea
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.fake_peer import fake_peer
 
 from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class _PeerInfo(BaseHTTPRequestHandler):
-    """The `GET /` a registration reads from the remote swarm."""
-
-    def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
-        body = json.dumps({"swarm": {"name": "peer-one"}, "protocol_version": "1.3"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def peer_url() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _PeerInfo)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with fake_peer("peer-one") as url:
+        yield url
 
 
 @pytest.fixture

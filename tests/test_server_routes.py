@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from tests.support.fake_peer import fake_peer
 
 from server_fixtures import (
     ServerProcess,
@@ -266,32 +264,6 @@ def test_explicit_entrypoint_is_used(server: ServerProcess) -> None:
 
 
 # ------------------------------------------------------------------------ admin routes
-
-
-@contextlib.contextmanager
-def fake_peer(name: str) -> Iterator[str]:
-    """A loopback HTTP server that answers `GET /` like a MAIL server called `name`."""
-    body = json.dumps({"protocol_version": "1.3", "swarm": {"name": name, "public": True}}).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_register_swarm_both_paths_and_errors(server: ServerProcess) -> None:
