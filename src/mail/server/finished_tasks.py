@@ -338,18 +338,13 @@ class FinishedTasks:
         assert self.lifecycle is not None
         key = self.key(*owner)
         try:
-            # Measured in the store only for a byte bound (a query per table per round, on
-            # the database's thread): without one the books count tasks, and a record saved
-            # without `stored_bytes` is measured when a caller's books are read (`books`).
-            measure = self.quota.max_bytes > 0
-            sizes = await self.lifecycle.task_bytes(key, list(tasks)) if measure else {}
+            sizes = await self.lifecycle.task_bytes(key, list(tasks))
             summaries = {}
             for task_id, (_inst, summary) in tasks.items():
-                if measure:
-                    self.quota.record(owner, task_id, sizes.get(task_id, 0))
+                size = sizes.get(task_id, 0)
+                self.quota.record(owner, task_id, size)
                 if summary is not None:
-                    if measure:
-                        summary["stored_bytes"] = sizes.get(task_id, 0)
+                    summary["stored_bytes"] = size
                     summaries[task_id] = summary
             await self.lifecycle.save_summaries(key, summaries)
         except Exception:
