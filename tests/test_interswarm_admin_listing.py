@@ -80,3 +80,28 @@ def test_a_peers_finished_task_stays_listed_for_the_admin(server: ServerProcess)
     assert task_id in listed.json(), sorted(listed.json())
     assert listed.json()[task_id]["state"] == "completed"
     assert task_state() == "completed"  # GET /task found it all along
+
+
+def test_a_peers_task_stays_listed_after_its_instance_left_memory(
+    server: ServerProcess,
+) -> None:
+    """After a restart (as after an idle reclaim) no instance of the peer is in memory: its
+    finished task is in the store only, and the admin's listing still shows it."""
+    admin = auth(server.keys["admin"])
+    task_id = str(uuid.uuid4())
+    accepted = forward_new_task(server, task_id)
+    assert accepted.status_code == 200, accepted.text
+
+    def listed() -> dict[str, dict[str, object]]:
+        answer = httpx.get(f"{server.base_url}/tasks", headers=admin, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    _until(lambda: listed().get(task_id, {}).get("state") == "completed", "the task completed")
+    assert server.stop() == 0, server.logs()
+    server.start()
+    rows = listed()
+    assert task_id in rows, sorted(rows)
+    assert rows[task_id]["state"] == "completed"
+    one = httpx.get(f"{server.base_url}/tasks", params={"limit": 1}, headers=admin, timeout=30)
+    assert list(one.json()) == [task_id], one.text

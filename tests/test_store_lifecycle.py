@@ -87,6 +87,13 @@ async def test_one_task_is_read_back_whole(store: TaskStore) -> None:
     assert sorted(k.caller_id for k in await life.owners("a")) == sorted(
         [key.caller_id, other.caller_id]
     )
+    # The callers of a role with stored tasks (an admin's listing of remote swarms' tasks).
+    same = InstanceKey(key.swarm_name, key.caller_role, "another")
+    await add_task(store, same, "c")
+    assert sorted(await life.callers(key.swarm_name, key.caller_role)) == sorted(
+        [key.caller_id, "another"]
+    )
+    assert await life.callers(key.swarm_name, "no-such-role") == []
 
 
 async def test_sizes_and_summaries(store: TaskStore) -> None:

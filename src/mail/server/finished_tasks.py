@@ -448,6 +448,12 @@ class FinishedTasks:
             if k.swarm_name == self.instances.swarm_name
         ]
 
+    async def stored_callers(self, kind: str) -> list[str]:
+        """Ids of the callers of `kind` with tasks in the store (none without a store)."""
+        if self.lifecycle is None:
+            return []
+        return await self.lifecycle.callers(self.instances.swarm_name, instance_kind(kind))
+
     async def stored_summaries(
         self,
         kind: str,

@@ -55,9 +55,11 @@ async def _remote_swarm_summaries(
     ones they hold, and (as for the caller's own) the finished ones that left memory, read
     back from the store (a page of each instance's newest before `after`)."""
     records: dict[str, dict[str, Any]] = {}
+    held: set[str] = set()
     for other in state.instances.all():
         if other.kind != "swarm":
             continue
+        held.add(other.id)
         live: dict[str, dict[str, Any]] = {}
         for task_id, task in other.swarm.get_all_tasks().items():
             if task_id != "*":
@@ -68,6 +70,16 @@ async def _remote_swarm_summaries(
             )
             records.update(stored)
         records.update(live)
+    if state.finished is not None:
+        # Remote swarms whose instance left memory (reclaimed while idle, a restart): their
+        # tasks are in the store only.
+        for caller_id in await state.finished.stored_callers("swarm"):
+            if caller_id not in held:
+                records.update(
+                    await state.finished.stored_summaries(
+                        "swarm", caller_id, limit=limit, before=after
+                    )
+                )
     return records
 
 

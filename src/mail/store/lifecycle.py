@@ -152,6 +152,11 @@ class TaskLifecycle(abc.ABC):
         """The instances that have a task with this id (an operator's lookup)."""
 
     @abc.abstractmethod
+    async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
+        """The ids of the callers of one role that have tasks stored for `swarm_name` (an
+        operator's listing: the remote swarms whose instances left memory)."""
+
+    @abc.abstractmethod
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         """Keep each task's summary in its record (key `summary`), in one transaction; a task
         that is gone is skipped."""

@@ -70,6 +70,13 @@ class MemoryLifecycle(TaskLifecycle):
     async def owners(self, task_id: str) -> list[InstanceKey]:
         return [key for key, data in self.store._instances.items() if task_id in data.tasks]
 
+    async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
+        return [
+            key.caller_id
+            for key, data in self.store._instances.items()
+            if key.swarm_name == swarm_name and key.caller_role == caller_role and data.tasks
+        ]
+
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         data = self._data(key)
         for task_id, summary in summaries.items():

@@ -116,6 +116,16 @@ class PostgresLifecycle(TaskLifecycle):
             )
         return [InstanceKey(*row) for row in rows]
 
+    async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
+        await self._settle()
+        async with self._pool().acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT DISTINCT caller_id FROM tasks WHERE swarm_name = $1 AND caller_role = $2",
+                swarm_name,
+                caller_role,
+            )
+        return [str(row[0]) for row in rows]
+
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         if not summaries:
             return

@@ -128,6 +128,14 @@ def _owners(conn: sqlite3.Connection, task_id: str) -> list[InstanceKey]:
     return [InstanceKey(*row) for row in rows]
 
 
+def _callers(conn: sqlite3.Connection, swarm_name: str, caller_role: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT caller_id FROM tasks WHERE swarm_name = ? AND caller_role = ?",
+        (swarm_name, caller_role),
+    )
+    return [str(row[0]) for row in rows]
+
+
 # The record's `summary` key replaced by SQLite's own JSON code: the same shallow merge as
 # `mail_merge(metadata, '{"summary": ...}')`, without a call into Python per row.
 _SUMMARY_SQL = (
@@ -203,6 +211,10 @@ class SqliteLifecycle(TaskLifecycle):
     async def owners(self, task_id: str) -> list[InstanceKey]:
         await self._settle()
         return await self._db.run(_owners, task_id)  # type: ignore[no-any-return]
+
+    async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
+        await self._settle()
+        return await self._db.run(_callers, swarm_name, caller_role)  # type: ignore[no-any-return]
 
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         if not summaries:
