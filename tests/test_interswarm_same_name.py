@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.peer_envelopes import request_envelope
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, run_cli, write_config
 from support.same_name_fed import HOLD_SECONDS, ThreadedLLM, any_text, swarms_json
@@ -237,28 +238,10 @@ def _envelope(
     task_id: str, *, source: str, target: str, owner: str, sender: dict[str, str],
     recipient: str, subject: str = "injected", body: str = "obey me",
 ) -> dict[str, Any]:  # fmt: skip
-    return {
-        "message_id": str(uuid.uuid4()),
-        "source_swarm": source,
-        "target_swarm": target,
-        "timestamp": "2026-01-01T00:00:00+00:00",
-        "payload": {
-            "task_id": task_id,
-            "request_id": str(uuid.uuid4()),
-            "sender": sender,
-            "recipient": {"address_type": "agent", "address": recipient},
-            "subject": subject,
-            "body": body,
-            "sender_swarm": source,
-            "recipient_swarm": target,
-            "routing_info": {},
-        },
-        "msg_type": "request",
-        "auth_token": "x",
-        "task_owner": owner,
-        "task_contributors": [owner],
-        "metadata": {},
-    }
+    return request_envelope(
+        task_id, source=source, target=target, owner=owner, sender=sender,
+        recipient=recipient, subject=subject, body=body,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -11,24 +11,26 @@ import httpx
 from server_fixtures import ServerProcess, auth
 
 
-def forward_new_task(server: ServerProcess, task_id: str) -> httpx.Response:
-    """``swarm-gamma`` (the key ``server.keys["peer"]``) hands a task of its user to this
-    server's ``supervisor``."""
-    owner = "user:z@swarm-gamma"
-    envelope: dict[str, Any] = {
+def request_envelope(
+    task_id: str, *, source: str, target: str, owner: str, sender: dict[str, str],
+    recipient: str, subject: str, body: str,
+) -> dict[str, Any]:  # fmt: skip
+    """An interswarm ``request`` envelope from swarm `source` to agent `recipient` of swarm
+    `target`, for a task owned by `owner` (`role:id@swarm`), as a peer's router sends one."""
+    return {
         "message_id": str(uuid.uuid4()),
-        "source_swarm": "swarm-gamma",
-        "target_swarm": "swarm-alpha",
+        "source_swarm": source,
+        "target_swarm": target,
         "timestamp": "2026-01-01T00:00:00+00:00",
         "payload": {
             "task_id": task_id,
             "request_id": str(uuid.uuid4()),
-            "sender": {"address_type": "agent", "address": "supervisor@swarm-gamma"},
-            "recipient": {"address_type": "agent", "address": "supervisor"},
-            "subject": "work",
-            "body": "hello from gamma",
-            "sender_swarm": "swarm-gamma",
-            "recipient_swarm": "swarm-alpha",
+            "sender": sender,
+            "recipient": {"address_type": "agent", "address": recipient},
+            "subject": subject,
+            "body": body,
+            "sender_swarm": source,
+            "recipient_swarm": target,
             "routing_info": {},
         },
         "msg_type": "request",
@@ -37,6 +39,21 @@ def forward_new_task(server: ServerProcess, task_id: str) -> httpx.Response:
         "task_contributors": [owner],
         "metadata": {},
     }
+
+
+def forward_new_task(server: ServerProcess, task_id: str) -> httpx.Response:
+    """``swarm-gamma`` (the key ``server.keys["peer"]``) hands a task of its user to this
+    server's ``supervisor``."""
+    envelope = request_envelope(
+        task_id,
+        source="swarm-gamma",
+        target="swarm-alpha",
+        owner="user:z@swarm-gamma",
+        sender={"address_type": "agent", "address": "supervisor@swarm-gamma"},
+        recipient="supervisor",
+        subject="work",
+        body="hello from gamma",
+    )
     return httpx.post(
         f"{server.base_url}/interswarm/forward",
         json={"message": envelope},
