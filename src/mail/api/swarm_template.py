@@ -73,6 +73,19 @@ class MAILSwarmTemplate:
     def agent_names(self) -> list[str]:
         return [a.name for a in self.agents]
 
+    @property
+    def supervisors(self) -> list[MAILAgentTemplate]:
+        """The agents that can complete tasks (v1.3 attribute, read from the agents now)."""
+        return [a for a in self.agents if a.can_complete_tasks]
+
+    @property
+    def adjacency_matrix(self) -> list[list[int]]:
+        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`).
+
+        v1.3 stored the matrix once, in the constructor; this one follows
+        `update_from_adjacency_matrix` and edits of the agents' `comm_targets`."""
+        return self._build_adjacency_matrix()[0]
+
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError("swarm name must be a non-empty string")
