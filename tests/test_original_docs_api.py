@@ -9,13 +9,19 @@ with the model calls answered by the scripted LLM on loopback.
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel, Field
+from tests.server_fixtures import ServerProcess, free_port, server_env
 
 from support.scripted_llm import ScriptedLLM, text, tool_call
 
@@ -155,3 +161,58 @@ def test_template_supervisors_and_adjacency_matrix_follow_the_wiring() -> None:
 async def llm():
     async with ScriptedLLM() as server:
         yield server
+
+
+# ------------------------------------------------------------------ start_server from a script
+
+START_SERVER_SCRIPT = """
+import sys
+from mail import MAILAgentTemplate, MAILSwarmTemplate
+from mail.factories import LiteLLMSupervisorFunction
+
+supervisor = MAILAgentTemplate(
+    name="supervisor",
+    factory=LiteLLMSupervisorFunction,
+    comm_targets=[],
+    actions=[],
+    agent_params={"llm": "mail/demo", "system": "You are a helpful assistant.", "use_proxy": False},
+    enable_entrypoint=True,
+    can_complete_tasks=True,
+    tool_format="completions",
+)
+template = MAILSwarmTemplate(
+    name="eval_swarm", version="1.0.0", agents=[supervisor], actions=[], entrypoint="supervisor"
+)
+template.start_server(
+    port=int(sys.argv[1]), host="127.0.0.1", launch_ui=True, ui_port=3000, open_browser=False
+)
+"""
+
+
+def test_start_server_in_a_fresh_folder_prints_keys_that_work(tmp_path: Path) -> None:
+    # The primers' "Starting a Server (Programmatic)": a script in an empty folder. Like
+    # `mail server`, its first start must print the keys it made, or nobody can call it.
+    script = tmp_path / "serve.py"
+    script.write_text(START_SERVER_SCRIPT, encoding="utf-8")
+    server = ServerProcess(tmp_path, free_port())
+    server.proc = subprocess.Popen(
+        [sys.executable, str(script), str(server.port)],
+        cwd=tmp_path,
+        env=server_env(),
+        stdout=server.stdout_path.open("wb"),
+        stderr=server.stderr_path.open("wb"),
+    )
+    try:
+        server.wait_healthy()
+        found = re.search(r"user\s+key \(id 'user'\): (\S+)", server.logs())
+        assert found, server.logs()
+        answer = httpx.post(
+            f"{server.base_url}/message",
+            headers={"Authorization": f"Bearer {found.group(1)}"},
+            json={"subject": "Greeting", "body": "Hello!"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["response"]
+    finally:
+        server.stop()

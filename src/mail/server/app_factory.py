@@ -414,7 +414,9 @@ def run_server_with_template(
         from mail.server.logs import setup_server_logging
 
         setup_server_logging(logging.INFO)
-    app = create_app(config, template=template, template_source="<injected>")
+    # A script's server is a server's first start too: without the keys it prints (as `mail
+    # server` does), a fresh folder's server answered every request 401 with no key to use.
+    app = create_app(config, template=template, template_source="<injected>", first_start=True)
     from mail.server.stream_shutdown import closing_server
 
     server = closing_server(app, config)
