@@ -216,3 +216,49 @@ def test_start_server_in_a_fresh_folder_prints_keys_that_work(tmp_path: Path) ->
         assert answer.json()["response"]
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ leaving a stream early
+
+STREAM_BREAK_SCRIPT = """
+import asyncio, sys
+from tests.support.v13_swarm import template
+
+async def main():
+    swarm = template().instantiate({"user_token": "dummy"}, "u-stream")
+    loop = asyncio.create_task(swarm.run_continuous()) if sys.argv[1] == "continuous" else None
+    # Several streams: asyncio closes what is left open in an order of its own (memory
+    # addresses), so one stream alone may happen to be closed the harmless way round.
+    for _ in range(8):
+        stream = await swarm.post_message_stream(body="Hello")
+        async for event in stream.body_iterator:
+            if event.event == "task_complete":
+                break  # the stream is left open, as a loop that stops reading leaves it
+    print("task_complete", flush=True)
+    response, _ = await swarm.post_message(body="again")
+    print("second:", response["message"]["body"], flush=True)
+    await swarm.shutdown()
+    if loop is not None:
+        await loop
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mode", ["continuous", "one-shot"])
+def test_breaking_out_of_a_stream_leaves_no_error_at_exit(tmp_path: Path, mode: str) -> None:
+    # The primers' `stream = await swarm.post_message_stream(body=...)`, read until
+    # task_complete and left there: asyncio closes the open stream when the program ends.
+    script = tmp_path / "stream.py"
+    script.write_text(STREAM_BREAK_SCRIPT, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), mode],
+        cwd=tmp_path,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["task_complete", "second: all done"], done.stdout
+    assert "Traceback" not in done.stderr, done.stderr

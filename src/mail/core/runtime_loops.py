@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol
 
 from mail.core.actions import ActionOverrideFunction
@@ -103,49 +102,39 @@ class LoopRunner(HostLink[LoopHost]):
         self.background.add(adopted)
         adopted.add_done_callback(self.background.discard)
 
-    @contextlib.asynccontextmanager
-    async def ephemeral_loop(
+    def ephemeral_loop(
         self,
         max_steps: int | None = None,
         action_override: ActionOverrideFunction | None = None,
         *,
         rt: LoopHost | None = None,
-    ) -> AsyncIterator[None]:
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         """Serve the mailbox for the duration of the block unless a continuous loop runs.
 
         Concurrent users share one temporary loop; the last one out stops it and restores
         the loop settings (max_steps, action_override) that were in place before. The
         runtime passes itself as `rt`, so a block not yet entered holds it.
+
+        A class, not an ``asynccontextmanager`` generator: a stream a caller stops reading
+        (``break``) is closed by asyncio's ``shutdown_asyncgens`` together with every other
+        open async generator, in no set order, and a generator-based block closed before the
+        stream around it made the stream's exit fail ("generator didn't stop after athrow()").
         """
-        rt = rt if rt is not None else self.host
-        while not self.continuous and self.ephemeral_stopping is not None:
-            await asyncio.wait({self.ephemeral_stopping})
-        if self.continuous:  # checked again after waiting: a continuous loop may have begun
-            yield
-            return
-        self.ephemeral_users += 1
-        started = self.ephemeral_task is None
-        if started:
-            self.ephemeral_saved = (rt.max_steps, rt.action_override)
-            rt.max_steps = max_steps
-            rt.action_override = action_override
-            self.ephemeral_task = asyncio.create_task(self._serve())
-        try:
-            if started:  # inside the try: a cancellation here must still count this user out
-                await asyncio.sleep(0)
-            yield
-        finally:
-            self.ephemeral_users -= 1
-            if self.ephemeral_users == 0 and self.ephemeral_task is not None:
-                serve, self.ephemeral_task = self.ephemeral_task, None
-                self.ephemeral_stopping = serve
-                self.stop_serving = True
-                rt.mailbox.put_wakeup()
-                try:
-                    await asyncio.shield(serve)
-                finally:
-                    self.ephemeral_stopping = None
-                    rt.max_steps, rt.action_override = self.ephemeral_saved
+        return _EphemeralLoop(self, max_steps, action_override, rt if rt is not None else self.host)
+
+    async def _leave_ephemeral(self, rt: LoopHost) -> None:
+        """A user of the temporary loop leaves; the last one out stops it."""
+        self.ephemeral_users -= 1
+        if self.ephemeral_users == 0 and self.ephemeral_task is not None:
+            serve, self.ephemeral_task = self.ephemeral_task, None
+            self.ephemeral_stopping = serve
+            self.stop_serving = True
+            rt.mailbox.put_wakeup()
+            try:
+                await asyncio.shield(serve)
+            finally:
+                self.ephemeral_stopping = None
+                rt.max_steps, rt.action_override = self.ephemeral_saved
 
     async def _serve(self) -> None:
         rt = self.host
@@ -194,3 +183,45 @@ class LoopRunner(HostLink[LoopHost]):
             except Exception as exc:  # noqa: BLE001 - same policy as the loop
                 logger.exception("error while dispatching a message")
                 rt._emit(message["message"]["task_id"], "run_loop_error", f"{exc}")
+
+
+class _EphemeralLoop:
+    """`LoopRunner.ephemeral_loop`'s block: one user of the shared temporary loop."""
+
+    def __init__(
+        self,
+        runner: LoopRunner,
+        max_steps: int | None,
+        action_override: ActionOverrideFunction | None,
+        rt: LoopHost,
+    ) -> None:
+        self.runner = runner
+        self.max_steps = max_steps
+        self.action_override = action_override
+        self.rt = rt
+        self.counted = False
+
+    async def __aenter__(self) -> None:
+        runner, rt = self.runner, self.rt
+        while not runner.continuous and runner.ephemeral_stopping is not None:
+            await asyncio.wait({runner.ephemeral_stopping})
+        if runner.continuous:  # checked again after waiting: a continuous loop may have begun
+            return
+        runner.ephemeral_users += 1
+        self.counted = True
+        if runner.ephemeral_task is None:
+            runner.ephemeral_saved = (rt.max_steps, rt.action_override)
+            rt.max_steps = self.max_steps
+            rt.action_override = self.action_override
+            runner.ephemeral_task = asyncio.create_task(runner._serve())
+            try:
+                await asyncio.sleep(0)
+            except BaseException:  # a cancellation here must still count this user out
+                self.counted = False
+                await runner._leave_ephemeral(rt)
+                raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.counted:
+            self.counted = False
+            await self.runner._leave_ephemeral(self.rt)
