@@ -21,7 +21,13 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel, Field
-from tests.server_fixtures import ServerProcess, free_port, server_env
+from tests.server_fixtures import (
+    ROOT_ALICE_BOB,
+    ServerProcess,
+    free_port,
+    keyed_stub_server,
+    server_env,
+)
 
 from support.scripted_llm import ScriptedLLM, text, tool_call
 
@@ -262,3 +268,34 @@ def test_breaking_out_of_a_stream_leaves_no_error_at_exit(tmp_path: Path, mode: 
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["task_complete", "second: all done"], done.stdout
     assert "Traceback" not in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------ MAILClient._build_headers
+
+
+async def test_client_subclass_extending_build_headers_as_v13_documents(tmp_path: Path) -> None:
+    # client.md, "Integration Tips": extend `_build_headers` by subclassing MAILClient. The
+    # override is written against v1.3's signature (extra, ignore_auth) and supplies the
+    # bearer token itself, so every call succeeds only if its headers are the ones sent.
+    from mail.client import ClientConfig, MAILClient
+
+    class TokenFromVault(MAILClient):
+        def __init__(self, base_url: str, token: str) -> None:
+            super().__init__(base_url, config=ClientConfig(timeout=30))
+            self.vault_token = token
+
+        def _build_headers(
+            self, extra: dict[str, str] | None = None, ignore_auth: bool = False
+        ) -> dict[str, str]:
+            headers = super()._build_headers(extra, ignore_auth)
+            headers["Authorization"] = f"Bearer {self.vault_token}"
+            return headers
+
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as server:
+        async with TokenFromVault(server.base_url, server.keys["alice"]) as client:
+            assert (await client.get_whoami())["id"] == "alice"
+            answer = await client.post_message("Hello from a subclass")
+            assert answer["response"]
+            stream = await client.post_message_stream("Stream this task")
+            kinds = [event.event async for event in stream]
+            assert kinds[-1] == "task_complete"

@@ -136,9 +136,13 @@ class MAILHTTPConnection:
             self._owns_session = True
         return self._session
 
-    def _build_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    def _build_headers(
+        self, extra: Mapping[str, str] | None = None, ignore_auth: bool = False
+    ) -> dict[str, str]:
+        """The headers of every request (v1.3's client guide: subclass and extend this for
+        headers of your own); `ignore_auth` leaves out the bearer token, as in v1.3."""
         headers = {"Accept": "application/json", "User-Agent": _user_agent()}
-        if self.api_key:
+        if self.api_key and not ignore_auth:
             headers["Authorization"] = f"Bearer {self.api_key}"
         if extra:
             headers.update(extra)
