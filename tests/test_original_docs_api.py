@@ -299,3 +299,59 @@ async def test_client_subclass_extending_build_headers_as_v13_documents(tmp_path
             stream = await client.post_message_stream("Stream this task")
             kinds = [event.event async for event in stream]
             assert kinds[-1] == "task_complete"
+
+
+# ------------------------------------------------------------------ mail.core.tools helpers
+
+
+class FetchReport(BaseModel):
+    """Fetch a report by id."""
+
+    report_id: str = Field(description="The report")
+
+
+def test_core_tools_helpers_factories_md_tells_agent_authors_to_reuse() -> None:
+    from openai import pydantic_function_tool as openai_function_tool
+
+    from mail.core.tools import (
+        AgentToolCall,
+        _make_tools,
+        convert_manual_step_call_to_mail_message,
+        get_tool_help,
+        get_tool_spec_name,
+        pydantic_function_tool,
+        pydantic_model_to_tool,
+    )
+
+    completions = pydantic_function_tool(FetchReport, name="fetch_report")
+    responses = _make_tools([completions, {"type": "web_search"}])
+    assert responses == [
+        pydantic_model_to_tool(FetchReport, name="fetch_report", style="responses"),
+        {"type": "web_search"},
+    ]
+    # The OpenAI SDK's own pydantic_function_tool objects, which v1.3's helper took.
+    assert _make_tools([openai_function_tool(FetchReport, name="fetch_report")]) == responses[:1]
+
+    assert get_tool_spec_name(completions) == "fetch_report"
+    assert get_tool_spec_name(responses[0]) == "fetch_report"
+    assert get_tool_spec_name({"type": "web_search"}) is None
+
+    help_text = get_tool_help(["send_request", "task_complete"])
+    assert "send_request" in help_text and "task_complete" in help_text
+
+    said = AgentToolCall(
+        tool_name="text_output",
+        tool_args={"content": "I choose: DEFEND"},
+        tool_call_id="call-1",
+        completion={"role": "assistant", "content": "I choose: DEFEND"},
+    )
+    private = convert_manual_step_call_to_mail_message(
+        said, "Alice", "task-1", ["GameMaster"], "response"
+    )
+    assert private["msg_type"] == "response"
+    assert private["message"]["recipient"] == {"address_type": "agent", "address": "GameMaster"}  # type: ignore[typeddict-item]
+    assert private["message"]["body"] == "I choose: DEFEND"
+    public = convert_manual_step_call_to_mail_message(said, "Alice", "task-1", ["all"], "broadcast")
+    assert public["msg_type"] == "broadcast"
+    assert public["message"]["recipients"] == [{"address_type": "agent", "address": "all"}]  # type: ignore[typeddict-item]
+    assert public["message"]["sender"] == {"address_type": "agent", "address": "Alice"}

@@ -123,7 +123,7 @@ def _identity_text(agent_name: str, swarm_name: str) -> str:
     )
 
 
-def _tool_help_text(tool_names: Iterable[str]) -> str:
+def tool_help_text(tool_names: Iterable[str]) -> str:
     parts: list[str] = []
     for name in tool_names:
         example = TOOL_EXAMPLES.get(name)
@@ -158,7 +158,7 @@ def build_help_text(
         sections.append(_section("YOUR IDENTITY", _identity_text(agent_name, swarm_name)))
     tool_names = list(get_tool_help or ())
     if tool_names:
-        sections.append(_section("TOOL HELP", _tool_help_text(tool_names)))
+        sections.append(_section("TOOL HELP", tool_help_text(tool_names)))
     if get_full_protocol:
         text = protocol_text if protocol_text is not None else _PROTOCOL_NOT_FOUND
         sections.append(_section("FULL MAIL PROTOCOL SPECIFICATION", text))

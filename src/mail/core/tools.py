@@ -27,6 +27,14 @@ from mail.core.message import (
 )
 from mail.core.strict_schema import to_strict_json_schema
 
+# v1.3's module-level helpers of this module (factories.md names `_make_tools`).
+from mail.core.tools_v13 import (  # noqa: F401
+    _make_tools,
+    convert_manual_step_call_to_mail_message,
+    get_tool_help,
+    get_tool_spec_name,
+)
+
 ToolStyle = Literal["completions", "responses"]
 
 MAIL_TOOL_NAMES: list[str] = [
