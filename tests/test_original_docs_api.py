@@ -355,3 +355,55 @@ def test_core_tools_helpers_factories_md_tells_agent_authors_to_reuse() -> None:
     assert public["msg_type"] == "broadcast"
     assert public["message"]["recipients"] == [{"address_type": "agent", "address": "all"}]  # type: ignore[typeddict-item]
     assert public["message"]["sender"] == {"address_type": "agent", "address": "Alice"}
+
+
+# ------------------------------------------------------------------ subclassing the factories
+
+
+async def test_supervisor_subclass_reads_and_changes_its_settings(llm: ScriptedLLM) -> None:
+    # factories.md: extend an agent function class to share defaults and override settings.
+    # v1.3's LiteLLMSupervisorFunction kept reasoning_effort, max_tokens, use_proxy, ... as
+    # attributes, so a subclass could read and change them before delegating the call.
+    from mail import MAILAgentTemplate, MAILSwarmTemplate
+    from mail.factories import LiteLLMSupervisorFunction
+
+    class EscalatingSupervisor(LiteLLMSupervisorFunction):
+        def __call__(self, messages: list[dict[str, Any]], tool_choice: Any = "required") -> Any:
+            if self.reasoning_effort == "low" and "hard" in str(messages[-1].get("content")):
+                self.reasoning_effort = "high"
+                self.max_tokens = (self.max_tokens or 0) * 2
+            return super().__call__(messages, tool_choice)
+
+    supervisor = MAILAgentTemplate(
+        name="supervisor",
+        factory=EscalatingSupervisor,
+        comm_targets=[],
+        actions=[],
+        agent_params={
+            "llm": "openai/gpt-5-mini",
+            "system": "You answer.",
+            "use_proxy": False,
+            "api_base": llm.base_url,
+            "api_key": "k",
+            "reasoning_effort": "low",
+            "max_tokens": 1000,
+        },
+        enable_entrypoint=True,
+        can_complete_tasks=True,
+    )
+    template = MAILSwarmTemplate(
+        name="escalate", version="1.0.0", agents=[supervisor], actions=[], entrypoint="supervisor"
+    )
+    swarm = template.instantiate({"user_token": "dummy"}, "u-escalate")
+    try:
+        llm.queue(tool_call("task_complete", {"finish_message": "easy answer"}))
+        await asyncio.wait_for(swarm.post_message_and_run(body="an easy one"), 60)
+        llm.queue(tool_call("task_complete", {"finish_message": "hard answer"}))
+        answer, _ = await asyncio.wait_for(swarm.post_message_and_run(body="a hard one"), 60)
+    finally:
+        await swarm.shutdown()
+    assert answer["message"]["body"] == "hard answer"
+    easy, hard = llm.requests
+    assert easy.body["reasoning"]["effort"] == "low"
+    assert hard.body["reasoning"]["effort"] == "high"
+    assert hard.body["max_output_tokens"] == 2000

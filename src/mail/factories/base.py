@@ -395,6 +395,22 @@ def inner_function(
     return LiteLLMAgentFunction(llm=llm, **wrapper.wiring(), **settings)
 
 
+class _InnerSetting:
+    """A setting of the inner function, read and written through the wrapper (v1.3's wrapper
+    classes had these as attributes of their own, which subclasses read)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, wrapper: Any, owner: type | None = None) -> Any:
+        if wrapper is None:
+            return self
+        return getattr(wrapper._inner(), self.name)
+
+    def __set__(self, wrapper: Any, value: Any) -> None:
+        setattr(wrapper._inner(), self.name, value)
+
+
 class DelegatingAgentFunction(MAILAgentFunction):
     """Base of the wrapper classes that hold an inner LiteLLMAgentFunction.
 
@@ -470,9 +486,21 @@ class DelegatingAgentFunction(MAILAgentFunction):
     def _inner(self) -> LiteLLMAgentFunction:
         return getattr(self, self._inner_attr)  # type: ignore[no-any-return]
 
+    reasoning_effort = _InnerSetting()
+    thinking_budget = _InnerSetting()
+    max_tokens = _InnerSetting()
+    memory = _InnerSetting()
+    use_proxy = _InnerSetting()
+    stream_tokens = _InnerSetting()
+    default_tool_choice = _InnerSetting()
+
     @property
     def llm(self) -> str:
         return self._inner().llm
+
+    @llm.setter
+    def llm(self, value: str) -> None:
+        self._inner().llm = value
 
     @property
     def system(self) -> str:
