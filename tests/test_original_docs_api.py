@@ -407,3 +407,33 @@ async def test_supervisor_subclass_reads_and_changes_its_settings(llm: ScriptedL
     assert easy.body["reasoning"]["effort"] == "low"
     assert hard.body["reasoning"]["effort"] == "high"
     assert hard.body["max_output_tokens"] == 2000
+
+
+# ------------------------------------------------------------------ ClientConfig and mail.toml
+
+
+def test_client_config_built_in_code_takes_the_rest_from_mail_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # client.md: "ClientConfig pulls its defaults from the [client] table in mail.toml ...
+    # Override per run by constructing ClientConfig(timeout=..., verbose=...)".
+    from mail.client import ClientConfig, MAILClient
+    from mail.client_config import load_client_config
+
+    config = tmp_path / "mail.toml"
+    config.write_text("[client]\ntimeout = 12.5\nverbose = true\nretries = 1\n")
+    monkeypatch.setenv("MAIL_CONFIG_PATH", str(config))
+    monkeypatch.chdir(tmp_path)
+
+    assert (ClientConfig().timeout, ClientConfig().verbose, ClientConfig().retries) == (
+        12.5,
+        True,
+        1,
+    )
+    quiet = ClientConfig(verbose=False)
+    assert (quiet.timeout, quiet.verbose) == (12.5, False)
+    assert MAILClient("http://127.0.0.1:9", config=ClientConfig(retries=0)).config.timeout == 12.5
+    # A file named on purpose (`mail client --config`) is read alone, over the built-in values.
+    other = tmp_path / "other.toml"
+    other.write_text("[client]\nverbose = true\n")
+    assert load_client_config(other).timeout == 3600.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,44 @@ class ClientConfig(BaseModel):
     retries: int = Field(default=3, ge=0, le=100)
     retry_backoff: float = Field(default=0.5, ge=0)
     retry_max_delay: float = Field(default=30.0, ge=0)
+
+    def __init__(self, **settings: Any) -> None:
+        # As in v1.3 (client.md: "ClientConfig pulls its defaults from the [client] table"),
+        # a ClientConfig built in code takes what it is not given from the mail.toml that
+        # applies, so `ClientConfig(verbose=True)` keeps the file's timeout. Reading a file's
+        # table (`plain_client_config`) validates only what the table says.
+        if not _PLAIN.get():
+            settings = {**_client_table_settings(), **settings}
+        super().__init__(**settings)
+
+
+# Set while a [client] table itself is validated (pydantic's validation runs __init__ too).
+_PLAIN: ContextVar[bool] = ContextVar("mail_client_config_plain", default=False)
+
+
+def plain_client_config(table: dict[str, Any]) -> ClientConfig:
+    """`table`'s settings over the built-in defaults (no mail.toml is read)."""
+    token = _PLAIN.set(True)
+    try:
+        return ClientConfig.model_validate(table)
+    finally:
+        _PLAIN.reset(token)
+
+
+def _client_table_settings() -> dict[str, Any]:
+    """The valid settings of the `[client]` table of the mail.toml that applies ({} if none)."""
+    path = find_config_file()
+    if path is None:
+        return {}
+    try:
+        table = _read_toml(path).get("client", {})
+        if not isinstance(table, dict):
+            raise ValueError(f"[client] in {path} must be a table")
+        parsed = plain_client_config(table)
+    except (ValueError, ValidationError) as exc:
+        logger.warning("ignoring the [client] settings of %s: %s", path, exc)
+        return {}
+    return {name: getattr(parsed, name) for name in parsed.model_fields_set}
 
 
 def find_config_path(path: str | os.PathLike[str] | None = None) -> Path | None:
@@ -100,7 +139,7 @@ def load_client_config(path: str | os.PathLike[str] | None = None) -> ClientConf
     if not isinstance(table, dict):
         raise ValueError(f"[client] in {config_path} must be a table")
     try:
-        return ClientConfig.model_validate(table)
+        return plain_client_config(table)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
