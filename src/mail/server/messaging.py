@@ -26,6 +26,7 @@ from mail.server.instances import Instance
 from mail.server.paused_quota import CLAIM_SECONDS, check_paused_quota
 from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
+from mail.server.storage_health import check_room_for_new_task
 from mail.server.team import parse_attachments, store_uploads
 from mail.utils.echo import echo
 
@@ -67,6 +68,7 @@ def _prepare(
     if req.task_id is None or fresh:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
+        check_room_for_new_task(state)
         check_paused_quota(state, inst)
         if req.task_id is None:
             req.task_id = new_task_id()
@@ -76,7 +78,10 @@ def _prepare(
         _claim(inst, req.task_id)
         return
     task_id = req.task_id
-    known = _task_or_none(inst, task_id) is not None
+    task = _task_or_none(inst, task_id)
+    known = task is not None
+    if task is None or not (task.is_running or _is_paused(inst, task_id)):
+        check_room_for_new_task(state)  # new work: a new task, or a finished one again
     continuing = req.resume_from is None or (req.resume_from == "user_response" and known)
     if continuing and not _is_paused(inst, task_id):
         # A new task under an id the caller chose, or a message continuing a task that is
@@ -158,6 +163,7 @@ async def check_stored_quota(
     await finished.books(inst.kind, inst.id)
     task = _task_or_none(inst, task_id)
     if task is None or not (task.is_running or _is_paused(inst, task_id)):
+        check_room_for_new_task(state)
         state.quota.check(
             inst.key,
             new_task=task is None,
