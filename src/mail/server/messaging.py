@@ -148,28 +148,39 @@ async def prepare(
     _prepare(state, inst, req, fresh=fresh)
 
 
-async def check_stored_quota(
+async def check_incoming_task(
     state: ServerState, inst: Instance, task_id: str, incoming: int
 ) -> None:
-    """The per-caller storage quotas of `prepare`, for a message that enters the caller's
-    instance another way (a user's ``POST /interswarm/message``, a peer's
-    ``/interswarm/forward``): a finished task it names is put back first; 429 naming the
-    setting when the message would pass a bound, for a new task or a message to a finished
-    one (one to a running or paused task is never refused: its work goes on)."""
+    """`prepare`'s checks for a message that enters the caller's instance another way (a
+    user's ``POST /interswarm/message``, a peer's ``/interswarm/forward``): a finished task
+    it names is put back first; for a new task or a message to a finished one, 503 while
+    the task store is backed up, 429 past `max_paused_tasks_per_caller` (a peer's tasks
+    are its caller's, as a local caller's are) and 429 naming the setting when the message
+    would pass a storage bound. A message to a running or paused task is never refused:
+    its work goes on. The task id is claimed (counted by the paused-task bound) until
+    `_release`: the caller releases it once the message is in the instance."""
     finished = state.finished
-    if finished is None:
-        return
-    await finished.bring_back(inst, task_id)
-    await finished.books(inst.kind, inst.id)
+    if finished is not None:
+        await finished.bring_back(inst, task_id)
+        await finished.books(inst.kind, inst.id)
     task = _task_or_none(inst, task_id)
-    if task is None or not (task.is_running or _is_paused(inst, task_id)):
-        check_room_for_new_task(state)
+    if task is not None and (task.is_running or _is_paused(inst, task_id)):
+        return
+    check_room_for_new_task(state)
+    check_paused_quota(state, inst, task_id)
+    if finished is not None:
         state.quota.check(
             inst.key,
             new_task=task is None,
             incoming=incoming,
             open_ids=inst.swarm.runtime.open_tasks.ids,
         )
+    _claim(inst, task_id)  # no suspension since the checks: concurrent ones see it
+
+
+def release_task_claim(inst: Instance, task_id: str) -> None:
+    """The message of `check_incoming_task` is in the instance (or never will be)."""
+    _release(inst, task_id)
 
 
 def _unreserve(state: ServerState, inst: Instance, req: MessageRequest) -> None:
