@@ -247,7 +247,8 @@ async def _store_uploads(
     if uploads:
         assert req.task_id is not None
         try:
-            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+            ids = ticket.context.get("uploads") if ticket is not None and ticket.taken else None
+            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads, ids)
         except BaseException:
             _unreserve(state, inst, req)
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
@@ -327,6 +328,8 @@ async def _prepare_keyed(
     }
     if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
         context["webhook"] = f"wh_{uuid.uuid4().hex}"
+    if req.attachments:
+        context["uploads"] = _upload_ids(ticket, len(req.attachments))
     # The key commits with the task's first writes (`take_with_work`) when they go through
     # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
     # task; otherwise on its own first, as every other route's key.
@@ -343,6 +346,22 @@ async def _prepare_keyed(
     except BaseException:
         await ticket.release()
         raise
+
+
+def _upload_ids(ticket: Ticket, count: int) -> list[str]:
+    """The attachment ids a keyed request's uploads are stored under, kept with its key: a
+    retry that takes over from a first attempt that died after storing them (before its
+    task started) stores them under the same ids, replacing them, not a second time."""
+    from mail.core.team.service import new_id  # (lazily, as `store_uploads` does)
+
+    earlier = ticket.context.get("uploads") if ticket.takeover else None
+    if (
+        isinstance(earlier, list)
+        and len(earlier) == count
+        and all(isinstance(i, str) and i.startswith("att_") for i in earlier)
+    ):
+        return earlier
+    return [new_id("att") for _ in range(count)]
 
 
 async def _key_stored(ticket: Ticket | None) -> None:
