@@ -115,6 +115,9 @@ def test_db_prune_refuses_a_file_a_server_uses(tmp_path: Path) -> None:
         (["--older-than", "-5"], "'-5' is not a duration: it must be a finite number, 0 or more"),
         (["--older-than", "nan"], "'nan' is not a duration"),
         (["--older-than", "inf"], "'inf' is not a duration"),
+        # Past the calendar: the cutoff printed as the year "1-01-01" and nothing was removed.
+        (["--older-than", "100000000w"], "'100000000w' reaches back before the year 1"),
+        (["--older-than", "1e15"], "'1e15' reaches back before the year 1; the longest is "),
         (["--sqlite", "{tmp}", "--database-url", BASE_URL], "--sqlite PATH or --database-url"),
         (["--sqlite", "{tmp}"], "is a folder, not a SQLite file"),
     ],
@@ -131,12 +134,27 @@ def test_db_prune_refuses_what_it_cannot_mean(
     )
 
 
-def test_db_prune_with_a_ttl_longer_than_the_calendar_removes_nothing(tmp_path: Path) -> None:
+def test_db_prune_with_a_ttl_near_the_calendars_start_removes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "mail.db"
     asyncio.run(_fill(SqliteTaskStore(path), 3))
-    code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "1e15")
+    code, out, err = run_cli("db-prune", "--sqlite", str(path), "--older-than", "700000d")
     assert code == 0, err
     assert "Removed 0 task(s)" in out
+    assert "tasks finished before 01" in out, out  # a four-digit year (0110-...)
+
+
+def test_db_prune_with_a_configured_ttl_past_the_calendar_removes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "mail.db"
+    asyncio.run(_fill(SqliteTaskStore(path), 3))
+    config = tmp_path / "mail.toml"
+    config.write_text('[server.store]\nfinished_task_ttl = "100000000w"\n', encoding="utf-8")
+    code, out, err = run_cli(
+        "db-prune", "--sqlite", str(path), env={"MAIL_CONFIG_PATH": str(config)}
+    )
+    assert code == 0, err
+    assert "reaches back before the year 1: no task is that old, nothing to remove" in out, out
 
 
 def test_db_prune_on_postgres_in_batches() -> None:

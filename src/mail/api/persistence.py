@@ -4,14 +4,18 @@ The runtime calls the observer hooks synchronously; they only enqueue. A store w
 `write_nowait` (the SQL stores) takes each write at once, in the hook, so a write costs no
 task switch; otherwise, or while that store's buffer is full, one drain task per instance
 awaits the store's methods in order. Either way the store acknowledges at once and writes
-in the background, so agents never wait on the database.
+in the background, so agents never wait on the database, but for one case: while writes
+wait in the drain (the store's queue is full: `max_pending` writes, a database outage), an
+agent's next turn waits until they are handed over (`room`), so a long outage holds the
+running tasks still instead of growing the drain without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mail.core.events import TaskEvent
@@ -26,6 +30,14 @@ if TYPE_CHECKING:
     from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
 
 logger = logging.getLogger("mail.store")
+
+# The most events one queued run of a task holds (`EventRun`): past it the task's next event
+# opens a new run, one more item under the store's `max_pending`. A run waits in the queue
+# for as long as the batch ahead of it is retried (a database outage); without a cap one
+# run took every event its task made meanwhile, past the bound on the queue.
+MAX_RUN_EVENTS = 64
+# `room`'s warning that agent turns wait is repeated at most this often (seconds).
+_ROOM_LOG_INTERVAL = 30.0
 
 
 class EventOutbox(Protocol):
@@ -64,6 +76,9 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
         self._started = False
         self._nowait = getattr(store, "write_nowait", None)
         self._backlog = 0  # writes taken by the drain task and not yet handed to the store
+        # Set whenever the drain is empty again (`room`): made on first need.
+        self._drained: asyncio.Event | None = None
+        self._room_logged = float("-inf")  # when `room` last logged that turns wait
         # The queue rows (stashed queues and journals) this instance has in the store, once
         # `stored_queues` said which it had when loaded: a task that never stored one has
         # nothing to delete when it ends (one write less per task). None: unknown, delete.
@@ -140,6 +155,30 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
             finally:
                 self._backlog -= 1
                 queue.task_done()
+                if not self._backlog and self._drained is not None:
+                    self._drained.set()
+
+    def room(self) -> Awaitable[object] | None:
+        """An agent's next turn waits while writes wait in the drain behind a full store
+        queue (see the module's docstring); None (go on) otherwise. Only with a store that
+        takes writes at once (`write_nowait`): another store's drain is its normal path."""
+        if not self._backlog or self._nowait is None:
+            return None
+        drained = self._drained
+        if drained is None:
+            drained = self._drained = asyncio.Event()
+        drained.clear()
+        now = time.monotonic()
+        if now - self._room_logged >= _ROOM_LOG_INTERVAL:  # once an episode, not per turn
+            self._room_logged = now
+            logger.warning(
+                "%s: %d store write(s) wait behind the store's full queue (the database is "
+                "not taking writes); agent turns of this instance wait until they are "
+                "handed over ([server.store] max_pending_writes)",
+                self.key.caller_id,
+                self._backlog,
+            )
+        return drained.wait()
 
     async def flush(self, timeout: float | None = None) -> bool:
         if self._queue is not None:
@@ -199,8 +238,10 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
             return
         run = self._runs.get(task_id)
         if run is not None:  # open: no batch took it yet (it leaves `_runs` when taken)
-            run.events.append(event)
-            return
+            if len(run.events) < MAX_RUN_EVENTS:
+                run.events.append(event)
+                return
+            del self._runs[task_id]  # full: it stays queued as it is, a new run follows
         if (
             self._run_nowait is None
             or self._backlog

@@ -74,6 +74,22 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"Error: --older-than: {exc}", file=sys.stderr)
         return 1
+    longest = _longest_ttl()
+    if ttl > longest:
+        # The cutoff would fall before the calendar's first day (it printed as year "1").
+        if args.older_than is None:  # the server's own TTL: it keeps every task
+            print(
+                f"[server.store] finished_task_ttl = {ttl:g} reaches back before the year 1: "
+                "no task is that old, nothing to remove.",
+                flush=True,
+            )
+            return 0
+        print(
+            f"Error: --older-than: '{args.older_than}' reaches back before the year 1; the "
+            f"longest is {int(longest) // 86400}d",
+            file=sys.stderr,
+        )
+        return 1
     if args.older_than is None and ttl == 0:
         print(
             "[server.store] finished_task_ttl = 0 keeps every task: nothing to remove "
@@ -125,6 +141,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _longest_ttl() -> float:
+    """Seconds from the calendar's first day (1 January of the year 1) to now."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC)
+    return (now - dt.datetime.min.replace(tzinfo=dt.UTC)).total_seconds()
+
+
 def _in_use(exc: BaseException) -> str | None:
     """The line for a SQLite file a running server holds (its own words are for a server)."""
     from mail.store.sqlite_schema import DatabaseInUseError
@@ -152,7 +176,7 @@ def _headline(ttl: float) -> tuple[Any, str]:
     cutoff = cutoff_for(ttl)
     if ttl == 0:
         return cutoff, "every finished task"
-    when = cutoff.strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = f"{cutoff.year:04d}-{cutoff:%m-%d %H:%M:%S} UTC"  # (%Y has no leading zeros)
     return cutoff, f"tasks finished before {when} (more than {_duration(ttl)} ago)"
 
 

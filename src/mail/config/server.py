@@ -291,6 +291,10 @@ class StoreConfig(_Section):
     # with 429. 0 = no bound.
     max_stored_bytes_per_caller: int = Field(default=1024 * 1024 * 1024, ge=0)
     max_stored_tasks_per_caller: int = Field(default=10_000, ge=0)
+    # Writes the task store holds in memory while the database does not take them (an
+    # outage, a full disk). At the bound new tasks are refused with 503 and agents' next
+    # turns wait until the database takes writes again.
+    max_pending_writes: int = Field(default=100_000, ge=1)
 
     @field_validator("finished_task_ttl", mode="before")
     @classmethod

@@ -5,6 +5,7 @@ Every hook is synchronous and must not block: implementations enqueue work elsew
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from mail.core.events import TaskEvent
@@ -30,3 +31,9 @@ class RuntimeObserver:
 
     def queue_stashed(self, task_id: str, items: list[dict[str, Any]]) -> None:
         """A paused/completed task's queued messages were stashed (empty list = cleared)."""
+
+    def room(self) -> Awaitable[object] | None:
+        """None while the observer keeps up; otherwise something to await before an agent's
+        next turn: its writes are waiting for the store (a database outage filled the
+        store's queue), and more turns would only make them wait in memory."""
+        return None

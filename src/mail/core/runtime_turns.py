@@ -151,6 +151,9 @@ class TurnRunner(HostLink[TurnHost]):
         key = f"{task_id}::{agent_name}"
         await rt._acquire_turn(key)
         try:
+            room = rt.observer.room()
+            if room is not None:  # the store is behind (an outage): wait for it, not grow
+                await room
             if message is None:
                 batch = self.inboxes.take(key)
                 if not batch:

@@ -355,7 +355,14 @@ class FinishedTasks:
             raise
 
     async def measure_team(self, owner: Owner, *, force: bool = False) -> None:
-        if self.team_store is None or not (force or self.quota.team_due(owner)):
+        """The caller's team data measured from the store (at most every
+        `TEAM_MEASURE_INTERVAL` unless `force`). Only under a byte bound: the figure is for
+        `max_stored_bytes_per_caller` alone, and measuring reads every byte of the caller's
+        threads, posts, inbox entries and attachment records (as a finished task's sizes
+        are read only for the byte bound's books)."""
+        if self.team_store is None or not self.quota.max_bytes:
+            return
+        if not (force or self.quota.team_due(owner)):
             return
         self.quota.set_team(owner, await self.team_store.stored_bytes(self.key(*owner)))
 
@@ -382,7 +389,7 @@ class FinishedTasks:
                     else:
                         unknown.append(task_id)
                 books.tasks.update(await self.lifecycle.task_bytes(key, unknown))
-            if self.team_store is not None:
+            if self.team_store is not None and self.quota.max_bytes:  # (`measure_team`)
                 books.team_bytes = await self.team_store.stored_bytes(self.key(*owner))
                 books.team_measured = time.monotonic()
             books.read_at = time.monotonic()

@@ -28,7 +28,7 @@ from mail.server.bodies import check_subject, positive_seconds
 from mail.server.errors import BadRequest, type_name
 from mail.server.instances import Instance
 from mail.server.interswarm_bounds import check_envelope, check_user_message
-from mail.server.messaging import check_stored_quota
+from mail.server.messaging import check_incoming_task, release_task_claim
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 
@@ -123,8 +123,6 @@ def refuse_if_interswarm_off(state: ServerState) -> None:
 async def receive(
     state: ServerState, caller: Caller, envelope: dict[str, Any], direction: str
 ) -> dict[str, Any]:
-    from mail.net.bridge import InterswarmReceiveError
-
     refuse_if_interswarm_off(state)
 
     if envelope["target_swarm"] != state.swarm_name:
@@ -135,36 +133,52 @@ async def receive(
     owner_swarm = envelope["task_owner"].rpartition("@")[2]
     if direction == "forward" and owner_swarm != state.swarm_name:
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-        # The peer's task here is stored as the caller's: the per-caller storage quotas.
+        # The peer's task here is the caller's: the per-caller bounds of a new task.
         payload = envelope["payload"]
-        await check_stored_quota(state, inst, payload["task_id"], len(str(payload["body"])))
+        claimed = payload["task_id"]
+        await check_incoming_task(state, inst, claimed, len(str(payload["body"])))
     else:
         # /back, or a task we own coming back through /forward: the owner's instance (in
         # cluster mode the front end sends such envelopes to that instance's host).
         inst = await _instance_for_back(state, envelope)
-    if not await inst.swarm.is_interswarm_running():
-        raise HTTPException(503, "interswarm is not enabled for this swarm")
-    async with state.instances.lease(inst):
-        try:
-            task_id = inst.swarm.accept_interswarm_message(envelope, direction)
-        except InterswarmReceiveError as exc:
-            raise HTTPException(exc.status, str(exc)) from exc
-        except HTTPException:
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported as the documented 500
-            logger.exception("interswarm %s failed", direction)
-            raise HTTPException(
-                500, f"server failed to receive interswarm {direction} message: {exc}"
-            ) from exc
-        # Acknowledged means stored: the peer's router takes this answer as the delivery
-        # done, so the task and the message are committed before it leaves.
-        await inst.swarm.flush_before_answer()
+        claimed = None
+    try:
+        if not await inst.swarm.is_interswarm_running():
+            raise HTTPException(503, "interswarm is not enabled for this swarm")
+        async with state.instances.lease(inst):
+            task_id = _accept(inst, envelope, direction)
+            if claimed is not None:  # in the instance: its own state counts from here
+                release_task_claim(inst, claimed)
+                claimed = None
+            # Acknowledged means stored: the peer's router takes this answer as the
+            # delivery done, so the task and the message are committed before it leaves.
+            await inst.swarm.flush_before_answer()
+    finally:
+        if claimed is not None:
+            release_task_claim(inst, claimed)
     return {
         "swarm": state.swarm_name,
         "task_id": task_id,
         "status": "success",
         "local_runner": _runner(state, caller),
     }
+
+
+def _accept(inst: Instance, envelope: dict[str, Any], direction: str) -> Any:
+    """The envelope into the instance (`accept_interswarm_message`), its task id."""
+    from mail.net.bridge import InterswarmReceiveError
+
+    try:
+        return inst.swarm.accept_interswarm_message(envelope, direction)
+    except InterswarmReceiveError as exc:
+        raise HTTPException(exc.status, str(exc)) from exc
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported as the documented 500
+        logger.exception("interswarm %s failed", direction)
+        raise HTTPException(
+            500, f"server failed to receive interswarm {direction} message: {exc}"
+        ) from exc
 
 
 def _interswarm_user_message(
@@ -260,15 +274,17 @@ async def post_user_message(
     check_subject(message["message"]["subject"], state.config.settings.max_subject_chars)
     if not await inst.swarm.is_interswarm_running():
         raise HTTPException(503, "interswarm router not available")
-    # A task of the caller's like any other: the same storage quotas as POST /message.
-    await check_stored_quota(
-        state, inst, message["message"]["task_id"], len(message["message"]["body"])
-    )
+    # A task of the caller's like any other: the same bounds as POST /message.
+    task_id = message["message"]["task_id"]
+    await check_incoming_task(state, inst, task_id, len(message["message"]["body"]))
     show = bool(data.get("stream") or data.get("show_events"))
-    async with state.instances.lease(inst):
-        response, events = await inst.swarm.submit_message_task_events(
-            message, timeout=timeout, show_events=show
-        )
+    try:
+        async with state.instances.lease(inst):
+            response, events = await inst.swarm.submit_message_task_events(
+                message, timeout=timeout, show_events=show
+            )
+    finally:
+        release_task_claim(inst, task_id)
     refusal = _peer_refusal(response)
     if refusal is not None:
         raise BadRequest(refusal)

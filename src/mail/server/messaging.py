@@ -26,6 +26,7 @@ from mail.server.instances import Instance
 from mail.server.paused_quota import CLAIM_SECONDS, check_paused_quota
 from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
+from mail.server.storage_health import check_room_for_new_task
 from mail.server.team import parse_attachments, store_uploads
 from mail.utils.echo import echo
 
@@ -67,6 +68,7 @@ def _prepare(
     if req.task_id is None or fresh:
         if req.resume_from is not None:
             raise BadRequest("parameter 'task_id' is required when resume_from is set")
+        check_room_for_new_task(state)
         check_paused_quota(state, inst)
         if req.task_id is None:
             req.task_id = new_task_id()
@@ -76,7 +78,10 @@ def _prepare(
         _claim(inst, req.task_id)
         return
     task_id = req.task_id
-    known = _task_or_none(inst, task_id) is not None
+    task = _task_or_none(inst, task_id)
+    known = task is not None
+    if task is None or not (task.is_running or _is_paused(inst, task_id)):
+        check_room_for_new_task(state)  # new work: a new task, or a finished one again
     continuing = req.resume_from is None or (req.resume_from == "user_response" and known)
     if continuing and not _is_paused(inst, task_id):
         # A new task under an id the caller chose, or a message continuing a task that is
@@ -143,27 +148,39 @@ async def prepare(
     _prepare(state, inst, req, fresh=fresh)
 
 
-async def check_stored_quota(
+async def check_incoming_task(
     state: ServerState, inst: Instance, task_id: str, incoming: int
 ) -> None:
-    """The per-caller storage quotas of `prepare`, for a message that enters the caller's
-    instance another way (a user's ``POST /interswarm/message``, a peer's
-    ``/interswarm/forward``): a finished task it names is put back first; 429 naming the
-    setting when the message would pass a bound, for a new task or a message to a finished
-    one (one to a running or paused task is never refused: its work goes on)."""
+    """`prepare`'s checks for a message that enters the caller's instance another way (a
+    user's ``POST /interswarm/message``, a peer's ``/interswarm/forward``): a finished task
+    it names is put back first; for a new task or a message to a finished one, 503 while
+    the task store is backed up, 429 past `max_paused_tasks_per_caller` (a peer's tasks
+    are its caller's, as a local caller's are) and 429 naming the setting when the message
+    would pass a storage bound. A message to a running or paused task is never refused:
+    its work goes on. The task id is claimed (counted by the paused-task bound) until
+    `_release`: the caller releases it once the message is in the instance."""
     finished = state.finished
-    if finished is None:
-        return
-    await finished.bring_back(inst, task_id)
-    await finished.books(inst.kind, inst.id)
+    if finished is not None:
+        await finished.bring_back(inst, task_id)
+        await finished.books(inst.kind, inst.id)
     task = _task_or_none(inst, task_id)
-    if task is None or not (task.is_running or _is_paused(inst, task_id)):
+    if task is not None and (task.is_running or _is_paused(inst, task_id)):
+        return
+    check_room_for_new_task(state)
+    check_paused_quota(state, inst, task_id)
+    if finished is not None:
         state.quota.check(
             inst.key,
             new_task=task is None,
             incoming=incoming,
             open_ids=inst.swarm.runtime.open_tasks.ids,
         )
+    _claim(inst, task_id)  # no suspension since the checks: concurrent ones see it
+
+
+def release_task_claim(inst: Instance, task_id: str) -> None:
+    """The message of `check_incoming_task` is in the instance (or never will be)."""
+    _release(inst, task_id)
 
 
 def _unreserve(state: ServerState, inst: Instance, req: MessageRequest) -> None:
@@ -230,7 +247,8 @@ async def _store_uploads(
     if uploads:
         assert req.task_id is not None
         try:
-            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads)
+            ids = ticket.context.get("uploads") if ticket is not None and ticket.taken else None
+            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads, ids)
         except BaseException:
             _unreserve(state, inst, req)
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
@@ -310,6 +328,8 @@ async def _prepare_keyed(
     }
     if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
         context["webhook"] = f"wh_{uuid.uuid4().hex}"
+    if req.attachments:
+        context["uploads"] = _upload_ids(ticket, len(req.attachments))
     # The key commits with the task's first writes (`take_with_work`) when they go through
     # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
     # task; otherwise on its own first, as every other route's key.
@@ -326,6 +346,22 @@ async def _prepare_keyed(
     except BaseException:
         await ticket.release()
         raise
+
+
+def _upload_ids(ticket: Ticket, count: int) -> list[str]:
+    """The attachment ids a keyed request's uploads are stored under, kept with its key: a
+    retry that takes over from a first attempt that died after storing them (before its
+    task started) stores them under the same ids, replacing them, not a second time."""
+    from mail.core.team.service import new_id  # (lazily, as `store_uploads` does)
+
+    earlier = ticket.context.get("uploads") if ticket.takeover else None
+    if (
+        isinstance(earlier, list)
+        and len(earlier) == count
+        and all(isinstance(i, str) and i.startswith("att_") for i in earlier)
+    ):
+        return earlier
+    return [new_id("att") for _ in range(count)]
 
 
 async def _key_stored(ticket: Ticket | None) -> None:

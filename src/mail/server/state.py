@@ -312,7 +312,13 @@ async def start_store(config: Any = None) -> Any | None:
 
     config = config or ServerConfig()
     path = config.store.database_path(config.swarm.registry_file)
-    store = server_store(config.store.kind, path, database_url_from_env(), **pool_sizes_from_env())
+    store = server_store(
+        config.store.kind,
+        path,
+        database_url_from_env(),
+        max_pending=config.store.max_pending_writes,
+        **pool_sizes_from_env(),
+    )
     if store is None:
         return None
     await store.start()

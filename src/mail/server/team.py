@@ -155,9 +155,17 @@ def parse_attachments(
 
 
 async def store_uploads(
-    swarm: Any, caller: Caller, task_id: str, uploads: list[tuple[str, str, bytes]]
+    swarm: Any,
+    caller: Caller,
+    task_id: str,
+    uploads: list[tuple[str, str, bytes]],
+    ids: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Store the user's files as attachments of the instance; their routing_info entries."""
+    """Store the user's files as attachments of the instance; their routing_info entries.
+
+    `ids`: the attachment ids to store them under (a keyed request's, kept with its key):
+    an attachment already stored under one (a first attempt that died before its task
+    started) is replaced, and its bytes are not counted twice against the quota."""
     if not uploads:
         return []
     from mail.core.team.files import EVERY_AGENT, attachment_meta, clean_filename, new_attachment
@@ -179,10 +187,17 @@ async def store_uploads(
                 data, name, description, f"{caller.role}:{caller.id}", [EVERY_AGENT], task_id
             )
         )
+    if ids is not None:
+        for record, attachment_id in zip(records, ids, strict=True):
+            record["attachment_id"] = attachment_id
     quota = team.settings.max_attachment_bytes_per_instance
     adding = sum(len(data) for _, _, data in uploads)
     async with team.quota_lock:  # the check and the writes it allows, as one step
         used = await team.store.attachment_bytes(team.key)
+        for attachment_id in ids or ():  # replaced below: not counted twice
+            earlier = await team.store.get_attachment(team.key, attachment_id, with_data=False)
+            if earlier is not None:
+                used -= int(earlier[0].get("size") or 0)
         if used + adding > quota:
             raise HTTPException(
                 413,

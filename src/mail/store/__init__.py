@@ -141,7 +141,8 @@ def server_store(
     kind: str, sqlite_path: str | Path, database_url: str | None, **options: Any
 ) -> TaskStore | None:
     """The (not yet started) task store of a server; None for "memory" (the runtime keeps
-    its tasks itself). `options` go to the PostgreSQL store."""
+    its tasks itself). `options` go to the PostgreSQL store; `max_pending` (the writes held
+    while the database does not take them) to either SQL store."""
     chosen = store_kind(kind, database_url)
     if chosen == "memory":
         return None
@@ -149,6 +150,8 @@ def server_store(
         return create_store(database_url, **options)
     from mail.store.sqlite import SqliteTaskStore
 
+    if "max_pending" in options:
+        return SqliteTaskStore(sqlite_path, max_pending=options["max_pending"])
     return SqliteTaskStore(sqlite_path)
 
 

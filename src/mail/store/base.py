@@ -248,6 +248,11 @@ class TaskStore(abc.ABC):
         """True while writes are failing and piling up."""
         return False
 
+    def writes_backed_up(self) -> bool:
+        """True while the store's queue of unwritten writes is at its bound (`max_pending`):
+        new work would only wait in memory (the server refuses new tasks meanwhile)."""
+        return False
+
     async def __aenter__(self) -> TaskStore:
         await self.start()
         return self

@@ -528,6 +528,13 @@ class BufferedSqlStore(TaskStore):
     def dropped_writes(self) -> int:
         return self._buffer.dropped
 
+    def writes_backed_up(self) -> bool:
+        return self._buffer.full
+
+    @property
+    def max_pending_writes(self) -> int:
+        return self._buffer.max_pending
+
     def is_degraded(self) -> bool:
         buffer = self._buffer
         return buffer.outage_since is not None or buffer.stalled_for() >= STALLED_SECONDS

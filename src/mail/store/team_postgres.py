@@ -331,7 +331,11 @@ class PostgresTeamStore(TeamStore):
         await self.writes.write_now(  # the bytes do not wait in memory
             lambda conn: conn.execute(
                 "INSERT INTO team_attachments (swarm_name, caller_role, caller_id,"
-                " attachment_id, record, data) VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+                " attachment_id, record, data) VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
+                # (replacing: a keyed request's retry stores its uploads under their ids)
+                " ON CONFLICT (swarm_name, caller_role, caller_id, attachment_id) DO UPDATE"
+                " SET record = EXCLUDED.record, data = EXCLUDED.data,"
+                " created_at = EXCLUDED.created_at",
                 *args,
             )
         )

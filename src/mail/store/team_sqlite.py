@@ -255,7 +255,9 @@ class SqliteTeamStore(TeamStore):
     async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
         def put(conn: sqlite3.Connection) -> None:
             conn.execute(
-                "INSERT INTO team_attachments (swarm_name, caller_role, caller_id, attachment_id,"
+                # (replacing: a keyed request's retry stores its uploads under their ids)
+                "INSERT OR REPLACE INTO team_attachments (swarm_name, caller_role, caller_id,"
+                " attachment_id,"
                 " record, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*key_tuple(key), record["attachment_id"], dump_record(record), data, utc_now()),
             )

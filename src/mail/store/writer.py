@@ -100,6 +100,7 @@ class WriteBehindBuffer(Generic[T]):
         self._flushes: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._urgent = asyncio.Event()  # stop waiting for a fuller batch
         self._has_items = asyncio.Event()
+        self._full_logged = float("-inf")  # when reaching `max_pending` was last logged
         self._worker: asyncio.Task[None] | None = None
         self._flush_waiters = 0
 
@@ -136,7 +137,19 @@ class WriteBehindBuffer(Generic[T]):
     @property
     def full(self) -> bool:
         """`max_pending` items are waiting: `submit` would wait, `put_nowait` refuses."""
-        return len(self._queue) >= self.max_pending
+        if len(self._queue) < self.max_pending:
+            return False
+        now = time.monotonic()
+        if now - self._full_logged >= _OUTAGE_REMINDER_INTERVAL:  # not once per write
+            self._full_logged = now
+            logger.warning(
+                "%s: %d writes wait for the database, the most it holds (max_pending); new "
+                "writes wait for room (last error: %s)",
+                self.name,
+                len(self._queue),
+                self.last_error,
+            )
+        return True
 
     async def submit(self, item: T) -> None:
         """Accept an item. Waits only if `max_pending` items are already waiting."""
