@@ -13,8 +13,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from mail.mcp_face import inbox_tools, replies
 from mail.mcp_face.acting import refuse_if_completed, run_tool
-from mail.mcp_face.face import Face
+from mail.mcp_face.face import Face, tool_error
 from mail.mcp_face.members import FaceError, Member
+from mail.server import messaging
 
 REPLY_FILED_SECONDS = 5.0
 
@@ -27,8 +28,26 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     tool = face.tool
     budget = replies.text_budget(face.settings.max_reply_bytes)
 
-    async def act(ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str) -> str:
+    async def stored_quota(member: Member, task_id: str, incoming: int) -> None:
+        """The caller's storage quotas ([server.store] max_stored_tasks_per_caller,
+        max_stored_bytes_per_caller), as for ``POST /message``, when what the member sends
+        would start a task its instance does not hold: the caller's tasks, whoever sends."""
+        rt = member.runtime
+        if task_id in rt.mail_tasks or task_id in rt.forgotten_tasks:
+            return  # running, paused, or finished (a send to a finished one is refused)
+        try:
+            await messaging.check_stored_quota(face.state, member.inst, task_id, incoming)
+        except Exception as exc:  # HTTPException 429: the detail names the setting
+            raise tool_error(exc) from None
+
+    async def act(
+        ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str, incoming: int = -1
+    ) -> str:
+        """Run tool `name`; one that sends (`incoming` >= 0: the bytes it sends) is under the
+        caller's storage quotas when it would start a task."""
         member = face.member(ctx)
+        if incoming >= 0:
+            await stored_quota(member, task_id, incoming)
         try:
             return await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
@@ -79,7 +98,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         task = task_id or str(uuid.uuid4())
         args: dict[str, Any] = {"target": target, "subject": subject, "body": body}
         if not wait_for_reply:
-            return _json({"task_id": task, "result": await act(ctx, "send_request", args, task)})
+            return _json(
+                {"task_id": task, "result": await act(ctx, "send_request", args, task, len(body))}
+            )
         args["wait_for_reply"] = True
         args["timeout_seconds"] = face.clamp_wait(
             timeout_seconds, face.state.config.team_tools.reply_timeout
@@ -89,7 +110,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         # handed over); any other unread message from the target stays unread.
         sender = target.strip()
         earlier = await member.unread(sender=sender, task_id=task, kind="reply")
-        result = await act(ctx, "send_request", args, task)
+        result = await act(ctx, "send_request", args, task, len(body))
         filed = await member.arrived(
             REPLY_FILED_SECONDS,
             sender=sender,
@@ -127,7 +148,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 "the request you are answering (get_messages lists each message's task_id)"
             )
         args = {"target": target, "subject": subject, "body": body}
-        return _json({"task_id": task, "result": await act(ctx, "send_response", args, task)})
+        return _json(
+            {"task_id": task, "result": await act(ctx, "send_response", args, task, len(body))}
+        )
 
     @tool(
         description=(
@@ -147,7 +170,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         member = face.member(ctx)
         task = task_for(member, task_id)
         args = {"subject": subject, "body": body, "targets": targets or ["all"]}
-        return _json({"task_id": task, "result": await act(ctx, "send_broadcast", args, task)})
+        return _json(
+            {"task_id": task, "result": await act(ctx, "send_broadcast", args, task, len(body))}
+        )
 
     @tool(
         description=(
@@ -163,7 +188,8 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     ) -> str:
         member = face.member(ctx)
         args = {"title": title, "participants": participants, "initial_message": initial_message}
-        return await act(ctx, "create_thread", args, task_for(member, None))
+        task = task_for(member, None)
+        return await act(ctx, "create_thread", args, task, len(initial_message or ""))
 
     @tool(
         description=(
@@ -176,7 +202,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     ) -> str:
         member = face.member(ctx)
         args = {"thread_id": thread_id, "body": body, "urgent": urgent}
-        return await act(ctx, "post_to_thread", args, task_for(member, None))
+        return await act(ctx, "post_to_thread", args, task_for(member, None), len(body))
 
     @tool(description="Join an existing thread by its thread_id.")
     async def join_thread(ctx: Context[Any, Any], thread_id: str) -> str:
@@ -233,6 +259,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
+        await stored_quota(member, task, len(data))
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
