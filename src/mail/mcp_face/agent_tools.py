@@ -18,6 +18,9 @@ from mail.mcp_face.members import FaceError, Member
 from mail.server import messaging
 
 REPLY_FILED_SECONDS = 5.0
+# The tools whose message goes into the runtime's mailbox for its task (a new task is made
+# only when the runtime takes it from there).
+MAILBOX_SENDS = frozenset({"send_request", "send_response", "send_broadcast"})
 
 
 def _json(value: Any) -> str:
@@ -49,9 +52,17 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         if incoming >= 0:
             await stored_quota(member, task_id, incoming)
         try:
-            return await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
+            result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
             raise ToolError(str(exc)) from None
+        if incoming >= 0:
+            # Acknowledged means stored: what was sent, and the task it starts, are committed
+            # before "sent" leaves (the task was made only when the runtime took the message
+            # from its mailbox: after a kill -9 right after the answer it was gone).
+            if name in MAILBOX_SENDS:
+                member.runtime._ensure_task(task_id)
+            await member.inst.swarm.flush_before_answer()
+        return result
 
     def task_for(member: Member, task_id: str | None) -> str:
         return task_id or member.default_task()
