@@ -94,3 +94,30 @@ def test_mcp_send_request_stops_at_the_byte_quota(server: ServerProcess) -> None
     time.sleep(0.5)
     assert len(tasks_of(server, "alice")) == 1
     assert asyncio.run(send(server, "bob", "z" * 600_000))["task_id"]
+
+
+async def send_files(server: ServerProcess, who: str, count: int) -> list[Any]:
+    """transfer_file of `count` files of 600 kB to the user, one after another: each answer,
+    or its error text."""
+    answers: list[Any] = []
+    async with mcp_agent(server.base_url, server.keys[who]) as agent:
+        await agent.call("join_swarm", name="helper")
+        for n in range(count):
+            try:
+                answers.append(
+                    await agent.call(
+                        "transfer_file", recipient="user", filename=f"f{n}", content="x" * 600_000
+                    )
+                )
+            except ToolFailed as exc:
+                answers.append(str(exc))
+    return answers
+
+
+def test_mcp_files_in_a_row_stop_at_the_byte_quota(server: ServerProcess) -> None:
+    # Files go to the agent's own task, which they keep running: the bytes are checked as
+    # uploads are, whatever the task, and counted at once (2 x 600 kB fit in 1.5 MB).
+    answers = asyncio.run(send_files(server, "alice", 4))
+    assert [isinstance(a, dict) for a in answers] == [True, True, False, False], answers
+    assert "429: " in answers[2] and "max_stored_bytes_per_caller = 1500000" in answers[2]
+    assert all(isinstance(a, dict) for a in asyncio.run(send_files(server, "bob", 2)))

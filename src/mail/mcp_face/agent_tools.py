@@ -11,11 +11,10 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mail.mcp_face import inbox_tools, replies
+from mail.mcp_face import inbox_tools, quotas, replies
 from mail.mcp_face.acting import refuse_if_completed, run_tool
-from mail.mcp_face.face import Face, tool_error
+from mail.mcp_face.face import Face
 from mail.mcp_face.members import FaceError, Member
-from mail.server import messaging
 
 REPLY_FILED_SECONDS = 5.0
 # The tools whose message goes into the runtime's mailbox for its task (a new task is made
@@ -31,18 +30,6 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     tool = face.tool
     budget = replies.text_budget(face.settings.max_reply_bytes)
 
-    async def stored_quota(member: Member, task_id: str, incoming: int) -> None:
-        """The caller's storage quotas ([server.store] max_stored_tasks_per_caller,
-        max_stored_bytes_per_caller), as for ``POST /message``, when what the member sends
-        would start a task its instance does not hold: the caller's tasks, whoever sends."""
-        rt = member.runtime
-        if task_id in rt.mail_tasks or task_id in rt.forgotten_tasks:
-            return  # running, paused, or finished (a send to a finished one is refused)
-        try:
-            await messaging.check_stored_quota(face.state, member.inst, task_id, incoming)
-        except Exception as exc:  # HTTPException 429: the detail names the setting
-            raise tool_error(exc) from None
-
     async def act(
         ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str, incoming: int = -1
     ) -> str:
@@ -50,7 +37,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         caller's storage quotas when it would start a task."""
         member = face.member(ctx)
         if incoming >= 0:
-            await stored_quota(member, task_id, incoming)
+            await quotas.check_new_task(face.state, member, task_id, incoming)
         try:
             result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
@@ -270,14 +257,18 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
-        await stored_quota(member, task, len(data))
+        reserved = await quotas.reserve_file(face.state, member, task, len(data))
+        stored = 0
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
                 member.team, member.name, task, recipient, data, name, description
             )
+            stored = len(data)
         except TeamError as exc:
             raise ToolError(str(exc)) from None
+        finally:
+            quotas.file_done(face.state, member, reserved, stored)
         return _json({"task_id": task, "sent_to": target, **files.attachment_meta(record)})
 
     @tool(
