@@ -11,6 +11,7 @@ Real ``mail server`` (stub swarm), the ``mcp`` SDK's client over Streamable HTTP
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -121,3 +122,29 @@ def test_mcp_files_in_a_row_stop_at_the_byte_quota(server: ServerProcess) -> Non
     assert [isinstance(a, dict) for a in answers] == [True, True, False, False], answers
     assert "429: " in answers[2] and "max_stored_bytes_per_caller = 1500000" in answers[2]
     assert all(isinstance(a, dict) for a in asyncio.run(send_files(server, "bob", 2)))
+
+
+async def post_in_a_row(server: ServerProcess, who: str, count: int) -> list[Any]:
+    """Thread posts of 600 kB, one after another: each answer, or its error text."""
+    answers: list[Any] = []
+    key = server.keys[who]
+    async with mcp_agent(server.base_url, key) as one, mcp_agent(server.base_url, key) as two:
+        await one.call("join_swarm", name="helper")
+        await two.call("join_swarm", name="other")
+        made = await one.call("create_thread", title="plans", participants=["other"])
+        thread_id = json.loads(str(made).split(": ", 1)[1])["thread_id"]
+        for _ in range(count):
+            try:
+                answers.append(
+                    await one.call("post_to_thread", thread_id=thread_id, body="x" * 600_000)
+                )
+            except ToolFailed as exc:
+                answers.append(str(exc))
+    return answers
+
+
+def test_mcp_thread_posts_in_a_row_stop_at_the_byte_quota(server: ServerProcess) -> None:
+    answers = asyncio.run(post_in_a_row(server, "alice", 4))
+    assert [a.startswith("posted") for a in answers] == [True, True, False, False], answers
+    assert "429: " in answers[2] and "max_stored_bytes_per_caller = 1500000" in answers[2]
+    assert all(a.startswith("posted") for a in asyncio.run(post_in_a_row(server, "bob", 2)))

@@ -20,6 +20,8 @@ REPLY_FILED_SECONDS = 5.0
 # The tools whose message goes into the runtime's mailbox for its task (a new task is made
 # only when the runtime takes it from there).
 MAILBOX_SENDS = frozenset({"send_request", "send_response", "send_broadcast"})
+# The tools whose text is stored as team data (posts, inbox entries), checked as uploads.
+TEAM_WRITES = frozenset({"create_thread", "post_to_thread"})
 
 
 def _json(value: Any) -> str:
@@ -34,14 +36,21 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str, incoming: int = -1
     ) -> str:
         """Run tool `name`; one that sends (`incoming` >= 0: the bytes it sends) is under the
-        caller's storage quotas when it would start a task."""
+        caller's storage quotas: as a new task when it would start one, and a thread post
+        (stored team data) as an upload, whatever its task."""
         member = face.member(ctx)
-        if incoming >= 0:
+        reserved = stored = 0
+        if name in TEAM_WRITES and incoming >= 0:
+            reserved = await quotas.reserve_team_bytes(face.state, member, task_id, incoming)
+        elif incoming >= 0:
             await quotas.check_new_task(face.state, member, task_id, incoming)
         try:
             result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
+            stored = incoming if reserved else 0
         except FaceError as exc:
             raise ToolError(str(exc)) from None
+        finally:
+            quotas.team_bytes_done(face.state, member, reserved, stored)
         if incoming >= 0:
             # Acknowledged means stored: what was sent, and the task it starts, are committed
             # before "sent" leaves (the task was made only when the runtime took the message
@@ -257,7 +266,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
-        reserved = await quotas.reserve_file(face.state, member, task, len(data))
+        reserved = await quotas.reserve_team_bytes(face.state, member, task, len(data))
         stored = 0
         try:
             name = files.clean_filename(filename, "file")
@@ -268,7 +277,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         except TeamError as exc:
             raise ToolError(str(exc)) from None
         finally:
-            quotas.file_done(face.state, member, reserved, stored)
+            quotas.team_bytes_done(face.state, member, reserved, stored)
         return _json({"task_id": task, "sent_to": target, **files.attachment_meta(record)})
 
     @tool(

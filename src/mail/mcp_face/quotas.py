@@ -2,11 +2,12 @@
 max_stored_tasks_per_caller, max_stored_bytes_per_caller; docs/database.md).
 
 What an outside agent joined over MCP sends is stored as its caller's, as a ``POST /message``
-of that caller is: a send that would start a task is checked as a new task, and a file
-(``transfer_file``) as an upload: its bytes are checked against the byte bound whatever task
-it goes to (but a paused one, as for uploads), reserved in the caller's books from the check
-to the write, and counted at once once stored, so files sent one after another cannot pass
-the bound between two measurements of the caller's team data.
+of that caller is: a message that would start a task is checked as a new task, and what it
+writes to the team store (a file of ``transfer_file``, a thread post or initial message) as
+an upload: its bytes are checked against the byte bound whatever task it goes to (but a
+paused one, as for uploads), reserved in the caller's books from the check to the write, and
+counted at once once stored, so writes one after another cannot pass the bound between two
+measurements of the caller's team data.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ async def check_new_task(state: Any, member: Member, task_id: str, incoming: int
         raise tool_error(exc) from None
 
 
-async def reserve_file(state: Any, member: Member, task_id: str, size: int) -> int:
-    """Check a file of `size` bytes as an upload and reserve it in the caller's books;
-    returns the bytes reserved (give them to `file_done`)."""
+async def reserve_team_bytes(state: Any, member: Member, task_id: str, size: int) -> int:
+    """Check a team write of `size` bytes (a file, a post) as an upload and reserve it in the
+    caller's books; returns the bytes reserved (give them to `team_bytes_done`)."""
     finished = state.finished
     if finished is None:
         return 0
@@ -45,7 +46,7 @@ async def reserve_file(state: Any, member: Member, task_id: str, size: int) -> i
         and not task.is_running
         and bool(task.pending_reviews or rt.pending_breakpoints(task_id))
     )
-    if not paused:  # a file for a paused task is part of closing its pause: never refused
+    if not paused:  # what goes to a paused task is part of closing its pause: never refused
         new_task = task is None and task_id not in rt.forgotten_tasks
         try:
             state.quota.check(
@@ -59,8 +60,8 @@ async def reserve_file(state: Any, member: Member, task_id: str, size: int) -> i
     return size
 
 
-def file_done(state: Any, member: Member, reserved: int, stored: int) -> None:
-    """The file's reservation leaves the books; the bytes stored (0: refused) enter them."""
+def team_bytes_done(state: Any, member: Member, reserved: int, stored: int) -> None:
+    """The write's reservation leaves the books; the bytes stored (0: refused) enter them."""
     if not reserved:
         return
     key = member.inst.key
