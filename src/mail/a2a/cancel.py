@@ -95,6 +95,11 @@ async def cancel_caller_task(
         return {"task_id": task_id, "cancelled": False, "state": finished}
     inst.claimed_tasks.pop(task_id, None)
     task = runtime.mail_tasks[task_id]
+    if cancelled:
+        # Acknowledged means stored: the cancel (the task's end, its answer and its
+        # task_cancelled event) is committed before the caller hears of it; a kill -9 right
+        # after the answer brought a paused task back paused.
+        await inst.swarm.flush_before_answer()
     return {"task_id": task_id, "cancelled": cancelled, "state": task.state.value}
 
 

@@ -11,12 +11,17 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mail.mcp_face import inbox_tools, replies
+from mail.mcp_face import inbox_tools, quotas, replies
 from mail.mcp_face.acting import refuse_if_completed, run_tool
 from mail.mcp_face.face import Face
 from mail.mcp_face.members import FaceError, Member
 
 REPLY_FILED_SECONDS = 5.0
+# The tools whose message goes into the runtime's mailbox for its task (a new task is made
+# only when the runtime takes it from there).
+MAILBOX_SENDS = frozenset({"send_request", "send_response", "send_broadcast"})
+# The tools whose text is stored as team data (posts, inbox entries), checked as uploads.
+TEAM_WRITES = frozenset({"create_thread", "post_to_thread"})
 
 
 def _json(value: Any) -> str:
@@ -27,12 +32,36 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     tool = face.tool
     budget = replies.text_budget(face.settings.max_reply_bytes)
 
-    async def act(ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str) -> str:
+    async def act(
+        ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str, incoming: int = -1
+    ) -> str:
+        """Run tool `name`; one that sends (`incoming` >= 0: the bytes it sends) is under the
+        caller's storage quotas: as a new task when it would start one, and a thread post
+        (stored team data) as an upload, whatever its task."""
         member = face.member(ctx)
+        reserved = stored = 0
+        claimed = False
+        if name in TEAM_WRITES and incoming >= 0:
+            reserved = await quotas.reserve_team_bytes(face.state, member, task_id, incoming)
+        elif incoming >= 0:
+            claimed = await quotas.check_new_task(face.state, member, task_id, incoming)
         try:
-            return await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
+            result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
+            stored = incoming if reserved else 0
         except FaceError as exc:
             raise ToolError(str(exc)) from None
+        finally:
+            quotas.team_bytes_done(face.state, member, reserved, stored)
+            if claimed:  # (no await from here to `_ensure_task` below: no gap uncounted)
+                quotas.release_new_task(member, task_id)
+        if incoming >= 0:
+            # Acknowledged means stored: what was sent, and the task it starts, are committed
+            # before "sent" leaves (the task was made only when the runtime took the message
+            # from its mailbox: after a kill -9 right after the answer it was gone).
+            if name in MAILBOX_SENDS:
+                member.runtime._ensure_task(task_id)
+            await member.inst.swarm.flush_before_answer()
+        return result
 
     def task_for(member: Member, task_id: str | None) -> str:
         return task_id or member.default_task()
@@ -79,7 +108,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         task = task_id or str(uuid.uuid4())
         args: dict[str, Any] = {"target": target, "subject": subject, "body": body}
         if not wait_for_reply:
-            return _json({"task_id": task, "result": await act(ctx, "send_request", args, task)})
+            return _json(
+                {"task_id": task, "result": await act(ctx, "send_request", args, task, len(body))}
+            )
         args["wait_for_reply"] = True
         args["timeout_seconds"] = face.clamp_wait(
             timeout_seconds, face.state.config.team_tools.reply_timeout
@@ -89,7 +120,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         # handed over); any other unread message from the target stays unread.
         sender = target.strip()
         earlier = await member.unread(sender=sender, task_id=task, kind="reply")
-        result = await act(ctx, "send_request", args, task)
+        result = await act(ctx, "send_request", args, task, len(body))
         filed = await member.arrived(
             REPLY_FILED_SECONDS,
             sender=sender,
@@ -127,7 +158,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 "the request you are answering (get_messages lists each message's task_id)"
             )
         args = {"target": target, "subject": subject, "body": body}
-        return _json({"task_id": task, "result": await act(ctx, "send_response", args, task)})
+        return _json(
+            {"task_id": task, "result": await act(ctx, "send_response", args, task, len(body))}
+        )
 
     @tool(
         description=(
@@ -147,7 +180,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         member = face.member(ctx)
         task = task_for(member, task_id)
         args = {"subject": subject, "body": body, "targets": targets or ["all"]}
-        return _json({"task_id": task, "result": await act(ctx, "send_broadcast", args, task)})
+        return _json(
+            {"task_id": task, "result": await act(ctx, "send_broadcast", args, task, len(body))}
+        )
 
     @tool(
         description=(
@@ -163,7 +198,8 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     ) -> str:
         member = face.member(ctx)
         args = {"title": title, "participants": participants, "initial_message": initial_message}
-        return await act(ctx, "create_thread", args, task_for(member, None))
+        task = task_for(member, None)
+        return await act(ctx, "create_thread", args, task, len(initial_message or ""))
 
     @tool(
         description=(
@@ -176,7 +212,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     ) -> str:
         member = face.member(ctx)
         args = {"thread_id": thread_id, "body": body, "urgent": urgent}
-        return await act(ctx, "post_to_thread", args, task_for(member, None))
+        return await act(ctx, "post_to_thread", args, task_for(member, None), len(body))
 
     @tool(description="Join an existing thread by its thread_id.")
     async def join_thread(ctx: Context[Any, Any], thread_id: str) -> str:
@@ -233,13 +269,18 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
+        reserved = await quotas.reserve_team_bytes(face.state, member, task, len(data))
+        stored = 0
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
                 member.team, member.name, task, recipient, data, name, description
             )
+            stored = len(data)
         except TeamError as exc:
             raise ToolError(str(exc)) from None
+        finally:
+            quotas.team_bytes_done(face.state, member, reserved, stored)
         return _json({"task_id": task, "sent_to": target, **files.attachment_meta(record)})
 
     @tool(

@@ -43,6 +43,8 @@ class Member:
     # The task its messages go to when it names none (a UUID, like every task id, so the
     # caller can look it up with GET /task); a fresh one once that task is completed.
     home_task: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # Every home task it used: ended when it leaves if no agent ever worked in them.
+    home_tasks: set[str] = field(default_factory=set)
     last_task: str | None = None  # the task of the newest message it got
     # Tells the session's client that its inbox changed (MCP notifications), if it asked.
     notify: Callable[[], Awaitable[None]] | None = None
@@ -72,11 +74,29 @@ class Member:
     def default_task(self) -> str:
         """The task a message that names none goes to: that of the newest message it got,
         else its own; when both are completed, a new task of its own."""
-        for task_id in (self.last_task, self.home_task):
-            if task_id and not self.task_completed(task_id):
-                return task_id
-        self.home_task = str(uuid.uuid4())
+        if self.last_task and not self.task_completed(self.last_task):
+            return self.last_task
+        if self.task_completed(self.home_task):
+            self.home_task = str(uuid.uuid4())
+        self.home_tasks.add(self.home_task)
         return self.home_task
+
+    def end_idle_home_tasks(self) -> None:
+        """Stop its home tasks that only ever held team work (a thread, a file for the
+        user): no agent message entered them, so nothing would ever complete them, and they
+        stayed running for good, each counted against the caller's
+        max_paused_tasks_per_caller, keeping the instance from idle reclaim and their files
+        from retention. Stopped, they are finished tasks (a message continues one)."""
+        rt = self.runtime
+        for task_id in self.home_tasks:
+            task = rt.mail_tasks.get(task_id)
+            if task is None or not task.is_running:
+                continue
+            if any(event.event == "new_message" for event in task.events):
+                continue  # agents work in it: it completes as tasks do
+            task.stop()
+            rt.observer.task_changed(task)
+        self.home_tasks.clear()
 
     def wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -267,6 +287,7 @@ def leave(member: Member) -> None:
     if not external_agents.leave(member.runtime, member.name, member.core):
         return
     _listed_targets(member.inst, member.name, add=False)
+    member.end_idle_home_tasks()
     if member._listener in member.team.inbox_listeners:
         member.team.inbox_listeners.remove(member._listener)
     member.inst.in_use -= 1

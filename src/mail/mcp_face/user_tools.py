@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -21,9 +22,18 @@ from mail.server import messaging, task_reads, team
 from mail.server.bodies import parse_message_request
 from mail.server.swarm_description import describe_swarm
 
+logger = logging.getLogger("mail.mcp")
+
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _finished_in_background(task: asyncio.Task[None]) -> None:
+    """A task started by post_message(wait=false) that failed after it was stored (its
+    caller reads how it ended with get_task): logged, not left unretrieved."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a task started without waiting failed: %r", task.exception())
 
 
 def _cut_event(event: Any, room: int) -> Any:
@@ -112,8 +122,18 @@ def register(face: Face) -> None:
         request["kwargs"] = {"timeout": face.clamp_wait(timeout_seconds, limit) or limit}
         if wait:
             return _json(await post(ctx, request))
-        started = asyncio.create_task(post_as(await user(ctx), request))
+        # "started" only once the task's submission is committed; a refusal is this call's
+        # error (it was swallowed by a task nobody awaited, the message silently lost).
+        try:
+            started = await messaging.start_message(
+                face.state, await user(ctx), parse_message_request(request)
+            )
+        except ToolError:
+            raise
+        except Exception as exc:  # HTTPException: the status and detail HTTP would send
+            raise tool_error(exc) from None
         face.background.add(started)
+        started.add_done_callback(_finished_in_background)
         started.add_done_callback(face.background.discard)
         return _json({"task_id": request["task_id"], "status": "started"})
 

@@ -53,6 +53,8 @@ TRIM_INTERVAL = 1.0
 # front end's retention) leave them, and the caller gets in again.
 REREAD_AT_BOUND = 5.0
 HEAL_PER_PAGE = 20  # stored tasks without a summary read whole per GET /tasks page
+# How long `bring_back` waits for the put-back task's record to be committed.
+BRING_BACK_FLUSH_SECONDS = 5.0
 _EMPTY_USAGE = TaskUsage().total.as_dict()
 
 
@@ -155,6 +157,11 @@ class FinishedTasks:
         self._freed = 0  # bytes of messages let go of since memory was last given back
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Held by a retention batch (`Retention`) and by `bring_back`: a finished task put
+        # back for a new message is either removed before it is read (the message is then
+        # for an unknown task) or read and marked changed before the next batch looks, never
+        # removed from the store while a continuation runs from memory.
+        self.prune_gate = asyncio.Lock()
 
     @property
     def keeps_finished(self) -> bool:
@@ -510,7 +517,17 @@ class FinishedTasks:
         runtime = inst.swarm.runtime
         if task_id in runtime.mail_tasks:
             return False
-        snapshot = await self.lifecycle.load_tasks(self.key(inst.kind, inst.id), [task_id])
-        if task_id in runtime.mail_tasks or task_id not in snapshot.tasks:
-            return False  # another request put it back meanwhile, or it is unknown
-        return restore_task(inst.swarm, snapshot)
+        async with self.prune_gate:
+            snapshot = await self.lifecycle.load_tasks(self.key(inst.kind, inst.id), [task_id])
+            if task_id in runtime.mail_tasks or task_id not in snapshot.tasks:
+                return False  # another request put it back meanwhile, or it is unknown
+            if not restore_task(inst.swarm, snapshot):
+                return False
+            # Its record changed now (committed before a retention batch can look again):
+            # a task past finished_task_ttl that gets a message is not removed under it
+            # (the batch removed its events while the continuation ran: half a task stored).
+            task = runtime.mail_tasks.get(task_id)
+            if task is not None:
+                runtime.observer.task_changed(task)
+                await inst.swarm.flush_store(BRING_BACK_FLUSH_SECONDS)
+            return True

@@ -461,6 +461,49 @@ async def post_message(
     return answer
 
 
+async def start_message(
+    state: ServerState, caller: Caller, req: MessageRequest
+) -> asyncio.Task[None]:
+    """``POST /message``'s work for a caller that does not wait for the answer (the MCP
+    ``post_message(wait=false)``): what refuses the message (a quota, an unknown or running
+    task, a bad entrypoint) raises here, and the submission is committed before this returns
+    (acknowledged means stored: a task said to have started exists after a kill -9). The task
+    runs on in the returned asyncio task, which the caller must hold."""
+    uploads = await _uploads(state, caller, req)
+    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    await _prepare_keyed(state, inst, req, None)
+    req.webhook = await _request_webhook(state, inst, caller, req, None)
+    await _store_uploads(state, inst, caller, req, uploads, None)
+    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
+    stored = asyncio.Event()
+    events = inst.swarm.stream_events(
+        req.body,
+        timeout=timeout,
+        ping_interval=state.config.settings.sse_ping_interval,
+        on_stored=stored.set,
+        **_post_kwargs(state, req),
+    )
+
+    async def run() -> None:
+        try:
+            async with state.instances.lease(inst):
+                async for _event in events:
+                    _release(inst, req.task_id)  # submitted: the task's state answers now
+        finally:
+            _release(inst, req.task_id)
+        answered(state, inst, req.task_id)
+
+    runner = asyncio.create_task(run(), name=f"mail-message-{req.task_id}")
+    committed = asyncio.create_task(stored.wait())
+    try:
+        await asyncio.wait({runner, committed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        committed.cancel()
+    if not stored.is_set():
+        runner.result()  # what refused the submission (it ended before the commit)
+    return runner
+
+
 async def stream_message(
     state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> EventStreamResponse:

@@ -109,7 +109,15 @@ class Retention:
         if self.ttl > 0:
             cutoff = cutoff_for(self.ttl)
             if lifecycle is not None:
-                pruned = await lifecycle.prune(cutoff)
+                pruned = PruneReport()
+                while True:
+                    # One batch at a time, with no task put back from the store meanwhile
+                    # (`FinishedTasks.prune_gate`); messages get in between batches.
+                    async with self.finished.prune_gate:
+                        batch = await lifecycle.prune(cutoff, max_batches=1)
+                    if not batch.tasks:
+                        break
+                    pruned.add(batch)
                 self._forget(pruned)
                 report.tasks, report.rows = len(pruned.tasks), pruned.rows
                 report.batches = pruned.batches

@@ -50,6 +50,13 @@ def uses_team_tools(template: Any) -> bool:
     return any(getattr(a, "team_tools", None) for a in getattr(template, "agents", []) or [])
 
 
+def keeps_team_data(config: ServerConfig, template: Any) -> bool:
+    """Whether team data (threads, inboxes, attachments) can be made: by the swarm's agents'
+    team tools, or by outside agents joined over MCP ([server.mcp] enabled), whatever the
+    swarm's agents use. Then it is kept in the task store's database, as the tasks are."""
+    return uses_team_tools(template) or config.mcp.enabled
+
+
 async def start_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
     """The task store's database (SQLite or PostgreSQL) when the swarm uses team tools."""
     store = await _open_team_store(config, template, task_store)
@@ -60,14 +67,14 @@ async def start_team_store(config: ServerConfig, template: Any, task_store: Any)
 
 
 async def _open_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
-    if getattr(task_store, "backend", "") == "sqlite" and uses_team_tools(template):
+    if getattr(task_store, "backend", "") == "sqlite" and keeps_team_data(config, template):
         from mail.store.team_sqlite import SqliteTeamStore
 
         lite = SqliteTeamStore(task_store.path)  # the same file (and writer thread)
         await lite.start()
         return lite
     if task_store is not None and getattr(task_store, "backend", "") == "postgres":
-        if uses_team_tools(template):
+        if keeps_team_data(config, template):
             from mail.store import database_url_from_env
             from mail.store.team_postgres import PostgresTeamStore
 

@@ -1,0 +1,78 @@
+"""The caller's storage quotas for what an outside agent sends ([server.store]
+max_stored_tasks_per_caller, max_stored_bytes_per_caller; docs/database.md).
+
+What an outside agent joined over MCP sends is stored as its caller's, as a ``POST /message``
+of that caller is: a message that would start a task is checked as a new task, and what it
+writes to the team store (a file of ``transfer_file``, a thread post or initial message) as
+an upload: its bytes are checked against the byte bound whatever task it goes to (but a
+paused one, as for uploads), reserved in the caller's books from the check to the write, and
+counted at once once stored, so writes one after another cannot pass the bound between two
+measurements of the caller's team data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mail.mcp_face.face import tool_error
+from mail.mcp_face.members import Member
+from mail.server import messaging
+
+
+async def check_new_task(state: Any, member: Member, task_id: str, incoming: int) -> bool:
+    """ToolError (``429: ...`` naming the setting, or 503 while the task store is backed
+    up) when what the member sends (`incoming` characters) would start a task past the
+    caller's bounds; nothing for a task its instance holds (running, paused, or finished: a
+    send to a finished one is refused anyway). True when the task id was claimed for the
+    send: give it back with `release_new_task` once the message is in the instance."""
+    rt = member.runtime
+    if task_id in rt.mail_tasks or task_id in rt.forgotten_tasks:
+        return False
+    try:
+        await messaging.check_incoming_task(state, member.inst, task_id, incoming)
+    except Exception as exc:  # HTTPException 429/503: the detail names the setting
+        raise tool_error(exc) from None
+    return True
+
+
+def release_new_task(member: Member, task_id: str) -> None:
+    """The send checked by `check_new_task` is in the instance (or never will be)."""
+    messaging.release_task_claim(member.inst, task_id)
+
+
+async def reserve_team_bytes(state: Any, member: Member, task_id: str, size: int) -> int:
+    """Check a team write of `size` bytes (a file, a post) as an upload and reserve it in the
+    caller's books; returns the bytes reserved (give them to `team_bytes_done`)."""
+    finished = state.finished
+    if finished is None:
+        return 0
+    inst, rt = member.inst, member.runtime
+    await finished.books(inst.kind, inst.id)
+    task = rt.mail_tasks.get(task_id)
+    paused = (
+        task is not None
+        and not task.is_running
+        and bool(task.pending_reviews or rt.pending_breakpoints(task_id))
+    )
+    if not paused:  # what goes to a paused task is part of closing its pause: never refused
+        new_task = task is None and task_id not in rt.forgotten_tasks
+        try:
+            state.quota.check(
+                inst.key, new_task=new_task, incoming=size, open_ids=rt.open_tasks.ids
+            )
+        except Exception as exc:  # HTTPException 429: the detail names the setting
+            raise tool_error(exc) from None
+    if finished.team_store is None:
+        return 0
+    state.quota.reserve(inst.key, size)
+    return size
+
+
+def team_bytes_done(state: Any, member: Member, reserved: int, stored: int) -> None:
+    """The write's reservation leaves the books; the bytes stored (0: refused) enter them."""
+    if not reserved:
+        return
+    key = member.inst.key
+    state.quota.unreserve(key, reserved)
+    if stored:
+        state.quota.add_team(key, stored)
