@@ -4,8 +4,9 @@ interswarm routes too: a peer's ``POST /interswarm/forward`` and a user's
 ``Retry-After`` once the caller holds that many running or paused tasks, as a local
 ``POST /message`` is; a message to a task that is running is never refused.
 
-A real `mail server` with interswarm on; the tasks stay running on the `looper` agent (it
-waits for a message that never comes).
+A real `mail server` with interswarm on; the tasks stay running on the `sleeper` agent (it
+answers after 30 s; the `looper` would stop them after a few empty waits, task_repeat_limit,
+so on a loaded machine a task could end before the next request counted it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.support.interswarm_agents import swarm_json
-from tests.support.peer_envelopes import request_envelope
+from tests.support.peer_envelopes import forward_new_task
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 
@@ -49,22 +50,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _forward(server: ServerProcess, task_id: str) -> httpx.Response:
-    envelope = request_envelope(
-        task_id,
-        source="swarm-gamma",
-        target="swarm-alpha",
-        owner="user:z@swarm-gamma",
-        sender={"address_type": "agent", "address": "supervisor@swarm-gamma"},
-        recipient="looper",
-        subject="work",
-        body="wait for me",
-    )
-    return httpx.post(
-        f"{server.base_url}/interswarm/forward",
-        json={"message": envelope},
-        headers=auth(server.keys["peer"]),
-        timeout=60,
-    )
+    # The sleeper keeps its task running for 30 s (the looper stops a peer's task after a
+    # few empty waits: task_repeat_limit).
+    return forward_new_task(server, task_id, recipient="sleeper", body="wait for me")
 
 
 def _refused(response: httpx.Response) -> None:
@@ -92,11 +80,11 @@ def test_a_users_interswarm_message_stops_at_the_paused_task_bound(
     with httpx.Client(base_url=server.base_url, headers=auth(server.keys["ivy"])) as client:
         streams = []
         try:
-            for _ in range(LIMIT):  # two tasks of ivy's, running on the looper (held open)
+            for _ in range(LIMIT):  # two tasks of ivy's, running on the sleeper (30 s)
                 stream = client.stream(
                     "POST",
                     "/message",
-                    json={"body": "wait", "entrypoint": "looper", "stream": True},
+                    json={"body": "wait", "entrypoint": "sleeper", "stream": True},
                     timeout=30,
                 )
                 response = stream.__enter__()

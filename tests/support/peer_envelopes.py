@@ -41,18 +41,24 @@ def request_envelope(
     }
 
 
-def forward_new_task(server: ServerProcess, task_id: str) -> httpx.Response:
+def forward_new_task(
+    server: ServerProcess,
+    task_id: str,
+    *,
+    recipient: str = "supervisor",
+    body: str = "hello from gamma",
+) -> httpx.Response:
     """``swarm-gamma`` (the key ``server.keys["peer"]``) hands a task of its user to this
-    server's ``supervisor``."""
+    server's `recipient`."""
     envelope = request_envelope(
         task_id,
         source="swarm-gamma",
         target="swarm-alpha",
         owner="user:z@swarm-gamma",
         sender={"address_type": "agent", "address": "supervisor@swarm-gamma"},
-        recipient="supervisor",
+        recipient=recipient,
         subject="work",
-        body="hello from gamma",
+        body=body,
     )
     return httpx.post(
         f"{server.base_url}/interswarm/forward",
