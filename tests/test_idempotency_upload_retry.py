@@ -42,6 +42,14 @@ async def _attachments(url: str) -> list[tuple[str, int]]:
     return [(r["attachment_id"], r["n"]) for r in rows]
 
 
+# A per-caller byte bound the upload fits under once, not twice: the first attempt passes it;
+# so must its retry, whose upload replaces the stored one (not counted on top of it).
+TIGHT_BOUND = """
+[server.store]
+max_stored_bytes_per_caller = 300000
+"""
+
+
 def test_a_retry_after_a_crash_between_uploads_and_task_stores_them_once(
     tmp_path: Path,
 ) -> None:
@@ -49,10 +57,20 @@ def test_a_retry_after_a_crash_between_uploads_and_task_stores_them_once(
         asyncio.run(_scenario(tmp_path, with_search_path(BASE_URL, schema)))
 
 
-async def _scenario(tmp_path: Path, url: str) -> None:
+def test_the_retry_is_not_refused_by_a_byte_bound_counting_its_upload_twice(
+    tmp_path: Path,
+) -> None:
+    """The retry's upload replaces the one the dead attempt stored: the per-caller byte
+    bound counts it once (it counted the stored copy and the incoming one: 429 for a retry
+    of a request that fitted), and so do the books afterwards (a small message next: 429)."""
+    with scratch_schema("mail_upload_retry_bound", BASE_URL) as schema:
+        asyncio.run(_scenario(tmp_path, with_search_path(BASE_URL, schema), TIGHT_BOUND))
+
+
+async def _scenario(tmp_path: Path, url: str, extra: str = "") -> None:
     key = str(uuid.uuid4())
     body = {"body": "keep my notes", "attachments": [UPLOAD]}
-    with abuse_server(tmp_path, env={"DATABASE_URL": url}) as first:
+    with abuse_server(tmp_path, env={"DATABASE_URL": url}, extra=extra) as first:
         headers = auth(first.keys["alice"])
         warm = httpx.post(f"{first.base_url}/message", json={"body": "hi"}, headers=headers)
         assert warm.status_code == 200, warm.text  # alice's instance and books are loaded
@@ -105,5 +123,9 @@ async def _scenario(tmp_path: Path, url: str) -> None:
                 timeout=30,
             )
             assert task.status_code == 200, task.text
+            after = httpx.post(
+                f"{second.base_url}/message", json={"body": "hi"}, headers=headers, timeout=60
+            )
+            assert after.status_code == 200, after.text  # the books count the upload once
         finally:
             assert second.stop() == 0, second.logs()[-3000:]

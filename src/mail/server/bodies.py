@@ -113,6 +113,9 @@ class MessageRequest:
     webhook: Any = None
     # Upload bytes held in the caller's quota books from the check until they are stored.
     reserved_bytes: int = 0
+    # Bytes of uploads a keyed retry replaces (its dead first attempt stored them under the
+    # same ids): stored already, so the quota does not count them a second time.
+    replaced_bytes: int = 0
 
     def upload_bytes(self) -> int:
         """The bytes the uploads will store (`content` text, or `content_base64` decoded:

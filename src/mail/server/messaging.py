@@ -128,7 +128,7 @@ async def prepare(
             await finished.bring_back(inst, req.task_id)
         await finished.books(inst.kind, inst.id)
         task = None if req.task_id is None or fresh else _task_or_none(inst, req.task_id)
-        uploaded = req.upload_bytes()
+        uploaded = max(0, req.upload_bytes() - req.replaced_bytes)  # (new bytes only)
         if task is None or not _is_paused(inst, req.task_id or ""):
             # A message to a paused task closes the pause: never refused, as for the
             # paused-task quota. Checked with no suspension before `_prepare`'s claim.
@@ -248,7 +248,8 @@ async def _store_uploads(
         assert req.task_id is not None
         try:
             ids = ticket.context.get("uploads") if ticket is not None and ticket.taken else None
-            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads, ids)
+            replacing = bool(ticket is not None and ticket.takeover)
+            stored = await store_uploads(inst.swarm, caller, req.task_id, uploads, ids, replacing)
         except BaseException:
             _unreserve(state, inst, req)
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
@@ -259,7 +260,8 @@ async def _store_uploads(
         _unreserve(state, inst, req)
         if state.finished is not None and state.finished.team_store is not None:
             # In the caller's books now, not at the next measurement of its team data.
-            state.quota.add_team(inst.key, sum(len(data) for _, _, data in uploads))
+            added = sum(len(data) for _, _, data in uploads) - req.replaced_bytes
+            state.quota.add_team(inst.key, max(0, added))
 
 
 async def _request_webhook(
@@ -329,7 +331,9 @@ async def _prepare_keyed(
     if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
         context["webhook"] = f"wh_{uuid.uuid4().hex}"
     if req.attachments:
-        context["uploads"] = _upload_ids(ticket, len(req.attachments))
+        context["uploads"] = ids = _upload_ids(ticket, len(req.attachments))
+        if ticket.takeover:  # what the dead attempt stored under them is replaced
+            req.replaced_bytes = await _stored_upload_bytes(inst, ids)
     # The key commits with the task's first writes (`take_with_work`) when they go through
     # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
     # task; otherwise on its own first, as every other route's key.
@@ -362,6 +366,19 @@ def _upload_ids(ticket: Ticket, count: int) -> list[str]:
     ):
         return earlier
     return [new_id("att") for _ in range(count)]
+
+
+async def _stored_upload_bytes(inst: Instance, ids: list[str]) -> int:
+    """The bytes stored under `ids` already (a keyed retry's uploads, which replace them)."""
+    team = getattr(inst.swarm, "team", None)
+    if team is None:
+        return 0
+    total = 0
+    for attachment_id in ids:
+        earlier = await team.store.get_attachment(team.key, attachment_id, with_data=False)
+        if earlier is not None:
+            total += int(earlier[0].get("size") or 0)
+    return total
 
 
 async def _key_stored(ticket: Ticket | None) -> None:

@@ -167,12 +167,14 @@ async def store_uploads(
     task_id: str,
     uploads: list[tuple[str, str, bytes]],
     ids: list[str] | None = None,
+    replacing: bool = False,
 ) -> list[dict[str, Any]]:
     """Store the user's files as attachments of the instance; their routing_info entries.
 
     `ids`: the attachment ids to store them under (a keyed request's, kept with its key):
     an attachment already stored under one (a first attempt that died before its task
-    started) is replaced, and its bytes are not counted twice against the quota."""
+    started) is replaced, and its bytes are not counted twice against the quota. Only
+    with `replacing` (a takeover) are they looked for: a first attempt's ids are new."""
     if not uploads:
         return []
     from mail.core.team.files import EVERY_AGENT, attachment_meta, clean_filename, new_attachment
@@ -201,7 +203,7 @@ async def store_uploads(
     adding = sum(len(data) for _, _, data in uploads)
     async with team.quota_lock:  # the check and the writes it allows, as one step
         used = await team.store.attachment_bytes(team.key)
-        for attachment_id in ids or ():  # replaced below: not counted twice
+        for attachment_id in (ids or ()) if replacing else ():  # replaced: counted once
             earlier = await team.store.get_attachment(team.key, attachment_id, with_data=False)
             if earlier is not None:
                 used -= int(earlier[0].get("size") or 0)
