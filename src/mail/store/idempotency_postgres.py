@@ -9,8 +9,10 @@ missing (``CREATE TABLE IF NOT EXISTS``, under the schema lock the task store us
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 
@@ -22,9 +24,38 @@ from mail.store.idempotency import (
     take_row,
 )
 from mail.store.idempotency_schema import POSTGRES_DDL, TABLE
+from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import normalize_dsn, open_pool, redact_dsn
 
 logger = logging.getLogger("mail.store.idempotency")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reachable(
+    method: Callable[_P, Coroutine[Any, Any, _R]],
+) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """The database unreachable (down, restarting, connections dropped) is
+    StoreUnavailableError, which a request answers with 503 and Retry-After: a key is taken
+    before any work starts, and the driver's own error was an unhandled 500, which clients
+    do not retry."""
+
+    @functools.wraps(method)
+    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(*args, **kwargs)
+        except Exception as exc:
+            if isinstance(exc, StoreUnavailableError) or not is_transient_error(exc):
+                raise
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise StoreUnavailableError(
+                f"the database of the idempotency keys cannot be reached now "
+                f"({type(exc).__name__}: {reason}); try again later"
+            ) from exc
+
+    return call
+
 
 _SCOPE = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
 
@@ -146,10 +177,12 @@ class PostgresIdempotencyStore(IdempotencyStore):
             raise StoreUnavailableError("the idempotency store is not started")
         return self._pool
 
+    @_reachable
     async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
         row = await self._require().fetchrow(_GET, *_scope(scope), key, now)
         return None if row is None else _record(row)
 
+    @_reachable
     async def take(
         self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
     ) -> KeyRecord | None:
@@ -165,6 +198,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
             # The holder was released or expired between the two statements: try again.
         return record
 
+    @_reachable
     async def finish(
         self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
     ) -> None:
@@ -172,6 +206,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
             _FINISH, *_scope(scope), key, status, content_type, bytes(body)
         )
 
+    @_reachable
     async def finish_many(
         self, outcomes: list[tuple[InstanceKey, str, int, str | None, bytes]]
     ) -> None:
@@ -181,17 +216,21 @@ class PostgresIdempotencyStore(IdempotencyStore):
         ]
         await self._require().executemany(_FINISH, rows)
 
+    @_reachable
     async def release(self, scope: InstanceKey, key: str) -> None:
         await self._require().execute(_RELEASE, *_scope(scope), key)
 
+    @_reachable
     async def count(self, scope: InstanceKey, now: float) -> int:
         return int(await self._require().fetchval(_COUNT, *_scope(scope), now))
 
+    @_reachable
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
         if scope is None:
             return _count(await self._require().execute(_PURGE, now))
         return _count(await self._require().execute(_PURGE_SCOPE, *_scope(scope), now))
 
+    @_reachable
     async def evict_finished(self, scope: InstanceKey, count: int) -> int:
         pool = self._require()
         if not self._with_tasks:

@@ -1,0 +1,71 @@
+"""A keyed request while PostgreSQL is away is refused with 503 and ``Retry-After``, not 500.
+
+The Idempotency-Key is taken in the database before the work starts (on the key store's own
+pool). With the database unreachable, the driver's connection error left the route as an
+unhandled error: 500, which clients (MAILClient among them: it sends a key with every call
+that starts work) do not retry, where the same request without a key got 503 and
+``Retry-After`` once the task store was backed up. Real `mail server`, real PostgreSQL
+reached through a TCP proxy the test stops and starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
+from tests.support.stub_agents import stub_swarms_json
+from tests.support.tcp_proxy import via_proxy
+from tests.test_store_outage_refusal import ThreadedProxy
+
+from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_a_keyed_request_in_a_database_outage_is_503_and_its_retry_runs(tmp_path: Path) -> None:
+    with scratch_schema("mail_key_outage", BASE_URL) as schema:
+        database = with_search_path(BASE_URL, schema)
+        swarm = f"keys-{uuid.uuid4().hex[:8]}"
+        (tmp_path / "swarms.json").write_text(json.dumps(stub_swarms_json(swarm)), "utf-8")
+        token = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+        proxy = ThreadedProxy(database)
+        proxy.start()
+        port = free_port()
+        server = ServerProcess(
+            tmp_path,
+            port,
+            args=["--config", str(write_config(tmp_path, port=port, swarm=swarm))],
+            env={"DATABASE_URL": via_proxy(database, proxy.proxy.port)},
+        )
+        url = f"http://127.0.0.1:{port}/message"
+
+        def post(key: str) -> httpx.Response:
+            headers = {**auth(token), "Idempotency-Key": key}
+            return httpx.post(url, json={"body": "note"}, headers=headers, timeout=120)
+
+        server.start()
+        try:
+            assert post(str(uuid.uuid4())).status_code == 200  # the key store's pool is in use
+            proxy.stop()  # PostgreSQL unreachable from here on
+            key = str(uuid.uuid4())
+            refused = post(key)
+            assert refused.status_code == 503, refused.text
+            assert refused.headers.get("Retry-After"), refused.headers
+            proxy.start()  # back: the retry with the same key runs the request
+            deadline = time.monotonic() + 60
+            while (retry := post(key)).status_code == 503:
+                assert time.monotonic() < deadline, retry.text
+                time.sleep(0.5)
+            assert retry.status_code == 200, retry.text
+        finally:
+            if not proxy.up:
+                proxy.start()
+            assert server.stop() == 0, server.logs()[-3000:]
+            proxy.stop()
+            proxy.close()
+        assert "unhandled error" not in server.logs(), server.logs()[-3000:]
