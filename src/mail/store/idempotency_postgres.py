@@ -9,10 +9,8 @@ missing (``CREATE TABLE IF NOT EXISTS``, under the schema lock the task store us
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import asyncpg
 
@@ -24,38 +22,12 @@ from mail.store.idempotency import (
     take_row,
 )
 from mail.store.idempotency_schema import POSTGRES_DDL, TABLE
-from mail.store.postgres import is_transient_error
+from mail.store.pg_unreachable import unavailable_when_unreachable
 from mail.store.postgres_schema import normalize_dsn, open_pool, redact_dsn
 
 logger = logging.getLogger("mail.store.idempotency")
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _reachable(
-    method: Callable[_P, Coroutine[Any, Any, _R]],
-) -> Callable[_P, Coroutine[Any, Any, _R]]:
-    """The database unreachable (down, restarting, connections dropped) is
-    StoreUnavailableError, which a request answers with 503 and Retry-After: a key is taken
-    before any work starts, and the driver's own error was an unhandled 500, which clients
-    do not retry."""
-
-    @functools.wraps(method)
-    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return await method(*args, **kwargs)
-        except Exception as exc:
-            if isinstance(exc, StoreUnavailableError) or not is_transient_error(exc):
-                raise
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise StoreUnavailableError(
-                f"the database of the idempotency keys cannot be reached now "
-                f"({type(exc).__name__}: {reason}); try again later"
-            ) from exc
-
-    return call
-
+_reachable = unavailable_when_unreachable("the idempotency keys")
 
 _SCOPE = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
 

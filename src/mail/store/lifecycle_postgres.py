@@ -24,6 +24,7 @@ from mail.store.lifecycle import (
     queue_keys,
     task_of_queue_key,
 )
+from mail.store.pg_unreachable import unavailable_when_unreachable
 from mail.store.postgres import _isoformat, _pg_json
 from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
 
@@ -64,6 +65,10 @@ _EXPIRED_SQL = f"""
 _BY_TASK = "(swarm_name, caller_role, caller_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))"
 
 
+# A request reading stored tasks while PostgreSQL is away: 503 + Retry-After, not 500.
+_reachable = unavailable_when_unreachable("the stored tasks")
+
+
 class PostgresLifecycle(TaskLifecycle):
     def _pool(self) -> Any:
         pool = self.store._pool  # type: ignore[attr-defined]
@@ -73,6 +78,7 @@ class PostgresLifecycle(TaskLifecycle):
             raise StoreUnavailableError("the PostgreSQL store is not started")
         return pool
 
+    @_reachable
     async def records(
         self, key: InstanceKey, *, limit: int | None = None, before: Cursor | None = None
     ) -> dict[str, dict[str, Any]]:
@@ -91,6 +97,7 @@ class PostgresLifecycle(TaskLifecycle):
                 out[row["task_id"]] = record
         return out
 
+    @_reachable
     async def load_tasks(self, key: InstanceKey, task_ids: Sequence[str]) -> InstanceSnapshot:
         await self._settle()
         snapshot = InstanceSnapshot()
@@ -108,6 +115,7 @@ class PostgresLifecycle(TaskLifecycle):
                         add_snapshot_row(snapshot, table, row, _isoformat)
         return snapshot
 
+    @_reachable
     async def owners(self, task_id: str) -> list[InstanceKey]:
         await self._settle()
         async with self._pool().acquire() as conn:
@@ -116,6 +124,7 @@ class PostgresLifecycle(TaskLifecycle):
             )
         return [InstanceKey(*row) for row in rows]
 
+    @_reachable
     async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
         await self._settle()
         async with self._pool().acquire() as conn:
@@ -126,6 +135,7 @@ class PostgresLifecycle(TaskLifecycle):
             )
         return [str(row[0]) for row in rows]
 
+    @_reachable
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         if not summaries:
             return
@@ -138,6 +148,7 @@ class PostgresLifecycle(TaskLifecycle):
                 rows,
             )
 
+    @_reachable
     async def task_bytes(self, key: InstanceKey, task_ids: Sequence[str]) -> dict[str, int]:
         if not task_ids:
             return {}

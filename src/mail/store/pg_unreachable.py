@@ -1,0 +1,47 @@
+"""PostgreSQL out of reach, as the server's callers understand it: `StoreUnavailableError`.
+
+A request that needs the database now (an Idempotency-Key taken before its work starts, a
+finished task read back, a page of stored tasks) while PostgreSQL is down, restarting or has
+dropped its connections got the driver's own error: an unhandled 500, which clients do not
+retry. As `StoreUnavailableError` it is 503 with ``Retry-After`` (`mail.server.errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+from mail.store.base import StoreUnavailableError
+from mail.store.postgres import is_transient_error
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def unavailable_when_unreachable(
+    what: str,
+) -> Callable[[Callable[_P, Coroutine[Any, Any, _R]]], Callable[_P, Coroutine[Any, Any, _R]]]:
+    """A store method whose transient database errors (`is_transient_error`) are raised as
+    `StoreUnavailableError` naming `what` the database holds."""
+
+    def decorate(
+        method: Callable[_P, Coroutine[Any, Any, _R]],
+    ) -> Callable[_P, Coroutine[Any, Any, _R]]:
+        @functools.wraps(method)
+        async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return await method(*args, **kwargs)
+            except Exception as exc:
+                if isinstance(exc, StoreUnavailableError) or not is_transient_error(exc):
+                    raise
+                text = str(exc).strip()
+                reason = text.splitlines()[0] if text else ""
+                raise StoreUnavailableError(
+                    f"the database of {what} cannot be reached now "
+                    f"({type(exc).__name__}: {reason}); try again later"
+                ) from exc
+
+        return call
+
+    return decorate
