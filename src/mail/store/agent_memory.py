@@ -145,7 +145,7 @@ class PostgresMemoryStore(BaseStore):
     async def setup(self) -> None:
         import asyncpg
 
-        from mail.store.postgres_schema import ensure_memory_table
+        from mail.store.postgres_schema import create_unless_forbidden, ensure_memory_table
 
         if self._pool is not None:
             return
@@ -153,7 +153,7 @@ class PostgresMemoryStore(BaseStore):
         self._loop = asyncio.get_running_loop()
         try:
             async with self._pool.acquire() as conn:
-                await ensure_memory_table(conn)
+                await create_unless_forbidden(conn, ensure_memory_table, ("agent_memories",))
         except BaseException:
             await self.aclose()
             raise

@@ -23,7 +23,12 @@ from mail.store.idempotency import (
 )
 from mail.store.idempotency_schema import POSTGRES_DDL, TABLE
 from mail.store.pg_unreachable import unavailable_when_unreachable
-from mail.store.postgres_schema import normalize_dsn, open_pool, redact_dsn
+from mail.store.postgres_schema import (
+    create_unless_forbidden,
+    normalize_dsn,
+    open_pool,
+    redact_dsn,
+)
 
 logger = logging.getLogger("mail.store.idempotency")
 
@@ -109,6 +114,10 @@ async def ensure_table(conn: Any) -> None:
         await conn.execute(POSTGRES_DDL)
 
 
+async def _prepare(conn: Any) -> None:
+    await create_unless_forbidden(conn, ensure_table, (TABLE,))
+
+
 class PostgresIdempotencyStore(IdempotencyStore):
     backend = "postgres"
 
@@ -126,7 +135,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
         if self._pool is None:
             self._pool = await open_pool(
                 self._dsn,
-                ensure_table,
+                _prepare,
                 purpose=" for idempotency keys",
                 min_size=self._min_size,
                 max_size=self._max_size,

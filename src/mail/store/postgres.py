@@ -24,6 +24,8 @@ from mail.store.base import (
     to_json,
 )
 from mail.store.postgres_schema import (
+    ALL_TABLES,
+    create_unless_forbidden,
     ensure_schema,
     missing_tables,
     normalize_dsn,
@@ -252,7 +254,7 @@ class PostgresTaskStore(BufferedSqlStore):
                 )
             logger.info("creating missing tables: %s", ", ".join(absent))
         # Also brings a database initialised by the original up to date (columns, indexes).
-        await ensure_schema(conn)
+        await create_unless_forbidden(conn, ensure_schema, ALL_TABLES)
         self._schema_ready = True
 
     # -- fencing ---------------------------------------------------------------------------

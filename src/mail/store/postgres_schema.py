@@ -8,6 +8,7 @@ original appended one per completion) are collapsed before the unique index is b
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,8 @@ from mail.store.base import StoreUnavailableError
 from mail.store.webhooks_schema import POSTGRES_INDEXES as WEBHOOK_INDEXES
 from mail.store.webhooks_schema import POSTGRES_TABLE_DDL as WEBHOOK_TABLE_DDL
 from mail.store.webhooks_schema import TABLES as WEBHOOK_TABLES
+
+logger = logging.getLogger("mail.store.postgres")
 
 # The four documented tables, plus the stashed queues of paused tasks, agent memory and
 # the generation (fencing token) of each instance for cluster mode.
@@ -233,6 +236,30 @@ async def ensure_memory_table(conn: Any) -> None:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
         await conn.execute(_TABLE_DDL["agent_memories"])
+
+
+async def create_unless_forbidden(
+    conn: Any, create: Callable[[Any], Awaitable[object]], tables: tuple[str, ...]
+) -> None:
+    """Run `create` (the server's own DDL at start). A database user who may not create
+    tables gets by when `tables` are all there (made by `mail db-init` run as a user who
+    may): docs/database.md promises that; otherwise the refusal says what to run."""
+    import asyncpg  # lazily: importing this module must not load the driver
+
+    try:
+        await create(conn)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        absent = await missing_tables(conn, tables)
+        if absent:
+            raise StoreUnavailableError(
+                f"the database user may not create tables ({exc}) and {', '.join(absent)} "
+                "are missing: run `mail db-init` as a user who may (the schema's owner)"
+            ) from exc
+        logger.info(
+            "the database user may not change the schema (%s); using the tables as they are "
+            "(after an upgrade of mail, run `mail db-init` as the schema's owner)",
+            exc,
+        )
 
 
 async def verify_schema(conn: Any) -> dict[str, bool]:

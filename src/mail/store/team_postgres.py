@@ -20,7 +20,7 @@ import asyncpg
 from mail.store.base import InstanceKey, StoreUnavailableError
 from mail.store.lifecycle_postgres import _FINISHED
 from mail.store.postgres import is_transient_error
-from mail.store.postgres_schema import normalize_dsn, open_pool
+from mail.store.postgres_schema import create_unless_forbidden, normalize_dsn, open_pool
 from mail.store.retrying import RetryingWrites
 from mail.store.team_base import (
     TEAM_PRUNE_BATCH,
@@ -87,7 +87,7 @@ CREATE TABLE IF NOT EXISTS team_attachments (
 );
 """
 
-TEAM_TABLES = ("team_threads", "team_posts", "team_inbox", "team_attachments")
+TEAM_TABLES: tuple[str, ...] = ("team_threads", "team_posts", "team_inbox", "team_attachments")
 _KEY = key_clause("$")
 
 # Posts, inbox entries and attachments name the task they came with ($.task_id). One whose
@@ -129,12 +129,16 @@ _SIZES = (
 )
 
 
-async def _create_tables(conn: asyncpg.Connection) -> None:
+async def create_team_tables(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_lock(7415001)")
     try:
         await conn.execute(TEAM_SCHEMA)
     finally:
         await conn.execute("SELECT pg_advisory_unlock(7415001)")
+
+
+async def _create_tables(conn: asyncpg.Connection) -> None:
+    await create_unless_forbidden(conn, create_team_tables, TEAM_TABLES)
 
 
 Write = Callable[[Any], Awaitable[Any]]  # given a connection inside a transaction
