@@ -7,6 +7,7 @@ import re
 import tomllib
 
 import pytest
+from pydantic import BaseModel
 
 from mail.commands import server as server_cmd
 from mail.config import AuthConfig, ServerConfig, ServerSettings, SwarmConfig
@@ -54,6 +55,22 @@ def test_configuration_doc_lists_every_key() -> None:
         assert set(documented[table]) == keys[table], table
     # The documented defaults are the real defaults.
     assert ServerConfig.model_validate(documented).model_dump() == ServerConfig().model_dump()
+
+
+def test_configuration_doc_lists_every_key_of_every_server_table() -> None:
+    """Each [server.*] table of the reference block names every key its model has (an
+    error that names `[server.cluster] warm_pool` must send the reader to a documented key)."""
+    text = (DOCS / "configuration.md").read_text()
+    block = re.search(r"## mail.toml reference\n\n```toml\n(.*?)```", text, re.S)
+    assert block
+    documented = tomllib.loads(block.group(1))["server"]
+    for name, field in ServerConfig.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        keys = {f.alias or key for key, f in model.model_fields.items()}
+        missing = keys - set(documented.get(name, {}))
+        assert not missing, f"[server.{name}] in configuration.md lacks {sorted(missing)}"
 
 
 def test_repository_mail_toml_uses_only_known_keys() -> None:
