@@ -20,6 +20,7 @@ from mail.mcp_face import members
 from mail.mcp_face.members import FaceError, Member
 from mail.mcp_face.replies import ReplyCap
 from mail.server.auth import Caller, unauthorized
+from mail.version import __version__
 
 INSTRUCTIONS = (
     "This server is a MAIL multi-agent swarm. Call join_swarm(name, description) to become "
@@ -41,7 +42,10 @@ class Face:
         self.app = app
         self.settings = settings
         self.server: MCPServer[Any] = MCPServer(
-            name="mail", instructions=INSTRUCTIONS, warn_on_duplicate_resources=False
+            name="mail",
+            version=__version__,  # serverInfo.version: the SDK's default is ""
+            instructions=INSTRUCTIONS,
+            warn_on_duplicate_resources=False,
         )
         # Every answer fits [server.mcp] max_reply_bytes (the client's event limit).
         self.server.middleware.append(ReplyCap(settings.max_reply_bytes, settings.max_uri_chars))
