@@ -107,6 +107,7 @@ def test_db_prune_refuses_a_file_a_server_uses(tmp_path: Path) -> None:
     assert err.startswith("Error: ") and "in use by a running mail server (pid " in err
     assert "stop it first" in err and "[server.store] path" not in err  # that is for servers
     assert err.count("\n") == 1
+    assert out == ""  # no "Pruning ..." headline for a prune that never started
 
 
 @pytest.mark.parametrize(

@@ -198,11 +198,11 @@ async def _prune_sqlite(path: Any, ttl: float, vacuum: bool) -> int:
     # The store's own start-up hint names this command: not worth repeating here.
     logging.getLogger("mail.store.sqlite").setLevel(logging.ERROR)
     cutoff, what = _headline(ttl)
-    _say(f"Pruning SQLite {path}: {what}")
     before = on_disk_bytes(path)
     store = SqliteTaskStore(path)
     team = SqliteTeamStore(path)
-    await store.start()
+    await store.start()  # refuses a file a server uses: then no headline before the error
+    _say(f"Pruning SQLite {path}: {what}")
     try:
         await team.start()
         lifecycle = lifecycle_for(store)
