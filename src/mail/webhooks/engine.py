@@ -83,6 +83,9 @@ class DeliveryEngine:
         self._last_cleanup = 0.0
         self._last_count = 0.0
         self._next_due: float | None = None  # the soonest retry this process scheduled
+        # When delivery rounds started failing, and when that was last logged (monotonic).
+        self._failing_since: float | None = None
+        self._failure_logged: float | None = None
         # Attempts whose outcome is not written yet: written together each round (one
         # transaction). Until then the delivery's lease keeps it from being sent again.
         self._finished: list[Finished] = []
@@ -166,9 +169,38 @@ class DeliveryEngine:
                 await self._round()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the database may be away: try again later
-                logger.warning("webhooks: a delivery round failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - the database may be away: try again later
+                self._round_failed(exc)
                 await asyncio.sleep(min(self.cfg.poll_interval, 5.0))
+            else:
+                if self._failing_since is not None:
+                    logger.info(
+                        "webhooks: delivery rounds recovered after %.1fs",
+                        time.monotonic() - self._failing_since,
+                    )
+                    self._failing_since = self._failure_logged = None
+
+    def _round_failed(self, exc: Exception) -> None:
+        """One warning with the reason when rounds start failing (the traceback at DEBUG),
+        then a reminder every 30 s: a database outage made a warning with a traceback at
+        every poll (every second by default)."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif self._failure_logged is not None and now - self._failure_logged < 30.0:
+            logger.debug("webhooks: a delivery round failed", exc_info=True)
+            return
+        first = self._failure_logged is None
+        self._failure_logged = now
+        logger.warning(
+            "webhooks: %s (%s: %s); retried every poll",
+            "a delivery round failed"
+            if first
+            else f"delivery rounds still failing after {now - self._failing_since:.0f}s",
+            type(exc).__name__,
+            exc,
+        )
+        logger.debug("webhooks: the failed round", exc_info=True)
 
     def _sleep(self) -> float | None:
         """Seconds until the next look: the poll interval, or sooner for a retry this
