@@ -14,7 +14,20 @@ from mcp.types import ResourceUpdatedNotification
 
 from mail.mcp_face.client import ToolFailed, call_json, connect
 
-__all__ = ["Agent", "ToolFailed", "mcp_agent"]
+__all__ = ["ACCEPT", "INITIALIZE", "Agent", "ToolFailed", "mcp_agent"]
+
+# A bare client's first request (no SDK): what POST /mcp takes to open a session.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "bare", "version": "1"},
+    },
+}
+ACCEPT = "application/json, text/event-stream"  # the Accept header POST /mcp asks for
 
 
 class Agent:

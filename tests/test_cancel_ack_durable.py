@@ -13,72 +13,28 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.support.store_backends import DurableStore, scratch_durable_store
-
-from server_fixtures import (
-    ServerProcess,
-    auth,
-    create_key,
-    free_port,
-    write_config,
-    write_stub_swarms,
-)
+from tests.support.kill_restart import KilledServers
+from tests.support.store_backends import DurableStore, scratch_store_fixture
 
 pytestmark = pytest.mark.timeout(600)
 
 TRIES = 4
 MAX_DELAY = 0.020  # seconds between the answer and the kill
 
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
-    with scratch_durable_store(request.param, tmp_path, "mail_cancel_ack") as store:
-        yield store
+durable_store = scratch_store_fixture("mail_cancel_ack")
 
 
-class Restarts:
-    """One server directory and store, started again after each kill -9."""
-
-    def __init__(self, directory: Path, store: DurableStore) -> None:
-        write_stub_swarms(directory)
-        self.directory = directory
-        self.store = store
-        self.headers = auth(create_key(directory / "registries" / "keys.json", "user", "alice"))
-        self.server = self.start()
-
-    def start(self) -> ServerProcess:
-        port = free_port()
-        config = write_config(self.directory, port=port)
-        server = ServerProcess(
-            self.directory, port, args=["--config", str(config)], env=self.store.env
-        )
-        return server.start()
-
-    def kill_after(self, delay: float) -> None:
-        assert self.server.proc is not None
-        time.sleep(delay)  # the delay under test, not a wait for something
-        self.server.proc.kill()  # kill -9: no shutdown hook runs
-        self.server.proc.wait(10)
-        self.server = self.start()
-
-    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(
-            f"{self.server.base_url}{path}", json=body, headers=self.headers, timeout=60
-        )
+class Restarts(KilledServers):
+    """One server folder and store, started again after each kill -9."""
 
     def task(self, task_id: str) -> dict[str, Any]:
-        answer = httpx.get(
-            f"{self.server.base_url}/task",
-            params={"task_id": task_id},
-            headers=self.headers,
-            timeout=60,
-        )
+        answer = self.get("/task", task_id=task_id)
         assert answer.status_code == 200, answer.text
         record: dict[str, Any] = answer.json()
         return record
@@ -91,12 +47,7 @@ class Restarts:
     def wait_running(self, task_id: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            found = httpx.get(
-                f"{self.server.base_url}/task",
-                params={"task_id": task_id},
-                headers=self.headers,
-                timeout=60,
-            )
+            found = self.get("/task", task_id=task_id)
             if found.status_code == 200 and found.json().get("is_running"):
                 return
             time.sleep(0.02)
@@ -108,25 +59,41 @@ def cancelled(record: dict[str, Any]) -> bool:
     return record["state"] == "completed" and "task_cancelled" in events
 
 
+def cancels_lost(
+    servers: Restarts,
+    cancel_one: Callable[[], tuple[str, Callable[[], None]]],
+    lost_if: Callable[[dict[str, Any]], bool],
+) -> list[tuple[float, str]]:
+    """TRIES rounds of: ``cancel_one`` (a task cancelled; its id and what to do once the
+    server is back), kill -9 0 to MAX_DELAY s after the answer, restart; the rounds whose
+    task's record after the restart is ``lost_if`` (delay ms, state)."""
+    lost: list[tuple[float, str]] = []
+    with servers:
+        for i in range(TRIES):
+            task_id, after_restart = cancel_one()
+            delay = MAX_DELAY * i / (TRIES - 1)
+            servers.kill_and_restart(delay)
+            after_restart()
+            record = servers.task(task_id)
+            if lost_if(record):
+                lost.append((round(delay * 1000), record["state"]))
+    return lost
+
+
 def test_a_cancelled_paused_task_stays_cancelled_after_kill(
     durable_store: DurableStore, tmp_path: Path
 ) -> None:
-    servers = Restarts(tmp_path, durable_store)
-    lost: list[tuple[float, str]] = []
-    try:
-        for i in range(TRIES):
-            paused = servers.post("/message", {"body": "BREAKPOINT", "subject": "s"})
-            assert paused.status_code == 200, paused.text
-            task_id = paused.json()["task_id"]
-            assert servers.task(task_id)["state"] == "waiting_for_breakpoint"
-            servers.cancel(task_id)
-            delay = MAX_DELAY * i / (TRIES - 1)
-            servers.kill_after(delay)
-            record = servers.task(task_id)
-            if not cancelled(record):
-                lost.append((round(delay * 1000), record["state"]))
-    finally:
-        servers.server.stop()
+    servers = Restarts(tmp_path, durable_store.env)
+
+    def cancel_paused() -> tuple[str, Callable[[], None]]:
+        paused = servers.post("/message", {"body": "BREAKPOINT", "subject": "s"})
+        assert paused.status_code == 200, paused.text
+        task_id: str = paused.json()["task_id"]
+        assert servers.task(task_id)["state"] == "waiting_for_breakpoint"
+        servers.cancel(task_id)
+        return task_id, lambda: None
+
+    lost = cancels_lost(servers, cancel_paused, lambda record: not cancelled(record))
     assert not lost, (
         f"{len(lost)} of {TRIES} cancels were gone after kill -9 "
         f"({durable_store.kind}; delay ms, state after the restart): {lost}"
@@ -136,26 +103,22 @@ def test_a_cancelled_paused_task_stays_cancelled_after_kill(
 def test_a_cancelled_running_task_does_not_run_again_after_kill(
     durable_store: DurableStore, tmp_path: Path
 ) -> None:
-    servers = Restarts(tmp_path, durable_store)
-    lost: list[tuple[float, str]] = []
-    try:
-        for i in range(TRIES):
-            task_id = str(uuid.uuid4())
-            body = {"body": "SLEEP 30 hi", "task_id": task_id}
-            waiting = threading.Thread(  # the caller waiting for the task's answer
-                target=_ignore_errors, args=(servers.post, "/message", body)
-            )
-            waiting.start()
-            servers.wait_running(task_id)
-            servers.cancel(task_id)
-            delay = MAX_DELAY * i / (TRIES - 1)
-            servers.kill_after(delay)
-            waiting.join(60)
-            record = servers.task(task_id)
-            if not cancelled(record) or record["is_running"]:
-                lost.append((round(delay * 1000), record["state"]))
-    finally:
-        servers.server.stop()
+    servers = Restarts(tmp_path, durable_store.env)
+
+    def cancel_running() -> tuple[str, Callable[[], None]]:
+        task_id = str(uuid.uuid4())
+        body = {"body": "SLEEP 30 hi", "task_id": task_id}
+        waiting = threading.Thread(  # the caller waiting for the task's answer
+            target=_ignore_errors, args=(servers.post, "/message", body)
+        )
+        waiting.start()
+        servers.wait_running(task_id)
+        servers.cancel(task_id)
+        return task_id, lambda: waiting.join(60)
+
+    lost = cancels_lost(
+        servers, cancel_running, lambda record: not cancelled(record) or record["is_running"]
+    )
     assert not lost, (
         f"{len(lost)} of {TRIES} cancelled running tasks were not cancelled after kill -9 "
         f"({durable_store.kind}; delay ms, state after the restart): {lost}"

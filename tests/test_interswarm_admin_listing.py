@@ -10,7 +10,6 @@ found it. A real `mail server` with interswarm on.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -19,10 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.support.interswarm_agents import swarm_json
+from tests.support.interswarm_server import alpha_server
 from tests.support.peer_envelopes import forward_new_task
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,22 +30,8 @@ _COMPLETED = re.compile(r'^mail_tasks\{state="completed"\} (\S+)$', re.M)
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    (tmp_path / "swarms.json").write_text(
-        json.dumps(swarm_json("swarm-alpha", "swarm-beta")), encoding="utf-8"
-    )
-    port = free_port()
-    config = write_config(tmp_path, port=port, swarm="swarm-alpha")
-    keys_file = tmp_path / "registries" / "keys.json"
-    srv = ServerProcess(tmp_path, port, args=["--config", str(config)])
-    srv.keys = {
-        "peer": create_key(keys_file, "agent", "peer-x"),
-        "admin": create_key(keys_file, "admin", "root"),
-    }
-    srv.start()
-    try:
+    with alpha_server(tmp_path, {"peer": ("agent", "peer-x"), "admin": ("admin", "root")}) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

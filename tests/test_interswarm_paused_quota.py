@@ -11,16 +11,15 @@ so on a loaded machine a task could end before the next request counted it).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from tests.support.interswarm_agents import swarm_json
+from tests.support.interswarm_server import alpha_server
 from tests.support.peer_envelopes import forward_new_task
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,21 +31,12 @@ max_paused_tasks_per_caller = {LIMIT}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("interswarm_paused")
-    (root / "swarms.json").write_text(
-        json.dumps(swarm_json("swarm-alpha", "swarm-beta")), encoding="utf-8"
-    )
-    port = free_port()
-    config = write_config(root, port=port, swarm="swarm-alpha", extra=SETTINGS)
-    keys_file = root / "registries" / "keys.json"
-    srv = ServerProcess(root, port, args=["--config", str(config)])
-    srv.keys = {"ivy": create_key(keys_file, "user", "ivy")}
-    srv.keys["peer"] = create_key(keys_file, "agent", "peer-x")
-    srv.start()
-    try:
+    with alpha_server(
+        tmp_path_factory.mktemp("interswarm_paused"),
+        {"ivy": ("user", "ivy"), "peer": ("agent", "peer-x")},
+        extra=SETTINGS,
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _forward(server: ServerProcess, task_id: str) -> httpx.Response:

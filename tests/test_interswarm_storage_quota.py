@@ -9,16 +9,15 @@ every message gets the router's error answer, and its task is stored all the sam
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from tests.support.interswarm_agents import swarm_json
+from tests.support.interswarm_server import alpha_server
 from tests.support.peer_envelopes import forward_new_task
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,24 +28,13 @@ max_stored_tasks_per_caller = 2
 max_stored_bytes_per_caller = 200000
 """
 
+KEYS = {"ivy": ("user", "ivy"), "ike": ("user", "ike"), "peer": ("agent", "peer-x")}
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("interswarm_quota")
-    (root / "swarms.json").write_text(
-        json.dumps(swarm_json("swarm-alpha", "swarm-beta")), encoding="utf-8"
-    )
-    port = free_port()
-    config = write_config(root, port=port, swarm="swarm-alpha", extra=STORE)
-    keys_file = root / "registries" / "keys.json"
-    srv = ServerProcess(root, port, args=["--config", str(config)])
-    srv.keys = {name: create_key(keys_file, "user", name) for name in ("ivy", "ike")}
-    srv.keys["peer"] = create_key(keys_file, "agent", "peer-x")
-    srv.start()
-    try:
+    with alpha_server(tmp_path_factory.mktemp("interswarm_quota"), KEYS, extra=STORE) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _interswarm(server: ServerProcess, who: str, body: str) -> httpx.Response:

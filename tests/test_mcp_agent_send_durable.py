@@ -14,18 +14,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests.support.kill_restart import tasks_gone_after_kill
 
 from mcp_face_support import mcp_agent
-from server_fixtures import (
-    ServerProcess,
-    auth,
-    create_key,
-    free_port,
-    write_config,
-    write_stub_swarms,
-)
+from server_fixtures import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,34 +37,11 @@ async def send(server: ServerProcess, tool: str, **args: Any) -> Any:
 def test_a_sent_message_s_task_exists_after_kill_right_after_the_answer(
     tmp_path: Path, tool: str, args: dict[str, Any]
 ) -> None:
-    write_stub_swarms(tmp_path)
-    keys = {"alice": create_key(tmp_path / "registries" / "keys.json", "user", "alice")}
+    def act(server: ServerProcess) -> str:
+        sent = asyncio.run(send(server, tool, **args))
+        assert sent["result"].startswith(("message sent", "broadcast delivered")), sent
+        task_id: str = sent["task_id"]
+        return task_id
 
-    def start() -> ServerProcess:
-        port = free_port()
-        config = write_config(tmp_path, port=port)
-        server = ServerProcess(tmp_path, port, args=["--config", str(config)])
-        server.keys = keys
-        return server.start()
-
-    server = start()
-    lost: list[str] = []
-    try:
-        for _ in range(TRIES):
-            sent = asyncio.run(send(server, tool, **args))
-            assert sent["result"].startswith(("message sent", "broadcast delivered")), sent
-            assert server.proc is not None
-            server.proc.kill()  # kill -9 right after the answer: no shutdown hook runs
-            server.proc.wait(10)
-            server = start()
-            found = httpx.get(
-                f"{server.base_url}/task",
-                params={"task_id": sent["task_id"]},
-                headers=auth(keys["alice"]),
-                timeout=60,
-            )
-            if found.status_code != 200:
-                lost.append(f"{found.status_code} {sent['task_id']}")
-    finally:
-        server.stop()
+    lost = tasks_gone_after_kill(tmp_path, TRIES, act)
     assert not lost, f"{len(lost)} of {TRIES} tasks of sent messages were gone: {lost}"

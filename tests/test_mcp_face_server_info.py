@@ -10,27 +10,17 @@ import httpx
 import pytest
 
 from mail.version import __version__
+from mcp_face_support import ACCEPT, INITIALIZE
 from server_fixtures import keyed_stub_server
 
 pytestmark = pytest.mark.timeout(120)
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "bare", "version": "1"},
-    },
-}
 
 
 def test_initialize_names_the_server_and_its_version(tmp_path: Path) -> None:
     with keyed_stub_server(tmp_path, {"alice": ("user", "alice")}) as server:
         headers = {
             "Authorization": f"Bearer {server.keys['alice']}",
-            "Accept": "application/json, text/event-stream",
+            "Accept": ACCEPT,
         }
         answer = httpx.post(f"{server.base_url}/mcp", json=INITIALIZE, headers=headers, timeout=30)
         assert answer.status_code == 200, answer.text

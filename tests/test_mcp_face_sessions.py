@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mcp_face_support import mcp_agent
+from mcp_face_support import ACCEPT, INITIALIZE, mcp_agent
 from server_fixtures import keyed_stub_server
 
 pytestmark = [pytest.mark.timeout(240)]
@@ -21,17 +21,6 @@ pytestmark = [pytest.mark.timeout(240)]
 SHARE = 4
 SERVER_WIDE = 10
 KEYS = {"mallory": ("user", "mallory"), "alice": ("user", "alice"), "carol": ("user", "carol")}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "bare", "version": "1"},
-    },
-}
-ACCEPT = "application/json, text/event-stream"
 
 
 @pytest.fixture(scope="module")

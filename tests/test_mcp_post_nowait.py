@@ -16,18 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.kill_restart import tasks_gone_after_kill
 
 from mcp_face_support import ToolFailed, mcp_agent
-from server_fixtures import (
-    ROOT_ALICE_BOB,
-    ServerProcess,
-    auth,
-    create_key,
-    free_port,
-    keyed_stub_server,
-    write_config,
-    write_stub_swarms,
-)
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -68,34 +60,11 @@ def test_a_refused_message_is_an_error_not_started(tmp_path: Path) -> None:
 
 
 def test_a_started_task_exists_after_kill_right_after_the_answer(tmp_path: Path) -> None:
-    write_stub_swarms(tmp_path)
-    keys = {"alice": create_key(tmp_path / "registries" / "keys.json", "user", "alice")}
+    def act(server: ServerProcess) -> str:
+        started = asyncio.run(post_nowait(server, "alice", body="SLEEP 5 hello"))
+        assert started["status"] == "started", started
+        task_id: str = started["task_id"]
+        return task_id
 
-    def start() -> ServerProcess:
-        port = free_port()
-        config = write_config(tmp_path, port=port)
-        server = ServerProcess(tmp_path, port, args=["--config", str(config)])
-        server.keys = keys
-        return server.start()
-
-    server = start()
-    lost: list[str] = []
-    try:
-        for _ in range(TRIES):
-            started = asyncio.run(post_nowait(server, "alice", body="SLEEP 5 hello"))
-            assert started["status"] == "started", started
-            assert server.proc is not None
-            server.proc.kill()  # kill -9 right after the answer: no shutdown hook runs
-            server.proc.wait(10)
-            server = start()
-            found = httpx.get(
-                f"{server.base_url}/task",
-                params={"task_id": started["task_id"]},
-                headers=auth(keys["alice"]),
-                timeout=60,
-            )
-            if found.status_code != 200:
-                lost.append(f"{found.status_code} {started['task_id']}")
-    finally:
-        server.stop()
+    lost = tasks_gone_after_kill(tmp_path, TRIES, act)
     assert not lost, f"{len(lost)} of {TRIES} tasks said started were gone after kill -9: {lost}"

@@ -13,31 +13,19 @@ happened"). Real ``mail server``, the ``mcp`` SDK's client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from tests.support.store_backends import DurableStore, scratch_durable_store
+from tests.support.kill_restart import KilledServers
+from tests.support.store_backends import DurableStore, scratch_store_fixture
 
 from mcp_face_support import mcp_agent
-from server_fixtures import (
-    ServerProcess,
-    auth,
-    create_key,
-    free_port,
-    write_config,
-    write_stub_swarms,
-)
+from server_fixtures import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
-    with scratch_durable_store(request.param, tmp_path, "mail_mcp_team") as store:
-        yield store
+durable_store = scratch_store_fixture("mail_mcp_team")
 
 
 async def make_team_data(server: ServerProcess) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -57,31 +45,12 @@ async def make_team_data(server: ServerProcess) -> tuple[dict[str, Any], dict[st
 def test_outside_agents_team_data_survives_kill(
     durable_store: DurableStore, tmp_path: Path
 ) -> None:
-    write_stub_swarms(tmp_path)
-    keys = {"alice": create_key(tmp_path / "registries" / "keys.json", "user", "alice")}
-
-    def start() -> ServerProcess:
-        port = free_port()
-        config = write_config(tmp_path, port=port)
-        server = ServerProcess(
-            tmp_path, port, args=["--config", str(config)], env=durable_store.env
-        )
-        server.keys = keys
-        return server.start()
-
-    server = start()
-    try:
-        sent, thread = asyncio.run(make_team_data(server))
-        assert server.proc is not None
-        server.proc.kill()  # kill -9 right after the answers: no shutdown hook runs
-        server.proc.wait(10)
-        server = start()
-        headers = auth(keys["alice"])
-        found = httpx.get(f"{server.base_url}/attachments/{sent['id']}", headers=headers)
+    with KilledServers(tmp_path, env=durable_store.env) as servers:
+        sent, thread = asyncio.run(make_team_data(servers.server))
+        servers.kill_and_restart()  # right after the answers
+        found = servers.get(f"/attachments/{sent['id']}")
         assert found.status_code == 200, found.text
         assert found.content == b"kept bytes"
-        threads = httpx.get(f"{server.base_url}/threads", headers=headers)
+        threads = servers.get("/threads")
         assert threads.status_code == 200, threads.text
         assert "plans" in threads.text, (thread, threads.text)
-    finally:
-        server.stop()

@@ -13,19 +13,16 @@ and starts again.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.outage_server import server_behind_proxy
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
-from tests.support.stub_agents import stub_swarms_json
-from tests.support.tcp_proxy import via_proxy
-from tests.test_store_outage_refusal import ThreadedProxy
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import auth
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,21 +30,12 @@ pytestmark = pytest.mark.timeout(240)
 def test_requests_that_need_the_database_in_an_outage_are_503_and_their_retries_run(
     tmp_path: Path,
 ) -> None:
-    with scratch_schema("mail_key_outage", BASE_URL) as schema:
-        database = with_search_path(BASE_URL, schema)
-        swarm = f"keys-{uuid.uuid4().hex[:8]}"
-        (tmp_path / "swarms.json").write_text(json.dumps(stub_swarms_json(swarm)), "utf-8")
-        token = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
-        proxy = ThreadedProxy(database)
-        proxy.start()
-        port = free_port()
-        server = ServerProcess(
-            tmp_path,
-            port,
-            args=["--config", str(write_config(tmp_path, port=port, swarm=swarm))],
-            env={"DATABASE_URL": via_proxy(database, proxy.proxy.port)},
-        )
-        url = f"http://127.0.0.1:{port}/message"
+    with (
+        scratch_schema("mail_key_outage", BASE_URL) as schema,
+        server_behind_proxy(tmp_path, with_search_path(BASE_URL, schema), "keys") as outage,
+    ):
+        server, proxy, token = outage.server, outage.proxy, outage.key
+        url = f"{outage.url}/message"
 
         def post(key: str) -> httpx.Response:
             headers = {**auth(token), "Idempotency-Key": key}
@@ -57,32 +45,24 @@ def test_requests_that_need_the_database_in_an_outage_are_503_and_their_retries_
             body = {"body": "more", "task_id": task_id}
             return httpx.post(url, json=body, headers=auth(token), timeout=120)
 
-        server.start()
-        try:
-            warm = post(str(uuid.uuid4()))  # the key store's pool is in use
-            assert warm.status_code == 200, warm.text
-            # A task id the instance does not hold (a finished task let go of, or one the
-            # caller names): the message reads it from the store first.
-            named = str(uuid.uuid4())
-            proxy.stop()  # PostgreSQL unreachable from here on
-            key = str(uuid.uuid4())
-            refused = post(key)
-            assert refused.status_code == 503, refused.text
-            assert refused.headers.get("Retry-After"), refused.headers
-            again = continue_task(named)
-            assert again.status_code == 503, again.text
-            assert again.headers.get("Retry-After"), again.headers
-            proxy.start()  # back: the retry with the same key runs the request
-            deadline = time.monotonic() + 60
-            while (retry := post(key)).status_code == 503:
-                assert time.monotonic() < deadline, retry.text
-                time.sleep(0.5)
-            assert retry.status_code == 200, retry.text
-            assert continue_task(named).status_code == 200
-        finally:
-            if not proxy.up:
-                proxy.start()
-            assert server.stop() == 0, server.logs()[-3000:]
-            proxy.stop()
-            proxy.close()
-        assert "unhandled error" not in server.logs(), server.logs()[-3000:]
+        warm = post(str(uuid.uuid4()))  # the key store's pool is in use
+        assert warm.status_code == 200, warm.text
+        # A task id the instance does not hold (a finished task let go of, or one the
+        # caller names): the message reads it from the store first.
+        named = str(uuid.uuid4())
+        proxy.stop()  # PostgreSQL unreachable from here on
+        key = str(uuid.uuid4())
+        refused = post(key)
+        assert refused.status_code == 503, refused.text
+        assert refused.headers.get("Retry-After"), refused.headers
+        again = continue_task(named)
+        assert again.status_code == 503, again.text
+        assert again.headers.get("Retry-After"), again.headers
+        proxy.start()  # back: the retry with the same key runs the request
+        deadline = time.monotonic() + 60
+        while (retry := post(key)).status_code == 503:
+            assert time.monotonic() < deadline, retry.text
+            time.sleep(0.5)
+        assert retry.status_code == 200, retry.text
+        assert continue_task(named).status_code == 200
+    assert "unhandled error" not in server.logs(), server.logs()[-3000:]

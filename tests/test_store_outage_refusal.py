@@ -9,55 +9,21 @@ The outage is real: the server reaches PostgreSQL through a TCP proxy that the t
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from tests.support.outage_server import ThreadedProxy, server_behind_proxy
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
-from tests.support.stub_agents import stub_swarms_json
-from tests.support.tcp_proxy import TcpProxy, via_proxy
 
-from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth
 
 pytestmark = pytest.mark.timeout(240)
 
 MAX_PENDING_WRITES = 30
-
-
-class ThreadedProxy:
-    """`TcpProxy` on an event loop of its own thread (the test itself is synchronous)."""
-
-    def __init__(self, url: str) -> None:
-        target = urlsplit(url)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
-        self.up = False
-
-    def _run(self, coro: Any) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
-
-    def start(self) -> None:
-        self._run(self.proxy.start())
-        self.up = True
-
-    def stop(self) -> None:
-        self._run(self.proxy.stop())
-        self.up = False
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -69,26 +35,44 @@ def database() -> Iterator[str]:
 def test_new_tasks_are_refused_with_503_while_the_store_is_backed_up(
     database: str, tmp_path: Path
 ) -> None:
-    swarm = f"refuse-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "swarms.json").write_text(json.dumps(stub_swarms_json(swarm)), encoding="utf-8")
-    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
-    proxy = ThreadedProxy(database)
-    proxy.start()
-    port = free_port()
     extra = f"\n[server.store]\nmax_pending_writes = {MAX_PENDING_WRITES}\n"
-    config = write_config(tmp_path, port=port, swarm=swarm, extra=extra)
-    server = ServerProcess(
+    with server_behind_proxy(tmp_path, database, "refuse", extra=extra) as outage:
+        answered = _answered_through_an_outage(outage.url, outage.key, outage.proxy)
+    server, key, port = outage.server, outage.key, outage.server.port
+    logs = server.logs()
+    assert "refusing new tasks (503)" in logs, logs[-3000:]
+
+    # Stored, after a restart too: read back from the database by a new server.
+    restarted = ServerProcess(
         tmp_path,
         port,
-        args=["--config", str(config)],
-        env={"DATABASE_URL": via_proxy(database, proxy.proxy.port)},
+        args=["--config", str(outage.config)],
+        env={"DATABASE_URL": database},
     )
-    url = f"http://127.0.0.1:{port}/message"
+    restarted.start()
+    try:
+        for response in answered:
+            record = httpx.get(
+                f"http://127.0.0.1:{port}/task",
+                params={"task_id": response.json()["task_id"]},
+                headers=auth(key),
+                timeout=30,
+            )
+            assert record.status_code == 200, record.text
+            events = [e["event"] for e in record.json()["events"]]
+            assert "task_complete" in events, events
+    finally:
+        assert restarted.stop() == 0, restarted.logs()[-3000:]
+
+
+def _answered_through_an_outage(base: str, key: str, proxy: ThreadedProxy) -> list[httpx.Response]:
+    """New tasks while the database is away, until one is refused (checked here); the
+    database back, every task answered is stored: the 200 answers."""
+    url = f"{base}/message"
 
     def post(i: int) -> httpx.Response:
         return httpx.post(url, json={"body": f"note {i}"}, headers=auth(key), timeout=180)
 
-    server.start()
     pool = ThreadPoolExecutor(8)
     waiting: list[Future[httpx.Response]] = []
     answered: list[httpx.Response] = []
@@ -119,7 +103,7 @@ def test_new_tasks_are_refused_with_503_while_the_store_is_backed_up(
         assert refused.headers.get("Retry-After") == "5", refused.headers
         detail = refused.json()["detail"]
         assert "max_pending_writes" in detail and f"{MAX_PENDING_WRITES} writes" in detail, detail
-        status = httpx.get(f"http://127.0.0.1:{port}/status", headers=auth(key), timeout=30).json()
+        status = httpx.get(f"{base}/status", headers=auth(key), timeout=30).json()
         assert status["storage"]["status"] == "degraded", status
         assert status["storage"]["pending_writes"] <= MAX_PENDING_WRITES, status
 
@@ -127,9 +111,7 @@ def test_new_tasks_are_refused_with_503_while_the_store_is_backed_up(
         answered += [f.result(timeout=120) for f in waiting]
         assert all(r.status_code == 200 for r in answered), [r.text for r in answered]
         deadline = time.monotonic() + 60
-        while (
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()["status"] != "healthy"
-        ):
+        while httpx.get(f"{base}/health", timeout=30).json()["status"] != "healthy":
             assert time.monotonic() < deadline, "the server did not recover"
             time.sleep(0.2)
         again = post(999)
@@ -138,7 +120,7 @@ def test_new_tasks_are_refused_with_503_while_the_store_is_backed_up(
         for response in answered:
             task_id = response.json()["task_id"]
             record = httpx.get(
-                f"http://127.0.0.1:{port}/task",
+                f"{base}/task",
                 params={"task_id": task_id},
                 headers=auth(key),
                 timeout=30,
@@ -146,32 +128,4 @@ def test_new_tasks_are_refused_with_503_while_the_store_is_backed_up(
             assert record.status_code == 200, record.text
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        if not proxy.up:
-            proxy.start()  # a failure above left the database away: let the server stop
-        assert server.stop() == 0, server.logs()[-3000:]
-        proxy.stop()
-        proxy.close()
-    logs = server.logs()
-    assert "refusing new tasks (503)" in logs, logs[-3000:]
-
-    # Stored, after a restart too: read back from the database by a new server.
-    restarted = ServerProcess(
-        tmp_path,
-        port,
-        args=["--config", str(config)],
-        env={"DATABASE_URL": database},
-    )
-    restarted.start()
-    try:
-        for response in answered:
-            record = httpx.get(
-                f"http://127.0.0.1:{port}/task",
-                params={"task_id": response.json()["task_id"]},
-                headers=auth(key),
-                timeout=30,
-            )
-            assert record.status_code == 200, record.text
-            events = [e["event"] for e in record.json()["events"]]
-            assert "task_complete" in events, events
-    finally:
-        assert restarted.stop() == 0, restarted.logs()[-3000:]
+    return answered

@@ -83,3 +83,16 @@ def scratch_durable_store(kind: str, directory: Path, prefix: str) -> Iterator[D
         return
     with scratch_schema(prefix, BASE_URL) as schema:
         yield DurableStore("postgres", directory, with_search_path(BASE_URL, schema))
+
+
+def scratch_store_fixture(prefix: str) -> Any:
+    """A `durable_store` fixture over "sqlite" and "postgres" whose PostgreSQL side is a schema
+    of its own named after `prefix` (see `scratch_durable_store`); a test module assigns it:
+    ``durable_store = scratch_store_fixture("mail_x")``."""
+
+    @pytest.fixture(params=["sqlite", "postgres"], name="durable_store")
+    def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
+        with scratch_durable_store(request.param, tmp_path, prefix) as store:
+            yield store
+
+    return durable_store
