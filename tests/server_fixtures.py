@@ -128,6 +128,8 @@ class ServerProcess:
     keys: dict[str, str] = field(default_factory=dict)  # name -> API key, as the test made them
     # Between the interpreter and `-m mail.cli` (a bench runs the server under a profiler).
     python_args: list[str] = field(default_factory=list)
+    # A user's Python script to run in place of `mail server` (``args`` follow it).
+    script: Path | None = None
 
     @property
     def base_url(self) -> str:
@@ -142,7 +144,10 @@ class ServerProcess:
         return self.directory / "server.err"
 
     def start(self, *, wait: bool = True) -> ServerProcess:
-        cmd = [sys.executable, *self.python_args, "-m", "mail.cli", "server", *self.args]
+        if self.script is not None:
+            cmd = [sys.executable, *self.python_args, str(self.script), *self.args]
+        else:
+            cmd = [sys.executable, *self.python_args, "-m", "mail.cli", "server", *self.args]
         self.proc = subprocess.Popen(
             cmd,
             cwd=self.directory,

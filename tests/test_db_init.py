@@ -18,17 +18,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from tests.support.pg_schema import TASK_TABLES
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = (
-    "agent_histories",
-    "tasks",
-    "task_events",
-    "task_responses",
-    "task_queues",
-    "agent_memories",
-    "instance_generations",
-)
 
 
 async def _execute(sql: str, url: str = BASE_URL) -> None:
@@ -84,19 +76,19 @@ async def _tables(url: str) -> dict[str, set[str]]:
 def test_db_init_twice_is_harmless(schema_url: str, tmp_path: Path) -> None:
     first = mail(["db-init"], tmp_path, schema_url)
     assert first.returncode == 0, first.stderr
-    for table in TABLES:
+    for table in TASK_TABLES:
         assert f"Setting up table {table} ... created" in first.stdout
         assert f"  {table}: OK" in first.stdout
     # Every table it sets up (tasks, webhooks, idempotency keys, ...) is counted once.
     made = first.stdout.count("Setting up table ")
-    assert made >= len(TABLES) + 4  # the task tables, 3 webhook tables, the idempotency keys
+    assert made >= len(TASK_TABLES) + 4  # the task tables, 3 webhook tables, the idempotency keys
     assert (
         f"Database initialization complete ({made} table(s) created, 0 already present)."
         in first.stdout
     )
 
     columns = asyncio.run(_tables(schema_url))
-    assert set(TABLES) <= set(columns)
+    assert set(TASK_TABLES) <= set(columns)
     assert {
         "swarm_name",
         "caller_role",
@@ -146,7 +138,7 @@ def test_without_database_url_the_sqlite_file_is_initialised(tmp_path: Path) -> 
     db = tmp_path / "data" / "mail.db"
     with sqlite3.connect(db) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert set(TABLES) | {"schema_version", "team_threads", "team_inbox"} <= tables
+    assert set(TASK_TABLES) | {"schema_version", "team_threads", "team_inbox"} <= tables
     again = mail(["db-init", "--sqlite", str(db)], tmp_path, None)
     assert again.returncode == 0 and "already up to date" in again.stdout, again.stdout
 

@@ -18,20 +18,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.support.pg_schema import BASE_URL, _execute, scratch_schema, with_search_path
+from tests.support.pg_schema import (
+    BASE_URL,
+    TASK_TABLES,
+    _execute,
+    scratch_schema,
+    with_search_path,
+)
 
 from server_fixtures import keyed_stub_server, server_env
 
 pytestmark = pytest.mark.timeout(180)
 
 EVERY_TABLE = (
-    "agent_histories",
-    "tasks",
-    "task_events",
-    "task_responses",
-    "task_queues",
-    "agent_memories",
-    "instance_generations",
+    *TASK_TABLES,
     "idempotency_keys",
     "team_threads",
     "team_posts",

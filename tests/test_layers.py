@@ -82,16 +82,9 @@ def test_start_server_serves_the_template_through_the_launch_hook(tmp_path: Path
         " open_browser=False)\n",
         encoding="utf-8",
     )
-    server = ServerProcess(tmp_path, port)
-    server.proc = subprocess.Popen(
-        [sys.executable, str(script), str(port)],
-        cwd=tmp_path,
-        env=server_env(),
-        stdout=server.stdout_path.open("wb"),
-        stderr=server.stderr_path.open("wb"),
-    )
+    server = ServerProcess(tmp_path, port, args=[str(port)], script=script)
     try:
-        server.wait_healthy()
+        server.start()
         root = httpx.get(f"{server.base_url}/", timeout=10).json()
         assert root["swarm"]["name"] == "hooked"
         assert httpx.get(f"{server.base_url}/ui", timeout=10).status_code == 404  # launch_ui off

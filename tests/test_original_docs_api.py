@@ -200,16 +200,10 @@ def test_start_server_in_a_fresh_folder_prints_keys_that_work(tmp_path: Path) ->
     # `mail server`, its first start must print the keys it made, or nobody can call it.
     script = tmp_path / "serve.py"
     script.write_text(START_SERVER_SCRIPT, encoding="utf-8")
-    server = ServerProcess(tmp_path, free_port())
-    server.proc = subprocess.Popen(
-        [sys.executable, str(script), str(server.port)],
-        cwd=tmp_path,
-        env=server_env(),
-        stdout=server.stdout_path.open("wb"),
-        stderr=server.stderr_path.open("wb"),
-    )
+    port = free_port()
+    server = ServerProcess(tmp_path, port, args=[str(port)], script=script)
     try:
-        server.wait_healthy()
+        server.start()
         found = re.search(r"user\s+key \(id 'user'\): (\S+)", server.logs())
         assert found, server.logs()
         answer = httpx.post(

@@ -9,16 +9,14 @@ import os
 import time
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from tests.support.tcp_proxy import TcpProxy, via_proxy
+from tests.support.store_outage import store_behind_proxy
 
 from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
 from mail.core.message import create_agent_address, make_broadcast, make_message
 from mail.store.agent_memory import create_agent_memory
-from mail.store.postgres import PostgresTaskStore
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -84,15 +82,9 @@ def _template(factory: Any, name: str, analyst: str = "analyst") -> MAILSwarmTem
 
 
 async def test_outage_during_a_task_is_retried_reported_and_written_later(database: str) -> None:
-    target = urlsplit(database)
-    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
-    await proxy.start()
-    store = PostgresTaskStore(via_proxy(database, proxy.port), **{**FAST, "connect_timeout": 2})
-    await store.start()
     swarm_name = f"outage-{uuid.uuid4().hex[:8]}"
     swarm = _template(_echo_factory, swarm_name).instantiate({}, user_id="alice")
-    await swarm.attach_store(store)
-    try:
+    async with store_behind_proxy(database, swarm, **FAST, connect_timeout=2) as (store, proxy):
         await proxy.stop()  # the database stops accepting connections mid-life
         started = time.monotonic()
         response, _ = await swarm.post_message(body="work please", task_id="t-outage")
@@ -109,10 +101,6 @@ async def test_outage_during_a_task_is_retried_reported_and_written_later(databa
         await proxy.start()
         assert await swarm.flush_store(timeout=15)
         assert not store.is_degraded()
-    finally:
-        await swarm.shutdown()
-        await store.close()
-        await proxy.stop()
 
     conn = await asyncpg.connect(database)
     try:

@@ -15,16 +15,14 @@ import os
 import time
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.support.tcp_proxy import TcpProxy, via_proxy
+from tests.support.store_outage import store_behind_proxy
 
 from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
 from mail.api.persistence import MAX_RUN_EVENTS
-from mail.store.postgres import PostgresTaskStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,22 +100,15 @@ async def _until(predicate: Any, what: str, timeout: float = 30.0) -> None:
 async def test_a_long_outage_holds_running_tasks_still_instead_of_growing_memory(
     database: str, histories: bool
 ) -> None:
-    target = urlsplit(database)
-    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
-    await proxy.start()
-    store = PostgresTaskStore(
-        via_proxy(database, proxy.port), max_pending=MAX_PENDING, **FAST, connect_timeout=2
-    )
-    await store.start()
     swarm_name = f"outage-{uuid.uuid4().hex[:8]}"
     swarm = _template(swarm_name, histories).instantiate({}, user_id="alice")
     swarm.task_message_limit = 10 * ROUNDS
-    await swarm.attach_store(store)
-    observer = swarm._store_observer
-    assert observer is not None
     runs: list[int] = []
     TURNS[0] = 0
-    try:
+    options = {**FAST, "max_pending": MAX_PENDING, "connect_timeout": 2}
+    async with store_behind_proxy(database, swarm, **options) as (store, proxy):
+        observer = swarm._store_observer
+        assert observer is not None
         await proxy.stop()  # the database stops accepting connections
         work = asyncio.create_task(swarm.post_message(body="go", task_id="t-long"))
         await _until(store.writes_backed_up, "the store's queue to fill")
@@ -140,10 +131,6 @@ async def test_a_long_outage_holds_running_tasks_still_instead_of_growing_memory
         assert response["message"]["body"] == "all rounds done"
         assert await swarm.flush_store(timeout=30)
         events = len(swarm.get_task_by_id("t-long").events)
-    finally:
-        await swarm.shutdown()
-        await store.close()
-        await proxy.stop()
 
     conn = await asyncpg.connect(database)
     try:

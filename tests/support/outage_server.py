@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from tests.support.stub_agents import stub_swarms_json
 from tests.support.tcp_proxy import TcpProxy, via_proxy
@@ -24,11 +23,10 @@ class ThreadedProxy:
     """`TcpProxy` on an event loop of its own thread (the test itself is synchronous)."""
 
     def __init__(self, url: str) -> None:
-        target = urlsplit(url)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
+        self.proxy = TcpProxy.to(url)
         self.up = False
 
     def _run(self, coro: Any) -> None:

@@ -17,6 +17,18 @@ import pytest
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
+# The task store's tables, as `mail db-init` makes them (the idempotency keys', webhooks' and
+# team tables come on top).
+TASK_TABLES = (
+    "agent_histories",
+    "tasks",
+    "task_events",
+    "task_responses",
+    "task_queues",
+    "agent_memories",
+    "instance_generations",
+)
+
 
 def with_search_path(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}search_path={schema}"

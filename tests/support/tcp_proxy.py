@@ -16,6 +16,12 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
+    @classmethod
+    def to(cls, url: str) -> TcpProxy:
+        """A proxy (not started yet) to the host and port of a database URL."""
+        target = urlsplit(url)
+        return cls(target.hostname or "127.0.0.1", target.port or 5432)
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
