@@ -272,6 +272,13 @@ def post_as(
     )
 
 
+def get_task(base_url: str, key: str, task_id: str, timeout: float = 30.0) -> httpx.Response:
+    """GET /task of ``task_id`` with the API key ``key``."""
+    return httpx.get(
+        f"{base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=timeout
+    )
+
+
 @dataclass
 class SSEEvent:
     event: str

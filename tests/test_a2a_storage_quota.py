@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server, post_as
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -65,12 +65,7 @@ def test_a2a_sends_in_a_row_stop_at_the_task_quota(server: ServerProcess) -> Non
     assert "max_stored_tasks_per_caller" in status_text(refused)
     assert stored_tasks(server, "alice") == MAX_TASKS
     # The HTTP route sees the same books; another caller is not affected.
-    over = httpx.post(
-        f"{server.base_url}/message",
-        json={"body": "and over HTTP", "subject": "s"},
-        headers=auth(server.keys["alice"]),
-        timeout=60,
-    )
+    over = post_as(server, "alice", {"body": "and over HTTP", "subject": "s"}, timeout=60)
     assert over.status_code == 429 and "max_stored_tasks_per_caller" in over.json()["detail"]
     assert a2a_send(server, "bob", "bob's")["status"]["state"] == "TASK_STATE_COMPLETED"
 

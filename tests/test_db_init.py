@@ -18,7 +18,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from tests.support.pg_schema import TASK_TABLES
+from tests.support.pg_schema import TASK_TABLES, fetch_rows
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -59,14 +59,11 @@ def mail(args: list[str], cwd: Path, database_url: str | None) -> subprocess.Com
 
 
 async def _tables(url: str) -> dict[str, set[str]]:
-    conn = await asyncpg.connect(url, timeout=5)
-    try:
-        rows = await conn.fetch(
-            "SELECT table_name, column_name FROM information_schema.columns"
-            " WHERE table_schema = current_schema()"
-        )
-    finally:
-        await conn.close()
+    rows = await fetch_rows(
+        url,
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema()",
+    )
     columns: dict[str, set[str]] = {}
     for row in rows:
         columns.setdefault(row["table_name"], set()).add(row["column_name"])

@@ -23,7 +23,7 @@ import pytest
 
 from server_fixtures import ServerProcess, auth
 from support.abuse_harness import abuse_server
-from support.pg_schema import BASE_URL, scratch_schema, with_search_path
+from support.pg_schema import BASE_URL, fetch_rows, scratch_schema, with_search_path
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,14 +31,11 @@ UPLOAD = {"filename": "notes.txt", "content": "n" * 200_000}
 
 
 async def _attachments(url: str) -> list[tuple[str, int]]:
-    conn = await asyncpg.connect(url, timeout=10)
-    try:
-        rows = await conn.fetch(
-            "SELECT attachment_id, octet_length(data) AS n FROM team_attachments"
-            " WHERE caller_id = 'alice' ORDER BY attachment_id"
-        )
-    finally:
-        await conn.close()
+    rows = await fetch_rows(
+        url,
+        "SELECT attachment_id, octet_length(data) AS n FROM team_attachments"
+        " WHERE caller_id = 'alice' ORDER BY attachment_id",
+    )
     return [(r["attachment_id"], r["n"]) for r in rows]
 
 

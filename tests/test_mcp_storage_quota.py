@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from mcp_face_support import ToolFailed, mcp_agent
-from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server, post_as
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -76,12 +76,7 @@ def test_mcp_send_request_stops_at_the_task_quota(server: ServerProcess) -> None
     time.sleep(0.5)  # a task the refused call had started would be listed by now
     assert len(tasks_of(server, "alice")) == MAX_TASKS
     # The HTTP route sees the same books; another caller is not affected.
-    over = httpx.post(
-        f"{server.base_url}/message",
-        json={"body": "and over HTTP", "subject": "s"},
-        headers=auth(server.keys["alice"]),
-        timeout=60,
-    )
+    over = post_as(server, "alice", {"body": "and over HTTP", "subject": "s"}, timeout=60)
     assert over.status_code == 429 and "max_stored_tasks_per_caller" in over.json()["detail"]
     assert asyncio.run(send(server, "bob", "bob's"))["task_id"]
 

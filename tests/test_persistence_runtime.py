@@ -12,9 +12,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.support.store_outage import store_behind_proxy
+from tests.support.store_outage import store_behind_proxy, tool_call
 
-from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
+from mail import MAILAgentTemplate, MAILSwarmTemplate
 from mail.core.message import create_agent_address, make_broadcast, make_message
 from mail.store.agent_memory import create_agent_memory
 
@@ -41,18 +41,9 @@ def database() -> str:
     return DATABASE_URL
 
 
-def _call(name: str, args: dict[str, Any]) -> AgentToolCall:
-    return AgentToolCall(
-        tool_name=name,
-        tool_args=args,
-        tool_call_id=f"c-{uuid.uuid4().hex[:8]}",
-        completion={"role": "assistant", "content": None},
-    )
-
-
 def _echo_factory(**_: Any):  # noqa: ANN202
     async def agent(history: list[dict[str, Any]], tool_choice: Any) -> Any:
-        return None, [_call("task_complete", {"finish_message": "done while the db was down"})]
+        return None, [tool_call("task_complete", {"finish_message": "done while the db was down"})]
 
     return agent
 
@@ -61,8 +52,8 @@ def _ack_factory(**_: Any):  # noqa: ANN202
     async def agent(history: list[dict[str, Any]], tool_choice: Any) -> Any:
         last = history[-1].get("content", "")
         if "roadmap" in last:
-            return None, [_call("acknowledge_broadcast", {"note": "keep for the Q3 review"})]
-        return None, [_call("task_complete", {"finish_message": "ok"})]
+            return None, [tool_call("acknowledge_broadcast", {"note": "keep for the Q3 review"})]
+        return None, [tool_call("task_complete", {"finish_message": "ok"})]
 
     return agent
 

@@ -11,22 +11,19 @@ The outage is real: PostgreSQL behind a TCP proxy that the test stops (connectio
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from typing import Any
 
-import asyncpg
 import pytest
-from tests.support.pg_schema import scratch_schema, with_search_path
-from tests.support.store_outage import store_behind_proxy
+from tests.support.pg_schema import BASE_URL, fetch_rows, scratch_schema, with_search_path
+from tests.support.store_outage import store_behind_proxy, tool_call
 
-from mail import AgentToolCall, MAILAgentTemplate, MAILSwarmTemplate
+from mail import MAILAgentTemplate, MAILSwarmTemplate
 from mail.api.persistence import MAX_RUN_EVENTS
 
 pytestmark = pytest.mark.timeout(120)
 
-BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 FAST = {"min_size": 1, "max_size": 2, "batch_delay": 0.005, "retry_initial": 0.05, "retry_max": 0.3}
 MAX_PENDING = 8
 ROUNDS = 200  # request/response rounds the task makes before it completes (400 turns)
@@ -38,15 +35,6 @@ def database() -> Any:
         yield with_search_path(BASE_URL, schema)
 
 
-def _call(name: str, args: dict[str, Any]) -> AgentToolCall:
-    return AgentToolCall(
-        tool_name=name,
-        tool_args=args,
-        tool_call_id=f"c-{uuid.uuid4().hex[:8]}",
-        completion={"role": "assistant", "content": None},
-    )
-
-
 TURNS = [0]
 
 
@@ -55,8 +43,8 @@ def _asker(**_: Any):  # noqa: ANN202
         TURNS[0] += 1
         asked = sum(1 for m in history if m.get("role") == "assistant")
         if asked >= ROUNDS:
-            return None, [_call("task_complete", {"finish_message": "all rounds done"})]
-        return None, [_call("send_request", {"target": "peer", "subject": "q", "body": "more"})]
+            return None, [tool_call("task_complete", {"finish_message": "all rounds done"})]
+        return None, [tool_call("send_request", {"target": "peer", "subject": "q", "body": "more"})]
 
     return agent
 
@@ -65,7 +53,7 @@ def _peer(**_: Any):  # noqa: ANN202
     async def agent(history: list[dict[str, Any]], tool_choice: Any) -> Any:
         TURNS[0] += 1
         return None, [
-            _call("send_response", {"target": "supervisor", "subject": "a", "body": "ok"})
+            tool_call("send_response", {"target": "supervisor", "subject": "a", "body": "ok"})
         ]
 
     return agent
@@ -132,13 +120,10 @@ async def test_a_long_outage_holds_running_tasks_still_instead_of_growing_memory
         assert await swarm.flush_store(timeout=30)
         events = len(swarm.get_task_by_id("t-long").events)
 
-    conn = await asyncpg.connect(database)
-    try:
-        stored = await conn.fetch(
-            "SELECT event_id FROM task_events WHERE swarm_name = $1 AND task_id = 't-long' "
-            "ORDER BY seq",
-            swarm_name,
-        )
-    finally:
-        await conn.close()
+    stored = await fetch_rows(
+        database,
+        "SELECT event_id FROM task_events WHERE swarm_name = $1 AND task_id = 't-long' "
+        "ORDER BY seq",
+        swarm_name,
+    )
     assert len(stored) == events

@@ -19,7 +19,7 @@ import pytest
 from tests.support.outage_server import ThreadedProxy, server_behind_proxy
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
-from server_fixtures import ServerProcess, auth
+from server_fixtures import ServerProcess, auth, get_task
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,26 +38,20 @@ def test_new_tasks_are_refused_with_503_while_the_store_is_backed_up(
     extra = f"\n[server.store]\nmax_pending_writes = {MAX_PENDING_WRITES}\n"
     with server_behind_proxy(tmp_path, database, "refuse", extra=extra) as outage:
         answered = _answered_through_an_outage(outage.url, outage.key, outage.proxy)
-    server, key, port = outage.server, outage.key, outage.server.port
-    logs = server.logs()
+    logs = outage.server.logs()
     assert "refusing new tasks (503)" in logs, logs[-3000:]
 
     # Stored, after a restart too: read back from the database by a new server.
     restarted = ServerProcess(
         tmp_path,
-        port,
+        outage.server.port,
         args=["--config", str(outage.config)],
         env={"DATABASE_URL": database},
     )
     restarted.start()
     try:
         for response in answered:
-            record = httpx.get(
-                f"http://127.0.0.1:{port}/task",
-                params={"task_id": response.json()["task_id"]},
-                headers=auth(key),
-                timeout=30,
-            )
+            record = get_task(restarted.base_url, outage.key, response.json()["task_id"])
             assert record.status_code == 200, record.text
             events = [e["event"] for e in record.json()["events"]]
             assert "task_complete" in events, events
@@ -118,13 +112,7 @@ def _answered_through_an_outage(base: str, key: str, proxy: ThreadedProxy) -> li
         assert again.status_code == 200, again.text
         answered.append(again)
         for response in answered:
-            task_id = response.json()["task_id"]
-            record = httpx.get(
-                f"{base}/task",
-                params={"task_id": task_id},
-                headers=auth(key),
-                timeout=30,
-            )
+            record = get_task(base, key, response.json()["task_id"])
             assert record.status_code == 200, record.text
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

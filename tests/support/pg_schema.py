@@ -11,6 +11,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -32,6 +33,15 @@ TASK_TABLES = (
 
 def with_search_path(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
+
+
+async def fetch_rows(url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """The rows of one query, on a connection of its own."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
 
 
 def _execute(base_url: str, sql: str) -> None:

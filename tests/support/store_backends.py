@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
+from tests.support.pg_schema import BASE_URL, fetch_rows, scratch_schema, with_search_path
 
 
 @dataclass
@@ -53,16 +53,7 @@ class DurableStore:
 
 
 def _pg_fetch(url: str, sql: str, args: tuple[Any, ...]) -> list[Any]:
-    import asyncpg
-
-    async def run() -> list[Any]:
-        conn = await asyncpg.connect(url)
-        try:
-            return list(await conn.fetch(sql, *args))
-        finally:
-            await conn.close()
-
-    return asyncio.run(run())
+    return asyncio.run(fetch_rows(url, sql, *args))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

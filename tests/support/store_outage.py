@@ -4,12 +4,24 @@ the test stops (connection refused: the database is away) and starts again on th
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from tests.support.tcp_proxy import TcpProxy, via_proxy
 
+from mail import AgentToolCall
 from mail.store.postgres import PostgresTaskStore
+
+
+def tool_call(name: str, args: dict[str, Any]) -> AgentToolCall:
+    """A tool call as the swarms' agent functions return it (no LLM behind them)."""
+    return AgentToolCall(
+        tool_name=name,
+        tool_args=args,
+        tool_call_id=f"c-{uuid.uuid4().hex[:8]}",
+        completion={"role": "assistant", "content": None},
+    )
 
 
 @contextlib.asynccontextmanager
