@@ -42,7 +42,7 @@ OUTCOME_DELAY = 0.05
 SWEEP_INTERVAL = 600.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     """A request with a key under way in this process (before and after its take)."""
 
@@ -280,6 +280,24 @@ class IdempotencyGuard:
 
 class Ticket:
     """One keyed request: what was found for its key, and its take / finish."""
+
+    __slots__ = (
+        "answered_by_task",
+        "caller",
+        "carried",
+        "fingerprint",
+        "guard",
+        "in_flight",
+        "key",
+        "owner",
+        "pending",
+        "record",
+        "scope",
+        "slot",
+        "taken",
+        "takeover",
+        "with_work",
+    )
 
     def __init__(
         self,
