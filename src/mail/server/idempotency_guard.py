@@ -35,7 +35,7 @@ logger = logging.getLogger("mail.server.idempotency")
 KEY_LIMIT_RETRY_AFTER = 60
 # At the key bound, this share of it (at least one key) of the caller's oldest finished keys
 # is forgotten at once: one store statement per that many keyed requests, not per request.
-EVICT_FRACTION = 0.01
+EVICT_FRACTION = 0.1
 # Seconds an outcome recorded after its answer waits for others to be written with it.
 OUTCOME_DELAY = 0.05
 # Seconds between two sweeps of expired keys (one per server, started by a take).
