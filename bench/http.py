@@ -22,7 +22,9 @@ measured in interleaved rounds and reported as the median of the rounds, with th
 3. the cost of the access log: 1 client, one server with its access log turned off and on
    between interleaved rounds: p50 latency and server CPU per request;
 4. the cost of `Idempotency-Key`: 16 clients, every request with a fresh key vs none,
-   interleaved rounds on one server (`--idempotency-only` runs just this; target: within 5%),
+   interleaved rounds on one server (`--idempotency-only` runs just this; target: within 5%,
+   with keys as MAILClient makes them, time-ordered; random version 4 keys, as a curl user
+   may send, are measured beside them and reported),
    next to its floor measured in the same run: the bare durable writes a keyed request needs
    (its key row and its outcome row, each in a sqlite3 transaction of 16 rows as the task
    store's batches write them, in the server's file mode, on the bench's own thread), as a
@@ -255,13 +257,20 @@ def serve_bare(port: int, latency: float = 0.0) -> None:
 class RawClient:
     """One kept-alive HTTP/1.1 connection, requests written and responses parsed by hand.
 
-    With `keyed`, every request carries a fresh `Idempotency-Key` (as MAILClient sends)."""
+    With `keyed`, every request carries a fresh `Idempotency-Key`: as MAILClient makes them
+    (time-ordered, version 7 UUIDs), or with `random_keys` random version 4 UUIDs (as a curl
+    user or another client may send)."""
 
-    def __init__(self, url: str, key: str, keyed: bool = False) -> None:
+    def __init__(self, url: str, key: str, keyed: bool = False, random_keys: bool = False) -> None:
+        from mail.client_retry import new_idempotency_key
+
         host, port = url.removeprefix("http://").split(":")
         self.address = (host, int(port))
         self.key = key
         self.keyed = keyed
+        self.new_key: Callable[[], str] = (
+            (lambda: f'"{uuid.uuid4()}"') if random_keys else new_idempotency_key
+        )
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -270,7 +279,7 @@ class RawClient:
             self.reader, self.writer = await asyncio.open_connection(*self.address)
         assert self.reader is not None
         body = json.dumps({"body": "go", "stream": stream}).encode()
-        idempotency = f'Idempotency-Key: "{uuid.uuid4()}"\r\n'.encode() if self.keyed else b""
+        idempotency = f"Idempotency-Key: {self.new_key()}\r\n".encode() if self.keyed else b""
         self.writer.write(
             b"POST /message HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
             b"Authorization: Bearer "
@@ -372,6 +381,7 @@ class MAILClientAdapter:
 MAKERS: dict[str, Callable[[str, str], Any]] = {
     "raw": RawClient,
     "raw+key": partial(RawClient, keyed=True),
+    "raw+key4": partial(RawClient, keyed=True, random_keys=True),
     "httpx": HttpxClient,
     "MAILClient": MAILClientAdapter,
 }
@@ -757,16 +767,20 @@ def floor(workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: i
         slow.close()
 
 
-def key_write_floor(path: Path, count: int = 400, batch: int = 16) -> tuple[float, float]:
+def key_write_floor(
+    path: Path, count: int = 400, batch: int = 16, ordered: bool = False
+) -> tuple[float, float]:
     """CPU microseconds of the bare durable writes a keyed request needs, on this thread: its
     key row (the store's upsert) and its outcome (the same upsert with the answer: written
     for endings other than a completed task's answer, which stores none; shown beside it),
     each as a row of a transaction of `batch` rows, as the task store's write-behind batches
     commit them (the key with its task's first writes, the outcome with a later batch), in a
     file of the server's mode (WAL, synchronous=NORMAL) already holding keys; no thread hop,
-    no server."""
+    no server. Keys as MAILClient makes them (`ordered`: time-ordered) or random (version 4:
+    each lands at a random place of the key index, a page of its own in each transaction)."""
     import sqlite3
 
+    from mail.client_retry import uuid7
     from mail.store.idempotency_sqlite_buffered import KEY_ROW_SQL
     from mail.store.sqlite_schema import connect, migrate
 
@@ -777,7 +791,8 @@ def key_write_floor(path: Path, count: int = 400, batch: int = 16) -> tuple[floa
         body = b'{"response":"done","events":null,"task_id":"' + str(uuid.uuid4()).encode() + b'"}'
         now = time.time()
         rows = [
-            ("bench", "user", f"bench-{n % 4}", str(uuid.uuid4()), "f" * 64, str(uuid.uuid4()),
+            ("bench", "user", f"bench-{n % 4}", str(uuid7() if ordered else uuid.uuid4()), "f" * 64,
+             str(uuid.uuid4()),
              context, "bench:1", now, now + 86400.0, None, None, None)
             for n in range(count)
         ]  # fmt: skip
@@ -802,74 +817,83 @@ def idempotency_cost(
     workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: int
 ) -> None:
     """POST /message at 16 clients with a fresh Idempotency-Key per request vs without, on one
-    server, in pairs run back to back in ABBA order (this VM's speed drifts; each pair's ratio
-    cancels it). Reported: requests/s and the server's CPU time per request, medians of the
-    pairs' ratios; CPU per request is the number to trust on a loaded machine. Next to them,
-    the floor (`key_write_floor`, measured between the pairs of the same run): what the bare
-    durable key write costs, as a share of an unkeyed request's CPU."""
+    server, in rounds run back to back, the order turned each round (this VM's speed drifts;
+    each round's ratio cancels it). Keys as MAILClient makes them (time-ordered UUIDs: the
+    target's row) and random version 4 UUIDs (as curl users type them: reported). Reported:
+    requests/s and the server's CPU time per request, medians of the rounds' ratios; CPU per
+    request is the number to trust on a loaded machine. Next to them, the floor
+    (`key_write_floor`, measured between the rounds of the same run): what the bare durable
+    key write costs, as a share of an unkeyed request's CPU."""
     store = os.environ.get(STORE_VARIABLE, "sqlite")
     print(
         f"Idempotency-Key cost (raw client, 16 clients over 4 users, stub swarm, store {store}; "
-        f"{rounds} ABBA pairs per row):"
+        f"{rounds} interleaved rounds per row):"
     )
     load_before = os.getloadavg()
     floor_file = workdir / "key-floor.db"
-    floors: list[tuple[float, float]] = []
+    kinds = {"raw": "no key", "raw+key": "MAILClient's keys", "raw+key4": "random v4 keys"}
+    floors: dict[bool, list[tuple[float, float]]] = {True: [], False: []}  # by `ordered`
     server = StubServer(workdir, keys_file, 0.0, access_log=True)
     try:
-        measure(server, "raw+key", 16, 16 * 10, False)  # warm-up: instances, the key table
-        measure(server, "raw", 16, 16 * 10, False)
+        for kind in kinds:  # warm-up: instances, the key table
+            measure(server, kind, 16, 16 * 10, False)
         key_write_floor(floor_file, 100)  # warm-up: the file, the imports
         for stream in (False, True):
             what = "stream" if stream else "json"
-            rps: dict[bool, list[float]] = {True: [], False: []}
-            cpu: dict[bool, list[float]] = {True: [], False: []}
-            lat: dict[bool, list[float]] = {True: [], False: []}
-            for pair in range(rounds):
-                for keyed in (False, True) if pair % 2 == 0 else (True, False):
+            rps: dict[str, list[float]] = {kind: [] for kind in kinds}
+            cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
+            lat: dict[str, list[float]] = {kind: [] for kind in kinds}
+            order = list(kinds)
+            for turn in range(rounds):
+                # Each kind first, second and last equally often: ABC, CBA, BCA, ACB, CAB, BAC.
+                shifted = order[turn // 2 % 3 :] + order[: turn // 2 % 3]
+                for kind in shifted if turn % 2 == 0 else shifted[::-1]:
                     before = server.cpu_seconds()
-                    got, latencies = measure(
-                        server, "raw+key" if keyed else "raw", 16, requests * 4, stream
-                    )
-                    cpu[keyed].append((server.cpu_seconds() - before) / (requests * 4))
-                    rps[keyed].append(got)
-                    lat[keyed].extend(latencies)
+                    got, latencies = measure(server, kind, 16, requests * 4, stream)
+                    cpu[kind].append((server.cpu_seconds() - before) / (requests * 4))
+                    rps[kind].append(got)
+                    lat[kind].extend(latencies)
                 if store == "sqlite":
-                    floors.append(key_write_floor(floor_file))
-            for keyed in (False, True):
-                label = f"{what}, 16 clients, {'with keys' if keyed else 'no key'}"
+                    for ordered in (True, False):
+                        floors[ordered].append(key_write_floor(floor_file, ordered=ordered))
+            for kind, label in kinds.items():
                 print(
-                    row(label, rps[keyed], lat[keyed])
-                    + f"  server CPU {1000 * statistics.median(cpu[keyed]):.3f} ms/request"
+                    row(f"{what}, 16 clients, {label}", rps[kind], lat[kind])
+                    + f"  server CPU {1000 * statistics.median(cpu[kind]):.3f} ms/request"
                 )
-            rps_ratio = statistics.median(k / p for k, p in zip(rps[True], rps[False], strict=True))
-            cpu_ratio = statistics.median(k / p for k, p in zip(cpu[True], cpu[False], strict=True))
-            print(
-                f"  {what}: with keys vs without (medians of {rounds} paired ratios): "
-                f"requests/s {100 * (rps_ratio - 1):+.1f}%, server CPU per request "
-                f"{100 * (cpu_ratio - 1):+.1f}%" + mark(cpu_ratio <= 1.05)
-            )
-            unkeyed_us = 1e6 * statistics.median(cpu[False])
+            unkeyed_us = 1e6 * statistics.median(cpu["raw"])
+            for kind, ordered in (("raw+key", True), ("raw+key4", False)):
+                rps_ratio = statistics.median(
+                    k / p for k, p in zip(rps[kind], rps["raw"], strict=True)
+                )
+                cpu_ratio = statistics.median(
+                    k / p for k, p in zip(cpu[kind], cpu["raw"], strict=True)
+                )
+                target = mark(cpu_ratio <= 1.05) if ordered else "  (reported, no target)"
+                print(
+                    f"  {what}: {kinds[kind]} vs none (medians of {rounds} paired ratios): "
+                    f"requests/s {100 * (rps_ratio - 1):+.1f}%, server CPU per request "
+                    f"{100 * (cpu_ratio - 1):+.1f}%" + target
+                )
+                if store != "sqlite":
+                    continue
+                take = statistics.median(t for t, _ in floors[ordered])
+                outcome = statistics.median(o for _, o in floors[ordered])
+                # A completed task's answer, plain or streamed, stores no outcome row: its key
+                # row and the task are the outcome (`Ticket.answered_by_task`). The outcome row
+                # is shown for comparison (what other endings, and other stores, still write).
+                floor_pct = 100 * take / unkeyed_us
+                print(
+                    f"    floor ({'time-ordered' if ordered else 'random'} keys: bare sqlite3 "
+                    f"rows in transactions of 16, the server's file mode, this run, medians of "
+                    f"{len(floors[ordered])}): key row {take:.1f} us, outcome row "
+                    f"{outcome:.1f} us; key row (no outcome row) = {floor_pct:.1f}% of an "
+                    f"unkeyed request's CPU ({unkeyed_us:.0f} us); measured cost "
+                    f"{100 * (cpu_ratio - 1):+.1f}% = floor + "
+                    f"{100 * (cpu_ratio - 1) - floor_pct:.1f} points"
+                )
             if store != "sqlite":
                 print(f"  {what}: floor none (store {store}: no durable key write)")
-                continue
-            take = statistics.median(t for t, _ in floors)
-            outcome = statistics.median(o for _, o in floors)
-            # A completed task's answer, plain or streamed, stores no outcome row: its key row
-            # and the task are the outcome (`Ticket.answered_by_task`). The outcome row is
-            # shown for comparison (what other endings, and other stores, still write).
-            floor_us = take
-            floor_pct = 100 * floor_us / unkeyed_us
-            what_floor = "key row (no outcome row)"
-            print(
-                f"  {what}: floor (bare sqlite3 rows in transactions of 16, the server's file "
-                f"mode, this run, medians of "
-                f"{len(floors)}): key row {take:.1f} us, outcome row "
-                f"{outcome:.1f} us; {what_floor} {floor_us:.1f} us = {floor_pct:.1f}% of an "
-                f"unkeyed request's CPU ({unkeyed_us:.0f} us); measured keyed cost "
-                f"{100 * (cpu_ratio - 1):+.1f}% = floor + {100 * (cpu_ratio - 1) - floor_pct:.1f}"
-                f" points; the 5% target is {'above' if floor_pct < 5 else 'below'} the floor"
-            )
     finally:
         server.close()
     load_after = os.getloadavg()

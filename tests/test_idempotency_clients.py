@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -151,6 +153,25 @@ async def test_transient_answers_are_retried_with_the_same_key(
     assert scripted.keys[-1] != scripted.keys[0]  # a fresh key per call
 
 
+def _key_uuid(header: str | None) -> uuid.UUID:
+    assert header is not None and header.startswith('"') and header.endswith('"')
+    return uuid.UUID(header[1:-1])
+
+
+async def test_mailclient_keys_are_time_ordered_uuids(scripted: Scripted) -> None:
+    """Version 7 UUIDs (RFC 9562): the server appends such keys to its key index."""
+    async with MAILClient(scripted.url, "k", config=FAST) as client:
+        for _ in range(3):
+            await client.post_message("hi")
+            await asyncio.sleep(0.002)  # the next key in a later millisecond
+    made = [_key_uuid(header) for header in scripted.keys]
+    assert [key.version for key in made] == [7, 7, 7]
+    assert all(key.variant == uuid.RFC_4122 for key in made)
+    assert made == sorted(made, key=lambda key: key.bytes) and len(set(made)) == 3
+    now_ms = time.time_ns() // 1_000_000
+    assert now_ms - 60_000 < int.from_bytes(made[-1].bytes[:6]) <= now_ms  # the time in front
+
+
 async def test_a_timeout_before_the_answer_is_retried(scripted: Scripted) -> None:
     scripted.replies = [(200, {}, 5.0), (200, {}, None)]
     config = ClientConfig(timeout=1.0, retries=2, retry_backoff=0.05, retry_max_delay=0.1)
@@ -271,6 +292,7 @@ async def test_router_resends_after_a_dropped_connection_and_a_503(
     assert len(peer.keys) == 3 and len(set(peer.keys)) == 1 and peer.keys[0] is not None
     await router.send_interswarm(_envelope(router), "forward")
     assert peer.keys[-1] != peer.keys[0]  # a fresh key per send
+    assert _key_uuid(peer.keys[0]).version == _key_uuid(peer.keys[-1]).version == 7
 
 
 async def test_router_gives_up_after_its_retries_and_on_a_400(

@@ -16,7 +16,6 @@ import asyncio
 import inspect
 import logging
 import random
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from mail.core.message import (
     create_system_address,
     make_message,
     make_response,
+    new_task_id,
     parse_agent_address,
     utc_now_iso,
 )
@@ -321,7 +321,7 @@ class InterswarmRouter(V13RouterMethods):
     ) -> dict[str, Any]:
         """POST with one Idempotency-Key for every attempt (a peer that knows the header runs
         the request once however often it arrives; one that does not ignores it)."""
-        key = f'"{uuid.uuid4()}"'
+        key = f'"{new_task_id()}"'  # time-ordered (UUIDv7): new keys append to a key index
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attempt = 0

@@ -35,14 +35,14 @@ logger = logging.getLogger("mail.server.idempotency")
 KEY_LIMIT_RETRY_AFTER = 60
 # At the key bound, this share of it (at least one key) of the caller's oldest finished keys
 # is forgotten at once: one store statement per that many keyed requests, not per request.
-EVICT_FRACTION = 0.01
+EVICT_FRACTION = 0.1
 # Seconds an outcome recorded after its answer waits for others to be written with it.
 OUTCOME_DELAY = 0.05
 # Seconds between two sweeps of expired keys (one per server, started by a take).
 SWEEP_INTERVAL = 600.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     """A request with a key under way in this process (before and after its take)."""
 
@@ -280,6 +280,24 @@ class IdempotencyGuard:
 
 class Ticket:
     """One keyed request: what was found for its key, and its take / finish."""
+
+    __slots__ = (
+        "answered_by_task",
+        "caller",
+        "carried",
+        "fingerprint",
+        "guard",
+        "in_flight",
+        "key",
+        "owner",
+        "pending",
+        "record",
+        "scope",
+        "slot",
+        "taken",
+        "takeover",
+        "with_work",
+    )
 
     def __init__(
         self,
