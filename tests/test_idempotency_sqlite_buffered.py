@@ -31,7 +31,7 @@ import pytest
 
 from mail.store.base import InstanceKey
 from mail.store.idempotency import KeyRecord
-from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
+from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore, KeyFilter
 from mail.store.sqlite import SqliteTaskStore
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 from support.llm_thread import ThreadedLLM, mentions
@@ -340,3 +340,42 @@ async def test_synchronous_takes_never_pass_the_bound(
     finally:
         await guard.close()
         await tasks.close()
+
+
+class _Hashed(str):
+    """A key whose `hash` is chosen (negative, or differing from another only in high bits)."""
+
+    digest = 0
+
+    def __hash__(self) -> int:
+        return self.digest
+
+
+def _hashed(text: str, digest: int) -> str:
+    key = _Hashed(text)
+    key.digest = digest
+    return key
+
+
+def test_the_key_filter_never_says_absent_for_a_key_it_has() -> None:
+    """An "absent" for a taken key would run its retry twice: chosen hashes (negative, the
+    extremes, ones that differ only above the word's bits), odd keys, and a filter read
+    with keys then filled past its capacity (`full`: the store reads it again)."""
+    digests = [0, 1, -1, -2, 4095, 4096, -4096, 2**63 - 1, -(2**63), 2**62, -(2**62)]
+    digests += [1 << bit for bit in range(64)] + [-(1 << bit) for bit in range(64)]
+    digests += [5 | high << 52 for high in range(16)]  # the same low bits, other high ones
+    chosen = [_hashed(f"k{n}", digest) for n, digest in enumerate(digests)]
+    odd = ["", "x" * 100_000, "\x00", "é", '"quoted"', str(uuid.uuid4()).upper()]
+    read = [str(uuid.uuid4()) for _ in range(700)]
+    keys = KeyFilter(read)
+    assert keys.capacity == 1400 and not keys.full
+    for key in [*chosen, *odd]:
+        keys.add(key)
+    added = []
+    while not keys.full:  # (where the store drops it, to read it again into a larger one)
+        added.append(str(uuid.uuid4()))
+        keys.add(added[-1])
+    missing = [key for key in [*read, *chosen, *odd, *added] if key not in keys]
+    assert not missing, missing[:5]
+    fresh = [str(uuid.uuid4()) for _ in range(20_000)]
+    assert sum(key in keys for key in fresh) < 0.04 * len(fresh)  # ~1.3% when full

@@ -467,3 +467,42 @@ async def test_a_keyed_stream_is_not_wrapped_and_records_its_end() -> None:
     assert ("user", "alice", "s1") not in guard._pending
     record = await guard.store.get(guard.scope(caller), "s1", time.time())
     assert record is not None and record.status == 200 and record.content_type == STREAMED_OUTCOME
+
+
+@pytest.mark.parametrize("bound", [1, 2, 5, 9, 20, 50])
+async def test_a_finished_key_is_forgotten_after_90_to_100_percent_of_the_bound(
+    bound: int,
+) -> None:
+    """As docs/api-http.md says: at the bound (10% of it, at least one key, forgotten at a
+    time) a caller's finished key is kept until 90% to 100% of the bound newer keyed
+    requests came after it, and a repeat of a held key never makes room by evicting it."""
+    from starlette.responses import Response
+
+    from mail.server.auth import Caller
+    from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld
+
+    guard = IdempotencyGuard(
+        MemoryIdempotencyStore(), swarm_name="s", ttl=1000.0, max_keys=bound, max_length=255
+    )
+    caller = Caller("user", "alice", "k")
+    scope = guard.scope(caller)
+    forgotten: dict[int, int] = {}  # key number: newer keys made when it was forgotten
+    for n in range(4 * bound):
+        ticket = guard.open(caller, f"k{n}", f"fp-{n}")
+        try:
+            await ticket.take()
+            await ticket.finish(Response(b"{}", media_type="application/json"))
+        finally:
+            ticket.leave()
+        repeat = guard.open(caller, f"k{n}", f"fp-{n}")  # at the bound: its answer, kept
+        try:
+            with pytest.raises(KeyHeld):
+                await repeat.take()
+        finally:
+            repeat.leave()
+        for m in range(n + 1):
+            if m not in forgotten and await guard.store.get(scope, f"k{m}", time.time()) is None:
+                forgotten[m] = n - m
+    assert forgotten and await guard.store.count(scope, time.time()) <= bound
+    low = bound - max(1, int(bound * 0.1)) + 1
+    assert all(low <= newer <= bound for newer in forgotten.values()), forgotten
