@@ -34,9 +34,9 @@ MAX_RETRY_AFTER = 120.0
 
 def new_idempotency_key() -> str:
     """A fresh key as the header carries it: an RFC 8941 string holding a time-ordered UUID
-    (version 7: the time in milliseconds, then 74 random bits). Keys made one after the other
-    sort one after the other, so a server that indexes its callers' keys (SQLite, PostgreSQL)
-    adds each new one at the end of that index instead of at a random place in it."""
+    (version 7: the time in milliseconds, then 74 random bits). Keys sort by the millisecond
+    they were made in, so a server that indexes its callers' keys (SQLite, PostgreSQL) adds
+    each new one at the end of that index instead of at a random place in it."""
     return f'"{uuid7()}"'
 
 
