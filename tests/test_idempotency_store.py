@@ -285,12 +285,23 @@ async def test_at_the_bound_finished_keys_make_room_and_unfinished_ones_refuse()
     assert "max_idempotency_keys_per_caller = 2" in str(refused.value.detail)
 
 
+async def _keyed_request(guard: Any, caller: Any, n: int) -> None:
+    """A request with key ``k<n>`` through the guard: taken, answered, let go."""
+    from starlette.responses import Response
+
+    ticket = guard.open(caller, f"k{n}", f"fp-{n}")
+    try:
+        await ticket.take()
+        await ticket.finish(Response(b"{}", media_type="application/json"))
+    finally:
+        ticket.leave()
+
+
 async def test_at_the_key_bound_a_tenth_of_it_is_forgotten_at_once() -> None:
     """A caller that keys every call sits at its bound for good: making room reads and
     rewrites its keys (a count, the oldest finished ones), so it is done for a tenth of the
     bound at a time, not for every request (at 1%, a caller at a 10,000-key bound cost 50%
     more CPU per request in bench/http.py)."""
-    from starlette.responses import Response
 
     from mail.server.auth import Caller
     from mail.server.idempotency_guard import IdempotencyGuard
@@ -305,12 +316,7 @@ async def test_at_the_key_bound_a_tenth_of_it_is_forgotten_at_once() -> None:
     guard = IdempotencyGuard(Counting(), swarm_name="s", ttl=100.0, max_keys=50, max_length=255)
     caller = Caller("user", "alice", "k")
     for n in range(50 + 20):
-        ticket = guard.open(caller, f"k{n}", f"fp-{n}")
-        try:
-            await ticket.take()
-            await ticket.finish(Response(b"{}", media_type="application/json"))
-        finally:
-            ticket.leave()
+        await _keyed_request(guard, caller, n)
     scope = guard.scope(caller)
     assert Counting.evictions == 4  # 20 keys past the bound, room made 5 at a time
     assert await guard.store.count(scope, time.time()) == 50
@@ -476,7 +482,6 @@ async def test_a_finished_key_is_forgotten_after_90_to_100_percent_of_the_bound(
     """As docs/api-http.md says: at the bound (10% of it, at least one key, forgotten at a
     time) a caller's finished key is kept until 90% to 100% of the bound newer keyed
     requests came after it, and a repeat of a held key never makes room by evicting it."""
-    from starlette.responses import Response
 
     from mail.server.auth import Caller
     from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld
@@ -488,12 +493,7 @@ async def test_a_finished_key_is_forgotten_after_90_to_100_percent_of_the_bound(
     scope = guard.scope(caller)
     forgotten: dict[int, int] = {}  # key number: newer keys made when it was forgotten
     for n in range(4 * bound):
-        ticket = guard.open(caller, f"k{n}", f"fp-{n}")
-        try:
-            await ticket.take()
-            await ticket.finish(Response(b"{}", media_type="application/json"))
-        finally:
-            ticket.leave()
+        await _keyed_request(guard, caller, n)
         repeat = guard.open(caller, f"k{n}", f"fp-{n}")  # at the bound: its answer, kept
         try:
             with pytest.raises(KeyHeld):
