@@ -100,8 +100,9 @@ def _bit_masks(count: int, bits: int, seed: int) -> list[int]:
 
 
 # The 7 bits a key sets in its word of a caller's filter: one of 4,096 patterns, chosen by
-# the key's hash (`KeyFilter`).
-_MASKS = _bit_masks(4096, 7, 0x6B6579)
+# the key's hash (`KeyFilter`); drawn when the first filter is made (some 10 ms: not at the
+# server's start, which imports this module whenever the store is SQLite).
+_MASKS: list[int] = []
 
 
 class KeyFilter:
@@ -122,6 +123,8 @@ class KeyFilter:
     HASHES = 7  # bits per key, in one word: with 12 bits per key, about 1% false "present"
 
     def __init__(self, keys: list[str]) -> None:
+        if not _MASKS:
+            _MASKS.extend(_bit_masks(4096, 7, 0x6B6579))
         self.capacity = max(2 * len(keys), MIN_FILTER_KEYS)
         self.width = 12 * self.capacity // 64 + 1  # words
         self.words = array("Q", bytes(8 * self.width))
