@@ -59,8 +59,9 @@ def _found(state: Any, caller: Caller, inst: Any, task_id: str) -> tuple[Any, di
 
 
 def _last_event_id(request: Request) -> int:
-    raw = request.headers.get("last-event-id", "").strip()
-    return int(raw) if raw.isdigit() else 0
+    """The duplicate's ``Last-Event-ID``; 0 (from the first event) without a readable one."""
+    after = task_events.event_id(request.headers.get("last-event-id", "").strip())
+    return 0 if after is None else after
 
 
 async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> Response | None:

@@ -42,19 +42,35 @@ class Subscription:
     stored: bool = False  # `task` was read back from the store: finished, it never changes
 
 
+# Digits of the longest event id read as a number: more is past every event of any task (and
+# `int()` refuses a string of more than 4,300 digits: a 500 for a long header).
+MAX_EVENT_ID_DIGITS = 18
+
+
+def event_id(text: str) -> int | None:
+    """The event id `text` names: ASCII digits only (``int()`` also takes ``+5``, ``1_000``
+    and other scripts' digits, and refuses other characters ``isdigit`` counts, such as
+    ``²``), None otherwise; an id of more than `MAX_EVENT_ID_DIGITS` digits (leading zeros
+    aside) is ``10**MAX_EVENT_ID_DIGITS``, past every event."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= MAX_EVENT_ID_DIGITS else 10**MAX_EVENT_ID_DIGITS
+
+
 def parse_after(header: str | None, query: str | None) -> int:
     """The id after which to start: ``?after=`` wins over ``Last-Event-ID``; default 0.
 
-    Only ASCII digits count (``int()`` also takes ``+5``, ``1_000`` and other scripts'
-    digits). A value that is not printable ASCII is not echoed: header bytes reach us as
-    Latin-1, so a UTF-8 value would come back as mojibake.
+    Only ASCII digits count (`event_id`). A value that is not printable ASCII is not echoed:
+    header bytes reach us as Latin-1, so a UTF-8 value would come back as mojibake.
     """
     raw, name = (query, "after") if query is not None else (header, "Last-Event-ID")
     if raw is None or raw.strip() == "":
         return 0
     text = raw.strip()
-    if text.isascii() and text.isdigit():
-        return int(text)
+    after = event_id(text)
+    if after is not None:
+        return after
     shown = (
         f"got '{text[:40]}'"
         if text.isascii() and text.isprintable()
