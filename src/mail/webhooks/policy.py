@@ -42,7 +42,7 @@ def retry_after(value: str | None, now: float, cap: float) -> float | None:
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # (isdigit alone also takes "²", which float refuses)
         return min(float(text), cap)
     try:
         moment = email.utils.parsedate_to_datetime(text)
