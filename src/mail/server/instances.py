@@ -32,6 +32,20 @@ INSTANCE_KINDS = ("admin", "user", "swarm")
 _SHUTDOWN_GRACE = 5.0
 
 
+class ArchivedTask(dict[str, Any]):
+    """The record of a task archived with its reclaimed instance (`Task.to_dict`), and its
+    answer (the body of its last response) beside it, not in it: the record's JSON (``GET
+    /task``, ``GET /tasks``) stays what it was, and a replay of its events (``GET
+    /task/events``, a keyed stream's repeat) still closes with the task's answer."""
+
+    answer: str = ""
+
+
+def _answer_of(response: Any) -> str:
+    message = response.get("message") if isinstance(response, dict) else None
+    return str(message.get("body", "")) if isinstance(message, dict) else ""
+
+
 def instance_kind(role: str) -> str:
     """Map a caller role to an instance kind (``agent`` callers are remote swarms)."""
     return "swarm" if role == "agent" else role
@@ -308,11 +322,11 @@ class InstanceManager:
 
     def _archive(self, inst: Instance) -> None:
         try:
-            records = {
-                tid: task.to_dict()
-                for tid, task in inst.swarm.get_all_tasks().items()
-                if tid != "*"
-            }
+            records: dict[str, ArchivedTask] = {}
+            for tid, task in inst.swarm.get_all_tasks().items():
+                if tid != "*":
+                    record = records[tid] = ArchivedTask(task.to_dict())
+                    record.answer = _answer_of(task.response)
         except Exception:
             logger.exception("could not archive the tasks of %s:%s", inst.kind, inst.id)
             return

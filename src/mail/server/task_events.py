@@ -162,9 +162,9 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
     if sub.record is not None:
         for event in _record_events(sub.record)[sub.after :]:
             yield event
-        yield closing_event(
-            "task_complete", sub.task_id, _response_body(sub.record.get("response"))
-        )
+        # (An archived record keeps its answer beside it: `ArchivedTask`.)
+        answer = _response_body(sub.record.get("response")) or getattr(sub.record, "answer", "")
+        yield closing_event("task_complete", sub.task_id, str(answer))
         return
     task = sub.task
     assert task is not None
