@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -142,39 +143,58 @@ async def test_take_now_takes_only_a_key_it_can_tell_is_new(tmp_path: Path) -> N
 
 
 def test_the_key_filter_never_misses_a_key_and_rarely_invents_one() -> None:
-    from mail.store.idempotency_sqlite_buffered import MIN_FILTER_KEYS, KeyFilter
+    from mail.store.idempotency_sqlite_buffered import KeyFilter
 
     loaded = [str(uuid.uuid4()) for _ in range(3000)]
     known = KeyFilter(loaded)
-    assert known.capacity == 6000 and not known.full
-    added = [str(uuid.uuid4()) for _ in range(3000)]
-    for key in added:
-        known.add(key)
+    assert len(known.slots) == 8192  # at most half full
+    added = [str(uuid.uuid4()) for _ in range(30_000)]
+    said_present = sum(known.add(key) for key in added)  # it grows as it goes
+    assert said_present <= 3  # a fingerprint shared by chance: ~0.1 expected
+    assert 2 * known.count <= len(known.slots) <= 4 * known.count  # 8 to 16 bytes a key
     assert all(key in known for key in loaded + added)  # never a false "absent"
-    strangers = [str(uuid.uuid4()) for _ in range(20_000)]
-    assert sum(key in known for key in strangers) < 20_000 * 0.03  # about 1% at capacity
-    known.add("one more")
-    assert known.full  # past its capacity: read again, larger, at the next take
-    assert KeyFilter([]).capacity == MIN_FILTER_KEYS
+    strangers = [str(uuid.uuid4()) for _ in range(200_000)]
+    assert sum(key in known for key in strangers) <= 12  # ~1.5 expected (33,000 of 2**32)
+    assert len(KeyFilter([]).slots) == KeyFilter.MIN_SLOTS
 
 
-async def test_a_full_filter_is_read_again_from_the_file(tmp_path: Path) -> None:
-    from mail.store import idempotency_sqlite_buffered as buffered
+async def test_the_key_filter_grows_without_reading_the_file(tmp_path: Path) -> None:
+    """Past half full the caller's table doubles from the fingerprints it holds: the same
+    table, no read of the file; past its limit, it is read again from the file (what it
+    costs in memory follows the caller's keys on the file); a repeat is found either way."""
+    from mail.store.idempotency_sqlite_buffered import KeyFilter
 
     path = tmp_path / "mail.db"
     tasks, keys = await _open(path)
     try:
         alice = ("s", "user", "alice")
-        taken = 0
-        while taken == 0 or alice in keys._known:  # until full: dropped, read at the next take
-            assert await keys.take_with_work(ALICE, f"k{taken}", _record(f"t{taken}")) is None
+        assert await keys.take_with_work(ALICE, "k0", _record("t0")) is None
+        first = keys._known[alice]
+        reads = 0
+        run = keys.db.run
+
+        async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await run(fn, *args, **kwargs)
+
+        keys.db.run = counted  # type: ignore[method-assign]
+        taken = 1
+        while len(first.slots) < 4 * KeyFilter.MIN_SLOTS:  # grown twice
+            assert keys.take_now(ALICE, f"k{taken}", _record(f"t{taken}"))
             taken += 1
-            assert taken <= buffered.MIN_FILTER_KEYS + 1  # one past the first's capacity at most
-        # (a key the filter wrongly said it had is read from the file, and counted once)
-        assert taken == buffered.MIN_FILTER_KEYS + 1
+        assert keys._known[alice] is first and reads == 0
+        assert first.count == taken == KeyFilter.MIN_SLOTS  # (half of 4,096: doubled to 8,192)
+        # Past its limit (evicted and expired keys stay in it) it is read again from the file.
+        while alice in keys._known:
+            assert keys.take_now(ALICE, f"k{taken}", _record(f"t{taken}"))
+            taken += 1
+        assert taken == KeyFilter.MIN_LIMIT + 1 and reads == 0
+        await tasks.flush(10)
         held = await keys.take_with_work(ALICE, "k7", _record("again"))
         assert held is not None and held.subject == "t7"
-        assert keys._known[alice].capacity == 2 * taken
+        assert reads >= 1 and keys._known[alice] is not first
+        assert keys._known[alice].limit == 2 * taken and "k8000" in keys._known[alice]
     finally:
         await keys.close()
         await tasks.close()
@@ -359,8 +379,8 @@ def _hashed(text: str, digest: int) -> str:
 
 def test_the_key_filter_never_says_absent_for_a_key_it_has() -> None:
     """An "absent" for a taken key would run its retry twice: chosen hashes (negative, the
-    extremes, ones that differ only above the word's bits), odd keys, and a filter read
-    with keys then filled past its capacity (`full`: the store reads it again)."""
+    extremes, ones that differ only above the fingerprint's bits), odd keys, and a table
+    read with keys then filled until it doubled twice."""
     digests = [0, 1, -1, -2, 4095, 4096, -4096, 2**63 - 1, -(2**63), 2**62, -(2**62)]
     digests += [1 << bit for bit in range(64)] + [-(1 << bit) for bit in range(64)]
     digests += [5 | high << 52 for high in range(16)]  # the same low bits, other high ones
@@ -368,14 +388,14 @@ def test_the_key_filter_never_says_absent_for_a_key_it_has() -> None:
     odd = ["", "x" * 100_000, "\x00", "é", '"quoted"', str(uuid.uuid4()).upper()]
     read = [str(uuid.uuid4()) for _ in range(700)]
     keys = KeyFilter(read)
-    assert keys.capacity == 1400 and not keys.full
+    assert len(keys.slots) == KeyFilter.MIN_SLOTS
     for key in [*chosen, *odd]:
         keys.add(key)
     added = []
-    while not keys.full:  # (where the store drops it, to read it again into a larger one)
+    while len(keys.slots) < 4 * KeyFilter.MIN_SLOTS:  # (grown twice, from what it held)
         added.append(str(uuid.uuid4()))
         keys.add(added[-1])
     missing = [key for key in [*read, *chosen, *odd, *added] if key not in keys]
     assert not missing, missing[:5]
     fresh = [str(uuid.uuid4()) for _ in range(20_000)]
-    assert sum(key in keys for key in fresh) < 0.04 * len(fresh)  # ~1.3% when full
+    assert sum(key in keys for key in fresh) <= 12  # (~0.3 expected)

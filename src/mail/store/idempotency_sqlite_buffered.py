@@ -2,10 +2,10 @@
 
 A `mail server` on SQLite is the only process on its database file (`ProcessLock`), so
 whether one of its callers' keys is taken is known here: each caller's keys are read once
-(its first keyed request, and again after each sweep of expired keys) into a Bloom filter
-(`KeyFilter`), and every key this process takes afterwards is added to it. A key the filter
-does not have is free, with no statement at all; one it has (a retry, or 1% of new keys) is
-read from the file.
+(its first keyed request, and again after each sweep of expired keys) into a table of their
+fingerprints (`KeyFilter`), and every key this process takes afterwards is added to it. A key
+the table does not have is free, with no statement at all; one it has (a retry, or a key
+with another's fingerprint: about one in 400,000 at 10,000 keys) is read from the file.
 
 Such a key's row (`KEY_ROW_KIND`) then goes into the task store's write-behind buffer, ahead
 of the writes that create or continue its task, which the route makes right after. The
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import random
 import sqlite3
 from array import array
 from collections.abc import Callable
@@ -79,85 +78,97 @@ _FORGET = (
     f"DELETE FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
     " AND idem_key = ?"
 )
-# The fewest keys a caller's filter is sized for (1,024: 1.5 kB).
-MIN_FILTER_KEYS = 1024
 # Seconds a read waits for the task store's buffer to be committed before it.
 FLUSH_TIMEOUT = 30.0
 
 Scope = tuple[str, str, str]
 
 
-def _bit_masks(count: int, bits: int, seed: int) -> list[int]:
-    """`count` 64-bit words with `bits` distinct bits set each, drawn once per process."""
-    draw = random.Random(seed)
-    masks = []
-    for _ in range(count):
-        mask = 0
-        for bit in draw.sample(range(64), bits):
-            mask |= 1 << bit
-        masks.append(mask)
-    return masks
-
-
-# The 7 bits a key sets in its word of a caller's filter: one of 4,096 patterns, chosen by
-# the key's hash (`KeyFilter`); drawn when the first filter is made (some 10 ms: not at the
-# server's start, which imports this module whenever the store is SQLite).
-_MASKS: list[int] = []
-
-
 class KeyFilter:
-    """A caller's keys as a Bloom filter: "absent" is certain, "present" may be wrong (about
-    0.2% of absent keys when half full, 1.3% when full; those are read from the file). 12
-    bits per key it is sized for (3 bytes per key read; 1.5 kB at least), where a set of
-    10,000 keys held 1.4 MB: a server keeps one per caller that sent keys lately.
+    """A caller's keys as 32-bit fingerprints in an open-addressed table (linear probing).
 
-    A blocked filter: a key's 7 bits all lie in one 64-bit word, so a key is asked and added
-    with one word read and written (a bit at a time, seven places, cost three times as much
-    on the keyed request's hot path).
-
-    Sized for `capacity` keys (twice the caller's keys when read); past it, `full` asks for
-    a new one (read again from the file), as keys cannot be taken out of a Bloom filter.
+    "Absent" is certain. "Present" is wrong only for a key with another key's fingerprint:
+    about one lookup in 400,000 at 10,000 keys (that key is then read from the file). The
+    table doubles itself from the fingerprints it holds once half full: 4 bytes a slot, 8
+    to 16 bytes a key (a set of the keys held 140), 8 kB at least. Keys forgotten on the file
+    (evicted at the caller's bound, expired) stay in it, so past `limit` keys (twice what was
+    read, 8,192 at least) `full` asks for a new one, read again from the file: one caller's
+    table stays within some 256 kB at the default bound of 10,000 keys. (A Bloom filter
+    before it held 3 bytes a key but said "present" for ~1% of new keys near full, and was
+    read again each time it filled: each of those made a keyed request wait for the task
+    store's batch and read the file on its thread, 2 to 3% more server CPU per keyed
+    request in `bench/http.py`.)
     """
 
-    __slots__ = ("capacity", "count", "words", "width")
-    HASHES = 7  # bits per key, in one word: with 12 bits per key, about 1% false "present"
+    __slots__ = ("count", "limit", "mask", "slots")
+    MIN_SLOTS = 2048
+    MIN_LIMIT = 8192
 
     def __init__(self, keys: list[str]) -> None:
-        if not _MASKS:
-            _MASKS.extend(_bit_masks(4096, 7, 0x6B6579))
-        self.capacity = max(2 * len(keys), MIN_FILTER_KEYS)
-        self.width = 12 * self.capacity // 64 + 1  # words
-        self.words = array("Q", bytes(8 * self.width))
+        size = self.MIN_SLOTS
+        while size < 2 * len(keys):
+            size *= 2
+        self.slots = array("I", bytes(4 * size))
+        self.mask = size - 1
         self.count = 0
+        self.limit = max(2 * len(keys), self.MIN_LIMIT)
         for key in keys:
             self.add(key)
 
     def add(self, key: str) -> bool:
-        """Add `key`; whether the filter may have had it already (what `in` would have said),
+        """Add `key`; whether the table may have had it already (what `in` would have said),
         in one pass: the keyed request's hot path asks and adds at once."""
-        # One 64-bit string hash (per process: the filter is never stored, it is read again
-        # from the file at each start): its low 12 bits pick the pattern, the rest the word.
-        digest = hash(key) & 0xFFFF_FFFF_FFFF_FFFF
-        mask = _MASKS[digest & 0xFFF]
-        words = self.words
-        spot = (digest >> 12) % self.width
-        old = words[spot]
+        # The low 32 bits of the key's string hash (per process: the table is never stored,
+        # it is read again from the file at each start), never 0 (an empty slot), are both
+        # its fingerprint and, masked, its first slot.
+        print_ = (hash(key) & 0xFFFF_FFFF) or 1
+        slots = self.slots
+        mask = self.mask
+        spot = print_ & mask
+        while True:
+            seen = slots[spot]
+            if seen == print_:
+                return True
+            if not seen:
+                break
+            spot = (spot + 1) & mask
+        slots[spot] = print_
         self.count += 1
-        if old & mask == mask:
-            return True
-        words[spot] = old | mask
+        if 2 * self.count > mask:
+            self._grow()
         return False
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        digest = hash(key) & 0xFFFF_FFFF_FFFF_FFFF
-        mask = _MASKS[digest & 0xFFF]
-        return self.words[(digest >> 12) % self.width] & mask == mask
+        print_ = (hash(key) & 0xFFFF_FFFF) or 1
+        slots = self.slots
+        mask = self.mask
+        spot = print_ & mask
+        while True:
+            seen = slots[spot]
+            if seen == print_:
+                return True
+            if not seen:
+                return False
+            spot = (spot + 1) & mask
 
     @property
     def full(self) -> bool:
-        return self.count > self.capacity
+        return self.count > self.limit
+
+    def _grow(self) -> None:
+        """Twice the slots, filled from the fingerprints held (each is its own first slot)."""
+        size = 2 * len(self.slots)
+        slots = array("I", bytes(4 * size))
+        mask = size - 1
+        for print_ in self.slots:
+            if print_:
+                spot = print_ & mask
+                while slots[spot]:
+                    spot = (spot + 1) & mask
+                slots[spot] = print_
+        self.slots, self.mask = slots, mask
 
 
 def key_row_write(key: InstanceKey, row: tuple[Any, ...]) -> SqlWrite:
@@ -311,7 +322,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         row = (*take_row(owner, key, record), None, None, None)
         if not buffer.try_put(SqlWrite(KEY_ROW_KIND, row)):
             return False  # full: an outage
-        if known.count > known.capacity:  # (`full`) read again, into a larger filter
+        if known.count > known.limit:  # (`full`) read again from the file
             self._known.pop(owner, None)
         taken = (owner, key)
         self._taken[taken] = row
@@ -333,7 +344,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         row = (*take_row(owner, key, record), None, None, None)
         if not self._queue(scope, row):
             return False
-        if known.full:  # read again, into a larger filter, at the caller's next take
+        if known.full:  # read again from the file at the caller's next take
             self._known.pop(owner, None)
         taken = (owner, key)
         self._taken[taken] = row
@@ -357,7 +368,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
 
     def _noted(self, scope: InstanceKey, known: KeyFilter, key: str) -> None:
         known.add(key)
-        if known.full:  # read again, into a larger filter, at the caller's next take
+        if known.full:  # read again from the file at the caller's next take
             self._known.pop(_scope(scope), None)
 
     async def take(
