@@ -22,12 +22,14 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
+from starlette.responses import Response
 
 from mail.server import messaging
 from mail.server.auth import authenticate_request
 from mail.server.bodies import MessageRequest, check_task_id, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.handlers import get_state
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 from mail.utils.echo import echo
 
@@ -166,10 +168,15 @@ def _output_items(subject: str, body: str) -> list[dict[str, Any]]:
 
 
 @router.post("/responses")
-async def responses(request: Request) -> JSONBody:
+async def responses(request: Request) -> Response:
+    if not get_state(request).config.debug:
+        raise HTTPException(404, "Not found")  # (before any auth check, or a key's)
+    return await _respond(request)  # type: ignore[no-any-return]
+
+
+@idempotent()  # a retry with its key gets the first answer; the task runs once
+async def _respond(request: Request) -> JSONBody:
     state = get_state(request)
-    if not state.config.debug:
-        raise HTTPException(404, "Not found")
     caller = await authenticate_request(request)
     if caller.role not in ("admin", "user"):
         raise HTTPException(403, "invalid role")

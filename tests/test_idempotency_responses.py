@@ -1,0 +1,70 @@
+"""The debug bridge `POST /responses` honours `Idempotency-Key` like `POST /message`: a retry
+with its key gets the first answer and starts no second task; the key belongs to its caller;
+another body under the key is a 422; without `--debug` the route is a 404 before any check,
+a key's included. A real `mail server --debug` on the stub swarms.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp("responses-keys")
+    with keyed_stub_server(directory, ROOT_ALICE_BOB, args=("--debug",)) as proc:
+        yield proc
+
+
+def _respond(server: ServerProcess, who: str, key: str, text: str) -> httpx.Response:
+    body = {"input": [{"role": "user", "content": text}], "tools": []}
+    headers = {**auth(server.keys[who]), "Idempotency-Key": f'"{key}"'}
+    return httpx.post(f"{server.base_url}/responses", json=body, headers=headers, timeout=30)
+
+
+def _task_ids(server: ServerProcess, who: str) -> set[str]:
+    r = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys[who]), timeout=30)
+    assert r.status_code == 200, r.text
+    tasks = r.json()
+    return set(tasks) if isinstance(tasks, dict) else {t["task_id"] for t in tasks}
+
+
+def test_a_retried_response_with_its_key_runs_once(server: ServerProcess) -> None:
+    key = str(uuid.uuid4())
+    before = _task_ids(server, "alice")
+    first = _respond(server, "alice", key, "plan tomorrow")
+    assert first.status_code == 200, first.text
+    assert first.json()["output"][0]["content"][0]["text"] == "echo[alice]: plan tomorrow"
+    again = _respond(server, "alice", key, "plan tomorrow")
+    assert again.status_code == 200 and again.headers.get("idempotent-replayed") == "true"
+    assert again.content == first.content  # the same bytes: its id, its created_at
+    assert _task_ids(server, "alice") - before == {first.json()["id"]}  # one task, not two
+
+    other = _respond(server, "alice", key, "plan the day after")
+    assert other.status_code == 422, other.text
+
+    # The same key of another caller is that caller's own: a task of its own.
+    bobs = _respond(server, "bob", key, "plan tomorrow")
+    assert bobs.status_code == 200 and "idempotent-replayed" not in bobs.headers
+    assert bobs.json()["id"] != first.json()["id"]
+    assert bobs.json()["output"][0]["content"][0]["text"] == "echo[bob]: plan tomorrow"
+
+
+def test_without_debug_a_keyed_request_is_404_before_any_check(tmp_path: Path) -> None:
+    with keyed_stub_server(tmp_path, ROOT_ALICE_BOB) as plain:
+        r = httpx.post(
+            f"{plain.base_url}/responses",
+            json={"input": [], "tools": []},
+            headers={"Idempotency-Key": '"k"'},  # (and no credentials)
+            timeout=30,
+        )
+        assert r.status_code == 404 and r.json()["detail"] == "Not found"
