@@ -1,7 +1,8 @@
-"""The per-caller Bloom filter of `BufferedSqliteIdempotencyStore` under load: 20,000 keys of
-one caller taken concurrently (the filter fills and is read again, larger, several times),
-then every one of them is held, 20,000 new keys are all free (a false "present" is read from
-the file, never answered as taken), and a restarted store holds them all again.
+"""The per-caller key table of `BufferedSqliteIdempotencyStore` under load: 20,000 keys of
+one caller taken concurrently (the table doubles itself, and past its limit is read again
+from the file), then every one of them is held, 20,000 new keys are all free (a false
+"present" is read from the file, never answered as taken), and a restarted store holds them
+all again.
 """
 
 from __future__ import annotations

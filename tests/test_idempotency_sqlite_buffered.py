@@ -184,7 +184,7 @@ async def test_the_key_filter_grows_without_reading_the_file(tmp_path: Path) -> 
             assert keys.take_now(ALICE, f"k{taken}", _record(f"t{taken}"))
             taken += 1
         assert keys._known[alice] is first and reads == 0
-        assert first.count == taken == KeyFilter.MIN_SLOTS  # (half of 4,096: doubled to 8,192)
+        assert first.count == taken == KeyFilter.MIN_SLOTS  # (half of twice as many slots)
         # Past its limit (evicted and expired keys stay in it) it is read again from the file.
         while alice in keys._known:
             assert keys.take_now(ALICE, f"k{taken}", _record(f"t{taken}"))
@@ -388,7 +388,7 @@ def test_the_key_filter_never_says_absent_for_a_key_it_has() -> None:
     odd = ["", "x" * 100_000, "\x00", "é", '"quoted"', str(uuid.uuid4()).upper()]
     read = [str(uuid.uuid4()) for _ in range(700)]
     keys = KeyFilter(read)
-    assert len(keys.slots) == KeyFilter.MIN_SLOTS
+    assert len(keys.slots) == 2048  # (at most half full)
     for key in [*chosen, *odd]:
         keys.add(key)
     added = []

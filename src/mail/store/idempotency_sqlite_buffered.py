@@ -90,7 +90,7 @@ class KeyFilter:
     "Absent" is certain. "Present" is wrong only for a key with another key's fingerprint:
     about one lookup in 400,000 at 10,000 keys (that key is then read from the file). The
     table doubles itself from the fingerprints it holds once half full: 4 bytes a slot, 8
-    to 16 bytes a key (a set of the keys held 140), 8 kB at least. Keys forgotten on the file
+    to 16 bytes a key (a set of the keys held 140), 1 kB at least. Keys forgotten on the file
     (evicted at the caller's bound, expired) stay in it, so past `limit` keys (twice what was
     read, 8,192 at least) `full` asks for a new one, read again from the file: one caller's
     table stays within some 256 kB at the default bound of 10,000 keys. (A Bloom filter
@@ -101,7 +101,7 @@ class KeyFilter:
     """
 
     __slots__ = ("count", "limit", "mask", "slots")
-    MIN_SLOTS = 2048
+    MIN_SLOTS = 256
     MIN_LIMIT = 8192
 
     def __init__(self, keys: list[str]) -> None:
