@@ -9,10 +9,6 @@ passing that request on whole (the server runs it; the client never hears).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import socket
-import struct
 from collections.abc import Iterator
 
 import httpx
@@ -20,6 +16,7 @@ import pytest
 
 from mail.a2a.client import a2a_send
 from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, free_port, keyed_stub_server
+from support.post_resetting_proxy import PostResettingProxy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,61 +32,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield srv
 
 
-class PostResettingProxy:
-    """127.0.0.1:PROXY_PORT -> the server, passing everything on, except that the first
-    connection carrying a POST is reset (RST) on the client's side once that POST went to
-    the server whole (the card fetch before it, on the same kept-alive connection, passes)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.connections = 0
-        self.reset_done = False
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> PostResettingProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", PROXY_PORT)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-
-        async def down() -> None:
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-                while data := await up_reader.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            writer.transport.abort()
-
-        answers = asyncio.ensure_future(down())
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                up_writer.write(head + await reader.readexactly(length))
-                await up_writer.drain()
-                if head.startswith(b"POST ") and not self.reset_done:
-                    self.reset_done = True
-                    answers.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await answers
-                    sock = writer.get_extra_info("socket")
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    writer.transport.abort()
-                    await up_reader.read(65536)  # the server's answer, which nobody gets
-                    break
-        up_writer.close()
-        with contextlib.suppress(asyncio.CancelledError):
-            await answers
-
-
 def tasks_of(server: ServerProcess, who: str) -> set[str]:
     answer = httpx.get(f"{server.base_url}/tasks", headers=auth(server.keys[who]), timeout=30)
     return set(answer.json())
@@ -97,7 +39,7 @@ def tasks_of(server: ServerProcess, who: str) -> set[str]:
 
 async def test_a2a_send_resends_a_reset_message_and_makes_one_task(server: ServerProcess) -> None:
     before = tasks_of(server, "alice")
-    async with PostResettingProxy(server.port) as proxy:
+    async with PostResettingProxy(server.port, PROXY_PORT) as proxy:
         reply = await a2a_send(proxy_url(), "SLEEP 1 hello", api_key=server.keys["alice"])
         assert proxy.reset_done and proxy.connections >= 2  # the reset send, the resend
     assert reply.state == "completed"
@@ -106,7 +48,7 @@ async def test_a2a_send_resends_a_reset_message_and_makes_one_task(server: Serve
 
 
 async def test_a2a_send_without_retries_reports_the_reset(server: ServerProcess) -> None:
-    async with PostResettingProxy(server.port) as proxy:
+    async with PostResettingProxy(server.port, PROXY_PORT) as proxy:
         with pytest.raises(Exception, match="(?i)network|connection|reset"):
             await a2a_send(proxy_url(), "hello", api_key=server.keys["bob"], retries=0)
         assert proxy.reset_done and proxy.connections == 1
