@@ -14,6 +14,7 @@ decisions for a MAIL swarm: see docs/a2a.md). ``MAILClient.a2a_send`` calls this
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,32 @@ class A2AReply:
     task_id: str = ""
     context_id: str = ""
     data: list[Any] = field(default_factory=list)
+
+
+async def _send_once(url: str, request: Any, api_key: str | None, timeout: float) -> Any:
+    from a2a.client import ClientConfig, create_client
+
+    async with _http(api_key, timeout) as http:
+        client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+        try:
+            last = None
+            async for event in client.send_message(request):
+                last = event
+        finally:
+            await client.close()
+    return last
+
+
+def _transient(exc: BaseException) -> bool:
+    """The SDK's error for a send that got no answer, or a 502/503/504 from a proxy."""
+    cause = exc.__cause__
+    if isinstance(cause, httpx.TransportError):
+        return True
+    return isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code in (
+        502,
+        503,
+        504,
+    )
 
 
 def _http(api_key: str | None, timeout: float) -> httpx.AsyncClient:
@@ -76,20 +103,24 @@ async def a2a_send(
     task_id: str | None = None,
     data: dict[str, Any] | None = None,
     timeout: float = 300.0,
+    retries: int = 3,
 ) -> A2AReply:
-    from a2a.client import ClientConfig, create_client
+    """Send one message; a send that got no answer (connection refused, reset, timed out) or
+    a 502/503/504 is sent again up to ``retries`` times with the same ``messageId``, which
+    the agent takes for the same message (a MAIL server answers with the task it started)."""
     from a2a.helpers.proto_helpers import get_artifact_text, get_data_parts, get_message_text
     from a2a.types.a2a_pb2 import TaskState
 
     request = user_message(text, data, context_id=context_id, task_id=task_id)
-    async with _http(api_key, timeout) as http:
-        client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+    last: Any = None
+    for attempt in range(retries + 1):
         try:
-            last = None
-            async for event in client.send_message(request):
-                last = event
-        finally:
-            await client.close()
+            last = await _send_once(url, request, api_key, timeout)
+            break
+        except Exception as exc:
+            if attempt >= retries or not _transient(exc):
+                raise
+            await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
     if last is None:
         return A2AReply("no-answer", "")
     if last.HasField("message"):
@@ -131,6 +162,9 @@ class A2AClientMethods:
         """Send ``text`` over A2A to ``url`` (default: this server, with this client's key)."""
         if api_key is None and url is None:
             api_key = self.api_key  # this server's key goes to this server only
+        policy = getattr(self, "retry_policy", None)
+        if policy is not None:
+            kwargs.setdefault("retries", policy.retries)
         return await a2a_send(url or self.base_url, text, api_key=api_key, **kwargs)
 
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
