@@ -249,8 +249,9 @@ def test_local_cluster_is_private_loopback_and_ends_with_the_server(
         )
         assert reply.status_code == 200, reply.text + (scratch / "server.log").read_text()[-4000:]
         assert reply.json()["response"], reply.json()
-        # What it did while Ray and the first instance started was said, in order.
-        log = (scratch / "server.log").read_text()
+        # What it did while Ray and the first instance started was said, in order. (The
+        # server writes its log from a thread of its own, in batches: the last line may
+        # reach the file a moment after the answer.)
         said = [
             "Starting a private Ray cluster for this server...",
             "Ray cluster ready (",
@@ -258,7 +259,13 @@ def test_local_cluster_is_private_loopback_and_ends_with_the_server(
             f"instance {swarm}/user/alice: reaching its host on the Ray cluster",
             f"instance {swarm}/user/alice: ready after ",
         ]
-        positions = [log.find(line) for line in said]
+        written = time.monotonic() + 30
+        while True:
+            log = (scratch / "server.log").read_text()
+            positions = [log.find(line) for line in said]
+            if -1 not in positions or time.monotonic() > written:
+                break
+            time.sleep(0.1)
         assert -1 not in positions and positions == sorted(positions), (positions, log[-4000:])
 
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]

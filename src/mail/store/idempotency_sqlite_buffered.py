@@ -84,6 +84,13 @@ FLUSH_TIMEOUT = 30.0
 Scope = tuple[str, str, str]
 
 
+def _fingerprint(key: str) -> int:
+    """The low 32 bits of the key's string hash (per process: a `KeyFilter` is never stored,
+    it is read again from the file at each start), never 0 (an empty slot): both the key's
+    fingerprint and, masked, its first slot."""
+    return (hash(key) & 0xFFFF_FFFF) or 1
+
+
 class KeyFilter:
     """A caller's keys as 32-bit fingerprints in an open-addressed table (linear probing).
 
@@ -118,39 +125,29 @@ class KeyFilter:
     def add(self, key: str) -> bool:
         """Add `key`; whether the table may have had it already (what `in` would have said),
         in one pass: the keyed request's hot path asks and adds at once."""
-        # The low 32 bits of the key's string hash (per process: the table is never stored,
-        # it is read again from the file at each start), never 0 (an empty slot), are both
-        # its fingerprint and, masked, its first slot.
-        print_ = (hash(key) & 0xFFFF_FFFF) or 1
+        print_ = _fingerprint(key)
+        spot = self._spot(print_)
         slots = self.slots
-        mask = self.mask
-        spot = print_ & mask
-        while True:
-            seen = slots[spot]
-            if seen == print_:
-                return True
-            if not seen:
-                break
-            spot = (spot + 1) & mask
+        if slots[spot]:
+            return True
         slots[spot] = print_
         self.count += 1
-        if 2 * self.count > mask:
+        if 2 * self.count > self.mask:
             self._grow()
         return False
 
     def __contains__(self, key: object) -> bool:
-        if not isinstance(key, str):
-            return False
-        print_ = (hash(key) & 0xFFFF_FFFF) or 1
+        return isinstance(key, str) and bool(self.slots[self._spot(_fingerprint(key))])
+
+    def _spot(self, print_: int) -> int:
+        """The slot holding `print_`, or the empty one where it goes (linear probing)."""
         slots = self.slots
         mask = self.mask
         spot = print_ & mask
         while True:
             seen = slots[spot]
-            if seen == print_:
-                return True
-            if not seen:
-                return False
+            if seen == print_ or not seen:
+                return spot
             spot = (spot + 1) & mask
 
     @property
