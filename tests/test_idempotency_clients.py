@@ -12,6 +12,7 @@ work and retry transient failures with that same key.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -151,6 +152,23 @@ async def test_transient_answers_are_retried_with_the_same_key(
     async with MAILClient(scripted.url, "k", config=FAST) as client:
         await client.post_message("hi")
     assert scripted.keys[-1] != scripted.keys[0]  # a fresh key per call
+
+
+async def test_a_still_working_answer_is_logged_as_not_a_retry(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 409 with Retry-After is not counted against `retries` (docs/client.md#retries),
+    and its log line says so: it read "HTTP 409; sending it again ... (retry 0 of 1)" at
+    every ask, as if it were a retry."""
+    scripted.replies = [(409, {"Retry-After": "0"}, None)] * 4 + [(200, {}, None)]
+    with caplog.at_level(logging.INFO, logger="mail.client"):
+        async with MAILClient(scripted.url, "k", config=FAST, retries=1) as client:
+            assert (await client.post_message("hi"))["response"] == "done"
+    lines = [r.getMessage() for r in caplog.records if r.name == "mail.client"]
+    waits = [line for line in lines if "409" in line]
+    assert len(waits) == 4, lines
+    assert all("still working on an earlier attempt" in line for line in waits), waits
+    assert not any("of 1)" in line for line in waits), waits  # no retry count
 
 
 def _key_uuid(header: str | None) -> uuid.UUID:

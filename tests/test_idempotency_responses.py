@@ -1,7 +1,8 @@
 """The debug bridge `POST /responses` honours `Idempotency-Key` like `POST /message`: a retry
 with its key gets the first answer and starts no second task; the key belongs to its caller;
 another body under the key is a 422; without `--debug` the route is a 404 before any check,
-a key's included. A real `mail server --debug` on the stub swarms.
+a key's included; `MAILClient.debug_post_responses` sends a key and retries a dropped
+connection with it. A real `mail server --debug` on the stub swarms.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mail.client import MAILClient
+from mail.client_config import ClientConfig
 from server_fixtures import ROOT_ALICE_BOB, ServerProcess, auth, keyed_stub_server
+from support.resetting_proxy import ResettingProxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,6 +61,24 @@ def test_a_retried_response_with_its_key_runs_once(server: ServerProcess) -> Non
     assert bobs.status_code == 200 and "idempotent-replayed" not in bobs.headers
     assert bobs.json()["id"] != first.json()["id"]
     assert bobs.json()["output"][0]["content"][0]["text"] == "echo[bob]: plan tomorrow"
+
+
+async def test_mailclient_retries_a_dropped_response_with_its_key(server: ServerProcess) -> None:
+    """The client's `debug_post_responses` (the REPL's `responses`) starts a task like
+    `post_message`: a connection reset after the request reached the server is sent again
+    with the same key, and the caller gets the one task's answer."""
+    config = ClientConfig(timeout=30, retries=3, retry_backoff=0.05, retry_max_delay=0.2)
+    before = _task_ids(server, "bob")
+    async with ResettingProxy(server.port) as proxy:
+        async with MAILClient(
+            f"http://127.0.0.1:{proxy.port}", server.keys["bob"], config=config
+        ) as client:
+            answer = await client.debug_post_responses(
+                [{"role": "user", "content": "SLEEP 0.5 book a table"}], []
+            )
+        assert proxy.connections >= 2  # the reset one and the retry
+    assert answer.output_text == "echo[bob]: book a table"
+    assert _task_ids(server, "bob") - before == {answer.id}  # one task, not two
 
 
 def test_without_debug_a_keyed_request_is_404_before_any_check(tmp_path: Path) -> None:

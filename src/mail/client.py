@@ -378,7 +378,10 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         parallel_tool_calls: bool | None = None,
         **kwargs: Any,
     ) -> Any:
-        """POST /responses (server in debug mode) — returns an `openai...Response`."""
+        """POST /responses (server in debug mode) — returns an `openai...Response`.
+
+        It starts (or continues) a task, so it carries an Idempotency-Key and is retried
+        after a transient failure, as `post_message` is (docs/client.md#retries)."""
         payload: dict[str, Any] = {"input": input, "tools": tools}
         payload.update(
             _drop_none(
@@ -392,7 +395,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         )
         if kwargs:
             payload["kwargs"] = kwargs
-        result = await self._request_json("POST", "/responses", payload=payload)
+        result = await self._request_json("POST", "/responses", payload=payload, starts_work=True)
         if isinstance(result, str):
             # Servers that return `Response.model_dump_json()` send a JSON-encoded string.
             try:

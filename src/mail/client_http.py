@@ -247,7 +247,16 @@ class MAILHTTPConnection:
                     wait = policy.delay(0, exc.retry_after)
                     if time.monotonic() + wait > deadline:
                         raise
-                elif failures < policy.retries and policy.retry_status(exc.status, exc.retry_after):
+                    logger.info(
+                        "%s %s: HTTP 409, the server is still working on an earlier attempt; "
+                        "asking for its outcome in %.1f s (same Idempotency-Key; not a retry)",
+                        method,
+                        path,
+                        wait,
+                    )
+                    await asyncio.sleep(wait)
+                    continue
+                if failures < policy.retries and policy.retry_status(exc.status, exc.retry_after):
                     wait = policy.delay(failures, exc.retry_after)
                     failures += 1
                 else:
