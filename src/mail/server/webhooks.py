@@ -20,7 +20,7 @@ from mail.server.auth import Caller
 from mail.server.instances import instance_kind
 from mail.server.state import ServerState
 from mail.webhooks import events as ev
-from mail.webhooks.service import WebhookError, WebhookService
+from mail.webhooks.service import WebhookError, WebhookService, subscription_view
 
 logger = logging.getLogger("mail.server")
 
@@ -87,8 +87,28 @@ def event_types() -> dict[str, Any]:
     return {"event_types": list(ev.EVENT_TYPES), "test_event_type": ev.PING}
 
 
-async def create(state: ServerState, caller: Caller, body: Mapping[str, Any]) -> dict[str, Any]:
-    return await _call(service_of(state).create(owner_of(caller), body))
+async def create(
+    state: ServerState,
+    caller: Caller,
+    body: Mapping[str, Any],
+    subscription_id: str | None = None,
+    *,
+    takeover: bool = False,
+) -> dict[str, Any]:
+    """``POST /webhooks``. `subscription_id`: the id a keyed create chose with its key; with
+    `takeover` (its first attempt died after the take), the subscription that attempt stored
+    under it, if it did, is the answer (with its secret), not a second subscription."""
+    service, owner = service_of(state), owner_of(caller)
+    if takeover and subscription_id is not None:
+        earlier = await _call(service.store.get_subscription(subscription_id))
+        if (
+            earlier is not None
+            and earlier["swarm_name"] == service.swarm_name
+            and (earlier["owner_role"], earlier["owner_id"]) == owner
+            and earlier["kind"] == "webhook"
+        ):
+            return {**subscription_view(earlier), "secret": earlier["secret"]}
+    return await _call(service.create(owner, body, subscription_id))
 
 
 async def list_webhooks(state: ServerState, caller: Caller) -> dict[str, Any]:

@@ -286,8 +286,11 @@ class WebhookService:
         return sub
 
     # -- subscriptions --------------------------------------------------------------------
-    async def create(self, owner: Owner, body: Mapping[str, Any]) -> Record:
-        """A standing subscription; the answer shows its secret (the only time)."""
+    async def create(
+        self, owner: Owner, body: Mapping[str, Any], subscription_id: str | None = None
+    ) -> Record:
+        """A standing subscription (its id `subscription_id` when given: a keyed create's);
+        the answer shows its secret (the only time)."""
         self._unknown_fields(body, SUBSCRIPTION_FIELDS)
         scope = body.get("scope", "own")
         if scope not in ("own", "all"):
@@ -315,6 +318,7 @@ class WebhookService:
             sub = self._new_subscription(
                 owner, "webhook", url, events, scope=scope, description=description, secret=secret
             )
+            sub["subscription_id"] = subscription_id or sub["subscription_id"]
             # Mirrored first: a write that lands (even one whose caller went away meanwhile)
             # is never missing there; one that fails leaves an entry that only costs rows.
             self._mirror(sub)
