@@ -100,15 +100,25 @@ async def create(
     under it, if it did, is the answer (with its secret), not a second subscription."""
     service, owner = service_of(state), owner_of(caller)
     if takeover and subscription_id is not None:
-        earlier = await _call(service.store.get_subscription(subscription_id))
-        if (
-            earlier is not None
-            and earlier["swarm_name"] == service.swarm_name
-            and (earlier["owner_role"], earlier["owner_id"]) == owner
-            and earlier["kind"] == "webhook"
-        ):
+        earlier = await _own_subscription(service, owner, subscription_id, ("webhook",))
+        if earlier is not None:
             return {**subscription_view(earlier), "secret": earlier["secret"]}
     return await _call(service.create(owner, body, subscription_id))
+
+
+async def _own_subscription(
+    service: WebhookService, owner: tuple[str, str], subscription_id: str, kinds: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The caller's subscription `subscription_id` as stored (with its secret), or None."""
+    sub: dict[str, Any] | None = await _call(service.store.get_subscription(subscription_id))
+    if (
+        sub is None
+        or sub["swarm_name"] != service.swarm_name
+        or (sub["owner_role"], sub["owner_id"]) != owner
+        or sub["kind"] not in kinds
+    ):
+        return None
+    return sub
 
 
 async def list_webhooks(state: ServerState, caller: Caller) -> dict[str, Any]:
@@ -130,9 +140,25 @@ async def delete(state: ServerState, caller: Caller, webhook_id: str) -> None:
 
 
 async def rotate(
-    state: ServerState, caller: Caller, webhook_id: str, body: Mapping[str, Any]
+    state: ServerState,
+    caller: Caller,
+    webhook_id: str,
+    body: Mapping[str, Any],
+    secret: str | None = None,
+    *,
+    takeover: bool = False,
 ) -> dict[str, Any]:
-    return await _call(service_of(state).rotate(owner_of(caller), webhook_id, body))
+    """``POST /webhooks/{id}/rotate-secret``. `secret`: the new secret a keyed rotation chose
+    with its key (used unless the body names one); with `takeover` (its first attempt died
+    after the take), a subscription signing with it already was rotated by that attempt:
+    that is the answer, not a second rotation (which would retire the first one's secret)."""
+    service, owner = service_of(state), owner_of(caller)
+    new = secret if body.get("secret") is None else body["secret"]
+    if takeover and new is not None:
+        sub = await _own_subscription(service, owner, webhook_id, ("webhook", "request"))
+        if sub is not None and sub["secret"] == new:
+            return {**subscription_view(sub), "secret": new}
+    return await _call(service.rotate(owner, webhook_id, body, secret))
 
 
 async def test(state: ServerState, caller: Caller, webhook_id: str) -> dict[str, Any]:

@@ -379,8 +379,11 @@ class WebhookService:
             if self.interest is not None:
                 self.interest.remove(subscription_id)
 
-    async def rotate(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
-        """A new secret (shown once); the old one keeps signing for `overlap_seconds`."""
+    async def rotate(
+        self, owner: Owner, subscription_id: str, body: Mapping[str, Any], new: str | None = None
+    ) -> Record:
+        """A new secret (the body's, else `new`, else a fresh one; shown once); the old one
+        keeps signing for `overlap_seconds`."""
         self._unknown_fields(body, ("overlap_seconds", "secret"))
         sub = await self._owned(owner, subscription_id, ("webhook", "request"))
         overlap = body.get("overlap_seconds", 86400)
@@ -392,7 +395,7 @@ class WebhookService:
                 f"parameter 'overlap_seconds' is over the limit of {self.cfg.max_secret_overlap:g} "
                 "([server.webhooks] max_secret_overlap)",
             )
-        secret = self._secret(body.get("secret"))
+        secret = self._secret(new if body.get("secret") is None else body["secret"])
         now = time.time()
         updated = await self.store.update_subscription(
             subscription_id,
