@@ -80,21 +80,31 @@ def _current() -> Any:
 
 
 async def cancel_caller_task(
-    state: Any, caller: Any, task_id: str, reason: str = "cancelled by the caller"
+    state: Any,
+    caller: Any,
+    task_id: str,
+    reason: str = "cancelled by the caller",
+    *,
+    retried: bool = False,
 ) -> dict[str, Any]:
-    """Cancel one of the caller's tasks: ``{"task_id", "cancelled", "state"}``; 404 if unknown."""
+    """Cancel one of the caller's tasks: ``{"task_id", "cancelled", "state"}``; 404 if unknown.
+
+    `retried`: a keyed cancel whose first attempt died after taking its key (its server was
+    killed), which may have cancelled the task already: a task whose answer is still the
+    cancel's is ``"cancelled": true``, as that attempt would have answered."""
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     inst.touch()
     runtime = inst.swarm.runtime
     try:
         cancelled = cancel_task(runtime, task_id, reason)
     except KeyError:
-        finished = await _finished_state(state, inst, caller, task_id)
+        finished = await _finished_state(state, inst, caller, task_id, retried)
         if finished is None:
             raise HTTPException(404, f"task '{task_id}' not found") from None
-        return {"task_id": task_id, "cancelled": False, "state": finished}
+        return {"task_id": task_id, "cancelled": finished[1], "state": finished[0]}
     inst.claimed_tasks.pop(task_id, None)
     task = runtime.mail_tasks[task_id]
+    cancelled = cancelled or (retried and _ended_cancelled(task.response))
     if cancelled:
         # Acknowledged means stored: the cancel (the task's end, its answer and its
         # task_cancelled event) is committed before the caller hears of it; a kill -9 right
@@ -103,14 +113,26 @@ async def cancel_caller_task(
     return {"task_id": task_id, "cancelled": cancelled, "state": task.state.value}
 
 
-async def _finished_state(state: Any, inst: Any, caller: Any, task_id: str) -> str | None:
+async def _finished_state(
+    state: Any, inst: Any, caller: Any, task_id: str, retried: bool
+) -> tuple[str, bool] | None:
     """The state of one of the caller's tasks that finished and left its instance's memory
-    (kept by the store, or archived with the memory store); None: no such task of theirs."""
+    (kept by the store, or archived with the memory store), and, when `retried`, whether its
+    answer is a cancel's; None: no such task of theirs."""
     archived = state.instances.archived_tasks(caller.role, caller.id).get(task_id)
     if archived is not None:
-        return str(archived.get("state") or TaskState.COMPLETED.value)
+        ended = retried and _ended_cancelled(archived.get("response"))
+        return str(archived.get("state") or TaskState.COMPLETED.value), ended
     finished = getattr(state, "finished", None)
     if finished is None or task_id == "*":
         return None
     stored = await finished.stored_task(inst.kind, inst.id, task_id)
-    return None if stored is None else stored.state.value
+    if stored is None:
+        return None
+    return stored.state.value, retried and _ended_cancelled(stored.response)
+
+
+def _ended_cancelled(response: Any) -> bool:
+    """Whether a task's answer is the one a cancel gives it."""
+    message = response.get("message") if isinstance(response, dict) else None
+    return isinstance(message, dict) and message.get("subject") == CANCELLED_SUBJECT

@@ -24,7 +24,7 @@ from mail.a2a.stream import bounded_stream
 from mail.server.auth import caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
-from mail.server.idempotency import idempotent
+from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody, loads
 
 logger = logging.getLogger("mail.a2a")
@@ -172,7 +172,9 @@ async def cancel_task(request: Request) -> Response:
     task_id = parse_task_id(await read_json_object(request), None)
     from mail.a2a.cancel import cancel_caller_task
 
-    return JSONBody(await cancel_caller_task(get_state(request), caller, task_id))
+    ticket = current_ticket(request)  # a retry after its first attempt's server died: `retried`
+    retried = ticket is not None and ticket.takeover
+    return JSONBody(await cancel_caller_task(get_state(request), caller, task_id, retried=retried))
 
 
 router.add_api_route("/.well-known/agent-card.json", agent_card, methods=["GET"])

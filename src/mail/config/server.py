@@ -108,10 +108,11 @@ class ServerSettings(_Section):
     max_interswarm_json_depth: int = Field(default=32, ge=0)
     # Idempotency-Key (docs/api-http.md#idempotency-keys): seconds a key and the outcome of
     # its request are kept; live keys one caller may hold (more: 429; 0 = no bound); the
-    # longest key accepted (longer: 400).
+    # longest key accepted (longer: 400). At most 2048: PostgreSQL indexes the key with the
+    # caller's scope in one b-tree entry, which may not pass 2704 bytes.
     idempotency_key_ttl: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
     max_idempotency_keys_per_caller: int = Field(default=10_000, ge=0)
-    max_idempotency_key_length: int = Field(default=255, ge=1, le=4096)
+    max_idempotency_key_length: int = Field(default=255, ge=1, le=2048)
 
     @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
     @classmethod

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -111,6 +112,15 @@ async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> R
     return None
 
 
+def _work_context(ticket: Ticket, names: str | Callable[[], str] | None) -> dict[str, Any] | None:
+    """What a default-mode take records with its key (`idempotent`'s `names_work`)."""
+    if names is None:
+        return None
+    if ticket.takeover and isinstance(ticket.context.get("work"), str):
+        return {"work": ticket.context["work"]}  # the dead attempt's work: found again
+    return {"work": names() if callable(names) else f"{names}_{uuid.uuid4().hex}"}
+
+
 def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Request:
     for value in (*args, *kwargs.values()):
         if isinstance(value, Request):
@@ -124,6 +134,7 @@ def idempotent(
     caller: Callable[[Request], Awaitable[Caller]] = caller_admin_or_user,
     deferred: bool = False,
     lazy_outcome: bool = False,
+    names_work: str | Callable[[], str] | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
     """Make a route honour ``Idempotency-Key`` (see the module docstring).
 
@@ -133,6 +144,11 @@ def idempotent(
     run again (taking the key over). `lazy_outcome`: the outcome may be written just after
     the answer leaves, batched with others (see `Ticket.finish`); only for a route whose
     `resolve` rebuilds the outcome from records its work stores before it answers.
+    `names_work` (a prefix, e.g. ``"wh"``, or a function making the value): the take records
+    a new id for the work with the key (``current_ticket(request).context["work"]``), and a
+    takeover keeps the dead
+    attempt's; the route stores its work under that id and, taking over, answers with what
+    that attempt stored under it, if anything, rather than doing the work a second time.
     """
     resolver = resolve or default_resolve
 
@@ -163,7 +179,7 @@ def idempotent(
             for _attempt in range(3):  # the first try, and at most two takeovers
                 try:
                     if not deferred:
-                        await ticket.take()
+                        await ticket.take(None, _work_context(ticket, names_work))
                     response = await endpoint(*args, **kwargs)
                 except KeyHeld as held:  # nothing ran: the key's first request answers
                     ticket.found(held.record)

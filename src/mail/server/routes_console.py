@@ -19,7 +19,7 @@ from mail.server import task_listing
 from mail.server.admin_tasks import all_tasks_page
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
 from mail.server.handlers import get_state
-from mail.server.idempotency import idempotent
+from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
 from mail.server.swarm_description import describe_swarm
 from mail.utils.echo import echo
@@ -76,7 +76,10 @@ async def remove_swarm(
     registry = _registry(request)
     if swarm_name == registry.local_swarm_name:
         raise HTTPException(400, f"swarm '{echo(swarm_name)}' is this server's own swarm")
-    if not registry.unregister_swarm(swarm_name):
+    ticket = current_ticket(request)
+    # A retry after its first attempt's server died (a takeover): that attempt may have
+    # removed it; the swarm is gone, as asked, and the answer is the one it would have had.
+    if not registry.unregister_swarm(swarm_name) and not (ticket and ticket.takeover):
         raise HTTPException(404, f"swarm '{echo(swarm_name)}' not found")
     logger.info("admin %s removed swarm '%s'", caller.id, swarm_name)
     return JSONBody({"status": "removed", "swarm_name": swarm_name})

@@ -15,8 +15,9 @@ from mail.server import webhooks
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import read_json_object
 from mail.server.handlers import get_state
-from mail.server.idempotency import idempotent
+from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
+from mail.webhooks.signing import new_secret
 
 router = APIRouter()
 
@@ -34,12 +35,16 @@ async def list_webhooks(
 
 
 @router.post("/webhooks")
-@idempotent()
+@idempotent(names_work="wh")  # the id, chosen with the key: a takeover finds its subscription
 async def create_webhook(
     request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
     body = await read_json_object(request)
-    return JSONBody(await webhooks.create(get_state(request), caller, body), status_code=201)
+    ticket = current_ticket(request)
+    hook_id = ticket.context.get("work") if ticket is not None and ticket.taken else None
+    takeover = ticket is not None and ticket.takeover
+    made = await webhooks.create(get_state(request), caller, body, hook_id, takeover=takeover)
+    return JSONBody(made, status_code=201)
 
 
 @router.get("/webhooks/{webhook_id}")
@@ -68,12 +73,18 @@ async def delete_webhook(
 
 
 @router.post("/webhooks/{webhook_id}/rotate-secret")
-@idempotent()
+@idempotent(names_work=new_secret)  # the new secret, chosen with the key: never rotated twice
 async def rotate_secret(
     webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
     body = await read_json_object(request, required=False)
-    return JSONBody(await webhooks.rotate(get_state(request), caller, webhook_id, body))
+    ticket = current_ticket(request)
+    secret = ticket.context.get("work") if ticket is not None and ticket.taken else None
+    takeover = ticket is not None and ticket.takeover
+    state = get_state(request)
+    return JSONBody(
+        await webhooks.rotate(state, caller, webhook_id, body, secret, takeover=takeover)
+    )
 
 
 @router.post("/webhooks/{webhook_id}/test")

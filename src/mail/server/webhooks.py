@@ -20,7 +20,7 @@ from mail.server.auth import Caller
 from mail.server.instances import instance_kind
 from mail.server.state import ServerState
 from mail.webhooks import events as ev
-from mail.webhooks.service import WebhookError, WebhookService
+from mail.webhooks.service import WebhookError, WebhookService, subscription_view
 
 logger = logging.getLogger("mail.server")
 
@@ -87,8 +87,38 @@ def event_types() -> dict[str, Any]:
     return {"event_types": list(ev.EVENT_TYPES), "test_event_type": ev.PING}
 
 
-async def create(state: ServerState, caller: Caller, body: Mapping[str, Any]) -> dict[str, Any]:
-    return await _call(service_of(state).create(owner_of(caller), body))
+async def create(
+    state: ServerState,
+    caller: Caller,
+    body: Mapping[str, Any],
+    subscription_id: str | None = None,
+    *,
+    takeover: bool = False,
+) -> dict[str, Any]:
+    """``POST /webhooks``. `subscription_id`: the id a keyed create chose with its key; with
+    `takeover` (its first attempt died after the take), the subscription that attempt stored
+    under it, if it did, is the answer (with its secret), not a second subscription."""
+    service, owner = service_of(state), owner_of(caller)
+    if takeover and subscription_id is not None:
+        earlier = await _own_subscription(service, owner, subscription_id, ("webhook",))
+        if earlier is not None:
+            return {**subscription_view(earlier), "secret": earlier["secret"]}
+    return await _call(service.create(owner, body, subscription_id))
+
+
+async def _own_subscription(
+    service: WebhookService, owner: tuple[str, str], subscription_id: str, kinds: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The caller's subscription `subscription_id` as stored (with its secret), or None."""
+    sub: dict[str, Any] | None = await _call(service.store.get_subscription(subscription_id))
+    if (
+        sub is None
+        or sub["swarm_name"] != service.swarm_name
+        or (sub["owner_role"], sub["owner_id"]) != owner
+        or sub["kind"] not in kinds
+    ):
+        return None
+    return sub
 
 
 async def list_webhooks(state: ServerState, caller: Caller) -> dict[str, Any]:
@@ -110,9 +140,25 @@ async def delete(state: ServerState, caller: Caller, webhook_id: str) -> None:
 
 
 async def rotate(
-    state: ServerState, caller: Caller, webhook_id: str, body: Mapping[str, Any]
+    state: ServerState,
+    caller: Caller,
+    webhook_id: str,
+    body: Mapping[str, Any],
+    secret: str | None = None,
+    *,
+    takeover: bool = False,
 ) -> dict[str, Any]:
-    return await _call(service_of(state).rotate(owner_of(caller), webhook_id, body))
+    """``POST /webhooks/{id}/rotate-secret``. `secret`: the new secret a keyed rotation chose
+    with its key (used unless the body names one); with `takeover` (its first attempt died
+    after the take), a subscription signing with it already was rotated by that attempt:
+    that is the answer, not a second rotation (which would retire the first one's secret)."""
+    service, owner = service_of(state), owner_of(caller)
+    new = secret if body.get("secret") is None else body["secret"]
+    if takeover and new is not None:
+        sub = await _own_subscription(service, owner, webhook_id, ("webhook", "request"))
+        if sub is not None and sub["secret"] == new:
+            return {**subscription_view(sub), "secret": new}
+    return await _call(service.rotate(owner, webhook_id, body, secret))
 
 
 async def test(state: ServerState, caller: Caller, webhook_id: str) -> dict[str, Any]:

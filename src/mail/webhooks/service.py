@@ -286,8 +286,11 @@ class WebhookService:
         return sub
 
     # -- subscriptions --------------------------------------------------------------------
-    async def create(self, owner: Owner, body: Mapping[str, Any]) -> Record:
-        """A standing subscription; the answer shows its secret (the only time)."""
+    async def create(
+        self, owner: Owner, body: Mapping[str, Any], subscription_id: str | None = None
+    ) -> Record:
+        """A standing subscription (its id `subscription_id` when given: a keyed create's);
+        the answer shows its secret (the only time)."""
         self._unknown_fields(body, SUBSCRIPTION_FIELDS)
         scope = body.get("scope", "own")
         if scope not in ("own", "all"):
@@ -315,6 +318,7 @@ class WebhookService:
             sub = self._new_subscription(
                 owner, "webhook", url, events, scope=scope, description=description, secret=secret
             )
+            sub["subscription_id"] = subscription_id or sub["subscription_id"]
             # Mirrored first: a write that lands (even one whose caller went away meanwhile)
             # is never missing there; one that fails leaves an entry that only costs rows.
             self._mirror(sub)
@@ -375,8 +379,11 @@ class WebhookService:
             if self.interest is not None:
                 self.interest.remove(subscription_id)
 
-    async def rotate(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
-        """A new secret (shown once); the old one keeps signing for `overlap_seconds`."""
+    async def rotate(
+        self, owner: Owner, subscription_id: str, body: Mapping[str, Any], new: str | None = None
+    ) -> Record:
+        """A new secret (the body's, else `new`, else a fresh one; shown once); the old one
+        keeps signing for `overlap_seconds`."""
         self._unknown_fields(body, ("overlap_seconds", "secret"))
         sub = await self._owned(owner, subscription_id, ("webhook", "request"))
         overlap = body.get("overlap_seconds", 86400)
@@ -388,7 +395,7 @@ class WebhookService:
                 f"parameter 'overlap_seconds' is over the limit of {self.cfg.max_secret_overlap:g} "
                 "([server.webhooks] max_secret_overlap)",
             )
-        secret = self._secret(body.get("secret"))
+        secret = self._secret(new if body.get("secret") is None else body["secret"])
         now = time.time()
         updated = await self.store.update_subscription(
             subscription_id,
