@@ -90,6 +90,12 @@ def _transient(error: InterswarmError) -> InterswarmError:
     return error
 
 
+def _still_running(exc: InterswarmError) -> bool:
+    """A 409 with Retry-After to a resent request: the peer has this Idempotency-Key's
+    earlier attempt still under way."""
+    return exc.status == 409 and exc.retry_after is not None
+
+
 def _retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value) if value is not None else None
@@ -133,7 +139,9 @@ class InterswarmRouter(V13RouterMethods):
     ) -> None:
         """`retries`: how often a request that got no answer, or a 502/503/504 (a 429 or
         409 with Retry-After), is sent again, with the same Idempotency-Key, within
-        `request_timeout` (which bounds all attempts together)."""
+        `request_timeout` (which bounds all attempts together). A 409 with Retry-After to a
+        resent request (the peer still runs an earlier attempt) is asked again within
+        `request_timeout` without counting against `retries`."""
         if request_timeout <= 0:
             raise ValueError("request_timeout must be positive")
         if retries < 0:
@@ -324,19 +332,26 @@ class InterswarmRouter(V13RouterMethods):
         key = f'"{new_task_id()}"'  # time-ordered (UUIDv7): new keys append to a key index
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        attempt = 0
+        attempt = sent = 0
         while True:
             try:
                 with interswarm_hop(swarm, url) as hop_headers:  # span, traceparent, metrics
+                    sent += 1
                     return await self._post_once(
                         swarm, url, body, token, timeout, hop_headers, key, deadline - loop.time()
                     )
             except InterswarmError as exc:
-                wait = self._retry_wait(exc, attempt)
+                if sent > 1 and _still_running(exc):
+                    # The peer is still working on an earlier attempt: "not yet", not a
+                    # failure. Ask again when it says (not sooner than RETRY_BACKOFF), within
+                    # the deadline, without counting it against `retries`.
+                    wait: float | None = max(RETRY_BACKOFF, exc.retry_after or 0.0)
+                else:
+                    wait = self._retry_wait(exc, attempt)
+                    attempt += 1
                 if wait is None or loop.time() + wait >= deadline:
                     raise
-                logger.info("%s; sending it again in %.2fs (retry %d)", exc, wait, attempt + 1)
-            attempt += 1
+                logger.info("%s; sending it again in %.2fs (retry %d)", exc, wait, attempt)
             await asyncio.sleep(wait)
 
     def _retry_wait(self, exc: InterswarmError, attempt: int) -> float | None:
