@@ -10,13 +10,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from tests.support.cluster_server import create_database, drop_database
-from tests.support.durable_agents import swarms_json
-from tests.support.ray_cluster import ClusterDeployment, RayTestCluster, auth_header
+from tests.support.keyed_cluster import calls, two_front_ends
+from tests.support.ray_cluster import ClusterDeployment, auth_header
 from tests.test_cluster_ray import _require
 
 pytestmark = pytest.mark.timeout(600)
@@ -25,32 +23,8 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterDeployment]:
     _require()
-    database, url = create_database()  # the deployment's own database
-    cluster = RayTestCluster(workers=1).start()
-    root = tmp_path_factory.mktemp("idem-cluster")
-    swarm = f"idem-{uuid.uuid4().hex[:8]}"
-    dep = ClusterDeployment(
-        root=root,
-        cluster=cluster,
-        database_url=url,
-        swarms=swarms_json(swarm),
-        swarm=swarm,
-        env={"MAIL_STUB_LATENCY_MS": "300", "MAIL_DURABLE_CALL_LOG": str(root / "calls.log")},
-    ).prepare()
-    try:
-        dep.start_front_end()
-        dep.start_front_end()
+    with two_front_ends(tmp_path_factory.mktemp("idem-cluster"), latency_ms=300) as dep:
         yield dep
-    finally:
-        dep.stop()
-        cluster.shutdown()
-        drop_database(database)
-
-
-def _calls(root: Path, agent: str) -> int:
-    path = root / "calls.log"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return sum(1 for line in lines if line.split()[0] == agent)
 
 
 def test_retry_through_the_other_front_end_gets_the_same_outcome(
@@ -78,4 +52,4 @@ def test_retry_through_the_other_front_end_gets_the_same_outcome(
     assert again.headers["idempotent-replayed"] == "true"
     tasks = httpx.get(f"{first}/tasks", headers=auth_header(deployment.keys["alice"]), timeout=60)
     assert list(tasks.json()) == [r.json()["task_id"]]
-    assert _calls(deployment.root, "worker1") == _calls(deployment.root, "worker2") == 1
+    assert calls(deployment.root, "worker1") == calls(deployment.root, "worker2") == 1

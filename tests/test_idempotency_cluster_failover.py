@@ -15,51 +15,23 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from tests.support.cluster_server import create_database, drop_database
-from tests.support.durable_agents import swarms_json
-from tests.support.ray_cluster import ClusterDeployment, RayTestCluster, auth_header
+from tests.support.keyed_cluster import EXPECTED, calls, two_front_ends
+from tests.support.ray_cluster import ClusterDeployment, auth_header
 from tests.test_cluster_ray import _require
 
 from server_fixtures import parse_sse_stream
 
 pytestmark = pytest.mark.timeout(600)
 
-EXPECTED = "both: worked(worker1): {0} A + worked(worker2): {0} B"
-
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterDeployment]:
     _require()
-    database, url = create_database()
-    cluster = RayTestCluster(workers=1).start()
-    root = tmp_path_factory.mktemp("idem-failover")
-    swarm = f"idemf-{uuid.uuid4().hex[:8]}"
-    dep = ClusterDeployment(
-        root=root,
-        cluster=cluster,
-        database_url=url,
-        swarms=swarms_json(swarm),
-        swarm=swarm,
-        env={"MAIL_STUB_LATENCY_MS": "1500", "MAIL_DURABLE_CALL_LOG": str(root / "calls.log")},
-    ).prepare()
-    try:
-        dep.start_front_end()
-        dep.start_front_end()
+    with two_front_ends(tmp_path_factory.mktemp("idem-failover"), latency_ms=1500) as dep:
         yield dep
-    finally:
-        dep.stop()
-        cluster.shutdown()
-        drop_database(database)
-
-
-def _calls(root: Path, agent: str) -> int:
-    path = root / "calls.log"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return sum(1 for line in lines if line.split()[0] == agent)
 
 
 def _retry_until_done(url: str, payload: dict[str, str], headers: dict[str, str]) -> httpx.Response:
@@ -80,7 +52,7 @@ def test_concurrent_duplicates_across_front_ends_run_one_task(
     headers = {**auth_header(key), "Idempotency-Key": f'"{uuid.uuid4()}"'}
     text = f"dup-{uuid.uuid4().hex[:6]}"
     payload = {"body": f"FANOUT {text}"}
-    before = (_calls(deployment.root, "worker1"), _calls(deployment.root, "worker2"))
+    before = (calls(deployment.root, "worker1"), calls(deployment.root, "worker2"))
     answers: list[httpx.Response] = [None, None]  # type: ignore[list-item]
     go = threading.Barrier(2)
 
@@ -108,7 +80,7 @@ def test_concurrent_duplicates_across_front_ends_run_one_task(
         f"{deployment.front_ends[0].base_url}/tasks", headers=auth_header(key), timeout=60
     )
     assert list(tasks.json()) == [done.json()["task_id"]]
-    after = (_calls(deployment.root, "worker1"), _calls(deployment.root, "worker2"))
+    after = (calls(deployment.root, "worker1"), calls(deployment.root, "worker2"))
     assert after == (before[0] + 1, before[1] + 1)
 
 
@@ -119,8 +91,8 @@ def test_front_end_killed_while_its_keyed_task_runs(deployment: ClusterDeploymen
     headers = {**auth_header(key), "Idempotency-Key": f'"{uuid.uuid4()}"'}
     text = f"kill-{uuid.uuid4().hex[:6]}"
     payload = {"body": f"FANOUT {text}"}
-    before = _calls(deployment.root, "supervisor")
-    workers = (_calls(deployment.root, "worker1"), _calls(deployment.root, "worker2"))
+    before = calls(deployment.root, "supervisor")
+    workers = (calls(deployment.root, "worker1"), calls(deployment.root, "worker2"))
     errors: list[BaseException] = []
 
     def send() -> None:
@@ -132,7 +104,7 @@ def test_front_end_killed_while_its_keyed_task_runs(deployment: ClusterDeploymen
     sender = threading.Thread(target=send)
     sender.start()
     deadline = time.monotonic() + 120
-    while _calls(deployment.root, "supervisor") == before:  # the task started on an actor
+    while calls(deployment.root, "supervisor") == before:  # the task started on an actor
         assert time.monotonic() < deadline, victim.logs()
         time.sleep(0.05)
     assert victim.proc is not None
@@ -143,7 +115,7 @@ def test_front_end_killed_while_its_keyed_task_runs(deployment: ClusterDeploymen
     r = _retry_until_done(f"{survivor.base_url}/message", payload, headers)
     assert r.status_code == 200, r.text
     assert r.json()["response"] == EXPECTED.format(text)
-    after = (_calls(deployment.root, "worker1"), _calls(deployment.root, "worker2"))
+    after = (calls(deployment.root, "worker1"), calls(deployment.root, "worker2"))
     assert after == (workers[0] + 1, workers[1] + 1)  # the agents ran once for this message
     tasks = httpx.get(f"{survivor.base_url}/tasks", headers=auth_header(key), timeout=60).json()
     assert list(tasks) == [r.json()["task_id"]]  # alice's one task
@@ -157,7 +129,7 @@ def test_dropped_stream_retried_through_the_other_front_end_attaches(
     headers = {**auth_header(key), "Idempotency-Key": f'"{uuid.uuid4()}"'}
     text = f"stream-{uuid.uuid4().hex[:6]}"
     payload = {"body": f"FANOUT {text}", "stream": True}
-    workers = (_calls(deployment.root, "worker1"), _calls(deployment.root, "worker2"))
+    workers = (calls(deployment.root, "worker1"), calls(deployment.root, "worker2"))
     with httpx.stream("POST", f"{first}/message", json=payload, headers=headers, timeout=120) as r:
         assert r.status_code == 200, r.read()
         for event in parse_sse_stream(r):
@@ -177,7 +149,7 @@ def test_dropped_stream_retried_through_the_other_front_end_attaches(
     assert events[-1].json()["response"] == EXPECTED.format(text)
     ids = [int(e.id) for e in events if e.id is not None]
     assert ids[0] == 1 and ids == list(range(1, len(ids) + 1))
-    after = (_calls(deployment.root, "worker1"), _calls(deployment.root, "worker2"))
+    after = (calls(deployment.root, "worker1"), calls(deployment.root, "worker2"))
     assert after == (workers[0] + 1, workers[1] + 1)
     with httpx.stream(
         "POST",
