@@ -20,7 +20,7 @@ from tests.support.post_resetting_proxy import PostResettingProxy
 
 from mail.net import InterswarmRouter, SwarmRegistry
 from server_fixtures import ServerProcess, auth, create_key, free_port, run_cli, write_config
-from support.same_name_fed import ThreadedLLM, swarms_json
+from support.same_name_fed import ThreadedLLM, register_peer, swarms_json
 
 pytestmark = pytest.mark.timeout(300)
 SWARMS = ("alpha", "beta")
@@ -88,18 +88,13 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         for server in pair.servers.values():
             server.wait_healthy()
         for swarm, peer in (("alpha", "beta"), ("beta", "alpha")):
-            r = httpx.post(
-                f"{pair.servers[swarm].base_url}/swarms",
-                json={
-                    "name": peer,
-                    "base_url": f"http://127.0.0.1:{pair.proxies[peer].port}",
-                    "auth_token": pair.keys[f"{peer}/as-peer"],
-                    "volatile": True,
-                },
-                headers=auth(pair.keys[f"{swarm}/admin"]),
-                timeout=20,
+            register_peer(
+                pair.servers[swarm].base_url,
+                pair.keys[f"{swarm}/admin"],
+                peer,
+                f"http://127.0.0.1:{pair.proxies[peer].port}",
+                pair.keys[f"{peer}/as-peer"],
             )
-            assert r.status_code == 200, r.text
         yield pair
     finally:
         for server in pair.servers.values():

@@ -26,7 +26,13 @@ import pytest
 from tests.support.peer_envelopes import request_envelope
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, run_cli, write_config
-from support.same_name_fed import HOLD_SECONDS, ThreadedLLM, any_text, swarms_json
+from support.same_name_fed import (
+    HOLD_SECONDS,
+    ThreadedLLM,
+    any_text,
+    register_peer,
+    swarms_json,
+)
 
 pytestmark = pytest.mark.timeout(300)
 SWARMS = ("alpha", "beta", "gamma")
@@ -117,18 +123,13 @@ def fed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             for peer in SWARMS:
                 if peer == swarm:
                     continue
-                r = httpx.post(
-                    f"{fed.url(swarm)}/swarms",
-                    json={
-                        "name": peer,
-                        "base_url": fed.url(peer),
-                        "auth_token": fed.keys[f"{peer}/as-{swarm}"],
-                        "volatile": True,
-                    },
-                    headers=auth(fed.keys[f"{swarm}/admin"]),
-                    timeout=20,
+                register_peer(
+                    fed.url(swarm),
+                    fed.keys[f"{swarm}/admin"],
+                    peer,
+                    fed.url(peer),
+                    fed.keys[f"{peer}/as-{swarm}"],
                 )
-                assert r.status_code == 200, r.text
         yield fed
     finally:
         for server in fed.servers.values():

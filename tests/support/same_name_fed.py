@@ -188,3 +188,17 @@ def any_text(requests: list[ScriptedRequest], needle: str) -> bool:
 
 
 __all__ = ["HOLD_SECONDS", "ThreadedLLM", "any_text", "brain", "incoming", "swarms_json"]
+
+
+def register_peer(base_url: str, admin_key: str, name: str, peer_url: str, token: str) -> None:
+    """Register swarm `name` at `peer_url` (with the key it knows this swarm by) on the
+    server at `base_url`, as its admin does with ``POST /swarms``; volatile: not persisted."""
+    import httpx
+
+    r = httpx.post(
+        f"{base_url}/swarms",
+        json={"name": name, "base_url": peer_url, "auth_token": token, "volatile": True},
+        headers={"Authorization": f"Bearer {admin_key}"},
+        timeout=20,
+    )
+    assert r.status_code == 200, r.text
