@@ -111,6 +111,9 @@ class ServerSettings(_Section):
     # longest key accepted (longer: 400). At most 2048: PostgreSQL indexes the key with the
     # caller's scope in one b-tree entry, which may not pass 2704 bytes.
     idempotency_key_ttl: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
+    # Seconds after which a key another process took, whose request never finished (its
+    # process died), is taken over by a retry (routes answered from their key's outcome).
+    idempotency_takeover_after: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_idempotency_keys_per_caller: int = Field(default=10_000, ge=0)
     max_idempotency_key_length: int = Field(default=255, ge=1, le=2048)
 

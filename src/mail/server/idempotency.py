@@ -80,7 +80,8 @@ __all__ = [
 # Where a keyed request's ticket is kept for the route (`current_ticket`).
 _SCOPE_KEY = "mail.idempotency"
 # Seconds after which a key another process took and never finished is taken over by a
-# retry (routes without a resolver of their own: their work is short).
+# retry (routes without a resolver of their own: their work is short); the default of
+# `[server.settings] idempotency_takeover_after`.
 TAKEOVER_AFTER = 60.0
 
 Resolver = Callable[[Request, Caller, Ticket], Awaitable[Response | None]]
@@ -98,7 +99,7 @@ def current_ticket(request: Request) -> Ticket | None:
 
 async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
     """A duplicate of an unfinished request: 409 while it runs (here, or in another process
-    that took the key less than `TAKEOVER_AFTER` seconds ago); run again otherwise (its first
+    that took the key less than `idempotency_takeover_after` seconds ago); run again otherwise (its first
     attempt died with its process)."""
     if ticket.in_flight:
         return in_progress()
@@ -106,7 +107,7 @@ async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> R
     if (
         record is not None
         and record.holder != ticket.guard.holder
-        and time.time() - record.created_at < TAKEOVER_AFTER
+        and time.time() - record.created_at < ticket.guard.takeover_after
     ):
         return in_progress()
     return None

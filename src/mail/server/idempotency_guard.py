@@ -75,8 +75,12 @@ class IdempotencyGuard:
         ttl: float,
         max_keys: int,
         max_length: int,
+        takeover_after: float = 60.0,
     ) -> None:
         self.store = store
+        # Seconds after which an unfinished key of another process is taken over
+        # (`mail.server.idempotency.default_resolve`).
+        self.takeover_after = takeover_after
         self.swarm_name = swarm_name
         self.ttl = ttl
         self.max_keys = max_keys
@@ -557,6 +561,7 @@ async def start_guard(config: Any, task_store: Any) -> IdempotencyGuard:
         ttl=settings.idempotency_key_ttl,
         max_keys=settings.max_idempotency_keys_per_caller,
         max_length=settings.max_idempotency_key_length,
+        takeover_after=settings.idempotency_takeover_after,
     )
 
 
