@@ -144,6 +144,25 @@ def test_a_cancel_cut_by_a_kill_9_answers_as_its_first_attempt(servers: Servers)
     assert servers.call("wanda", "POST", "/task/cancel", body).json()["cancelled"] is False
 
 
+def test_a_webhook_removal_cut_by_a_kill_9_answers_as_its_first_attempt(servers: Servers) -> None:
+    # Found by an attack round: the retry of a keyed DELETE /webhooks/{id} whose first attempt
+    # removed the subscription (its server killed before the 204 was recorded) ran the removal
+    # again, and answered 404 "not found" where the first attempt's answer was 204.
+    made = servers.call(
+        "wanda", "POST", "/webhooks", {"url": "http://127.0.0.1:9/hook", "events": ["*"]}
+    )
+    assert made.status_code == 201, made.text
+    path = f"/webhooks/{made.json()['id']}"
+    answer, headers = servers.cut_and_retry("wanda", "DELETE", path, None)
+    assert rows(servers.url, SUBSCRIPTIONS) == []  # removed, by the first attempt
+    assert answer.status_code == 204, answer.text
+    again = httpx.request("DELETE", f"{servers.server.base_url}{path}", headers=headers, timeout=60)
+    assert again.status_code == 204, again.text
+    assert again.headers.get("idempotent-replayed") == "true"
+    # Without a key (another request) it is gone already.
+    assert servers.call("wanda", "DELETE", path).status_code == 404
+
+
 def test_a_swarm_removal_cut_by_a_kill_9_answers_as_its_first_attempt(servers: Servers) -> None:
     with fake_peer("peer-one") as peer_url:
         made = servers.call("root", "POST", "/swarms", {"name": "peer-one", "base_url": peer_url})

@@ -49,9 +49,15 @@ async def _with_work(where: Path) -> AsyncIterator[IdempotencyStore]:
 
     class WithWork(BufferedSqliteIdempotencyStore):
         async def take(
-            self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+            self,
+            scope: InstanceKey,
+            key: str,
+            record: KeyRecord,
+            *,
+            replace: bool = False,
+            over: float | None = None,
         ) -> KeyRecord | None:
-            return await self.take_with_work(scope, key, record, replace=replace)
+            return await self.take_with_work(scope, key, record, replace=replace, over=over)
 
     tasks = SqliteTaskStore(where)
     await tasks.start()
@@ -144,6 +150,27 @@ async def test_takeover_needs_the_same_unfinished_request(store: IdempotencyStor
     # A finished one is never taken over: its outcome is what a retry gets.
     await store.finish(ALICE, "k", 200, None, b"x")
     assert await store.take(ALICE, "k", record(), replace=True) is not None
+
+
+async def test_two_takeovers_of_one_dead_attempt_one_wins(store: IdempotencyStore) -> None:
+    """Two retries of a request whose process died (on two front ends, at the same moment)
+    both found its unfinished record and both take it over: the first does; the second is
+    told of the first's record (409 for it), not given the key too. Found by an attack round
+    on `idempotency_takeover_after`: a takeover replaced any unfinished record of the same
+    request, another takeover's too, so both retries ran the work."""
+    assert await store.take(ALICE, "k", record(subject="t1", holder="dead")) is None
+    dead = await store.get(ALICE, "k", NOW)
+    assert dead is not None
+    first = record(subject="t1", holder="b", at=NOW + 1)
+    assert await store.take(ALICE, "k", first, replace=True, over=dead.created_at) is None
+    second = record(subject="t1", holder="c", at=NOW + 1)
+    held = await store.take(ALICE, "k", second, replace=True, over=dead.created_at)
+    assert held is not None and held.holder == "b"
+    got = await store.get(ALICE, "k", NOW + 1)
+    assert got is not None and got.holder == "b"
+    # Seen as it is now, it can be taken over (b died too).
+    third = record(subject="t1", holder="c", at=NOW + 2)
+    assert await store.take(ALICE, "k", third, replace=True, over=got.created_at) is None
 
 
 async def test_concurrent_takes_one_winner(store: IdempotencyStore) -> None:

@@ -388,8 +388,11 @@ class Ticket:
                 raise KeyHeld(earlier) from None
         store = self.guard.store
         take = store.take_with_work if self.with_work else store.take
+        # A takeover replaces the dead attempt's record it found, and no other: a retry that
+        # took it over meanwhile in another process (a front end) keeps it.
+        over = self.record.created_at if self.takeover and self.record is not None else None
         try:
-            held = await take(self.scope, self.key, record, replace=self.takeover)
+            held = await take(self.scope, self.key, record, replace=self.takeover, over=over)
         except BaseException:
             if counted:
                 self.guard.unreserve(self.scope, stored=False)

@@ -64,11 +64,13 @@ async def update_webhook(
 
 
 @router.delete("/webhooks/{webhook_id}")
-@idempotent()
+@idempotent()  # a retried removal gets its first answer, not a 404
 async def delete_webhook(
     webhook_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> Response:
-    await webhooks.delete(get_state(request), caller, webhook_id)
+    ticket = current_ticket(request)
+    takeover = ticket is not None and ticket.takeover
+    await webhooks.delete(get_state(request), caller, webhook_id, takeover=takeover)
     return Response(status_code=204)
 
 

@@ -135,8 +135,19 @@ async def update(
     return await _call(service_of(state).update(owner_of(caller), webhook_id, body))
 
 
-async def delete(state: ServerState, caller: Caller, webhook_id: str) -> None:
-    await _call(service_of(state).delete(owner_of(caller), webhook_id))
+async def delete(
+    state: ServerState, caller: Caller, webhook_id: str, *, takeover: bool = False
+) -> None:
+    """``DELETE /webhooks/{id}``. With `takeover` (a keyed removal whose first attempt died
+    after the take), a subscription that is gone was removed by that attempt: the answer is
+    the one it would have had (204), not a 404."""
+    service, owner = service_of(state), owner_of(caller)
+    if (
+        takeover
+        and await _own_subscription(service, owner, webhook_id, ("webhook", "request")) is None
+    ):
+        return
+    await _call(service.delete(owner, webhook_id))
 
 
 async def rotate(

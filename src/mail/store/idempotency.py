@@ -98,22 +98,36 @@ class IdempotencyStore(abc.ABC):
 
     @abc.abstractmethod
     async def take(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         """Store `record` under `key` unless a live record holds it.
 
         Returns None when `record` was stored, else the live record that holds the key.
         An expired record is overwritten. With `replace`, so is a live one that is not
         finished and has the same fingerprint (a request taking over work whose first
-        attempt died with its process).
+        attempt died with its process); with `over` too, only the one created at `over`
+        (the record the takeover found: another request that took it over since, in
+        another process, keeps it).
         """
 
     async def take_with_work(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         """`take` for a request whose work is written to the task store right after (the
         SQLite server's key then commits with that work: `idempotency_sqlite_buffered`)."""
-        return await self.take(scope, key, record, replace=replace)
+        return await self.take(scope, key, record, replace=replace, over=over)
 
     def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
         """`take_with_work` at once, when the store can tell with no await that the key is
@@ -176,12 +190,23 @@ class MemoryIdempotencyStore(IdempotencyStore):
         return record if record is not None and record.live(now) else None
 
     async def take(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         records = self._records.setdefault(scope, {})
         held = records.get(key)
         if held is not None and held.live(record.created_at):
-            takeover = replace and not held.finished and held.fingerprint == record.fingerprint
+            takeover = (
+                replace
+                and not held.finished
+                and held.fingerprint == record.fingerprint
+                and (over is None or held.created_at == over)
+            )
             if not takeover:
                 return held
         records[key] = record

@@ -46,7 +46,8 @@ _TAKE = f"""
         content_type = NULL, body = NULL, created_at = EXCLUDED.created_at,
         expires_at = EXCLUDED.expires_at
     WHERE k.expires_at <= EXCLUDED.created_at
-       OR ($11::boolean AND k.status IS NULL AND k.fingerprint = EXCLUDED.fingerprint)
+       OR ($11::boolean AND k.status IS NULL AND k.fingerprint = EXCLUDED.fingerprint
+           AND ($12::double precision IS NULL OR k.created_at = $12::double precision))
     RETURNING 1
 """
 _GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = $4 AND expires_at > $5"
@@ -165,10 +166,16 @@ class PostgresIdempotencyStore(IdempotencyStore):
 
     @_reachable
     async def take(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         pool = self._require()
-        args = (*take_row(_scope(scope), key, record), replace)
+        args = (*take_row(_scope(scope), key, record), replace, over)
         for _ in range(3):
             # One statement (one round trip, committed on its own) when the key is free.
             if await pool.fetchval(_TAKE, *args) is not None:

@@ -44,10 +44,12 @@ _TAKE_UPDATE = f"""
         content_type = NULL, body = NULL, created_at = excluded.created_at,
         expires_at = excluded.expires_at
     WHERE {TABLE}.expires_at <= excluded.created_at"""
-# One key; ?11: a takeover of an unfinished key with the same fingerprint.
+# One key; ?11: a takeover of an unfinished key with the same fingerprint (?12: only the
+# record created at that time, the one the takeover found).
 _TAKE = f"""{_TAKE_HEAD}
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10){_TAKE_UPDATE}
-       OR (?11 AND {TABLE}.status IS NULL AND {TABLE}.fingerprint = excluded.fingerprint)
+       OR (?11 AND {TABLE}.status IS NULL AND {TABLE}.fingerprint = excluded.fingerprint
+           AND (?12 IS NULL OR {TABLE}.created_at = ?12))
 """
 _GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
 _GET_ANY = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
@@ -146,7 +148,7 @@ def _held(conn: sqlite3.Connection, row: tuple[Any, ...], *, mine: bool) -> KeyR
     if current is not None and current["expires_at"] > row[8]:
         return record_from_row(current)
     # Absent or expired (a repeat whose first row was not stored): take it on its own.
-    if conn.execute(_TAKE, (*row, 0)).rowcount == 1:
+    if conn.execute(_TAKE, (*row, 0, None)).rowcount == 1:
         return None
     current = conn.execute(_GET_ANY, row[:4]).fetchone()
     if current is None:  # (the insert found a row, and nothing else writes in between)
@@ -321,11 +323,17 @@ class SqliteIdempotencyStore(IdempotencyStore):
         return await self.db.run(read)
 
     async def take(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         row = take_row(_scope(scope), key, record)
         if replace:  # a takeover (rare): its own statement, and a read when it is refused
-            return await self._take_over(scope, key, record, row)
+            return await self._take_over(scope, key, record, row, over)
         if self._hop is None and not self._scheduled:
             # Nothing queued and the database's thread idle: taken and committed right here,
             # without waiting for a turn of the loop (each one a request's latency). A lock
@@ -340,10 +348,15 @@ class SqliteIdempotencyStore(IdempotencyStore):
         return await future
 
     async def _take_over(
-        self, scope: InstanceKey, key: str, record: KeyRecord, row: tuple[Any, ...]
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        row: tuple[Any, ...],
+        over: float | None,
     ) -> KeyRecord | None:
         def write(conn: sqlite3.Connection) -> bool:
-            return bool(conn.execute(_TAKE, (*row, 1)).rowcount == 1)
+            return bool(conn.execute(_TAKE, (*row, 1, over)).rowcount == 1)
 
         for _ in range(3):
             stored = await self._write(write)

@@ -272,10 +272,16 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
 
     # -- takes -----------------------------------------------------------------------------
     async def take_with_work(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         if self._degraded():  # an outage: committed on its own first (or refused), as before
-            return await self._take_alone(scope, key, record, replace=replace)
+            return await self._take_alone(scope, key, record, replace=replace, over=over)
         owner = _scope(scope)
         known = self._known.get(owner) or await self._keys_of(scope)
         if known.add(key):
@@ -284,7 +290,10 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             # takes over one never finished.
             held = await self.get(scope, key, record.created_at)
             if held is not None and (
-                not replace or held.finished or held.fingerprint != record.fingerprint
+                not replace
+                or held.finished
+                or held.fingerprint != record.fingerprint
+                or (over is not None and held.created_at != over)
             ):
                 return held
             reloaded = await self._keys_of(scope)  # (a sweep may have reloaded it meanwhile)
@@ -293,7 +302,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             known = reloaded
         if not self._queued(scope, owner, known, key, record):
             # the buffer is full: committed on its own, as before
-            return await self._take_alone(scope, key, record, replace=replace)
+            return await self._take_alone(scope, key, record, replace=replace, over=over)
         return None
 
     def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
@@ -350,12 +359,18 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         return True
 
     async def _take_alone(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool,
+        over: float | None = None,
     ) -> KeyRecord | None:
         """`take`, committed on its own; a database that cannot write refuses it (503)."""
         try:
             return await BufferedSqliteIdempotencyStore.take(
-                self, scope, key, record, replace=replace
+                self, scope, key, record, replace=replace, over=over
             )
         except sqlite3.OperationalError as exc:
             raise StoreUnavailableError(
@@ -369,12 +384,18 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             self._known.pop(_scope(scope), None)
 
     async def take(
-        self, scope: InstanceKey, key: str, record: KeyRecord, *, replace: bool = False
+        self,
+        scope: InstanceKey,
+        key: str,
+        record: KeyRecord,
+        *,
+        replace: bool = False,
+        over: float | None = None,
     ) -> KeyRecord | None:
         known = await self._keys_of(scope)
         if key in known:
             await self._settle()  # its row may be in the buffer
-        held = await super().take(scope, key, record, replace=replace)
+        held = await super().take(scope, key, record, replace=replace, over=over)
         if held is None:
             self._noted(scope, await self._keys_of(scope), key)
             self._taken[(_scope(scope), key)] = None
