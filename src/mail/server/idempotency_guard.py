@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import os
+import secrets
 import socket
 import time
 from collections.abc import Awaitable
@@ -85,7 +86,10 @@ class IdempotencyGuard:
         self.ttl = ttl
         self.max_keys = max_keys
         self.max_length = max_length
-        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        # Who took a key: host and process, and a random tag, since two front ends may share
+        # both (containers on the host's network each run `mail` as process 1), and a key one
+        # of them holds must not look like the other's own (`default_resolve`).
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._pending: dict[tuple[str, str, str], _Pending] = {}  # (role, id, key)
         # Live keys per caller as last counted (+ keys taken since): checked at each take.
         self._counts: dict[tuple[str, str], int] = {}  # (role, id)
