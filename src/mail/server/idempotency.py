@@ -28,7 +28,8 @@ The default mode takes the key before the route runs and forgets it again when t
 raises (nothing was done: a retry may run it). ``deferred=True`` is for routes that start
 long work: the route calls ``current_ticket(request).take(subject, context)`` itself, right
 before the work starts, and a ``resolve`` function tells what a duplicate gets whose first
-request's process died after the take (``mail.server.message_replay`` for ``POST /message``).
+request's process died after the take (``mail.server.message_replay`` for ``POST /message``,
+and its ``task_resolver`` for ``POST /responses`` and ``POST /interswarm/message``).
 
 Keys live ``idempotency_key_ttl`` seconds (24 h by default) in the server's store (memory,
 SQLite or PostgreSQL: ``mail.store.idempotency``), so they survive a restart and every front

@@ -11,7 +11,8 @@ import logging
 import uuid
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
+from starlette.responses import Response
 
 from mail.core.message import (
     create_address,
@@ -24,11 +25,14 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server.auth import Caller
-from mail.server.bodies import check_subject, positive_seconds
+from mail.server.bodies import check_subject, positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
+from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
 from mail.server.interswarm_bounds import check_envelope, check_user_message
-from mail.server.messaging import check_incoming_task, release_task_claim
+from mail.server.jsonio import JSONBody
+from mail.server.message_replay import KeyTask, shown_events, task_resolver
+from mail.server.messaging import check_incoming_task, release_task_claim, take_task_key
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 
@@ -257,12 +261,15 @@ def _timeout(value: Any) -> float:
 
 
 async def post_user_message(
-    state: ServerState, caller: Caller, data: dict[str, Any]
+    state: ServerState, caller: Caller, data: dict[str, Any], ticket: Ticket | None = None
 ) -> dict[str, Any]:
     """Send a user/admin message to agents of other swarms and wait for the task's answer.
 
     The message enters the caller's own instance like any other and leaves through the
-    server's router, so the remote answers through /interswarm/back into this task.
+    server's router, so the remote answers through /interswarm/back into this task. With
+    an Idempotency-Key (`ticket`) the key is committed with the task id before the task gets
+    the message (`resolve_user_message` answers a repeat from that task); a retry taking
+    over from a first attempt that died reuses its task id.
     """
     check_user_message(data, state.config.settings)
     refuse_if_interswarm_off(state)
@@ -270,13 +277,23 @@ async def post_user_message(
     if not user_token:
         raise HTTPException(401, "user token is required")
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
+    given = data.get("task_id")
+    if ticket is not None and ticket.takeover and ticket.subject and not given:
+        data = {**data, "task_id": ticket.subject}  # one task, not two
     message, timeout = _interswarm_user_message(inst, caller, data)
     check_subject(message["message"]["subject"], state.config.settings.max_subject_chars)
     if not await inst.swarm.is_interswarm_running():
         raise HTTPException(503, "interswarm router not available")
     # A task of the caller's like any other: the same bounds as POST /message.
     task_id = message["message"]["task_id"]
-    await check_incoming_task(state, inst, task_id, len(message["message"]["body"]))
+    if ticket is not None:
+        await take_task_key(state, inst, ticket, task_id, new=not data.get("task_id"))
+    try:
+        await check_incoming_task(state, inst, task_id, len(message["message"]["body"]))
+    except BaseException:
+        if ticket is not None:
+            await ticket.release()  # refused: nothing ran, the key is free again
+        raise
     show = bool(data.get("stream") or data.get("show_events"))
     try:
         async with state.instances.lease(inst):
@@ -285,13 +302,36 @@ async def post_user_message(
             )
     finally:
         release_task_claim(inst, task_id)
+    return _user_answer(response, [e.to_record(parsed=True) for e in events] if show else None)
+
+
+def _user_answer(response: Any, events: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """``POST /interswarm/message``'s answer: the task's answer (400 when the remote
+    refused the message), with the events when asked for."""
     refusal = _peer_refusal(response)
     if refusal is not None:
         raise BadRequest(refusal)
-    return {
-        "response": response,
-        "events": [e.to_record(parsed=True) for e in events] if show else None,
-    }
+    return {"response": response, "events": events}
+
+
+async def _rebuilt_answer(
+    request: Request, found: KeyTask, body: str, message: dict[str, Any] | None
+) -> Response:
+    """A keyed repeat's answer rebuilt from the task its first attempt started (one that
+    died before storing its outcome)."""
+    data = await read_json_object(request, required=False)
+    if message is None:  # (a later message's answer is the task's now: this one's text)
+        message = {"message": {"task_id": found.task_id, "subject": "::task_complete::"}}
+        message["message"]["body"] = body
+    show = bool(data.get("stream") or data.get("show_events"))
+    events = shown_events(found.events[found.after :]) if show else None
+    return JSONBody(_user_answer(message, events))
+
+
+# What a repeat of a keyed ``POST /interswarm/message`` gets whose first request is under
+# way or died: 409 while its task runs, then its answer; run again (the same task id) only
+# when the task never got the message.
+resolve_user_message = task_resolver(_rebuilt_answer)
 
 
 def _peer_refusal(response: Any) -> str | None:

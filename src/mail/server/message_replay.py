@@ -29,11 +29,16 @@ here, from the task itself:
   ``Retry-After`` (nothing more will come; a new message continues the task);
 - the first request was answered (a stream that ended) and its task was removed since
   (retention, ``mail db-prune``): 404 naming the task; it does not run again.
+
+The other keyed routes that run a task and wait for its answer (``POST /responses``,
+``POST /interswarm/message``) take their key with the task id the same way; their repeats
+are answered by `task_resolver`: the plain case above, the answer in the route's own shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
@@ -44,7 +49,7 @@ from mail.server import task_events
 from mail.server.auth import Caller
 from mail.server.bodies import read_json_object
 from mail.server.handlers import get_state
-from mail.server.idempotency import REPLAYED_HEADER, Ticket, in_progress
+from mail.server.idempotency import REPLAYED_HEADER, Resolver, Ticket, in_progress
 from mail.server.jsonio import JSONBody
 from mail.server.messaging import name_webhook
 from mail.server.sse import event_record, event_stream_response
@@ -64,8 +69,27 @@ def _last_event_id(request: Request) -> int:
     return 0 if after is None else after
 
 
-async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
-    """The answer to a duplicate of an unfinished keyed ``POST /message`` (module docstring)."""
+@dataclass(slots=True)
+class KeyTask:
+    """The task a keyed request's first attempt started or continued, as a repeat finds it:
+    the task got the message (it has events past `after`, where the key found it)."""
+
+    state: Any
+    task_id: str
+    task: Any  # the live task, or None when only its archived record is left
+    archived: dict[str, Any]
+    events: list[Any]
+    after: int
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and self.task.is_running
+
+
+async def key_task(request: Request, caller: Caller, ticket: Ticket) -> KeyTask | Response | None:
+    """The task of the key's first request, once it got the message; otherwise what the
+    repeat gets: 409 while the first request runs here, 404 when its task was removed, None
+    (run it again, under the same task id) when the task never got the message."""
     task_id, context = ticket.subject, ticket.context
     if task_id is None:  # the first request has not reached its task yet
         return in_progress() if ticket.in_flight else None
@@ -82,32 +106,34 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
     after = int(context.get("after") or 0)
     if len(events) <= after:  # not submitted (yet, or ever)
         return in_progress(task_id=task_id) if ticket.in_flight else None
-    data = await read_json_object(request, required=False)
-    if data.get("stream") is True:
-        hook = await _own_webhook(state, caller, task_id, data, context)
-        start = min(len(events), max(after, _last_event_id(request)))
-        response = await _attach(request, caller, task_id, start, _own_end(events, after))
-        name_webhook(response, hook)  # the same headers as the first stream's
-        return response
-    running = task is not None and task.is_running
-    answers = _answers(events[after:])
-    if ticket.in_flight or (running and not answers):
+    return KeyTask(state, task_id, task, archived, events, after)
+
+
+def own_answer(found: KeyTask, ticket: Ticket) -> tuple[str, dict[str, Any] | None] | Response:
+    """The first request's answer, from its task: (its body, the MAIL message carrying it
+    when the task still holds that message), or 409 (the task still works on it, or was
+    interrupted by a restart and stopped without one)."""
+    task_id, task = found.task_id, found.task
+    answers = _answers(found.events[found.after :])
+    if ticket.in_flight or (found.running and not answers):
         return in_progress(
             f"the task this Idempotency-Key started ({task_id}) is still running; retry "
             "to get its answer",
             task_id=task_id,
         )
+    answer = task.response if task is not None else found.archived.get("response")
+    message = answer.get("message") if isinstance(answer, dict) else None
+    latest = None
+    if isinstance(message, dict) and answer.get("id") != ticket.context.get("answer"):  # type: ignore[union-attr]
+        latest = answer
     body: str | None = None
     if answers:
         # The first answer after this request's first event is its own, whatever the task
         # did since: the task's current answer may be a later message's (a streamed one
         # stores no `task_complete` event, a timed-out one a `task_error`).
         body = _answer_text(answers[0])
-    else:
-        answer = task.response if task is not None else archived.get("response")
-        message = answer.get("message") if isinstance(answer, dict) else None
-        if isinstance(message, dict) and answer.get("id") != context.get("answer"):  # type: ignore[union-attr]
-            body = str(message.get("body", ""))
+    elif latest is not None:
+        body = str(message.get("body", ""))  # type: ignore[union-attr]
     if body is None:
         return JSONBody(
             {
@@ -118,19 +144,67 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
             },
             status_code=409,
         )
+    if latest is not None and str(message.get("body", "")) != body:  # type: ignore[union-attr]
+        latest = None  # a later message's answer
+    return body, latest
+
+
+async def _stored(ticket: Ticket, response: Response) -> Response:
+    """`response`, rebuilt from the task, stored as the key's outcome: later repeats replay it."""
+    await ticket.store_outcome(response)
+    response.headers[REPLAYED_HEADER] = "true"
+    return response
+
+
+# Shapes a task's answer as a route answered it: (request, task, body, MAIL message or None).
+Shape = Callable[[Request, KeyTask, str, "dict[str, Any] | None"], Awaitable[Response]]
+
+
+def task_resolver(shape: Shape) -> Resolver:
+    """The resolver of a keyed route that runs one task and answers once it has its answer
+    (``POST /responses``, ``POST /interswarm/message``; the route takes its key with the
+    task id before the task starts): a repeat is answered from that task as a plain
+    ``POST /message`` is (`resolve_message`), its answer shaped by `shape`."""
+
+    async def resolve(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
+        found = await key_task(request, caller, ticket)
+        if not isinstance(found, KeyTask):
+            return found
+        answer = own_answer(found, ticket)
+        if isinstance(answer, Response):
+            return answer
+        return await _stored(ticket, await shape(request, found, *answer))
+
+    return resolve
+
+
+async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
+    """The answer to a duplicate of an unfinished keyed ``POST /message`` (module docstring)."""
+    found = await key_task(request, caller, ticket)
+    if not isinstance(found, KeyTask):
+        return found
+    state, task_id, context = found.state, found.task_id, ticket.context
+    events, after = found.events, found.after
+    data = await read_json_object(request, required=False)
+    if data.get("stream") is True:
+        hook = await _own_webhook(state, caller, task_id, data, context)
+        start = min(len(events), max(after, _last_event_id(request)))
+        response = await _attach(request, caller, task_id, start, _own_end(events, after))
+        name_webhook(response, hook)  # the same headers as the first stream's
+        return response
+    answer = own_answer(found, ticket)
+    if isinstance(answer, Response):
+        return answer
     show = data.get("show_events") is True
     answer_body: dict[str, Any] = {
-        "response": body,
-        "events": _shown(events[after:]) if show else None,
+        "response": answer[0],
+        "events": shown_events(events[after:]) if show else None,
         "task_id": task_id,
     }
     hook = await _own_webhook(state, caller, task_id, data, context)
     if hook is not None:
         answer_body["webhook"] = hook
-    response = JSONBody(answer_body)
-    await ticket.store_outcome(response)
-    response.headers[REPLAYED_HEADER] = "true"
-    return response
+    return await _stored(ticket, JSONBody(answer_body))
 
 
 def _removed(task_id: str) -> Response:
@@ -166,7 +240,7 @@ async def _own_webhook(
 _ANSWER_PREFIX = "response: '"
 
 
-def _shown(events: list[Any]) -> list[dict[str, Any]]:
+def shown_events(events: list[Any]) -> list[dict[str, Any]]:
     """The request's events as its first answer showed them (``show_events``): in the same
     shape (`TaskEvent.to_record`), up to its own answer (later messages' events are not its)."""
     shown: list[dict[str, Any]] = []

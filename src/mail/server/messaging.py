@@ -352,6 +352,21 @@ async def _prepare_keyed(
         raise
 
 
+async def take_task_key(
+    state: ServerState, inst: Instance, ticket: Ticket, task_id: str, *, new: bool
+) -> None:
+    """The key of a request that runs one task outside ``POST /message`` (``POST
+    /interswarm/message``) committed with that task, and where its events and answer stand,
+    before the task gets the message: what `_prepare_keyed` records, for the same resolver
+    (`mail.server.message_replay.task_resolver`). `new`: an id just made up (no task has it)."""
+    if not new and state.finished is not None:
+        await state.finished.bring_back(inst, task_id)
+    task = None if new else _task_or_none(inst, task_id)
+    last = getattr(task, "response", None)
+    after = 0 if task is None else len(task.events)
+    await ticket.take(task_id, {"after": after, "answer": (last or {}).get("id")})
+
+
 def _upload_ids(ticket: Ticket, count: int) -> list[str]:
     """The attachment ids a keyed request's uploads are stored under, kept with its key: a
     retry that takes over from a first attempt that died after storing them (before its

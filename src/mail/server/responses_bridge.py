@@ -25,12 +25,14 @@ from fastapi import APIRouter, HTTPException, Request
 from starlette.responses import Response
 
 from mail.server import messaging
-from mail.server.auth import authenticate_request
+from mail.server.auth import Caller, authenticate_request
 from mail.server.bodies import MessageRequest, check_task_id, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.handlers import get_state
-from mail.server.idempotency import idempotent
+from mail.server.idempotency import Ticket, current_ticket, idempotent
 from mail.server.jsonio import JSONBody
+from mail.server.message_replay import KeyTask, task_resolver
+from mail.server.state import ServerState
 from mail.utils.echo import echo
 
 router = APIRouter()
@@ -174,7 +176,20 @@ async def responses(request: Request) -> Response:
     return await _respond(request)  # type: ignore[no-any-return]
 
 
-@idempotent()  # a retry with its key gets the first answer; the task runs once
+async def _resolve(
+    request: Request, found: KeyTask, body: str, message: dict[str, Any] | None
+) -> Response:
+    """A keyed repeat's answer rebuilt from the task its first attempt started (one that
+    died before storing its outcome): the Responses object of the task's answer."""
+    data = await read_json_object(request)
+    subject = str(message["message"].get("subject", "")) if message else "::task_complete::"
+    return _response_object(found.state, data, found.task_id, subject, body)
+
+
+# The key is taken with the task it starts or continues (`run_message`, before the task
+# gets the message); a repeat is answered from that task (409 while it runs, then its
+# answer), never by a second task, even after a kill -9 and `idempotency_takeover_after`.
+@idempotent(task_resolver(_resolve), deferred=True)
 async def _respond(request: Request) -> JSONBody:
     state = get_state(request)
     caller = await authenticate_request(request)
@@ -182,6 +197,13 @@ async def _respond(request: Request) -> JSONBody:
         raise HTTPException(403, "invalid role")
     data = await read_json_object(request)
     _validate(data)
+    return await run_response(state, caller, data, current_ticket(request))
+
+
+async def run_response(
+    state: ServerState, caller: Caller, data: dict[str, Any], ticket: Ticket | None
+) -> JSONBody:
+    """Run the request's task (the caller's own instance) and answer its Responses object."""
     req = build_message_request(data)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     if req.task_id is not None and inst.swarm.get_task_by_id(req.task_id) is None:
@@ -191,16 +213,28 @@ async def _respond(request: Request) -> JSONBody:
             raise HTTPException(404, f"previous response '{echo(req.task_id)}' not found")
     if req.resume_from is None and req.task_id is not None:
         req.resume_from = "user_response"
-    response, _events = await messaging.run_message(state, caller, req)
+    response, _events = await messaging.run_message(state, caller, req, ticket)
     message = response.get("message", {}) if isinstance(response, dict) else {}
+    return _response_object(
+        state,
+        data,
+        message.get("task_id") or req.task_id,
+        str(message.get("subject", "")),
+        str(message.get("body", "")),
+    )
+
+
+def _response_object(
+    state: ServerState, data: dict[str, Any], task_id: Any, subject: str, body: str
+) -> JSONBody:
     return JSONBody(
         {
-            "id": message.get("task_id") or req.task_id,
+            "id": task_id,
             "object": "response",
             "created_at": int(time.time()),
             "model": f"mail/{state.swarm_name}",
             "status": "completed",
-            "output": _output_items(str(message.get("subject", "")), str(message.get("body", ""))),
+            "output": _output_items(subject, body),
             "instructions": data.get("instructions"),
             "previous_response_id": data.get("previous_response_id"),
             "tools": data["tools"],
