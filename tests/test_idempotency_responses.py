@@ -90,3 +90,53 @@ def test_without_debug_a_keyed_request_is_404_before_any_check(tmp_path: Path) -
             timeout=30,
         )
         assert r.status_code == 404 and r.json()["detail"] == "Not found"
+
+
+def test_a_keyed_continuation_is_replayed_after_its_task_ended(server: ServerProcess) -> None:
+    """A keyed continuation (``previous_response_id``) of a task that ended, and its repeat:
+    the first gets the task's answer, the repeat the same bytes. Found by a review attack:
+    the route's "previous response not found" check looked only at the instance, where an
+    ended task no longer is (it is in the store), so a continuation of an ended task got
+    404, and so did the repeat of a keyed one that had answered 200 (the route takes its
+    key only later, in `run_message`, so the check answered before the key could)."""
+    headers = {**auth(server.keys["alice"]), "Idempotency-Key": f'"{uuid.uuid4()}"'}
+    url = f"{server.base_url}/responses"
+    paused = httpx.post(
+        url,
+        json={"input": [{"role": "user", "content": "BREAKPOINT check it"}], "tools": []},
+        headers=auth(server.keys["alice"]),
+        timeout=30,
+    )
+    assert paused.status_code == 200, paused.text
+    calls = [o for o in paused.json()["output"] if o["type"] == "function_call"]
+    assert calls, paused.text
+    resumed = {
+        "input": [
+            {"type": "function_call_output", "call_id": c["call_id"], "output": "approved"}
+            for c in calls
+        ],
+        "tools": [],
+        "previous_response_id": paused.json()["id"],
+    }
+    first = httpx.post(url, json=resumed, headers=headers, timeout=30)
+    assert first.status_code == 200, first.text
+    again = httpx.post(url, json=resumed, headers=headers, timeout=30)
+    assert again.status_code == 200, again.text
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.content == first.content
+
+    # The task ended: a new message continues it (keyed or not), under the same id.
+    before = _task_ids(server, "alice")
+    more = {
+        "input": [{"role": "user", "content": "one more"}],
+        "tools": [],
+        "previous_response_id": paused.json()["id"],
+    }
+    headers["Idempotency-Key"] = f'"{uuid.uuid4()}"'
+    cont = httpx.post(url, json=more, headers=headers, timeout=30)
+    assert cont.status_code == 200, cont.text
+    assert cont.json()["id"] == paused.json()["id"]
+    assert cont.json()["output"][0]["content"][0]["text"] == "echo[alice]: one more"
+    repeat = httpx.post(url, json=more, headers=headers, timeout=30)
+    assert repeat.status_code == 200 and repeat.content == cont.content, repeat.text
+    assert _task_ids(server, "alice") == before  # no task of its own
