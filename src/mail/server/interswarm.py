@@ -31,8 +31,9 @@ from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
 from mail.server.interswarm_bounds import check_envelope, check_user_message
 from mail.server.jsonio import JSONBody
+from mail.server.message_keys import take_task_key
 from mail.server.message_replay import KeyTask, shown_events, task_resolver
-from mail.server.messaging import check_incoming_task, release_task_claim, take_task_key
+from mail.server.messaging import check_incoming_task, release_task_claim
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 

@@ -23,6 +23,13 @@ from mail.server.bodies import MessageRequest, check_subject
 from mail.server.errors import BadRequest
 from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
+from mail.server.message_keys import (
+    answered_by_task,
+    key_stored,
+    stored_upload_bytes,
+    task_is_outcome,
+    upload_ids,
+)
 from mail.server.paused_quota import CLAIM_SECONDS, check_paused_quota
 from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
@@ -331,9 +338,9 @@ async def _prepare_keyed(
     if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
         context["webhook"] = f"wh_{uuid.uuid4().hex}"
     if req.attachments:
-        context["uploads"] = ids = _upload_ids(ticket, len(req.attachments))
+        context["uploads"] = ids = upload_ids(ticket, len(req.attachments))
         if ticket.takeover:  # what the dead attempt stored under them is replaced
-            req.replaced_bytes = await _stored_upload_bytes(inst, ids)
+            req.replaced_bytes = await stored_upload_bytes(inst, ids)
     # The key commits with the task's first writes (`take_with_work`) when they go through
     # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
     # task; otherwise on its own first, as every other route's key.
@@ -352,59 +359,6 @@ async def _prepare_keyed(
         raise
 
 
-async def take_task_key(
-    state: ServerState, inst: Instance, ticket: Ticket, task_id: str, *, new: bool
-) -> None:
-    """The key of a request that runs one task outside ``POST /message`` (``POST
-    /interswarm/message``) committed with that task, and where its events and answer stand,
-    before the task gets the message: what `_prepare_keyed` records, for the same resolver
-    (`mail.server.message_replay.task_resolver`). `new`: an id just made up (no task has it)."""
-    if not new and state.finished is not None:
-        await state.finished.bring_back(inst, task_id)
-    task = None if new else _task_or_none(inst, task_id)
-    last = getattr(task, "response", None)
-    after = 0 if task is None else len(task.events)
-    await ticket.take(task_id, {"after": after, "answer": (last or {}).get("id")})
-
-
-def _upload_ids(ticket: Ticket, count: int) -> list[str]:
-    """The attachment ids a keyed request's uploads are stored under, kept with its key: a
-    retry that takes over from a first attempt that died after storing them (before its
-    task started) stores them under the same ids, replacing them, not a second time."""
-    from mail.core.team.service import new_id  # (lazily, as `store_uploads` does)
-
-    earlier = ticket.context.get("uploads") if ticket.takeover else None
-    if (
-        isinstance(earlier, list)
-        and len(earlier) == count
-        and all(isinstance(i, str) and i.startswith("att_") for i in earlier)
-    ):
-        return earlier
-    return [new_id("att") for _ in range(count)]
-
-
-async def _stored_upload_bytes(inst: Instance, ids: list[str]) -> int:
-    """The bytes stored under `ids` already (a keyed retry's uploads, which replace them)."""
-    team = getattr(inst.swarm, "team", None)
-    if team is None:
-        return 0
-    total = 0
-    for attachment_id in ids:
-        earlier = await team.store.get_attachment(team.key, attachment_id, with_data=False)
-        if earlier is not None:
-            total += int(earlier[0].get("size") or 0)
-    return total
-
-
-async def _key_stored(ticket: Ticket | None) -> None:
-    """A key that went with its task's writes (`take_with_work`) is committed before the
-    answer (or a stream's first event) names the task: the swarm's own flush before an
-    answer is best effort (skipped during an outage, given up after a few seconds), this one
-    waits, and refuses the request (StoreUnavailableError: 503) when the key is not stored."""
-    if ticket is not None and ticket.taken and ticket.with_work:
-        await ticket.guard.store.settle(ticket.scope, ticket.key)
-
-
 async def run_message(
     state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> tuple[dict[str, Any], list[Any]]:
@@ -420,47 +374,14 @@ async def run_message(
             response, events = await inst.swarm.post_message_task_events(
                 req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
             )
-        await _key_stored(ticket)
+        await key_stored(ticket)
     finally:
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
     answered(state, inst, req.task_id)
     if ticket is not None and ticket.with_work and not req.show_events:
-        _answered_by_task(inst, req, response, ticket)
+        answered_by_task(inst, req, response, ticket)
     return response, events
-
-
-def _answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket: Ticket) -> None:
-    """A plain answer of a task that completed is the task's own (its answer and its
-    ``task_complete`` event, committed before it): its key needs no outcome row, a repeat
-    rebuilds the same bytes from the task (`mail.server.message_replay`). Any other ending (a
-    timeout, a pause, an error) and an answer with the events keep their stored outcome."""
-    message = response.get("message") if isinstance(response, dict) else None
-    if not isinstance(message, dict) or message.get("subject") != "::task_complete::":
-        return
-    if not isinstance(message.get("body", ""), str) or message.get("task_id") not in (
-        None,
-        "",
-        req.task_id,
-    ):
-        return
-    if ticket.carried:  # (`_task_is_outcome`, inline: the keyed request's hot path)
-        task = inst.swarm.get_task_by_id(req.task_id or "")
-        ticket.answered_by_task = task is not None and not task.is_running
-    else:
-        ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
-
-
-def _task_is_outcome(inst: Instance, req: MessageRequest, ticket: Ticket) -> bool:
-    """Whether the key's row went with its task's writes (`carried`: what the task stores
-    later commits after it) and the task is no longer running (the key counts as finished
-    at the caller's bound, `evict_finished`)."""
-    if not ticket.carried:  # (known to the ticket when `take_now` took it)
-        carried = getattr(ticket.guard.store, "carried", None)
-        if not (callable(carried) and carried(ticket.scope, ticket.key)):
-            return False
-    task = _task_or_none(inst, req.task_id or "")
-    return task is not None and not task.is_running
 
 
 _NORMAL_ENDINGS = frozenset({"::task_complete::", "::breakpoint_tool_call::", "::action_review::"})
@@ -556,7 +477,7 @@ async def stream_message(
         stored = asyncio.Event()
 
         async def on_stored() -> None:
-            await _key_stored(ticket)
+            await key_stored(ticket)
             stored.set()
 
         events = inst.swarm.stream_events(
@@ -580,7 +501,7 @@ async def stream_message(
             if ticket is not None and ticket.with_work:
                 # A repeat attaches to the task's events, which hold all of it: no outcome
                 # row (`STREAMED_OUTCOME`) once the task ended.
-                ticket.answered_by_task = _task_is_outcome(inst, req, ticket)
+                ticket.answered_by_task = task_is_outcome(inst, req, ticket)
 
         response = event_stream_response(
             leased(),
