@@ -147,6 +147,11 @@ async def receive(
         # cluster mode the front end sends such envelopes to that instance's host).
         inst = await _instance_for_back(state, envelope)
         claimed = None
+        if state.finished is not None:
+            # A task that left memory (it ended, or a restart stopped it while it waited for
+            # this answer) is in the store: the answer continues it, as a message naming it
+            # does (`bring_back`), instead of a 404 that loses the peer's answer.
+            await state.finished.bring_back(inst, envelope["payload"]["task_id"])
     try:
         if not await inst.swarm.is_interswarm_running():
             raise HTTPException(503, "interswarm is not enabled for this swarm")
