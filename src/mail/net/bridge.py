@@ -28,7 +28,13 @@ from mail.core.message import (
 from mail.core.runtime_ports import HostLink
 from mail.core.system_messages import system_response, system_task_end
 from mail.core.tools import AgentToolCall
-from mail.net.bridge_inbound import as_message, swarm_target_problem, task_end, user_target_problem
+from mail.net.bridge_inbound import (
+    already_received,
+    as_message,
+    swarm_target_problem,
+    task_end,
+    user_target_problem,
+)
 from mail.net.discovery import DiscoveredSwarms
 from mail.net.router import InterswarmRouter
 from mail.net.trust import (
@@ -432,6 +438,9 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         except TrustError as exc:
             logger.warning("refused interswarm %s from swarm '%s': %s", direction, source, exc)
             raise InterswarmReceiveError(str(exc), exc.status) from exc
+        if task is not None and already_received(rt.journal, task, message_id):
+            self._remember(message_id)  # (delivered before a restart: not a second time)
+            return task_id
         problem = swarm_target_problem(rt, payload) or user_target_problem(rt, payload)
         if problem is not None:
             logger.info("refused interswarm %s from swarm '%s': %s", direction, source, problem)

@@ -100,6 +100,26 @@ def task_end(rt: LocalSwarm, payload: Any, source: str, owner: str, direct: bool
     )
 
 
+def already_received(journal: Any, task: Any, message_id: str) -> bool:
+    """Whether the task holds the envelope `message_id` already: still pending (queued, or in
+    an agent's inbox: the durable journal, `journal` None without a store) or handed to an
+    agent (its ``new_message`` event carries the message). This survives a restart, where
+    the bridge's memory of ids it saw does not: a peer's retry of a delivery whose answer
+    a crash cut off (the key taken over, the route run again) then changes nothing."""
+    if journal is not None:
+        for entry in journal.entries(task.task_id):
+            message = entry.get("message")
+            if isinstance(message, dict) and message.get("id") == message_id:
+                return True
+    for event in reversed(task.events):
+        if event.event != "new_message":
+            continue
+        message = event.extra_data.get("full_message")
+        if isinstance(message, dict) and message.get("id") == message_id:
+            return True
+    return False
+
+
 def as_message(envelope: MAILInterswarmMessage) -> MAILMessage:
     return {
         "id": envelope["message_id"],
