@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -53,14 +54,20 @@ def servers(
 
 
 def _push_states(entries: list[dict[str, Any]]) -> list[str]:
+    """The pushed states in the order they happened: deliveries are at least once and not in
+    order (docs/webhooks.md; a `working` push sent just before the pause may arrive after
+    it on a loaded machine), so by the status's own timestamp, not by arrival."""
     states = []
     for entry in entries:
         body = json.loads(entry["body"])
-        if "statusUpdate" in body:
-            states.append(body["statusUpdate"]["status"]["state"])
+        if "statusUpdate" in body:  # (stamped; the task's first snapshot, below, is not)
+            status = body["statusUpdate"]["status"]
+            assert status.get("timestamp"), body
+            when = datetime.fromisoformat(status["timestamp"].replace("Z", "+00:00"))
+            states.append((when.timestamp(), status["state"]))
         elif "task" in body:
-            states.append(body["task"]["status"]["state"])
-    return states
+            states.append((0.0, body["task"]["status"]["state"]))
+    return [state for _, state in sorted(states, key=lambda pair: pair[0])]
 
 
 async def test_the_card_offers_push_notifications(
