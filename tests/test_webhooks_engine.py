@@ -20,7 +20,8 @@ from tests.support.webhook_receiver import ReceiverProcess
 
 from mail.store.webhooks_memory import MemoryWebhookStore
 from mail.webhook_settings import WebhooksConfig
-from mail.webhooks.service import WebhookError, WebhookService
+from mail.webhooks.service import WebhookService
+from mail.webhooks.views import WebhookError
 from server_fixtures import auth, free_port, keyed_stub_server
 
 pytestmark = pytest.mark.timeout(120)

@@ -35,7 +35,8 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
 from mail.server.instances import instance_kind
-from mail.webhooks.service import WebhookError, WebhookService
+from mail.webhooks.service import WebhookService
+from mail.webhooks.views import WebhookError
 
 ServiceGetter = Callable[[], WebhookService]
 

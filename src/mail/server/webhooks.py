@@ -20,7 +20,8 @@ from mail.server.auth import Caller
 from mail.server.instances import instance_kind
 from mail.server.state import ServerState
 from mail.webhooks import events as ev
-from mail.webhooks.service import WebhookError, WebhookService, subscription_view
+from mail.webhooks.service import WebhookService
+from mail.webhooks.views import WebhookError, subscription_view
 
 logger = logging.getLogger("mail.server")
 

@@ -6,6 +6,8 @@
 - ``policy``: the retry schedule, what an answer means, ``Retry-After``;
 - ``transport``: the guarded HTTP client (no private targets, no redirects, bounded reads);
 - ``engine``: fan-out, claims, attempts, retries, disabling, retention;
+- ``views``: what callers see of subscriptions and deliveries (a page's cursor too), and
+  ``WebhookError``, a refusal with its HTTP status;
 - ``service``: subscriptions as the routes, the REPL and the A2A bridge see them.
 
 See docs/webhooks.md. This layer sits below ``mail.server`` (which installs it) and above

@@ -5,14 +5,14 @@ Everything is scoped to an owner, ``(role, id)`` of the caller: nobody sees or c
 another caller's subscriptions or deliveries (someone else's id is "not found"). A
 subscription covers its owner's own tasks; an admin's may have ``scope: "all"``. Secrets are
 shown once, in the answer that made them. Errors are ``WebhookError`` with an HTTP status.
+What the answers look like (the views, the delivery-list cursor, ``WebhookError``) is in
+``views``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +28,13 @@ from mail.webhooks.engine import DeliveryEngine, Flush
 from mail.webhooks.interest import SubscriptionInterest
 from mail.webhooks.outbox import InstanceOutbox, OutboxObserver
 from mail.webhooks.transport import UrlRefused, WebhookTransport, destination_of
+from mail.webhooks.views import (
+    WebhookError,
+    delivery_cursor,
+    delivery_view,
+    parse_delivery_cursor,
+    subscription_view,
+)
 
 logger = logging.getLogger("mail.webhooks")
 
@@ -38,91 +45,6 @@ UPDATE_FIELDS: tuple[str, ...] = ("url", "events", "description", "active")
 REQUEST_WEBHOOK_FIELDS: tuple[str, ...] = ("url", "events", "secret")
 DELIVERY_STATUSES: tuple[str, ...] = ("pending", "delivered", "failed")
 MAX_PAGE = 100
-
-
-class WebhookError(Exception):
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-
-
-def _iso(value: float | None) -> str | None:
-    return ev.iso_time(value) if value is not None else None
-
-
-def subscription_view(sub: Mapping[str, Any], now: float | None = None) -> Record:
-    """What callers see of a subscription: never a secret, token or credential."""
-    now = time.time() if now is None else now
-    until = sub.get("previous_secret_until")
-    view: Record = {
-        "id": sub["subscription_id"],
-        "kind": sub["kind"],
-        "url": sub["url"],
-        "events": list(sub["events"]),
-        "description": sub["description"],
-        "scope": sub["scope"],
-        "task_id": sub["task_id"],
-        "active": bool(sub["active"]),
-        "disabled_reason": sub["disabled_reason"],
-        "failing_since": _iso(sub["failing_since"]),
-        "previous_secret_expires_at": _iso(until) if until is not None and until > now else None,
-        "created_at": _iso(sub["created_at"]),
-        "updated_at": _iso(sub["updated_at"]),
-        "expires_at": _iso(sub["expires_at"]),
-        "owner": {"role": sub["owner_role"], "id": sub["owner_id"]},
-    }
-    return view
-
-
-def delivery_view(row: Mapping[str, Any]) -> Record:
-    try:
-        body: Any = json.loads(row["payload"])
-    except ValueError:
-        body = row["payload"]
-    return {
-        "id": row["delivery_id"],
-        "subscription_id": row["subscription_id"],
-        "event_id": row["event_id"],
-        "event_type": row["event_type"],
-        "task_id": row["task_id"],
-        "status": row["status"],
-        "attempts": row["attempts"],
-        "next_attempt_at": _iso(row["next_attempt_at"]) if row["status"] == "pending" else None,
-        "last_status": row["last_status"],
-        "last_error": row["last_error"],
-        "created_at": _iso(row["created_at"]),
-        "finished_at": _iso(row["finished_at"]),
-        "payload": body,
-        "attempts_log": [
-            {
-                "attempt": a["attempt"],
-                "at": _iso(a["started_at"]),
-                "status": a["status_code"],
-                "latency_ms": a["latency_ms"],
-                "response": a["response_excerpt"],
-                "error": a["error"],
-                "outcome": a["outcome"],
-            }
-            for a in row.get("attempts_log", [])
-        ],
-    }
-
-
-def _cursor(row: Mapping[str, Any]) -> str:
-    raw = json.dumps([row["created_at"], row["delivery_id"]]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _parse_cursor(text: str | None) -> tuple[float, str] | None:
-    if not text:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        created, delivery_id = json.loads(raw)
-        return float(created), str(delivery_id)
-    except (ValueError, TypeError):
-        raise WebhookError(400, "parameter 'cursor' is not a cursor this server gave") from None
 
 
 class WebhookService:
@@ -456,9 +378,9 @@ class WebhookService:
             )
         limit = max(1, min(limit, MAX_PAGE))
         rows = await self.store.list_deliveries(
-            subscription_id, status=status, limit=limit, before=_parse_cursor(cursor)
+            subscription_id, status=status, limit=limit, before=parse_delivery_cursor(cursor)
         )
-        following = _cursor(rows[-1]) if len(rows) == limit else None
+        following = delivery_cursor(rows[-1]) if len(rows) == limit else None
         return [delivery_view(r) for r in rows], following
 
     async def retry(self, owner: Owner, subscription_id: str, delivery_id: str) -> Record:

@@ -1,0 +1,104 @@
+"""What callers see of subscriptions and deliveries, and what they hear when refused.
+
+``subscription_view`` and ``delivery_view`` are the answers' shapes: a subscription without
+its secret, token or credential (the service adds a new secret to the one answer that made
+it); a delivery with its payload and its attempts. A page of deliveries ends with a cursor
+(``delivery_cursor``) that the next request gives back (``parse_delivery_cursor``).
+``WebhookError`` is a refusal: an HTTP status and a detail for the caller.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from mail.store.webhooks import Record
+from mail.webhooks import events as ev
+
+
+class WebhookError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _iso(value: float | None) -> str | None:
+    return ev.iso_time(value) if value is not None else None
+
+
+def subscription_view(sub: Mapping[str, Any], now: float | None = None) -> Record:
+    """What callers see of a subscription: never a secret, token or credential."""
+    now = time.time() if now is None else now
+    until = sub.get("previous_secret_until")
+    view: Record = {
+        "id": sub["subscription_id"],
+        "kind": sub["kind"],
+        "url": sub["url"],
+        "events": list(sub["events"]),
+        "description": sub["description"],
+        "scope": sub["scope"],
+        "task_id": sub["task_id"],
+        "active": bool(sub["active"]),
+        "disabled_reason": sub["disabled_reason"],
+        "failing_since": _iso(sub["failing_since"]),
+        "previous_secret_expires_at": _iso(until) if until is not None and until > now else None,
+        "created_at": _iso(sub["created_at"]),
+        "updated_at": _iso(sub["updated_at"]),
+        "expires_at": _iso(sub["expires_at"]),
+        "owner": {"role": sub["owner_role"], "id": sub["owner_id"]},
+    }
+    return view
+
+
+def delivery_view(row: Mapping[str, Any]) -> Record:
+    try:
+        body: Any = json.loads(row["payload"])
+    except ValueError:
+        body = row["payload"]
+    return {
+        "id": row["delivery_id"],
+        "subscription_id": row["subscription_id"],
+        "event_id": row["event_id"],
+        "event_type": row["event_type"],
+        "task_id": row["task_id"],
+        "status": row["status"],
+        "attempts": row["attempts"],
+        "next_attempt_at": _iso(row["next_attempt_at"]) if row["status"] == "pending" else None,
+        "last_status": row["last_status"],
+        "last_error": row["last_error"],
+        "created_at": _iso(row["created_at"]),
+        "finished_at": _iso(row["finished_at"]),
+        "payload": body,
+        "attempts_log": [
+            {
+                "attempt": a["attempt"],
+                "at": _iso(a["started_at"]),
+                "status": a["status_code"],
+                "latency_ms": a["latency_ms"],
+                "response": a["response_excerpt"],
+                "error": a["error"],
+                "outcome": a["outcome"],
+            }
+            for a in row.get("attempts_log", [])
+        ],
+    }
+
+
+def delivery_cursor(row: Mapping[str, Any]) -> str:
+    raw = json.dumps([row["created_at"], row["delivery_id"]]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_delivery_cursor(text: str | None) -> tuple[float, str] | None:
+    if not text:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        created, delivery_id = json.loads(raw)
+        return float(created), str(delivery_id)
+    except (ValueError, TypeError):
+        raise WebhookError(400, "parameter 'cursor' is not a cursor this server gave") from None
