@@ -293,7 +293,7 @@ async def post_user_message(
     # A task of the caller's like any other: the same bounds as POST /message.
     task_id = message["message"]["task_id"]
     if ticket is not None:
-        await take_task_key(state, inst, ticket, task_id, new=not data.get("task_id"))
+        await take_task_key(state, inst, ticket, task_id, message, new=not data.get("task_id"))
     try:
         await check_incoming_task(state, inst, task_id, len(message["message"]["body"]))
     except BaseException:

@@ -14,18 +14,28 @@ from mail.server.state import ServerState
 
 
 async def take_task_key(
-    state: ServerState, inst: Instance, ticket: Ticket, task_id: str, *, new: bool
+    state: ServerState, inst: Instance, ticket: Ticket, task_id: str, message: Any, *, new: bool
 ) -> None:
     """The key of a request that runs one task outside ``POST /message`` (``POST
     /interswarm/message``) committed with that task, and where its events and answer stand,
-    before the task gets the message: what `mail.server.messaging` records for ``POST /message``, for the same resolver
-    (`mail.server.message_replay.task_resolver`). `new`: an id just made up (no task has it)."""
+    before the task gets the message: what `mail.server.messaging` records for ``POST
+    /message``, for the same resolver (`mail.server.message_replay.task_resolver`). `new`: an
+    id just made up (no task has it).
+
+    The `message` (a MAIL message about to leave for a peer) keeps the id recorded with the
+    key: a retry that takes over from a first attempt that died before its task was stored
+    sends it again under the same id, which the peer drops as a re-delivery (its agents do
+    not answer it twice)."""
     if not new and state.finished is not None:
         await state.finished.bring_back(inst, task_id)
+    earlier = ticket.context.get("message") if ticket.takeover else None
+    if isinstance(earlier, str) and earlier:
+        message["id"] = earlier
     task = None if new else inst.swarm.get_task_by_id(task_id)
     last = getattr(task, "response", None)
     after = 0 if task is None else len(task.events)
-    await ticket.take(task_id, {"after": after, "answer": (last or {}).get("id")})
+    context = {"after": after, "answer": (last or {}).get("id"), "message": message["id"]}
+    await ticket.take(task_id, context)
 
 
 def upload_ids(ticket: Ticket, count: int) -> list[str]:
