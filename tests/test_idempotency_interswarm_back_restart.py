@@ -30,8 +30,12 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.held_outcome import cut_by_kill_9, retry
-from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
-from tests.support.restarted_alpha import Alpha, FakePeer, answer_envelope, post_in_background
+from tests.support.restarted_alpha import (
+    Alpha,
+    alpha_beside_peer,
+    answer_envelope,
+    post_in_background,
+)
 
 from server_fixtures import auth
 
@@ -49,14 +53,8 @@ ANSWER_TEXT = "forty-two"
 
 @pytest.fixture
 def alpha(tmp_path: Path) -> Iterator[Alpha]:
-    peer = FakePeer()
-    with scratch_schema("mail_idem_back_restart", BASE_URL) as schema:
-        made = Alpha(tmp_path, with_search_path(BASE_URL, schema), peer)
-        try:
-            yield made
-        finally:
-            made.server.stop()
-            peer.close()
+    with alpha_beside_peer(tmp_path, "mail_idem_back_restart") as made:
+        yield made
 
 
 def _alice_asks_beta(alpha: Alpha) -> tuple[dict[str, Any], list[Any]]:

@@ -27,8 +27,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.held_outcome import execute, rows
-from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
-from tests.support.restarted_alpha import Alpha, FakePeer, background_post
+from tests.support.restarted_alpha import Alpha, alpha_beside_peer, background_post
 
 from server_fixtures import auth
 
@@ -48,14 +47,8 @@ HELD = (
 
 @pytest.fixture
 def alpha(tmp_path: Path) -> Iterator[Alpha]:
-    peer = FakePeer()
-    with scratch_schema("mail_idem_isw_resend", BASE_URL) as schema:
-        made = Alpha(tmp_path, with_search_path(BASE_URL, schema), peer)
-        try:
-            yield made
-        finally:
-            made.server.stop()
-            peer.close()
+    with alpha_beside_peer(tmp_path, "mail_idem_isw_resend") as made:
+        yield made
 
 
 def _kill_with_task_writes_held(alpha: Alpha) -> None:

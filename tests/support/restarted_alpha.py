@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from tests.support.counted_agents import CALLS_ENV
 from tests.support.interswarm_agents import swarm_json
+from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 
@@ -192,3 +193,17 @@ def answer_envelope(question: dict[str, Any], body: str, **payload: Any) -> dict
         "task_contributors": list(question["task_contributors"]),
         "metadata": {},
     }
+
+
+@contextlib.contextmanager
+def alpha_beside_peer(directory: Path, schema_prefix: str) -> Iterator[Alpha]:
+    """`Alpha` on a scratch PostgreSQL schema of its own beside a `FakePeer`, both stopped
+    (and the schema dropped) on exit."""
+    peer = FakePeer()
+    with scratch_schema(schema_prefix, BASE_URL) as schema:
+        made = Alpha(directory, with_search_path(BASE_URL, schema), peer)
+        try:
+            yield made
+        finally:
+            made.server.stop()
+            peer.close()
