@@ -657,6 +657,17 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
+def median_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 90% bootstrap interval of the median of paired ratios (resampled with a fixed seed,
+    so one run's numbers print the same): how far the median itself may be off, when each
+    round's ratio spreads by several points on this machine."""
+    import random
+
+    pick = random.Random(0).choices
+    medians = sorted(statistics.median(pick(ratios, k=len(ratios))) for _ in range(draws))
+    return medians[draws // 20], medians[draws - 1 - draws // 20]
+
+
 def row(label: str, rps: list[float], lat: list[float]) -> str:
     """Median req/s over the rounds (their range when more than one), latency percentiles
     over every request of every round."""
@@ -867,14 +878,15 @@ def idempotency_cost(
                 rps_ratio = statistics.median(
                     k / p for k, p in zip(rps[kind], rps["raw"], strict=True)
                 )
-                cpu_ratio = statistics.median(
-                    k / p for k, p in zip(cpu[kind], cpu["raw"], strict=True)
-                )
+                ratios = [k / p for k, p in zip(cpu[kind], cpu["raw"], strict=True)]
+                cpu_ratio = statistics.median(ratios)
+                low, high = median_interval(ratios)
                 target = mark(cpu_ratio <= 1.05) if ordered else "  (reported, no target)"
                 print(
                     f"  {what}: {kinds[kind]} vs none (medians of {rounds} paired ratios): "
                     f"requests/s {100 * (rps_ratio - 1):+.1f}%, server CPU per request "
-                    f"{100 * (cpu_ratio - 1):+.1f}%" + target
+                    f"{100 * (cpu_ratio - 1):+.1f}% (90% interval of that median "
+                    f"{100 * (low - 1):+.1f}% to {100 * (high - 1):+.1f}%)" + target
                 )
                 if store != "sqlite":
                     continue
