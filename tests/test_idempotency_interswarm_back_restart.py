@@ -1,27 +1,24 @@
-"""Known defect, kept as strict expected failures: a peer's ``POST /interswarm/back`` (its
-answer to a task of this server's user, waiting on that peer) after a kill -9 of the server
-is refused with 404 until the task's owner makes a request.
+"""A peer's ``POST /interswarm/back`` (its answer to a task of this server's user, waiting on
+that peer) after a kill -9 of the server, before the task's owner made any request.
 
-`mail.server.interswarm._instance_for_back` only finds an instance already in memory. After a
-restart a caller's instance is loaded again only when that caller makes a request
-(docs/database.md, "Running tasks continue by themselves"): loading it needs the caller's API
-key, which becomes its agents' ``user_token`` (the LiteLLM proxy's credential), and a peer's
-``/back`` does not carry it. Until then every ``/back`` for that caller's tasks is ``404 no
-mail instance found for contributor``, which a peer's router does not resend:
+After a restart a caller's instance is loaded again only at that caller's next request (its
+API key becomes its agents' ``user_token``, which a peer's ``/back`` does not carry). Such a
+``/back`` was refused 404 ``no mail instance found for contributor``, which a peer's router
+does not resend: the answer was lost. It is now kept in the store for the task
+(`mail.server.parked_answers`) and handed to the owner's instance when it is loaded:
 
 - `test_a_peer_answer_after_a_restart_reaches_a_task_whose_owner_has_not_come_back`: the
-  answer of a peer whose agent already did the work is lost;
+  answer of a peer whose agent already did the work reaches the task, once;
 - `test_a_cut_back_retried_after_the_takeover_is_not_refused`: the router's retry of a
-  ``/back`` cut by a kill -9 after its message was stored is answered 404: the peer is told
-  its delivery failed although it was taken.
+  ``/back`` cut by a kill -9 after its message was stored is answered 200, and the message
+  is handed over once.
 
-Both pass once the owner has made any request after the restart. docs/interswarm.md says so.
-Found by an attack round on the interswarm retries; fixing it needs the answer kept in the
-store for the owner's instance, to be taken when the owner comes back (not done yet).
+Both failed (404) before. Found by an attack round on the interswarm retries.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.held_outcome import cut_by_kill_9, retry
+from tests.support.pg_schema import fetch_rows
 from tests.support.restarted_alpha import (
     Alpha,
     alpha_beside_peer,
@@ -39,14 +37,7 @@ from tests.support.restarted_alpha import (
 
 from server_fixtures import auth
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.xfail(
-        strict=True,
-        reason="a peer's /interswarm/back is refused 404 until the task's owner makes a "
-        "request after a restart (its instance needs the owner's API key)",
-    ),
-]
+pytestmark = [pytest.mark.timeout(300)]
 
 ANSWER_TEXT = "forty-two"
 
@@ -66,6 +57,19 @@ def _alice_asks_beta(alpha: Alpha) -> tuple[dict[str, Any], list[Any]]:
     (got,) = alpha.peer.wait_for(1)
     assert got["path"] == "/interswarm/forward", got
     return got["envelope"], answers
+
+
+def _wait_stored_as_sent_to_beta(alpha: Alpha, task_id: str) -> None:
+    """Until the task's record in the database names swarm-beta as a swarm it was sent to (a
+    task not stored yet is unknown after the kill: its user was never answered, and a peer's
+    answer to it is refused, rightly)."""
+    deadline = time.monotonic() + 30
+    while True:
+        rows = asyncio.run(fetch_rows(alpha.url, "SELECT * FROM tasks WHERE task_id = $1", task_id))
+        if rows and "swarm-beta" in str(dict(rows[0])):
+            return
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.05)
 
 
 def _alice_task(alpha: Alpha, task_id: str) -> dict[str, Any]:
@@ -90,6 +94,7 @@ def test_a_peer_answer_after_a_restart_reaches_a_task_whose_owner_has_not_come_b
 ) -> None:
     question, cut = _alice_asks_beta(alpha)
     task_id = question["payload"]["task_id"]
+    _wait_stored_as_sent_to_beta(alpha, task_id)
     alpha.kill_and_restart()  # while the task waits for beta's answer
     assert cut and isinstance(cut[0], httpx.HTTPError), cut
 

@@ -89,9 +89,14 @@ class FakePeer:
 
 
 class Alpha:
-    """swarm-alpha (alice's, PostgreSQL), restarted on the same port after a kill -9."""
+    """swarm-alpha (alice's, PostgreSQL; with no `url`, the default SQLite file in
+    `directory`), restarted on the same port after a kill -9. `settings`: more lines of its
+    ``[server.settings]``."""
 
-    def __init__(self, directory: Path, url: str, peer: FakePeer) -> None:
+    def __init__(
+        self, directory: Path, url: str | None, peer: FakePeer, settings: str = ""
+    ) -> None:
+        self.settings = settings
         (directory / "swarms.json").write_text(json.dumps(alpha_swarms()), encoding="utf-8")
         keys = directory / "registries" / "keys.json"
         self.keys = {
@@ -112,12 +117,12 @@ class Alpha:
         assert r.status_code == 200, r.text
 
     def start(self) -> ServerProcess:
-        config = write_config(self.directory, port=self.port, swarm="swarm-alpha", extra=TAKEOVER)
-        env = {
-            "DATABASE_URL": self.url,
-            "SWARM_AUTH_TOKEN_SWARM_BETA": "beta-token",
-            CALLS_ENV: str(self.calls),
-        }
+        config = write_config(
+            self.directory, port=self.port, swarm="swarm-alpha", extra=TAKEOVER + self.settings
+        )
+        env = {"SWARM_AUTH_TOKEN_SWARM_BETA": "beta-token", CALLS_ENV: str(self.calls)}
+        if self.url is not None:
+            env["DATABASE_URL"] = self.url
         return ServerProcess(
             self.directory, self.port, args=["--config", str(config)], env=env
         ).start()

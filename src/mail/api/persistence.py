@@ -111,6 +111,10 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
         if self._stored_queues is not None:
             self._stored_queues.update(keys)
 
+    def forget_queue(self, name: str) -> None:
+        """Remove a queue row of the instance, after every write queued before this one."""
+        self._put("delete_queue", name)
+
     def start(self) -> None:
         self._started = True
         if self._queue is not None and self._drain_task is None:

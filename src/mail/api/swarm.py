@@ -75,6 +75,8 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         self.user_id = user_id
         self.user_role = user_role
         self.swarm_registry = swarm_registry
+        # Peers' answers parked in the store for this instance (`attach_store` reads them).
+        self.parked_answers: dict[str, list[dict[str, Any]]] = {}
         # The registry this swarm was built with; `shutdown` stops its health checks. One
         # put in its place later (`mail server` gives every instance the server's own) is
         # shared, and outlives the instance.
@@ -437,6 +439,7 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         from mail.api.stored_tasks import load_open_snapshot
         from mail.core.runtime_durable import TaskJournal
         from mail.store.base import InstanceKey
+        from mail.store.lifecycle import PARKED_SUFFIX
 
         key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
         if load_finished:
@@ -451,6 +454,13 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         if persist_histories:
             journal = TaskJournal(self.runtime, observer.journal_changed, touch)
         restored = restore_snapshot(self.runtime, snapshot, journal)
+        # Peers' answers that came while this instance was not loaded (a server delivers them
+        # once it runs: `mail.server.parked_answers`), by task id.
+        self.parked_answers = {
+            name[: -len(PARKED_SUFFIX)]: list(items)
+            for name, items in snapshot.queues.items()
+            if name.endswith(PARKED_SUFFIX) and items
+        }
         observer.stored_queues(snapshot.queues)
         observer.start()
         self.runtime.observer = observer

@@ -53,6 +53,9 @@ class ServerSettings(_Section):
     # Times an interswarm request is sent again (same Idempotency-Key, within
     # interswarm_timeout) when it got no answer or a 502/503/504 (429/409 with Retry-After).
     interswarm_retries: int = Field(default=2, ge=0, le=20)
+    # Peers' answers kept per task while its owner's instance is not loaded (after a restart,
+    # until the owner's next request); more are 503 + Retry-After.
+    max_parked_answers_per_task: int = Field(default=100, ge=1)
     # Seconds between health checks of registered remote swarms.
     health_check_interval: float = Field(default=30.0, gt=0)
     # Agent turns one task may take (each run of it) before it is stopped with a

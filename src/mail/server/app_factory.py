@@ -27,6 +27,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from mail.config import ServerConfig, apply_cluster_env, cluster_enabled, load_config
 from mail.server import (
+    parked_answers,
     responses_bridge,
     routes_admin,
     routes_console,
@@ -243,6 +244,8 @@ async def _start_interswarm(state: ServerState) -> None:
 
     async def connect(swarm: Any) -> None:
         await interswarm.connect_instance(state, swarm)
+        # Peers' answers kept while this instance was not loaded (`parked_answers`).
+        await parked_answers.deliver(swarm)
 
     state.instances.on_create = connect
     logger.info("interswarm enabled for swarm '%s'", state.swarm_name)

@@ -159,6 +159,16 @@ class InstanceManager:
     def peek(self, role: str, caller_id: str) -> Instance | None:
         return self._instances.get((instance_kind(role), caller_id))
 
+    async def loaded(self, role: str, caller_id: str) -> Instance | None:
+        """The caller's instance when it is in memory or being loaded (then once it is);
+        None otherwise: nothing is created."""
+        key = (instance_kind(role), caller_id)
+        pending = self._creating.get(key)
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
+        return self._instances.get(key)
+
     def count(self, kind: str) -> int:
         return sum(1 for k in self._instances if k[0] == kind)
 

@@ -24,11 +24,12 @@ from mail.core.message import (
     parse_agent_address,
     parse_task_contributor,
 )
+from mail.server import parked_answers
 from mail.server.auth import Caller
 from mail.server.bodies import check_subject, positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.idempotency_guard import Ticket
-from mail.server.instances import Instance
+from mail.server.instances import Instance, instance_kind
 from mail.server.interswarm_bounds import check_envelope, check_user_message
 from mail.server.jsonio import JSONBody
 from mail.server.message_keys import take_task_key
@@ -75,8 +76,8 @@ def _runner(state: ServerState, caller: Caller) -> str:
     return f"swarm:{caller.id}@{state.swarm_name}"
 
 
-async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> Instance:
-    task_id = envelope["payload"]["task_id"]
+def _local_contributor(state: ServerState, envelope: dict[str, Any]) -> tuple[str, str, str]:
+    """``(role, id, contributor)`` of the task's first contributor of this swarm, or 404."""
     for contributor in [envelope["task_owner"], *envelope["task_contributors"]]:
         try:
             role, ident, swarm = parse_task_contributor(contributor)
@@ -86,11 +87,37 @@ async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> In
             continue
         if role not in ("admin", "user", "swarm"):
             raise BadRequest(f"invalid role: {role}")
-        inst = state.instances.peek(role, ident)
-        if inst is None:
-            raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
-        return inst
+        return role, ident, contributor
+    task_id = envelope["payload"]["task_id"]
     raise HTTPException(404, f"no mail instance found for task with id {echo(task_id)}")
+
+
+async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> Instance:
+    """The loaded instance of the task's first local contributor, or 404."""
+    role, ident, contributor = _local_contributor(state, envelope)
+    inst = await state.instances.loaded(role, ident)
+    if inst is None:
+        raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
+    return inst
+
+
+async def _instance_or_kept(
+    state: ServerState, envelope: dict[str, Any], direction: str
+) -> Instance | str:
+    """`_instance_for_back`; or, when that instance is not loaded (after a restart, until its
+    caller's next request), the task id once the envelope is kept in the store for it
+    (`mail.server.parked_answers`)."""
+    role, ident, contributor = _local_contributor(state, envelope)
+    inst = await state.instances.loaded(role, ident)
+    if inst is not None:
+        return inst
+    if state.finished is None:
+        raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
+    key = state.finished.key(instance_kind(role), ident)
+    kept = await parked_answers.park(state, key, envelope, direction)
+    # Loaded meanwhile (its caller came back while the envelope was being kept): handed to
+    # it here too, which it takes once (an instance drops a message it already holds).
+    return await state.instances.loaded(role, ident) or kept
 
 
 def _check_caller(state: ServerState, caller: Caller, envelope: dict[str, Any]) -> None:
@@ -145,7 +172,10 @@ async def receive(
     else:
         # /back, or a task we own coming back through /forward: the owner's instance (in
         # cluster mode the front end sends such envelopes to that instance's host).
-        inst = await _instance_for_back(state, envelope)
+        found = await _instance_or_kept(state, envelope, direction)
+        if isinstance(found, str):  # kept for the owner's instance, which is not loaded
+            return _delivered(state, caller, found)
+        inst = found
         claimed = None
         if state.finished is not None:
             # A task that left memory (it ended, or a restart stopped it while it waited for
@@ -166,6 +196,10 @@ async def receive(
     finally:
         if claimed is not None:
             release_task_claim(inst, claimed)
+    return _delivered(state, caller, task_id)
+
+
+def _delivered(state: ServerState, caller: Caller, task_id: Any) -> dict[str, Any]:
     return {
         "swarm": state.swarm_name,
         "task_id": task_id,

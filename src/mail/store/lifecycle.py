@@ -29,6 +29,9 @@ from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
 # States (the `state` a task record carries) of a task that neither runs nor waits.
 FINISHED_STATES = ("completed", "stopped")
 JOURNAL_SUFFIX = "::journal"  # a running task's journal row in task_queues (runtime_durable)
+# Peers' answers to a task whose owner's instance was not loaded when they came (after a
+# restart), kept until it is: `mail.server.parked_answers`.
+PARKED_SUFFIX = "::parked"
 # The tables that hold a task's rows (keyed by instance and task id), each with the column
 # whose bytes count as the task's, `tasks` last. A name that is not a table of the database
 # (missing, or a view over another layout) is skipped: a store keeps its events either one
@@ -96,13 +99,17 @@ def record_is_finished(record: dict[str, Any]) -> bool:
 
 
 def queue_keys(task_ids: Iterable[str]) -> list[str]:
-    """The task_queues keys of tasks: their stashed queue and their journal."""
+    """The task_queues keys of tasks: their stashed queue, their journal and their parked
+    answers (read, sized and removed with the task)."""
     ids = list(task_ids)
-    return ids + [t + JOURNAL_SUFFIX for t in ids]
+    return ids + [t + JOURNAL_SUFFIX for t in ids] + [t + PARKED_SUFFIX for t in ids]
 
 
 def task_of_queue_key(key: str) -> str:
-    return key[: -len(JOURNAL_SUFFIX)] if key.endswith(JOURNAL_SUFFIX) else key
+    for suffix in (JOURNAL_SUFFIX, PARKED_SUFFIX):
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    return key
 
 
 def cutoff_for(ttl: float, now: _dt.datetime | None = None) -> _dt.datetime:

@@ -1,0 +1,170 @@
+"""A peer's answer to a task whose owner's instance is not loaded: kept in the store until it is.
+
+After a restart a caller's instance is loaded again only when that caller makes a request
+(its API key becomes its agents' ``user_token``, and a peer does not have it). A peer's
+``POST /interswarm/back`` for one of that caller's tasks used to be refused 404 until then,
+and a peer's router does not send a 404 again: the answer was lost. Now, when the task is
+in the store, running or paused (a task that waits for a peer's answer is), the envelope is
+checked as the instance would check it (the task's owner, the swarms it was sent to, the
+subject), then kept in the task's ``task_queues`` row ``<task_id>::parked``
+(`PARKED_SUFFIX`), committed before the 200 that tells the peer it was delivered. When the
+owner's instance is loaded (its next request), each kept envelope is handed to it as the
+route would have, then the row is removed (after them, in the same write order: a crash in
+between hands them over again, and the instance drops an envelope whose message it already
+holds). A repeat of a kept envelope (a router's retry) is not kept twice.
+
+At most ``[server.settings] max_parked_answers_per_task`` envelopes are kept per task; past
+that a peer is answered 503 with ``Retry-After`` (its router tries again later). A task that is unknown, finished, or
+another caller's is refused as before (404, or the instance's own refusal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import HTTPException
+
+from mail.api.stored_tasks import record_is_open, task_from_snapshot
+from mail.core.runtime_durable import journal_key
+from mail.net.bridge_inbound import already_received
+from mail.net.trust import TrustError, check_existing_task, check_subject
+from mail.store.base import InstanceKey, InstanceSnapshot
+from mail.store.lifecycle import PARKED_SUFFIX
+from mail.utils.echo import echo
+
+logger = logging.getLogger("mail.server")
+
+# Seconds the store may take to commit a kept envelope before the peer is answered 503.
+COMMIT_TIMEOUT = 10.0
+RETRY_AFTER = 5
+
+_locks: dict[tuple[InstanceKey, str], asyncio.Lock] = {}
+
+
+@asynccontextmanager
+async def _task_lock(key: InstanceKey, task_id: str) -> AsyncIterator[None]:
+    """One keeping or handing over of a task's envelopes at a time (in this process)."""
+    slot = (key, task_id)
+    lock = _locks.setdefault(slot, asyncio.Lock())
+    try:
+        async with lock:
+            yield
+    finally:
+        if not lock.locked() and _locks.get(slot) is lock:
+            del _locks[slot]
+
+
+def _check(task: Any, envelope: dict[str, Any]) -> None:
+    """The instance's own checks of an envelope for an existing task, as HTTP errors."""
+    source = envelope["source_swarm"]
+    payload = envelope["payload"]
+    try:
+        check_existing_task(
+            source_swarm=source,
+            task_id=task.task_id,
+            task_owner=task.task_owner,
+            forwarded_to=task.remote_swarms,
+        )
+        if task.task_owner != envelope["task_owner"]:
+            raise TrustError(
+                f"task '{task.task_id}' here belongs to someone else: use another task id", 409
+            )
+        check_subject(payload.get("subject"), source_swarm=source)
+    except TrustError as exc:
+        logger.warning("refused interswarm answer from swarm '%s': %s", source, exc)
+        raise HTTPException(exc.status, str(exc)) from exc
+
+
+def _holds(snapshot: InstanceSnapshot, task: Any, message_id: str) -> bool:
+    """Whether the store has this message for the task already: kept here, pending in its
+    journal, or handed to an agent (its ``new_message`` event)."""
+    for item in snapshot.queues.get(task.task_id + PARKED_SUFFIX, []):
+        if item.get("envelope", {}).get("message_id") == message_id:
+            return True
+    for entry in snapshot.queues.get(journal_key(task.task_id), []):
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("id") == message_id:
+            return True
+    return already_received(None, task, message_id)
+
+
+async def park(state: Any, key: InstanceKey, envelope: dict[str, Any], direction: str) -> str:
+    """Keep `envelope` for the task of `key`'s instance (not loaded); its task id once it is
+    committed. 404 when the store does not have the task running or paused."""
+    task_id = envelope["payload"]["task_id"]
+    lifecycle = getattr(state.finished, "lifecycle", None)
+    if lifecycle is None:  # no store that outlives the instance
+        raise HTTPException(404, f"no mail instance found for task with id {echo(task_id)}")
+    async with _task_lock(key, task_id):
+        snapshot = await lifecycle.load_tasks(key, [task_id])
+        record = snapshot.tasks.get(task_id)
+        task = task_from_snapshot(snapshot, task_id)
+        if record is None or task is None:
+            raise HTTPException(404, f"task {echo(task_id)!r} is not known to this swarm")
+        _check(task, envelope)
+        if _holds(snapshot, task, envelope["message_id"]):
+            return task_id  # a repeat (a router's retry): kept or delivered already
+        if not record_is_open(record):  # an instance loads only running and paused tasks
+            raise HTTPException(
+                404, f"task {echo(task_id)!r} has ended and its owner's instance is not loaded"
+            )
+        kept = snapshot.queues.get(task_id + PARKED_SUFFIX, [])
+        if len(kept) >= state.config.settings.max_parked_answers_per_task:
+            raise HTTPException(
+                503,
+                f"task '{echo(task_id)}' already holds {len(kept)} answers waiting for its "
+                "owner to come back; try again later",
+                headers={"Retry-After": str(RETRY_AFTER)},
+            )
+        item = {"envelope": envelope, "direction": direction}
+        store = lifecycle.store
+        await store.save_queue(key, task_id + PARKED_SUFFIX, [*kept, item])
+        if not await store.flush(COMMIT_TIMEOUT):
+            raise HTTPException(
+                503,
+                "the store could not keep the answer (see GET /status); send it again",
+                headers={"Retry-After": str(RETRY_AFTER)},
+            )
+    logger.info(
+        "kept an answer from swarm '%s' for task %s until its owner's instance is loaded",
+        envelope["source_swarm"],
+        task_id,
+    )
+    return task_id
+
+
+async def deliver(swarm: Any) -> None:
+    """Hand the envelopes kept for a freshly loaded instance to it, then forget them."""
+    parked: dict[str, list[dict[str, Any]]] = getattr(swarm, "parked_answers", None) or {}
+    observer = getattr(swarm, "_store_observer", None)
+    if not parked or observer is None:
+        return
+    swarm.parked_answers = {}
+    from mail.net.bridge import InterswarmReceiveError
+
+    for task_id, items in parked.items():
+        async with _task_lock(observer.key, task_id):
+            for item in items:
+                envelope = item.get("envelope")
+                if not isinstance(envelope, dict):
+                    continue
+                try:
+                    swarm.accept_interswarm_message(envelope, item.get("direction", "back"))
+                except (InterswarmReceiveError, HTTPException, KeyError, ValueError) as exc:
+                    # The peer was told it was delivered; the operator's log says it was not.
+                    logger.warning(
+                        "an answer kept for task %s from swarm '%s' was refused when its "
+                        "owner's instance was loaded: %s",
+                        task_id,
+                        envelope.get("source_swarm"),
+                        exc,
+                    )
+            # Removed after what handing them over wrote (one write order): a crash before
+            # that hands them over again.
+            observer.forget_queue(task_id + PARKED_SUFFIX)
+        logger.info("handed %d kept answer(s) to task %s", len(items), task_id)
+    await swarm.flush_before_answer()
