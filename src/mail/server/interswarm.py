@@ -103,21 +103,21 @@ async def _instance_for_back(state: ServerState, envelope: dict[str, Any]) -> In
 
 async def _instance_or_kept(
     state: ServerState, envelope: dict[str, Any], direction: str
-) -> Instance | str:
-    """`_instance_for_back`; or, when that instance is not loaded (after a restart, until its
-    caller's next request), the task id once the envelope is kept in the store for it
-    (`mail.server.parked_answers`)."""
+) -> tuple[Instance | None, str | None]:
+    """``(instance, None)``: `_instance_for_back`'s. When that instance is not loaded (after a
+    restart, until its caller's next request), the envelope is kept in the store for it
+    (`mail.server.parked_answers`): ``(None, task id)``, or ``(instance, task id)`` when it
+    was loaded meanwhile (its caller came back while the envelope was being kept: handed to
+    it here too, which it takes once, as an instance drops a message it already holds)."""
     role, ident, contributor = _local_contributor(state, envelope)
     inst = await state.instances.loaded(role, ident)
     if inst is not None:
-        return inst
+        return inst, None
     if state.finished is None:
         raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
     key = state.finished.key(instance_kind(role), ident)
     kept = await parked_answers.park(state, key, envelope, direction)
-    # Loaded meanwhile (its caller came back while the envelope was being kept): handed to
-    # it here too, which it takes once (an instance drops a message it already holds).
-    return await state.instances.loaded(role, ident) or kept
+    return await state.instances.loaded(role, ident), kept
 
 
 def _check_caller(state: ServerState, caller: Caller, envelope: dict[str, Any]) -> None:
@@ -163,6 +163,7 @@ async def receive(
         )
     _check_caller(state, caller, envelope)
     owner_swarm = envelope["task_owner"].rpartition("@")[2]
+    kept = None
     if direction == "forward" and owner_swarm != state.swarm_name:
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
         # The peer's task here is the caller's: the per-caller bounds of a new task.
@@ -172,10 +173,10 @@ async def receive(
     else:
         # /back, or a task we own coming back through /forward: the owner's instance (in
         # cluster mode the front end sends such envelopes to that instance's host).
-        found = await _instance_or_kept(state, envelope, direction)
-        if isinstance(found, str):  # kept for the owner's instance, which is not loaded
-            return _delivered(state, caller, found)
-        inst = found
+        loaded, kept = await _instance_or_kept(state, envelope, direction)
+        if loaded is None:  # kept for the owner's instance, which is not loaded
+            return _delivered(state, caller, kept)
+        inst = loaded
         claimed = None
         if state.finished is not None:
             # A task that left memory (it ended, or a restart stopped it while it waited for
@@ -196,6 +197,8 @@ async def receive(
     finally:
         if claimed is not None:
             release_task_claim(inst, claimed)
+    if kept is not None:  # handed over here: its kept copy is not needed any more
+        parked_answers.forget(inst.swarm, kept)
     return _delivered(state, caller, task_id)
 
 
