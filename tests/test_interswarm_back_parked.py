@@ -175,9 +175,7 @@ def test_while_the_owner_is_away_answers_are_checked_and_bounded(alpha: Alpha) -
     _until(lambda: not _kept(alpha, task_id), "the kept answers were not removed once taken")
     r = alpha.get("alice", f"/task?task_id={task_id}")
     assert r.status_code == 200, r.text
-    received = [
-        e for e in r.json()["events"] if e.get("event") == "interswarm_message_received"
-    ]
+    received = [e for e in r.json()["events"] if e.get("event") == "interswarm_message_received"]
     assert len(received) == 2, received  # "one" and "two"; not the refused ones
     handed = json.dumps(r.json()["events"])
     first, second = (handed.find(a["message_id"]) for a in answers[:2])

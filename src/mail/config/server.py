@@ -56,6 +56,8 @@ class ServerSettings(_Section):
     # Peers' answers kept per task while its owner's instance is not loaded (after a restart,
     # until the owner's next request); more are 503 + Retry-After.
     max_parked_answers_per_task: int = Field(default=100, ge=1)
+    # ... and their bytes (as JSON); one answer bigger than this is 413.
+    max_parked_bytes_per_task: int = Field(default=8 * 1024 * 1024, ge=1024)
     # Seconds between health checks of registered remote swarms.
     health_check_interval: float = Field(default=30.0, gt=0)
     # Agent turns one task may take (each run of it) before it is stopped with a

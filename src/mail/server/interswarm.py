@@ -116,7 +116,7 @@ async def _instance_or_kept(
     if state.finished is None:
         raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
     key = state.finished.key(instance_kind(role), ident)
-    kept = await parked_answers.park(state, key, envelope, direction)
+    kept = await parked_answers.park(state, key, contributor, envelope, direction)
     return await state.instances.loaded(role, ident), kept
 
 

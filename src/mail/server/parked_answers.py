@@ -4,34 +4,48 @@ After a restart a caller's instance is loaded again only when that caller makes 
 (its API key becomes its agents' ``user_token``, and a peer does not have it). A peer's
 ``POST /interswarm/back`` for one of that caller's tasks used to be refused 404 until then,
 and a peer's router does not send a 404 again: the answer was lost. Now, when the task is
-in the store, running or paused (a task that waits for a peer's answer is), the envelope is
-checked as the instance would check it (the task's owner, the swarms it was sent to, the
-subject), then kept in the task's ``task_queues`` row ``<task_id>::parked``
-(`PARKED_SUFFIX`), committed before the 200 that tells the peer it was delivered. When the
-owner's instance is loaded (its next request), each kept envelope is handed to it as the
-route would have, then the row is removed (after them, in the same write order: a crash in
-between hands them over again, and the instance drops an envelope whose message it already
-holds). A repeat of a kept envelope (a router's retry) is not kept twice.
+in the store, running or paused (a task that waits for a peer's answer is), the envelope gets
+the checks the instance would make (`_check`: the task's owner, the swarms it was sent to,
+the sender, the contributors, the subject, the recipients; the instance's agents are read
+from the server's swarm template), then is kept in the task's ``task_queues`` row
+``<task_id>::parked`` (`PARKED_SUFFIX`), committed before the 200 that tells the peer it was
+delivered. When the owner's instance is loaded (its next request), each kept envelope is
+handed to it as the route would have, then the row is removed (after the journal of what
+they started, in the same write order: a crash in between hands them over again, and the
+instance drops an envelope whose message it already holds). A repeat of a kept envelope (a
+router's retry) is not kept twice. An envelope kept while the owner's instance was being
+loaded is handed to it by the route itself, which removes the row too.
 
-At most ``[server.settings] max_parked_answers_per_task`` envelopes are kept per task; past
-that a peer is answered 503 with ``Retry-After`` (its router tries again later). A task that is unknown, finished, or
-another caller's is refused as before (404, or the instance's own refusal).
+At most ``[server.settings] max_parked_answers_per_task`` envelopes, and
+``max_parked_bytes_per_task`` bytes of them, are kept per task; past either a peer is
+answered 503 with ``Retry-After`` (one envelope over the byte bound alone: 413). A task
+that is unknown or finished, or another caller's, is refused as before (404, or the
+instance's own refusal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException
 
 from mail.api.stored_tasks import record_is_open, task_from_snapshot
+from mail.core.message import parse_task_contributor
 from mail.core.runtime_durable import journal_key
-from mail.net.bridge_inbound import already_received
-from mail.net.trust import TrustError, check_existing_task, check_subject
+from mail.net.bridge import TASK_END_SUBJECTS
+from mail.net.bridge_inbound import (
+    already_received,
+    swarm_target_problem,
+    task_end,
+    user_target_problem,
+)
+from mail.net.trust import TrustError, check_existing_task, check_subject, peer_sender
+from mail.server.jsonio import dumps
 from mail.store.base import InstanceKey, InstanceSnapshot
 from mail.store.lifecycle import PARKED_SUFFIX
 from mail.utils.echo import echo
@@ -61,11 +75,42 @@ async def _task_lock(key: InstanceKey, task_id: str) -> AsyncIterator[None]:
             del _locks[slot]
 
 
-def _check(task: Any, envelope: dict[str, Any]) -> None:
-    """The instance's own checks of an envelope for an existing task, as HTTP errors."""
+@dataclass(frozen=True)
+class _SwarmView:
+    """What the instance's checks read of it (`mail.net.bridge_inbound.LocalSwarm`), from
+    the server's swarm template: the instance is not loaded."""
+
+    swarm_name: str
+    entrypoint: str
+    user_id: str
+    this_owner: str
+    agents: Mapping[str, Any]
+
+    def _is_local_swarm(self, swarm: str | None) -> bool:
+        return swarm is None or swarm == "" or swarm == self.swarm_name
+
+
+def _check(state: Any, owner: str, task: Any, envelope: dict[str, Any]) -> None:
+    """The instance's own checks of an envelope for an existing task (`InterswarmBridge.
+    receive`), as HTTP errors: an envelope it would refuse is not acknowledged as delivered.
+    `owner`: the contributor whose instance would take it."""
     source = envelope["source_swarm"]
     payload = envelope["payload"]
+    template = state.template
+    _, ident, _ = parse_task_contributor(owner)
+    view = _SwarmView(
+        swarm_name=state.swarm_name,
+        entrypoint=str(getattr(template, "entrypoint", "")),
+        user_id=ident,
+        this_owner=owner,
+        agents={agent.name: agent for agent in getattr(template, "agents", [])},
+    )
     try:
+        for contributor in [envelope["task_owner"], *envelope["task_contributors"]]:
+            try:
+                parse_task_contributor(contributor)
+            except ValueError as exc:
+                raise TrustError(str(exc), 400) from exc
         check_existing_task(
             source_swarm=source,
             task_id=task.task_id,
@@ -76,7 +121,13 @@ def _check(task: Any, envelope: dict[str, Any]) -> None:
             raise TrustError(
                 f"task '{task.task_id}' here belongs to someone else: use another task id", 409
             )
+        peer_sender(payload.get("sender"), source_swarm=source, task_owner=envelope["task_owner"])
         check_subject(payload.get("subject"), source_swarm=source)
+        if payload.get("subject") in TASK_END_SUBJECTS:  # (whom it was sent to is not known)
+            task_end(view, payload, source, envelope["task_owner"], direct=False)
+        problem = swarm_target_problem(view, payload) or user_target_problem(view, payload)
+        if problem is not None:
+            raise TrustError(problem, 400)
     except TrustError as exc:
         logger.warning("refused interswarm answer from swarm '%s': %s", source, exc)
         raise HTTPException(exc.status, str(exc)) from exc
@@ -95,7 +146,33 @@ def _holds(snapshot: InstanceSnapshot, task: Any, message_id: str) -> bool:
     return already_received(None, task, message_id)
 
 
-async def park(state: Any, key: InstanceKey, envelope: dict[str, Any], direction: str) -> str:
+def _check_room(
+    settings: Any, task_id: str, kept: list[dict[str, Any]], item: dict[str, Any]
+) -> None:
+    """413 for an answer bigger than a task may keep; 503 + Retry-After when the task keeps
+    as many answers, or as many bytes, as it may (``[server.settings]
+    max_parked_answers_per_task`` / ``max_parked_bytes_per_task``)."""
+    limit = settings.max_parked_bytes_per_task
+    size = len(dumps(item))
+    if size > limit:
+        raise HTTPException(
+            413,
+            f"the answer is {size} bytes; a task whose owner is away keeps at most {limit} "
+            "([server.settings] max_parked_bytes_per_task)",
+        )
+    held = sum(len(dumps(k)) for k in kept)
+    if len(kept) >= settings.max_parked_answers_per_task or held + size > limit:
+        raise HTTPException(
+            503,
+            f"task '{echo(task_id)}' already keeps {len(kept)} answers ({held} bytes) for its "
+            "owner, who has not come back since a restart; try again later",
+            headers={"Retry-After": str(RETRY_AFTER)},
+        )
+
+
+async def park(
+    state: Any, key: InstanceKey, owner: str, envelope: dict[str, Any], direction: str
+) -> str:
     """Keep `envelope` for the task of `key`'s instance (not loaded); its task id once it is
     committed. 404 when the store does not have the task running or paused."""
     task_id = envelope["payload"]["task_id"]
@@ -108,7 +185,7 @@ async def park(state: Any, key: InstanceKey, envelope: dict[str, Any], direction
         task = task_from_snapshot(snapshot, task_id)
         if record is None or task is None:
             raise HTTPException(404, f"task {echo(task_id)!r} is not known to this swarm")
-        _check(task, envelope)
+        _check(state, owner, task, envelope)
         if _holds(snapshot, task, envelope["message_id"]):
             return task_id  # a repeat (a router's retry): kept or delivered already
         if not record_is_open(record):  # an instance loads only running and paused tasks
@@ -116,14 +193,8 @@ async def park(state: Any, key: InstanceKey, envelope: dict[str, Any], direction
                 404, f"task {echo(task_id)!r} has ended and its owner's instance is not loaded"
             )
         kept = snapshot.queues.get(task_id + PARKED_SUFFIX, [])
-        if len(kept) >= state.config.settings.max_parked_answers_per_task:
-            raise HTTPException(
-                503,
-                f"task '{echo(task_id)}' already holds {len(kept)} answers waiting for its "
-                "owner to come back; try again later",
-                headers={"Retry-After": str(RETRY_AFTER)},
-            )
         item = {"envelope": envelope, "direction": direction}
+        _check_room(state.config.settings, task_id, kept, item)
         store = lifecycle.store
         await store.save_queue(key, task_id + PARKED_SUFFIX, [*kept, item])
         if not await store.flush(COMMIT_TIMEOUT):
@@ -169,7 +240,7 @@ async def deliver(swarm: Any) -> None:
                     )
             # Removed after what handing them over wrote (one write order): a crash before
             # that hands them over again.
-            observer.forget_queue(task_id + PARKED_SUFFIX)
+            _forget_after_journal(swarm, observer, task_id)
         logger.info("handed %d kept answer(s) to task %s", len(items), task_id)
     try:
         await swarm.flush_before_answer()
@@ -182,4 +253,14 @@ def forget(swarm: Any, task_id: str) -> None:
     instance (removed after what that wrote, in one write order)."""
     observer = getattr(swarm, "_store_observer", None)
     if observer is not None:
-        observer.forget_queue(task_id + PARKED_SUFFIX)
+        _forget_after_journal(swarm, observer, task_id)
+
+
+def _forget_after_journal(swarm: Any, observer: Any, task_id: str) -> None:
+    """Remove the task's kept row behind the journal entries of what was handed over: the
+    journal writes a changed task at the end of the loop's pass (sooner when the store
+    reads it at its batch), so it is written now, then the row's removal is queued."""
+    journal = getattr(swarm.runtime, "journal", None)
+    if journal is not None:
+        journal.flush()
+    observer.forget_queue(task_id + PARKED_SUFFIX)
