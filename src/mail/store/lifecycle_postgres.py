@@ -69,6 +69,12 @@ _BY_TASK = "(swarm_name, caller_role, caller_id, task_id) IN (SELECT * FROM unne
 _reachable = unavailable_when_unreachable("the stored tasks")
 
 
+def _wanted(table: str, task_ids: Sequence[str]) -> list[str]:
+    """The `_IDS` argument of `table`'s rows of these tasks: `task_queues` keeps a task's
+    rows under its id and suffixed keys (`queue_keys`), every other table under its id."""
+    return queue_keys(task_ids) if table == "task_queues" else list(task_ids)
+
+
 class PostgresLifecycle(TaskLifecycle):
     def _pool(self) -> Any:
         pool = self.store._pool  # type: ignore[attr-defined]
@@ -101,17 +107,16 @@ class PostgresLifecycle(TaskLifecycle):
     async def load_tasks(self, key: InstanceKey, task_ids: Sequence[str]) -> InstanceSnapshot:
         await self._settle()
         snapshot = InstanceSnapshot()
-        args = (*_key(key), queue_keys(task_ids))
         async with self._pool().acquire() as conn:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 sql = (
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_KEY} AND {_IDS} ORDER BY start_time"
                 )
-                for row in await conn.fetch(sql, *args):
+                for row in await conn.fetch(sql, *_key(key), list(task_ids)):
                     add_snapshot_row(snapshot, "tasks", row, _isoformat)
                 for table, columns, order in _SNAPSHOT_READS:
                     sql = f"SELECT {columns} FROM {table} WHERE {_KEY} AND {_IDS}{order}"
-                    for row in await conn.fetch(sql, *args):
+                    for row in await conn.fetch(sql, *_key(key), _wanted(table, task_ids)):
                         add_snapshot_row(snapshot, table, row, _isoformat)
         return snapshot
 
@@ -154,7 +159,6 @@ class PostgresLifecycle(TaskLifecycle):
             return {}
         await self._settle()
         sizes = dict.fromkeys(task_ids, 0)
-        args = (*_key(key), queue_keys(task_ids))
         async with self._pool().acquire() as conn:
             for table in await _tables(conn):
                 size = f"octet_length({TASK_CONTENT[table]}::text)"
@@ -162,7 +166,7 @@ class PostgresLifecycle(TaskLifecycle):
                     f"SELECT task_id, sum({size}) AS n FROM {table}"
                     f" WHERE {_KEY} AND {_IDS} GROUP BY task_id"
                 )
-                for row in await conn.fetch(sql, *args):
+                for row in await conn.fetch(sql, *_key(key), _wanted(table, task_ids)):
                     owner = task_of_queue_key(row["task_id"])
                     if owner in sizes:
                         sizes[owner] += int(row["n"] or 0)

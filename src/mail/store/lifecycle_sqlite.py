@@ -104,17 +104,22 @@ def _records(
     return out
 
 
+def _wanted(table: str, ids: list[str]) -> str:
+    """The `_IDS` argument of `table`'s rows of these tasks: `task_queues` keeps a task's
+    rows under its id and suffixed keys (`queue_keys`), every other table under its id."""
+    return json.dumps(queue_keys(ids) if table == "task_queues" else ids)
+
+
 def _load(conn: sqlite3.Connection, key: tuple[str, ...], ids: list[str]) -> InstanceSnapshot:
     snapshot = InstanceSnapshot()
-    wanted = json.dumps(queue_keys(ids))
     conn.execute("BEGIN")  # one consistent read
     try:
         sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_KEY} AND {_IDS} ORDER BY start_time"
-        for row in conn.execute(sql, (*key, wanted)):
+        for row in conn.execute(sql, (*key, json.dumps(ids))):
             add_snapshot_row(snapshot, "tasks", row, normalize_start_time)
         for table, columns, order in _SNAPSHOT_READS:
             sql = f"SELECT {columns} FROM {table} WHERE {_KEY} AND {_IDS}{order}"
-            for row in conn.execute(sql, (*key, wanted)):
+            for row in conn.execute(sql, (*key, _wanted(table, ids))):
                 add_snapshot_row(snapshot, table, row, normalize_start_time)
     finally:
         conn.execute("COMMIT")
@@ -151,14 +156,13 @@ def _save_summaries(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> No
 
 def _sizes(conn: sqlite3.Connection, key: tuple[str, ...], ids: list[str]) -> dict[str, int]:
     sizes = dict.fromkeys(ids, 0)
-    wanted = json.dumps(queue_keys(ids))
     for table in _tables(conn):
         column = TASK_CONTENT[table]
         sql = (
             f"SELECT task_id, sum(length(CAST({column} AS BLOB))) FROM {table}"
             f" WHERE {_KEY} AND {_IDS} GROUP BY task_id"
         )
-        for task_id, size in conn.execute(sql, (*key, wanted)):
+        for task_id, size in conn.execute(sql, (*key, _wanted(table, ids))):
             owner = task_of_queue_key(task_id)
             if owner in sizes:
                 sizes[owner] += int(size or 0)
@@ -175,7 +179,7 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> PruneReport:
         tasks = [(InstanceKey(*row[:3]), str(row[3])) for row in rows]
         for table in _tables(conn):
             args = [
-                (k.swarm_name, k.caller_role, k.caller_id, json.dumps(queue_keys([task_id])))
+                (k.swarm_name, k.caller_role, k.caller_id, _wanted(table, [task_id]))
                 for k, task_id in tasks
             ]
             before = conn.total_changes
