@@ -22,7 +22,7 @@ import httpx
 import pytest
 from tests.support.restarted_alpha import (
     Alpha,
-    FakePeer,
+    alpha_on_sqlite,
     answer_envelope,
     post_in_background,
 )
@@ -34,13 +34,8 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture
 def alpha(tmp_path: Path) -> Iterator[Alpha]:
-    peer = FakePeer()
-    made = Alpha(tmp_path, None, peer, settings="max_parked_answers_per_task = 2\n")
-    try:
+    with alpha_on_sqlite(tmp_path, settings="max_parked_answers_per_task = 2\n") as made:
         yield made
-    finally:
-        made.server.stop()
-        peer.close()
 
 
 def _rows(alpha: Alpha, sql: str, *args: Any) -> list[sqlite3.Row]:

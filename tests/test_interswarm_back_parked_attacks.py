@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.restarted_alpha import Alpha, FakePeer, answer_envelope
+from tests.support.restarted_alpha import Alpha, alpha_on_sqlite, answer_envelope
 from tests.test_interswarm_back_parked import (
     _alice_asks_beta_then_crash,
     _answer_of,
@@ -46,13 +46,8 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture
 def alpha(tmp_path: Path) -> Iterator[Alpha]:
-    peer = FakePeer()
-    made = Alpha(tmp_path, None, peer, settings="max_parked_bytes_per_task = 60000\n")
-    try:
+    with alpha_on_sqlite(tmp_path, settings="max_parked_bytes_per_task = 60000\n") as made:
         yield made
-    finally:
-        made.server.stop()
-        peer.close()
 
 
 def _refused_kinds(question: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -212,3 +212,16 @@ def alpha_beside_peer(directory: Path, schema_prefix: str) -> Iterator[Alpha]:
         finally:
             made.server.stop()
             peer.close()
+
+
+@contextlib.contextmanager
+def alpha_on_sqlite(directory: Path, settings: str = "") -> Iterator[Alpha]:
+    """`Alpha` on the default SQLite file in `directory` (as `mail server` keeps it) beside a
+    `FakePeer`, both stopped on exit; `settings`: more ``[server.settings]`` lines."""
+    peer = FakePeer()
+    made = Alpha(directory, None, peer, settings=settings)
+    try:
+        yield made
+    finally:
+        made.server.stop()
+        peer.close()
