@@ -26,7 +26,9 @@ measured in interleaved rounds and reported as the median of the rounds, with th
    `--rounds` says otherwise: one round's ratio moves by some 7 points; target: within 5%,
    with keys as MAILClient makes them, time-ordered; random version 4 keys, as a curl user
    may send, are measured beside them and reported),
-   next to its floor measured in the same run: the bare durable writes a keyed request needs
+   with what the server wrote per request for each kind (bytes and write calls, from /proc)
+   and the kernel's share of its CPU, next to its floor measured in the same run: the bare
+   durable writes a keyed request needs
    (its key row and its outcome row, each in a sqlite3 transaction of 16 rows as the task
    store's batches write them, in the server's file mode, on the bench's own thread), as a
    share of an unkeyed request's server CPU;
@@ -483,6 +485,18 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def io_and_split(pid: int) -> tuple[int, int, float]:
+    """A process's bytes written (to storage: its database's WAL and file, its logs), its
+    write calls (files and sockets), and the system (kernel) part of its CPU time so far:
+    the part of a request's cost that its own instructions do not show (Linux)."""
+    counts = dict(
+        line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines() if line
+    )
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    system = int(fields[12]) / os.sysconf("SC_CLK_TCK")
+    return int(counts["write_bytes"]), int(counts["syscw"]), system
+
+
 class StubServer:
     def __init__(
         self, workdir: Path, keys_file: Path, latency: float, access_log: bool, bare: bool = False
@@ -507,6 +521,10 @@ class StubServer:
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.proc.pid)
+
+    def io_and_split(self) -> tuple[int, int, float]:
+        """(bytes written, write calls, system CPU seconds) of the server so far (Linux)."""
+        return io_and_split(self.proc.pid)
 
     def close(self) -> None:
         stop(self.proc)
@@ -855,14 +873,22 @@ def idempotency_cost(
             rps: dict[str, list[float]] = {kind: [] for kind in kinds}
             cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
             lat: dict[str, list[float]] = {kind: [] for kind in kinds}
+            # Per request and round: bytes written, write calls, system CPU (`io_and_split`).
+            io: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}
             order = list(kinds)
             for turn in range(rounds):
                 # Each kind first, second and last equally often: ABC, CBA, BCA, ACB, CAB, BAC.
                 shifted = order[turn // 2 % 3 :] + order[: turn // 2 % 3]
                 for kind in shifted if turn % 2 == 0 else shifted[::-1]:
                     before = server.cpu_seconds()
+                    io_before = server.io_and_split()
                     got, latencies = measure(server, kind, 16, requests * 4, stream)
                     cpu[kind].append((server.cpu_seconds() - before) / (requests * 4))
+                    io_after = server.io_and_split()
+                    written, calls, system = (
+                        (b - a) / (requests * 4) for a, b in zip(io_before, io_after, strict=True)
+                    )
+                    io[kind].append((written, calls, system))
                     rps[kind].append(got)
                     lat[kind].extend(latencies)
                 if store == "sqlite":
@@ -872,6 +898,13 @@ def idempotency_cost(
                 print(
                     row(f"{what}, 16 clients, {label}", rps[kind], lat[kind])
                     + f"  server CPU {1000 * statistics.median(cpu[kind]):.3f} ms/request"
+                )
+            for kind, label in kinds.items():
+                written, calls, system = (statistics.median(v) for v in zip(*io[kind], strict=True))
+                print(
+                    f"    {label}: the server wrote {written / 1024:.1f} kB in {calls:.1f} write "
+                    f"calls per request; {1e6 * system:.0f} us of its CPU per request was system "
+                    "(kernel) time"
                 )
             unkeyed_us = 1e6 * statistics.median(cpu["raw"])
             for kind, ordered in (("raw+key", True), ("raw+key4", False)):
