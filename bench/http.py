@@ -25,7 +25,8 @@ measured in interleaved rounds and reported as the median of the rounds, with th
    interleaved rounds on one server (`--idempotency-only` runs just this, 8 rounds unless
    `--rounds` says otherwise: one round's ratio moves by some 7 points; target: within 5%,
    with keys as MAILClient makes them, time-ordered; random version 4 keys, as a curl user
-   may send, are measured beside them and reported),
+   may send, are measured beside them and reported; so is an A/A row, the unkeyed requests
+   sent again as a fourth kind: how far one run strays when there is no difference),
    with what the server wrote per request for each kind (bytes and write calls, from /proc)
    and the kernel's share of its CPU, next to its floor measured in the same run: the bare
    durable writes a keyed request needs
@@ -385,6 +386,7 @@ MAKERS: dict[str, Callable[[str, str], Any]] = {
     "raw": RawClient,
     "raw+key": partial(RawClient, keyed=True),
     "raw+key4": partial(RawClient, keyed=True, random_keys=True),
+    "raw-again": RawClient,  # the same as "raw": an A/A row (how far one run strays)
     "httpx": HttpxClient,
     "MAILClient": MAILClientAdapter,
 }
@@ -861,7 +863,12 @@ def idempotency_cost(
     )
     load_before = os.getloadavg()
     floor_file = workdir / "key-floor.db"
-    kinds = {"raw": "no key", "raw+key": "MAILClient's keys", "raw+key4": "random v4 keys"}
+    kinds = {
+        "raw": "no key",
+        "raw+key": "MAILClient's keys",
+        "raw+key4": "random v4 keys",
+        "raw-again": "no key, again (A/A)",
+    }
     floors: dict[bool, list[tuple[float, float]]] = {True: [], False: []}  # by `ordered`
     server = StubServer(workdir, keys_file, 0.0, access_log=True)
     try:
@@ -877,8 +884,9 @@ def idempotency_cost(
             io: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in kinds}
             order = list(kinds)
             for turn in range(rounds):
-                # Each kind first, second and last equally often: ABC, CBA, BCA, ACB, CAB, BAC.
-                shifted = order[turn // 2 % 3 :] + order[: turn // 2 % 3]
+                # Each kind in each place equally often (ABCD, DCBA, BCDA, ADCB, ...).
+                shift = turn // 2 % len(order)
+                shifted = order[shift:] + order[:shift]
                 for kind in shifted if turn % 2 == 0 else shifted[::-1]:
                     before = server.cpu_seconds()
                     io_before = server.io_and_split()
@@ -938,6 +946,14 @@ def idempotency_cost(
                     f"{100 * (cpu_ratio - 1):+.1f}% = floor + "
                     f"{100 * (cpu_ratio - 1) - floor_pct:.1f} points"
                 )
+            same = [k / p for k, p in zip(cpu["raw-again"], cpu["raw"], strict=True)]
+            low, high = median_interval(same)
+            print(
+                f"  {what}: A/A, no key vs the same requests again (how far one run strays with "
+                f"no difference at all): server CPU per request "
+                f"{100 * (statistics.median(same) - 1):+.1f}% (90% interval {100 * (low - 1):+.1f}% "
+                f"to {100 * (high - 1):+.1f}%)"
+            )
             if store != "sqlite":
                 print(f"  {what}: floor none (store {store}: no durable key write)")
     finally:
