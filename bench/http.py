@@ -32,7 +32,10 @@ measured in interleaved rounds and reported as the median of the rounds, with th
    durable writes a keyed request needs
    (its key row and its outcome row, each in a sqlite3 transaction of 16 rows as the task
    store's batches write them, in the server's file mode, on the bench's own thread), as a
-   share of an unkeyed request's server CPU;
+   share of an unkeyed request's server CPU; then the keyed JSON row again on a fresh server
+   whose 4 callers were each brought to their key bound first (10,000 live keys: where a
+   caller that keys every call ends up, each new key making room by forgetting old ones;
+   reported, no target);
 5. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the offline demo model needs no model
    library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
@@ -958,11 +961,54 @@ def idempotency_cost(
                 print(f"  {what}: floor none (store {store}: no durable key write)")
     finally:
         server.close()
+    at_the_bound(workdir, keys_file, measure, requests, rounds)
     load_after = os.getloadavg()
     print(
         f"  machine load (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/"
         f"{load_before[2]:.2f}, after {load_after[0]:.2f}/{load_after[1]:.2f}/"
         f"{load_after[2]:.2f} on {os.cpu_count()} CPUs"
+    )
+
+
+# `[server.settings] max_idempotency_keys_per_caller`'s default (`at_the_bound`).
+KEY_BOUND = 10_000
+
+
+def at_the_bound(workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: int) -> None:
+    """The keyed JSON row again where a caller that keys every call ends up: at its key
+    bound (10,000 live keys within the TTL), where each new key makes room by forgetting
+    the caller's oldest answered ones, a tenth of the bound at a time. A fresh server, each
+    of the 4 callers brought to the bound first, then interleaved rounds against unkeyed
+    requests on the same server (reported, no target)."""
+    server = StubServer(workdir, keys_file, 0.0, access_log=True)
+    try:
+        measure(server, "raw+key", 16, 4 * KEY_BOUND + 16 * 25, False)  # 4 callers, past it
+        rps: dict[str, list[float]] = {"raw": [], "raw+key": []}
+        cpu: dict[str, list[float]] = {"raw": [], "raw+key": []}
+        lat: dict[str, list[float]] = {"raw": [], "raw+key": []}
+        for turn in range(rounds):
+            for kind in ("raw", "raw+key") if turn % 2 == 0 else ("raw+key", "raw"):
+                before = server.cpu_seconds()
+                got, latencies = measure(server, kind, 16, requests * 4, False)
+                cpu[kind].append((server.cpu_seconds() - before) / (requests * 4))
+                rps[kind].append(got)
+                lat[kind].extend(latencies)
+    finally:
+        server.close()
+    for kind, label in (("raw", "no key"), ("raw+key", "MAILClient's keys")):
+        print(
+            row(f"json at the key bound, 16 clients, {label}", rps[kind], lat[kind])
+            + f"  server CPU {1000 * statistics.median(cpu[kind]):.3f} ms/request"
+        )
+    ratios = [k / p for k, p in zip(cpu["raw+key"], cpu["raw"], strict=True)]
+    low, high = median_interval(ratios)
+    rps_ratio = statistics.median(k / p for k, p in zip(rps["raw+key"], rps["raw"], strict=True))
+    print(
+        f"  json at the key bound (every caller holding {KEY_BOUND:,} keys first): MAILClient's "
+        f"keys vs none (medians of {rounds} paired ratios): requests/s "
+        f"{100 * (rps_ratio - 1):+.1f}%, server CPU per request "
+        f"{100 * (statistics.median(ratios) - 1):+.1f}% (90% interval of that median "
+        f"{100 * (low - 1):+.1f}% to {100 * (high - 1):+.1f}%)  (reported, no target)"
     )
 
 
