@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.support.buffered_key_store import buffered_key_store
 
 from mail.store.base import InstanceKey
 from mail.store.idempotency import KeyRecord
 from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore as Store
-from mail.store.sqlite import SqliteTaskStore
 
 ALICE = InstanceKey("s", "user", "alice")
 BOB = InstanceKey("s", "user", "bob")
@@ -22,15 +22,8 @@ NOW = 1_000_000.0
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    tasks = SqliteTaskStore(tmp_path / "mail.db")
-    await tasks.start()
-    opened = Store(tmp_path / "mail.db", tasks)
-    await opened.start()
-    try:
+    async with buffered_key_store(tmp_path / "mail.db", Store) as opened:
         yield opened
-    finally:
-        await opened.close()
-        await tasks.close()
 
 
 def record(at: float, ttl: float = 1000.0) -> KeyRecord:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.buffered_key_store import buffered_key_store
 from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
@@ -45,7 +46,6 @@ async def _with_work(where: Path) -> AsyncIterator[IdempotencyStore]:
     """The server's SQLite store, every take made as ``POST /message`` makes it: in memory,
     its row queued in the task store's buffer (`idempotency_sqlite_buffered`)."""
     from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
-    from mail.store.sqlite import SqliteTaskStore
 
     class WithWork(BufferedSqliteIdempotencyStore):
         async def take(
@@ -59,15 +59,8 @@ async def _with_work(where: Path) -> AsyncIterator[IdempotencyStore]:
         ) -> KeyRecord | None:
             return await self.take_with_work(scope, key, record, replace=replace, over=over)
 
-    tasks = SqliteTaskStore(where)
-    await tasks.start()
-    opened = WithWork(where, tasks)
-    await opened.start()
-    try:
+    async with buffered_key_store(where, WithWork) as opened:
         yield opened
-    finally:
-        await opened.close()
-        await tasks.close()
 
 
 @pytest.fixture(params=["memory", "sqlite", "sqlite-with-work", "postgres"])
