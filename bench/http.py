@@ -21,21 +21,26 @@ measured in interleaved rounds and reported as the median of the rounds, with th
    spread over 150 ms, as independent users arrive (reported, no target);
 3. the cost of the access log: 1 client, one server with its access log turned off and on
    between interleaved rounds: p50 latency and server CPU per request;
-4. the cost of `Idempotency-Key`: 16 clients, every request with a fresh key vs none,
-   interleaved rounds on one server (`--idempotency-only` runs just this, 8 rounds unless
-   `--rounds` says otherwise: one round's ratio moves by some 7 points; target: within 5%,
-   with keys as MAILClient makes them, time-ordered; random version 4 keys, as a curl user
-   may send, are measured beside them and reported; so is an A/A row, the unkeyed requests
-   sent again as a fourth kind: how far one run strays when there is no difference),
-   with what the server wrote per request for each kind (bytes and write calls, from /proc)
-   and the kernel's share of its CPU, next to its floor measured in the same run: the bare
-   durable writes a keyed request needs
-   (its key row and its outcome row, each in a sqlite3 transaction of 16 rows as the task
-   store's batches write them, in the server's file mode, on the bench's own thread), as a
-   share of an unkeyed request's server CPU; then the keyed JSON row again on a fresh server
-   whose 4 callers were each brought to their key bound first (10,000 live keys: where a
-   caller that keys every call ends up, each new key making room by forgetting old ones;
-   reported, no target);
+4. the cost of `Idempotency-Key`: 16 clients, every request with a fresh key vs none
+   (`--idempotency-only` runs just this, 8 rounds unless `--rounds` says otherwise). The
+   target (within 5% server CPU per request, JSON, keys as MAILClient makes them) is judged
+   side by side (`side_by_side`): two stub servers at once on one CPU, each loaded by its own
+   client process on another CPU, one sent keyed requests and the other unkeyed ones, the
+   kinds swapped every round (twice `--rounds` rounds), the ratio of the CPU time per
+   request summed over the rounds with its 90% bootstrap interval; an A/A run (no key on
+   either server) shows how far that method strays (within a point), and streams are
+   measured the same way (reported). Then, reported, the older measurement on one server,
+   kinds one after the other in interleaved rounds (this VM's speed moves by more than the
+   cost between two rounds: its A/A row strays by up to 18 points), with requests/s,
+   latency, what the server wrote per request for each kind (bytes and write calls, from
+   /proc) and the kernel's share of its CPU; random version 4 keys, as a curl user may send,
+   beside them; and the floor measured in the same run: the bare durable writes a keyed
+   request needs (its key row and its outcome row, each in a sqlite3 transaction of 16 rows
+   as the task store's batches write them, in the server's file mode, on the bench's own
+   thread), as a share of an unkeyed request's server CPU; then the keyed JSON row again on
+   a fresh server whose 4 callers were each brought to their key bound first (10,000 live
+   keys: where a caller that keys every call ends up, each new key making room by
+   forgetting old ones; reported, no target);
 5. `mail server` on the repository's demo swarm: start to first 200 on GET /health, and the
    latency of a POST /message sent 2 s after start (the offline demo model needs no model
    library); then the same first POST on a one-agent swarm on a real model name (LiteLLM, an
@@ -54,7 +59,8 @@ a refused request must not be counted as a fast one, and MAILClient runs with `r
 so that it does not retry one away unseen.
 
 `python bench/http.py --serve PORT KEYS DIR LATENCY ACCESS_LOG` is the stub server process,
-`--serve-bare PORT LATENCY` the floor's.
+`--serve-bare PORT LATENCY` the floor's, `--load URL KIND REQUESTS STREAM KEYS` a client
+process of the side-by-side measurement.
 """
 
 from __future__ import annotations
@@ -84,6 +90,12 @@ import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from functools import partial  # noqa: E402
 from typing import Any  # noqa: E402
+
+# This directory last on the path (first, its http.py would shadow the stdlib's): the helper
+# modules beside this file.
+sys.path.append(str(Path(__file__).resolve().parent))
+
+import side_by_side  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENTS = ("raw", "httpx", "MAILClient")
@@ -504,8 +516,15 @@ def io_and_split(pid: int) -> tuple[int, int, float]:
 
 class StubServer:
     def __init__(
-        self, workdir: Path, keys_file: Path, latency: float, access_log: bool, bare: bool = False
+        self,
+        workdir: Path,
+        keys_file: Path,
+        latency: float,
+        access_log: bool,
+        bare: bool = False,
+        cpu: int | None = None,
     ) -> None:
+        """`cpu`: pinned to that CPU, every thread of it (`side_by_side`)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (workdir / f"server-{self.port}.log").open("wb")
@@ -517,6 +536,7 @@ class StubServer:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=self.log,
             stderr=self.log,
+            preexec_fn=None if cpu is None else side_by_side.on_cpu(cpu),
         )
         try:
             wait_health(self.url, self.proc)
@@ -848,23 +868,81 @@ def key_write_floor(
     return 1e6 * spent[0] / count, 1e6 * spent[1] / count
 
 
-def idempotency_cost(
-    workdir: Path, keys_file: Path, measure: Any, requests: int, rounds: int
+def idempotency_side_by_side(
+    workdir: Path, keys_file: Path, keys: list[str], requests: int, rounds: int
 ) -> None:
-    """POST /message at 16 clients with a fresh Idempotency-Key per request vs without, on one
-    server, in rounds run back to back, the order turned each round (this VM's speed drifts;
-    each round's ratio cancels it). Keys as MAILClient makes them (time-ordered UUIDs: the
-    target's row) and random version 4 UUIDs (as curl users type them: reported). Reported:
+    """The target's measurement: keyed vs unkeyed POST /message at 16 clients on two
+    servers side by side, at once, on one CPU (`side_by_side`: what the machine does to one
+    server's CPU time in a round it does to the other's), the kinds swapped every round;
+    JSON with MAILClient's keys (the target), its A/A run, and streams (reported)."""
+    print(
+        f"Idempotency-Key cost, side by side (two stub servers at once, "
+        f"{side_by_side.describe_pinning()}; 16 clients over 4 users each, {requests} requests "
+        f"a server a round, {rounds} rounds, the kinds swapped every round; server CPU per "
+        "request, ratio of the sums over the rounds):"
+    )
+    servers = []
+    try:
+        for name in ("a", "b"):
+            directory = workdir / f"side-by-side-{name}"
+            directory.mkdir()
+            cpu = side_by_side.SERVER_CPU if side_by_side.pinning() else None
+            servers.append(StubServer(directory, keys_file, 0.0, access_log=True, cpu=cpu))
+        for server in servers:  # warm-up: instances, the key table
+            for kind in ("raw", "raw+key"):
+                for stream in (False, True):
+                    asyncio.run(load(kind, server.url, keys, 16, 160, stream))
+        rows = (
+            ("json", False, ("raw", "raw+key"), "MAILClient's keys vs none", True),
+            ("json", False, ("raw", "raw"), "A/A, no key on both servers", False),
+            ("stream", True, ("raw", "raw+key"), "MAILClient's keys vs none", False),
+        )
+        for what, stream, kinds, label, target in rows:
+
+            def client(url: str, kind: str, stream: bool = stream) -> list[str]:
+                streamed = "1" if stream else "0"
+                return [sys.executable, __file__, "--load", url, kind, str(requests), streamed,
+                        json.dumps(keys)]  # fmt: skip
+
+            paired = side_by_side.compare(servers, client, kinds, rounds, requests)
+            unkeyed = 1e6 * statistics.median(paired.a)
+            verdict = (
+                mark(paired.ratio() <= 1.05)
+                if target
+                else "  (how far the method strays with no difference)"
+                if kinds[0] == kinds[1]
+                else "  (reported, no target)"
+            )
+            print(
+                f"  {what}: {label}: server CPU per request {paired.summary()}; unkeyed "
+                f"{unkeyed:.0f} us a request" + verdict
+            )
+    finally:
+        for server in servers:
+            server.close()
+
+
+def idempotency_cost(
+    workdir: Path, keys_file: Path, keys: list[str], measure: Any, requests: int, rounds: int
+) -> None:
+    """POST /message at 16 clients with a fresh Idempotency-Key per request vs without: first
+    side by side (`idempotency_side_by_side`: the target), then on one server, in rounds run
+    back to back, the order turned each round (this VM's speed drifts by more than the cost
+    between two rounds: reported). Keys as MAILClient makes them (time-ordered UUIDs) and
+    random version 4 UUIDs (as curl users type them: reported). Reported:
     requests/s and the server's CPU time per request, medians of the rounds' ratios; CPU per
     request is the number to trust on a loaded machine. Next to them, the floor
     (`key_write_floor`, measured between the rounds of the same run): what the bare durable
     key write costs, as a share of an unkeyed request's CPU."""
     store = os.environ.get(STORE_VARIABLE, "sqlite")
-    print(
-        f"Idempotency-Key cost (raw client, 16 clients over 4 users, stub swarm, store {store}; "
-        f"{rounds} interleaved rounds per row):"
-    )
     load_before = os.getloadavg()
+    idempotency_side_by_side(workdir, keys_file, keys, requests * 4, 2 * rounds)
+    print(
+        f"Idempotency-Key cost on one server, kinds one after the other (raw client, 16 "
+        f"clients over 4 users, stub swarm, store {store}; {rounds} interleaved rounds per row; "
+        "reported: requests/s, latency and what was written; the machine's drift shows in "
+        "the A/A row):"
+    )
     floor_file = workdir / "key-floor.db"
     kinds = {
         "raw": "no key",
@@ -925,7 +1003,11 @@ def idempotency_cost(
                 ratios = [k / p for k, p in zip(cpu[kind], cpu["raw"], strict=True)]
                 cpu_ratio = statistics.median(ratios)
                 low, high = median_interval(ratios)
-                target = mark(cpu_ratio <= 1.05) if ordered else "  (reported, no target)"
+                target = (
+                    "  (reported: the target is judged side by side, above)"
+                    if ordered
+                    else "  (reported, no target)"
+                )
                 print(
                     f"  {what}: {kinds[kind]} vs none (medians of {rounds} paired ratios): "
                     f"requests/s {100 * (rps_ratio - 1):+.1f}%, server CPU per request "
@@ -1031,7 +1113,7 @@ def run(requests: int, skip_startup: bool, only: str | None = None, rounds: int 
             startup(workdir)
             return
         if only == "idempotency":
-            idempotency_cost(workdir, keys_file, measure, requests, rounds)
+            idempotency_cost(workdir, keys_file, keys, measure, requests, rounds)
             return
         print(
             "POST /message, supervisor + 3 workers (3 agent calls per task), kept-alive "
@@ -1098,7 +1180,7 @@ def run(requests: int, skip_startup: bool, only: str | None = None, rounds: int 
 
         access_log_cost(workdir, keys_file, measure, requests)
 
-        idempotency_cost(workdir, keys_file, measure, requests, rounds)
+        idempotency_cost(workdir, keys_file, keys, measure, requests, rounds)
 
         if not skip_startup:
             startup(workdir)
@@ -1136,6 +1218,10 @@ def startup(workdir: Path, runs: int = 3) -> None:
 def main() -> None:
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve-bare":
         serve_bare(int(sys.argv[2]), float(sys.argv[3]))
+        return
+    if len(sys.argv) >= 2 and sys.argv[1] == "--load":  # a client process (`side_by_side`)
+        url, kind, total, stream, keys = sys.argv[2:7]
+        asyncio.run(load(kind, url, json.loads(keys), 16, int(total), stream == "1"))
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6] == "1")
