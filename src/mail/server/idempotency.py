@@ -194,6 +194,11 @@ def idempotent(
                     raise
                 if not isinstance(response, Response):
                     response = Response(dumps(response), media_type="application/json")
+                if not ticket.taken or (
+                    lazy_outcome and ticket.answered_by_task and hasattr(response, "body")
+                ):
+                    ticket.leave()  # (`Ticket.finish`'s usual cases, with no coroutine)
+                    return response
                 return await ticket.finish(response, lazy=lazy_outcome)
             ticket.leave()
             return in_progress()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -31,6 +32,11 @@ try:  # not a declared dependency: used when the environment has it (as mail.ser
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
+
+
+# A key as clients send it: an sf-string of printable ASCII with nothing escaped (no quote,
+# no backslash inside), blanks around it allowed; `key_of` takes it with one match.
+_PLAIN_KEY = re.compile(rb'[ \t]*"([ !#-\[\]-~]+)"[ \t]*')
 
 
 def key_fields(request: Request) -> list[bytes]:
@@ -56,15 +62,17 @@ def key_of(fields: list[bytes], max_length: int) -> str | None:
     """
     if not fields:
         return None
+    if len(fields) == 1:
+        plain = _PLAIN_KEY.fullmatch(fields[0])
+        if plain is not None:  # the usual key, e.g. a UUID in quotes
+            usual = plain.group(1).decode("ascii")
+            if not max_length or len(usual) <= max_length:
+                return usual
     if len(fields) > 1:
         raise BadRequest(f"send one Idempotency-Key header, not {len(fields)} (see {DOCS})")
     raw = fields[0].decode("latin-1").strip()  # (latin-1: as Starlette decodes headers)
     if raw.startswith('"'):
-        inner = raw[1:-1]
-        if len(raw) >= 2 and raw[-1] == '"' and '"' not in inner and "\\" not in inner:
-            key: str | None = inner  # no escapes: the usual key (a UUID)
-        else:
-            key = _sf_string(raw)
+        key: str | None = _sf_string(raw)  # (the usual key was matched above)
     else:
         key = raw
     if not key or not (key.isascii() and key.isprintable()):

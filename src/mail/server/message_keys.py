@@ -73,7 +73,9 @@ async def key_stored(ticket: Ticket | None) -> None:
     answer is best effort (skipped during an outage, given up after a few seconds), this one
     waits, and refuses the request (StoreUnavailableError: 503) when the key is not stored."""
     if ticket is not None and ticket.taken and ticket.with_work:
-        await ticket.guard.store.settle(ticket.scope, ticket.key)
+        store = ticket.guard.store
+        if not store.settled(ticket.scope, ticket.key):  # (committed: the usual case)
+            await store.settle(ticket.scope, ticket.key)
 
 
 def answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket: Ticket) -> None:

@@ -143,6 +143,11 @@ class IdempotencyStore(abc.ABC):
         Raises StoreUnavailableError when they cannot be (an outage); a no-op where every
         take commits on its own."""
 
+    def settled(self, scope: InstanceKey, key: str) -> bool:
+        """Whether `settle(scope, key)` has nothing to wait for (no await); True where every
+        take commits on its own."""
+        return True
+
     def let_go(self, scope: InstanceKey, key: str) -> None:  # noqa: B027 - optional
         """The request that took `key` is over here (answered, streamed, or refused)."""
 

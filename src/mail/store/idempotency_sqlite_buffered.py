@@ -40,7 +40,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.base import InstanceKey, StoreUnavailableError, to_json
 from mail.store.idempotency import KeyRecord, take_row
 from mail.store.idempotency_schema import TABLE
 from mail.store.idempotency_sqlite import SqliteIdempotencyStore
@@ -96,6 +96,8 @@ _COUNT_ALL = (
     f"SELECT count(*) FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
 )
 _FORGET = f"DELETE FROM {TABLE} WHERE rowid = ?"
+# `_unsettled`'s answer for a key it does not hold (`settled`).
+_SETTLED = -1
 # Seconds a read waits for the task store's buffer to be committed before it.
 FLUSH_TIMEOUT = 30.0
 
@@ -142,15 +144,22 @@ class KeyFilter:
 
     def add(self, key: str) -> bool:
         """Add `key`; whether the table may have had it already (what `in` would have said),
-        in one pass: the keyed request's hot path asks and adds at once."""
-        print_ = _fingerprint(key)
-        spot = self._spot(print_)
+        in one pass: the keyed request's hot path asks and adds at once (`_fingerprint` and
+        `_spot`, inline)."""
+        print_ = (hash(key) & 0xFFFF_FFFF) or 1
         slots = self.slots
-        if slots[spot]:
-            return True
+        mask = self.mask
+        spot = print_ & mask
+        while True:
+            seen = slots[spot]
+            if seen == print_:
+                return True
+            if not seen:
+                break
+            spot = (spot + 1) & mask
         slots[spot] = print_
         self.count += 1
-        if 2 * self.count > self.mask:
+        if 2 * self.count > mask:
             self._grow()
         return False
 
@@ -260,6 +269,20 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             )
         await self._settle()
 
+    def settled(self, scope: InstanceKey, key: str) -> bool:
+        """Whether the key's row is committed (or was never queued), known with no await: the
+        usual case once its task answered, as the task store committed the key with the
+        task's first writes. False: `await settle(scope, key)`."""
+        taken = (_scope(scope), key)
+        mark = self._unsettled.get(taken, _SETTLED)
+        if mark is _SETTLED:
+            return True
+        buffer = self._buffer
+        if mark is not None and buffer is not None and buffer.written(mark):
+            del self._unsettled[taken]
+            return True
+        return False
+
     async def _keys_of(self, scope: InstanceKey) -> KeyFilter:
         """The caller's set of keys (read from the file on first use)."""
         owner = _scope(scope)
@@ -343,9 +366,22 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             return False
         if known.add(key):
             return False
-        # `_queued`, inline (the keyed request's hot path): the row straight into the task
-        # store's buffer, as its `write_nowait` would put it (`key_row_write`).
-        row = (*take_row(owner, key, record), None, None, None)
+        # `_queued`, inline (the keyed request's hot path): the row (`take_row`'s columns, no
+        # outcome yet) straight into the task store's buffer, as its `write_nowait` would
+        # put it (`key_row_write`).
+        row = (
+            *owner,
+            key,
+            record.fingerprint,
+            record.subject,
+            to_json(record.context),
+            record.holder,
+            record.created_at,
+            record.expires_at,
+            None,
+            None,
+            None,
+        )
         if not buffer.try_put(SqlWrite(KEY_ROW_KIND, row)):
             return False  # full: an outage
         if known.count > known.limit:  # (`full`) read again from the file

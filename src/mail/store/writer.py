@@ -90,7 +90,9 @@ class WriteBehindBuffer(Generic[T]):
         self.name = name
 
         self._queue: deque[T] = deque()
-        self._submitted = 0  # items ever accepted
+        # Items ever accepted: a mark for `written` (a plain attribute: read on every keyed
+        # request's take, `idempotency_sqlite_buffered`).
+        self.submitted = 0
         self._done = 0  # items written (or dropped as poison)
         self._changed = asyncio.Condition()  # room in the queue (submit's backpressure)
         self._room_waiters = 0
@@ -114,7 +116,7 @@ class WriteBehindBuffer(Generic[T]):
     # -- public API ----------------------------------------------------------------------
     @property
     def pending(self) -> int:
-        return self._submitted - self._done
+        return self.submitted - self._done
 
     def stalled_for(self) -> float:
         """Seconds the batch being written has waited without failing (0 while idle or
@@ -168,11 +170,6 @@ class WriteBehindBuffer(Generic[T]):
         if not self.try_put(item):
             raise RuntimeError(f"{self.name}: {self.max_pending} writes already waiting")
 
-    @property
-    def submitted(self) -> int:
-        """How many items were ever accepted: a mark for `written`."""
-        return self._submitted
-
     def written(self, mark: int) -> bool:
         """Every item accepted up to `mark` (a `submitted` value) is written."""
         return self._done >= mark
@@ -188,7 +185,7 @@ class WriteBehindBuffer(Generic[T]):
         if waiting >= self.max_pending:
             return False
         queue.append(item)
-        self._submitted += 1
+        self.submitted += 1
         if not waiting:
             self._has_items.set()
         if self._flush_waiters or waiting + 1 >= self.max_batch:
@@ -197,7 +194,7 @@ class WriteBehindBuffer(Generic[T]):
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted before this call is written."""
-        target = self._submitted
+        target = self.submitted
         if self._done >= target:
             return True
         if not self.running:
