@@ -125,12 +125,12 @@ async def test_take_now_takes_only_a_key_it_can_tell_is_new(tmp_path: Path) -> N
     try:
         assert not keys.take_now(ALICE, "k0", _record("task-0"))  # the caller's keys unread
         assert await keys.take_with_work(ALICE, "k0", _record("task-0")) is None
-        assert keys.settled(ALICE, "k0")  # committed on its own
+        assert keys.settled(ALICE, "never-taken")  # nothing of it queued: nothing to wait for
         assert keys.take_now(ALICE, "k1", _record("task-1"))  # new: queued, not awaited
         assert keys.carried(ALICE, "k1")
         # Queued, not committed (the batch waits 30 s): an answer naming its task must wait.
-        assert not keys.settled(ALICE, "k1")
-        assert _rows(path, "SELECT idem_key FROM idempotency_keys") == [("k0",)]
+        assert not keys.settled(ALICE, "k1") and not keys.settled(ALICE, "k0")
+        assert _rows(path, "SELECT idem_key FROM idempotency_keys") == []
         await tasks.upsert_task(ALICE, {"task_id": "task-1", "task_owner": "alice"})
         await keys.settle(ALICE, "k1")
         assert keys.settled(ALICE, "k1")

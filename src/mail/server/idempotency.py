@@ -161,7 +161,13 @@ def idempotent(
             if request is None:
                 request = _request_of(args, kwargs)
             fields = key_fields(request)
-            if not fields or (guard := getattr(server_state(request), "idempotency", None)) is None:
+            if not fields:
+                return await endpoint(*args, **kwargs)
+            box = request.scope["app"].state  # (`server_state`, inline)
+            values = getattr(box, "_state", None)
+            state = values.get("mail") if type(values) is dict else getattr(box, "mail", None)
+            guard = getattr(state, "idempotency", None)
+            if guard is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")
             who = given if isinstance(given, Caller) else await caller(request)

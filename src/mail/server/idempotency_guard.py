@@ -144,16 +144,27 @@ class IdempotencyGuard:
         self._reserved[owner] = self._reserved.get(owner, 0) + 1
         return True
 
-    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+    def take_now(
+        self,
+        scope: InstanceKey,
+        key: str,
+        fingerprint: str,
+        subject: str | None,
+        context: dict[str, Any],
+        now: float,
+    ) -> bool:
         """The usual keyed request's take, whole, with no await: the caller holds fewer than
-        `max_keys` keys as counted and the store takes the key at once (`take_now`: a new
-        key of ``POST /message`` on SQLite); the key is counted. False: nothing was done
+        `max_keys` keys as counted and the store takes the key at once (`take_fields_now`: a
+        new key of ``POST /message`` on SQLite); the key is counted. False: nothing was done
         (`Ticket.take`'s general path: `reserve`, the store's `take_with_work`...)."""
         owner = (scope.caller_role, scope.caller_id)
         count = self._counts.get(owner) if self.max_keys else 0
         if count is None or (self.max_keys and count >= self.max_keys):
             return False
-        if not self.store.take_now(scope, key, record):
+        taken = self.store.take_fields_now(
+            scope, key, fingerprint, subject, context, self.holder, now, now + self.ttl
+        )
+        if not taken:
             return False
         if self.max_keys:  # (`reserve` then `unreserve(stored=True)`, with nothing between)
             self._counts[owner] = count + 1
@@ -362,22 +373,28 @@ class Ticket:
         """Commit the key (with what the work is) before the work starts; 409/422/429 when
         it cannot be taken (then nothing may start)."""
         now = time.time()
+        guard = self.guard
+        if context is None:
+            context = {}  # (the caller's own, fresh)
+        if (
+            self.with_work
+            and not self.takeover
+            and guard.take_now(self.scope, self.key, self.fingerprint, subject, context, now)
+        ):
+            self.taken = self.carried = True
+            pending = self.pending
+            pending.subject, pending.context = subject, context
+            if time.monotonic() >= guard._next_sweep:  # (`taken`, inline)
+                guard.taken(self.scope)
+            return
         record = KeyRecord(
             self.fingerprint,
             now,
-            now + self.guard.ttl,
+            now + guard.ttl,
             subject=subject,
-            context=context if context is not None else {},  # (the caller's own, fresh)
-            holder=self.guard.holder,
+            context=context,
+            holder=guard.holder,
         )
-        guard = self.guard
-        if self.with_work and not self.takeover and guard.take_now(self.scope, self.key, record):
-            self.taken = self.carried = True
-            pending = self.pending
-            pending.subject, pending.context = subject, record.context
-            if time.monotonic() >= self.guard._next_sweep:  # (`taken`, inline)
-                self.guard.taken(self.scope)
-            return
         counted = not self.takeover  # a slot of the bound reserved (before any await)
         if counted and not self.guard.reserve(self.scope):
             try:

@@ -93,7 +93,7 @@ def answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket:
     ):
         return
     if ticket.carried:  # (`task_is_outcome`, inline: the keyed request's hot path)
-        task = inst.swarm.get_task_by_id(req.task_id or "")
+        task = inst.swarm.runtime.mail_tasks.get(req.task_id or "")
         ticket.answered_by_task = task is not None and not task.is_running
     else:
         ticket.answered_by_task = task_is_outcome(inst, req, ticket)

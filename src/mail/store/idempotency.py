@@ -133,6 +133,30 @@ class IdempotencyStore(abc.ABC):
         """`take_with_work` at once, when the store can tell with no await that the key is
         free and store it so (the SQLite server's buffered keys); False: nothing was done,
         the caller awaits `take_with_work`."""
+        return self.take_fields_now(
+            scope,
+            key,
+            record.fingerprint,
+            record.subject,
+            record.context,
+            record.holder,
+            record.created_at,
+            record.expires_at,
+        )
+
+    def take_fields_now(
+        self,
+        scope: InstanceKey,
+        key: str,
+        fingerprint: str,
+        subject: str | None,
+        context: dict[str, Any],
+        holder: str,
+        created_at: float,
+        expires_at: float,
+    ) -> bool:
+        """`take_now` of the record these fields make (no record made: the keyed request's
+        hot path, `IdempotencyGuard.take_now`)."""
         return False
 
     async def settle(  # noqa: B027 - optional

@@ -348,7 +348,17 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             return await self._take_alone(scope, key, record, replace=replace, over=over)
         return None
 
-    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+    def take_fields_now(
+        self,
+        scope: InstanceKey,
+        key: str,
+        fingerprint: str,
+        subject: str | None,
+        context: dict[str, Any],
+        holder: str,
+        created_at: float,
+        expires_at: float,
+    ) -> bool:
         """The usual case of `take_with_work`, with no await: the caller's filter is loaded
         and does not have the key (so the file does not), and its row goes into the buffer.
         False otherwise, with nothing written (the key may be in the filter now: then
@@ -357,7 +367,10 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         known = self._known.get(owner)
         buffer = self._buffer
         if known is None or buffer is None:
-            return known is not None and self._take_queued(scope, owner, known, key, record)
+            if known is None:
+                return False
+            record = KeyRecord(fingerprint, created_at, expires_at, subject, context, holder)
+            return self._take_queued(scope, owner, known, key, record)
         # The task store's `is_degraded` (an outage, or a batch stalled for seconds), asked
         # only while its buffer is failing or writing: idle, it is neither.
         if buffer.outage_since is not None or (
@@ -372,12 +385,12 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         row = (
             *owner,
             key,
-            record.fingerprint,
-            record.subject,
-            to_json(record.context),
-            record.holder,
-            record.created_at,
-            record.expires_at,
+            fingerprint,
+            subject,
+            to_json(context),
+            holder,
+            created_at,
+            expires_at,
             None,
             None,
             None,
