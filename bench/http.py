@@ -29,7 +29,8 @@ measured in interleaved rounds and reported as the median of the rounds, with th
    kinds swapped every round (twice `--rounds` rounds), the ratio of the CPU time per
    request summed over the rounds with its 90% bootstrap interval; an A/A run (no key on
    either server) shows how far that method strays (within a point), and streams are
-   measured the same way (reported). Then, reported, the older measurement on one server,
+   measured the same way (reported); beside the target row, its floor (the bare key row,
+   below) as a share of an unkeyed request's CPU side by side. Then, reported, the older measurement on one server,
    kinds one after the other in interleaved rounds (this VM's speed moves by more than the
    cost between two rounds: its A/A row strays by up to 18 points), with requests/s,
    latency, what the server wrote per request for each kind (bytes and write calls, from
@@ -917,9 +918,26 @@ def idempotency_side_by_side(
                 f"  {what}: {label}: server CPU per request {paired.summary()}; unkeyed "
                 f"{unkeyed:.0f} us a request" + verdict
             )
+            if target and os.environ.get(STORE_VARIABLE, "sqlite") == "sqlite":
+                side_by_side_floor(workdir, unkeyed, paired.ratio())
     finally:
         for server in servers:
             server.close()
+
+
+def side_by_side_floor(workdir: Path, unkeyed_us: float, ratio: float) -> None:
+    """The target row's floor, measured right after it (the servers idle): the bare durable
+    key row a keyed request needs (`key_write_floor`, time-ordered keys), as a share of an
+    unkeyed request's server CPU side by side."""
+    path = workdir / "side-by-side-floor.db"
+    key_write_floor(path, 100)  # warm-up: the file, the imports
+    take = statistics.median(key_write_floor(path, ordered=True)[0] for _ in range(8))
+    share = 100 * take / unkeyed_us
+    print(
+        f"    floor (bare sqlite3 key rows in transactions of 16, the server's file mode, "
+        f"medians of 8): key row {take:.1f} us = {share:.1f}% of an unkeyed request's CPU; "
+        f"measured cost {100 * (ratio - 1):+.1f}% = floor + {100 * (ratio - 1) - share:.1f} points"
+    )
 
 
 def idempotency_cost(
