@@ -275,7 +275,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         task's first writes. False: `await settle(scope, key)`."""
         taken = (_scope(scope), key)
         mark = self._unsettled.get(taken, _SETTLED)
-        if mark is _SETTLED:
+        if mark == _SETTLED:
             return True
         buffer = self._buffer
         if mark is not None and buffer is not None and buffer.written(mark):
