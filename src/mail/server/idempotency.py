@@ -49,12 +49,8 @@ from fastapi import Request
 from starlette.responses import Response
 
 from mail.server.auth import Caller, caller_admin_or_user, server_state
-from mail.server.idempotency_guard import (
-    IdempotencyGuard,
-    KeyHeld,
-    Ticket,
-    start_guard,
-)
+from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld, Ticket
+from mail.server.idempotency_start import start_guard
 from mail.server.idempotency_wire import (
     REPLAYED_HEADER,
     fingerprint,
