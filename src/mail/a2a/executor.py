@@ -9,9 +9,12 @@ with a data part saying what to send back (``mapping.pause_payload``). What ``PO
 refuses (400, 404, 409, 413, 429) becomes ``rejected`` with the same explanation; a task error
 or timeout ``failed``.
 
-Cancelling is the request handler's (``mail.a2a.handler``): it stops the MAIL task first and
-marks the A2A task ``cancelling`` here, so that from then on ``execute`` writes nothing more of
-its own (its answer, a rejection) and ``cancel`` alone writes the ``canceled`` state.
+Cancelling is the request handler's (``mail.a2a.handler``): it marks the A2A task
+``cancelling`` here, then stops the MAIL task. While a cancel is in flight ``execute`` sends no
+progress, and before it writes a state of its own (its answer, a rejection) it waits for the
+cancel to decide: one that stopped the task writes ``canceled`` alone, one that found the work
+already done is refused and ``execute`` ends the task with its own answer (never left
+``working``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,13 +79,28 @@ def caller_of(context: Any) -> Any:
     return caller
 
 
+class Cancel:
+    """One cancel of an A2A task in flight: undecided, then whether it ends the task."""
+
+    __slots__ = ("decided", "stops")
+
+    def __init__(self) -> None:
+        self.decided = asyncio.Event()
+        self.stops = False
+
+    def decide(self, stops: bool) -> None:
+        if not self.decided.is_set():
+            self.stops = stops
+            self.decided.set()
+
+
 class MAILAgentExecutor(AgentExecutor):
     def __init__(self, state: Callable[[], Any]) -> None:
         self._state = state
-        # A2A task ids whose `execute` is in flight, and those a cancel is ending (counted:
-        # two cancels of one task may overlap).
+        # A2A task ids whose `execute` is in flight, and the cancels in flight per task (two
+        # cancels of one task may overlap).
         self._running: set[str] = set()
-        self._cancelling: Counter[str] = Counter()
+        self._cancelling: dict[str, list[Cancel]] = {}
         # Running A2A task ids -> set once their message is in MAIL (or `execute` ended).
         self._submitted: dict[str, asyncio.Event] = {}
 
@@ -104,18 +121,37 @@ class MAILAgentExecutor(AgentExecutor):
         return task_id in self._cancelling
 
     @contextlib.contextmanager
-    def cancelling(self, task_id: str) -> Iterator[None]:
-        """While this lasts, ``execute`` of ``task_id`` writes no state of its own."""
-        self._cancelling[task_id] += 1
+    def cancelling(self, task_id: str) -> Iterator[Cancel]:
+        """A cancel of ``task_id`` in flight. Its holder calls ``decide(True)`` once it will
+        write ``canceled``; a cancel that ends undecided (refused, failed) stopped nothing,
+        and ``execute``, waiting for it, writes its own state."""
+        cancel = Cancel()
+        self._cancelling.setdefault(task_id, []).append(cancel)
         try:
-            yield
+            yield cancel
         finally:
-            self._cancelling[task_id] -= 1
-            if self._cancelling[task_id] <= 0:
+            cancel.decide(False)
+            cancels = self._cancelling[task_id]
+            cancels.remove(cancel)
+            if not cancels:
                 del self._cancelling[task_id]
 
     def _stopped(self, task_id: str) -> bool:
         return task_id in self._cancelling
+
+    async def _cancel_wins(self, task_id: str) -> bool:
+        """Whether a cancel in flight ends ``task_id``, waiting until each one has decided.
+        ``execute`` has handed its message over (or never will) by now: a cancel waiting for
+        that goes on at once."""
+        cancels = list(self._cancelling.get(task_id, ()))
+        if not cancels:
+            return False
+        submitted = self._submitted.get(task_id)
+        if submitted is not None:
+            submitted.set()
+        for cancel in cancels:
+            await cancel.decided.wait()
+        return any(cancel.stops for cancel in cancels)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
@@ -205,7 +241,7 @@ class MAILAgentExecutor(AgentExecutor):
     async def _finish(
         self, state: Any, caller: Any, updater: TaskUpdater, mail_id: str, answer: str, failed: bool
     ) -> None:
-        if self._stopped(updater.task_id):
+        if await self._cancel_wins(updater.task_id):
             return  # a cancel is ending the task: it writes the state
         inst = state.instances.peek(caller.role, caller.id)
         task = inst.swarm.get_task_by_id(mail_id) if inst is not None else None
@@ -233,7 +269,7 @@ class MAILAgentExecutor(AgentExecutor):
         await _say(updater, TaskState.TASK_STATE_CANCELED, CANCELLED_TEXT)
 
     async def _say(self, updater: TaskUpdater, state: int, text: str) -> None:
-        if not self._stopped(updater.task_id):
+        if not await self._cancel_wins(updater.task_id):
             await _say(updater, state, text)
 
 

@@ -176,7 +176,7 @@ class MAILRequestHandler(DefaultRequestHandler):
             raise TaskNotCancelableError(
                 message=f"task {task_id} has already ended ({_state_name(task)})"
             )
-        with self._executor.cancelling(task_id):
+        with self._executor.cancelling(task_id) as cancel:
             stopped = await self._cancel_mail(task, context)
             if stopped is False:
                 # The MAIL task had already finished: unless the A2A task is only waiting
@@ -189,6 +189,7 @@ class MAILRequestHandler(DefaultRequestHandler):
                         message=f"task {task_id} had already finished its work ({state}): "
                         "nothing was cancelled, and it ends with its own answer"
                     )
+            cancel.decide(True)
             return await super().on_cancel_task(params, context)
 
     async def _cancel_mail(self, task: Task, context: ServerCallContext) -> bool | None:
@@ -221,9 +222,10 @@ class MAILRequestHandler(DefaultRequestHandler):
         self._accepting.add(hold)  # no message slips in while it ends
         try:
             with (
-                self._executor.cancelling(task.id),
+                self._executor.cancelling(task.id) as cancel,
                 contextlib.suppress(TaskNotCancelableError, TaskNotFoundError),
             ):
+                cancel.decide(True)
                 await super().on_cancel_task(CancelTaskRequest(id=task.id), context)
         finally:
             self._accepting.discard(hold)
