@@ -316,28 +316,28 @@ async def test_synchronous_takes_never_pass_the_bound(
     tmp_path: Path, warm: bool, release_some: bool
 ) -> None:
     """Thirty new keys of one caller at once through the guard over the SQLite file (each
-    `POST /message`'s take: `IdempotencyGuard.take_now` once the caller's count and filter
+    `POST /message`'s take: `Ticket._take_now` once the caller's count and filter
     are known, the awaited take and a recount before): at most `max_keys` are live, whether
     the caller's count is known already (`warm`) or read by the first of them, and with
     some of the takes given back meanwhile (`release_some`: a request its checks refused)."""
     from fastapi import HTTPException
 
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard
+    from mail.server.idempotency_guard import IdempotencyGuard, Ticket
 
     tasks, keys = await _open(tmp_path / "mail.db")
     guard = IdempotencyGuard(keys, swarm_name="s", ttl=100.0, max_keys=5, max_length=255)
     caller = Caller("user", "alice", "k")
     synchronous = 0
-    take_now = guard.take_now
+    take_now = Ticket._take_now
 
-    def counted(*args: object) -> bool:
+    def counted(*args: Any) -> bool:
         nonlocal synchronous
-        done = take_now(*args)  # type: ignore[arg-type]
+        done = take_now(*args)
         synchronous += done
         return done
 
-    guard.take_now = counted  # type: ignore[method-assign]
+    Ticket._take_now = counted  # type: ignore[method-assign]
     try:
         if warm:
             first = guard.open(caller, "warm", "fp-warm")
@@ -363,6 +363,7 @@ async def test_synchronous_takes_never_pass_the_bound(
         # (with the count and the filter known, the takes were the synchronous ones)
         assert synchronous == (results.count("taken") + results.count("released") if warm else 0)
     finally:
+        Ticket._take_now = take_now  # type: ignore[method-assign]
         await guard.close()
         await tasks.close()
 

@@ -218,7 +218,7 @@ async def _answer_duplicate(
 ) -> Response | None:
     """What a duplicate gets; None when it is to run the work itself (a takeover: only the
     owner of the key's "under way here" entry ever does)."""
-    record = ticket.record or ticket.pending.outcome  # stored, or answered and being stored
+    record = ticket.record or ticket.outcome  # stored, or answered and being stored
     if record is not None and record.finished and not record.streamed:
         ticket.leave()
         return replay(record)

@@ -18,7 +18,6 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import HTTPException
@@ -41,28 +40,6 @@ EVICT_FRACTION = 0.1
 OUTCOME_DELAY = 0.05
 # Seconds between two sweeps of expired keys (one per server, started by a take).
 SWEEP_INTERVAL = 600.0
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A request with a key under way in this process (before and after its take)."""
-
-    fingerprint: str
-    subject: str | None = None
-    context: dict[str, Any] = field(default_factory=dict)
-    # (status, content type, body) once the request answered and until it is written
-    # (`record_later`): what a duplicate arriving meanwhile gets (`outcome`).
-    answered: tuple[int, str | None, bytes] | None = None
-
-    @property
-    def outcome(self) -> KeyRecord | None:
-        """The answer not yet written, as a record (built only for a duplicate)."""
-        if self.answered is None:
-            return None
-        status, content_type, body = self.answered
-        return KeyRecord(
-            self.fingerprint, 0.0, 0.0, status=status, content_type=content_type, body=body
-        )
 
 
 class IdempotencyGuard:
@@ -90,7 +67,8 @@ class IdempotencyGuard:
         # both (containers on the host's network each run `mail` as process 1), and a key one
         # of them holds must not look like the other's own (`default_resolve`).
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._pending: dict[tuple[str, str, str], _Pending] = {}  # (role, id, key)
+        # The owners' tickets of the keyed requests under way here, by (role, id, key).
+        self._pending: dict[tuple[str, str, str], Ticket] = {}
         # Live keys per caller as last counted (+ keys taken since): checked at each take.
         self._counts: dict[tuple[str, str], int] = {}  # (role, id)
         # Slots reserved (counted above) by takes not yet stored: a recount from the store
@@ -100,7 +78,8 @@ class IdempotencyGuard:
         # Keys stored (their slot given back) while a recount of their caller ran: the
         # count it read may predate them (a take queued between its flush and its read).
         self._landed: dict[tuple[str, str], int] = {}
-        self._next_sweep = time.monotonic() + SWEEP_INTERVAL
+        # (Wall-clock seconds: the keyed request's take compares the time it has at hand.)
+        self._next_sweep = time.time() + SWEEP_INTERVAL
         self._background: set[asyncio.Task[Any]] = set()
         # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
         self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
@@ -120,13 +99,12 @@ class IdempotencyGuard:
         or the key's owner here (whether the store already has the key, its take tells)."""
         scope = self._scopes.get((caller.role, caller.id)) or self.scope(caller)
         slot = (caller.role, caller.id, key)
-        pending = self._pending.get(slot)
-        if pending is not None:
-            if pending.fingerprint != fingerprint:
+        first = self._pending.get(slot)
+        if first is not None:
+            if first.fingerprint != fingerprint:
                 raise key_reused()
-            return Ticket(self, scope, key, fingerprint, in_flight=True, pending=pending)
-        pending = self._pending[slot] = _Pending(fingerprint)
-        ticket = Ticket(self, scope, key, fingerprint, pending=pending, owner=True)
+            return Ticket(self, scope, key, fingerprint, first=first)
+        ticket = self._pending[slot] = Ticket(self, scope, key, fingerprint, owner=True)
         ticket.slot = slot
         return ticket
 
@@ -142,34 +120,6 @@ class IdempotencyGuard:
             return False
         self._counts[owner] = count + 1
         self._reserved[owner] = self._reserved.get(owner, 0) + 1
-        return True
-
-    def take_now(
-        self,
-        scope: InstanceKey,
-        key: str,
-        fingerprint: str,
-        subject: str | None,
-        context: dict[str, Any],
-        now: float,
-    ) -> bool:
-        """The usual keyed request's take, whole, with no await: the caller holds fewer than
-        `max_keys` keys as counted and the store takes the key at once (`take_fields_now`: a
-        new key of ``POST /message`` on SQLite); the key is counted. False: nothing was done
-        (`Ticket.take`'s general path: `reserve`, the store's `take_with_work`...)."""
-        owner = (scope.caller_role, scope.caller_id)
-        count = self._counts.get(owner) if self.max_keys else 0
-        if count is None or (self.max_keys and count >= self.max_keys):
-            return False
-        taken = self.store.take_fields_now(
-            scope, key, fingerprint, subject, context, self.holder, now, now + self.ttl
-        )
-        if not taken:
-            return False
-        if self.max_keys:  # (`reserve` then `unreserve(stored=True)`, with nothing between)
-            self._counts[owner] = count + 1
-            if owner in self._landed:
-                self._landed[owner] += 1
         return True
 
     def unreserve(self, scope: InstanceKey, *, stored: bool) -> None:
@@ -241,9 +191,10 @@ class IdempotencyGuard:
             self._counts[owner] -= 1
 
     def _maybe_sweep(self) -> None:
-        if time.monotonic() < self._next_sweep:
+        now = time.time()
+        if now < self._next_sweep:
             return
-        self._next_sweep = time.monotonic() + SWEEP_INTERVAL
+        self._next_sweep = now + SWEEP_INTERVAL
         self._counts.clear()  # counted again when next needed (expired keys drop out)
         self._scopes.clear()
         for owner in [o for o, lock in self._counting.items() if not lock.locked()]:
@@ -256,7 +207,7 @@ class IdempotencyGuard:
         """Queue an outcome; the queue is written in one go `OUTCOME_DELAY` seconds after its
         first entry, then the tickets leave their "under way here" entries."""
         self._outcomes.append((ticket, (ticket.scope, ticket.key, status, content_type, body)))
-        ticket.pending.answered = (status, content_type, body)
+        (ticket.first or ticket).answered = (status, content_type, body)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_outcomes())
 
@@ -301,15 +252,18 @@ class Ticket:
     """One keyed request: what was found for its key, and its take / finish."""
 
     __slots__ = (
+        "_context",
+        "_subject",
+        "answered",
         "answered_by_task",
         "caller",
         "carried",
         "fingerprint",
+        "first",
         "guard",
         "in_flight",
         "key",
         "owner",
-        "pending",
         "record",
         "scope",
         "slot",
@@ -325,17 +279,24 @@ class Ticket:
         key: str,
         fingerprint: str,
         *,
-        pending: _Pending,
-        in_flight: bool = False,
+        first: Ticket | None = None,
         owner: bool = False,
     ) -> None:
         self.guard = guard
         self.scope = scope
         self.key = key
         self.fingerprint = fingerprint
-        self.pending = pending
-        # True: another request with this key is under way in this process.
-        self.in_flight = in_flight
+        # A duplicate's: the ticket of the request with this key under way in this process
+        # (what it started and answered is kept there); None: this one is that request.
+        self.first = first
+        self.in_flight = first is not None
+        # What the request started (e.g. its task id) and what its route needs to find that
+        # work again, once taken or found in the store (read through `subject`, `context`).
+        self._subject: str | None = None
+        self._context: dict[str, Any] | None = None
+        # (status, content type, body) once the request answered and until it is written
+        # (`record_later`): what a duplicate arriving meanwhile gets (`outcome`).
+        self.answered: tuple[int, str | None, bytes] | None = None
         # The live record found in the store (a duplicate of a finished or orphaned request).
         self.record: KeyRecord | None = None
         self.owner = owner  # holds the "under way here" entry of the key
@@ -347,7 +308,7 @@ class Ticket:
         # The answer is the one its task keeps (set by the route): no outcome is stored; a
         # repeat rebuilds the same answer from the task (the resolver), as after a crash.
         self.answered_by_task = False
-        # Taken by the store's `take_now`: its row went into the task store's buffer ahead
+        # Taken by `_take_now`: its row went into the task store's buffer ahead
         # of the task's writes (what the store's `carried` says, known without asking it).
         self.carried = False
         # Its "under way here" entry, (role, id, key), while `owner`.
@@ -358,16 +319,30 @@ class Ticket:
     def found(self, record: KeyRecord) -> None:
         """The store holds the key already (`KeyHeld`): what its first request started."""
         self.record = record
-        self.pending.subject, self.pending.context = record.subject, dict(record.context)
+        shared = self.first or self
+        shared._subject, shared._context = record.subject, dict(record.context)
 
     @property
     def subject(self) -> str | None:
         """What the first request started (e.g. its task id), as far as is known."""
-        return self.pending.subject
+        return (self.first or self)._subject
 
     @property
     def context(self) -> dict[str, Any]:
-        return self.pending.context
+        context = (self.first or self)._context
+        return {} if context is None else context
+
+    @property
+    def outcome(self) -> KeyRecord | None:
+        """The answer of the key's request under way here, not yet written, as a record
+        (built only for a duplicate)."""
+        shared = self.first or self
+        if shared.answered is None:
+            return None
+        status, content_type, body = shared.answered
+        return KeyRecord(
+            shared.fingerprint, 0.0, 0.0, status=status, content_type=content_type, body=body
+        )
 
     async def take(self, subject: str | None = None, context: dict[str, Any] | None = None) -> None:
         """Commit the key (with what the work is) before the work starts; 409/422/429 when
@@ -376,16 +351,7 @@ class Ticket:
         guard = self.guard
         if context is None:
             context = {}  # (the caller's own, fresh)
-        if (
-            self.with_work
-            and not self.takeover
-            and guard.take_now(self.scope, self.key, self.fingerprint, subject, context, now)
-        ):
-            self.taken = self.carried = True
-            pending = self.pending
-            pending.subject, pending.context = subject, context
-            if time.monotonic() >= guard._next_sweep:  # (`taken`, inline)
-                guard.taken(self.scope)
+        if self.with_work and not self.takeover and self._take_now(guard, subject, context, now):
             return
         record = KeyRecord(
             self.fingerprint,
@@ -425,8 +391,36 @@ class Ticket:
                 raise key_reused()
             raise KeyHeld(held)
         self.taken = True
-        self.pending.subject, self.pending.context = subject, record.context
+        self._subject, self._context = subject, record.context
         self.guard.taken(self.scope)
+
+    def _take_now(
+        self, guard: IdempotencyGuard, subject: str | None, context: dict[str, Any], now: float
+    ) -> bool:
+        """The usual keyed request's take, whole, with no await: its caller holds fewer than
+        `max_keys` keys as counted and the store takes the key at once (`take_fields_now`: a
+        new key of ``POST /message`` on SQLite); the key is counted (`reserve` then
+        `unreserve(stored=True)`, with nothing between). False: nothing was done (`take`'s
+        general path: `reserve`, the store's `take_with_work`...)."""
+        scope = self.scope
+        owner = (scope.caller_role, scope.caller_id)
+        limit = guard.max_keys
+        count = guard._counts.get(owner) if limit else 0
+        if count is None or (limit and count >= limit):
+            return False
+        if not guard.store.take_fields_now(
+            scope, self.key, self.fingerprint, subject, context, guard.holder, now, now + guard.ttl
+        ):
+            return False
+        if limit:
+            guard._counts[owner] = count + 1
+            if owner in guard._landed:
+                guard._landed[owner] += 1
+        self.taken = self.carried = True
+        self._subject, self._context = subject, context
+        if now >= guard._next_sweep:  # (`taken`, inline)
+            guard.taken(scope)
+        return True
 
     async def finish(self, response: Response, *, lazy: bool = False) -> Response:
         """Store the outcome of a taken key (before the answer leaves) and return the answer.
@@ -509,7 +503,7 @@ class Ticket:
             self.owner = False
             slot = self.slot or (self.scope.caller_role, self.scope.caller_id, self.key)
             pending = self.guard._pending
-            if pending.get(slot) is self.pending:
+            if pending.get(slot) is self:
                 del pending[slot]
 
 

@@ -103,7 +103,7 @@ def task_is_outcome(inst: Instance, req: MessageRequest, ticket: Ticket) -> bool
     """Whether the key's row went with its task's writes (`carried`: what the task stores
     later commits after it) and the task is no longer running (the key counts as finished
     at the caller's bound, `evict_finished`)."""
-    if not ticket.carried:  # (known to the ticket when `take_now` took it)
+    if not ticket.carried:  # (known to the ticket when `_take_now` took it)
         carried = getattr(ticket.guard.store, "carried", None)
         if not (callable(carried) and carried(ticket.scope, ticket.key)):
             return False
