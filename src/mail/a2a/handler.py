@@ -215,6 +215,8 @@ class MAILRequestHandler(DefaultRequestHandler):
         another way; whether it did."""
         if task.status.state not in INTERRUPTED_TASK_STATES or self._busy(task.id, context):
             return False
+        if self._executor.is_cancelling(task.id):
+            return False  # a CancelTask under way writes the state (and says it cancelled)
         mail_id = mapping.mail_task_id(task.context_id)
         if not was_cancelled(self._state(), caller_of(context), mail_id):
             return False

@@ -78,8 +78,7 @@ class IdempotencyGuard:
         # Keys stored (their slot given back) while a recount of their caller ran: the
         # count it read may predate them (a take queued between its flush and its read).
         self._landed: dict[tuple[str, str], int] = {}
-        # (Wall-clock seconds: the keyed request's take compares the time it has at hand.)
-        self._next_sweep = time.time() + SWEEP_INTERVAL
+        self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._background: set[asyncio.Task[Any]] = set()
         # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
         self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
@@ -191,10 +190,9 @@ class IdempotencyGuard:
             self._counts[owner] -= 1
 
     def _maybe_sweep(self) -> None:
-        now = time.time()
-        if now < self._next_sweep:
+        if time.monotonic() < self._next_sweep:
             return
-        self._next_sweep = now + SWEEP_INTERVAL
+        self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._counts.clear()  # counted again when next needed (expired keys drop out)
         self._scopes.clear()
         for owner in [o for o, lock in self._counting.items() if not lock.locked()]:
@@ -418,7 +416,7 @@ class Ticket:
                 guard._landed[owner] += 1
         self.taken = self.carried = True
         self._subject, self._context = subject, context
-        if now >= guard._next_sweep:  # (`taken`, inline)
+        if time.monotonic() >= guard._next_sweep:  # (`taken`, inline)
             guard.taken(scope)
         return True
 

@@ -31,7 +31,9 @@ DOCS = "docs/api-http.md#idempotency-keys"
 
 # SHA-256 as CPython builds it in (`_sha2`, `_sha256` before 3.12): the digest hashlib's
 # OpenSSL one gives, made without an OpenSSL context per call, which in a busy server costs
-# some 3 us more than the hash itself (bench/http.py, the keyed request's fingerprint).
+# some 3 us more than hashing a small body (bench/http.py, the keyed request's fingerprint).
+# OpenSSL's hashes faster (several times over at a kilobyte) and lets other threads run
+# while it hashes a large input: bodies past `_BUILTIN_HASH_BYTES` go to it.
 def _builtin_sha256() -> Any:
     for name in ("_sha2", "_sha256"):
         try:
@@ -42,6 +44,7 @@ def _builtin_sha256() -> Any:
 
 
 _sha256: Any = _builtin_sha256()
+_BUILTIN_HASH_BYTES = 512
 
 _orjson: Any
 try:  # not a declared dependency: used when the environment has it (as mail.server.jsonio)
@@ -156,7 +159,9 @@ def fingerprint_and_value(method: str, path: str, body: bytes) -> tuple[str, Any
         if len(_PREFIXES) < _MAX_PREFIXES:  # (paths with ids in them are not kept)
             _PREFIXES[(method, path)] = prefix
     # One hash of the prefix and the body together (the same digest as updating it twice).
-    return _sha256(prefix + canonical).hexdigest(), value
+    data = prefix + canonical
+    hashed = _sha256 if len(data) <= _BUILTIN_HASH_BYTES else hashlib.sha256
+    return hashed(data).hexdigest(), value
 
 
 _loads: Any = loads if _orjson is None else _orjson.loads  # (`jsonio.loads`, without its frame)
