@@ -32,7 +32,14 @@ import pytest
 
 from mail.store.base import InstanceKey
 from mail.store.idempotency import KeyRecord
-from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore, KeyFilter
+from mail.store.idempotency_schema import _SQLITE_COLUMNS
+from mail.store.idempotency_sqlite_buffered import (
+    KEY_ROW_SQL,
+    TAKE_ROW_SQL,
+    BufferedSqliteIdempotencyStore,
+    KeyFilter,
+    key_row_statements,
+)
 from mail.store.sqlite import SqliteTaskStore
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 from support.llm_thread import ThreadedLLM, mentions
@@ -93,6 +100,60 @@ async def test_a_key_taken_with_its_work_commits_with_the_task(tmp_path: Path) -
     finally:
         await keys.close()
         await tasks.close()
+
+
+async def test_a_take_and_its_outcome_in_one_batch_land_in_their_order(tmp_path: Path) -> None:
+    """A take's row is written by its own statement (10 columns, no outcome) and an outcome's
+    by the whole row's: queued in one batch, the key ends with its outcome, and a key taken
+    after it is written without one."""
+    path = tmp_path / "mail.db"
+    tasks, keys = await _open(path, batch_delay=30.0)  # nothing commits until flushed
+    try:
+        assert await keys.take_with_work(ALICE, "k1", _record("task-1")) is None
+        await keys.finish_many([(ALICE, "k1", 201, "application/json", b'{"a":1}')])
+        assert await keys.take_with_work(ALICE, "k2", _record("task-2")) is None
+        assert _rows(path, "SELECT idem_key FROM idempotency_keys") == []
+        assert await tasks.flush(10)
+        got = _rows(
+            path, "SELECT idem_key, subject, status, body FROM idempotency_keys ORDER BY idem_key"
+        )
+        assert got == [("k1", "task-1", 201, b'{"a":1}'), ("k2", "task-2", None, None)]
+    finally:
+        await keys.close()
+        await tasks.close()
+
+
+def test_key_row_statements_keep_the_order_of_takes_and_outcomes(tmp_path: Path) -> None:
+    """Runs of one statement each, in the rows' order: a key whose outcome is followed by a
+    new take of it (in one batch) ends as taken, with no outcome, on a real file."""
+    now = time.time()
+
+    def take(key: str, subject: str) -> tuple[object, ...]:
+        return ("s", "user", "alice", key, "fp", subject, "{}", "h", now, now + 60)
+
+    def outcome(key: str, subject: str) -> tuple[object, ...]:
+        return (*take(key, subject), 200, "application/json", b"{}")
+
+    rows = [take("a", "t1"), outcome("a", "t1"), take("b", "t2"), take("a", "t3")]
+    runs = key_row_statements(rows)
+    assert [(sql is TAKE_ROW_SQL, len(batch)) for sql, batch in runs] == [
+        (True, 1),
+        (False, 1),
+        (True, 2),
+    ]
+    assert [row for _, batch in runs for row in batch] == rows
+    conn = sqlite3.connect(tmp_path / "keys.db")
+    try:
+        conn.execute(f"CREATE TABLE idempotency_keys ({_SQLITE_COLUMNS})")
+        for sql, batch in runs:
+            conn.executemany(sql, batch)
+        got = conn.execute(
+            "SELECT idem_key, subject, status, body FROM idempotency_keys ORDER BY idem_key"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert got == [("a", "t3", None, None), ("b", "t2", None, None)]
+    assert KEY_ROW_SQL != TAKE_ROW_SQL
 
 
 async def test_a_released_key_is_forgotten_on_the_file_before_release_returns(

@@ -59,6 +59,30 @@ KEY_ROW_SQL = f"""
         created_at = excluded.created_at, expires_at = excluded.expires_at,
         status = excluded.status, content_type = excluded.content_type, body = excluded.body
 """
+# A take's key row, with no outcome yet: its 10 leading columns alone (the outcome's three
+# are NULL by default, and an earlier row's are cleared: `KEY_ROW_SQL`'s update). Bound
+# values cost: in the server, three NULLs fewer are some 1.5 us less per keyed request.
+TAKE_ROW_SQL = KEY_ROW_SQL.replace(", status, content_type, body)", ")").replace(
+    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", "?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+)
+TAKE_ROW_COLUMNS = 10
+
+
+def key_row_statements(rows: list[tuple[Any, ...]]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """A batch's key rows as (statement, rows) for executemany, in their order: the rows of
+    a take (`TAKE_ROW_COLUMNS` long) by `TAKE_ROW_SQL`, those with an outcome by
+    `KEY_ROW_SQL` (a run of each, one after the other: a key's take and outcome in one batch
+    keep their order)."""
+    runs: list[tuple[str, list[tuple[Any, ...]]]] = []
+    for row in rows:
+        sql = TAKE_ROW_SQL if len(row) == TAKE_ROW_COLUMNS else KEY_ROW_SQL
+        if runs and runs[-1][0] is sql:
+            runs[-1][1].append(row)
+        else:
+            runs.append((sql, [row]))
+    return runs
+
+
 # Every key of a caller, expired ones too (until swept): a key the filter has is looked up on
 # the file, so one too many costs a read, and no clock is compared here.
 _LOAD = f"SELECT idem_key FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
@@ -196,8 +220,9 @@ class KeyFilter:
 
 
 def key_row_write(key: InstanceKey, row: tuple[Any, ...]) -> SqlWrite:
-    """The task store's buffer item of a key row (`KEY_ROW_SQL`'s 13 columns); not fenced:
-    a key belongs to its caller, not to one lease of the caller's instance."""
+    """The task store's buffer item of a key row (`KEY_ROW_SQL`'s 13 columns, or a take's
+    10: `key_row_statements`); not fenced: a key belongs to its caller, not to one lease of
+    the caller's instance."""
     return SqlWrite(KEY_ROW_KIND, row)
 
 
@@ -391,10 +416,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             holder,
             created_at,
             expires_at,
-            None,
-            None,
-            None,
-        )
+        )  # (a take's: `TAKE_ROW_COLUMNS`, no outcome)
         if not buffer.try_put(SqlWrite(KEY_ROW_KIND, row)):
             return False  # full: an outage
         if known.count > known.limit:  # (`full`) read again from the file
@@ -416,7 +438,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         self, scope: InstanceKey, owner: Scope, known: KeyFilter, key: str, record: KeyRecord
     ) -> bool:
         """A free key's row into the buffer (False when it is full: nothing written)."""
-        row = (*take_row(owner, key, record), None, None, None)
+        row = take_row(owner, key, record)  # (no outcome: `TAKE_ROW_SQL`)
         if not self._queue(scope, row):
             return False
         if known.full:  # read again from the file at the caller's next take

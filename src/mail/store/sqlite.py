@@ -23,7 +23,12 @@ from mail.store.base import (
     normalize_start_time,
     to_json,
 )
-from mail.store.idempotency_sqlite_buffered import KEY_ROW_KIND, KEY_ROW_SQL, key_row_write
+from mail.store.idempotency_sqlite_buffered import (
+    KEY_ROW_KIND,
+    KEY_ROW_SQL,
+    key_row_statements,
+    key_row_write,
+)
 from mail.store.sql_base import (
     EVENT_ROWS_KIND,
     BufferedSqlStore,
@@ -131,6 +136,10 @@ def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease
                 current[lease] = row[0]
         statements, fenced = batch_statements(writes, current, _SQL)
         for statement, rows in statements:
+            if statement is KEY_ROW_SQL:  # takes and outcomes: statements of their own
+                for key_statement, key_rows in key_row_statements(rows):
+                    conn.executemany(key_statement, key_rows)
+                continue
             conn.executemany(statement, rows)
     return fenced
 
