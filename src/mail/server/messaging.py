@@ -35,6 +35,7 @@ from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
 from mail.server.storage_health import check_room_for_new_task
 from mail.server.team import parse_attachments, store_uploads
+from mail.store.idempotency import FRESH_TASK_CONTEXTS
 from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
@@ -329,12 +330,15 @@ async def _prepare_keyed(
     else:
         brought_back, fresh = False, False
     task = None if fresh else _task_or_none(inst, req.task_id or "")
-    answer = getattr(task, "response", None) if task is not None else None
-    context = {
-        "after": len(task.events) if task is not None else 0,
-        "answer": answer.get("id") if isinstance(answer, dict) else None,
-        "stream": req.stream,
-    }
+    if task is None and req.webhook is None and not req.attachments:
+        context = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared: never changed)
+    else:
+        answer = getattr(task, "response", None) if task is not None else None
+        context = {
+            "after": len(task.events) if task is not None else 0,
+            "answer": answer.get("id") if isinstance(answer, dict) else None,
+            "stream": req.stream,
+        }
     if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
         context["webhook"] = f"wh_{uuid.uuid4().hex}"
     if req.attachments:

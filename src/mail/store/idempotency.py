@@ -69,11 +69,25 @@ def take_row(scope: tuple[str, str, str], key: str, record: KeyRecord) -> tuple[
         key,
         record.fingerprint,
         record.subject,
-        to_json(record.context),  # (`dump_context`)
+        context_text(record.context),  # (`dump_context`)
         record.holder,
         record.created_at,
         record.expires_at,
     )
+
+
+# The context a keyed ``POST /message`` that starts a new task records with its key (no
+# events seen, no answer yet), one per value of `stream`, made once: never changed (a route
+# that records more builds its own). `context_text` has their JSON made once too.
+FRESH_TASK_CONTEXTS: dict[bool, dict[str, Any]] = {
+    stream: {"after": 0, "answer": None, "stream": stream} for stream in (False, True)
+}
+_FRESH_TEXTS = {id(context): to_json(context) for context in FRESH_TASK_CONTEXTS.values()}
+
+
+def context_text(context: dict[str, Any]) -> str:
+    """`to_json(context)`, made once for `FRESH_TASK_CONTEXTS` (a keyed request's hot path)."""
+    return _FRESH_TEXTS.get(id(context)) or to_json(context)
 
 
 def load_context(text: str | None) -> dict[str, Any]:

@@ -40,8 +40,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from mail.store.base import InstanceKey, StoreUnavailableError, to_json
-from mail.store.idempotency import KeyRecord, take_row
+from mail.store.base import InstanceKey, StoreUnavailableError
+from mail.store.idempotency import KeyRecord, context_text, take_row
 from mail.store.idempotency_schema import TABLE
 from mail.store.idempotency_sqlite import SqliteIdempotencyStore
 from mail.store.sql_base import KEY_ROW_KIND, SqlWrite
@@ -412,7 +412,7 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             key,
             fingerprint,
             subject,
-            to_json(context),
+            context_text(context),
             holder,
             created_at,
             expires_at,
