@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from fastapi import HTTPException
@@ -326,7 +326,9 @@ class Ticket:
         return (self.first or self)._subject
 
     @property
-    def context(self) -> dict[str, Any]:
+    def context(self) -> Mapping[str, Any]:
+        """What the take recorded with the key: read-only (a new task's is shared,
+        `mail.store.idempotency.FRESH_TASK_CONTEXTS`)."""
         context = (self.first or self)._context
         return {} if context is None else context
 

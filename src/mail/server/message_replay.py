@@ -37,7 +37,7 @@ are answered by `task_resolver`: the plain case above, the answer in the route's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,7 +222,7 @@ def _removed(task_id: str) -> Response:
 
 
 async def _own_webhook(
-    state: Any, caller: Caller, task_id: str, data: dict[str, Any], context: dict[str, Any]
+    state: Any, caller: Caller, task_id: str, data: dict[str, Any], context: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The message's own webhook (``{"id", "secret"}``) as the first answer named it: it was
     stored before the task ran, so it is found after a restart too. None without one."""
