@@ -57,10 +57,6 @@ class KeyRecord:
         return self.expires_at > now
 
 
-def dump_context(context: dict[str, Any]) -> str:
-    return to_json(context)
-
-
 def take_row(scope: tuple[str, str, str], key: str, record: KeyRecord) -> tuple[Any, ...]:
     """A take's columns, as every store writes them: the caller's scope, the key, then the
     record's fingerprint, subject, context, holder, created_at and expires_at."""
@@ -69,7 +65,7 @@ def take_row(scope: tuple[str, str, str], key: str, record: KeyRecord) -> tuple[
         key,
         record.fingerprint,
         record.subject,
-        context_text(record.context),  # (`dump_context`)
+        context_text(record.context),
         record.holder,
         record.created_at,
         record.expires_at,
