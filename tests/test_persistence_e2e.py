@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from tests.support.pg_schema import reachable_database
 from tests.support.stub_agents import stub_swarms_json
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
@@ -25,25 +26,9 @@ pytestmark = pytest.mark.timeout(180)
 DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def _database_reachable() -> bool:
-    async def probe() -> bool:
-        try:
-            conn = await asyncpg.connect(DATABASE_URL, timeout=3)
-        except Exception:  # noqa: BLE001
-            return False
-        await conn.close()
-        return True
-
-    return asyncio.run(probe())
-
-
 @pytest.fixture(scope="module")
 def database() -> str:
-    if not _database_reachable():
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required but unreachable at {DATABASE_URL}")
-        pytest.skip("PostgreSQL not reachable (set MAIL_REQUIRE_POSTGRES=1 to make this fail)")
-    return DATABASE_URL
+    return reachable_database(DATABASE_URL)
 
 
 def _fetch(sql: str, *args: object) -> list[asyncpg.Record]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tests.support.pg_schema import reachable_database
 from tests.support.store_outage import store_behind_proxy, tool_call
 
 from mail import MAILAgentTemplate, MAILSwarmTemplate
@@ -26,19 +27,7 @@ FAST = {"min_size": 1, "max_size": 3, "batch_delay": 0.005, "retry_initial": 0.0
 
 @pytest.fixture(scope="module")
 def database() -> str:
-    async def probe() -> bool:
-        try:
-            conn = await asyncpg.connect(DATABASE_URL, timeout=3)
-        except Exception:  # noqa: BLE001
-            return False
-        await conn.close()
-        return True
-
-    if not asyncio.run(probe()):
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required but unreachable at {DATABASE_URL}")
-        pytest.skip("PostgreSQL not reachable")
-    return DATABASE_URL
+    return reachable_database(DATABASE_URL)
 
 
 def _echo_factory(**_: Any):  # noqa: ANN202

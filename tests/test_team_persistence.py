@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
+from tests.support.pg_schema import reachable_database
 from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
@@ -27,25 +27,9 @@ DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@1
 LEAD = is_agent("lead")
 
 
-def _reachable() -> bool:
-    async def probe() -> bool:
-        try:
-            conn = await asyncpg.connect(DATABASE_URL, timeout=3)
-        except Exception:  # noqa: BLE001
-            return False
-        await conn.close()
-        return True
-
-    return asyncio.run(probe())
-
-
 @pytest.fixture(scope="module")
 def database() -> str:
-    if not _reachable():
-        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required but unreachable at {DATABASE_URL}")
-        pytest.skip("PostgreSQL not reachable (set MAIL_REQUIRE_POSTGRES=1 to make this fail)")
-    return DATABASE_URL
+    return reachable_database(DATABASE_URL)
 
 
 @pytest.fixture

@@ -57,6 +57,28 @@ def _execute(base_url: str, sql: str) -> None:
         pool.submit(asyncio.run, run()).result()
 
 
+def reachable_database(url: str) -> str:
+    """`url` when PostgreSQL answers there; otherwise the test is skipped (failed with
+    ``MAIL_REQUIRE_POSTGRES=1``). Probed in a thread of its own: a module's fixture may be
+    set up first for an async test, inside its running event loop."""
+
+    async def probe() -> bool:
+        try:
+            conn = await asyncpg.connect(url, timeout=3)
+        except Exception:  # noqa: BLE001 - any failure: not reachable
+            return False
+        await conn.close()
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        reachable = pool.submit(asyncio.run, probe()).result()
+    if not reachable:
+        if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required but unreachable at {url}")
+        pytest.skip("PostgreSQL not reachable (set MAIL_REQUIRE_POSTGRES=1 to make this fail)")
+    return url
+
+
 @contextlib.contextmanager
 def scratch_schema(prefix: str, base_url: str = BASE_URL) -> Iterator[str]:
     """Create a uniquely named schema, yield its name, drop it (and everything in it)."""

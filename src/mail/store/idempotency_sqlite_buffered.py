@@ -210,12 +210,11 @@ class KeyFilter:
         size = 2 * len(self.slots)
         slots = array("I", bytes(4 * size))
         mask = size - 1
-        for print_ in self.slots:
-            if print_:
-                spot = print_ & mask
-                while slots[spot]:
-                    spot = (spot + 1) & mask
-                slots[spot] = print_
+        for print_ in filter(None, self.slots):  # (the empty half skipped in C)
+            spot = print_ & mask
+            while slots[spot]:
+                spot = (spot + 1) & mask
+            slots[spot] = print_
         self.slots, self.mask = slots, mask
 
 
