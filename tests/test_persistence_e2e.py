@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from tests.support.pg_schema import reachable_database
+from tests.support.pg_schema import postgres_answers, reachable_database
 from tests.support.stub_agents import stub_swarms_json
 
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
@@ -24,6 +24,10 @@ from server_fixtures import ServerProcess, auth, create_key, free_port, write_co
 pytestmark = pytest.mark.timeout(180)
 
 DATABASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _database_reachable() -> bool:
+    return postgres_answers(DATABASE_URL)
 
 
 @pytest.fixture(scope="module")

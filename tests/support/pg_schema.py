@@ -57,10 +57,9 @@ def _execute(base_url: str, sql: str) -> None:
         pool.submit(asyncio.run, run()).result()
 
 
-def reachable_database(url: str) -> str:
-    """`url` when PostgreSQL answers there; otherwise the test is skipped (failed with
-    ``MAIL_REQUIRE_POSTGRES=1``). Probed in a thread of its own: a module's fixture may be
-    set up first for an async test, inside its running event loop."""
+def postgres_answers(url: str) -> bool:
+    """Whether PostgreSQL answers at `url`. Probed in a thread of its own: a module's fixture
+    may be set up first for an async test, inside its running event loop."""
 
     async def probe() -> bool:
         try:
@@ -71,8 +70,13 @@ def reachable_database(url: str) -> str:
         return True
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        reachable = pool.submit(asyncio.run, probe()).result()
-    if not reachable:
+        return pool.submit(asyncio.run, probe()).result()
+
+
+def reachable_database(url: str) -> str:
+    """`url` when PostgreSQL answers there (`postgres_answers`); otherwise the test is
+    skipped (failed with ``MAIL_REQUIRE_POSTGRES=1``)."""
+    if not postgres_answers(url):
         if os.environ.get("MAIL_REQUIRE_POSTGRES") == "1":
             pytest.fail(f"PostgreSQL is required but unreachable at {url}")
         pytest.skip("PostgreSQL not reachable (set MAIL_REQUIRE_POSTGRES=1 to make this fail)")
