@@ -30,10 +30,10 @@ from types import FrameType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# Signals of the counting child: start counting, stop and write the counts (real-time ones:
-# bench/http.py's server takes SIGUSR1 for its access log).
-START = signal.SIGRTMIN + 1
-STOP = signal.SIGRTMIN + 2
+# Signals of the counting child: start counting, stop and write the counts (bench/http.py's
+# server takes SIGUSR1 for its access log; uvicorn SIGINT and SIGTERM).
+START = signal.SIGUSR2
+STOP = signal.SIGHUP
 
 
 def _bench_http() -> Any:
