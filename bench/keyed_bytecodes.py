@@ -32,8 +32,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # Signals of the counting child: start counting, stop and write the counts (bench/http.py's
 # server takes SIGUSR1 for its access log; uvicorn SIGINT and SIGTERM).
-START = signal.SIGUSR2
-STOP = signal.SIGHUP
+START = getattr(signal, "SIGUSR2", None)
+STOP = getattr(signal, "SIGHUP", None)
+# Seconds given to the child after each signal: START is handled at the loop's next bytecode,
+# and after the last answer the server finishes its work (its commit, the access log).
+SETTLE = 0.2
 
 
 def _bench_http() -> Any:
@@ -87,17 +90,18 @@ def _short(name: str) -> str:
     return name
 
 
-def _counted(pid: int, out: Path, send: Any) -> dict[str, int]:
+def _counted(proc: Any, out: Path, send: Any) -> dict[str, int]:
     """Bytecodes per function of the child while `send()` runs."""
     out.unlink(missing_ok=True)
-    os.kill(pid, START)
-    time.sleep(0.2)  # (the signal is handled between two bytecodes of the loop thread)
+    os.kill(proc.pid, START)
+    time.sleep(SETTLE)
     send()
-    os.kill(pid, STOP)
+    time.sleep(SETTLE)
+    os.kill(proc.pid, STOP)
     deadline = time.monotonic() + 60
     while not out.exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the counting server wrote no counts")
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the counting server wrote no counts (see its log)")
         time.sleep(0.05)
     counts: dict[str, int] = {}
     for line in out.read_text(encoding="utf-8").splitlines():
@@ -107,6 +111,8 @@ def _counted(pid: int, out: Path, send: Any) -> dict[str, int]:
 
 
 def main() -> None:
+    if START is None or STOP is None:
+        sys.exit("bench/keyed_bytecodes.py needs POSIX signals (SIGUSR2, SIGHUP)")
     if len(sys.argv) >= 2 and sys.argv[1] == "--serve-counting":
         serve_counting(sys.argv[2], sys.argv[3:])
         return
@@ -139,10 +145,13 @@ def main() -> None:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=log,
             stderr=log,
+            start_new_session=True,  # (a hang-up of this terminal is not its STOP)
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         totals: dict[str, dict[str, int]] = {"raw": {}, "raw+key": {}}
         rounds: dict[str, list[float]] = {"raw": [], "raw+key": []}  # per request
+        # (`http.load` warms each client with one request of the kind first: counted too)
+        sent = args.requests + args.clients
         try:
             http.wait_health(url, proc)
             for kind in totals:  # warm-up: instances, the key table, the caller's key filter
@@ -153,14 +162,14 @@ def main() -> None:
                     def send(kind: str = kind) -> None:
                         asyncio.run(http.load(kind, url, keys, args.clients, args.requests, False))
 
-                    counted = _counted(proc.pid, out, send)
-                    rounds[kind].append(sum(counted.values()) / args.requests)
+                    counted = _counted(proc, out, send)
+                    rounds[kind].append(sum(counted.values()) / sent)
                     for name, count in counted.items():
                         totals[kind][name] = totals[kind].get(name, 0) + count
         finally:
             http.stop(proc)
             log.close()
-    per = args.requests * args.rounds
+    per = (args.requests + args.clients) * args.rounds
     plain = sum(totals["raw"].values()) / per
     keyed = sum(totals["raw+key"].values()) / per
     print(
