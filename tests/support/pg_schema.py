@@ -10,11 +10,13 @@ import concurrent.futures
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
+
+T = TypeVar("T")
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -52,14 +54,18 @@ def _execute(base_url: str, sql: str) -> None:
         finally:
             await conn.close()
 
-    # In a thread: a fixture may be requested from inside a running event loop.
+    _run_apart(run())
+
+
+def _run_apart(work: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(work)` in a thread of its own: a fixture may be requested from inside a
+    running event loop (a module's fixture set up first for an async test)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, run()).result()
+        return pool.submit(asyncio.run, work).result()
 
 
 def postgres_answers(url: str) -> bool:
-    """Whether PostgreSQL answers at `url`. Probed in a thread of its own: a module's fixture
-    may be set up first for an async test, inside its running event loop."""
+    """Whether PostgreSQL answers at `url` (asked in a thread of its own: `_run_apart`)."""
 
     async def probe() -> bool:
         try:
@@ -69,8 +75,7 @@ def postgres_answers(url: str) -> bool:
         await conn.close()
         return True
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, probe()).result()
+    return _run_apart(probe())
 
 
 def reachable_database(url: str) -> str:
