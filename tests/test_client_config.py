@@ -89,3 +89,18 @@ def test_client_without_config_reads_mail_toml(tmp_path: Path) -> None:
     _write(tmp_path / "mail.toml", "[client]\ntimeout = 42\nverbose = true\n")
     client = MAILClient("http://127.0.0.1:9")
     assert client.config == ClientConfig(timeout=42, verbose=True)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_bool_is_not_a_number_of_retries_in_either_place(tmp_path: Path, value: bool) -> None:
+    """`ClientConfig(retries=True)` was taken as 1 while `MAILClient(retries=True)` was a
+    ValueError: both refuse it now, with the same words (and so does a [client] table)."""
+    problem = f"retries must be a whole number from 0 to 100, got {value}"
+    with pytest.raises(ValueError, match=problem):
+        ClientConfig(retries=value)
+    with pytest.raises(ValueError, match=problem):
+        MAILClient("http://127.0.0.1:1", retries=value)
+    _write(tmp_path / "mail.toml", f"[client]\nretries = {str(value).lower()}\n")
+    with pytest.raises(ValueError, match=rf"mail\.toml: retries: .*{problem}"):
+        load_client_config()
+    assert ClientConfig(retries=0).retries == 0 and ClientConfig(retries=100).retries == 100

@@ -198,6 +198,56 @@ async def test_a_timeout_before_the_answer_is_retried(scripted: Scripted) -> Non
     assert len(scripted.keys) == 2 and scripted.keys[0] == scripted.keys[1]
 
 
+async def test_a_still_working_answer_after_a_timeout_is_asked_again_in_the_retrys_time(
+    scripted: Scripted,
+) -> None:
+    """The first attempt timed out; the retry's 409s are waited out within the retry's own
+    `timeout` (it used to raise the first of them: the call's one deadline was spent)."""
+    still_working = (409, {"Retry-After": "0.1"}, None)
+    scripted.replies = [(200, {}, 3.0), still_working, still_working, (200, {}, None)]
+    config = ClientConfig(timeout=1.0, retries=1, retry_backoff=0.05, retry_max_delay=0.1)
+    async with MAILClient(scripted.url, "k", config=config) as client:
+        assert (await client.post_message("hi"))["response"] == "done"
+    assert len(scripted.keys) == 4 and len(set(scripted.keys)) == 1
+
+
+async def test_asking_while_the_server_is_still_working_is_bounded_by_the_retries(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An attempt whose `timeout` runs out among 409s counts as a timeout: the next one
+    gets a `timeout` of its own, and after the last one the 409 is raised."""
+    scripted.replies = [(409, {"Retry-After": "0.2"}, None)] * 100
+    config = ClientConfig(timeout=1.0, retries=2, retry_backoff=0.05, retry_max_delay=0.1)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="mail.client"):
+        async with MAILClient(scripted.url, "k", config=config) as client:
+            with pytest.raises(MAILClientError) as raised:
+                await client.post_message("hi")
+    took = time.monotonic() - started
+    assert raised.value.status == 409 and raised.value.retry_after == 0.2
+    lines = [r.getMessage() for r in caplog.records if r.name == "mail.client"]
+    counted = [line for line in lines if "of 2)" in line]
+    assert len(counted) == 2 and "still working when the attempt timed out" in counted[0]
+    # Three attempts of 1 s (each asking every 0.2 s), and the waits between them.
+    assert 2.5 < took < 3 * 1.0 + 2 * 0.2 + 2.0, took
+    assert 3 * 2 <= len(scripted.keys) <= 3 * 5 + 1 and len(set(scripted.keys)) == 1
+
+
+async def test_an_ask_after_a_409_gets_what_is_left_of_the_attempts_timeout(
+    scripted: Scripted,
+) -> None:
+    """The attempt's time bounds the asks after its 409s: an ask that gets no answer
+    gives up when the attempt's `timeout` is over, not a whole `timeout` later."""
+    scripted.replies = [(409, {"Retry-After": "1"}, None), (200, {}, 10.0)]
+    config = ClientConfig(timeout=2.0, retries=0)
+    started = time.monotonic()
+    async with MAILClient(scripted.url, "k", config=config) as client:
+        with pytest.raises(RuntimeError, match="timed out|Timeout"):
+            await client.post_message("hi")
+    assert time.monotonic() - started < 2.0 + 0.9  # (the whole timeout again: 3 s)
+    assert len(scripted.keys) == 2
+
+
 @pytest.mark.parametrize(
     "reply",
     [(400, {}, None), (429, {}, None), (500, {}, None), (409, {}, None), (422, {}, None)],

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 logger = logging.getLogger("mail.config")
 
@@ -42,6 +42,14 @@ class ClientConfig(BaseModel):
     retry_backoff: float = Field(default=0.5, ge=0)
     retry_max_delay: float = Field(default=30.0, ge=0)
 
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _retries_not_a_bool(cls, value: Any) -> Any:
+        # pydantic takes True for 1; `MAILClient(retries=True)` refuses it, and so does this.
+        if isinstance(value, bool):
+            raise ValueError(retries_problem(value))
+        return value
+
     def __init__(self, **settings: Any) -> None:
         # As in v1.3 (client.md: "ClientConfig pulls its defaults from the [client] table"),
         # a ClientConfig built in code takes what it is not given from the mail.toml that
@@ -50,6 +58,12 @@ class ClientConfig(BaseModel):
         if not _PLAIN.get():
             settings = {**_client_table_settings(), **settings}
         super().__init__(**settings)
+
+
+def retries_problem(value: object) -> str:
+    """What is wrong with a `retries` that is not a whole number from 0 to 100 (a bool
+    included), in the words of both `ClientConfig` and `MAILClient(retries=...)`."""
+    return f"retries must be a whole number from 0 to 100, got {value!r}"
 
 
 # Set while a [client] table itself is validated (pydantic's validation runs __init__ too).

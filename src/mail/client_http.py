@@ -16,7 +16,7 @@ from typing import Any, Self, TypeVar
 
 import aiohttp
 
-from mail.client_config import ClientConfig, load_client_config
+from mail.client_config import ClientConfig, load_client_config, retries_problem
 from mail.client_retry import (
     RetryPolicy,
     new_idempotency_key,
@@ -97,7 +97,7 @@ class MAILHTTPConnection:
         if retries is not None and (
             isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100
         ):  # as [client] retries: a whole number of resends, 0 to 100
-            raise ValueError(f"retries must be a whole number from 0 to 100, got {retries!r}")
+            raise ValueError(retries_problem(retries))
         self.retries = retries
         # Filled by MAILClient.login(); the REPL shows them in its prompt.
         self.user_role: str | None = None
@@ -174,8 +174,12 @@ class MAILHTTPConnection:
         params: Mapping[str, str] | None = None,
         accept: str = "application/json",
         idempotency_key: str | None = None,
+        timeout: float | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send a request; return the response once its status is known to be < 400."""
+        """Send a request; return the response once its status is known to be < 400.
+
+        `timeout`: the seconds this request may take, when less than the configured
+        `timeout` (what is left of a retried call's attempt, see `_retrying`)."""
         session = self._ensure_session()
         url = f"{self.base_url}{path}"
         logger.log(self._log_level, "-> %s %s", method, url)
@@ -187,9 +191,11 @@ class MAILHTTPConnection:
             kwargs["json"] = payload
         if params:
             kwargs["params"] = params
-        timeout = self._request_timeout()
-        if timeout is not None:
-            kwargs["timeout"] = timeout
+        request_timeout = self._request_timeout()
+        if request_timeout is not None:
+            if timeout is not None:  # (a total of 0 would mean no limit to aiohttp)
+                request_timeout = aiohttp.ClientTimeout(total=max(timeout, 0.001))
+            kwargs["timeout"] = request_timeout
         started = time.perf_counter()
         try:
             response = await session.request(method, url, **kwargs)
@@ -230,38 +236,57 @@ class MAILHTTPConnection:
         return await self._retrying(
             method,
             path,
-            lambda: self._open(method, path, payload=payload, accept=accept, idempotency_key=key),
+            lambda timeout: self._open(
+                method, path, payload=payload, accept=accept, idempotency_key=key, timeout=timeout
+            ),
         )
 
-    async def _retrying(self, method: str, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(
+        self, method: str, path: str, attempt: Callable[[float | None], Awaitable[T]]
+    ) -> T:
+        """`attempt(timeout)` until it succeeds; transient failures sent again (same key).
+
+        Every attempt (the first send, and each retry) has the whole `timeout` of its own,
+        counted from when it is sent. Its request may take all of it (`attempt(None)`); a
+        409 with `Retry-After` ("still working on the first request with this key") is
+        asked again within that attempt, not counted as a retry, each ask getting what is
+        left (`attempt(seconds)`). An attempt whose time runs out while the server is still
+        working counts as a timeout: sent again while retries are left, else the 409 is
+        raised. So a call makes at most `retries + 1` attempts of at most `timeout` each,
+        plus the waits between them.
+        """
         policy = self.retry_policy
-        deadline = time.monotonic() + self.config.timeout
         failures = 0
+        attempt_ends = time.monotonic() + self.config.timeout
+        time_left: float | None = None  # the attempt's first request: the whole timeout
         while True:
             try:
-                return await attempt()
+                return await attempt(time_left)
             except MAILClientError as exc:
                 if still_working(exc.status, exc.retry_after):
-                    # Not a failure (not counted): the first attempt's work goes on; asked
-                    # again until its outcome is there, within the client's timeout.
                     wait = policy.delay(0, exc.retry_after)
-                    if time.monotonic() + wait > deadline:
+                    if time.monotonic() + wait < attempt_ends:
+                        logger.info(
+                            "%s %s: HTTP 409, the server is still working on an earlier "
+                            "attempt; asking for its outcome in %.1f s "
+                            "(same Idempotency-Key; not a retry)",
+                            method,
+                            path,
+                            wait,
+                        )
+                        await asyncio.sleep(wait)
+                        time_left = attempt_ends - time.monotonic()
+                        continue
+                    if failures >= policy.retries:
                         raise
-                    logger.info(
-                        "%s %s: HTTP 409, the server is still working on an earlier attempt; "
-                        "asking for its outcome in %.1f s (same Idempotency-Key; not a retry)",
-                        method,
-                        path,
-                        wait,
-                    )
-                    await asyncio.sleep(wait)
-                    continue
-                if failures < policy.retries and policy.retry_status(exc.status, exc.retry_after):
+                    failures += 1
+                    reason = "HTTP 409, the server was still working when the attempt timed out"
+                elif failures < policy.retries and policy.retry_status(exc.status, exc.retry_after):
                     wait = policy.delay(failures, exc.retry_after)
                     failures += 1
+                    reason = f"HTTP {exc.status}"
                 else:
                     raise
-                reason = f"HTTP {exc.status}"
             except RuntimeError as exc:
                 cause = exc.__cause__
                 if cause is None or not transport_failure(cause) or failures >= policy.retries:
@@ -279,6 +304,9 @@ class MAILHTTPConnection:
                 policy.retries,
             )
             await asyncio.sleep(wait)
+            # A retry is a new attempt: a whole `timeout` of its own, from now.
+            attempt_ends = time.monotonic() + self.config.timeout
+            time_left = None
 
     async def _request_json(
         self,
@@ -294,9 +322,14 @@ class MAILHTTPConnection:
         if starts_work:
             key = new_idempotency_key()
 
-            async def attempt() -> tuple[aiohttp.ClientResponse, bytes]:
+            async def attempt(timeout: float | None) -> tuple[aiohttp.ClientResponse, bytes]:
                 answer = await self._open(
-                    method, path, payload=payload, params=params, idempotency_key=key
+                    method,
+                    path,
+                    payload=payload,
+                    params=params,
+                    idempotency_key=key,
+                    timeout=timeout,
                 )
                 return answer, await self._read_body(answer, method, path)
 

@@ -14,7 +14,10 @@ jitter of up to half that) or what the server's `Retry-After` says:
 
 Besides, a 409 with `Retry-After` answers a call whose first attempt is still being worked on
 (the server says so for a repeated `Idempotency-Key`): the client waits and asks again until
-the outcome is there, within the client's `timeout`, without counting it as a retry.
+the outcome is there, without counting it as a retry, within the `timeout` of the attempt that
+got the 409. Each attempt (the first send, and each retry) has a whole `timeout` of its own from
+when it is sent, its asks after a 409 included; one whose time runs out while the server is
+still working counts as a timeout (sent again while retries are left, else the 409 is raised).
 """
 
 from __future__ import annotations
