@@ -139,7 +139,7 @@ class IdempotencyStore(abc.ABC):
         SQLite server's key then commits with that work: `idempotency_sqlite_buffered`)."""
         return await self.take(scope, key, record, replace=replace, over=over)
 
-    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> bool:
+    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> int:
         """`take_with_work` at once, when the store can tell with no await that the key is
         free and store it so (the SQLite server's buffered keys); False: nothing was done,
         the caller awaits `take_with_work`."""
@@ -164,10 +164,16 @@ class IdempotencyStore(abc.ABC):
         holder: str,
         created_at: float,
         expires_at: float,
-    ) -> bool:
+    ) -> int:
         """`take_now` of the record these fields make (no record made: the keyed request's
-        hot path, `IdempotencyGuard.take_now`)."""
-        return False
+        hot path, `Ticket.take`): 0 when nothing was done, else a positive mark that
+        `written` tells about."""
+        return 0
+
+    def written(self, mark: int) -> bool:
+        """Whether the key a `take_fields_now` that returned `mark` took is committed
+        (False: `await settle(scope, key)`)."""
+        return True
 
     async def settle(  # noqa: B027 - optional
         self, scope: InstanceKey | None = None, key: str | None = None

@@ -7,11 +7,14 @@ fingerprints (`KeyFilter`), and every key this process takes afterwards is added
 the table does not have is free, with no statement at all; one it has (a retry, or a key
 with another's fingerprint: about one in 400,000 at 10,000 keys) is read from the file.
 
-Such a key's row (`KEY_ROW_KIND`) then goes into the task store's write-behind buffer, ahead
-of the writes that create or continue its task, which the route makes right after. The
-buffer is FIFO and commits a prefix of it in each transaction, so after a kill -9 the file
-has the key and the task's first writes, or the key alone (it is still running the
-statements before them), or neither; never the task without its key. "Acknowledged means
+Such a key's row (`KEY_ROW_KIND`) then rides with the task store's write-behind buffer (a
+rider, `WriteBehindBuffer.put_rider`): it is written with the next batch cut, in the same
+transaction as, or before, the writes that create or continue its task, which the route makes
+right after; the key rows of one batch are one write of the buffer (where a queued write each
+passed through every step of a batch on its own). So after a kill -9 the file has the key
+and the task's first writes, or the key alone, or neither; never the task without its key.
+(A rider may be written ahead of writes queued before it: none of them touches its key, as
+the caller's filter says the key is new.) "Acknowledged means
 stored" holds as for the task: a plain answer and a stream's first event wait until the
 task store committed what was written before them, the key included, and so does the
 answer to a duplicate that arrives while the first request is under way (`settle`). A retry
@@ -120,12 +123,13 @@ _COUNT_ALL = (
     f"SELECT count(*) FROM {TABLE} WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?"
 )
 _FORGET = f"DELETE FROM {TABLE} WHERE rowid = ?"
-# `_unsettled`'s answer for a key it does not hold (`settled`).
-_SETTLED = -1
 # Seconds a read waits for the task store's buffer to be committed before it.
 FLUSH_TIMEOUT = 30.0
 
 Scope = tuple[str, str, str]
+# A key taken through the buffer: its row and the buffer's count of accepted writes once the
+# row was in (None: unknown).
+Taken = tuple[tuple[Any, ...], int | None]
 
 
 def _fingerprint(key: str) -> int:
@@ -242,14 +246,12 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         self._buffer: Any = getattr(task_store, "_buffer", None)
         self._known: dict[Scope, KeyFilter] = {}  # per caller: the keys on the file (and more)
         self._loading: dict[Scope, asyncio.Future[KeyFilter]] = {}
-        # Keys taken whose request has not finished: their row when it went through the
-        # buffer, to write again whole with the outcome (or as released); None when it was
-        # committed on its own. Never evicted (`evict_finished`).
-        self._taken: dict[tuple[Scope, str], tuple[Any, ...] | None] = {}
-        # Keys whose row went into the buffer and is not known to be committed yet: nothing
-        # may name their task before it is (`settle`).
-        # The value: the buffer's count of accepted writes once the row was in (None: unknown).
-        self._unsettled: dict[tuple[Scope, str], int | None] = {}
+        # Keys taken whose request has not finished: when its row went through the buffer,
+        # that row (to write again whole with the outcome, or as released) and the buffer's
+        # count of accepted writes once it was in (None: unknown), which tells whether it is
+        # committed (nothing may name its task before: `settle`); None when it was committed
+        # on its own. Never evicted (`evict_finished`).
+        self._taken: dict[tuple[Scope, str], Taken | None] = {}
         # Per caller: the `now` of the last `purge` of its expired keys alone (`count`).
         self._purged: dict[Scope, float] = {}
 
@@ -257,14 +259,11 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
     async def _settle(self) -> None:
         """Everything queued in the task store's buffer committed (a read or a write on the
         file then sees the key rows queued before it)."""
-        queued = list(self._unsettled)
         if not await self.tasks.flush(FLUSH_TIMEOUT):
             raise StoreUnavailableError(
                 "idempotency keys cannot be read: the task store's pending writes were not "
                 f"stored within {FLUSH_TIMEOUT:.0f}s"
             )
-        for taken in queued:
-            self._unsettled.pop(taken, None)
 
     def _degraded(self) -> bool:
         degraded = getattr(self.tasks, "is_degraded", None)
@@ -276,15 +275,9 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         StoreUnavailableError (at once while the task store reports an outage, after
         `FLUSH_TIMEOUT` when its commits wait, e.g. on another process's write lock)."""
         if key is not None and scope is not None:
-            taken = (_scope(scope), key)
-            if taken not in self._unsettled:
+            if self.settled(scope, key):  # committed with the task (the usual case)
                 return
-            mark = self._unsettled[taken]
-            buffer = self._buffer
-            if mark is not None and buffer is not None and buffer.written(mark):
-                del self._unsettled[taken]  # committed with the task (the usual case)
-                return
-        elif not self._unsettled:
+        elif self._buffer is not None and not self._buffer.pending:
             return
         if self._degraded():
             raise StoreUnavailableError(
@@ -297,15 +290,11 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         """Whether the key's row is committed (or was never queued), known with no await: the
         usual case once its task answered, as the task store committed the key with the
         task's first writes. False: `await settle(scope, key)`."""
-        taken = (_scope(scope), key)
-        mark = self._unsettled.get(taken, _SETTLED)
-        if mark == _SETTLED:
+        taken = self._taken.get((_scope(scope), key))
+        if taken is None:
             return True
-        buffer = self._buffer
-        if mark is not None and buffer is not None and buffer.written(mark):
-            del self._unsettled[taken]
-            return True
-        return False
+        mark = taken[1]
+        return mark is not None and self._buffer is not None and self._buffer.rider_written(mark)
 
     async def _keys_of(self, scope: InstanceKey) -> KeyFilter:
         """The caller's set of keys (read from the file on first use)."""
@@ -382,30 +371,31 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         holder: str,
         created_at: float,
         expires_at: float,
-    ) -> bool:
+    ) -> int:
         """The usual case of `take_with_work`, with no await: the caller's filter is loaded
-        and does not have the key (so the file does not), and its row goes into the buffer.
-        False otherwise, with nothing written (the key may be in the filter now: then
-        `take_with_work` reads the file, as for any key the filter has)."""
+        and does not have the key (so the file does not), and its row goes into the buffer,
+        as its write number ... (the buffer's count of accepted writes then: committed once
+        `written` says so), which is returned. 0 otherwise, with nothing written (the key may
+        be in the filter now: then `take_with_work` reads the file, as for any key the
+        filter has)."""
         owner = _scope(scope)
         known = self._known.get(owner)
         buffer = self._buffer
         if known is None or buffer is None:
             if known is None:
-                return False
+                return 0
             record = KeyRecord(fingerprint, created_at, expires_at, subject, context, holder)
-            return self._take_queued(scope, owner, known, key, record)
+            return int(self._take_queued(scope, owner, known, key, record))
         # The task store's `is_degraded` (an outage, or a batch stalled for seconds), asked
         # only while its buffer is failing or writing: idle, it is neither.
         if buffer.outage_since is not None or (
             buffer.writing_since is not None and self.tasks.is_degraded()
         ):
-            return False
+            return 0
         if known.add(key):
-            return False
+            return 0
         # `_queued`, inline (the keyed request's hot path): the row (`take_row`'s columns, no
-        # outcome yet) straight into the task store's buffer, as its `write_nowait` would
-        # put it (`key_row_write`).
+        # outcome yet) straight into the task store's buffer, as a rider.
         row = (
             *owner,
             key,
@@ -416,14 +406,18 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
             created_at,
             expires_at,
         )  # (a take's: `TAKE_ROW_COLUMNS`, no outcome)
-        if not buffer.try_put(SqlWrite(KEY_ROW_KIND, row)):
-            return False  # full: an outage
+        mark: int = buffer.put_rider(row)
+        if not mark:
+            return 0  # full: an outage
         if known.count > known.limit:  # (`full`) read again from the file
             self._known.pop(owner, None)
-        taken = (owner, key)
-        self._taken[taken] = row
-        self._unsettled[taken] = buffer.submitted
-        return True
+        self._taken[(owner, key)] = (row, mark)
+        return mark
+
+    def written(self, mark: int) -> bool:
+        """Whether the key row `take_fields_now` took as rider `mark` is committed."""
+        buffer = self._buffer
+        return buffer is not None and buffer.riders_done >= mark  # (`rider_written`, inline)
 
     def _take_queued(
         self, scope: InstanceKey, owner: Scope, known: KeyFilter, key: str, record: KeyRecord
@@ -436,16 +430,21 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
     def _queued(
         self, scope: InstanceKey, owner: Scope, known: KeyFilter, key: str, record: KeyRecord
     ) -> bool:
-        """A free key's row into the buffer (False when it is full: nothing written)."""
+        """A free key's row into the buffer, as a rider of its next batch (a task store
+        without a buffer of its own: queued) (False when it is full: nothing written)."""
         row = take_row(owner, key, record)  # (no outcome: `TAKE_ROW_SQL`)
-        if not self._queue(scope, row):
+        buffer = self._buffer
+        if buffer is not None:
+            mark: int | None = buffer.put_rider(row)
+            if not mark:
+                return False
+        elif self._queue(scope, row):
+            mark = None  # (committed when the task store says so: `settle` flushes it)
+        else:
             return False
         if known.full:  # read again from the file at the caller's next take
             self._known.pop(owner, None)
-        taken = (owner, key)
-        self._taken[taken] = row
-        buffer = getattr(self.tasks, "_buffer", None)
-        self._unsettled[taken] = None if buffer is None else buffer.submitted
+        self._taken[(owner, key)] = (row, mark)
         return True
 
     async def _take_alone(
@@ -515,15 +514,18 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
         rest = []
         for outcome in outcomes:
             scope, key, status, content_type, body = outcome
-            row = self._taken.pop((_scope(scope), key), None)
-            if row is None or not self._queue(scope, (*row[:10], status, content_type, body)):
+            taken = self._taken.pop((_scope(scope), key), None)
+            if taken is None or not self._queue(
+                scope, (*taken[0][:10], status, content_type, body)
+            ):
                 rest.append(outcome)
         if rest:
             await self._settle()
             await super().finish_many(rest)
 
     async def release(self, scope: InstanceKey, key: str) -> None:
-        row = self._taken.pop((_scope(scope), key), None)
+        taken = self._taken.pop((_scope(scope), key), None)
+        row = None if taken is None else taken[0]
         # Written as expired at once: absent for every read, overwritten by a new take (the
         # filter still says "present": the key's next take reads the file first).
         if row is not None and self._queue(scope, (*row[:9], row[8], None, None, None)):

@@ -34,6 +34,8 @@ from mail.store.base import (
 from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
     DEFERRED_KINDS,
     EVENT_ROWS_KIND,
+    KEY_ROW_KIND,
+    KEY_ROWS_KIND,
     LIVE_KIND,
     OUTBOX_KIND,
     RUN_KIND,
@@ -48,6 +50,7 @@ from mail.store.sql_batch import (  # re-exported: the SQL stores and tests impo
     encode_deferred,
     encode_deferred_sized,
     key_args,
+    key_rows_write,
     leased_keys,
     outbox_item,
     runs_by_kind,
@@ -64,6 +67,8 @@ from mail.store.writer import WriteBehindBuffer
 __all__ = [
     "DEFERRED_KINDS",
     "EVENT_ROWS_KIND",
+    "KEY_ROW_KIND",
+    "KEY_ROWS_KIND",
     "LIVE_KIND",
     "RUN_KIND",
     "EventRun",
@@ -131,9 +136,6 @@ def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
     return True
 
 
-# The write kind of an idempotency key row (`mail.store.idempotency_sqlite_buffered`): the
-# caller's scope, the key, its fingerprint and its subject (a task id) lead its columns.
-KEY_ROW_KIND = "idempotency_key"
 _TASK_KINDS = frozenset(("task", "event", "history", "response", "queue", "queue_delete"))
 _QUEUE_KINDS = frozenset(("queue", "queue_delete"))
 
@@ -171,6 +173,9 @@ class BufferedSqlStore(TaskStore):
             split=_event_rows_apart,
             write_now=self._write_batch_now if self.WRITES_AT_FLUSH else None,
             alone=one_task_queued,
+            # Key rows of takes (`mail.store.idempotency_sqlite_buffered`) ride with the next
+            # batch, one write for them all.
+            merge_riders=key_rows_write,
         )
         # live writes and event runs in the buffer not yet taken by a batch
         self._lives_queued = 0
@@ -549,6 +554,8 @@ def _event_rows_apart(write: SqlWrite) -> list[SqlWrite]:
     """A run's events (EVENT_ROWS_KIND) as one "event" write each, for the buffer to retry
     them one by one when the database rejected the run: a bad event (text it refuses) costs
     that event alone, not its task's other events of the batch. [] for any other write."""
+    if write.kind == KEY_ROWS_KIND:  # (the key rows that rode with a batch, one by one)
+        return [SqlWrite(KEY_ROW_KIND, row) for row in write.args]
     if write.kind != EVENT_ROWS_KIND:
         return []
     return [SqlWrite("event", row, write.generation) for row in write.args[-1]]

@@ -31,6 +31,7 @@ from mail.store.idempotency_sqlite_buffered import (
 )
 from mail.store.sql_base import (
     EVENT_ROWS_KIND,
+    KEY_ROWS_KIND,
     BufferedSqlStore,
     FencedLease,
     SqlWrite,
@@ -257,6 +258,8 @@ class SqliteTaskStore(BufferedSqlStore):
                 records += 1
             elif kind == EVENT_ROWS_KIND:  # a task's events, one row each
                 rows += len(write.args[-1]) - 1
+            elif kind == KEY_ROWS_KIND:  # the batch's key rows, one each
+                rows += len(write.args) - 1
         pages = 4 + records * 2 + (rows - records) // 2 + size // 4096
         return writes, size, pages
 

@@ -9,6 +9,14 @@ Guarantees:
 - isolation of poison items: a non-transient failure splits the batch and retries item by
   item, so only the item the database rejects is dropped (and counted, and logged).
 
+Riders (`put_rider`, with `merge_riders`): small items that go with the next batch cut, ahead
+of the queue's items, all of a batch's riders merged into one item (one pass through the
+store's batch steps for them all, where a queued item each costs one per item). A rider is
+committed no later than anything submitted after it (a batch cut after it takes it, or an
+earlier one did), which is what a row that must never be missing beside later writes needs;
+it may be written before items submitted ahead of it, so a rider is for a row no earlier
+pending write touches. `flush()` waits for the riders accepted before it as for the queue.
+
 A store whose commit is synchronous (SQLite, on the loop's thread) may give `write_now` and
 `alone`: a `flush()` that finds the worker holding no batch and the queue `alone` (only one
 caller's work in it: nobody else's writes to share a commit with) writes the queue itself,
@@ -30,7 +38,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -63,6 +71,7 @@ class WriteBehindBuffer(Generic[T]):
         split: Callable[[T], list[T]] | None = None,
         write_now: Callable[[list[T]], bool] | None = None,
         alone: Callable[[deque[T]], bool] | None = None,
+        merge_riders: Callable[[list[Any]], T] | None = None,
     ) -> None:
         if max_batch < 1 or max_pending < 1:
             raise ValueError("max_batch and max_pending must be positive")
@@ -79,8 +88,15 @@ class WriteBehindBuffer(Generic[T]):
         self._write_now = write_now if alone is not None else None
         self._alone = alone  # the queue holds one caller's work only (see the docstring)
         self._holding = False  # the worker has cut a batch and not yet counted it written
-        # A batch `write_now` declined, cut and prepared: the worker's next batch.
-        self._handed: tuple[int, list[T]] | None = None
+        # A batch `write_now` declined, cut and prepared (with how many queue items and
+        # riders it took): the worker's next batch.
+        self._handed: tuple[int, int, list[T]] | None = None
+        # Riders (the module's docstring): waiting for the next cut, and counts for
+        # `rider_written` and `flush`. `merge_riders` makes a batch's riders one item.
+        self._merge_riders = merge_riders
+        self._riders: list[Any] = []
+        self.riders_submitted = 0
+        self.riders_done = 0  # (read by `idempotency_sqlite_buffered` on every keyed answer)
         self._is_transient = is_transient
         self.max_batch = max_batch
         self.max_delay = max_delay
@@ -96,10 +112,11 @@ class WriteBehindBuffer(Generic[T]):
         self._done = 0  # items written (or dropped as poison)
         self._changed = asyncio.Condition()  # room in the queue (submit's backpressure)
         self._room_waiters = 0
-        # flush() callers: (the item count they wait for, their future), in submission order
-        # (targets never decrease), resolved by the worker as batches land: one wake-up per
-        # caller, where a Condition woke every caller on every batch to check its predicate.
-        self._flushes: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # flush() callers: (the item and rider counts they wait for, their future), in
+        # submission order (targets never decrease), resolved by the worker as batches land:
+        # one wake-up per caller, where a Condition woke every caller on every batch to check
+        # its predicate.
+        self._flushes: deque[tuple[int, int, asyncio.Future[None]]] = deque()
         self._urgent = asyncio.Event()  # stop waiting for a fuller batch
         self._has_items = asyncio.Event()
         self._full_logged = float("-inf")  # when reaching `max_pending` was last logged
@@ -116,7 +133,7 @@ class WriteBehindBuffer(Generic[T]):
     # -- public API ----------------------------------------------------------------------
     @property
     def pending(self) -> int:
-        return self.submitted - self._done
+        return self.submitted - self._done + self.riders_submitted - self.riders_done
 
     def stalled_for(self) -> float:
         """Seconds the batch being written has waited without failing (0 while idle or
@@ -174,6 +191,33 @@ class WriteBehindBuffer(Generic[T]):
         """Every item accepted up to `mark` (a `submitted` value) is written."""
         return self._done >= mark
 
+    def put_rider(self, rider: Any) -> int:
+        """Accept a rider (the module's docstring): its mark for `rider_written`, or 0
+        (nothing taken) while `max_pending` items wait."""
+        riders = self._riders
+        if not riders:  # the first of the next batch's riders
+            if len(self._queue) >= self.max_pending or self._merge_riders is None:
+                return 0
+            self._has_items.set()
+        riders.append(rider)
+        self.riders_submitted += 1
+        if self._flush_waiters:
+            self._urgent.set()
+        return self.riders_submitted
+
+    def rider_written(self, mark: int) -> bool:
+        """The rider `put_rider` answered `mark` for (and every one before it) is written."""
+        return self.riders_done >= mark
+
+    def _cut_riders(self, batch: list[T]) -> tuple[int, list[T]]:
+        """The riders waiting, merged into one item ahead of `batch`: (how many, the batch)."""
+        riders = self._riders
+        if not riders:
+            return 0, batch
+        self._riders = []
+        assert self._merge_riders is not None
+        return len(riders), [self._merge_riders(riders), *batch]
+
     def try_put(self, item: T) -> bool:
         """Accept an item now, or return False (nothing taken) while `full`.
 
@@ -193,9 +237,10 @@ class WriteBehindBuffer(Generic[T]):
         return True
 
     async def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything submitted before this call is written."""
+        """Wait until everything submitted before this call is written (riders included)."""
         target = self.submitted
-        if self._done >= target:
+        riders = self.riders_submitted
+        if self._done >= target and self.riders_done >= riders:
             return True
         if not self.running:
             raise RuntimeError(f"{self.name} writer is not running; cannot flush")
@@ -205,7 +250,7 @@ class WriteBehindBuffer(Generic[T]):
         self._urgent.set()
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        self._flushes.append((target, waiter))
+        self._flushes.append((target, riders, waiter))
         # A timer that cancels the waiter (`_wake_flushes` skips it) rather than
         # `asyncio.timeout` around the wait: one handle, no context, on every answer's path.
         expired: list[bool] = []
@@ -226,7 +271,7 @@ class WriteBehindBuffer(Generic[T]):
             self._flush_waiters -= 1
             if timer is not None:
                 timer.cancel()
-        return self._done >= target
+        return self._done >= target and self.riders_done >= riders
 
     async def close(self, timeout: float | None = 10.0) -> int:
         """Flush for at most `timeout` seconds, then stop. Returns the number of unwritten items."""
@@ -268,20 +313,22 @@ class WriteBehindBuffer(Generic[T]):
         taken = len(batch)
         if self._prepare is not None:
             taken, batch = self._prepare(batch, queue)
+        riders, batch = self._cut_riders(batch)
         try:
             written = self._write_now(batch)
         except Exception as exc:  # noqa: BLE001 - the worker retries it or isolates the poison
             logger.debug("%s: writing at flush failed (%s); the writer retries", self.name, exc)
             written = False
         if not written:
-            self._handed = (taken, batch)
+            self._handed = (taken, riders, batch)
             self._urgent.set()
             return False
-        self._taken(taken)
+        self._taken(taken, riders)
         return True
 
-    def _taken(self, taken: int) -> None:
-        """`taken` items at the queue's head are written: count them, wake their flushes."""
+    def _taken(self, taken: int, riders: int = 0) -> None:
+        """`taken` items at the queue's head and `riders` riders are written: count them,
+        wake their flushes."""
         queue = self._queue
         if len(queue) == taken:  # nothing came meanwhile (the queue only grows)
             queue.clear()
@@ -289,7 +336,8 @@ class WriteBehindBuffer(Generic[T]):
             for _ in range(taken):
                 queue.popleft()
         self._done += taken
-        if not queue:
+        self.riders_done += riders
+        if not queue and not self._riders:
             self._has_items.clear()
         self._wake_flushes()
 
@@ -309,8 +357,10 @@ class WriteBehindBuffer(Generic[T]):
     def _wake_flushes(self, stopped: bool = False) -> None:
         """Resolve the flush() callers whose items are written (all of them once stopped)."""
         flushes = self._flushes
-        while flushes and (stopped or flushes[0][0] <= self._done):
-            _, waiter = flushes.popleft()
+        while flushes and (
+            stopped or (flushes[0][0] <= self._done and flushes[0][1] <= self.riders_done)
+        ):
+            _, _, waiter = flushes.popleft()
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -325,15 +375,16 @@ class WriteBehindBuffer(Generic[T]):
                         await self._urgent.wait()
             queue = self._queue
             if self._handed is not None:  # cut by a flush that could not write it
-                (taken, batch), self._handed = self._handed, None
-            elif not queue:  # a flush wrote it meanwhile (`_flush_now`)
+                (taken, riders, batch), self._handed = self._handed, None
+            elif not queue and not self._riders:  # a flush wrote it meanwhile (`_flush_now`)
                 self._has_items.clear()
                 continue
             else:
                 batch = list(itertools.islice(queue, self.max_batch))
                 taken = len(batch)
-                if self._prepare is not None:
+                if self._prepare is not None and batch:
                     taken, batch = self._prepare(batch, queue)
+                riders, batch = self._cut_riders(batch)
             self._holding = True
             self.writing_since = time.monotonic()
             try:
@@ -341,7 +392,7 @@ class WriteBehindBuffer(Generic[T]):
             finally:
                 self._holding = False
                 self.writing_since = None
-            self._taken(taken)
+            self._taken(taken, riders)
             if self._room_waiters:
                 async with self._changed:
                     self._changed.notify_all()
