@@ -102,6 +102,47 @@ async def test_a_key_taken_with_its_work_commits_with_the_task(tmp_path: Path) -
         await tasks.close()
 
 
+async def test_key_rows_ride_with_the_next_batch_as_one_write(tmp_path: Path) -> None:
+    """Takes queue no write of their own: their rows ride with the next batch the task
+    store cuts (one write for them all, ahead of that batch's writes), and a flush writes
+    them even with nothing queued after them (a request refused before its task started)."""
+    path = tmp_path / "mail.db"
+    tasks, keys = await _open(path, batch_delay=30.0)  # nothing commits until flushed
+    buffer = tasks._buffer
+    applied: list[list[str]] = []
+    apply = tasks._write_batch_now
+
+    def recorded(batch: list[Any]) -> bool:
+        applied.append([write.kind for write in batch])
+        return apply(batch)
+
+    tasks._buffer._write_now = recorded
+    try:
+        assert await keys.take_with_work(ALICE, "k0", _record("task-0")) is None  # (reads)
+        assert await tasks.flush(10)
+        queued = buffer.submitted
+        marks = [keys.take_now(ALICE, f"k{n}", _record(f"task-{n}")) for n in (1, 2, 3)]
+        assert all(marks) and buffer.submitted == queued  # riders, not queued writes
+        assert not any(keys.written(mark) for mark in marks)
+        await tasks.upsert_task(ALICE, {"task_id": "task-3", "task_owner": "alice"})
+        assert await tasks.flush(10)
+        assert applied[-1] == ["idempotency_keys", "task"]  # the three rows as one write
+        assert all(keys.written(mark) for mark in marks)
+        got = _rows(path, "SELECT idem_key, subject FROM idempotency_keys ORDER BY idem_key")
+        assert got == [(f"k{n}", f"task-{n}") for n in range(4)]
+        # A take with nothing queued after it: committed when it is settled.
+        mark = keys.take_now(ALICE, "k4", _record("task-4"))
+        assert mark and not keys.settled(ALICE, "k4")
+        await keys.settle(ALICE, "k4")
+        assert keys.written(mark) and keys.settled(ALICE, "k4")
+        assert _rows(path, "SELECT subject FROM idempotency_keys WHERE idem_key = 'k4'") == [
+            ("task-4",)
+        ]
+    finally:
+        await keys.close()
+        await tasks.close()
+
+
 async def test_a_take_and_its_outcome_in_one_batch_land_in_their_order(tmp_path: Path) -> None:
     """A take's row is written by its own statement (10 columns, no outcome) and an outcome's
     by the whole row's: queued in one batch, the key ends with its outcome, and a key taken
@@ -377,28 +418,28 @@ async def test_synchronous_takes_never_pass_the_bound(
     tmp_path: Path, warm: bool, release_some: bool
 ) -> None:
     """Thirty new keys of one caller at once through the guard over the SQLite file (each
-    `POST /message`'s take: `Ticket._take_now` once the caller's count and filter
+    `POST /message`'s take: taken at once once the caller's count and filter
     are known, the awaited take and a recount before): at most `max_keys` are live, whether
     the caller's count is known already (`warm`) or read by the first of them, and with
     some of the takes given back meanwhile (`release_some`: a request its checks refused)."""
     from fastapi import HTTPException
 
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard, Ticket
+    from mail.server.idempotency_guard import IdempotencyGuard
 
     tasks, keys = await _open(tmp_path / "mail.db")
     guard = IdempotencyGuard(keys, swarm_name="s", ttl=100.0, max_keys=5, max_length=255)
     caller = Caller("user", "alice", "k")
     synchronous = 0
-    take_now = Ticket._take_now
+    take_now = keys.take_fields_now
 
-    def counted(*args: Any) -> bool:
+    def counted(*args: Any) -> int:
         nonlocal synchronous
         done = take_now(*args)
-        synchronous += done
+        synchronous += bool(done)
         return done
 
-    Ticket._take_now = counted  # type: ignore[method-assign]
+    keys.take_fields_now = counted  # type: ignore[method-assign]
     try:
         if warm:
             first = guard.open(caller, "warm", "fp-warm")
@@ -424,7 +465,6 @@ async def test_synchronous_takes_never_pass_the_bound(
         # (with the count and the filter known, the takes were the synchronous ones)
         assert synchronous == (results.count("taken") + results.count("released") if warm else 0)
     finally:
-        Ticket._take_now = take_now  # type: ignore[method-assign]
         await guard.close()
         await tasks.close()
 

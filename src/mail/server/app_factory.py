@@ -321,6 +321,8 @@ def create_app(
             app.state.startup_error = exc
             raise
         app.state.mail = state
+        if isinstance(app, MAILFastAPI):
+            app.idempotency_guard = state.idempotency
         warm_up = schedule_warm_up(state.template)
         state.warm_up = StartupWarmUp(state.template)
         state.warm_up.arm()

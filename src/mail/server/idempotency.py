@@ -76,6 +76,8 @@ __all__ = [
 
 # Where a keyed request's ticket is kept for the route (`current_ticket`).
 _SCOPE_KEY = "mail.idempotency"
+# `guarded`'s answer for an app that does not hold a guard of its own (not the server's).
+_ANOTHER_APP = object()
 # Seconds after which a key another process took and never finished is taken over by a
 # retry (routes without a resolver of their own: their work is short); the default of
 # `[server.settings] idempotency_takeover_after`.
@@ -85,6 +87,9 @@ Resolver = Callable[[Request, Caller, Ticket], Awaitable[Response | None]]
 
 
 def guard_of(request: Request) -> IdempotencyGuard | None:
+    guard = getattr(request.scope.get("app"), "idempotency_guard", None)
+    if guard is not None:
+        return guard  # type: ignore[no-any-return]
     return getattr(server_state(request), "idempotency", None)
 
 
@@ -149,6 +154,7 @@ def idempotent(
     that attempt stored under it, if anything, rather than doing the work a second time.
     """
     resolver = resolve or default_resolve
+    with_work = deferred and lazy_outcome  # (`Ticket.with_work`)
 
     def decorate(endpoint: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(endpoint)
@@ -159,10 +165,11 @@ def idempotent(
             fields = key_fields(request)
             if not fields:
                 return await endpoint(*args, **kwargs)
-            box = request.scope["app"].state  # (`server_state`, inline)
-            values = getattr(box, "_state", None)
-            state = values.get("mail") if type(values) is dict else getattr(box, "mail", None)
-            guard = getattr(state, "idempotency", None)
+            scope = request.scope
+            # (The server's app holds its guard; another app, e.g. a test's, its state.)
+            guard: Any = getattr(scope["app"], "idempotency_guard", _ANOTHER_APP)
+            if guard is _ANOTHER_APP:
+                guard = guard_of(request)
             if guard is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")
@@ -170,16 +177,13 @@ def idempotent(
             key = key_of(fields, guard.max_length)
             assert key is not None
             body = await request.body()
-            scope = request.scope
             digest, value = fingerprint_and_value(scope["method"], scope["path"], body)
             if type(value) is dict:  # the route's `read_json_object` takes it as it is
                 scope[PARSED_BODY] = value
-            ticket = guard.open(who, key, digest)
-            ticket.caller = who
+            ticket = guard.open(who, key, digest, with_work=with_work)
             if ticket.in_flight:
                 return await _answer_duplicate(request, who, ticket, resolver)
-            request.scope[_SCOPE_KEY] = ticket
-            ticket.with_work = deferred and lazy_outcome
+            scope[_SCOPE_KEY] = ticket
             for _attempt in range(3):  # the first try, and at most two takeovers
                 try:
                     if not deferred:

@@ -69,74 +69,70 @@ class IdempotencyGuard:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         # The owners' tickets of the keyed requests under way here, by (role, id, key).
         self._pending: dict[tuple[str, str, str], Ticket] = {}
-        # Live keys per caller as last counted (+ keys taken since): checked at each take.
-        self._counts: dict[tuple[str, str], int] = {}  # (role, id)
-        # Slots reserved (counted above) by takes not yet stored: a recount from the store
-        # adds them. Reserving is synchronous, so concurrent new keys cannot pass the bound.
-        self._reserved: dict[tuple[str, str], int] = {}
-        self._counting: dict[tuple[str, str], asyncio.Lock] = {}  # one recount per caller
-        # Keys stored (their slot given back) while a recount of their caller ran: the
-        # count it read may predate them (a take queued between its flush and its read).
-        self._landed: dict[tuple[str, str], int] = {}
+        # Each caller's bookkeeping here (its scope, its count of live keys), by (role, id):
+        # one lookup per keyed request.
+        self._callers: dict[tuple[str, str], CallerKeys] = {}
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._background: set[asyncio.Task[Any]] = set()
         # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
         self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
         self._writer: asyncio.Task[None] | None = None
-        # Each caller's scope, made once (cleared with the counts at each sweep).
-        self._scopes: dict[tuple[str, str], InstanceKey] = {}
+
+    def caller_keys(self, role: str, ident: str) -> CallerKeys:
+        keys = self._callers.get((role, ident))
+        if keys is None:
+            keys = self._callers[(role, ident)] = CallerKeys(
+                InstanceKey(self.swarm_name, role, ident)
+            )
+        return keys
 
     def scope(self, caller: Caller) -> InstanceKey:
-        owner = (caller.role, caller.id)
-        scope = self._scopes.get(owner)
-        if scope is None:
-            scope = self._scopes[owner] = InstanceKey(self.swarm_name, caller.role, caller.id)
-        return scope
+        return self.caller_keys(caller.role, caller.id).scope
 
-    def open(self, caller: Caller, key: str, fingerprint: str) -> Ticket:
+    def open(
+        self, caller: Caller, key: str, fingerprint: str, *, with_work: bool = False
+    ) -> Ticket:
         """The ticket of a request with `key`: a duplicate of one under way in this process,
-        or the key's owner here (whether the store already has the key, its take tells)."""
-        scope = self._scopes.get((caller.role, caller.id)) or self.scope(caller)
-        slot = (caller.role, caller.id, key)
+        or the key's owner here (whether the store already has the key, its take tells).
+        `with_work`: its route takes the key with its work (`Ticket.with_work`)."""
+        role = caller.role
+        ident = caller.id
+        slot = (role, ident, key)
         first = self._pending.get(slot)
+        keys = self._callers.get((role, ident)) or self.caller_keys(role, ident)
         if first is not None:
             if first.fingerprint != fingerprint:
                 raise key_reused()
-            return Ticket(self, scope, key, fingerprint, first=first)
-        ticket = self._pending[slot] = Ticket(self, scope, key, fingerprint, owner=True)
-        ticket.slot = slot
+            return Ticket(self, keys, key, fingerprint, first, None, caller, with_work)
+        ticket = self._pending[slot] = Ticket(
+            self, keys, key, fingerprint, None, slot, caller, with_work
+        )
         return ticket
 
-    def reserve(self, scope: InstanceKey) -> bool:
+    def reserve(self, keys: CallerKeys) -> bool:
         """Count one more key of the caller now, when it is known to hold fewer than
         `max_keys` (no store read: the usual case of every keyed request); False when its
         count is unknown or at the bound (then `admit`). Give it back with `unreserve`."""
         if not self.max_keys:
             return True
-        owner = (scope.caller_role, scope.caller_id)
-        count = self._counts.get(owner)
+        count = keys.count
         if count is None or count >= self.max_keys:
             return False
-        self._counts[owner] = count + 1
-        self._reserved[owner] = self._reserved.get(owner, 0) + 1
+        keys.count = count + 1
+        keys.reserved += 1
         return True
 
-    def unreserve(self, scope: InstanceKey, *, stored: bool) -> None:
+    def unreserve(self, keys: CallerKeys, *, stored: bool) -> None:
         """A reserved slot's take is over: its key `stored` (it stays counted) or not."""
         if not self.max_keys:
             return
-        owner = (scope.caller_role, scope.caller_id)
-        left = self._reserved.get(owner, 0) - 1
-        if left > 0:
-            self._reserved[owner] = left
-        else:
-            self._reserved.pop(owner, None)
+        keys.reserved -= 1
         if not stored:
-            self.released(scope)
-        elif owner in self._landed:
-            self._landed[owner] += 1
+            self.released(keys)
+        elif keys.landed is not None:
+            keys.landed += 1
 
-    async def admit(self, scope: InstanceKey, key: str, now: float) -> None:
+    async def admit(self, keys: CallerKeys, key: str, now: float) -> None:
         """Reserve room for one more key of the caller (`reserve`): at `max_keys` live keys,
         its oldest finished ones are forgotten (a batch of them, `EVICT_FRACTION` of the
         bound); 429 when none of them is finished (every request is still under way, or died
@@ -144,14 +140,15 @@ class IdempotencyGuard:
         not yet stored are added to the store's count."""
         if not self.max_keys:
             return
-        owner = (scope.caller_role, scope.caller_id)
-        lock = self._counting.setdefault(owner, asyncio.Lock())
-        async with lock:
-            if self.reserve(scope):  # counted by the recount that ran meanwhile
+        if keys.counting is None:
+            keys.counting = asyncio.Lock()
+        scope = keys.scope
+        async with keys.counting:
+            if self.reserve(keys):  # counted by the recount that ran meanwhile
                 return
-            self._landed[owner] = 0
+            keys.landed = 0
             try:
-                if self._counts.get(owner) is not None:
+                if keys.count is not None:
                     await self.store.purge(now, scope)
                 count = await self.store.count(scope, now)
                 if count >= self.max_keys and await self.store.get(scope, key, now) is None:
@@ -162,17 +159,16 @@ class IdempotencyGuard:
             finally:
                 # (Counted twice when the read saw them too: a recount of more than there
                 # is errs toward the bound, and the next recount corrects it.)
-                landed = self._landed.pop(owner)
-            self._counts[owner] = count + landed + self._reserved.get(owner, 0)
-            if not self.reserve(scope):
-                count = self._counts[owner]
+                landed, keys.landed = keys.landed or 0, None
+            keys.count = count + landed + keys.reserved
+            if not self.reserve(keys):
                 raise HTTPException(
                     429,
-                    f"you hold {count} idempotency keys whose requests are still under way or "
-                    "ended without an outcome, the most one caller may hold ([server.settings] "
-                    f"max_idempotency_keys_per_caller = {self.max_keys}); they expire "
-                    f"{self.ttl:g}s after their request; retry later, or send this request "
-                    "without an Idempotency-Key",
+                    f"you hold {keys.count} idempotency keys whose requests are still under "
+                    "way or ended without an outcome, the most one caller may hold "
+                    "([server.settings] max_idempotency_keys_per_caller = "
+                    f"{self.max_keys}); they expire {self.ttl:g}s after their request; retry "
+                    "later, or send this request without an Idempotency-Key",
                     headers={"Retry-After": str(self.limit_retry_after())},
                 )
 
@@ -181,22 +177,25 @@ class IdempotencyGuard:
         live (with `idempotency_key_ttl = 5`, 60 s would send it away for nothing)."""
         return max(1, min(KEY_LIMIT_RETRY_AFTER, math.ceil(self.ttl)))
 
-    def taken(self, scope: InstanceKey) -> None:
-        self._maybe_sweep()
+    def released(self, keys: CallerKeys) -> None:
+        if keys.count:
+            keys.count -= 1
 
-    def released(self, scope: InstanceKey) -> None:
-        owner = (scope.caller_role, scope.caller_id)
-        if self._counts.get(owner):
-            self._counts[owner] -= 1
-
-    def _maybe_sweep(self) -> None:
+    def maybe_sweep(self) -> None:
+        """Every `SWEEP_INTERVAL` (checked by each take): expired keys swept from the store,
+        every caller counted again when next needed (expired keys drop out)."""
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
-        self._counts.clear()  # counted again when next needed (expired keys drop out)
-        self._scopes.clear()
-        for owner in [o for o, lock in self._counting.items() if not lock.locked()]:
-            del self._counting[owner]
+        for owner, keys in list(self._callers.items()):
+            keys.count = None
+            # A caller with nothing under way here is forgotten (callers come and go).
+            if (
+                not keys.reserved
+                and keys.landed is None
+                and not (keys.counting is not None and keys.counting.locked())
+            ):
+                del self._callers[owner]
         self.spawn(self.store.purge(time.time()), "sweeping expired idempotency keys")
 
     def record_later(
@@ -246,6 +245,24 @@ class IdempotencyGuard:
         await self.store.close()
 
 
+class CallerKeys:
+    """One caller's keys as this process counts them (`IdempotencyGuard.caller_keys`)."""
+
+    __slots__ = ("count", "counting", "landed", "reserved", "scope")
+
+    def __init__(self, scope: InstanceKey) -> None:
+        self.scope = scope
+        # Live keys as last counted, plus those taken since; None: to be counted (`admit`).
+        self.count: int | None = None
+        # Slots reserved (counted above) by takes not yet stored: a recount from the store
+        # adds them. Reserving is synchronous, so concurrent new keys cannot pass the bound.
+        self.reserved = 0
+        # While a recount runs: the keys stored (their slot given back) since it began, as
+        # the count it reads may predate them (a take queued between its flush and its read).
+        self.landed: int | None = None
+        self.counting: asyncio.Lock | None = None  # one recount at a time
+
+
 class Ticket:
     """One keyed request: what was found for its key, and its take / finish."""
 
@@ -261,6 +278,8 @@ class Ticket:
         "guard",
         "in_flight",
         "key",
+        "keys",
+        "mark",
         "owner",
         "record",
         "scope",
@@ -273,46 +292,50 @@ class Ticket:
     def __init__(
         self,
         guard: IdempotencyGuard,
-        scope: InstanceKey,
+        keys: CallerKeys,
         key: str,
         fingerprint: str,
-        *,
-        first: Ticket | None = None,
-        owner: bool = False,
+        first: Ticket | None,
+        slot: tuple[str, str, str] | None,
+        caller: Caller | None = None,
+        with_work: bool = False,
     ) -> None:
         self.guard = guard
-        self.scope = scope
+        self.keys = keys
+        self.scope = keys.scope
         self.key = key
         self.fingerprint = fingerprint
         # A duplicate's: the ticket of the request with this key under way in this process
         # (what it started and answered is kept there); None: this one is that request.
         self.first = first
         self.in_flight = first is not None
+        # Its "under way here" entry, (role, id, key), while it holds it (`owner`).
+        self.slot = slot
+        self.owner = slot is not None
         # What the request started (e.g. its task id) and what its route needs to find that
         # work again, once taken or found in the store (read through `subject`, `context`).
         self._subject: str | None = None
-        self._context: dict[str, Any] | None = None
+        self._context: Mapping[str, Any] | None = None
         # (status, content type, body) once the request answered and until it is written
         # (`record_later`): what a duplicate arriving meanwhile gets (`outcome`).
         self.answered: tuple[int, str | None, bytes] | None = None
         # The live record found in the store (a duplicate of a finished or orphaned request).
         self.record: KeyRecord | None = None
-        self.owner = owner  # holds the "under way here" entry of the key
         # Set when this request redoes the work of a first attempt that died after its take.
         self.takeover = False
         self.taken = False
         # The work is the task store's writes, made right after the take (`take_with_work`).
-        self.with_work = False
+        self.with_work = with_work
         # The answer is the one its task keeps (set by the route): no outcome is stored; a
         # repeat rebuilds the same answer from the task (the resolver), as after a crash.
         self.answered_by_task = False
-        # Taken by `_take_now`: its row went into the task store's buffer ahead
-        # of the task's writes (what the store's `carried` says, known without asking it).
+        # Taken at once (`take`'s usual case): its row went into the task store's buffer
+        # ahead of the task's writes (what the store's `carried` says, known without asking
+        # it), as the store's write `mark` (`written` tells when it is committed).
         self.carried = False
-        # Its "under way here" entry, (role, id, key), while `owner`.
-        self.slot: tuple[str, str, str] | None = None
+        self.mark = 0
         # The caller as the guard resolved it (`mail.server.idempotency`), for the route.
-        self.caller: Caller | None = None
+        self.caller = caller
 
     def found(self, record: KeyRecord) -> None:
         """The store holds the key already (`KeyHeld`): what its first request started."""
@@ -344,15 +367,44 @@ class Ticket:
             shared.fingerprint, 0.0, 0.0, status=status, content_type=content_type, body=body
         )
 
+    def take_now(self, subject: str | None, context: dict[str, Any]) -> bool:
+        """`take`'s usual case (its ticket `with_work`, not a takeover), whole and with no
+        await: its caller holds fewer than `max_keys` keys as counted, and the store takes
+        the key at once (a new key of ``POST /message`` on SQLite: `take_fields_now`).
+        False: nothing was done (then `take`)."""
+        guard = self.guard
+        keys = self.keys
+        limit = guard.max_keys
+        count = keys.count
+        if limit and (count is None or count >= limit):
+            return False
+        now = time.time()
+        mark = guard.store.take_fields_now(
+            self.scope, self.key, self.fingerprint, subject, context, guard.holder, now,
+            now + guard.ttl,
+        )  # fmt: skip
+        if not mark:
+            return False
+        if limit:  # counted (`reserve`, then `unreserve(stored=True)`, with nothing between)
+            keys.count = count + 1  # type: ignore[operator]
+            if keys.landed is not None:
+                keys.landed += 1
+        self.taken = self.carried = True
+        self.mark = mark
+        self._subject, self._context = subject, context
+        if time.monotonic() >= guard._next_sweep:
+            guard.maybe_sweep()
+        return True
+
     async def take(self, subject: str | None = None, context: dict[str, Any] | None = None) -> None:
         """Commit the key (with what the work is) before the work starts; 409/422/429 when
         it cannot be taken (then nothing may start)."""
-        now = time.time()
-        guard = self.guard
         if context is None:
             context = {}  # (the caller's own, fresh)
-        if self.with_work and not self.takeover and self._take_now(guard, subject, context, now):
+        if self.with_work and not self.takeover and self.take_now(subject, context):
             return
+        now = time.time()
+        guard = self.guard
         record = KeyRecord(
             self.fingerprint,
             now,
@@ -361,19 +413,22 @@ class Ticket:
             context=context,
             holder=guard.holder,
         )
+        # The caller's bookkeeping as the guard holds it now (a sweep since this ticket was
+        # opened forgot the one it had: that one is counted no more).
+        keys = self.keys = guard.caller_keys(self.scope.caller_role, self.scope.caller_id)
         counted = not self.takeover  # a slot of the bound reserved (before any await)
-        if counted and not self.guard.reserve(self.scope):
+        if counted and not guard.reserve(keys):
             try:
-                await self.guard.admit(self.scope, self.key, now)
+                await guard.admit(keys, self.key, now)
             except HTTPException:
                 # At the bound: a repeat of a request whose key is held still gets its answer.
-                earlier = await self.guard.store.get(self.scope, self.key, now)
+                earlier = await guard.store.get(self.scope, self.key, now)
                 if earlier is None:
                     raise
                 if earlier.fingerprint != self.fingerprint:
                     raise key_reused() from None
                 raise KeyHeld(earlier) from None
-        store = self.guard.store
+        store = guard.store
         take = store.take_with_work if self.with_work else store.take
         # A takeover replaces the dead attempt's record it found, and no other: a retry that
         # took it over meanwhile in another process (a front end) keeps it.
@@ -382,45 +437,17 @@ class Ticket:
             held = await take(self.scope, self.key, record, replace=self.takeover, over=over)
         except BaseException:
             if counted:
-                self.guard.unreserve(self.scope, stored=False)
+                guard.unreserve(keys, stored=False)
             raise
         if counted:
-            self.guard.unreserve(self.scope, stored=held is None)
+            guard.unreserve(keys, stored=held is None)
         if held is not None:  # an earlier request has the key: the route must not go on
             if held.fingerprint != self.fingerprint:
                 raise key_reused()
             raise KeyHeld(held)
         self.taken = True
         self._subject, self._context = subject, record.context
-        self.guard.taken(self.scope)
-
-    def _take_now(
-        self, guard: IdempotencyGuard, subject: str | None, context: dict[str, Any], now: float
-    ) -> bool:
-        """The usual keyed request's take, whole, with no await: its caller holds fewer than
-        `max_keys` keys as counted and the store takes the key at once (`take_fields_now`: a
-        new key of ``POST /message`` on SQLite); the key is counted (`reserve` then
-        `unreserve(stored=True)`, with nothing between). False: nothing was done (`take`'s
-        general path: `reserve`, the store's `take_with_work`...)."""
-        scope = self.scope
-        owner = (scope.caller_role, scope.caller_id)
-        limit = guard.max_keys
-        count = guard._counts.get(owner) if limit else 0
-        if count is None or (limit and count >= limit):
-            return False
-        if not guard.store.take_fields_now(
-            scope, self.key, self.fingerprint, subject, context, guard.holder, now, now + guard.ttl
-        ):
-            return False
-        if limit:
-            guard._counts[owner] = count + 1
-            if owner in guard._landed:
-                guard._landed[owner] += 1
-        self.taken = self.carried = True
-        self._subject, self._context = subject, context
-        if time.monotonic() >= guard._next_sweep:  # (`taken`, inline)
-            guard.taken(scope)
-        return True
+        guard.maybe_sweep()
 
     async def finish(self, response: Response, *, lazy: bool = False) -> Response:
         """Store the outcome of a taken key (before the answer leaves) and return the answer.
@@ -481,7 +508,8 @@ class Ticket:
         """Forget the key this request took: it was refused before it did anything."""
         if self.taken:
             self.taken = self.carried = False
-            self.guard.released(self.scope)
+            self.mark = 0
+            self.guard.released(self.keys)
             await self.guard.store.release(self.scope, self.key)
 
     async def abandon(self, *, release: bool) -> None:
@@ -501,10 +529,9 @@ class Ticket:
             self.guard.store.let_go(self.scope, self.key)
         if self.owner:
             self.owner = False
-            slot = self.slot or (self.scope.caller_role, self.scope.caller_id, self.key)
             pending = self.guard._pending
-            if pending.get(slot) is self:
-                del pending[slot]
+            if pending.get(self.slot) is self:  # type: ignore[arg-type]
+                del pending[self.slot]  # type: ignore[arg-type]
 
 
 class KeyHeld(Exception):

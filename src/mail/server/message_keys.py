@@ -72,10 +72,29 @@ async def key_stored(ticket: Ticket | None) -> None:
     answer (or a stream's first event) names the task: the swarm's own flush before an
     answer is best effort (skipped during an outage, given up after a few seconds), this one
     waits, and refuses the request (StoreUnavailableError: 503) when the key is not stored."""
-    if ticket is not None and ticket.taken and ticket.with_work:
-        store = ticket.guard.store
-        if not store.settled(ticket.scope, ticket.key):  # (committed: the usual case)
-            await store.settle(ticket.scope, ticket.key)
+    if ticket is not None and ticket.taken and ticket.with_work and not key_committed(ticket):
+        await ticket.guard.store.settle(ticket.scope, ticket.key)
+
+
+def key_committed(ticket: Ticket) -> bool:
+    """Whether the key of a ticket taken with its work is committed, known with no await
+    (the usual case once its task answered)."""
+    store = ticket.guard.store
+    mark = ticket.mark
+    return store.written(mark) if mark else store.settled(ticket.scope, ticket.key)
+
+
+def task_answered(inst: Instance, req: MessageRequest, response: Any, ticket: Ticket) -> bool:
+    """After the task of a keyed plain ``POST /message`` answered (its ticket taken): whether
+    its answer is the task's own (`answered_by_task`), and whether its key is committed
+    (`key_stored`: False when the caller must `settle` it before the answer leaves)."""
+    if not ticket.with_work:
+        return True
+    if not req.show_events:
+        answered_by_task(inst, req, response, ticket)
+    mark = ticket.mark  # (`key_committed`, inline: the keyed request's hot path)
+    store = ticket.guard.store
+    return store.written(mark) if mark else store.settled(ticket.scope, ticket.key)
 
 
 def answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket: Ticket) -> None:
@@ -83,17 +102,18 @@ def answered_by_task(inst: Instance, req: MessageRequest, response: Any, ticket:
     ``task_complete`` event, committed before it): its key needs no outcome row, a repeat
     rebuilds the same bytes from the task (`mail.server.message_replay`). Any other ending (a
     timeout, a pause, an error) and an answer with the events keep their stored outcome."""
-    message = response.get("message") if isinstance(response, dict) else None
-    if not isinstance(message, dict) or message.get("subject") != "::task_complete::":
+    message = response.get("message") if type(response) is dict else None
+    if type(message) is not dict or message.get("subject") != "::task_complete::":
         return
-    if not isinstance(message.get("body", ""), str) or message.get("task_id") not in (
+    task_id = req.task_id
+    if type(message.get("body", "")) is not str or message.get("task_id") not in (
         None,
         "",
-        req.task_id,
+        task_id,
     ):
         return
     if ticket.carried:  # (`task_is_outcome`, inline: the keyed request's hot path)
-        task = inst.swarm.runtime.mail_tasks.get(req.task_id or "")
+        task = inst.swarm.runtime.mail_tasks.get(task_id or "")
         ticket.answered_by_task = task is not None and not task.is_running
     else:
         ticket.answered_by_task = task_is_outcome(inst, req, ticket)

@@ -24,9 +24,9 @@ from mail.server.errors import BadRequest
 from mail.server.idempotency_guard import Ticket
 from mail.server.instances import Instance
 from mail.server.message_keys import (
-    answered_by_task,
     key_stored,
     stored_upload_bytes,
+    task_answered,
     task_is_outcome,
     upload_ids,
 )
@@ -316,7 +316,26 @@ async def _prepare_keyed(
     if ticket is None:
         await prepare(state, inst, req)
         return
-    if req.task_id is None and req.resume_from is None:
+    new = req.task_id is None and req.resume_from is None
+    if new and req.webhook is None and not req.attachments and not ticket.takeover:
+        # The usual keyed request: a new task, with nothing stored before it. Named now (a
+        # new id: no task has it, no store read), so the key records it.
+        req.task_id = new_task_id()
+        if ticket.with_work:
+            with_tasks = inst.keys_with_tasks
+            if with_tasks is None:
+                with_tasks = inst.keys_with_tasks = _keys_go_with_tasks(inst, ticket)
+            ticket.with_work = with_tasks
+        context = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared: never changed)
+        if not (ticket.with_work and ticket.take_now(req.task_id, context)):
+            await ticket.take(req.task_id, context)
+        try:
+            await prepare(state, inst, req, brought_back=True, fresh=True)
+        except BaseException:
+            await ticket.release()
+            raise
+        return
+    if new:
         # A new task: named now, so the key records it. A retry that takes over from a first
         # attempt that died reuses that attempt's task id (one task, not two), which the
         # store may hold (`prepare` brings it back); a new id it cannot (no store read).
@@ -348,12 +367,11 @@ async def _prepare_keyed(
     # The key commits with the task's first writes (`take_with_work`) when they go through
     # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
     # task; otherwise on its own first, as every other route's key.
-    observer = getattr(inst.swarm, "_store_observer", None)
     ticket.with_work = (
         ticket.with_work
-        and getattr(observer, "store", None) is getattr(ticket.guard.store, "tasks", False)
         and req.webhook is None
         and not req.attachments
+        and _keys_go_with_tasks(inst, ticket)
     )
     await ticket.take(req.task_id, context)
     try:
@@ -361,6 +379,13 @@ async def _prepare_keyed(
     except BaseException:
         await ticket.release()
         raise
+
+
+def _keys_go_with_tasks(inst: Instance, ticket: Ticket) -> bool:
+    """Whether the key store writes its keys through the instance's task store's buffer
+    (SQLite: `take_with_work` then commits a key with its task's first writes)."""
+    observer = getattr(inst.swarm, "_store_observer", None)
+    return getattr(observer, "store", None) is getattr(ticket.guard.store, "tasks", False)
 
 
 async def run_message(
@@ -378,13 +403,12 @@ async def run_message(
             response, events = await inst.swarm.post_message_task_events(
                 req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
             )
-        await key_stored(ticket)
+        if ticket is not None and ticket.taken and not task_answered(inst, req, response, ticket):
+            await ticket.guard.store.settle(ticket.scope, ticket.key)  # (`key_stored`)
     finally:
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
     answered(state, inst, req.task_id)
-    if ticket is not None and ticket.with_work and not req.show_events:
-        answered_by_task(inst, req, response, ticket)
     return response, events
 
 

@@ -78,6 +78,9 @@ class MAILFastAPI(FastAPI):
 
     _protocol_checked = False
     _nodelay_per_request = True
+    # The server's `IdempotencyGuard` while it runs (set by the lifespan): the keyed routes
+    # find it here with one attribute read (`mail.server.idempotency`).
+    idempotency_guard: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self._nodelay_per_request:
