@@ -118,8 +118,11 @@ async def test_a_flush_waits_for_riders_alone() -> None:
         await buffer.close(5)
 
 
-async def test_a_flush_that_writes_at_once_takes_the_riders() -> None:
-    recorder = Recorder(now=True)
+@pytest.mark.parametrize("writes", [True, False])
+async def test_a_flush_that_writes_at_once_takes_the_riders(writes: bool) -> None:
+    """The flush writes the riders with its batch, or (its write declined) hands both to the
+    worker, which writes them once."""
+    recorder = Recorder(now=writes)
     buffer = _buffer(
         recorder, max_delay=30.0, write_now=recorder.write_now, alone=lambda queue: True
     )
@@ -128,23 +131,9 @@ async def test_a_flush_that_writes_at_once_takes_the_riders() -> None:
         mark = buffer.put_rider("k1")
         await buffer.submit(1)
         assert await buffer.flush(5)
-        assert recorder.written_now == [[("riders", "k1"), 1]]
-        assert recorder.applied == [] and buffer.rider_written(mark)
-    finally:
-        await buffer.close(5)
-
-
-async def test_a_declined_write_at_flush_hands_its_riders_to_the_worker() -> None:
-    recorder = Recorder(now=False)  # write_now declines
-    buffer = _buffer(
-        recorder, max_delay=30.0, write_now=recorder.write_now, alone=lambda queue: True
-    )
-    buffer.start()
-    try:
-        mark = buffer.put_rider("k1")
-        await buffer.submit(1)
-        assert await buffer.flush(5)
-        assert recorder.applied == [[("riders", "k1"), 1]]  # once, by the worker
+        done = recorder.written_now if writes else recorder.applied
+        assert done == [[("riders", "k1"), 1]]
+        assert (recorder.applied if writes else recorder.written_now) == []
         assert buffer.rider_written(mark) and buffer.pending == 0
     finally:
         await buffer.close(5)

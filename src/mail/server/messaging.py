@@ -316,8 +316,13 @@ async def _prepare_keyed(
     if ticket is None:
         await prepare(state, inst, req)
         return
-    new = req.task_id is None and req.resume_from is None
-    if new and req.webhook is None and not req.attachments and not ticket.takeover:
+    if (
+        req.task_id is None
+        and req.resume_from is None
+        and req.webhook is None
+        and not req.attachments
+        and not ticket.takeover
+    ):
         # The usual keyed request: a new task, with nothing stored before it. Named now (a
         # new id: no task has it, no store read), so the key records it.
         req.task_id = new_task_id()
@@ -326,16 +331,28 @@ async def _prepare_keyed(
             if with_tasks is None:
                 with_tasks = inst.keys_with_tasks = _keys_go_with_tasks(inst, ticket)
             ticket.with_work = with_tasks
-        context = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared: never changed)
-        if not (ticket.with_work and ticket.take_now(req.task_id, context)):
-            await ticket.take(req.task_id, context)
-        try:
-            await prepare(state, inst, req, brought_back=True, fresh=True)
-        except BaseException:
-            await ticket.release()
-            raise
-        return
-    if new:
+        context: dict[str, Any] = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared)
+        brought_back = fresh = True
+    else:
+        context, brought_back, fresh = await _key_context(state, inst, req, ticket)
+    # (The usual take with no coroutine; `take` tries it again, in vain, on its way to the
+    # general one: it did nothing.)
+    if not (ticket.with_work and not ticket.takeover and ticket.take_now(req.task_id, context)):
+        await ticket.take(req.task_id, context)
+    try:
+        await prepare(state, inst, req, brought_back=brought_back, fresh=fresh)
+    except BaseException:
+        await ticket.release()
+        raise
+
+
+async def _key_context(
+    state: ServerState, inst: Instance, req: MessageRequest, ticket: Ticket
+) -> tuple[dict[str, Any], bool, bool]:
+    """`_prepare_keyed` of any request but the usual one: the task it names (or a new one,
+    or the one a first attempt that died named), what its key records, and (`prepare`'s)
+    whether that task was brought back already and whether its id is new."""
+    if req.task_id is None and req.resume_from is None:
         # A new task: named now, so the key records it. A retry that takes over from a first
         # attempt that died reuses that attempt's task id (one task, not two), which the
         # store may hold (`prepare` brings it back); a new id it cannot (no store read).
@@ -373,12 +390,7 @@ async def _prepare_keyed(
         and not req.attachments
         and _keys_go_with_tasks(inst, ticket)
     )
-    await ticket.take(req.task_id, context)
-    try:
-        await prepare(state, inst, req, brought_back=brought_back, fresh=fresh)
-    except BaseException:
-        await ticket.release()
-        raise
+    return context, brought_back, fresh
 
 
 def _keys_go_with_tasks(inst: Instance, ticket: Ticket) -> bool:
