@@ -469,6 +469,47 @@ async def test_synchronous_takes_never_pass_the_bound(
         await tasks.close()
 
 
+async def test_a_sweep_amid_a_recount_keeps_the_bound(tmp_path: Path) -> None:
+    """The ten-minute sweep forgets the per-caller bookkeeping of callers with nothing under
+    way; takes queued for the caller's recount lock are under way (the lock just released
+    is not yet taken again, `locked()` says False meanwhile): the sweep that the first of
+    them runs keeps it, so later takes count on the same books and the bound holds."""
+    from fastapi import HTTPException
+
+    from mail.server.auth import Caller
+    from mail.server.idempotency_guard import IdempotencyGuard
+
+    tasks, keys = await _open(tmp_path / "mail.db")
+    guard = IdempotencyGuard(keys, swarm_name="s", ttl=100.0, max_keys=5, max_length=255)
+    caller = Caller("user", "alice", "k")
+    try:
+        await keys._keys_of(guard.scope(caller))  # the caller's filter read, its count not
+        books = guard.caller_keys("user", "alice")
+        guard._next_sweep = 0  # due: the first take that ends runs it
+
+        async def take(n: int) -> str:
+            ticket = guard.open(caller, f"k{n}", f"fp{n}", with_work=True)
+            try:
+                await ticket.take(f"task-{n}")
+            except HTTPException as exc:
+                assert exc.status_code == 429
+                return "refused"
+            return "taken"
+
+        first = [asyncio.ensure_future(take(n)) for n in range(8)]
+        while guard._next_sweep == 0:  # (the sweep ran)
+            await asyncio.sleep(0)
+        second = [asyncio.ensure_future(take(n)) for n in range(100, 108)]
+        results = await asyncio.gather(*first, *second)
+        assert results.count("taken") == 5, results
+        assert guard.caller_keys("user", "alice") is books
+        assert await tasks.flush(10)
+        assert await keys.count(guard.scope(caller), time.time()) == 5
+    finally:
+        await guard.close()
+        await tasks.close()
+
+
 class _Hashed(str):
     """A key whose `hash` is chosen (negative, or differing from another only in high bits)."""
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from fastapi import HTTPException
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
 
 from mail.server.auth import Caller
+from mail.server.idempotency_streams import Leaving, stream_ended
 from mail.server.idempotency_wire import key_reused
 from mail.store.base import InstanceKey
-from mail.store.idempotency import STREAMED_OUTCOME, IdempotencyStore, KeyRecord
+from mail.store.idempotency import IdempotencyStore, KeyRecord
 
 logger = logging.getLogger("mail.server.idempotency")
 
@@ -142,6 +142,16 @@ class IdempotencyGuard:
             return
         if keys.counting is None:
             keys.counting = asyncio.Lock()
+        # Waiting for the lock or holding it: a sweep keeps `keys` meanwhile.
+        keys.waiting += 1
+        try:
+            await self._recount(keys, key, now)
+        finally:
+            keys.waiting -= 1
+
+    async def _recount(self, keys: CallerKeys, key: str, now: float) -> None:
+        """`admit`'s recount, under the caller's lock."""
+        assert keys.counting is not None
         scope = keys.scope
         async with keys.counting:
             if self.reserve(keys):  # counted by the recount that ran meanwhile
@@ -190,11 +200,7 @@ class IdempotencyGuard:
         for owner, keys in list(self._callers.items()):
             keys.count = None
             # A caller with nothing under way here is forgotten (callers come and go).
-            if (
-                not keys.reserved
-                and keys.landed is None
-                and not (keys.counting is not None and keys.counting.locked())
-            ):
+            if not keys.reserved and keys.landed is None and not keys.waiting:
                 del self._callers[owner]
         self.spawn(self.store.purge(time.time()), "sweeping expired idempotency keys")
 
@@ -248,7 +254,7 @@ class IdempotencyGuard:
 class CallerKeys:
     """One caller's keys as this process counts them (`IdempotencyGuard.caller_keys`)."""
 
-    __slots__ = ("count", "counting", "landed", "reserved", "scope")
+    __slots__ = ("count", "counting", "landed", "reserved", "scope", "waiting")
 
     def __init__(self, scope: InstanceKey) -> None:
         self.scope = scope
@@ -261,6 +267,9 @@ class CallerKeys:
         # the count it reads may predate them (a take queued between its flush and its read).
         self.landed: int | None = None
         self.counting: asyncio.Lock | None = None  # one recount at a time
+        # Takes waiting for that lock or holding it: a sweep keeps this object meanwhile
+        # (`asyncio.Lock.locked()` is False between a release and the next waiter's turn).
+        self.waiting = 0
 
 
 class Ticket:
@@ -467,9 +476,9 @@ class Ticket:
             return response
         if not hasattr(response, "body"):
             if getattr(response, "on_end", False) is None:  # an `EventStreamResponse`
-                response.on_end = functools.partial(_stream_ended, response, self)  # type: ignore[attr-defined]
+                response.on_end = functools.partial(stream_ended, response, self)  # type: ignore[attr-defined]
                 return response
-            return _Leaving(response, self, record=lazy)
+            return Leaving(response, self, record=lazy)
         if lazy and self.answered_by_task:
             self.leave()  # its key and its task are committed: they are the outcome
             return response
@@ -541,56 +550,3 @@ class KeyHeld(Exception):
     def __init__(self, record: KeyRecord) -> None:
         super().__init__("idempotency key already taken")
         self.record = record
-
-
-class _Leaving(Response):
-    """A streamed answer that gives its key's "under way here" entry back when it ends.
-
-    With `record`, a stream that started (its headers went out: the route sends none before
-    its work is stored) records `STREAMED_OUTCOME` as the key's outcome when it ends, however
-    it ends: a repeat is answered from the work (the resolver), never from the key; none
-    when the route found the work's own records to be the outcome (`answered_by_task`: the
-    whole stream went out and its task ended). One that never started leaves the key
-    unfinished, as a request that died would (a repeat may run it: its work may not have
-    begun)."""
-
-    def __init__(self, inner: Response, ticket: Ticket, *, record: bool = False) -> None:
-        self._inner = inner
-        self._ticket = ticket
-        self._record = record
-        self.status_code = inner.status_code
-        self.background = None
-        self.raw_headers = inner.raw_headers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        inner = self._inner
-        started = False
-        # An answer that says whether its status line went out (`EventStreamResponse.started`)
-        # is not watched message by message.
-        told = isinstance(getattr(inner, "started", None), bool)
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await inner(scope, receive, watched if self._record and not told else send)
-        finally:
-            if told:
-                started = bool(getattr(inner, "started", False))
-            ticket = self._ticket
-            if started and ticket.taken and not ticket.answered_by_task:
-                ticket.guard.record_later(ticket, self.status_code, STREAMED_OUTCOME, b"")
-            else:
-                ticket.leave()
-
-
-def _stream_ended(response: Any, ticket: Ticket) -> None:
-    """An `EventStreamResponse` (it says whether its status line went out) ended: as
-    `_Leaving` does after the stream it wraps."""
-    if response.started and ticket.taken and not ticket.answered_by_task:
-        ticket.guard.record_later(ticket, response.status_code, STREAMED_OUTCOME, b"")
-    else:
-        ticket.leave()
