@@ -39,7 +39,8 @@ STOP = getattr(signal, "SIGHUP", None)
 SETTLE = 0.2
 
 
-def _bench_http() -> Any:
+def bench_http() -> Any:
+    """bench/http.py as a module (its name `http` is the standard library's)."""
     spec = importlib.util.spec_from_file_location("bench_http", HERE / "http.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -76,7 +77,7 @@ def serve_counting(out: str, serve_args: list[str]) -> None:
 
     signal.signal(START, start)
     signal.signal(STOP, stop)
-    http = _bench_http()
+    http = bench_http()
     port, keys_file, directory, latency, access_log = serve_args
     http.serve(int(port), keys_file, directory, float(latency), access_log == "1")
 
@@ -129,7 +130,7 @@ def main() -> None:
     )
     parser.add_argument("--top", type=int, default=25, help="functions shown")
     args = parser.parse_args()
-    http = _bench_http()
+    http = bench_http()
     import subprocess
 
     with tempfile.TemporaryDirectory(prefix="mail-bytecodes-") as tmp:

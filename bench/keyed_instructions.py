@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import importlib.util
 import re
 import shutil
 import statistics
@@ -31,20 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+from keyed_bytecodes import bench_http  # (a sibling script: bench/ is the path's first entry)
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("raw", "raw+key")
 # A callgrind_annotate row: its count, its share, then file:function [object].
 _ROW = re.compile(r"\s*([\d,]+) \([^)]*\)\s+(.*)")
-
-
-def _bench_http() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_http", HERE / "http.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def counted(path: Path) -> tuple[int, dict[str, int], dict[str, int]]:
@@ -85,7 +77,7 @@ def main() -> None:
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if shutil.which(tool) is None:
             sys.exit(f"bench/keyed_instructions.py needs {tool} (Debian package valgrind)")
-    http = _bench_http()
+    http = bench_http()
     with tempfile.TemporaryDirectory(prefix="mail-instructions-") as tmp:
         workdir = Path(tmp)
         keys_file = workdir / "keys.json"
