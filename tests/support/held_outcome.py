@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -54,9 +55,16 @@ def rows(url: str, sql: str) -> list[dict[str, Any]]:
 
 
 def cut_by_kill_9(
-    server: ServerProcess, url: str, method: str, path: str, body: Any, headers: dict[str, str]
+    server: ServerProcess,
+    url: str,
+    method: str,
+    path: str,
+    body: Any,
+    headers: dict[str, str],
+    settled: Callable[[], bool] | None = None,
 ) -> None:
-    """Send the request; kill -9 the server once its work is done and its outcome held."""
+    """Send the request; kill -9 the server once its work is done and its outcome held (and,
+    with `settled`, once it says so too: what the work set off is committed)."""
     execute(url, HOLD_OUTCOMES)
     answers: list[Any] = []
 
@@ -74,6 +82,9 @@ def cut_by_kill_9(
     first.start()
     deadline = time.monotonic() + 60
     while not rows(url, f"SELECT count(*) AS n {HELD}")[0]["n"]:
+        assert time.monotonic() < deadline, server.logs()
+        time.sleep(0.05)
+    while settled is not None and not settled():
         assert time.monotonic() < deadline, server.logs()
         time.sleep(0.05)
     assert server.proc is not None
