@@ -268,3 +268,40 @@ async def test_timeout(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.startswith("Error: "), out
     assert "1.5" in out or "timed out" in out.lower(), out
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("timer", ["deadline", "http client", "sdk"])
+async def test_every_timer_running_out_reads_as_the_timeout(
+    server: str, monkeypatch: pytest.MonkeyPatch, timer: str
+) -> None:
+    # The call's deadline, the HTTP client's read timeout and the SDK's request timeout
+    # share one setting; whichever fires first (load decides), the agent reads one text.
+    import httpx2
+    from mcp.shared.exceptions import MCPError
+
+    from mail.stdlib.mcp.actions import _run
+
+    monkeypatch.setenv("MAIL_STDLIB_MCP_TIMEOUT", "7")
+    raised: dict[str, BaseException] = {
+        "deadline": TimeoutError(),
+        "http client": httpx2.ReadTimeout(""),
+        "sdk": MCPError(code=-32001, message="Request 'tools/call' timed out"),
+    }
+
+    async def request(client: object) -> str:
+        try:
+            raise raised[timer]
+        except BaseException as exc:
+            raise RuntimeError("wrapped by the transport") from exc
+
+    out = await _run(server, request)
+    assert out == "Error: MCP server did not answer within 7 s ([stdlib.mcp] timeout)", out
+
+
+async def test_other_failures_keep_their_own_text(server: str) -> None:
+    from mail.stdlib.mcp.actions import _run
+
+    async def request(client: object) -> str:
+        raise ValueError("the server said no")
+
+    assert await _run(server, request) == "Error: the server said no"

@@ -78,6 +78,31 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+# The JSON-RPC error code the SDK gives a request it stopped waiting for.
+_REQUEST_TIMEOUT = -32001
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` or anything in its chain is one of the call's timers running out.
+
+    Three timers share ``[stdlib.mcp] timeout``: the call's deadline, the SDK's read timeout
+    and the HTTP client's; under load any of them can fire first, and all mean the same.
+    """
+    import httpx2
+
+    seen: BaseException | None = exc
+    for _ in range(32):
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError | httpx2.TimeoutException):
+            return True
+        error_data = getattr(seen, "error", None)
+        if getattr(error_data, "code", None) == _REQUEST_TIMEOUT:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _cause_text(exc: BaseException) -> str:
     """Prefer a guard refusal anywhere in the chain (the SDK may wrap it)."""
     seen: BaseException | None = exc
@@ -101,15 +126,15 @@ async def _run(server_url: str, request: Callable[[Any], Awaitable[Any]]) -> str
                 Client(target, read_timeout_seconds=cfg.mcp.timeout)
             )
             result = await request(client)
-    except TimeoutError:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the agent's Error: text
         if budget.refusal:
             return error(budget.refusal)
-        return error(
-            f"MCP server did not answer within {cfg.mcp.timeout:g} s ([stdlib.mcp] timeout)"
-        )
-    except Exception as exc:  # noqa: BLE001 - every failure becomes the agent's Error: text
+        if _is_timeout(_leaf(exc)):
+            return error(
+                f"MCP server did not answer within {cfg.mcp.timeout:g} s ([stdlib.mcp] timeout)"
+            )
         # The SDK reports a transport failure in its own words (or as a parse error).
-        return error(budget.refusal) if budget.refusal else _cause_text(_leaf(exc))
+        return _cause_text(_leaf(exc))
     if budget.refusal:
         return error(budget.refusal)
     if isinstance(result, str) and result.startswith("Error: "):
