@@ -233,17 +233,42 @@ async def test_asking_while_the_server_is_still_working_is_bounded_by_the_retrie
     assert 3 * 2 <= len(scripted.keys) <= 3 * 5 + 1 and len(set(scripted.keys)) == 1
 
 
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_an_ask_cut_by_the_attempts_end_counts_as_still_working(
+    scripted: Scripted, caplog: pytest.LogCaptureFixture, retries: int
+) -> None:
+    """The ask after a 409 gets what is left of the attempt; when that runs out before its
+    answer, the server was still working when the attempt timed out: retried like the
+    409, and after the last attempt the 409 is raised, not the ask's timeout."""
+    scripted.replies = [(409, {"Retry-After": "0.7"}, None), (409, {"Retry-After": "0.7"}, 3.0)]
+    config = ClientConfig(timeout=1.0, retries=retries, retry_backoff=0.05, retry_max_delay=0.1)
+    with caplog.at_level(logging.INFO, logger="mail.client"):
+        async with MAILClient(scripted.url, "k", config=config) as client:
+            if retries == 0:
+                with pytest.raises(MAILClientError) as raised:
+                    await client.post_message("hi")
+                assert raised.value.status == 409 and raised.value.retry_after == 0.7
+            else:
+                assert (await client.post_message("hi"))["response"] == "done"
+    assert len(scripted.keys) == 2 + retries and len(set(scripted.keys)) == 1
+    counted = [r.getMessage() for r in caplog.records if "of 1)" in r.getMessage()]
+    assert len(counted) == retries
+    assert all("still working when the attempt timed out" in line for line in counted)
+
+
 async def test_an_ask_after_a_409_gets_what_is_left_of_the_attempts_timeout(
     scripted: Scripted,
 ) -> None:
     """The attempt's time bounds the asks after its 409s: an ask that gets no answer
-    gives up when the attempt's `timeout` is over, not a whole `timeout` later."""
+    gives up when the attempt's `timeout` is over, not a whole `timeout` later (and the
+    call, out of retries, raises the attempt's 409)."""
     scripted.replies = [(409, {"Retry-After": "1"}, None), (200, {}, 10.0)]
     config = ClientConfig(timeout=2.0, retries=0)
     started = time.monotonic()
     async with MAILClient(scripted.url, "k", config=config) as client:
-        with pytest.raises(RuntimeError, match="timed out|Timeout"):
+        with pytest.raises(MAILClientError) as raised:
             await client.post_message("hi")
+    assert raised.value.status == 409
     assert time.monotonic() - started < 2.0 + 0.9  # (the whole timeout again: 3 s)
     assert len(scripted.keys) == 2
 

@@ -39,6 +39,8 @@ def _user_agent() -> str:
     return f"MAIL-Client/{__version__} (python; aiohttp)"
 
 
+STILL_WORKING_AT_TIMEOUT = "HTTP 409, the server was still working when the attempt timed out"
+
 class MAILClientError(RuntimeError):
     """The server answered with an HTTP error status; `detail` is its explanation."""
 
@@ -252,13 +254,16 @@ class MAILHTTPConnection:
         asked again within that attempt, not counted as a retry, each ask getting what is
         left (`attempt(seconds)`). An attempt whose time runs out while the server is still
         working counts as a timeout: sent again while retries are left, else the 409 is
-        raised. So a call makes at most `retries + 1` attempts of at most `timeout` each,
-        plus the waits between them.
+        raised. An ask whose share of the attempt runs out before its answer means the
+        same (the server was still working when the attempt timed out), so what is raised
+        after the last attempt is that 409, whichever timer ended it. So a call makes at
+        most `retries + 1` attempts of at most `timeout` each, plus the waits between them.
         """
         policy = self.retry_policy
         failures = 0
         attempt_ends = time.monotonic() + self.config.timeout
         time_left: float | None = None  # the attempt's first request: the whole timeout
+        still_busy: MAILClientError | None = None  # this attempt's last "still working" 409
         while True:
             try:
                 return await attempt(time_left)
@@ -276,11 +281,12 @@ class MAILHTTPConnection:
                         )
                         await asyncio.sleep(wait)
                         time_left = attempt_ends - time.monotonic()
+                        still_busy = exc
                         continue
                     if failures >= policy.retries:
                         raise
                     failures += 1
-                    reason = "HTTP 409, the server was still working when the attempt timed out"
+                    reason = STILL_WORKING_AT_TIMEOUT
                 elif failures < policy.retries and policy.retry_status(exc.status, exc.retry_after):
                     wait = policy.delay(failures, exc.retry_after)
                     failures += 1
@@ -289,11 +295,19 @@ class MAILHTTPConnection:
                     raise
             except RuntimeError as exc:
                 cause = exc.__cause__
-                if cause is None or not transport_failure(cause) or failures >= policy.retries:
+                if still_busy is not None and isinstance(cause, TimeoutError):
+                    # The ask after a 409 ran out of the attempt's time: still working.
+                    if failures >= policy.retries:
+                        raise still_busy from None
+                    wait = policy.delay(0, still_busy.retry_after)
+                    failures += 1
+                    reason = STILL_WORKING_AT_TIMEOUT
+                elif cause is None or not transport_failure(cause) or failures >= policy.retries:
                     raise
-                wait = policy.delay(failures)
-                failures += 1
-                reason = describe_error(cause)
+                else:
+                    wait = policy.delay(failures)
+                    failures += 1
+                    reason = describe_error(cause)
             logger.info(
                 "%s %s: %s; sending it again in %.1f s (same Idempotency-Key; retry %d of %d)",
                 method,
@@ -307,6 +321,7 @@ class MAILHTTPConnection:
             # A retry is a new attempt: a whole `timeout` of its own, from now.
             attempt_ends = time.monotonic() + self.config.timeout
             time_left = None
+            still_busy = None
 
     async def _request_json(
         self,
