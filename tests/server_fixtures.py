@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,15 +196,28 @@ class ServerProcess:
         return self.proc.wait(timeout)
 
 
+def start_on_a_free_port(make: Callable[[int], ServerProcess], attempts: int = 5) -> ServerProcess:
+    """``make(port).start()`` on a port free when picked; another process (a Ray worker of
+    the cluster matrix, say) may bind it before the server does: then pick another."""
+    for attempt in range(attempts):
+        server = make(free_port())
+        try:
+            return server.start()
+        except RuntimeError:
+            if attempt == attempts - 1 or "already in use" not in server.logs():
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def running_server(
     directory: Path, args: list[str] | None = None, env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
-    port = free_port()
-    server = ServerProcess(
-        directory, port, args=["--port", str(port), *(args or [])], env=env or {}
+    server = start_on_a_free_port(
+        lambda port: ServerProcess(
+            directory, port, args=["--port", str(port), *(args or [])], env=env or {}
+        )
     )
-    server.start()
     try:
         yield server
     finally:
@@ -232,25 +245,19 @@ def keyed_stub_server(
     write_stub_swarms(directory, public=public)
     keys_file = directory / "registries" / "keys.json"
     made = {name: create_key(keys_file, role, id_) for name, (role, id_) in keys.items()}
-    for attempt in range(5):
-        # The port is free when picked, but another process (a Ray worker of the cluster
-        # matrix, say) may bind it before the server does: then pick another.
-        port = free_port()
+
+    def make(port: int) -> ServerProcess:
         config = write_config(directory, port=port, extra=extra)
-        server = ServerProcess(
+        return ServerProcess(
             directory,
             port,
             args=["--config", str(config), *args],
             python_args=list(python_args),
             env=env or {},
         )
-        server.keys = made
-        try:
-            server.start()
-            break
-        except RuntimeError:
-            if attempt == 4 or "already in use" not in server.logs():
-                raise
+
+    server = start_on_a_free_port(make)
+    server.keys = made
     try:
         yield server
     except BaseException:

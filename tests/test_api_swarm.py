@@ -20,6 +20,7 @@ from support.scripted_agents import (
     tool_call,
     tool_results,
 )
+from support.v13_swarm import until
 
 GET_WEATHER = MAILAction("get_weather", "Weather", {"type": "object"}, echo_action)
 
@@ -326,9 +327,9 @@ async def test_inspection_helpers() -> None:
 
 async def test_pending_requests_while_waiting() -> None:
     swarm, sup, _ = build([[task_complete("slow")]])
-    sup.sleep = 0.2
+    sup.sleep = 1.0
     pending = asyncio.create_task(post(swarm, task_id="p1"))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(sup.calls) == 1)  # the agent is working on it
     assert list(swarm.get_pending_requests()) == ["p1"]
     await pending
     assert swarm.get_pending_requests() == {}

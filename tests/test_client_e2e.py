@@ -114,14 +114,14 @@ async def test_stream_events_arrive_before_the_task_completes(server: ServerProc
     arrivals: list[tuple[str, float, Any]] = []
     async with client_for(server) as client:
         started = time.monotonic()
-        stream = await client.post_message_stream("SLEEP 1.5 streamed", entrypoint="supervisor")
+        stream = await client.post_message_stream("SLEEP 3 streamed", entrypoint="supervisor")
         async for event in stream:
             arrivals.append((event.event, time.monotonic() - started, event))
     names = [name for name, _, _ in arrivals]
     assert names[0] == "new_message" and names[-1] == "task_complete"
     first_at, done_at = arrivals[0][1], arrivals[-1][1]
-    # The agent sleeps 1.5 s: the first event was in our hands long before the end.
-    assert first_at < 1.0 and done_at - first_at >= 1.0
+    # The agent sleeps 3 s: the first event was in our hands long before the end.
+    assert first_at < 2.5 and done_at - first_at >= 1.5
     assert "ping" in names[: names.index("task_complete")]  # heartbeats while waiting
     final = json.loads(arrivals[-1][2].data)
     assert final["response"] == "echo[alice]: streamed"

@@ -269,7 +269,8 @@ async def test_model_library_info_lines_stay_out_of_the_server_log(tmp_path: Pat
     assert finished, server.logs()  # the last lines are flushed
     stamp = time.mktime(time.strptime(finished[-1][:19], "%Y-%m-%d %H:%M:%S"))
     stamp += int(finished[-1][20:23]) / 1000
-    assert exited - stamp < 1.0, f"the process lingered {exited - stamp:.2f} s after stopping"
+    # (The teardown this guards against took 3.5 s idle, over 15 s loaded.)
+    assert exited - stamp < 2.5, f"the process lingered {exited - stamp:.2f} s after stopping"
     logs = server.logs()
     assert "LiteLLM completion()" not in logs, logs
     assert "gpt-4o-mini" not in logs, logs
