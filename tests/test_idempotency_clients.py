@@ -12,6 +12,7 @@ work and retry transient failures with that same key.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -19,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from aiohttp import web
@@ -107,7 +109,7 @@ class Scripted:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.keys.append(request.headers.get("Idempotency-Key"))
         reply = self.replies.pop(0) if self.replies else (200, {}, None)
-        status, headers, delay = reply
+        status, headers, delay, *body_delay = reply
         if delay:
             await asyncio.sleep(delay)
         body = (
@@ -115,7 +117,18 @@ class Scripted:
             if status == 200
             else {"detail": "no"}
         )
-        return web.json_response(body, status=status, headers=headers)
+        if not body_delay:
+            return web.json_response(body, status=status, headers=headers)
+        # (status, headers, delay, body_delay): the status at once, the body that much later.
+        raw = json.dumps(body).encode()
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_type = "application/json"
+        response.content_length = len(raw)
+        await response.prepare(request)
+        await response.write(raw[:1])
+        await asyncio.sleep(body_delay[0])
+        await response.write(raw[1:])
+        return response
 
 
 @pytest.fixture
@@ -254,6 +267,37 @@ async def test_an_ask_cut_by_the_attempts_end_counts_as_still_working(
     counted = [r.getMessage() for r in caplog.records if "of 1)" in r.getMessage()]
     assert len(counted) == retries
     assert all("still working when the attempt timed out" in line for line in counted)
+
+
+async def test_an_answer_cut_short_after_a_409_is_not_taken_for_still_working(
+    scripted: Scripted,
+) -> None:
+    """The ask got its answer's status (200) but the body outlasted the attempt: the server
+    had answered, so what comes out is the body's timeout, not the earlier 409."""
+    scripted.replies = [(409, {"Retry-After": "0.3"}, None), (200, {}, None, 5.0)]
+    config = ClientConfig(timeout=1.0, retries=0)
+    async with MAILClient(scripted.url, "k", config=config) as client:
+        with pytest.raises(RuntimeError) as raised:
+            await client.post_message("hi")
+    assert not isinstance(raised.value, MAILClientError), raised.value
+    assert "MAIL client request failed" in str(raised.value)
+    assert isinstance(raised.value.__cause__, TimeoutError)
+
+
+async def test_a_timer_other_than_the_attempts_end_is_not_taken_for_still_working(
+    scripted: Scripted,
+) -> None:
+    """A caller's own session with a short sock_read and no config: the attempt (the
+    config's `timeout`) has nearly all its time left when that timer cuts an ask, so it is
+    an ordinary timeout, not "still working when the attempt timed out"."""
+    scripted.replies = [(409, {"Retry-After": "0.2"}, None), (200, {}, 10.0)]
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=0.5))
+    async with session, MAILClient(scripted.url, "k", session=session, retries=0) as client:
+        assert client.config.timeout > 60  # the attempt's own end is far away
+        with pytest.raises(RuntimeError) as raised:
+            await client.post_message("hi")
+    assert not isinstance(raised.value, MAILClientError), raised.value
+    assert isinstance(raised.value.__cause__, TimeoutError)
 
 
 async def test_an_ask_after_a_409_gets_what_is_left_of_the_attempts_timeout(

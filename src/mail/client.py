@@ -3,7 +3,8 @@
 Error contract, the same for every method:
 
 - the server answered with a status >= 400 → `MAILClientError` (a RuntimeError) carrying the
-  status and the server's `detail`;
+  status and the server's `detail` (also a 409 "still working" the last attempt ran out of
+  time on, the timeout chained as its cause);
 - the request never got an answer (refused connection, DNS, timeout, dropped stream) →
   RuntimeError, with the aiohttp/timeout exception chained as its cause;
 - the server answered 2xx but not with JSON → ValueError naming the content type and showing

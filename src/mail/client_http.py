@@ -40,6 +40,14 @@ def _user_agent() -> str:
 
 
 STILL_WORKING_AT_TIMEOUT = "HTTP 409, the server was still working when the attempt timed out"
+# How early an ask's timeout may fire and still be the end of the attempt (not another timer,
+# such as a caller's own session's sock_read).
+ATTEMPT_END_SLACK = 0.1
+
+
+class AnswerCutShort(RuntimeError):
+    """An accepted answer whose body could not be read (the server had answered)."""
+
 
 class MAILClientError(RuntimeError):
     """The server answered with an HTTP error status; `detail` is its explanation."""
@@ -254,9 +262,9 @@ class MAILHTTPConnection:
         asked again within that attempt, not counted as a retry, each ask getting what is
         left (`attempt(seconds)`). An attempt whose time runs out while the server is still
         working counts as a timeout: sent again while retries are left, else the 409 is
-        raised. An ask whose share of the attempt runs out before its answer means the
-        same (the server was still working when the attempt timed out), so what is raised
-        after the last attempt is that 409, whichever timer ended it. So a call makes at
+        raised. An ask whose share of the attempt runs out before its answer's status means
+        the same (the server was still working when the attempt timed out), so what is
+        raised after the last attempt is that 409 (the ask's timeout as its `__cause__`). So a call makes at
         most `retries + 1` attempts of at most `timeout` each, plus the waits between them.
         """
         policy = self.retry_policy
@@ -295,10 +303,15 @@ class MAILHTTPConnection:
                     raise
             except RuntimeError as exc:
                 cause = exc.__cause__
-                if still_busy is not None and isinstance(cause, TimeoutError):
+                if (
+                    still_busy is not None
+                    and isinstance(cause, TimeoutError)
+                    and not isinstance(exc, AnswerCutShort)
+                    and time.monotonic() >= attempt_ends - ATTEMPT_END_SLACK
+                ):
                     # The ask after a 409 ran out of the attempt's time: still working.
                     if failures >= policy.retries:
-                        raise still_busy from None
+                        raise still_busy from cause
                     wait = policy.delay(0, still_busy.retry_after)
                     failures += 1
                     reason = STILL_WORKING_AT_TIMEOUT
@@ -367,7 +380,7 @@ class MAILHTTPConnection:
         try:
             return await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise RuntimeError(
+            raise AnswerCutShort(
                 f"MAIL client request failed: {method} {path}: {describe_error(exc)}"
             ) from exc
         finally:
