@@ -182,7 +182,8 @@ async def test_a_burst_of_answers_leaves_a_waiting_callers_timeout_in_place() ->
             asyncio.ensure_future(swarm.post_message("go", timeout=3600))
             for _ in range(quick_callers)
         ]
-        hanging = asyncio.ensure_future(swarm.post_message("hang", timeout=2.0))
+        # (Long enough for its agent to start after the 150 others on a loaded machine.)
+        hanging = asyncio.ensure_future(swarm.post_message("hang", timeout=5.0))
         await asyncio.wait_for(all_started.wait(), 60)
         gate.set()
         answers = await asyncio.wait_for(asyncio.gather(*quick), 60)

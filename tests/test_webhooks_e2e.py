@@ -454,8 +454,9 @@ def test_a_slow_receiver_does_not_slow_other_callers_or_receivers(
             t.join()
         started = time.monotonic()
         during = latency(other, 10)
-        # Other callers: their requests are as fast as before (noise allowed: a busy machine).
-        assert statistics.median(during) <= statistics.median(before) * 1.5 + 0.05, (before, during)
+        # Other callers: their requests are as fast as before (noise allowed: a busy machine;
+        # waiting behind the slow receiver would take its 10 s).
+        assert statistics.median(during) <= statistics.median(before) * 3 + 0.5, (before, during)
         # Other receivers: carol's deliveries arrive while the slow ones are still under way.
         got = quick.wait_for(20, "/quick", timeout=8)
         assert len(got) == 20
