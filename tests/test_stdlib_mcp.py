@@ -270,12 +270,13 @@ async def test_timeout(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("timer", ["deadline", "http client", "sdk"])
+@pytest.mark.parametrize("timer", ["deadline", "http client", "http core", "sdk"])
 async def test_every_timer_running_out_reads_as_the_timeout(
     server: str, monkeypatch: pytest.MonkeyPatch, timer: str
 ) -> None:
     # The call's deadline, the HTTP client's read timeout and the SDK's request timeout
     # share one setting; whichever fires first (load decides), the agent reads one text.
+    import httpcore2
     import httpx2
     from mcp.shared.exceptions import MCPError
 
@@ -285,6 +286,7 @@ async def test_every_timer_running_out_reads_as_the_timeout(
     raised: dict[str, BaseException] = {
         "deadline": TimeoutError(),
         "http client": httpx2.ReadTimeout(""),
+        "http core": httpcore2.ReadTimeout(""),
         "sdk": MCPError(code=-32001, message="Request 'tools/call' timed out"),
     }
 

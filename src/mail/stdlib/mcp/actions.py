@@ -88,13 +88,14 @@ def _is_timeout(exc: BaseException) -> bool:
     Three timers share ``[stdlib.mcp] timeout``: the call's deadline, the SDK's read timeout
     and the HTTP client's; under load any of them can fire first, and all mean the same.
     """
+    import httpcore2
     import httpx2
 
     seen: BaseException | None = exc
     for _ in range(32):
         if seen is None:
             return False
-        if isinstance(seen, TimeoutError | httpx2.TimeoutException):
+        if isinstance(seen, TimeoutError | httpx2.TimeoutException | httpcore2.TimeoutException):
             return True
         error_data = getattr(seen, "error", None)
         if getattr(error_data, "code", None) == _REQUEST_TIMEOUT:
