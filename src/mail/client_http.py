@@ -264,17 +264,20 @@ class MAILHTTPConnection:
         working counts as a timeout: sent again while retries are left, else the 409 is
         raised. An ask whose share of the attempt runs out before its answer's status means
         the same (the server was still working when the attempt timed out), so what is
-        raised after the last attempt is that 409 (the ask's timeout as its `__cause__`). So a call makes at
-        most `retries + 1` attempts of at most `timeout` each, plus the waits between them.
+        raised after the last attempt is that 409 (the ask's timeout as its `__cause__`).
+        So a call makes at most `retries + 1` attempts of at most `timeout` each, plus the
+        waits between them.
         """
         policy = self.retry_policy
         failures = 0
         attempt_ends = time.monotonic() + self.config.timeout
-        time_left: float | None = None  # the attempt's first request: the whole timeout
         still_busy: MAILClientError | None = None  # this attempt's last "still working" 409
         while True:
             try:
-                return await attempt(time_left)
+                # The attempt's first request may take the whole timeout; asks what is left.
+                return await attempt(
+                    None if still_busy is None else attempt_ends - time.monotonic()
+                )
             except MAILClientError as exc:
                 if still_working(exc.status, exc.retry_after):
                     wait = policy.delay(0, exc.retry_after)
@@ -288,7 +291,6 @@ class MAILHTTPConnection:
                             wait,
                         )
                         await asyncio.sleep(wait)
-                        time_left = attempt_ends - time.monotonic()
                         still_busy = exc
                         continue
                     if failures >= policy.retries:
@@ -333,7 +335,6 @@ class MAILHTTPConnection:
             await asyncio.sleep(wait)
             # A retry is a new attempt: a whole `timeout` of its own, from now.
             attempt_ends = time.monotonic() + self.config.timeout
-            time_left = None
             still_busy = None
 
     async def _request_json(

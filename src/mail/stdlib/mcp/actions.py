@@ -10,7 +10,7 @@ the transport while they arrive) and its text by ``max_result_chars``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -91,26 +91,28 @@ def _is_timeout(exc: BaseException) -> bool:
     import httpcore2
     import httpx2
 
+    return any(
+        isinstance(seen, TimeoutError | httpx2.TimeoutException | httpcore2.TimeoutException)
+        or getattr(getattr(seen, "error", None), "code", None) == _REQUEST_TIMEOUT
+        for seen in _chain(exc)
+    )
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or during, innermost last (a cycle ends it)."""
     seen: BaseException | None = exc
-    for _ in range(32):
-        if seen is None:
-            return False
-        if isinstance(seen, TimeoutError | httpx2.TimeoutException | httpcore2.TimeoutException):
-            return True
-        error_data = getattr(seen, "error", None)
-        if getattr(error_data, "code", None) == _REQUEST_TIMEOUT:
-            return True
+    met: set[int] = set()
+    while seen is not None and id(seen) not in met:
+        met.add(id(seen))
+        yield seen
         seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _cause_text(exc: BaseException) -> str:
     """Prefer a guard refusal anywhere in the chain (the SDK may wrap it)."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in _chain(exc):
         if isinstance(seen, AddressRefused | ServerRefused):
             return error(str(seen))
-        seen = seen.__cause__ or seen.__context__
     return exception_text(exc)
 
 
