@@ -93,9 +93,13 @@ async def test_every_way_v13_code_awaits_submit_works() -> None:
             lambda: asyncio.run_coroutine_threadsafe(runtime.submit(sent[7]), running).result(5)
         )
         assert from_thread is None
-        for m in sent:
-            task_id = m["message"]["task_id"]
-            await until(lambda: (t := runtime.get_task_by_id(task_id)) is not None and t.completed)
+        ids = [m["message"]["task_id"] for m in sent]
+
+        def all_completed() -> bool:
+            tasks = [runtime.get_task_by_id(task_id) for task_id in ids]
+            return all(t is not None and t.completed for t in tasks)
+
+        await until(all_completed)
     finally:
         await runtime.shutdown()
         await asyncio.wait_for(loop, 5)

@@ -298,6 +298,44 @@ def test_message_prints_the_task_id_that_continues_it_and_tasks_get_shows_questi
     assert "Which room is free on Friday?" in bodies and "And on Saturday?" in bodies, bodies
 
 
+def test_whoami_after_a_refused_key_says_it_was_refused(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Against a real `mail server`: a wrong key is not "no API key provided"."""
+    (tmp_path / "server").mkdir()
+    with keyed_stub_server(tmp_path / "server", ROOT_ALICE_BOB) as real:
+        wrong = "mail_wrong-key-0000000000000000000000"
+        term = Terminal(["client", real.base_url, "--api-key", wrong], tmp_path)
+        request.addfinalizer(term.close)
+        term.expect(r"MAIL client login failed: .*use 'login KEY' to try again", timeout=60)
+        term.expect(r"\nmail> ")
+        term.sendline("whoami")
+        refused = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.expect(r"\nmail> ")
+        term.sendline(f"login {real.keys['alice']}")
+        term.expect(r"✓ logged in as user:alice")
+        term.sendline("logout")
+        term.expect(r"\nmail> ")
+        term.sendline("login mail_another-wrong-key-000000000000000")
+        term.expect(r"✗ MAIL client login failed")
+        term.expect(r"\nmail> ")
+        term.sendline("whoami")
+        again = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.expect(r"\nmail> ")
+        term.sendline("logout")
+        term.expect(r"\nmail> ")
+        term.sendline("whoami")
+        none_given = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.sendline("exit")
+        assert term.wait() == 0
+    for said in (refused, again):
+        assert "no API key provided" not in said, said
+        assert said.startswith("not logged in: the API key given was refused"), said
+        assert "401" in said and "invalid API key" in said, said
+    # After a logout no key was given: the server's own words.
+    assert none_given == "HTTP 401: no API key provided", none_given
+
+
 def test_bad_swarm_link_stops_with_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mail.cli", "client", "swarm://connect?token=abc"],

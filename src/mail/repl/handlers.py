@@ -26,6 +26,18 @@ class ReplContext:
     client: MAILClient
     render: Renderer
     parser: ReplArgumentParser
+    # Why the last key given was refused, until a login succeeds or `logout`: the client has
+    # forgotten the key, and "no API key provided" would not be the whole story.
+    refused: str | None = None
+
+    async def login(self, api_key: str) -> dict[str, Any]:
+        try:
+            identity = await self.client.login(api_key)
+        except (RuntimeError, ValueError) as exc:
+            self.refused = str(exc.__cause__ or exc)
+            raise
+        self.refused = None
+        return identity
 
 
 Handler = Callable[[ReplContext, argparse.Namespace], Coroutine[Any, Any, None]]
@@ -87,7 +99,7 @@ async def do_health_update(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 
 async def do_login(ctx: ReplContext, args: argparse.Namespace) -> None:
-    identity = await ctx.client.login(args.api_key)
+    identity = await ctx.login(args.api_key)
     if args.verbose:
         ctx.render.json(identity)
     ctx.render.success(f"logged in as {identity_label(ctx.client.user_role, ctx.client.user_id)}")
@@ -95,10 +107,13 @@ async def do_login(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_logout(ctx: ReplContext, args: argparse.Namespace) -> None:
     ctx.client.logout()
+    ctx.refused = None
     ctx.render.success("logged out (the API key is forgotten for this session)")
 
 
 async def do_whoami(ctx: ReplContext, args: argparse.Namespace) -> None:
+    if ctx.client.api_key is None and ctx.refused:
+        raise RuntimeError(f"not logged in: the API key given was refused ({ctx.refused})")
     identity = await ctx.client.get_whoami()
     if _shown_as_json(ctx, args, identity):
         return
