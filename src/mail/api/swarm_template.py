@@ -8,11 +8,10 @@ from typing import Any
 
 from mail import hooks
 from mail.api.actions import MAILAction
-from mail.api.agents import MAILAgent, MAILAgentTemplate
+from mail.api.agents import MAILAgent, MAILAgentTemplate, agent_wiring
 from mail.api.factory_check import check_factory_params
 from mail.api.prompts import augment_system_prompts
-from mail.api.swarm import MAILSwarm
-from mail.api.swarm_topology import swarm_settings
+from mail.api.swarm import MAILSwarm, adjacency, swarm_settings, targets_from_adjacency
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
 from mail.factories.demo_model import offline_model_problem
@@ -205,21 +204,13 @@ class MAILSwarmTemplate:
 
     # ------------------------------------------------------------------ wiring
     def _build_adjacency_matrix(self) -> tuple[list[list[int]], list[str]]:
-        names = self.agent_names
-        matrix = [
-            [1 if other in agent.comm_targets else 0 for other in names] for agent in self.agents
-        ]
-        return matrix, names
+        return adjacency(self.agents), self.agent_names
 
     def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
-        names = self.agent_names
-        if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
-            raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
-        for agent, row in zip(self.agents, adj, strict=True):
-            remote = [t for t in agent.comm_targets if "@" in t]
-            agent.comm_targets = [
-                n for n, flag in zip(names, row, strict=True) if flag and n != agent.name
-            ] + remote
+        for agent, targets in zip(
+            self.agents, targets_from_adjacency(self.agents, adj), strict=True
+        ):
+            agent.comm_targets = targets
         self._validate()
 
     def get_subswarm(
@@ -234,42 +225,27 @@ class MAILSwarmTemplate:
             targets = [t for t in agent.comm_targets if t in members or "@" in t]
             if not targets and len(members) > 1:
                 targets = [next(m for m in members if m != agent.name)]
-            clone = MAILAgentTemplate(
-                name=agent.name,
-                factory=agent.factory,
-                comm_targets=targets,
-                actions=agent.actions,
-                agent_params=agent.agent_params,
-                enable_entrypoint=agent.enable_entrypoint or agent.name == entrypoint,
-                enable_interswarm=agent.enable_interswarm,
-                can_complete_tasks=agent.can_complete_tasks,
-                tool_format=agent.tool_format,
-                exclude_tools=agent.exclude_tools,
-                review_actions=agent.review_actions,
-                team_tools=agent.team_tools,
+            wiring = agent_wiring(agent)
+            wiring["enable_entrypoint"] = agent.enable_entrypoint or agent.name == entrypoint
+            agents.append(
+                MAILAgentTemplate(**wiring, comm_targets=targets, exclude_tools=agent.exclude_tools)
             )
-            agents.append(clone)
-        entry = entrypoint or (self.entrypoint if self.entrypoint in members else members[0])
+        settings = swarm_settings(self)
+        settings["name"] = f"{self.name}-{name_suffix}"
+        settings["entrypoint"] = entrypoint or (
+            self.entrypoint if self.entrypoint in members else members[0]
+        )
+        settings["breakpoint_tools"] = [
+            t
+            for t in self.breakpoint_tools
+            if t in MAIL_TOOL_NAMES or any(t in [x.name for x in ag.actions] for ag in chosen)
+        ]
         return MAILSwarmTemplate(
-            name=f"{self.name}-{name_suffix}",
-            version=self.version,
+            **settings,
             agents=agents,
             actions=[a for a in self.actions if any(a in ag.actions for ag in chosen)]
             or self.actions,
-            entrypoint=entry,
-            enable_interswarm=self.enable_interswarm,
-            breakpoint_tools=[
-                t
-                for t in self.breakpoint_tools
-                if t in MAIL_TOOL_NAMES or any(t in [x.name for x in ag.actions] for ag in chosen)
-            ],
-            exclude_tools=self.exclude_tools,
-            task_message_limit=self.task_message_limit,
-            description=self.description,
-            keywords=self.keywords,
             public=self.public,
-            enable_db_agent_histories=self.enable_db_agent_histories,
-            review_ignore_ends_task=self.review_ignore_ends_task,
             batch_delivery=self.batch_delivery,
         )
 
