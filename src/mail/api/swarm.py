@@ -12,11 +12,11 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, ParamSpec
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, TypeVar
 
 from mail.api.actions import MAILAction
-from mail.api.agents import MAILAgent
+from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.instance_wiring import attach_files, connect_interswarm, review_policy_for
 from mail.core.actions import ActionOverrideFunction
 from mail.core.compat import server_sent_event_stream, server_sent_events
@@ -41,6 +41,7 @@ logger = logging.getLogger("mail.api")
 
 Direction = Literal["forward", "back"]
 P = ParamSpec("P")
+AgentT = TypeVar("AgentT", MAILAgent, MAILAgentTemplate)
 
 # The settings a swarm template and its instances both hold, under the same names.
 _SHARED_SETTINGS = (
@@ -64,22 +65,40 @@ def swarm_settings(source: Any) -> dict[str, Any]:
     return {name: getattr(source, name) for name in _SHARED_SETTINGS}
 
 
-def adjacency(agents: Sequence[Any]) -> list[list[int]]:
-    """``adj[i][j]`` is 1 when agent i may message agent j (agents of a swarm or template)."""
-    names = [a.name for a in agents]
-    return [[1 if other in a.comm_targets else 0 for other in names] for a in agents]
+class WiredAgents(Generic[AgentT]):
+    """What a swarm and its template both tell of their agents' wiring."""
 
+    agents: list[AgentT]
 
-def targets_from_adjacency(agents: Sequence[Any], adj: list[list[int]]) -> list[list[str]]:
-    """Each agent's `comm_targets` as `adj` gives them (its remote targets kept)."""
-    names = [a.name for a in agents]
-    if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
-        raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
-    return [
-        [n for n, flag in zip(names, row, strict=True) if flag and n != agent.name]
-        + [t for t in agent.comm_targets if "@" in t]
-        for agent, row in zip(agents, adj, strict=True)
-    ]
+    @property
+    def agent_names(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+    @property
+    def supervisors(self) -> list[AgentT]:
+        """The agents that can complete tasks (v1.3 stored them; read from the agents now)."""
+        return [a for a in self.agents if a.can_complete_tasks]
+
+    @property
+    def adjacency_matrix(self) -> list[list[int]]:
+        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`).
+
+        v1.3 stored the matrix once, in the constructor; this one follows
+        `update_from_adjacency_matrix` and edits of the agents' `comm_targets`."""
+        names = self.agent_names
+        return [[1 if other in a.comm_targets else 0 for other in names] for a in self.agents]
+
+    def _rewire(self, adj: list[list[int]]) -> list[AgentT]:
+        """Set each agent's `comm_targets` as `adj` gives them (its remote targets kept)."""
+        names = self.agent_names
+        if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
+            raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
+        for agent, row in zip(self.agents, adj, strict=True):
+            remote = [t for t in agent.comm_targets if "@" in t]
+            agent.comm_targets = [
+                n for n, flag in zip(names, row, strict=True) if flag and n != agent.name
+            ] + remote
+        return self.agents
 
 
 def _v13_events(
@@ -102,7 +121,7 @@ def _v13_events(
     return v13
 
 
-class MAILSwarm:
+class MAILSwarm(WiredAgents[MAILAgent]):
     """One instance of a swarm for one caller; owns a MAILRuntime."""
 
     # MAILSwarmTemplate, set by mail.api.swarm_template: a template makes instances (it
@@ -638,26 +657,9 @@ class MAILSwarm:
         """`actions` keyed by name (the documented attribute is the list)."""
         return {a.name: a for a in self.actions}
 
-    @property
-    def agent_names(self) -> list[str]:
-        return [a.name for a in self.agents]
-
-    @property
-    def supervisors(self) -> list[MAILAgent]:
-        """The agents that can complete tasks."""
-        return [a for a in self.agents if a.can_complete_tasks]
-
-    @property
-    def adjacency_matrix(self) -> list[list[int]]:
-        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`)."""
-        return adjacency(self.agents)
-
     def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
-        for agent, targets in zip(
-            self.agents, targets_from_adjacency(self.agents, adj), strict=True
-        ):
-            agent.comm_targets = targets
-            self.runtime.agents[agent.name].comm_targets = list(targets)
+        for agent in self._rewire(adj):
+            self.runtime.agents[agent.name].comm_targets = list(agent.comm_targets)
 
     def get_subswarm(
         self, names: list[str], name_suffix: str, entrypoint: str | None = None

@@ -11,7 +11,7 @@ from mail.api.actions import MAILAction
 from mail.api.agents import MAILAgent, MAILAgentTemplate, agent_wiring
 from mail.api.factory_check import check_factory_params
 from mail.api.prompts import augment_system_prompts
-from mail.api.swarm import MAILSwarm, adjacency, swarm_settings, targets_from_adjacency
+from mail.api.swarm import MAILSwarm, WiredAgents, swarm_settings
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
 from mail.factories.demo_model import offline_model_problem
@@ -26,7 +26,7 @@ from mail.swarms_json import (
 from mail.utils.parsing import read_python_string
 
 
-class MAILSwarmTemplate:
+class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
     """A swarm definition: agents, actions, entrypoint and swarm-wide options."""
 
     def __init__(
@@ -68,23 +68,6 @@ class MAILSwarmTemplate:
         self._validate()
 
     # ------------------------------------------------------------------ validation
-    @property
-    def agent_names(self) -> list[str]:
-        return [a.name for a in self.agents]
-
-    @property
-    def supervisors(self) -> list[MAILAgentTemplate]:
-        """The agents that can complete tasks (v1.3 attribute, read from the agents now)."""
-        return [a for a in self.agents if a.can_complete_tasks]
-
-    @property
-    def adjacency_matrix(self) -> list[list[int]]:
-        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`).
-
-        v1.3 stored the matrix once, in the constructor; this one follows
-        `update_from_adjacency_matrix` and edits of the agents' `comm_targets`."""
-        return self._build_adjacency_matrix()[0]
-
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError("swarm name must be a non-empty string")
@@ -204,13 +187,10 @@ class MAILSwarmTemplate:
 
     # ------------------------------------------------------------------ wiring
     def _build_adjacency_matrix(self) -> tuple[list[list[int]], list[str]]:
-        return adjacency(self.agents), self.agent_names
+        return self.adjacency_matrix, self.agent_names
 
     def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
-        for agent, targets in zip(
-            self.agents, targets_from_adjacency(self.agents, adj), strict=True
-        ):
-            agent.comm_targets = targets
+        self._rewire(adj)
         self._validate()
 
     def get_subswarm(
