@@ -99,14 +99,21 @@ def _canonical(args: Any) -> str:
         return repr(args)
 
 
-def stop_task(rt: TaskLog, task_id: str, reason: str) -> None:
-    """End a running task with a `::task_error::` response (and tell other swarms)."""
+def stop_task(
+    rt: TaskLog,
+    task_id: str,
+    reason: str,
+    kind: str | None = None,
+    subject: str = TASK_ERROR_SUBJECT,
+) -> None:
+    """End a running task on an error: a `task_error` event (with `kind` as its error_kind),
+    a `subject` response saying `reason`, and a notice to the other swarms."""
     task = rt.mail_tasks.get(task_id)
     if task is None or task.completed:
         return
     logger.warning("stopping task %s: %s", task_id, reason)
-    rt._emit(task_id, "task_error", reason)
-    end_task(rt, task_id, system_task_end(rt.swarm_name, task_id, TASK_ERROR_SUBJECT, reason))
+    rt._emit(task_id, "task_error", reason, {"error_kind": kind} if kind else None)
+    end_task(rt, task_id, system_task_end(rt.swarm_name, task_id, subject, reason))
 
 
 def end_task(rt: TaskLog, task_id: str, response: MAILMessage) -> None:

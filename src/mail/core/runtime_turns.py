@@ -26,6 +26,7 @@ __all__ = ["TurnContext", "TurnHost", "TurnRunner", "breakpoint_entry"]
 logger = logging.getLogger("mail.runtime")
 
 ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
+AGENT_ERROR = "::agent_error::"
 # The argument holding the message text of each MAIL tool that sends one.
 _MESSAGE_TEXT_FIELDS = {
     "send_request": "body",
@@ -472,14 +473,11 @@ class TurnRunner(HostLink[TurnHost]):
                 continue
             # Nobody else can react (the user, the system, the agent itself, a remote
             # swarm): end the task with the error so the caller gets an answer, not a hang.
-            rt._complete_task(
-                ctx.task_id,
-                system_task_end(rt.swarm_name, ctx.task_id, "::agent_error::", body),
-            )
+            stop_task(rt, ctx.task_id, body, kind if isinstance(kind, str) else None, AGENT_ERROR)
             return
         for sender_name in notify:
             rt.mailbox.put(
-                system_response(rt.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
+                system_response(rt.swarm_name, ctx.task_id, sender_name, AGENT_ERROR, body)
             )
 
 

@@ -123,12 +123,11 @@ def _check_target(rt: ToolHost, ctx: TurnContext, target: str) -> tuple[str, str
     return None
 
 
-def _routing_hints(rt: ToolHost, task_id: str, target: str) -> dict[str, Any]:
+def _routing_hints(rt: ToolHost, target: str) -> dict[str, Any]:
+    # (The task names the swarm among its remote swarms when the message is sent to it:
+    # net/bridge.py.)
     _, swarm = parse_agent_address(target)
-    if rt._is_local_swarm(swarm):
-        return {}
-    rt._ensure_task(task_id).remote_swarms.add(swarm)  # type: ignore[arg-type]
-    return {"remote_swarm": swarm}
+    return {} if rt._is_local_swarm(swarm) else {"remote_swarm": swarm}
 
 
 async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind: str) -> str:
@@ -153,7 +152,7 @@ async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind
         )
         return _err(result)
     sender = create_agent_address(ctx.agent_name)
-    hints = _routing_hints(rt, ctx.task_id, target)
+    hints = _routing_hints(rt, target)
     recipient = create_agent_address(target)
     message: MAILMessage
     if kind == "interrupt":

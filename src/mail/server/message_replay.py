@@ -45,6 +45,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from mail.core.events import closing_event
+from mail.core.tasks import state_for_answer
 from mail.server import task_events
 from mail.server.auth import Caller
 from mail.server.bodies import read_json_object
@@ -201,6 +202,8 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         "events": shown_events(events[after:]) if show else None,
         "task_id": task_id,
     }
+    if answer[1] is not None:  # the task's answer is this request's: its state is the task's
+        answer_body["state"] = state_for_answer(answer[1]["message"].get("subject")).value
     hook = await _own_webhook(state, caller, task_id, data, context)
     if hook is not None:
         answer_body["webhook"] = hook
