@@ -30,7 +30,7 @@ from server_fixtures import (
     write_config,
 )
 from support.llm_thread import ThreadedLLM, mentions
-from support.scripted_llm import reply, tool_call
+from support.scripted_llm import reply, text, tool_call
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -223,3 +223,40 @@ def test_one_message_that_cannot_reach_a_peer_is_one_peer_unreachable(
     kinds = [d["event_type"] for d in r.json()["deliveries"] if d["task_id"] == task_id]
     assert kinds.count("interswarm.peer_unreachable") == 1, kinds
 
+
+def test_a_model_that_only_answers_in_text_ends_failed_within_max_steps(
+    setup: Setup, llm: ThreadedLLM
+) -> None:
+    """Each plain-text answer is refused with a notice the model sees, counted toward
+    max_steps; the third in a row (task_no_tool_call_limit) ends the task failed."""
+    token = f"chatty-{uuid.uuid4().hex[:8]}"
+    for n in range(20):  # far more than the task may use
+        llm.queue(
+            reply(text(f"Sure, I can help with {token} ({n}).")), match=lambda r: mentions(r, token)
+        )
+    started = time.monotonic()
+    r = setup.call(
+        "POST",
+        "/message",
+        json={"body": token, "entrypoint": "relay", "kwargs": {"max_steps": 3}},
+    )
+    elapsed = time.monotonic() - started
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["state"] == "failed", answer
+    assert "without a valid tool call" in answer["response"], answer
+    assert "task_no_tool_call_limit" in answer["response"], answer
+    calls = llm.requests(token)
+    assert len(calls) <= 3, len(calls)
+    # Each call after the first showed the model why its answer was refused.
+    assert all("::tool_call_error::" in str(c.body) for c in calls[1:]), calls
+    record = setup.call("GET", "/task", params={"task_id": answer["task_id"]}).json()
+    assert record["state"] == "failed", record
+    (error,) = [e for e in record["events"] if e["event"] == "task_error"]
+    assert "no_tool_call" in str(error["data"]), error
+    usage = record["usage"]
+    assert usage["model_calls"] == len(calls), usage
+    print(
+        f"text-only model, max_steps 3: {len(calls)} model calls, "
+        f"{usage['total_tokens']} tokens, {elapsed:.2f} s"
+    )

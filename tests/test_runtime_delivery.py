@@ -420,15 +420,16 @@ async def test_step_limit_replaces_messages_and_forces_task_complete() -> None:
     rt, sup, wrk = two_agent_runtime(
         [
             [tool_call("lookup", {}), send_request("worker", "work")],
-            [tool_call("ignore_broadcast", {})],  # ::action_complete:: (not a step)
+            [tool_call("ignore_broadcast", {})],  # the ::action_complete:: turn
             [task_complete("forced answer")],
         ],
         [[send_response("supervisor", "worker result")]],
         actions={"lookup": _lookup},
     )
-    response = await run_task(rt, max_steps=2)
+    response = await run_task(rt, max_steps=3)
     assert response["message"]["body"] == "forced answer"
-    # Steps: the user message (1), the request (2); the worker's response (3) is replaced.
+    # Steps: the user message (1), the request (2), the ::action_complete:: notice that
+    # started a model call (3); the worker's response (4) is replaced.
     limit_call = sup.calls[2]
     assert limit_call.tool_choice == {"type": "function", "name": "task_complete"}
     assert sup.calls[0].tool_choice == "required" and sup.calls[1].tool_choice == "required"
