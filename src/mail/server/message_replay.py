@@ -202,8 +202,7 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         "events": shown_events(events[after:]) if show else None,
         "task_id": task_id,
     }
-    if answer[1] is not None:  # the task's answer is this request's: its state is the task's
-        answer_body["state"] = state_for_answer(answer[1]["message"].get("subject")).value
+    answer_body["state"] = _own_state(found, answer[1])
     hook = await _own_webhook(state, caller, task_id, data, context)
     if hook is not None:
         answer_body["webhook"] = hook
@@ -267,6 +266,19 @@ def _answers(events: list[Any]) -> list[dict[str, Any]]:
             if len(answers) > 1:
                 break
     return answers
+
+
+def _own_state(found: KeyTask, latest: Mapping[str, Any] | None) -> str:
+    """The state the first request's answer left the task in (its answer's `state`): its
+    `task_complete` event names any other than `completed`."""
+    answers = _answers(found.events[found.after :])
+    if answers:
+        data = answers[0]["data"]
+        extra = data.get("extra_data") if isinstance(data, dict) else None
+        state = extra.get("state") if isinstance(extra, dict) else None
+        return state if isinstance(state, str) else "completed"
+    subject = latest["message"].get("subject") if latest is not None else None
+    return state_for_answer(subject).value
 
 
 def _answer_text(record: dict[str, Any]) -> str | None:
