@@ -104,7 +104,8 @@ class LoopGuard:
         if self.max_no_tool_calls and count >= self.max_no_tool_calls:
             return (
                 f"Task stopped: agent '{agent_name}' answered {count} times in a row without "
-                f"a valid tool call (task_no_tool_call_limit); last answer: {problem}"
+                f"a valid tool call (task_no_tool_call_limit); the last time it answered "
+                f"{problem}."
             )
         return None
 
