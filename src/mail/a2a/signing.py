@@ -64,10 +64,9 @@ def thumbprint(jwk: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
-def card_signer(
-    path: str, kid: str | None = None, jku: str | None = None
-) -> Callable[[AgentCard], AgentCard]:
-    """The function that adds a signature by the key in ``path`` to a card."""
+def card_signer(path: str, kid: str = "", jku: str = "") -> Callable[[AgentCard], AgentCard]:
+    """The function that adds a signature by the key in ``path`` to a card (``kid`` empty:
+    the key's thumbprint; ``jku`` empty: none)."""
     file = Path(path).expanduser()
     try:
         pem = file.read_bytes()

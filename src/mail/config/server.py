@@ -105,10 +105,10 @@ class ServerSettings(_Section):
     # Signed Agent Card (docs/a2a.md#signed-agent-cards): a PEM file holding an unencrypted
     # private key (EC P-256/P-384/P-521, RSA of 2048 bits or more, Ed25519), read at
     # startup; the card then carries a JWS over its canonical form, with `kid` (by default
-    # the public key's RFC 7638 thumbprint) and, when set, `jku`. Unset: the card is unsigned.
-    a2a_card_signing_key: str | None = None
-    a2a_card_signing_kid: str | None = None
-    a2a_card_signing_jku: str | None = None
+    # the public key's RFC 7638 thumbprint) and, when set, `jku`. Empty: the card is unsigned.
+    a2a_card_signing_key: str = ""
+    a2a_card_signing_kid: str = ""
+    a2a_card_signing_jku: str = ""
     # Shape of an interswarm envelope (POST /interswarm/forward, /back) and of a caller's
     # POST /interswarm/message, checked before anything else reads it: entries of an address
     # list (task_contributors, recipients, recipient_swarms, targets), characters of one
