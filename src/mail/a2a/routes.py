@@ -131,11 +131,11 @@ def _parsed(raw: bytes) -> Any:
         raise _Refused(f"the body is not JSON ({exc})", parse=True) from None
 
 
-def _check(params: Any, body: Any, settings: Any) -> None:
-    """Refuse (``_Refused``) a request the SDK should not read: ``params`` are the method's
+def _check(method: Any, params: Any, body: Any, settings: Any) -> None:
+    """Refuse (``_Refused``) a request the SDK should not read: ``params`` are ``method``'s
     (JSON-RPC's ``params``; on the HTTP+JSON binding the body, or the query of a GET), ``body``
     the whole request. Both bindings go through here."""
-    refusal = _shape_refusal(params, body, settings)
+    refusal = _shape_refusal(params, body, settings) or _filter_refusal(method, params)
     if refusal is not None:
         raise _Refused(refusal, parse=False, body=body)
 
@@ -165,6 +165,23 @@ def _shape_refusal(params: Any, body: Any, settings: Any) -> str | None:
     if over == "depth":
         return f"the request nests arrays and objects more than {MAX_A2A_JSON_DEPTH} levels deep"
     return None
+
+
+def _filter_refusal(method: Any, params: Any) -> str | None:
+    """Why a ``ListTasks`` ``status`` filter is refused (None when it is a task state). The
+    SDK reads a state name it does not know as no filter at all (protobuf drops unknown enum
+    values), which would answer every task instead of the ones asked for."""
+    if method != "ListTasks" or not isinstance(params, dict) or "status" not in params:
+        return None
+    from a2a.types.a2a_pb2 import TaskState
+
+    status = params["status"]
+    if status is None or isinstance(status, str) and status in TaskState.keys():
+        return None
+    if isinstance(status, int) and not isinstance(status, bool) and status in TaskState.values():
+        return None
+    shown = repr(status) if len(repr(status)) <= 60 else repr(status)[:57] + "..."
+    return f"status {shown} is not a task state (one of {', '.join(TaskState.keys())})"
 
 
 # The methods answered with an event stream (1.0 names and 0.3 ones): each takes one of the
@@ -211,7 +228,7 @@ async def a2a_jsonrpc(request: Request) -> Response:
     try:
         body = _parsed(await request.body())
         if isinstance(body, dict):
-            _check(body.get("params"), body, settings)
+            _check(body.get("method"), body.get("params"), body, settings)
     except _Refused as refused:
         if refused.parse:  # JSON-RPC 2.0's parse error
             return _rpc_error(None, -32700, f"Parse error: {refused.reason}")
@@ -227,8 +244,9 @@ async def a2a_jsonrpc(request: Request) -> Response:
 
 
 # The HTTP+JSON binding's paths (the SDK's route table, under /a2a) whose method matters here:
-# the executor's (a blocking send) and `_answer`'s (a stream).
+# the executor's (a blocking send), `_answer`'s (a stream) and `_check`'s (a list's filter).
 _REST_METHODS = {
+    "/tasks": "ListTasks",
     "/message:send": "SendMessage",
     "/message:stream": "SendStreamingMessage",
     "/tasks/{id}:subscribe": "SubscribeToTask",
@@ -250,7 +268,8 @@ def _rest_route(route: Route) -> Route:
         raw = await request.body()  # kept by the request: the SDK reads it again
         try:
             body = _parsed(raw) if raw else None
-            _check(dict(request.query_params) if body is None else body, body, settings)
+            params = dict(request.query_params) if body is None else body
+            _check(method, params, body, settings)
         except _Refused as refused:
             kind = InvalidRequestError if refused.parse else InvalidParamsError
             return JSONBody(build_rest_error_payload(kind(message=refused.reason)), status_code=400)
