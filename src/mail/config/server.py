@@ -99,12 +99,19 @@ class ServerSettings(_Section):
     # its error or failure text in an interswarm error) (0 = none shown / no text).
     max_a2a_peer_updates: int = Field(default=100, ge=0)
     max_a2a_peer_update_chars: int = Field(default=2000, ge=0)
-    # Shape of one A2A JSON-RPC request (POST /a2a), checked before the SDK reads it: parts
+    # Shape of one A2A request (POST /a2a, /a2a/...), checked before the SDK reads it: parts
     # of its message, and JSON values in the whole request (every array item and object
     # member, at any depth: data parts, metadata). Over either: JSON-RPC invalid params
     # (0 = no bound).
     max_a2a_message_parts: int = Field(default=100, ge=0)
     max_a2a_json_values: int = Field(default=10_000, ge=0)
+    # Signed Agent Card (docs/a2a.md#signed-agent-cards): a PEM file holding an unencrypted
+    # private key (EC P-256/P-384/P-521, RSA of 2048 bits or more, Ed25519), read at
+    # startup; the card then carries a JWS over its canonical form, with `kid` (by default
+    # the public key's RFC 7638 thumbprint) and, when set, `jku`. Empty: the card is unsigned.
+    a2a_card_signing_key: str = ""
+    a2a_card_signing_kid: str = ""
+    a2a_card_signing_jku: str = ""
     # Shape of an interswarm envelope (POST /interswarm/forward, /back) and of a caller's
     # POST /interswarm/message, checked before anything else reads it: entries of an address
     # list (task_contributors, recipients, recipient_swarms, targets), characters of one
