@@ -66,6 +66,9 @@ class ServerSettings(_Section):
     # The same failing tool call (same tool and arguments) this many times in a row by one
     # agent stops the task with a ::task_error::. 0 = never.
     task_repeat_limit: int | None = Field(default=5, ge=0)
+    # Model answers in a row by one agent without a valid tool call (plain text, nothing,
+    # not the tool the turn required) that stop the task with a ::task_error::. 0 = never.
+    task_no_tool_call_limit: int | None = Field(default=3, ge=0)
     # Bytes of SSE frames one stream may hold for a client that reads slower than the task
     # produces events. When the buffer stays full for `sse_slow_reader_timeout` seconds the
     # stream ends with `event: resubscribe` (continue with GET /task/events).
@@ -122,7 +125,13 @@ class ServerSettings(_Section):
     max_idempotency_keys_per_caller: int = Field(default=10_000, ge=0)
     max_idempotency_key_length: int = Field(default=255, ge=1, le=2048)
 
-    @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
+    @field_validator(
+        "task_message_limit",
+        "task_turn_limit",
+        "task_repeat_limit",
+        "task_no_tool_call_limit",
+        mode="before",
+    )
     @classmethod
     def _zero_means_unlimited(cls, value: Any) -> Any:
         if value in (0, "0", "", "none", "None"):
