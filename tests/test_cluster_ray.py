@@ -636,6 +636,18 @@ def test_idle_instances_are_reclaimed_and_restored(
         dep.stop()
 
 
+@contextlib.contextmanager
+def _role(role: str, schema: str) -> Iterator[None]:
+    """A login role that may make and use tables in `schema`; dropped afterwards."""
+    from tests.support.pg_schema import _execute
+
+    _execute(DATABASE_URL, f"CREATE ROLE {role} LOGIN; GRANT ALL ON SCHEMA {schema} TO {role}")
+    try:
+        yield
+    finally:
+        _execute(DATABASE_URL, f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
 def test_an_instance_without_a_database_connection_answers_one_line(
     ray_cluster: RayTestCluster, tmp_path: Path
 ) -> None:
@@ -652,8 +664,7 @@ def test_an_instance_without_a_database_connection_answers_one_line(
 
     role = f"mail_few_{uuid.uuid4().hex[:8]}"
     swarm = f"few-{uuid.uuid4().hex[:8]}"
-    with scratch_schema("mail_few", DATABASE_URL) as schema:
-        _execute(DATABASE_URL, f"CREATE ROLE {role} LOGIN; GRANT ALL ON SCHEMA {schema} TO {role}")
+    with scratch_schema("mail_few", DATABASE_URL) as schema, _role(role, schema):
         scheme, rest = DATABASE_URL.split("://", 1)
         url = with_search_path(f"{scheme}://{role}@{rest.split('@', 1)[-1]}", schema)
         dep = ClusterDeployment(
@@ -686,5 +697,3 @@ def test_an_instance_without_a_database_connection_answers_one_line(
             dep.stop()
             with contextlib.suppress(Exception):
                 end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")
-            _execute(DATABASE_URL, f"DROP OWNED BY {role}")
-    _execute(DATABASE_URL, f"DROP ROLE {role}")
