@@ -10,7 +10,7 @@ tasks once they have left memory. `mail.store.lifecycle_for(store)` gives the on
     report = await lifecycle.prune(cutoff)                 # finished before cutoff: removed
     await lifecycle.reclaim_space()                        # SQLite: freed pages to the OS
 
-Reads first wait for the store's queued writes (read-your-writes, as `load_instance`).
+Reads first wait for the store's queued writes (read-your-writes, `TaskStore.settle`).
 A task is *finished* when it is neither running nor paused: state ``completed``, ``failed``
 or ``stopped`` (``FINISHED_STATES``); only finished tasks expire. Removal happens in batches of
 a few dozen tasks, one transaction each, so the writes of running tasks go on in between.
@@ -51,7 +51,6 @@ TASK_TABLES = tuple(TASK_CONTENT)
 # large tasks make a batch of their own, so the writer is never held up for long).
 PRUNE_BATCH = 50
 PRUNE_BATCH_BYTES = 8 * 1024 * 1024
-READ_TIMEOUT = 30.0
 
 # A place in a task list, newest first: (start time as ISO 8601 UTC text, task id).
 Cursor = tuple[str, str]
@@ -142,7 +141,7 @@ class TaskLifecycle(abc.ABC):
 
     async def _settle(self) -> None:
         # What was acknowledged must be visible (and removals must not race queued writes).
-        await self.store.flush(READ_TIMEOUT)
+        await self.store.settle()
 
     @abc.abstractmethod
     async def records(
