@@ -16,10 +16,11 @@ from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
 from mail.store.sql_base import SqlWrite, coalesce_writes
-from mail.store.webhooks import ClaimLimits, WebhookStore, new_id
+from mail.store.webhooks import ClaimLimits, PendingLimits, WebhookStore, new_id
 from mail.store.webhooks_memory import MemoryWebhookStore
 
 SWARM = "hooks"
+PENDING = PendingLimits(1000, 100000)
 
 
 def subscription(owner: tuple[str, str], **fields: Any) -> dict[str, Any]:
@@ -108,10 +109,10 @@ async def test_fan_out_follows_ownership_scope_and_event_types(store: WebhookSto
     for sub in (mine, bobs, everything, only_failures, per_task):
         await store.add_subscription(sub)
     await store.add_events([event(ALICE), event(ALICE, task_id="t-2")])
-    made = await store.fan_out(SWARM, time.time(), 100, 1000)
+    made = await store.fan_out(SWARM, time.time(), 100, PENDING)
     # alice's task t-1: mine + admin; t-2: mine + admin + per-task. Not bob's, not failures.
     assert made == 5
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 0  # the events are gone
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 0  # the events are gone
     assert len(await store.list_deliveries(bobs["subscription_id"])) == 0
     assert len(await store.list_deliveries(only_failures["subscription_id"])) == 0
     assert len(await store.list_deliveries(per_task["subscription_id"])) == 1
@@ -123,24 +124,24 @@ async def test_fan_out_sees_subscription_changes(store: WebhookStore) -> None:
     sub = subscription(ALICE, events=["task.failed"])
     await store.add_subscription(sub)
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 0  # completed: not asked for
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 0  # completed: not asked for
     await store.update_subscription(sub["subscription_id"], {"events": ["task.completed"]})
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 1
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 1
     await store.update_subscription(sub["subscription_id"], {"active": False})
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 0
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 0
     other = subscription(ALICE)
     await store.add_subscription(other)
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 1
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 1
 
 
 async def test_pending_quota_records_failed_deliveries(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)
     await store.add_events([event(ALICE) for _ in range(3)])
-    assert await store.fan_out(SWARM, time.time(), 100, 2) == 3
+    assert await store.fan_out(SWARM, time.time(), 100, PendingLimits(2, 100)) == 3
     rows = await store.list_deliveries(sub["subscription_id"])
     assert sorted(r["status"] for r in rows) == ["failed", "pending", "pending"]
     refused = next(r for r in rows if r["status"] == "failed")
@@ -153,7 +154,7 @@ async def test_claim_leases_and_bounds_destinations(store: WebhookStore) -> None
     for sub in (slow, fast):
         await store.add_subscription(sub)
     await store.add_events([event(ALICE) for _ in range(6)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     now = time.time()
     limits = ClaimLimits(total=10, per_destination=2, in_flight={"slow.test:80": 1})
     claimed = await store.claim(SWARM, now, limits, "node-a", now + 30)
@@ -173,7 +174,7 @@ async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)
     await store.add_events([event(ALICE)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     now = time.time()
     (row,) = await store.claim(SWARM, now, ClaimLimits(10, 10, {}), "me", now + 30)
     attempt = {
@@ -205,12 +206,12 @@ async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     assert (await store.get_subscription(sub["subscription_id"]))["failing_since"] == now  # type: ignore[index]
     # Not due yet; a manual retry makes it due now with the schedule from the start.
     assert await store.claim(SWARM, now + 1, ClaimLimits(10, 10, {}), "me", now + 30) == []
-    retried = await store.retry(row["delivery_id"], now + 1)
+    retried = await store.retry(row["delivery_id"], now + 1, PENDING)
     assert retried is not None and retried["retry_index"] == 0
     assert len(await store.claim(SWARM, now + 1, ClaimLimits(10, 10, {}), "me", now + 30)) == 1
     # Disabled subscriptions are not claimed; deleting forgets deliveries and attempts.
     await store.update_subscription(sub["subscription_id"], {"active": False})
-    await store.retry(row["delivery_id"], now + 2)
+    await store.retry(row["delivery_id"], now + 2, PENDING)
     assert await store.claim(SWARM, now + 2, ClaimLimits(10, 10, {}), "me", now + 30) == []
     assert await store.delete_subscription(sub["subscription_id"])
     assert await store.get_delivery(row["delivery_id"]) is None
@@ -225,7 +226,7 @@ async def test_cleanup_forgets_old_deliveries_and_expired_subscriptions(
     await store.add_subscription(sub)
     await store.add_subscription(short)
     await store.add_events([event(ALICE)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     (row,) = await store.list_deliveries(sub["subscription_id"])
     old = time.time() - 1000
     await store.finish(
@@ -250,7 +251,7 @@ async def test_concurrent_claims_never_share_a_delivery(store: WebhookStore) -> 
     sub = subscription(ALICE)
     await store.add_subscription(sub)
     await store.add_events([event(ALICE) for _ in range(20)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     now = time.time()
     results = await asyncio.gather(
         *(store.claim(SWARM, now, ClaimLimits(5, 100, {}), f"n{i}", now + 30) for i in range(4))
@@ -328,7 +329,7 @@ async def test_the_outbox_commits_with_its_event_even_past_a_batch_boundary(
         sub = subscription(("user", "alice"), events=["*"])
         await hooks.add_subscription(sub)
         # evt_a once (the second copy is ignored), evt_b once.
-        assert await hooks.fan_out(SWARM, time.time(), 100, 1000) == 2
+        assert await hooks.fan_out(SWARM, time.time(), 100, PENDING) == 2
     finally:
         await hooks.close()
     snapshot = await task_store.load_instance(key)
