@@ -170,6 +170,50 @@ async def test_claim_leases_and_bounds_destinations(store: WebhookStore) -> None
     assert {r["delivery_id"] for r in claimed} <= {r["delivery_id"] for r in later}
 
 
+async def test_claims_take_turns_across_owners(store: WebhookStore) -> None:
+    """Alice's 30 deliveries fell due before Bob's 3 and Carol's 1. Claiming as the engine
+    does (again at once while a claim saturated someone), each owner gets its share of 2 and
+    nobody waits behind Alice's backlog; among owners the one with the fewest under way
+    goes first."""
+    carol = ("user", "carol")
+    subs = {who: subscription(who, destination=f"{who[1]}.test:80") for who in (ALICE, BOB, carol)}
+    for sub in subs.values():
+        await store.add_subscription(sub)
+    for who, count in ((ALICE, 30), (BOB, 3), (carol, 1)):
+        await store.add_events([event(who) for _ in range(count)])
+        await store.fan_out(SWARM, time.time(), 100, PENDING)
+    now = time.time()
+    under_way: dict[tuple[str, str], int] = {}
+    for claims in range(1, 10):
+        limits = ClaimLimits(8 - sum(under_way.values()), 100, {}, 2, dict(under_way))
+        rows = await store.claim(SWARM, now, limits, f"n{claims}", now + 30)
+        if not rows:
+            break
+        for row in rows:
+            owner = (row["owner_role"], row["owner_id"])
+            under_way[owner] = under_way.get(owner, 0) + 1
+    assert under_way == {ALICE: 2, BOB: 2, carol: 1}, under_way
+    assert claims <= 4  # one claim per owner saturated, at most, and one that finds nothing
+
+
+async def test_a_claim_takes_turns_among_its_candidates(store: WebhookStore) -> None:
+    """One slot: Carol (none under way) goes before Bob (one), whose deliveries fell due
+    after Alice's (one under way too, and due first)."""
+    carol = ("user", "carol")
+    for who in (ALICE, BOB, carol):
+        await store.add_subscription(subscription(who, destination=f"{who[1]}.test:80"))
+        await store.add_events([event(who) for _ in range(3)])
+        await store.fan_out(SWARM, time.time(), 100, PENDING)
+    now = time.time()
+    limits = ClaimLimits(1, 100, {}, 2, {ALICE: 1, BOB: 1})
+    assert [r["owner_id"] for r in await store.claim(SWARM, now, limits, "n", now + 30)] == [
+        "carol"
+    ]
+    limits = ClaimLimits(2, 100, {}, 2, {ALICE: 1, BOB: 1, carol: 2})
+    got = await store.claim(SWARM, now, limits, "n", now + 30)
+    assert sorted(r["owner_id"] for r in got) == ["alice", "bob"]  # one each, not two of hers
+
+
 async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)

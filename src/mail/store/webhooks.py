@@ -361,6 +361,11 @@ class ClaimLimits:
     per_owner: int = 1 << 30
     owners_in_flight: Mapping[Owner, int] = field(default_factory=dict)
 
+    @property
+    def window(self) -> int:
+        """How many of the first due deliveries a claim chooses from."""
+        return max(self.total * 4, 32)
+
     def saturated(self) -> list[str]:
         return sorted(d for d, n in self.in_flight.items() if n >= self.per_destination)
 
@@ -368,10 +373,13 @@ class ClaimLimits:
         return sorted(o for o, n in self.owners_in_flight.items() if n >= self.per_owner)
 
     def choose(self, candidates: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Delivery ids to claim from `candidates` (each with its ``owner_rank``: its place
-        among its owner's due deliveries), within the limits, fairly: the owner with the
+        """Delivery ids to claim from `candidates` (the `window` first due, past the
+        saturated destinations and owners; each with its ``owner_rank``: its place among its
+        owner's, `rank_by_owner`), within the limits, taking turns: the owner with the
         fewest attempts under way goes first (round robin across owners), each in the order
-        its deliveries fell due."""
+        its deliveries fell due. An owner or destination this claim saturates drops out of
+        the next one's candidates, which then reach past its backlog (the engine claims
+        again at once)."""
         used = dict(self.in_flight)
         owners = dict(self.owners_in_flight)
 
@@ -400,7 +408,7 @@ class ClaimLimits:
 
 
 def rank_by_owner(candidates: list[Record]) -> list[Record]:
-    """Give each candidate (due first) its ``owner_rank``, as the SQL stores' window does."""
+    """Give each candidate (in due order) its ``owner_rank``: 1 for its owner's first."""
     seen: dict[Owner, int] = {}
     for row in candidates:
         owner = (row["owner_role"], row["owner_id"])

@@ -37,6 +37,7 @@ from mail.store.webhooks import (
     decode_subscription,
     encode_value,
     plan_fan_out,
+    rank_by_owner,
 )
 from mail.store.webhooks_schema import TABLES
 
@@ -59,28 +60,15 @@ _INSERT_ATTEMPT = _insert(
 _SENDING = ", ".join(f"s.{c}" for c in SENDING_COLUMNS)
 _DELIVERY = ", ".join(f"d.{c}" for c in DELIVERY_COLUMNS)
 
-_DUE = """d.swarm_name = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2
-      AND (d.lease_until IS NULL OR d.lease_until < $2)"""
-# Each owner's due deliveries ranked (oldest due first) and the first few of every owner
-# taken: one owner's backlog does not hide the others' (ClaimLimits.choose). The window is
-# in its own query (FOR UPDATE takes none); the outer one checks again, on the row it locks,
-# that the delivery is still due and free (another server may have leased it meanwhile).
 _CLAIM_SQL = f"""
-    WITH ranked AS (
-        SELECT d.delivery_id, row_number() OVER (PARTITION BY s.owner_role, s.owner_id
-                                                 ORDER BY d.next_attempt_at, d.created_at) AS r
-        FROM webhook_deliveries d
-        JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id
-        WHERE {_DUE} AND s.active
-          AND NOT (s.destination = ANY($3::text[]))
-          AND NOT ((s.owner_role || chr(31) || s.owner_id) = ANY($4::text[]))
-    )
-    SELECT {_DELIVERY}, {_SENDING}, ranked.r AS owner_rank FROM ranked
-    JOIN webhook_deliveries d ON d.delivery_id = ranked.delivery_id
+    SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d
     JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id
-    WHERE ranked.r <= $5 AND {_DUE}
-    ORDER BY ranked.r, d.next_attempt_at, d.created_at
-    LIMIT $6
+    WHERE d.swarm_name = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2
+      AND (d.lease_until IS NULL OR d.lease_until < $2) AND s.active
+      AND NOT (s.destination = ANY($3::text[]))
+      AND NOT ((s.owner_role || chr(31) || s.owner_id) = ANY($4::text[]))
+    ORDER BY d.next_attempt_at, d.created_at
+    LIMIT $5
     FOR UPDATE OF d SKIP LOCKED
 """
 
@@ -358,10 +346,9 @@ class PostgresWebhookStore(WebhookStore):
                 now,
                 limits.saturated(),
                 [f"{role}\x1f{owner_id}" for role, owner_id in limits.saturated_owners()],
-                min(limits.per_owner, limits.total * 4),
-                limits.total * 4,
+                limits.window,
             )
-            candidates = [dict(r) for r in rows]
+            candidates = rank_by_owner([dict(r) for r in rows])
             chosen = limits.choose(candidates)
             if not chosen:
                 return []

@@ -40,6 +40,7 @@ from mail.store.webhooks import (
     decode_subscription,
     encode_value,
     plan_fan_out,
+    rank_by_owner,
 )
 
 
@@ -221,26 +222,14 @@ def _claim(
     busy = limits.saturated_owners()
     skip += "".join(" AND NOT (s.owner_role = ? AND s.owner_id = ?)" for _ in busy)
     rows = conn.execute(  # read first: see _fan_out
-        # Each owner's due deliveries ranked (oldest due first), the first few of every owner
-        # taken: one owner's backlog does not hide the others' (ClaimLimits.choose).
-        f"SELECT * FROM (SELECT {_DELIVERY}, {_SENDING}, row_number() OVER (PARTITION BY"
-        " s.owner_role, s.owner_id ORDER BY d.next_attempt_at, d.created_at) AS owner_rank"
-        " FROM webhook_deliveries d"
+        f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
         " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
         " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
-        f" AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1{skip})"
-        " WHERE owner_rank <= ? ORDER BY owner_rank, next_attempt_at, created_at LIMIT ?",
-        (
-            swarm,
-            now,
-            now,
-            *saturated,
-            *(part for pair in busy for part in pair),
-            min(limits.per_owner, limits.total * 4),
-            limits.total * 4,
-        ),
+        " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
+        f"{skip} ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
+        (swarm, now, now, *saturated, *(part for pair in busy for part in pair), limits.window),
     ).fetchall()
-    candidates = [dict(r) for r in rows]
+    candidates = rank_by_owner([dict(r) for r in rows])
     chosen = limits.choose(candidates)
     if not chosen:
         return []

@@ -316,17 +316,24 @@ class DeliveryEngine:
         rows = await self.store.claim(
             self.swarm_name, now, limits, self.node, now + self.cfg.lease_seconds
         )
+        capped = False
         for row in rows:
             destination, owner = row["destination"], (row["owner_role"], row["owner_id"])
             self._in_flight[destination] = self._in_flight.get(destination, 0) + 1
             self._owners[owner] = self._owners.get(owner, 0) + 1
+            capped = capped or (
+                self._in_flight[destination] >= limits.per_destination
+                or self._owners[owner] >= limits.per_owner
+            )
             task = asyncio.create_task(
                 self._attempt(row), name=f"mail-webhook-{row['delivery_id']}"
             )
             self._attempts.add(task)
-        if len(rows) >= free:
+        if len(rows) >= free or capped:
+            # There may be more due: beyond this claim's candidates, or behind a destination
+            # or an owner it saturated (the next claim looks past them).
             self._claim_due = True
-            self._wake.set()  # there may be more due
+            self._wake.set()
 
     async def _attempt(self, row: Record) -> None:
         destination, owner = row["destination"], (row["owner_role"], row["owner_id"])
