@@ -16,7 +16,15 @@ from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
 from mail.store.sql_base import SqlWrite, coalesce_writes
-from mail.store.webhooks import ClaimLimits, PendingLimits, WebhookStore, new_id
+from mail.store.webhooks import (
+    Bound,
+    ClaimLimits,
+    OverQuota,
+    PendingLimits,
+    WebhookStore,
+    new_delivery,
+    new_id,
+)
 from mail.store.webhooks_memory import MemoryWebhookStore
 
 SWARM = "hooks"
@@ -146,6 +154,54 @@ async def test_pending_quota_records_failed_deliveries(store: WebhookStore) -> N
     assert sorted(r["status"] for r in rows) == ["failed", "pending", "pending"]
     refused = next(r for r in rows if r["status"] == "failed")
     assert "max_pending_deliveries" in refused["last_error"]
+
+
+async def test_bounds_hold_under_concurrent_adds(store: WebhookStore) -> None:
+    """30 adds at once against a bound of 5 (one transaction each: counted, then stored):
+    5 stored; an add equal in `same` keeps the stored one, refreshed, past the bound too;
+    pending deliveries past their bound are refused or recorded failed."""
+    bound = Bound(("owner_role", "owner_id", "kind", "task_id"), 5, "{count} already")
+
+    async def add(n: int) -> str:
+        sub = subscription(ALICE, kind="a2a", task_id="t-9", description=f"c{n}")
+        try:
+            await store.add_subscription(sub, bounds=[bound])
+        except OverQuota as exc:
+            return str(exc)
+        return "stored"
+
+    outcomes = await asyncio.gather(*(add(n) for n in range(30)))
+    assert outcomes.count("stored") == 5 and set(outcomes) == {"stored", "5 already"}
+    kept = await store.list_subscriptions(SWARM, kinds=["a2a"], task_id="t-9")
+    again = subscription(ALICE, kind="a2a", task_id="t-9", description=kept[0]["description"])
+    again["url"] = "http://elsewhere.test/"
+    stored = await store.add_subscription(
+        again,
+        bounds=[bound],
+        same=("owner_role", "owner_id", "kind", "task_id", "description"),
+        refresh=("url",),
+    )
+    assert stored["subscription_id"] == kept[0]["subscription_id"]
+    assert (await store.get_subscription(stored["subscription_id"]))["url"] == again["url"]  # type: ignore[index]
+    # Pending bounds: per subscription (2), per owner across subscriptions (3).
+    limits = PendingLimits(2, 3)
+    first, second = kept[0], kept[1]
+    ping = {"swarm_name": SWARM, "event_type": "webhook.ping", "payload": "{}"}
+    for n in range(2):
+        delivery = new_delivery(first, {**ping, "event_id": f"e{n}"}, time.time())
+        await store.add_deliveries([delivery], limits, refuse=True)
+    with pytest.raises(OverQuota, match="max_pending_deliveries"):
+        await store.add_deliveries(
+            [new_delivery(first, {**ping, "event_id": "e2"}, time.time())], limits, refuse=True
+        )
+    made = [new_delivery(second, {**ping, "event_id": f"f{n}"}, time.time()) for n in range(2)]
+    await store.add_deliveries(made, limits)
+    statuses = sorted(
+        (d["status"], d["last_error"] or "")
+        for d in await store.list_deliveries(second["subscription_id"])
+    )
+    assert [s for s, _ in statuses] == ["failed", "pending"]
+    assert "max_pending_deliveries_per_caller" in statuses[0][1]
 
 
 async def test_claim_leases_and_bounds_destinations(store: WebhookStore) -> None:

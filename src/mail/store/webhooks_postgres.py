@@ -95,12 +95,13 @@ async def _lock_owners(conn: Any, owners: Sequence[tuple[str, str, str]]) -> Non
     """Hold (to the transaction's end) the locks of these (swarm, role, id) owners, in order:
     what one of them adds (a subscription, deliveries) is counted against its bounds by one
     transaction at a time, on every server sharing the database."""
-    for swarm, role, owner_id in sorted(set(owners)):
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-            _OWNER_LOCK,
-            f"{swarm}\x1f{role}\x1f{owner_id}",
-        )
+    keys = sorted({f"{swarm}\x1f{role}\x1f{owner_id}" for swarm, role, owner_id in owners})
+    await conn.execute(  # one statement; the keys in order (two callers never cross)
+        "SELECT pg_advisory_xact_lock($1, hashtext(k))"
+        " FROM (SELECT k FROM unnest($2::text[]) AS k ORDER BY k) AS ordered",
+        _OWNER_LOCK,
+        keys,
+    )
 
 
 async def _owners_of(conn: Any, sub_ids: Sequence[str]) -> list[tuple[str, str, str]]:
