@@ -28,6 +28,7 @@ from mail.store.webhooks import (
     ClaimLimits,
     Finished,
     OverQuota,
+    Owner,
     PendingLimits,
     Record,
     SubscriptionCache,
@@ -341,15 +342,20 @@ class PostgresWebhookStore(WebhookStore):
         self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
     ) -> list[Record]:
         async with self._conn() as conn, conn.transaction():
-            rows = await conn.fetch(
-                _CLAIM_SQL,
-                swarm_name,
-                now,
-                limits.saturated(),
-                [f"{role}\x1f{owner_id}" for role, owner_id in limits.saturated_owners()],
-                limits.window,
-            )
-            candidates = rank_by_owner([dict(r) for r in rows])
+            rows: list[Record] = []
+            left_out: list[Owner] | None = limits.saturated_owners()
+            while left_out is not None:
+                found = await conn.fetch(
+                    _CLAIM_SQL,
+                    swarm_name,
+                    now,
+                    limits.saturated(),
+                    [f"{role}\x1f{owner_id}" for role, owner_id in left_out],
+                    limits.window,
+                )
+                rows.extend(dict(r) for r in found)
+                left_out = limits.look_past(rows, len(found), left_out)
+            candidates = rank_by_owner(rows)
             chosen = limits.choose(candidates)
             if not chosen:
                 return []

@@ -31,6 +31,7 @@ from mail.store.webhooks import (
     FanOutIndex,
     Finished,
     OverQuota,
+    Owner,
     PendingLimits,
     Record,
     SubscriptionCache,
@@ -219,17 +220,22 @@ def _claim(
 ) -> list[Record]:
     saturated = limits.saturated()
     skip = f" AND s.destination NOT IN ({_marks(saturated)})" if saturated else ""
-    busy = limits.saturated_owners()
-    skip += "".join(" AND NOT (s.owner_role = ? AND s.owner_id = ?)" for _ in busy)
-    rows = conn.execute(  # read first: see _fan_out
-        f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
-        " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
-        " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
-        " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
-        f"{skip} ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
-        (swarm, now, now, *saturated, *(part for pair in busy for part in pair), limits.window),
-    ).fetchall()
-    candidates = rank_by_owner([dict(r) for r in rows])
+    rows: list[Record] = []
+    left_out: list[Owner] | None = limits.saturated_owners()
+    while left_out is not None:
+        found = conn.execute(  # read first: see _fan_out
+            f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
+            " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
+            " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
+            " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
+            + skip
+            + "".join(" AND NOT (s.owner_role = ? AND s.owner_id = ?)" for _ in left_out)
+            + " ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
+            (swarm, now, now, *saturated, *(p for pair in left_out for p in pair), limits.window),
+        ).fetchall()
+        rows.extend(dict(r) for r in found)
+        left_out = limits.look_past(rows, len(found), left_out)
+    candidates = rank_by_owner(rows)
     chosen = limits.choose(candidates)
     if not chosen:
         return []
