@@ -203,6 +203,7 @@ def test_a_callers_waiting_deliveries_are_bounded_in_all(setup: Setup) -> None:
 def test_refusals_are_400_with_the_reason(setup: Setup) -> None:
     for url, says in (
         ("http://127.0.0.1\\@8.8.8.8/", "not a valid URL"),  # the sender's parser refuses it
+        ("http://xn--localhost-/hook", "not a valid URL"),  # a name IDNA cannot read (a 500)
         ("http://10.9.9.9/hook", "allowed_hosts"),  # the guard refuses it
         ("ftp://127.0.0.1/hook", "http:// or https://"),
     ):

@@ -68,6 +68,7 @@ def check_url_form(url: object, max_chars: int) -> str:
     try:
         parts = parse_url(url)
         parts.port  # noqa: B018 - raises on a bad port
+        parts.host  # noqa: B018 - raises on a name IDNA cannot read
     except ValueError as exc:
         raise UrlRefused(f"parameter 'url' is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.raw_host:
