@@ -9,12 +9,21 @@ server that dies holding one loses it when the lease runs out: another server ta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from mail.store.postgres_schema import ensure_schema, missing_tables, normalize_dsn, open_pool
+from mail.store.base import StoreUnavailableError
+from mail.store.postgres import is_transient_error
+from mail.store.postgres_schema import (
+    ensure_schema,
+    missing_tables,
+    normalize_dsn,
+    open_pool,
+    refusal_reason,
+)
 from mail.store.webhooks import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
@@ -172,10 +181,24 @@ class PostgresWebhookStore(WebhookStore):
             except Exception:  # noqa: BLE001 - closing goes on
                 pool.terminate()
 
-    def _conn(self) -> Any:
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Any]:
+        """A pooled connection. PostgreSQL out of reach (down, restarting, its connections
+        dropped) while it is used is the stores' StoreUnavailableError (a 503 with
+        Retry-After), as for the task store (`mail.store.pg_unreachable`), not the driver's
+        error (a 500)."""
         if self._pool is None:
             raise RuntimeError("the PostgreSQL webhook store is not started")
-        return self._pool.acquire()
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except Exception as exc:
+            if isinstance(exc, StoreUnavailableError) or not is_transient_error(exc):
+                raise
+            raise StoreUnavailableError(
+                f"the database of the webhooks cannot be reached now ({refusal_reason(exc)}); "
+                "try again later"
+            ) from exc
 
     # -- subscriptions ------------------------------------------------------------------
     async def add_subscription(
