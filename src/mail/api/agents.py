@@ -136,7 +136,7 @@ class MAILAgentTemplate:
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "responses",
+        tool_format: ToolFormat | None = None,
         exclude_tools: list[str] | None = None,
         review_actions: dict[str, list[str]] | None = None,
         team_tools: list[str] | None = None,
@@ -149,7 +149,11 @@ class MAILAgentTemplate:
         self.enable_entrypoint = enable_entrypoint
         self.enable_interswarm = enable_interswarm
         self.can_complete_tasks = can_complete_tasks
-        self.tool_format = tool_format
+        # Not given: Chat Completions for an agent pointed at its own server (`api_base`),
+        # which every OpenAI-compatible server has; the Responses API otherwise.
+        self.tool_format: ToolFormat = tool_format or (
+            "completions" if self.agent_params.get("api_base") else "responses"
+        )
         self.exclude_tools = list(exclude_tools or [])
         # Opt-in team tool groups: reply_wait, threads, inbox, files (mail.core.team).
         self.team_tools = validate_team_tools(team_tools, name)
@@ -286,7 +290,7 @@ class MAILAgentTemplate:
             enable_entrypoint=bool(data.get("enable_entrypoint", False)),
             enable_interswarm=bool(data.get("enable_interswarm", False)),
             can_complete_tasks=bool(data.get("can_complete_tasks", False)),
-            tool_format=data.get("tool_format", "responses"),
+            tool_format=data.get("tool_format"),
             exclude_tools=list(data.get("exclude_tools") or []),
             review_actions=data.get("review_actions"),
             team_tools=data.get("team_tools"),
