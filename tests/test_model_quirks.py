@@ -18,7 +18,6 @@ import pytest
 from mail import MAILAgentTemplate, MAILSwarmTemplate
 from mail.api.prompts import TARGETS_HEADER, augment_system_prompts
 from mail.factories import LiteLLMAgentFunction, LLMCallError, RetryPolicy
-from mail.factories.base import LOCAL_MAX_TOKENS, LOCAL_REQUEST_TIMEOUT, PLACEHOLDER_API_KEY
 from support.scripted_llm import (
     LLAMA_CPP_PYTHON,
     ScriptedLLM,
@@ -29,6 +28,8 @@ from support.scripted_llm import (
 )
 
 HISTORY = [{"role": "user", "content": "What is 2 + 2?"}]
+# The documented defaults for an agent with an api_base (docs/agents-and-factories.md).
+LOCAL_MAX_TOKENS, LOCAL_REQUEST_TIMEOUT, PLACEHOLDER_API_KEY = 1024, 180.0, "no-key"
 TASK_COMPLETE = {"type": "function", "name": "task_complete"}
 
 
