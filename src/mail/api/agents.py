@@ -14,6 +14,7 @@ from mail.api.actions import MAILAction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
+from mail.factories.base import default_tool_format
 from mail.swarms_json.validation import validate_agent_from_swarms_json
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
@@ -149,10 +150,8 @@ class MAILAgentTemplate:
         self.enable_entrypoint = enable_entrypoint
         self.enable_interswarm = enable_interswarm
         self.can_complete_tasks = can_complete_tasks
-        # Not given: Chat Completions for an agent pointed at its own server (`api_base`),
-        # which every OpenAI-compatible server has; the Responses API otherwise.
-        self.tool_format: ToolFormat = tool_format or (
-            "completions" if self.agent_params.get("api_base") else "responses"
+        self.tool_format: ToolFormat = tool_format or default_tool_format(
+            self.agent_params.get("api_base")
         )
         self.exclude_tools = list(exclude_tools or [])
         # Opt-in team tool groups: reply_wait, threads, inbox, files (mail.core.team).

@@ -80,6 +80,12 @@ def proxy_problem(agent: str, llm: Any, use_proxy: Any, api_base: Any) -> str | 
     )
 
 
+def default_tool_format(api_base: str | None) -> ToolFormat:
+    """Chat Completions for an agent pointed at its own server (every OpenAI-compatible
+    server has it; many lack the Responses API), the Responses API otherwise."""
+    return "completions" if api_base else "responses"
+
+
 def forced_tool(tool_choice: Any) -> str | None:
     """The tool a choice forces (either API's shape), or None."""
     if isinstance(tool_choice, dict):
@@ -241,7 +247,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "responses",
+        tool_format: ToolFormat | None = None,
         exclude_tools: list[str] | None = None,
         reasoning_effort: str | None = None,
         thinking_budget: int | None = None,
@@ -262,6 +268,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         presence_penalty: float | None = None,
         frequency_penalty: float | None = None,
     ) -> None:
+        tool_format = tool_format or default_tool_format(api_base)
         super().__init__(
             name=name,
             comm_targets=comm_targets,
@@ -559,7 +566,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool | None = None,
-        tool_format: ToolFormat = "responses",
+        tool_format: ToolFormat | None = None,
         exclude_tools: list[str] | None = None,
         reasoning_effort: str | None = None,
         thinking_budget: int | None = None,
@@ -575,6 +582,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
         # The parameters are in v1.3's positional order; the ones after `exclude_tools` (and
         # any other `LiteLLMAgentFunction` setting in **settings) go to the inner function.
         check_settings(type(self).__name__, settings, LiteLLMAgentFunction.__init__)
+        tool_format = tool_format or default_tool_format(settings.get("api_base"))
         settings.update(
             system=system,
             user_token=user_token,
