@@ -151,7 +151,8 @@ async def test_a_forced_tool_the_answer_ignores_is_not_run(llama):
 
     assert calls == []
     assert (
-        note == "the model called send_request instead of task_complete, which this turn required"
+        note
+        == "the model answered with send_request instead of task_complete, which this turn required"
     )
     assert llama.requests[0].body["tool_choice"] == {
         "type": "function",

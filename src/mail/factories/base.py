@@ -30,7 +30,7 @@ from mail.factories._litellm import (
     provider_key_variable,
 )
 from mail.factories._settings import check_settings
-from mail.factories.assembly import StreamPrinter, TurnRequest
+from mail.factories.assembly import TEXT_OUTPUT, StreamPrinter, TurnRequest
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
 from mail.factories.retry import (
@@ -57,9 +57,7 @@ LOCAL_REQUEST_TIMEOUT = 180.0
 # Sent as the key to an `api_base` that needs none: LiteLLM's OpenAI client refuses to send a
 # request without one ("Missing credentials").
 PLACEHOLDER_API_KEY = "no-key"
-# Sampling settings passed through to LiteLLM as given; the Responses API takes only the first
-# two.
-MODEL_SETTINGS = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
+# The sampling settings (passed through to LiteLLM as given) that the Responses API has too.
 RESPONSES_SETTINGS = ("temperature", "top_p")
 
 # (api_base, model) pairs whose server answered tool_choice "required" with an error: they are
@@ -512,8 +510,13 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         if forced and calls and all(call.tool_name != forced for call in calls):
             # The server did not hold the model to the forced tool: what it called instead
             # is not run, and the turn is one without a valid tool call.
-            called = ", ".join(call.tool_name for call in calls)
-            return f"the model called {called} instead of {forced}, which this turn required", []
+            called = ", ".join(
+                "plain text" if call.tool_name == TEXT_OUTPUT else call.tool_name for call in calls
+            )
+            return (
+                f"the model answered with {called} instead of {forced}, which this turn required",
+                [],
+            )
         return text, calls
 
 
