@@ -118,6 +118,24 @@ def _shape_refusal(body: Any, settings: Any) -> str | None:
     return None
 
 
+def _filter_refusal(body: Any) -> str | None:
+    """Why a ``ListTasks`` ``status`` filter is refused (None when it is a task state). The
+    SDK reads a state name it does not know as no filter at all (protobuf drops unknown enum
+    values), which would answer every task instead of the ones asked for."""
+    params = body.get("params")
+    if body.get("method") != "ListTasks" or not isinstance(params, dict) or "status" not in params:
+        return None
+    from a2a.types.a2a_pb2 import TaskState
+
+    status = params["status"]
+    if status is None or isinstance(status, str) and status in TaskState.keys():
+        return None
+    if isinstance(status, int) and not isinstance(status, bool) and status in TaskState.values():
+        return None
+    shown = repr(status) if len(repr(status)) <= 60 else repr(status)[:57] + "..."
+    return f"status {shown} is not a task state (one of {', '.join(TaskState.keys())})"
+
+
 # The methods answered with an event stream (1.0 names and 0.3 ones): each takes one of the
 # caller's stream slots ([server.settings] max_event_streams_per_caller), as SSE routes do.
 _STREAMING = frozenset(
@@ -143,7 +161,7 @@ async def a2a_jsonrpc(request: Request) -> Response:
     request._json = body  # parsed once: Starlette's request.json() gives it to the SDK
     method = body.get("method") if isinstance(body, dict) else None
     if isinstance(body, dict):
-        refusal = _shape_refusal(body, get_state(request).config.settings)
+        refusal = _shape_refusal(body, get_state(request).config.settings) or _filter_refusal(body)
         if refusal is not None:
             request_id = body.get("id")
             if not isinstance(request_id, str | int) or isinstance(request_id, bool):

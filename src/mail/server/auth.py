@@ -57,6 +57,11 @@ class Caller:
         return {"role": self.role, "id": self.id, "api_key": self.api_key}
 
 
+# The 401 for an Authorization header that is not `Bearer <key>` (v1.3 said only the first
+# four words; the rest says what to send).
+BAD_KEY_FORMAT = "invalid API key format: send the header 'Authorization: Bearer <key>'"
+
+
 def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail, headers=_BEARER_CHALLENGE)
 
@@ -284,7 +289,7 @@ def bearer_key(request: Request) -> str:
     scheme, _, key = header.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
-        raise unauthorized("invalid API key format")
+        raise unauthorized(BAD_KEY_FORMAT)
     return key
 
 
