@@ -198,7 +198,7 @@ class Target:
     endpoint: str | None = None
     api: str = "completions"
 
-    def refusal(self, exc: BaseException, text: str) -> tuple[str, str]:
+    def refusal(self, exc: BaseException) -> tuple[str, str]:
         """(kind, advice) for a failure retrying cannot fix."""
         kind = refusal_kind(exc)
         if kind == "unknown_model" and self.api == "responses" and self.endpoint:
@@ -215,7 +215,6 @@ async def call_with_retries(
     *,
     policy: RetryPolicy,
     what: str,
-    key_variable: str | None = None,
     target: Target | None = None,
 ) -> T:
     """Run `attempt` until it succeeds, retrying only failures that are safe to retry.
@@ -223,7 +222,7 @@ async def call_with_retries(
     `what` names the call in log lines and in the final error (e.g. "agent 'math' calling
     openai/gpt-5-mini"); `target` says where the call goes (its errors name it).
     """
-    target = target or Target(key_variable=key_variable)
+    target = target or Target()
     malformed = 0
     attempts = 0
     previous: Failure | None = None
@@ -247,7 +246,7 @@ async def call_with_retries(
         except Exception as exc:
             failure = classify(exc, target.endpoint)
             if not failure.retry:
-                kind, advice = target.refusal(exc, failure.text)
+                kind, advice = target.refusal(exc)
                 raise LLMCallError(
                     f"{what} failed (not retried): {failure.text}.{advice}", kind=kind
                 ) from exc
