@@ -178,11 +178,14 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
     key = _mail(folder, "keys", "create", "--role", "user", "--id", "bench").stdout.split()[-1]
     port = _free_port()
     log = (folder / "server.log").open("w")
+    # The folder has no mail.toml, so the checkout's would name its swarms.json: name ours.
     server = _mail(
         folder,
         "server",
         "--swarm-name",
         SWARM,
+        "--swarm-source",
+        str(folder / "swarms.json"),
         "--host",
         "127.0.0.1",
         "--port",
