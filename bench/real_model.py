@@ -221,7 +221,11 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
                 seconds = time.perf_counter() - started
                 record = client.get("/task", params={"task_id": task_id}).json()
                 events = [
-                    {"event": e.get("event"), "extra_data": _data(e).get("extra_data") or {}}
+                    {
+                        "event": e.get("event"),
+                        "extra_data": _data(e).get("extra_data") or {},
+                        "description": str(_data(e).get("description") or ""),
+                    }
                     for e in record.get("events") or []
                 ]
                 calls, tokens, estimated = _usage(events)
@@ -293,6 +297,8 @@ def _subject(events: list[dict[str, Any]]) -> str:
             subject = message.get("subject")
             if isinstance(subject, str) and subject.startswith("::"):
                 return subject
+        if event["event"] == "task_error" and "timeout for task" in event.get("description", ""):
+            return "::task_timeout::"  # the caller's timeout ended it: no message says so
     return "-"
 
 
