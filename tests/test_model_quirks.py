@@ -24,6 +24,7 @@ from support.scripted_llm import (
     ServerQuirks,
     error,
     hang,
+    text,
     tool_call,
 )
 
@@ -279,6 +280,23 @@ async def test_a_timed_out_request_is_closed_before_the_next_and_not_retried_twi
             break
         await asyncio.sleep(0.05)
     assert llama.disconnected == llama.requests
+
+
+async def test_a_stream_slower_than_the_request_timeout_is_closed():
+    # Every chunk comes within the timeout, the whole reply does not: the timeout is the call's.
+    async with ScriptedLLM(quirks=ServerQuirks(chunk_delay=0.2)) as slow:
+        fn = _agent(slow, request_timeout=0.6, stream_tokens=True)
+        for _ in range(3):
+            slow.queue(text("a long answer that keeps coming, word after word after word"))
+        with pytest.raises(LLMCallError) as info:
+            await fn(copy.deepcopy(HISTORY), "auto")
+        assert "within the request timeout" in str(info.value)
+        assert len(slow.requests) == 2
+        for _ in range(100):
+            if len(slow.disconnected) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert slow.disconnected == slow.requests  # closed: a streaming server stops there
 
 
 async def test_the_call_in_flight_when_a_task_times_out_is_recorded_and_stopped(llama):

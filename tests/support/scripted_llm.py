@@ -147,7 +147,9 @@ class ServerQuirks:
       ``"when_asked"`` (OpenAI, vLLM, Ollama: a last chunk with usage and no choices, only with
       ``stream_options.include_usage``) or ``"never"`` (llama-cpp-python);
     - ``context_tokens``: a request larger than this (counted as its JSON size / 4) answers 400
-      with the server's context error.
+      with the server's context error;
+    - ``chunk_delay``: seconds between the chunks of a streamed reply (a slow generation whose
+      every read is quick).
     """
 
     responses_api: bool = True
@@ -155,6 +157,7 @@ class ServerQuirks:
     needs_assistant_content: bool = False
     stream_usage: str = "always"
     context_tokens: int | None = None
+    chunk_delay: float = 0.0
 
     def refusal(self, path: str, body: dict[str, Any]) -> web.Response | None:
         """The server's own answer to a request it refuses, or None."""
@@ -417,7 +420,13 @@ class ScriptedLLM:
             if recorded.format == "completions":
                 events = self._stream_usage(events, body)
             for event_name, payload in events:
-                await response.write(_sse(event_name, payload))
+                try:
+                    if self.quirks.chunk_delay:
+                        await asyncio.sleep(self.quirks.chunk_delay)
+                    await response.write(_sse(event_name, payload))
+                except (asyncio.CancelledError, ConnectionResetError):
+                    self.disconnected.append(recorded)  # the client closed the stream
+                    raise
             if recorded.format == "completions":
                 await response.write(b"data: [DONE]\n\n")
             await response.write_eof()

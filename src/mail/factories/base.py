@@ -8,6 +8,7 @@ classes here are factories (``__init__``) whose instances are agent functions (`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -475,13 +476,26 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         printer = StreamPrinter(self.name, self.print_llm_streams)
         settings = (self.reasoning_effort, self.max_tokens, self.stream_tokens, printer)
         turn = TurnRequest(model, request_messages, tools, tool_choice, options, *settings)
+        run: Callable[[], Awaitable[AgentResult]]
         if self.tool_format == "completions":
             crequest = completions.build_request(
                 turn, thinking_budget=self.thinking_budget, anthropic=self.is_anthropic_model
             )
-            return lambda: completions.run(crequest)
-        rrequest = responses.build_request(turn)
-        return lambda: responses.run(rrequest)
+            run = lambda: completions.run(crequest)  # noqa: E731
+        else:
+            rrequest = responses.build_request(turn)
+            run = lambda: responses.run(rrequest)  # noqa: E731
+        limit = self.request_timeout
+        if not limit:
+            return run
+
+        async def bounded() -> AgentResult:
+            # The whole call, a streamed reply's last chunk included (LiteLLM's timeout bounds
+            # each read): the request is closed, which stops a streaming server generating.
+            async with asyncio.timeout(limit):
+                return await run()
+
+        return bounded
 
     # -- the agent function --------------------------------------------------------------------
 
