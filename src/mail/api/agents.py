@@ -42,7 +42,7 @@ def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
     return factory
 
 
-def _wiring(agent: MAILAgent | MAILAgentTemplate) -> dict[str, Any]:
+def agent_wiring(agent: MAILAgent | MAILAgentTemplate) -> dict[str, Any]:
     """What an agent and its template both hold, as keywords of either constructor (an
     agent is built from its template, and a swarm's template is rebuilt from its agents)."""
     return {
@@ -118,7 +118,7 @@ class MAILAgent:
 
     def _to_template(self, names: list[str]) -> MAILAgentTemplate:
         return MAILAgentTemplate(
-            **_wiring(self),
+            **agent_wiring(self),
             comm_targets=[t for t in self.comm_targets if t in names or "@" in t],
             exclude_tools=self.exclude_tools,
         )
@@ -232,7 +232,7 @@ class MAILAgentTemplate:
         except TypeError as exc:
             raise TypeError(f"agent '{self.name}': factory rejected its parameters: {exc}") from exc
         return MAILAgent(
-            **_wiring(self),
+            **agent_wiring(self),
             function=function,
             comm_targets=self.comm_targets,
             exclude_tools=exclude,
