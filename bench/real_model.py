@@ -292,13 +292,14 @@ def _data(event: dict[str, Any]) -> dict[str, Any]:
 def _subject(events: list[dict[str, Any]]) -> str:
     """The subject of the runtime's message that ended the task (``::task_complete::`` ...)."""
     for event in reversed(events):
+        if event["event"] == "task_error":  # the task's own end (no message event says so)
+            timed_out = "timeout for task" in event.get("description", "")
+            return "::task_timeout::" if timed_out else "::task_error::"
         if event["event"] == "new_message":
             message = (event["extra_data"].get("full_message") or {}).get("message") or {}
             subject = message.get("subject")
             if isinstance(subject, str) and subject.startswith("::"):
                 return subject
-        if event["event"] == "task_error" and "timeout for task" in event.get("description", ""):
-            return "::task_timeout::"  # the caller's timeout ended it: no message says so
     return "-"
 
 
