@@ -142,23 +142,21 @@ async def test_a_server_refusing_required_is_asked_with_auto_once_detected(llama
     assert llama.requests[-2].body["tool_choice"] == "required"  # a different model asks anew
 
 
-async def test_a_forced_tool_the_answer_ignores_is_not_run(llama):
-    # A server that does not hold the model to a forced tool (default_tool_choice "auto" used
-    # to drop the force too): the other call is not returned, the turn has no valid call.
+async def test_default_tool_choice_keeps_a_forced_tool_forced(llama):
+    # default_tool_choice "auto" (the old workaround for such servers) replaces "required"
+    # only: the runtime's forced task_complete still goes out as the named tool choice.
     fn = _agent(llama, default_tool_choice="auto")
-    llama.queue(tool_call("send_request", {"target": "math", "subject": "s", "body": "more"}))
+    llama.queue(tool_call("task_complete", {"finish_message": "4"}))
+    llama.queue(tool_call("await_message", {"reason": None}))
 
-    note, calls = await fn(copy.deepcopy(HISTORY), TASK_COMPLETE)
+    _, [forced] = await fn(copy.deepcopy(HISTORY), TASK_COMPLETE)
+    _, [normal] = await fn(copy.deepcopy(HISTORY), "required")
 
-    assert calls == []
-    assert (
-        note
-        == "the model answered with send_request instead of task_complete, which this turn required"
-    )
-    assert llama.requests[0].body["tool_choice"] == {
-        "type": "function",
-        "function": {"name": "task_complete"},
-    }
+    assert (forced.tool_name, normal.tool_name) == ("task_complete", "await_message")
+    assert [r.body["tool_choice"] for r in llama.requests] == [
+        {"type": "function", "function": {"name": "task_complete"}},
+        "auto",
+    ]
 
 
 # ------------------------------------------------------- assistant messages without content

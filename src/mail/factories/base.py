@@ -31,7 +31,7 @@ from mail.factories._litellm import (
     provider_key_variable,
 )
 from mail.factories._settings import check_settings
-from mail.factories.assembly import TEXT_OUTPUT, StreamPrinter, TurnRequest
+from mail.factories.assembly import StreamPrinter, TurnRequest
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
 from mail.factories.retry import (
@@ -83,14 +83,6 @@ def default_tool_format(api_base: str | None) -> ToolFormat:
     """Chat Completions for an agent pointed at its own server (every OpenAI-compatible
     server has it; many lack the Responses API), the Responses API otherwise."""
     return "completions" if api_base else "responses"
-
-
-def forced_tool(tool_choice: Any) -> str | None:
-    """The tool a choice forces (either API's shape), or None."""
-    if isinstance(tool_choice, dict):
-        name = tool_choice.get("name") or (tool_choice.get("function") or {}).get("name")
-        return name if isinstance(name, str) else None
-    return None
 
 
 def _refuses_required(exc: BaseException) -> bool:
@@ -439,7 +431,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
     ) -> Callable[[], Awaitable[AgentResult]]:
         """One attempt at the call. An `api_base` server that refuses tool_choice "required"
         is asked again with "auto" at once, and with "auto" from then on (per server and
-        model); the answer is then checked here (see `__call__`)."""
+        model); the runtime checks the answer against the choice it asked for."""
         server = (self.api_base or "", self.llm)
         if tool_choice == "required" and server in _REFUSES_REQUIRED:
             tool_choice = "auto"
@@ -510,7 +502,9 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             # Building the request touches LiteLLM synchronously: import it off the loop first.
             await load_litellm_async()
         attempt = self._make_attempt(messages, tool_choice, memories)
-        text, calls = await call_with_retries(
+        # What the answer lacks (a forced tool the server did not hold the model to, a text
+        # answer to "required" served as "auto") the runtime judges against its own choice.
+        return await call_with_retries(
             attempt,
             policy=self.retry_policy,
             what=f"agent '{self.name}' calling {self.llm}",
@@ -520,18 +514,6 @@ class LiteLLMAgentFunction(MAILAgentFunction):
                 api=self.tool_format,
             ),
         )
-        forced = forced_tool(tool_choice)
-        if forced and calls and all(call.tool_name != forced for call in calls):
-            # The server did not hold the model to the forced tool: what it called instead
-            # is not run, and the turn is one without a valid tool call.
-            called = ", ".join(
-                "plain text" if call.tool_name == TEXT_OUTPUT else call.tool_name for call in calls
-            )
-            return (
-                f"the model answered with {called} instead of {forced}, which this turn required",
-                [],
-            )
-        return text, calls
 
 
 def inner_function(
