@@ -87,8 +87,13 @@ async def test_client_errors_are_not_retried(llm: ScriptedLLM, status: int):
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_hung_request_times_out_and_is_retried(llm: ScriptedLLM, stream: bool):
-    fn = _agent(llm, request_timeout=0.5, stream_tokens=stream)
-    llm.queue(hang(5.0))
+    # The timeout bounds the whole call (a streamed one too), LiteLLM's set-up included: a
+    # first call pays for that (seconds on a busy machine) outside the bound.
+    llm.queue(tool_call("help", {}))
+    await _agent(llm, stream_tokens=stream)(list(HISTORY))
+    llm.requests.clear()
+    fn = _agent(llm, request_timeout=1.0, stream_tokens=stream)
+    llm.queue(hang(30.0))
     llm.queue(tool_call("help", {}))
 
     _, calls = await fn(list(HISTORY))

@@ -261,7 +261,16 @@ async def test_local_servers_get_a_default_output_and_time_bound(llama):
     assert (own.max_tokens, own.request_timeout) == (50, 7.0)
 
 
+async def _warm(server: ScriptedLLM, **settings) -> None:
+    """One call without a tight timeout: LiteLLM's first-call set-up (seconds on a busy
+    machine) is paid here, not inside a test's request_timeout."""
+    server.queue(tool_call("await_message", {"reason": None}))
+    await _agent(server, **settings)(copy.deepcopy(HISTORY), "auto")
+    server.requests.clear()
+
+
 async def test_a_timed_out_request_is_closed_before_the_next_and_not_retried_twice(llama):
+    await _warm(llama)
     fn = _agent(llama, request_timeout=0.5)
     for _ in range(4):
         llama.queue(hang(30.0))
@@ -283,6 +292,8 @@ async def test_a_timed_out_request_is_closed_before_the_next_and_not_retried_twi
 async def test_a_stream_slower_than_the_request_timeout_is_closed():
     # Every chunk comes within the timeout, the whole reply does not: the timeout is the call's.
     async with ScriptedLLM(quirks=ServerQuirks(chunk_delay=0.2)) as slow:
+        await _warm(slow, stream_tokens=True)
+        slow.disconnected.clear()
         fn = _agent(slow, request_timeout=0.6, stream_tokens=True)
         for _ in range(3):
             slow.queue(text("a long answer that keeps coming, word after word after word"))
