@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from mail.core.message import build_mail_xml, utc_iso, utc_now_iso
@@ -16,6 +16,9 @@ from mail.core.message import build_mail_xml, utc_iso, utc_now_iso
 Description = str | Callable[[], str]
 # Marks a stored description whose message XML was left out (see TaskEvent.store_data).
 _XML_FLAG = "description_xml"
+# Names the call whose `tool_call` event holds the arguments a stored description left out
+# (an `action_call`'s, see ArgsText).
+_ARGS_FLAG = "description_args"
 
 
 class MessageText:
@@ -33,6 +36,26 @@ class MessageText:
 
     def __call__(self) -> str:
         return self.prefix + build_mail_xml(self.message)["content"]
+
+
+class ArgsText:
+    """A description that is ``prefix`` followed by a call's arguments as JSON.
+
+    Made for an ``action_call`` event whose arguments are, as the same object, those of the
+    latest ``tool_call`` event of the call (`call_id`): the store keeps only the prefix and
+    the call id, and `events_from_records` rebuilds the rest from that event, so a large
+    argument (a file's content) costs its size once in the store, not twice.
+    """
+
+    __slots__ = ("prefix", "args", "call_id")
+
+    def __init__(self, prefix: str, args: Any, call_id: str) -> None:
+        self.prefix = prefix
+        self.args = args
+        self.call_id = call_id
+
+    def __call__(self) -> str:
+        return self.prefix + json.dumps(self.args)
 
 
 _orjson: Any
@@ -71,6 +94,7 @@ class TaskEvent:
         "_created",
         "_description",
         "_message_text",
+        "_args_text",
         "extra_data",
         "_data",
         "_raw",
@@ -97,6 +121,7 @@ class TaskEvent:
         self._created = time.time_ns()
         self._description = description
         self._message_text = description if type(description) is MessageText else None
+        self._args_text = description if type(description) is ArgsText else None
         self.extra_data = extra_data or {}
         self._data: str | None = None
         self._raw = raw_payload
@@ -130,14 +155,31 @@ class TaskEvent:
             self._data = compact_json(self.payload)
         return self._data
 
+    def stored_description(self) -> str:
+        """The description as `store_data` keeps it (no lazy part rendered that it leaves out)."""
+        text = self._message_text or self._args_text
+        return self.description if text is None else text.prefix
+
     def store_data(self) -> str:
         """The JSON text to persist: like ``data``, without storing a message twice.
 
         A ``new_message`` description is a short prefix followed by the XML rendering of the
         message that ``extra_data.full_message`` already holds. The stored description keeps
         only the prefix (with ``description_xml: true``); ``from_record`` rebuilds the rest,
-        so a large message costs its size once in the store, not twice.
+        so a large message costs its size once in the store, not twice. An ``action_call``
+        made with `ArgsText` keeps its prefix and the call's id the same way.
         """
+        args = self._args_text
+        if args is not None and self._raw is None:
+            return compact_json(
+                {
+                    "timestamp": self.timestamp,
+                    "description": args.prefix,
+                    "task_id": self.task_id,
+                    "extra_data": self.extra_data,
+                    _ARGS_FLAG: args.call_id,
+                }
+            )
         message = self.extra_data.get("full_message") if self._raw is None else None
         if not isinstance(message, dict):
             return self.data
@@ -176,9 +218,17 @@ class TaskEvent:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TaskEvent:
+    def from_record(cls, record: dict[str, Any], calls: dict[str, Any] | None = None) -> TaskEvent:
+        """An event from its stored record. `calls` (call id -> arguments of the latest
+        `tool_call` event read before this one, kept up to date here) rebuilds a description
+        stored without its arguments; `events_from_records` passes it along a task's events."""
         raw = record.get("data")
         data = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        call_id = data.pop(_ARGS_FLAG, None)
+        if call_id is not None:
+            args = (calls or {}).get(call_id)
+            data["description"] = f"{data.get('description', '')}{json.dumps(args)}"
+            raw = None
         if data.pop(_XML_FLAG, False):
             # Stored by `store_data`: rebuild the description from the message it renders.
             message = (data.get("extra_data") or {}).get("full_message")
@@ -198,10 +248,20 @@ class TaskEvent:
         )
         if isinstance(raw, str):
             event._data = raw
+        if calls is not None and event.event == "tool_call":
+            called = event.extra_data.get("tool_call_id")
+            if isinstance(called, str):
+                calls[called] = event.extra_data.get("tool_args")
         return event
 
     def __repr__(self) -> str:
         return f"TaskEvent({self.event!r}, id={self.id!r}, task_id={self.task_id!r})"
+
+
+def events_from_records(records: Iterable[dict[str, Any]]) -> list[TaskEvent]:
+    """A task's events from its stored records, in order (see `TaskEvent.from_record`)."""
+    calls: dict[str, Any] = {}
+    return [TaskEvent.from_record(record, calls) for record in records]
 
 
 def closing_event(name: str, task_id: str, response: str) -> TaskEvent:
