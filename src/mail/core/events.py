@@ -95,6 +95,7 @@ class TaskEvent:
         "_description",
         "_message_text",
         "_args_text",
+        "_stored",
         "extra_data",
         "_data",
         "_raw",
@@ -122,6 +123,7 @@ class TaskEvent:
         self._description = description
         self._message_text = description if type(description) is MessageText else None
         self._args_text = description if type(description) is ArgsText else None
+        self._stored: str | None = None  # `store_data`, once made
         self.extra_data = extra_data or {}
         self._data: str | None = None
         self._raw = raw_payload
@@ -155,13 +157,9 @@ class TaskEvent:
             self._data = compact_json(self.payload)
         return self._data
 
-    def stored_description(self) -> str:
-        """The description as `store_data` keeps it (no lazy part rendered that it leaves out)."""
-        text = self._message_text or self._args_text
-        return self.description if text is None else text.prefix
-
     def store_data(self) -> str:
-        """The JSON text to persist: like ``data``, without storing a message twice.
+        """The JSON text to persist: like ``data``, without storing a message twice; made
+        once (what the caller's books count of the event is what its store write takes).
 
         A ``new_message`` description is a short prefix followed by the XML rendering of the
         message that ``extra_data.full_message`` already holds. The stored description keeps
@@ -169,6 +167,12 @@ class TaskEvent:
         so a large message costs its size once in the store, not twice. An ``action_call``
         made with `ArgsText` keeps its prefix and the call's id the same way.
         """
+        stored = self._stored
+        if stored is None:
+            stored = self._stored = self._store_text()
+        return stored
+
+    def _store_text(self) -> str:
         args = self._args_text
         if args is not None and self._raw is None:
             return compact_json(

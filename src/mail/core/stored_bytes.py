@@ -5,8 +5,8 @@ store, measured from the store, and what its running tasks have recorded so far.
 is booked here, by the runtime, as it records it: each event as it is added, each agent's
 history as it grows, the answer, and what an action or a team tool stores beside the task
 (files under ``[stdlib.fs]``, thread posts, inbox entries, attachments). A size is the UTF-8
-bytes of the text the store keeps, without the JSON around it (`EVENT_OVERHEAD` stands for
-an event's); the measurement when the task finishes replaces the running figure.
+bytes of the JSON the store keeps (an event's is the text its write then takes as it is);
+the measurement when the task finishes replaces the running figure.
 
 Before an action or a team tool stores something, `refusal` says whether it would pass the
 caller's bound (the tool result is then that text, and nothing is stored); a task whose
@@ -24,10 +24,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from mail.core.events import TaskEvent
-
-# What an event's JSON adds around its text (timestamp, task id, keys): counted per event.
-EVENT_OVERHEAD = 120
+from mail.core.events import TaskEvent, compact_json
 
 
 class Ledger(Protocol):
@@ -44,25 +41,39 @@ class Ledger(Protocol):
 
 
 def text_bytes(value: Any) -> int:
-    """The UTF-8 bytes of the text in a JSON-like value: its strings, keys and numbers."""
-    kind = type(value)
-    if kind is str:
-        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
-    if kind is dict:
-        return sum(text_bytes(k) + text_bytes(v) for k, v in value.items())
-    if kind is list or kind is tuple:
-        return sum(text_bytes(v) for v in value)
-    if value is None or kind is bool:
-        return 4
-    if kind is int or kind is float:
-        return len(repr(value))
-    return text_bytes(str(value))
+    """The UTF-8 bytes of a JSON-like value as the store keeps it (compact JSON)."""
+    try:
+        return utf8_length(compact_json(value))
+    except (RecursionError, ValueError, TypeError):  # nested deeper than the encoder goes
+        return _walked_bytes(value)
+
+
+def utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _walked_bytes(value: Any) -> int:
+    """The bytes of the text in a value, walked with a loop (no recursion)."""
+    size = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            size += utf8_length(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        else:
+            size += len(str(item))
+    return size
 
 
 def event_bytes(event: TaskEvent) -> int:
-    """About what the store keeps of an event (`TaskEvent.store_data`)."""
-    described = event.stored_description()
-    return EVENT_OVERHEAD + text_bytes(described) + text_bytes(event.extra_data)
+    """What the store keeps of an event (`TaskEvent.store_data`, which keeps the text it
+    made for the store's write)."""
+    return utf8_length(event.store_data())
 
 
 class TaskFiles:
@@ -164,11 +175,11 @@ class StoredBytes:
 
 
 __all__ = [
-    "EVENT_OVERHEAD",
     "Ledger",
     "StoredBytes",
     "TaskFiles",
     "current_task_files",
     "event_bytes",
     "text_bytes",
+    "utf8_length",
 ]
