@@ -136,8 +136,27 @@ def test_thread_posts_stop_at_the_quota(durable_store: DurableStore, llm: Thread
             timeout=300,
         )
         _stopped_within_quota(durable_store, server, answer)
+        # (the thread's first post says who takes part)
         posts = durable_store.fetch("SELECT count(*) AS n FROM team_posts")[0]["n"]
-        assert 1 <= posts < QUOTA // SIZE, posts
+        assert 2 <= posts < QUOTA // SIZE, posts
+        # A post's body is stored once in the task's events (its tool_call), not again in
+        # the thread_post event, which reads as it was streamed.
+        sizes = durable_store.fetch(
+            "SELECT length(event_data) AS n FROM task_events WHERE event_type = $1", "thread_post"
+        )
+        assert len(sizes) == posts - 1 and max(row["n"] for row in sizes) < 2000, sizes
+        shown = httpx.get(
+            f"{server.base_url}/task",
+            params={"task_id": answer.json()["task_id"]},
+            headers=headers(server),
+            timeout=60,
+        ).json()
+        bodies = [
+            json.loads(e["data"])["extra_data"]["body"]
+            for e in shown["events"]
+            if e["event"] == "thread_post"
+        ]
+        assert bodies == ["p" * SIZE] * len(sizes)
 
 
 def test_breakpoint_resumes_stop_at_the_quota(

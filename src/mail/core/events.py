@@ -19,6 +19,13 @@ _XML_FLAG = "description_xml"
 # Names the call whose `tool_call` event holds the arguments a stored description left out
 # (an `action_call`'s, see ArgsText).
 _ARGS_FLAG = "description_args"
+# Names, for each `extra_data` value a stored event left out, the call and the argument of
+# the `tool_call` event that holds it (see TaskEvent.share_arguments).
+_SHARED_FLAG = "extra_args"
+# A value at least this long is looked for among the latest calls' arguments, in the task's
+# last LOOKBACK events.
+SHARED_MIN = 1024
+LOOKBACK = 64
 
 
 class MessageText:
@@ -96,6 +103,7 @@ class TaskEvent:
         "_message_text",
         "_args_text",
         "_stored",
+        "_shared",
         "extra_data",
         "_data",
         "_raw",
@@ -124,6 +132,7 @@ class TaskEvent:
         self._message_text = description if type(description) is MessageText else None
         self._args_text = description if type(description) is ArgsText else None
         self._stored: str | None = None  # `store_data`, once made
+        self._shared: dict[str, list[str]] | None = None  # `share_arguments`
         self.extra_data = extra_data or {}
         self._data: str | None = None
         self._raw = raw_payload
@@ -172,7 +181,40 @@ class TaskEvent:
             stored = self._stored = self._store_text()
         return stored
 
+    def share_arguments(self, earlier: list[TaskEvent]) -> None:
+        """Let the store keep once the `extra_data` values that are, as the same objects,
+        arguments of the latest `tool_call` event of their call among `earlier` (a thread
+        post's body is its call's `body`): left out of this event's stored text and read
+        back from that event (`events_from_records`), so what is read is what was shown."""
+        big = [
+            (key, value)
+            for key, value in self.extra_data.items()
+            if type(value) is str and len(value) >= SHARED_MIN
+        ]
+        if not big or self._raw is not None or self._args_text is not None:
+            return
+        shared: dict[str, list[str]] = {}
+        for call_id, args in latest_call_args(earlier).items():
+            if isinstance(args, dict):
+                for name, value in args.items():
+                    for key, mine in big:
+                        if mine is value and key not in shared:
+                            shared[key] = [call_id, name]
+        self._shared = shared or None
+
     def _store_text(self) -> str:
+        shared = self._shared
+        if shared is not None:
+            extra = {k: None if k in shared else v for k, v in self.extra_data.items()}
+            return compact_json(
+                {
+                    "timestamp": self.timestamp,
+                    "description": self.description,
+                    "task_id": self.task_id,
+                    "extra_data": extra,
+                    _SHARED_FLAG: shared,
+                }
+            )
         args = self._args_text
         if args is not None and self._raw is None:
             return compact_json(
@@ -225,9 +267,17 @@ class TaskEvent:
     def from_record(cls, record: dict[str, Any], calls: dict[str, Any] | None = None) -> TaskEvent:
         """An event from its stored record. `calls` (call id -> arguments of the latest
         `tool_call` event read before this one, kept up to date here) rebuilds a description
-        stored without its arguments; `events_from_records` passes it along a task's events."""
+        stored without its arguments, and values stored without their text; `events_from_records`
+        passes it along a task's events."""
         raw = record.get("data")
         data = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        shared = data.pop(_SHARED_FLAG, None)
+        extra = data.get("extra_data")
+        if isinstance(shared, dict) and isinstance(extra, dict):
+            for key, (call_id, name) in shared.items():
+                args = (calls or {}).get(call_id)
+                extra[key] = args.get(name) if isinstance(args, dict) else None
+            raw = None
         call_id = data.pop(_ARGS_FLAG, None)
         if call_id is not None:
             args = (calls or {}).get(call_id)
@@ -260,6 +310,18 @@ class TaskEvent:
 
     def __repr__(self) -> str:
         return f"TaskEvent({self.event!r}, id={self.id!r}, task_id={self.task_id!r})"
+
+
+def latest_call_args(events: list[TaskEvent]) -> dict[str, Any]:
+    """call id -> the arguments of the latest `tool_call` event of each call among the last
+    LOOKBACK of `events`."""
+    calls: dict[str, Any] = {}
+    for event in reversed(events[-LOOKBACK:]):
+        if event.event == "tool_call":
+            call_id = event.extra_data.get("tool_call_id")
+            if isinstance(call_id, str) and call_id not in calls:
+                calls[call_id] = event.extra_data.get("tool_args")
+    return calls
 
 
 def events_from_records(records: Iterable[dict[str, Any]]) -> list[TaskEvent]:

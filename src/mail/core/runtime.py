@@ -227,6 +227,8 @@ class MAILRuntime(V13Surface):
             return loop_event
         task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
+        if extra_data and event != "tool_call":
+            record.share_arguments(task.events)  # (a thread post's body: stored once)
         task.add_event(record)
         if self._observing:
             self._observer.event_added(task, record)

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from mail.core.events import ArgsText, Description, MessageText
+from mail.core.events import ArgsText, Description, MessageText, latest_call_args
 from mail.core.help_text import build_help_text, load_protocol_text
 from mail.core.instance_context import acting_for
 from mail.core.memory import acknowledgement_entries
@@ -435,8 +435,6 @@ async def handle_discover(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -
 # A result this short is never refused for the caller's stored bytes (the refusal's own text
 # would take as much).
 _SMALL_RESULT = 1024
-# How far back `_action_call_text` looks for the call's tool_call event.
-_TOOL_CALL_LOOKBACK = 64
 
 
 def _action_call_text(task: MAILTask | None, agent: str, call: AgentToolCall) -> Description:
@@ -444,12 +442,8 @@ def _action_call_text(task: MAILTask | None, agent: str, call: AgentToolCall) ->
     latest `tool_call` event of the call holds these very arguments (not a reviewer's edit),
     the store keeps them once, there (`ArgsText`)."""
     prefix = f"agent {agent} executing action tool: {call.tool_name} with args: "
-    events = task.events if task is not None else []
-    for event in reversed(events[-_TOOL_CALL_LOOKBACK:]):
-        if event.event == "tool_call" and event.extra_data.get("tool_call_id") == call.tool_call_id:
-            if event.extra_data.get("tool_args") is call.tool_args:
-                return ArgsText(prefix, call.tool_args, call.tool_call_id)
-            break
+    if task is not None and latest_call_args(task.events).get(call.tool_call_id) is call.tool_args:
+        return ArgsText(prefix, call.tool_args, call.tool_call_id)
     args = call.tool_args
     return lambda: prefix + json.dumps(args)
 
