@@ -11,6 +11,7 @@ client keeps its connection alive (one httpx.AsyncClient each). Rows:
 - `health`: `GET /health` of the MAIL server (the bare route: HTTP and the app's middleware);
 - `message`: `POST /message`, the MAIL answer, non-streamed;
 - `bridge-rpc`: the same message as a JSON-RPC 1.0 `SendMessage` to `/a2a`, sent with httpx;
+- `bridge-rest`: the same over the HTTP+JSON binding, `POST /a2a/message:send`, with httpx;
 - `bridge-sdk`: the same through the SDK's client (`a2a.client`, card resolved once);
 - `sample-rpc`, `sample-sdk`: the same two against the SDK's sample echo server: the SDK's own
   cost of one send, without and with its client.
@@ -105,6 +106,14 @@ def _jsonrpc(url: str) -> Make:
         r = await http.post(url, json=_rpc("hi"))
         state = r.json()["result"]["task"]["status"]["state"]
         assert state == "TASK_STATE_COMPLETED", r.text
+
+    return _plain(call)
+
+
+def _rest(url: str) -> Make:
+    async def call(http: httpx.AsyncClient) -> None:
+        r = await http.post(url, json={"message": _rpc("hi")["params"]["message"]})
+        assert r.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
 
     return _plain(call)
 
@@ -280,6 +289,13 @@ async def main(args: argparse.Namespace) -> None:
             Row("health", "GET /health (bare route)", _health(base), {}, mine),
             Row("message", "POST /message", _message(base), key, mine),
             Row("bridge-rpc", "bridge SendMessage, httpx", _jsonrpc(f"{base}/a2a"), key, mine),
+            Row(
+                "bridge-rest",
+                "bridge message:send, httpx",
+                _rest(f"{base}/a2a/message:send"),
+                key,
+                mine,
+            ),
             Row("bridge-sdk", "bridge SendMessage, SDK client", _sdk_client(card), key, mine),
             Row("sample-rpc", "SDK sample, httpx", _jsonrpc(f"{sample}/echo/"), {}, theirs),
             Row("sample-sdk", "SDK sample, SDK client", _sdk_client(sample_card), {}, theirs),

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.timeout(60)
     ("method", "path"),
     [
         ("POST", "/a2a"),
+        ("POST", "/a2a/message:send"),  # the HTTP+JSON binding
+        ("GET", "/a2a/tasks/some-task"),
         ("GET", "/.well-known/agent-card.json"),
         ("POST", "/task/cancel"),
         ("POST", "/mcp"),

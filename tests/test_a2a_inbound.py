@@ -235,6 +235,34 @@ async def test_users_cannot_see_or_cancel_each_others_tasks(server: ServerProces
         assert mine.id in bobs and task.id not in bobs
 
 
+async def test_list_tasks_refuses_a_status_that_is_not_a_task_state(server: ServerProcess) -> None:
+    """The SDK reads an unknown state as no filter: the answer would be every task."""
+    async with a2a_client(server.base_url, server.keys["alice"], streaming=False) as alice:
+        done = _task(await collect(alice, message("listed by state")))
+        completed = await alice.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED))
+        working = await alice.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_WORKING))
+    assert done.id in [t.id for t in completed.tasks]
+    assert done.id not in [t.id for t in working.tasks]
+
+    async def list_by(status: Any) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 7, "method": "ListTasks", "params": {"status": status}}
+        headers = {**auth(server.keys["alice"]), "A2A-Version": "1.0"}
+        answer = await http.post(f"{server.base_url}/a2a", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        for unknown in ("TASK_STATE_FINISHED", "completed", 99, True, ["TASK_STATE_WORKING"]):
+            refused = await list_by(unknown)
+            assert refused["id"] == 7 and "result" not in refused, (unknown, refused)
+            assert refused["error"]["code"] == -32602, refused
+            assert "is not a task state" in refused["error"]["message"], refused
+            assert "TASK_STATE_COMPLETED" in refused["error"]["message"], refused
+        for known in ("TASK_STATE_COMPLETED", TaskState.TASK_STATE_COMPLETED, None):
+            listed = await list_by(known)
+            assert done.id in [t["id"] for t in listed["result"]["tasks"]], (known, listed)
+
+
 async def test_no_key_is_401_like_message(server: ServerProcess) -> None:
     async with httpx.AsyncClient() as http:
         r = await http.post(

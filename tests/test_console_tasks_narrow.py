@@ -85,3 +85,20 @@ def test_a_tasks_events_are_listed_oldest_first_like_its_trace(
     page.set_viewport_size(NARROW)
     console.screenshot("task-detail", narrow=True)
     assert console.errors == []
+
+
+def test_a_task_that_ended_on_an_error_reads_failed(
+    console: ConsolePage, console_server: ConsoleServer
+) -> None:
+    task = console_server.post("alice", {"body": "FAIL on purpose"})  # the stub agent raises
+    assert task["state"] == "failed", task
+    page = console.sign_in("alice").page
+    console.go("#/tasks")
+    row = page.wait_for_selector(f'.task-row[data-task="{task["task_id"]}"]')
+    assert row.query_selector(".badge").inner_text() == "Failed"
+    assert row.query_selector(".badge-bad") is not None
+    row.click()
+    page.wait_for_selector("#task-id")
+    assert page.locator(".facts .badge").first.inner_text() == "Failed"
+    console.screenshot("task-failed", narrow=True)
+    assert console.errors == []

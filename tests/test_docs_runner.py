@@ -6,6 +6,8 @@ behave as documented in tests/support/docs_blocks.py.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,54 @@ def test_placeholders_bind_and_ellipses_match_anything() -> None:
         match_output('{"id": "call_ff4a..."}', '{"id": "call_other"}', bindings)
     with pytest.raises(Mismatch):
         match_output("line one\n...\nline three", "line one\nline 2\nline four", {})
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_pages_start_from_the_files_git_has_not_the_edited_ones(tmp_path: Path) -> None:
+    """A reader's walkthrough in the checkout (webhooks.md appends to mail.toml) does not leak
+    into the pages' scratch folders."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO / "scripts", checkout / "scripts")
+    for name in ("mail.toml", "swarms.json", "pyproject.toml"):
+        (checkout / name).write_bytes((REPO / name).read_bytes())
+    _git(checkout, "init", "-q")
+    _git(checkout, "add", ".")
+    _git(checkout, "commit", "-q", "-m", "fresh")
+    committed = (checkout / "mail.toml").read_bytes()
+    with (checkout / "mail.toml").open("a") as toml:
+        toml.write("\n[server.webhooks]\nallowed_hosts = ['127.0.0.1']\n")
+    page = tmp_path / "page.md"
+    page.write_text("```bash\ntrue\n```\n", encoding="utf-8")
+    runner = PageRunner(page, tmp_path / "run", repo=checkout)
+    assert (runner.home / "mail.toml").read_bytes() == committed
+
+
+def test_the_block_that_edits_mail_toml_can_be_run_twice(
+    tmp_path: Path, eval_example: object
+) -> None:
+    """webhooks.md's "Try it" appends to mail.toml: run twice, the server still starts and the
+    table is there once."""
+    (edit,) = [
+        b
+        for b in parse_page(REPO / "docs" / "webhooks.md")
+        if "mail.toml" in b.text and b.kind == "shell"
+    ]
+    fenced = f"```bash\n{edit.text}```\n\n"
+    page = tmp_path / "twice.md"
+    page.write_text(
+        fenced
+        + fenced
+        + "```bash\ntest \"$(grep -c '^\\[server.webhooks\\]' mail.toml)\" = 1\n```\n\n"
+        + "```bash\nuv run mail server\n```\n\n"
+        + "```bash\ncurl -s http://localhost:8000/health\n```\n",
+        encoding="utf-8",
+    )
+    ran = PageRunner(page, tmp_path / "run", eval_example=eval_example).run()
+    assert len(ran) == 5, ran

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -406,6 +407,11 @@ def test_openapi_json_is_the_committed_document_and_docs_are_served_locally(
         unknown = httpx.get(f"{server.base_url}/docs/assets/swagger-editor.js", timeout=30)
     assert spec.status_code == 200 and spec.headers["content-type"] == "application/json"
     assert spec.json() == committed
+    # Its server is wherever it was fetched from (here not port 8000), not a fixed host.
+    (served_at,) = spec.json()["servers"]
+    assert urljoin(f"{server.base_url}/openapi.json", served_at["url"]) == server.base_url + "/"
+    behind_a_proxy = urljoin("https://example.test/mail/openapi.json", served_at["url"])
+    assert behind_a_proxy == "https://example.test/mail/"
     assert moved.status_code == 308 and moved.headers["location"] == "/docs/"
     assert page.status_code == 200, page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -443,12 +449,26 @@ def test_docs_page_renders_the_api_in_a_browser_under_the_csp(tmp_path: Path) ->
             page.goto(f"{server.base_url}/docs/")
             page.wait_for_selector("text=/message", timeout=60_000)
             title = page.locator(".info .title").inner_text(timeout=30_000)
+            servers = page.locator(".servers").inner_text(timeout=30_000)
+            # "Try it out" on GET /health: the page shows and sends the call to this server.
+            health = page.locator(".opblock-get").filter(has_text="/health").first
+            health.locator(".opblock-summary").first.click()
+            health.get_by_role("button", name="Try it out").click()
+            health.get_by_role("button", name="Execute").click()
+            request_url = health.locator(".request-url pre").inner_text(timeout=30_000)
+            curl = health.locator(".curl-command").inner_text(timeout=30_000)
+            answered = health.locator(".live-responses-table tbody .response-col_status")
+            status = answered.first.inner_text(timeout=30_000)
             page.screenshot(path=str(tmp_path / "docs.png"))
         finally:
             browser.close()
     assert "MAIL" in title, title
     assert not violations, violations
     assert not outside, outside
+    assert "localhost:8000" not in servers, servers
+    assert request_url.strip() == f"{server.base_url}/health", request_url
+    assert f"'{server.base_url}/health'" in curl, curl
+    assert status.strip().startswith("200"), status
 
 
 def test_repl_tables_show_whole_ids_on_an_80_column_terminal(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ async def test_zero_or_none_means_no_bound() -> None:
 def test_settings_parse_the_bounds() -> None:
     assert ServerSettings().task_turn_limit == 500
     assert ServerSettings().task_repeat_limit == 5
-    settings = ServerSettings(task_turn_limit=0, task_repeat_limit=0)
+    assert ServerSettings().task_no_tool_call_limit == 3
+    settings = ServerSettings(task_turn_limit=0, task_repeat_limit=0, task_no_tool_call_limit=0)
     assert settings.task_turn_limit is None and settings.task_repeat_limit is None
+    assert settings.task_no_tool_call_limit is None
     with pytest.raises(ValueError):
         ServerSettings(task_turn_limit=-1)

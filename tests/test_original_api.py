@@ -324,14 +324,17 @@ def test_action_from_swarm_json_names_a_missing_field(field: str) -> None:
     assert str(info.value) == f"action candidate must contain a '{field}' field"
 
 
-@pytest.mark.parametrize("field", ["name", "factory", "comm_targets", "agent_params"])
-def test_agent_template_from_swarm_json_names_a_missing_field(field: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "article"),
+    [("name", "a"), ("factory", "a"), ("comm_targets", "a"), ("agent_params", "an")],
+)
+def test_agent_template_from_swarm_json_names_a_missing_field(field: str, article: str) -> None:
     entry = dict(swarms_document()[0]["agents"][1])
     assert MAILAgentTemplate.from_swarm_json(json.dumps(entry)).name == "helper"
     del entry[field]
     with pytest.raises(ValueError) as info:
         MAILAgentTemplate.from_swarm_json(json.dumps(entry))
-    assert str(info.value) == f"agent candidate must contain a '{field}' field"
+    assert str(info.value) == f"agent candidate must contain {article} '{field}' field"
 
 
 def test_from_swarms_json_builds_from_parsed_entries() -> None:

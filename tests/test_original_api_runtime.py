@@ -66,6 +66,45 @@ async def test_runtime_submit_can_be_awaited_and_events_are_server_sent_events()
         await asyncio.wait_for(loop, 5)
 
 
+async def test_every_way_v13_code_awaits_submit_works() -> None:
+    """v1.3's `async def submit` returned a coroutine: asyncio's coroutine-only doors (a task,
+    a task group, another thread's call into the loop) took it, as `await` and `gather` do."""
+    swarm = template().instantiate(instance_params={}, user_id="u-compat")
+    runtime = runtime_for(swarm)
+    loop = asyncio.create_task(runtime.run_continuous())
+
+    def message(text: str) -> Any:
+        return swarm.build_message(text, "start", ["supervisor"], "user", "request")
+
+    sent = [message(f"form {i}") for i in range(8)]
+    try:
+        assert asyncio.iscoroutine(runtime.submit(sent[0]))
+        assert await asyncio.create_task(runtime.submit(sent[1])) is None
+        assert await asyncio.get_running_loop().create_task(runtime.submit(sent[2])) is None
+        async with asyncio.TaskGroup() as group:
+            in_group = group.create_task(runtime.submit(sent[3]))
+        assert in_group.result() is None
+        assert await asyncio.gather(
+            runtime.submit(sent[4]), asyncio.ensure_future(runtime.submit(sent[5]))
+        ) == [None, None]
+        assert await asyncio.wait_for(asyncio.shield(runtime.submit(sent[6])), 5) is None
+        running = asyncio.get_running_loop()
+        from_thread = await asyncio.to_thread(
+            lambda: asyncio.run_coroutine_threadsafe(runtime.submit(sent[7]), running).result(5)
+        )
+        assert from_thread is None
+        ids = [m["message"]["task_id"] for m in sent]
+
+        def all_completed() -> bool:
+            tasks = [runtime.get_task_by_id(task_id) for task_id in ids]
+            return all(t is not None and t.completed for t in tasks)
+
+        await until(all_completed)
+    finally:
+        await runtime.shutdown()
+        await asyncio.wait_for(loop, 5)
+
+
 async def test_runtime_submit_and_wait_and_submit_and_stream_keep_their_signatures() -> None:
     swarm = template().instantiate(instance_params={}, user_id="u-compat")
     runtime = runtime_for(swarm)

@@ -25,12 +25,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from rich.console import Console
 
 from mail.client_config import ClientConfig
 from mail.repl import MAILREPL
 from mail.repl.render import Renderer
+from server_fixtures import ROOT_ALICE_BOB, auth, keyed_stub_server
 from test_client_fakes import ADMIN_KEY, USER_KEY, FakeMailServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -256,6 +258,84 @@ def test_swarm_link_supplies_server_and_key(
     assert term.wait() == 0
 
 
+def test_message_prints_the_task_id_that_continues_it_and_tasks_get_shows_question_and_time(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Against a real `mail server`: the id `message` prints is the one `-tid` continues, and
+    `tasks-get` tells tasks apart by their question and start time."""
+    (tmp_path / "server").mkdir()
+    with keyed_stub_server(tmp_path / "server", ROOT_ALICE_BOB) as real:
+        args = ["client", real.base_url, "--api-key", real.keys["alice"]]
+        term = Terminal(args, tmp_path, cols=160)
+        request.addfinalizer(term.close)
+        prompt = r"mail::user:alice@127\.0\.0\.1:\d+> "
+        term.expect(prompt, timeout=60)
+        term.sendline("message Which room is free on Friday?")
+        term.expect(r"│ echo\[alice\]: Which room is free on Friday\?", timeout=60)
+        task_id = term.expect(r"\ntask ([0-9a-f-]{36})\n").group(1)
+        term.expect(prompt)
+        term.sendline(f"message And on Saturday? -tid {task_id} -rf user_response")
+        term.expect(r"│ echo\[alice\]: And on Saturday\?", timeout=60)
+        assert term.expect(r"\ntask ([0-9a-f-]{36})\n").group(1) == task_id
+        term.expect(prompt)
+        term.sendline("tasks-get")
+        row = term.expect(rf"│ {task_id} │ ([^│]+) │ ([^│]+) │ completed", timeout=30)
+        term.expect(prompt)
+        term.sendline("exit")
+        assert term.wait() == 0
+        record = httpx.get(
+            f"{real.base_url}/task",
+            params={"task_id": task_id},
+            headers=auth(real.keys["alice"]),
+            timeout=30,
+        ).json()
+    started = datetime.datetime.fromisoformat(record["start_time"]).astimezone()
+    assert row.group(1).strip() == started.strftime("%H:%M:%S"), row.group(0)
+    assert row.group(2).strip() == "Which room is free on Friday?", row.group(0)
+    # Both messages went to the one task the printed id names.
+    datas = [json.loads(e["data"]) for e in record["events"] if e["event"] == "new_message"]
+    bodies = [d["extra_data"]["full_message"]["message"]["body"] for d in datas]
+    assert "Which room is free on Friday?" in bodies and "And on Saturday?" in bodies, bodies
+
+
+def test_whoami_after_a_refused_key_says_it_was_refused(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Against a real `mail server`: a wrong key is not "no API key provided"."""
+    (tmp_path / "server").mkdir()
+    with keyed_stub_server(tmp_path / "server", ROOT_ALICE_BOB) as real:
+        wrong = "mail_wrong-key-0000000000000000000000"
+        term = Terminal(["client", real.base_url, "--api-key", wrong], tmp_path)
+        request.addfinalizer(term.close)
+        term.expect(r"MAIL client login failed: .*use 'login KEY' to try again", timeout=60)
+        term.expect(r"\nmail> ")
+        term.sendline("whoami")
+        refused = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.expect(r"\nmail> ")
+        term.sendline(f"login {real.keys['alice']}")
+        term.expect(r"✓ logged in as user:alice")
+        term.sendline("logout")
+        term.expect(r"\nmail> ")
+        term.sendline("login mail_another-wrong-key-000000000000000")
+        term.expect(r"✗ MAIL client login failed")
+        term.expect(r"\nmail> ")
+        term.sendline("whoami")
+        again = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.expect(r"\nmail> ")
+        term.sendline("logout")
+        term.expect(r"\nmail> ")
+        term.sendline("whoami")
+        none_given = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.sendline("exit")
+        assert term.wait() == 0
+    for said in (refused, again):
+        assert "no API key provided" not in said, said
+        assert said.startswith("not logged in: the API key given was refused"), said
+        assert "401" in said and "invalid API key" in said, said
+    # After a logout no key was given: the server's own words.
+    assert none_given == "HTTP 401: no API key provided", none_given
+
+
 def test_bad_swarm_link_stops_with_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mail.cli", "client", "swarm://connect?token=abc"],
@@ -387,12 +467,16 @@ def test_registry_commands(harness: Harness, server: FakeMailServer, tmp_path: P
     assert "not valid JSON" in harness.run("sl '{broken'")
 
 
-def test_task_commands(harness: Harness) -> None:
+def test_task_commands(harness: Harness, server: FakeMailServer) -> None:
     empty = harness.run("tsg")
     assert "no tasks yet" in empty and "task id" not in empty, empty
     harness.run("m remember -tid keep-1")
     listing = harness.run("tsg")
-    assert "keep-1" in listing and "admin:root@fake-swarm" in listing
+    # One owner (the caller, named by the prompt): no owner column.
+    assert "keep-1" in listing and "owner" not in listing, listing
+    server.tasks["remote-1"] = {**server.tasks["keep-1"], "task_owner": "user:eve@swarm-b"}
+    listing = harness.run("tsg")
+    assert "admin:root@fake-swarm" in listing and "user:eve@swarm-b" in listing, listing
     assert "task_owner" in harness.run("tg keep-1")
     assert "✗ HTTP 404: task 'nope' not found" in harness.run("task-get nope")
 

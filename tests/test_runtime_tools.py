@@ -410,16 +410,89 @@ async def test_help_sends_a_help_broadcast_to_the_caller() -> None:
 # ------------------------------------------------------------------------------ synthetic calls
 
 
-async def test_text_output_outside_manual_mode_is_a_broadcast_to_all() -> None:
+def _said(text: str) -> AgentToolCall:
+    return tool_call("text_output", {"content": text})
+
+
+def _no_tool_call_events(rt: Any) -> list[Any]:
+    return [
+        e
+        for e in events_named(rt, "t1", "agent_error")
+        if e.extra_data.get("error_kind") == "no_tool_call"
+    ]
+
+
+async def test_plain_text_is_refused_with_a_notice_never_broadcast_to_peers() -> None:
+    """A normal turn must call a tool: text is neither sent to the other agents (the worker
+    is never called) nor lost; the agent is told, and its next answer counts."""
     rt, sup, wrk = two_agent_runtime(
-        [[tool_call("text_output", {"body": "thinking out loud"})], [task_complete("ok")]],
+        [[_said("thinking out loud")], [task_complete("ok")]],
         [[send_response("supervisor", "heard you")]],
     )
-    await run_task(rt)
-    assert "thinking out loud" in wrk.calls[0].last_content
-    assert "<subject></subject>" in wrk.calls[0].last_content
-    # text_output gets no tool result in the caller's history.
+    response = await run_task(rt)
+    assert response["message"]["body"] == "ok"
+    assert wrk.calls == []
+    assert "::tool_call_error::" in sup.calls[1].last_content
+    assert "Your reply was plain text" in sup.calls[1].last_content
+    # The text stays in the agent's history, with no tool result of its own.
     assert tool_results(sup.calls[1].history) == []
+    (event,) = _no_tool_call_events(rt)
+    assert event.description == "agent supervisor answered in plain text"
+    assert rt.mail_tasks["t1"].state.value == "completed"
+
+
+async def test_an_empty_answer_is_refused_the_same_way() -> None:
+    rt, sup, _ = two_agent_runtime([[], [task_complete("ok")]])
+    response = await run_task(rt)
+    assert response["message"]["body"] == "ok"
+    assert "Your reply was empty" in sup.calls[1].last_content
+    (event,) = _no_tool_call_events(rt)
+    assert event.extra_data == {"error_kind": "no_tool_call", "agent": "supervisor"}
+
+
+async def test_answers_without_a_tool_call_in_a_row_fail_the_task() -> None:
+    rt, sup, _ = two_agent_runtime([[_said("a")], [], [_said("c")], [task_complete("never")]])
+    response = await run_task(rt)
+    assert len(sup.calls) == 3  # task_no_tool_call_limit (3): the third stops the task
+    assert response["message"]["subject"] == "::task_error::"
+    body = response["message"]["body"]
+    assert "3 times in a row" in body and "task_no_tool_call_limit" in body, body
+    assert rt.mail_tasks["t1"].state.value == "failed"
+    (error,) = events_named(rt, "t1", "task_error")
+    assert error.extra_data == {"error_kind": "no_tool_call"}
+
+
+async def test_a_valid_call_starts_the_count_again() -> None:
+    help_call = tool_call("help", {})
+    rt, sup, _ = two_agent_runtime(
+        [[_said("a")], [_said("b")], [help_call], [_said("c")], [], [task_complete("done")]]
+    )
+    response = await run_task(rt)
+    assert response["message"]["body"] == "done"
+    assert len(_no_tool_call_events(rt)) == 4
+
+
+async def test_a_forced_task_complete_not_called_ends_the_task_failed() -> None:
+    """Over the step limit the entrypoint must call task_complete: another call instead is
+    not run (the worker never hears of it), gets an error result, and the task fails then
+    (no turn beyond the limit's last one)."""
+    rt, sup, wrk = two_agent_runtime(
+        [
+            [send_request("worker", "first")],
+            [send_request("worker", "second")],
+            [task_complete("never")],
+        ],
+        [[send_response("supervisor", "never")]],
+    )
+    response = await run_task(rt, max_steps=1)
+    assert response["message"]["subject"] == "::task_error::"
+    assert "step limit" in response["message"]["body"]
+    assert wrk.calls == []
+    assert sup.tool_choices == ["required", {"type": "function", "name": "task_complete"}]
+    assert tool_results(sup.live_histories[1])[-1].startswith("ERROR: not run: This turn had")
+    (event,) = _no_tool_call_events(rt)
+    assert "without calling task_complete" in event.description
+    assert rt.mail_tasks["t1"].state.value == "failed"
 
 
 async def test_builtin_tool_calls_emit_events_and_get_no_result() -> None:
@@ -443,13 +516,6 @@ async def test_builtin_tool_calls_emit_events_and_get_no_result() -> None:
         "tool_args": {"query": "weather paris"},
     }
     assert tool_results(sup.live_histories[0]) == ["SUCCESS: task completed"]
-
-
-async def test_agent_returning_no_tool_calls_is_an_error() -> None:
-    rt, _, _ = two_agent_runtime([[]])
-    response = await run_task(rt)
-    assert response["message"]["subject"] == "::agent_error::"
-    assert "returned no tool calls" in response["message"]["body"]
 
 
 # ------------------------------------------------------------------------------ actions

@@ -226,3 +226,15 @@ def test_startup_does_not_import_the_model_library(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_version_names_this_an_independent_implementation() -> None:
+    from mail.version import PROTOCOL_VERSION, __version__
+
+    code, out, _ = run_cli("version")
+    assert code == 0
+    first = out.splitlines()[0]
+    # The reference implementation is the original (charonlabs/mail v1.3); this is not it.
+    assert "reference" not in out, out
+    assert first == f"mail (an independent implementation of MAIL) version: {__version__}", out
+    assert f"MAIL protocol version: {PROTOCOL_VERSION}" in out

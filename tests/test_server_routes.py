@@ -112,9 +112,11 @@ def test_missing_or_malformed_authorization_is_401(server: ServerProcess) -> Non
     r = httpx.get(
         server.base_url + "/whoami", headers={"Authorization": f"Basic {server.keys['user']}"}
     )
-    assert r.status_code == 401 and r.json()["detail"] == "invalid API key format"
+    # v1.3's words, then what to send instead.
+    bad_format = "invalid API key format: send the header 'Authorization: Bearer <key>'"
+    assert r.status_code == 401 and r.json()["detail"] == bad_format
     r = httpx.get(server.base_url + "/whoami", headers={"Authorization": "Bearer"})
-    assert r.status_code == 401 and r.json()["detail"] == "invalid API key format"
+    assert r.status_code == 401 and r.json()["detail"] == bad_format
     r = httpx.get(server.base_url + "/whoami", headers=auth("mail_not-a-real-key-at-all-000000"))
     assert r.status_code == 401 and r.json()["detail"] == "invalid API key"
 

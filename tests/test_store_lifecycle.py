@@ -58,7 +58,7 @@ async def add_task(
             "task_id": task_id,
             "task_owner": "user:u@demo",
             "is_running": running,
-            "completed": state == "completed",
+            "completed": state in ("completed", "failed"),
             "state": state,
             "start_time": "2025-03-01T10:00:00+00:00",
         },
@@ -118,6 +118,7 @@ async def test_prune_removes_expired_finished_tasks_in_batches(store: TaskStore)
     for n in range(count):
         await add_task(store, key, f"done-{n}")
     await add_task(store, key, "stopped", state="stopped")
+    await add_task(store, key, "failed", state="failed")  # ended on an error: finished too
     await add_task(store, key, "running", state="running")
     await add_task(store, key, "paused", state="waiting_for_breakpoint")
     await add_task(store, bystander, "mine")
@@ -130,13 +131,14 @@ async def test_prune_removes_expired_finished_tasks_in_batches(store: TaskStore)
     assert {t for c, t in removed if c == key.caller_id} == {
         *(f"done-{n}" for n in range(count)),
         "stopped",
+        "failed",
     }
     assert (bystander.caller_id, "mine") in removed
     left = await life.load_tasks(key, ["running", "paused", "done-0", "stopped"])
     assert set(left.tasks) == {"running", "paused"}
     assert set(left.queues) == {"running::journal", "paused::journal"}
     assert set(left.events) == {"running", "paused"}
-    assert report.rows >= 5 * (count + 1)
+    assert report.rows >= 5 * (count + 2)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

@@ -108,8 +108,14 @@ NAMELESS_AGENT = {"factory": "python::x:y", "comm_targets": [], "agent_params": 
 ERROR_CASES: list[tuple[str, Mutation, str]] = [
     # 1. swarm fields
     *[
-        (f"swarm-missing-{f}", _delete((f,)), f"swarm candidate must contain a '{f}' field")
-        for f in ("name", "version", "entrypoint", "agents", "actions")
+        (f"swarm-missing-{f}", _delete((f,)), f"swarm candidate must contain {a} '{f}' field")
+        for f, a in (
+            ("name", "a"),
+            ("version", "a"),
+            ("entrypoint", "an"),
+            ("agents", "an"),
+            ("actions", "an"),
+        )
     ],
     (
         "swarm-name-type",
@@ -219,9 +225,9 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         (
             f"agent-missing-{f}",
             _delete((*WEATHER, f)),
-            f"agent candidate must contain a '{f}' field",
+            f"agent candidate must contain {a} '{f}' field",
         )
-        for f in ("factory", "comm_targets", "agent_params")
+        for f, a in (("factory", "a"), ("comm_targets", "a"), ("agent_params", "an"))
     ],
     (
         "agent-missing-name",
@@ -323,7 +329,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "order-agent-before-action-fields",
         _both(_delete((*ACTION, "function")), _delete((*WEATHER, "agent_params"))),
-        "agent candidate must contain a 'agent_params' field",
+        "agent candidate must contain an 'agent_params' field",
     ),
 ]
 

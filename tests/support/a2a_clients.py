@@ -16,13 +16,24 @@ from mail.a2a.client import user_message
 
 @contextlib.asynccontextmanager
 async def a2a_client(
-    base_url: str, key: str | None, *, streaming: bool = True, polling: bool = False
+    base_url: str,
+    key: str | None,
+    *,
+    streaming: bool = True,
+    polling: bool = False,
+    binding: str = "JSONRPC",
 ) -> AsyncIterator[Client]:
+    """The SDK's client for the card at ``base_url``, speaking ``binding`` (JSONRPC or
+    HTTP+JSON, one of the card's interfaces)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(headers=headers, timeout=30.0) as http:
-        client = await create_client(
-            base_url, ClientConfig(streaming=streaming, polling=polling, httpx_client=http)
+        config = ClientConfig(
+            streaming=streaming,
+            polling=polling,
+            httpx_client=http,
+            supported_protocol_bindings=[binding],
         )
+        client = await create_client(base_url, config)
         try:
             yield client
         finally:

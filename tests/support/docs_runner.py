@@ -1,7 +1,7 @@
 """Executable documentation, part 2: run one page's blocks the way a reader would.
 
-One ``PageRunner`` per page: a scratch folder that looks like a fresh checkout (copies of the
-repository's ``mail.toml`` and ``swarms.json``, nothing else), one shell state carried from
+One ``PageRunner`` per page: a scratch folder that looks like a fresh checkout (the
+repository's ``mail.toml`` and ``swarms.json`` as git has them, nothing else), one shell state carried from
 block to block (exported variables and the current folder, like one terminal), and the
 ``mail server`` processes the page starts. What the page says to run is changed only where a
 test must: ``uv run X`` runs the synced environment's ``X`` (no re-sync per block; as with
@@ -95,6 +95,20 @@ class DocsFailure(AssertionError):
     pass
 
 
+def pristine(repo: Path, name: str) -> bytes:
+    """``name`` as git has it (committed, or staged with ``git add``), not the working file:
+    a reader following a page in the checkout changes it (webhooks.md's "Try it" appends to
+    mail.toml), and the pages must still run from a fresh checkout's files. Outside a git
+    checkout the file itself is all there is."""
+    try:
+        shown = subprocess.run(
+            ["git", "-C", str(repo), "show", f":{name}"], capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return (repo / name).read_bytes()
+    return shown.stdout if shown.returncode == 0 else (repo / name).read_bytes()
+
+
 @dataclass
 class Server:
     doc_port: int
@@ -111,6 +125,7 @@ class PageRunner:
     page: Path
     workdir: Path
     eval_example: Any = None  # pytest-examples' EvalExample, runs the Python blocks
+    repo: Path = REPO  # the checkout whose files the scratch folder starts from
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     ports: dict[int, int] = field(default_factory=dict)
@@ -124,8 +139,8 @@ class PageRunner:
         self.home = self.workdir / "checkout"
         self.home.mkdir(exist_ok=True)
         for name in ("mail.toml", "swarms.json", "pyproject.toml"):
-            (self.home / name).write_bytes((REPO / name).read_bytes())
-        shutil.copytree(REPO / "scripts", self.home / "scripts")
+            (self.home / name).write_bytes(pristine(self.repo, name))
+        shutil.copytree(self.repo / "scripts", self.home / "scripts")
         self.cwd = self.home
         env = {
             k: v

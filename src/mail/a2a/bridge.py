@@ -1,7 +1,8 @@
 """The SDK objects of the inbound bridge, built once per server on first use.
 
 The SDK's request handler (tasks, streaming, get, cancel, resubscribe), with MAIL's rules on
-top (``mail.a2a.handler``), runs our ``MAILAgentExecutor``; its in-memory task store is scoped
+top (``mail.a2a.handler``), runs our ``MAILAgentExecutor``; the SDK's two HTTP bindings
+(its JSON-RPC dispatcher, its HTTP+JSON routes) are adapters over that one handler; its in-memory task store is scoped
 per MAIL caller (``role:id``), so one caller's A2A tasks are invisible to another, like their
 MAIL tasks are, and bounded per caller (``mail.a2a.store``).
 """
@@ -9,6 +10,7 @@ MAIL tasks are, and bounded per caller (``mail.a2a.store``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +18,10 @@ from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.routes.rest_routes import create_rest_routes
 from a2a.types.a2a_pb2 import AgentCard
 from starlette.requests import Request
+from starlette.routing import Route
 
 from mail.a2a.card import build_agent_card
 from mail.a2a.dedupe import MessageIdDedupingHandler
@@ -72,6 +76,7 @@ class InboundBridge:
     card: AgentCard
     handler: MAILRequestHandler
     dispatcher: JsonRpcDispatcher
+    rest_routes: list[Route]  # the HTTP+JSON binding's, relative to /a2a
 
     async def aclose(self) -> None:
         await self.handler.aclose()
@@ -82,8 +87,11 @@ class _Handler(MessageIdDedupingHandler, MAILRequestHandler):
     message (role, one message at a time per task) and the SDK's handling."""
 
 
-def build_bridge(state: Any) -> InboundBridge:
+def build_bridge(state: Any, sign: Callable[[AgentCard], AgentCard] | None) -> InboundBridge:
+    """The bridge of ``state``'s server; ``sign`` adds the card's signature (when a key is set)."""
     card = build_agent_card(state)
+    if sign is not None:
+        card = sign(card)
     settings = state.config.settings
     push: dict[str, Any] = {}
     if state.webhooks is not None:  # push notifications ride the server's push delivery
@@ -102,7 +110,10 @@ def build_bridge(state: Any) -> InboundBridge:
         **push,
     )
     # v0.3 compatibility: clients (and curl) that send no A2A-Version header speak 0.3.
+    context = CallerContextBuilder()
     dispatcher = JsonRpcDispatcher(
-        request_handler=handler, context_builder=CallerContextBuilder(), enable_v0_3_compat=True
+        request_handler=handler, context_builder=context, enable_v0_3_compat=True
     )
-    return InboundBridge(card=card, handler=handler, dispatcher=dispatcher)
+    # The 1.0 paths only (`A2A-Version: 1.0`); not the SDK's `/{tenant}/...` copies of them.
+    rest = [r for r in create_rest_routes(handler, context) if isinstance(r, Route)]
+    return InboundBridge(card=card, handler=handler, dispatcher=dispatcher, rest_routes=rest)

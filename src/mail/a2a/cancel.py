@@ -46,7 +46,7 @@ def cancel_task(runtime: Any, task_id: str, reason: str = "cancelled by the call
     if task is None:
         raise KeyError(task_id)
     paused = task.state in (TaskState.WAITING_FOR_BREAKPOINT, TaskState.WAITING_FOR_REVIEW)
-    if task.state is TaskState.COMPLETED and not paused:
+    if task.state in (TaskState.COMPLETED, TaskState.FAILED):
         return False
     response = system_task_end(runtime.swarm_name, task_id, CANCELLED_SUBJECT, CANCELLED_BODY)
     if paused:

@@ -2,8 +2,10 @@
 
 Name, version, description and keywords come from ``GET /`` (``state.swarm_info()``); there is
 one skill for the swarm as a whole (its default entrypoint) and one per other entrypoint agent
-(addressed with an ``entrypoint`` data part). The JSON-RPC endpoint is ``<base_url>/a2a``;
-callers authenticate with the server's bearer API keys (``mail keys``), as for ``/message``.
+(addressed with an ``entrypoint`` data part). Two interfaces of A2A 1.0, both at
+``<base_url>/a2a``: JSON-RPC (``POST /a2a``) first, the one a client picks when it can, and
+HTTP+JSON (``/a2a/message:send``, ...); callers authenticate with the server's bearer API keys
+(``mail keys``), as for ``/message``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from a2a.types.a2a_pb2 import (
     SecurityScheme,
     StringList,
 )
-from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
+from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
 
 from mail.server.swarm_description import describe_swarm
 
@@ -62,10 +64,9 @@ def build_agent_card(state: Any) -> AgentCard:
         version=info["version"] or "0",
         supported_interfaces=[
             AgentInterface(
-                url=base + A2A_PATH,
-                protocol_binding=TransportProtocol.JSONRPC.value,
-                protocol_version=PROTOCOL_VERSION_CURRENT,
+                url=base + A2A_PATH, protocol_binding=binding, protocol_version=PROTOCOL_VERSION_1_0
             )
+            for binding in (TransportProtocol.JSONRPC.value, TransportProtocol.HTTP_JSON.value)
         ],
         capabilities=AgentCapabilities(
             streaming=True, push_notifications=getattr(state, "webhooks", None) is not None

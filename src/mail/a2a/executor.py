@@ -47,7 +47,7 @@ from mail.server.bodies import parse_message_request
 
 logger = logging.getLogger("mail.a2a")
 
-_FAILED_SUBJECTS = frozenset({"::task_error::", "::task_timeout::", "::shutdown_requested::"})
+_SHUTDOWN_SUBJECT = "::shutdown_requested::"  # the answer of a server shutting down
 _PAUSES = {
     "waiting_for_breakpoint": mapping.PAUSE_BREAKPOINT,
     "waiting_for_review": mapping.PAUSE_REVIEW,
@@ -257,7 +257,8 @@ class MAILAgentExecutor(AgentExecutor):
                 updater.new_agent_message([new_text_part(answer), new_data_part(payload)])
             )
             return
-        if failed or subject in _FAILED_SUBJECTS:
+        ended_failed = task is not None and task.state.value == "failed"
+        if failed or ended_failed or subject == _SHUTDOWN_SUBJECT:
             await self._say(updater, TaskState.TASK_STATE_FAILED, answer)
             return
         await updater.add_artifact([new_text_part(answer)], name="response", last_chunk=True)

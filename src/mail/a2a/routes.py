@@ -1,26 +1,36 @@
 """HTTP routes of the A2A bridge, installed by ``mail.server.app_factory`` (``server/front_doors.py``).
 
 * ``GET /.well-known/agent-card.json`` — the swarm's Agent Card (public, like ``GET /``);
-* ``POST /a2a`` — the A2A JSON-RPC binding (bearer API key, as ``/message``; a streaming
-  method takes one of the caller's event stream slots, as ``POST /message`` with a stream,
-  and its stream is bounded for a slow reader, ``mail.a2a.stream``);
+* ``POST /a2a`` — the A2A JSON-RPC binding;
+* ``/a2a/...`` — the A2A HTTP+JSON binding (``POST /a2a/message:send``, ``GET /a2a/tasks/{id}``,
+  ... : the SDK's REST routes under ``/a2a``);
 * ``POST /task/cancel`` — cancel one of your MAIL tasks (``{"task_id": ...}``).
+
+Both bindings are the SDK's adapters over one request handler (``mail.a2a.bridge``), behind the
+same doors: the bearer API key, as ``/message``; the body read by the server's parser and its
+shape counted before the SDK reads it; a streaming method takes one of the caller's event
+stream slots, as ``POST /message`` with a stream, and its stream is bounded for a slow reader
+(``mail.a2a.stream``). Only the shape of a refusal differs (a JSON-RPC error, or the HTTP+JSON
+binding's 400).
 
 The SDK is imported and its objects built on the first A2A request (a server nobody reaches
 over A2A never loads it, and its shutdown never waits for it); they are closed at shutdown.
+A signing key for the card (``[server.settings] a2a_card_signing_key``) is read at startup,
+so a key that cannot sign stops the server there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
+from starlette.routing import Route, Router
 
-from mail.a2a.stream import bounded_stream
+from mail.a2a.stream import bounded_stream, rest_endings, rpc_endings
 from mail.server.auth import caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
@@ -33,6 +43,8 @@ logger = logging.getLogger("mail.a2a")
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = getattr(app.state, "mail", None)
+    if state is not None and state.config.settings.a2a_card_signing_key:
+        app.state.a2a_card_signer = _card_signer(app, state.config.settings)
     if state is not None and state.router is not None:
         from mail.a2a.delivery import deliverer, reporter
         from mail.a2a.peer import A2APeers
@@ -55,33 +67,36 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 router = APIRouter(lifespan=_lifespan)
 
 
-def _bridge(request: Request) -> Any:
-    bridge = getattr(request.app.state, "a2a_bridge", None)
+def _card_signer(app: FastAPI, settings: Any) -> Any:
+    from mail.a2a.signing import SigningKeyError, card_signer
+    from mail.server.state import StartupError
+
+    try:
+        return card_signer(
+            settings.a2a_card_signing_key,
+            settings.a2a_card_signing_kid,
+            settings.a2a_card_signing_jku,
+        )
+    except SigningKeyError as exc:
+        error = StartupError(f"[server.settings] a2a_card_signing_key: {exc}")
+        app.state.startup_error = error  # reported as this one line (server/tcp.py)
+        raise error from None
+
+
+def _bridge(app: Any) -> Any:
+    bridge = getattr(app.state, "a2a_bridge", None)
     if bridge is None:
         from mail.a2a.bridge import build_bridge
 
-        bridge = build_bridge(get_state(request))
-        request.app.state.a2a_bridge = bridge
+        bridge = build_bridge(app.state.mail, getattr(app.state, "a2a_card_signer", None))
+        app.state.a2a_bridge = bridge
     return bridge
 
 
 async def agent_card(request: Request) -> Response:
     from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 
-    return JSONBody(agent_card_to_dict(_bridge(request).card))
-
-
-def _parse_error(reason: str) -> JSONBody:
-    """JSON-RPC 2.0's parse error. A body that is not UTF-8, or nested deeper than the parser's
-    recursion limit, is one too (the SDK would answer an internal error, with a traceback in
-    the server's log)."""
-    error = {"code": -32700, "message": f"Parse error: {reason}"}
-    return JSONBody({"jsonrpc": "2.0", "id": None, "error": error})
-
-
-def _invalid_params(request_id: Any, reason: str) -> JSONBody:
-    error = {"code": -32602, "message": f"Invalid params: {reason}"}
-    return JSONBody({"jsonrpc": "2.0", "id": request_id, "error": error})
+    return JSONBody(agent_card_to_dict(_bridge(request.app).card))
 
 
 # How deep a request may nest. The SDK's protobuf conversion stops at 100 levels of its own,
@@ -90,14 +105,48 @@ def _invalid_params(request_id: Any, reason: str) -> JSONBody:
 MAX_A2A_JSON_DEPTH = 40
 
 
-def _shape_refusal(body: Any, settings: Any) -> str | None:
+class _Refused(Exception):
+    """A request refused before the SDK reads it: its body is not JSON the SDK can hold
+    (``parse``), or it is too big in shape (``_shape_refusal``)."""
+
+    def __init__(self, reason: str, *, parse: bool, body: Any = None) -> None:
+        super().__init__(reason)
+        self.reason, self.parse, self.body = reason, parse, body
+
+
+def _parsed(raw: bytes) -> Any:
+    """A request's JSON body, or ``_Refused``: the server's parser, as POST /message's, which
+    refuses a lone surrogate ("\\ud800") the SDK could not hold in a message, and a body that
+    is not UTF-8 or nested deeper than the parser's recursion limit (the SDK would answer an
+    internal error, with a traceback, for each)."""
+    try:
+        return loads(raw)
+    except RecursionError:
+        raise _Refused("the JSON body is nested too deeply", parse=True) from None
+    except UnicodeDecodeError:
+        raise _Refused("the body is not UTF-8 text", parse=True) from None
+    except ValueError as exc:
+        if "depth limit" in str(exc):
+            raise _Refused("the JSON body is nested too deeply", parse=True) from None
+        raise _Refused(f"the body is not JSON ({exc})", parse=True) from None
+
+
+def _check(method: Any, params: Any, body: Any, settings: Any) -> None:
+    """Refuse (``_Refused``) a request the SDK should not read: ``params`` are ``method``'s
+    (JSON-RPC's ``params``; on the HTTP+JSON binding the body, or the query of a GET), ``body``
+    the whole request. Both bindings go through here."""
+    refusal = _shape_refusal(params, body, settings) or _filter_refusal(method, params)
+    if refusal is not None:
+        raise _Refused(refusal, parse=False, body=body)
+
+
+def _shape_refusal(params: Any, body: Any, settings: Any) -> str | None:
     """Why a request is too big in shape for the SDK to read (None when it is not): more
     parts in its message than ``max_a2a_message_parts``, more JSON values in all than
     ``max_a2a_json_values``. Counted before the SDK turns the request into protobuf objects,
     which costs per value (a 4 MiB list of zeros took seconds and 80 MB there)."""
     from mail.server.json_bounds import excess
 
-    params = body.get("params")
     message = params.get("message") if isinstance(params, dict) else None
     parts = message.get("parts") if isinstance(message, dict) else None
     limit = settings.max_a2a_message_parts
@@ -118,6 +167,23 @@ def _shape_refusal(body: Any, settings: Any) -> str | None:
     return None
 
 
+def _filter_refusal(method: Any, params: Any) -> str | None:
+    """Why a ``ListTasks`` ``status`` filter is refused (None when it is a task state). The
+    SDK reads a state name it does not know as no filter at all (protobuf drops unknown enum
+    values), which would answer every task instead of the ones asked for."""
+    if method != "ListTasks" or not isinstance(params, dict) or "status" not in params:
+        return None
+    from a2a.types.a2a_pb2 import TaskState
+
+    status = params["status"]
+    if status is None or isinstance(status, str) and status in TaskState.keys():
+        return None
+    if isinstance(status, int) and not isinstance(status, bool) and status in TaskState.values():
+        return None
+    shown = repr(status) if len(repr(status)) <= 60 else repr(status)[:57] + "..."
+    return f"status {shown} is not a task state (one of {', '.join(TaskState.keys())})"
+
+
 # The methods answered with an event stream (1.0 names and 0.3 ones): each takes one of the
 # caller's stream slots ([server.settings] max_event_streams_per_caller), as SSE routes do.
 _STREAMING = frozenset(
@@ -125,38 +191,20 @@ _STREAMING = frozenset(
 )
 
 
-async def a2a_jsonrpc(request: Request) -> Response:
-    caller = request.state.mail_caller = await caller_admin_or_user(request)
-    raw = await request.body()
-    try:
-        # The server's parser, as POST /message's: it refuses a lone surrogate ("\ud800"),
-        # which the SDK could not hold in a message (an internal error, with a traceback).
-        body = loads(raw)
-    except RecursionError:
-        return _parse_error("the JSON body is nested too deeply")
-    except UnicodeDecodeError:
-        return _parse_error("the body is not UTF-8 text")
-    except ValueError as exc:
-        if "depth limit" in str(exc):
-            return _parse_error("the JSON body is nested too deeply")
-        return _parse_error(f"the body is not JSON ({exc})")
-    request._json = body  # parsed once: Starlette's request.json() gives it to the SDK
-    method = body.get("method") if isinstance(body, dict) else None
-    if isinstance(body, dict):
-        refusal = _shape_refusal(body, get_state(request).config.settings)
-        if refusal is not None:
-            request_id = body.get("id")
-            if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-                request_id = None
-            return _invalid_params(request_id, refusal)
-    request.state.a2a_method = method  # the executor skips per-event updates nobody can see
-    if method not in _STREAMING:
-        return await _bridge(request).dispatcher.handle_requests(request)  # type: ignore[no-any-return]
+async def _answer(
+    request: Request, call: Callable[[], Awaitable[Response]], endings: tuple[bytes, bytes]
+) -> Response:
+    """The SDK's answer to ``request`` (``call``); a streaming method's stream holds one of
+    the caller's stream slots while it is open (429 when none is free), and is bounded for a
+    slow reader (``mail.a2a.stream``), ending with one of ``endings``."""
+    if request.state.a2a_method not in _STREAMING:
+        return await call()
     state = get_state(request)
+    caller = request.state.mail_caller
     slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 when full
     try:
-        response: Response = await _bridge(request).dispatcher.handle_requests(request)
-        streamed = bounded_stream(response, body.get("id"), state, slot)
+        response = await call()
+        streamed = bounded_stream(response, endings, state, slot)
     except BaseException:
         slot.release()
         raise
@@ -164,6 +212,82 @@ async def a2a_jsonrpc(request: Request) -> Response:
         slot.release()
         return response
     return streamed
+
+
+def _rpc_error(request_id: Any, code: int, message: str) -> JSONBody:
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None
+    return JSONBody(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    )
+
+
+async def a2a_jsonrpc(request: Request) -> Response:
+    request.state.mail_caller = await caller_admin_or_user(request)
+    settings = get_state(request).config.settings
+    try:
+        body = _parsed(await request.body())
+        if isinstance(body, dict):
+            _check(body.get("method"), body.get("params"), body, settings)
+    except _Refused as refused:
+        if refused.parse:  # JSON-RPC 2.0's parse error
+            return _rpc_error(None, -32700, f"Parse error: {refused.reason}")
+        return _rpc_error(refused.body.get("id"), -32602, f"Invalid params: {refused.reason}")
+    request._json = body  # parsed once: Starlette's request.json() gives it to the SDK
+    # (The executor skips per-event updates nobody can see on a blocking send.)
+    request.state.a2a_method = body.get("method") if isinstance(body, dict) else None
+    request_id = body.get("id") if isinstance(body, dict) else None
+    dispatcher = _bridge(request.app).dispatcher
+    return await _answer(
+        request, lambda: dispatcher.handle_requests(request), rpc_endings(request_id, settings)
+    )
+
+
+# The HTTP+JSON binding's paths (the SDK's route table, under /a2a) whose method matters here:
+# the executor's (a blocking send), `_answer`'s (a stream) and `_check`'s (a list's filter).
+_REST_METHODS = {
+    "/tasks": "ListTasks",
+    "/message:send": "SendMessage",
+    "/message:stream": "SendStreamingMessage",
+    "/tasks/{id}:subscribe": "SubscribeToTask",
+}
+
+
+def _rest_route(route: Route) -> Route:
+    """One of the SDK's HTTP+JSON routes behind the same doors as ``POST /a2a``: the bearer
+    key, the body's checks (refused as that binding's 400), and the stream bound."""
+    from a2a.utils.error_handlers import build_rest_error_payload
+    from a2a.utils.errors import InvalidParamsError, InvalidRequestError
+
+    endpoint = route.endpoint
+    method = _REST_METHODS.get(route.path)
+
+    async def guarded(request: Request) -> Response:
+        request.state.mail_caller = await caller_admin_or_user(request)
+        settings = get_state(request).config.settings
+        raw = await request.body()  # kept by the request: the SDK reads it again
+        try:
+            body = _parsed(raw) if raw else None
+            params = dict(request.query_params) if body is None else body
+            _check(method, params, body, settings)
+        except _Refused as refused:
+            kind = InvalidRequestError if refused.parse else InvalidParamsError
+            return JSONBody(build_rest_error_payload(kind(message=refused.reason)), status_code=400)
+        request.state.a2a_method = method
+        return await _answer(request, lambda: endpoint(request), rest_endings(settings))
+
+    return Route(route.path, guarded, methods=list(route.methods or ()))
+
+
+async def _rest_binding(scope: Any, receive: Any, send: Any) -> None:
+    """``/a2a/...``: the A2A HTTP+JSON binding, the SDK's routes over the bridge's request
+    handler (built with the bridge, on the first request)."""
+    app = scope["app"]
+    router = getattr(app.state, "a2a_rest", None)
+    if router is None:
+        routes = [_rest_route(route) for route in _bridge(app).rest_routes]
+        router = app.state.a2a_rest = Router(routes)
+    await router(scope, receive, send)
 
 
 @idempotent()  # Idempotency-Key (server/idempotency.py)
@@ -185,3 +309,4 @@ router.add_route("/task/cancel", cancel_task, methods=["POST"])
 def install(app: FastAPI, config: object) -> None:
     """Add the bridge's routes (and its lifespan) to ``app``."""
     app.include_router(router)
+    app.mount("/a2a", _rest_binding)  # after POST /a2a, which it does not match

@@ -13,8 +13,9 @@ held as encoded frames, counted in bytes:
 * while that buffer is full, up to as many bytes again are taken from the SDK meanwhile; past
   them the client is too slow too.
 
-A client that is too slow gets every frame already held, then a JSON-RPC error event saying
-so, and the stream ends; the task keeps running (``GetTask`` or ``SubscribeToTask`` follows it).
+A client that is too slow gets every frame already held, then an error event saying so (in the
+binding's shape: a JSON-RPC error, or the HTTP+JSON binding's ``{"error": {...}}``), and the
+stream ends; the task keeps running (``GetTask`` or ``SubscribeToTask`` follows it).
 An A2A stream thus holds at most twice ``sse_max_buffer_bytes`` for its client (one event
 larger than that always passes). A stream with nothing to say sends a comment line every
 ``sse_ping_interval`` seconds, and a server shutdown ends it with an error event saying so.
@@ -38,25 +39,38 @@ PING = b": ping\r\n\r\n"
 SERVER_ERROR = -32000
 
 
-def error_frame(request_id: Any, message: str) -> bytes:
-    """An SSE ``error`` event carrying a JSON-RPC error for ``request_id``."""
-    error = {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": SERVER_ERROR, "message": message},
-    }
+def _error_event(error: dict[str, Any]) -> bytes:
     return encode_event({"event": "error", "data": json.dumps(error)})
 
 
-def too_slow_reason(limit: int, stall_timeout: float) -> str:
+def _too_slow_reason(settings: Any) -> str:
     return (
-        f"the client read this stream too slowly: {limit} bytes of events waited more than "
-        f"{stall_timeout:g}s ([server.settings] sse_max_buffer_bytes / sse_slow_reader_timeout); "
-        "the task keeps running: follow it with SubscribeToTask or GetTask"
+        f"the client read this stream too slowly: {settings.sse_max_buffer_bytes} bytes of "
+        f"events waited more than {settings.sse_slow_reader_timeout:g}s ([server.settings] "
+        "sse_max_buffer_bytes / sse_slow_reader_timeout); the task keeps running: follow it "
+        "with SubscribeToTask or GetTask"
     )
 
 
 SHUTDOWN_REASON = "the server is shutting down: this stream ends here"
+
+
+def rpc_endings(request_id: Any, settings: Any) -> tuple[bytes, bytes]:
+    """The (too slow, shutting down) error events of a JSON-RPC stream for ``request_id``."""
+
+    def frame(message: str) -> bytes:
+        error = {"code": SERVER_ERROR, "message": message}
+        return _error_event({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+    return frame(_too_slow_reason(settings)), frame(SHUTDOWN_REASON)
+
+
+def rest_endings(settings: Any) -> tuple[bytes, bytes]:
+    """The same for an HTTP+JSON stream, shaped as that binding's errors (google.rpc.Status,
+    as the SDK sends an error met mid-stream)."""
+    too_slow = {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": _too_slow_reason(settings)}
+    shutdown = {"code": 503, "status": "UNAVAILABLE", "message": SHUTDOWN_REASON}
+    return _error_event({"error": too_slow}), _error_event({"error": shutdown})
 
 
 async def _drained(
@@ -123,17 +137,19 @@ async def _drained(
 
 
 def bounded_stream(
-    sdk_response: Response, request_id: Any, state: Any, slot: Any
+    sdk_response: Response, endings: tuple[bytes, bytes], state: Any, slot: Any
 ) -> EventStreamResponse | None:
     """The SDK's event-stream response re-served with the bound (None: not an event stream,
-    e.g. the JSON-RPC error the SDK answers instead of a stream)."""
+    e.g. the error the SDK answers instead of a stream). ``endings``: the error events that
+    end it when its client is too slow and when the server shuts down (``rpc_endings``,
+    ``rest_endings``)."""
     source = getattr(sdk_response, "body_iterator", None)
     if source is None or "text/event-stream" not in (sdk_response.media_type or ""):
         return None
     settings = state.config.settings
     limit = settings.sse_max_buffer_bytes
     stall = settings.sse_slow_reader_timeout
-    too_slow = error_frame(request_id, too_slow_reason(limit, stall))
+    too_slow, shutdown = endings
     queue = BoundedFrameQueue(
         _drained(source, limit, settings.sse_ping_interval, too_slow),
         lambda frame: frame,
@@ -141,5 +157,4 @@ def bounded_stream(
         lambda _last_id: too_slow,
         stall,
     )
-    shutdown = error_frame(request_id, SHUTDOWN_REASON)
     return EventStreamResponse(queue, lambda _last_id: shutdown, state.open_streams, slot)

@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mail.version import PROTOCOL_VERSION, __version__
 
-    print(f"MAIL reference implementation version: {__version__}")
+    print(f"mail (an independent implementation of MAIL) version: {__version__}")
     print(f"MAIL protocol version: {PROTOCOL_VERSION}")
     print(
         "Implementation versions x.y.z implement protocol version x.y; "

@@ -66,6 +66,9 @@ class ServerSettings(_Section):
     # The same failing tool call (same tool and arguments) this many times in a row by one
     # agent stops the task with a ::task_error::. 0 = never.
     task_repeat_limit: int | None = Field(default=5, ge=0)
+    # Model answers in a row by one agent without a valid tool call (plain text, nothing,
+    # not the tool the turn required) that stop the task with a ::task_error::. 0 = never.
+    task_no_tool_call_limit: int | None = Field(default=3, ge=0)
     # Bytes of SSE frames one stream may hold for a client that reads slower than the task
     # produces events. When the buffer stays full for `sse_slow_reader_timeout` seconds the
     # stream ends with `event: resubscribe` (continue with GET /task/events).
@@ -96,12 +99,19 @@ class ServerSettings(_Section):
     # its error or failure text in an interswarm error) (0 = none shown / no text).
     max_a2a_peer_updates: int = Field(default=100, ge=0)
     max_a2a_peer_update_chars: int = Field(default=2000, ge=0)
-    # Shape of one A2A JSON-RPC request (POST /a2a), checked before the SDK reads it: parts
+    # Shape of one A2A request (POST /a2a, /a2a/...), checked before the SDK reads it: parts
     # of its message, and JSON values in the whole request (every array item and object
     # member, at any depth: data parts, metadata). Over either: JSON-RPC invalid params
     # (0 = no bound).
     max_a2a_message_parts: int = Field(default=100, ge=0)
     max_a2a_json_values: int = Field(default=10_000, ge=0)
+    # Signed Agent Card (docs/a2a.md#signed-agent-cards): a PEM file holding an unencrypted
+    # private key (EC P-256/P-384/P-521, RSA of 2048 bits or more, Ed25519), read at
+    # startup; the card then carries a JWS over its canonical form, with `kid` (by default
+    # the public key's RFC 7638 thumbprint) and, when set, `jku`. Empty: the card is unsigned.
+    a2a_card_signing_key: str = ""
+    a2a_card_signing_kid: str = ""
+    a2a_card_signing_jku: str = ""
     # Shape of an interswarm envelope (POST /interswarm/forward, /back) and of a caller's
     # POST /interswarm/message, checked before anything else reads it: entries of an address
     # list (task_contributors, recipients, recipient_swarms, targets), characters of one
@@ -122,7 +132,13 @@ class ServerSettings(_Section):
     max_idempotency_keys_per_caller: int = Field(default=10_000, ge=0)
     max_idempotency_key_length: int = Field(default=255, ge=1, le=2048)
 
-    @field_validator("task_message_limit", "task_turn_limit", "task_repeat_limit", mode="before")
+    @field_validator(
+        "task_message_limit",
+        "task_turn_limit",
+        "task_repeat_limit",
+        "task_no_tool_call_limit",
+        mode="before",
+    )
     @classmethod
     def _zero_means_unlimited(cls, value: Any) -> Any:
         if value in (0, "0", "", "none", "None"):

@@ -13,7 +13,7 @@ uvicorn, which a server instance that never needs it should not pay for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Generator, Iterable
+from collections.abc import AsyncIterator, Coroutine, Generator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from mail.core.events import TaskEvent, compact_json
@@ -33,12 +33,15 @@ if TYPE_CHECKING:
 CLOSING_EVENTS = frozenset({"task_complete", "task_error"})
 
 
-class Done:
-    """An awaitable that has already finished, with ``None`` as its result.
+class Done(Coroutine[Any, Any, None]):
+    """A coroutine that has already finished, with ``None`` as its result.
 
     ``MAILRuntime.submit`` queues its message at once and returns this, so both
     ``runtime.submit(msg)`` and ``await runtime.submit(msg)`` work, without a coroutine
-    object per message (and no "never awaited" warning when it is not awaited).
+    object per message (and no "never awaited" warning when it is not awaited). It is a
+    ``collections.abc.Coroutine``, as v1.3's ``async def`` gave one: the doors of asyncio
+    that take only coroutines (``asyncio.create_task``, ``TaskGroup.create_task``,
+    ``run_coroutine_threadsafe``, ``asyncio.run``) take it too.
     """
 
     __slots__ = ()
@@ -46,6 +49,19 @@ class Done:
     def __await__(self) -> Generator[Any, None, None]:
         return
         yield  # a generator that finishes at once
+
+    def send(self, value: Any) -> Any:
+        raise StopIteration  # finished at once: a task running it is done at its first step
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """As a finished coroutine does: the exception comes straight back out."""
+        error = typ if val is None else val
+        if isinstance(error, type):
+            error = error()
+        raise error.with_traceback(tb)
+
+    def close(self) -> None:
+        return None
 
     def __repr__(self) -> str:
         return "<mail.core.compat.Done>"

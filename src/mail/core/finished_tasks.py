@@ -19,7 +19,7 @@ from mail.core.agent_histories import SEPARATOR, AgentHistories
 from mail.core.tasks import MAILTask, TaskState
 
 # States a task may be forgotten in: it neither runs nor waits for anyone.
-FINISHED = frozenset({TaskState.COMPLETED, TaskState.STOPPED})
+FINISHED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.STOPPED})
 # Ids of forgotten tasks a runtime remembers (late messages for them are dropped).
 REMEMBERED_IDS = 10_000
 

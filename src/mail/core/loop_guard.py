@@ -1,17 +1,18 @@
 """Bounds on how long one task's agents may keep going without finishing.
 
-`task_message_limit` (max_steps) counts messages; system notices are not messages, so an
-agent that keeps making a failing call (e.g. `await_message` with nothing on its way, which
-answers with a `::tool_call_error::` notice, which starts another turn) was never stopped.
-Two rules close that hole, both per task run (the counts start again when a completed task
-is continued):
+`task_message_limit` (max_steps) counts messages, and every runtime notice that starts a
+turn (see runtime_delivery), so no model call is free of it. Three rules bound what it does
+not, all per task run (the counts start again when a completed task is continued):
 
 * every agent turn counts toward `max_turns` (`[server.settings].task_turn_limit`); the turn
   that would exceed it is not started;
 * an agent that makes the same failing call (same tool, same arguments, a result starting
-  with `ERROR`) `max_repeats` times in a row (`task_repeat_limit`) is stopped.
+  with `ERROR`) `max_repeats` times in a row (`task_repeat_limit`) is stopped;
+* an agent whose model answers `max_no_tool_calls` times in a row without a valid tool call
+  (`task_no_tool_call_limit`: plain text, an empty answer, only tools it was not offered,
+  or not the tool the turn required) is stopped, with error_kind `no_tool_call`.
 
-Either way the task ends with a `::task_error::` response saying which rule stopped it, a
+Each ends the task with a `::task_error::` response saying which rule stopped it, a
 `task_error` event, and (for interswarm tasks) a notice to the other swarms, so every waiting
 caller gets an answer.
 """
@@ -32,7 +33,9 @@ logger = logging.getLogger("mail.runtime")
 
 DEFAULT_TASK_TURN_LIMIT = 500
 DEFAULT_TASK_REPEAT_LIMIT = 5
+DEFAULT_TASK_NO_TOOL_CALL_LIMIT = 3
 TASK_ERROR_SUBJECT = "::task_error::"
+NO_TOOL_CALL = "no_tool_call"  # the error_kind of a task stopped by that rule
 
 
 @dataclass(slots=True)
@@ -43,13 +46,16 @@ class _Repeat:
 
 @dataclass
 class LoopGuard:
-    """Counts turns per task and repeated failing calls per (task, agent)."""
+    """Counts turns per task, and repeated failing calls and answers without a valid tool
+    call per (task, agent)."""
 
     # None (or 0) = no bound.
     max_turns: int | None = DEFAULT_TASK_TURN_LIMIT
     max_repeats: int | None = DEFAULT_TASK_REPEAT_LIMIT
+    max_no_tool_calls: int | None = DEFAULT_TASK_NO_TOOL_CALL_LIMIT
     _turns: dict[str, int] = field(default_factory=dict)
     _repeats: dict[tuple[str, str], _Repeat] = field(default_factory=dict)
+    _no_tool_calls: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def begin_turn(self, task_id: str) -> str | None:
         """Count a turn of `task_id`; the reason to stop instead, if it is over the bound."""
@@ -86,10 +92,28 @@ class LoopGuard:
             )
         return None
 
+    def record_answer(self, task_id: str, agent_name: str, problem: str | None) -> str | None:
+        """Note one model answer: `problem` says why it had no valid tool call (None: it had
+        one). The reason to stop the task when that happened too many times in a row."""
+        key = (task_id, agent_name)
+        if problem is None:
+            if self._no_tool_calls:
+                self._no_tool_calls.pop(key, None)
+            return None
+        count = self._no_tool_calls[key] = self._no_tool_calls.get(key, 0) + 1
+        if self.max_no_tool_calls and count >= self.max_no_tool_calls:
+            return (
+                f"Task stopped: agent '{agent_name}' answered {count} times in a row without "
+                f"a valid tool call (task_no_tool_call_limit); the last time it answered "
+                f"{problem}."
+            )
+        return None
+
     def forget(self, task_id: str) -> None:
         self._turns.pop(task_id, None)
-        for key in [k for k in self._repeats if k[0] == task_id]:
-            del self._repeats[key]
+        for books in (self._repeats, self._no_tool_calls):
+            for key in [k for k in books if k[0] == task_id]:
+                del books[key]
 
 
 def _canonical(args: Any) -> str:
@@ -99,14 +123,21 @@ def _canonical(args: Any) -> str:
         return repr(args)
 
 
-def stop_task(rt: TaskLog, task_id: str, reason: str) -> None:
-    """End a running task with a `::task_error::` response (and tell other swarms)."""
+def stop_task(
+    rt: TaskLog,
+    task_id: str,
+    reason: str,
+    kind: str | None = None,
+    subject: str = TASK_ERROR_SUBJECT,
+) -> None:
+    """End a running task on an error: a `task_error` event (with `kind` as its error_kind),
+    a `subject` response saying `reason`, and a notice to the other swarms."""
     task = rt.mail_tasks.get(task_id)
     if task is None or task.completed:
         return
     logger.warning("stopping task %s: %s", task_id, reason)
-    rt._emit(task_id, "task_error", reason)
-    end_task(rt, task_id, system_task_end(rt.swarm_name, task_id, TASK_ERROR_SUBJECT, reason))
+    rt._emit(task_id, "task_error", reason, {"error_kind": kind} if kind else None)
+    end_task(rt, task_id, system_task_end(rt.swarm_name, task_id, subject, reason))
 
 
 def end_task(rt: TaskLog, task_id: str, response: MAILMessage) -> None:

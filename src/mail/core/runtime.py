@@ -48,7 +48,7 @@ from mail.core.runtime_v13 import V13Surface
 from mail.core.runtime_waiting import TaskWaiters
 from mail.core.stored_bytes import StoredBytes
 from mail.core.system_messages import system_task_end
-from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, state_for_answer
+from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, TaskState, state_for_answer
 from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
@@ -284,9 +284,16 @@ class MAILRuntime(V13Surface):
         task = self._ensure_task(task_id)
         if task.completed and task_id in self.response_messages:
             return
+        state = state_for_answer(response["message"].get("subject"))
+        if state is TaskState.FAILED and not (
+            task.events and task.events[-1].event == "task_error"
+        ):
+            # Every end on an error is a task_error event (those that say why, with an
+            # error_kind, emit their own just before): a stream shows it before it closes.
+            self._emit(task_id, "task_error", str(response["message"]["body"]))
         stashed = self.mailbox.stash(task_id)
         task.queue_stash(stashed)
-        task.mark_complete(state_for_answer(response["message"].get("subject")))
+        task.mark_complete(state)
         task.response = response  # type: ignore[assignment]
         self.response_messages[task_id] = response
         self.delivery.steps.forget(task_id)

@@ -101,8 +101,16 @@ class Delivery(HostLink[DeliveryHost]):
         return self._step_limit(self.host, message)
 
     def _step_limit(self, rt: DeliveryHost, message: MAILMessage) -> MAILMessage:
+        """Count `message` as a step of its task; past the limit, the notice telling the
+        entrypoint to finish instead. Every message that starts a model call counts, the
+        runtime's notices too (a tool error, a plain-text answer, an action's result): a
+        model that never calls the right tool cannot go on without bound. Not counted: the
+        step limit's own notice, and `::` subjects of anyone else (a peer's end notice)."""
         payload = message["message"]
-        if payload["subject"].startswith("::") or payload["sender"]["address_type"] == "system":
+        subject = payload["subject"]
+        if subject.startswith("::") and (
+            subject == MAX_STEPS_SUBJECT or payload["sender"]["address_type"] != "system"
+        ):
             return message
         task_id = payload["task_id"]
         counts = self.steps.counts

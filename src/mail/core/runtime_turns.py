@@ -8,7 +8,7 @@ import logging
 from typing import Any, Protocol
 
 import mail.core.team.handlers  # noqa: F401 - the team tools register into TOOL_HANDLERS
-from mail.core.loop_guard import LoopGuard, stop_task
+from mail.core.loop_guard import NO_TOOL_CALL, LoopGuard, stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import MAX_STEPS_SUBJECT
@@ -18,7 +18,12 @@ from mail.core.runtime_review import ActionReviewer
 from mail.core.stored_bytes import StoredBytes
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
-from mail.core.tool_rights import SYNTHETIC_TOOL_NAMES, offered_tool_names, refusal_reason
+from mail.core.tool_rights import (
+    SYNTHETIC_TOOL_NAMES,
+    TEXT_OUTPUT,
+    offered_tool_names,
+    refusal_reason,
+)
 from mail.core.tools import AgentToolCall, normalize_breakpoint_tool_call
 from mail.telemetry.meter import TaskMeter
 
@@ -27,6 +32,7 @@ __all__ = ["TurnContext", "TurnHost", "TurnRunner", "breakpoint_entry"]
 logger = logging.getLogger("mail.runtime")
 
 ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
+AGENT_ERROR = "::agent_error::"
 # The argument holding the message text of each MAIL tool that sends one.
 _MESSAGE_TEXT_FIELDS = {
     "send_request": "body",
@@ -187,14 +193,14 @@ class TurnRunner(HostLink[TurnHost]):
                     self._append_incoming(history, incoming)
                 agent = rt.agents[agent_name]
                 _text, calls = await agent.function(history, tool_choice)
-                if not calls:
-                    raise RuntimeError(
-                        f"agent '{agent_name}' returned no tool calls; at least one tool call "
-                        "is required"
-                    )
-                self._append_agent_output(history, calls[0])
-                stored.history(task_id, agent_name, history)  # before its calls store more
-                self._emit_tool_calls(rt, task_id, agent_name, calls)
+                if calls:
+                    self._append_agent_output(history, calls[0])
+                    stored.history(task_id, agent_name, history)  # before its calls store more
+                    self._emit_tool_calls(rt, task_id, agent_name, calls)
+                missing = _missing_call(tool_choice, calls)
+                if missing is not None:
+                    self._refuse_answer(ctx, calls, *missing, last=isinstance(tool_choice, dict))
+                    return
                 refusals: dict[int, str] = {}
                 for c in calls:
                     if (why := self._refusal(rt, agent_name, c)) is not None:
@@ -226,6 +232,11 @@ class TurnRunner(HostLink[TurnHost]):
                     self._send_action_notices(rt, ctx)
                     if breakpoint_calls:
                         self.pause_at_breakpoint(task_id, agent_name, breakpoint_calls)
+                # A turn whose every call was refused made no valid call either.
+                problem = _ONLY_REFUSED if len(refusals) == len(calls) else None
+                stop = rt.loop_guard.record_answer(task_id, agent_name, problem)
+                if stop is not None:
+                    stop_task(rt, task_id, stop, NO_TOOL_CALL)
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
                 self.turn_failed(ctx, current, exc)
             finally:
@@ -425,6 +436,46 @@ class TurnRunner(HostLink[TurnHost]):
                 )
             )
 
+    def _refuse_answer(
+        self,
+        ctx: TurnContext,
+        calls: list[AgentToolCall],
+        problem: str,
+        notice: str,
+        *,
+        last: bool,
+    ) -> None:
+        """A model answer without the tool call the turn needed (plain text, nothing, not
+        the required tool): nothing of it runs; the agent is told and called again, until
+        `task_no_tool_call_limit` such answers in a row stop the task. The `last` turn the
+        step limit left (task_complete forced) stops it at once."""
+        rt = self.host
+        task_id, agent_name = ctx.task_id, ctx.agent_name
+        for call in calls:
+            if call.tool_name != TEXT_OUTPUT:  # every call in the history gets its result
+                ctx.history.append(call.create_response_msg(f"ERROR: not run: {notice}"))
+        rt._emit(
+            task_id,
+            "agent_error",
+            f"agent {agent_name} answered {problem}",
+            {"error_kind": NO_TOOL_CALL, "agent": agent_name},
+        )
+        task = rt.mail_tasks.get(task_id)
+        if task is None or task.completed:
+            return
+        stop = rt.loop_guard.record_answer(task_id, agent_name, problem)
+        if last:
+            stop = (
+                f"Task stopped: it reached its step limit (max_steps) and agent "
+                f"'{agent_name}', told to finish it, answered {problem}."
+            )
+        if stop is not None:
+            stop_task(rt, task_id, stop, NO_TOOL_CALL)
+            return
+        rt.mailbox.put(
+            system_response(rt.swarm_name, task_id, agent_name, "::tool_call_error::", notice)
+        )
+
     # ------------------------------------------------------------------ breakpoints
     def pause_at_breakpoint(
         self, task_id: str, agent_name: str, calls: list[AgentToolCall]
@@ -480,14 +531,11 @@ class TurnRunner(HostLink[TurnHost]):
                 continue
             # Nobody else can react (the user, the system, the agent itself, a remote
             # swarm): end the task with the error so the caller gets an answer, not a hang.
-            rt._complete_task(
-                ctx.task_id,
-                system_task_end(rt.swarm_name, ctx.task_id, "::agent_error::", body),
-            )
+            stop_task(rt, ctx.task_id, body, kind if isinstance(kind, str) else None, AGENT_ERROR)
             return
         for sender_name in notify:
             rt.mailbox.put(
-                system_response(rt.swarm_name, ctx.task_id, sender_name, "::agent_error::", body)
+                system_response(rt.swarm_name, ctx.task_id, sender_name, AGENT_ERROR, body)
             )
 
 
@@ -533,6 +581,29 @@ class _Handover:
 
     def waited(self, clock: _LoopClock) -> bool:
         return clock.passes != self.began
+
+
+_ONLY_REFUSED = "only with tools it was not offered"
+_CALL_A_TOOL = "answer by calling one of your tools (for example send_response or task_complete)."
+
+
+def _missing_call(tool_choice: Any, calls: list[AgentToolCall]) -> tuple[str, str] | None:
+    """(what the model did, the notice it gets) when its answer lacks the tool call the
+    turn needed: any call (`required`), the one named (a forced tool); plain text is an
+    answer only where the runtime asked for `auto` (manual steps). None: it has one."""
+    if not calls:
+        return "with nothing (no text, no tool call)", f"Your reply was empty: {_CALL_A_TOOL}"
+    if isinstance(tool_choice, dict):
+        named = tool_choice.get("name") or (tool_choice.get("function") or {}).get("name")
+        if named and not any(call.tool_name == named for call in calls):
+            return (
+                f"without calling {named}, which this turn required",
+                f"This turn had to call `{named}`, and your reply did not; call it now.",
+            )
+        return None
+    if tool_choice != "auto" and all(call.tool_name == TEXT_OUTPUT for call in calls):
+        return "in plain text", f"Your reply was plain text, which reaches nobody: {_CALL_A_TOOL}"
+    return None
 
 
 def _oversized(limit: int | None, call: AgentToolCall) -> str | None:

@@ -19,6 +19,7 @@ from mail.core.message import MAILMessage, utc_now_iso
 from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
+from mail.core.tasks import TaskState, state_for_answer
 
 _RESPONSE_TEXT = "response: '{}'"
 
@@ -89,7 +90,13 @@ class TaskWaiters(HostLink[WaitHost]):
             else:
                 response = await future
             body = response["message"]["body"]
-            rt._emit(task_id, "task_complete", functools.partial(_RESPONSE_TEXT.format, body))
+            # An answer that did not complete the task (a failure, a pause) says so, for a
+            # repeat of a keyed request answered from the task's events (message_replay).
+            state = state_for_answer(response["message"].get("subject"))
+            extra = None if state is TaskState.COMPLETED else {"state": state.value}
+            rt._emit(
+                task_id, "task_complete", functools.partial(_RESPONSE_TEXT.format, body), extra
+            )
             return response
         except TaskSubmitError as exc:
             if exc.status != 409:

@@ -9,7 +9,8 @@ in memory, in every store and after a restart (`state_from_record`):
     running --held reviewed action answer----> waiting_for_review
     running --over its token/cost budget-----> waiting_for_budget (mail.telemetry.budget)
     running --restart without pending work---> stopped
-    any of the four --resume / new message---> running
+    running --answer of a runtime error------> failed (a model it cannot call, a timeout, ...)
+    any but running --resume / new message---> running
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ class TaskState(enum.StrEnum):
     WAITING_FOR_REVIEW = "waiting_for_review"
     WAITING_FOR_BUDGET = "waiting_for_budget"
     COMPLETED = "completed"
+    FAILED = "failed"  # ended on an error: `completed` is true, as for any finished task
 
 
 # States in which no agent work runs: the runtime holds agent messages until a resume.
 HALTED = frozenset(
     {
         TaskState.COMPLETED,
+        TaskState.FAILED,
         TaskState.WAITING_FOR_BREAKPOINT,
         TaskState.WAITING_FOR_REVIEW,
         TaskState.WAITING_FOR_BUDGET,
@@ -50,10 +53,17 @@ HALTED = frozenset(
 # States callers see as `completed: true`. A breakpoint pause answers the caller like a
 # finished task (as in the original); a task waiting for review has not finished.
 SHOWN_COMPLETED = frozenset(
-    {TaskState.COMPLETED, TaskState.WAITING_FOR_BREAKPOINT, TaskState.WAITING_FOR_BUDGET}
+    {
+        TaskState.COMPLETED,
+        TaskState.FAILED,
+        TaskState.WAITING_FOR_BREAKPOINT,
+        TaskState.WAITING_FOR_BUDGET,
+    }
 )
 
 ANSWER_STATES = {
+    "::task_complete::": TaskState.COMPLETED,
+    "::task_cancelled::": TaskState.COMPLETED,
     "::breakpoint_tool_call::": TaskState.WAITING_FOR_BREAKPOINT,
     "::action_review::": TaskState.WAITING_FOR_REVIEW,
     "::budget_exceeded::": TaskState.WAITING_FOR_BUDGET,
@@ -61,8 +71,16 @@ ANSWER_STATES = {
 
 
 def state_for_answer(subject: str | None) -> TaskState:
-    """The state a task enters when it answers its caller with a message of `subject`."""
-    return ANSWER_STATES.get(subject or "", TaskState.COMPLETED)
+    """The state a task enters when it answers its caller with a message of `subject`: any
+    other runtime subject (``::agent_error::``, ``::task_error::``, ``::task_timeout::``,
+    ``::interswarm_error::``, ...) is an error, and an agent's own subject a completion."""
+    subject = subject or ""
+    found = ANSWER_STATES.get(subject)
+    if found is not None:
+        return found
+    if len(subject) > 4 and subject.startswith("::") and subject.endswith("::"):
+        return TaskState.FAILED
+    return TaskState.COMPLETED
 
 
 def state_from_record(record: Mapping[str, Any]) -> TaskState:

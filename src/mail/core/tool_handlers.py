@@ -125,12 +125,11 @@ def _check_target(rt: ToolHost, ctx: TurnContext, target: str) -> tuple[str, str
     return None
 
 
-def _routing_hints(rt: ToolHost, task_id: str, target: str) -> dict[str, Any]:
+def _routing_hints(rt: ToolHost, target: str) -> dict[str, Any]:
+    # (The task names the swarm among its remote swarms when the message is sent to it:
+    # net/bridge.py.)
     _, swarm = parse_agent_address(target)
-    if rt._is_local_swarm(swarm):
-        return {}
-    rt._ensure_task(task_id).remote_swarms.add(swarm)  # type: ignore[arg-type]
-    return {"remote_swarm": swarm}
+    return {} if rt._is_local_swarm(swarm) else {"remote_swarm": swarm}
 
 
 async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind: str) -> str:
@@ -155,7 +154,7 @@ async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind
         )
         return _err(result)
     sender = create_agent_address(ctx.agent_name)
-    hints = _routing_hints(rt, ctx.task_id, target)
+    hints = _routing_hints(rt, target)
     recipient = create_agent_address(target)
     message: MAILMessage
     if kind == "interrupt":
@@ -351,6 +350,8 @@ async def handle_help(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> st
 # ---------------------------------------------------------------------------- synthetic calls
 @tool_handler("text_output")
 async def handle_text_output(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> None:
+    """Plain text where the runtime asked for it (`tool_choice` "auto": manual mode); in any
+    other turn it is refused before it gets here (runtime_turns `_missing_call`)."""
     body = str(call.tool_args.get("body") or call.tool_args.get("content") or "")
     incoming: Any = ctx.message["message"]
     # Where plain text goes is the runtime's choice (a manual step names it); routing_info
@@ -360,23 +361,6 @@ async def handle_text_output(rt: ToolHost, ctx: TurnContext, call: AgentToolCall
     kind = routing.get("manual_response_type", "broadcast")
     targets = list(routing.get("manual_response_targets") or [ALL_AGENTS])
     waiter = rt.manual_return_messages.get(f"{ctx.task_id}::{ctx.agent_name}")
-    if (waiter is None or waiter.done()) and targets == [ALL_AGENTS]:
-        if not [name for name in rt.agents if name != ctx.agent_name]:
-            # Nobody would read it: tell the agent, so the task does not idle on it.
-            rt._emit(ctx.task_id, "agent_error", f"agent {ctx.agent_name} answered in plain text")
-            notify(
-                rt,
-                ctx,
-                system_response(
-                    rt.swarm_name,
-                    ctx.task_id,
-                    ctx.agent_name,
-                    "::tool_call_error::",
-                    "Your reply was plain text, which reaches nobody: answer by calling one "
-                    "of your tools (for example send_response or task_complete).",
-                ),
-            )
-            return None
     sender = create_agent_address(ctx.agent_name)
     message: MAILMessage
     if kind == "broadcast":

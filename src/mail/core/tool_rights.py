@@ -34,7 +34,8 @@ from mail.core.tools import (
 logger = logging.getLogger("mail.runtime")
 
 # Produced by the agent function or the provider, never offered as tools.
-SYNTHETIC_TOOL_NAMES = frozenset({"text_output", "web_search_call", "code_interpreter_call"})
+TEXT_OUTPUT = "text_output"  # a plain-text answer (no tool call)
+SYNTHETIC_TOOL_NAMES = frozenset({TEXT_OUTPUT, "web_search_call", "code_interpreter_call"})
 _INTERSWARM_TOOLS = frozenset({"send_interswarm_broadcast", "discover_swarms"})
 # MAIL tools that only concern the calling agent itself (waiting, help, broadcast receipts).
 SELF_TOOL_NAMES = frozenset({"await_message", "help", "acknowledge_broadcast", "ignore_broadcast"})

@@ -92,11 +92,11 @@ class McpEndpoint:
             self.shares.done_opening(owner)
 
     async def _caller(self, header: str) -> Any:
-        from mail.server.auth import unauthorized
+        from mail.server.auth import BAD_KEY_FORMAT, unauthorized
 
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise unauthorized("no API key provided" if not header else "invalid API key format")
+            raise unauthorized("no API key provided" if not header else BAD_KEY_FORMAT)
         return await self.face.state.auth.authenticate(key.strip())
 
 

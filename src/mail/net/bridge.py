@@ -151,6 +151,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         task.add_contributor(rt.this_owner)
         # Recorded (and persisted) before sending: the remote may answer on /back before
         # our POST returns, and only swarms named here may add to the task (net/trust.py).
+        new_peer = target_swarm not in task.remote_swarms
         task.remote_swarms.add(target_swarm)
         rt.observer.task_changed(task)
         direction = self.router.choose_direction(target_swarm, task.task_contributors)
@@ -169,6 +170,11 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
                 logger.exception("unexpected interswarm send failure")
             if waiter is not None:
                 self._forget_wait(target_swarm, task_id, waiter)
+            if new_peer and sum(f[:2] == flight[:2] for f in self._in_flight) == 1:
+                # Its first message did not get through: the swarm takes no part in the task, so
+                # the task's end is not sent there either (a second failure to report).
+                task.remote_swarms.discard(target_swarm)
+                rt.observer.task_changed(task)
             self._report_send_failure(message, target_swarm, direction, exc)
             return
         finally:

@@ -108,6 +108,7 @@ class PostMessageResponse(TypedDict):
     response: str
     events: list[dict[str, Any]] | None
     task_id: NotRequired[str]  # to continue the task in a next request
+    state: NotRequired[str]  # the task's state: "completed", "failed" (an error), a pause
 
 
 class GetHealthResponse(TypedDict):

@@ -12,7 +12,7 @@ from typing import Any
 from mail.a2a.repl import do_a2a_send, do_task_cancel
 from mail.client import MAILClient
 from mail.repl.parser import COMMANDS, ReplArgumentParser, ReplUsageError, resolve_command
-from mail.repl.render import Renderer, parse_event_data
+from mail.repl.render import Renderer, local_time, parse_event_data
 from mail.repl.webhooks import COMMANDS as WEBHOOK_COMMANDS
 from mail.telemetry.usage import usage_text
 
@@ -26,6 +26,18 @@ class ReplContext:
     client: MAILClient
     render: Renderer
     parser: ReplArgumentParser
+    # Why the last key given was refused, until a login succeeds or `logout`: the client has
+    # forgotten the key, and "no API key provided" would not be the whole story.
+    refused: str | None = None
+
+    async def login(self, api_key: str) -> dict[str, Any]:
+        try:
+            identity = await self.client.login(api_key)
+        except (RuntimeError, ValueError) as exc:
+            self.refused = str(exc.__cause__ or exc)
+            raise
+        self.refused = None
+        return identity
 
 
 Handler = Callable[[ReplContext, argparse.Namespace], Coroutine[Any, Any, None]]
@@ -87,7 +99,7 @@ async def do_health_update(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 
 async def do_login(ctx: ReplContext, args: argparse.Namespace) -> None:
-    identity = await ctx.client.login(args.api_key)
+    identity = await ctx.login(args.api_key)
     if args.verbose:
         ctx.render.json(identity)
     ctx.render.success(f"logged in as {identity_label(ctx.client.user_role, ctx.client.user_id)}")
@@ -95,10 +107,13 @@ async def do_login(ctx: ReplContext, args: argparse.Namespace) -> None:
 
 async def do_logout(ctx: ReplContext, args: argparse.Namespace) -> None:
     ctx.client.logout()
+    ctx.refused = None
     ctx.render.success("logged out (the API key is forgotten for this session)")
 
 
 async def do_whoami(ctx: ReplContext, args: argparse.Namespace) -> None:
+    if ctx.client.api_key is None and ctx.refused:
+        raise RuntimeError(f"not logged in: the API key given was refused ({ctx.refused})")
     identity = await ctx.client.get_whoami()
     if _shown_as_json(ctx, args, identity):
         return
@@ -158,6 +173,9 @@ async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
     if result.get("events"):
         ctx.render.events(result["events"])
     _render_answer(ctx, result)
+    if result.get("task_id") and not held_calls_in(result.get("response")):
+        # What `-tid` takes to continue the task (a held call's lines name it already).
+        ctx.render.info(f"task {result['task_id']}", style="dim")
 
 
 def held_calls_in(response: Any) -> list[dict[str, Any]]:
@@ -425,16 +443,28 @@ def _task_state(task: dict[str, Any]) -> str:
     return "completed" if task.get("completed") else "idle"
 
 
+def _question(task: dict[str, Any], limit: int = 40) -> str:
+    """The task's title or first message on one line, cut to `limit` characters."""
+    text = " ".join(str(task.get("title") or task.get("first_message") or "").split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 async def do_tasks_get(ctx: ReplContext, args: argparse.Namespace) -> None:
     tasks = await ctx.client.get_tasks()
     if _shown_as_json(ctx, args, tasks):
         return
+    # A user's tasks are all their own (the prompt names them): the owner column is shown
+    # only when the list mixes owners (an admin's, with remote swarms' tasks).
+    owners = len({task.get("task_owner") for task in tasks.values()}) > 1
     ctx.render.table(
-        ["task id", "owner", "state", "tokens", "cost", "events"],
+        ["task id", "started", "question", *(["owner"] if owners else []), "state"]
+        + ["tokens", "cost", "events"],
         (
             [
                 task_id,
-                task.get("task_owner"),
+                local_time(task["start_time"]) if task.get("start_time") else "-",
+                _question(task),
+                *([task.get("task_owner")] if owners else []),
                 _task_state(task),
                 # GET /tasks summaries carry event_count, not the events themselves.
                 (task.get("usage") or {}).get("total_tokens", "-"),

@@ -207,6 +207,11 @@ def event_stamp(data: Any) -> str:
     raw = data.get("timestamp") if isinstance(data, dict) else None
     if not isinstance(raw, str):
         return datetime.now().strftime("%H:%M:%S")
+    return local_time(raw)
+
+
+def local_time(raw: str) -> str:
+    """An ISO 8601 time as local time: the clock time, with the date when it is another day."""
     try:
         when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:

@@ -158,7 +158,7 @@ class MAILREPL:
             self.render.info("no API key given: use 'login KEY' to authenticate", style="dim")
             return
         try:
-            runner.run(self.client.login(key))
+            runner.run(self.context.login(key))
         except KeyboardInterrupt:
             self.render.warn("login interrupted; use 'login KEY' to try again")
             self.client.logout()

@@ -124,6 +124,7 @@ async def _startup(
     )
     instances.task_turn_limit = config.settings.task_turn_limit
     instances.task_repeat_limit = config.settings.task_repeat_limit
+    instances.task_no_tool_call_limit = config.settings.task_no_tool_call_limit
     instances.max_message_body = config.settings.max_message_body or None
     state = ServerState(
         config=config,

@@ -25,7 +25,7 @@ FRONT_DOORS: dict[str, str] = {
 # Doors that serve in-process instances only (they hold live objects of the instance), and
 # their paths: in cluster mode those answer 501 saying so, rather than a bare 404.
 LOCAL_ONLY_PATHS: dict[str, tuple[str, ...]] = {
-    "a2a": ("/a2a", "/.well-known/agent-card.json", "/task/cancel"),
+    "a2a": ("/a2a", "/a2a/{path:path}", "/.well-known/agent-card.json", "/task/cancel"),
     "mcp": ("/mcp",),
 }
 LOCAL_ONLY = frozenset(LOCAL_ONLY_PATHS)

@@ -130,10 +130,11 @@ class InstanceManager:
         self.print_llm_streams = print_llm_streams
         self.task_message_limit = task_message_limit
         # Loop bounds of every instance's runtime ([server.settings]; see core/loop_guard.py).
-        from mail.core.loop_guard import DEFAULT_TASK_REPEAT_LIMIT, DEFAULT_TASK_TURN_LIMIT
+        from mail.core import loop_guard
 
-        self.task_turn_limit: int | None = DEFAULT_TASK_TURN_LIMIT
-        self.task_repeat_limit: int | None = DEFAULT_TASK_REPEAT_LIMIT
+        self.task_turn_limit: int | None = loop_guard.DEFAULT_TASK_TURN_LIMIT
+        self.task_repeat_limit: int | None = loop_guard.DEFAULT_TASK_REPEAT_LIMIT
+        self.task_no_tool_call_limit: int | None = loop_guard.DEFAULT_TASK_NO_TOOL_CALL_LIMIT
         self.idle_timeout = idle_timeout
         self.store = store
         # Shared agent memory (acknowledge_broadcast); PostgreSQL-backed with DATABASE_URL.
@@ -251,6 +252,7 @@ class InstanceManager:
         if guard is not None:
             guard.max_turns = self.task_turn_limit
             guard.max_repeats = self.task_repeat_limit
+            guard.max_no_tool_calls = self.task_no_tool_call_limit
         if self.team_store is not None and hasattr(swarm, "attach_team_store"):
             from mail.store import InstanceKey
 

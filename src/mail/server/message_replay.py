@@ -45,6 +45,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from mail.core.events import closing_event
+from mail.core.tasks import state_for_answer
 from mail.server import task_events
 from mail.server.auth import Caller
 from mail.server.bodies import read_json_object
@@ -201,6 +202,7 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         "events": shown_events(events[after:]) if show else None,
         "task_id": task_id,
     }
+    answer_body["state"] = _own_state(found, answer[1])
     hook = await _own_webhook(state, caller, task_id, data, context)
     if hook is not None:
         answer_body["webhook"] = hook
@@ -264,6 +266,19 @@ def _answers(events: list[Any]) -> list[dict[str, Any]]:
             if len(answers) > 1:
                 break
     return answers
+
+
+def _own_state(found: KeyTask, latest: Mapping[str, Any] | None) -> str:
+    """The state the first request's answer left the task in (its answer's `state`): its
+    `task_complete` event names any other than `completed`."""
+    answers = _answers(found.events[found.after :])
+    if answers:
+        data = answers[0]["data"]
+        extra = data.get("extra_data") if isinstance(data, dict) else None
+        state = extra.get("state") if isinstance(extra, dict) else None
+        return state if isinstance(state, str) else "completed"
+    subject = latest["message"].get("subject") if latest is not None else None
+    return state_for_answer(subject).value
 
 
 def _answer_text(record: dict[str, Any]) -> str | None:

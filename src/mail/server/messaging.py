@@ -19,6 +19,7 @@ from fastapi import HTTPException
 from mail.core.message import new_task_id
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.core.stored_bytes import text_bytes
+from mail.core.tasks import state_for_answer
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest, check_subject
 from mail.server.errors import BadRequest
@@ -443,13 +444,15 @@ def _log_outcome(inst: Instance, task_id: str | None, response: Any) -> None:
 async def post_message(
     state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> dict[str, Any]:
-    """``POST /message`` without streaming: ``{"response", "events", "task_id"}``."""
+    """``POST /message`` without streaming: ``{"response", "events", "task_id", "state"}``."""
     response, events = await run_message(state, caller, req, ticket)
     message = response.get("message", {}) if isinstance(response, dict) else {}
     answer = {
         "response": message.get("body", ""),
         "events": [e.to_record(parsed=True) for e in events] if req.show_events else None,
         "task_id": message.get("task_id") or req.task_id,
+        # How the task ended (or why it paused), as GET /task says: "failed" on an error.
+        "state": state_for_answer(message.get("subject")).value,
     }
     if req.webhook is not None:
         answer["webhook"] = req.webhook  # {"id", "secret"} of the message's own webhook

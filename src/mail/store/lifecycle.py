@@ -10,9 +10,9 @@ tasks once they have left memory. `mail.store.lifecycle_for(store)` gives the on
     report = await lifecycle.prune(cutoff)                 # finished before cutoff: removed
     await lifecycle.reclaim_space()                        # SQLite: freed pages to the OS
 
-Reads first wait for the store's queued writes (read-your-writes, as `load_instance`).
-A task is *finished* when it is neither running nor paused: state ``completed`` or
-``stopped`` (``FINISHED_STATES``); only finished tasks expire. Removal happens in batches of
+Reads first wait for the store's queued writes (read-your-writes, `TaskStore.settle`).
+A task is *finished* when it is neither running nor paused: state ``completed``, ``failed``
+or ``stopped`` (``FINISHED_STATES``); only finished tasks expire. Removal happens in batches of
 a few dozen tasks, one transaction each, so the writes of running tasks go on in between.
 """
 
@@ -28,7 +28,9 @@ from typing import Any
 from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
 
 # States (the `state` a task record carries) of a task that neither runs nor waits.
-FINISHED_STATES = ("completed", "stopped")
+FINISHED_STATES = ("completed", "failed", "stopped")
+# The same, as a SQL list for the stores' `_FINISHED` conditions.
+FINISHED_STATES_SQL = "(" + ", ".join(f"'{state}'" for state in FINISHED_STATES) + ")"
 JOURNAL_SUFFIX = "::journal"  # a running task's journal row in task_queues (runtime_durable)
 # Peers' answers to a task whose owner's instance was not loaded when they came (after a
 # restart), kept until it is: `mail.server.parked_answers`.
@@ -50,7 +52,6 @@ TASK_TABLES = tuple(TASK_CONTENT)
 # large tasks make a batch of their own, so the writer is never held up for long).
 PRUNE_BATCH = 50
 PRUNE_BATCH_BYTES = 8 * 1024 * 1024
-READ_TIMEOUT = 30.0
 
 # A place in a task list, newest first: (start time as ISO 8601 UTC text, task id).
 Cursor = tuple[str, str]
@@ -155,7 +156,7 @@ class TaskLifecycle(abc.ABC):
 
     async def _settle(self) -> None:
         # What was acknowledged must be visible (and removals must not race queued writes).
-        await self.store.flush(READ_TIMEOUT)
+        await self.store.settle()
 
     @abc.abstractmethod
     async def records(

@@ -16,6 +16,7 @@ from mail.store.base import InstanceKey, InstanceSnapshot, parse_start_time
 from mail.store.idempotency import STREAMED_OUTCOME
 from mail.store.idempotency_schema import TABLE as KEYS_TABLE
 from mail.store.lifecycle import (
+    FINISHED_STATES_SQL,
     PRUNE_BATCH,
     TASK_CONTENT,
     TASK_TABLES,
@@ -34,11 +35,11 @@ _KEY = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
 _IDS = "task_id = ANY($4::text[])"
 _PRUNE_LOCK_ID = 0x4D41494D  # "MAIM": one pruner at a time per database
 
-_FINISHED = """NOT COALESCE(is_running, FALSE) AND COALESCE(metadata->>'state',
+_FINISHED = f"""NOT COALESCE(is_running, FALSE) AND COALESCE(metadata->>'state',
     CASE WHEN NOT COALESCE(completed, FALSE) THEN 'stopped'
          WHEN jsonb_array_length(COALESCE(metadata->'breakpoint_calls', '[]'::jsonb)) > 0
            OR jsonb_array_length(COALESCE(metadata->'pending_reviews', '[]'::jsonb)) > 0
-         THEN 'paused' ELSE 'completed' END) IN ('completed', 'stopped')"""
+         THEN 'paused' ELSE 'completed' END) IN {FINISHED_STATES_SQL}"""
 
 _RECORDS_SELECT = f"""
     SELECT {_TASK_COLUMNS},

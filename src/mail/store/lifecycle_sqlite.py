@@ -17,6 +17,7 @@ from mail.store.base import InstanceKey, InstanceSnapshot, normalize_start_time,
 from mail.store.idempotency import STREAMED_OUTCOME
 from mail.store.idempotency_schema import TABLE as KEYS_TABLE
 from mail.store.lifecycle import (
+    FINISHED_STATES_SQL,
     PRUNE_BATCH,
     TASK_CONTENT,
     TASK_TABLES,
@@ -42,11 +43,11 @@ _KEY = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 _IDS = "task_id IN (SELECT value FROM json_each(?))"
 
 # A record is finished when it neither runs nor waits (lifecycle.record_is_finished in SQL).
-_FINISHED = """is_running = 0 AND COALESCE(json_extract(metadata, '$.state'),
+_FINISHED = f"""is_running = 0 AND COALESCE(json_extract(metadata, '$.state'),
     CASE WHEN completed = 0 THEN 'stopped'
          WHEN json_array_length(COALESCE(json_extract(metadata, '$.breakpoint_calls'), '[]')) > 0
            OR json_array_length(COALESCE(json_extract(metadata, '$.pending_reviews'), '[]')) > 0
-         THEN 'paused' ELSE 'completed' END) IN ('completed', 'stopped')"""
+         THEN 'paused' ELSE 'completed' END) IN {FINISHED_STATES_SQL}"""
 
 _RECORDS_SELECT = f"""
     SELECT {_TASK_COLUMNS},

@@ -90,7 +90,8 @@ def _check_fields(
         )
     for field, expected in required:
         if field not in candidate:
-            raise ValueError(f"{kind} candidate must contain a '{field}' field")
+            article = "an" if field[0] in "aeio" else "a"
+            raise ValueError(f"{kind} candidate must contain {article} '{field}' field")
         _check_type(kind, field, candidate[field], expected)
     for field, expected in optional:
         if field in candidate:

@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from mail.server.auth import (
+    BAD_KEY_FORMAT,
     Authenticator,
     Caller,
     ExternalAuthenticator,
@@ -121,10 +122,10 @@ def generate_agent_id(token_info: dict[str, Any]) -> str:
 
 
 def extract_token(request: Request) -> str:
-    """The bearer token of `request`; 401 ``invalid API key format`` without one."""
+    """The bearer token of `request`; 401 ``invalid API key format: ...`` without one."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme != "Bearer" or not token.strip():
-        raise HTTPException(status_code=401, detail="invalid API key format")
+        raise HTTPException(status_code=401, detail=BAD_KEY_FORMAT)
     return token.strip()
 
 

@@ -12,6 +12,7 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import Any
 
+from mail.core.tasks import TaskState, state_for_answer
 from mail.store.base import to_json
 
 TASK_COMPLETED = "task.completed"
@@ -36,15 +37,15 @@ EVENT_TYPES: tuple[str, ...] = (
     PEER_UNREACHABLE,
 )
 
-# The answer's subject -> the event; any other system subject (``::x::``) is a failure and
-# anything else (an agent's own subject, ``::task_complete::``) a completion.
-_ANSWER_TYPES: dict[str, str] = {
-    "::task_complete::": TASK_COMPLETED,
-    "::breakpoint_tool_call::": TASK_PAUSED_BREAKPOINT,
-    "::action_review::": TASK_PAUSED_REVIEW,
-    "::budget_exceeded::": TASK_PAUSED_BUDGET,
-    "::task_cancelled::": TASK_CANCELLED,
+# The state a task's answer leaves it in (`state_for_answer`) -> the event; a completion
+# otherwise, a cancelled task's answer aside.
+_STATE_TYPES: dict[TaskState, str] = {
+    TaskState.FAILED: TASK_FAILED,
+    TaskState.WAITING_FOR_BREAKPOINT: TASK_PAUSED_BREAKPOINT,
+    TaskState.WAITING_FOR_REVIEW: TASK_PAUSED_REVIEW,
+    TaskState.WAITING_FOR_BUDGET: TASK_PAUSED_BUDGET,
 }
+_CANCELLED_SUBJECT = "::task_cancelled::"
 
 # Task events pushed as they happen (name -> type).
 _EVENT_TYPES: dict[str, str] = {
@@ -69,13 +70,9 @@ def valid_pattern(pattern: str) -> bool:
 
 
 def answer_type(subject: str | None) -> str:
-    subject = subject or ""
-    found = _ANSWER_TYPES.get(subject)
-    if found is not None:
-        return found
-    if subject.startswith("::") and subject.endswith("::") and len(subject) > 4:
-        return TASK_FAILED
-    return TASK_COMPLETED
+    if subject == _CANCELLED_SUBJECT:
+        return TASK_CANCELLED
+    return _STATE_TYPES.get(state_for_answer(subject), TASK_COMPLETED)
 
 
 def event_type_of(name: str | None) -> str | None:

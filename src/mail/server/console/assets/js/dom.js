@@ -97,8 +97,21 @@ export function relativeTime(iso) {
   return d.toLocaleDateString();
 }
 
+// The part of an id that tells it apart. A UUIDv7 begins with its creation time, so the ids of
+// tasks started within a minute share their first characters; their random end differs.
+// Short ids (a caller's own task ids) are shown whole.
 export function shortId(id) {
-  return id ? String(id).slice(0, 8) : "";
+  const text = id ? String(id) : "";
+  return text.length > 12 ? `…${text.slice(-8)}` : text;
+}
+
+// A task named for people: the telling end of its id, with its title or first question (the
+// first line, clipped) when known.
+export function taskName(taskId, question) {
+  const name = `Task ${shortId(taskId)}`;
+  const line = String(question || "").split("\n").find((l) => l.trim()) || "";
+  if (!line) return name;
+  return `${name} “${line.length > 80 ? `${line.slice(0, 80)}…` : line}”`;
 }
 
 export function pretty(value) {

@@ -43,6 +43,7 @@ export function taskStatus(record, events) {
   if (record.is_running) return { label: "Running", tone: "info" };
   if ((record.pending_reviews || []).length) return { label: "Review", tone: "warn" };
   if (held.length) return { label: "Breakpoint", tone: "warn" };
+  if (record.state === "failed") return { label: "Failed", tone: "bad" };
   if (record.completed) return { label: "Done", tone: "good" };
   return { label: "Idle", tone: "plain" };
 }

@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { send } from "../conversation.js";
-import { emptyState, errorState, h, loadingState, pretty, replace, shortId } from "../dom.js";
+import { emptyState, errorState, h, loadingState, pretty, replace, taskName } from "../dom.js";
 import { store } from "../store.js";
 import { pausedCalls } from "../tasks-data.js";
 import { heldTaskRow, loadHeldTask, renderHeldScreen } from "./held.js";
@@ -61,7 +61,7 @@ async function showTask(body, taskId, alive) {
   const error = h("p", { class: "form-error", role: "alert" });
   error.hidden = true;
   const form = h("form", { class: "bp-form", id: "bp-form", novalidate: true },
-    h("p", {}, `Task ${shortId(taskId)}… is paused. Write what each held call should return, then resume the task.`),
+    h("p", {}, `${taskName(taskId, record.title || record.first_message)} is paused. Write what each held call should return, then resume the task.`),
     fields.map((f) => f.el), modeChoice, error,
     h("div", { class: "actions" }, h("button", { type: "submit", class: "btn btn-primary", id: "bp-submit" }, "Resume task")));
   form.addEventListener("submit", (e) => {

@@ -127,8 +127,8 @@ export function render(container) {
     replace(taskLabel, c.taskId
       ? h("a", { href: `#/tasks/${encodeURIComponent(c.taskId)}`, title: c.taskId },
         c.messages.length && c.messages[c.messages.length - 1].role === "review"
-          ? `Task ${shortId(c.taskId)}… (waiting for your review)`
-          : `Task ${shortId(c.taskId)}… (next message continues it)`)
+          ? `Task ${shortId(c.taskId)} (waiting for your review)`
+          : `Task ${shortId(c.taskId)} (next message continues it)`)
       : null);
     const items = c.messages.map(bubble);
     if (c.busy) {

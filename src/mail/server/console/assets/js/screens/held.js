@@ -1,7 +1,7 @@
 // What the breakpoint and action-review screens share: a task holding calls, as a row of
 // their list, and loading one such task into the screen's body.
 
-import { emptyState, errorState, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
+import { emptyState, errorState, h, loadingState, relativeTime, replace, taskName } from "../dom.js";
 import { loadTask } from "../tasks-data.js";
 
 // The screen: the list of tasks holding calls, or (with a task id in `params`) one of them.
@@ -22,7 +22,7 @@ export function renderHeldScreen(container, params, { title, href, back }, showT
 export function heldTaskRow(href, record, names) {
   return h("li", {}, h("a", { class: "task-row", href },
     h("span", { class: "badge badge-warn" }, `${names.length} held`),
-    h("span", { class: "task-title" }, record.title || `Task ${shortId(record.task_id)}…`),
+    h("span", { class: "task-title" }, taskName(record.task_id, record.title || record.first_message)),
     h("span", { class: "muted" }, names.join(", ")),
     h("time", { class: "muted" }, relativeTime(record.start_time))));
 }

@@ -7,7 +7,7 @@
 
 import { api } from "../api.js";
 import { send } from "../conversation.js";
-import { emptyState, errorState, h, loadingState, pretty, replace, shortId } from "../dom.js";
+import { emptyState, errorState, h, loadingState, pretty, replace, taskName } from "../dom.js";
 import { store } from "../store.js";
 import { heldTaskRow, loadHeldTask, renderHeldScreen } from "./held.js";
 
@@ -57,10 +57,11 @@ async function showTask(body, taskId, alive) {
   // After a refusal the held calls may have changed (someone else decided them): reload them.
   const again = h("button", { type: "button", class: "btn", id: "rv-reload", onclick: () => showTask(body, taskId, alive) }, "Load the current held calls");
   again.hidden = true;
+  const name = taskName(taskId, record.title || record.first_message);
   const form = h("form", { class: "bp-form rv-form", id: "rv-form", novalidate: true },
     h("p", {}, calls.length === 1
-      ? `Task ${shortId(taskId)}… is paused: this call waits for your decision. The task continues when you send it.`
-      : `Task ${shortId(taskId)}… is paused: these ${calls.length} calls wait for your decisions. The task continues when you send them.`),
+      ? `${name} is paused: this call waits for your decision. The task continues when you send it.`
+      : `${name} is paused: these ${calls.length} calls wait for your decisions. The task continues when you send them.`),
     cards.map((c) => c.el), error,
     h("div", { class: "actions" }, submit, again));
   const fail = (text, focus) => {

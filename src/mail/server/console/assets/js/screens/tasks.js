@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { openTaskInChat } from "../conversation.js";
-import { badge, emptyState, errorState, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
+import { badge, emptyState, errorState, h, loadingState, relativeTime, replace, shortId, taskName } from "../dom.js";
 import { addEvents, isAdmin, store } from "../store.js";
 import { follow, loadTask, pausedCalls, taskEvents, taskStatus } from "../tasks-data.js";
 import { traceView } from "../trace.js";
@@ -55,9 +55,10 @@ function renderList(container) {
         h("a", { class: "task-row", href: `#/tasks/${encodeURIComponent(r.task_id)}`, dataset: { task: r.task_id } },
           badge(st.label, st.tone),
           h("span", { class: "task-preview" },
-            h("span", { class: "task-title" }, r.title || r.first_message || `Task ${shortId(r.task_id)}…`),
+            h("span", { class: "task-title" }, r.title || r.first_message || taskName(r.task_id)),
             r.answer ? h("span", { class: "muted task-answer" }, `→ ${firstLine(r.answer)}`) : null),
           view.all ? h("span", { class: "muted task-owner" }, r.task_owner) : null,
+          h("span", { class: "muted mono task-ref", title: r.task_id }, shortId(r.task_id)),
           h("span", { class: "muted task-numbers" },
             [seconds(r.duration_s), usageLine(r.usage), `${r.event_count ?? events.length} events`].filter(Boolean).join(" · ")),
           h("time", { class: "muted", title: r.start_time }, relativeTime(r.start_time))));
@@ -92,9 +93,9 @@ function renderList(container) {
 
 function renderDetail(container, taskId) {
   const body = h("div", { class: "task-detail" }, loadingState("the task"));
+  const title = h("h1", { id: "task-name", title: taskId }, taskName(taskId));
   container.appendChild(h("div", { class: "tasks-screen" },
-    h("div", { class: "toolbar" }, h("a", { href: "#/tasks", class: "btn btn-quiet" }, "← Tasks"),
-      h("h1", {}, `Task ${shortId(taskId)}…`)), body));
+    h("div", { class: "toolbar" }, h("a", { href: "#/tasks", class: "btn btn-quiet" }, "← Tasks"), title), body));
   const controller = new AbortController();
   // The events shown: the record's, then what the live stream adds (in the order received).
   let events = [];
@@ -130,6 +131,7 @@ function renderDetail(container, taskId) {
 
   const show = (fresh, keepEvents = false) => {
     record = fresh;
+    title.textContent = taskName(taskId, record.title || record.first_message);
     if (!keepEvents) events = taskEvents(record);
     addEvents(events);
     const st = taskStatus(record, events);

@@ -150,10 +150,11 @@ function deliveryTable(rows, hookId, say, reload) {
         h("summary", {},
           badge(d.status, STATUS_KIND[d.status] || "plain"),
           h("span", { class: "wh-type" }, d.event_type),
-          h("span", { class: "muted mono" }, d.task_id ? shortId(d.task_id) : ""),
+          d.task_id ? h("a", { class: "muted mono", href: `#/tasks/${encodeURIComponent(d.task_id)}`, title: d.task_id }, shortId(d.task_id)) : null,
           h("span", { class: "muted" }, `${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`),
           d.last_status != null ? h("span", { class: "mono" }, `HTTP ${d.last_status}`) : null,
-          h("time", { class: "muted", title: d.created_at }, formatTime(d.created_at))),
+          h("time", { class: "muted", title: d.created_at }, formatTime(d.created_at)),
+          summaryOf(d) ? h("span", { class: "muted wh-summary" }, summaryOf(d)) : null),
         h("div", { class: "wh-delivery-body" },
           h("p", { class: "hint" }, "webhook-id ", h("code", {}, d.id)),
           d.last_error ? h("p", { class: "form-error" }, d.last_error) : null,
@@ -161,6 +162,12 @@ function deliveryTable(rows, hookId, say, reload) {
           attemptsTable(d.attempts_log || []),
           d.status === "pending" && d.attempts === 0 ? null : retry)));
   }));
+}
+
+// What the event says (a task's answer, a review's call), first line: tells deliveries apart.
+function summaryOf(delivery) {
+  const text = delivery.payload?.data?.summary;
+  return typeof text === "string" ? text.split("\n").find((l) => l.trim()) || "" : "";
 }
 
 function attemptsTable(attempts) {
