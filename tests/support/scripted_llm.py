@@ -300,6 +300,9 @@ class _Queued:
 class ScriptedLLM:
     host: str = "127.0.0.1"
     quirks: ServerQuirks = field(default_factory=ServerQuirks)
+    # The largest request body taken (aiohttp's own default is 1 MiB): a task whose agents
+    # handle large texts sends its whole history with every model call.
+    max_request_bytes: int = 64 * 1024 * 1024
     requests: list[ScriptedRequest] = field(default_factory=list)
     unanswered: list[ScriptedRequest] = field(default_factory=list)
     disconnected: list[ScriptedRequest] = field(default_factory=list)
@@ -309,7 +312,7 @@ class ScriptedLLM:
     _port: int = 0
 
     async def __aenter__(self) -> ScriptedLLM:
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_request_bytes)
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/chat/completions", self._handle)
         app.router.add_post("/v1/responses", self._handle)

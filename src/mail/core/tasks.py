@@ -125,6 +125,18 @@ def _recipients(message: MAILMessage) -> list[Any]:
     return list(payload.get("recipients") or [])
 
 
+def _file_entry(kept: Any) -> bool:
+    return isinstance(kept, list) and len(kept) == 2 and all(type(v) is int for v in kept)
+
+
+def task_files_bytes(record: Mapping[str, Any]) -> int:
+    """The bytes of the files a stored task record lists (`MAILTask.files`)."""
+    files = record.get("files")
+    if not isinstance(files, dict):
+        return 0
+    return sum(kept[0] for kept in files.values() if _file_entry(kept))
+
+
 class MAILTask:
     """State of one task inside one runtime instance."""
 
@@ -152,6 +164,9 @@ class MAILTask:
         # reviewer's own state (the calls, decided ids) so both survive a restart.
         self.pending_reviews: list[dict[str, Any]] = []
         self.review_state: dict[str, Any] = {}
+        # Files its actions wrote under [stdlib.fs] (absolute path -> [size, mtime_ns]):
+        # counted as what the task stores, and removed with it (mail.core.stored_bytes).
+        self.files: dict[str, list[int]] = {}
         self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
@@ -299,7 +314,7 @@ class MAILTask:
         return record
 
     def to_store_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "task_id": self.task_id,
             "task_owner": self.task_owner,
             "task_contributors": list(self.task_contributors),
@@ -312,6 +327,9 @@ class MAILTask:
             "pending_reviews": list(self.pending_reviews),
             "review_state": dict(self.review_state),
         }
+        if self.files:  # (once a file is written the key stays: records merge key by key)
+            record["files"] = {path: list(kept) for path, kept in self.files.items()}
+        return record
 
     def to_db_dict(self) -> dict[str, Any]:
         """v1.3's name for `to_store_record` (the task without its events and queue)."""
@@ -336,6 +354,9 @@ class MAILTask:
         task.title = record.get("title")
         task.pending_reviews = list(record.get("pending_reviews") or [])
         task.review_state = dict(record.get("review_state") or {})
+        files = record.get("files")
+        if isinstance(files, dict):
+            task.files = {str(p): list(kept) for p, kept in files.items() if _file_entry(kept)}
         return task
 
 
