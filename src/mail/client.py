@@ -30,8 +30,26 @@ from mail.client_webhooks import WebhookClientMethods
 __all__ = ["ClientConfig", "MAILClient", "MAILClientError", "MAILEventStream"]
 
 
+# What a message to a task that is still running does (docs/api-http.md).
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+
+
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
+
+
+def _message_options(
+    payload: dict[str, Any],
+    attachments: list[dict[str, Any]] | None,
+    webhook: dict[str, Any] | None,
+    multitask_strategy: str | None,
+) -> None:
+    if attachments:
+        payload["attachments"] = list(attachments)
+    if webhook is not None:
+        payload["webhook"] = dict(webhook)
+    if multitask_strategy is not None:
+        payload["multitask_strategy"] = multitask_strategy
 
 
 class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
@@ -120,6 +138,8 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         | None = None,
         attachments: list[dict[str, Any]] | None = None,
         webhook: dict[str, Any] | None = None,
+        background: bool = False,
+        multitask_strategy: MultitaskStrategy | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """POST /message and wait for the task's answer: `{"response": ..., "events": ...}`.
@@ -129,14 +149,19 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         `{"filename", "content_base64" | "content", "description"?}` (see `attachment_from_file`).
         `webhook` (`{"url", "events"?, "secret"?}`) has this task's events POSTed to a URL
         (docs/webhooks.md); the answer's `webhook` names it.
+
+        With `background=True` the answer comes as soon as the task is stored (202):
+        `{"task_id", "state", "status_url", "events_url", "webhook"?}`; follow the task with
+        `get_task`, `resubscribe_task` or the webhook. `multitask_strategy` says what the
+        message does when `task_id` names a task that is still running: "reject" (409, the
+        server's usual default), "enqueue", "interrupt" or "rollback".
         """
         payload = self._message_payload(
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
-        if attachments:
-            payload["attachments"] = list(attachments)
-        if webhook is not None:
-            payload["webhook"] = dict(webhook)
+        _message_options(payload, attachments, webhook, multitask_strategy)
+        if background:
+            payload["background"] = True
         payload["show_events"] = show_events
         return await self._request_json("POST", "/message", payload=payload, starts_work=True)  # type: ignore[no-any-return]
 
@@ -152,6 +177,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         | None = None,
         attachments: list[dict[str, Any]] | None = None,
         webhook: dict[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
         **kwargs: Any,
     ) -> MAILEventStream:
         """POST /message with `stream: true`; iterate the result for ServerSentEvent objects.
@@ -159,16 +185,14 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         Both `stream = await client.post_message_stream(...)` (the request is sent, and HTTP
         errors raised, by the await) and `async for event in client.post_message_stream(...)`
         work. Leaving the loop early closes the connection; the server keeps running the task.
-        `attachments` and `webhook` mean what they mean for `post_message`; the stream's
-        `webhook` property names the webhook (`{"id", "secret"}`) once the stream is open.
+        `attachments`, `webhook` and `multitask_strategy` mean what they mean for
+        `post_message`; the stream's `webhook` property names the webhook (`{"id",
+        "secret"}`) once the stream is open.
         """
         payload = self._message_payload(
             body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
         )
-        if attachments:
-            payload["attachments"] = list(attachments)
-        if webhook is not None:
-            payload["webhook"] = dict(webhook)
+        _message_options(payload, attachments, webhook, multitask_strategy)
         payload["stream"] = True
         return MAILEventStream(
             lambda: self._open_work(
