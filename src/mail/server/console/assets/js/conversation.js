@@ -114,6 +114,8 @@ async function sendInBackground(body, text) {
   const alongside = chat.busy;
   push({ role: "user", taskId: chat.taskId, text });
   const sent = chat.messages[chat.messages.length - 1];
+  // The stream under way follows the task on once it ends (an interrupt ends it at once).
+  if (alongside) chat.follow = true;
   try {
     const accepted = await api.message({ ...body, background: true });
     chat.taskId = accepted.task_id;
@@ -122,16 +124,13 @@ async function sendInBackground(body, text) {
       text: alongside ? ALONGSIDE[body.multitask_strategy] : `Running in the background as task ${accepted.task_id}; following it here.`,
     });
   } catch (error) {
+    if (alongside) chat.follow = false;
     chat.messages = chat.messages.filter((m) => m !== sent);
     chat.draft = text;
     push({ role: "system", taskId: chat.taskId, text: `Error: ${describeError(error)}` });
     return;
   }
-  if (alongside) {
-    chat.follow = true; // after the stream under way ends
-  } else {
-    await follow(chat.taskId, chat.lastEventId);
-  }
+  if (!chat.busy) await follow(chat.taskId, chat.lastEventId); // nothing follows it yet
 }
 
 // Follows a task's events (GET /task/events after `afterId`) until its next answer.
