@@ -129,13 +129,19 @@ def test_a_background_message_is_answered_once_stored_and_reaches_its_webhook(
     # Background messages whose tasks take two seconds each.
     accepted, waited = [], []
     for n in range(7):
-        body = {"body": f"ASK SLOW 2 bg-{n}", "background": True, "webhook": deployment.hook(f"/bg{n}")}
+        body = {
+            "body": f"ASK SLOW 2 bg-{n}",
+            "background": True,
+            "webhook": deployment.hook(f"/bg{n}"),
+        }
         took, r = _timed(lambda body=body: deployment.post(body))
         assert r.status_code == 202, r.text
         waited.append(took)
         accepted.append(r)
-    print(f"plain median {statistics.median(plain) * 1000:.1f} ms, "
-          f"background median {statistics.median(waited) * 1000:.1f} ms")
+    print(
+        f"plain median {statistics.median(plain) * 1000:.1f} ms, "
+        f"background median {statistics.median(waited) * 1000:.1f} ms"
+    )
     assert max(waited) < 2.0  # not after the task
     assert statistics.median(waited) <= 3 * statistics.median(plain) + 0.25
 
