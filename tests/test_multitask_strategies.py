@@ -274,3 +274,43 @@ def test_rollback_takes_the_earlier_message_back(swarm: Swarm) -> None:
                 break
             replayed.append(int(event.id))
     assert replayed == ids
+
+
+def test_a_rollback_after_a_kill_9_goes_back_to_the_stored_point(tmp_path: Path) -> None:
+    """Where a rollback goes back to is stored with the task: after a kill -9 in the middle of
+    a message's work, the restarted server continues that work, and a rollback still goes
+    back to before that message."""
+    (tmp_path / "swarms.json").write_text(json.dumps(swarms_json("multi")), encoding="utf-8")
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    log = tmp_path / "calls.log"
+
+    def start() -> Any:
+        port = free_port()
+        config = write_config(tmp_path, port=port, swarm="multi")
+        env = {"MAIL_MULTITASK_LOG": str(log)}
+        return SingleServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
+
+    swarm = Swarm(start(), key, log)
+    try:
+        task_id = str(uuid.uuid4())
+        assert swarm.post({"body": "COUNT", "task_id": task_id}).json()["response"] == (
+            "callers: COUNT"
+        )
+        body = {"body": "ASK SLOW 60 before-kill", "task_id": task_id, "background": True}
+        assert swarm.post(body).status_code == 202
+        swarm.wait_line("worker start SLOW 60 before-kill")
+        swarm.server.proc.kill()  # kill -9 while the worker works
+        swarm.server.proc.wait(10)
+        swarm.server = start()
+        assert swarm.task(task_id)["state"] == "running"  # loaded: the work goes on
+        deadline = time.monotonic() + 60
+        while swarm.lines().count("worker start SLOW 60 before-kill") < 2:
+            assert time.monotonic() < deadline, swarm.lines()
+            time.sleep(0.05)
+        second = swarm.post({"body": "COUNT", "task_id": task_id, "multitask_strategy": "rollback"})
+        assert second.status_code == 200, second.text
+        assert second.json()["response"] == "callers: COUNT | COUNT"
+        assert "before-kill" not in json.dumps(swarm.task(task_id)["events"])
+    finally:
+        swarm.pool.shutdown(wait=False, cancel_futures=True)
+        swarm.server.stop()

@@ -128,19 +128,22 @@ class Multitask(HostLink[MultitaskHost]):
         self._delivering: set[str] = set()  # tasks whose next enqueued message goes in soon
 
     # ------------------------------------------------------------------ rollback points
-    def mark_start(self, task: MAILTask) -> None:
+    def mark_start(self, task: MAILTask, stashed: list[dict[str, Any]] | None = None) -> None:
         """A caller's message is about to start a run of `task` (a continuation): where a
-        rollback of that message goes back to. A task's first message needs none (none:
-        back to nothing)."""
+        rollback of that message goes back to (`stashed`: the task's stashed queue before
+        the run took it; its current one by default). A task's first message needs none
+        (none: back to nothing)."""
         rt = self.host
         histories = rt.agent_histories
+        queue = task.task_message_queue if stashed is None else stashed
         task.rollback_point = {
             "events": len(task.events),
             "histories": {
                 a: len(histories[f"{task.task_id}::{a}"]) for a in histories.agents_of(task.task_id)
             },
-            "queue": [dict(item) for item in task.task_message_queue],
+            "queue": [dict(item) for item in queue],
         }
+        rt.observer.task_changed(task)  # stored with the task's record
 
     # ------------------------------------------------------------------ a running task
     def apply(
@@ -172,6 +175,7 @@ class Multitask(HostLink[MultitaskHost]):
             point = dict(task.rollback_point or {"histories": {}, "queue": []})
             point["events"] = len(task.events)
             task.rollback_point = point
+            rt.observer.task_changed(task)
         rt.submit(message)
         return None
 

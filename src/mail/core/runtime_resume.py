@@ -167,15 +167,18 @@ class Submissions(HostLink[ResumeHost]):
             assert task is not None
             return rt.multitask.apply(task, message, strategy, kwargs)
         self._take_settings(task_id, kwargs)
-        if task is not None and resume_from in CALLER_MESSAGES:
-            rt.multitask.mark_start(task)  # where a rollback of this message goes back to
+        # Where a rollback of this message goes back to: the task's stashed queue as it is
+        # now (resuming queues it again), the rest once a pause it closes is closed.
+        stashed = list(task.task_message_queue) if task is not None else None
         if resume_from is None:
             if task is not None and task.completed:
                 # A new message on a finished task continues it (multi-turn).
                 self.resume_task(task_id)
-            rt.submit(message)
         elif resume_from == "user_response":
             self.resume_task(task_id)
+        if resume_from in CALLER_MESSAGES:
+            if task is not None and stashed is not None:
+                rt.multitask.mark_start(task, stashed)
             rt.submit(message)
         elif resume_from == "breakpoint_tool_call":
             self.resume_breakpoint(task_id, kwargs)
