@@ -6,7 +6,9 @@
    the process's start until ``GET /health`` answers 200, p50 of the runs; then the first
    answer after start: a user's ``POST /message`` sent as soon as /health answered (the
    user's key made with the CLI; the stub swarm: three agent calls), its latency, next to a
-   second one's right after it (nothing left to load), p50 of the runs.
+   second one's right after it (nothing left to load), p50 of the runs. The same with the
+   callers' keys checked by an auth service (the original's ``AUTH_ENDPOINT`` /
+   ``TOKEN_INFO_ENDPOINT``: the tests' stub service, in a process of its own on 127.0.0.1).
 2. A new instance host (what a cluster instance actor runs after a failover or on a caller's
    first request), in a fresh Python process, with ``DATABASE_URL`` set: seconds to import
    ``mail.cluster.host``, then to start the host (the in-process application, the store, the
@@ -65,9 +67,31 @@ HOST_PROBE = textwrap.dedent(
 
 ENV: dict[str, str] = {"DATABASE_URL": DATABASE_URL}
 
+# The tests' stub auth service in a process of its own: prints its URL, serves until stdin ends.
+AUTH_SERVICE = textwrap.dedent(
+    """
+    import sys
+    from server_fixtures import StubAuthService
+    with StubAuthService({sys.argv[1]: ("user", "bench")}) as service:
+        print(service.url, flush=True)
+        sys.stdin.read()
+    """
+)
 
-def server_start(directory: Path) -> tuple[float, float, float]:
-    """Seconds to /health, then the first and the second POST /message's latencies."""
+
+def auth_service(key: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", AUTH_SERVICE, key],
+        cwd=REPO / "tests",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def server_start(directory: Path, *, external_auth: bool = False) -> tuple[float, float, float]:
+    """Seconds to /health, then the first and the second POST /message's latencies; with
+    `external_auth`, the key is checked by an auth service (a process of its own)."""
     import httpx
 
     from server_fixtures import (
@@ -82,7 +106,14 @@ def server_start(directory: Path) -> tuple[float, float, float]:
     key = create_key(directory / "registries" / "keys.json", "user", f"bench-{directory.name}")
     port = free_port()
     config = write_config(directory, port=port)
-    server = ServerProcess(directory, port, args=["--config", str(config)], env=ENV)
+    env = dict(ENV)
+    service = None
+    if external_auth:
+        service = auth_service(key)
+        assert service.stdout is not None
+        url = service.stdout.readline().strip()
+        env.update({"AUTH_ENDPOINT": f"{url}/login", "TOKEN_INFO_ENDPOINT": f"{url}/token-info"})
+    server = ServerProcess(directory, port, args=["--config", str(config)], env=env)
     server.start(wait=False)
     try:
         healthy = server.wait_healthy()
@@ -96,6 +127,8 @@ def server_start(directory: Path) -> tuple[float, float, float]:
         return healthy, took[0], took[1]
     finally:
         server.stop()
+        if service is not None:
+            service.communicate("", timeout=30)  # stdin closed: the service ends
 
 
 def host_start(directory: Path, run: int) -> dict[str, object]:
@@ -165,6 +198,18 @@ def main() -> int:
         seconds = [1000 * r[2] for r in runs]
         print(
             f"first answer after start (POST /message as /health answers): p50"
+            f" {statistics.median(firsts):.0f} ms, the next one {statistics.median(seconds):.0f} ms"
+            f"  (first runs: {', '.join(f'{f:.0f}' for f in firsts)})"
+        )
+        external = []
+        for run in range(args.runs):
+            folder = root / f"auth{run}"
+            folder.mkdir()
+            external.append(server_start(folder, external_auth=True))
+        firsts = [1000 * r[1] for r in external]
+        seconds = [1000 * r[2] for r in external]
+        print(
+            f"the same, keys checked by an auth service (AUTH_ENDPOINT): p50"
             f" {statistics.median(firsts):.0f} ms, the next one {statistics.median(seconds):.0f} ms"
             f"  (first runs: {', '.join(f'{f:.0f}' for f in firsts)})"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from typing import Any
 
@@ -183,6 +184,38 @@ def test_build_message_shapes_and_errors() -> None:
         NotImplementedError, match="type 'interrupt' not implemented for this method"
     ):
         swarm.build_message("S", "B", ["a"], type="interrupt")
+
+
+def test_post_message_and_submit_message_show_their_v13_signatures() -> None:
+    # v1.3's names are our *_task_events methods with ServerSentEvents: help() and
+    # inspect.signature still show each one's own name and parameters.
+    post = inspect.signature(MAILSwarm.post_message)
+    assert list(post.parameters) == [
+        "self",
+        "body",
+        "subject",
+        "msg_type",
+        "entrypoint",
+        "show_events",
+        "timeout",
+        "task_id",
+        "resume_from",
+        "kwargs",
+    ]
+    assert post.parameters["subject"].default == "New Message"
+    submit = inspect.signature(MAILSwarm.submit_message)
+    assert list(submit.parameters) == [
+        "self",
+        "message",
+        "timeout",
+        "show_events",
+        "resume_from",
+        "kwargs",
+    ]
+    assert (MAILSwarm.post_message.__name__, MAILSwarm.submit_message.__name__) == (
+        "post_message",
+        "submit_message",
+    )
 
 
 async def test_submit_message_and_submit_message_nowait() -> None:

@@ -634,3 +634,66 @@ def test_idle_instances_are_reclaimed_and_restored(
         assert second["generation"] > first["generation"]
     finally:
         dep.stop()
+
+
+@contextlib.contextmanager
+def _role(role: str, schema: str) -> Iterator[None]:
+    """A login role that may make and use tables in `schema`; dropped afterwards."""
+    from tests.support.pg_schema import _execute
+
+    _execute(DATABASE_URL, f"CREATE ROLE {role} LOGIN; GRANT ALL ON SCHEMA {schema} TO {role}")
+    try:
+        yield
+    finally:
+        _execute(DATABASE_URL, f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+def test_an_instance_without_a_database_connection_answers_one_line(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    """PostgreSQL has no connection to spare for a new instance (a role's CONNECTION LIMIT,
+    as max_connections would): the request gets 503 with one line saying what is short and
+    which settings to change, not Ray's traceback in terminal colours (nor a 500); the host
+    that could not start is ended, so the caller's next request, once there is room, runs."""
+    import asyncio
+
+    import ray
+    from tests.support.pg_schema import _execute, fetch_rows, scratch_schema, with_search_path
+
+    from mail.cluster.warm_pool import end_instance
+
+    role = f"mail_few_{uuid.uuid4().hex[:8]}"
+    swarm = f"few-{uuid.uuid4().hex[:8]}"
+    with scratch_schema("mail_few", DATABASE_URL) as schema, _role(role, schema):
+        scheme, rest = DATABASE_URL.split("://", 1)
+        url = with_search_path(f"{scheme}://{role}@{rest.split('@', 1)[-1]}", schema)
+        dep = ClusterDeployment(
+            root=tmp_path,
+            cluster=ray_cluster,
+            database_url=url,
+            swarms=swarms_json(swarm),
+            swarm=swarm,
+        ).prepare()
+        try:
+            fe = dep.start_front_end()
+            count = "SELECT count(*) FROM pg_stat_activity WHERE usename = $1"
+            held = asyncio.run(fetch_rows(DATABASE_URL, count, role))[0][0]
+            _execute(DATABASE_URL, f"ALTER ROLE {role} CONNECTION LIMIT {held}")  # none to spare
+            refused = _post(fe.base_url, dep.keys["alice"], {"body": "hello"}, timeout=300)
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["Retry-After"] == "5"
+            detail = refused.json()["detail"]
+            assert "\x1b" not in detail and "\n" not in detail and "ray::" not in detail, detail
+            assert detail.startswith(
+                "this caller's instance cannot start now: PostgreSQL has no connection to "
+                f'spare (too many connections for role "{role}"): raise its max_connections '
+                "(or the role's CONNECTION LIMIT), or lower MAIL_DB_POOL_MAX"
+            ), detail
+            _execute(DATABASE_URL, f"ALTER ROLE {role} CONNECTION LIMIT -1")
+            answered = _post(fe.base_url, dep.keys["alice"], {"body": "hello"}, timeout=300)
+            assert answered.status_code == 200, answered.text
+            assert f"instance {swarm}/user/alice: {detail}" in fe.logs()
+        finally:
+            dep.stop()
+            with contextlib.suppress(Exception):
+                end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")

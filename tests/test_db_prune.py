@@ -4,8 +4,12 @@ file a server is using."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,16 @@ from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 from mail.store import InstanceKey
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
-from server_fixtures import ROOT_ALICE_BOB, keyed_stub_server, run_cli
+from server_fixtures import (
+    ROOT_ALICE_BOB,
+    free_port,
+    get_task,
+    keyed_stub_server,
+    post_as,
+    run_cli,
+    server_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.timeout(120)
 KEY = InstanceKey("stub", "user", "alice")
@@ -110,6 +123,83 @@ def test_db_prune_refuses_a_file_a_server_uses(tmp_path: Path) -> None:
     assert out == ""  # no "Pruning ..." headline for a prune that never started
 
 
+def _bind_mounted(source: Path, target: Path) -> list[str] | None:
+    """The command prefix that runs a program where ``target`` is a bind mount of the single
+    file ``source`` (a private mount namespace: the mount ends with the program); None where
+    this sandbox may not mount."""
+    target.touch()
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+    script = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(
+        [*prefix, script, str(source), str(target), "true"], capture_output=True, timeout=30
+    )
+    return [*prefix, script, str(source), str(target)] if probe.returncode == 0 else None
+
+
+@pytest.mark.parametrize("second_name", ["hard link", "bind mount"])
+def test_every_db_command_refuses_the_servers_file_under_another_name(
+    tmp_path: Path, second_name: str
+) -> None:
+    """The lock is the database file's own (its inode): a hard link or a single-file bind mount
+    of the file a server uses is refused by db-prune, db-copy, db-init and a second server,
+    and the file stays whole. (db-prune through a hard link used to run: the lock was a file
+    beside the database, found by name, and the link got its own lock and its own -wal.)"""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (tmp_path / "srv").mkdir()
+    with keyed_stub_server(tmp_path / "srv", ROOT_ALICE_BOB) as server:
+        database = tmp_path / "srv" / "data" / "mail.db"
+        alias = other / "alias.db"
+        prefix: list[str] = []
+        if second_name == "hard link":
+            os.link(database, alias)
+        else:
+            bound = _bind_mounted(database, alias)
+            if bound is None:
+                pytest.skip("this sandbox may not bind-mount a file (needs CAP_SYS_ADMIN)")
+            prefix = bound
+        finished = post_as(server, "alice", {"body": "hello"})
+        paused = post_as(server, "alice", {"body": "BREAKPOINT keep me"})
+        assert finished.status_code == paused.status_code == 200, (finished.text, paused.text)
+        tasks = {finished.json()["task_id"], paused.json()["task_id"]}
+        # A second server's config naming the alias as its store.
+        write_config(other, port=free_port(), extra=f'[server.store]\npath = "{alias}"\n')
+        (other / "swarms.json").write_text((tmp_path / "srv" / "swarms.json").read_text())
+
+        def mail(*args: str) -> subprocess.CompletedProcess[str]:
+            command = [*prefix, sys.executable, "-m", "mail.cli", *args]
+            return subprocess.run(
+                command, cwd=other, env=server_env(), capture_output=True, text=True, timeout=120
+            )
+
+        assert server.proc is not None
+        held = f"{alias} is in use by another mail process (pid {server.proc.pid})"
+        prune = mail("db-prune", "--sqlite", str(alias), "--older-than", "0", "--vacuum")
+        assert (prune.returncode, prune.stdout) == (1, ""), (prune.stdout, prune.stderr)
+        assert prune.stderr == (
+            f"Error: the SQLite file is in use by a running mail server (pid {server.proc.pid}):"
+            " stop it first (a running server prunes its file itself, every [server.store] "
+            "prune_interval)\n"
+        )
+        init = mail("db-init", "--sqlite", str(alias))
+        assert init.returncode == 1 and held in init.stderr, init.stderr
+        copy = mail("db-copy", str(alias), f"sqlite:///{other / 'copy.db'}")
+        assert copy.returncode == 1 and held in copy.stderr, copy.stderr
+        second = mail("server", "--config", "mail.toml")
+        assert second.returncode == 2 and held in second.stderr, second.stderr
+        for task_id in tasks:  # the running server still has both, the paused one included
+            assert get_task(server.base_url, server.keys["alice"], task_id).status_code == 200
+    conn = sqlite3.connect(database)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        stored = {row[0] for row in conn.execute("SELECT task_id FROM tasks")}
+    finally:
+        conn.close()
+    assert tasks <= stored
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -164,7 +254,7 @@ def test_db_prune_on_postgres_in_batches() -> None:
         asyncio.run(_fill(PostgresTaskStore(url, min_size=1, max_size=2), 60))
         code, out, err = run_cli("db-prune", "--database-url", url, "--older-than", "0", "--vacuum")
         assert code == 0, err
-        assert "Removed 60 task(s) (180 rows) in 2 batch(es), 0 team row(s)." in out
+        assert "Removed 60 task(s) (180 rows) in 2 batch(es), 0 team row(s), 0 file(s)." in out
         assert "Vacuumed " in out
 
 

@@ -110,7 +110,7 @@ def test_a_refused_message_webhook_frees_the_key(server: ServerProcess) -> None:
         {"body": "x", "webhook": {"url": "http://10.9.9.9/"}},
         key,
     )
-    assert refused.status_code == 422 and "webhook.url" in refused.json()["detail"], refused.text
+    assert refused.status_code == 400 and "webhook.url" in refused.json()["detail"], refused.text
     assert call(server, "wes", "GET", "/tasks", None, None).json() == {}
     corrected = call(server, "wes", "POST", "/message", {"body": "x"}, key)
     assert corrected.status_code == 200, corrected.text

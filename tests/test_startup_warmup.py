@@ -21,6 +21,7 @@ import pytest
 from mail.server.warmup import DEFERRED_MODULES
 from server_fixtures import (
     ServerProcess,
+    StubAuthService,
     auth,
     create_key,
     free_port,
@@ -38,14 +39,19 @@ IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(?P<module>\S+)\s*$", 
 
 
 @contextmanager
-def importlogged_server(directory: Path) -> Iterator[tuple[ServerProcess, str]]:
+def importlogged_server(
+    directory: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[ServerProcess, str]]:
     write_stub_swarms(directory)
     key = create_key(directory / "registries" / "keys.json", "user", "warm-user")
     port = free_port()
     config = write_config(directory, port=port)
     config.write_text(config.read_text().replace('log_level = "info"', 'log_level = "debug"'))
     server = ServerProcess(
-        directory, port, args=["--config", str(config)], env={"PYTHONPROFILEIMPORTTIME": "1"}
+        directory,
+        port,
+        args=["--config", str(config)],
+        env={"PYTHONPROFILEIMPORTTIME": "1", **(env or {})},
     )
     server.start(wait=False)
     try:
@@ -104,3 +110,24 @@ def test_without_a_health_probe_the_warm_up_starts_anyway(tmp_path: Path) -> Non
         done = wait_for_warm_up(server)
         assert done.group("trigger") == "no GET /health within 1 s", done.group(0)
         assert "GET /health HTTP" not in server.logs()  # the access log: no probe came
+
+
+def test_with_an_auth_service_the_first_request_imports_nothing(tmp_path: Path) -> None:
+    """With the original's auth service (AUTH_ENDPOINT, TOKEN_INFO_ENDPOINT), the first
+    request asks it with the HTTP client the server loaded at start (aiohttp): it imports
+    nothing, as with local keys. It imported httpx's transport (httpcore, h11, h2, ...) and
+    read a CA bundle on the way: its answer took 86.6 ms against 11 ms with local keys."""
+    with (
+        StubAuthService({"k-1": ("user", "alice")}) as service,
+        importlogged_server(tmp_path, service.env) as (server, _local_key),
+    ):
+        server.wait_healthy()
+        wait_for_warm_up(server)
+        mark = len(server.stderr_path.read_bytes())
+        reply = httpx.post(
+            f"{server.base_url}/message", json={"body": "hi"}, headers=auth("k-1"), timeout=30
+        )
+        assert reply.status_code == 200, reply.text
+        assert (service.login_calls, service.token_info_calls) == (1, 1)
+        during = server.stderr_path.read_bytes()[mark:].decode(errors="replace")
+        assert IMPORTED.findall(during) == []

@@ -189,3 +189,75 @@ def test_a_write_given_up_at_shutdown_logs_the_disk_full_error(tmp_path: Path, d
     assert gave_up, logs[-3000:]
     assert all("database or disk is full" in line for line in gave_up), gave_up
     assert "cannot rollback" not in logs
+
+
+def test_reads_while_the_disk_is_full_answer_at_once_and_summaries_wait_quietly(
+    tmp_path: Path, disk: Path
+) -> None:
+    """With writes the full disk does not take, a read that needs them (GET /tasks, GET
+    /task of a task that left memory, a message naming it) is refused at once with 503 and
+    Retry-After: it waited 30 s for them (60 s for the message) before. The summaries of
+    tasks that left memory meanwhile are stored once the disk has room, after one warning
+    (they were retried every 250 ms, each failure logged with a traceback)."""
+    server = Server(tmp_path, disk)
+    filler = Filler(disk)
+    server.proc.start()
+    base = server.proc.base_url
+    headers = auth(server.user)
+    reads = {
+        "GET /tasks": lambda: httpx.get(f"{base}/tasks", headers=headers, timeout=120),
+        "GET /task": lambda: httpx.get(
+            f"{base}/task", params={"task_id": first}, headers=headers, timeout=120
+        ),
+        "POST /message naming it": lambda: httpx.post(
+            f"{base}/message",
+            json={"body": "more", "task_id": first},
+            headers=headers,
+            timeout=120,
+        ),
+    }
+    try:
+        first = server.post_many(1, "before")[0].json()["task_id"]
+        _wait(lambda: "summary" in _metadata(server.database, first), "the first task's summary")
+        filler.fill()
+        assert all(r.status_code == 200 for r in server.post_many(3, "while full"))
+        _wait(lambda: server.health()["status"] == "degraded", "/health degraded")
+        for what, read in reads.items():
+            started = time.monotonic()
+            answer = read()
+            took = time.monotonic() - started
+            assert answer.status_code == 503, (what, answer.text)
+            assert answer.headers["Retry-After"] == "5", what
+            assert "database or disk is full" in answer.json()["detail"], answer.text
+            assert took < 10, f"{what} took {took:.1f}s"
+        time.sleep(6)  # summaries that cannot be stored wait (one warning), not a storm
+        filler.free()
+        _wait(lambda: server.health()["status"] == "healthy", "/health healthy again")
+        for what, read in reads.items():
+            assert read().status_code == 200, what
+        listed = _wait(lambda: (r := reads["GET /tasks"]()).status_code == 200 and r.json(), "list")
+        assert len(listed) == 4, listed
+    finally:
+        filler.free()
+        assert server.proc.stop() == 0, server.proc.logs()
+    conn = sqlite3.connect(f"file:{server.database}?mode=ro", uri=True)
+    try:
+        kept = conn.execute(
+            "SELECT COUNT(*) FROM tasks WHERE json_extract(metadata, '$.summary') IS NOT NULL"
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    assert kept == 4, server.proc.logs()[-3000:]
+    logs = server.proc.logs()
+    assert "error while storing finished tasks' summaries" not in logs, logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]
+    assert logs.count("cannot store the summaries of") <= 1, logs[-3000:]
+
+
+def _metadata(database: Path, task_id: str) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT metadata FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+    finally:
+        conn.close()
+    return json.loads(row[0]) if row else {}

@@ -83,7 +83,6 @@ def test_the_file_and_its_folder_are_private(tmp_path: Path) -> None:
             "mail.db": 0o600,
             "mail.db-wal": 0o600,
             "mail.db-shm": 0o600,
-            "mail.db-lock": 0o600,
         }
         await store.close()
 

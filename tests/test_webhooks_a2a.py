@@ -8,6 +8,8 @@ the config's token and authentication headers; a config's URL passes the address
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -170,3 +172,41 @@ async def test_push_configs_are_created_listed_and_deleted_per_caller(
         assert time.monotonic() < deadline, receiver.received("/a2a-cfg")
         time.sleep(0.05)
     assert receiver.received("/a2a-cfg2") == []
+
+
+async def test_concurrent_push_config_creates_keep_the_bound(
+    servers: tuple[ServerProcess, ReceiverProcess],
+) -> None:
+    """300 configs created at once on one task, from three clients, and again on two more
+    tasks: the bound (max_push_configs_per_task, 10) is checked and the config stored in one
+    transaction, so each task keeps 10 (of 100 at once, 15 were kept)."""
+    server, receiver = servers
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                a2a_client(server.base_url, server.keys["bob"], streaming=False)
+            )
+            for _ in range(3)
+        ]
+        for burst in range(3):
+            hold = message(f"BREAKPOINT hold on {burst}")
+            task_id = (await collect(clients[0], hold))[-1].task.id
+
+            async def create(n: int, task_id: str = task_id) -> str | None:
+                config = TaskPushNotificationConfig(
+                    task_id=task_id, id=f"burst-{n}", url=receiver.url(f"/burst-{n}")
+                )
+                try:
+                    await clients[n % 3].create_task_push_notification_config(config)
+                except Exception as exc:  # noqa: BLE001 - the SDK's InvalidParams error
+                    return str(exc)
+                return None
+
+            refusals = await asyncio.gather(*(create(n) for n in range(300)))
+            listed = await clients[0].list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            kept = {c.id for c in listed.configs}
+            assert len(kept) == 10, (burst, sorted(kept))
+            assert {f"burst-{n}" for n, why in enumerate(refusals) if why is None} == kept
+            assert all("max_push_configs_per_task" in why for why in refusals if why), refusals

@@ -253,7 +253,7 @@ def test_loopback_private_and_metadata_urls_are_refused(setup: Setup) -> None:
         "http://192.168.0.1/",
     ):
         r = setup.call("frank", "POST", "/webhooks", json={"url": url, "events": ["*"]})
-        assert r.status_code == 422, (url, r.text)
+        assert r.status_code == 400, (url, r.text)
         assert "[server.webhooks] allowed_hosts" in r.json()["detail"]
     r = setup.call("frank", "POST", "/webhooks", json={"url": "ftp://x/", "events": ["*"]})
     assert r.status_code == 400
@@ -270,9 +270,8 @@ async def test_the_guard_refuses_loopback_without_the_allow_setting() -> None:
 
     transport = WebhookTransport(WebhooksConfig())
     for url in ("http://127.0.0.1:8000/", "http://localhost/", "http://[::1]/", "http://10.0.0.1/"):
-        with pytest.raises(UrlRefused) as refused:
+        with pytest.raises(UrlRefused, match="allowed_hosts"):
             await transport.check_url(url)
-        assert refused.value.status == 422
     # At delivery time too (a name that resolves to loopback after the check): no attempt.
     answer = await transport.post("http://127.0.0.1:9/", b"{}", {})
     assert answer.refused and answer.status is None
@@ -349,7 +348,7 @@ def test_per_request_webhook_covers_its_own_task_only(setup: Setup) -> None:
     r = setup.call(
         "ivan", "POST", "/message", json={"body": "x", "webhook": {"url": "http://10.9.9.9/"}}
     )
-    assert r.status_code == 422 and "webhook.url" in r.json()["detail"], r.text
+    assert r.status_code == 400 and "webhook.url" in r.json()["detail"], r.text
     r = setup.call(
         "ivan",
         "POST",

@@ -200,10 +200,11 @@ class _CancelledAfterWriting(MemoryWebhookStore):
 
     cancel = False
 
-    async def add_subscription(self, sub: Any) -> None:
-        await super().add_subscription(sub)
+    async def add_subscription(self, sub: Any, **kwargs: Any) -> Any:
+        stored = await super().add_subscription(sub, **kwargs)
         if self.cancel:
             raise asyncio.CancelledError
+        return stored
 
     async def update_subscription(self, subscription_id: str, changes: Any) -> Any:
         found = await super().update_subscription(subscription_id, changes)

@@ -16,10 +16,19 @@ from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
 from mail.store.sql_base import SqlWrite, coalesce_writes
-from mail.store.webhooks import ClaimLimits, WebhookStore, new_id
+from mail.store.webhooks import (
+    Bound,
+    ClaimLimits,
+    OverQuota,
+    PendingLimits,
+    WebhookStore,
+    new_delivery,
+    new_id,
+)
 from mail.store.webhooks_memory import MemoryWebhookStore
 
 SWARM = "hooks"
+PENDING = PendingLimits(1000, 100000)
 
 
 def subscription(owner: tuple[str, str], **fields: Any) -> dict[str, Any]:
@@ -108,10 +117,10 @@ async def test_fan_out_follows_ownership_scope_and_event_types(store: WebhookSto
     for sub in (mine, bobs, everything, only_failures, per_task):
         await store.add_subscription(sub)
     await store.add_events([event(ALICE), event(ALICE, task_id="t-2")])
-    made = await store.fan_out(SWARM, time.time(), 100, 1000)
+    made = await store.fan_out(SWARM, time.time(), 100, PENDING)
     # alice's task t-1: mine + admin; t-2: mine + admin + per-task. Not bob's, not failures.
     assert made == 5
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 0  # the events are gone
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 0  # the events are gone
     assert len(await store.list_deliveries(bobs["subscription_id"])) == 0
     assert len(await store.list_deliveries(only_failures["subscription_id"])) == 0
     assert len(await store.list_deliveries(per_task["subscription_id"])) == 1
@@ -123,28 +132,76 @@ async def test_fan_out_sees_subscription_changes(store: WebhookStore) -> None:
     sub = subscription(ALICE, events=["task.failed"])
     await store.add_subscription(sub)
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 0  # completed: not asked for
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 0  # completed: not asked for
     await store.update_subscription(sub["subscription_id"], {"events": ["task.completed"]})
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 1
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 1
     await store.update_subscription(sub["subscription_id"], {"active": False})
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 0
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 0
     other = subscription(ALICE)
     await store.add_subscription(other)
     await store.add_events([event(ALICE)])
-    assert await store.fan_out(SWARM, time.time(), 100, 1000) == 1
+    assert await store.fan_out(SWARM, time.time(), 100, PENDING) == 1
 
 
 async def test_pending_quota_records_failed_deliveries(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)
     await store.add_events([event(ALICE) for _ in range(3)])
-    assert await store.fan_out(SWARM, time.time(), 100, 2) == 3
+    assert await store.fan_out(SWARM, time.time(), 100, PendingLimits(2, 100)) == 3
     rows = await store.list_deliveries(sub["subscription_id"])
     assert sorted(r["status"] for r in rows) == ["failed", "pending", "pending"]
     refused = next(r for r in rows if r["status"] == "failed")
     assert "max_pending_deliveries" in refused["last_error"]
+
+
+async def test_bounds_hold_under_concurrent_adds(store: WebhookStore) -> None:
+    """30 adds at once against a bound of 5 (one transaction each: counted, then stored):
+    5 stored; an add equal in `same` keeps the stored one, refreshed, past the bound too;
+    pending deliveries past their bound are refused or recorded failed."""
+    bound = Bound(("owner_role", "owner_id", "kind", "task_id"), 5, "{count} already")
+
+    async def add(n: int) -> str:
+        sub = subscription(ALICE, kind="a2a", task_id="t-9", description=f"c{n}")
+        try:
+            await store.add_subscription(sub, bounds=[bound])
+        except OverQuota as exc:
+            return str(exc)
+        return "stored"
+
+    outcomes = await asyncio.gather(*(add(n) for n in range(30)))
+    assert outcomes.count("stored") == 5 and set(outcomes) == {"stored", "5 already"}
+    kept = await store.list_subscriptions(SWARM, kinds=["a2a"], task_id="t-9")
+    again = subscription(ALICE, kind="a2a", task_id="t-9", description=kept[0]["description"])
+    again["url"] = "http://elsewhere.test/"
+    stored = await store.add_subscription(
+        again,
+        bounds=[bound],
+        same=("owner_role", "owner_id", "kind", "task_id", "description"),
+        refresh=("url",),
+    )
+    assert stored["subscription_id"] == kept[0]["subscription_id"]
+    assert (await store.get_subscription(stored["subscription_id"]))["url"] == again["url"]  # type: ignore[index]
+    # Pending bounds: per subscription (2), per owner across subscriptions (3).
+    limits = PendingLimits(2, 3)
+    first, second = kept[0], kept[1]
+    ping = {"swarm_name": SWARM, "event_type": "webhook.ping", "payload": "{}"}
+    for n in range(2):
+        delivery = new_delivery(first, {**ping, "event_id": f"e{n}"}, time.time())
+        await store.add_deliveries([delivery], limits, refuse=True)
+    with pytest.raises(OverQuota, match="max_pending_deliveries"):
+        await store.add_deliveries(
+            [new_delivery(first, {**ping, "event_id": "e2"}, time.time())], limits, refuse=True
+        )
+    made = [new_delivery(second, {**ping, "event_id": f"f{n}"}, time.time()) for n in range(2)]
+    await store.add_deliveries(made, limits)
+    statuses = sorted(
+        (d["status"], d["last_error"] or "")
+        for d in await store.list_deliveries(second["subscription_id"])
+    )
+    assert [s for s, _ in statuses] == ["failed", "pending"]
+    assert "max_pending_deliveries_per_caller" in statuses[0][1]
 
 
 async def test_claim_leases_and_bounds_destinations(store: WebhookStore) -> None:
@@ -153,7 +210,7 @@ async def test_claim_leases_and_bounds_destinations(store: WebhookStore) -> None
     for sub in (slow, fast):
         await store.add_subscription(sub)
     await store.add_events([event(ALICE) for _ in range(6)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     now = time.time()
     limits = ClaimLimits(total=10, per_destination=2, in_flight={"slow.test:80": 1})
     claimed = await store.claim(SWARM, now, limits, "node-a", now + 30)
@@ -169,11 +226,55 @@ async def test_claim_leases_and_bounds_destinations(store: WebhookStore) -> None
     assert {r["delivery_id"] for r in claimed} <= {r["delivery_id"] for r in later}
 
 
+async def test_claims_take_turns_across_owners(store: WebhookStore) -> None:
+    """Alice's 30 deliveries fell due before Bob's 3 and Carol's 1. Claiming as the engine
+    does (again at once while a claim saturated someone), each owner gets its share of 2 and
+    nobody waits behind Alice's backlog; among owners the one with the fewest under way
+    goes first."""
+    carol = ("user", "carol")
+    subs = {who: subscription(who, destination=f"{who[1]}.test:80") for who in (ALICE, BOB, carol)}
+    for sub in subs.values():
+        await store.add_subscription(sub)
+    for who, count in ((ALICE, 30), (BOB, 3), (carol, 1)):
+        await store.add_events([event(who) for _ in range(count)])
+        await store.fan_out(SWARM, time.time(), 100, PENDING)
+    now = time.time()
+    under_way: dict[tuple[str, str], int] = {}
+    for claims in range(1, 10):
+        limits = ClaimLimits(8 - sum(under_way.values()), 100, {}, 2, dict(under_way))
+        rows = await store.claim(SWARM, now, limits, f"n{claims}", now + 30)
+        if not rows:
+            break
+        for row in rows:
+            owner = (row["owner_role"], row["owner_id"])
+            under_way[owner] = under_way.get(owner, 0) + 1
+    assert under_way == {ALICE: 2, BOB: 2, carol: 1}, under_way
+    assert claims <= 4  # one claim per owner saturated, at most, and one that finds nothing
+
+
+async def test_a_claim_takes_turns_among_its_candidates(store: WebhookStore) -> None:
+    """One slot: Carol (none under way) goes before Bob (one), whose deliveries fell due
+    after Alice's (one under way too, and due first)."""
+    carol = ("user", "carol")
+    for who in (ALICE, BOB, carol):
+        await store.add_subscription(subscription(who, destination=f"{who[1]}.test:80"))
+        await store.add_events([event(who) for _ in range(3)])
+        await store.fan_out(SWARM, time.time(), 100, PENDING)
+    now = time.time()
+    limits = ClaimLimits(1, 100, {}, 2, {ALICE: 1, BOB: 1})
+    assert [r["owner_id"] for r in await store.claim(SWARM, now, limits, "n", now + 30)] == [
+        "carol"
+    ]
+    limits = ClaimLimits(2, 100, {}, 2, {ALICE: 1, BOB: 1, carol: 2})
+    got = await store.claim(SWARM, now, limits, "n", now + 30)
+    assert sorted(r["owner_id"] for r in got) == ["alice", "bob"]  # one each, not two of hers
+
+
 async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)
     await store.add_events([event(ALICE)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     now = time.time()
     (row,) = await store.claim(SWARM, now, ClaimLimits(10, 10, {}), "me", now + 30)
     attempt = {
@@ -205,12 +306,12 @@ async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     assert (await store.get_subscription(sub["subscription_id"]))["failing_since"] == now  # type: ignore[index]
     # Not due yet; a manual retry makes it due now with the schedule from the start.
     assert await store.claim(SWARM, now + 1, ClaimLimits(10, 10, {}), "me", now + 30) == []
-    retried = await store.retry(row["delivery_id"], now + 1)
+    retried = await store.retry(row["delivery_id"], now + 1, PENDING)
     assert retried is not None and retried["retry_index"] == 0
     assert len(await store.claim(SWARM, now + 1, ClaimLimits(10, 10, {}), "me", now + 30)) == 1
     # Disabled subscriptions are not claimed; deleting forgets deliveries and attempts.
     await store.update_subscription(sub["subscription_id"], {"active": False})
-    await store.retry(row["delivery_id"], now + 2)
+    await store.retry(row["delivery_id"], now + 2, PENDING)
     assert await store.claim(SWARM, now + 2, ClaimLimits(10, 10, {}), "me", now + 30) == []
     assert await store.delete_subscription(sub["subscription_id"])
     assert await store.get_delivery(row["delivery_id"]) is None
@@ -225,7 +326,7 @@ async def test_cleanup_forgets_old_deliveries_and_expired_subscriptions(
     await store.add_subscription(sub)
     await store.add_subscription(short)
     await store.add_events([event(ALICE)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     (row,) = await store.list_deliveries(sub["subscription_id"])
     old = time.time() - 1000
     await store.finish(
@@ -250,7 +351,7 @@ async def test_concurrent_claims_never_share_a_delivery(store: WebhookStore) -> 
     sub = subscription(ALICE)
     await store.add_subscription(sub)
     await store.add_events([event(ALICE) for _ in range(20)])
-    await store.fan_out(SWARM, time.time(), 100, 1000)
+    await store.fan_out(SWARM, time.time(), 100, PENDING)
     now = time.time()
     results = await asyncio.gather(
         *(store.claim(SWARM, now, ClaimLimits(5, 100, {}), f"n{i}", now + 30) for i in range(4))
@@ -328,7 +429,7 @@ async def test_the_outbox_commits_with_its_event_even_past_a_batch_boundary(
         sub = subscription(("user", "alice"), events=["*"])
         await hooks.add_subscription(sub)
         # evt_a once (the second copy is ignored), evt_b once.
-        assert await hooks.fan_out(SWARM, time.time(), 100, 1000) == 2
+        assert await hooks.fan_out(SWARM, time.time(), 100, PENDING) == 2
     finally:
         await hooks.close()
     snapshot = await task_store.load_instance(key)

@@ -25,7 +25,6 @@ from mail.a2a.client import A2AClientMethods
 from mail.client_config import ClientConfig
 from mail.client_http import MAILClientError, MAILHTTPConnection
 from mail.client_sse import MAILEventStream, preview
-from mail.client_webhooks import WebhookClientMethods
 
 __all__ = ["ClientConfig", "MAILClient", "MAILClientError", "MAILEventStream"]
 
@@ -38,21 +37,7 @@ def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-def _message_options(
-    payload: dict[str, Any],
-    attachments: list[dict[str, Any]] | None,
-    webhook: dict[str, Any] | None,
-    multitask_strategy: str | None,
-) -> None:
-    if attachments:
-        payload["attachments"] = list(attachments)
-    if webhook is not None:
-        payload["webhook"] = dict(webhook)
-    if multitask_strategy is not None:
-        payload["multitask_strategy"] = multitask_strategy
-
-
-class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
+class MAILClient(MAILHTTPConnection, A2AClientMethods):
     """Async client for a MAIL server; use `async with MAILClient(url, api_key) as client:`."""
 
     # ----------------------------------------------------------------- service and identity
@@ -116,13 +101,27 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         task_id: str | None,
         resume_from: str | None,
         kwargs: dict[str, Any],
+        attachments: list[dict[str, Any]] | None = None,
+        webhook: dict[str, Any] | None = None,
+        multitask_strategy: str | None = None,
     ) -> dict[str, Any]:
         payload: dict[str, Any] = {"subject": subject, "body": body, "msg_type": msg_type}
         payload.update(
-            _drop_none({"entrypoint": entrypoint, "task_id": task_id, "resume_from": resume_from})
+            _drop_none(
+                {
+                    "entrypoint": entrypoint,
+                    "task_id": task_id,
+                    "resume_from": resume_from,
+                    "multitask_strategy": multitask_strategy,
+                }
+            )
         )
         if kwargs:
             payload["kwargs"] = kwargs
+        if attachments:
+            payload["attachments"] = list(attachments)
+        if webhook is not None:
+            payload["webhook"] = dict(webhook)
         return payload
 
     async def post_message(
@@ -157,9 +156,17 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         server's usual default), "enqueue", "interrupt" or "rollback".
         """
         payload = self._message_payload(
-            body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
+            body,
+            subject,
+            msg_type,
+            entrypoint,
+            task_id,
+            resume_from,
+            kwargs,
+            attachments,
+            webhook,
+            multitask_strategy,
         )
-        _message_options(payload, attachments, webhook, multitask_strategy)
         if background:
             payload["background"] = True
         payload["show_events"] = show_events
@@ -190,9 +197,17 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
         "secret"}`) once the stream is open.
         """
         payload = self._message_payload(
-            body, subject, msg_type, entrypoint, task_id, resume_from, kwargs
+            body,
+            subject,
+            msg_type,
+            entrypoint,
+            task_id,
+            resume_from,
+            kwargs,
+            attachments,
+            webhook,
+            multitask_strategy,
         )
-        _message_options(payload, attachments, webhook, multitask_strategy)
         payload["stream"] = True
         return MAILEventStream(
             lambda: self._open_work(
@@ -391,6 +406,86 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
             "POST", "/interswarm/back", payload={"message": dict(message)}, starts_work=True
         )
 
+    # ----------------------------------------------------------------- webhooks
+    # docs/webhooks.md. The calls that change something (create, change, delete, rotate, test,
+    # retry a delivery) carry a fresh Idempotency-Key and are retried with it after a
+    # transient failure, like `post_message`: a create whose answer was lost must not leave a
+    # second webhook with a secret nobody saw.
+
+    async def create_webhook(
+        self,
+        url: str,
+        events: list[str] | None = None,
+        *,
+        description: str | None = None,
+        scope: str | None = None,
+        secret: str | None = None,
+    ) -> dict[str, Any]:
+        """POST /webhooks — subscribe `url` to your tasks' events (default: every event).
+        The answer's `secret` (`whsec_...`) is shown this once."""
+        payload: dict[str, Any] = {"url": url, "events": events or ["*"]}
+        for name, value in (("description", description), ("scope", scope), ("secret", secret)):
+            if value is not None:
+                payload[name] = value
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", "/webhooks", payload=payload, starts_work=True
+        )
+
+    async def list_webhooks(self) -> list[dict[str, Any]]:
+        """GET /webhooks — your webhooks (never their secrets)."""
+        found = await self._request_json("GET", "/webhooks")
+        return list(found["webhooks"])
+
+    async def get_webhook(self, webhook_id: str) -> dict[str, Any]:
+        """GET /webhooks/{id}."""
+        return await self._request_json("GET", _webhook_path(webhook_id))  # type: ignore[no-any-return]
+
+    async def update_webhook(self, webhook_id: str, **changes: Any) -> dict[str, Any]:
+        """PATCH /webhooks/{id} — `url`, `events`, `description`, `active`."""
+        return await self._request_json(  # type: ignore[no-any-return]
+            "PATCH", _webhook_path(webhook_id), payload=changes, starts_work=True
+        )
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        """DELETE /webhooks/{id} — with its delivery log."""
+        response = await self._open_work("DELETE", _webhook_path(webhook_id))
+        response.release()
+
+    async def test_webhook(self, webhook_id: str) -> dict[str, Any]:
+        """POST /webhooks/{id}/test — queue a `webhook.ping` delivery."""
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", _webhook_path(webhook_id, "/test"), starts_work=True
+        )
+
+    async def rotate_webhook_secret(
+        self, webhook_id: str, overlap_seconds: float = 86400
+    ) -> dict[str, Any]:
+        """POST /webhooks/{id}/rotate-secret — a new secret (shown once); the old one keeps
+        signing for `overlap_seconds`."""
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST",
+            _webhook_path(webhook_id, "/rotate-secret"),
+            payload={"overlap_seconds": overlap_seconds},
+            starts_work=True,
+        )
+
+    async def webhook_deliveries(
+        self, webhook_id: str, *, status: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """GET /webhooks/{id}/deliveries — newest first, each with its attempts."""
+        params = {"limit": str(limit)}
+        if status:
+            params["status"] = status
+        found = await self._request_json(
+            "GET", _webhook_path(webhook_id, "/deliveries"), params=params
+        )
+        return list(found["deliveries"])
+
+    async def retry_webhook_delivery(self, webhook_id: str, delivery_id: str) -> dict[str, Any]:
+        """POST /webhooks/{id}/deliveries/{delivery_id}/retry — send it again now."""
+        path = _webhook_path(webhook_id, f"/deliveries/{quote(delivery_id, safe='')}/retry")
+        return await self._request_json("POST", path, starts_work=True)  # type: ignore[no-any-return]
+
     # ----------------------------------------------------------------- debug
 
     async def debug_post_responses(
@@ -430,6 +525,10 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods, WebhookClientMethods):
                     f"POST /responses returned a non-JSON string: {preview(result)}"
                 ) from exc
         return _as_openai_response(result)
+
+
+def _webhook_path(webhook_id: str, rest: str = "") -> str:
+    return f"/webhooks/{quote(webhook_id, safe='')}{rest}"
 
 
 def _as_openai_response(data: Any) -> Any:

@@ -52,13 +52,22 @@ class WebhooksConfig(BaseModel):
     max_retry_after: float = Field(default=86400.0, gt=0)
     # A subscription whose deliveries all failed for this long is disabled (with a notice).
     disable_after: float = Field(default=86400.0, gt=0)
-    # Attempts under way at once in one server process, and towards one host:port.
+    # Attempts under way at once in one server process, towards one host:port, and of one
+    # caller (their share: deliveries are claimed taking turns across callers, so one
+    # caller's slow or dead receivers hold this many slots at most).
     max_in_flight: int = Field(default=32, ge=1)
     max_in_flight_per_destination: int = Field(default=4, ge=1)
-    # Quotas: standing subscriptions per caller; deliveries waiting per subscription (past
-    # it, new deliveries are recorded as failed, saying so); A2A push configs per task.
+    max_in_flight_per_owner: int = Field(default=8, ge=1)
+    # Quotas: standing subscriptions per caller; per-request webhooks (POST /message) per
+    # caller and per task (one per distinct URL: a later message naming the same URL uses
+    # the same one); deliveries waiting per subscription and per caller in all (past either,
+    # new deliveries are recorded as failed, saying so; a test or a retry is refused);
+    # A2A push configs per task.
     max_subscriptions_per_caller: int = Field(default=20, ge=1)
+    max_request_webhooks_per_caller: int = Field(default=1000, ge=1)
+    max_request_webhooks_per_task: int = Field(default=10, ge=1)
     max_pending_deliveries: int = Field(default=1000, ge=1)
+    max_pending_deliveries_per_caller: int = Field(default=5000, ge=1)
     max_push_configs_per_task: int = Field(default=10, ge=1)
     # Characters of a task's answer or error kept in an event's `summary`.
     summary_chars: int = Field(default=2000, ge=0)

@@ -1,7 +1,9 @@
 """A webhook receiver process for tests: verifies Standard Webhooks signatures with the
 ``standardwebhooks`` library, answers as scripted, and reports what it got.
 
-    python -m tests.support.webhook_receiver PORT
+    python -m tests.support.webhook_receiver PORT [PORT ...]
+
+(one process, the same answers on every port: a path's script holds for all of them).
 
 Control (JSON over HTTP, on the same port):
 
@@ -99,15 +101,23 @@ def _app() -> Any:
 def main() -> None:
     from aiohttp import web
 
-    port = int(sys.argv[1])
-    web.run_app(_app(), host="127.0.0.1", port=port, print=None, access_log=None)
+    async def serve(ports: list[int]) -> None:
+        runner = web.AppRunner(_app(), access_log=None)
+        await runner.setup()
+        for port in ports:
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+        await asyncio.Event().wait()  # until killed
+
+    asyncio.run(serve([int(p) for p in sys.argv[1:]]))
 
 
 class ReceiverProcess:
-    """A receiver subprocess on `port` (started by `start`, stopped by `stop`)."""
+    """A receiver subprocess on `port`, and on `more_ports` too (started by `start`,
+    stopped by `stop`)."""
 
-    def __init__(self, port: int, directory: Path) -> None:
+    def __init__(self, port: int, directory: Path, more_ports: tuple[int, ...] = ()) -> None:
         self.port = port
+        self.more_ports = more_ports
         self.directory = directory
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -123,7 +133,12 @@ class ReceiverProcess:
 
         log = (self.directory / f"receiver-{self.port}.log").open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.webhook_receiver", str(self.port)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.webhook_receiver",
+                *(str(p) for p in (*self.more_ports, self.port)),  # `port` last: ready
+            ],
             cwd=REPO_ROOT,
             env=server_env(),
             stdout=log,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mail.core.events import TaskEvent
+from mail.core.events import TaskEvent, events_from_records
 from mail.core.observer import RuntimeObserver
 from mail.core.runtime_durable import TaskJournal, has_work, is_journal_key, journal_key
 from mail.core.runtime_ports import HostLink
@@ -362,9 +362,7 @@ def restore_snapshot(
                 continuing.append(task_id)
             else:
                 task.stop()
-        for raw in snapshot.events.get(task_id, []):
-            event = TaskEvent.from_record(raw)
-            task.events.append(event)
+        task.events.extend(events_from_records(snapshot.events.get(task_id, [])))
         response = snapshot.responses.get(task_id)
         if response is not None:
             task.response = response

@@ -1,22 +1,28 @@
-"""MAILSwarm: a running swarm instance (agents + actions + its own runtime)."""
+"""MAILSwarm: a running swarm instance (agents + actions + its own runtime).
+
+Besides sending messages and running tasks, an instance answers for its wiring (agents and
+actions by name, who may message whom, sub-swarm templates), its store, its interswarm
+connection, and v1.3's methods for both (``receive_interswarm_message``,
+``load_tasks_from_db`` ...).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, TypeVar
 
 from mail.api.actions import MAILAction
-from mail.api.agents import MAILAgent
+from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.instance_wiring import attach_files, connect_interswarm, review_policy_for
-from mail.api.swarm_topology import SwarmTopology
-from mail.api.swarm_v13 import V13SwarmMethods
 from mail.core.actions import ActionOverrideFunction
 from mail.core.compat import server_sent_event_stream, server_sent_events
 from mail.core.events import TaskEvent
 from mail.core.message import (
+    MAILInterswarmMessage,
     MAILMessage,
     create_address,
     create_agent_address,
@@ -33,13 +39,90 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mail.api")
 
+Direction = Literal["forward", "back"]
+P = ParamSpec("P")
+AgentT = TypeVar("AgentT", MAILAgent, MAILAgentTemplate)
 
-class MAILSwarm(SwarmTopology, V13SwarmMethods):
-    """One instance of a swarm for one caller; owns a MAILRuntime.
+# The settings a swarm template and its instances both hold, under the same names.
+_SHARED_SETTINGS = (
+    "name",
+    "version",
+    "entrypoint",
+    "enable_interswarm",
+    "breakpoint_tools",
+    "exclude_tools",
+    "task_message_limit",
+    "description",
+    "keywords",
+    "enable_db_agent_histories",
+    "review_ignore_ends_task",
+)
 
-    v1.3's interswarm and database methods (``receive_interswarm_message``,
-    ``load_tasks_from_db`` ...) come from V13SwarmMethods.
-    """
+
+def swarm_settings(source: Any) -> dict[str, Any]:
+    """`source`'s settings that a template hands to its instances and an instance back to
+    a template (`MAILSwarmTemplate.instantiate`, `MAILSwarm.get_subswarm`)."""
+    return {name: getattr(source, name) for name in _SHARED_SETTINGS}
+
+
+class WiredAgents(Generic[AgentT]):
+    """What a swarm and its template both tell of their agents' wiring."""
+
+    agents: list[AgentT]
+
+    @property
+    def agent_names(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+    @property
+    def supervisors(self) -> list[AgentT]:
+        """The agents that can complete tasks (v1.3 stored them; read from the agents now)."""
+        return [a for a in self.agents if a.can_complete_tasks]
+
+    @property
+    def adjacency_matrix(self) -> list[list[int]]:
+        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`).
+
+        v1.3 stored the matrix once, in the constructor; this one follows
+        `update_from_adjacency_matrix` and edits of the agents' `comm_targets`."""
+        names = self.agent_names
+        return [[1 if other in a.comm_targets else 0 for other in names] for a in self.agents]
+
+    def _rewire(self, adj: list[list[int]]) -> list[AgentT]:
+        """Set each agent's `comm_targets` as `adj` gives them (its remote targets kept)."""
+        names = self.agent_names
+        if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
+            raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
+        for agent, row in zip(self.agents, adj, strict=True):
+            remote = [t for t in agent.comm_targets if "@" in t]
+            agent.comm_targets = [
+                n for n, flag in zip(names, row, strict=True) if flag and n != agent.name
+            ] + remote
+        return self.agents
+
+
+def _v13_events(
+    method: Callable[P, Awaitable[tuple[MAILMessage, list[TaskEvent]]]],
+) -> Callable[P, Awaitable[tuple[MAILMessage, list[ServerSentEvent]]]]:
+    """v1.3's `post_message` from our `post_message_task_events` (likewise `submit_message`):
+    the same arguments, the events as ServerSentEvent objects."""
+
+    @functools.wraps(method)
+    async def v13(*args: P.args, **kwargs: P.kwargs) -> tuple[MAILMessage, list[ServerSentEvent]]:
+        response, events = await method(*args, **kwargs)
+        return response, server_sent_events(events)
+
+    v13.__name__ = method.__name__.removesuffix("_task_events")
+    v13.__qualname__ = method.__qualname__.removesuffix("_task_events")
+    v13.__doc__ = (
+        f"`{method.__name__}`, with the events as ``sse_starlette.ServerSentEvent`` objects "
+        "(``data`` a dict), as v1.3 gave them."
+    )
+    return v13
+
+
+class MAILSwarm(WiredAgents[MAILAgent]):
+    """One instance of a swarm for one caller; owns a MAILRuntime."""
 
     # MAILSwarmTemplate, set by mail.api.swarm_template: a template makes instances (it
     # imports this module), so an instance reaches its template class through this slot.
@@ -112,6 +195,7 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
 
         self.runtime.context_compressor = compress_history
         self._loop_task: asyncio.Task[None] | None = None
+        self._owned_store: Any = None  # a store `load_tasks_from_db` opened; shutdown closes it
         if any(a.team_tools for a in agents):
             self.attach_team_store(None)
 
@@ -161,38 +245,6 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         return self.build_message(subject, body, [entry], sender_type, msg_type, task_id)
 
     # ------------------------------------------------------------------ posting
-    async def post_message(
-        self,
-        body: str = "",
-        subject: str = "New Message",
-        msg_type: str = "request",
-        entrypoint: str | None = None,
-        show_events: bool = False,
-        timeout: float = 3600.0,
-        task_id: str | None = None,
-        resume_from: str | None = None,
-        **kwargs: Any,
-    ) -> tuple[MAILMessage, list[ServerSentEvent]]:
-        """Send a message from the caller and wait for the task's final response.
-
-        Works whether or not `run_continuous` is running: without a loop, the task is run
-        to completion here. With `show_events`, the events this request added come back as
-        ``sse_starlette.ServerSentEvent`` objects (``data`` a dict); `post_message_task_events`
-        gives them as TaskEvent records.
-        """
-        response, events = await self.post_message_task_events(
-            body,
-            subject,
-            msg_type,
-            entrypoint,
-            show_events,
-            timeout,
-            task_id,
-            resume_from,
-            **kwargs,
-        )
-        return response, server_sent_events(events) if show_events else []
-
     async def post_message_task_events(
         self,
         body: str = "",
@@ -205,12 +257,19 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         resume_from: str | None = None,
         **kwargs: Any,
     ) -> tuple[MAILMessage, list[TaskEvent]]:
-        """`post_message` with the events as TaskEvent records."""
+        """Send a message from the caller and wait for the task's final response.
+
+        Works whether or not `run_continuous` is running: without a loop, the task is run
+        to completion here. With `show_events`, the events this request added come back as
+        TaskEvent records (v1.3's `post_message` gives them as ServerSentEvent objects).
+        """
         message = self._user_message(body, subject, msg_type, entrypoint, task_id)
         attach_files(message, kwargs.pop("attachments", None))
         return await self.submit_message_task_events(
             message, timeout, show_events, resume_from, **kwargs
         )
+
+    post_message = _v13_events(post_message_task_events)
 
     async def post_message_and_run(
         self,
@@ -236,21 +295,7 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
             timeout=timeout,
             **kwargs,
         )
-        return response, server_sent_events(events) if show_events else []
-
-    async def submit_message(
-        self,
-        message: MAILMessage,
-        timeout: float = 3600.0,
-        show_events: bool = False,
-        resume_from: str | None = None,
-        **kwargs: Any,
-    ) -> tuple[MAILMessage, list[ServerSentEvent]]:
-        """Submit a complete MAILMessage and wait for its task's answer (see `post_message`)."""
-        response, events = await self.submit_message_task_events(
-            message, timeout, show_events, resume_from, **kwargs
-        )
-        return response, server_sent_events(events) if show_events else []
+        return response, server_sent_events(events)
 
     async def submit_message_task_events(
         self,
@@ -260,7 +305,8 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         resume_from: str | None = None,
         **kwargs: Any,
     ) -> tuple[MAILMessage, list[TaskEvent]]:
-        """`submit_message` with the events as TaskEvent records."""
+        """Submit a complete MAILMessage and wait for its task's answer (see
+        `post_message_task_events`)."""
         return await self._run_to_answer(
             message,
             show_events,
@@ -269,6 +315,8 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
             timeout=timeout,
             **kwargs,
         )
+
+    submit_message = _v13_events(submit_message_task_events)
 
     async def _run_to_answer(
         self, message: MAILMessage, show_events: bool, **run_task: Any
@@ -415,9 +463,8 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         observer = getattr(self, "_store_observer", None)
         if observer is not None:
             await observer.close()
-        owned = getattr(self, "_owned_store", None)
-        if owned is not None:  # opened by load_tasks_from_db (v1.3)
-            self._owned_store = None
+        owned, self._owned_store = self._owned_store, None
+        if owned is not None:
             await owned.close()
         registry = self.swarm_registry
         if registry is None or registry is not self._built_registry:
@@ -499,6 +546,33 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         observer = getattr(self, "_store_observer", None)
         return True if observer is None else await observer.flush(timeout)
 
+    # v1.3's server called these right after `instantiate`; here an instance with a store
+    # restores everything when the store is attached (`mail server` attaches its store to
+    # every instance), so they only attach one when the instance has none and DATABASE_URL
+    # names a database, as v1.3 read it.
+    async def load_agent_histories_from_db(self) -> None:
+        """Restore stored tasks and agent histories (v1.3; see `attach_store`)."""
+        await self._load_from_database()
+
+    async def load_tasks_from_db(self) -> None:
+        """Restore stored tasks, their events and answers (v1.3; see `attach_store`)."""
+        await self._load_from_database()
+
+    async def _load_from_database(self) -> None:
+        if self.enable_db_agent_histories is False:
+            return  # the swarm keeps its histories out of the database
+        if getattr(self, "_store_observer", None) is not None:
+            return  # restored when the store was attached
+        from mail.store import create_store, database_url_from_env
+
+        url = database_url_from_env()
+        if url is None:
+            return
+        store = create_store(url)
+        await store.start()
+        self._owned_store = store
+        await self.attach_store(store)
+
     # ------------------------------------------------------------------ interswarm
     async def start_interswarm(self, router: Any = None) -> None:
         """Connect this instance to other swarms (through `router`, or one of its own)."""
@@ -531,6 +605,72 @@ class MAILSwarm(SwarmTopology, V13SwarmMethods):
         return self.runtime.interswarm.receive_progress(  # type: ignore[no-any-return]
             task_id, source_swarm, description, extra
         )
+
+    # v1.3's interswarm methods raise ValueError, as v1.3's did: when interswarm is not
+    # running, and for an envelope or a send that fails.
+    def _router(self) -> Any:
+        router = self.runtime.interswarm_router
+        if router is None:
+            raise ValueError("interswarm router not available")
+        return router
+
+    async def receive_interswarm_message(
+        self, message: MAILInterswarmMessage, direction: Direction = "forward"
+    ) -> str:
+        """Take an envelope from another swarm (``/interswarm/forward`` or ``/back``);
+        returns the task id (v1.3 returned None). `accept_interswarm_message` is the same
+        without the coroutine and with our error types."""
+        self._router()
+        if direction not in ("forward", "back"):
+            raise ValueError(f"invalid direction: {direction}")
+        try:
+            return self.accept_interswarm_message(message, direction)
+        except Exception as exc:
+            raise ValueError(f"error routing interswarm message: {exc}") from exc
+
+    async def send_interswarm_message(
+        self, message: MAILInterswarmMessage, direction: Direction = "forward"
+    ) -> None:
+        """POST an envelope to its target swarm's ``/interswarm/forward`` or ``/back``."""
+        router = self._router()
+        if direction not in ("forward", "back"):
+            raise ValueError(f"invalid direction: {direction}")
+        try:
+            await router.send_interswarm(message, direction)
+        except Exception as exc:
+            raise ValueError(f"error sending interswarm message: {exc}") from exc
+
+    async def post_interswarm_user_message(self, message: MAILInterswarmMessage) -> MAILMessage:
+        """Send an envelope's request to its target swarm as a user message (the envelope's
+        ``auth_token`` is the user's token); returns the remote swarm's answer."""
+        result = await self._router().post_envelope_as_user_message(message)
+        return result  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ wiring
+    @property
+    def agents_by_name(self) -> dict[str, MAILAgent]:
+        """`agents` keyed by name (the documented attribute is the list)."""
+        return {a.name: a for a in self.agents}
+
+    @property
+    def actions_by_name(self) -> dict[str, MAILAction]:
+        """`actions` keyed by name (the documented attribute is the list)."""
+        return {a.name: a for a in self.actions}
+
+    def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
+        for agent in self._rewire(adj):
+            self.runtime.agents[agent.name].comm_targets = list(agent.comm_targets)
+
+    def get_subswarm(
+        self, names: list[str], name_suffix: str, entrypoint: str | None = None
+    ) -> Any:
+        """A ``MAILSwarmTemplate`` of some of this instance's agents, as they are wired now."""
+        template = self.template_type(
+            agents=[a._to_template(self.agent_names) for a in self.agents],
+            actions=list(self.actions),
+            **swarm_settings(self),
+        )
+        return template.get_subswarm(names, name_suffix, entrypoint)
 
     # ------------------------------------------------------------------ inspection
     def get_events(self, task_id: str) -> list[ServerSentEvent]:

@@ -8,13 +8,13 @@ from typing import Any
 
 from mail import hooks
 from mail.api.actions import MAILAction
-from mail.api.agents import MAILAgent, MAILAgentTemplate
-from mail.api.factory_check import check_factory_params
+from mail.api.agents import MAILAgent, MAILAgentTemplate, agent_wiring
+from mail.api.factory_check import check_factory_params, setting_of
 from mail.api.prompts import augment_system_prompts
-from mail.api.swarm import MAILSwarm
-from mail.api.swarm_topology import swarm_settings
+from mail.api.swarm import MAILSwarm, WiredAgents, swarm_settings
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
+from mail.factories.base import proxy_problem
 from mail.factories.demo_model import offline_model_problem
 from mail.swarms_json import (
     build_swarm_from_json,
@@ -27,7 +27,7 @@ from mail.swarms_json import (
 from mail.utils.parsing import read_python_string
 
 
-class MAILSwarmTemplate:
+class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
     """A swarm definition: agents, actions, entrypoint and swarm-wide options."""
 
     def __init__(
@@ -69,23 +69,6 @@ class MAILSwarmTemplate:
         self._validate()
 
     # ------------------------------------------------------------------ validation
-    @property
-    def agent_names(self) -> list[str]:
-        return [a.name for a in self.agents]
-
-    @property
-    def supervisors(self) -> list[MAILAgentTemplate]:
-        """The agents that can complete tasks (v1.3 attribute, read from the agents now)."""
-        return [a for a in self.agents if a.can_complete_tasks]
-
-    @property
-    def adjacency_matrix(self) -> list[list[int]]:
-        """``adj[i][j]`` is 1 when agent i may message agent j (order of `agent_names`).
-
-        v1.3 stored the matrix once, in the constructor; this one follows
-        `update_from_adjacency_matrix` and edits of the agents' `comm_targets`."""
-        return self._build_adjacency_matrix()[0]
-
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError("swarm name must be a non-empty string")
@@ -146,9 +129,17 @@ class MAILSwarmTemplate:
             # A template that cannot build its agents fails now, not at a caller's first use.
             check_factory_params(agent.name, agent.factory, agent.factory_kwargs())
             # An unknown `mail/...` model would fail every task later: refuse it now.
-            problem = offline_model_problem((agent.agent_params or {}).get("llm"))
+            params = agent.agent_params or {}
+            problem = offline_model_problem(params.get("llm"))
             if problem:
                 raise ValueError(f"agent '{agent.name}': {problem}")
+            # So would a LiteLLM proxy (use_proxy, true by default) with no URL to reach it.
+            use_proxy = setting_of(agent.factory, params, "use_proxy")
+            problem = proxy_problem(
+                agent.name, params.get("llm"), use_proxy, params.get("api_base")
+            )
+            if problem:
+                raise ValueError(problem)
 
     # ------------------------------------------------------------------ instances
     def instantiate(
@@ -205,21 +196,10 @@ class MAILSwarmTemplate:
 
     # ------------------------------------------------------------------ wiring
     def _build_adjacency_matrix(self) -> tuple[list[list[int]], list[str]]:
-        names = self.agent_names
-        matrix = [
-            [1 if other in agent.comm_targets else 0 for other in names] for agent in self.agents
-        ]
-        return matrix, names
+        return self.adjacency_matrix, self.agent_names
 
     def update_from_adjacency_matrix(self, adj: list[list[int]]) -> None:
-        names = self.agent_names
-        if len(adj) != len(names) or any(len(row) != len(names) for row in adj):
-            raise ValueError(f"adjacency matrix must be {len(names)}x{len(names)}")
-        for agent, row in zip(self.agents, adj, strict=True):
-            remote = [t for t in agent.comm_targets if "@" in t]
-            agent.comm_targets = [
-                n for n, flag in zip(names, row, strict=True) if flag and n != agent.name
-            ] + remote
+        self._rewire(adj)
         self._validate()
 
     def get_subswarm(
@@ -234,42 +214,27 @@ class MAILSwarmTemplate:
             targets = [t for t in agent.comm_targets if t in members or "@" in t]
             if not targets and len(members) > 1:
                 targets = [next(m for m in members if m != agent.name)]
-            clone = MAILAgentTemplate(
-                name=agent.name,
-                factory=agent.factory,
-                comm_targets=targets,
-                actions=agent.actions,
-                agent_params=agent.agent_params,
-                enable_entrypoint=agent.enable_entrypoint or agent.name == entrypoint,
-                enable_interswarm=agent.enable_interswarm,
-                can_complete_tasks=agent.can_complete_tasks,
-                tool_format=agent.tool_format,
-                exclude_tools=agent.exclude_tools,
-                review_actions=agent.review_actions,
-                team_tools=agent.team_tools,
+            wiring = agent_wiring(agent)
+            wiring["enable_entrypoint"] = agent.enable_entrypoint or agent.name == entrypoint
+            agents.append(
+                MAILAgentTemplate(**wiring, comm_targets=targets, exclude_tools=agent.exclude_tools)
             )
-            agents.append(clone)
-        entry = entrypoint or (self.entrypoint if self.entrypoint in members else members[0])
+        settings = swarm_settings(self)
+        settings["name"] = f"{self.name}-{name_suffix}"
+        settings["entrypoint"] = entrypoint or (
+            self.entrypoint if self.entrypoint in members else members[0]
+        )
+        settings["breakpoint_tools"] = [
+            t
+            for t in self.breakpoint_tools
+            if t in MAIL_TOOL_NAMES or any(t in [x.name for x in ag.actions] for ag in chosen)
+        ]
         return MAILSwarmTemplate(
-            name=f"{self.name}-{name_suffix}",
-            version=self.version,
+            **settings,
             agents=agents,
             actions=[a for a in self.actions if any(a in ag.actions for ag in chosen)]
             or self.actions,
-            entrypoint=entry,
-            enable_interswarm=self.enable_interswarm,
-            breakpoint_tools=[
-                t
-                for t in self.breakpoint_tools
-                if t in MAIL_TOOL_NAMES or any(t in [x.name for x in ag.actions] for ag in chosen)
-            ],
-            exclude_tools=self.exclude_tools,
-            task_message_limit=self.task_message_limit,
-            description=self.description,
-            keywords=self.keywords,
             public=self.public,
-            enable_db_agent_histories=self.enable_db_agent_histories,
-            review_ignore_ends_task=self.review_ignore_ends_task,
             batch_delivery=self.batch_delivery,
         )
 

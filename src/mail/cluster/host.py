@@ -27,6 +27,7 @@ from typing import Any
 from mail.server.auth import Caller
 from mail.server.backends import ForwardedRequest, UnaryResponse
 from mail.server.forwarded_auth import ForwardedAuthenticator
+from mail.store.base import StoreUnavailableError
 
 logger = logging.getLogger("mail.cluster")
 
@@ -37,6 +38,13 @@ _DURABLE_WAIT = 5.0
 
 class InstanceClosing(RuntimeError):
     """The host is being reclaimed; the request did not run and may be sent to a new host."""
+
+
+class InstanceStartFailed(StoreUnavailableError):
+    """The host could not start its instance (its database refused it: no connection to
+    spare, out of reach), in one line; the request did not run. The front end ends such a
+    host (it may hold some of its pools open) and answers 503: a new host starts at the next
+    request."""
 
 
 def caller_from_dict(data: dict[str, Any]) -> Caller:
@@ -129,7 +137,14 @@ class InstanceHost:
     async def ready(self) -> None:
         if not self.adopted:
             raise InstanceClosing("this host has no instance yet")
-        await asyncio.shield(self.start_soon())
+        try:
+            await asyncio.shield(self.start_soon())
+        except Exception as exc:
+            from mail.store.postgres_schema import refusal_reason
+
+            raise InstanceStartFailed(
+                f"this caller's instance cannot start now: {refusal_reason(exc)}"
+            ) from exc
 
     def prepare_soon(self) -> asyncio.Task[None]:
         """Build the application and open its store (once): everything but the instance."""

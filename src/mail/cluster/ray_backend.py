@@ -30,7 +30,13 @@ from mail.cluster.actor import (
     forwarded_env,
     is_instance_name,
 )
-from mail.cluster.host import ForwardedRequest, InstanceClosing, UnaryResponse, caller_to_dict
+from mail.cluster.host import (
+    ForwardedRequest,
+    InstanceClosing,
+    InstanceStartFailed,
+    UnaryResponse,
+    caller_to_dict,
+)
 from mail.cluster.ray_connect import (
     _AUTH_SIGNS,
     _short_temp_root,
@@ -41,6 +47,7 @@ from mail.cluster.ray_connect import (
 )
 from mail.cluster.settings import ClusterUnavailable, require_ray
 from mail.server.auth import Caller
+from mail.store.base import StoreUnavailableError
 
 logger = logging.getLogger("mail.cluster")
 
@@ -223,7 +230,12 @@ class RayInstances:
                 )
                 self._starting[name] = time.monotonic()
             if self.pool is not None:
-                handle = await self.pool.assign(name, caller_to_dict(caller), self.template_json)
+                try:
+                    handle = await self.pool.assign(
+                        name, caller_to_dict(caller), self.template_json
+                    )
+                except self.ray.exceptions.RayTaskError as exc:
+                    raise self._refused(name, None, exc) or exc from None
             else:
                 handle = await asyncio.to_thread(self._get_or_create, name, caller)
             self._handles[name] = handle
@@ -290,6 +302,24 @@ class RayInstances:
     def unavailable(self, exc: BaseException) -> bool:
         """The error means the instance's actor is gone or restarting (answer 503)."""
         return isinstance(exc, self.ray.exceptions.RayActorError)
+
+    def _refused(self, name: str, handle: Any, exc: BaseException) -> StoreUnavailableError | None:
+        """The instance's refusal for want of its database (no connection to spare, out of
+        reach), taken out of Ray's error, whose text is Ray's traceback in terminal colours:
+        its own line, for a 503; None for any other error. A host whose start failed is ended
+        (the directory ends a pooled one): the next request starts a new one."""
+        cause: Any = exc
+        while isinstance(cause, self.ray.exceptions.RayTaskError):
+            cause = getattr(cause, "cause", None)
+        if not isinstance(cause, StoreUnavailableError):
+            return None
+        line = " ".join(str(cause).split())
+        logger.warning("instance %s: %s", name, line)
+        if isinstance(cause, InstanceStartFailed) and handle is not None and self.pool is None:
+            self._handles.pop(name, None)
+            with contextlib.suppress(Exception):
+                self.ray.kill(handle, no_restart=True)
+        return StoreUnavailableError(line)
 
     def _retryable(self, exc: BaseException, idempotent: bool, sent_at: float = 0.0) -> bool:
         """Whether sending the call again is safe: it never ran, or running twice is harmless.
@@ -386,6 +416,9 @@ class RayInstances:
                 return result
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
                 self._handles.pop(name, None)
+                refused = self._refused(name, handle, exc)
+                if refused is not None:
+                    raise refused from None
                 if not self._retryable(exc, idempotent, sent_at) or not await self._retry_pause(
                     attempt, deadline
                 ):
@@ -414,6 +447,9 @@ class RayInstances:
                 return
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
                 self.forget(swarm, caller)
+                refused = None if started else self._refused(actor_name(swarm, caller), handle, exc)
+                if refused is not None:
+                    raise refused from None
                 if (
                     started
                     or not self._retryable(exc, idempotent, sent_at)

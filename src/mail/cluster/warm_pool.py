@@ -247,6 +247,12 @@ class HostDirectory:
                 if cold:
                     raise
                 continue
+            except self.ray.exceptions.RayTaskError:
+                # It refused (its start failed, `InstanceStartFailed`, and may hold some of
+                # its pools open): ended; the front end answers 503, a new host starts next time.
+                with contextlib.suppress(Exception):
+                    self.ray.kill(handle, no_restart=True)
+                raise
             break
         node = str(info.get("node_id") or node) if isinstance(info, dict) else node
         entry = _Assigned(handle, caller, key, template_json, node)

@@ -46,7 +46,7 @@ def _init_sqlite(path_arg: str | None) -> int:
     from pathlib import Path
 
     from mail.config import ConfigError, load_config
-    from mail.store.sqlite_schema import applied_versions, connect, migrate
+    from mail.store.sqlite_schema import ProcessLock, applied_versions, connect, migrate
 
     if path_arg:
         path = Path(path_arg)
@@ -66,12 +66,13 @@ def _init_sqlite(path_arg: str | None) -> int:
         path = server.store.database_path(server.swarm.registry_file)
     _say(f"SQLite database {path.resolve()} ...")
     try:
-        conn = connect(path)  # a missing folder is made 0700, the file 0600
-        try:
-            applied = migrate(conn, lambda v: _say(f"Applying schema version {v} ..."))
-            present = applied_versions(conn)
-        finally:
-            conn.close()
+        with ProcessLock(path):  # a missing folder is made 0700, the file 0600
+            conn = connect(path)
+            try:
+                applied = migrate(conn, lambda v: _say(f"Applying schema version {v} ..."))
+                present = applied_versions(conn)
+            finally:
+                conn.close()
     except Exception as exc:
         print(f"Error: cannot initialise {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -47,6 +47,7 @@ from mail.core.runtime_turns import TurnRunner
 from mail.core.runtime_v13 import AGENT_HISTORY_KEY as AGENT_HISTORY_KEY  # v1.3 import path
 from mail.core.runtime_v13 import V13Surface
 from mail.core.runtime_waiting import TaskWaiters
+from mail.core.stored_bytes import StoredBytes
 from mail.core.system_messages import system_task_end
 from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, TaskState, state_for_answer
 from mail.core.tools import AgentToolCall
@@ -126,6 +127,8 @@ class MAILRuntime(V13Surface):
         self.action_override: ActionOverrideFunction | None = None
         # Turn bound and repeated-failure stop per task (see core/loop_guard.py).
         self.loop_guard = LoopGuard()
+        # What the tasks store, booked into the caller's books (the server sets its ledger).
+        self.stored_bytes = StoredBytes()
         # Spans, model calls, budgets (mail.telemetry.meter); callbacks hold the runtime weakly.
         self.meter = TaskMeter(
             weakly(self, type(self)._emit),
@@ -226,9 +229,13 @@ class MAILRuntime(V13Surface):
             return loop_event
         task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
+        if extra_data and event != "tool_call":
+            record.share_arguments(task.events)  # (a thread post's body: stored once)
         task.add_event(record)
         if self._observing:
             self._observer.event_added(task, record)
+        if self.stored_bytes.ledger is not None:
+            self.stored_bytes.event(record)
         return record
 
     def event_count(self, task_id: str) -> int:
@@ -295,6 +302,7 @@ class MAILRuntime(V13Surface):
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
+        self.stored_bytes.response(task_id, response)
         if self._observing:  # the no-op observer needs no copy of the queue
             self._observer.task_changed(task)
             self._observer.response_set(task_id, response)  # type: ignore[arg-type]

@@ -170,6 +170,18 @@ def _recipients(message: MAILMessage) -> list[Any]:
     return list(payload.get("recipients") or [])
 
 
+def _file_entry(kept: Any) -> bool:
+    return isinstance(kept, list) and len(kept) == 2 and all(type(v) is int for v in kept)
+
+
+def task_files_bytes(record: Mapping[str, Any]) -> int:
+    """The bytes of the files a stored task record lists (`MAILTask.files`)."""
+    files = record.get("files")
+    if not isinstance(files, dict):
+        return 0
+    return sum(kept[0] for kept in files.values() if _file_entry(kept))
+
+
 class MAILTask:
     """State of one task inside one runtime instance."""
 
@@ -200,6 +212,9 @@ class MAILTask:
         # Where a rollback of the message working now goes back to (runtime_multitask):
         # {"events", "histories": {agent: length}, "queue"}; None: back to nothing.
         self.rollback_point: dict[str, Any] | None = None
+        # Files its actions wrote under [stdlib.fs] (absolute path -> [size, mtime_ns]):
+        # counted as what the task stores, and removed with it (mail.core.stored_bytes).
+        self.files: dict[str, list[int]] = {}
         self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
@@ -347,7 +362,7 @@ class MAILTask:
         return record
 
     def to_store_record(self) -> dict[str, Any]:
-        record = {
+        record: dict[str, Any] = {
             "task_id": self.task_id,
             "task_owner": self.task_owner,
             "task_contributors": list(self.task_contributors),
@@ -362,6 +377,8 @@ class MAILTask:
         }
         if self.rollback_point is not None:
             record["rollback_point"] = self.rollback_point
+        if self.files:  # (once a file is written the key stays: records merge key by key)
+            record["files"] = {path: list(kept) for path, kept in self.files.items()}
         return record
 
     def to_db_dict(self) -> dict[str, Any]:
@@ -389,6 +406,9 @@ class MAILTask:
         task.review_state = dict(record.get("review_state") or {})
         point = record.get("rollback_point")
         task.rollback_point = point if isinstance(point, dict) else None
+        files = record.get("files")
+        if isinstance(files, dict):
+            task.files = {str(p): list(kept) for p, kept in files.items() if _file_entry(kept)}
         return task
 
 

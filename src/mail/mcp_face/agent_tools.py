@@ -33,25 +33,28 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     budget = replies.text_budget(face.settings.max_reply_bytes)
 
     async def act(
-        ctx: Context[Any, Any], name: str, args: dict[str, Any], task_id: str, incoming: int = -1
+        ctx: Context[Any, Any],
+        name: str,
+        args: dict[str, Any],
+        task_id: str | None = None,
+        incoming: int = -1,
     ) -> str:
-        """Run tool `name`; one that sends (`incoming` >= 0: the bytes it sends) is under the
-        caller's storage quotas: as a new task when it would start one, and a thread post
-        (stored team data) as an upload, whatever its task."""
+        """Run tool `name` in `task_id` (default: the caller's current task); one that sends
+        (`incoming` >= 0: the bytes it sends) is under the caller's storage quotas: as a new
+        task when it would start one, and a thread post (stored team data) as an upload,
+        whatever its task."""
         member = face.member(ctx)
-        reserved = stored = 0
+        task_id = task_for(member, task_id)
         claimed = False
         if name in TEAM_WRITES and incoming >= 0:
-            reserved = await quotas.reserve_team_bytes(face.state, member, task_id, incoming)
+            await quotas.check_team_bytes(face.state, member, task_id, incoming)
         elif incoming >= 0:
             claimed = await quotas.check_new_task(face.state, member, task_id, incoming)
         try:
             result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
-            stored = incoming if reserved else 0
         except FaceError as exc:
             raise ToolError(str(exc)) from None
         finally:
-            quotas.team_bytes_done(face.state, member, reserved, stored)
             if claimed:  # (no await from here to `_ensure_task` below: no gap uncounted)
                 quotas.release_new_task(member, task_id)
         if incoming >= 0:
@@ -196,10 +199,8 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         participants: list[str],
         initial_message: str | None = None,
     ) -> str:
-        member = face.member(ctx)
         args = {"title": title, "participants": participants, "initial_message": initial_message}
-        task = task_for(member, None)
-        return await act(ctx, "create_thread", args, task, len(initial_message or ""))
+        return await act(ctx, "create_thread", args, incoming=len(initial_message or ""))
 
     @tool(
         description=(
@@ -210,20 +211,16 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     async def post_to_thread(
         ctx: Context[Any, Any], thread_id: str, body: str, urgent: bool = False
     ) -> str:
-        member = face.member(ctx)
         args = {"thread_id": thread_id, "body": body, "urgent": urgent}
-        return await act(ctx, "post_to_thread", args, task_for(member, None), len(body))
+        return await act(ctx, "post_to_thread", args, incoming=len(body))
 
     @tool(description="Join an existing thread by its thread_id.")
     async def join_thread(ctx: Context[Any, Any], thread_id: str) -> str:
-        member = face.member(ctx)
-        return await act(ctx, "join_thread", {"thread_id": thread_id}, task_for(member, None))
+        return await act(ctx, "join_thread", {"thread_id": thread_id})
 
     @tool(description="A thread's title, creator, participants and its last 20 posts.")
     async def get_thread_details(ctx: Context[Any, Any], thread_id: str) -> str:
-        member = face.member(ctx)
-        args = {"thread_id": thread_id}
-        return await act(ctx, "get_thread_details", args, task_for(member, None))
+        return await act(ctx, "get_thread_details", {"thread_id": thread_id})
 
     @tool(
         description=(
@@ -234,10 +231,8 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
     async def change_thread_participant(
         ctx: Context[Any, Any], thread_id: str, agent: str, remove: bool = False
     ) -> str:
-        member = face.member(ctx)
         tool = "remove_participant_from_thread" if remove else "add_participant_to_thread"
-        args = {"thread_id": thread_id, "agent": agent}
-        return await act(ctx, tool, args, task_for(member, None))
+        return await act(ctx, tool, {"thread_id": thread_id, "agent": agent})
 
     @tool(
         description=(
@@ -269,18 +264,14 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
-        reserved = await quotas.reserve_team_bytes(face.state, member, task, len(data))
-        stored = 0
+        await quotas.check_team_bytes(face.state, member, task, len(data))
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
                 member.team, member.name, task, recipient, data, name, description
             )
-            stored = len(data)
         except TeamError as exc:
             raise ToolError(str(exc)) from None
-        finally:
-            quotas.team_bytes_done(face.state, member, reserved, stored)
         return _json({"task_id": task, "sent_to": target, **files.attachment_meta(record)})
 
     @tool(
@@ -290,9 +281,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         )
     )
     async def read_attachment(ctx: Context[Any, Any], attachment_id: str) -> str:
-        member = face.member(ctx)
-        args = {"attachment_id": attachment_id}
-        return await act(ctx, "read_attachment", args, member.default_task())
+        return await act(ctx, "read_attachment", {"attachment_id": attachment_id})
 
 
 def _file_bytes(content: str | None, content_base64: str | None, cap: int) -> bytes:

@@ -8,7 +8,9 @@ and the token is described by ``TOKEN_INFO_ENDPOINT`` (``GET``, ``Authorization:
 reply ``{"role", "id", "api_key"}``). A successful result is cached per key for
 ``token_cache_ttl`` seconds, and concurrent requests carrying the same uncached key share one
 lookup, so a request costs at most one login and one token-info round trip, and steady traffic
-costs none.
+costs none. The service is asked with aiohttp, which the server has loaded at start (the
+interswarm registry uses it): a first request after start pays no import and no CA bundle
+(httpx's client cost 75 ms more on the first answer, bench/startup.py).
 
 Route guards are FastAPI dependencies returning the :class:`Caller`. Missing or malformed
 ``Authorization`` headers and unknown keys give 401; a known key with the wrong role gives 403.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import time
@@ -30,8 +33,6 @@ from fastapi import HTTPException, Request
 from mail.server.keystore import ROLES, LocalKeyStore
 
 if TYPE_CHECKING:
-    import httpx
-
     from mail.config import ServerConfig
 
 logger = logging.getLogger("mail.auth")
@@ -39,6 +40,8 @@ logger = logging.getLogger("mail.auth")
 AUTH_ENDPOINT_VAR = "AUTH_ENDPOINT"
 TOKEN_INFO_ENDPOINT_VAR = "TOKEN_INFO_ENDPOINT"
 _CACHE_MAX_ENTRIES = 10_000
+# The most of an auth service's reply that is read: a token, or a token's role and id.
+MAX_AUTH_REPLY_BYTES = 64 * 1024
 _BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
@@ -104,45 +107,56 @@ class ExternalAuthenticator:
         *,
         ttl: float = 60.0,
         timeout: float = 10.0,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self.auth_endpoint = auth_endpoint
         self.token_info_endpoint = token_info_endpoint
         self.ttl = ttl
         self.timeout = timeout
-        self._client = client
-        self._owns_client = client is None
         self._cache: dict[str, tuple[float, Caller]] = {}
         self._inflight: dict[str, asyncio.Task[Caller]] = {}
         # Round trips made so far (exposed for tests and diagnostics).
         self.login_calls = 0
         self.token_info_calls = 0
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            import httpx  # imported on first use: local-mode servers never pay for it
-
-            self._client = httpx.AsyncClient(timeout=self.timeout)
-        return self._client
-
     async def _ask(
         self, method: str, url: str, credential: str, *, what: str, refused: str, failed: str
-    ) -> httpx.Response:
-        """Send `credential` to the auth service at `url`: its 200 reply, else 401 with
-        `refused` (the service said 401) or 500 with `failed` (unreachable, other status)."""
+    ) -> Any:
+        """Send `credential` to the auth service at `url`: the JSON of its 200 reply, else 401
+        with `refused` (the service said 401) or 500 with `failed` (unreachable, another
+        status, a reply that is not JSON or is over MAX_AUTH_REPLY_BYTES)."""
+        import aiohttp
+
+        from mail.net.answers import AnswerTooLarge, read_capped
+
+        # A session per call (0.1 ms): lookups are rare (cached per key), and a session kept
+        # would be tied to one event loop (`mail.utils.auth.login` runs in a caller's loops).
+        # trust_env: HTTP(S)_PROXY and NO_PROXY apply, as they did with httpx.
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
         try:
-            reply = await self._http().request(
-                method, url, headers={"Authorization": f"Bearer {credential}"}
-            )
-        except Exception as exc:
-            logger.error("auth service unreachable at %s: %s", url, exc)
+            async with (
+                aiohttp.ClientSession(timeout=timeout, trust_env=True) as session,
+                session.request(
+                    method, url, headers={"Authorization": f"Bearer {credential}"}
+                ) as reply,
+            ):
+                status = reply.status
+                body = await read_capped(reply, MAX_AUTH_REPLY_BYTES) if status == 200 else b""
+        except AnswerTooLarge as exc:
+            logger.error("auth service's reply to %s: %s", what, exc)
             raise HTTPException(500, failed) from exc
-        if reply.status_code == 401:
+        except Exception as exc:
+            logger.error("auth service unreachable at %s: %s", url, exc or type(exc).__name__)
+            raise HTTPException(500, failed) from exc
+        if status == 401:
             raise unauthorized(refused)
-        if reply.status_code != 200:
-            logger.error("auth service replied %s to %s", reply.status_code, what)
+        if status != 200:
+            logger.error("auth service replied %s to %s", status, what)
             raise HTTPException(500, failed)
-        return reply
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            logger.error("auth service's reply to %s is not JSON", what)
+            raise HTTPException(500, failed) from exc
 
     async def login(self, api_key: str) -> str:
         """Exchange an API key for a token at ``AUTH_ENDPOINT``."""
@@ -156,17 +170,16 @@ class ExternalAuthenticator:
             refused="invalid API key",
             failed=failed,
         )
-        try:
-            token = reply.json()["token"]
-        except Exception as exc:
+        token = reply.get("token") if isinstance(reply, dict) else None
+        if token is None:
             logger.error("auth service login reply has no 'token' field")
-            raise HTTPException(500, failed) from exc
+            raise HTTPException(500, failed)
         return str(token)
 
     async def get_token_info(self, token: str) -> dict[str, Any]:
         """Describe a token via ``TOKEN_INFO_ENDPOINT``: ``{"role", "id", "api_key"}``."""
         self.token_info_calls += 1
-        reply = await self._ask(
+        info = await self._ask(
             "GET",
             self.token_info_endpoint,
             token,
@@ -174,10 +187,6 @@ class ExternalAuthenticator:
             refused="invalid token",
             failed="failed to get token info",
         )
-        try:
-            info = reply.json()
-        except ValueError as exc:
-            raise HTTPException(500, "failed to get token info") from exc
         if not isinstance(info, dict) or info.get("role") not in ROLES or not info.get("id"):
             logger.error("auth service returned malformed token info (role/id missing or unknown)")
             raise HTTPException(500, "failed to get token info")
@@ -229,9 +238,6 @@ class ExternalAuthenticator:
     async def aclose(self) -> None:
         for task in list(self._inflight.values()):
             task.cancel()
-        if self._client is not None and self._owns_client:
-            await self._client.aclose()
-        self._client = None
 
 
 class AuthConfigError(ValueError):

@@ -27,7 +27,7 @@ from typing import Any
 from mail.api.stored_tasks import restore_task, task_from_snapshot
 from mail.core.agent_histories import AgentHistories
 from mail.core.finished_tasks import can_forget, forget_finished, is_finished
-from mail.core.tasks import MAILTask
+from mail.core.tasks import MAILTask, task_files_bytes
 from mail.server import task_listing
 from mail.server.instances import Instance, InstanceManager, instance_kind
 from mail.server.storage_quota import CallerBooks, Owner, StorageQuota
@@ -41,8 +41,10 @@ SWEEP_INTERVAL = 1.0  # seconds between looks for finished tasks nobody was wait
 SWEEP_GRACE = 2.0  # a finished task nobody waited for stays this long (late readers)
 RETRY_INTERVAL = 0.02  # an answered task whose last turn is still winding down: again then
 # Sizes and summaries of let-go tasks are written together, at most this often (a busy
-# server writes one batch for many tasks, not a transaction per request).
+# server writes one batch for many tasks, not a transaction per request); while the store
+# fails (a full disk, PostgreSQL away) the wait doubles up to SAVE_RETRY_MAX.
 SAVE_INTERVAL = 0.25
+SAVE_RETRY_MAX = 5.0
 # The heap is trimmed (see `give_back_memory`) once messages of TRIM_AFTER_BYTES were let
 # go of, or TRIM_IDLE_BYTES when nothing else waits; at most every TRIM_INTERVAL seconds.
 TRIM_AFTER_BYTES = 8 * 1024 * 1024
@@ -59,12 +61,21 @@ _EMPTY_USAGE = TaskUsage().total.as_dict()
 
 
 def summary_of(task: MAILTask) -> dict[str, Any]:
-    """What a task list shows of a task beyond its record (kept with the stored record)."""
-    return {
+    """What a task list shows of a task beyond its record (kept with the stored record),
+    and the bytes of the files it wrote (counted with what its rows hold)."""
+    summary = {
         "event_count": len(task.events),
         "usage": task_usage(task).total.as_dict(),
         **task_listing.preview(task),
     }
+    if task.files:
+        summary["file_bytes"] = files_bytes(task)
+    return summary
+
+
+def files_bytes(task: MAILTask) -> int:
+    """The bytes of the files the task's actions wrote (`MAILTask.files`)."""
+    return sum(kept[0] for kept in task.files.values())
 
 
 def listed_record(record: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
@@ -104,7 +115,7 @@ def measure_in_memory(task: MAILTask, runtime: Any) -> int:
         size += sum(_text_size(entry) for entry in history)
     response = task.response if isinstance(task.response, dict) else {}
     body = (response.get("message") or {}).get("body")
-    return size + (len(body) if isinstance(body, str) else 0)
+    return size + (len(body) if isinstance(body, str) else 0) + files_bytes(task)
 
 
 def _text_size(entry: Any) -> int:
@@ -157,6 +168,7 @@ class FinishedTasks:
         self._freed = 0  # bytes of messages let go of since memory was last given back
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._save_delay = SAVE_INTERVAL  # longer while saving fails (`_saved`)
         # Held by a retention batch (`Retention`) and by `bring_back`: a finished task put
         # back for a new message is either removed before it is read (the message is then
         # for an unknown task) or read and marked changed before the next batch looks, never
@@ -278,7 +290,7 @@ class FinishedTasks:
             if self._answered:  # soon again: their last turn is still winding down
                 timeout = RETRY_INTERVAL
             elif self._pending:
-                timeout = max(0.0, SAVE_INTERVAL - (time.monotonic() - last_save))
+                timeout = max(0.0, self._save_delay - (time.monotonic() - last_save))
             else:
                 timeout = SWEEP_INTERVAL
             with contextlib.suppress(TimeoutError):
@@ -292,9 +304,14 @@ class FinishedTasks:
                 if now - last_sweep >= SWEEP_INTERVAL:
                     last_sweep = now
                     self.sweep()
-                if self._pending and now - last_save >= SAVE_INTERVAL:
+                if self._pending and now - last_save >= self._save_delay:
                     last_save = now
-                    await self.save_pending()
+                    try:
+                        await self.save_pending()
+                    except Exception as exc:
+                        self._saved(exc)
+                    else:
+                        self._saved(None)
                 idle = not (self._pending or self._answered)
                 due = self._freed >= TRIM_AFTER_BYTES or (idle and self._freed >= TRIM_IDLE_BYTES)
                 if due and now - last_trim >= TRIM_INTERVAL:
@@ -302,6 +319,24 @@ class FinishedTasks:
                     give_back_memory()
             except Exception:
                 logger.exception("error while storing finished tasks' summaries")
+
+    def _saved(self, error: Exception | None) -> None:
+        """Back off while saving fails, with one line when it starts to: the store's own
+        writer retries and logs its writes, /health says why; this waits for it (a read
+        of a store that does not take writes fails at once, `TaskStore.settle`)."""
+        if error is None:
+            self._save_delay = SAVE_INTERVAL
+            return
+        if self._save_delay == SAVE_INTERVAL:
+            logger.warning(
+                "cannot store the summaries of %d finished task(s) yet (%s: %s); trying "
+                "again every %g s at most",
+                len(self._pending),
+                type(error).__name__,
+                " ".join(str(error).split()),
+                SAVE_RETRY_MAX,
+            )
+        self._save_delay = min(self._save_delay * 2, SAVE_RETRY_MAX)
 
     def start(self) -> None:
         if self._task is None:
@@ -327,39 +362,40 @@ class FinishedTasks:
         by_owner: dict[Owner, dict[str, tuple[Instance, dict[str, Any] | None]]] = {}
         for (owner, task_id), item in pending.items():
             by_owner.setdefault(owner, {})[task_id] = item
-        for owner, tasks in by_owner.items():
-            if self.lifecycle is None:
-                now = time.time()
-                for task_id, (inst, _) in tasks.items():
-                    task = inst.swarm.runtime.mail_tasks.get(task_id)
-                    if task is not None:
-                        size = measure_in_memory(task, inst.swarm.runtime)
-                        self.quota.record(owner, task_id, size, finished_at=now)
-            else:
-                await self._save(owner, tasks)
-            await self.measure_team(owner)
+        owners = list(by_owner.items())
+        for done, (owner, tasks) in enumerate(owners):
+            try:
+                if self.lifecycle is None:
+                    now = time.time()
+                    for task_id, (inst, _) in tasks.items():
+                        task = inst.swarm.runtime.mail_tasks.get(task_id)
+                        if task is not None:
+                            size = measure_in_memory(task, inst.swarm.runtime)
+                            self.quota.record(owner, task_id, size, finished_at=now)
+                else:
+                    await self._save(owner, tasks)
+                await self.measure_team(owner)
+            except Exception:
+                # Kept for the next round (the store fails: the tasks are in it anyway).
+                for later, rest in owners[done:]:
+                    for task_id, item in rest.items():
+                        self._pending.setdefault((later, task_id), item)
+                raise
 
     async def _save(
         self, owner: Owner, tasks: dict[str, tuple[Instance, dict[str, Any] | None]]
     ) -> None:
         assert self.lifecycle is not None
         key = self.key(*owner)
-        try:
-            sizes = await self.lifecycle.task_bytes(key, list(tasks))
-            summaries = {}
-            for task_id, (_inst, summary) in tasks.items():
-                size = sizes.get(task_id, 0)
-                self.quota.record(owner, task_id, size)
-                if summary is not None:
-                    summary["stored_bytes"] = size
-                    summaries[task_id] = summary
-            await self.lifecycle.save_summaries(key, summaries)
-        except Exception:
-            # Kept for the next round (a database outage): the task is in the store anyway.
-            logger.warning("could not store the summaries of %d finished task(s)", len(tasks))
-            for task_id, item in tasks.items():
-                self._pending.setdefault((owner, task_id), item)
-            raise
+        sizes = await self.lifecycle.task_bytes(key, list(tasks))
+        summaries = {}
+        for task_id, (_inst, summary) in tasks.items():
+            size = sizes.get(task_id, 0) + int((summary or {}).get("file_bytes") or 0)
+            self.quota.record(owner, task_id, size)
+            if summary is not None:
+                summary["stored_bytes"] = size
+                summaries[task_id] = summary
+        await self.lifecycle.save_summaries(key, summaries)
 
     async def measure_team(self, owner: Owner, *, force: bool = False) -> None:
         """The caller's team data measured from the store (at most every
@@ -395,7 +431,8 @@ class FinishedTasks:
                         books.tasks[task_id] = size
                     else:
                         unknown.append(task_id)
-                books.tasks.update(await self.lifecycle.task_bytes(key, unknown))
+                for task_id, size in (await self.lifecycle.task_bytes(key, unknown)).items():
+                    books.tasks[task_id] = size + task_files_bytes(records[task_id])
             if self.team_store is not None and self.quota.max_bytes:  # (`measure_team`)
                 books.team_bytes = await self.team_store.stored_bytes(self.key(*owner))
                 books.team_measured = time.monotonic()
@@ -506,7 +543,8 @@ class FinishedTasks:
         if task is None:
             return None
         summary = summary_of(task)
-        summary["stored_bytes"] = (await self.lifecycle.task_bytes(key, [task_id])).get(task_id, 0)
+        size = (await self.lifecycle.task_bytes(key, [task_id])).get(task_id, 0)
+        summary["stored_bytes"] = size + files_bytes(task)
         await self.lifecycle.save_summaries(key, {task_id: summary})
         return summary
 

@@ -40,17 +40,25 @@ def first_line(exc: BaseException) -> str:
 STORE_PATH_HINT = "or set [server.store] path in mail.toml to a writable place"
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, path: Path) -> str:
     """Why SQLite or the file system refused, in words (not an errno dump)."""
     errno_ = getattr(exc, "errno", None)
     text = first_line(exc)
-    if errno_ == 28 or "disk is full" in text:  # ENOSPC, SQLITE_FULL
+    if errno_ == 28 or "disk is full" in text or (text == "disk I/O error" and _full(path)):
+        # (ENOSPC, SQLITE_FULL; SQLite names no space for its -shm file an I/O error)
         return "the disk is full (no space left on device); free space there"
     if errno_ == 30 or (errno_ is None and "read-only file system" in text.lower()):
         return "its folder is on a read-only file system; make it writable"
     if errno_ == 13 or "readonly database" in text or "unable to open" in text:
         return f"it cannot be written ({text}); check the folder's and the file's permissions"
     return text if errno_ is None else (getattr(exc, "strerror", None) or text)
+
+
+def _full(path: Path) -> bool:
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _sidecar_problem(path: Path) -> str | None:
@@ -83,7 +91,7 @@ def _sidecar_problem(path: Path) -> str | None:
 
 def unusable_database(path: Path, exc: BaseException) -> str:
     """One line for a database the server cannot use: which file, why, what to change."""
-    reason = _sidecar_problem(path) or _reason(exc)
+    reason = _sidecar_problem(path) or _reason(exc, path)
     return f"cannot use the SQLite database {path}: {reason}; {STORE_PATH_HINT}"
 
 

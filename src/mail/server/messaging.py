@@ -18,6 +18,7 @@ from fastapi import HTTPException
 
 from mail.core.message import new_task_id
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
+from mail.core.stored_bytes import text_bytes
 from mail.core.tasks import state_for_answer
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest, check_subject
@@ -162,15 +163,16 @@ async def prepare(
         await finished.books(inst.kind, inst.id)
         task = None if req.task_id is None or fresh else _task_or_none(inst, req.task_id)
         uploaded = max(0, req.upload_bytes() - req.replaced_bytes)  # (new bytes only)
-        if task is None or not _is_paused(inst, req.task_id or ""):
-            # A message to a paused task closes the pause: never refused, as for the
-            # paused-task quota. Checked with no suspension before `_prepare`'s claim.
-            state.quota.check(
-                inst.key,
-                new_task=task is None,
-                incoming=len(req.body) + uploaded,
-                open_ids=inst.swarm.runtime.open_tasks.ids,
-            )
+        # A resume of a paused task too: the results it brings (`kwargs`) are kept twice,
+        # in the agent's history and in the event that shows them. Checked with no
+        # suspension before `_prepare`'s claim.
+        resumed = 2 * text_bytes(req.kwargs) if req.kwargs else 0
+        state.quota.check(
+            inst.key,
+            new_task=task is None,
+            incoming=len(req.body) + uploaded + resumed,
+            open_ids=inst.swarm.runtime.open_tasks.ids,
+        )
         _prepare(state, inst, req, fresh=fresh)
         if uploaded and finished.team_store is not None:
             # In the books from here, with no suspension since the check: concurrent

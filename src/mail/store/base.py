@@ -121,6 +121,11 @@ class TaskStore(abc.ABC):
         Returns True when drained, False if `timeout` (seconds) ran out first.
         """
 
+    async def settle(self) -> None:
+        """Before a read: every write acknowledged so far is visible to it (read-your-writes).
+        Raises StoreUnavailableError when it cannot be (the database does not take writes)."""
+        await self.flush()
+
     # -- writes (acknowledged on return, applied in submission order) -------------------
     @abc.abstractmethod
     async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:

@@ -372,7 +372,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
         self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
     ) -> None:
         args = (status, content_type, bytes(body), *_scope(scope), key)
-        await self._write(lambda conn: conn.execute(_FINISH, args))
+        await self._write(lambda conn: conn.execute(_FINISH, args).rowcount)  # (no cursor out)
 
     async def finish_many(
         self, outcomes: list[tuple[InstanceKey, str, int, str | None, bytes]]
@@ -385,7 +385,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
 
     async def release(self, scope: InstanceKey, key: str) -> None:
         args = (*_scope(scope), key)
-        await self._write(lambda conn: conn.execute(_RELEASE, args))
+        await self._write(lambda conn: conn.execute(_RELEASE, args).rowcount)  # (no cursor out)
 
     async def count(self, scope: InstanceKey, now: float) -> int:
         def read(conn: sqlite3.Connection) -> int:

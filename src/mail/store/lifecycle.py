@@ -10,7 +10,7 @@ tasks once they have left memory. `mail.store.lifecycle_for(store)` gives the on
     report = await lifecycle.prune(cutoff)                 # finished before cutoff: removed
     await lifecycle.reclaim_space()                        # SQLite: freed pages to the OS
 
-Reads first wait for the store's queued writes (read-your-writes, as `load_instance`).
+Reads first wait for the store's queued writes (read-your-writes, `TaskStore.settle`).
 A task is *finished* when it is neither running nor paused: state ``completed``, ``failed``
 or ``stopped`` (``FINISHED_STATES``); only finished tasks expire. Removal happens in batches of
 a few dozen tasks, one transaction each, so the writes of running tasks go on in between.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import datetime as _dt
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,6 @@ TASK_TABLES = tuple(TASK_CONTENT)
 # large tasks make a batch of their own, so the writer is never held up for long).
 PRUNE_BATCH = 50
 PRUNE_BATCH_BYTES = 8 * 1024 * 1024
-READ_TIMEOUT = 30.0
 
 # A place in a task list, newest first: (start time as ISO 8601 UTC text, task id).
 Cursor = tuple[str, str]
@@ -59,18 +59,32 @@ Cursor = tuple[str, str]
 
 @dataclass
 class PruneReport:
-    """What a `prune` removed: tasks (by instance) and rows of the task and team tables."""
+    """What a `prune` removed: tasks (by instance) and rows of the task and team tables, and
+    the files the removed tasks wrote (path -> [size, mtime_ns]; the caller removes them:
+    the store does not touch the file system, see `mail.core.file_root.remove_task_files`)."""
 
     tasks: list[tuple[InstanceKey, str]] = field(default_factory=list)
     rows: int = 0
     team_rows: int = 0
     batches: int = 0
+    files: dict[str, Any] = field(default_factory=dict)
 
     def add(self, other: PruneReport) -> None:
         self.tasks.extend(other.tasks)
         self.rows += other.rows
         self.team_rows += other.team_rows
         self.batches += other.batches
+        self.files.update(other.files)
+
+    def add_files(self, listed: Any) -> None:
+        """The `files` of a removed task's record (JSON text, or as decoded)."""
+        if isinstance(listed, str | bytes):
+            try:
+                listed = json.loads(listed)
+            except ValueError:
+                return
+        if isinstance(listed, dict):
+            self.files.update(listed)
 
 
 @dataclass
@@ -142,7 +156,7 @@ class TaskLifecycle(abc.ABC):
 
     async def _settle(self) -> None:
         # What was acknowledged must be visible (and removals must not race queued writes).
-        await self.store.flush(READ_TIMEOUT)
+        await self.store.settle()
 
     @abc.abstractmethod
     async def records(

@@ -14,6 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from mail.store.base import StoreUnavailableError
 from mail.store.postgres import is_transient_error
+from mail.store.postgres_schema import refusal_reason
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -35,11 +36,9 @@ def unavailable_when_unreachable(
             except Exception as exc:
                 if isinstance(exc, StoreUnavailableError) or not is_transient_error(exc):
                     raise
-                text = str(exc).strip()
-                reason = text.splitlines()[0] if text else ""
                 raise StoreUnavailableError(
-                    f"the database of {what} cannot be reached now "
-                    f"({type(exc).__name__}: {reason}); try again later"
+                    f"the database of {what} cannot be reached now ({refusal_reason(exc)}); "
+                    "try again later"
                 ) from exc
 
         return call

@@ -9,6 +9,7 @@ original appended one per completion) are collapsed before the unique index is b
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -304,9 +305,37 @@ async def open_pool(
         if pool is not None:
             pool.terminate()
         raise StoreUnavailableError(
-            f"cannot use PostgreSQL{purpose} at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
+            f"cannot use PostgreSQL{purpose} at {redact_dsn(dsn)}: {refusal_reason(exc)}"
         ) from exc
     return pool
+
+
+# SQLSTATE too_many_connections: max_connections, or a role's or database's CONNECTION LIMIT.
+_TOO_MANY_CONNECTIONS = "53300"
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """Why PostgreSQL (or the way to it) refused, in one line: for a lack of connections
+    anywhere in `exc`'s chain, what is short and which settings to change; otherwise the
+    error's type and first line."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if getattr(cause, "sqlstate", None) == _TOO_MANY_CONNECTIONS:
+            pool_max = os.environ.get("MAIL_DB_POOL_MAX")
+            now = f", now {pool_max}" if pool_max else ""
+            return (
+                f"PostgreSQL has no connection to spare ({_first_line(cause)}): raise its "
+                "max_connections (or the role's CONNECTION LIMIT), or lower MAIL_DB_POOL_MAX "
+                f"(a task store's connections: one store per server, or per instance in "
+                f"cluster mode{now})"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def normalize_dsn(url: str) -> str:

@@ -493,13 +493,27 @@ class BufferedSqlStore(TaskStore):
             self._fencing.dropped(key, generation, count, now_current)
 
     # -- reads -----------------------------------------------------------------------------
-    async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
-        # Read-your-writes: what was acknowledged for this instance must be visible.
+    async def settle(self) -> None:
+        """Read-your-writes: wait (up to `read_timeout`) for the writes acknowledged so far.
+        None pending: the read goes ahead at once, from what the database has. While the
+        database does not take them (`is_degraded`: a full disk, PostgreSQL away, a lock
+        held for seconds) a read does not wait for them: StoreUnavailableError (503) at once,
+        as a read of an unreachable PostgreSQL fails."""
+        if not self._buffer.pending:
+            return
+        if self.is_degraded():
+            raise StoreUnavailableError(
+                f"the {self.backend} store holds {self._buffer.pending} write(s) the database "
+                f"has not taken yet (last error: {self.last_error}); try again later"
+            )
         if not await self.flush(self._read_timeout):
             raise StoreUnavailableError(
                 f"pending writes could not be stored within {self._read_timeout:.0f}s "
-                f"(last error: {self._buffer.last_error})"
+                f"(last error: {self.last_error})"
             )
+
+    async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
+        await self.settle()  # what was acknowledged for this instance must be visible
         try:
             async with asyncio.timeout(self._read_timeout):
                 return await self._read_instance(key)

@@ -322,32 +322,39 @@ def is_transient_error(exc: BaseException) -> bool:
 class DatabaseInUseError(RuntimeError):
     """Another process (a running `mail server`) holds the file."""
 
-    holder: str = "?"  # the pid written in the lock file
+    holder: str = "?"  # the holder's pid, as the kernel's lock table names it
 
 
 class ProcessLock:
-    """An exclusive lock on ``<file>-lock`` for as long as one process uses the database.
+    """An exclusive `flock` on the database file itself for as long as one process uses it.
 
     Two servers on one file would each keep their own copy of every instance in memory and
-    overwrite each other's task state, so the second one is refused. `flock` locks are
-    dropped by the kernel when their process dies (kill -9 included): a stale lock file
-    never blocks a restart. Reading the file meanwhile (a backup, `sqlite3`) is not locked.
+    overwrite each other's task state, and a `mail db-prune` under a server corrupts it, so
+    every mail process that opens the file (the server, db-prune, db-copy, db-init) takes
+    this lock first, and the second one is refused. The lock belongs to the file's inode, not
+    its name: another name of the same file (a hard link, a bind mount) finds it held, where
+    SQLite's own locks do not help (each name gets its own `-wal` and `-shm`). On Linux a
+    `flock` and SQLite's POSIX locks never meet, so readers (a backup, `sqlite3`) are not
+    locked out. The kernel drops the lock when its process dies (kill -9 included): no stale
+    lock blocks a restart.
+
+    Closing any descriptor of a file drops the POSIX locks its process holds on it, SQLite's
+    included: release this lock only after the process's connections to the file closed.
     """
 
     def __init__(self, database: Path) -> None:
         self.database = database
-        self.path = database.with_name(database.name + "-lock")
         self._fd: int | None = None
 
     def acquire(self) -> None:
         if fcntl is None or self._fd is not None:
             return
-        create_private(self.path)
-        fd = os.open(self.path, os.O_RDWR)
+        create_private(self.database)
+        fd = os.open(self.database, os.O_RDWR)  # (a file it cannot write is refused here)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            holder = _flock_holder(os.fstat(fd))
             os.close(fd)
             error = DatabaseInUseError(
                 f"{self.database} is in use by another mail process (pid {holder}); stop it "
@@ -358,8 +365,6 @@ class ProcessLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
         self._fd = fd
 
     def release(self) -> None:
@@ -373,6 +378,30 @@ class ProcessLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _flock_holder(stat: os.stat_result) -> str:
+    """The pid holding a `flock` on the file, from Linux's /proc/locks; "?" elsewhere.
+
+    Its lines read ``1: FLOCK  ADVISORY  WRITE 4242 fe:00:5368061 0 EOF`` (device as
+    major:minor in hex, then the inode); a stacked file system may show another device, so
+    the inode alone decides when no line names both."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return "?"
+    device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    same_inode = ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[3] != "WRITE":
+            continue  # (a process waiting for the lock has "->" in place of the kind)
+        if fields[5] == device:
+            return fields[4]
+        if fields[5].rsplit(":", 1)[-1] == str(stat.st_ino):
+            same_inode = same_inode or fields[4]
+    return same_inode or "?"
 
 
 # Small write batches run on the event loop's thread (`run_small`): a batch of a few requests

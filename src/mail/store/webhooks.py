@@ -31,7 +31,7 @@ import abc
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Record = dict[str, Any]
@@ -115,6 +115,8 @@ UPDATABLE: frozenset[str] = frozenset(
         "previous_secret",
         "previous_secret_until",
         "failing_since",
+        "push_token",
+        "push_auth",
         "updated_at",
         "expires_at",
     }
@@ -172,21 +174,92 @@ def subscription_matches(sub: Mapping[str, Any], event: Mapping[str, Any]) -> bo
     return event_type_matches(sub["events"], event["event_type"])
 
 
-def quota_error(limit: int) -> str:
-    return (
-        f"not queued: this subscription already has {limit} deliveries waiting "
-        "([server.webhooks] max_pending_deliveries); retry it once the receiver catches up"
-    )
+class OverQuota(Exception):
+    """A bound of the caller's would be passed: nothing was stored; the message says which
+    bound, and which setting raises it."""
 
 
-def new_delivery(
-    sub: Mapping[str, Any],
-    event: Mapping[str, Any],
-    now: float,
-    *,
-    refused: str | None = None,
-) -> Record:
-    """A delivery of `event` to `sub`, due now (or failed at once with `refused`)."""
+@dataclass(frozen=True)
+class Bound:
+    """At most `limit` live (unexpired) subscriptions of the new one's swarm that share its
+    values of `columns` (e.g. its owner and kind: per caller; and its task: per task).
+    `message` (``{count}`` in it: how many there are) is the refusal."""
+
+    columns: tuple[str, ...]
+    limit: int
+    message: str
+
+    def refusal(self, count: int) -> OverQuota:
+        return OverQuota(self.message.replace("{count}", str(count)))
+
+
+@dataclass(frozen=True)
+class PendingLimits:
+    """Deliveries that may wait at once (pending): per subscription, and per owner across
+    all of theirs (webhooks, per-request webhooks, A2A push configs)."""
+
+    per_subscription: int
+    per_owner: int
+
+
+class Waiting:
+    """Pending deliveries as counted in the transaction that adds more: per subscription and
+    per owner. `rows`: (subscription_id, owner_role, owner_id, pending) of every subscription
+    of the owners concerned (their total is the owner's count)."""
+
+    def __init__(self, rows: Iterable[Sequence[Any]], limits: PendingLimits) -> None:
+        self.limits = limits
+        self._per_sub: dict[str, int] = {}
+        self._owner_of: dict[str, tuple[str, str]] = {}
+        self._per_owner: dict[tuple[str, str], int] = {}
+        for sub_id, role, owner_id, pending in rows:
+            owner = (role, owner_id)
+            self._per_sub[sub_id] = int(pending)
+            self._owner_of[sub_id] = owner
+            self._per_owner[owner] = self._per_owner.get(owner, 0) + int(pending)
+
+    def admit(self, subscription_id: str) -> str | None:
+        """Book one more pending delivery of a subscription; None, or why it may not wait
+        (then nothing is booked)."""
+        waiting = self._per_sub.get(subscription_id, 0)
+        if waiting >= self.limits.per_subscription:
+            return (
+                f"not queued: this subscription already has {waiting} deliveries waiting "
+                "([server.webhooks] max_pending_deliveries); retry it once the receiver "
+                "catches up"
+            )
+        owner = self._owner_of.get(subscription_id)
+        mine = self._per_owner.get(owner, 0) if owner is not None else 0
+        if mine >= self.limits.per_owner:
+            return (
+                f"not queued: your webhooks and push configs already have {mine} deliveries "
+                "waiting ([server.webhooks] max_pending_deliveries_per_caller); retry it once "
+                "your receivers catch up"
+            )
+        self._per_sub[subscription_id] = waiting + 1
+        if owner is not None:
+            self._per_owner[owner] = mine + 1
+        return None
+
+    def book(self, deliveries: Sequence[Record], *, refuse: bool = False) -> list[Record]:
+        """`deliveries` as they are stored: the pending ones past a bound recorded failed,
+        saying why (`refuse`: raise OverQuota instead, nothing stored)."""
+        booked = []
+        for delivery in deliveries:
+            why = (
+                self.admit(delivery["subscription_id"]) if delivery["status"] == "pending" else None
+            )
+            if why is not None:
+                if refuse:
+                    raise OverQuota(why)
+                delivery = {**delivery, "status": "failed", "last_error": why}
+                delivery["finished_at"] = delivery["updated_at"]
+            booked.append(delivery)
+        return booked
+
+
+def new_delivery(sub: Mapping[str, Any], event: Mapping[str, Any], now: float) -> Record:
+    """A delivery of `event` to `sub`, due now."""
     return {
         "delivery_id": new_id("msg"),
         "subscription_id": sub["subscription_id"],
@@ -195,17 +268,17 @@ def new_delivery(
         "event_type": event["event_type"],
         "task_id": event.get("task_id"),
         "payload": event["payload"],
-        "status": "failed" if refused else "pending",
+        "status": "pending",
         "attempts": 0,
         "retry_index": 0,
         "next_attempt_at": now,
         "lease_owner": None,
         "lease_until": None,
         "last_status": None,
-        "last_error": refused,
+        "last_error": None,
         "created_at": now,
         "updated_at": now,
-        "finished_at": now if refused else None,
+        "finished_at": None,
     }
 
 
@@ -240,26 +313,19 @@ class FanOutIndex:
 def plan_fan_out(
     events: Sequence[Mapping[str, Any]],
     subscriptions: Sequence[Mapping[str, Any]] | FanOutIndex,
-    pending: Mapping[str, int],
-    max_pending: int,
+    waiting: Waiting,
     now: float,
 ) -> list[Record]:
     """The deliveries for `events` (oldest first): one per matching subscription; past a
-    subscription's pending quota a delivery is recorded failed, saying why."""
+    pending bound (`waiting`) a delivery is recorded failed, saying why."""
     index = subscriptions if isinstance(subscriptions, FanOutIndex) else None
-    counts = dict(pending)
     deliveries: list[Record] = []
     for event in events:
         candidates = index.candidates(event) if index is not None else subscriptions
         for sub in candidates:  # type: ignore[union-attr]
-            if not subscription_matches(sub, event):
-                continue
-            waiting = counts.get(sub["subscription_id"], 0)
-            refused = quota_error(max_pending) if waiting >= max_pending else None
-            if refused is None:
-                counts[sub["subscription_id"]] = waiting + 1
-            deliveries.append(new_delivery(sub, event, now, refused=refused))
-    return deliveries
+            if subscription_matches(sub, event):
+                deliveries.append(new_delivery(sub, event, now))
+    return waiting.book(deliveries)
 
 
 class SubscriptionCache:
@@ -280,31 +346,74 @@ class SubscriptionCache:
         return index
 
 
+Owner = tuple[str, str]
+
+
 @dataclass(frozen=True)
 class ClaimLimits:
     """How much one claim may take: `total` deliveries, at most `per_destination` under way
-    towards one host:port counting `in_flight` (destination -> attempts already under way)."""
+    towards one host:port counting `in_flight` (destination -> attempts already under way),
+    and at most `per_owner` of one owner's (role, id) counting `owners_in_flight`."""
 
     total: int
     per_destination: int
     in_flight: Mapping[str, int]
+    per_owner: int = 1 << 30
+    owners_in_flight: Mapping[Owner, int] = field(default_factory=dict)
+
+    @property
+    def window(self) -> int:
+        """How many of the first due deliveries a claim chooses from."""
+        return max(self.total * 4, 32)
 
     def saturated(self) -> list[str]:
         return sorted(d for d, n in self.in_flight.items() if n >= self.per_destination)
 
+    def saturated_owners(self) -> list[Owner]:
+        return sorted(o for o, n in self.owners_in_flight.items() if n >= self.per_owner)
+
     def choose(self, candidates: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Delivery ids to claim from `candidates` (due first), within the limits."""
+        """Delivery ids to claim from `candidates` (the `window` first due, past the
+        saturated destinations and owners; each with its ``owner_rank``: its place among its
+        owner's, `rank_by_owner`), within the limits, taking turns: the owner with the
+        fewest attempts under way goes first (round robin across owners), each in the order
+        its deliveries fell due. An owner or destination this claim saturates drops out of
+        the next one's candidates, which then reach past its backlog (the engine claims
+        again at once)."""
         used = dict(self.in_flight)
+        owners = dict(self.owners_in_flight)
+
+        def turn(row: Mapping[str, Any]) -> tuple[int, float, float]:
+            owner = (row["owner_role"], row["owner_id"])
+            return (
+                owners.get(owner, 0) + int(row["owner_rank"]),
+                row["next_attempt_at"],
+                row["created_at"],
+            )
+
         chosen: list[str] = []
-        for row in candidates:
+        for row in sorted(candidates, key=turn):
             if len(chosen) >= self.total:
                 break
             destination = row["destination"]
+            owner = (row["owner_role"], row["owner_id"])
             if used.get(destination, 0) >= self.per_destination:
                 continue
+            if owners.get(owner, 0) >= self.per_owner:
+                continue
             used[destination] = used.get(destination, 0) + 1
+            owners[owner] = owners.get(owner, 0) + 1
             chosen.append(row["delivery_id"])
         return chosen
+
+
+def rank_by_owner(candidates: list[Record]) -> list[Record]:
+    """Give each candidate (in due order) its ``owner_rank``: 1 for its owner's first."""
+    seen: dict[Owner, int] = {}
+    for row in candidates:
+        owner = (row["owner_role"], row["owner_id"])
+        seen[owner] = row["owner_rank"] = seen.get(owner, 0) + 1
+    return candidates
 
 
 def decode_subscription(row: Mapping[str, Any]) -> Record:
@@ -341,7 +450,19 @@ class WebhookStore(abc.ABC):
 
     # -- subscriptions ------------------------------------------------------------------
     @abc.abstractmethod
-    async def add_subscription(self, sub: Record) -> None: ...
+    async def add_subscription(
+        self,
+        sub: Record,
+        *,
+        bounds: Sequence[Bound] = (),
+        same: Sequence[str] = (),
+        refresh: Sequence[str] = (),
+    ) -> Record:
+        """Store `sub` and return it, in one transaction that also checks `bounds` (raising
+        OverQuota, nothing stored). With `same` (columns): a subscription of `sub`'s swarm
+        equal to it in those columns is kept instead, its `refresh` columns (and
+        ``updated_at``) taking `sub`'s values: that one is returned. Concurrent adds of
+        one owner are serialized, so no burst passes a bound or makes two of the `same`."""
 
     @abc.abstractmethod
     async def get_subscription(self, subscription_id: str) -> Record | None: ...
@@ -371,12 +492,21 @@ class WebhookStore(abc.ABC):
         """Outbox rows written outside a task store batch (a server without one)."""
 
     @abc.abstractmethod
-    async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
-        """Turn up to `limit` outbox events into deliveries and drop them, atomically;
-        returns how many deliveries were created. Concurrent callers take different events."""
+    async def fan_out(
+        self, swarm_name: str, now: float, limit: int, pending: PendingLimits, *, wait: bool = False
+    ) -> int:
+        """Turn up to `limit` outbox events into deliveries and drop them, atomically
+        (past a `pending` bound a delivery is recorded failed, saying why); returns how many
+        deliveries were created. Concurrent callers take different events; with `wait`, events
+        another caller is fanning out are waited for (when it returns, every event committed
+        before the call has its deliveries), otherwise skipped."""
 
     @abc.abstractmethod
-    async def add_deliveries(self, deliveries: Sequence[Record]) -> None: ...
+    async def add_deliveries(
+        self, deliveries: Sequence[Record], pending: PendingLimits, *, refuse: bool = False
+    ) -> None:
+        """Store pending deliveries; past a `pending` bound one is recorded failed, saying
+        why (`refuse`: OverQuota is raised instead, and nothing is stored)."""
 
     @abc.abstractmethod
     async def claim(
@@ -414,8 +544,9 @@ class WebhookStore(abc.ABC):
         ((created_at, delivery_id) of the last one seen) pages on."""
 
     @abc.abstractmethod
-    async def retry(self, delivery_id: str, now: float) -> Record | None:
-        """Make a delivery pending again, due now, with the whole retry schedule ahead."""
+    async def retry(self, delivery_id: str, now: float, pending: PendingLimits) -> Record | None:
+        """Make a delivery pending again, due now, with the whole retry schedule ahead
+        (OverQuota when a finished one would pass a `pending` bound)."""
 
     @abc.abstractmethod
     async def pending_count(self, swarm_name: str) -> int: ...

@@ -11,11 +11,16 @@ from mail.store.webhooks import (
     MAX_ATTEMPTS_KEPT,
     SENDING_COLUMNS,
     UPDATABLE,
+    Bound,
     ClaimLimits,
     Finished,
+    OverQuota,
+    PendingLimits,
     Record,
+    Waiting,
     WebhookStore,
     plan_fan_out,
+    rank_by_owner,
 )
 
 
@@ -28,8 +33,27 @@ class MemoryWebhookStore(WebhookStore):
         self._pairs: set[tuple[str, str]] = set()
 
     # -- subscriptions ------------------------------------------------------------------
-    async def add_subscription(self, sub: Record) -> None:
+    async def add_subscription(
+        self,
+        sub: Record,
+        *,
+        bounds: Sequence[Bound] = (),
+        same: Sequence[str] = (),
+        refresh: Sequence[str] = (),
+    ) -> Record:
+        now = time.time()
+        ours = [s for s in self.subscriptions.values() if s["swarm_name"] == sub["swarm_name"]]
+        for found in ours:
+            if same and all(found[c] == sub[c] for c in same):
+                found.update({c: copy.deepcopy(sub[c]) for c in refresh}, updated_at=now)
+                return copy.deepcopy(found)
+        live = [s for s in ours if s["expires_at"] is None or s["expires_at"] >= now]
+        for bound in bounds:
+            count = sum(1 for s in live if all(s[c] == sub[c] for c in bound.columns))
+            if count >= bound.limit:
+                raise bound.refusal(count)
         self.subscriptions[sub["subscription_id"]] = copy.deepcopy(sub)
+        return copy.deepcopy(sub)
 
     async def get_subscription(self, subscription_id: str) -> Record | None:
         sub = self.subscriptions.get(subscription_id)
@@ -80,7 +104,20 @@ class MemoryWebhookStore(WebhookStore):
         for event in events:
             self.events.setdefault(event["event_id"], dict(event))
 
-    async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
+    def _waiting(self, pending: PendingLimits) -> Waiting:
+        counts: dict[str, int] = {}
+        for row in self.deliveries.values():
+            if row["status"] == "pending":
+                counts[row["subscription_id"]] = counts.get(row["subscription_id"], 0) + 1
+        rows = [
+            (sub_id, s["owner_role"], s["owner_id"], counts.get(sub_id, 0))
+            for sub_id, s in self.subscriptions.items()
+        ]
+        return Waiting(rows, pending)
+
+    async def fan_out(
+        self, swarm_name: str, now: float, limit: int, pending: PendingLimits, *, wait: bool = False
+    ) -> int:
         taken = sorted(
             (e for e in self.events.values() if e["swarm_name"] == swarm_name),
             key=lambda e: e["created_at"],
@@ -88,17 +125,18 @@ class MemoryWebhookStore(WebhookStore):
         if not taken:
             return 0
         subs = [s for s in self.subscriptions.values() if s["swarm_name"] == swarm_name]
-        pending: dict[str, int] = {}
-        for row in self.deliveries.values():
-            if row["status"] == "pending":
-                pending[row["subscription_id"]] = pending.get(row["subscription_id"], 0) + 1
-        planned = plan_fan_out(taken, subs, pending, max_pending, now)
-        await self.add_deliveries(planned)
+        planned = plan_fan_out(taken, subs, self._waiting(pending), now)
+        self._insert(planned)
         for event in taken:
             del self.events[event["event_id"]]
         return len(planned)
 
-    async def add_deliveries(self, deliveries: Sequence[Record]) -> None:
+    async def add_deliveries(
+        self, deliveries: Sequence[Record], pending: PendingLimits, *, refuse: bool = False
+    ) -> None:
+        self._insert(self._waiting(pending).book(deliveries, refuse=refuse))
+
+    def _insert(self, deliveries: Sequence[Record]) -> None:
         for delivery in deliveries:
             pair = (delivery["subscription_id"], delivery["event_id"])
             if pair not in self._pairs:  # (subscription, event) is unique, as in SQL
@@ -122,7 +160,7 @@ class MemoryWebhookStore(WebhookStore):
                 continue
             candidates.append({**row, **{c: sub[c] for c in SENDING_COLUMNS}})
         candidates.sort(key=lambda r: (r["next_attempt_at"], r["created_at"]))
-        chosen = set(limits.choose(candidates))
+        chosen = set(limits.choose(rank_by_owner(candidates)))
         claimed = []
         for row in candidates:
             if row["delivery_id"] in chosen:
@@ -178,10 +216,14 @@ class MemoryWebhookStore(WebhookStore):
             for d in rows
         ]
 
-    async def retry(self, delivery_id: str, now: float) -> Record | None:
+    async def retry(self, delivery_id: str, now: float, pending: PendingLimits) -> Record | None:
         row = self.deliveries.get(delivery_id)
         if row is None:
             return None
+        if row["status"] != "pending":
+            why = self._waiting(pending).admit(row["subscription_id"])
+            if why is not None:
+                raise OverQuota(why)
         row.update(
             status="pending",
             retry_index=0,

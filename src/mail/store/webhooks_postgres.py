@@ -24,15 +24,20 @@ from mail.store.webhooks import (
     SENDING_COLUMNS,
     SUBSCRIPTION_COLUMNS,
     UPDATABLE,
+    Bound,
     ClaimLimits,
     Finished,
+    OverQuota,
+    PendingLimits,
     Record,
     SubscriptionCache,
+    Waiting,
     WebhookStore,
     decode_auth,
     decode_subscription,
     encode_value,
     plan_fan_out,
+    rank_by_owner,
 )
 from mail.store.webhooks_schema import TABLES
 
@@ -61,15 +66,59 @@ _CLAIM_SQL = f"""
     WHERE d.swarm_name = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2
       AND (d.lease_until IS NULL OR d.lease_until < $2) AND s.active
       AND NOT (s.destination = ANY($3::text[]))
+      AND NOT ((s.owner_role || chr(31) || s.owner_id) = ANY($4::text[]))
     ORDER BY d.next_attempt_at, d.created_at
-    LIMIT $4
+    LIMIT $5
     FOR UPDATE OF d SKIP LOCKED
 """
 
 _FAN_OUT_EVENTS_SQL = """
     SELECT * FROM webhook_events WHERE swarm_name = $1 ORDER BY created_at LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 """
+
+# The pending deliveries of every subscription of the owners of some subscriptions.
+_WAITING_SQL = """
+    SELECT s.subscription_id, s.owner_role, s.owner_id,
+           (SELECT count(*) FROM webhook_deliveries d
+            WHERE d.subscription_id = s.subscription_id AND d.status = 'pending')
+    FROM webhook_subscriptions s
+    WHERE (s.swarm_name, s.owner_role, s.owner_id) IN (
+        SELECT swarm_name, owner_role, owner_id FROM webhook_subscriptions
+        WHERE subscription_id = ANY($1::text[]))
+"""
+# Two-key advisory locks of one owner's subscriptions (the first key: this store's).
+_OWNER_LOCK = 7415002
+
+
+async def _lock_owners(conn: Any, owners: Sequence[tuple[str, str, str]]) -> None:
+    """Hold (to the transaction's end) the locks of these (swarm, role, id) owners, in order:
+    what one of them adds (a subscription, deliveries) is counted against its bounds by one
+    transaction at a time, on every server sharing the database."""
+    keys = sorted({f"{swarm}\x1f{role}\x1f{owner_id}" for swarm, role, owner_id in owners})
+    await conn.execute(  # one statement; the keys in order (two callers never cross)
+        "SELECT pg_advisory_xact_lock($1, hashtext(k))"
+        " FROM (SELECT k FROM unnest($2::text[]) AS k ORDER BY k) AS ordered",
+        _OWNER_LOCK,
+        keys,
+    )
+
+
+async def _owners_of(conn: Any, sub_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+    rows = await conn.fetch(
+        "SELECT DISTINCT swarm_name, owner_role, owner_id FROM webhook_subscriptions"
+        " WHERE subscription_id = ANY($1::text[])",
+        list(sub_ids),
+    )
+    return [(r["swarm_name"], r["owner_role"], r["owner_id"]) for r in rows]
+
+
+async def _waiting(conn: Any, sub_ids: Sequence[str], pending: PendingLimits) -> Waiting:
+    """Locks the owners of `sub_ids`, then counts their pending deliveries."""
+    if not sub_ids:
+        return Waiting([], pending)
+    await _lock_owners(conn, await _owners_of(conn, sub_ids))
+    return Waiting(await conn.fetch(_WAITING_SQL, list(sub_ids)), pending)
 
 
 def _sub_values(sub: Record) -> list[Any]:
@@ -128,9 +177,47 @@ class PostgresWebhookStore(WebhookStore):
         return self._pool.acquire()
 
     # -- subscriptions ------------------------------------------------------------------
-    async def add_subscription(self, sub: Record) -> None:
-        async with self._conn() as conn:
+    async def add_subscription(
+        self,
+        sub: Record,
+        *,
+        bounds: Sequence[Bound] = (),
+        same: Sequence[str] = (),
+        refresh: Sequence[str] = (),
+    ) -> Record:
+        now = time.time()
+
+        def where(columns: Sequence[str]) -> tuple[str, list[Any]]:
+            names = ("swarm_name", *columns)
+            text = " AND ".join(f"{c} = ${i}" for i, c in enumerate(names, start=1))
+            return text, [encode_value(c, sub[c]) for c in names]
+
+        async with self._conn() as conn, conn.transaction():
+            await _lock_owners(conn, [(sub["swarm_name"], sub["owner_role"], sub["owner_id"])])
+            if same:
+                text, args = where(same)
+                row = await conn.fetchrow(
+                    f"SELECT * FROM webhook_subscriptions WHERE {text} LIMIT 1", *args
+                )
+                if row is not None:
+                    changes = {c: sub[c] for c in refresh}
+                    changes.update(updated_at=now, subscription_id=row["subscription_id"])
+                    update = _assignments("webhook_subscriptions", "subscription_id", changes)
+                    assert update is not None
+                    await conn.execute(update[0], *update[1])
+                    return {**decode_subscription(row), **changes}
+            for bound in bounds:
+                text, args = where(bound.columns)
+                count = await conn.fetchval(
+                    f"SELECT count(*) FROM webhook_subscriptions WHERE {text}"
+                    f" AND (expires_at IS NULL OR expires_at >= ${len(args) + 1})",
+                    *args,
+                    now,
+                )
+                if count >= bound.limit:
+                    raise bound.refusal(count)
             await conn.execute(_INSERT_SUBSCRIPTION, *_sub_values(sub))
+        return sub
 
     async def get_subscription(self, subscription_id: str) -> Record | None:
         async with self._conn() as conn:
@@ -200,9 +287,12 @@ class PostgresWebhookStore(WebhookStore):
         async with self._conn() as conn:
             await conn.executemany(_INSERT_EVENT, [[e[c] for c in EVENT_COLUMNS] for e in events])
 
-    async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
+    async def fan_out(
+        self, swarm_name: str, now: float, limit: int, pending: PendingLimits, *, wait: bool = False
+    ) -> int:
+        sql = _FAN_OUT_EVENTS_SQL if wait else _FAN_OUT_EVENTS_SQL + " SKIP LOCKED"
         async with self._conn() as conn, conn.transaction():
-            events = [dict(r) for r in await conn.fetch(_FAN_OUT_EVENTS_SQL, swarm_name, limit)]
+            events = [dict(r) for r in await conn.fetch(sql, swarm_name, limit)]
             if not events:
                 return 0
             where = "swarm_name = $1 AND active AND kind = ANY($2::text[])"
@@ -225,17 +315,8 @@ class PostgresWebhookStore(WebhookStore):
                     )
                 ]
                 index = self._subs.put(swarm_name, version, subs)
-            matched = index.matching(events)
-            pending: dict[str, int] = {}
-            if matched:
-                for row in await conn.fetch(
-                    "SELECT subscription_id, count(*) AS n FROM webhook_deliveries WHERE"
-                    " status = 'pending' AND subscription_id = ANY($1::text[])"
-                    " GROUP BY subscription_id",
-                    [s["subscription_id"] for s in matched],
-                ):
-                    pending[row["subscription_id"]] = int(row["n"])
-            planned = plan_fan_out(events, index, pending, max_pending, now)
+            matched = [s["subscription_id"] for s in index.matching(events)]
+            planned = plan_fan_out(events, index, await _waiting(conn, matched, pending), now)
             if planned:
                 await conn.executemany(
                     _INSERT_DELIVERY, [[d[c] for c in DELIVERY_COLUMNS] for d in planned]
@@ -246,10 +327,14 @@ class PostgresWebhookStore(WebhookStore):
             )
         return len(planned)
 
-    async def add_deliveries(self, deliveries: Sequence[Record]) -> None:
-        async with self._conn() as conn:
+    async def add_deliveries(
+        self, deliveries: Sequence[Record], pending: PendingLimits, *, refuse: bool = False
+    ) -> None:
+        async with self._conn() as conn, conn.transaction():
+            ids = sorted({d["subscription_id"] for d in deliveries})
+            booked = (await _waiting(conn, ids, pending)).book(deliveries, refuse=refuse)
             await conn.executemany(
-                _INSERT_DELIVERY, [[d[c] for c in DELIVERY_COLUMNS] for d in deliveries]
+                _INSERT_DELIVERY, [[d[c] for c in DELIVERY_COLUMNS] for d in booked]
             )
 
     async def claim(
@@ -257,9 +342,14 @@ class PostgresWebhookStore(WebhookStore):
     ) -> list[Record]:
         async with self._conn() as conn, conn.transaction():
             rows = await conn.fetch(
-                _CLAIM_SQL, swarm_name, now, limits.saturated(), limits.total * 4
+                _CLAIM_SQL,
+                swarm_name,
+                now,
+                limits.saturated(),
+                [f"{role}\x1f{owner_id}" for role, owner_id in limits.saturated_owners()],
+                limits.window,
             )
-            candidates = [dict(r) for r in rows]
+            candidates = rank_by_owner([dict(r) for r in rows])
             chosen = limits.choose(candidates)
             if not chosen:
                 return []
@@ -351,8 +441,19 @@ class PostgresWebhookStore(WebhookStore):
             )
             return await self._with_attempts(conn, list(rows))
 
-    async def retry(self, delivery_id: str, now: float) -> Record | None:
-        async with self._conn() as conn:
+    async def retry(self, delivery_id: str, now: float, pending: PendingLimits) -> Record | None:
+        async with self._conn() as conn, conn.transaction():
+            found = await conn.fetchrow(
+                "SELECT subscription_id, status FROM webhook_deliveries WHERE delivery_id = $1",
+                delivery_id,
+            )
+            if found is None:
+                return None
+            if found["status"] != "pending":
+                sub_id = found["subscription_id"]
+                why = (await _waiting(conn, [sub_id], pending)).admit(sub_id)
+                if why is not None:
+                    raise OverQuota(why)
             row = await conn.fetchrow(
                 "UPDATE webhook_deliveries SET status = 'pending', retry_index = 0,"
                 " next_attempt_at = $2, lease_owner = NULL, lease_until = NULL,"

@@ -1,8 +1,11 @@
 """SQLite WebhookStore, in the server's database file (the task store's `SqliteDatabase`).
 
 One connection on one thread: every method below is one call on that thread, and the ones
-that change several rows do it in one ``BEGIN IMMEDIATE`` transaction. A SQLite file has one
-server (``ProcessLock``), so leases only matter across that server's restarts.
+that change several rows do it in one ``BEGIN IMMEDIATE`` transaction (a bound checked and
+the row added in one: nothing passes between them). No job returns a cursor: one let go of
+on the event loop's thread resets its statement there, maybe while the thread runs the next
+job (``sqlite3.InterfaceError``; tests/test_webhooks_sqlite_threads.py). A SQLite file has
+one server (``ProcessLock``), so leases only matter across that server's restarts.
 """
 
 from __future__ import annotations
@@ -23,16 +26,21 @@ from mail.store.webhooks import (
     SENDING_COLUMNS,
     SUBSCRIPTION_COLUMNS,
     UPDATABLE,
+    Bound,
     ClaimLimits,
     FanOutIndex,
     Finished,
+    OverQuota,
+    PendingLimits,
     Record,
     SubscriptionCache,
+    Waiting,
     WebhookStore,
     decode_auth,
     decode_subscription,
     encode_value,
     plan_fan_out,
+    rank_by_owner,
 )
 
 
@@ -113,7 +121,7 @@ def _fan_out(
     swarm: str,
     now: float,
     limit: int,
-    max_pending: int,
+    pending: PendingLimits,
     cache: SubscriptionCache,
 ) -> int:
     # The whole call runs on the database's one thread: a read before the write transaction
@@ -129,22 +137,76 @@ def _fan_out(
         return 0
     with transaction(conn):
         index = _fan_out_subscriptions(conn, swarm, cache)
-        matched = index.matching(events)
-        pending: dict[str, int] = {}
-        if matched:
-            ids = [s["subscription_id"] for s in matched]
-            for row in conn.execute(
-                "SELECT subscription_id, count(*) AS n FROM webhook_deliveries WHERE"
-                f" status = 'pending' AND subscription_id IN ({_marks(ids)})"
-                " GROUP BY subscription_id",
-                tuple(ids),
-            ):
-                pending[row["subscription_id"]] = row["n"]
-        planned = plan_fan_out(events, index, pending, max_pending, now)
-        conn.executemany(_INSERT_DELIVERY, [tuple(d[c] for c in DELIVERY_COLUMNS) for d in planned])
+        matched = [s["subscription_id"] for s in index.matching(events)]
+        planned = plan_fan_out(events, index, _waiting(conn, matched, pending), now)
+        _insert_deliveries(conn, planned)
         taken = [e["event_id"] for e in events]
         conn.execute(f"DELETE FROM webhook_events WHERE event_id IN ({_marks(taken)})", taken)
     return len(planned)
+
+
+def _waiting(conn: sqlite3.Connection, sub_ids: Sequence[str], pending: PendingLimits) -> Waiting:
+    """Pending deliveries of every subscription of the owners of `sub_ids`."""
+    rows = []
+    if sub_ids:
+        rows = conn.execute(
+            "SELECT s.subscription_id, s.owner_role, s.owner_id, (SELECT count(*) FROM"
+            " webhook_deliveries d WHERE d.subscription_id = s.subscription_id"
+            " AND d.status = 'pending') FROM webhook_subscriptions s"
+            " WHERE (s.swarm_name, s.owner_role, s.owner_id) IN (SELECT swarm_name,"
+            " owner_role, owner_id FROM webhook_subscriptions"
+            f" WHERE subscription_id IN ({_marks(sub_ids)}))",
+            tuple(sub_ids),
+        ).fetchall()
+    return Waiting(rows, pending)
+
+
+def _insert_deliveries(conn: sqlite3.Connection, deliveries: Sequence[Record]) -> None:
+    rows = [tuple(d[c] for c in DELIVERY_COLUMNS) for d in deliveries]
+    conn.executemany(_INSERT_DELIVERY, rows)
+
+
+def _add_deliveries(
+    conn: sqlite3.Connection,
+    deliveries: Sequence[Record],
+    pending: PendingLimits,
+    refuse: bool,
+) -> None:
+    with transaction(conn):
+        ids = sorted({d["subscription_id"] for d in deliveries})
+        _insert_deliveries(conn, _waiting(conn, ids, pending).book(deliveries, refuse=refuse))
+
+
+def _add_subscription(
+    conn: sqlite3.Connection,
+    sub: Record,
+    bounds: Sequence[Bound],
+    same: Sequence[str],
+    refresh: Sequence[str],
+) -> Record:
+    now = time.time()
+    with transaction(conn):
+        if same:
+            columns = ("swarm_name", *same)
+            where = " AND ".join(f"{c} = ?" for c in columns)
+            found = _subscriptions(conn, where, [encode_value(c, sub[c]) for c in columns])
+            if found:
+                changes = {c: sub[c] for c in refresh}
+                changes.update(updated_at=now, subscription_id=found[0]["subscription_id"])
+                _update(conn, "webhook_subscriptions", "subscription_id", changes)
+                return {**found[0], **changes}
+        for bound in bounds:
+            columns = ("swarm_name", *bound.columns)
+            where = " AND ".join(f"{c} = ?" for c in columns)
+            count = conn.execute(
+                f"SELECT count(*) FROM webhook_subscriptions WHERE {where}"
+                " AND (expires_at IS NULL OR expires_at >= ?)",
+                (*(encode_value(c, sub[c]) for c in columns), now),
+            ).fetchone()[0]
+            if count >= bound.limit:
+                raise bound.refusal(count)
+        conn.execute(_INSERT_SUBSCRIPTION, _sub_values(sub))
+    return sub
 
 
 def _claim(
@@ -157,15 +219,17 @@ def _claim(
 ) -> list[Record]:
     saturated = limits.saturated()
     skip = f" AND s.destination NOT IN ({_marks(saturated)})" if saturated else ""
+    busy = limits.saturated_owners()
+    skip += "".join(" AND NOT (s.owner_role = ? AND s.owner_id = ?)" for _ in busy)
     rows = conn.execute(  # read first: see _fan_out
         f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
         " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
         " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
         " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
         f"{skip} ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
-        (swarm, now, now, *saturated, limits.total * 4),
+        (swarm, now, now, *saturated, *(part for pair in busy for part in pair), limits.window),
     ).fetchall()
-    candidates = [dict(r) for r in rows]
+    candidates = rank_by_owner([dict(r) for r in rows])
     chosen = limits.choose(candidates)
     if not chosen:
         return []
@@ -183,6 +247,34 @@ def _claim(
             row["push_auth"] = decode_auth(row["push_auth"])
             claimed.append(row)
     return claimed
+
+
+def _retry(
+    conn: sqlite3.Connection, delivery_id: str, now: float, pending: PendingLimits
+) -> Record | None:
+    with transaction(conn):
+        found = conn.execute(
+            "SELECT subscription_id, status FROM webhook_deliveries WHERE delivery_id = ?",
+            (delivery_id,),
+        ).fetchone()
+        if found is None:
+            return None
+        if found["status"] != "pending":
+            why = _waiting(conn, [found["subscription_id"]], pending).admit(
+                found["subscription_id"]
+            )
+            if why is not None:
+                raise OverQuota(why)
+        conn.execute(
+            "UPDATE webhook_deliveries SET status = 'pending', retry_index = 0,"
+            " next_attempt_at = ?, lease_owner = NULL, lease_until = NULL,"
+            " updated_at = ?, finished_at = NULL WHERE delivery_id = ?",
+            (now, now, delivery_id),
+        )
+        row = conn.execute(
+            "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,)
+        ).fetchone()
+    return {c: row[c] for c in DELIVERY_COLUMNS}
 
 
 def _update(conn: sqlite3.Connection, table: str, key: str, changes: Record) -> int:
@@ -273,16 +365,27 @@ class SqliteWebhookStore(WebhookStore):
             self._started = False
             await self.db.release()
 
-    async def _write(self, fn: Any, *args: Any) -> Any:
-        def run(conn: sqlite3.Connection) -> Any:
-            with transaction(conn):
-                return fn(conn, *args)
+    async def _write(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """`sql` for each of `rows`, in one transaction; the rows changed. (Nothing of the
+        connection, a cursor included, leaves its thread: a cursor let go of on the loop's
+        thread resets its statement there, maybe while the next job runs.)"""
 
-        return await self.db.run(run)
+        def run(conn: sqlite3.Connection) -> int:
+            with transaction(conn):
+                return conn.executemany(sql, rows).rowcount
+
+        return await self.db.run(run)  # type: ignore[no-any-return]
 
     # -- subscriptions ------------------------------------------------------------------
-    async def add_subscription(self, sub: Record) -> None:
-        await self._write(lambda c: c.execute(_INSERT_SUBSCRIPTION, _sub_values(sub)))
+    async def add_subscription(
+        self,
+        sub: Record,
+        *,
+        bounds: Sequence[Bound] = (),
+        same: Sequence[str] = (),
+        refresh: Sequence[str] = (),
+    ) -> Record:
+        return await self.db.run(_add_subscription, sub, bounds, same, refresh)  # type: ignore[no-any-return]
 
     async def get_subscription(self, subscription_id: str) -> Record | None:
         found = await self.db.run(
@@ -331,23 +434,26 @@ class SqliteWebhookStore(WebhookStore):
 
     # -- outbox and deliveries ------------------------------------------------------------
     async def add_events(self, events: Sequence[Record]) -> None:
-        rows = [tuple(e[c] for c in EVENT_COLUMNS) for e in events]
-        await self._write(lambda c: c.executemany(_INSERT_EVENT, rows))
+        await self._write(_INSERT_EVENT, [tuple(e[c] for c in EVENT_COLUMNS) for e in events])
 
-    async def fan_out(self, swarm_name: str, now: float, limit: int, max_pending: int) -> int:
+    async def fan_out(
+        self, swarm_name: str, now: float, limit: int, pending: PendingLimits, *, wait: bool = False
+    ) -> int:
         # On the database's thread: a round writes one delivery row per event and matching
         # subscription (thousands with many subscriptions), too long a stall for the loop.
         # Tasks no subscription can match write no event (mail.webhooks.interest), so a
         # server without subscriptions runs no round.
+        # (`wait` needs nothing here: every job of the file runs on that one thread.)
         planned: int = await self.db.run(
-            _fan_out, swarm_name, now, limit, max_pending, self._subs, pages=4
+            _fan_out, swarm_name, now, limit, pending, self._subs, pages=4
         )
         self.db.note_written(planned // 4)  # delivery rows, a few per page
         return planned
 
-    async def add_deliveries(self, deliveries: Sequence[Record]) -> None:
-        rows = [tuple(d[c] for c in DELIVERY_COLUMNS) for d in deliveries]
-        await self._write(lambda c: c.executemany(_INSERT_DELIVERY, rows))
+    async def add_deliveries(
+        self, deliveries: Sequence[Record], pending: PendingLimits, *, refuse: bool = False
+    ) -> None:
+        await self.db.run(_add_deliveries, list(deliveries), pending, refuse)
 
     async def claim(
         self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
@@ -393,21 +499,8 @@ class SqliteWebhookStore(WebhookStore):
 
         return await self.db.run(run)  # type: ignore[no-any-return]
 
-    async def retry(self, delivery_id: str, now: float) -> Record | None:
-        def run(conn: sqlite3.Connection) -> Record | None:
-            with transaction(conn):
-                conn.execute(
-                    "UPDATE webhook_deliveries SET status = 'pending', retry_index = 0,"
-                    " next_attempt_at = ?, lease_owner = NULL, lease_until = NULL,"
-                    " updated_at = ?, finished_at = NULL WHERE delivery_id = ?",
-                    (now, now, delivery_id),
-                )
-                rows = conn.execute(
-                    "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (delivery_id,)
-                ).fetchall()
-            return {c: rows[0][c] for c in DELIVERY_COLUMNS} if rows else None
-
-        return await self.db.run(run)  # type: ignore[no-any-return]
+    async def retry(self, delivery_id: str, now: float, pending: PendingLimits) -> Record | None:
+        return await self.db.run(_retry, delivery_id, now, pending)  # type: ignore[no-any-return]
 
     async def pending_count(self, swarm_name: str) -> int:
         row = await self.db.run(
@@ -420,14 +513,11 @@ class SqliteWebhookStore(WebhookStore):
         return int(row[0])
 
     async def release_leases(self, swarm_name: str) -> int:
-        cursor = await self._write(
-            lambda c: c.execute(
-                "UPDATE webhook_deliveries SET lease_owner = NULL, lease_until = NULL"
-                " WHERE swarm_name = ? AND lease_owner IS NOT NULL",
-                (swarm_name,),
-            )
+        return await self._write(
+            "UPDATE webhook_deliveries SET lease_owner = NULL, lease_until = NULL"
+            " WHERE swarm_name = ? AND lease_owner IS NOT NULL",
+            [(swarm_name,)],
         )
-        return int(cursor.rowcount)
 
     async def cleanup(self, now: float, retention: float) -> int:
         return await self.db.run(_cleanup, now, retention)  # type: ignore[no-any-return]

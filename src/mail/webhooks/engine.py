@@ -8,8 +8,12 @@ for the work of other servers sharing the database). Each round:
    batch of their event: a delivery is only ever made from a committed event);
 2. fans outbox events out into deliveries (``WebhookStore.fan_out``: one transaction);
 3. claims due deliveries (a lease) up to ``max_in_flight``, at most
-   ``max_in_flight_per_destination`` under way towards one host:port, and sends each in its
-   own task: a slow receiver holds its own slots only, never a request or another receiver.
+   ``max_in_flight_per_destination`` under way towards one host:port and
+   ``max_in_flight_per_owner`` of one caller's (their webhooks, per-request webhooks and A2A
+   push configs), taking turns across callers (the one with the fewest under way first),
+   and sends each in its own task: a slow receiver holds its own slots only, and one
+   caller's slow or dead receivers hold that caller's share only, never a request, another
+   receiver or another caller's deliveries.
 
 An attempt's answer decides (``policy``): delivered, retried on the schedule, failed, or the
 subscription disabled (410 Gone, or no success for ``disable_after``). A delivery keeps its
@@ -30,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mail.store.webhooks import ClaimLimits, Finished, Record, WebhookStore
+from mail.store.webhooks import ClaimLimits, Finished, Owner, PendingLimits, Record, WebhookStore
 from mail.telemetry.webhooks import delivery_attempt
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import policy, signing
@@ -50,6 +54,15 @@ Flush = Callable[[float], Awaitable[Any]]
 
 def node_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _release(counts: dict[Any, int], key: Any) -> None:
+    """One attempt fewer under way for `key`."""
+    left = counts.get(key, 1) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 class DeliveryEngine:
@@ -77,7 +90,11 @@ class DeliveryEngine:
         self._claim_due = True
         self._events: list[Record] = []  # outbox rows recorded here (no task store)
         self._attempts: set[asyncio.Task[None]] = set()
-        self._in_flight: dict[str, int] = {}
+        self._in_flight: dict[str, int] = {}  # destination -> attempts under way
+        self._owners: dict[Owner, int] = {}  # owner -> attempts under way
+        self.pending_limits = PendingLimits(
+            cfg.max_pending_deliveries, cfg.max_pending_deliveries_per_caller
+        )
         self._runner: asyncio.Task[None] | None = None
         self._closing = False
         self._last_cleanup = 0.0
@@ -111,6 +128,24 @@ class DeliveryEngine:
     @property
     def in_flight(self) -> int:
         return len(self._attempts)
+
+    async def catch_up(self) -> None:
+        """Fan out what the outbox holds now, waiting for a round doing so elsewhere: once
+        this returns, every event recorded before it (an answer already out) has its
+        deliveries stored, for a read of the delivery log (the rounds do this a moment
+        later; on PostgreSQL a read could come first)."""
+        if self._events:
+            events, self._events = self._events, []
+            try:
+                await self.store.add_events(events)
+            except BaseException:
+                self._events[:0] = events
+                raise
+        now = time.time()
+        if await self.store.fan_out(
+            self.swarm_name, now, FAN_OUT_BATCH, self.pending_limits, wait=True
+        ):
+            self.kick()
 
     async def start(self) -> None:
         if self.single_server:
@@ -244,9 +279,7 @@ class DeliveryEngine:
         if self._next_due is not None and self._next_due <= now:
             self._next_due = None
             self._claim_due = True
-        if await self.store.fan_out(
-            self.swarm_name, now, FAN_OUT_BATCH, self.cfg.max_pending_deliveries
-        ):
+        if await self.store.fan_out(self.swarm_name, now, FAN_OUT_BATCH, self.pending_limits):
             self._claim_due = True
             self._wake.set()  # maybe more events behind these
         if self._claim_due:
@@ -273,23 +306,37 @@ class DeliveryEngine:
         free = self.cfg.max_in_flight - len(self._attempts)
         if free <= 0:
             return
-        limits = ClaimLimits(free, self.cfg.max_in_flight_per_destination, dict(self._in_flight))
+        limits = ClaimLimits(
+            free,
+            self.cfg.max_in_flight_per_destination,
+            dict(self._in_flight),
+            self.cfg.max_in_flight_per_owner,
+            dict(self._owners),
+        )
         rows = await self.store.claim(
             self.swarm_name, now, limits, self.node, now + self.cfg.lease_seconds
         )
+        capped = False
         for row in rows:
-            destination = row["destination"]
+            destination, owner = row["destination"], (row["owner_role"], row["owner_id"])
             self._in_flight[destination] = self._in_flight.get(destination, 0) + 1
+            self._owners[owner] = self._owners.get(owner, 0) + 1
+            capped = capped or (
+                self._in_flight[destination] >= limits.per_destination
+                or self._owners[owner] >= limits.per_owner
+            )
             task = asyncio.create_task(
                 self._attempt(row), name=f"mail-webhook-{row['delivery_id']}"
             )
             self._attempts.add(task)
-        if len(rows) >= free:
+        if len(rows) >= free or capped:
+            # There may be more due: beyond this claim's candidates, or behind a destination
+            # or an owner it saturated (the next claim looks past them).
             self._claim_due = True
-            self._wake.set()  # there may be more due
+            self._wake.set()
 
     async def _attempt(self, row: Record) -> None:
-        destination = row["destination"]
+        destination, owner = row["destination"], (row["owner_role"], row["owner_id"])
         try:
             await self._send(row)
         except asyncio.CancelledError:
@@ -299,11 +346,8 @@ class DeliveryEngine:
                 "webhooks: delivery %s could not be recorded", row["delivery_id"], exc_info=True
             )
         finally:
-            left = self._in_flight.get(destination, 1) - 1
-            if left > 0:
-                self._in_flight[destination] = left
-            else:
-                self._in_flight.pop(destination, None)
+            _release(self._in_flight, destination)
+            _release(self._owners, owner)
             current = asyncio.current_task()
             if current is not None:
                 self._attempts.discard(current)  # type: ignore[arg-type]

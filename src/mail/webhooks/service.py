@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mail.store.base import InstanceKey
-from mail.store.webhooks import FAN_OUT_KINDS, Record, WebhookStore, new_delivery, new_id
+from mail.store.webhooks import (
+    FAN_OUT_KINDS,
+    Bound,
+    OverQuota,
+    Record,
+    WebhookStore,
+    new_delivery,
+    new_id,
+)
 from mail.utils.echo import echo
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import events as ev
@@ -155,7 +163,24 @@ class WebhookService:
         try:
             return await self.transport.check_url(value)
         except UrlRefused as exc:
-            raise WebhookError(exc.status, str(exc)) from None
+            raise WebhookError(400, str(exc)) from None
+
+    async def _add(self, sub: Record, *bounds: Bound, **upsert: Any) -> Record:
+        """`store.add_subscription`, a bound passed as a 429."""
+        try:
+            return await self.store.add_subscription(sub, bounds=bounds, **upsert)
+        except OverQuota as exc:
+            raise WebhookError(429, str(exc)) from None
+
+    def _bound(self, columns: tuple[str, ...], setting: str, message: str, advice: str) -> Bound:
+        """A bound of the owner's subscriptions of one kind (and `columns`): `message`
+        (``{count}`` in it) then the setting, then `advice`."""
+        limit = getattr(self.cfg, setting)
+        return Bound(
+            ("owner_role", "owner_id", "kind", *columns),
+            limit,
+            f"{message} ([server.webhooks] {setting} = {limit}); {advice}",
+        )
 
     @staticmethod
     def _unknown_fields(body: Mapping[str, Any], allowed: Sequence[str], where: str = "") -> None:
@@ -225,26 +250,25 @@ class WebhookService:
         description = self._description(body.get("description"))
         secret = self._secret(body.get("secret"))
         url = await self._url(body.get("url"))
-        # Counted and added under one lock per caller: a burst of creates cannot pass the quota.
+        sub = self._new_subscription(
+            owner, "webhook", url, events, scope=scope, description=description, secret=secret
+        )
+        sub["subscription_id"] = subscription_id or sub["subscription_id"]
+        # Counted and added in one transaction (a burst of creates cannot pass the quota),
+        # under one lock per caller (the mirror sees one caller's changes in the store's order).
         async with self._lock(owner):
-            existing = await self.store.list_subscriptions(
-                self.swarm_name, owner=owner, kinds=["webhook"]
-            )
-            if len(existing) >= self.cfg.max_subscriptions_per_caller:
-                raise WebhookError(
-                    429,
-                    f"you already have {len(existing)} webhooks, the most one caller may have "
-                    f"([server.webhooks] max_subscriptions_per_caller = "
-                    f"{self.cfg.max_subscriptions_per_caller}); delete one first",
-                )
-            sub = self._new_subscription(
-                owner, "webhook", url, events, scope=scope, description=description, secret=secret
-            )
-            sub["subscription_id"] = subscription_id or sub["subscription_id"]
             # Mirrored first: a write that lands (even one whose caller went away meanwhile)
             # is never missing there; one that fails leaves an entry that only costs rows.
             self._mirror(sub)
-            await self.store.add_subscription(sub)
+            await self._add(
+                sub,
+                self._bound(
+                    (),
+                    "max_subscriptions_per_caller",
+                    "you already have {count} webhooks, the most one caller may have",
+                    "delete one first",
+                ),
+            )
         logger.info(
             "webhooks: %s:%s subscribed %s to %s",
             owner[0],
@@ -357,7 +381,10 @@ class WebhookService:
             },
             now,
         )
-        await self.store.add_deliveries([delivery])
+        try:
+            await self.store.add_deliveries([delivery], self.engine.pending_limits, refuse=True)
+        except OverQuota as exc:
+            raise WebhookError(429, str(exc)) from None
         self.engine.kick()
         return delivery_view(delivery)
 
@@ -377,6 +404,8 @@ class WebhookService:
                 400, f"parameter 'status' must be one of {', '.join(DELIVERY_STATUSES)}"
             )
         limit = max(1, min(limit, MAX_PAGE))
+        # What an answer already out recorded is listed: its deliveries are made first.
+        await self.engine.catch_up()
         rows = await self.store.list_deliveries(
             subscription_id, status=status, limit=limit, before=parse_delivery_cursor(cursor)
         )
@@ -395,7 +424,10 @@ class WebhookService:
                 409,
                 f"webhook '{echo(subscription_id)}' is disabled; enable it (active: true) first",
             )
-        updated = await self.store.retry(delivery_id, time.time())
+        try:
+            updated = await self.store.retry(delivery_id, time.time(), self.engine.pending_limits)
+        except OverQuota as exc:
+            raise WebhookError(429, str(exc)) from None
         if updated is None:
             raise WebhookError(404, f"delivery '{echo(delivery_id)}' not found")
         self.engine.kick()
@@ -406,8 +438,12 @@ class WebhookService:
         self, owner: Owner, task_id: str, spec: Any, subscription_id: str | None = None
     ) -> Record:
         """The subscription of one ``POST /message``: its task's events go to `url`.
-        Returns ``{"id", "secret"}`` (the new secret; None when the caller gave one).
-        `subscription_id`: its id, chosen by a keyed message (recorded with its key)."""
+        Returns ``{"id", "secret"}`` (the secret; None when the caller gave one).
+        `subscription_id`: its id, chosen by a keyed message (recorded with its key).
+
+        One per task and URL: a later message of the task naming the same URL keeps that
+        subscription (its id; its secret, unless the message gives one; the message's
+        `events`), so each event goes to a URL once. Bounded per caller and per task."""
         if not isinstance(spec, dict):
             raise WebhookError(400, "parameter 'webhook' must be an object with a 'url'")
         self._unknown_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
@@ -430,31 +466,52 @@ class WebhookService:
             expires_at=time.time() + self.cfg.retention,
             **({"subscription_id": subscription_id} if subscription_id else {}),
         )
-        self._mirror(sub)  # first, as in `create`; the task runs after
-        await self.store.add_subscription(sub)
-        self._mirror(sub)  # again: stored by now, as a cleanup that starts later will see
-        # A secret the caller chose is not sent back; a new one is shown this once.
-        return {"id": sub["subscription_id"], "secret": None if given else secret}
+        async with self._lock(owner):
+            self._mirror(sub)  # first, as in `create`; the task runs after
+            stored = await self._add(
+                sub,
+                self._bound(
+                    (),
+                    "max_request_webhooks_per_caller",
+                    "you already have {count} per-request webhooks, the most one caller may have",
+                    "each goes `retention` after its message, or delete one",
+                ),
+                self._bound(
+                    ("task_id",),
+                    "max_request_webhooks_per_task",
+                    "this task's messages already name {count} webhook URLs, the most one task "
+                    "may have",
+                    "name a URL it already has (a message naming the same URL uses its webhook)",
+                ),
+                same=("owner_role", "owner_id", "kind", "task_id", "url"),
+                refresh=("events", "expires_at", *(("secret",) if given else ())),
+            )
+            if stored["subscription_id"] != sub["subscription_id"] and self.interest is not None:
+                self.interest.remove(sub["subscription_id"])
+            self._mirror(stored)  # as stored, as a cleanup that starts later will see
+        # A secret the caller chose is not sent back; the server's is shown to its owner.
+        return {"id": stored["subscription_id"], "secret": None if given else stored["secret"]}
 
     async def request_webhook_of(
         self, owner: Owner, task_id: str, spec: Any, subscription_id: str | None = None
     ) -> Record | None:
         """What `request_webhook` answered for `task_id`'s message (``{"id", "secret"}``),
         read back from the store: a keyed message replayed from its task after a restart.
-        `subscription_id`: the message's own (each message of a task may have one); without
-        it (a key of an older version) the task's first."""
-        if subscription_id is None:
-            subs = await self.store.list_subscriptions(
-                self.swarm_name, owner=owner, kinds=["request"]
-            )
-        else:
-            subs = [s for s in [await self.store.get_subscription(subscription_id)] if s]
-        for sub in subs:
-            mine = (sub["owner_role"], sub["owner_id"]) == owner and sub["kind"] == "request"
-            if mine and sub["swarm_name"] == self.swarm_name and sub["task_id"] == task_id:
-                given = isinstance(spec, dict) and spec.get("secret") is not None
-                return {"id": sub["subscription_id"], "secret": None if given else sub["secret"]}
-        return None
+        `subscription_id`: the id the message's key chose (kept unless an earlier message
+        of the task named the same URL: then that one's); without it (a key of an older
+        version) the task's first."""
+        subs = await self.store.list_subscriptions(
+            self.swarm_name, owner=owner, kinds=["request"], task_id=task_id
+        )
+        if subscription_id is not None:
+            url = spec.get("url") if isinstance(spec, dict) else None
+            subs = [s for s in subs if s["subscription_id"] == subscription_id] or [
+                s for s in subs if isinstance(url, str) and s["url"] == url.strip()
+            ]
+        if not subs:
+            return None
+        given = isinstance(spec, dict) and spec.get("secret") is not None
+        return {"id": subs[0]["subscription_id"], "secret": None if given else subs[0]["secret"]}
 
     def _mirror(self, sub: Record) -> None:
         """A subscription the store now holds (new or changed), into the mirror."""
@@ -471,20 +528,9 @@ class WebhookService:
         token: str | None,
         auth: Record | None,
     ) -> Record:
-        """Create or replace the owner's push config `config_id` of A2A task `task_id`."""
+        """Create or replace the owner's push config `config_id` of A2A task `task_id`
+        (checked against the bound and stored in one transaction)."""
         checked = await self._url(url)
-        existing = await self.store.list_subscriptions(
-            self.swarm_name, owner=owner, kinds=["a2a"], task_id=task_id
-        )
-        same = [s for s in existing if s["description"] == config_id]
-        if not same and len(existing) >= self.cfg.max_push_configs_per_task:
-            raise WebhookError(
-                429,
-                f"task '{task_id}' already has {len(existing)} push configs, the most one task "
-                f"may have ([server.webhooks] max_push_configs_per_task)",
-            )
-        for old in same:
-            await self.store.delete_subscription(old["subscription_id"])
         # For A2A configs `description` holds the config id and `events` is unused.
         sub = self._new_subscription(
             owner,
@@ -497,8 +543,18 @@ class WebhookService:
             push_auth=auth,
             expires_at=time.time() + self.cfg.retention,
         )
-        await self.store.add_subscription(sub)
-        return sub
+        return await self._add(
+            sub,
+            self._bound(
+                ("task_id",),
+                "max_push_configs_per_task",
+                f"task '{echo(task_id)}' already has {{count}} push configs, the most one task "
+                "may have",
+                "delete one first",
+            ),
+            same=("owner_role", "owner_id", "kind", "task_id", "description"),
+            refresh=("url", "destination", "push_token", "push_auth", "expires_at"),
+        )
 
     async def push_configs(self, task_id: str, owner: Owner | None = None) -> list[Record]:
         return await self.store.list_subscriptions(
@@ -522,5 +578,5 @@ class WebhookService:
         }
         deliveries = [new_delivery(sub, event, now) for sub in subs if sub["active"]]
         if deliveries:
-            await self.store.add_deliveries(deliveries)
+            await self.store.add_deliveries(deliveries, self.engine.pending_limits)
             self.engine.kick()

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import socket
 import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+from yarl import URL
 
 from mail.config import StdlibNetConfig
 from mail.version import __version__
@@ -29,45 +31,47 @@ USER_AGENT = f"MAIL-Webhooks/{__version__}"
 
 
 class UrlRefused(ValueError):
-    """A subscription URL that is malformed (`status` 400) or refused by the guard (422)."""
+    """A subscription URL that is malformed or refused by the guard (a 400: a bad value)."""
 
-    def __init__(self, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.status = status
+
+def parse_url(url: str) -> URL:
+    """`url` as the sending client (aiohttp) reads it: its own parser (yarl), so that the
+    host checked, bounded and connected to is one and the same. Raises ValueError."""
+    return URL(url)
 
 
 def destination_of(url: str) -> str:
     """``host:port`` of a URL (lower case, default ports filled in): the unit the engine
     bounds in-flight attempts by."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{(parts.hostname or '').lower()}:{port}"
+    parts = parse_url(url)
+    return f"{(parts.host or '').lower()}:{parts.port}"
 
 
 def check_url_form(url: object, max_chars: int) -> str:
-    """The URL if it is a well-formed http(s) URL with a host; raises UrlRefused (400)."""
+    """The URL if it is a well-formed http(s) URL with a host, as the sending client reads
+    it (what it would refuse to send is refused now, not retried for a day); raises
+    UrlRefused."""
     if not isinstance(url, str) or not url.strip():
-        raise UrlRefused("parameter 'url' must be a non-empty string", 400)
+        raise UrlRefused("parameter 'url' must be a non-empty string")
     url = url.strip()
     if len(url) > max_chars:
         raise UrlRefused(
             f"parameter 'url' is {len(url)} characters; the limit is {max_chars} "
-            "([server.webhooks] max_url_chars)",
-            400,
+            "([server.webhooks] max_url_chars)"
         )
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise UrlRefused(f"parameter 'url' is not a valid URL: {exc}", 400) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UrlRefused("parameter 'url' must be an http:// or https:// URL with a host", 400)
-    if parts.port == 0:
-        raise UrlRefused("parameter 'url' names port 0, which no receiver listens on", 400)
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
         raise UrlRefused(
-            "parameter 'url' contains spaces or control characters; percent-encode them", 400
+            "parameter 'url' contains spaces or control characters; percent-encode them"
         )
+    try:
+        parts = parse_url(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise UrlRefused(f"parameter 'url' is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.raw_host:
+        raise UrlRefused("parameter 'url' must be an http:// or https:// URL with a host")
+    if parts.port == 0:
+        raise UrlRefused("parameter 'url' names port 0, which no receiver listens on")
     return url
 
 
@@ -180,8 +184,8 @@ class WebhookTransport:
         from mail.stdlib.netpolicy import AddressRefused, resolve
 
         url = check_url_form(url, self.cfg.max_url_chars)
-        parts = urlsplit(url)
-        host = parts.hostname or ""
+        parts = parse_url(url)
+        host = parts.host or ""
         try:
             async with asyncio.timeout(self.cfg.connect_timeout):
                 addresses = await resolve(host, parts.port or 0)
@@ -195,10 +199,10 @@ class WebhookTransport:
     def _proxy_for(self, url: str) -> str | None:
         if not self.cfg.trust_env:
             return None
-        parts = urlsplit(url)
+        parts = parse_url(url)
         proxies = self._proxies
         proxy = proxies.get(parts.scheme) or proxies.get("all")
-        if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        if not proxy or urllib.request.proxy_bypass(parts.host or ""):
             return None
         return proxy
 
@@ -206,8 +210,8 @@ class WebhookTransport:
         """What the resolver does not see: an IP literal, or the target behind a proxy."""
         from mail.stdlib.netpolicy import resolve
 
-        parts = urlsplit(url)
-        host = parts.hostname or ""
+        parts = parse_url(url)
+        host = parts.host or ""
         try:
             literal = ipaddress.ip_address(host)
         except ValueError:
@@ -245,11 +249,25 @@ class WebhookTransport:
             return Answer(None, took(), error=str(exc), refused=True)
         except TimeoutError:
             return Answer(None, took(), error=f"no answer within {self.cfg.timeout:g} s")
+        except ValueError as exc:  # a URL the client cannot send to (stored before it was checked)
+            return Answer(None, took(), error=f"the URL cannot be sent to: {exc}", refused=True)
         except (self._aiohttp.ClientError, OSError) as exc:
             refused = _refusal(exc)
             if refused is not None:
                 return Answer(None, took(), error=str(refused), refused=True)
-            return Answer(None, took(), error=f"{type(exc).__name__}: {exc}")
+            return Answer(None, took(), error=self._connection_error(exc))
+
+    def _connection_error(self, exc: BaseException) -> str:
+        """What went wrong, in words: aiohttp's own text of a connection that failed names
+        its TLS setting (``ssl:default``) even for a plain ``http://`` URL."""
+        if isinstance(exc, self._aiohttp.ClientConnectorError):
+            cause: Any = getattr(exc, "certificate_error", None) or exc.os_error
+            errno = getattr(cause, "errno", None)
+            why = os.strerror(errno) if isinstance(errno, int) and errno > 0 else None
+            why = why or getattr(cause, "strerror", None) or str(cause)
+            tls = " (TLS)" if isinstance(exc, self._aiohttp.ClientSSLError) else ""
+            return f"cannot connect to {exc.host}:{exc.port}{tls}: {why}"
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _refusal(exc: BaseException) -> BaseException | None:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from mail.api import MAILAction
+from mail.examples.arguments import required_text
 
 CONDITIONS = (
     "sunny",
@@ -83,9 +84,7 @@ def _when(days_ahead: int) -> str:
 
 async def forecast_text(args: dict[str, Any]) -> str:
     """The action's function: a one-line forecast for `args["location"]`."""
-    location = str(args.get("location") or "").strip()
-    if not location:
-        raise ValueError("a location is required")
+    location = required_text(args, "location")
     days_ahead = args.get("days_ahead")
     days_ahead = 0 if days_ahead is None else int(days_ahead)
     if not 0 <= days_ahead <= 14:

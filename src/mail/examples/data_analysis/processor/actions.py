@@ -10,6 +10,7 @@ from random import Random
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import bounded_text, choice, clamped
 
 DATASETS = ("sales", "users", "inventory", "weather")
 MAX_ROWS = 1000
@@ -95,15 +96,12 @@ def _number(text: str) -> float | int | None:
 
 
 @action(
-    name="generate_sample_data",
     description="Generate a synthetic sample dataset (sales, users, inventory or weather).",
     parameters=GENERATE_SAMPLE_DATA_PARAMETERS,
 )
 async def generate_sample_data(args: dict[str, Any]) -> str:
-    dataset = str(args.get("dataset") or "")
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}")
-    rows = min(max(int(args.get("rows") or 10), 1), MAX_ROWS)
+    dataset = choice(args, "dataset", DATASETS)
+    rows = clamped(args, "rows", 10, 1, MAX_ROWS)
     data = sample_rows(dataset, rows)
     columns = list(data[0])
     numeric = [c for c in columns if all(isinstance(r[c], int | float) for r in data)]
@@ -121,14 +119,11 @@ async def generate_sample_data(args: dict[str, Any]) -> str:
 
 
 @action(
-    name="parse_csv",
     description="Parse CSV text into rows, with the column names and which columns are numeric.",
     parameters=PARSE_CSV_PARAMETERS,
 )
 async def parse_csv(args: dict[str, Any]) -> str:
-    text = str(args.get("data") or "")
-    if len(text) > MAX_CSV_CHARS:
-        raise ValueError(f"CSV text is limited to {MAX_CSV_CHARS} characters")
+    text = bounded_text(args, "data", MAX_CSV_CHARS)
     reader = csv.DictReader(io.StringIO(text.strip()))
     if not reader.fieldnames:
         raise ValueError("the CSV text has no header line")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import objects, required_text
 
 MAX_SECTIONS = 50
 
@@ -52,17 +53,12 @@ def render_report(title: str, sections: list[dict[str, Any]]) -> str:
 
 
 @action(
-    name="format_report",
     description="Format a title and sections (heading + content) as a Markdown report.",
     parameters=FORMAT_REPORT_PARAMETERS,
 )
 async def format_report(args: dict[str, Any]) -> str:
-    title = str(args.get("title") or "").strip()
-    sections = args.get("sections")
-    if not title:
-        raise ValueError("a title is required")
-    if not isinstance(sections, list) or not all(isinstance(s, dict) for s in sections):
-        raise ValueError("sections must be a list of {heading, content} objects")
+    title = required_text(args, "title")
+    sections = objects(args, "sections")
     if len(sections) > MAX_SECTIONS:
         raise ValueError(f"a report has at most {MAX_SECTIONS} sections")
     return render_report(title, sections)

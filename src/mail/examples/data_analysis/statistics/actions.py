@@ -124,7 +124,6 @@ def strength(r: float) -> str:
 
 
 @action(
-    name="calculate_statistics",
     description="Calculate descriptive statistics (mean, median, spread, ...) of numbers.",
     parameters=CALCULATE_STATISTICS_PARAMETERS,
 )
@@ -140,7 +139,6 @@ async def calculate_statistics(args: dict[str, Any]) -> str:
 
 
 @action(
-    name="run_correlation",
     description="Pearson correlation between two equally long series of numbers.",
     parameters=RUN_CORRELATION_PARAMETERS,
 )

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import bounded_text, choice, required_text
 
 SOURCES = ("wikipedia", "academic", "news", "general")
 MAX_TEXT = 100_000
@@ -79,17 +80,12 @@ def candidate_facts(text: str, limit: int = 20) -> list[str]:
 
 
 @action(
-    name="search_topic",
     description="Search for material on a topic (demo: synthetic results, labelled as such).",
     parameters=SEARCH_TOPIC_PARAMETERS,
 )
 async def search_topic(args: dict[str, Any]) -> str:
-    query = str(args.get("query") or "").strip()
-    if not query:
-        raise ValueError("a query is required")
-    source = str(args.get("source") or "general")
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {', '.join(SOURCES)}")
+    query = required_text(args, "query")
+    source = choice(args, "source", SOURCES, default="general")
     results = synthetic_results(query, source)
     return json.dumps(
         {
@@ -102,13 +98,9 @@ async def search_topic(args: dict[str, Any]) -> str:
 
 
 @action(
-    name="extract_facts",
     description="Pull the sentences that state checkable facts out of a text.",
     parameters=EXTRACT_FACTS_PARAMETERS,
 )
 async def extract_facts(args: dict[str, Any]) -> str:
-    text = str(args.get("text") or "")
-    if len(text) > MAX_TEXT:
-        raise ValueError(f"text is limited to {MAX_TEXT} characters")
-    facts = candidate_facts(text)
+    facts = candidate_facts(bounded_text(args, "text", MAX_TEXT))
     return json.dumps({"facts": facts, "count": len(facts)})

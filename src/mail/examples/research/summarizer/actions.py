@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import bounded_text, choice, clamped, objects
 
 STYLES = ("apa", "mla", "chicago", "simple")
 MAX_TEXT = 100_000
@@ -103,17 +104,14 @@ def cite(source: dict[str, Any], style: str) -> str:
 
 
 @action(
-    name="summarize_text",
     description="Summarize a text by keeping its most representative sentences.",
     parameters=SUMMARIZE_TEXT_PARAMETERS,
 )
 async def summarize_text(args: dict[str, Any]) -> str:
-    text = str(args.get("text") or "")
+    text = bounded_text(args, "text", MAX_TEXT)
     if not text.strip():
-        raise ValueError("a text is required")
-    if len(text) > MAX_TEXT:
-        raise ValueError(f"text is limited to {MAX_TEXT} characters")
-    max_length = min(max(int(args.get("max_length") or 300), 50), 2000)
+        raise ValueError("text is required")
+    max_length = clamped(args, "max_length", 300, 50, 2000)
     summary = summarize(text, max_length)
     return json.dumps(
         {"summary": summary, "original_length": len(text), "summary_length": len(summary)}
@@ -121,16 +119,10 @@ async def summarize_text(args: dict[str, Any]) -> str:
 
 
 @action(
-    name="create_bibliography",
     description="Format a list of sources as a bibliography (apa, mla, chicago or simple).",
     parameters=CREATE_BIBLIOGRAPHY_PARAMETERS,
 )
 async def create_bibliography(args: dict[str, Any]) -> str:
-    sources = args.get("sources")
-    style = str(args.get("style") or "apa")
-    if style not in STYLES:
-        raise ValueError(f"style must be one of {', '.join(STYLES)}")
-    if not isinstance(sources, list) or not all(isinstance(s, dict) for s in sources):
-        raise ValueError("sources must be a list of objects")
-    entries = sorted(cite(s, style) for s in sources)
+    style = choice(args, "style", STYLES, default="apa")
+    entries = sorted(cite(s, style) for s in objects(args, "sources"))
     return "\n".join(entries) if entries else "(no sources)"

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import objects, required_text
 
 # How much one piece of evidence counts, by the kind of source it came from.
 SOURCE_WEIGHTS: dict[str, float] = {
@@ -86,14 +87,11 @@ def confidence_from(evidence: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @action(
-    name="verify_claim",
     description="Check a claim against sources (demo: a synthetic verdict, labelled as such).",
     parameters=VERIFY_CLAIM_PARAMETERS,
 )
 async def verify_claim(args: dict[str, Any]) -> str:
-    claim = str(args.get("claim") or "").strip()
-    if not claim:
-        raise ValueError("a claim is required")
+    claim = required_text(args, "claim")
     sources = [str(s) for s in args.get("sources") or []]
     sweeping = bool(_HEDGES.search(claim))
     if sweeping:
@@ -120,15 +118,9 @@ async def verify_claim(args: dict[str, Any]) -> str:
 
 
 @action(
-    name="rate_confidence",
     description="Rate the confidence in a claim from supporting and contradicting evidence.",
     parameters=RATE_CONFIDENCE_PARAMETERS,
 )
 async def rate_confidence(args: dict[str, Any]) -> str:
-    claim = str(args.get("claim") or "").strip()
-    evidence = args.get("evidence")
-    if not claim:
-        raise ValueError("a claim is required")
-    if not isinstance(evidence, list) or not all(isinstance(e, dict) for e in evidence):
-        raise ValueError("evidence must be a list of {source, source_type, supports} objects")
-    return json.dumps({"claim": claim, **confidence_from(evidence)})
+    claim = required_text(args, "claim")
+    return json.dumps({"claim": claim, **confidence_from(objects(args, "evidence"))})

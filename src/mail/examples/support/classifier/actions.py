@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import required_text
 
 # Category -> words that point to it (a word counts once).
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -54,12 +55,8 @@ def classify(text: str) -> dict[str, Any]:
 
 
 @action(
-    name="classify_ticket",
     description="Classify a support ticket: its category and its priority.",
     parameters=CLASSIFY_TICKET_PARAMETERS,
 )
 async def classify_ticket(args: dict[str, Any]) -> str:
-    text = str(args.get("text") or "").strip()
-    if not text:
-        raise ValueError("the ticket text is required")
-    return json.dumps(classify(text))
+    return json.dumps(classify(required_text(args, "text")))

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import clamped, required_text
 
 # (id, question, answer): a made-up shop's help centre.
 FAQ: tuple[tuple[str, str, str], ...] = (
@@ -114,14 +115,10 @@ def rank_faq(query: str, limit: int) -> list[dict[str, Any]]:
 
 
 @action(
-    name="search_faq",
     description="Search the help-centre FAQ for entries that answer a customer's question.",
     parameters=SEARCH_FAQ_PARAMETERS,
 )
 async def search_faq(args: dict[str, Any]) -> str:
-    query = str(args.get("query") or "").strip()
-    if not query:
-        raise ValueError("a query is required")
-    limit = min(max(int(args.get("max_results") or 3), 1), 10)
-    results = rank_faq(query, limit)
+    query = required_text(args, "query")
+    results = rank_faq(query, clamped(args, "max_results", 3, 1, 10))
     return json.dumps({"query": query, "results": results, "found": len(results)})

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import choice, required_text
 
 POSITIVE = frozenset(
     "thanks thank great good love happy pleased excellent helpful quick perfect glad".split()
@@ -18,6 +19,7 @@ NEGATIVE = frozenset(
     "worst hate ridiculous slow never refund cancel".split()
 )
 INTENSIFIERS = frozenset("very really extremely so totally completely".split())
+PRIORITIES = ("high", "urgent")
 
 ANALYZE_SENTIMENT_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -34,7 +36,7 @@ CREATE_ESCALATION_PARAMETERS: dict[str, Any] = {
         "reason": {"type": "string", "description": "Why a person should look at it"},
         "priority": {
             "type": "string",
-            "enum": ["high", "urgent"],
+            "enum": list(PRIORITIES),
             "description": "How soon a person should look at it",
         },
     },
@@ -63,30 +65,21 @@ def score_sentiment(text: str) -> dict[str, Any]:
 
 
 @action(
-    name="analyze_sentiment",
     description="Analyze the sentiment of a customer's message and say whether to escalate.",
     parameters=ANALYZE_SENTIMENT_PARAMETERS,
 )
 async def analyze_sentiment(args: dict[str, Any]) -> str:
-    text = str(args.get("text") or "").strip()
-    if not text:
-        raise ValueError("the text is required")
-    return json.dumps(score_sentiment(text))
+    return json.dumps(score_sentiment(required_text(args, "text")))
 
 
 @action(
-    name="create_escalation",
     description="Create an escalation record so a person reviews the ticket.",
     parameters=CREATE_ESCALATION_PARAMETERS,
 )
 async def create_escalation(args: dict[str, Any]) -> str:
-    ticket_id = str(args.get("ticket_id") or "").strip()
-    reason = str(args.get("reason") or "").strip()
-    priority = str(args.get("priority") or "high")
-    if not ticket_id or not reason:
-        raise ValueError("ticket_id and reason are required")
-    if priority not in ("high", "urgent"):
-        raise ValueError("priority must be 'high' or 'urgent'")
+    ticket_id = required_text(args, "ticket_id")
+    reason = required_text(args, "reason")
+    priority = choice(args, "priority", PRIORITIES, default="high")
     digest = hashlib.sha256(f"{ticket_id}|{reason}".encode()).hexdigest()[:8].upper()
     record = {
         "escalation_id": f"ESC-{digest}",
