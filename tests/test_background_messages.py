@@ -206,8 +206,10 @@ def test_a_background_message_meets_every_check_of_a_plain_one(deployment: Deplo
     assert bad.status_code == 400 and "multitask_strategy" in bad.json()["detail"]
 
     # A running task refuses it by default, as it refuses a plain message.
-    first = deployment.post({"body": "ASK SLOW 3 checked", "background": True})
+    hook = {"url": deployment.receiver.url("/multitask"), "events": ["task.multitask"]}
+    first = deployment.post({"body": "ASK SLOW 3 checked", "background": True, "webhook": hook})
     task_id = first.json()["task_id"]
+    deployment.receiver.secrets("/multitask", first.json()["webhook"]["secret"])
     deadline = time.monotonic() + 30
     while not deployment.worker_calls("SLOW 3 checked"):
         assert time.monotonic() < deadline
@@ -245,6 +247,17 @@ def test_a_background_message_meets_every_check_of_a_plain_one(deployment: Deplo
     ):
         assert time.monotonic() < deadline, record["answer"]
         time.sleep(0.05)
+    # The task's webhook was told of the strategy applied: queued, then delivered.
+    pushed = deployment.receiver.wait_for(2, "/multitask")
+    assert all(entry["verified"] for entry in pushed), pushed
+    payloads = [ReceiverProcess.payload(entry) for entry in pushed]
+    assert [p["type"] for p in payloads] == ["task.multitask", "task.multitask"]
+    details = [p["data"]["detail"] for p in payloads]
+    assert [(d["strategy"], d["action"]) for d in details] == [
+        ("enqueue", "queued"),
+        ("enqueue", "delivered"),
+    ]
+    assert details[0]["position"] == 1 and details[0]["message_id"] == details[1]["message_id"]
 
 
 def test_a_background_task_survives_kill_9_right_after_its_202(
