@@ -330,12 +330,11 @@ def events_from_records(records: Iterable[dict[str, Any]]) -> list[TaskEvent]:
     return [TaskEvent.from_record(record, calls) for record in records]
 
 
-def closing_event(name: str, task_id: str, response: str) -> TaskEvent:
+def closing_event(name: str, task_id: str, response: str, state: str | None = None) -> TaskEvent:
     """The last event of a task's stream (``task_complete`` or ``task_error``): not stored,
-    no id; it carries the task's answer (or what went wrong) as ``response``."""
-    return TaskEvent(
-        name,
-        task_id,
-        "",
-        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
-    )
+    no id; it carries the task's answer (or what went wrong) as ``response``, and with
+    `state` the state that answer left the task in (given when it is not ``completed``)."""
+    payload = {"timestamp": utc_now_iso(), "task_id": task_id, "response": response}
+    if state is not None:
+        payload["state"] = state
+    return TaskEvent(name, task_id, "", raw_payload=payload)

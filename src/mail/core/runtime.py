@@ -39,6 +39,7 @@ from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import Delivery
 from mail.core.runtime_loops import LoopRunner, RunMode
 from mail.core.runtime_manual import ManualStepper, manual_routing
+from mail.core.runtime_multitask import Multitask
 from mail.core.runtime_ports import TurnContext, weakly
 from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
@@ -152,6 +153,7 @@ class MAILRuntime(V13Surface):
         self.submissions = Submissions(self, self.delivery.steps)
         self.manual = ManualStepper(self)
         self.waiters = TaskWaiters(self)  # callers waiting for a task's answer
+        self.multitask = Multitask(self)  # messages to a task that is still running
         self.review = ActionReviewer(self, review_policy)  # human review of actions
         # Shared with the components that own them (same objects, no copies).
         self._prechecked = self.delivery.prechecked
@@ -309,6 +311,8 @@ class MAILRuntime(V13Surface):
         if self._response_queue is not None:
             self._response_queue.put_latest((task_id, response))
         task.wake()
+        if self.multitask.waiting(task_id):
+            self.multitask.task_answered(task_id)  # the next enqueued message goes in
         logger.debug("task %s completed", task_id)
 
     def _pause_for_budget(self, task_id: str, why: str) -> None:
@@ -328,8 +332,14 @@ class MAILRuntime(V13Surface):
 
     def _submit_for_task(
         self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
-    ) -> None:
-        self.submissions.submit_for_task(message, resume_from, kwargs)
+    ) -> asyncio.Future[MAILMessage] | None:
+        return self.submissions.submit_for_task(message, resume_from, kwargs)
+
+    def _new_run(self, task_id: str) -> None:
+        """A newer message takes over a running task (an interrupt, a rollback): its step
+        count and repeat guard start again, as for a continuation."""
+        self.delivery.steps.counts.pop(task_id, None)
+        self.loop_guard.forget(task_id)
 
     async def submit_and_wait(
         self,
@@ -438,14 +448,14 @@ class MAILRuntime(V13Surface):
                 turn.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        self.waiters.release_all(
-            system_task_end(
-                self.swarm_name,
-                "null",
-                "::shutdown_requested::",
-                "The runtime was shut down before the task completed.",
-            )
+        ended = system_task_end(
+            self.swarm_name,
+            "null",
+            "::shutdown_requested::",
+            "The runtime was shut down before the task completed.",
         )
+        self.waiters.release_all(ended)
+        self.multitask.release_all(ended)
 
     # ------------------------------------------------------------------ loops (self.loops)
     async def run_continuous(

@@ -182,6 +182,7 @@ class TurnRunner(HostLink[TurnHost]):
                 stop_task(rt, task_id, stop)
                 return
             history = rt.history_for(task_id, agent_name)
+            began = len(history)
             stored.begin_turn(task_id, agent_name, history)
             ctx = TurnContext(task_id, agent_name, message, history, batch=batch)
             current: AgentToolCall | None = None
@@ -242,8 +243,12 @@ class TurnRunner(HostLink[TurnHost]):
             finally:
                 cancelled = _cancelling(me)
                 measured.end(cancelled=cancelled)
-                if not cancelled:
-                    # A cancelled turn (shutdown) runs again after a restart from its start.
+                if cancelled:
+                    # Cut back to where it began (a cancel, an interrupt, a shutdown): what it
+                    # took and half did leaves no trace (a call without its result would
+                    # make the agent's next model call fail); after a restart it runs again.
+                    del history[began:]
+                else:
                     self.save_history(task_id, agent_name)
         finally:
             rt._release_turn(key)

@@ -272,6 +272,10 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
     if state.retention is not None:
         await close_quietly("retention", state.retention.close)
     await state.instances.close()
+    if state.background:  # their tasks were told of the shutdown: they end now
+        await asyncio.wait(set(state.background), timeout=5.0)
+        for runner in state.background:
+            runner.cancel()
     if state.finished is not None:
         await close_quietly("finished tasks", state.finished.close)
     if state.webhooks is not None:
