@@ -50,9 +50,10 @@ measured in interleaved rounds and reported as the median of the rounds, with th
 
 The stub servers run with the defaults of `mail server` except what a benchmark that sends
 one caller tens of thousands of messages needs (`BENCH_CONFIG`): `[server.store]`
-`max_stored_tasks_per_caller = 0` and `max_stored_bytes_per_caller = 0` (no bound: the full
-run stores more than the default 10,000 tasks for one user, which would be refused with 429
-part-way) and `[server.settings] task_message_limit = 0`. Every other bound keeps its default
+`max_stored_tasks_per_caller = 0` (no bound: the full run stores more than the default 10,000
+tasks for one user, which would be refused with 429 part-way) and `[server.settings]
+task_message_limit = 0`. The byte bound keeps its default (1 GiB, far above what a run
+stores), so requests pay for booking what their tasks store as users' requests do. Every other bound keeps its default
 (`max_idempotency_keys_per_caller` included: the keyed rows pay for it as users do; their
 keys are answered, so the oldest make room at the bound). Any answer other than the expected
 2xx (a 429 from a bound, a 5xx) stops the run with a message naming it and exit status 1:
@@ -103,11 +104,11 @@ CLIENTS = ("raw", "httpx", "MAILClient")
 TARGETS = {"p50_1_ms": 2.0, "rps_16": 1500.0, "concurrency_50ms": 15.0, "first_answer_s": 1.0}
 # The store kind of the servers this run starts (`--store`), handed to them in the environment.
 STORE_VARIABLE = "MAIL_BENCH_STORE"
-# What the bench's servers set besides the defaults (module docstring): no bound on what one
-# caller keeps stored, as a run stores more than 10,000 tasks for one user; no message limit.
+# What the bench's servers set besides the defaults (module docstring): no bound on how many
+# tasks one caller keeps, as a run stores more than 10,000 for one user; no message limit.
 BENCH_CONFIG: dict[str, dict[str, Any]] = {
     "settings": {"task_message_limit": 0},
-    "store": {"max_stored_tasks_per_caller": 0, "max_stored_bytes_per_caller": 0},
+    "store": {"max_stored_tasks_per_caller": 0},
 }
 
 

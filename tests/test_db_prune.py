@@ -254,7 +254,7 @@ def test_db_prune_on_postgres_in_batches() -> None:
         asyncio.run(_fill(PostgresTaskStore(url, min_size=1, max_size=2), 60))
         code, out, err = run_cli("db-prune", "--database-url", url, "--older-than", "0", "--vacuum")
         assert code == 0, err
-        assert "Removed 60 task(s) (180 rows) in 2 batch(es), 0 team row(s)." in out
+        assert "Removed 60 task(s) (180 rows) in 2 batch(es), 0 team row(s), 0 file(s)." in out
         assert "Vacuumed " in out
 
 

@@ -114,15 +114,18 @@ def test_examples_load_with_from_example(name, factory_cls, action_names, superv
 def test_root_swarms_json_validates_and_both_swarms_instantiate():
     swarms = read_swarms_json_file(SWARMS_JSON)
     by_name = {s["name"]: s for s in swarms}
-    assert set(by_name) == {"example", "demo", "email-review"}  # email-review: docs/review.md
+    # email-review: docs/review.md; local: docs/agents-and-factories.md
+    assert set(by_name) == {"example", "local", "demo", "email-review"}
     for swarm in swarms:
         validate_swarm_from_swarms_json(swarm)
-    for name in ("example", "demo"):
+    for name in ("example", "local", "demo"):
         assert [a["name"] for a in by_name[name]["agents"]] == ["supervisor", "weather", "math"]
     assert {a["agent_params"]["llm"] for a in by_name["demo"]["agents"]} == {"mail/demo"}
     assert {a["agent_params"]["use_proxy"] for a in by_name["demo"]["agents"]} == {False}
     assert all(a["agent_params"]["llm"].startswith("openai/") for a in by_name["example"]["agents"])
-    for name in ("example", "demo"):
+    local = MAILSwarmTemplate.from_swarm_json_file("local", str(SWARMS_JSON))
+    assert {a.tool_format for a in local.agents} == {"completions"}  # its api_base says so
+    for name in ("example", "local", "demo"):
         template = MAILSwarmTemplate.from_swarm_json_file(name, str(SWARMS_JSON))
         swarm = template.instantiate({"user_token": "t"}, user_id="u", print_llm_streams=False)
         assert set(swarm.agents_by_name) == {"supervisor", "weather", "math"}

@@ -306,3 +306,49 @@ async def test_claude_with_proxy_goes_through_the_proxy(llm: ScriptedLLM):
     assert request.headers["Authorization"] == "Bearer tok-claude"
     assert request.body["model"] == "anthropic/claude-sonnet-4-5"
     assert calls[0].tool_name == "task_complete"
+
+
+async def test_model_settings_of_a_hand_built_agent_reach_the_request(llm: ScriptedLLM):
+    from mail import MAILAgentTemplate, MAILSwarmTemplate
+
+    settings = {"temperature": 0.2, "top_p": 0.9, "seed": 7, "stop": ["</done>"]}
+    supervisor = MAILAgentTemplate(
+        name="supervisor",
+        factory="python::mail.factories.supervisor:LiteLLMSupervisorFunction",
+        comm_targets=[],
+        agent_params={
+            "llm": "openai/gpt-4o-mini",
+            "use_proxy": False,
+            "api_base": llm.base_url,
+            "api_key": "k",
+            "presence_penalty": 0.5,
+            "frequency_penalty": 0.1,
+            **settings,
+        },
+        enable_entrypoint=True,
+        can_complete_tasks=True,
+    )
+    template = MAILSwarmTemplate(
+        name="settings", version="1", agents=[supervisor], actions=[], entrypoint="supervisor"
+    )
+    swarm = template.instantiate({"user_token": "t"}, user_id="u", print_llm_streams=False)
+    llm.queue(tool_call("task_complete", {"finish_message": "ok"}))
+    try:
+        response, _ = await swarm.post_message(body="hi", timeout=60)
+    finally:
+        await swarm.shutdown()
+    assert response["message"]["body"] == "ok"
+    body = llm.requests[0].body
+    assert {key: body[key] for key in settings} == settings
+    assert (body["presence_penalty"], body["frequency_penalty"]) == (0.5, 0.1)
+
+    # The Responses API takes temperature and top_p only: the others are refused, not dropped.
+    with pytest.raises(LLMConfigError, match="seed cannot be sent to the Responses API"):
+        LiteLLMAgentFunction(
+            name="a",
+            comm_targets=[],
+            tools=[],
+            llm="openai/gpt-5-mini",
+            seed=1,
+            tool_format="responses",
+        )

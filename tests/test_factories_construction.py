@@ -178,3 +178,33 @@ def test_template_calling_convention_passes_instance_params_and_wiring():
     )
     with pytest.raises(TypeError, match="temprature"):
         bad.instantiate({})
+
+
+def test_a_proxy_without_a_url_is_refused_when_the_swarm_is_built(monkeypatch):
+    from mail import MAILSwarmTemplate
+
+    monkeypatch.delenv("LITELLM_PROXY_API_BASE", raising=False)
+
+    def swarm(**params):
+        agent = MAILAgentTemplate(
+            name="sup",
+            factory=LiteLLMSupervisorFunction,
+            comm_targets=[],
+            agent_params={"llm": "openai/gpt-5-mini", **params},
+            enable_entrypoint=True,
+            can_complete_tasks=True,
+        )
+        return MAILSwarmTemplate(
+            name="s", version="1", agents=[agent], actions=[], entrypoint="sup"
+        )
+
+    # use_proxy is true unless said otherwise: the swarm is refused at once, not at the
+    # first message.
+    with pytest.raises(ValueError, match="agent 'sup' has use_proxy=true .*LITELLM_PROXY_API_BASE"):
+        swarm()
+    with pytest.raises(ValueError, match="use_proxy"):
+        swarm(use_proxy=True)
+    swarm(use_proxy=False)
+    swarm(api_base="http://127.0.0.1:9/v1")
+    monkeypatch.setenv("LITELLM_PROXY_API_BASE", "http://127.0.0.1:4000")
+    swarm()

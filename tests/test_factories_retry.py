@@ -43,8 +43,10 @@ def _agent(llm: ScriptedLLM, tool_format: str = "completions", **overrides) -> L
 @pytest.mark.parametrize("status", [500, 503, 429])
 async def test_transient_errors_are_retried(llm: ScriptedLLM, tool_format: str, status: int):
     fn = _agent(llm, tool_format)
-    llm.queue(error(status))
-    llm.queue(error(status))
+    # Two different failures: a 500 that repeats itself word for word is not retried again
+    # (tests/test_model_quirks.py); "try later" statuses are, whatever they say.
+    llm.queue(error(status, "overloaded, first try"))
+    llm.queue(error(status, "overloaded, second try"))
     llm.queue(tool_call("await_message", {"reason": None}))
 
     _, calls = await fn(list(HISTORY))
@@ -54,19 +56,19 @@ async def test_transient_errors_are_retried(llm: ScriptedLLM, tool_format: str, 
 
 
 @pytest.mark.parametrize("tool_format", ["completions", "responses"])
-async def test_persistent_500_gives_up_after_five_attempts_with_a_clear_error(
+async def test_persistent_503_gives_up_after_five_attempts_with_a_clear_error(
     llm: ScriptedLLM, tool_format: str
 ):
     fn = _agent(llm, tool_format)
     for _ in range(6):
-        llm.queue(error(500, "upstream exploded"))
+        llm.queue(error(503, "upstream exploded"))
 
     with pytest.raises(LLMCallError) as info:
         await fn(list(HISTORY))
 
     message = str(info.value)
     assert "agent 'worker'" in message and "after 5 attempts" in message
-    assert "HTTP 500" in message
+    assert f"HTTP 503 from {llm.base_url}: upstream exploded" in message
     assert len(llm.requests) == 5
 
 
@@ -85,8 +87,13 @@ async def test_client_errors_are_not_retried(llm: ScriptedLLM, status: int):
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_hung_request_times_out_and_is_retried(llm: ScriptedLLM, stream: bool):
-    fn = _agent(llm, request_timeout=0.5, stream_tokens=stream)
-    llm.queue(hang(5.0))
+    # The timeout bounds the whole call (a streamed one too), LiteLLM's set-up included: a
+    # first call pays for that (seconds on a busy machine) outside the bound.
+    llm.queue(tool_call("help", {}))
+    await _agent(llm, stream_tokens=stream)(list(HISTORY))
+    llm.requests.clear()
+    fn = _agent(llm, request_timeout=1.0, stream_tokens=stream)
+    llm.queue(hang(30.0))
     llm.queue(tool_call("help", {}))
 
     _, calls = await fn(list(HISTORY))

@@ -172,7 +172,7 @@ async def test_full_task_user_supervisor_worker_action_supervisor_complete(
 
 async def test_provider_failure_becomes_a_task_error_and_the_swarm_survives(llm: ScriptedLLM):
     for _ in range(5):
-        llm.queue(error(500, "provider is down"), match=_is("supervisor"))
+        llm.queue(error(503, "provider is down"), match=_is("supervisor"))
     swarm = _template(llm, "completions").instantiate(
         instance_params={"user_token": "caller"}, user_id="tester", print_llm_streams=False
     )
@@ -181,7 +181,7 @@ async def test_provider_failure_becomes_a_task_error_and_the_swarm_survives(llm:
         response, _ = await asyncio.wait_for(swarm.post_message(body="Hello?"), 30)
         assert response["message"]["subject"] == "::agent_error::"
         body = response["message"]["body"]
-        assert "supervisor" in body and "after 5 attempts" in body and "HTTP 500" in body
+        assert "supervisor" in body and "after 5 attempts" in body and "HTTP 503" in body
 
         # The runtime is still alive: the next task completes normally.
         llm.queue(

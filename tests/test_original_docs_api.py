@@ -384,6 +384,7 @@ async def test_supervisor_subclass_reads_and_changes_its_settings(llm: ScriptedL
         },
         enable_entrypoint=True,
         can_complete_tasks=True,
+        tool_format="responses",  # with an api_base the default would be "completions"
     )
     template = MAILSwarmTemplate(
         name="escalate", version="1.0.0", agents=[supervisor], actions=[], entrypoint="supervisor"

@@ -133,7 +133,10 @@ def test_every_action_imports_in_both_documented_forms() -> None:
             assert tool["name"] == name and tool["parameters"]["type"] == "object"
 
 
-def test_documented_example_loads() -> None:
+def test_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its agents call through a LiteLLM proxy (use_proxy is true by default): checked when the
+    # swarm is built, so the proxy's URL must be known.
+    monkeypatch.setenv("LITELLM_PROXY_API_BASE", "http://127.0.0.1:4000")
     template = MAILSwarmTemplate.from_swarms_json(copy.deepcopy(DOCUMENTED))
     names = {a.name for a in template.actions}
     assert {"mcp_ping", "mcp_list_tools", "calculate_expression"} <= names
@@ -168,6 +171,7 @@ async def test_documented_example_runs_mcp_actions_through_an_agent(
             agent["agent_params"].update(
                 use_proxy=False, api_base=llm.base_url, api_key="k", print_llm_streams=False
             )
+            agent["tool_format"] = "responses"  # an api_base alone would mean "completions"
         # Importing makes the actions known; an agent still has to list them to call them.
         doc["agents"][0]["actions"] = ["mcp_ping", "mcp_list_tools"]
         template = MAILSwarmTemplate.from_swarms_json(doc)

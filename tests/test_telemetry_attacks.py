@@ -82,6 +82,12 @@ class _Recorder:
     def record(self, call: ModelCall) -> None:
         self.calls.append(call)
 
+    def call_started(self, call: Any) -> None:  # calls in flight (cut at a task timeout)
+        pass
+
+    def call_ended(self, call: Any) -> None:
+        pass
+
 
 async def _no_usage_reply(**_kwargs: Any) -> dict[str, Any]:
     message = {"role": "assistant", "content": "forty-two, " * 40}

@@ -29,6 +29,10 @@ from mail.client_sse import MAILEventStream, preview
 __all__ = ["ClientConfig", "MAILClient", "MAILClientError", "MAILEventStream"]
 
 
+# What a message to a task that is still running does (docs/api-http.md).
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+
+
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
@@ -99,10 +103,18 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         kwargs: dict[str, Any],
         attachments: list[dict[str, Any]] | None = None,
         webhook: dict[str, Any] | None = None,
+        multitask_strategy: str | None = None,
     ) -> dict[str, Any]:
         payload: dict[str, Any] = {"subject": subject, "body": body, "msg_type": msg_type}
         payload.update(
-            _drop_none({"entrypoint": entrypoint, "task_id": task_id, "resume_from": resume_from})
+            _drop_none(
+                {
+                    "entrypoint": entrypoint,
+                    "task_id": task_id,
+                    "resume_from": resume_from,
+                    "multitask_strategy": multitask_strategy,
+                }
+            )
         )
         if kwargs:
             payload["kwargs"] = kwargs
@@ -125,6 +137,8 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         | None = None,
         attachments: list[dict[str, Any]] | None = None,
         webhook: dict[str, Any] | None = None,
+        background: bool = False,
+        multitask_strategy: MultitaskStrategy | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """POST /message and wait for the task's answer: `{"response": ..., "events": ...}`.
@@ -134,10 +148,27 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         `{"filename", "content_base64" | "content", "description"?}` (see `attachment_from_file`).
         `webhook` (`{"url", "events"?, "secret"?}`) has this task's events POSTed to a URL
         (docs/webhooks.md); the answer's `webhook` names it.
+
+        With `background=True` the answer comes as soon as the task is stored (202):
+        `{"task_id", "state", "status_url", "events_url", "webhook"?}`; follow the task with
+        `get_task`, `resubscribe_task` or the webhook. `multitask_strategy` says what the
+        message does when `task_id` names a task that is still running: "reject" (409, the
+        server's usual default), "enqueue", "interrupt" or "rollback".
         """
         payload = self._message_payload(
-            body, subject, msg_type, entrypoint, task_id, resume_from, kwargs, attachments, webhook
+            body,
+            subject,
+            msg_type,
+            entrypoint,
+            task_id,
+            resume_from,
+            kwargs,
+            attachments,
+            webhook,
+            multitask_strategy,
         )
+        if background:
+            payload["background"] = True
         payload["show_events"] = show_events
         return await self._request_json("POST", "/message", payload=payload, starts_work=True)  # type: ignore[no-any-return]
 
@@ -153,6 +184,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         | None = None,
         attachments: list[dict[str, Any]] | None = None,
         webhook: dict[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy | None = None,
         **kwargs: Any,
     ) -> MAILEventStream:
         """POST /message with `stream: true`; iterate the result for ServerSentEvent objects.
@@ -160,11 +192,21 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         Both `stream = await client.post_message_stream(...)` (the request is sent, and HTTP
         errors raised, by the await) and `async for event in client.post_message_stream(...)`
         work. Leaving the loop early closes the connection; the server keeps running the task.
-        `attachments` and `webhook` mean what they mean for `post_message`; the stream's
-        `webhook` property names the webhook (`{"id", "secret"}`) once the stream is open.
+        `attachments`, `webhook` and `multitask_strategy` mean what they mean for
+        `post_message`; the stream's `webhook` property names the webhook (`{"id",
+        "secret"}`) once the stream is open.
         """
         payload = self._message_payload(
-            body, subject, msg_type, entrypoint, task_id, resume_from, kwargs, attachments, webhook
+            body,
+            subject,
+            msg_type,
+            entrypoint,
+            task_id,
+            resume_from,
+            kwargs,
+            attachments,
+            webhook,
+            multitask_strategy,
         )
         payload["stream"] = True
         return MAILEventStream(

@@ -19,7 +19,12 @@ A test queues provider-neutral replies built from small parts and reads back wha
 
 Each queued reply answers exactly one HTTP request, whatever its format; an optional
 ``match`` predicate lets concurrent agents pick their own replies. A request with no queued
-reply gets an HTTP 500 whose message says so, and is listed in ``llm.unanswered``.
+reply gets an HTTP 500 whose message says so, and is listed in ``llm.unanswered``. A request
+whose client went away before it was answered (a timeout, a cancelled call) is listed in
+``llm.disconnected``.
+
+``ScriptedLLM(quirks=LLAMA_CPP_PYTHON)`` answers the way a real local server did (see
+`ServerQuirks`): the quirks are checked before any queued reply is taken.
 """
 
 from __future__ import annotations
@@ -126,6 +131,86 @@ def hang(seconds: float, then: Reply | None = None) -> HangReply:
 
 
 # ------------------------------------------------------------------------------------------
+# Real servers' departures from OpenAI
+
+
+@dataclass(frozen=True)
+class ServerQuirks:
+    """What a real OpenAI-compatible server did, reproduced byte for byte where it matters.
+
+    - ``responses_api=False``: ``/v1/responses`` answers 404 (the server has no such route);
+    - ``required_tool_choice=False``: ``tool_choice: "required"`` answers 500 with an empty
+      message (llama-cpp-python's function-calling format asserts on it);
+    - ``needs_assistant_content``: an assistant message without a ``content`` key answers 500
+      (its chat template reads ``message.content`` strictly);
+    - ``stream_usage``: ``"always"`` (the scripted default: usage in the last chunk),
+      ``"when_asked"`` (OpenAI, vLLM, Ollama: a last chunk with usage and no choices, only with
+      ``stream_options.include_usage``) or ``"never"`` (llama-cpp-python);
+    - ``context_tokens``: a request larger than this (counted as its JSON size / 4) answers 400
+      with the server's context error;
+    - ``chunk_delay``: seconds between the chunks of a streamed reply (a slow generation whose
+      every read is quick).
+    """
+
+    responses_api: bool = True
+    required_tool_choice: bool = True
+    needs_assistant_content: bool = False
+    stream_usage: str = "always"
+    context_tokens: int | None = None
+    chunk_delay: float = 0.0
+
+    def refusal(self, path: str, body: dict[str, Any]) -> web.Response | None:
+        """The server's own answer to a request it refuses, or None."""
+        if not self.responses_api and path.endswith("/responses"):
+            return _raw(404, b'{"detail":"Not Found"}')
+        if not self.required_tool_choice and body.get("tool_choice") == "required":
+            return _raw(500, _llama_error(""))
+        messages = body.get("messages") or []
+        if self.needs_assistant_content and any(
+            m.get("role") == "assistant" and "content" not in m for m in messages
+        ):
+            return _raw(500, _llama_error("'dict object' has no attribute 'content'"))
+        if self.context_tokens is not None:
+            prompt = len(json.dumps(messages)) // 4
+            if prompt > self.context_tokens:
+                completion = body.get("max_tokens")
+                text = (
+                    f"This model's maximum context length is {self.context_tokens} tokens. "
+                    f"However, you requested {prompt + (completion or 0)} tokens ({prompt} in "
+                    f"the messages, {completion} in the completion). Please reduce the length "
+                    "of the messages or completion."
+                )
+                error = {
+                    "error": {
+                        "message": text,
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                }
+                return _raw(400, json.dumps(error, separators=(",", ":")).encode())
+        return None
+
+
+# llama-cpp-python's server (python -m llama_cpp.server, chat format chatml-function-calling).
+LLAMA_CPP_PYTHON = ServerQuirks(
+    responses_api=False,
+    required_tool_choice=False,
+    needs_assistant_content=True,
+    stream_usage="never",
+)
+
+
+def _llama_error(message: str) -> bytes:
+    error = {"message": message, "type": "internal_server_error", "param": None, "code": None}
+    return json.dumps({"error": error}, separators=(",", ":")).encode()
+
+
+def _raw(status: int, body: bytes) -> web.Response:
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+# ------------------------------------------------------------------------------------------
 # Recorded requests
 
 
@@ -214,15 +299,20 @@ class _Queued:
 @dataclass
 class ScriptedLLM:
     host: str = "127.0.0.1"
+    quirks: ServerQuirks = field(default_factory=ServerQuirks)
+    # The largest request body taken (aiohttp's own default is 1 MiB): a task whose agents
+    # handle large texts sends its whole history with every model call.
+    max_request_bytes: int = 64 * 1024 * 1024
     requests: list[ScriptedRequest] = field(default_factory=list)
     unanswered: list[ScriptedRequest] = field(default_factory=list)
+    disconnected: list[ScriptedRequest] = field(default_factory=list)
     _queue: list[_Queued] = field(default_factory=list)
     _runner: web.AppRunner | None = None
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
     _port: int = 0
 
     async def __aenter__(self) -> ScriptedLLM:
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_request_bytes)
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/chat/completions", self._handle)
         app.router.add_post("/v1/responses", self._handle)
@@ -301,6 +391,9 @@ class ScriptedLLM:
             return web.json_response({"error": {"message": "invalid JSON body"}}, status=400)
         recorded = ScriptedRequest(request.path, body, dict(request.headers))
         self.requests.append(recorded)
+        refused = self.quirks.refusal(request.path, body)
+        if refused is not None:
+            return refused
         item = self._take(recorded)
         if item is None:
             self.unanswered.append(recorded)
@@ -310,6 +403,9 @@ class ScriptedLLM:
                 await asyncio.wait_for(self._closing.wait(), item.seconds)
             except TimeoutError:
                 pass
+            except asyncio.CancelledError:  # the client closed the connection
+                self.disconnected.append(recorded)
+                raise
             if item.then is None:
                 return _error_response(recorded, ErrorReply(504, "scripted LLM: hung request"))
             item = item.then
@@ -323,13 +419,36 @@ class ScriptedLLM:
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
             )
             await response.prepare(request)
-            for event_name, payload in renderer.stream(item, model):
-                await response.write(_sse(event_name, payload))
+            events = renderer.stream(item, model)
+            if recorded.format == "completions":
+                events = self._stream_usage(events, body)
+            for event_name, payload in events:
+                try:
+                    if self.quirks.chunk_delay:
+                        await asyncio.sleep(self.quirks.chunk_delay)
+                    await response.write(_sse(event_name, payload))
+                except (asyncio.CancelledError, ConnectionResetError):
+                    self.disconnected.append(recorded)  # the client closed the stream
+                    raise
             if recorded.format == "completions":
                 await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             return response
         return web.json_response(renderer.full(item, model))
+
+    def _stream_usage(
+        self, events: list[tuple[str | None, dict[str, Any]]], body: dict[str, Any]
+    ) -> list[tuple[str | None, dict[str, Any]]]:
+        """Chat Completions chunks with usage where this server would send it."""
+        mode = self.quirks.stream_usage
+        if mode == "always":
+            return events
+        final = events[-1][1]
+        usage = final.pop("usage")
+        asked = bool((body.get("stream_options") or {}).get("include_usage"))
+        if mode == "when_asked" and asked:
+            events.append((None, {**final, "choices": [], "usage": usage}))
+        return events
 
 
 def _sse(event_name: str | None, payload: dict[str, Any]) -> bytes:

@@ -215,15 +215,19 @@ class MAILAgentExecutor(AgentExecutor):
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
         answer: str | None = None
-        failed = False
+        failed = superseded = False
         progress = shows_progress(context)
         try:
             async for event in run_events(state, caller, req, stored):
                 if event.event == "ping":
                     continue
                 if event.id is None and event.event in ("task_complete", "task_error"):
-                    answer = str(json.loads(event.data).get("response", ""))
+                    closing = json.loads(event.data)
+                    answer = str(closing.get("response", ""))
                     failed = event.event == "task_error"
+                    # A newer message in the context interrupted or rolled back this one
+                    # (multitask_strategy): its MAIL task runs on, this A2A task is over.
+                    superseded = closing.get("state") == "running"
                     break
                 if not progress or self._stopped(task_id):
                     continue
@@ -236,6 +240,9 @@ class MAILAgentExecutor(AgentExecutor):
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
         await announce()
+        if superseded:
+            await self._say(updater, TaskState.TASK_STATE_CANCELED, answer or "")
+            return
         await self._finish(state, caller, updater, mail_id, answer or "", failed)
 
     async def _finish(

@@ -75,7 +75,7 @@ def inbound_request(texts: list[str], data: list[Any], task_id: str) -> dict[str
         if "decisions" in item:
             body["resume_from"] = "action_review"
             kwargs["decisions"] = item["decisions"]
-        for key in ("entrypoint", "subject"):
+        for key in ("entrypoint", "subject", "multitask_strategy"):
             if key in item:
                 body[key] = item[key]
         if "max_steps" in item:

@@ -14,6 +14,7 @@ from mail.api.actions import MAILAction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
+from mail.factories.base import default_tool_format
 from mail.swarms_json.validation import validate_agent_from_swarms_json
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
@@ -136,7 +137,7 @@ class MAILAgentTemplate:
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "responses",
+        tool_format: ToolFormat | None = None,
         exclude_tools: list[str] | None = None,
         review_actions: dict[str, list[str]] | None = None,
         team_tools: list[str] | None = None,
@@ -149,7 +150,9 @@ class MAILAgentTemplate:
         self.enable_entrypoint = enable_entrypoint
         self.enable_interswarm = enable_interswarm
         self.can_complete_tasks = can_complete_tasks
-        self.tool_format = tool_format
+        self.tool_format: ToolFormat = tool_format or default_tool_format(
+            self.agent_params.get("api_base")
+        )
         self.exclude_tools = list(exclude_tools or [])
         # Opt-in team tool groups: reply_wait, threads, inbox, files (mail.core.team).
         self.team_tools = validate_team_tools(team_tools, name)
@@ -286,7 +289,7 @@ class MAILAgentTemplate:
             enable_entrypoint=bool(data.get("enable_entrypoint", False)),
             enable_interswarm=bool(data.get("enable_interswarm", False)),
             can_complete_tasks=bool(data.get("can_complete_tasks", False)),
-            tool_format=data.get("tool_format", "responses"),
+            tool_format=data.get("tool_format"),
             exclude_tools=list(data.get("exclude_tools") or []),
             review_actions=data.get("review_actions"),
             team_tools=data.get("team_tools"),

@@ -106,6 +106,23 @@ def check_factory_params(
             _check_simple_type(agent, params_field, key, value, declared)
 
 
+def setting_of(factory: Any, supplied: dict[str, Any], key: str) -> Any:
+    """The value ``key`` will have: as supplied, else the factory's declared default (or
+    the default of what it forwards its settings to); None when neither says."""
+    if key in supplied:
+        return supplied[key]
+    try:
+        fn = resolve_factory("?", factory)
+    except ValueError:
+        return None
+    for target in (fn, getattr(fn, "accepted_settings", None)):
+        params = _parameters(target) if callable(target) else None
+        param = (params or {}).get(key)
+        if param is not None and param.default is not param.empty:
+            return param.default
+    return None
+
+
 def _check_simple_type(
     agent: str, params_field: str, key: str, value: Any, param: inspect.Parameter
 ) -> None:

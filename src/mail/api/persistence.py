@@ -18,9 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mail.core.events import TaskEvent
+from mail.core.events import TaskEvent, events_from_records
 from mail.core.observer import RuntimeObserver
-from mail.core.runtime_durable import TaskJournal, is_journal_key, journal_key
+from mail.core.runtime_durable import TaskJournal, has_work, is_journal_key, journal_key
 from mail.core.runtime_ports import HostLink
 from mail.core.tasks import MAILTask
 from mail.core.tools import AgentToolCall
@@ -358,13 +358,11 @@ def restore_snapshot(
             continue
         task = MAILTask.from_store_record(record)
         if task.is_running and not task.completed:
-            if journal is not None and snapshot.queues.get(journal_key(task_id)):
+            if journal is not None and has_work(snapshot.queues.get(journal_key(task_id))):
                 continuing.append(task_id)
             else:
                 task.stop()
-        for raw in snapshot.events.get(task_id, []):
-            event = TaskEvent.from_record(raw)
-            task.events.append(event)
+        task.events.extend(events_from_records(snapshot.events.get(task_id, [])))
         response = snapshot.responses.get(task_id)
         if response is not None:
             task.response = response
@@ -383,9 +381,9 @@ def restore_snapshot(
     for (task_id, agent_name), history in snapshot.histories.items():
         runtime.agent_histories[f"{task_id}::{agent_name}"] = list(history)
     if journal is not None:
-        for task_id in continuing:
-            journal.restore(task_id, list(snapshot.queues[journal_key(task_id)]))
-        for key in snapshot.queues:
-            if is_journal_key(key) and key[: -len(journal_key(""))] not in continuing:
-                journal.discard(key[: -len(journal_key(""))])  # left from a task that ended
+        for key, items in snapshot.queues.items():
+            if is_journal_key(key):
+                # A task that ended keeps only the messages enqueued behind it (they go in).
+                task_id = key[: -len(journal_key(""))]
+                journal.restore(task_id, list(items), running=task_id in continuing)
     return restored

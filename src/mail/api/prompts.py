@@ -48,9 +48,10 @@ def augment_system_prompts(agents: list[MAILAgent]) -> None:
         system: str = owner.system
         if TARGETS_HEADER in system:
             system = system[: system.index(TARGETS_HEADER)].rstrip("\n")
-        parts = [system, f"\n\n{TARGETS_HEADER}\n\n"]
-        for other in agents:
-            if other.name in agent.comm_targets and other.name in by_name:
-                lines = "\n".join(_capabilities(other))
-                parts.append(f"Name: {other.name}\nCapabilities:\n{lines}\n\n")
-        owner.system = "".join(parts)
+        peers = [
+            f"Name: {other.name}\nCapabilities:\n" + "\n".join(_capabilities(other)) + "\n\n"
+            for other in agents
+            if other.name in agent.comm_targets and other.name in by_name
+        ]
+        # An agent with no local peers gets no section (not a header with nothing under it).
+        owner.system = "".join([system, f"\n\n{TARGETS_HEADER}\n\n", *peers]) if peers else system

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mail.core.events import TaskEvent
+from mail.core.events import events_from_records
 from mail.core.finished_tasks import FINISHED
 from mail.core.tasks import MAILTask, state_from_record
 
@@ -42,7 +42,7 @@ def task_from_snapshot(snapshot: InstanceSnapshot, task_id: str) -> MAILTask | N
     if record is None:
         return None
     task = MAILTask.from_store_record(record)
-    task.events = [TaskEvent.from_record(raw) for raw in snapshot.events.get(task_id, [])]
+    task.events = events_from_records(snapshot.events.get(task_id, []))
     task.response = snapshot.responses.get(task_id)
     task.task_message_queue = list(snapshot.queues.get(task_id, []))
     return task

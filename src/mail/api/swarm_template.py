@@ -9,11 +9,12 @@ from typing import Any
 from mail import hooks
 from mail.api.actions import MAILAction
 from mail.api.agents import MAILAgent, MAILAgentTemplate, agent_wiring
-from mail.api.factory_check import check_factory_params
+from mail.api.factory_check import check_factory_params, setting_of
 from mail.api.prompts import augment_system_prompts
 from mail.api.swarm import MAILSwarm, WiredAgents, swarm_settings
 from mail.core.message import parse_agent_address
 from mail.core.tools import MAIL_TOOL_NAMES
+from mail.factories.base import proxy_problem
 from mail.factories.demo_model import offline_model_problem
 from mail.swarms_json import (
     build_swarm_from_json,
@@ -128,9 +129,17 @@ class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
             # A template that cannot build its agents fails now, not at a caller's first use.
             check_factory_params(agent.name, agent.factory, agent.factory_kwargs())
             # An unknown `mail/...` model would fail every task later: refuse it now.
-            problem = offline_model_problem((agent.agent_params or {}).get("llm"))
+            params = agent.agent_params or {}
+            problem = offline_model_problem(params.get("llm"))
             if problem:
                 raise ValueError(f"agent '{agent.name}': {problem}")
+            # So would a LiteLLM proxy (use_proxy, true by default) with no URL to reach it.
+            use_proxy = setting_of(agent.factory, params, "use_proxy")
+            problem = proxy_problem(
+                agent.name, params.get("llm"), use_proxy, params.get("api_base")
+            )
+            if problem:
+                raise ValueError(problem)
 
     # ------------------------------------------------------------------ instances
     def instantiate(

@@ -3,7 +3,8 @@
 What a running server does in the background every [server.store] prune_interval
 (server/retention.py), once, against a store no server is using: tasks that finished (and
 did not change) more than `finished_task_ttl` ago (or `--older-than`) are removed with their
-events, histories, answers and queues, in batches; team threads, posts, inbox entries and
+events, histories, answers, queues, the outcomes of their idempotency keys and the files
+their actions wrote under [stdlib.fs], in batches; team threads, posts, inbox entries and
 attachments older than that too. SQLite then returns the freed pages to the file system;
 `--vacuum` rewrites the whole file (which also switches a file made by an older version of
 mail to incremental auto-vacuum).
@@ -166,6 +167,17 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _say_removed(report: Any, team_rows: int) -> None:
+    """What was removed; the files the removed tasks wrote under [stdlib.fs] go now."""
+    from mail.core.file_root import remove_task_files
+
+    files = remove_task_files(report.files)
+    _say(
+        f"Removed {len(report.tasks)} task(s) ({report.rows} rows) in "
+        f"{report.batches} batch(es), {team_rows} team row(s), {files} file(s)."
+    )
+
+
 def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB"
 
@@ -209,10 +221,7 @@ async def _prune_sqlite(path: Any, ttl: float, vacuum: bool) -> int:
         assert lifecycle is not None
         report = await lifecycle.prune(cutoff)
         team_rows = await team.prune_before(cutoff)
-        _say(
-            f"Removed {len(report.tasks)} task(s) ({report.rows} rows) in "
-            f"{report.batches} batch(es), {team_rows} team row(s)."
-        )
+        _say_removed(report, team_rows)
         await lifecycle.reclaim_space()
         if vacuum:
             await store.db.run(_full_vacuum, convert_auto_vacuum, truncate_wal)
@@ -262,10 +271,7 @@ async def _prune_postgres(url: str, ttl: float, vacuum: bool) -> int:
                 team_rows = await team.prune_before(cutoff)
             finally:
                 await team.close()
-        _say(
-            f"Removed {len(report.tasks)} task(s) ({report.rows} rows) in "
-            f"{report.batches} batch(es), {team_rows} team row(s)."
-        )
+        _say_removed(report, team_rows)
         if vacuum:
             from mail.store.lifecycle import TASK_TABLES
 

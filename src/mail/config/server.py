@@ -45,6 +45,12 @@ class ServerSettings(_Section):
     instance_idle_timeout: float = Field(default=1800.0, ge=0)
     # Default time a non-streaming POST /message waits for the task to finish.
     message_timeout: float = Field(default=3600.0, gt=0)
+    # What a message to a task that is still running does when it names no
+    # `multitask_strategy` (docs/api-http.md#a-message-to-a-running-task): reject (409),
+    # enqueue, interrupt or rollback; and how many messages may wait (enqueue) behind one
+    # task's current work (more: 429; 0 = no bound).
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    max_enqueued_messages_per_task: int = Field(default=100, ge=0)
     # Freeze start-up objects out of the cyclic GC and collect young objects less often;
     # keeps full-collection pauses (which grow with the number of retained tasks) rare.
     gc_tuning: bool = True

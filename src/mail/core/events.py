@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from mail.core.message import build_mail_xml, utc_iso, utc_now_iso
@@ -16,6 +16,16 @@ from mail.core.message import build_mail_xml, utc_iso, utc_now_iso
 Description = str | Callable[[], str]
 # Marks a stored description whose message XML was left out (see TaskEvent.store_data).
 _XML_FLAG = "description_xml"
+# Names the call whose `tool_call` event holds the arguments a stored description left out
+# (an `action_call`'s, see ArgsText).
+_ARGS_FLAG = "description_args"
+# Names, for each `extra_data` value a stored event left out, the call and the argument of
+# the `tool_call` event that holds it (see TaskEvent.share_arguments).
+_SHARED_FLAG = "extra_args"
+# A value at least this long is looked for among the latest calls' arguments, in the task's
+# last LOOKBACK events.
+SHARED_MIN = 1024
+LOOKBACK = 64
 
 
 class MessageText:
@@ -33,6 +43,26 @@ class MessageText:
 
     def __call__(self) -> str:
         return self.prefix + build_mail_xml(self.message)["content"]
+
+
+class ArgsText:
+    """A description that is ``prefix`` followed by a call's arguments as JSON.
+
+    Made for an ``action_call`` event whose arguments are, as the same object, those of the
+    latest ``tool_call`` event of the call (`call_id`): the store keeps only the prefix and
+    the call id, and `events_from_records` rebuilds the rest from that event, so a large
+    argument (a file's content) costs its size once in the store, not twice.
+    """
+
+    __slots__ = ("prefix", "args", "call_id")
+
+    def __init__(self, prefix: str, args: Any, call_id: str) -> None:
+        self.prefix = prefix
+        self.args = args
+        self.call_id = call_id
+
+    def __call__(self) -> str:
+        return self.prefix + json.dumps(self.args)
 
 
 _orjson: Any
@@ -71,6 +101,9 @@ class TaskEvent:
         "_created",
         "_description",
         "_message_text",
+        "_args_text",
+        "_stored",
+        "_shared",
         "extra_data",
         "_data",
         "_raw",
@@ -97,6 +130,9 @@ class TaskEvent:
         self._created = time.time_ns()
         self._description = description
         self._message_text = description if type(description) is MessageText else None
+        self._args_text = description if type(description) is ArgsText else None
+        self._stored: str | None = None  # `store_data`, once made
+        self._shared: dict[str, list[str]] | None = None  # `share_arguments`
         self.extra_data = extra_data or {}
         self._data: str | None = None
         self._raw = raw_payload
@@ -131,13 +167,65 @@ class TaskEvent:
         return self._data
 
     def store_data(self) -> str:
-        """The JSON text to persist: like ``data``, without storing a message twice.
+        """The JSON text to persist: like ``data``, without storing a message twice; made
+        once (what the caller's books count of the event is what its store write takes).
 
         A ``new_message`` description is a short prefix followed by the XML rendering of the
         message that ``extra_data.full_message`` already holds. The stored description keeps
         only the prefix (with ``description_xml: true``); ``from_record`` rebuilds the rest,
-        so a large message costs its size once in the store, not twice.
+        so a large message costs its size once in the store, not twice. An ``action_call``
+        made with `ArgsText` keeps its prefix and the call's id the same way.
         """
+        stored = self._stored
+        if stored is None:
+            stored = self._stored = self._store_text()
+        return stored
+
+    def share_arguments(self, earlier: list[TaskEvent]) -> None:
+        """Let the store keep once the `extra_data` values that are, as the same objects,
+        arguments of the latest `tool_call` event of their call among `earlier` (a thread
+        post's body is its call's `body`): left out of this event's stored text and read
+        back from that event (`events_from_records`), so what is read is what was shown."""
+        big = [
+            (key, value)
+            for key, value in self.extra_data.items()
+            if type(value) is str and len(value) >= SHARED_MIN
+        ]
+        if not big or self._raw is not None or self._args_text is not None:
+            return
+        shared: dict[str, list[str]] = {}
+        for call_id, args in latest_call_args(earlier).items():
+            if isinstance(args, dict):
+                for name, value in args.items():
+                    for key, mine in big:
+                        if mine is value and key not in shared:
+                            shared[key] = [call_id, name]
+        self._shared = shared or None
+
+    def _store_text(self) -> str:
+        shared = self._shared
+        if shared is not None:
+            extra = {k: None if k in shared else v for k, v in self.extra_data.items()}
+            return compact_json(
+                {
+                    "timestamp": self.timestamp,
+                    "description": self.description,
+                    "task_id": self.task_id,
+                    "extra_data": extra,
+                    _SHARED_FLAG: shared,
+                }
+            )
+        args = self._args_text
+        if args is not None and self._raw is None:
+            return compact_json(
+                {
+                    "timestamp": self.timestamp,
+                    "description": args.prefix,
+                    "task_id": self.task_id,
+                    "extra_data": self.extra_data,
+                    _ARGS_FLAG: args.call_id,
+                }
+            )
         message = self.extra_data.get("full_message") if self._raw is None else None
         if not isinstance(message, dict):
             return self.data
@@ -176,9 +264,25 @@ class TaskEvent:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TaskEvent:
+    def from_record(cls, record: dict[str, Any], calls: dict[str, Any] | None = None) -> TaskEvent:
+        """An event from its stored record. `calls` (call id -> arguments of the latest
+        `tool_call` event read before this one, kept up to date here) rebuilds a description
+        stored without its arguments, and values stored without their text; `events_from_records`
+        passes it along a task's events."""
         raw = record.get("data")
         data = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        shared = data.pop(_SHARED_FLAG, None)
+        extra = data.get("extra_data")
+        if isinstance(shared, dict) and isinstance(extra, dict):
+            for key, (call_id, name) in shared.items():
+                args = (calls or {}).get(call_id)
+                extra[key] = args.get(name) if isinstance(args, dict) else None
+            raw = None
+        call_id = data.pop(_ARGS_FLAG, None)
+        if call_id is not None:
+            args = (calls or {}).get(call_id)
+            data["description"] = f"{data.get('description', '')}{json.dumps(args)}"
+            raw = None
         if data.pop(_XML_FLAG, False):
             # Stored by `store_data`: rebuild the description from the message it renders.
             message = (data.get("extra_data") or {}).get("full_message")
@@ -198,18 +302,39 @@ class TaskEvent:
         )
         if isinstance(raw, str):
             event._data = raw
+        if calls is not None and event.event == "tool_call":
+            called = event.extra_data.get("tool_call_id")
+            if isinstance(called, str):
+                calls[called] = event.extra_data.get("tool_args")
         return event
 
     def __repr__(self) -> str:
         return f"TaskEvent({self.event!r}, id={self.id!r}, task_id={self.task_id!r})"
 
 
-def closing_event(name: str, task_id: str, response: str) -> TaskEvent:
+def latest_call_args(events: list[TaskEvent]) -> dict[str, Any]:
+    """call id -> the arguments of the latest `tool_call` event of each call among the last
+    LOOKBACK of `events`."""
+    calls: dict[str, Any] = {}
+    for event in reversed(events[-LOOKBACK:]):
+        if event.event == "tool_call":
+            call_id = event.extra_data.get("tool_call_id")
+            if isinstance(call_id, str) and call_id not in calls:
+                calls[call_id] = event.extra_data.get("tool_args")
+    return calls
+
+
+def events_from_records(records: Iterable[dict[str, Any]]) -> list[TaskEvent]:
+    """A task's events from its stored records, in order (see `TaskEvent.from_record`)."""
+    calls: dict[str, Any] = {}
+    return [TaskEvent.from_record(record, calls) for record in records]
+
+
+def closing_event(name: str, task_id: str, response: str, state: str | None = None) -> TaskEvent:
     """The last event of a task's stream (``task_complete`` or ``task_error``): not stored,
-    no id; it carries the task's answer (or what went wrong) as ``response``."""
-    return TaskEvent(
-        name,
-        task_id,
-        "",
-        raw_payload={"timestamp": utc_now_iso(), "task_id": task_id, "response": response},
-    )
+    no id; it carries the task's answer (or what went wrong) as ``response``, and with
+    `state` the state that answer left the task in (given when it is not ``completed``)."""
+    payload = {"timestamp": utc_now_iso(), "task_id": task_id, "response": response}
+    if state is not None:
+        payload["state"] = state
+    return TaskEvent(name, task_id, "", raw_payload=payload)

@@ -2,12 +2,18 @@
 
 The root is ``[stdlib.fs] root`` (unset: ``./mail_files/<swarm name>``); each caller's instance
 works in a folder of its own below it (``<role>-<id>``) unless ``[stdlib.fs] shared = true``.
+A file an action writes there belongs to its task (`MAILTask.files`) and is removed with it
+(`remove_task_files`, called by retention and ``mail db-prune``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from mail.config import StdlibConfig, load_config
 from mail.core.instance_context import current_instance, instance_folder_name
@@ -40,3 +46,21 @@ def file_root(cfg: StdlibConfig, instance: tuple[str, str] | None = None) -> Pat
         root = root / instance_folder_name(*who)
     root.mkdir(parents=True, exist_ok=True)
     return root.resolve()
+
+
+def remove_task_files(files: Mapping[str, Any]) -> int:
+    """Remove the files of removed tasks (`MAILTask.files`: absolute path -> [size,
+    mtime_ns]); returns how many went. A file is removed only while it is still the regular
+    file the task wrote (same size and modification time): one another task, a person or a
+    later write changed since is left alone, as is a link put in its place."""
+    removed = 0
+    for path, kept in files.items():
+        try:
+            found = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(found.st_mode) and [found.st_size, found.st_mtime_ns] == list(kept):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed += 1
+    return removed

@@ -50,6 +50,8 @@ class FinishedHost(Protocol):
     @property
     def meter(self) -> Any: ...
     @property
+    def stored_bytes(self) -> Any: ...
+    @property
     def forgotten_tasks(self) -> collections.OrderedDict[str, None]: ...
 
     def task_is_busy(self, task_id: str) -> bool: ...
@@ -94,6 +96,7 @@ def forget_finished(rt: FinishedHost, task_id: str) -> MAILTask | None:
     rt.delivery.steps.forget(task_id)
     rt.loop_guard.forget(task_id)
     rt.meter.forget(task_id)
+    rt.stored_bytes.forget(task_id)
     forgotten = rt.forgotten_tasks
     forgotten[task_id] = None
     forgotten.move_to_end(task_id)

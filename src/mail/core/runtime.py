@@ -39,6 +39,7 @@ from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import Delivery
 from mail.core.runtime_loops import LoopRunner, RunMode
 from mail.core.runtime_manual import ManualStepper, manual_routing
+from mail.core.runtime_multitask import Multitask
 from mail.core.runtime_ports import TurnContext, weakly
 from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
@@ -46,6 +47,7 @@ from mail.core.runtime_turns import TurnRunner
 from mail.core.runtime_v13 import AGENT_HISTORY_KEY as AGENT_HISTORY_KEY  # v1.3 import path
 from mail.core.runtime_v13 import V13Surface
 from mail.core.runtime_waiting import TaskWaiters
+from mail.core.stored_bytes import StoredBytes
 from mail.core.system_messages import system_task_end
 from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, TaskState, state_for_answer
 from mail.core.tools import AgentToolCall
@@ -125,6 +127,8 @@ class MAILRuntime(V13Surface):
         self.action_override: ActionOverrideFunction | None = None
         # Turn bound and repeated-failure stop per task (see core/loop_guard.py).
         self.loop_guard = LoopGuard()
+        # What the tasks store, booked into the caller's books (the server sets its ledger).
+        self.stored_bytes = StoredBytes()
         # Spans, model calls, budgets (mail.telemetry.meter); callbacks hold the runtime weakly.
         self.meter = TaskMeter(
             weakly(self, type(self)._emit),
@@ -149,6 +153,7 @@ class MAILRuntime(V13Surface):
         self.submissions = Submissions(self, self.delivery.steps)
         self.manual = ManualStepper(self)
         self.waiters = TaskWaiters(self)  # callers waiting for a task's answer
+        self.multitask = Multitask(self)  # messages to a task that is still running
         self.review = ActionReviewer(self, review_policy)  # human review of actions
         # Shared with the components that own them (same objects, no copies).
         self._prechecked = self.delivery.prechecked
@@ -224,9 +229,13 @@ class MAILRuntime(V13Surface):
             return loop_event
         task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
+        if extra_data and event != "tool_call":
+            record.share_arguments(task.events)  # (a thread post's body: stored once)
         task.add_event(record)
         if self._observing:
             self._observer.event_added(task, record)
+        if self.stored_bytes.ledger is not None:
+            self.stored_bytes.event(record)
         return record
 
     def event_count(self, task_id: str) -> int:
@@ -293,6 +302,7 @@ class MAILRuntime(V13Surface):
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
+        self.stored_bytes.response(task_id, response)
         if self._observing:  # the no-op observer needs no copy of the queue
             self._observer.task_changed(task)
             self._observer.response_set(task_id, response)  # type: ignore[arg-type]
@@ -301,6 +311,8 @@ class MAILRuntime(V13Surface):
         if self._response_queue is not None:
             self._response_queue.put_latest((task_id, response))
         task.wake()
+        if self.multitask.waiting(task_id):
+            self.multitask.task_answered(task_id)  # the next enqueued message goes in
         logger.debug("task %s completed", task_id)
 
     def _pause_for_budget(self, task_id: str, why: str) -> None:
@@ -320,8 +332,14 @@ class MAILRuntime(V13Surface):
 
     def _submit_for_task(
         self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
-    ) -> None:
-        self.submissions.submit_for_task(message, resume_from, kwargs)
+    ) -> asyncio.Future[MAILMessage] | None:
+        return self.submissions.submit_for_task(message, resume_from, kwargs)
+
+    def _new_run(self, task_id: str) -> None:
+        """A newer message takes over a running task (an interrupt, a rollback): its step
+        count and repeat guard start again, as for a continuation."""
+        self.delivery.steps.counts.pop(task_id, None)
+        self.loop_guard.forget(task_id)
 
     async def submit_and_wait(
         self,
@@ -430,14 +448,14 @@ class MAILRuntime(V13Surface):
                 turn.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        self.waiters.release_all(
-            system_task_end(
-                self.swarm_name,
-                "null",
-                "::shutdown_requested::",
-                "The runtime was shut down before the task completed.",
-            )
+        ended = system_task_end(
+            self.swarm_name,
+            "null",
+            "::shutdown_requested::",
+            "The runtime was shut down before the task completed.",
         )
+        self.waiters.release_all(ended)
+        self.multitask.release_all(ended)
 
     # ------------------------------------------------------------------ loops (self.loops)
     async def run_continuous(

@@ -76,6 +76,35 @@ class AgentInboxes:
             self.journal.taken(key, [item[1] for item in items])
         return _one_step_notice([item[2] for item in items])
 
+    def drop_task(self, task_id: str) -> int:
+        """Forget what waits for the agents of one task (its work was rolled back); returns
+        how many messages that was."""
+        prefix = task_id + "::"
+        dropped = 0
+        for key in [k for k in self._items if k.startswith(prefix)]:
+            dropped += len(self._items.pop(key))
+        self._turn_pending.difference_update(
+            [k for k in self._turn_pending if k.startswith(prefix)]
+        )
+        return dropped
+
+    def restart_keys(self, prefix: str) -> list[str]:
+        """The turns of a task (keys starting with `prefix`) were cancelled: the agents whose
+        messages still wait here, once per turn to start for them (counted as started)."""
+        self._turn_pending.difference_update(
+            [k for k in self._turn_pending if k.startswith(prefix)]
+        )
+        agents: list[str] = []
+        for key, items in self._items.items():
+            if items and key.startswith(prefix):
+                agent = key[len(prefix) :]
+                if self.batch:
+                    self._turn_pending.add(key)
+                    agents.append(agent)
+                else:
+                    agents.extend(agent for _ in items)
+        return agents
+
     def waiting(self, key: str) -> int:
         """How many messages wait for the agent's next turn."""
         return len(self._items.get(key, ()))

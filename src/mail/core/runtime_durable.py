@@ -43,6 +43,7 @@ from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_ports import HostLink, TaskLog
+from mail.core.tasks import INTERRUPTED_SUBJECT, ROLLED_BACK_SUBJECT
 
 logger = logging.getLogger("mail.runtime")
 
@@ -60,6 +61,12 @@ def journal_key(task_id: str) -> str:
     return task_id + JOURNAL_SUFFIX
 
 
+def has_work(items: list[dict[str, Any]] | None) -> bool:
+    """Whether a stored journal holds work of the task itself (not only messages enqueued
+    behind it): a running task with such work continues after a restart."""
+    return any(item.get("kind") != "enqueued" for item in items or ())
+
+
 def is_journal_key(key: str) -> bool:
     return key.endswith(JOURNAL_SUFFIX)
 
@@ -69,6 +76,13 @@ class CallerWaiters(Protocol):
 
     def add(self, task_id: str) -> asyncio.Future[MAILMessage]: ...
     def drop(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None: ...
+
+
+class Requeue(Protocol):
+    """The runtime's multitask strategies (core/runtime_multitask.py): an enqueued message
+    brought back waits again."""
+
+    def requeue(self, task: Any, message: MAILMessage, kwargs: dict[str, Any]) -> None: ...
 
 
 class JournalHost(TaskLog, Protocol):
@@ -89,6 +103,8 @@ class JournalHost(TaskLog, Protocol):
     ) -> Coroutine[Any, Any, None]: ...
     @property
     def waiters(self) -> CallerWaiters: ...
+    @property
+    def multitask(self) -> Requeue: ...
 
 
 class TaskJournal(HostLink[JournalHost]):
@@ -134,6 +150,32 @@ class TaskJournal(HostLink[JournalHost]):
         if origin is not None:
             entry["origin"] = origin
         return entry
+
+    def enqueued(self, task_id: str, message: MAILMessage, kwargs: dict[str, Any]) -> None:
+        """A message waits for its running task's current work to end (multitask
+        ``enqueue``): kept, in order, until it goes in (`dequeued`)."""
+        entry = {"kind": "enqueued", "message": message, "kwargs": dict(kwargs)}
+        self._add(task_id, f"q{message['id']}", entry)
+
+    def dequeued(self, task_id: str, message_id: str) -> None:
+        """An enqueued message went in (its mailbox entry is journaled now) or was withdrawn."""
+        self._remove(task_id, f"q{message_id}")
+
+    def drop_taken(self, task_id: str) -> None:
+        """The task's turns in flight were cancelled (multitask ``interrupt``): what they
+        had taken is not replayed after a restart."""
+        entries = self._entries.get(task_id)
+        taken = [i for i, e in (entries or {}).items() if e.get("taken_by")]
+        for entry_id in taken:
+            self._remove(task_id, entry_id)
+
+    def drop_work(self, task_id: str) -> None:
+        """All of the task's pending work was dropped (multitask ``rollback``); the messages
+        enqueued behind it stay."""
+        entries = self._entries.get(task_id)
+        dropped = [i for i, e in (entries or {}).items() if e.get("kind") != "enqueued"]
+        for entry_id in dropped:
+            self._remove(task_id, entry_id)
 
     def popped(self, seq: int, message: MAILMessage) -> None:
         """The mailbox handed a message to the loop (its deliveries are recorded next)."""
@@ -239,11 +281,17 @@ class TaskJournal(HostLink[JournalHost]):
         return [dict(e) for e in entries.values()]
 
     # ------------------------------------------------------------------ restart
-    def restore(self, task_id: str, items: list[dict[str, Any]]) -> None:
-        """Take over a running task's journal from the store; replayed by `loop_started`.
+    def restore(self, task_id: str, items: list[dict[str, Any]], running: bool = True) -> None:
+        """Take over a task's journal from the store; replayed by `loop_started`.
 
-        Cuts back the histories of interrupted turns and drops what those turns sent.
+        For a `running` task, cuts back the histories of interrupted turns and drops what
+        those turns sent. Of a task not running (its journal is left from before it ended),
+        only the messages enqueued behind it are kept: they go in once the loop runs.
         """
+        waiting = [i for i in items if i.get("kind") == "enqueued"]
+        if not running:
+            items = []
+        items = [i for i in items if i.get("kind") != "enqueued"]
         interrupted: dict[str, tuple[str, int]] = {}  # turn id -> (agent, base_len)
         for item in items:
             turn = item.get("taken_by")
@@ -261,9 +309,14 @@ class TaskJournal(HostLink[JournalHost]):
         inbox = [i for i in keep if i.get("kind") == "inbox"]
         mailbox = [i for i in keep if i.get("kind") != "inbox"]
         ordered = sorted(inbox, key=_order) + sorted(mailbox, key=_order)
-        self._replay[task_id] = ordered
+        if not running and not waiting:
+            self.discard(task_id)
+            return
+        self._replay[task_id] = ordered + waiting
         # Until the replay, the stored journal stays as it was loaded (minus dropped sends).
         self._entries[task_id] = {f"r{n}": dict(i) for n, i in enumerate(ordered)}
+        for item in waiting:
+            self._entries[task_id][f"q{item['message']['id']}"] = dict(item)
         self._mark(task_id)
 
     def discard(self, task_id: str) -> None:
@@ -285,11 +338,19 @@ class TaskJournal(HostLink[JournalHost]):
             self._entries.pop(task_id, None)
             self._mark(task_id)
             task = rt.mail_tasks.get(task_id)
-            if task is None or task.completed:
+            if task is None:
                 continue
-            self._watch_completion(task_id)
+            for item in items:
+                if item.get("kind") == "enqueued":  # waits again, in order, for its turn
+                    self.enqueued(task_id, item["message"], item.get("kwargs") or {})
+                    rt.multitask.requeue(task, item["message"], item.get("kwargs") or {})
+            if not task.is_running:
+                continue
+            self.watch_completion(task_id)
             for item in items:
                 message = item["message"]
+                if item.get("kind") == "enqueued":
+                    continue
                 if item.get("kind") == "inbox":
                     key = f"{task_id}::{item['agent']}"
                     if rt.inboxes.add(key, message):
@@ -298,7 +359,7 @@ class TaskJournal(HostLink[JournalHost]):
                     rt.mailbox.put(message, int(item["priority"]))
             logger.info("task %s continues after a restart (%d pending)", task_id, len(items))
 
-    def _watch_completion(self, task_id: str) -> None:
+    def watch_completion(self, task_id: str) -> None:
         """Store `task_complete` when the task ends, as the lost POST /message waiter would."""
         future = self.host.waiters.add(task_id)
         watcher = asyncio.create_task(self._complete_later(task_id, future))
@@ -311,10 +372,14 @@ class TaskJournal(HostLink[JournalHost]):
             response = await future
         finally:
             rt.waiters.drop(task_id, future)
-        if response["message"]["subject"] == "::shutdown_requested::":
+        if response["message"]["subject"] in _NOT_ANSWERS:
             return
         body = response["message"]["body"]
         rt._emit(task_id, "task_complete", lambda: f"response: '{body}'")
+
+
+# Answers that are not the task's own: the runtime stopped, or a newer message took over.
+_NOT_ANSWERS = frozenset({"::shutdown_requested::", INTERRUPTED_SUBJECT, ROLLED_BACK_SUBJECT})
 
 
 def _order(item: dict[str, Any]) -> tuple[int, int]:

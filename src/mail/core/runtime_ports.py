@@ -22,6 +22,7 @@ from mail.core.mailbox import Mailbox
 from mail.core.memory import AgentMemory
 from mail.core.message import MAILMessage
 from mail.core.observer import RuntimeObserver
+from mail.core.stored_bytes import StoredBytes
 from mail.core.tasks import MAILTask, OpenTasks
 from mail.core.tools import AgentToolCall
 
@@ -85,6 +86,8 @@ class TaskLog(Protocol):
     def observer(self) -> RuntimeObserver: ...
     @property
     def interswarm(self) -> Any: ...
+    @property
+    def stored_bytes(self) -> StoredBytes: ...
 
     def _emit(
         self,

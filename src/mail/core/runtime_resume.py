@@ -9,17 +9,24 @@ from mail.core.agents import AgentCore
 from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.review import ReviewDecisionError
+from mail.core.runtime_multitask import DEFAULT_STRATEGY, STRATEGIES, STRATEGY_KWARG
 from mail.core.runtime_ports import HostLink, TaskLog, TurnLocks
 from mail.core.system_messages import system_broadcast
 from mail.core.tasks import TaskState
 from mail.telemetry.budget import BudgetError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from mail.core.runtime_delivery import StepBudget
+    from mail.core.runtime_multitask import Multitask
     from mail.core.tasks import MAILTask
     from mail.telemetry.meter import TaskMeter
 
 RESUME_FORMS = ("user_response", "breakpoint_tool_call", "action_review")
+# The submissions that are a caller's message to the task (a multitask strategy applies
+# when the task is still running).
+CALLER_MESSAGES = (None, "user_response")
 BREAKPOINT_ANSWERED_BY_MESSAGE = (
     "No result was given for this call: the user answered with a message instead (it follows)."
 )
@@ -54,6 +61,19 @@ class TaskConflictError(TaskSubmitError):
     """The task is in the wrong state for the submission (running, or not paused)."""
 
     status = 409
+
+
+def strategy_of(kwargs: dict[str, Any]) -> str:
+    """The multitask strategy a submission asks for (``kwargs["multitask_strategy"]``,
+    ``reject`` without one); see core/runtime_multitask.py."""
+    value = kwargs.get(STRATEGY_KWARG)
+    if value is None:
+        return DEFAULT_STRATEGY
+    if value not in STRATEGIES:
+        raise TaskSubmitError(
+            f"multitask_strategy must be one of {', '.join(STRATEGIES)}, got {value!r}"
+        )
+    return str(value)
 
 
 def parse_max_steps(value: Any) -> int | None:
@@ -99,6 +119,8 @@ class ResumeHost(TaskLog, TurnLocks, Protocol):
     @property
     def review(self) -> Reviewing: ...
     @property
+    def multitask(self) -> Multitask: ...
+    @property
     def response_messages(self) -> dict[str, MAILMessage]: ...
     @property
     def max_message_body(self) -> int | None: ...
@@ -122,7 +144,9 @@ class Submissions(HostLink[ResumeHost]):
 
     def submit_for_task(
         self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
-    ) -> None:
+    ) -> asyncio.Future[MAILMessage] | None:
+        """Submit a caller's `message` into its task. Returns the future its caller waits on
+        instead of the task's next answer (an enqueued message's), else None."""
         rt = self.host
         task_id = message["message"]["task_id"]
         if rt._shutdown:
@@ -132,17 +156,29 @@ class Submissions(HostLink[ResumeHost]):
         if limit and isinstance(body, str) and len(body) > limit:
             raise MessageTooLargeError(message_too_large(len(body), limit))
         self.check_submission(task_id, resume_from, kwargs)
-        if "max_steps" in kwargs:
-            self.steps.limits[task_id] = parse_max_steps(kwargs["max_steps"])
-        rt.meter.submitted(task_id, kwargs)
+        task = rt.mail_tasks.get(task_id)
+        running = task is not None and task_is_running(task)
+        if running and resume_from in CALLER_MESSAGES:
+            # Not `reject` (check_submission refused it): the task takes the message now
+            # (interrupt, rollback) or once its current work ends (enqueue).
+            strategy = strategy_of(kwargs)
+            if strategy != "enqueue":
+                self._take_settings(task_id, kwargs)
+            assert task is not None
+            return rt.multitask.apply(task, message, strategy, kwargs)
+        self._take_settings(task_id, kwargs)
+        # Where a rollback of this message goes back to: the task's stashed queue as it is
+        # now (resuming queues it again), the rest once a pause it closes is closed.
+        stashed = list(task.task_message_queue) if task is not None else None
         if resume_from is None:
-            task = rt.mail_tasks.get(task_id)
             if task is not None and task.completed:
                 # A new message on a finished task continues it (multi-turn).
                 self.resume_task(task_id)
-            rt.submit(message)
         elif resume_from == "user_response":
             self.resume_task(task_id)
+        if resume_from in CALLER_MESSAGES:
+            if task is not None and stashed is not None:
+                rt.multitask.mark_start(task, stashed)
             rt.submit(message)
         elif resume_from == "breakpoint_tool_call":
             self.resume_breakpoint(task_id, kwargs)
@@ -152,6 +188,13 @@ class Submissions(HostLink[ResumeHost]):
             raise TaskSubmitError(
                 f"invalid resume_from '{resume_from}': expected one of {', '.join(RESUME_FORMS)}"
             )
+        return None
+
+    def _take_settings(self, task_id: str, kwargs: dict[str, Any]) -> None:
+        """The message's own step limit and budget apply to the task from now on."""
+        if "max_steps" in kwargs:
+            self.steps.limits[task_id] = parse_max_steps(kwargs["max_steps"])
+        self.host.meter.submitted(task_id, kwargs)
 
     def resume_task(self, task_id: str) -> None:
         rt = self.host
@@ -248,19 +291,14 @@ class Submissions(HostLink[ResumeHost]):
             raise (TaskConflictError if exc.status == 409 else TaskSubmitError)(str(exc)) from None
         rt.review.check_submit(task_id, resume_from)  # a task waiting for review: 409
         task = rt.mail_tasks.get(task_id)
-        if resume_from is None:
-            if task is not None and task_is_running(task):
+        if resume_from in CALLER_MESSAGES:
+            if resume_from == "user_response" and task is None:
+                raise TaskNotFoundError(f"task '{task_id}' not found")
+            if strategy_of(kwargs) == "reject" and task is not None and task_is_running(task):
                 raise TaskConflictError(
                     f"task '{task_id}' is still running; wait for its answer (or stream it) "
-                    "before sending it another message"
-                )
-        elif resume_from == "user_response":
-            if task is None:
-                raise TaskNotFoundError(f"task '{task_id}' not found")
-            if task_is_running(task):
-                raise TaskConflictError(
-                    f"task '{task_id}' is still running; a user_response continues a task "
-                    "that has finished or asked a question"
+                    "before sending it another message, or send it with a multitask_strategy "
+                    "(enqueue, interrupt, rollback)"
                 )
         elif resume_from == "breakpoint_tool_call":
             self.plan_breakpoint_results(task_id, kwargs)

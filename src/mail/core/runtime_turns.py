@@ -15,6 +15,7 @@ from mail.core.runtime_delivery import MAX_STEPS_SUBJECT
 from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks
 from mail.core.runtime_resume import message_too_large
 from mail.core.runtime_review import ActionReviewer
+from mail.core.stored_bytes import StoredBytes
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tool_handlers import TOOL_HANDLERS, handle_action
 from mail.core.tool_rights import (
@@ -58,6 +59,8 @@ class TurnHost(ToolHost, TurnLocks, Protocol):
     def review(self) -> ActionReviewer: ...
     @property
     def loop_guard(self) -> LoopGuard: ...
+    @property
+    def stored_bytes(self) -> StoredBytes: ...
     @property
     def journal(self) -> Any: ...
     @property
@@ -173,11 +176,14 @@ class TurnRunner(HostLink[TurnHost]):
                 for incoming in batch:
                     self._hold_for_continuation(task, incoming)
                 return
-            stop = rt.loop_guard.begin_turn(task_id)
+            stored = rt.stored_bytes
+            stop = rt.loop_guard.begin_turn(task_id) or stored.over_bound()
             if stop is not None:
                 stop_task(rt, task_id, stop)
                 return
             history = rt.history_for(task_id, agent_name)
+            began = len(history)
+            stored.begin_turn(task_id, agent_name, history)
             ctx = TurnContext(task_id, agent_name, message, history, batch=batch)
             current: AgentToolCall | None = None
             measured = rt.meter.begin_turn(task_id, agent_name)  # spans, usage, budget
@@ -190,6 +196,7 @@ class TurnRunner(HostLink[TurnHost]):
                 _text, calls = await agent.function(history, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
+                    stored.history(task_id, agent_name, history)  # before its calls store more
                     self._emit_tool_calls(rt, task_id, agent_name, calls)
                 missing = _missing_call(tool_choice, calls)
                 if missing is not None:
@@ -236,8 +243,12 @@ class TurnRunner(HostLink[TurnHost]):
             finally:
                 cancelled = _cancelling(me)
                 measured.end(cancelled=cancelled)
-                if not cancelled and rt._observing:
-                    # A cancelled turn (shutdown) runs again after a restart from its start.
+                if cancelled:
+                    # Cut back to where it began (a cancel, an interrupt, a shutdown): what it
+                    # took and half did leaves no trace (a call without its result would
+                    # make the agent's next model call fail); after a restart it runs again.
+                    del history[began:]
+                else:
                     self.save_history(task_id, agent_name)
         finally:
             rt._release_turn(key)
@@ -282,6 +293,8 @@ class TurnRunner(HostLink[TurnHost]):
 
     def save_history(self, task_id: str, agent_name: str) -> None:
         rt = self.host
+        if rt.stored_bytes.ledger is not None:
+            rt.stored_bytes.history(task_id, agent_name, rt.history_for(task_id, agent_name))
         if not rt._observing:
             return
         agent = rt.agents.get(agent_name)

@@ -24,12 +24,21 @@ from mail.core.tasks import TaskState, state_for_answer
 _RESPONSE_TEXT = "response: '{}'"
 
 
+class Enqueueing(Protocol):
+    """The runtime's multitask strategies (core/runtime_multitask.py)."""
+
+    def withdraw(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool: ...
+
+
 class WaitHost(TaskLog, Protocol):
     """What waiting callers use of the runtime: the task log, and submitting into a task."""
 
+    @property
+    def multitask(self) -> Enqueueing: ...
+
     def _submit_for_task(
         self, message: MAILMessage, resume_from: str | None, kwargs: dict[str, Any]
-    ) -> None: ...
+    ) -> asyncio.Future[MAILMessage] | None: ...
 
 
 class TaskWaiters(HostLink[WaitHost]):
@@ -44,6 +53,37 @@ class TaskWaiters(HostLink[WaitHost]):
         future: asyncio.Future[MAILMessage] = asyncio.get_running_loop().create_future()
         self.futures.setdefault(task_id, []).append(future)
         return future
+
+    def adopt(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
+        """A caller's future made elsewhere (an enqueued message's, once it goes in) waits
+        for the task's next answer from now on."""
+        self.futures.setdefault(task_id, []).append(future)
+
+    def _submit(
+        self,
+        rt: WaitHost,
+        message: MAILMessage,
+        resume_from: str | None,
+        kwargs: dict[str, Any],
+        future: asyncio.Future[MAILMessage],
+    ) -> asyncio.Future[MAILMessage]:
+        """Submit; the future the caller waits on: its own, or an enqueued message's (the
+        answer of the run its message starts, not of the run under way). While a running
+        task takes the message, the caller's own future is not among the task's waiters:
+        those of the message it interrupts or rolls back get their answer then."""
+        task_id = message["message"]["task_id"]
+        task = rt.mail_tasks.get(task_id)
+        if task is None or not task.is_running:
+            later = rt._submit_for_task(message, resume_from, kwargs)
+        else:
+            self.drop(task_id, future)
+            later = rt._submit_for_task(message, resume_from, kwargs)
+            if later is None:
+                self.adopt(task_id, future)
+        if later is None:
+            return future
+        self.drop(task_id, future)
+        return later
 
     def drop(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
         futures = self.futures.get(task_id)
@@ -77,7 +117,7 @@ class TaskWaiters(HostLink[WaitHost]):
         task_id = message["message"]["task_id"]
         future = self.add(task_id)
         try:
-            rt._submit_for_task(message, resume_from, kwargs)
+            future = self._submit(rt, message, resume_from, kwargs, future)
             # The caller's own future times out (no asyncio.timeout context around a future
             # only this call awaits), on the deadlines' shared timer: no loop timer per call.
             # None waits without a limit, as asyncio.timeout(None) did.
@@ -104,10 +144,12 @@ class TaskWaiters(HostLink[WaitHost]):
                 rt._emit(task_id, "task_error", f"error for task: {exc}")
             return system_task_end(rt.swarm_name, task_id, "::task_error::", task_error_body(exc))
         except TimeoutError:
-            rt._emit(task_id, "task_error", f"timeout for task '{task_id}'")
             response = system_task_end(
                 rt.swarm_name, task_id, "::task_timeout::", task_timeout_body()
             )
+            if rt.multitask.withdraw(task_id, future):
+                return response  # it never went in: the task's own work goes on
+            rt._emit(task_id, "task_error", f"timeout for task '{task_id}'")
             end_task(rt, task_id, response)  # the caller has its answer: stop the task
             return response
         finally:
@@ -142,21 +184,28 @@ class TaskWaiters(HostLink[WaitHost]):
         deadline = loop.time() + timeout
         try:
             try:
-                rt._submit_for_task(message, resume_from, kwargs)
+                future = self._submit(rt, message, resume_from, kwargs, future)
             except TaskSubmitError as exc:
                 yield closing_event("task_error", task_id, str(exc))
                 return
+            task = rt.mail_tasks[task_id]
+            # Where the events of this message's run end: the task's events when its answer
+            # came (a message enqueued behind it may go in right after).
+            end: list[int] = []
+            future.add_done_callback(lambda _f: end.append(len(task.events)))
             if on_submitted is not None:
                 await on_submitted()
-            task = rt.mail_tasks[task_id]
             while True:
-                while index < len(task.events):
+                while index < len(task.events) and not (end and index >= end[0]):
                     yield task.events[index]
                     index += 1
                 if future.done():
                     break
                 remaining = deadline - loop.time()
                 if remaining <= 0:
+                    if rt.multitask.withdraw(task_id, future):
+                        yield closing_event("task_error", task_id, task_timeout_body())
+                        return
                     for event in task.events[index:]:
                         yield event
                     # Recorded on the task; the stream gets one task_error frame, the final one.
@@ -184,10 +233,13 @@ class TaskWaiters(HostLink[WaitHost]):
                             "",
                             raw_payload={"timestamp": utc_now_iso(), "task_id": task_id},
                         )
-            while index < len(task.events):
+            stop = end[0] if end else len(task.events)
+            while index < stop:
                 yield task.events[index]
                 index += 1
             response = future.result()
-            yield closing_event("task_complete", task_id, response["message"]["body"])
+            state = state_for_answer(response["message"].get("subject"))
+            shown = None if state is TaskState.COMPLETED else state.value
+            yield closing_event("task_complete", task_id, response["message"]["body"], shown)
         finally:
             self.drop(task_id, future)

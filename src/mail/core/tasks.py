@@ -28,6 +28,11 @@ from mail.core.message import MAILMessage, create_agent_address
 
 # Pseudo task id of the runtime's own events (see MAILRuntime.runtime_events); never a task.
 RUNTIME_EVENTS = "*"
+# The event a strategy for a message to a running task records (core/runtime_multitask.py),
+# and the answers of the messages an interrupt or a rollback superseded.
+MULTITASK_EVENT = "multitask_strategy"
+INTERRUPTED_SUBJECT = "::task_interrupted::"
+ROLLED_BACK_SUBJECT = "::task_rolled_back::"
 
 
 class TaskState(enum.StrEnum):
@@ -67,6 +72,9 @@ ANSWER_STATES = {
     "::breakpoint_tool_call::": TaskState.WAITING_FOR_BREAKPOINT,
     "::action_review::": TaskState.WAITING_FOR_REVIEW,
     "::budget_exceeded::": TaskState.WAITING_FOR_BUDGET,
+    # A message superseded by a newer one: the task runs on with that one.
+    INTERRUPTED_SUBJECT: TaskState.RUNNING,
+    ROLLED_BACK_SUBJECT: TaskState.RUNNING,
 }
 
 
@@ -103,12 +111,49 @@ def state_from_record(record: Mapping[str, Any]) -> TaskState:
     return state
 
 
+def shown_events(events: list[Any]) -> list[Any]:
+    """The events a task shows: all but those a rollback took back (the span its
+    `multitask_strategy` event names; they stay in the log, so ids never repeat)."""
+    spans = rolled_back_spans(events)
+    if not spans:
+        return events
+    return [e for e in events if not in_spans(_field(e, "id"), spans)]
+
+
+def rolled_back_spans(events: list[Any]) -> list[tuple[int, int]]:
+    """(first, last) event ids of each span of `events` a rollback took back (`events`:
+    TaskEvents, or their records)."""
+    spans: list[tuple[int, int]] = []
+    for event in events:
+        if _field(event, "event") != MULTITASK_EVENT:
+            continue
+        span = _extra_data(event).get("rolled_back_events")
+        if isinstance(span, dict):
+            try:
+                spans.append((int(span["first"]), int(span["last"])))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return spans
+
+
+def in_spans(event_id: Any, spans: list[tuple[int, int]]) -> bool:
+    try:
+        number = int(event_id)
+    except (TypeError, ValueError):
+        return False
+    return any(first <= number <= last for first, last in spans)
+
+
+def _field(event: Any, name: str) -> Any:
+    return event.get(name) if isinstance(event, Mapping) else getattr(event, name, None)
+
+
 def _extra_data(event: Any) -> dict[str, Any]:
-    """The ``extra_data`` of a TaskEvent, or of any event object whose ``data`` is the JSON
-    payload (text or dict), such as an sse-starlette ServerSentEvent."""
+    """The ``extra_data`` of a TaskEvent, or of any event object (or record) whose ``data``
+    is the JSON payload (text or dict), such as an sse-starlette ServerSentEvent."""
     if isinstance(event, TaskEvent):
         return event.extra_data
-    data = getattr(event, "data", None)
+    data = _field(event, "data")
     if isinstance(data, str):
         try:
             data = json.loads(data)
@@ -123,6 +168,18 @@ def _recipients(message: MAILMessage) -> list[Any]:
     if message["msg_type"] in ("request", "response"):
         return [payload.get("recipient")]
     return list(payload.get("recipients") or [])
+
+
+def _file_entry(kept: Any) -> bool:
+    return isinstance(kept, list) and len(kept) == 2 and all(type(v) is int for v in kept)
+
+
+def task_files_bytes(record: Mapping[str, Any]) -> int:
+    """The bytes of the files a stored task record lists (`MAILTask.files`)."""
+    files = record.get("files")
+    if not isinstance(files, dict):
+        return 0
+    return sum(kept[0] for kept in files.values() if _file_entry(kept))
 
 
 class MAILTask:
@@ -152,6 +209,12 @@ class MAILTask:
         # reviewer's own state (the calls, decided ids) so both survive a restart.
         self.pending_reviews: list[dict[str, Any]] = []
         self.review_state: dict[str, Any] = {}
+        # Where a rollback of the message working now goes back to (runtime_multitask):
+        # {"events", "histories": {agent: length}, "queue"}; None: back to nothing.
+        self.rollback_point: dict[str, Any] | None = None
+        # Files its actions wrote under [stdlib.fs] (absolute path -> [size, mtime_ns]):
+        # counted as what the task stores, and removed with it (mail.core.stored_bytes).
+        self.files: dict[str, list[int]] = {}
         self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
@@ -295,11 +358,11 @@ class MAILTask:
             ],
         }
         if include_events:
-            record["events"] = [e.to_record() for e in self.events]
+            record["events"] = [e.to_record() for e in shown_events(self.events)]
         return record
 
     def to_store_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "task_id": self.task_id,
             "task_owner": self.task_owner,
             "task_contributors": list(self.task_contributors),
@@ -312,6 +375,11 @@ class MAILTask:
             "pending_reviews": list(self.pending_reviews),
             "review_state": dict(self.review_state),
         }
+        if self.rollback_point is not None:
+            record["rollback_point"] = self.rollback_point
+        if self.files:  # (once a file is written the key stays: records merge key by key)
+            record["files"] = {path: list(kept) for path, kept in self.files.items()}
+        return record
 
     def to_db_dict(self) -> dict[str, Any]:
         """v1.3's name for `to_store_record` (the task without its events and queue)."""
@@ -336,6 +404,11 @@ class MAILTask:
         task.title = record.get("title")
         task.pending_reviews = list(record.get("pending_reviews") or [])
         task.review_state = dict(record.get("review_state") or {})
+        point = record.get("rollback_point")
+        task.rollback_point = point if isinstance(point, dict) else None
+        files = record.get("files")
+        if isinstance(files, dict):
+            task.files = {str(p): list(kept) for p, kept in files.items() if _file_entry(kept)}
         return task
 
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from mail.core.events import MessageText
+from mail.core.events import ArgsText, Description, MessageText, latest_call_args
 from mail.core.help_text import build_help_text, load_protocol_text
 from mail.core.instance_context import acting_for
 from mail.core.memory import acknowledgement_entries
@@ -28,6 +28,7 @@ from mail.core.message import (
     parse_agent_address,
 )
 from mail.core.runtime_ports import Handler, ToolHost, TurnContext
+from mail.core.stored_bytes import text_bytes
 from mail.core.system_messages import (
     improper_response_to_user_body,
     invalid_recipient_body,
@@ -36,6 +37,7 @@ from mail.core.system_messages import (
     system_response,
     unknown_agent_body,
 )
+from mail.core.tasks import MAILTask
 from mail.core.tools import AgentToolCall
 
 logger = logging.getLogger("mail.runtime")
@@ -414,6 +416,22 @@ async def handle_discover(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -
 
 
 # ---------------------------------------------------------------------------- actions
+# A result this short is never refused for the caller's stored bytes (the refusal's own text
+# would take as much).
+_SMALL_RESULT = 1024
+
+
+def _action_call_text(task: MAILTask | None, agent: str, call: AgentToolCall) -> Description:
+    """The `action_call` description: its prefix and the call's arguments as JSON. When the
+    latest `tool_call` event of the call holds these very arguments (not a reviewer's edit),
+    the store keeps them once, there (`ArgsText`)."""
+    prefix = f"agent {agent} executing action tool: {call.tool_name} with args: "
+    if task is not None and latest_call_args(task.events).get(call.tool_call_id) is call.tool_args:
+        return ArgsText(prefix, call.tool_args, call.tool_call_id)
+    args = call.tool_args
+    return lambda: prefix + json.dumps(args)
+
+
 async def handle_action(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     name = call.tool_name
     action = rt.actions.get(name)
@@ -425,16 +443,19 @@ async def handle_action(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> 
         rt._emit(ctx.task_id, "action_error", f"agent {ctx.agent_name} cannot access action {name}")
         ctx.action_errors.append((name, f"The action '{name}' is not available to you."))
         return _err("agent cannot access action")
-    rt._emit(
-        ctx.task_id,
-        "action_call",
-        lambda: (
-            f"agent {ctx.agent_name} executing action tool: {name} with args: "
-            f"{json.dumps(call.tool_args)}"
-        ),
-    )
+    stored = rt.stored_bytes
+    full = stored.refusal(0)  # an earlier call of this turn passed the caller's bound
+    if full is not None:
+        rt._emit(ctx.task_id, "action_error", f"action {name} not run: {full}")
+        ctx.action_errors.append((name, f"not run: {full}"))
+        return _err(f"not run: {full}")
+    task = rt.mail_tasks.get(ctx.task_id)
+    rt._emit(ctx.task_id, "action_call", _action_call_text(task, ctx.agent_name, call))
     try:
-        with acting_for(str(rt.user_role), str(rt.user_id)):
+        with (
+            acting_for(str(rt.user_role), str(rt.user_id)),
+            stored.storing_for(task, rt.observer.task_changed),
+        ):
             status, result = await action.execute(call, rt.actions, rt.action_override)
     except Exception as exc:  # noqa: BLE001 - execute should not raise, but never trust it
         rt._emit(
@@ -445,6 +466,13 @@ async def handle_action(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> 
         ctx.action_errors.append((name, str(exc)))
         return _err(str(exc))
     content = str(result.get("content", ""))
+    # Its result is stored twice (the event below and the agent's history).
+    too_much = stored.refusal(2 * text_bytes(content)) if len(content) > _SMALL_RESULT else None
+    if too_much is not None:
+        status, content = (
+            "error",
+            f"its result ({len(content)} characters) was not kept: {too_much}",
+        )
     rt._emit(
         ctx.task_id, "action_complete", f"action complete (caller = {ctx.agent_name}):\n{content}"
     )

@@ -8,6 +8,7 @@ classes here are factories (``__init__``) whose instances are agent functions (`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -33,7 +34,13 @@ from mail.factories._settings import check_settings
 from mail.factories.assembly import StreamPrinter, TurnRequest
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
-from mail.factories.retry import RetryPolicy, call_with_retries
+from mail.factories.retry import (
+    RetryPolicy,
+    Target,
+    call_with_retries,
+    server_words,
+    status_code_of,
+)
 
 logger = logging.getLogger("mail.factories")
 
@@ -43,6 +50,48 @@ AgentResult = tuple[str | None, list[AgentToolCall]]
 
 THINKING_BUDGETS: dict[str, int] = {"minimal": 2000, "low": 4000, "medium": 8000, "high": 16000}
 PROXY_PREFIX = "litellm_proxy/"
+
+# An agent with an `api_base` (a local or self-hosted server) gets these unless it sets its
+# own: nothing else bounds one generation there (docs/agents-and-factories.md).
+LOCAL_MAX_TOKENS = 1024
+LOCAL_REQUEST_TIMEOUT = 180.0
+# Sent as the key to an `api_base` that needs none: LiteLLM's OpenAI client refuses to send a
+# request without one ("Missing credentials").
+PLACEHOLDER_API_KEY = "no-key"
+# The sampling settings (passed through to LiteLLM as given) that the Responses API has too.
+RESPONSES_SETTINGS = ("temperature", "top_p")
+
+# (api_base, model) pairs whose server answered tool_choice "required" with an error: they are
+# asked with "auto" from then on, and the agent function checks the answer itself.
+_REFUSES_REQUIRED: set[tuple[str, str]] = set()
+
+
+def proxy_problem(agent: str, llm: Any, use_proxy: Any, api_base: Any) -> str | None:
+    """Why an agent cannot reach its LiteLLM proxy (no base URL anywhere), or None."""
+    if use_proxy is not True or not isinstance(llm, str) or is_offline_model(llm):
+        return None
+    if api_base or os.environ.get("LITELLM_PROXY_API_BASE"):
+        return None
+    return (
+        f"agent '{agent}' has use_proxy=true (the default of the LiteLLM agents) but "
+        "LITELLM_PROXY_API_BASE is not set; set it to your LiteLLM proxy URL, or set use_proxy "
+        "to false in the agent's agent_params to call the provider directly"
+    )
+
+
+def default_tool_format(api_base: str | None) -> ToolFormat:
+    """Chat Completions for an agent pointed at its own server (every OpenAI-compatible
+    server has it; many lack the Responses API), the Responses API otherwise."""
+    return "completions" if api_base else "responses"
+
+
+def _refuses_required(exc: BaseException) -> bool:
+    """True when a server's error answers the `required` tool choice itself (llama-cpp-python
+    answers it with a 500 and an empty message; others name the option)."""
+    if status_code_of(exc) not in (400, 422, 500):
+        return False
+    words = server_words(exc).lower()
+    return words == "(an empty error message)" or "tool_choice" in words
 
 
 def normalize_tools(tools: list[Any] | None, tool_format: str) -> list[dict[str, Any]]:
@@ -189,7 +238,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool = False,
-        tool_format: ToolFormat = "responses",
+        tool_format: ToolFormat | None = None,
         exclude_tools: list[str] | None = None,
         reasoning_effort: str | None = None,
         thinking_budget: int | None = None,
@@ -203,7 +252,14 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         api_base: str | None = None,
         api_key: str | None = None,
         request_timeout: float | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
     ) -> None:
+        tool_format = tool_format or default_tool_format(api_base)
         super().__init__(
             name=name,
             comm_targets=comm_targets,
@@ -228,6 +284,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         self.thinking_budget = thinking_budget
         if max_tokens is None and thinking_budget:
             max_tokens = thinking_budget + 4000
+        if max_tokens is None and api_base:
+            max_tokens = LOCAL_MAX_TOKENS
         self.max_tokens = max_tokens
         self.thinking: dict[str, Any] = (
             {"type": "enabled", "budget_tokens": thinking_budget}
@@ -242,7 +300,25 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         self.default_tool_choice = default_tool_choice
         self.api_base = api_base
         self.api_key = api_key
+        if request_timeout is None and api_base:
+            request_timeout = LOCAL_REQUEST_TIMEOUT
         self.request_timeout = request_timeout
+        given = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "stop": stop,
+            "presence_penalty": presence_penalty,
+            "frequency_penalty": frequency_penalty,
+        }
+        self.model_settings = {key: value for key, value in given.items() if value is not None}
+        if tool_format == "responses":
+            unsupported = [key for key in self.model_settings if key not in RESPONSES_SETTINGS]
+            if unsupported:
+                raise LLMConfigError(
+                    f"agent '{name}': {', '.join(unsupported)} cannot be sent to the Responses "
+                    'API; use tool_format "completions" for them'
+                )
 
     # -- what is sent ------------------------------------------------------------------------
 
@@ -310,24 +386,24 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         elif self.use_proxy:
             if not model.startswith(PROXY_PREFIX):
                 model = PROXY_PREFIX + model
-            if not (self.api_base or os.environ.get("LITELLM_PROXY_API_BASE")):
-                raise LLMConfigError(
-                    f"agent '{self.name}' has use_proxy=true but LITELLM_PROXY_API_BASE is not "
-                    "set; set it to your LiteLLM proxy URL, or set use_proxy to false in the "
-                    "agent's agent_params to call the provider directly"
-                )
+            problem = proxy_problem(self.name, self.llm, True, self.api_base)
+            if problem:
+                raise LLMConfigError(problem)
             options["extra_headers"] = {"Authorization": f"Bearer {self.user_token}"}
             # The caller's key is the proxy credential unless the deployment configures one.
             if not (self.api_key or os.environ.get("LITELLM_PROXY_API_KEY")) and self.user_token:
                 options["api_key"] = self.user_token
         else:
             self._require_provider_key(model)
+            if self.api_base and not self.api_key and missing_provider_keys(model):
+                options["api_key"] = PLACEHOLDER_API_KEY
         if self.api_base:
             options["api_base"] = self.api_base
         if self.api_key:
             options["api_key"] = self.api_key
         if self.request_timeout:
             options["timeout"] = self.request_timeout
+        options.update(self.model_settings)
         return model, options
 
     def _require_provider_key(self, model: str) -> None:
@@ -353,37 +429,90 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         tool_choice: ToolChoice,
         memories: list[str] | None = None,
     ) -> Callable[[], Awaitable[AgentResult]]:
+        """One attempt at the call. An `api_base` server that refuses tool_choice "required"
+        is asked again with "auto" at once, and with "auto" from then on (per server and
+        model); the runtime checks the answer against the choice it asked for."""
+        server = (self.api_base or "", self.llm)
+        if tool_choice == "required" and server in _REFUSES_REQUIRED:
+            tool_choice = "auto"
+        send = self._request(messages, tool_choice, memories)
+        if tool_choice != "required" or not self.api_base:
+            return send
+
+        async def attempt() -> AgentResult:
+            try:
+                return await send()
+            except Exception as exc:
+                if not _refuses_required(exc):
+                    raise
+                _REFUSES_REQUIRED.add(server)
+                logger.warning(
+                    "%s at %s refuses tool_choice 'required' (%s); asking with 'auto' from now on",
+                    self.llm,
+                    self.api_base,
+                    server_words(exc),
+                )
+                return await self._request(messages, "auto", memories)()
+
+        return attempt
+
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        tool_choice: ToolChoice,
+        memories: list[str] | None,
+    ) -> Callable[[], Awaitable[AgentResult]]:
         model, options = self._model_and_options()
         tools = self.build_tools()
         request_messages = self.build_messages(messages, memories)
         printer = StreamPrinter(self.name, self.print_llm_streams)
         settings = (self.reasoning_effort, self.max_tokens, self.stream_tokens, printer)
         turn = TurnRequest(model, request_messages, tools, tool_choice, options, *settings)
+        run: Callable[[], Awaitable[AgentResult]]
         if self.tool_format == "completions":
             crequest = completions.build_request(
                 turn, thinking_budget=self.thinking_budget, anthropic=self.is_anthropic_model
             )
-            return lambda: completions.run(crequest)
-        rrequest = responses.build_request(turn)
-        return lambda: responses.run(rrequest)
+            run = lambda: completions.run(crequest)  # noqa: E731
+        else:
+            rrequest = responses.build_request(turn)
+            run = lambda: responses.run(rrequest)  # noqa: E731
+        limit = self.request_timeout
+        if not limit:
+            return run
+
+        async def bounded() -> AgentResult:
+            # The whole call, a streamed reply's last chunk included (LiteLLM's timeout bounds
+            # each read): the request is closed, which stops a streaming server generating.
+            async with asyncio.timeout(limit):
+                return await run()
+
+        return bounded
 
     # -- the agent function --------------------------------------------------------------------
 
     async def __call__(
         self, messages: list[dict[str, Any]], tool_choice: ToolChoice = "required"
     ) -> AgentResult:
-        if self.default_tool_choice is not None:
+        if self.default_tool_choice is not None and tool_choice == "required":
+            # Replaces the normal turn's choice only: a forced tool stays forced.
             tool_choice = self.default_tool_choice
         memories = await self.recall_for(messages)
         if not self.is_demo_model:
             # Building the request touches LiteLLM synchronously: import it off the loop first.
             await load_litellm_async()
         attempt = self._make_attempt(messages, tool_choice, memories)
+        # What the answer lacks (a forced tool the server did not hold the model to, a text
+        # answer to "required" served as "auto") the runtime judges against its own choice.
         return await call_with_retries(
             attempt,
             policy=self.retry_policy,
             what=f"agent '{self.name}' calling {self.llm}",
-            key_variable=None if self.api_key else provider_key_variable(self.llm),
+            target=Target(
+                key_variable=None if self.api_key else provider_key_variable(self.llm),
+                endpoint=self.api_base,
+                api=self.tool_format,
+            ),
         )
 
 
@@ -436,7 +565,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
         enable_entrypoint: bool = False,
         enable_interswarm: bool = False,
         can_complete_tasks: bool | None = None,
-        tool_format: ToolFormat = "responses",
+        tool_format: ToolFormat | None = None,
         exclude_tools: list[str] | None = None,
         reasoning_effort: str | None = None,
         thinking_budget: int | None = None,
@@ -452,6 +581,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
         # The parameters are in v1.3's positional order; the ones after `exclude_tools` (and
         # any other `LiteLLMAgentFunction` setting in **settings) go to the inner function.
         check_settings(type(self).__name__, settings, LiteLLMAgentFunction.__init__)
+        tool_format = tool_format or default_tool_format(settings.get("api_base"))
         settings.update(
             system=system,
             user_token=user_token,

@@ -36,10 +36,23 @@ def completions_tool_choice(
     return tool_choice
 
 
+def with_assistant_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with `content: ""` on assistant messages that have none: the OpenAI API
+    allows it, and chat templates of local servers (llama-cpp-python's) fail without it
+    (LiteLLM drops a None content from the request)."""
+    if all(m.get("role") != "assistant" or m.get("content") is not None for m in messages):
+        return messages
+    return [
+        {**m, "content": ""} if m.get("role") == "assistant" and m.get("content") is None else m
+        for m in messages
+    ]
+
+
 def build_request(
     turn: TurnRequest, *, thinking_budget: int | None, anthropic: bool
 ) -> ModelRequest:
-    kwargs: dict[str, Any] = {"model": turn.model, "messages": turn.messages, **turn.options}
+    messages = turn.messages if anthropic else with_assistant_content(turn.messages)
+    kwargs: dict[str, Any] = {"model": turn.model, "messages": messages, **turn.options}
     choice = completions_tool_choice(turn.tool_choice) if turn.tools else None
     stream = turn.stream
     if turn.tools:
@@ -63,6 +76,9 @@ def build_request(
             kwargs["reasoning_effort"] = turn.reasoning_effort
         if turn.max_tokens:
             kwargs["max_tokens"] = turn.max_tokens
+        if stream:
+            # Without it an OpenAI-compatible stream carries no usage and tokens are estimated.
+            kwargs["stream_options"] = {"include_usage": True}
     if choice is not None:
         kwargs["tool_choice"] = choice
     kwargs["stream"] = stream

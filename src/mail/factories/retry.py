@@ -1,18 +1,26 @@
 """Retrying provider calls: which failures are worth another attempt, and how long to wait.
 
-Retried: timeouts, connection failures, HTTP 408/429 and 5xx. Not retried: other 4xx errors
-(bad request, authentication, permission, not found, context too long), because sending the
-same request again cannot succeed. Malformed tool-call JSON is retried a couple of times (a
-model usually gets it right on a second sample), then reported.
+Only transient failures are retried: HTTP 408, 429, 502, 503 and 504, other 5xx answers,
+timeouts and connection failures. A failure that sending the same request again cannot fix
+ends the call at once, in the server's own words: any other 4xx (bad request, authentication,
+not found, context too long), a 5xx whose answer says the request itself is wrong (a chat
+template that cannot render it, an option it refuses), and the same failure to the same
+request twice in a row (a 500 that is really a refusal, a server that is not running, a
+generation that never fits the timeout); 408, 429, 502, 503 and 504 say "try later" and are
+exempt from that last rule. Malformed tool-call JSON is retried a couple of times (a model
+usually gets it right on a second sample), then reported.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mail.factories.errors import LLMCallError, LLMConfigError, MalformedToolCallError
 
@@ -20,7 +28,21 @@ logger = logging.getLogger("mail.factories")
 
 T = TypeVar("T")
 
-_RETRYABLE_STATUS = frozenset({408, 429})
+# "Try later": retried up to the policy's attempts, even when they fail the same way.
+_TRY_LATER = frozenset({408, 429, 502, 503, 504})
+# A 5xx answer in these words is about the request, not the server's health.
+_REQUEST_IS_WRONG = re.compile(
+    r"invalid|not supported|unsupported|must be|template|jinja|has no attribute|"
+    r"validation|malformed|unexpected (?:key|field|argument)|missing credentials",
+    re.IGNORECASE,
+)
+_CONNECT_ERRORS = frozenset(
+    {"ConnectionRefusedError", "ConnectError", "ClientConnectorError", "APIConnectionError"}
+)
+_TIMEOUT_ERRORS = frozenset(
+    {"TimeoutError", "TimeoutException", "ReadTimeout", "APITimeoutError", "Timeout"}
+)
+_TRANSPORT_ERRORS = frozenset({"TransportError", "ClientError", "RemoteProtocolError"})
 
 
 @dataclass(frozen=True)
@@ -50,38 +72,95 @@ def status_code_of(exc: BaseException) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _chain_names(exc: BaseException) -> set[str]:
+    """Class names along the exception, its causes and the classes they derive from."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names.update(cls.__name__ for cls in type(current).__mro__)
+        context = None if current.__suppress_context__ else current.__context__
+        current = current.__cause__ or context
+    return names
+
+
+def server_words(exc: BaseException) -> str:
+    """What the server said, without the client library's wrapping."""
+    body = getattr(exc, "body", None)
+    text = " ".join(str(exc).split())
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"].strip() or "(an empty error message)"
+    for marker in ("Exception - ", "Error - "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+            break
+    text = re.sub(r"^Error code: \d+ - ", "", text)
+    parsed: Any = None
+    if text[:1] in "{[":
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                parsed = parse(text)
+                break
+            except (ValueError, SyntaxError):
+                continue
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed)
+        words = error.get("message", error.get("detail")) if isinstance(error, dict) else error
+        if isinstance(words, str):
+            return words.strip() or "(an empty error message)"
+    if len(text) > 400:
+        text = text[:400] + "..."
+    return text or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt, classified: whether to retry, what to tell people, and what
+    makes two failures "the same"."""
+
+    retry: bool
+    text: str
+    signature: tuple[Any, ...]
+    try_later: bool = False
+
+
+def classify(exc: BaseException, endpoint: str | None = None) -> Failure:
+    where = endpoint or "the provider"
+    names = _chain_names(exc)
+    status = status_code_of(exc)
+    if isinstance(exc, LLMConfigError):
+        return Failure(False, str(exc), ("config",))
+    if names & _TIMEOUT_ERRORS:  # before connection errors: a timeout is one of those too
+        return Failure(True, f"no answer from {where} within the request timeout", ("timeout",))
+    if names & _CONNECT_ERRORS:
+        return Failure(True, f"cannot connect to {where}", ("connect",))
+    if isinstance(exc, ConnectionError) or (status is None and names & _TRANSPORT_ERRORS):
+        return Failure(True, f"the connection to {where} failed: {server_words(exc)}", ("io",))
+    if status is None:
+        return Failure(False, f"{type(exc).__name__}: {server_words(exc)}", ("bug",))
+    words = server_words(exc)
+    text = f"HTTP {status} from {where}: {words}"
+    if status in _TRY_LATER:
+        return Failure(True, text, (status, words), try_later=True)
+    if status >= 500 and not _REQUEST_IS_WRONG.search(words):
+        return Failure(True, text, (status, words))
+    return Failure(False, text, (status, words))
+
+
 def is_retryable(exc: BaseException) -> bool:
     """True when another attempt with the same request may succeed."""
-    if isinstance(exc, LLMConfigError):
-        return False
-    if isinstance(exc, (TimeoutError, ConnectionError)):
-        return True
-    status = status_code_of(exc)
-    if status is not None:
-        return status in _RETRYABLE_STATUS or status >= 500
-    # Transport-level errors from httpx / aiohttp carry no status code.
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return bool(
-        names
-        & {"TransportError", "ClientError", "APIConnectionError", "Timeout", "TimeoutException"}
-    )
-
-
-def describe(exc: BaseException) -> str:
-    status = status_code_of(exc)
-    message = " ".join(str(exc).split())
-    if len(message) > 400:
-        message = message[:400] + "..."
-    prefix = f"HTTP {status} " if status is not None else ""
-    return (
-        f"{prefix}{type(exc).__name__}: {message}" if message else f"{prefix}{type(exc).__name__}"
-    )
+    return classify(exc).retry
 
 
 def refusal_kind(exc: BaseException) -> str:
     """The ``kind`` of a provider refusal that retrying cannot fix."""
     status = status_code_of(exc)
-    names = {cls.__name__ for cls in type(exc).__mro__}
+    names = _chain_names(exc)
+    if "Missing credentials" in str(exc):
+        return "missing_api_key"
+    if "ContextWindowExceededError" in names:
+        return "context_window"
     if status == 401 or "AuthenticationError" in names:
         return "authentication"
     if status == 403 or "PermissionDeniedError" in names:
@@ -102,7 +181,33 @@ def _advice(kind: str, key_variable: str | None) -> str:
         return (
             " Check the model name in the agent's llm (a LiteLLM name such as 'openai/gpt-5-mini')."
         )
+    if kind == "context_window":
+        return (
+            " The conversation no longer fits the model's context: give the server a larger "
+            "context, or lower the agent's max_tokens."
+        )
     return ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a call goes, for the words of its errors: the provider's key variable, the
+    endpoint (`api_base`) and the API (`completions` or `responses`)."""
+
+    key_variable: str | None = None
+    endpoint: str | None = None
+    api: str = "completions"
+
+    def refusal(self, exc: BaseException) -> tuple[str, str]:
+        """(kind, advice) for a failure retrying cannot fix."""
+        kind = refusal_kind(exc)
+        if kind == "unknown_model" and self.api == "responses" and self.endpoint:
+            if "model" not in server_words(exc).lower():
+                return "configuration", (
+                    f" {self.endpoint} has no Responses API (/responses): set the agent's "
+                    'tool_format to "completions".'
+                )
+        return kind, _advice(kind, self.key_variable)
 
 
 async def call_with_retries(
@@ -110,23 +215,23 @@ async def call_with_retries(
     *,
     policy: RetryPolicy,
     what: str,
-    key_variable: str | None = None,
+    target: Target | None = None,
 ) -> T:
     """Run `attempt` until it succeeds, retrying only failures that are safe to retry.
 
     `what` names the call in log lines and in the final error (e.g. "agent 'math' calling
-    openai/gpt-5-mini").
+    openai/gpt-5-mini"); `target` says where the call goes (its errors name it).
     """
+    target = target or Target()
     malformed = 0
-    last: BaseException | None = None
     attempts = 0
-    while attempts < policy.max_attempts:
+    previous: Failure | None = None
+    while True:
         attempts += 1
         try:
             return await attempt()
         except MalformedToolCallError as exc:
             malformed += 1
-            last = exc
             if malformed > policy.malformed_retries:
                 raise LLMCallError(
                     f"{what}: the model returned malformed tool arguments {malformed} times; "
@@ -134,31 +239,35 @@ async def call_with_retries(
                     kind="malformed_tool_call",
                 ) from exc
             logger.warning("%s: %s; asking the model again", what, exc)
+            attempts -= 1  # a bad sample is not a failed attempt
             continue
+        except LLMConfigError:
+            raise
         except Exception as exc:
-            last = exc
-            if not is_retryable(exc):
-                if isinstance(exc, LLMConfigError):
-                    raise
-                kind = refusal_kind(exc)
+            failure = classify(exc, target.endpoint)
+            if not failure.retry:
+                kind, advice = target.refusal(exc)
                 raise LLMCallError(
-                    f"{what} failed (not retried): {describe(exc)}.{_advice(kind, key_variable)}",
-                    kind=kind,
+                    f"{what} failed (not retried): {failure.text}.{advice}", kind=kind
+                ) from exc
+            if previous is not None and not failure.try_later and previous == failure:
+                raise LLMCallError(
+                    f"{what} failed the same way twice (not retried again): {failure.text}",
+                    kind="provider_unavailable",
                 ) from exc
             if attempts >= policy.max_attempts:
-                break
+                raise LLMCallError(
+                    f"{what} failed after {attempts} attempts; last error: {failure.text}",
+                    kind="provider_unavailable",
+                ) from exc
+            previous = failure
             pause = policy.delay(attempts)
             logger.warning(
                 "%s: attempt %d/%d failed (%s); retrying in %.2fs",
                 what,
                 attempts,
                 policy.max_attempts,
-                describe(exc),
+                failure.text,
                 pause,
             )
             await asyncio.sleep(pause)
-    assert last is not None
-    raise LLMCallError(
-        f"{what} failed after {attempts} attempts; last error: {describe(last)}",
-        kind="provider_unavailable",
-    ) from last

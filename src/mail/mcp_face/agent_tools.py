@@ -45,19 +45,16 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         whatever its task."""
         member = face.member(ctx)
         task_id = task_for(member, task_id)
-        reserved = stored = 0
         claimed = False
         if name in TEAM_WRITES and incoming >= 0:
-            reserved = await quotas.reserve_team_bytes(face.state, member, task_id, incoming)
+            await quotas.check_team_bytes(face.state, member, task_id, incoming)
         elif incoming >= 0:
             claimed = await quotas.check_new_task(face.state, member, task_id, incoming)
         try:
             result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
-            stored = incoming if reserved else 0
         except FaceError as exc:
             raise ToolError(str(exc)) from None
         finally:
-            quotas.team_bytes_done(face.state, member, reserved, stored)
             if claimed:  # (no await from here to `_ensure_task` below: no gap uncounted)
                 quotas.release_new_task(member, task_id)
         if incoming >= 0:
@@ -267,18 +264,14 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
-        reserved = await quotas.reserve_team_bytes(face.state, member, task, len(data))
-        stored = 0
+        await quotas.check_team_bytes(face.state, member, task, len(data))
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
                 member.team, member.name, task, recipient, data, name, description
             )
-            stored = len(data)
         except TeamError as exc:
             raise ToolError(str(exc)) from None
-        finally:
-            quotas.team_bytes_done(face.state, member, reserved, stored)
         return _json({"task_id": task, "sent_to": target, **files.attachment_meta(record)})
 
     @tool(

@@ -5,9 +5,9 @@ What an outside agent joined over MCP sends is stored as its caller's, as a ``PO
 of that caller is: a message that would start a task is checked as a new task, and what it
 writes to the team store (a file of ``transfer_file``, a thread post or initial message) as
 an upload: its bytes are checked against the byte bound whatever task it goes to (but a
-paused one, as for uploads), reserved in the caller's books from the check to the write, and
-counted at once once stored, so writes one after another cannot pass the bound between two
-measurements of the caller's team data.
+paused one, as for uploads); the team tools book what they store as they store it
+(`mail.core.stored_bytes`), so writes one after another, or at once, cannot pass the bound
+between two measurements of the caller's team data.
 """
 
 from __future__ import annotations
@@ -40,12 +40,13 @@ def release_new_task(member: Member, task_id: str) -> None:
     messaging.release_task_claim(member.inst, task_id)
 
 
-async def reserve_team_bytes(state: Any, member: Member, task_id: str, size: int) -> int:
-    """Check a team write of `size` bytes (a file, a post) as an upload and reserve it in the
-    caller's books; returns the bytes reserved (give them to `team_bytes_done`)."""
+async def check_team_bytes(state: Any, member: Member, task_id: str, size: int) -> None:
+    """ToolError (``429: ...`` naming the setting) when a team write of `size` bytes (a file,
+    a post) would pass the caller's byte bound, as an upload would; the team tool books
+    what it then stores (`mail.core.stored_bytes`)."""
     finished = state.finished
     if finished is None:
-        return 0
+        return
     inst, rt = member.inst, member.runtime
     await finished.books(inst.kind, inst.id)
     task = rt.mail_tasks.get(task_id)
@@ -62,17 +63,3 @@ async def reserve_team_bytes(state: Any, member: Member, task_id: str, size: int
             )
         except Exception as exc:  # HTTPException 429: the detail names the setting
             raise tool_error(exc) from None
-    if finished.team_store is None:
-        return 0
-    state.quota.reserve(inst.key, size)
-    return size
-
-
-def team_bytes_done(state: Any, member: Member, reserved: int, stored: int) -> None:
-    """The write's reservation leaves the books; the bytes stored (0: refused) enter them."""
-    if not reserved:
-        return
-    key = member.inst.key
-    state.quota.unreserve(key, reserved)
-    if stored:
-        state.quota.add_team(key, stored)

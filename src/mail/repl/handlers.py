@@ -151,6 +151,7 @@ def _message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "entrypoint": args.entrypoint,
         "task_id": args.task_id,
         "resume_from": args.resume_from,
+        "multitask_strategy": args.multitask,
         **args.kwargs,
     }
     files = getattr(args, "attach", None) or []
@@ -169,6 +170,9 @@ def ctx_attachment(path: str) -> dict[str, Any]:
 
 
 async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
+    if args.background:
+        await _message_in_background(ctx, args)
+        return
     with ctx.render.console.status("waiting for the swarm's answer…", spinner="dots"):
         result = await ctx.client.post_message(
             " ".join(args.body), show_events=args.show_events, **_message_kwargs(args)
@@ -181,6 +185,24 @@ async def do_message(ctx: ReplContext, args: argparse.Namespace) -> None:
     if result.get("task_id") and not held_calls_in(result.get("response")):
         # What `-tid` takes to continue the task (a held call's lines name it already).
         ctx.render.info(f"task {result['task_id']}", style="dim")
+
+
+async def _message_in_background(ctx: ReplContext, args: argparse.Namespace) -> None:
+    """``message -b``: the 202 (the task is stored and runs on); with ``-f``, its events."""
+    accepted = await ctx.client.post_message(
+        " ".join(args.body), background=True, **_message_kwargs(args)
+    )
+    if _shown_as_json(ctx, args, accepted) and not args.follow:
+        return
+    task_id = accepted.get("task_id")
+    ctx.render.info(
+        f"task {task_id} accepted ({accepted.get('state')}); follow it: task-events {task_id}"
+    )
+    if args.follow and task_id:
+        with ctx.render.console.status("waiting for events…", spinner="dots") as status:
+            stream = await ctx.client.resubscribe_task(task_id)
+            final, count = await _follow_stream(ctx, stream, task_id, args.verbose, status)
+        _show_final(ctx, final, count, args.verbose)
 
 
 def held_calls_in(response: Any) -> list[dict[str, Any]]:

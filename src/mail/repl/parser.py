@@ -22,6 +22,7 @@ from mail.repl.webhooks import COMMANDS as WEBHOOK_COMMANDS
 MSG_TYPES = ("request", "broadcast")
 RESUME_FROM = ("user_response", "breakpoint_tool_call", "action_review")
 REVIEW_TYPES = ("accept", "edit", "ignore", "respond")
+MULTITASK_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 
 
 class ReplUsageError(Exception):
@@ -128,8 +129,21 @@ def _message_options(parser: argparse.ArgumentParser, *, show_events: bool) -> N
         metavar="FILE",
         help="send a local file with the message (repeatable; for agents with file tools)",
     )
+    parser.add_argument(
+        "-mt",
+        "--multitask",
+        choices=MULTITASK_STRATEGIES,
+        help="what the message does when -tid names a task that is still running",
+    )
     if show_events:
         parser.add_argument("-se", "--show-events", action="store_true")
+        parser.add_argument(
+            "-b",
+            "--background",
+            action="store_true",
+            help="answer once the task is stored (202); with -f, then follow its events",
+        )
+        parser.add_argument("-f", "--follow", action="store_true", help="with -b: follow it")
     _verbose(parser)
 
 

@@ -175,7 +175,7 @@ def _start_lifecycle(state: ServerState) -> None:
     """Finished tasks out of memory, per-caller storage quotas, retention ([server.store])."""
     from mail.server.finished_tasks import FinishedTasks
     from mail.server.retention import Retention
-    from mail.server.storage_quota import StorageQuota
+    from mail.server.storage_quota import CallerLedger, StorageQuota
 
     settings = state.config.store
     quota = StorageQuota(settings.max_stored_bytes_per_caller, settings.max_stored_tasks_per_caller)
@@ -184,6 +184,10 @@ def _start_lifecycle(state: ServerState) -> None:
     )
     state.instances.load_finished = finished.keeps_finished
     state.instances.on_archive = finished.book_archived
+    if quota.max_bytes:
+        state.instances.ledger_for = functools.partial(CallerLedger, quota)
+        if state.idempotency is not None:
+            state.idempotency.book_outcome = quota.book_outcome
     retention = Retention(
         finished,
         state.instances,
@@ -268,6 +272,10 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
     if state.retention is not None:
         await close_quietly("retention", state.retention.close)
     await state.instances.close()
+    if state.background:  # their tasks were told of the shutdown: they end now
+        await asyncio.wait(set(state.background), timeout=5.0)
+        for runner in state.background:
+            runner.cancel()
     if state.finished is not None:
         await close_quietly("finished tasks", state.finished.close)
     if state.webhooks is not None:

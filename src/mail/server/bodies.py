@@ -28,6 +28,8 @@ MESSAGE_TYPES: tuple[str, ...] = (
 # Types a client may post; the others are produced by the runtime only.
 POSTABLE_MESSAGE_TYPES: tuple[str, ...] = ("request", "broadcast")
 RESUME_FROM_VALUES: tuple[str, ...] = ("user_response", "breakpoint_tool_call", "action_review")
+# What a message to a task that is still running does (mail.core.runtime_multitask).
+MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
 
 MESSAGE_FIELDS: tuple[str, ...] = (
     "body",
@@ -42,6 +44,8 @@ MESSAGE_FIELDS: tuple[str, ...] = (
     "stream",
     "attachments",
     "webhook",
+    "background",
+    "multitask_strategy",
 )
 # kwargs entries that would collide with the explicit parameters of post_message.
 _RESERVED_KWARGS = frozenset(MESSAGE_FIELDS) - {"message", "kwargs", "stream"}
@@ -111,6 +115,11 @@ class MessageRequest:
     attachments: Any = None
     # A webhook for this one task (validated in mail.server.webhooks): {url, events, secret}.
     webhook: Any = None
+    # Answer 202 once the message is stored, without waiting for the task (`"background":
+    # true`, or the header `Prefer: respond-async`: `prefer_async`).
+    background: bool = False
+    # What the message does to a task that is still running; None: the server's default.
+    multitask_strategy: str | None = None
     # Upload bytes held in the caller's quota books from the check until they are stored.
     reserved_bytes: int = 0
     # Bytes of uploads a keyed retry replaces (its dead first attempt stored them under the
@@ -201,6 +210,19 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
         raise BadRequest(
             "parameter 'kwargs.decisions' is required when resume_from is 'action_review'"
         )
+    strategy = _opt_str(data, "multitask_strategy")
+    if strategy is not None and strategy not in MULTITASK_STRATEGIES:
+        raise BadRequest(
+            f"parameter 'multitask_strategy' must be one of {', '.join(MULTITASK_STRATEGIES)}, "
+            f"got '{echo(strategy)}'"
+        )
+    stream = _opt_bool(data, "stream", False)
+    background = _opt_bool(data, "background", False)
+    if background and stream:
+        raise BadRequest(
+            "parameters 'background' and 'stream' exclude each other: a background message "
+            "is answered 202 at once; follow its task with GET /task/events"
+        )
 
     return MessageRequest(
         body=body,
@@ -210,12 +232,27 @@ def parse_message_request(data: dict[str, Any]) -> MessageRequest:
         task_id=task_id,
         resume_from=resume_from,
         show_events=_opt_bool(data, "show_events", False),
-        stream=_opt_bool(data, "stream", False),
+        stream=stream,
         timeout=timeout,
         kwargs=kwargs,
         attachments=data.get("attachments"),
         webhook=data.get("webhook"),
+        background=background,
+        multitask_strategy=strategy,
     )
+
+
+def prefer_async(header: str | None) -> bool:
+    """Whether a ``Prefer`` header (RFC 7240) asks for ``respond-async``: preferences are
+    comma-separated, each a token with optional ``=value`` and ``;parameters``; the token is
+    case-insensitive."""
+    if not header:
+        return False
+    for preference in header.split(","):
+        token = preference.split(";", 1)[0].split("=", 1)[0].strip().lower()
+        if token == "respond-async":
+            return True
+    return False
 
 
 def check_subject(subject: str | None, limit: int) -> None:

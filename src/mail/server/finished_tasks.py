@@ -27,7 +27,7 @@ from typing import Any
 from mail.api.stored_tasks import restore_task, task_from_snapshot
 from mail.core.agent_histories import AgentHistories
 from mail.core.finished_tasks import can_forget, forget_finished, is_finished
-from mail.core.tasks import MAILTask
+from mail.core.tasks import MAILTask, task_files_bytes
 from mail.server import task_listing
 from mail.server.instances import Instance, InstanceManager, instance_kind
 from mail.server.storage_quota import CallerBooks, Owner, StorageQuota
@@ -61,12 +61,21 @@ _EMPTY_USAGE = TaskUsage().total.as_dict()
 
 
 def summary_of(task: MAILTask) -> dict[str, Any]:
-    """What a task list shows of a task beyond its record (kept with the stored record)."""
-    return {
+    """What a task list shows of a task beyond its record (kept with the stored record),
+    and the bytes of the files it wrote (counted with what its rows hold)."""
+    summary = {
         "event_count": len(task.events),
         "usage": task_usage(task).total.as_dict(),
         **task_listing.preview(task),
     }
+    if task.files:
+        summary["file_bytes"] = files_bytes(task)
+    return summary
+
+
+def files_bytes(task: MAILTask) -> int:
+    """The bytes of the files the task's actions wrote (`MAILTask.files`)."""
+    return sum(kept[0] for kept in task.files.values())
 
 
 def listed_record(record: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
@@ -106,7 +115,7 @@ def measure_in_memory(task: MAILTask, runtime: Any) -> int:
         size += sum(_text_size(entry) for entry in history)
     response = task.response if isinstance(task.response, dict) else {}
     body = (response.get("message") or {}).get("body")
-    return size + (len(body) if isinstance(body, str) else 0)
+    return size + (len(body) if isinstance(body, str) else 0) + files_bytes(task)
 
 
 def _text_size(entry: Any) -> int:
@@ -381,7 +390,7 @@ class FinishedTasks:
         sizes = await self.lifecycle.task_bytes(key, list(tasks))
         summaries = {}
         for task_id, (_inst, summary) in tasks.items():
-            size = sizes.get(task_id, 0)
+            size = sizes.get(task_id, 0) + int((summary or {}).get("file_bytes") or 0)
             self.quota.record(owner, task_id, size)
             if summary is not None:
                 summary["stored_bytes"] = size
@@ -422,7 +431,8 @@ class FinishedTasks:
                         books.tasks[task_id] = size
                     else:
                         unknown.append(task_id)
-                books.tasks.update(await self.lifecycle.task_bytes(key, unknown))
+                for task_id, size in (await self.lifecycle.task_bytes(key, unknown)).items():
+                    books.tasks[task_id] = size + task_files_bytes(records[task_id])
             if self.team_store is not None and self.quota.max_bytes:  # (`measure_team`)
                 books.team_bytes = await self.team_store.stored_bytes(self.key(*owner))
                 books.team_measured = time.monotonic()
@@ -533,7 +543,8 @@ class FinishedTasks:
         if task is None:
             return None
         summary = summary_of(task)
-        summary["stored_bytes"] = (await self.lifecycle.task_bytes(key, [task_id])).get(task_id, 0)
+        size = (await self.lifecycle.task_bytes(key, [task_id])).get(task_id, 0)
+        summary["stored_bytes"] = size + files_bytes(task)
         await self.lifecycle.save_summaries(key, {task_id: summary})
         return summary
 

@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import HTTPException
@@ -77,6 +77,16 @@ class IdempotencyGuard:
         # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
         self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
         self._writer: asyncio.Task[None] | None = None
+        # Under a byte bound ([server.store] max_stored_bytes_per_caller): called with the
+        # caller's scope, the task a key names and the bytes of its outcome once stored (the
+        # store measures them with the task, and removes them with it).
+        self.book_outcome: Callable[[InstanceKey, str, int], None] | None = None
+
+    def booked(self, ticket: Ticket, body: bytes) -> None:
+        """The outcome `body` of `ticket`'s key is stored: into its task's books."""
+        book, subject = self.book_outcome, ticket.subject
+        if book is not None and subject is not None and body:
+            book(ticket.scope, subject, len(body))
 
     def caller_keys(self, role: str, ident: str) -> CallerKeys:
         keys = self._callers.get((role, ident))
@@ -226,6 +236,8 @@ class IdempotencyGuard:
             return
         try:
             await self.store.finish_many([outcome for _, outcome in batch])
+            for ticket, outcome in batch:
+                self.booked(ticket, outcome[4])
         except Exception:  # noqa: BLE001 - unfinished keys are resolved from their tasks
             logger.warning("recording %d idempotency outcomes failed", len(batch), exc_info=True)
         finally:
@@ -490,14 +502,16 @@ class Ticket:
                 bytes(response.body),
             )
             return response
+        body = bytes(response.body)
         try:
             await self.guard.store.finish(
                 self.scope,
                 self.key,
                 response.status_code,
                 response.headers.get("content-type"),
-                bytes(response.body),
+                body,
             )
+            self.guard.booked(self, body)
         finally:
             self.leave()
         return response
@@ -505,13 +519,11 @@ class Ticket:
     async def store_outcome(self, response: Response) -> None:
         """Record `response` as the outcome of a key whose first request died (a resolver
         that rebuilt the answer from the work's own records)."""
+        body = bytes(response.body)
         await self.guard.store.finish(
-            self.scope,
-            self.key,
-            response.status_code,
-            response.headers.get("content-type"),
-            bytes(response.body),
+            self.scope, self.key, response.status_code, response.headers.get("content-type"), body
         )
+        self.guard.booked(self, body)
 
     async def release(self) -> None:
         """Forget the key this request took: it was refused before it did anything."""

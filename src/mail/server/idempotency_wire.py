@@ -8,6 +8,7 @@ is in ``mail.server.idempotency`` (routes) and ``mail.server.idempotency_guard``
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -201,10 +202,17 @@ def key_reused() -> HTTPException:
 
 
 def replay(record: KeyRecord) -> Response:
-    """The stored outcome of the first request, as it answered."""
+    """The stored outcome of the first request, as it answered (an accepted background
+    message's `Location` is its body's `status_url`)."""
+    headers = {REPLAYED_HEADER: "true"}
+    if record.status == 202 and record.body:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            location = _loads(record.body).get("status_url")
+            if isinstance(location, str):
+                headers["Location"] = location
     return Response(
         record.body or b"",
         status_code=record.status or 200,
         media_type=record.content_type,
-        headers={REPLAYED_HEADER: "true"},
+        headers=headers,
     )

@@ -39,6 +39,8 @@ class ArchivedTask(dict[str, Any]):
     /task/events``, a keyed stream's repeat) still closes with the task's answer."""
 
     answer: str = ""
+    # The files its actions wrote (`MAILTask.files`), removed with it by retention.
+    files: dict[str, list[int]] | None = None
 
 
 def _answer_of(response: Any) -> str:
@@ -151,6 +153,9 @@ class InstanceManager:
         # Without a store: called with an instance reclaimed while idle, its tasks archived
         # (`FinishedTasks.book_archived`: the ones the sweep had not booked yet go in now).
         self.on_archive: Callable[[Instance], None] | None = None
+        # Under a byte bound: the books each new instance's runtime books what its tasks
+        # store into, as it records it (`storage_quota.CallerLedger`; mail.core.stored_bytes).
+        self.ledger_for: Callable[[tuple[str, str]], Any] | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -258,6 +263,8 @@ class InstanceManager:
             )
         if self.max_message_body is not None:
             swarm.runtime.max_message_body = self.max_message_body
+        if self.ledger_for is not None:
+            swarm.runtime.stored_bytes.ledger = self.ledger_for(key)
         if self.on_create is not None:
             await self.on_create(swarm)
         loop_task = asyncio.create_task(
@@ -342,6 +349,7 @@ class InstanceManager:
                 if tid != "*":
                     record = records[tid] = ArchivedTask(task.to_dict())
                     record.answer = _answer_of(task.response)
+                    record.files = task.files or None
         except Exception:
             logger.exception("could not archive the tasks of %s:%s", inst.kind, inst.id)
             return

@@ -48,11 +48,11 @@ from mail.core.events import closing_event
 from mail.core.tasks import state_for_answer
 from mail.server import task_events
 from mail.server.auth import Caller
-from mail.server.bodies import read_json_object
+from mail.server.bodies import prefer_async, read_json_object
 from mail.server.handlers import get_state
 from mail.server.idempotency import REPLAYED_HEADER, Resolver, Ticket, in_progress
 from mail.server.jsonio import JSONBody
-from mail.server.messaging import name_webhook
+from mail.server.messaging import accepted_body, name_webhook
 from mail.server.sse import event_record, event_stream_response
 
 
@@ -193,6 +193,16 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
         response = await _attach(request, caller, task_id, start, _own_end(events, after))
         name_webhook(response, hook)  # the same headers as the first stream's
         return response
+    preferred = prefer_async(request.headers.get("prefer"))
+    if data.get("background") is True or preferred:
+        # A background message's answer is that it was accepted: the same 202 again.
+        hook = await _own_webhook(state, caller, task_id, data, context)
+        task_state = found.task.state.value if found.task is not None else "completed"
+        body = accepted_body(task_id, task_state, hook)
+        headers = {"Location": body["status_url"]}
+        if preferred:
+            headers["Preference-Applied"] = "respond-async"
+        return await _stored(ticket, JSONBody(body, status_code=202, headers=headers))
     answer = own_answer(found, ticket)
     if isinstance(answer, Response):
         return answer

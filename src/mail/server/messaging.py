@@ -18,6 +18,7 @@ from fastapi import HTTPException
 
 from mail.core.message import new_task_id
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
+from mail.core.stored_bytes import text_bytes
 from mail.core.tasks import state_for_answer
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest, check_subject
@@ -71,6 +72,9 @@ def _prepare(
     """
     _check_entrypoint(state, req)
     check_subject(req.subject, state.config.settings.max_subject_chars)
+    strategy = req.multitask_strategy or state.config.settings.multitask_strategy
+    if strategy != "reject":  # (the runtime's own default): what it does to a running task
+        req.kwargs["multitask_strategy"] = strategy
     limit = inst.swarm.runtime.max_message_body
     if limit and len(req.body) > limit:
         raise HTTPException(413, f"parameter 'body': {message_too_large(len(req.body), limit)}")
@@ -107,14 +111,35 @@ def _prepare(
             "and cannot be continued or resumed without persistence (the server keeps no store: "
             '[server.store] kind = "memory")',
         )
+    taken_over = strategy != "reject" and task is not None and task.is_running
+    if taken_over:
+        _check_enqueue_room(state, inst, task_id, strategy)
     claimed = inst.claimed_tasks.get(task_id)
-    if claimed is not None and time.monotonic() - claimed < CLAIM_SECONDS:
+    if claimed is not None and time.monotonic() - claimed < CLAIM_SECONDS and not taken_over:
+        hint = (
+            ", or send the message with a multitask_strategy (enqueue, interrupt, rollback)"
+            if task is not None and task.is_running
+            else ""
+        )
         raise HTTPException(
             409,
-            f"task '{task_id}' is still running (another request is working on it); wait for its answer",
+            f"task '{task_id}' is still running (another request is working on it); wait for "
+            f"its answer{hint}",
         )
     _check_submission(inst, task_id, req)
     _claim(inst, task_id)
+
+
+def _check_enqueue_room(state: ServerState, inst: Instance, task_id: str, strategy: str) -> None:
+    """429 when `max_enqueued_messages_per_task` messages already wait behind the task."""
+    limit = state.config.settings.max_enqueued_messages_per_task
+    if strategy == "enqueue" and limit and inst.swarm.runtime.multitask.waiting(task_id) >= limit:
+        raise HTTPException(
+            429,
+            f"{limit} messages already wait for task '{task_id}' to finish its current work "
+            "([server.settings] max_enqueued_messages_per_task); send this one later",
+            headers={"Retry-After": "5"},
+        )
 
 
 async def prepare(
@@ -138,15 +163,16 @@ async def prepare(
         await finished.books(inst.kind, inst.id)
         task = None if req.task_id is None or fresh else _task_or_none(inst, req.task_id)
         uploaded = max(0, req.upload_bytes() - req.replaced_bytes)  # (new bytes only)
-        if task is None or not _is_paused(inst, req.task_id or ""):
-            # A message to a paused task closes the pause: never refused, as for the
-            # paused-task quota. Checked with no suspension before `_prepare`'s claim.
-            state.quota.check(
-                inst.key,
-                new_task=task is None,
-                incoming=len(req.body) + uploaded,
-                open_ids=inst.swarm.runtime.open_tasks.ids,
-            )
+        # A resume of a paused task too: the results it brings (`kwargs`) are kept twice,
+        # in the agent's history and in the event that shows them. Checked with no
+        # suspension before `_prepare`'s claim.
+        resumed = 2 * text_bytes(req.kwargs) if req.kwargs else 0
+        state.quota.check(
+            inst.key,
+            new_task=task is None,
+            incoming=len(req.body) + uploaded + resumed,
+            open_ids=inst.swarm.runtime.open_tasks.ids,
+        )
         _prepare(state, inst, req, fresh=fresh)
         if uploaded and finished.team_store is not None:
             # In the books from here, with no suspension since the check: concurrent
@@ -458,25 +484,31 @@ async def post_message(
 
 
 async def start_message(
-    state: ServerState, caller: Caller, req: MessageRequest
+    state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> asyncio.Task[None]:
-    """``POST /message``'s work for a caller that does not wait for the answer (the MCP
-    ``post_message(wait=false)``): what refuses the message (a quota, an unknown or running
-    task, a bad entrypoint) raises here, and the submission is committed before this returns
-    (acknowledged means stored: a task said to have started exists after a kill -9). The task
-    runs on in the returned asyncio task, which the caller must hold."""
+    """``POST /message``'s work for a caller that does not wait for the answer (a background
+    message; the MCP ``post_message(wait=false)``): what refuses the message (a quota, an
+    unknown or running task, a bad entrypoint) raises here, and the submission (and the
+    request's Idempotency-Key) is committed before this returns (acknowledged means stored: a
+    task said to have started exists after a kill -9). The task runs on in the returned
+    asyncio task, which the caller must hold."""
     uploads = await _uploads(state, caller, req)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    await _prepare_keyed(state, inst, req, None)
-    req.webhook = await _request_webhook(state, inst, caller, req, None)
-    await _store_uploads(state, inst, caller, req, uploads, None)
+    await _prepare_keyed(state, inst, req, ticket)
+    req.webhook = await _request_webhook(state, inst, caller, req, ticket)
+    await _store_uploads(state, inst, caller, req, uploads, ticket)
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     stored = asyncio.Event()
+
+    async def on_stored() -> None:
+        await key_stored(ticket)
+        stored.set()
+
     events = inst.swarm.stream_events(
         req.body,
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
-        on_stored=stored.set,
+        on_stored=on_stored,
         **_post_kwargs(state, req),
     )
 
@@ -498,6 +530,42 @@ async def start_message(
     if not stored.is_set():
         runner.result()  # what refused the submission (it ended before the commit)
     return runner
+
+
+async def background_message(
+    state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
+) -> dict[str, Any]:
+    """``POST /message`` in the background (``"background": true`` or ``Prefer:
+    respond-async``): every check of a plain message, then the answer as soon as the task
+    and the message are stored, while the task runs on (held by the server until it ends).
+    The caller follows it with ``GET /task``, ``GET /task/events`` or a webhook."""
+    runner = await start_message(state, caller, req, ticket)
+    state.background.add(runner)
+    runner.add_done_callback(_background_ended)
+    assert req.task_id is not None
+    inst = state.instances.peek(caller.role, caller.id)
+    task = inst.swarm.get_task_by_id(req.task_id) if inst is not None else None
+    return accepted_body(
+        req.task_id, task.state.value if task is not None else "running", req.webhook
+    )
+
+
+def _background_ended(runner: asyncio.Task[None]) -> None:
+    if not runner.cancelled() and runner.exception() is not None:
+        logger.error("background message failed: %s", runner.exception())
+
+
+def accepted_body(task_id: str, state: str, hook: dict[str, Any] | None) -> dict[str, Any]:
+    """The answer to a background message (and to a repeat of it by its Idempotency-Key)."""
+    body: dict[str, Any] = {
+        "task_id": task_id,
+        "state": state,
+        "status_url": f"/task?task_id={task_id}",
+        "events_url": f"/task/events?task_id={task_id}",
+    }
+    if hook is not None:
+        body["webhook"] = hook  # {"id", "secret"} of the message's own webhook
+    return body
 
 
 async def stream_message(

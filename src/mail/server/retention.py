@@ -4,12 +4,14 @@ Every `prune_interval` seconds, in the background:
 
 - SQLite and PostgreSQL: the store removes the tasks that finished (and did not change)
   more than the TTL ago, in batches of a few dozen tasks, one transaction each
-  (`TaskLifecycle.prune`); the team store removes threads, posts, inbox entries and
-  attachments older than the TTL the same way; the removed tasks leave their callers' books;
+  (`TaskLifecycle.prune`), with the outcomes of their idempotency keys; then the files their
+  actions wrote under [stdlib.fs] are removed (`remove_task_files`); the team store removes
+  threads, posts, inbox entries and attachments older than the TTL the same way; the
+  removed tasks leave their callers' books;
   SQLite then gives the freed pages back to the file system (`reclaim_space`) once a few
   megabytes are free.
 - memory: the finished tasks the instances keep (and the records of reclaimed instances)
-  are dropped once they were seen finished more than the TTL ago.
+  are dropped once they were seen finished more than the TTL ago, and their files with them.
 
 `mail db-prune` runs the same removal by hand against a store no server is using.
 """
@@ -23,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mail.core.file_root import remove_task_files
 from mail.core.finished_tasks import forget_finished
 from mail.server.finished_tasks import FinishedTasks
 from mail.server.instances import InstanceManager
@@ -119,10 +122,13 @@ class Retention:
                         break
                     pruned.add(batch)
                 self._forget(pruned)
+                await asyncio.to_thread(remove_task_files, pruned.files)
                 report.tasks, report.rows = len(pruned.tasks), pruned.rows
                 report.batches = pruned.batches
             else:
-                report.tasks = self._expire_in_memory(time.time() - self.ttl)
+                files: dict[str, Any] = {}
+                report.tasks = self._expire_in_memory(time.time() - self.ttl, files)
+                await asyncio.to_thread(remove_task_files, files)
             team = self.finished.team_store
             if team is not None:
                 live = self._kept_tasks(time.time() - self.ttl) if lifecycle is None else ()
@@ -163,8 +169,9 @@ class Retention:
             )
         return kept
 
-    def _expire_in_memory(self, before: float) -> int:
-        """Memory store: drop finished tasks seen finished before `before` (time.time())."""
+    def _expire_in_memory(self, before: float, files: dict[str, Any]) -> int:
+        """Memory store: drop finished tasks seen finished before `before` (time.time());
+        the files they wrote go into `files`."""
         removed = 0
         for owner, books in list(self.finished.quota.all_books().items()):
             expired = [t for t, at in books.finished_at.items() if at < before]
@@ -176,9 +183,12 @@ class Retention:
             for task_id in expired:
                 runtime: Any = inst.swarm.runtime if inst is not None else None
                 if runtime is not None and task_id in runtime.mail_tasks:
-                    if forget_finished(runtime, task_id) is None:
+                    task = forget_finished(runtime, task_id)
+                    if task is None:
                         continue  # continued meanwhile: measured again when it finishes
-                archived.pop(task_id, None)
+                    files.update(task.files)
+                record = archived.pop(task_id, None)
+                files.update(getattr(record, "files", None) or {})
                 gone.append(task_id)
             self.finished.quota.forget(owner, gone)
             removed += len(gone)

@@ -8,7 +8,12 @@ from starlette.routing import Route
 
 from mail.server import messaging, task_listing, task_reads
 from mail.server.auth import Caller, caller_admin_or_user
-from mail.server.bodies import parse_message_request, parse_task_id, read_json_object
+from mail.server.bodies import (
+    parse_message_request,
+    parse_task_id,
+    prefer_async,
+    read_json_object,
+)
 from mail.server.handlers import get_state
 from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
@@ -30,6 +35,13 @@ async def post_message(request: Request) -> Response:
     req = parse_message_request(await read_json_object(request))
     if req.stream:
         return await messaging.stream_message(state, caller, req, ticket)
+    preferred = prefer_async(request.headers.get("prefer"))  # RFC 7240
+    if req.background or preferred:
+        body = await messaging.background_message(state, caller, req, ticket)
+        headers = {"Location": body["status_url"]}
+        if preferred:
+            headers["Preference-Applied"] = "respond-async"
+        return JSONBody(body, status_code=202, headers=headers)
     return JSONBody(await messaging.post_message(state, caller, req, ticket))
 
 

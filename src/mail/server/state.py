@@ -6,6 +6,7 @@ and the admin routes that swap the template write to it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import difflib
@@ -72,6 +73,8 @@ class ServerState:
     retention: Any = field(default=None, repr=False)
     # Idempotency-Key records and the keyed requests under way (server/idempotency.py).
     idempotency: Any | None = field(default=None, repr=False)
+    # Background messages' tasks (POST /message answered 202), held until they end.
+    background: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.stream_slots.limit = self.config.settings.max_event_streams_per_caller

@@ -1,15 +1,18 @@
 """What each caller keeps stored, and the per-caller bound on it ([server.store] quotas).
 
-Every caller's stored tasks are counted here: the bytes each task's rows hold (measured from
-the store when the task finishes and leaves memory, see `finished_tasks`) and how many tasks
-there are, plus the caller's team data (threads, posts, inbox entries, attachments). A caller's
-books are read from the store the first time it sends a message after a (re)start.
+Every caller's stored tasks are counted here: the bytes each task keeps (its rows, the files
+its actions wrote under ``[stdlib.fs]``, the outcomes of the idempotency keys that started
+it; measured from the store when the task finishes and leaves memory, see `finished_tasks`)
+and how many tasks there are, plus the caller's team data (threads, posts, inbox entries,
+attachments). A caller's books are read from the store the first time it sends a message
+after a (re)start. A running task's bytes are booked as its runtime records them
+(`CallerLedger`, over `mail.core.stored_bytes`).
 
 A message is refused with 429 when the caller already keeps `max_stored_tasks_per_caller`
 tasks (a new task only) or when its stored bytes plus the message would pass
-`max_stored_bytes_per_caller`. Tasks still running count from when they finish: a caller can
-pass the bound by what the tasks it runs at once store (at most
-`max_paused_tasks_per_caller` of them). Another caller's books are never touched.
+`max_stored_bytes_per_caller`. Within a task, an action or a team tool that would pass the
+byte bound fails with `refusal`'s text, and a task whose caller passed it gets no further
+agent turn. Another caller's books are never touched.
 
 429, not 507 or 413: the limit is this caller's share (507 Insufficient Storage says the
 server is out of room, a 5xx that clients and monitors read as a server fault; 413 says this
@@ -26,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import HTTPException
+
+from mail.server.instances import instance_kind
 
 Owner = tuple[str, str]  # (instance kind, caller id)
 # How often a caller's team data is measured again (its threads grow while its tasks run).
@@ -170,6 +175,38 @@ class StorageQuota:
             books.reread(loaded, ({}, -1 if books.team_measured else books.team_bytes))
         return books
 
+    def book(self, owner: Owner, task_id: str, size: int) -> None:
+        """`size` bytes a task just stored (negative: gave back), on top of its figure."""
+        tasks = self._books.setdefault(owner, CallerBooks()).tasks
+        tasks[task_id] = max(0, tasks.get(task_id, 0) + int(size))
+
+    def book_outcome(self, scope: Any, task_id: str, size: int) -> None:
+        """A stored idempotency outcome (`scope`: the caller's key scope, an InstanceKey)
+        of the key that started or continued `task_id`: the task's, as the store counts it."""
+        self.book((instance_kind(scope.caller_role), scope.caller_id), task_id, size)
+
+    def refusal(self, owner: Owner, size: int) -> str | None:
+        """Why `size` more bytes would pass the caller's byte bound; None when they fit.
+        With `size` 0: why the caller is past it already."""
+        books = self._books.get(owner)
+        total = books.total if books is not None else 0
+        if not self.max_bytes or total + size <= self.max_bytes:
+            return None
+        taken, bound = human_bytes(total), human_bytes(self.max_bytes)
+        if size:
+            head = (
+                f"it would store {human_bytes(size)} more; your tasks, files and team data "
+                f"take {taken} of the {bound} one caller may store"
+            )
+        else:
+            head = (
+                f"your tasks, files and team data take {taken}, more than the {bound} one "
+                "caller may store"
+            )
+        return (
+            f"{head} ([server.store] max_stored_bytes_per_caller = {self.max_bytes}); {_freed_by()}"
+        )
+
     def record(
         self, owner: Owner, task_id: str, size: int, finished_at: float | None = None
     ) -> None:
@@ -250,6 +287,25 @@ class StorageQuota:
                 f"([server.store] max_stored_bytes_per_caller = {self.max_bytes}); "
                 f"{_freed_by()}",
             )
+
+
+class CallerLedger:
+    """One caller's books as its runtime sees them (`mail.core.stored_bytes.Ledger`)."""
+
+    __slots__ = ("quota", "owner")
+
+    def __init__(self, quota: StorageQuota, owner: Owner) -> None:
+        self.quota = quota
+        self.owner = owner
+
+    def book(self, task_id: str, size: int) -> None:
+        self.quota.book(self.owner, task_id, size)
+
+    def book_team(self, size: int) -> None:
+        self.quota.add_team(self.owner, size)
+
+    def refusal(self, size: int) -> str | None:
+        return self.quota.refusal(self.owner, size)
 
 
 def _freed_by() -> str:

@@ -23,6 +23,7 @@ from fastapi import HTTPException
 
 from mail.core.events import TaskEvent, closing_event
 from mail.core.message import utc_now_iso
+from mail.core.tasks import in_spans, rolled_back_spans, shown_events
 from mail.server.auth import Caller
 from mail.server.errors import BadRequest
 from mail.server.instances import Instance
@@ -157,10 +158,18 @@ def _response_body(response: Any) -> str:
     return ""
 
 
+def _enqueued(sub: Subscription) -> int:
+    """Messages waiting to go into the task once its current work ended (multitask
+    ``enqueue``): the task has not ended while any wait."""
+    if sub.instance is None:
+        return 0
+    return int(sub.instance.swarm.runtime.multitask.waiting(sub.task_id))
+
+
 async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> AsyncIterator[Any]:
     """Stored events after ``sub.after``, live events until the task ends, a closing event."""
     if sub.record is not None:
-        for event in _record_events(sub.record)[sub.after :]:
+        for event in shown_events(_record_events(sub.record)[sub.after :]):
             yield event
         # (An archived record keeps its answer beside it: `ArchivedTask`.)
         answer = _response_body(sub.record.get("response")) or getattr(sub.record, "answer", "")
@@ -168,9 +177,13 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
         return
     task = sub.task
     assert task is not None
+    # Events a rollback took back are not sent again (a subscriber that saw them was told
+    # by the rollback's event, which names them).
+    hidden = rolled_back_spans(task.events)
     if sub.stored:
         for event in task.events[sub.after :]:
-            yield event
+            if not (hidden and in_spans(event.id, hidden)):
+                yield event
         yield closing_event("task_complete", sub.task_id, _response_body(task.response))
         return
     index = sub.after
@@ -179,9 +192,11 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
     settled = False
     while True:
         while index < len(task.events):
-            yield task.events[index]
+            event = task.events[index]
             index += 1
-        if task.completed:
+            if not (hidden and in_spans(event.id, hidden)):
+                yield event
+        if task.completed and not _enqueued(sub):
             if settled:
                 break
             # The waiter of a non-streamed POST /message stores its own `task_complete`

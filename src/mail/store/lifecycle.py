@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import datetime as _dt
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,18 +59,32 @@ Cursor = tuple[str, str]
 
 @dataclass
 class PruneReport:
-    """What a `prune` removed: tasks (by instance) and rows of the task and team tables."""
+    """What a `prune` removed: tasks (by instance) and rows of the task and team tables, and
+    the files the removed tasks wrote (path -> [size, mtime_ns]; the caller removes them:
+    the store does not touch the file system, see `mail.core.file_root.remove_task_files`)."""
 
     tasks: list[tuple[InstanceKey, str]] = field(default_factory=list)
     rows: int = 0
     team_rows: int = 0
     batches: int = 0
+    files: dict[str, Any] = field(default_factory=dict)
 
     def add(self, other: PruneReport) -> None:
         self.tasks.extend(other.tasks)
         self.rows += other.rows
         self.team_rows += other.team_rows
         self.batches += other.batches
+        self.files.update(other.files)
+
+    def add_files(self, listed: Any) -> None:
+        """The `files` of a removed task's record (JSON text, or as decoded)."""
+        if isinstance(listed, str | bytes):
+            try:
+                listed = json.loads(listed)
+            except ValueError:
+                return
+        if isinstance(listed, dict):
+            self.files.update(listed)
 
 
 @dataclass

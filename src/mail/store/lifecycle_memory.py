@@ -110,6 +110,7 @@ class MemoryLifecycle(TaskLifecycle):
                 updated = data.updated.get(task_id)
                 if updated is None or updated >= cutoff or not record_is_finished(record):
                     continue
+                report.add_files(record.get("files"))
                 report.rows += _drop(data, task_id)
                 report.tasks.append((key, task_id))
         report.batches = 1 if report.tasks else 0

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mail.store.base import InstanceKey, InstanceSnapshot, parse_start_time
+from mail.store.idempotency import STREAMED_OUTCOME
+from mail.store.idempotency_schema import TABLE as KEYS_TABLE
 from mail.store.lifecycle import (
     FINISHED_STATES_SQL,
     PRUNE_BATCH,
@@ -59,11 +61,23 @@ _TABLES_SQL = """
 
 _EXPIRED_SQL = f"""
     SELECT swarm_name, caller_role, caller_id, task_id,
-           (metadata #>> '{{summary,stored_bytes}}')::bigint AS size
+           (metadata #>> '{{summary,stored_bytes}}')::bigint AS size,
+           metadata #>> '{{files}}' AS files
     FROM tasks WHERE updated_at < $1 AND {_FINISHED} LIMIT {PRUNE_BATCH}
 """
 
 _BY_TASK = "(swarm_name, caller_role, caller_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))"
+
+# The idempotency keys of a task go with it (see lifecycle_sqlite's `_KEYS_OF_REMOVED_SQL`):
+# counted as its bytes, and reduced to the mark that they were answered when it is removed.
+_HAS_KEYS_SQL = f"SELECT to_regclass('{KEYS_TABLE}') IS NOT NULL"
+_KEY_SIZES_SQL = f"""
+    SELECT subject, sum(COALESCE(octet_length(body), 0) + octet_length(context)) AS n FROM {KEYS_TABLE}
+    WHERE {_KEY} AND subject = ANY($4::text[]) GROUP BY subject"""
+_KEYS_OF_REMOVED_SQL = f"""
+    UPDATE {KEYS_TABLE} SET status = 200, content_type = $5, body = ''::bytea
+    WHERE (swarm_name, caller_role, caller_id, subject) IN
+          (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))"""
 
 
 # A request reading stored tasks while PostgreSQL is away: 503 + Retry-After, not 500.
@@ -171,6 +185,9 @@ class PostgresLifecycle(TaskLifecycle):
                     owner = task_of_queue_key(row["task_id"])
                     if owner in sizes:
                         sizes[owner] += int(row["n"] or 0)
+            if await conn.fetchval(_HAS_KEYS_SQL):
+                for row in await conn.fetch(_KEY_SIZES_SQL, *_key(key), list(task_ids)):
+                    sizes[row["subject"]] += int(row["n"] or 0)
         return sizes
 
     async def _prune_batch(self, cutoff: _dt.datetime) -> PruneReport:
@@ -183,6 +200,8 @@ class PostgresLifecycle(TaskLifecycle):
                 if not rows:
                     return report
                 tasks = [(InstanceKey(*row[:3]), str(row[3])) for row in rows]
+                for row in rows:
+                    report.add_files(row[5])
                 columns: list[list[str]] = [[], [], [], []]
                 for key, task_id in tasks:
                     for queue_key in queue_keys([task_id]):
@@ -191,6 +210,11 @@ class PostgresLifecycle(TaskLifecycle):
                 for table in await _tables(conn):
                     status = await conn.execute(f"DELETE FROM {table} WHERE {_BY_TASK}", *columns)
                     report.rows += _count(status)
+                if await conn.fetchval(_HAS_KEYS_SQL):
+                    keys = [[*_key(k), t] for k, t in tasks]
+                    await conn.execute(
+                        _KEYS_OF_REMOVED_SQL, *map(list, zip(*keys, strict=True)), STREAMED_OUTCOME
+                    )
                 report.tasks = tasks
                 report.batches = 1
         return report

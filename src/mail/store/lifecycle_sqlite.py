@@ -63,7 +63,8 @@ _PAGE_SQL = f"""{_RECORDS_SELECT}
 
 _EXPIRED_SQL = f"""
     SELECT swarm_name, caller_role, caller_id, task_id,
-           json_extract(metadata, '$.summary.stored_bytes') AS size
+           json_extract(metadata, '$.summary.stored_bytes') AS size,
+           json_extract(metadata, '$.files') AS files
     FROM tasks WHERE updated_at < ? AND {_FINISHED} LIMIT {PRUNE_BATCH}
 """
 
@@ -73,13 +74,18 @@ _EXPIRED_SQL = f"""
 _TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (SELECT value FROM json_each(?))"
 _TABLE_NAMES = json.dumps(TASK_TABLES)
 
-# A key of `POST /message` answered by its completed task stores no outcome of its own (the
-# key and the task are it: `Ticket.answered_by_task`); when that task is removed, the key
-# is marked answered (`STREAMED_OUTCOME`: resolved from the task, which is gone), so a
-# repeat is told the task was removed instead of running the message a second time.
+# The idempotency keys that started or continued a task go with it: their outcomes (an
+# answer with its events, twice the size of a `show_events` message) are counted as the
+# task's bytes, and when the task is removed each key keeps only the mark that it was
+# answered (`STREAMED_OUTCOME`, no body: resolved from the task, which is gone), so a repeat
+# is told the task was removed instead of running the message a second time. The mark
+# lasts as long as the key (`idempotency_key_ttl`).
 _KEYS_OF_REMOVED_SQL = f"""
     UPDATE {KEYS_TABLE} SET status = 200, content_type = ?, body = X''
-    WHERE {_KEY} AND status IS NULL AND subject IN (SELECT value FROM json_each(?))"""
+    WHERE {_KEY} AND subject IN (SELECT value FROM json_each(?))"""
+_KEY_SIZES_SQL = f"""
+    SELECT subject, sum(COALESCE(length(CAST(body AS BLOB)), 0) + length(context)) FROM {KEYS_TABLE}
+    WHERE {_KEY} AND subject IN (SELECT value FROM json_each(?)) GROUP BY subject"""
 _HAS_KEYS_SQL = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
 
@@ -167,6 +173,9 @@ def _sizes(conn: sqlite3.Connection, key: tuple[str, ...], ids: list[str]) -> di
             owner = task_of_queue_key(task_id)
             if owner in sizes:
                 sizes[owner] += int(size or 0)
+    if conn.execute(_HAS_KEYS_SQL, (KEYS_TABLE,)).fetchone() is not None:
+        for task_id, size in conn.execute(_KEY_SIZES_SQL, (*key, json.dumps(ids))):
+            sizes[task_id] += int(size or 0)
     return sizes
 
 
@@ -178,6 +187,8 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> PruneReport:
             report.batches = 0
             return report
         tasks = [(InstanceKey(*row[:3]), str(row[3])) for row in rows]
+        for row in rows:
+            report.add_files(row[5])
         for table in _tables(conn):
             args = [
                 (k.swarm_name, k.caller_role, k.caller_id, _wanted(table, [task_id]))

@@ -141,8 +141,11 @@ def build_action_from_json(action_candidate: dict[str, Any]) -> SwarmsJSONAction
 
 
 def _build_agent(candidate: dict[str, Any]) -> SwarmsJSONAgent:
-    built = _with_defaults(candidate, AGENT_DEFAULTS)
     params = dict(candidate["agent_params"])
+    # An agent pointed at its own server (`api_base`) defaults to Chat Completions, as the
+    # factories do (mail.factories.base.default_tool_format).
+    default_format = "completions" if params.get("api_base") else AGENT_DEFAULTS["tool_format"]
+    built = _with_defaults(candidate, {**AGENT_DEFAULTS, "tool_format": default_format})
     if "tool_format" in params:
         # The agent-level field is authoritative; the nested one was an old spelling.
         warnings.warn(

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span
 
+TIMEOUT_SUBJECT = "::task_timeout::"
+
 Emit = Callable[[str, str, str, dict[str, Any]], Any]
 Pause = Callable[[str, str], None]
 TaskOf = Callable[[str], Any]
@@ -60,6 +62,17 @@ class Turn:
             call.event_data(self.agent),
         )
         metrics.model_call(call)
+
+    def call_started(self, call: Any) -> None:
+        """A model call (with a ``cut(reason)`` method) of this turn is in flight."""
+        self.meter.in_flight.setdefault(self.task_id, set()).add(call)
+
+    def call_ended(self, call: Any) -> None:
+        calls = self.meter.in_flight.get(self.task_id)
+        if calls is not None:
+            calls.discard(call)
+            if not calls:
+                del self.meter.in_flight[self.task_id]
 
     def end(self, cancelled: bool = False) -> None:
         if self._otel_token is not None:
@@ -152,6 +165,8 @@ class TaskMeter:
         # task id -> its run's span and the context holding it (the parent of its turns)
         self._runs: dict[str, tuple[Span, Context]] = {}
         self._turn_attributes: dict[str, dict[str, str]] = {}  # per agent, made once
+        # task id -> its model calls in flight (see `cut_calls`)
+        self.in_flight: dict[str, set[Any]] = {}
 
     # -- budgets --------------------------------------------------------------------------
     def budget_for(self, task_id: str) -> Budget:
@@ -230,7 +245,16 @@ class TaskMeter:
             tracing.remember_task_root(task_id, span)
         return run
 
+    def cut_calls(self, task_id: str, reason: str) -> None:
+        """Stop the task's model calls in flight: each is recorded as cut, and cancelled."""
+        for call in list(self.in_flight.pop(task_id, ())):
+            call.cut(reason)
+
     def task_answered(self, task_id: str, subject: str | None, state: str) -> None:
+        if subject == TIMEOUT_SUBJECT:
+            # The caller has its answer and the task is over: its calls would generate for
+            # nobody (and, with no max_tokens, for a long time).
+            self.cut_calls(task_id, "the task timed out")
         metrics.task_answered(state)
         run = self._runs.pop(task_id, None)
         if run is not None:

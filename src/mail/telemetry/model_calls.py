@@ -4,10 +4,16 @@
 agent turn with tracing off it only calls through. A streamed reply is measured when the
 stream ends: its usage comes from the chunk or event that carries one; a stream without any
 is charged by counting the text it delivered (``estimated: true`` on the record).
+
+A call still in flight when its task times out is cut (`TaskMeter.cut_calls`): it is recorded
+at once with ``error: "cut: ..."`` and its input counted, and the request is cancelled, so the
+server sees the client go instead of generating for nobody; the agent function then gets
+`ModelCallCut`, which is not retried.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -37,11 +43,27 @@ def provider_of(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else "openai"
 
 
+class ModelCallCut(Exception):
+    """The model call was stopped because its task ended (a caller's timeout)."""
+
+
 class _Probe:
-    __slots__ = ("turn", "model", "started", "span", "call", "offline_input", "kwargs")
+    __slots__ = (
+        "turn",
+        "model",
+        "started",
+        "span",
+        "call",
+        "offline_input",
+        "kwargs",
+        "scope",
+        "closed",
+    )
 
     def __init__(self, turn: Turn | None, kind: str, kwargs: dict[str, Any]) -> None:
         self.turn = turn
+        self.scope: asyncio.Timeout | None = None  # cancels the call when it is cut
+        self.closed = False
         self.model = str(kwargs.get("model") or "")
         self.started = time.perf_counter()
         self.call = ModelCall(self.model)
@@ -68,8 +90,31 @@ class _Probe:
             self.span = tracing.start_span(
                 f"chat {self.model}", kind="CLIENT", attributes=attributes
             )
+        if turn is not None:
+            turn.call_started(self)
+
+    def cut(self, reason: str) -> None:
+        """Record the call as cut now and cancel it where it waits."""
+        if self.closed:
+            return
+        self.call.duration_ms = (time.perf_counter() - self.started) * 1000.0
+        self.call.error = f"cut: {reason}"
+        self.call.estimated = True
+        self.call.input_tokens = self.offline_input or counted_input(self.kwargs)
+        self._close()
+        if self.scope is not None:
+            self.scope.reschedule(asyncio.get_running_loop().time())
+
+    def stopped(self, exc: BaseException) -> BaseException:
+        """What to raise for `exc`, which ended the call: `ModelCallCut` once it was cut."""
+        if self.call.error and self.call.error.startswith("cut: "):
+            return ModelCallCut(f"the model call was cut short ({self.call.error[5:]})")
+        self.failed(exc)
+        return exc
 
     def finish(self, response: Any, tokens: tuple[int, int] | None, text: str = "") -> None:
+        if self.closed:
+            return
         call = self.call
         call.duration_ms = (time.perf_counter() - self.started) * 1000.0
         if self.offline_input is not None:
@@ -90,13 +135,17 @@ class _Probe:
         self._close()
 
     def failed(self, exc: BaseException) -> None:
+        if self.closed:
+            return
         self.call.duration_ms = (time.perf_counter() - self.started) * 1000.0
         self.call.error = type(exc).__name__
         self._close()
 
     def _close(self) -> None:
+        self.closed = True
         call = self.call
         if self.turn is not None:
+            self.turn.call_ended(self)
             self.turn.record(call)
         span = self.span
         if span is not None:
@@ -119,10 +168,15 @@ async def observed(kind: str, call: Callable[..., Awaitable[Any]], kwargs: dict[
         return await call(**kwargs)
     probe = _Probe(turn, kind, kwargs)
     try:
-        response = await call(**kwargs)
+        async with asyncio.timeout(None) as probe.scope:
+            response = await call(**kwargs)
     except BaseException as exc:
-        probe.failed(exc)
-        raise
+        stopped = probe.stopped(exc)
+        if stopped is exc:
+            raise
+        raise stopped from None
+    finally:
+        probe.scope = None
     if kwargs.get("stream"):
         return _measured_stream(response, probe)
     probe.finish(response, reported_tokens(field_of(response, "usage")))
@@ -139,28 +193,49 @@ async def _measured_stream(stream: Any, probe: _Probe) -> AsyncIterator[Any]:
     final: Any = None
     text: list[str] = []
     try:
-        async for item in stream:
-            usage = field_of(item, "usage")
-            if usage is not None:
-                tokens = reported_tokens(usage) or tokens
-            choices = field_of(item, "choices")
-            if isinstance(choices, list) and choices:
-                reason = field_of(choices[0], "finish_reason")
-                if reason:
-                    probe.call.finish_reason = str(reason)
-                delta = field_of(choices[0], "delta")
-                content = field_of(delta, "content") if delta is not None else None
-                if isinstance(content, str):
-                    text.append(content)
-                for tool in (field_of(delta, "tool_calls") or []) if delta is not None else []:
-                    arguments = field_of(field_of(tool, "function"), "arguments")
-                    if isinstance(arguments, str):
-                        text.append(arguments)
-            elif _event_type(item) == "response.completed":
-                final = field_of(item, "response")
-                tokens = reported_tokens(field_of(final, "usage")) or tokens
-            yield item
+        async with asyncio.timeout(None) as probe.scope:
+            if probe.closed:  # cut before the first chunk was asked for
+                raise TimeoutError
+            async for item in stream:
+                usage = field_of(item, "usage")
+                if usage is not None:
+                    tokens = reported_tokens(usage) or tokens
+                choices = field_of(item, "choices")
+                if isinstance(choices, list) and choices:
+                    reason = field_of(choices[0], "finish_reason")
+                    if reason:
+                        probe.call.finish_reason = str(reason)
+                    delta = field_of(choices[0], "delta")
+                    content = field_of(delta, "content") if delta is not None else None
+                    if isinstance(content, str):
+                        text.append(content)
+                    tools = (field_of(delta, "tool_calls") or []) if delta is not None else []
+                    for tool in tools:
+                        arguments = field_of(field_of(tool, "function"), "arguments")
+                        if isinstance(arguments, str):
+                            text.append(arguments)
+                elif _event_type(item) == "response.completed":
+                    final = field_of(item, "response")
+                    tokens = reported_tokens(field_of(final, "usage")) or tokens
+                yield item
     except BaseException as exc:
-        probe.failed(exc)
-        raise
+        stopped = probe.stopped(exc)
+        if stopped is exc:
+            raise
+        raise stopped from None
+    finally:
+        probe.scope = None
+    if final is None and tokens is not None and not _server_counted(stream):
+        tokens = None  # LiteLLM's own count, which leaves the tools out: ours is closer
     probe.finish(final, tokens, "".join(text))
+
+
+def _server_counted(stream: Any) -> bool:
+    """Whether a Chat Completions stream's usage came from the server. Asked for usage
+    (``stream_options.include_usage``) by a server that sends none, LiteLLM counts the
+    prompt's messages itself and reports that; its stream wrapper keeps the chunks it
+    received (``chunks``), and only a server's own count is among them."""
+    chunks = getattr(stream, "chunks", None)
+    if not isinstance(chunks, list):
+        return True  # not LiteLLM's wrapper (the demo model): its usage is its own
+    return any(field_of(chunk, "usage") is not None for chunk in chunks)

@@ -8,6 +8,7 @@ reads only the events added since the previous one.
 
 from __future__ import annotations
 
+import json
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -202,10 +203,21 @@ def _text_size(value: Any) -> int:
     return 0
 
 
+# What a chat template adds around each message (role markers, separators), in tokens.
+_PER_MESSAGE = 4
+
+
 def counted_input(kwargs: dict[str, Any]) -> int:
-    """Tokens of a request's messages (or Responses input), counted like `count_tokens`."""
-    size = _text_size(kwargs.get("messages") or kwargs.get("input") or [])
-    return math.ceil(size / 4)
+    """Tokens of a request, counted like `count_tokens`: its messages (or Responses input and
+    instructions), the tool schemas it offers (as the JSON the server renders into the
+    prompt) and a few tokens per message for the chat template."""
+    messages = kwargs.get("messages") or kwargs.get("input") or []
+    size = _text_size(messages) + _text_size(kwargs.get("instructions"))
+    tools = kwargs.get("tools")
+    if tools:
+        size += len(json.dumps(tools, separators=(",", ":"), default=str))
+    count = len(messages) if isinstance(messages, list) else 1
+    return math.ceil(size / 4) + _PER_MESSAGE * count
 
 
 def counted_output(response: Any) -> int:

@@ -156,12 +156,15 @@ def read_regular(parent_fd: int, name: str, shown: str, limit: int) -> bytes:
         return fh.read(limit + 1)
 
 
-def write_regular(parent_fd: int, name: str, shown: str, data: bytes) -> None:
-    """Create or replace the contents of a regular file (never through a link)."""
+def write_regular(parent_fd: int, name: str, shown: str, data: bytes) -> os.stat_result:
+    """Create or replace the contents of a regular file (never through a link); its stat
+    once written."""
     fd = open_file(parent_fd, name, os.O_WRONLY | os.O_CREAT, shown)
     with os.fdopen(fd, "wb") as fh:
         fh.truncate(0)
         fh.write(data)
+        fh.flush()
+        return os.fstat(fh.fileno())
 
 
 def is_link(st: os.stat_result | None) -> bool:

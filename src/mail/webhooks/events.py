@@ -22,6 +22,7 @@ TASK_PAUSED_BREAKPOINT = "task.paused.breakpoint"
 TASK_PAUSED_REVIEW = "task.paused.review"
 TASK_PAUSED_BUDGET = "task.paused.budget"
 REVIEW_DECIDED = "task.review.decided"
+MULTITASK = "task.multitask"
 PEER_UNREACHABLE = "interswarm.peer_unreachable"
 PING = "webhook.ping"
 
@@ -34,6 +35,7 @@ EVENT_TYPES: tuple[str, ...] = (
     TASK_PAUSED_REVIEW,
     TASK_PAUSED_BUDGET,
     REVIEW_DECIDED,
+    MULTITASK,
     PEER_UNREACHABLE,
 )
 
@@ -50,12 +52,14 @@ _CANCELLED_SUBJECT = "::task_cancelled::"
 # Task events pushed as they happen (name -> type).
 _EVENT_TYPES: dict[str, str] = {
     "action_review_decision": REVIEW_DECIDED,
+    "multitask_strategy": MULTITASK,
     "interswarm_message_error": PEER_UNREACHABLE,
 }
 
 # What of an event's extra_data goes into the payload's `detail`.
 _DETAIL_KEYS: dict[str, tuple[str, ...]] = {
     REVIEW_DECIDED: ("tool_call_id", "caller", "action", "type"),
+    MULTITASK: ("strategy", "action", "message_id", "position", "cancelled_turns"),
     PEER_UNREACHABLE: ("target_swarm",),
 }
 

@@ -9,6 +9,7 @@ followed), so no link, wherever it points and whenever it appears, redirects a r
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -19,6 +20,7 @@ from mail.core.message import (
     make_request,
     utc_now_iso,
 )
+from mail.core.stored_bytes import current_task_files, text_bytes
 from mail.core.team import limits
 from mail.core.team.service import TeamError, TeamService, new_id
 from mail.store.base import StoreUnavailableError
@@ -78,8 +80,11 @@ def _read_source(root: Path, parts: list[str], shown: str, cap: int) -> bytes:
     return data
 
 
-def _write_target(root: Path, parts: list[str], filename: str, data: bytes) -> list[str]:
-    """Write `data` at `parts` (into it, named `filename`, when it is a folder); links refused."""
+def _write_target(
+    root: Path, parts: list[str], filename: str, data: bytes
+) -> tuple[list[str], os.stat_result]:
+    """Write `data` at `parts` (into it, named `filename`, when it is a folder); links
+    refused. The parts written and the file's stat."""
     try:
         if parts:
             with parent_dir(root, parts, create=True) as folder:
@@ -93,12 +98,12 @@ def _write_target(root: Path, parts: list[str], filename: str, data: bytes) -> l
             entry = lstat_entry(folder, parts[-1])
             if entry is not None and not (is_regular(entry) or is_link(entry)):
                 raise TeamError(f"'{shown}' exists and is not a file")
-            write_regular(folder, parts[-1], shown, data)
+            stat = write_regular(folder, parts[-1], shown, data)
     except UnsafePath as exc:
         raise TeamError(str(exc)) from None
     except OSError as exc:
         raise TeamError(f"cannot write '{'/'.join(parts)}': {exc.strerror or exc}") from None
-    return parts
+    return parts, stat
 
 
 def clean_filename(name: Any, fallback: str) -> str:
@@ -195,6 +200,7 @@ async def send_bytes(
     record = new_attachment(data, filename, text, sender, [target], task_id)
     async with team.quota_lock:
         await limits.check_attachment_quota(team, len(data))
+        team.book(len(data) + text_bytes(record))
         try:
             await team.store.put_attachment(team.key, record, data)
         except StoreUnavailableError as exc:
@@ -272,4 +278,12 @@ async def save_attachment(team: TeamService, agent: str, attachment_id: Any, pat
     record, data = await _readable(team, agent, attachment_id)
     root = team.files_root()
     parts = path_parts(root, path)
-    return "/".join(_write_target(root, parts, record["filename"], data))
+    # A file in the caller's folder, as write_file's: counted, and removed with its task.
+    files = current_task_files.get()
+    refused = files.refusal(len(data)) if files is not None else None
+    if refused is not None:
+        raise TeamError(f"not saved: {refused}")
+    parts, stat = _write_target(root, parts, record["filename"], data)
+    if files is not None:
+        files.file_written(str(root.joinpath(*parts)), stat)
+    return "/".join(parts)

@@ -54,8 +54,11 @@ def team_tool(name: str, group: str) -> Any:
             # Like actions, team tools return information: the agent is called again after
             # the turn (the runtime's ::action_complete:: notice) to act on the result.
             ctx.actions_ran = True
+            task = rt.mail_tasks.get(ctx.task_id)
             try:
-                return _ok(await fn(team, ctx, call.tool_args))
+                # (What it writes into the caller's folder is the task's, as an action's.)
+                with rt.stored_bytes.storing_for(task, rt.observer.task_changed):
+                    return _ok(await fn(team, ctx, call.tool_args))
             except TeamError as exc:
                 rt._emit(ctx.task_id, "agent_error", f"{ctx.agent_name} {name}: {exc}")
                 return _err(str(exc))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from mail.core.message import MAILMessage, parse_agent_address, utc_now_iso
 from mail.core.runtime_ports import HostLink
+from mail.core.stored_bytes import text_bytes
 from mail.store.base import InstanceKey
 from mail.store.team_base import Record, TeamStore
 
@@ -92,6 +93,17 @@ class TeamService(HostLink["Swarm"]):
         # Called with an agent's name whenever an entry lands in its inbox (external agents'
         # long-polls wait on it; see mail.mcp_face).
         self.inbox_listeners: list[Callable[[str], None]] = []
+
+    # ------------------------------------------------------------------ stored bytes
+    def book(self, size: int) -> None:
+        """Count `size` bytes of team data about to be stored in the caller's books at once
+        (writes under way see each other), or a TeamError when they would pass its bound
+        ([server.store] max_stored_bytes_per_caller): then nothing is stored."""
+        stored = self.rt.stored_bytes
+        why = stored.refusal(size)
+        if why is not None:
+            raise TeamError(f"not stored: {why}")
+        stored.book_team(size)
 
     # ------------------------------------------------------------------ who is who
     def groups(self, agent: str) -> frozenset[str]:
@@ -248,6 +260,8 @@ class TeamService(HostLink["Swarm"]):
             shown=True,
             attachments=list(routing.get("attachments") or []),
         )
+        # Filed whatever the caller's bound: the message reached the agent already.
+        self.rt.stored_bytes.book_team(text_bytes(entry))
         await self.store.add_inbox_entries(self.key, [entry])
         self._tell_listeners({agent})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from mail.core.message import create_agent_address, make_interrupt, make_message, utc_now_iso
+from mail.core.stored_bytes import text_bytes
 from mail.core.team import limits
 from mail.core.team.service import TeamError, TeamService, new_id
 from mail.store.team_base import Record
@@ -50,7 +51,6 @@ async def _post(
         "task_id": task_id,
         "timestamp": utc_now_iso(),
     }
-    await team.store.add_post(team.key, post)
     recipients = [p for p in (notify or thread["participants"]) if p != sender]
     entries = [
         team.inbox_entry(
@@ -65,6 +65,8 @@ async def _post(
         )
         for agent in recipients
     ]
+    team.book(text_bytes(post) + sum(text_bytes(entry) for entry in entries))
+    await team.store.add_post(team.key, post)
     if entries:
         await team.deliver_quietly(entries)
     if kind == "post":

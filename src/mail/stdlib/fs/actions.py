@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mail.core.stored_bytes import current_task_files
 from mail.stdlib._common import error, exception_text, settings, stdlib_action
 from mail.stdlib.fs.sandbox import PathRefused, confine_parts, file_root
 from mail.utils.safe_files import (
@@ -142,16 +143,27 @@ async def write_file(args: dict[str, Any]) -> str:
             f"content is {len(data)} bytes, over the write limit of {limit} bytes "
             "([stdlib.fs] max_write_bytes)"
         )
+    # The caller's stored bytes count the file, and it is removed with its task.
+    files = current_task_files.get()
+    refused = files.refusal(len(data)) if files is not None else None
+    if refused is not None:
+        return error(f"not written: {refused}")
+    written: list[tuple[str, os.stat_result]] = []
 
     def work(root: Path, parts: list[str], raw: str) -> str:
         with _last_entry(root, parts, empty=f"{raw} is not a file", create=True) as found:
             folder, entry = found
             if entry is not None and not is_link(entry) and not is_regular(entry):
                 return error(f"{raw} is not a file")
-            write_regular(folder, parts[-1], raw, data)
+            stat = write_regular(folder, parts[-1], raw, data)
+        written.append((str(root.joinpath(*parts)), stat))
         return f"successfully wrote to {raw}"
 
-    return await _in_root(args, work)
+    result = await _in_root(args, work)
+    if files is not None:
+        for path, stat in written:
+            files.file_written(path, stat)
+    return result
 
 
 @stdlib_action("delete_file", "Delete one file (never a directory).", PATH_ONLY)

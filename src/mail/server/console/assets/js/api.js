@@ -96,6 +96,8 @@ export const api = {
   threads: () => request("GET", "/threads"),
   thread: (threadId) => request("GET", `/threads/${encodeURIComponent(threadId)}`),
   attachment: (attachmentId) => downloadAttachment(attachmentId),
+  // POST /message answered at once (a background message: 202 with the task id).
+  message: (body) => request("POST", "/message", body),
 
   // POST /message with stream: true. onEvent gets {event, id, data}; return false to stop.
   // onOpen (optional) runs once the server accepted the request, before the first event.

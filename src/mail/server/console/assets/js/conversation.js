@@ -51,7 +51,12 @@ export function completerOf(events) {
 }
 
 // `steps` are the events of this turn of the task (what the trace under the answer shows).
-function finish(taskId, response, steps) {
+// `state` "running": the answer of a message a newer one interrupted or rolled back.
+function finish(taskId, response, steps, state) {
+  if (state === "running") {
+    push({ role: "system", taskId, text: String(response ?? "") });
+    return;
+  }
   const held = parseHeldCalls(response);
   const review = held ? null : parseReviewCalls(response);
   if (review) {
@@ -68,14 +73,104 @@ export function isAnswered(messages, index) {
   return messages.slice(index + 1).some((m) => m.role === "user");
 }
 
+// What the chat says when a message goes in while the task still works (multitask_strategy).
+const ALONGSIDE = {
+  enqueue: "Queued: it goes to the swarm once the current work has its answer.",
+  interrupt: "Interrupting: the agents' turns in flight stop, their finished work stays, and your message goes in now.",
+  rollback: "Replacing: the earlier message's work is undone and your message takes its place.",
+};
+
+// Reads one event of a task's stream into the chat; false once the stream's answer came.
+function reader(chat, sent, ended) {
+  return (raw) => {
+    const data = raw.data && typeof raw.data === "object" ? raw.data : {};
+    if (data.task_id && !chat.taskId) chat.taskId = data.task_id;
+    if (raw.event === "ping") return true;
+    if (raw.event === "task_complete" && data.response !== undefined && raw.id == null) {
+      ended.done = true;
+      finish(data.task_id || chat.taskId, data.response, chat.progress.slice(), data.state);
+      return false;
+    }
+    if (raw.event === "task_error" && raw.id == null) {
+      ended.done = true;
+      push({ role: "system", taskId: chat.taskId, text: `Error: ${data.response || data.description || "unknown error"}` });
+      return false;
+    }
+    if (raw.id != null) chat.lastEventId = raw.id;
+    const added = addEvents([raw], chat.taskId, { live: true });
+    for (const ev of added) noteAttachments(ev, sent);
+    if (added.length) {
+      chat.progress.push(...added);
+      notify("chat");
+    }
+    return true;
+  };
+}
+
+// A message while the task still works, or one sent in the background: POST /message
+// answered 202 at once; the chat follows the task's events until its next answer.
+async function sendInBackground(body, text) {
+  const chat = store.chat;
+  const alongside = chat.busy;
+  push({ role: "user", taskId: chat.taskId, text });
+  const sent = chat.messages[chat.messages.length - 1];
+  // The stream under way follows the task on once it ends (an interrupt ends it at once).
+  if (alongside) chat.follow = true;
+  try {
+    const accepted = await api.message({ ...body, background: true });
+    chat.taskId = accepted.task_id;
+    push({
+      role: "system", taskId: accepted.task_id,
+      text: alongside ? ALONGSIDE[body.multitask_strategy] : `Running in the background as task ${accepted.task_id}; following it here.`,
+    });
+  } catch (error) {
+    if (alongside) chat.follow = false;
+    chat.messages = chat.messages.filter((m) => m !== sent);
+    chat.draft = text;
+    push({ role: "system", taskId: chat.taskId, text: `Error: ${describeError(error)}` });
+    return;
+  }
+  if (!chat.busy) await follow(chat.taskId, chat.lastEventId); // nothing follows it yet
+}
+
+// Follows a task's events (GET /task/events after `afterId`) until its next answer.
+async function follow(taskId, afterId) {
+  const chat = store.chat;
+  chat.busy = true;
+  chat.follow = false;
+  chat.progress = [];
+  const controller = new AbortController();
+  store.abort = controller;
+  notify("chat");
+  const ended = { done: false };
+  try {
+    await api.resubscribe(taskId, afterId, reader(chat, null, ended), controller.signal);
+  } catch (error) {
+    if (error.name !== "AbortError") push({ role: "system", taskId, text: `Error: ${describeError(error)}` });
+  } finally {
+    chat.busy = false;
+    store.abort = null;
+    notify("chat");
+  }
+  if (chat.follow && !controller.signal.aborted) await follow(taskId, chat.lastEventId);
+}
+
 // Sends `text` (or a breakpoint resume when `resume` is given, or action-review decisions
 // when `review` is) and streams the task. A review that the server refuses before the stream
 // opens (400, 409) goes to review.onRefused and leaves the chat as it was. `files` are
-// POST /message attachments ({filename, size, content_base64}).
-export async function send({ text, entrypoint, resume, review, files }) {
+// POST /message attachments ({filename, size, content_base64}). While the task still works,
+// a message goes in with `strategy` (enqueue, interrupt, rollback); `background` sends it
+// without holding a stream for it (202), then follows the task.
+export async function send({ text, entrypoint, resume, review, files, strategy, background }) {
   const chat = store.chat;
-  if (chat.busy) return;
+  if (chat.busy && !(text && chat.taskId && strategy && !resume && !review)) return;
   const body = { body: text || "", subject: "User Message" };
+  if (chat.busy) {
+    body.task_id = chat.taskId;
+    body.multitask_strategy = strategy;
+    await sendInBackground(body, text);
+    return;
+  }
   if (entrypoint && entrypoint !== store.swarm.entrypoint) body.entrypoint = entrypoint;
   if (resume) {
     if (chat.taskId !== resume.taskId) {
@@ -99,6 +194,10 @@ export async function send({ text, entrypoint, resume, review, files }) {
     if (files && files.length) {
       body.attachments = files.map((f) => ({ filename: f.filename, content_base64: f.content_base64 }));
     }
+    if (background) {
+      await sendInBackground(body, text);
+      return;
+    }
     push({ role: "user", taskId: chat.taskId, text, attachments: (files || []).map((f) => ({ filename: f.filename, size: f.size })) });
   }
   const sent = chat.messages[chat.messages.length - 1];
@@ -108,7 +207,7 @@ export async function send({ text, entrypoint, resume, review, files }) {
   const controller = new AbortController();
   store.abort = controller;
   notify("chat");
-  let ended = false;
+  const ended = { done: false };
   let opened = false;
   const onOpen = () => {
     opened = true;
@@ -119,29 +218,8 @@ export async function send({ text, entrypoint, resume, review, files }) {
     if (review.onOpen) review.onOpen();
   };
   try {
-    await api.streamMessage(body, (raw) => {
-      const data = raw.data && typeof raw.data === "object" ? raw.data : {};
-      if (data.task_id && !chat.taskId) chat.taskId = data.task_id;
-      if (raw.event === "ping") return true;
-      if (raw.event === "task_complete" && data.response !== undefined) {
-        ended = true;
-        finish(data.task_id || chat.taskId, data.response, chat.progress.slice());
-        return false;
-      }
-      if (raw.event === "task_error") {
-        ended = true;
-        push({ role: "system", taskId: chat.taskId, text: `Error: ${data.response || data.description || "unknown error"}` });
-        return false;
-      }
-      const added = addEvents([raw], chat.taskId, { live: true });
-      for (const ev of added) noteAttachments(ev, sent);
-      if (added.length) {
-        chat.progress.push(...added);
-        notify("chat");
-      }
-      return true;
-    }, controller.signal, onOpen);
-    if (!ended && !controller.signal.aborted) {
+    await api.streamMessage(body, reader(chat, sent, ended), controller.signal, onOpen);
+    if (!ended.done && !controller.signal.aborted) {
       push({ role: "system", taskId: chat.taskId, text: "The stream ended without an answer. Open the task to see where it stands." });
     }
   } catch (error) {
@@ -166,6 +244,8 @@ export async function send({ text, entrypoint, resume, review, files }) {
     store.abort = null;
     notify("chat");
   }
+  // A message sent while this one worked: its answer comes on the task's stream.
+  if (chat.follow && chat.taskId && !controller.signal.aborted) await follow(chat.taskId, chat.lastEventId);
 }
 
 // The server gives uploaded files their ids: the user's message event lists them, so the
@@ -216,6 +296,7 @@ export function openTaskInChat(record) {
       steps.push(ev);
     }
   }
-  store.chat = { taskId: record.task_id, entrypoint: store.chat.entrypoint, messages, busy: false, error: null, progress: [] };
+  const lastEventId = events.length ? events[events.length - 1].id : null;
+  store.chat = { taskId: record.task_id, entrypoint: store.chat.entrypoint, messages, busy: false, error: null, progress: [], lastEventId };
   notify("chat");
 }

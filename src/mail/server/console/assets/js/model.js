@@ -5,7 +5,7 @@ export const EVENT_TYPES = [
   "new_message", "tool_call", "builtin_tool_call", "action_call", "action_complete",
   "action_error", "action_review", "action_review_decision", "breakpoint_tool_call", "agent_error", "task_complete", "task_error",
   "interswarm_message_sent", "interswarm_message_received", "interswarm_message_error",
-  "interswarm_message_progress",
+  "interswarm_message_progress", "multitask_strategy",
 ];
 
 export const TYPE_LABELS = {
@@ -26,6 +26,7 @@ export const TYPE_LABELS = {
   interswarm_message_received: "Interswarm in",
   interswarm_message_error: "Interswarm error",
   interswarm_message_progress: "Interswarm progress",
+  multitask_strategy: "Strategy",
 };
 
 export function typeLabel(name) {
@@ -34,7 +35,7 @@ export function typeLabel(name) {
 
 export function typeTone(name) {
   if (/error/.test(name)) return "bad";
-  if (name === "breakpoint_tool_call" || name === "action_review") return "warn";
+  if (name === "breakpoint_tool_call" || name === "action_review" || name === "multitask_strategy") return "warn";
   if (name === "task_complete") return "good";
   if (name.startsWith("interswarm")) return "remote";
   if (name === "new_message") return "info";
@@ -164,11 +165,34 @@ export function summary(ev) {
   if (ev.event === "action_review_decision" && ev.extra.type) {
     return { title: `${ev.extra.type}: ${ev.extra.action || "call"} of ${callerOf(ev) || "agent"}`, detail: ev.extra.message ? String(ev.extra.message).slice(0, 160) : "" };
   }
+  if (ev.event === "multitask_strategy" && ev.extra.action) {
+    return { title: strategyTitle(ev.extra), detail: `multitask_strategy: ${ev.extra.strategy}` };
+  }
   if (ev.event === "task_complete" && ev.response !== undefined) {
     return { title: "Task complete", detail: String(ev.response).slice(0, 160) };
   }
   const first = (ev.description || ev.event).split("\n")[0];
   return { title: first.slice(0, 200), detail: "" };
+}
+
+// What a message to a running task did (a `multitask_strategy` event's extra_data).
+export function strategyTitle(extra) {
+  const cancelled = (extra.cancelled_turns || []).join(", ") || "none";
+  const span = extra.rolled_back_events;
+  switch (extra.action) {
+    case "queued": return `Message queued behind the current work (position ${extra.position})`;
+    case "delivered": return "Queued message delivered";
+    case "interrupted": return `Interrupted by a newer message (turns cancelled: ${cancelled})`;
+    case "rolled_back":
+      return `Rolled back for a newer message${span ? ` (events ${span.first}–${span.last} taken back)` : ""}`;
+    default: return `${extra.strategy}: ${extra.action}`;
+  }
+}
+
+// The span of event ids a rollback event took back: [first, last] as numbers, or null.
+export function rolledBack(ev) {
+  const span = ev.event === "multitask_strategy" ? ev.extra.rolled_back_events : null;
+  return span ? [Number(span.first), Number(span.last)] : null;
 }
 
 export function searchText(ev) {

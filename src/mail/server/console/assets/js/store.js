@@ -1,7 +1,7 @@
 // Console state shared by the screens: who is signed in, the swarm, every event seen, the
 // chat of the current task. Screens subscribe and re-render what they show.
 
-import { crossings, involvement, linkKey, normalizeEvent } from "./model.js";
+import { crossings, involvement, linkKey, normalizeEvent, rolledBack } from "./model.js";
 
 const MAX_EVENTS = 5000;
 const ACTIVE_MS = 3000;
@@ -59,6 +59,8 @@ export function addEvents(raws, fallbackTaskId, { live = false } = {}) {
       store.remotes.add(remote);
       for (const agent of agents) store.remoteLinks.add(`${agent}|@${remote}`);
     }
+    const span = rolledBack(ev);
+    if (span) forgetRolledBack(ev.taskId, span);
   }
   if (store.events.length > MAX_EVENTS) {
     for (const ev of store.events.splice(0, store.events.length - MAX_EVENTS)) {
@@ -67,6 +69,13 @@ export function addEvents(raws, fallbackTaskId, { live = false } = {}) {
   }
   if (added.length) notify("events");
   return added;
+}
+
+// A rollback took these events of a task back: the task shows them no more.
+function forgetRolledBack(taskId, [first, last]) {
+  const gone = (ev) => ev.taskId === taskId && ev.id !== null && Number(ev.id) >= first && Number(ev.id) <= last;
+  for (const ev of store.events.filter(gone)) store.eventKeys.delete(ev.key);
+  store.events = store.events.filter((ev) => !gone(ev));
 }
 
 export function isActive(agent) {

@@ -70,6 +70,15 @@ export function render(container) {
   // Files to attach to the next message (POST /message `attachments`).
   const picker = h("input", { type: "file", id: "chat-files", multiple: true, class: "sr-only", "aria-label": "Attach files" });
   const pickBtn = h("label", { class: "btn btn-quiet composer-attach", for: "chat-files", title: "Attach files" }, "Attach");
+  // While the task works, what a new message does (multitask_strategy); otherwise whether
+  // it goes in the background (answered at once; the chat follows the task).
+  const strategy = h("select", { id: "chat-strategy", "aria-label": "While it works" },
+    h("option", { value: "enqueue" }, "Queue it"),
+    h("option", { value: "interrupt" }, "Interrupt"),
+    h("option", { value: "rollback" }, "Replace (roll back)"));
+  const strategyLabel = h("label", { class: "inline composer-option", for: "chat-strategy" }, "While it works: ", strategy);
+  const background = h("input", { type: "checkbox", id: "chat-background" });
+  const backgroundLabel = h("label", { class: "inline composer-option", for: "chat-background" }, background, " Background");
   const picked = h("ul", { class: "picked", id: "chat-picked", "aria-label": "Files to send" });
   const pickError = h("p", { class: "form-error", id: "chat-file-error", role: "alert", hidden: true });
   const showPicked = () => {
@@ -89,11 +98,11 @@ export function render(container) {
     pickError.hidden = true;
   };
   picker.addEventListener("change", showPicked);
-  const form = h("form", { class: "composer" }, picker, pickBtn, input, sendBtn, stopBtn);
+  const form = h("form", { class: "composer" }, picker, pickBtn, input, strategyLabel, backgroundLabel, sendBtn, stopBtn);
 
   const submit = async () => {
     const text = input.value.trim();
-    if (!text || store.chat.busy) return;
+    if (!text || (store.chat.busy && !store.chat.taskId)) return;
     let files = [];
     try {
       files = await readPicked([...picker.files]);
@@ -105,7 +114,7 @@ export function render(container) {
     input.value = "";
     picker.value = "";
     showPicked();
-    send({ text, entrypoint: select.value, files });
+    send({ text, entrypoint: select.value, files, strategy: strategy.value, background: background.checked });
   };
   form.addEventListener("submit", (e) => { e.preventDefault(); submit(); });
   input.addEventListener("keydown", (e) => {
@@ -143,7 +152,11 @@ export function render(container) {
     }
     replace(timeline, items);
     timeline.scrollTop = timeline.scrollHeight;
-    sendBtn.disabled = c.busy;
+    // While the task works a message can still go in, with the strategy chosen beside it.
+    const alongside = c.busy && Boolean(c.taskId);
+    sendBtn.disabled = c.busy && !alongside;
+    strategyLabel.hidden = !alongside;
+    backgroundLabel.hidden = c.busy;
     stopBtn.hidden = !c.busy;
     // An empty chat is already a new task: nothing to offer until there is something to leave.
     newBtn.hidden = !c.taskId && !c.messages.length;
