@@ -387,7 +387,12 @@ async def test_an_unknown_status_filter_is_refused_on_both_bindings(
             error["status"] == "INVALID_ARGUMENT"
             and "'BOGUS' is not a task state" in error["message"]
         ), error
-        known = {"status": "TASK_STATE_COMPLETED"}
-        r = await http.get(_rest(server, "/tasks"), params=known, headers=headers)
+        by_name = {"status": "TASK_STATE_COMPLETED"}
+        r = await http.get(_rest(server, "/tasks"), params=by_name, headers=headers)
         assert r.status_code == 200, r.text
         assert {t["status"]["state"] for t in r.json()["tasks"]} <= {"TASK_STATE_COMPLETED"}
+        # A state's number is a task state too, as protobuf's JSON reads it (and JSON-RPC's
+        # `"status": 3` is): a query parameter is text, "3" (it was refused as unknown).
+        by_number = await http.get(_rest(server, "/tasks"), params={"status": "3"}, headers=headers)
+        assert by_number.status_code == 200, by_number.text
+        assert by_number.json()["tasks"] == r.json()["tasks"]

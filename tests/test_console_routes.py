@@ -58,7 +58,7 @@ def keys(tmp_path: Path) -> dict[str, str]:
 async def test_console_assets_need_no_key_and_carry_a_strict_policy(tmp_path: Path) -> None:
     async with client_for(tmp_path) as client:
         redirect = await client.get("/ui")
-        assert redirect.status_code == 308 and redirect.headers["location"] == "/ui/"
+        assert redirect.status_code == 308 and redirect.headers["location"] == "ui/"
         index = await client.get("/ui/")
         assert index.status_code == 200
         assert index.headers["content-type"].startswith("text/html")

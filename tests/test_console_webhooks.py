@@ -145,3 +145,32 @@ def test_the_screen_fits_a_phone(console: ConsolePage, tmp_path: Path) -> None:
     assert overflow <= 1, overflow
     console.screenshot("webhooks-phone")
     assert not console.errors, console.errors
+
+
+def test_a_long_delivery_summary_stays_inside_the_delivery_log(console: ConsolePage) -> None:
+    """A delivery's summary is one line cut with an ellipsis: the row stays inside the log
+    at full width (it was as wide as the whole summary, running under the New webhook form
+    beside the log)."""
+    headers = auth(console.server.keys["alice"])
+    made = httpx.post(
+        f"{console.server.url}/webhooks",
+        headers=headers,
+        json={"url": f"http://127.0.0.1:{free_port()}/long", "events": ["task.completed"]},
+        timeout=30,
+    )
+    assert made.status_code == 201, made.text
+    hook = made.json()["id"]
+    answer = httpx.post(
+        f"{console.server.url}/message", headers=headers, json={"body": "long " * 200}, timeout=60
+    )
+    assert answer.status_code == 200, answer.text
+    page = console.sign_in("alice").page
+    console.go(f"#/webhooks/{hook}")
+    page.wait_for_selector(".wh-delivery .wh-summary")
+    log, row = page.evaluate(
+        "() => [document.querySelector('#wh-log'), document.querySelector('.wh-delivery')]"
+        ".map((e) => e.getBoundingClientRect().right)"
+    )
+    console.screenshot("webhooks-long-summary", narrow=False)
+    assert row <= log, (row, log)
+    assert not console.errors, console.errors

@@ -301,7 +301,8 @@ def test_message_prints_the_task_id_that_continues_it_and_tasks_get_shows_questi
 def test_whoami_after_a_refused_key_says_it_was_refused(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Against a real `mail server`: a wrong key is not "no API key provided"."""
+    """Against a real `mail server`: a wrong key is not "no API key provided", for `whoami`
+    as for any other command (`message` said it)."""
     (tmp_path / "server").mkdir()
     with keyed_stub_server(tmp_path / "server", ROOT_ALICE_BOB) as real:
         wrong = "mail_wrong-key-0000000000000000000000"
@@ -311,6 +312,9 @@ def test_whoami_after_a_refused_key_says_it_was_refused(
         term.expect(r"\nmail> ")
         term.sendline("whoami")
         refused = term.expect(r"✗ (.*)(?=\n)").group(1)
+        term.expect(r"\nmail> ")
+        term.sendline("message hello")  # any command the server refuses for want of a key
+        sent = term.expect(r"✗ (.*)(?=\n)").group(1)
         term.expect(r"\nmail> ")
         term.sendline(f"login {real.keys['alice']}")
         term.expect(r"✓ logged in as user:alice")
@@ -328,7 +332,7 @@ def test_whoami_after_a_refused_key_says_it_was_refused(
         none_given = term.expect(r"✗ (.*)(?=\n)").group(1)
         term.sendline("exit")
         assert term.wait() == 0
-    for said in (refused, again):
+    for said in (refused, sent, again):
         assert "no API key provided" not in said, said
         assert said.startswith("not logged in: the API key given was refused"), said
         assert "401" in said and "invalid API key" in said, said

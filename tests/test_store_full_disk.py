@@ -261,3 +261,53 @@ def _metadata(database: Path, task_id: str) -> dict[str, Any]:
     finally:
         conn.close()
     return json.loads(row[0]) if row else {}
+
+
+def test_keyed_messages_and_webhook_changes_while_the_disk_is_full_answer_503_at_once(
+    tmp_path: Path, disk: Path
+) -> None:
+    """While the full disk does not take the writes (the server says degraded), a message
+    with an Idempotency-Key (every message MAILClient and the REPL send) and a webhook's
+    creation are refused at once with 503 and Retry-After, as an unkeyed message naming a
+    task is: the keyed one waited 30 s for the writes before its 503, and the webhook's
+    creation was a 500 with the driver's traceback in the log. Once space is freed both
+    go through."""
+    server = Server(tmp_path, disk)
+    filler = Filler(disk)
+    server.proc.start()
+    base = server.proc.base_url
+    headers = auth(server.user)
+    calls = {
+        "keyed POST /message": lambda: httpx.post(
+            f"{base}/message",
+            json={"body": "keyed"},
+            headers={**headers, "Idempotency-Key": "while-full-1"},
+            timeout=120,
+        ),
+        "POST /webhooks": lambda: httpx.post(
+            f"{base}/webhooks",
+            json={"url": "https://8.8.8.8/mail", "events": ["*"]},
+            headers=headers,
+            timeout=120,
+        ),
+    }
+    try:
+        assert server.post_many(1, "before")[0].status_code == 200
+        filler.fill()
+        assert all(r.status_code == 200 for r in server.post_many(3, "while full"))
+        _wait(lambda: server.health()["status"] == "degraded", "/health degraded")
+        for what, call in calls.items():
+            started = time.monotonic()
+            answer = call()
+            took = time.monotonic() - started
+            assert answer.status_code == 503, (what, answer.text)
+            assert answer.headers["Retry-After"] == "5", what
+            assert took < 10, f"{what} took {took:.1f}s"
+        filler.free()
+        _wait(lambda: server.health()["status"] == "healthy", "/health healthy again")
+        assert calls["keyed POST /message"]().status_code == 200
+        assert calls["POST /webhooks"]().status_code == 201
+    finally:
+        filler.free()
+        assert server.proc.stop() == 0, server.proc.logs()
+    assert "unhandled error" not in server.proc.logs(), server.proc.logs()[-3000:]

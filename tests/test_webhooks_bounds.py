@@ -37,7 +37,7 @@ max_pending_deliveries_per_caller = 8
 max_request_webhooks_per_caller = 6
 max_request_webhooks_per_task = 3
 """
-USERS = {name: ("user", name) for name in ("tess", "pat", "quinn", "rita", "uma")}
+USERS = {name: ("user", name) for name in ("tess", "pat", "quinn", "rita", "uma", "vic")}
 
 
 class Setup:
@@ -98,6 +98,34 @@ def test_a_tasks_events_go_once_to_each_url(setup: Setup) -> None:
 
     for entry in got:  # all signed with the one secret (some came before the first answer)
         Webhook(hook["secret"]).verify(entry["body"], entry["headers"])
+
+
+def test_spellings_of_one_url_are_one_webhook_of_a_task(setup: Setup) -> None:
+    """The sender sends to the same place whatever the case of the scheme, a percent-encoded
+    unreserved character, dot segments, a fragment or a port with a leading zero: one URL,
+    so one webhook of the task and each event once (each spelling was a webhook of its own,
+    and a delivery of every event, up to the per-task bound)."""
+    url = setup.receiver.url("/vic")
+    first = setup.message("vic", "turn 0", webhook={"url": url})
+    task_id, hook = first["task_id"], first["webhook"]
+    port = setup.receiver.port
+    spellings = [
+        f"HTTP://127.0.0.1:{port}/vic",
+        f"http://127.0.0.1:{port}/%76ic",
+        f"http://127.0.0.1:{port}/x/../vic",
+        f"http://127.0.0.1:{port}/vic#again",
+        f"http://127.0.0.1:0{port}/vic",
+    ]
+    for turn, spelling in enumerate(spellings, 1):
+        again = setup.message("vic", f"turn {turn}", task_id=task_id, webhook={"url": spelling})
+        assert again["webhook"]["id"] == hook["id"], spelling
+    assert [h["url"] for h in _request_hooks(setup, "vic")] == [url]
+    setup.receiver.wait_for(len(spellings) + 1, "/vic")
+    time.sleep(1.0)  # (duplicates, if any, come with the last ones)
+    events = [
+        ReceiverProcess.payload(g)["data"]["event_id"] for g in setup.receiver.received("/vic")
+    ]
+    assert len(events) == len(set(events)) == len(spellings) + 1, events
 
 
 def test_message_webhooks_are_bounded_per_task_and_per_caller(setup: Setup) -> None:
@@ -175,6 +203,7 @@ def test_a_callers_waiting_deliveries_are_bounded_in_all(setup: Setup) -> None:
 def test_refusals_are_400_with_the_reason(setup: Setup) -> None:
     for url, says in (
         ("http://127.0.0.1\\@8.8.8.8/", "not a valid URL"),  # the sender's parser refuses it
+        ("http://xn--localhost-/hook", "not a valid URL"),  # a name IDNA cannot read (a 500)
         ("http://10.9.9.9/hook", "allowed_hosts"),  # the guard refuses it
         ("ftp://127.0.0.1/hook", "http:// or https://"),
     ):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from tests.support.outage_server import server_behind_proxy
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
@@ -51,3 +52,47 @@ def test_an_outage_is_one_warning_then_a_recovery_line(tmp_path: Path) -> None:
         assert not lines[at + 1].startswith("Traceback"), lines[at : at + 3]  # no traceback
         proxy.start()
         wait_for(server, "webhooks: delivery rounds recovered after ")
+
+
+def test_webhook_routes_answer_503_while_postgresql_is_away(tmp_path: Path) -> None:
+    """A webhook's creation, listing and delivery log while PostgreSQL is away: 503 with
+    Retry-After, as `GET /tasks` is (each was a 500 with asyncpg's traceback in the log);
+    back to normal once it returns."""
+    with (
+        scratch_schema("mail_hook_routes", BASE_URL) as schema,
+        server_behind_proxy(tmp_path, with_search_path(BASE_URL, schema), "hooks") as outage,
+    ):
+        headers = {"Authorization": f"Bearer {outage.key}"}
+        made = httpx.post(
+            f"{outage.url}/webhooks",
+            json={"url": "https://8.8.8.8/hook", "events": ["*"]},
+            headers=headers,
+            timeout=60,
+        )
+        assert made.status_code == 201, made.text
+        hook = made.json()["id"]
+        calls = {
+            "POST /webhooks": lambda: httpx.post(
+                f"{outage.url}/webhooks",
+                json={"url": "https://8.8.8.8/other", "events": ["*"]},
+                headers=headers,
+                timeout=60,
+            ),
+            "GET /webhooks": lambda: httpx.get(
+                f"{outage.url}/webhooks", headers=headers, timeout=60
+            ),
+            "GET deliveries": lambda: httpx.get(
+                f"{outage.url}/webhooks/{hook}/deliveries", headers=headers, timeout=60
+            ),
+        }
+        outage.proxy.stop()  # PostgreSQL unreachable from here on
+        answers = {what: call() for what, call in calls.items()}
+        outage.proxy.start()
+        back = {what: call().status_code for what, call in calls.items()}
+        logs = outage.server.logs()
+    for what, answer in answers.items():
+        assert answer.status_code == 503, (what, answer.text)
+        assert answer.headers["Retry-After"] == "5", what
+        assert "cannot be reached" in answer.json()["detail"], answer.text
+    assert back == {"POST /webhooks": 201, "GET /webhooks": 200, "GET deliveries": 200}, back
+    assert "unhandled error" not in logs, logs[-3000:]

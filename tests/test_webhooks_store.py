@@ -270,6 +270,23 @@ async def test_a_claim_takes_turns_among_its_candidates(store: WebhookStore) -> 
     assert sorted(r["owner_id"] for r in got) == ["alice", "bob"]  # one each, not two of hers
 
 
+async def test_a_freed_slot_reaches_past_a_backlog_wider_than_the_window(
+    store: WebhookStore,
+) -> None:
+    """Every slot is held (Alice 7 of her 8: she just freed one) and Alice's backlog, due
+    first, is wider than a claim's window: the one free slot goes to Bob, whose delivery
+    fell due behind it, not back to Alice."""
+    for who, count in ((ALICE, 200), (BOB, 1)):
+        await store.add_subscription(subscription(who, destination=f"{who[1]}.test:80"))
+        await store.add_events([event(who) for _ in range(count)])
+        await store.fan_out(SWARM, time.time(), 1000, PENDING)
+    now = time.time()
+    limits = ClaimLimits(1, 100, {}, 8, {ALICE: 7, ("user", "mallory"): 8})
+    assert limits.window < 200
+    got = await store.claim(SWARM, now, limits, "n", now + 30)
+    assert [r["owner_id"] for r in got] == ["bob"]
+
+
 async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)

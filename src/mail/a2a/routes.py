@@ -178,6 +178,8 @@ def _filter_refusal(method: Any, params: Any) -> str | None:
     status = params["status"]
     if status is None or isinstance(status, str) and status in TaskState.keys():
         return None
+    if isinstance(status, str) and status.isdigit():  # a number as text (a query parameter):
+        status = int(status)  # protobuf's JSON reads it as that state
     if isinstance(status, int) and not isinstance(status, bool) and status in TaskState.values():
         return None
     shown = repr(status) if len(repr(status)) <= 60 else repr(status)[:57] + "..."

@@ -111,9 +111,14 @@ async def do_logout(ctx: ReplContext, args: argparse.Namespace) -> None:
     ctx.render.success("logged out (the API key is forgotten for this session)")
 
 
+def not_logged_in(refused: str) -> str:
+    """What a command the server refused for want of a key says after a refused login."""
+    return f"not logged in: the API key given was refused ({refused}); use 'login KEY'"
+
+
 async def do_whoami(ctx: ReplContext, args: argparse.Namespace) -> None:
     if ctx.client.api_key is None and ctx.refused:
-        raise RuntimeError(f"not logged in: the API key given was refused ({ctx.refused})")
+        raise RuntimeError(not_logged_in(ctx.refused))
     identity = await ctx.client.get_whoami()
     if _shown_as_json(ctx, args, identity):
         return

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from mail.client import MAILClient, MAILClientError
 from mail.client_config import ClientConfig
-from mail.repl.handlers import HANDLERS, ReplContext, ReplQuit
+from mail.repl.handlers import HANDLERS, ReplContext, ReplQuit, not_logged_in
 from mail.repl.parser import (
     ReplHelpShown,
     ReplUsageError,
@@ -210,7 +210,12 @@ class MAILREPL:
         except ReplUsageError as exc:
             self._usage_error(exc)
         except MAILClientError as exc:
-            self.render.error(f"HTTP {exc.status}: {_detail_text(exc.detail)}")
+            context = self.context
+            if exc.status == 401 and context.refused and context.client.api_key is None:
+                # The client forgot the refused key: "no API key provided" is not the story.
+                self.render.error(not_logged_in(context.refused))
+            else:
+                self.render.error(f"HTTP {exc.status}: {_detail_text(exc.detail)}")
         except (RuntimeError, ValueError) as exc:
             self.render.error(str(exc))
         except Exception as exc:  # a bug of ours must not kill the session

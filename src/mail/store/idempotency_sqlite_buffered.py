@@ -258,7 +258,14 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
     # -- the buffer and the per-caller filters ---------------------------------------------
     async def _settle(self) -> None:
         """Everything queued in the task store's buffer committed (a read or a write on the
-        file then sees the key rows queued before it)."""
+        file then sees the key rows queued before it); StoreUnavailableError at once while
+        the task store reports an outage (a full disk: it waited `FLUSH_TIMEOUT` then), else
+        after `FLUSH_TIMEOUT`."""
+        if self._degraded() and (self._buffer is None or self._buffer.pending):
+            raise StoreUnavailableError(
+                "the store cannot write (see GET /status): the request's Idempotency-Key is "
+                "not stored; retry later"
+            )
         if not await self.tasks.flush(FLUSH_TIMEOUT):
             raise StoreUnavailableError(
                 "idempotency keys cannot be read: the task store's pending writes were not "
@@ -279,11 +286,6 @@ class BufferedSqliteIdempotencyStore(SqliteIdempotencyStore):
                 return
         elif self._buffer is not None and not self._buffer.pending:
             return
-        if self._degraded():
-            raise StoreUnavailableError(
-                "the store cannot write (see GET /status): the request's Idempotency-Key is "
-                "not stored; retry later"
-            )
         await self._settle()
 
     def settled(self, scope: InstanceKey, key: str) -> bool:

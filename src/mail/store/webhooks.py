@@ -372,6 +372,26 @@ class ClaimLimits:
     def saturated_owners(self) -> list[Owner]:
         return sorted(o for o, n in self.owners_in_flight.items() if n >= self.per_owner)
 
+    def look_past(
+        self, candidates: Sequence[Mapping[str, Any]], found: int, left_out: Sequence[Owner]
+    ) -> list[Owner] | None:
+        """The owners the claim's next reading of the due deliveries leaves out, or None when
+        it has read enough. A reading that filled its `window` (`found` rows) may hide,
+        behind the backlog of the owners it found, the first due delivery of an owner with
+        fewer attempts under way, who must go first: when every slot was held by owners at
+        their share, the one an owner freed went back to that owner, whose backlog filled
+        the window, until all of it had been tried. Enough: the window was not full, or the
+        owners found with nothing under way would take every slot anyway (an owner found
+        later falls due later and loses the tie). Each reading finds a new owner, and only
+        owners with attempts under way (at most `max_in_flight`) or `total` owners without
+        are read past, so the readings are bounded."""
+        if found < self.window:
+            return None
+        seen = {(row["owner_role"], row["owner_id"]) for row in candidates}
+        if sum(1 for o in seen if not self.owners_in_flight.get(o)) >= self.total:
+            return None
+        return sorted(seen.union(left_out))
+
     def choose(self, candidates: Sequence[Mapping[str, Any]]) -> list[str]:
         """Delivery ids to claim from `candidates` (the `window` first due, past the
         saturated destinations and owners; each with its ``owner_rank``: its place among its

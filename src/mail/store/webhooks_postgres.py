@@ -9,12 +9,21 @@ server that dies holding one loses it when the lease runs out: another server ta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from mail.store.postgres_schema import ensure_schema, missing_tables, normalize_dsn, open_pool
+from mail.store.base import StoreUnavailableError
+from mail.store.postgres import is_transient_error
+from mail.store.postgres_schema import (
+    ensure_schema,
+    missing_tables,
+    normalize_dsn,
+    open_pool,
+    refusal_reason,
+)
 from mail.store.webhooks import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
@@ -28,6 +37,7 @@ from mail.store.webhooks import (
     ClaimLimits,
     Finished,
     OverQuota,
+    Owner,
     PendingLimits,
     Record,
     SubscriptionCache,
@@ -171,10 +181,24 @@ class PostgresWebhookStore(WebhookStore):
             except Exception:  # noqa: BLE001 - closing goes on
                 pool.terminate()
 
-    def _conn(self) -> Any:
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Any]:
+        """A pooled connection. PostgreSQL out of reach (down, restarting, its connections
+        dropped) while it is used is the stores' StoreUnavailableError (a 503 with
+        Retry-After), as for the task store (`mail.store.pg_unreachable`), not the driver's
+        error (a 500)."""
         if self._pool is None:
             raise RuntimeError("the PostgreSQL webhook store is not started")
-        return self._pool.acquire()
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except Exception as exc:
+            if isinstance(exc, StoreUnavailableError) or not is_transient_error(exc):
+                raise
+            raise StoreUnavailableError(
+                f"the database of the webhooks cannot be reached now ({refusal_reason(exc)}); "
+                "try again later"
+            ) from exc
 
     # -- subscriptions ------------------------------------------------------------------
     async def add_subscription(
@@ -341,15 +365,20 @@ class PostgresWebhookStore(WebhookStore):
         self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
     ) -> list[Record]:
         async with self._conn() as conn, conn.transaction():
-            rows = await conn.fetch(
-                _CLAIM_SQL,
-                swarm_name,
-                now,
-                limits.saturated(),
-                [f"{role}\x1f{owner_id}" for role, owner_id in limits.saturated_owners()],
-                limits.window,
-            )
-            candidates = rank_by_owner([dict(r) for r in rows])
+            rows: list[Record] = []
+            left_out: list[Owner] | None = limits.saturated_owners()
+            while left_out is not None:
+                found = await conn.fetch(
+                    _CLAIM_SQL,
+                    swarm_name,
+                    now,
+                    limits.saturated(),
+                    [f"{role}\x1f{owner_id}" for role, owner_id in left_out],
+                    limits.window,
+                )
+                rows.extend(dict(r) for r in found)
+                left_out = limits.look_past(rows, len(found), left_out)
+            candidates = rank_by_owner(rows)
             chosen = limits.choose(candidates)
             if not chosen:
                 return []

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from mail.store.base import StoreUnavailableError
 from mail.store.sqlite_schema import open_database, transaction
 from mail.store.webhooks import (
     ATTEMPT_COLUMNS,
@@ -31,6 +32,7 @@ from mail.store.webhooks import (
     FanOutIndex,
     Finished,
     OverQuota,
+    Owner,
     PendingLimits,
     Record,
     SubscriptionCache,
@@ -42,6 +44,8 @@ from mail.store.webhooks import (
     plan_fan_out,
     rank_by_owner,
 )
+
+T = TypeVar("T")
 
 
 def _insert(table: str, columns: Sequence[str], conflict: str = "") -> str:
@@ -219,17 +223,22 @@ def _claim(
 ) -> list[Record]:
     saturated = limits.saturated()
     skip = f" AND s.destination NOT IN ({_marks(saturated)})" if saturated else ""
-    busy = limits.saturated_owners()
-    skip += "".join(" AND NOT (s.owner_role = ? AND s.owner_id = ?)" for _ in busy)
-    rows = conn.execute(  # read first: see _fan_out
-        f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
-        " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
-        " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
-        " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
-        f"{skip} ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
-        (swarm, now, now, *saturated, *(part for pair in busy for part in pair), limits.window),
-    ).fetchall()
-    candidates = rank_by_owner([dict(r) for r in rows])
+    rows: list[Record] = []
+    left_out: list[Owner] | None = limits.saturated_owners()
+    while left_out is not None:
+        found = conn.execute(  # read first: see _fan_out
+            f"SELECT {_DELIVERY}, {_SENDING} FROM webhook_deliveries d"
+            " JOIN webhook_subscriptions s ON s.subscription_id = d.subscription_id"
+            " WHERE d.swarm_name = ? AND d.status = 'pending' AND d.next_attempt_at <= ?"
+            " AND (d.lease_until IS NULL OR d.lease_until < ?) AND s.active = 1"
+            + skip
+            + "".join(" AND NOT (s.owner_role = ? AND s.owner_id = ?)" for _ in left_out)
+            + " ORDER BY d.next_attempt_at, d.created_at LIMIT ?",
+            (swarm, now, now, *saturated, *(p for pair in left_out for p in pair), limits.window),
+        ).fetchall()
+        rows.extend(dict(r) for r in found)
+        left_out = limits.look_past(rows, len(found), left_out)
+    candidates = rank_by_owner(rows)
     chosen = limits.choose(candidates)
     if not chosen:
         return []
@@ -365,6 +374,17 @@ class SqliteWebhookStore(WebhookStore):
             self._started = False
             await self.db.release()
 
+    async def _run(self, fn: Callable[..., T], *args: Any, **options: Any) -> T:
+        """`fn(conn, *args)` on the database's thread; a database that does not take it now
+        (a full disk, another process's lock: every OperationalError) is the stores'
+        StoreUnavailableError (a 503 with Retry-After), not the driver's error (a 500)."""
+        try:
+            return await self.db.run(fn, *args, **options)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailableError(
+                f"the webhook store cannot be used now ({exc}); try again later"
+            ) from exc
+
     async def _write(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """`sql` for each of `rows`, in one transaction; the rows changed. (Nothing of the
         connection, a cursor included, leaves its thread: a cursor let go of on the loop's
@@ -374,7 +394,7 @@ class SqliteWebhookStore(WebhookStore):
             with transaction(conn):
                 return conn.executemany(sql, rows).rowcount
 
-        return await self.db.run(run)  # type: ignore[no-any-return]
+        return await self._run(run)  # type: ignore[no-any-return]
 
     # -- subscriptions ------------------------------------------------------------------
     async def add_subscription(
@@ -385,10 +405,10 @@ class SqliteWebhookStore(WebhookStore):
         same: Sequence[str] = (),
         refresh: Sequence[str] = (),
     ) -> Record:
-        return await self.db.run(_add_subscription, sub, bounds, same, refresh)  # type: ignore[no-any-return]
+        return await self._run(_add_subscription, sub, bounds, same, refresh)  # type: ignore[no-any-return]
 
     async def get_subscription(self, subscription_id: str) -> Record | None:
-        found = await self.db.run(
+        found = await self._run(
             lambda c: _subscriptions(c, "subscription_id = ?", (subscription_id,))
         )
         return found[0] if found else None
@@ -411,7 +431,7 @@ class SqliteWebhookStore(WebhookStore):
         if task_id is not None:
             where.append("task_id = ?")
             args.append(task_id)
-        return await self.db.run(lambda c: _subscriptions(c, " AND ".join(where), args))  # type: ignore[no-any-return]
+        return await self._run(lambda c: _subscriptions(c, " AND ".join(where), args))  # type: ignore[no-any-return]
 
     async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
         changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
@@ -427,10 +447,10 @@ class SqliteWebhookStore(WebhookStore):
                 found = _subscriptions(conn, "subscription_id = ?", (subscription_id,))
             return found[0] if found else None
 
-        return await self.db.run(run)  # type: ignore[no-any-return]
+        return await self._run(run)  # type: ignore[no-any-return]
 
     async def delete_subscription(self, subscription_id: str) -> bool:
-        return await self.db.run(_delete_subscription, subscription_id)  # type: ignore[no-any-return]
+        return await self._run(_delete_subscription, subscription_id)  # type: ignore[no-any-return]
 
     # -- outbox and deliveries ------------------------------------------------------------
     async def add_events(self, events: Sequence[Record]) -> None:
@@ -444,7 +464,7 @@ class SqliteWebhookStore(WebhookStore):
         # Tasks no subscription can match write no event (mail.webhooks.interest), so a
         # server without subscriptions runs no round.
         # (`wait` needs nothing here: every job of the file runs on that one thread.)
-        planned: int = await self.db.run(
+        planned: int = await self._run(
             _fan_out, swarm_name, now, limit, pending, self._subs, pages=4
         )
         self.db.note_written(planned // 4)  # delivery rows, a few per page
@@ -453,15 +473,15 @@ class SqliteWebhookStore(WebhookStore):
     async def add_deliveries(
         self, deliveries: Sequence[Record], pending: PendingLimits, *, refuse: bool = False
     ) -> None:
-        await self.db.run(_add_deliveries, list(deliveries), pending, refuse)
+        await self._run(_add_deliveries, list(deliveries), pending, refuse)
 
     async def claim(
         self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
     ) -> list[Record]:
-        return await self.db.run(_claim, swarm_name, now, limits, owner, lease_until)  # type: ignore[no-any-return]
+        return await self._run(_claim, swarm_name, now, limits, owner, lease_until)  # type: ignore[no-any-return]
 
     async def finish_many(self, finished: Sequence[Finished]) -> None:
-        await self.db.run(_finish, list(finished))
+        await self._run(_finish, list(finished))
 
     async def get_delivery(self, delivery_id: str) -> Record | None:
         def run(conn: sqlite3.Connection) -> Record | None:
@@ -470,7 +490,7 @@ class SqliteWebhookStore(WebhookStore):
             ).fetchall()
             return _with_attempts(conn, rows)[0] if rows else None
 
-        return await self.db.run(run)  # type: ignore[no-any-return]
+        return await self._run(run)  # type: ignore[no-any-return]
 
     async def list_deliveries(
         self,
@@ -497,13 +517,13 @@ class SqliteWebhookStore(WebhookStore):
             ).fetchall()
             return _with_attempts(conn, rows)
 
-        return await self.db.run(run)  # type: ignore[no-any-return]
+        return await self._run(run)  # type: ignore[no-any-return]
 
     async def retry(self, delivery_id: str, now: float, pending: PendingLimits) -> Record | None:
-        return await self.db.run(_retry, delivery_id, now, pending)  # type: ignore[no-any-return]
+        return await self._run(_retry, delivery_id, now, pending)  # type: ignore[no-any-return]
 
     async def pending_count(self, swarm_name: str) -> int:
-        row = await self.db.run(
+        row = await self._run(
             lambda c: c.execute(
                 "SELECT count(*) FROM webhook_deliveries WHERE swarm_name = ?"
                 " AND status = 'pending'",
@@ -520,4 +540,4 @@ class SqliteWebhookStore(WebhookStore):
         )
 
     async def cleanup(self, now: float, retention: float) -> int:
-        return await self.db.run(_cleanup, now, retention)  # type: ignore[no-any-return]
+        return await self._run(_cleanup, now, retention)  # type: ignore[no-any-return]

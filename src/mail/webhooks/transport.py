@@ -49,8 +49,10 @@ def destination_of(url: str) -> str:
 
 def check_url_form(url: object, max_chars: int) -> str:
     """The URL if it is a well-formed http(s) URL with a host, as the sending client reads
-    it (what it would refuse to send is refused now, not retried for a day); raises
-    UrlRefused."""
+    it (what it would refuse to send is refused now, not retried for a day), in the form it
+    sends (scheme and host in lower case, no default port, dot segments resolved, unreserved
+    characters decoded, no fragment): two spellings of one URL are one URL, so a task's
+    events go to it once; raises UrlRefused."""
     if not isinstance(url, str) or not url.strip():
         raise UrlRefused("parameter 'url' must be a non-empty string")
     url = url.strip()
@@ -66,13 +68,14 @@ def check_url_form(url: object, max_chars: int) -> str:
     try:
         parts = parse_url(url)
         parts.port  # noqa: B018 - raises on a bad port
+        parts.host  # noqa: B018 - raises on a name IDNA cannot read
     except ValueError as exc:
         raise UrlRefused(f"parameter 'url' is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.raw_host:
         raise UrlRefused("parameter 'url' must be an http:// or https:// URL with a host")
     if parts.port == 0:
         raise UrlRefused("parameter 'url' names port 0, which no receiver listens on")
-    return url
+    return str(parts.with_fragment(None))
 
 
 @dataclass(frozen=True)

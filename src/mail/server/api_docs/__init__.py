@@ -74,7 +74,9 @@ async def _openapi(request: Request) -> Response:
 
 
 async def _redirect(request: Request) -> Response:
-    return RedirectResponse(DOCS_PATH + "/", status_code=308, headers=SECURITY_HEADERS)
+    # Relative ("docs/"): behind a proxy's path prefix (/mail/docs) it stays under it.
+    target = DOCS_PATH.rsplit("/", 1)[-1] + "/"
+    return RedirectResponse(target, status_code=308, headers=SECURITY_HEADERS)
 
 
 async def _index(request: Request) -> Response:

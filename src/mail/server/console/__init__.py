@@ -75,8 +75,10 @@ def _asset(relative: str) -> Response:
 
 
 async def _redirect(request: Request) -> Response:
-    # Relative asset URLs in index.html need the trailing slash.
-    return RedirectResponse(CONSOLE_PATH + "/", status_code=308, headers=SECURITY_HEADERS)
+    # Relative asset URLs in index.html need the trailing slash. The target is relative
+    # ("ui/"), so behind a proxy's path prefix (/mail/ui) it stays under it (/mail/ui/).
+    target = CONSOLE_PATH.rsplit("/", 1)[-1] + "/"
+    return RedirectResponse(target, status_code=308, headers=SECURITY_HEADERS)
 
 
 async def _index(request: Request) -> Response:
