@@ -78,6 +78,7 @@ class _Task:
         self.task_id = task_id
         self.events: list = []
         self.response = {"message": {"body": "done"}}
+        self.files: dict = {}
 
 
 class _Runtime:
