@@ -22,17 +22,22 @@ The kit's pytest runs with the kit's own interpreter (``<tck>/.venv/bin/python``
 folder; the server with this repository's. Runs take a few minutes (the kit waits on streams
 and timeouts). ``TCK_STREAMING_TIMEOUT`` is passed through when set.
 
-Two defects of the kit (a2aproject/a2a-tck at 410ba92) are worked around here, without touching
-the checkout, and the results say so:
+Three defects of the kit (a2aproject/a2a-tck at 410ba92) are worked around here, without
+touching the checkout, and the results (bench/results-a2a-tck.md) say so:
 
 * it sends A2A 1.0 method names without the ``A2A-Version`` header, which A2A 1.0 reads as
   0.3: the header goes in through the kit's own setting for extra headers
   (``A2A_AUTH_HEADERS``, with the bearer key);
 * its HTTP+JSON client joins each path to the interface's URL with ``urljoin(url,
   "/message:send")``, which drops the URL's own path (``/a2a``): every REST request went to
-  the server's root (``GET /tasks`` reached MAIL's own task list). A pytest plugin written to
-  the work folder (``-p tck_rest_paths``) makes that join keep the path; ``--as-is`` leaves
-  the kit alone.
+  the server's root (``GET /tasks`` reached MAIL's own task list);
+* its HTTP+JSON client keeps one ``httpx.AsyncClient`` for the whole run while each async test
+  runs on an event loop of its own: from the second streaming test on, every REST stream failed
+  with "Event loop is closed" before reaching the server.
+
+A pytest plugin written to the work folder (``-p tck_rest_paths``) makes that join keep the path
+and gives the REST client a fresh async client on each event loop; ``--as-is`` leaves the kit
+alone (the header still goes in).
 """
 
 from __future__ import annotations
@@ -66,8 +71,11 @@ CATEGORIES = {
 }
 EQUIVALENCE = ("transport-equivalence", "tests/optional/multi_transport/")
 
-# The kit's REST client with its paths kept under the interface's URL (see the module doc).
+# The kit's REST client with its paths kept under the interface's URL, and an async client of
+# the running event loop (see the module doc).
 REST_PATHS_PLUGIN = """
+import asyncio
+
 import tck.config  # first, as the kit's conftest does (its modules import each other)
 import tck.transport.rest_client as rest_client
 
@@ -77,6 +85,18 @@ def _keep_the_path(base, path):
 
 
 rest_client.urljoin = _keep_the_path
+
+_one_for_the_run = rest_client.RESTClient.async_client
+
+
+def _one_per_loop(self):
+    loop = asyncio.get_running_loop()
+    if getattr(self, "_mail_bench_loop", None) is not loop:
+        self._async_client, self._mail_bench_loop = None, loop
+    return _one_for_the_run.fget(self)
+
+
+rest_client.RESTClient.async_client = property(_one_per_loop)
 """
 
 SERVER_SETTINGS = """
@@ -149,6 +169,13 @@ def _summarize(label: str, report: Path) -> list[str]:
     ]
 
 
+def _commit(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "commit unknown"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tck", type=Path, required=True, help="a local a2a-tck checkout")
@@ -193,8 +220,8 @@ def main() -> int:
                     filter(None, [str(work), env.get("PYTHONPATH")])
                 )
                 plugins.append("tck_rest_paths")
-                print("the kit's REST client keeps the interface's path (tck_rest_paths)")
-            print(f"mail server at {server.base_url}; a2a-tck at {tck}")
+                print("the kit's REST client: the interface's path, a client per event loop")
+            print(f"mail server at {server.base_url}; a2a-tck at {tck} ({_commit(tck)})")
             for category in chosen:
                 if category == EQUIVALENCE[0]:
                     runs = [(",".join(transports), EQUIVALENCE[1])]
