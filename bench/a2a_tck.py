@@ -160,7 +160,7 @@ def _summarize(label: str, report: Path) -> list[str]:
     print(
         f"{label:38} passed {counts['passed']:3}  failed {counts['failed']:3}  "
         f"skipped {counts['skipped']:3}  error {counts['error']:3}  "
-        f"xfailed {counts['xfailed']:3}"
+        f"xfailed {counts['xfailed']:3}  xpassed {counts['xpassed']:3}"
     )
     return [
         f"[{label}] {t['nodeid']}: {_reason(t)}"
