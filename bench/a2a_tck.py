@@ -38,6 +38,13 @@ touching the checkout, and the results (bench/results-a2a-tck.md) say so:
 A pytest plugin written to the work folder (``-p tck_rest_paths``) makes that join keep the path
 and gives the REST client a fresh async client on each event loop; ``--as-is`` leaves the kit
 alone (the header still goes in).
+
+``--return-immediately`` is a check of the kit's own assumption, not a workaround: its
+reference agent leaves every task working, so many of its tests cancel, list or message a task
+they expect still working after a blocking send. With this flag a second plugin
+(``tck_return_immediately``) adds ``"returnImmediately": true`` to every ``SendMessage`` the
+kit's clients send; with ``--latency-ms 15000`` the tasks are then still working when the kit
+looks at them.
 """
 
 from __future__ import annotations
@@ -102,6 +109,28 @@ rest_client.RESTClient.async_client = property(_one_per_loop)
 SERVER_SETTINGS = """
 [server.webhooks]
 allowed_hosts = ["127.0.0.1", "localhost"]
+"""
+
+
+# Every SendMessage of the kit's clients asks returnImmediately (``--return-immediately``).
+RETURN_IMMEDIATELY_PLUGIN = """
+import tck.config  # first, as the kit's conftest does
+import tck.transport.jsonrpc_client as jsonrpc_client
+import tck.transport.rest_client as rest_client
+
+
+def _returning_immediately(client_class):
+    send = client_class.send_message
+
+    def send_message(self, message, configuration=None, extra_headers=None):
+        configuration = {"returnImmediately": True, **(configuration or {})}
+        return send(self, message, configuration=configuration, extra_headers=extra_headers)
+
+    client_class.send_message = send_message
+
+
+_returning_immediately(jsonrpc_client.JSONRPCClient)
+_returning_immediately(rest_client.RESTClient)
 """
 
 
@@ -190,6 +219,11 @@ def main() -> int:
     parser.add_argument(
         "--as-is", action="store_true", help="no workaround for the kit's REST path joining"
     )
+    parser.add_argument(
+        "--return-immediately",
+        action="store_true",
+        help="every SendMessage of the kit asks returnImmediately (see the module doc)",
+    )
     parser.add_argument("--keep", type=Path, help="keep reports and the server's log here")
     args = parser.parse_args()
     tck = args.tck.resolve()
@@ -216,11 +250,18 @@ def main() -> int:
             plugins: list[str] = []
             if not args.as_is:
                 (work / "tck_rest_paths.py").write_text(REST_PATHS_PLUGIN, encoding="utf-8")
+                plugins.append("tck_rest_paths")
+                print("the kit's REST client: the interface's path, a client per event loop")
+            if args.return_immediately:
+                (work / "tck_return_immediately.py").write_text(
+                    RETURN_IMMEDIATELY_PLUGIN, encoding="utf-8"
+                )
+                plugins.append("tck_return_immediately")
+                print("every SendMessage of the kit asks returnImmediately")
+            if plugins:
                 env["PYTHONPATH"] = os.pathsep.join(
                     filter(None, [str(work), env.get("PYTHONPATH")])
                 )
-                plugins.append("tck_rest_paths")
-                print("the kit's REST client: the interface's path, a client per event loop")
             print(f"mail server at {server.base_url}; a2a-tck at {tck} ({_commit(tck)})")
             for category in chosen:
                 if category == EQUIVALENCE[0]:
