@@ -286,3 +286,37 @@ def test_a_background_task_survives_kill_9_right_after_its_202(
         assert made.worker_calls("SLOW 1 survivor") in (1, 2)
     finally:
         made.stop()
+
+
+def test_a_stored_task_whose_instance_cannot_be_made_any_more_is_marked_failed(
+    tmp_path: Path,
+) -> None:
+    made = Deployment(tmp_path)
+    try:
+        r = made.post({"body": "ASK SLOW 30 doomed", "background": True})
+        assert r.status_code == 202, r.text
+        task_id = r.json()["task_id"]
+        assert made.server.proc is not None
+        made.server.proc.kill()
+        made.server.proc.wait(10)
+        # The swarm's agents cannot be made any more: the start-up resume gives up on them,
+        # in one line, and marks the task failed.
+        made.env = {**made.env, "MAIL_MULTITASK_BROKEN_FACTORY": "the model key is gone"}
+        made.server = made.start()
+        deadline = time.monotonic() + 60
+        while "they are marked failed" not in (logs := made.server.logs()):
+            assert time.monotonic() < deadline, logs
+            time.sleep(0.05)
+        line = next(x for x in logs.splitlines() if "they are marked failed" in x)
+        assert "user:alice" in line and "the model key is gone" in line
+        made.server.stop()
+        # Mended, the server does not run it again: it is failed, with the reason.
+        made.env.pop("MAIL_MULTITASK_BROKEN_FACTORY")
+        made.server = made.start()
+        record = made.get(f"/task?task_id={task_id}").json()
+        assert record["state"] == "failed" and record["completed"] is True, record
+        assert "could not be loaded after a restart" in record["answer"], record
+        assert "the model key is gone" in record["answer"], record
+        assert made.worker_calls("SLOW 30 doomed") <= 1
+    finally:
+        made.stop()
