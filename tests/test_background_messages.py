@@ -13,6 +13,7 @@ continues the task by itself (nobody asks for it), and its webhook is delivered.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 import uuid
@@ -23,7 +24,11 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.multitask_agents import swarms_json
-from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
+from tests.support.store_backends import (  # noqa: F401 - fixture
+    DurableStore,
+    durable_store,
+    scratch_durable_store,
+)
 from tests.support.webhook_receiver import ReceiverProcess
 from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
@@ -320,3 +325,70 @@ def test_a_stored_task_whose_instance_cannot_be_made_any_more_is_marked_failed(
         assert made.worker_calls("SLOW 30 doomed") <= 1
     finally:
         made.stop()
+
+
+def test_two_servers_started_together_on_one_database_resume_a_task_once(
+    database: str,  # noqa: F811 - requires PostgreSQL
+    tmp_path: Path,
+) -> None:
+    with scratch_durable_store("postgres", tmp_path, "mail_bg_two") as store:
+        made = Deployment(tmp_path, store.env)
+        other: SingleServerProcess | None = None
+        try:
+            hook = made.hook("/once")
+            r = made.post({"body": "ASK SLOW 2 once", "background": True, "webhook": hook})
+            assert r.status_code == 202, r.text
+            task_id = r.json()["task_id"]
+            deadline = time.monotonic() + 30
+            while not made.worker_calls("SLOW 2 once"):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert made.server.proc is not None
+            made.server.proc.kill()  # the worker's call is cut short
+            made.server.proc.wait(10)
+            made.receiver.secrets("/once", r.json()["webhook"]["secret"])
+            # Two servers on the database, each in a folder of its own, started together.
+            second = tmp_path / "second"
+            (second / "registries").mkdir(parents=True)
+            shutil.copy(tmp_path / "registries" / "keys.json", second / "registries")
+            servers = []
+            for folder in (tmp_path, second):
+                port = free_port()
+                config = write_config(
+                    folder,
+                    port=port,
+                    swarm="bg",
+                    source=str(tmp_path / "swarms.json"),
+                    extra=SETTINGS,
+                )
+                args = ["--config", str(config)]
+                servers.append(SingleServerProcess(folder, port, args=args, env=made.env))
+            made.server, other = servers
+            for server in servers:
+                server.start(wait=False)
+            for server in servers:
+                server.wait_healthy()
+            payload = made.completed("/once")
+            assert payload["data"]["task_id"] == task_id
+            assert payload["data"]["summary"] == "done: worked: once"
+            # Each server made up its mind: one continued the task, the other left it alone.
+            deadline = time.monotonic() + 30
+            while True:
+                logs = [server.logs() for server in servers]
+                went_on = [x for x in logs if "continuing the running tasks of user:alice" in x]
+                left = [x for x in logs if "tasks of user:alice are left to the server" in x]
+                if went_on and left:
+                    break
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.05)
+            assert len(went_on) == len(left) == 1
+            # The call the kill cut short, then its one re-run; one completion delivered.
+            assert made.worker_calls("SLOW 2 once") == 2
+            deliveries = [
+                ReceiverProcess.payload(entry)["type"] for entry in made.receiver.received("/once")
+            ]
+            assert deliveries.count("task.completed") == 1, deliveries
+        finally:
+            if other is not None:
+                other.stop()
+            made.stop()

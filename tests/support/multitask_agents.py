@@ -72,6 +72,7 @@ def factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     broken = os.environ.get("MAIL_MULTITASK_BROKEN_FACTORY")
     if broken:  # a swarm whose instances can no longer be made (a credential gone, ...)
         raise RuntimeError(broken)
+
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
         incoming = _incoming(history)
         kind, sender, body = incoming[-1] if incoming else ("", "", "")

@@ -22,8 +22,10 @@ as its tasks are done and nothing uses it, so the caller's next request makes on
 key. A caller whose instance cannot be made any more (its swarm's factory fails, ...) gets its
 running tasks marked failed, with the reason as their answer. With PostgreSQL (several
 servers may share the database) the instance's fencing generation is claimed first
-(store/fencing.py): of two servers that both resume it, the later claim wins and the other
-stops its copy at its next write.
+(store/fencing.py), unless another server claimed it in the last ``RESUME_CLAIM_WINDOW``
+seconds: of two servers started together, one resumes the tasks. A server that claims it later
+(started later, or a request it serves) takes it over: the other's writes for it are dropped
+and it stops its copy (`_lost`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ INSTANCE_KINDS = ("admin", "user", "swarm")
 _SHUTDOWN_GRACE = 5.0
 # Who claims an instance's fencing generation at start-up resume (kept with the claim).
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}:server"
+# Seconds during which another server's claim of an instance keeps a starting server from
+# resuming its tasks (two servers started together on one database: one resumes them).
+RESUME_CLAIM_WINDOW = 30.0
 
 
 class ArchivedTask(dict[str, Any]):
@@ -183,6 +188,7 @@ class InstanceManager:
         # Instances whose fencing generation this server claimed (start-up resume on a
         # shared database): a later claim by another server stops them (`_lost`).
         self._claimed: set[tuple[str, str]] = set()
+        self._fresh_claims: set[tuple[str, str]] = set()  # claimed, not made yet
         self._closed = False
         self._closing = asyncio.Event()  # set by close(): the reaper ends after its current round
 
@@ -237,10 +243,11 @@ class InstanceManager:
         keyless: bool = False,
     ) -> Instance:
         kind, caller_id = key
-        if key in self._claimed:
+        if key in self._claimed and key not in self._fresh_claims:
             # Made again where another server may have claimed it since: this one's writes
             # must win from now on (the other stops its copy at its next write).
             await self._claim(key)
+        self._fresh_claims.discard(key)
         if replacing is not None:
             # Its runtime loop died (it shouldn't); replace the instance rather than hang.
             logger.error("instance %s:%s had stopped; creating a new one", *key)
@@ -448,8 +455,13 @@ class InstanceManager:
             if key in self._instances or key in self._creating:
                 continue  # its caller came first
             try:
-                if self._shares_database():
-                    self._claimed.add(key)  # claimed as it is made (`_create`)
+                if self._shares_database() and not await self._claim_unless_served(store_key):
+                    logger.info(
+                        "the running tasks of %s:%s are left to the server that claimed its "
+                        "instance",
+                        *key,
+                    )
+                    continue
                 await self.get(key[0], key[1], "")
             except Exception as exc:  # noqa: BLE001 - one caller must not stop the others
                 if self._closed:
@@ -462,17 +474,31 @@ class InstanceManager:
 
     def _shares_database(self) -> bool:
         """Whether other servers may use the store (PostgreSQL): claims fence them off."""
-        return getattr(self.store, "backend", "") == "postgres" and hasattr(
-            self.store, "claim_generation"
-        )
+        return hasattr(self.store, "claim_unless_fresh")
 
-    async def _claim(self, key: tuple[str, str]) -> None:
-        from mail.store import InstanceKey
-
+    def _watch_claims(self, key: tuple[str, str]) -> Any:
         store = self.store
         assert store is not None
         if getattr(store, "on_fenced", None) is None:
             store.on_fenced = self._lost
+        self._claimed.add(key)
+        return store
+
+    async def _claim_unless_served(self, store_key: Any) -> bool:
+        """Claim the instance for its start-up resume, unless another server claimed it moments
+        ago (two servers started together: one resumes it)."""
+        key = (store_key.caller_role, store_key.caller_id)
+        store = self._watch_claims(key)
+        if await store.claim_unless_fresh(store_key, _HOLDER, RESUME_CLAIM_WINDOW) is None:
+            self._claimed.discard(key)
+            return False
+        self._fresh_claims.add(key)
+        return True
+
+    async def _claim(self, key: tuple[str, str]) -> None:
+        from mail.store import InstanceKey
+
+        store = self._watch_claims(key)
         await store.claim_generation(InstanceKey(self.swarm_name, *key), _HOLDER)
 
     def _lost(self, store_key: Any) -> None:
