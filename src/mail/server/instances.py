@@ -17,9 +17,9 @@ Start-up resume (`resume_soon`): after a restart (a kill -9 too) the server load
 another, the instances of up to ``[server.settings] resume_instances_at_start`` callers that
 have running tasks in the store, so those tasks continue without waiting for a request from
 their caller (a background message whose caller only waits for a webhook). Such an instance is
-made without the caller's key (its agents' ``user_token`` is empty): it is reclaimed as soon
-as its tasks are done and nothing uses it, so the caller's next request makes one with its
-key. A caller whose instance cannot be made any more (its swarm's factory fails, ...) gets its
+made without the caller's key (its agents' ``user_token`` is empty): the reaper reclaims it
+as soon as its tasks are done and nothing uses it (idle or not), so the caller's next request
+makes one with its key. A caller whose instance cannot be made any more (its swarm's factory fails, ...) gets its
 running tasks marked failed, with the reason as their answer. With PostgreSQL (several
 servers may share the database) the instance's fencing generation is claimed first
 (store/fencing.py), unless another server claimed it in the last ``RESUME_CLAIM_WINDOW``
@@ -46,8 +46,7 @@ logger = logging.getLogger("mail.server.instances")
 
 INSTANCE_KINDS = ("admin", "user", "swarm")
 _SHUTDOWN_GRACE = 5.0
-# Who claims an instance's fencing generation at start-up resume (kept with the claim).
-_HOLDER = f"{socket.gethostname()}:{os.getpid()}:server"
+
 # Seconds during which another server's claim of an instance keeps a starting server from
 # resuming its tasks (two servers started together on one database: one resumes them).
 RESUME_CLAIM_WINDOW = 30.0
@@ -112,6 +111,11 @@ class Instance:
         except Exception:  # a broken instance shouldn't block reclaiming
             return False
         return any(getattr(t, "is_running", False) for t in tasks.values())
+
+
+def _holder() -> str:
+    """Who claims an instance's fencing generation here (kept with the claim): this process."""
+    return f"{socket.gethostname()}:{os.getpid()}:server"
 
 
 def _reraise_own_cancellation() -> None:
@@ -489,7 +493,7 @@ class InstanceManager:
         ago (two servers started together: one resumes it)."""
         key = (store_key.caller_role, store_key.caller_id)
         store = self._watch_claims(key)
-        if await store.claim_unless_fresh(store_key, _HOLDER, RESUME_CLAIM_WINDOW) is None:
+        if await store.claim_unless_fresh(store_key, _holder(), RESUME_CLAIM_WINDOW) is None:
             self._claimed.discard(key)
             return False
         self._fresh_claims.add(key)
@@ -499,7 +503,7 @@ class InstanceManager:
         from mail.store import InstanceKey
 
         store = self._watch_claims(key)
-        await store.claim_generation(InstanceKey(self.swarm_name, *key), _HOLDER)
+        await store.claim_generation(InstanceKey(self.swarm_name, *key), _holder())
 
     def _lost(self, store_key: Any) -> None:
         """Another server claimed this instance after us: stop our copy (its writes are
