@@ -279,10 +279,12 @@ def test_a_background_task_survives_kill_9_right_after_its_202(
         made.server.proc.wait(10)
         made.receiver.secrets("/survivor", r.json()["webhook"]["secret"])
         made.server = made.start()
+        healthy = time.monotonic()
         task_id = r.json()["task_id"]
         # Nobody asks for it: the restarted server continues the stored task by itself, and
         # the caller learns of its end from the webhook alone.
         payload = made.completed("/survivor")
+        print(f"{durable_store.kind}: healthy to task.completed {time.monotonic() - healthy:.2f} s")
         assert payload["data"]["task_id"] == task_id
         assert payload["data"]["summary"] == "done: worked: survivor"
         record = made.get(f"/task?task_id={task_id}").json()
