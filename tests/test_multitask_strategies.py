@@ -205,6 +205,31 @@ def test_enqueue_delivers_each_message_after_the_answer_before_it(swarm: Swarm) 
     assert positions == [1, 2, None, None]
 
 
+def test_an_enqueued_message_outwaits_its_timeout_only_in_the_background(swarm: Swarm) -> None:
+    """A background message was accepted (202): waiting behind the task's current work longer
+    than its `timeout` does not drop it (the timeout counts from when it goes in). A caller
+    waiting for the answer whose timeout passes first gets its message withdrawn, is told so
+    (the task runs on, it did not fail), and the task's events record it."""
+    task_id = str(uuid.uuid4())
+    first = swarm.post({"body": "ASK SLOW 8 long-one", "task_id": task_id, "background": True})
+    assert first.status_code == 202, first.text
+    swarm.wait_line("worker start SLOW 8 long-one")
+    late = {"task_id": task_id, "multitask_strategy": "enqueue", "kwargs": {"timeout": 1}}
+    accepted = swarm.post({**late, "body": "ASK queued-one", "background": True})
+    assert accepted.status_code == 202, accepted.text
+    withdrawn = swarm.post({**late, "body": "ASK waited-one"})
+    assert withdrawn.status_code == 200, withdrawn.text
+    assert withdrawn.json()["state"] == "running", withdrawn.text
+    assert "withdrawn" in withdrawn.json()["response"]
+
+    swarm.wait_line("worker start queued-one")  # the background message went in, late
+    applied = swarm.wait_events(task_id, 4)
+    assert [e["action"] for e in applied] == ["queued", "queued", "withdrawn", "delivered"]
+    assert applied[2]["message_id"] == applied[1]["message_id"]  # the waiting caller's
+    assert applied[3]["message_id"] == applied[0]["message_id"]  # the background one
+    assert "worker start waited-one" not in swarm.lines()
+
+
 def test_interrupt_cancels_the_turn_in_flight_and_keeps_finished_work(swarm: Swarm) -> None:
     task_id = str(uuid.uuid4())
     first = swarm.post_later({"body": "ASK SLOW 60 interrupt-one", "task_id": task_id})

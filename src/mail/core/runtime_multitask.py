@@ -308,17 +308,29 @@ class Multitask(HostLink[MultitaskHost]):
                 future.set_result(answer)
             self.task_answered(task_id)
 
+    def holds(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool:
+        """Whether the enqueued message whose caller waits on `future` still waits."""
+        return any(entry.future is future for entry in self._queued.get(task_id, ()))
+
     def withdraw(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool:
         """The caller of an enqueued message stops waiting (its timeout) before the message
-        went in: the message is taken out. False when it went in already."""
+        went in: the message is taken out, and the task's events say so. False when it went
+        in already."""
         queue = self._queued.get(task_id)
         for entry in queue or ():
             if entry.future is future:
                 queue.remove(entry)  # type: ignore[union-attr]
                 if not queue:
                     del self._queued[task_id]
-                if self.host.journal is not None:
-                    self.host.journal.dequeued(task_id, entry.message["id"])
+                rt = self.host
+                if rt.journal is not None:
+                    rt.journal.dequeued(task_id, entry.message["id"])
+                detail = {
+                    "strategy": "enqueue",
+                    "action": "withdrawn",
+                    "message_id": entry.message["id"],
+                }
+                rt._emit(task_id, MULTITASK_EVENT, _describe(detail), detail)
                 return True
         return False
 
@@ -337,6 +349,11 @@ def _describe(detail: dict[str, Any]) -> str:
         return f"message {detail['message_id']} enqueued (position {detail['position']})"
     if action == "delivered":
         return f"enqueued message {detail['message_id']} delivered"
+    if action == "withdrawn":
+        return (
+            f"enqueued message {detail['message_id']} withdrawn: its caller's timeout passed "
+            "before it went in"
+        )
     cancelled = ", ".join(detail.get("cancelled_turns") or []) or "none"
     text = f"{strategy}: message {detail['message_id']} {action.replace('_', ' ')} the earlier one (turns cancelled: {cancelled})"
     span = detail.get("rolled_back_events")

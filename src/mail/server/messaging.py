@@ -509,6 +509,7 @@ async def start_message(
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
         on_stored=on_stored,
+        detached=True,  # an enqueued message waits for its turn, whatever its timeout
         **_post_kwargs(state, req),
     )
 
