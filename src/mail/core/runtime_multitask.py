@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +55,9 @@ logger = logging.getLogger("mail.runtime")
 STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 DEFAULT_STRATEGY = "reject"
 STRATEGY_KWARG = "multitask_strategy"
+# How long a request checked against the bound of waiting messages (`reserve`) holds its place
+# until its message is enqueued: a request that gave up between the two frees it by then.
+RESERVATION_SECONDS = 30.0
 # States in which the current work has ended, so an enqueued message may go in (a pause for
 # a person is not an end: the message waits for the run the person resumes).
 _ENDED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.STOPPED})
@@ -124,6 +128,8 @@ class Multitask(HostLink[MultitaskHost]):
         self._link(host)
         self._queued: dict[str, collections.deque[Enqueued]] = {}
         self._delivering: set[str] = set()  # tasks whose next enqueued message goes in soon
+        # task id -> when requests to enqueue were let through and not enqueued yet (`reserve`)
+        self._reserved: dict[str, collections.deque[float]] = {}
 
     # ------------------------------------------------------------------ rollback points
     def mark_start(self, task: MAILTask, stashed: list[dict[str, Any]] | None = None) -> None:
@@ -232,6 +238,7 @@ class Multitask(HostLink[MultitaskHost]):
     ) -> asyncio.Future[MAILMessage] | None:
         rt = self.host
         task_id = task.task_id
+        self._taken_up(task_id)
         queue = self._queued.setdefault(task_id, collections.deque())
         queue.append(Enqueued(message, dict(kwargs), future))
         if rt.journal is not None:
@@ -258,6 +265,30 @@ class Multitask(HostLink[MultitaskHost]):
     def waiting(self, task_id: str) -> int:
         """How many messages wait for the task's current work to end."""
         return len(self._queued.get(task_id, ()))
+
+    def places_taken(self, task_id: str) -> int:
+        """The messages waiting, and those let through to wait (`reserve`) not in yet."""
+        held = self._reserved.get(task_id)
+        if held:
+            expired = time.monotonic() - RESERVATION_SECONDS
+            while held and held[0] < expired:
+                held.popleft()
+            if not held:
+                del self._reserved[task_id]
+        return self.waiting(task_id) + len(self._reserved.get(task_id, ()))
+
+    def reserve(self, task_id: str) -> None:
+        """A request to enqueue a message was checked against the bound of waiting messages:
+        its place is held until the message is enqueued (a caller's checks and its
+        submission are apart: concurrent requests must not all see the same free place)."""
+        self._reserved.setdefault(task_id, collections.deque()).append(time.monotonic())
+
+    def _taken_up(self, task_id: str) -> None:
+        held = self._reserved.get(task_id)
+        if held:
+            held.popleft()
+            if not held:
+                del self._reserved[task_id]
 
     def task_answered(self, task_id: str) -> None:
         """The task answered: its next enqueued message goes in once the callers of this

@@ -128,12 +128,16 @@ def _prepare(
         )
     _check_submission(inst, task_id, req)
     _claim(inst, task_id)
+    if taken_over and strategy == "enqueue":
+        inst.swarm.runtime.multitask.reserve(task_id)  # its place, until it is enqueued
 
 
 def _check_enqueue_room(state: ServerState, inst: Instance, task_id: str, strategy: str) -> None:
-    """429 when `max_enqueued_messages_per_task` messages already wait behind the task."""
+    """429 when `max_enqueued_messages_per_task` messages already wait behind the task (or
+    were let through to wait: requests checked and not submitted yet)."""
     limit = state.config.settings.max_enqueued_messages_per_task
-    if strategy == "enqueue" and limit and inst.swarm.runtime.multitask.waiting(task_id) >= limit:
+    multitask = inst.swarm.runtime.multitask
+    if strategy == "enqueue" and limit and multitask.places_taken(task_id) >= limit:
         raise HTTPException(
             429,
             f"{limit} messages already wait for task '{task_id}' to finish its current work "
