@@ -243,13 +243,18 @@ def test_an_enqueued_message_outwaits_its_timeout_only_in_the_background(swarm: 
 def test_concurrent_enqueues_stay_within_the_bound(swarm: Swarm) -> None:
     """`max_enqueued_messages_per_task` holds for requests that arrive together, each with its
     own webhook (stored between the request's checks and its submission): past the bound
-    they are 429, whatever the timing."""
+    they are 429, whatever the timing; requests refused (a webhook not allowed) take no
+    place."""
     tasks = [str(uuid.uuid4()) for _ in range(3)]
     for n, task_id in enumerate(tasks):
         body = {"body": f"ASK SLOW 20 bound-{n}", "task_id": task_id, "background": True}
         assert swarm.post(body).status_code == 202
     for n in range(len(tasks)):
         swarm.wait_line(f"worker start SLOW 20 bound-{n}")
+    for _ in range(MAX_ENQUEUED):  # refused after the bound's check: they take no place
+        refused = {"url": "http://10.0.0.1/hook"}  # (a private address, not allowed)
+        body = {"body": "COUNT", "task_id": tasks[0], "multitask_strategy": "enqueue"}
+        assert swarm.post({**body, "webhook": refused}).status_code == 400
     pool = concurrent.futures.ThreadPoolExecutor(16)
     try:
         flood = [

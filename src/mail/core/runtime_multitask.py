@@ -283,6 +283,11 @@ class Multitask(HostLink[MultitaskHost]):
         submission are apart: concurrent requests must not all see the same free place)."""
         self._reserved.setdefault(task_id, collections.deque()).append(time.monotonic())
 
+    def give_back(self, task_id: str) -> None:
+        """A request `reserve` let through was refused after all (its webhook, its uploads):
+        its place is free again."""
+        self._taken_up(task_id)
+
     def _taken_up(self, task_id: str) -> None:
         held = self._reserved.get(task_id)
         if held:

@@ -130,6 +130,14 @@ def _prepare(
     _claim(inst, task_id)
     if taken_over and strategy == "enqueue":
         inst.swarm.runtime.multitask.reserve(task_id)  # its place, until it is enqueued
+        req.holds_place = True
+
+
+def _give_back_place(inst: Instance, req: MessageRequest) -> None:
+    """A request refused after `_prepare` frees the place it held behind a running task."""
+    if req.holds_place and req.task_id is not None:
+        req.holds_place = False
+        inst.swarm.runtime.multitask.give_back(req.task_id)
 
 
 def _check_enqueue_room(state: ServerState, inst: Instance, task_id: str, strategy: str) -> None:
@@ -291,6 +299,7 @@ async def _store_uploads(
             stored = await store_uploads(inst.swarm, caller, req.task_id, uploads, ids, replacing)
         except BaseException:
             _unreserve(state, inst, req)
+            _give_back_place(inst, req)
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
             if ticket is not None:
                 await ticket.release()  # and so is the key: nothing ran
@@ -317,6 +326,7 @@ async def _request_webhook(
         return await request_webhook(state, caller, req.task_id, req.webhook, hook_id)
     except BaseException:
         _unreserve(state, inst, req)  # its uploads will not be stored
+        _give_back_place(inst, req)
         _release(inst, req.task_id)  # refused: the task id is free again
         if ticket is not None:
             await ticket.release()  # and so is the key: nothing ran
