@@ -153,7 +153,7 @@ def test_a_background_message_is_answered_once_stored_and_reaches_its_webhook(
     for n, r in enumerate(accepted):
         body = r.json()
         task_id = body["task_id"]
-        assert r.headers["location"] == f"/task?task_id={task_id}" == body["status_url"]
+        assert r.headers["location"] == f"/task/{task_id}" == body["status_url"]
         assert body["events_url"] == f"/task/events?task_id={task_id}"
         assert body["state"] == "running"
         assert "preference-applied" not in r.headers

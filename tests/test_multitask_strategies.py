@@ -223,6 +223,9 @@ def test_an_enqueued_message_outwaits_its_timeout_only_in_the_background(swarm: 
     task_id = str(uuid.uuid4())
     first = swarm.post({"body": "ASK SLOW 8 long-one", "task_id": task_id, "background": True})
     assert first.status_code == 202, first.text
+    # Its Location (`GET /task/{task_id}`) reads the task, through any front end.
+    where = httpx.get(swarm.url + first.headers["location"], headers=auth(swarm.key), timeout=60)
+    assert where.status_code == 200 and where.json()["task_id"] == task_id, where.text
     swarm.wait_line("worker start SLOW 8 long-one")
     late = {"task_id": task_id, "multitask_strategy": "enqueue", "kwargs": {"timeout": 1}}
     accepted = swarm.post({**late, "body": "ASK queued-one", "background": True})

@@ -575,7 +575,7 @@ def accepted_body(task_id: str, state: str, hook: dict[str, Any] | None) -> dict
     body: dict[str, Any] = {
         "task_id": task_id,
         "state": state,
-        "status_url": f"/task?task_id={task_id}",
+        "status_url": f"/task/{task_id}",
         "events_url": f"/task/events?task_id={task_id}",
     }
     if hook is not None:
