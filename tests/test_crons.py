@@ -10,6 +10,7 @@ missed one, once, when it comes back (docs/crons.md, "Missed runs").
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import math
@@ -23,8 +24,17 @@ import httpx
 import pytest
 from tests.support.multitask_agents import swarms_json
 from tests.support.store_backends import DurableStore, scratch_store_fixture
+from tests.support.webhook_receiver import ReceiverProcess
 
-from server_fixtures import SingleServerProcess, auth, create_key, free_port, write_config
+from mail.client import MAILClient
+from server_fixtures import (
+    SingleServerProcess,
+    auth,
+    create_key,
+    free_port,
+    run_cli,
+    write_config,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -248,8 +258,6 @@ def _refused(response: httpx.Response, status: int, *words: str) -> None:
 def test_crons_are_checked_bounded_and_owned_and_their_runs_reach_the_webhook(
     strict: Deployment,
 ) -> None:
-    from tests.support.webhook_receiver import ReceiverProcess
-
     post = lambda body, key=None: strict.call("POST", "/crons", json=body, key=key)  # noqa: E731
     tick = {"body": "hook"}
     _refused(post({"schedule": "* * * * * *", "message": tick}), 400, "min_interval", "1 s")
@@ -334,3 +342,46 @@ def test_a_missed_time_older_than_the_catch_up_window_is_skipped(strict: Deploym
     assert seen["runs"] == 0 and seen["last_run"] is None, seen
     assert seen["next_run"] > _iso(first + 86400), seen
     assert strict.calls("late") == 0
+
+
+def test_runs_stop_when_the_scheduling_key_is_revoked_and_the_client_manages_crons(
+    strict: Deployment,
+) -> None:
+    second = create_key(strict.root / "registries" / "keys.json", "user", "alice")
+
+    async def manage() -> dict[str, Any]:
+        async with MAILClient(strict.fronts[0].url, api_key=strict.key) as client:
+            made = await client.create_cron(
+                "*/2 * * * * *", {"body": "keyed"}, timezone="Europe/Paris", description="k"
+            )
+            assert [c["id"] for c in await client.list_crons()] == [made["id"]]
+            assert (await client.get_cron(made["id"]))["description"] == "k"
+            changed = await client.update_cron(made["id"], description="kept")
+            assert changed["description"] == "kept" and changed["timezone"] == "Europe/Paris"
+            return made
+
+    cron = asyncio.run(manage())
+    _until(lambda: strict.calls("keyed") >= 1, "a run")
+    code, _out, err = run_cli(
+        "keys", "--keys-file", str(strict.root / "registries" / "keys.json"), "revoke", strict.key
+    )
+    assert code == 0, err
+    # The key that scheduled it is gone: its runs are refused, saying why.
+    refused = _until(
+        lambda: (
+            (c := strict.call("GET", f"/crons/{cron['id']}", key=second).json())["last_error"] and c
+        ),
+        "a refused run",
+    )
+    assert "no longer works" in refused["last_error"], refused
+    ran = strict.calls("keyed")
+    # Changed with a key that works, it runs again.
+    assert strict.call("PATCH", f"/crons/{cron['id']}", key=second, json={}).status_code == 200
+    _until(lambda: strict.calls("keyed") > ran, "a run with the new key")
+
+    async def remove() -> list[dict[str, Any]]:
+        async with MAILClient(strict.fronts[0].url, api_key=second) as client:
+            await client.delete_cron(cron["id"])
+            return await client.list_crons()
+
+    assert asyncio.run(remove()) == []

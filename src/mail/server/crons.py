@@ -461,10 +461,18 @@ class CronScheduler:
         from mail.server.messaging import background_message  # (it imports the server's state)
 
         spec = sub["push_auth"]
-        role, ident = sub["owner_role"], sub["owner_id"]
-        loaded = self.state.instances.peek(role, ident)
-        api_key = loaded.api_key if loaded is not None else (sub["secret"] or "")
-        caller = Caller(role="agent" if role == "swarm" else role, id=ident, api_key=api_key)
+        try:
+            caller = await self.state.auth.authenticate(sub["secret"] or "")
+        except HTTPException as exc:
+            if exc.status_code not in (401, 403):
+                raise  # the auth service is away: this time is lost, the next one tries
+            raise HTTPException(
+                401,
+                "the API key that created or last changed this scheduled task no longer "
+                "works (revoked?): change the task with a key of yours to run it again",
+            ) from None
+        if _owner(caller) != (sub["owner_role"], sub["owner_id"]):
+            raise HTTPException(403, "the key of this scheduled task now names another caller")
         body: dict[str, Any] = {**spec["message"], "task_id": task_id, "background": True}
         if spec.get("webhook"):
             body["webhook"] = dict(spec["webhook"])
