@@ -385,3 +385,21 @@ def test_runs_stop_when_the_scheduling_key_is_revoked_and_the_client_manages_cro
             return await client.list_crons()
 
     assert asyncio.run(remove()) == []
+
+
+def test_a_cron_runs_once_per_time_on_the_memory_store(tmp_path: Path) -> None:
+    made = Deployment(
+        tmp_path, {}, settings=SETTINGS + '\n[server.store]\nkind = "memory"\n', fronts=1
+    )
+    try:
+        made.fronts[0].start()
+        cron = made.call(
+            "POST", "/crons", json={"schedule": "* * * * * *", "message": {"body": "mem"}}
+        ).json()
+        _until(lambda: made.calls("mem") >= 3, "three runs")
+        made.call("PATCH", f"/crons/{cron['id']}", json={"paused": True})
+        time.sleep(1.2)
+        assert made.calls("mem") == made.call("GET", f"/crons/{cron['id']}").json()["runs"]
+        assert not (tmp_path / "data" / "mail.db").exists()  # memory indeed
+    finally:
+        made.stop()
