@@ -59,6 +59,8 @@ MESSAGE_FIELDS: tuple[str, ...] = ("body", "message", "subject", "msg_type", "en
 INTERVAL_SAMPLES = 16
 # The namespace of run task ids: uuid5(namespace, "<cron id>@<scheduled time>").
 RUN_NAMESPACE = uuid.UUID("6f1c5d2e-8a7b-4c3d-9e0f-1a2b3c4d5e6f")
+# Seconds before the scheduler reads the schedules again after a failed read.
+RETRY_READ = 5.0
 # Attempts of a PATCH against concurrent claims (each re-reads the cron).
 UPDATE_ATTEMPTS = 5
 
@@ -402,9 +404,9 @@ class CronScheduler:
             wake = time.time() + self.cfg.rescan_interval
             try:
                 subs = await self.store.list_subscriptions(self.swarm_name, kinds=[KIND])
-            except Exception as exc:  # the database is away: try again later
+            except Exception as exc:  # the database is away: try again soon
                 logger.warning("crons: cannot read the schedules: %s", exc)
-                subs = []
+                subs, wake = [], min(wake, time.time() + RETRY_READ)
             now = time.time()
             fired = False
             for sub in subs:
