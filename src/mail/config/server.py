@@ -43,6 +43,10 @@ class ServerSettings(_Section):
     sse_ping_interval: float = Field(default=15.0, gt=0)
     # Seconds an instance may stay unused before it is shut down (0 disables reclaiming).
     instance_idle_timeout: float = Field(default=1800.0, ge=0)
+    # Callers' instances loaded at start-up, one after another, to continue the tasks that
+    # were running when the server stopped (a kill -9 too); the others' tasks continue at
+    # their caller's next request. 0 = none (every one waits for its caller).
+    resume_instances_at_start: int = Field(default=100, ge=0)
     # Default time a non-streaming POST /message waits for the task to finish.
     message_timeout: float = Field(default=3600.0, gt=0)
     # What a message to a task that is still running does when it names no

@@ -623,22 +623,8 @@ class DelegatingAgentFunction(MAILAgentFunction):
     use_proxy = _InnerSetting()
     stream_tokens = _InnerSetting()
     default_tool_choice = _InnerSetting()
-
-    @property
-    def llm(self) -> str:
-        return self._inner().llm
-
-    @llm.setter
-    def llm(self, value: str) -> None:
-        self._inner().llm = value
-
-    @property
-    def system(self) -> str:
-        return self._inner().system
-
-    @system.setter
-    def system(self, value: str) -> None:
-        self._inner().system = value
+    llm = _InnerSetting()
+    system = _InnerSetting()
 
     @property
     def user_token(self) -> str:

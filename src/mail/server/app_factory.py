@@ -163,6 +163,8 @@ async def _startup(
     except Exception as exc:
         raise StartupError(f"cannot start scheduled tasks: {exc}") from exc
     instances.start()
+    if backend is None:  # in a cluster, each instance host continues its own tasks
+        instances.resume_soon(config.settings.resume_instances_at_start)
     if config.settings.gc_tuning:
         tune_gc()
     logger.info(

@@ -8,7 +8,7 @@ from mail.server import task_events
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_task_id
 from mail.server.handlers import get_state
-from mail.server.sse import EventStreamResponse, event_stream_response
+from mail.server.sse import EventStreamResponse
 
 router = APIRouter()
 
@@ -22,18 +22,10 @@ async def task_event_stream(
     after = task_events.parse_after(
         request.headers.get("last-event-id"), request.query_params.get("after")
     )
-    slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 at the caller's limit
-    try:
-        feed = await task_events.subscribe(state, caller, task_id, after)
-    except BaseException:
-        slot.release()
-        raise
-    settings = state.config.settings
-    return event_stream_response(
-        feed,
-        max_buffer_bytes=settings.sse_max_buffer_bytes,
-        stall_timeout=settings.sse_slow_reader_timeout,
-        task_id=task_id,
-        streams=state.open_streams,
-        slot=slot,
+    return await task_events.event_stream(
+        state,
+        caller.role,
+        caller.id,
+        task_id,
+        lambda: task_events.find_task(state, caller, task_id, after),
     )

@@ -535,7 +535,8 @@ class WebhookService:
         auth: Record | None,
     ) -> Record:
         """Create or replace the owner's push config `config_id` of A2A task `task_id`
-        (checked against the bound and stored in one transaction)."""
+        (checked against the bounds, per task and per caller, and stored in one
+        transaction)."""
         checked = await self._url(url)
         # For A2A configs `description` holds the config id and `events` is unused.
         sub = self._new_subscription(
@@ -551,6 +552,12 @@ class WebhookService:
         )
         return await self._add(
             sub,
+            self._bound(
+                (),
+                "max_push_configs_per_caller",
+                "you already have {count} A2A push configs, the most one caller may have",
+                "each goes `retention` after it was set, or delete one",
+            ),
             self._bound(
                 ("task_id",),
                 "max_push_configs_per_task",
