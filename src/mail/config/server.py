@@ -200,6 +200,27 @@ class TeamToolsConfig(_Section):
     max_inbox_entries: int = Field(default=10_000, gt=0)
 
 
+class CronsConfig(_Section):
+    """``[server.crons]``: scheduled tasks (``/crons``, docs/crons.md)."""
+
+    # Off: /crons answers 404 and no scheduled task runs on this server.
+    enabled: bool = True
+    # Scheduled tasks one caller may have.
+    max_crons_per_caller: int = Field(default=20, ge=1)
+    # Shortest time between two runs of one schedule, in seconds (a schedule whose runs come
+    # closer is refused). Six-field schedules (seconds first) need it at 1.
+    min_interval: float = Field(default=60.0, gt=0)
+    # After a server was down at a scheduled time: the latest missed time still runs (once)
+    # when it is at most this many seconds old; older missed times are skipped.
+    catch_up_window: float = Field(default=3600.0, ge=0)
+    # Bytes of a scheduled task's message (its JSON).
+    max_message_bytes: int = Field(default=65536, ge=64)
+    max_description_chars: int = Field(default=500, ge=0)
+    # Seconds between two reads of every schedule (changes made through another front end
+    # sharing the database); between them the scheduler sleeps until its nearest run.
+    rescan_interval: float = Field(default=30.0, gt=0)
+
+
 class McpConfig(_Section):
     """``[server.mcp]``: the MCP endpoint ``/mcp`` where outside agents join (docs/mcp.md)."""
 
@@ -366,6 +387,7 @@ class ServerConfig(_Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    crons: CronsConfig = Field(default_factory=CronsConfig)
 
     @property
     def base_url(self) -> str:

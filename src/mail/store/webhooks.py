@@ -9,7 +9,7 @@ without a task store.
 Records are plain dicts:
 
 - subscription: ``subscription_id, swarm_name, owner_role, owner_id, kind ("webhook" |
-  "request" | "a2a"), scope ("own" | "all"), task_id, url, destination, events (list),
+  "request" | "a2a" | "cron"), scope ("own" | "all"), task_id, url, destination, events (list),
   description, active, disabled_reason, secret, previous_secret, previous_secret_until,
   push_token, push_auth (dict | None), failing_since, created_at, updated_at, expires_at``;
 - event (outbox): ``event_id, swarm_name, caller_role, caller_id, task_id, event_type,
@@ -20,6 +20,10 @@ Records are plain dicts:
   updated_at, finished_at``;
 - attempt: ``delivery_id, attempt, started_at, status_code, latency_ms, response_excerpt,
   error, outcome``.
+
+A scheduled task (``mail.server.crons``) is a subscription of kind "cron": its schedule,
+message and run bookkeeping are its ``push_auth`` object, its webhook's URL its ``url``, the
+API key its runs load the owner's instance with its ``secret``; no delivery ever names it.
 
 Times are seconds since the epoch. What is pure (matching, choosing what to claim, building
 deliveries) is here, shared by the three implementations.
@@ -512,8 +516,13 @@ class WebhookStore(abc.ABC):
         """Oldest first; `owner` (role, id), `kinds` and `task_id` narrow the list."""
 
     @abc.abstractmethod
-    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
-        """Apply `changes` (UPDATABLE columns); the updated record, None when unknown."""
+    async def update_subscription(
+        self, subscription_id: str, changes: Record, *, expect: Record | None = None
+    ) -> Record | None:
+        """Apply `changes` (UPDATABLE columns); the updated record, None when unknown. With
+        `expect` (column -> value), only while the subscription still holds those values
+        (a compare-and-set: of concurrent updates expecting the same values, one wins; the
+        others get None and change nothing)."""
 
     @abc.abstractmethod
     async def delete_subscription(self, subscription_id: str) -> bool:
