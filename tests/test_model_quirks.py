@@ -159,6 +159,30 @@ async def test_default_tool_choice_keeps_a_forced_tool_forced(llama):
     ]
 
 
+async def test_a_model_that_only_answers_with_nothing_fails_with_what_to_do(llama):
+    # llama-cpp-python's chatml-function-calling under "auto": when the model picks a message
+    # over a tool, the message comes back empty (its grammar allows nothing else) - every
+    # such answer of a real run. The task fails at task_no_tool_call_limit (3), within
+    # max_steps, saying what would help: raising the limit only buys more empty answers.
+    for _ in range(10):
+        llama.queue(text(""))
+    swarm = _solo_swarm(llama).instantiate({"user_token": "t"}, user_id="u")
+    try:
+        response, _ = await swarm.post_message(body="What is 12 * 7?", max_steps=6, timeout=300)
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    body = response["message"]["body"]
+    assert response["message"]["subject"] == "::task_error::", response
+    assert "3 times in a row" in body and "task_no_tool_call_limit" in body, body
+    assert "use a model that calls tools reliably" in body, body
+    assert "its server gives this model tool calls" in body, body
+    # The refusal of "required" (asked again at once with "auto"), then three empty answers.
+    assert [r.get("error") for r in recorded] == ["InternalServerError", None, None, None]
+    assert [r.body["tool_choice"] for r in llama.requests] == ["required"] + ["auto"] * 3
+
+
 # ------------------------------------------------------- assistant messages without content
 
 
