@@ -2,7 +2,7 @@
 
     uv run python bench/real_model.py --url http://127.0.0.1:8080/v1 [--model local-model]
         [--modes api,api-stream,server,server-stream] [--max-steps 6] [--timeout 300]
-        [--tasks 1,3] [--max-tokens 256]
+        [--tasks 1,3] [--max-tokens 256] [--text-only]
 
 Runs the questions of the README, docs/examples.md, docs/quickstart.md and
 scripts/run_demo.py on the root swarms.json's ``local`` swarm (supervisor, weather, math),
@@ -19,7 +19,9 @@ and tokens the task recorded (``~`` marks estimated counts), seconds, the end of
 (an error's own words come last), and what the model did on each call, in order (the tool
 an agent called, or ``nothing`` / ``text`` for an answer without a valid tool call). Each task
 gets ``max_steps`` and a timeout; ``--tasks`` picks some of them (1-based), ``--max-tokens``
-sets every agent's ``max_tokens``. The run ends with a summary line.
+sets every agent's ``max_tokens``; ``--text-only`` makes every agent a model that only ever
+answers in text (``default_tool_choice: "none"``: the server is asked for no tool call, while
+the runtime still needs one). The run ends with a summary line.
 """
 
 from __future__ import annotations
@@ -89,9 +91,7 @@ HEADER = (
 )
 
 
-def swarms_document(
-    url: str, model: str, stream: bool, max_tokens: int | None
-) -> list[dict[str, Any]]:
+def swarms_document(url: str, model: str, stream: bool, args: argparse.Namespace) -> list[Any]:
     """The root swarms.json with the local swarm pointed at `url` and `model`."""
     document = json.loads((REPO / "swarms.json").read_text(encoding="utf-8"))
     for swarm in document:
@@ -99,8 +99,10 @@ def swarms_document(
             continue
         for agent in swarm["agents"]:
             agent["agent_params"].update(api_base=url, llm=f"openai/{model}", stream_tokens=stream)
-            if max_tokens:
-                agent["agent_params"]["max_tokens"] = max_tokens
+            if args.max_tokens:
+                agent["agent_params"]["max_tokens"] = args.max_tokens
+            if args.text_only:
+                agent["agent_params"]["default_tool_choice"] = "none"
     return document
 
 
@@ -146,7 +148,7 @@ async def run_api(args: argparse.Namespace, stream: bool) -> list[Outcome]:
     from mail import MAILSwarmTemplate
 
     mode = "api-stream" if stream else "api"
-    document = swarms_document(args.url, args.model, stream, args.max_tokens)
+    document = swarms_document(args.url, args.model, stream, args)
     path = Path(tempfile.mkdtemp(prefix="mail-real-model-")) / "swarms.json"
     path.write_text(json.dumps(document), encoding="utf-8")
     template = MAILSwarmTemplate.from_swarm_json_file(SWARM, str(path))
@@ -209,7 +211,7 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
     mode = "server-stream" if stream else "server"
     folder = Path(tempfile.mkdtemp(prefix="mail-real-model-server-"))
     (folder / "swarms.json").write_text(
-        json.dumps(swarms_document(args.url, args.model, stream, args.max_tokens), indent=2),
+        json.dumps(swarms_document(args.url, args.model, stream, args), indent=2),
         encoding="utf-8",
     )
     key = _mail(folder, "keys", "create", "--role", "user", "--id", "bench").stdout.split()[-1]
@@ -353,6 +355,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--tasks", default="", help="which tasks, 1-based (default: all)")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--text-only", action="store_true")
     args = parser.parse_args()
     args.task_list = (
         [TASKS[int(n) - 1] for n in args.tasks.split(",")] if args.tasks else list(TASKS)
