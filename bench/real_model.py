@@ -122,6 +122,8 @@ def _did(events: list[dict[str, Any]]) -> str:
     for event in events:
         words = str(event.get("description") or "").split()
         if event["event"] == "tool_call" and len(words) >= 4 and words[2] == "called":
+            if words[3] == "text_output":  # the text of an answer (its agent_error says so)
+                continue
             steps.append(f"{words[1]}:{words[3]}")
         elif event["event"] == "agent_error" and len(words) >= 3 and words[2] == "answered":
             what = " ".join(words[3:])

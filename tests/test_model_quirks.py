@@ -324,6 +324,7 @@ async def test_a_stream_slower_than_the_request_timeout_is_closed():
         with pytest.raises(LLMCallError) as info:
             await fn(copy.deepcopy(HISTORY), "auto")
         assert "within the request timeout" in str(info.value)
+        assert "higher request_timeout in the agent's agent_params" in str(info.value)
         assert len(slow.requests) == 2
         for _ in range(100):
             if len(slow.disconnected) == 2:
