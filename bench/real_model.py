@@ -2,7 +2,7 @@
 
     uv run python bench/real_model.py --url http://127.0.0.1:8080/v1 [--model local-model]
         [--modes api,api-stream,server,server-stream] [--max-steps 6] [--timeout 300]
-        [--tasks 1,3] [--max-tokens 256] [--text-only]
+        [--tasks 1,3] [--max-tokens 256] [--request-timeout 600] [--text-only]
 
 Runs the questions of the README, docs/examples.md, docs/quickstart.md and
 scripts/run_demo.py on the root swarms.json's ``local`` swarm (supervisor, weather, math),
@@ -19,7 +19,8 @@ and tokens the task recorded (``~`` marks estimated counts), seconds, the end of
 (an error's own words come last), and what the model did on each call, in order (the tool
 an agent called, or ``nothing`` / ``text`` for an answer without a valid tool call). Each task
 gets ``max_steps`` and a timeout; ``--tasks`` picks some of them (1-based), ``--max-tokens``
-sets every agent's ``max_tokens``; ``--text-only`` makes every agent a model that only ever
+sets every agent's ``max_tokens``, ``--request-timeout`` its ``request_timeout`` (a slow CPU
+needs more than the default 180 s for a 2,000-token prompt); ``--text-only`` makes every agent a model that only ever
 answers in text (``default_tool_choice: "none"``: the server is asked for no tool call, while
 the runtime still needs one). The run ends with a summary line.
 """
@@ -101,6 +102,8 @@ def swarms_document(url: str, model: str, stream: bool, args: argparse.Namespace
             agent["agent_params"].update(api_base=url, llm=f"openai/{model}", stream_tokens=stream)
             if args.max_tokens:
                 agent["agent_params"]["max_tokens"] = args.max_tokens
+            if args.request_timeout:
+                agent["agent_params"]["request_timeout"] = args.request_timeout
             if args.text_only:
                 agent["agent_params"]["default_tool_choice"] = "none"
     return document
@@ -357,6 +360,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--tasks", default="", help="which tasks, 1-based (default: all)")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--request-timeout", type=float, default=None)
     parser.add_argument("--text-only", action="store_true")
     args = parser.parse_args()
     args.task_list = (

@@ -313,6 +313,26 @@ async def test_a_timed_out_request_is_closed_before_the_next_and_not_retried_twi
     assert llama.disconnected == llama.requests
 
 
+async def test_a_timed_out_call_is_charged_its_prompt(llama):
+    # A server that timed out had the whole prompt (llama-cpp-python goes on generating for
+    # it): the call's record counts its input, estimated, as a cut call's does, so a budget
+    # sees the work. Before, such calls were recorded with 0 tokens.
+    await _warm(llama)
+    swarm = _solo_swarm(llama, request_timeout=0.5).instantiate({"user_token": "t"}, user_id="u")
+    for _ in range(4):
+        llama.queue(hang(30.0))
+    try:
+        response, _ = await swarm.post_message(body="2 + 2?", timeout=300)
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    assert "higher request_timeout" in response["message"]["body"], response
+    timed_out = [r for r in recorded if r.get("error") not in (None, "InternalServerError")]
+    assert len(timed_out) == 2, [r.get("error") for r in recorded]
+    assert all(r["input_tokens"] > 100 and r["estimated"] is True for r in timed_out), recorded
+
+
 async def test_a_stream_slower_than_the_request_timeout_is_closed():
     # Every chunk comes within the timeout, the whole reply does not: the timeout is the call's.
     async with ScriptedLLM(quirks=ServerQuirks(chunk_delay=0.2)) as slow:

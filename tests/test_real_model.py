@@ -50,6 +50,7 @@ async def test_documented_tasks_end_within_their_limits(stream: bool) -> None:
         max_steps=MAX_STEPS,
         timeout=TIMEOUT,
         max_tokens=None,
+        request_timeout=None,
         text_only=False,
         task_list=list(bench.TASKS),
     )
