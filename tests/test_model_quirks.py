@@ -142,6 +142,21 @@ async def test_a_server_refusing_required_is_asked_with_auto_once_detected(llama
     assert llama.requests[-2].body["tool_choice"] == "required"  # a different model asks anew
 
 
+async def test_a_retry_after_the_refusal_of_required_asks_with_auto(llama):
+    # Refused "required", then the "auto" request timed out (a slow CPU): the retry asks
+    # "auto" straight away. It used to send "required" again, refused again: a wasted
+    # request, recorded as one more model call of the task on each retry.
+    await _warm(llama, llm="openai/slow-model")
+    fn = _agent(llama, llm="openai/slow-model", request_timeout=0.5)
+    llama.queue(hang(30.0))
+    llama.queue(tool_call("await_message", {"reason": None}))
+
+    _, [call] = await fn(copy.deepcopy(HISTORY))
+
+    assert call.tool_name == "await_message"
+    assert [r.body["tool_choice"] for r in llama.requests] == ["required", "auto", "auto"]
+
+
 async def test_default_tool_choice_keeps_a_forced_tool_forced(llama):
     # default_tool_choice "auto" (the old workaround for such servers) replaces "required"
     # only: the runtime's forced task_complete still goes out as the named tool choice.
