@@ -440,6 +440,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             return send
 
         async def attempt() -> AgentResult:
+            if server in _REFUSES_REQUIRED:  # a retry of this call, after the refusal
+                return await self._request(messages, "auto", memories)()
             try:
                 return await send()
             except Exception as exc:

@@ -150,6 +150,9 @@ class _Probe:
             return
         self.call.duration_ms = (time.perf_counter() - self.started) * 1000.0
         self.call.error = type(exc).__name__
+        if _unanswered(exc):  # the server had the whole prompt, and may still be working on it
+            self.call.estimated = True
+            self.call.input_tokens = self.offline_input or counted_input(self.kwargs)
         self._close()
 
     def _close(self) -> None:
@@ -170,6 +173,21 @@ class _Probe:
                     attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
                 span.set_attributes(attributes)
             tracing.end_span(span, call.error)
+
+
+def _unanswered(exc: BaseException | None) -> bool:
+    """True when `exc` (or what caused it) ended a request that was waiting for its answer:
+    a timeout, or a cancellation (the agent's request_timeout, a task stopped)."""
+    for _ in range(8):
+        if exc is None:
+            return False
+        if (
+            isinstance(exc, TimeoutError | asyncio.CancelledError)
+            or "Timeout" in type(exc).__name__
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 async def observed(kind: str, call: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
