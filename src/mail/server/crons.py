@@ -509,6 +509,13 @@ class CronScheduler:
         if spec.get("webhook"):  # before the run: its events go there
             series = run_series(sub["subscription_id"])
             await request_webhook(self.state, caller, series, dict(spec["webhook"]))
+            # A delete or a new URL since the claim dropped the webhook before this made it
+            # again: drop it now (whichever comes second sees the other).
+            now = await self.store.get_subscription(sub["subscription_id"])
+            hook = (now["push_auth"] or {}).get("webhook") if now is not None else None
+            if hook is None or hook["url"] != spec["webhook"]["url"]:
+                owner = (sub["owner_role"], sub["owner_id"])
+                await self._drop_webhook(owner, sub["subscription_id"], hook and hook["url"])
         body: dict[str, Any] = {**spec["message"], "task_id": task_id, "background": True}
         await background_message(self.state, caller, parse_message_request(body))
         logger.info("crons: %s started task %s", sub["subscription_id"], task_id)
