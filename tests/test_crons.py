@@ -403,3 +403,48 @@ def test_a_cron_runs_once_per_time_on_the_memory_store(tmp_path: Path) -> None:
         assert not (tmp_path / "data" / "mail.db").exists()  # memory indeed
     finally:
         made.stop()
+
+
+HOOKED = """
+[server.crons]
+min_interval = 1
+rescan_interval = 0.5
+
+[server.webhooks]
+allowed_hosts = ["127.0.0.1"]
+max_request_webhooks_per_caller = 2
+poll_interval = 0.2
+"""
+
+
+def test_a_cron_every_second_keeps_one_webhook_for_all_its_runs(tmp_path: Path) -> None:
+    made = Deployment(tmp_path, {}, settings=HOOKED, fronts=1)
+    receiver = ReceiverProcess(free_port(), tmp_path).start()
+    try:
+        made.fronts[0].start()
+        hook = {"url": receiver.url("/often"), "events": ["task.completed"]}
+        body = {"schedule": "* * * * * *", "message": {"body": "often"}, "webhook": hook}
+        cron = made.call("POST", "/crons", json=body).json()
+        receiver.secrets("/often", cron["webhook"]["secret"])
+
+        def completed() -> set[str]:
+            found = set()
+            for entry in receiver.received("/often"):
+                assert entry["verified"] is True, entry  # signed with the cron's secret
+                found.add(ReceiverProcess.payload(entry)["data"]["task_id"])
+            return found
+
+        # More runs than the caller may have per-request webhooks (2): none refused.
+        _until(lambda: len(completed()) >= 5, "five runs' task.completed", timeout=60)
+        paused = made.call("PATCH", f"/crons/{cron['id']}", json={"paused": True}).json()
+        time.sleep(1.5)  # a run claimed just before the pause starts meanwhile
+        seen = made.call("GET", f"/crons/{cron['id']}").json()
+        assert paused["paused"] and seen["last_error"] is None, seen
+        _until(lambda: len(completed()) == seen["runs"], "every run's task.completed")
+        hooks = made.call("GET", "/webhooks").json()["webhooks"]
+        assert [h["url"] for h in hooks] == [hook["url"]], hooks  # one, for all the runs
+        assert made.call("DELETE", f"/crons/{cron['id']}").status_code == 204
+        assert made.call("GET", "/webhooks").json()["webhooks"] == []  # gone with the cron
+    finally:
+        receiver.stop()
+        made.stop()

@@ -14,6 +14,11 @@ the cron's owner, as a background ``POST /message`` would, under a task id deriv
 (cron, scheduled time). A run is an ordinary task: in ``GET /tasks``, the console and
 webhooks.
 
+A cron's webhook is one per-request subscription for all its runs: their task ids share
+their first characters (``run_series``), which are its ``task_id``. Each run refreshes it (or
+makes it again, with the cron's secret, after it expired); deleting the cron, or changing its
+webhook's URL, deletes it.
+
 Catch-up: a cron whose next run is in the past (the servers were down) runs once for the
 latest missed time when that time is at most ``catch_up_window`` seconds old; older missed
 times are skipped. Either way its next run is computed from now.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import logging
 import time
@@ -39,7 +45,7 @@ from mail.config.server import CronsConfig
 from mail.server.auth import Caller
 from mail.server.bodies import parse_message_request
 from mail.server.state import ServerState
-from mail.store.webhooks import Bound, OverQuota, Record, new_id
+from mail.store.webhooks import SERIES_CHARS, Bound, OverQuota, Record, new_id
 from mail.utils.echo import echo
 from mail.webhooks.views import WebhookError
 
@@ -57,8 +63,6 @@ CRON_FIELDS: tuple[str, ...] = (
 MESSAGE_FIELDS: tuple[str, ...] = ("body", "message", "subject", "msg_type", "entrypoint", "kwargs")
 # Consecutive runs of a schedule looked at to check its shortest interval.
 INTERVAL_SAMPLES = 16
-# The namespace of run task ids: uuid5(namespace, "<cron id>@<scheduled time>").
-RUN_NAMESPACE = uuid.UUID("6f1c5d2e-8a7b-4c3d-9e0f-1a2b3c4d5e6f")
 # Seconds before the scheduler reads the schedules again after a failed read.
 RETRY_READ = 5.0
 # Attempts of a PATCH against concurrent claims (each re-reads the cron).
@@ -139,9 +143,17 @@ def check_timezone(value: Any) -> zoneinfo.ZoneInfo:
         ) from None
 
 
+def run_series(cron_id: str) -> str:
+    """How the task ids of a cron's runs start: a UUID (version 8) of a hash of the cron id,
+    less its last group (``xxxxxxxx-xxxx-8xxx-yxxx-``), which a run fills with its time."""
+    bits = int.from_bytes(hashlib.sha256(cron_id.encode()).digest()[:16], "big")
+    bits = bits & ~(0xF << 76) & ~(0x3 << 62) | (0x8 << 76) | (0x2 << 62)
+    return str(uuid.UUID(int=bits))[:SERIES_CHARS]
+
+
 def run_task_id(cron_id: str, scheduled: float) -> str:
-    """The task id of a cron's run at `scheduled`: the same on every front end."""
-    return str(uuid.uuid5(RUN_NAMESPACE, f"{cron_id}@{scheduled:.3f}"))
+    """The task id of a cron's run at `scheduled` (milliseconds): the same on every front end."""
+    return f"{run_series(cron_id)}{round(scheduled * 1000) % (1 << 48):012x}"
 
 
 def cron_view(sub: Mapping[str, Any]) -> Record:
@@ -381,6 +393,9 @@ class CronScheduler:
             )
             if updated is not None:
                 self._wake.set()
+                if "webhook" in body:  # the next run makes the new one
+                    hook = spec.get("webhook")
+                    await self._drop_webhook(owner, cron_id, hook["url"] if hook else None)
                 view = cron_view(updated)
                 given = body.get("webhook")
                 if (
@@ -397,6 +412,21 @@ class CronScheduler:
         await self._owned(owner, cron_id)
         await self.store.delete_subscription(cron_id)
         self._wake.set()
+        await self._drop_webhook(owner, cron_id)
+
+    async def _drop_webhook(self, owner: Owner, cron_id: str, keep_url: str | None = None) -> None:
+        """Delete the subscription of the cron's runs (with its deliveries), unless it is
+        `keep_url`'s."""
+        service = getattr(self.state, "webhooks", None)
+        if service is None:
+            return
+        subs = await self.store.list_subscriptions(
+            self.swarm_name, owner=owner, kinds=["request"], task_id=run_series(cron_id)
+        )
+        for sub in subs:
+            if sub["url"] != keep_url:
+                with contextlib.suppress(WebhookError):  # deleted meanwhile
+                    await service.delete(owner, sub["subscription_id"])
 
     # -- the scheduler ------------------------------------------------------------------
     async def _run(self) -> None:
@@ -461,6 +491,7 @@ class CronScheduler:
 
     async def _start(self, sub: Record, task_id: str) -> None:
         from mail.server.messaging import background_message  # (it imports the server's state)
+        from mail.server.webhooks import request_webhook
 
         spec = sub["push_auth"]
         try:
@@ -475,9 +506,17 @@ class CronScheduler:
             ) from None
         if _owner(caller) != (sub["owner_role"], sub["owner_id"]):
             raise HTTPException(403, "the key of this scheduled task now names another caller")
+        if spec.get("webhook"):  # before the run: its events go there
+            series = run_series(sub["subscription_id"])
+            await request_webhook(self.state, caller, series, dict(spec["webhook"]))
+            # A delete or a new URL since the claim dropped the webhook before this made it
+            # again: drop it now (whichever comes second sees the other).
+            now = await self.store.get_subscription(sub["subscription_id"])
+            hook = (now["push_auth"] or {}).get("webhook") if now is not None else None
+            if hook is None or hook["url"] != spec["webhook"]["url"]:
+                owner = (sub["owner_role"], sub["owner_id"])
+                await self._drop_webhook(owner, sub["subscription_id"], hook and hook["url"])
         body: dict[str, Any] = {**spec["message"], "task_id": task_id, "background": True}
-        if spec.get("webhook"):
-            body["webhook"] = dict(spec["webhook"])
         await background_message(self.state, caller, parse_message_request(body))
         logger.info("crons: %s started task %s", sub["subscription_id"], task_id)
 

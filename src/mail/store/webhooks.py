@@ -24,6 +24,8 @@ Records are plain dicts:
 A scheduled task (``mail.server.crons``) is a subscription of kind "cron": its schedule,
 message and run bookkeeping are its ``push_auth`` object, its webhook's URL its ``url``, the
 API key its runs load the owner's instance with its ``secret``; no delivery ever names it.
+Its webhook is one per-request subscription whose ``task_id`` is the first ``SERIES_CHARS``
+characters its runs' task ids share: it covers every run (``covers``).
 
 Times are seconds since the epoch. What is pure (matching, choosing what to claim, building
 deliveries) is here, shared by the three implementations.
@@ -143,6 +145,9 @@ SENDING_COLUMNS: tuple[str, ...] = (
 MAX_ATTEMPTS_KEPT = 100
 # Kinds of subscriptions fan-out looks at (A2A push configs get their deliveries directly).
 FAN_OUT_KINDS = ("webhook", "request")
+# Characters of a task id that name its series: a per-request subscription's ``task_id`` is a
+# whole task id (that task) or that long (every task of the series: a cron's runs).
+SERIES_CHARS = 24
 
 
 def new_id(prefix: str) -> str:
@@ -160,17 +165,23 @@ def event_type_matches(patterns: Iterable[str], event_type: str) -> bool:
     return False
 
 
+def covers(sub_task_id: str | None, task_id: str | None) -> bool:
+    """Whether a per-request subscription of `sub_task_id` covers task `task_id`: the task
+    itself, or the series it starts with."""
+    return task_id is not None and sub_task_id in (task_id, task_id[:SERIES_CHARS])
+
+
 def subscription_matches(sub: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """Whether an outbox event goes to this subscription.
 
     A standing subscription covers its owner's tasks (an admin's with scope "all": every
-    task of the swarm); a per-request one only its own task, of its owner.
+    task of the swarm); a per-request one only its own task (or series), of its owner.
     """
     if not sub["active"] or sub["kind"] not in FAN_OUT_KINDS:
         return False
     if sub["swarm_name"] != event["swarm_name"]:
         return False
-    if sub["kind"] == "request" and sub["task_id"] != event["task_id"]:
+    if sub["kind"] == "request" and not covers(sub["task_id"], event["task_id"]):
         return False
     own = (sub["owner_role"], sub["owner_id"]) == (event["caller_role"], event["caller_id"])
     if not own and not (sub["scope"] == "all" and sub["kind"] == "webhook"):

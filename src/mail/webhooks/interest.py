@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mail.store.webhooks import FAN_OUT_KINDS, event_type_matches
+from mail.store.webhooks import FAN_OUT_KINDS, SERIES_CHARS, event_type_matches
 
 Owner = tuple[str, str]
 
@@ -45,7 +45,7 @@ class _Entry:
 
 class SubscriptionInterest:
     """The fan-out subscriptions of one swarm, by what they cover: an owner's tasks, one
-    task of an owner (per-request webhooks), or everyone's (admins' scope "all")."""
+    task or series of an owner (per-request webhooks), or everyone's (admins' scope "all")."""
 
     def __init__(self, swarm_name: str) -> None:
         self.swarm_name = swarm_name
@@ -132,9 +132,11 @@ class SubscriptionInterest:
         own = self._by_owner.get(owner)
         if own:
             found.extend(own.values())
-        request = self._by_task.get((owner, task_id)) if self._by_task else None
-        if request:
-            found.extend(request.values())
+        if self._by_task:  # the task's per-request subscriptions, and its series' (a cron's)
+            for key in (task_id, task_id[:SERIES_CHARS]):
+                request = self._by_task.get((owner, key))
+                if request:
+                    found.extend(request.values())
         if self._everyone:
             found.extend(self._everyone.values())
         return found

@@ -105,7 +105,7 @@ function card(hook, active, { say, reload, secretBox }) {
   return h("li", { class: `wh-card${active ? " active" : ""}`, dataset: { webhook: hook.id } },
     h("div", { class: "wh-card-head" },
       h("a", { class: "mono wh-url", href: `#/webhooks/${encodeURIComponent(hook.id)}`, title: hook.url }, hook.url),
-      state, hook.kind === "request" ? badge("one task", "info") : null, hook.scope === "all" ? badge("all callers", "warn") : null),
+      state, hook.kind === "request" ? badge((hook.task_id || "").length < 36 ? "a cron's runs" : "one task", "info") : null, hook.scope === "all" ? badge("all callers", "warn") : null),
     h("div", { class: "chips" }, (hook.events || []).map((e) => h("span", { class: "chip" }, e))),
     hook.description ? h("p", { class: "muted wh-desc" }, hook.description) : null,
     hook.disabled_reason ? h("p", { class: "form-error wh-reason" }, hook.disabled_reason) : null,
