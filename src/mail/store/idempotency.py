@@ -7,12 +7,12 @@ it is *finished* with the outcome (status, content type, body) once the request 
 Every write is committed when it returns: a key that was taken is what lets a retry after a
 kill -9 find the work instead of redoing it.
 
-Three kinds, one interface: :class:`MemoryIdempotencyStore` (``--store memory``, nothing
-survives a restart), and :class:`SqlIdempotencyStore` over the server's SQLite file
-(:class:`SqliteIdempotencyStore`, sharing the task store's connection and thread) or
-PostgreSQL (:class:`PostgresIdempotencyStore`, shared by every front end of a cluster). The
-SQL is written once, with ``?`` placeholders (numbered for PostgreSQL); the subclasses only
-say how a statement runs. Records are scoped by `InstanceKey` (swarm + caller) and expire at
+One implementation, :class:`IdempotencyStore`, whose SQL is written once (``?``
+placeholders, numbered for PostgreSQL); its kinds only say how a statement runs: the
+server's SQLite file (:class:`SqliteIdempotencyStore`, sharing the task store's connection
+and thread), PostgreSQL (:class:`PostgresIdempotencyStore`, shared by every front end of a
+cluster), or memory (:class:`MemoryIdempotencyStore`, ``--store memory``: nothing survives
+a restart). Records are scoped by `InstanceKey` (swarm + caller) and expire at
 ``expires_at`` (seconds since the epoch, so both databases compare them alike); an expired
 record is absent and is deleted by `purge`.
 """
@@ -24,7 +24,7 @@ import json
 import logging
 import re
 import sqlite3
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,150 +80,6 @@ FRESH_TASK_CONTEXTS: dict[bool, dict[str, Any]] = {
 }
 
 Outcome = tuple[InstanceKey, str, int, str | None, bytes]
-
-
-class IdempotencyStore:
-    """Key records per (InstanceKey, key); every write is committed when it returns."""
-
-    backend = "abstract"
-    # Whether `evict_finished` knows the task store's tasks: a key with a task counts as
-    # finished once that task is not running, with no outcome of its own (the task's answer
-    # is the outcome, `mail.server.idempotency.Ticket.answered_by_task`).
-    knows_tasks = False
-
-    async def start(self) -> None:
-        """Open what the store needs (connections, tables)."""
-
-    async def close(self) -> None:
-        """Release it. Idempotent."""
-
-    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
-        """The live record of `key`, or None (absent or expired)."""
-        raise NotImplementedError
-
-    async def take(
-        self,
-        scope: InstanceKey,
-        key: str,
-        record: KeyRecord,
-        *,
-        replace: bool = False,
-        over: float | None = None,
-    ) -> KeyRecord | None:
-        """Store `record` under `key` unless a live record holds it.
-
-        Returns None when `record` was stored, else the live record that holds the key.
-        An expired record is overwritten. With `replace`, so is a live one that is not
-        finished and has the same fingerprint (a request taking over work whose first
-        attempt died with its process); with `over` too, only the one created at `over`
-        (the record the takeover found: another request that took it over since, in
-        another process, keeps it).
-        """
-        raise NotImplementedError
-
-    async def finish_many(self, outcomes: list[Outcome]) -> None:
-        """Record the outcomes (scope, key, status, content type, body) of taken keys."""
-        raise NotImplementedError
-
-    async def finish(
-        self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
-    ) -> None:
-        await self.finish_many([(scope, key, status, content_type, body)])
-
-    async def release(self, scope: InstanceKey, key: str) -> None:
-        """Forget `key` (its request ended before doing anything: a retry may run it)."""
-        raise NotImplementedError
-
-    async def count(self, scope: InstanceKey, now: float) -> int:
-        """Live records of one caller."""
-        raise NotImplementedError
-
-    async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
-        """Delete expired records (of one caller, or of everyone); returns how many."""
-        raise NotImplementedError
-
-    async def evict_finished(
-        self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
-    ) -> int:
-        """Delete one caller's `count` oldest finished records but those in `keep` (their
-        requests are under way here); returns how many."""
-        raise NotImplementedError
-
-
-class MemoryIdempotencyStore(IdempotencyStore):
-    """In this process only: what a server with ``--store memory`` keeps."""
-
-    backend = "memory"
-
-    def __init__(self) -> None:
-        self._records: dict[InstanceKey, dict[str, KeyRecord]] = {}
-
-    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
-        record = self._records.get(scope, {}).get(key)
-        return record if record is not None and record.live(now) else None
-
-    async def take(
-        self,
-        scope: InstanceKey,
-        key: str,
-        record: KeyRecord,
-        *,
-        replace: bool = False,
-        over: float | None = None,
-    ) -> KeyRecord | None:
-        records = self._records.setdefault(scope, {})
-        held = records.get(key)
-        if held is not None and held.live(record.created_at):
-            if not (
-                replace
-                and not held.finished
-                and held.fingerprint == record.fingerprint
-                and (over is None or held.created_at == over)
-            ):
-                return held
-        records[key] = record
-        return None
-
-    async def finish_many(self, outcomes: list[Outcome]) -> None:
-        for scope, key, status, content_type, body in outcomes:
-            held = self._records.get(scope, {}).get(key)
-            if held is not None:
-                self._records[scope][key] = replace(
-                    held, status=status, content_type=content_type, body=bytes(body)
-                )
-
-    async def release(self, scope: InstanceKey, key: str) -> None:
-        records = self._records.get(scope)
-        if records is not None:
-            records.pop(key, None)
-            if not records:
-                del self._records[scope]
-
-    async def count(self, scope: InstanceKey, now: float) -> int:
-        return sum(1 for r in self._records.get(scope, {}).values() if r.live(now))
-
-    async def evict_finished(
-        self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
-    ) -> int:
-        records = self._records.get(scope, {})
-        finished = sorted(
-            (r.created_at, k) for k, r in records.items() if r.finished and k not in keep
-        )
-        gone = finished[: max(count, 0)]
-        for _, key in gone:
-            del records[key]
-        return len(gone)
-
-    async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
-        removed = 0
-        for owner in [scope] if scope is not None else list(self._records):
-            records = self._records.get(owner, {})
-            for key in [k for k, r in records.items() if not r.live(now)]:
-                del records[key]
-                removed += 1
-            if not records:
-                self._records.pop(owner, None)
-        return removed
 
 
 # ------------------------------------------------------------------------------ the SQL
@@ -311,10 +167,21 @@ def _record(row: Any) -> KeyRecord:
     )
 
 
-class SqlIdempotencyStore(IdempotencyStore):
-    """The `idempotency_keys` table; a subclass runs the statements (`_run`)."""
+class IdempotencyStore:
+    """Key records per (InstanceKey, key) in the `idempotency_keys` table; every write is
+    committed when it returns. A subclass says how a statement runs (`_run`)."""
 
+    backend = "abstract"
+    # Whether the task store's `tasks` table is beside the keys: a key with a task counts as
+    # finished once that task is not running, with no outcome of its own (the task's answer
+    # is the outcome, `mail.server.idempotency.Ticket.answered_by_task`).
     knows_tasks = True
+
+    async def start(self) -> None:
+        """Open what the store needs (connections, tables)."""
+
+    async def close(self) -> None:
+        """Release it. Idempotent."""
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         """Run one statement, committed on its own: `how` is "rows" (the rows read), "one"
@@ -322,7 +189,7 @@ class SqlIdempotencyStore(IdempotencyStore):
         raise NotImplementedError
 
     async def _has_tasks(self) -> bool:
-        return True
+        return self.knows_tasks
 
     async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
         row = await self._run(_GET, (*_scope(scope), key, now), "one")
@@ -337,6 +204,11 @@ class SqlIdempotencyStore(IdempotencyStore):
         replace: bool = False,
         over: float | None = None,
     ) -> KeyRecord | None:
+        """Store `record` under `key` unless a live record holds it: None when stored, else
+        the live record that holds the key. An expired record is overwritten; with
+        `replace`, so is a live one not finished and of the same fingerprint (a takeover of
+        work whose first attempt died), and with `over` only the one created at `over`
+        (another request that took it over since, in another process, keeps it)."""
         args = (
             *_scope(scope),
             key,
@@ -359,7 +231,13 @@ class SqlIdempotencyStore(IdempotencyStore):
             # Its holder was released or expired between the two statements: try again.
         return record
 
+    async def finish(
+        self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
+    ) -> None:
+        await self.finish_many([(scope, key, status, content_type, body)])
+
     async def finish_many(self, outcomes: list[Outcome]) -> None:
+        """Record the outcomes (scope, key, status, content type, body) of taken keys."""
         rows = [
             (status, content_type, bytes(body), *_scope(scope), key)
             for scope, key, status, content_type, body in outcomes
@@ -367,6 +245,7 @@ class SqlIdempotencyStore(IdempotencyStore):
         await self._run(_FINISH, tuple(rows), "many")
 
     async def release(self, scope: InstanceKey, key: str) -> None:
+        """Forget `key` (its request ended before doing anything: a retry may run it)."""
         await self._run(_RELEASE, (*_scope(scope), key), "count")
 
     async def count(self, scope: InstanceKey, now: float) -> int:
@@ -374,6 +253,7 @@ class SqlIdempotencyStore(IdempotencyStore):
         return int(row[0])
 
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
+        """Delete expired records (of one caller, or of everyone); returns how many."""
         if scope is None:
             return int(await self._run(_PURGE, (now,), "count"))
         return int(await self._run(_PURGE_SCOPE, (*_scope(scope), now), "count"))
@@ -381,6 +261,8 @@ class SqlIdempotencyStore(IdempotencyStore):
     async def evict_finished(
         self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
     ) -> int:
+        """Delete one caller's `count` oldest finished records but those in `keep` (their
+        requests are under way here); returns how many."""
         owner = _scope(scope)
         args: tuple[Any, ...]
         if await self._has_tasks():
@@ -396,10 +278,12 @@ class SqlIdempotencyStore(IdempotencyStore):
         return len(gone)
 
 
-class SqliteIdempotencyStore(SqlIdempotencyStore):
+class SqliteIdempotencyStore(IdempotencyStore):
     """The server's SQLite file (the task store's `SqliteDatabase`: one connection, one
-    thread). A statement runs on the event loop's thread when that thread is idle (cheaper
-    than a hop), else on it; a write lock of another process is waited for there."""
+    thread). The writes of one turn of the event loop (the keys of the requests that arrived
+    together) are one transaction, run on the loop's thread when the database's thread is
+    idle (cheaper than a hop), else on it (a write lock of another process is waited for
+    there)."""
 
     backend = "sqlite"
 
@@ -408,6 +292,8 @@ class SqliteIdempotencyStore(SqlIdempotencyStore):
 
         self.db = open_database(path)
         self._started = False
+        self._writes: list[tuple[str, Any, str, asyncio.Future[Any]]] = []
+        self._commits: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         if not self._started:
@@ -415,21 +301,55 @@ class SqliteIdempotencyStore(SqlIdempotencyStore):
             self._started = True
 
     async def close(self) -> None:
+        if self._writes:
+            self._commit()
+        if self._commits:
+            await asyncio.gather(*self._commits, return_exceptions=True)
         if self._started:
             self._started = False
             await self.db.release()
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
-        def run(conn: sqlite3.Connection) -> Any:
-            if how == "many":
-                return conn.executemany(sql, args).rowcount
-            cursor = conn.execute(sql, args)
-            if how == "count":
-                return cursor.rowcount
-            return cursor.fetchone() if how == "one" else cursor.fetchall()
+        if how in ("one", "rows"):
+            return await self._call(lambda conn: _execute(conn, sql, args, how), 0)
+        future = asyncio.get_running_loop().create_future()
+        if not self._writes:
+            asyncio.get_running_loop().call_soon(self._commit)
+        self._writes.append((sql, args, how, future))
+        return await future
 
+    def _commit(self) -> None:
+        from mail.store.sqlite_schema import transaction
+
+        writes, self._writes = self._writes, []
+        if not writes:
+            return
+
+        def run(conn: sqlite3.Connection) -> list[Any]:
+            with transaction(conn):
+                return [_execute(conn, sql, args, how) for sql, args, how, _ in writes]
+
+        def committed(task: asyncio.Task[Any]) -> None:
+            self._commits.discard(task)
+            failed = None if task.cancelled() else task.exception()
+            results = task.result() if not task.cancelled() and failed is None else []
+            for index, (*_, future) in enumerate(writes):
+                if future.done():
+                    continue
+                if task.cancelled():
+                    future.cancel()
+                elif failed is not None:
+                    future.set_exception(failed)
+                else:
+                    future.set_result(results[index])
+
+        task = asyncio.get_running_loop().create_task(self._call(run, len(writes)))
+        self._commits.add(task)
+        task.add_done_callback(committed)
+
+    async def _call(self, fn: Any, pages: int) -> Any:
         try:
-            return await self.db.run_small(run, pages=0 if how in ("one", "rows") else 1)
+            return await self.db.run_small(fn, pages=pages)
         except sqlite3.OperationalError as exc:
             if not self.db.is_open:
                 raise
@@ -437,6 +357,33 @@ class SqliteIdempotencyStore(SqlIdempotencyStore):
                 f"the store cannot write ({exc}): the request's Idempotency-Key is not "
                 "stored; retry later"
             ) from exc
+
+
+class MemoryIdempotencyStore(IdempotencyStore):
+    """In this process only (``--store memory``: nothing survives a restart): the same
+    table in an SQLite database in memory, its statements run at once on the loop."""
+
+    backend = "memory"
+    knows_tasks = False  # (no task store beside it)
+
+    def __init__(self) -> None:
+        from mail.store.sqlite_schema import IDEMPOTENCY_DDL
+
+        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(IDEMPOTENCY_DDL[0])
+
+    async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
+        return _execute(self._conn, sql, args, how)
+
+
+def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
+    if how == "many":
+        return conn.executemany(sql, args).rowcount
+    cursor = conn.execute(sql, args)
+    if how == "count":
+        return cursor.rowcount
+    return cursor.fetchone() if how == "one" else cursor.fetchall()
 
 
 def _numbered(sql: str) -> str:
@@ -452,7 +399,7 @@ async def ensure_table(conn: Any) -> None:
         await conn.execute(POSTGRES_DDL)
 
 
-class PostgresIdempotencyStore(SqlIdempotencyStore):
+class PostgresIdempotencyStore(IdempotencyStore):
     """PostgreSQL (asyncpg), on a small pool of its own; shared by every server and front
     end on the database (cluster mode: a retry may reach another front end)."""
 
