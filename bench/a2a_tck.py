@@ -22,17 +22,29 @@ The kit's pytest runs with the kit's own interpreter (``<tck>/.venv/bin/python``
 folder; the server with this repository's. Runs take a few minutes (the kit waits on streams
 and timeouts). ``TCK_STREAMING_TIMEOUT`` is passed through when set.
 
-Two defects of the kit (a2aproject/a2a-tck at 410ba92) are worked around here, without touching
-the checkout, and the results say so:
+Three defects of the kit (a2aproject/a2a-tck at 410ba92) are worked around here, without
+touching the checkout, and the results (bench/results-a2a-tck.md) say so:
 
 * it sends A2A 1.0 method names without the ``A2A-Version`` header, which A2A 1.0 reads as
   0.3: the header goes in through the kit's own setting for extra headers
   (``A2A_AUTH_HEADERS``, with the bearer key);
 * its HTTP+JSON client joins each path to the interface's URL with ``urljoin(url,
   "/message:send")``, which drops the URL's own path (``/a2a``): every REST request went to
-  the server's root (``GET /tasks`` reached MAIL's own task list). A pytest plugin written to
-  the work folder (``-p tck_rest_paths``) makes that join keep the path; ``--as-is`` leaves
-  the kit alone.
+  the server's root (``GET /tasks`` reached MAIL's own task list);
+* its HTTP+JSON client keeps one ``httpx.AsyncClient`` for the whole run while each async test
+  runs on an event loop of its own: from the second streaming test on, every REST stream failed
+  with "Event loop is closed" before reaching the server.
+
+A pytest plugin written to the work folder (``-p tck_rest_paths``) makes that join keep the path
+and gives the REST client a fresh async client on each event loop; ``--as-is`` leaves the kit
+alone (the header still goes in).
+
+``--return-immediately`` is a check of the kit's own assumption, not a workaround: its
+reference agent leaves every task working, so many of its tests cancel, list or message a task
+they expect still working after a blocking send. With this flag a second plugin
+(``tck_return_immediately``) adds ``"returnImmediately": true`` to every ``SendMessage`` the
+kit's clients send; with ``--latency-ms 15000`` the tasks are then still working when the kit
+looks at them.
 """
 
 from __future__ import annotations
@@ -66,8 +78,11 @@ CATEGORIES = {
 }
 EQUIVALENCE = ("transport-equivalence", "tests/optional/multi_transport/")
 
-# The kit's REST client with its paths kept under the interface's URL (see the module doc).
+# The kit's REST client with its paths kept under the interface's URL, and an async client of
+# the running event loop (see the module doc).
 REST_PATHS_PLUGIN = """
+import asyncio
+
 import tck.config  # first, as the kit's conftest does (its modules import each other)
 import tck.transport.rest_client as rest_client
 
@@ -77,11 +92,45 @@ def _keep_the_path(base, path):
 
 
 rest_client.urljoin = _keep_the_path
+
+_one_for_the_run = rest_client.RESTClient.async_client
+
+
+def _one_per_loop(self):
+    loop = asyncio.get_running_loop()
+    if getattr(self, "_mail_bench_loop", None) is not loop:
+        self._async_client, self._mail_bench_loop = None, loop
+    return _one_for_the_run.fget(self)
+
+
+rest_client.RESTClient.async_client = property(_one_per_loop)
 """
 
 SERVER_SETTINGS = """
 [server.webhooks]
 allowed_hosts = ["127.0.0.1", "localhost"]
+"""
+
+
+# Every SendMessage of the kit's clients asks returnImmediately (``--return-immediately``).
+RETURN_IMMEDIATELY_PLUGIN = """
+import tck.config  # first, as the kit's conftest does
+import tck.transport.jsonrpc_client as jsonrpc_client
+import tck.transport.rest_client as rest_client
+
+
+def _returning_immediately(client_class):
+    send = client_class.send_message
+
+    def send_message(self, message, configuration=None, extra_headers=None):
+        configuration = {"returnImmediately": True, **(configuration or {})}
+        return send(self, message, configuration=configuration, extra_headers=extra_headers)
+
+    client_class.send_message = send_message
+
+
+_returning_immediately(jsonrpc_client.JSONRPCClient)
+_returning_immediately(rest_client.RESTClient)
 """
 
 
@@ -140,13 +189,20 @@ def _summarize(label: str, report: Path) -> list[str]:
     print(
         f"{label:38} passed {counts['passed']:3}  failed {counts['failed']:3}  "
         f"skipped {counts['skipped']:3}  error {counts['error']:3}  "
-        f"xfailed {counts['xfailed']:3}"
+        f"xfailed {counts['xfailed']:3}  xpassed {counts['xpassed']:3}"
     )
     return [
         f"[{label}] {t['nodeid']}: {_reason(t)}"
         for t in tests
         if t["outcome"] in ("failed", "error")
     ]
+
+
+def _commit(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "commit unknown"
 
 
 def main() -> int:
@@ -162,6 +218,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--as-is", action="store_true", help="no workaround for the kit's REST path joining"
+    )
+    parser.add_argument(
+        "--return-immediately",
+        action="store_true",
+        help="every SendMessage of the kit asks returnImmediately (see the module doc)",
     )
     parser.add_argument("--keep", type=Path, help="keep reports and the server's log here")
     args = parser.parse_args()
@@ -189,12 +250,19 @@ def main() -> int:
             plugins: list[str] = []
             if not args.as_is:
                 (work / "tck_rest_paths.py").write_text(REST_PATHS_PLUGIN, encoding="utf-8")
+                plugins.append("tck_rest_paths")
+                print("the kit's REST client: the interface's path, a client per event loop")
+            if args.return_immediately:
+                (work / "tck_return_immediately.py").write_text(
+                    RETURN_IMMEDIATELY_PLUGIN, encoding="utf-8"
+                )
+                plugins.append("tck_return_immediately")
+                print("every SendMessage of the kit asks returnImmediately")
+            if plugins:
                 env["PYTHONPATH"] = os.pathsep.join(
                     filter(None, [str(work), env.get("PYTHONPATH")])
                 )
-                plugins.append("tck_rest_paths")
-                print("the kit's REST client keeps the interface's path (tck_rest_paths)")
-            print(f"mail server at {server.base_url}; a2a-tck at {tck}")
+            print(f"mail server at {server.base_url}; a2a-tck at {tck} ({_commit(tck)})")
             for category in chosen:
                 if category == EQUIVALENCE[0]:
                     runs = [(",".join(transports), EQUIVALENCE[1])]

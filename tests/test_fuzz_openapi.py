@@ -74,6 +74,9 @@ STATE_DEPENDENT = {
     # a webhook URL must resolve, through the address guard, to an address it allows
     "POST /webhooks",
     "PATCH /webhooks/{webhook_id}",
+    # a cron expression's grammar and its interval, an IANA zone name, a message's content
+    "POST /crons",
+    "PATCH /crons/{cron_id}",
 }
 REGISTER = {"POST /swarms", "POST /swarms/register"}
 CALLERS = ("user", "admin", "agent", "unknown-key", "no-key")

@@ -1,8 +1,8 @@
 """A peer's answer that comes after a restart, before the task's owner made any request, on the
 default SQLite store (`mail server` as a user starts it, from a scratch folder).
 
-The owner's instance is loaded only at the owner's next request (it needs the owner's API
-key); until then a peer's ``POST /interswarm/back`` is checked against the stored task, kept
+With ``resume_instances_at_start = 0`` (or for a caller past that bound) the owner's instance
+is loaded only at the owner's next request; until then a peer's ``POST /interswarm/back`` is checked against the stored task, kept
 in the store with it (``task_queues`` row ``<task_id>::parked``) before the 200, and handed to
 the instance once it is loaded (`mail.server.parked_answers`). Before, it was refused 404 and
 lost. The PostgreSQL side: tests/test_idempotency_interswarm_back_restart.py.
@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.restarted_alpha import (
+    NOT_RESUMED,
     Alpha,
     alpha_on_sqlite,
     answer_envelope,
@@ -34,7 +35,9 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture
 def alpha(tmp_path: Path) -> Iterator[Alpha]:
-    with alpha_on_sqlite(tmp_path, settings="max_parked_answers_per_task = 2\n") as made:
+    with alpha_on_sqlite(
+        tmp_path, settings=NOT_RESUMED + "max_parked_answers_per_task = 2\n"
+    ) as made:
         yield made
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.restarted_alpha import Alpha, alpha_on_sqlite, answer_envelope
+from tests.support.restarted_alpha import NOT_RESUMED, Alpha, alpha_on_sqlite, answer_envelope
 from tests.test_interswarm_back_parked import (
     _alice_asks_beta_then_crash,
     _answer_of,
@@ -46,7 +46,9 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture
 def alpha(tmp_path: Path) -> Iterator[Alpha]:
-    with alpha_on_sqlite(tmp_path, settings="max_parked_bytes_per_task = 60000\n") as made:
+    with alpha_on_sqlite(
+        tmp_path, settings=NOT_RESUMED + "max_parked_bytes_per_task = 60000\n"
+    ) as made:
         yield made
 
 

@@ -142,6 +142,21 @@ async def test_a_server_refusing_required_is_asked_with_auto_once_detected(llama
     assert llama.requests[-2].body["tool_choice"] == "required"  # a different model asks anew
 
 
+async def test_a_retry_after_the_refusal_of_required_asks_with_auto(llama):
+    # Refused "required", then the "auto" request timed out (a slow CPU): the retry asks
+    # "auto" straight away. It used to send "required" again, refused again: a wasted
+    # request, recorded as one more model call of the task on each retry.
+    await _warm(llama, llm="openai/slow-model")
+    fn = _agent(llama, llm="openai/slow-model", request_timeout=0.5)
+    llama.queue(hang(30.0))
+    llama.queue(tool_call("await_message", {"reason": None}))
+
+    _, [call] = await fn(copy.deepcopy(HISTORY))
+
+    assert call.tool_name == "await_message"
+    assert [r.body["tool_choice"] for r in llama.requests] == ["required", "auto", "auto"]
+
+
 async def test_default_tool_choice_keeps_a_forced_tool_forced(llama):
     # default_tool_choice "auto" (the old workaround for such servers) replaces "required"
     # only: the runtime's forced task_complete still goes out as the named tool choice.
@@ -157,6 +172,30 @@ async def test_default_tool_choice_keeps_a_forced_tool_forced(llama):
         {"type": "function", "function": {"name": "task_complete"}},
         "auto",
     ]
+
+
+async def test_a_model_that_only_answers_with_nothing_fails_with_what_to_do(llama):
+    # llama-cpp-python's chatml-function-calling under "auto": when the model picks a message
+    # over a tool, the message comes back empty (its grammar allows nothing else) - every
+    # such answer of a real run. The task fails at task_no_tool_call_limit (3), within
+    # max_steps, saying what would help: raising the limit only buys more empty answers.
+    for _ in range(10):
+        llama.queue(text(""))
+    swarm = _solo_swarm(llama).instantiate({"user_token": "t"}, user_id="u")
+    try:
+        response, _ = await swarm.post_message(body="What is 12 * 7?", max_steps=6, timeout=300)
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    body = response["message"]["body"]
+    assert response["message"]["subject"] == "::task_error::", response
+    assert "3 times in a row" in body and "task_no_tool_call_limit" in body, body
+    assert "use a model that calls tools reliably" in body, body
+    assert "its server gives this model tool calls" in body, body
+    # The refusal of "required" (asked again at once with "auto"), then three empty answers.
+    assert [r.get("error") for r in recorded] == ["InternalServerError", None, None, None]
+    assert [r.body["tool_choice"] for r in llama.requests] == ["required"] + ["auto"] * 3
 
 
 # ------------------------------------------------------- assistant messages without content
@@ -289,6 +328,26 @@ async def test_a_timed_out_request_is_closed_before_the_next_and_not_retried_twi
     assert llama.disconnected == llama.requests
 
 
+async def test_a_timed_out_call_is_charged_its_prompt(llama):
+    # A server that timed out had the whole prompt (llama-cpp-python goes on generating for
+    # it): the call's record counts its input, estimated, as a cut call's does, so a budget
+    # sees the work. Before, such calls were recorded with 0 tokens.
+    await _warm(llama)
+    swarm = _solo_swarm(llama, request_timeout=0.5).instantiate({"user_token": "t"}, user_id="u")
+    for _ in range(4):
+        llama.queue(hang(30.0))
+    try:
+        response, _ = await swarm.post_message(body="2 + 2?", timeout=300)
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    assert "higher request_timeout" in response["message"]["body"], response
+    timed_out = [r for r in recorded if r.get("error") not in (None, "InternalServerError")]
+    assert len(timed_out) == 2, [r.get("error") for r in recorded]
+    assert all(r["input_tokens"] > 100 and r["estimated"] is True for r in timed_out), recorded
+
+
 async def test_a_stream_slower_than_the_request_timeout_is_closed():
     # Every chunk comes within the timeout, the whole reply does not: the timeout is the call's.
     async with ScriptedLLM(quirks=ServerQuirks(chunk_delay=0.2)) as slow:
@@ -300,6 +359,7 @@ async def test_a_stream_slower_than_the_request_timeout_is_closed():
         with pytest.raises(LLMCallError) as info:
             await fn(copy.deepcopy(HISTORY), "auto")
         assert "within the request timeout" in str(info.value)
+        assert "higher request_timeout in the agent's agent_params" in str(info.value)
         assert len(slow.requests) == 2
         for _ in range(100):
             if len(slow.disconnected) == 2:

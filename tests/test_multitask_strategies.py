@@ -42,6 +42,16 @@ from server_fixtures import (
 
 pytestmark = pytest.mark.timeout(400)
 
+MAX_ENQUEUED = 3
+# Loopback webhooks allowed: a message's own webhook is one more stored thing between its
+# checks and its submission.
+EXTRA = f"""
+max_enqueued_messages_per_task = {MAX_ENQUEUED}
+
+[server.webhooks]
+allowed_hosts = ["127.0.0.1"]
+"""
+
 
 class Swarm:
     """A running deployment of the multitask agents, with alice's key and the calls log."""
@@ -104,7 +114,7 @@ def multitask_events(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _single(root: Path) -> Iterator[Any]:
     port = free_port()
-    config = write_config(root, port=port, swarm="multi")
+    config = write_config(root, port=port, swarm="multi", extra=EXTRA)
     env = {"MAIL_MULTITASK_LOG": str(root / "calls.log")}
     server = SingleServerProcess(root, port, args=["--config", str(config)], env=env).start()
     try:
@@ -119,7 +129,7 @@ def _cluster(root: Path) -> Iterator[Any]:
 
     _require()  # Ray and PostgreSQL, or skip (fail with MAIL_REQUIRE_*)
     port = free_port()
-    config = write_config(root, port=port, swarm="multi")
+    config = write_config(root, port=port, swarm="multi", extra=EXTRA)
     env = {"MAIL_MULTITASK_LOG": str(root / "calls.log")}
     cls = cluster_server_class(SingleServerProcess)
     server = cls(root, port, args=["--config", str(config)], env=env).start()
@@ -203,6 +213,77 @@ def test_enqueue_delivers_each_message_after_the_answer_before_it(swarm: Swarm) 
     ], order
     positions = [e.get("position") for e in multitask_events(swarm.task(task_id))]
     assert positions == [1, 2, None, None]
+
+
+def test_an_enqueued_message_outwaits_its_timeout_only_in_the_background(swarm: Swarm) -> None:
+    """A background message was accepted (202): waiting behind the task's current work longer
+    than its `timeout` does not drop it (the timeout counts from when it goes in). A caller
+    waiting for the answer whose timeout passes first gets its message withdrawn, is told so
+    (the task runs on, it did not fail), and the task's events record it."""
+    task_id = str(uuid.uuid4())
+    first = swarm.post({"body": "ASK SLOW 8 long-one", "task_id": task_id, "background": True})
+    assert first.status_code == 202, first.text
+    # Its Location (`GET /task/{task_id}`) reads the task, through any front end.
+    where = httpx.get(swarm.url + first.headers["location"], headers=auth(swarm.key), timeout=60)
+    assert where.status_code == 200 and where.json()["task_id"] == task_id, where.text
+    swarm.wait_line("worker start SLOW 8 long-one")
+    late = {"task_id": task_id, "multitask_strategy": "enqueue", "kwargs": {"timeout": 1}}
+    accepted = swarm.post({**late, "body": "ASK queued-one", "background": True})
+    assert accepted.status_code == 202, accepted.text
+    withdrawn = swarm.post({**late, "body": "ASK waited-one"})
+    assert withdrawn.status_code == 200, withdrawn.text
+    assert withdrawn.json()["state"] == "running", withdrawn.text
+    assert "withdrawn" in withdrawn.json()["response"]
+
+    swarm.wait_line("worker start queued-one")  # the background message went in, late
+    applied = swarm.wait_events(task_id, 4)
+    assert [e["action"] for e in applied] == ["queued", "queued", "withdrawn", "delivered"]
+    assert applied[2]["message_id"] == applied[1]["message_id"]  # the waiting caller's
+    assert applied[3]["message_id"] == applied[0]["message_id"]  # the background one
+    assert "worker start waited-one" not in swarm.lines()
+
+
+def test_concurrent_enqueues_stay_within_the_bound(swarm: Swarm) -> None:
+    """`max_enqueued_messages_per_task` holds for requests that arrive together, each with its
+    own webhook (stored between the request's checks and its submission): past the bound
+    they are 429, whatever the timing; requests refused (a webhook not allowed) take no
+    place."""
+    tasks = [str(uuid.uuid4()) for _ in range(3)]
+    for n, task_id in enumerate(tasks):
+        body = {"body": f"ASK SLOW 20 bound-{n}", "task_id": task_id, "background": True}
+        assert swarm.post(body).status_code == 202
+    for n in range(len(tasks)):
+        swarm.wait_line(f"worker start SLOW 20 bound-{n}")
+    for _ in range(MAX_ENQUEUED):  # refused after the bound's check: they take no place
+        refused = {"url": "http://10.0.0.1/hook"}  # (a private address, not allowed)
+        body = {"body": "COUNT", "task_id": tasks[0], "multitask_strategy": "enqueue"}
+        assert swarm.post({**body, "webhook": refused}).status_code == 400
+    pool = concurrent.futures.ThreadPoolExecutor(16)
+    try:
+        flood = [
+            pool.submit(
+                swarm.post,
+                {
+                    "body": f"COUNT {i}",
+                    "task_id": task_id,
+                    "multitask_strategy": "enqueue",
+                    "background": True,
+                    "webhook": {"url": "http://127.0.0.1:9/hook"},  # (nothing listens)
+                },
+            )
+            for task_id in tasks
+            for i in range(16)
+        ]
+        codes = [f.result(120).status_code for f in flood]
+    finally:
+        pool.shutdown()
+    assert set(codes) == {202, 429}, codes
+    for task_id in tasks:
+        queued = [e for e in multitask_events(swarm.task(task_id)) if e["action"] == "queued"]
+        assert len(queued) == MAX_ENQUEUED, queued
+    assert codes.count(202) == MAX_ENQUEUED * len(tasks)
+    for task_id in tasks:  # (the worker's 20 s are not waited for)
+        swarm.post({"body": "COUNT", "task_id": task_id, "multitask_strategy": "rollback"})
 
 
 def test_interrupt_cancels_the_turn_in_flight_and_keeps_finished_work(swarm: Swarm) -> None:

@@ -49,6 +49,10 @@ async def test_documented_tasks_end_within_their_limits(stream: bool) -> None:
         model=os.environ.get("MAIL_REAL_MODEL_NAME", "local-model"),
         max_steps=MAX_STEPS,
         timeout=TIMEOUT,
+        max_tokens=None,
+        request_timeout=None,
+        text_only=False,
+        task_list=list(bench.TASKS),
     )
     outcomes = await bench.run_api(args, stream)
     assert len(outcomes) == len(bench.TASKS)

@@ -1,12 +1,12 @@
 """The WAL between two checkpoints, when a batch's rows land on many different pages.
 
-docs/database.md: the server checkpoints once about CHECKPOINT_PAGES (1,000) pages were
-written, estimated per batch as 4 + rows // 2 + content bytes // 4096 ("small rows share
-b-tree leaves"), and a checkpoint then finds 950-1,200 WAL frames (about 4 MiB). That
-holds when a batch's rows are neighbours (bench/store.py). Here every batch updates 500
-tasks of many callers in random order (a busy server with thousands of tasks: each row
-its own leaf in the table and in each index), and the WAL a checkpoint finds must stay
-within twice the documented figure.
+bench/results-store.md ("The SQLite write path"): the server checkpoints once about
+CHECKPOINT_PAGES (1,000) pages were written, estimated per batch as 4 + rows // 2 + content
+bytes // 4096 ("small rows share b-tree leaves"), and a checkpoint then finds 950-1,200 WAL
+frames (about 4 MiB). That holds when a batch's rows are neighbours (bench/store.py). Here
+every batch updates 500 tasks of many callers in random order (a busy server with thousands
+of tasks: each row its own leaf in the table and in each index), and the WAL a checkpoint
+finds must stay within twice the documented figure.
 """
 
 from __future__ import annotations

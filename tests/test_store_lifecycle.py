@@ -96,6 +96,21 @@ async def test_one_task_is_read_back_whole(store: TaskStore) -> None:
     assert await life.callers(key.swarm_name, "no-such-role") == []
 
 
+async def test_running_callers_are_the_instances_a_restart_resumes(store: TaskStore) -> None:
+    swarm = f"resume-{new_key().caller_id}"
+    waits, done, runs, later = (InstanceKey(swarm, "user", n) for n in ("w", "d", "r", "l"))
+    await add_task(store, waits, "paused", state="waiting_for_breakpoint")
+    await add_task(store, done, "over", state="completed")
+    await add_task(store, runs, "busy", state="running")
+    await add_task(store, later, "busy", state="running")
+    await store.upsert_task(later, {"task_id": "busy", "start_time": "2025-03-02T10:00:00+00:00"})
+    await add_task(store, InstanceKey(swarm + "-other", "user", "x"), "busy", state="running")
+    life = lifecycle(store)
+    # Paused and finished tasks stay where they are; the oldest running task comes first.
+    assert await life.running_callers(swarm, 10) == [runs, later]
+    assert await life.running_callers(swarm, 1) == [runs]
+
+
 async def test_sizes_and_summaries(store: TaskStore) -> None:
     key = new_key()
     await add_task(store, key, "small", size=10)

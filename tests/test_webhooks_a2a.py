@@ -210,3 +210,71 @@ async def test_concurrent_push_config_creates_keep_the_bound(
             assert len(kept) == 10, (burst, sorted(kept))
             assert {f"burst-{n}" for n, why in enumerate(refusals) if why is None} == kept
             assert all("max_push_configs_per_task" in why for why in refusals if why), refusals
+
+
+PER_CALLER = 4  # [server.webhooks] max_push_configs_per_caller, here
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("a2a_push_per_caller")
+    users = {"carol": ("user", "carol"), "dave": ("user", "dave")}
+    extra = WEBHOOKS + f"max_push_configs_per_caller = {PER_CALLER}\n"
+    with keyed_stub_server(root, users, extra=extra) as server:
+        yield server
+
+
+async def test_a_caller_keeps_at_most_max_push_configs_per_caller_across_tasks(
+    bounded: ServerProcess,
+) -> None:
+    """30 configs created at once across three tasks (each of which may hold 10): the
+    caller keeps 4 in all (`max_push_configs_per_caller`), the rest are refused naming it,
+    nothing of theirs stored; replacing a kept config is not a new one; another caller is
+    not affected. (Only the per-task bound counted: a caller could keep 10 on every task.)"""
+    url = "http://127.0.0.1:9/never-sent"
+    async with a2a_client(bounded.base_url, bounded.keys["carol"], streaming=False) as client:
+        tasks = [
+            (await collect(client, message(f"BREAKPOINT hold {n}")))[-1].task.id for n in range(3)
+        ]
+
+        async def create(n: int) -> str | None:
+            config = TaskPushNotificationConfig(task_id=tasks[n % 3], id=f"c-{n}", url=url)
+            try:
+                await client.create_task_push_notification_config(config)
+            except Exception as exc:  # noqa: BLE001 - the SDK's InvalidParams error
+                return str(exc)
+            return None
+
+        refusals = await asyncio.gather(*(create(n) for n in range(30)))
+        kept: dict[str, str] = {}
+        for task_id in tasks:
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            kept.update({c.id: task_id for c in listed.configs})
+        assert len(kept) == PER_CALLER, kept
+        assert {f"c-{n}" for n, why in enumerate(refusals) if why is None} == set(kept)
+        assert all("max_push_configs_per_caller" in why for why in refusals if why), refusals
+        # Replacing one of them is allowed (the same config, a new URL); a new one is not.
+        config_id, task_id = next(iter(kept.items()))
+        again = await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task_id, id=config_id, url=url + "/2")
+        )
+        assert again.url == url + "/2"
+        with pytest.raises(Exception, match="max_push_configs_per_caller"):
+            await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task_id, id="one-more", url=url)
+            )
+        # Deleting one makes room.
+        await client.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+        )
+        await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task_id, id="one-more", url=url)
+        )
+    async with a2a_client(bounded.base_url, bounded.keys["dave"], streaming=False) as client:
+        task_id = (await collect(client, message("BREAKPOINT hold")))[-1].task.id
+        made = await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task_id, id="mine", url=url)
+        )
+        assert made.id == "mine"

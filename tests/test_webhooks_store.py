@@ -287,6 +287,32 @@ async def test_a_freed_slot_reaches_past_a_backlog_wider_than_the_window(
     assert [r["owner_id"] for r in got] == ["bob"]
 
 
+async def test_the_reserved_slots_go_only_to_owners_with_nothing_under_way(
+    store: WebhookStore,
+) -> None:
+    """4 slots free, 2 of them reserved: Bob (nothing under way) gets one, then Alice (one
+    under way, a backlog wider than the window, due first) the last one outside the
+    reserve, and neither a second. With only reserved slots free, owners with attempts
+    under way get none and Carol (nothing under way, due last) gets one."""
+    for who, count in ((ALICE, 200), (BOB, 3)):
+        await store.add_subscription(subscription(who, destination=f"{who[1]}.test:80"))
+        await store.add_events([event(who) for _ in range(count)])
+        await store.fan_out(SWARM, time.time(), 1000, PENDING)
+    now = time.time()
+    limits = ClaimLimits(4, 100, {}, 8, {ALICE: 1}, reserved=2)
+    got = await store.claim(SWARM, now, limits, "n", now + 30)
+    assert sorted(r["owner_id"] for r in got) == ["alice", "bob"]
+    assert limits.window < 200
+    limits = ClaimLimits(2, 100, {}, 8, {ALICE: 3, BOB: 1, ("user", "mallory"): 8}, reserved=2)
+    assert await store.claim(SWARM, now, limits, "n", now + 30) == []
+    carol = ("user", "carol")
+    await store.add_subscription(subscription(carol, destination="carol.test:80"))
+    await store.add_events([event(carol) for _ in range(3)])
+    await store.fan_out(SWARM, time.time(), 1000, PENDING)
+    got = await store.claim(SWARM, now + 1, limits, "n", now + 30)
+    assert [r["owner_id"] for r in got] == ["carol"]
+
+
 async def test_finish_retry_and_delete(store: WebhookStore) -> None:
     sub = subscription(ALICE)
     await store.add_subscription(sub)

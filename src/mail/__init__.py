@@ -6,15 +6,15 @@ fast; `from mail import MAILSwarmTemplate` works as usual.
 
 from __future__ import annotations
 
-import importlib
 import os as _os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # LiteLLM otherwise downloads a model price map at import time; we never need the network
 # for that, and a closed network would stall every import.
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from mail import launch as _launch  # noqa: E402
+from mail.lazy import lazy_exports  # noqa: E402
 from mail.version import PROTOCOL_VERSION, __version__  # noqa: E402
 
 # MAILSwarmTemplate.start_server serves through this (api/ never imports the server).
@@ -80,14 +80,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mail' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

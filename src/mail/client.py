@@ -406,6 +406,56 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
             "POST", "/interswarm/back", payload={"message": dict(message)}, starts_work=True
         )
 
+    # ----------------------------------------------------------------- crons
+    # docs/crons.md. Changes carry a fresh Idempotency-Key, as the webhook calls below do.
+
+    async def create_cron(
+        self,
+        schedule: str,
+        message: dict[str, Any],
+        *,
+        timezone: str | None = None,
+        webhook: str | dict[str, Any] | None = None,
+        description: str | None = None,
+        paused: bool | None = None,
+    ) -> dict[str, Any]:
+        """POST /crons — send `message` (a POST /message body: `body`, `subject`,
+        `entrypoint`, ...) on `schedule` (a cron expression, read in `timezone`, UTC by
+        default). A `webhook`'s generated secret is in the answer this once."""
+        payload: dict[str, Any] = {"schedule": schedule, "message": dict(message)}
+        for name, value in (
+            ("timezone", timezone),
+            ("webhook", webhook),
+            ("description", description),
+            ("paused", paused),
+        ):
+            if value is not None:
+                payload[name] = value
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", "/crons", payload=payload, starts_work=True
+        )
+
+    async def list_crons(self) -> list[dict[str, Any]]:
+        """GET /crons — your scheduled tasks."""
+        found = await self._request_json("GET", "/crons")
+        return list(found["crons"])
+
+    async def get_cron(self, cron_id: str) -> dict[str, Any]:
+        """GET /crons/{id}."""
+        return await self._request_json("GET", _cron_path(cron_id))  # type: ignore[no-any-return]
+
+    async def update_cron(self, cron_id: str, **changes: Any) -> dict[str, Any]:
+        """PATCH /crons/{id} — `schedule`, `timezone`, `message`, `webhook`, `description`,
+        `paused` (true pauses, false resumes from the next scheduled time)."""
+        return await self._request_json(  # type: ignore[no-any-return]
+            "PATCH", _cron_path(cron_id), payload=changes, starts_work=True
+        )
+
+    async def delete_cron(self, cron_id: str) -> None:
+        """DELETE /crons/{id} — its runs already started go on."""
+        response = await self._open_work("DELETE", _cron_path(cron_id))
+        response.release()
+
     # ----------------------------------------------------------------- webhooks
     # docs/webhooks.md. The calls that change something (create, change, delete, rotate, test,
     # retry a delivery) carry a fresh Idempotency-Key and are retried with it after a
@@ -525,6 +575,10 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
                     f"POST /responses returned a non-JSON string: {preview(result)}"
                 ) from exc
         return _as_openai_response(result)
+
+
+def _cron_path(cron_id: str) -> str:
+    return f"/crons/{quote(cron_id, safe='')}"
 
 
 def _webhook_path(webhook_id: str, rest: str = "") -> str:

@@ -58,17 +58,23 @@ class WebhooksConfig(BaseModel):
     max_in_flight: int = Field(default=32, ge=1)
     max_in_flight_per_destination: int = Field(default=4, ge=1)
     max_in_flight_per_owner: int = Field(default=8, ge=1)
+    # Slots of max_in_flight kept for callers with nothing under way (at most half of
+    # them): a caller with an attempt under way starts another only while this many stay
+    # free, so while fewer callers than this have attempts under way (hanging or not), a
+    # caller with none gets a slot at once.
+    max_in_flight_reserved: int = Field(default=16, ge=0)
     # Quotas: standing subscriptions per caller; per-request webhooks (POST /message) per
     # caller and per task (one per distinct URL: a later message naming the same URL uses
     # the same one); deliveries waiting per subscription and per caller in all (past either,
     # new deliveries are recorded as failed, saying so; a test or a retry is refused);
-    # A2A push configs per task.
+    # A2A push configs per task and per caller in all.
     max_subscriptions_per_caller: int = Field(default=20, ge=1)
     max_request_webhooks_per_caller: int = Field(default=1000, ge=1)
     max_request_webhooks_per_task: int = Field(default=10, ge=1)
     max_pending_deliveries: int = Field(default=1000, ge=1)
     max_pending_deliveries_per_caller: int = Field(default=5000, ge=1)
     max_push_configs_per_task: int = Field(default=10, ge=1)
+    max_push_configs_per_caller: int = Field(default=1000, ge=1)
     # Characters of a task's answer or error kept in an event's `summary`.
     summary_chars: int = Field(default=2000, ge=0)
     max_url_chars: int = Field(default=2048, ge=16)
@@ -92,6 +98,11 @@ class WebhooksConfig(BaseModel):
         if len(value) > 50:
             raise ValueError("retry_schedule has at most 50 retries")
         return value
+
+    @property
+    def reserved_in_flight(self) -> int:
+        """The slots kept for callers with nothing under way (at most half)."""
+        return min(self.max_in_flight_reserved, self.max_in_flight // 2)
 
     @property
     def lease_seconds(self) -> float:

@@ -10,6 +10,8 @@ Referenced from swarms.json as ``python::tests.support.multitask_agents:factory`
   <text>``; given anything else it answers ``worked: <text> (request <n>)``, n being how many
   requests its history holds (what of the earlier ones it still has).
 
+With ``MAIL_MULTITASK_BROKEN_FACTORY`` set, making an agent fails with its value.
+
 Every call appends ``<agent> start <body>`` to the file named by ``MAIL_MULTITASK_LOG``, and a
 worker call that finished its wait ``worker end <body>`` (so a test waits for "the worker call
 started" instead of sleeping, and sees which calls were cancelled).
@@ -67,6 +69,10 @@ def _log(line: str) -> None:
 
 
 def factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
+    broken = os.environ.get("MAIL_MULTITASK_BROKEN_FACTORY")
+    if broken:  # a swarm whose instances can no longer be made (a credential gone, ...)
+        raise RuntimeError(broken)
+
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
         incoming = _incoming(history)
         kind, sender, body = incoming[-1] if incoming else ("", "", "")

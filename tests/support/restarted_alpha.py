@@ -25,6 +25,9 @@ from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 
 TAKEOVER = "idempotency_takeover_after = 3\n"
+# The owner's instance stays unloaded after a restart until the owner's next request (as for a
+# caller past the start-up resume's bound), so peers' answers are kept for it meanwhile.
+NOT_RESUMED = "resume_instances_at_start = 0\n"
 
 
 def alpha_swarms(name: str = "swarm-alpha", remote: str = "swarm-beta") -> list[dict[str, Any]]:

@@ -118,13 +118,10 @@ class MAILRequestHandler(DefaultRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any, None]:
         _check_role(params.message)
-        async with self._one_message(params.message.task_id, context):
-            stream = super().on_message_send_stream(params, context)
-            try:
-                async for event in stream:
-                    yield event
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
+        stream = super().on_message_send_stream(params, context)
+        async with self._one_message(params.message.task_id, context), contextlib.aclosing(stream):
+            async for event in stream:
+                yield event
 
     def _busy(self, task_id: str, context: ServerCallContext) -> bool:
         """A message is being handed to the caller's task, or its execution is under way."""
@@ -254,12 +251,9 @@ class MAILRequestHandler(DefaultRequestHandler):
         task = await self._records.get(params.id, context)
         if task is not None:
             await self._settle(task, context)
-        stream = super().on_subscribe_to_task(params, context)
-        try:
+        async with contextlib.aclosing(super().on_subscribe_to_task(params, context)) as stream:
             async for event in stream:
                 yield event
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
 
 
 def _working(task_id: str) -> UnsupportedOperationError:

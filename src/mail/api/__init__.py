@@ -1,7 +1,5 @@
 """The Python API: actions, agent templates, swarm templates and running swarms."""
 
-from typing import Any
-
 from mail.api.actions import MAILAction, action
 from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.swarm import MAILSwarm
@@ -27,15 +25,10 @@ from mail.core.runtime import MAILRuntime  # noqa: F401
 from mail.core.tasks import MAILTask  # noqa: F401
 from mail.core.tools import MAIL_TOOL_NAMES, AgentToolCall, pydantic_model_to_tool  # noqa: F401
 from mail.factories.base import MAILAgentFunction  # noqa: F401
+from mail.lazy import lazy_exports
 
-
-def __getattr__(name: str) -> Any:
-    # v1.3's mail.api had SwarmRegistry too; loaded on first use (it brings aiohttp along).
-    if name == "SwarmRegistry":
-        from mail.net import SwarmRegistry
-
-        return SwarmRegistry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# v1.3's mail.api had SwarmRegistry too; loaded on first use (it brings aiohttp along).
+__getattr__, __dir__ = lazy_exports(globals(), {"SwarmRegistry": "mail.net"})
 
 
 __all__ = [

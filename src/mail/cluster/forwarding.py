@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.responses import Response, StreamingResponse
@@ -31,6 +32,7 @@ INSTANCE_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("/tasks", ("GET",)),
     ("/task", ("GET",)),
     ("/task/events", ("GET",)),
+    ("/task/{task_id}", ("GET",)),  # GET /task with the id in the path: forwarded as that
     ("/swarm", ("GET",)),
     ("/responses", ("POST",)),
     ("/threads", ("GET",)),
@@ -121,10 +123,14 @@ def interswarm_recipient(path: str, body: bytes, swarm: str) -> tuple[str, str, 
 
 def _forwarded(request: Request, body: bytes) -> ForwardedRequest:
     client = request.scope.get("client")
+    path, query = request.url.path, request.scope.get("query_string", b"")
+    task_id = request.path_params.get("task_id")
+    if isinstance(task_id, str):  # GET /task/{task_id} is GET /task?task_id=...
+        path, query = "/task", urlencode({"task_id": task_id}).encode()
     return ForwardedRequest(
         method=request.method,
-        path=request.url.path,
-        query=request.scope.get("query_string", b""),
+        path=path,
+        query=query,
         headers=list(request.scope["headers"]),
         body=body,
         client=tuple(client) if client else None,  # type: ignore[arg-type]

@@ -69,7 +69,10 @@ def instance_config_json(config_json: str) -> str:
     from mail.config import ServerConfig
 
     config = ServerConfig.model_validate_json(config_json)
-    settings = config.settings.model_copy(update={"gc_tuning": False})
+    # A host loads its one caller's instance itself (`InstanceHost._start`), never others'.
+    settings = config.settings.model_copy(
+        update={"gc_tuning": False, "resume_instances_at_start": 0}
+    )
     cluster = config.cluster.model_copy(update={"backend": "none"})
     # Every front end and instance host of the deployment uses the one registry file.
     swarm = config.swarm.model_copy(update={"registry_shared": True})

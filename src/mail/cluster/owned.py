@@ -18,7 +18,7 @@ from mail.server import task_events, task_listing
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
-from mail.server.sse import EventStreamResponse, event_stream_response
+from mail.server.sse import EventStreamResponse
 from mail.server.task_reads import task_record, task_summary
 
 OWNED_PREFIX = "/_cluster/owned"
@@ -75,20 +75,12 @@ async def owned_task_events(request: Request) -> EventStreamResponse:
     after = task_events.parse_after(
         request.headers.get("last-event-id"), request.query_params.get("after")
     )
-    slot = state.stream_slots.acquire(role, caller_id)  # 429 at the caller's limit
-    try:
-        sub = await task_events.find_owned_task(state, role, caller_id, task_id, after)
-    except BaseException:
-        slot.release()
-        raise
-    settings = state.config.settings
-    return event_stream_response(
-        task_events.feed(state, sub),
-        max_buffer_bytes=settings.sse_max_buffer_bytes,
-        stall_timeout=settings.sse_slow_reader_timeout,
-        task_id=task_id,
-        streams=state.open_streams,
-        slot=slot,
+    return await task_events.event_stream(
+        state,
+        role,
+        caller_id,
+        task_id,
+        lambda: task_events.find_owned_task(state, role, caller_id, task_id, after),
     )
 
 

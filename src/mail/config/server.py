@@ -43,6 +43,10 @@ class ServerSettings(_Section):
     sse_ping_interval: float = Field(default=15.0, gt=0)
     # Seconds an instance may stay unused before it is shut down (0 disables reclaiming).
     instance_idle_timeout: float = Field(default=1800.0, ge=0)
+    # Callers' instances loaded at start-up, one after another, to continue the tasks that
+    # were running when the server stopped (a kill -9 too); the others' tasks continue at
+    # their caller's next request. 0 = none (every one waits for its caller).
+    resume_instances_at_start: int = Field(default=100, ge=0)
     # Default time a non-streaming POST /message waits for the task to finish.
     message_timeout: float = Field(default=3600.0, gt=0)
     # What a message to a task that is still running does when it names no
@@ -194,6 +198,27 @@ class TeamToolsConfig(_Section):
     max_attachment_bytes_per_instance: int = Field(default=1024 * 1024 * 1024, gt=0)
     max_posts_per_thread: int = Field(default=10_000, gt=0)
     max_inbox_entries: int = Field(default=10_000, gt=0)
+
+
+class CronsConfig(_Section):
+    """``[server.crons]``: scheduled tasks (``/crons``, docs/crons.md)."""
+
+    # Off: /crons answers 404 and no scheduled task runs on this server.
+    enabled: bool = True
+    # Scheduled tasks one caller may have.
+    max_crons_per_caller: int = Field(default=20, ge=1)
+    # Shortest time between two runs of one schedule, in seconds (a schedule whose runs come
+    # closer is refused). Six-field schedules (seconds first) need it at 1.
+    min_interval: float = Field(default=60.0, gt=0)
+    # After a server was down at a scheduled time: the latest missed time still runs (once)
+    # when it is at most this many seconds old; older missed times are skipped.
+    catch_up_window: float = Field(default=3600.0, ge=0)
+    # Bytes of a scheduled task's message (its JSON).
+    max_message_bytes: int = Field(default=65536, ge=64)
+    max_description_chars: int = Field(default=500, ge=0)
+    # Seconds between two reads of every schedule (changes made through another front end
+    # sharing the database); between them the scheduler sleeps until its nearest run.
+    rescan_interval: float = Field(default=30.0, gt=0)
 
 
 class McpConfig(_Section):
@@ -362,6 +387,7 @@ class ServerConfig(_Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    crons: CronsConfig = Field(default_factory=CronsConfig)
 
     @property
     def base_url(self) -> str:

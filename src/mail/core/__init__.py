@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mail.core.actions import ActionCore, ActionFunction, ActionOverrideFunction
 from mail.core.agents import AgentCore, AgentFunction, AgentOutput
@@ -49,6 +49,7 @@ from mail.core.tools import (
     create_task_complete_tool,
     pydantic_model_to_tool,
 )
+from mail.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
@@ -99,14 +100,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "MAILRuntime":
-        from mail.core.runtime import MAILRuntime
-
-        globals()["MAILRuntime"] = MAILRuntime
-        return MAILRuntime
-    raise AttributeError(f"module 'mail.core' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"MAILRuntime"})
+__getattr__, __dir__ = lazy_exports(globals(), {"MAILRuntime": "mail.core.runtime"})

@@ -206,41 +206,17 @@ class TaskEvent:
         shared = self._shared
         if shared is not None:
             extra = {k: None if k in shared else v for k, v in self.extra_data.items()}
-            return compact_json(
-                {
-                    "timestamp": self.timestamp,
-                    "description": self.description,
-                    "task_id": self.task_id,
-                    "extra_data": extra,
-                    _SHARED_FLAG: shared,
-                }
-            )
+            return self._flagged(self.description, _SHARED_FLAG, shared, extra)
         args = self._args_text
         if args is not None and self._raw is None:
-            return compact_json(
-                {
-                    "timestamp": self.timestamp,
-                    "description": args.prefix,
-                    "task_id": self.task_id,
-                    "extra_data": self.extra_data,
-                    _ARGS_FLAG: args.call_id,
-                }
-            )
+            return self._flagged(args.prefix, _ARGS_FLAG, args.call_id)
         message = self.extra_data.get("full_message") if self._raw is None else None
         if not isinstance(message, dict):
             return self.data
         text = self._message_text
         if text is not None and text.message is message:
             # The description is the prefix and this message's XML by construction.
-            return compact_json(
-                {
-                    "timestamp": self.timestamp,
-                    "description": text.prefix,
-                    "task_id": self.task_id,
-                    "extra_data": self.extra_data,
-                    _XML_FLAG: True,
-                }
-            )
+            return self._flagged(text.prefix, _XML_FLAG, True)
         description = self.description
         try:
             xml = build_mail_xml(message)["content"]  # type: ignore[arg-type]
@@ -248,10 +224,22 @@ class TaskEvent:
             return self.data
         if not xml or not description.endswith(xml):
             return self.data
-        payload = dict(self.payload)
-        payload["description"] = description[: len(description) - len(xml)]
-        payload[_XML_FLAG] = True
-        return compact_json(payload)
+        return self._flagged(description[: len(description) - len(xml)], _XML_FLAG, True)
+
+    def _flagged(
+        self, description: str, flag: str, value: Any, extra: dict[str, Any] | None = None
+    ) -> str:
+        """The stored text of an event (never a raw one) whose `description` (and `extra`
+        data) stand shortened, `flag` telling `events_from_records` how to restore them."""
+        return compact_json(
+            {
+                "timestamp": self.timestamp,
+                "description": description,
+                "task_id": self.task_id,
+                "extra_data": self.extra_data if extra is None else extra,
+                flag: value,
+            }
+        )
 
     def to_record(self, parsed: bool = False) -> dict[str, Any]:
         """Serialised form used by /message show_events (parsed) and /tasks (raw string)."""

@@ -36,6 +36,12 @@ DEFAULT_TASK_REPEAT_LIMIT = 5
 DEFAULT_TASK_NO_TOOL_CALL_LIMIT = 3
 TASK_ERROR_SUBJECT = "::task_error::"
 NO_TOOL_CALL = "no_tool_call"  # the error_kind of a task stopped by that rule
+# What a user can do about it: raising the limit only buys more such answers.
+NO_TOOL_CALL_HINT = (
+    "Its model does not call the tools it is given: use a model that calls tools reliably, "
+    "or check that its server gives this model tool calls "
+    "(docs/troubleshooting.md, 'A small local model')."
+)
 
 
 @dataclass(slots=True)
@@ -105,7 +111,7 @@ class LoopGuard:
             return (
                 f"Task stopped: agent '{agent_name}' answered {count} times in a row without "
                 f"a valid tool call (task_no_tool_call_limit); the last time it answered "
-                f"{problem}."
+                f"{problem}. {NO_TOOL_CALL_HINT}"
             )
         return None
 

@@ -359,6 +359,7 @@ class MAILRuntime(V13Surface):
         ping_interval: float = 15.0,
         *,
         on_submitted: Callable[[], Awaitable[Any]] | None = None,
+        detached: bool = False,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
         """Submit, then yield the task's new events as they happen and a final event.
@@ -366,9 +367,17 @@ class MAILRuntime(V13Surface):
         The final event is `task_complete` with the response body, or `task_error`.
         Heartbeat `ping` events are yielded after `ping_interval` seconds of silence.
         `on_submitted` is awaited after the submission, before the first event.
+        `detached`: nobody waits for the answer (see `TaskWaiters.submit_and_stream`).
         """
         return self.waiters.submit_and_stream(  # rt=self: the stream holds it, not yet begun
-            message, timeout, resume_from, ping_interval, kwargs, on_submitted, rt=self
+            message,
+            timeout,
+            resume_from,
+            ping_interval,
+            kwargs,
+            on_submitted,
+            rt=self,
+            detached=detached,
         )
 
     def _dispatch(self, message: MAILMessage) -> None:

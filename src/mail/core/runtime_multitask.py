@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +55,9 @@ logger = logging.getLogger("mail.runtime")
 STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 DEFAULT_STRATEGY = "reject"
 STRATEGY_KWARG = "multitask_strategy"
+# How long a request checked against the bound of waiting messages (`reserve`) holds its place
+# until its message is enqueued: a request that gave up between the two frees it by then.
+RESERVATION_SECONDS = 30.0
 # States in which the current work has ended, so an enqueued message may go in (a pause for
 # a person is not an end: the message waits for the run the person resumes).
 _ENDED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.STOPPED})
@@ -124,6 +128,8 @@ class Multitask(HostLink[MultitaskHost]):
         self._link(host)
         self._queued: dict[str, collections.deque[Enqueued]] = {}
         self._delivering: set[str] = set()  # tasks whose next enqueued message goes in soon
+        # task id -> when requests to enqueue were let through and not enqueued yet (`reserve`)
+        self._reserved: dict[str, collections.deque[float]] = {}
 
     # ------------------------------------------------------------------ rollback points
     def mark_start(self, task: MAILTask, stashed: list[dict[str, Any]] | None = None) -> None:
@@ -232,6 +238,7 @@ class Multitask(HostLink[MultitaskHost]):
     ) -> asyncio.Future[MAILMessage] | None:
         rt = self.host
         task_id = task.task_id
+        self._taken_up(task_id)
         queue = self._queued.setdefault(task_id, collections.deque())
         queue.append(Enqueued(message, dict(kwargs), future))
         if rt.journal is not None:
@@ -258,6 +265,35 @@ class Multitask(HostLink[MultitaskHost]):
     def waiting(self, task_id: str) -> int:
         """How many messages wait for the task's current work to end."""
         return len(self._queued.get(task_id, ()))
+
+    def places_taken(self, task_id: str) -> int:
+        """The messages waiting, and those let through to wait (`reserve`) not in yet."""
+        held = self._reserved.get(task_id)
+        if held:
+            expired = time.monotonic() - RESERVATION_SECONDS
+            while held and held[0] < expired:
+                held.popleft()
+            if not held:
+                del self._reserved[task_id]
+        return self.waiting(task_id) + len(self._reserved.get(task_id, ()))
+
+    def reserve(self, task_id: str) -> None:
+        """A request to enqueue a message was checked against the bound of waiting messages:
+        its place is held until the message is enqueued (a caller's checks and its
+        submission are apart: concurrent requests must not all see the same free place)."""
+        self._reserved.setdefault(task_id, collections.deque()).append(time.monotonic())
+
+    def give_back(self, task_id: str) -> None:
+        """A request `reserve` let through was refused after all (its webhook, its uploads):
+        its place is free again."""
+        self._taken_up(task_id)
+
+    def _taken_up(self, task_id: str) -> None:
+        held = self._reserved.get(task_id)
+        if held:
+            held.popleft()
+            if not held:
+                del self._reserved[task_id]
 
     def task_answered(self, task_id: str) -> None:
         """The task answered: its next enqueued message goes in once the callers of this
@@ -308,17 +344,29 @@ class Multitask(HostLink[MultitaskHost]):
                 future.set_result(answer)
             self.task_answered(task_id)
 
+    def holds(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool:
+        """Whether the enqueued message whose caller waits on `future` still waits."""
+        return any(entry.future is future for entry in self._queued.get(task_id, ()))
+
     def withdraw(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool:
         """The caller of an enqueued message stops waiting (its timeout) before the message
-        went in: the message is taken out. False when it went in already."""
+        went in: the message is taken out, and the task's events say so. False when it went
+        in already."""
         queue = self._queued.get(task_id)
         for entry in queue or ():
             if entry.future is future:
                 queue.remove(entry)  # type: ignore[union-attr]
                 if not queue:
                     del self._queued[task_id]
-                if self.host.journal is not None:
-                    self.host.journal.dequeued(task_id, entry.message["id"])
+                rt = self.host
+                if rt.journal is not None:
+                    rt.journal.dequeued(task_id, entry.message["id"])
+                detail = {
+                    "strategy": "enqueue",
+                    "action": "withdrawn",
+                    "message_id": entry.message["id"],
+                }
+                rt._emit(task_id, MULTITASK_EVENT, _describe(detail), detail)
                 return True
         return False
 
@@ -337,6 +385,11 @@ def _describe(detail: dict[str, Any]) -> str:
         return f"message {detail['message_id']} enqueued (position {detail['position']})"
     if action == "delivered":
         return f"enqueued message {detail['message_id']} delivered"
+    if action == "withdrawn":
+        return (
+            f"enqueued message {detail['message_id']} withdrawn: its caller's timeout passed "
+            "before it went in"
+        )
     cancelled = ", ".join(detail.get("cancelled_turns") or []) or "none"
     text = f"{strategy}: message {detail['message_id']} {action.replace('_', ' ')} the earlier one (turns cancelled: {cancelled})"
     span = detail.get("rolled_back_events")

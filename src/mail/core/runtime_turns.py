@@ -8,7 +8,7 @@ import logging
 from typing import Any, Protocol
 
 import mail.core.team.handlers  # noqa: F401 - the team tools register into TOOL_HANDLERS
-from mail.core.loop_guard import NO_TOOL_CALL, LoopGuard, stop_task
+from mail.core.loop_guard import NO_TOOL_CALL, NO_TOOL_CALL_HINT, LoopGuard, stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import MAX_STEPS_SUBJECT
@@ -472,7 +472,7 @@ class TurnRunner(HostLink[TurnHost]):
         if last:
             stop = (
                 f"Task stopped: it reached its step limit (max_steps) and agent "
-                f"'{agent_name}', told to finish it, answered {problem}."
+                f"'{agent_name}', told to finish it, answered {problem}. {NO_TOOL_CALL_HINT}"
             )
         if stop is not None:
             stop_task(rt, task_id, stop, NO_TOOL_CALL)

@@ -18,8 +18,13 @@ from mail.core.loop_guard import end_task
 from mail.core.message import MAILMessage, utc_now_iso
 from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.runtime_resume import TaskSubmitError
-from mail.core.system_messages import system_task_end, task_error_body, task_timeout_body
-from mail.core.tasks import TaskState, state_for_answer
+from mail.core.system_messages import (
+    system_task_end,
+    task_error_body,
+    task_timeout_body,
+    withdrawn_body,
+)
+from mail.core.tasks import WITHDRAWN_SUBJECT, TaskState, state_for_answer
 
 _RESPONSE_TEXT = "response: '{}'"
 
@@ -27,6 +32,7 @@ _RESPONSE_TEXT = "response: '{}'"
 class Enqueueing(Protocol):
     """The runtime's multitask strategies (core/runtime_multitask.py)."""
 
+    def holds(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool: ...
     def withdraw(self, task_id: str, future: asyncio.Future[MAILMessage]) -> bool: ...
 
 
@@ -144,11 +150,12 @@ class TaskWaiters(HostLink[WaitHost]):
                 rt._emit(task_id, "task_error", f"error for task: {exc}")
             return system_task_end(rt.swarm_name, task_id, "::task_error::", task_error_body(exc))
         except TimeoutError:
+            if rt.multitask.withdraw(task_id, future):
+                # It never went in: the task's own work goes on.
+                return system_task_end(rt.swarm_name, task_id, WITHDRAWN_SUBJECT, withdrawn_body())
             response = system_task_end(
                 rt.swarm_name, task_id, "::task_timeout::", task_timeout_body()
             )
-            if rt.multitask.withdraw(task_id, future):
-                return response  # it never went in: the task's own work goes on
             rt._emit(task_id, "task_error", f"timeout for task '{task_id}'")
             end_task(rt, task_id, response)  # the caller has its answer: stop the task
             return response
@@ -165,6 +172,7 @@ class TaskWaiters(HostLink[WaitHost]):
         on_submitted: Callable[[], Awaitable[Any]] | None = None,
         *,
         rt: WaitHost | None = None,
+        detached: bool = False,
     ) -> AsyncIterator[TaskEvent]:
         """Submit, then yield the task's new events as they happen and a final event.
 
@@ -174,6 +182,9 @@ class TaskWaiters(HostLink[WaitHost]):
         (the caller makes it durable there); not when the submission is refused.
         The runtime passes itself as `rt`: a stream not yet iterated then holds it (a stream
         a caller kept of a swarm it let go of still runs; see runtime_ports.HostLink).
+        `detached`: nobody waits for the answer (a background message): an enqueued message
+        is not withdrawn while it waits for its turn, its `timeout` counts from when it goes
+        in (its caller was told it was accepted).
         """
         rt = rt if rt is not None else self.host
         task_id = message["message"]["task_id"]
@@ -201,10 +212,12 @@ class TaskWaiters(HostLink[WaitHost]):
                     index += 1
                 if future.done():
                     break
+                if detached and rt.multitask.holds(task_id, future):
+                    deadline = loop.time() + timeout  # (checked again at each wake-up)
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     if rt.multitask.withdraw(task_id, future):
-                        yield closing_event("task_error", task_id, task_timeout_body())
+                        yield closing_event("task_error", task_id, withdrawn_body())
                         return
                     for event in task.events[index:]:
                         yield event

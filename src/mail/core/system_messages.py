@@ -101,5 +101,13 @@ def task_timeout_body() -> str:
     return "The task timed out."
 
 
+def withdrawn_body() -> str:
+    return (
+        "The message was withdrawn: its timeout passed while it waited behind the task's "
+        "current work (multitask_strategy 'enqueue'); it never went in, and the task's own "
+        "work goes on."
+    )
+
+
 def task_error_body(error: object) -> str:
     return f"The task encountered an error: {error}."

@@ -33,6 +33,8 @@ RUNTIME_EVENTS = "*"
 MULTITASK_EVENT = "multitask_strategy"
 INTERRUPTED_SUBJECT = "::task_interrupted::"
 ROLLED_BACK_SUBJECT = "::task_rolled_back::"
+# The answer of an enqueued message whose caller's timeout passed before it went in.
+WITHDRAWN_SUBJECT = "::message_withdrawn::"
 
 
 class TaskState(enum.StrEnum):
@@ -75,6 +77,7 @@ ANSWER_STATES = {
     # A message superseded by a newer one: the task runs on with that one.
     INTERRUPTED_SUBJECT: TaskState.RUNNING,
     ROLLED_BACK_SUBJECT: TaskState.RUNNING,
+    WITHDRAWN_SUBJECT: TaskState.RUNNING,  # (the task's own work goes on)
 }
 
 

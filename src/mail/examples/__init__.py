@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mail.lazy import lazy_exports
+
 DEFAULT_EXAMPLE_LLM = "openai/gpt-5-mini"
 
 
@@ -111,15 +113,7 @@ _V13_EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    package = _V13_EXPORTS.get(name)
-    if package is None:
-        raise AttributeError(f"module 'mail.examples' has no attribute '{name}'")
-    import importlib
-
-    value = getattr(importlib.import_module(f"mail.examples.{package}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(globals(), _V13_EXPORTS, "mail.examples.")
 
 
 __all__ = [

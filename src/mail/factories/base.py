@@ -440,6 +440,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             return send
 
         async def attempt() -> AgentResult:
+            if server in _REFUSES_REQUIRED:  # a retry of this call, after the refusal
+                return await self._request(messages, "auto", memories)()
             try:
                 return await send()
             except Exception as exc:
@@ -623,22 +625,8 @@ class DelegatingAgentFunction(MAILAgentFunction):
     use_proxy = _InnerSetting()
     stream_tokens = _InnerSetting()
     default_tool_choice = _InnerSetting()
-
-    @property
-    def llm(self) -> str:
-        return self._inner().llm
-
-    @llm.setter
-    def llm(self, value: str) -> None:
-        self._inner().llm = value
-
-    @property
-    def system(self) -> str:
-        return self._inner().system
-
-    @system.setter
-    def system(self, value: str) -> None:
-        self._inner().system = value
+    llm = _InnerSetting()
+    system = _InnerSetting()
 
     @property
     def user_token(self) -> str:

@@ -132,7 +132,11 @@ def classify(exc: BaseException, endpoint: str | None = None) -> Failure:
     if isinstance(exc, LLMConfigError):
         return Failure(False, str(exc), ("config",))
     if names & _TIMEOUT_ERRORS:  # before connection errors: a timeout is one of those too
-        return Failure(True, f"no answer from {where} within the request timeout", ("timeout",))
+        text = (
+            f"no answer from {where} within the request timeout "
+            "(a slow model or server needs a higher request_timeout in the agent's agent_params)"
+        )
+        return Failure(True, text, ("timeout",))
     if names & _CONNECT_ERRORS:
         return Failure(True, f"cannot connect to {where}", ("connect",))
     if isinstance(exc, ConnectionError) or (status is None and names & _TRANSPORT_ERRORS):

@@ -11,6 +11,7 @@ from typing import Any
 
 from mail.a2a.repl import do_a2a_send, do_task_cancel
 from mail.client import MAILClient
+from mail.repl.crons import COMMANDS as CRON_COMMANDS
 from mail.repl.parser import COMMANDS, ReplArgumentParser, ReplUsageError, resolve_command
 from mail.repl.render import Renderer, local_time, parse_event_data
 from mail.repl.webhooks import COMMANDS as WEBHOOK_COMMANDS
@@ -630,4 +631,5 @@ HANDLERS: dict[str, Handler] = {
     "task-cancel": do_task_cancel,
     "a2a-send": do_a2a_send,
     **{name: spec[3] for name, spec in WEBHOOK_COMMANDS.items()},
+    **{name: spec[3] for name, spec in CRON_COMMANDS.items()},
 }

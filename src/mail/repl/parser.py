@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from mail.a2a.repl import configure_a2a_send, configure_task_cancel
+from mail.repl.crons import COMMANDS as CRON_COMMANDS
 from mail.repl.webhooks import COMMANDS as WEBHOOK_COMMANDS
 
 # What POST /message accepts (mail.server.bodies.POSTABLE_MESSAGE_TYPES; a test keeps the two
@@ -364,6 +365,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
     *(
         CommandSpec(name, aliases, summary, configure)
         for name, (aliases, summary, configure, _) in WEBHOOK_COMMANDS.items()
+    ),
+    *(
+        CommandSpec(name, aliases, summary, configure)
+        for name, (aliases, summary, configure, _) in CRON_COMMANDS.items()
     ),
 )
 

@@ -31,6 +31,7 @@ from mail.server import (
     responses_bridge,
     routes_admin,
     routes_console,
+    routes_crons,
     routes_interswarm,
     routes_public,
     routes_task_events,
@@ -155,7 +156,15 @@ async def _startup(
         state.webhooks = await start_webhooks(config, store, instances)
     except Exception as exc:
         raise StartupError(f"cannot start webhook delivery: {exc}") from exc
+    from mail.server.crons import start_crons
+
+    try:
+        state.crons = await start_crons(state)
+    except Exception as exc:
+        raise StartupError(f"cannot start scheduled tasks: {exc}") from exc
     instances.start()
+    if backend is None:  # in a cluster, each instance host continues its own tasks
+        instances.resume_soon(config.settings.resume_instances_at_start)
     if config.settings.gc_tuning:
         tune_gc()
     logger.info(
@@ -271,6 +280,8 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
         await close_quietly("registry", getattr(registry, "aclose", None))
     if state.retention is not None:
         await close_quietly("retention", state.retention.close)
+    if state.crons is not None:  # no run starts once the instances stop
+        await close_quietly("scheduled tasks", state.crons.close)
     await state.instances.close()
     if state.background:  # their tasks were told of the shutdown: they end now
         await asyncio.wait(set(state.background), timeout=5.0)
@@ -377,6 +388,7 @@ def create_app(
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
     app.include_router(routes_webhooks.router)
+    app.include_router(routes_crons.router)
     from mail.server.observability import install as install_observability
 
     install_observability(app, config)  # /metrics, tracing (OTEL_*), budget defaults

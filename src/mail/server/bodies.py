@@ -122,6 +122,9 @@ class MessageRequest:
     multitask_strategy: str | None = None
     # Upload bytes held in the caller's quota books from the check until they are stored.
     reserved_bytes: int = 0
+    # A place among the messages waiting behind a running task, held from the check until
+    # the message is enqueued (`multitask_strategy` enqueue).
+    holds_place: bool = False
     # Bytes of uploads a keyed retry replaces (its dead first attempt stored them under the
     # same ids): stored already, so the quota does not count them a second time.
     replaced_bytes: int = 0

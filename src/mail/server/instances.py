@@ -12,6 +12,20 @@ instance is re-created (finished ones are read from the store when asked for, an
 instance's memory too: see finished_tasks.py); without one, the manager keeps the records
 (``task.to_dict()``) so ``GET /tasks`` and ``GET /task`` still show them. (Agent histories are
 not kept in memory after reclaim; use a store or set the timeout to 0 to resume very old tasks.)
+
+Start-up resume (`resume_soon`): after a restart (a kill -9 too) the server loads, one after
+another, the instances of up to ``[server.settings] resume_instances_at_start`` callers that
+have running tasks in the store, so those tasks continue without waiting for a request from
+their caller (a background message whose caller only waits for a webhook). Such an instance is
+made without the caller's key (its agents' ``user_token`` is empty): the reaper reclaims it
+as soon as its tasks are done and nothing uses it (idle or not), so the caller's next request
+makes one with its key. A caller whose instance cannot be made any more (its swarm's factory fails, ...) gets its
+running tasks marked failed, with the reason as their answer. With PostgreSQL (several
+servers may share the database) the instance's fencing generation is claimed first
+(store/fencing.py), unless another server claimed it in the last ``RESUME_CLAIM_WINDOW``
+seconds: of two servers started together, one resumes the tasks. A server that claims it later
+(started later, or a request it serves) takes it over: the other's writes for it are dropped
+and it stops its copy (`_lost`).
 """
 
 from __future__ import annotations
@@ -21,6 +35,8 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +46,10 @@ logger = logging.getLogger("mail.server.instances")
 
 INSTANCE_KINDS = ("admin", "user", "swarm")
 _SHUTDOWN_GRACE = 5.0
+
+# Seconds during which another server's claim of an instance keeps a starting server from
+# resuming its tasks (two servers started together on one database: one resumes them).
+RESUME_CLAIM_WINDOW = 30.0
 
 
 class ArchivedTask(dict[str, Any]):
@@ -65,6 +85,8 @@ class Instance:
     in_use: int = 0
     # task id -> monotonic time a request claimed it (between its checks and its submission)
     claimed_tasks: dict[str, float] = field(default_factory=dict)
+    # Made at start-up to continue its stored running tasks, without the caller's key.
+    keyless: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -86,6 +108,11 @@ class Instance:
         except Exception:  # a broken instance shouldn't block reclaiming
             return False
         return any(getattr(t, "is_running", False) for t in tasks.values())
+
+
+def _holder() -> str:
+    """Who claims an instance's fencing generation here (kept with the claim): this process."""
+    return f"{socket.gethostname()}:{os.getpid()}:server"
 
 
 def _reraise_own_cancellation() -> None:
@@ -157,6 +184,12 @@ class InstanceManager:
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
         self._archived: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._resumer: asyncio.Task[int] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+        # Instances whose fencing generation this server claimed (start-up resume on a
+        # shared database): a later claim by another server stops them (`_lost`).
+        self._claimed: set[tuple[str, str]] = set()
+        self._fresh_claims: set[tuple[str, str]] = set()  # claimed, not made yet
         self._closed = False
         self._closing = asyncio.Event()  # set by close(): the reaper ends after its current round
 
@@ -193,7 +226,8 @@ class InstanceManager:
         pending = self._creating.get(key)
         if pending is None:
             pending = asyncio.create_task(
-                self._create(key, api_key, replacing=inst), name=f"mail-create-{key[0]}:{key[1]}"
+                self._create(key, api_key, replacing=inst, keyless=not api_key),
+                name=f"mail-create-{key[0]}:{key[1]}",
             )
             self._creating[key] = pending
             pending.add_done_callback(functools.partial(self._forget_creation, key))
@@ -203,9 +237,18 @@ class InstanceManager:
         self._creating.pop(key, None)
 
     async def _create(
-        self, key: tuple[str, str], api_key: str, replacing: Instance | None = None
+        self,
+        key: tuple[str, str],
+        api_key: str,
+        replacing: Instance | None = None,
+        keyless: bool = False,
     ) -> Instance:
         kind, caller_id = key
+        if key in self._claimed and key not in self._fresh_claims:
+            # Made again where another server may have claimed it since: this one's writes
+            # must win from now on (the other stops its copy at its next write).
+            await self._claim(key)
+        self._fresh_claims.discard(key)
         if replacing is not None:
             # Its runtime loop died (it shouldn't); replace the instance rather than hang.
             logger.error("instance %s:%s had stopped; creating a new one", *key)
@@ -272,6 +315,7 @@ class InstanceManager:
         # starting a temporary loop it would then have to take over from.
         await asyncio.sleep(0)
         inst = Instance(kind=kind, id=caller_id, swarm=swarm, loop_task=loop_task, api_key=api_key)
+        inst.keyless = keyless
         self._instances[key] = inst
         logger.info("created %s instance for %s", kind, caller_id)
         return inst
@@ -317,7 +361,7 @@ class InstanceManager:
     def _reclaimable(self, inst: Instance, now: float) -> bool:
         return (
             inst.in_use == 0
-            and now - inst.last_used >= self.idle_timeout
+            and (inst.keyless or now - inst.last_used >= self.idle_timeout)
             and not inst.has_running_tasks()
         )
 
@@ -372,10 +416,148 @@ class InstanceManager:
         except BaseException:
             _reraise_own_cancellation()
 
+    # -- start-up resume ------------------------------------------------------------------
+
+    def resume_soon(self, limit: int) -> None:
+        """Start (once, in the background) loading the instances of up to ``limit`` callers
+        with running tasks in the store, so those tasks continue (see the module's doc)."""
+        if self.store is None or limit <= 0 or self._resumer is not None:
+            return
+        self._resumer = asyncio.create_task(
+            self.resume_running(limit), name="mail-resume-running-tasks"
+        )
+
+    async def resume_running(self, limit: int) -> int:
+        """Load, one after another, the instances of up to ``limit`` callers that have running
+        tasks in the store; returns how many were loaded."""
+        from mail.store import lifecycle_for
+
+        lifecycle = lifecycle_for(self.store)
+        if lifecycle is None or limit <= 0:
+            return 0
+        try:
+            keys = await lifecycle.running_callers(self.swarm_name, limit + 1)
+        except Exception as exc:  # noqa: BLE001 - they continue at their callers' requests
+            logger.warning("cannot look for running tasks to continue: %s", exc)
+            return 0
+        if len(keys) > limit:
+            logger.warning(
+                "more than %d callers have running tasks: the instances of %d are loaded now, "
+                "the others' tasks continue at their caller's next request "
+                "([server.settings] resume_instances_at_start)",
+                limit,
+                limit,
+            )
+        loaded = 0
+        for store_key in keys[:limit]:
+            key = (store_key.caller_role, store_key.caller_id)
+            if self._closed:
+                break
+            if key in self._instances or key in self._creating:
+                continue  # its caller came first
+            try:
+                if self._shares_database() and not await self._claim_unless_served(store_key):
+                    logger.info(
+                        "the running tasks of %s:%s are left to the server that claimed its "
+                        "instance",
+                        *key,
+                    )
+                    continue
+                await self.get(key[0], key[1], "")
+            except Exception as exc:  # noqa: BLE001 - one caller must not stop the others
+                if self._closed:
+                    break
+                await self._unresumable(lifecycle, store_key, exc)
+                continue
+            loaded += 1
+            logger.info("continuing the running tasks of %s:%s", *key)
+        return loaded
+
+    def _shares_database(self) -> bool:
+        """Whether other servers may use the store (PostgreSQL): claims fence them off."""
+        return hasattr(self.store, "claim_unless_fresh")
+
+    def _watch_claims(self, key: tuple[str, str]) -> Any:
+        store = self.store
+        assert store is not None
+        if getattr(store, "on_fenced", None) is None:
+            store.on_fenced = self._lost
+        self._claimed.add(key)
+        return store
+
+    async def _claim_unless_served(self, store_key: Any) -> bool:
+        """Claim the instance for its start-up resume, unless another server claimed it moments
+        ago (two servers started together: one resumes it)."""
+        key = (store_key.caller_role, store_key.caller_id)
+        store = self._watch_claims(key)
+        if await store.claim_unless_fresh(store_key, _holder(), RESUME_CLAIM_WINDOW) is None:
+            self._claimed.discard(key)
+            return False
+        self._fresh_claims.add(key)
+        return True
+
+    async def _claim(self, key: tuple[str, str]) -> None:
+        from mail.store import InstanceKey
+
+        store = self._watch_claims(key)
+        await store.claim_generation(InstanceKey(self.swarm_name, *key), _holder())
+
+    def _lost(self, store_key: Any) -> None:
+        """Another server claimed this instance after us: stop our copy (its writes are
+        dropped from now on); a request here makes it again, claiming it back."""
+        inst = self._instances.pop((store_key.caller_role, store_key.caller_id), None)
+        if inst is None:
+            return
+        logger.warning(
+            "instance %s:%s was taken over by another server sharing the database; stopping "
+            "it here",
+            inst.kind,
+            inst.id,
+        )
+        stopping = asyncio.get_running_loop().create_task(self._stop(inst))
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)
+
+    async def _unresumable(self, lifecycle: Any, key: Any, exc: BaseException) -> None:
+        """The caller's instance cannot be made: its running tasks are marked failed (unless
+        the database is only out of reach now: then its caller's next request loads it)."""
+        from mail.store.base import StoreUnavailableError
+
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        if isinstance(exc, StoreUnavailableError):
+            logger.warning(
+                "cannot continue the running tasks of %s:%s now (%s); they continue at its "
+                "next request",
+                key.caller_role,
+                key.caller_id,
+                reason,
+            )
+            return
+        logger.warning(
+            "cannot load the instance of %s:%s to continue its running tasks; they are marked "
+            "failed: %s",
+            key.caller_role,
+            key.caller_id,
+            reason,
+        )
+        try:
+            await _fail_running_tasks(self.store, lifecycle, key, reason)
+        except Exception:
+            logger.exception(
+                "could not mark the tasks of %s:%s failed", key.caller_role, key.caller_id
+            )
+
     async def close(self) -> None:
         """Shut every instance down (admin, then user, then swarm, as the original)."""
         self._closed = True
         self._closing.set()
+        if self._resumer is not None:
+            self._resumer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._resumer
+        for stopping in list(self._stopping):
+            with contextlib.suppress(BaseException):
+                await stopping
         if self._reaper is not None:
             try:
                 # It ends after the reclaim round in progress, if any (bounded like a stop).
@@ -394,3 +576,28 @@ class InstanceManager:
             await asyncio.gather(*(self._stop(inst) for inst in group))
             for inst in group:
                 self._instances.pop(inst.key, None)
+
+
+async def _fail_running_tasks(store: Any, lifecycle: Any, key: Any, reason: str) -> None:
+    """Mark the running tasks of an instance that cannot be loaded failed, in the store, with
+    ``reason`` as their answer (what `GET /task` shows once its caller asks)."""
+    from mail.core.runtime_durable import journal_key
+    from mail.core.system_messages import system_task_end, task_error_body
+    from mail.core.tasks import TaskState, state_from_record
+
+    records = await lifecycle.records(key)
+    for task_id, record in records.items():
+        if not record.get("is_running") or state_from_record(record) is not TaskState.RUNNING:
+            continue
+        answer = system_task_end(
+            key.swarm_name,
+            task_id,
+            "::task_error::",
+            task_error_body(f"its instance could not be loaded after a restart ({reason})"),
+        )
+        await store.upsert_task(
+            key, {"task_id": task_id, "is_running": False, "completed": True, "state": "failed"}
+        )
+        await store.save_response(key, task_id, answer)
+        await store.delete_queue(key, journal_key(task_id))
+    await store.flush(_SHUTDOWN_GRACE)

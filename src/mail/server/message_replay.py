@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastapi import Request
@@ -53,7 +54,7 @@ from mail.server.handlers import get_state
 from mail.server.idempotency import REPLAYED_HEADER, Resolver, Ticket, in_progress
 from mail.server.jsonio import JSONBody
 from mail.server.messaging import accepted_body, name_webhook
-from mail.server.sse import event_record, event_stream_response
+from mail.server.sse import event_record
 
 
 def _found(state: Any, caller: Caller, inst: Any, task_id: str) -> tuple[Any, dict[str, Any]]:
@@ -338,22 +339,15 @@ async def _attach(
     """The task's events after `after`, live until it ends (or, with `end`, until that
     index, closed with that answer): a stream's duplicate."""
     state = get_state(request)
-    slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 at the caller's limit
-    try:
-        feed = await task_events.subscribe(state, caller, task_id, after)
-    except BaseException:
-        slot.release()
-        raise
-    if end is not None:
-        feed = _until(feed, max(0, end[0] - after), task_id, end[1])
-    settings = state.config.settings
-    response = event_stream_response(
-        feed,
-        max_buffer_bytes=settings.sse_max_buffer_bytes,
-        stall_timeout=settings.sse_slow_reader_timeout,
-        task_id=task_id,
-        streams=state.open_streams,
-        slot=slot,
+    response = await task_events.event_stream(
+        state,
+        caller.role,
+        caller.id,
+        task_id,
+        lambda: task_events.find_task(state, caller, task_id, after),
+        None
+        if end is None
+        else partial(_until, count=end[0] - after, task_id=task_id, answer=end[1]),
     )
     response.headers[REPLAYED_HEADER] = "true"
     return response

@@ -119,12 +119,24 @@ def _prepare(
         )
     _check_submission(inst, task_id, req)
     _claim(inst, task_id)
+    if taken_over and strategy == "enqueue":
+        inst.swarm.runtime.multitask.reserve(task_id)  # its place, until it is enqueued
+        req.holds_place = True
+
+
+def _give_back_place(inst: Instance, req: MessageRequest) -> None:
+    """A request refused after `_prepare` frees the place it held behind a running task."""
+    if req.holds_place and req.task_id is not None:
+        req.holds_place = False
+        inst.swarm.runtime.multitask.give_back(req.task_id)
 
 
 def _check_enqueue_room(state: ServerState, inst: Instance, task_id: str, strategy: str) -> None:
-    """429 when `max_enqueued_messages_per_task` messages already wait behind the task."""
+    """429 when `max_enqueued_messages_per_task` messages already wait behind the task (or
+    were let through to wait: requests checked and not submitted yet)."""
     limit = state.config.settings.max_enqueued_messages_per_task
-    if strategy == "enqueue" and limit and inst.swarm.runtime.multitask.waiting(task_id) >= limit:
+    multitask = inst.swarm.runtime.multitask
+    if strategy == "enqueue" and limit and multitask.places_taken(task_id) >= limit:
         raise HTTPException(
             429,
             f"{limit} messages already wait for task '{task_id}' to finish its current work "
@@ -278,6 +290,7 @@ async def _store_uploads(
             stored = await store_uploads(inst.swarm, caller, req.task_id, uploads, ids, replacing)
         except BaseException:
             _unreserve(state, inst, req)
+            _give_back_place(inst, req)
             _release(inst, req.task_id)  # refused (quota, no file tools): the id is free again
             if ticket is not None:
                 await ticket.release()  # and so is the key: nothing ran
@@ -304,6 +317,7 @@ async def _request_webhook(
         return await request_webhook(state, caller, req.task_id, req.webhook, hook_id)
     except BaseException:
         _unreserve(state, inst, req)  # its uploads will not be stored
+        _give_back_place(inst, req)
         _release(inst, req.task_id)  # refused: the task id is free again
         if ticket is not None:
             await ticket.release()  # and so is the key: nothing ran
@@ -420,6 +434,7 @@ async def start_message(
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
         on_stored=stored.set,
+        detached=True,  # an enqueued message waits for its turn, whatever its timeout
         **_post_kwargs(state, req),
     )
 
@@ -471,7 +486,7 @@ def accepted_body(task_id: str, state: str, hook: dict[str, Any] | None) -> dict
     body: dict[str, Any] = {
         "task_id": task_id,
         "state": state,
-        "status_url": f"/task?task_id={task_id}",
+        "status_url": f"/task/{task_id}",
         "events_url": f"/task/events?task_id={task_id}",
     }
     if hook is not None:

@@ -1,7 +1,8 @@
 """A peer's answer to a task whose owner's instance is not loaded: kept in the store until it is.
 
-After a restart a caller's instance is loaded again only when that caller makes a request
-(its API key becomes its agents' ``user_token``, and a peer does not have it). A peer's
+After a restart a caller's instance is loaded again at start-up, when it has running tasks
+(``resume_instances_at_start``, `mail.server.instances`), or else when that caller makes a
+request (its API key becomes its agents' ``user_token``, and a peer does not have it). A peer's
 ``POST /interswarm/back`` for one of that caller's tasks used to be refused 404 until then,
 and a peer's router does not send a 404 again: the answer was lost. Now, when the task is
 in the store, running or paused (a task that waits for a peer's answer is), the envelope gets

@@ -1,14 +1,17 @@
-"""``GET /task/events``: resubscribe to a task's SSE stream (owner or admin)."""
+"""``GET /task/events``: resubscribe to a task's SSE stream (owner or admin); ``GET
+/task/{task_id}``: ``GET /task`` with the id in the path (a background message's ``Location``),
+matched after ``/task/events``."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from mail.server import task_events
+from mail.server import task_events, task_reads
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_task_id
 from mail.server.handlers import get_state
-from mail.server.sse import EventStreamResponse, event_stream_response
+from mail.server.jsonio import JSONBody
+from mail.server.sse import EventStreamResponse
 
 router = APIRouter()
 
@@ -22,18 +25,18 @@ async def task_event_stream(
     after = task_events.parse_after(
         request.headers.get("last-event-id"), request.query_params.get("after")
     )
-    slot = state.stream_slots.acquire(caller.role, caller.id)  # 429 at the caller's limit
-    try:
-        feed = await task_events.subscribe(state, caller, task_id, after)
-    except BaseException:
-        slot.release()
-        raise
-    settings = state.config.settings
-    return event_stream_response(
-        feed,
-        max_buffer_bytes=settings.sse_max_buffer_bytes,
-        stall_timeout=settings.sse_slow_reader_timeout,
-        task_id=task_id,
-        streams=state.open_streams,
-        slot=slot,
+    return await task_events.event_stream(
+        state,
+        caller.role,
+        caller.id,
+        task_id,
+        lambda: task_events.find_task(state, caller, task_id, after),
     )
+
+
+@router.get("/task/{task_id}")
+async def get_task_by_path(
+    task_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    task_id = parse_task_id({}, task_id)
+    return JSONBody(await task_reads.get_task(get_state(request), caller, task_id))

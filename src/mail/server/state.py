@@ -53,6 +53,8 @@ class ServerState:
     store: Any | None = None
     # Push delivery (mail.webhooks.service.WebhookService; None when [server.webhooks] is off).
     webhooks: Any | None = None
+    # Scheduled tasks (mail.server.crons.CronScheduler; None when [server.crons] is off).
+    crons: Any | None = None
     started_monotonic: float = field(default_factory=time.monotonic)
     health_status: str = "healthy"
     health_timestamp: str = field(default_factory=utc_now_iso)

@@ -15,7 +15,7 @@ instance on this server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from mail.core.tasks import in_spans, rolled_back_spans, shown_events
 from mail.server.auth import Caller
 from mail.server.errors import BadRequest
 from mail.server.instances import Instance
+from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 
@@ -224,11 +225,32 @@ async def watch(sub: Subscription, *, ping_interval: float, timeout: float) -> A
     yield closing_event("task_complete", sub.task_id, _response_body(task.response))
 
 
-async def subscribe(
-    state: ServerState, caller: Caller, task_id: str, after: int
-) -> AsyncIterator[Any]:
-    """Find the task (raising 400/404 before any byte is sent) and return its event feed."""
-    return feed(state, await find_task(state, caller, task_id, after))
+async def event_stream(
+    state: ServerState,
+    role: str,
+    caller_id: str,
+    task_id: str,
+    find: Callable[[], Awaitable[Subscription]],
+    shape: Callable[[AsyncIterator[Any]], AsyncIterator[Any]] | None = None,
+) -> EventStreamResponse:
+    """The task's events as an SSE response, on one of the caller's stream slots (429 at its
+    limit). `find` looks the task up, raising 400/404 before any byte is sent; `shape`, when
+    given, is applied to the feed."""
+    slot = state.stream_slots.acquire(role, caller_id)
+    try:
+        events = feed(state, await find())
+    except BaseException:
+        slot.release()
+        raise
+    settings = state.config.settings
+    return event_stream_response(
+        events if shape is None else shape(events),
+        max_buffer_bytes=settings.sse_max_buffer_bytes,
+        stall_timeout=settings.sse_slow_reader_timeout,
+        task_id=task_id,
+        streams=state.open_streams,
+        slot=slot,
+    )
 
 
 def feed(state: ServerState, sub: Subscription) -> AsyncIterator[Any]:

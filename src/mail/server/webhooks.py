@@ -34,22 +34,7 @@ async def start_webhooks(config: ServerConfig, store: Any, instances: Any) -> We
     if not cfg.enabled:
         return None
     backend = getattr(store, "backend", "memory") if store is not None else "memory"
-    hooks: Any
-    if backend == "postgres":
-        from mail.store import database_url_from_env
-        from mail.store.webhooks_postgres import PostgresWebhookStore
-
-        url = database_url_from_env()
-        assert url is not None
-        hooks = PostgresWebhookStore(url)
-    elif backend == "sqlite":
-        from mail.store.webhooks_sqlite import SqliteWebhookStore
-
-        hooks = SqliteWebhookStore(store.path)
-    else:
-        from mail.store.webhooks_memory import MemoryWebhookStore
-
-        hooks = MemoryWebhookStore()
+    hooks = subscription_store(store)
     flush = getattr(store, "flush", None)
     service = WebhookService(
         cfg,
@@ -64,6 +49,26 @@ async def start_webhooks(config: ServerConfig, store: Any, instances: Any) -> We
     instances.attach_outbox = service.attach_instance
     logger.info("webhooks: push delivery on (%s)", backend)
     return service
+
+
+def subscription_store(store: Any) -> Any:
+    """A (not yet started) store of subscriptions beside the task store `store`: the same
+    SQLite file, the same PostgreSQL database, or memory."""
+    backend = getattr(store, "backend", "memory") if store is not None else "memory"
+    if backend == "postgres":
+        from mail.store import database_url_from_env
+        from mail.store.webhooks_postgres import PostgresWebhookStore
+
+        url = database_url_from_env()
+        assert url is not None
+        return PostgresWebhookStore(url)
+    if backend == "sqlite":
+        from mail.store.webhooks_sqlite import SqliteWebhookStore
+
+        return SqliteWebhookStore(store.path)
+    from mail.store.webhooks_memory import MemoryWebhookStore
+
+    return MemoryWebhookStore()
 
 
 def owner_of(caller: Caller) -> tuple[str, str]:

@@ -180,6 +180,12 @@ class TaskLifecycle(abc.ABC):
         operator's listing: the remote swarms whose instances left memory)."""
 
     @abc.abstractmethod
+    async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
+        """Up to `limit` instances of `swarm_name` that have a running task stored (state
+        ``running``: not paused, not finished), the one with the oldest such task first (what
+        a server resumes at start-up: `mail.server.instances`)."""
+
+    @abc.abstractmethod
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         """Keep each task's summary in its record (key `summary`), in one transaction; a task
         that is gone is skipped."""

@@ -77,6 +77,18 @@ class MemoryLifecycle(TaskLifecycle):
             if key.swarm_name == swarm_name and key.caller_role == caller_role and data.tasks
         ]
 
+    async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
+        oldest: list[tuple[str, InstanceKey]] = []
+        for key, data in self.store._instances.items():
+            starts = [
+                str(r.get("start_time") or "")
+                for r in data.tasks.values()
+                if r.get("is_running") and r.get("state", "running") == "running"
+            ]
+            if key.swarm_name == swarm_name and starts:
+                oldest.append((min(starts), key))
+        return [key for _start, key in sorted(oldest, key=lambda pair: pair[0])[:limit]]
+
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         data = self._data(key)
         for task_id, summary in summaries.items():

@@ -47,6 +47,12 @@ _FINISHED = f"""NOT COALESCE(is_running, FALSE) AND COALESCE(metadata->>'state',
            OR jsonb_array_length(COALESCE(metadata->'pending_reviews', '[]'::jsonb)) > 0
          THEN 'paused' ELSE 'completed' END) IN {FINISHED_STATES_SQL}"""
 
+_RUNNING_CALLERS_SQL = """
+    SELECT caller_role, caller_id FROM tasks
+    WHERE swarm_name = $1 AND COALESCE(is_running, FALSE)
+      AND COALESCE(metadata->>'state', 'running') = 'running'
+    GROUP BY caller_role, caller_id ORDER BY MIN(start_time) LIMIT $2"""
+
 _RECORDS_SELECT = f"""
     SELECT {_TASK_COLUMNS},
            (SELECT count(*) FROM task_events e WHERE e.swarm_name = t.swarm_name
@@ -160,6 +166,13 @@ class PostgresLifecycle(TaskLifecycle):
                 caller_role,
             )
         return [str(row[0]) for row in rows]
+
+    @_reachable
+    async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
+        await self._settle()
+        async with self._pool().acquire() as conn:
+            rows = await conn.fetch(_RUNNING_CALLERS_SQL, swarm_name, limit)
+        return [InstanceKey(swarm_name, str(row[0]), str(row[1])) for row in rows]
 
     @_reachable
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:

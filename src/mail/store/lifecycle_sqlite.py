@@ -147,6 +147,18 @@ def _owners(conn: sqlite3.Connection, task_id: str) -> list[InstanceKey]:
     return [InstanceKey(*row) for row in rows]
 
 
+_RUNNING_CALLERS_SQL = """
+    SELECT caller_role, caller_id FROM tasks
+    WHERE swarm_name = ? AND is_running = 1
+      AND COALESCE(json_extract(metadata, '$.state'), 'running') = 'running'
+    GROUP BY caller_role, caller_id ORDER BY MIN(start_time) LIMIT ?"""
+
+
+def _running_callers(conn: sqlite3.Connection, swarm_name: str, limit: int) -> list[InstanceKey]:
+    rows = conn.execute(_RUNNING_CALLERS_SQL, (swarm_name, limit))
+    return [InstanceKey(swarm_name, str(row[0]), str(row[1])) for row in rows]
+
+
 def _callers(conn: sqlite3.Connection, swarm_name: str, caller_role: str) -> list[str]:
     rows = conn.execute(
         "SELECT DISTINCT caller_id FROM tasks WHERE swarm_name = ? AND caller_role = ?",
@@ -238,6 +250,10 @@ class SqliteLifecycle(TaskLifecycle):
     async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
         await self._settle()
         return await self._db.run(_callers, swarm_name, caller_role)  # type: ignore[no-any-return]
+
+    async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
+        await self._settle()
+        return await self._db.run(_running_callers, swarm_name, limit)  # type: ignore[no-any-return]
 
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         if not summaries:

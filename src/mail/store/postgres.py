@@ -135,6 +135,14 @@ _CLAIM_SQL = """
     RETURNING generation
 """
 
+# The same claim, unless another holder claimed the key less than $5 seconds ago (then no row).
+_CLAIM_UNLESS_FRESH_SQL = (
+    _CLAIM_SQL.replace("RETURNING generation", "")
+    + """    WHERE g.holder = EXCLUDED.holder OR g.claimed_at < NOW() - make_interval(secs => $5)
+    RETURNING generation
+"""
+)
+
 # Taken at the start of a batch's transaction for the fenced keys in it. FOR SHARE keeps a
 # claim from committing until the batch is committed; a claim already holding the row
 # makes this wait, and (READ COMMITTED) it then returns the claim's new generation.
@@ -259,6 +267,18 @@ class PostgresTaskStore(BufferedSqlStore):
 
     # -- fencing ---------------------------------------------------------------------------
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
+        generation = await self._claim(key, _CLAIM_SQL, holder)
+        assert generation is not None
+        return generation
+
+    async def claim_unless_fresh(
+        self, key: InstanceKey, holder: str, fresh_seconds: float
+    ) -> int | None:
+        """`claim_generation`, unless another holder claimed `key` less than `fresh_seconds`
+        ago: then None and nothing changes (that holder is taken to be serving it)."""
+        return await self._claim(key, _CLAIM_UNLESS_FRESH_SQL, holder, float(fresh_seconds))
+
+    async def _claim(self, key: InstanceKey, sql: str, *args: Any) -> int | None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
         if key in self._fencing.leases:
@@ -268,7 +288,7 @@ class PostgresTaskStore(BufferedSqlStore):
         try:
             async with asyncio.timeout(self._read_timeout):
                 async with self._pool.acquire() as conn:
-                    generation = await conn.fetchval(_CLAIM_SQL, *key_args(key), holder)
+                    generation = await conn.fetchval(sql, *key_args(key), *args)
         except Exception as exc:
             if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
                 self._schema_ready = False
@@ -277,8 +297,10 @@ class PostgresTaskStore(BufferedSqlStore):
                     f"cannot claim a generation in PostgreSQL: {type(exc).__name__}: {exc}"
                 ) from exc
             raise
+        if generation is None:
+            return None
         self._fencing.claimed(key, int(generation))
-        logger.debug("claimed generation %d of %s (holder %r)", generation, key, holder)
+        logger.debug("claimed generation %d of %s (holder %r)", generation, key, args[0])
         return int(generation)
 
     async def _lock_generations(

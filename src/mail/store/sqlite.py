@@ -236,7 +236,7 @@ class SqliteTaskStore(BufferedSqlStore):
         # tasks' rows, in the table and its index: 500 updates of scattered tasks wrote ~3x
         # what one page per two rows counted) and one per two other rows (events, histories
         # and the like share leaves; counting 2 pages each checkpointed three times as often
-        # as CHECKPOINT_PAGES means). docs/database.md has the frames checkpoints find.
+        # as CHECKPOINT_PAGES means). bench/results-store.md has the frames checkpoints find.
         records = 0
         rows = len(writes)
         for write in writes:

@@ -9,7 +9,7 @@ without a task store.
 Records are plain dicts:
 
 - subscription: ``subscription_id, swarm_name, owner_role, owner_id, kind ("webhook" |
-  "request" | "a2a"), scope ("own" | "all"), task_id, url, destination, events (list),
+  "request" | "a2a" | "cron"), scope ("own" | "all"), task_id, url, destination, events (list),
   description, active, disabled_reason, secret, previous_secret, previous_secret_until,
   push_token, push_auth (dict | None), failing_since, created_at, updated_at, expires_at``;
 - event (outbox): ``event_id, swarm_name, caller_role, caller_id, task_id, event_type,
@@ -20,6 +20,10 @@ Records are plain dicts:
   updated_at, finished_at``;
 - attempt: ``delivery_id, attempt, started_at, status_code, latency_ms, response_excerpt,
   error, outcome``.
+
+A scheduled task (``mail.server.crons``) is a subscription of kind "cron": its schedule,
+message and run bookkeeping are its ``push_auth`` object, its webhook's URL its ``url``, the
+API key its runs load the owner's instance with its ``secret``; no delivery ever names it.
 
 Times are seconds since the epoch. What is pure (matching, choosing what to claim, building
 deliveries) is here, shared by the three implementations.
@@ -351,15 +355,21 @@ Owner = tuple[str, str]
 
 @dataclass(frozen=True)
 class ClaimLimits:
-    """How much one claim may take: `total` deliveries, at most `per_destination` under way
-    towards one host:port counting `in_flight` (destination -> attempts already under way),
-    and at most `per_owner` of one owner's (role, id) counting `owners_in_flight`."""
+    """How much one claim may take: `total` deliveries (the free slots), at most
+    `per_destination` under way towards one host:port counting `in_flight` (destination ->
+    attempts already under way), and at most `per_owner` of one owner's (role, id) counting
+    `owners_in_flight`. The last `reserved` free slots go only to owners with nothing under
+    way: an owner with an attempt under way starts another only while `reserved` slots stay
+    free. (Owners with attempts under way then hold at most every slot but `reserved`, plus
+    one each: while fewer than `reserved` owners have attempts under way, however long
+    theirs hang, an owner with none finds a free slot.)"""
 
     total: int
     per_destination: int
     in_flight: Mapping[str, int]
     per_owner: int = 1 << 30
     owners_in_flight: Mapping[Owner, int] = field(default_factory=dict)
+    reserved: int = 0
 
     @property
     def window(self) -> int:
@@ -370,7 +380,10 @@ class ClaimLimits:
         return sorted(d for d, n in self.in_flight.items() if n >= self.per_destination)
 
     def saturated_owners(self) -> list[Owner]:
-        return sorted(o for o, n in self.owners_in_flight.items() if n >= self.per_owner)
+        """Owners this claim gives nothing: at their share, or (when only the reserved slots
+        are free) with anything under way."""
+        cap = 1 if self.total <= self.reserved else self.per_owner
+        return sorted(o for o, n in self.owners_in_flight.items() if n >= cap)
 
     def look_past(
         self, candidates: Sequence[Mapping[str, Any]], found: int, left_out: Sequence[Owner]
@@ -397,9 +410,10 @@ class ClaimLimits:
         saturated destinations and owners; each with its ``owner_rank``: its place among its
         owner's, `rank_by_owner`), within the limits, taking turns: the owner with the
         fewest attempts under way goes first (round robin across owners), each in the order
-        its deliveries fell due. An owner or destination this claim saturates drops out of
-        the next one's candidates, which then reach past its backlog (the engine claims
-        again at once)."""
+        its deliveries fell due, and an owner's second slot or later only outside the
+        `reserved` ones. An owner or destination this claim saturates drops out of the next
+        one's candidates, which then reach past its backlog (the engine claims again at
+        once)."""
         used = dict(self.in_flight)
         owners = dict(self.owners_in_flight)
 
@@ -419,7 +433,10 @@ class ClaimLimits:
             owner = (row["owner_role"], row["owner_id"])
             if used.get(destination, 0) >= self.per_destination:
                 continue
-            if owners.get(owner, 0) >= self.per_owner:
+            under_way = owners.get(owner, 0)
+            if under_way >= self.per_owner:
+                continue
+            if under_way and len(chosen) >= self.total - self.reserved:
                 continue
             used[destination] = used.get(destination, 0) + 1
             owners[owner] = owners.get(owner, 0) + 1
@@ -499,8 +516,13 @@ class WebhookStore(abc.ABC):
         """Oldest first; `owner` (role, id), `kinds` and `task_id` narrow the list."""
 
     @abc.abstractmethod
-    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
-        """Apply `changes` (UPDATABLE columns); the updated record, None when unknown."""
+    async def update_subscription(
+        self, subscription_id: str, changes: Record, *, expect: Record | None = None
+    ) -> Record | None:
+        """Apply `changes` (UPDATABLE columns); the updated record, None when unknown. With
+        `expect` (column -> value), only while the subscription still holds those values
+        (a compare-and-set: of concurrent updates expecting the same values, one wins; the
+        others get None and change nothing)."""
 
     @abc.abstractmethod
     async def delete_subscription(self, subscription_id: str) -> bool:

@@ -77,10 +77,12 @@ class MemoryWebhookStore(WebhookStore):
         ]
         return sorted(found, key=lambda s: (s["created_at"], s["subscription_id"]))
 
-    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
+    async def update_subscription(
+        self, subscription_id: str, changes: Record, *, expect: Record | None = None
+    ) -> Record | None:
         changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
         sub = self.subscriptions.get(subscription_id)
-        if sub is None:
+        if sub is None or any(sub.get(k) != v for k, v in (expect or {}).items()):
             return None
         sub.update({k: copy.deepcopy(v) for k, v in changes.items() if k in UPDATABLE})
         return copy.deepcopy(sub)

@@ -135,16 +135,25 @@ def _sub_values(sub: Record) -> list[Any]:
     return [encode_value(c, sub.get(c)) for c in SUBSCRIPTION_COLUMNS]
 
 
-def _assignments(table: str, key: str, changes: Record) -> tuple[str, list[Any]] | None:
+def _assignments(
+    table: str, key: str, changes: Record, expect: Record | None = None
+) -> tuple[str, list[Any]] | None:
     columns = [
         c for c in changes if c != key and (table != "webhook_subscriptions" or c in UPDATABLE)
     ]
     if not columns:
         return None
     sql = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
+    expected = [c for c in (expect or {}) if c in SUBSCRIPTION_COLUMNS]
+    first = len(columns) + 2
+    condition = "".join(f" AND {c} = ${i}" for i, c in enumerate(expected, start=first))
     return (
-        f"UPDATE {table} SET {sql} WHERE {key} = $1",
-        [changes[key], *(encode_value(c, changes[c]) for c in columns)],
+        f"UPDATE {table} SET {sql} WHERE {key} = $1{condition}",
+        [
+            changes[key],
+            *(encode_value(c, changes[c]) for c in columns),
+            *(encode_value(c, (expect or {})[c]) for c in expected),
+        ],
     )
 
 
@@ -276,16 +285,21 @@ class PostgresWebhookStore(WebhookStore):
             )
         return [decode_subscription(r) for r in rows]
 
-    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
+    async def update_subscription(
+        self, subscription_id: str, changes: Record, *, expect: Record | None = None
+    ) -> Record | None:
         changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
         update = _assignments(
             "webhook_subscriptions",
             "subscription_id",
             {**changes, "subscription_id": subscription_id},
+            expect,
         )
         async with self._conn() as conn:
             if update is not None:
-                await conn.execute(update[0], *update[1])
+                status = await conn.execute(update[0], *update[1])
+                if expect and status.endswith(" 0"):
+                    return None
             row = await conn.fetchrow(
                 "SELECT * FROM webhook_subscriptions WHERE subscription_id = $1", subscription_id
             )

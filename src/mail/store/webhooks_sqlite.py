@@ -286,7 +286,9 @@ def _retry(
     return {c: row[c] for c in DELIVERY_COLUMNS}
 
 
-def _update(conn: sqlite3.Connection, table: str, key: str, changes: Record) -> int:
+def _update(
+    conn: sqlite3.Connection, table: str, key: str, changes: Record, expect: Record | None = None
+) -> int:
     columns = [
         c for c in changes if c != key and (table != "webhook_subscriptions" or c in UPDATABLE)
     ]
@@ -294,8 +296,11 @@ def _update(conn: sqlite3.Connection, table: str, key: str, changes: Record) -> 
         return 0
     assignments = ", ".join(f"{c} = ?" for c in columns)
     values = [encode_value(c, changes[c]) for c in columns]
+    expected = [c for c in (expect or {}) if c in SUBSCRIPTION_COLUMNS]
+    condition = "".join(f" AND {c} = ?" for c in expected)
     cursor = conn.execute(
-        f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*values, changes[key])
+        f"UPDATE {table} SET {assignments} WHERE {key} = ?{condition}",
+        (*values, changes[key], *(encode_value(c, (expect or {})[c]) for c in expected)),
     )
     return cursor.rowcount
 
@@ -433,17 +438,22 @@ class SqliteWebhookStore(WebhookStore):
             args.append(task_id)
         return await self._run(lambda c: _subscriptions(c, " AND ".join(where), args))  # type: ignore[no-any-return]
 
-    async def update_subscription(self, subscription_id: str, changes: Record) -> Record | None:
+    async def update_subscription(
+        self, subscription_id: str, changes: Record, *, expect: Record | None = None
+    ) -> Record | None:
         changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
 
         def run(conn: sqlite3.Connection) -> Record | None:
             with transaction(conn):
-                _update(
+                updated = _update(
                     conn,
                     "webhook_subscriptions",
                     "subscription_id",
                     {**changes, "subscription_id": subscription_id},
+                    expect,
                 )
+                if expect and not updated:
+                    return None
                 found = _subscriptions(conn, "subscription_id = ?", (subscription_id,))
             return found[0] if found else None
 

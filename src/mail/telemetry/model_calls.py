@@ -14,6 +14,7 @@ server sees the client go instead of generating for nobody; the agent function t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -105,12 +106,22 @@ class _Probe:
         if self.scope is not None:
             self.scope.reschedule(asyncio.get_running_loop().time())
 
-    def stopped(self, exc: BaseException) -> BaseException:
-        """What to raise for `exc`, which ended the call: `ModelCallCut` once it was cut."""
-        if self.call.error and self.call.error.startswith("cut: "):
-            return ModelCallCut(f"the model call was cut short ({self.call.error[5:]})")
-        self.failed(exc)
-        return exc
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """Run the call (or read its stream) where `cut` can cancel it: an exception that
+        ends it is recorded, and once the call was cut it becomes `ModelCallCut`."""
+        try:
+            async with asyncio.timeout(None) as self.scope:
+                yield
+        except BaseException as exc:
+            if self.call.error and self.call.error.startswith("cut: "):
+                raise ModelCallCut(
+                    f"the model call was cut short ({self.call.error[5:]})"
+                ) from None
+            self.failed(exc)
+            raise
+        finally:
+            self.scope = None
 
     def finish(self, response: Any, tokens: tuple[int, int] | None, text: str = "") -> None:
         if self.closed:
@@ -139,6 +150,9 @@ class _Probe:
             return
         self.call.duration_ms = (time.perf_counter() - self.started) * 1000.0
         self.call.error = type(exc).__name__
+        if _unanswered(exc):  # the server had the whole prompt, and may still be working on it
+            self.call.estimated = True
+            self.call.input_tokens = self.offline_input or counted_input(self.kwargs)
         self._close()
 
     def _close(self) -> None:
@@ -161,22 +175,29 @@ class _Probe:
             tracing.end_span(span, call.error)
 
 
+def _unanswered(exc: BaseException | None) -> bool:
+    """True when `exc` (or what caused it) ended a request that was waiting for its answer:
+    a timeout, or a cancellation (the agent's request_timeout, a task stopped)."""
+    for _ in range(8):
+        if exc is None:
+            return False
+        if (
+            isinstance(exc, TimeoutError | asyncio.CancelledError)
+            or "Timeout" in type(exc).__name__
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 async def observed(kind: str, call: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
     """``await call(**kwargs)``, measured (``kind``: ``chat`` or ``responses``)."""
     turn = CURRENT_TURN.get()
     if turn is None and tracing.tracer() is None:
         return await call(**kwargs)
     probe = _Probe(turn, kind, kwargs)
-    try:
-        async with asyncio.timeout(None) as probe.scope:
-            response = await call(**kwargs)
-    except BaseException as exc:
-        stopped = probe.stopped(exc)
-        if stopped is exc:
-            raise
-        raise stopped from None
-    finally:
-        probe.scope = None
+    async with probe.watching():
+        response = await call(**kwargs)
     if kwargs.get("stream"):
         return _measured_stream(response, probe)
     probe.finish(response, reported_tokens(field_of(response, "usage")))
@@ -192,39 +213,31 @@ async def _measured_stream(stream: Any, probe: _Probe) -> AsyncIterator[Any]:
     tokens: tuple[int, int] | None = None
     final: Any = None
     text: list[str] = []
-    try:
-        async with asyncio.timeout(None) as probe.scope:
-            if probe.closed:  # cut before the first chunk was asked for
-                raise TimeoutError
-            async for item in stream:
-                usage = field_of(item, "usage")
-                if usage is not None:
-                    tokens = reported_tokens(usage) or tokens
-                choices = field_of(item, "choices")
-                if isinstance(choices, list) and choices:
-                    reason = field_of(choices[0], "finish_reason")
-                    if reason:
-                        probe.call.finish_reason = str(reason)
-                    delta = field_of(choices[0], "delta")
-                    content = field_of(delta, "content") if delta is not None else None
-                    if isinstance(content, str):
-                        text.append(content)
-                    tools = (field_of(delta, "tool_calls") or []) if delta is not None else []
-                    for tool in tools:
-                        arguments = field_of(field_of(tool, "function"), "arguments")
-                        if isinstance(arguments, str):
-                            text.append(arguments)
-                elif _event_type(item) == "response.completed":
-                    final = field_of(item, "response")
-                    tokens = reported_tokens(field_of(final, "usage")) or tokens
-                yield item
-    except BaseException as exc:
-        stopped = probe.stopped(exc)
-        if stopped is exc:
-            raise
-        raise stopped from None
-    finally:
-        probe.scope = None
+    async with probe.watching():
+        if probe.closed:  # cut before the first chunk was asked for
+            raise TimeoutError
+        async for item in stream:
+            usage = field_of(item, "usage")
+            if usage is not None:
+                tokens = reported_tokens(usage) or tokens
+            choices = field_of(item, "choices")
+            if isinstance(choices, list) and choices:
+                reason = field_of(choices[0], "finish_reason")
+                if reason:
+                    probe.call.finish_reason = str(reason)
+                delta = field_of(choices[0], "delta")
+                content = field_of(delta, "content") if delta is not None else None
+                if isinstance(content, str):
+                    text.append(content)
+                tools = (field_of(delta, "tool_calls") or []) if delta is not None else []
+                for tool in tools:
+                    arguments = field_of(field_of(tool, "function"), "arguments")
+                    if isinstance(arguments, str):
+                        text.append(arguments)
+            elif _event_type(item) == "response.completed":
+                final = field_of(item, "response")
+                tokens = reported_tokens(field_of(final, "usage")) or tokens
+            yield item
     if final is None and tokens is not None and not _server_counted(stream):
         tokens = None  # LiteLLM's own count, which leaves the tools out: ours is closer
     probe.finish(final, tokens, "".join(text))

@@ -7,8 +7,9 @@ must not pull in the server's auth code or mail.core (which itself uses
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mail.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mail.utils.parsing import read_python_string, target_address_is_interswarm
@@ -63,15 +64,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    submodule = _LAZY_EXPORTS.get(name)
-    if submodule is None:
-        raise AttributeError(f"module 'mail.utils' has no attribute '{name}'")
-    module = importlib.import_module(f"mail.utils.{submodule}")
-    value = getattr(module, name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY_EXPORTS, "mail.utils.")

@@ -11,9 +11,10 @@ for the work of other servers sharing the database). Each round:
    ``max_in_flight_per_destination`` under way towards one host:port and
    ``max_in_flight_per_owner`` of one caller's (their webhooks, per-request webhooks and A2A
    push configs), taking turns across callers (the one with the fewest under way first),
-   and sends each in its own task: a slow receiver holds its own slots only, and one
-   caller's slow or dead receivers hold that caller's share only, never a request, another
-   receiver or another caller's deliveries.
+   a caller's second slot or later only while ``max_in_flight_reserved`` stay free (for
+   callers with nothing under way), and sends each in its own task: a slow receiver holds
+   its own slots only, and one caller's slow or dead receivers hold that caller's share
+   only, never a request, another receiver or another caller's deliveries.
 
 An attempt's answer decides (``policy``): delivered, retried on the schedule, failed, or the
 subscription disabled (410 Gone, or no success for ``disable_after``). A delivery keeps its
@@ -312,6 +313,7 @@ class DeliveryEngine:
             dict(self._in_flight),
             self.cfg.max_in_flight_per_owner,
             dict(self._owners),
+            self.cfg.reserved_in_flight,
         )
         rows = await self.store.claim(
             self.swarm_name, now, limits, self.node, now + self.cfg.lease_seconds
@@ -329,6 +331,8 @@ class DeliveryEngine:
                 self._attempt(row), name=f"mail-webhook-{row['delivery_id']}"
             )
             self._attempts.add(task)
+        # Into the reserved slots: the next claim looks past every owner with one under way.
+        capped = capped or (bool(rows) and free - len(rows) <= limits.reserved < free)
         if len(rows) >= free or capped:
             # There may be more due: beyond this claim's candidates, or behind a destination
             # or an owner it saturated (the next claim looks past them).

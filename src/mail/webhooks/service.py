@@ -444,18 +444,8 @@ class WebhookService:
         One per task and URL: a later message of the task naming the same URL keeps that
         subscription (its id; its secret, unless the message gives one; the message's
         `events`), so each event goes to a URL once. Bounded per caller and per task."""
-        if not isinstance(spec, dict):
-            raise WebhookError(400, "parameter 'webhook' must be an object with a 'url'")
-        self._unknown_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
-        given = spec.get("secret") is not None
-        try:
-            events = self._events(spec.get("events"), default=["*"])
-            secret = self._secret(spec.get("secret"))
-            url = await self._url(spec.get("url"))
-        except WebhookError as exc:
-            raise WebhookError(
-                exc.status, exc.detail.replace("parameter '", "parameter 'webhook.", 1)
-            ) from None
+        given = isinstance(spec, dict) and spec.get("secret") is not None
+        url, events, secret = await self.check_request_webhook(spec)
         sub = self._new_subscription(
             owner,
             "request",
@@ -491,6 +481,22 @@ class WebhookService:
             self._mirror(stored)  # as stored, as a cleanup that starts later will see
         # A secret the caller chose is not sent back; the server's is shown to its owner.
         return {"id": stored["subscription_id"], "secret": None if given else stored["secret"]}
+
+    async def check_request_webhook(self, spec: Any) -> tuple[str, list[str], str]:
+        """A per-request webhook's `spec` (``{url, events, secret}``) checked: its URL, its
+        event types (all by default) and its secret (a new one when it names none)."""
+        if not isinstance(spec, dict):
+            raise WebhookError(400, "parameter 'webhook' must be an object with a 'url'")
+        self._unknown_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
+        try:
+            events = self._events(spec.get("events"), default=["*"])
+            secret = self._secret(spec.get("secret"))
+            url = await self._url(spec.get("url"))
+        except WebhookError as exc:
+            raise WebhookError(
+                exc.status, exc.detail.replace("parameter '", "parameter 'webhook.", 1)
+            ) from None
+        return url, events, secret
 
     async def request_webhook_of(
         self, owner: Owner, task_id: str, spec: Any, subscription_id: str | None = None
@@ -529,7 +535,8 @@ class WebhookService:
         auth: Record | None,
     ) -> Record:
         """Create or replace the owner's push config `config_id` of A2A task `task_id`
-        (checked against the bound and stored in one transaction)."""
+        (checked against the bounds, per task and per caller, and stored in one
+        transaction)."""
         checked = await self._url(url)
         # For A2A configs `description` holds the config id and `events` is unused.
         sub = self._new_subscription(
@@ -545,6 +552,12 @@ class WebhookService:
         )
         return await self._add(
             sub,
+            self._bound(
+                (),
+                "max_push_configs_per_caller",
+                "you already have {count} A2A push configs, the most one caller may have",
+                "each goes `retention` after it was set, or delete one",
+            ),
             self._bound(
                 ("task_id",),
                 "max_push_configs_per_task",

@@ -14,6 +14,7 @@ import * as review from "./screens/review.js";
 import * as registry from "./screens/registry.js";
 import * as threads from "./screens/threads.js";
 import * as webhooks from "./screens/webhooks.js";
+import * as crons from "./screens/crons.js";
 import * as signin from "./screens/signin.js";
 
 // Screens in the navigation; `admin` ones are shown to admins only. A new screen (threads,
@@ -27,6 +28,7 @@ const SCREENS = [
   { path: "review", label: "Review", module: review },
   { path: "threads", label: "Threads", module: threads },
   { path: "webhooks", label: "Webhooks", module: webhooks },
+  { path: "crons", label: "Crons", module: crons },
   { path: "registry", label: "Registry", module: registry, admin: true },
 ];
 const HIDDEN = { agents: agent };

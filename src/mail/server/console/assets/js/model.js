@@ -182,6 +182,7 @@ export function strategyTitle(extra) {
   switch (extra.action) {
     case "queued": return `Message queued behind the current work (position ${extra.position})`;
     case "delivered": return "Queued message delivered";
+    case "withdrawn": return "Queued message withdrawn (its caller's timeout passed first)";
     case "interrupted": return `Interrupted by a newer message (turns cancelled: ${cancelled})`;
     case "rolled_back":
       return `Rolled back for a newer message${span ? ` (events ${span.first}–${span.last} taken back)` : ""}`;

@@ -1,0 +1,541 @@
+"""Scheduled tasks: what ``/crons`` means, and the scheduler that runs them (docs/crons.md).
+
+A cron is a caller's message sent on a schedule (a cron expression in an IANA time zone).
+It is kept as a subscription of kind "cron" in the webhook store (``mail.store.webhooks``:
+the same SQLite file, PostgreSQL database or memory as the tasks), bounded per caller by
+``[server.crons] max_crons_per_caller`` in the transaction that adds it.
+
+Each server process runs one :class:`CronScheduler`. It sleeps until the nearest run (or
+``rescan_interval``, to see changes made through another front end), then claims each due
+cron with a compare-and-set on the stored cron: its next run moves past now in an update
+that only succeeds while nobody else changed the cron since it was read. Of several front
+ends sharing a database exactly one wins a scheduled time; the winner starts the run as
+the cron's owner, as a background ``POST /message`` would, under a task id derived from
+(cron, scheduled time). A run is an ordinary task: in ``GET /tasks``, the console and
+webhooks.
+
+Catch-up: a cron whose next run is in the past (the servers were down) runs once for the
+latest missed time when that time is at most ``catch_up_window`` seconds old; older missed
+times are skipped. Either way its next run is computed from now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import time
+import uuid
+import zoneinfo
+from collections.abc import Mapping
+from typing import Any
+
+from croniter import croniter
+from fastapi import HTTPException
+
+from mail.config.server import CronsConfig
+from mail.server.auth import Caller
+from mail.server.bodies import parse_message_request
+from mail.server.state import ServerState
+from mail.store.webhooks import Bound, OverQuota, Record, new_id
+from mail.utils.echo import echo
+from mail.webhooks.views import WebhookError
+
+logger = logging.getLogger("mail.server.crons")
+
+KIND = "cron"
+CRON_FIELDS: tuple[str, ...] = (
+    "schedule",
+    "timezone",
+    "message",
+    "webhook",
+    "description",
+    "paused",
+)
+MESSAGE_FIELDS: tuple[str, ...] = ("body", "message", "subject", "msg_type", "entrypoint", "kwargs")
+# Consecutive runs of a schedule looked at to check its shortest interval.
+INTERVAL_SAMPLES = 16
+# The namespace of run task ids: uuid5(namespace, "<cron id>@<scheduled time>").
+RUN_NAMESPACE = uuid.UUID("6f1c5d2e-8a7b-4c3d-9e0f-1a2b3c4d5e6f")
+# Seconds before the scheduler reads the schedules again after a failed read.
+RETRY_READ = 5.0
+# Attempts of a PATCH against concurrent claims (each re-reads the cron).
+UPDATE_ATTEMPTS = 5
+
+Owner = tuple[str, str]
+
+
+def _bad(detail: str) -> HTTPException:
+    return HTTPException(400, detail)
+
+
+def _iso(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return dt.datetime.fromtimestamp(value, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- schedules (pure) -----------------------------------------------------------------------
+def _seconds_first(schedule: str) -> bool:
+    return len(schedule.split()) == 6
+
+
+def _iterator(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> croniter:
+    start = dt.datetime.fromtimestamp(at, zone)
+    return croniter(schedule, start, second_at_beginning=_seconds_first(schedule))
+
+
+def next_time(schedule: str, zone: zoneinfo.ZoneInfo, after: float) -> float:
+    """The first scheduled time strictly after `after` (seconds since the epoch)."""
+    return float(_iterator(schedule, zone, after).get_next(float))
+
+
+def latest_time(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> float:
+    """The last scheduled time at or before `at`."""
+    found = float(_iterator(schedule, zone, at).get_prev(float))
+    following = next_time(schedule, zone, found)
+    return following if following <= at else found
+
+
+def check_schedule(value: Any, zone: zoneinfo.ZoneInfo, min_interval: float) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _bad("parameter 'schedule' must be a cron expression such as '0 9 * * 1-5'")
+    schedule = " ".join(value.split())
+    if len(schedule) > 200:
+        raise _bad("parameter 'schedule' is longer than 200 characters")
+    fields = len(schedule.split())
+    if fields not in (5, 6) or not croniter.is_valid(schedule, second_at_beginning=fields == 6):
+        raise _bad(
+            f"parameter 'schedule': '{echo(schedule)}' is not a cron expression of 5 fields "
+            "(minute hour day-of-month month day-of-week) or 6 (seconds first)"
+        )
+    try:
+        times = _iterator(schedule, zone, time.time())
+        runs = [float(times.get_next(float)) for _ in range(INTERVAL_SAMPLES)]
+    except Exception as exc:  # croniter's "no match" for impossible dates (Feb 30)
+        raise _bad(f"parameter 'schedule': '{echo(schedule)}' never runs ({exc})") from None
+    shortest = min(b - a for a, b in zip(runs, runs[1:], strict=False))
+    if shortest < min_interval:
+        raise _bad(
+            f"parameter 'schedule': '{echo(schedule)}' runs {shortest:g} s apart; the shortest "
+            f"interval is {min_interval:g} s ([server.crons] min_interval)"
+        )
+    return schedule
+
+
+def check_timezone(value: Any) -> zoneinfo.ZoneInfo:
+    if value is None:
+        return zoneinfo.ZoneInfo("UTC")
+    if not isinstance(value, str) or len(value) > 64:
+        raise _bad("parameter 'timezone' must be an IANA time zone name such as 'Europe/Paris'")
+    try:
+        return zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise _bad(
+            f"parameter 'timezone': unknown IANA time zone '{echo(value)}' "
+            "(e.g. 'UTC', 'Europe/Paris', 'America/New_York')"
+        ) from None
+
+
+def run_task_id(cron_id: str, scheduled: float) -> str:
+    """The task id of a cron's run at `scheduled`: the same on every front end."""
+    return str(uuid.uuid5(RUN_NAMESPACE, f"{cron_id}@{scheduled:.3f}"))
+
+
+def cron_view(sub: Mapping[str, Any]) -> Record:
+    """What callers see of a cron: never its webhook's secret."""
+    spec = sub["push_auth"] or {}
+    hook = spec.get("webhook")
+    return {
+        "id": sub["subscription_id"],
+        "schedule": spec.get("schedule"),
+        "timezone": spec.get("timezone"),
+        "message": spec.get("message"),
+        "webhook": {"url": hook["url"], "events": hook["events"]} if hook else None,
+        "description": sub["description"],
+        "paused": not sub["active"],
+        "next_run": None if not sub["active"] else _iso(spec.get("next_run")),
+        "last_run": _iso(spec.get("last_run")),
+        "last_task_id": spec.get("last_task_id"),
+        "last_error": spec.get("last_error"),
+        "runs": int(spec.get("runs") or 0),
+        "created_at": _iso(sub["created_at"]),
+        "updated_at": _iso(spec.get("changed_at", sub["created_at"])),
+        "owner": {"role": sub["owner_role"], "id": sub["owner_id"]},
+    }
+
+
+# -- the service ----------------------------------------------------------------------------
+class CronScheduler:
+    """One per server process: ``/crons``' handlers and the loop that starts due runs."""
+
+    def __init__(
+        self, cfg: CronsConfig, store: Any, state: ServerState, *, own_store: bool
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.state = state
+        self.swarm_name = state.swarm_name
+        self._own_store = own_store
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._own_store:
+            await self.store.start()
+        self._loop_task = asyncio.create_task(self._run(), name="mail-crons")
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        if self._own_store:
+            await self.store.close()
+
+    # -- checks -------------------------------------------------------------------------
+    def _message(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise _bad('parameter \'message\' must be an object such as {"body": "..."}')
+        extra = sorted(set(value) - set(MESSAGE_FIELDS))
+        if extra:
+            raise _bad(
+                f"unknown parameter 'message.{echo(extra[0])}'; accepted: "
+                f"{', '.join(MESSAGE_FIELDS)}"
+            )
+        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > self.cfg.max_message_bytes:
+            raise HTTPException(
+                413,
+                f"parameter 'message' is {size} bytes; the limit is "
+                f"{self.cfg.max_message_bytes} ([server.crons] max_message_bytes)",
+            )
+        try:
+            parse_message_request(dict(value))
+        except HTTPException as exc:
+            raise _bad(f"parameter 'message': {exc.detail}") from None
+        return dict(value)
+
+    async def _webhook(self, value: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        service = getattr(self.state, "webhooks", None)
+        if service is None:
+            raise HTTPException(
+                400, "parameter 'webhook': webhooks are off on this server ([server.webhooks])"
+            )
+        spec = {"url": value} if isinstance(value, str) else value
+        try:
+            url, events, secret = await service.check_request_webhook(spec)
+        except WebhookError as exc:
+            raise HTTPException(exc.status, exc.detail) from None
+        return {"url": url, "events": events, "secret": secret}
+
+    def _description(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise _bad("parameter 'description' must be a string")
+        if len(value) > self.cfg.max_description_chars:
+            raise _bad(
+                f"parameter 'description' is {len(value)} characters; the limit is "
+                f"{self.cfg.max_description_chars} ([server.crons] max_description_chars)"
+            )
+        return value
+
+    @staticmethod
+    def _paused(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise _bad("parameter 'paused' must be true or false")
+        return value
+
+    @staticmethod
+    def _fields(body: Mapping[str, Any]) -> None:
+        extra = sorted(set(body) - set(CRON_FIELDS))
+        if extra:
+            raise _bad(f"unknown parameter '{echo(extra[0])}'; accepted: {', '.join(CRON_FIELDS)}")
+
+    async def _owned(self, owner: Owner, cron_id: str) -> Record:
+        sub = await self.store.get_subscription(cron_id)
+        if (
+            sub is None
+            or sub["kind"] != KIND
+            or sub["swarm_name"] != self.swarm_name
+            or (sub["owner_role"], sub["owner_id"]) != owner
+        ):
+            raise HTTPException(404, f"no scheduled task '{echo(cron_id)}'")
+        return sub  # type: ignore[no-any-return]
+
+    # -- handlers -----------------------------------------------------------------------
+    async def create(self, owner: Owner, api_key: str, body: Mapping[str, Any]) -> Record:
+        self._fields(body)
+        for required in ("schedule", "message"):
+            if body.get(required) is None:
+                raise _bad(f"parameter '{required}' is required")
+        zone = check_timezone(body.get("timezone"))
+        schedule = check_schedule(body["schedule"], zone, self.cfg.min_interval)
+        message = self._message(body["message"])
+        hook = await self._webhook(body.get("webhook"))
+        paused = self._paused(body.get("paused", False))
+        now = time.time()
+        spec = {
+            "schedule": schedule,
+            "timezone": zone.key,
+            "message": message,
+            "webhook": hook,
+            "next_run": next_time(schedule, zone, now),
+            "last_run": None,
+            "last_task_id": None,
+            "last_error": None,
+            "runs": 0,
+            "changed_at": now,
+        }
+        sub: Record = {
+            "subscription_id": new_id("cron"),
+            "swarm_name": self.swarm_name,
+            "owner_role": owner[0],
+            "owner_id": owner[1],
+            "kind": KIND,
+            "scope": "own",
+            "task_id": None,
+            "url": hook["url"] if hook else "",
+            "destination": "",
+            "events": [],
+            "description": self._description(body.get("description")),
+            "active": not paused,
+            "disabled_reason": None,
+            "secret": api_key,  # loads the owner's instance for a run when it is not loaded
+            "previous_secret": None,
+            "previous_secret_until": None,
+            "push_token": None,
+            "push_auth": spec,
+            "failing_since": None,
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": None,
+        }
+        limit = self.cfg.max_crons_per_caller
+        bound = Bound(
+            ("owner_role", "owner_id", "kind"),
+            limit,
+            "you already have {count} scheduled tasks, the most one caller may have "
+            f"([server.crons] max_crons_per_caller = {limit}); delete one first",
+        )
+        try:
+            stored = await self.store.add_subscription(sub, bounds=[bound])
+        except OverQuota as exc:
+            raise HTTPException(429, str(exc)) from None
+        self._wake.set()
+        logger.info("crons: %s:%s scheduled %s (%s)", *owner, sub["subscription_id"], schedule)
+        view = cron_view(stored)
+        if hook is not None and not (
+            isinstance(body["webhook"], dict) and body["webhook"].get("secret")
+        ):
+            view["webhook"]["secret"] = hook["secret"]  # shown once, as webhooks' are
+        return view
+
+    async def list_for(self, owner: Owner) -> list[Record]:
+        subs = await self.store.list_subscriptions(self.swarm_name, owner=owner, kinds=[KIND])
+        return [cron_view(s) for s in subs]
+
+    async def get(self, owner: Owner, cron_id: str) -> Record:
+        return cron_view(await self._owned(owner, cron_id))
+
+    async def update(
+        self, owner: Owner, api_key: str, cron_id: str, body: Mapping[str, Any]
+    ) -> Record:
+        self._fields(body)
+        for attempt in range(UPDATE_ATTEMPTS):
+            sub = await self._owned(owner, cron_id)
+            spec = dict(sub["push_auth"] or {})
+            zone = check_timezone(body.get("timezone", spec.get("timezone")))
+            changes: Record = {"secret": api_key}
+            timing = False
+            if "schedule" in body or "timezone" in body:
+                spec["schedule"] = check_schedule(
+                    body.get("schedule", spec["schedule"]), zone, self.cfg.min_interval
+                )
+                spec["timezone"] = zone.key
+                timing = True
+            if "message" in body:
+                spec["message"] = self._message(body["message"])
+            if "webhook" in body:
+                spec["webhook"] = await self._webhook(body["webhook"])
+                changes["url"] = spec["webhook"]["url"] if spec["webhook"] else ""
+            if "description" in body:
+                changes["description"] = self._description(body["description"])
+            if "paused" in body:
+                paused = self._paused(body["paused"])
+                timing = timing or (not paused and not sub["active"])  # resumed: from now on
+                changes["active"] = not paused
+            now = time.time()
+            if timing:
+                spec["next_run"] = next_time(spec["schedule"], zone, now)
+            spec["changed_at"] = now
+            changes["push_auth"] = spec
+            updated = await self.store.update_subscription(
+                cron_id, changes, expect={"updated_at": sub["updated_at"]}
+            )
+            if updated is not None:
+                self._wake.set()
+                view = cron_view(updated)
+                given = body.get("webhook")
+                if (
+                    spec.get("webhook")
+                    and "webhook" in body
+                    and not (isinstance(given, dict) and given.get("secret"))
+                ):
+                    view["webhook"]["secret"] = spec["webhook"]["secret"]
+                return view
+            logger.debug("crons: update of %s raced a run (attempt %d)", cron_id, attempt + 1)
+        raise HTTPException(409, "the scheduled task changed meanwhile; send the update again")
+
+    async def delete(self, owner: Owner, cron_id: str) -> None:
+        await self._owned(owner, cron_id)
+        await self.store.delete_subscription(cron_id)
+        self._wake.set()
+
+    # -- the scheduler ------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            wake = time.time() + self.cfg.rescan_interval
+            try:
+                subs = await self.store.list_subscriptions(self.swarm_name, kinds=[KIND])
+            except Exception as exc:  # the database is away: try again soon
+                logger.warning("crons: cannot read the schedules: %s", exc)
+                subs, wake = [], min(wake, time.time() + RETRY_READ)
+            now = time.time()
+            fired = False
+            for sub in subs:
+                due = (sub["push_auth"] or {}).get("next_run")
+                if not sub["active"] or due is None:
+                    continue
+                if due <= now:
+                    try:
+                        await self._fire(sub, now)
+                        fired = True
+                    except Exception:
+                        logger.exception("crons: run of %s failed", sub["subscription_id"])
+                        wake = min(wake, now + 1.0)  # not at once: the database may be away
+                else:
+                    wake = min(wake, due)
+            if fired:
+                continue  # read them again: their next runs moved
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, wake - time.time()))
+
+    async def _fire(self, sub: Record, now: float) -> None:
+        """Claim `sub`'s due time (compare-and-set on the stored cron) and start its run."""
+        spec = dict(sub["push_auth"])
+        zone = zoneinfo.ZoneInfo(spec["timezone"])
+        latest = latest_time(spec["schedule"], zone, now)
+        runs = now - latest <= self.cfg.catch_up_window and latest >= spec["next_run"]
+        spec["next_run"] = next_time(spec["schedule"], zone, now)
+        task_id = run_task_id(sub["subscription_id"], latest)
+        if runs:
+            spec.update(last_run=latest, last_task_id=task_id, last_error=None)
+            spec["runs"] = int(spec.get("runs") or 0) + 1
+        claimed = await self.store.update_subscription(
+            sub["subscription_id"], {"push_auth": spec}, expect={"updated_at": sub["updated_at"]}
+        )
+        if claimed is None:
+            return  # another front end took this time (or the cron changed): not ours
+        if not runs:
+            logger.info(
+                "crons: %s missed %s, older than the catch-up window: skipped",
+                sub["subscription_id"],
+                _iso(latest),
+            )
+            return
+        try:
+            await self._start(claimed, task_id)
+        except HTTPException as exc:
+            await self._note_error(claimed, f"{exc.status_code}: {exc.detail}")
+        except Exception as exc:
+            await self._note_error(claimed, str(exc) or type(exc).__name__)
+            raise
+
+    async def _start(self, sub: Record, task_id: str) -> None:
+        from mail.server.messaging import background_message  # (it imports the server's state)
+
+        spec = sub["push_auth"]
+        try:
+            caller = await self.state.auth.authenticate(sub["secret"] or "")
+        except HTTPException as exc:
+            if exc.status_code not in (401, 403):
+                raise  # the auth service is away: this time is lost, the next one tries
+            raise HTTPException(
+                401,
+                "the API key that created or last changed this scheduled task no longer "
+                "works (revoked?): change the task with a key of yours to run it again",
+            ) from None
+        if _owner(caller) != (sub["owner_role"], sub["owner_id"]):
+            raise HTTPException(403, "the key of this scheduled task now names another caller")
+        body: dict[str, Any] = {**spec["message"], "task_id": task_id, "background": True}
+        if spec.get("webhook"):
+            body["webhook"] = dict(spec["webhook"])
+        await background_message(self.state, caller, parse_message_request(body))
+        logger.info("crons: %s started task %s", sub["subscription_id"], task_id)
+
+    async def _note_error(self, sub: Record, error: str) -> None:
+        logger.warning("crons: run of %s refused: %s", sub["subscription_id"], error)
+        spec = {**sub["push_auth"], "last_error": error[:500]}
+        await self.store.update_subscription(
+            sub["subscription_id"], {"push_auth": spec}, expect={"updated_at": sub["updated_at"]}
+        )
+
+
+async def start_crons(state: ServerState) -> CronScheduler | None:
+    """The started scheduler of a server (None when [server.crons] enabled = false)."""
+    cfg = state.config.crons
+    if not cfg.enabled:
+        return None
+    service = getattr(state, "webhooks", None)
+    if service is not None:
+        scheduler = CronScheduler(cfg, service.store, state, own_store=False)
+    else:
+        from mail.server.webhooks import subscription_store
+
+        scheduler = CronScheduler(cfg, subscription_store(state.store), state, own_store=True)
+    await scheduler.start()
+    return scheduler
+
+
+# -- request handlers -----------------------------------------------------------------------
+def _owner(caller: Caller) -> Owner:
+    from mail.server.webhooks import owner_of
+
+    return owner_of(caller)
+
+
+def scheduler_of(state: ServerState) -> CronScheduler:
+    scheduler = getattr(state, "crons", None)
+    if scheduler is None:
+        raise HTTPException(404, "scheduled tasks are off on this server ([server.crons] enabled)")
+    return scheduler  # type: ignore[no-any-return]
+
+
+async def create(state: ServerState, caller: Caller, body: Mapping[str, Any]) -> Record:
+    return await scheduler_of(state).create(_owner(caller), caller.api_key, body)
+
+
+async def list_crons(state: ServerState, caller: Caller) -> Record:
+    return {"crons": await scheduler_of(state).list_for(_owner(caller))}
+
+
+async def get(state: ServerState, caller: Caller, cron_id: str) -> Record:
+    return await scheduler_of(state).get(_owner(caller), cron_id)
+
+
+async def update(
+    state: ServerState, caller: Caller, cron_id: str, body: Mapping[str, Any]
+) -> Record:
+    return await scheduler_of(state).update(_owner(caller), caller.api_key, cron_id, body)
+
+
+async def delete(state: ServerState, caller: Caller, cron_id: str) -> None:
+    await scheduler_of(state).delete(_owner(caller), cron_id)
