@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from mail.server.auth import Caller
-from mail.server.idempotency import default_resolve
-from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld
+from mail.server.idempotency import IdempotencyGuard, KeyHeld, default_resolve
 from mail.store.idempotency import MemoryIdempotencyStore
 
 ALICE = Caller(role="user", id="alice", api_key="k")

@@ -1,4 +1,4 @@
-"""The server's SQLite key store at a caller's bound (`idempotency_sqlite_buffered`): room is
+"""The server's SQLite key store at a caller's bound (`mail.store.idempotency`): room is
 made from the caller's oldest keys when they hold enough finished ones, from all of its keys
 otherwise, and always for the oldest finished keys by the time they were (last) taken, not by
 where their rows lie in the file (a key taken again after it expired, or taken over after a
@@ -11,12 +11,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.support.buffered_key_store import buffered_key_store
 
 from mail.store import sqlite_schema
 from mail.store.base import InstanceKey
 from mail.store.idempotency import KeyRecord
-from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore as Store
+from mail.store.idempotency import SqliteIdempotencyStore as Store
 
 ALICE = InstanceKey("s", "user", "alice")
 BOB = InstanceKey("s", "user", "bob")
@@ -25,8 +24,12 @@ NOW = 1_000_000.0
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with buffered_key_store(tmp_path / "mail.db", Store) as opened:
+    opened = Store(tmp_path / "mail.db")
+    await opened.start()
+    try:
         yield opened
+    finally:
+        await opened.close()
 
 
 def record(at: float, ttl: float = 1000.0) -> KeyRecord:
@@ -152,6 +155,10 @@ async def test_keys_from_a_schema_3_file_go_oldest_first(tmp_path: Path) -> None
             (key, at, at + 10_000),
         )
     conn.close()
-    async with buffered_key_store(path, Store) as opened:  # migrates it to the current schema
+    opened = Store(path)
+    await opened.start()  # migrates it to the current schema
+    try:
         assert await opened.evict_finished(ALICE, 10) == 10
         assert set(keys) - await live(opened, ALICE, keys, NOW + 200) == set(keys[-10:])
+    finally:
+        await opened.close()

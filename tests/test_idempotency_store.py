@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.buffered_key_store import buffered_key_store
 from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
@@ -34,43 +33,18 @@ def pg_url() -> Iterator[str]:
 
 def _open(kind: str, where: Path | str) -> IdempotencyStore:
     if kind == "sqlite":
-        from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+        from mail.store.idempotency import SqliteIdempotencyStore
 
         return SqliteIdempotencyStore(where)
-    from mail.store.idempotency_postgres import PostgresIdempotencyStore
+    from mail.store.idempotency import PostgresIdempotencyStore
 
     return PostgresIdempotencyStore(str(where))
 
 
-async def _with_work(where: Path) -> AsyncIterator[IdempotencyStore]:
-    """The server's SQLite store, every take made as ``POST /message`` makes it: in memory,
-    its row queued in the task store's buffer (`idempotency_sqlite_buffered`)."""
-    from mail.store.idempotency_sqlite_buffered import BufferedSqliteIdempotencyStore
-
-    class WithWork(BufferedSqliteIdempotencyStore):
-        async def take(
-            self,
-            scope: InstanceKey,
-            key: str,
-            record: KeyRecord,
-            *,
-            replace: bool = False,
-            over: float | None = None,
-        ) -> KeyRecord | None:
-            return await self.take_with_work(scope, key, record, replace=replace, over=over)
-
-    async with buffered_key_store(where, WithWork) as opened:
-        yield opened
-
-
-@pytest.fixture(params=["memory", "sqlite", "sqlite-with-work", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[IdempotencyStore]:
     if request.param == "memory":
         yield MemoryIdempotencyStore()
-        return
-    if request.param == "sqlite-with-work":
-        async for opened in _with_work(tmp_path / "mail.db"):
-            yield opened
         return
     where = tmp_path / "mail.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     opened = _open(request.param, where)
@@ -227,7 +201,7 @@ async def test_sqlite_take_waits_for_the_lock_off_the_event_loop(
 ) -> None:
     """A take commits on the database thread: while another writer (the task store's batch)
     holds the file's lock, it waits there for the lock; the event loop never blocks on it."""
-    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+    from mail.store.idempotency import SqliteIdempotencyStore
     from mail.store.sqlite_schema import connect
 
     store = SqliteIdempotencyStore(tmp_path / "mail.db")
@@ -274,7 +248,7 @@ async def test_at_the_bound_finished_keys_make_room_and_unfinished_ones_refuse()
     from starlette.responses import Response
 
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld
+    from mail.server.idempotency import IdempotencyGuard, KeyHeld
 
     guard = IdempotencyGuard(
         MemoryIdempotencyStore(), swarm_name="s", ttl=100.0, max_keys=2, max_length=255
@@ -324,14 +298,14 @@ async def test_at_the_key_bound_a_tenth_of_it_is_forgotten_at_once() -> None:
     more CPU per request in bench/http.py)."""
 
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard
+    from mail.server.idempotency import IdempotencyGuard
 
     class Counting(MemoryIdempotencyStore):
         evictions = 0
 
-        async def evict_finished(self, scope: Any, count: int) -> int:
+        async def evict_finished(self, scope: Any, count: int, *keep: Any) -> int:
             Counting.evictions += 1
-            return await super().evict_finished(scope, count)
+            return await super().evict_finished(scope, count, *keep)
 
     guard = IdempotencyGuard(Counting(), swarm_name="s", ttl=100.0, max_keys=50, max_length=255)
     caller = Caller("user", "alice", "k")
@@ -347,7 +321,7 @@ async def test_at_the_key_bound_a_tenth_of_it_is_forgotten_at_once() -> None:
 async def test_sqlite_close_waits_for_takes_under_way(tmp_path: Path) -> None:
     """Takes queued when the store closes are committed first (their requests heard they
     hold the key); a take after the close fails instead of waiting forever."""
-    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+    from mail.store.idempotency import SqliteIdempotencyStore
 
     store = SqliteIdempotencyStore(tmp_path / "mail.db")
     await store.start()
@@ -371,7 +345,7 @@ async def test_sqlite_keys_of_a_version_3_file_survive_the_rowid_rebuild(tmp_pat
     """Migration 4 turns the WITHOUT ROWID key table of a file made by migration 3 into a
     rowid table, and the keys it held (a retry after the upgrade's restart) are still there."""
     from mail.store import sqlite_schema
-    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+    from mail.store.idempotency import SqliteIdempotencyStore
 
     path = tmp_path / "mail.db"
     conn = sqlite_schema.connect(path)
@@ -420,7 +394,7 @@ async def test_concurrent_new_keys_never_pass_the_bound(warm: bool, stale_count:
     from fastapi import HTTPException
 
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard
+    from mail.server.idempotency import IdempotencyGuard
 
     class SlowStore(MemoryIdempotencyStore):
         async def take(self, *args: Any, **kwargs: Any) -> KeyRecord | None:
@@ -459,7 +433,7 @@ async def test_a_keyed_stream_is_not_wrapped_and_records_its_end() -> None:
     resumptions passes through); when it ends, its ticket records the streamed outcome and
     leaves, as the wrapper did."""
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard
+    from mail.server.idempotency import IdempotencyGuard
     from mail.server.sse import event_stream_response
     from mail.store.idempotency import STREAMED_OUTCOME
 
@@ -504,7 +478,7 @@ async def test_a_finished_key_is_forgotten_after_90_to_100_percent_of_the_bound(
     requests came after it, and a repeat of a held key never makes room by evicting it."""
 
     from mail.server.auth import Caller
-    from mail.server.idempotency_guard import IdempotencyGuard, KeyHeld
+    from mail.server.idempotency import IdempotencyGuard, KeyHeld
 
     guard = IdempotencyGuard(
         MemoryIdempotencyStore(), swarm_name="s", ttl=1000.0, max_keys=bound, max_length=255

@@ -134,8 +134,7 @@ async def test_idempotency_takes_run_here_when_idle_and_wait_on_the_thread_for_a
     """A key take (on the request path) runs on the loop's thread while the database's
     thread is idle, and is committed when it returns; a lock of another process sends it to
     the thread, which waits for the lock: the take neither fails nor runs twice."""
-    from mail.store.idempotency import KeyRecord
-    from mail.store.idempotency_sqlite import SqliteIdempotencyStore
+    from mail.store.idempotency import KeyRecord, SqliteIdempotencyStore
 
     path = tmp_path / "mail.db"
     store = SqliteIdempotencyStore(path)
@@ -161,23 +160,3 @@ async def test_idempotency_takes_run_here_when_idle_and_wait_on_the_thread_for_a
         assert held is not None and held.fingerprint == "f2"  # taken once, by the first
     finally:
         await store.close()
-
-
-def test_a_keyed_message_flushes_alone_with_its_key_row() -> None:
-    """A ``POST /message`` key row (queued ahead of its task's writes) is that task's work: a
-    keyed request's flush may write at once on the loop, as an unkeyed one's does; another
-    task's writes, or a key row naming no task, still leave the batch to the writer."""
-    from mail.store.idempotency_sqlite_buffered import key_row_write
-    from mail.store.sql_base import SqlWrite, one_task_queued
-
-    def key_row(subject: str | None) -> SqlWrite:
-        row = ("demo", "user", "u-1", "k-1", "f" * 64, subject, "{}", "h:1", 1.0, 2.0)
-        return key_row_write(KEY, (*row, None, None, None))
-
-    def task_write(task_id: str) -> SqlWrite:
-        return SqlWrite("task", ("demo", "user", "u-1", task_id, "{}"))
-
-    assert one_task_queued([key_row("t"), task_write("t"), task_write("t")])
-    assert not one_task_queued([key_row("t"), task_write("t"), task_write("other")])
-    assert not one_task_queued([key_row("other"), task_write("t")])
-    assert not one_task_queued([key_row(None), task_write("t")])

@@ -85,9 +85,6 @@ class Instance:
     in_use: int = 0
     # task id -> monotonic time a request claimed it (between its checks and its submission)
     claimed_tasks: dict[str, float] = field(default_factory=dict)
-    # Whether the server's key store writes keys through this instance's task store's buffer
-    # (`mail.server.messaging`, asked once: its store is attached when it is made).
-    keys_with_tasks: bool | None = None
     # Made at start-up to continue its stored running tasks, without the caller's key.
     keyless: bool = False
 

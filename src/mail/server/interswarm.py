@@ -28,11 +28,10 @@ from mail.server import parked_answers
 from mail.server.auth import Caller
 from mail.server.bodies import check_subject, positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
-from mail.server.idempotency_guard import Ticket
+from mail.server.idempotency import Ticket
 from mail.server.instances import Instance, instance_kind
 from mail.server.interswarm_bounds import check_envelope, check_user_message
 from mail.server.jsonio import JSONBody
-from mail.server.message_keys import take_task_key
 from mail.server.message_replay import KeyTask, shown_events, task_resolver
 from mail.server.messaging import check_incoming_task, release_task_claim
 from mail.server.state import ServerState
@@ -330,7 +329,7 @@ async def post_user_message(
     # A task of the caller's like any other: the same bounds as POST /message.
     task_id = message["message"]["task_id"]
     if ticket is not None:
-        await take_task_key(state, inst, ticket, task_id, message, new=not data.get("task_id"))
+        await ticket.take_task(state, inst, task_id, message, new=not data.get("task_id"))
     try:
         await check_incoming_task(state, inst, task_id, len(message["message"]["body"]))
     except BaseException:

@@ -10,7 +10,6 @@ import asyncio
 import difflib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,21 +22,13 @@ from mail.core.tasks import state_for_answer
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest, check_subject
 from mail.server.errors import BadRequest
-from mail.server.idempotency_guard import Ticket
+from mail.server.idempotency import Ticket
 from mail.server.instances import Instance
-from mail.server.message_keys import (
-    key_stored,
-    stored_upload_bytes,
-    task_answered,
-    task_is_outcome,
-    upload_ids,
-)
 from mail.server.paused_quota import CLAIM_SECONDS, check_paused_quota
 from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
 from mail.server.storage_health import check_room_for_new_task
 from mail.server.team import parse_attachments, store_uploads
-from mail.store.idempotency import FRESH_TASK_CONTEXTS
 from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
@@ -347,8 +338,8 @@ def _post_kwargs(state: ServerState, req: MessageRequest) -> dict[str, Any]:
 async def _prepare_keyed(
     state: ServerState, inst: Instance, req: MessageRequest, ticket: Ticket | None
 ) -> None:
-    """`_prepare`, and for a request with an Idempotency-Key, the key committed first, with
-    the task it starts or continues (and where that task's events and answer stood).
+    """`prepare`, and for a request with an Idempotency-Key, the key committed first, with
+    the task it starts or continues (`Ticket.take_message`).
 
     Taken before the checks: a repeat of the request is answered from the key (its outcome,
     or "still running") rather than by the checks (a continuation's repeat would be "task
@@ -357,88 +348,12 @@ async def _prepare_keyed(
     if ticket is None:
         await prepare(state, inst, req)
         return
-    if (
-        req.task_id is None
-        and req.resume_from is None
-        and req.webhook is None
-        and not req.attachments
-        and not ticket.takeover
-    ):
-        # The usual keyed request: a new task, with nothing stored before it. Named now (a
-        # new id: no task has it, no store read), so the key records it.
-        req.task_id = new_task_id()
-        if ticket.with_work:
-            with_tasks = inst.keys_with_tasks
-            if with_tasks is None:
-                with_tasks = inst.keys_with_tasks = _keys_go_with_tasks(inst, ticket)
-            ticket.with_work = with_tasks
-        context: dict[str, Any] = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared)
-        brought_back = fresh = True
-    else:
-        context, brought_back, fresh = await _key_context(state, inst, req, ticket)
-    # (The usual take with no coroutine; `take` tries it again, in vain, on its way to the
-    # general one: it did nothing.)
-    if not (ticket.with_work and not ticket.takeover and ticket.take_now(req.task_id, context)):
-        await ticket.take(req.task_id, context)
+    brought_back, fresh = await ticket.take_message(state, inst, req)
     try:
         await prepare(state, inst, req, brought_back=brought_back, fresh=fresh)
     except BaseException:
         await ticket.release()
         raise
-
-
-async def _key_context(
-    state: ServerState, inst: Instance, req: MessageRequest, ticket: Ticket
-) -> tuple[dict[str, Any], bool, bool]:
-    """`_prepare_keyed` of any request but the usual one: the task it names (or a new one,
-    or the one a first attempt that died named), what its key records, and (`prepare`'s)
-    whether that task was brought back already and whether its id is new."""
-    if req.task_id is None and req.resume_from is None:
-        # A new task: named now, so the key records it. A retry that takes over from a first
-        # attempt that died reuses that attempt's task id (one task, not two), which the
-        # store may hold (`prepare` brings it back); a new id it cannot (no store read).
-        if ticket.takeover and ticket.subject:
-            req.task_id, brought_back, fresh = ticket.subject, False, False
-        else:
-            req.task_id, brought_back, fresh = new_task_id(), True, True
-    elif state.finished is not None:  # a finished task named: back from the store first
-        await state.finished.bring_back(inst, req.task_id)
-        brought_back, fresh = True, False
-    else:
-        brought_back, fresh = False, False
-    task = None if fresh else _task_or_none(inst, req.task_id or "")
-    if task is None and req.webhook is None and not req.attachments:
-        context = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared: never changed)
-    else:
-        answer = getattr(task, "response", None) if task is not None else None
-        context = {
-            "after": len(task.events) if task is not None else 0,
-            "answer": answer.get("id") if isinstance(answer, dict) else None,
-            "stream": req.stream,
-        }
-    if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
-        context["webhook"] = f"wh_{uuid.uuid4().hex}"
-    if req.attachments:
-        context["uploads"] = ids = upload_ids(ticket, len(req.attachments))
-        if ticket.takeover:  # what the dead attempt stored under them is replaced
-            req.replaced_bytes = await stored_upload_bytes(inst, ids)
-    # The key commits with the task's first writes (`take_with_work`) when they go through
-    # the key store's own buffer, and nothing (a webhook, an upload) is stored before the
-    # task; otherwise on its own first, as every other route's key.
-    ticket.with_work = (
-        ticket.with_work
-        and req.webhook is None
-        and not req.attachments
-        and _keys_go_with_tasks(inst, ticket)
-    )
-    return context, brought_back, fresh
-
-
-def _keys_go_with_tasks(inst: Instance, ticket: Ticket) -> bool:
-    """Whether the key store writes its keys through the instance's task store's buffer
-    (SQLite: `take_with_work` then commits a key with its task's first writes)."""
-    observer = getattr(inst.swarm, "_store_observer", None)
-    return getattr(observer, "store", None) is getattr(ticket.guard.store, "tasks", False)
 
 
 async def run_message(
@@ -456,8 +371,8 @@ async def run_message(
             response, events = await inst.swarm.post_message_task_events(
                 req.body, show_events=req.show_events, timeout=timeout, **_post_kwargs(state, req)
             )
-        if ticket is not None and ticket.taken and not task_answered(inst, req, response, ticket):
-            await ticket.guard.store.settle(ticket.scope, ticket.key)  # (`key_stored`)
+        if ticket is not None:
+            ticket.task_answered(inst, req, response)
     finally:
         _release(inst, req.task_id)
     _log_outcome(inst, req.task_id, response)
@@ -514,15 +429,11 @@ async def start_message(
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     stored = asyncio.Event()
 
-    async def on_stored() -> None:
-        await key_stored(ticket)
-        stored.set()
-
     events = inst.swarm.stream_events(
         req.body,
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
-        on_stored=on_stored,
+        on_stored=stored.set,
         detached=True,  # an enqueued message waits for its turn, whatever its timeout
         **_post_kwargs(state, req),
     )
@@ -602,15 +513,11 @@ async def stream_message(
         # headers wait for it, as a plain answer waits for its commit.
         stored = asyncio.Event()
 
-        async def on_stored() -> None:
-            await key_stored(ticket)
-            stored.set()
-
         events = inst.swarm.stream_events(
             req.body,
             timeout=timeout,
             ping_interval=state.config.settings.sse_ping_interval,
-            on_stored=on_stored,
+            on_stored=stored.set,
             **_post_kwargs(state, req),
         )
 
@@ -624,10 +531,10 @@ async def stream_message(
             finally:
                 _release(inst, req.task_id)
             answered(state, inst, req.task_id)  # the whole stream went out
-            if ticket is not None and ticket.with_work:
+            if ticket is not None:
                 # A repeat attaches to the task's events, which hold all of it: no outcome
                 # row (`STREAMED_OUTCOME`) once the task ended.
-                ticket.answered_by_task = task_is_outcome(inst, req, ticket)
+                ticket.task_ended(inst, req)
 
         response = event_stream_response(
             leased(),

@@ -149,11 +149,11 @@ class EventStreamResponse(Response):
         self.status_code = 200
         self.background = None
         self.init_headers(SSE_HEADERS)
-        # Set as the status line goes out, whatever it is (read by `idempotency_guard`, which
+        # Set as the status line goes out, whatever it is (read by `mail.server.idempotency`, which
         # otherwise has to watch every message sent).
         self.started = False
         # Called once the response ended, however it ended (its Idempotency-Key's ticket
-        # leaves, `idempotency_guard.Ticket.finish`): no wrapper around the whole stream,
+        # leaves, `Ticket.finish`): no wrapper around the whole stream,
         # whose frame every resumption of the response would pass through.
         self.on_end: Callable[[], None] | None = None
 

@@ -37,6 +37,15 @@ TASK_FIELDS: tuple[str, ...] = (
 )
 
 
+# The table of idempotency keys (mail.store.idempotency), named here for the stores that
+# remove a task's keys with it.
+IDEMPOTENCY_TABLE = "idempotency_keys"
+# The content type recorded as the outcome of a streamed answer, with no body: its key counts
+# as answered, and a repeat is answered from the work's own records (``POST /message``: the
+# task's events), never replayed from the key.
+STREAMED_OUTCOME = "text/event-stream"
+
+
 @dataclass(frozen=True)
 class InstanceKey:
     """Identifies one swarm instance: which swarm, serving which caller.

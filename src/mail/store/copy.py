@@ -210,7 +210,7 @@ TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
         ),
         "delivery_id, attempt",
     ),
-    # Idempotency keys (store/idempotency_schema.py), with their stored outcomes, so a
+    # Idempotency keys (store/idempotency.py), with their stored outcomes, so a
     # keyed retry against the copy is answered instead of run again.
     (
         "idempotency_keys",
@@ -319,7 +319,7 @@ class _Postgres:
     async def open(self, *, create: bool) -> None:
         import asyncpg
 
-        from mail.store.idempotency_postgres import ensure_table as ensure_idempotency
+        from mail.store.idempotency import ensure_table as ensure_idempotency
         from mail.store.postgres_schema import ensure_schema
         from mail.store.team_postgres import TEAM_SCHEMA
 

@@ -3,32 +3,48 @@
 The server (``mail.server.idempotency``) keeps one :class:`KeyRecord` per caller and
 ``Idempotency-Key``. A record is *taken* (written and committed) before the work it guards
 starts, with what that work is (``subject``: a task id, plus route data in ``context``);
-it is *finished* with the outcome (status, content type, body) before the answer leaves.
-Every write here is durable when it returns, like the team store's (not write-behind): a
-key that was taken is what lets a retry after a crash find the work instead of redoing it.
+it is *finished* with the outcome (status, content type, body) once the request answered.
+Every write is committed when it returns: a key that was taken is what lets a retry after a
+kill -9 find the work instead of redoing it.
 
-Three implementations: :class:`MemoryIdempotencyStore` (this module; ``--store memory``,
-nothing survives a restart), ``idempotency_sqlite.SqliteIdempotencyStore`` (the server's
-SQLite file) and ``idempotency_postgres.PostgresIdempotencyStore`` (shared by every front
-end of a cluster). Records are scoped by `InstanceKey` (swarm + caller) and expire at
-``expires_at`` (seconds since the epoch); an expired record is treated as absent and is
-deleted by `purge`.
+One implementation, :class:`IdempotencyStore`, whose SQL is written once (``?``
+placeholders, numbered for PostgreSQL); its kinds only say how a statement runs: the
+server's SQLite file (:class:`SqliteIdempotencyStore`, sharing the task store's connection
+and thread), PostgreSQL (:class:`PostgresIdempotencyStore`, shared by every front end of a
+cluster), or memory (:class:`MemoryIdempotencyStore`, ``--store memory``: nothing survives
+a restart). Records are scoped by `InstanceKey` (swarm + caller) and expire at
+``expires_at`` (seconds since the epoch, so both databases compare them alike); an expired
+record is absent and is deleted by `purge`.
 """
 
 from __future__ import annotations
 
-import abc
+import asyncio
 import json
-from dataclasses import dataclass, field, replace
+import logging
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from mail.store.base import InstanceKey, to_json
+from mail.store.base import IDEMPOTENCY_TABLE as TABLE
+from mail.store.base import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
+from mail.store.pg_unreachable import unavailable_when_unreachable
 
-# The content type recorded as the outcome of a streamed answer, with no body: its key counts
-# as answered (forgotten early at the caller's bound, like any answered key), and a repeat is
-# answered from the work's own records (``POST /message``: the task's events), never replayed
-# from the key.
-STREAMED_OUTCOME = "text/event-stream"
+__all__ = [
+    "STREAMED_OUTCOME",
+    "TABLE",
+    "IdempotencyStore",
+    "KeyRecord",
+    "MemoryIdempotencyStore",
+    "PostgresIdempotencyStore",
+    "SqliteIdempotencyStore",
+    "ensure_table",
+    "open_key_store",
+]
+
+logger = logging.getLogger("mail.store.idempotency")
 
 
 @dataclass(slots=True)
@@ -57,56 +73,128 @@ class KeyRecord:
         return self.expires_at > now
 
 
-def take_row(scope: tuple[str, str, str], key: str, record: KeyRecord) -> tuple[Any, ...]:
-    """A take's columns, as every store writes them: the caller's scope, the key, then the
-    record's fingerprint, subject, context, holder, created_at and expires_at."""
-    return (
-        *scope,
-        key,
-        record.fingerprint,
-        record.subject,
-        context_text(record.context),
-        record.holder,
-        record.created_at,
-        record.expires_at,
-    )
-
-
 # The context a keyed ``POST /message`` that starts a new task records with its key (no
-# events seen, no answer yet), one per value of `stream`, made once: never changed (a route
-# that records more builds its own). `context_text` has their JSON made once too.
+# events seen, no answer yet), one per value of `stream`: shared, never changed.
 FRESH_TASK_CONTEXTS: dict[bool, dict[str, Any]] = {
     stream: {"after": 0, "answer": None, "stream": stream} for stream in (False, True)
 }
-_FRESH_TEXTS = {id(context): to_json(context) for context in FRESH_TASK_CONTEXTS.values()}
+
+Outcome = tuple[InstanceKey, str, int, str | None, bytes]
 
 
-def context_text(context: dict[str, Any]) -> str:
-    """`to_json(context)`, made once for `FRESH_TASK_CONTEXTS` (a keyed request's hot path)."""
-    return _FRESH_TEXTS.get(id(context)) or to_json(context)
+# ------------------------------------------------------------------------------ the SQL
+
+_COLUMNS = (
+    "swarm_name, caller_role, caller_id, idem_key, fingerprint, subject, context, holder, "
+    "created_at, expires_at"
+)
+_SCOPE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
+# A new key, or one whose record expired, is (re)written; a live one is left alone, unless
+# it is taken over (`take`'s `replace` and `over`).
+_TAKE = f"""
+    INSERT INTO {TABLE} AS k ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
+        fingerprint = excluded.fingerprint, subject = excluded.subject,
+        context = excluded.context, holder = excluded.holder, status = NULL,
+        content_type = NULL, body = NULL, created_at = excluded.created_at,
+        expires_at = excluded.expires_at
+    WHERE k.expires_at <= excluded.created_at
+       OR (CAST(? AS BOOLEAN) AND k.status IS NULL AND k.fingerprint = excluded.fingerprint
+           AND (CAST(? AS DOUBLE PRECISION) IS NULL OR k.created_at = ?))
+"""
+_GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
+_FINISH = (
+    f"UPDATE {TABLE} SET status = ?, content_type = ?, body = ? WHERE {_SCOPE} AND idem_key = ?"
+)
+_RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
+_COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > ?"
+_PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
+_PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= ?"
+# A caller's oldest finished keys: of a key that names no task, with an outcome; of one that
+# names a task, once that task is not running (or was never stored), with an outcome or not
+# (the task's answer is the outcome; a dropped stream's key has one while its task runs on,
+# and a repeat must still attach to that task).
+_OLDEST_FINISHED = f"""
+    SELECT k.idem_key FROM {TABLE} AS k WHERE k.swarm_name = ? AND k.caller_role = ?
+      AND k.caller_id = ? AND {{finished}} ORDER BY k.created_at LIMIT ?
+"""
+_FINISHED_WITH_TASKS = """(CASE WHEN k.subject IS NULL THEN k.status IS NOT NULL ELSE NOT EXISTS (
+    SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = ?
+       AND t.caller_role = ? AND t.caller_id = ? AND t.is_running) END)"""
+_FINISHED_ALONE = "k.status IS NOT NULL"
+
+# PostgreSQL's table (SQLite's is made by its migrations, mail.store.sqlite_schema).
+POSTGRES_DDL = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    swarm_name TEXT NOT NULL,
+    caller_role TEXT NOT NULL,
+    caller_id TEXT NOT NULL,
+    idem_key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    subject TEXT,
+    context TEXT NOT NULL DEFAULT '{{}}',
+    status INTEGER,
+    content_type TEXT,
+    body BYTEA,
+    holder TEXT NOT NULL DEFAULT '',
+    created_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (swarm_name, caller_role, caller_id, idem_key)
+);
+CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);
+"""
+# The task store's schema lock (postgres_schema): concurrent DDL on one database waits.
+_SCHEMA_LOCK_ID = 0x4D41494C
 
 
-def load_context(text: str | None) -> dict[str, Any]:
-    value = json.loads(text) if text else {}
-    return value if isinstance(value, dict) else {}
+def _scope(scope: InstanceKey) -> tuple[str, str, str]:
+    return (scope.swarm_name, scope.caller_role, scope.caller_id)
 
 
-class IdempotencyStore(abc.ABC):
-    """Key records per (InstanceKey, key); every write is committed when it returns."""
+def _record(row: Any) -> KeyRecord:
+    body, context = row["body"], row["context"]
+    loaded = json.loads(context) if context else {}
+    return KeyRecord(
+        fingerprint=row["fingerprint"],
+        created_at=float(row["created_at"]),
+        expires_at=float(row["expires_at"]),
+        subject=row["subject"],
+        context=loaded if isinstance(loaded, dict) else {},
+        holder=row["holder"],
+        status=row["status"],
+        content_type=row["content_type"],
+        body=None if body is None else bytes(body),
+    )
+
+
+class IdempotencyStore:
+    """Key records per (InstanceKey, key) in the `idempotency_keys` table; every write is
+    committed when it returns. A subclass says how a statement runs (`_run`)."""
 
     backend = "abstract"
+    # Whether the task store's `tasks` table is beside the keys: a key with a task counts as
+    # finished once that task is not running, with no outcome of its own (the task's answer
+    # is the outcome, `mail.server.idempotency.Ticket.answered_by_task`).
+    knows_tasks = True
 
-    async def start(self) -> None:  # noqa: B027 - optional for stores without resources
+    async def start(self) -> None:
         """Open what the store needs (connections, tables)."""
 
-    async def close(self) -> None:  # noqa: B027 - optional for stores without resources
+    async def close(self) -> None:
         """Release it. Idempotent."""
 
-    @abc.abstractmethod
-    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
-        """The live record of `key`, or None (absent or expired)."""
+    async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
+        """Run one statement, committed on its own: `how` is "rows" (the rows read), "one"
+        (the first row, or None), "count" (rows changed) or "many" (`args`: several rows)."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
+    async def _has_tasks(self) -> bool:
+        return self.knows_tasks
+
+    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
+        row = await self._run(_GET, (*_scope(scope), key, now), "one")
+        return None if row is None else _record(row)
+
     async def take(
         self,
         scope: InstanceKey,
@@ -116,182 +204,276 @@ class IdempotencyStore(abc.ABC):
         replace: bool = False,
         over: float | None = None,
     ) -> KeyRecord | None:
-        """Store `record` under `key` unless a live record holds it.
-
-        Returns None when `record` was stored, else the live record that holds the key.
-        An expired record is overwritten. With `replace`, so is a live one that is not
-        finished and has the same fingerprint (a request taking over work whose first
-        attempt died with its process); with `over` too, only the one created at `over`
-        (the record the takeover found: another request that took it over since, in
-        another process, keeps it).
-        """
-
-    async def take_with_work(
-        self,
-        scope: InstanceKey,
-        key: str,
-        record: KeyRecord,
-        *,
-        replace: bool = False,
-        over: float | None = None,
-    ) -> KeyRecord | None:
-        """`take` for a request whose work is written to the task store right after (the
-        SQLite server's key then commits with that work: `idempotency_sqlite_buffered`)."""
-        return await self.take(scope, key, record, replace=replace, over=over)
-
-    def take_now(self, scope: InstanceKey, key: str, record: KeyRecord) -> int:
-        """`take_with_work` at once, when the store can tell with no await that the key is
-        free and store it so (the SQLite server's buffered keys); False: nothing was done,
-        the caller awaits `take_with_work`."""
-        return self.take_fields_now(
-            scope,
+        """Store `record` under `key` unless a live record holds it: None when stored, else
+        the live record that holds the key. An expired record is overwritten; with
+        `replace`, so is a live one not finished and of the same fingerprint (a takeover of
+        work whose first attempt died), and with `over` only the one created at `over`
+        (another request that took it over since, in another process, keeps it)."""
+        args = (
+            *_scope(scope),
             key,
             record.fingerprint,
             record.subject,
-            record.context,
+            to_json(record.context),
             record.holder,
             record.created_at,
             record.expires_at,
+            replace,
+            over,
+            over,
         )
+        for _ in range(3):
+            if await self._run(_TAKE, args, "count"):
+                return None
+            held = await self.get(scope, key, record.created_at)
+            if held is not None:
+                return held
+            # Its holder was released or expired between the two statements: try again.
+        return record
 
-    def take_fields_now(
-        self,
-        scope: InstanceKey,
-        key: str,
-        fingerprint: str,
-        subject: str | None,
-        context: dict[str, Any],
-        holder: str,
-        created_at: float,
-        expires_at: float,
-    ) -> int:
-        """`take_now` of the record these fields make (no record made: the keyed request's
-        hot path, `Ticket.take`): 0 when nothing was done, else a positive mark that
-        `written` tells about."""
-        return 0
-
-    def written(self, mark: int) -> bool:
-        """Whether the key a `take_fields_now` that returned `mark` took is committed
-        (False: `await settle(scope, key)`)."""
-        return True
-
-    async def settle(  # noqa: B027 - optional
-        self, scope: InstanceKey | None = None, key: str | None = None
-    ) -> None:
-        """The keys taken with their work (`key` of `scope` alone when given) are committed:
-        before an answer, a stream's first event or a duplicate's 409 names their task.
-        Raises StoreUnavailableError when they cannot be (an outage); a no-op where every
-        take commits on its own."""
-
-    def settled(self, scope: InstanceKey, key: str) -> bool:
-        """Whether `settle(scope, key)` has nothing to wait for (no await); True where every
-        take commits on its own."""
-        return True
-
-    def let_go(self, scope: InstanceKey, key: str) -> None:  # noqa: B027 - optional
-        """The request that took `key` is over here (answered, streamed, or refused)."""
-
-    @abc.abstractmethod
     async def finish(
         self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
     ) -> None:
-        """Record the outcome of the request that took `key`."""
+        await self.finish_many([(scope, key, status, content_type, body)])
 
-    async def finish_many(
-        self, outcomes: list[tuple[InstanceKey, str, int, str | None, bytes]]
-    ) -> None:
-        """`finish` for several keys (scope, key, status, content type, body) at once."""
-        for scope, key, status, content_type, body in outcomes:
-            await self.finish(scope, key, status, content_type, body)
+    async def finish_many(self, outcomes: list[Outcome]) -> None:
+        """Record the outcomes (scope, key, status, content type, body) of taken keys."""
+        rows = [
+            (status, content_type, bytes(body), *_scope(scope), key)
+            for scope, key, status, content_type, body in outcomes
+        ]
+        await self._run(_FINISH, tuple(rows), "many")
 
-    @abc.abstractmethod
     async def release(self, scope: InstanceKey, key: str) -> None:
         """Forget `key` (its request ended before doing anything: a retry may run it)."""
+        await self._run(_RELEASE, (*_scope(scope), key), "count")
 
-    @abc.abstractmethod
     async def count(self, scope: InstanceKey, now: float) -> int:
-        """Live records of one caller."""
+        row = await self._run(_COUNT, (*_scope(scope), now), "one")
+        return int(row[0])
 
-    @abc.abstractmethod
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
         """Delete expired records (of one caller, or of everyone); returns how many."""
+        if scope is None:
+            return int(await self._run(_PURGE, (now,), "count"))
+        return int(await self._run(_PURGE_SCOPE, (*_scope(scope), now), "count"))
 
-    @abc.abstractmethod
-    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
-        """Delete one caller's `count` oldest finished records (their requests answered; the
-        caller is at its bound and needs room); returns how many."""
+    async def evict_finished(
+        self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
+    ) -> int:
+        """Delete one caller's `count` oldest finished records but those in `keep` (their
+        requests are under way here); returns how many."""
+        owner = _scope(scope)
+        args: tuple[Any, ...]
+        if await self._has_tasks():
+            sql, args = _FINISHED_WITH_TASKS, (*owner, *owner)
+        else:
+            sql, args = _FINISHED_ALONE, owner
+        rows = await self._run(
+            _OLDEST_FINISHED.format(finished=sql), (*args, max(count, 0) + len(keep)), "rows"
+        )
+        gone = [(*owner, row[0]) for row in rows if row[0] not in keep][: max(count, 0)]
+        if gone:
+            await self._run(_RELEASE, tuple(gone), "many")
+        return len(gone)
+
+
+class SqliteIdempotencyStore(IdempotencyStore):
+    """The server's SQLite file (the task store's `SqliteDatabase`: one connection, one
+    thread). The writes of one turn of the event loop (the keys of the requests that arrived
+    together) are one transaction, run on the loop's thread when the database's thread is
+    idle (cheaper than a hop), else on it (a write lock of another process is waited for
+    there)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str | Path) -> None:
+        from mail.store.sqlite_schema import open_database
+
+        self.db = open_database(path)
+        self._started = False
+        self._writes: list[tuple[str, Any, str, asyncio.Future[Any]]] = []
+        self._commits: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        if not self._started:
+            await self.db.acquire_for_store()
+            self._started = True
+
+    async def close(self) -> None:
+        if self._writes:
+            self._commit()
+        if self._commits:
+            await asyncio.gather(*self._commits, return_exceptions=True)
+        if self._started:
+            self._started = False
+            await self.db.release()
+
+    async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
+        if how in ("one", "rows"):
+            return await self._call(lambda conn: _execute(conn, sql, args, how), 0)
+        future = asyncio.get_running_loop().create_future()
+        if not self._writes:
+            asyncio.get_running_loop().call_soon(self._commit)
+        self._writes.append((sql, args, how, future))
+        return await future
+
+    def _commit(self) -> None:
+        from mail.store.sqlite_schema import transaction
+
+        writes, self._writes = self._writes, []
+        if not writes:
+            return
+
+        def run(conn: sqlite3.Connection) -> list[Any]:
+            with transaction(conn):
+                return [_execute(conn, sql, args, how) for sql, args, how, _ in writes]
+
+        def committed(task: asyncio.Task[Any]) -> None:
+            self._commits.discard(task)
+            failed = None if task.cancelled() else task.exception()
+            results = task.result() if not task.cancelled() and failed is None else []
+            for index, (*_, future) in enumerate(writes):
+                if future.done():
+                    continue
+                if task.cancelled():
+                    future.cancel()
+                elif failed is not None:
+                    future.set_exception(failed)
+                else:
+                    future.set_result(results[index])
+
+        task = asyncio.get_running_loop().create_task(self._call(run, len(writes)))
+        self._commits.add(task)
+        task.add_done_callback(committed)
+
+    async def _call(self, fn: Any, pages: int) -> Any:
+        try:
+            return await self.db.run_small(fn, pages=pages)
+        except sqlite3.OperationalError as exc:
+            if not self.db.is_open:
+                raise
+            raise StoreUnavailableError(
+                f"the store cannot write ({exc}): the request's Idempotency-Key is not "
+                "stored; retry later"
+            ) from exc
 
 
 class MemoryIdempotencyStore(IdempotencyStore):
-    """In this process only: what a server with ``--store memory`` keeps."""
+    """In this process only (``--store memory``: nothing survives a restart): the same
+    table in an SQLite database in memory, its statements run at once on the loop."""
 
     backend = "memory"
+    knows_tasks = False  # (no task store beside it)
 
     def __init__(self) -> None:
-        self._records: dict[InstanceKey, dict[str, KeyRecord]] = {}
+        from mail.store.sqlite_schema import IDEMPOTENCY_DDL
 
-    async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
-        record = self._records.get(scope, {}).get(key)
-        return record if record is not None and record.live(now) else None
+        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(IDEMPOTENCY_DDL[0])
 
-    async def take(
-        self,
-        scope: InstanceKey,
-        key: str,
-        record: KeyRecord,
-        *,
-        replace: bool = False,
-        over: float | None = None,
-    ) -> KeyRecord | None:
-        records = self._records.setdefault(scope, {})
-        held = records.get(key)
-        if held is not None and held.live(record.created_at):
-            takeover = (
-                replace
-                and not held.finished
-                and held.fingerprint == record.fingerprint
-                and (over is None or held.created_at == over)
+    async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
+        return _execute(self._conn, sql, args, how)
+
+
+def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
+    if how == "many":
+        return conn.executemany(sql, args).rowcount
+    cursor = conn.execute(sql, args)
+    if how == "count":
+        return cursor.rowcount
+    return cursor.fetchone() if how == "one" else cursor.fetchall()
+
+
+def _numbered(sql: str) -> str:
+    """`sql` with PostgreSQL's placeholders ($1, $2, ...) for its ``?``s."""
+    count = iter(range(1, 1000))
+    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
+
+
+async def ensure_table(conn: Any) -> None:
+    """PostgreSQL: the table, made when missing (under the task store's schema lock)."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
+        await conn.execute(POSTGRES_DDL)
+
+
+class PostgresIdempotencyStore(IdempotencyStore):
+    """PostgreSQL (asyncpg), on a small pool of its own; shared by every server and front
+    end on the database (cluster mode: a retry may reach another front end)."""
+
+    backend = "postgres"
+
+    def __init__(self, database_url: str, *, max_size: int = 4, timeout: float = 30.0) -> None:
+        from mail.store.postgres_schema import normalize_dsn
+
+        self._dsn = normalize_dsn(database_url)
+        self._max_size = max_size
+        self._timeout = timeout
+        self._pool: Any = None
+        self._with_tasks = False  # the task store's tables are on this database
+
+    async def start(self) -> None:
+        from mail.store.postgres_schema import create_unless_forbidden, open_pool, redact_dsn
+
+        async def prepare(conn: Any) -> None:
+            await create_unless_forbidden(conn, ensure_table, (TABLE,))
+
+        if self._pool is None:
+            self._pool = await open_pool(
+                self._dsn,
+                prepare,
+                purpose=" for idempotency keys",
+                min_size=1,
+                max_size=self._max_size,
+                command_timeout=self._timeout,
+                server_settings={"application_name": "mail-idempotency"},
             )
-            if not takeover:
-                return held
-        records[key] = record
-        return None
+            logger.info("idempotency keys in PostgreSQL (%s)", redact_dsn(self._dsn))
 
-    async def finish(
-        self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
-    ) -> None:
-        held = self._records.get(scope, {}).get(key)
-        if held is not None:
-            self._records[scope][key] = replace(
-                held, status=status, content_type=content_type, body=bytes(body)
-            )
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                async with asyncio.timeout(10):
+                    await pool.close()
+            except (TimeoutError, OSError, RuntimeError):
+                pool.terminate()
 
-    async def release(self, scope: InstanceKey, key: str) -> None:
-        records = self._records.get(scope)
-        if records is not None:
-            records.pop(key, None)
-            if not records:
-                del self._records[scope]
+    async def _has_tasks(self) -> bool:
+        if not self._with_tasks:
+            row = await self._run("SELECT to_regclass('tasks') IS NOT NULL", (), "one")
+            self._with_tasks = bool(row[0])
+        return self._with_tasks
 
-    async def count(self, scope: InstanceKey, now: float) -> int:
-        return sum(1 for r in self._records.get(scope, {}).values() if r.live(now))
+    @unavailable_when_unreachable("the idempotency keys")
+    async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
+        if self._pool is None:
+            raise StoreUnavailableError("the idempotency store is not started")
+        sql = _numbered(sql)
+        if how == "many":
+            return await self._pool.executemany(sql, args)
+        if how == "count":
+            status = await self._pool.execute(sql, *args)
+            return int(status.rsplit(" ", 1)[-1])
+        if how == "one":
+            return await self._pool.fetchrow(sql, *args)
+        return await self._pool.fetch(sql, *args)
 
-    async def evict_finished(self, scope: InstanceKey, count: int) -> int:
-        records = self._records.get(scope, {})
-        finished = sorted((r.created_at, k) for k, r in records.items() if r.finished)
-        for _, key in finished[: max(count, 0)]:
-            del records[key]
-        return min(len(finished), max(count, 0))
 
-    async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
-        removed = 0
-        for owner in [scope] if scope is not None else list(self._records):
-            records = self._records.get(owner)
-            if records is None:
-                continue
-            for key in [k for k, r in records.items() if not r.live(now)]:
-                del records[key]
-                removed += 1
-            if not records:
-                del self._records[owner]
-        return removed
+async def open_key_store(task_store: Any) -> IdempotencyStore:
+    """The key store beside a task store: its SQLite file, its PostgreSQL database (the
+    URL from the environment, as the task store's), or memory."""
+    backend = getattr(task_store, "backend", "")
+    store: IdempotencyStore = MemoryIdempotencyStore()
+    if backend == "sqlite":
+        store = SqliteIdempotencyStore(task_store.path)
+    elif backend == "postgres":
+        from mail.store import database_url_from_env
+
+        url = database_url_from_env()
+        if url:
+            store = PostgresIdempotencyStore(url)
+    await store.start()
+    return store

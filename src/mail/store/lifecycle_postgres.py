@@ -12,9 +12,15 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
-from mail.store.base import InstanceKey, InstanceSnapshot, parse_start_time
-from mail.store.idempotency import STREAMED_OUTCOME
-from mail.store.idempotency_schema import TABLE as KEYS_TABLE
+from mail.store.base import (
+    IDEMPOTENCY_TABLE as KEYS_TABLE,
+)
+from mail.store.base import (
+    STREAMED_OUTCOME,
+    InstanceKey,
+    InstanceSnapshot,
+    parse_start_time,
+)
 from mail.store.lifecycle import (
     FINISHED_STATES_SQL,
     PRUNE_BATCH,

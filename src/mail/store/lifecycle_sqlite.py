@@ -13,9 +13,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from mail.store.base import InstanceKey, InstanceSnapshot, normalize_start_time, to_json
-from mail.store.idempotency import STREAMED_OUTCOME
-from mail.store.idempotency_schema import TABLE as KEYS_TABLE
+from mail.store.base import (
+    IDEMPOTENCY_TABLE as KEYS_TABLE,
+)
+from mail.store.base import (
+    STREAMED_OUTCOME,
+    InstanceKey,
+    InstanceSnapshot,
+    normalize_start_time,
+    to_json,
+)
 from mail.store.lifecycle import (
     FINISHED_STATES_SQL,
     PRUNE_BATCH,

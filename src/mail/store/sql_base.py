@@ -34,8 +34,6 @@ from mail.store.base import (
 from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
     DEFERRED_KINDS,
     EVENT_ROWS_KIND,
-    KEY_ROW_KIND,
-    KEY_ROWS_KIND,
     LIVE_KIND,
     OUTBOX_KIND,
     RUN_KIND,
@@ -50,7 +48,6 @@ from mail.store.sql_batch import (  # re-exported: the SQL stores and tests impo
     encode_deferred,
     encode_deferred_sized,
     key_args,
-    key_rows_write,
     leased_keys,
     outbox_item,
     runs_by_kind,
@@ -67,8 +64,6 @@ from mail.store.writer import WriteBehindBuffer
 __all__ = [
     "DEFERRED_KINDS",
     "EVENT_ROWS_KIND",
-    "KEY_ROW_KIND",
-    "KEY_ROWS_KIND",
     "LIVE_KIND",
     "RUN_KIND",
     "EventRun",
@@ -106,9 +101,7 @@ def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
     """Every queued write is one task's (its record, events, histories, answer, queues):
     no other request's writes wait to share a commit with the flushing one. False for any
     write whose task is not known (an outbox item, a live write that does not name its
-    task): then the writer's batch takes them, as without this check. An idempotency key
-    row (`KEY_ROW_KIND`, ``POST /message``'s key queued ahead of its task's writes) is the
-    work of the task it names: a keyed request flushes alone as an unkeyed one does."""
+    task): then the writer's batch takes them, as without this check."""
     task: tuple[Any, ...] | None = None
     for write in queue:
         kind = write.kind
@@ -119,10 +112,6 @@ def one_task_queued(queue: Iterable[SqlWrite]) -> bool:
             if args[1].task_id is None:
                 return False
             mine = (*key_args(args[0]), args[1].task_id)
-        elif kind == KEY_ROW_KIND:
-            if args[5] is None:  # (subject: the task id)
-                return False
-            mine = (args[0], args[1], args[2], args[5])
         elif kind in _TASK_KINDS:
             # a queue row's key is the task id, or the task id and a suffix (its journal)
             name = args[3] if kind not in _QUEUE_KINDS else args[3].split("::", 1)[0]
@@ -173,9 +162,6 @@ class BufferedSqlStore(TaskStore):
             split=_event_rows_apart,
             write_now=self._write_batch_now if self.WRITES_AT_FLUSH else None,
             alone=one_task_queued,
-            # Key rows of takes (`mail.store.idempotency_sqlite_buffered`) ride with the next
-            # batch, one write for them all.
-            merge_riders=key_rows_write,
         )
         # live writes and event runs in the buffer not yet taken by a batch
         self._lives_queued = 0
@@ -568,8 +554,6 @@ def _event_rows_apart(write: SqlWrite) -> list[SqlWrite]:
     """A run's events (EVENT_ROWS_KIND) as one "event" write each, for the buffer to retry
     them one by one when the database rejected the run: a bad event (text it refuses) costs
     that event alone, not its task's other events of the batch. [] for any other write."""
-    if write.kind == KEY_ROWS_KIND:  # (the key rows that rode with a batch, one by one)
-        return [SqlWrite(KEY_ROW_KIND, row) for row in write.args]
     if write.kind != EVENT_ROWS_KIND:
         return []
     return [SqlWrite("event", row, write.generation) for row in write.args[-1]]

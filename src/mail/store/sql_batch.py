@@ -19,17 +19,6 @@ WRITE_KINDS = ("task", "event", "history", "response", "queue", "queue_delete")
 # A task's events of one batch as one write: args (swarm, role, id, task_id, rows), each row
 # the args of an "event" write (see "event runs" below). Written with the "event" statement.
 EVENT_ROWS_KIND = "event_rows"
-# The write kind of an idempotency key row (`mail.store.idempotency_sqlite_buffered`): the
-# caller's scope, the key, its fingerprint and its subject (a task id) lead its columns.
-KEY_ROW_KIND = "idempotency_key"
-# The key rows that rode with one batch (the buffer's riders, `key_rows_write`): args are
-# the rows, each the args of a `KEY_ROW_KIND` write. Written with the key rows' statements.
-KEY_ROWS_KIND = "idempotency_keys"
-
-
-def key_rows_write(rows: list[tuple[Any, ...]]) -> SqlWrite:
-    """A batch's riders (its takes' key rows, `WriteBehindBuffer.put_rider`) as one write."""
-    return SqlWrite(KEY_ROWS_KIND, tuple(rows))
 
 
 @dataclass(slots=True)
@@ -370,13 +359,6 @@ def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[A
                 groups["event"] = list(write.args[-1])
             else:
                 rows.extend(write.args[-1])
-            continue
-        if kind == KEY_ROWS_KIND:  # (first in its batch: the key rows of its takes)
-            rows = groups.get(KEY_ROW_KIND)
-            if rows is None:
-                groups[KEY_ROW_KIND] = list(write.args)
-            else:
-                rows.extend(write.args)
             continue
         rows = groups.get(kind)
         if rows is None:

@@ -23,15 +23,8 @@ from mail.store.base import (
     normalize_start_time,
     to_json,
 )
-from mail.store.idempotency_sqlite_buffered import (
-    KEY_ROW_KIND,
-    KEY_ROW_SQL,
-    key_row_statements,
-    key_row_write,
-)
 from mail.store.sql_base import (
     EVENT_ROWS_KIND,
-    KEY_ROWS_KIND,
     BufferedSqlStore,
     FencedLease,
     SqlWrite,
@@ -110,7 +103,6 @@ _SQL: dict[str, str] = {
 
 _SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
 _SQL["webhook_event"] = SQLITE_OUTBOX_SQL  # transactional outbox (sql_base)
-_SQL[KEY_ROW_KIND] = KEY_ROW_SQL  # POST /message's idempotency keys (idempotency_sqlite_buffered)
 
 _INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 _SNAPSHOT_SQL = snapshot_queries(_INSTANCE, "start_time, rowid")
@@ -137,10 +129,6 @@ def _apply(conn: sqlite3.Connection, writes: list[SqlWrite]) -> list[FencedLease
                 current[lease] = row[0]
         statements, fenced = batch_statements(writes, current, _SQL)
         for statement, rows in statements:
-            if statement is KEY_ROW_SQL:  # takes and outcomes: statements of their own
-                for key_statement, key_rows in key_row_statements(rows):
-                    conn.executemany(key_statement, key_rows)
-                continue
             conn.executemany(statement, rows)
     return fenced
 
@@ -185,7 +173,6 @@ class SqliteTaskStore(BufferedSqlStore):
         self.path = Path(path)
         self.db = open_database(path)
         self._started = False
-        self._builders[KEY_ROW_KIND] = key_row_write
 
     # -- dialect ---------------------------------------------------------------------------
     def _json(self, value: Any) -> str:
@@ -258,8 +245,6 @@ class SqliteTaskStore(BufferedSqlStore):
                 records += 1
             elif kind == EVENT_ROWS_KIND:  # a task's events, one row each
                 rows += len(write.args[-1]) - 1
-            elif kind == KEY_ROWS_KIND:  # the batch's key rows, one each
-                rows += len(write.args) - 1
         pages = 4 + records * 2 + (rows - records) // 2 + size // 4096
         return writes, size, pages
 

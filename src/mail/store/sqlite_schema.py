@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mail.store.base import to_json
-from mail.store.idempotency_schema import SQLITE_DDL as IDEMPOTENCY_DDL
-from mail.store.idempotency_schema import SQLITE_ROWID_DDL as IDEMPOTENCY_ROWID_DDL
 
 try:
     import fcntl
@@ -47,6 +45,21 @@ T = TypeVar("T")
 logger = logging.getLogger("mail.store.sqlite")
 
 _KEY_COLUMNS = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
+
+# The idempotency keys (mail.store.idempotency): one row per (swarm, caller, key), made by
+# migration 3 as WITHOUT ROWID; migration 4 rebuilt it as a rowid table (rows carrying an
+# outcome body outgrow the WITHOUT ROWID layout: writes were some 3x cheaper after it).
+_KEYS_COLUMNS = f"""{_KEY_COLUMNS}, idem_key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    subject TEXT, context TEXT NOT NULL DEFAULT '{{}}', status INTEGER, content_type TEXT,
+    body BLOB, holder TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL,
+    expires_at REAL NOT NULL, PRIMARY KEY (swarm_name, caller_role, caller_id, idem_key)"""
+IDEMPOTENCY_DDL = (f"CREATE TABLE idempotency_keys ({_KEYS_COLUMNS}) WITHOUT ROWID",)
+IDEMPOTENCY_ROWID_DDL = (
+    f"CREATE TABLE idempotency_keys_rowid ({_KEYS_COLUMNS})",
+    "INSERT INTO idempotency_keys_rowid SELECT * FROM idempotency_keys",
+    "DROP TABLE idempotency_keys",
+    "ALTER TABLE idempotency_keys_rowid RENAME TO idempotency_keys",
+)
 
 # version -> statements. Append a new version; never edit one that was released.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
