@@ -62,6 +62,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from mail.server.auth import Caller, caller_admin_or_user, server_state
+from mail.server.bodies import prefer_async as _prefers_async
 from mail.server.errors import BadRequest
 from mail.server.jsonio import PARSED_BODY, dumps, loads
 from mail.store.base import STREAMED_OUTCOME, InstanceKey
@@ -148,19 +149,27 @@ def fingerprint(method: str, path: str, body: bytes) -> str:
     return fingerprint_and_value(method, path, body)[0]
 
 
-def fingerprint_and_value(method: str, path: str, body: bytes) -> tuple[str, Any]:
+def fingerprint_and_value(
+    method: str, path: str, body: bytes, background: bool = False
+) -> tuple[str, Any]:
     """`fingerprint`, and the body's JSON value it was made from (None when the body is not
-    JSON): the route need not parse the body again (`PARSED_BODY`)."""
+    JSON): the route need not parse the body again (`PARSED_BODY`). `background`: the
+    request asked to be answered at once (``Prefer: respond-async``), which is the same
+    request as one whose body says ``"background": true``, and not the same as one that
+    waits for its answer."""
     value: Any = None
     canonical = body
     if body:  # (a body of spaces is not JSON: hashed as it is, as an empty one)
         try:
             value = loads(body)
+            hashed = value
+            if background and type(value) is dict and value.get("background") is not True:
+                hashed = {**value, "background": True}
             canonical = (
-                _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+                _orjson.dumps(hashed, option=_orjson.OPT_SORT_KEYS)
                 if _orjson is not None
                 else json.dumps(
-                    value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+                    hashed, sort_keys=True, separators=(",", ":"), ensure_ascii=False
                 ).encode()
             )
         except (ValueError, TypeError, RecursionError):
@@ -839,6 +848,7 @@ def idempotent(
     deferred: bool = False,
     lazy_outcome: bool = False,
     names_work: str | Callable[[], str] | None = None,
+    prefer_async: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
     """Make a route honour ``Idempotency-Key`` (see the module docstring).
 
@@ -852,6 +862,8 @@ def idempotent(
     the key (``current_ticket(request).context["work"]``), and a takeover keeps the dead
     attempt's; the route stores its work under that id and, taking over, answers with what
     that attempt stored under it, if anything, rather than doing the work a second time.
+    `prefer_async`: the route answers ``Prefer: respond-async`` at once, so that header is
+    part of what makes two requests the same (`fingerprint_and_value`).
     """
     resolver = resolve or default_resolve
 
@@ -868,8 +880,9 @@ def idempotent(
             who = given if isinstance(given, Caller) else await caller(request)
             key = key_of(fields, guard.max_length)
             assert key is not None
+            background = prefer_async and _prefers_async(request.headers.get("prefer"))
             digest, value = fingerprint_and_value(
-                scope["method"], scope["path"], await request.body()
+                scope["method"], scope["path"], await request.body(), background
             )
             if type(value) is dict:  # the route's `read_json_object` takes it as it is
                 scope[PARSED_BODY] = value

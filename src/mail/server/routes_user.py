@@ -25,7 +25,7 @@ router = APIRouter()
 
 # The key is taken with the task it starts; the outcome (the task's answer, which the task
 # store keeps before it is sent) is recorded right after the answer.
-@idempotent(resolve_message, deferred=True, lazy_outcome=True)
+@idempotent(resolve_message, deferred=True, lazy_outcome=True, prefer_async=True)
 async def post_message(request: Request) -> Response:
     ticket = current_ticket(request)
     # A keyed request's caller was resolved (and its role checked) by the guard.
