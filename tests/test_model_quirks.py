@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import socket
 
@@ -264,20 +265,24 @@ async def test_every_model_call_counts_toward_max_steps(llama):
 # ----------------------------------------------------- a server that cannot stream tool calls
 
 
-async def test_a_streamed_agent_falls_back_to_plain_requests_once_per_model(llama, caplog):
+@pytest.mark.parametrize("breaks", [False, True], ids=["stream-ends", "stream-breaks"])
+async def test_a_streamed_agent_falls_back_to_plain_requests_once_per_model(breaks, caplog):
     # llama-cpp-python cannot stream a tool call ("required" asserts, "auto" raises once the
-    # model chose a tool): it answers 200 with an event stream that ends before any chunk,
-    # which read as "the model answered with nothing" and failed every streamed task.
-    swarm = _solo_swarm(llama, stream_tokens=True).instantiate({"user_token": "t"}, user_id="u")
-    answers = []
-    try:
-        for question in ("2 + 2?", "3 + 3?"):
-            llama.queue(tool_call("task_complete", {"finish_message": str(len(answers) + 4)}))
-            response, _ = await swarm.post_message(body=question, timeout=300)
-            task = swarm.get_task_by_id(response["message"]["task_id"])
-            answers.append((response, _model_calls(task.events) if task is not None else []))
-    finally:
-        await swarm.shutdown()
+    # model chose a tool): it answers 200 with an event stream that ends before any chunk (or
+    # breaks off: its app raised after the headers), which read as "the model answered with
+    # nothing" (or a connection error, retried) and failed every streamed task.
+    quirks = dataclasses.replace(LLAMA_CPP_PYTHON, tool_stream_breaks=breaks)
+    async with ScriptedLLM(quirks=quirks) as llama:
+        swarm = _solo_swarm(llama, stream_tokens=True).instantiate({"user_token": "t"}, user_id="u")
+        answers = []
+        try:
+            for question in ("2 + 2?", "3 + 3?"):
+                llama.queue(tool_call("task_complete", {"finish_message": str(len(answers) + 4)}))
+                response, _ = await swarm.post_message(body=question, timeout=300)
+                task = swarm.get_task_by_id(response["message"]["task_id"])
+                answers.append((response, _model_calls(task.events) if task is not None else []))
+        finally:
+            await swarm.shutdown()
     (first, first_calls), (second, second_calls) = answers
     assert first["message"]["body"] == "4" and second["message"]["body"] == "5", answers
     sent = [(r.stream, r.body["tool_choice"]) for r in llama.requests]
@@ -289,7 +294,8 @@ async def test_a_streamed_agent_falls_back_to_plain_requests_once_per_model(llam
         (False, "auto"),  # the second task: one request
     ]
     assert llama.empty_streams == [llama.requests[0], llama.requests[2]]
-    assert [r.get("error") for r in first_calls] == [None, "InternalServerError", None, None]
+    broken = "MidStreamFallbackError" if breaks else None
+    assert [r.get("error") for r in first_calls] == [broken, "InternalServerError", broken, None]
     assert len(second_calls) == 1
     said = [r.getMessage() for r in caplog.records if "without streaming" in r.getMessage()]
     assert len(said) == 1 and llama.base_url in said[0], said

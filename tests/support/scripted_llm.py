@@ -155,6 +155,8 @@ class ServerQuirks:
       an event stream that ends before its first chunk (llama-cpp-python's handler raises
       inside the stream: "Automatic streaming tool choice is not supported"); the reply stays
       queued for the next request (the same prompt at temperature 0 chooses the same).
+      With ``tool_stream_breaks`` the connection is closed right after the headers instead
+      (the server's app raises once the response has started: seen as often as the clean end).
     """
 
     responses_api: bool = True
@@ -164,6 +166,7 @@ class ServerQuirks:
     context_tokens: int | None = None
     chunk_delay: float = 0.0
     streams_tool_calls: bool = True
+    tool_stream_breaks: bool = False
 
     def refusal(self, path: str, body: dict[str, Any]) -> web.Response | None:
         """The server's own answer to a request it refuses, or None."""
@@ -435,6 +438,9 @@ class ScriptedLLM:
             self.empty_streams.append(recorded)
             empty = web.StreamResponse(status=200, headers=EMPTY_EVENT_STREAM)
             await empty.prepare(request)
+            if self.quirks.tool_stream_breaks and request.transport is not None:
+                request.transport.close()  # no end of the chunked body
+                return empty
             await empty.write_eof()
             return empty
         item = self._take(recorded)

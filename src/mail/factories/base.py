@@ -38,6 +38,7 @@ from mail.factories.retry import (
     RetryPolicy,
     Target,
     call_with_retries,
+    classify,
     server_words,
     status_code_of,
 )
@@ -96,6 +97,17 @@ def _refuses_required(exc: BaseException) -> bool:
         return False
     words = server_words(exc).lower()
     return words == "(an empty error message)" or "tool_choice" in words
+
+
+def _stream_broke(exc: BaseException) -> bool:
+    """True when a streamed call failed on its connection: llama-cpp-python closes the stream
+    without ending it when its handler raises after the headers went out."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return (
+        classify(exc).signature[0] in ("connect", "io")
+        or "MidStreamFallbackError" in names
+        or "connection error" in str(exc).lower()
+    )
 
 
 def normalize_tools(tools: list[Any] | None, tool_format: str) -> list[dict[str, Any]]:
@@ -469,7 +481,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         memories: list[str] | None,
     ) -> Callable[[], Awaitable[AgentResult]]:
         """The call for `tool_choice`. A streamed call with tools to an `api_base` server that
-        comes back with nothing (no text, no tool call) is asked once more unstreamed; when
+        comes back with nothing (no text, no tool call), or whose stream breaks off, is asked
+        once more unstreamed; when
         that answers, the server cannot stream tool calls (llama-cpp-python ends such a
         stream before its first chunk) and is asked unstreamed from then on (per server and
         model). Both requests are model calls of the turn."""
@@ -483,7 +496,12 @@ class LiteLLMAgentFunction(MAILAgentFunction):
 
         async def streamed_or_plain() -> AgentResult:
             if server not in _STREAMS_NO_TOOLS:  # checked per attempt: a retry may know
-                text, calls = await send()
+                try:
+                    text, calls = await send()
+                except Exception as exc:
+                    if not _stream_broke(exc):
+                        raise
+                    calls = []
                 if calls:
                     return text, calls
             plain = await self._send(messages, tool_choice, memories, False)()
