@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import socket
 
@@ -196,6 +197,132 @@ async def test_a_model_that_only_answers_with_nothing_fails_with_what_to_do(llam
     # The refusal of "required" (asked again at once with "auto"), then three empty answers.
     assert [r.get("error") for r in recorded] == ["InternalServerError", None, None, None]
     assert [r.body["tool_choice"] for r in llama.requests] == ["required"] + ["auto"] * 3
+
+
+def _pair_swarm(llm: ScriptedLLM, **params) -> MAILSwarmTemplate:
+    """A supervisor and a math agent on `llm`, as docs/agents-and-factories.md says."""
+    settings = {"llm": "openai/local-model", "use_proxy": False, "api_base": llm.base_url}
+    supervisor = MAILAgentTemplate(
+        name="supervisor",
+        factory="python::mail.factories.supervisor:LiteLLMSupervisorFunction",
+        comm_targets=["math"],
+        agent_params={**settings, **params},
+        enable_entrypoint=True,
+        can_complete_tasks=True,
+    )
+    math = MAILAgentTemplate(
+        name="math",
+        factory="python::mail.factories.base:LiteLLMAgentFunction",
+        comm_targets=["supervisor"],
+        agent_params={**settings, **params},
+    )
+    return MAILSwarmTemplate(
+        name="quirks",
+        version="1.0.0",
+        agents=[supervisor, math],
+        actions=[],
+        entrypoint="supervisor",
+    )
+
+
+def _forced(request) -> bool:
+    return isinstance(request.body.get("tool_choice"), dict)
+
+
+def _by_supervisor(request) -> bool:
+    return "task_complete" in request.tool_names and not _forced(request)
+
+
+async def test_every_model_call_counts_toward_max_steps(llama):
+    # The request the server refuses ("required", a 500 within 0.1 s) is a recorded model
+    # call: it counts as a step like the turn's answer does. It did not: with max_steps 6 a
+    # real run recorded 7 calls (the refusal and 6 turns).
+    for _ in range(6):
+        llama.queue(
+            tool_call("send_request", {"target": "math", "subject": "q", "body": "12*7?"}),
+            match=_by_supervisor,
+        )
+        llama.queue(
+            tool_call("send_response", {"target": "supervisor", "subject": "a", "body": "84"}),
+            match=lambda r: "task_complete" not in r.tool_names,
+        )
+    llama.queue(tool_call("task_complete", {"finish_message": "84"}), match=_forced)
+    swarm = _pair_swarm(llama).instantiate({"user_token": "t"}, user_id="u")
+    try:
+        response, _ = await swarm.post_message(body="What is 12 * 7?", max_steps=3, timeout=300)
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    assert response["message"]["body"] == "84", response
+    choices = [r.body["tool_choice"] for r in llama.requests]
+    # The refusal, the supervisor's request, math's answer: 3 calls, max_steps; then the
+    # entrypoint's turn to finish (the step limit's own, as always).
+    assert choices[:3] == ["required", "auto", "auto"] and _forced(llama.requests[3]), choices
+    assert len(recorded) == len(llama.requests) == 4, choices
+
+
+# ----------------------------------------------------- a server that cannot stream tool calls
+
+
+@pytest.mark.parametrize("breaks", [False, True], ids=["stream-ends", "stream-breaks"])
+async def test_a_streamed_agent_falls_back_to_plain_requests_once_per_model(breaks, caplog):
+    # llama-cpp-python cannot stream a tool call ("required" asserts, "auto" raises once the
+    # model chose a tool): it answers 200 with an event stream that ends before any chunk (or
+    # breaks off: its app raised after the headers), which read as "the model answered with
+    # nothing" (or a connection error, retried) and failed every streamed task.
+    quirks = dataclasses.replace(LLAMA_CPP_PYTHON, tool_stream_breaks=breaks)
+    async with ScriptedLLM(quirks=quirks) as llama:
+        swarm = _solo_swarm(llama, stream_tokens=True).instantiate({"user_token": "t"}, user_id="u")
+        answers = []
+        try:
+            for question in ("2 + 2?", "3 + 3?"):
+                llama.queue(tool_call("task_complete", {"finish_message": str(len(answers) + 4)}))
+                response, _ = await swarm.post_message(body=question, timeout=300)
+                task = swarm.get_task_by_id(response["message"]["task_id"])
+                answers.append((response, _model_calls(task.events) if task is not None else []))
+        finally:
+            await swarm.shutdown()
+    (first, first_calls), (second, second_calls) = answers
+    assert first["message"]["body"] == "4" and second["message"]["body"] == "5", answers
+    sent = [(r.stream, r.body["tool_choice"]) for r in llama.requests]
+    assert sent == [
+        (True, "required"),  # an empty stream
+        (False, "required"),  # refused (500): "auto" from now on
+        (True, "auto"),  # an empty stream
+        (False, "auto"),  # the tool call: no streaming from now on
+        (False, "auto"),  # the second task: one request
+    ]
+    assert llama.empty_streams == [llama.requests[0], llama.requests[2]]
+    broken = "MidStreamFallbackError" if breaks else None
+    assert [r.get("error") for r in first_calls] == [broken, "InternalServerError", broken, None]
+    assert len(second_calls) == 1
+    said = [r.getMessage() for r in caplog.records if "without streaming" in r.getMessage()]
+    assert len(said) == 1 and llama.base_url in said[0], said
+
+
+async def test_a_streamed_agent_whose_model_answers_nothing_either_way_still_fails(llama):
+    # An empty stream and an empty plain answer: the model's own empty answer, counted as a
+    # turn without a tool call; every request is a model call within max_steps.
+    for _ in range(20):
+        llama.queue(text(""))
+    swarm = _solo_swarm(llama, stream_tokens=True).instantiate({"user_token": "t"}, user_id="u")
+    try:
+        response, _ = await swarm.post_message(body="What is 12 * 7?", max_steps=10, timeout=300)
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    body = response["message"]["body"]
+    assert response["message"]["subject"] == "::task_error::", response
+    assert "3 times in a row" in body and "task_no_tool_call_limit" in body, body
+    # Turn 1: the empty stream of "required", its refusal, then "auto" streamed and plain;
+    # turns 2 and 3: "auto" streamed and plain (the plain answer was empty too: not learnt).
+    assert [(r.stream, r.body["tool_choice"]) for r in llama.requests] == [
+        (True, "required"),
+        (False, "required"),
+    ] + [(True, "auto"), (False, "auto")] * 3
+    assert len(recorded) == len(llama.requests) == 8 <= 10
 
 
 # ------------------------------------------------------- assistant messages without content

@@ -149,7 +149,14 @@ class ServerQuirks:
     - ``context_tokens``: a request larger than this (counted as its JSON size / 4) answers 400
       with the server's context error;
     - ``chunk_delay``: seconds between the chunks of a streamed reply (a slow generation whose
-      every read is quick).
+      every read is quick);
+    - ``streams_tool_calls=False``: a streamed Chat Completions request with tools under
+      ``"required"``, or under ``"auto"`` when the next reply is a tool call, answers 200 with
+      an event stream that ends before its first chunk (llama-cpp-python's handler raises
+      inside the stream: "Automatic streaming tool choice is not supported"); the reply stays
+      queued for the next request (the same prompt at temperature 0 chooses the same).
+      With ``tool_stream_breaks`` the connection is closed right after the headers instead
+      (the server's app raises once the response has started: seen as often as the clean end).
     """
 
     responses_api: bool = True
@@ -158,13 +165,18 @@ class ServerQuirks:
     stream_usage: str = "always"
     context_tokens: int | None = None
     chunk_delay: float = 0.0
+    streams_tool_calls: bool = True
+    tool_stream_breaks: bool = False
 
     def refusal(self, path: str, body: dict[str, Any]) -> web.Response | None:
         """The server's own answer to a request it refuses, or None."""
         if not self.responses_api and path.endswith("/responses"):
             return _raw(404, b'{"detail":"Not Found"}')
+        streamed_error = bool(body.get("stream")) and not self.streams_tool_calls
         if not self.required_tool_choice and body.get("tool_choice") == "required":
-            return _raw(500, _llama_error(""))
+            # (streamed, its refusal ends the event stream instead: `ends_stream_at_once`)
+            if not streamed_error:
+                return _raw(500, _llama_error(""))
         messages = body.get("messages") or []
         if self.needs_assistant_content and any(
             m.get("role") == "assistant" and "content" not in m for m in messages
@@ -191,6 +203,16 @@ class ServerQuirks:
                 return _raw(400, json.dumps(error, separators=(",", ":")).encode())
         return None
 
+    def ends_stream_at_once(self, body: dict[str, Any], next_reply: Any) -> bool:
+        """True when this streamed request gets an event stream without a chunk."""
+        if self.streams_tool_calls or not body.get("stream") or not body.get("tools"):
+            return False
+        choice = body.get("tool_choice")
+        if choice == "required":
+            return True
+        parts = next_reply.parts if isinstance(next_reply, Reply) else ()
+        return choice in (None, "auto") and any(isinstance(p, ToolCallPart) for p in parts)
+
 
 # llama-cpp-python's server (python -m llama_cpp.server, chat format chatml-function-calling).
 LLAMA_CPP_PYTHON = ServerQuirks(
@@ -198,7 +220,14 @@ LLAMA_CPP_PYTHON = ServerQuirks(
     required_tool_choice=False,
     needs_assistant_content=True,
     stream_usage="never",
+    streams_tool_calls=False,
 )
+# What it sends then: sse-starlette's headers, and no byte of body.
+EMPTY_EVENT_STREAM = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-store",
+    "X-Accel-Buffering": "no",
+}
 
 
 def _llama_error(message: str) -> bytes:
@@ -306,6 +335,8 @@ class ScriptedLLM:
     requests: list[ScriptedRequest] = field(default_factory=list)
     unanswered: list[ScriptedRequest] = field(default_factory=list)
     disconnected: list[ScriptedRequest] = field(default_factory=list)
+    # Requests answered with an event stream without a chunk (``streams_tool_calls=False``)
+    empty_streams: list[ScriptedRequest] = field(default_factory=list)
     _queue: list[_Queued] = field(default_factory=list)
     _runner: web.AppRunner | None = None
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
@@ -374,6 +405,13 @@ class ScriptedLLM:
     def pending(self) -> int:
         return len(self._queue)
 
+    def _peek(self, request: ScriptedRequest) -> Any:
+        """The queued reply `request` would take (a callable one as queued), left queued."""
+        for queued in self._queue:
+            if queued.match is None or queued.match(request):
+                return queued.reply
+        return None
+
     def _take(self, request: ScriptedRequest) -> ReplyLike | None:
         for index, queued in enumerate(self._queue):
             if queued.match is None or queued.match(request):
@@ -394,6 +432,17 @@ class ScriptedLLM:
         refused = self.quirks.refusal(request.path, body)
         if refused is not None:
             return refused
+        if recorded.format == "completions" and self.quirks.ends_stream_at_once(
+            body, self._peek(recorded)
+        ):
+            self.empty_streams.append(recorded)
+            empty = web.StreamResponse(status=200, headers=EMPTY_EVENT_STREAM)
+            await empty.prepare(request)
+            if self.quirks.tool_stream_breaks and request.transport is not None:
+                request.transport.close()  # no end of the chunked body
+                return empty
+            await empty.write_eof()
+            return empty
         item = self._take(recorded)
         if item is None:
             self.unanswered.append(recorded)

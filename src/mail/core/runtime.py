@@ -148,7 +148,7 @@ class MAILRuntime(V13Surface):
 
         # The components, each given this runtime as the interface it declares.
         self.delivery = Delivery(self, self.inboxes)
-        self.turns = TurnRunner(self, self.inboxes)
+        self.turns = TurnRunner(self, self.inboxes, self.delivery.steps)
         self.loops = LoopRunner(self)
         self.submissions = Submissions(self, self.delivery.steps)
         self.manual = ManualStepper(self)

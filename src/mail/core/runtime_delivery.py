@@ -55,6 +55,13 @@ class StepBudget:
         self.counts.pop(task_id, None)
         self.limits.pop(task_id, None)
 
+    def charge_calls(self, task_id: str, calls: int) -> None:
+        """Count the model calls of a turn beyond its first (a request the server refused,
+        a retry, a plain request after an empty stream) as steps: the message that started
+        the turn counted one, and every recorded model call counts toward `max_steps`."""
+        if calls > 1 and task_id in self.counts:
+            self.counts[task_id] += calls - 1
+
 
 class DeliveryHost(TaskLog, Protocol):
     """What delivery uses of the runtime."""

@@ -11,7 +11,7 @@ import mail.core.team.handlers  # noqa: F401 - the team tools register into TOOL
 from mail.core.loop_guard import NO_TOOL_CALL, NO_TOOL_CALL_HINT, LoopGuard, stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_delivery import MAX_STEPS_SUBJECT
+from mail.core.runtime_delivery import MAX_STEPS_SUBJECT, StepBudget
 from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks
 from mail.core.runtime_resume import message_too_large
 from mail.core.runtime_review import ActionReviewer
@@ -80,9 +80,10 @@ class TurnHost(ToolHost, TurnLocks, Protocol):
 class TurnRunner(HostLink[TurnHost]):
     """Agent turns: show an agent its messages, call it, handle its tool calls."""
 
-    def __init__(self, host: TurnHost, inboxes: AgentInboxes) -> None:
+    def __init__(self, host: TurnHost, inboxes: AgentInboxes, steps: StepBudget) -> None:
         self._link(host)
         self.inboxes = inboxes
+        self.steps = steps  # every model call of a turn counts toward max_steps
         # agent -> (its function, the tools it was offered); see `offered_tools`
         self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
         # While a turn of `run_turns` dispatches what it sent: where the next turn goes
@@ -243,6 +244,7 @@ class TurnRunner(HostLink[TurnHost]):
             finally:
                 cancelled = _cancelling(me)
                 measured.end(cancelled=cancelled)
+                self.steps.charge_calls(task_id, measured.calls)
                 if cancelled:
                     # Cut back to where it began (a cancel, an interrupt, a shutdown): what it
                     # took and half did leaves no trace (a call without its result would

@@ -38,6 +38,7 @@ from mail.factories.retry import (
     RetryPolicy,
     Target,
     call_with_retries,
+    classify,
     server_words,
     status_code_of,
 )
@@ -64,6 +65,10 @@ RESPONSES_SETTINGS = ("temperature", "top_p")
 # (api_base, model) pairs whose server answered tool_choice "required" with an error: they are
 # asked with "auto" from then on, and the agent function checks the answer itself.
 _REFUSES_REQUIRED: set[tuple[str, str]] = set()
+# (api_base, model) pairs whose server answered a streamed request with tools with an empty
+# stream and the same request unstreamed with an answer (llama-cpp-python cannot stream a
+# tool call): they are asked without streaming from then on.
+_STREAMS_NO_TOOLS: set[tuple[str, str]] = set()
 
 
 def proxy_problem(agent: str, llm: Any, use_proxy: Any, api_base: Any) -> str | None:
@@ -92,6 +97,17 @@ def _refuses_required(exc: BaseException) -> bool:
         return False
     words = server_words(exc).lower()
     return words == "(an empty error message)" or "tool_choice" in words
+
+
+def _stream_broke(exc: BaseException) -> bool:
+    """True when a streamed call failed on its connection: llama-cpp-python closes the stream
+    without ending it when its handler raises after the headers went out."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return (
+        classify(exc).signature[0] in ("connect", "io")
+        or "MidStreamFallbackError" in names
+        or "connection error" in str(exc).lower()
+    )
 
 
 def normalize_tools(tools: list[Any] | None, tool_format: str) -> list[dict[str, Any]]:
@@ -464,11 +480,55 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         tool_choice: ToolChoice,
         memories: list[str] | None,
     ) -> Callable[[], Awaitable[AgentResult]]:
+        """The call for `tool_choice`. A streamed call with tools to an `api_base` server that
+        comes back with nothing (no text, no tool call), or whose stream breaks off, is asked
+        once more unstreamed; when
+        that answers, the server cannot stream tool calls (llama-cpp-python ends such a
+        stream before its first chunk) and is asked unstreamed from then on (per server and
+        model). Both requests are model calls of the turn."""
+        server = (self.api_base or "", self.llm)
+        send = self._send(messages, tool_choice, memories, self.stream_tokens)
+        if (
+            not (self.stream_tokens and self.api_base and self.build_tools())
+            or self.is_anthropic_model
+        ):
+            return send
+
+        async def streamed_or_plain() -> AgentResult:
+            if server not in _STREAMS_NO_TOOLS:  # checked per attempt: a retry may know
+                try:
+                    text, calls = await send()
+                except Exception as exc:
+                    if not _stream_broke(exc):
+                        raise
+                    calls = []
+                if calls:
+                    return text, calls
+            plain = await self._send(messages, tool_choice, memories, False)()
+            if plain[1] and server not in _STREAMS_NO_TOOLS:
+                _STREAMS_NO_TOOLS.add(server)
+                logger.warning(
+                    "%s at %s answers a streamed request with tools with nothing and the same "
+                    "request unstreamed with an answer; asking it without streaming from now on",
+                    self.llm,
+                    self.api_base,
+                )
+            return plain
+
+        return streamed_or_plain
+
+    def _send(
+        self,
+        messages: list[dict[str, Any]],
+        tool_choice: ToolChoice,
+        memories: list[str] | None,
+        stream: bool,
+    ) -> Callable[[], Awaitable[AgentResult]]:
         model, options = self._model_and_options()
         tools = self.build_tools()
         request_messages = self.build_messages(messages, memories)
         printer = StreamPrinter(self.name, self.print_llm_streams)
-        settings = (self.reasoning_effort, self.max_tokens, self.stream_tokens, printer)
+        settings = (self.reasoning_effort, self.max_tokens, stream, printer)
         turn = TurnRequest(model, request_messages, tools, tool_choice, options, *settings)
         run: Callable[[], Awaitable[AgentResult]]
         if self.tool_format == "completions":

@@ -42,18 +42,20 @@ TaskOf = Callable[[str], Any]
 class Turn:
     """One agent turn being measured (what `CURRENT_TURN` holds while it runs)."""
 
-    __slots__ = ("meter", "task_id", "agent", "span", "_token", "_otel_token")
+    __slots__ = ("meter", "task_id", "agent", "span", "calls", "_token", "_otel_token")
 
     def __init__(self, meter: TaskMeter, task_id: str, agent: str, span: Span | None) -> None:
         self.meter = meter
         self.task_id = task_id
         self.agent = agent
         self.span = span
+        self.calls = 0  # model calls recorded (a refused or retried request is one too)
         self._token: contextvars.Token[Turn | None] | None = None
         self._otel_token: Any = None
 
     def record(self, call: ModelCall) -> None:
         """A model call of this turn finished (or failed)."""
+        self.calls += 1
         self.meter.emit(
             self.task_id,
             MODEL_CALL_EVENT,
