@@ -245,6 +245,16 @@ def test_a_background_message_meets_every_check_of_a_plain_one(deployment: Deplo
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert deployment.worker_calls("SLOW 0.5 keyed") == 1
+    # `Prefer: respond-async` is the body's "background": the same request for a key, and
+    # not the same request as a plain message that waits for its answer.
+    preferred = deployment.post({"body": "ASK SLOW 0.5 keyed"}, Prefer="respond-async", **key)
+    assert preferred.status_code == 202, preferred.text
+    assert preferred.json()["task_id"] == once.json()["task_id"]
+    plain_key = {"Idempotency-Key": f'"{uuid.uuid4()}"'}
+    waited = deployment.post({"body": "ASK plain keyed"}, **plain_key)
+    assert waited.status_code == 200, waited.text
+    refused = deployment.post({"body": "ASK plain keyed"}, Prefer="respond-async", **plain_key)
+    assert refused.status_code == 422, refused.text
     # The enqueued message went in after the task's answer.
     deadline = time.monotonic() + 30
     while (record := deployment.get(f"/task?task_id={task_id}").json())["answer"] != (
