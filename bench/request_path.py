@@ -40,7 +40,7 @@ def _bench(name: str) -> Any:
 
 def serve_following(out: str, serve_args: list[str]) -> None:
     """The child: the stub server, writing each followed request's stops to `out`."""
-    paths: dict[int, list[str]] = {}
+    paths: dict[Any, list[str]] = {}  # by task (held: an id() could be reused)
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event not in ("call", "return"):
@@ -55,11 +55,11 @@ def serve_following(out: str, serve_args: list[str]) -> None:
         module = where.f_globals.get("__name__", "") if where is not None else ""
         if not module.startswith("mail."):
             return
-        path = paths.get(id(task))
+        path = paths.get(task)
         if path is None:
             if event != "call" or not module.startswith("mail.server.routes"):
                 return  # not a request's task (or not yet in the route)
-            path = paths[id(task)] = []
+            path = paths[task] = []
         if not path or path[-1] != module:
             path.append(module)
 
