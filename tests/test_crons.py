@@ -387,6 +387,24 @@ def test_runs_stop_when_the_scheduling_key_is_revoked_and_the_client_manages_cro
     assert asyncio.run(remove()) == []
 
 
+def test_a_refused_run_is_not_counted_and_names_no_task(strict: Deployment) -> None:
+    # The entrypoint is checked at each run: this one is refused every time, and says why.
+    made = strict.call(
+        "POST",
+        "/crons",
+        json={"schedule": "*/2 * * * * *", "message": {"body": "x", "entrypoint": "nobody"}},
+    )
+    assert made.status_code == 201, made.text
+    path = f"/crons/{made.json()['id']}"
+    refused = _until(
+        lambda: (c := strict.call("GET", path).json())["last_error"] and c, "a refused run"
+    )
+    assert "nobody" in refused["last_error"], refused
+    # Nothing started: no run counted, no task id to follow (it would be a 404).
+    assert refused["runs"] == 0 and refused["last_task_id"] is None, refused
+    assert refused["last_run"] is not None, refused
+
+
 def test_a_cron_runs_once_per_time_on_the_memory_store(tmp_path: Path) -> None:
     made = Deployment(
         tmp_path, {}, settings=SETTINGS + '\n[server.store]\nkind = "memory"\n', fronts=1

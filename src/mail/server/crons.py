@@ -481,12 +481,13 @@ class CronScheduler:
                 _iso(latest),
             )
             return
+        before = sub["push_auth"]
         try:
             await self._start(claimed, task_id)
         except HTTPException as exc:
-            await self._note_error(claimed, f"{exc.status_code}: {exc.detail}")
+            await self._note_error(claimed, before, f"{exc.status_code}: {exc.detail}")
         except Exception as exc:
-            await self._note_error(claimed, str(exc) or type(exc).__name__)
+            await self._note_error(claimed, before, str(exc) or type(exc).__name__)
             raise
 
     async def _start(self, sub: Record, task_id: str) -> None:
@@ -520,9 +521,16 @@ class CronScheduler:
         await background_message(self.state, caller, parse_message_request(body))
         logger.info("crons: %s started task %s", sub["subscription_id"], task_id)
 
-    async def _note_error(self, sub: Record, error: str) -> None:
+    async def _note_error(self, sub: Record, before: Mapping[str, Any], error: str) -> None:
+        """Record why the run was refused: it started nothing, so it is not counted in
+        `runs` and `last_task_id` stays the task of the latest run that did start."""
         logger.warning("crons: run of %s refused: %s", sub["subscription_id"], error)
-        spec = {**sub["push_auth"], "last_error": error[:500]}
+        spec = {
+            **sub["push_auth"],
+            "last_error": error[:500],
+            "runs": before.get("runs") or 0,
+            "last_task_id": before.get("last_task_id"),
+        }
         await self.store.update_subscription(
             sub["subscription_id"], {"push_auth": spec}, expect={"updated_at": sub["updated_at"]}
         )
