@@ -405,6 +405,28 @@ def test_a_refused_run_is_not_counted_and_names_no_task(strict: Deployment) -> N
     assert refused["last_run"] is not None, refused
 
 
+def test_a_daily_time_runs_once_on_the_night_clocks_go_back() -> None:
+    # The server's own schedule arithmetic (no server can wait for October): Berlin's
+    # clocks go back at 03:00 on 2026-10-25, so 02:00-02:59 happens twice that night.
+    from mail.server.crons import latest_time, next_time
+
+    berlin = zoneinfo.ZoneInfo("Europe/Berlin")
+
+    def runs(schedule: str, count: int) -> list[str]:
+        at = dt.datetime(2026, 10, 24, 12, tzinfo=berlin).timestamp()
+        out = []
+        for _ in range(count):
+            at = next_time(schedule, berlin, at)
+            out.append(dt.datetime.fromtimestamp(at, dt.UTC).strftime("%d %H:%M"))
+        return out
+
+    assert runs("30 2 * * *", 2) == ["25 00:30", "26 01:30"]  # not 25 01:30 as well
+    hourly = runs("0 */1 * * *", 20)  # every hour runs through both passes
+    assert hourly == [f"{h // 24 + 24} {h % 24:02d}:00" for h in range(11, 31)], hourly
+    back = dt.datetime(2026, 10, 25, 2, 45, fold=1, tzinfo=berlin).timestamp()
+    assert latest_time("30 2 * * *", berlin, back) == next_time("30 2 * * *", berlin, back - 86400)
+
+
 def test_a_cron_runs_once_per_time_on_the_memory_store(tmp_path: Path) -> None:
     made = Deployment(
         tmp_path, {}, settings=SETTINGS + '\n[server.store]\nkind = "memory"\n', fronts=1

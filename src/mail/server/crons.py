@@ -91,14 +91,30 @@ def _iterator(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> croniter:
     return croniter(schedule, start, second_at_beginning=_seconds_first(schedule))
 
 
+def _repeat(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> bool:
+    """Whether `at` is the second pass of a wall-clock time (the hour repeated when clocks go
+    back) of a schedule with fixed hours: ``30 2 * * *`` runs once that night, not twice. A
+    schedule of every hour or every few hours (``*/5 * * * *``, ``0 */2 * * *``) runs through
+    both passes."""
+    local = dt.datetime.fromtimestamp(at, zone)
+    if not local.fold or local.replace(fold=0).timestamp() == at:
+        return False
+    return not schedule.split()[-4].startswith("*")
+
+
 def next_time(schedule: str, zone: zoneinfo.ZoneInfo, after: float) -> float:
     """The first scheduled time strictly after `after` (seconds since the epoch)."""
-    return float(_iterator(schedule, zone, after).get_next(float))
+    times = _iterator(schedule, zone, after)
+    while _repeat(schedule, zone, found := float(times.get_next(float))):
+        pass
+    return found
 
 
 def latest_time(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> float:
     """The last scheduled time at or before `at`."""
-    found = float(_iterator(schedule, zone, at).get_prev(float))
+    times = _iterator(schedule, zone, at)
+    while _repeat(schedule, zone, found := float(times.get_prev(float))):
+        pass
     following = next_time(schedule, zone, found)
     return following if following <= at else found
 
