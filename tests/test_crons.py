@@ -264,6 +264,9 @@ def test_crons_are_checked_bounded_and_owned_and_their_runs_reach_the_webhook(
     _refused(post({"schedule": "every day", "message": tick}), 400, "cron expression")
     _refused(post({"schedule": "0 9 * * *", "timezone": "Mars/Base", "message": tick}), 400, "Mars")
     _refused(
+        post({"schedule": "0 9 * * *", "timezone": "localtime", "message": tick}), 400, "localtime"
+    )
+    _refused(
         post({"schedule": "0 9 * * *", "message": {"body": "x", "task_id": "t"}}), 400, "task_id"
     )
     _refused(

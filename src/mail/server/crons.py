@@ -69,6 +69,8 @@ RETRY_READ = 5.0
 UPDATE_ATTEMPTS = 5
 
 Owner = tuple[str, str]
+# Files of the zone database that name the server's own zone rather than a place.
+SERVER_ZONES = frozenset({"localtime", "posixrules"})
 
 
 def _bad(detail: str) -> HTTPException:
@@ -151,6 +153,8 @@ def check_timezone(value: Any) -> zoneinfo.ZoneInfo:
     if not isinstance(value, str) or len(value) > 64:
         raise _bad("parameter 'timezone' must be an IANA time zone name such as 'Europe/Paris'")
     try:
+        if value in SERVER_ZONES:
+            raise ValueError(value)
         return zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise _bad(
