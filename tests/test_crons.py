@@ -264,6 +264,9 @@ def test_crons_are_checked_bounded_and_owned_and_their_runs_reach_the_webhook(
     _refused(post({"schedule": "every day", "message": tick}), 400, "cron expression")
     _refused(post({"schedule": "0 9 * * *", "timezone": "Mars/Base", "message": tick}), 400, "Mars")
     _refused(
+        post({"schedule": "0 9 * * *", "timezone": "localtime", "message": tick}), 400, "localtime"
+    )
+    _refused(
         post({"schedule": "0 9 * * *", "message": {"body": "x", "task_id": "t"}}), 400, "task_id"
     )
     _refused(
@@ -385,6 +388,46 @@ def test_runs_stop_when_the_scheduling_key_is_revoked_and_the_client_manages_cro
             return await client.list_crons()
 
     assert asyncio.run(remove()) == []
+
+
+def test_a_refused_run_is_not_counted_and_names_no_task(strict: Deployment) -> None:
+    # The entrypoint is checked at each run: this one is refused every time, and says why.
+    made = strict.call(
+        "POST",
+        "/crons",
+        json={"schedule": "*/2 * * * * *", "message": {"body": "x", "entrypoint": "nobody"}},
+    )
+    assert made.status_code == 201, made.text
+    path = f"/crons/{made.json()['id']}"
+    refused = _until(
+        lambda: (c := strict.call("GET", path).json())["last_error"] and c, "a refused run"
+    )
+    assert "nobody" in refused["last_error"], refused
+    # Nothing started: no run counted, no task id to follow (it would be a 404).
+    assert refused["runs"] == 0 and refused["last_task_id"] is None, refused
+    assert refused["last_run"] is not None, refused
+
+
+def test_a_daily_time_runs_once_on_the_night_clocks_go_back() -> None:
+    # The server's own schedule arithmetic (no server can wait for October): Berlin's
+    # clocks go back at 03:00 on 2026-10-25, so 02:00-02:59 happens twice that night.
+    from mail.server.crons import latest_time, next_time
+
+    berlin = zoneinfo.ZoneInfo("Europe/Berlin")
+
+    def runs(schedule: str, count: int) -> list[str]:
+        at = dt.datetime(2026, 10, 24, 12, tzinfo=berlin).timestamp()
+        out = []
+        for _ in range(count):
+            at = next_time(schedule, berlin, at)
+            out.append(dt.datetime.fromtimestamp(at, dt.UTC).strftime("%d %H:%M"))
+        return out
+
+    assert runs("30 2 * * *", 2) == ["25 00:30", "26 01:30"]  # not 25 01:30 as well
+    hourly = runs("0 */1 * * *", 20)  # every hour runs through both passes
+    assert hourly == [f"{h // 24 + 24} {h % 24:02d}:00" for h in range(11, 31)], hourly
+    back = dt.datetime(2026, 10, 25, 2, 45, fold=1, tzinfo=berlin).timestamp()
+    assert latest_time("30 2 * * *", berlin, back) == next_time("30 2 * * *", berlin, back - 86400)
 
 
 def test_a_cron_runs_once_per_time_on_the_memory_store(tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ RETRY_READ = 5.0
 UPDATE_ATTEMPTS = 5
 
 Owner = tuple[str, str]
+# Files of the zone database that name the server's own zone rather than a place.
+SERVER_ZONES = frozenset({"localtime", "posixrules"})
 
 
 def _bad(detail: str) -> HTTPException:
@@ -91,14 +93,30 @@ def _iterator(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> croniter:
     return croniter(schedule, start, second_at_beginning=_seconds_first(schedule))
 
 
+def _repeat(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> bool:
+    """Whether `at` is the second pass of a wall-clock time (the hour repeated when clocks go
+    back) of a schedule with fixed hours: ``30 2 * * *`` runs once that night, not twice. A
+    schedule of every hour or every few hours (``*/5 * * * *``, ``0 */2 * * *``) runs through
+    both passes."""
+    local = dt.datetime.fromtimestamp(at, zone)
+    if not local.fold or local.replace(fold=0).timestamp() == at:
+        return False
+    return not schedule.split()[-4].startswith("*")
+
+
 def next_time(schedule: str, zone: zoneinfo.ZoneInfo, after: float) -> float:
     """The first scheduled time strictly after `after` (seconds since the epoch)."""
-    return float(_iterator(schedule, zone, after).get_next(float))
+    times = _iterator(schedule, zone, after)
+    while _repeat(schedule, zone, found := float(times.get_next(float))):
+        pass
+    return found
 
 
 def latest_time(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> float:
     """The last scheduled time at or before `at`."""
-    found = float(_iterator(schedule, zone, at).get_prev(float))
+    times = _iterator(schedule, zone, at)
+    while _repeat(schedule, zone, found := float(times.get_prev(float))):
+        pass
     following = next_time(schedule, zone, found)
     return following if following <= at else found
 
@@ -135,6 +153,8 @@ def check_timezone(value: Any) -> zoneinfo.ZoneInfo:
     if not isinstance(value, str) or len(value) > 64:
         raise _bad("parameter 'timezone' must be an IANA time zone name such as 'Europe/Paris'")
     try:
+        if value in SERVER_ZONES:
+            raise ValueError(value)
         return zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise _bad(
@@ -481,12 +501,13 @@ class CronScheduler:
                 _iso(latest),
             )
             return
+        before = sub["push_auth"]
         try:
             await self._start(claimed, task_id)
         except HTTPException as exc:
-            await self._note_error(claimed, f"{exc.status_code}: {exc.detail}")
+            await self._note_error(claimed, before, f"{exc.status_code}: {exc.detail}")
         except Exception as exc:
-            await self._note_error(claimed, str(exc) or type(exc).__name__)
+            await self._note_error(claimed, before, str(exc) or type(exc).__name__)
             raise
 
     async def _start(self, sub: Record, task_id: str) -> None:
@@ -520,9 +541,16 @@ class CronScheduler:
         await background_message(self.state, caller, parse_message_request(body))
         logger.info("crons: %s started task %s", sub["subscription_id"], task_id)
 
-    async def _note_error(self, sub: Record, error: str) -> None:
+    async def _note_error(self, sub: Record, before: Mapping[str, Any], error: str) -> None:
+        """Record why the run was refused: it started nothing, so it is not counted in
+        `runs` and `last_task_id` stays the task of the latest run that did start."""
         logger.warning("crons: run of %s refused: %s", sub["subscription_id"], error)
-        spec = {**sub["push_auth"], "last_error": error[:500]}
+        spec = {
+            **sub["push_auth"],
+            "last_error": error[:500],
+            "runs": before.get("runs") or 0,
+            "last_task_id": before.get("last_task_id"),
+        }
         await self.store.update_subscription(
             sub["subscription_id"], {"push_auth": spec}, expect={"updated_at": sub["updated_at"]}
         )
