@@ -339,7 +339,7 @@ async def test_a_slow_rest_reader_gets_that_bindings_error(
     an error event in the HTTP+JSON binding's shape (what the SDK's REST client reads)."""
     server, _ = servers
     key = server.keys["bob"]
-    body = _send_body([{"text": "CHATTY 30 100000"}])
+    body = _send_body([{"text": "CHATTY 60 100000"}])
     tail = b""
     async with (
         httpx.AsyncClient(timeout=120) as http,
