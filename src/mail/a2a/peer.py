@@ -58,11 +58,6 @@ Deliver = Callable[[dict[str, Any]], Awaitable[None]]
 Report = Callable[[dict[str, Any], str, dict[str, Any]], Awaitable[None]]
 
 
-def is_a2a_endpoint(endpoint: Any) -> bool:
-    metadata = endpoint.get("metadata") if isinstance(endpoint, dict) else None
-    return isinstance(metadata, dict) and metadata.get("kind") == KIND
-
-
 def card_url(base_url: str, metadata: dict[str, Any] | None) -> str:
     given = (metadata or {}).get("card_url")
     return str(given) if given else base_url.rstrip("/") + CARD_PATH

@@ -23,7 +23,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-PROGRESS_EVENT = "interswarm_message_progress"
 # States after which an A2A task's stream has nothing more to say for this call: the final
 # ones, and the interrupted ones (the peer waits for the sender).
 FINAL_STATES = ("completed", "failed", "canceled", "rejected", "input-required", "auth-required")

@@ -50,13 +50,6 @@ async def run_events(
         messaging._release(inst, req.task_id)
 
 
-async def task_state(state: Any, caller: Any, task_id: str) -> str | None:
-    """The MAIL state of one of the caller's tasks (None when unknown)."""
-    inst = state.instances.peek(caller.role, caller.id)
-    task = inst.swarm.get_task_by_id(task_id) if inst is not None else None
-    return task.state.value if task is not None else None
-
-
 def was_cancelled(state: Any, caller: Any, task_id: str) -> bool:
     """Whether one of the caller's MAIL tasks ended by being cancelled (and stayed so)."""
     from mail.a2a.cancel import CANCELLED_SUBJECT

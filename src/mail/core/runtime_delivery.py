@@ -104,9 +104,6 @@ class Delivery(HostLink[DeliveryHost]):
         """Route a dequeued message (`rt`: the runtime, which calls)."""
         self._process(rt, self._step_limit(rt, message))
 
-    def apply_step_limit(self, message: MAILMessage) -> MAILMessage:
-        return self._step_limit(self.host, message)
-
     def _step_limit(self, rt: DeliveryHost, message: MAILMessage) -> MAILMessage:
         """Count `message` as a step of its task; past the limit, the notice telling the
         entrypoint to finish instead. Every message that starts a model call counts, the
@@ -198,9 +195,6 @@ class Delivery(HostLink[DeliveryHost]):
 
     def full_address(self, address: str) -> str:
         return _full_address(address, self.host.swarm_name)
-
-    def process_message(self, message: MAILMessage) -> None:
-        self._process(self.host, message)
 
     def _process(self, rt: DeliveryHost, message: MAILMessage) -> None:
         payload: Any = message["message"]
@@ -306,11 +300,6 @@ class Delivery(HostLink[DeliveryHost]):
                 "interswarm messaging is disabled for this swarm.",
             )
 
-    def deliver_local(
-        self, message: MAILMessage, names: list[str], local_sender: str | None
-    ) -> None:
-        self._deliver_local(self.host, message, names, local_sender)
-
     def _deliver_local(
         self, rt: DeliveryHost, message: MAILMessage, names: list[str], local_sender: str | None
     ) -> None:
@@ -377,9 +366,6 @@ class Delivery(HostLink[DeliveryHost]):
                         "::agent_error::",
                         f"There is no agent called '{name}' in swarm '{rt.swarm_name}'.",
                     )
-
-    def deliver_to_agent(self, task_id: str, name: str, message: MAILMessage) -> None:
-        self._deliver_to_agent(self.host, task_id, name, message)
 
     def _deliver_to_agent(
         self, rt: DeliveryHost, task_id: str, name: str, message: MAILMessage

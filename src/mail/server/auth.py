@@ -229,12 +229,6 @@ class ExternalAuthenticator:
             task.add_done_callback(functools.partial(self._finish, api_key))
         return await asyncio.shield(task)
 
-    def invalidate(self, api_key: str | None = None) -> None:
-        if api_key is None:
-            self._cache.clear()
-        else:
-            self._cache.pop(api_key, None)
-
     async def aclose(self) -> None:
         for task in list(self._inflight.values()):
             task.cancel()

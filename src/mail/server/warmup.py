@@ -94,7 +94,6 @@ class StartupWarmUp:
         self.fallback_delay = fallback_delay
         self.loaded: list[str] = []  # the modules the warm-up imported (not loaded before)
         self.seconds: float | None = None  # how long it took, once done
-        self.longest_step: float | None = None  # the longest the event loop was held
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Future[None] | None = None
         self._closed = False
@@ -159,7 +158,6 @@ class StartupWarmUp:
             longest = max(longest, time.perf_counter() - t0)
             await asyncio.sleep(0)  # what is ready (a request) runs between the steps
         self.seconds = time.perf_counter() - began
-        self.longest_step = longest
         logger.debug(
             "start-up warm-up (%s) done in %.0f ms (longest step %.1f ms): imported %s;"
             " tool specs of %d agent(s)",

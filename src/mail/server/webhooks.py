@@ -215,8 +215,3 @@ async def request_webhook(
     recorded with the message's Idempotency-Key)."""
     service, owner = service_of(state), owner_of(caller)
     return await _call(service.request_webhook(owner, task_id, spec, hook_id))
-
-
-def pending_deliveries(state: Any) -> int:
-    service = getattr(state, "webhooks", None)
-    return int(service.engine.pending) if service is not None else 0

@@ -35,18 +35,6 @@ class SqlWrite:
     # None: not merged with other writes of its record (see `coalesce_writes`).
     merge_keys: frozenset[str] | None = None
 
-    def row_identity(self) -> tuple[Any, ...] | None:
-        """The row a write replaces whole (None: it merges or appends).
-
-        A history is keyed by (swarm, role, id, task, agent); a task's queue by (swarm,
-        role, id, task), for saves and deletes alike.
-        """
-        if self.kind == "history":
-            return ("history", *self.args[:5])
-        if self.kind in ("queue", "queue_delete"):
-            return ("queue", *self.args[:4])
-        return None
-
 
 # (key, generation, dropped count, current generation) for a lease found superseded.
 FencedLease = tuple[InstanceKey, int, int, int | None]

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -465,24 +465,6 @@ class SqliteDatabase:
         future = self._submit(fn, *args)
         self._wrote(pages)
         return await future
-
-    def submit_threadsafe(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
-        """`fn(conn)` on the worker thread, as a `concurrent.futures.Future` (no asyncio
-        future in between: its caller hears of it from that thread). Counted like `run`'s
-        jobs, so `run_small` never uses the connection while it runs."""
-        executor, conn = self._executor, self._conn
-        if executor is None or conn is None:
-            raise sqlite3.OperationalError(f"the SQLite database {self.path} is closed")
-
-        def job() -> T:
-            try:
-                return fn(conn)
-            finally:
-                self._finished += 1
-
-        self._submitted += 1
-        self._wrote(_THREAD_JOB_PAGES)
-        return executor.submit(job)
 
     def note_written(self, pages: int) -> None:
         """Count pages a job turned out to write (see `run`'s `pages`)."""

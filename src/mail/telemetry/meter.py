@@ -14,7 +14,6 @@ and attributes a span would have had: a span per such call cost more than the ca
 from __future__ import annotations
 
 import contextvars
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -329,7 +328,3 @@ class TaskMeter:
             attributes={"mail.task_id": task_id, "mail.breakpoint.tools": tool_names},
         )
         tracing.end_span(span)
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1000.0
