@@ -29,19 +29,19 @@ import aiohttp
 from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
 from mail.net.registry_shared import FileSignature, file_signature, locked, take_file_entries
 from mail.net.registry_store import (
+    DEFAULT_TOKEN_PREFIX,
     clean_endpoint,
     endpoint_to_json,
     entries_from_document,
     is_env_ref,
     make_env_ref,
     normalize_base_url,
+    parse_env_ref,
     read_registry_file,
     resolve_token_ref,
     token_env_var,
     write_json_atomic,
 )
-from mail.net.registry_tokens import RegistryTokenMethods
-from mail.net.registry_v13 import V13RegistryMethods
 from mail.net.types import InterswarmError, SwarmEndpoint, SwarmEndpointCleaned
 from mail.version import PROTOCOL_VERSION
 
@@ -59,12 +59,9 @@ def _now() -> datetime.datetime:
 _normalize_base_url = normalize_base_url
 
 
-class SwarmRegistry(RegistryTokenMethods, V13RegistryMethods):
-    """Local and remote swarm endpoints, their persistence file, and their health.
-
-    v1.3's `get_public_endpoints` and `from_dict` come from V13RegistryMethods; token
-    references and their migration from RegistryTokenMethods.
-    """
+class SwarmRegistry:
+    """Local and remote swarm endpoints, their persistence file, their tokens' environment
+    references, and their health."""
 
     def __init__(
         self,
@@ -285,6 +282,12 @@ class SwarmRegistry(RegistryTokenMethods, V13RegistryMethods):
         self._refresh()
         return {name: ep for name, ep in self.endpoints.items() if not ep["volatile"]}
 
+    def get_public_endpoints(self) -> dict[str, SwarmEndpoint]:
+        """The endpoints marked public, by swarm name (the local one included, if public).
+        `get_public_endpoints_cleaned` gives the same without token information."""
+        self._refresh()
+        return {name: ep for name, ep in self.endpoints.items() if ep.get("public")}
+
     def get_public_endpoints_cleaned(self) -> list[SwarmEndpointCleaned]:
         """Public swarms for `GET /swarms`, without any token information."""
         self._refresh()
@@ -300,6 +303,23 @@ class SwarmRegistry(RegistryTokenMethods, V13RegistryMethods):
         """The registry in its file shape, volatile entries included (never raw tokens)."""
         self._refresh()
         return self._file_document(self.endpoints.values())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SwarmRegistry:
+        """A registry from `to_dict()`'s shape: the local swarm's settings and the remote
+        endpoints (a raw token found in ``auth_token_ref`` is kept in memory only)."""
+        registry = cls(
+            data.get("local_swarm_name", ""),
+            data.get("local_base_url", ""),
+            data.get("persistence_file"),
+            local_swarm_description=data.get("local_swarm_description", ""),
+            local_swarm_keywords=data.get("local_swarm_keywords") or [],
+            local_swarm_public=bool(data.get("local_swarm_public", False)),
+        )
+        entries, tokens = entries_from_document(data, registry.local_swarm_name, True)
+        registry._tokens.update(tokens)
+        registry.endpoints.update(entries)
+        return registry
 
     def _file_document(self, endpoints: Any) -> dict[str, Any]:
         return {
@@ -439,6 +459,70 @@ class SwarmRegistry(RegistryTokenMethods, V13RegistryMethods):
             logger.info("dropped volatile swarms: %s", ", ".join(dropped))
         self.save_persistent_endpoints()
         return dropped
+
+    # ------------------------------------------------------------------ tokens
+
+    def _get_auth_token_ref(self, swarm_name: str, auth_token: str | None) -> str | None:
+        """The reference stored for a swarm's token (None when there is no token)."""
+        if not auth_token:
+            return None
+        return make_env_ref(token_env_var(swarm_name))
+
+    def _resolve_auth_token_ref(self, auth_token_ref: str | None) -> str | None:
+        return resolve_token_ref(auth_token_ref)
+
+    def migrate_auth_tokens(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
+        """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references.
+
+        The literal stays usable in memory for this process. Returns {swarm: variable} for
+        every entry changed, so the caller knows which variables to export.
+        """
+        with self._changing():
+            return self._migrate_auth_tokens(prefix)
+
+    def migrate_auth_tokens_to_env_refs(
+        self, env_var_prefix: str = DEFAULT_TOKEN_PREFIX, *, prefix: str | None = None
+    ) -> None:
+        """`migrate_auth_tokens` with v1.3's signature: the keyword is ``env_var_prefix``
+        (``prefix`` is accepted too) and nothing is returned."""
+        self.migrate_auth_tokens(prefix if prefix is not None else env_var_prefix)
+
+    def _migrate_auth_tokens(self, prefix: str) -> dict[str, str]:
+        migrated: dict[str, str] = {}
+        for name, endpoint in self.endpoints.items():
+            ref = endpoint["auth_token_ref"]
+            if name == self.local_swarm_name or not ref or is_env_ref(ref):
+                continue
+            var = token_env_var(name, prefix)
+            self._tokens.setdefault(name, ref)
+            endpoint["auth_token_ref"] = make_env_ref(var)
+            migrated[name] = var
+            logger.warning("moved the token of swarm '%s' to a reference; export %s", name, var)
+        if any(self.shared or not self.endpoints[name]["volatile"] for name in migrated):
+            self.save_persistent_endpoints()
+        return migrated
+
+    def validate_environment_variables(self) -> dict[str, bool]:
+        """{variable: is set} for every token reference; logs a warning for each missing one."""
+        result: dict[str, bool] = {}
+        for name, endpoint in self.endpoints.items():
+            var = parse_env_ref(endpoint["auth_token_ref"])
+            if var is None:
+                continue
+            is_set = bool(os.environ.get(var))
+            result[var] = is_set
+            if is_set:
+                continue
+            if name in self._tokens:
+                if not endpoint["volatile"]:
+                    logger.warning(
+                        "%s is not set: swarm '%s' works now but loses its token on restart",
+                        var,
+                        name,
+                    )
+            else:
+                logger.warning("%s is not set: swarm '%s' has no auth token", var, name)
+        return result
 
     # ------------------------------------------------------------------ liveness
 

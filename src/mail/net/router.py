@@ -6,6 +6,11 @@ remote server's `/interswarm/forward` (a new or resumed task) or `/interswarm/ba
 InterswarmError within `request_timeout`, so the runtime can tell the sending agent instead
 of leaving the task waiting.
 
+It also keeps v1.3's router API: message handlers and `route_message`, receiving an
+envelope through a registered handler, and v1.3's sending names
+(``send_interswarm_message_forward`` / ``_back``, ``convert_local_message_to_interswarm``,
+``post_envelope_as_user_message``, ``get_routing_stats``).
+
 What the runtime does with these calls (and how `/interswarm/*` requests reach it) lives
 in the runtime and the server, not here.
 """
@@ -39,7 +44,6 @@ from mail.net.answers import (
     read_at_most,
     read_capped,
 )
-from mail.net.router_v13 import V13RouterMethods
 from mail.net.types import Direction, InterswarmError
 from mail.telemetry.interswarm import interswarm_hop
 from mail.utils.text import loads_valid
@@ -55,6 +59,8 @@ MessageHandler = Callable[["MAILMessage"], Awaitable[Any] | Any]
 # How much of a remote's error body goes into the error message.
 # A peer's error text is kept whole up to this many characters (it ends with the reason).
 _BODY_EXCERPT = 4000
+# v1.3's body fields of POST /interswarm/message that an envelope's routing_info may carry.
+_ROUTING_FLAGS = ("stream", "ignore_stream_pings")
 # Answers of a reverse proxy whose upstream (the peer) is down or does not answer.
 _GATEWAY_DOWN = (502, 504)
 # Answers worth sending the same request again for (with the same Idempotency-Key): the peer
@@ -123,11 +129,8 @@ def _recipient_addresses(message: MAILMessage) -> list[str]:
     return [payload["recipient"]["address"]]
 
 
-class InterswarmRouter(V13RouterMethods):
-    """Sends MAIL traffic to remote swarms found in a SwarmRegistry.
-
-    v1.3's method names (``send_interswarm_message_forward`` ...) come from V13RouterMethods.
-    """
+class InterswarmRouter:
+    """Sends MAIL traffic to remote swarms found in a SwarmRegistry."""
 
     def __init__(
         self,
@@ -549,3 +552,89 @@ class InterswarmRouter(V13RouterMethods):
             recipient_swarm=self.local_swarm_name,
         )
         return make_message(response, "response")
+
+    # ------------------------------------------------------------------ outbound (v1.3)
+    # v1.3's names, over send_interswarm, wrap_message and post_interswarm_user_message,
+    # with v1.3's error type (ValueError).
+    async def send_interswarm_message_forward(self, message: MAILInterswarmMessage) -> None:
+        """POST an envelope to its target's ``/interswarm/forward`` (a new task there)."""
+        await self._send_v13(message, "forward")
+
+    async def send_interswarm_message_back(self, message: MAILInterswarmMessage) -> None:
+        """POST an envelope to its target's ``/interswarm/back`` (work it takes part in)."""
+        await self._send_v13(message, "back")
+
+    async def _send_v13(self, message: MAILInterswarmMessage, direction: Direction) -> None:
+        try:
+            await self.send_interswarm(message, direction)
+        except Exception as exc:
+            raise ValueError(f"failed to send interswarm message {direction}: {exc}") from exc
+
+    def convert_local_message_to_interswarm(
+        self,
+        message: MAILMessage,
+        task_owner: str,
+        task_contributors: list[str],
+        metadata: dict[str, Any] | None = None,
+    ) -> MAILInterswarmMessage:
+        """`message` in an envelope for the swarm of its first remote recipient."""
+        payload: Any = message["message"]
+        recipients = payload.get("recipients") or [payload.get("recipient")]
+        swarms = [
+            swarm
+            for r in recipients
+            if isinstance(r, dict)
+            for swarm in [parse_agent_address(r.get("address", ""))[1]]
+            if swarm
+        ]
+        if not swarms:
+            raise ValueError("the message has no recipient in another swarm (agent@swarm)")
+        envelope = self.wrap_message(message, swarms[0], task_owner, task_contributors)
+        envelope["metadata"] = dict(metadata or {})
+        return envelope
+
+    async def post_envelope_as_user_message(self, message: MAILInterswarmMessage) -> Any:
+        """v1.3's ``post_interswarm_user_message(envelope)``: the envelope's request or
+        broadcast, sent as a user message to its target's ``/interswarm/message`` with the
+        envelope's ``auth_token`` as the user's token; returns the remote's answer."""
+        try:
+            token = message.get("auth_token")
+            if not token:
+                raise ValueError("user token is required for interswarm user messages")
+            payload: Any = message.get("payload")
+            if not isinstance(payload, dict):
+                raise ValueError("invalid interswarm payload")
+            msg_type = message.get("msg_type")
+            if msg_type not in ("request", "broadcast"):
+                raise ValueError(
+                    f"msg_type '{msg_type}' is not supported for interswarm user messages"
+                )
+            body = payload.get("body")
+            if not isinstance(body, str):
+                raise ValueError("body is required for interswarm user messages")
+            recipients = payload.get("recipients") or [payload.get("recipient")]
+            targets = [r["address"] for r in recipients if isinstance(r, dict) and r.get("address")]
+            if not targets:
+                raise ValueError("targets are required for interswarm user messages")
+            request: dict[str, Any] = {"body": body, "targets": targets, "msg_type": msg_type}
+            for key in ("subject", "task_id"):
+                if isinstance(payload.get(key), str):
+                    request[key] = payload[key]
+            routing = payload.get("routing_info")
+            if isinstance(routing, dict) and routing:
+                request["routing_info"] = routing
+                for flag in _ROUTING_FLAGS:
+                    if flag in routing:
+                        request[flag] = bool(routing[flag])
+            return await self.post_interswarm_user_message(message["target_swarm"], request, token)
+        except Exception as exc:
+            raise ValueError(f"error posting interswarm user message: {exc}") from exc
+
+    def get_routing_stats(self) -> dict[str, Any]:
+        """The local swarm's name, how many endpoints are known and active, the handlers."""
+        return {
+            "local_swarm_name": self.local_swarm_name,
+            "total_endpoints": len(self.swarm_registry.get_all_endpoints()),
+            "active_endpoints": len(self.swarm_registry.get_active_endpoints()),
+            "registered_handlers": list(self.message_handlers),
+        }
