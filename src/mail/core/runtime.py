@@ -10,7 +10,9 @@ the narrow interface it declares (see core/runtime_ports.py): `delivery` (routin
 limit), `turns` (agent turns, tool calls), `loops` (the scheduling loops), `submissions`
 (submit checks, continuations, resumes), `manual` (manual steps), `review` (action review),
 `loop_guard`, and `team` (team tools, when enabled). The methods below that only forward to
-a component keep the runtime's Python API (and the names other packages use) unchanged.
+a component keep the runtime's Python API (and the names other packages use) unchanged;
+the last section holds what exists for code written against v1.3 (ServerSentEvent shapes,
+response_queue, interswarm start and stop).
 """
 
 from __future__ import annotations
@@ -19,15 +21,22 @@ import asyncio
 import collections
 import contextlib
 import functools
+import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mail.core.actions import ActionCore, ActionOverrideFunction
 from mail.core.agent_histories import AgentHistories
 from mail.core.agent_wiring import apply_print_flag, attach_recall
 from mail.core.agents import AgentCore
-from mail.core.compat import DONE, run_submitted_task
+from mail.core.compat import (
+    DONE,
+    RecentQueue,
+    run_submitted_task,
+    server_sent_event_stream,
+    server_sent_events,
+)
 from mail.core.events import Description, TaskEvent
 from mail.core.loop_guard import LoopGuard
 from mail.core.mailbox import Mailbox
@@ -44,8 +53,6 @@ from mail.core.runtime_ports import TurnContext, weakly
 from mail.core.runtime_resume import Submissions
 from mail.core.runtime_review import ActionReviewer
 from mail.core.runtime_turns import TurnRunner
-from mail.core.runtime_v13 import AGENT_HISTORY_KEY as AGENT_HISTORY_KEY  # v1.3 import path
-from mail.core.runtime_v13 import V13Surface
 from mail.core.runtime_waiting import TaskWaiters
 from mail.core.stored_bytes import StoredBytes
 from mail.core.system_messages import system_task_end
@@ -54,12 +61,24 @@ from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
 
+if TYPE_CHECKING:
+    from sse_starlette import ServerSentEvent
+
 logger = logging.getLogger("mail.runtime")
 
 DEFAULT_MAX_MESSAGE_BODY = 1024 * 1024
 
+# Builds the interswarm bridge of `start_interswarm` (mail.api sits above the runtime).
+INTERSWARM_CONNECTOR = "mail.api.instance_wiring:connect_interswarm"
 
-class MAILRuntime(V13Surface):
+# The key of one agent's history on one task in `agent_histories` (v1.3's name for it).
+AGENT_HISTORY_KEY = "{task_id}::{agent_name}"
+
+# How many answers `response_queue` keeps when nobody reads them.
+RESPONSE_QUEUE_SIZE = 1000
+
+
+class MAILRuntime:
     """The runtime of one swarm instance (one user, admin, or remote swarm)."""
 
     def __init__(
@@ -108,7 +127,7 @@ class MAILRuntime(V13Surface):
         self.response_messages: dict[str, MAILMessage] = {}
         # ids of finished tasks let go of (core/finished_tasks.py): their store has them
         self.forgotten_tasks: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._response_queue = None  # made when first read (V13Surface.response_queue)
+        self._response_queue: RecentQueue | None = None  # made when response_queue is read
         self.outstanding_requests: dict[str, dict[str, int]] = {}
         self.last_breakpoint_caller: dict[str, str] = {}
         self.last_breakpoint_tool_calls: dict[str, list[Any]] = {}
@@ -627,3 +646,69 @@ class MAILRuntime(V13Surface):
         return await self.manual.step(
             task_id, target, routing, payload, dynamic_ctx_ratio, _llm, _system
         )
+
+    # ------------------------------------------------------------------ v1.3's API
+    # The sse_starlette shapes of events and streams, the answer queue, and the interswarm
+    # bridge's start and stop (built by the API layer's connector: mail.net and mail.stdlib
+    # sit above the runtime).
+    def get_task_by_id(self, task_id: str) -> MAILTask | None:
+        return self.mail_tasks.get(task_id)
+
+    @property
+    def pending_requests(self) -> dict[str, asyncio.Future[MAILMessage]]:
+        return {t: futs[0] for t, futs in self.waiters.futures.items() if futs}
+
+    def get_response_message(self, task_id: str) -> MAILMessage | None:
+        """The answer a task gave its caller (None while it has none)."""
+        return self.response_messages.get(task_id)
+
+    def get_events_by_task_id(self, task_id: str) -> list[ServerSentEvent]:
+        """The task's events as ``sse_starlette.ServerSentEvent`` objects whose ``data`` is a
+        dict (the v1.3 shape); `get_task_events` gives the TaskEvent records."""
+        return server_sent_events(self.get_task_events(task_id))
+
+    @property
+    def response_queue(self) -> asyncio.Queue[tuple[str, MAILMessage]]:
+        """v1.3's queue of answers: ``(task_id, response)`` for every task answered after
+        the first time this is read (the newest RESPONSE_QUEUE_SIZE are kept)."""
+        if self._response_queue is None:
+            self._response_queue = RecentQueue(RESPONSE_QUEUE_SIZE)
+        return self._response_queue
+
+    @property
+    def interswarm_router(self) -> Any:
+        """The InterswarmRouter this instance sends through (None while interswarm is off)."""
+        return None if self.interswarm is None else self.interswarm.router
+
+    def submit_and_stream(
+        self,
+        message: MAILMessage,
+        timeout: float = 3600.0,
+        resume_from: str | None = None,
+        ping_interval: float = 15.0,
+        **kwargs: Any,
+    ) -> AsyncIterator[ServerSentEvent]:
+        """`stream_task_events` as ``sse_starlette.ServerSentEvent`` objects (the v1.3 shape)."""
+        return server_sent_event_stream(
+            self.stream_task_events(message, timeout, resume_from, ping_interval, **kwargs)
+        )
+
+    async def start_interswarm(self) -> None:
+        """Connect to other swarms through `swarm_registry` (when `enable_interswarm`).
+
+        The bridge lives in the layers above the runtime (mail.net, with discovery from
+        mail.stdlib), so it is built by the API layer's connector, looked up by name.
+        """
+        if not self.enable_interswarm or self.interswarm is not None:
+            return
+        module, _, name = INTERSWARM_CONNECTOR.partition(":")
+        connect = getattr(importlib.import_module(module), name)
+        await connect(self, self.swarm_registry)
+
+    async def stop_interswarm(self) -> None:
+        bridge, self.interswarm = self.interswarm, None
+        if bridge is not None:
+            await bridge.stop()
+
+    async def is_interswarm_running(self) -> bool:
+        return self.interswarm is not None

@@ -2,7 +2,10 @@
 
 Everything here is pure: tool specs are plain dicts in the OpenAI *strict* function-tool format
 (Chat Completions or Responses layout), and `convert_call_to_mail_message` turns a call into a
-MAIL message without touching any runtime state.
+MAIL message without touching any runtime state. Also here: a pydantic model's JSON schema
+in the form strict function calling accepts (`pydantic_function_tool`), and the module-level
+helpers v1.3's ``mail.core.tools`` had (`_make_tools`, which factories.md names,
+`get_tool_spec_name`, `get_tool_help`, `convert_manual_step_call_to_mail_message`).
 """
 
 from __future__ import annotations
@@ -10,12 +13,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
-from mail.core.help_text import TOOL_HELP_NAMES
+from mail.core.help_text import TOOL_HELP_NAMES, tool_help_text
 from mail.core.message import (
     ALL_AGENTS,
     MAILMessage,
@@ -24,15 +27,6 @@ from mail.core.message import (
     make_interrupt,
     make_message,
     make_request,
-)
-from mail.core.strict_schema import to_strict_json_schema
-
-# v1.3's module-level helpers of this module (factories.md names `_make_tools`).
-from mail.core.tools_v13 import (  # noqa: F401
-    _make_tools,
-    convert_manual_step_call_to_mail_message,
-    get_tool_help,
-    get_tool_spec_name,
 )
 
 ToolStyle = Literal["completions", "responses"]
@@ -117,6 +111,77 @@ class AgentToolCall(BaseModel):
 # Pydantic model -> OpenAI strict tool
 
 
+def _resolve_ref(root: dict[str, Any], ref: str) -> dict[str, Any]:
+    if not ref.startswith("#/"):
+        raise ValueError(f"only local JSON schema references are supported, got {ref!r}")
+    node: Any = root
+    for part in ref[2:].split("/"):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"unresolvable JSON schema reference {ref!r}")
+        node = node[part]
+    if not isinstance(node, dict):
+        raise ValueError(f"JSON schema reference {ref!r} does not point to a schema")
+    return node
+
+
+def _make_strict(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite one JSON schema node (in place) into the form OpenAI's strict mode accepts."""
+    for defs_key in ("$defs", "definitions"):
+        defs = node.get(defs_key)
+        if isinstance(defs, dict):
+            for sub in defs.values():
+                _make_strict(sub, root)
+
+    # Free-form dicts declare additionalProperties themselves; only closed objects get False.
+    if node.get("type") == "object" and "additionalProperties" not in node:
+        node["additionalProperties"] = False
+
+    properties = node.get("properties")
+    if isinstance(properties, dict):
+        # Strict mode wants every property required; optional ones are expressed as nullable.
+        node["required"] = list(properties)
+        for key, sub in properties.items():
+            properties[key] = _make_strict(sub, root)
+
+    items = node.get("items")
+    if isinstance(items, dict):
+        node["items"] = _make_strict(items, root)
+
+    for union_key in ("anyOf", "oneOf"):
+        variants = node.get(union_key)
+        if isinstance(variants, list):
+            node[union_key] = [_make_strict(v, root) for v in variants]
+
+    all_of = node.get("allOf")
+    if isinstance(all_of, list):
+        if len(all_of) == 1:
+            node.pop("allOf")
+            node.update(_make_strict(all_of[0], root))
+        else:
+            node["allOf"] = [_make_strict(v, root) for v in all_of]
+
+    # A null default is implied by the nullable type; strict mode rejects it as noise.
+    if "default" in node and node["default"] is None:
+        node.pop("default")
+
+    ref = node.get("$ref")
+    if isinstance(ref, str) and len(node) > 1:
+        # A $ref with sibling keywords (e.g. a description) is not allowed: inline the target.
+        target = copy.deepcopy(_resolve_ref(root, ref))
+        merged = {**target, **node}
+        merged.pop("$ref")
+        node.clear()
+        node.update(merged)
+        return _make_strict(node, root)
+    return node
+
+
+def to_strict_json_schema(model_cls: type[BaseModel]) -> dict[str, Any]:
+    """Return the JSON schema of `model_cls` rewritten for OpenAI's strict function calling."""
+    schema = model_cls.model_json_schema()
+    return _make_strict(schema, schema)
+
+
 def pydantic_function_tool(
     model_cls: type[BaseModel],
     name: str | None = None,
@@ -161,6 +226,17 @@ def pydantic_model_to_tool(
     raise ValueError(f"unknown tool style {style!r}; expected 'completions' or 'responses'")
 
 
+def get_tool_spec_name(tool: Mapping[str, Any]) -> str | None:
+    """The name of a tool spec in either layout (Responses or Chat Completions), or None."""
+    name = tool.get("name")
+    if isinstance(name, str):
+        return name
+    function = tool.get("function")
+    if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+        return str(function["name"])
+    return None
+
+
 def get_tool_name(tool: dict[str, Any]) -> str:
     """Name of a tool dict in either layout."""
     name = tool.get("name")
@@ -170,6 +246,33 @@ def get_tool_name(tool: dict[str, Any]) -> str:
     if isinstance(function, dict) and isinstance(function.get("name"), str):
         return function["name"]
     raise ValueError(f"tool has no name: {tool!r}")
+
+
+def _make_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat Completions function tools (``pydantic_function_tool``'s shape) in the Responses
+    layout; tools of other types are passed on as they are.
+
+    v1.3 re-exported the OpenAI SDK's private helper of this name, which only accepted the
+    SDK's own ``pydantic_function_tool`` objects; plain dicts of that shape work here too.
+    """
+    converted: list[dict[str, Any]] = []
+    for tool in tools:
+        if tool.get("type") != "function" or not isinstance(tool.get("function"), Mapping):
+            converted.append(dict(tool))
+            continue
+        function = tool["function"]
+        if "parameters" not in function:
+            raise ValueError(f"function tool {function.get('name')!r} has no parameters")
+        converted.append(
+            {
+                "type": "function",
+                "name": function["name"],
+                "description": function.get("description"),
+                "parameters": function["parameters"],
+                "strict": bool(function.get("strict") or False),
+            }
+        )
+    return converted
 
 
 # --------------------------------------------------------------------------------------------
@@ -591,3 +694,38 @@ def normalize_breakpoint_tool_call(
         "id": item_id or f"fc_{call_id}",
         "status": status or "completed",
     }
+
+
+# --------------------------------------------------------------------------------------------
+# v1.3's other module-level helpers (for agent functions written against it)
+
+
+def get_tool_help(tools: list[str]) -> str:
+    """The help text of each named MAIL tool, one section per tool (as the `help` tool shows)."""
+    return tool_help_text(tools)
+
+
+def convert_manual_step_call_to_mail_message(
+    call: Any,
+    sender: str,
+    task_id: str,
+    response_targets: list[str],
+    response_type: Literal["broadcast", "response", "request"],
+) -> MAILMessage:
+    """The message a manual step's answer becomes: `call.tool_args`' ``subject`` and ``body``
+    (or ``content``, a text answer's) from agent `sender` to `response_targets` (a request
+    or response goes to the first target, a broadcast to all of them)."""
+    if not response_targets:
+        raise ValueError("response_targets must name at least one recipient")
+    args = call.tool_args
+    subject = args.get("subject", "")
+    body = args.get("body") or args.get("content", "")
+    source = create_agent_address(sender)
+    targets = [create_agent_address(target) for target in response_targets]
+    if response_type == "broadcast":
+        payload: Any = make_broadcast(task_id, source, targets, subject, body)
+    elif response_type in ("request", "response"):
+        payload = make_request(task_id, source, targets[0], subject, body)
+    else:
+        raise ValueError(f"invalid response_type '{response_type}'")
+    return make_message(payload, response_type)
