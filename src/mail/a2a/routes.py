@@ -22,6 +22,7 @@ so a key that cannot sign stops the server there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -46,13 +47,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if state is not None and state.config.settings.a2a_card_signing_key:
         app.state.a2a_card_signer = _card_signer(app, state.config.settings)
     if state is not None and state.router is not None:
-        from mail.a2a.delivery import deliverer, reporter
         from mail.a2a.peer import A2APeers
         from mail.a2a.peer_updates import UpdateLimits
 
         settings = state.config.settings
         limits = UpdateLimits(settings.max_a2a_peer_updates, settings.max_a2a_peer_update_chars)
-        state.router.a2a_peers = A2APeers(deliverer(state), reporter(state), limits)
+        state.router.a2a_peers = A2APeers(
+            functools.partial(_deliver_answer, state), functools.partial(_report, state), limits
+        )
     try:
         yield
     finally:
@@ -62,6 +64,31 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 await bridge.aclose()
             except Exception:  # noqa: BLE001 - shutdown goes on
                 logger.warning("closing the A2A bridge failed", exc_info=True)
+
+
+async def _deliver_answer(state: Any, envelope: dict[str, Any]) -> None:
+    """An A2A peer's answer, handed to the MAIL instance whose task asked, as
+    ``/interswarm/back`` does for a MAIL peer's (same trust checks: only a peer the task was
+    sent to may answer)."""
+    from mail.server.interswarm import _instance_for_back
+
+    inst = await _instance_for_back(state, envelope)
+    async with state.instances.lease(inst):
+        inst.swarm.accept_interswarm_message(envelope, "back")
+
+
+async def _report(
+    state: Any, envelope: dict[str, Any], description: str, extra: dict[str, Any]
+) -> None:
+    """One update of the peer an envelope went to, as a progress event of the sending task
+    (its instance found as for the answer; the runtime checks the task was sent there and
+    still runs)."""
+    from mail.server.interswarm import _instance_for_back
+
+    inst = await _instance_for_back(state, envelope)
+    inst.swarm.receive_interswarm_progress(
+        envelope["payload"]["task_id"], envelope["target_swarm"], description, extra
+    )
 
 
 router = APIRouter(lifespan=_lifespan)

@@ -9,6 +9,8 @@ classes here are factories (``__init__``) whose instances are agent functions (`
 from __future__ import annotations
 
 import asyncio
+import difflib
+import inspect
 import logging
 import os
 import re
@@ -30,7 +32,6 @@ from mail.factories._litellm import (
     missing_provider_keys,
     provider_key_variable,
 )
-from mail.factories._settings import check_settings
 from mail.factories.assembly import StreamPrinter, TurnRequest
 from mail.factories.demo_model import is_offline_model
 from mail.factories.errors import LLMConfigError
@@ -69,6 +70,27 @@ _REFUSES_REQUIRED: set[tuple[str, str]] = set()
 # stream and the same request unstreamed with an answer (llama-cpp-python cannot stream a
 # tool call): they are asked without streaming from then on.
 _STREAMS_NO_TOOLS: set[tuple[str, str]] = set()
+
+
+def check_settings(factory_name: str, settings: dict[str, Any], accepted: Any) -> None:
+    """Raise TypeError naming any setting `accepted` (a callable) does not take.
+
+    Built-in factories do not swallow unknown keyword arguments: a typo in `agent_params`
+    must fail loudly when the swarm is instantiated, not be ignored.
+    """
+    params = inspect.signature(accepted).parameters
+    known = [name for name in params if name not in ("self", "name", "comm_targets", "tools")]
+    unknown = [key for key in settings if key not in params]
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    raise TypeError(
+        f"{factory_name}() got unexpected parameter(s) {', '.join(hints)}; "
+        f"accepted parameters: {', '.join(known)}"
+    )
 
 
 def proxy_problem(agent: str, llm: Any, use_proxy: Any, api_base: Any) -> str | None:

@@ -55,10 +55,6 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-# Kept under its old name for callers of the private helper.
-_normalize_base_url = normalize_base_url
-
-
 class SwarmRegistry:
     """Local and remote swarm endpoints, their persistence file, their tokens' environment
     references, and their health."""
@@ -156,7 +152,7 @@ class SwarmRegistry:
             raise ValueError(f"invalid swarm name: '{swarm_name}'")
         if swarm_name == self.local_swarm_name:
             raise ValueError(f"'{swarm_name}' is the name of this swarm, not a remote one")
-        base = _normalize_base_url(base_url)
+        base = normalize_base_url(base_url)
         started = time.monotonic()
         health_url = f"{base}/health"
         if (metadata or {}).get("kind") == "a2a":  # an A2A agent: its card

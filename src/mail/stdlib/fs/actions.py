@@ -1,8 +1,10 @@
 """File actions: read_file, write_file, delete_file, create_directory, read_directory.
 
-Every path is confined to the caller's folder of the ``[stdlib.fs] root`` (see
-:mod:`mail.stdlib.fs.sandbox`) and walked without following links (:mod:`mail.utils.safe_files`);
-reads and writes are capped by ``max_read_bytes`` / ``max_write_bytes``. Text is UTF-8.
+Every path is confined to the caller's folder of the ``[stdlib.fs] root`` and walked without
+following links (:mod:`mail.utils.safe_files`); reads and writes are capped by
+``max_read_bytes`` / ``max_write_bytes``. Text is UTF-8. Each caller's instance gets a folder
+of its own under the root (``<role>-<id>``, :mod:`mail.core.file_root`, shared with the team
+tools' files), unless ``[stdlib.fs] shared = true`` makes every caller work in the root itself.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mail.core.file_root import file_root
 from mail.core.stored_bytes import current_task_files
 from mail.stdlib._common import error, exception_text, settings, stdlib_action
-from mail.stdlib.fs.sandbox import PathRefused, confine_parts, file_root
 from mail.utils.safe_files import (
+    OutsideRoot,
     UnsafePath,
+    entry_parts,
     is_dir,
     is_link,
     is_regular,
@@ -28,6 +32,21 @@ from mail.utils.safe_files import (
     read_regular,
     write_regular,
 )
+
+
+class PathRefused(Exception):
+    """A path that leaves the file root (the message is shown to the agent)."""
+
+
+def confine_parts(root: Path, raw: str) -> list[str]:
+    """The components of `raw` below `root`, or PathRefused (the agent's error text)."""
+    try:
+        return entry_parts(root, raw)
+    except OutsideRoot:
+        raise PathRefused(f"{raw} is outside the file root ([stdlib.fs] root)") from None
+    except UnsafePath as exc:
+        raise PathRefused(str(exc)) from None
+
 
 PATH_ONLY: dict[str, Any] = {
     "type": "object",
