@@ -2,31 +2,51 @@
 
 The SDK's request handler (tasks, streaming, get, cancel, resubscribe), with MAIL's rules on
 top (``mail.a2a.handler``), runs our ``MAILAgentExecutor``; the SDK's two HTTP bindings
-(its JSON-RPC dispatcher, its HTTP+JSON routes) are adapters over that one handler; its in-memory task store is scoped
-per MAIL caller (``role:id``), so one caller's A2A tasks are invisible to another, like their
-MAIL tasks are, and bounded per caller (``mail.a2a.store``).
+(its JSON-RPC dispatcher, its HTTP+JSON routes) are adapters over that one handler. Here too:
+the swarm's Agent Card, and the task store (`BoundedTaskStore`), scoped per MAIL caller
+(``role:id``) so one caller's A2A tasks are invisible to another, like their MAIL tasks are,
+and bounded per caller.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
+from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.routes import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.routes.rest_routes import create_rest_routes
-from a2a.types.a2a_pb2 import AgentCard
+from a2a.server.tasks import InMemoryTaskStore, TaskStore
+from a2a.types import a2a_pb2
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    Task,
+)
+from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
 from starlette.requests import Request
 from starlette.routing import Route
 
-from mail.a2a.card import build_agent_card
 from mail.a2a.dedupe import MessageIdDedupingHandler
 from mail.a2a.handler import MAILRequestHandler
-from mail.a2a.store import BoundedTaskStore
+from mail.server.swarm_description import describe_swarm
+
+A2A_PATH = "/a2a"
+BEARER = "mailApiKey"
+MODES = ["text/plain", "application/json"]
+
 
 # A malformed request is the client's mistake (it gets a JSON-RPC error saying so), not a
 # server failure: the SDK logs a traceback for it, which is kept out of the server's log.
@@ -69,6 +89,119 @@ class CallerContextBuilder(ServerCallContextBuilder):
             "a2a_method": getattr(request.state, "a2a_method", None),
         }
         return ServerCallContext(user=MAILCallerUser(caller), state=state)
+
+
+def build_agent_card(state: Any) -> AgentCard:
+    """The swarm's Agent Card (``GET /.well-known/agent-card.json``), built from its template.
+
+    Name, version, description and keywords come from ``GET /`` (``state.swarm_info()``);
+    there is one skill for the swarm as a whole (its default entrypoint) and one per other
+    entrypoint agent (addressed with an ``entrypoint`` data part). Two interfaces of A2A 1.0,
+    both at ``<base_url>/a2a``: JSON-RPC (``POST /a2a``) first, the one a client picks when it
+    can, and HTTP+JSON (``/a2a/message:send``, ...); callers authenticate with the server's
+    bearer API keys (``mail keys``), as for ``/message``."""
+    info = state.swarm_info()
+    described = describe_swarm(state.template, name=info["name"])
+    entrypoint = info["entrypoint"]
+    tags = [str(k) for k in info.get("keywords") or []] or ["mail"]
+    skills = [
+        AgentSkill(
+            id=f"swarm:{info['name']}",
+            name=info["name"],
+            description=info["description"] or f"The MAIL swarm '{info['name']}' ({entrypoint})",
+            tags=tags,
+        )
+    ]
+    for agent in described["agents"]:
+        if agent["enable_entrypoint"] and agent["name"] != entrypoint:
+            skills.append(
+                AgentSkill(
+                    id=f"agent:{agent['name']}",
+                    name=agent["name"],
+                    description=(
+                        f"Entrypoint agent '{agent['name']}' of swarm '{info['name']}' (send a "
+                        f'data part {{"entrypoint": "{agent["name"]}"}} with the message)'
+                    ),
+                    tags=tags,
+                )
+            )
+    base = str(state.config.base_url).rstrip("/")
+    return AgentCard(
+        name=info["name"],
+        description=info["description"] or f"MAIL swarm '{info['name']}'",
+        version=info["version"] or "0",
+        supported_interfaces=[
+            AgentInterface(
+                url=base + A2A_PATH, protocol_binding=binding, protocol_version=PROTOCOL_VERSION_1_0
+            )
+            for binding in (TransportProtocol.JSONRPC.value, TransportProtocol.HTTP_JSON.value)
+        ],
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=getattr(state, "webhooks", None) is not None
+        ),
+        security_schemes={
+            BEARER: SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="bearer", description="A MAIL API key (`mail keys create`)"
+                )
+            )
+        },
+        security_requirements=[SecurityRequirement(schemes={BEARER: StringList(list=[])})],
+        default_input_modes=MODES,
+        default_output_modes=MODES,
+        skills=skills,
+    )
+
+
+class BoundedTaskStore(TaskStore):
+    """The A2A task records (history, status, artifacts): the SDK's in-memory store, scoped
+    per caller (``role:id``) by the SDK's owner resolver and bounded per caller. Each caller
+    keeps at most ``[server.settings] max_a2a_tasks_per_caller`` records and
+    ``max_a2a_task_bytes_per_caller`` bytes of them (serialized size); past either bound the
+    records updated longest ago are forgotten (their ``GetTask`` is then "task not found"; the
+    MAIL tasks themselves are untouched). The record being saved is always kept."""
+
+    def __init__(self, max_tasks: int, max_bytes: int) -> None:
+        self._inner = InMemoryTaskStore()
+        self._max_tasks = max_tasks
+        self._max_bytes = max_bytes
+        # owner -> task id -> serialized size, least recently saved first.
+        self._sizes: dict[str, OrderedDict[str, int]] = {}
+        self._bytes: dict[str, int] = {}
+
+    def _over(self, owner: str) -> bool:
+        count = len(self._sizes[owner])
+        if count <= 1:
+            return False
+        return (0 < self._max_tasks < count) or (0 < self._max_bytes < self._bytes[owner])
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self._inner.save(task, context)
+        owner = resolve_user_scope(context)
+        sizes = self._sizes.setdefault(owner, OrderedDict())
+        self._bytes[owner] = self._bytes.get(owner, 0) - sizes.pop(task.id, 0) + task.ByteSize()
+        sizes[task.id] = task.ByteSize()
+        while self._over(owner):
+            oldest = next(iter(sizes))
+            await self.delete(oldest, context)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        return await self._inner.get(task_id, context)
+
+    async def list(
+        self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext
+    ) -> a2a_pb2.ListTasksResponse:
+        return await self._inner.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self._inner.delete(task_id, context)
+        owner = resolve_user_scope(context)
+        sizes = self._sizes.get(owner)
+        if sizes is None or task_id not in sizes:
+            return
+        self._bytes[owner] -= sizes.pop(task_id)
+        if not sizes:
+            del self._sizes[owner], self._bytes[owner]
 
 
 @dataclass

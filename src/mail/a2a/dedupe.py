@@ -13,7 +13,7 @@ silently (as ``Idempotency-Key`` with another body is 422).
 
 What is remembered is the id of the task each message started, in memory, for the newest
 ``max_a2a_tasks_per_caller`` messages of each caller (the A2A task records themselves are
-kept in memory and bounded the same way, see ``mail.a2a.store``).
+kept in memory and bounded the same way, see ``mail.a2a.bridge``).
 """
 
 from __future__ import annotations
