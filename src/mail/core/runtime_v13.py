@@ -45,14 +45,7 @@ class V13Surface:
 
         def get_task_events(self, task_id: str) -> list[TaskEvent]: ...
 
-        def stream_task_events(
-            self,
-            message: MAILMessage,
-            timeout: float = 3600.0,
-            resume_from: str | None = None,
-            ping_interval: float = 15.0,
-            **kwargs: Any,
-        ) -> AsyncIterator[TaskEvent]: ...
+        def stream_task_events(self, *args: Any, **kwargs: Any) -> AsyncIterator[TaskEvent]: ...
 
     def get_task_by_id(self, task_id: str) -> MAILTask | None:
         return self.mail_tasks.get(task_id)
