@@ -406,6 +406,26 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
             "POST", "/interswarm/back", payload={"message": dict(message)}, starts_work=True
         )
 
+    # ------------------------------------------------- crons and webhooks: the shared calls
+    async def _create(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """POST /{kind} with the fields given (None: left out)."""
+        return await self._request_json(  # type: ignore[no-any-return]
+            "POST", f"/{kind}", payload=_drop_none(fields), starts_work=True
+        )
+
+    async def _listed(self, kind: str) -> list[dict[str, Any]]:
+        """GET /{kind}: the list under the key of that name."""
+        return list((await self._request_json("GET", f"/{kind}"))[kind])
+
+    async def _change(self, path: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return await self._request_json(  # type: ignore[no-any-return]
+            "PATCH", path, payload=changes, starts_work=True
+        )
+
+    async def _delete(self, path: str) -> None:
+        response = await self._open_work("DELETE", path)
+        response.release()
+
     # ----------------------------------------------------------------- crons
     # docs/crons.md. Changes carry a fresh Idempotency-Key, as the webhook calls below do.
 
@@ -422,23 +442,12 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         """POST /crons — send `message` (a POST /message body: `body`, `subject`,
         `entrypoint`, ...) on `schedule` (a cron expression, read in `timezone`, UTC by
         default). A `webhook`'s generated secret is in the answer this once."""
-        payload: dict[str, Any] = {"schedule": schedule, "message": dict(message)}
-        for name, value in (
-            ("timezone", timezone),
-            ("webhook", webhook),
-            ("description", description),
-            ("paused", paused),
-        ):
-            if value is not None:
-                payload[name] = value
-        return await self._request_json(  # type: ignore[no-any-return]
-            "POST", "/crons", payload=payload, starts_work=True
-        )
+        optional = dict(timezone=timezone, webhook=webhook, description=description, paused=paused)
+        return await self._create("crons", schedule=schedule, message=dict(message), **optional)
 
     async def list_crons(self) -> list[dict[str, Any]]:
         """GET /crons — your scheduled tasks."""
-        found = await self._request_json("GET", "/crons")
-        return list(found["crons"])
+        return await self._listed("crons")
 
     async def get_cron(self, cron_id: str) -> dict[str, Any]:
         """GET /crons/{id}."""
@@ -447,14 +456,11 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
     async def update_cron(self, cron_id: str, **changes: Any) -> dict[str, Any]:
         """PATCH /crons/{id} — `schedule`, `timezone`, `message`, `webhook`, `description`,
         `paused` (true pauses, false resumes from the next scheduled time)."""
-        return await self._request_json(  # type: ignore[no-any-return]
-            "PATCH", _cron_path(cron_id), payload=changes, starts_work=True
-        )
+        return await self._change(_cron_path(cron_id), changes)
 
     async def delete_cron(self, cron_id: str) -> None:
         """DELETE /crons/{id} — its runs already started go on."""
-        response = await self._open_work("DELETE", _cron_path(cron_id))
-        response.release()
+        await self._delete(_cron_path(cron_id))
 
     # ----------------------------------------------------------------- webhooks
     # docs/webhooks.md. The calls that change something (create, change, delete, rotate, test,
@@ -473,18 +479,12 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
     ) -> dict[str, Any]:
         """POST /webhooks — subscribe `url` to your tasks' events (default: every event).
         The answer's `secret` (`whsec_...`) is shown this once."""
-        payload: dict[str, Any] = {"url": url, "events": events or ["*"]}
-        for name, value in (("description", description), ("scope", scope), ("secret", secret)):
-            if value is not None:
-                payload[name] = value
-        return await self._request_json(  # type: ignore[no-any-return]
-            "POST", "/webhooks", payload=payload, starts_work=True
-        )
+        optional = dict(description=description, scope=scope, secret=secret)
+        return await self._create("webhooks", url=url, events=events or ["*"], **optional)
 
     async def list_webhooks(self) -> list[dict[str, Any]]:
         """GET /webhooks — your webhooks (never their secrets)."""
-        found = await self._request_json("GET", "/webhooks")
-        return list(found["webhooks"])
+        return await self._listed("webhooks")
 
     async def get_webhook(self, webhook_id: str) -> dict[str, Any]:
         """GET /webhooks/{id}."""
@@ -492,14 +492,11 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
 
     async def update_webhook(self, webhook_id: str, **changes: Any) -> dict[str, Any]:
         """PATCH /webhooks/{id} — `url`, `events`, `description`, `active`."""
-        return await self._request_json(  # type: ignore[no-any-return]
-            "PATCH", _webhook_path(webhook_id), payload=changes, starts_work=True
-        )
+        return await self._change(_webhook_path(webhook_id), changes)
 
     async def delete_webhook(self, webhook_id: str) -> None:
         """DELETE /webhooks/{id} — with its delivery log."""
-        response = await self._open_work("DELETE", _webhook_path(webhook_id))
-        response.release()
+        await self._delete(_webhook_path(webhook_id))
 
     async def test_webhook(self, webhook_id: str) -> dict[str, Any]:
         """POST /webhooks/{id}/test — queue a `webhook.ping` delivery."""

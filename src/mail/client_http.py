@@ -11,7 +11,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import aiohttp
@@ -119,12 +118,7 @@ class MAILHTTPConnection:
         self._ensure_session()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:

@@ -51,6 +51,7 @@ from mail.a2a.peer_updates import (
 )
 from mail.core.message import create_agent_address, make_message, make_response, utc_now_iso
 from mail.net.types import InterswarmError
+from mail.stdlib.netpolicy import exception_chain
 
 logger = logging.getLogger("mail.a2a")
 
@@ -109,15 +110,6 @@ def a2a_http(timeout: float, auth: httpx.Auth | None = None) -> httpx.AsyncClien
     from mail.a2a.peer_http import a2a_http_client
 
     return a2a_http_client(None, timeout, auth)
-
-
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, kind):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 MAX_WAITING = 10_000
@@ -205,7 +197,7 @@ class A2APeers:
             ) from exc
         except Exception as exc:  # noqa: BLE001 - SDK, guard and cap errors alike
             self._cards.pop(swarm, None)
-            if _caused_by(exc, httpx.ConnectError):
+            if any(isinstance(seen, httpx.ConnectError) for seen in exception_chain(exc)):
                 reason = f"cannot connect to A2A agent '{swarm}' at {endpoint['base_url']}"
                 router._mark_unreachable(swarm, reason)
                 raise InterswarmError(reason, swarm_name=swarm) from exc

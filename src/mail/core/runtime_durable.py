@@ -39,10 +39,9 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_ports import HostLink, TaskLog
+from mail.core.runtime_ports import HostLink, TaskQueues
 from mail.core.tasks import INTERRUPTED_SUBJECT, ROLLED_BACK_SUBJECT
 
 logger = logging.getLogger("mail.runtime")
@@ -85,17 +84,11 @@ class Requeue(Protocol):
     def requeue(self, task: Any, message: MAILMessage, kwargs: dict[str, Any]) -> None: ...
 
 
-class JournalHost(TaskLog, Protocol):
+class JournalHost(TaskQueues, Protocol):
     """What the journal uses of the runtime."""
 
-    journal: Any
-
-    @property
-    def mailbox(self) -> Mailbox: ...
     @property
     def inboxes(self) -> AgentInboxes: ...
-    @property
-    def agent_histories(self) -> dict[str, list[dict[str, Any]]]: ...
 
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
     def _run_turn(

@@ -37,10 +37,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_ports import HostLink, TaskLog, TurnLocks
+from mail.core.runtime_ports import HostLink, TaskQueues, TurnLocks
 from mail.core.system_messages import system_task_end
 from mail.core.tasks import (
     INTERRUPTED_SUBJECT,
@@ -95,17 +94,12 @@ class Waiters(Protocol):
     def resolve(self, task_id: str, response: MAILMessage) -> None: ...
 
 
-class MultitaskHost(TaskLog, TurnLocks, Protocol):
+class MultitaskHost(TaskQueues, TurnLocks, Protocol):
     """What the strategies use of the runtime."""
 
-    journal: Any
-
-    @property
-    def mailbox(self) -> Mailbox: ...
     @property
     def inboxes(self) -> AgentInboxes: ...
-    @property
-    def agent_histories(self) -> Any: ...
+
     @property
     def waiters(self) -> Waiters: ...
     @property

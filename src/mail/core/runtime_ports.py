@@ -104,6 +104,18 @@ class TaskLog(Protocol):
     def _complete_task(self, task_id: str, response: MAILMessage) -> None: ...
 
 
+class TaskQueues(TaskLog, Protocol):
+    """Where a task's pending messages wait (the journal, the mailbox) and the histories
+    they end in: the journal's and the multitask strategies' view, with `inboxes`."""
+
+    journal: Any
+
+    @property
+    def mailbox(self) -> Mailbox: ...
+    @property
+    def agent_histories(self) -> Any: ...
+
+
 class Swarm(TaskLog, Protocol):
     """Who is who in this swarm, and the queue messages to them go into."""
 

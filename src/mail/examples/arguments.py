@@ -1,15 +1,37 @@
-"""Reading an example action's arguments: the checks the example actions share.
+"""An example action's arguments: the schema pieces and the checks the example actions share.
 
-Each function takes the action's ``args`` and one field's name and returns the value the
-action works with, or raises ValueError naming the field (the agent gets the message as the
-call's error). Whole numbers are clamped to their range rather than refused, as the schemas'
-``minimum``/``maximum`` advise the model.
+`schema` and the pieces after it build the JSON schema an action declares. Each check takes
+the action's ``args`` and one field's name and returns the value the action works with, or
+raises ValueError naming the field (the agent gets the message as the call's error). Whole
+numbers are clamped to their range rather than refused, as the schemas' ``minimum``/``maximum``
+advise the model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+
+def schema(required: Sequence[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    """An action's parameters: an object with these properties, `required` among them."""
+    return {"type": "object", "properties": properties, "required": list(required)}
+
+
+def string(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def one_of(options: Sequence[str], description: str) -> dict[str, Any]:
+    return {"type": "string", "enum": list(options), "description": description}
+
+
+def integer(description: str, low: int, high: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": low, "maximum": high, "description": description}
+
+
+def array(items: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"type": "array", "items": items, "description": description}
 
 
 def required_text(args: dict[str, Any], field: str) -> str:

@@ -16,19 +16,13 @@ router = APIRouter()
 
 
 @router.post("/interswarm/forward")
-@idempotent()
-async def interswarm_forward(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
-    state = get_state(request)
-    envelope = interswarm.validate_envelope(await read_json_object(request), state.config.settings)
-    return JSONBody(await interswarm.receive(state, caller, envelope, "forward"))
-
-
 @router.post("/interswarm/back")
 @idempotent()
-async def interswarm_back(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
+async def interswarm_receive(request: Request, caller: Caller = Depends(caller_agent)) -> JSONBody:
     state = get_state(request)
     envelope = interswarm.validate_envelope(await read_json_object(request), state.config.settings)
-    return JSONBody(await interswarm.receive(state, caller, envelope, "back"))
+    direction = request.scope["route"].path.rpartition("/")[2]  # forward or back
+    return JSONBody(await interswarm.receive(state, caller, envelope, direction))
 
 
 # Runs a whole task and waits for its answer: the key is taken with the task id before the

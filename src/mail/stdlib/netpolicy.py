@@ -13,7 +13,7 @@ import functools
 import ipaddress
 import socket
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +24,22 @@ from mail.config import StdlibNetConfig
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-__all__ = ["AddressPolicy", "AddressRefused", "resolve", "shared_ssl_context"]
+__all__ = ["AddressPolicy", "AddressRefused", "exception_chain", "resolve", "shared_ssl_context"]
 
 
 class AddressRefused(Exception):
     """A connection the guard will not open; the message says why and how to allow it."""
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or during, innermost last (a cycle ends it): where
+    a refusal or a connect error hides behind a client library's own error."""
+    seen: BaseException | None = exc
+    met: set[int] = set()
+    while seen is not None and id(seen) not in met:
+        met.add(id(seen))
+        yield seen
+        seen = seen.__cause__ or seen.__context__
 
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")

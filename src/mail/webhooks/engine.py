@@ -135,6 +135,15 @@ class DeliveryEngine:
         this returns, every event recorded before it (an answer already out) has its
         deliveries stored, for a read of the delivery log (the rounds do this a moment
         later; on PostgreSQL a read could come first)."""
+        await self._store_events()
+        now = time.time()
+        if await self.store.fan_out(
+            self.swarm_name, now, FAN_OUT_BATCH, self.pending_limits, wait=True
+        ):
+            self.kick()
+
+    async def _store_events(self) -> None:
+        """Move the events `record_events` kept into the store (kept again if that fails)."""
         if self._events:
             events, self._events = self._events, []
             try:
@@ -142,11 +151,6 @@ class DeliveryEngine:
             except BaseException:
                 self._events[:0] = events
                 raise
-        now = time.time()
-        if await self.store.fan_out(
-            self.swarm_name, now, FAN_OUT_BATCH, self.pending_limits, wait=True
-        ):
-            self.kick()
 
     async def start(self) -> None:
         if self.single_server:
@@ -269,13 +273,7 @@ class DeliveryEngine:
         if self._flush_due and self.flush is not None:
             self._flush_due = False
             await self.flush(_FLUSH_WAIT)
-        if self._events:
-            events, self._events = self._events, []
-            try:
-                await self.store.add_events(events)
-            except BaseException:
-                self._events[:0] = events
-                raise
+        await self._store_events()
         now = time.time()
         if self._next_due is not None and self._next_due <= now:
             self._next_due = None

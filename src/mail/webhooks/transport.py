@@ -275,14 +275,9 @@ class WebhookTransport:
 
 def _refusal(exc: BaseException) -> BaseException | None:
     """The guard's refusal behind an aiohttp error, if that is what it is."""
-    from mail.stdlib.netpolicy import AddressRefused
+    from mail.stdlib.netpolicy import AddressRefused, exception_chain
 
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, AddressRefused):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    return next((seen for seen in exception_chain(exc) if isinstance(seen, AddressRefused)), None)
 
 
 async def _read_some(content: Any, limit: int) -> bytes:

@@ -9,23 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from mail.api import MAILAction
+from mail.examples.arguments import integer, schema, string
 from mail.examples.math_dummy.evaluator import evaluate
 
 DESCRIPTION = "Evaluate a basic arithmetic expression inside the math agent"
 
-PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "expression": {"type": "string", "description": "Expression to evaluate"},
-        "precision": {
-            "type": "integer",
-            "minimum": 0,
-            "maximum": 12,
-            "description": "Optional number of decimal places",
-        },
-    },
-    "required": ["expression"],
-}
+PARAMETERS = schema(
+    ["expression"],
+    expression=string("Expression to evaluate"),
+    precision=integer("Optional number of decimal places", 0, 12),
+)
 
 
 def _format(value: int | float, precision: int | None) -> str:

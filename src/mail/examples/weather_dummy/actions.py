@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from mail.api import MAILAction
-from mail.examples.arguments import required_text
+from mail.examples.arguments import required_text, schema, string
 
 CONDITIONS = (
     "sunny",
@@ -38,21 +38,15 @@ class GetWeatherForecastArgs(BaseModel):
     metric: bool | None = Field(default=None, description="Whether to use metric units")
 
 
-PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "location": {
-            "type": "string",
-            "description": "The location to get the weather forecast for",
-        },
-        "days_ahead": {
-            "type": "integer",
-            "description": "The number of days ahead to get the weather forecast for",
-        },
-        "metric": {"type": "boolean", "description": "Whether to use metric units"},
+PARAMETERS = schema(
+    ["location"],
+    location=string("The location to get the weather forecast for"),
+    days_ahead={
+        "type": "integer",
+        "description": "The number of days ahead to get the weather forecast for",
     },
-    "required": ["location"],
-}
+    metric={"type": "boolean", "description": "Whether to use metric units"},
+)
 
 
 def forecast(location: str, days_ahead: int = 0, metric: bool = True) -> dict[str, Any]:

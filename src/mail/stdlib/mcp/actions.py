@@ -10,7 +10,7 @@ the transport while they arrive) and its text by ``max_result_chars``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from mail.api.actions import MAILAction
 from mail.stdlib._common import bad_args, error, exception_text, settings, stdlib_action
 from mail.stdlib.mcp.connect import AddressRefused, ByteBudget, ServerRefused, open_transport
+from mail.stdlib.netpolicy import exception_chain
 
 _SERVER_URL = {"type": "string", "description": "URL of the MCP server (http:// or https://)."}
 
@@ -94,23 +95,13 @@ def _is_timeout(exc: BaseException) -> bool:
     return any(
         isinstance(seen, TimeoutError | httpx2.TimeoutException | httpcore2.TimeoutException)
         or getattr(getattr(seen, "error", None), "code", None) == _REQUEST_TIMEOUT
-        for seen in _chain(exc)
+        for seen in exception_chain(exc)
     )
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and what it was raised from or during, innermost last (a cycle ends it)."""
-    seen: BaseException | None = exc
-    met: set[int] = set()
-    while seen is not None and id(seen) not in met:
-        met.add(id(seen))
-        yield seen
-        seen = seen.__cause__ or seen.__context__
 
 
 def _cause_text(exc: BaseException) -> str:
     """Prefer a guard refusal anywhere in the chain (the SDK may wrap it)."""
-    for seen in _chain(exc):
+    for seen in exception_chain(exc):
         if isinstance(seen, AddressRefused | ServerRefused):
             return error(str(seen))
     return exception_text(exc)

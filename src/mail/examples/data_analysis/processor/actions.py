@@ -10,37 +10,19 @@ from random import Random
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import bounded_text, choice, clamped
+from mail.examples.arguments import bounded_text, choice, clamped, integer, one_of, schema, string
 
 DATASETS = ("sales", "users", "inventory", "weather")
 MAX_ROWS = 1000
 MAX_CSV_CHARS = 200_000
 
-GENERATE_SAMPLE_DATA_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "dataset": {
-            "type": "string",
-            "enum": list(DATASETS),
-            "description": "Which kind of sample data to make",
-        },
-        "rows": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": MAX_ROWS,
-            "description": "How many rows (default 10)",
-        },
-    },
-    "required": ["dataset"],
-}
+GENERATE_SAMPLE_DATA_PARAMETERS = schema(
+    ["dataset"],
+    dataset=one_of(DATASETS, "Which kind of sample data to make"),
+    rows=integer("How many rows (default 10)", 1, MAX_ROWS),
+)
 
-PARSE_CSV_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "data": {"type": "string", "description": "CSV text; the first line names the columns"},
-    },
-    "required": ["data"],
-}
+PARSE_CSV_PARAMETERS = schema(["data"], data=string("CSV text; the first line names the columns"))
 
 _START = date(2025, 1, 1)
 

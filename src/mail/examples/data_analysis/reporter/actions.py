@@ -7,29 +7,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import objects, required_text
+from mail.examples.arguments import array, objects, required_text, schema, string
 
 MAX_SECTIONS = 50
 
-FORMAT_REPORT_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "title": {"type": "string", "description": "The report's title"},
-        "sections": {
-            "type": "array",
-            "description": "The report's sections, in order",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "heading": {"type": "string", "description": "The section's heading"},
-                    "content": {"description": "The section's text, or an object or list to show"},
-                },
-                "required": ["heading", "content"],
-            },
-        },
-    },
-    "required": ["title", "sections"],
-}
+FORMAT_REPORT_PARAMETERS = schema(
+    ["title", "sections"],
+    title=string("The report's title"),
+    sections=array(
+        schema(
+            ["heading", "content"],
+            heading=string("The section's heading"),
+            content={"description": "The section's text, or an object or list to show"},
+        ),
+        "The report's sections, in order",
+    ),
+)
 
 
 def _render(content: Any) -> str:

@@ -8,6 +8,7 @@ import statistics as stats
 from typing import Any
 
 from mail.api import action
+from mail.examples.arguments import array, schema
 
 METRICS = (
     "count",
@@ -27,31 +28,20 @@ METRICS = (
 DEFAULT_METRICS = ("count", "mean", "median", "std", "min", "max")
 MAX_VALUES = 100_000
 
-CALCULATE_STATISTICS_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "data": {
-            "type": "array",
-            "items": {"type": "number"},
-            "description": "The numbers to describe",
-        },
-        "metrics": {
-            "type": "array",
-            "items": {"type": "string", "enum": list(METRICS)},
-            "description": f"Which figures to compute (default: {', '.join(DEFAULT_METRICS)})",
-        },
-    },
-    "required": ["data"],
-}
+CALCULATE_STATISTICS_PARAMETERS = schema(
+    ["data"],
+    data=array({"type": "number"}, "The numbers to describe"),
+    metrics=array(
+        {"type": "string", "enum": list(METRICS)},
+        f"Which figures to compute (default: {', '.join(DEFAULT_METRICS)})",
+    ),
+)
 
-RUN_CORRELATION_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "x": {"type": "array", "items": {"type": "number"}, "description": "First series"},
-        "y": {"type": "array", "items": {"type": "number"}, "description": "Second series"},
-    },
-    "required": ["x", "y"],
-}
+RUN_CORRELATION_PARAMETERS = schema(
+    ["x", "y"],
+    x=array({"type": "number"}, "First series"),
+    y=array({"type": "number"}, "Second series"),
+)
 
 
 def _numbers(values: Any, field: str) -> list[float]:

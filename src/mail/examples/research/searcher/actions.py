@@ -13,31 +13,18 @@ import re
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import bounded_text, choice, required_text
+from mail.examples.arguments import bounded_text, choice, one_of, required_text, schema, string
 
 SOURCES = ("wikipedia", "academic", "news", "general")
 MAX_TEXT = 100_000
 
-SEARCH_TOPIC_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "What to look up"},
-        "source": {
-            "type": "string",
-            "enum": list(SOURCES),
-            "description": "Which kind of source to prefer (default general)",
-        },
-    },
-    "required": ["query"],
-}
+SEARCH_TOPIC_PARAMETERS = schema(
+    ["query"],
+    query=string("What to look up"),
+    source=one_of(SOURCES, "Which kind of source to prefer (default general)"),
+)
 
-EXTRACT_FACTS_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "text": {"type": "string", "description": "The text to pull factual statements from"},
-    },
-    "required": ["text"],
-}
+EXTRACT_FACTS_PARAMETERS = schema(["text"], text=string("The text to pull factual statements from"))
 
 _KINDS = {
     "wikipedia": ("encyclopedia article", "https://encyclopedia.example/wiki/"),

@@ -8,7 +8,17 @@ from collections import Counter
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import bounded_text, choice, clamped, objects
+from mail.examples.arguments import (
+    array,
+    bounded_text,
+    choice,
+    clamped,
+    integer,
+    objects,
+    one_of,
+    schema,
+    string,
+)
 
 STYLES = ("apa", "mla", "chicago", "simple")
 MAX_TEXT = 100_000
@@ -17,45 +27,25 @@ _STOP = frozenset(
     "were which with".split()
 )
 
-SUMMARIZE_TEXT_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "text": {"type": "string", "description": "The text to condense"},
-        "max_length": {
-            "type": "integer",
-            "minimum": 50,
-            "maximum": 2000,
-            "description": "The longest summary wanted, in characters (default 300)",
-        },
-    },
-    "required": ["text"],
-}
+SUMMARIZE_TEXT_PARAMETERS = schema(
+    ["text"],
+    text=string("The text to condense"),
+    max_length=integer("The longest summary wanted, in characters (default 300)", 50, 2000),
+)
 
-CREATE_BIBLIOGRAPHY_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "sources": {
-            "type": "array",
-            "description": "The sources to list",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "title": {"type": "string"},
-                    "author": {"type": "string"},
-                    "url": {"type": "string"},
-                    "date": {"type": "string"},
-                    "source_type": {"type": "string"},
-                },
-            },
+_SOURCE_FIELDS = ("title", "author", "url", "date", "source_type")
+
+CREATE_BIBLIOGRAPHY_PARAMETERS = schema(
+    ["sources"],
+    sources=array(
+        {
+            "type": "object",
+            "properties": {field: {"type": "string"} for field in _SOURCE_FIELDS},
         },
-        "style": {
-            "type": "string",
-            "enum": list(STYLES),
-            "description": "The citation style (default apa)",
-        },
-    },
-    "required": ["sources"],
-}
+        "The sources to list",
+    ),
+    style=one_of(STYLES, "The citation style (default apa)"),
+)
 
 
 def summarize(text: str, max_length: int) -> str:

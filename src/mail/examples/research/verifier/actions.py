@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import objects, required_text
+from mail.examples.arguments import array, objects, required_text, schema, string
 
 # How much one piece of evidence counts, by the kind of source it came from.
 SOURCE_WEIGHTS: dict[str, float] = {
@@ -27,41 +27,27 @@ SOURCE_WEIGHTS: dict[str, float] = {
 
 _HEDGES = re.compile(r"\b(always|never|all|none|every|guaranteed|proves|100%)\b", re.I)
 
-VERIFY_CLAIM_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "claim": {"type": "string", "description": "The statement to check"},
-        "sources": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "URLs or names of sources that bear on the claim",
-        },
-    },
-    "required": ["claim"],
-}
+VERIFY_CLAIM_PARAMETERS = schema(
+    ["claim"],
+    claim=string("The statement to check"),
+    sources=array({"type": "string"}, "URLs or names of sources that bear on the claim"),
+)
 
-RATE_CONFIDENCE_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "claim": {"type": "string", "description": "The statement the evidence is about"},
-        "evidence": {
-            "type": "array",
-            "description": "Pieces of evidence for or against the claim",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "source": {"type": "string", "description": "Where it comes from"},
-                    "source_type": {
-                        "type": "string",
-                        "description": f"One of: {', '.join(SOURCE_WEIGHTS)}",
-                    },
-                    "supports": {"type": "boolean", "description": "Whether it supports it"},
-                },
+RATE_CONFIDENCE_PARAMETERS = schema(
+    ["claim", "evidence"],
+    claim=string("The statement the evidence is about"),
+    evidence=array(
+        {
+            "type": "object",
+            "properties": {
+                "source": string("Where it comes from"),
+                "source_type": string(f"One of: {', '.join(SOURCE_WEIGHTS)}"),
+                "supports": {"type": "boolean", "description": "Whether it supports it"},
             },
         },
-    },
-    "required": ["claim", "evidence"],
-}
+        "Pieces of evidence for or against the claim",
+    ),
+)
 
 
 def confidence_from(evidence: list[dict[str, Any]]) -> dict[str, Any]:

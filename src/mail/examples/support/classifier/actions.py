@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import required_text
+from mail.examples.arguments import required_text, schema, string
 
 # Category -> words that point to it (a word counts once).
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -20,13 +20,9 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 URGENT_WORDS = ("urgent", "immediately", "asap", "emergency", "lawyer", "fraud", "stolen")
 HIGH_WORDS = ("angry", "unacceptable", "twice", "again", "still", "days", "weeks", "cancel")
 
-CLASSIFY_TICKET_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "text": {"type": "string", "description": "The ticket text as the customer wrote it"},
-    },
-    "required": ["text"],
-}
+CLASSIFY_TICKET_PARAMETERS = schema(
+    ["text"], text=string("The ticket text as the customer wrote it")
+)
 
 
 def classify(text: str) -> dict[str, Any]:

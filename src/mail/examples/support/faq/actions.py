@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import clamped, required_text
+from mail.examples.arguments import clamped, integer, required_text, schema, string
 
 # (id, question, answer): a made-up shop's help centre.
 FAQ: tuple[tuple[str, str, str], ...] = (
@@ -79,19 +79,11 @@ _STOP = frozenset(
     "which who why will with you your".split()
 )
 
-SEARCH_FAQ_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "The customer's question or keywords"},
-        "max_results": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 10,
-            "description": "How many entries to return at most (default 3)",
-        },
-    },
-    "required": ["query"],
-}
+SEARCH_FAQ_PARAMETERS = schema(
+    ["query"],
+    query=string("The customer's question or keywords"),
+    max_results=integer("How many entries to return at most (default 3)", 1, 10),
+)
 
 
 def _words(text: str) -> set[str]:

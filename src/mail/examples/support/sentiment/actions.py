@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mail.api import action
-from mail.examples.arguments import choice, required_text
+from mail.examples.arguments import choice, one_of, required_text, schema, string
 
 POSITIVE = frozenset(
     "thanks thank great good love happy pleased excellent helpful quick perfect glad".split()
@@ -21,27 +21,14 @@ NEGATIVE = frozenset(
 INTENSIFIERS = frozenset("very really extremely so totally completely".split())
 PRIORITIES = ("high", "urgent")
 
-ANALYZE_SENTIMENT_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "text": {"type": "string", "description": "What the customer wrote"},
-    },
-    "required": ["text"],
-}
+ANALYZE_SENTIMENT_PARAMETERS = schema(["text"], text=string("What the customer wrote"))
 
-CREATE_ESCALATION_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "ticket_id": {"type": "string", "description": "The ticket to escalate"},
-        "reason": {"type": "string", "description": "Why a person should look at it"},
-        "priority": {
-            "type": "string",
-            "enum": list(PRIORITIES),
-            "description": "How soon a person should look at it",
-        },
-    },
-    "required": ["ticket_id", "reason", "priority"],
-}
+CREATE_ESCALATION_PARAMETERS = schema(
+    ["ticket_id", "reason", "priority"],
+    ticket_id=string("The ticket to escalate"),
+    reason=string("Why a person should look at it"),
+    priority=one_of(PRIORITIES, "How soon a person should look at it"),
+)
 
 
 def score_sentiment(text: str) -> dict[str, Any]:

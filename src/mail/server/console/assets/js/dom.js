@@ -70,6 +70,44 @@ export function errorState(title, error, retry) {
       h("button", { class: "btn", type: "button", onclick: retry }, "Try again")) : null);
 }
 
+// A screen's status line, hidden until `say(text, bad)` shows text in it (an error when `bad`).
+export function statusLine(attrs) {
+  const line = h("p", { class: "form-notice", role: "status", ...attrs });
+  line.hidden = true;
+  const say = (text, bad) => {
+    line.textContent = text;
+    line.className = bad ? "form-error" : "form-notice";
+    line.hidden = false;
+  };
+  return [line, say];
+}
+
+// A button's click handler: runs `work`, says `what` (or why it failed), then `reload()`s.
+export const actionOf = (say, reload) => (what, work) => async () => {
+  try {
+    await work();
+    say(what);
+  } catch (error) {
+    say(`${what.replace(/\.$/, "")} failed: ${describeError(error)}`, true);
+  }
+  reload();
+};
+
+// Loads a list into `target`: its loading state, then `show(items)` of what `fetch` gives (or
+// `empty()` when none), or the error with a retry; nothing more once `alive()` is false.
+export function listLoader(target, { what, fetch, empty, show, failed, alive }) {
+  const load = async () => {
+    replace(target, loadingState(what));
+    try {
+      const items = await fetch();
+      if (alive()) replace(target, items.length ? show(items) : empty());
+    } catch (error) {
+      if (alive()) replace(target, errorState(failed, error, load));
+    }
+  };
+  return load;
+}
+
 export function describeError(error) {
   if (!error) return "Unknown error";
   if (error.status) return `${error.status}: ${error.message}`;

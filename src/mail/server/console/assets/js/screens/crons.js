@@ -3,7 +3,7 @@
 // resume or delete one, or schedule a new one. Everything comes from GET /crons; all text
 // goes in as text.
 
-import { badge, describeError, emptyState, errorState, formatTime, h, loadingState, replace, shortId } from "../dom.js";
+import { actionOf, badge, describeError, emptyState, formatTime, h, listLoader, shortId, statusLine } from "../dom.js";
 import { request } from "../api.js";
 
 const path = (id) => `/crons/${encodeURIComponent(id)}`;
@@ -19,29 +19,17 @@ const cronsApi = {
 
 export function render(container) {
   const list = h("section", { class: "wh-list", id: "cron-list", "aria-label": "Scheduled tasks" });
-  const message = h("p", { class: "form-notice", role: "status", id: "cron-message" });
-  message.hidden = true;
-  const say = (text, bad) => {
-    message.textContent = text;
-    message.className = bad ? "form-error" : "form-notice";
-    message.hidden = false;
-  };
+  const [message, say] = statusLine({ id: "cron-message" });
   let alive = true;
-  const load = async () => {
-    replace(list, loadingState("scheduled tasks"));
-    try {
-      const crons = (await cronsApi.list()).crons || [];
-      if (!alive) return;
-      if (!crons.length) {
-        replace(list, emptyState("No scheduled tasks yet",
-          "Schedule a message: the swarm gets it at each time, and each run is a task of yours."));
-        return;
-      }
-      replace(list, h("ul", { class: "wh-cards", id: "cron-cards" }, crons.map((cron) => card(cron, say, load))));
-    } catch (error) {
-      if (alive) replace(list, errorState("Could not load your scheduled tasks", error, load));
-    }
-  };
+  const load = listLoader(list, {
+    what: "scheduled tasks",
+    fetch: async () => (await cronsApi.list()).crons || [],
+    empty: () => emptyState("No scheduled tasks yet",
+      "Schedule a message: the swarm gets it at each time, and each run is a task of yours."),
+    show: (crons) => h("ul", { class: "wh-cards", id: "cron-cards" }, crons.map((cron) => card(cron, say, load))),
+    failed: "Could not load your scheduled tasks",
+    alive: () => alive,
+  });
   container.appendChild(h("div", { class: "webhooks-screen" },
     h("div", { class: "toolbar" }, h("h1", {}, "Scheduled tasks"),
       h("button", { type: "button", class: "btn btn-quiet", onclick: load }, "Refresh")),
@@ -52,15 +40,7 @@ export function render(container) {
 }
 
 function card(cron, say, reload) {
-  const act = (what, work) => async () => {
-    try {
-      await work();
-      say(what);
-    } catch (error) {
-      say(`${what.replace(/\.$/, "")} failed: ${describeError(error)}`, true);
-    }
-    reload();
-  };
+  const act = actionOf(say, reload);
   const text = cron.message?.body ?? cron.message?.message ?? "";
   return h("li", { class: "wh-card", dataset: { cron: cron.id } },
     h("div", { class: "wh-card-head" },

@@ -2,17 +2,11 @@
 // removing one; plus this server's own health status.
 
 import { api } from "../api.js";
-import { badge, describeError, emptyState, errorState, h, loadingState, relativeTime, replace } from "../dom.js";
+import { badge, describeError, emptyState, errorState, h, loadingState, relativeTime, replace, statusLine } from "../dom.js";
 
 export function render(container) {
   const body = h("div", {});
-  const message = h("p", { class: "form-notice", role: "status" });
-  message.hidden = true;
-  const say = (text, bad) => {
-    message.textContent = text;
-    message.className = bad ? "form-error" : "form-notice";
-    message.hidden = false;
-  };
+  const [message, say] = statusLine();
   const name = h("input", { id: "reg-name", required: true, placeholder: "meteo", autocomplete: "off" });
   const url = h("input", { id: "reg-url", required: true, type: "url", placeholder: "https://meteo.example.org", autocomplete: "off" });
   const token = h("input", { id: "reg-token", type: "password", placeholder: "optional", autocomplete: "off" });

@@ -3,7 +3,7 @@
 // every attempt with its status, latency and the start of the receiver's answer, and a retry
 // button. Everything shown comes from GET /webhooks...; all text goes in as text.
 
-import { describeError, badge, emptyState, errorState, formatTime, h, loadingState, relativeTime, replace, shortId } from "../dom.js";
+import { actionOf, describeError, badge, emptyState, errorState, formatTime, h, listLoader, loadingState, relativeTime, replace, shortId, statusLine } from "../dom.js";
 import { webhooksApi } from "../webhooks-api.js";
 
 const STATUS_KIND = { delivered: "good", pending: "warn", failed: "bad" };
@@ -12,13 +12,7 @@ export function render(container, params) {
   const selected = params[0] || null;
   const list = h("section", { class: "wh-list", id: "wh-list", "aria-label": "Webhooks" });
   const log = h("section", { class: "wh-log", id: "wh-log", "aria-label": "Deliveries" });
-  const message = h("p", { class: "form-notice", role: "status", id: "wh-message" });
-  message.hidden = true;
-  const say = (text, bad) => {
-    message.textContent = text;
-    message.className = bad ? "form-error" : "form-notice";
-    message.hidden = false;
-  };
+  const [message, say] = statusLine({ id: "wh-message" });
   const secretBox = h("div", { class: "wh-secret", id: "wh-secret", role: "alert" });
   secretBox.hidden = true;
   const form = createForm(say, (made) => {
@@ -33,22 +27,16 @@ export function render(container, params) {
     h("div", { class: "wh-grid" }, h("div", { class: "wh-main" }, list, selected ? log : null), h("aside", {}, form))));
 
   let alive = true;
-  const loadList = async () => {
-    replace(list, loadingState("webhooks"));
-    try {
-      const hooks = (await webhooksApi.list()).webhooks || [];
-      if (!alive) return;
-      if (!hooks.length) {
-        replace(list, emptyState("No webhooks yet",
-          "Create one to have your tasks' endings, pauses and reviews POSTed to your server, signed (Standard Webhooks)."));
-        return;
-      }
-      replace(list, h("ul", { class: "wh-cards", id: "wh-cards" },
-        hooks.map((hook) => card(hook, hook.id === selected, { say, reload: loadList, secretBox }))));
-    } catch (error) {
-      if (alive) replace(list, errorState("Could not load your webhooks", error, loadList));
-    }
-  };
+  const loadList = listLoader(list, {
+    what: "webhooks",
+    fetch: async () => (await webhooksApi.list()).webhooks || [],
+    empty: () => emptyState("No webhooks yet",
+      "Create one to have your tasks' endings, pauses and reviews POSTed to your server, signed (Standard Webhooks)."),
+    show: (hooks) => h("ul", { class: "wh-cards", id: "wh-cards" },
+      hooks.map((hook) => card(hook, hook.id === selected, { say, reload: loadList, secretBox }))),
+    failed: "Could not load your webhooks",
+    alive: () => alive,
+  });
 
   const loadLog = async () => {
     replace(log, loadingState("deliveries"));
@@ -93,15 +81,7 @@ function showSecret(box, secret, title) {
 
 function card(hook, active, { say, reload, secretBox }) {
   const state = hook.active ? badge("active", "good") : badge("disabled", "bad");
-  const act = (what, work) => async () => {
-    try {
-      await work();
-      say(what);
-    } catch (error) {
-      say(`${what.replace(/\.$/, "")} failed: ${describeError(error)}`, true);
-    }
-    reload();
-  };
+  const act = actionOf(say, reload);
   return h("li", { class: `wh-card${active ? " active" : ""}`, dataset: { webhook: hook.id } },
     h("div", { class: "wh-card-head" },
       h("a", { class: "mono wh-url", href: `#/webhooks/${encodeURIComponent(hook.id)}`, title: hook.url }, hook.url),
