@@ -86,6 +86,10 @@ class SqlConn:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
         raise NotImplementedError
 
+    def snapshot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """A read-only transaction: its reads see one state of the database."""
+        raise NotImplementedError
+
     def locking(self, clause: str) -> str:
         """`clause` (``FOR UPDATE ...``) where rows are locked (PostgreSQL), else nothing."""
         return clause if self.postgres else ""
@@ -134,6 +138,14 @@ class SqliteConn(SqlConn):
             raise
         self._end(None)
 
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[None]:
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
     def _end(self, error: type[BaseException] | None) -> None:
         self._pending, opened, self._open = False, self._open, None
         if opened is not None:
@@ -166,6 +178,9 @@ class PostgresConn(SqlConn):
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self.conn.transaction()  # type: ignore[no-any-return]
+
+    def snapshot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.conn.transaction(isolation="repeatable_read", readonly=True)  # type: ignore[no-any-return]
 
 
 Op = Callable[Concatenate[SqlConn, P], Coroutine[Any, Any, T]]
