@@ -60,6 +60,11 @@ def sqlite_text(sql: str) -> tuple[str, bool]:
     return text, not text.lstrip().upper().startswith(("SELECT", "WITH"))
 
 
+def marks(values: Sequence[Any]) -> str:
+    """One ``?`` per value: ``x IN ({marks(values)})`` for a short list on a hot path."""
+    return ", ".join("?" * len(values))
+
+
 class SqlConn:
     """The interface of a connection, whichever the database."""
 
@@ -128,15 +133,16 @@ class SqliteConn(SqlConn):
         self._begin(writes)
         self.conn.executemany(text, [_sqlite_args(r) for r in rows])
 
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
+    def transaction(self) -> SqliteConn:
+        return self
+
+    async def __aenter__(self) -> None:  # transaction(): BEGIN IMMEDIATE at the first write
         self._pending = True
-        try:
-            yield
-        except BaseException as exc:
-            self._end(type(exc))
-            raise
-        self._end(None)
+
+    async def __aexit__(self, error: type[BaseException] | None, *rest: object) -> None:
+        self._pending, opened, self._open = False, self._open, None
+        if opened is not None:
+            opened.__exit__(error)
 
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[None]:
@@ -145,11 +151,6 @@ class SqliteConn(SqlConn):
             yield
         finally:
             self.conn.execute("COMMIT")
-
-    def _end(self, error: type[BaseException] | None) -> None:
-        self._pending, opened, self._open = False, self._open, None
-        if opened is not None:
-            opened.__exit__(error)
 
 
 class PostgresConn(SqlConn):
