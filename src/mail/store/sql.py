@@ -3,7 +3,8 @@
 A statement is written once, in the common subset of both dialects, with three spellings
 translated for each database (once per text, then cached):
 
-- ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N``;
+- ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N`` (so no ``?``
+  may appear elsewhere, in a literal or an operator);
 - ``x = ANY(?)`` with a Python list: ``x IN (SELECT value FROM json_each(?))`` on SQLite
   (the list bound as JSON);
 - booleans are ``TRUE`` / ``FALSE`` (SQLite reads them as 1 / 0).
@@ -41,7 +42,7 @@ _MARK = re.compile(r"\?(\d*)")
 _ANY = re.compile(r"=\s*ANY\(\?(\d*)\)")
 
 
-@functools.cache
+@functools.lru_cache(maxsize=2048)
 def postgres_text(sql: str) -> str:
     count = 0
 
@@ -53,7 +54,7 @@ def postgres_text(sql: str) -> str:
     return _MARK.sub(number, sql)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=2048)
 def sqlite_text(sql: str) -> tuple[str, bool]:
     """The SQLite text, and whether it writes."""
     text = _ANY.sub(r"IN (SELECT value FROM json_each(?\1))", sql)
