@@ -104,7 +104,7 @@ async def test_subscriptions_per_caller_are_bounded(
 async def test_a_burst_of_creates_cannot_pass_the_quota(
     receiver: tuple[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
-    from mail.store.webhooks_sqlite import SqliteWebhookStore
+    from mail.store.webhooks_sql import SqliteWebhookStore
 
     url, _ = receiver
     cfg = WebhooksConfig(allowed_hosts=["127.0.0.1"], max_subscriptions_per_caller=2)

@@ -82,11 +82,11 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "memory":
         made = MemoryWebhookStore()
     elif request.param == "sqlite":
-        from mail.store.webhooks_sqlite import SqliteWebhookStore
+        from mail.store.webhooks_sql import SqliteWebhookStore
 
         made = SqliteWebhookStore(tmp_path / "mail.db")
     else:
-        from mail.store.webhooks_postgres import PostgresWebhookStore
+        from mail.store.webhooks_sql import PostgresWebhookStore
 
         with scratch_schema("webhooks") as schema:
             made = PostgresWebhookStore(with_search_path(BASE_URL, schema))
@@ -460,11 +460,11 @@ async def test_the_outbox_commits_with_its_event_even_past_a_batch_boundary(
     await task_store.outbox_write(key, "save_response", ("t-1", {"x": 1}), [rows[0]])
     assert await task_store.flush(10)
     if task_store.backend == "sqlite":
-        from mail.store.webhooks_sqlite import SqliteWebhookStore
+        from mail.store.webhooks_sql import SqliteWebhookStore
 
         hooks: WebhookStore = SqliteWebhookStore(tmp_path / "mail.db")
     else:
-        from mail.store.webhooks_postgres import PostgresWebhookStore
+        from mail.store.webhooks_sql import PostgresWebhookStore
 
         hooks = PostgresWebhookStore(task_store._dsn)
     await hooks.start()

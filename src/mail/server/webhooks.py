@@ -57,13 +57,13 @@ def subscription_store(store: Any) -> Any:
     backend = getattr(store, "backend", "memory") if store is not None else "memory"
     if backend == "postgres":
         from mail.store import database_url_from_env
-        from mail.store.webhooks_postgres import PostgresWebhookStore
+        from mail.store.webhooks_sql import PostgresWebhookStore
 
         url = database_url_from_env()
         assert url is not None
         return PostgresWebhookStore(url)
     if backend == "sqlite":
-        from mail.store.webhooks_sqlite import SqliteWebhookStore
+        from mail.store.webhooks_sql import SqliteWebhookStore
 
         return SqliteWebhookStore(store.path)
     from mail.store.webhooks_memory import MemoryWebhookStore

@@ -18,7 +18,6 @@ from mail.store.base import (
 from mail.store.base import (
     STREAMED_OUTCOME,
     InstanceKey,
-    InstanceSnapshot,
     parse_start_time,
 )
 from mail.store.lifecycle import (
@@ -26,16 +25,15 @@ from mail.store.lifecycle import (
     PRUNE_BATCH,
     TASK_CONTENT,
     TASK_TABLES,
-    Cursor,
     PruneReport,
-    TaskLifecycle,
     batch_by_bytes,
     queue_keys,
     task_of_queue_key,
 )
+from mail.store.lifecycle_sql import SqlLifecycle, _wanted
 from mail.store.pg_unreachable import unavailable_when_unreachable
 from mail.store.postgres import _isoformat, _pg_json
-from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
+from mail.store.sql import PostgresSql
 
 _KEY = "swarm_name = $1 AND caller_role = $2 AND caller_id = $3"
 _IDS = "task_id = ANY($4::text[])"
@@ -46,24 +44,6 @@ _FINISHED = f"""NOT COALESCE(is_running, FALSE) AND COALESCE(metadata->>'state',
          WHEN jsonb_array_length(COALESCE(metadata->'breakpoint_calls', '[]'::jsonb)) > 0
            OR jsonb_array_length(COALESCE(metadata->'pending_reviews', '[]'::jsonb)) > 0
          THEN 'paused' ELSE 'completed' END) IN {FINISHED_STATES_SQL}"""
-
-_RUNNING_CALLERS_SQL = """
-    SELECT caller_role, caller_id FROM tasks
-    WHERE swarm_name = $1 AND COALESCE(is_running, FALSE)
-      AND COALESCE(metadata->>'state', 'running') = 'running'
-    GROUP BY caller_role, caller_id ORDER BY MIN(start_time) LIMIT $2"""
-
-_RECORDS_SELECT = f"""
-    SELECT {_TASK_COLUMNS},
-           (SELECT count(*) FROM task_events e WHERE e.swarm_name = t.swarm_name
-              AND e.caller_role = t.caller_role AND e.caller_id = t.caller_id
-              AND e.task_id = t.task_id) AS event_count
-    FROM tasks t WHERE {_KEY}"""
-_RECORDS_SQL = f"{_RECORDS_SELECT} ORDER BY start_time, created_at"
-_PAGE_SQL = f"""{_RECORDS_SELECT}
-      AND ($4::timestamptz IS NULL OR start_time < $4
-           OR (start_time = $4 AND task_id < $5::text))
-    ORDER BY start_time DESC, task_id DESC LIMIT $6"""
 
 # The task tables of the connection's search path (views over another layout left out).
 _TABLES_SQL = """
@@ -96,13 +76,11 @@ _KEYS_OF_REMOVED_SQL = f"""
 _reachable = unavailable_when_unreachable("the stored tasks")
 
 
-def _wanted(table: str, task_ids: Sequence[str]) -> list[str]:
-    """The `_IDS` argument of `table`'s rows of these tasks: `task_queues` keeps a task's
-    rows under its id and suffixed keys (`queue_keys`), every other table under its id."""
-    return queue_keys(task_ids) if table == "task_queues" else list(task_ids)
+class PostgresLifecycle(SqlLifecycle):
+    _TIME = "timestamptz"
+    _INSERTION = "created_at"
+    _STATE = "metadata->>'state'"
 
-
-class PostgresLifecycle(TaskLifecycle):
     def _pool(self) -> Any:
         pool = self.store._pool  # type: ignore[attr-defined]
         if pool is None:
@@ -111,68 +89,16 @@ class PostgresLifecycle(TaskLifecycle):
             raise StoreUnavailableError("the PostgreSQL store is not started")
         return pool
 
-    @_reachable
-    async def records(
-        self, key: InstanceKey, *, limit: int | None = None, before: Cursor | None = None
-    ) -> dict[str, dict[str, Any]]:
-        await self._settle()
-        out: dict[str, dict[str, Any]] = {}
-        args: tuple[Any, ...]
-        if limit is None:
-            sql, args = _RECORDS_SQL, _key(key)
-        else:
-            start = parse_start_time(before[0]) if before else None
-            sql, args = _PAGE_SQL, (*_key(key), start, before[1] if before else None, limit)
-        async with self._pool().acquire() as conn:
-            for row in await conn.fetch(sql, *args):
-                record = task_from_row(row, _isoformat)
-                record["event_count"] = int(row["event_count"])
-                out[row["task_id"]] = record
-        return out
+    @property
+    def sql(self) -> PostgresSql:
+        # A request reading stored tasks while PostgreSQL is away: 503 + Retry-After, not 500.
+        return PostgresSql(self._pool, "the database of the stored tasks cannot be reached now")
 
-    @_reachable
-    async def load_tasks(self, key: InstanceKey, task_ids: Sequence[str]) -> InstanceSnapshot:
-        await self._settle()
-        snapshot = InstanceSnapshot()
-        async with self._pool().acquire() as conn:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                sql = (
-                    f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_KEY} AND {_IDS} ORDER BY start_time"
-                )
-                for row in await conn.fetch(sql, *_key(key), list(task_ids)):
-                    add_snapshot_row(snapshot, "tasks", row, _isoformat)
-                for table, columns, order in _SNAPSHOT_READS:
-                    sql = f"SELECT {columns} FROM {table} WHERE {_KEY} AND {_IDS}{order}"
-                    for row in await conn.fetch(sql, *_key(key), _wanted(table, task_ids)):
-                        add_snapshot_row(snapshot, table, row, _isoformat)
-        return snapshot
+    def _start_text(self, value: Any) -> str:
+        return _isoformat(value)
 
-    @_reachable
-    async def owners(self, task_id: str) -> list[InstanceKey]:
-        await self._settle()
-        async with self._pool().acquire() as conn:
-            rows = await conn.fetch(
-                "SELECT swarm_name, caller_role, caller_id FROM tasks WHERE task_id = $1", task_id
-            )
-        return [InstanceKey(*row) for row in rows]
-
-    @_reachable
-    async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
-        await self._settle()
-        async with self._pool().acquire() as conn:
-            rows = await conn.fetch(
-                "SELECT DISTINCT caller_id FROM tasks WHERE swarm_name = $1 AND caller_role = $2",
-                swarm_name,
-                caller_role,
-            )
-        return [str(row[0]) for row in rows]
-
-    @_reachable
-    async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
-        await self._settle()
-        async with self._pool().acquire() as conn:
-            rows = await conn.fetch(_RUNNING_CALLERS_SQL, swarm_name, limit)
-        return [InstanceKey(swarm_name, str(row[0]), str(row[1])) for row in rows]
+    def _start_arg(self, text: str) -> Any:
+        return parse_start_time(text)
 
     @_reachable
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:

@@ -19,7 +19,6 @@ from mail.store.base import (
 from mail.store.base import (
     STREAMED_OUTCOME,
     InstanceKey,
-    InstanceSnapshot,
     normalize_start_time,
     to_json,
 )
@@ -28,15 +27,14 @@ from mail.store.lifecycle import (
     PRUNE_BATCH,
     TASK_CONTENT,
     TASK_TABLES,
-    Cursor,
     PruneReport,
     SpaceReport,
-    TaskLifecycle,
     batch_by_bytes,
     queue_keys,
     task_of_queue_key,
 )
-from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
+from mail.store.lifecycle_sql import SqlLifecycle
+from mail.store.sql import SqliteSql
 from mail.store.sqlite_schema import transaction
 from mail.store.sqlite_space import (
     VACUUM_STEP_PAGES,
@@ -55,17 +53,6 @@ _FINISHED = f"""is_running = 0 AND COALESCE(json_extract(metadata, '$.state'),
          WHEN json_array_length(COALESCE(json_extract(metadata, '$.breakpoint_calls'), '[]')) > 0
            OR json_array_length(COALESCE(json_extract(metadata, '$.pending_reviews'), '[]')) > 0
          THEN 'paused' ELSE 'completed' END) IN {FINISHED_STATES_SQL}"""
-
-_RECORDS_SELECT = f"""
-    SELECT {_TASK_COLUMNS},
-           (SELECT count(*) FROM task_events e WHERE e.swarm_name = t.swarm_name
-              AND e.caller_role = t.caller_role AND e.caller_id = t.caller_id
-              AND e.task_id = t.task_id) AS event_count
-    FROM tasks t WHERE {_KEY}"""
-_RECORDS_SQL = f"{_RECORDS_SELECT} ORDER BY start_time, rowid"
-_PAGE_SQL = f"""{_RECORDS_SELECT}
-      AND (?4 IS NULL OR start_time < ?4 OR (start_time = ?4 AND task_id < ?5))
-    ORDER BY start_time DESC, task_id DESC LIMIT ?6"""
 
 
 _EXPIRED_SQL = f"""
@@ -102,69 +89,10 @@ def _tables(conn: sqlite3.Connection) -> list[str]:
     return [table for table in TASK_TABLES if table in found]
 
 
-def _records(
-    conn: sqlite3.Connection, key: tuple[str, ...], limit: int | None, before: Cursor | None
-) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    if limit is None:
-        rows = conn.execute(_RECORDS_SQL, key)
-    else:
-        start, task_id = before or (None, None)
-        rows = conn.execute(_PAGE_SQL, (*key, start, task_id, limit))
-    for row in rows:
-        record = task_from_row(row, normalize_start_time)
-        record["event_count"] = int(row["event_count"])
-        out[row["task_id"]] = record
-    return out
-
-
 def _wanted(table: str, ids: list[str]) -> str:
     """The `_IDS` argument of `table`'s rows of these tasks: `task_queues` keeps a task's
     rows under its id and suffixed keys (`queue_keys`), every other table under its id."""
     return json.dumps(queue_keys(ids) if table == "task_queues" else ids)
-
-
-def _load(conn: sqlite3.Connection, key: tuple[str, ...], ids: list[str]) -> InstanceSnapshot:
-    snapshot = InstanceSnapshot()
-    conn.execute("BEGIN")  # one consistent read
-    try:
-        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_KEY} AND {_IDS} ORDER BY start_time"
-        for row in conn.execute(sql, (*key, json.dumps(ids))):
-            add_snapshot_row(snapshot, "tasks", row, normalize_start_time)
-        for table, columns, order in _SNAPSHOT_READS:
-            sql = f"SELECT {columns} FROM {table} WHERE {_KEY} AND {_IDS}{order}"
-            for row in conn.execute(sql, (*key, _wanted(table, ids))):
-                add_snapshot_row(snapshot, table, row, normalize_start_time)
-    finally:
-        conn.execute("COMMIT")
-    return snapshot
-
-
-def _owners(conn: sqlite3.Connection, task_id: str) -> list[InstanceKey]:
-    rows = conn.execute(
-        "SELECT swarm_name, caller_role, caller_id FROM tasks WHERE task_id = ?", (task_id,)
-    )
-    return [InstanceKey(*row) for row in rows]
-
-
-_RUNNING_CALLERS_SQL = """
-    SELECT caller_role, caller_id FROM tasks
-    WHERE swarm_name = ? AND is_running = 1
-      AND COALESCE(json_extract(metadata, '$.state'), 'running') = 'running'
-    GROUP BY caller_role, caller_id ORDER BY MIN(start_time) LIMIT ?"""
-
-
-def _running_callers(conn: sqlite3.Connection, swarm_name: str, limit: int) -> list[InstanceKey]:
-    rows = conn.execute(_RUNNING_CALLERS_SQL, (swarm_name, limit))
-    return [InstanceKey(swarm_name, str(row[0]), str(row[1])) for row in rows]
-
-
-def _callers(conn: sqlite3.Connection, swarm_name: str, caller_role: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT DISTINCT caller_id FROM tasks WHERE swarm_name = ? AND caller_role = ?",
-        (swarm_name, caller_role),
-    )
-    return [str(row[0]) for row in rows]
 
 
 # The record's `summary` key replaced by SQLite's own JSON code: the same shallow merge as
@@ -228,32 +156,21 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> PruneReport:
     return report
 
 
-class SqliteLifecycle(TaskLifecycle):
+class SqliteLifecycle(SqlLifecycle):
+    _TIME = "TEXT"
+    _INSERTION = "rowid"
+    _STATE = "json_extract(metadata, '$.state')"
+
     @property
     def _db(self) -> Any:
         return self.store.db  # type: ignore[attr-defined]
 
-    async def records(
-        self, key: InstanceKey, *, limit: int | None = None, before: Cursor | None = None
-    ) -> dict[str, dict[str, Any]]:
-        await self._settle()
-        return await self._db.run(_records, _key(key), limit, before)  # type: ignore[no-any-return]
+    @property
+    def sql(self) -> SqliteSql:
+        return SqliteSql(self._db)
 
-    async def load_tasks(self, key: InstanceKey, task_ids: Sequence[str]) -> InstanceSnapshot:
-        await self._settle()
-        return await self._db.run(_load, _key(key), list(task_ids))  # type: ignore[no-any-return]
-
-    async def owners(self, task_id: str) -> list[InstanceKey]:
-        await self._settle()
-        return await self._db.run(_owners, task_id)  # type: ignore[no-any-return]
-
-    async def callers(self, swarm_name: str, caller_role: str) -> list[str]:
-        await self._settle()
-        return await self._db.run(_callers, swarm_name, caller_role)  # type: ignore[no-any-return]
-
-    async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
-        await self._settle()
-        return await self._db.run(_running_callers, swarm_name, limit)  # type: ignore[no-any-return]
+    def _start_text(self, value: Any) -> str:
+        return normalize_start_time(value)
 
     async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
         if not summaries:

@@ -1,19 +1,11 @@
-"""PostgreSQL TeamStore (asyncpg): threads, posts, inboxes and attachments in four tables.
-
-A write returns once it is committed (not through the task store's write-behind buffer), so
-a tool call that reported success is on disk: a kill -9 right after it loses nothing.
-Writes go through `RetryingWrites`: while PostgreSQL cannot be reached they stay queued in
-order and land once it can, and the store reports itself degraded meanwhile. The tables
-are created on start when missing (``CREATE TABLE IF NOT EXISTS``).
-"""
+"""PostgreSQL TeamStore (`team_sql`, on asyncpg): here what PostgreSQL spells its own way,
+its four tables (created on start when missing: ``CREATE TABLE IF NOT EXISTS``), sizes and
+the prune."""
 
 from __future__ import annotations
 
 import datetime
-import json
-import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any
+from collections.abc import Collection
 
 import asyncpg
 
@@ -21,23 +13,10 @@ from mail.store.base import InstanceKey, StoreUnavailableError
 from mail.store.lifecycle_postgres import _FINISHED
 from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import create_unless_forbidden, normalize_dsn, open_pool
-from mail.store.retrying import RetryingWrites
-from mail.store.team_base import (
-    TEAM_PRUNE_BATCH,
-    InboxQuery,
-    Record,
-    TeamStore,
-    cutoff_text,
-    inbox_rows,
-    key_clause,
-    trim_sql,
-    unread_from_rows,
-)
-from mail.store.team_base import dump_record as _dump
-from mail.store.team_base import entry_from_row as _entry
+from mail.store.sql import PostgresSql
+from mail.store.team_base import TEAM_PRUNE_BATCH, cutoff_text, key_clause
 from mail.store.team_base import key_tuple as _k
-
-logger = logging.getLogger("mail.store.team")
+from mail.store.team_sql import SqlTeamStore
 
 TEAM_SCHEMA = """
 CREATE TABLE IF NOT EXISTS team_threads (
@@ -141,18 +120,17 @@ async def _create_tables(conn: asyncpg.Connection) -> None:
     await create_unless_forbidden(conn, create_team_tables, TEAM_TABLES)
 
 
-Write = Callable[[Any], Awaitable[Any]]  # given a connection inside a transaction
+class PostgresTeamStore(SqlTeamStore):
+    _EMPTY_DATA = "''::bytea"
+    _THREAD_ORDER = "created_at"
 
-
-class PostgresTeamStore(TeamStore):
     def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 5) -> None:
         self._dsn = normalize_dsn(database_url)
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
-        self.writes: RetryingWrites[Write] = RetryingWrites(
-            self._apply, is_transient=is_transient_error, name="mail.store.team"
-        )
+        self.sql = PostgresSql(lambda: self.pool)
+        self._init_writes(is_transient_error)
 
     async def start(self) -> None:
         if self._pool is None:
@@ -173,196 +151,14 @@ class PostgresTeamStore(TeamStore):
         if pool is not None:
             await pool.close()
 
-    async def _apply(self, writes: list[Write]) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            for write in writes:
-                await write(conn)
-
     @property
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL team store is not started")
         return self._pool
 
-    # -- threads ---------------------------------------------------------------------
-    async def save_thread(self, key: InstanceKey, thread: Record) -> None:
-        args = (*_k(key), thread["thread_id"], _dump(thread))
-        await self.writes.write(
-            lambda conn: conn.execute(
-                "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id, record)"
-                " VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT"
-                " (swarm_name, caller_role, caller_id, thread_id) DO UPDATE SET record = $5::jsonb",
-                *args,
-            )
-        )
-
-    async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
-        row = await self.pool.fetchrow(
-            f"SELECT record FROM team_threads WHERE {_KEY} AND thread_id = $4", *_k(key), thread_id
-        )
-        return json.loads(row["record"]) if row else None
-
-    async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
-        if key is None:
-            rows = await self.pool.fetch(
-                "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
-                " ORDER BY created_at"
-            )
-        else:
-            rows = await self.pool.fetch(
-                "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
-                f" WHERE {_KEY} ORDER BY created_at",
-                *_k(key),
-            )
-        return [
-            (
-                InstanceKey(r["swarm_name"], r["caller_role"], r["caller_id"]),
-                json.loads(r["record"]),
-            )
-            for r in rows
-        ]
-
-    async def count_threads(self, key: InstanceKey) -> int:
-        count = await self.pool.fetchval(
-            f"SELECT COUNT(*) FROM team_threads WHERE {_KEY}", *_k(key)
-        )
-        return int(count or 0)
-
-    async def add_post(self, key: InstanceKey, post: Record) -> None:
-        args = (*_k(key), post["thread_id"])
-        record = _dump(post)
-        limit = self.max_posts_per_thread
-
-        async def add(conn: Any) -> None:
-            await conn.execute(
-                "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
-                " VALUES ($1, $2, $3, $4, $5::jsonb)",
-                *args,
-                record,
-            )
-            if limit is not None:
-                # Keep the newest posts of the thread (the same rule as the memory store).
-                await conn.execute(trim_sql("team_posts", "thread_id", "$"), *args, limit)
-
-        await self.writes.write(add)
-
-    async def thread_posts(
-        self, key: InstanceKey, thread_id: str, limit: int | None = None
-    ) -> list[Record]:
-        rows = await self.pool.fetch(
-            f"SELECT record FROM team_posts WHERE {_KEY} AND thread_id = $4"
-            " ORDER BY seq DESC LIMIT $5",
-            *_k(key),
-            thread_id,
-            limit,
-        )
-        return [json.loads(r["record"]) for r in reversed(rows)]
-
-    # -- inboxes ---------------------------------------------------------------------
-    async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
-        rows = inbox_rows(key, entries)
-        if not rows:
-            return
-        limit = self.max_inbox_entries
-
-        async def add(conn: Any) -> None:
-            await conn.executemany(
-                "INSERT INTO team_inbox (swarm_name, caller_role, caller_id, agent_name,"
-                " entry_id, thread_id, ts, is_read, shown, record)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)"
-                " ON CONFLICT DO NOTHING",
-                rows,
-            )
-            if limit is not None:
-                for agent in sorted({row[3] for row in rows}):
-                    await conn.execute(
-                        trim_sql("team_inbox", "agent_name", "$"), *_k(key), agent, limit
-                    )
-
-        await self.writes.write(add)
-
-    async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
-        order = "ASC" if query.oldest_first else "DESC"
-        rows = await self.pool.fetch(
-            "SELECT record, is_read, shown FROM team_inbox"
-            f" WHERE {_KEY} AND agent_name = $4"
-            " AND ($5::text IS NULL OR thread_id = $5)"
-            " AND ($6::text IS NULL OR ts > $6)"
-            " AND (NOT $7 OR NOT shown)"
-            " AND (NOT $9 OR NOT is_read)"
-            " AND ($10::text IS NULL OR entry_id = $10)"
-            f" ORDER BY seq {order} LIMIT $8",
-            *_k(key),
-            agent,
-            query.thread_id,
-            query.since,
-            query.unshown_only,
-            query.limit,
-            query.unread_only,
-            query.entry_id,
-        )
-        return [_entry(r) for r in rows]
-
-    async def mark(
-        self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
-    ) -> None:
-        column = {"read": "is_read", "shown": "shown"}[field]
-        args = (*_k(key), agent, list(entry_ids))
-        await self.writes.write(
-            lambda conn: conn.execute(
-                f"UPDATE team_inbox SET {column} = TRUE"
-                f" WHERE {_KEY} AND agent_name = $4 AND entry_id = ANY($5::text[])",
-                *args,
-            )
-        )
-
-    async def unread_counts(
-        self, key: InstanceKey, thread_id: str | None = None
-    ) -> dict[str, dict[str, int]]:
-        rows = await self.pool.fetch(
-            "SELECT agent_name, COALESCE(thread_id, 'direct') AS place, COUNT(*) AS n"
-            f" FROM team_inbox WHERE {_KEY} AND NOT is_read"
-            " AND ($4::text IS NULL OR thread_id = $4)"
-            " GROUP BY agent_name, place",
-            *_k(key),
-            thread_id,
-        )
-        return unread_from_rows(rows)
-
-    # -- attachments -----------------------------------------------------------------
-    async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
-        args = (*_k(key), record["attachment_id"], _dump(record), data)
-        await self.writes.write_now(  # the bytes do not wait in memory
-            lambda conn: conn.execute(
-                "INSERT INTO team_attachments (swarm_name, caller_role, caller_id,"
-                " attachment_id, record, data) VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
-                # (replacing: a keyed request's retry stores its uploads under their ids)
-                " ON CONFLICT (swarm_name, caller_role, caller_id, attachment_id) DO UPDATE"
-                " SET record = EXCLUDED.record, data = EXCLUDED.data,"
-                " created_at = EXCLUDED.created_at",
-                *args,
-            )
-        )
-
-    async def attachment_bytes(self, key: InstanceKey) -> int:
-        total = await self.pool.fetchval(
-            f"SELECT COALESCE(SUM(octet_length(data)), 0) FROM team_attachments WHERE {_KEY}",
-            *_k(key),
-        )
-        return int(total or 0)
-
-    async def get_attachment(
-        self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
-    ) -> tuple[Record, bytes] | None:
-        column = "data" if with_data else "''::bytea AS data"
-        row = await self.pool.fetchrow(
-            f"SELECT record, {column} FROM team_attachments WHERE {_KEY} AND attachment_id = $4",
-            *_k(key),
-            attachment_id,
-        )
-        if row is None:
-            return None
-        return json.loads(row["record"]), bytes(row["data"])
+    def _created_at(self) -> datetime.datetime:
+        return datetime.datetime.now(datetime.UTC)
 
     # -- lifecycle -------------------------------------------------------------------
     async def stored_bytes(self, key: InstanceKey) -> int:

@@ -1,7 +1,7 @@
 """Persistence of push delivery: subscriptions, the outbox, deliveries and their attempts.
 
 ``WebhookStore`` is the interface the delivery engine (``mail.webhooks``) and the routes use;
-``webhooks_memory``, ``webhooks_sqlite`` and ``webhooks_postgres`` implement it (tables in
+``webhooks_memory`` and ``webhooks_sql`` (SQLite, PostgreSQL) implement it (tables in
 ``webhooks_schema``). The task store writes outbox rows itself, in the batch of the event that
 causes them (``sql_base``'s "transactional outbox"); ``add_events`` is the same for a server
 without a task store.

@@ -1,0 +1,245 @@
+"""The TeamStore of SQLite and PostgreSQL: one SQL text for both (`mail.store.sql`).
+
+Every write is committed before it returns: a tool call that reported success survives a
+kill -9. Writes go through `RetryingWrites`: while the database cannot be written (a full
+disk, PostgreSQL down) they stay queued in order and land once it can, and the store reports
+itself degraded meanwhile. `team_sqlite` and `team_postgres` hold what differs: connecting,
+the tables' creation, sizes and the prune.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from mail.store.base import InstanceKey
+from mail.store.retrying import RetryingWrites
+from mail.store.sql import Sql, SqlConn
+from mail.store.team_base import (
+    InboxQuery,
+    Record,
+    TeamStore,
+    dump_record,
+    entry_from_row,
+    inbox_rows,
+    key_clause,
+    key_tuple,
+    trim_sql,
+    unread_from_rows,
+)
+
+KEY = key_clause("?")
+
+Write = Callable[[SqlConn], Awaitable[Any]]
+
+
+async def _apply_all(c: SqlConn, writes: list[Write]) -> None:
+    async with c.transaction():
+        for write in writes:
+            await write(c)
+
+
+class SqlTeamStore(TeamStore):
+    sql: Sql
+    writes: RetryingWrites[Write]
+    # What differs in the tables: a new row's created_at, an empty BYTEA / BLOB, and the
+    # order threads were made in.
+    _EMPTY_DATA: str
+    _THREAD_ORDER: str
+
+    def _init_writes(self, is_transient: Callable[[BaseException], bool]) -> None:
+        self.writes = RetryingWrites(self._apply, is_transient=is_transient, name="mail.store.team")
+
+    def _created_at(self) -> Any:
+        raise NotImplementedError
+
+    async def _apply(self, writes: list[Write]) -> None:
+        await self.sql.run(_apply_all, writes)
+
+    async def _rows(self, sql: str, *args: Any) -> list[Any]:
+        return await self.sql.run(lambda c: c.fetch(sql, *args))
+
+    async def _value(self, sql: str, *args: Any) -> Any:
+        return await self.sql.run(lambda c: c.fetchval(sql, *args))
+
+    # -- threads ---------------------------------------------------------------------
+    async def save_thread(self, key: InstanceKey, thread: Record) -> None:
+        args = (*key_tuple(key), thread["thread_id"], dump_record(thread), self._created_at())
+        await self.writes.write(
+            lambda c: c.execute(
+                "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id,"
+                " record, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT"
+                " (swarm_name, caller_role, caller_id, thread_id) DO UPDATE SET"
+                " record = excluded.record",
+                *args,
+            )
+        )
+
+    async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
+        rows = await self._rows(
+            f"SELECT record FROM team_threads WHERE {KEY} AND thread_id = ?4",
+            *key_tuple(key),
+            thread_id,
+        )
+        return json.loads(rows[0]["record"]) if rows else None
+
+    async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
+        select = "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
+        if key is None:
+            rows = await self._rows(f"{select} ORDER BY {self._THREAD_ORDER}")
+        else:
+            rows = await self._rows(
+                f"{select} WHERE {KEY} ORDER BY {self._THREAD_ORDER}", *key_tuple(key)
+            )
+        return [(InstanceKey(r[0], r[1], r[2]), json.loads(r["record"])) for r in rows]
+
+    async def count_threads(self, key: InstanceKey) -> int:
+        return int(
+            await self._value(f"SELECT COUNT(*) FROM team_threads WHERE {KEY}", *key_tuple(key))
+            or 0
+        )
+
+    async def add_post(self, key: InstanceKey, post: Record) -> None:
+        args = (*key_tuple(key), post["thread_id"])
+        record = dump_record(post)
+        limit = self.max_posts_per_thread
+
+        async def add(c: SqlConn) -> None:
+            await c.execute(
+                "INSERT INTO team_posts (swarm_name, caller_role, caller_id, thread_id, record)"
+                " VALUES (?, ?, ?, ?, ?)",
+                *args,
+                record,
+            )
+            if limit is not None:
+                # Keep the newest posts of the thread (the same rule as the memory store).
+                await c.execute(trim_sql("team_posts", "thread_id", "?"), *args, limit)
+
+        await self.writes.write(add)
+
+    async def thread_posts(
+        self, key: InstanceKey, thread_id: str, limit: int | None = None
+    ) -> list[Record]:
+        rows = await self._rows(
+            f"SELECT record FROM team_posts WHERE {KEY} AND thread_id = ?4"
+            " ORDER BY seq DESC LIMIT ?5",
+            *key_tuple(key),
+            thread_id,
+            self._limit(limit or None),
+        )
+        return [json.loads(r["record"]) for r in reversed(rows)]
+
+    def _limit(self, limit: int | None) -> int | None:
+        """`limit` as LIMIT takes it: no limit is NULL (PostgreSQL) or -1 (SQLite)."""
+        return limit if limit is not None or self.sql.postgres else -1
+
+    # -- inboxes ---------------------------------------------------------------------
+    async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
+        rows = inbox_rows(key, entries)
+        if not rows:
+            return
+        limit = self.max_inbox_entries
+
+        async def add(c: SqlConn) -> None:
+            await c.executemany(
+                "INSERT INTO team_inbox (swarm_name, caller_role, caller_id, agent_name,"
+                " entry_id, thread_id, ts, is_read, shown, record)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            if limit is not None:
+                for agent in sorted({row[3] for row in rows}):
+                    await c.execute(
+                        trim_sql("team_inbox", "agent_name", "?"), *key_tuple(key), agent, limit
+                    )
+
+        await self.writes.write(add)
+
+    async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
+        order = "ASC" if query.oldest_first else "DESC"
+        rows = await self._rows(
+            f"SELECT record, is_read, shown FROM team_inbox WHERE {KEY} AND agent_name = ?4"
+            " AND (CAST(?5 AS TEXT) IS NULL OR thread_id = ?5)"
+            " AND (CAST(?6 AS TEXT) IS NULL OR ts > ?6)"
+            " AND (NOT ?7 OR NOT shown) AND (NOT ?9 OR NOT is_read)"
+            " AND (CAST(?10 AS TEXT) IS NULL OR entry_id = ?10)"
+            f" ORDER BY seq {order} LIMIT ?8",
+            *key_tuple(key),
+            agent,
+            query.thread_id,
+            query.since,
+            query.unshown_only,
+            self._limit(query.limit),
+            query.unread_only,
+            query.entry_id,
+        )
+        return [entry_from_row(r) for r in rows]
+
+    async def mark(
+        self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
+    ) -> None:
+        column = {"read": "is_read", "shown": "shown"}[field]
+        args = (*key_tuple(key), agent, list(entry_ids))
+        await self.writes.write(
+            lambda c: c.execute(
+                f"UPDATE team_inbox SET {column} = TRUE"
+                f" WHERE {KEY} AND agent_name = ?4 AND entry_id = ANY(?5)",
+                *args,
+            )
+        )
+
+    async def unread_counts(
+        self, key: InstanceKey, thread_id: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        rows = await self._rows(
+            "SELECT agent_name, COALESCE(thread_id, 'direct') AS place, COUNT(*) AS n"
+            f" FROM team_inbox WHERE {KEY} AND NOT is_read"
+            " AND (CAST(?4 AS TEXT) IS NULL OR thread_id = ?4) GROUP BY agent_name, place",
+            *key_tuple(key),
+            thread_id,
+        )
+        return unread_from_rows(rows)
+
+    # -- attachments -----------------------------------------------------------------
+    async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
+        args = (
+            *key_tuple(key),
+            record["attachment_id"],
+            dump_record(record),
+            data,
+            self._created_at(),
+        )
+        await self.writes.write_now(  # the bytes do not wait in memory
+            lambda c: c.execute(
+                "INSERT INTO team_attachments (swarm_name, caller_role, caller_id,"
+                " attachment_id, record, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                # (replacing: a keyed request's retry stores its uploads under their ids)
+                " ON CONFLICT (swarm_name, caller_role, caller_id, attachment_id) DO UPDATE"
+                " SET record = excluded.record, data = excluded.data,"
+                " created_at = excluded.created_at",
+                *args,
+            )
+        )
+
+    async def attachment_bytes(self, key: InstanceKey) -> int:
+        return int(
+            await self._value(
+                f"SELECT COALESCE(SUM(length(data)), 0) FROM team_attachments WHERE {KEY}",
+                *key_tuple(key),
+            )
+            or 0
+        )
+
+    async def get_attachment(
+        self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
+    ) -> tuple[Record, bytes] | None:
+        column = "data" if with_data else f"{self._EMPTY_DATA} AS data"
+        rows = await self._rows(
+            f"SELECT record, {column} FROM team_attachments WHERE {KEY} AND attachment_id = ?4",
+            *key_tuple(key),
+            attachment_id,
+        )
+        if not rows:
+            return None
+        return json.loads(rows[0]["record"]), bytes(rows[0]["data"])
