@@ -245,7 +245,8 @@ def test_a_model_that_only_answers_in_text_ends_failed_within_max_steps(
     r = setup.call(
         "POST",
         "/message",
-        json={"body": token, "entrypoint": "relay", "kwargs": {"max_steps": 3}},
+        # 4: the answer limit (3) is reached before the step limit's forced last call
+        json={"body": token, "entrypoint": "relay", "kwargs": {"max_steps": 4}},
     )
     elapsed = time.monotonic() - started
     assert r.status_code == 200, r.text

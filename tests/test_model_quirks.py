@@ -249,17 +249,60 @@ async def test_every_model_call_counts_toward_max_steps(llama):
     llama.queue(tool_call("task_complete", {"finish_message": "84"}), match=_forced)
     swarm = _pair_swarm(llama).instantiate({"user_token": "t"}, user_id="u")
     try:
-        response, _ = await swarm.post_message(body="What is 12 * 7?", max_steps=3, timeout=300)
+        response, _ = await swarm.post_message(body="What is 12 * 7?", max_steps=4, timeout=300)
         task = swarm.get_task_by_id(response["message"]["task_id"])
         recorded = _model_calls(task.events) if task is not None else []
     finally:
         await swarm.shutdown()
     assert response["message"]["body"] == "84", response
     choices = [r.body["tool_choice"] for r in llama.requests]
-    # The refusal, the supervisor's request, math's answer: 3 calls, max_steps; then the
-    # entrypoint's turn to finish (the step limit's own, as always).
+    # The refusal, the supervisor's request, math's answer, and the entrypoint's turn to
+    # finish: 4 calls, max_steps (the finish is the last allowed call, not one past it); it
+    # gets math's answer and the order to finish together.
     assert choices[:3] == ["required", "auto", "auto"] and _forced(llama.requests[3]), choices
     assert len(recorded) == len(llama.requests) == 4, choices
+    last = json.dumps(llama.requests[3].messages[-2:])
+    assert "84" in last and "::maximum_steps_reached::" in last, last
+
+
+@pytest.mark.parametrize(
+    ("stream", "max_steps", "calls", "completed"),
+    [
+        (False, 1, 1, True),  # the user's message and the order to finish, in one call
+        (False, 2, 1, False),  # the refusal of "required" leaves no call for "auto"
+        (False, 3, 3, True),  # refusal, "auto" (text), the forced finish
+        (True, 1, 1, True),
+        (True, 3, 2, False),  # empty stream, refusal: "auto" would take the finish's call
+        (True, 4, 4, True),  # empty stream, refusal, "auto" plain (text), the forced finish
+    ],
+)
+async def test_model_calls_stay_within_max_steps(llama, stream, max_steps, calls, completed):
+    # A model that calls no tool unless forced, behind a server that refuses "required" and
+    # cannot stream a tool call: every request the server sees is a recorded model call, and
+    # there are never more than max_steps. The forced task_complete is the last allowed call
+    # (v1.3 made it one past the limit), and a turn's detection requests count as they go out
+    # (they were counted when the turn ended: the first streamed turn made 4 calls).
+    for _ in range(10):
+        llama.queue(tool_call("task_complete", {"finish_message": "84"}), match=_forced)
+        llama.queue(text("I think it is 84."), match=lambda r: not _forced(r))
+    swarm = _solo_swarm(llama, stream_tokens=stream).instantiate({"user_token": "t"}, "u")
+    try:
+        response, _ = await swarm.post_message(
+            body="What is 12 * 7?", max_steps=max_steps, timeout=300
+        )
+        task = swarm.get_task_by_id(response["message"]["task_id"])
+        recorded = _model_calls(task.events) if task is not None else []
+    finally:
+        await swarm.shutdown()
+    sent = [(r.stream, r.body["tool_choice"]) for r in llama.requests]
+    assert len(recorded) == len(llama.requests) == calls <= max_steps, sent
+    body = response["message"]["body"]
+    if completed:
+        assert body == "84" and _forced(llama.requests[-1]), (response, sent)
+        assert "What is 12 * 7?" in json.dumps(llama.requests[-1].messages), sent
+    else:
+        assert response["message"]["subject"] == "::agent_error::", response
+        assert f"step limit (max_steps {max_steps}" in body and "not made" in body, body
 
 
 # ----------------------------------------------------- a server that cannot stream tool calls
@@ -289,16 +332,42 @@ async def test_a_streamed_agent_falls_back_to_plain_requests_once_per_model(brea
     assert sent == [
         (True, "required"),  # an empty stream
         (False, "required"),  # refused (500): "auto" from now on
-        (True, "auto"),  # an empty stream
-        (False, "auto"),  # the tool call: no streaming from now on
+        (False, "auto"),  # the turn fell back to plain: the tool call, no streaming from now on
         (False, "auto"),  # the second task: one request
     ]
-    assert llama.empty_streams == [llama.requests[0], llama.requests[2]]
+    assert llama.empty_streams == [llama.requests[0]]
     broken = "MidStreamFallbackError" if breaks else None
-    assert [r.get("error") for r in first_calls] == [broken, "InternalServerError", broken, None]
+    assert [r.get("error") for r in first_calls] == [broken, "InternalServerError", None]
     assert len(second_calls) == 1
     said = [r.getMessage() for r in caplog.records if "without streaming" in r.getMessage()]
     assert len(said) == 1 and llama.base_url in said[0], said
+
+
+async def test_the_plain_request_after_an_empty_stream_survives_a_dropped_connection():
+    # llama-cpp-python closes the connection of an empty tool-call stream just after its end,
+    # when the client has already sent the plain request on it: "Connection error" without
+    # reaching the model. The retry went through the stream again and met the same close, so
+    # the call failed "the same way twice"; a turn that fell back to plain stays plain, so
+    # the retry goes out on a fresh connection and is answered.
+    quirks = dataclasses.replace(LLAMA_CPP_PYTHON, drops_kept_connection=True)
+    async with ScriptedLLM(quirks=quirks) as llama:
+        llama.queue(tool_call("task_complete", {"finish_message": "4"}))
+        swarm = _solo_swarm(llama, stream_tokens=True).instantiate({"user_token": "t"}, "u")
+        try:
+            response, _ = await swarm.post_message(body="2 + 2?", max_steps=5, timeout=300)
+            task = swarm.get_task_by_id(response["message"]["task_id"])
+            recorded = _model_calls(task.events) if task is not None else []
+        finally:
+            await swarm.shutdown()
+    sent = [(r.stream, r.body["tool_choice"]) for r in llama.requests]
+    assert response["message"]["body"] == "4", (response, sent)
+    assert sent == [
+        (True, "required"),  # an empty stream, its connection closed at the next request
+        (False, "required"),  # on that connection: dropped unanswered (a connection error)
+        (False, "required"),  # the retry, plain, on a fresh connection: refused (500)
+        (False, "auto"),  # the answer
+    ], sent
+    assert len(recorded) == len(sent) <= 5
 
 
 async def test_a_streamed_agent_whose_model_answers_nothing_either_way_still_fails(llama):
@@ -316,13 +385,15 @@ async def test_a_streamed_agent_whose_model_answers_nothing_either_way_still_fai
     body = response["message"]["body"]
     assert response["message"]["subject"] == "::task_error::", response
     assert "3 times in a row" in body and "task_no_tool_call_limit" in body, body
-    # Turn 1: the empty stream of "required", its refusal, then "auto" streamed and plain;
-    # turns 2 and 3: "auto" streamed and plain (the plain answer was empty too: not learnt).
+    # Turn 1: the empty stream of "required", its refusal, then "auto" plain (the turn fell
+    # back); turns 2 and 3: "auto" streamed and plain (the plain answer was empty too: not
+    # learnt).
     assert [(r.stream, r.body["tool_choice"]) for r in llama.requests] == [
         (True, "required"),
         (False, "required"),
-    ] + [(True, "auto"), (False, "auto")] * 3
-    assert len(recorded) == len(llama.requests) == 8 <= 10
+        (False, "auto"),
+    ] + [(True, "auto"), (False, "auto")] * 2
+    assert len(recorded) == len(llama.requests) == 7 <= 10
 
 
 # ------------------------------------------------------- assistant messages without content

@@ -158,13 +158,14 @@ async def test_step_limit_counts_messages_and_one_notice_is_shown() -> None:
     assert forced.tool_choice == {"type": "function", "name": "task_complete"}
     notices = [t for t in _incoming(forced.history) if "::maximum_steps_reached::" in t]
     assert len(notices) == 1
-    # 1 user message + 4 requests fit in the limit of 5; every later message was replaced.
+    # 1 user message + 3 requests fit in the limit of 5; the 4th request (the 5th step, the
+    # last call, which is the forced finish's) and every later message were replaced.
     delivered_requests = [
         e
         for e in events_named(rt, "t1", "new_message")
         if e.extra_data["full_message"]["message"]["subject"] == "Req"
     ]
-    assert len(delivered_requests) == 4
+    assert len(delivered_requests) == 3
 
 
 # ------------------------------------------------------------------------------ the option

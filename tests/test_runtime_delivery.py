@@ -420,7 +420,6 @@ async def test_step_limit_replaces_messages_and_forces_task_complete() -> None:
     rt, sup, wrk = two_agent_runtime(
         [
             [tool_call("lookup", {}), send_request("worker", "work")],
-            [tool_call("ignore_broadcast", {})],  # the ::action_complete:: turn
             [task_complete("forced answer")],
         ],
         [[send_response("supervisor", "worker result")]],
@@ -429,31 +428,34 @@ async def test_step_limit_replaces_messages_and_forces_task_complete() -> None:
     response = await run_task(rt, max_steps=3)
     assert response["message"]["body"] == "forced answer"
     # Steps: the user message (1), the request (2), the ::action_complete:: notice that
-    # started a model call (3); the worker's response (4) is replaced.
-    limit_call = sup.calls[2]
+    # started a model call (3): the limit, so that call is the last, with the order to
+    # finish beside the notice; the worker's response (4) is replaced.
+    assert len(sup.calls) == 2 and len(wrk.calls) <= 1  # the task may end before its turn
+    limit_call = sup.calls[1]
     assert limit_call.tool_choice == {"type": "function", "name": "task_complete"}
-    assert sup.calls[0].tool_choice == "required" and sup.calls[1].tool_choice == "required"
+    assert sup.calls[0].tool_choice == "required"
     text = limit_call.last_content
+    assert "::action_complete" in str(limit_call.history[-2].get("content"))
     assert "<subject>::maximum_steps_reached::</subject>" in text
     assert '<from type="system">testswarm</from>' in text
     assert "worker result" not in text.split("Here is what happened")[0]
     assert "--- Event 1 ---" in text and '"event": "new_message"' in text
     assert '"event": "action_output"' in text and '"event": "action_complete"' not in text
-    assert len(wrk.calls) == 1
 
 
 async def test_every_model_call_counts_toward_the_step_limit() -> None:
     """Turns started by the runtime's notices count too: an agent calling an action on and
     on (each result an ::action_complete:: notice) is told to finish after max_steps."""
     rt, sup, _ = two_agent_runtime(
-        [[tool_call("lookup", {})]] * 3 + [[task_complete("forced answer")]],
+        [[tool_call("lookup", {})]] * 2 + [[task_complete("forced answer")]],
         actions={"lookup": _lookup},
     )
     response = await run_task(rt, max_steps=3)
     assert response["message"]["body"] == "forced answer"
-    # The user's message (1) and two action results (2, 3); the third result is replaced.
-    assert len(sup.calls) == 4
-    assert sup.calls[3].tool_choice == {"type": "function", "name": "task_complete"}
+    # The user's message (1) and two action results (2, 3): the second result's turn is
+    # the third and last model call, told to finish.
+    assert len(sup.calls) == 3
+    assert sup.calls[2].tool_choice == {"type": "function", "name": "task_complete"}
 
 
 async def test_a_text_only_model_stays_within_max_steps_without_the_answer_limit() -> None:
@@ -463,8 +465,9 @@ async def test_a_text_only_model_stays_within_max_steps_without_the_answer_limit
     response = await run_task(rt, max_steps=3)
     assert response["message"]["subject"] == "::task_error::"
     assert "step limit" in response["message"]["body"]
-    # Three counted steps, then the step limit's own turn, which did not finish the task.
-    assert len(sup.calls) == 4
+    # Three counted steps, the third the step limit's forced turn, which did not finish.
+    assert len(sup.calls) == 3
+    assert sup.calls[2].tool_choice == {"type": "function", "name": "task_complete"}
     assert rt.mail_tasks["t1"].state.value == "failed"
 
 

@@ -473,23 +473,25 @@ async def test_a_valid_call_starts_the_count_again() -> None:
 
 
 async def test_a_forced_task_complete_not_called_ends_the_task_failed() -> None:
-    """Over the step limit the entrypoint must call task_complete: another call instead is
+    """At the step limit the entrypoint must call task_complete: another call instead is
     not run (the worker never hears of it), gets an error result, and the task fails then
-    (no turn beyond the limit's last one)."""
+    (no turn beyond the limit's last one). With max_steps 1 that is the first turn, which
+    gets the user's message and the order to finish together."""
     rt, sup, wrk = two_agent_runtime(
         [
-            [send_request("worker", "first")],
             [send_request("worker", "second")],
             [task_complete("never")],
         ],
         [[send_response("supervisor", "never")]],
     )
-    response = await run_task(rt, max_steps=1)
+    response = await run_task(rt, max_steps=1, body="What is 12 * 7?")
     assert response["message"]["subject"] == "::task_error::"
     assert "step limit" in response["message"]["body"]
     assert wrk.calls == []
-    assert sup.tool_choices == ["required", {"type": "function", "name": "task_complete"}]
-    assert tool_results(sup.live_histories[1])[-1].startswith("ERROR: not run: This turn had")
+    assert sup.tool_choices == [{"type": "function", "name": "task_complete"}]
+    seen = [str(m.get("content")) for m in sup.calls[0].history]
+    assert "What is 12 * 7?" in seen[-2] and "::maximum_steps_reached::" in seen[-1], seen
+    assert tool_results(sup.live_histories[0])[-1].startswith("ERROR: not run: This turn had")
     (event,) = _no_tool_call_events(rt)
     assert "without calling task_complete" in event.description
     assert rt.mail_tasks["t1"].state.value == "failed"

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from mail.core.agents import AgentCore
@@ -29,6 +29,7 @@ from mail.core.system_messages import (
     system_task_end,
     unknown_agent_body,
 )
+from mail.telemetry.model_calls import ModelCallRefused
 
 logger = logging.getLogger("mail.runtime")
 
@@ -42,25 +43,64 @@ def _is_step_notice(extra_data: dict[str, Any]) -> bool:
 
 
 class StepBudget:
-    """Messages counted per task run against its step limit (`max_steps`)."""
+    """Model calls counted per task run against its step limit (`max_steps`).
 
-    __slots__ = ("counts", "limits")
+    A message that starts a model call counts one when it is dequeued (that is its turn's
+    first request); every further request of a turn (a refused `"required"`, a retry, a
+    plain request after an empty stream) counts one as it goes out (`admit_call`). The
+    turn that reaches the limit is the forced `task_complete`, so a task makes at most
+    `max_steps` model calls."""
 
-    def __init__(self) -> None:
+    __slots__ = ("counts", "limits", "finishing", "loop_limit")
+
+    def __init__(self, loop_limit: Callable[[], int | None]) -> None:
         self.counts: dict[str, int] = {}
         # task id -> its own limit (a request's `max_steps`); absent = the loop's limit
         self.limits: dict[str, int | None] = {}
+        # task id -> (id of the message whose turn is the forced finish, the notice it
+        # brings): the entrypoint gets the last allowed call's message and the order together
+        self.finishing: dict[str, tuple[str, MAILMessage]] = {}
+        self.loop_limit = loop_limit
 
     def forget(self, task_id: str) -> None:
         self.counts.pop(task_id, None)
         self.limits.pop(task_id, None)
+        self.finishing.pop(task_id, None)
 
-    def charge_calls(self, task_id: str, calls: int) -> None:
-        """Count the model calls of a turn beyond its first (a request the server refused,
-        a retry, a plain request after an empty stream) as steps: the message that started
-        the turn counted one, and every recorded model call counts toward `max_steps`."""
-        if calls > 1 and task_id in self.counts:
-            self.counts[task_id] += calls - 1
+    def limit(self, task_id: str) -> int | None:
+        return self.limits.get(task_id, self.loop_limit())
+
+    def finish_notice(self, task_id: str, batch: list[MAILMessage]) -> MAILMessage | None:
+        """The step limit's notice that comes with one of `batch` (its turn is the last
+        allowed call: task_complete is forced), taken once."""
+        held = self.finishing.get(task_id)
+        if held is None or not any(m["id"] == held[0] for m in batch):
+            return None
+        del self.finishing[task_id]
+        return held[1]
+
+    def admit_call(self, task_id: str, first: bool, finishing: bool) -> None:
+        """Before a model request of a turn: counted, or refused (`ModelCallRefused`) when
+        it would pass the limit. The turn's first request was counted with its message; a
+        later one counts now and, outside the forced finish, leaves the last call to it."""
+        limit = self.limit(task_id)
+        count = self.counts.get(task_id, 0)
+        if first:
+            if limit is None or count <= limit:
+                return
+            raise ModelCallRefused(
+                f"the task has made its {limit} model calls (max_steps); no more are made"
+            )
+        allowed = None if limit is None else limit if finishing else limit - 1
+        if allowed is not None and count + 1 > allowed:
+            raise ModelCallRefused(
+                f"model call {count + 1} would pass the task's step limit (max_steps {limit}"
+                + ("" if finishing else ", whose last call is the forced task_complete")
+                + "): not made. Raise max_steps, or see why this turn needed another request"
+                " in its model_call events"
+            )
+        if task_id in self.counts:
+            self.counts[task_id] = count + 1
 
 
 class DeliveryHost(TaskLog, Protocol):
@@ -95,7 +135,7 @@ class Delivery(HostLink[DeliveryHost]):
     def __init__(self, host: DeliveryHost, inboxes: AgentInboxes) -> None:
         self._link(host)
         self.inboxes = inboxes
-        self.steps = StepBudget()
+        self.steps = StepBudget(lambda: self.host.max_steps)
         # ids of queued agent messages whose recipients a tool handler already checked
         self.prechecked: set[str] = set()
 
@@ -105,11 +145,14 @@ class Delivery(HostLink[DeliveryHost]):
         self._process(rt, self._step_limit(rt, message))
 
     def _step_limit(self, rt: DeliveryHost, message: MAILMessage) -> MAILMessage:
-        """Count `message` as a step of its task; past the limit, the notice telling the
-        entrypoint to finish instead. Every message that starts a model call counts, the
-        runtime's notices too (a tool error, a plain-text answer, an action's result): a
-        model that never calls the right tool cannot go on without bound. Not counted: the
-        step limit's own notice, and `::` subjects of anyone else (a peer's end notice)."""
+        """Count `message` as a step of its task. The step that reaches the limit is the
+        last model call the task gets: a message to one agent that can complete tasks
+        arrives with the notice telling it to finish (task_complete forced), any other is
+        replaced by that notice to the entrypoint, and so is every message past the limit. Every message that
+        starts a model call counts, the runtime's notices too (a tool error, a plain-text
+        answer, an action's result): a model that never calls the right tool cannot go on
+        without bound. Not counted: the step limit's own notice, and `::` subjects of
+        anyone else (a peer's end notice)."""
         payload = message["message"]
         subject = payload["subject"]
         if subject.startswith("::") and (
@@ -120,16 +163,34 @@ class Delivery(HostLink[DeliveryHost]):
         counts = self.steps.counts
         steps = counts.get(task_id, 0) + 1
         counts[task_id] = steps
-        limit = self.steps.limits.get(task_id, rt.max_steps)
-        if limit is None or steps <= limit:
+        limit = self.steps.limit(task_id)
+        if limit is None or steps < limit:
             return message
-        return system_response(
+        finisher = self._finisher(rt, message) if steps == limit else None
+        notice = system_response(
             rt.swarm_name,
             task_id,
-            rt.entrypoint,
+            finisher or rt.entrypoint,
             MAX_STEPS_SUBJECT,
             max_steps_body(self.transcript(task_id)),
         )
+        if finisher is None:
+            return notice
+        self.steps.finishing[task_id] = (message["id"], notice)
+        return message
+
+    def _finisher(self, rt: DeliveryHost, message: MAILMessage) -> str | None:
+        """The one local agent `message` goes to when it can complete tasks, else None."""
+        if message["msg_type"] in ("broadcast", "broadcast_complete"):
+            return None
+        names = {self.full_address(r["address"]) for r in message_recipients(message)}
+        if len(names) != 1:
+            return None
+        name, swarm = parse_agent_address(names.pop())
+        agent = rt.agents.get(name)
+        if swarm != rt.swarm_name or agent is None or not agent.can_complete_tasks:
+            return None
+        return name
 
     def transcript(self, task_id: str) -> str:
         task = self.host.mail_tasks.get(task_id)

@@ -8,6 +8,7 @@ import logging
 from typing import Any, Protocol
 
 import mail.core.team.handlers  # noqa: F401 - the team tools register into TOOL_HANDLERS
+from mail.core.events import MessageText
 from mail.core.loop_guard import NO_TOOL_CALL, NO_TOOL_CALL_HINT, LoopGuard, stop_task
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
@@ -83,7 +84,7 @@ class TurnRunner(HostLink[TurnHost]):
     def __init__(self, host: TurnHost, inboxes: AgentInboxes, steps: StepBudget) -> None:
         self._link(host)
         self.inboxes = inboxes
-        self.steps = steps  # every model call of a turn counts toward max_steps
+        self.steps = steps  # every model request of a turn counts toward max_steps
         # agent -> (its function, the tools it was offered); see `offered_tools`
         self._offered_tools: dict[str, tuple[Any, frozenset[str], bool]] = {}
         # While a turn of `run_turns` dispatches what it sent: where the next turn goes
@@ -92,12 +93,13 @@ class TurnRunner(HostLink[TurnHost]):
 
     @staticmethod
     def _tool_choice_for(rt: TurnHost, messages: list[MAILMessage]) -> Any:
-        """What the agent must do this turn: anything, a tool, or task_complete."""
+        """What the agent must do this turn: anything, a tool, or task_complete (the step
+        limit's notice is among its messages)."""
         if rt.mode == "manual":
             return "auto"
         for message in messages:
             if message["message"]["subject"] == MAX_STEPS_SUBJECT:
-                return {"type": "function", "name": "task_complete"}
+                return dict(_FINISH)
         return "required"
 
     def start(self, task_id: str, agent_name: str, rt: TurnHost | None = None) -> None:
@@ -171,6 +173,13 @@ class TurnRunner(HostLink[TurnHost]):
                 message, tool_choice = batch[0], self._tool_choice_for(rt, batch)
             else:
                 batch = [message]
+            notice = self.steps.finish_notice(task_id, batch)
+            if notice is not None:  # the last call the step limit leaves: finish with it
+                batch = [*batch, notice]
+                if rt.mode != "manual":
+                    tool_choice = dict(_FINISH)
+                text = MessageText("sending message:\n", notice)
+                rt._emit(task_id, "new_message", text, {"full_message": notice})
             task = rt.mail_tasks.get(task_id)
             if task is not None and task.completed:
                 # The task ended while this turn waited for the agent: no new work starts.
@@ -188,6 +197,8 @@ class TurnRunner(HostLink[TurnHost]):
             ctx = TurnContext(task_id, agent_name, message, history, batch=batch)
             current: AgentToolCall | None = None
             measured = rt.meter.begin_turn(task_id, agent_name)  # spans, usage, budget
+            finishing = tool_choice == _FINISH
+            measured.gate = lambda first: self.steps.admit_call(task_id, first, finishing)
             try:
                 for incoming in batch:
                     if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
@@ -244,7 +255,6 @@ class TurnRunner(HostLink[TurnHost]):
             finally:
                 cancelled = _cancelling(me)
                 measured.end(cancelled=cancelled)
-                self.steps.charge_calls(task_id, measured.calls)
                 if cancelled:
                     # Cut back to where it began (a cancel, an interrupt, a shutdown): what it
                     # took and half did leaves no trace (a call without its result would
@@ -590,6 +600,7 @@ class _Handover:
         return clock.passes != self.began
 
 
+_FINISH = {"type": "function", "name": "task_complete"}
 _ONLY_REFUSED = "only with tools it was not offered"
 _CALL_A_TOOL = "answer by calling one of your tools (for example send_response or task_complete)."
 

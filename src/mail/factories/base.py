@@ -473,13 +473,16 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         server = (self.api_base or "", self.llm)
         if tool_choice == "required" and server in _REFUSES_REQUIRED:
             tool_choice = "auto"
-        send = self._request(messages, tool_choice, memories)
+        # Set once a streamed request of this turn fell back to a plain one: its later requests
+        # (with "auto" after a refusal, a retry) go plain too (one detection request less).
+        plain = [False]
+        send = self._request(messages, tool_choice, memories, plain)
         if tool_choice != "required" or not self.api_base:
             return send
 
         async def attempt() -> AgentResult:
             if server in _REFUSES_REQUIRED:  # a retry of this call, after the refusal
-                return await self._request(messages, "auto", memories)()
+                return await self._request(messages, "auto", memories, plain)()
             try:
                 return await send()
             except Exception as exc:
@@ -492,7 +495,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
                     self.api_base,
                     server_words(exc),
                 )
-                return await self._request(messages, "auto", memories)()
+                return await self._request(messages, "auto", memories, plain)()
 
         return attempt
 
@@ -501,11 +504,12 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         messages: list[dict[str, Any]],
         tool_choice: ToolChoice,
         memories: list[str] | None,
+        plain: list[bool],
     ) -> Callable[[], Awaitable[AgentResult]]:
         """The call for `tool_choice`. A streamed call with tools to an `api_base` server that
         comes back with nothing (no text, no tool call), or whose stream breaks off, is asked
-        once more unstreamed; when
-        that answers, the server cannot stream tool calls (llama-cpp-python ends such a
+        once more unstreamed (`plain[0]` is set: the turn's later requests are plain too);
+        when that answers, the server cannot stream tool calls (llama-cpp-python ends such a
         stream before its first chunk) and is asked unstreamed from then on (per server and
         model). Both requests are model calls of the turn."""
         server = (self.api_base or "", self.llm)
@@ -517,7 +521,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             return send
 
         async def streamed_or_plain() -> AgentResult:
-            if server not in _STREAMS_NO_TOOLS:  # checked per attempt: a retry may know
+            # Checked per attempt: a retry may know.
+            if server not in _STREAMS_NO_TOOLS and not plain[0]:
                 try:
                     text, calls = await send()
                 except Exception as exc:
@@ -526,8 +531,9 @@ class LiteLLMAgentFunction(MAILAgentFunction):
                     calls = []
                 if calls:
                     return text, calls
-            plain = await self._send(messages, tool_choice, memories, False)()
-            if plain[1] and server not in _STREAMS_NO_TOOLS:
+                plain[0] = True
+            answer = await self._send(messages, tool_choice, memories, False)()
+            if answer[1] and server not in _STREAMS_NO_TOOLS:
                 _STREAMS_NO_TOOLS.add(server)
                 logger.warning(
                     "%s at %s answers a streamed request with tools with nothing and the same "
@@ -535,7 +541,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
                     self.llm,
                     self.api_base,
                 )
-            return plain
+            return answer
 
         return streamed_or_plain
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from mail.factories.errors import LLMCallError, LLMConfigError, MalformedToolCallError
+from mail.telemetry.model_calls import ModelCallRefused
 
 logger = logging.getLogger("mail.factories")
 
@@ -245,7 +246,7 @@ async def call_with_retries(
             logger.warning("%s: %s; asking the model again", what, exc)
             attempts -= 1  # a bad sample is not a failed attempt
             continue
-        except LLMConfigError:
+        except (LLMConfigError, ModelCallRefused):
             raise
         except Exception as exc:
             failure = classify(exc, target.endpoint)

@@ -41,7 +41,17 @@ TaskOf = Callable[[str], Any]
 class Turn:
     """One agent turn being measured (what `CURRENT_TURN` holds while it runs)."""
 
-    __slots__ = ("meter", "task_id", "agent", "span", "calls", "_token", "_otel_token")
+    __slots__ = (
+        "meter",
+        "task_id",
+        "agent",
+        "span",
+        "calls",
+        "requests",
+        "gate",
+        "_token",
+        "_otel_token",
+    )
 
     def __init__(self, meter: TaskMeter, task_id: str, agent: str, span: Span | None) -> None:
         self.meter = meter
@@ -49,6 +59,10 @@ class Turn:
         self.agent = agent
         self.span = span
         self.calls = 0  # model calls recorded (a refused or retried request is one too)
+        self.requests = 0  # model requests let out (`admit`)
+        # Asked before each request (`first`: the turn's first): raises to refuse it (the
+        # runtime's step limit); None lets every request out.
+        self.gate: Callable[[bool], None] | None = None
         self._token: contextvars.Token[Turn | None] | None = None
         self._otel_token: Any = None
 
@@ -63,6 +77,12 @@ class Turn:
             call.event_data(self.agent),
         )
         metrics.model_call(call)
+
+    def admit(self) -> None:
+        """A model request of this turn is about to go out: the gate may refuse it."""
+        self.requests += 1
+        if self.gate is not None:
+            self.gate(self.requests == 1)
 
     def call_started(self, call: Any) -> None:
         """A model call (with a ``cut(reason)`` method) of this turn is in flight."""

@@ -48,6 +48,13 @@ class ModelCallCut(Exception):
     """The model call was stopped because its task ended (a caller's timeout)."""
 
 
+class ModelCallRefused(Exception):
+    """The model request was not made: it would pass the task's step limit (``max_steps``).
+    Not retried; ``kind`` names the limit for programs."""
+
+    kind = "max_steps"
+
+
 class _Probe:
     __slots__ = (
         "turn",
@@ -193,8 +200,11 @@ def _unanswered(exc: BaseException | None) -> bool:
 async def observed(kind: str, call: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
     """``await call(**kwargs)``, measured (``kind``: ``chat`` or ``responses``)."""
     turn = CURRENT_TURN.get()
-    if turn is None and tracing.tracer() is None:
-        return await call(**kwargs)
+    if turn is None:
+        if tracing.tracer() is None:
+            return await call(**kwargs)
+    else:
+        turn.admit()  # every request counts toward max_steps as it goes out
     probe = _Probe(turn, kind, kwargs)
     async with probe.watching():
         response = await call(**kwargs)
