@@ -88,3 +88,10 @@ async def test_a_nested_transaction_is_a_savepoint(sql: Sql) -> None:
 
     await sql.run(kept)
     assert await _notes(sql) == [5]
+
+
+async def test_any_takes_a_list_or_a_tuple_empty_or_long(sql: Sql) -> None:
+    await sql.run(lambda c: c.executemany("INSERT INTO notes VALUES (?)", [(n,) for n in range(5)]))
+    query = "SELECT count(*) FROM notes WHERE n = ANY(?)"
+    for values, count in (([], 0), ((), 0), ((1, 3), 2), (list(range(-5000, 5000)), 5)):
+        assert await sql.run(lambda c, v=values: c.fetchval(query, v)) == count

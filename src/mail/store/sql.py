@@ -6,8 +6,8 @@ translated for each database (once per text, then cached):
 - ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N``, numbered as
   SQLite does (a bare ``?`` is one more than the largest number before it); no ``?`` may
   appear elsewhere, in a literal or an operator;
-- ``x = ANY(?)`` with a Python list: ``x IN (SELECT value FROM json_each(?))`` on SQLite
-  (the list bound as JSON);
+- ``x = ANY(?)`` with a Python list (or tuple): ``x IN (SELECT value FROM json_each(?))``
+  on SQLite (the list bound as JSON);
 - booleans are ``TRUE`` / ``FALSE`` (SQLite reads them as 1 / 0).
 
 What no translation can say (row locks, advisory locks) is asked of the connection:
@@ -108,7 +108,7 @@ class SqlConn:
 
 
 def _sqlite_args(args: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(json.dumps(a) if isinstance(a, list) else a for a in args)
+    return tuple(json.dumps(a) if isinstance(a, list | tuple) else a for a in args)
 
 
 class SqliteConn(SqlConn):
