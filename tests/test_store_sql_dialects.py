@@ -1,6 +1,7 @@
 """`mail.store.sql`: one statement text and one operation mean the same on SQLite and
 PostgreSQL, in the three places the translation could tell them apart: a bare ``?`` after
-numbered ones, a write that begins with ``WITH``, and a transaction inside a transaction."""
+numbered ones or in a literal, a write that begins with ``WITH``, a transaction inside a
+transaction, and ``ANY`` of a tuple, an empty or a long list."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ async def test_a_bare_mark_after_numbered_ones_takes_the_next_number(sql: Sql) -
     # SQLite's rule: a bare ? is one more than the largest number assigned before it.
     row = await sql.run(lambda c: c.fetchrow("SELECT CAST(?1 AS TEXT), ?1 || ?, ?2", "a", "b"))
     assert tuple(row) == ("a", "ab", "b")
+
+
+async def test_a_mark_in_a_literal_is_text(sql: Sql) -> None:
+    row = await sql.run(lambda c: c.fetchrow("SELECT 'why?', CAST(? AS TEXT), 'it''s ?2'", "a"))
+    assert tuple(row) == ("why?", "a", "it's ?2")
 
 
 async def test_a_write_that_begins_with_with_is_inside_the_transaction(sql: Sql) -> None:

@@ -4,8 +4,8 @@ A statement is written once, in the common subset of both dialects, with three s
 translated for each database (once per text, then cached):
 
 - ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N``, numbered as
-  SQLite does (a bare ``?`` is one more than the largest number before it); no ``?`` may
-  appear elsewhere, in a literal or an operator;
+  SQLite does (a bare ``?`` is one more than the largest number before it); a ``?`` in a
+  '...' literal stays as it is, and none may appear elsewhere (no jsonb ``?`` operator);
 - ``x = ANY(?)`` with a Python list (or tuple): ``x IN (SELECT value FROM json_each(?))``
   on SQLite (the list bound as JSON);
 - booleans are ``TRUE`` / ``FALSE`` (SQLite reads them as 1 / 0).
@@ -39,7 +39,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Row = Any  # sqlite3.Row or asyncpg.Record: both index by name and by position
 
-_MARK = re.compile(r"\?(\d*)")
+_MARK = re.compile(r"'(?:[^']|'')*'|\?(\d*)")  # a literal, or a parameter
 _ANY = re.compile(r"=\s*ANY\(\?(\d*)\)")
 _WRITE = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 
@@ -50,6 +50,8 @@ def postgres_text(sql: str) -> str:
 
     def number(match: re.Match[str]) -> str:
         nonlocal highest
+        if match.group(0).startswith("'"):
+            return match.group(0)
         n = int(match.group(1) or highest + 1)
         highest = max(highest, n)
         return f"${n}"
