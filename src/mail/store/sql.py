@@ -3,10 +3,11 @@
 A statement is written once, in the common subset of both dialects, with three spellings
 translated for each database (once per text, then cached):
 
-- ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N`` (so no ``?``
-  may appear elsewhere, in a literal or an operator);
-- ``x = ANY(?)`` with a Python list: ``x IN (SELECT value FROM json_each(?))`` on SQLite
-  (the list bound as JSON);
+- ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N``, numbered as
+  SQLite does (a bare ``?`` is one more than the largest number before it); a ``?`` in a
+  '...' literal stays as it is, and none may appear elsewhere (no jsonb ``?`` operator);
+- ``x = ANY(?)`` with a Python list (or tuple): ``x IN (SELECT value FROM json_each(?))``
+  on SQLite (the list bound as JSON);
 - booleans are ``TRUE`` / ``FALSE`` (SQLite reads them as 1 / 0).
 
 What no translation can say (row locks, advisory locks) is asked of the connection:
@@ -18,7 +19,7 @@ only one that touches its connection): the coroutine never waits, since every st
 runs at once, so it is driven to its end there without an event loop. A SQLite
 ``transaction()`` begins (``BEGIN IMMEDIATE``) at its first write: reads before it see what
 the write will (nothing else runs on that thread meanwhile), and an idle poll takes no
-write lock.
+write lock. One inside another is a savepoint, as on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -38,18 +39,22 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Row = Any  # sqlite3.Row or asyncpg.Record: both index by name and by position
 
-_MARK = re.compile(r"\?(\d*)")
+_MARK = re.compile(r"'(?:[^']|'')*'|\?(\d*)")  # a literal, or a parameter
 _ANY = re.compile(r"=\s*ANY\(\?(\d*)\)")
+_WRITE = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=2048)
 def postgres_text(sql: str) -> str:
-    count = 0
+    highest = 0
 
     def number(match: re.Match[str]) -> str:
-        nonlocal count
-        count += 1
-        return f"${match.group(1) or count}"
+        nonlocal highest
+        if match.group(0).startswith("'"):
+            return match.group(0)
+        n = int(match.group(1) or highest + 1)
+        highest = max(highest, n)
+        return f"${n}"
 
     return _MARK.sub(number, sql)
 
@@ -58,7 +63,10 @@ def postgres_text(sql: str) -> str:
 def sqlite_text(sql: str) -> tuple[str, bool]:
     """The SQLite text, and whether it writes."""
     text = _ANY.sub(r"IN (SELECT value FROM json_each(?\1))", sql)
-    return text, not text.lstrip().upper().startswith(("SELECT", "WITH"))
+    head = text.lstrip().upper()
+    if head.startswith("WITH"):  # WITH ... INSERT / UPDATE / DELETE writes
+        return text, _WRITE.search(text) is not None
+    return text, not head.startswith("SELECT")
 
 
 def marks(values: Sequence[Any]) -> str:
@@ -102,7 +110,7 @@ class SqlConn:
 
 
 def _sqlite_args(args: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(json.dumps(a) if isinstance(a, list) else a for a in args)
+    return tuple(json.dumps(a) if isinstance(a, list | tuple) else a for a in args)
 
 
 class SqliteConn(SqlConn):
@@ -112,6 +120,7 @@ class SqliteConn(SqlConn):
         self.conn = conn
         self._pending: bool = False  # in transaction(), before its first write
         self._open: transaction | None = None
+        self._depth = 0  # transaction()s entered: the outer one, then savepoints
 
     def _begin(self, writes: bool) -> None:
         if writes and self._pending:
@@ -138,9 +147,21 @@ class SqliteConn(SqlConn):
         return self
 
     async def __aenter__(self) -> None:  # transaction(): BEGIN IMMEDIATE at the first write
-        self._pending = True
+        if self._depth == 0:
+            self._pending = True
+        else:  # inside another: a savepoint of the begun transaction
+            self._begin(True)
+            self.conn.execute(f"SAVEPOINT mail_{self._depth + 1}")
+        self._depth += 1  # (counted once entered: a failed BEGIN leaves no level behind)
 
     async def __aexit__(self, error: type[BaseException] | None, *rest: object) -> None:
+        depth, self._depth = self._depth, self._depth - 1
+        if depth > 1:
+            if self.conn.in_transaction:  # (SQLite may have rolled it all back itself)
+                if error is not None:
+                    self.conn.execute(f"ROLLBACK TO mail_{depth}")
+                self.conn.execute(f"RELEASE mail_{depth}")
+            return
         self._pending, opened, self._open = False, self._open, None
         if opened is not None:
             opened.__exit__(error)
