@@ -120,14 +120,20 @@ class MessageRequest:
     background: bool = False
     # What the message does to a task that is still running; None: the server's default.
     multitask_strategy: str | None = None
-    # Upload bytes held in the caller's quota books from the check until they are stored.
-    reserved_bytes: int = 0
-    # A place among the messages waiting behind a running task, held from the check until
-    # the message is enqueued (`multitask_strategy` enqueue).
-    holds_place: bool = False
     # Bytes of uploads a keyed retry replaces (its dead first attempt stored them under the
     # same ids): stored already, so the quota does not count them a second time.
     replaced_bytes: int = 0
+
+    def submit_kwargs(self) -> dict[str, Any]:
+        """What the swarm's submission takes besides the body."""
+        return dict(
+            subject=self.subject,
+            msg_type=self.msg_type,
+            entrypoint=self.entrypoint,
+            task_id=self.task_id,
+            resume_from=self.resume_from,
+            **self.kwargs,
+        )
 
     def upload_bytes(self) -> int:
         """The bytes the uploads will store (`content` text, or `content_base64` decoded:
