@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from mail.core.events import TaskEvent
+from mail.server import messaging
 from mail.server.admission import admit
 from mail.server.bodies import MessageRequest
 
@@ -33,7 +34,7 @@ async def run_events(
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
         on_stored=on_submitted,
-        **req.submit_kwargs(),
+        **messaging.submit_kwargs(req),
     )
     try:
         async with state.instances.lease(inst):

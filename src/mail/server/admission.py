@@ -32,7 +32,7 @@ from mail.core.message import new_task_id
 from mail.core.runtime_resume import TaskSubmitError, message_too_large
 from mail.core.stored_bytes import text_bytes
 from mail.server.auth import Caller
-from mail.server.bodies import MessageRequest, check_subject
+from mail.server.bodies import MessageRequest
 from mail.server.errors import BadRequest
 from mail.server.idempotency import Ticket
 from mail.server.instances import Instance
@@ -65,6 +65,7 @@ class Admission:
         self.task: Any = None  # the task the message names, when the instance holds it
         self.fresh = False  # the task id was just made up: no task has it
         self.incoming = 0  # bytes the message adds to the caller's books
+        self.uploaded = 0  # of which its uploads (new bytes only)
         self.strategy = "reject"
         self.uploads: Any = []
         # What is held, given back by `release`:
@@ -111,6 +112,21 @@ class Admission:
 
 
 # ------------------------------------------------------------------------------- the checks
+
+
+def check_subject(subject: str | None, limit: int) -> None:
+    """413 for a subject over ``[server.settings] max_subject_chars`` (0 = no limit).
+
+    The one check of every front door that turns a caller's text into a message (POST
+    /message, /interswarm/message, A2A): without it the subject was the way around
+    ``max_message_body``.
+    """
+    if limit and subject is not None and len(subject) > limit:
+        raise HTTPException(
+            413,
+            f"parameter 'subject' is {len(subject)} characters; the limit is {limit} "
+            "([server.settings] max_subject_chars)",
+        )
 
 
 def _stored_quota(a: Admission) -> None:
@@ -292,11 +308,10 @@ def _claim(a: Admission) -> None:
     if a.taken_over and a.strategy == "enqueue":
         a.inst.swarm.runtime.multitask.reserve(a.task_id)
         a.place = True
-    uploaded = max(0, req.upload_bytes() - req.replaced_bytes)
     finished = a.state.finished
-    if uploaded and finished is not None and finished.team_store is not None:
-        a.state.quota.reserve(a.inst.key, uploaded)
-        a.reserved = uploaded
+    if a.uploaded and finished is not None and finished.team_store is not None:
+        a.state.quota.reserve(a.inst.key, a.uploaded)
+        a.reserved = a.uploaded
 
 
 # In order, each with whether it reads the message itself (skipped for `admit_incoming`).
@@ -362,8 +377,9 @@ async def admit(
             # A resume of a paused task too: the results it brings (`kwargs`) are kept
             # twice, in the agent's history and in the event that shows them.
             resumed = 2 * text_bytes(req.kwargs) if req.kwargs else 0
-            uploaded = max(0, req.upload_bytes() - req.replaced_bytes)  # (new bytes only)
-            a.incoming = len(req.body) + uploaded + resumed
+            if req.attachments:  # (new bytes only)
+                a.uploaded = max(0, req.upload_bytes() - req.replaced_bytes)
+            a.incoming = len(req.body) + a.uploaded + resumed
         a.task = None if a.fresh else inst.swarm.get_task_by_id(a.task_id)
         _run_checks(a)
         if req.webhook is not None:  # stored before the task runs

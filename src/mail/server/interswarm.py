@@ -25,9 +25,9 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server import parked_answers
-from mail.server.admission import admit_incoming
+from mail.server.admission import admit_incoming, check_subject
 from mail.server.auth import Caller
-from mail.server.bodies import check_subject, positive_seconds, read_json_object
+from mail.server.bodies import positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.idempotency import Ticket
 from mail.server.instances import Instance, instance_kind

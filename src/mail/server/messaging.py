@@ -16,12 +16,16 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+
 from mail.core.tasks import state_for_answer
 from mail.server.admission import admit
-from mail.server.auth import Caller
-from mail.server.bodies import MessageRequest
-from mail.server.idempotency import Ticket
+from mail.server.auth import Caller, caller_admin_or_user
+from mail.server.bodies import MessageRequest, parse_message
+from mail.server.idempotency import Ticket, current_ticket
 from mail.server.instances import Instance
+from mail.server.jsonio import JSONBody
 from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
 
@@ -34,6 +38,38 @@ def answered(state: ServerState, inst: Instance, task_id: str | None) -> None:
         state.finished.answered(inst, task_id)
 
 
+async def handle(request: Request) -> Response:
+    """``POST /message``: caller, parse, then streamed, in the background, or plain (each:
+    admission, lease, run, answer). Routed under the Idempotency-Key guard (`routes_user`),
+    which has resolved (and role-checked) a keyed request's caller already."""
+    ticket = current_ticket(request)
+    keyed = None if ticket is None else ticket.caller
+    caller = keyed if keyed is not None else await caller_admin_or_user(request)
+    req = await parse_message(request)
+    state: ServerState = request.app.state.mail
+    if req.stream:
+        return await stream_message(state, caller, req, ticket)
+    if req.background or req.preferred:
+        body = await background_message(state, caller, req, ticket)
+        headers = {"Location": body["status_url"]}
+        if req.preferred:
+            headers["Preference-Applied"] = "respond-async"
+        return JSONBody(body, status_code=202, headers=headers)
+    return JSONBody(await post_message(state, caller, req, ticket))
+
+
+def submit_kwargs(req: MessageRequest) -> dict[str, Any]:
+    """What the swarm's submission takes besides the body."""
+    return dict(
+        subject=req.subject,
+        msg_type=req.msg_type,
+        entrypoint=req.entrypoint,
+        task_id=req.task_id,
+        resume_from=req.resume_from,
+        **req.kwargs,
+    )
+
+
 async def run_message(
     state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> tuple[dict[str, Any], list[Any]]:
@@ -44,7 +80,7 @@ async def run_message(
     try:
         async with state.instances.lease(inst):
             response, events = await inst.swarm.post_message_task_events(
-                req.body, show_events=req.show_events, timeout=timeout, **req.submit_kwargs()
+                req.body, show_events=req.show_events, timeout=timeout, **submit_kwargs(req)
             )
         if ticket is not None:
             ticket.task_answered(inst, req, response)
@@ -107,7 +143,7 @@ async def start_message(
         ping_interval=state.config.settings.sse_ping_interval,
         on_stored=stored.set,
         detached=True,  # an enqueued message waits for its turn, whatever its timeout
-        **req.submit_kwargs(),
+        **submit_kwargs(req),
     )
 
     async def run() -> None:
@@ -188,7 +224,7 @@ async def stream_message(
             timeout=timeout,
             ping_interval=state.config.settings.sse_ping_interval,
             on_stored=stored.set,
-            **req.submit_kwargs(),
+            **submit_kwargs(req),
         )
 
         async def leased() -> AsyncIterator[Any]:
