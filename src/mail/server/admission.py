@@ -412,22 +412,28 @@ async def _store_uploads(a: Admission, caller: Caller) -> None:
         state.quota.add_team(a.inst.key, max(0, added))
 
 
-async def admit_incoming(state: Any, inst: Instance, task_id: str, incoming: int) -> Admission:
+async def admit_incoming(
+    state: Any, inst: Instance, task_id: str, incoming: int, ticket: Ticket | None = None
+) -> Admission:
     """`admit` for a message that enters the caller's instance another way (a user's ``POST
     /interswarm/message``, a peer's ``/interswarm/forward``, an MCP agent's send; a peer's
     tasks are its caller's, as a local caller's are): a finished task it names is put back
     first; a message to a running or paused task is never refused (its work goes on);
-    otherwise the `CHECKS` that do not read a message. Release it once the message is in
-    the instance."""
-    a = Admission(state, None)
+    otherwise the `CHECKS` that do not read a message. Refused: the key taken (`ticket`) is
+    given back. Admitted: release it once the message is in the instance."""
+    a = Admission(state, None, ticket)
     a.inst, a.task_id, a.incoming = inst, task_id, incoming
-    finished = state.finished
-    if finished is not None:
-        await finished.bring_back(inst, task_id)
-        await finished.books(inst.kind, inst.id)
-    a.task = inst.swarm.get_task_by_id(task_id)
-    if a.task is None or not (a.task.is_running or a.paused):
-        _run_checks(a)
+    try:
+        finished = state.finished
+        if finished is not None:
+            await finished.bring_back(inst, task_id)
+            await finished.books(inst.kind, inst.id)
+        a.task = inst.swarm.get_task_by_id(task_id)
+        if a.task is None or not (a.task.is_running or a.paused):
+            _run_checks(a)
+    except BaseException:
+        await a.refuse()
+        raise
     return a
 
 

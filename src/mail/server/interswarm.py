@@ -175,7 +175,6 @@ async def receive(
         if loaded is None:  # kept for the owner's instance, which is not loaded
             return _delivered(state, caller, kept)
         inst = loaded
-        admitted = None
         if state.finished is not None:
             # A task that left memory (it ended, or a restart stopped it while it waited for
             # this answer) is in the store: the answer continues it, as a message naming it
@@ -328,12 +327,8 @@ async def post_user_message(
     task_id = message["message"]["task_id"]
     if ticket is not None:
         await ticket.take_task(state, inst, task_id, message, new=not data.get("task_id"))
-    try:
-        admitted = await admit_incoming(state, inst, task_id, len(message["message"]["body"]))
-    except BaseException:
-        if ticket is not None:
-            await ticket.release()  # refused: nothing ran, the key is free again
-        raise
+    # Refused: nothing ran, the key is free again.
+    admitted = await admit_incoming(state, inst, task_id, len(message["message"]["body"]), ticket)
     show = bool(data.get("stream") or data.get("show_events"))
     try:
         async with state.instances.lease(inst):

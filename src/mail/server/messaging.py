@@ -1,12 +1,13 @@
-"""What ``POST /message`` does once its route has parsed it and knows the caller.
+"""``POST /message`` from the request to its answer, in one direction.
 
-One path for the three ways to send (plain `post_message`, background `background_message`,
-streamed `stream_message`), read top to bottom: admission (`mail.server.admission.admit`:
-the checks, the Idempotency-Key's take, what the message reserves), the caller's instance
-leased while the task runs, the claim given back once the message is in the runtime, then
-the answer. Everything works on the caller's own instance only, which is what isolates users
-from each other. Also the answer bodies a repeat of a keyed request rebuilds
-(`accepted_body`, `name_webhook`).
+`handle` resolves the caller and parses the body; then each of the three ways to send
+(plain `post_message`, background `background_message`, streamed `stream_message`) admits
+the message (`mail.server.admission.admit`: the checks, the Idempotency-Key's take, what the
+message reserves), runs it with the caller's instance leased, releases the admission once the
+message is in the runtime, and answers. MCP, crons and the Responses bridge call
+`start_message`, `post_message`, `background_message` and `run_message` directly. Each works
+on the caller's own instance only, which is what isolates users from each other. Also here:
+the answer bodies a repeat of a keyed request rebuilds (`accepted_body`, `name_webhook`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mail.core.tasks import state_for_answer
-from mail.server.admission import admit
+from mail.server.admission import Admission, admit
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import MessageRequest, parse_message
 from mail.server.idempotency import Ticket, current_ticket
@@ -39,9 +40,8 @@ def answered(state: ServerState, inst: Instance, task_id: str | None) -> None:
 
 
 async def handle(request: Request) -> Response:
-    """``POST /message``: caller, parse, then streamed, in the background, or plain (each:
-    admission, lease, run, answer). Routed under the Idempotency-Key guard (`routes_user`),
-    which has resolved (and role-checked) a keyed request's caller already."""
+    """``POST /message`` (routed under the Idempotency-Key guard, `routes_user`, which has
+    resolved and role-checked a keyed request's caller already)."""
     ticket = current_ticket(request)
     keyed = None if ticket is None else ticket.caller
     caller = keyed if keyed is not None else await caller_admin_or_user(request)
@@ -70,17 +70,53 @@ def submit_kwargs(req: MessageRequest) -> dict[str, Any]:
     )
 
 
+def _timeout(state: ServerState, req: MessageRequest) -> float:
+    return req.timeout if req.timeout is not None else state.config.settings.message_timeout
+
+
+async def _leased_events(
+    state: ServerState, admitted: Admission, stored: asyncio.Event, *, detached: bool = False
+) -> AsyncIterator[Any]:
+    """The task's events, `stored` set once the submission is committed. The caller's
+    instance is leased (never reclaimed) meanwhile; the admission is released once the
+    message is in the runtime (its first event: the task's state answers from there)."""
+    req, inst, ticket = admitted.req, admitted.inst, admitted.ticket
+    assert req is not None
+    events = inst.swarm.stream_events(
+        req.body,
+        timeout=_timeout(state, req),
+        ping_interval=state.config.settings.sse_ping_interval,
+        on_stored=stored.set,
+        detached=detached,
+        **submit_kwargs(req),
+    )
+    try:
+        async with state.instances.lease(inst):
+            async for event in events:
+                admitted.release()
+                yield event
+    finally:
+        admitted.release()
+    answered(state, inst, req.task_id)  # the whole answer went out
+    if ticket is not None and not detached:
+        # A repeat of a stream attaches to the task's events, which hold all of it: no
+        # outcome row (`STREAMED_OUTCOME`) once the task ended.
+        ticket.task_ended(inst, req)
+
+
 async def run_message(
     state: ServerState, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> tuple[dict[str, Any], list[Any]]:
     """Submit and wait for the task's final MAILMessage; returns ``(message, events)``."""
     admitted = await admit(state, caller, req, ticket)
     inst = admitted.inst
-    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     try:
         async with state.instances.lease(inst):
             response, events = await inst.swarm.post_message_task_events(
-                req.body, show_events=req.show_events, timeout=timeout, **submit_kwargs(req)
+                req.body,
+                show_events=req.show_events,
+                timeout=_timeout(state, req),
+                **submit_kwargs(req),
             )
         if ticket is not None:
             ticket.task_answered(inst, req, response)
@@ -133,27 +169,13 @@ async def start_message(
     task said to have started exists after a kill -9). The task runs on in the returned
     asyncio task, which the caller must hold."""
     admitted = await admit(state, caller, req, ticket)
-    inst = admitted.inst
-    timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     stored = asyncio.Event()
-
-    events = inst.swarm.stream_events(
-        req.body,
-        timeout=timeout,
-        ping_interval=state.config.settings.sse_ping_interval,
-        on_stored=stored.set,
-        detached=True,  # an enqueued message waits for its turn, whatever its timeout
-        **submit_kwargs(req),
-    )
+    # An enqueued message waits for its turn, whatever its timeout (`detached`).
+    events = _leased_events(state, admitted, stored, detached=True)
 
     async def run() -> None:
-        try:
-            async with state.instances.lease(inst):
-                async for _event in events:
-                    admitted.release()  # submitted: the task's state answers now
-        finally:
-            admitted.release()
-        answered(state, inst, req.task_id)
+        async for _event in events:
+            pass
 
     runner = asyncio.create_task(run(), name=f"mail-message-{req.task_id}")
     committed = asyncio.create_task(stored.wait())
@@ -211,39 +233,13 @@ async def stream_message(
     no task starts. The response holds the slot until it ends.
     """
     admitted = await admit(state, caller, req, ticket)
-    inst, slot = admitted.inst, admitted.slot
-    admitted.slot = None  # the response's from here
+    slot, admitted.slot = admitted.slot, None  # the response's from here
     try:
-        timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
         # Set once the store committed the submission (Swarm.submit_events): the response's
         # headers wait for it, as a plain answer waits for its commit.
         stored = asyncio.Event()
-
-        events = inst.swarm.stream_events(
-            req.body,
-            timeout=timeout,
-            ping_interval=state.config.settings.sse_ping_interval,
-            on_stored=stored.set,
-            **submit_kwargs(req),
-        )
-
-        async def leased() -> AsyncIterator[Any]:
-            # Keep the instance from being reclaimed while the stream is open.
-            try:
-                async with state.instances.lease(inst):
-                    async for event in events:
-                        admitted.release()  # submitted: the task's state answers now
-                        yield event
-            finally:
-                admitted.release()
-            answered(state, inst, req.task_id)  # the whole stream went out
-            if ticket is not None:
-                # A repeat attaches to the task's events, which hold all of it: no outcome
-                # row (`STREAMED_OUTCOME`) once the task ended.
-                ticket.task_ended(inst, req)
-
         response = event_stream_response(
-            leased(),
+            _leased_events(state, admitted, stored),
             max_buffer_bytes=state.config.settings.sse_max_buffer_bytes,
             stall_timeout=state.config.settings.sse_slow_reader_timeout,
             task_id=req.task_id,
