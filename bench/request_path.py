@@ -28,6 +28,9 @@ from types import FrameType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# Where a request's route starts: a route module, the Idempotency-Key guard around it, or the
+# message handler it routes to.
+ROUTE_MODULES = ("mail.server.routes", "mail.server.idempotency", "mail.server.messaging")
 
 
 def _bench(name: str) -> Any:
@@ -57,7 +60,7 @@ def serve_following(out: str, serve_args: list[str]) -> None:
             return
         path = paths.get(task)
         if path is None:
-            if event != "call" or not module.startswith("mail.server.routes"):
+            if event != "call" or not module.startswith(ROUTE_MODULES):
                 return  # not a request's task (or not yet in the route)
             path = paths[task] = []
         if not path or path[-1] != module:

@@ -12,6 +12,7 @@ from typing import Any
 
 from mail.core.events import TaskEvent
 from mail.server import messaging
+from mail.server.admission import admit
 from mail.server.bodies import MessageRequest
 
 
@@ -25,20 +26,20 @@ async def run_events(
 
     ``on_submitted`` is awaited once the message is in the caller's instance and committed
     (its MAIL task exists and is stored), before the first event."""
-    inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    await messaging.prepare(state, inst, req)
+    admitted = await admit(state, caller, req)
+    inst = admitted.inst
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     events = inst.swarm.stream_events(
         req.body,
         timeout=timeout,
         ping_interval=state.config.settings.sse_ping_interval,
         on_stored=on_submitted,
-        **messaging._post_kwargs(state, req),
+        **messaging.submit_kwargs(req),
     )
     try:
         async with state.instances.lease(inst):
             async for event in events:
-                messaging._release(inst, req.task_id)  # submitted: the task's state answers
+                admitted.release()  # submitted: the task's state answers
                 if event.id is None and event.event in ("task_complete", "task_error"):
                     # In the caller's books at once, as an answer over HTTP is: the task stays
                     # in memory until the sweep, and the caller's next send must see it.
@@ -47,7 +48,7 @@ async def run_events(
                         finished.count(inst, req.task_id)
                 yield event
     finally:
-        messaging._release(inst, req.task_id)
+        admitted.release()
 
 
 def was_cancelled(state: Any, caller: Any, task_id: str) -> bool:

@@ -45,18 +45,18 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         whatever its task."""
         member = face.member(ctx)
         task_id = task_for(member, task_id)
-        claimed = False
+        admitted = None
         if name in TEAM_WRITES and incoming >= 0:
             await quotas.check_team_bytes(face.state, member, task_id, incoming)
         elif incoming >= 0:
-            claimed = await quotas.check_new_task(face.state, member, task_id, incoming)
+            admitted = await quotas.check_new_task(face.state, member, task_id, incoming)
         try:
             result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
             raise ToolError(str(exc)) from None
         finally:
-            if claimed:  # (no await from here to `_ensure_task` below: no gap uncounted)
-                quotas.release_new_task(member, task_id)
+            if admitted is not None:  # (no await to `_ensure_task` below: no gap uncounted)
+                admitted.release()
         if incoming >= 0:
             # Acknowledged means stored: what was sent, and the task it starts, are committed
             # before "sent" leaves (the task was made only when the runtime took the message

@@ -16,28 +16,24 @@ from typing import Any
 
 from mail.mcp_face.face import tool_error
 from mail.mcp_face.members import Member
-from mail.server import messaging
+from mail.server.admission import Admission, admit_incoming
 
 
-async def check_new_task(state: Any, member: Member, task_id: str, incoming: int) -> bool:
+async def check_new_task(
+    state: Any, member: Member, task_id: str, incoming: int
+) -> Admission | None:
     """ToolError (``429: ...`` naming the setting, or 503 while the task store is backed
     up) when what the member sends (`incoming` characters) would start a task past the
     caller's bounds; nothing for a task its instance holds (running, paused, or finished: a
-    send to a finished one is refused anyway). True when the task id was claimed for the
-    send: give it back with `release_new_task` once the message is in the instance."""
+    send to a finished one is refused anyway). Otherwise the admission, to release once the
+    message is in the instance (or never will be)."""
     rt = member.runtime
     if task_id in rt.mail_tasks or task_id in rt.forgotten_tasks:
-        return False
+        return None
     try:
-        await messaging.check_incoming_task(state, member.inst, task_id, incoming)
+        return await admit_incoming(state, member.inst, task_id, incoming)
     except Exception as exc:  # HTTPException 429/503: the detail names the setting
         raise tool_error(exc) from None
-    return True
-
-
-def release_new_task(member: Member, task_id: str) -> None:
-    """The send checked by `check_new_task` is in the instance (or never will be)."""
-    messaging.release_task_claim(member.inst, task_id)
 
 
 async def check_team_bytes(state: Any, member: Member, task_id: str, size: int) -> None:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 
 from mail.server.errors import BadRequest, type_name
 from mail.server.jsonio import PARSED_BODY, loads
@@ -118,13 +118,10 @@ class MessageRequest:
     # Answer 202 once the message is stored, without waiting for the task (`"background":
     # true`, or the header `Prefer: respond-async`: `prefer_async`).
     background: bool = False
+    # Asked for by that header (answered with Preference-Applied).
+    preferred: bool = False
     # What the message does to a task that is still running; None: the server's default.
     multitask_strategy: str | None = None
-    # Upload bytes held in the caller's quota books from the check until they are stored.
-    reserved_bytes: int = 0
-    # A place among the messages waiting behind a running task, held from the check until
-    # the message is enqueued (`multitask_strategy` enqueue).
-    holds_place: bool = False
     # Bytes of uploads a keyed retry replaces (its dead first attempt stored them under the
     # same ids): stored already, so the quota does not count them a second time.
     replaced_bytes: int = 0
@@ -142,6 +139,13 @@ class MessageRequest:
                 elif isinstance(encoded, str):
                     size += len(encoded) * 3 // 4
         return size
+
+
+async def parse_message(request: Request) -> MessageRequest:
+    """``POST /message``'s body, and its header ``Prefer: respond-async`` (RFC 7240)."""
+    req = parse_message_request(await read_json_object(request))
+    req.preferred = prefer_async(request.headers.get("prefer"))
+    return req
 
 
 def parse_message_request(data: dict[str, Any]) -> MessageRequest:
@@ -256,21 +260,6 @@ def prefer_async(header: str | None) -> bool:
         if token == "respond-async":
             return True
     return False
-
-
-def check_subject(subject: str | None, limit: int) -> None:
-    """413 for a subject over ``[server.settings] max_subject_chars`` (0 = no limit).
-
-    The one check of every front door that turns a caller's text into a message (POST
-    /message, /interswarm/message, A2A): without it the subject was the way around
-    ``max_message_body``.
-    """
-    if limit and subject is not None and len(subject) > limit:
-        raise HTTPException(
-            413,
-            f"parameter 'subject' is {len(subject)} characters; the limit is {limit} "
-            "([server.settings] max_subject_chars)",
-        )
 
 
 def positive_seconds(value: Any, name: str) -> float:

@@ -25,15 +25,15 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server import parked_answers
+from mail.server.admission import admit_incoming, check_subject
 from mail.server.auth import Caller
-from mail.server.bodies import check_subject, positive_seconds, read_json_object
+from mail.server.bodies import positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.idempotency import Ticket
 from mail.server.instances import Instance, instance_kind
 from mail.server.interswarm_bounds import check_envelope, check_user_message
 from mail.server.jsonio import JSONBody
 from mail.server.message_replay import KeyTask, shown_events, task_resolver
-from mail.server.messaging import check_incoming_task, release_task_claim
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 
@@ -162,13 +162,12 @@ async def receive(
         )
     _check_caller(state, caller, envelope)
     owner_swarm = envelope["task_owner"].rpartition("@")[2]
-    kept = None
+    kept, admitted = None, None
     if direction == "forward" and owner_swarm != state.swarm_name:
         inst = await state.instances.get(caller.role, caller.id, caller.api_key)
         # The peer's task here is the caller's: the per-caller bounds of a new task.
         payload = envelope["payload"]
-        claimed = payload["task_id"]
-        await check_incoming_task(state, inst, claimed, len(str(payload["body"])))
+        admitted = await admit_incoming(state, inst, payload["task_id"], len(str(payload["body"])))
     else:
         # /back, or a task we own coming back through /forward: the owner's instance (in
         # cluster mode the front end sends such envelopes to that instance's host).
@@ -176,7 +175,6 @@ async def receive(
         if loaded is None:  # kept for the owner's instance, which is not loaded
             return _delivered(state, caller, kept)
         inst = loaded
-        claimed = None
         if state.finished is not None:
             # A task that left memory (it ended, or a restart stopped it while it waited for
             # this answer) is in the store: the answer continues it, as a message naming it
@@ -187,15 +185,14 @@ async def receive(
             raise HTTPException(503, "interswarm is not enabled for this swarm")
         async with state.instances.lease(inst):
             task_id = _accept(inst, envelope, direction)
-            if claimed is not None:  # in the instance: its own state counts from here
-                release_task_claim(inst, claimed)
-                claimed = None
+            if admitted is not None:  # in the instance: its own state counts from here
+                admitted.release()
             # Acknowledged means stored: the peer's router takes this answer as the
             # delivery done, so the task and the message are committed before it leaves.
             await inst.swarm.flush_before_answer()
     finally:
-        if claimed is not None:
-            release_task_claim(inst, claimed)
+        if admitted is not None:
+            admitted.release()
     if kept is not None:  # handed over here: its kept copy is not needed any more
         parked_answers.forget(inst.swarm, kept)
     return _delivered(state, caller, task_id)
@@ -330,12 +327,8 @@ async def post_user_message(
     task_id = message["message"]["task_id"]
     if ticket is not None:
         await ticket.take_task(state, inst, task_id, message, new=not data.get("task_id"))
-    try:
-        await check_incoming_task(state, inst, task_id, len(message["message"]["body"]))
-    except BaseException:
-        if ticket is not None:
-            await ticket.release()  # refused: nothing ran, the key is free again
-        raise
+    # Refused: nothing ran, the key is free again.
+    admitted = await admit_incoming(state, inst, task_id, len(message["message"]["body"]), ticket)
     show = bool(data.get("stream") or data.get("show_events"))
     try:
         async with state.instances.lease(inst):
@@ -343,7 +336,7 @@ async def post_user_message(
                 message, timeout=timeout, show_events=show
             )
     finally:
-        release_task_claim(inst, task_id)
+        admitted.release()
     return _user_answer(response, [e.to_record(parsed=True) for e in events] if show else None)
 
 

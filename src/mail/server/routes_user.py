@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from mail.server import messaging, task_listing, task_reads
 from mail.server.auth import Caller, caller_admin_or_user
-from mail.server.bodies import (
-    parse_message_request,
-    parse_task_id,
-    prefer_async,
-    read_json_object,
-)
+from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
-from mail.server.idempotency import current_ticket, idempotent
+from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 from mail.server.message_replay import resolve_message
 from mail.server.storage_health import storage_summary
@@ -23,33 +17,14 @@ from mail.server.storage_health import storage_summary
 router = APIRouter()
 
 
-# The key is taken with the task it starts; the outcome (the task's answer, which the task
-# store keeps before it is sent) is recorded right after the answer.
-@idempotent(resolve_message, deferred=True, lazy_outcome=True, prefer_async=True)
-async def post_message(request: Request) -> Response:
-    ticket = current_ticket(request)
-    # A keyed request's caller was resolved (and its role checked) by the guard.
-    keyed = None if ticket is None else ticket.caller
-    caller = keyed if keyed is not None else await caller_admin_or_user(request)
-    state = get_state(request)
-    req = parse_message_request(await read_json_object(request))
-    if req.stream:
-        return await messaging.stream_message(state, caller, req, ticket)
-    preferred = prefer_async(request.headers.get("prefer"))  # RFC 7240
-    if req.background or preferred:
-        body = await messaging.background_message(state, caller, req, ticket)
-        headers = {"Location": body["status_url"]}
-        if preferred:
-            headers["Preference-Applied"] = "respond-async"
-        return JSONBody(body, status_code=202, headers=headers)
-    return JSONBody(await messaging.post_message(state, caller, req, ticket))
-
-
 # The hot path is a plain Starlette route, the first the app matches: it takes nothing FastAPI
 # would inject (the caller is resolved in the handler), so FastAPI's per-request dependency
 # solving and response handling (~7% of a stub request's CPU, bench/http.py) is skipped.
-# Errors still go through the app's exception handlers.
-message_route = Route("/message", post_message, methods=["POST"])
+# Errors still go through the app's exception handlers. The key is taken with the task it
+# starts; the outcome (the task's answer, which the task store keeps before it is sent) is
+# recorded right after the answer.
+guarded = idempotent(resolve_message, deferred=True, lazy_outcome=True, prefer_async=True)
+message_route = Route("/message", guarded(messaging.handle), methods=["POST"])
 
 
 @router.get("/whoami")

@@ -10,20 +10,8 @@ which store, for how long and the database's own words (``database or disk is fu
 
 from __future__ import annotations
 
-import logging
-import time
 from dataclasses import dataclass
 from typing import Any
-
-from fastapi import HTTPException
-
-logger = logging.getLogger("mail.server")
-
-# What a refused new task is told to wait (seconds): the writer retries every 5 s at most.
-STORE_BACKED_UP_RETRY_AFTER = 5
-# Refusals are logged at most this often (seconds): one line per episode, not per request.
-_REFUSAL_LOG_INTERVAL = 30.0
-_last_refusal_log = [float("-inf")]
 
 # A reason is one line of at most this many characters (a driver's message can be long).
 _MAX_REASON = 300
@@ -88,32 +76,3 @@ def storage_summary(state: Any) -> dict[str, Any]:
         "reason": reason,
         "pending_writes": sum(h.pending_writes for h in health),
     }
-
-
-def check_room_for_new_task(state: Any) -> None:
-    """503 with ``Retry-After`` while the task store holds `[server.store]
-    max_pending_writes` unwritten writes (the database does not take them: an outage, a
-    full disk): a new task would only wait in memory, and could not be stored before its
-    caller hears about it. A message to a running or paused task is not refused here (its
-    work goes on; its agents' turns wait for the database instead)."""
-    store: Any = getattr(state, "store", None)
-    backed_up = getattr(store, "writes_backed_up", None)
-    if backed_up is None or not backed_up():
-        return
-    limit = getattr(store, "max_pending_writes", None)
-    now = time.monotonic()
-    if now - _last_refusal_log[0] >= _REFUSAL_LOG_INTERVAL:
-        _last_refusal_log[0] = now
-        logger.warning(
-            "refusing new tasks (503): the task store holds %s unwritten writes "
-            "([server.store] max_pending_writes); last error: %s",
-            limit,
-            store.last_error,
-        )
-    raise HTTPException(
-        503,
-        f"the task store holds {limit} writes the database has not taken yet (the most it "
-        f"holds: [server.store] max_pending_writes; last error: {store.last_error}); new "
-        "tasks are refused until they are written, try again later",
-        headers={"Retry-After": str(STORE_BACKED_UP_RETRY_AFTER)},
-    )

@@ -18,7 +18,6 @@ from fastapi import HTTPException
 from mail.config import ServerConfig, cluster_enabled
 from mail.server.auth import Caller
 from mail.server.instances import instance_kind
-from mail.server.state import ServerState
 from mail.webhooks import events as ev
 from mail.webhooks.service import WebhookService
 from mail.webhooks.views import WebhookError, subscription_view
@@ -75,7 +74,7 @@ def owner_of(caller: Caller) -> tuple[str, str]:
     return (instance_kind(caller.role), caller.id)
 
 
-def service_of(state: ServerState) -> WebhookService:
+def service_of(state: Any) -> WebhookService:
     service = getattr(state, "webhooks", None)
     if service is None:
         raise HTTPException(404, "webhooks are off on this server ([server.webhooks] enabled)")
@@ -94,7 +93,7 @@ def event_types() -> dict[str, Any]:
 
 
 async def create(
-    state: ServerState,
+    state: Any,
     caller: Caller,
     body: Mapping[str, Any],
     subscription_id: str | None = None,
@@ -127,23 +126,21 @@ async def _own_subscription(
     return sub
 
 
-async def list_webhooks(state: ServerState, caller: Caller) -> dict[str, Any]:
+async def list_webhooks(state: Any, caller: Caller) -> dict[str, Any]:
     return {"webhooks": await _call(service_of(state).list_for(owner_of(caller)))}
 
 
-async def get(state: ServerState, caller: Caller, webhook_id: str) -> dict[str, Any]:
+async def get(state: Any, caller: Caller, webhook_id: str) -> dict[str, Any]:
     return await _call(service_of(state).get(owner_of(caller), webhook_id))
 
 
 async def update(
-    state: ServerState, caller: Caller, webhook_id: str, body: Mapping[str, Any]
+    state: Any, caller: Caller, webhook_id: str, body: Mapping[str, Any]
 ) -> dict[str, Any]:
     return await _call(service_of(state).update(owner_of(caller), webhook_id, body))
 
 
-async def delete(
-    state: ServerState, caller: Caller, webhook_id: str, *, takeover: bool = False
-) -> None:
+async def delete(state: Any, caller: Caller, webhook_id: str, *, takeover: bool = False) -> None:
     """``DELETE /webhooks/{id}``. With `takeover` (a keyed removal whose first attempt died
     after the take), a subscription that is gone was removed by that attempt: the answer is
     the one it would have had (204), not a 404."""
@@ -157,7 +154,7 @@ async def delete(
 
 
 async def rotate(
-    state: ServerState,
+    state: Any,
     caller: Caller,
     webhook_id: str,
     body: Mapping[str, Any],
@@ -178,12 +175,12 @@ async def rotate(
     return await _call(service.rotate(owner, webhook_id, body, secret))
 
 
-async def test(state: ServerState, caller: Caller, webhook_id: str) -> dict[str, Any]:
+async def test(state: Any, caller: Caller, webhook_id: str) -> dict[str, Any]:
     return await _call(service_of(state).test(owner_of(caller), webhook_id))
 
 
 async def deliveries(
-    state: ServerState, caller: Caller, webhook_id: str, query: Mapping[str, str]
+    state: Any, caller: Caller, webhook_id: str, query: Mapping[str, str]
 ) -> tuple[dict[str, Any], str | None]:
     raw_limit = query.get("limit", "50")
     try:
@@ -202,14 +199,12 @@ async def deliveries(
     return {"deliveries": found}, following
 
 
-async def retry(
-    state: ServerState, caller: Caller, webhook_id: str, delivery_id: str
-) -> dict[str, Any]:
+async def retry(state: Any, caller: Caller, webhook_id: str, delivery_id: str) -> dict[str, Any]:
     return await _call(service_of(state).retry(owner_of(caller), webhook_id, delivery_id))
 
 
 async def request_webhook(
-    state: ServerState, caller: Caller, task_id: str, spec: Any, hook_id: str | None = None
+    state: Any, caller: Caller, task_id: str, spec: Any, hook_id: str | None = None
 ) -> dict[str, Any]:
     """``POST /message``'s ``webhook``: a subscription for that one task (`hook_id`: its id,
     recorded with the message's Idempotency-Key)."""
