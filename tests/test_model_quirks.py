@@ -305,6 +305,64 @@ async def test_model_calls_stay_within_max_steps(llama, stream, max_steps, calls
         assert f"step limit (max_steps {max_steps}" in body and "not made" in body, body
 
 
+@pytest.mark.parametrize("max_steps", [3, 4])
+async def test_a_broadcast_near_the_step_limit_starts_only_the_turns_that_fit(max_steps):
+    # A broadcast counted one step but started a model turn per recipient: a supervisor that
+    # broadcast to 3 agents at max_steps 3 or 4 made 5 calls. Each recipient's turn is a
+    # step now; the recipients past the limit's last call get nothing, and that call is the
+    # entrypoint's forced finish.
+    workers = ["alpha", "beta", "gamma"]
+    async with ScriptedLLM() as llm:
+        for _ in range(10):
+            llm.queue(
+                tool_call("send_broadcast", {"subject": "q", "body": "12*7?"}),
+                match=_by_supervisor,
+            )
+            llm.queue(
+                tool_call("send_response", {"target": "supervisor", "subject": "a", "body": "84"}),
+                match=lambda r: "task_complete" not in r.tool_names,
+            )
+            llm.queue(tool_call("task_complete", {"finish_message": "84"}), match=_forced)
+        settings = {"llm": "openai/local-model", "use_proxy": False, "api_base": llm.base_url}
+        agents = [
+            MAILAgentTemplate(
+                name="supervisor",
+                factory="python::mail.factories.supervisor:LiteLLMSupervisorFunction",
+                comm_targets=workers,
+                agent_params=settings,
+                enable_entrypoint=True,
+                can_complete_tasks=True,
+            ),
+            *(
+                MAILAgentTemplate(
+                    name=name,
+                    factory="python::mail.factories.base:LiteLLMAgentFunction",
+                    comm_targets=["supervisor"],
+                    agent_params=settings,
+                )
+                for name in workers
+            ),
+        ]
+        template = MAILSwarmTemplate(
+            name="quirks", version="1.0.0", agents=agents, actions=[], entrypoint="supervisor"
+        )
+        swarm = template.instantiate({"user_token": "t"}, user_id="u")
+        try:
+            response, _ = await swarm.post_message(
+                body="What is 12 * 7?", max_steps=max_steps, timeout=300
+            )
+            task = swarm.get_task_by_id(response["message"]["task_id"])
+            recorded = _model_calls(task.events) if task is not None else []
+        finally:
+            await swarm.shutdown()
+        requests = list(llm.requests)
+    sent = [("task_complete" in r.tool_names, r.body["tool_choice"]) for r in requests]
+    assert len(recorded) == len(requests) <= max_steps, sent
+    # Completed by the forced finish, the limit's own call, though the answers of the turns
+    # still running were counted (past the limit) before it went out.
+    assert response["message"]["body"] == "84" and _forced(requests[-1]), (response, sent)
+
+
 # ----------------------------------------------------- a server that cannot stream tool calls
 
 

@@ -357,7 +357,7 @@ class MAILRuntime:
     def _new_run(self, task_id: str) -> None:
         """A newer message takes over a running task (an interrupt, a rollback): its step
         count and repeat guard start again, as for a continuation."""
-        self.delivery.steps.counts.pop(task_id, None)
+        self.delivery.steps.restart(task_id)
         self.loop_guard.forget(task_id)
 
     async def submit_and_wait(

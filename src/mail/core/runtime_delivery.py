@@ -46,12 +46,12 @@ class StepBudget:
     """Model calls counted per task run against its step limit (`max_steps`).
 
     A message that starts a model call counts one when it is dequeued (that is its turn's
-    first request); every further request of a turn (a refused `"required"`, a retry, a
-    plain request after an empty stream) counts one as it goes out (`admit_call`). The
-    turn that reaches the limit is the forced `task_complete`, so a task makes at most
-    `max_steps` model calls."""
+    first request), and one more per further agent it goes to (`another_turn`); every
+    further request of a turn (a refused `"required"`, a retry, a plain request after an
+    empty stream) counts one as it goes out (`admit_call`). The turn that reaches the limit
+    is the forced `task_complete`, so a task makes at most `max_steps` model calls."""
 
-    __slots__ = ("counts", "limits", "finishing", "loop_limit")
+    __slots__ = ("counts", "limits", "finishing", "finished", "loop_limit")
 
     def __init__(self, loop_limit: Callable[[], int | None]) -> None:
         self.counts: dict[str, int] = {}
@@ -60,12 +60,19 @@ class StepBudget:
         # task id -> (id of the message whose turn is the forced finish, the notice it
         # brings): the entrypoint gets the last allowed call's message and the order together
         self.finishing: dict[str, tuple[str, MAILMessage]] = {}
+        # tasks whose forced finish has made its first request (the limit's own step)
+        self.finished: set[str] = set()
         self.loop_limit = loop_limit
 
     def forget(self, task_id: str) -> None:
-        self.counts.pop(task_id, None)
+        self.restart(task_id)
         self.limits.pop(task_id, None)
         self.finishing.pop(task_id, None)
+
+    def restart(self, task_id: str) -> None:
+        """A new run of the task (a continuation, an interrupt): counted from zero."""
+        self.counts.pop(task_id, None)
+        self.finished.discard(task_id)
 
     def limit(self, task_id: str) -> int | None:
         return self.limits.get(task_id, self.loop_limit())
@@ -79,13 +86,30 @@ class StepBudget:
         del self.finishing[task_id]
         return held[1]
 
+    def another_turn(self, task_id: str) -> bool:
+        """One more agent a message goes to (its first was counted with it): counted when
+        that leaves the limit's last call to the forced finish, else False (that call is
+        then the finish's)."""
+        limit = self.limit(task_id)
+        count = self.counts.get(task_id, 0)
+        if limit is not None and count + 1 >= limit:
+            self.counts[task_id] = max(count, limit)
+            return False
+        self.counts[task_id] = count + 1
+        return True
+
     def admit_call(self, task_id: str, first: bool, finishing: bool) -> None:
         """Before a model request of a turn: counted, or refused (`ModelCallRefused`) when
         it would pass the limit. The turn's first request was counted with its message; a
-        later one counts now and, outside the forced finish, leaves the last call to it."""
+        later one counts now and, outside the forced finish, leaves the last call to it. The
+        task's first forced finish goes out whatever was counted since its step (answers of
+        turns still running, replaced by notices)."""
         limit = self.limit(task_id)
         count = self.counts.get(task_id, 0)
         if first:
+            if finishing and task_id not in self.finished:
+                self.finished.add(task_id)
+                return
             if limit is None or count <= limit:
                 return
             raise ModelCallRefused(
@@ -167,17 +191,15 @@ class Delivery(HostLink[DeliveryHost]):
         if limit is None or steps < limit:
             return message
         finisher = self._finisher(rt, message) if steps == limit else None
-        notice = system_response(
-            rt.swarm_name,
-            task_id,
-            finisher or rt.entrypoint,
-            MAX_STEPS_SUBJECT,
-            max_steps_body(self.transcript(task_id)),
-        )
+        notice = self._step_notice(rt, task_id, finisher or rt.entrypoint)
         if finisher is None:
             return notice
         self.steps.finishing[task_id] = (message["id"], notice)
         return message
+
+    def _step_notice(self, rt: DeliveryHost, task_id: str, to: str) -> MAILMessage:
+        body = max_steps_body(self.transcript(task_id))
+        return system_response(rt.swarm_name, task_id, to, MAX_STEPS_SUBJECT, body)
 
     def _finisher(self, rt: DeliveryHost, message: MAILMessage) -> str | None:
         """The one local agent `message` goes to when it can complete tasks, else None."""
@@ -383,8 +405,15 @@ class Delivery(HostLink[DeliveryHost]):
                         expanded.append(target)
 
         sender_type = payload["sender"]["address_type"]
+        turns, capped = 0, False  # each agent's turn is a step; the message counted the first
         for name in expanded:
             if name in rt.agents:
+                turns += 1
+                if turns > 1 and not self.steps.another_turn(task_id):
+                    if not capped:  # the limit's last call is the entrypoint's forced finish
+                        rt.mailbox.put(self._step_notice(rt, task_id, rt.entrypoint))
+                    capped = True
+                    continue
                 self._deliver_to_agent(rt, task_id, name, message)
             elif name == rt.user_id:
                 rt._emit(

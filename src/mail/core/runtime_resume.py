@@ -202,7 +202,7 @@ class Submissions(HostLink[ResumeHost]):
         if task.state is TaskState.WAITING_FOR_BREAKPOINT:
             # Continued by a message rather than a breakpoint resume: close the pause.
             self.close_breakpoint_pause(task_id)
-        self.steps.counts.pop(task_id, None)
+        self.steps.restart(task_id)
         rt.response_messages.pop(task_id, None)
         task.resume()
         rt.open_tasks.add(task_id)
