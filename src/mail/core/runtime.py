@@ -302,7 +302,8 @@ class MAILRuntime(V13Surface):
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
-        self.stored_bytes.response(task_id, response)
+        if self.stored_bytes.ledger is not None:
+            self.stored_bytes.response(task_id, response)
         if self._observing:  # the no-op observer needs no copy of the queue
             self._observer.task_changed(task)
             self._observer.response_set(task_id, response)  # type: ignore[arg-type]
