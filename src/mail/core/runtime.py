@@ -229,12 +229,14 @@ class MAILRuntime(V13Surface):
             return loop_event
         task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
-        if extra_data and event != "tool_call":
-            record.share_arguments(task.events)  # (a thread post's body: stored once)
+        observing, ledger = self._observing, self.stored_bytes.ledger
+        if extra_data and (observing or ledger is not None) and event != "tool_call":
+            # Its stored text is written or sized: a thread post's body is stored once.
+            record.share_arguments(task.events)
         task.add_event(record)
-        if self._observing:
+        if observing:
             self._observer.event_added(task, record)
-        if self.stored_bytes.ledger is not None:
+        if ledger is not None:
             self.stored_bytes.event(record)
         return record
 
