@@ -13,6 +13,7 @@ otherwise anything extra is accepted, as its signature says.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,25 @@ def resolve_factory(agent: str, factory: Any) -> Callable[..., Any]:
     return resolved  # type: ignore[no-any-return]
 
 
+# callable -> its parameters: a template is built per swarm instance, its factories rarely
+# change, and reading a signature costs more than the rest of the check.
+_SIGNATURES: weakref.WeakKeyDictionary[Any, dict[str, inspect.Parameter] | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter] | None:
+    """`fn`'s parameters (None: it has no signature to read); not to be changed."""
+    try:
+        return _SIGNATURES[fn]
+    except KeyError:
+        params = _SIGNATURES[fn] = _read_parameters(fn)
+        return params
+    except TypeError:  # not weakly referable (or unhashable): read each time
+        return _read_parameters(fn)
+
+
+def _read_parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter] | None:
     target = fn.__init__ if inspect.isclass(fn) else fn  # type: ignore[misc]
     try:
         params = dict(inspect.signature(target).parameters)

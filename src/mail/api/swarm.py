@@ -110,7 +110,7 @@ def _v13_events(
     @functools.wraps(method)
     async def v13(*args: P.args, **kwargs: P.kwargs) -> tuple[MAILMessage, list[ServerSentEvent]]:
         response, events = await method(*args, **kwargs)
-        return response, server_sent_events(events)
+        return response, server_sent_events(events) if events else []
 
     v13.__name__ = method.__name__.removesuffix("_task_events")
     v13.__qualname__ = method.__qualname__.removesuffix("_task_events")
@@ -295,7 +295,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
             timeout=timeout,
             **kwargs,
         )
-        return response, server_sent_events(events)
+        return response, server_sent_events(events) if events else []
 
     async def submit_message_task_events(
         self,

@@ -186,12 +186,13 @@ class TaskEvent:
         arguments of the latest `tool_call` event of their call among `earlier` (a thread
         post's body is its call's `body`): left out of this event's stored text and read
         back from that event (`events_from_records`), so what is read is what was shown."""
-        big = [
-            (key, value)
-            for key, value in self.extra_data.items()
-            if type(value) is str and len(value) >= SHARED_MIN
-        ]
-        if not big or self._raw is not None or self._args_text is not None:
+        if self._raw is not None or self._args_text is not None:
+            return
+        big: list[tuple[str, str]] = []  # a loop, not a comprehension: most events have none
+        for key, value in self.extra_data.items():
+            if type(value) is str and len(value) >= SHARED_MIN:
+                big.append((key, value))
+        if not big:
             return
         shared: dict[str, list[str]] = {}
         for call_id, args in latest_call_args(earlier).items():

@@ -61,7 +61,9 @@ class LoopGuard:
     max_no_tool_calls: int | None = DEFAULT_TASK_NO_TOOL_CALL_LIMIT
     _turns: dict[str, int] = field(default_factory=dict)
     _repeats: dict[tuple[str, str], _Repeat] = field(default_factory=dict)
-    _no_tool_calls: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (task, agent) -> its answers in a row without a valid tool call; empty in most
+    # runtimes, so a turn with a valid call need not record it (see runtime_turns)
+    answers_in_a_row: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def begin_turn(self, task_id: str) -> str | None:
         """Count a turn of `task_id`; the reason to stop instead, if it is over the bound."""
@@ -103,10 +105,10 @@ class LoopGuard:
         one). The reason to stop the task when that happened too many times in a row."""
         key = (task_id, agent_name)
         if problem is None:
-            if self._no_tool_calls:
-                self._no_tool_calls.pop(key, None)
+            if self.answers_in_a_row:
+                self.answers_in_a_row.pop(key, None)
             return None
-        count = self._no_tool_calls[key] = self._no_tool_calls.get(key, 0) + 1
+        count = self.answers_in_a_row[key] = self.answers_in_a_row.get(key, 0) + 1
         if self.max_no_tool_calls and count >= self.max_no_tool_calls:
             return (
                 f"Task stopped: agent '{agent_name}' answered {count} times in a row without "
@@ -117,9 +119,10 @@ class LoopGuard:
 
     def forget(self, task_id: str) -> None:
         self._turns.pop(task_id, None)
-        for books in (self._repeats, self._no_tool_calls):
-            for key in [k for k in books if k[0] == task_id]:
-                del books[key]
+        for books in (self._repeats, self.answers_in_a_row):
+            if books:  # most runtimes never had a failing call nor a bad answer
+                for key in [k for k in books if k[0] == task_id]:
+                    del books[key]
 
 
 def _canonical(args: Any) -> str:

@@ -248,12 +248,14 @@ class MAILRuntime:
             return loop_event
         task = self.mail_tasks.get(task_id) or self._ensure_task(task_id)
         record = TaskEvent(event, task_id, description, extra_data)
-        if extra_data and event != "tool_call":
-            record.share_arguments(task.events)  # (a thread post's body: stored once)
+        observing, ledger = self._observing, self.stored_bytes.ledger
+        if extra_data and (observing or ledger is not None) and event != "tool_call":
+            # Its stored text is written or sized: a thread post's body is stored once.
+            record.share_arguments(task.events)
         task.add_event(record)
-        if self._observing:
+        if observing:
             self._observer.event_added(task, record)
-        if self.stored_bytes.ledger is not None:
+        if ledger is not None:
             self.stored_bytes.event(record)
         return record
 
@@ -321,7 +323,8 @@ class MAILRuntime:
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
-        self.stored_bytes.response(task_id, response)
+        if self.stored_bytes.ledger is not None:
+            self.stored_bytes.response(task_id, response)
         if self._observing:  # the no-op observer needs no copy of the queue
             self._observer.task_changed(task)
             self._observer.response_set(task_id, response)  # type: ignore[arg-type]

@@ -187,13 +187,16 @@ class TurnRunner(HostLink[TurnHost]):
                     self._hold_for_continuation(task, incoming)
                 return
             stored = rt.stored_bytes
-            stop = rt.loop_guard.begin_turn(task_id) or stored.over_bound()
+            sizing = stored.ledger is not None  # a byte bound: what the turn records is booked
+            guard = rt.loop_guard
+            stop = guard.begin_turn(task_id) or (stored.over_bound() if sizing else None)
             if stop is not None:
                 stop_task(rt, task_id, stop)
                 return
             history = rt.history_for(task_id, agent_name)
             began = len(history)
-            stored.begin_turn(task_id, agent_name, history)
+            if sizing:
+                stored.begin_turn(task_id, agent_name, history)
             ctx = TurnContext(task_id, agent_name, message, history, batch=batch)
             current: AgentToolCall | None = None
             measured = rt.meter.begin_turn(task_id, agent_name)  # spans, usage, budget
@@ -208,12 +211,16 @@ class TurnRunner(HostLink[TurnHost]):
                 _text, calls = await agent.function(history, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
-                    stored.history(task_id, agent_name, history)  # before its calls store more
+                    if sizing:  # booked before its calls store more
+                        stored.history(task_id, agent_name, history)
                     self._emit_tool_calls(rt, task_id, agent_name, calls)
-                missing = _missing_call(tool_choice, calls)
-                if missing is not None:
-                    self._refuse_answer(ctx, calls, *missing, last=isinstance(tool_choice, dict))
-                    return
+                # The common answer, a tool call where any will do, needs no closer look.
+                if not calls or tool_choice != "required" or calls[0].tool_name == TEXT_OUTPUT:
+                    missing = _missing_call(tool_choice, calls)
+                    if missing is not None:
+                        last = isinstance(tool_choice, dict)
+                        self._refuse_answer(ctx, calls, *missing, last=last)
+                        return
                 refusals: dict[int, str] = {}
                 for c in calls:
                     if (why := self._refusal(rt, agent_name, c)) is not None:
@@ -246,10 +253,11 @@ class TurnRunner(HostLink[TurnHost]):
                     if breakpoint_calls:
                         self.pause_at_breakpoint(task_id, agent_name, breakpoint_calls)
                 # A turn whose every call was refused made no valid call either.
-                problem = _ONLY_REFUSED if len(refusals) == len(calls) else None
-                stop = rt.loop_guard.record_answer(task_id, agent_name, problem)
-                if stop is not None:
-                    stop_task(rt, task_id, stop, NO_TOOL_CALL)
+                if refusals or guard.answers_in_a_row:  # else nothing to count nor reset
+                    problem = _ONLY_REFUSED if len(refusals) == len(calls) else None
+                    stop = guard.record_answer(task_id, agent_name, problem)
+                    if stop is not None:
+                        stop_task(rt, task_id, stop, NO_TOOL_CALL)
             except Exception as exc:  # noqa: BLE001 - a failing agent must not kill the runtime
                 self.turn_failed(ctx, current, exc)
             finally:
@@ -260,7 +268,7 @@ class TurnRunner(HostLink[TurnHost]):
                     # took and half did leaves no trace (a call without its result would
                     # make the agent's next model call fail); after a restart it runs again.
                     del history[began:]
-                else:
+                elif sizing or rt._observing:
                     self.save_history(task_id, agent_name)
         finally:
             rt._release_turn(key)

@@ -467,7 +467,9 @@ async def handle_action(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> 
         return _err(str(exc))
     content = str(result.get("content", ""))
     # Its result is stored twice (the event below and the agent's history).
-    too_much = stored.refusal(2 * text_bytes(content)) if len(content) > _SMALL_RESULT else None
+    too_much = None
+    if stored.ledger is not None and len(content) > _SMALL_RESULT:  # no bound: nothing to size
+        too_much = stored.refusal(2 * text_bytes(content))
     if too_much is not None:
         status, content = (
             "error",

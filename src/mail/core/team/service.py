@@ -261,7 +261,9 @@ class TeamService(HostLink["Swarm"]):
             attachments=list(routing.get("attachments") or []),
         )
         # Filed whatever the caller's bound: the message reached the agent already.
-        self.rt.stored_bytes.book_team(text_bytes(entry))
+        stored = self.rt.stored_bytes
+        if stored.ledger is not None:  # no bound, nothing to size
+            stored.book_team(text_bytes(entry))
         await self.store.add_inbox_entries(self.key, [entry])
         self._tell_listeners({agent})
 
