@@ -5,6 +5,7 @@ with one messageId (the A2A SDK's own client) makes one task."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -266,3 +267,36 @@ def test_an_answer_is_found_among_the_task_events() -> None:
     assert _answers([other, closing]) == []
     unreadable = {"event": "task_complete", "data": "{}", "id": "3"}
     assert _answer_text(_answers([unreadable])[0]) is None
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    extra = "max_idempotency_keys_per_caller = 20"
+    with keyed_stub_server(
+        tmp_path_factory.mktemp("idem_bound_busy"), {"dave": ("user", "dave")}, extra=extra
+    ) as srv:
+        yield srv
+
+
+async def test_a_busy_caller_at_the_bound_is_never_refused(bounded: ServerProcess) -> None:
+    """4 requests of one caller always under way at once, 240 in all, each with a new key
+    (as MAILClient sends them), with room for 20 keys: every request is answered, the oldest
+    answered keys making room. (A recount that saw 19 stored keys plus those being stored
+    at that moment refused with 429 and evicted nothing.)"""
+    statuses: list[int] = []
+    async with httpx.AsyncClient(
+        base_url=bounded.base_url, headers=auth(bounded.keys["dave"]), timeout=60
+    ) as client:
+
+        async def worker(w: int) -> None:
+            for n in range(60):
+                r = await client.post(
+                    "/message",
+                    json={"body": f"w{w} n{n}"},
+                    headers={"Idempotency-Key": f'"{uuid.uuid4()}"'},
+                )
+                statuses.append(r.status_code)
+                assert r.status_code == 200, r.text
+
+        await asyncio.gather(*(worker(w) for w in range(4)))
+    assert statuses == [200] * 240

@@ -368,10 +368,14 @@ class IdempotencyGuard:
             if keys.count is not None:
                 await self.store.purge(now, scope)
             count = await self.store.count(scope, now)
-            if count >= self.max_keys and await self.store.get(scope, key, now) is None:
+            # Keys stored meanwhile and takes not yet stored count too (the caller's count
+            # below adds them): room is made when the sum reaches the bound, or a count just
+            # under it would refuse the caller with nothing evicted.
+            held = count + (keys.landed or 0) + keys.reserved
+            if held >= self.max_keys and await self.store.get(scope, key, now) is None:
                 # (A repeat of a held key adds none: its own record must not be evicted.)
                 await self.flush_outcomes()
-                batch = count - self.max_keys + max(1, int(self.max_keys * EVICT_FRACTION))
+                batch = held - self.max_keys + max(1, int(self.max_keys * EVICT_FRACTION))
                 who = (scope.caller_role, scope.caller_id)
                 busy = frozenset(k for (r, i, k) in self._pending if (r, i) == who)
                 count -= await self.store.evict_finished(scope, batch, busy)
