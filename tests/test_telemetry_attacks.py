@@ -88,6 +88,9 @@ class _Recorder:
     def call_ended(self, call: Any) -> None:
         pass
 
+    def admit(self) -> None:  # a request counted toward max_steps (no limit here)
+        pass
+
 
 async def _no_usage_reply(**_kwargs: Any) -> dict[str, Any]:
     message = {"role": "assistant", "content": "forty-two, " * 40}

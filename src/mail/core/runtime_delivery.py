@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import logging
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
@@ -153,13 +154,19 @@ class DeliveryHost(TaskLog, Protocol):
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
+def _loop_limit(link: weakref.ref[Delivery]) -> int | None:
+    delivery = link()
+    return None if delivery is None else delivery.host.max_steps
+
+
 class Delivery(HostLink[DeliveryHost]):
     """Routing of one message to its recipients: local agents' inboxes, other swarms."""
 
     def __init__(self, host: DeliveryHost, inboxes: AgentInboxes) -> None:
         self._link(host)
         self.inboxes = inboxes
-        self.steps = StepBudget(lambda: self.host.max_steps)
+        link = weakref.ref(self)  # (a closure over self would make a reference cycle)
+        self.steps = StepBudget(lambda: _loop_limit(link))
         # ids of queued agent messages whose recipients a tool handler already checked
         self.prechecked: set[str] = set()
 
