@@ -168,6 +168,24 @@ def latest_incoming_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+WIRING = (
+    "name",
+    "comm_targets",
+    "tools",
+    "enable_entrypoint",
+    "enable_interswarm",
+    "can_complete_tasks",
+    "tool_format",
+    "exclude_tools",
+)
+
+
+def wiring_of(values: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """The MAILAgentFunction constructor arguments (`WIRING`) among a constructor's `locals()`,
+    with `overrides` in their place: what a subclass hands `super().__init__`."""
+    return {key: values[key] for key in WIRING} | overrides
+
+
 class MAILAgentFunction(ABC):
     """Base for class-based agent functions: stores the wiring every agent has.
 
@@ -220,16 +238,7 @@ class MAILAgentFunction(ABC):
     def wiring(self) -> dict[str, Any]:
         """The constructor arguments every agent function takes, as this one was wired
         (its final tool list included): what a wrapper hands the function it delegates to."""
-        return {
-            "name": self.name,
-            "comm_targets": self.comm_targets,
-            "tools": self.tools,
-            "enable_entrypoint": self.enable_entrypoint,
-            "enable_interswarm": self.enable_interswarm,
-            "can_complete_tasks": self.can_complete_tasks,
-            "tool_format": self.tool_format,
-            "exclude_tools": self.exclude_tools,
-        }
+        return {key: getattr(self, key) for key in WIRING}
 
     def own_tool_names(self) -> list[str]:
         """Names of the agent's own tools (an own tool replaces a built-in of the same name,
@@ -298,16 +307,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         frequency_penalty: float | None = None,
     ) -> None:
         tool_format = tool_format or default_tool_format(api_base)
-        super().__init__(
-            name=name,
-            comm_targets=comm_targets,
-            tools=tools,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
-            exclude_tools=exclude_tools,
-        )
+        super().__init__(**wiring_of(locals()))
         if not isinstance(llm, str) or not llm.strip():
             raise LLMConfigError(
                 f"agent '{name}': 'llm' must be a LiteLLM model name such as "
@@ -685,16 +685,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
             print_llm_streams=print_llm_streams,
             default_tool_choice=default_tool_choice,
         )
-        super().__init__(
-            name=name,
-            comm_targets=comm_targets,
-            tools=tools,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
-            exclude_tools=exclude_tools,
-        )
+        super().__init__(**wiring_of(locals()))
         self._add_role_tools()
         inner = inner_function(self, llm, settings)
         setattr(self, self._inner_attr, inner)

@@ -12,6 +12,7 @@ from mail.factories.base import (
     MAILAgentFunction,
     ToolFormat,
     deprecated_function_factory,
+    wiring_of,
 )
 
 
@@ -38,17 +39,7 @@ class SupervisorFunction(MAILAgentFunction):
         **kwargs: Any,
     ) -> None:
         # v1.3's positional order: `can_complete_tasks` comes right after `tools` here.
-        super().__init__(
-            name=name,
-            comm_targets=comm_targets,
-            tools=tools,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=tool_format,
-            exclude_tools=exclude_tools,
-            **kwargs,
-        )
+        super().__init__(**wiring_of(locals()), **kwargs)
 
     def add_supervisor_tools(self) -> None:
         """Append the supervisor tools to the agent's own: `send_interrupt` and

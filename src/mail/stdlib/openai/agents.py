@@ -21,7 +21,13 @@ import openai
 
 from mail.core.tools import AgentToolCall
 from mail.factories.assembly import to_plain
-from mail.factories.base import AgentResult, MAILAgentFunction, ToolChoice, ToolFormat
+from mail.factories.base import (
+    AgentResult,
+    MAILAgentFunction,
+    ToolChoice,
+    ToolFormat,
+    wiring_of,
+)
 from mail.factories.completions import completions_tool_choice
 from mail.factories.responses import responses_tool_choice
 from mail.factories.supervisor import SupervisorFunction
@@ -103,17 +109,7 @@ class _OpenAIAgentBase(MAILAgentFunction):
         base_url: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            name=name,
-            comm_targets=comm_targets,
-            tools=tools,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=can_complete_tasks,
-            tool_format=self.api_style,
-            exclude_tools=exclude_tools,
-            **kwargs,
-        )
+        super().__init__(**wiring_of(locals(), tool_format=self.api_style), **kwargs)
         self.model = model
         self.system = system or ""
         self.api_key = api_key
@@ -259,16 +255,7 @@ class _OpenAISupervisorBase(SupervisorFunction):
         **kwargs: Any,
     ) -> None:
         # v1.3's positional order: `can_complete_tasks` right after `tools` (as SupervisorFunction).
-        super().__init__(
-            name=name,
-            comm_targets=comm_targets,
-            tools=tools,
-            enable_entrypoint=enable_entrypoint,
-            enable_interswarm=enable_interswarm,
-            can_complete_tasks=True,
-            tool_format=self.style,
-            exclude_tools=exclude_tools,
-        )
+        super().__init__(**wiring_of(locals(), can_complete_tasks=True, tool_format=self.style))
         self.add_supervisor_tools()
         self.supervisor_fn = self.inner_class(model=model, **self.wiring(), **kwargs)
         self.model = model
