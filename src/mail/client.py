@@ -92,36 +92,18 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
 
     # ----------------------------------------------------------------- messaging
 
-    def _message_payload(
-        self,
-        body: str,
-        subject: str,
-        msg_type: str,
-        entrypoint: str | None,
-        task_id: str | None,
-        resume_from: str | None,
-        kwargs: dict[str, Any],
-        attachments: list[dict[str, Any]] | None = None,
-        webhook: dict[str, Any] | None = None,
-        multitask_strategy: str | None = None,
-    ) -> dict[str, Any]:
-        payload: dict[str, Any] = {"subject": subject, "body": body, "msg_type": msg_type}
-        payload.update(
-            _drop_none(
-                {
-                    "entrypoint": entrypoint,
-                    "task_id": task_id,
-                    "resume_from": resume_from,
-                    "multitask_strategy": multitask_strategy,
-                }
-            )
-        )
-        if kwargs:
-            payload["kwargs"] = kwargs
-        if attachments:
-            payload["attachments"] = list(attachments)
-        if webhook is not None:
-            payload["webhook"] = dict(webhook)
+    @staticmethod
+    def _message_payload(args: Mapping[str, Any]) -> dict[str, Any]:
+        """The body of POST /message from a posting method's parameters (its `locals()`)."""
+        payload: dict[str, Any] = {key: args[key] for key in ("subject", "body", "msg_type")}
+        optional = ("entrypoint", "task_id", "resume_from", "multitask_strategy")
+        payload.update(_drop_none({key: args.get(key) for key in optional}))
+        if args.get("kwargs"):
+            payload["kwargs"] = args["kwargs"]
+        if args.get("attachments"):
+            payload["attachments"] = list(args["attachments"])
+        if args.get("webhook") is not None:
+            payload["webhook"] = dict(args["webhook"])
         return payload
 
     async def post_message(
@@ -155,18 +137,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         message does when `task_id` names a task that is still running: "reject" (409, the
         server's usual default), "enqueue", "interrupt" or "rollback".
         """
-        payload = self._message_payload(
-            body,
-            subject,
-            msg_type,
-            entrypoint,
-            task_id,
-            resume_from,
-            kwargs,
-            attachments,
-            webhook,
-            multitask_strategy,
-        )
+        payload = self._message_payload(locals())
         if background:
             payload["background"] = True
         payload["show_events"] = show_events
@@ -196,18 +167,7 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         `post_message`; the stream's `webhook` property names the webhook (`{"id",
         "secret"}`) once the stream is open.
         """
-        payload = self._message_payload(
-            body,
-            subject,
-            msg_type,
-            entrypoint,
-            task_id,
-            resume_from,
-            kwargs,
-            attachments,
-            webhook,
-            multitask_strategy,
-        )
+        payload = self._message_payload(locals())
         payload["stream"] = True
         return MAILEventStream(
             lambda: self._open_work(
@@ -231,13 +191,14 @@ class MAILClient(MAILHTTPConnection, A2AClientMethods):
         `MAILClientError`) when a decision does not fit the held calls; the task is unchanged.
         """
         payload = self._message_payload(
-            "",
-            "New Message",
-            "request",
-            None,
-            task_id,
-            "action_review",
-            {**kwargs, "decisions": [dict(d) for d in decisions]},
+            {
+                "body": "",
+                "subject": "New Message",
+                "msg_type": "request",
+                "task_id": task_id,
+                "resume_from": "action_review",
+                "kwargs": {**kwargs, "decisions": [dict(d) for d in decisions]},
+            }
         )
         payload["show_events"] = show_events
         return await self._request_json("POST", "/message", payload=payload, starts_work=True)  # type: ignore[no-any-return]
