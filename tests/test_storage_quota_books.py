@@ -9,7 +9,7 @@ import time
 import pytest
 from fastapi import HTTPException
 
-from mail.server.storage_quota import CallerBooks, StorageQuota, TaskSizes
+from mail.server.finished_tasks import CallerBooks, StorageQuota, TaskSizes
 
 
 def test_the_total_follows_every_change() -> None:
