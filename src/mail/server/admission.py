@@ -24,7 +24,7 @@ from mail.core.stored_bytes import text_bytes
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
 from mail.server.errors import BadRequest
-from mail.server.finished_tasks import CallerBooks
+from mail.server.finished_tasks import FREED_BY, CallerBooks, human_bytes
 from mail.server.idempotency import Ticket
 from mail.server.instances import Instance
 from mail.server.team import parse_attachments, store_uploads
@@ -112,15 +112,32 @@ def check_subject(subject: str | None, limit: int) -> None:
         )
 
 
-def _stored_quota(a: Admission) -> None:
-    """429 past [server.store] max_stored_tasks_per_caller / max_stored_bytes_per_caller."""
-    if a.books is not None:
-        a.state.quota.check(
-            a.inst.key,
-            new_task=a.task is None,
-            incoming=a.incoming,
-            open_ids=a.inst.swarm.runtime.open_tasks.ids,
+def check_stored(
+    quota: Any, books: CallerBooks, new_task: bool, incoming: int, open_ids: Any = tuple
+) -> None:
+    """429 when a message of `incoming` bytes passes the caller's stored-task bound (a new
+    task; `open_ids`: its running and paused tasks, not in the books yet) or byte bound."""
+    if new_task and quota.max_tasks:
+        count = len(books.tasks) + sum(1 for t in open_ids() if t not in books.tasks)
+        if count >= quota.max_tasks:
+            raise HTTPException(
+                429,
+                f"you keep {count} stored tasks, the most one caller may keep ([server.store] "
+                f"max_stored_tasks_per_caller = {quota.max_tasks}); {FREED_BY}",
+            )
+    if quota.max_bytes and books.total + incoming > quota.max_bytes:
+        raise HTTPException(
+            429,
+            f"you store {human_bytes(books.total)} in {len(books.tasks)} tasks, and this "
+            f"message ({human_bytes(incoming)}) would pass the most one caller may store "
+            f"([server.store] max_stored_bytes_per_caller = {quota.max_bytes}); {FREED_BY}",
         )
+
+
+def _stored_quota(a: Admission) -> None:
+    if a.books is not None:
+        runtime = a.inst.swarm.runtime
+        check_stored(a.state.quota, a.books, a.task is None, a.incoming, runtime.open_tasks.ids)
 
 
 def _entrypoint(a: Admission) -> None:

@@ -33,8 +33,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import HTTPException
-
 from mail.api.stored_tasks import restore_task, task_from_snapshot
 from mail.core.agent_histories import AgentHistories
 from mail.core.finished_tasks import can_forget, forget_finished, is_finished
@@ -74,6 +72,10 @@ _EMPTY_USAGE = TaskUsage().total.as_dict()
 
 # How often a caller's team data is measured again (its threads grow while its tasks run).
 TEAM_MEASURE_INTERVAL = 10.0
+FREED_BY = (
+    "finished tasks are removed after [server.store] finished_task_ttl, or an operator can "
+    "remove them with `mail db-prune`"
+)
 
 
 def human_bytes(size: float) -> str:
@@ -242,9 +244,7 @@ class StorageQuota:
                 f"your tasks, files and team data take {taken}, more than the {bound} one "
                 "caller may store"
             )
-        return (
-            f"{head} ([server.store] max_stored_bytes_per_caller = {self.max_bytes}); {_freed_by()}"
-        )
+        return f"{head} ([server.store] max_stored_bytes_per_caller = {self.max_bytes}); {FREED_BY}"
 
     def record(
         self, owner: Owner, task_id: str, size: int, finished_at: float | None = None
@@ -285,37 +285,6 @@ class StorageQuota:
             return True
         return bool(self.max_bytes) and books.total >= self.max_bytes - self.max_bytes // 10
 
-    def check(
-        self,
-        owner: Owner,
-        *,
-        new_task: bool,
-        incoming: int,
-        open_ids: Callable[[], Iterable[str]] = tuple,
-    ) -> None:
-        """429 when a message of `incoming` bytes (a new task or not) passes either bound;
-        `open_ids` gives the caller's running and paused tasks (not yet in the books)."""
-        if not (self.max_bytes or (new_task and self.max_tasks)):
-            return
-        books = self._books.get(owner) or CallerBooks()
-        if new_task and self.max_tasks:
-            count = len(books.tasks) + sum(1 for t in open_ids() if t not in books.tasks)
-            if count >= self.max_tasks:
-                raise HTTPException(
-                    429,
-                    f"you keep {count} stored tasks, the most one caller may keep "
-                    f"([server.store] max_stored_tasks_per_caller = {self.max_tasks}); "
-                    f"{_freed_by()}",
-                )
-        if self.max_bytes and books.total + incoming > self.max_bytes:
-            raise HTTPException(
-                429,
-                f"you store {human_bytes(books.total)} in {len(books.tasks)} tasks, and this "
-                f"message ({human_bytes(incoming)}) would pass the most one caller may store "
-                f"([server.store] max_stored_bytes_per_caller = {self.max_bytes}); "
-                f"{_freed_by()}",
-            )
-
 
 class CallerLedger:
     """One caller's books as its runtime sees them (`mail.core.stored_bytes.Ledger`)."""
@@ -334,13 +303,6 @@ class CallerLedger:
 
     def refusal(self, size: int) -> str | None:
         return self.quota.refusal(self.owner, size)
-
-
-def _freed_by() -> str:
-    return (
-        "finished tasks are removed after [server.store] finished_task_ttl, or an operator "
-        "can remove them with `mail db-prune`"
-    )
 
 
 def summary_of(task: MAILTask) -> dict[str, Any]:
@@ -705,7 +667,7 @@ class FinishedTasks:
         `put_back` (a message's admission): that finished task is put back first."""
         if inst is not None and put_back is not None:
             await self.bring_back(inst, put_back)
-        owner = (instance_kind(kind), caller_id)
+        owner = inst.key if inst is not None else (instance_kind(kind), caller_id)
 
         async def load() -> CallerBooks:
             books = CallerBooks()
@@ -736,10 +698,10 @@ class FinishedTasks:
             books.read_at = time.monotonic()  # one read at a time per caller
             before = books.seen()  # (what is booked meanwhile is newer than the read)
             books.reread(await load(), before)
-        self._count_unbooked(owner, books)
+        self._count_unbooked(owner, books, inst)
         return books
 
-    def _count_unbooked(self, owner: Owner, books: CallerBooks) -> None:
+    def _count_unbooked(self, owner: Owner, books: CallerBooks, inst: Instance | None) -> None:
         """Finished tasks of the caller's instance not in its books yet go in now: a task
         nobody was answered with (its stream dropped, answered through another swarm or
         after a restart) stays until the sweep lets it go, a few seconds, and no longer
@@ -752,7 +714,7 @@ class FinishedTasks:
         than the books have of it (some are not booked yet)."""
         if not (self.quota.max_tasks or self.quota.max_bytes):
             return  # no bound to check: the sweep books them as it lets them go
-        inst = self.instances.peek(*owner)
+        inst = inst or self.instances.peek(*owner)
         if inst is None:
             return
         runtime = inst.swarm.runtime

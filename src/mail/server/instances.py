@@ -88,9 +88,8 @@ class Instance:
     # Made at start-up to continue its stored running tasks, without the caller's key.
     keyless: bool = False
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.id)
+    def __post_init__(self) -> None:
+        self.key = (self.kind, self.id)  # (a plain attribute: read on every request)
 
     @property
     def owner(self) -> str:
