@@ -177,7 +177,7 @@ class InstanceManager:
         # (`FinishedTasks.book_archived`: the ones the sweep had not booked yet go in now).
         self.on_archive: Callable[[Instance], None] | None = None
         # Under a byte bound: the books each new instance's runtime books what its tasks
-        # store into, as it records it (`storage_quota.CallerLedger`; mail.core.stored_bytes).
+        # store into, as it records it (`finished_tasks.CallerLedger`; mail.core.stored_bytes).
         self.ledger_for: Callable[[tuple[str, str]], Any] | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}
