@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from mail.server.finished_tasks import REREAD_AT_BOUND, FinishedTasks
-from mail.server.storage_quota import StorageQuota
+from mail.server.finished_tasks import REREAD_AT_BOUND, FinishedTasks, StorageQuota
 from mail.store.sqlite import SqliteTaskStore
 from support.bare_instances import bare_manager
 

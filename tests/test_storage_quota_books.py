@@ -9,7 +9,8 @@ import time
 import pytest
 from fastapi import HTTPException
 
-from mail.server.storage_quota import CallerBooks, StorageQuota, TaskSizes
+from mail.server.admission import check_stored
+from mail.server.finished_tasks import CallerBooks, StorageQuota, TaskSizes
 
 
 def test_the_total_follows_every_change() -> None:
@@ -49,13 +50,13 @@ def test_the_check_reads_the_total_without_summing_the_tasks() -> None:
     assert isinstance(books, CallerBooks) and books.total == 18_000_000
     started = time.perf_counter()
     for _ in range(2000):
-        quota.check(owner, new_task=True, incoming=10)
+        check_stored(quota, books, new_task=True, incoming=10)
     per_check = (time.perf_counter() - started) / 2000
     # summing 20,000 sizes per check took ~90 us; the kept total ~0.5 us
     assert per_check < 15e-6, f"{per_check * 1e6:.0f} us per check with 20,000 tasks"
     with pytest.raises(HTTPException) as refused:
-        quota.check(owner, new_task=False, incoming=2_000_001)
+        check_stored(quota, books, new_task=False, incoming=2_000_001)
     assert refused.value.status_code == 429
     quota.forget(owner, [f"t{i}" for i in range(5000)])
     assert books.total == 13_500_000
-    quota.check(owner, new_task=False, incoming=2_000_001)  # room again
+    check_stored(quota, books, new_task=False, incoming=2_000_001)  # room again

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from mail.server.finished_tasks import FinishedTasks
-from mail.server.storage_quota import StorageQuota
+from mail.server.finished_tasks import FinishedTasks, StorageQuota
 from mail.store.sqlite import SqliteTaskStore
 from mail.store.team_sqlite import SqliteTeamStore
 from support.bare_instances import bare_manager

@@ -1,6 +1,6 @@
 """What a caller's tasks store, booked as it is recorded ([server.store] max_stored_bytes_per_caller).
 
-The server keeps each caller's books (`mail.server.storage_quota`): what its finished tasks
+The server keeps each caller's books (`mail.server.finished_tasks`): what its finished tasks
 store, measured from the store, and what its running tasks have recorded so far. The second
 is booked here, by the runtime, as it records it: each event as it is added, each agent's
 history as it grows, the answer, and what an action or a team tool stores beside the task
@@ -28,7 +28,7 @@ from mail.core.events import TaskEvent, compact_json
 
 
 class Ledger(Protocol):
-    """The caller's books, as the server keeps them (`storage_quota.CallerLedger`)."""
+    """The caller's books, as the server keeps them (`finished_tasks.CallerLedger`)."""
 
     def book(self, task_id: str, size: int) -> None:
         """`size` more bytes stored for the task (negative: fewer)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from mail.mcp_face.face import tool_error
 from mail.mcp_face.members import Member
-from mail.server.admission import Admission, admit_incoming
+from mail.server.admission import Admission, admit_incoming, check_stored
 
 
 async def check_new_task(
@@ -44,7 +44,7 @@ async def check_team_bytes(state: Any, member: Member, task_id: str, size: int) 
     if finished is None:
         return
     inst, rt = member.inst, member.runtime
-    await finished.books(inst.kind, inst.id)
+    books = await finished.books(inst.kind, inst.id)
     task = rt.mail_tasks.get(task_id)
     paused = (
         task is not None
@@ -54,8 +54,6 @@ async def check_team_bytes(state: Any, member: Member, task_id: str, size: int) 
     if not paused:  # what goes to a paused task is part of closing its pause: never refused
         new_task = task is None and task_id not in rt.forgotten_tasks
         try:
-            state.quota.check(
-                inst.key, new_task=new_task, incoming=size, open_ids=rt.open_tasks.ids
-            )
+            check_stored(state.quota, books, new_task, size, rt.open_tasks.ids)
         except Exception as exc:  # HTTPException 429: the detail names the setting
             raise tool_error(exc) from None

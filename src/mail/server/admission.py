@@ -1,21 +1,11 @@
 """Admission: whether a message may start or continue work, and what it holds until it is in.
 
-Every front door that starts work comes through here: ``POST /message`` (plain, streamed,
-background: `messaging`), A2A (`mail.a2a.service`), what an MCP agent sends
-(`mail.mcp_face.quotas`) and ``/interswarm/message`` and ``/forward`` (`interswarm`).
-
-`admit` (a message) and `admit_incoming` (one that enters the caller's instance another
-way: a task id and its size) read the caller's books, then run `CHECKS` in order with no
-suspension in between (of two concurrent requests for one task exactly one wins). Each check
-passes, refuses with its documented status (an HTTPException), or reserves something in the
-`Admission`: the task id claimed (counted by the paused-task bound until the message is in
-the runtime), upload bytes in the caller's books, a place behind a running task, the
-caller's stream slot. `Admission.release` gives all of it back, in one place; a refusal
-gives back the request's Idempotency-Key too.
-
-The bounds that are no caller's stored books (`storage_quota` keeps those) live here: the
-event streams one caller may hold open (`StreamSlots`, taken by every SSE response), the
-tasks one caller may hold paused or running, and the task store's backlog (503).
+Every front door that starts work comes here (``POST /message``, A2A, MCP sends, interswarm).
+`admit` reads the caller's books once (`FinishedTasks.books`), then runs `CHECKS` in order with
+no suspension between them (of two concurrent requests for one task exactly one wins). A check
+passes, refuses with its documented status, or reserves something that `Admission.release`
+gives back, in one place. Also here: the per-caller bounds that are no stored books (event
+streams, tasks held open) and the task store's backlog (503).
 """
 
 from __future__ import annotations
@@ -34,6 +24,7 @@ from mail.core.stored_bytes import text_bytes
 from mail.server.auth import Caller
 from mail.server.bodies import MessageRequest
 from mail.server.errors import BadRequest
+from mail.server.finished_tasks import FREED_BY, CallerBooks, human_bytes
 from mail.server.idempotency import Ticket
 from mail.server.instances import Instance
 from mail.server.team import parse_attachments, store_uploads
@@ -41,15 +32,11 @@ from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
-RETRY_AFTER_SECONDS = 5  # what a caller at a per-caller bound is told to wait
-# What a refused new task is told to wait (seconds): the writer retries every 5 s at most.
-STORE_BACKED_UP_RETRY_AFTER = 5
-# Refusals for a backed-up store are logged at most this often (one line per episode).
-_REFUSAL_LOG_INTERVAL = 30.0
+RETRY_AFTER = {"Retry-After": "5"}  # a caller at a bound, or the store backed up, waits
+_REFUSAL_LOG_INTERVAL = 30.0  # a backed-up store's refusals are logged at most this often
 _last_refusal_log = [float("-inf")]
-# A claim only has to cover the moment between a request's checks and its submission into
-# the runtime (after that the task's own state answers); a claim whose request vanished
-# without releasing it (a stream that never started) stops counting after this long.
+# A claim covers a request's checks up to its submission; one whose request vanished without
+# releasing it (a stream that never started) stops counting after this long.
 CLAIM_SECONDS = 30.0
 
 
@@ -64,6 +51,7 @@ class Admission:
         self.task_id: str | None = req.task_id if req is not None else None
         self.task: Any = None  # the task the message names, when the instance holds it
         self.fresh = False  # the task id was just made up: no task has it
+        self.books: CallerBooks | None = None  # the caller's (None: no bounds kept)
         self.incoming = 0  # bytes the message adds to the caller's books
         self.uploaded = 0  # of which its uploads (new bytes only)
         self.strategy = "reject"
@@ -94,8 +82,8 @@ class Admission:
         if self.claimed:
             self.claimed = False
             self.inst.claimed_tasks.pop(self.task_id, None)  # type: ignore[arg-type]
-        if self.reserved:
-            self.state.quota.unreserve(self.inst.key, self.reserved)
+        if self.reserved and self.books is not None:
+            self.books.reserved = max(0, self.books.reserved - self.reserved)
             self.reserved = 0
         if self.place:
             self.place = False
@@ -115,12 +103,7 @@ class Admission:
 
 
 def check_subject(subject: str | None, limit: int) -> None:
-    """413 for a subject over ``[server.settings] max_subject_chars`` (0 = no limit).
-
-    The one check of every front door that turns a caller's text into a message (POST
-    /message, /interswarm/message, A2A): without it the subject was the way around
-    ``max_message_body``.
-    """
+    """413 for a subject over ``[server.settings] max_subject_chars`` (0 = no limit)."""
     if limit and subject is not None and len(subject) > limit:
         raise HTTPException(
             413,
@@ -129,15 +112,32 @@ def check_subject(subject: str | None, limit: int) -> None:
         )
 
 
-def _stored_quota(a: Admission) -> None:
-    """429 past [server.store] max_stored_tasks_per_caller / max_stored_bytes_per_caller."""
-    if a.state.finished is not None:
-        a.state.quota.check(
-            a.inst.key,
-            new_task=a.task is None,
-            incoming=a.incoming,
-            open_ids=a.inst.swarm.runtime.open_tasks.ids,
+def check_stored(
+    quota: Any, books: CallerBooks, new_task: bool, incoming: int, open_ids: Any = tuple
+) -> None:
+    """429 when a message of `incoming` bytes passes the caller's stored-task bound (a new
+    task; `open_ids`: its running and paused tasks, not in the books yet) or byte bound."""
+    if new_task and quota.max_tasks:
+        count = len(books.tasks) + sum(1 for t in open_ids() if t not in books.tasks)
+        if count >= quota.max_tasks:
+            raise HTTPException(
+                429,
+                f"you keep {count} stored tasks, the most one caller may keep ([server.store] "
+                f"max_stored_tasks_per_caller = {quota.max_tasks}); {FREED_BY}",
+            )
+    if quota.max_bytes and books.total + incoming > quota.max_bytes:
+        raise HTTPException(
+            429,
+            f"you store {human_bytes(books.total)} in {len(books.tasks)} tasks, and this "
+            f"message ({human_bytes(incoming)}) would pass the most one caller may store "
+            f"([server.store] max_stored_bytes_per_caller = {quota.max_bytes}); {FREED_BY}",
         )
+
+
+def _stored_quota(a: Admission) -> None:
+    if a.books is not None:
+        runtime = a.inst.swarm.runtime
+        check_stored(a.state.quota, a.books, a.task is None, a.incoming, runtime.open_tasks.ids)
 
 
 def _entrypoint(a: Admission) -> None:
@@ -173,10 +173,7 @@ def _resume_needs_task(a: Admission) -> None:
 
 
 def _store_room(a: Admission) -> None:
-    """503 with Retry-After while the task store holds `[server.store] max_pending_writes`
-    unwritten writes (an outage, a full disk): a new task would only wait in memory, and
-    could not be stored before its caller hears about it. New work only: a message to a
-    running or paused task goes on (its agents' turns wait for the database instead)."""
+    """503 for new work while the task store holds `max_pending_writes` unwritten writes."""
     if a.task is not None and (a.task.is_running or a.paused):
         return
     store: Any = getattr(a.state, "store", None)
@@ -198,12 +195,11 @@ def _store_room(a: Admission) -> None:
         f"the task store holds {limit} writes the database has not taken yet (the most it "
         f"holds: [server.store] max_pending_writes; last error: {store.last_error}); new "
         "tasks are refused until they are written, try again later",
-        headers={"Retry-After": str(STORE_BACKED_UP_RETRY_AFTER)},
+        headers=RETRY_AFTER,
     )
 
 
 def paused_tasks(inst: Instance) -> int:
-    """Tasks of the instance waiting on a breakpoint resume or a review decision."""
     runtime = inst.swarm.runtime
     return sum(
         1
@@ -215,11 +211,8 @@ def paused_tasks(inst: Instance) -> int:
 
 
 def _paused_bound(a: Admission) -> None:
-    """429 when the caller already holds `max_paused_tasks_per_caller` tasks that are paused
-    or may still pause (running, or claimed by a request under way): each paused task keeps
-    its histories and held calls in memory until it is resumed. Counting running ones too
-    keeps concurrent new tasks from all pausing past the limit. A message to a paused task
-    closes that pause: never refused."""
+    """429 at `max_paused_tasks_per_caller` tasks paused or that may pause (running, claimed);
+    a message to a paused task closes that pause: never refused."""
     limit = a.state.config.settings.max_paused_tasks_per_caller
     resume = a.req.resume_from if a.req is not None else None
     if resume is not None and not (resume == "user_response" and a.task is not None):
@@ -237,7 +230,7 @@ def _paused_bound(a: Admission) -> None:
             "waiting for a breakpoint resume or a review), the most one caller may hold "
             f"([server.settings] max_paused_tasks_per_caller = {limit}); wait for one to "
             "finish, or resume or answer a paused one, before starting another",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            headers=RETRY_AFTER,
         )
 
 
@@ -255,8 +248,7 @@ def _not_archived(a: Admission) -> None:
 
 
 def _enqueue_room(a: Admission) -> None:
-    """429 when `max_enqueued_messages_per_task` messages already wait behind the task (or
-    were let through to wait: requests checked and not submitted yet)."""
+    """429 when `max_enqueued_messages_per_task` messages wait (or were let through to wait)."""
     limit = a.state.config.settings.max_enqueued_messages_per_task
     if a.strategy == "enqueue" and limit and a.taken_over:
         if a.inst.swarm.runtime.multitask.places_taken(a.task_id) >= limit:
@@ -264,7 +256,7 @@ def _enqueue_room(a: Admission) -> None:
                 429,
                 f"{limit} messages already wait for task '{a.task_id}' to finish its current "
                 "work ([server.settings] max_enqueued_messages_per_task); send this one later",
-                headers={"Retry-After": "5"},
+                headers=RETRY_AFTER,
             )
 
 
@@ -285,9 +277,7 @@ def _one_request_per_task(a: Admission) -> None:
 
 
 def _submission(a: Admission) -> None:
-    """The runtime's own checks: 409 while calls wait for review, 400 for bad decisions or
-    budgets (a new task's too: not a 200 whose answer is the error), 404 for a resume of an
-    unknown task."""
+    """The runtime's own: 409 calls wait for review, 400 bad decisions/budgets, 404 resume."""
     req = a.req
     assert req is not None and a.task_id is not None
     try:
@@ -297,9 +287,8 @@ def _submission(a: Admission) -> None:
 
 
 def _claim(a: Admission) -> None:
-    """Reserves the task id (counted by the paused-task bound) and, for a message that waits
-    behind a running task, its place there; uploads go into the caller's books at once, so
-    concurrent requests see each other's (settled by `_store_uploads`)."""
+    """Reserves the task id, a place behind a running task, and uploads in the caller's books
+    (so concurrent requests see each other's; settled by `_store_uploads`)."""
     a.inst.claimed_tasks[a.task_id] = time.monotonic()  # type: ignore[index]
     a.claimed = True
     req = a.req
@@ -308,9 +297,8 @@ def _claim(a: Admission) -> None:
     if a.taken_over and a.strategy == "enqueue":
         a.inst.swarm.runtime.multitask.reserve(a.task_id)
         a.place = True
-    finished = a.state.finished
-    if a.uploaded and finished is not None and finished.team_store is not None:
-        a.state.quota.reserve(a.inst.key, a.uploaded)
+    if a.uploaded and a.books is not None and a.state.finished.team_store is not None:
+        a.books.reserved += a.uploaded
         a.reserved = a.uploaded
 
 
@@ -343,12 +331,9 @@ def _run_checks(a: Admission) -> None:
 async def admit(
     state: Any, caller: Caller, req: MessageRequest, ticket: Ticket | None = None
 ) -> Admission:
-    """A message's admission, in order: the caller's stream slot (a stream), its uploads
-    (400/413), its instance, its Idempotency-Key taken with the task it names
-    (`Ticket.take_message`: a repeat is answered from the key, not by the checks), the
-    caller's books, `CHECKS`, its own webhook and its uploads stored. Refused: everything
-    given back, then raised. Admitted: the caller calls `release` once the message is in the
-    runtime (its first event) or will never be."""
+    """In order: stream slot, uploads (400/413), instance, Idempotency-Key with the task it
+    names, the caller's books, `CHECKS`, webhook, uploads stored. Refused: all given back,
+    then raised. Admitted: `release` once the message is in the runtime (or never will be)."""
     a = Admission(state, req, ticket)
     try:
         if req.stream:  # 429 at the limit, before any task starts
@@ -369,13 +354,10 @@ async def admit(
         else:
             brought_back = False
         a.task_id, a.fresh = req.task_id, a.fresh or req.task_id is None
-        finished = state.finished
-        if finished is not None:
-            if not brought_back:
-                await finished.bring_back(inst, a.task_id)
-            await finished.books(inst.kind, inst.id)
-            # A resume of a paused task too: the results it brings (`kwargs`) are kept
-            # twice, in the agent's history and in the event that shows them.
+        if state.finished is not None:
+            put_back = None if brought_back else a.task_id
+            a.books = await state.finished.books(inst.kind, inst.id, inst, put_back)
+            # A resume's results (`kwargs`) are kept twice: in a history and in an event.
             resumed = 2 * text_bytes(req.kwargs) if req.kwargs else 0
             if req.attachments:  # (new bytes only)
                 a.uploaded = max(0, req.upload_bytes() - req.replaced_bytes)
@@ -404,30 +386,23 @@ async def _store_uploads(a: Admission, caller: Caller) -> None:
     replacing = bool(ticket is not None and ticket.takeover)
     stored = await store_uploads(a.inst.swarm, caller, a.task_id, a.uploads, ids, replacing)
     req.kwargs["attachments"] = stored
-    if a.reserved:  # the reservation becomes the caller's team bytes
-        state.quota.unreserve(a.inst.key, a.reserved)
+    books = a.books
+    if books is not None and state.finished.team_store is not None:  # reserved -> team bytes
+        books.reserved = max(0, books.reserved - a.reserved)
+        books.team_bytes += max(0, sum(len(data) for _, _, data in a.uploads) - req.replaced_bytes)
         a.reserved = 0
-    if state.finished is not None and state.finished.team_store is not None:
-        added = sum(len(data) for _, _, data in a.uploads) - req.replaced_bytes
-        state.quota.add_team(a.inst.key, max(0, added))
 
 
 async def admit_incoming(
     state: Any, inst: Instance, task_id: str, incoming: int, ticket: Ticket | None = None
 ) -> Admission:
-    """`admit` for a message that enters the caller's instance another way (a user's ``POST
-    /interswarm/message``, a peer's ``/interswarm/forward``, an MCP agent's send; a peer's
-    tasks are its caller's, as a local caller's are): a finished task it names is put back
-    first; a message to a running or paused task is never refused (its work goes on);
-    otherwise the `CHECKS` that do not read a message. Refused: the key taken (`ticket`) is
-    given back. Admitted: release it once the message is in the instance."""
+    """`admit` for a message that enters the instance another way (interswarm, MCP): the
+    `CHECKS` that read no message, unless its task is running or paused (never refused)."""
     a = Admission(state, None, ticket)
     a.inst, a.task_id, a.incoming = inst, task_id, incoming
     try:
-        finished = state.finished
-        if finished is not None:
-            await finished.bring_back(inst, task_id)
-            await finished.books(inst.kind, inst.id)
+        if state.finished is not None:
+            a.books = await state.finished.books(inst.kind, inst.id, inst, task_id)
         a.task = inst.swarm.get_task_by_id(task_id)
         if a.task is None or not (a.task.is_running or a.paused):
             _run_checks(a)
@@ -443,23 +418,20 @@ async def admit_incoming(
 class StreamSlot:
     """One caller's hold on one event stream; `release` is idempotent."""
 
-    def __init__(self, slots: StreamSlots, owner: tuple[str, str]) -> None:
-        self._slots = slots
-        self._owner = owner
-        self._held = True
+    def __init__(self, open_: dict[tuple[str, str], int], owner: tuple[str, str]) -> None:
+        self._open, self._owner, self._held = open_, owner, True
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self._slots._release(self._owner)
+            left = self._open.pop(self._owner, 1) - 1
+            if left > 0:
+                self._open[self._owner] = left
 
 
 class StreamSlots:
-    """How many event streams one caller may hold open at once. Every SSE response (``POST
-    /message`` with ``stream: true``, ``GET /task/events``, A2A's) takes a slot of its caller
-    before anything starts and gives it back when the response ends, however it ends; at
-    ``[server.settings] max_event_streams_per_caller`` it is 429 with Retry-After and no
-    task starts (each open stream holds a connection, a descriptor and a buffer)."""
+    """Event streams one caller holds open: every SSE response takes a slot before anything
+    starts and gives it back however it ends; 429 at `max_event_streams_per_caller`."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit  # 0 = no bound
@@ -477,14 +449,7 @@ class StreamSlots:
                 f"you already have {held} event streams open, the most one caller may hold "
                 f"([server.settings] max_event_streams_per_caller = {self.limit}); close one "
                 "or retry later",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+                headers=RETRY_AFTER,
             )
         self._open[owner] = held + 1
-        return StreamSlot(self, owner)
-
-    def _release(self, owner: tuple[str, str]) -> None:
-        left = self._open.get(owner, 0) - 1
-        if left > 0:
-            self._open[owner] = left
-        else:
-            self._open.pop(owner, None)
+        return StreamSlot(self._open, owner)

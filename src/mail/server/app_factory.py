@@ -182,9 +182,8 @@ async def _startup(
 
 def _start_lifecycle(state: ServerState) -> None:
     """Finished tasks out of memory, per-caller storage quotas, retention ([server.store])."""
-    from mail.server.finished_tasks import FinishedTasks
+    from mail.server.finished_tasks import CallerLedger, FinishedTasks, StorageQuota
     from mail.server.retention import Retention
-    from mail.server.storage_quota import CallerLedger, StorageQuota
 
     settings = state.config.store
     quota = StorageQuota(settings.max_stored_bytes_per_caller, settings.max_stored_tasks_per_caller)

@@ -6,13 +6,21 @@ that finished is let go (`core/finished_tasks.forget_finished`) as soon as its a
 seconds when nobody waited (a task answered through A2A, another swarm, a restart). Before it
 goes, its summary (what `GET /tasks` shows: event count, usage, first message, answer) is
 taken; the summary and the bytes the task stores are written to its record in the background,
-a batch at a time, and its size goes into the caller's books (`storage_quota`).
+a batch at a time, and its size goes into the caller's books (below).
 
 Reads: `stored_task` (GET /task, GET /task/events), `stored_summaries` (GET /tasks) and
 `bring_back` (a new message for a finished task puts it back into its instance, histories
 and all) go to the store. With the memory store there is no store to go to: finished tasks
 stay in their instance (bounded by the same quotas and by retention, see `retention.py`);
 they are only measured here.
+
+Each caller's books (`CallerBooks`, kept by `StorageQuota`) count its stored tasks' bytes (rows,
+files under ``[stdlib.fs]``, idempotency outcomes) and its team data; they are read from the
+store at a caller's first message after a (re)start (`FinishedTasks.books`), and a running
+task's bytes are booked as its runtime records them (`CallerLedger`). A message is refused
+with 429 (the caller's share, not 507: the server is not out of room) past
+`max_stored_tasks_per_caller` (a new task) or `max_stored_bytes_per_caller`; an action or team
+tool that would pass the byte bound fails with `refusal`'s text.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mail.api.stored_tasks import restore_task, task_from_snapshot
@@ -30,12 +39,13 @@ from mail.core.finished_tasks import can_forget, forget_finished, is_finished
 from mail.core.tasks import MAILTask, task_files_bytes
 from mail.server import task_listing
 from mail.server.instances import Instance, InstanceManager, instance_kind
-from mail.server.storage_quota import CallerBooks, Owner, StorageQuota
 from mail.store import InstanceKey, lifecycle_for
 from mail.store.lifecycle import record_is_finished, stored_summary
 from mail.telemetry.usage import TaskUsage, task_usage
 
 logger = logging.getLogger("mail.server")
+
+Owner = tuple[str, str]  # (instance kind, caller id)
 
 SWEEP_INTERVAL = 1.0  # seconds between looks for finished tasks nobody was waiting for
 SWEEP_GRACE = 2.0  # a finished task nobody waited for stays this long (late readers)
@@ -58,6 +68,241 @@ HEAL_PER_PAGE = 20  # stored tasks without a summary read whole per GET /tasks p
 # How long `bring_back` waits for the put-back task's record to be committed.
 BRING_BACK_FLUSH_SECONDS = 5.0
 _EMPTY_USAGE = TaskUsage().total.as_dict()
+
+
+# How often a caller's team data is measured again (its threads grow while its tasks run).
+TEAM_MEASURE_INTERVAL = 10.0
+FREED_BY = (
+    "finished tasks are removed after [server.store] finished_task_ttl, or an operator can "
+    "remove them with `mail db-prune`"
+)
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+class TaskSizes(dict[str, int]):
+    """task_id -> stored bytes, with their sum kept as entries change (`bytes`): the quota
+    check runs on every message, and summing a caller's 10,000 tasks each time cost more
+    than the rest of a request's work."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def __setitem__(self, task_id: str, size: int) -> None:
+        self.bytes += size - self.get(task_id, 0)
+        super().__setitem__(task_id, size)
+
+    def __delitem__(self, task_id: str) -> None:
+        self.bytes -= self[task_id]
+        super().__delitem__(task_id)
+
+    def pop(self, task_id: str, default: Any = None) -> Any:  # type: ignore[override]
+        if task_id in self:
+            self.bytes -= self[task_id]
+            return super().pop(task_id)
+        return default
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        for task_id, size in dict(*args, **kwargs).items():
+            self[task_id] = size
+
+    def setdefault(self, task_id: str, default: Any = None) -> Any:  # type: ignore[override]
+        if task_id not in self:
+            self[task_id] = default
+        return self[task_id]
+
+    def popitem(self) -> tuple[str, int]:
+        task_id, size = super().popitem()
+        self.bytes -= size
+        return task_id, size
+
+    def clear(self) -> None:
+        super().clear()
+        self.bytes = 0
+
+    def __ior__(self, other: Any) -> TaskSizes:  # type: ignore[override, misc]
+        self.update(other)
+        return self
+
+
+@dataclass
+class CallerBooks:
+    """One caller's stored tasks (task_id -> bytes) and team bytes."""
+
+    tasks: TaskSizes = field(default_factory=TaskSizes)
+    # memory store: when each task was seen finished (time.time()), for retention
+    finished_at: dict[str, float] = field(default_factory=dict)
+    team_bytes: int = 0
+    team_measured: float = 0.0
+    # Uploads of requests past the check and not yet stored (`admission`): counted at once, so
+    # uploads sent together cannot all pass the check before any is stored.
+    reserved: int = 0
+    read_at: float = 0.0  # time.monotonic() of the last read from the store (`reread`)
+
+    @property
+    def total(self) -> int:
+        return self.tasks.bytes + self.team_bytes + self.reserved
+
+    def seen(self) -> tuple[dict[str, int], int]:
+        """What the books hold before a read from the store (`reread`'s `before`)."""
+        return dict(self.tasks), self.team_bytes
+
+    def reread(self, loaded: CallerBooks, before: tuple[dict[str, int], int]) -> None:
+        """Take the tasks and team bytes of a new read from the store (what was removed
+        outside this server, such as by `mail db-prune`, leaves the books); what only this
+        server knows (uploads under way, finished_at) stays, and so does what changed here
+        while the store was read (`before`, from `seen`): a task booked or measured then,
+        one forgotten then, team bytes added then are newer than the read."""
+        tasks, team_bytes = before
+        fresh = dict(loaded.tasks)
+        for task_id in tasks.keys() - self.tasks.keys():
+            fresh.pop(task_id, None)
+        for task_id, size in self.tasks.items():
+            if tasks.get(task_id) != size:
+                fresh[task_id] = size
+        self.tasks.clear()
+        self.tasks.update(fresh)
+        if self.team_bytes == team_bytes:
+            self.team_bytes, self.team_measured = loaded.team_bytes, loaded.team_measured
+        self.read_at = loaded.read_at
+
+
+class StorageQuota:
+    """The books of every caller of one server, and the check a new message goes through."""
+
+    def __init__(self, max_bytes: int, max_tasks: int) -> None:
+        self.max_bytes = max_bytes  # 0 = no bound
+        self.max_tasks = max_tasks
+        self._books: dict[Owner, CallerBooks] = {}
+        self._loading: dict[Owner, asyncio.Task[CallerBooks]] = {}
+
+    def books(self, owner: Owner) -> CallerBooks | None:
+        return self._books.get(owner)
+
+    def all_books(self) -> dict[Owner, CallerBooks]:
+        return self._books
+
+    async def ensure(
+        self, owner: Owner, load: Callable[[], Awaitable[CallerBooks]] | None = None
+    ) -> CallerBooks:
+        """The caller's books, read with `load` once (single-flight per caller)."""
+        books = self._books.get(owner)
+        if books is not None and (books.read_at or load is None):
+            return books
+        if load is None:
+            books = self._books[owner] = CallerBooks()
+            return books
+        pending = self._loading.get(owner)
+        if pending is None:
+            pending = self._loading[owner] = asyncio.ensure_future(load())
+        try:
+            loaded = await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self._loading.pop(owner, None)
+        books = self._books.setdefault(owner, loaded)
+        if books is not loaded and not books.read_at:
+            # Booked here before the store was read (a task of the caller that ended before
+            # its first message, such as one cancelled): what the store keeps counts too.
+            books.reread(loaded, ({}, -1 if books.team_measured else books.team_bytes))
+        return books
+
+    def book(self, owner: Owner, task_id: str, size: int) -> None:
+        """`size` bytes a task just stored (negative: gave back), on top of its figure."""
+        tasks = self._books.setdefault(owner, CallerBooks()).tasks
+        tasks[task_id] = max(0, tasks.get(task_id, 0) + int(size))
+
+    def book_outcome(self, scope: Any, task_id: str, size: int) -> None:
+        """A stored idempotency outcome (`scope`: the caller's key scope, an InstanceKey)
+        of the key that started or continued `task_id`: the task's, as the store counts it."""
+        self.book((instance_kind(scope.caller_role), scope.caller_id), task_id, size)
+
+    def refusal(self, owner: Owner, size: int) -> str | None:
+        """Why `size` more bytes would pass the caller's byte bound; None when they fit.
+        With `size` 0: why the caller is past it already."""
+        books = self._books.get(owner)
+        total = books.total if books is not None else 0
+        if not self.max_bytes or total + size <= self.max_bytes:
+            return None
+        taken, bound = human_bytes(total), human_bytes(self.max_bytes)
+        if size:
+            head = (
+                f"it would store {human_bytes(size)} more; your tasks, files and team data "
+                f"take {taken} of the {bound} one caller may store"
+            )
+        else:
+            head = (
+                f"your tasks, files and team data take {taken}, more than the {bound} one "
+                "caller may store"
+            )
+        return f"{head} ([server.store] max_stored_bytes_per_caller = {self.max_bytes}); {FREED_BY}"
+
+    def record(
+        self, owner: Owner, task_id: str, size: int, finished_at: float | None = None
+    ) -> None:
+        books = self._books.setdefault(owner, CallerBooks())
+        books.tasks[task_id] = max(0, int(size))
+        if finished_at is not None:
+            books.finished_at[task_id] = finished_at
+
+    def set_team(self, owner: Owner, size: int) -> None:
+        books = self._books.setdefault(owner, CallerBooks())
+        books.team_bytes = max(0, int(size))
+        books.team_measured = time.monotonic()
+
+    def add_team(self, owner: Owner, size: int) -> None:
+        """Team bytes just stored (a caller's uploads): counted at once, so uploads sent one
+        after another cannot pass the bound between two measurements; the next measurement
+        (`set_team`) replaces the figure with the store's."""
+        books = self._books.setdefault(owner, CallerBooks())
+        books.team_bytes += max(0, int(size))
+
+    def team_due(self, owner: Owner) -> bool:
+        books = self._books.get(owner)
+        return books is None or time.monotonic() - books.team_measured >= TEAM_MEASURE_INTERVAL
+
+    def forget(self, owner: Owner, task_ids: Iterable[str]) -> None:
+        books = self._books.get(owner)
+        if books is None:
+            return
+        for task_id in task_ids:
+            books.tasks.pop(task_id, None)
+            books.finished_at.pop(task_id, None)
+
+    def at_bound(self, books: CallerBooks) -> bool:
+        """Whether the caller is at either bound, or within a tenth of the byte bound (its
+        next message may be refused)."""
+        if self.max_tasks and len(books.tasks) >= self.max_tasks:
+            return True
+        return bool(self.max_bytes) and books.total >= self.max_bytes - self.max_bytes // 10
+
+
+class CallerLedger:
+    """One caller's books as its runtime sees them (`mail.core.stored_bytes.Ledger`)."""
+
+    __slots__ = ("quota", "owner")
+
+    def __init__(self, quota: StorageQuota, owner: Owner) -> None:
+        self.quota = quota
+        self.owner = owner
+
+    def book(self, task_id: str, size: int) -> None:
+        self.quota.book(self.owner, task_id, size)
+
+    def book_team(self, size: int) -> None:
+        self.quota.add_team(self.owner, size)
+
+    def refusal(self, size: int) -> str | None:
+        return self.quota.refusal(self.owner, size)
 
 
 def summary_of(task: MAILTask) -> dict[str, Any]:
@@ -414,10 +659,15 @@ class FinishedTasks:
         return item[1] if item is not None else None
 
     # -- the caller's books ----------------------------------------------------------------
-    async def books(self, kind: str, caller_id: str, inst: Instance | None = None) -> CallerBooks:
+    async def books(
+        self, kind: str, caller_id: str, inst: Instance | None = None, put_back: str | None = None
+    ) -> CallerBooks:
         """The caller's books, read from the store the first time (sizes kept with each
-        record; tasks without one, such as running ones, are measured)."""
-        owner = (instance_kind(kind), caller_id)
+        record; tasks without one, such as running ones, are measured). With `inst` and
+        `put_back` (a message's admission): that finished task is put back first."""
+        if inst is not None and put_back is not None:
+            await self.bring_back(inst, put_back)
+        owner = inst.key if inst is not None else (instance_kind(kind), caller_id)
 
         async def load() -> CallerBooks:
             books = CallerBooks()
@@ -448,10 +698,10 @@ class FinishedTasks:
             books.read_at = time.monotonic()  # one read at a time per caller
             before = books.seen()  # (what is booked meanwhile is newer than the read)
             books.reread(await load(), before)
-        self._count_unbooked(owner, books)
+        self._count_unbooked(owner, books, inst)
         return books
 
-    def _count_unbooked(self, owner: Owner, books: CallerBooks) -> None:
+    def _count_unbooked(self, owner: Owner, books: CallerBooks, inst: Instance | None) -> None:
         """Finished tasks of the caller's instance not in its books yet go in now: a task
         nobody was answered with (its stream dropped, answered through another swarm or
         after a restart) stays until the sweep lets it go, a few seconds, and no longer
@@ -464,7 +714,7 @@ class FinishedTasks:
         than the books have of it (some are not booked yet)."""
         if not (self.quota.max_tasks or self.quota.max_bytes):
             return  # no bound to check: the sweep books them as it lets them go
-        inst = self.instances.peek(*owner)
+        inst = inst or self.instances.peek(*owner)
         if inst is None:
             return
         runtime = inst.swarm.runtime

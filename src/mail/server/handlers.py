@@ -8,6 +8,7 @@ health and template in a shared actor) call these too, never another route.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -15,7 +16,6 @@ from fastapi import HTTPException, Request
 from mail.server.bodies import parse_health_update, parse_load_swarm
 from mail.server.errors import BadRequest
 from mail.server.state import ServerState
-from mail.server.storage_health import degraded_reason
 from mail.version import PROTOCOL_VERSION
 
 logger = logging.getLogger("mail.server")
@@ -93,3 +93,54 @@ def load_swarm(
         state.default_entrypoint,
     )
     return {"status": "success", "swarm_name": template.name}, text
+
+
+# -- whether the stores' writes land (/health, /status, /metrics, the console) ----------------
+# A store retrying a write the database refused (a full disk, PostgreSQL down) is degraded:
+# the server answers and loses nothing it acknowledged, but holds it only in memory meanwhile.
+_SHOWN = {"tasks": "task store", "team": "team store", "memory": "agent memory"}
+_MAX_REASON = 300  # characters of a reason's one line (a driver's message can be long)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    store: str  # "tasks", "team", "memory" (the /metrics label)
+    degraded: bool
+    pending_writes: int
+    reason: str | None
+
+
+def store_health(state: Any) -> list[StoreHealth]:
+    """The write health of each store the server has."""
+    instances = state.instances
+    out = []
+    for name, store in (
+        ("tasks", state.store),
+        ("team", getattr(instances, "team_store", None)),
+        ("memory", getattr(instances, "agent_memory", None)),
+    ):
+        status = getattr(store, "status", None)
+        if status is None:
+            continue
+        info = status()
+        pending = int(info.get("pending_writes") or 0)
+        reason = None
+        if info.get("degraded"):
+            error = info.get("last_error") or "unknown error"
+            line = " ".join(f"{_SHOWN[name]} writes failing ({pending} waiting): {error}".split())
+            reason = line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
+        out.append(StoreHealth(name, bool(info.get("degraded")), pending, reason))
+    return out
+
+
+def degraded_reason(state: Any) -> str | None:
+    """None while every write lands; otherwise why not (one line per failing store)."""
+    return "; ".join(h.reason for h in store_health(state) if h.reason) or None
+
+
+def storage_summary(state: Any) -> dict[str, Any]:
+    """What /status shows: ``{"status": "ok"|"degraded", "reason", "pending_writes"}``."""
+    health = store_health(state)
+    reason = "; ".join(h.reason for h in health if h.reason) or None
+    pending = sum(h.pending_writes for h in health)
+    return {"status": "degraded" if reason else "ok", "reason": reason, "pending_writes": pending}

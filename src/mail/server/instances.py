@@ -88,9 +88,8 @@ class Instance:
     # Made at start-up to continue its stored running tasks, without the caller's key.
     keyless: bool = False
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.id)
+    def __post_init__(self) -> None:
+        self.key = (self.kind, self.id)  # (a plain attribute: read on every request)
 
     @property
     def owner(self) -> str:
@@ -178,7 +177,7 @@ class InstanceManager:
         # (`FinishedTasks.book_archived`: the ones the sweep had not booked yet go in now).
         self.on_archive: Callable[[Instance], None] | None = None
         # Under a byte bound: the books each new instance's runtime books what its tasks
-        # store into, as it records it (`storage_quota.CallerLedger`; mail.core.stored_bytes).
+        # store into, as it records it (`finished_tasks.CallerLedger`; mail.core.stored_bytes).
         self.ledger_for: Callable[[tuple[str, str]], Any] | None = None
         self._instances: dict[tuple[str, str], Instance] = {}
         self._creating: dict[tuple[str, str], asyncio.Task[Instance]] = {}

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Response
 
 from mail.server.auth import Caller, caller_admin
-from mail.server.storage_health import store_health
+from mail.server.handlers import store_health
 from mail.telemetry import metrics, tracing
 from mail.telemetry.budget import set_default_budget
 from mail.telemetry.http import TelemetryMiddleware, TraceTrust

@@ -27,9 +27,8 @@ from typing import Any
 
 from mail.core.file_root import remove_task_files
 from mail.core.finished_tasks import forget_finished
-from mail.server.finished_tasks import FinishedTasks
+from mail.server.finished_tasks import FinishedTasks, Owner
 from mail.server.instances import InstanceManager
-from mail.server.storage_quota import Owner
 from mail.store.base import InstanceKey
 from mail.store.lifecycle import PruneReport, cutoff_for
 

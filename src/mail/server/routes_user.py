@@ -8,11 +8,10 @@ from starlette.routing import Route
 from mail.server import messaging, task_listing, task_reads
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
-from mail.server.handlers import get_state
+from mail.server.handlers import get_state, storage_summary
 from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 from mail.server.message_replay import resolve_message
-from mail.server.storage_health import storage_summary
 
 router = APIRouter()
 
