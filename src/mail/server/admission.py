@@ -14,6 +14,7 @@ import difflib
 import logging
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import HTTPException
@@ -32,7 +33,9 @@ from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
-RETRY_AFTER = {"Retry-After": "5"}  # a caller at a bound, or the store backed up, waits
+RETRY_AFTER = MappingProxyType(
+    {"Retry-After": "5"}
+)  # read-only: shared; a caller at a bound, or the store backed up, waits
 _REFUSAL_LOG_INTERVAL = 30.0  # a backed-up store's refusals are logged at most this often
 _last_refusal_log = [float("-inf")]
 # A claim covers a request's checks up to its submission; one whose request vanished without
