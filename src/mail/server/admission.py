@@ -33,9 +33,8 @@ from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
 
-RETRY_AFTER = MappingProxyType(
-    {"Retry-After": "5"}
-)  # read-only: shared; a caller at a bound, or the store backed up, waits
+# A caller at a bound, or the store backed up, waits (read-only: every refusal shares it).
+RETRY_AFTER = MappingProxyType({"Retry-After": "5"})
 _REFUSAL_LOG_INTERVAL = 30.0  # a backed-up store's refusals are logged at most this often
 _last_refusal_log = [float("-inf")]
 # A claim covers a request's checks up to its submission; one whose request vanished without
