@@ -18,7 +18,7 @@ from mail.store.lifecycle import PRUNE_BATCH, TaskLifecycle, cutoff_for
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
 from mail.store.team_base import TeamStore
-from mail.store.team_memory import MemoryTeamStore
+from mail.store.team_sqlite import SqliteTeamStore
 
 STORES = ["memory", "sqlite", "postgres"]
 
@@ -159,13 +159,11 @@ async def test_prune_removes_expired_finished_tasks_in_batches(store: TaskStore)
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def team_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TeamStore]:
     if request.param == "memory":
-        t: TeamStore = MemoryTeamStore()
+        t: TeamStore = SqliteTeamStore()
         await t.start()
         yield t
         return
     if request.param == "sqlite":
-        from mail.store.team_sqlite import SqliteTeamStore
-
         t = SqliteTeamStore(tmp_path / "mail.db")
     else:
         from mail.store.team_postgres import PostgresTeamStore
@@ -229,10 +227,8 @@ async def test_team_rows_of_a_running_or_waiting_task_outlive_the_ttl(
     team: TeamStore
     tasks: TaskStore
     if kind == "memory":
-        tasks, team = MemoryTaskStore(), MemoryTeamStore()
+        tasks, team = MemoryTaskStore(), SqliteTeamStore()
     elif kind == "sqlite":
-        from mail.store.team_sqlite import SqliteTeamStore
-
         tasks = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
         team = SqliteTeamStore(tmp_path / "mail.db")
     else:
@@ -287,8 +283,6 @@ async def test_team_rows_of_a_finished_task_stay_while_the_task_does(
     team: TeamStore
     tasks: TaskStore
     if kind == "sqlite":
-        from mail.store.team_sqlite import SqliteTeamStore
-
         tasks = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
         team = SqliteTeamStore(tmp_path / "mail.db")
     else:

@@ -13,7 +13,7 @@ from typing import Any
 from mail import MAILSwarmTemplate
 from mail.core.team import TeamSettings
 from mail.core.team.files import EVERY_AGENT, attachment_meta, new_attachment
-from mail.store.team_memory import MemoryTeamStore
+from mail.store.team_sqlite import SqliteTeamStore
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "team-tools.md"
 
@@ -28,7 +28,7 @@ def example_swarm() -> dict[str, Any]:
 async def test_example_swarm_runs_offline(tmp_path: Path) -> None:
     template = MAILSwarmTemplate.from_swarm_json(json.dumps(example_swarm()))
     swarm = template.instantiate(user_id="demo", print_llm_streams=False)
-    store = MemoryTeamStore()
+    store = SqliteTeamStore()
     swarm.attach_team_store(store, TeamSettings(files_root=str(tmp_path)))
     team = swarm.team
     data = b"Launch on Monday."

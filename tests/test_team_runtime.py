@@ -16,7 +16,7 @@ import pytest
 from mail.core.runtime import MAILRuntime
 from mail.core.team import TeamService, TeamSettings
 from mail.store.base import InstanceKey
-from mail.store.team_memory import MemoryTeamStore
+from mail.store.team_sqlite import SqliteTeamStore
 from support.scripted_agents import (
     AgentSpec,
     ScriptedAgent,
@@ -39,7 +39,7 @@ def team_runtime(agents: dict[str, AgentSpec], **settings: Any) -> MAILRuntime:
     for core in rt.agents.values():
         core.team_tools = ALL
     rt.team = TeamService(
-        rt, MemoryTeamStore(), InstanceKey("testswarm", "user", "u1"), TeamSettings(**settings)
+        rt, SqliteTeamStore(), InstanceKey("testswarm", "user", "u1"), TeamSettings(**settings)
     )
     return rt
 
@@ -389,7 +389,7 @@ async def test_files_share_the_stdlib_fs_root(
     )
     for core in rt.agents.values():
         core.team_tools = ALL
-    rt.team = TeamService(rt, MemoryTeamStore(), InstanceKey("testswarm", "user", "u1"))
+    rt.team = TeamService(rt, SqliteTeamStore(), InstanceKey("testswarm", "user", "u1"))
     response = await run_task(rt, timeout=10)
     lead_results = tool_results(lead.live_histories[0])
     assert lead_results[0].startswith("SUCCESS: successfully wrote to notes/report.txt")

@@ -1,4 +1,4 @@
-"""TeamStore contract, for the in-memory and the PostgreSQL store alike (threads, posts,
+"""TeamStore contract, for the in-memory, SQLite and PostgreSQL store alike (threads, posts,
 inbox filters and flags, unread counts, attachments, instance isolation)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
 from mail.store.team_base import TeamStore
-from mail.store.team_memory import MemoryTeamStore
+from mail.store.team_sqlite import SqliteTeamStore
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 KEY = InstanceKey("s", "user", "alice")
@@ -25,11 +25,9 @@ def pg_url() -> Iterator[str]:
         yield with_search_path(BASE_URL, schema)
 
 
-@pytest.fixture(params=["memory", "memory-files", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TeamStore]:
     if request.param == "sqlite":
-        from mail.store.team_sqlite import SqliteTeamStore
-
         lite = SqliteTeamStore(tmp_path / "mail.db")
         await lite.start()
         yield lite
@@ -46,7 +44,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
                 await conn.execute(f"DELETE FROM {table}")
         await pg.close()
         return
-    yield MemoryTeamStore(tmp_path / "att" if request.param == "memory-files" else None)
+    yield SqliteTeamStore()  # in memory: ready without start
 
 
 def entry(agent: str, entry_id: str, ts: str, thread: str | None = None) -> dict[str, object]:

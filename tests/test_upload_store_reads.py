@@ -18,11 +18,11 @@ from mail.core.team import TeamService
 from mail.server.auth import Caller
 from mail.server.team import store_uploads
 from mail.store.base import InstanceKey
-from mail.store.team_memory import MemoryTeamStore
+from mail.store.team_sqlite import SqliteTeamStore
 from support.scripted_agents import AgentSpec, make_runtime, task_complete
 
 
-class CountingTeamStore(MemoryTeamStore):
+class CountingTeamStore(SqliteTeamStore):
     def __init__(self) -> None:
         super().__init__()
         self.reads = 0

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from tests.support.telemetry_fixtures import spans  # noqa: F401 - fixture
 from tests.support.webhook_receiver import ReceiverProcess
 
-from mail.store.webhooks_memory import MemoryWebhookStore
+from mail.store.webhooks_sql import SqliteWebhookStore
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks.service import WebhookService
 from mail.webhooks.views import WebhookError
@@ -45,7 +45,7 @@ async def receiver() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 
 async def _service(**settings: Any) -> WebhookService:
     cfg = WebhooksConfig(allowed_hosts=["127.0.0.1"], poll_interval=0.1, **settings)
-    service = WebhookService(cfg, MemoryWebhookStore(), "swarm")
+    service = WebhookService(cfg, SqliteWebhookStore(), "swarm")
     await service.start()
     return service
 

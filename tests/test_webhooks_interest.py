@@ -11,7 +11,7 @@ from typing import Any
 
 from mail.store.base import InstanceKey
 from mail.store.webhooks import subscription_matches
-from mail.store.webhooks_memory import MemoryWebhookStore
+from mail.store.webhooks_sql import SqliteWebhookStore
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import events as ev
 from mail.webhooks.interest import SubscriptionInterest
@@ -96,7 +96,7 @@ def _outbox(service: WebhookService, owner: tuple[str, str]) -> InstanceOutbox:
 
 
 async def test_the_service_mirrors_each_change_before_answering() -> None:
-    store = MemoryWebhookStore()
+    store = SqliteWebhookStore()
     await store.start()
     # Made by an earlier run: loaded at start.
     await store.add_subscription(
@@ -104,10 +104,10 @@ async def test_the_service_mirrors_each_change_before_answering() -> None:
             **_sub("wh_before", BOB, events=["task.completed"]),
             "url": URL,
             "destination": "127.0.0.1:9",
+            "description": "",
             **{
                 k: None
                 for k in (
-                    "description",
                     "disabled_reason",
                     "secret",
                     "previous_secret",
@@ -150,7 +150,7 @@ async def test_the_service_mirrors_each_change_before_answering() -> None:
 
 
 async def test_servers_sharing_a_database_write_every_row() -> None:
-    service = await _service(MemoryWebhookStore(), single_server=False)
+    service = await _service(SqliteWebhookStore(), single_server=False)
     try:
         assert service.interest is None
         assert len(_outbox(service, ALICE).rows_for_answer("t1", None, DONE)) == 1
@@ -158,7 +158,7 @@ async def test_servers_sharing_a_database_write_every_row() -> None:
         await service.close()
 
 
-class _SlowAnswers(MemoryWebhookStore):
+class _SlowAnswers(SqliteWebhookStore):
     """A store whose updates apply at once but answer later, the first one last (as a pool
     of connections may): only one change at a time per owner keeps the mirror in step."""
 
@@ -194,7 +194,7 @@ async def test_concurrent_updates_leave_the_mirror_as_the_store() -> None:
         await service.close()
 
 
-class _CancelledAfterWriting(MemoryWebhookStore):
+class _CancelledAfterWriting(SqliteWebhookStore):
     """A store whose writes land but whose caller is cancelled before hearing so (a client
     that went away mid-request)."""
 

@@ -25,7 +25,7 @@ from mail.store.webhooks import (
     new_delivery,
     new_id,
 )
-from mail.store.webhooks_memory import MemoryWebhookStore
+from mail.store.webhooks_sql import SqliteWebhookStore
 
 SWARM = "hooks"
 PENDING = PendingLimits(1000, 100000)
@@ -80,10 +80,8 @@ def event(caller: tuple[str, str], event_type: str = "task.completed", **fields:
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[WebhookStore]:
     made: WebhookStore
     if request.param == "memory":
-        made = MemoryWebhookStore()
+        made = SqliteWebhookStore()
     elif request.param == "sqlite":
-        from mail.store.webhooks_sql import SqliteWebhookStore
-
         made = SqliteWebhookStore(tmp_path / "mail.db")
     else:
         from mail.store.webhooks_sql import PostgresWebhookStore
@@ -460,8 +458,6 @@ async def test_the_outbox_commits_with_its_event_even_past_a_batch_boundary(
     await task_store.outbox_write(key, "save_response", ("t-1", {"x": 1}), [rows[0]])
     assert await task_store.flush(10)
     if task_store.backend == "sqlite":
-        from mail.store.webhooks_sql import SqliteWebhookStore
-
         hooks: WebhookStore = SqliteWebhookStore(tmp_path / "mail.db")
     else:
         from mail.store.webhooks_sql import PostgresWebhookStore

@@ -526,13 +526,13 @@ class MAILSwarm(WiredAgents[MAILAgent]):
             return
         from mail.core.team import TeamService
         from mail.store.base import InstanceKey
-        from mail.store.team_memory import MemoryTeamStore
+        from mail.store.team_sqlite import SqliteTeamStore
 
         key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
         current = self.runtime.team
         self.runtime.team = TeamService(
             self.runtime,
-            store if store is not None else MemoryTeamStore(),
+            store if store is not None else SqliteTeamStore(),
             key,
             settings if settings is not None else (current.settings if current else None),
         )

@@ -28,7 +28,6 @@ def host_config_json(config: Any) -> str:
     team = config.team_tools.model_copy(
         update={
             "files_root": _absolute(config.team_tools.files_root),
-            "attachments_dir": _absolute(config.team_tools.attachments_dir),
         }
     )
     data = config.model_copy(update={"swarm": swarm, "auth": auth, "team_tools": team})

@@ -185,7 +185,8 @@ class TeamToolsConfig(_Section):
     # Agents' working folders (one sub-folder per instance). Empty = the instance's folder
     # of the ``[stdlib.fs]`` root, the same one the mail.stdlib file actions use.
     files_root: str = ""
-    # Attachment bytes with the memory store. Empty = ``attachments`` next to the registry.
+    # Unused (older configs still load): every store keeps attachment bytes in its database,
+    # the memory store in its in-memory one.
     attachments_dir: str = ""
     # Sizes of what agents and callers hand to the team tools (a thread post or an initial
     # message is bounded by [server.settings] max_message_body).

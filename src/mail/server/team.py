@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from pathlib import Path
 from typing import Any
 
 from fastapi import HTTPException
@@ -84,12 +83,11 @@ async def _open_team_store(config: ServerConfig, template: Any, task_store: Any)
                 await store.start()
                 logger.info("team messaging: postgres")
                 return store
-    from mail.store.team_memory import MemoryTeamStore
+    from mail.store.team_sqlite import SqliteTeamStore
 
-    folder = config.team_tools.attachments_dir or str(
-        Path(config.swarm.registry_file).parent / "attachments"
-    )
-    return MemoryTeamStore(attachments_dir=folder)
+    memory = SqliteTeamStore()  # a private in-memory database
+    await memory.start()
+    return memory
 
 
 def caller_key(swarm_name: str, caller: Caller) -> InstanceKey:

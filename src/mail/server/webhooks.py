@@ -61,13 +61,10 @@ def subscription_store(store: Any) -> Any:
         url = database_url_from_env()
         assert url is not None
         return PostgresWebhookStore(url)
-    if backend == "sqlite":
-        from mail.store.webhooks_sql import SqliteWebhookStore
+    from mail.store.webhooks_sql import SqliteWebhookStore
 
-        return SqliteWebhookStore(store.path)
-    from mail.store.webhooks_memory import MemoryWebhookStore
-
-    return MemoryWebhookStore()
+    # The task store's file, or (memory) a private in-memory database.
+    return SqliteWebhookStore(store.path) if backend == "sqlite" else SqliteWebhookStore()
 
 
 def owner_of(caller: Caller) -> tuple[str, str]:

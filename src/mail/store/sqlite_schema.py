@@ -180,22 +180,31 @@ def create_private(path: Path) -> None:
         path.chmod(0o600)
 
 
+MEMORY = ":memory:"  # the path of a private in-memory database (`open_database`)
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
     """A connection in WAL mode with the functions the store's SQL uses (mail_now, mail_merge).
+    `MEMORY`: a private in-memory database (no file, lock or WAL), gone when it closes.
 
     Autocommit (isolation_level None): transactions are explicit `BEGIN IMMEDIATE`s.
     synchronous=NORMAL: a commit survives the process being killed (not a power cut).
     A missing file is created private (`create_private`).
     """
-    create_private(Path(path))
+    memory = str(path) == MEMORY
+    if not memory:
+        create_private(Path(path))
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
     conn.row_factory = sqlite3.Row
-    from mail.store.sqlite_space import prepare_connection
+    if memory:  # no file, no journal to share: nothing spills to disk either
+        conn.execute("PRAGMA temp_store=MEMORY")
+    else:
+        from mail.store.sqlite_space import prepare_connection
 
-    prepare_connection(conn)  # first: a new file's auto_vacuum mode (sqlite_space.py)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        prepare_connection(conn)  # first: a new file's auto_vacuum mode (sqlite_space.py)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.create_function("mail_now", 0, utc_now)
     conn.create_function("mail_merge", 2, _merge_json, deterministic=True)
     return conn
@@ -440,6 +449,9 @@ class SqliteDatabase:
     """
 
     def __init__(self, path: str | Path) -> None:
+        # In memory (`MEMORY`): no file, lock, thread or checkpoint; every job runs at once
+        # on the caller's thread, and the database opens at its first use (`run`).
+        self.in_memory = str(path) == MEMORY
         self.path = Path(path)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
@@ -460,6 +472,11 @@ class SqliteDatabase:
     async def run(self, fn: Callable[..., T], *args: Any, pages: int = _THREAD_JOB_PAGES) -> T:
         """`fn(conn, *args)` on the worker thread. `pages`: about how many pages it writes
         (counted toward the next checkpoint, see CHECKPOINT_PAGES)."""
+        if self.in_memory:
+            if self._conn is None:
+                self._conn = connect(MEMORY)
+                self.applied = migrate(self._conn)
+            return fn(self._conn, *args)
         if self._executor is None or self._conn is None:
             raise sqlite3.OperationalError(f"the SQLite database {self.path} is closed")
         future = self._submit(fn, *args)
@@ -522,7 +539,11 @@ class SqliteDatabase:
     def _wrote(self, pages: int) -> None:
         """Count written pages; past CHECKPOINT_PAGES, checkpoint on the worker thread."""
         self._unchecked_pages += pages
-        if self._unchecked_pages < CHECKPOINT_PAGES or self._checkpoint is not None:
+        if (
+            self.in_memory
+            or self._unchecked_pages < CHECKPOINT_PAGES
+            or self._checkpoint is not None
+        ):
             return
         self._unchecked_pages = 0
         self._checkpoint = self._submit(_checkpoint)
@@ -536,6 +557,9 @@ class SqliteDatabase:
     async def acquire(self) -> None:
         self._users += 1
         if self._conn is not None:
+            return
+        if self.in_memory:
+            await self.run(lambda _conn: None)  # opens it
             return
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="mail-sqlite")
         loop = asyncio.get_running_loop()
@@ -583,6 +607,9 @@ class SqliteDatabase:
 
     async def release(self) -> None:
         self._users = max(0, self._users - 1)
+        if self.in_memory and not self._users and self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()  # and its data with it
         if self._users or self._conn is None or self._executor is None:
             return
         conn, self._conn = self._conn, None
@@ -601,7 +628,10 @@ _OPEN_LOCK = threading.Lock()
 
 
 def open_database(path: str | Path) -> SqliteDatabase:
-    """The process's `SqliteDatabase` for a file (created on first use; `acquire` it)."""
+    """The process's `SqliteDatabase` for a file (created on first use; `acquire` it);
+    for `MEMORY`, a new private in-memory database each time."""
+    if str(path) == MEMORY:
+        return SqliteDatabase(MEMORY)
     resolved = Path(path).expanduser().resolve()
     with _OPEN_LOCK:
         db = _OPEN.get(resolved)

@@ -84,7 +84,7 @@ def key_clause(mark: str) -> str:
 
 
 def trim_sql(table: str, column: str, mark: str) -> str:
-    """Keep the newest rows of one thread / one agent (the memory store's rule): parameters
+    """Keep the newest rows of one thread / one agent: parameters
     1-3 the key, 4 the thread or agent, 5 how many to keep."""
     where = f"{key_clause(mark)} AND {column} = {mark}4"
     return (
@@ -232,8 +232,9 @@ class TeamStore(abc.ABC):
         have not changed since and have no posts left.
 
         Posts, inbox entries and attachments of a task that still runs or waits (a
-        breakpoint, a review) stay, whatever their age. The SQL stores find those tasks in
-        their task table; the memory store is given them (`live_tasks`: (instance, task id))."""
+        breakpoint, a review) stay, whatever their age. The stores find those tasks in their
+        task table; a server without one (`--store memory`) names them (`live_tasks`:
+        (instance, task id))."""
         return 0
 
 

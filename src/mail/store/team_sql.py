@@ -47,6 +47,7 @@ class SqlTeamStore(TeamStore):
     # order threads were made in.
     _EMPTY_DATA: str
     _THREAD_ORDER: str
+    _direct = False  # writes applied at once, not through `writes`
 
     def _init_writes(self, is_transient: Callable[[BaseException], bool]) -> None:
         self.writes = RetryingWrites(self._apply, is_transient=is_transient, name="mail.store.team")
@@ -57,6 +58,12 @@ class SqlTeamStore(TeamStore):
     async def _apply(self, writes: list[Write]) -> None:
         await self.sql.run(_apply_all, writes)
 
+    async def _write(self, op: Write, *, now: bool = False) -> None:
+        if self._direct:  # an in-memory database: nothing to queue or retry
+            await self._apply([op])
+        else:
+            await (self.writes.write_now if now else self.writes.write)(op)
+
     async def _rows(self, sql: str, *args: Any) -> list[Any]:
         return await self.sql.run(lambda c: c.fetch(sql, *args))
 
@@ -66,7 +73,7 @@ class SqlTeamStore(TeamStore):
     # -- threads ---------------------------------------------------------------------
     async def save_thread(self, key: InstanceKey, thread: Record) -> None:
         args = (*key_tuple(key), thread["thread_id"], dump_record(thread), self._created_at())
-        await self.writes.write(
+        await self._write(
             lambda c: c.execute(
                 "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id,"
                 " record, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT"
@@ -113,10 +120,10 @@ class SqlTeamStore(TeamStore):
                 record,
             )
             if limit is not None:
-                # Keep the newest posts of the thread (the same rule as the memory store).
+                # Keep the newest posts of the thread.
                 await c.execute(trim_sql("team_posts", "thread_id", "?"), *args, limit)
 
-        await self.writes.write(add)
+        await self._write(add)
 
     async def thread_posts(
         self, key: InstanceKey, thread_id: str, limit: int | None = None
@@ -154,7 +161,7 @@ class SqlTeamStore(TeamStore):
                         trim_sql("team_inbox", "agent_name", "?"), *key_tuple(key), agent, limit
                     )
 
-        await self.writes.write(add)
+        await self._write(add)
 
     async def select_inbox(self, key: InstanceKey, agent: str, query: InboxQuery) -> list[Record]:
         order = "ASC" if query.oldest_first else "DESC"
@@ -181,7 +188,7 @@ class SqlTeamStore(TeamStore):
     ) -> None:
         column = {"read": "is_read", "shown": "shown"}[field]
         args = (*key_tuple(key), agent, list(entry_ids))
-        await self.writes.write(
+        await self._write(
             lambda c: c.execute(
                 f"UPDATE team_inbox SET {column} = TRUE"
                 f" WHERE {KEY} AND agent_name = ?4 AND entry_id = ANY(?5)",
@@ -210,8 +217,9 @@ class SqlTeamStore(TeamStore):
             data,
             self._created_at(),
         )
-        await self.writes.write_now(  # the bytes do not wait in memory
-            lambda c: c.execute(
+        await self._write(  # the bytes do not wait in memory (refused while it fails)
+            now=True,
+            op=lambda c: c.execute(
                 "INSERT INTO team_attachments (swarm_name, caller_role, caller_id,"
                 " attachment_id, record, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 # (replacing: a keyed request's retry stores its uploads under their ids)
@@ -219,7 +227,7 @@ class SqlTeamStore(TeamStore):
                 " SET record = excluded.record, data = excluded.data,"
                 " created_at = excluded.created_at",
                 *args,
-            )
+            ),
         )
 
     async def attachment_bytes(self, key: InstanceKey) -> int:

@@ -5,6 +5,7 @@ way (sizes, the prune by rowid)."""
 from __future__ import annotations
 
 import datetime
+import json
 import sqlite3
 from collections.abc import Collection
 from pathlib import Path
@@ -12,7 +13,13 @@ from pathlib import Path
 from mail.store.base import InstanceKey
 from mail.store.lifecycle_sqlite import _FINISHED
 from mail.store.sql import SqliteSql
-from mail.store.sqlite_schema import is_transient_error, open_database, transaction, utc_now
+from mail.store.sqlite_schema import (
+    MEMORY,
+    is_transient_error,
+    open_database,
+    transaction,
+    utc_now,
+)
 from mail.store.team_base import TEAM_PRUNE_BATCH, cutoff_text, key_clause, key_tuple
 from mail.store.team_sql import SqlTeamStore
 
@@ -28,6 +35,13 @@ _TASK_LIVE = (
     " AND t.caller_role = {table}.caller_role AND t.caller_id = {table}.caller_id"
     " AND t.task_id = json_extract({table}.record, '$.task_id')"
     " AND NOT (t.updated_at < ?1 AND " + _FINISHED + "))"
+    # and the tasks the caller names live (?3, JSON [[swarm, role, id, task_id], ...]): a
+    # server on `--store memory` keeps its tasks in no table.
+    " AND NOT EXISTS (SELECT 1 FROM json_each(?3) l"
+    " WHERE json_extract(l.value, '$[0]') = {table}.swarm_name"
+    " AND json_extract(l.value, '$[1]') = {table}.caller_role"
+    " AND json_extract(l.value, '$[2]') = {table}.caller_id"
+    " AND json_extract(l.value, '$[3]') = json_extract({table}.record, '$.task_id'))"
 )
 
 # What is older than the cutoff (?1), per table; threads last, once their posts are gone.
@@ -53,7 +67,7 @@ _SIZES = (
 
 
 def _prune_step(
-    conn: sqlite3.Connection, table: str, condition: str, cutoff: str, after: int
+    conn: sqlite3.Connection, table: str, condition: str, cutoff: str, after: int, *live: str
 ) -> tuple[int, int]:
     """One batch of `table`'s expired rows past rowid `after`: (rows removed, the rowid to
     go on after). Each batch goes on where the last one stopped: rows that stay though
@@ -62,7 +76,7 @@ def _prune_step(
         removed = conn.execute(
             f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE rowid > ?2"
             f" AND ({condition}) ORDER BY rowid LIMIT {TEAM_PRUNE_BATCH}) RETURNING rowid",
-            (cutoff, after),
+            (cutoff, after, *live),
         ).fetchall()
     return len(removed), max((row[0] for row in removed), default=after)
 
@@ -71,22 +85,28 @@ class SqliteTeamStore(SqlTeamStore):
     _EMPTY_DATA = "X''"
     _THREAD_ORDER = "created_at, rowid"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path = MEMORY) -> None:
+        """`path`: the server's database file; by default (`MEMORY`) a private in-memory
+        database, ready without `start` and gone with the store (`--store memory`)."""
         self.db = open_database(path)
         self.sql = SqliteSql(self.db)
         self._started = False
-        self._init_writes(is_transient_error)
+        self._direct = self.db.in_memory
+        if not self._direct:
+            self._init_writes(is_transient_error)
 
     async def start(self) -> None:
         if not self._started:
             await self.db.acquire_for_store()
             self._started = True
-            self.writes.start()
+            if not self._direct:
+                self.writes.start()
 
     async def close(self) -> None:
         if self._started:
             self._started = False
-            await self.writes.close()
+            if not self._direct:
+                await self.writes.close()
             await self.db.release()
 
     def _created_at(self) -> str:
@@ -100,13 +120,17 @@ class SqliteTeamStore(SqlTeamStore):
         self, cutoff: datetime.datetime, live_tasks: Collection[tuple[InstanceKey, str]] = ()
     ) -> int:
         text = cutoff_text(cutoff)
+        live = json.dumps([[*key_tuple(key), task_id] for key, task_id in live_tasks])
         removed = 0
         for table, condition in _EXPIRED:
+            task_live = (live,) if table in _OF_TASKS else ()
             if table in _OF_TASKS:
                 condition += _TASK_LIVE.format(table=table)
             after = -(1 << 63)  # the lowest rowid (each of these tables has one)
             while True:  # a batch per transaction: the task store's writes go on in between
-                count, after = await self.db.run(_prune_step, table, condition, text, after)
+                count, after = await self.db.run(
+                    _prune_step, table, condition, text, after, *task_live
+                )
                 removed += count
                 if count < TEAM_PRUNE_BATCH:
                     break

@@ -1,8 +1,8 @@
 """Persistence of push delivery: subscriptions, the outbox, deliveries and their attempts.
 
 ``WebhookStore`` is the interface the delivery engine (``mail.webhooks``) and the routes use;
-``webhooks_memory`` and ``webhooks_sql`` (SQLite, PostgreSQL) implement it (tables in
-``webhooks_schema``). The task store writes outbox rows itself, in the batch of the event that
+``webhooks_sql`` (SQLite, PostgreSQL, and SQLite in memory for ``--store memory``)
+implements it (tables in ``webhooks_schema``). The task store writes outbox rows itself, in the batch of the event that
 causes them (``sql_base``'s "transactional outbox"); ``add_events`` is the same for a server
 without a task store.
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mail.store.sql import PostgresSql, Sql, SqlConn, SqliteSql, marks
-from mail.store.sqlite_schema import open_database
+from mail.store.sqlite_schema import MEMORY, open_database
 from mail.store.webhooks import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
@@ -534,7 +534,9 @@ class SqlWebhookStore(WebhookStore):
 
 
 class SqliteWebhookStore(SqlWebhookStore):
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path = MEMORY) -> None:
+        """`path`: the server's database file; by default (`MEMORY`) a private in-memory
+        database, gone with the store (`--store memory`)."""
         super().__init__()
         self.db = open_database(path)
         self.sql = self._sqlite = SqliteSql(self.db, "the webhook store cannot be used now")
