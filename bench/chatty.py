@@ -207,7 +207,7 @@ class Run:
     def row(self) -> str:
         ratio = f"{self.written / self.stored:7.1f}" if self.stored else "      -"
         return (
-            f"| {self.store:<8} | {self.latency_ms:>4.0f} | {self.rounds:>6} | {self.seconds:7.1f}"
+            f"| {self.store:<8} | {self.latency_ms:>4.0f} | {self.rounds:>6} | {self.seconds:7.2f}"
             f" | {self.cpu:7.2f} | {self.peak_mb:6.0f} | {self.written / MB:8.1f}"
             f" | {self.stored / MB:8.1f} | {self.history / MB:10.1f} | {self.read_back / MB:7.1f}"
             f" | {ratio} |"
@@ -306,7 +306,7 @@ def verdicts(runs: list[Run]) -> list[str]:
                 continue
             parts = [f"{store}, {latency:.0f} ms:"]
             if memory is not None:
-                cpu, rss = run.cpu / memory.cpu, run.peak_mb - memory.peak_mb
+                cpu, rss = run.cpu / max(memory.cpu, 0.01), run.peak_mb - memory.peak_mb
                 parts.append(f"CPU {cpu:.2f}x memory's (target <= 1.3: {_target(cpu, 1.3)});")
                 parts.append(f"peak RSS {rss:+.0f} MB (target <= +30: {_target(rss, 30)});")
             if run.stored:
