@@ -1,15 +1,19 @@
 """One chatty task (not a test): what N request/response rounds cost a server, per store.
 
     uv run python bench/chatty.py [--rounds 1000 | --quick] [--latency-ms 0,10]
-                                  [--stores memory,sqlite,postgres] [--database-url URL]
+                                  [--stores memory,sqlite,postgres] [--agents stub|model]
+                                  [--database-url URL]
 
 The target of issue 66 (persistence as a per-task log), measured the way users meet it: a real
 `mail server` (the CLI, from a scratch folder with a swarms.json and a mail.toml, the store
-chosen by `[server.store] kind`), swarm of a supervisor and one agent, both LiteLLM agents whose
-model is the tests' scripted OpenAI-compatible server (tests/support/scripted_llm.py). One
-`POST /message` starts the task: the supervisor `send_request`s the agent, the agent
-`send_response`s about 2 KB, N times, then the supervisor calls `task_complete`. Every model
-call waits `--latency-ms` first. The swarms.json does not opt out of stored agent histories.
+chosen by `[server.store] kind`) and one `POST /message` that starts one task in which the
+supervisor sends its one agent N requests of 2 KB, each answered with 2 KB, then completes.
+The swarms.json does not opt out of stored agent histories. `--agents stub` (the default): the
+tests' stub agents (`CHATTY N 2048`, no model; every turn waits `--latency-ms`, as
+`MAIL_STUB_LATENCY_MS`). `--agents model`: LiteLLM agents whose model is the tests' scripted
+OpenAI-compatible server (tests/support/scripted_llm.py), scripted to `send_request`,
+`send_response` and `task_complete`, each call waiting `--latency-ms`; there the model calls
+(the whole history sent each time) cost more than the store.
 
 Per run: wall time of the POST, the server process's CPU (utime + stime, /proc/<pid>/stat)
 from just before the POST until its writes stopped after it, its peak RSS (VmHWM, the whole
