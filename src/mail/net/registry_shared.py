@@ -1,12 +1,4 @@
-"""A registry file shared by several processes (cluster mode: front ends and instance hosts).
-
-In one process the registry lives in memory and the file is its persistence. When several
-processes serve one deployment they share one file, and the file is the truth: each process
-re-reads it when it changed (a ``stat`` per read, so an unchanged file costs nothing more),
-and each change is made under an exclusive ``fcntl`` lock on a sidecar ``<file>.lock``,
-starting from the file's current content and ending with an atomic replace. Volatile entries
-are written too (with their flag), since another process must see them as well.
-"""
+"""A registry file shared by several processes (cluster mode: front ends and instance hosts)."""
 
 from __future__ import annotations
 
@@ -52,11 +44,7 @@ def locked(path: Path) -> Iterator[None]:
 def take_file_entries(
     endpoints: dict[str, SwarmEndpoint], fresh: dict[str, SwarmEndpoint], local_name: str
 ) -> list[str]:
-    """Make ``endpoints`` hold the file's remote entries ``fresh``; returns the names removed.
-
-    This process's own view of a remote's health (is_active, latency, last_seen) is kept for
-    an entry whose URL did not change: health checks run in every process.
-    """
+    """Make ``endpoints`` hold the file's remote entries ``fresh``; returns the names removed."""
     removed = [name for name in endpoints if name != local_name and name not in fresh]
     for name in removed:
         del endpoints[name]
