@@ -1,10 +1,4 @@
-"""Run a MAIL or team tool as an outside agent: the same handlers a model's call goes through.
-
-The handlers check recipients, comm_targets, message sizes, reply-wait cycles, thread
-membership and attachment quotas exactly as for the swarm's own agents; the outside agent
-only differs in having no history (each call gets a scratch one) and never getting the
-runtime's follow-up notices (it reads its inbox instead).
-"""
+"""Run a MAIL or team tool as an outside agent: the same handlers a model's call goes through."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""MCP tools that act as the caller (a user of the swarm), and the MCP resources.
-
-Each tool builds the body ``POST /message`` would get and goes through the same parsing,
-quotas and task handling (mail.server.bodies, mail.server.messaging), so an MCP client can
-do nothing an HTTP client with the same key could not.
-"""
+"""MCP tools that act as the caller (a user of the swarm), and the MCP resources."""
 
 from __future__ import annotations
 
