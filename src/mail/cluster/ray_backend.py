@@ -1,14 +1,7 @@
 """Instance hosts as named Ray actors, and the front end's client of them.
 
-One detached actor per instance, named ``<swarm>/<kind>/<id>`` in the deployment's namespace.
-Front ends find it with ``get_if_exists`` (Ray's name registry makes creation atomic, so two
-front ends never create two instances for one caller). ``max_restarts=-1``: when the node of an
-actor dies, Ray starts it again on another node, where the host restores the instance from
-PostgreSQL and continues its running tasks. Calls are never retried by Ray
+Ray restarts an actor whose node died (``max_restarts=-1``) but never retries a call
 (``max_task_retries=0``): a forwarded POST must not run twice; the front end decides.
-
-An idle instance (no request, no stream, no running task for ``instance_idle_timeout``) ends
-its actor for good; the next request creates a fresh one, which restores from the store.
 """
 
 from __future__ import annotations
@@ -176,16 +169,7 @@ class RayInstances:
         )
 
     def _start_private_cluster(self) -> None:
-        """``address = "local"``: a single-node cluster of this process and for it alone.
-
-        ``address="local"`` makes Ray start a new cluster even when another one runs on the
-        machine (``None`` would join the latest one, or ``RAY_ADDRESS``'s); its own temporary
-        folder keeps it out of ``/tmp/ray`` (where ``ray status`` and ``ray.init()`` of other
-        programs look); Ray picks free ports; token authentication is on with a token of its
-        own (``prepare_ray_environment``); with a loopback ``host`` the node's address, and so
-        every server of the cluster, is loopback. It ends with this process (``close``, or
-        Ray's reaper process when this one is killed).
-        """
+        """``address = "local"``: a single-node cluster of this process and for it alone."""
         from mail.cluster.settings import is_loopback
 
         self._temp_dir = tempfile.mkdtemp(prefix="mail-ray-", dir=_short_temp_root())
@@ -203,10 +187,7 @@ class RayInstances:
         )
 
     def close(self) -> None:
-        """Forget the handles; the actors (instances) live on for the other front ends.
-
-        A private (``local``) cluster ends here, with its actors and its temporary folder.
-        """
+        """Forget the handles; the actors (instances) live on for the other front ends."""
         self._handles.clear()
         if self._connected_here and self.ray.is_initialized():
             self.ray.shutdown()
@@ -322,12 +303,7 @@ class RayInstances:
         return StoreUnavailableError(line)
 
     def _retryable(self, exc: BaseException, idempotent: bool, sent_at: float = 0.0) -> bool:
-        """Whether sending the call again is safe: it never ran, or running twice is harmless.
-
-        A call never ran when the actor had ended for good (reclaimed), was closing, or was
-        unreachable (its node is gone and the connection was refused). A call that was in
-        flight when the node died may or may not have run: only idempotent ones are resent.
-        """
+        """Whether sending the call again is safe: it never ran, or running twice is harmless."""
         errors = self.ray.exceptions
         if isinstance(exc, errors.ActorUnavailableError):
             text = str(exc)
@@ -375,12 +351,7 @@ class RayInstances:
     async def unary_at(
         self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
     ) -> UnaryResponse | None:
-        """Run ``caller``'s request in the existing instance ``<swarm>/<kind>/<ident>``.
-
-        For interswarm deliveries to another caller's instance (see
-        ``forwarding.interswarm_recipient``); None when that instance has no actor (it is
-        never created here: the front end does not hold its owner's credentials).
-        """
+        """Run ``caller``'s request in the existing instance ``<swarm>/<kind>/<ident>``."""
         name = f"{swarm}/{kind}/{ident}"
         return await self._unary(name, caller, request, lambda: self.existing(name))
 

@@ -1,8 +1,4 @@
-"""Reaching a Ray cluster: reachability and token probes, and a private cluster's folder.
-
-Ray itself retries an unreachable head for minutes and reports a refused token only as a
-failed connection; these checks let a front end stop at once with one line instead.
-"""
+"""Reaching a Ray cluster: reachability and token probes, and a private cluster's folder."""
 
 from __future__ import annotations
 
