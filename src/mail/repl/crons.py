@@ -1,11 +1,5 @@
 """REPL commands for scheduled tasks (docs/crons.md); registered in mail.repl.parser and
-.handlers, as mail.repl.webhooks' are.
-
-crons                                             list your scheduled tasks
-cron-create "SCHEDULE" TEXT [--tz ZONE] [-e AGENT] [--webhook URL] [-d TEXT]
-cron-update ID [--schedule S] [--tz ZONE] [--text TEXT] [--paused on|off]
-cron-delete ID
-"""
+.handlers, as mail.repl.webhooks' are."""
 
 from __future__ import annotations
 
