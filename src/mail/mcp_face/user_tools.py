@@ -117,8 +117,7 @@ def register(face: Face) -> None:
         request["kwargs"] = {"timeout": face.clamp_wait(timeout_seconds, limit) or limit}
         if wait:
             return _json(await post(ctx, request))
-        # "started" only once the task's submission is committed; a refusal is this call's
-        # error (it was swallowed by a task nobody awaited, the message silently lost).
+        # "started" only once the task's submission is committed; a refusal is this call's error.
         try:
             started = await messaging.start_message(
                 face.state, await user(ctx), parse_message_request(request)
