@@ -19,18 +19,21 @@ from typing import Any
 import aiohttp
 
 from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
-from mail.net.registry_shared import FileSignature, file_signature, locked, take_file_entries
 from mail.net.registry_store import (
     DEFAULT_TOKEN_PREFIX,
+    FileSignature,
     clean_endpoint,
     endpoint_to_json,
     entries_from_document,
+    file_signature,
     is_env_ref,
+    locked,
     make_env_ref,
     normalize_base_url,
     parse_env_ref,
     read_registry_file,
     resolve_token_ref,
+    take_file_entries,
     token_env_var,
     write_json_atomic,
 )
@@ -426,15 +429,6 @@ class SwarmRegistry:
         return dropped
 
     # ------------------------------------------------------------------ tokens
-
-    def _get_auth_token_ref(self, swarm_name: str, auth_token: str | None) -> str | None:
-        """The reference stored for a swarm's token (None when there is no token)."""
-        if not auth_token:
-            return None
-        return make_env_ref(token_env_var(swarm_name))
-
-    def _resolve_auth_token_ref(self, auth_token_ref: str | None) -> str | None:
-        return resolve_token_ref(auth_token_ref)
 
     def migrate_auth_tokens(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
         """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references."""
