@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
-def configure_list(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-v", "--verbose", action="store_true", help="show the JSON answer")
+from mail.repl.webhooks import configure_list
 
 
 def configure_create(parser: argparse.ArgumentParser) -> None:
