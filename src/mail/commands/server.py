@@ -219,23 +219,13 @@ def _connect_cluster(app: Any) -> None:
     except ClusterUnavailable:
         raise
     except Exception as exc:  # Ray's own errors (authentication, version mismatch, ...)
-        text = str(exc).strip().splitlines()
-        detail = text[0] if text else type(exc).__name__
         raise ClusterUnavailable(
-            f"cannot join the Ray cluster at '{backend.instances.address}': "
-            f"{type(exc).__name__}: {detail}"
+            f"cannot join the Ray cluster at '{address}': {type(exc).__name__}: {_first_line(exc)}"
         ) from None
 
 
 # The levels uvicorn understands (it fails with a KeyError on anything else).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-def _setup_logging(level: str) -> None:
-    # Formatting and writing happen in a background thread, not on the event loop.
-    from mail.server.logs import setup_server_logging
-
-    setup_server_logging(level)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -265,7 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
     for warning in getattr(args, "config_warnings", None) or []:
         print(f"mail server: warning: {warning}", file=sys.stderr, flush=True)
-    _setup_logging(cfg.log_level)
+    from mail.server.logs import setup_server_logging
+
+    setup_server_logging(cfg.log_level)  # formatted and written off the event loop
     os.environ["SWARM_NAME"] = cfg.swarm.name
     os.environ["SWARM_SOURCE"] = cfg.swarm.source
     os.environ["SWARM_REGISTRY_FILE"] = cfg.swarm.registry_file
