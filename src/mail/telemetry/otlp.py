@@ -392,10 +392,8 @@ class EncodingBatchProcessor(SpanProcessor):
             self._wake.clear()
             if not self._closed:
                 self._export(everything=False)
-        # Closed: the final export runs here, not in `shutdown`, so that `shutdown` can stop
-        # waiting for it. Every send may take OTEL_EXPORTER_OTLP_TIMEOUT against a receiver
-        # that never answers; sent from `shutdown`, the batches of a full queue took one
-        # timeout each (43 s at exit with the defaults).
+        # Closed: the final export runs here, not in `shutdown`, so `shutdown` can stop waiting
+        # for a receiver that never answers (each send may take OTEL_EXPORTER_OTLP_TIMEOUT).
         self._export(everything=True)
 
     def _export(self, everything: bool) -> bool:

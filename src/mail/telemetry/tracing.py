@@ -127,7 +127,7 @@ def _otlp_processor() -> SpanProcessor:
 
 def install(provider: TracerProvider, lean: bool = True) -> None:
     """Trace through `provider` (tests pass one with an in-memory exporter); its spans take
-    the lean path when `lean` and the provider's pipeline allows (see the module's doc)."""
+    the lean path when `lean` and the provider's pipeline allows (see `mail.telemetry.lean`)."""
     from opentelemetry import context, trace
     from opentelemetry.trace import SpanKind
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
