@@ -18,7 +18,7 @@ import pytest
 from tests import test_registry as base
 
 from mail.net import SwarmRegistry
-from mail.net.registry_shared import locked
+from mail.net.registry_store import locked
 
 # The single-process registry tests' fixtures: registries on one file, fake remote swarms.
 registry_file = base.registry_file

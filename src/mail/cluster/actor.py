@@ -1,10 +1,4 @@
-"""The body of an instance host's Ray actor, and what a front end passes it.
-
-An :class:`InstanceActor` wraps one :class:`~mail.cluster.host.InstanceHost`: it starts (or,
-in the warm pool, prepares) the host on the actor's event loop, answers the front end's calls
-and ends the actor for good when the instance is idle or fenced. ``ray_backend`` creates these
-as named actors (``warm_pool = 0``); ``warm_pool`` keeps them started ahead of demand.
-"""
+"""The body of an instance host's Ray actor, and what a front end passes it."""
 
 from __future__ import annotations
 

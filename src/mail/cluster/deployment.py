@@ -1,17 +1,4 @@
-"""State a single server keeps in its process and a deployment shares: health, template, uptime.
-
-In one process ``POST /health`` sets the status ``GET /health`` reports, ``POST /swarms/load``
-replaces the template new instances are built from, and ``GET /`` reports the uptime of that
-process. Behind a load balancer each request may reach another front end, so these live in
-one small detached actor per deployment (:class:`DeploymentState`, named
-:data:`STATE_ACTOR` in the deployment's namespace, placed on the head node), and the front
-end's routes below read it before they answer and write it after a change. When that actor
-cannot be reached in time (:data:`READ_TIMEOUT` for reads, :data:`STATE_TIMEOUT` for writes)
-a front end answers from its own copy (the last it saw).
-
-The actor keeps the state in memory: if it is restarted, it starts empty (status
-``healthy``, the startup template, uptime counted again from its restart).
-"""
+"""State a single server keeps in its process and a deployment shares: health, template, uptime."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Operator views that span every instance of a deployment (``GET /tasks/all``, admin lookups).
-
-In one process ``GET /tasks/all`` walks the instances in memory. In cluster mode each instance
-lives in its own actor, so the front end asks every instance actor of the namespace for the
-same route (each answers with the tasks of the one instance it holds) and merges the answers.
-An actor that is ending or restarting is left out of the answer rather than failing it.
-"""
+"""Operator views that span every instance of a deployment (``GET /tasks/all``, admin lookups)."""
 
 from __future__ import annotations
 

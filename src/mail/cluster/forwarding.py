@@ -1,12 +1,4 @@
-"""The front end's routes in cluster mode: authenticate here, run in the caller's instance host.
-
-Each route that works on the caller's instance is replaced by one that authenticates the
-caller (the same 401/403 as everywhere), reads the bounded body and hands the request to the
-backend. A request whose answer is an event stream (``GET /task/events``, or a body asking for
-``"stream": true``) is relayed incrementally; any other is one call and one response.
-Everything else (``/``, ``/health``, ``/whoami``, ``/status``, the registry, the console's
-files) is answered by the front end itself; ``fanout`` holds the views over many instances.
-"""
+"""The front end's routes in cluster mode: authenticate here, run in the caller's instance host."""
 
 from __future__ import annotations
 
@@ -81,14 +73,7 @@ async def _check_envelope(request: Request, swarm: str) -> None:
 
 
 def interswarm_recipient(path: str, body: bytes, swarm: str) -> tuple[str, str, str] | None:
-    """The local instance an interswarm envelope is delivered to: ``(kind, id, contributor)``.
-
-    In one process ``/interswarm/back`` (and ``/interswarm/forward`` of a task this swarm
-    owns) reaches the instance of the task's first local contributor, not the calling
-    swarm's. In cluster mode that instance is another actor, named after the contributor.
-    None when the envelope names none (the caller's own host then gives the single-process
-    answer: 400 for a bad envelope, 404 for an unknown task).
-    """
+    """The local instance an interswarm envelope is delivered to: ``(kind, id, contributor)``."""
     from mail.core.message import parse_task_contributor
 
     if path not in _AGENT_ROUTES:

@@ -1,15 +1,7 @@
 """What runs inside one instance actor: the caller's swarm instance behind the server's routes.
 
-An :class:`InstanceHost` builds the same FastAPI application a single-process server runs, in
-*instance mode*: no console, no access log, no cluster backend of its own, and an authenticator
-that accepts only what the front end already authenticated. A forwarded request is driven
-through that application as an in-process ASGI call (no socket), so every route, body, status
-code and SSE event is exactly the single-process one.
-
-On start the host claims the next *generation* of its instance in the store (fencing: writes
-of a host that lost its node are rejected once a newer host claimed the instance), restores the
-instance from the store and starts its runtime, so tasks that were running continue before any
-request arrives. Nothing here imports Ray; ``actor`` wraps a host in an actor.
+On start the host claims the next generation of its instance in the store (fencing out a
+host that lost its node), restores it and resumes its tasks. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -315,11 +307,7 @@ class InstanceHost:
     async def stream(
         self, caller: dict[str, Any], request: ForwardedRequest, *, durable: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
-        """The ASGI response messages of one request, as the application sends them.
-
-        With ``durable``, each body chunk of an event stream is sent only once the store has
-        the events it carries, so an event a client saw survives the loss of this host.
-        """
+        """The ASGI response messages of one request, as the application sends them."""
         if self.closing or not self.adopted:
             raise InstanceClosing("instance reclaimed")
         await self.ready()

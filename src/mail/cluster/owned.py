@@ -1,12 +1,4 @@
-"""Routes an instance host answers about its own instance, for an admin's cross-instance views.
-
-In one process an admin's ``GET /tasks``, ``GET /task`` and ``GET /task/events`` also reach
-the tasks of other instances (remote swarms' work here; for events, other users' tasks too). In cluster mode each instance is in
-its own actor; when the admin's own actor does not have the task, the front end asks the
-actors that do, through these routes. They look only at the host's own instance (``peek``:
-no instance is created for the admin there) and are reachable only in-process: the front end
-never forwards a client's request to a path under :data:`OWNED_PREFIX`.
-"""
+"""Routes an instance host answers about its own instance, for an admin's cross-instance views."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """Instance hosts as named Ray actors, and the front end's client of them.
 
-One detached actor per instance, named ``<swarm>/<kind>/<id>`` in the deployment's namespace.
-Front ends find it with ``get_if_exists`` (Ray's name registry makes creation atomic, so two
-front ends never create two instances for one caller). ``max_restarts=-1``: when the node of an
-actor dies, Ray starts it again on another node, where the host restores the instance from
-PostgreSQL and continues its running tasks. Calls are never retried by Ray
+Ray restarts an actor whose node died (``max_restarts=-1``) but never retries a call
 (``max_task_retries=0``): a forwarded POST must not run twice; the front end decides.
-
-An idle instance (no request, no stream, no running task for ``instance_idle_timeout``) ends
-its actor for good; the next request creates a fresh one, which restores from the store.
 """
 
 from __future__ import annotations
@@ -37,17 +30,86 @@ from mail.cluster.host import (
     UnaryResponse,
     caller_to_dict,
 )
-from mail.cluster.ray_connect import (
-    _AUTH_SIGNS,
-    _short_temp_root,
-    _token_auth_off,
-    check_reachable,
-    head_refuses_our_token,
-    head_requires_token,
-)
-from mail.cluster.settings import ClusterUnavailable, require_ray
+from mail.cluster.settings import ClusterUnavailable, gcs_refuses, require_ray
 from mail.server.auth import Caller
 from mail.store.base import StoreUnavailableError
+
+# How Ray words a refused or missing token (Ray >= 2.52 token authentication).
+_AUTH_SIGNS = ("InvalidAuthToken", "Unauthenticated", "AuthenticationError", "auth token")
+
+
+def _short_temp_root() -> str | None:
+    """Where a private cluster's folder goes: Ray's socket paths must stay short (Unix
+    sockets allow ~107 bytes), so a long ``TMPDIR`` is passed over for ``/tmp``."""
+    root = tempfile.gettempdir()
+    return "/tmp" if len(root) > 40 and os.path.isdir("/tmp") else None
+
+
+# Seconds a front end gives a named cluster's head to accept a connection before it gives up
+# (Ray itself keeps retrying an unreachable head for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail at once, in one line, when a ``host:port`` (or ``ray://host:port``) head does not
+    accept connections. ``auto`` is left to Ray (it fails fast when nothing is found)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in ("auto", "local", ""):
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # not a port: Ray gives its own error
+        return
+    if not host or not port:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ClusterUnavailable(
+            f"cannot reach the Ray cluster at '{address}': {exc.strerror or exc} "
+            "(is the head running? `ray start --head`; check the address and the firewall)"
+        ) from None
+
+
+def head_requires_token(address: str, timeout: float = 5.0) -> bool:
+    """Whether the GCS at ``host:port`` refuses a call that carries no token (False when
+    unknown: a ``ray://`` address, no answer, or a Ray without token authentication)."""
+    return gcs_refuses(address, (), timeout) is True
+
+
+def head_refuses_our_token(address: str, timeout: float = 5.0) -> bool:
+    """Whether the GCS at ``host:port`` refuses the token this process would present
+    (Ray itself retries a refused token for minutes before it gives up)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+
+        header = AuthenticationTokenLoader.instance().get_token_for_http_header(
+            ignore_auth_mode=True
+        )
+    except Exception:  # noqa: BLE001 - a Ray without token authentication, or no token
+        return False
+    metadata = tuple((str(k).lower(), str(v)) for k, v in dict(header or {}).items())
+    return bool(metadata) and gcs_refuses(address, metadata, timeout) is True
+
+
+def _token_auth_off() -> bool:
+    """Whether this driver runs without Ray's token authentication (False when unknown)."""
+    try:
+        from ray._raylet import (  # type: ignore[attr-defined]
+            AuthenticationMode,
+            get_authentication_mode,
+        )
+    except ImportError:  # a Ray without token authentication (< 2.52)
+        return False
+    try:
+        return bool(get_authentication_mode() != AuthenticationMode.TOKEN)
+    except Exception:  # noqa: BLE001 - private API: never fail a start over a warning
+        return False
+
 
 logger = logging.getLogger("mail.cluster")
 
@@ -176,16 +238,7 @@ class RayInstances:
         )
 
     def _start_private_cluster(self) -> None:
-        """``address = "local"``: a single-node cluster of this process and for it alone.
-
-        ``address="local"`` makes Ray start a new cluster even when another one runs on the
-        machine (``None`` would join the latest one, or ``RAY_ADDRESS``'s); its own temporary
-        folder keeps it out of ``/tmp/ray`` (where ``ray status`` and ``ray.init()`` of other
-        programs look); Ray picks free ports; token authentication is on with a token of its
-        own (``prepare_ray_environment``); with a loopback ``host`` the node's address, and so
-        every server of the cluster, is loopback. It ends with this process (``close``, or
-        Ray's reaper process when this one is killed).
-        """
+        """``address = "local"``: a single-node cluster of this process and for it alone."""
         from mail.cluster.settings import is_loopback
 
         self._temp_dir = tempfile.mkdtemp(prefix="mail-ray-", dir=_short_temp_root())
@@ -203,10 +256,7 @@ class RayInstances:
         )
 
     def close(self) -> None:
-        """Forget the handles; the actors (instances) live on for the other front ends.
-
-        A private (``local``) cluster ends here, with its actors and its temporary folder.
-        """
+        """Forget the handles; the actors (instances) live on for the other front ends."""
         self._handles.clear()
         if self._connected_here and self.ray.is_initialized():
             self.ray.shutdown()
@@ -322,12 +372,7 @@ class RayInstances:
         return StoreUnavailableError(line)
 
     def _retryable(self, exc: BaseException, idempotent: bool, sent_at: float = 0.0) -> bool:
-        """Whether sending the call again is safe: it never ran, or running twice is harmless.
-
-        A call never ran when the actor had ended for good (reclaimed), was closing, or was
-        unreachable (its node is gone and the connection was refused). A call that was in
-        flight when the node died may or may not have run: only idempotent ones are resent.
-        """
+        """Whether sending the call again is safe: it never ran, or running twice is harmless."""
         errors = self.ray.exceptions
         if isinstance(exc, errors.ActorUnavailableError):
             text = str(exc)
@@ -375,12 +420,7 @@ class RayInstances:
     async def unary_at(
         self, swarm: str, kind: str, ident: str, caller: Caller, request: ForwardedRequest
     ) -> UnaryResponse | None:
-        """Run ``caller``'s request in the existing instance ``<swarm>/<kind>/<ident>``.
-
-        For interswarm deliveries to another caller's instance (see
-        ``forwarding.interswarm_recipient``); None when that instance has no actor (it is
-        never created here: the front end does not hold its owner's credentials).
-        """
+        """Run ``caller``'s request in the existing instance ``<swarm>/<kind>/<ident>``."""
         name = f"{swarm}/{kind}/{ident}"
         return await self._unary(name, caller, request, lambda: self.existing(name))
 

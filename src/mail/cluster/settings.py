@@ -89,12 +89,7 @@ def is_loopback(host: str) -> bool:
 
 
 def prepare_ray_environment(address: str, host: str) -> dict[str, str]:
-    """Set Ray's process-wide switches for this front end; returns what was set.
-
-    Call before ``import ray`` (Ray reads them at import); when Ray is already imported (an
-    in-process test) its cached constants are updated too. A value the operator exported
-    wins over ours, except for a private (``local``) cluster's token, which is always its own.
-    """
+    """Set Ray's process-wide switches for this front end; returns what was set."""
     changed: dict[str, str] = {}
 
     def default(name: str, value: str) -> None:

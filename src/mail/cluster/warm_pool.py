@@ -1,24 +1,4 @@
-"""A pool of warm instance hosts per node, and the directory that hands them out.
-
-Starting an instance host cold means a new Ray worker process that imports the server, builds
-its application and opens its database pool: seconds (docs/cluster.md, "Cold start"). With
-``[server.cluster] warm_pool = N`` (N > 0) every worker node keeps N hosts that have done all
-that and wait, unassigned, to *adopt* an instance: a new caller's first request, or an instance
-whose node died, then costs one claim and restore in an already running process.
-
-Ray names an actor when it is created, so a warm host cannot take an instance's name. One small
-detached actor per deployment, the *directory* (:data:`DIRECTORY_ACTOR`, on the head node like
-the deployment's state actor), maps instance names (``<swarm>/<kind>/<id>``) to the hosts that
-adopted them. It is the one place that assigns, so two front ends asking for one caller at the
-same moment get one host. It refills the pool in the background, and it watches every host it
-handed out (an outstanding ``watch`` call): when a host's process or node dies the call fails,
-and the directory lets a warm host of another node adopt the instance at once, which claims a
-newer generation, restores it and resumes its running tasks (no request needed). A host that
-ends on purpose (idle, fenced) answers its ``watch`` first and is forgotten.
-
-Hosts are named ``_host/<hex>`` so a deployment's actors can still be listed and ended by name
-(``mail cluster``); after a restart the directory rebuilds its map by asking them.
-"""
+"""A pool of warm instance hosts per node, and the directory that hands them out."""
 
 from __future__ import annotations
 
@@ -80,12 +60,7 @@ class UnknownProfile(LookupError):
 
 
 class HostDirectory:
-    """The body of the directory actor (one per deployment namespace).
-
-    Front ends register a *profile* (their host configuration, keyed by its hash) and the
-    pool is kept per profile and node, so deployments with different configurations that share
-    a namespace never get each other's hosts.
-    """
+    """The body of the directory actor (one per deployment namespace)."""
 
     def __init__(self, namespace: str) -> None:
         self.ray = require_ray()
@@ -417,11 +392,7 @@ class HostDirectory:
     # -- restart -------------------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """After a restart of this actor: learn the hosts' assignments from the hosts.
-
-        Warm hosts are ended (their profile is known again only once a front end registers
-        it); adopted ones are watched again, so their failover keeps working.
-        """
+        """After a restart of this actor: learn the hosts' assignments from the hosts."""
         try:
             entries = await asyncio.to_thread(self.ray.util.list_named_actors, all_namespaces=True)
         except Exception:  # noqa: BLE001 - nothing to recover from

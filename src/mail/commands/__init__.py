@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-# Set by a command whose process should end without the interpreter's teardown once it is done:
-# `mail server` after its graceful shutdown. Tearing down the modules of the model library and
-# the SDKs a server loaded took seconds of CPU (15 s and more on a loaded machine) after the
-# server had logged that it stopped. `mail.cli.entry` runs the exit hooks, flushes and exits.
+# Set by `mail server` after its graceful shutdown: `mail.cli.entry` then runs the exit hooks,
+# flushes and exits without the interpreter's (seconds-long) teardown of the loaded SDKs.
 _exit_at_once = False
 
 

@@ -1,11 +1,4 @@
-"""`mail cluster list|end`: a deployment's instance actors on its Ray cluster.
-
-Front ends create one detached actor per instance (``<swarm>/<kind>/<id>`` in the
-deployment's namespace); they outlive the front ends by design. ``list`` shows them, ``end``
-ends them for good (their state stays in PostgreSQL: a later request restores an instance).
-The address and namespace come from mail.toml, ``MAIL_CLUSTER_*`` and the flags, as for
-``mail server``. Problems are one line on stderr with exit status 2.
-"""
+"""`mail cluster list|end`: a deployment's instance actors on its Ray cluster."""
 
 from __future__ import annotations
 

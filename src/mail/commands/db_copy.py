@@ -1,9 +1,4 @@
-"""`mail db-copy FROM TO`: move a server's data between stores (SQLite -> PostgreSQL, ...).
-
-FROM and TO are a SQLite file (a path, or ``sqlite:///abs/path``) or a PostgreSQL URL.
-The target is created when missing and must hold no data yet. Stop the server first: a
-copy of a database a server is writing is a copy of some moment of it.
-"""
+"""`mail db-copy FROM TO`: move a server's data between stores (SQLite -> PostgreSQL, ...)."""
 
 from __future__ import annotations
 

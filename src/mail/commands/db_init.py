@@ -1,8 +1,4 @@
-"""`mail db-init`: create (or bring up to date) the tables used for persistence.
-
-PostgreSQL with ``--database-url`` or ``DATABASE_URL``; otherwise the SQLite file of
-``[server.store]`` (or ``--sqlite PATH``), whose schema migrations are applied.
-"""
+"""`mail db-init`: create (or bring up to date) the tables used for persistence."""
 
 from __future__ import annotations
 

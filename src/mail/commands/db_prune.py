@@ -1,14 +1,4 @@
-"""`mail db-prune`: remove expired finished tasks by hand, and give the space back.
-
-What a running server does in the background every [server.store] prune_interval
-(server/retention.py), once, against a store no server is using: tasks that finished (and
-did not change) more than `finished_task_ttl` ago (or `--older-than`) are removed with their
-events, histories, answers, queues, the outcomes of their idempotency keys and the files
-their actions wrote under [stdlib.fs], in batches; team threads, posts, inbox entries and
-attachments older than that too. SQLite then returns the freed pages to the file system;
-`--vacuum` rewrites the whole file (which also switches a file made by an older version of
-mail to incremental auto-vacuum).
-"""
+"""`mail db-prune`: remove expired finished tasks by hand, and give the space back."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""`mail keys`: manage the API keys of the embedded (local) auth mode.
-
-    mail keys create --role user --id alice     # prints the new key once
-    mail keys create --role agent --id swarm-beta --swarm swarm-beta   # acts only for swarm-beta
-    mail keys list                              # ids, roles, prefixes; never secrets
-    mail keys revoke alice [--role user]        # by id, full key, or shown prefix
-
-The key file is, in order: ``--keys-file``, ``$MAIL_KEYS_FILE``, ``[server.auth].keys_file``,
-or ``keys.json`` next to ``[server.swarm].registry``. A running server picks up changes without
-a restart.
-"""
+"""`mail keys`: manage the API keys of the embedded (local) auth mode."""
 
 from __future__ import annotations
 

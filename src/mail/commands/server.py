@@ -1,9 +1,4 @@
-"""`mail server`: run the HTTP server.
-
-Values come from mail.toml (``--config`` or ``$MAIL_CONFIG_PATH`` or the usual search); a flag
-overrides its setting only when it is given. Problems that stop the server (bad config, port in
-use, missing or invalid swarm) are reported as one line on stderr with exit status 2.
-"""
+"""`mail server`: run the HTTP server."""
 
 from __future__ import annotations
 
@@ -75,12 +70,7 @@ def _fail(message: str) -> int:
 
 
 def _config_hint(args: argparse.Namespace, cfg: Any) -> str:
-    """Which mail.toml placed a missing swarm source there, when it was not a flag.
-
-    A mail.toml in the current folder replaces the checkout's (docs/configuration.md), so
-    a scratch folder holding only, say, a [server.webhooks] table has no swarms.json beside
-    it: say which file was read rather than leave the reader guessing.
-    """
+    """Which mail.toml placed a missing swarm source there, when it was not a flag."""
     source = getattr(args, "config_source", None)
     if args.swarm_source is not None or not source or Path(cfg.swarm.source).is_file():
         return ""
@@ -141,12 +131,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 
 def _relative_to_config(source: str, config_path: Path) -> str:
-    """``[server.swarm].source`` read from a file: a relative path is relative to that file.
-
-    So a server started from another folder (``uv run --project <checkout> mail server``)
-    finds the swarms.json next to the mail.toml it found. A relative path that exists only
-    under the current folder keeps working as before.
-    """
+    """``[server.swarm].source`` read from a file: a relative path is relative to that file."""
     path = Path(source).expanduser()
     if path.is_absolute():
         return str(path)
@@ -164,11 +149,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _check_database(cfg: Any) -> str | None:
-    """Problem with the configured store (one line), or None when it can be used.
-
-    PostgreSQL is probed here; a SQLite file is made later
-    (`server.first_start.prepare_sqlite`), once the port is bound, so that a start that fails leaves nothing behind.
-    """
+    """Problem with the configured store (one line), or None when it can be used."""
     from mail.store import StoreUnavailableError, database_url_from_env, store_kind
 
     url = database_url_from_env()
@@ -238,23 +219,13 @@ def _connect_cluster(app: Any) -> None:
     except ClusterUnavailable:
         raise
     except Exception as exc:  # Ray's own errors (authentication, version mismatch, ...)
-        text = str(exc).strip().splitlines()
-        detail = text[0] if text else type(exc).__name__
         raise ClusterUnavailable(
-            f"cannot join the Ray cluster at '{backend.instances.address}': "
-            f"{type(exc).__name__}: {detail}"
+            f"cannot join the Ray cluster at '{address}': {type(exc).__name__}: {_first_line(exc)}"
         ) from None
 
 
 # The levels uvicorn understands (it fails with a KeyError on anything else).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-def _setup_logging(level: str) -> None:
-    # Formatting and writing happen in a background thread, not on the event loop.
-    from mail.server.logs import setup_server_logging
-
-    setup_server_logging(level)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -284,7 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
     for warning in getattr(args, "config_warnings", None) or []:
         print(f"mail server: warning: {warning}", file=sys.stderr, flush=True)
-    _setup_logging(cfg.log_level)
+    from mail.server.logs import setup_server_logging
+
+    setup_server_logging(cfg.log_level)  # formatted and written off the event loop
     os.environ["SWARM_NAME"] = cfg.swarm.name
     os.environ["SWARM_SOURCE"] = cfg.swarm.source
     os.environ["SWARM_REGISTRY_FILE"] = cfg.swarm.registry_file

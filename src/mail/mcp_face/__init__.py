@@ -1,10 +1,4 @@
-"""The MCP face of ``mail server``: outside agents join a swarm instance over MCP.
-
-``install(app, config)`` adds the ``/mcp`` route (Streamable HTTP, the ``mcp`` SDK's server).
-The SDK (a large import: ~0.5 s of a cold start on the shared 2-core machine) is loaded on
-the first ``/mcp`` request, and its session manager runs from then until the app stops, so
-servers nobody reaches over MCP start as fast as before. See docs/mcp.md.
-"""
+"""The MCP face of ``mail server``: outside agents join a swarm instance over MCP."""
 
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
+from mail.core.message import create_agent_address, make_message, make_request
+from mail.core.tools import AgentToolCall
 from mail.mcp_face import inbox_tools, quotas, replies
-from mail.mcp_face.acting import refuse_if_completed, run_tool
 from mail.mcp_face.face import Face
 from mail.mcp_face.members import FaceError, Member
 
@@ -22,6 +23,76 @@ REPLY_FILED_SECONDS = 5.0
 MAILBOX_SENDS = frozenset({"send_request", "send_response", "send_broadcast"})
 # The tools whose text is stored as team data (posts, inbox entries), checked as uploads.
 TEAM_WRITES = frozenset({"create_thread", "post_to_thread"})
+
+# What to do instead of sending to a completed task, per tool that sends (the runtime drops
+# an agent's message to a completed task).
+INSTEAD = {
+    "send_request": "leave out task_id to start a new task",
+    "send_broadcast": "leave out task_id to send it in a task that is still running",
+    "transfer_file": "leave out task_id to send it in a task that is still running",
+    "send_response": (
+        "nobody can be waiting for an answer in it any more; to tell the agent anyway, "
+        "send_request starts a new task"
+    ),
+}
+
+
+def refuse_if_completed(member: Member, tool: str, task_id: str) -> None:
+    """FaceError when `task_id` is completed: what `tool` sends to it would be dropped."""
+    if member.task_completed(task_id):
+        raise FaceError(
+            f"not sent: task '{task_id}' is completed, and messages to it would be dropped; "
+            + INSTEAD[tool]
+        )
+
+
+def _tool_call(tool: str, args: dict[str, Any]) -> AgentToolCall:
+    call_id = f"mcp_{uuid.uuid4().hex[:12]}"
+    completion = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool}}],
+    }
+    return AgentToolCall(
+        tool_name=tool, tool_args=args, tool_call_id=call_id, completion=completion
+    )
+
+
+async def run_tool(
+    member: Member, tool: str, args: dict[str, Any], task_id: str, max_subject: int
+) -> str:
+    """The tool result text; FaceError when the handler answered ``ERROR: ...``."""
+    import mail.core.team.handlers  # noqa: F401 - registers the team tool handlers
+    from mail.core.runtime_turns import TurnContext
+    from mail.core.tool_handlers import TOOL_HANDLERS
+
+    rt = member.runtime
+    if not member.active:
+        raise FaceError("you are no longer a member of the swarm; call join_swarm again")
+    subject = args.get("subject")
+    if isinstance(subject, str) and len(subject) > max_subject:
+        raise FaceError(
+            f"not sent: the subject is {len(subject)} characters; the limit is {max_subject} "
+            "([server.mcp] max_subject_chars)"
+        )
+    if tool in INSTEAD:
+        refuse_if_completed(member, tool, task_id)
+    call = _tool_call(tool, args)
+    oversized = rt.turns.oversized_text(call)
+    if oversized is not None:
+        raise FaceError(f"not sent: {oversized}")
+    origin = make_message(
+        make_request(
+            task_id, create_agent_address(member.name), create_agent_address(member.name), "", ""
+        ),
+        "request",
+    )
+    ctx = TurnContext(task_id, member.name, origin, [])
+    result = await TOOL_HANDLERS[tool](rt, ctx, call)
+    text = str(result or "SUCCESS")
+    if text.startswith("ERROR"):
+        raise FaceError(text.removeprefix("ERROR:").strip())
+    return text.removeprefix("SUCCESS:").strip()
 
 
 def _json(value: Any) -> str:
@@ -44,7 +115,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         task when it would start one, and a thread post (stored team data) as an upload,
         whatever its task."""
         member = face.member(ctx)
-        task_id = task_for(member, task_id)
+        task_id = task_id or member.default_task()
         admitted = None
         if name in TEAM_WRITES and incoming >= 0:
             await quotas.check_team_bytes(face.state, member, task_id, incoming)
@@ -58,16 +129,11 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
             if admitted is not None:  # (no await to `_ensure_task` below: no gap uncounted)
                 admitted.release()
         if incoming >= 0:
-            # Acknowledged means stored: what was sent, and the task it starts, are committed
-            # before "sent" leaves (the task was made only when the runtime took the message
-            # from its mailbox: after a kill -9 right after the answer it was gone).
+            # Acknowledged means stored: the message and the task it starts are committed first.
             if name in MAILBOX_SENDS:
                 member.runtime._ensure_task(task_id)
             await member.inst.swarm.flush_before_answer()
         return result
-
-    def task_for(member: Member, task_id: str | None) -> str:
-        return task_id or member.default_task()
 
     @tool(
         description=(
@@ -181,7 +247,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         task_id: str | None = None,
     ) -> str:
         member = face.member(ctx)
-        task = task_for(member, task_id)
+        task = task_id or member.default_task()
         args = {"subject": subject, "body": body, "targets": targets or ["all"]}
         return _json(
             {"task_id": task, "result": await act(ctx, "send_broadcast", args, task, len(body))}
@@ -258,7 +324,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         member = face.member(ctx)
         cap = member.team.settings.max_attachment_bytes
         data = _file_bytes(content, content_base64, cap)
-        task = task_for(member, task_id)
+        task = task_id or member.default_task()
         if not files.is_user_recipient(member.team, str(recipient or "").strip()):
             try:
                 refuse_if_completed(member, "transfer_file", task)

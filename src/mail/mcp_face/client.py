@@ -1,10 +1,4 @@
-"""A small client for the MCP face: a session with a bearer key, tools answered as JSON.
-
-    async with connect("http://localhost:8000", key) as session:
-        joined = await call_json(session, "join_swarm", name="helper")
-
-Used by scripts/mcp_demo_agent.py and the tests; any MCP client works the same way.
-"""
+"""A small client for the MCP face: a session with a bearer key, tools answered as JSON."""
 
 from __future__ import annotations
 
@@ -32,12 +26,7 @@ async def connect(
     http_client: httpx2.AsyncClient | None = None,
     max_event_bytes: int | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session with `mail server` at `base_url` (``/mcp`` is appended).
-
-    `message_handler` gets what the server sends on its own (notifications such as
-    ``notifications/resources/updated`` for a subscribed ``mail://inbox``). An `http_client`
-    given is used as it is (it must send the key); it is not closed here. `max_event_bytes`
-    is the largest server-sent event the transport reads (the SDK's 1 MiB by default)."""
+    """An initialized MCP session with `mail server` at `base_url` (``/mcp`` is appended)."""
     headers = {"Authorization": f"Bearer {key}"}
     async with contextlib.AsyncExitStack() as stack:
         if http_client is None:

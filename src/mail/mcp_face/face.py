@@ -1,9 +1,4 @@
-"""The MCP server object: who is calling, which member a session is, and the limits.
-
-Tools live in `agent_tools` (being an agent of the swarm) and `user_tools` (driving tasks
-like a user, plus the resources); both get a `Face` and ask it for the caller, the
-caller's instance and the session's member.
-"""
+"""The MCP server object: who is calling, which member a session is, and the limits."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""An outside agent's inbox over MCP: long-polls, reads, and notices when it changes.
-
-Every answer that lists messages holds as many whole messages as fit in
-``[server.mcp] max_reply_bytes`` (see replies.py); the ones left out stay unread, and
-``more`` says how many unread messages are still waiting. A message too long for an answer
-of its own comes cut (``truncated: true``); ``read_message`` reads the rest.
-
-A client that subscribes to ``mail://inbox`` (``resources/subscribe``) gets
-``notifications/resources/updated`` for it on the session's standalone stream whenever a
-message lands in its agent's inbox, so it can wait without polling.
-"""
+"""An outside agent's inbox over MCP: long-polls, reads, and notices when it changes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Outside agents of a swarm instance, one per MCP session: join, leave, inbox wake-ups.
-
-A member is an `ExternalAgentCore` in the caller's runtime (see core/external_agents.py)
-plus what its session needs: the instance it holds (reclaim waits while it is joined), its
-team service (inbox, threads, files, reply waits), an event its long-polls wait on, and
-the notification its client may have subscribed to (inbox_tools.py).
-"""
+"""Outside agents of a swarm instance, one per MCP session: join, leave, inbox wake-ups."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
 """The caller's storage quotas for what an outside agent sends ([server.store]
-max_stored_tasks_per_caller, max_stored_bytes_per_caller; docs/database.md).
-
-What an outside agent joined over MCP sends is stored as its caller's, as a ``POST /message``
-of that caller is: a message that would start a task is checked as a new task, and what it
-writes to the team store (a file of ``transfer_file``, a thread post or initial message) as
-an upload: its bytes are checked against the byte bound whatever task it goes to (but a
-paused one, as for uploads); the team tools book what they store as they store it
-(`mail.core.stored_bytes`), so writes one after another, or at once, cannot pass the bound
-between two measurements of the caller's team data.
-"""
+max_stored_tasks_per_caller, max_stored_bytes_per_caller; docs/database.md)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""Answers an MCP client can read: none is over ``[server.mcp] max_reply_bytes``.
-
-The mcp SDK's client reads a server-sent event of at most 1 MiB
-(``mcp.client.streamable_http.DEFAULT_MAX_SSE_EVENT_SIZE``) and fails the request past it,
-while a message body may be up to ``[server.settings] max_message_body`` (1 MiB) and an
-inbox holds thousands. So:
-
-- lists (inbox messages, thread posts, a task's events) are packed: as many whole items as
-  fit, in order; what is left waits for the next call, and the answer says how much;
-- an item too large for an answer of its own is cut, with a marker saying so (a message's
-  body is read on with ``read_message(entry_id, offset)``);
-- `ReplyCap`, a middleware of the SDK's server, checks every answer last: a text still too
-  large has its longest strings cut (with a marker), or becomes an error naming the setting.
-  Errors are checked too (an error may echo what the client sent: a resource's URI), and a
-  URI over ``[server.mcp] max_uri_chars`` is refused before anything looks at it.
-
-Sizes count what is sent: a tool's text travels as a JSON string inside the JSON-RPC
-message, so quotes, backslashes and control characters count escaped, the rest as UTF-8.
-"""
+"""Answers an MCP client can read: none is over ``[server.mcp] max_reply_bytes``."""
 
 from __future__ import annotations
 
@@ -86,10 +68,7 @@ def pack(
 ) -> tuple[dict[str, Any], int]:
     """`shell` with `field` set to the longest leading run of `items` that keeps the answer's
     text within `budget` bytes; when not even the first fits, it is `shrink(item, room)`
-    (None leaves it out). Returns the answer and how many items it holds.
-
-    `shell`'s other fields must already have their widest values (counts filled in later
-    may only get shorter)."""
+    (None leaves it out). Returns the answer and how many items it holds."""
     answer = {**shell, field: []}
     used = wire_bytes(dumps(answer))
     kept: list[Any] = []

@@ -1,19 +1,4 @@
-"""Who holds which MCP session, and room for a new one: a share per caller, idle ones first.
-
-The SDK's session manager bounds the sessions of the whole server (``[server.mcp]
-max_sessions``) and ends one after ``session_idle_timeout`` without a request. Alone, that
-let one user open every session with bare ``initialize`` calls and lock everybody else out
-for half an hour. Before a new session is opened, `SessionShares.admit`:
-
-- at the caller's share (``max_sessions_per_caller``): ends that caller's session idle the
-  longest, or refuses (429) when all of them are in use (a request or stream open);
-- at the server's limit: ends an idle session of whoever holds the most, the one idle the
-  longest, or lets the SDK refuse (503) when none is idle.
-
-A session is *idle* while no request of it is being served and no stream of it is open.
-The SDK has no public way to list or end sessions; `_SdkSessions` is the one place that
-reaches into it.
-"""
+"""Who holds which MCP session, and room for a new one: a share per caller, idle ones first."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""``/mcp`` on the FastAPI app: bearer auth, one caller per session, the SDK's transport.
-
-Every request needs a key the server's authenticator accepts (401 otherwise, before the SDK
-sees a byte). A session belongs to the caller that opened it: a request for it with another
-key is answered 404, as if it did not exist. A caller holds at most its share of sessions,
-and a new one makes room by ending idle ones first (`mail.mcp_face.sessions`). Request
-bodies are bounded by ``[server.settings] max_request_body`` (the app's body limit, and the
-SDK's own).
-"""
+"""``/mcp`` on the FastAPI app: bearer auth, one caller per session, the SDK's transport."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""MCP tools that act as the caller (a user of the swarm), and the MCP resources.
-
-Each tool builds the body ``POST /message`` would get and goes through the same parsing,
-quotas and task handling (mail.server.bodies, mail.server.messaging), so an MCP client can
-do nothing an HTTP client with the same key could not.
-"""
+"""MCP tools that act as the caller (a user of the swarm), and the MCP resources."""
 
 from __future__ import annotations
 
@@ -122,8 +117,7 @@ def register(face: Face) -> None:
         request["kwargs"] = {"timeout": face.clamp_wait(timeout_seconds, limit) or limit}
         if wait:
             return _json(await post(ctx, request))
-        # "started" only once the task's submission is committed; a refusal is this call's
-        # error (it was swallowed by a task nobody awaited, the message silently lost).
+        # "started" only once the task's submission is committed; a refusal is this call's error.
         try:
             started = await messaging.start_message(
                 face.state, await user(ctx), parse_message_request(request)

@@ -1,9 +1,4 @@
-"""Reading a remote swarm's HTTP answers without trusting their size.
-
-A peer (or anything a registry entry points at) decides how many bytes it sends. Answers
-are read chunk by chunk and never past a fixed cap, so a hostile or broken peer cannot make
-this server hold hundreds of megabytes (`aiohttp`'s `read()`/`text()`/`json()` read all).
-"""
+"""Reading a remote swarm's HTTP answers without trusting their size."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""InterswarmBridge: connects one runtime instance to the interswarm router.
-
-The runtime calls `send_soon` for messages addressed to `agent@other-swarm`,
-`task_completed` when a task finishes, and the two supervisor tools; the server calls
-`receive` for envelopes arriving on /interswarm/forward and /interswarm/back. Sending runs
-in tasks the bridge owns; any failure is reported back to the sending agent as a system
-message within the router's timeout, so a task never hangs on an unreachable swarm.
-"""
+"""InterswarmBridge: connects one runtime instance to the interswarm router."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What the bridge checks on an envelope arriving from another swarm, before it is accepted.
-
-Pure reads of the runtime's agents and wiring: which local names a peer may address, and
-what a peer's task-end notice does here (net/trust.py decides the latter).
-"""
+"""What the bridge checks on an envelope arriving from another swarm, before it is accepted."""
 
 from __future__ import annotations
 
@@ -30,11 +26,7 @@ class LocalSwarm(Protocol):
 
 
 def swarm_target_problem(rt: LocalSwarm, payload: Any) -> str | None:
-    """A peer's message addressed to this swarm's name (not an agent of it).
-
-    Locally such a message ends the task with a runtime error; a peer must not end a
-    task that way (only the owner's agents finish it), so it is refused up front.
-    """
+    """A peer's message addressed to this swarm's name (not an agent of it)."""
     recipients = payload.get("recipients") or [payload.get("recipient")]
     for recipient in recipients:
         if not isinstance(recipient, dict):
@@ -49,11 +41,7 @@ def swarm_target_problem(rt: LocalSwarm, payload: Any) -> str | None:
 
 
 def user_target_problem(rt: LocalSwarm, payload: Any) -> str | None:
-    """Why a user's (or admin's) message from another swarm cannot go where it is sent.
-
-    A person reaches a swarm through its entrypoint agents, here as over POST /message;
-    refusing up front gives the sender a clear 400 instead of a task that goes nowhere.
-    """
+    """Why a user's (or admin's) message from another swarm cannot go where it is sent."""
     sender = payload["sender"]
     if sender["address_type"] not in ("user", "admin"):
         return None

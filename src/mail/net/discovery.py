@@ -1,21 +1,7 @@
 """Swarms an agent discovered: known to one instance, never to the server's registry.
 
-`discover_swarms` is a tool a model calls, so its arguments are input from whoever wrote
-the prompt. The rules:
-
-- A discovery URL is a base URL (`scheme://host[:port]`); a path, query string, fragment or
-  credentials in it are refused before anything is fetched. The list is read from
-  `<base>/swarms`, like the original.
-- Every request (the list, and later the envelopes sent to a listed swarm) goes through
-  `PeerHttp`, which the server backs with the address guard and limits of the stdlib http
-  actions (`[stdlib.net]`, `[stdlib.http]`): loopback, private and link-local addresses are
-  refused unless allow-listed, bodies and times are capped.
-- What is found lives in this object, which belongs to one instance (one caller): other
-  callers, `GET /swarms` and the registry file never see it, and a restart forgets it. A
-  name the server already knows (registered, or the local swarm) is never shadowed.
-- Tokens in a fetched list are never used, and no token of the server's is ever sent to a
-  discovered swarm: envelopes to it carry no credentials. To talk to it with a token, an
-  admin registers it (`POST /swarms`, the REPL).
+Discovery URLs are bare base URLs fetched through `PeerHttp` (the stdlib address guard);
+no token is ever read from a listing or sent to a discovered swarm.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Probes of remote swarms' public endpoints: periodic health checks, `GET /`, `GET /swarms`.
-
-One pass checks every remote endpoint concurrently (`GET health_check_url`, bounded by a
-timeout) and records the outcome on the endpoint: a 200 marks it active, sets `last_seen`
-and `latency`; anything else marks it inactive. An endpoint that keeps failing is checked
-less often (exponential backoff, capped) so a dead peer does not cost a request every tick.
-"""
+"""Probes of remote swarms' public endpoints: periodic health checks, `GET /`, `GET /swarms`."""
 
 from __future__ import annotations
 
@@ -128,12 +122,7 @@ class HealthMonitor:
                 group.create_task(self.check(endpoint, session))
 
     async def recheck(self, endpoint: SwarmEndpoint) -> str | None:
-        """Check an inactive endpoint now; None when it answered, else what went wrong.
-
-        Callers asking about the same swarm at the same time share one probe, and a failed
-        probe stays the answer for RECHECK_COOLDOWN seconds, so sends to a dead peer cannot
-        turn into a flood of health requests.
-        """
+        """Check an inactive endpoint now; None when it answered, else what went wrong."""
         name = endpoint["swarm_name"]
         probe = self._rechecks.get(name)
         if probe is None:
@@ -223,10 +212,7 @@ class HealthMonitor:
 async def fetch_swarm_info(
     session: aiohttp.ClientSession, swarm_name: str, base_url: str, timeout: float
 ) -> dict[str, Any]:
-    """Read a remote's `GET /`: protocol version, description, keywords, public flag.
-
-    Raises InterswarmError (`failed to get remote swarm info from {url}: ...`).
-    """
+    """Read a remote's `GET /`: protocol version, description, keywords, public flag."""
     url = f"{base_url}/"
 
     def failure(reason: str) -> InterswarmError:
@@ -263,10 +249,7 @@ async def fetch_swarm_info(
 async def fetch_swarm_list(
     session: aiohttp.ClientSession, url: str, timeout: float
 ) -> list[dict[str, Any]]:
-    """The items of a server's `GET /swarms` (`{"swarms": [...]}` or a bare list).
-
-    Failures are logged and give an empty list: discovery is best effort.
-    """
+    """The items of a server's `GET /swarms` (`{"swarms": [...]}` or a bare list)."""
     list_url = f"{url.rstrip('/')}/swarms"
     try:
         async with session.get(list_url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:

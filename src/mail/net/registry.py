@@ -1,15 +1,7 @@
 """SwarmRegistry: the swarms this server knows, how to reach them, and whether they are up.
 
-Shared file (``shared=True``, cluster mode): every process of the deployment sees the file's
-current content; see ``registry_shared``. Tokens given at registration stay in the memory of
-the process that received them, so there the other processes need the environment variable.
-
-Token handling (why it differs from the original): an endpoint's `auth_token_ref` only ever
-holds an environment reference such as `${SWARM_AUTH_TOKEN_SWARM_BETA}`. A token passed to
-`register_swarm` is kept in process memory and used for this process's lifetime; only the
-reference is written to the registry file. After a restart, the token comes from the
-environment variable. So a registration never silently loses its token, and the file never
-holds a secret.
+`auth_token_ref` only ever holds an environment reference (``${SWARM_AUTH_TOKEN_<NAME>}``); a
+token given at registration stays in this process's memory, so the file never holds a secret.
 """
 
 from __future__ import annotations
@@ -27,18 +19,21 @@ from typing import Any
 import aiohttp
 
 from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
-from mail.net.registry_shared import FileSignature, file_signature, locked, take_file_entries
 from mail.net.registry_store import (
     DEFAULT_TOKEN_PREFIX,
+    FileSignature,
     clean_endpoint,
     endpoint_to_json,
     entries_from_document,
+    file_signature,
     is_env_ref,
+    locked,
     make_env_ref,
     normalize_base_url,
     parse_env_ref,
     read_registry_file,
     resolve_token_ref,
+    take_file_entries,
     token_env_var,
     write_json_atomic,
 )
@@ -133,15 +128,7 @@ class SwarmRegistry:
         volatile: bool = True,
         caller_id: str | None = None,
     ) -> None:
-        """Add or replace a remote swarm after reading its `GET /` metadata.
-
-        `caller_id`, when given, is the caller id the peer's own calls to this server
-        authenticate as; envelopes from it carried by anyone else are refused.
-
-        Raises ValueError for a bad name or URL, the local swarm's own name, or a remote
-        that reports a different name, and InterswarmError when the remote cannot be
-        reached or does not answer like a MAIL server.
-        """
+        """Add or replace a remote swarm after reading its `GET /` metadata."""
         swarm_name = (swarm_name or "").strip()
         if (
             not swarm_name
@@ -328,11 +315,7 @@ class SwarmRegistry:
         }
 
     def save_persistent_endpoints(self) -> None:
-        """Write the non-volatile endpoints (the local one included), atomically.
-
-        Raises OSError if the file cannot be written and RuntimeError if the existing file
-        could not be read at startup (overwriting it would lose its entries).
-        """
+        """Write the non-volatile endpoints (the local one included), atomically."""
         if self._load_error is not None:
             raise RuntimeError(
                 f"not saving the swarm registry: {self._load_error}; fix or remove the file"
@@ -356,11 +339,7 @@ class SwarmRegistry:
                 endpoint["auth_token_ref"] = make_env_ref(token_env_var(name))
 
     def load_persistent_endpoints(self) -> int:
-        """Load entries from the file; returns how many remote endpoints were added.
-
-        The file's local description, keywords and public flag replace the constructor's.
-        Entries that are already known, or named like the local swarm, are skipped.
-        """
+        """Load entries from the file; returns how many remote endpoints were added."""
         path = Path(self.persistence_file)
         signature = file_signature(path)  # before reading: a later change is read again
         try:
@@ -395,11 +374,7 @@ class SwarmRegistry:
     # ------------------------------------------------------------------ shared file
 
     def _refresh(self, *, force: bool = False) -> None:
-        """A shared registry: take the file's content if it changed since this process saw it.
-
-        This process's own view of each remote's health (is_active, latency, last_seen) is
-        kept for entries whose URL did not change.
-        """
+        """A shared registry: take the file's content if it changed since this process saw it."""
         if not self.shared:
             return
         path = Path(self.persistence_file)
@@ -440,10 +415,7 @@ class SwarmRegistry:
         local["public"] = self.local_swarm_public
 
     def cleanup_volatile_endpoints(self) -> list[str]:
-        """Drop volatile entries (at shutdown) and save; returns the dropped names.
-
-        A shared registry keeps them: the deployment outlives any one of its processes.
-        """
+        """Drop volatile entries (at shutdown) and save; returns the dropped names."""
         if self.shared:
             return []
         dropped = [name for name, ep in self.endpoints.items() if ep["volatile"]]
@@ -458,21 +430,8 @@ class SwarmRegistry:
 
     # ------------------------------------------------------------------ tokens
 
-    def _get_auth_token_ref(self, swarm_name: str, auth_token: str | None) -> str | None:
-        """The reference stored for a swarm's token (None when there is no token)."""
-        if not auth_token:
-            return None
-        return make_env_ref(token_env_var(swarm_name))
-
-    def _resolve_auth_token_ref(self, auth_token_ref: str | None) -> str | None:
-        return resolve_token_ref(auth_token_ref)
-
     def migrate_auth_tokens(self, prefix: str = DEFAULT_TOKEN_PREFIX) -> dict[str, str]:
-        """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references.
-
-        The literal stays usable in memory for this process. Returns {swarm: variable} for
-        every entry changed, so the caller knows which variables to export.
-        """
+        """Replace literal tokens in `auth_token_ref` by `${<prefix>_<NAME>}` references."""
         with self._changing():
             return self._migrate_auth_tokens(prefix)
 
@@ -531,10 +490,7 @@ class SwarmRegistry:
             self._down_listeners.remove(listener)
 
     def mark_unreachable(self, swarm_name: str, reason: str) -> None:
-        """A request to `swarm_name` could not connect: mark it inactive and tell listeners.
-
-        The next health check marks it active again once it answers.
-        """
+        """A request to `swarm_name` could not connect: mark it inactive and tell listeners."""
         endpoint = self.endpoints.get(swarm_name)
         if endpoint is None or swarm_name == self.local_swarm_name or not endpoint["is_active"]:
             return
@@ -569,11 +525,7 @@ class SwarmRegistry:
         return self._health.running
 
     async def recheck(self, swarm_name: str) -> str | None:
-        """Probe a remote marked inactive now (a send is waiting on it).
-
-        None when it is active (again), else why not. At most one probe per swarm is in
-        flight; see `HealthMonitor.recheck` for the bounds.
-        """
+        """Probe a remote marked inactive now (a send is waiting on it)."""
         endpoint = self.get_swarm_endpoint(swarm_name)
         if endpoint is None:
             return f"unknown swarm endpoint: '{swarm_name}'"
@@ -586,12 +538,7 @@ class SwarmRegistry:
         await self._health.run_pass(force=True)
 
     async def discover_swarms(self, discovery_urls: list[str]) -> list[str]:
-        """Register the swarms listed by other servers' `GET /swarms`.
-
-        Items may name the swarm `swarm_name` (what `/swarms` returns) or `name`. Known
-        and local swarms are skipped; failures are logged, not raised. Returns the names
-        registered.
-        """
+        """Register the swarms listed by other servers' `GET /swarms`."""
         registered: list[str] = []
         session = await self._get_session()
         for url in discovery_urls:

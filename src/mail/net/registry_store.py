@@ -1,7 +1,5 @@
-"""Registry persistence: token references, the JSON file shape, and atomic writes.
-
-Everything here is synchronous and free of network I/O so it can be tested on its own.
-"""
+"""Registry persistence: token references, the JSON file shape, atomic writes, and the lock
+and change checks of a file several processes share (cluster mode)."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,13 +29,7 @@ _NOT_ENV_CHAR = re.compile(r"[^A-Z0-9_]")
 
 
 def normalize_base_url(base_url: str) -> str:
-    """``base_url`` without trailing slashes, or ValueError saying what is wrong with it.
-
-    A path prefix is kept (``https://host/mail``, a server behind a reverse proxy): every
-    route (``/``, ``/health``, ``/interswarm/*``, ``/swarms``) is appended to it. A query
-    string or fragment would end up in the middle of those URLs, and credentials belong in
-    the token, so all three are refused.
-    """
+    """``base_url`` without trailing slashes, or ValueError saying what is wrong with it."""
     url = (base_url or "").strip().rstrip("/")
     if not url.lower().startswith(("http://", "https://")):
         raise ValueError(f"base_url must start with http:// or https://, got '{base_url}'")
@@ -70,11 +63,7 @@ def normalize_base_url(base_url: str) -> str:
 
 
 def token_env_var(swarm_name: str, prefix: str = DEFAULT_TOKEN_PREFIX) -> str:
-    """Environment variable that holds the token for `swarm_name`.
-
-    `swarm-beta` → `SWARM_AUTH_TOKEN_SWARM_BETA`. Besides `-`, any character that cannot
-    appear in a shell variable name becomes `_`, so the variable can always be exported.
-    """
+    """Environment variable that holds the token for `swarm_name`."""
     return f"{prefix}_{_NOT_ENV_CHAR.sub('_', swarm_name.upper())}"
 
 
@@ -95,11 +84,7 @@ def is_env_ref(ref: str | None) -> bool:
 
 
 def resolve_token_ref(ref: str | None) -> str | None:
-    """Turn an `auth_token_ref` into a token.
-
-    `${VAR}` reads the environment (None when unset or empty); anything else is a literal
-    token, which only hand-edited or legacy files contain.
-    """
+    """Turn an `auth_token_ref` into a token."""
     if not ref:
         return None
     var = parse_env_ref(ref)
@@ -185,12 +170,7 @@ def clean_endpoint(endpoint: SwarmEndpoint) -> SwarmEndpointCleaned:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` to `path` so that readers see either the old file or the new one.
-
-    The JSON goes to a temporary file in the same directory (same filesystem), is flushed
-    to disk, and then replaces the target in one `os.replace`. The file is private (0600)
-    because it describes how this server reaches its peers.
-    """
+    """Write `data` to `path` so that readers see either the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -208,11 +188,7 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def read_registry_file(path: Path) -> dict[str, Any] | None:
-    """The parsed registry file, or None when it does not exist.
-
-    A file that exists but is not a JSON object raises ValueError: silently starting with
-    an empty registry would lose every peer on the next save.
-    """
+    """The parsed registry file, or None when it does not exist."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -229,12 +205,7 @@ def read_registry_file(path: Path) -> dict[str, Any] | None:
 def entries_from_document(
     data: dict[str, Any], local_name: str, keep_volatile: bool
 ) -> tuple[dict[str, SwarmEndpoint], dict[str, str]]:
-    """The remote endpoints of a registry file, and the raw tokens it held by swarm name.
-
-    Malformed entries are skipped. A raw token is replaced by a reference to its environment
-    variable (the caller keeps the token in memory). ``keep_volatile``: the file is shared by
-    several processes and holds volatile entries, flagged.
-    """
+    """The remote endpoints of a registry file, and the raw tokens it held by swarm name."""
     entries: dict[str, SwarmEndpoint] = {}
     raw_tokens: dict[str, str] = {}
     endpoints = data.get("endpoints")
@@ -264,3 +235,54 @@ def entries_from_document(
             )
         entries[name] = endpoint
     return entries, raw_tokens
+
+
+# --------------------------------------------------------------------------- shared file
+
+try:  # POSIX; elsewhere a shared registry is written without the lock
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+FileSignature = tuple[int, int, int]
+
+
+def file_signature(path: Path) -> FileSignature | None:
+    """What changes whenever the file is replaced or rewritten (None: no file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the exclusive lock that serialises changes to ``path`` across processes."""
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def take_file_entries(
+    endpoints: dict[str, SwarmEndpoint], fresh: dict[str, SwarmEndpoint], local_name: str
+) -> list[str]:
+    """Make ``endpoints`` hold the file's remote entries ``fresh``; returns the names removed."""
+    removed = [name for name in endpoints if name != local_name and name not in fresh]
+    for name in removed:
+        del endpoints[name]
+    for name, endpoint in fresh.items():
+        known = endpoints.get(name)
+        if known is not None and known["base_url"] == endpoint["base_url"]:
+            endpoint["is_active"] = known["is_active"]
+            endpoint["latency"] = known["latency"]
+            endpoint["last_seen"] = known["last_seen"]
+        endpoints[name] = endpoint
+    return removed

@@ -1,19 +1,4 @@
-"""InterswarmRouter: the HTTP transport between swarms.
-
-The router wraps outgoing MAIL messages in interswarm envelopes and POSTs them to the
-remote server's `/interswarm/forward` (a new or resumed task) or `/interswarm/back`
-(traffic for a task the remote already takes part in). Every failure surfaces as an
-InterswarmError within `request_timeout`, so the runtime can tell the sending agent instead
-of leaving the task waiting.
-
-It also keeps v1.3's router API: message handlers and `route_message`, receiving an
-envelope through a registered handler, and v1.3's sending names
-(``send_interswarm_message_forward`` / ``_back``, ``convert_local_message_to_interswarm``,
-``post_envelope_as_user_message``, ``get_routing_stats``).
-
-What the runtime does with these calls (and how `/interswarm/*` requests reach it) lives
-in the runtime and the server, not here.
-"""
+"""InterswarmRouter: the HTTP transport between swarms."""
 
 from __future__ import annotations
 
@@ -74,11 +59,7 @@ RETRY_MAX_DELAY = 5.0
 
 
 def peer_error_text(text: str) -> str:
-    """What a peer said went wrong: its JSON ``detail`` whole, else its body's text.
-
-    Only a body longer than ``_BODY_EXCERPT`` is shortened, and then in the middle, so both
-    what was refused and why (usually at the end) survive.
-    """
+    """What a peer said went wrong: its JSON ``detail`` whole, else its body's text."""
     try:
         data = loads_valid(text)
     except ValueError:
@@ -111,10 +92,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def choose_direction(target_swarm: str, task_contributors: list[str]) -> Direction:
-    """`back` when the target already contributes to the task, else `forward`.
-
-    Contributors look like `role:id@swarm`; bare ids (no `@`) never match.
-    """
+    """`back` when the target already contributes to the task, else `forward`."""
     for contributor in task_contributors:
         _, sep, swarm = contributor.partition("@")
         if sep and swarm == target_swarm:
@@ -192,11 +170,7 @@ class InterswarmRouter:
         task_contributors: list[str],
         auth_token: str | None = None,
     ) -> MAILInterswarmMessage:
-        """Put a MAIL message into an interswarm envelope addressed to `target_swarm`.
-
-        Without an explicit `auth_token` the registry's token for the target is embedded
-        (None if it has none; `resolve_token` decides at send time).
-        """
+        """Put a MAIL message into an interswarm envelope addressed to `target_swarm`."""
         msg_type = message["msg_type"]
         if msg_type not in INTERSWARM_MESSAGE_TYPES:
             raise InterswarmError(
@@ -220,12 +194,7 @@ class InterswarmRouter:
         return envelope  # type: ignore[return-value]
 
     def resolve_token(self, target_swarm: str, envelope: MAILInterswarmMessage | None) -> str:
-        """Bearer token for a request to `target_swarm`.
-
-        Order: the registry (token given at registration, then its env reference), then the
-        envelope's `auth_token`. Neither → InterswarmError, so a missing token is reported
-        here instead of as a 401 from the remote.
-        """
+        """Bearer token for a request to `target_swarm`."""
         token = self.swarm_registry.get_resolved_auth_token(target_swarm)
         if not token and envelope is not None:
             token = envelope.get("auth_token")
@@ -279,13 +248,7 @@ class InterswarmRouter:
         user_token: str | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """POST a user/admin message to a remote's `/interswarm/message`; returns its JSON.
-
-        `base_url_or_swarm` is a registered swarm name or an http(s) URL. The remote runs
-        the task before answering, so callers may pass a longer `timeout` than the router's
-        default. Given one envelope instead (v1.3's form), the envelope's request is sent
-        (`post_envelope_as_user_message`).
-        """
+        """POST a user/admin message to a remote's `/interswarm/message`; returns its JSON."""
         if isinstance(base_url_or_swarm, dict):
             return await self.post_envelope_as_user_message(base_url_or_swarm)  # type: ignore[no-any-return]
         if body is None:
@@ -308,11 +271,7 @@ class InterswarmRouter:
         )
 
     async def _active_base_url(self, swarm_name: str) -> str:
-        """The swarm's base URL; a swarm marked inactive is checked again first.
-
-        A peer that restarted since its last failed contact is reachable at once instead of
-        after the next periodic health check (the registry bounds these probes).
-        """
+        """The swarm's base URL; a swarm marked inactive is checked again first."""
         endpoint = self.swarm_registry.get_swarm_endpoint(swarm_name)
         if endpoint is None:
             raise InterswarmError(f"unknown swarm endpoint: '{swarm_name}'", swarm_name=swarm_name)
@@ -501,11 +460,7 @@ class InterswarmRouter:
         task_owner: str | None = None,
         task_contributors: list[str] | None = None,
     ) -> MAILMessage:
-        """Deliver local recipients through the registered handler, send remote ones.
-
-        Returns `message` when everything was delivered, otherwise a system response to
-        the sender (subject `Router Error`) describing what failed.
-        """
+        """Deliver local recipients through the registered handler, send remote ones."""
         local, remote = self._split_recipients(message)
         problems: list[str] = []
         if local:

@@ -1,27 +1,9 @@
 """Who may put what into which task over /interswarm/forward and /interswarm/back.
 
-Pure functions (no I/O) so the rules can be read, and tested, in one place:
-
-* the caller: an envelope never claims to come from this swarm; a key bound to a swarm
-  (`mail keys create --role agent --swarm NAME`) only speaks for that swarm; a registry entry
-  that names the caller identity of a peer (`caller_id`) only accepts calls carrying it;
-* a new task: only the swarm that owns it may start it here (`task_owner` is `...@source`);
-* an existing task: only its owner's swarm, or a swarm this server forwarded the task to
-  (recorded in the task's `remote_swarms`), may add to it. Anyone else gets a 404, so a
-  peer cannot even learn that a task exists;
-* the sender inside the envelope (`peer_sender`): always someone of the source swarm, with
-  the source swarm in its address (`x@<source>`), so it never reads as one of ours. An agent
-  of another swarm, a system address, or a user/admin who does not own the task is refused
-  (403); the peer's user who owns the task (a direct POST /interswarm/message) stays a user,
-  re-attributed to `id@<source>`;
-* the subject (`check_subject`): subjects of the form `::name::` steer the runtime (a
-  `::maximum_steps_reached::` forces the recipient to call `task_complete`, any `::` subject
-  escapes the step limit), so a peer may send only the task-end notices
-  `::task_complete::` and `::task_error::` (400 for any other);
-* the end of a task (`task_end_effect`): a contributor's `::task_complete::`/`::task_error::`
-  is a message to the local agent that asked it, never the end of a task this swarm owns
-  (only this swarm's own `can_complete_tasks` agents finish those), except for a task our
-  user sent directly to that peer. A contributor's copy ends only on its owner's word.
+Pure functions. A key bound to a swarm speaks only for it; only a task's owner swarm starts it
+here, and only the owner or a swarm we forwarded it to adds to it (others get 404). Senders
+are re-attributed to the source swarm; a peer may send only the ``::task_complete::`` and
+``::task_error::`` control subjects, and a contributor's notice never ends a task we own.
 """
 
 from __future__ import annotations
@@ -100,13 +82,7 @@ def check_existing_task(
 
 
 def peer_sender(sender: Any, *, source_swarm: str, task_owner: str) -> dict[str, str]:
-    """The sender of a peer's envelope as this swarm sees it; TrustError(403) if it may not be.
-
-    Every sender is re-attributed to the source swarm (`x@<source>`): agents stay agents;
-    a user or admin sender is kept only when it is the peer's user who owns the task (the
-    direct POST /interswarm/message of docs/interswarm.md), as `id@<source>`, which no local
-    user or admin address ever equals; system addresses are never accepted from a peer.
-    """
+    """The sender of a peer's envelope as this swarm sees it; TrustError(403) if it may not be."""
     kind = sender.get("address_type") if isinstance(sender, dict) else None
     address = sender.get("address") if isinstance(sender, dict) else None
     if not isinstance(address, str) or not address.strip():
@@ -167,14 +143,7 @@ def task_end_effect(
     to_local_agent: bool,
     to_direct_caller: bool,
 ) -> TaskEndEffect:
-    """What a peer's `::task_complete::` / `::task_error::` notice does here.
-
-    `end`: it ends our copy of the task; `deliver`: it is a message to the local agent it
-    names (which decides what happens next). Anything else raises TrustError(403).
-
-    `to_direct_caller`: the notice goes to our user or admin who sent this task straight to
-    `source_swarm` (POST /interswarm/message); their answer can only come this way.
-    """
+    """What a peer's `::task_complete::` / `::task_error::` notice does here."""
     if not owned_here and source_swarm == owner_swarm(task_owner):
         return "end"  # the owner says the task is over
     if to_local_agent:

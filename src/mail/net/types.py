@@ -1,8 +1,4 @@
-"""Data shapes and the error type of the interswarm layer (registry + router).
-
-Endpoints are plain dicts (TypedDicts), like the rest of MAIL's data model, so code written
-against the original (`endpoint["base_url"]`) keeps working.
-"""
+"""Data shapes and the error type of the interswarm layer (registry + router)."""
 
 from __future__ import annotations
 
@@ -167,13 +163,10 @@ PostInterswarmBackResponse = PostInterswarmForwardResponse
 
 
 class InterswarmError(Exception):
-    """Sending to, or registering, a remote swarm failed.
+    """Sending to, or registering, a remote swarm failed (`str()` is fit for the agent).
 
-    `str(error)` is a short human-readable sentence suitable for a system message to the
-    agent that tried to send. `swarm_name` and `status` (HTTP status of a non-2xx answer)
-    are set when known. `transient`: no answer came, or one saying "try again" (the router
-    resends such a request, see `InterswarmRouter.retries`); `retry_after`: the seconds the
-    peer's Retry-After asked for.
+    `swarm_name`, `status`, `transient` (no answer, or "try again") and `retry_after` are set
+    when known.
     """
 
     def __init__(

@@ -1,20 +1,12 @@
 """REPL commands for scheduled tasks (docs/crons.md); registered in mail.repl.parser and
-.handlers, as mail.repl.webhooks' are.
-
-crons                                             list your scheduled tasks
-cron-create "SCHEDULE" TEXT [--tz ZONE] [-e AGENT] [--webhook URL] [-d TEXT]
-cron-update ID [--schedule S] [--tz ZONE] [--text TEXT] [--paused on|off]
-cron-delete ID
-"""
+.handlers, as mail.repl.webhooks' are."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-
-def configure_list(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-v", "--verbose", action="store_true", help="show the JSON answer")
+from mail.repl.webhooks import configure_list
 
 
 def configure_create(parser: argparse.ArgumentParser) -> None:

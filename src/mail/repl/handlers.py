@@ -162,8 +162,6 @@ def _message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def ctx_attachment(path: str) -> dict[str, Any]:
-    from mail.client import MAILClient
-
     try:
         return MAILClient.attachment_from_file(path)
     except OSError as exc:

@@ -1,9 +1,4 @@
-"""The REPL's command line grammar: one argparse sub-parser per command, errors as exceptions.
-
-argparse normally prints and calls sys.exit on a bad command line; inside a REPL that would
-end the session, so the parser here raises `ReplUsageError` (or `ReplHelpShown` after `-h`)
-and the loop reports it and carries on.
-"""
+"""The REPL's command line grammar: one argparse sub-parser per command, errors as exceptions."""
 
 from __future__ import annotations
 

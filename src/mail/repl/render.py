@@ -1,7 +1,6 @@
 """How the REPL shows things to a person: rich text, tables and pretty JSON.
 
-Server-provided text is always wrapped in `rich.text.Text`, never interpreted as markup, so
-an agent writing `[bold]` in a message cannot restyle (or break) the terminal output.
+Server text is always a `rich.text.Text`, never markup, so a message cannot restyle the terminal.
 """
 
 from __future__ import annotations
@@ -199,11 +198,7 @@ class Renderer:
 
 
 def event_stamp(data: Any) -> str:
-    """When the event happened (its own timestamp, local time), not when it is shown.
-
-    Events of another day carry the date too; an event without a timestamp (a live frame
-    from an older server) is stamped with the current time.
-    """
+    """When the event happened (its own timestamp, local time), not when it is shown."""
     raw = data.get("timestamp") if isinstance(data, dict) else None
     if not isinstance(raw, str):
         return datetime.now().strftime("%H:%M:%S")

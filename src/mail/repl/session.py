@@ -1,10 +1,4 @@
-"""The read-eval-print loop of `mail client`.
-
-Input is read synchronously (so readline gives line editing and history), and each command
-runs to completion on one long-lived event loop (`asyncio.Runner`), which keeps the client's
-HTTP session alive between commands. The Runner turns Ctrl+C during a command into the
-cancellation of that command only; Ctrl+C at the prompt just abandons the line.
-"""
+"""The read-eval-print loop of `mail client`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""REPL commands for webhooks (docs/webhooks.md); registered in mail.repl.parser and .handlers.
-
-webhooks                                  list your webhooks
-webhook-create URL [EVENT ...] [-d TEXT]  subscribe URL (every event by default)
-webhook-update ID [--url U] [--events E ...] [--active on|off]
-webhook-delete ID | webhook-test ID | webhook-rotate ID [--overlap SECONDS]
-webhook-deliveries ID [--status S]        the delivery log, newest first
-webhook-retry ID DELIVERY_ID              send a delivery again
-"""
+"""REPL commands for webhooks (docs/webhooks.md); registered in mail.repl.parser and .handlers."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Per-task budgets: tokens and cost a task may spend before it pauses for its caller.
-
-A caller sets them with ``kwargs.max_tokens_total`` / ``kwargs.max_cost`` on ``POST /message``;
-``[server.telemetry]`` in mail.toml sets the defaults. When a turn ends with the task over a
-budget, the task answers ``::budget_exceeded::`` and waits (state ``waiting_for_budget``), the
-way a breakpoint pauses it: the messages in flight are kept. A new message on the task with a
-higher budget (``resume_from: "user_response"`` and the raised ``kwargs``) continues it; a
-continuation that does not raise an exhausted budget is refused (409), since it would only
-pause again. A budget a caller sets is recorded as a ``budget_set`` task event, so it is
-kept wherever the task's events are (every store) and applies again after a restart.
-"""
+"""Per-task budgets: tokens and cost a task may spend before it pauses for its caller."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""ASGI middleware: HTTP latency per route (metrics) and the server span of each request.
-
-A request carrying a W3C ``traceparent`` from a trusted source (`TraceTrust`: a configured
-proxy or peer address, or an authenticated interswarm peer) continues that trace: its server
-span is the parent of whatever the request starts, e.g. the task a peer forwards here. From
-anyone else the header decides nothing (OpenTelemetry's advice for public endpoints): the
-request starts a new trace, sampled by our own sampler, with a link to the caller's context.
-With tracing and metrics off it calls straight through.
-"""
+"""ASGI middleware: HTTP latency per route (metrics) and the server span of each request."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
 """The lean span path: spans as small slotted records, used when the only span pipeline is
 the OTLP exporter behind `mail.telemetry.otlp`'s encoding processor (the setup the ``OTEL_*``
-variables make).
-
-Why (measured with ``bench/tracing.py``): the SDK makes each span out of several objects (a
-``SpanContext``, ``TraceFlags``, a ``BoundedAttributes`` with its lock, the span's own lock, a
-sampling result, an OpenTelemetry ``Context`` per attach) and asks every processor about it
-at start and end. With one processor that encodes the span as it ends, none of that is
-needed: a `LeanSpan` holds what the OTLP ``Span`` message needs, the current span is one
-``ContextVar``, and `encode_span` (the same encoder the SDK path uses) writes it out.
-
-What stays the SDK's: ids are drawn as its ``RandomIdGenerator`` draws them; the sampler is
-the provider's (``OTEL_TRACES_SAMPLER``), asked exactly as the SDK asks it, except the
-default ``parentbased_always_on``, decided inline (`mail.telemetry.sampler`'s rules);
-attribute and event limits are the provider's ``SpanLimits`` (``OTEL_SPAN_*``,
-``OTEL_ATTRIBUTE_*``); trace flags (sampled, random trace id) and ``tracestate`` follow a
-parent the way the SDK's do. `mail.telemetry.tracing` chooses this path; any other setup (a
-console exporter, a provider a test installs, extra processors, another id generator) keeps
-the SDK's spans.
-"""
+variables make)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The runtime's meter: task and turn spans, model-call records, budgets.
-
-The runtime holds one `TaskMeter` and calls it at a handful of points (task created, turn
-begun and ended, tool call handled, task answered, submission checked). Model calls report
-to the turn that is running through a context variable, so agent functions need no
-parameter for it (see `mail.telemetry.model_calls`).
-
-Spans go where a step takes time a user may want to see: the task's run, each agent turn,
-each model call, each action, each interswarm hop. A MAIL tool the runtime answers at once
-(``send_request``, ``task_complete``, ...) is an event on its turn's span, with the same name
-and attributes a span would have had: a span per such call cost more than the call itself.
-"""
+"""The runtime's meter: task and turn spans, model-call records, budgets."""
 
 from __future__ import annotations
 

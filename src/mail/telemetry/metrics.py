@@ -1,10 +1,4 @@
-"""Prometheus metrics (prometheus-client), in a registry of our own.
-
-Recording is on when the server turns it on (``[server.telemetry] metrics``, the default);
-until then every function here returns at once. Gauges that describe the server's state
-(tasks by state, mailbox depth, open event streams) are read when scraped, through the
-callbacks `set_state_reader` installs, so nothing is counted twice.
-"""
+"""Prometheus metrics (prometheus-client), in a registry of our own."""
 
 from __future__ import annotations
 

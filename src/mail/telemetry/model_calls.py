@@ -1,15 +1,4 @@
-"""Measure one model call: duration, tokens, cost, and a GenAI span when tracing is on.
-
-`observed` wraps the call an agent function makes (`mail.factories.model_calls`). Outside an
-agent turn with tracing off it only calls through. A streamed reply is measured when the
-stream ends: its usage comes from the chunk or event that carries one; a stream without any
-is charged by counting the text it delivered (``estimated: true`` on the record).
-
-A call still in flight when its task times out is cut (`TaskMeter.cut_calls`): it is recorded
-at once with ``error: "cut: ..."`` and its input counted, and the request is cancelled, so the
-server sees the client go instead of generating for nobody; the agent function then gets
-`ModelCallCut`, which is not retried.
-"""
+"""Measure one model call: duration, tokens, cost, and a GenAI span when tracing is on."""
 
 from __future__ import annotations
 

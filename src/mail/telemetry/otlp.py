@@ -1,26 +1,5 @@
 """Spans to OTLP/HTTP, each encoded as it ends: what `tracing` uses in place of the SDK's
-``BatchSpanProcessor`` in front of its OTLP/HTTP exporter.
-
-Why (measured with ``bench/tracing.py``): the SDK's batch processor keeps every ended span
-object until its thread encodes a batch of them. Those objects outlive the garbage
-collector's young generations, so it keeps walking them, and the SDK's encoder builds a
-protobuf message object per span, attribute and value in Python. Here each span becomes the
-bytes of its OTLP ``Span`` message when it ends, written directly in the protobuf wire format
-(short attributes that repeat, such as an agent's name, are encoded once and reused); the
-span object is freed at once and only the bytes wait. A thread frames queued spans into
-``ExportTraceServiceRequest``s and sends them with the OTLP exporter's own HTTP client, so
-every ``OTEL_EXPORTER_OTLP_*`` setting (endpoint, headers, compression, timeout, certificates,
-retries) applies as usual. ``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE`` and
-``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` mean what they mean for the SDK's processor; a span that
-finds the queue full is dropped (the next export logs how many were).
-
-Spans of the lean path (`mail.telemetry.lean`, what `tracing` uses when this processor is the
-only one) are not SDK spans: they go through the same `encode_span` and straight to `enqueue`.
-
-`sender_of` needs the exporter's client (``OTLPSpanExporter._client.export(bytes)``, not
-public API); with an SDK whose exporter lacks it, `tracing` falls back to the SDK's batch
-processor, and a test fails so the upgrade is noticed.
-"""
+``BatchSpanProcessor`` in front of its OTLP/HTTP exporter."""
 
 from __future__ import annotations
 
@@ -413,10 +392,8 @@ class EncodingBatchProcessor(SpanProcessor):
             self._wake.clear()
             if not self._closed:
                 self._export(everything=False)
-        # Closed: the final export runs here, not in `shutdown`, so that `shutdown` can stop
-        # waiting for it. Every send may take OTEL_EXPORTER_OTLP_TIMEOUT against a receiver
-        # that never answers; sent from `shutdown`, the batches of a full queue took one
-        # timeout each (43 s at exit with the defaults).
+        # Closed: the final export runs here, not in `shutdown`, so `shutdown` can stop waiting
+        # for a receiver that never answers (each send may take OTEL_EXPORTER_OTLP_TIMEOUT).
         self._export(everything=True)
 
     def _export(self, everything: bool) -> bool:

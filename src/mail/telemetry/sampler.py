@@ -1,13 +1,4 @@
-"""The default sampler, ``parentbased_always_on``, decided with less work per span.
-
-The SDK's ``ParentBased(ALWAYS_ON)`` delegates each decision to a second sampler object and
-builds a new result every time; measured (``bench/tracing.py``'s floor loop) that was about
-a quarter of what making a span cost. This one makes the same decisions: a span with no
-parent, or with a sampled parent (local or remote), is sampled; a span whose parent was not
-sampled is not; the parent's ``tracestate`` is kept. `tracing` uses it only when
-``OTEL_TRACES_SAMPLER`` is unset or names ``parentbased_always_on``; any other setting is the
-SDK's to build.
-"""
+"""The default sampler, ``parentbased_always_on``, decided with less work per span."""
 
 from __future__ import annotations
 

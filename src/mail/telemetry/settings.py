@@ -29,7 +29,7 @@ def parse_sources(values: Iterable[str]) -> list[IpNetwork]:
 
 
 class TelemetryConfig(BaseModel):
-    """Tracing itself is configured with the standard ``OTEL_*`` variables (see tracing.py)."""
+    """Tracing itself is configured with the standard ``OTEL_*`` variables (docs/observability.md)."""
 
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
 

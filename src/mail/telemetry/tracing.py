@@ -1,31 +1,4 @@
-"""OpenTelemetry tracing: off unless the standard ``OTEL_*`` variables ask for an exporter.
-
-`setup_from_env` (called once at server start) installs a tracer when
-``OTEL_TRACES_EXPORTER`` names one (``otlp``, ``console``) or an OTLP endpoint is set
-(``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``OTEL_SDK_DISABLED=true``
-or ``OTEL_TRACES_EXPORTER=none`` keep it off. The OTLP exporter is OTLP/HTTP (protobuf) and
-reads its own ``OTEL_EXPORTER_OTLP_*`` settings; spans leave through a batch processor
-(``OTEL_BSP_*``) that encodes each span as it ends (`mail.telemetry.otlp`). While no tracer is
-installed every helper here returns at its first line, so tracing costs nothing when off.
-
-Sampling is the SDK's (``OTEL_TRACES_SAMPLER``); the default, ``parentbased_always_on``, is
-decided by `mail.telemetry.sampler` (same decisions, less work per span). A span
-whose parent is a local span that was not sampled is not made at all: `start_span` hands back
-the parent itself (a non-recording span, whose methods do nothing), since under every sampler
-the SDK ships such a child would not be sampled either. So an unsampled request costs one
-sampling decision, not one per span.
-
-Message content (prompts, replies, tool arguments) is never put on spans unless
-``MAIL_OTEL_CAPTURE_CONTENT=true`` (or ``[server.telemetry] capture_content``) says so.
-W3C ``traceparent`` / ``tracestate`` headers carry the trace across interswarm requests.
-
-With the setup the ``OTEL_*`` variables make for OTLP (one exporter, `mail.telemetry.otlp`'s
-encoding processor, the SDK's id generator) spans take the lean path (`mail.telemetry.lean`):
-the helpers here make slotted span records, keep the current one in a ``ContextVar`` and
-encode them to the same OTLP messages. The span and context objects they hand out are then
-`LeanSpan`s (typed here as the OpenTelemetry ones: callers use only the methods both have).
-Any other setup, e.g. a provider a test installs with `install`, uses the SDK's spans.
-"""
+"""OpenTelemetry tracing: off unless the standard ``OTEL_*`` variables ask for an exporter."""
 
 from __future__ import annotations
 
@@ -154,7 +127,7 @@ def _otlp_processor() -> SpanProcessor:
 
 def install(provider: TracerProvider, lean: bool = True) -> None:
     """Trace through `provider` (tests pass one with an in-memory exporter); its spans take
-    the lean path when `lean` and the provider's pipeline allows (see the module's doc)."""
+    the lean path when `lean` and the provider's pipeline allows (see `mail.telemetry.lean`)."""
     from opentelemetry import context, trace
     from opentelemetry.trace import SpanKind
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -324,9 +297,8 @@ def start_span(
 ) -> Span | None:
     """A started span (None when tracing is off); the caller ends it.
 
-    Under a local parent that was not sampled this is that parent (see the module's doc).
-    `link`: a context (an untrusted caller's, from `extract`) the span links to without
-    being its child: the caller's trace can be found, but does not decide this one.
+    Under an unsampled local parent this is that parent. `link`: a context the span links
+    to without being its child (an untrusted caller's).
     """
     if _tracer is None:
         return None

@@ -1,10 +1,4 @@
-"""Tokens and cost of model calls: read from a reply, and added up per agent and per task.
-
-A model call is recorded as a ``model_call`` task event (see `mail.telemetry.meter`), so the
-numbers live in the task's event log, which every store persists: they survive a restart and
-need no table of their own. `task_usage` adds a task's events up, incrementally: each call
-reads only the events added since the previous one.
-"""
+"""Tokens and cost of model calls: read from a reply, and added up per agent and per task."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """One push delivery attempt: a CLIENT span (when tracing is on) and the metrics by outcome.
 
-Nothing secret goes in: the span names the delivery, subscription, event type and the
-destination's host:port, never the URL (its path or query may hold a token), the headers
-or the body.
+The span names the destination's host:port only: never the URL, headers or body.
 """
 
 from __future__ import annotations
