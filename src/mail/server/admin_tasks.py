@@ -1,11 +1,4 @@
-"""``GET /tasks/all`` (admin): every live instance's tasks, as summaries, one page at a time.
-
-Like ``GET /tasks``: summaries without the event log (``event_count`` says how long it is),
-newest first, at most ``limit`` per page, the next page named by ``X-Next-Cursor``. The body
-keeps the original's shape, ``{"tasks": [...]}``, each record with ``"instance"`` (whose task
-it is). ``?task_id=<id>`` answers that one task's full record (events included) from whichever
-instance holds it: that is how an operator opens another caller's task.
-"""
+"""``GET /tasks/all`` (admin): every live instance's tasks, as summaries, one page at a time."""
 
 from __future__ import annotations
 

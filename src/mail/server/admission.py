@@ -1,12 +1,4 @@
-"""Admission: whether a message may start or continue work, and what it holds until it is in.
-
-Every front door that starts work comes here (``POST /message``, A2A, MCP sends, interswarm).
-`admit` reads the caller's books once (`FinishedTasks.books`), then runs `CHECKS` in order with
-no suspension between them (of two concurrent requests for one task exactly one wins). A check
-passes, refuses with its documented status, or reserves something that `Admission.release`
-gives back, in one place. Also here: the per-caller bounds that are no stored books (event
-streams, tasks held open) and the task store's backlog (503).
-"""
+"""Admission: whether a message may start or continue work, and what it holds until it is in."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What the /interswarm routes mean, independent of HTTP parsing.
-
-The server owns one InterswarmRouter (over the server's SwarmRegistry) shared by every
-instance, so a swarm registered through POST /swarms is routable at once from every
-instance, volatile or not.
-"""
+"""What the /interswarm routes mean, independent of HTTP parsing."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Read-mostly routes the console needs beyond the original API (all behind a key).
-
-- ``GET /swarm`` (admin, user): the shape of the caller's swarm (agents, links, entrypoints,
-  actions). Nothing here is secret: it is what the agents' own tool specs already reveal.
-- ``GET /swarms/registry`` (admin): every registry entry, private ones included, no tokens.
-- ``DELETE /swarms/{swarm_name}`` (admin): forget a remote swarm.
-- ``GET /tasks/all`` (admin): the task summaries of every live instance, paged, for operators
-  (see ``mail.server.admin_tasks``).
-"""
+"""Read-mostly routes the console needs beyond the original API (all behind a key)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Server-sent events: framing of runtime events and the streaming response.
-
-The runtime's ``stream_message`` yields ``ServerSentEvent``-like objects (``.event``, ``.data``,
-``.id``, optionally ``.retry``/``.comment``). We frame them ourselves (CRLF line endings, one
-``data:`` line per line of data) instead of going through sse-starlette's response class, which
-adds a task group and its own pinger per stream; the runtime already sends ``ping`` events.
-
-When the client goes away, Starlette cancels the body iterator; the runtime's generator must
-treat that as "stop watching", never as "cancel the task" (the task keeps running and its
-result stays available through ``GET /task``).
-"""
+"""Server-sent events: framing of runtime events and the streaming response."""
 
 from __future__ import annotations
 
