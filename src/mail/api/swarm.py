@@ -1,10 +1,4 @@
-"""MAILSwarm: a running swarm instance (agents + actions + its own runtime).
-
-Besides sending messages and running tasks, an instance answers for its wiring (agents and
-actions by name, who may message whom, sub-swarm templates), its store, its interswarm
-connection, and v1.3's methods for both (``receive_interswarm_message``,
-``load_tasks_from_db`` ...).
-"""
+"""MAILSwarm: a running swarm instance (agents + actions + its own runtime)."""
 
 from __future__ import annotations
 
