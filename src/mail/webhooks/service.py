@@ -1,12 +1,5 @@
 """Subscriptions as callers see them: create, list, get, update, delete, rotate, test,
 deliveries and retries; per-request webhooks of ``POST /message``; A2A push configs.
-
-Everything is scoped to an owner, ``(role, id)`` of the caller: nobody sees or changes
-another caller's subscriptions or deliveries (someone else's id is "not found"). A
-subscription covers its owner's own tasks; an admin's may have ``scope: "all"``. Secrets are
-shown once, in the answer that made them. Errors are ``WebhookError`` with an HTTP status.
-What the answers look like (the views, the delivery-list cursor, ``WebhookError``) is in
-``views``.
 """
 
 from __future__ import annotations
