@@ -1,12 +1,4 @@
-"""The SDK objects of the inbound bridge, built once per server on first use.
-
-The SDK's request handler (tasks, streaming, get, cancel, resubscribe), with MAIL's rules on
-top (``mail.a2a.handler``), runs our ``MAILAgentExecutor``; the SDK's two HTTP bindings
-(its JSON-RPC dispatcher, its HTTP+JSON routes) are adapters over that one handler. Here too:
-the swarm's Agent Card, and the task store (`BoundedTaskStore`), scoped per MAIL caller
-(``role:id``) so one caller's A2A tasks are invisible to another, like their MAIL tasks are,
-and bounded per caller.
-"""
+"""The SDK objects of the inbound bridge, built once per server on first use."""
 
 from __future__ import annotations
 

@@ -1,32 +1,4 @@
-"""A2A agents as interswarm peers: ``<agent>@<peer>`` for a registry entry of kind ``a2a``.
-
-An entry is registered like a MAIL swarm (``POST /swarms``, the registry file) with
-``metadata: {"kind": "a2a"}`` (optionally ``"card_url"`` when the card is not at
-``<base_url>/.well-known/agent-card.json``). Its health check reads the card.
-
-Sending (``InterswarmRouter.send_interswarm`` hands envelopes for such entries here): the
-MAIL message body becomes the text of an A2A message whose ``contextId`` stands for the
-sending task and its caller (`PeerConversations`: one conversation per caller's
-task, naming neither); the SDK client (over :mod:`mail.a2a.peer_http`: address guard and byte cap)
-sends it and waits, within the router's ``interswarm_timeout``, for the A2A task to end or
-pause. A peer whose card says ``capabilities.streaming`` is sent to with the SDK's streaming
-send, and each status or artifact update it sends meanwhile becomes an
-``interswarm_message_progress`` event of the sender's MAIL task (:mod:`mail.a2a.peer_updates`,
-bounded per call). The call ends at the peer's answer (a message, or its task's first final or
-interrupted state) and closes the stream, whatever the peer would send after. The registry's
-token for the entry goes only to the origins of its ``base_url`` and ``card_url``, not to
-another one a card names. The outcome comes back to the sender as a MAIL response from
-``<agent>@<peer>``, the way a MAIL peer's ``/interswarm/back`` answer does:
-
-* ``completed`` (or a plain message): the artifacts' text (else the status message's text);
-* ``input-required`` / ``auth-required``: subject ``Input required: ...`` and the agent's
-  question; the next message of the same caller's task to the peer continues that A2A task;
-* runtime notices (subjects starting with ``::``, e.g. the task-end notice) are not sent;
-* ``failed`` / ``rejected`` / ``canceled``, a timeout, a refused address, an answer over the
-  cap, a dead peer: an ``::interswarm_error::`` to the sender (nothing is delivered), and an
-  unreachable peer is marked inactive like a MAIL one. The peer's own words in it (its failure
-  reason, its error message) are cut to ``max_a2a_peer_update_chars``.
-"""
+"""A2A agents as interswarm peers: ``<agent>@<peer>`` for a registry entry of kind ``a2a``."""
 
 from __future__ import annotations
 
