@@ -433,10 +433,7 @@ class WebhookService:
         """The subscription of one ``POST /message``: its task's events go to `url`.
         Returns ``{"id", "secret"}`` (the secret; None when the caller gave one).
         `subscription_id`: its id, chosen by a keyed message (recorded with its key).
-
-        One per task and URL: a later message of the task naming the same URL keeps that
-        subscription (its id; its secret, unless the message gives one; the message's
-        `events`), so each event goes to a URL once. Bounded per caller and per task."""
+        """
         given = isinstance(spec, dict) and spec.get("secret") is not None
         url, events, secret = await self.check_request_webhook(spec)
         sub = self._new_subscription(
