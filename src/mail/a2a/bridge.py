@@ -84,14 +84,7 @@ class CallerContextBuilder(ServerCallContextBuilder):
 
 
 def build_agent_card(state: Any) -> AgentCard:
-    """The swarm's Agent Card (``GET /.well-known/agent-card.json``), built from its template.
-
-    Name, version, description and keywords come from ``GET /`` (``state.swarm_info()``);
-    there is one skill for the swarm as a whole (its default entrypoint) and one per other
-    entrypoint agent (addressed with an ``entrypoint`` data part). Two interfaces of A2A 1.0,
-    both at ``<base_url>/a2a``: JSON-RPC (``POST /a2a``) first, the one a client picks when it
-    can, and HTTP+JSON (``/a2a/message:send``, ...); callers authenticate with the server's
-    bearer API keys (``mail keys``), as for ``/message``."""
+    """The swarm's Agent Card (``GET /.well-known/agent-card.json``), built from its template."""
     info = state.swarm_info()
     described = describe_swarm(state.template, name=info["name"])
     entrypoint = info["entrypoint"]

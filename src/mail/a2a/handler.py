@@ -107,13 +107,7 @@ class MAILRequestHandler(DefaultRequestHandler):
 
     @contextlib.asynccontextmanager
     async def _one_message(self, task_id: str, context: ServerCallContext) -> AsyncIterator[None]:
-        """Hold ``task_id`` for one message, or refuse the message (see the module doc).
-
-        The hold is taken without a suspension after its check, so of two messages racing
-        for one task exactly one goes on; it is the caller's own (another caller's task id is
-        the SDK's "task not found"). A message without a task id starts a new task, whose id
-        nobody else knows yet.
-        """
+        """Hold ``task_id`` for one message, or refuse the message (see the module doc)."""
         if not task_id:
             yield
             return

@@ -55,13 +55,7 @@ def rest_endings(settings: Any) -> tuple[bytes, bytes]:
 async def _drained(
     source: AsyncIterator[Any], max_bytes: int, ping_interval: float, too_slow: bytes
 ) -> AsyncIterator[bytes]:
-    """The frames of ``source`` (sse-starlette event dicts), read from it as they come.
-
-    At most ``max_bytes`` of frames are held for whoever iterates this (one larger frame
-    always fits); past that ``source`` is closed and, once the held frames are out,
-    ``too_slow`` ends the iteration. A ping comes out after ``ping_interval`` seconds without
-    a frame.
-    """
+    """The frames of ``source`` (sse-starlette event dicts), read from it as they come."""
     frames: collections.deque[bytes] = collections.deque()
     held = 0
     ready = asyncio.Event()
