@@ -684,11 +684,7 @@ class FinishedTasks:
         after a restart) stays until the sweep lets it go, a few seconds, and no longer
         counts among the open tasks either; a caller sending in a loop would pass its bound
         by what it finished in that time.
-
-        With a store the instance holds only its open and just-finished tasks: a few to look
-        at. The memory store keeps every finished task in its instance, and in its books
-        once let go: they are looked at only when the instance holds more finished tasks
-        than the books have of it (some are not booked yet)."""
+        """
         if not (self.quota.max_tasks or self.quota.max_bytes):
             return  # no bound to check: the sweep books them as it lets them go
         inst = inst or self.instances.peek(*owner)

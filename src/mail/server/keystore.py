@@ -187,13 +187,7 @@ def create_key(
 
 
 def revoke_keys(path: Path, id_or_prefix: str, *, role: str | None = None) -> list[KeyRecord]:
-    """Remove the keys named by ``id_or_prefix`` (only those of ``role`` when given).
-
-    Tried in order: every key with that id; the key itself (full secret); the one key whose
-    shown prefix starts with the argument (at least ``mail_`` + 4 characters, and unambiguous).
-    An id held by keys of several roles is refused without ``role``: one id may name
-    different callers (a user and an admin), and revoking both by accident locks out both.
-    """
+    """Remove the keys named by ``id_or_prefix`` (only those of ``role`` when given)."""
     if not id_or_prefix:
         raise KeyStoreError("an id or key prefix is required")
     if role is not None and role not in ROLES:

@@ -83,15 +83,7 @@ def event_stream_response(
     slot: StreamSlot | None = None,
     opened: asyncio.Event | None = None,
 ) -> EventStreamResponse:
-    """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
-
-    See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
-    seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
-    for ``task_id``. With ``streams``, the stream ends the same way when the server starts to
-    shut down (:mod:`mail.server.stream_shutdown`). With ``opened``, the status line and
-    headers leave only once that event is set (by the source: for ``POST /message``, once
-    the submission is committed), or the first event is ready, or the source ended.
-    """
+    """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe."""
     limit = sys.maxsize if max_buffer_bytes is None else max_buffer_bytes
     queue = BoundedFrameQueue(
         events,

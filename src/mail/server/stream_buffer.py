@@ -156,13 +156,7 @@ class BoundedFrameQueue:
                     pass  # already closing (the cancellation path)
 
     async def chunks(self) -> AsyncGenerator[tuple[bytes, bool], None]:
-        """The body: ``(chunk, last)`` in order until the source ends or overflowed.
-
-        Everything queued when the reader comes back goes out as one chunk: the frames of one
-        turn's events then cost one socket write (and the client one read), not one each.
-        ``last`` is true on the stream's final chunk, so the response can end the body with
-        that same write.
-        """
+        """The body: ``(chunk, last)`` in order until the source ends or overflowed."""
         self.start()
         frames = self._frames
         try:

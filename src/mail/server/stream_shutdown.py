@@ -41,10 +41,6 @@ class OpenStreams:
 def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
     """A ``uvicorn.Server`` for a MAIL ``app`` on ``config``'s host and port that ends the open
     event streams when a shutdown signal arrives.
-
-    Every way of serving the app shares these settings: our logging (no uvicorn log config),
-    httptools with bounded request heads (:mod:`mail.server.http_protocol`), no websockets
-    (none are routed; it skips importing an implementation). ``options`` adds uvicorn's others.
     """
     import uvicorn
 

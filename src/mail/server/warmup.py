@@ -30,13 +30,7 @@ FALLBACK_DELAY = 1.0
 
 
 def warm_agent_tool_specs(agent: Any, swarm_exclude: list[str]) -> None:
-    """Build the tool specs of a template's ``agent`` the way its first turn does.
-
-    A turn checks each tool call against the tools its agent was offered
-    (mail.core.tool_rights); the specs behind that (pydantic models and their JSON schemas,
-    milliseconds an agent) are built on first use and cached per wiring, shared by every
-    instance, as are the specs of its actions and team tools its factory gets.
-    """
+    """Build the tool specs of a template's ``agent`` the way its first turn does."""
     from mail.core.agents import AgentCore
     from mail.core.tool_rights import wiring_tool_names
 
