@@ -92,21 +92,10 @@ _ConversationKey = tuple[str, str, str]  # (peer, task owner, MAIL task id)
 class PeerConversations:
     """Outbound A2A conversations, one per (peer, caller, MAIL task).
 
-    Each caller has their own MAIL instance, so two callers can hold tasks with the same id (an
-    A2A ``contextId`` such as ``"chat"`` maps to the same MAIL task id for everyone). What we send
-    an A2A peer must therefore name the caller too, or one caller would continue another's
-    conversation with the peer and read its answers. The task's owner (``role:id@swarm``, from
-    the envelope) is the caller:
-
-    * the ``contextId`` sent to a peer is an HMAC of (peer, owner, MAIL task id) under a key drawn
-      when the server starts, shaped as a UUID: the same for every message of one caller's task to
-      one peer while the server runs, different for another caller, another task or another peer,
-      and telling the peer nothing about who the caller is or what the task id is (not even to
-      confirm a guess). After a restart a continued MAIL task starts a new context with the peer
-      (the task waiting for input there is forgotten at a restart anyway);
-    * the peer's task waiting for input (``input-required``), which the sender's next message
-      answers, is kept per (peer, owner, MAIL task id), at most ``MAX_WAITING`` of them (the
-      oldest forgotten first: its next message then starts a new peer task).
+    The ``contextId`` sent to a peer is an HMAC of (peer, owner, MAIL task id) under a key drawn
+    at server start, shaped as a UUID: callers with equal task ids never share a conversation,
+    and the peer learns neither. A peer task waiting for input (``input-required``) is kept per
+    (peer, owner, task), at most ``MAX_WAITING`` (oldest forgotten first).
     """
 
     def __init__(self, max_waiting: int = MAX_WAITING) -> None:
