@@ -431,9 +431,6 @@ class StreamSlots:
         self.limit = limit  # 0 = no bound
         self._open: dict[tuple[str, str], int] = {}
 
-    def open_for(self, role: str, caller_id: str) -> int:
-        return self._open.get((role, caller_id), 0)
-
     def acquire(self, role: str, caller_id: str) -> StreamSlot:
         owner = (role, caller_id)
         held = self._open.get(owner, 0)

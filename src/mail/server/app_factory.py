@@ -24,7 +24,6 @@ from mail.server import (
     routes_crons,
     routes_interswarm,
     routes_public,
-    routes_task_events,
     routes_team,
     routes_user,
     routes_webhooks,
@@ -370,7 +369,6 @@ def create_app(
     app.router.routes.append(routes_user.message_route)  # first: matched on every request
     app.include_router(routes_user.router)
     app.include_router(routes_public.router)
-    app.include_router(routes_task_events.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_interswarm.router)
     app.include_router(routes_team.router)
