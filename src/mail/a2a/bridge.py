@@ -1,12 +1,4 @@
-"""The SDK objects of the inbound bridge, built once per server on first use.
-
-The SDK's request handler (tasks, streaming, get, cancel, resubscribe), with MAIL's rules on
-top (``mail.a2a.handler``), runs our ``MAILAgentExecutor``; the SDK's two HTTP bindings
-(its JSON-RPC dispatcher, its HTTP+JSON routes) are adapters over that one handler. Here too:
-the swarm's Agent Card, and the task store (`BoundedTaskStore`), scoped per MAIL caller
-(``role:id``) so one caller's A2A tasks are invisible to another, like their MAIL tasks are,
-and bounded per caller.
-"""
+"""The SDK objects of the inbound bridge, built once per server on first use."""
 
 from __future__ import annotations
 
@@ -92,14 +84,7 @@ class CallerContextBuilder(ServerCallContextBuilder):
 
 
 def build_agent_card(state: Any) -> AgentCard:
-    """The swarm's Agent Card (``GET /.well-known/agent-card.json``), built from its template.
-
-    Name, version, description and keywords come from ``GET /`` (``state.swarm_info()``);
-    there is one skill for the swarm as a whole (its default entrypoint) and one per other
-    entrypoint agent (addressed with an ``entrypoint`` data part). Two interfaces of A2A 1.0,
-    both at ``<base_url>/a2a``: JSON-RPC (``POST /a2a``) first, the one a client picks when it
-    can, and HTTP+JSON (``/a2a/message:send``, ...); callers authenticate with the server's
-    bearer API keys (``mail keys``), as for ``/message``."""
+    """The swarm's Agent Card (``GET /.well-known/agent-card.json``), built from its template."""
     info = state.swarm_info()
     described = describe_swarm(state.template, name=info["name"])
     entrypoint = info["entrypoint"]

@@ -1,24 +1,4 @@
-"""Cancelling a MAIL task: the task stops, its agents are not called again, the log says so.
-
-``cancel_task(runtime, task_id)`` is the runtime-level operation (no HTTP, no caller);
-``cancel_caller_task(state, caller, task_id)`` is the service the A2A bridge's ``tasks/cancel``
-and ``POST /task/cancel`` both call, on the caller's own instance only.
-
-What a cancel does, in order:
-
-1. a running task ends as a timed-out one does (``end_task``): its queued messages are
-   stashed, anyone waiting on it gets a ``::task_cancelled::`` answer, peer swarms taking
-   part are told it failed; a task paused at a breakpoint closes the pause (each paused call
-   gets a result saying so) and one waiting for review drops its held calls;
-2. a ``task_cancelled`` event is recorded on the task (with the reason);
-3. the agent turns of the task still in flight are cancelled, so no model call of the task
-   finishes and nothing it would have sent is delivered (messages for a completed task are
-   held back by the runtime, see ``_hold_for_continuation``).
-
-A cancelled task can be continued later with a new message, like any completed one.
-
-(Kept in ``mail.a2a`` for now; the MCP face needs the same service, see the merge notes.)
-"""
+"""Cancelling a MAIL task: the task stops, its agents are not called again, the log says so."""
 
 from __future__ import annotations
 

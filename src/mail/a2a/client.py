@@ -1,16 +1,4 @@
-"""Talk to any A2A agent (a MAIL server's `/a2a` included) from Python, for testing.
-
-    from mail.a2a.client import a2a_card, a2a_send
-    card = await a2a_card("http://localhost:8000")                 # name, skills, interfaces
-    reply = await a2a_send("http://localhost:8000", "Hello", api_key=token)
-    reply.state, reply.text, reply.task_id, reply.context_id, reply.data
-
-``a2a_send`` resolves the card, sends one message with the SDK's client (not streamed) and
-returns how the task stands. Send the next message with ``context_id=reply.context_id`` to
-continue the conversation, and with ``task_id=reply.task_id`` too to answer an
-``input-required`` task (``data={...}`` adds a data part, e.g. breakpoint results or review
-decisions for a MAIL swarm: see docs/a2a.md). ``MAILClient.a2a_send`` calls this.
-"""
+"""Talk to any A2A agent (a MAIL server's `/a2a` included) from Python, for testing."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""A2A ``SendMessage`` is idempotent by ``messageId``: a message sent again is not run again.
-
-A2A lets an agent treat a message whose ``messageId`` it has already seen as the same
-message (the client retries after a dropped connection with the same message). The bridge
-does so per caller: the first ``SendMessage`` (or ``SendStreamingMessage``) with a
-``messageId`` runs; a repeat of it by the same caller returns that message's task as it is
-now (a blocking repeat waits until the first call returns), and a streamed repeat
-subscribes to that task (or gets its final state when it is over). Another caller's message
-with the same id is another message. The same id with another message (other parts, role,
-context or task; the metadata may differ between retries) is refused with invalid params,
-and nothing runs: answering it with the first message's task would drop the new message
-silently (as ``Idempotency-Key`` with another body is 422).
-
-What is remembered is the id of the task each message started, in memory, for the newest
-``max_a2a_tasks_per_caller`` messages of each caller (the A2A task records themselves are
-kept in memory and bounded the same way, see ``mail.a2a.bridge``).
-"""
+"""A2A ``SendMessage`` is idempotent by ``messageId``: a message sent again is not run again."""
 
 from __future__ import annotations
 

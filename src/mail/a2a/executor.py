@@ -1,21 +1,4 @@
-"""The A2A ``AgentExecutor`` that runs A2A messages as MAIL tasks of the caller's instance.
-
-One A2A message is one MAIL message (``mapping.inbound_request``, checked as ``POST /message``
-checks its body); the MAIL task is the A2A context (``mapping.mail_task_id``). While the task
-runs, each MAIL event becomes a ``working`` status update whose metadata carries it
-(``mail_event``: name, per-task id and data); the task's answer becomes the ``response``
-artifact and the ``completed`` status. A breakpoint or review pause becomes ``input-required``
-with a data part saying what to send back (``mapping.pause_payload``). What ``POST /message``
-refuses (400, 404, 409, 413, 429) becomes ``rejected`` with the same explanation; a task error
-or timeout ``failed``.
-
-Cancelling is the request handler's (``mail.a2a.handler``): it marks the A2A task
-``cancelling`` here, then stops the MAIL task. While a cancel is in flight ``execute`` sends no
-progress, and before it writes a state of its own (its answer, a rejection) it waits for the
-cancel to decide: one that stopped the task writes ``canceled`` alone, one that found the work
-already done is refused and ``execute`` ends the task with its own answer (never left
-``working``).
-"""
+"""The A2A ``AgentExecutor`` that runs A2A messages as MAIL tasks of the caller's instance."""
 
 from __future__ import annotations
 

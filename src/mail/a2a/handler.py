@@ -1,27 +1,4 @@
-"""The bridge's A2A request handler: the SDK's own, with MAIL's rules where they differ.
-
-* A message comes from the caller (``ROLE_USER``): one marked ``ROLE_AGENT`` (the role of the
-  agent's own messages) is refused with a JSON-RPC invalid-params error, never run as the
-  user's turn.
-* One message at a time per task, as on ``POST /message``: a message naming a task that is
-  still working on an earlier one (or that another message is being handed to right now) is
-  refused with an unsupported-operation error; it never gets the earlier message's answer and
-  the task never goes ``completed`` -> ``working`` again. Only a task waiting for input takes
-  a message; one that has ended (``completed``, ``rejected``, ...) is refused too, and a new
-  task in the same context continues the conversation.
-* ``CancelTask`` stops the MAIL task first. When that cancelled nothing (the MAIL task had
-  just finished), the A2A task is left to end with its own answer and the cancel is refused
-  (``TaskNotCancelableError``): never ``canceled`` for a task that then completes. A task
-  waiting for input is ended as ``canceled`` either way. A message still being handed to
-  MAIL (instance creation, store reads) is waited for first, so its MAIL task exists and is
-  cancelled (``SUBMISSION_WAIT``).
-* A task waiting for input whose MAIL task was cancelled another way (``POST /task/cancel``,
-  the console) reads ``canceled`` from then on (``GetTask``, ``ListTasks``,
-  ``SubscribeToTask``).
-* A task left waiting for input releases its in-memory machinery after
-  ``[server.settings] a2a_interrupted_task_timeout`` seconds (the SDK's interrupted-task
-  timeout); its record stays, and an answer picks it up again.
-"""
+"""The bridge's A2A request handler: the SDK's own, with MAIL's rules where they differ."""
 
 from __future__ import annotations
 
@@ -130,13 +107,7 @@ class MAILRequestHandler(DefaultRequestHandler):
 
     @contextlib.asynccontextmanager
     async def _one_message(self, task_id: str, context: ServerCallContext) -> AsyncIterator[None]:
-        """Hold ``task_id`` for one message, or refuse the message (see the module doc).
-
-        The hold is taken without a suspension after its check, so of two messages racing
-        for one task exactly one goes on; it is the caller's own (another caller's task id is
-        the SDK's "task not found"). A message without a task id starts a new task, whose id
-        nobody else knows yet.
-        """
+        """Hold ``task_id`` for one message, or refuse the message (see the module doc)."""
         if not task_id:
             yield
             return

@@ -1,22 +1,4 @@
-"""Pure translations between A2A messages and MAIL requests, events and answers.
-
-Inbound message shape (documented in docs/a2a.md):
-
-* text parts are joined (newline) into the MAIL message ``body``;
-* a data part ``{"breakpoint_tool_call_result": ...}`` resumes a breakpoint pause
-  (``resume_from = "breakpoint_tool_call"``; optional ``"breakpoint_tool_caller"``);
-* a data part ``{"decisions": [...]}`` answers an action review (``resume_from =
-  "action_review"``);
-* a data part may also carry ``"entrypoint"``, ``"subject"`` and ``"max_steps"``;
-* anything else continues the MAIL task with the text (``user_response``).
-
-The result is checked as a ``POST /message`` body is (``inbound_request``), so the bridge
-refuses what ``/message`` refuses, with the same words.
-
-The MAIL task id is derived from the A2A ``contextId`` (the context *is* the MAIL task): a
-new A2A task in the same context continues the MAIL task with its agents' memory, and an
-``input-required`` A2A task resumed with a follow-up message resumes the paused MAIL task.
-"""
+"""Pure translations between A2A messages and MAIL requests, events and answers."""
 
 from __future__ import annotations
 

@@ -1,32 +1,4 @@
-"""A2A agents as interswarm peers: ``<agent>@<peer>`` for a registry entry of kind ``a2a``.
-
-An entry is registered like a MAIL swarm (``POST /swarms``, the registry file) with
-``metadata: {"kind": "a2a"}`` (optionally ``"card_url"`` when the card is not at
-``<base_url>/.well-known/agent-card.json``). Its health check reads the card.
-
-Sending (``InterswarmRouter.send_interswarm`` hands envelopes for such entries here): the
-MAIL message body becomes the text of an A2A message whose ``contextId`` stands for the
-sending task and its caller (`PeerConversations`: one conversation per caller's
-task, naming neither); the SDK client (over :mod:`mail.a2a.peer_http`: address guard and byte cap)
-sends it and waits, within the router's ``interswarm_timeout``, for the A2A task to end or
-pause. A peer whose card says ``capabilities.streaming`` is sent to with the SDK's streaming
-send, and each status or artifact update it sends meanwhile becomes an
-``interswarm_message_progress`` event of the sender's MAIL task (:mod:`mail.a2a.peer_updates`,
-bounded per call). The call ends at the peer's answer (a message, or its task's first final or
-interrupted state) and closes the stream, whatever the peer would send after. The registry's
-token for the entry goes only to the origins of its ``base_url`` and ``card_url``, not to
-another one a card names. The outcome comes back to the sender as a MAIL response from
-``<agent>@<peer>``, the way a MAIL peer's ``/interswarm/back`` answer does:
-
-* ``completed`` (or a plain message): the artifacts' text (else the status message's text);
-* ``input-required`` / ``auth-required``: subject ``Input required: ...`` and the agent's
-  question; the next message of the same caller's task to the peer continues that A2A task;
-* runtime notices (subjects starting with ``::``, e.g. the task-end notice) are not sent;
-* ``failed`` / ``rejected`` / ``canceled``, a timeout, a refused address, an answer over the
-  cap, a dead peer: an ``::interswarm_error::`` to the sender (nothing is delivered), and an
-  unreachable peer is marked inactive like a MAIL one. The peer's own words in it (its failure
-  reason, its error message) are cut to ``max_a2a_peer_update_chars``.
-"""
+"""A2A agents as interswarm peers: ``<agent>@<peer>`` for a registry entry of kind ``a2a``."""
 
 from __future__ import annotations
 
@@ -120,21 +92,10 @@ _ConversationKey = tuple[str, str, str]  # (peer, task owner, MAIL task id)
 class PeerConversations:
     """Outbound A2A conversations, one per (peer, caller, MAIL task).
 
-    Each caller has their own MAIL instance, so two callers can hold tasks with the same id (an
-    A2A ``contextId`` such as ``"chat"`` maps to the same MAIL task id for everyone). What we send
-    an A2A peer must therefore name the caller too, or one caller would continue another's
-    conversation with the peer and read its answers. The task's owner (``role:id@swarm``, from
-    the envelope) is the caller:
-
-    * the ``contextId`` sent to a peer is an HMAC of (peer, owner, MAIL task id) under a key drawn
-      when the server starts, shaped as a UUID: the same for every message of one caller's task to
-      one peer while the server runs, different for another caller, another task or another peer,
-      and telling the peer nothing about who the caller is or what the task id is (not even to
-      confirm a guess). After a restart a continued MAIL task starts a new context with the peer
-      (the task waiting for input there is forgotten at a restart anyway);
-    * the peer's task waiting for input (``input-required``), which the sender's next message
-      answers, is kept per (peer, owner, MAIL task id), at most ``MAX_WAITING`` of them (the
-      oldest forgotten first: its next message then starts a new peer task).
+    The ``contextId`` sent to a peer is an HMAC of (peer, owner, MAIL task id) under a key drawn
+    at server start, shaped as a UUID: callers with equal task ids never share a conversation,
+    and the peer learns neither. A peer task waiting for input (``input-required``) is kept per
+    (peer, owner, task), at most ``MAX_WAITING`` (oldest forgotten first).
     """
 
     def __init__(self, max_waiting: int = MAX_WAITING) -> None:

@@ -1,12 +1,4 @@
-"""The HTTP client of outbound A2A calls: the stdlib address guard and a byte cap.
-
-Every connection passes :mod:`mail.stdlib.netguard` (``[stdlib.net]``: loopback, private,
-link-local and metadata addresses refused after DNS unless allow-listed); redirects are not
-followed; each answer (the Agent Card, a JSON-RPC reply, a whole event stream) is cut off
-after ``[stdlib.http] max_response_bytes`` bytes (default 1 MiB), counted as they arrive. The
-answers are asked for uncompressed, so what is counted is what is parsed. A registry token
-goes only to the origins the registry entry names (``OriginBearer``), wherever a card points.
-"""
+"""The HTTP client of outbound A2A calls: the stdlib address guard and a byte cap."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""What an A2A peer sends while it works, turned into MAIL task events.
-
-A peer whose card says ``capabilities.streaming`` is called with the SDK's streaming send; each
-status or artifact update it sends while the call runs becomes one ``interswarm_message_progress``
-event of the sender's MAIL task (``PeerTaskFeed.add`` builds it), and the updates are applied,
-in order, to the peer's task as the SDK's server applies them, so the call's outcome is the same
-task a non-streaming send would have returned. The call's task is the first one the stream
-names; updates naming another task are ignored. The peer has answered (``finished``) once it
-sends a message or its task reaches a final or interrupted state (``FINAL_STATES``): what it
-sends after that is not read.
-
-Bounded per call: ``[server.settings] max_a2a_peer_updates`` updates become events (later ones
-are counted and summed up in one last event), and every string of the peer's in an event (the
-update's text, task and artifact ids, the artifact's name) keeps at most
-``max_a2a_peer_update_chars`` characters (cut off, ``"truncated": true``); ``clip_reason`` cuts a
-peer's error or failure text to as many. What the peer sends in all is bounded by
-``[stdlib.http] max_response_bytes`` (``mail.a2a.peer_http``).
-"""
+"""What an A2A peer sends while it works, turned into MAIL task events."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""A2A push notifications on the bridge, through the server's push delivery (``mail.webhooks``).
-
-``PushConfigs`` is the SDK's ``PushNotificationConfigStore`` over the webhook store: a config
-(``tasks/pushNotificationConfig/set|get|list|delete``, or one sent with a message) is kept
-with its caller, as a subscription of kind ``a2a`` for that A2A task, and each caller sees
-only their own. Its URL passes the same address guard as any webhook.
-
-``PushSender`` is the SDK's ``PushNotificationSender``: each significant task update (the
-task, a state change, an artifact; not the ``working`` update of every MAIL event) becomes a
-delivery in the outbox, sent with the config's token (``X-A2A-Notification-Token``) and
-authentication (``Authorization: <scheme> <credentials>``) as A2A 1.0 says, retried on the
-webhook schedule and kept across restarts. The body is the update as a ``StreamResponse``.
-"""
+"""A2A push notifications on the bridge, through the server's push delivery (``mail.webhooks``)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,4 @@
-"""HTTP routes of the A2A bridge, installed by ``mail.server.app_factory`` (``server/front_doors.py``).
-
-* ``GET /.well-known/agent-card.json`` — the swarm's Agent Card (public, like ``GET /``);
-* ``POST /a2a`` — the A2A JSON-RPC binding;
-* ``/a2a/...`` — the A2A HTTP+JSON binding (``POST /a2a/message:send``, ``GET /a2a/tasks/{id}``,
-  ... : the SDK's REST routes under ``/a2a``);
-* ``POST /task/cancel`` — cancel one of your MAIL tasks (``{"task_id": ...}``).
-
-Both bindings are the SDK's adapters over one request handler (``mail.a2a.bridge``), behind the
-same doors: the bearer API key, as ``/message``; the body read by the server's parser and its
-shape counted before the SDK reads it; a streaming method takes one of the caller's event
-stream slots, as ``POST /message`` with a stream, and its stream is bounded for a slow reader
-(``mail.a2a.stream``). Only the shape of a refusal differs (a JSON-RPC error, or the HTTP+JSON
-binding's 400).
-
-The SDK is imported and its objects built on the first A2A request (a server nobody reaches
-over A2A never loads it, and its shutdown never waits for it); they are closed at shutdown.
-A signing key for the card (``[server.settings] a2a_card_signing_key``) is read at startup,
-so a key that cannot sign stops the server there.
-"""
+"""HTTP routes of the A2A bridge, installed by ``mail.server.app_factory`` (``server/front_doors.py``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """Run a MAIL message for a caller and watch its events, as ``POST /message`` with
 ``stream: true`` does, without the HTTP response around it.
-
-Same checks and limits as ``/message`` (entrypoint, ``max_message_body``, paused-task
-quota, one request per task, per-user instance, message timeout).
 """
 
 from __future__ import annotations

@@ -1,16 +1,4 @@
-"""Signed Agent Cards (A2A 1.0, 8.4): a JWS over the card's canonical form, by the SDK's signer.
-
-With ``[server.settings] a2a_card_signing_key`` naming a PEM file that holds an unencrypted
-private key, the card served at ``/.well-known/agent-card.json`` carries one signature in
-``signatures``: the SDK canonicalizes the card without it (RFC 8785, default values left
-out) and signs that with the key. The protected header names the algorithm (from the key:
-ES256/ES384/ES512 for the P-256/P-384/P-521 curves, RS256 for RSA of 2048 bits or more,
-EdDSA for Ed25519), ``typ: JOSE``, ``kid`` (``a2a_card_signing_kid``, by default the
-public key's RFC 7638 thumbprint, which a client can compute from the key it trusts) and
-``jku`` when ``a2a_card_signing_jku`` is set. The key is read once, at startup; a file
-that is missing, not a private key, encrypted or of another kind stops the server with a
-line saying why.
-"""
+"""Signed Agent Cards (A2A 1.0, 8.4): a JWS over the card's canonical form, by the SDK's signer."""
 
 from __future__ import annotations
 

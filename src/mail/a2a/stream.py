@@ -1,25 +1,4 @@
-"""A2A event streams (``SendStreamingMessage``, ``SubscribeToTask``) with a slow-reader bound.
-
-The SDK hands each stream its events through a queue of its own per subscriber, one entry per
-event holding the event *and a copy of the whole task*; a client that stops reading let that
-queue, and the bytes behind it, grow with everything the task did (an unread stream of a
-task producing 20 MB held hundreds of MB). Here the SDK's stream is read as soon as it has
-something (``_drained``), so its queue stays empty, and what the client has not read yet is
-held as encoded frames, counted in bytes:
-
-* up to ``[server.settings] sse_max_buffer_bytes`` wait in the response's own buffer
-  (:class:`mail.server.stream_buffer.BoundedFrameQueue`, as for ``POST /message`` streams);
-  when it stays full for ``sse_slow_reader_timeout`` seconds the client is too slow;
-* while that buffer is full, up to as many bytes again are taken from the SDK meanwhile; past
-  them the client is too slow too.
-
-A client that is too slow gets every frame already held, then an error event saying so (in the
-binding's shape: a JSON-RPC error, or the HTTP+JSON binding's ``{"error": {...}}``), and the
-stream ends; the task keeps running (``GetTask`` or ``SubscribeToTask`` follows it).
-An A2A stream thus holds at most twice ``sse_max_buffer_bytes`` for its client (one event
-larger than that always passes). A stream with nothing to say sends a comment line every
-``sse_ping_interval`` seconds, and a server shutdown ends it with an error event saying so.
-"""
+"""A2A event streams (``SendStreamingMessage``, ``SubscribeToTask``) with a slow-reader bound."""
 
 from __future__ import annotations
 
@@ -76,13 +55,7 @@ def rest_endings(settings: Any) -> tuple[bytes, bytes]:
 async def _drained(
     source: AsyncIterator[Any], max_bytes: int, ping_interval: float, too_slow: bytes
 ) -> AsyncIterator[bytes]:
-    """The frames of ``source`` (sse-starlette event dicts), read from it as they come.
-
-    At most ``max_bytes`` of frames are held for whoever iterates this (one larger frame
-    always fits); past that ``source`` is closed and, once the held frames are out,
-    ``too_slow`` ends the iteration. A ping comes out after ``ping_interval`` seconds without
-    a frame.
-    """
+    """The frames of ``source`` (sse-starlette event dicts), read from it as they come."""
     frames: collections.deque[bytes] = collections.deque()
     held = 0
     ready = asyncio.Event()

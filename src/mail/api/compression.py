@@ -1,9 +1,4 @@
-"""Context compression for manual steps (`manual_step(..., dynamic_ctx_ratio=r, _llm=model)`).
-
-When an agent's history grows past `r` times the model's input window, everything but the
-system prompt and the most recent messages is replaced by a summary written by `model`.
-Token counts are estimated from characters (no tokenizer download is needed offline).
-"""
+"""Context compression for manual steps (`manual_step(..., dynamic_ctx_ratio=r, _llm=model)`)."""
 
 from __future__ import annotations
 

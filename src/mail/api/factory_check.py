@@ -1,14 +1,4 @@
-"""Checking an agent's factory when its template is built, not when a caller first needs it.
-
-The factory is imported (``python::module:object`` strings) and the keyword arguments the
-template will pass are compared with its signature: parameters it does not take (with a
-"did you mean" hint), required ones nobody supplies, and values whose type plainly
-contradicts a simple annotation (``str``, ``bool``, ``int``, ``float``, optionally ``| None``).
-
-A factory that takes ``**kwargs`` and forwards them elsewhere may name where with an
-``accepted_settings`` attribute (a callable whose signature lists the settings it accepts);
-otherwise anything extra is accepted, as its signature says.
-"""
+"""Checking an agent's factory when its template is built, not when a caller first needs it."""
 
 from __future__ import annotations
 

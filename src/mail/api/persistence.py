@@ -1,14 +1,4 @@
-"""Wiring between a runtime instance and a TaskStore: write-through hooks and recovery.
-
-The runtime calls the observer hooks synchronously; they only enqueue. A store with
-`write_nowait` (the SQL stores) takes each write at once, in the hook, so a write costs no
-task switch; otherwise, or while that store's buffer is full, one drain task per instance
-awaits the store's methods in order. Either way the store acknowledges at once and writes
-in the background, so agents never wait on the database, but for one case: while writes
-wait in the drain (the store's queue is full: `max_pending` writes, a database outage), an
-agent's next turn waits until they are handed over (`room`), so a long outage holds the
-running tasks still instead of growing the drain without bound.
-"""
+"""Wiring between a runtime instance and a TaskStore: write-through hooks and recovery."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Tasks that live in the store rather than in a runtime: loading, rebuilding, putting back.
-
-A server keeps only running and paused tasks in its instances (see core/finished_tasks.py);
-the others are read from the store when asked for. This module turns stored rows back into
-runtime objects: `load_open_snapshot` (what an instance loads when it starts),
-`task_from_snapshot` (a finished task to show, outside any runtime) and `restore_task`
-(a finished task that gets a new message goes back into its runtime, histories and all).
-"""
+"""Tasks that live in the store rather than in a runtime: loading, rebuilding, putting back."""
 
 from __future__ import annotations
 

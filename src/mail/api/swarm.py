@@ -1,10 +1,4 @@
-"""MAILSwarm: a running swarm instance (agents + actions + its own runtime).
-
-Besides sending messages and running tasks, an instance answers for its wiring (agents and
-actions by name, who may message whom, sub-swarm templates), its store, its interswarm
-connection, and v1.3's methods for both (``receive_interswarm_message``,
-``load_tasks_from_db`` ...).
-"""
+"""MAILSwarm: a running swarm instance (agents + actions + its own runtime)."""
 
 from __future__ import annotations
 
@@ -390,17 +384,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
         on_stored: Callable[[], Any] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[TaskEvent]:
-        """`stream_events` for a complete MAILMessage.
-
-        Acknowledged means stored: right after the submission, before any event is yielded,
-        the store commits what it wrote (the task's creation or resumption and the caller's
-        message), as a plain `post_message` answers only once its task is stored; then
-        `on_stored()` is called, and awaited when it returns an awaitable (a server sends
-        its response's headers then; what it raises ends the stream before any event). The final
-        event waits for the task's answer to be stored too. Two commits per stream, none
-        per event in between; both skipped, as for `post_message`, while the store
-        reports an outage.
-        """
+        """`stream_events` for a complete MAILMessage."""
 
         async def submitted() -> None:
             await self._flush_before_answer()
@@ -474,13 +458,9 @@ class MAILSwarm(WiredAgents[MAILAgent]):
 
     # ------------------------------------------------------------------ persistence
     async def attach_store(self, store: Any, key: Any = None, *, load_finished: bool = True) -> int:
-        """Restore this instance's tasks from `store` and persist from now on.
+        """Restore this instance's tasks from `store` and persist from now on; returns how many.
 
-        Returns the number of restored tasks. Agent histories are persisted unless the
-        swarm explicitly sets `enable_db_agent_histories=False`. With histories persisted,
-        tasks that were running continue by themselves once the loop runs (their pending
-        work is journaled: mail.core.runtime_durable). `load_finished=False` loads only the
-        running and paused tasks (the server reads finished ones from the store).
+        `load_finished=False` loads only the running and paused tasks.
         """
         from mail.api.persistence import StoreObserver, restore_snapshot
         from mail.api.stored_tasks import load_open_snapshot

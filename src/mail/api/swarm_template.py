@@ -346,9 +346,6 @@ class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
         """Serve this template over HTTP (blocks), with the web console at ``/ui`` when
         `launch_ui`. `ui_port`, `ui_path` and `server_url` (v1.3's separate console app) are
         accepted and unused; `kwargs` may override any ``[server]`` key.
-
-        The server builds on this package, so it is reached through the starter ``mail.launch``
-        installs (see mail.hooks), never imported from here.
         """
         hooks.start_server(
             self,

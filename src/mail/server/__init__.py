@@ -1,10 +1,4 @@
-"""The MAIL HTTP server (FastAPI): ``from mail.server import create_app``.
-
-Submodules are imported lazily so that light users (``mail keys``) don't load FastAPI.
-Run it with ``mail server`` or ``python -m mail.server``. ``mail.server.app`` is the
-configured server's application, built when first read (v1.3 kept it there, so
-``uvicorn mail.server:app`` serves it; see ``server/asgi_module.py``).
-"""
+"""The MAIL HTTP server (FastAPI): ``from mail.server import create_app``."""
 
 from __future__ import annotations
 

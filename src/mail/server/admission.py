@@ -1,12 +1,4 @@
-"""Admission: whether a message may start or continue work, and what it holds until it is in.
-
-Every front door that starts work comes here (``POST /message``, A2A, MCP sends, interswarm).
-`admit` reads the caller's books once (`FinishedTasks.books`), then runs `CHECKS` in order with
-no suspension between them (of two concurrent requests for one task exactly one wins). A check
-passes, refuses with its documented status, or reserves something that `Admission.release`
-gives back, in one place. Also here: the per-caller bounds that are no stored books (event
-streams, tasks held open) and the task store's backlog (503).
-"""
+"""Admission: whether a message may start or continue work, and what it holds until it is in."""
 
 from __future__ import annotations
 
@@ -438,9 +430,6 @@ class StreamSlots:
     def __init__(self, limit: int) -> None:
         self.limit = limit  # 0 = no bound
         self._open: dict[tuple[str, str], int] = {}
-
-    def open_for(self, role: str, caller_id: str) -> int:
-        return self._open.get((role, caller_id), 0)
 
     def acquire(self, role: str, caller_id: str) -> StreamSlot:
         owner = (role, caller_id)

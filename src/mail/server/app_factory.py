@@ -1,14 +1,4 @@
-"""The FastAPI application: ``create_app`` and its lifespan.
-
-    from mail.server import create_app
-    app = create_app()                                 # config from mail.toml, swarm from swarms.json
-    app = create_app(config=cfg, template=template)    # inject a MAILSwarmTemplate (tests, benches)
-
-Without an explicit template, ``MAIL_SERVER_TEMPLATE=module:attr`` (a template object or a
-zero-argument callable returning one) is used when set; otherwise ``[server.swarm]`` is loaded
-from its swarms.json. ``mail server --reload`` runs ``create_app`` as a uvicorn factory and hands
-it the resolved config through ``MAIL_SERVER_CONFIG_JSON``.
-"""
+"""The FastAPI application: ``create_app`` and its lifespan."""
 
 from __future__ import annotations
 
@@ -34,7 +24,6 @@ from mail.server import (
     routes_crons,
     routes_interswarm,
     routes_public,
-    routes_task_events,
     routes_team,
     routes_user,
     routes_webhooks,
@@ -380,7 +369,6 @@ def create_app(
     app.router.routes.append(routes_user.message_route)  # first: matched on every request
     app.include_router(routes_user.router)
     app.include_router(routes_public.router)
-    app.include_router(routes_task_events.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_interswarm.router)
     app.include_router(routes_team.router)

@@ -1,20 +1,4 @@
-"""Bearer-key authentication for the HTTP server, in two modes.
-
-*Local* (default): keys are checked against the hashed key file (see ``keystore.py``).
-
-*External* (``AUTH_ENDPOINT`` and ``TOKEN_INFO_ENDPOINT`` set): the presented key is exchanged at
-``AUTH_ENDPOINT`` for a token (``POST``, ``Authorization: Bearer <key>``, reply ``{"token"}``),
-and the token is described by ``TOKEN_INFO_ENDPOINT`` (``GET``, ``Authorization: Bearer <token>``,
-reply ``{"role", "id", "api_key"}``). A successful result is cached per key for
-``token_cache_ttl`` seconds, and concurrent requests carrying the same uncached key share one
-lookup, so a request costs at most one login and one token-info round trip, and steady traffic
-costs none. The service is asked with aiohttp, which the server has loaded at start (the
-interswarm registry uses it): a first request after start pays no import and no CA bundle
-(httpx's client cost 75 ms more on the first answer, bench/startup.py).
-
-Route guards are FastAPI dependencies returning the :class:`Caller`. Missing or malformed
-``Authorization`` headers and unknown keys give 401; a known key with the wrong role gives 403.
-"""
+"""Bearer-key authentication for the HTTP server, in two modes."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Where callers' instances live: in this process, or behind an instance backend.
-
-With ``[server.cluster] backend = "none"`` (the default) every instance is local: the routes
-reach it through ``ServerState.instances`` (an :class:`~mail.server.instances.InstanceManager`).
-Any other backend is an adapter above the server (``cluster/`` for ``"ray"``) that implements
-:class:`InstanceBackend`; :func:`install_cluster_backend` finds it by name in
-:data:`CLUSTER_BACKENDS`, once, when the application is created. That lookup is the only way
-the server reaches an adapter: nothing in ``server/`` imports ``cluster/``.
-"""
+"""Where callers' instances live: in this process, or behind an instance backend."""
 
 from __future__ import annotations
 

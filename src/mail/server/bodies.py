@@ -1,9 +1,4 @@
-"""Parsing and validation of request bodies, with errors that name the field.
-
-Routes call one ``parse_*`` function and get a typed result or a :class:`BadRequest`. The
-``*_FIELDS`` tuples list what each body accepts; the OpenAPI drift test compares them with
-``spec/openapi.yaml``.
-"""
+"""Parsing and validation of request bodies, with errors that name the field."""
 
 from __future__ import annotations
 

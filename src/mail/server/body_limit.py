@@ -1,14 +1,4 @@
-"""A limit on the size of request bodies, enforced while the body is read.
-
-A declared ``Content-Length`` above the limit is answered 413 before the application runs;
-a body without one (chunked) is counted as it arrives and the read fails with 413 as soon as
-it passes the limit, so an oversized body is never buffered whole.
-
-Nothing in the server decodes a request's ``Content-Encoding`` (gzip, deflate, br, ...), so a
-compressed body could only be read as its raw bytes; such a request is refused with 415 before
-any of it is read (RFC 7694: the answer's ``Accept-Encoding: identity`` says what is taken).
-A decompression bomb never reaches a parser, and the cap above counts what is parsed.
-"""
+"""A limit on the size of request bodies, enforced while the body is read."""
 
 from __future__ import annotations
 

@@ -1,28 +1,4 @@
-"""Scheduled tasks: what ``/crons`` means, and the scheduler that runs them (docs/crons.md).
-
-A cron is a caller's message sent on a schedule (a cron expression in an IANA time zone).
-It is kept as a subscription of kind "cron" in the webhook store (``mail.store.webhooks``:
-the same SQLite file, PostgreSQL database or memory as the tasks), bounded per caller by
-``[server.crons] max_crons_per_caller`` in the transaction that adds it.
-
-Each server process runs one :class:`CronScheduler`. It sleeps until the nearest run (or
-``rescan_interval``, to see changes made through another front end), then claims each due
-cron with a compare-and-set on the stored cron: its next run moves past now in an update
-that only succeeds while nobody else changed the cron since it was read. Of several front
-ends sharing a database exactly one wins a scheduled time; the winner starts the run as
-the cron's owner, as a background ``POST /message`` would, under a task id derived from
-(cron, scheduled time). A run is an ordinary task: in ``GET /tasks``, the console and
-webhooks.
-
-A cron's webhook is one per-request subscription for all its runs: their task ids share
-their first characters (``run_series``), which are its ``task_id``. Each run refreshes it (or
-makes it again, with the cron's secret, after it expired); deleting the cron, or changing its
-webhook's URL, deletes it.
-
-Catch-up: a cron whose next run is in the past (the servers were down) runs once for the
-latest missed time when that time is at most ``catch_up_window`` seconds old; older missed
-times are skipped. Either way its next run is computed from now.
-"""
+"""Scheduled tasks: what ``/crons`` means, and the scheduler that runs them (docs/crons.md)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,4 @@
-"""Finished tasks leave memory; the store answers for them ([server.store], docs/database.md).
-
-With a store (SQLite, PostgreSQL) an instance keeps only its running and paused tasks. A task
-that finished is let go (`core/finished_tasks.forget_finished`) as soon as its answer is out
-(`answered`, called by the request that waited for it), or by the sweep within `SWEEP_GRACE`
-seconds when nobody waited (a task answered through A2A, another swarm, a restart). Before it
-goes, its summary (what `GET /tasks` shows: event count, usage, first message, answer) is
-taken; the summary and the bytes the task stores are written to its record in the background,
-a batch at a time, and its size goes into the caller's books (below).
-
-Reads: `stored_task` (GET /task, GET /task/events), `stored_summaries` (GET /tasks) and
-`bring_back` (a new message for a finished task puts it back into its instance, histories
-and all) go to the store. With the memory store there is no store to go to: finished tasks
-stay in their instance (bounded by the same quotas and by retention, see `retention.py`);
-they are only measured here.
-
-Each caller's books (`CallerBooks`, kept by `StorageQuota`) count its stored tasks' bytes (rows,
-files under ``[stdlib.fs]``, idempotency outcomes) and its team data; they are read from the
-store at a caller's first message after a (re)start (`FinishedTasks.books`), and a running
-task's bytes are booked as its runtime records them (`CallerLedger`). A message is refused
-with 429 (the caller's share, not 507: the server is not out of room) past
-`max_stored_tasks_per_caller` (a new task) or `max_stored_bytes_per_caller`; an action or team
-tool that would pass the byte bound fails with `refusal`'s text.
-"""
+"""Finished tasks leave memory; the store answers for them ([server.store], docs/database.md)."""
 
 from __future__ import annotations
 
@@ -707,11 +684,7 @@ class FinishedTasks:
         after a restart) stays until the sweep lets it go, a few seconds, and no longer
         counts among the open tasks either; a caller sending in a loop would pass its bound
         by what it finished in that time.
-
-        With a store the instance holds only its open and just-finished tasks: a few to look
-        at. The memory store keeps every finished task in its instance, and in its books
-        once let go: they are looked at only when the instance holds more finished tasks
-        than the books have of it (some are not booked yet)."""
+        """
         if not (self.quota.max_tasks or self.quota.max_bytes):
             return  # no bound to check: the sweep books them as it lets them go
         inst = inst or self.instances.peek(*owner)

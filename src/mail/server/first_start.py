@@ -1,9 +1,5 @@
 """What a server does once before it first listens: the registry folder, the local API keys
 (printed once) and the SQLite database (its schema, and a lock against a second server).
-
-`mail server` runs this after binding its port; ``uvicorn mail.server:app`` (v1.3's way to
-start a server, `server/asgi_module.py`) runs it when the application is built, so both say the
-same things on a first start. A problem is a `StartupError` with one line meant for a person.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""Authentication inside an instance host: the front end already checked the key.
-
-A cluster front end authenticates every request before it forwards it; the host that runs the
-caller's instance accepts exactly the (key, caller) pairs the front end handed it, and no other
-key. Routes, role checks and error bodies are the same code as in a single process.
-"""
+"""Authentication inside an instance host: the front end already checked the key."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Front doors other than the REST routes: protocols that reach the same instances.
-
-A front door (the A2A bridge, the MCP face) is an adapter above the server: it uses the
-server's handlers, auth and instances, so the server may not import it. The application
-finds each one here, by name, once, when it is created; that lookup is the only way the
-server reaches a front door (the same rule as ``backends.CLUSTER_BACKENDS``).
-"""
+"""Front doors other than the REST routes: protocols that reach the same instances."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Request handlers shared by every front door: the semantics behind the routes.
-
-A route module parses, authorizes, calls one of these and shapes the response. Adapters that
-answer the same requests another way (``cluster/``'s front end, which keeps the deployment's
-health and template in a shared actor) call these too, never another route.
-"""
+"""Request handlers shared by every front door: the semantics behind the routes."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head.
-
-uvicorn's ``httptools`` protocol parses in C and costs about a fifth less CPU per request than
-its pure-Python ``h11`` one, but it accepts a request head (request line and header fields) of
-any size: the parser keeps a header that arrives in many small packets in memory until it is
-complete. ``h11`` refuses a head over 16 KiB. ``BoundedHttpToolsProtocol`` restores that bound:
-
-* every byte handed to the parser while a request's head is incomplete is counted against
-  ``max_head_bytes`` (uvicorn's ``h11_max_incomplete_event_size`` when set, else 16 KiB), across
-  packets; a head that does not end within the bound is answered ``431`` and the connection is
-  closed before the parser sees more of it;
-* data is handed to the parser in pieces that end where a head ends (``CRLF CRLF``) and, for a
-  body of known length, where the body ends, so the bytes of the next (pipelined) request are
-  counted from its first byte;
-* the framing bytes of a chunked body (chunk-size lines and the trailer section, which the
-  parser also keeps in memory) are bounded the same way between two chunks.
-
-It also switches Nagle off when a connection is accepted (see ``mail.server.tcp``).
-"""
+"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head."""
 
 from __future__ import annotations
 

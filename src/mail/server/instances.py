@@ -1,32 +1,4 @@
-"""Per-caller swarm instances: created on first use, isolated, reclaimed when idle.
-
-Each authenticated caller gets its own ``MAILSwarm`` (its own runtime, queue, tasks and agent
-histories), keyed by ``(kind, id)`` where kind is ``admin``, ``user`` or ``swarm`` (remote swarms
-authenticate with the ``agent`` role). Creation is single-flight per key, so a burst of first
-requests from one caller builds one instance.
-
-Idle reclaim: an instance unused for ``instance_idle_timeout`` seconds, with no request or
-stream in progress and no task still running, is shut down. Its task records survive: with a
-store attached they are in the database and its running and paused tasks come back when the
-instance is re-created (finished ones are read from the store when asked for, and leave a live
-instance's memory too: see finished_tasks.py); without one, the manager keeps the records
-(``task.to_dict()``) so ``GET /tasks`` and ``GET /task`` still show them. (Agent histories are
-not kept in memory after reclaim; use a store or set the timeout to 0 to resume very old tasks.)
-
-Start-up resume (`resume_soon`): after a restart (a kill -9 too) the server loads, one after
-another, the instances of up to ``[server.settings] resume_instances_at_start`` callers that
-have running tasks in the store, so those tasks continue without waiting for a request from
-their caller (a background message whose caller only waits for a webhook). Such an instance is
-made without the caller's key (its agents' ``user_token`` is empty): the reaper reclaims it
-as soon as its tasks are done and nothing uses it (idle or not), so the caller's next request
-makes one with its key. A caller whose instance cannot be made any more (its swarm's factory fails, ...) gets its
-running tasks marked failed, with the reason as their answer. With PostgreSQL (several
-servers may share the database) the instance's fencing generation is claimed first
-(store/fencing.py), unless another server claimed it in the last ``RESUME_CLAIM_WINDOW``
-seconds: of two servers started together, one resumes the tasks. A server that claims it later
-(started later, or a request it serves) takes it over: the other's writes for it are dropped
-and it stops its copy (`_lost`).
-"""
+"""Per-caller swarm instances: created on first use, isolated, reclaimed when idle."""
 
 from __future__ import annotations
 

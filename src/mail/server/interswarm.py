@@ -1,9 +1,4 @@
-"""What the /interswarm routes mean, independent of HTTP parsing.
-
-The server owns one InterswarmRouter (over the server's SwarmRegistry) shared by every
-instance, so a swarm registered through POST /swarms is routable at once from every
-instance, volatile or not.
-"""
+"""What the /interswarm routes mean, independent of HTTP parsing."""
 
 from __future__ import annotations
 
@@ -302,14 +297,7 @@ def _timeout(value: Any) -> float:
 async def post_user_message(
     state: ServerState, caller: Caller, data: dict[str, Any], ticket: Ticket | None = None
 ) -> dict[str, Any]:
-    """Send a user/admin message to agents of other swarms and wait for the task's answer.
-
-    The message enters the caller's own instance like any other and leaves through the
-    server's router, so the remote answers through /interswarm/back into this task. With
-    an Idempotency-Key (`ticket`) the key is committed with the task id before the task gets
-    the message (`resolve_user_message` answers a repeat from that task); a retry taking
-    over from a first attempt that died reuses its task id.
-    """
+    """Send a user/admin message to agents of other swarms and wait for the task's answer."""
     check_user_message(data, state.config.settings)
     refuse_if_interswarm_off(state)
     user_token = data.get("user_token") or caller.api_key

@@ -1,18 +1,4 @@
-"""Bounds on the shape of what arrives on /interswarm/* (``[server.settings]``).
-
-Checked before the schema, the trust checks or an instance see it, so a body within
-``max_request_body`` but made of 200 000 contributors (three seconds of schema validation
-before) or of objects nested hundreds deep is refused at the cost of counting it:
-
-* ``max_interswarm_addresses``: entries of one address list (an envelope's
-  ``task_contributors``, its payload's ``recipients`` and ``recipient_swarms``, a caller's
-  ``targets``);
-* ``max_address_chars``: characters of one address or swarm name;
-* ``max_interswarm_json_values`` / ``max_interswarm_json_depth``: JSON values in the whole
-  body, and how deep its arrays and objects nest (``routing_info``, ``metadata``).
-
-Each refusal is a 400 naming the field and the setting (0 = no bound).
-"""
+"""Bounds on the shape of what arrives on /interswarm/* (``[server.settings]``)."""
 
 from __future__ import annotations
 

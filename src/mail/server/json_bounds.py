@@ -1,12 +1,4 @@
-"""How big a parsed JSON value is, counted without recursion and stopping at the bound.
-
-A body within ``max_request_body`` can still be a million tiny values (``[0,0,0,...]``) or
-objects nested hundreds deep; what reads it afterwards (protobuf conversion of an A2A message,
-schema validation of an interswarm envelope, copies, stored events) costs per value and
-per level. ``excess`` walks the value once with an explicit stack of iterators (no recursion,
-no copy of a big list) and stops as soon as either bound is passed, so the walk itself costs
-at most ``max_values`` steps.
-"""
+"""How big a parsed JSON value is, counted without recursion and stopping at the bound."""
 
 from __future__ import annotations
 

@@ -1,24 +1,4 @@
-"""The local key file used by the embedded auth mode.
-
-Keys are random 256-bit secrets (``mail_`` + 43 url-safe characters). Only their SHA-256 digest
-is stored. A fast unsalted hash is enough here because the input is high-entropy and generated
-by us: there is no dictionary to attack, salting protects nothing a 2**256 search space doesn't
-already protect, and a slow KDF would put tens of milliseconds on every request. (Keys supplied
-with ``--key`` must be long enough to keep that argument true; see ``MIN_CUSTOM_KEY_LENGTH``.)
-
-File shape (JSON, mode 0600, replaced atomically on every write)::
-
-    {"version": 1, "keys": [{"id", "role", "prefix", "sha256", "created_at", "swarm"?}, ...]}
-
-``swarm`` (agent keys only, optional) binds the key to one remote swarm: its calls to
-``/interswarm/*`` may only speak for that swarm (see ``mail.net.trust``).
-
-``prefix`` is the first characters of the key, shown by ``mail keys list`` so a person can tell
-keys apart without the secret. The server re-reads the file when its size, mtime or inode
-changes, so ``mail keys create/revoke`` take effect on a running server without a restart.
-
-This module has no FastAPI dependency so the CLI can import it cheaply.
-"""
+"""The local key file used by the embedded auth mode."""
 
 from __future__ import annotations
 
@@ -207,13 +187,7 @@ def create_key(
 
 
 def revoke_keys(path: Path, id_or_prefix: str, *, role: str | None = None) -> list[KeyRecord]:
-    """Remove the keys named by ``id_or_prefix`` (only those of ``role`` when given).
-
-    Tried in order: every key with that id; the key itself (full secret); the one key whose
-    shown prefix starts with the argument (at least ``mail_`` + 4 characters, and unambiguous).
-    An id held by keys of several roles is refused without ``role``: one id may name
-    different callers (a user and an admin), and revoking both by accident locks out both.
-    """
+    """Remove the keys named by ``id_or_prefix`` (only those of ``role`` when given)."""
     if not id_or_prefix:
         raise KeyStoreError("an id or key prefix is required")
     if role is not None and role not in ROLES:

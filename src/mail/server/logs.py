@@ -1,28 +1,4 @@
-"""Server logging off the event loop: records go through a queue to a writer thread.
-
-With ``access_log = true`` uvicorn logs one line per request. Formatting the line (timestamp
-included) and writing it to stderr happened in the event loop thread, and a write blocks when
-the terminal or pipe reading stderr is slow. Here the loop only creates the record and puts it
-on a queue; a background thread formats what has queued up and writes it as one block, at most
-``FLUSH_INTERVAL`` apart.
-
-What it costs the loop, and why it is shaped this way (measured with ``bench/http.py``):
-
-* the record goes on the queue as it is: ``QueueHandler.prepare`` would render the message
-  and copy the record in the loop thread, which only matters when its arguments could change
-  before the writer gets to them; records whose arguments are plain strings and numbers (the
-  access log's) skip that, anything else is rendered at once as before;
-* the writer makes one ``write`` and one ``flush`` per batch rather than per line: each is a
-  system call that drops the interpreter lock, and taking it back makes the event loop thread
-  hand it over, a forced switch per line that cost more than the line itself;
-* for the same reason the writer wakes at most every ``FLUSH_INTERVAL`` (0.25 s): measured with
-  ``bench/http.py`` (16 paired rounds, access log on against off, 1 client), waking every
-  0.05 s cost +4.2%, +7.6% and +7.2% of the server's CPU per request, every 0.25 s -1.6%;
-* an access line whose logger sends it to this handler alone (the default) skips the record
-  altogether: ``QuickAccessLogger`` queues (time, format, arguments) and the writer renders
-  the same line, with the timestamp's text computed once per second. Anything else (a handler
-  or filter added by the application, a level above INFO) takes the logging path as before.
-"""
+"""Server logging off the event loop: records go through a queue to a writer thread."""
 
 from __future__ import annotations
 

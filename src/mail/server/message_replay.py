@@ -1,39 +1,4 @@
-"""What a repeated ``POST /message`` with the same ``Idempotency-Key`` gets, found from its task.
-
-The key record of a message names the task the first request started or continued
-(``subject``) and where that task stood when it did (``context``: ``after``, the number of
-events it had; ``answer``, the id of its answer then; ``stream``). A duplicate whose first
-request finished gets the stored outcome (``mail.server.idempotency``), unless that outcome
-only marks a stream that ended (``STREAMED_OUTCOME``); those and the others are resolved
-here, from the task itself:
-
-- streamed (``"stream": true``): the duplicate *attaches* to the task's events from where
-  the first request's began (or from its ``Last-Event-ID``, when later), live until the task
-  ends, then the closing ``task_complete`` - as ``GET /task/events`` does, whether the first
-  stream is still open, was dropped, or its server was restarted (when later messages
-  continued the task, only up to the first of them, closed with this message's answer as
-  its first stream was); a message with its own
-  ``webhook`` gets the first stream's ``MAIL-Webhook-Id`` / ``MAIL-Webhook-Secret`` again
-  (its id is in the key's ``context``: each message of a task may have its own);
-- not streamed, task still running without having answered this request (the first
-  request is waiting for it, or a restarted server continues it): 409 with ``Retry-After``
-  and the task id;
-- not streamed, task answered since the first request: the answer is built from the task
-  (the same status and body bytes as the first answer), stored as the key's outcome, and
-  returned. The usual case on SQLite, where a plain answer of a completed task stores no
-  outcome of its own (``Ticket.answered_by_task``: the key and the task are the outcome);
-  elsewhere, a server that died before it stored the outcome;
-- the task never got the message (the first request died between taking the key and
-  submitting): None, and the request runs again, under the same task id;
-- the task was interrupted by a restart and stopped without an answer: 409 without
-  ``Retry-After`` (nothing more will come; a new message continues the task);
-- the first request was answered (a stream that ended) and its task was removed since
-  (retention, ``mail db-prune``): 404 naming the task; it does not run again.
-
-The other keyed routes that run a task and wait for its answer (``POST /responses``,
-``POST /interswarm/message``) take their key with the task id the same way; their repeats
-are answered by `task_resolver`: the plain case above, the answer in the route's own shape.
-"""
+"""What a repeated ``POST /message`` with the same ``Idempotency-Key`` gets, found from its task."""
 
 from __future__ import annotations
 

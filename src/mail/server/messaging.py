@@ -1,14 +1,4 @@
-"""``POST /message`` from the request to its answer, in one direction.
-
-`handle` resolves the caller and parses the body; then each of the three ways to send
-(plain `post_message`, background `background_message`, streamed `stream_message`) admits
-the message (`mail.server.admission.admit`: the checks, the Idempotency-Key's take, what the
-message reserves), runs it with the caller's instance leased, releases the admission once the
-message is in the runtime, and answers. MCP, crons and the Responses bridge call
-`start_message`, `post_message`, `background_message` and `run_message` directly. Each works
-on the caller's own instance only, which is what isolates users from each other. Also here:
-the answer bodies a repeat of a keyed request rebuilds (`accepted_body`, `name_webhook`).
-"""
+"""``POST /message`` from the request to its answer, in one direction."""
 
 from __future__ import annotations
 

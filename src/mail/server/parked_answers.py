@@ -1,28 +1,4 @@
-"""A peer's answer to a task whose owner's instance is not loaded: kept in the store until it is.
-
-After a restart a caller's instance is loaded again at start-up, when it has running tasks
-(``resume_instances_at_start``, `mail.server.instances`), or else when that caller makes a
-request (its API key becomes its agents' ``user_token``, and a peer does not have it). A peer's
-``POST /interswarm/back`` for one of that caller's tasks used to be refused 404 until then,
-and a peer's router does not send a 404 again: the answer was lost. Now, when the task is
-in the store, running or paused (a task that waits for a peer's answer is), the envelope gets
-the checks the instance would make (`_check`: the task's owner, the swarms it was sent to,
-the sender, the contributors, the subject, the recipients; the instance's agents are read
-from the server's swarm template), then is kept in the task's ``task_queues`` row
-``<task_id>::parked`` (`PARKED_SUFFIX`), committed before the 200 that tells the peer it was
-delivered. When the owner's instance is loaded (its next request), each kept envelope is
-handed to it as the route would have, then the row is removed (after the journal of what
-they started, in the same write order: a crash in between hands them over again, and the
-instance drops an envelope whose message it already holds). A repeat of a kept envelope (a
-router's retry) is not kept twice. An envelope kept while the owner's instance was being
-loaded is handed to it by the route itself, which removes the row too.
-
-At most ``[server.settings] max_parked_answers_per_task`` envelopes, and
-``max_parked_bytes_per_task`` bytes of them, are kept per task; past either a peer is
-answered 503 with ``Retry-After`` (one envelope over the byte bound alone: 413). A task
-that is unknown or finished, or another caller's, is refused as before (404, or the
-instance's own refusal).
-"""
+"""A peer's answer to a task whose owner's instance is not loaded: kept in the store until it is."""
 
 from __future__ import annotations
 

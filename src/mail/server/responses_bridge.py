@@ -1,18 +1,4 @@
-"""Debug-only ``POST /responses``: the swarm behind an OpenAI Responses-shaped endpoint.
-
-Enabled with ``[server].debug = true`` / ``mail server --debug``; otherwise the route answers
-404 before looking at credentials. The caller's own instance runs the task:
-
-* the trailing non-assistant ``input`` items become the message body (text parts joined);
-* a trailing run of ``function_call_output`` items resumes a breakpoint instead, each output
-  matched to its call by ``call_id``;
-* ``previous_response_id`` is the task id (the response ``id`` is the task id, so passing it
-  back continues the same task); ``instructions`` are prepended to the body.
-
-The reply is a Responses API object (``object: "response"``): a breakpoint ending becomes
-``function_call`` output items, any other ending one assistant ``message`` item. ``tools`` are
-validated and echoed, but the swarm's own tools and breakpoint tools are what the agents use.
-"""
+"""Debug-only ``POST /responses``: the swarm behind an OpenAI Responses-shaped endpoint."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""Retention: finished tasks older than [server.store] finished_task_ttl are removed.
-
-Every `prune_interval` seconds, in the background:
-
-- SQLite and PostgreSQL: the store removes the tasks that finished (and did not change)
-  more than the TTL ago, in batches of a few dozen tasks, one transaction each
-  (`TaskLifecycle.prune`), with the outcomes of their idempotency keys; then the files their
-  actions wrote under [stdlib.fs] are removed (`remove_task_files`); the team store removes
-  threads, posts, inbox entries and attachments older than the TTL the same way; the
-  removed tasks leave their callers' books;
-  SQLite then gives the freed pages back to the file system (`reclaim_space`) once a few
-  megabytes are free.
-- memory: the finished tasks the instances keep (and the records of reclaimed instances)
-  are dropped once they were seen finished more than the TTL ago, and their files with them.
-
-`mail db-prune` runs the same removal by hand against a store no server is using.
-"""
+"""Retention: finished tasks older than [server.store] finished_task_ttl are removed."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Read-mostly routes the console needs beyond the original API (all behind a key).
-
-- ``GET /swarm`` (admin, user): the shape of the caller's swarm (agents, links, entrypoints,
-  actions). Nothing here is secret: it is what the agents' own tool specs already reveal.
-- ``GET /swarms/registry`` (admin): every registry entry, private ones included, no tokens.
-- ``DELETE /swarms/{swarm_name}`` (admin): forget a remote swarm.
-- ``GET /tasks/all`` (admin): the task summaries of every live instance, paged, for operators
-  (see ``mail.server.admin_tasks``).
-"""
+"""Read-mostly routes the console needs beyond the original API (all behind a key)."""
 
 from __future__ import annotations
 
@@ -16,12 +8,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 
 from mail.server import task_listing
-from mail.server.admin_tasks import all_tasks_page
 from mail.server.auth import Caller, caller_admin, caller_admin_or_user
 from mail.server.handlers import get_state
 from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
+from mail.server.state import ServerState
 from mail.server.swarm_description import describe_swarm
+from mail.server.task_reads import task_record, task_summary
 from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
@@ -94,3 +87,48 @@ async def list_all_tasks(request: Request, caller: Caller = Depends(caller_admin
     return JSONBody(
         {"tasks": tasks}, headers=task_listing.page_headers("/tasks/all", limit, following)
     )
+
+
+async def all_tasks_page(
+    state: ServerState, limit: int, cursor: str | None, task_id: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    after = task_listing.decode_cursor(cursor)
+    if task_id is not None:
+        return await _one_task(state, task_id), None
+    records: list[dict[str, Any]] = []
+    finished = state.finished
+    for inst in state.instances.all():
+        runtime = inst.swarm.runtime
+        live = {}
+        for tid, task in inst.swarm.get_all_tasks().items():
+            if tid == "*":  # runtime-internal pseudo-task of loop-level events
+                continue
+            live[tid] = {**task_summary(task, runtime), "instance": inst.owner}
+        if finished is not None:  # its finished tasks, read back from the store
+            stored = await finished.stored_summaries(
+                inst.kind, inst.id, live=live, limit=limit, before=after
+            )
+            records.extend({**row, "instance": inst.owner} for row in stored.values())
+        records.extend(live.values())
+    return task_listing.page_list(records, limit, after)
+
+
+async def _one_task(state: ServerState, task_id: str) -> list[dict[str, Any]]:
+    """The full record of one task of any live instance (live or stored), or nothing."""
+    if task_id == "*":
+        return []
+    for inst in state.instances.all():
+        task = inst.swarm.get_task_by_id(task_id)
+        if task is not None:
+            return [{**task_record(task, inst.swarm.runtime), "instance": inst.owner}]
+    finished = state.finished
+    if finished is None:
+        return []
+    for key in await finished.owners(task_id):
+        owner = state.instances.peek(key.caller_role, key.caller_id)
+        if owner is None:
+            continue
+        stored = await finished.stored_task(key.caller_role, key.caller_id, task_id)
+        if stored is not None:
+            return [{**task_record(stored, owner.swarm.runtime), "instance": owner.owner}]
+    return []

@@ -1,9 +1,4 @@
-"""``/crons``: a caller's scheduled tasks (docs/crons.md).
-
-Thin: each route parses, authorizes (admin or user; everything is scoped to the caller) and
-calls one handler of ``mail.server.crons``. The routes that change something honour
-``Idempotency-Key`` (``mail.server.idempotency``), as ``/webhooks``' do.
-"""
+"""``/crons``: a caller's scheduled tasks (docs/crons.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,18 @@
-"""Routes for admin and user callers: identity, status, messaging and task records."""
+"""Routes for admin and user callers: identity, status, messaging, task records and events."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 from starlette.routing import Route
 
-from mail.server import messaging, task_listing, task_reads
+from mail.server import messaging, task_events, task_listing, task_reads
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state, storage_summary
 from mail.server.idempotency import idempotent
 from mail.server.jsonio import JSONBody
 from mail.server.message_replay import resolve_message
+from mail.server.sse import EventStreamResponse
 
 router = APIRouter()
 
@@ -68,4 +69,32 @@ async def get_task(request: Request, caller: Caller = Depends(caller_admin_or_us
     # The original takes a JSON body on GET; ?task_id= is accepted too.
     data = await read_json_object(request, required=False)
     task_id = parse_task_id(data, request.query_params.get("task_id"))
+    return JSONBody(await task_reads.get_task(get_state(request), caller, task_id))
+
+
+# Matched after ``/task/events``: ``GET /task`` with the id in the path (a background
+# message's ``Location``).
+@router.get("/task/events")
+async def task_event_stream(
+    request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> EventStreamResponse:
+    state = get_state(request)
+    task_id = parse_task_id({}, request.query_params.get("task_id"))
+    after = task_events.parse_after(
+        request.headers.get("last-event-id"), request.query_params.get("after")
+    )
+    return await task_events.event_stream(
+        state,
+        caller.role,
+        caller.id,
+        task_id,
+        lambda: task_events.find_task(state, caller, task_id, after),
+    )
+
+
+@router.get("/task/{task_id}")
+async def get_task_by_path(
+    task_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
+) -> JSONBody:
+    task_id = parse_task_id({}, task_id)
     return JSONBody(await task_reads.get_task(get_state(request), caller, task_id))

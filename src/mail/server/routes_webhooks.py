@@ -1,10 +1,4 @@
-"""``/webhooks``: a caller's push subscriptions and their delivery log (docs/webhooks.md).
-
-Thin: each route parses, authorizes (admin or user; everything is scoped to the caller) and
-calls one handler of ``mail.server.webhooks``. Every route that changes something honours
-``Idempotency-Key`` (``mail.server.idempotency``): a retried create or rotate-secret returns
-the first answer (the same webhook, the same secret) instead of doing it again.
-"""
+"""``/webhooks``: a caller's push subscriptions and their delivery log (docs/webhooks.md)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Server-sent events: framing of runtime events and the streaming response.
-
-The runtime's ``stream_message`` yields ``ServerSentEvent``-like objects (``.event``, ``.data``,
-``.id``, optionally ``.retry``/``.comment``). We frame them ourselves (CRLF line endings, one
-``data:`` line per line of data) instead of going through sse-starlette's response class, which
-adds a task group and its own pinger per stream; the runtime already sends ``ping`` events.
-
-When the client goes away, Starlette cancels the body iterator; the runtime's generator must
-treat that as "stop watching", never as "cancel the task" (the task keeps running and its
-result stays available through ``GET /task``).
-"""
+"""Server-sent events: framing of runtime events and the streaming response."""
 
 from __future__ import annotations
 
@@ -93,15 +83,7 @@ def event_stream_response(
     slot: StreamSlot | None = None,
     opened: asyncio.Event | None = None,
 ) -> EventStreamResponse:
-    """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe.
-
-    See :mod:`mail.server.stream_buffer`: when the bound stays reached for ``stall_timeout``
-    seconds the stream ends with ``event: resubscribe`` naming the last event id it carried
-    for ``task_id``. With ``streams``, the stream ends the same way when the server starts to
-    shut down (:mod:`mail.server.stream_shutdown`). With ``opened``, the status line and
-    headers leave only once that event is set (by the source: for ``POST /message``, once
-    the submission is committed), or the first event is ready, or the source ended.
-    """
+    """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe."""
     limit = sys.maxsize if max_buffer_bytes is None else max_buffer_bytes
     queue = BoundedFrameQueue(
         events,

@@ -1,19 +1,4 @@
-"""A byte-bounded buffer between a task's events and one SSE connection.
-
-Without a bound, a client that stops reading would make the server hold every frame it
-could not send yet. Here a pump task reads the event source and encodes frames into a
-per-stream queue while the response body iterator hands them to the transport (which itself
-applies TCP back-pressure). When the frames waiting in the queue would exceed ``max_bytes``,
-the pump waits for the reader to make room (a replay of stored events is paced this way); if
-no room appears within ``stall_timeout`` seconds, the reader is too far behind: the pump
-stops watching the task (the task keeps running) and queues one last ``resubscribe`` event
-naming the id of the last event queued. The client gets everything up
-to that id, then the ``resubscribe`` event, then the end of the stream, and can continue with
-``GET /task/events`` and ``Last-Event-ID`` without a gap or a duplicate.
-
-The event log itself is the task's (shared by every reader, never copied per subscriber);
-what this bounds is the encoded frames a single slow connection can pin in memory.
-"""
+"""A byte-bounded buffer between a task's events and one SSE connection."""
 
 from __future__ import annotations
 
@@ -171,13 +156,7 @@ class BoundedFrameQueue:
                     pass  # already closing (the cancellation path)
 
     async def chunks(self) -> AsyncGenerator[tuple[bytes, bool], None]:
-        """The body: ``(chunk, last)`` in order until the source ends or overflowed.
-
-        Everything queued when the reader comes back goes out as one chunk: the frames of one
-        turn's events then cost one socket write (and the client one read), not one each.
-        ``last`` is true on the stream's final chunk, so the response can end the body with
-        that same write.
-        """
+        """The body: ``(chunk, last)`` in order until the source ends or overflowed."""
         self.start()
         frames = self._frames
         try:

@@ -1,16 +1,4 @@
-"""Open event streams end with a closing frame as soon as the server starts to shut down.
-
-On SIGINT/SIGTERM uvicorn stops accepting connections and waits for the open responses to
-finish before the application's own shutdown. An SSE stream of a running task never finishes
-on its own, so Ctrl+C waited out the whole grace period (10 s) and then cancelled the streams:
-tracebacks in the log and clients cut off in the middle of a chunked body.
-
-Each open stream is registered here; ``OpenStreams.close_all`` (run when the shutdown signal
-arrives) stops every stream's reader at its current wait. The stream then sends
-``event: resubscribe`` naming the last event id it carried (the event a reader that falls
-behind gets; a client that handles it can attach again with ``GET /task/events``) and ends
-cleanly. The tasks themselves are left to the application's shutdown.
-"""
+"""Open event streams end with a closing frame as soon as the server starts to shut down."""
 
 from __future__ import annotations
 
@@ -53,10 +41,6 @@ class OpenStreams:
 def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
     """A ``uvicorn.Server`` for a MAIL ``app`` on ``config``'s host and port that ends the open
     event streams when a shutdown signal arrives.
-
-    Every way of serving the app shares these settings: our logging (no uvicorn log config),
-    httptools with bounded request heads (:mod:`mail.server.http_protocol`), no websockets
-    (none are routed; it skips importing an implementation). ``options`` adds uvicorn's others.
     """
     import uvicorn
 

@@ -1,10 +1,4 @@
-"""What ``GET /swarm`` tells a caller about the swarm it talks to (pure, no I/O).
-
-Works on a ``MAILSwarmTemplate`` (agents and actions as lists) and on a running ``MAILSwarm``
-(the same things as dicts keyed by name). Only the shape of the swarm is described: names,
-links, flags and action schemas. Factories, agent parameters (prompts, model names, keys) and
-action function references are never included.
-"""
+"""What ``GET /swarm`` tells a caller about the swarm it talks to (pure, no I/O)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""``GET /task/events``: (re)attach to one task's event stream.
-
-Every stored task event carries a per-task sequence id (``"1"``, ``"2"``, ...). A subscriber
-names the last id it has seen (``Last-Event-ID`` header or ``?after=``); it gets every stored
-event after that id, then the live ones as they are added, until the task completes (or
-pauses at a breakpoint), then one closing ``task_complete`` event carrying the task's
-response, exactly like the end of a ``POST /message`` stream. Replay reads the task's own
-event list (shared, never copied), so each event is sent once, in order, with no gap.
-
-Lookup is by caller: a user reaches only the tasks of their own instance (anything else is
-404, like a task that does not exist); an admin also reaches the tasks of every other
-instance on this server.
-"""
+"""``GET /task/events``: (re)attach to one task's event stream."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""``GET /tasks``: the caller's task summaries, newest first, one page at a time.
-
-Summaries leave out the event log (``GET /task`` has it), so the size of a page does not
-grow with what the tasks did. A page holds at most ``limit`` tasks; when more follow, the
-response carries ``X-Next-Cursor`` (and a ``Link: <...>; rel="next"`` header) and the next
-page is ``GET /tasks?cursor=<that value>``. The body keeps the original's shape: an object
-keyed by task id.
-"""
+"""``GET /tasks``: the caller's task summaries, newest first, one page at a time."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""TCP_NODELAY on every accepted connection, whoever created the listening socket.
-
-uvicorn's HTTP protocols write a response's head and its body as separate segments. With
-Nagle's algorithm on, the second write of a response on a kept-alive connection waits for the
-client's delayed ACK (~40 ms on Linux). asyncio disables Nagle on accepted sockets only when the
-listening socket was created with ``proto=IPPROTO_TCP``; sockets made as
-``socket.socket(AF_INET, SOCK_STREAM)`` (proto 0) — ours before, gunicorn's, a systemd or
-``--fd`` socket — keep it on. Three guards:
-
-* ``listening_socket`` makes the sockets ``mail server`` binds with ``IPPROTO_TCP`` (and the
-  option set on the listener, which Linux copies to accepted sockets);
-* the server's own HTTP protocol (``mail.server.http_protocol``) sets it on each connection it
-  accepts;
-* ``MAILFastAPI`` switches the option on for the connection of each HTTP request when the
-  server in front is uvicorn (the protocol cycle holds the transport), so it also holds for
-  ``uvicorn``/``gunicorn`` serving ``mail.server:app`` on a socket made elsewhere.
-"""
+"""TCP_NODELAY on every accepted connection, whoever created the listening socket."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Team messaging on the server: the team store, user uploads, and what the team routes mean.
-
-Routes (``routes_team``) parse and authorize, then call one function here. A caller sees the
-threads and attachments of its own instance only; an admin's ``GET /threads`` lists every
-instance's threads. Someone else's attachment id answers 404, like an unknown one.
-"""
+"""Team messaging on the server: the team store, user uploads, and what the team routes mean."""
 
 from __future__ import annotations
 

@@ -1,25 +1,4 @@
-"""Warm what start-up defers, so the first answer does not pay for it.
-
-Start-up defers the modules only a user's first request needs (its instance's store
-observer and history compression), and the agents' tool specs are built on first use.
-:class:`StartupWarmUp` does both right after the first ``GET /health`` has answered (or
-``FALLBACK_DELAY`` seconds after start-up when nothing asks), so neither /health nor the
-first request waits for them.
-
-The warm-up runs on the event loop in short steps (one module, one agent's specs: a few
-milliseconds each), letting whatever else is ready run between them. A thread did worse:
-while it held the interpreter lock, each time the event loop gave the lock up (every socket
-call of a request) it waited up to the switch interval (5 ms) to get it back, and a request
-sent as /health answered was answered later (median of 10 interleaved starts on the shared
-2-core machine: 58 ms in a thread, 48 ms in steps on the loop; 80 ms with no warm-up).
-
-The model library is warmed on its own: LiteLLM takes seconds to import and to load what
-its first request needs. The server starts without it (fast /health), then, shortly after
-it is serving and only when the swarm has agents on real models (the offline demo model
-needs no LiteLLM), imports it in a background thread (``mail.factories._litellm``): an
-import that long cannot be cut into steps. Agent calls that arrive earlier await that
-thread.
-"""
+"""Warm what start-up defers, so the first answer does not pay for it."""
 
 from __future__ import annotations
 
@@ -51,13 +30,7 @@ FALLBACK_DELAY = 1.0
 
 
 def warm_agent_tool_specs(agent: Any, swarm_exclude: list[str]) -> None:
-    """Build the tool specs of a template's ``agent`` the way its first turn does.
-
-    A turn checks each tool call against the tools its agent was offered
-    (mail.core.tool_rights); the specs behind that (pydantic models and their JSON schemas,
-    milliseconds an agent) are built on first use and cached per wiring, shared by every
-    instance, as are the specs of its actions and team tools its factory gets.
-    """
+    """Build the tool specs of a template's ``agent`` the way its first turn does."""
     from mail.core.agents import AgentCore
     from mail.core.tool_rights import wiring_tool_names
 

@@ -1,11 +1,4 @@
-"""Push delivery in the server: starting it with the task store, and what /webhooks means.
-
-``start_webhooks`` builds the webhook store beside the task store (the same SQLite file, the
-same PostgreSQL database, or memory), starts the delivery engine, and has every new instance
-record its webhook events (``InstanceManager.attach_outbox``). The functions below are the
-request handlers of ``routes_webhooks`` and of ``POST /message``'s ``webhook`` field: they
-turn a caller into an owner and ``WebhookError`` into an HTTP error.
-"""
+"""Push delivery in the server: starting it with the task store, and what /webhooks means."""
 
 from __future__ import annotations
 

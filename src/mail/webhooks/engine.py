@@ -1,27 +1,4 @@
-"""The delivery engine: outbox -> deliveries -> attempts, retries, leases, retention.
-
-One engine per server process. It wakes when an instance of this process recorded an event
-(``kick``), when an attempt ends, and every ``poll_interval`` (for retries that fall due and
-for the work of other servers sharing the database). Each round:
-
-1. waits until the task store has committed what was queued (the outbox rows ride in the
-   batch of their event: a delivery is only ever made from a committed event);
-2. fans outbox events out into deliveries (``WebhookStore.fan_out``: one transaction);
-3. claims due deliveries (a lease) up to ``max_in_flight``, at most
-   ``max_in_flight_per_destination`` under way towards one host:port and
-   ``max_in_flight_per_owner`` of one caller's (their webhooks, per-request webhooks and A2A
-   push configs), taking turns across callers (the one with the fewest under way first),
-   a caller's second slot or later only while ``max_in_flight_reserved`` stay free (for
-   callers with nothing under way), and sends each in its own task: a slow receiver holds
-   its own slots only, and one caller's slow or dead receivers hold that caller's share
-   only, never a request, another receiver or another caller's deliveries.
-
-An attempt's answer decides (``policy``): delivered, retried on the schedule, failed, or the
-subscription disabled (410 Gone, or no success for ``disable_after``). A delivery keeps its
-``webhook-id`` (its ``delivery_id``) across attempts and restarts; a server that dies holding
-a lease loses it after ``lease_seconds``, and any server (or the same one restarted) takes
-the delivery over.
-"""
+"""The delivery engine: outbox -> deliveries -> attempts, retries, leases, retention."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Webhook event types, which task events they come from, and their payloads (pure).
-
-A task's answer (``RuntimeObserver.response_set``) says how it ended or why it paused, by
-its subject; two kinds of task events are pushed as they happen. The payload follows the
-Standard Webhooks shape (``type``, ``timestamp``, ``data``) and holds only what the task's
-own caller may see: ids, the caller, the swarm and a summary cut at ``summary_chars``.
-"""
+"""Webhook event types, which task events they come from, and their payloads (pure)."""
 
 from __future__ import annotations
 

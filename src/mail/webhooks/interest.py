@@ -1,24 +1,4 @@
-"""Which events some subscription could want: the check that spares a task its outbox rows.
-
-A server that is the only one on its database (SQLite, memory) knows every subscription: they
-are all made, changed and deleted through its ``WebhookService``. ``SubscriptionInterest``
-mirrors the fan-out subscriptions (kinds ``webhook`` and ``request``) of its swarm in memory,
-loaded from the store at start and kept current by the service, so that an instance writes an
-outbox row only for an event that at least one of them could match (``subscription_matches``
-decides at fan-out, as before). Most tasks of a busy server have no webhook at all and then
-cost no outbox row and no fan-out round.
-
-The mirror may hold more than the store (a subscription the engine disabled, one the store
-forgot at cleanup): that only writes rows fan-out then drops. It never holds less, from the
-moment a change is answered: the service puts a new subscription here before writing it,
-widens a changed one (old and new events) before the write and narrows it after, and makes
-one owner's changes one at a time (so their order here is the store's). Rule: an event that
-happens after a create (or an update) was answered is delivered. Servers sharing PostgreSQL
-cannot see each other's changes and keep writing every row (no mirror).
-
-A2A push configs are not here: their deliveries are made directly (``WebhookService.push``),
-not from outbox rows.
-"""
+"""Which events some subscription could want: the check that spares a task its outbox rows."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The outbox rows one instance writes with the events that cause them.
-
-The instance's ``StoreObserver`` (``mail.api.persistence``) asks its ``InstanceOutbox``, for
-each task event and each task answer, which webhook events they are; the rows go to the task
-store in the same write (one transaction: ``sql_base``'s transactional outbox). A server
-without a task store (``[server.store] kind = "memory"``) gets an ``OutboxObserver`` instead,
-which hands the rows to the engine's memory.
-
-Cheap on the hot path: one dict lookup per event, a payload built only for the few events
-that are pushed, and (on a server alone on its database) only when some subscription could
-take them (``interest.SubscriptionInterest``): a task nobody subscribed to writes no row.
-"""
+"""The outbox rows one instance writes with the events that cause them."""
 
 from __future__ import annotations
 

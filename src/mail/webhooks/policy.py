@@ -1,12 +1,4 @@
-"""What an attempt's answer means, and when to try again (pure).
-
-- 2xx: delivered;
-- 408, 429, 5xx, a timeout or a connection error: tried again on the retry schedule
-  (each delay spread by +-jitter), or later when the receiver's ``Retry-After`` asks for
-  more (RFC 9110: seconds or an HTTP date; capped at ``max_retry_after``);
-- 410 Gone: failed, and the subscription is disabled (the receiver wants no more);
-- any other answer (3xx included: redirects are not followed, 4xx): failed at once.
-"""
+"""What an attempt's answer means, and when to try again (pure)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """Subscriptions as callers see them: create, list, get, update, delete, rotate, test,
 deliveries and retries; per-request webhooks of ``POST /message``; A2A push configs.
-
-Everything is scoped to an owner, ``(role, id)`` of the caller: nobody sees or changes
-another caller's subscriptions or deliveries (someone else's id is "not found"). A
-subscription covers its owner's own tasks; an admin's may have ``scope: "all"``. Secrets are
-shown once, in the answer that made them. Errors are ``WebhookError`` with an HTTP status.
-What the answers look like (the views, the delivery-list cursor, ``WebhookError``) is in
-``views``.
 """
 
 from __future__ import annotations
@@ -440,10 +433,7 @@ class WebhookService:
         """The subscription of one ``POST /message``: its task's events go to `url`.
         Returns ``{"id", "secret"}`` (the secret; None when the caller gave one).
         `subscription_id`: its id, chosen by a keyed message (recorded with its key).
-
-        One per task and URL: a later message of the task naming the same URL keeps that
-        subscription (its id; its secret, unless the message gives one; the message's
-        `events`), so each event goes to a URL once. Bounded per caller and per task."""
+        """
         given = isinstance(spec, dict) and spec.get("secret") is not None
         url, events, secret = await self.check_request_webhook(spec)
         sub = self._new_subscription(

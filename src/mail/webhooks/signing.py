@@ -1,9 +1,5 @@
 """Signing secrets and the Standard Webhooks headers, made with the ``standardwebhooks``
 library (so any Standard Webhooks or Svix verifier checks them).
-
-A secret is ``whsec_`` + base64 of 32 random bytes. While a rotated-out secret's overlap
-runs, each delivery carries two signatures (new first), space-separated in
-``webhook-signature``: a receiver that still has the old secret keeps verifying.
 """
 
 from __future__ import annotations

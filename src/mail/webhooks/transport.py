@@ -1,13 +1,4 @@
-"""The HTTP side of push delivery: URL checks and one attempt, through the address guard.
-
-Every connection goes through the address policy of ``mail.stdlib.netguard`` (the guard of
-the stdlib's HTTP actions) with ``[server.webhooks]``'s own exceptions: the host is resolved,
-every address checked (no loopback, private, link-local / metadata, ... unless allowed) and
-the socket opened to the checked address. Nothing here logs a URL (its path or query may
-hold a token). Redirects are not followed (a 3xx is an answer like any
-other), an attempt has a connect and a total timeout, and at most ``max_response_bytes`` of
-the answer are read.
-"""
+"""The HTTP side of push delivery: URL checks and one attempt, through the address guard."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""What callers see of subscriptions and deliveries, and what they hear when refused.
-
-``subscription_view`` and ``delivery_view`` are the answers' shapes: a subscription without
-its secret, token or credential (the service adds a new secret to the one answer that made
-it); a delivery with its payload and its attempts. A page of deliveries ends with a cursor
-(``delivery_cursor``) that the next request gives back (``parse_delivery_cursor``).
-``WebhookError`` is a refusal: an HTTP status and a detail for the caller.
-"""
+"""What callers see of subscriptions and deliveries, and what they hear when refused."""
 
 from __future__ import annotations
 

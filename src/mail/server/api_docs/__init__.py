@@ -1,12 +1,4 @@
-"""``/openapi.json`` and ``/docs``: the committed API document, and a page to try it out.
-
-``/openapi.json`` is ``spec/openapi.yaml`` (the normative document of this implementation) as
-JSON, not a document generated from the routes. ``/docs`` is Swagger UI, whose files come from
-the ``swagger-ui-py`` package and are served by this server under ``/docs/assets/``: no CDN,
-and the console's Content-Security-Policy applies (no inline code; the page's start-up script
-is a file of ours). Both are public, like ``/health``: the document holds no secrets, and
-calls made from the page need a key like any other.
-"""
+"""``/openapi.json`` and ``/docs``: the committed API document, and a page to try it out."""
 
 from __future__ import annotations
 

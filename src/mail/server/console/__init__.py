@@ -1,13 +1,4 @@
-"""The web console: static assets under ``/ui``, served by the MAIL server itself.
-
-The pages are plain ES modules and CSS shipped in ``assets/`` (no build step). They call the
-same HTTP API as every other client, with the API key the user typed (kept in the browser's
-sessionStorage). Serving the assets needs no key; everything they fetch does.
-
-Every response carries a strict Content-Security-Policy: scripts, styles and connections only
-from this origin, no inline code, no framing. The routes are plain Starlette routes, so they
-are not part of the API document (spec/openapi.yaml).
-"""
+"""The web console: static assets under ``/ui``, served by the MAIL server itself."""
 
 from __future__ import annotations
 
