@@ -1,8 +1,4 @@
-"""The MAIL protocol core: messages, tools, tasks, and the runtime.
-
-``MAILRuntime`` is loaded on first use (PEP 562): importing a submodule such as
-``mail.core.message`` runs this file, and should not load the whole runtime.
-"""
+"""The MAIL protocol core: messages, tools, tasks, and the runtime."""
 
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 public as ``runtime.agent_histories``) that also knows which agents have a history on each
 task, so what is done per task (measuring a finished task, letting it go) looks up that
 task's few keys instead of scanning every history the runtime holds.
-
-Every way a dict gains or loses a key keeps the index; reads are a plain dict's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""Settings the runtime hands to agent functions, including the functions wrappers hold.
-
-Agent factories may wrap one function in another (a supervisor around an action agent, a
-MAIL adapter around either); the runtime sets a value on every function of such a chain,
-once each.
-"""
+"""Settings the runtime hands to agent functions, including the functions wrappers hold."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Shapes the v1.3 Python API promised, built from ours at the edge.
-
-The runtime works with `TaskEvent` records (lazy JSON, sequence ids), queues messages
-synchronously and runs a task from its message. Code written against v1.3 awaits `submit`,
-reads events as `sse_starlette.ServerSentEvent` objects and may run a task by its id after
-submitting its message; the helpers here give it those shapes without changing what the
-runtime does on its hot path.
-
-sse-starlette is imported only when a caller asks for such objects: importing it loads
-uvicorn, which a server instance that never needs it should not pay for.
-"""
+"""Shapes the v1.3 Python API promised, built from ours at the edge."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Timeouts of many waiting futures on one loop timer (`Deadlines`).
-
-Every caller of `submit_and_wait` waits with a timeout (an hour by default). A loop timer per
-caller costs a timer handle, a push into the loop's heap of timers (whose comparisons are
-Python calls, as deep as the heap holds timers: every model call's sleep shares it) and a
-cancellation when the answer comes first, as it nearly always does. Here the deadlines are
-tuples in a heap of their own, compared in C, with one loop timer at the earliest; a future
-answered in time is dropped from the heap lazily (the heap is compacted once most of it is
-answered), so an answer costs a counter increment.
-"""
+"""Timeouts of many waiting futures on one loop timer (`Deadlines`)."""
 
 from __future__ import annotations
 

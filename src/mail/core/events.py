@@ -1,8 +1,4 @@
-"""Task event records: what the server streams as SSE and stores per task.
-
-Events are created on the hot path, so the JSON text is produced lazily, once, the first
-time someone reads it (a stream, GET /task, the store) and then shared by every reader.
-"""
+"""Task event records: what the server streams as SSE and stores per task."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Agents that live outside the runtime (an MCP client joined to a swarm instance).
-
-An `ExternalAgentCore` sits in ``runtime.agents`` like any other agent, so routing,
-comm_targets, broadcasts to ``all``, team threads and reply waits treat it as a member.
-The one difference: a message delivered to it never starts a model turn. The runtime hands
-it to `receive` instead (`Delivery._deliver_to_agent`), which passes it to the sink the
-front door installed (the MCP face files it in the agent's inbox and wakes its long-polls).
-
-`join` / `leave` add and remove such an agent: every agent of the instance may then address
-it (its name joins their comm_targets and the target lists of the tools their models see),
-and it may address every agent of the instance.
-"""
+"""Agents that live outside the runtime (an MCP client joined to a swarm instance)."""
 
 from __future__ import annotations
 

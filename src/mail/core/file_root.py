@@ -1,10 +1,4 @@
-"""Where an instance's files live: the stdlib file actions' root and the team tools' default.
-
-The root is ``[stdlib.fs] root`` (unset: ``./mail_files/<swarm name>``); each caller's instance
-works in a folder of its own below it (``<role>-<id>``) unless ``[stdlib.fs] shared = true``.
-A file an action writes there belongs to its task (`MAILTask.files`) and is removed with it
-(`remove_task_files`, called by retention and ``mail db-prune``).
-"""
+"""Where an instance's files live: the stdlib file actions' root and the team tools' default."""
 
 from __future__ import annotations
 

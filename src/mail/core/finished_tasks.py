@@ -1,14 +1,4 @@
-"""Letting a finished task leave a runtime's memory (its store still has it).
-
-A runtime keeps every task it ran: its events, the histories of its agents, its answer. With
-a store attached that is a copy of what the store holds, so once a task is finished (answered
-or stopped, with no work queued, no turn running and nobody waiting for it) the server lets
-it go with `forget_finished` and reads it back from the store when someone asks for it.
-Running and paused tasks (breakpoint, review, budget) always stay. The runtime remembers
-the ids it let go of (`forgotten_tasks`, the newest `REMEMBERED_IDS`), so that a late message
-of an agent or of the runtime for one of them is dropped, as it would be for a completed task,
-rather than starting a new task under that id.
-"""
+"""Letting a finished task leave a runtime's memory (its store still has it)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Text returned by the MAIL `help` tool.
-
-Pure string building: the runtime calls `build_help_text` when an agent calls `help` and sends
-the result back to that agent as a system broadcast. The only I/O here is `load_protocol_text`,
-which reads the protocol specification shipped next to the package.
-"""
+"""Text returned by the MAIL `help` tool."""
 
 from __future__ import annotations
 

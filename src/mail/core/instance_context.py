@@ -1,10 +1,4 @@
-"""Which caller's instance an action runs for (a context variable the runtime sets).
-
-Actions receive only their arguments. Per-caller resources (the private file folder of
-`mail.stdlib.fs` and the team file tools) need to know whose instance they serve; the runtime
-sets `current_instance` around every action call, and tasks or threads the action starts
-inherit it.
-"""
+"""Which caller's instance an action runs for (a context variable the runtime sets)."""
 
 from __future__ import annotations
 

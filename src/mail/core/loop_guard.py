@@ -1,21 +1,4 @@
-"""Bounds on how long one task's agents may keep going without finishing.
-
-`task_message_limit` (max_steps) counts messages, and every runtime notice that starts a
-turn (see runtime_delivery), so no model call is free of it. Three rules bound what it does
-not, all per task run (the counts start again when a completed task is continued):
-
-* every agent turn counts toward `max_turns` (`[server.settings].task_turn_limit`); the turn
-  that would exceed it is not started;
-* an agent that makes the same failing call (same tool, same arguments, a result starting
-  with `ERROR`) `max_repeats` times in a row (`task_repeat_limit`) is stopped;
-* an agent whose model answers `max_no_tool_calls` times in a row without a valid tool call
-  (`task_no_tool_call_limit`: plain text, an empty answer, only tools it was not offered,
-  or not the tool the turn required) is stopped, with error_kind `no_tool_call`.
-
-Each ends the task with a `::task_error::` response saying which rule stopped it, a
-`task_error` event, and (for interswarm tasks) a notice to the other swarms, so every waiting
-caller gets an answer.
-"""
+"""Bounds on how long one task's agents may keep going without finishing."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""MAIL message shapes and pure helpers (addresses, constructors, the XML agents read).
-
-Messages are plain dicts with every field present, exactly as they travel on the wire.
-Nothing in this module performs I/O.
-"""
+"""MAIL message shapes and pure helpers (addresses, constructors, the XML agents read)."""
 
 from __future__ import annotations
 

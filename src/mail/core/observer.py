@@ -1,7 +1,4 @@
-"""Hooks the runtime calls when durable state changes (persistence plugs in here).
-
-Every hook is synchronous and must not block: implementations enqueue work elsewhere.
-"""
+"""Hooks the runtime calls when durable state changes (persistence plugs in here)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Human review of actions: the pure part (no I/O, no event loop).
-
-An action may be declared *reviewed*: when an agent calls it, the call is held until a person
-decides what happens to it. The four decisions (after seed 003's human-in-the-loop agent):
-
-- ``accept``  run the action with the arguments the agent gave;
-- ``edit``    run it with arguments the person gives (the agent's history shows the edit);
-- ``ignore``  do not run it; by default the task then ends;
-- ``respond`` do not run it; the person's message is the tool result and the agent continues.
-
-This module holds the vocabulary, the validation of declarations and of submitted decisions,
-the public record of a held call and the texts the runtime uses. The runtime side (holding,
-resuming, persistence) lives in `mail.core.runtime_review`.
-"""
+"""Human review of actions: the pure part (no I/O, no event loop)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""MAILRuntime: one instance's mailbox, tasks, agent histories and scheduling loop.
-
-The loop dequeues messages in priority order and hands each delivery to an agent turn (its
-own asyncio task, or a turn of the task handing over: TurnRunner.run_turns), so tasks, and
-independent agents of one task, run concurrently. An agent's history on a task has its own lock.
-
-MAILRuntime is a coordinator: it keeps the task book (tasks, events, waiters, turn locks,
-spawned turns) and owns the components that do the work, each given this runtime typed as
-the narrow interface it declares (see core/runtime_ports.py): `delivery` (routing, step
-limit), `turns` (agent turns, tool calls), `loops` (the scheduling loops), `submissions`
-(submit checks, continuations, resumes), `manual` (manual steps), `review` (action review),
-`loop_guard`, and `team` (team tools, when enabled). The methods below that only forward to
-a component keep the runtime's Python API (and the names other packages use) unchanged;
-the last section holds what exists for code written against v1.3 (ServerSentEvent shapes,
-response_queue, interswarm start and stop).
-"""
+"""MAILRuntime: one instance's mailbox, tasks, agent histories and scheduling loop."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Per-agent inboxes: what was delivered to an agent of a task and awaits its next turn.
-
-One agent's turns on one task never overlap (its history has one writer). Messages that reach
-the agent while a turn of it runs wait here. With batched delivery (the default) its next turn
-takes all of them at once: each is appended to the history as its own incoming message, in
-priority order and FIFO within a tier, and the agent is called once. A supervisor that fans
-out 50 requests then sees the 50 answers in one or two turns instead of fifty.
-
-With ``batch=False`` each delivery gets its own turn, in arrival order (one message per
-model call, the original's behaviour).
-
-Pure bookkeeping: no I/O and no event loop; the runtime spawns and runs the turns.
-"""
+"""Per-agent inboxes: what was delivered to an agent of a task and awaits its next turn."""
 
 from __future__ import annotations
 

@@ -1,33 +1,8 @@
 """Durable running tasks: a per-task journal of pending work, and its replay after a restart.
 
-A task's pending work is every message that was queued for it and not yet fully handled:
-
-- ``mailbox`` entries: in the runtime's priority mailbox, not yet dispatched;
-- ``inbox`` entries: delivered to one agent, waiting for (or taken by) a turn of that agent
-  that has not finished yet.
-
-The mailbox and the agent inboxes report to the journal (``journal`` attribute, None when no
-store is attached: then nothing here runs). An entry leaves the journal only when the turn that
-took it has finished; the journal of that task is written right after the agent's history, so
-both land in the same store batch.
-
-Each task's journal is one row, written with the store's ``save_queue`` under the key
-``"<task_id>::journal"`` (``JOURNAL_SUFFIX``), so stashed queues of paused tasks (key
-``<task_id>``) are untouched. Writes are coalesced: at most one per task per event-loop pass,
-plus one at the end of each turn; with a ``touch`` writer (the SQL stores' live writes) each
-change is reported at once, and the store reads the task's entries (``items_for``) when its
-batch is cut, so changes before that cost no write. They go through the instance's StoreObserver queue, so agents
-never wait on the database.
-
-Replay (``restore``/``loop_started``): for a task that was running, the histories of agents whose
-turn was interrupted are cut back to where that turn began (the re-run appends the incoming
-messages again), messages sent by the interrupted turn are dropped (the re-run sends them
-again), the remaining inbox entries go back to their agents and the mailbox entries back to the
-mailbox, in their original tier and FIFO order, once the runtime loop runs.
-
-At-least-once: the model call and the action calls of an interrupted turn run again. A message
-sent by an interrupted turn that another agent already handled (its turn finished) before the
-crash is handled again when the re-run sends it again.
+An entry leaves the journal only when the turn that took it has finished; the journal is
+written right after the agent's history, so both land in the same store batch. Replay is
+at-least-once: an interrupted turn's model and action calls run again.
 """
 
 from __future__ import annotations

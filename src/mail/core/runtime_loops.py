@@ -1,10 +1,4 @@
-"""The scheduling loops of the runtime (`LoopRunner`).
-
-``run_continuous`` serves the mailbox until shutdown. Without it, each call (``run_task``,
-``stream_events``) serves the mailbox on a temporary loop shared by the calls in flight
-(``ephemeral_loop``); the last call out stops it. A continuous loop claims the mailbox at its
-first step and takes over when the temporary loop has ended: two loops never serve one mailbox.
-"""
+"""The scheduling loops of the runtime (`LoopRunner`)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,4 @@
-"""A message to a task that is still running: its multitask strategy (`Multitask`).
-
-A caller chooses per message what happens when the task it names is still working on an
-earlier message (LangGraph's "double texting", with its names and meanings):
-
-- ``reject`` (the default): the message is refused (``TaskConflictError``, HTTP 409);
-- ``enqueue``: the message waits, in order with others, until the task's current work ends
-  (its answer: completed, failed or cancelled; a pause for a person is not an end), then
-  continues the task as a message to a finished task would;
-- ``interrupt``: the agent turns in flight are cancelled (each cut back to where it began,
-  as after a restart: what they had taken is dropped), finished turns' work is kept (their
-  histories, and the messages they sent that wait for delivery), and the message is
-  delivered on top of it;
-- ``rollback``: all of the current message's work is dropped (turns in flight cancelled,
-  its pending messages discarded) and the task goes back to where it stood before that
-  message (agent histories, its stashed queue, the events it shows), then the new message
-  replaces it.
-
-Each applied strategy records a ``multitask_strategy`` event on the task. The callers
-waiting for an interrupted or rolled-back message get an answer saying so (subject
-``::task_interrupted::`` / ``::task_rolled_back::``, state ``running``); the new message's
-caller gets the task's next answer.
-
-Where a rollback goes back to (`MAILTask.rollback_point`) is taken when a caller's message
-starts a run of the task: agent history lengths, the stashed queue, the event count. The
-events a rollback takes back stay in the log (ids never repeat; a subscriber that saw them
-is told by the rollback event, which names them); the task shows them no more
-(`mail.core.tasks.shown_events`).
-"""
+"""A message to a task that is still running: its multitask strategy (`Multitask`)."""
 
 from __future__ import annotations
 

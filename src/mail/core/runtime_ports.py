@@ -1,12 +1,4 @@
-"""The interfaces the runtime's components are given, and the context of one agent turn.
-
-`MAILRuntime` (core/runtime.py) is a coordinator: it keeps the task book (tasks, events,
-waiters, turn locks) and owns the components (delivery, turns, loops, submissions, manual
-steps, review, team service, loop guard). Each component is handed the coordinator at
-construction, typed as the narrow Protocol that lists what the component uses: the ones
-shared by several components are here; a component's own is declared in its module. No
-component imports runtime.py, so the dependencies point one way: ports <- components <- runtime.
-"""
+"""The interfaces the runtime's components are given, and the context of one agent turn."""
 
 from __future__ import annotations
 

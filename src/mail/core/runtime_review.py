@@ -1,16 +1,4 @@
-"""Human review of actions: holding reviewed calls and resuming with decisions.
-
-The runtime owns one `ActionReviewer`. A turn asks it which of the agent's calls must be
-held (`select`); the turn runs the others as usual and hands the held ones to `hold`, which
-pauses the task the way a breakpoint does (the task completes with an `::action_review::`
-answer, so it holds no loop, turn or waiter while a person thinks). `resume` checks the
-person's decisions and schedules one coroutine that applies them under each caller's turn
-lock, then wakes the agents (or ends the task after an `ignore`).
-
-All review state lives on the task (`MAILTask.pending_reviews` for what callers see,
-`MAILTask.review_state` for the calls themselves), so it is persisted and restored with the
-task record and survives a restart.
-"""
+"""Human review of actions: holding reviewed calls and resuming with decisions."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Callers waiting for a task's answer: `submit_and_wait`, `submit_and_stream` (`TaskWaiters`).
-
-Each waiting caller holds a future per task; the runtime resolves every future of a task when
-the task completes, and all of them at shutdown. A caller whose timeout passes ends the task
-(`end_task`): it has its answer, so the task stops and other swarms taking part are told.
-"""
+"""Callers waiting for a task's answer: `submit_and_wait`, `submit_and_stream` (`TaskWaiters`)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""What a caller's tasks store, booked as it is recorded ([server.store] max_stored_bytes_per_caller).
-
-The server keeps each caller's books (`mail.server.finished_tasks`): what its finished tasks
-store, measured from the store, and what its running tasks have recorded so far. The second
-is booked here, by the runtime, as it records it: each event as it is added, each agent's
-history as it grows, the answer, and what an action or a team tool stores beside the task
-(files under ``[stdlib.fs]``, thread posts, inbox entries, attachments). A size is the UTF-8
-bytes of the JSON the store keeps (an event's is the text its write then takes as it is);
-the measurement when the task finishes replaces the running figure.
-
-Before an action or a team tool stores something, `refusal` says whether it would pass the
-caller's bound (the tool result is then that text, and nothing is stored); a task whose
-caller passed the bound all the same (an agent's own output is recorded whatever it holds)
-gets no further turn (`over_bound`, next to the loop guard's turn count).
-
-Without a ledger (no byte bound, or no server) nothing is sized: the hooks return at once.
-"""
+"""What a caller's tasks store, booked as it is recorded ([server.store] max_stored_bytes_per_caller)."""
 
 from __future__ import annotations
 

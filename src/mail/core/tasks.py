@@ -1,17 +1,4 @@
-"""MAILTask: the record of one task (owner, contributors, events, stashed queue, state).
-
-A task's state is one value of `TaskState`; `is_running`, `completed` (both the runtime's and
-the one callers see) and whether breakpoint calls or reviews are pending all derive from it,
-in memory, in every store and after a restart (`state_from_record`):
-
-    running --task answer--------------------> completed
-    running --breakpoint tool answer---------> waiting_for_breakpoint
-    running --held reviewed action answer----> waiting_for_review
-    running --over its token/cost budget-----> waiting_for_budget (mail.telemetry.budget)
-    running --restart without pending work---> stopped
-    running --answer of a runtime error------> failed (a model it cannot call, a timeout, ...)
-    any but running --resume / new message---> running
-"""
+"""MAILTask: the record of one task (owner, contributors, events, stashed queue, state)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""One handler per MAIL tool, registered by name.
-
-A handler gets the runtime (as a `ToolHost`), the turn context and the call; it returns the text of the tool
-result the agent will see (`SUCCESS: ...` / `ERROR: ...`) or None when the call gets no
-result. Anything that is not a MAIL tool is an action (`handle_action`).
-"""
+"""One handler per MAIL tool, registered by name."""
 
 from __future__ import annotations
 

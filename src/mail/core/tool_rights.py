@@ -1,17 +1,7 @@
 """Which tools an agent may call: exactly the ones it was offered.
 
-The offered set comes from the agent function itself when it can say what it sends to the
-model (`build_tools()` of the LiteLLM factories, `all_tools()` of the OpenAI ones), so the
-check and the tool list cannot drift. Agent functions that keep no tool list (plain
-coroutines, test stubs, custom callables) get the set the bundled factories would offer for
-the same wiring, built by the same spec builders (`create_mail_tools`,
-`create_supervisor_tools`, the team tool specs) plus the agent's actions.
-
-Calls the runtime makes up itself (`text_output` for plain text, provider-run built-ins)
-are never refused, nor are the MAIL tools that only concern the calling agent (`await_message`,
-`help`, `acknowledge_broadcast`, `ignore_broadcast`) unless `exclude_tools` names them: the
-factories leave them out for an agent without comm targets, yet they reach nobody else.
-Everything here is pure.
+The offered set comes from the agent function's own tool list when it has one (so the check
+and the list cannot drift), else from the bundled factories' spec builders for the same wiring.
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""MAIL tools: the tool specs offered to agents and the record of a call an agent made.
-
-Everything here is pure: tool specs are plain dicts in the OpenAI *strict* function-tool format
-(Chat Completions or Responses layout), and `convert_call_to_mail_message` turns a call into a
-MAIL message without touching any runtime state. Also here: a pydantic model's JSON schema
-in the form strict function calling accepts (`pydantic_function_tool`), and the module-level
-helpers v1.3's ``mail.core.tools`` had (`_make_tools`, which factories.md names,
-`get_tool_spec_name`, `get_tool_help`, `convert_manual_step_call_to_mail_message`).
-"""
+"""MAIL tools: the tool specs offered to agents and the record of a call an agent made."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Team messaging for agents: reply waits, targeted broadcasts, threads, inboxes and files.
-
-Opt-in per agent with ``team_tools`` (see `TEAM_TOOL_GROUPS`). The runtime holds a
-`TeamService` as ``runtime.team``; the tool handlers live in `mail.core.team.handlers`.
-"""
+"""Team messaging for agents: reply waits, targeted broadcasts, threads, inboxes and files."""
 
 from mail.core.team.service import TeamError, TeamService, TeamSettings
 from mail.core.team.tool_specs import (

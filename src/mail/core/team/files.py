@@ -1,10 +1,4 @@
-"""File tools: agent working folders, attachments (size cap, sha256) and their delivery.
-
-Paths given by agents are relative to the instance's working folder
-(`TeamService.files_root`); absolute paths are accepted only when they lie inside it. Paths are
-walked with `mail.utils.safe_files` (every component opened relative to its folder, links never
-followed), so no link, wherever it points and whenever it appears, redirects a read or a write.
-"""
+"""File tools: agent working folders, attachments (size cap, sha256) and their delivery."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Tool handlers of the team tools, registered into the runtime's tool-handler table.
-
-`send_request`, `send_response` and `send_broadcast` keep their MAIL v1 handlers for agents
-that did not opt in: the wrappers here only act when the calling agent has the matching
-`team_tools` group (or, for `send_response`, when the agent it answers is waiting for it).
-"""
+"""Tool handlers of the team tools, registered into the runtime's tool-handler table."""
 
 from __future__ import annotations
 

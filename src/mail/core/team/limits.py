@@ -1,10 +1,4 @@
-"""Sizes and quotas of what agents (and callers) hand to the team tools.
-
-Checked before anything is stored or sent: a thread title, a post, an attachment's
-description and file name, the number of threads of an instance and the attachment bytes it
-keeps. A refusal is a `TeamError` (the agent's ``ERROR: ...`` tool result) naming the setting
-of ``[server.team_tools]`` (or ``[server.settings] max_message_body``) that sets the bound.
-"""
+"""Sizes and quotas of what agents (and callers) hand to the team tools."""
 
 from __future__ import annotations
 

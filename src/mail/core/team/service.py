@@ -1,10 +1,4 @@
-"""TeamService: one swarm instance's team messaging (reply waits, inboxes, digests).
-
-The runtime holds it as ``runtime.team`` (None when no agent opted in) and calls one hook,
-`before_turn`, at the start of every agent turn. Tool handlers (`mail.core.team.handlers`)
-call the methods here and in the thread and file helpers; user-facing failures are raised
-as `TeamError` and become ``ERROR: ...`` tool results.
-"""
+"""TeamService: one swarm instance's team messaging (reply waits, inboxes, digests)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Thread operations: create, join, add/remove participants, details, post (with the rules).
-
-Every membership change is posted to the thread as a ``membership`` post. A normal post goes
-quietly into the other participants' inboxes (shown in their next turn's digest); an urgent
-one is also sent to each of them as a MAIL interrupt on the poster's task, which wakes them
-at once.
-"""
+"""Thread operations: create, join, add/remove participants, details, post (with the rules)."""
 
 from __future__ import annotations
 

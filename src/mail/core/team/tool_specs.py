@@ -1,10 +1,4 @@
-"""Tool specs of the team tools (pure): which tools a `team_tools` opt-in offers, and their schemas.
-
-An agent opts in with ``team_tools`` (any subset of `TEAM_TOOL_GROUPS`). The specs built here
-are handed to the agent's factory with its action tools; an agent's own tool that carries a
-MAIL tool's name (``send_request`` with ``wait_for_reply``, ``send_broadcast`` with honoured
-``targets``) replaces the built-in spec of that name.
-"""
+"""Tool specs of the team tools (pure): which tools a `team_tools` opt-in offers, and their schemas."""
 
 from __future__ import annotations
 
