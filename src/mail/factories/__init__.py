@@ -1,7 +1,4 @@
-"""Agent functions ("factories") that plug LLMs into the MAIL runtime.
-
-Importing this package is cheap: LiteLLM is imported on the first model call.
-"""
+"""Agent functions ("factories") that plug LLMs into the MAIL runtime."""
 
 from mail.core.agents import AgentFunction
 from mail.factories.action import (

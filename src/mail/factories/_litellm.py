@@ -1,18 +1,4 @@
-"""Lazy access to LiteLLM, imported off the event loop.
-
-LiteLLM takes seconds to import (and more on its first call, which loads further modules
-lazily). Nothing in the server or CLI start-up path imports it. Two ways in:
-
-- ``warm_litellm()`` starts the import, plus a few offline calls that load what a first
-  request needs, in a background thread and returns at once. The server calls it once it is
-  healthy, so the first answer does not pay for the import.
-- ``await load_litellm_async()`` is what agent functions use: it waits for that thread (starting
-  it if needed) without blocking the event loop. ``load_litellm()`` is the synchronous form for
-  code that already runs in a thread or after the import finished.
-
-A plain ``import litellm`` on the event loop while the thread is importing would block the loop
-on Python's import lock until the import completes: async code must use the async form.
-"""
+"""Lazy access to LiteLLM, imported off the event loop."""
 
 from __future__ import annotations
 

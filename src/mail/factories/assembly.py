@@ -1,11 +1,4 @@
-"""Turning a model's ordered output into `AgentToolCall`s.
-
-Models emit reasoning, text and tool calls interleaved (Anthropic interleaved thinking, OpenAI
-reasoning items between calls). Each call gets the reasoning blocks and the text that came
-after the previous call and before it: `reasoning` (non-blank blocks) and `preamble`. Calls
-issued back to back therefore carry nothing, and the runtime points them at the earlier call
-through `reasoning_ref` in the `tool_call` event.
-"""
+"""Turning a model's ordered output into `AgentToolCall`s."""
 
 from __future__ import annotations
 

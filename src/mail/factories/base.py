@@ -1,10 +1,4 @@
-"""Agent function base classes and the LiteLLM-backed agent function.
-
-An agent function is what the runtime calls for each turn:
-``await fn(history, tool_choice) -> (text | None, list[AgentToolCall])``. A *factory* is any
-callable that `MAILAgentTemplate.instantiate` can call with keyword arguments to get one; the
-classes here are factories (``__init__``) whose instances are agent functions (``__call__``).
-"""
+"""Agent function base classes and the LiteLLM-backed agent function."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Chat Completions path (`litellm.acompletion`, or the offline demo model), including Claude models.
-
-Non-streamed replies are parsed from the assistant message. Streamed replies are consumed
-chunk by chunk, which preserves the order of reasoning, text and tool calls, so each call gets
-the reasoning and text that preceded it. Claude models always stream (as the reference
-implementation does) to get that interleaving right for extended thinking.
-"""
+"""Chat Completions path (`litellm.acompletion`, or the offline demo model), including Claude models."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Decision logic of the offline demo model (`mail/demo`).
-
-Given the conversation and the offered tools, decide what a sensible MAIL agent would do:
-
-- a coordinator (has `task_complete` and `send_request`) delegates a new request to the comm
-  targets whose name or description fit it, waits for all their answers, then completes the
-  task with them; with no fitting target it answers itself;
-- an agent with actions calls the best-fitting action with arguments taken from the message,
-  and after `::action_complete::` replies (`send_response`) to whoever asked;
-- an agent without actions replies with a short canned answer;
-- in manual mode (a `::manual_step::` prompt) it answers in plain text, or calls the action
-  the prompt names (once per buffered message) and reports the results in text afterwards.
-
-Everything is deterministic: the same conversation always yields the same turn.
-"""
+"""Decision logic of the offline demo model (`mail/demo`)."""
 
 from __future__ import annotations
 

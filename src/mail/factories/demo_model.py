@@ -1,15 +1,4 @@
-"""`mail/demo`: an offline, deterministic demo model that needs no model library.
-
-This is a demonstration aid, not a language model. It lets a fresh machine run a whole MAIL
-swarm (server, tools, actions, task completion) with no API key. Agents configured with
-``"llm": "mail/demo"`` use the same agent functions as real models: the request is built in
-the Chat Completions or Responses shape, streamed or not, and the reply is parsed by the same
-code. Only the last step differs: `mail.factories.model_calls` hands the request here instead
-of to LiteLLM, and this module answers with plain dicts in the provider's wire shapes (a chat
-completion or its chunks; a response's output items or its stream events). LiteLLM is never
-imported for it, so a demo swarm answers at once after start. The decisions come from
-`mail.factories.demo_brain`.
-"""
+"""`mail/demo`: an offline, deterministic demo model that needs no model library."""
 
 from __future__ import annotations
 

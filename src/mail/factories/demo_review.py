@@ -1,17 +1,4 @@
-"""What the demo model does for an agent that drafts emails under human review.
-
-An agent whose actions include a drafting action (parameters `to` and `body`, like the
-`send_email` of the `email-review` example swarm) and a question action (a name with
-"question" or starting with "ask") behaves like seed 003's email assistant:
-
-- a new request that names no email address: ask who should receive it (question action);
-- otherwise, or once the person answered: draft the email (drafting action);
-- a reviewer's `respond` on a draft (the tool result is their feedback, not a SUCCESS/ERROR
-  status): draft again with the feedback worked in;
-- accepted/edited drafts and everything else: the ordinary demo behaviour (report results).
-
-Deterministic, like the rest of the demo model.
-"""
+"""What the demo model does for an agent that drafts emails under human review."""
 
 from __future__ import annotations
 

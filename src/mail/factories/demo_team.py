@@ -1,17 +1,4 @@
-"""What the offline demo model (`mail/demo`) does with the team tools.
-
-Used only when the offered tools include team tools, so other demo swarms behave as before.
-
-- A lead (offered `task_complete`, `create_thread` and `send_request` with `wait_for_reply`)
-  handling a user's request: opens a thread with its teammates (the request as first post);
-  if the user attached files, saves the first one and hands it to its last teammate with
-  `transfer_file`; asks its first teammate with `send_request(wait_for_reply=true)`; posts
-  the answer to the thread; waits for the file's recipient to confirm; completes the task.
-- A teammate that receives a file reads it with `read_attachment` and replies with what it
-  found.
-
-Every decision is rebuilt from the history, so the same conversation yields the same turn.
-"""
+"""What the offline demo model (`mail/demo`) does with the team tools."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Text heuristics used by the offline demo model (`mail/demo`).
-
-Pure functions: reading MAIL XML, picking out a city or an arithmetic expression, filling a
-tool's arguments from text, and scoring how well an agent or action fits a request. They are
-deliberately simple and deterministic; they make the demo swarm behave plausibly, nothing more.
-"""
+"""Text heuristics used by the offline demo model (`mail/demo`)."""
 
 from __future__ import annotations
 

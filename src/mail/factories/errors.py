@@ -1,9 +1,4 @@
-"""Exceptions raised by the LiteLLM agent functions.
-
-The runtime turns any exception raised by an agent function into an `::agent_error::` system
-message for the task, so these messages are written to be read by people (and models): they
-name the agent, the model and what went wrong.
-"""
+"""Exceptions raised by the LiteLLM agent functions."""
 
 from __future__ import annotations
 

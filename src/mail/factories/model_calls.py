@@ -1,10 +1,4 @@
-"""Where an agent function's model request goes: LiteLLM, or the offline demo model.
-
-Agent functions build their request (Chat Completions or Responses shape) and parse the reply
-the same way for every model; these two calls are the only place that knows who answers.
-``mail/...`` models are answered in-process by `mail.factories.demo_model` without importing
-LiteLLM; every other model goes to LiteLLM, imported off the event loop.
-"""
+"""Where an agent function's model request goes: LiteLLM, or the offline demo model."""
 
 from __future__ import annotations
 

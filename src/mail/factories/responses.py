@@ -1,10 +1,4 @@
-"""OpenAI Responses path (`litellm.aresponses`, or the offline demo model).
-
-Output items are walked in order: reasoning summaries and message text attach to the next
-call; every call carries the whole output list (`responses`) so the runtime can replay it into
-history. When streaming, OpenAI's final `response.completed` omits reasoning items, so the
-reasoning summaries are rebuilt from the `response.reasoning_summary_text.delta` events.
-"""
+"""OpenAI Responses path (`litellm.aresponses`, or the offline demo model)."""
 
 from __future__ import annotations
 

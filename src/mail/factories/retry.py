@@ -1,15 +1,4 @@
-"""Retrying provider calls: which failures are worth another attempt, and how long to wait.
-
-Only transient failures are retried: HTTP 408, 429, 502, 503 and 504, other 5xx answers,
-timeouts and connection failures. A failure that sending the same request again cannot fix
-ends the call at once, in the server's own words: any other 4xx (bad request, authentication,
-not found, context too long), a 5xx whose answer says the request itself is wrong (a chat
-template that cannot render it, an option it refuses), and the same failure to the same
-request twice in a row (a 500 that is really a refusal, a server that is not running, a
-generation that never fits the timeout); 408, 429, 502, 503 and 504 say "try later" and are
-exempt from that last rule. Malformed tool-call JSON is retried a couple of times (a model
-usually gets it right on a second sample), then reported.
-"""
+"""Retrying provider calls: which failures are worth another attempt, and how long to wait."""
 
 from __future__ import annotations
 
