@@ -1,14 +1,4 @@
-"""Persistence for MAIL: one small interface; in-memory, SQLite and PostgreSQL implementations.
-
-    from mail.store import InstanceKey, store_from_env
-
-    store = store_from_env()          # PostgreSQL if DATABASE_URL is set, memory otherwise
-    await store.start()
-    snapshot = await store.load_instance(InstanceKey("my-swarm", "user", "u-123"))
-
-`mail server` picks its store with `server_store` ([server.store], SQLite by default).
-The PostgreSQL implementation (and asyncpg) is imported only when it is asked for.
-"""
+"""Persistence for MAIL: one small interface; in-memory, SQLite and PostgreSQL implementations."""
 
 from __future__ import annotations
 

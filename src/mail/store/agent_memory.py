@@ -1,16 +1,4 @@
-"""Agent memory (what `acknowledge_broadcast` writes), on top of LangGraph's store API.
-
-`AgentMemory` is the small interface the runtime uses: `put` and `search` per agent,
-under the namespace ``(f"{agent_name}_memory",)``. The implementation wraps any LangGraph
-`BaseStore` (which is also what LangMem's tools consume):
-
-- no DATABASE_URL: `langgraph.store.memory.InMemoryStore`;
-- DATABASE_URL set: `PostgresMemoryStore`, a LangGraph store on asyncpg, defined here
-  because LangGraph's own Postgres store needs psycopg, which this project does not ship.
-
-Search is lexical (no embeddings, so no network): an entry matches when its text contains
-query words; entries matching more words, and the whole phrase, rank first.
-"""
+"""Agent memory (what `acknowledge_broadcast` writes), on top of LangGraph's store API."""
 
 from __future__ import annotations
 

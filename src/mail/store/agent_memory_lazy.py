@@ -1,12 +1,4 @@
-"""Agent memory opened on first use, so servers whose agents never remember pay nothing.
-
-The backing memory (``agent_memory.create_agent_memory``: LangGraph's store API, PostgreSQL
-with ``DATABASE_URL``) imports langgraph/langchain_core (over a second of start-up on a busy
-machine) and opens its own database pool. Most swarms never acknowledge a broadcast nor
-recall anything, so a server, and every cluster instance host, builds this proxy at start-up
-and opens the real memory when an agent first writes or searches. This module imports neither
-LangGraph nor asyncpg.
-"""
+"""Agent memory opened on first use, so servers whose agents never remember pay nothing."""
 
 from __future__ import annotations
 

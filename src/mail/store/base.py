@@ -1,13 +1,4 @@
-"""The persistence interface the runtime and the server talk to.
-
-Nothing here touches a database driver: the runtime imports this module only, and a
-concrete store (in-memory or PostgreSQL) is chosen by `mail.store.create_store`.
-
-Everything a store keeps is scoped by an `InstanceKey` (swarm + caller), which is how the
-server partitions per-user swarm instances. Every write method returns as soon as the
-write is *acknowledged*: the in-memory store applies it immediately, the PostgreSQL store
-queues it for a background writer that guarantees it lands (see `flush`).
-"""
+"""The persistence interface the runtime and the server talk to."""
 
 from __future__ import annotations
 

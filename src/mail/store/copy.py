@@ -1,17 +1,4 @@
-"""Copy everything a server stored from one database to another (SQLite <-> PostgreSQL).
-
-Both stores use the same tables and column names (see `sqlite_schema`), so a copy is a
-table-by-table move of rows, converting what the two keep differently: JSON (text vs
-jsonb), timestamps (ISO text vs timestamptz) and flags (0/1 vs boolean). Webhook
-subscriptions (secrets as stored), the outbox, deliveries with their attempts, and
-idempotency keys with their stored outcomes are copied too. Row order within
-events, posts and inbox entries is kept (their sequence numbers are assigned anew by the
-target). The target must hold no data yet, so nothing is ever duplicated, and it is
-filled in one transaction, so an interrupted copy (Ctrl+C, kill -9, a lost connection)
-leaves it empty and the command can simply be run again. A SQLite file a server is using
-is refused on either side (`ProcessLock`). Fencing generations are not copied (a new
-deployment starts its own).
-"""
+"""Copy everything a server stored from one database to another (SQLite <-> PostgreSQL)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Bookkeeping of instance generations (fencing) held by one store object.
-
-In cluster mode an instance may be restarted on another node while its old process is
-still alive (a network partition, a node that is slow to die). The new owner claims a
-higher generation for the instance's key; every write the old owner still sends carries
-the generation it claimed and is dropped by the store because the key has moved on.
-
-This module holds what a store object knows about its own claims, shared by the memory
-and the PostgreSQL store: which generation it holds per key, which keys it has lost, how
-many writes were dropped, and whom to tell. The check against the authoritative
-generation is the store's job (a dict for the memory store, a locked row in
-`instance_generations` for PostgreSQL).
-"""
+"""Bookkeeping of instance generations (fencing) held by one store object."""
 
 from __future__ import annotations
 

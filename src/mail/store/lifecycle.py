@@ -1,20 +1,4 @@
-"""Finished tasks in a store: read back, listed, measured, removed when they expire.
-
-A `TaskStore` is what the runtime writes through; this is what the server does with the
-tasks once they have left memory. `mail.store.lifecycle_for(store)` gives the one of a store:
-
-    lifecycle = lifecycle_for(store)
-    records = await lifecycle.records(key)                 # every task record, no events
-    snapshot = await lifecycle.load_tasks(key, [task_id])  # one task, whole (to show or resume)
-    sizes = await lifecycle.task_bytes(key, [task_id])     # what it stores, in bytes
-    report = await lifecycle.prune(cutoff)                 # finished before cutoff: removed
-    await lifecycle.reclaim_space()                        # SQLite: freed pages to the OS
-
-Reads first wait for the store's queued writes (read-your-writes, `TaskStore.settle`).
-A task is *finished* when it is neither running nor paused: state ``completed``, ``failed``
-or ``stopped`` (``FINISHED_STATES``); only finished tasks expire. Removal happens in batches of
-a few dozen tasks, one transaction each, so the writes of running tasks go on in between.
-"""
+"""Finished tasks in a store: read back, listed, measured, removed when they expire."""
 
 from __future__ import annotations
 

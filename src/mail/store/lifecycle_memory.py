@@ -1,7 +1,4 @@
-"""`TaskLifecycle` of the in-process `MemoryTaskStore` (tests, and code that embeds one).
-
-Sizes are the lengths of the JSON each row would hold in a SQL store.
-"""
+"""`TaskLifecycle` of the in-process `MemoryTaskStore` (tests, and code that embeds one)."""
 
 from __future__ import annotations
 

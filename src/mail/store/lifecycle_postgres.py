@@ -1,10 +1,4 @@
-"""`TaskLifecycle` of the PostgreSQL store, on the store's connection pool.
-
-Removal runs in batches of at most `PRUNE_BATCH` tasks, one transaction each, under a
-transaction-scoped advisory lock: several servers on one database (cluster mode) take turns
-instead of deleting the same rows at once. PostgreSQL keeps the freed space for new rows
-(autovacuum marks it reusable); the files do not shrink without `VACUUM FULL`.
-"""
+"""`TaskLifecycle` of the PostgreSQL store, on the store's connection pool."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""`TaskLifecycle` of the SQLite store: its statements run on the database's one thread.
-
-Space: files made by this version use ``auto_vacuum = INCREMENTAL`` (see `sqlite_space`), so
-the pages removed tasks leave are returned to the file system by `reclaim_space`, a few
-megabytes per step, between the store's write batches.
-"""
+"""`TaskLifecycle` of the SQLite store: its statements run on the database's one thread."""
 
 from __future__ import annotations
 

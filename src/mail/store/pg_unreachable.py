@@ -1,10 +1,4 @@
-"""PostgreSQL out of reach, as the server's callers understand it: `StoreUnavailableError`.
-
-A request that needs the database now (an Idempotency-Key taken before its work starts, a
-finished task read back, a page of stored tasks) while PostgreSQL is down, restarting or has
-dropped its connections got the driver's own error: an unhandled 500, which clients do not
-retry. As `StoreUnavailableError` it is 503 with ``Retry-After`` (`mail.server.errors`).
-"""
+"""PostgreSQL out of reach, as the server's callers understand it: `StoreUnavailableError`."""
 
 from __future__ import annotations
 

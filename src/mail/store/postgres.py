@@ -1,10 +1,4 @@
-"""PostgreSQL TaskStore (asyncpg), with writes batched off the hot path.
-
-Each write method validates and JSON-encodes its arguments (so a bad value fails in the
-caller, before it is acknowledged), then hands a small `SqlWrite` to a `WriteBehindBuffer` (see `mail.store.sql_base`).
-The buffer's worker applies batches in one transaction each and retries through outages;
-see `mail.store.writer` for the guarantees.
-"""
+"""PostgreSQL TaskStore (asyncpg), with writes batched off the hot path."""
 
 from __future__ import annotations
 

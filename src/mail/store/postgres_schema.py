@@ -1,10 +1,4 @@
-"""DDL for the PostgreSQL store, shared by `mail db-init` and the store's start-up check.
-
-Everything is idempotent (IF NOT EXISTS), so running it twice, or against a database that
-the original implementation initialised, is harmless. Tables created by the original are
-brought up to date with ADD COLUMN IF NOT EXISTS, and duplicated history rows (the
-original appended one per completion) are collapsed before the unique index is built.
-"""
+"""DDL for the PostgreSQL store, shared by `mail db-init` and the store's start-up check."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""Writes that must outlive an outage, for the stores that commit as they go.
-
-The task store's write-behind buffer (`mail.store.writer`) keeps what it was given in
-order and retries it with backoff until the database takes it. Team messaging and agent
-memory used to write directly instead, so on a full disk (or with PostgreSQL down) their
-writes failed and were lost while the tasks that caused them carried on. `RetryingWrites`
-puts those writes on the same kind of buffer, with what the callers need on top:
-
-- `write(op)` returns once `op` is committed, as before; but when the database is failing,
-  the caller goes on at once and `op` stays queued, in order, and lands when the database is
-  back (what the task store does with every write). Nothing the caller was told is lost.
-- `write_now(op)` is for what must not wait in memory (an attachment's bytes): refused with
-  `StoreUnavailableError` while the database is failing, otherwise it waits for its commit.
-- `status()` says whether writes are failing, since when, why and how many wait: the
-  server's /health, /status, /metrics and console show it.
-
-An op the database rejects as invalid (not transient) is raised to its caller if it still
-waits, and dropped (logged and counted) otherwise.
-"""
+"""Writes that must outlive an outage, for the stores that commit as they go."""
 
 from __future__ import annotations
 

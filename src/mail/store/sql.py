@@ -1,26 +1,4 @@
-"""One SQL text for SQLite and PostgreSQL, run through one async connection interface.
-
-A statement is written once, in the common subset of both dialects, with three spellings
-translated for each database (once per text, then cached):
-
-- ``?`` (in order) or ``?N`` (numbered) parameters: PostgreSQL's ``$N``, numbered as
-  SQLite does (a bare ``?`` is one more than the largest number before it); a ``?`` in a
-  '...' literal stays as it is, and none may appear elsewhere (no jsonb ``?`` operator);
-- ``x = ANY(?)`` with a Python list (or tuple): ``x IN (SELECT value FROM json_each(?))``
-  on SQLite (the list bound as JSON);
-- booleans are ``TRUE`` / ``FALSE`` (SQLite reads them as 1 / 0).
-
-What no translation can say (row locks, advisory locks) is asked of the connection:
-``conn.postgres``, ``conn.locking(clause)``.
-
-An operation is an ``async def op(conn, ...)``. `PostgresSql` runs it on a connection of
-its asyncpg pool. `SqliteSql` runs the whole of it as one job of the database's thread (the
-only one that touches its connection): the coroutine never waits, since every statement
-runs at once, so it is driven to its end there without an event loop. A SQLite
-``transaction()`` begins (``BEGIN IMMEDIATE``) at its first write: reads before it see what
-the write will (nothing else runs on that thread meanwhile), and an idle poll takes no
-write lock. One inside another is a savepoint, as on PostgreSQL.
-"""
+"""One SQL text for SQLite and PostgreSQL, run through one async connection interface."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""What the two SQL stores (PostgreSQL, SQLite) share: write-behind, encoding, fencing rules.
-
-Each write method validates and JSON-encodes its arguments (so a bad value fails in the
-caller, before it is acknowledged), then hands a small `SqlWrite` to a `WriteBehindBuffer`.
-Agent histories are the exception: a history is saved whole after every turn and grows with
-the task, so encoding each save at once costs O(turns^2) (a 1000-turn task with 12 kB messages
-took 85 s and 1.8 GB instead of 1.8 s on the memory store). A history write keeps the
-runtime's snapshot (the list and a copy of each message's fields) and is encoded when its
-batch is applied, after later saves of the same row in the batch replaced it. A task's queue
-row (a running task's journal, rewritten several times per turn; a paused task's stashed
-queue) is deferred the same way: most saves are replaced before their batch is written.
-The buffer's worker gives batches to the subclass's `_apply_batch`, which applies each in
-one transaction; see `mail.store.writer` for the guarantees. A subclass supplies the
-connection handling, the SQL dialect (`_json`, `_text`, `_start_time`) and the reads.
-"""
+"""What the two SQL stores (PostgreSQL, SQLite) share: write-behind, encoding, fencing rules."""
 
 from __future__ import annotations
 
@@ -261,8 +247,8 @@ class BufferedSqlStore(TaskStore):
         tool_format: str | None,
         history: list[dict[str, Any]],
     ) -> SqlWrite | None:
-        # Encoded when its batch is applied (module docstring); each message is copied, so a
-        # later change to one of its fields does not reach this save.
+        # Encoded when its batch is applied (encoding every whole-history save is O(turns^2));
+        # each message is copied, so a later change to one of its fields does not reach this save.
         snapshot = [dict(m) if isinstance(m, dict) else m for m in history]
         fmt = tool_format or detect_tool_format(snapshot)
         args = (*key_args(key), task_id, agent_name, fmt, snapshot)
@@ -276,7 +262,7 @@ class BufferedSqlStore(TaskStore):
     def _queue_write(
         self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
     ) -> SqlWrite | None:
-        # Encoded when its batch is applied, as a history (module docstring).
+        # Encoded when its batch is applied, as a history is.
         snapshot = [dict(i) if isinstance(i, dict) else i for i in items]
         return self._write(key, "queue", (*key_args(key), task_id, snapshot))
 

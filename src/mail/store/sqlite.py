@@ -1,12 +1,4 @@
-"""SQLite TaskStore: the default of `mail server`, durable without a database server.
-
-Writes are batched off the request path exactly as for PostgreSQL (`sql_base`): callers
-enqueue and return, the buffer's worker applies each batch in one `BEGIN IMMEDIATE`
-transaction: a small batch at once on the event loop's thread, a large one (or one behind
-other work) on the database's thread (`SqliteDatabase.run_small`). Fencing works as with PostgreSQL
-(the generation check runs inside the batch's write transaction), though cluster mode
-refuses SQLite: its instances live in other processes and machines.
-"""
+"""SQLite TaskStore: the default of `mail server`, durable without a database server."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The SQLite database file: opening it (WAL, one writer) and its versioned schema.
-
-Every store of one server that keeps data in SQLite (tasks, team messaging) shares one
-`SqliteDatabase` per file: one connection, used by one worker thread and, for the task
-store's small write batches, by the event loop's thread while the worker is idle (never
-both at once), so there is exactly one writer and statements never wait on each other's
-locks. The standard library's `sqlite3` is used directly (no aiosqlite): the write-behind
-buffer hands over a whole batch at once, so one thread hop per batch at most is what the
-event loop pays (none for a small batch: `run_small`).
-
-The schema is versioned: `schema_version` holds the versions applied, `MIGRATIONS` lists
-every version's statements in order, and opening a file applies those it lacks in one
-transaction each. Table and column names are those of the PostgreSQL store, so
-`mail db-copy` moves rows between the two.
-"""
+"""The SQLite database file: opening it (WAL, one writer) and its versioned schema."""
 
 from __future__ import annotations
 

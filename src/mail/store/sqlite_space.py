@@ -1,15 +1,4 @@
-"""Space in the SQLite file: incremental auto-vacuum, giving freed pages back, and reports.
-
-A SQLite file never shrinks by itself: deleted rows leave free pages that later writes reuse.
-Files this version creates use ``auto_vacuum = INCREMENTAL``, which lets
-``PRAGMA incremental_vacuum(N)`` move up to N free pages to the end of the file and cut them
-off; `incremental_vacuum` does that a step at a time (each step is short, so the store's
-writes go on between steps) and then truncates the WAL file as well.
-
-A file made before (``auto_vacuum = NONE``) needs one full ``VACUUM`` to switch modes, which
-rewrites the whole file: the store does it when it opens a file of up to
-`AUTO_CONVERT_BYTES`, and `mail db-prune` does it for any size (`convert_auto_vacuum`).
-"""
+"""Space in the SQLite file: incremental auto-vacuum, giving freed pages back, and reports."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""In-process TaskStore: the default when no DATABASE_URL is configured.
-
-Data lives as long as the process. It still matters: the server reclaims idle per-user
-instances and rebuilds them from the store, so the store has to hold real copies. Every
-write is JSON-normalised (which is also a deep copy), so later mutation of the runtime's
-live objects cannot change what was stored, and both stores return the same shapes.
-"""
+"""In-process TaskStore: the default when no DATABASE_URL is configured."""
 
 from __future__ import annotations
 

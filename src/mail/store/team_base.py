@@ -1,24 +1,4 @@
-"""Persistence of team messaging: threads, their posts, agent inboxes and attachments.
-
-Like `TaskStore`, everything is scoped by an `InstanceKey` (one caller's swarm instance).
-Unlike the task store's write-behind, every write here is durable when it returns: a thread
-post or an attachment is something an agent was told succeeded, and must survive a crash.
-The SQL stores write through `mail.store.retrying.RetryingWrites`: while the database is
-failing, a write stays queued (in order) and is retried until it lands, and the caller goes
-on; attachments are refused instead (their bytes do not wait in memory).
-
-Records are plain JSON-able dicts:
-
-- thread: ``{thread_id, title, creator, participants: [..], created_at, updated_at}``
-- post: ``{post_id, thread_id, sender, body, kind ("post"|"membership"), urgent, task_id,
-  timestamp}``
-- inbox entry: ``{entry_id, agent, kind ("direct"|"thread"|"reply"|"file"|"broadcast"),
-  thread_id, sender, subject, body, task_id, timestamp, read, shown, attachments: [..]}``
-  (``shown``: the agent has seen it, in a turn or a digest; ``read``: returned by
-  get_messages)
-- attachment: ``{attachment_id, filename, size, sha256, description, sender, recipients,
-  task_id, created_at}`` plus the bytes.
-"""
+"""Persistence of team messaging: threads, their posts, agent inboxes and attachments."""
 
 from __future__ import annotations
 

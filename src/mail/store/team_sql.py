@@ -1,11 +1,4 @@
-"""The TeamStore of SQLite and PostgreSQL: one SQL text for both (`mail.store.sql`).
-
-Every write is committed before it returns: a tool call that reported success survives a
-kill -9. Writes go through `RetryingWrites`: while the database cannot be written (a full
-disk, PostgreSQL down) they stay queued in order and land once it can, and the store reports
-itself degraded meanwhile. `team_sqlite` and `team_postgres` hold what differs: connecting,
-the tables' creation, sizes and the prune.
-"""
+"""The TeamStore of SQLite and PostgreSQL: one SQL text for both (`mail.store.sql`)."""
 
 from __future__ import annotations
 

@@ -1,35 +1,4 @@
-"""Persistence of push delivery: subscriptions, the outbox, deliveries and their attempts.
-
-``WebhookStore`` is the interface the delivery engine (``mail.webhooks``) and the routes use;
-``webhooks_sql`` (SQLite, PostgreSQL, and SQLite in memory for ``--store memory``)
-implements it (tables in ``webhooks_schema``). The task store writes outbox rows itself, in the batch of the event that
-causes them (``sql_base``'s "transactional outbox"); ``add_events`` is the same for a server
-without a task store.
-
-Records are plain dicts:
-
-- subscription: ``subscription_id, swarm_name, owner_role, owner_id, kind ("webhook" |
-  "request" | "a2a" | "cron"), scope ("own" | "all"), task_id, url, destination, events (list),
-  description, active, disabled_reason, secret, previous_secret, previous_secret_until,
-  push_token, push_auth (dict | None), failing_since, created_at, updated_at, expires_at``;
-- event (outbox): ``event_id, swarm_name, caller_role, caller_id, task_id, event_type,
-  payload (JSON text), created_at``;
-- delivery: ``delivery_id, subscription_id, swarm_name, event_id, event_type, task_id,
-  payload, status ("pending" | "delivered" | "failed"), attempts, retry_index,
-  next_attempt_at, lease_owner, lease_until, last_status, last_error, created_at,
-  updated_at, finished_at``;
-- attempt: ``delivery_id, attempt, started_at, status_code, latency_ms, response_excerpt,
-  error, outcome``.
-
-A scheduled task (``mail.server.crons``) is a subscription of kind "cron": its schedule,
-message and run bookkeeping are its ``push_auth`` object, its webhook's URL its ``url``, the
-API key its runs load the owner's instance with its ``secret``; no delivery ever names it.
-Its webhook is one per-request subscription whose ``task_id`` is the first ``SERIES_CHARS``
-characters its runs' task ids share: it covers every run (``covers``).
-
-Times are seconds since the epoch. What is pure (matching, choosing what to claim, building
-deliveries) is here, shared by the three implementations.
-"""
+"""Persistence of push delivery: subscriptions, the outbox, deliveries and their attempts."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""Tables of push delivery (webhooks, A2A push notifications), for SQLite and PostgreSQL.
-
-- ``webhook_subscriptions``: who wants which events where (a standing subscription, a
-  per-request one of ``POST /message``, or an A2A push config), with its signing secrets;
-- ``webhook_events``: the transactional outbox. A row is written by the task store in the
-  same batch (one transaction) as the task event that causes it; the delivery engine turns
-  each row into one delivery per matching subscription and deletes it, in one transaction;
-- ``webhook_deliveries``: one event for one subscription: its body, its ``webhook-id``
-  (``delivery_id``), its state (pending, delivered, failed), when it is due next and which
-  server holds it (a lease);
-- ``webhook_attempts``: every attempt of a delivery (time, status, latency, answer's start).
-
-Times are seconds since the epoch (REAL / DOUBLE PRECISION): the engine compares them with
-its own clock, the same way on both databases. Added to SQLite as schema version 2 and to
-PostgreSQL's idempotent set-up (``postgres_schema``); nothing existing changes.
-"""
+"""Tables of push delivery (webhooks, A2A push notifications), for SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

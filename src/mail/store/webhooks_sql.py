@@ -1,18 +1,4 @@
-"""The WebhookStore of SQLite and PostgreSQL: one SQL text for both (`mail.store.sql`).
-
-SQLite: the server's database file (the task store's `SqliteDatabase`), one connection on
-one thread; each method below is one job of that thread (nothing passes between a bound
-checked and the row added), and no cursor leaves it (one let go of on the loop's thread
-resets its statement there: tests/test_webhooks_sqlite_threads.py). A SQLite file has one
-server (``ProcessLock``), so leases only matter across that server's restarts.
-
-PostgreSQL (asyncpg, its own small pool): several servers (front ends, instance hosts of a
-cluster) share these tables. Outbox events are fanned out and pending deliveries claimed
-with ``FOR UPDATE ... SKIP LOCKED``, so two servers never take the same row; a claimed
-delivery carries a lease (``lease_until``), and a server that dies holding one loses it when
-the lease runs out: another server takes it over. What one owner adds (a subscription,
-deliveries) is counted against its bounds under that owner's advisory lock.
-"""
+"""The WebhookStore of SQLite and PostgreSQL: one SQL text for both (`mail.store.sql`)."""
 
 from __future__ import annotations
 
