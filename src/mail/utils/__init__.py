@@ -1,9 +1,4 @@
-"""Utilities: import-string parsing, address helpers, auth, logging, stores.
-
-Names are re-exported lazily (PEP 562): importing ``mail.utils`` must stay cheap and
-must not pull in the server's auth code or mail.core (which itself uses
-``mail.utils.parsing``), or import cycles and slow CLI start-up would follow.
-"""
+"""Utilities: import-string parsing, address helpers, auth, logging, stores."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Authentication helpers with the original's names (compatibility layer).
-
-The server itself uses :mod:`mail.server.auth`; these functions wrap it so code written against
-the original ``mail.utils.auth`` keeps working:
-
-* ``login(api_key)`` / ``get_token_info(token)`` talk to ``AUTH_ENDPOINT`` /
-  ``TOKEN_INFO_ENDPOINT`` when both are set. Without them (local mode) the "token" is the API
-  key itself and its info comes from the local key file.
-* ``caller_is_admin(request)`` and friends return ``True`` or raise ``HTTPException`` (401 for
-  missing/unknown credentials, 403 for the wrong role). Inside the server they reuse its
-  authenticator and cache; elsewhere a module-level authenticator is built from the config.
-* ``extract_token_info(request)`` returns ``{"role", "id", "api_key"}``.
-"""
+"""Authentication helpers with the original's names (compatibility layer)."""
 
 from __future__ import annotations
 

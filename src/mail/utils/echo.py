@@ -1,9 +1,4 @@
-"""What an error message may repeat of a caller's input: at most `ECHO_CHARS` characters.
-
-An error that names the bad value helps the caller; one that repeats a 3 KB value back
-(or a 1 MB one, where the body allows it) only fills logs and responses. `echo` keeps the
-start of the value and marks the cut with an ellipsis.
-"""
+"""What an error message may repeat of a caller's input: at most `ECHO_CHARS` characters."""
 
 from __future__ import annotations
 

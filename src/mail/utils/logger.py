@@ -1,9 +1,4 @@
-"""Logging setup for programs built on `mail` (the library itself only creates loggers).
-
-All of the package's loggers live under `mail.` (`mail.runtime`, `mail.server`,
-`mail.interswarm`, `mail.store`, `mail.client`, ...). `init_logger` gives them a readable
-console handler and, optionally, a daily rotating file under `logs/`.
-"""
+"""Logging setup for programs built on `mail` (the library itself only creates loggers)."""
 
 from __future__ import annotations
 

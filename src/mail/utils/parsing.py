@@ -1,13 +1,4 @@
-"""Parsing helpers for configuration strings and addresses.
-
-Configuration (swarms.json, agent_params) refers to Python objects and remote
-documents with prefixed strings:
-
-- ``python::package.module:attr.sub`` — import ``package.module`` and follow the
-  dotted attribute path (the ``python::`` prefix is optional for factories);
-- ``url::https://host/doc.json`` — fetch the document and use its JSON, re-encoded
-  as a string (handy for long system prompts kept elsewhere).
-"""
+"""Parsing helpers for configuration strings and addresses."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """File access inside a root folder without a check-then-use gap.
 
-A path an agent names is split into components lexically (after joining it to the root), and
-every component is opened relative to the directory opened before it (``openat`` through
-``dir_fd``) with ``O_NOFOLLOW``. A symbolic link anywhere on the way, or as the final entry,
-is refused by the kernel at the moment of use, so swapping a folder or a file for a link
-between a check and the write cannot redirect it. ``..`` never leaves the root: the path is
-normalised before it is walked and one that climbs above the root is refused.
+Every path component is opened relative to the previous one (``dir_fd``) with ``O_NOFOLLOW``,
+so a link swapped in between a check and the use is refused by the kernel; a path that
+climbs above the root is refused.
 """
 
 from __future__ import annotations

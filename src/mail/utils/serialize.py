@@ -1,8 +1,5 @@
 """v1.3's ``mail.utils.serialize_mail_value`` and ``export``: plain JSON data from MAIL objects;
 ``extract_task_body`` and ``dump_mail_result``: a task's answer (and its events) as text.
-
-Both work on whatever they are given (dicts, lists, dataclasses, pydantic models, objects with
-attributes), so this module imports nothing of the rest of the package.
 """
 
 from __future__ import annotations

@@ -1,16 +1,4 @@
-"""`get_langmem_store()`: the LangGraph/LangMem store used for agent memory.
-
-    from mail.utils.store import get_langmem_store
-
-    async with get_langmem_store() as store:          # a langgraph BaseStore
-        await store.aput(("supervisor_memory",), "k1", {"content": "..."})
-        hits = await store.asearch(("supervisor_memory",), query="roadmap")
-
-With DATABASE_URL set (read after loading ./.env) the store keeps its data in PostgreSQL
-(table `agent_memories`); otherwise, or if the database cannot be reached, it is an
-in-process `InMemoryStore`. Leaving the context closes the database connections.
-Search is lexical: no embedding model is configured, so nothing leaves the machine.
-"""
+"""`get_langmem_store()`: the LangGraph/LangMem store used for agent memory."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Text from outside (a model's reply, a tool's output) made valid Unicode.
-
-JSON lets a string hold a lone UTF-16 surrogate (``"\\ud800"``) and Python's decoder keeps
-it, but such a string cannot be encoded as UTF-8: a response body, a database row or a log
-line holding it fails. `valid_text` replaces each lone surrogate with U+FFFD (a valid pair
-becomes the character it stands for) and leaves every other string as it is, at the cost of
-one `isascii` or one encode for a string without any.
-"""
+"""Text from outside (a model's reply, a tool's output) made valid Unicode."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""v1.3's version helpers (``mail.utils.get_version``), answered from ``mail.version``.
-
-v1.3 read them from ``./pyproject.toml`` and failed when run elsewhere (docs/differences.md,
-quirk 18); the package's own version does not depend on the working directory.
-"""
+"""v1.3's version helpers (``mail.utils.get_version``), answered from ``mail.version``."""
 
 from __future__ import annotations
 
