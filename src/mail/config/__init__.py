@@ -1,20 +1,4 @@
-"""Typed configuration read from ``mail.toml`` (the package re-exports every name).
-
-Modules: ``base`` (ConfigError), ``server`` ([server] and its tables; v1.3 kept ServerConfig
-there too), ``stdlib`` ([stdlib]), ``client`` ([client], from ``mail.client_config``) and
-``loading`` (finding, reading and caching the file).
-
-The file is found by trying, in order: ``$MAIL_CONFIG_PATH`` (when it names an existing file),
-``./mail.toml``, then the nearest ``mail.toml`` in a directory above the installed package (which
-is the repository root in a checkout). A missing file, table or key falls back to the defaults
-declared on the models below, so ``ServerConfig()`` and ``ClientConfig()`` always work
-(``ClientConfig(...)`` built in code also takes unset fields from the file, as in v1.3).
-
-Unlike the original, ``[server.settings]`` is read whether or not ``[server.swarm]`` is present,
-and unknown keys are ignored rather than rejected, so a config written for a newer version still
-loads; ``MAILConfig.warnings`` names each one (with the closest known key), and ``mail server``
-prints them at start-up.
-"""
+"""Typed configuration read from ``mail.toml`` (the package re-exports every name)."""
 
 from __future__ import annotations
 
