@@ -1,8 +1,4 @@
-"""Shapes of swarms.json entries after defaults have been filled in.
-
-They are plain dicts at runtime (TypedDicts), matching what ``json.load`` gives;
-unknown keys found in the file are kept alongside these.
-"""
+"""Shapes of swarms.json entries after defaults have been filled in."""
 
 from __future__ import annotations
 

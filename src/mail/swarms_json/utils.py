@@ -1,10 +1,4 @@
-"""Loading swarms.json files and turning their entries into validated, defaulted dicts.
-
-This layer works on plain data only: it doesn't import factories or actions and
-doesn't resolve ``python::``/``url::`` strings. ``mail.api`` builds templates from
-its results (resolving agent_params with
-``mail.utils.parsing.resolve_prefixed_string_references``).
-"""
+"""Loading swarms.json files and turning their entries into validated, defaulted dicts."""
 
 from __future__ import annotations
 

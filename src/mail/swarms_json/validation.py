@@ -1,14 +1,4 @@
-"""Validation of swarms.json entries.
-
-Every problem raises ``ValueError`` with a message naming the offending field or
-name, in a fixed order (see docs/swarms-json.md):
-
-1. the swarm's own fields;
-2. cross-checks between agents, the entrypoint and actions (these come before
-   the per-agent field checks, so they must tolerate malformed agents: anything
-   they cannot read is left for step 3 to report);
-3. each agent's fields, then each action's fields.
-"""
+"""Validation of swarms.json entries."""
 
 from __future__ import annotations
 
