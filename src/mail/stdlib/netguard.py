@@ -1,21 +1,9 @@
 """Outbound HTTP for the stdlib actions, with an address guard against SSRF.
 
-Every connection the http, interswarm and mcp actions open goes through
-:class:`GuardedTransport`. For a direct connection the host name is resolved here, each
-resolved address is checked against the policy, and the socket is opened to the checked
-address itself (TLS still verifies the original host name). Checking and connecting to the
-same address leaves no window for a DNS answer that changes between the two (rebinding).
-Redirects are followed by httpx, one request per hop, so every hop is checked the same way.
-
-When a proxy from the environment applies (``HTTP_PROXY`` & co., unless ``NO_PROXY`` exempts
-the host), the proxy makes the connection: the target host is then resolved and checked
-here before the request is handed to the proxy, and the proxy's own address is trusted
-because the operator chose it.
-
-Refused: loopback, private (RFC 1918, unique-local), link-local (which holds the cloud
-metadata address 169.254.169.254), multicast, unspecified, reserved, shared (CGNAT)
-addresses and anything else that is not globally routable, unless the host name, the
-address or a network containing it is in ``[stdlib.net] allowed_hosts``.
+Each resolved address is checked, then the socket is opened to that checked address (no DNS
+rebinding window); every redirect hop is checked; through an environment proxy the target is
+checked before the request is handed over. Non-global addresses are refused unless listed in
+``[stdlib.net] allowed_hosts``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """The address guard's policy without an HTTP client: which destinations outbound
 connections may reach, name resolution, and the shared TLS context.
-
-Split from :mod:`mail.stdlib.netguard` (the httpx transports) so that what needs only the
-policy (webhook delivery, over aiohttp) does not import httpx, httpcore and h2: tens to
-hundreds of milliseconds of import, on the event loop's interpreter.
 """
 
 from __future__ import annotations

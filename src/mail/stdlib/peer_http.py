@@ -1,9 +1,4 @@
-"""`PeerHttp` for agent-driven discovery, over the guard and limits of the http actions.
-
-Every request passes :mod:`mail.stdlib.netguard` (address guard after DNS, on every
-redirect hop; ``[stdlib.net]``) and the timeouts and body cap of ``[stdlib.http]``, exactly
-as ``http_get`` does. Settings are read on each call, like the actions.
-"""
+"""`PeerHttp` for agent-driven discovery, over the guard and limits of the http actions."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""File actions: read_file, write_file, delete_file, create_directory, read_directory.
-
-Every path is confined to the caller's folder of the ``[stdlib.fs] root`` and walked without
-following links (:mod:`mail.utils.safe_files`); reads and writes are capped by
-``max_read_bytes`` / ``max_write_bytes``. Text is UTF-8. Each caller's instance gets a folder
-of its own under the root (``<role>-<id>``, :mod:`mail.core.file_root`, shared with the team
-tools' files), unless ``[stdlib.fs] shared = true`` makes every caller work in the root itself.
-"""
+"""File actions: read_file, write_file, delete_file, create_directory, read_directory."""
 
 from __future__ import annotations
 

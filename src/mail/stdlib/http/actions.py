@@ -1,11 +1,4 @@
-"""HTTP actions: one per verb, each returning the response body as text.
-
-As in the original, the body is returned for any status code and nothing else of the
-response is reported. Underneath, every request goes through the address guard of
-:mod:`mail.stdlib.netguard` (each redirect hop included), is bounded by the timeouts of
-``[stdlib.http]``, and its body is read only up to ``max_response_bytes`` (counted after
-decompression, while it is inflated: see :mod:`mail.stdlib.http.bounded`).
-"""
+"""HTTP actions: one per verb, each returning the response body as text."""
 
 from __future__ import annotations
 

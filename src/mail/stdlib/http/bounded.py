@@ -1,15 +1,4 @@
-"""Reading a response body with its size counted while it is read, decompression included.
-
-httpx decodes ``Content-Encoding`` one network chunk at a time without an output bound, so a
-64 KiB gzip chunk of zeros becomes ~64 MiB in memory before any cap can look at it. Here the
-raw bytes are read instead and inflated with ``zlib.decompressobj(...).decompress(data,
-max_length)``, which never produces more than the bytes still allowed: the memory held is the
-cap plus one network chunk, whatever the compression ratio.
-
-Only the encodings that can be inflated under such a bound are accepted (``identity``,
-``gzip``, ``deflate``); requests ask for exactly those, and a server that answers with
-another one (``br``, ``zstd``, or several stacked encodings) is refused.
-"""
+"""Reading a response body with its size counted while it is read, decompression included."""
 
 from __future__ import annotations
 

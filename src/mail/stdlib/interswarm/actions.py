@@ -1,9 +1,4 @@
-"""Probes of remote MAIL servers: ping_swarm, get_swarm_health, get_swarm_registry.
-
-Each sends one unauthenticated GET through the guarded client of :mod:`mail.stdlib.http`
-(address guard, timeouts and size cap of ``[stdlib.net]`` / ``[stdlib.http]``) and checks the
-shape of the JSON answer before reporting on it.
-"""
+"""Probes of remote MAIL servers: ping_swarm, get_swarm_health, get_swarm_registry."""
 
 from __future__ import annotations
 

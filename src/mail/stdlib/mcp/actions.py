@@ -1,11 +1,4 @@
-"""MCP client actions: ping, tools, prompts and resources of a remote MCP server.
-
-Each call opens a session with the mcp SDK's ``Client`` (see :mod:`mail.stdlib.mcp.connect`
-for which ``server_url`` values are accepted), runs one request and returns the result as
-text, as the original did (Python reprs of the SDK's objects). A call is bounded by
-``[stdlib.mcp] timeout``, the bytes it receives over HTTP by ``max_response_bytes`` (counted in
-the transport while they arrive) and its text by ``max_result_chars``.
-"""
+"""MCP client actions: ping, tools, prompts and resources of a remote MCP server."""
 
 from __future__ import annotations
 

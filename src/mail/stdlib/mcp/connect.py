@@ -1,12 +1,4 @@
-"""Opening an MCP client session for an agent-supplied ``server_url``, guarded.
-
-- ``http://`` / ``https://`` URLs: Streamable HTTP (or the older SSE transport when the path
-  ends in ``/sse``), through an httpx2 client whose connections pass the address guard of
-  :mod:`mail.stdlib.netguard` (the mcp SDK is built on httpx2, a fork of httpx).
-- anything else is treated as a local script to launch as a stdio MCP server, which is only
-  allowed when the path is listed in ``[stdlib.mcp] allowed_commands``. It runs behind
-  ``stdio_relay.py``, which counts what the server writes against ``max_response_bytes``.
-"""
+"""Opening an MCP client session for an agent-supplied ``server_url``, guarded."""
 
 from __future__ import annotations
 

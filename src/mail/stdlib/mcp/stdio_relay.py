@@ -1,17 +1,4 @@
-"""Relay between the mcp SDK and a stdio MCP server that counts the bytes the server writes.
-
-    python stdio_relay.py LIMIT COMMAND [ARGS...]
-
-The SDK's stdio transport keeps whatever the server writes until a newline arrives, so one
-endless line would grow the agent server without bound. ``mail.stdlib.mcp.connect`` starts
-allow-listed scripts through this relay instead: it forwards stdin to the server unchanged and
-the server's stdout back in chunks, counting them. Past LIMIT bytes it ends the line in
-progress, answers the last request with a JSON-RPC error naming ``[stdlib.mcp]
-max_response_bytes``, stops the server and exits. The server's stderr goes to the agent
-server's stderr up to LIMIT bytes as well; the rest is read and dropped (one note says so), so
-a server that floods stderr cannot fill the agent server's log. Standard library only (it
-starts fast and imports nothing of the agent server).
-"""
+"""Relay between the mcp SDK and a stdio MCP server that counts the bytes the server writes."""
 
 from __future__ import annotations
 

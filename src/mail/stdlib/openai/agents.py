@@ -1,14 +1,4 @@
-"""Agent functions that call the official OpenAI SDK directly (no LiteLLM).
-
-The four classes keep the original's names and constructor parameters (``model`` rather
-than LiteLLM's ``llm``) and fix what did not work there: the ``system`` prompt is sent, agents
-with comm targets get the MAIL tools, the Responses API receives tools in its own flat shape,
-history items of the Responses API are sent back unchanged (so multi-turn use works), and the
-Chat Completions supervisor no longer fails on its own tool list.
-
-The client is ``openai.AsyncOpenAI``, built on first use with ``api_key`` (default
-``$OPENAI_API_KEY``) and ``base_url`` (default: the SDK's, which honours ``$OPENAI_BASE_URL``).
-"""
+"""Agent functions that call the official OpenAI SDK directly (no LiteLLM)."""
 
 from __future__ import annotations
 
