@@ -1,8 +1,4 @@
-"""MAIL: the Multi-Agent Interface Layer (protocol, runtime, server, client).
-
-The public names are loaded on first use (PEP 562), so `import mail` and CLI start-up stay
-fast; `from mail import MAILSwarmTemplate` works as usual.
-"""
+"""MAIL: the Multi-Agent Interface Layer (protocol, runtime, server, client)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Settings of the client side: the `[client]` table of mail.toml.
-
-Kept apart from the server's configuration models so that the client, the REPL and
-`mail ping` can load their few settings without importing anything server-related. The
-search for mail.toml lives here too, below `mail.config`, which re-exports it and
-`ClientConfig` for callers who expect them there.
-"""
+"""Settings of the client side: the `[client]` table of mail.toml."""
 
 from __future__ import annotations
 

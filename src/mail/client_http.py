@@ -1,8 +1,4 @@
-"""The HTTP connection under `MAILClient`: session, headers, timeouts, errors.
-
-Every request goes through `_open` (status checked, errors raised as `MAILClientError`) and,
-for JSON routes, `_request_json`; see `mail.client` for the error contract.
-"""
+"""The HTTP connection under `MAILClient`: session, headers, timeouts, errors."""
 
 from __future__ import annotations
 

@@ -1,24 +1,4 @@
-"""When `MAILClient` sends a call again, and how long it waits first.
-
-Only calls that start or change work are retried, and each carries one `Idempotency-Key`
-for all of its attempts (a fresh key per call, see `new_idempotency_key`), so the server runs
-the work once however many attempts reach it (docs/client.md#retries).
-
-Retried, at most `retries` times, waiting `backoff * 2**n` seconds (at most `max_delay`,
-jitter of up to half that) or what the server's `Retry-After` says:
-
-- the request got no answer: the connection was refused, reset or closed, or timed out
-  before the answer (or while its body was read);
-- 502, 503 and 504 (a proxy or a cluster front end whose instance is moving);
-- 429 with `Retry-After`.
-
-Besides, a 409 with `Retry-After` answers a call whose first attempt is still being worked on
-(the server says so for a repeated `Idempotency-Key`): the client waits and asks again until
-the outcome is there, without counting it as a retry, within the `timeout` of the attempt that
-got the 409. Each attempt (the first send, and each retry) has a whole `timeout` of its own from
-when it is sent, its asks after a 409 included; one whose time runs out while the server is
-still working counts as a timeout (sent again while retries are left, else the 409 is raised).
-"""
+"""When `MAILClient` sends a call again, and how long it waits first."""
 
 from __future__ import annotations
 

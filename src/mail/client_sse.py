@@ -1,14 +1,4 @@
-"""Reading `text/event-stream` answers: an incremental parser and the stream object.
-
-The parser follows the WHATWG event-stream rules: lines end with CRLF, LF or CR (a CR at
-the end of one chunk followed by an LF at the start of the next is one line ending); a
-blank line dispatches the event being built; `data` lines are joined with `\\n`; `:` lines
-are comments; `retry` must be all digits. Events are produced as soon as their blank line
-has been fed, so a consumer sees each event when its frame arrives, not when the stream ends.
-
-Events are `sse_starlette.ServerSentEvent` objects, the same class the server uses, so code
-written against either side reads `.event`, `.data`, `.id`, `.retry` and `.comment`.
-"""
+"""Reading `text/event-stream` answers: an incremental parser and the stream object."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Callables an upper layer installs for a lower one to call: the one way up.
-
-Imports point down (docs/architecture.md). Where a lower layer must reach an upper one, it
-calls a slot defined here and the upper layer fills it; nothing below imports what is above.
-
-- server starter: how ``MAILSwarmTemplate.start_server`` (api/) serves a template over HTTP
-  (server/, which builds on api/). ``mail.launch`` installs it when the ``mail`` package is
-  imported, so it is always there for a template.
-"""
+"""Callables an upper layer installs for a lower one to call: the one way up."""
 
 from __future__ import annotations
 

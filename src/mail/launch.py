@@ -1,10 +1,4 @@
-"""Serving a swarm template from Python: the layer above api/ and server/.
-
-``MAILSwarmTemplate.start_server`` is defined in api/, which the server builds on, so it
-cannot import the server: it calls the starter this module installs in :mod:`mail.hooks`
-(``import mail`` installs it). The server itself is imported when a template is served, so
-``import mail`` stays fast.
-"""
+"""Serving a swarm template from Python: the layer above api/ and server/."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Make this installation the operating system's handler for `swarm://` links.
-
-Linux is automated (a .desktop file plus `xdg-mime`); macOS and Windows get printed steps,
-because registering a URL scheme there needs an app bundle or a registry edit that we should
-not make behind the user's back. Every step is reported, and a step that could not be done
-is reported as such with the command to finish by hand: nothing fails silently.
-"""
+"""Make this installation the operating system's handler for `swarm://` links."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""JSON Schema validation of MAIL wire payloads and swarms.json.
-
-The schemas live as plain JSON files in the repository (``spec/`` for the wire
-protocol, ``docs/`` for swarms.json) so that non-Python implementations can use
-them too. This module finds them, compiles one Draft 2020-12 validator per
-schema (cached), and offers small helpers for the boundaries where payloads
-enter the process (HTTP bodies, interswarm envelopes, configuration files).
-
-Validation here is strict about formats: ``uuid`` and ``date-time`` are checked,
-not merely annotated, because the protocol makes them MUST-level requirements.
-"""
+"""JSON Schema validation of MAIL wire payloads and swarms.json."""
 
 from __future__ import annotations
 

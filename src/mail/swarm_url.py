@@ -1,12 +1,4 @@
-"""`swarm://` links: a shareable way to hand someone a MAIL server and, optionally, a key.
-
-    swarm://connect?server=HOST[:PORT]&token=KEY
-    swarm://invite?server=HOST[:PORT]&token=KEY
-
-Both actions mean "connect to this server". `server` becomes `https://HOST[:PORT]`; a server
-value that already carries `http://` or `https://` keeps its scheme (handy for local servers,
-which rarely speak TLS). Parameter values may be percent-encoded.
-"""
+"""`swarm://` links: a shareable way to hand someone a MAIL server and, optionally, a key."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""v1.3's ``mail.url_scheme``: ``parse_swarm_url`` over `mail.swarm_url`.
-
-``parse_swarm_url("swarm://connect?server=example.com&token=KEY")`` gives a `SwarmURL` with
-the action (``connect`` or ``invite``), the server as written and the token; anything that is
-not a valid swarm:// link gives None. `mail.swarm_url.parse_swarm_link` is ours: it says what
-is wrong with a bad link and turns the server into a base URL.
-"""
+"""v1.3's ``mail.url_scheme``: ``parse_swarm_url`` over `mail.swarm_url`."""
 
 from __future__ import annotations
 

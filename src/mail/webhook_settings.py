@@ -1,9 +1,4 @@
-"""``[server.webhooks]``: push delivery of task events (signed webhooks, A2A push notifications).
-
-A leaf module (pydantic only), read by ``mail.config`` like ``mail.telemetry.settings``; the
-delivery engine that uses these settings is ``mail.webhooks``. Every bound here is listed in
-docs/security.md and explained in docs/webhooks.md.
-"""
+"""``[server.webhooks]``: push delivery of task events (signed webhooks, A2A push notifications)."""
 
 from __future__ import annotations
 
