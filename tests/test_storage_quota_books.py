@@ -1,4 +1,4 @@
-"""A caller's books keep their byte total as tasks come and go (server/storage_quota.py):
+"""A caller's books keep their byte total as tasks come and go (server/finished_tasks.py):
 the quota check on every message reads it instead of summing every stored task."""
 
 from __future__ import annotations
