@@ -50,7 +50,6 @@ IN_PROGRESS_RETRY_AFTER = 1  # seconds a duplicate of a request under way waits
 KEY_LIMIT_RETRY_AFTER = 60  # seconds a caller at the key bound waits (at most the key TTL)
 # At the key bound, this share of it (at least one key) of the oldest finished keys goes.
 EVICT_FRACTION = 0.1
-OUTCOME_DELAY = 0.05  # seconds a lazy outcome waits for others to be written with it
 SWEEP_INTERVAL = 600.0  # seconds between two sweeps of expired keys
 # Default of `[server.settings] idempotency_takeover_after`: a key another process took and
 # never finished is taken over by a retry after this many seconds.
@@ -211,9 +210,6 @@ class IdempotencyGuard:
         self._callers: dict[tuple[str, str], CallerKeys] = {}
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._background: set[asyncio.Task[Any]] = set()
-        # Lazy outcomes (`Ticket.finish(lazy=True)`) waiting for their writer.
-        self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
-        self._writer: asyncio.Task[None] | None = None
         # Under [server.store] max_stored_bytes_per_caller: (scope, task id, outcome bytes).
         self.book_outcome: Callable[[InstanceKey, str, int], None] | None = None
 
@@ -259,14 +255,10 @@ class IdempotencyGuard:
         if not self.max_keys:
             return
         keys.reserved -= 1
-        if not stored:
-            self.released(keys)
-        elif keys.landed is not None:
-            keys.landed += 1
-
-    def released(self, keys: CallerKeys) -> None:
-        if keys.count:
+        if not stored and keys.count:
             keys.count -= 1
+        elif stored and keys.landed is not None:
+            keys.landed += 1
 
     async def admit(self, keys: CallerKeys, key: str, now: float) -> None:
         """Reserve room for one more key, counted from the store: at the bound, the oldest
@@ -331,31 +323,22 @@ class IdempotencyGuard:
     def record_later(
         self, ticket: Ticket, status: int, content_type: str | None, body: bytes
     ) -> None:
-        """Queue an outcome, written with others `OUTCOME_DELAY` seconds after the first;
-        the ticket leaves its "under way here" entry then."""
-        self._outcomes.append((ticket, (ticket.scope, ticket.key, status, content_type, body)))
+        """Write an outcome after its answer left; the ticket leaves its "under way here"
+        entry once it is written (a duplicate meanwhile gets `Ticket.outcome`)."""
         (ticket.first or ticket).answered = (status, content_type, body)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_outcomes())
 
-    async def _write_outcomes(self) -> None:
-        while self._outcomes:
-            await asyncio.sleep(OUTCOME_DELAY)
-            await self.flush_outcomes()
+        async def write() -> None:
+            try:
+                await self.store.finish(ticket.scope, ticket.key, status, content_type, body)
+                self.booked(ticket, body)
+            finally:
+                ticket.leave()
+
+        self.spawn(write(), "recording an idempotency outcome")
 
     async def flush_outcomes(self) -> None:
-        batch, self._outcomes = self._outcomes, []
-        if not batch:
-            return
-        try:
-            await self.store.finish_many([outcome for _, outcome in batch])
-            for ticket, outcome in batch:
-                self.booked(ticket, outcome[4])
-        except Exception:  # noqa: BLE001 - unfinished keys are resolved from their tasks
-            logger.warning("recording %d idempotency outcomes failed", len(batch), exc_info=True)
-        finally:
-            for ticket, _ in batch:
-                ticket.leave()
+        """Wait for the outcomes (and sweeps) being written."""
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     def spawn(self, work: Awaitable[Any], what: str) -> None:
         async def run() -> None:
@@ -369,9 +352,7 @@ class IdempotencyGuard:
         task.add_done_callback(self._background.discard)
 
     async def close(self) -> None:
-        await asyncio.gather(
-            *self._background, *([self._writer] if self._writer else []), return_exceptions=True
-        )
+        await self.flush_outcomes()
         await self.store.close()
 
 
@@ -583,7 +564,7 @@ class Ticket:
         """Store the outcome of a taken key and return the answer. A stream's is not stored
         (a duplicate attaches to its task); with `lazy` it ends as `STREAMED_OUTCOME`. With
         `lazy` (the resolver rebuilds outcomes from the work's records) the outcome is
-        written a moment later with others, or not at all when `answered_by_task`."""
+        written after the answer, or not at all when `answered_by_task`."""
         if not self.taken:
             self.leave()
             return response
@@ -625,7 +606,8 @@ class Ticket:
         """Forget the key this request took: it was refused before it did anything."""
         if self.taken:
             self.taken = False
-            self.guard.released(self.keys)
+            if self.keys.count:
+                self.keys.count -= 1
             await self.guard.store.release(self.scope, self.key)
 
     async def abandon(self, *, release: bool) -> None:

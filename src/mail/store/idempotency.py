@@ -49,8 +49,6 @@ class KeyRecord:
         return self.content_type == STREAMED_OUTCOME
 
 
-Outcome = tuple[InstanceKey, str, int, str | None, bytes]
-
 # ------------------------------------------------------------------------------ the SQL
 
 _COLUMNS = (
@@ -109,8 +107,6 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);
 """
-# The task store's schema lock (postgres_schema).
-_SCHEMA_LOCK_ID = 0x4D41494C
 
 
 def _scope(scope: InstanceKey) -> tuple[str, str, str]:
@@ -195,14 +191,7 @@ class IdempotencyStore:
     async def finish(
         self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
     ) -> None:
-        await self.finish_many([(scope, key, status, content_type, body)])
-
-    async def finish_many(self, outcomes: list[Outcome]) -> None:
-        rows = [
-            (status, content_type, bytes(body), *_scope(scope), key)
-            for scope, key, status, content_type, body in outcomes
-        ]
-        await self._run(_FINISH, tuple(rows), "many")
+        await self._run(_FINISH, (status, content_type, bytes(body), *_scope(scope), key), "count")
 
     async def release(self, scope: InstanceKey, key: str) -> None:
         await self._run(_RELEASE, (*_scope(scope), key), "count")
@@ -286,17 +275,15 @@ class SqliteIdempotencyStore(IdempotencyStore):
 
         def committed(task: asyncio.Task[Any]) -> None:
             self._commits.discard(task)
-            failed = None if task.cancelled() else task.exception()
-            results = task.result() if not task.cancelled() and failed is None else []
             for index, (*_, future) in enumerate(writes):
                 if future.done():
                     continue
                 if task.cancelled():
                     future.cancel()
-                elif failed is not None:
+                elif (failed := task.exception()) is not None:
                     future.set_exception(failed)
                 else:
-                    future.set_result(results[index])
+                    future.set_result(task.result()[index])
 
         task = asyncio.get_running_loop().create_task(self._call(run, len(writes)))
         self._commits.add(task)
@@ -346,7 +333,9 @@ def _numbered(sql: str) -> str:
 
 
 async def ensure_table(conn: Any) -> None:
-    """PostgreSQL: the table, made when missing."""
+    """PostgreSQL: the table, made when missing (under the task store's schema lock)."""
+    from mail.store.postgres_schema import _SCHEMA_LOCK_ID
+
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
         await conn.execute(POSTGRES_DDL)
