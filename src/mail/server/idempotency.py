@@ -32,7 +32,6 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
 
 from mail.server.auth import Caller, caller_admin_or_user, server_state
 from mail.server.bodies import prefer_async as _prefers_async
@@ -568,11 +567,9 @@ class Ticket:
         if not self.taken:
             self.leave()
             return response
-        if not hasattr(response, "body"):
-            if getattr(response, "on_end", False) is None:  # an `EventStreamResponse`
-                response.on_end = functools.partial(self.stream_ended, response)  # type: ignore[attr-defined]
-                return response
-            return Leaving(response, self, record=lazy)
+        if not hasattr(response, "body"):  # an `EventStreamResponse`: recorded at its end
+            response.on_end = functools.partial(self.stream_ended, response)  # type: ignore[attr-defined]
+            return response
         if lazy and self.answered_by_task:
             self.leave()  # its key and its task are committed: they are the outcome
         elif lazy:
@@ -639,34 +636,6 @@ async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
         if earlier is not None:
             total += int(earlier[0].get("size") or 0)
     return total
-
-
-class Leaving(Response):
-    """A streamed answer (not an `EventStreamResponse`) that leaves its ticket's entry when
-    it ends; with `record`, `Ticket.stream_ended` decides."""
-
-    def __init__(self, inner: Response, ticket: Ticket, *, record: bool = False) -> None:
-        self._inner = inner
-        self._ticket = ticket
-        self._record = record
-        self.status_code = inner.status_code
-        self.background = None
-        self.raw_headers = inner.raw_headers
-        self.started = False
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def watched(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.started = True
-            await send(message)
-
-        try:
-            await self._inner(scope, receive, watched)
-        finally:
-            if self._record:
-                self._ticket.stream_ended(self)
-            else:
-                self._ticket.leave()
 
 
 # ------------------------------------------------------------------------- the decorator
