@@ -1,41 +1,14 @@
 """``Idempotency-Key`` on the routes that start or change work: a retry never runs it twice.
 
-The convention is the IETF's (draft-ietf-httpapi-idempotency-key-header): the client sends
-``Idempotency-Key: "<unique value>"`` (a Structured Field string; a bare token is accepted
-too) and sends it again, unchanged, with the same request when it retries. Keys belong to
-the caller (role and id): another caller's key of the same value is another key.
-
-- first request with a key: the work is done; the key record (with what the work started,
-  e.g. a task id) is committed *before* the work starts, and the outcome (status, body)
-  once it answered;
-- the same key and the same request again (method, path and body; the body compared as
-  canonical JSON): the stored outcome, with ``Idempotent-Replayed: true``, and nothing is
-  done again;
-- the same key while the first request is still under way: 409 with ``Retry-After`` (a
-  route may answer otherwise: ``POST /message`` with ``stream: true`` attaches to the task's
-  event stream);
-- the same key with another request: 422; a malformed key (or two of them): 400; more live
-  keys than ``max_idempotency_keys_per_caller``: 429. A request without the header runs as
-  before; no route requires one.
-
-This module holds all of it above the key store (``mail.store.idempotency``): the wire
-format (the header, the fingerprint, the answers), the :class:`IdempotencyGuard` (one per
-server: the requests under way here, each caller's count of keys), the :class:`Ticket` of
-one keyed request (its take, outcome or release), the :func:`idempotent` decorator, and
-what a request that runs a task records with its key (:meth:`Ticket.take_message`).
-
-A route opts in with one decorator::
-
-    @router.post("/swarms")
-    @idempotent()
-    async def register_swarm(request: Request, caller: Caller = Depends(caller_admin)): ...
-
-The default mode takes the key before the route runs and forgets it again when the route
-raises (nothing was done: a retry may run it). ``deferred=True`` is for routes that start
-long work: the route calls ``current_ticket(request).take(subject, context)`` itself, right
-before the work starts, and a ``resolve`` function tells what a duplicate gets whose first
-request's process died after the take (``mail.server.message_replay`` for ``POST /message``,
-and its ``task_resolver`` for ``POST /responses`` and ``POST /interswarm/message``).
+What a client sees is in docs/api-http.md#idempotency-keys. This module holds all of it above
+the key store (``mail.store.idempotency``): the wire format (the header, the fingerprint, the
+answers), the :class:`IdempotencyGuard` (one per server: the requests under way here, each
+caller's count of keys), the :class:`Ticket` of one keyed request, and the
+:func:`idempotent` decorator a route opts in with. Its default mode takes the key before the
+route runs and releases it when the route raises; ``deferred=True`` routes call
+``current_ticket(request).take(subject, context)`` themselves right before their work starts,
+and a ``resolve`` function answers a duplicate whose first request's process died after the
+take (``mail.server.message_replay``).
 """
 
 from __future__ import annotations
@@ -59,68 +32,53 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
 
 from mail.server.auth import Caller, caller_admin_or_user, server_state
 from mail.server.bodies import prefer_async as _prefers_async
 from mail.server.errors import BadRequest
 from mail.server.jsonio import PARSED_BODY, dumps, loads
 from mail.store.base import STREAMED_OUTCOME, InstanceKey
-from mail.store.idempotency import (
-    FRESH_TASK_CONTEXTS,
-    IdempotencyStore,
-    KeyRecord,
-    open_key_store,
-)
+from mail.store.idempotency import IdempotencyStore, KeyRecord, open_key_store
 
 logger = logging.getLogger("mail.server.idempotency")
 
 HEADER = b"idempotency-key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 DOCS = "docs/api-http.md#idempotency-keys"
-# Seconds a duplicate of a request still under way is told to wait before asking again.
-IN_PROGRESS_RETRY_AFTER = 1
-# Seconds a caller at the key bound is told to wait (the oldest keys expire meanwhile).
-KEY_LIMIT_RETRY_AFTER = 60
-# At the key bound, this share of it (at least one key) of the caller's oldest finished keys
-# is forgotten at once: one store statement per that many keyed requests, not per request.
+IN_PROGRESS_RETRY_AFTER = 1  # seconds a duplicate of a request under way waits
+KEY_LIMIT_RETRY_AFTER = 60  # seconds a caller at the key bound waits (at most the key TTL)
+# At the key bound, this share of it (at least one key) of the oldest finished keys goes.
 EVICT_FRACTION = 0.1
-# Seconds an outcome recorded after its answer waits for others to be written with it.
-OUTCOME_DELAY = 0.05
-# Seconds between two sweeps of expired keys (one per server, started by a take).
-SWEEP_INTERVAL = 600.0
-# Seconds after which a key another process took and never finished is taken over by a
-# retry (routes without a resolver of their own: their work is short); the default of
-# `[server.settings] idempotency_takeover_after`.
+SWEEP_INTERVAL = 600.0  # seconds between two sweeps of expired keys
+# Default of `[server.settings] idempotency_takeover_after`: a key another process took and
+# never finished is taken over by a retry after this many seconds.
 TAKEOVER_AFTER = 60.0
-# Where a keyed request's ticket is kept for the route (`current_ticket`).
-_SCOPE_KEY = "mail.idempotency"
+_SCOPE_KEY = "mail.idempotency"  # where a keyed request's ticket waits for its route
 
 Resolver = Callable[[Request, Caller, "Ticket"], Awaitable[Response | None]]
 
 _orjson: Any
-try:  # not a declared dependency: used when the environment has it (as mail.server.jsonio)
+try:  # not a declared dependency: used when installed (as mail.server.jsonio)
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 # ------------------------------------------------------------------------------ the wire
 
+_SF_STRING = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
+
 
 def key_of(fields: list[bytes], max_length: int) -> str | None:
-    """The key of the ``Idempotency-Key`` header `fields`, or None without one; 400 for a
-    malformed one.
-
-    An ``sf-string`` (``"..."``, printable ASCII, ``\\"`` and ``\\\\`` escaped) as the draft
-    says, or the same characters unquoted (what curl users type): at most ``max_length``
-    characters, not empty, one header field.
-    """
+    """The key of the ``Idempotency-Key`` header `fields` (an RFC 8941 string, or the same
+    characters unquoted), None without one; 400 for a malformed one or two of them."""
     if not fields:
         return None
     if len(fields) > 1:
         raise BadRequest(f"send one Idempotency-Key header, not {len(fields)} (see {DOCS})")
-    raw = fields[0].decode("latin-1").strip()  # (latin-1: as Starlette decodes headers)
-    key = _sf_string(raw) if raw.startswith('"') else raw
+    key: str | None = fields[0].decode("latin-1").strip()  # (as Starlette decodes headers)
+    if key and key.startswith('"'):
+        match = _SF_STRING.fullmatch(key)
+        key = None if match is None else re.sub(r"\\(.)", r"\1", match.group(1))
     if not key or not (key.isascii() and key.isprintable()):
         raise BadRequest(
             "Idempotency-Key must be a quoted string of printable ASCII characters, such as "
@@ -134,35 +92,22 @@ def key_of(fields: list[bytes], max_length: int) -> str | None:
     return key
 
 
-_SF_STRING = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
-
-
-def _sf_string(raw: str) -> str | None:
-    """The value of an RFC 8941 string (``"a \\" b"``), or None when it is not one."""
-    match = _SF_STRING.fullmatch(raw)
-    return None if match is None else re.sub(r"\\(.)", r"\1", match.group(1))
-
-
 def fingerprint(method: str, path: str, body: bytes) -> str:
-    """What makes two requests "the same": method, path and the body as canonical JSON
-    (keys sorted, no spaces), or the raw bytes of a body that is not JSON."""
+    """What makes two requests "the same": method, path and the body as canonical JSON."""
     return fingerprint_and_value(method, path, body)[0]
 
 
 def fingerprint_and_value(
     method: str, path: str, body: bytes, background: bool = False
 ) -> tuple[str, Any]:
-    """`fingerprint`, and the body's JSON value it was made from (None when the body is not
-    JSON): the route need not parse the body again (`PARSED_BODY`). `background`: the
-    request asked to be answered at once (``Prefer: respond-async``), which is the same
-    request as one whose body says ``"background": true``, and not the same as one that
-    waits for its answer."""
+    """`fingerprint` and the body's JSON value (None when not JSON). `background`: the
+    request has ``Prefer: respond-async``, the same request as one with ``"background":
+    true`` in its body."""
     value: Any = None
     canonical = body
-    if body:  # (a body of spaces is not JSON: hashed as it is, as an empty one)
+    if body:  # (a body that is not JSON is hashed as it is)
         try:
-            value = loads(body)
-            hashed = value
+            value = hashed = loads(body)
             if background and type(value) is dict and value.get("background") is not True:
                 hashed = {**value, "background": True}
             canonical = (
@@ -203,8 +148,7 @@ def key_reused() -> HTTPException:
 
 
 def replay(record: KeyRecord) -> Response:
-    """The stored outcome of the first request, as it answered (an accepted background
-    message's `Location` is its body's `status_url`)."""
+    """The stored outcome, as it answered (a 202's `Location` is its body's `status_url`)."""
     headers = {REPLAYED_HEADER: "true"}
     if record.status == 202 and record.body:
         with contextlib.suppress(ValueError, TypeError, AttributeError):
@@ -223,23 +167,20 @@ def replay(record: KeyRecord) -> Response:
 
 
 class CallerKeys:
-    """One caller's keys as this process counts them (`IdempotencyGuard.caller_keys`)."""
+    """One caller's keys as this process counts them."""
 
     __slots__ = ("count", "counting", "landed", "reserved", "scope", "waiting")
 
     def __init__(self, scope: InstanceKey) -> None:
         self.scope = scope
-        # Live keys as last counted, plus those taken since; None: to be counted (`admit`).
-        self.count: int | None = None
-        # Slots reserved (counted above) by takes not yet stored: a recount from the store
-        # adds them. Reserving is synchronous, so concurrent new keys cannot pass the bound.
+        self.count: int | None = None  # live keys, counted plus taken since; None: unknown
+        # Slots reserved (counted) by takes not yet stored; reserving is synchronous, so
+        # concurrent new keys cannot pass the bound.
         self.reserved = 0
-        # While a recount runs: the keys stored (their slot given back) since it began, as
-        # the count it reads may predate them.
+        # While a recount runs: keys stored since it began (its read may predate them).
         self.landed: int | None = None
         self.counting: asyncio.Lock | None = None  # one recount at a time
-        # Takes waiting for that lock or holding it: a sweep keeps this object meanwhile.
-        self.waiting = 0
+        self.waiting = 0  # takes at that lock: a sweep keeps this object meanwhile
 
 
 class IdempotencyGuard:
@@ -256,26 +197,19 @@ class IdempotencyGuard:
         takeover_after: float = TAKEOVER_AFTER,
     ) -> None:
         self.store = store
-        # Seconds after which an unfinished key of another process is taken over
-        # (`default_resolve`).
         self.takeover_after = takeover_after
         self.swarm_name = swarm_name
         self.ttl = ttl
         self.max_keys = max_keys
         self.max_length = max_length
-        # Who took a key: host, process and a random tag (two front ends in containers may
-        # share both), so a key another process holds never looks like this one's own.
+        # Who took a key: host, process and a random tag (containers may share both).
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         # The owners' tickets of the keyed requests under way here, by (role, id, key).
         self._pending: dict[tuple[str, str, str], Ticket] = {}
         self._callers: dict[tuple[str, str], CallerKeys] = {}
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         self._background: set[asyncio.Task[Any]] = set()
-        # Outcomes recorded after their answer (`Ticket.finish(lazy=True)`), and their writer.
-        self._outcomes: list[tuple[Ticket, tuple[InstanceKey, str, int, str | None, bytes]]] = []
-        self._writer: asyncio.Task[None] | None = None
-        # Under a byte bound ([server.store] max_stored_bytes_per_caller): called with the
-        # caller's scope, the task a key names and the bytes of its outcome once stored.
+        # Under [server.store] max_stored_bytes_per_caller: (scope, task id, outcome bytes).
         self.book_outcome: Callable[[InstanceKey, str, int], None] | None = None
 
     def booked(self, ticket: Ticket, body: bytes) -> None:
@@ -285,31 +219,29 @@ class IdempotencyGuard:
     def caller_keys(self, role: str, ident: str) -> CallerKeys:
         keys = self._callers.get((role, ident))
         if keys is None:
-            keys = self._callers[(role, ident)] = CallerKeys(
-                InstanceKey(self.swarm_name, role, ident)
-            )
+            scope = InstanceKey(self.swarm_name, role, ident)
+            keys = self._callers[(role, ident)] = CallerKeys(scope)
         return keys
 
     def scope(self, caller: Caller) -> InstanceKey:
         return self.caller_keys(caller.role, caller.id).scope
 
     def open(self, caller: Caller, key: str, fingerprint: str) -> Ticket:
-        """The ticket of a request with `key`: a duplicate of one under way in this process,
-        or the key's owner here (whether the store already has the key, its take tells)."""
+        """The ticket of a request with `key`: a duplicate of one under way here, or the
+        key's owner here (whether the store has the key already, its take tells)."""
         slot = (caller.role, caller.id, key)
         keys = self.caller_keys(caller.role, caller.id)
         first = self._pending.get(slot)
-        if first is not None:
-            if first.fingerprint != fingerprint:
-                raise key_reused()
-            return Ticket(self, keys, key, fingerprint, first, None, caller)
-        ticket = self._pending[slot] = Ticket(self, keys, key, fingerprint, None, slot, caller)
-        return ticket
+        if first is None:
+            ticket = self._pending[slot] = Ticket(self, keys, key, fingerprint, None, slot, caller)
+            return ticket
+        if first.fingerprint != fingerprint:
+            raise key_reused()
+        return Ticket(self, keys, key, fingerprint, first, None, caller)
 
     def reserve(self, keys: CallerKeys) -> bool:
-        """Count one more key of the caller now, when it is known to hold fewer than
-        `max_keys` (no store read: the usual case); False when its count is unknown or at
-        the bound (then `admit`). Give it back with `unreserve`."""
+        """Count one more key of a caller known to hold fewer than `max_keys`; False when
+        its count is unknown or at the bound (then `admit`)."""
         if not self.max_keys:
             return True
         if keys.count is None or keys.count >= self.max_keys:
@@ -319,29 +251,22 @@ class IdempotencyGuard:
         return True
 
     def unreserve(self, keys: CallerKeys, *, stored: bool) -> None:
-        """A reserved slot's take is over: its key `stored` (it stays counted) or not."""
         if not self.max_keys:
             return
         keys.reserved -= 1
-        if not stored:
-            self.released(keys)
-        elif keys.landed is not None:
+        if not stored and keys.count:
+            keys.count -= 1
+        elif stored and keys.landed is not None:
             keys.landed += 1
 
-    def released(self, keys: CallerKeys) -> None:
-        if keys.count:
-            keys.count -= 1
-
     async def admit(self, keys: CallerKeys, key: str, now: float) -> None:
-        """Reserve room for one more key of the caller, counted from the store: at
-        `max_keys` live keys, its oldest finished ones are forgotten (`EVICT_FRACTION` of
-        the bound at once); 429 when none of them is finished. One recount per caller at a
-        time; the slots reserved by takes not yet stored are added to the store's count."""
+        """Reserve room for one more key, counted from the store: at the bound, the oldest
+        finished keys are forgotten (`EVICT_FRACTION` of it); 429 when none is finished."""
         if not self.max_keys:
             return
         if keys.counting is None:
             keys.counting = asyncio.Lock()
-        keys.waiting += 1  # (a sweep keeps `keys` meanwhile)
+        keys.waiting += 1
         try:
             async with keys.counting:
                 if self.reserve(keys):  # counted by the recount that ran meanwhile
@@ -358,7 +283,7 @@ class IdempotencyGuard:
             "([server.settings] max_idempotency_keys_per_caller = "
             f"{self.max_keys}); they expire {self.ttl:g}s after their request; retry "
             "later, or send this request without an Idempotency-Key",
-            headers={"Retry-After": str(self.limit_retry_after())},
+            headers={"Retry-After": str(max(1, min(KEY_LIMIT_RETRY_AFTER, math.ceil(self.ttl))))},
         )
 
     async def _recount(self, keys: CallerKeys, key: str, now: float) -> None:
@@ -368,70 +293,51 @@ class IdempotencyGuard:
             if keys.count is not None:
                 await self.store.purge(now, scope)
             count = await self.store.count(scope, now)
-            # Keys stored meanwhile and takes not yet stored count too (the caller's count
-            # below adds them): room is made when the sum reaches the bound, or a count just
-            # under it would refuse the caller with nothing evicted.
+            # Keys stored meanwhile and takes not yet stored count too: room is made when
+            # the sum reaches the bound; a repeat of a held key makes none (its own record
+            # must not be evicted).
             held = count + (keys.landed or 0) + keys.reserved
             if held >= self.max_keys and await self.store.get(scope, key, now) is None:
-                # (A repeat of a held key adds none: its own record must not be evicted.)
                 await self.flush_outcomes()
                 batch = held - self.max_keys + max(1, int(self.max_keys * EVICT_FRACTION))
                 who = (scope.caller_role, scope.caller_id)
                 busy = frozenset(k for (r, i, k) in self._pending if (r, i) == who)
                 count -= await self.store.evict_finished(scope, batch, busy)
         finally:
-            # (Counted twice when the read saw them too: errs toward the bound, and the next
-            # recount corrects it.)
+            # (Counted twice if the read saw them too: errs toward the bound until next time.)
             landed, keys.landed = keys.landed or 0, None
         keys.count = count + landed + keys.reserved
 
-    def limit_retry_after(self) -> int:
-        """Seconds a caller at the key bound is told to wait: never longer than its keys
-        live (with `idempotency_key_ttl = 5`, 60 s would send it away for nothing)."""
-        return max(1, min(KEY_LIMIT_RETRY_AFTER, math.ceil(self.ttl)))
-
     def maybe_sweep(self) -> None:
-        """Every `SWEEP_INTERVAL` (checked by each take): expired keys swept from the store,
-        every caller counted again when next needed (expired keys drop out)."""
+        """Every `SWEEP_INTERVAL`: expired keys purged, every caller counted again."""
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + SWEEP_INTERVAL
         for owner, keys in list(self._callers.items()):
             keys.count = None
-            # A caller with nothing under way here is forgotten (callers come and go).
             if not keys.reserved and keys.landed is None and not keys.waiting:
-                del self._callers[owner]
+                del self._callers[owner]  # nothing under way here: forgotten
         self.spawn(self.store.purge(time.time()), "sweeping expired idempotency keys")
 
     def record_later(
         self, ticket: Ticket, status: int, content_type: str | None, body: bytes
     ) -> None:
-        """Queue an outcome; the queue is written in one go `OUTCOME_DELAY` seconds after its
-        first entry, then the tickets leave their "under way here" entries."""
-        self._outcomes.append((ticket, (ticket.scope, ticket.key, status, content_type, body)))
+        """Write an outcome after its answer left; the ticket leaves its "under way here"
+        entry once it is written (a duplicate meanwhile gets `Ticket.outcome`)."""
         (ticket.first or ticket).answered = (status, content_type, body)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_outcomes())
 
-    async def _write_outcomes(self) -> None:
-        while self._outcomes:
-            await asyncio.sleep(OUTCOME_DELAY)
-            await self.flush_outcomes()
+        async def write() -> None:
+            try:
+                await self.store.finish(ticket.scope, ticket.key, status, content_type, body)
+                self.booked(ticket, body)
+            finally:
+                ticket.leave()
+
+        self.spawn(write(), "recording an idempotency outcome")
 
     async def flush_outcomes(self) -> None:
-        """Write the queued outcomes now (also before evicting: they are finished keys)."""
-        batch, self._outcomes = self._outcomes, []
-        if not batch:
-            return
-        try:
-            await self.store.finish_many([outcome for _, outcome in batch])
-            for ticket, outcome in batch:
-                self.booked(ticket, outcome[4])
-        except Exception:  # noqa: BLE001 - unfinished keys are resolved from their tasks
-            logger.warning("recording %d idempotency outcomes failed", len(batch), exc_info=True)
-        finally:
-            for ticket, _ in batch:
-                ticket.leave()
+        """Wait for the outcomes (and sweeps) being written."""
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     def spawn(self, work: Awaitable[Any], what: str) -> None:
         async def run() -> None:
@@ -445,10 +351,7 @@ class IdempotencyGuard:
         task.add_done_callback(self._background.discard)
 
     async def close(self) -> None:
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self.flush_outcomes()
         await self.store.close()
 
 
@@ -469,7 +372,7 @@ async def start_guard(config: Any, task_store: Any) -> IdempotencyGuard:
 
 
 class KeyHeld(Exception):
-    """Raised by `Ticket.take`: the store already holds the key for this same request (a
+    """Raised by `Ticket.take`: the store holds the key for this same request already (a
     retry, or its first attempt still under way). The route stops; the guard answers."""
 
     def __init__(self, record: KeyRecord) -> None:
@@ -495,48 +398,36 @@ class Ticket:
         self.scope = keys.scope
         self.key = key
         self.fingerprint = fingerprint
-        # A duplicate's: the ticket of the request with this key under way in this process
-        # (what it started and answered is kept there); None: this one is that request.
+        # A duplicate's: the ticket of the request with this key under way here (what it
+        # started and answered is kept there).
         self.first = first
         self.in_flight = first is not None
-        # Its "under way here" entry, (role, id, key), while it holds it (`owner`).
-        self.slot = slot
+        self.slot = slot  # its "under way here" entry, (role, id, key), while `owner`
         self.owner = slot is not None
-        # What the request started (e.g. its task id) and what its route needs to find that
-        # work again, once taken or found in the store (read through `subject`, `context`).
+        # What the request started (a task id) and what its route needs to find it again.
         self._subject: str | None = None
         self._context: Mapping[str, Any] | None = None
-        # (status, content type, body) once the request answered and until it is written
-        # (`record_later`): what a duplicate arriving meanwhile gets (`outcome`).
+        # (status, content type, body) once answered, until written (`record_later`).
         self.answered: tuple[int, str | None, bytes] | None = None
-        # The live record found in the store (a duplicate of a finished or orphaned request).
-        self.record: KeyRecord | None = None
-        # Set when this request redoes the work of a first attempt that died after its take.
-        self.takeover = False
+        self.record: KeyRecord | None = None  # the live record found in the store
+        self.takeover = False  # this request redoes the work of a first attempt that died
         self.taken = False
-        # The answer is the one its task keeps: no outcome is stored; a repeat rebuilds the
-        # same answer from the task (the resolver), as after a crash.
+        # The task's own answer is the outcome: none stored, a repeat rebuilds it (resolver).
         self.answered_by_task = False
-        # The caller as the guard resolved it, for the route.
         self.caller = caller
 
     def found(self, record: KeyRecord) -> None:
-        """The store holds the key already (`KeyHeld`): what its first request started."""
         self.record = record
         shared = self.first or self
         shared._subject, shared._context = record.subject, dict(record.context)
 
     @property
     def subject(self) -> str | None:
-        """What the first request started (e.g. its task id), as far as is known."""
         return (self.first or self)._subject
 
     @property
     def context(self) -> Mapping[str, Any]:
-        """What the take recorded with the key: read-only (a new task's is shared,
-        `FRESH_TASK_CONTEXTS`)."""
-        context = (self.first or self)._context
-        return {} if context is None else context
+        return (self.first or self)._context or {}
 
     @property
     def outcome(self) -> KeyRecord | None:
@@ -557,15 +448,14 @@ class Ticket:
         record = KeyRecord(
             self.fingerprint, now, now + guard.ttl, subject, context or {}, guard.holder
         )
-        # The caller's bookkeeping as the guard holds it now (a sweep since this ticket was
-        # opened forgot the one it had).
+        # (As the guard holds them now: a sweep since `open` forgot the ones it had.)
         keys = self.keys = guard.caller_keys(self.scope.caller_role, self.scope.caller_id)
-        counted = not self.takeover  # a slot of the bound reserved (before any await)
+        counted = not self.takeover
         if counted and not guard.reserve(keys):
             try:
                 await guard.admit(keys, self.key, now)
             except HTTPException:
-                # At the bound: a repeat of a request whose key is held still gets its answer.
+                # At the bound: a repeat of a request whose key is held gets its answer.
                 earlier = await guard.store.get(self.scope, self.key, now)
                 if earlier is None:
                     raise
@@ -574,16 +464,14 @@ class Ticket:
                 raise KeyHeld(earlier) from None
         # A takeover replaces the dead attempt's record it found, and no other.
         over = self.record.created_at if self.takeover and self.record is not None else None
+        held: KeyRecord | None = record
         try:
             held = await guard.store.take(
                 self.scope, self.key, record, replace=self.takeover, over=over
             )
-        except BaseException:
+        finally:
             if counted:
-                guard.unreserve(keys, stored=False)
-            raise
-        if counted:
-            guard.unreserve(keys, stored=held is None)
+                guard.unreserve(keys, stored=held is None)
         if held is not None:  # an earlier request has the key: the route must not go on
             if held.fingerprint != self.fingerprint:
                 raise key_reused()
@@ -594,11 +482,8 @@ class Ticket:
 
     async def take_message(self, state: Any, inst: Any, req: Any) -> tuple[bool, bool]:
         """``POST /message``'s take: the key committed with the task the request starts or
-        continues (named now, so the key records it), where that task's events and answer
-        stood, its own webhook's id and its uploads' ids. Returns `prepare`'s
-        (brought_back, fresh): whether the task was brought back already, whether its id
-        is new. A retry that takes over from a first attempt that died reuses that
-        attempt's task id, webhook id and upload ids (one task, not two)."""
+        continues, where its events and answer stood, its webhook's and uploads' ids.
+        Returns (brought_back, fresh). A takeover reuses the dead attempt's ids."""
         from mail.core.message import new_task_id
 
         if req.task_id is None and req.resume_from is None:
@@ -612,15 +497,12 @@ class Ticket:
         else:
             brought_back, fresh = False, False
         task = None if fresh else inst.swarm.get_task_by_id(req.task_id)
-        if task is None and req.webhook is None and not req.attachments:
-            context = FRESH_TASK_CONTEXTS[bool(req.stream)]  # (shared: never changed)
-        else:
-            answer = getattr(task, "response", None)
-            context = {
-                "after": len(task.events) if task is not None else 0,
-                "answer": answer.get("id") if isinstance(answer, dict) else None,
-                "stream": req.stream,
-            }
+        answer = getattr(task, "response", None)
+        context: dict[str, Any] = {
+            "after": len(task.events) if task is not None else 0,
+            "answer": answer.get("id") if isinstance(answer, dict) else None,
+            "stream": req.stream,
+        }
         if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
             context["webhook"] = f"wh_{uuid.uuid4().hex}"
         if req.attachments:
@@ -631,12 +513,9 @@ class Ticket:
         return brought_back, fresh
 
     async def take_task(self, state: Any, inst: Any, task_id: str, message: Any, new: bool) -> None:
-        """The key of a request that runs one task outside ``POST /message`` (``POST
-        /interswarm/message``) committed with that task and where its events and answer
-        stand, for the same resolver (`mail.server.message_replay.task_resolver`). `new`:
-        an id just made up. The `message` (about to leave for a peer) keeps the id recorded
-        with the key: a takeover sends it again under the same id, which the peer drops as
-        a re-delivery."""
+        """The take of a request that runs one task outside ``POST /message`` (``POST
+        /interswarm/message``), for `message_replay.task_resolver`; `new`: a new task id.
+        A takeover sends `message` again under its first id (a peer drops re-deliveries)."""
         if not new and state.finished is not None:
             await state.finished.bring_back(inst, task_id)
         earlier = self.context.get("message") if self.takeover else None
@@ -661,74 +540,58 @@ class Ticket:
         return [new_id("att") for _ in range(count)]
 
     def task_answered(self, inst: Any, req: Any, response: Any) -> None:
-        """A plain answer of a task that completed is the task's own (its answer and its
-        ``task_complete`` event are stored with it): no outcome row, a repeat rebuilds the
-        same bytes from the task (`mail.server.message_replay`). Any other ending, and an
-        answer with the events, keep their stored outcome."""
+        """A plain answer of a completed task is the task's own: no outcome row, a repeat
+        rebuilds it from the task. Other endings, and answers with events, store theirs."""
         message = response.get("message") if type(response) is dict else None
-        if req.show_events or type(message) is not dict:
-            return
         if (
-            message.get("subject") != "::task_complete::"
-            or type(message.get("body", "")) is not str
+            not req.show_events
+            and type(message) is dict
+            and message.get("subject") == "::task_complete::"
+            and type(message.get("body", "")) is str
+            and message.get("task_id") in (None, "", req.task_id)
         ):
-            return
-        if message.get("task_id") in (None, "", req.task_id):
             self.task_ended(inst, req)
 
     def task_ended(self, inst: Any, req: Any) -> None:
-        """The whole answer went out from the task (a plain one, or its stream): once the
-        task no longer runs, it is the outcome (where the store knows tasks: it counts the
-        key as finished by its task, `evict_finished`)."""
+        """The whole answer went out from the task: once it no longer runs, it is the
+        outcome (where the store knows tasks, `evict_finished`)."""
         if self.taken and self.guard.store.knows_tasks:
             task = inst.swarm.get_task_by_id(req.task_id or "")
             self.answered_by_task = task is not None and not task.is_running
 
     async def finish(self, response: Response, *, lazy: bool = False) -> Response:
-        """Store the outcome of a taken key and return the answer.
-
-        A streamed answer is not stored (a duplicate attaches to its task instead, see the
-        route's resolver); the key stays "under way here" until the stream ends, and with
-        `lazy` its outcome is then `STREAMED_OUTCOME` (no body). With `lazy` (a route whose
-        resolver rebuilds the outcome from the work's own records), the outcome is written
-        with others a moment later, and the key stays "under way here" until then; with
-        `answered_by_task` too, it is not written at all."""
+        """Store the outcome of a taken key and return the answer. A stream's is not stored
+        (a duplicate attaches to its task); with `lazy` it ends as `STREAMED_OUTCOME`. With
+        `lazy` (the resolver rebuilds outcomes from the work's records) the outcome is
+        written after the answer, or not at all when `answered_by_task`."""
         if not self.taken:
             self.leave()
             return response
-        if not hasattr(response, "body"):
-            if getattr(response, "on_end", False) is None:  # an `EventStreamResponse`
-                response.on_end = functools.partial(self.stream_ended, response)  # type: ignore[attr-defined]
-                return response
-            return Leaving(response, self, record=lazy)
+        if not hasattr(response, "body"):  # an `EventStreamResponse`: recorded at its end
+            response.on_end = functools.partial(self.stream_ended, response)  # type: ignore[attr-defined]
+            return response
         if lazy and self.answered_by_task:
             self.leave()  # its key and its task are committed: they are the outcome
-            return response
-        content_type, body = response.headers.get("content-type"), bytes(response.body)
-        if lazy:
-            self.guard.record_later(self, response.status_code, content_type, body)
-            return response
-        try:
-            await self.guard.store.finish(
-                self.scope, self.key, response.status_code, content_type, body
-            )
-            self.guard.booked(self, body)
-        finally:
-            self.leave()
+        elif lazy:
+            content_type = response.headers.get("content-type")
+            self.guard.record_later(self, response.status_code, content_type, bytes(response.body))
+        else:
+            try:
+                await self.store_outcome(response)
+            finally:
+                self.leave()
         return response
 
     def stream_ended(self, response: Any) -> None:
-        """An answer that streamed ended: a stream that started (its status line went out)
-        records `STREAMED_OUTCOME`, unless its task's records are the outcome; one that never
-        started leaves the key unfinished, as a request that died would."""
+        """A stream that started records `STREAMED_OUTCOME` (unless its task's records are
+        the outcome); one that never started leaves the key unfinished."""
         if response.started and self.taken and not self.answered_by_task:
             self.guard.record_later(self, response.status_code, STREAMED_OUTCOME, b"")
         else:
             self.leave()
 
     async def store_outcome(self, response: Response) -> None:
-        """Record `response` as the outcome of a key whose first request died (a resolver
-        that rebuilt the answer from the work's own records)."""
+        """Record `response` as the key's outcome."""
         body = bytes(response.body)
         content_type = response.headers.get("content-type")
         await self.guard.store.finish(
@@ -740,12 +603,12 @@ class Ticket:
         """Forget the key this request took: it was refused before it did anything."""
         if self.taken:
             self.taken = False
-            self.guard.released(self.keys)
+            if self.keys.count:
+                self.keys.count -= 1
             await self.guard.store.release(self.scope, self.key)
 
     async def abandon(self, *, release: bool) -> None:
-        """The route raised. With `release` the key is forgotten (nothing was done), before
-        the error answer leaves: a retry right after it may run the request."""
+        """The route raised; with `release` the key is forgotten before the error leaves."""
         try:
             if release:
                 await self.release()
@@ -755,7 +618,7 @@ class Ticket:
             self.leave()
 
     def leave(self) -> None:
-        """This request no longer holds the key's "under way here" entry (idempotent)."""
+        """Give up this request's "under way here" entry (idempotent)."""
         if self.owner:
             self.owner = False
             if self.guard._pending.get(self.slot) is self:  # type: ignore[arg-type]
@@ -763,7 +626,7 @@ class Ticket:
 
 
 async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
-    """The bytes stored under `ids` already (a keyed retry's uploads, which replace them)."""
+    """The bytes stored under `ids` already (a keyed retry's uploads replace them)."""
     team = getattr(inst.swarm, "team", None)
     if team is None:
         return 0
@@ -773,35 +636,6 @@ async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
         if earlier is not None:
             total += int(earlier[0].get("size") or 0)
     return total
-
-
-class Leaving(Response):
-    """A streamed answer (not an `EventStreamResponse`) that gives its key's "under way
-    here" entry back when it ends; with `record`, one that started records
-    `STREAMED_OUTCOME` then (`Ticket.stream_ended`)."""
-
-    def __init__(self, inner: Response, ticket: Ticket, *, record: bool = False) -> None:
-        self._inner = inner
-        self._ticket = ticket
-        self._record = record
-        self.status_code = inner.status_code
-        self.background = None
-        self.raw_headers = inner.raw_headers
-        self.started = False
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def watched(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.started = True
-            await send(message)
-
-        try:
-            await self._inner(scope, receive, watched)
-        finally:
-            if self._record:
-                self._ticket.stream_ended(self)
-            else:
-                self._ticket.leave()
 
 
 # ------------------------------------------------------------------------- the decorator
@@ -816,14 +650,12 @@ def guard_of(request: Request) -> IdempotencyGuard | None:
 
 def current_ticket(request: Request) -> Ticket | None:
     """The ticket of a keyed request inside a route decorated with ``deferred=True``."""
-    ticket: Ticket | None = request.scope.get(_SCOPE_KEY)
-    return ticket
+    return request.scope.get(_SCOPE_KEY)
 
 
 async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
-    """A duplicate of an unfinished request: 409 while it runs (here, or in another process
-    that took the key less than `idempotency_takeover_after` seconds ago); run again
-    otherwise (its first attempt died with its process)."""
+    """409 while the first request runs (here, or in another process that took the key less
+    than `takeover_after` seconds ago); else None: run again (its process died)."""
     if ticket.in_flight:
         return in_progress()
     record = ticket.record
@@ -837,7 +669,6 @@ async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> R
 
 
 def _work_context(ticket: Ticket, names: str | Callable[[], str] | None) -> dict[str, Any] | None:
-    """What a default-mode take records with its key (`idempotent`'s `names_work`)."""
     if names is None:
         return None
     if ticket.takeover and isinstance(ticket.context.get("work"), str):
@@ -854,21 +685,13 @@ def idempotent(
     names_work: str | Callable[[], str] | None = None,
     prefer_async: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """Make a route honour ``Idempotency-Key`` (see the module docstring).
-
-    `caller` resolves the caller when the route has no ``caller`` parameter (the route's own
-    check runs as well: it is memoised per request). `resolve` answers a duplicate of an
-    unfinished request (default: :func:`default_resolve`); it returns None to have the route
-    run again (taking the key over). `lazy_outcome`: the outcome may be written just after
-    the answer leaves, batched with others; only for a route whose `resolve` rebuilds the
-    outcome from records its work stores before it answers. `names_work` (a prefix, e.g.
-    ``"wh"``, or a function making the value): the take records a new id for the work with
-    the key (``current_ticket(request).context["work"]``), and a takeover keeps the dead
-    attempt's; the route stores its work under that id and, taking over, answers with what
-    that attempt stored under it, if anything, rather than doing the work a second time.
-    `prefer_async`: the route answers ``Prefer: respond-async`` at once, so that header is
-    part of what makes two requests the same (`fingerprint_and_value`).
-    """
+    """Make a route honour ``Idempotency-Key``. `caller` resolves the caller when the route
+    has no ``caller`` parameter. `resolve` answers a duplicate of an unfinished request
+    (default `default_resolve`), None to run the route again (a takeover). `lazy_outcome`:
+    the outcome may be written just after the answer, batched (for a `resolve` that
+    rebuilds it from the work's records). `names_work` (a prefix or a function): the take
+    records a new id for the work in ``context["work"]``, and a takeover keeps the dead
+    attempt's. `prefer_async`: ``Prefer: respond-async`` is part of the fingerprint."""
     resolver = resolve or default_resolve
 
     def decorate(endpoint: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -914,8 +737,7 @@ def idempotent(
             ticket.leave()
             return in_progress()
 
-        # FastAPI reads the route's parameters from this signature; evaluated here, in the
-        # route's module, as its string annotations name that module's imports.
+        # FastAPI reads the route's parameters from this (string annotations evaluated here).
         guarded.__signature__ = inspect.signature(endpoint, eval_str=True)  # type: ignore[attr-defined]
         return guarded
 
@@ -926,7 +748,7 @@ async def _answer_duplicate(
     request: Request, caller: Caller, ticket: Ticket, resolver: Resolver
 ) -> Response | None:
     """What a duplicate gets; None when it is to run the work itself (a takeover: only the
-    owner of the key's "under way here" entry ever does)."""
+    owner of the "under way here" entry)."""
     record = ticket.record or ticket.outcome  # stored, or answered and being stored
     if record is not None and record.finished and not record.streamed:
         ticket.leave()

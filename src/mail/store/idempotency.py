@@ -1,20 +1,12 @@
 """Idempotency keys: which request a caller's key stands for, what it started, its outcome.
 
-The server (``mail.server.idempotency``) keeps one :class:`KeyRecord` per caller and
-``Idempotency-Key``. A record is *taken* (written and committed) before the work it guards
-starts, with what that work is (``subject``: a task id, plus route data in ``context``);
-it is *finished* with the outcome (status, content type, body) once the request answered.
-Every write is committed when it returns: a key that was taken is what lets a retry after a
-kill -9 find the work instead of redoing it.
-
-One implementation, :class:`IdempotencyStore`, whose SQL is written once (``?``
-placeholders, numbered for PostgreSQL); its kinds only say how a statement runs: the
-server's SQLite file (:class:`SqliteIdempotencyStore`, sharing the task store's connection
-and thread), PostgreSQL (:class:`PostgresIdempotencyStore`, shared by every front end of a
-cluster), or memory (:class:`MemoryIdempotencyStore`, ``--store memory``: nothing survives
-a restart). Records are scoped by `InstanceKey` (swarm + caller) and expire at
-``expires_at`` (seconds since the epoch, so both databases compare them alike); an expired
-record is absent and is deleted by `purge`.
+One :class:`KeyRecord` per caller (`InstanceKey`) and ``Idempotency-Key``: *taken* (written
+and committed) before the work it guards starts, with what that work is (``subject``, a task
+id, and route data in ``context``), *finished* with the outcome (status, content type, body).
+Every write is committed when it returns, so a retry after a kill -9 finds the work. The SQL
+is written once (``?`` placeholders, numbered for PostgreSQL); the kinds only run it: the
+server's SQLite file, PostgreSQL (shared by a cluster's front ends) or memory. A record
+expires at ``expires_at`` (epoch seconds); expired ones are absent and deleted by `purge`.
 """
 
 from __future__ import annotations
@@ -32,18 +24,6 @@ from mail.store.base import IDEMPOTENCY_TABLE as TABLE
 from mail.store.base import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
 from mail.store.pg_unreachable import unavailable_when_unreachable
 
-__all__ = [
-    "STREAMED_OUTCOME",
-    "TABLE",
-    "IdempotencyStore",
-    "KeyRecord",
-    "MemoryIdempotencyStore",
-    "PostgresIdempotencyStore",
-    "SqliteIdempotencyStore",
-    "ensure_table",
-    "open_key_store",
-]
-
 logger = logging.getLogger("mail.store.idempotency")
 
 
@@ -55,8 +35,7 @@ class KeyRecord:
     subject: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
     holder: str = ""
-    # The outcome, once the request finished (None while it is under way).
-    status: int | None = None
+    status: int | None = None  # the outcome, once the request finished
     content_type: str | None = None
     body: bytes | None = None
 
@@ -69,18 +48,6 @@ class KeyRecord:
         """Its request was answered by a stream that ended (`STREAMED_OUTCOME`)."""
         return self.content_type == STREAMED_OUTCOME
 
-    def live(self, now: float) -> bool:
-        return self.expires_at > now
-
-
-# The context a keyed ``POST /message`` that starts a new task records with its key (no
-# events seen, no answer yet), one per value of `stream`: shared, never changed.
-FRESH_TASK_CONTEXTS: dict[bool, dict[str, Any]] = {
-    stream: {"after": 0, "answer": None, "stream": stream} for stream in (False, True)
-}
-
-Outcome = tuple[InstanceKey, str, int, str | None, bytes]
-
 
 # ------------------------------------------------------------------------------ the SQL
 
@@ -89,8 +56,7 @@ _COLUMNS = (
     "created_at, expires_at"
 )
 _SCOPE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
-# A new key, or one whose record expired, is (re)written; a live one is left alone, unless
-# it is taken over (`take`'s `replace` and `over`).
+# A new or expired key is (re)written; a live one only by a takeover (`take`).
 _TAKE = f"""
     INSERT INTO {TABLE} AS k ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (swarm_name, caller_role, caller_id, idem_key) DO UPDATE SET
@@ -110,10 +76,8 @@ _RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
 _COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > ?"
 _PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 _PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= ?"
-# A caller's oldest finished keys: of a key that names no task, with an outcome; of one that
-# names a task, once that task is not running (or was never stored), with an outcome or not
-# (the task's answer is the outcome; a dropped stream's key has one while its task runs on,
-# and a repeat must still attach to that task).
+# A caller's oldest finished keys: with an outcome, or naming a task that is not running
+# (its answer is the outcome; a dropped stream's key must stay while its task runs on).
 _OLDEST_FINISHED = f"""
     SELECT k.idem_key FROM {TABLE} AS k WHERE k.swarm_name = ? AND k.caller_role = ?
       AND k.caller_id = ? AND {{finished}} ORDER BY k.created_at LIMIT ?
@@ -143,8 +107,6 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);
 """
-# The task store's schema lock (postgres_schema): concurrent DDL on one database waits.
-_SCHEMA_LOCK_ID = 0x4D41494C
 
 
 def _scope(scope: InstanceKey) -> tuple[str, str, str]:
@@ -168,24 +130,22 @@ def _record(row: Any) -> KeyRecord:
 
 
 class IdempotencyStore:
-    """Key records per (InstanceKey, key) in the `idempotency_keys` table; every write is
-    committed when it returns. A subclass says how a statement runs (`_run`)."""
+    """Key records per (InstanceKey, key); every write is committed when it returns."""
 
     backend = "abstract"
-    # Whether the task store's `tasks` table is beside the keys: a key with a task counts as
-    # finished once that task is not running, with no outcome of its own (the task's answer
-    # is the outcome, `mail.server.idempotency.Ticket.answered_by_task`).
+    # The task store's `tasks` table is beside the keys: a key with a task counts as finished
+    # once that task is not running (`Ticket.answered_by_task`).
     knows_tasks = True
 
     async def start(self) -> None:
-        """Open what the store needs (connections, tables)."""
+        pass
 
     async def close(self) -> None:
-        """Release it. Idempotent."""
+        pass
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
-        """Run one statement, committed on its own: `how` is "rows" (the rows read), "one"
-        (the first row, or None), "count" (rows changed) or "many" (`args`: several rows)."""
+        """Run one statement, committed: `how` is "rows", "one" (a row or None), "count"
+        (rows changed) or "many" (`args`: several rows)."""
         raise NotImplementedError
 
     async def _has_tasks(self) -> bool:
@@ -204,11 +164,9 @@ class IdempotencyStore:
         replace: bool = False,
         over: float | None = None,
     ) -> KeyRecord | None:
-        """Store `record` under `key` unless a live record holds it: None when stored, else
-        the live record that holds the key. An expired record is overwritten; with
-        `replace`, so is a live one not finished and of the same fingerprint (a takeover of
-        work whose first attempt died), and with `over` only the one created at `over`
-        (another request that took it over since, in another process, keeps it)."""
+        """Store `record` unless a live record holds `key` (returned; None when stored). With
+        `replace`, a live unfinished one of the same fingerprint is overwritten (a takeover),
+        and with `over` only if it was created at `over` (no other takeover came first)."""
         args = (
             *_scope(scope),
             key,
@@ -228,24 +186,14 @@ class IdempotencyStore:
             held = await self.get(scope, key, record.created_at)
             if held is not None:
                 return held
-            # Its holder was released or expired between the two statements: try again.
         return record
 
     async def finish(
         self, scope: InstanceKey, key: str, status: int, content_type: str | None, body: bytes
     ) -> None:
-        await self.finish_many([(scope, key, status, content_type, body)])
-
-    async def finish_many(self, outcomes: list[Outcome]) -> None:
-        """Record the outcomes (scope, key, status, content type, body) of taken keys."""
-        rows = [
-            (status, content_type, bytes(body), *_scope(scope), key)
-            for scope, key, status, content_type, body in outcomes
-        ]
-        await self._run(_FINISH, tuple(rows), "many")
+        await self._run(_FINISH, (status, content_type, bytes(body), *_scope(scope), key), "count")
 
     async def release(self, scope: InstanceKey, key: str) -> None:
-        """Forget `key` (its request ended before doing anything: a retry may run it)."""
         await self._run(_RELEASE, (*_scope(scope), key), "count")
 
     async def count(self, scope: InstanceKey, now: float) -> int:
@@ -261,8 +209,7 @@ class IdempotencyStore:
     async def evict_finished(
         self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
     ) -> int:
-        """Delete one caller's `count` oldest finished records but those in `keep` (their
-        requests are under way here); returns how many."""
+        """Delete one caller's `count` oldest finished records but those in `keep`."""
         owner = _scope(scope)
         args: tuple[Any, ...]
         if await self._has_tasks():
@@ -279,11 +226,8 @@ class IdempotencyStore:
 
 
 class SqliteIdempotencyStore(IdempotencyStore):
-    """The server's SQLite file (the task store's `SqliteDatabase`: one connection, one
-    thread). The writes of one turn of the event loop (the keys of the requests that arrived
-    together) are one transaction, run on the loop's thread when the database's thread is
-    idle (cheaper than a hop), else on it (a write lock of another process is waited for
-    there)."""
+    """The server's SQLite file (the task store's connection and thread): the writes of one
+    turn of the event loop are one transaction."""
 
     backend = "sqlite"
 
@@ -331,17 +275,15 @@ class SqliteIdempotencyStore(IdempotencyStore):
 
         def committed(task: asyncio.Task[Any]) -> None:
             self._commits.discard(task)
-            failed = None if task.cancelled() else task.exception()
-            results = task.result() if not task.cancelled() and failed is None else []
             for index, (*_, future) in enumerate(writes):
                 if future.done():
                     continue
                 if task.cancelled():
                     future.cancel()
-                elif failed is not None:
+                elif (failed := task.exception()) is not None:
                     future.set_exception(failed)
                 else:
-                    future.set_result(results[index])
+                    future.set_result(task.result()[index])
 
         task = asyncio.get_running_loop().create_task(self._call(run, len(writes)))
         self._commits.add(task)
@@ -360,8 +302,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
 
 
 class MemoryIdempotencyStore(IdempotencyStore):
-    """In this process only (``--store memory``: nothing survives a restart): the same
-    table in an SQLite database in memory, its statements run at once on the loop."""
+    """``--store memory``: the same table in an in-memory SQLite database."""
 
     backend = "memory"
     knows_tasks = False  # (no task store beside it)
@@ -387,21 +328,21 @@ def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
 
 
 def _numbered(sql: str) -> str:
-    """`sql` with PostgreSQL's placeholders ($1, $2, ...) for its ``?``s."""
     count = iter(range(1, 1000))
     return re.sub(r"\?", lambda _: f"${next(count)}", sql)
 
 
 async def ensure_table(conn: Any) -> None:
     """PostgreSQL: the table, made when missing (under the task store's schema lock)."""
+    from mail.store.postgres_schema import _SCHEMA_LOCK_ID
+
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
         await conn.execute(POSTGRES_DDL)
 
 
 class PostgresIdempotencyStore(IdempotencyStore):
-    """PostgreSQL (asyncpg), on a small pool of its own; shared by every server and front
-    end on the database (cluster mode: a retry may reach another front end)."""
+    """PostgreSQL (asyncpg) on a small pool of its own, shared by a cluster's front ends."""
 
     backend = "postgres"
 
@@ -412,7 +353,6 @@ class PostgresIdempotencyStore(IdempotencyStore):
         self._max_size = max_size
         self._timeout = timeout
         self._pool: Any = None
-        self._with_tasks = False  # the task store's tables are on this database
 
     async def start(self) -> None:
         from mail.store.postgres_schema import create_unless_forbidden, open_pool, redact_dsn
@@ -442,10 +382,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
                 pool.terminate()
 
     async def _has_tasks(self) -> bool:
-        if not self._with_tasks:
-            row = await self._run("SELECT to_regclass('tasks') IS NOT NULL", (), "one")
-            self._with_tasks = bool(row[0])
-        return self._with_tasks
+        return bool((await self._run("SELECT to_regclass('tasks') IS NOT NULL", (), "one"))[0])
 
     @unavailable_when_unreachable("the idempotency keys")
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
@@ -463,8 +400,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
 
 
 async def open_key_store(task_store: Any) -> IdempotencyStore:
-    """The key store beside a task store: its SQLite file, its PostgreSQL database (the
-    URL from the environment, as the task store's), or memory."""
+    """The key store beside a task store: its SQLite file, its PostgreSQL database, or memory."""
     backend = getattr(task_store, "backend", "")
     store: IdempotencyStore = MemoryIdempotencyStore()
     if backend == "sqlite":
