@@ -181,12 +181,14 @@ def stub_template(latency: float) -> Any:
 def serve(port: int, keys_file: str, directory: str, latency: float, access_log: bool) -> None:
     import uvicorn
 
-    from mail.commands.server import _bind, _setup_logging
+    from mail.commands.server import _bind
     from mail.config import ServerConfig
     from mail.server.app_factory import create_app
     from mail.server.http_protocol import http_protocol
 
-    _setup_logging("info")  # as `mail server` does (stderr goes to a file here)
+    from mail.server.logs import setup_server_logging
+
+    setup_server_logging("info")  # as `mail server` does (stderr goes to a file here)
     config = ServerConfig.model_validate(
         {
             "host": "127.0.0.1",

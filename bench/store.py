@@ -77,13 +77,15 @@ def _load(name: str) -> ModuleType:
 def serve(port: int, keys_file: str, directory: str, kind: str) -> None:
     import uvicorn
 
-    from mail.commands.server import _bind, _setup_logging
+    from mail.commands.server import _bind
     from mail.config import ServerConfig
     from mail.server.app_factory import create_app
     from mail.server.http_protocol import http_protocol
 
     bench_http = _load("http")
-    _setup_logging("warning")
+    from mail.server.logs import setup_server_logging
+
+    setup_server_logging("warning")
     config = ServerConfig.model_validate(
         {
             "host": "127.0.0.1",
