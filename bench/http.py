@@ -185,7 +185,6 @@ def serve(port: int, keys_file: str, directory: str, latency: float, access_log:
     from mail.config import ServerConfig
     from mail.server.app_factory import create_app
     from mail.server.http_protocol import http_protocol
-
     from mail.server.logs import setup_server_logging
 
     setup_server_logging("info")  # as `mail server` does (stderr goes to a file here)
