@@ -87,7 +87,7 @@ def _card_signer(app: FastAPI, settings: Any) -> Any:
         )
     except SigningKeyError as exc:
         error = StartupError(f"[server.settings] a2a_card_signing_key: {exc}")
-        app.state.startup_error = error  # reported as this one line (server/tcp.py)
+        app.state.startup_error = error  # reported as this one line (server/errors.py)
         raise error from None
 
 

@@ -30,8 +30,7 @@ from mail.server import (
 )
 from mail.server.auth import Authenticator, build_authenticator
 from mail.server.backends import cluster_backend, install_cluster_backend
-from mail.server.body_limit import BodyLimitMiddleware
-from mail.server.errors import install_error_handling
+from mail.server.errors import BodyLimitMiddleware, MAILFastAPI, install_error_handling
 from mail.server.front_doors import install_front_doors
 from mail.server.instances import InstanceManager
 from mail.server.state import (
@@ -43,7 +42,6 @@ from mail.server.state import (
     start_store,
     template_from_env,
 )
-from mail.server.tcp import MAILFastAPI
 from mail.server.warmup import StartupWarmUp, schedule_warm_up
 from mail.version import PROTOCOL_VERSION, __version__
 
