@@ -26,8 +26,7 @@ from mail.server.bodies import positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
 from mail.server.idempotency import Ticket
 from mail.server.instances import Instance, instance_kind
-from mail.server.json_bounds import excess
-from mail.server.jsonio import JSONBody
+from mail.server.jsonio import JSONBody, excess
 from mail.server.message_replay import KeyTask, shown_events, task_resolver
 from mail.server.state import ServerState
 from mail.utils.echo import echo
