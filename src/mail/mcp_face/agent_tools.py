@@ -16,7 +16,7 @@ from mail.core.tools import AgentToolCall
 from mail.mcp_face import inbox_tools, replies
 from mail.mcp_face.face import Face, tool_error
 from mail.mcp_face.members import FaceError, Member
-from mail.server.admission import Admission, admit_incoming, check_stored
+from mail.server.messaging import Admission, admit_incoming, check_stored
 
 REPLY_FILED_SECONDS = 5.0
 # The tools whose message goes into the runtime's mailbox for its task (a new task is made

@@ -20,7 +20,6 @@ from mail.core.message import (
     parse_task_contributor,
 )
 from mail.server import parked_answers
-from mail.server.admission import admit_incoming, check_subject
 from mail.server.auth import Caller
 from mail.server.bodies import positive_seconds, read_json_object
 from mail.server.errors import BadRequest, type_name
@@ -28,6 +27,7 @@ from mail.server.idempotency import Ticket
 from mail.server.instances import Instance, instance_kind
 from mail.server.jsonio import JSONBody, excess
 from mail.server.message_replay import KeyTask, shown_events, task_resolver
+from mail.server.messaging import admit_incoming, check_subject
 from mail.server.state import ServerState
 from mail.utils.echo import echo
 
