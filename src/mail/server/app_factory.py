@@ -22,7 +22,6 @@ from mail.server import (
     responses_bridge,
     routes_admin,
     routes_console,
-    routes_crons,
     routes_interswarm,
     routes_public,
     routes_team,
@@ -373,7 +372,6 @@ def create_app(
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
     app.include_router(routes_webhooks.router)
-    app.include_router(routes_crons.router)
     from mail.server.observability import install as install_observability
 
     install_observability(app, config)  # /metrics, tracing (OTEL_*), budget defaults
