@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from mail.core.message import create_agent_address, make_message, make_request
 from mail.net import InterswarmError, InterswarmRouter, SwarmRegistry
-from mail.server.front_doors import install_front_doors
+from mail.server.app_factory import install_front_doors
 
 pytestmark = pytest.mark.timeout(60)
 

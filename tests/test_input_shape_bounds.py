@@ -326,7 +326,7 @@ def test_interswarm_user_messages_are_bounded(
 
 # -- the counting itself ---------------------------------------------------------------------
 def test_values_and_depth_are_counted_as_documented() -> None:
-    from mail.server.json_bounds import excess
+    from mail.server.jsonio import excess
 
     assert excess("x" * 10, 1, 1) is None  # a scalar is one value, nested 0 deep
     assert excess([], 1, 1) is None

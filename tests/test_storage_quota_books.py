@@ -9,8 +9,8 @@ import time
 import pytest
 from fastapi import HTTPException
 
-from mail.server.admission import check_stored
 from mail.server.finished_tasks import CallerBooks, StorageQuota, TaskSizes
+from mail.server.messaging import check_stored
 
 
 def test_the_total_follows_every_change() -> None:

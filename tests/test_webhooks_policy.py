@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from mail.webhook_settings import WebhooksConfig
+from mail.webhooks import engine, signing
 from mail.webhooks import events as ev
-from mail.webhooks import policy, signing
 from mail.webhooks.engine import DeliveryEngine
 from mail.webhooks.transport import Answer, WebhookTransport
 
@@ -35,25 +35,25 @@ from mail.webhooks.transport import Answer, WebhookTransport
     ],
 )
 def test_what_an_answer_means(status: int | None, verdict: str) -> None:
-    assert policy.classify(status) == verdict
+    assert engine.classify(status) == verdict
 
 
 def test_a_refused_address_fails_at_once() -> None:
-    assert policy.classify(None, refused=True) == "failed"
+    assert engine.classify(None, refused=True) == "failed"
 
 
 def test_retry_after_seconds_and_dates_are_capped() -> None:
     now = time.time()
-    assert policy.retry_after("120", now, 3600) == 120
-    assert policy.retry_after("999999", now, 3600) == 3600
+    assert engine.retry_after("120", now, 3600) == 120
+    assert engine.retry_after("999999", now, 3600) == 3600
     later = email.utils.formatdate(now + 300, usegmt=True)
-    assert 290 <= (policy.retry_after(later, now, 3600) or 0) <= 301
-    assert policy.retry_after("soon", now, 3600) is None
-    assert policy.retry_after(None, now, 3600) is None
+    assert 290 <= (engine.retry_after(later, now, 3600) or 0) <= 301
+    assert engine.retry_after("soon", now, 3600) is None
+    assert engine.retry_after(None, now, 3600) is None
 
 
 def test_the_schedule_spreads_delays_and_ends() -> None:
-    schedule = policy.Schedule([10, 100], jitter=0.2)
+    schedule = engine.Schedule([10, 100], jitter=0.2)
     rng = random.Random(1)
     delays = [schedule.next_delay(0, rng=rng) for _ in range(200)]
     assert all(8 <= d <= 12 for d in delays if d is not None) and len(set(delays)) > 10

@@ -1,4 +1,4 @@
-"""HTTP routes of the A2A bridge, installed by ``mail.server.app_factory`` (``server/front_doors.py``)."""
+"""HTTP routes of the A2A bridge, installed by ``mail.server.app_factory`` (``server/app_factory.py``)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _card_signer(app: FastAPI, settings: Any) -> Any:
         )
     except SigningKeyError as exc:
         error = StartupError(f"[server.settings] a2a_card_signing_key: {exc}")
-        app.state.startup_error = error  # reported as this one line (server/tcp.py)
+        app.state.startup_error = error  # reported as this one line (server/errors.py)
         raise error from None
 
 
@@ -153,7 +153,7 @@ def _shape_refusal(params: Any, body: Any, settings: Any) -> str | None:
     parts in its message than ``max_a2a_message_parts``, more JSON values in all than
     ``max_a2a_json_values``. Counted before the SDK turns the request into protobuf objects,
     which costs per value (a 4 MiB list of zeros took seconds and 80 MB there)."""
-    from mail.server.json_bounds import excess
+    from mail.server.jsonio import excess
 
     message = params.get("message") if isinstance(params, dict) else None
     parts = message.get("parts") if isinstance(message, dict) else None

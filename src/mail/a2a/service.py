@@ -9,7 +9,6 @@ from typing import Any
 
 from mail.core.events import TaskEvent
 from mail.server import messaging
-from mail.server.admission import admit
 from mail.server.bodies import MessageRequest
 
 
@@ -23,7 +22,7 @@ async def run_events(
 
     ``on_submitted`` is awaited once the message is in the caller's instance and committed
     (its MAIL task exists and is stored), before the first event."""
-    admitted = await admit(state, caller, req)
+    admitted = await messaging.admit(state, caller, req)
     inst = admitted.inst
     timeout = req.timeout if req.timeout is not None else state.config.settings.message_timeout
     events = inst.swarm.stream_events(

@@ -16,9 +16,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from mail.server.auth import Caller
+from mail.server.auth import Caller, ForwardedAuthenticator
 from mail.server.backends import ForwardedRequest, UnaryResponse
-from mail.server.forwarded_auth import ForwardedAuthenticator
 from mail.store.base import StoreUnavailableError
 
 logger = logging.getLogger("mail.cluster")

@@ -143,7 +143,7 @@ def _relative_to_config(source: str, config_path: Path) -> str:
 
 def _bind(host: str, port: int) -> socket.socket:
     # IPPROTO_TCP, not proto 0: asyncio disables Nagle only on such sockets' connections.
-    from mail.server.tcp import listening_socket
+    from mail.server.errors import listening_socket
 
     return listening_socket(host, port)
 

@@ -13,9 +13,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from mail.core.message import create_agent_address, make_message, make_request
 from mail.core.tools import AgentToolCall
-from mail.mcp_face import inbox_tools, quotas, replies
-from mail.mcp_face.face import Face
+from mail.mcp_face import inbox_tools, replies
+from mail.mcp_face.face import Face, tool_error
 from mail.mcp_face.members import FaceError, Member
+from mail.server.messaging import Admission, admit_incoming, check_stored
 
 REPLY_FILED_SECONDS = 5.0
 # The tools whose message goes into the runtime's mailbox for its task (a new task is made
@@ -118,9 +119,9 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
         task_id = task_id or member.default_task()
         admitted = None
         if name in TEAM_WRITES and incoming >= 0:
-            await quotas.check_team_bytes(face.state, member, task_id, incoming)
+            await check_team_bytes(face.state, member, task_id, incoming)
         elif incoming >= 0:
-            admitted = await quotas.check_new_task(face.state, member, task_id, incoming)
+            admitted = await check_new_task(face.state, member, task_id, incoming)
         try:
             result = await run_tool(member, name, args, task_id, face.settings.max_subject_chars)
         except FaceError as exc:
@@ -330,7 +331,7 @@ def register(face: Face) -> None:  # noqa: C901 - one closure per tool, each sho
                 refuse_if_completed(member, "transfer_file", task)
             except FaceError as exc:
                 raise ToolError(str(exc)) from None
-        await quotas.check_team_bytes(face.state, member, task, len(data))
+        await check_team_bytes(face.state, member, task, len(data))
         try:
             name = files.clean_filename(filename, "file")
             record, target = await files.send_bytes(
@@ -364,3 +365,45 @@ def _file_bytes(content: str | None, content_base64: str | None, cap: int) -> by
             raise ToolError(f"content_base64 is not base64: {exc}") from None
     assert content is not None
     return content.encode("utf-8")
+
+
+# The caller's storage quotas for what an outside agent sends ([server.store]
+# max_stored_tasks_per_caller, max_stored_bytes_per_caller; docs/database.md).
+async def check_new_task(
+    state: Any, member: Member, task_id: str, incoming: int
+) -> Admission | None:
+    """ToolError (``429: ...`` naming the setting, or 503 while the task store is backed
+    up) when what the member sends (`incoming` characters) would start a task past the
+    caller's bounds; nothing for a task its instance holds (running, paused, or finished: a
+    send to a finished one is refused anyway). Otherwise the admission, to release once the
+    message is in the instance (or never will be)."""
+    rt = member.runtime
+    if task_id in rt.mail_tasks or task_id in rt.forgotten_tasks:
+        return None
+    try:
+        return await admit_incoming(state, member.inst, task_id, incoming)
+    except Exception as exc:  # HTTPException 429/503: the detail names the setting
+        raise tool_error(exc) from None
+
+
+async def check_team_bytes(state: Any, member: Member, task_id: str, size: int) -> None:
+    """ToolError (``429: ...`` naming the setting) when a team write of `size` bytes (a file,
+    a post) would pass the caller's byte bound, as an upload would; the team tool books
+    what it then stores (`mail.core.stored_bytes`)."""
+    finished = state.finished
+    if finished is None:
+        return
+    inst, rt = member.inst, member.runtime
+    books = await finished.books(inst.kind, inst.id)
+    task = rt.mail_tasks.get(task_id)
+    paused = (
+        task is not None
+        and not task.is_running
+        and bool(task.pending_reviews or rt.pending_breakpoints(task_id))
+    )
+    if not paused:  # what goes to a paused task is part of closing its pause: never refused
+        new_task = task is None and task_id not in rt.forgotten_tasks
+        try:
+            check_stored(state.quota, books, new_task, size, rt.open_tasks.ids)
+        except Exception as exc:  # HTTPException 429: the detail names the setting
+            raise tool_error(exc) from None

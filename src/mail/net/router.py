@@ -6,7 +6,8 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -30,7 +31,7 @@ from mail.net.answers import (
     read_capped,
 )
 from mail.net.types import Direction, InterswarmError
-from mail.telemetry.interswarm import interswarm_hop
+from mail.telemetry import metrics, tracing
 from mail.utils.text import loads_valid
 
 if TYPE_CHECKING:
@@ -593,3 +594,38 @@ class InterswarmRouter:
             "active_endpoints": len(self.swarm_registry.get_active_endpoints()),
             "registered_handlers": list(self.message_handlers),
         }
+
+
+# One interswarm request: a CLIENT span whose context travels in ``traceparent``, and the
+# ``mail_interswarm_requests`` counter per peer and outcome.
+@contextmanager
+def interswarm_hop(peer: str, url: str) -> Iterator[dict[str, str]]:
+    """Yields the headers to add to the request (empty when tracing is off)."""
+    headers: dict[str, str] = {}
+    span = tracing.start_span(
+        f"mail.interswarm {peer}",
+        kind="CLIENT",
+        attributes={"mail.peer": peer, "url.full": url},
+    )
+    token: Any = None
+    if span is not None:
+        token = tracing.attach(span)
+        tracing.inject(headers)
+    outcome = "ok"
+    try:
+        yield headers
+    except BaseException as exc:
+        outcome = "error"
+        status = getattr(exc, "status", None)
+        if isinstance(status, int):
+            outcome = f"http_{status}"
+        if span is not None and span.is_recording():
+            span.set_attribute("error.type", type(exc).__name__)
+        raise
+    finally:
+        metrics.interswarm_request(peer, outcome)
+        if span is not None:
+            if span.is_recording():
+                span.set_attribute("mail.interswarm.outcome", outcome)
+            tracing.detach(token)
+            tracing.end_span(span, None if outcome == "ok" else outcome)

@@ -13,9 +13,10 @@ def __getattr__(name: str) -> Any:
 
         return create_app
     if name == "app":
-        from mail.server.asgi_module import served_app
+        from mail.server.app_factory import config_from_env, create_app
 
-        application = served_app()
+        # The configured server's application; its startup does the first-start work.
+        application = create_app(config_from_env(), first_start=True)
         globals()["app"] = application
         return application
     raise AttributeError(f"module 'mail.server' has no attribute {name!r}")

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import importlib
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -21,7 +22,6 @@ from mail.server import (
     responses_bridge,
     routes_admin,
     routes_console,
-    routes_crons,
     routes_interswarm,
     routes_public,
     routes_team,
@@ -30,9 +30,7 @@ from mail.server import (
 )
 from mail.server.auth import Authenticator, build_authenticator
 from mail.server.backends import cluster_backend, install_cluster_backend
-from mail.server.body_limit import BodyLimitMiddleware
-from mail.server.errors import install_error_handling
-from mail.server.front_doors import install_front_doors
+from mail.server.errors import BodyLimitMiddleware, MAILFastAPI, install_error_handling
 from mail.server.instances import InstanceManager
 from mail.server.state import (
     ServerState,
@@ -43,7 +41,6 @@ from mail.server.state import (
     start_store,
     template_from_env,
 )
-from mail.server.tcp import MAILFastAPI
 from mail.server.warmup import StartupWarmUp, schedule_warm_up
 from mail.version import PROTOCOL_VERSION, __version__
 
@@ -375,7 +372,6 @@ def create_app(
     app.include_router(responses_bridge.router)
     app.include_router(routes_console.router)
     app.include_router(routes_webhooks.router)
-    app.include_router(routes_crons.router)
     from mail.server.observability import install as install_observability
 
     install_observability(app, config)  # /metrics, tracing (OTEL_*), budget defaults
@@ -441,6 +437,49 @@ def run_server_with_template(
         if open_browser:
             open_browser_when_ready(server, url)
     server.run()
+
+
+# Front doors other than the REST routes: protocols that reach the same instances.
+# name -> "module:function"; ``function(app, config)`` adds the door's routes to ``app``.
+FRONT_DOORS: dict[str, str] = {
+    "a2a": "mail.a2a.routes:install",
+    "mcp": "mail.mcp_face:install",
+}
+
+# Doors that serve in-process instances only (they hold live objects of the instance), and
+# their paths: in cluster mode those answer 501 saying so, rather than a bare 404.
+LOCAL_ONLY_PATHS: dict[str, tuple[str, ...]] = {
+    "a2a": ("/a2a", "/a2a/{path:path}", "/.well-known/agent-card.json", "/task/cancel"),
+    "mcp": ("/mcp",),
+}
+LOCAL_ONLY = frozenset(LOCAL_ONLY_PATHS)
+
+
+def install_front_doors(app: FastAPI, config: ServerConfig, *, clustered: bool) -> None:
+    """Install every front door on ``app`` (those in :data:`LOCAL_ONLY` only without a cluster)."""
+    for name, target in FRONT_DOORS.items():
+        if clustered and name in LOCAL_ONLY:
+            _install_unavailable(app, name)
+            continue
+        module_name, _, function_name = target.partition(":")
+        install = getattr(importlib.import_module(module_name), function_name)
+        install(app, config)
+
+
+def _install_unavailable(app: FastAPI, name: str) -> None:
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    detail = (
+        f"the {name} front door is not served in cluster mode ([server.cluster]): "
+        "instances live in other processes (see docs/cluster.md, Limits)"
+    )
+
+    async def unavailable(request: Request) -> JSONResponse:
+        return JSONResponse({"detail": detail}, status_code=501)
+
+    for path in LOCAL_ONLY_PATHS[name]:
+        app.add_route(path, unavailable, methods=["GET", "POST", "DELETE"])
 
 
 __all__ = ["StartupError", "create_app", "run_server_with_template"]

@@ -1,4 +1,6 @@
-"""Error shaping: 400 for bad input (naming the field), 500 with a correlation id for our bugs.
+"""The application's outer layer: the FastAPI class (TCP_NODELAY on every connection), the
+request body limit (enforced while the body is read) and error shaping: 400 for bad input
+(naming the field), 500 with a correlation id for our bugs.
 
 Every error body is ``{"detail": "<message>"}``; unexpected exceptions add
 ``"correlation_id"``, which also appears in the server log next to the traceback.
@@ -7,6 +9,7 @@ Every error body is ``{"detail": "<message>"}``; unexpected exceptions add
 from __future__ import annotations
 
 import logging
+import socket
 import uuid
 from typing import Any
 
@@ -14,6 +17,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mail.server.jsonio import dumps
 
 logger = logging.getLogger("mail.server")
 
@@ -105,3 +110,196 @@ def install_error_handling(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error_handler)  # type: ignore[arg-type]
     app.add_exception_handler(StoreUnavailableError, _store_unavailable_handler)
     app.add_middleware(CorrelationIdMiddleware)
+
+
+def too_large_detail(limit: int) -> str:
+    return (
+        f"request body too large: the limit is {limit} bytes ([server.settings] max_request_body)"
+    )
+
+
+class RequestBodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large_detail(limit))
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI middleware (no buffering, no task group) around the whole application."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        encoding = _content_encoding(scope)
+        if encoding is not None:
+            await _refuse_encoding(send, encoding)
+            return
+        if self.limit <= 0:
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.limit:
+            await _reject(send, self.limit)
+            return
+        limit = self.limit
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise RequestBodyTooLarge(limit)
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _content_encoding(scope: Scope) -> str | None:
+    """The request's content codings other than ``identity`` (None when there are none)."""
+    codings: list[str] = []
+    for name, value in scope.get("headers", ()):
+        if name == b"content-encoding":
+            text = value.decode("latin-1")
+            codings += [c.strip() for c in text.split(",") if c.strip().lower() != "identity"]
+    codings = [c for c in codings if c]
+    return ", ".join(codings)[:100] if codings else None
+
+
+async def _reject(send: Send, limit: int) -> None:
+    await _answer(send, 413, too_large_detail(limit))
+
+
+async def _refuse_encoding(send: Send, encoding: str) -> None:
+    detail = (
+        f"request bodies with Content-Encoding '{encoding}' are not accepted: send the body "
+        "uncompressed (identity)"
+    )
+    await _answer(send, 415, detail, [(b"accept-encoding", b"identity")])
+
+
+async def _answer(
+    send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body: Any = dumps({"detail": detail})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+                *(extra or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket whose accepted connections have no Nagle delay."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def set_nodelay(transport: Any) -> None:
+    """Disable Nagle on the connection of an asyncio transport (``None``: nothing is done)."""
+    if transport is None:
+        return
+    try:
+        sock = transport.get_extra_info("socket")
+    except Exception:  # noqa: BLE001 - an unusual transport: leave it alone
+        return
+    if sock is None or sock.family not in _INET or sock.proto == socket.IPPROTO_TCP:
+        return  # not TCP, or asyncio has already set the option on this connection
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass  # the connection is already gone
+
+
+def serving_protocol(send: Any) -> Any:
+    """The uvicorn protocol object behind an ASGI ``send`` (None when not found)."""
+    on_response = getattr(getattr(send, "__self__", None), "on_response", None)
+    return getattr(on_response, "__self__", None)
+
+
+class MAILFastAPI(FastAPI):
+    """FastAPI that turns Nagle off on each HTTP connection it serves (see module doc).
+
+    Under the server's own protocol (``mail.server.http_protocol``), which does that when a
+    connection is accepted, the per-request check is skipped after the first request. Under
+    uvicorn's own httptools protocol, whose request heads are unbounded, it warns once.
+    """
+
+    _protocol_checked = False
+    _nodelay_per_request = True
+    # The server's `IdempotencyGuard` while it runs (set by the lifespan): the keyed routes
+    # find it here with one attribute read (`mail.server.idempotency`).
+    idempotency_guard: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self._nodelay_per_request:
+            if not self._protocol_checked:
+                self._check_protocol(send)
+            # uvicorn passes the bound ``send`` of its per-request cycle object, which holds
+            # the connection's transport. Other servers: nothing (they manage their sockets).
+            set_nodelay(getattr(getattr(send, "__self__", None), "transport", None))
+        elif scope["type"] == "lifespan":
+            send = self._startup_errors_in_one_line(send)
+        await super().__call__(scope, receive, send)
+
+    def _startup_errors_in_one_line(self, send: Any) -> Any:
+        """A start-up that failed with a `StartupError` (kept in ``app.state.startup_error``
+        by the lifespan) is reported to the ASGI server as its one line, not a traceback."""
+
+        async def forward(message: Any) -> None:
+            if message.get("type") == "lifespan.startup.failed":
+                error = getattr(self.state, "startup_error", None)
+                if error is not None:
+                    message = {**message, "message": f"the MAIL server cannot start: {error}"}
+            await send(message)
+
+        return forward
+
+    def _check_protocol(self, send: Any) -> None:
+        self._protocol_checked = True
+        protocol = serving_protocol(send)
+        if protocol is None:
+            # Called in-process (a cluster instance host, a test client): no socket, so no
+            # protocol to check; importing uvicorn's would cost a new host ~0.1-0.3 s.
+            return
+        from mail.server.http_protocol import BoundedHttpToolsProtocol, warn_unbounded
+
+        if BoundedHttpToolsProtocol is not None and isinstance(protocol, BoundedHttpToolsProtocol):
+            self._nodelay_per_request = False
+        else:
+            warn_unbounded(protocol)

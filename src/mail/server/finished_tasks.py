@@ -120,7 +120,7 @@ class CallerBooks:
     finished_at: dict[str, float] = field(default_factory=dict)
     team_bytes: int = 0
     team_measured: float = 0.0
-    # Uploads of requests past the check and not yet stored (`admission`): counted at once, so
+    # Uploads of requests past the check and not yet stored (`messaging.admit`): counted at once, so
     # uploads sent together cannot all pass the check before any is stored.
     reserved: int = 0
     read_at: float = 0.0  # time.monotonic() of the last read from the store (`reread`)

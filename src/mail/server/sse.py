@@ -12,10 +12,9 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from mail.server.admission import StreamSlot
 from mail.server.jsonio import dumps_str, loads
 from mail.server.stream_buffer import BoundedFrameQueue
-from mail.server.stream_shutdown import FinalEvent, OpenStreams
+from mail.server.stream_shutdown import FinalEvent, OpenStreams, StreamSlot
 
 logger = logging.getLogger("mail.server.sse")
 

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from mail.config import ServerConfig
-from mail.server.admission import StreamSlots
 from mail.server.auth import Authenticator
 from mail.server.instances import InstanceManager
-from mail.server.stream_shutdown import OpenStreams
+from mail.server.stream_shutdown import OpenStreams, StreamSlots
 
 logger = logging.getLogger("mail.server")
 

@@ -1,10 +1,13 @@
-"""Open event streams end with a closing frame as soon as the server starts to shut down."""
+"""Open event streams: a caller's share of them (a slot each), and their closing frame as
+soon as the server starts to shut down."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from fastapi import HTTPException
 
 from mail.server.stream_buffer import BoundedFrameQueue
 
@@ -73,3 +76,40 @@ def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
             **options,
         )
     )
+
+
+class StreamSlot:
+    """One caller's hold on one event stream; `release` is idempotent."""
+
+    def __init__(self, open_: dict[tuple[str, str], int], owner: tuple[str, str]) -> None:
+        self._open, self._owner, self._held = open_, owner, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            left = self._open.pop(self._owner, 1) - 1
+            if left > 0:
+                self._open[self._owner] = left
+
+
+class StreamSlots:
+    """Event streams one caller holds open: every SSE response takes a slot before anything
+    starts and gives it back however it ends; 429 at `max_event_streams_per_caller`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # 0 = no bound
+        self._open: dict[tuple[str, str], int] = {}
+
+    def acquire(self, role: str, caller_id: str) -> StreamSlot:
+        owner = (role, caller_id)
+        held = self._open.get(owner, 0)
+        if self.limit and held >= self.limit:
+            raise HTTPException(
+                429,
+                f"you already have {held} event streams open, the most one caller may hold "
+                f"([server.settings] max_event_streams_per_caller = {self.limit}); close one "
+                "or retry later",
+                headers={"Retry-After": "5"},
+            )
+        self._open[owner] = held + 1
+        return StreamSlot(self._open, owner)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import logging
 import os
+import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from mail.store.webhooks import ClaimLimits, Finished, Owner, PendingLimits, Record, WebhookStore
-from mail.telemetry.webhooks import delivery_attempt
+from mail.telemetry import metrics, tracing
 from mail.webhook_settings import WebhooksConfig
-from mail.webhooks import policy, signing
+from mail.webhooks import signing
 from mail.webhooks.events import iso_time
 from mail.webhooks.interest import SubscriptionInterest
 from mail.webhooks.transport import WebhookTransport
@@ -61,7 +65,7 @@ class DeliveryEngine:
         self.flush = flush
         self.single_server = single_server
         self.node = node_name()
-        self.schedule = policy.Schedule(cfg.retry_schedule, cfg.retry_jitter)
+        self.schedule = Schedule(cfg.retry_schedule, cfg.retry_jitter)
         self.pending = 0  # deliveries waiting (the /metrics gauge), as last counted
         self._wake = asyncio.Event()
         self._flush_due = False
@@ -363,7 +367,7 @@ class DeliveryEngine:
             answer = await self.transport.post(
                 row["url"], row["payload"].encode(), self._headers(row, started)
             )
-            verdict = policy.classify(answer.status, refused=answer.refused)
+            verdict = classify(answer.status, refused=answer.refused)
             ended = time.time()
             delivery, subscription, outcome = self._outcome(row, answer, verdict, ended)
             record.outcome, record.seconds, record.status = (
@@ -394,17 +398,17 @@ class DeliveryEngine:
             "delivery_id": row["delivery_id"],
             "attempts": int(row["attempts"]) + 1,
             "last_status": answer.status,
-            "last_error": None if verdict == policy.DELIVERED else why,
+            "last_error": None if verdict == DELIVERED else why,
             "updated_at": ended,
         }
         sub_id = row["subscription_id"]
-        if verdict == policy.DELIVERED:
+        if verdict == DELIVERED:
             delivery.update(status="delivered", finished_at=ended)
             cleared = {"subscription_id": sub_id, "failing_since": None, "updated_at": ended}
             return delivery, cleared if row["failing_since"] is not None else None, "delivered"
         outcome = "failed"
-        if verdict == policy.RETRY:
-            asked = policy.retry_after(answer.retry_after, ended, self.cfg.max_retry_after)
+        if verdict == RETRY:
+            asked = retry_after(answer.retry_after, ended, self.cfg.max_retry_after)
             delay = self.schedule.next_delay(int(row["retry_index"]), asked)
             if delay is not None:
                 delivery.update(
@@ -425,7 +429,7 @@ class DeliveryEngine:
             delivery.update(status="failed", finished_at=ended)
         since = row["failing_since"] if row["failing_since"] is not None else ended
         changes: Record = {"subscription_id": sub_id, "failing_since": since, "updated_at": ended}
-        if verdict == policy.GONE:
+        if verdict == GONE:
             outcome = "gone"
             changes.update(
                 active=False,
@@ -442,3 +446,107 @@ class DeliveryEngine:
             )
         subscription = None if len(changes) == 3 and row["failing_since"] is not None else changes
         return delivery, subscription, outcome
+
+
+# What an attempt's answer means, and when to try again (pure).
+DELIVERED = "delivered"
+RETRY = "retry"
+FAILED = "failed"
+GONE = "gone"
+
+
+def classify(status: int | None, *, refused: bool = False) -> str:
+    """``delivered``, ``retry``, ``failed`` or ``gone`` for an answer's status (None: no
+    answer: a timeout or a connection error; `refused`: the address guard refused it)."""
+    if refused:
+        return FAILED
+    if status is None:
+        return RETRY
+    if 200 <= status < 300:
+        return DELIVERED
+    if status == 410:
+        return GONE
+    if status in (408, 429) or status >= 500:
+        return RETRY
+    return FAILED
+
+
+def retry_after(value: str | None, now: float, cap: float) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (None when absent or unreadable)."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():  # (isdigit alone also takes "²", which float refuses)
+        return min(float(text), cap)
+    try:
+        moment = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if moment is None:
+        return None
+    return max(0.0, min(moment.timestamp() - now, cap))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    delays: Sequence[float]
+    jitter: float = 0.2
+
+    @property
+    def attempts(self) -> int:
+        """Attempts in all: the first one and one per delay."""
+        return len(self.delays) + 1
+
+    def next_delay(
+        self, retry_index: int, asked: float | None = None, rng: random.Random | None = None
+    ) -> float | None:
+        """Seconds until retry number `retry_index` + 1 (None: the schedule is used up);
+        never sooner than `asked` (a Retry-After)."""
+        if retry_index >= len(self.delays):
+            return None
+        base = float(self.delays[retry_index])
+        spread = (rng or random).uniform(-self.jitter, self.jitter) if self.jitter else 0.0
+        delay = max(0.0, base * (1.0 + spread))
+        return max(delay, asked) if asked is not None else delay
+
+
+# One push delivery attempt: a CLIENT span (when tracing is on) and the metrics by outcome.
+class AttemptRecord:
+    """Filled in by the caller: the outcome and latency the span and metrics report."""
+
+    __slots__ = ("outcome", "seconds", "status")
+
+    def __init__(self) -> None:
+        self.outcome = "error"
+        self.seconds = 0.0
+        self.status: int | None = None
+
+
+@contextmanager
+def delivery_attempt(
+    delivery_id: str, subscription_id: str, event_type: str, destination: str, attempt: int
+) -> Iterator[AttemptRecord]:
+    record = AttemptRecord()
+    span = tracing.start_span(
+        "mail.webhook.attempt",
+        kind="CLIENT",
+        attributes={
+            "mail.webhook.delivery_id": delivery_id,
+            "mail.webhook.subscription_id": subscription_id,
+            "mail.webhook.event_type": event_type,
+            "mail.webhook.attempt": attempt,
+            "server.address": destination,
+        },
+    )
+    token: Any = tracing.attach(span) if span is not None else None
+    try:
+        yield record
+    finally:
+        metrics.webhook_attempt(record.outcome, record.seconds)
+        if span is not None:
+            if span.is_recording():
+                span.set_attribute("mail.webhook.outcome", record.outcome)
+                if record.status is not None:
+                    span.set_attribute("http.response.status_code", record.status)
+            tracing.detach(token)
+            tracing.end_span(span, None if record.outcome == "delivered" else record.outcome)
