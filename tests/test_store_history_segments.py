@@ -8,16 +8,20 @@ history, no `start`) are upgraded in place and read back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from tests.support.pg_schema import fetch_rows, scratch_schema, with_search_path
+from tests.support.stub_agents import stub_swarms_json
 from tests.test_store_postgres import BASE_URL, FAST, new_key
 
 from mail.store.base import InstanceKey, TaskStore
@@ -25,6 +29,13 @@ from mail.store.postgres import PostgresTaskStore
 from mail.store.sql_base import MAX_HISTORY_SEGMENTS
 from mail.store.sqlite import SqliteTaskStore
 from mail.store.sqlite_schema import MIGRATIONS, connect
+from server_fixtures import (
+    ServerProcess,
+    auth,
+    create_key,
+    start_on_a_free_port,
+    write_config,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -300,3 +311,84 @@ async def test_a_database_written_before_segments_is_upgraded_in_place(
         assert await history_of(store, key) == history
     finally:
         await store.close()
+
+
+# -- a real server ----------------------------------------------------------------------------
+
+
+def _server_rows(place: Place, folder: Path, task_id: str) -> list[tuple[str, int, list[Any]]]:
+    """(agent, start, messages) of the task's history rows, in order."""
+    kind, where = place
+    sql = (
+        "SELECT agent_name, start, history FROM agent_histories WHERE task_id = {}"
+        " ORDER BY agent_name, start"
+    )
+    if kind == "sqlite":
+        (path,) = [p for p in folder.rglob("*.db")]
+        conn = sqlite3.connect(path)
+        try:
+            found = conn.execute(sql.format("?"), (task_id,)).fetchall()
+        finally:
+            conn.close()
+    else:
+        found = asyncio.run(fetch_rows(where, sql.format("$1"), task_id))
+    return [(r[0], r[1], json.loads(r[2])) for r in found]
+
+
+def _joined(rows: list[tuple[str, int, list[Any]]]) -> dict[str, list[Any]]:
+    histories: dict[str, list[Any]] = {}
+    for agent, start, messages in rows:
+        history = histories.setdefault(agent, [])
+        assert start == len(history), (agent, start, len(history))  # no gap, no overlap
+        history.extend(messages)
+    return histories
+
+
+def test_a_long_task_on_a_server_keeps_its_histories_across_a_restart(
+    place: Place, tmp_path: Path
+) -> None:
+    """A chatty task (stub agents, every turn 10 ms: a batch each) is stored as many segments;
+    after a restart the task goes on from its stored histories and adds to them."""
+    kind, where = place
+    (tmp_path / "swarms.json").write_text(json.dumps(stub_swarms_json()), encoding="utf-8")
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "chatty")
+    env = {"MAIL_STUB_LATENCY_MS": "10"}
+    if kind == "postgres":
+        env["DATABASE_URL"] = where
+    extra = f'task_message_limit = 0\ntask_turn_limit = 0\n\n[server.store]\nkind = "{kind}"\n'
+
+    def make(port: int) -> ServerProcess:
+        config = write_config(tmp_path, port=port, swarm="stub", extra=extra)
+        return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env)
+
+    def chat(body: str, task_id: str | None = None) -> str:
+        server = start_on_a_free_port(make)
+        try:
+            answer = httpx.post(
+                f"{server.base_url}/message",
+                json={"body": body, **({"task_id": task_id} if task_id else {})},
+                headers=auth(key),
+                timeout=120,
+            )
+            assert answer.status_code == 200, answer.text
+            found = answer.json()["task_id"] if task_id is None else task_id
+        finally:
+            assert server.stop() == 0, server.logs()
+        return str(found)
+
+    task_id = chat("CHATTY 30 300")
+    rows = _server_rows(place, tmp_path, task_id)
+    before = _joined(rows)
+    assert set(before) == {"supervisor", "worker"}
+    assert len(rows) > 20  # turns stored as segments, not one row each history
+    worker_text = json.dumps(before["worker"])
+    lefts = [int(n) for n in re.findall(r"CHATTY 30 300 left (\d+)", worker_text)]
+    # each request twice (its message and the call that sent it), in order, none lost
+    assert lefts == [n for n in range(30, 0, -1) for _ in (0, 1)], lefts
+
+    chat("CHATTY 5 300", task_id)  # a restart: the task goes on where it was
+    after = _joined(_server_rows(place, tmp_path, task_id))
+    for agent, history in before.items():
+        assert after[agent][: len(history)] == history
+        assert len(after[agent]) > len(history)
+    assert "CHATTY 5 300 left 1" in json.dumps(after["worker"][len(before["worker"]) :])
