@@ -518,6 +518,10 @@ class BufferedSqlStore(TaskStore):
         # Called only once the transaction committed (a failed batch is retried whole).
         for key, generation, count, now_current in fenced:
             self._fencing.dropped(key, generation, count, now_current)
+            # its histories' segments may be among the writes dropped: written whole next
+            lease = key_args(key)
+            for task in [t for t in self._history_marks if t[:3] == lease]:
+                del self._history_marks[task]
 
     # -- reads -----------------------------------------------------------------------------
     async def settle(self) -> None:
