@@ -271,7 +271,7 @@ class BufferedSqlStore(TaskStore):
             and all(map(operator.is_, marks.queued, history))
         ):
             start = len(marks.queued)
-            if start == len(history) and tool_format == marks.tool_format:
+            if start == len(history) and (tool_format or marks.tool_format) == marks.tool_format:
                 return None  # nothing new
         tail = history[start:] if start else history
         snapshot = [dict(m) if isinstance(m, dict) else m for m in tail]
@@ -596,9 +596,10 @@ class BufferedSqlStore(TaskStore):
 
 
 # A history stored as this many segments is written whole at its next save (one row again).
-# A read joins a history's rows: 64 rows of one agent's turns cost little to read and join,
-# and a history rewritten every 64 turns writes at most 1/64 of what whole saves did (a
-# history of n turns: about n^2/128 messages over its life, against n^2/2).
+# A read joins a history's rows: 64 rows of one agent's turns cost little to read and join.
+# Written whole every 65th save, a history of n turns of 2 messages writes about n^2/65
+# messages over its life, 1/65 of the n^2 that whole saves wrote; a larger bound saves little
+# more and leaves more rows for every read (a restart's, `GET /task`'s).
 MAX_HISTORY_SEGMENTS = 64
 
 
