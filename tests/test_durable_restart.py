@@ -67,15 +67,18 @@ def _stored_event_ids(store: DurableStore, swarm: str, task_id: str) -> list[int
 
 
 def _histories(store: DurableStore, swarm: str, task_id: str) -> dict[str, list[dict[str, object]]]:
+    # a history's rows are its segments, joined in the order of `start` (docs/database.md)
     rows = store.fetch(
-        "SELECT agent_name, history FROM agent_histories WHERE swarm_name = $1 AND task_id = $2",
+        "SELECT agent_name, history FROM agent_histories WHERE swarm_name = $1 AND task_id = $2"
+        " ORDER BY agent_name, start",
         swarm,
         task_id,
     )
-    out = {}
+    out: dict[str, list[dict[str, object]]] = {}
     for row in rows:
         history = row["history"]
-        out[row["agent_name"]] = json.loads(history) if isinstance(history, str) else history
+        segment = json.loads(history) if isinstance(history, str) else history
+        out.setdefault(row["agent_name"], []).extend(segment)
     return out
 
 

@@ -112,13 +112,16 @@ def test_kill_at_breakpoint_restart_and_resume(database: str, tmp_path: Path) ->
         assert second.stop() == 0, second.logs()
 
     rows = _fetch(
-        "SELECT agent_name, history FROM agent_histories WHERE swarm_name = $1 AND task_id = $2",
+        "SELECT agent_name, history FROM agent_histories WHERE swarm_name = $1 AND task_id = $2"
+        " ORDER BY start",
         swarm,
         task_id,
     )
-    assert [r["agent_name"] for r in rows] == ["supervisor"]
-    history = rows[0]["history"]
-    history = json.loads(history) if isinstance(history, str) else history
+    assert {r["agent_name"] for r in rows} == {"supervisor"}
+    history = []  # its segments, in order (docs/database.md)
+    for row in rows:
+        segment = row["history"]
+        history.extend(json.loads(segment) if isinstance(segment, str) else segment)
     text = json.dumps(history)
     # The pre-crash user message, the breakpoint result and the final call are all there.
     assert "BREAKPOINT please review" in text

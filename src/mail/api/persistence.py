@@ -246,8 +246,20 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
     def history_changed(
         self, task_id: str, agent_name: str, tool_format: str, history: list[dict[str, Any]]
     ) -> None:
-        if self.persist_histories:
-            self._put("save_history", task_id, agent_name, tool_format, list(history))
+        if not self.persist_histories:
+            return
+        nowait = self._nowait
+        if nowait is not None and not self._backlog:
+            # A store that takes writes at once takes what is new of the live list now
+            # (a SQL store copies the messages it writes): no copy of the whole list here.
+            try:
+                if nowait(self.key, "save_history", task_id, agent_name, tool_format, history):
+                    return
+            except Exception:  # noqa: BLE001 - as in _put: logged, persistence goes on
+                logger.exception("store write save_history failed")
+                return
+        # Queued: the list as it is now (the runtime's goes on changing)
+        self._put("save_history", task_id, agent_name, tool_format, list(history))
 
     def response_set(self, task_id: str, response: dict[str, Any]) -> None:
         outbox = self.outbox

@@ -135,6 +135,8 @@ async def _init(url: str, timeout: float) -> int:
                 f"Collapsed {report.removed_duplicate_histories} duplicated agent history row(s) "
                 "left by an older version (kept the newest per agent and task)."
             )
+        if report.history_segments:
+            _say("Upgraded agent_histories: histories are stored as appended segments.")
         if report.removed_pseudo_tasks:
             _say(
                 f"Removed {report.removed_pseudo_tasks} pseudo-task row(s) (task_id '*') "

@@ -53,8 +53,9 @@ TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
             ("history", "json"),
             ("created_at", "time"),
             ("updated_at", "time"),
+            ("start", "int"),
         ),
-        "task_id",
+        "task_id, agent_name, start",
     ),
     (
         "task_responses",

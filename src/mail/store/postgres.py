@@ -27,6 +27,7 @@ from mail.store.postgres_schema import (
     redact_dsn,
 )
 from mail.store.sql_base import (
+    HISTORY_TRIM_KIND,
     BufferedSqlStore,
     SqlWrite,
     add_snapshot_row,
@@ -84,12 +85,17 @@ _SQL: dict[str, str] = {
     """,
     "history": """
         INSERT INTO agent_histories (swarm_name, caller_role, caller_id, task_id, agent_name,
-                                     tool_format, history)
-        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
-        ON CONFLICT (swarm_name, caller_role, caller_id, task_id, agent_name) DO UPDATE SET
+                                     tool_format, start, history)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
+        ON CONFLICT (swarm_name, caller_role, caller_id, task_id, agent_name, start)
+        DO UPDATE SET
             tool_format = EXCLUDED.tool_format,
             history = EXCLUDED.history,
             updated_at = NOW()
+    """,
+    HISTORY_TRIM_KIND: """
+        DELETE FROM agent_histories WHERE swarm_name = $1 AND caller_role = $2
+            AND caller_id = $3 AND task_id = $4 AND agent_name = $5 AND start > 0
     """,
     "response": """
         INSERT INTO task_responses (swarm_name, caller_role, caller_id, task_id, response)
@@ -313,7 +319,7 @@ class PostgresTaskStore(BufferedSqlStore):
     async def _apply_batch(self, batch: Sequence[SqlWrite]) -> None:
         if self._pool is None:
             raise StoreUnavailableError("the PostgreSQL store is not started")
-        writes = encode_deferred(coalesce_writes(batch), self._json)
+        writes = encode_deferred(coalesce_writes(batch), self._json, self._forget_histories)
         committed = False
         try:
             async with self._pool.acquire() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,9 +18,11 @@ from mail.store.base import (
     event_row,
     split_task_record,
 )
+from mail.store.lifecycle import FINISHED_STATES
 from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
     DEFERRED_KINDS,
     EVENT_ROWS_KIND,
+    HISTORY_TRIM_KIND,
     LIVE_KIND,
     OUTBOX_KIND,
     RUN_KIND,
@@ -50,6 +53,7 @@ from mail.store.writer import WriteBehindBuffer
 __all__ = [
     "DEFERRED_KINDS",
     "EVENT_ROWS_KIND",
+    "HISTORY_TRIM_KIND",
     "LIVE_KIND",
     "RUN_KIND",
     "EventRun",
@@ -148,9 +152,12 @@ class BufferedSqlStore(TaskStore):
             split=_event_rows_apart,
             write_now=self._write_batch_now if self.WRITES_AT_FLUSH else None,
             alone=one_task_queued,
+            on_drop=lambda write: self._forget_histories((write,)),
         )
         # live writes and event runs in the buffer not yet taken by a batch
         self._lives_queued = 0
+        # (swarm, role, id, task_id) -> agent -> what of its history was queued
+        self._history_marks: dict[tuple[str, ...], dict[str, _HistoryMarks]] = {}
         # The TaskStore write methods by name, as `write_nowait` takes them.
         self._builders: dict[str, Callable[..., SqlWrite | None]] = {
             "upsert_task": self._task_write,
@@ -216,6 +223,8 @@ class BufferedSqlStore(TaskStore):
     # by `write_nowait` (the runtime's StoreObserver: no task switch per write).
     def _task_write(self, key: InstanceKey, record: Mapping[str, Any]) -> SqlWrite | None:
         columns, extra = split_task_record(record, copy=False)  # encoded just below
+        if extra.get("state") in FINISHED_STATES:
+            self._forget_task_histories(key, columns["task_id"])
         start_time = columns.get("start_time")
         contributors = columns.get("task_contributors")
         remote = columns.get("remote_swarms")
@@ -247,12 +256,58 @@ class BufferedSqlStore(TaskStore):
         tool_format: str | None,
         history: list[dict[str, Any]],
     ) -> SqlWrite | None:
-        # Encoded when its batch is applied (encoding every whole-history save is O(turns^2));
-        # each message is copied, so a later change to one of its fields does not reach this save.
-        snapshot = [dict(m) if isinstance(m, dict) else m for m in history]
-        fmt = tool_format or detect_tool_format(snapshot)
-        args = (*key_args(key), task_id, agent_name, fmt, snapshot)
-        return self._write(key, "history", args)
+        # A history is stored as segments (see `_HistoryMarks`): a save that extends what
+        # was queued before writes its new messages alone, anything else the whole history.
+        # Encoded when its batch is applied; each message written is copied, so a later
+        # change to one of its fields does not reach this save.
+        task = (*key_args(key), task_id)
+        agents = self._history_marks.get(task)
+        marks = None if agents is None else agents.get(agent_name)
+        start = 0
+        if (
+            marks is not None
+            and marks.segments < MAX_HISTORY_SEGMENTS
+            and len(history) >= len(marks.queued)
+            and all(map(operator.is_, marks.queued, history))
+        ):
+            start = len(marks.queued)
+            if start == len(history) and (tool_format or marks.tool_format) == marks.tool_format:
+                return None  # nothing new
+        tail = history[start:] if start else history
+        snapshot = [dict(m) if isinstance(m, dict) else m for m in tail]
+        if start and marks is not None:  # (marks: for mypy)
+            fmt = tool_format or marks.tool_format
+            write = self._write(key, "history", (*task, agent_name, fmt, start, snapshot))
+            if write is not None:
+                marks.queued.extend(tail)
+                marks.segments += 1
+                return write
+        else:
+            fmt = tool_format or detect_tool_format(snapshot)
+            write = self._write(key, "history", (*task, agent_name, fmt, 0, snapshot))
+            if write is not None:
+                if agents is None:
+                    agents = self._history_marks[task] = {}
+                agents[agent_name] = _HistoryMarks(list(history), fmt)
+                return write
+        if agents is not None:  # fenced: nothing queued
+            agents.pop(agent_name, None)
+        return None
+
+    def _forget_histories(self, writes: Iterable[SqlWrite]) -> None:
+        """History writes that will not be stored (dropped by the writer, not encodable):
+        the next save of each of those histories writes it whole."""
+        for write in writes:
+            if write.kind == OUTBOX_KIND:
+                self._forget_histories(write.args)
+            elif write.kind == "history":
+                agents = self._history_marks.get(write.args[:4])
+                if agents is not None:
+                    agents.pop(write.args[4], None)
+
+    def _forget_task_histories(self, key: InstanceKey, task_id: str) -> None:
+        """A task ended: its histories' marks go (the next save, if it resumes, is whole)."""
+        self._history_marks.pop((*key_args(key), task_id), None)
 
     def _response_write(
         self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
@@ -463,6 +518,10 @@ class BufferedSqlStore(TaskStore):
         # Called only once the transaction committed (a failed batch is retried whole).
         for key, generation, count, now_current in fenced:
             self._fencing.dropped(key, generation, count, now_current)
+            # its histories' segments may be among the writes dropped: written whole next
+            lease = key_args(key)
+            for task in [t for t in self._history_marks if t[:3] == lease]:
+                del self._history_marks[task]
 
     # -- reads -----------------------------------------------------------------------------
     async def settle(self) -> None:
@@ -534,6 +593,27 @@ class BufferedSqlStore(TaskStore):
         status = super().status()
         status["dropped_writes"] = self._buffer.dropped
         return status
+
+
+# A history stored as this many segments is written whole at its next save (one row again).
+# A read joins a history's rows: 64 rows of one agent's turns cost little to read and join.
+# Written whole every 65th save, a history of n turns of 2 messages writes about n^2/65
+# messages over its life, 1/65 of the n^2 that whole saves wrote; a larger bound saves little
+# more and leaves more rows for every read (a restart's, `GET /task`'s).
+MAX_HISTORY_SEGMENTS = 64
+
+
+class _HistoryMarks:
+    """What a store queued of one agent's history on one task: the message objects
+    (references: a later save that starts with the same objects extends them), its tool
+    format and how many segments were queued since it was last written whole."""
+
+    __slots__ = ("queued", "tool_format", "segments")
+
+    def __init__(self, queued: list[Any], tool_format: str) -> None:
+        self.queued = queued
+        self.tool_format = tool_format
+        self.segments = 0
 
 
 def _event_rows_apart(write: SqlWrite) -> list[SqlWrite]:

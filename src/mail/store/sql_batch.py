@@ -19,6 +19,10 @@ WRITE_KINDS = ("task", "event", "history", "response", "queue", "queue_delete")
 # A task's events of one batch as one write: args (swarm, role, id, task_id, rows), each row
 # the args of an "event" write (see "event runs" below). Written with the "event" statement.
 EVENT_ROWS_KIND = "event_rows"
+# A history's rows past its first segment, deleted by the transaction that writes a history
+# whole (a "history" write of start 0): args (swarm, role, id, task_id, agent_name). Made by
+# `runs_by_kind`, never queued.
+HISTORY_TRIM_KIND = "history_trim"
 
 
 @dataclass(slots=True)
@@ -60,6 +64,9 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
     # row -> [index in kept, weight]; a history's row is 5 arguments long, a queue's 4, so
     # the two never collide
     survivors: dict[tuple[Any, ...], list[int]] = {}
+    # history -> its segments that the survivor must hold (newest first), until a whole
+    # history (start 0) is met: earlier writes of it are superseded
+    segments: dict[tuple[Any, ...], list[SqlWrite]] = {}
     # task record -> index in kept of its next write in the batch (merged ones included)
     tasks: dict[tuple[Any, ...], int] = {}
     moved = 0  # merged task writes moved to their earlier write's place (None left behind)
@@ -101,8 +108,19 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
         if survivor is None:
             survivors[identity] = [len(kept), write.weight]
             keep(write)
+            if kind == "history" and write.args[6]:  # a segment: earlier ones join it
+                segments[identity] = [write]
         else:
             survivor[1] += write.weight
+            parts = segments.get(identity)
+            if parts is not None and kind == "history":
+                parts.append(write)
+                if not write.args[6]:  # the whole history: what came before is replaced
+                    del segments[identity]
+                    _merge_segments(kept, survivors[identity][0], parts)
+    for identity, parts in segments.items():
+        if len(parts) > 1:
+            _merge_segments(kept, survivors[identity][0], parts)
     for index, weight in survivors.values():
         saved = kept[index]
         assert saved is not None  # only task writes are moved
@@ -114,6 +132,17 @@ def coalesce_writes(batch: Sequence[SqlWrite]) -> list[SqlWrite]:
     if moved:
         return [write for write in kept if write is not None]
     return kept  # type: ignore[return-value]  # no None in it
+
+
+def _merge_segments(kept: list[SqlWrite | None], index: int, parts: list[SqlWrite]) -> None:
+    """Put at `kept[index]` one write of a history's successive writes of a batch (`parts`,
+    newest first; the oldest may be the whole history, start 0): from the oldest's start,
+    their messages in order. Each was made for its write alone (`_history_write`)."""
+    oldest = parts[-1]
+    messages: list[Any] = []
+    for part in reversed(parts):
+        messages.extend(part.args[-1])
+    kept[index] = SqlWrite("history", (*oldest.args[:-1], messages), parts[0].generation)
 
 
 def _merge_task(earlier: SqlWrite, later: SqlWrite) -> SqlWrite:
@@ -253,17 +282,23 @@ class EventRun:
 DEFERRED_KINDS = ("history", "queue")
 
 
-def encode_deferred(writes: Sequence[SqlWrite], encode: Callable[[Any], str]) -> list[SqlWrite]:
+def encode_deferred(
+    writes: Sequence[SqlWrite],
+    encode: Callable[[Any], str],
+    lost: Callable[[Iterable[SqlWrite]], None] | None = None,
+) -> list[SqlWrite]:
     """The batch with its deferred writes' snapshots encoded (see the module's docstring).
 
-    A history or queue that cannot be encoded is logged and left out; the rest of the batch
-    goes on.
+    A history or queue that cannot be encoded is logged and left out (and given to `lost`);
+    the rest of the batch goes on.
     """
-    return encode_deferred_sized(writes, encode)[0]
+    return encode_deferred_sized(writes, encode, lost)[0]
 
 
 def encode_deferred_sized(
-    writes: Sequence[SqlWrite], encode: Callable[[Any], str]
+    writes: Sequence[SqlWrite],
+    encode: Callable[[Any], str],
+    lost: Callable[[Iterable[SqlWrite]], None] | None = None,
 ) -> tuple[list[SqlWrite], int]:
     """`encode_deferred` and `batch_bytes` of its result in one pass (runs per batch)."""
     encoded: list[SqlWrite] = []
@@ -282,6 +317,8 @@ def encode_deferred_sized(
                     "/".join(str(a) for a in write.args[3:-1] if isinstance(a, str)),
                     exc,
                 )
+                if lost is not None:
+                    lost((write,))
                 continue
             write = SqlWrite(
                 kind, (*write.args[:-1], text), write.generation, write.weight, write.merge_keys
@@ -341,6 +378,11 @@ def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[A
     groups: dict[str, list[tuple[Any, ...]]] = {}
     for write in writes:
         kind = write.kind
+        if kind == "history" and not write.args[6]:  # whole: its later segments go
+            trims = groups.get(HISTORY_TRIM_KIND)
+            if trims is None:
+                groups[HISTORY_TRIM_KIND] = trims = []
+            trims.append(write.args[:5])
         if kind == EVENT_ROWS_KIND:
             rows = groups.get("event")
             if rows is None:

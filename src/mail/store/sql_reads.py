@@ -44,7 +44,11 @@ def add_snapshot_row(
             {"event": row["event_type"], "data": row["event_data"], "id": row["event_id"]}
         )
     elif table == "agent_histories":
-        snapshot.histories[(task_id, row["agent_name"])] = json.loads(row["history"])
+        # a history's segments come in order (`start`): joined into one list
+        segment = json.loads(row["history"])
+        history = snapshot.histories.setdefault((task_id, row["agent_name"]), segment)
+        if history is not segment:
+            history.extend(segment)
     elif table == "task_responses":
         snapshot.responses[task_id] = json.loads(row["response"])
     elif table == "task_queues":
@@ -60,7 +64,7 @@ _TASK_COLUMNS = (
 # What `load_instance` reads besides tasks: table -> columns, in the order rows come back.
 _SNAPSHOT_READS: tuple[tuple[str, str, str], ...] = (
     ("task_events", "task_id, event_type, event_data, event_id", " ORDER BY seq"),
-    ("agent_histories", "task_id, agent_name, history", ""),
+    ("agent_histories", "task_id, agent_name, history", " ORDER BY task_id, agent_name, start"),
     ("task_responses", "task_id, response", ""),
     ("task_queues", "task_id, items", ""),
 )

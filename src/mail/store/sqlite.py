@@ -17,6 +17,7 @@ from mail.store.base import (
 )
 from mail.store.sql_base import (
     EVENT_ROWS_KIND,
+    HISTORY_TRIM_KIND,
     BufferedSqlStore,
     FencedLease,
     SqlWrite,
@@ -65,12 +66,17 @@ _SQL: dict[str, str] = {
     """,
     "history": """
         INSERT INTO agent_histories (swarm_name, caller_role, caller_id, task_id, agent_name,
-                                     tool_format, history, created_at, updated_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, {now}, {now})
-        ON CONFLICT (swarm_name, caller_role, caller_id, task_id, agent_name) DO UPDATE SET
+                                     tool_format, start, history, created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})
+        ON CONFLICT (swarm_name, caller_role, caller_id, task_id, agent_name, start)
+        DO UPDATE SET
             tool_format = excluded.tool_format,
             history = excluded.history,
             updated_at = excluded.updated_at
+    """,
+    HISTORY_TRIM_KIND: """
+        DELETE FROM agent_histories WHERE swarm_name = ? AND caller_role = ? AND caller_id = ?
+            AND task_id = ? AND agent_name = ? AND start > 0
     """,
     "response": """
         INSERT INTO task_responses (swarm_name, caller_role, caller_id, task_id, response,
@@ -221,7 +227,9 @@ class SqliteTaskStore(BufferedSqlStore):
     def _encoded(self, batch: Sequence[SqlWrite]) -> tuple[list[SqlWrite], int, int]:
         """The batch as one transaction writes it, its bytes, and the pages it adds to
         the WAL (an estimate, see below)."""
-        writes, size = encode_deferred_sized(coalesce_writes(batch), self._json)
+        writes, size = encode_deferred_sized(
+            coalesce_writes(batch), self._json, self._forget_histories
+        )
         # Pages toward the next checkpoint: the text's own pages (an undercount of large
         # batches let the WAL grow to its 64 MiB cap and fill small disks), the pages every
         # transaction touches, 2 per task record (an update finds its row apart from other

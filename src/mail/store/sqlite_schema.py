@@ -47,6 +47,25 @@ IDEMPOTENCY_ROWID_DDL = (
     "ALTER TABLE idempotency_keys_rowid RENAME TO idempotency_keys",
 )
 
+# Migration 5: an agent history is stored as segments, one row each, `start` the index of its
+# first message (0: the whole history from the first message; earlier versions' rows are such
+# snapshots). The key of version 1's UNIQUE constraint cannot be dropped in SQLite: the table
+# is rebuilt with the new one, its rows copied as they are (start 0).
+_HISTORY_COLUMNS = (
+    "swarm_name, caller_role, caller_id, task_id, agent_name, tool_format, history,"
+    " created_at, updated_at"
+)
+HISTORY_SEGMENTS_DDL = (
+    f"""CREATE TABLE agent_histories_v5 ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
+        agent_name TEXT NOT NULL, tool_format TEXT NOT NULL, history TEXT NOT NULL,
+        created_at TEXT, updated_at TEXT, start INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (swarm_name, caller_role, caller_id, task_id, agent_name, start))""",
+    f"INSERT INTO agent_histories_v5 ({_HISTORY_COLUMNS})"
+    f" SELECT {_HISTORY_COLUMNS} FROM agent_histories",
+    "DROP TABLE agent_histories",
+    "ALTER TABLE agent_histories_v5 RENAME TO agent_histories",
+)
+
 # version -> statements. Append a new version; never edit one that was released.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
@@ -102,8 +121,11 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (2, WEBHOOK_MIGRATION),  # push delivery: subscriptions, outbox, deliveries, attempts
     (3, IDEMPOTENCY_DDL),  # idempotency keys (mail.store.idempotency): a new table only
     (4, IDEMPOTENCY_ROWID_DDL),  # the idempotency keys as a rowid table (faster writes)
+    (5, HISTORY_SEGMENTS_DDL),  # agent histories as appended segments (a `start` column)
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+# What an upgrade of an existing file changed, logged once (one line) when it is applied.
+_UPGRADE_NOTES = {5: "agent histories are stored as appended segments (rows kept as they were)"}
 
 
 BUSY_TIMEOUT_MS = 30_000  # how long a statement waits for another process's lock
@@ -272,6 +294,10 @@ def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = N
             for statement in statements:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, utc_now()))
+        if done and version in _UPGRADE_NOTES:  # a file written by an earlier version
+            logger.info(
+                "SQLite schema upgraded to version %d: %s", version, _UPGRADE_NOTES[version]
+            )
         applied.append(version)
     return applied
 

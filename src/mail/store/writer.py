@@ -72,6 +72,7 @@ class WriteBehindBuffer(Generic[T]):
         write_now: Callable[[list[T]], bool] | None = None,
         alone: Callable[[deque[T]], bool] | None = None,
         merge_riders: Callable[[list[Any]], T] | None = None,
+        on_drop: Callable[[T], None] | None = None,
     ) -> None:
         if max_batch < 1 or max_pending < 1:
             raise ValueError("max_batch and max_pending must be positive")
@@ -83,6 +84,7 @@ class WriteBehindBuffer(Generic[T]):
         # An item standing for several rows, as those rows (several items) or [] when it is
         # one: a rejected item is retried row by row, so only the bad row is dropped.
         self._split = split
+        self._on_drop = on_drop  # told of each item dropped as poison (not retried)
         # `flush()`'s synchronous write (see the module's docstring): True when the batch
         # is committed, False (or an exception) when the worker must write it.
         self._write_now = write_now if alone is not None else None
@@ -458,6 +460,8 @@ class WriteBehindBuffer(Generic[T]):
                 exc,
                 batch[0],
             )
+            if self._on_drop is not None:
+                self._on_drop(batch[0])
             return
         for item in batch:
             await self._write([item])
