@@ -27,7 +27,6 @@ from mail.store.postgres_schema import (
     redact_dsn,
 )
 from mail.store.sql_base import (
-    HISTORY_TRIM_KIND,
     BufferedSqlStore,
     SqlWrite,
     add_snapshot_row,
@@ -83,7 +82,14 @@ _SQL: dict[str, str] = {
                                  event_type, event_data, event_id)
         VALUES ($1, $2, $3, $4, $5, $6, $7)
     """,
+    # A whole history (start 0) also deletes the history's later segments: one statement,
+    # not a second executemany (a round trip more for a lone request).
     "history": """
+        WITH trimmed AS (
+            DELETE FROM agent_histories WHERE $7::integer = 0 AND swarm_name = $1
+                AND caller_role = $2 AND caller_id = $3 AND task_id = $4 AND agent_name = $5
+                AND start > 0
+        )
         INSERT INTO agent_histories (swarm_name, caller_role, caller_id, task_id, agent_name,
                                      tool_format, start, history)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
@@ -92,10 +98,6 @@ _SQL: dict[str, str] = {
             tool_format = EXCLUDED.tool_format,
             history = EXCLUDED.history,
             updated_at = NOW()
-    """,
-    HISTORY_TRIM_KIND: """
-        DELETE FROM agent_histories WHERE swarm_name = $1 AND caller_role = $2
-            AND caller_id = $3 AND task_id = $4 AND agent_name = $5 AND start > 0
     """,
     "response": """
         INSERT INTO task_responses (swarm_name, caller_role, caller_id, task_id, response)

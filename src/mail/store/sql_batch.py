@@ -365,7 +365,9 @@ def split_fenced(
     ]
 
 
-def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+def runs_by_kind(
+    writes: Sequence[SqlWrite], trims: bool = True
+) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
     """The writes of each kind as one group (for executemany), in their order within the
     kind, kinds in the order of their first write.
 
@@ -378,11 +380,11 @@ def runs_by_kind(writes: Sequence[SqlWrite]) -> Iterator[tuple[str, list[tuple[A
     groups: dict[str, list[tuple[Any, ...]]] = {}
     for write in writes:
         kind = write.kind
-        if kind == "history" and not write.args[6]:  # whole: its later segments go
-            trims = groups.get(HISTORY_TRIM_KIND)
-            if trims is None:
-                groups[HISTORY_TRIM_KIND] = trims = []
-            trims.append(write.args[:5])
+        if trims and kind == "history" and not write.args[6]:  # whole: later segments go
+            trim = groups.get(HISTORY_TRIM_KIND)
+            if trim is None:
+                groups[HISTORY_TRIM_KIND] = trim = []
+            trim.append(write.args[:5])
         if kind == EVENT_ROWS_KIND:
             rows = groups.get("event")
             if rows is None:
@@ -422,4 +424,6 @@ def batch_statements(
     rows) pairs for executemany, in order, and the leases found superseded. `writes` are
     already coalesced and encoded (`coalesce_writes`, `encode_deferred`)."""
     kept, fenced = split_fenced(writes, current)
-    return [(sql[kind], rows) for kind, rows in runs_by_kind(kept)], fenced
+    # A dialect without a trim statement deletes later segments in its history statement.
+    runs = runs_by_kind(kept, HISTORY_TRIM_KIND in sql)
+    return [(sql[kind], rows) for kind, rows in runs], fenced
