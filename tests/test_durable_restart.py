@@ -10,6 +10,7 @@ A task paused at a breakpoint stays paused across the kill and resumes afterward
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -94,20 +95,33 @@ def test_task_running_at_kill_completes_after_restart(
 
     first = _server(tmp_path, swarm, port, durable_store).start()
     seen: list[str] = []
+
+    def read_stream() -> None:  # a client on the stream until the server dies
+        try:
+            with httpx.stream(
+                "POST",
+                f"{first.base_url}/message",
+                json={"body": "FANOUT go", "task_id": task_id, "stream": True},
+                headers=auth(key),
+                timeout=30,
+            ) as response:
+                assert response.status_code == 200
+                for event in parse_sse_stream(response):
+                    if event.id and event.event != "ping":
+                        seen.append(event.id)
+        except httpx.HTTPError:
+            pass  # the kill
+
+    client = threading.Thread(target=read_stream)
+    client.start()
     try:
-        with httpx.stream(
-            "POST",
-            f"{first.base_url}/message",
-            json={"body": "FANOUT go", "task_id": task_id, "stream": True},
-            headers=auth(key),
-            timeout=30,
-        ) as response:
-            assert response.status_code == 200
-            for event in parse_sse_stream(response):
-                if event.id and event.event != "ping":
-                    seen.append(event.id)
-                if any(name.startswith("worker") for name, _pid in _calls(tmp_path)):
-                    break  # the first worker call has started (it takes 200 ms)
+        # The first worker call has started (it takes 200 ms).
+        _wait_for(
+            lambda: any(name.startswith("worker") for name, _pid in _calls(tmp_path)),
+            30,
+            "a worker call",
+        )
+        assert seen, "no event reached the client before the worker call"
         last_seen = int(seen[-1])
         # What the client saw is durable (the store writes behind, within milliseconds).
         _wait_for(
@@ -119,6 +133,7 @@ def test_task_running_at_kill_completes_after_restart(
         assert first.proc is not None
         first.proc.kill()  # kill -9: no shutdown hooks run
         first.proc.wait(10)
+        client.join(30)
     first_pid = str(first.proc.pid)
     before = _calls(tmp_path)
     # Killed mid-task: the workers had not both answered.

@@ -26,6 +26,8 @@ logger = logging.getLogger("mail.store")
 # for as long as the batch ahead of it is retried (a database outage); without a cap one
 # run took every event its task made meanwhile, past the bound on the queue.
 MAX_RUN_EVENTS = 64
+# The longest a model call waits for the commit of the steps before it (`committed`, seconds).
+STEP_COMMIT_TIMEOUT = 5.0
 # `room`'s warning that agent turns wait is repeated at most this often (seconds).
 _ROOM_LOG_INTERVAL = 30.0
 
@@ -173,6 +175,18 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
                 self._backlog,
             )
         return drained.wait()
+
+    def committed(self) -> Awaitable[bool] | None:
+        """Before an agent's model call: the commit of every write queued so far (the
+        histories, journal and events of the task's finished steps), so that after a crash
+        the task resumes from its last step and only the step in flight calls its model
+        again. Only with a write-behind store and a journal, and not while the store reports
+        an outage (the turns then go on; their writes wait in the queue)."""
+        journal = self.host.journal
+        if journal is None or self._nowait is None or self.store.is_degraded():
+            return None
+        journal.flush()  # its changes of this pass of the loop, queued now
+        return self.flush(STEP_COMMIT_TIMEOUT)
 
     async def flush(self, timeout: float | None = None) -> bool:
         if self._queue is not None:

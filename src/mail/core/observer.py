@@ -34,3 +34,8 @@ class RuntimeObserver:
         next turn: its writes are waiting for the store (a database outage filled the
         store's queue), and more turns would only make them wait in memory."""
         return None
+
+    def committed(self) -> Awaitable[object] | None:
+        """None, or something an agent's model call awaits first: the commit of what the
+        instance's earlier steps wrote (a crash then loses only the step in flight)."""
+        return None

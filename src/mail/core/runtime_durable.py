@@ -2,7 +2,9 @@
 
 An entry leaves the journal only when the turn that took it has finished; the journal is
 written right after the agent's history, so both land in the same store batch. Replay is
-at-least-once: an interrupted turn's model and action calls run again.
+at-least-once for the turns in flight: their model and action calls run again. A model call
+waits for the commit of the earlier turns' writes (`RuntimeObserver.committed`), so a finished
+turn's call is not made again.
 """
 
 from __future__ import annotations

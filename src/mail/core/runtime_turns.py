@@ -208,6 +208,9 @@ class TurnRunner(HostLink[TurnHost]):
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
                 agent = rt.agents[agent_name]
+                committed = rt.observer.committed()
+                if committed is not None:  # the steps before this one outlive a crash
+                    await committed
                 _text, calls = await agent.function(history, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
