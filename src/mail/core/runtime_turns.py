@@ -208,9 +208,12 @@ class TurnRunner(HostLink[TurnHost]):
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
                 agent = rt.agents[agent_name]
-                committed = rt.observer.committed()
-                if committed is not None:  # the steps before this one outlive a crash
-                    await committed
+                # A model-backed agent (`calls_model`): the task's earlier steps outlive a
+                # crash before the call is made, so a finished step's call is not made again.
+                if getattr(agent.function, "calls_model", False):
+                    committed = rt.observer.committed()
+                    if committed is not None:
+                        await committed
                 _text, calls = await agent.function(history, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])

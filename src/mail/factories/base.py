@@ -189,6 +189,9 @@ class MAILAgentFunction(ABC):
     """
 
     accepts_model_tools: ClassVar[bool] = False
+    # The function calls a model (billed, slow): with a durable store each call first waits
+    # for the commit of its task's earlier steps, so a crash never repeats a finished call.
+    calls_model: ClassVar[bool] = False
     # What `can_complete_tasks=None` (not given) means for the class: supervisors say True.
     completes_tasks_by_default: ClassVar[bool] = False
 
@@ -265,6 +268,7 @@ class LiteLLMAgentFunction(MAILAgentFunction):
     """
 
     retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+    calls_model: ClassVar[bool] = True
 
     accepts_model_tools = True
 
@@ -634,6 +638,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
     """
 
     _inner_attr: ClassVar[str]
+    calls_model: ClassVar[bool] = True
 
     # Template checks compare agent_params with these (see mail.api.factory_check).
     accepted_settings = LiteLLMAgentFunction.__init__
@@ -774,6 +779,7 @@ def deprecated_function_factory(
             return await agent(messages, tool_choice)
 
         run._mail_agent = agent  # type: ignore[attr-defined]
+        run.calls_model = agent.calls_model  # type: ignore[attr-defined]
         return run
 
     factory.__name__ = factory.__qualname__ = name

@@ -82,6 +82,7 @@ class _OpenAIAgentBase(MAILAgentFunction):
     """
 
     api_style: ToolFormat
+    calls_model = True
 
     def __init__(
         self,
