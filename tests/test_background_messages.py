@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 import pytest
 from tests.support.multitask_agents import swarms_json
-from tests.support.store_backends import (  # noqa: F401 - fixture
+from tests.support.store_backends import (
     DurableStore,
-    durable_store,
     scratch_durable_store,
+    scratch_store_fixture,
 )
 from tests.support.webhook_receiver import ReceiverProcess
 from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
@@ -51,6 +51,10 @@ retry_schedule = [0.2, 0.2]
 retry_jitter = 0.1
 poll_interval = 0.2
 """
+
+# A schema of its own on PostgreSQL: another run's running tasks in the shared database would
+# be continued beside this test's (and a stopped run leaves some).
+durable_store = scratch_store_fixture("mail_bg")
 
 
 class Deployment:
@@ -276,7 +280,7 @@ def test_a_background_message_meets_every_check_of_a_plain_one(deployment: Deplo
 
 
 def test_a_background_task_survives_kill_9_right_after_its_202(
-    durable_store: DurableStore,  # noqa: F811
+    durable_store: DurableStore,
     tmp_path: Path,
 ) -> None:
     made = Deployment(tmp_path, durable_store.env)
@@ -337,6 +341,37 @@ def test_a_stored_task_whose_instance_cannot_be_made_any_more_is_marked_failed(
         assert made.worker_calls("SLOW 30 doomed") <= 1
     finally:
         made.stop()
+
+
+def test_a_server_killed_again_right_after_resuming_resumes_at_its_next_start(
+    database: str,  # noqa: F811 - requires PostgreSQL
+    tmp_path: Path,
+) -> None:
+    # A crash loop: the restarted server claims the instance to continue its task and dies
+    # within the claim window; the next start sees the claim of a process of this machine
+    # that is gone and continues the task at once, not at the caller's next request.
+    with scratch_durable_store("postgres", tmp_path, "mail_bg_loop") as store:
+        made = Deployment(tmp_path, store.env)
+        try:
+            hook = made.hook("/loop")
+            r = made.post({"body": "ASK SLOW 1 loop", "background": True, "webhook": hook})
+            assert r.status_code == 202, r.text
+            made.receiver.secrets("/loop", r.json()["webhook"]["secret"])
+            for _ in range(2):
+                assert made.server.proc is not None
+                made.server.proc.kill()
+                made.server.proc.wait(10)
+                made.server = made.start()
+                deadline = time.monotonic() + 30
+                while "continuing the running tasks of user:alice" not in made.server.logs():
+                    assert "are left to the server" not in made.server.logs()
+                    assert time.monotonic() < deadline, made.server.logs()
+                    time.sleep(0.05)
+            payload = made.completed("/loop")
+            assert payload["data"]["task_id"] == r.json()["task_id"]
+            assert payload["data"]["summary"] == "done: worked: loop"
+        finally:
+            made.stop()
 
 
 def test_two_servers_started_together_on_one_database_resume_a_task_once(

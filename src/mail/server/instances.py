@@ -86,6 +86,22 @@ def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:server"
 
 
+def _died_here(holder: str) -> bool:
+    """Whether `holder` (a `_holder()`) was a process of this machine that is gone: a server
+    restarted after a kill -9 resumes its running tasks at once, not after the claim window."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's process)
+        return False
+    return False
+
+
 def _reraise_own_cancellation() -> None:
     """Inside ``except BaseException``: re-raise when the running task itself is being
     cancelled (its canceller must see that), not when what it awaited was cancelled."""
@@ -461,7 +477,10 @@ class InstanceManager:
         ago (two servers started together: one resumes it)."""
         key = (store_key.caller_role, store_key.caller_id)
         store = self._watch_claims(key)
-        if await store.claim_unless_fresh(store_key, _holder(), RESUME_CLAIM_WINDOW) is None:
+        claimed = await store.claim_unless_fresh(
+            store_key, _holder(), RESUME_CLAIM_WINDOW, _died_here
+        )
+        if claimed is None:
             self._claimed.discard(key)
             return False
         self._fresh_claims.add(key)

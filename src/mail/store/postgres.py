@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -144,6 +144,14 @@ _CLAIM_UNLESS_FRESH_SQL = (
     RETURNING generation
 """
 )
+# The same claim, if the key's holder is still `$5` (one found gone), and who holds a key.
+_CLAIM_IF_HOLDER_SQL = _CLAIM_SQL.replace(
+    "RETURNING generation", "WHERE g.holder = $5\n    RETURNING generation"
+)
+_HOLDER_SQL = """
+    SELECT holder FROM instance_generations
+    WHERE swarm_name = $1 AND caller_role = $2 AND caller_id = $3
+"""
 
 # Taken at the start of a batch's transaction for the fenced keys in it. FOR SHARE keeps a
 # claim from committing until the batch is committed; a claim already holding the row
@@ -274,23 +282,42 @@ class PostgresTaskStore(BufferedSqlStore):
         return generation
 
     async def claim_unless_fresh(
-        self, key: InstanceKey, holder: str, fresh_seconds: float
+        self,
+        key: InstanceKey,
+        holder: str,
+        fresh_seconds: float,
+        gone: Callable[[str], bool] | None = None,
     ) -> int | None:
         """`claim_generation`, unless another holder claimed `key` less than `fresh_seconds`
-        ago: then None and nothing changes (that holder is taken to be serving it)."""
-        return await self._claim(key, _CLAIM_UNLESS_FRESH_SQL, holder, float(fresh_seconds))
+        ago: then None and nothing changes (that holder is taken to be serving it), unless
+        `gone(that holder)` says it is not (a process of this machine that died)."""
+        generation = await self._claim(key, _CLAIM_UNLESS_FRESH_SQL, holder, float(fresh_seconds))
+        if generation is not None or gone is None:
+            return generation
+        previous = await self._fetch_claim(key, _HOLDER_SQL)
+        if previous is None or not gone(str(previous)):
+            return None
+        return await self._claim(key, _CLAIM_IF_HOLDER_SQL, holder, str(previous))
 
     async def _claim(self, key: InstanceKey, sql: str, *args: Any) -> int | None:
-        if self._pool is None:
-            raise StoreUnavailableError("the PostgreSQL store is not started")
         if key in self._fencing.leases:
             # Re-claiming: what this store wrote under its previous lease lands first
             # instead of being dropped as stale.
             await self.flush(self._read_timeout)
+        generation = await self._fetch_claim(key, sql, *args)
+        if generation is None:
+            return None
+        self._fencing.claimed(key, int(generation))
+        logger.debug("claimed generation %d of %s (holder %r)", generation, key, args[0])
+        return int(generation)
+
+    async def _fetch_claim(self, key: InstanceKey, sql: str, *args: Any) -> Any:
+        if self._pool is None:
+            raise StoreUnavailableError("the PostgreSQL store is not started")
         try:
             async with asyncio.timeout(self._read_timeout):
                 async with self._pool.acquire() as conn:
-                    generation = await conn.fetchval(sql, *key_args(key), *args)
+                    return await conn.fetchval(sql, *key_args(key), *args)
         except Exception as exc:
             if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
                 self._schema_ready = False
@@ -299,11 +326,6 @@ class PostgresTaskStore(BufferedSqlStore):
                     f"cannot claim a generation in PostgreSQL: {type(exc).__name__}: {exc}"
                 ) from exc
             raise
-        if generation is None:
-            return None
-        self._fencing.claimed(key, int(generation))
-        logger.debug("claimed generation %d of %s (holder %r)", generation, key, args[0])
-        return int(generation)
 
     async def _lock_generations(
         self, conn: asyncpg.Connection, writes: list[SqlWrite]
