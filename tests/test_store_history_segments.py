@@ -285,19 +285,39 @@ async def write_old_database(place: Place, key: InstanceKey, history: list[Any])
         await conn.close()
 
 
-async def test_a_database_written_before_segments_is_upgraded_in_place(
-    place: Place, caplog: pytest.LogCaptureFixture
-) -> None:
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def test_a_database_written_before_segments_is_upgraded_in_place(place: Place) -> None:
     key = new_key()
     history: list[dict[str, Any]] = [{"role": "system", "content": "be brief"}]
     for n in range(5):
         turn(history, n)
     await write_old_database(place, key, history)
     store = open_store(place)
-    with caplog.at_level(logging.INFO, logger="mail.store"):
-        await store.start()
+    # Read off the store's logger itself: an earlier test of the run may have stopped `mail`
+    # records short of pytest's handler (server logging set up in process, or a library's
+    # logging config that disabled the loggers existing then).
+    records = _Records()
+    store_logger = logging.getLogger("mail.store")
+    level = store_logger.level
+    store_logger.addHandler(records)
+    store_logger.setLevel(logging.INFO)
+    for name in ("mail.store", "mail.store.sqlite", "mail.store.postgres"):
+        logging.getLogger(name).disabled = False
     try:
-        upgraded = [r.getMessage() for r in caplog.records if "upgraded" in r.getMessage()]
+        await store.start()
+    finally:
+        store_logger.removeHandler(records)
+        store_logger.setLevel(level)
+    try:
+        upgraded = [m for m in records.messages if "upgraded" in m]
         assert len(upgraded) == 1 and "segments" in upgraded[0]
         assert await history_of(store, key) == history
         assert await stored_rows(place, key) == [("worker", 0, 11)]
