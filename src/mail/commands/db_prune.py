@@ -192,13 +192,23 @@ def _duration(seconds: float) -> str:
 async def _prune_sqlite(path: Any, ttl: float, vacuum: bool) -> int:
     import logging
 
+    # The store's own start-up hint names this command: not worth repeating here (the level
+    # is put back, for a caller that runs the command in its own process).
+    quiet = logging.getLogger("mail.store.sqlite")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return await _prune_sqlite_file(path, ttl, vacuum)
+    finally:
+        quiet.setLevel(level)
+
+
+async def _prune_sqlite_file(path: Any, ttl: float, vacuum: bool) -> int:
     from mail.store import lifecycle_for
     from mail.store.sqlite import SqliteTaskStore
     from mail.store.sqlite_space import convert_auto_vacuum, on_disk_bytes, truncate_wal
     from mail.store.team_sqlite import SqliteTeamStore
 
-    # The store's own start-up hint names this command: not worth repeating here.
-    logging.getLogger("mail.store.sqlite").setLevel(logging.ERROR)
     cutoff, what = _headline(ttl)
     before = on_disk_bytes(path)
     store = SqliteTaskStore(path)
