@@ -224,6 +224,49 @@ async def test_a_segment_not_stored_makes_the_next_save_whole(
         await store.close()
 
 
+async def test_a_history_missing_a_segment_reads_as_it_was_before_the_gap(place: Place) -> None:
+    # A segment the writer dropped while the history's later segments were already queued:
+    # those later rows do not follow on, and the history reads as it was before them.
+    key = new_key()
+    history: list[dict[str, Any]] = [{"role": "system", "content": "be brief"}]
+    store = open_store(place)
+    await store.start()
+    try:
+        for n in range(4):
+            turn(history, n)
+            await save(store, key, history)
+            assert await store.flush(10)
+        assert await stored_rows(place, key) == [("worker", 0, 3)] + [
+            ("worker", start, 2) for start in (3, 5, 7)
+        ]
+    finally:
+        await store.close()
+    kind, where = place
+    if kind == "sqlite":
+        conn = sqlite3.connect(where)
+        try:
+            with conn:
+                conn.execute("DELETE FROM agent_histories WHERE start = 5")
+        finally:
+            conn.close()
+    else:
+        conn_pg = await asyncpg.connect(where, timeout=10)
+        try:
+            await conn_pg.execute("DELETE FROM agent_histories WHERE start = 5")
+        finally:
+            await conn_pg.close()
+    again = open_store(place)
+    await again.start()
+    try:
+        assert await history_of(again, key) == history[:5]
+        await save(again, key, history)  # the first save after a start: whole
+        assert await again.flush(10)
+        assert await history_of(again, key) == history
+        assert await stored_rows(place, key) == [("worker", 0, len(history))]
+    finally:
+        await again.close()
+
+
 # -- databases written before segments ------------------------------------------------------
 
 # PostgreSQL's agent_histories and its unique key before segments (as created then).

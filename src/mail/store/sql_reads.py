@@ -44,11 +44,16 @@ def add_snapshot_row(
             {"event": row["event_type"], "data": row["event_data"], "id": row["event_id"]}
         )
     elif table == "agent_histories":
-        # a history's segments come in order (`start`): joined into one list
-        segment = json.loads(row["history"])
-        history = snapshot.histories.setdefault((task_id, row["agent_name"]), segment)
-        if history is not segment:
-            history.extend(segment)
+        # A history's segments come in order (`start`) and are joined into one list, as far
+        # as they follow on: past a segment that was never stored (a write dropped while later
+        # ones were queued) the history reads as it was before it, until its next whole save.
+        histories, name, start = snapshot.histories, (task_id, row["agent_name"]), row["start"]
+        history = histories.get(name)
+        if start == (0 if history is None else len(history)):
+            if history is None:
+                histories[name] = json.loads(row["history"])
+            else:
+                history.extend(json.loads(row["history"]))
     elif table == "task_responses":
         snapshot.responses[task_id] = json.loads(row["response"])
     elif table == "task_queues":
@@ -64,7 +69,11 @@ _TASK_COLUMNS = (
 # What `load_instance` reads besides tasks: table -> columns, in the order rows come back.
 _SNAPSHOT_READS: tuple[tuple[str, str, str], ...] = (
     ("task_events", "task_id, event_type, event_data, event_id", " ORDER BY seq"),
-    ("agent_histories", "task_id, agent_name, history", " ORDER BY task_id, agent_name, start"),
+    (
+        "agent_histories",
+        "task_id, agent_name, start, history",
+        " ORDER BY task_id, agent_name, start",
+    ),
     ("task_responses", "task_id, response", ""),
     ("task_queues", "task_id, items", ""),
 )
