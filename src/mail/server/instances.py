@@ -73,6 +73,12 @@ class Instance:
     def is_running(self) -> bool:
         return not self.loop_task.done()
 
+    def committed(self) -> Awaitable[object] | None:
+        """What a stream of this instance's events awaits before sending them: the commit of
+        what the instance wrote so far (None: nothing to wait for, as on the memory store)."""
+        observer = getattr(getattr(self.swarm, "runtime", None), "observer", None)
+        return None if observer is None else observer.committed()
+
     def has_running_tasks(self) -> bool:
         try:
             tasks = self.swarm.get_all_tasks()

@@ -248,6 +248,7 @@ async def stream_message(
             slot=slot,
             # Nothing, headers included, leaves before the submission is committed.
             opened=stored,
+            committed=admitted.inst.committed,
         )
         name_webhook(response, req.webhook)
         return response

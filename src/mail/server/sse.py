@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response
@@ -81,6 +81,7 @@ def event_stream_response(
     streams: OpenStreams | None = None,
     slot: StreamSlot | None = None,
     opened: asyncio.Event | None = None,
+    committed: Callable[[], Awaitable[object] | None] | None = None,
 ) -> EventStreamResponse:
     """An SSE response; with ``max_buffer_bytes``, a slow reader is asked to resubscribe."""
     limit = sys.maxsize if max_buffer_bytes is None else max_buffer_bytes
@@ -93,6 +94,7 @@ def event_stream_response(
         ),
         stall_timeout,
         opened,
+        committed,
     )
     return EventStreamResponse(
         queue,

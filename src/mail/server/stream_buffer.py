@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 logger = logging.getLogger("mail.server.sse")
@@ -24,8 +24,12 @@ class BoundedFrameQueue:
         overflow_event: OverflowEvent,
         stall_timeout: float = 5.0,
         opened: asyncio.Event | None = None,
+        committed: Callable[[], Awaitable[object] | None] | None = None,
     ) -> None:
         self._events = events
+        # Awaited before frames leave (see `chunks`): None, or the store's commit of what
+        # was written so far, the frames' events among it.
+        self._committed = committed
         # Set (with `_ready`) once a frame is queued or the source ended; a response that
         # holds its headers back until its source says so waits on it (see `start`).
         self.opened = opened
@@ -162,11 +166,22 @@ class BoundedFrameQueue:
         try:
             while True:
                 if frames:
-                    chunk = frames.popleft() if len(frames) == 1 else b"".join(frames)
-                    frames.clear()
+                    # A frame leaves once its event is committed: after a crash the task's
+                    # events go on from the last stored one, and an id a reader was sent is
+                    # never issued again with other content. Frames queued during the wait
+                    # wait for the next commit.
+                    wait = None if self._committed is None else self._committed()
+                    if wait is not None:
+                        count = len(frames)
+                        await wait
+                        taken = [frames.popleft() for _ in range(count)]
+                        chunk = b"".join(taken)
+                    else:
+                        chunk = frames.popleft() if len(frames) == 1 else b"".join(frames)
+                        frames.clear()
                     self.buffered_bytes -= len(chunk)
                     self._room.set()
-                    yield chunk, self._done and self._error is None
+                    yield chunk, self._done and not frames and self._error is None
                     continue
                 if self._done:
                     break

@@ -226,7 +226,8 @@ async def event_stream(
     given, is applied to the feed."""
     slot = state.stream_slots.acquire(role, caller_id)
     try:
-        events = feed(state, await find())
+        sub = await find()
+        events = feed(state, sub)
     except BaseException:
         slot.release()
         raise
@@ -238,6 +239,7 @@ async def event_stream(
         task_id=task_id,
         streams=state.open_streams,
         slot=slot,
+        committed=None if sub.instance is None else sub.instance.committed,
     )
 
 
