@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mail.store import database_url_from_env, postgres_schema, sqlite_schema
 from mail.store.base import IDEMPOTENCY_TABLE as TABLE
 from mail.store.base import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
 from mail.store.pg_unreachable import unavailable_when_unreachable
@@ -75,38 +76,21 @@ _FINISH = (
 _RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
 _COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > ?"
 _PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
-_PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= ?"
 # A caller's oldest finished keys: with an outcome, or naming a task that is not running
 # (its answer is the outcome; a dropped stream's key must stay while its task runs on).
-_OLDEST_FINISHED = f"""
-    SELECT k.idem_key FROM {TABLE} AS k WHERE k.swarm_name = ? AND k.caller_role = ?
-      AND k.caller_id = ? AND {{finished}} ORDER BY k.created_at LIMIT ?
-"""
+_OLDEST_FINISHED = (
+    f"SELECT k.idem_key FROM {TABLE} AS k WHERE {_SCOPE} AND {{}} ORDER BY k.created_at LIMIT ?"
+)
 _FINISHED_WITH_TASKS = """(CASE WHEN k.subject IS NULL THEN k.status IS NOT NULL ELSE NOT EXISTS (
     SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = ?
        AND t.caller_role = ? AND t.caller_id = ? AND t.is_running) END)"""
-_FINISHED_ALONE = "k.status IS NOT NULL"
 
-# PostgreSQL's table (SQLite's is made by its migrations, mail.store.sqlite_schema).
-POSTGRES_DDL = f"""
-CREATE TABLE IF NOT EXISTS {TABLE} (
-    swarm_name TEXT NOT NULL,
-    caller_role TEXT NOT NULL,
-    caller_id TEXT NOT NULL,
-    idem_key TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    subject TEXT,
-    context TEXT NOT NULL DEFAULT '{{}}',
-    status INTEGER,
-    content_type TEXT,
-    body BYTEA,
-    holder TEXT NOT NULL DEFAULT '',
-    created_at DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (swarm_name, caller_role, caller_id, idem_key)
-);
-CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);
-"""
+# PostgreSQL's table: SQLite's columns (made by its migrations) in PostgreSQL's types.
+_PG_COLUMNS = sqlite_schema.IDEMPOTENCY_COLUMNS.replace("BLOB", "BYTEA").replace(
+    "REAL", "DOUBLE PRECISION"
+)
+POSTGRES_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} ({_PG_COLUMNS});
+CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);"""
 
 
 def _scope(scope: InstanceKey) -> tuple[str, str, str]:
@@ -130,7 +114,9 @@ def _record(row: Any) -> KeyRecord:
 
 
 class IdempotencyStore:
-    """Key records per (InstanceKey, key); every write is committed when it returns."""
+    """Key records per (InstanceKey, key); every write is committed when it returns. The
+    kinds run the SQL: `_run` one statement, "rows", "one" (a row or None), "count" (rows
+    changed) or "many" (`args`: several rows)."""
 
     backend = "abstract"
     # The task store's `tasks` table is beside the keys: a key with a task counts as finished
@@ -144,8 +130,6 @@ class IdempotencyStore:
         pass
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
-        """Run one statement, committed: `how` is "rows", "one" (a row or None), "count"
-        (rows changed) or "many" (`args`: several rows)."""
         raise NotImplementedError
 
     async def _has_tasks(self) -> bool:
@@ -167,19 +151,9 @@ class IdempotencyStore:
         """Store `record` unless a live record holds `key` (returned; None when stored). With
         `replace`, a live unfinished one of the same fingerprint is overwritten (a takeover),
         and with `over` only if it was created at `over` (no other takeover came first)."""
-        args = (
-            *_scope(scope),
-            key,
-            record.fingerprint,
-            record.subject,
-            to_json(record.context),
-            record.holder,
-            record.created_at,
-            record.expires_at,
-            replace,
-            over,
-            over,
-        )
+        args: tuple[Any, ...] = (*_scope(scope), key, record.fingerprint, record.subject)
+        args += (to_json(record.context), record.holder, record.created_at, record.expires_at)
+        args += (replace, over, over)
         for _ in range(3):
             if await self._run(_TAKE, args, "count"):
                 return None
@@ -197,32 +171,35 @@ class IdempotencyStore:
         await self._run(_RELEASE, (*_scope(scope), key), "count")
 
     async def count(self, scope: InstanceKey, now: float) -> int:
-        row = await self._run(_COUNT, (*_scope(scope), now), "one")
-        return int(row[0])
+        return int((await self._run(_COUNT, (*_scope(scope), now), "one"))[0])
 
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
         """Delete expired records (of one caller, or of everyone); returns how many."""
         if scope is None:
             return int(await self._run(_PURGE, (now,), "count"))
-        return int(await self._run(_PURGE_SCOPE, (*_scope(scope), now), "count"))
+        return int(await self._run(f"{_PURGE} AND {_SCOPE}", (now, *_scope(scope)), "count"))
 
     async def evict_finished(
         self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
     ) -> int:
         """Delete one caller's `count` oldest finished records but those in `keep`."""
-        owner = _scope(scope)
-        args: tuple[Any, ...]
-        if await self._has_tasks():
-            sql, args = _FINISHED_WITH_TASKS, (*owner, *owner)
-        else:
-            sql, args = _FINISHED_ALONE, owner
-        rows = await self._run(
-            _OLDEST_FINISHED.format(finished=sql), (*args, max(count, 0) + len(keep)), "rows"
-        )
-        gone = [(*owner, row[0]) for row in rows if row[0] not in keep][: max(count, 0)]
+        owner, count = _scope(scope), max(count, 0)
+        tasks = await self._has_tasks()
+        sql = _OLDEST_FINISHED.format(_FINISHED_WITH_TASKS if tasks else "k.status IS NOT NULL")
+        rows = await self._run(sql, (*owner, *(owner if tasks else ()), count + len(keep)), "rows")
+        gone = [(*owner, row[0]) for row in rows if row[0] not in keep][:count]
         if gone:
             await self._run(_RELEASE, tuple(gone), "many")
         return len(gone)
+
+
+def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
+    if how == "many":
+        return conn.executemany(sql, args).rowcount
+    cursor = conn.execute(sql, args)
+    if how == "count":
+        return cursor.rowcount
+    return cursor.fetchone() if how == "one" else cursor.fetchall()
 
 
 class SqliteIdempotencyStore(IdempotencyStore):
@@ -232,12 +209,11 @@ class SqliteIdempotencyStore(IdempotencyStore):
     backend = "sqlite"
 
     def __init__(self, path: str | Path) -> None:
-        from mail.store.sqlite_schema import open_database
-
-        self.db = open_database(path)
+        self.db = sqlite_schema.open_database(path)
         self._started = False
-        self._writes: list[tuple[str, Any, str, asyncio.Future[Any]]] = []
-        self._commits: set[asyncio.Task[Any]] = set()
+        # This turn's writes and the task that commits them (at the next turn).
+        self._batch: tuple[list[tuple[str, Any, str]], asyncio.Task[list[Any]]] | None = None
+        self._commits: set[asyncio.Task[list[Any]]] = set()
 
     async def start(self) -> None:
         if not self._started:
@@ -245,10 +221,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
             self._started = True
 
     async def close(self) -> None:
-        if self._writes:
-            self._commit()
-        if self._commits:
-            await asyncio.gather(*self._commits, return_exceptions=True)
+        await asyncio.gather(*self._commits, return_exceptions=True)
         if self._started:
             self._started = False
             await self.db.release()
@@ -256,38 +229,25 @@ class SqliteIdempotencyStore(IdempotencyStore):
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         if how in ("one", "rows"):
             return await self._call(lambda conn: _execute(conn, sql, args, how), 0)
-        future = asyncio.get_running_loop().create_future()
-        if not self._writes:
-            asyncio.get_running_loop().call_soon(self._commit)
-        self._writes.append((sql, args, how, future))
-        return await future
+        if self._batch is None:
+            writes: list[tuple[str, Any, str]] = []
+            commit = asyncio.get_running_loop().create_task(self._commit(writes))
+            self._commits.add(commit)
+            commit.add_done_callback(self._commits.discard)
+            self._batch = (writes, commit)
+        writes, commit = self._batch
+        writes.append((sql, args, how))
+        index = len(writes) - 1
+        return (await asyncio.shield(commit))[index]  # (a waiter cancelled: still committed)
 
-    def _commit(self) -> None:
-        from mail.store.sqlite_schema import transaction
-
-        writes, self._writes = self._writes, []
-        if not writes:
-            return
+    async def _commit(self, writes: list[tuple[str, Any, str]]) -> list[Any]:
+        self._batch = None  # later writes: the next transaction
 
         def run(conn: sqlite3.Connection) -> list[Any]:
-            with transaction(conn):
-                return [_execute(conn, sql, args, how) for sql, args, how, _ in writes]
+            with sqlite_schema.transaction(conn):
+                return [_execute(conn, *write) for write in writes]
 
-        def committed(task: asyncio.Task[Any]) -> None:
-            self._commits.discard(task)
-            for index, (*_, future) in enumerate(writes):
-                if future.done():
-                    continue
-                if task.cancelled():
-                    future.cancel()
-                elif (failed := task.exception()) is not None:
-                    future.set_exception(failed)
-                else:
-                    future.set_result(task.result()[index])
-
-        task = asyncio.get_running_loop().create_task(self._call(run, len(writes)))
-        self._commits.add(task)
-        task.add_done_callback(committed)
+        return await self._call(run, len(writes))
 
     async def _call(self, fn: Any, pages: int) -> Any:
         try:
@@ -308,36 +268,18 @@ class MemoryIdempotencyStore(IdempotencyStore):
     knows_tasks = False  # (no task store beside it)
 
     def __init__(self) -> None:
-        from mail.store.sqlite_schema import IDEMPOTENCY_DDL
-
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(IDEMPOTENCY_DDL[0])
+        self._conn.execute(sqlite_schema.IDEMPOTENCY_DDL[0])
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         return _execute(self._conn, sql, args, how)
 
 
-def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
-    if how == "many":
-        return conn.executemany(sql, args).rowcount
-    cursor = conn.execute(sql, args)
-    if how == "count":
-        return cursor.rowcount
-    return cursor.fetchone() if how == "one" else cursor.fetchall()
-
-
-def _numbered(sql: str) -> str:
-    count = iter(range(1, 1000))
-    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
-
-
 async def ensure_table(conn: Any) -> None:
     """PostgreSQL: the table, made when missing (under the task store's schema lock)."""
-    from mail.store.postgres_schema import _SCHEMA_LOCK_ID
-
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", postgres_schema._SCHEMA_LOCK_ID)
         await conn.execute(POSTGRES_DDL)
 
 
@@ -347,21 +289,17 @@ class PostgresIdempotencyStore(IdempotencyStore):
     backend = "postgres"
 
     def __init__(self, database_url: str, *, max_size: int = 4, timeout: float = 30.0) -> None:
-        from mail.store.postgres_schema import normalize_dsn
-
-        self._dsn = normalize_dsn(database_url)
+        self._dsn = postgres_schema.normalize_dsn(database_url)
         self._max_size = max_size
         self._timeout = timeout
         self._pool: Any = None
 
     async def start(self) -> None:
-        from mail.store.postgres_schema import create_unless_forbidden, open_pool, redact_dsn
-
         async def prepare(conn: Any) -> None:
-            await create_unless_forbidden(conn, ensure_table, (TABLE,))
+            await postgres_schema.create_unless_forbidden(conn, ensure_table, (TABLE,))
 
         if self._pool is None:
-            self._pool = await open_pool(
+            self._pool = await postgres_schema.open_pool(
                 self._dsn,
                 prepare,
                 purpose=" for idempotency keys",
@@ -370,7 +308,9 @@ class PostgresIdempotencyStore(IdempotencyStore):
                 command_timeout=self._timeout,
                 server_settings={"application_name": "mail-idempotency"},
             )
-            logger.info("idempotency keys in PostgreSQL (%s)", redact_dsn(self._dsn))
+            logger.info(
+                "idempotency keys in PostgreSQL (%s)", postgres_schema.redact_dsn(self._dsn)
+            )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -388,12 +328,12 @@ class PostgresIdempotencyStore(IdempotencyStore):
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         if self._pool is None:
             raise StoreUnavailableError("the idempotency store is not started")
-        sql = _numbered(sql)
+        count = iter(range(1, 1000))
+        sql = re.sub(r"\?", lambda _: f"${next(count)}", sql)
         if how == "many":
             return await self._pool.executemany(sql, args)
         if how == "count":
-            status = await self._pool.execute(sql, *args)
-            return int(status.rsplit(" ", 1)[-1])
+            return int((await self._pool.execute(sql, *args)).rsplit(" ", 1)[-1])
         if how == "one":
             return await self._pool.fetchrow(sql, *args)
         return await self._pool.fetch(sql, *args)
@@ -405,11 +345,7 @@ async def open_key_store(task_store: Any) -> IdempotencyStore:
     store: IdempotencyStore = MemoryIdempotencyStore()
     if backend == "sqlite":
         store = SqliteIdempotencyStore(task_store.path)
-    elif backend == "postgres":
-        from mail.store import database_url_from_env
-
-        url = database_url_from_env()
-        if url:
-            store = PostgresIdempotencyStore(url)
+    elif backend == "postgres" and (url := database_url_from_env()):
+        store = PostgresIdempotencyStore(url)
     await store.start()
     return store
