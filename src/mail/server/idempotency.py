@@ -1,14 +1,12 @@
 """``Idempotency-Key`` on the routes that start or change work: a retry never runs it twice.
 
-What a client sees is in docs/api-http.md#idempotency-keys. This module holds all of it above
-the key store (``mail.store.idempotency``): the wire format (the header, the fingerprint, the
-answers), the :class:`IdempotencyGuard` (one per server: the requests under way here, each
-caller's count of keys), the :class:`Ticket` of one keyed request, and the
-:func:`idempotent` decorator a route opts in with. Its default mode takes the key before the
-route runs and releases it when the route raises; ``deferred=True`` routes call
-``current_ticket(request).take(subject, context)`` themselves right before their work starts,
-and a ``resolve`` function answers a duplicate whose first request's process died after the
-take (``mail.server.message_replay``).
+What a client sees is in docs/api-http.md#idempotency-keys. Above the key store
+(``mail.store.idempotency``): the wire format (header, fingerprint, answers), the
+:class:`IdempotencyGuard` (one per server: the requests under way here, each caller's count of
+keys), the :class:`Ticket` of one keyed request, and the :func:`idempotent` decorator a route
+opts in with: the key is taken before the route runs (released when it raises), or by the route
+itself (``deferred=True``: ``current_ticket(request).take(subject, context)``) right before its
+work starts, with a ``resolve`` that answers a duplicate (``mail.server.message_replay``).
 """
 
 from __future__ import annotations
@@ -123,8 +121,7 @@ def in_progress(detail: str | None = None, **extra: Any) -> Response:
         f"{IN_PROGRESS_RETRY_AFTER}s to get its outcome"
     )
     headers = {"Retry-After": str(IN_PROGRESS_RETRY_AFTER)}
-    body = dumps({"detail": detail, **extra})
-    return Response(body, status_code=409, media_type="application/json", headers=headers)
+    return Response(dumps({"detail": detail, **extra}), 409, headers, "application/json")
 
 
 def key_reused() -> HTTPException:
@@ -143,12 +140,7 @@ def replay(record: KeyRecord) -> Response:
             location = loads(record.body).get("status_url")
             if isinstance(location, str):
                 headers["Location"] = location
-    return Response(
-        record.body or b"",
-        status_code=record.status or 200,
-        media_type=record.content_type,
-        headers=headers,
-    )
+    return Response(record.body or b"", record.status or 200, headers, record.content_type)
 
 
 # ----------------------------------------------------------------------------- the guard
@@ -199,11 +191,9 @@ class IdempotencyGuard:
         self.book_outcome: Callable[[InstanceKey, str, int], None] | None = None
 
     def caller_keys(self, role: str, ident: str) -> CallerKeys:
-        keys = self._callers.get((role, ident))
-        if keys is None:
-            keys = self._callers[(role, ident)] = CallerKeys(
-                InstanceKey(self.swarm_name, role, ident)
-            )
+        if (keys := self._callers.get((role, ident))) is None:
+            scope = InstanceKey(self.swarm_name, role, ident)
+            keys = self._callers[(role, ident)] = CallerKeys(scope)
         return keys
 
     def scope(self, caller: Caller) -> InstanceKey:
@@ -378,9 +368,7 @@ class Ticket:
         self.answered_by_task = False
 
     def found(self, record: KeyRecord) -> None:
-        self.record = record
-        shared = self.first or self
-        shared._subject, shared._context = record.subject, dict(record.context)
+        self.record, self._subject, self._context = record, record.subject, record.context
 
     @property
     def subject(self) -> str | None:
@@ -587,8 +575,7 @@ def _task_context(inst: Any, task_id: str | None) -> dict[str, Any]:
 
 async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
     """The bytes stored under `ids` already (a keyed retry's uploads replace them)."""
-    team = getattr(inst.swarm, "team", None)
-    if team is None:
+    if (team := getattr(inst.swarm, "team", None)) is None:
         return 0
     total = 0
     for attachment_id in ids:
@@ -602,8 +589,8 @@ async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
 
 
 def guard_of(request: Request) -> IdempotencyGuard | None:
-    guard = getattr(request.scope.get("app"), "idempotency_guard", None)
-    return guard or getattr(server_state(request), "idempotency", None)  # type: ignore[no-any-return]
+    guard: IdempotencyGuard | None = getattr(request.scope.get("app"), "idempotency_guard", None)
+    return guard or getattr(server_state(request), "idempotency", None)
 
 
 def current_ticket(request: Request) -> Ticket | None:
@@ -640,13 +627,13 @@ def idempotent(
     names_work: str | Callable[[], str] | None = None,
     prefer_async: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """Make a route honour ``Idempotency-Key`` (its caller: the route's ``caller``
-    parameter, or `caller_admin_or_user`). `resolve` answers a duplicate of an unfinished request
+    """Make a route honour ``Idempotency-Key`` (its caller: the route's ``caller`` parameter,
+    or `caller_admin_or_user`). `resolve` answers a duplicate of an unfinished request
     (default `default_resolve`), None to run the route again (a takeover). `lazy_outcome`:
-    the outcome may be written just after the answer, batched (for a `resolve` that
-    rebuilds it from the work's records). `names_work` (a prefix or a function): the take
-    records a new id for the work in ``context["work"]``, and a takeover keeps the dead
-    attempt's. `prefer_async`: ``Prefer: respond-async`` is part of the fingerprint."""
+    the outcome may be written just after the answer (for a `resolve` that rebuilds it from
+    the work's records). `names_work` (a prefix or a function): the take records a new id for
+    the work in ``context["work"]``, and a takeover keeps the dead attempt's.
+    `prefer_async`: ``Prefer: respond-async`` is part of the fingerprint."""
     resolver = resolve or default_resolve
 
     def decorate(endpoint: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

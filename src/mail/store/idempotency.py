@@ -69,7 +69,10 @@ _TAKE = f"""
        OR (CAST(? AS BOOLEAN) AND k.status IS NULL AND k.fingerprint = excluded.fingerprint
            AND (CAST(? AS DOUBLE PRECISION) IS NULL OR k.created_at = ?))
 """
-_GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
+_GET = (
+    "SELECT fingerprint, created_at, expires_at, subject, context, holder, status, content_type,"
+    f" body FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
+)
 _FINISH = (
     f"UPDATE {TABLE} SET status = ?, content_type = ?, body = ? WHERE {_SCOPE} AND idem_key = ?"
 )
@@ -97,28 +100,11 @@ def _scope(scope: InstanceKey) -> tuple[str, str, str]:
     return (scope.swarm_name, scope.caller_role, scope.caller_id)
 
 
-def _record(row: Any) -> KeyRecord:
-    body, context = row["body"], row["context"]
-    loaded = json.loads(context) if context else {}
-    return KeyRecord(
-        fingerprint=row["fingerprint"],
-        created_at=float(row["created_at"]),
-        expires_at=float(row["expires_at"]),
-        subject=row["subject"],
-        context=loaded if isinstance(loaded, dict) else {},
-        holder=row["holder"],
-        status=row["status"],
-        content_type=row["content_type"],
-        body=None if body is None else bytes(body),
-    )
-
-
 class IdempotencyStore:
     """Key records per (InstanceKey, key); every write is committed when it returns. The
     kinds run the SQL: `_run` one statement, "rows", "one" (a row or None), "count" (rows
     changed) or "many" (`args`: several rows)."""
 
-    backend = "abstract"
     # The task store's `tasks` table is beside the keys: a key with a task counts as finished
     # once that task is not running (`Ticket.answered_by_task`).
     knows_tasks = True
@@ -137,7 +123,12 @@ class IdempotencyStore:
 
     async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
         row = await self._run(_GET, (*_scope(scope), key, now), "one")
-        return None if row is None else _record(row)
+        if row is None:
+            return None
+        record = KeyRecord(*row)  # (`_GET` reads its fields, in order)
+        context = json.loads(row["context"] or "{}")
+        record.context = context if isinstance(context, dict) else {}
+        return record
 
     async def take(
         self,
@@ -206,8 +197,6 @@ class SqliteIdempotencyStore(IdempotencyStore):
     """The server's SQLite file (the task store's connection and thread): the writes of one
     turn of the event loop are one transaction."""
 
-    backend = "sqlite"
-
     def __init__(self, path: str | Path) -> None:
         self.db = sqlite_schema.open_database(path)
         self._started = False
@@ -264,7 +253,6 @@ class SqliteIdempotencyStore(IdempotencyStore):
 class MemoryIdempotencyStore(IdempotencyStore):
     """``--store memory``: the same table in an in-memory SQLite database."""
 
-    backend = "memory"
     knows_tasks = False  # (no task store beside it)
 
     def __init__(self) -> None:
@@ -285,8 +273,6 @@ async def ensure_table(conn: Any) -> None:
 
 class PostgresIdempotencyStore(IdempotencyStore):
     """PostgreSQL (asyncpg) on a small pool of its own, shared by a cluster's front ends."""
-
-    backend = "postgres"
 
     def __init__(self, database_url: str, *, max_size: int = 4, timeout: float = 30.0) -> None:
         self._dsn = postgres_schema.normalize_dsn(database_url)
