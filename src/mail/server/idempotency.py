@@ -262,9 +262,8 @@ class IdempotencyGuard:
             if keys.count is not None:
                 await self.store.purge(now, scope)
             count = await self.store.count(scope, now)
-            # Keys stored meanwhile and takes not yet stored count too: room is made when
-            # the sum reaches the bound; a repeat of a held key makes none (its own record
-            # must not be evicted).
+            # Keys stored meanwhile and takes not yet stored count too; a repeat of a held key
+            # makes no room (its own record must not be evicted).
             held = count + (keys.landed or 0) + keys.reserved
             if held >= self.max_keys and await self.store.get(scope, key, now) is None:
                 await self.flush_outcomes()
