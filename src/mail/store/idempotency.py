@@ -200,9 +200,8 @@ class SqliteIdempotencyStore(IdempotencyStore):
     def __init__(self, path: str | Path) -> None:
         self.db = sqlite_schema.open_database(path)
         self._started = False
-        # This turn's writes and the task that commits them (at the next turn).
-        self._batch: tuple[list[tuple[str, Any, str]], asyncio.Task[list[Any]]] | None = None
-        self._commits: set[asyncio.Task[list[Any]]] = set()
+        self._writes: list[tuple[str, Any, str, asyncio.Future[Any]]] = []
+        self._commits: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         if not self._started:
@@ -210,6 +209,8 @@ class SqliteIdempotencyStore(IdempotencyStore):
             self._started = True
 
     async def close(self) -> None:
+        if self._writes:
+            self._commit()
         await asyncio.gather(*self._commits, return_exceptions=True)
         if self._started:
             self._started = False
@@ -218,25 +219,36 @@ class SqliteIdempotencyStore(IdempotencyStore):
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         if how in ("one", "rows"):
             return await self._call(lambda conn: _execute(conn, sql, args, how), 0)
-        if self._batch is None:
-            writes: list[tuple[str, Any, str]] = []
-            commit = asyncio.get_running_loop().create_task(self._commit(writes))
-            self._commits.add(commit)
-            commit.add_done_callback(self._commits.discard)
-            self._batch = (writes, commit)
-        writes, commit = self._batch
-        writes.append((sql, args, how))
-        index = len(writes) - 1
-        return (await asyncio.shield(commit))[index]  # (a waiter cancelled: still committed)
+        future = asyncio.get_running_loop().create_future()
+        if not self._writes:
+            asyncio.get_running_loop().call_soon(self._commit)
+        self._writes.append((sql, args, how, future))
+        return await future
 
-    async def _commit(self, writes: list[tuple[str, Any, str]]) -> list[Any]:
-        self._batch = None  # later writes: the next transaction
+    def _commit(self) -> None:
+        writes, self._writes = self._writes, []
+        if not writes:
+            return
 
         def run(conn: sqlite3.Connection) -> list[Any]:
             with sqlite_schema.transaction(conn):
-                return [_execute(conn, *write) for write in writes]
+                return [_execute(conn, sql, args, how) for sql, args, how, _ in writes]
 
-        return await self._call(run, len(writes))
+        def committed(task: asyncio.Task[Any]) -> None:
+            self._commits.discard(task)
+            for index, (*_, future) in enumerate(writes):
+                if future.done():
+                    continue
+                if task.cancelled():
+                    future.cancel()
+                elif (failed := task.exception()) is not None:
+                    future.set_exception(failed)
+                else:
+                    future.set_result(task.result()[index])
+
+        task = asyncio.get_running_loop().create_task(self._call(run, len(writes)))
+        self._commits.add(task)
+        task.add_done_callback(committed)
 
     async def _call(self, fn: Any, pages: int) -> Any:
         try:
