@@ -1,14 +1,12 @@
 """``Idempotency-Key`` on the routes that start or change work: a retry never runs it twice.
 
-What a client sees is in docs/api-http.md#idempotency-keys. This module holds all of it above
-the key store (``mail.store.idempotency``): the wire format (the header, the fingerprint, the
-answers), the :class:`IdempotencyGuard` (one per server: the requests under way here, each
-caller's count of keys), the :class:`Ticket` of one keyed request, and the
-:func:`idempotent` decorator a route opts in with. Its default mode takes the key before the
-route runs and releases it when the route raises; ``deferred=True`` routes call
-``current_ticket(request).take(subject, context)`` themselves right before their work starts,
-and a ``resolve`` function answers a duplicate whose first request's process died after the
-take (``mail.server.message_replay``).
+What a client sees is in docs/api-http.md#idempotency-keys. Above the key store
+(``mail.store.idempotency``): the wire format (header, fingerprint, answers), the
+:class:`IdempotencyGuard` (one per server: the requests under way here, each caller's count of
+keys), the :class:`Ticket` of one keyed request, and the :func:`idempotent` decorator a route
+opts in with: the key is taken before the route runs (released when it raises), or by the route
+itself (``deferred=True``: ``current_ticket(request).take(subject, context)``) right before its
+work starts, with a ``resolve`` that answers a duplicate (``mail.server.message_replay``).
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -36,7 +35,7 @@ from starlette.responses import Response
 from mail.server.auth import Caller, caller_admin_or_user, server_state
 from mail.server.bodies import prefer_async as _prefers_async
 from mail.server.errors import BadRequest
-from mail.server.jsonio import PARSED_BODY, dumps, loads
+from mail.server.jsonio import PARSED_BODY, _orjson, dumps, loads
 from mail.store.base import STREAMED_OUTCOME, InstanceKey
 from mail.store.idempotency import IdempotencyStore, KeyRecord, open_key_store
 
@@ -56,12 +55,6 @@ TAKEOVER_AFTER = 60.0
 _SCOPE_KEY = "mail.idempotency"  # where a keyed request's ticket waits for its route
 
 Resolver = Callable[[Request, Caller, "Ticket"], Awaitable[Response | None]]
-
-_orjson: Any
-try:  # not a declared dependency: used when installed (as mail.server.jsonio)
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
 
 # ------------------------------------------------------------------------------ the wire
 
@@ -100,12 +93,10 @@ def fingerprint(method: str, path: str, body: bytes) -> str:
 def fingerprint_and_value(
     method: str, path: str, body: bytes, background: bool = False
 ) -> tuple[str, Any]:
-    """`fingerprint` and the body's JSON value (None when not JSON). `background`: the
-    request has ``Prefer: respond-async``, the same request as one with ``"background":
-    true`` in its body."""
-    value: Any = None
-    canonical = body
-    if body:  # (a body that is not JSON is hashed as it is)
+    """`fingerprint` and the body's JSON value (None when not JSON: then hashed as it is).
+    `background`: ``Prefer: respond-async``, the same as ``"background": true`` in the body."""
+    value, canonical = None, body
+    if body:
         try:
             value = hashed = loads(body)
             if background and type(value) is dict and value.get("background") is not True:
@@ -125,18 +116,12 @@ def fingerprint_and_value(
 
 def in_progress(detail: str | None = None, **extra: Any) -> Response:
     """409 + Retry-After: the first request with this key is still under way."""
-    body = {
-        "detail": detail
-        or "a request with this Idempotency-Key is still being processed; retry after "
-        f"{IN_PROGRESS_RETRY_AFTER}s to get its outcome",
-        **extra,
-    }
-    return Response(
-        dumps(body),
-        status_code=409,
-        media_type="application/json",
-        headers={"Retry-After": str(IN_PROGRESS_RETRY_AFTER)},
+    detail = detail or (
+        "a request with this Idempotency-Key is still being processed; retry after "
+        f"{IN_PROGRESS_RETRY_AFTER}s to get its outcome"
     )
+    headers = {"Retry-After": str(IN_PROGRESS_RETRY_AFTER)}
+    return Response(dumps({"detail": detail, **extra}), 409, headers, "application/json")
 
 
 def key_reused() -> HTTPException:
@@ -155,32 +140,25 @@ def replay(record: KeyRecord) -> Response:
             location = loads(record.body).get("status_url")
             if isinstance(location, str):
                 headers["Location"] = location
-    return Response(
-        record.body or b"",
-        status_code=record.status or 200,
-        media_type=record.content_type,
-        headers=headers,
-    )
+    return Response(record.body or b"", record.status or 200, headers, record.content_type)
 
 
 # ----------------------------------------------------------------------------- the guard
 
 
+@dataclass(slots=True, eq=False)
 class CallerKeys:
     """One caller's keys as this process counts them."""
 
-    __slots__ = ("count", "counting", "landed", "reserved", "scope", "waiting")
-
-    def __init__(self, scope: InstanceKey) -> None:
-        self.scope = scope
-        self.count: int | None = None  # live keys, counted plus taken since; None: unknown
-        # Slots reserved (counted) by takes not yet stored; reserving is synchronous, so
-        # concurrent new keys cannot pass the bound.
-        self.reserved = 0
-        # While a recount runs: keys stored since it began (its read may predate them).
-        self.landed: int | None = None
-        self.counting: asyncio.Lock | None = None  # one recount at a time
-        self.waiting = 0  # takes at that lock: a sweep keeps this object meanwhile
+    scope: InstanceKey
+    count: int | None = None  # live keys, counted plus taken since; None: unknown
+    # Slots reserved (counted) by takes not yet stored; reserving is synchronous, so
+    # concurrent new keys cannot pass the bound.
+    reserved: int = 0
+    # While a recount runs: keys stored since it began (its read may predate them).
+    landed: int | None = None
+    counting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one recount at a time
+    waiting: int = 0  # takes at that lock: a sweep keeps this object meanwhile
 
 
 class IdempotencyGuard:
@@ -212,13 +190,8 @@ class IdempotencyGuard:
         # Under [server.store] max_stored_bytes_per_caller: (scope, task id, outcome bytes).
         self.book_outcome: Callable[[InstanceKey, str, int], None] | None = None
 
-    def booked(self, ticket: Ticket, body: bytes) -> None:
-        if self.book_outcome is not None and ticket.subject:
-            self.book_outcome(ticket.scope, ticket.subject, len(body))
-
     def caller_keys(self, role: str, ident: str) -> CallerKeys:
-        keys = self._callers.get((role, ident))
-        if keys is None:
+        if (keys := self._callers.get((role, ident))) is None:
             scope = InstanceKey(self.swarm_name, role, ident)
             keys = self._callers[(role, ident)] = CallerKeys(scope)
         return keys
@@ -233,11 +206,11 @@ class IdempotencyGuard:
         keys = self.caller_keys(caller.role, caller.id)
         first = self._pending.get(slot)
         if first is None:
-            ticket = self._pending[slot] = Ticket(self, keys, key, fingerprint, None, slot, caller)
+            ticket = self._pending[slot] = Ticket(self, keys, key, fingerprint, caller)
             return ticket
         if first.fingerprint != fingerprint:
             raise key_reused()
-        return Ticket(self, keys, key, fingerprint, first, None, caller)
+        return Ticket(self, keys, key, fingerprint, caller, first)
 
     def reserve(self, keys: CallerKeys) -> bool:
         """Count one more key of a caller known to hold fewer than `max_keys`; False when
@@ -260,12 +233,8 @@ class IdempotencyGuard:
             keys.landed += 1
 
     async def admit(self, keys: CallerKeys, key: str, now: float) -> None:
-        """Reserve room for one more key, counted from the store: at the bound, the oldest
-        finished keys are forgotten (`EVICT_FRACTION` of it); 429 when none is finished."""
-        if not self.max_keys:
-            return
-        if keys.counting is None:
-            keys.counting = asyncio.Lock()
+        """`reserve` once the caller's keys are counted from the store: at the bound, the
+        oldest finished keys are forgotten (`EVICT_FRACTION` of it); 429 when none is."""
         keys.waiting += 1
         try:
             async with keys.counting:
@@ -293,9 +262,8 @@ class IdempotencyGuard:
             if keys.count is not None:
                 await self.store.purge(now, scope)
             count = await self.store.count(scope, now)
-            # Keys stored meanwhile and takes not yet stored count too: room is made when
-            # the sum reaches the bound; a repeat of a held key makes none (its own record
-            # must not be evicted).
+            # Keys stored meanwhile and takes not yet stored count too; a repeat of a held key
+            # makes no room (its own record must not be evicted).
             held = count + (keys.landed or 0) + keys.reserved
             if held >= self.max_keys and await self.store.get(scope, key, now) is None:
                 await self.flush_outcomes()
@@ -318,22 +286,6 @@ class IdempotencyGuard:
             if not keys.reserved and keys.landed is None and not keys.waiting:
                 del self._callers[owner]  # nothing under way here: forgotten
         self.spawn(self.store.purge(time.time()), "sweeping expired idempotency keys")
-
-    def record_later(
-        self, ticket: Ticket, status: int, content_type: str | None, body: bytes
-    ) -> None:
-        """Write an outcome after its answer left; the ticket leaves its "under way here"
-        entry once it is written (a duplicate meanwhile gets `Ticket.outcome`)."""
-        (ticket.first or ticket).answered = (status, content_type, body)
-
-        async def write() -> None:
-            try:
-                await self.store.finish(ticket.scope, ticket.key, status, content_type, body)
-                self.booked(ticket, body)
-            finally:
-                ticket.leave()
-
-        self.spawn(write(), "recording an idempotency outcome")
 
     async def flush_outcomes(self) -> None:
         """Wait for the outcomes (and sweeps) being written."""
@@ -381,7 +333,9 @@ class KeyHeld(Exception):
 
 
 class Ticket:
-    """One keyed request: what was found for its key, and its take / finish."""
+    """One keyed request: what was found for its key, and its take / finish. A duplicate of
+    a request under way here has that request's ticket as `first`, which keeps what it
+    started (`subject`, `context`) and answered."""
 
     def __init__(
         self,
@@ -389,37 +343,31 @@ class Ticket:
         keys: CallerKeys,
         key: str,
         fingerprint: str,
-        first: Ticket | None,
-        slot: tuple[str, str, str] | None,
-        caller: Caller | None = None,
+        caller: Caller,
+        first: Ticket | None = None,
     ) -> None:
         self.guard = guard
         self.keys = keys
         self.scope = keys.scope
         self.key = key
         self.fingerprint = fingerprint
-        # A duplicate's: the ticket of the request with this key under way here (what it
-        # started and answered is kept there).
+        self.caller = caller
         self.first = first
         self.in_flight = first is not None
-        self.slot = slot  # its "under way here" entry, (role, id, key), while `owner`
-        self.owner = slot is not None
+        self.owner = first is None  # of its "under way here" entry, until it leaves it
         # What the request started (a task id) and what its route needs to find it again.
         self._subject: str | None = None
         self._context: Mapping[str, Any] | None = None
-        # (status, content type, body) once answered, until written (`record_later`).
-        self.answered: tuple[int, str | None, bytes] | None = None
+        # Its answer, until written (`record_later`): what a duplicate meanwhile replays.
+        self.answered: KeyRecord | None = None
         self.record: KeyRecord | None = None  # the live record found in the store
         self.takeover = False  # this request redoes the work of a first attempt that died
         self.taken = False
         # The task's own answer is the outcome: none stored, a repeat rebuilds it (resolver).
         self.answered_by_task = False
-        self.caller = caller
 
     def found(self, record: KeyRecord) -> None:
-        self.record = record
-        shared = self.first or self
-        shared._subject, shared._context = record.subject, dict(record.context)
+        self.record, self._subject, self._context = record, record.subject, record.context
 
     @property
     def subject(self) -> str | None:
@@ -428,17 +376,6 @@ class Ticket:
     @property
     def context(self) -> Mapping[str, Any]:
         return (self.first or self)._context or {}
-
-    @property
-    def outcome(self) -> KeyRecord | None:
-        """The answer of the key's request under way here, not yet written, as a record."""
-        shared = self.first or self
-        if shared.answered is None:
-            return None
-        status, content_type, body = shared.answered
-        return KeyRecord(
-            shared.fingerprint, 0.0, 0.0, status=status, content_type=content_type, body=body
-        )
 
     async def take(self, subject: str | None = None, context: dict[str, Any] | None = None) -> None:
         """Commit the key (with what the work is) before the work starts; 409/422/429 when
@@ -456,15 +393,14 @@ class Ticket:
                 await guard.admit(keys, self.key, now)
             except HTTPException:
                 # At the bound: a repeat of a request whose key is held gets its answer.
-                earlier = await guard.store.get(self.scope, self.key, now)
-                if earlier is None:
+                if (held := await guard.store.get(self.scope, self.key, now)) is None:
                     raise
-                if earlier.fingerprint != self.fingerprint:
-                    raise key_reused() from None
-                raise KeyHeld(earlier) from None
+                raise (
+                    key_reused() if held.fingerprint != self.fingerprint else KeyHeld(held)
+                ) from None
         # A takeover replaces the dead attempt's record it found, and no other.
         over = self.record.created_at if self.takeover and self.record is not None else None
-        held: KeyRecord | None = record
+        held = record
         try:
             held = await guard.store.take(
                 self.scope, self.key, record, replace=self.takeover, over=over
@@ -473,9 +409,7 @@ class Ticket:
             if counted:
                 guard.unreserve(keys, stored=held is None)
         if held is not None:  # an earlier request has the key: the route must not go on
-            if held.fingerprint != self.fingerprint:
-                raise key_reused()
-            raise KeyHeld(held)
+            raise key_reused() if held.fingerprint != self.fingerprint else KeyHeld(held)
         self.taken = True
         self._subject, self._context = subject, record.context
         guard.maybe_sweep()
@@ -486,23 +420,14 @@ class Ticket:
         Returns (brought_back, fresh). A takeover reuses the dead attempt's ids."""
         from mail.core.message import new_task_id
 
+        brought_back = fresh = False
         if req.task_id is None and req.resume_from is None:
-            if self.takeover and self.subject:
-                req.task_id, brought_back, fresh = self.subject, False, False
-            else:
-                req.task_id, brought_back, fresh = new_task_id(), True, True
+            brought_back = fresh = not (self.takeover and self.subject)
+            req.task_id = new_task_id() if fresh else self.subject
         elif state.finished is not None:  # a finished task named: back from the store first
             await state.finished.bring_back(inst, req.task_id)
-            brought_back, fresh = True, False
-        else:
-            brought_back, fresh = False, False
-        task = None if fresh else inst.swarm.get_task_by_id(req.task_id)
-        answer = getattr(task, "response", None)
-        context: dict[str, Any] = {
-            "after": len(task.events) if task is not None else 0,
-            "answer": answer.get("id") if isinstance(answer, dict) else None,
-            "stream": req.stream,
-        }
+            brought_back = True
+        context = {**_task_context(inst, None if fresh else req.task_id), "stream": req.stream}
         if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
             context["webhook"] = f"wh_{uuid.uuid4().hex}"
         if req.attachments:
@@ -521,10 +446,7 @@ class Ticket:
         earlier = self.context.get("message") if self.takeover else None
         if isinstance(earlier, str) and earlier:
             message["id"] = earlier
-        task = None if new else inst.swarm.get_task_by_id(task_id)
-        last = getattr(task, "response", None)
-        after = 0 if task is None else len(task.events)
-        context = {"after": after, "answer": (last or {}).get("id"), "message": message["id"]}
+        context = {**_task_context(inst, None if new else task_id), "message": message["id"]}
         await self.take(task_id, context)
 
     def _upload_ids(self, count: int) -> list[str]:
@@ -560,21 +482,18 @@ class Ticket:
             self.answered_by_task = task is not None and not task.is_running
 
     async def finish(self, response: Response, *, lazy: bool = False) -> Response:
-        """Store the outcome of a taken key and return the answer. A stream's is not stored
-        (a duplicate attaches to its task); with `lazy` it ends as `STREAMED_OUTCOME`. With
-        `lazy` (the resolver rebuilds outcomes from the work's records) the outcome is
-        written after the answer, or not at all when `answered_by_task`."""
+        """Store the outcome of a taken key and return the answer; with `lazy` (the resolver
+        rebuilds outcomes from the work's records) after the answer left, or not at all when
+        `answered_by_task`. A stream's is recorded when it ends (`stream_ended`)."""
         if not self.taken:
             self.leave()
-            return response
-        if not hasattr(response, "body"):  # an `EventStreamResponse`: recorded at its end
+        elif not hasattr(response, "body"):  # an `EventStreamResponse`: recorded at its end
             response.on_end = functools.partial(self.stream_ended, response)  # type: ignore[attr-defined]
-            return response
-        if lazy and self.answered_by_task:
+        elif lazy and self.answered_by_task:
             self.leave()  # its key and its task are committed: they are the outcome
         elif lazy:
             content_type = response.headers.get("content-type")
-            self.guard.record_later(self, response.status_code, content_type, bytes(response.body))
+            self.record_later(response.status_code, content_type, bytes(response.body))
         else:
             try:
                 await self.store_outcome(response)
@@ -586,18 +505,34 @@ class Ticket:
         """A stream that started records `STREAMED_OUTCOME` (unless its task's records are
         the outcome); one that never started leaves the key unfinished."""
         if response.started and self.taken and not self.answered_by_task:
-            self.guard.record_later(self, response.status_code, STREAMED_OUTCOME, b"")
+            self.record_later(response.status_code, STREAMED_OUTCOME, b"")
         else:
             self.leave()
 
+    def record_later(self, status: int, content_type: str | None, body: bytes) -> None:
+        """Write the outcome after its answer left, then leave the "under way here" entry."""
+        (self.first or self).answered = KeyRecord(
+            self.fingerprint, 0.0, 0.0, status=status, content_type=content_type, body=body
+        )
+
+        async def write() -> None:
+            try:
+                await self._write(status, content_type, body)
+            finally:
+                self.leave()
+
+        self.guard.spawn(write(), "recording an idempotency outcome")
+
     async def store_outcome(self, response: Response) -> None:
         """Record `response` as the key's outcome."""
-        body = bytes(response.body)
         content_type = response.headers.get("content-type")
-        await self.guard.store.finish(
-            self.scope, self.key, response.status_code, content_type, body
-        )
-        self.guard.booked(self, body)
+        await self._write(response.status_code, content_type, bytes(response.body))
+
+    async def _write(self, status: int, content_type: str | None, body: bytes) -> None:
+        guard = self.guard
+        await guard.store.finish(self.scope, self.key, status, content_type, body)
+        if guard.book_outcome is not None and self.subject:
+            guard.book_outcome(self.scope, self.subject, len(body))
 
     async def release(self) -> None:
         """Forget the key this request took: it was refused before it did anything."""
@@ -621,14 +556,25 @@ class Ticket:
         """Give up this request's "under way here" entry (idempotent)."""
         if self.owner:
             self.owner = False
-            if self.guard._pending.get(self.slot) is self:  # type: ignore[arg-type]
-                del self.guard._pending[self.slot]  # type: ignore[arg-type]
+            slot = (self.scope.caller_role, self.scope.caller_id, self.key)
+            if self.guard._pending.get(slot) is self:
+                del self.guard._pending[slot]
+
+
+def _task_context(inst: Any, task_id: str | None) -> dict[str, Any]:
+    """Where a task's events and answer stood (nothing yet without a task): what a repeat
+    answers comes after that."""
+    task = None if task_id is None else inst.swarm.get_task_by_id(task_id)
+    answer = getattr(task, "response", None)
+    return {
+        "after": 0 if task is None else len(task.events),
+        "answer": answer.get("id") if isinstance(answer, dict) else None,
+    }
 
 
 async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
     """The bytes stored under `ids` already (a keyed retry's uploads replace them)."""
-    team = getattr(inst.swarm, "team", None)
-    if team is None:
+    if (team := getattr(inst.swarm, "team", None)) is None:
         return 0
     total = 0
     for attachment_id in ids:
@@ -642,10 +588,8 @@ async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
 
 
 def guard_of(request: Request) -> IdempotencyGuard | None:
-    guard = getattr(request.scope.get("app"), "idempotency_guard", None)
-    if guard is not None:
-        return guard  # type: ignore[no-any-return]
-    return getattr(server_state(request), "idempotency", None)
+    guard: IdempotencyGuard | None = getattr(request.scope.get("app"), "idempotency_guard", None)
+    return guard or getattr(server_state(request), "idempotency", None)
 
 
 def current_ticket(request: Request) -> Ticket | None:
@@ -656,13 +600,11 @@ def current_ticket(request: Request) -> Ticket | None:
 async def default_resolve(request: Request, caller: Caller, ticket: Ticket) -> Response | None:
     """409 while the first request runs (here, or in another process that took the key less
     than `takeover_after` seconds ago); else None: run again (its process died)."""
-    if ticket.in_flight:
-        return in_progress()
-    record = ticket.record
-    if (
+    record, guard = ticket.record, ticket.guard
+    if ticket.in_flight or (
         record is not None
-        and record.holder != ticket.guard.holder
-        and time.time() - record.created_at < ticket.guard.takeover_after
+        and record.holder != guard.holder
+        and time.time() - record.created_at < guard.takeover_after
     ):
         return in_progress()
     return None
@@ -679,19 +621,18 @@ def _work_context(ticket: Ticket, names: str | Callable[[], str] | None) -> dict
 def idempotent(
     resolve: Resolver | None = None,
     *,
-    caller: Callable[[Request], Awaitable[Caller]] = caller_admin_or_user,
     deferred: bool = False,
     lazy_outcome: bool = False,
     names_work: str | Callable[[], str] | None = None,
     prefer_async: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """Make a route honour ``Idempotency-Key``. `caller` resolves the caller when the route
-    has no ``caller`` parameter. `resolve` answers a duplicate of an unfinished request
+    """Make a route honour ``Idempotency-Key`` (its caller: the route's ``caller`` parameter,
+    or `caller_admin_or_user`). `resolve` answers a duplicate of an unfinished request
     (default `default_resolve`), None to run the route again (a takeover). `lazy_outcome`:
-    the outcome may be written just after the answer, batched (for a `resolve` that
-    rebuilds it from the work's records). `names_work` (a prefix or a function): the take
-    records a new id for the work in ``context["work"]``, and a takeover keeps the dead
-    attempt's. `prefer_async`: ``Prefer: respond-async`` is part of the fingerprint."""
+    the outcome may be written just after the answer (for a `resolve` that rebuilds it from
+    the work's records). `names_work` (a prefix or a function): the take records a new id for
+    the work in ``context["work"]``, and a takeover keeps the dead attempt's.
+    `prefer_async`: ``Prefer: respond-async`` is part of the fingerprint."""
     resolver = resolve or default_resolve
 
     def decorate(endpoint: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -704,7 +645,7 @@ def idempotent(
             if guard is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")
-            who = given if isinstance(given, Caller) else await caller(request)
+            who = given if isinstance(given, Caller) else await caller_admin_or_user(request)
             key = key_of(fields, guard.max_length)
             assert key is not None
             background = prefer_async and _prefers_async(request.headers.get("prefer"))
@@ -749,7 +690,7 @@ async def _answer_duplicate(
 ) -> Response | None:
     """What a duplicate gets; None when it is to run the work itself (a takeover: only the
     owner of the "under way here" entry)."""
-    record = ticket.record or ticket.outcome  # stored, or answered and being stored
+    record = ticket.record or (ticket.first or ticket).answered  # stored, or being stored
     if record is not None and record.finished and not record.streamed:
         ticket.leave()
         return replay(record)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mail.store import database_url_from_env, postgres_schema, sqlite_schema
 from mail.store.base import IDEMPOTENCY_TABLE as TABLE
 from mail.store.base import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
 from mail.store.pg_unreachable import unavailable_when_unreachable
@@ -68,71 +69,42 @@ _TAKE = f"""
        OR (CAST(? AS BOOLEAN) AND k.status IS NULL AND k.fingerprint = excluded.fingerprint
            AND (CAST(? AS DOUBLE PRECISION) IS NULL OR k.created_at = ?))
 """
-_GET = f"SELECT * FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
+_GET = (
+    "SELECT fingerprint, created_at, expires_at, subject, context, holder, status, content_type,"
+    f" body FROM {TABLE} WHERE {_SCOPE} AND idem_key = ? AND expires_at > ?"
+)
 _FINISH = (
     f"UPDATE {TABLE} SET status = ?, content_type = ?, body = ? WHERE {_SCOPE} AND idem_key = ?"
 )
 _RELEASE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND idem_key = ?"
 _COUNT = f"SELECT count(*) FROM {TABLE} WHERE {_SCOPE} AND expires_at > ?"
 _PURGE = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
-_PURGE_SCOPE = f"DELETE FROM {TABLE} WHERE {_SCOPE} AND expires_at <= ?"
 # A caller's oldest finished keys: with an outcome, or naming a task that is not running
 # (its answer is the outcome; a dropped stream's key must stay while its task runs on).
-_OLDEST_FINISHED = f"""
-    SELECT k.idem_key FROM {TABLE} AS k WHERE k.swarm_name = ? AND k.caller_role = ?
-      AND k.caller_id = ? AND {{finished}} ORDER BY k.created_at LIMIT ?
-"""
+_OLDEST_FINISHED = (
+    f"SELECT k.idem_key FROM {TABLE} AS k WHERE {_SCOPE} AND {{}} ORDER BY k.created_at LIMIT ?"
+)
 _FINISHED_WITH_TASKS = """(CASE WHEN k.subject IS NULL THEN k.status IS NOT NULL ELSE NOT EXISTS (
     SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = ?
        AND t.caller_role = ? AND t.caller_id = ? AND t.is_running) END)"""
-_FINISHED_ALONE = "k.status IS NOT NULL"
 
-# PostgreSQL's table (SQLite's is made by its migrations, mail.store.sqlite_schema).
-POSTGRES_DDL = f"""
-CREATE TABLE IF NOT EXISTS {TABLE} (
-    swarm_name TEXT NOT NULL,
-    caller_role TEXT NOT NULL,
-    caller_id TEXT NOT NULL,
-    idem_key TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    subject TEXT,
-    context TEXT NOT NULL DEFAULT '{{}}',
-    status INTEGER,
-    content_type TEXT,
-    body BYTEA,
-    holder TEXT NOT NULL DEFAULT '',
-    created_at DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (swarm_name, caller_role, caller_id, idem_key)
-);
-CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);
-"""
+# PostgreSQL's table: SQLite's columns (made by its migrations) in PostgreSQL's types.
+_PG_COLUMNS = sqlite_schema.IDEMPOTENCY_COLUMNS.replace("BLOB", "BYTEA").replace(
+    "REAL", "DOUBLE PRECISION"
+)
+POSTGRES_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} ({_PG_COLUMNS});
+CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);"""
 
 
 def _scope(scope: InstanceKey) -> tuple[str, str, str]:
     return (scope.swarm_name, scope.caller_role, scope.caller_id)
 
 
-def _record(row: Any) -> KeyRecord:
-    body, context = row["body"], row["context"]
-    loaded = json.loads(context) if context else {}
-    return KeyRecord(
-        fingerprint=row["fingerprint"],
-        created_at=float(row["created_at"]),
-        expires_at=float(row["expires_at"]),
-        subject=row["subject"],
-        context=loaded if isinstance(loaded, dict) else {},
-        holder=row["holder"],
-        status=row["status"],
-        content_type=row["content_type"],
-        body=None if body is None else bytes(body),
-    )
-
-
 class IdempotencyStore:
-    """Key records per (InstanceKey, key); every write is committed when it returns."""
+    """Key records per (InstanceKey, key); every write is committed when it returns. The
+    kinds run the SQL: `_run` one statement, "rows", "one" (a row or None), "count" (rows
+    changed) or "many" (`args`: several rows)."""
 
-    backend = "abstract"
     # The task store's `tasks` table is beside the keys: a key with a task counts as finished
     # once that task is not running (`Ticket.answered_by_task`).
     knows_tasks = True
@@ -144,8 +116,6 @@ class IdempotencyStore:
         pass
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
-        """Run one statement, committed: `how` is "rows", "one" (a row or None), "count"
-        (rows changed) or "many" (`args`: several rows)."""
         raise NotImplementedError
 
     async def _has_tasks(self) -> bool:
@@ -153,7 +123,12 @@ class IdempotencyStore:
 
     async def get(self, scope: InstanceKey, key: str, now: float) -> KeyRecord | None:
         row = await self._run(_GET, (*_scope(scope), key, now), "one")
-        return None if row is None else _record(row)
+        if row is None:
+            return None
+        record = KeyRecord(*row)  # (`_GET` reads its fields, in order)
+        context = json.loads(row["context"] or "{}")
+        record.context = context if isinstance(context, dict) else {}
+        return record
 
     async def take(
         self,
@@ -167,19 +142,9 @@ class IdempotencyStore:
         """Store `record` unless a live record holds `key` (returned; None when stored). With
         `replace`, a live unfinished one of the same fingerprint is overwritten (a takeover),
         and with `over` only if it was created at `over` (no other takeover came first)."""
-        args = (
-            *_scope(scope),
-            key,
-            record.fingerprint,
-            record.subject,
-            to_json(record.context),
-            record.holder,
-            record.created_at,
-            record.expires_at,
-            replace,
-            over,
-            over,
-        )
+        args: tuple[Any, ...] = (*_scope(scope), key, record.fingerprint, record.subject)
+        args += (to_json(record.context), record.holder, record.created_at, record.expires_at)
+        args += (replace, over, over)
         for _ in range(3):
             if await self._run(_TAKE, args, "count"):
                 return None
@@ -197,44 +162,43 @@ class IdempotencyStore:
         await self._run(_RELEASE, (*_scope(scope), key), "count")
 
     async def count(self, scope: InstanceKey, now: float) -> int:
-        row = await self._run(_COUNT, (*_scope(scope), now), "one")
-        return int(row[0])
+        return int((await self._run(_COUNT, (*_scope(scope), now), "one"))[0])
 
     async def purge(self, now: float, scope: InstanceKey | None = None) -> int:
         """Delete expired records (of one caller, or of everyone); returns how many."""
         if scope is None:
             return int(await self._run(_PURGE, (now,), "count"))
-        return int(await self._run(_PURGE_SCOPE, (*_scope(scope), now), "count"))
+        return int(await self._run(f"{_PURGE} AND {_SCOPE}", (now, *_scope(scope)), "count"))
 
     async def evict_finished(
         self, scope: InstanceKey, count: int, keep: frozenset[str] = frozenset()
     ) -> int:
         """Delete one caller's `count` oldest finished records but those in `keep`."""
-        owner = _scope(scope)
-        args: tuple[Any, ...]
-        if await self._has_tasks():
-            sql, args = _FINISHED_WITH_TASKS, (*owner, *owner)
-        else:
-            sql, args = _FINISHED_ALONE, owner
-        rows = await self._run(
-            _OLDEST_FINISHED.format(finished=sql), (*args, max(count, 0) + len(keep)), "rows"
-        )
-        gone = [(*owner, row[0]) for row in rows if row[0] not in keep][: max(count, 0)]
+        owner, count = _scope(scope), max(count, 0)
+        tasks = await self._has_tasks()
+        sql = _OLDEST_FINISHED.format(_FINISHED_WITH_TASKS if tasks else "k.status IS NOT NULL")
+        rows = await self._run(sql, (*owner, *(owner if tasks else ()), count + len(keep)), "rows")
+        gone = [(*owner, row[0]) for row in rows if row[0] not in keep][:count]
         if gone:
             await self._run(_RELEASE, tuple(gone), "many")
         return len(gone)
+
+
+def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
+    if how == "many":
+        return conn.executemany(sql, args).rowcount
+    cursor = conn.execute(sql, args)
+    if how == "count":
+        return cursor.rowcount
+    return cursor.fetchone() if how == "one" else cursor.fetchall()
 
 
 class SqliteIdempotencyStore(IdempotencyStore):
     """The server's SQLite file (the task store's connection and thread): the writes of one
     turn of the event loop are one transaction."""
 
-    backend = "sqlite"
-
     def __init__(self, path: str | Path) -> None:
-        from mail.store.sqlite_schema import open_database
-
-        self.db = open_database(path)
+        self.db = sqlite_schema.open_database(path)
         self._started = False
         self._writes: list[tuple[str, Any, str, asyncio.Future[Any]]] = []
         self._commits: set[asyncio.Task[Any]] = set()
@@ -247,8 +211,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
     async def close(self) -> None:
         if self._writes:
             self._commit()
-        if self._commits:
-            await asyncio.gather(*self._commits, return_exceptions=True)
+        await asyncio.gather(*self._commits, return_exceptions=True)
         if self._started:
             self._started = False
             await self.db.release()
@@ -263,14 +226,12 @@ class SqliteIdempotencyStore(IdempotencyStore):
         return await future
 
     def _commit(self) -> None:
-        from mail.store.sqlite_schema import transaction
-
         writes, self._writes = self._writes, []
         if not writes:
             return
 
         def run(conn: sqlite3.Connection) -> list[Any]:
-            with transaction(conn):
+            with sqlite_schema.transaction(conn):
                 return [_execute(conn, sql, args, how) for sql, args, how, _ in writes]
 
         def committed(task: asyncio.Task[Any]) -> None:
@@ -304,64 +265,39 @@ class SqliteIdempotencyStore(IdempotencyStore):
 class MemoryIdempotencyStore(IdempotencyStore):
     """``--store memory``: the same table in an in-memory SQLite database."""
 
-    backend = "memory"
     knows_tasks = False  # (no task store beside it)
 
     def __init__(self) -> None:
-        from mail.store.sqlite_schema import IDEMPOTENCY_DDL
-
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(IDEMPOTENCY_DDL[0])
+        self._conn.execute(sqlite_schema.IDEMPOTENCY_DDL[0])
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         return _execute(self._conn, sql, args, how)
 
 
-def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
-    if how == "many":
-        return conn.executemany(sql, args).rowcount
-    cursor = conn.execute(sql, args)
-    if how == "count":
-        return cursor.rowcount
-    return cursor.fetchone() if how == "one" else cursor.fetchall()
-
-
-def _numbered(sql: str) -> str:
-    count = iter(range(1, 1000))
-    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
-
-
 async def ensure_table(conn: Any) -> None:
     """PostgreSQL: the table, made when missing (under the task store's schema lock)."""
-    from mail.store.postgres_schema import _SCHEMA_LOCK_ID
-
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", postgres_schema._SCHEMA_LOCK_ID)
         await conn.execute(POSTGRES_DDL)
 
 
 class PostgresIdempotencyStore(IdempotencyStore):
     """PostgreSQL (asyncpg) on a small pool of its own, shared by a cluster's front ends."""
 
-    backend = "postgres"
-
     def __init__(self, database_url: str, *, max_size: int = 4, timeout: float = 30.0) -> None:
-        from mail.store.postgres_schema import normalize_dsn
-
-        self._dsn = normalize_dsn(database_url)
+        self._dsn = postgres_schema.normalize_dsn(database_url)
         self._max_size = max_size
         self._timeout = timeout
         self._pool: Any = None
 
     async def start(self) -> None:
-        from mail.store.postgres_schema import create_unless_forbidden, open_pool, redact_dsn
-
         async def prepare(conn: Any) -> None:
-            await create_unless_forbidden(conn, ensure_table, (TABLE,))
+            await postgres_schema.create_unless_forbidden(conn, ensure_table, (TABLE,))
 
         if self._pool is None:
-            self._pool = await open_pool(
+            self._pool = await postgres_schema.open_pool(
                 self._dsn,
                 prepare,
                 purpose=" for idempotency keys",
@@ -370,7 +306,9 @@ class PostgresIdempotencyStore(IdempotencyStore):
                 command_timeout=self._timeout,
                 server_settings={"application_name": "mail-idempotency"},
             )
-            logger.info("idempotency keys in PostgreSQL (%s)", redact_dsn(self._dsn))
+            logger.info(
+                "idempotency keys in PostgreSQL (%s)", postgres_schema.redact_dsn(self._dsn)
+            )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -388,12 +326,12 @@ class PostgresIdempotencyStore(IdempotencyStore):
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         if self._pool is None:
             raise StoreUnavailableError("the idempotency store is not started")
-        sql = _numbered(sql)
+        count = iter(range(1, 1000))
+        sql = re.sub(r"\?", lambda _: f"${next(count)}", sql)
         if how == "many":
             return await self._pool.executemany(sql, args)
         if how == "count":
-            status = await self._pool.execute(sql, *args)
-            return int(status.rsplit(" ", 1)[-1])
+            return int((await self._pool.execute(sql, *args)).rsplit(" ", 1)[-1])
         if how == "one":
             return await self._pool.fetchrow(sql, *args)
         return await self._pool.fetch(sql, *args)
@@ -405,11 +343,7 @@ async def open_key_store(task_store: Any) -> IdempotencyStore:
     store: IdempotencyStore = MemoryIdempotencyStore()
     if backend == "sqlite":
         store = SqliteIdempotencyStore(task_store.path)
-    elif backend == "postgres":
-        from mail.store import database_url_from_env
-
-        url = database_url_from_env()
-        if url:
-            store = PostgresIdempotencyStore(url)
+    elif backend == "postgres" and (url := database_url_from_env()):
+        store = PostgresIdempotencyStore(url)
     await store.start()
     return store

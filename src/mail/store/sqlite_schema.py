@@ -35,13 +35,13 @@ _KEY_COLUMNS = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id T
 # The idempotency keys (mail.store.idempotency): one row per (swarm, caller, key), made by
 # migration 3 as WITHOUT ROWID; migration 4 rebuilt it as a rowid table (rows carrying an
 # outcome body outgrow the WITHOUT ROWID layout: writes were some 3x cheaper after it).
-_KEYS_COLUMNS = f"""{_KEY_COLUMNS}, idem_key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+IDEMPOTENCY_COLUMNS = f"""{_KEY_COLUMNS}, idem_key TEXT NOT NULL, fingerprint TEXT NOT NULL,
     subject TEXT, context TEXT NOT NULL DEFAULT '{{}}', status INTEGER, content_type TEXT,
     body BLOB, holder TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL,
     expires_at REAL NOT NULL, PRIMARY KEY (swarm_name, caller_role, caller_id, idem_key)"""
-IDEMPOTENCY_DDL = (f"CREATE TABLE idempotency_keys ({_KEYS_COLUMNS}) WITHOUT ROWID",)
+IDEMPOTENCY_DDL = (f"CREATE TABLE idempotency_keys ({IDEMPOTENCY_COLUMNS}) WITHOUT ROWID",)
 IDEMPOTENCY_ROWID_DDL = (
-    f"CREATE TABLE idempotency_keys_rowid ({_KEYS_COLUMNS})",
+    f"CREATE TABLE idempotency_keys_rowid ({IDEMPOTENCY_COLUMNS})",
     "INSERT INTO idempotency_keys_rowid SELECT * FROM idempotency_keys",
     "DROP TABLE idempotency_keys",
     "ALTER TABLE idempotency_keys_rowid RENAME TO idempotency_keys",
