@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         MAILSwarm,
         MAILSwarmTemplate,
         action,
+        current_step_id,
     )
     from mail.core.message import (
         MAILAddress,
@@ -44,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "MAILSwarm": "mail.api",
     "MAILSwarmTemplate": "mail.api",
     "action": "mail.api",
+    "current_step_id": "mail.api",
     "MAILAddress": "mail.core.message",
     "MAILBroadcast": "mail.core.message",
     "MAILInterrupt": "mail.core.message",
@@ -73,6 +75,7 @@ __all__ = [
     "MAILSwarmTemplate",
     "__version__",
     "action",
+    "current_step_id",
 ]
 
 

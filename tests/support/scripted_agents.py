@@ -21,9 +21,11 @@ import asyncio
 import copy
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mail.core.actions import ActionCore
@@ -396,3 +398,19 @@ def two_agent_runtime(
 async def echo_action(args: dict[str, Any]) -> str:
     """An action function for swarms.json `python::` references: echoes its arguments."""
     return f"echo: {json.dumps(args, sort_keys=True)}"
+
+
+async def step_log_action(args: dict[str, Any]) -> str:
+    """An action with an outside effect: appends its step id (`mail.current_step_id`) to the
+    file MAIL_TEST_STEP_LOG names. With ``hang``, the first run of a step then hangs (a test
+    kills the server meanwhile); a run of a step already in the file returns at once."""
+    from mail import current_step_id
+
+    step = str(current_step_id())
+    log = Path(os.environ["MAIL_TEST_STEP_LOG"])
+    seen = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    with log.open("a", encoding="utf-8") as out:
+        out.write(step + "\n")
+    if args.get("hang") and step not in seen:
+        await asyncio.sleep(60)
+    return f"logged {step}"

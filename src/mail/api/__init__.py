@@ -8,7 +8,12 @@ from mail.api.swarm_template import MAILSwarmTemplate
 # v1.3's mail.api was one module, and the names it imported at module level were importable
 # from it: its own mafia example wrote `from mail.api import MAILMessage, ...`, and code copied
 # from there must keep working. They are the same objects as in their home modules.
-from mail.core.actions import ActionCore, ActionFunction, ActionOverrideFunction  # noqa: F401
+from mail.core.actions import (  # noqa: F401
+    ActionCore,
+    ActionFunction,
+    ActionOverrideFunction,
+    current_step_id,
+)
 from mail.core.agents import AgentCore, AgentFunction  # noqa: F401
 from mail.core.message import (  # noqa: F401
     MAILBroadcast,
@@ -38,4 +43,5 @@ __all__ = [
     "MAILSwarm",
     "MAILSwarmTemplate",
     "action",
+    "current_step_id",
 ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +14,24 @@ from mail.core.tools import AgentToolCall
 ActionFunction = Callable[[dict[str, Any]], Awaitable[str] | str]
 ActionOverrideFunction = Callable[[AgentToolCall], Awaitable[str | dict[str, Any]]]
 ActionResult = tuple[str, dict[str, Any]]  # ("success" | "error", {"content": str})
+
+_step_id: ContextVar[str | None] = ContextVar("mail_action_step_id", default=None)
+
+
+def current_step_id() -> str | None:
+    """The id of the action call running now, ``"<task_id>:<tool_call_id>"`` (None outside
+    an action): an action with outside effects can use it to do them once. A call re-run
+    after a crash gets the same id once the model's answer that made it was stored."""
+    return _step_id.get()
+
+
+@contextmanager
+def running_step(task_id: str, tool_call_id: str) -> Iterator[None]:
+    token = _step_id.set(f"{task_id}:{tool_call_id}")
+    try:
+        yield
+    finally:
+        _step_id.reset(token)
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -4,7 +4,9 @@ An entry leaves the journal only when the turn that took it has finished; the jo
 written right after the agent's history, so both land in the same store batch. Replay is
 at-least-once for the turns in flight: their model and action calls run again. A model call
 waits for the commit of the earlier turns' writes (`RuntimeObserver.committed`), so a finished
-turn's call is not made again.
+turn's call is not made again; a model's answer that calls an action is committed with the
+entries its turn took before the action runs, and the turn's re-run acts on it (the same
+tool-call ids: the same step ids, `mail.core.actions.current_step_id`).
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class TaskJournal(HostLink[JournalHost]):
         self._dirty: set[str] = set()
         self._flush_scheduled = False
         self._replay: dict[str, list[dict[str, Any]]] = {}
+        # task::agent -> a model's answer its interrupted turn acts on (`answered`)
+        self._answers: dict[str, dict[str, Any]] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ install
@@ -199,6 +203,29 @@ class TaskJournal(HostLink[JournalHost]):
         # Written now, right behind the history the turn just saved: same store batch.
         self._dirty.discard(task_id)
         self._write_task(task_id)
+
+    def answered(self, messages: list[str], calls: list[dict[str, Any]]) -> None:
+        """The calling turn's model answered with `calls` (an action among them): kept with
+        the entries the turn took, so that a re-run of the turn after a crash acts on the
+        same answer instead of asking the model again (`kept_answer`)."""
+        current = asyncio.current_task()
+        active = self._active.get(current) if current is not None else None
+        if active is None or not active[2]:
+            return
+        _turn_id, task_id, ids = active
+        entries = self._entries.get(task_id, {})
+        for entry_id in ids:
+            if (entry := entries.get(entry_id)) is not None:
+                entry["answer"] = {"messages": messages, "calls": calls}
+        self._mark(task_id)
+
+    def kept_answer(self, key: str, messages: list[str]) -> list[dict[str, Any]] | None:
+        """The answer of `key`'s turn interrupted by a crash, if this turn took the same
+        messages (else None: the model is asked)."""
+        answer = self._answers.pop(key, None)
+        if answer is None or answer["messages"] != messages:
+            return None
+        return answer["calls"]  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ bookkeeping
     def _current_turn(self) -> str | None:
@@ -323,6 +350,8 @@ class TaskJournal(HostLink[JournalHost]):
                     continue
                 if item.get("kind") == "inbox":
                     key = f"{task_id}::{item['agent']}"
+                    if "answer" in item:
+                        self._answers.setdefault(key, item["answer"])
                     if rt.inboxes.add(key, message):
                         rt._spawn(task_id, rt._run_turn(task_id, item["agent"], None, None))
                 else:

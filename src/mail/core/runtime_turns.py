@@ -173,6 +173,7 @@ class TurnRunner(HostLink[TurnHost]):
                 message, tool_choice = batch[0], self._tool_choice_for(rt, batch)
             else:
                 batch = [message]
+            taken = [m["id"] for m in batch]  # what an answer kept for a re-run is matched by
             notice = self.steps.finish_notice(task_id, batch)
             if notice is not None:  # the last call the step limit leaves: finish with it
                 batch = [*batch, notice]
@@ -207,14 +208,7 @@ class TurnRunner(HostLink[TurnHost]):
                     if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
-                agent = rt.agents[agent_name]
-                # A model-backed agent (`calls_model`): the task's earlier steps outlive a
-                # crash before the call is made, so a finished step's call is not made again.
-                if getattr(agent.function, "calls_model", False):
-                    committed = rt.observer.committed()
-                    if committed is not None:
-                        await committed
-                _text, calls = await agent.function(history, tool_choice)
+                calls = await self._ask(rt, key, taken, history, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
                     if sizing:  # booked before its calls store more
@@ -290,6 +284,32 @@ class TurnRunner(HostLink[TurnHost]):
                     rt._dispatch_pending()
                 finally:
                     self._handover = None
+
+    async def _ask(
+        self, rt: TurnHost, key: str, taken: list[str], history: Any, tool_choice: Any
+    ) -> list[AgentToolCall]:
+        """The agent's answer. A model-backed agent's (`calls_model`) waits first for the
+        commit of the task's earlier steps, so a finished step's model call is not made again
+        after a crash; an answer that calls an action is committed before the action runs,
+        and a turn re-run after a crash takes it from the journal (the same tool-call ids,
+        so the same step ids: `mail.core.actions.current_step_id`)."""
+        agent = rt.agents[key.split("::", 1)[1]]
+        journal = rt.journal if getattr(agent.function, "calls_model", False) else None
+        if journal is None:
+            _text, calls = await agent.function(history, tool_choice)
+            return calls
+        kept = journal.kept_answer(key, taken)
+        if kept is not None:
+            calls = [AgentToolCall.model_validate(c) for c in kept]
+        else:
+            if (committed := rt.observer.committed()) is not None:
+                await committed
+            _text, calls = await agent.function(history, tool_choice)
+        if any(c.tool_name in rt.actions for c in calls):
+            journal.answered(taken, [c.model_dump(mode="json") for c in calls])
+            if (committed := rt.observer.committed()) is not None:
+                await committed
+        return calls
 
     def _hold_for_continuation(self, task: Any, message: MAILMessage) -> None:
         """A message whose turn would start after its task ended: keep runtime notices with

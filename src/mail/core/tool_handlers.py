@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from mail.core.actions import running_step
 from mail.core.events import ArgsText, Description, MessageText, latest_call_args
 from mail.core.help_text import build_help_text, load_protocol_text
 from mail.core.instance_context import acting_for
@@ -450,6 +451,7 @@ async def handle_action(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> 
         with (
             acting_for(str(rt.user_role), str(rt.user_id)),
             stored.storing_for(task, rt.observer.task_changed),
+            running_step(ctx.task_id, call.tool_call_id),
         ):
             status, result = await action.execute(call, rt.actions, rt.action_override)
     except Exception as exc:  # noqa: BLE001 - execute should not raise, but never trust it

@@ -1,0 +1,91 @@
+"""An action's step id (`mail.current_step_id`): "<task_id>:<tool_call_id>" of the call it
+runs for, and the same id again when a kill -9 cut the action short and the restarted server
+runs it again (the model's answer was stored before the action ran, so the model is not asked
+again), on the default SQLite file and on PostgreSQL.
+
+A LiteLLM supervisor answered by the scripted model server calls the action `lookup`, which
+appends its step id to a file and then hangs on its first run of a step; the test kills the
+server while it hangs and starts another on the same database.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
+from tests.test_durable_random_kill import _counted_swarm, _post, _record
+from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
+
+from server_fixtures import ServerProcess, create_key, free_port, write_config
+from support.llm_thread import ThreadedLLM
+from support.scripted_llm import reply, tool_call
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _reply(request: Any) -> Any:
+    """Look up once (an action that hangs on its first run), then complete."""
+    conversation = json.dumps(request.messages)
+    if "logged " not in conversation:
+        return reply(tool_call("lookup", {"query": "q", "hang": True}))
+    return reply(tool_call("task_complete", {"finish_message": "looked it up"}))
+
+
+def test_an_action_re_run_after_a_kill_sees_the_same_step_id(
+    durable_store: DurableStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    swarm = f"steps-{uuid.uuid4().hex[:8]}"
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    port = free_port()
+    log = tmp_path / "steps.log"
+    env = {**durable_store.env, "MAIL_TEST_STEP_LOG": str(log)}
+    task_id, token = str(uuid.uuid4()), f"RUN-{uuid.uuid4().hex[:12]}"
+    with ThreadedLLM() as llm:
+        for _ in range(6):
+            llm.queue(_reply)
+        definition = _counted_swarm(swarm, llm.base_url)
+        action: dict[str, Any] = definition[0]["actions"][0]  # type: ignore[index]
+        action["function"] = "python::tests.support.scripted_agents:step_log_action"
+        action["parameters"]["properties"]["hang"] = {"type": "boolean"}
+        (tmp_path / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
+        config = write_config(tmp_path, port=port, swarm=swarm)
+
+        def server() -> ServerProcess:
+            return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
+
+        first = server()
+        post = threading.Thread(target=_post, args=(first.base_url, key, task_id, token, 0))
+        post.start()
+        deadline = time.monotonic() + 30
+        while not log.exists() or not log.read_text(encoding="utf-8").strip():
+            assert time.monotonic() < deadline, first.logs()
+            time.sleep(0.02)
+        assert first.proc is not None
+        first.proc.kill()  # kill -9 while the action hangs
+        first.proc.wait(10)
+        post.join()
+        second = server()
+        try:
+            deadline = time.monotonic() + 30
+            while not (record := _record(second, key, task_id)) or not record["completed"]:
+                assert time.monotonic() < deadline, (record, second.logs())
+                time.sleep(0.05)
+        finally:
+            assert second.stop() == 0, second.logs()
+        calls = len(llm.requests(token))
+    steps = log.read_text(encoding="utf-8").splitlines()
+    assert len(steps) == 2 and steps[0] == steps[1], steps
+    assert re.fullmatch(rf"{task_id}:call_[0-9a-f]{{12}}", steps[0]), steps
+    call_id = steps[0].split(":", 1)[1]
+    tool_calls = [e["data"] for e in record["events"] if e["event"] == "tool_call"]
+    assert any(call_id in data for data in tool_calls), tool_calls
+    assert any("looked it up" in e["data"] for e in record["events"]), record["events"]
+    assert calls == 2, calls  # the lookup answer was not asked for again
