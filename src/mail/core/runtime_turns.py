@@ -208,7 +208,7 @@ class TurnRunner(HostLink[TurnHost]):
                     if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
-                calls = await self._ask(rt, key, taken, history, tool_choice)
+                calls = await self._ask(rt, key, agent_name, taken, history, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
                     if sizing:  # booked before its calls store more
@@ -286,14 +286,20 @@ class TurnRunner(HostLink[TurnHost]):
                     self._handover = None
 
     async def _ask(
-        self, rt: TurnHost, key: str, taken: list[str], history: Any, tool_choice: Any
+        self,
+        rt: TurnHost,
+        key: str,
+        agent_name: str,
+        taken: list[str],
+        history: Any,
+        tool_choice: Any,
     ) -> list[AgentToolCall]:
         """The agent's answer. A model-backed agent's (`calls_model`) waits first for the
         commit of the task's earlier steps, so a finished step's model call is not made again
         after a crash; an answer that calls an action is committed before the action runs,
         and a turn re-run after a crash takes it from the journal (the same tool-call ids,
         so the same step ids: `mail.core.actions.current_step_id`)."""
-        agent = rt.agents[key.split("::", 1)[1]]
+        agent = rt.agents[agent_name]
         journal = rt.journal if getattr(agent.function, "calls_model", False) else None
         if journal is None:
             _text, calls = await agent.function(history, tool_choice)
