@@ -13,7 +13,8 @@ tests' stub agents (`CHATTY N 2048`, no model; every turn waits `--latency-ms`, 
 `MAIL_STUB_LATENCY_MS`). `--agents model`: LiteLLM agents whose model is the tests' scripted
 OpenAI-compatible server (tests/support/scripted_llm.py), scripted to `send_request`,
 `send_response` and `task_complete`, each call waiting `--latency-ms`; there the model calls
-(the whole history sent each time) cost more than the store.
+(the whole history sent each time) cost more than the store. `--agents action`: the same, the
+agent calling an action (an echo) before each answer: the commit awaited before an action.
 
 Per run: wall time of the POST, the server process's CPU (utime + stime, /proc/<pid>/stat)
 from just before the POST until its writes stopped after it, its peak RSS (VmHWM, the whole
@@ -74,8 +75,8 @@ ANSWER = ("The agent's answer, line by line. " * 62)[:2048]  # 2 KB
 class ChattyModel:
     """The scripted model server on a thread of its own, answering every call of the task."""
 
-    def __init__(self, rounds: int, latency: float) -> None:
-        self.rounds, self.latency = rounds, latency
+    def __init__(self, rounds: int, latency: float, action: bool = False) -> None:
+        self.rounds, self.latency, self.action = rounds, latency, action
         self.supervisor_calls = self.agent_calls = 0
         self.llm = ScriptedLLM()
         self.loop = asyncio.new_event_loop()
@@ -106,6 +107,8 @@ class ChattyModel:
                     "body": f"round {self.supervisor_calls}",
                 }
                 call = tool_call("send_request", args)
+        elif self.action and "::action_complete::" not in str(request.messages[-1]):
+            call = tool_call("echo", {"round": self.agent_calls})
         else:
             self.agent_calls += 1
             args = {"target": "supervisor", "subject": "Re: Round", "body": ANSWER}
@@ -124,9 +127,12 @@ class ChattyModel:
         supervisor = agent("supervisor", "agent", "You are the supervisor.",
                            enable_entrypoint=True, can_complete_tasks=True)  # fmt: skip
         supervisor["factory"] = "python::mail.factories.supervisor:LiteLLMSupervisorFunction"
+        echo = {"name": "echo", "description": "Echo.", "parameters": {"type": "object"},
+                "function": "python::tests.support.scripted_agents:echo_action"}  # fmt: skip
+        worker = agent("agent", "supervisor", "You are the agent.",
+                       actions=["echo"] if self.action else [])  # fmt: skip
         return [{"name": "chatty", "version": "1.0.0", "entrypoint": "supervisor",
-                 "agents": [supervisor, agent("agent", "supervisor", "You are the agent.")],
-                 "actions": []}]  # fmt: skip
+                 "agents": [supervisor, worker], "actions": [echo] if self.action else []}]  # fmt: skip
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.llm.__aexit__(None, None, None), self.loop).result(30)
@@ -236,8 +242,8 @@ def run_one(store: str, rounds: int, latency_ms: float, agents: str, database_ur
         key = create_key(folder / "registries" / "keys.json", "user", "chatty")
         env = {"MAIL_STUB_LATENCY_MS": str(latency_ms)}
         model = None
-        if agents == "model":
-            model = ChattyModel(rounds, latency_ms / 1000)
+        if agents != "stub":
+            model = ChattyModel(rounds, latency_ms / 1000, action=agents == "action")
             stack.callback(model.close)
             swarms, env = json.dumps(model.swarms_json()), {}
             body, swarm = "Chat with the agent.", "chatty"
@@ -330,8 +336,9 @@ def main() -> None:
     parser.add_argument("--latency-ms", default="0,10", help="model latency per call, a list")
     parser.add_argument("--stores", default="memory,sqlite", help="memory,sqlite,postgres")
     parser.add_argument(
-        "--agents", choices=("stub", "model"), default="stub",
-        help="stub: the tests' agent functions (no model); model: LiteLLM agents on the scripted model",
+        "--agents", choices=("stub", "model", "action"), default="stub",
+        help="stub: the tests' agent functions (no model); model: LiteLLM agents on the scripted "
+        "model; action: the same, the agent calling an action before each answer",
     )  # fmt: skip
     parser.add_argument(
         "--database-url", default=DATABASE_URL, help="PostgreSQL (a scratch schema)"
