@@ -266,7 +266,6 @@ class BufferedSqlStore(TaskStore):
         start = 0
         if (
             marks is not None
-            and marks.segments < MAX_HISTORY_SEGMENTS
             and len(history) >= len(marks.queued)
             and all(map(operator.is_, marks.queued, history))
         ):
@@ -280,7 +279,6 @@ class BufferedSqlStore(TaskStore):
             write = self._write(key, "history", (*task, agent_name, fmt, start, snapshot))
             if write is not None:
                 marks.queued.extend(tail)
-                marks.segments += 1
                 return write
         else:
             fmt = tool_format or detect_tool_format(snapshot)
@@ -595,25 +593,19 @@ class BufferedSqlStore(TaskStore):
         return status
 
 
-# A history stored as this many segments is written whole at its next save (one row again).
-# A read joins a history's rows: 64 rows of one agent's turns cost little to read and join.
-# Written whole every 65th save, a history of n turns of 2 messages writes about n^2/65
-# messages over its life, 1/65 of the n^2 that whole saves wrote; a larger bound saves little
-# more and leaves more rows for every read (a restart's, `GET /task`'s).
-MAX_HISTORY_SEGMENTS = 64
-
-
 class _HistoryMarks:
     """What a store queued of one agent's history on one task: the message objects
-    (references: a later save that starts with the same objects extends them), its tool
-    format and how many segments were queued since it was last written whole."""
+    (references: a later save that starts with the same objects extends them) and its tool
+    format. However many segments a history has, an extension is never written whole: a
+    read joins one row per turn (fewer rows than the turn's events), where rewriting it
+    every k saves wrote n^2/k messages over n turns (the most of SQLite's bytes written,
+    bench/results-store.md)."""
 
-    __slots__ = ("queued", "tool_format", "segments")
+    __slots__ = ("queued", "tool_format")
 
     def __init__(self, queued: list[Any], tool_format: str) -> None:
         self.queued = queued
         self.tool_format = tool_format
-        self.segments = 0
 
 
 def _event_rows_apart(write: SqlWrite) -> list[SqlWrite]:
