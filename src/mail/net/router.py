@@ -78,12 +78,6 @@ def _transient(error: InterswarmError) -> InterswarmError:
     return error
 
 
-def _still_running(exc: InterswarmError) -> bool:
-    """A 409 with Retry-After to a resent request: the peer has this Idempotency-Key's
-    earlier attempt still under way."""
-    return exc.status == 409 and exc.retry_after is not None
-
-
 def _retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value) if value is not None else None
@@ -304,7 +298,7 @@ class InterswarmRouter:
                         swarm, url, body, token, timeout, hop_headers, key, deadline - loop.time()
                     )
             except InterswarmError as exc:
-                if sent > 1 and _still_running(exc):
+                if sent > 1 and exc.status == 409 and exc.retry_after is not None:
                     # The peer is still working on an earlier attempt: "not yet", not a
                     # failure. Ask again when it says (not sooner than RETRY_BACKOFF), within
                     # the deadline, without counting it against `retries`.

@@ -59,13 +59,9 @@ def _iso(value: float | None) -> str | None:
 
 
 # -- schedules (pure) -----------------------------------------------------------------------
-def _seconds_first(schedule: str) -> bool:
-    return len(schedule.split()) == 6
-
-
 def _iterator(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> croniter:
     start = dt.datetime.fromtimestamp(at, zone)
-    return croniter(schedule, start, second_at_beginning=_seconds_first(schedule))
+    return croniter(schedule, start, second_at_beginning=len(schedule.split()) == 6)
 
 
 def _repeat(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> bool:
