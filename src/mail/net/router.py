@@ -18,6 +18,7 @@ from mail.core.message import (
     create_system_address,
     make_message,
     make_response,
+    message_recipients,
     new_task_id,
     parse_agent_address,
     utc_now_iso,
@@ -93,13 +94,6 @@ def choose_direction(target_swarm: str, task_contributors: list[str]) -> Directi
         if sep and swarm == target_swarm:
             return "back"
     return "forward"
-
-
-def _recipient_addresses(message: MAILMessage) -> list[str]:
-    payload: Any = message["message"]
-    if "recipients" in payload:
-        return [r["address"] for r in payload["recipients"]]
-    return [payload["recipient"]["address"]]
 
 
 class InterswarmRouter:
@@ -481,8 +475,8 @@ class InterswarmRouter:
     def _split_recipients(self, message: MAILMessage) -> tuple[list[str], list[str]]:
         local: list[str] = []
         remote: list[str] = []
-        for address in _recipient_addresses(message):
-            name, swarm = parse_agent_address(address)
+        for recipient in message_recipients(message):
+            name, swarm = parse_agent_address(recipient["address"])
             if swarm and swarm != self.local_swarm_name:
                 if swarm not in remote:
                     remote.append(swarm)
