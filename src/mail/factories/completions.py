@@ -13,9 +13,9 @@ from mail.factories.assembly import (
     StreamPrinter,
     TurnAssembler,
     TurnRequest,
-    field_of,
     to_plain,
 )
+from mail.telemetry.usage import field_of
 
 INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 DEFAULT_ANTHROPIC_MAX_TOKENS = 8192
