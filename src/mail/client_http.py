@@ -28,12 +28,6 @@ logger = logging.getLogger("mail.client")
 IDLE_CONNECTION_REUSE = 4.0  # seconds
 
 
-def _user_agent() -> str:
-    from mail.version import __version__
-
-    return f"MAIL-Client/{__version__} (python; aiohttp)"
-
-
 STILL_WORKING_AT_TIMEOUT = "HTTP 409, the server was still working when the attempt timed out"
 # How early an ask's timeout may fire and still be the end of the attempt (not another timer,
 # such as a caller's own session's sock_read).
@@ -141,7 +135,10 @@ class MAILHTTPConnection:
     ) -> dict[str, str]:
         """The headers of every request (v1.3's client guide: subclass and extend this for
         headers of your own); `ignore_auth` leaves out the bearer token, as in v1.3."""
-        headers = {"Accept": "application/json", "User-Agent": _user_agent()}
+        from mail.version import __version__
+
+        user_agent = f"MAIL-Client/{__version__} (python; aiohttp)"
+        headers = {"Accept": "application/json", "User-Agent": user_agent}
         if self.api_key and not ignore_auth:
             headers["Authorization"] = f"Bearer {self.api_key}"
         if extra:

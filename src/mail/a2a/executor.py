@@ -119,9 +119,6 @@ class MAILAgentExecutor(AgentExecutor):
             if not cancels:
                 del self._cancelling[task_id]
 
-    def _stopped(self, task_id: str) -> bool:
-        return task_id in self._cancelling
-
     async def _cancel_wins(self, task_id: str) -> bool:
         """Whether a cancel in flight ends ``task_id``, waiting until each one has decided.
         ``execute`` has handed its message over (or never will) by now: a cancel waiting for
@@ -212,7 +209,7 @@ class MAILAgentExecutor(AgentExecutor):
                     # (multitask_strategy): its MAIL task runs on, this A2A task is over.
                     superseded = closing.get("state") == "running"
                     break
-                if not progress or self._stopped(task_id):
+                if not progress or task_id in self._cancelling:
                     continue
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,

@@ -139,16 +139,9 @@ class MAILAction:
         except (TypeError, ValueError):
             exact = False
         if not exact:  # not plain JSON (tuples, a caller's own objects): built each time
-            return self._build_tool_dict(style)
+            model = self.to_pydantic_model(for_tools=True)
+            return pydantic_model_to_tool(model, self.name, self.description, style)
         return copy.deepcopy(_tool_dict(self.name, self.description, parameters, style))
-
-    def _build_tool_dict(self, style: ToolStyle) -> dict[str, Any]:
-        return pydantic_model_to_tool(
-            self.to_pydantic_model(for_tools=True),
-            name=self.name,
-            description=self.description,
-            style=style,
-        )
 
     def to_swarm_json(self) -> dict[str, Any]:
         function = self.function_ref or _qualified_name(self.function)

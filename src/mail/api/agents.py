@@ -189,13 +189,9 @@ class MAILAgentTemplate:
 
     def tool_specs(self) -> list[dict[str, Any]]:
         """The specs of the agent's actions and team tools, as its factory gets them."""
-        return [a.to_tool_dict(style=self.tool_format) for a in self.actions] + (
-            self._team_tool_specs()
-        )
-
-    def _team_tool_specs(self) -> list[dict[str, Any]]:
-        # Offered like action tools; those named like a MAIL tool replace the built-in one.
-        return team_tool_specs(
+        # Team tools are offered like action tools; those named like a MAIL tool replace the
+        # built-in one.
+        return [a.to_tool_dict(style=self.tool_format) for a in self.actions] + team_tool_specs(
             self.team_tools,
             self.comm_targets,
             style=self.tool_format,

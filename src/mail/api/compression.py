@@ -54,7 +54,7 @@ async def compress_history(history: list[dict[str, Any]], ratio: float, model: s
     if ratio <= 0 or not history:
         return False
     from mail.factories import model_calls
-    from mail.factories.assembly import field_of
+    from mail.telemetry.usage import field_of
 
     if not model.startswith("mail/"):
         from mail.factories._litellm import load_litellm_async

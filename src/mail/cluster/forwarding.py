@@ -183,7 +183,9 @@ async def forward(request: Request) -> Response:
                 return _Relay(delivered.status, delivered.headers, delivered.body)
             reply = await backend.unary(swarm, caller, fwd)
             if admin_fallback(caller, fwd.path, reply.status):
-                reply = await _from_holder(backend, swarm, fwd) or reply
+                holder = await _holder(backend, swarm, fwd)
+                if holder is not None:
+                    reply = await holder.owned_unary.remote(fwd) or reply
         except Exception as exc:
             if backend.unavailable(exc):
                 raise _unavailable(exc) from None
@@ -211,14 +213,6 @@ async def forward(request: Request) -> Response:
 async def _holder(backend: Any, swarm: str, request: ForwardedRequest) -> Any | None:
     instances = getattr(backend, "instances", None)
     return None if instances is None else await task_holder(instances, swarm, request)
-
-
-async def _from_holder(backend: Any, swarm: str, request: ForwardedRequest) -> UnaryResponse | None:
-    holder = await _holder(backend, swarm, request)
-    if holder is None:
-        return None
-    reply: UnaryResponse = await holder.owned_unary.remote(request)
-    return reply
 
 
 async def _bodies(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

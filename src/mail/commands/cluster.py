@@ -67,15 +67,11 @@ def instance_names(ray: Any, namespace: str) -> list[str]:
     return sorted(named | set(pooled_names(ray, namespace)))
 
 
-def instance_handle(ray: Any, name: str, namespace: str) -> Any:
-    from mail.cluster import warm_pool
-
-    return warm_pool.instance_handle(ray, namespace, name)
-
-
 def _describe(ray: Any, name: str, namespace: str) -> dict[str, Any]:
     try:
-        handle = instance_handle(ray, name, namespace)
+        from mail.cluster.warm_pool import instance_handle
+
+        handle = instance_handle(ray, namespace, name)
         info: dict[str, Any] = ray.get(handle.describe.remote(), timeout=DESCRIBE_TIMEOUT)
     except Exception as exc:  # restarting, ending or slow: say so instead of failing
         return {"name": name, "error": type(exc).__name__}

@@ -55,12 +55,6 @@ def _first_error(exc: ValidationError, path: Path | None) -> ConfigError:
     return ConfigError(f"invalid config value{origin}: {where}: {err.get('msg')}")
 
 
-def _field_names(model: type[BaseModel]) -> set[str]:
-    names = set(model.model_fields)
-    names |= {f.alias for f in model.model_fields.values() if f.alias}
-    return names
-
-
 def _known_tables() -> dict[str, type[BaseModel] | None]:
     """Each table of mail.toml -> the model that reads it (None: any key is read)."""
     client: type[BaseModel] | None = ClientConfig
@@ -99,7 +93,8 @@ def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
         if not isinstance(section, dict) or model is None:
             continue
         sub_tables = {t.partition(".")[2] for t in tables if t.startswith(f"{table}.")}
-        check(table, list(section), _field_names(model) | sub_tables)
+        aliases = {f.alias for f in model.model_fields.values() if f.alias}
+        check(table, list(section), set(model.model_fields) | aliases | sub_tables)
     return found
 
 

@@ -38,11 +38,6 @@ MAX_STEPS_SUBJECT = "::maximum_steps_reached::"
 ACTION_COMPLETE_BROADCAST = "::action_complete_broadcast::"
 
 
-def _is_step_notice(extra_data: dict[str, Any]) -> bool:
-    message = extra_data.get("full_message")
-    return isinstance(message, dict) and message["message"].get("subject") == MAX_STEPS_SUBJECT
-
-
 class StepBudget:
     """Model calls counted per task run against its step limit (`max_steps`).
 
@@ -227,7 +222,12 @@ class Delivery(HostLink[DeliveryHost]):
             return ""
         blocks: list[str] = []
         for event in task.events:
-            if event.event == "new_message" and _is_step_notice(event.extra_data):
+            message = event.extra_data.get("full_message")
+            if (
+                event.event == "new_message"
+                and isinstance(message, dict)
+                and message["message"].get("subject") == MAX_STEPS_SUBJECT
+            ):
                 # An earlier notice carries its own transcript: repeating it would double
                 # the text with every message over the limit (a fan-out of 50 past the
                 # limit would never finish).

@@ -207,14 +207,7 @@ def pydantic_model_to_tool(
     if style == "completions":
         return tool
     if style == "responses":
-        function = tool["function"]
-        return {
-            "type": "function",
-            "name": function["name"],
-            "description": function.get("description"),
-            "parameters": function["parameters"],
-            "strict": True,
-        }
+        return _make_tools([tool])[0]
     raise ValueError(f"unknown tool style {style!r}; expected 'completions' or 'responses'")
 
 
@@ -231,12 +224,8 @@ def get_tool_spec_name(tool: Mapping[str, Any]) -> str | None:
 
 def get_tool_name(tool: dict[str, Any]) -> str:
     """Name of a tool dict in either layout."""
-    name = tool.get("name")
-    if isinstance(name, str) and name:
+    if name := get_tool_spec_name(tool):
         return name
-    function = tool.get("function")
-    if isinstance(function, dict) and isinstance(function.get("name"), str):
-        return function["name"]
     raise ValueError(f"tool has no name: {tool!r}")
 
 

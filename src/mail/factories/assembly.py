@@ -15,13 +15,6 @@ from mail.utils.text import valid_str, valid_text
 TEXT_OUTPUT = "text_output"
 
 
-def field_of(obj: Any, key: str, default: Any = None) -> Any:
-    """Read `key` from a dict or an attribute from an object (LiteLLM returns both)."""
-    if isinstance(obj, dict):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
 def to_plain(obj: Any) -> Any:
     """A JSON-able copy of a provider object (pydantic models, dicts, lists)."""
     if hasattr(obj, "model_dump"):

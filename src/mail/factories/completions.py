@@ -13,9 +13,9 @@ from mail.factories.assembly import (
     StreamPrinter,
     TurnAssembler,
     TurnRequest,
-    field_of,
     to_plain,
 )
+from mail.telemetry.usage import field_of
 
 INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 DEFAULT_ANTHROPIC_MAX_TOKENS = 8192
@@ -92,18 +92,17 @@ async def run(request: ModelRequest) -> tuple[str | None, list[AgentToolCall]]:
 
 def _reasoning_blocks(message: Any) -> list[str]:
     blocks = field_of(message, "thinking_blocks") or []
-    texts = [_thinking_text(block) for block in blocks]
+    texts = [
+        "[redacted thinking]"
+        if field_of(block, "type") == "redacted_thinking"
+        else field_of(block, "thinking") or ""
+        for block in blocks
+    ]
     texts = [t for t in texts if t and t.strip()]
     if texts:
         return texts
     reasoning = field_of(message, "reasoning_content")
     return [reasoning] if isinstance(reasoning, str) and reasoning.strip() else []
-
-
-def _thinking_text(block: Any) -> str:
-    if field_of(block, "type") == "redacted_thinking":
-        return "[redacted thinking]"
-    return field_of(block, "thinking") or ""
 
 
 def _assistant_message(

@@ -12,9 +12,9 @@ from mail.factories.assembly import (
     StreamPrinter,
     TurnAssembler,
     TurnRequest,
-    field_of,
     to_plain,
 )
+from mail.telemetry.usage import field_of
 
 
 def responses_tool_choice(tool_choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:

@@ -18,6 +18,7 @@ from mail.core.message import (
     create_system_address,
     make_message,
     make_response,
+    message_recipients,
     new_task_id,
     parse_agent_address,
     utc_now_iso,
@@ -78,12 +79,6 @@ def _transient(error: InterswarmError) -> InterswarmError:
     return error
 
 
-def _still_running(exc: InterswarmError) -> bool:
-    """A 409 with Retry-After to a resent request: the peer has this Idempotency-Key's
-    earlier attempt still under way."""
-    return exc.status == 409 and exc.retry_after is not None
-
-
 def _retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value) if value is not None else None
@@ -99,13 +94,6 @@ def choose_direction(target_swarm: str, task_contributors: list[str]) -> Directi
         if sep and swarm == target_swarm:
             return "back"
     return "forward"
-
-
-def _recipient_addresses(message: MAILMessage) -> list[str]:
-    payload: Any = message["message"]
-    if "recipients" in payload:
-        return [r["address"] for r in payload["recipients"]]
-    return [payload["recipient"]["address"]]
 
 
 class InterswarmRouter:
@@ -304,7 +292,7 @@ class InterswarmRouter:
                         swarm, url, body, token, timeout, hop_headers, key, deadline - loop.time()
                     )
             except InterswarmError as exc:
-                if sent > 1 and _still_running(exc):
+                if sent > 1 and exc.status == 409 and exc.retry_after is not None:
                     # The peer is still working on an earlier attempt: "not yet", not a
                     # failure. Ask again when it says (not sooner than RETRY_BACKOFF), within
                     # the deadline, without counting it against `retries`.
@@ -487,8 +475,8 @@ class InterswarmRouter:
     def _split_recipients(self, message: MAILMessage) -> tuple[list[str], list[str]]:
         local: list[str] = []
         remote: list[str] = []
-        for address in _recipient_addresses(message):
-            name, swarm = parse_agent_address(address)
+        for recipient in message_recipients(message):
+            name, swarm = parse_agent_address(recipient["address"])
             if swarm and swarm != self.local_swarm_name:
                 if swarm not in remote:
                     remote.append(swarm)

@@ -103,6 +103,16 @@ def _verbose(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="print the raw JSON answer")
 
 
+def _one(name: str) -> Callable[[argparse.ArgumentParser], None]:
+    """A command's configure: one positional argument `name`, and -v."""
+
+    def configure(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(name)
+        _verbose(parser)
+
+    return configure
+
+
 def _message_options(parser: argparse.ArgumentParser, *, show_events: bool) -> None:
     parser.add_argument("body", nargs="+", help="message text (quote it, or give several words)")
     parser.add_argument("-s", "--subject", default="New Message")
@@ -145,16 +155,6 @@ def _message_options(parser: argparse.ArgumentParser, *, show_events: bool) -> N
 
 def _configure_help(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topic", nargs="?", help="a command to describe")
-
-
-def _configure_login(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("api_key")
-    _verbose(parser)
-
-
-def _configure_health_update(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("status")
-    _verbose(parser)
 
 
 def _configure_interswarm(parser: argparse.ArgumentParser) -> None:
@@ -257,21 +257,11 @@ def _configure_review(parser: argparse.ArgumentParser) -> None:
     _verbose(parser)
 
 
-def _configure_task_get(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("task_id")
-    _verbose(parser)
-
-
 def _configure_task_events(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task_id")
     parser.add_argument(
         "-a", "--after", help="start after this event id (default: replay every event)"
     )
-    _verbose(parser)
-
-
-def _configure_thread(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("thread_id")
     _verbose(parser)
 
 
@@ -285,9 +275,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("exit", ("quit",), "leave the REPL"),
     CommandSpec("ping", ("p",), "GET / — is the server there, and which swarm is it?", _verbose),
     CommandSpec("health", ("h",), "GET /health", _verbose),
-    CommandSpec("health-update", ("hu",), "POST /health STATUS (admin)", _configure_health_update),
+    CommandSpec("health-update", ("hu",), "POST /health STATUS (admin)", _one("status")),
     CommandSpec(
-        "login", ("l",), "use API_KEY from now on (checked with GET /whoami)", _configure_login
+        "login", ("l",), "use API_KEY from now on (checked with GET /whoami)", _one("api_key")
     ),
     CommandSpec("logout", ("lo",), "forget the API key (local only)"),
     CommandSpec("whoami", ("me", "id"), "GET /whoami", _verbose),
@@ -331,7 +321,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
         _configure_responses,
     ),
     CommandSpec("tasks-get", ("tsg", "tasks-g"), "GET /tasks", _verbose),
-    CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _configure_task_get),
+    CommandSpec("task-get", ("tg", "task-g"), "GET /task ID", _one("task_id")),
     CommandSpec(
         "review",
         ("rv",),
@@ -346,7 +336,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("threads-get", ("thg",), "GET /threads — team threads", _verbose),
     CommandSpec(
-        "thread-get", ("th",), "GET /threads/ID — posts and unread counts", _configure_thread
+        "thread-get", ("th",), "GET /threads/ID — posts and unread counts", _one("thread_id")
     ),
     CommandSpec(
         "attachment-get", ("att",), "GET /attachments/ID [FILE] — download", _configure_attachment

@@ -33,12 +33,6 @@ EVENT_STYLES = {
 }
 
 
-def _event_style(name: str) -> str:
-    if "error" in name:
-        return "bold red"
-    return EVENT_STYLES.get(name, "white")
-
-
 def parse_event_data(data: Any) -> Any:
     if isinstance(data, str):
         try:
@@ -163,7 +157,8 @@ class Renderer:
         grid.add_column(min_width=22, no_wrap=True)
         grid.add_column(overflow="fold")
         stamp = event_stamp(data)
-        label = Text(event_name, style=_event_style(event_name))
+        style = "bold red" if "error" in event_name else EVENT_STYLES.get(event_name, "white")
+        label = Text(event_name, style=style)
         if verbose:
             grid.add_row(stamp, label, "")
             self.console.print(grid)

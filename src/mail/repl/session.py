@@ -209,7 +209,9 @@ class MAILREPL:
                 # The client forgot the refused key: "no API key provided" is not the story.
                 self.render.error(not_logged_in(context.refused))
             else:
-                self.render.error(f"HTTP {exc.status}: {_detail_text(exc.detail)}")
+                self.render.error(
+                    f"HTTP {exc.status}: {exc.detail if isinstance(exc.detail, str) else repr(exc.detail)}"
+                )
         except (RuntimeError, ValueError) as exc:
             self.render.error(str(exc))
         except Exception as exc:  # a bug of ours must not kill the session
@@ -233,10 +235,6 @@ def redact_secrets(line: str) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _detail_text(detail: object) -> str:
-    return detail if isinstance(detail, str) else repr(detail)
 
 
 def run_repl(base_url: str, api_key: str | None = None, config: ClientConfig | None = None) -> int:

@@ -18,7 +18,6 @@ from croniter import croniter
 from fastapi import HTTPException
 
 from mail.config.server import CronsConfig
-from mail.server.auth import Caller
 from mail.server.bodies import parse_message_request
 from mail.server.state import ServerState
 from mail.store.webhooks import SERIES_CHARS, Bound, OverQuota, Record, new_id
@@ -60,13 +59,9 @@ def _iso(value: float | None) -> str | None:
 
 
 # -- schedules (pure) -----------------------------------------------------------------------
-def _seconds_first(schedule: str) -> bool:
-    return len(schedule.split()) == 6
-
-
 def _iterator(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> croniter:
     start = dt.datetime.fromtimestamp(at, zone)
-    return croniter(schedule, start, second_at_beginning=_seconds_first(schedule))
+    return croniter(schedule, start, second_at_beginning=len(schedule.split()) == 6)
 
 
 def _repeat(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> bool:
@@ -488,7 +483,7 @@ class CronScheduler:
 
     async def _start(self, sub: Record, task_id: str) -> None:
         from mail.server.messaging import background_message  # (it imports the server's state)
-        from mail.server.webhooks import request_webhook
+        from mail.server.webhooks import owner_of, request_webhook
 
         spec = sub["push_auth"]
         try:
@@ -501,7 +496,7 @@ class CronScheduler:
                 "the API key that created or last changed this scheduled task no longer "
                 "works (revoked?): change the task with a key of yours to run it again",
             ) from None
-        if _owner(caller) != (sub["owner_role"], sub["owner_id"]):
+        if owner_of(caller) != (sub["owner_role"], sub["owner_id"]):
             raise HTTPException(403, "the key of this scheduled task now names another caller")
         if spec.get("webhook"):  # before the run: its events go there
             series = run_series(sub["subscription_id"])
@@ -546,39 +541,3 @@ async def start_crons(state: ServerState) -> CronScheduler | None:
         scheduler = CronScheduler(cfg, subscription_store(state.store), state, own_store=True)
     await scheduler.start()
     return scheduler
-
-
-# -- request handlers -----------------------------------------------------------------------
-def _owner(caller: Caller) -> Owner:
-    from mail.server.webhooks import owner_of
-
-    return owner_of(caller)
-
-
-def scheduler_of(state: ServerState) -> CronScheduler:
-    scheduler = getattr(state, "crons", None)
-    if scheduler is None:
-        raise HTTPException(404, "scheduled tasks are off on this server ([server.crons] enabled)")
-    return scheduler  # type: ignore[no-any-return]
-
-
-async def create(state: ServerState, caller: Caller, body: Mapping[str, Any]) -> Record:
-    return await scheduler_of(state).create(_owner(caller), caller.api_key, body)
-
-
-async def list_crons(state: ServerState, caller: Caller) -> Record:
-    return {"crons": await scheduler_of(state).list_for(_owner(caller))}
-
-
-async def get(state: ServerState, caller: Caller, cron_id: str) -> Record:
-    return await scheduler_of(state).get(_owner(caller), cron_id)
-
-
-async def update(
-    state: ServerState, caller: Caller, cron_id: str, body: Mapping[str, Any]
-) -> Record:
-    return await scheduler_of(state).update(_owner(caller), caller.api_key, cron_id, body)
-
-
-async def delete(state: ServerState, caller: Caller, cron_id: str) -> None:
-    await scheduler_of(state).delete(_owner(caller), cron_id)

@@ -431,9 +431,26 @@ class Ticket:
         if req.webhook is not None:  # the id its own webhook gets: a repeat names that one
             context["webhook"] = f"wh_{uuid.uuid4().hex}"
         if req.attachments:
-            context["uploads"] = ids = self._upload_ids(len(req.attachments))
-            if self.takeover:  # what the dead attempt stored under them is replaced
-                req.replaced_bytes = await _stored_upload_bytes(inst, ids)
+            from mail.core.team.service import new_id  # (lazily, as `store_uploads` does)
+
+            ids = self.context.get("uploads") if self.takeover else None
+            count = len(req.attachments)
+            if not (
+                isinstance(ids, list)
+                and len(ids) == count
+                and all(isinstance(i, str) and i.startswith("att_") for i in ids)
+            ):
+                ids = [new_id("att") for _ in range(count)]
+            context["uploads"] = ids
+            team = getattr(inst.swarm, "team", None)
+            if self.takeover and team is not None:  # the dead attempt's uploads are replaced
+                req.replaced_bytes = 0
+                for attachment_id in ids:
+                    earlier = await team.store.get_attachment(
+                        team.key, attachment_id, with_data=False
+                    )
+                    if earlier is not None:
+                        req.replaced_bytes += int(earlier[0].get("size") or 0)
         await self.take(req.task_id, context)
         return brought_back, fresh
 
@@ -448,18 +465,6 @@ class Ticket:
             message["id"] = earlier
         context = {**_task_context(inst, None if new else task_id), "message": message["id"]}
         await self.take(task_id, context)
-
-    def _upload_ids(self, count: int) -> list[str]:
-        from mail.core.team.service import new_id  # (lazily, as `store_uploads` does)
-
-        earlier = self.context.get("uploads") if self.takeover else None
-        if (
-            isinstance(earlier, list)
-            and len(earlier) == count
-            and all(isinstance(i, str) and i.startswith("att_") for i in earlier)
-        ):
-            return earlier
-        return [new_id("att") for _ in range(count)]
 
     def task_answered(self, inst: Any, req: Any, response: Any) -> None:
         """A plain answer of a completed task is the task's own: no outcome row, a repeat
@@ -572,24 +577,7 @@ def _task_context(inst: Any, task_id: str | None) -> dict[str, Any]:
     }
 
 
-async def _stored_upload_bytes(inst: Any, ids: list[str]) -> int:
-    """The bytes stored under `ids` already (a keyed retry's uploads replace them)."""
-    if (team := getattr(inst.swarm, "team", None)) is None:
-        return 0
-    total = 0
-    for attachment_id in ids:
-        earlier = await team.store.get_attachment(team.key, attachment_id, with_data=False)
-        if earlier is not None:
-            total += int(earlier[0].get("size") or 0)
-    return total
-
-
 # ------------------------------------------------------------------------- the decorator
-
-
-def guard_of(request: Request) -> IdempotencyGuard | None:
-    guard: IdempotencyGuard | None = getattr(request.scope.get("app"), "idempotency_guard", None)
-    return guard or getattr(server_state(request), "idempotency", None)
 
 
 def current_ticket(request: Request) -> Ticket | None:
@@ -641,7 +629,10 @@ def idempotent(
             request = next(v for v in (*args, *kwargs.values()) if isinstance(v, Request))
             scope = request.scope
             fields = [value for name, value in scope["headers"] if name == HEADER]
-            guard = guard_of(request) if fields else None
+            guard: IdempotencyGuard | None = None
+            if fields:
+                guard = getattr(scope.get("app"), "idempotency_guard", None)
+                guard = guard or getattr(server_state(request), "idempotency", None)
             if guard is None:
                 return await endpoint(*args, **kwargs)
             given = kwargs.get("caller")

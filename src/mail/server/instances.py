@@ -449,7 +449,9 @@ class InstanceManager:
             if key in self._instances or key in self._creating:
                 continue  # its caller came first
             try:
-                if self._shares_database() and not await self._claim_unless_served(store_key):
+                # Other servers may use a PostgreSQL store: claims fence them off.
+                shared = hasattr(self.store, "claim_unless_fresh")
+                if shared and not await self._claim_unless_served(store_key):
                     logger.info(
                         "the running tasks of %s:%s are left to the server that claimed its "
                         "instance",
@@ -465,10 +467,6 @@ class InstanceManager:
             loaded += 1
             logger.info("continuing the running tasks of %s:%s", *key)
         return loaded
-
-    def _shares_database(self) -> bool:
-        """Whether other servers may use the store (PostgreSQL): claims fence them off."""
-        return hasattr(self.store, "claim_unless_fresh")
 
     def _watch_claims(self, key: tuple[str, str]) -> Any:
         store = self.store

@@ -64,10 +64,6 @@ def generate_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def _now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
-
-
 def _parse_records(path: Path, raw: bytes) -> list[KeyRecord]:
     if not raw.strip():
         return []
@@ -178,7 +174,7 @@ def create_key(
         role=role,
         prefix=key[:PREFIX_LENGTH],
         sha256=digest,
-        created_at=_now_iso(),
+        created_at=datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
         swarm=swarm,
     )
     records.append(record)

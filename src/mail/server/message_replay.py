@@ -30,12 +30,6 @@ def _found(state: Any, caller: Caller, inst: Any, task_id: str) -> tuple[Any, di
     return None, state.instances.archived_tasks(caller.role, caller.id).get(task_id) or {}
 
 
-def _last_event_id(request: Request) -> int:
-    """The duplicate's ``Last-Event-ID``; 0 (from the first event) without a readable one."""
-    after = task_events.event_id(request.headers.get("last-event-id", "").strip())
-    return 0 if after is None else after
-
-
 @dataclass(slots=True)
 class KeyTask:
     """The task a keyed request's first attempt started or continued, as a repeat finds it:
@@ -155,7 +149,9 @@ async def resolve_message(request: Request, caller: Caller, ticket: Ticket) -> R
     data = await read_json_object(request, required=False)
     if data.get("stream") is True:
         hook = await _own_webhook(state, caller, task_id, data, context)
-        start = min(len(events), max(after, _last_event_id(request)))
+        # A duplicate's readable ``Last-Event-ID`` (else from the first event).
+        seen = task_events.event_id(request.headers.get("last-event-id", "").strip())
+        start = min(len(events), max(after, seen or 0))
         response = await _attach(request, caller, task_id, start, _own_end(events, after))
         name_webhook(response, hook)  # the same headers as the first stream's
         return response

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from starlette.responses import Response
 
-from mail.server import crons, webhooks
+from mail.server import webhooks
 from mail.server.auth import Caller, caller_admin_or_user
 from mail.server.bodies import read_json_object
+from mail.server.crons import CronScheduler
 from mail.server.handlers import get_state
 from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
+from mail.server.webhooks import owner_of
 from mail.webhooks.signing import new_secret
 
 router = APIRouter()
@@ -117,23 +119,33 @@ async def retry_delivery(
     return JSONBody(found, status_code=202)
 
 
+def scheduler_of(request: Request) -> CronScheduler:
+    scheduler = getattr(get_state(request), "crons", None)
+    if scheduler is None:
+        raise HTTPException(404, "scheduled tasks are off on this server ([server.crons] enabled)")
+    return scheduler  # type: ignore[no-any-return]
+
+
 @router.get("/crons")
 async def list_crons(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
-    return JSONBody(await crons.list_crons(get_state(request), caller))
+    return JSONBody({"crons": await scheduler_of(request).list_for(owner_of(caller))})
 
 
 @router.post("/crons")
 @idempotent()
 async def create_cron(request: Request, caller: Caller = Depends(caller_admin_or_user)) -> JSONBody:
     body = await read_json_object(request)
-    return JSONBody(await crons.create(get_state(request), caller, body), status_code=201)
+    return JSONBody(
+        await scheduler_of(request).create(owner_of(caller), caller.api_key, body),
+        status_code=201,
+    )
 
 
 @router.get("/crons/{cron_id}")
 async def get_cron(
     cron_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
-    return JSONBody(await crons.get(get_state(request), caller, cron_id))
+    return JSONBody(await scheduler_of(request).get(owner_of(caller), cron_id))
 
 
 @router.patch("/crons/{cron_id}")
@@ -142,7 +154,9 @@ async def update_cron(
     cron_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> JSONBody:
     body = await read_json_object(request)
-    return JSONBody(await crons.update(get_state(request), caller, cron_id, body))
+    return JSONBody(
+        await scheduler_of(request).update(owner_of(caller), caller.api_key, cron_id, body)
+    )
 
 
 @router.delete("/crons/{cron_id}")
@@ -150,5 +164,5 @@ async def update_cron(
 async def delete_cron(
     cron_id: str, request: Request, caller: Caller = Depends(caller_admin_or_user)
 ) -> Response:
-    await crons.delete(get_state(request), caller, cron_id)
+    await scheduler_of(request).delete(owner_of(caller), cron_id)
     return Response(status_code=204)

@@ -12,6 +12,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from mail.core.message import utc_now_iso
 from mail.server.jsonio import dumps_str, loads
 from mail.server.stream_buffer import BoundedFrameQueue
 from mail.server.stream_shutdown import FinalEvent, OpenStreams, StreamSlot
@@ -234,7 +235,7 @@ def resubscribe_event(task_id: str, last_event_id: str | None, reason: str) -> d
     return {
         "event": RESUBSCRIBE_EVENT,
         "data": {
-            "timestamp": _utc_now_iso(),
+            "timestamp": utc_now_iso(),
             "task_id": task_id,
             "last_event_id": last_event_id,
             "reason": reason,
@@ -242,12 +243,6 @@ def resubscribe_event(task_id: str, last_event_id: str | None, reason: str) -> d
         },
         "id": None,
     }
-
-
-def _utc_now_iso() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 def event_record(event: Any, *, parse_data: bool = True) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import difflib
 import inspect
 import json
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mail.config import ServerConfig
+from mail.core.message import utc_now_iso
 from mail.server.auth import Authenticator
 from mail.server.instances import InstanceManager
 from mail.server.stream_shutdown import OpenStreams, StreamSlots
@@ -31,10 +31,6 @@ TEMPLATE_ENV_VAR = "MAIL_SERVER_TEMPLATE"
 
 class StartupError(RuntimeError):
     """The server cannot start; the message is meant for a person (one line)."""
-
-
-def utc_now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 @dataclass

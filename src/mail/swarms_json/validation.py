@@ -106,10 +106,6 @@ def _named(items: list[Any]) -> list[dict[str, Any]]:
     return [item for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
 
 
-def _string_items(value: Any) -> list[str]:
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
-
-
 def _cross_validate(swarm: dict[str, Any]) -> None:
     agents = _named(swarm["agents"])
     agent_names = [agent["name"] for agent in agents]
@@ -179,8 +175,9 @@ def _check_references(
     the first that is not raises ValueError: "agent 'a' " + `problem` with the name, and a
     suggestion."""
     for agent in agents:
-        for name in _string_items(agent.get(field)):
-            if local(name) and name not in known:
+        names = agent.get(field)
+        for name in names if isinstance(names, list) else []:
+            if isinstance(name, str) and local(name) and name not in known:
                 raise ValueError(
                     f"agent '{agent['name']}' {problem.format(name)}{suggest(name, known)}"
                 )

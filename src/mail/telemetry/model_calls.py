@@ -203,11 +203,6 @@ async def observed(kind: str, call: Callable[..., Awaitable[Any]], kwargs: dict[
     return response
 
 
-def _event_type(item: Any) -> str:
-    kind = field_of(item, "type")
-    return str(getattr(kind, "value", kind) or "")
-
-
 async def _measured_stream(stream: Any, probe: _Probe) -> AsyncIterator[Any]:
     tokens: tuple[int, int] | None = None
     final: Any = None
@@ -233,7 +228,7 @@ async def _measured_stream(stream: Any, probe: _Probe) -> AsyncIterator[Any]:
                     arguments = field_of(field_of(tool, "function"), "arguments")
                     if isinstance(arguments, str):
                         text.append(arguments)
-            elif _event_type(item) == "response.completed":
+            elif getattr(kind := field_of(item, "type"), "value", kind) == "response.completed":
                 final = field_of(item, "response")
                 tokens = reported_tokens(field_of(final, "usage")) or tokens
             yield item
