@@ -361,3 +361,36 @@ async def test_batch_waits_for_a_claim_in_flight(pg_url: str, claim_commits: boo
         else:
             assert snap.tasks["t"]["title"] == "zombie?"
             assert not a.is_fenced(key) and a.fenced_writes == 0 and fenced_calls == []
+
+
+async def test_an_earlier_claim_answered_late_does_not_fence_the_store(pg_url: str) -> None:
+    """Two claims of one key by one store at once (a start-up resume and a caller's first
+    request): whichever answer comes back last, the store holds the newer generation and its
+    writes are kept (an older one would have every write dropped as a zombie's)."""
+    store = PostgresTaskStore(pg_url, application_name="mail-fence-late", **FAST)
+    await store.start()
+    try:
+        fetch = store._fetch_claim  # the statement's round trip; the first answer is delayed
+        first = asyncio.Event()
+
+        async def late_first(*args: object) -> object:
+            result = await fetch(*args)  # type: ignore[arg-type]
+            if not first.is_set():
+                first.set()
+                await asyncio.sleep(0.2)  # answered after the second claim's answer
+            return result
+
+        store._fetch_claim = late_first  # type: ignore[method-assign]
+        key = new_key()
+        early, late = await asyncio.gather(
+            store.claim_generation(key, holder="resume"),
+            store.claim_generation(key, holder="request"),
+        )
+        assert {early, late} == {1, 2}
+        assert store.held_generation(key) == 2
+        await store.append_event(key, "t", event("kept"))
+        assert await store.flush(10)
+        assert not store.is_fenced(key) and store.fenced_writes == 0
+        assert [e["id"] for e in (await store.load_instance(key)).events["t"]] == ["kept"]
+    finally:
+        await store.close()
