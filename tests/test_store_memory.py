@@ -154,8 +154,10 @@ def test_factory_reads_database_url_after_loading_dotenv(
         assert os.environ["OTHER_SETTING"] == "value"
         assert isinstance(store_from_env(min_size=1), PostgresTaskStore)
     finally:
-        monkeypatch.delenv("DATABASE_URL", raising=False)
-        monkeypatch.delenv("OTHER_SETTING", raising=False)
+        # Set by the .env file, not by monkeypatch: removed here, or monkeypatch would put
+        # them back at teardown (a later test's `mail` command would find a DATABASE_URL).
+        os.environ.pop("DATABASE_URL", None)
+        os.environ.pop("OTHER_SETTING", None)
 
 
 def test_environment_wins_over_dotenv_and_none_disables(
