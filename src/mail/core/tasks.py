@@ -11,7 +11,7 @@ from typing import Any
 
 from mail.core.compat import DONE
 from mail.core.events import TaskEvent
-from mail.core.message import MAILMessage, create_agent_address, message_recipients
+from mail.core.message import MAILMessage, create_agent_address
 
 # Pseudo task id of the runtime's own events (see MAILRuntime.runtime_events); never a task.
 RUNTIME_EVENTS = "*"
@@ -151,6 +151,13 @@ def _extra_data(event: Any) -> dict[str, Any]:
             return {}
     extra = data.get("extra_data") if isinstance(data, dict) else None
     return extra if isinstance(extra, dict) else {}
+
+
+def _recipients(message: MAILMessage) -> list[Any]:
+    payload: Any = message["message"]
+    if message["msg_type"] in ("request", "response"):
+        return [payload.get("recipient")]
+    return list(payload.get("recipients") or [])
 
 
 def _file_entry(kept: Any) -> bool:
@@ -301,7 +308,7 @@ class MAILTask:
         messages = self.get_messages()
         mine = [m for m in messages if m["message"]["sender"] == address] if sent else []
         if received:
-            mine += [m for m in messages if address in message_recipients(m)]
+            mine += [m for m in messages if address in _recipients(m)]
         return mine
 
     def get_messages_by_type(self, message_type: str) -> list[MAILMessage]:

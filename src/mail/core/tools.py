@@ -214,7 +214,7 @@ def pydantic_model_to_tool(
 def get_tool_spec_name(tool: Mapping[str, Any]) -> str | None:
     """The name of a tool spec in either layout (Responses or Chat Completions), or None."""
     name = tool.get("name")
-    if isinstance(name, str):
+    if isinstance(name, str) and name:
         return name
     function = tool.get("function")
     if isinstance(function, Mapping) and isinstance(function.get("name"), str):
@@ -224,7 +224,8 @@ def get_tool_spec_name(tool: Mapping[str, Any]) -> str | None:
 
 def get_tool_name(tool: dict[str, Any]) -> str:
     """Name of a tool dict in either layout."""
-    if name := get_tool_spec_name(tool):
+    name = get_tool_spec_name(tool)
+    if name is not None:
         return name
     raise ValueError(f"tool has no name: {tool!r}")
 

@@ -485,9 +485,11 @@ class InstanceManager:
             store_key, _holder(), RESUME_CLAIM_WINDOW, _died_here
         )
         if claimed is None:
-            self._claimed.discard(key)
+            if store.held_generation(store_key) is None:  # (else a caller's request claimed it)
+                self._claimed.discard(key)
             return False
-        self._fresh_claims.add(key)
+        if key not in self._instances and key not in self._creating:
+            self._fresh_claims.add(key)  # (else its caller came first and claimed it too)
         return True
 
     async def _claim(self, key: tuple[str, str]) -> None:

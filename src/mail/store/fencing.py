@@ -45,8 +45,6 @@ class FenceState(Generic[InstanceKey]):
         return leases.get(key) if leases else None
 
     def claimed(self, key: InstanceKey, generation: int) -> None:
-        if generation < self.leases.get(key, 0):
-            return  # an earlier claim of ours answered after a later one: the later holds
         self.leases[key] = generation
         self.fenced.discard(key)
 

@@ -226,6 +226,9 @@ class PostgresTaskStore(BufferedSqlStore):
         self._auto_create_schema = auto_create_schema
         self._pool: asyncpg.Pool | None = None
         self._schema_ready = False
+        # One claim at a time: two at once (the start-up resume and a caller's first request)
+        # could have their answers come back out of order and leave the older lease held.
+        self._claiming = asyncio.Lock()
 
     # -- dialect ---------------------------------------------------------------------------
     def _json(self, value: Any) -> str:
@@ -277,7 +280,8 @@ class PostgresTaskStore(BufferedSqlStore):
 
     # -- fencing ---------------------------------------------------------------------------
     async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
-        generation = await self._claim(key, _CLAIM_SQL, holder)
+        async with self._claiming:
+            generation = await self._claim(key, _CLAIM_SQL, holder)
         assert generation is not None
         return generation
 
@@ -291,13 +295,16 @@ class PostgresTaskStore(BufferedSqlStore):
         """`claim_generation`, unless another holder claimed `key` less than `fresh_seconds`
         ago: then None and nothing changes (that holder is taken to be serving it), unless
         `gone(that holder)` says it is not (a process of this machine that died)."""
-        generation = await self._claim(key, _CLAIM_UNLESS_FRESH_SQL, holder, float(fresh_seconds))
-        if generation is not None or gone is None:
-            return generation
-        previous = await self._fetch_claim(key, _HOLDER_SQL)
-        if previous is None or not gone(str(previous)):
-            return None
-        return await self._claim(key, _CLAIM_IF_HOLDER_SQL, holder, str(previous))
+        async with self._claiming:
+            generation = await self._claim(
+                key, _CLAIM_UNLESS_FRESH_SQL, holder, float(fresh_seconds)
+            )
+            if generation is not None or gone is None:
+                return generation
+            previous = await self._fetch_claim(key, _HOLDER_SQL)
+            if previous is None or not gone(str(previous)):
+                return None
+            return await self._claim(key, _CLAIM_IF_HOLDER_SQL, holder, str(previous))
 
     async def _claim(self, key: InstanceKey, sql: str, *args: Any) -> int | None:
         if key in self._fencing.leases:
