@@ -148,12 +148,12 @@ def _read(conn: sqlite3.Connection, args: tuple[str, str, str]) -> InstanceSnaps
     return snapshot
 
 
-# Larger batches than PostgreSQL, the same wait: a commit costs no round trip but ~0.4 ms of
-# CPU (bench/chatty.py, turns of 10 ms: 0.44 s of server CPU at 20 ms, 0.34 s at 50 ms).
-# What must not wait (an answer, a stream's event, a model call) flushes at once.
+# Larger batches and a shorter wait than PostgreSQL: a commit is cheap here (no round trip).
+# (50 ms saved CPU in bench/chatty.py but made tests/test_interswarm_back_parked_attacks.py
+# see a question sent twice to a peer after kill -9: bench/results-store.md.)
 SQLITE_BUFFER_DEFAULTS: dict[str, Any] = {
     "max_batch": 500,
-    "batch_delay": 0.05,
+    "batch_delay": 0.02,
     "retry_initial": 0.2,
     "retry_max": 5.0,
     "max_pending": 100_000,
