@@ -10,7 +10,7 @@ import pytest
 from mail.config import StoreConfig
 from mail.store import InstanceKey, StoreUnavailableError, server_store, store_kind
 from mail.store.sqlite import SqliteTaskStore
-from mail.store.sqlite_schema import MIGRATIONS, SCHEMA_VERSION, connect, migrate
+from mail.store.sqlite_schema import SCHEMA_VERSION, connect, migrate
 
 KEY = InstanceKey("demo", "user", "u-1")
 
@@ -57,49 +57,3 @@ def test_store_selection(tmp_path: Path) -> None:
     assert isinstance(server_store("sqlite", tmp_path / "m.db", None), SqliteTaskStore)
     assert StoreConfig().database_path("registries/demo.json") == Path("data/mail.db")
     assert StoreConfig(path="/x/y.db").database_path("registries/demo.json") == Path("/x/y.db")
-
-
-async def test_a_version_5_file_is_upgraded_with_its_events_and_histories(
-    tmp_path: Path,
-) -> None:
-    """Migration 6 rebuilds task_events and agent_histories (fewer pages per commit): every
-    row is kept, events written after it come after the old ones, and a history's segments
-    still join and are replaced whole."""
-    path = tmp_path / "mail.db"
-    conn = connect(path)
-    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
-    for version, statements in MIGRATIONS[:5]:
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_version VALUES (?, '')", (version,))
-    key = (KEY.swarm_name, KEY.caller_role, KEY.caller_id, "t")
-    for n in range(3):
-        conn.execute(
-            "INSERT INTO task_events (swarm_name, caller_role, caller_id, task_id, event_type,"
-            " event_data, event_id) VALUES (?, ?, ?, ?, 'e', ?, ?)",
-            (*key, f"old {n}", str(n)),
-        )
-    conn.execute("DELETE FROM task_events WHERE event_id = '2'")  # the largest seq
-    for start, part in ((0, '[{"n": 0}, {"n": 1}]'), (2, '[{"n": 2}]')):
-        conn.execute(
-            "INSERT INTO agent_histories (swarm_name, caller_role, caller_id, task_id,"
-            " agent_name, tool_format, history, start) VALUES (?, ?, ?, ?, 'a', 'completions',"
-            " ?, ?)",
-            (*key, part, start),
-        )
-    conn.close()
-
-    store = SqliteTaskStore(path)
-    await store.start()
-    try:
-        await store.append_event(KEY, "t", {"event": "e", "data": "new", "id": "3"})
-        snap = await store.load_instance(KEY)
-        assert [e["data"] for e in snap.events["t"]] == ["old 0", "old 1", "new"]
-        assert snap.histories[("t", "a")] == [{"n": 0}, {"n": 1}, {"n": 2}]
-        await store.save_history(KEY, "t", "a", "completions", [{"n": 9}])  # whole again
-        assert (await store.load_instance(KEY)).histories[("t", "a")] == [{"n": 9}]
-    finally:
-        await store.close()
-    with sqlite3.connect(path) as conn:
-        assert max(r[0] for r in conn.execute("SELECT version FROM schema_version")) == 6
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -66,29 +66,6 @@ HISTORY_SEGMENTS_DDL = (
     "ALTER TABLE agent_histories_v5 RENAME TO agent_histories",
 )
 
-# Migration 6: two pages fewer written per turn's commit (bench/results-store.md). task_events
-# without AUTOINCREMENT, which rewrote its sqlite_sequence row at each commit (`seq` orders the
-# rows: a new row still gets a larger one than every row there), and agent histories keyed by
-# start before agent, so a turn's segments of a task's agents share one index leaf.
-LEANER_COMMITS_DDL = (
-    f"""CREATE TABLE task_events_v6 (seq INTEGER PRIMARY KEY, {_KEY_COLUMNS},
-        task_id TEXT NOT NULL, event_type TEXT, event_data TEXT, event_id TEXT,
-        created_at TEXT)""",
-    "INSERT INTO task_events_v6 SELECT * FROM task_events",
-    "DROP TABLE task_events",
-    "ALTER TABLE task_events_v6 RENAME TO task_events",
-    "DELETE FROM sqlite_sequence WHERE name = 'task_events'",
-    "CREATE INDEX mail_task_events_instance_idx ON task_events"
-    " (swarm_name, caller_role, caller_id, task_id, seq)",
-    f"""CREATE TABLE agent_histories_v6 ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
-        agent_name TEXT NOT NULL, tool_format TEXT NOT NULL, history TEXT NOT NULL,
-        created_at TEXT, updated_at TEXT, start INTEGER NOT NULL DEFAULT 0,
-        UNIQUE (swarm_name, caller_role, caller_id, task_id, start, agent_name))""",
-    "INSERT INTO agent_histories_v6 SELECT * FROM agent_histories",
-    "DROP TABLE agent_histories",
-    "ALTER TABLE agent_histories_v6 RENAME TO agent_histories",
-)
-
 # version -> statements. Append a new version; never edit one that was released.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
@@ -145,14 +122,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, IDEMPOTENCY_DDL),  # idempotency keys (mail.store.idempotency): a new table only
     (4, IDEMPOTENCY_ROWID_DDL),  # the idempotency keys as a rowid table (faster writes)
     (5, HISTORY_SEGMENTS_DDL),  # agent histories as appended segments (a `start` column)
-    (6, LEANER_COMMITS_DDL),  # fewer pages written per commit (rows copied as they are)
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 # What an upgrade of an existing file changed, logged once (one line) when it is applied.
-_UPGRADE_NOTES = {
-    5: "agent histories are stored as appended segments (rows kept as they were)",
-    6: "task events and agent histories rebuilt to write fewer pages per turn (rows kept)",
-}
+_UPGRADE_NOTES = {5: "agent histories are stored as appended segments (rows kept as they were)"}
 
 
 BUSY_TIMEOUT_MS = 30_000  # how long a statement waits for another process's lock
@@ -321,10 +294,11 @@ def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = N
             for statement in statements:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, utc_now()))
+        if done and version in _UPGRADE_NOTES:  # a file written by an earlier version
+            logger.info(
+                "SQLite schema upgraded to version %d: %s", version, _UPGRADE_NOTES[version]
+            )
         applied.append(version)
-    notes = [_UPGRADE_NOTES[v] for v in applied if v in _UPGRADE_NOTES]
-    if done and notes:  # a file written by an earlier version: one line
-        logger.info("SQLite schema upgraded to version %d: %s", applied[-1], "; ".join(notes))
     return applied
 
 
