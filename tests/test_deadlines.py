@@ -127,8 +127,8 @@ async def test_futures_answered_in_one_pass_do_not_drop_live_deadlines_at_compac
         future.set_result(None)
     for future, entry in zip(answered, entries, strict=True):  # their waiters resume
         deadlines.answered(future, entry)
-    assert await _expires(live[0])
-    assert all(f.done() for f in live)
+    # Each expires at its own deadline (a few microseconds apart: maybe in later passes).
+    assert all([await _expires(future) for future in live])
     for future, entry in zip(live, live_entries, strict=True):
         deadlines.answered(future, entry)
     state = deadlines._current
