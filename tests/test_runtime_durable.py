@@ -25,8 +25,8 @@ from mail.core.message import (
 )
 from mail.core.runtime_durable import journal_key
 from mail.core.system_messages import system_response
+from mail.store import MemoryTaskStore
 from mail.store.base import InstanceKey
-from mail.store.tasks_memory import MemoryTaskStore
 
 pytestmark = pytest.mark.timeout(30)
 

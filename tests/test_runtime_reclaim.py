@@ -136,9 +136,10 @@ async def test_a_dropped_swarm_with_a_store_is_freed_without_the_cyclic_collecto
     collector_off: None,
 ) -> None:
     """The store's observer and the task journal hold the runtime weakly too."""
-    from mail.store.tasks_memory import MemoryTaskStore
+    from mail.store import MemoryTaskStore
 
     store = MemoryTaskStore()
+    await store.start()
     swarm = template().instantiate({}, user_id="u")
     await swarm.attach_store(store)
     assert swarm.runtime.journal is not None  # histories persisted: the journal is on

@@ -207,6 +207,8 @@ async def test_a_failing_callback_does_not_break_the_writer(
 def test_memory_stores_without_sharing_are_independent() -> None:
     async def run() -> None:
         one, two = MemoryTaskStore(), MemoryTaskStore()
+        await one.start()
+        await two.start()
         key = new_key()
         assert await one.claim_generation(key) == 1
         assert await two.claim_generation(key) == 1  # its own counter: another "database"

@@ -72,11 +72,13 @@ async def test_round_trip_and_snapshot_copies() -> None:
         "last_error": None,
         "degraded": False,
         "fenced_writes": 0,
+        "dropped_writes": 0,
     }
 
 
 async def test_mutating_a_saved_response_or_queue_does_not_leak() -> None:
     store = MemoryTaskStore()
+    await store.start()
     response = {"message": {"body": "first"}}
     queue = [{"priority": 2, "seq": 1, "message": {"body": "q"}}]
     await store.save_response(KEY, "t", response)
@@ -93,6 +95,8 @@ async def test_events_may_be_server_sent_event_objects() -> None:
     from sse_starlette import ServerSentEvent
 
     store = MemoryTaskStore()
+
+    await store.start()
     await store.append_event(KEY, "t", ServerSentEvent(data='{"x":1}', event="task_complete", id=7))
     snap = await store.load_instance(KEY)
     assert snap.events["t"] == [{"event": "task_complete", "data": '{"x":1}', "id": "7"}]
@@ -100,6 +104,7 @@ async def test_events_may_be_server_sent_event_objects() -> None:
 
 async def test_unknown_instance_loads_empty_and_delete_queue_is_idempotent() -> None:
     store = MemoryTaskStore()
+    await store.start()
     await store.delete_queue(KEY, "nope")
     snap = await store.load_instance(InstanceKey("other", "admin", "x"))
     assert snap.is_empty()
@@ -119,6 +124,8 @@ async def test_sdk_objects_in_histories_are_stored_as_data() -> None:
         name: str
 
     store = MemoryTaskStore()
+
+    await store.start()
     await store.save_history(
         KEY, "t", "a", None, [{"role": "assistant", "tool_calls": [ToolCall(id="c1", name="f")]}]
     )

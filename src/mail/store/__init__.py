@@ -14,7 +14,7 @@ from mail.store.base import (
     TaskStore,
     detect_tool_format,
 )
-from mail.store.tasks_memory import MemoryTaskStore
+from mail.store.sqlite import MemoryTaskStore
 
 if TYPE_CHECKING:
     from mail.store.lifecycle import TaskLifecycle
@@ -149,7 +149,7 @@ def lifecycle_for(store: Any) -> TaskLifecycle | None:
     """How the server reads, measures and removes a store's finished tasks
     (`mail.store.lifecycle`); None for a store object this package does not know."""
     backend = getattr(store, "backend", None)
-    if backend == "sqlite":
+    if backend in ("sqlite", "memory"):
         from mail.store.lifecycle_sqlite import SqliteLifecycle
 
         return SqliteLifecycle(store)
@@ -157,10 +157,6 @@ def lifecycle_for(store: Any) -> TaskLifecycle | None:
         from mail.store.lifecycle_postgres import PostgresLifecycle
 
         return PostgresLifecycle(store)
-    if backend == "memory":
-        from mail.store.lifecycle_memory import MemoryLifecycle
-
-        return MemoryLifecycle(store)
     return None
 
 

@@ -15,6 +15,7 @@ from mail.store.base import (
     TaskStore,
     detect_tool_format,
     event_row,
+    json_copy,
     split_task_record,
 )
 from mail.store.lifecycle import FINISHED_STATES
@@ -314,9 +315,8 @@ class BufferedSqlStore(TaskStore):
     def _queue_write(
         self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]
     ) -> SqlWrite | None:
-        # Encoded when its batch is applied, as a history is.
-        snapshot = [dict(i) if isinstance(i, dict) else i for i in items]
-        return self._write(key, "queue", (*key_args(key), task_id, snapshot))
+        # A paused task's stash (rare): copied whole, so no later change reaches it.
+        return self._write(key, "queue", (*key_args(key), task_id, json_copy(items)))
 
     def _owned_queue_write(
         self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]

@@ -31,6 +31,7 @@ from mail.store.sql_base import (
 )
 from mail.store.sqlite_schema import (
     INLINE_BATCH_BYTES,
+    MEMORY,
     NOW_SQL,
     is_transient_error,
     open_database,
@@ -274,3 +275,23 @@ class SqliteTaskStore(BufferedSqlStore):
     @property
     def backend(self) -> str:
         return "sqlite"
+
+
+class MemoryTaskStore(SqliteTaskStore):
+    """The SQLite store on a private in-memory database (`MEMORY`): what `create_store` gives
+    when no database is configured (tests, and code that embeds one); its data is gone once
+    the last store using it closes.
+
+    `share_with` makes this store use another one's database, the way two processes share a
+    file: each store object keeps its own claimed generations, so fencing between them
+    behaves as between two servers.
+    """
+
+    def __init__(self, *, share_with: MemoryTaskStore | None = None, **options: Any) -> None:
+        super().__init__(MEMORY, **{"batch_delay": 0.0, **options})  # no file: no batching
+        if share_with is not None:
+            self.db = share_with.db
+
+    @property
+    def backend(self) -> str:
+        return "memory"
