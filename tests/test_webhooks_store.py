@@ -21,11 +21,10 @@ from mail.store.webhooks import (
     ClaimLimits,
     OverQuota,
     PendingLimits,
-    WebhookStore,
     new_delivery,
     new_id,
 )
-from mail.store.webhooks_sql import SqliteWebhookStore
+from mail.store.webhooks_sql import SqliteWebhookStore, WebhookStore
 
 SWARM = "hooks"
 PENDING = PendingLimits(1000, 100000)

@@ -29,7 +29,6 @@ from mail.store.webhooks import (
     Record,
     SubscriptionCache,
     Waiting,
-    WebhookStore,
     decode_auth,
     decode_subscription,
     encode_value,
@@ -394,13 +393,20 @@ async def _cleanup(c: SqlConn, now: float, retention: float) -> int:
         )
 
 
-class SqlWebhookStore(WebhookStore):
-    """Every method of the interface, as one operation of `self.sql`."""
+class WebhookStore:
+    """Subscriptions, outbox, deliveries and attempts of one server (or deployment), on
+    SQLite or PostgreSQL: each method one operation of `self.sql`."""
 
     sql: Sql
 
     def __init__(self) -> None:
         self._subs = SubscriptionCache()
+
+    async def start(self) -> None:
+        """Open connections; create tables where the store does so itself."""
+
+    async def close(self) -> None:
+        """Release connections. Idempotent."""
 
     # -- subscriptions ------------------------------------------------------------------
     async def add_subscription(
@@ -411,6 +417,11 @@ class SqlWebhookStore(WebhookStore):
         same: Sequence[str] = (),
         refresh: Sequence[str] = (),
     ) -> Record:
+        """Store `sub` and return it, in one transaction that also checks `bounds` (raising
+        OverQuota, nothing stored). With `same` (columns): a subscription of `sub`'s swarm
+        equal to it in those columns is kept instead, its `refresh` columns (and
+        ``updated_at``) taking `sub`'s values: that one is returned. Concurrent adds of
+        one owner are serialized, so no burst passes a bound or makes two of the `same`."""
         return await self.sql.run(_add_subscription, sub, bounds, same, refresh)
 
     async def get_subscription(self, subscription_id: str) -> Record | None:
@@ -425,6 +436,7 @@ class SqlWebhookStore(WebhookStore):
         kinds: Sequence[str] | None = None,
         task_id: str | None = None,
     ) -> list[Record]:
+        """Oldest first; `owner` (role, id), `kinds` and `task_id` narrow the list."""
         where, args = ["swarm_name = ?"], [swarm_name]
         if owner is not None:
             where.append("owner_role = ? AND owner_id = ?")
@@ -440,32 +452,57 @@ class SqlWebhookStore(WebhookStore):
     async def update_subscription(
         self, subscription_id: str, changes: Record, *, expect: Record | None = None
     ) -> Record | None:
+        """Apply `changes` (UPDATABLE columns); the updated record, None when unknown. With
+        `expect` (column -> value), only while the subscription still holds those values
+        (a compare-and-set: of concurrent updates expecting the same values, one wins; the
+        others get None and change nothing)."""
         changes = {"updated_at": time.time(), **changes}  # the fan-out cache's version
         return await self.sql.run(_update_subscription, subscription_id, changes, expect)
 
     async def delete_subscription(self, subscription_id: str) -> bool:
+        """Forget a subscription with its deliveries and their attempts."""
         return await self.sql.run(_delete_subscription, subscription_id)
 
     # -- outbox and deliveries ------------------------------------------------------------
     async def add_events(self, events: Sequence[Record]) -> None:
+        """Outbox rows written outside a task store batch (a server without one)."""
         await self.sql.run(_add_events, list(events))
 
     async def fan_out(
         self, swarm_name: str, now: float, limit: int, pending: PendingLimits, *, wait: bool = False
     ) -> int:
+        """Turn up to `limit` outbox events into deliveries and drop them, atomically
+        (past a `pending` bound a delivery is recorded failed, saying why); returns how many
+        deliveries were created. Concurrent callers take different events; with `wait`, events
+        another caller is fanning out are waited for (when it returns, every event committed
+        before the call has its deliveries), otherwise skipped."""
         return await self.sql.run(_fan_out, swarm_name, now, limit, pending, self._subs, wait)
 
     async def add_deliveries(
         self, deliveries: Sequence[Record], pending: PendingLimits, *, refuse: bool = False
     ) -> None:
+        """Store pending deliveries; past a `pending` bound one is recorded failed, saying
+        why (`refuse`: OverQuota is raised instead, and nothing is stored)."""
         await self.sql.run(_add_deliveries, list(deliveries), pending, refuse)
 
     async def claim(
         self, swarm_name: str, now: float, limits: ClaimLimits, owner: str, lease_until: float
     ) -> list[Record]:
+        """Take due pending deliveries of active subscriptions (a lease until
+        `lease_until`); each record also carries its subscription's SENDING_COLUMNS.
+        Concurrent callers never get the same delivery while its lease runs."""
         return await self.sql.run(_claim, swarm_name, now, limits, owner, lease_until)
 
+    async def finish(
+        self, attempt: Record, delivery: Record, subscription: Record | None = None
+    ) -> None:
+        """Record an attempt and the delivery's new state (`delivery`: its changed columns
+        with `delivery_id`), and maybe its subscription's (`subscription`: changed columns
+        with `subscription_id`), in one transaction; the lease is released."""
+        await self.finish_many([(attempt, delivery, subscription)])
+
     async def finish_many(self, finished: Sequence[Finished]) -> None:
+        """`finish` for several attempts, in one transaction, in order."""
         await self.sql.run(_finish, list(finished))
 
     async def get_delivery(self, delivery_id: str) -> Record | None:
@@ -479,6 +516,8 @@ class SqlWebhookStore(WebhookStore):
         limit: int = 50,
         before: tuple[float, str] | None = None,
     ) -> list[Record]:
+        """Newest first, each with its ``attempts_log`` (oldest attempt first); `before`
+        ((created_at, delivery_id) of the last one seen) pages on."""
         where, args = ["subscription_id = ?"], [subscription_id]
         if status is not None:
             where.append("status = ?")
@@ -489,6 +528,8 @@ class SqlWebhookStore(WebhookStore):
         return await self.sql.run(_list_deliveries, " AND ".join(where), *args, limit)
 
     async def retry(self, delivery_id: str, now: float, pending: PendingLimits) -> Record | None:
+        """Make a delivery pending again, due now, with the whole retry schedule ahead
+        (OverQuota when a finished one would pass a `pending` bound)."""
         return await self.sql.run(_retry, delivery_id, now, pending)
 
     async def pending_count(self, swarm_name: str) -> int:
@@ -505,6 +546,7 @@ class SqlWebhookStore(WebhookStore):
     async def release_leases(self, swarm_name: str) -> int:
         # PostgreSQL: other servers may hold leases on these tables: only expired ones are
         # theirs to lose, which claiming already handles.
+        """Drop every lease (a single server starting: nobody else can hold one)."""
         if self.sql.postgres:
             return 0
         return await self.sql.run(
@@ -516,10 +558,12 @@ class SqlWebhookStore(WebhookStore):
         )
 
     async def cleanup(self, now: float, retention: float) -> int:
+        """Forget deliveries finished more than `retention` seconds ago and expired
+        per-request / A2A subscriptions (with their deliveries); returns rows removed."""
         return await self.sql.run(_cleanup, now, retention)
 
 
-class SqliteWebhookStore(SqlWebhookStore):
+class SqliteWebhookStore(WebhookStore):
     def __init__(self, path: str | Path = MEMORY) -> None:
         """`path`: the server's database file; by default (`MEMORY`) a private in-memory
         database, gone with the store (`--store memory`)."""
@@ -552,7 +596,7 @@ class SqliteWebhookStore(SqlWebhookStore):
         return planned
 
 
-class PostgresWebhookStore(SqlWebhookStore):
+class PostgresWebhookStore(WebhookStore):
     def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 4) -> None:
         from mail.store.postgres_schema import normalize_dsn
 

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from mail.store.webhooks import ClaimLimits, Finished, Owner, PendingLimits, Record, WebhookStore
+from mail.store.webhooks import ClaimLimits, Finished, Owner, PendingLimits, Record
+from mail.store.webhooks_sql import WebhookStore
 from mail.telemetry import metrics, tracing
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import signing

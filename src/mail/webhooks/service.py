@@ -17,10 +17,10 @@ from mail.store.webhooks import (
     Bound,
     OverQuota,
     Record,
-    WebhookStore,
     new_delivery,
     new_id,
 )
+from mail.store.webhooks_sql import WebhookStore
 from mail.utils.echo import echo
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import events as ev
