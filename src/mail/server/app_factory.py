@@ -31,13 +31,12 @@ from mail.server import (
 from mail.server.auth import Authenticator, build_authenticator
 from mail.server.backends import cluster_backend, install_cluster_backend
 from mail.server.errors import BodyLimitMiddleware, MAILFastAPI, install_error_handling
-from mail.server.instances import InstanceManager
+from mail.server.instances import InstanceManager, maybe_await
 from mail.server.state import (
     ServerState,
     StartupError,
     close_quietly,
     load_template,
-    maybe_await,
     start_store,
     template_from_env,
 )
