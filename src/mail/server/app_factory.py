@@ -271,8 +271,7 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
         await asyncio.wait(set(state.background), timeout=5.0)
         for runner in state.background:
             runner.cancel()
-    if state.finished is not None:
-        await close_quietly("finished tasks", state.finished.close)
+    await close_quietly("finished tasks", state.finished.close)
     if state.webhooks is not None:
         await close_quietly("webhooks", functools.partial(state.webhooks.close, webhooks_deadline))
     if state.router is not None:

@@ -63,7 +63,7 @@ class ServerState:
     # Open event streams per caller ([server.settings] max_event_streams_per_caller).
     stream_slots: StreamSlots = field(default_factory=lambda: StreamSlots(0), repr=False)
     # Finished tasks out of memory, the per-caller storage books and retention
-    # (server/finished_tasks.py, retention.py); set at start-up.
+    # (server/finished_tasks.py, retention.py); set at start-up, before any request.
     finished: Any = field(default=None, repr=False)
     quota: Any = field(default=None, repr=False)
     retention: Any = field(default=None, repr=False)
