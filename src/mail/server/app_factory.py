@@ -175,7 +175,7 @@ def _start_lifecycle(state: ServerState) -> None:
     finished = FinishedTasks(
         state.instances, state.store, quota, team_store=state.instances.team_store
     )
-    state.instances.load_finished = finished.keeps_finished
+    state.instances.load_finished = finished.lifecycle is None  # (no store to read them from)
     state.instances.on_archive = finished.book_archived
     if quota.max_bytes:
         state.instances.ledger_for = functools.partial(CallerLedger, quota)
