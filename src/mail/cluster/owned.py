@@ -6,12 +6,12 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 
-from mail.server import task_events, task_listing
+from mail.server import task_events
 from mail.server.bodies import parse_task_id, read_json_object
 from mail.server.handlers import get_state
 from mail.server.jsonio import JSONBody
 from mail.server.sse import EventStreamResponse
-from mail.server.task_reads import task_record, task_summary
+from mail.server.task_reads import caller_summaries, task_record
 
 OWNED_PREFIX = "/_cluster/owned"
 
@@ -82,16 +82,5 @@ async def owned_tasks(request: Request) -> JSONBody:
     state = get_state(request)
     role, caller_id = _owner(request)
     inst = state.instances.peek(role, caller_id)
-    records = {
-        tid: task_listing.summary(r)
-        for tid, r in state.instances.archived_tasks(role, caller_id).items()
-    }
-    if inst is not None:
-        for task_id, task in inst.swarm.get_all_tasks().items():
-            if task_id != "*":  # runtime-internal pseudo-task of loop-level events
-                records[task_id] = task_summary(task, inst.swarm.runtime)
-    finished = getattr(state, "finished", None)
-    if finished is not None:  # the finished ones that left memory
-        stored = await finished.stored_summaries(role, caller_id, live=records)
-        records = {**stored, **records}
+    records = await caller_summaries(state, role, caller_id, inst)
     return JSONBody(records)

@@ -31,13 +31,12 @@ from mail.server import (
 from mail.server.auth import Authenticator, build_authenticator
 from mail.server.backends import cluster_backend, install_cluster_backend
 from mail.server.errors import BodyLimitMiddleware, MAILFastAPI, install_error_handling
-from mail.server.instances import InstanceManager
+from mail.server.instances import InstanceManager, maybe_await
 from mail.server.state import (
     ServerState,
     StartupError,
     close_quietly,
     load_template,
-    maybe_await,
     start_store,
     template_from_env,
 )
@@ -176,7 +175,7 @@ def _start_lifecycle(state: ServerState) -> None:
     finished = FinishedTasks(
         state.instances, state.store, quota, team_store=state.instances.team_store
     )
-    state.instances.load_finished = finished.keeps_finished
+    state.instances.load_finished = finished.lifecycle is None  # (no store to read them from)
     state.instances.on_archive = finished.book_archived
     if quota.max_bytes:
         state.instances.ledger_for = functools.partial(CallerLedger, quota)
@@ -272,8 +271,7 @@ async def _shutdown(state: ServerState, own_store: bool, backend: Any = None) ->
         await asyncio.wait(set(state.background), timeout=5.0)
         for runner in state.background:
             runner.cancel()
-    if state.finished is not None:
-        await close_quietly("finished tasks", state.finished.close)
+    await close_quietly("finished tasks", state.finished.close)
     if state.webhooks is not None:
         await close_quietly("webhooks", functools.partial(state.webhooks.close, webhooks_deadline))
     if state.router is not None:

@@ -22,6 +22,7 @@ from mail.server.bodies import parse_message_request
 from mail.server.state import ServerState
 from mail.store.webhooks import SERIES_CHARS, Bound, OverQuota, Record, new_id
 from mail.utils.echo import echo
+from mail.webhooks.service import new_subscription
 from mail.webhooks.views import WebhookError
 
 logger = logging.getLogger("mail.server.crons")
@@ -170,6 +171,16 @@ def cron_view(sub: Mapping[str, Any]) -> Record:
     }
 
 
+def _shown(sub: Record, body: Mapping[str, Any], hook: dict[str, Any] | None) -> Record:
+    """`cron_view`, with the secret of the webhook this request set (`hook`) when the server
+    made it: shown once, as webhooks' are."""
+    view = cron_view(sub)
+    given = body.get("webhook")
+    if hook is not None and not (isinstance(given, dict) and given.get("secret")):
+        view["webhook"]["secret"] = hook["secret"]
+    return view
+
+
 # -- the service ----------------------------------------------------------------------------
 class CronScheduler:
     """One per server process: ``/crons``' handlers and the loop that starts due runs."""
@@ -296,30 +307,21 @@ class CronScheduler:
             "runs": 0,
             "changed_at": now,
         }
-        sub: Record = {
-            "subscription_id": new_id("cron"),
-            "swarm_name": self.swarm_name,
-            "owner_role": owner[0],
-            "owner_id": owner[1],
-            "kind": KIND,
-            "scope": "own",
-            "task_id": None,
-            "url": hook["url"] if hook else "",
-            "destination": "",
-            "events": [],
-            "description": self._description(body.get("description")),
-            "active": not paused,
-            "disabled_reason": None,
-            "secret": api_key,  # loads the owner's instance for a run when it is not loaded
-            "previous_secret": None,
-            "previous_secret_until": None,
-            "push_token": None,
-            "push_auth": spec,
-            "failing_since": None,
-            "created_at": now,
-            "updated_at": now,
-            "expires_at": None,
-        }
+        sub = new_subscription(
+            self.swarm_name,
+            owner,
+            KIND,
+            hook["url"] if hook else "",
+            [],
+            subscription_id=new_id("cron"),
+            destination="",
+            description=self._description(body.get("description")),
+            active=not paused,
+            secret=api_key,  # loads the owner's instance for a run when it is not loaded
+            push_auth=spec,
+            created_at=now,
+            updated_at=now,
+        )
         limit = self.cfg.max_crons_per_caller
         bound = Bound(
             ("owner_role", "owner_id", "kind"),
@@ -333,12 +335,7 @@ class CronScheduler:
             raise HTTPException(429, str(exc)) from None
         self._wake.set()
         logger.info("crons: %s:%s scheduled %s (%s)", *owner, sub["subscription_id"], schedule)
-        view = cron_view(stored)
-        if hook is not None and not (
-            isinstance(body["webhook"], dict) and body["webhook"].get("secret")
-        ):
-            view["webhook"]["secret"] = hook["secret"]  # shown once, as webhooks' are
-        return view
+        return _shown(stored, body, hook)
 
     async def list_for(self, owner: Owner) -> list[Record]:
         subs = await self.store.list_subscriptions(self.swarm_name, owner=owner, kinds=[KIND])
@@ -384,18 +381,10 @@ class CronScheduler:
             )
             if updated is not None:
                 self._wake.set()
+                hook = spec.get("webhook") if "webhook" in body else None
                 if "webhook" in body:  # the next run makes the new one
-                    hook = spec.get("webhook")
                     await self._drop_webhook(owner, cron_id, hook["url"] if hook else None)
-                view = cron_view(updated)
-                given = body.get("webhook")
-                if (
-                    spec.get("webhook")
-                    and "webhook" in body
-                    and not (isinstance(given, dict) and given.get("secret"))
-                ):
-                    view["webhook"]["secret"] = spec["webhook"]["secret"]
-                return view
+                return _shown(updated, body, hook)
             logger.debug("crons: update of %s raced a run (attempt %d)", cron_id, attempt + 1)
         raise HTTPException(409, "the scheduled task changed meanwhile; send the update again")
 

@@ -397,11 +397,6 @@ class FinishedTasks:
         # removed from the store while a continuation runs from memory.
         self.prune_gate = asyncio.Lock()
 
-    @property
-    def keeps_finished(self) -> bool:
-        """Whether finished tasks stay in memory (no store to read them back from)."""
-        return self.lifecycle is None
-
     def key(self, kind: str, caller_id: str) -> InstanceKey:
         return InstanceKey(self.instances.swarm_name, kind, caller_id)
 

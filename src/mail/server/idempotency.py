@@ -424,7 +424,7 @@ class Ticket:
         if req.task_id is None and req.resume_from is None:
             brought_back = fresh = not (self.takeover and self.subject)
             req.task_id = new_task_id() if fresh else self.subject
-        elif state.finished is not None:  # a finished task named: back from the store first
+        else:  # a finished task named: back from the store first
             await state.finished.bring_back(inst, req.task_id)
             brought_back = True
         context = {**_task_context(inst, None if fresh else req.task_id), "stream": req.stream}
@@ -458,7 +458,7 @@ class Ticket:
         """The take of a request that runs one task outside ``POST /message`` (``POST
         /interswarm/message``), for `message_replay.task_resolver`; `new`: a new task id.
         A takeover sends `message` again under its first id (a peer drops re-deliveries)."""
-        if not new and state.finished is not None:
+        if not new:
             await state.finished.bring_back(inst, task_id)
         earlier = self.context.get("message") if self.takeover else None
         if isinstance(earlier, str) and earlier:

@@ -116,7 +116,8 @@ def _reraise_own_cancellation() -> None:
         raise  # noqa: PLE0704 - called from an except block, re-raises what it caught
 
 
-async def _maybe_await(value: Any) -> Any:
+async def maybe_await(value: Any) -> Any:
+    """`value`, awaited when it is awaitable (a swarm's or a store's hook may be either)."""
     if inspect.isawaitable(value):
         return await value
     return value
@@ -259,16 +260,14 @@ class InstanceManager:
             registry_file=self.registry_file,
             print_llm_streams=self.print_llm_streams,
         )
+        from mail.store import InstanceKey
+
+        store_key = InstanceKey(self.swarm_name, kind, caller_id)
         if self.store is not None:
             attach = getattr(swarm, "attach_store", None)
             if attach is not None:
-                from mail.store import InstanceKey
-
-                store_key = InstanceKey(self.swarm_name, kind, caller_id)
-                if self.load_finished:
-                    await _maybe_await(attach(self.store, store_key))
-                else:
-                    await _maybe_await(attach(self.store, store_key, load_finished=False))
+                loading = {} if self.load_finished else {"load_finished": False}
+                await maybe_await(attach(self.store, store_key, **loading))
             else:
                 logger.warning(
                     "this MAILSwarm has no attach_store(); persistence is off for %s:%s",
@@ -276,9 +275,7 @@ class InstanceManager:
                     caller_id,
                 )
         if self.attach_outbox is not None:
-            from mail.store import InstanceKey
-
-            self.attach_outbox(swarm, InstanceKey(self.swarm_name, kind, caller_id))
+            self.attach_outbox(swarm, store_key)
         if self.agent_memory is not None:
             swarm.runtime.memory = self.agent_memory
         guard = getattr(getattr(swarm, "runtime", None), "loop_guard", None)
@@ -287,13 +284,7 @@ class InstanceManager:
             guard.max_repeats = self.task_repeat_limit
             guard.max_no_tool_calls = self.task_no_tool_call_limit
         if self.team_store is not None and hasattr(swarm, "attach_team_store"):
-            from mail.store import InstanceKey
-
-            swarm.attach_team_store(
-                self.team_store,
-                self.team_settings,
-                InstanceKey(self.swarm_name, kind, caller_id),
-            )
+            swarm.attach_team_store(self.team_store, self.team_settings, store_key)
         if self.max_message_body is not None:
             swarm.runtime.max_message_body = self.max_message_body
         if self.ledger_for is not None:
@@ -392,7 +383,7 @@ class InstanceManager:
 
     async def _stop(self, inst: Instance) -> None:
         try:
-            await _maybe_await(inst.swarm.shutdown())
+            await maybe_await(inst.swarm.shutdown())
         except Exception:
             logger.exception("error shutting down %s instance %s", inst.kind, inst.id)
         if not inst.loop_task.done():

@@ -106,8 +106,6 @@ async def _instance_or_kept(
     inst = await state.instances.loaded(role, ident)
     if inst is not None:
         return inst, None
-    if state.finished is None:
-        raise HTTPException(404, f"no mail instance found for contributor: {echo(contributor)}")
     key = state.finished.key(instance_kind(role), ident)
     kept = await parked_answers.park(state, key, contributor, envelope, direction)
     return await state.instances.loaded(role, ident), kept
@@ -169,11 +167,10 @@ async def receive(
         if loaded is None:  # kept for the owner's instance, which is not loaded
             return _delivered(state, caller, kept)
         inst = loaded
-        if state.finished is not None:
-            # A task that left memory (it ended, or a restart stopped it while it waited for
-            # this answer) is in the store: the answer continues it, as a message naming it
-            # does (`bring_back`), instead of a 404 that loses the peer's answer.
-            await state.finished.bring_back(inst, envelope["payload"]["task_id"])
+        # A task that left memory (it ended, or a restart stopped it while it waited for
+        # this answer) is in the store: the answer continues it, as a message naming it
+        # does (`bring_back`), instead of a 404 that loses the peer's answer.
+        await state.finished.bring_back(inst, envelope["payload"]["task_id"])
     try:
         if not await inst.swarm.is_interswarm_running():
             raise HTTPException(503, "interswarm is not enabled for this swarm")

@@ -56,10 +56,9 @@ async def key_task(request: Request, caller: Caller, ticket: Ticket) -> KeyTask 
         return in_progress() if ticket.in_flight else None
     state = get_state(request)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
-    if state.finished is not None:
-        # After a restart a task that ended before it is only in the store: put it back, or
-        # its events look absent and the request would run a second time.
-        await state.finished.bring_back(inst, task_id)
+    # After a restart a task that ended before it is only in the store: put it back, or
+    # its events look absent and the request would run a second time.
+    await state.finished.bring_back(inst, task_id)
     task, archived = _found(state, caller, inst, task_id)
     if task is None and not archived and ticket.record is not None and ticket.record.finished:
         return _removed(task_id)

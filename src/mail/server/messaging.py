@@ -34,12 +34,6 @@ from mail.utils.echo import echo
 logger = logging.getLogger("mail.server")
 
 
-def answered(state: ServerState, inst: Instance, task_id: str | None) -> None:
-    """The caller has the task's answer: a finished task may leave memory now."""
-    if state.finished is not None:
-        state.finished.answered(inst, task_id)
-
-
 async def handle(request: Request) -> Response:
     """``POST /message`` (routed under the Idempotency-Key guard, `routes_user`, which has
     resolved and role-checked a keyed request's caller already)."""
@@ -98,7 +92,7 @@ async def _leased_events(
                 yield event
     finally:
         admitted.release()
-    answered(state, inst, req.task_id)  # the whole answer went out
+    state.finished.answered(inst, req.task_id)  # the whole answer went out: it may leave memory
     if ticket is not None and not detached:
         # A repeat of a stream attaches to the task's events, which hold all of it: no
         # outcome row (`STREAMED_OUTCOME`) once the task ended.
@@ -124,7 +118,7 @@ async def run_message(
     finally:
         admitted.release()
     _log_outcome(inst, req.task_id, response)
-    answered(state, inst, req.task_id)
+    state.finished.answered(inst, req.task_id)
     return response, events
 
 
@@ -593,14 +587,13 @@ async def admit(
         else:
             brought_back = False
         a.task_id, a.fresh = req.task_id, a.fresh or req.task_id is None
-        if state.finished is not None:
-            put_back = None if brought_back else a.task_id
-            a.books = await state.finished.books(inst.kind, inst.id, inst, put_back)
-            # A resume's results (`kwargs`) are kept twice: in a history and in an event.
-            resumed = 2 * text_bytes(req.kwargs) if req.kwargs else 0
-            if req.attachments:  # (new bytes only)
-                a.uploaded = max(0, req.upload_bytes() - req.replaced_bytes)
-            a.incoming = len(req.body) + a.uploaded + resumed
+        put_back = None if brought_back else a.task_id
+        a.books = await state.finished.books(inst.kind, inst.id, inst, put_back)
+        # A resume's results (`kwargs`) are kept twice: in a history and in an event.
+        resumed = 2 * text_bytes(req.kwargs) if req.kwargs else 0
+        if req.attachments:  # (new bytes only)
+            a.uploaded = max(0, req.upload_bytes() - req.replaced_bytes)
+        a.incoming = len(req.body) + a.uploaded + resumed
         a.task = None if a.fresh else inst.swarm.get_task_by_id(a.task_id)
         _run_checks(a)
         if req.webhook is not None:  # stored before the task runs
@@ -640,8 +633,7 @@ async def admit_incoming(
     a = Admission(state, None, ticket)
     a.inst, a.task_id, a.incoming = inst, task_id, incoming
     try:
-        if state.finished is not None:
-            a.books = await state.finished.books(inst.kind, inst.id, inst, task_id)
+        a.books = await state.finished.books(inst.kind, inst.id, inst, task_id)
         a.task = inst.swarm.get_task_by_id(task_id)
         if a.task is None or not (a.task.is_running or a.paused):
             _run_checks(a)

@@ -193,11 +193,10 @@ async def run_response(
     req = build_message_request(data)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     if req.task_id is not None and inst.swarm.get_task_by_id(req.task_id) is None:
-        if state.finished is not None:
-            # A task that ended is in the store, not the instance: put it back before
-            # deciding it is unknown (its continuation, or the keyed repeat of one, which
-            # gets its stored answer from the key's take in `run_message`, not this 404).
-            await state.finished.bring_back(inst, req.task_id)
+        # A task that ended is in the store, not the instance: put it back before
+        # deciding it is unknown (its continuation, or the keyed repeat of one, which
+        # gets its stored answer from the key's take in `run_message`, not this 404).
+        await state.finished.bring_back(inst, req.task_id)
         archived = state.instances.archived_tasks(caller.role, caller.id)
         if inst.swarm.get_task_by_id(req.task_id) is None and req.task_id not in archived:
             # Never start a fresh task under an id the caller believes is a past response.

@@ -14,7 +14,7 @@ from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody
 from mail.server.state import ServerState
 from mail.server.swarm_description import describe_swarm
-from mail.server.task_reads import task_record, task_summary
+from mail.server.task_reads import live_summaries, task_record
 from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
@@ -96,20 +96,14 @@ async def all_tasks_page(
     if task_id is not None:
         return await _one_task(state, task_id), None
     records: list[dict[str, Any]] = []
-    finished = state.finished
     for inst in state.instances.all():
-        runtime = inst.swarm.runtime
-        live = {}
-        for tid, task in inst.swarm.get_all_tasks().items():
-            if tid == "*":  # runtime-internal pseudo-task of loop-level events
-                continue
-            live[tid] = {**task_summary(task, runtime), "instance": inst.owner}
-        if finished is not None:  # its finished tasks, read back from the store
-            stored = await finished.stored_summaries(
-                inst.kind, inst.id, live=live, limit=limit, before=after
-            )
-            records.extend({**row, "instance": inst.owner} for row in stored.values())
-        records.extend(live.values())
+        live = live_summaries(inst)
+        # its finished tasks, read back from the store
+        stored = await state.finished.stored_summaries(
+            inst.kind, inst.id, live=live, limit=limit, before=after
+        )
+        records.extend({**row, "instance": inst.owner} for row in stored.values())
+        records.extend({**row, "instance": inst.owner} for row in live.values())
     return task_listing.page_list(records, limit, after)
 
 
@@ -122,8 +116,6 @@ async def _one_task(state: ServerState, task_id: str) -> list[dict[str, Any]]:
         if task is not None:
             return [{**task_record(task, inst.swarm.runtime), "instance": inst.owner}]
     finished = state.finished
-    if finished is None:
-        return []
     for key in await finished.owners(task_id):
         owner = state.instances.peek(key.caller_role, key.caller_id)
         if owner is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
-import inspect
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from typing import Any
 from mail.config import ServerConfig
 from mail.core.message import utc_now_iso
 from mail.server.auth import Authenticator
-from mail.server.instances import InstanceManager
+from mail.server.instances import InstanceManager, maybe_await
 from mail.server.stream_shutdown import OpenStreams, StreamSlots
 
 logger = logging.getLogger("mail.server")
@@ -64,7 +63,7 @@ class ServerState:
     # Open event streams per caller ([server.settings] max_event_streams_per_caller).
     stream_slots: StreamSlots = field(default_factory=lambda: StreamSlots(0), repr=False)
     # Finished tasks out of memory, the per-caller storage books and retention
-    # (server/finished_tasks.py, retention.py); set at start-up.
+    # (server/finished_tasks.py, retention.py); set at start-up, before any request.
     finished: Any = field(default=None, repr=False)
     quota: Any = field(default=None, repr=False)
     retention: Any = field(default=None, repr=False)
@@ -125,23 +124,16 @@ class ServerState:
         return self.swarm_name
 
     def swarm_info(self) -> dict[str, Any]:
-        t = self.template
-        if self.template_loaded:
-            return {
-                "name": self.public_swarm_name(),
-                "version": str(getattr(t, "version", "")),
-                "description": str(getattr(t, "description", "") or ""),
-                "entrypoint": self.default_entrypoint,
-                "keywords": list(getattr(t, "keywords", None) or []),
-                "public": bool(getattr(t, "public", False)),
-            }
+        """GET /'s swarm: the template's, [server.swarm] filling what it leaves out (until
+        POST /swarms/load: then the loaded template's alone)."""
+        t, own = self.template, None if self.template_loaded else self.config.swarm
         return {
-            "name": self.swarm_name,
+            "name": self.public_swarm_name(),
             "version": str(getattr(t, "version", "")),
-            "description": getattr(t, "description", "") or self.config.swarm.description,
+            "description": getattr(t, "description", "") or (own.description if own else ""),
             "entrypoint": self.default_entrypoint,
-            "keywords": list(getattr(t, "keywords", None) or self.config.swarm.keywords),
-            "public": bool(getattr(t, "public", False) or self.config.swarm.public),
+            "keywords": list(getattr(t, "keywords", None) or (own.keywords if own else [])),
+            "public": bool(getattr(t, "public", False) or (own is not None and own.public)),
         }
 
     def entrypoint_names(self) -> list[str]:
@@ -186,16 +178,6 @@ def template_from_env() -> Any | None:
     return obj
 
 
-def _swarm_names(path: Path) -> list[str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    if not isinstance(data, list):
-        return []
-    return [s["name"] for s in data if isinstance(s, dict) and isinstance(s.get("name"), str)]
-
-
 def check_swarm_source(name: str, source: str) -> None:
     """Fail early, with one readable line, when ``source`` can't provide swarm ``name``."""
     path = Path(source)
@@ -220,7 +202,7 @@ def check_swarm_source(name: str, source: str) -> None:
         raise StartupError(
             f"swarms.json file at {source} must contain a list of swarms, actually got {type(data).__name__}"
         )
-    names = _swarm_names(path)
+    names = [s["name"] for s in data if isinstance(s, dict) and isinstance(s.get("name"), str)]
     if name not in names:
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         hint = (
@@ -324,12 +306,6 @@ async def start_store(config: Any = None) -> Any | None:
     await store.start()
     logger.info("persistence: %s", store.backend)
     return store
-
-
-async def maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 async def close_quietly(what: str, closer: Any) -> None:

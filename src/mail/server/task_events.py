@@ -82,9 +82,8 @@ async def find_task(state: ServerState, caller: Caller, task_id: str, after: int
             if found is not None:
                 sub.task, sub.instance = found, other
                 break
-        finished = state.finished
-        if sub.task is None and finished is not None:
-            for key in await finished.owners(task_id):
+        if sub.task is None:
+            for key in await state.finished.owners(task_id):
                 await _look_in_store(state, key.caller_role, key.caller_id, sub)
                 if sub.task is not None:
                     break
@@ -107,7 +106,7 @@ async def find_owned_task(
 
 async def _look_in_store(state: ServerState, role: str, caller_id: str, sub: Subscription) -> None:
     """A finished task that left memory: read back from the store (it does not change)."""
-    if sub.task is None and sub.record is None and state.finished is not None:
+    if sub.task is None and sub.record is None:
         sub.task = await state.finished.stored_task(role, caller_id, sub.task_id)
         sub.stored = sub.task is not None
 

@@ -16,15 +16,32 @@ from mail.telemetry.usage import task_usage
 from mail.utils.echo import echo
 
 
-def _summaries_for(state: ServerState, caller: Caller, inst: Instance) -> dict[str, Any]:
-    records = {
-        tid: task_listing.summary(r)
-        for tid, r in state.instances.archived_tasks(caller.role, caller.id).items()
-    }
-    for task_id, task in inst.swarm.get_all_tasks().items():
-        if task_id == "*":  # runtime-internal pseudo-task of loop-level events
-            continue
-        records[task_id] = task_summary(task, inst.swarm.runtime)
+def live_summaries(inst: Instance) -> dict[str, dict[str, Any]]:
+    """The summaries of the tasks the instance holds ("*": the runtime's pseudo-task of
+    loop-level events, not a task)."""
+    runtime = inst.swarm.runtime
+    tasks = inst.swarm.get_all_tasks().items()
+    return {task_id: task_summary(task, runtime) for task_id, task in tasks if task_id != "*"}
+
+
+async def caller_summaries(
+    state: ServerState,
+    role: str,
+    caller_id: str,
+    inst: Instance | None,
+    limit: int | None = None,
+    before: tuple[str, str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The caller's task summaries: archived with its reclaimed instance, held by `inst`,
+    and the finished ones that left memory (all, or the newest `limit` before `before`)."""
+    archived = state.instances.archived_tasks(role, caller_id)
+    records = {task_id: task_listing.summary(r) for task_id, r in archived.items()}
+    if inst is not None:
+        records.update(live_summaries(inst))
+    stored = await state.finished.stored_summaries(
+        role, caller_id, live=records, limit=limit, before=before
+    )
+    records = {**stored, **records}
     return records
 
 
@@ -60,26 +77,19 @@ async def _remote_swarm_summaries(
         if other.kind != "swarm":
             continue
         held.add(other.id)
-        live: dict[str, dict[str, Any]] = {}
-        for task_id, task in other.swarm.get_all_tasks().items():
-            if task_id != "*":
-                live[task_id] = task_summary(task, other.swarm.runtime)
-        if state.finished is not None:
-            stored = await state.finished.stored_summaries(
-                other.kind, other.id, live=live, limit=limit, before=after
-            )
-            records.update(stored)
+        live = live_summaries(other)
+        stored = await state.finished.stored_summaries(
+            other.kind, other.id, live=live, limit=limit, before=after
+        )
+        records.update(stored)
         records.update(live)
-    if state.finished is not None:
-        # Remote swarms whose instance left memory (reclaimed while idle, a restart): their
-        # tasks are in the store only.
-        for caller_id in await state.finished.stored_callers("swarm"):
-            if caller_id not in held:
-                records.update(
-                    await state.finished.stored_summaries(
-                        "swarm", caller_id, limit=limit, before=after
-                    )
-                )
+    # Remote swarms whose instance left memory (reclaimed while idle, a restart): their
+    # tasks are in the store only.
+    for caller_id in await state.finished.stored_callers("swarm"):
+        if caller_id not in held:
+            records.update(
+                await state.finished.stored_summaries("swarm", caller_id, limit=limit, before=after)
+            )
     return records
 
 
@@ -93,12 +103,7 @@ async def list_tasks(
     after = task_listing.decode_cursor(cursor)
     inst = await state.instances.get(caller.role, caller.id, caller.api_key)
     inst.touch()
-    records = _summaries_for(state, caller, inst)
-    if state.finished is not None:
-        stored = await state.finished.stored_summaries(
-            inst.kind, inst.id, live=records, limit=limit, before=after
-        )
-        records = {**stored, **records}
+    records = await caller_summaries(state, caller.role, caller.id, inst, limit, after)
     if caller.role == "admin":
         # Operators also see the work remote swarms do here; users only ever see their own.
         records = {**await _remote_swarm_summaries(state, limit, after), **records}
@@ -115,7 +120,7 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
     if archived is not None:
         return archived
     finished = state.finished
-    stored = None if finished is None else await finished.stored_task(inst.kind, inst.id, task_id)
+    stored = await finished.stored_task(inst.kind, inst.id, task_id)
     if stored is not None:
         return task_record(stored, inst.swarm.runtime)
     if caller.role == "admin":
@@ -124,10 +129,9 @@ async def get_task(state: ServerState, caller: Caller, task_id: str) -> dict[str
             remote = other.swarm.get_task_by_id(task_id) if other.kind == "swarm" else None
             if remote is not None:
                 return task_record(remote, other.swarm.runtime)
-        if finished is not None:
-            for key in await finished.owners(task_id):
-                if key.caller_role == "swarm":
-                    found = await finished.stored_task(key.caller_role, key.caller_id, task_id)
-                    if found is not None:
-                        return task_record(found, inst.swarm.runtime)
+        for key in await finished.owners(task_id):
+            if key.caller_role == "swarm":
+                found = await finished.stored_task(key.caller_role, key.caller_id, task_id)
+                if found is not None:
+                    return task_record(found, inst.swarm.runtime)
     raise HTTPException(404, f"task '{echo(task_id)}' not found")

@@ -48,6 +48,40 @@ DELIVERY_STATUSES: tuple[str, ...] = ("pending", "delivered", "failed")
 MAX_PAGE = 100
 
 
+def new_subscription(
+    swarm_name: str, owner: Owner, kind: str, url: str, events: list[str], **fields: Any
+) -> Record:
+    """A stored subscription of `owner` (a webhook, a request's, an A2A push config, a cron),
+    `fields` replacing the defaults."""
+    now = time.time()
+    record: Record = {
+        "subscription_id": new_id("push" if kind == "a2a" else "wh"),
+        "swarm_name": swarm_name,
+        "owner_role": owner[0],
+        "owner_id": owner[1],
+        "kind": kind,
+        "scope": "own",
+        "task_id": None,
+        "url": url,
+        "destination": destination_of(url),
+        "events": events,
+        "description": "",
+        "active": True,
+        "disabled_reason": None,
+        "secret": None,
+        "previous_secret": None,
+        "previous_secret_until": None,
+        "push_token": None,
+        "push_auth": None,
+        "failing_since": None,
+        "created_at": now,
+        "updated_at": now,
+        "expires_at": None,
+    }
+    record.update(fields)
+    return record
+
+
 class WebhookService:
     def __init__(
         self,
@@ -183,37 +217,6 @@ class WebhookService:
                 400, f"unknown parameter '{where}{extra[0]}'; accepted: {', '.join(allowed)}"
             )
 
-    def _new_subscription(
-        self, owner: Owner, kind: str, url: str, events: list[str], **fields: Any
-    ) -> Record:
-        now = time.time()
-        record: Record = {
-            "subscription_id": new_id("push" if kind == "a2a" else "wh"),
-            "swarm_name": self.swarm_name,
-            "owner_role": owner[0],
-            "owner_id": owner[1],
-            "kind": kind,
-            "scope": "own",
-            "task_id": None,
-            "url": url,
-            "destination": destination_of(url),
-            "events": events,
-            "description": "",
-            "active": True,
-            "disabled_reason": None,
-            "secret": None,
-            "previous_secret": None,
-            "previous_secret_until": None,
-            "push_token": None,
-            "push_auth": None,
-            "failing_since": None,
-            "created_at": now,
-            "updated_at": now,
-            "expires_at": None,
-        }
-        record.update(fields)
-        return record
-
     async def _owned(self, owner: Owner, subscription_id: str, kinds: Sequence[str] = ()) -> Record:
         sub = await self.store.get_subscription(subscription_id)
         if (
@@ -243,8 +246,15 @@ class WebhookService:
         description = self._description(body.get("description"))
         secret = self._secret(body.get("secret"))
         url = await self._url(body.get("url"))
-        sub = self._new_subscription(
-            owner, "webhook", url, events, scope=scope, description=description, secret=secret
+        sub = new_subscription(
+            self.swarm_name,
+            owner,
+            "webhook",
+            url,
+            events,
+            scope=scope,
+            description=description,
+            secret=secret,
         )
         sub["subscription_id"] = subscription_id or sub["subscription_id"]
         # Counted and added in one transaction (a burst of creates cannot pass the quota),
@@ -436,7 +446,8 @@ class WebhookService:
         """
         given = isinstance(spec, dict) and spec.get("secret") is not None
         url, events, secret = await self.check_request_webhook(spec)
-        sub = self._new_subscription(
+        sub = new_subscription(
+            self.swarm_name,
             owner,
             "request",
             url,
@@ -529,7 +540,8 @@ class WebhookService:
         transaction)."""
         checked = await self._url(url)
         # For A2A configs `description` holds the config id and `events` is unused.
-        sub = self._new_subscription(
+        sub = new_subscription(
+            self.swarm_name,
             owner,
             "a2a",
             checked,
