@@ -282,6 +282,7 @@ def test_crons_are_checked_bounded_and_owned_and_their_runs_reach_the_webhook(
                 "schedule": "*/2 * * * * *",
                 "message": tick,
                 "webhook": {"url": receiver.url("/cron"), "events": ["task.completed"]},
+                "paused": True,  # until the receiver knows the secret: no run before it
             }
         )
         assert made.status_code == 201, made.text
@@ -289,6 +290,8 @@ def test_crons_are_checked_bounded_and_owned_and_their_runs_reach_the_webhook(
         secret = cron["webhook"]["secret"]  # made by the server, shown this once
         assert secret.startswith("whsec_")
         receiver.secrets("/cron", secret)
+        resumed = strict.call("PATCH", f"/crons/{cron['id']}", json={"paused": False})
+        assert resumed.status_code == 200 and resumed.json()["paused"] is False, resumed.text
         seen = strict.call("GET", f"/crons/{cron['id']}").json()
         assert "secret" not in seen["webhook"], seen
         other = post({"schedule": "0 9 * * 1-5", "message": tick})

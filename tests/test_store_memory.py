@@ -7,8 +7,10 @@ configuration.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from mail.store import (
     InstanceKey,
     MemoryTaskStore,
     PostgresTaskStore,
+    StoreUnavailableError,
     create_store,
     database_url_from_env,
     detect_tool_format,
@@ -199,3 +202,89 @@ def test_importing_the_store_package_does_not_import_asyncpg() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+async def test_writes_before_start_are_refused_not_lost() -> None:
+    store = MemoryTaskStore()
+    with pytest.raises(StoreUnavailableError, match="not started"):
+        await store.append_event(KEY, "t", {"event": "new_message", "data": "{}", "id": 1})
+    assert store.write_nowait(KEY, "append_event", "t", {"event": "x", "data": "{}"}) is False
+    await store.start()
+    await store.append_event(KEY, "t", {"event": "new_message", "data": "{}", "id": 1})
+    assert [e["id"] for e in (await store.load_instance(KEY)).events["t"]] == ["1"]
+    await store.close()
+
+
+async def test_data_outlives_a_close_and_is_seen_by_a_store_sharing_it() -> None:
+    first = MemoryTaskStore()
+    await first.start()
+    await first.save_response(KEY, "t1", {"message": {"body": "kept"}})
+    await first.close()
+    await first.start()  # started again: what it held is still there
+    assert (await first.load_instance(KEY)).responses["t1"]["message"]["body"] == "kept"
+    await first.close()
+    second = MemoryTaskStore(share_with=first)  # made after the first one closed
+    await second.start()
+    assert (await second.load_instance(KEY)).responses["t1"]["message"]["body"] == "kept"
+    await second.close()
+
+
+async def test_an_embedded_server_on_a_memory_store_delivers_its_webhooks(tmp_path: Path) -> None:
+    import json
+
+    import httpx
+    import uvicorn
+    from tests.server_fixtures import auth, create_key, free_port
+    from tests.support.stub_agents import stub_swarms_json
+
+    from mail.api import MAILSwarmTemplate
+    from mail.config import ServerConfig
+    from mail.server.app_factory import create_app
+
+    delivered: asyncio.Queue[str] = asyncio.Queue()
+
+    async def receiver(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            part = await receive()
+            body += part.get("body", b"")
+            if not part.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        delivered.put_nowait(json.loads(body)["type"])
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(receiver, host="127.0.0.1", port=port, log_level="error")
+    )
+    serving = asyncio.create_task(server.serve())
+    key = create_key(tmp_path / "keys.json", "user", "u1")
+    config = ServerConfig.model_validate(
+        {
+            "store": {"kind": "memory"},
+            "swarm": {"name": "stub", "registry": str(tmp_path / "registry.json")},
+            "auth": {"mode": "local", "keys_file": str(tmp_path / "keys.json")},
+            "webhooks": {"allowed_hosts": ["127.0.0.1"], "poll_interval": 0.1},
+        }
+    )
+    store = MemoryTaskStore()
+    await store.start()
+    template = MAILSwarmTemplate.from_swarms_json(stub_swarms_json()[0])
+    app = create_app(config, template=template, store=store)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://mail") as client:
+                hook = {"url": f"http://127.0.0.1:{port}/hook", "events": ["task.completed"]}
+                made = await client.post("/webhooks", json=hook, headers=auth(key))
+                assert made.status_code == 201, made.text
+                sent = await client.post("/message", json={"body": "hi"}, headers=auth(key))
+                assert sent.status_code == 200, sent.text
+                assert await asyncio.wait_for(delivered.get(), 30) == "task.completed"
+    finally:
+        await store.close()
+        server.should_exit = True
+        await serving

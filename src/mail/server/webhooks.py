@@ -54,10 +54,13 @@ def subscription_store(store: Any) -> Any:
         url = database_url_from_env()
         assert url is not None
         return PostgresWebhookStore(url)
+    from mail.store.sqlite_schema import SqliteDatabase
     from mail.store.webhooks_sql import SqliteWebhookStore
 
-    # The task store's file, or (memory) a private in-memory database.
-    return SqliteWebhookStore(store.path) if backend == "sqlite" else SqliteWebhookStore()
+    # The task store's database (its file, or a MemoryTaskStore's: the outbox rows its
+    # batches write are the ones fanned out), or with no task store a private in-memory one.
+    db = getattr(store, "db", None)
+    return SqliteWebhookStore(db) if isinstance(db, SqliteDatabase) else SqliteWebhookStore()
 
 
 def owner_of(caller: Caller) -> tuple[str, str]:

@@ -292,6 +292,18 @@ class MemoryTaskStore(SqliteTaskStore):
         if share_with is not None:
             self.db = share_with.db
 
+    # Writes to a store never started would wait for a writer that never runs: refused.
+    async def _submit(self, write: SqlWrite | None) -> None:
+        if not self._started:
+            raise StoreUnavailableError("the memory store is not started (await its start())")
+        await super()._submit(write)
+
+    def write_nowait(self, key: InstanceKey, method: str, *args: Any) -> bool:
+        return self._started and super().write_nowait(key, method, *args)
+
+    def live_write_nowait(self, *args: Any, **kwargs: Any) -> Any:
+        return super().live_write_nowait(*args, **kwargs) if self._started else None
+
     @property
     def backend(self) -> str:
         return "memory"

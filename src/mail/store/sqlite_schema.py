@@ -10,6 +10,7 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -486,8 +487,11 @@ class SqliteDatabase:
         (counted toward the next checkpoint, see CHECKPOINT_PAGES)."""
         if self.in_memory:
             if self._conn is None:
+                # Kept as long as this object (its stores may close and start again, and
+                # stores made with `share_with` see it), closed when it goes.
                 self._conn = connect(MEMORY)
                 self.applied = migrate(self._conn)
+                weakref.finalize(self, self._conn.close)
             return fn(self._conn, *args)
         if self._executor is None or self._conn is None:
             raise sqlite3.OperationalError(f"the SQLite database {self.path} is closed")
@@ -619,9 +623,6 @@ class SqliteDatabase:
 
     async def release(self) -> None:
         self._users = max(0, self._users - 1)
-        if self.in_memory and not self._users and self._conn is not None:
-            conn, self._conn = self._conn, None
-            conn.close()  # and its data with it
         if self._users or self._conn is None or self._executor is None:
             return
         conn, self._conn = self._conn, None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mail.store.sql import PostgresSql, Sql, SqlConn, SqliteSql, marks
-from mail.store.sqlite_schema import MEMORY, open_database
+from mail.store.sqlite_schema import MEMORY, SqliteDatabase, open_database
 from mail.store.webhooks import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
@@ -564,11 +564,11 @@ class WebhookStore:
 
 
 class SqliteWebhookStore(WebhookStore):
-    def __init__(self, path: str | Path = MEMORY) -> None:
-        """`path`: the server's database file; by default (`MEMORY`) a private in-memory
-        database, gone with the store (`--store memory`)."""
+    def __init__(self, path: str | Path | SqliteDatabase = MEMORY) -> None:
+        """`path`: the server's database file, or a database already open (a task store's);
+        by default (`MEMORY`) a private in-memory database (`--store memory`)."""
         super().__init__()
-        self.db = open_database(path)
+        self.db = path if isinstance(path, SqliteDatabase) else open_database(path)
         self.sql = self._sqlite = SqliteSql(self.db, "the webhook store cannot be used now")
         self._started = False
 
