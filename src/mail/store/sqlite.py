@@ -279,8 +279,9 @@ class SqliteTaskStore(BufferedSqlStore):
 
 class MemoryTaskStore(SqliteTaskStore):
     """The SQLite store on a private in-memory database (`MEMORY`): what `create_store` gives
-    when no database is configured (tests, and code that embeds one); its data is gone once
-    the last store using it closes.
+    when no database is configured (tests, and code that embeds one). Start it before use;
+    its data lives as long as the store objects using it (closed and started again, it is
+    still there).
 
     `share_with` makes this store use another one's database, the way two processes share a
     file: each store object keeps its own claimed generations, so fencing between them
