@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mail.store.sql import PostgresConn, SqlConn, SqliteConn
+from mail.store.webhooks_schema import COLUMNS as WEBHOOK_COLUMNS
 
 # table -> ((column, type), ...); type: text | json | bool | time | bytes | int | real (epoch
 # seconds, REAL / DOUBLE PRECISION). `order` columns
@@ -120,85 +121,14 @@ TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
     # Push delivery (store/webhooks_schema.py): times are epoch seconds (REAL / DOUBLE
     # PRECISION), payloads and event lists JSON kept as text on both. Subscriptions come
     # before the deliveries and attempts that name them; secrets are stored as given.
-    (
-        "webhook_subscriptions",
-        (
-            ("subscription_id", "text"),
-            ("swarm_name", "text"),
-            ("owner_role", "text"),
-            ("owner_id", "text"),
-            ("kind", "text"),
-            ("scope", "text"),
-            ("task_id", "text"),
-            ("url", "text"),
-            ("destination", "text"),
-            ("events", "text"),
-            ("description", "text"),
-            ("active", "bool"),
-            ("disabled_reason", "text"),
-            ("secret", "text"),
-            ("previous_secret", "text"),
-            ("previous_secret_until", "real"),
-            ("push_token", "text"),
-            ("push_auth", "text"),
-            ("failing_since", "real"),
-            ("created_at", "real"),
-            ("updated_at", "real"),
-            ("expires_at", "real"),
-        ),
-        "created_at, subscription_id",
-    ),
-    (
-        "webhook_events",
-        (
-            ("event_id", "text"),
-            ("swarm_name", "text"),
-            ("caller_role", "text"),
-            ("caller_id", "text"),
-            ("task_id", "text"),
-            ("event_type", "text"),
-            ("payload", "text"),
-            ("created_at", "real"),
-        ),
-        "created_at, event_id",
-    ),
-    (
-        "webhook_deliveries",
-        (
-            ("delivery_id", "text"),
-            ("subscription_id", "text"),
-            ("swarm_name", "text"),
-            ("event_id", "text"),
-            ("event_type", "text"),
-            ("task_id", "text"),
-            ("payload", "text"),
-            ("status", "text"),
-            ("attempts", "int"),
-            ("retry_index", "int"),
-            ("next_attempt_at", "real"),
-            ("lease_owner", "text"),
-            ("lease_until", "real"),
-            ("last_status", "int"),
-            ("last_error", "text"),
-            ("created_at", "real"),
-            ("updated_at", "real"),
-            ("finished_at", "real"),
-        ),
-        "created_at, delivery_id",
-    ),
-    (
-        "webhook_attempts",
-        (
-            ("delivery_id", "text"),
-            ("attempt", "int"),
-            ("started_at", "real"),
-            ("status_code", "int"),
-            ("latency_ms", "real"),
-            ("response_excerpt", "text"),
-            ("error", "text"),
-            ("outcome", "text"),
-        ),
-        "delivery_id, attempt",
+    *(
+        (table, WEBHOOK_COLUMNS[table], order)
+        for table, order in (
+            ("webhook_subscriptions", "created_at, subscription_id"),
+            ("webhook_events", "created_at, event_id"),
+            ("webhook_deliveries", "created_at, delivery_id"),
+            ("webhook_attempts", "delivery_id, attempt"),
+        )
     ),
     # Idempotency keys (store/idempotency.py), with their stored outcomes, so a
     # keyed retry against the copy is answered instead of run again.
