@@ -125,13 +125,13 @@ SQLITE_MIGRATION: tuple[str, ...] = (
     *(f"CREATE INDEX {name} ON {target}" for name, target in _INDEXES),
 )
 
-# PostgreSQL: table -> CREATE TABLE IF NOT EXISTS, and (index name, CREATE INDEX IF NOT
-# EXISTS) pairs, merged into store.postgres_schema's set-up.
+# PostgreSQL: table -> CREATE TABLE IF NOT EXISTS, and CREATE INDEX IF NOT EXISTS
+# statements, merged into store.postgres_schema's set-up.
 POSTGRES_TABLE_DDL: dict[str, str] = {
     name: _ddl(template, "postgres") for name, template in zip(TABLES, _TEMPLATES, strict=True)
 }
-POSTGRES_INDEXES: tuple[tuple[str, str], ...] = tuple(
-    (name, f"CREATE INDEX IF NOT EXISTS {name} ON {target}") for name, target in _INDEXES
+POSTGRES_INDEXES: tuple[str, ...] = tuple(
+    f"CREATE INDEX IF NOT EXISTS {name} ON {target}" for name, target in _INDEXES
 )
 
 # The outbox row the task store writes with the event that causes it (write kind
