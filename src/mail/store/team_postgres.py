@@ -13,11 +13,10 @@ from mail.store.postgres_schema import create_unless_forbidden, normalize_dsn, o
 from mail.store.sql import PostgresSql
 from mail.store.team_sql import SqlTeamStore
 
-TEAM_SCHEMA = """
+_KEY = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
+TEAM_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS team_threads (
-    swarm_name TEXT NOT NULL,
-    caller_role TEXT NOT NULL,
-    caller_id TEXT NOT NULL,
+    {_KEY},
     thread_id TEXT NOT NULL,
     record JSONB NOT NULL,
     created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
@@ -25,9 +24,7 @@ CREATE TABLE IF NOT EXISTS team_threads (
 );
 CREATE TABLE IF NOT EXISTS team_posts (
     seq BIGSERIAL PRIMARY KEY,
-    swarm_name TEXT NOT NULL,
-    caller_role TEXT NOT NULL,
-    caller_id TEXT NOT NULL,
+    {_KEY},
     thread_id TEXT NOT NULL,
     record JSONB NOT NULL
 );
@@ -35,9 +32,7 @@ CREATE INDEX IF NOT EXISTS team_posts_thread
     ON team_posts (swarm_name, caller_role, caller_id, thread_id, seq);
 CREATE TABLE IF NOT EXISTS team_inbox (
     seq BIGSERIAL PRIMARY KEY,
-    swarm_name TEXT NOT NULL,
-    caller_role TEXT NOT NULL,
-    caller_id TEXT NOT NULL,
+    {_KEY},
     agent_name TEXT NOT NULL,
     entry_id TEXT NOT NULL,
     thread_id TEXT,
@@ -50,9 +45,7 @@ CREATE TABLE IF NOT EXISTS team_inbox (
 CREATE INDEX IF NOT EXISTS team_inbox_agent
     ON team_inbox (swarm_name, caller_role, caller_id, agent_name, seq);
 CREATE TABLE IF NOT EXISTS team_attachments (
-    swarm_name TEXT NOT NULL,
-    caller_role TEXT NOT NULL,
-    caller_id TEXT NOT NULL,
+    {_KEY},
     attachment_id TEXT NOT NULL,
     record JSONB NOT NULL,
     data BYTEA NOT NULL,
