@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from mail.store.sql import PostgresConn, SqlConn, SqliteConn
+from mail.store.webhooks_schema import COLUMNS as WEBHOOK_COLUMNS
+
 # table -> ((column, type), ...); type: text | json | bool | time | bytes | int | real (epoch
 # seconds, REAL / DOUBLE PRECISION). `order` columns
 # give the order rows are read in (and thus the target's new sequence numbers).
@@ -118,85 +121,14 @@ TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
     # Push delivery (store/webhooks_schema.py): times are epoch seconds (REAL / DOUBLE
     # PRECISION), payloads and event lists JSON kept as text on both. Subscriptions come
     # before the deliveries and attempts that name them; secrets are stored as given.
-    (
-        "webhook_subscriptions",
-        (
-            ("subscription_id", "text"),
-            ("swarm_name", "text"),
-            ("owner_role", "text"),
-            ("owner_id", "text"),
-            ("kind", "text"),
-            ("scope", "text"),
-            ("task_id", "text"),
-            ("url", "text"),
-            ("destination", "text"),
-            ("events", "text"),
-            ("description", "text"),
-            ("active", "bool"),
-            ("disabled_reason", "text"),
-            ("secret", "text"),
-            ("previous_secret", "text"),
-            ("previous_secret_until", "real"),
-            ("push_token", "text"),
-            ("push_auth", "text"),
-            ("failing_since", "real"),
-            ("created_at", "real"),
-            ("updated_at", "real"),
-            ("expires_at", "real"),
-        ),
-        "created_at, subscription_id",
-    ),
-    (
-        "webhook_events",
-        (
-            ("event_id", "text"),
-            ("swarm_name", "text"),
-            ("caller_role", "text"),
-            ("caller_id", "text"),
-            ("task_id", "text"),
-            ("event_type", "text"),
-            ("payload", "text"),
-            ("created_at", "real"),
-        ),
-        "created_at, event_id",
-    ),
-    (
-        "webhook_deliveries",
-        (
-            ("delivery_id", "text"),
-            ("subscription_id", "text"),
-            ("swarm_name", "text"),
-            ("event_id", "text"),
-            ("event_type", "text"),
-            ("task_id", "text"),
-            ("payload", "text"),
-            ("status", "text"),
-            ("attempts", "int"),
-            ("retry_index", "int"),
-            ("next_attempt_at", "real"),
-            ("lease_owner", "text"),
-            ("lease_until", "real"),
-            ("last_status", "int"),
-            ("last_error", "text"),
-            ("created_at", "real"),
-            ("updated_at", "real"),
-            ("finished_at", "real"),
-        ),
-        "created_at, delivery_id",
-    ),
-    (
-        "webhook_attempts",
-        (
-            ("delivery_id", "text"),
-            ("attempt", "int"),
-            ("started_at", "real"),
-            ("status_code", "int"),
-            ("latency_ms", "real"),
-            ("response_excerpt", "text"),
-            ("error", "text"),
-            ("outcome", "text"),
-        ),
-        "delivery_id, attempt",
+    *(
+        (table, WEBHOOK_COLUMNS[table], order)
+        for table, order in (
+            ("webhook_subscriptions", "created_at, subscription_id"),
+            ("webhook_events", "created_at, event_id"),
+            ("webhook_deliveries", "created_at, delivery_id"),
+            ("webhook_attempts", "delivery_id, attempt"),
+        )
     ),
     # Idempotency keys (store/idempotency.py), with their stored outcomes, so a
     # keyed retry against the copy is answered instead of run again.
@@ -235,7 +167,50 @@ def sqlite_path(location: str) -> Path:
     return Path(location)
 
 
-class _Sqlite:
+class _Endpoint:
+    """One side of a copy, through `SqlConn`: each database opens, closes and streams rows
+    its own way (`rows` hands them on as Python values: bools, times as datetimes)."""
+
+    name: str
+    c: SqlConn
+
+    async def count(self, table: str) -> int:
+        if not await self.c.tables([table]):
+            return 0
+        return int(await self.c.fetchval(f"SELECT COUNT(*) FROM {table}"))
+
+    async def rows(
+        self, table: str, columns: tuple[tuple[str, str], ...], order: str
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        if not await self.c.tables([table]):
+            return
+        names = ", ".join(f"CAST({c} AS TEXT)" if kind == "json" else c for c, kind in columns)
+        async for batch in self._batches(f"SELECT {names} FROM {table} ORDER BY {order}"):
+            yield [
+                tuple(_from_source(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
+                for r in batch
+            ]
+
+    def _batches(self, sql: str) -> AsyncIterator[list[Any]]:
+        raise NotImplementedError
+
+    async def insert(
+        self, table: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]
+    ) -> None:
+        names = ", ".join(c for c, _ in columns)
+        casts = _POSTGRES_CASTS if self.c.postgres else {}
+        marks = ", ".join(f"?{casts.get(kind, '')}" for _, kind in columns)
+        convert = _to_postgres if self.c.postgres else _to_sqlite
+        await self.c.executemany(
+            f"INSERT INTO {table} ({names}) VALUES ({marks})",
+            [tuple(convert(v, k) for v, (_, k) in zip(r, columns, strict=True)) for r in rows],
+        )
+
+
+_POSTGRES_CASTS = {"json": "::text::jsonb", "time": "::timestamptz"}
+
+
+class _Sqlite(_Endpoint):
     def __init__(self, location: str) -> None:
         self.path = sqlite_path(location)
         self.name = f"SQLite {self.path}"
@@ -251,42 +226,13 @@ class _Sqlite:
         self.lock.acquire()
         self.conn = connect(self.path)
         migrate(self.conn)
+        self.c = SqliteConn(self.conn)
 
-    async def begin(self) -> None:
+    async def _batches(self, sql: str) -> AsyncIterator[list[Any]]:
         assert self.conn is not None
-        self.conn.execute("BEGIN IMMEDIATE")
-
-    async def end(self, *, commit: bool) -> None:
-        assert self.conn is not None
-        self.conn.execute("COMMIT" if commit else "ROLLBACK")
-
-    async def count(self, table: str) -> int:
-        assert self.conn is not None
-        return int(self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-
-    async def rows(
-        self, table: str, columns: tuple[tuple[str, str], ...], order: str
-    ) -> AsyncIterator[list[tuple[Any, ...]]]:
-        assert self.conn is not None
-        names = ", ".join(c for c, _ in columns)
-        cursor = self.conn.execute(f"SELECT {names} FROM {table} ORDER BY {order}")
+        cursor = self.conn.execute(sql)
         while batch := cursor.fetchmany(BATCH):
-            yield [
-                tuple(_from_sqlite(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
-                for r in batch
-            ]
-
-    async def insert(
-        self, table: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]
-    ) -> None:
-        assert self.conn is not None
-        names = ", ".join(c for c, _ in columns)
-        marks = ", ".join("?" for _ in columns)
-        converted = [
-            tuple(_to_sqlite(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
-            for r in rows
-        ]
-        self.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", converted)
+            yield batch
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -295,14 +241,13 @@ class _Sqlite:
             self.lock.release()
 
 
-class _Postgres:
+class _Postgres(_Endpoint):
     def __init__(self, location: str) -> None:
         from mail.store.postgres_schema import normalize_dsn, redact_dsn
 
         self.dsn = normalize_dsn(location)
         self.name = f"PostgreSQL {redact_dsn(self.dsn)}"
         self.conn: Any = None
-        self.transaction: Any = None
 
     async def open(self, *, create: bool) -> None:
         import asyncpg
@@ -312,58 +257,29 @@ class _Postgres:
         from mail.store.team_postgres import TEAM_SCHEMA
 
         self.conn = await asyncpg.connect(self.dsn, timeout=10)
+        self.c = PostgresConn(self.conn)
         if create:
             await ensure_schema(self.conn)  # also the webhook tables
             await self.conn.execute(TEAM_SCHEMA)
             await ensure_idempotency(self.conn)
 
-    async def begin(self) -> None:
-        self.transaction = self.conn.transaction()
-        await self.transaction.start()
-
-    async def end(self, *, commit: bool) -> None:
-        await (self.transaction.commit() if commit else self.transaction.rollback())
-
-    async def count(self, table: str) -> int:
-        if await self.conn.fetchval("SELECT to_regclass($1) IS NULL", table):
-            return 0
-        return int(await self.conn.fetchval(f"SELECT COUNT(*) FROM {table}"))
-
-    async def rows(
-        self, table: str, columns: tuple[tuple[str, str], ...], order: str
-    ) -> AsyncIterator[list[tuple[Any, ...]]]:
-        if await self.conn.fetchval("SELECT to_regclass($1) IS NULL", table):
-            return
-        names = ", ".join(f"{c}::text" if kind == "json" else c for c, kind in columns)
-        batch: list[tuple[Any, ...]] = []
+    async def _batches(self, sql: str) -> AsyncIterator[list[Any]]:
+        batch: list[Any] = []
         async with self.conn.transaction(isolation="repeatable_read", readonly=True):
-            query = f"SELECT {names} FROM {table} ORDER BY {order}"
-            async for record in self.conn.cursor(query, prefetch=BATCH):
-                batch.append(tuple(record.values()))
+            async for record in self.conn.cursor(sql, prefetch=BATCH):
+                batch.append(record)
                 if len(batch) >= BATCH:
                     yield batch
                     batch = []
         if batch:
             yield batch
 
-    async def insert(
-        self, table: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]
-    ) -> None:
-        names = ", ".join(c for c, _ in columns)
-        casts = {"json": "::text::jsonb", "time": "::timestamptz"}
-        marks = ", ".join(f"${i}{casts.get(kind, '')}" for i, (_, kind) in enumerate(columns, 1))
-        converted = [
-            tuple(_to_postgres(v, kind) for v, (_, kind) in zip(r, columns, strict=True))
-            for r in rows
-        ]
-        await self.conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", converted)
-
     async def close(self) -> None:
         if self.conn is not None:
             await self.conn.close()
 
 
-def _from_sqlite(value: Any, kind: str) -> Any:
+def _from_source(value: Any, kind: str) -> Any:
     if value is None:
         return None
     if kind == "bool":
@@ -382,10 +298,6 @@ def _to_sqlite(value: Any, kind: str) -> Any:
 def _to_postgres(value: Any, kind: str) -> Any:
     if value is None:
         return None
-    if kind == "time" and not isinstance(value, _dt.datetime):
-        return _parse_time(value)
-    if kind == "bool":
-        return bool(value)
     if kind == "real":
         return float(value)  # a REAL column may hand back an int; float8 wants a float
     if kind == "bytes" and not isinstance(value, bytes):
@@ -425,8 +337,8 @@ async def copy_database(
                     "copy into an empty database"
                 )
             copied: dict[str, int] = {}
-            await dst.begin()  # all or nothing: an interrupted copy leaves the target empty
-            try:
+            # All or nothing: an interrupted copy leaves the target empty.
+            async with dst.c.transaction():
                 for table, columns, order in TABLES:
                     copied[table] = 0
                     async for rows in src.rows(table, columns, order):
@@ -434,10 +346,6 @@ async def copy_database(
                         copied[table] += len(rows)
                         if progress:
                             progress(table, copied[table])
-            except BaseException:
-                await dst.end(commit=False)
-                raise
-            await dst.end(commit=True)
             return copied
         finally:
             await dst.close()

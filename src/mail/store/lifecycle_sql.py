@@ -1,18 +1,67 @@
-"""The `TaskLifecycle` reads SQLite and PostgreSQL share, in one SQL text (`mail.store.sql`):
-`lifecycle_sqlite` and `lifecycle_postgres` hold the rest (sizes, summaries, the prune)."""
+"""The `TaskLifecycle` of SQLite and PostgreSQL, in one SQL text (`mail.store.sql`):
+`lifecycle_sqlite` and `lifecycle_postgres` hold what each spells its own way."""
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
-from mail.store.base import InstanceKey, InstanceSnapshot
-from mail.store.lifecycle import Cursor, TaskLifecycle, queue_keys
-from mail.store.sql import Sql, SqlConn
+from mail.store.base import IDEMPOTENCY_TABLE as KEYS_TABLE
+from mail.store.base import (
+    STREAMED_OUTCOME,
+    InstanceKey,
+    InstanceSnapshot,
+    normalize_start_time,
+    to_json,
+)
+from mail.store.lifecycle import (
+    FINISHED_STATES_SQL,
+    PRUNE_BATCH,
+    TASK_CONTENT,
+    TASK_TABLES,
+    Cursor,
+    PruneReport,
+    TaskLifecycle,
+    batch_by_bytes,
+    queue_keys,
+    task_of_queue_key,
+)
+from mail.store.sql import Sql, SqlConn, json_field, octets
 from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
 
 _KEY = "swarm_name = ?1 AND caller_role = ?2 AND caller_id = ?3"
 _IDS = "task_id = ANY(?4)"
+_PRUNE_LOCK_ID = 0x4D41494D  # "MAIM": one pruner at a time per PostgreSQL database
+
+
+def finished_sql(postgres: bool) -> str:
+    """A task row is finished when it neither runs nor waits (`record_is_finished` in SQL)."""
+
+    def waits(name: str) -> str:
+        if postgres:
+            return f"jsonb_array_length(COALESCE(metadata->'{name}', '[]'::jsonb)) > 0"
+        return f"json_array_length(COALESCE({json_field(False, 'metadata', name)}, '[]')) > 0"
+
+    return (
+        "NOT COALESCE(is_running, FALSE) AND"
+        f" COALESCE({json_field(postgres, 'metadata', 'state')}, CASE WHEN NOT"
+        " COALESCE(completed, FALSE) THEN 'stopped'"
+        f" WHEN {waits('breakpoint_calls')} OR {waits('pending_reviews')}"
+        f" THEN 'paused' ELSE 'completed' END) IN {FINISHED_STATES_SQL}"
+    )
+
+
+# The idempotency keys that started or continued a task go with it: their outcomes (an
+# answer with its events, twice the size of a `show_events` message) are counted as the
+# task's bytes, and when the task is removed each key keeps only the mark that it was
+# answered (`STREAMED_OUTCOME`, no body: resolved from the task, which is gone), so a repeat
+# is told the task was removed instead of running the message a second time. The mark
+# lasts as long as the key (`idempotency_key_ttl`).
+_KEYS_OF_REMOVED_SQL = (
+    f"UPDATE {KEYS_TABLE} SET status = 200, content_type = ?5, body = ?6"
+    f" WHERE {_KEY} AND subject = ANY(?4)"
+)
 
 
 def _wanted(table: str, task_ids: Sequence[str]) -> list[str]:
@@ -26,15 +75,23 @@ def key_args(key: InstanceKey) -> tuple[str, str, str]:
 
 
 class SqlLifecycle(TaskLifecycle):
-    """Records, snapshots and owners; each database supplies these few spellings:"""
+    """Each database supplies these few spellings:"""
 
+    postgres: bool
     _TIME: str  # the SQL type of start_time
     _INSERTION: str  # what orders tasks that started at once: the order they were stored in
-    _STATE: str  # the record's state (metadata's "state")
+    _WITH_SUMMARY: str  # the metadata with ?5 (JSON text) as its "summary"
+    _KEY_BYTES: str  # the bytes of an idempotency key's row
+    _json = staticmethod(to_json)  # a value as JSON text the database takes
+
+    def _sql(self, unavailable: str | None) -> Sql:
+        """The database; `unavailable`: see `Sql`."""
+        raise NotImplementedError
 
     @property
     def sql(self) -> Sql:
-        raise NotImplementedError
+        # A request reading stored tasks while the database is away: 503 + Retry-After.
+        return self._sql("the database of the stored tasks cannot be reached now")
 
     def _start_text(self, value: Any) -> str:
         """A start_time column value as ISO 8601 text."""
@@ -114,9 +171,92 @@ class SqlLifecycle(TaskLifecycle):
     async def running_callers(self, swarm_name: str, limit: int) -> list[InstanceKey]:
         rows = await self._fetch(
             "SELECT caller_role, caller_id FROM tasks WHERE swarm_name = ? AND is_running = TRUE"
-            f" AND COALESCE({self._STATE}, 'running') = 'running'"
+            f" AND COALESCE({json_field(self.postgres, 'metadata', 'state')}, 'running')"
+            " = 'running'"
             " GROUP BY caller_role, caller_id ORDER BY MIN(start_time) LIMIT ?",
             swarm_name,
             limit,
         )
         return [InstanceKey(swarm_name, str(row[0]), str(row[1])) for row in rows]
+
+    async def save_summaries(self, key: InstanceKey, summaries: dict[str, dict[str, Any]]) -> None:
+        if not summaries:
+            return
+        sql = f"UPDATE tasks SET metadata = {self._WITH_SUMMARY} WHERE {_KEY} AND task_id = ?4"
+        rows = [(*key_args(key), t, self._json(s)) for t, s in summaries.items()]
+
+        async def save(c: SqlConn) -> None:
+            async with c.transaction():
+                await c.executemany(sql, rows)
+
+        await self._settle()
+        await self.sql.run(save)
+
+    async def task_bytes(self, key: InstanceKey, task_ids: Sequence[str]) -> dict[str, int]:
+        if not task_ids:
+            return {}
+
+        async def measure(c: SqlConn) -> dict[str, int]:
+            sizes = dict.fromkeys(task_ids, 0)
+            for table in await c.tables(TASK_TABLES):
+                size = octets(c.postgres, TASK_CONTENT[table])
+                sql = (
+                    f"SELECT task_id, sum({size}) FROM {table}"
+                    f" WHERE {_KEY} AND {_IDS} GROUP BY task_id"
+                )
+                for task_id, n in await c.fetch(sql, *key_args(key), _wanted(table, task_ids)):
+                    owner = task_of_queue_key(task_id)
+                    if owner in sizes:
+                        sizes[owner] += int(n or 0)
+            if await c.tables([KEYS_TABLE]):
+                sql = (
+                    f"SELECT subject, sum({self._KEY_BYTES}) FROM {KEYS_TABLE}"
+                    f" WHERE {_KEY} AND subject = ANY(?4) GROUP BY subject"
+                )
+                for subject, n in await c.fetch(sql, *key_args(key), list(task_ids)):
+                    sizes[subject] += int(n or 0)
+            return sizes
+
+        await self._settle()
+        return await self.sql.run(measure)
+
+    async def _prune_batch(self, cutoff: _dt.datetime) -> PruneReport:
+        expired = (
+            "SELECT swarm_name, caller_role, caller_id, task_id,"
+            f" CAST({json_field(self.postgres, 'metadata', 'summary', 'stored_bytes')} AS BIGINT),"
+            f" {json_field(self.postgres, 'metadata', 'files')} FROM tasks"
+            f" WHERE updated_at < ?1 AND {finished_sql(self.postgres)} LIMIT {PRUNE_BATCH}"
+        )
+
+        async def prune(c: SqlConn) -> PruneReport:
+            report = PruneReport()
+            async with c.transaction():
+                lock = "SELECT pg_try_advisory_xact_lock(?)"
+                if c.postgres and not await c.fetchval(lock, _PRUNE_LOCK_ID):
+                    return report  # another server is pruning this database now
+                cutoff_arg = self._start_arg(normalize_start_time(cutoff))
+                rows = batch_by_bytes([tuple(r) for r in await c.fetch(expired, cutoff_arg)], 4)
+                if not rows:
+                    return report
+                report.tasks = [(InstanceKey(*row[:3]), str(row[3])) for row in rows]
+                for row in rows:
+                    report.add_files(row[5])
+                by_caller: dict[InstanceKey, list[str]] = {}
+                for k, task_id in report.tasks:
+                    by_caller.setdefault(k, []).append(task_id)
+                for table in await c.tables(TASK_TABLES):
+                    for k, ids in by_caller.items():
+                        report.rows += await c.execute(
+                            f"DELETE FROM {table} WHERE {_KEY} AND {_IDS}",
+                            *key_args(k),
+                            _wanted(table, ids),
+                        )
+                if await c.tables([KEYS_TABLE]):
+                    for k, ids in by_caller.items():
+                        await c.execute(
+                            _KEYS_OF_REMOVED_SQL, *key_args(k), ids, STREAMED_OUTCOME, b""
+                        )
+                report.batches = 1
+            return report
+
+        return await self._sql(None).run(prune)

@@ -52,6 +52,20 @@ def marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
 
+def json_field(postgres: bool, column: str, *path: str) -> str:
+    """The value at `path` in a JSON column (as text in PostgreSQL)."""
+    if postgres:
+        return f"{column} #>> '{{{','.join(path)}}}'"
+    return f"json_extract({column}, '$.{'.'.join(path)}')"
+
+
+def octets(postgres: bool, column: str, *, binary: bool = False) -> str:
+    """The bytes a text or JSON column's value (or a BLOB / BYTEA's, `binary`) holds."""
+    if postgres:
+        return f"octet_length({column})" if binary else f"octet_length({column}::text)"
+    return f"length(CAST({column} AS BLOB))"
+
+
 class SqlConn:
     """The interface of a connection, whichever the database."""
 
@@ -85,6 +99,18 @@ class SqlConn:
     def locking(self, clause: str) -> str:
         """`clause` (``FOR UPDATE ...``) where rows are locked (PostgreSQL), else nothing."""
         return clause if self.postgres else ""
+
+    async def tables(self, names: Sequence[str]) -> list[str]:
+        """Those of `names` that are tables of the database, in their order (a view over
+        another layout is not; in PostgreSQL, a table of the connection's search path)."""
+        sql = (
+            "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') AND relname = ANY(?)"
+            " AND pg_table_is_visible(oid)"
+            if self.postgres
+            else "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ANY(?)"
+        )
+        found = {row[0] for row in await self.fetch(sql, list(names))}
+        return [name for name in names if name in found]
 
 
 def _sqlite_args(args: Sequence[Any]) -> tuple[Any, ...]:

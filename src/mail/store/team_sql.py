@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 from mail.store.base import InstanceKey
+from mail.store.lifecycle_sql import finished_sql
 from mail.store.retrying import RetryingWrites
-from mail.store.sql import Sql, SqlConn
+from mail.store.sql import Sql, SqlConn, json_field, octets
 from mail.store.team_base import (
+    TEAM_PRUNE_BATCH,
     InboxQuery,
     Record,
     TeamStore,
+    cutoff_text,
     dump_record,
     entry_from_row,
     inbox_rows,
@@ -23,6 +27,12 @@ from mail.store.team_base import (
 )
 
 KEY = key_clause("?")
+# Posts, inbox entries and attachments name the task they came with ($.task_id). One whose
+# task (of the same instance) is kept is kept too, whatever its age: a task that still runs
+# or waits (a breakpoint, a review) may need it, and one finished (or changed) since the
+# cutoff is read with it (an upload, its thread, its inbox) until the task prune removes it.
+_OF_TASKS = ("team_posts", "team_inbox", "team_attachments")
+_BY_SEQ = ("team_posts", "team_inbox")  # the tables with a `seq`
 
 Write = Callable[[SqlConn], Awaitable[Any]]
 
@@ -36,10 +46,14 @@ async def _apply_all(c: SqlConn, writes: list[Write]) -> None:
 class SqlTeamStore(TeamStore):
     sql: Sql
     writes: RetryingWrites[Write]
-    # What differs in the tables: a new row's created_at, an empty BYTEA / BLOB, and the
-    # order threads were made in.
+    # What differs in the tables: a new row's created_at, an empty BYTEA / BLOB, the order
+    # threads were made in, the row id, and the cutoff (?1, text) as a created_at.
+    postgres: bool
     _EMPTY_DATA: str
     _THREAD_ORDER: str
+    _ROW_ID: str
+    _CUTOFF_TIME: str
+    _THREAD_CREATED: str  # what stands for a thread record's missing updated_at
     _direct = False  # writes applied at once, not through `writes`
 
     def _init_writes(self, is_transient: Callable[[BaseException], bool]) -> None:
@@ -244,3 +258,95 @@ class SqlTeamStore(TeamStore):
         if not rows:
             return None
         return json.loads(rows[0]["record"]), bytes(rows[0]["data"])
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def stored_bytes(self, key: InstanceKey) -> int:
+        record, data = octets(self.postgres, "record"), octets(self.postgres, "data", binary=True)
+        sizes = [(record, "team_threads"), (record, "team_posts"), (record, "team_inbox")]
+        sizes.append((f"{data} + {record}", "team_attachments"))
+        sql = "SELECT " + " + ".join(
+            f"(SELECT COALESCE(SUM({size}), 0) FROM {table} WHERE {KEY})" for size, table in sizes
+        )
+        return int(await self._value(sql, *key_tuple(key)) or 0)
+
+    def _expired(self, with_tasks: bool, live: bool) -> list[tuple[str, str]]:
+        """(table, condition): what is older than the cutoff (?1), threads last, once their
+        posts are gone; with the tasks' table, not a row of a task that is kept, nor (`live`)
+        of a task the caller names (?3: a server on `--store memory` keeps its tasks in no
+        table; SQLite only)."""
+        pg = self.postgres
+        thread_time = f"COALESCE({json_field(pg, 'record', 'updated_at')}, {self._THREAD_CREATED})"
+        expired = [
+            ("team_posts", f"{json_field(pg, 'record', 'timestamp')} < ?1"),
+            ("team_inbox", "ts < ?1"),
+            ("team_attachments", f"created_at < {self._CUTOFF_TIME}"),
+            (
+                "team_threads",
+                f"{thread_time} < ?1 AND NOT EXISTS (SELECT 1 FROM team_posts p"
+                " WHERE p.swarm_name = team_threads.swarm_name"
+                " AND p.caller_role = team_threads.caller_role"
+                " AND p.caller_id = team_threads.caller_id AND p.thread_id = team_threads.thread_id)",
+            ),
+        ]
+        out = []
+        for table, condition in expired:
+            task_id = json_field(pg, f"{table}.record", "task_id")
+            if table in _OF_TASKS and with_tasks:
+                condition += (
+                    f" AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.swarm_name = {table}.swarm_name"
+                    f" AND t.caller_role = {table}.caller_role AND t.caller_id = {table}.caller_id"
+                    f" AND t.task_id = {task_id} AND NOT (t.updated_at < {self._CUTOFF_TIME}"
+                    f" AND {finished_sql(pg)}))"
+                )
+            if table in _OF_TASKS and live:
+                condition += (
+                    " AND NOT EXISTS (SELECT 1 FROM json_each(?3) l"
+                    f" WHERE json_extract(l.value, '$[0]') = {table}.swarm_name"
+                    f" AND json_extract(l.value, '$[1]') = {table}.caller_role"
+                    f" AND json_extract(l.value, '$[2]') = {table}.caller_id"
+                    f" AND json_extract(l.value, '$[3]') = {task_id})"
+                )
+            out.append((table, condition))
+        return out
+
+    async def prune_before(
+        self, cutoff: datetime.datetime, live_tasks: Collection[tuple[InstanceKey, str]] = ()
+    ) -> int:
+        # Without a task table (a team store on its own) no row has a task to wait for.
+        with_tasks = bool(await self.sql.run(lambda c: c.tables(["tasks"])))
+        live = bool(live_tasks) and not self.postgres
+        removed = 0
+        named = (json.dumps([[*key_tuple(k), t] for k, t in live_tasks]),) if live else ()
+        for table, condition in self._expired(with_tasks, live):
+            of_task = named if table in _OF_TASKS else ()
+            removed += await self._prune_table(table, condition, cutoff_text(cutoff), of_task)
+        return removed
+
+    async def _prune_table(
+        self, table: str, condition: str, cutoff: str, named: tuple[str, ...]
+    ) -> int:
+        """`table`'s rows that meet `condition`, a batch per transaction (other writes go on
+        in between). Each batch goes on where the last one stopped (by `seq`, or SQLite's
+        rowid): rows that stay though older than the cutoff (a live task's) are read once
+        per prune, not once per batch. (PostgreSQL's ctid has no such order.)"""
+        row = "seq" if table in _BY_SEQ else self._ROW_ID
+        in_order = row != "ctid"
+        after = f"{row} > ?2 AND " if in_order else ""
+        sql = (
+            f"DELETE FROM {table} WHERE {row} IN (SELECT {row} FROM {table} WHERE {after}"
+            f"({condition}){f' ORDER BY {row}' if in_order else ''} LIMIT {TEAM_PRUNE_BATCH})"
+            f" RETURNING {row}"
+        )
+
+        async def step(c: SqlConn, *args: Any) -> list[Any]:
+            async with c.transaction():
+                return await c.fetch(sql, *args)
+
+        removed, last = 0, -(1 << 63)  # (the lowest rowid)
+        while True:
+            rows = await self.sql.run(step, cutoff, *((last,) if in_order else ()), *named)
+            removed += len(rows)
+            if len(rows) < TEAM_PRUNE_BATCH:
+                return removed
+            if in_order:
+                last = max(r[0] for r in rows)

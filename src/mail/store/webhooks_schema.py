@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 TABLES: tuple[str, ...] = (
     "webhook_subscriptions",
     "webhook_events",
@@ -97,6 +99,18 @@ _INDEXES: tuple[tuple[str, str], ...] = (
 )
 
 
+_TEMPLATES = (_SUBSCRIPTIONS, _EVENTS, _DELIVERIES, _ATTEMPTS)
+_KINDS = {"TEXT": "text", "INTEGER": "int", "{real}": "real", "{bool}": "bool"}
+# table -> ((column, kind), ...) in the tables' order, as `mail.store.copy` moves them.
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    name: tuple(
+        (column, _KINDS[kind])
+        for column, kind in re.findall(r"^    (\w+) (TEXT|INTEGER|\{real\}|\{bool\})", t, re.M)
+    )
+    for name, t in zip(TABLES, _TEMPLATES, strict=True)
+}
+
+
 def _ddl(template: str, dialect: str) -> str:
     if dialect == "sqlite":
         return template.format(exists="", bool="INTEGER", true="1", real="REAL")
@@ -107,20 +121,17 @@ def _ddl(template: str, dialect: str) -> str:
 
 # SQLite: schema version 2 (store.sqlite_schema.MIGRATIONS).
 SQLITE_MIGRATION: tuple[str, ...] = (
-    *(_ddl(t, "sqlite") for t in (_SUBSCRIPTIONS, _EVENTS, _DELIVERIES, _ATTEMPTS)),
+    *(_ddl(t, "sqlite") for t in _TEMPLATES),
     *(f"CREATE INDEX {name} ON {target}" for name, target in _INDEXES),
 )
 
-# PostgreSQL: table -> CREATE TABLE IF NOT EXISTS, and (index name, CREATE INDEX IF NOT
-# EXISTS) pairs, merged into store.postgres_schema's set-up.
+# PostgreSQL: table -> CREATE TABLE IF NOT EXISTS, and CREATE INDEX IF NOT EXISTS
+# statements, merged into store.postgres_schema's set-up.
 POSTGRES_TABLE_DDL: dict[str, str] = {
-    name: _ddl(template, "postgres")
-    for name, template in zip(
-        TABLES, (_SUBSCRIPTIONS, _EVENTS, _DELIVERIES, _ATTEMPTS), strict=True
-    )
+    name: _ddl(template, "postgres") for name, template in zip(TABLES, _TEMPLATES, strict=True)
 }
-POSTGRES_INDEXES: tuple[tuple[str, str], ...] = tuple(
-    (name, f"CREATE INDEX IF NOT EXISTS {name} ON {target}") for name, target in _INDEXES
+POSTGRES_INDEXES: tuple[str, ...] = tuple(
+    f"CREATE INDEX IF NOT EXISTS {name} ON {target}" for name, target in _INDEXES
 )
 
 # The outbox row the task store writes with the event that causes it (write kind
