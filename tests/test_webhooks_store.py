@@ -25,39 +25,18 @@ from mail.store.webhooks import (
     new_id,
 )
 from mail.store.webhooks_sql import SqliteWebhookStore, WebhookStore
+from mail.webhooks.service import new_subscription
 
 SWARM = "hooks"
 PENDING = PendingLimits(1000, 100000)
 
 
 def subscription(owner: tuple[str, str], **fields: Any) -> dict[str, Any]:
-    now = time.time()
-    record = {
-        "subscription_id": new_id("wh"),
-        "swarm_name": SWARM,
-        "owner_role": owner[0],
-        "owner_id": owner[1],
-        "kind": "webhook",
-        "scope": "own",
-        "task_id": None,
-        "url": "http://receiver.test/hook",
-        "destination": "receiver.test:80",
-        "events": ["task.*"],
-        "description": "",
-        "active": True,
-        "disabled_reason": None,
-        "secret": "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0",
-        "previous_secret": None,
-        "previous_secret_until": None,
-        "push_token": None,
-        "push_auth": None,
-        "failing_since": None,
-        "created_at": now,
-        "updated_at": now,
-        "expires_at": None,
-    }
-    record.update(fields)
-    return record
+    secret = "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
+    hook = new_subscription(
+        SWARM, owner, "webhook", "http://receiver.test/hook", ["task.*"], secret=secret
+    )
+    return {**hook, **fields}
 
 
 def event(caller: tuple[str, str], event_type: str = "task.completed", **fields: Any) -> dict:

@@ -101,13 +101,19 @@ _INDEXES: tuple[tuple[str, str], ...] = (
 
 _TEMPLATES = (_SUBSCRIPTIONS, _EVENTS, _DELIVERIES, _ATTEMPTS)
 _KINDS = {"TEXT": "text", "INTEGER": "int", "{real}": "real", "{bool}": "bool"}
+
+
+def _columns(template: str) -> tuple[tuple[str, str], ...]:
+    """(column, kind) of each column line of a table's DDL; a type not in _KINDS is an error."""
+    lines = re.findall(r"^    (\w+) ([^\s,]+)", template, re.M)
+    return tuple(
+        (column, _KINDS[kind]) for column, kind in lines if column not in ("UNIQUE", "PRIMARY")
+    )
+
+
 # table -> ((column, kind), ...) in the tables' order, as `mail.store.copy` moves them.
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    name: tuple(
-        (column, _KINDS[kind])
-        for column, kind in re.findall(r"^    (\w+) (TEXT|INTEGER|\{real\}|\{bool\})", t, re.M)
-    )
-    for name, t in zip(TABLES, _TEMPLATES, strict=True)
+    name: _columns(t) for name, t in zip(TABLES, _TEMPLATES, strict=True)
 }
 
 
