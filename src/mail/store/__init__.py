@@ -1,4 +1,4 @@
-"""Persistence for MAIL: one small interface; in-memory, SQLite and PostgreSQL implementations."""
+"""Persistence for MAIL: one `TaskStore`, on an in-memory, SQLite or PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from mail.store.base import (
     InstanceKey,
     InstanceSnapshot,
     StoreUnavailableError,
-    TaskStore,
     detect_tool_format,
 )
+from mail.store.sql_base import TaskStore
 from mail.store.sqlite import MemoryTaskStore
 
 if TYPE_CHECKING:

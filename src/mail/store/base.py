@@ -1,18 +1,17 @@
-"""The persistence interface the runtime and the server talk to."""
+"""What the task stores share: instance keys, snapshots, and the JSON and record helpers.
+
+The store class itself, `TaskStore`, is in `mail.store.sql_base` (also importable here)."""
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import datetime as _dt
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from mail.store.fencing import FenceState
 
 # Task record fields that have their own column in the `tasks` table; any other key of a
 # record is kept too (in a JSON side column) and comes back merged into the record.
@@ -49,10 +48,6 @@ class InstanceKey:
     caller_id: str
 
 
-# Called once with the key of an instance whose lease a newer host took (see fencing.py).
-FencedCallback = Callable[[InstanceKey], object]
-
-
 @dataclass
 class InstanceSnapshot:
     """Everything a store holds for one instance, as returned by `TaskStore.load_instance`.
@@ -80,190 +75,6 @@ class InstanceSnapshot:
 
 class StoreUnavailableError(RuntimeError):
     """The backing database cannot be reached (at start-up or for a read)."""
-
-
-class TaskStore(abc.ABC):
-    """Persistence for task records, events, agent histories, responses and stashed queues.
-
-    Usage from the runtime::
-
-        store = create_store(os.environ.get("DATABASE_URL"))
-        await store.start()
-        snapshot = await store.load_instance(key)     # recovery on instance start
-        await store.upsert_task(key, {...})            # returns at once
-        ...
-        await store.close()                            # flushes, then releases resources
-
-    Writes for the same key and task are applied in the order they were submitted.
-
-    Fencing (cluster mode): after `claim_generation(key)`, every write this store makes
-    for `key` is applied only while no other store has claimed a newer generation for it;
-    later writes are dropped, counted in `fenced_writes`, and `is_fenced(key)` turns true
-    (`on_fenced(key)` is called once). Keys never claimed are not checked at all.
-    """
-
-    def __init__(self) -> None:
-        self._fencing: FenceState[InstanceKey] = FenceState()
-
-    # -- lifecycle -------------------------------------------------------------------
-    @abc.abstractmethod
-    async def start(self) -> None:
-        """Open connections / prepare the schema. Raises StoreUnavailableError on failure."""
-
-    @abc.abstractmethod
-    async def close(self) -> None:
-        """Flush what can be flushed (bounded wait), then release resources. Idempotent."""
-
-    @abc.abstractmethod
-    async def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every write acknowledged so far is durably stored.
-
-        Returns True when drained, False if `timeout` (seconds) ran out first.
-        """
-
-    async def settle(self) -> None:
-        """Before a read: every write acknowledged so far is visible to it (read-your-writes).
-        Raises StoreUnavailableError when it cannot be (the database does not take writes)."""
-        await self.flush()
-
-    # -- writes (acknowledged on return, applied in submission order) -------------------
-    @abc.abstractmethod
-    async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
-        """Create or update a task record.
-
-        Record fields: task_id (required), task_owner, task_contributors (list),
-        remote_swarms (list), is_running, completed, title, start_time (ISO 8601).
-        A field that is absent or None leaves the stored value unchanged, so the runtime
-        can send only what changed (e.g. ``{"task_id": t, "is_running": False}``).
-        Other keys are stored as well and returned merged into the record.
-        """
-
-    @abc.abstractmethod
-    async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
-        """Append one SSE event to a task's timeline.
-
-        `event` is a dict ``{"event", "data" (str; a dict is JSON-encoded), "id"}`` or an
-        object with those attributes (e.g. `sse_starlette.ServerSentEvent`, `TaskEvent`).
-        """
-
-    @abc.abstractmethod
-    async def save_history(
-        self,
-        key: InstanceKey,
-        task_id: str,
-        agent_name: str,
-        tool_format: str | None,
-        history: list[dict[str, Any]],
-    ) -> None:
-        """Store an agent's full history for a task, REPLACING any earlier one.
-
-        `tool_format` is "completions" or "responses"; None means "detect from the
-        history" (see `detect_tool_format`).
-        """
-
-    @abc.abstractmethod
-    async def save_response(
-        self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
-    ) -> None:
-        """Store (or replace) a task's final response."""
-
-    @abc.abstractmethod
-    async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
-        """Store the stashed queue of a paused task: ``[{"priority", "seq", "message"}, ...]``."""
-
-    @abc.abstractmethod
-    async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
-        """Forget the stashed queue of a task (after it was resumed or finished)."""
-
-    # -- fencing (cluster mode) ------------------------------------------------------------
-    @abc.abstractmethod
-    async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
-        """Become the owner of `key`: atomically increment and return its generation.
-
-        From then on this store's writes for `key` carry that generation and are dropped
-        once anyone claims a newer one. `holder` is a free-form label (node, process) kept
-        with the claim for operators. Claim BEFORE `load_instance`, so that the state read
-        includes every write the previous owner managed to commit and nothing after it.
-        Raises StoreUnavailableError when the database cannot be reached.
-        """
-
-    def held_generation(self, key: InstanceKey) -> int | None:
-        """The generation this store claimed for `key`, or None if it never claimed one."""
-        return self._fencing.leases.get(key)
-
-    def is_fenced(self, key: InstanceKey) -> bool:
-        """True once a write for `key` was refused because a newer generation was claimed."""
-        return self._fencing.is_fenced(key)
-
-    @property
-    def on_fenced(self) -> FencedCallback | None:
-        """Called with the key, once, when this store learns it lost `key`.
-
-        It runs in the store's writer (PostgreSQL) or in the writing coroutine (memory):
-        it must return quickly (e.g. schedule the instance's shutdown, do not await it).
-        """
-        return self._fencing.on_fenced
-
-    @on_fenced.setter
-    def on_fenced(self, callback: FencedCallback | None) -> None:
-        self._fencing.on_fenced = callback
-
-    @property
-    def fenced_writes(self) -> int:
-        """Writes dropped because their generation was no longer the current one."""
-        return self._fencing.fenced_writes
-
-    # -- reads ----------------------------------------------------------------------------
-    @abc.abstractmethod
-    async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
-        """Everything stored for one instance, including writes still being flushed."""
-
-    # -- health (for the server's status reporting) --------------------------------------
-    @property
-    def pending_writes(self) -> int:
-        """Writes acknowledged but not yet durably stored."""
-        return 0
-
-    @property
-    def failed_attempts(self) -> int:
-        """Write attempts that failed with a transient error since start (retried)."""
-        return 0
-
-    @property
-    def last_error(self) -> str | None:
-        """Text of the most recent write/connection error, or None if there never was one."""
-        return None
-
-    @property
-    def backend(self) -> str:
-        return type(self).__name__
-
-    def status(self) -> dict[str, Any]:
-        """A JSON-able health summary, e.g. for /status or /health."""
-        return {
-            "backend": self.backend,
-            "pending_writes": self.pending_writes,
-            "failed_attempts": self.failed_attempts,
-            "last_error": self.last_error,
-            "degraded": self.is_degraded(),
-            "fenced_writes": self.fenced_writes,
-        }
-
-    def is_degraded(self) -> bool:
-        """True while writes are failing and piling up."""
-        return False
-
-    def writes_backed_up(self) -> bool:
-        """True while the store's queue of unwritten writes is at its bound (`max_pending`):
-        new work would only wait in memory (the server refuses new tasks meanwhile)."""
-        return False
-
-    async def __aenter__(self) -> TaskStore:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 # -- helpers shared by the implementations ------------------------------------------------
@@ -445,3 +256,12 @@ def event_row(event: Any) -> tuple[str | None, str | None, str | None]:
         data,
         None if event_id is None else str(event_id),
     )
+
+
+def __getattr__(name: str) -> Any:
+    # `mail.store.base.TaskStore` (a documented path); defined in sql_base, which imports this.
+    if name == "TaskStore":
+        from mail.store.sql_base import TaskStore
+
+        return TaskStore
+    raise AttributeError(f"module 'mail.store.base' has no attribute {name!r}")

@@ -27,8 +27,8 @@ from mail.store.postgres_schema import (
     redact_dsn,
 )
 from mail.store.sql_base import (
-    BufferedSqlStore,
     SqlWrite,
+    TaskStore,
     add_snapshot_row,
     batch_statements,
     coalesce_writes,
@@ -187,7 +187,7 @@ def _pg_text(value: Any) -> str | None:
     return None if value is None else _strip_nul(str(value))
 
 
-class PostgresTaskStore(BufferedSqlStore):
+class PostgresTaskStore(TaskStore):
     def __init__(
         self,
         database_url: str,

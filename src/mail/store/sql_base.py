@@ -1,4 +1,5 @@
-"""What the two SQL stores (PostgreSQL, SQLite) share: write-behind, encoding, fencing rules."""
+"""`TaskStore`, the persistence the runtime and the server talk to: its writes go through one
+write-behind buffer to a SQL database (`mail.store.sqlite`, `mail.store.postgres`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from mail.store.base import (
     InstanceKey,
     InstanceSnapshot,
     StoreUnavailableError,
-    TaskStore,
     detect_tool_format,
     event_row,
     json_copy,
     split_task_record,
 )
+from mail.store.fencing import FenceState
 from mail.store.lifecycle import FINISHED_STATES
 from mail.store.sql_batch import (  # re-exported: the SQL stores and tests import them here
     DEFERRED_KINDS,
@@ -59,7 +60,7 @@ __all__ = [
     "EventRun",
     "OUTBOX_KIND",
     "WRITE_KINDS",
-    "BufferedSqlStore",
+    "TaskStore",
     "FencedLease",
     "LiveWrite",
     "SqlWrite",
@@ -119,8 +120,30 @@ _TASK_KINDS = frozenset(("task", "event", "history", "response", "queue", "queue
 _QUEUE_KINDS = frozenset(("queue", "queue_delete"))
 
 
-class BufferedSqlStore(TaskStore):
-    """A TaskStore whose writes go through one write-behind buffer to a SQL database."""
+# Called once with the key of an instance whose lease a newer host took (see fencing.py).
+FencedCallback = Callable[[InstanceKey], object]
+
+
+class TaskStore(abc.ABC):
+    """Persistence for task records, events, agent histories, responses and stashed queues.
+
+    Usage from the runtime::
+
+        store = create_store(os.environ.get("DATABASE_URL"))
+        await store.start()
+        snapshot = await store.load_instance(key)     # recovery on instance start
+        await store.upsert_task(key, {...})            # returns at once
+        ...
+        await store.close()                            # flushes, then releases resources
+
+    Writes for the same key and task are applied in the order they were submitted, through
+    one write-behind buffer to the database (each dialect supplies the abstract methods).
+
+    Fencing (cluster mode): after `claim_generation(key)`, every write this store makes
+    for `key` is applied only while no other store has claimed a newer generation for it;
+    later writes are dropped, counted in `fenced_writes`, and `is_fenced(key)` turns true
+    (`on_fenced(key)` is called once). Keys never claimed are not checked at all.
+    """
 
     def __init__(
         self,
@@ -135,7 +158,7 @@ class BufferedSqlStore(TaskStore):
         close_timeout: float,
         read_timeout: float,
     ) -> None:
-        super().__init__()
+        self._fencing: FenceState[InstanceKey] = FenceState()
         self._is_transient = is_transient
         self._close_timeout = close_timeout
         self._read_timeout = read_timeout
@@ -205,14 +228,32 @@ class BufferedSqlStore(TaskStore):
     async def _release(self) -> None:
         """Close connections (after the buffer was flushed)."""
 
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Open connections / prepare the schema. Raises StoreUnavailableError on failure."""
+
+    @abc.abstractmethod
+    async def claim_generation(self, key: InstanceKey, holder: str = "") -> int:
+        """Become the owner of `key`: atomically increment and return its generation.
+
+        From then on this store's writes for `key` carry that generation and are dropped
+        once anyone claims a newer one. `holder` is a free-form label (node, process) kept
+        with the claim for operators. Claim BEFORE `load_instance`, so that the state read
+        includes every write the previous owner managed to commit and nothing after it.
+        Raises StoreUnavailableError when the database cannot be reached.
+        """
+
     # -- lifecycle -------------------------------------------------------------------------
     async def close(self) -> None:
+        """Flush what can be flushed (bounded wait), then release resources. Idempotent."""
         lost = await self._buffer.close(self._close_timeout)
         if lost:
             logger.error("closing the %s store with %d unwritten write(s)", self.backend, lost)
         await self._release()
 
     async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write acknowledged so far is durably stored: True when drained,
+        False if `timeout` (seconds) ran out first."""
         if self._buffer.pending and not self._buffer.running:
             return False
         return await self._buffer.flush(timeout)
@@ -475,9 +516,22 @@ class BufferedSqlStore(TaskStore):
         return len(batch), writes
 
     async def upsert_task(self, key: InstanceKey, record: Mapping[str, Any]) -> None:
+        """Create or update a task record.
+
+        Record fields: task_id (required), task_owner, task_contributors (list),
+        remote_swarms (list), is_running, completed, title, start_time (ISO 8601).
+        A field that is absent or None leaves the stored value unchanged, so the runtime
+        can send only what changed (e.g. ``{"task_id": t, "is_running": False}``).
+        Other keys are stored as well and returned merged into the record.
+        """
         await self._submit(self._task_write(key, record))
 
     async def append_event(self, key: InstanceKey, task_id: str, event: Any) -> None:
+        """Append one SSE event to a task's timeline.
+
+        `event` is a dict ``{"event", "data" (str; a dict is JSON-encoded), "id"}`` or an
+        object with those attributes (e.g. `sse_starlette.ServerSentEvent`, `TaskEvent`).
+        """
         await self._submit(self._event_write(key, task_id, event))
 
     async def save_history(
@@ -488,14 +542,21 @@ class BufferedSqlStore(TaskStore):
         tool_format: str | None,
         history: list[dict[str, Any]],
     ) -> None:
+        """Store an agent's full history for a task, REPLACING any earlier one.
+
+        `tool_format` is "completions" or "responses"; None means "detect from the
+        history" (see `detect_tool_format`).
+        """
         await self._submit(self._history_write(key, task_id, agent_name, tool_format, history))
 
     async def save_response(
         self, key: InstanceKey, task_id: str, response: Mapping[str, Any]
     ) -> None:
+        """Store (or replace) a task's final response."""
         await self._submit(self._response_write(key, task_id, response))
 
     async def save_queue(self, key: InstanceKey, task_id: str, items: list[dict[str, Any]]) -> None:
+        """Store the stashed queue of a paused task: ``[{"priority", "seq", "message"}, ...]``."""
         await self._submit(self._queue_write(key, task_id, items))
 
     async def save_owned_queue(
@@ -505,6 +566,7 @@ class BufferedSqlStore(TaskStore):
         await self._submit(self._owned_queue_write(key, task_id, items))
 
     async def delete_queue(self, key: InstanceKey, task_id: str) -> None:
+        """Forget the stashed queue of a task (after it was resumed or finished)."""
         await self._submit(self._queue_delete_write(key, task_id))
 
     async def _submit(self, write: SqlWrite | None) -> None:
@@ -519,6 +581,32 @@ class BufferedSqlStore(TaskStore):
             lease = key_args(key)
             for task in [t for t in self._history_marks if t[:3] == lease]:
                 del self._history_marks[task]
+
+    def held_generation(self, key: InstanceKey) -> int | None:
+        """The generation this store claimed for `key`, or None if it never claimed one."""
+        return self._fencing.leases.get(key)
+
+    def is_fenced(self, key: InstanceKey) -> bool:
+        """True once a write for `key` was refused because a newer generation was claimed."""
+        return self._fencing.is_fenced(key)
+
+    @property
+    def on_fenced(self) -> FencedCallback | None:
+        """Called with the key, once, when this store learns it lost `key`.
+
+        It runs in the store's writer (PostgreSQL) or in the writing coroutine (memory):
+        it must return quickly (e.g. schedule the instance's shutdown, do not await it).
+        """
+        return self._fencing.on_fenced
+
+    @on_fenced.setter
+    def on_fenced(self, callback: FencedCallback | None) -> None:
+        self._fencing.on_fenced = callback
+
+    @property
+    def fenced_writes(self) -> int:
+        """Writes dropped because their generation was no longer the current one."""
+        return self._fencing.fenced_writes
 
     # -- reads -----------------------------------------------------------------------------
     async def settle(self) -> None:
@@ -541,6 +629,7 @@ class BufferedSqlStore(TaskStore):
             )
 
     async def load_instance(self, key: InstanceKey) -> InstanceSnapshot:
+        """Everything stored for one instance, including writes still being flushed."""
         await self.settle()  # what was acknowledged for this instance must be visible
         try:
             async with asyncio.timeout(self._read_timeout):
@@ -554,15 +643,22 @@ class BufferedSqlStore(TaskStore):
 
     # -- health ----------------------------------------------------------------------------
     @property
+    def backend(self) -> str:
+        return type(self).__name__
+
+    @property
     def pending_writes(self) -> int:
+        """Writes acknowledged but not yet durably stored."""
         return self._buffer.pending
 
     @property
     def failed_attempts(self) -> int:
+        """Write attempts that failed with a transient error since start (retried)."""
         return self._buffer.failed_attempts
 
     @property
     def last_error(self) -> str | None:
+        """Text of the most recent write/connection error, or None if there never was one."""
         stalled = self._buffer.stalled_for()
         if stalled >= STALLED_SECONDS:
             return (
@@ -576,6 +672,8 @@ class BufferedSqlStore(TaskStore):
         return self._buffer.dropped
 
     def writes_backed_up(self) -> bool:
+        """True while the store's queue of unwritten writes is at its bound (`max_pending`):
+        new work would only wait in memory (the server refuses new tasks meanwhile)."""
         return self._buffer.full
 
     @property
@@ -583,13 +681,28 @@ class BufferedSqlStore(TaskStore):
         return self._buffer.max_pending
 
     def is_degraded(self) -> bool:
+        """True while writes are failing and piling up."""
         buffer = self._buffer
         return buffer.outage_since is not None or buffer.stalled_for() >= STALLED_SECONDS
 
     def status(self) -> dict[str, Any]:
-        status = super().status()
-        status["dropped_writes"] = self._buffer.dropped
-        return status
+        """A JSON-able health summary, e.g. for /status or /health."""
+        return {
+            "backend": self.backend,
+            "pending_writes": self.pending_writes,
+            "failed_attempts": self.failed_attempts,
+            "last_error": self.last_error,
+            "degraded": self.is_degraded(),
+            "fenced_writes": self.fenced_writes,
+            "dropped_writes": self._buffer.dropped,
+        }
+
+    async def __aenter__(self) -> TaskStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class _HistoryMarks:

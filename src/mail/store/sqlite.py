@@ -18,9 +18,9 @@ from mail.store.base import (
 from mail.store.sql_base import (
     EVENT_ROWS_KIND,
     HISTORY_TRIM_KIND,
-    BufferedSqlStore,
     FencedLease,
     SqlWrite,
+    TaskStore,
     add_snapshot_row,
     batch_statements,
     coalesce_writes,
@@ -163,11 +163,11 @@ SQLITE_BUFFER_DEFAULTS: dict[str, Any] = {
 }
 
 
-class SqliteTaskStore(BufferedSqlStore):
+class SqliteTaskStore(TaskStore):
     """Tasks, events, histories, responses and queues in one SQLite file (WAL)."""
 
     def __init__(self, path: str | Path, **options: Any) -> None:
-        """`options`: the write-behind settings of `BufferedSqlStore` (max_batch,
+        """`options`: the write-behind settings of `TaskStore` (max_batch,
         batch_delay, retry_initial, retry_max, max_pending, close_timeout, read_timeout)."""
         settings = {**SQLITE_BUFFER_DEFAULTS, **options}
         super().__init__(name="mail.store.sqlite", is_transient=is_transient_error, **settings)

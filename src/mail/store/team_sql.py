@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 from mail.store.base import InstanceKey
-from mail.store.lifecycle_sql import finished_sql
+from mail.store.lifecycle import finished_sql
 from mail.store.retrying import RetryingWrites
 from mail.store.sql import Sql, SqlConn, json_field, octets
 from mail.store.team_base import (
