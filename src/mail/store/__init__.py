@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mail.store.base import (
+from mail.store.base import TaskStore
+from mail.store.records import (
     InstanceKey,
     InstanceSnapshot,
     StoreUnavailableError,
     detect_tool_format,
 )
-from mail.store.sql_base import TaskStore
 from mail.store.sqlite import MemoryTaskStore
 
 if TYPE_CHECKING:

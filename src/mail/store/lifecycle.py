@@ -12,23 +12,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mail.store.base import IDEMPOTENCY_TABLE as KEYS_TABLE
-from mail.store.base import (
+from mail.store.records import (
+    FINISHED_STATES,
     STREAMED_OUTCOME,
     InstanceKey,
     InstanceSnapshot,
     normalize_start_time,
     to_json,
 )
+from mail.store.records import IDEMPOTENCY_TABLE as KEYS_TABLE
 from mail.store.sql import Sql, SqlConn, json_field, octets
 from mail.store.sql_batch import key_args
 from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
+from mail.store.sqlite_space import SpaceReport
 
 if TYPE_CHECKING:
-    from mail.store.sql_base import TaskStore
+    from mail.store.base import TaskStore
 
-# States (the `state` a task record carries) of a task that neither runs nor waits.
-FINISHED_STATES = ("completed", "failed", "stopped")
 # The same, as a SQL list for the stores' `_FINISHED` conditions.
 FINISHED_STATES_SQL = "(" + ", ".join(f"'{state}'" for state in FINISHED_STATES) + ")"
 JOURNAL_SUFFIX = "::journal"  # a running task's journal row in task_queues (runtime_durable)
@@ -85,15 +85,6 @@ class PruneReport:
                 return
         if isinstance(listed, dict):
             self.files.update(listed)
-
-
-@dataclass
-class SpaceReport:
-    """How big the store's file is and how much of it is free (SQLite; zeros elsewhere)."""
-
-    file_bytes: int = 0
-    free_bytes: int = 0
-    auto_vacuum: str = ""
 
 
 def stored_summary(record: dict[str, Any]) -> dict[str, Any] | None:

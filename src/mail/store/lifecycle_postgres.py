@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mail.store.base import StoreUnavailableError, parse_start_time
 from mail.store.lifecycle import TaskLifecycle
 from mail.store.postgres import _isoformat, _pg_json
+from mail.store.records import StoreUnavailableError, parse_start_time
 from mail.store.sql import PostgresSql
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mail.store.base import normalize_start_time
-from mail.store.lifecycle import SpaceReport, TaskLifecycle
+from mail.store.lifecycle import TaskLifecycle
+from mail.store.records import normalize_start_time
 from mail.store.sql import SqliteSql
 from mail.store.sqlite_space import (
     VACUUM_STEP_PAGES,
+    SpaceReport,
     file_bytes,
     space_report,
     truncate_wal,

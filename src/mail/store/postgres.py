@@ -11,11 +11,15 @@ from typing import Any
 import asyncpg
 
 from mail.store.base import (
-    InstanceKey,
-    InstanceSnapshot,
-    StoreUnavailableError,
-    parse_start_time,
-    to_json,
+    SqlWrite,
+    TaskStore,
+    add_snapshot_row,
+    batch_statements,
+    coalesce_writes,
+    encode_deferred,
+    key_args,
+    leased_keys,
+    snapshot_queries,
 )
 from mail.store.postgres_schema import (
     ALL_TABLES,
@@ -26,16 +30,12 @@ from mail.store.postgres_schema import (
     open_pool,
     redact_dsn,
 )
-from mail.store.sql_base import (
-    SqlWrite,
-    TaskStore,
-    add_snapshot_row,
-    batch_statements,
-    coalesce_writes,
-    encode_deferred,
-    key_args,
-    leased_keys,
-    snapshot_queries,
+from mail.store.records import (
+    InstanceKey,
+    InstanceSnapshot,
+    StoreUnavailableError,
+    parse_start_time,
+    to_json,
 )
 from mail.store.webhooks_schema import POSTGRES_OUTBOX_SQL
 

@@ -9,13 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from mail.store.base import (
-    InstanceKey,
-    InstanceSnapshot,
-    StoreUnavailableError,
-    normalize_start_time,
-    to_json,
-)
-from mail.store.sql_base import (
     EVENT_ROWS_KIND,
     HISTORY_TRIM_KIND,
     FencedLease,
@@ -28,6 +21,13 @@ from mail.store.sql_base import (
     key_args,
     leased_keys,
     snapshot_queries,
+)
+from mail.store.records import (
+    InstanceKey,
+    InstanceSnapshot,
+    StoreUnavailableError,
+    normalize_start_time,
+    to_json,
 )
 from mail.store.sqlite_schema import (
     INLINE_BATCH_BYTES,

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mail.store.base import InstanceKey
 from mail.store.lifecycle import finished_sql
+from mail.store.records import InstanceKey
 from mail.store.retrying import RetryingWrites
 from mail.store.sql import Sql, SqlConn, json_field, octets
 

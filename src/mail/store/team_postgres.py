@@ -7,9 +7,9 @@ import datetime
 
 import asyncpg
 
-from mail.store.base import StoreUnavailableError
 from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import create_unless_forbidden, normalize_dsn, open_pool
+from mail.store.records import StoreUnavailableError
 from mail.store.sql import PostgresSql
 from mail.store.team_base import TeamStore
 
