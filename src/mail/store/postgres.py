@@ -10,17 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from mail.store.base import (
-    SqlWrite,
-    TaskStore,
-    add_snapshot_row,
-    batch_statements,
-    coalesce_writes,
-    encode_deferred,
-    key_args,
-    leased_keys,
-    snapshot_queries,
-)
+from mail.store.base import TaskStore
 from mail.store.postgres_schema import (
     ALL_TABLES,
     create_unless_forbidden,
@@ -37,6 +27,15 @@ from mail.store.records import (
     parse_start_time,
     to_json,
 )
+from mail.store.sql_batch import (
+    SqlWrite,
+    batch_statements,
+    coalesce_writes,
+    encode_deferred,
+    key_args,
+    leased_keys,
+)
+from mail.store.sql_reads import add_snapshot_row, snapshot_queries
 from mail.store.webhooks_schema import POSTGRES_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.postgres")

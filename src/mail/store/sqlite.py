@@ -8,20 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mail.store.base import (
-    EVENT_ROWS_KIND,
-    HISTORY_TRIM_KIND,
-    FencedLease,
-    SqlWrite,
-    TaskStore,
-    add_snapshot_row,
-    batch_statements,
-    coalesce_writes,
-    encode_deferred_sized,
-    key_args,
-    leased_keys,
-    snapshot_queries,
-)
+from mail.store.base import TaskStore
 from mail.store.records import (
     InstanceKey,
     InstanceSnapshot,
@@ -29,6 +16,18 @@ from mail.store.records import (
     normalize_start_time,
     to_json,
 )
+from mail.store.sql_batch import (
+    EVENT_ROWS_KIND,
+    HISTORY_TRIM_KIND,
+    FencedLease,
+    SqlWrite,
+    batch_statements,
+    coalesce_writes,
+    encode_deferred_sized,
+    key_args,
+    leased_keys,
+)
+from mail.store.sql_reads import add_snapshot_row, snapshot_queries
 from mail.store.sqlite_schema import (
     INLINE_BATCH_BYTES,
     MEMORY,
