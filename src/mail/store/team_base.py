@@ -16,67 +16,14 @@ from mail.store.lifecycle import finished_sql
 from mail.store.records import InstanceKey
 from mail.store.retrying import RetryingWrites
 from mail.store.sql import Sql, SqlConn, json_field, octets
+from mail.store.sql_batch import key_args
 
 Record = dict[str, Any]
-
-
-def key_tuple(key: InstanceKey) -> tuple[str, str, str]:
-    return (key.swarm_name, key.caller_role, key.caller_id)
 
 
 def dump_record(value: Any) -> str:
     """A record as the SQL stores keep it: compact JSON without NUL characters."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
-
-
-def entry_from_row(row: Any) -> Record:
-    """An inbox entry from a `team_inbox` row: the record with its read/shown columns."""
-    record: Record = json.loads(row["record"])
-    record["read"] = bool(row["is_read"])
-    record["shown"] = bool(row["shown"])
-    return record
-
-
-def inbox_rows(key: InstanceKey, entries: Iterable[Record]) -> list[tuple[Any, ...]]:
-    """`team_inbox` rows of new entries, in the column order both SQL stores insert:
-    key, agent_name, entry_id, thread_id, ts, is_read, shown, record."""
-    k = key_tuple(key)
-    return [
-        (
-            *k,
-            e["agent"],
-            e["entry_id"],
-            e.get("thread_id"),
-            e["timestamp"],
-            bool(e.get("read")),
-            bool(e.get("shown")),
-            dump_record(e),
-        )
-        for e in entries
-    ]
-
-
-def unread_from_rows(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """`unread_counts` from rows of (agent_name, place, n)."""
-    counts: dict[str, dict[str, int]] = {}
-    for r in rows:
-        counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
-    return counts
-
-
-def key_clause(mark: str) -> str:
-    """The instance key condition with numbered parameters 1-3 (`$` PostgreSQL, `?` SQLite)."""
-    return f"swarm_name = {mark}1 AND caller_role = {mark}2 AND caller_id = {mark}3"
-
-
-def trim_sql(table: str, column: str, mark: str) -> str:
-    """Keep the newest rows of one thread / one agent: parameters
-    1-3 the key, 4 the thread or agent, 5 how many to keep."""
-    where = f"{key_clause(mark)} AND {column} = {mark}4"
-    return (
-        f"DELETE FROM {table} WHERE {where} AND seq <= ("
-        f"SELECT seq FROM {table} WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET {mark}5)"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +51,19 @@ class InboxQuery:
 # Rows a team prune removes per statement (one transaction each).
 TEAM_PRUNE_BATCH = 500
 
-
-def cutoff_text(cutoff: _dt.datetime) -> str:
-    """A cutoff as the ISO 8601 UTC text the team records hold (they compare as text)."""
-    return cutoff.astimezone(_dt.UTC).isoformat()
+KEY = "swarm_name = ?1 AND caller_role = ?2 AND caller_id = ?3"
 
 
-KEY = key_clause("?")
+def trim_sql(table: str, column: str) -> str:
+    """Keep the newest rows of one thread / one agent: parameters
+    1-3 the key, 4 the thread or agent, 5 how many to keep."""
+    where = f"{KEY} AND {column} = ?4"
+    return (
+        f"DELETE FROM {table} WHERE {where} AND seq <= ("
+        f"SELECT seq FROM {table} WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET ?5)"
+    )
+
+
 # Posts, inbox entries and attachments name the task they came with ($.task_id). One whose
 # task (of the same instance) is kept is kept too, whatever its age: a task that still runs
 # or waits (a breakpoint, a review) may need it, and one finished (or changed) since the
@@ -188,7 +141,7 @@ class TeamStore(abc.ABC):
     # -- threads ---------------------------------------------------------------------
     async def save_thread(self, key: InstanceKey, thread: Record) -> None:
         """Create or replace a thread record (participants included)."""
-        args = (*key_tuple(key), thread["thread_id"], dump_record(thread), self._created_at())
+        args = (*key_args(key), thread["thread_id"], dump_record(thread), self._created_at())
         await self._write(
             lambda c: c.execute(
                 "INSERT INTO team_threads (swarm_name, caller_role, caller_id, thread_id,"
@@ -202,7 +155,7 @@ class TeamStore(abc.ABC):
     async def get_thread(self, key: InstanceKey, thread_id: str) -> Record | None:
         rows = await self._rows(
             f"SELECT record FROM team_threads WHERE {KEY} AND thread_id = ?4",
-            *key_tuple(key),
+            *key_args(key),
             thread_id,
         )
         return json.loads(rows[0]["record"]) if rows else None
@@ -214,19 +167,18 @@ class TeamStore(abc.ABC):
             rows = await self._rows(f"{select} ORDER BY {self._THREAD_ORDER}")
         else:
             rows = await self._rows(
-                f"{select} WHERE {KEY} ORDER BY {self._THREAD_ORDER}", *key_tuple(key)
+                f"{select} WHERE {KEY} ORDER BY {self._THREAD_ORDER}", *key_args(key)
             )
         return [(InstanceKey(r[0], r[1], r[2]), json.loads(r["record"])) for r in rows]
 
     async def count_threads(self, key: InstanceKey) -> int:
         """How many threads this instance has (the thread quota counts them)."""
         return int(
-            await self._value(f"SELECT COUNT(*) FROM team_threads WHERE {KEY}", *key_tuple(key))
-            or 0
+            await self._value(f"SELECT COUNT(*) FROM team_threads WHERE {KEY}", *key_args(key)) or 0
         )
 
     async def add_post(self, key: InstanceKey, post: Record) -> None:
-        args = (*key_tuple(key), post["thread_id"])
+        args = (*key_args(key), post["thread_id"])
         record = dump_record(post)
         limit = self.max_posts_per_thread
 
@@ -239,7 +191,7 @@ class TeamStore(abc.ABC):
             )
             if limit is not None:
                 # Keep the newest posts of the thread.
-                await c.execute(trim_sql("team_posts", "thread_id", "?"), *args, limit)
+                await c.execute(trim_sql("team_posts", "thread_id"), *args, limit)
 
         await self._write(add)
 
@@ -250,7 +202,7 @@ class TeamStore(abc.ABC):
         rows = await self._rows(
             f"SELECT record FROM team_posts WHERE {KEY} AND thread_id = ?4"
             " ORDER BY seq DESC LIMIT ?5",
-            *key_tuple(key),
+            *key_args(key),
             thread_id,
             self._limit(limit or None),
         )
@@ -262,7 +214,19 @@ class TeamStore(abc.ABC):
 
     # -- inboxes ---------------------------------------------------------------------
     async def add_inbox_entries(self, key: InstanceKey, entries: Iterable[Record]) -> None:
-        rows = inbox_rows(key, entries)
+        rows = [  # key, agent_name, entry_id, thread_id, ts, is_read, shown, record
+            (
+                *key_args(key),
+                e["agent"],
+                e["entry_id"],
+                e.get("thread_id"),
+                e["timestamp"],
+                bool(e.get("read")),
+                bool(e.get("shown")),
+                dump_record(e),
+            )
+            for e in entries
+        ]
         if not rows:
             return
         limit = self.max_inbox_entries
@@ -277,7 +241,7 @@ class TeamStore(abc.ABC):
             if limit is not None:
                 for agent in sorted({row[3] for row in rows}):
                     await c.execute(
-                        trim_sql("team_inbox", "agent_name", "?"), *key_tuple(key), agent, limit
+                        trim_sql("team_inbox", "agent_name"), *key_args(key), agent, limit
                     )
 
         await self._write(add)
@@ -313,7 +277,7 @@ class TeamStore(abc.ABC):
             " AND (NOT ?7 OR NOT shown) AND (NOT ?9 OR NOT is_read)"
             " AND (CAST(?10 AS TEXT) IS NULL OR entry_id = ?10)"
             f" ORDER BY seq {order} LIMIT ?8",
-            *key_tuple(key),
+            *key_args(key),
             agent,
             query.thread_id,
             query.since,
@@ -322,14 +286,20 @@ class TeamStore(abc.ABC):
             query.unread_only,
             query.entry_id,
         )
-        return [entry_from_row(r) for r in rows]
+        entries: list[Record] = []
+        for row in rows:
+            entry: Record = json.loads(row["record"])
+            entry["read"] = bool(row["is_read"])
+            entry["shown"] = bool(row["shown"])
+            entries.append(entry)
+        return entries
 
     async def mark(
         self, key: InstanceKey, agent: str, entry_ids: Iterable[str], *, field: str
     ) -> None:
         """Set `field` ("read" or "shown") to true on these entries of `agent`."""
         column = {"read": "is_read", "shown": "shown"}[field]
-        args = (*key_tuple(key), agent, list(entry_ids))
+        args = (*key_args(key), agent, list(entry_ids))
         await self._write(
             lambda c: c.execute(
                 f"UPDATE team_inbox SET {column} = TRUE"
@@ -346,15 +316,18 @@ class TeamStore(abc.ABC):
             "SELECT agent_name, COALESCE(thread_id, 'direct') AS place, COUNT(*) AS n"
             f" FROM team_inbox WHERE {KEY} AND NOT is_read"
             " AND (CAST(?4 AS TEXT) IS NULL OR thread_id = ?4) GROUP BY agent_name, place",
-            *key_tuple(key),
+            *key_args(key),
             thread_id,
         )
-        return unread_from_rows(rows)
+        counts: dict[str, dict[str, int]] = {}
+        for r in rows:
+            counts.setdefault(r["agent_name"], {})[r["place"]] = int(r["n"])
+        return counts
 
     # -- attachments -----------------------------------------------------------------
     async def put_attachment(self, key: InstanceKey, record: Record, data: bytes) -> None:
         args = (
-            *key_tuple(key),
+            *key_args(key),
             record["attachment_id"],
             dump_record(record),
             data,
@@ -378,7 +351,7 @@ class TeamStore(abc.ABC):
         return int(
             await self._value(
                 f"SELECT COALESCE(SUM(length(data)), 0) FROM team_attachments WHERE {KEY}",
-                *key_tuple(key),
+                *key_args(key),
             )
             or 0
         )
@@ -390,7 +363,7 @@ class TeamStore(abc.ABC):
         column = "data" if with_data else f"{self._EMPTY_DATA} AS data"
         rows = await self._rows(
             f"SELECT record, {column} FROM team_attachments WHERE {KEY} AND attachment_id = ?4",
-            *key_tuple(key),
+            *key_args(key),
             attachment_id,
         )
         if not rows:
@@ -407,7 +380,7 @@ class TeamStore(abc.ABC):
         sql = "SELECT " + " + ".join(
             f"(SELECT COALESCE(SUM({size}), 0) FROM {table} WHERE {KEY})" for size, table in sizes
         )
-        return int(await self._value(sql, *key_tuple(key)) or 0)
+        return int(await self._value(sql, *key_args(key)) or 0)
 
     def _expired(self, with_tasks: bool, live: bool) -> list[tuple[str, str]]:
         """(table, condition): what is older than the cutoff (?1), threads last, once their
@@ -464,10 +437,11 @@ class TeamStore(abc.ABC):
         with_tasks = bool(await self.sql.run(lambda c: c.tables(["tasks"])))
         live = bool(live_tasks) and not self.postgres
         removed = 0
-        named = (json.dumps([[*key_tuple(k), t] for k, t in live_tasks]),) if live else ()
+        named = (json.dumps([[*key_args(k), t] for k, t in live_tasks]),) if live else ()
+        as_text = cutoff.astimezone(_dt.UTC).isoformat()  # as the records hold times
         for table, condition in self._expired(with_tasks, live):
             of_task = named if table in _OF_TASKS else ()
-            removed += await self._prune_table(table, condition, cutoff_text(cutoff), of_task)
+            removed += await self._prune_table(table, condition, as_text, of_task)
         return removed
 
     async def _prune_table(
