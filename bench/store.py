@@ -373,10 +373,17 @@ def sqlite_floor(
     cpu: dict[str, float] | None = None,
     p50s: dict[str, float] | None = None,
 ) -> None:
-    from mail.store import sql_base
+    import importlib
+
     from mail.store.base import to_json
-    from mail.store.sql_base import coalesce_writes, runs_by_kind, unpack_outbox
     from mail.store.sqlite import _SQL
+
+    try:  # where the batch helpers live (store/sql_base.py before the abstract stores folded)
+        sql_base = importlib.import_module("mail.store.sql_batch")
+    except ImportError:
+        sql_base = importlib.import_module("mail.store.sql_base")
+    coalesce_writes, runs_by_kind = sql_base.coalesce_writes, sql_base.runs_by_kind
+    unpack_outbox = sql_base.unpack_outbox
 
     # (named encode_histories before issue 40: this script also runs against older code)
     encode = getattr(sql_base, "encode_deferred", None) or sql_base.encode_histories

@@ -117,7 +117,7 @@ _SQL: dict[str, str] = {
     """,
 }
 
-_SQL["webhook_event"] = POSTGRES_OUTBOX_SQL  # transactional outbox (sql_base)
+_SQL["webhook_event"] = POSTGRES_OUTBOX_SQL  # transactional outbox (sql_batch)
 
 _SNAPSHOT_SQL = snapshot_queries(
     "swarm_name = $1 AND caller_role = $2 AND caller_id = $3", "start_time, created_at"

@@ -1,7 +1,7 @@
 """The SQL stores' writes as a batch sees them: `SqlWrite`, and the pure functions that turn
 a batch into what one transaction executes (coalescing, the transactional outbox's items,
-deferred encoding, fencing, grouping by kind). Split from `mail.store.sql_base`, which
-re-exports these names; see its docstring for the design.
+deferred encoding, fencing, grouping by kind). `mail.store.base.TaskStore` queues them and
+runs each batch in one transaction.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ _SQL: dict[str, str] = {
 }
 
 _SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
-_SQL["webhook_event"] = SQLITE_OUTBOX_SQL  # transactional outbox (sql_base)
+_SQL["webhook_event"] = SQLITE_OUTBOX_SQL  # transactional outbox (sql_batch)
 
 _INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 _SNAPSHOT_SQL = snapshot_queries(_INSTANCE, "start_time, rowid")

@@ -141,7 +141,7 @@ POSTGRES_INDEXES: tuple[str, ...] = tuple(
 )
 
 # The outbox row the task store writes with the event that causes it (write kind
-# "webhook_event" of store.sql_base): args swarm, role, id, event_id, task_id, type, payload,
+# "webhook_event" of store.sql_batch): args swarm, role, id, event_id, task_id, type, payload,
 # created_at. A batch retried after a failure writes it again: the second copy is ignored.
 SQLITE_OUTBOX_SQL = """
     INSERT INTO webhook_events (swarm_name, caller_role, caller_id, event_id, task_id,

@@ -14,7 +14,7 @@ from mail.store.webhooks import Record, new_id
 from mail.webhooks import events as ev
 from mail.webhooks.interest import SubscriptionInterest
 
-# (event_id, task_id, event_type, payload, created_at): what sql_base.outbox_item takes.
+# (event_id, task_id, event_type, payload, created_at): what sql_batch.outbox_item takes.
 OutboxRow = tuple[str, str, str, str, float]
 
 
