@@ -17,8 +17,7 @@ from mail.core.tools import AgentToolCall
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
-    from mail.store import TaskStore
-    from mail.store.base import InstanceKey, InstanceSnapshot
+    from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
 
 logger = logging.getLogger("mail.store")
 

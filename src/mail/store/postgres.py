@@ -10,7 +10,13 @@ from typing import Any
 
 import asyncpg
 
-from mail.store.base import TaskStore
+from mail.store.base import (
+    InstanceKey,
+    InstanceSnapshot,
+    StoreUnavailableError,
+    parse_start_time,
+    to_json,
+)
 from mail.store.postgres_schema import (
     ALL_TABLES,
     create_unless_forbidden,
@@ -20,22 +26,17 @@ from mail.store.postgres_schema import (
     open_pool,
     redact_dsn,
 )
-from mail.store.records import (
-    InstanceKey,
-    InstanceSnapshot,
-    StoreUnavailableError,
-    parse_start_time,
-    to_json,
-)
-from mail.store.sql_batch import (
+from mail.store.sql_base import (
+    BufferedSqlStore,
     SqlWrite,
+    add_snapshot_row,
     batch_statements,
     coalesce_writes,
     encode_deferred,
     key_args,
     leased_keys,
+    snapshot_queries,
 )
-from mail.store.sql_reads import add_snapshot_row, snapshot_queries
 from mail.store.webhooks_schema import POSTGRES_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.postgres")
@@ -186,7 +187,7 @@ def _pg_text(value: Any) -> str | None:
     return None if value is None else _strip_nul(str(value))
 
 
-class PostgresTaskStore(TaskStore):
+class PostgresTaskStore(BufferedSqlStore):
     def __init__(
         self,
         database_url: str,
