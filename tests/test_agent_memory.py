@@ -14,7 +14,6 @@ from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.agent_memory import (
     ACK_MARKER,
-    AgentMemory,
     LangGraphAgentMemory,
     PostgresMemoryStore,
     create_agent_memory,
@@ -39,7 +38,7 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(params=["memory", "postgres"])
-async def memory(request: pytest.FixtureRequest) -> AsyncIterator[AgentMemory]:
+async def memory(request: pytest.FixtureRequest) -> AsyncIterator[LangGraphAgentMemory]:
     url = None if request.param == "memory" else request.getfixturevalue("pg_url")
     mem = await create_agent_memory(url)
     yield mem
@@ -50,7 +49,7 @@ def agent() -> str:
     return f"analyst{uuid.uuid4().hex[:8]}"
 
 
-async def test_acknowledged_broadcast_is_stored_and_found(memory: AgentMemory) -> None:
+async def test_acknowledged_broadcast_is_stored_and_found(memory: LangGraphAgentMemory) -> None:
     name = agent()
     keys = await store_acknowledged_broadcast(memory, name, BROADCAST_XML, "FYI: roadmap saved")
     assert len(keys) == 2
@@ -68,14 +67,14 @@ async def test_acknowledged_broadcast_is_stored_and_found(memory: AgentMemory) -
     assert await memory.search(agent(), "roadmap") == []  # another agent's namespace
 
 
-async def test_ack_without_note_stores_only_the_marker(memory: AgentMemory) -> None:
+async def test_ack_without_note_stores_only_the_marker(memory: LangGraphAgentMemory) -> None:
     name = agent()
     await store_acknowledged_broadcast(memory, name, BROADCAST_XML, None)
     everything = await memory.search(name, "", limit=10)
     assert sorted(h["value"]["content"] for h in everything) == sorted([BROADCAST_XML, ACK_MARKER])
 
 
-async def test_put_search_limit_and_replace(memory: AgentMemory) -> None:
+async def test_put_search_limit_and_replace(memory: LangGraphAgentMemory) -> None:
     name = agent()
     for i in range(8):
         await memory.put(name, f"k{i}", {"content": f"weather report number {i}"})

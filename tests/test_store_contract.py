@@ -281,7 +281,7 @@ async def test_task_writes_in_one_batch_leave_what_one_by_one_writes_leave(
 
 
 def test_merged_task_writes_keep_the_later_value_or_the_earlier_one() -> None:
-    from mail.store.sql_base import SqlWrite, coalesce_writes
+    from mail.store.sql_batch import SqlWrite, coalesce_writes
 
     head = ("s", "user", "u", "t-1")
     first = SqlWrite(

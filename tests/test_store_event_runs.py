@@ -23,13 +23,13 @@ from tests.test_store_postgres import new_key
 
 from mail.api.persistence import StoreObserver
 from mail.core.events import TaskEvent
-from mail.store.sql_base import BufferedSqlStore
+from mail.store import TaskStore
 
 _HOST = NoRuntime()
 
 
 @pytest.fixture
-def store(small_sql_store: BufferedSqlStore) -> BufferedSqlStore:  # noqa: F811
+def store(small_sql_store: TaskStore) -> TaskStore:  # noqa: F811
     return small_sql_store
 
 
@@ -65,7 +65,7 @@ class _Outbox:
 
 
 async def test_events_before_a_batch_are_one_write_and_keep_their_order(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     key = new_key()
     observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
@@ -88,7 +88,7 @@ async def test_events_before_a_batch_are_one_write_and_keep_their_order(
 
 
 async def test_an_outbox_event_closes_the_run_so_later_events_follow_it(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     """An event with outbox rows is queued as a write of its own; an event after it must not
     join the run queued before it (it would be stored ahead of the outbox event)."""
@@ -107,7 +107,7 @@ async def test_an_outbox_event_closes_the_run_so_later_events_follow_it(
 
 
 async def test_events_behind_a_full_buffer_queue_behind_the_waiting_writes(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     """When the buffer is full, later writes wait in the observer's drain: an event must not
     join a run in the buffer then (it would be stored ahead of the events in the drain)."""
@@ -129,7 +129,7 @@ async def test_events_behind_a_full_buffer_queue_behind_the_waiting_writes(
 
 
 async def test_an_event_the_database_refuses_costs_that_event_alone(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     """A run is one write: when the database rejects it (here text with a lone surrogate,
     which neither SQLite nor PostgreSQL stores: the HTTP API refuses it in bodies, but a

@@ -24,7 +24,7 @@ from tests.support.pg_schema import fetch_rows, scratch_schema, with_search_path
 from tests.support.stub_agents import stub_swarms_json
 from tests.test_store_postgres import BASE_URL, FAST, new_key
 
-from mail.store.base import InstanceKey, TaskStore
+from mail.store import InstanceKey, TaskStore
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
 from mail.store.sqlite_schema import MIGRATIONS, connect

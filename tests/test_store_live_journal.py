@@ -19,13 +19,13 @@ from tests.test_store_postgres import new_key
 
 from mail.api.persistence import StoreObserver
 from mail.core.runtime_durable import journal_key
-from mail.store.sql_base import BufferedSqlStore
+from mail.store import TaskStore
 
 _HOST = NoRuntime()
 
 
 @pytest.fixture
-def store(small_sql_store: BufferedSqlStore) -> BufferedSqlStore:  # noqa: F811
+def store(small_sql_store: TaskStore) -> TaskStore:  # noqa: F811
     return small_sql_store
 
 
@@ -52,7 +52,7 @@ HISTORY = [{"role": "user", "content": "hello"}, {"role": "assistant", "content"
 
 
 async def test_changes_before_a_batch_are_one_write_of_the_latest_state(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     key = new_key()
     observer = StoreObserver(_HOST, store, key)  # type: ignore[arg-type]
@@ -79,7 +79,7 @@ async def test_changes_before_a_batch_are_one_write_of_the_latest_state(
 
 
 async def test_a_live_write_is_not_written_ahead_of_the_history_it_follows(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     """The turn's history is queued behind two events (a batch is 2 writes), then the turn
     ends: the journal drops its message. The batch that writes the journal without it must
@@ -110,7 +110,7 @@ async def test_a_live_write_is_not_written_ahead_of_the_history_it_follows(
 
 
 async def test_a_live_write_waiting_when_writes_back_up_keeps_the_state_of_then(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     """When the buffer is full, later writes wait in the observer's drain, behind the
     buffer: a live write read after that would be ahead of them. It is read at once."""

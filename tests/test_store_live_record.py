@@ -14,7 +14,7 @@ from tests.test_store_postgres import new_key
 
 from mail.api.persistence import StoreObserver
 from mail.core.tasks import MAILTask
-from mail.store.sql_base import BufferedSqlStore
+from mail.store import TaskStore
 
 
 class Runtime:
@@ -26,11 +26,11 @@ class Runtime:
 
 
 @pytest.fixture
-def store(small_sql_store: BufferedSqlStore) -> BufferedSqlStore:  # noqa: F811
+def store(small_sql_store: TaskStore) -> TaskStore:  # noqa: F811
     return small_sql_store
 
 
-def _count_builds(store: BufferedSqlStore) -> list[int]:
+def _count_builds(store: TaskStore) -> list[int]:
     """How many task records the store built (checked and encoded) from now on."""
     builds = [0]
     build = store._builders["upsert_task"]
@@ -44,7 +44,7 @@ def _count_builds(store: BufferedSqlStore) -> list[int]:
 
 
 async def test_changes_before_a_batch_are_one_record_built_at_the_cut(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     key = new_key()
     runtime = Runtime()
@@ -74,7 +74,7 @@ async def test_changes_before_a_batch_are_one_record_built_at_the_cut(
 
 
 async def test_a_full_buffer_writes_the_record_in_order_as_it_was_last(
-    store: BufferedSqlStore,
+    store: TaskStore,
 ) -> None:
     key = new_key()
     runtime = Runtime()

@@ -14,8 +14,8 @@ import pytest
 from tests.support.pg_schema import scratch_schema, with_search_path
 from tests.test_store_postgres import BASE_URL, FAST, new_key
 
+from mail.store import TaskStore
 from mail.store.postgres import PostgresTaskStore
-from mail.store.sql_base import BufferedSqlStore
 from mail.store.sqlite import SqliteTaskStore
 
 OLD = {
@@ -39,7 +39,7 @@ def pg_url() -> Iterator[str]:
         yield with_search_path(BASE_URL, schema)
 
 
-def _open(kind: str, tmp_path: Path, pg_url: str) -> BufferedSqlStore:
+def _open(kind: str, tmp_path: Path, pg_url: str) -> TaskStore:
     if kind == "sqlite":  # two stores of one file share its connection (open_database)
         return SqliteTaskStore(tmp_path / "mail.db", batch_delay=5.0)
     return PostgresTaskStore(pg_url, **{**FAST, "batch_delay": 5.0})
@@ -48,7 +48,7 @@ def _open(kind: str, tmp_path: Path, pg_url: str) -> BufferedSqlStore:
 @pytest.fixture(params=["sqlite", "postgres"])
 async def stores(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[tuple[BufferedSqlStore, BufferedSqlStore]]:
+) -> AsyncIterator[tuple[TaskStore, TaskStore]]:
     url = request.getfixturevalue("pg_url") if request.param == "postgres" else ""
     old, new = _open(request.param, tmp_path, url), _open(request.param, tmp_path, url)
     await old.start()
@@ -59,7 +59,7 @@ async def stores(
 
 
 async def test_writes_merged_under_a_superseded_lease_are_dropped_whole(
-    stores: tuple[BufferedSqlStore, BufferedSqlStore],
+    stores: tuple[TaskStore, TaskStore],
 ) -> None:
     old, new = stores
     key = new_key()

@@ -16,7 +16,7 @@ from typing import Any
 from tests.support.sql_batches import quick_sql_store, small_store_pg_url  # noqa: F401 - fixtures
 from tests.test_store_postgres import new_key
 
-from mail.store.sql_base import BufferedSqlStore
+from mail.store import TaskStore
 from mail.store.sqlite import SqliteTaskStore
 
 BIG = 2**70 + 1  # read as a float it is 2**70
@@ -37,7 +37,7 @@ def _expected() -> dict[str, Any]:
 
 
 async def test_merged_metadata_keeps_big_integers_and_odd_json_exactly(
-    quick_sql_store: BufferedSqlStore,  # noqa: F811
+    quick_sql_store: TaskStore,  # noqa: F811
 ) -> None:
     store = quick_sql_store
     key = new_key()
@@ -52,7 +52,7 @@ async def test_merged_metadata_keeps_big_integers_and_odd_json_exactly(
 
 
 async def test_a_non_finite_number_beside_a_big_integer_is_stored_as_null(
-    quick_sql_store: BufferedSqlStore,  # noqa: F811
+    quick_sql_store: TaskStore,  # noqa: F811
 ) -> None:
     store = quick_sql_store
     # {big int, inf}: orjson refuses the big int, so `to_json` takes the stdlib's path,

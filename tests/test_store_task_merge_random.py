@@ -16,7 +16,7 @@ from typing import Any
 from tests.support.sql_batches import quick_sql_store, small_store_pg_url  # noqa: F401 - fixtures
 from tests.test_store_postgres import new_key
 
-from mail.store.sql_base import BufferedSqlStore
+from mail.store import TaskStore
 from mail.store.sqlite import SqliteTaskStore
 
 TASK_IDS = ("t-a", "t-b", "t-c")
@@ -67,7 +67,7 @@ def _records(rng: random.Random) -> list[dict[str, Any]]:
 
 
 async def test_random_task_write_sequences_batched_equal_one_by_one(
-    quick_sql_store: BufferedSqlStore,  # noqa: F811
+    quick_sql_store: TaskStore,  # noqa: F811
 ) -> None:
     store = quick_sql_store
     nowait = getattr(store, "write_nowait")  # noqa: B009 - SQL stores only

@@ -15,7 +15,7 @@ import pytest
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
-from mail.store.sql_base import SqlWrite, coalesce_writes
+from mail.store.sql_batch import SqlWrite, coalesce_writes
 from mail.store.webhooks import (
     Bound,
     ClaimLimits,
@@ -387,7 +387,7 @@ async def test_concurrent_claims_never_share_a_delivery(store: WebhookStore) -> 
 
 
 def test_an_outbox_item_unpacks_in_order_and_keeps_the_generation() -> None:
-    from mail.store.sql_base import outbox_item
+    from mail.store.sql_batch import outbox_item
 
     key = InstanceKey(SWARM, "user", "alice")
     cause = SqlWrite("event", (SWARM, "user", "alice", "t-1", "x", "{}", "1"), generation=7)

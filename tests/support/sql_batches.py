@@ -12,8 +12,9 @@ import pytest
 from tests.support.pg_schema import BASE_URL, scratch_schema, with_search_path
 from tests.test_store_postgres import FAST
 
+from mail.store import TaskStore
 from mail.store.postgres import PostgresTaskStore
-from mail.store.sql_base import BufferedSqlStore, SqlWrite
+from mail.store.sql_batch import SqlWrite
 from mail.store.sqlite import SqliteTaskStore
 
 
@@ -21,7 +22,7 @@ class NoRuntime:
     """Stands in for the runtime of a `StoreObserver`."""
 
 
-def small_store(kind: str, tmp_path: Path, pg_url: str | None) -> BufferedSqlStore:
+def small_store(kind: str, tmp_path: Path, pg_url: str | None) -> TaskStore:
     """A SQLite or PostgreSQL store that writes nothing before a flush (batch_delay), with
     batches of 2 writes and room for 4 in its buffer."""
     options: dict[str, Any] = {"batch_delay": 5.0, "max_batch": 2, "max_pending": 4}
@@ -41,7 +42,7 @@ def small_store_pg_url() -> Iterator[str]:
 @pytest.fixture(params=["sqlite", "postgres"])
 async def small_sql_store(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[BufferedSqlStore]:
+) -> AsyncIterator[TaskStore]:
     """`small_store` on SQLite and on PostgreSQL, started, closed after the test."""
     pg_url = None
     if request.param == "postgres":
@@ -55,10 +56,10 @@ async def small_sql_store(
 @pytest.fixture(params=["sqlite", "postgres"])
 async def quick_sql_store(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[BufferedSqlStore]:
+) -> AsyncIterator[TaskStore]:
     """A SQLite or PostgreSQL store (the module's `small_store_pg_url` schema) that writes
     within milliseconds, started, closed after the test."""
-    made: BufferedSqlStore
+    made: TaskStore
     if request.param == "sqlite":
         made = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
     else:
@@ -68,7 +69,7 @@ async def quick_sql_store(
     await made.close()
 
 
-def record_batches(store: BufferedSqlStore) -> list[list[SqlWrite]]:
+def record_batches(store: TaskStore) -> list[list[SqlWrite]]:
     """The batches `store` commits from now on, in order: by its writer, and (SQLite) by a
     flush that commits a lone task's batch itself."""
     batches: list[list[SqlWrite]] = []

@@ -17,7 +17,8 @@ from mail.core.tools import AgentToolCall
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
-    from mail.store.base import InstanceKey, InstanceSnapshot, TaskStore
+    from mail.store import TaskStore
+    from mail.store.base import InstanceKey, InstanceSnapshot
 
 logger = logging.getLogger("mail.store")
 

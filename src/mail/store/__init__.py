@@ -1,4 +1,4 @@
-"""Persistence for MAIL: one small interface; in-memory, SQLite and PostgreSQL implementations."""
+"""Persistence for MAIL: one `TaskStore`, on an in-memory, SQLite or PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mail.store.base import (
+from mail.store.base import TaskStore
+from mail.store.records import (
     InstanceKey,
     InstanceSnapshot,
     StoreUnavailableError,
-    TaskStore,
     detect_tool_format,
 )
 from mail.store.sqlite import MemoryTaskStore

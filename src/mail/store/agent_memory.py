@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import json
 import logging
@@ -289,30 +288,12 @@ def _item(row: Any, *, score: float | None = None, search: bool = False) -> Item
     return SearchItem(score=score, **fields) if search else Item(**fields)
 
 
-# -- the interface the runtime uses -------------------------------------------------------------
+# -- the memory the runtime uses (`mail.core.memory.AgentMemory`) --------------------------------
 
 
-class AgentMemory(abc.ABC):
-    """Per-agent memory: put entries, search them back."""
-
-    @staticmethod
-    def namespace(agent_name: str) -> tuple[str, ...]:
-        # LangGraph namespace labels cannot contain "."; agent names normally don't.
-        return (f"{agent_name.replace('.', '_')}_memory",)
-
-    @abc.abstractmethod
-    async def put(self, agent_name: str, key: str, value: dict[str, Any]) -> None: ...
-
-    @abc.abstractmethod
-    async def search(self, agent_name: str, query: str, limit: int = 5) -> list[dict[str, Any]]:
-        """Best matches first: dicts with namespace, key, value, created_at, updated_at, score."""
-
-    async def close(self) -> None:
-        return None
-
-
-class LangGraphAgentMemory(AgentMemory):
-    """AgentMemory over a LangGraph store (InMemoryStore, PostgresMemoryStore, ...).
+class LangGraphAgentMemory:
+    """Per-agent memory (`mail.core.memory.AgentMemory`) over a LangGraph store
+    (InMemoryStore, PostgresMemoryStore, ...): put entries, search them back.
 
     With `writes`, puts go through that retrying path (a database store): while the
     database fails they stay queued and land once it is back (see `mail.store.retrying`).
@@ -329,6 +310,11 @@ class LangGraphAgentMemory(AgentMemory):
         self._on_close = on_close
         self.writes = writes
 
+    @staticmethod
+    def namespace(agent_name: str) -> tuple[str, ...]:
+        # LangGraph namespace labels cannot contain "."; agent names normally don't.
+        return (f"{agent_name.replace('.', '_')}_memory",)
+
     async def put(self, agent_name: str, key: str, value: dict[str, Any]) -> None:
         namespace, entry = self.namespace(agent_name), dict(value)
         if self.writes is None:
@@ -344,6 +330,7 @@ class LangGraphAgentMemory(AgentMemory):
         return self.writes.status()
 
     async def search(self, agent_name: str, query: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Best matches first: dicts with namespace, key, value, created_at, updated_at, score."""
         namespace = self.namespace(agent_name)
         candidates: list[SearchItem] = []
         # Stores without embeddings ignore the query or only pre-filter; rank here, so
@@ -404,7 +391,9 @@ async def open_langgraph_store(
     return store, store.aclose
 
 
-async def create_agent_memory(database_url: str | None, *, fallback: bool = False) -> AgentMemory:
+async def create_agent_memory(
+    database_url: str | None, *, fallback: bool = False
+) -> LangGraphAgentMemory:
     """Postgres-backed memory for a URL, in-memory for None/""/"none" (see
     `open_langgraph_store` for `fallback`)."""
     store, close = await open_langgraph_store(database_url, fallback=fallback)
@@ -426,7 +415,7 @@ async def _run_writes(writes: list[MemoryWrite]) -> None:
 
 
 async def store_acknowledged_broadcast(
-    memory: AgentMemory, agent_name: str, incoming_xml: str, note: str | None = None
+    memory: LangGraphAgentMemory, agent_name: str, incoming_xml: str, note: str | None = None
 ) -> list[str]:
     """Record an acknowledged broadcast: the broadcast as the agent saw it, then the ack.
 

@@ -306,7 +306,7 @@ def _to_postgres(value: Any, kind: str) -> Any:
 
 
 def _parse_time(value: Any) -> _dt.datetime:
-    from mail.store.base import parse_start_time
+    from mail.store.records import parse_start_time
 
     return parse_start_time(value)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from mail.store import database_url_from_env, postgres_schema, sqlite_schema
-from mail.store.base import IDEMPOTENCY_TABLE as TABLE
-from mail.store.base import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
 from mail.store.pg_unreachable import unavailable_when_unreachable
+from mail.store.records import IDEMPOTENCY_TABLE as TABLE
+from mail.store.records import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
 
 logger = logging.getLogger("mail.store.idempotency")
 

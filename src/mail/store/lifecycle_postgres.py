@@ -1,17 +1,17 @@
-"""`TaskLifecycle` of the PostgreSQL store (`lifecycle_sql`), on the store's connection pool:
+"""`TaskLifecycle` of the PostgreSQL store (`mail.store.lifecycle`), on the store's connection pool:
 here PostgreSQL's spellings."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mail.store.base import StoreUnavailableError, parse_start_time
-from mail.store.lifecycle_sql import SqlLifecycle
+from mail.store.lifecycle import TaskLifecycle
 from mail.store.postgres import _isoformat, _pg_json
+from mail.store.records import StoreUnavailableError, parse_start_time
 from mail.store.sql import PostgresSql
 
 
-class PostgresLifecycle(SqlLifecycle):
+class PostgresLifecycle(TaskLifecycle):
     postgres = True
     _TIME = "timestamptz"
     _INSERTION = "created_at"

@@ -1,16 +1,16 @@
-"""`TaskLifecycle` of the SQLite store (`lifecycle_sql`): its statements run on the database's
+"""`TaskLifecycle` of the SQLite store (`mail.store.lifecycle`): its statements run on the database's
 one thread. Here: SQLite's spellings, and the space the file takes and gives back."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mail.store.base import normalize_start_time
-from mail.store.lifecycle import SpaceReport
-from mail.store.lifecycle_sql import SqlLifecycle
+from mail.store.lifecycle import TaskLifecycle
+from mail.store.records import normalize_start_time
 from mail.store.sql import SqliteSql
 from mail.store.sqlite_space import (
     VACUUM_STEP_PAGES,
+    SpaceReport,
     file_bytes,
     space_report,
     truncate_wal,
@@ -18,7 +18,7 @@ from mail.store.sqlite_space import (
 )
 
 
-class SqliteLifecycle(SqlLifecycle):
+class SqliteLifecycle(TaskLifecycle):
     postgres = False
     _TIME = "TEXT"
     _INSERTION = "rowid"

@@ -6,9 +6,9 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from mail.store.base import StoreUnavailableError
 from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import refusal_reason
+from mail.store.records import StoreUnavailableError
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

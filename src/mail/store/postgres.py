@@ -10,13 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from mail.store.base import (
-    InstanceKey,
-    InstanceSnapshot,
-    StoreUnavailableError,
-    parse_start_time,
-    to_json,
-)
+from mail.store.base import TaskStore
 from mail.store.postgres_schema import (
     ALL_TABLES,
     create_unless_forbidden,
@@ -26,17 +20,22 @@ from mail.store.postgres_schema import (
     open_pool,
     redact_dsn,
 )
-from mail.store.sql_base import (
-    BufferedSqlStore,
+from mail.store.records import (
+    InstanceKey,
+    InstanceSnapshot,
+    StoreUnavailableError,
+    parse_start_time,
+    to_json,
+)
+from mail.store.sql_batch import (
     SqlWrite,
-    add_snapshot_row,
     batch_statements,
     coalesce_writes,
     encode_deferred,
     key_args,
     leased_keys,
-    snapshot_queries,
 )
+from mail.store.sql_reads import add_snapshot_row, snapshot_queries
 from mail.store.webhooks_schema import POSTGRES_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.postgres")
@@ -187,7 +186,7 @@ def _pg_text(value: Any) -> str | None:
     return None if value is None else _strip_nul(str(value))
 
 
-class PostgresTaskStore(BufferedSqlStore):
+class PostgresTaskStore(TaskStore):
     def __init__(
         self,
         database_url: str,

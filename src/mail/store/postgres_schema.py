@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from mail.store.base import StoreUnavailableError
+from mail.store.records import StoreUnavailableError
 from mail.store.webhooks_schema import POSTGRES_INDEXES as WEBHOOK_INDEXES
 from mail.store.webhooks_schema import POSTGRES_TABLE_DDL as WEBHOOK_TABLE_DDL
 from mail.store.webhooks_schema import TABLES as WEBHOOK_TABLES

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from mail.store.base import StoreUnavailableError
+from mail.store.records import StoreUnavailableError
 from mail.store.writer import WriteBehindBuffer
 
 Op = TypeVar("Op")

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from mail.store.base import StoreUnavailableError
+from mail.store.records import StoreUnavailableError
 from mail.store.sqlite_schema import _THREAD_JOB_PAGES, SqliteDatabase, transaction
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mail.store.base import InstanceKey
+from mail.store.records import InstanceKey
 
 logger = logging.getLogger("mail.store")
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mail.store.base import TASK_FIELDS, InstanceSnapshot
+from mail.store.records import TASK_FIELDS, InstanceSnapshot
 
 
 def task_from_row(row: Mapping[str, Any], start_time: Callable[[Any], str]) -> dict[str, Any]:

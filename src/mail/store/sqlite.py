@@ -8,27 +8,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mail.store.base import (
+from mail.store.base import TaskStore
+from mail.store.records import (
     InstanceKey,
     InstanceSnapshot,
     StoreUnavailableError,
     normalize_start_time,
     to_json,
 )
-from mail.store.sql_base import (
+from mail.store.sql_batch import (
     EVENT_ROWS_KIND,
     HISTORY_TRIM_KIND,
-    BufferedSqlStore,
     FencedLease,
     SqlWrite,
-    add_snapshot_row,
     batch_statements,
     coalesce_writes,
     encode_deferred_sized,
     key_args,
     leased_keys,
-    snapshot_queries,
 )
+from mail.store.sql_reads import add_snapshot_row, snapshot_queries
 from mail.store.sqlite_schema import (
     INLINE_BATCH_BYTES,
     MEMORY,
@@ -163,11 +162,11 @@ SQLITE_BUFFER_DEFAULTS: dict[str, Any] = {
 }
 
 
-class SqliteTaskStore(BufferedSqlStore):
+class SqliteTaskStore(TaskStore):
     """Tasks, events, histories, responses and queues in one SQLite file (WAL)."""
 
     def __init__(self, path: str | Path, **options: Any) -> None:
-        """`options`: the write-behind settings of `BufferedSqlStore` (max_batch,
+        """`options`: the write-behind settings of `TaskStore` (max_batch,
         batch_delay, retry_initial, retry_max, max_pending, close_timeout, read_timeout)."""
         settings = {**SQLITE_BUFFER_DEFAULTS, **options}
         super().__init__(name="mail.store.sqlite", is_transient=is_transient_error, **settings)

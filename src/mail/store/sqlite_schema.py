@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mail.store.base import to_json
+from mail.store.records import to_json
 
 try:
     import fcntl
@@ -612,7 +612,7 @@ class SqliteDatabase:
 
     async def acquire_for_store(self) -> None:
         """`acquire`, with any failure as the stores' StoreUnavailableError."""
-        from mail.store.base import StoreUnavailableError
+        from mail.store.records import StoreUnavailableError
 
         try:
             await self.acquire()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
-
-from mail.store.lifecycle import SpaceReport
 
 logger = logging.getLogger("mail.store.sqlite")
 
@@ -18,6 +17,15 @@ MODES = {0: "none", 1: "full", 2: "incremental"}
 AUTO_CONVERT_BYTES = 64 * 1024 * 1024
 VACUUM_STEP_PAGES = 2048  # pages per incremental_vacuum step (8 MiB with 4 KiB pages)
 WAL_SIZE_LIMIT = 64 * 1024 * 1024  # the WAL is cut back to this after each checkpoint
+
+
+@dataclass
+class SpaceReport:
+    """How big the store's file is and how much of it is free (SQLite; zeros elsewhere)."""
+
+    file_bytes: int = 0
+    free_bytes: int = 0
+    auto_vacuum: str = ""
 
 
 def prepare_connection(conn: sqlite3.Connection) -> None:

@@ -1,4 +1,4 @@
-"""PostgreSQL TeamStore (`team_sql`, on asyncpg): here what PostgreSQL spells its own way,
+"""PostgreSQL TeamStore (`team_base`, on asyncpg): here what PostgreSQL spells its own way,
 and its four tables (created on start when missing: ``CREATE TABLE IF NOT EXISTS``)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import datetime
 
 import asyncpg
 
-from mail.store.base import StoreUnavailableError
 from mail.store.postgres import is_transient_error
 from mail.store.postgres_schema import create_unless_forbidden, normalize_dsn, open_pool
+from mail.store.records import StoreUnavailableError
 from mail.store.sql import PostgresSql
-from mail.store.team_sql import SqlTeamStore
+from mail.store.team_base import TeamStore
 
 _KEY = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
 TEAM_SCHEMA = f"""
@@ -69,7 +69,7 @@ async def _create_tables(conn: asyncpg.Connection) -> None:
     await create_unless_forbidden(conn, create_team_tables, TEAM_TABLES)
 
 
-class PostgresTeamStore(SqlTeamStore):
+class PostgresTeamStore(TeamStore):
     postgres = True
     _EMPTY_DATA = "''::bytea"
     _THREAD_ORDER = "created_at"

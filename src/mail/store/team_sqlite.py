@@ -1,4 +1,4 @@
-"""SQLite TeamStore (`team_sql`), in the server's database file: it shares the task store's
+"""SQLite TeamStore (`team_base`), in the server's database file: it shares the task store's
 `SqliteDatabase` (one connection, one thread, one writer). Here: what SQLite spells its own
 way."""
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 from mail.store.sql import SqliteSql
 from mail.store.sqlite_schema import MEMORY, is_transient_error, open_database, utc_now
-from mail.store.team_sql import SqlTeamStore
+from mail.store.team_base import TeamStore
 
 
-class SqliteTeamStore(SqlTeamStore):
+class SqliteTeamStore(TeamStore):
     postgres = False
     _EMPTY_DATA = "X''"
     _THREAD_ORDER = "created_at, rowid"
