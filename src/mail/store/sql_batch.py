@@ -1,7 +1,7 @@
 """The SQL stores' writes as a batch sees them: `SqlWrite`, and the pure functions that turn
 a batch into what one transaction executes (coalescing, the transactional outbox's items,
-deferred encoding, fencing, grouping by kind). `mail.store.sql_base.BufferedSqlStore` queues them and
-runs each batch in one transaction.
+deferred encoding, fencing, grouping by kind). `mail.store.base.TaskStore` queues them and runs
+each batch in one transaction.
 """
 
 from __future__ import annotations
