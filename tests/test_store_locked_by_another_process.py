@@ -9,6 +9,7 @@ Before, `/health` said `healthy` the whole time while every `POST /message` answ
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -92,3 +93,54 @@ def test_writes_held_by_another_process_make_the_server_degraded(server: ServerP
             conn.close()
 
     _wait_for(stored, "the task answered while the lock was held to be stored", 30)
+
+
+def _a2a_stream_events(server: ServerProcess, key: str, text: str) -> list[dict[str, object]]:
+    """Every event of an A2A `SendStreamingMessage` carrying `text`, until the stream ends."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendStreamingMessage",
+        "params": {
+            "message": {"role": "ROLE_USER", "messageId": f"m-{text}", "parts": [{"text": text}]}
+        },
+    }
+    headers = {**auth(key), "A2A-Version": "1.0"}
+    events: list[dict[str, object]] = []
+    url = f"{server.base_url}/a2a"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                events.append(json.loads(line[len("data:") :]))
+    return events
+
+
+def test_an_a2a_stream_refused_while_the_store_is_held_says_503(server: ServerProcess) -> None:
+    """An A2A message the store cannot take is refused as `POST /message` is (503): the stream
+    says so in a rejected status instead of closing with no event at all."""
+    headers = auth(server.keys["alice"])
+    lock = sqlite3.connect(server.directory / "data" / "mail.db", isolation_level=None, timeout=10)
+    sender: threading.Thread | None = None
+    try:
+        lock.execute("BEGIN IMMEDIATE")
+        sender = threading.Thread(
+            target=lambda: httpx.post(
+                f"{server.base_url}/message", json={"body": "held"}, headers=headers, timeout=120
+            )
+        )
+        sender.start()
+        _wait_for(lambda: _health(server)["status"] == "degraded", "/health degraded", 20)
+        events = _a2a_stream_events(server, server.keys["alice"], "while held")
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+        if sender is not None:
+            sender.join(120)
+    statuses = [
+        e["result"]["statusUpdate"]["status"] for e in events if "statusUpdate" in e["result"]
+    ]  # type: ignore[index, operator]
+    assert statuses, events
+    last = statuses[-1]
+    assert last["state"] == "TASK_STATE_REJECTED", events
+    assert "503" in json.dumps(last["message"]), events

@@ -27,6 +27,7 @@ from mail.a2a import mapping
 from mail.a2a.cancel import CANCELLED_SUBJECT
 from mail.a2a.service import run_events
 from mail.server.bodies import parse_message_request
+from mail.store.base import StoreUnavailableError
 
 logger = logging.getLogger("mail.a2a")
 
@@ -215,7 +216,7 @@ class MAILAgentExecutor(AgentExecutor):
                     TaskState.TASK_STATE_WORKING,
                     metadata=mapping.event_metadata(event.event, event.id, event.data),
                 )
-        except HTTPException as exc:
+        except (HTTPException, StoreUnavailableError) as exc:  # refused: nothing of it ran
             await announce()
             await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
             return
@@ -261,7 +262,10 @@ class MAILAgentExecutor(AgentExecutor):
             await _say(updater, state, text)
 
 
-def _refusal(exc: HTTPException) -> str:
+def _refusal(exc: HTTPException | StoreUnavailableError) -> str:
+    """What the caller is told of a refusal: the status and detail `POST /message` answers."""
+    if isinstance(exc, StoreUnavailableError):  # (503, as `mail.server.errors` answers it)
+        return f"503: {exc}"
     return f"{exc.status_code}: {exc.detail}"
 
 
