@@ -240,6 +240,8 @@ async def test_rest_takes_the_key_and_keeps_callers_apart(
             for headers in ({}, {"Authorization": "Bearer mail_not_a_key"}):
                 r = await http.request(method, _rest(server, path), headers={**V1, **headers})
                 assert r.status_code == 401, (method, path, r.text)
+                assert r.json()["error"]["status"] == "UNAUTHENTICATED", r.text  # its own shape
+                assert r.headers["WWW-Authenticate"].startswith("Bearer"), r.headers
     async with a2a_client(
         server.base_url, server.keys["alice"], streaming=False, binding="HTTP+JSON"
     ) as alice:

@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
 
@@ -263,6 +263,16 @@ _REST_METHODS = {
 }
 
 
+# google.rpc's status names for the refusals the REST binding answers before the SDK does.
+_GRPC_STATUS = {
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
 def _rest_route(route: Route) -> Route:
     """One of the SDK's HTTP+JSON routes behind the same doors as ``POST /a2a``: the bearer
     key, the body's checks (refused as that binding's 400), and the stream bound."""
@@ -273,7 +283,12 @@ def _rest_route(route: Route) -> Route:
     method = _REST_METHODS.get(route.path)
 
     async def guarded(request: Request) -> Response:
-        request.state.mail_caller = await caller_admin_or_user(request)
+        try:
+            request.state.mail_caller = await caller_admin_or_user(request)
+        except HTTPException as exc:  # a missing or unknown key, in this binding's shape
+            status = _GRPC_STATUS.get(exc.status_code, "UNKNOWN")
+            error = {"code": exc.status_code, "status": status, "message": str(exc.detail)}
+            return JSONBody({"error": error}, status_code=exc.status_code, headers=exc.headers)
         settings = get_state(request).config.settings
         raw = await request.body()  # kept by the request: the SDK reads it again
         try:
