@@ -328,17 +328,24 @@ class MAILSwarm(WiredAgents[MAILAgent]):
     async def _flush_before_answer(self, timeout: float = 5.0) -> None:
         """Make a finished (or paused) task durable before its caller hears about it.
 
-        Skipped while the store reports an outage: the writes stay queued and land when
-        the database is back, and the caller still gets its answer now.
+        Waits for as long as the store takes writes (a wait past `timeout` is logged, then
+        again every `timeout`); skipped while the store reports an outage (it does after 5 s
+        in which no write completes): the writes stay queued and land when the database is
+        back, and the caller still gets its answer now.
         """
         observer = getattr(self, "_store_observer", None)
         if observer is None:
             return
         degraded = getattr(observer.store, "is_degraded", None)
-        if callable(degraded) and degraded():
-            return
-        if not await observer.flush(timeout):
-            logger.warning("persistence is lagging: task data not yet written after %.0fs", timeout)
+        clock, waited = asyncio.get_running_loop().time, 0.0
+        while not (callable(degraded) and degraded()):
+            started = clock()
+            if await observer.flush(timeout):
+                return
+            waited += clock() - started
+            logger.warning("persistence is lagging: task data not yet written after %.0fs", waited)
+            if clock() - started < timeout:  # it did not wait: the store is closed (shutdown)
+                return
 
     async def flush_before_answer(self, timeout: float = 5.0) -> None:
         """`_flush_before_answer` for a caller told of a task some other way than by
