@@ -183,6 +183,19 @@ async def test_records_survive_reopening(
         await second.close()
 
 
+async def test_postgres_keys_before_start_and_after_close_are_unavailable(pg_url: str) -> None:
+    """A key store not started (or closed) answers StoreUnavailableError: a 503, not a crash."""
+    from mail.store.base import StoreUnavailableError
+
+    store = _open("postgres", pg_url)
+    with pytest.raises(StoreUnavailableError, match="not started"):
+        await store.get(ALICE, "k", NOW)
+    await store.start()
+    await store.close()
+    with pytest.raises(StoreUnavailableError, match="not started"):
+        await store.take(ALICE, "k", record())
+
+
 def test_sqlite_migration_adds_the_table(tmp_path: Path) -> None:
     from mail.store.sqlite_schema import connect, migrate
 

@@ -4,8 +4,8 @@ One :class:`KeyRecord` per caller (`InstanceKey`) and ``Idempotency-Key``: *take
 and committed) before the work it guards starts, with what that work is (``subject``, a task
 id, and route data in ``context``), *finished* with the outcome (status, content type, body).
 Every write is committed when it returns, so a retry after a kill -9 finds the work. The SQL
-is written once (``?`` placeholders, numbered for PostgreSQL); the kinds only run it: the
-server's SQLite file, PostgreSQL (shared by a cluster's front ends) or memory. A record
+is written once and run through `mail.store.sql`'s connections: in the server's SQLite file,
+PostgreSQL (shared by a cluster's front ends) or an in-memory SQLite database. A record
 expires at ``expires_at`` (epoch seconds); expired ones are absent and deleted by `purge`.
 """
 
@@ -14,16 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mail.store import database_url_from_env, postgres_schema, sqlite_schema
-from mail.store.pg_unreachable import unavailable_when_unreachable
 from mail.store.records import IDEMPOTENCY_TABLE as TABLE
 from mail.store.records import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
+from mail.store.sql import PostgresSql, SqlConn, SqliteConn, run_at_once
 
 logger = logging.getLogger("mail.store.idempotency")
 
@@ -184,18 +183,22 @@ class IdempotencyStore:
         return len(gone)
 
 
-def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
+async def _statement(conn: SqlConn, sql: str, args: Any, how: str) -> Any:
     if how == "many":
-        return conn.executemany(sql, args).rowcount
-    cursor = conn.execute(sql, args)
+        return await conn.executemany(sql, args)
     if how == "count":
-        return cursor.rowcount
-    return cursor.fetchone() if how == "one" else cursor.fetchall()
+        return await conn.execute(sql, *args)
+    return await (conn.fetchrow if how == "one" else conn.fetch)(sql, *args)
+
+
+def _execute(conn: sqlite3.Connection, sql: str, args: Any, how: str) -> Any:
+    return run_at_once(_statement(SqliteConn(conn), sql, args, how))
 
 
 class SqliteIdempotencyStore(IdempotencyStore):
     """The server's SQLite file (the task store's connection and thread): the writes of one
-    turn of the event loop are one transaction."""
+    turn of the event loop are one transaction. In memory (`MemoryIdempotencyStore`) each
+    statement runs at once."""
 
     def __init__(self, path: str | Path) -> None:
         self.db = sqlite_schema.open_database(path)
@@ -217,7 +220,7 @@ class SqliteIdempotencyStore(IdempotencyStore):
             await self.db.release()
 
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
-        if how in ("one", "rows"):
+        if how in ("one", "rows") or self.db.in_memory:
             return await self._call(lambda conn: _execute(conn, sql, args, how), 0)
         future = asyncio.get_running_loop().create_future()
         if not self._writes:
@@ -262,18 +265,13 @@ class SqliteIdempotencyStore(IdempotencyStore):
             ) from exc
 
 
-class MemoryIdempotencyStore(IdempotencyStore):
-    """``--store memory``: the same table in an in-memory SQLite database."""
+class MemoryIdempotencyStore(SqliteIdempotencyStore):
+    """``--store memory``: an in-memory SQLite database of its own, without the tasks."""
 
-    knows_tasks = False  # (no task store beside it)
+    knows_tasks = False
 
     def __init__(self) -> None:
-        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute(sqlite_schema.IDEMPOTENCY_DDL[0])
-
-    async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
-        return _execute(self._conn, sql, args, how)
+        super().__init__(sqlite_schema.MEMORY)
 
 
 async def ensure_table(conn: Any) -> None:
@@ -291,6 +289,9 @@ class PostgresIdempotencyStore(IdempotencyStore):
         self._max_size = max_size
         self._timeout = timeout
         self._pool: Any = None
+        self._sql = PostgresSql(
+            lambda: self._pool, "the database of the idempotency keys cannot be reached now"
+        )
 
     async def start(self) -> None:
         async def prepare(conn: Any) -> None:
@@ -322,23 +323,15 @@ class PostgresIdempotencyStore(IdempotencyStore):
     async def _has_tasks(self) -> bool:
         return bool((await self._run("SELECT to_regclass('tasks') IS NOT NULL", (), "one"))[0])
 
-    @unavailable_when_unreachable("the idempotency keys")
     async def _run(self, sql: str, args: tuple[Any, ...], how: str) -> Any:
         if self._pool is None:
             raise StoreUnavailableError("the idempotency store is not started")
-        count = iter(range(1, 1000))
-        sql = re.sub(r"\?", lambda _: f"${next(count)}", sql)
-        if how == "many":
-            return await self._pool.executemany(sql, args)
-        if how == "count":
-            return int((await self._pool.execute(sql, *args)).rsplit(" ", 1)[-1])
-        if how == "one":
-            return await self._pool.fetchrow(sql, *args)
-        return await self._pool.fetch(sql, *args)
+        return await self._sql.run(_statement, sql, args, how)
 
 
 async def open_key_store(task_store: Any) -> IdempotencyStore:
-    """The key store beside a task store: its SQLite file, its PostgreSQL database, or memory."""
+    """The key store beside a task store: its SQLite file, its PostgreSQL database, or an
+    in-memory SQLite database (none, or a `MemoryTaskStore`)."""
     backend = getattr(task_store, "backend", "")
     store: IdempotencyStore = MemoryIdempotencyStore()
     if backend == "sqlite":

@@ -263,8 +263,8 @@ class PostgresSql(Sql):
         self.pool, self.unavailable = pool, unavailable
 
     async def run(self, op: Op[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """PostgreSQL out of reach: down, restarting, its connections dropped (as for the task
-        store, `mail.store.pg_unreachable`)."""
+        """PostgreSQL out of reach: down, restarting, its connections dropped
+        (`mail.store.postgres.is_transient_error`)."""
         from mail.store.postgres import is_transient_error
         from mail.store.postgres_schema import refusal_reason
 
