@@ -180,9 +180,13 @@ class MAILAgentExecutor(AgentExecutor):
                 first, unannounced = unannounced, None
                 await event_queue.enqueue_event(first)
 
+        started = False  # the MAIL task is stored and the caller told it is working
+
         async def stored() -> None:
+            nonlocal started
             await announce()
             await updater.start_work()
+            started = True
             on_submitted()
 
         parts = list(message.parts) if message is not None else []
@@ -216,9 +220,11 @@ class MAILAgentExecutor(AgentExecutor):
                     TaskState.TASK_STATE_WORKING,
                     metadata=mapping.event_metadata(event.event, event.id, event.data),
                 )
-        except (HTTPException, StoreUnavailableError) as exc:  # refused: nothing of it ran
+        except (HTTPException, StoreUnavailableError) as exc:
             await announce()
-            await self._say(updater, TaskState.TASK_STATE_REJECTED, _refusal(exc))
+            # Refused before it ran: rejected; a store failing after it started: failed.
+            refused = TaskState.TASK_STATE_FAILED if started else TaskState.TASK_STATE_REJECTED
+            await self._say(updater, refused, _refusal(exc))
             return
         await announce()
         if superseded:

@@ -31,6 +31,10 @@ from mail.core.tasks import MAILTask
 if TYPE_CHECKING:
     from sse_starlette import ServerSentEvent
 
+# The longest an answer waits for a store that takes writes slowly (it does not wait at all
+# while the store reports an outage): a bound for a store that neither commits nor fails.
+_MAX_ANSWER_WAIT = 60.0
+
 logger = logging.getLogger("mail.api")
 
 Direction = Literal["forward", "back"]
@@ -328,24 +332,26 @@ class MAILSwarm(WiredAgents[MAILAgent]):
     async def _flush_before_answer(self, timeout: float = 5.0) -> None:
         """Make a finished (or paused) task durable before its caller hears about it.
 
-        Waits for as long as the store takes writes (a wait past `timeout` is logged, then
-        again every `timeout`); skipped while the store reports an outage (it does after 5 s
-        in which no write completes): the writes stay queued and land when the database is
-        back, and the caller still gets its answer now.
+        Waits while the store takes writes (logged every `timeout` s, at most
+        `_MAX_ANSWER_WAIT` in all); skipped while the store reports an outage or once it has
+        stopped: the writes stay queued and land when the database is back, and the caller
+        still gets its answer now.
         """
         observer = getattr(self, "_store_observer", None)
         if observer is None:
             return
         degraded = getattr(observer.store, "is_degraded", None)
-        clock, waited = asyncio.get_running_loop().time, 0.0
+        timeout = max(timeout, 0.5)
+        clock = asyncio.get_running_loop().time
+        begun = clock()
         while not (callable(degraded) and degraded()):
             started = clock()
             if await observer.flush(timeout):
                 return
-            waited += clock() - started
+            waited = clock() - begun
             logger.warning("persistence is lagging: task data not yet written after %.0fs", waited)
-            if clock() - started < timeout:  # it did not wait: the store is closed (shutdown)
-                return
+            if clock() - started < timeout / 2 or waited >= _MAX_ANSWER_WAIT:
+                return  # it did not wait (the store has stopped), or the safety bound
 
     async def flush_before_answer(self, timeout: float = 5.0) -> None:
         """`_flush_before_answer` for a caller told of a task some other way than by
