@@ -41,6 +41,13 @@ class OpenStreams:
         self._streams.pop(queue, None)
 
 
+# Seconds an idle kept-alive connection stays open. Longer than the pooled clients' own
+# expiry (httpx 5 s, aiohttp 15 s), so a client never sends on a connection the server is
+# closing at the same moment (uvicorn's 5 s matched httpx's, and a loaded server reset
+# requests that way).
+KEEP_ALIVE_SECONDS = 30
+
+
 def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
     """A ``uvicorn.Server`` for a MAIL ``app`` on ``config``'s host and port that ends the open
     event streams when a shutdown signal arrives.
@@ -73,6 +80,7 @@ def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
             access_log=config.access_log,
             http=http_protocol(),
             ws="none",
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
             **options,
         )
     )
