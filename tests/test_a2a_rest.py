@@ -308,6 +308,35 @@ async def test_rest_requests_are_bounded_like_jsonrpc_ones(
             assert r.status_code == 400, r.text
             assert reason in r.json()["error"]["message"], r.text
         assert "Traceback" not in server.logs()
+    # A body over [server.settings] max_request_body (4 MiB), declared and then sent chunked
+    # without a Content-Length: 413 in this binding's shape, not MAIL's {detail}.
+    over = 4 * 1024 * 1024 + 1
+    chunks = [b"x" * 65536] * (over // 65536) + [b"x" * (over % 65536)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    for framing, body in (
+        (b"Content-Length: %d" % over, b""),
+        (b"Transfer-Encoding: chunked", chunked),
+    ):
+        status, answer = await _raw_post(server, "/a2a/message:send", headers, framing, body)
+        assert status == 413, answer
+        error = json.loads(answer)["error"]
+        assert error["code"] == 413 and "max_request_body" in error["message"], error
+        assert "Traceback" not in server.logs()
+
+
+async def _raw_post(
+    server: ServerProcess, path: str, headers: dict[str, str], framing: bytes, body: bytes
+) -> tuple[int, bytes]:
+    """POST ``body`` framed as ``framing`` on a fresh connection; the status and the body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    lines = [b"POST %s HTTP/1.1" % path.encode(), b"Host: 127.0.0.1", b"Connection: close", framing]
+    lines += [f"{name}: {value}".encode() for name, value in headers.items()]
+    writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), rest
 
 
 async def test_rest_streams_take_the_callers_stream_slots(

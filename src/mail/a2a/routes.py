@@ -15,6 +15,7 @@ from starlette.routing import Route, Router
 from mail.a2a.stream import bounded_stream, rest_endings, rpc_endings
 from mail.server.auth import caller_admin_or_user
 from mail.server.bodies import parse_task_id, read_json_object
+from mail.server.errors import error_body
 from mail.server.handlers import get_state
 from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody, loads
@@ -263,16 +264,6 @@ _REST_METHODS = {
 }
 
 
-# google.rpc's status names for the refusals the REST binding answers before the SDK does.
-_GRPC_STATUS = {
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-}
-
-
 def _rest_route(route: Route) -> Route:
     """One of the SDK's HTTP+JSON routes behind the same doors as ``POST /a2a``: the bearer
     key, the body's checks (refused as that binding's 400), and the stream bound."""
@@ -285,12 +276,11 @@ def _rest_route(route: Route) -> Route:
     async def guarded(request: Request) -> Response:
         try:
             request.state.mail_caller = await caller_admin_or_user(request)
-        except HTTPException as exc:  # a missing or unknown key, in this binding's shape
-            status = _GRPC_STATUS.get(exc.status_code, "UNKNOWN")
-            error = {"code": exc.status_code, "status": status, "message": str(exc.detail)}
-            return JSONBody({"error": error}, status_code=exc.status_code, headers=exc.headers)
+            raw = await request.body()  # kept by the request: the SDK reads it again
+        except HTTPException as exc:  # a missing key, a body over the limit: this binding's shape
+            refusal = error_body(request.url.path, exc.status_code, str(exc.detail))
+            return JSONBody(refusal, status_code=exc.status_code, headers=exc.headers)
         settings = get_state(request).config.settings
-        raw = await request.body()  # kept by the request: the SDK reads it again
         try:
             body = _parsed(raw) if raw else None
             params = dict(request.query_params) if body is None else body

@@ -98,10 +98,33 @@ class CorrelationIdMiddleware:
             await response(scope, receive, send)
 
 
+# google.rpc's status names, for refusals under /a2a/ (the A2A HTTP+JSON binding).
+_GRPC_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """A refusal's body: MAIL's ``{"detail"}``, or under ``/a2a/`` the HTTP+JSON binding's
+    ``{"error": {"code", "status", "message"}}`` (google.rpc.Status)."""
+    if path.startswith("/a2a/"):
+        name = _GRPC_STATUS.get(status, "UNKNOWN")
+        return {"error": {"code": status, "status": name, "message": message}}
+    return {"detail": message}
+
+
 async def _store_unavailable_handler(request: Request, exc: Exception) -> JSONResponse:
     # The database is failing (a full disk, PostgreSQL down): a failing dependency, worth
     # retrying later, and nothing of this request was stored.
-    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+    body = error_body(request.url.path, 503, str(exc))
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
 
 
 def install_error_handling(app: FastAPI) -> None:
@@ -136,14 +159,14 @@ class BodyLimitMiddleware:
             return
         encoding = _content_encoding(scope)
         if encoding is not None:
-            await _refuse_encoding(send, encoding)
+            await _refuse_encoding(scope, send, encoding)
             return
         if self.limit <= 0:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.limit:
-            await _reject(send, self.limit)
+            await _answer(scope, send, 413, too_large_detail(self.limit))
             return
         limit = self.limit
         seen = 0
@@ -181,22 +204,22 @@ def _content_encoding(scope: Scope) -> str | None:
     return ", ".join(codings)[:100] if codings else None
 
 
-async def _reject(send: Send, limit: int) -> None:
-    await _answer(send, 413, too_large_detail(limit))
-
-
-async def _refuse_encoding(send: Send, encoding: str) -> None:
+async def _refuse_encoding(scope: Scope, send: Send, encoding: str) -> None:
     detail = (
         f"request bodies with Content-Encoding '{encoding}' are not accepted: send the body "
         "uncompressed (identity)"
     )
-    await _answer(send, 415, detail, [(b"accept-encoding", b"identity")])
+    await _answer(scope, send, 415, detail, [(b"accept-encoding", b"identity")])
 
 
 async def _answer(
-    send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
+    scope: Scope,
+    send: Send,
+    status: int,
+    detail: str,
+    extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    body: Any = dumps({"detail": detail})
+    body: Any = dumps(error_body(scope.get("path", ""), status, detail))
     await send(
         {
             "type": "http.response.start",
