@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from server_fixtures import ServerProcess, auth, keyed_stub_server
+from server_fixtures import ServerProcess, auth, keyed_stub_server, parse_sse_stream
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -144,3 +144,32 @@ def test_an_a2a_stream_refused_while_the_store_is_held_says_503(server: ServerPr
     last = statuses[-1]
     assert last["state"] == "TASK_STATE_REJECTED", events
     assert "503" in json.dumps(last["message"]), events
+
+
+def test_a_stream_waiting_for_its_commit_keeps_pinging(server: ServerProcess) -> None:
+    """The lock is taken while the task works: its last events cannot be written, and the
+    stream's closing event waits for them (until the store reports the outage). Meanwhile the
+    stream keeps sending pings (`sse_ping_interval`, 0.3 s here), so no proxy or client ends
+    it as idle (it was silent for as long as the wait lasted)."""
+    headers = auth(server.keys["alice"])
+    body = {"body": "SLEEP 2 hello", "stream": True}
+    lock = sqlite3.connect(server.directory / "data" / "mail.db", isolation_level=None, timeout=10)
+    events = []
+    try:
+        with httpx.stream(
+            "POST", f"{server.base_url}/message", json=body, headers=headers, timeout=120
+        ) as response:
+            assert response.status_code == 200, response.read()
+            for event in parse_sse_stream(response):
+                if not events:  # acknowledged (stored): now hold the writes of the rest
+                    lock.execute("BEGIN IMMEDIATE")
+                events.append(event)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    names = [event.event for event in events]
+    assert names[-1] == "task_complete", names
+    last_task_event = max(i for i, name in enumerate(names[:-1]) if name != "ping")
+    waiting = names[last_task_event + 1 : -1]
+    assert waiting and set(waiting) == {"ping"}, names
+    _wait_for(lambda: _health(server)["status"] == "healthy", "/health healthy again", 60)

@@ -14,7 +14,7 @@ from mail.api.agents import MAILAgent, MAILAgentTemplate
 from mail.api.instance_wiring import attach_files, connect_interswarm, review_policy_for
 from mail.core.actions import ActionOverrideFunction
 from mail.core.compat import server_sent_event_stream, server_sent_events
-from mail.core.events import TaskEvent
+from mail.core.events import TaskEvent, ping_event
 from mail.core.message import (
     MAILInterswarmMessage,
     MAILMessage,
@@ -337,6 +337,12 @@ class MAILSwarm(WiredAgents[MAILAgent]):
         stopped: the writes stay queued and land when the database is back, and the caller
         still gets its answer now.
         """
+        async for _ in self._flush_rounds(timeout):
+            pass
+
+    async def _flush_rounds(self, timeout: float) -> AsyncIterator[None]:
+        """`_flush_before_answer` in rounds of `timeout` s, yielding after each round that
+        ended with the writes still pending (a stream sends a ping there)."""
         observer = getattr(self, "_store_observer", None)
         if observer is None:
             return
@@ -352,6 +358,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
             logger.warning("persistence is lagging: task data not yet written after %.0fs", waited)
             if clock() - started < timeout / 2 or waited >= _MAX_ANSWER_WAIT:
                 return  # it did not wait (the store has stopped), or the safety bound
+            yield
 
     async def flush_before_answer(self, timeout: float = 5.0) -> None:
         """`_flush_before_answer` for a caller told of a task some other way than by
@@ -411,7 +418,8 @@ class MAILSwarm(WiredAgents[MAILAgent]):
                 message, timeout, resume_from, ping_interval, on_submitted=submitted, **kwargs
             ):
                 if event.event in ("task_complete", "task_error"):
-                    await self._flush_before_answer()
+                    async for _ in self._flush_rounds(min(ping_interval, 5.0)):
+                        yield ping_event(event.task_id)
                 yield event
 
     def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[ServerSentEvent]:

@@ -315,6 +315,13 @@ def events_from_records(records: Iterable[dict[str, Any]]) -> list[TaskEvent]:
     return [TaskEvent.from_record(record, calls) for record in records]
 
 
+def ping_event(task_id: str) -> TaskEvent:
+    """A keep-alive of a task's stream while nothing else happens: not stored, no id."""
+    return TaskEvent(
+        "ping", task_id, "", raw_payload={"timestamp": utc_now_iso(), "task_id": task_id}
+    )
+
+
 def closing_event(name: str, task_id: str, response: str, state: str | None = None) -> TaskEvent:
     """The last event of a task's stream (``task_complete`` or ``task_error``): not stored,
     no id; it carries the task's answer (or what went wrong) as ``response``, and with

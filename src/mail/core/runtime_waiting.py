@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from mail.core.deadlines import Deadlines
-from mail.core.events import TaskEvent, closing_event
+from mail.core.events import TaskEvent, closing_event, ping_event
 from mail.core.loop_guard import end_task
-from mail.core.message import MAILMessage, utc_now_iso
+from mail.core.message import MAILMessage
 from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import (
@@ -235,12 +235,7 @@ class TaskWaiters(HostLink[WaitHost]):
                         await signal.wait()
                 except TimeoutError:
                     if index >= len(task.events) and not future.done():
-                        yield TaskEvent(
-                            "ping",
-                            task_id,
-                            "",
-                            raw_payload={"timestamp": utc_now_iso(), "task_id": task_id},
-                        )
+                        yield ping_event(task_id)
             stop = end[0] if end else len(task.events)
             while index < stop:
                 yield task.events[index]
