@@ -394,8 +394,7 @@ class TeamStore(abc.ABC):
         table; SQLite only)."""
         pg = self.postgres
         cutoff_time = "?1::text::timestamptz" if pg else "?1"  # the cutoff as a created_at
-        # (a thread record without updated_at: its created_at, in SQLite)
-        created = "''" if pg else "created_at"
+        created = "''" if pg else "created_at"  # for a thread record without updated_at
         thread_time = f"COALESCE({json_field(pg, 'record', 'updated_at')}, {created})"
         expired = [
             ("team_posts", f"{json_field(pg, 'record', 'timestamp')} < ?1"),
