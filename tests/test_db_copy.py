@@ -27,9 +27,7 @@ from mail.store import InstanceKey
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
 from mail.store.sqlite_schema import connect, migrate
-from mail.store.team_base import TeamStore
-from mail.store.team_postgres import PostgresTeamStore
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import PostgresTeamStore, SqliteTeamStore, TeamStore
 from server_fixtures import ServerProcess, auth, free_port, server_env, write_config
 from team_e2e_support import json_result, team_config_extra
 

@@ -17,8 +17,7 @@ from mail.store import InstanceKey, MemoryTaskStore, TaskStore, lifecycle_for
 from mail.store.lifecycle import PRUNE_BATCH, TaskLifecycle, cutoff_for
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
-from mail.store.team_base import TeamStore
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore, TeamStore
 
 STORES = ["memory", "sqlite", "postgres"]
 
@@ -166,7 +165,7 @@ async def team_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     if request.param == "sqlite":
         t = SqliteTeamStore(tmp_path / "mail.db")
     else:
-        from mail.store.team_postgres import PostgresTeamStore
+        from mail.store.team_base import PostgresTeamStore
 
         t = PostgresTeamStore(request.getfixturevalue("pg_url"))
     await t.start()
@@ -232,7 +231,7 @@ async def test_team_rows_of_a_running_or_waiting_task_outlive_the_ttl(
         tasks = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
         team = SqliteTeamStore(tmp_path / "mail.db")
     else:
-        from mail.store.team_postgres import PostgresTeamStore
+        from mail.store.team_base import PostgresTeamStore
 
         url = request.getfixturevalue("pg_url")
         tasks, team = PostgresTaskStore(url, **FAST), PostgresTeamStore(url)
@@ -286,7 +285,7 @@ async def test_team_rows_of_a_finished_task_stay_while_the_task_does(
         tasks = SqliteTaskStore(tmp_path / "mail.db", batch_delay=0.005)
         team = SqliteTeamStore(tmp_path / "mail.db")
     else:
-        from mail.store.team_postgres import PostgresTeamStore
+        from mail.store.team_base import PostgresTeamStore
 
         url = request.getfixturevalue("pg_url")
         tasks, team = PostgresTaskStore(url, **FAST), PostgresTeamStore(url)

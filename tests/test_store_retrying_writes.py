@@ -18,7 +18,7 @@ from tests.support.pg_schema import scratch_schema, with_search_path
 from tests.support.tcp_proxy import TcpProxy, via_proxy
 
 from mail.store import InstanceKey, StoreUnavailableError
-from mail.store.team_postgres import PostgresTeamStore
+from mail.store.team_base import PostgresTeamStore
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 KEY = InstanceKey("swarm", "user", "alice")

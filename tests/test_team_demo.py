@@ -13,7 +13,7 @@ from typing import Any
 from mail import MAILSwarmTemplate
 from mail.core.team import TeamSettings
 from mail.core.team.files import EVERY_AGENT, attachment_meta, new_attachment
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "team-tools.md"
 

@@ -18,7 +18,7 @@ import pytest
 
 from mail.server.finished_tasks import FinishedTasks, StorageQuota
 from mail.store.sqlite import SqliteTaskStore
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore
 from support.bare_instances import bare_manager
 
 pytestmark = pytest.mark.timeout(120)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mail.store.base import InstanceKey
 from mail.store.sqlite import SqliteTaskStore
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore
 
 KEY = InstanceKey("prune-cost", "user", "u")
 EXPIRED = 40_000

@@ -16,7 +16,7 @@ import pytest
 from mail.core.runtime import MAILRuntime
 from mail.core.team import TeamService, TeamSettings
 from mail.store.base import InstanceKey
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore
 from support.scripted_agents import (
     AgentSpec,
     ScriptedAgent,

@@ -11,8 +11,7 @@ import pytest
 from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
-from mail.store.team_base import TeamStore
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore, TeamStore
 
 BASE_URL = os.environ.get("MAIL_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 KEY = InstanceKey("s", "user", "alice")
@@ -34,7 +33,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         await lite.close()
         return
     if request.param == "postgres":
-        from mail.store.team_postgres import PostgresTeamStore
+        from mail.store.team_base import PostgresTeamStore
 
         pg = PostgresTeamStore(request.getfixturevalue("pg_url"))
         await pg.start()

@@ -18,7 +18,7 @@ from mail.core.team import TeamService
 from mail.server.auth import Caller
 from mail.server.team import store_uploads
 from mail.store.base import InstanceKey
-from mail.store.team_sqlite import SqliteTeamStore
+from mail.store.team_base import SqliteTeamStore
 from support.scripted_agents import AgentSpec, make_runtime, task_complete
 
 

@@ -527,7 +527,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
             return
         from mail.core.team import TeamService
         from mail.store.base import InstanceKey
-        from mail.store.team_sqlite import SqliteTeamStore
+        from mail.store.team_base import SqliteTeamStore
 
         key = key or InstanceKey(self.name, str(self.user_role), self.user_id)
         current = self.runtime.team

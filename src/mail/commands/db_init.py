@@ -80,7 +80,7 @@ def _init_sqlite(path_arg: str | None) -> int:
 def _other_tables() -> list[tuple[tuple[str, ...], Any]]:
     """(tables, create) of the stores whose tables are not the task store's."""
     from mail.store.idempotency import TABLE, ensure_table
-    from mail.store.team_postgres import TEAM_TABLES, create_team_tables
+    from mail.store.postgres_schema import TEAM_TABLES, create_team_tables
 
     return [((TABLE,), ensure_table), (TEAM_TABLES, create_team_tables)]
 

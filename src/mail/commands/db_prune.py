@@ -207,7 +207,7 @@ async def _prune_sqlite_file(path: Any, ttl: float, vacuum: bool) -> int:
     from mail.store import lifecycle_for
     from mail.store.sqlite import SqliteTaskStore
     from mail.store.sqlite_space import convert_auto_vacuum, on_disk_bytes, truncate_wal
-    from mail.store.team_sqlite import SqliteTeamStore
+    from mail.store.team_base import SqliteTeamStore
 
     cutoff, what = _headline(ttl)
     before = on_disk_bytes(path)
@@ -251,8 +251,8 @@ def _full_vacuum(conn: Any, convert: Any, truncate: Any) -> None:
 async def _prune_postgres(url: str, ttl: float, vacuum: bool) -> int:
     from mail.store import lifecycle_for
     from mail.store.postgres import PostgresTaskStore
-    from mail.store.postgres_schema import redact_dsn
-    from mail.store.team_postgres import TEAM_TABLES, PostgresTeamStore
+    from mail.store.postgres_schema import TEAM_TABLES, redact_dsn
+    from mail.store.team_base import PostgresTeamStore
 
     cutoff, what = _headline(ttl)
     _say(f"Pruning PostgreSQL {redact_dsn(url)}: {what}")

@@ -62,7 +62,7 @@ async def start_team_store(config: ServerConfig, template: Any, task_store: Any)
 
 async def _open_team_store(config: ServerConfig, template: Any, task_store: Any) -> Any:
     if getattr(task_store, "backend", "") == "sqlite" and keeps_team_data(config, template):
-        from mail.store.team_sqlite import SqliteTeamStore
+        from mail.store.team_base import SqliteTeamStore
 
         lite = SqliteTeamStore(task_store.path)  # the same file (and writer thread)
         await lite.start()
@@ -70,7 +70,7 @@ async def _open_team_store(config: ServerConfig, template: Any, task_store: Any)
     if task_store is not None and getattr(task_store, "backend", "") == "postgres":
         if keeps_team_data(config, template):
             from mail.store import database_url_from_env
-            from mail.store.team_postgres import PostgresTeamStore
+            from mail.store.team_base import PostgresTeamStore
 
             url = database_url_from_env()
             if url:
@@ -78,7 +78,7 @@ async def _open_team_store(config: ServerConfig, template: Any, task_store: Any)
                 await store.start()
                 logger.info("team messaging: postgres")
                 return store
-    from mail.store.team_sqlite import SqliteTeamStore
+    from mail.store.team_base import SqliteTeamStore
 
     memory = SqliteTeamStore()  # a private in-memory database
     await memory.start()

@@ -148,16 +148,11 @@ def server_store(
 def lifecycle_for(store: Any) -> TaskLifecycle | None:
     """How the server reads, measures and removes a store's finished tasks
     (`mail.store.lifecycle`); None for a store object this package does not know."""
-    backend = getattr(store, "backend", None)
-    if backend in ("sqlite", "memory"):
-        from mail.store.lifecycle_sqlite import SqliteLifecycle
+    if getattr(store, "backend", None) not in ("sqlite", "memory", "postgres"):
+        return None
+    from mail.store.lifecycle import TaskLifecycle
 
-        return SqliteLifecycle(store)
-    if backend == "postgres":
-        from mail.store.lifecycle_postgres import PostgresLifecycle
-
-        return PostgresLifecycle(store)
-    return None
+    return TaskLifecycle(store)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,6 @@
 """`TaskStore`, the persistence the runtime and the server talk to: its writes go through one
-write-behind buffer to a SQL database (`mail.store.sqlite`, `mail.store.postgres`)."""
+write-behind buffer to a SQL database (`mail.store.sqlite`, `mail.store.postgres`), and
+`FenceState`, the instance generations (fencing, in cluster mode) one store object holds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from mail.store.fencing import FenceState
 from mail.store.records import (
     FINISHED_STATES,
     STREAMED_OUTCOME,
@@ -49,6 +49,7 @@ __all__ = [  # the shared records, still importable here as before TaskStore mov
 ]
 
 logger = logging.getLogger("mail.store")
+_fence_logger = logging.getLogger("mail.store.fencing")
 
 # A batch the database has neither taken nor refused for this long makes the store degraded
 # (/health, /status, /metrics), as a failing one does: answers stop waiting for it, and say
@@ -88,8 +89,66 @@ _TASK_KINDS = frozenset(("task", "event", "history", "response", "queue", "queue
 _QUEUE_KINDS = frozenset(("queue", "queue_delete"))
 
 
-# Called once with the key of an instance whose lease a newer host took (see fencing.py).
+# Called once with the key of an instance whose lease a newer host took (`FenceState`).
 FencedCallback = Callable[[InstanceKey], object]
+
+
+class FenceState:
+    """Generations one store object claimed, and the keys it lost."""
+
+    __slots__ = ("leases", "fenced", "fenced_writes", "on_fenced")
+
+    def __init__(self) -> None:
+        # key -> generation this store claimed (absent: the key is not fenced at all).
+        self.leases: dict[InstanceKey, int] = {}
+        # keys whose generation was claimed by someone else after ours.
+        self.fenced: set[InstanceKey] = set()
+        self.fenced_writes = 0
+        self.on_fenced: Callable[[InstanceKey], object] | None = None
+
+    def generation_for(self, key: InstanceKey) -> int | None:
+        """The generation a write for `key` carries; None for keys never claimed (hot path)."""
+        leases = self.leases
+        return leases.get(key) if leases else None
+
+    def claimed(self, key: InstanceKey, generation: int) -> None:
+        self.leases[key] = generation
+        self.fenced.discard(key)
+
+    def is_fenced(self, key: InstanceKey) -> bool:
+        return key in self.fenced
+
+    def drop_if_known_fenced(self, key: InstanceKey, generation: int | None) -> bool:
+        """Count and drop a new write for a key already known to be lost (no round trip)."""
+        if generation is not None and key in self.fenced and self.leases.get(key) == generation:
+            self.fenced_writes += 1
+            return True
+        return False
+
+    def dropped(self, key: InstanceKey, generation: int, count: int, current: int | None) -> None:
+        """`count` writes for `key` made under `generation` were dropped: `current` holds."""
+        self.fenced_writes += count
+        if self.leases.get(key) != generation:
+            # Our own later claim superseded these writes; we still own the key.
+            return
+        if key in self.fenced:
+            return
+        self.fenced.add(key)
+        _fence_logger.warning(
+            "instance %s/%s/%s lost its lease: this store holds generation %d but the"
+            " current one is %s; its writes are dropped from now on",
+            key.swarm_name,
+            key.caller_role,
+            key.caller_id,
+            generation,
+            "unclaimed" if current is None else current,
+        )
+        callback = self.on_fenced
+        if callback is not None:
+            try:
+                callback(key)
+            except Exception:
+                _fence_logger.exception("on_fenced callback failed for %s", key)
 
 
 class TaskStore(abc.ABC):
@@ -126,7 +185,7 @@ class TaskStore(abc.ABC):
         close_timeout: float,
         read_timeout: float,
     ) -> None:
-        self._fencing: FenceState[InstanceKey] = FenceState()
+        self._fencing = FenceState()
         self._is_transient = is_transient
         self._close_timeout = close_timeout
         self._read_timeout = read_timeout

@@ -253,8 +253,7 @@ class _Postgres(_Endpoint):
         import asyncpg
 
         from mail.store.idempotency import ensure_table as ensure_idempotency
-        from mail.store.postgres_schema import ensure_schema
-        from mail.store.team_postgres import TEAM_SCHEMA
+        from mail.store.postgres_schema import TEAM_SCHEMA, ensure_schema
 
         self.conn = await asyncpg.connect(self.dsn, timeout=10)
         self.c = PostgresConn(self.conn)

@@ -1,30 +1,37 @@
-"""Finished tasks in a store: read back, listed, measured, removed when they expire.
+"""Finished tasks in a store: read back, listed, measured, removed when they expire, and the
+space the SQLite file takes and gives back.
 
-`TaskLifecycle` holds the SQL both databases run (`mail.store.sql`); `lifecycle_sqlite` and
-`lifecycle_postgres` hold what each spells its own way."""
+`TaskLifecycle` runs one SQL text on either database (`mail.store.sql`); the few spellings
+that differ are `_SPELLINGS`, picked by the store's backend."""
 
 from __future__ import annotations
 
-import abc
 import datetime as _dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mail.store.records import (
     FINISHED_STATES,
     STREAMED_OUTCOME,
     InstanceKey,
     InstanceSnapshot,
+    StoreUnavailableError,
     normalize_start_time,
-    to_json,
 )
 from mail.store.records import IDEMPOTENCY_TABLE as KEYS_TABLE
-from mail.store.sql import Sql, SqlConn, json_field, octets
+from mail.store.sql import PostgresSql, Sql, SqlConn, SqliteSql, json_field, octets
 from mail.store.sql_batch import key_args
 from mail.store.sql_reads import _SNAPSHOT_READS, _TASK_COLUMNS, add_snapshot_row, task_from_row
-from mail.store.sqlite_space import SpaceReport
+from mail.store.sqlite_space import (
+    VACUUM_STEP_PAGES,
+    SpaceReport,
+    file_bytes,
+    space_report,
+    truncate_wal,
+    vacuum_step,
+)
 
 if TYPE_CHECKING:
     from mail.store.base import TaskStore
@@ -179,31 +186,57 @@ def _wanted(table: str, task_ids: Sequence[str]) -> list[str]:
     return queue_keys(task_ids) if table == "task_queues" else list(task_ids)
 
 
-class TaskLifecycle(abc.ABC):
-    """Reads, sizes and removal of stored tasks beside one `TaskStore`. Each database
-    supplies these few spellings:"""
+class _Spelling(NamedTuple):
+    time: str  # the SQL type of start_time
+    insertion: str  # what orders tasks that started at once: the order they were stored in
+    with_summary: str  # the metadata with ?5 (JSON text) as its "summary"
+    key_bytes: str  # the bytes of an idempotency key's row
 
-    postgres: bool
-    _TIME: str  # the SQL type of start_time
-    _INSERTION: str  # what orders tasks that started at once: the order they were stored in
-    _WITH_SUMMARY: str  # the metadata with ?5 (JSON text) as its "summary"
-    _KEY_BYTES: str  # the bytes of an idempotency key's row
-    _json = staticmethod(to_json)  # a value as JSON text the database takes
+
+# By `TaskLifecycle.postgres`. SQLite replaces the record's `summary` key with its own JSON
+# code: the same shallow merge as `mail_merge(metadata, '{"summary": ...}')`, without a call
+# into Python per row.
+_SPELLINGS = {
+    False: _Spelling(
+        "TEXT",
+        "rowid",
+        "json_set(COALESCE(NULLIF(metadata, ''), '{}'), '$.summary', json(?5))",
+        "COALESCE(length(CAST(body AS BLOB)), 0) + length(context)",
+    ),
+    True: _Spelling(
+        "timestamptz",
+        "created_at",
+        "COALESCE(metadata, '{}'::jsonb) || jsonb_build_object('summary', ?5::jsonb)",
+        "COALESCE(octet_length(body), 0) + octet_length(context)",
+    ),
+}
+
+
+class TaskLifecycle:
+    """Reads, sizes and removal of stored tasks beside one `TaskStore` (SQLite, in memory or
+    PostgreSQL): on SQLite its statements run on the database's one thread, on PostgreSQL on
+    the store's connection pool."""
 
     def __init__(self, store: TaskStore) -> None:
         self.store = store
+        self.postgres = store.backend == "postgres"
+        self._spell = _SPELLINGS[self.postgres]
 
-    @abc.abstractmethod
     def _sql(self, unavailable: str | None) -> Sql:
-        """The database; `unavailable`: see `Sql`."""
+        """The database; `unavailable`: see `Sql` (PostgreSQL only)."""
+        if self.postgres:
+            return PostgresSql(self._pool, unavailable)
+        return SqliteSql(self._db)
 
-    @abc.abstractmethod
-    def _start_text(self, value: Any) -> str:
-        """A start_time column value as ISO 8601 text."""
+    @property
+    def _db(self) -> Any:
+        return self.store.db  # type: ignore[attr-defined]
 
-    def _start_arg(self, text: str) -> Any:
-        """ISO 8601 text as a start_time parameter."""
-        return text
+    def _pool(self) -> Any:
+        pool = self.store._pool  # type: ignore[attr-defined]
+        if pool is None:
+            raise StoreUnavailableError("the PostgreSQL store is not started")
+        return pool
 
     @property
     def sql(self) -> Sql:
@@ -232,22 +265,22 @@ class TaskLifecycle(abc.ABC):
         )
         if limit is None:
             rows = await self._fetch(
-                f"{select} ORDER BY start_time, {self._INSERTION}", *key_args(key)
+                f"{select} ORDER BY start_time, {self._spell.insertion}", *key_args(key)
             )
         else:
-            start = f"CAST(?4 AS {self._TIME})"
+            start = f"CAST(?4 AS {self._spell.time})"
             rows = await self._fetch(
                 f"{select} AND ({start} IS NULL OR start_time < {start}"
                 f" OR (start_time = {start} AND task_id < ?5))"
                 " ORDER BY start_time DESC, task_id DESC LIMIT ?6",
                 *key_args(key),
-                self._start_arg(before[0]) if before else None,
+                self.store._start_time(before[0]) if before else None,
                 before[1] if before else None,
                 limit,
             )
         out: dict[str, dict[str, Any]] = {}
         for row in rows:
-            record = task_from_row(row, self._start_text)
+            record = task_from_row(row, normalize_start_time)
             record["event_count"] = int(row["event_count"])
             out[row["task_id"]] = record
         return out
@@ -262,11 +295,11 @@ class TaskLifecycle(abc.ABC):
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_KEY} AND {_IDS} ORDER BY start_time"
                 )
                 for row in await c.fetch(sql, *key_args(key), list(task_ids)):
-                    add_snapshot_row(snapshot, "tasks", row, self._start_text)
+                    add_snapshot_row(snapshot, "tasks", row, normalize_start_time)
                 for table, columns, order in _SNAPSHOT_READS:
                     sql = f"SELECT {columns} FROM {table} WHERE {_KEY} AND {_IDS}{order}"
                     for row in await c.fetch(sql, *key_args(key), _wanted(table, task_ids)):
-                        add_snapshot_row(snapshot, table, row, self._start_text)
+                        add_snapshot_row(snapshot, table, row, normalize_start_time)
             return snapshot
 
         await self._settle()
@@ -308,8 +341,10 @@ class TaskLifecycle(abc.ABC):
         that is gone is skipped."""
         if not summaries:
             return
-        sql = f"UPDATE tasks SET metadata = {self._WITH_SUMMARY} WHERE {_KEY} AND task_id = ?4"
-        rows = [(*key_args(key), t, self._json(s)) for t, s in summaries.items()]
+        sql = (
+            f"UPDATE tasks SET metadata = {self._spell.with_summary} WHERE {_KEY} AND task_id = ?4"
+        )
+        rows = [(*key_args(key), t, self.store._json(s)) for t, s in summaries.items()]
 
         async def save(c: SqlConn) -> None:
             async with c.transaction():
@@ -337,7 +372,7 @@ class TaskLifecycle(abc.ABC):
                         sizes[owner] += int(n or 0)
             if await c.tables([KEYS_TABLE]):
                 sql = (
-                    f"SELECT subject, sum({self._KEY_BYTES}) FROM {KEYS_TABLE}"
+                    f"SELECT subject, sum({self._spell.key_bytes}) FROM {KEYS_TABLE}"
                     f" WHERE {_KEY} AND subject = ANY(?4) GROUP BY subject"
                 )
                 for subject, n in await c.fetch(sql, *key_args(key), list(task_ids)):
@@ -362,7 +397,7 @@ class TaskLifecycle(abc.ABC):
                 lock = "SELECT pg_try_advisory_xact_lock(?)"
                 if c.postgres and not await c.fetchval(lock, _PRUNE_LOCK_ID):
                     return report  # another server is pruning this database now
-                cutoff_arg = self._start_arg(normalize_start_time(cutoff))
+                cutoff_arg = self.store._start_time(normalize_start_time(cutoff))
                 rows = batch_by_bytes([tuple(r) for r in await c.fetch(expired, cutoff_arg)], 4)
                 if not rows:
                     return report
@@ -401,8 +436,25 @@ class TaskLifecycle(abc.ABC):
         return report
 
     async def reclaim_space(self, max_pages: int | None = None) -> int:
-        """Give freed space back to the file system; returns the bytes returned."""
-        return 0
+        """Give freed space back to the file system; returns the bytes returned (SQLite; step
+        by step: the store's write batches run on the same thread in between)."""
+        if self.postgres:
+            return 0
+        before = await self._db.run(file_bytes)
+        done = 0
+        while max_pages is None or done < max_pages:
+            step = (
+                VACUUM_STEP_PAGES if max_pages is None else min(VACUUM_STEP_PAGES, max_pages - done)
+            )
+            left = await self._db.run(vacuum_step, step)
+            done += step
+            if not left:
+                break
+        await self._db.run(truncate_wal)
+        return max(0, before - await self._db.run(file_bytes))  # type: ignore[no-any-return]
 
     async def space(self) -> SpaceReport:
-        return SpaceReport()
+        if self.postgres:
+            return SpaceReport()
+        await self._settle()
+        return await self._db.run(space_report)  # type: ignore[no-any-return]

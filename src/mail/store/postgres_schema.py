@@ -1,4 +1,5 @@
-"""DDL for the PostgreSQL store, shared by `mail db-init` and the store's start-up check."""
+"""DDL for the PostgreSQL stores (tasks, team messaging), shared by `mail db-init` and the
+stores' start-up checks; the pool they open, and why PostgreSQL refused."""
 
 from __future__ import annotations
 
@@ -143,6 +144,60 @@ _INDEXES: tuple[str, ...] = tuple(
     )
 )
 _INDEXES += WEBHOOK_INDEXES
+
+# Team messaging (`mail.store.team_base`): its own four tables, made by the team store.
+_TEAM_KEY = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
+TEAM_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS team_threads (
+    {_TEAM_KEY},
+    thread_id TEXT NOT NULL,
+    record JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    PRIMARY KEY (swarm_name, caller_role, caller_id, thread_id)
+);
+CREATE TABLE IF NOT EXISTS team_posts (
+    seq BIGSERIAL PRIMARY KEY,
+    {_TEAM_KEY},
+    thread_id TEXT NOT NULL,
+    record JSONB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS team_posts_thread
+    ON team_posts (swarm_name, caller_role, caller_id, thread_id, seq);
+CREATE TABLE IF NOT EXISTS team_inbox (
+    seq BIGSERIAL PRIMARY KEY,
+    {_TEAM_KEY},
+    agent_name TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    thread_id TEXT,
+    ts TEXT NOT NULL,
+    is_read BOOLEAN NOT NULL DEFAULT FALSE,
+    shown BOOLEAN NOT NULL DEFAULT FALSE,
+    record JSONB NOT NULL,
+    UNIQUE (swarm_name, caller_role, caller_id, agent_name, entry_id)
+);
+CREATE INDEX IF NOT EXISTS team_inbox_agent
+    ON team_inbox (swarm_name, caller_role, caller_id, agent_name, seq);
+CREATE TABLE IF NOT EXISTS team_attachments (
+    {_TEAM_KEY},
+    attachment_id TEXT NOT NULL,
+    record JSONB NOT NULL,
+    data BYTEA NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    PRIMARY KEY (swarm_name, caller_role, caller_id, attachment_id)
+);
+"""
+
+TEAM_TABLES: tuple[str, ...] = ("team_threads", "team_posts", "team_inbox", "team_attachments")
+
+
+async def create_team_tables(conn: Any) -> None:
+    """The team messaging tables (`mail.store.team_base`), where missing."""
+    await conn.execute("SELECT pg_advisory_lock(7415001)")
+    try:
+        await conn.execute(TEAM_SCHEMA)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(7415001)")
+
 
 # Serialises concurrent schema set-up (two servers starting, or db-init during start-up):
 # concurrent CREATE ... IF NOT EXISTS can otherwise fail on the system catalogs.

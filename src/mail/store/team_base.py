@@ -1,7 +1,9 @@
 """Persistence of team messaging: threads, their posts, agent inboxes and attachments.
 
-`TeamStore` holds the SQL both databases run (`mail.store.sql`); `team_sqlite` and
-`team_postgres` hold what each spells its own way."""
+`TeamStore` runs one SQL text on either database (`mail.store.sql`), with a branch on
+`postgres` where they spell it apart; `SqliteTeamStore` (in the server's SQLite file, or in
+memory) and `PostgresTeamStore` (its own pool; the tables are `postgres_schema.TEAM_SCHEMA`)
+open and close the connection."""
 
 from __future__ import annotations
 
@@ -10,13 +12,23 @@ import datetime as _dt
 import json
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mail.store.lifecycle import finished_sql
-from mail.store.records import InstanceKey
+from mail.store.postgres_schema import (
+    TEAM_TABLES,
+    create_team_tables,
+    create_unless_forbidden,
+    normalize_dsn,
+    open_pool,
+)
+from mail.store.records import InstanceKey, StoreUnavailableError
 from mail.store.retrying import RetryingWrites
-from mail.store.sql import Sql, SqlConn, json_field, octets
+from mail.store.sql import PostgresSql, Sql, SqlConn, SqliteSql, json_field, octets
 from mail.store.sql_batch import key_args
+from mail.store.sqlite_schema import MEMORY, open_database, utc_now
+from mail.store.sqlite_schema import is_transient_error as sqlite_transient
 
 Record = dict[str, Any]
 
@@ -90,14 +102,7 @@ class TeamStore(abc.ABC):
     max_inbox_entries: int | None = None
     sql: Sql
     writes: RetryingWrites[Write]
-    # What differs in the tables: a new row's created_at, an empty BYTEA / BLOB, the order
-    # threads were made in, the row id, and the cutoff (?1, text) as a created_at.
     postgres: bool
-    _EMPTY_DATA: str
-    _THREAD_ORDER: str
-    _ROW_ID: str
-    _CUTOFF_TIME: str
-    _THREAD_CREATED: str  # what stands for a thread record's missing updated_at
     _direct = False  # writes applied at once, not through `writes`
 
     def _init_writes(self, is_transient: Callable[[BaseException], bool]) -> None:
@@ -111,9 +116,9 @@ class TeamStore(abc.ABC):
     async def close(self) -> None:
         """Release resources. Idempotent."""
 
-    @abc.abstractmethod
     def _created_at(self) -> Any:
-        """A new row's created_at."""
+        """A new row's created_at (a timestamptz in PostgreSQL, ISO 8601 text in SQLite)."""
+        return _dt.datetime.now(_dt.UTC) if self.postgres else utc_now()
 
     def status(self) -> dict[str, Any]:
         """Whether writes are failing (and why), for the server's health reporting."""
@@ -163,12 +168,11 @@ class TeamStore(abc.ABC):
     async def list_threads(self, key: InstanceKey | None) -> list[tuple[InstanceKey, Record]]:
         """Threads of one instance, or of every instance of every swarm when key is None."""
         select = "SELECT swarm_name, caller_role, caller_id, record FROM team_threads"
+        order = "ORDER BY created_at" + ("" if self.postgres else ", rowid")  # as made
         if key is None:
-            rows = await self._rows(f"{select} ORDER BY {self._THREAD_ORDER}")
+            rows = await self._rows(f"{select} {order}")
         else:
-            rows = await self._rows(
-                f"{select} WHERE {KEY} ORDER BY {self._THREAD_ORDER}", *key_args(key)
-            )
+            rows = await self._rows(f"{select} WHERE {KEY} {order}", *key_args(key))
         return [(InstanceKey(r[0], r[1], r[2]), json.loads(r["record"])) for r in rows]
 
     async def count_threads(self, key: InstanceKey) -> int:
@@ -360,7 +364,8 @@ class TeamStore(abc.ABC):
         self, key: InstanceKey, attachment_id: str, *, with_data: bool = True
     ) -> tuple[Record, bytes] | None:
         """(record, bytes) of an attachment of this instance; bytes are b"" without data."""
-        column = "data" if with_data else f"{self._EMPTY_DATA} AS data"
+        empty = "''::bytea" if self.postgres else "X''"
+        column = "data" if with_data else f"{empty} AS data"
         rows = await self._rows(
             f"SELECT record, {column} FROM team_attachments WHERE {KEY} AND attachment_id = ?4",
             *key_args(key),
@@ -388,11 +393,13 @@ class TeamStore(abc.ABC):
         of a task the caller names (?3: a server on `--store memory` keeps its tasks in no
         table; SQLite only)."""
         pg = self.postgres
-        thread_time = f"COALESCE({json_field(pg, 'record', 'updated_at')}, {self._THREAD_CREATED})"
+        cutoff_time = "?1::text::timestamptz" if pg else "?1"  # the cutoff as a created_at
+        created = "''" if pg else "created_at"  # for a thread record without updated_at
+        thread_time = f"COALESCE({json_field(pg, 'record', 'updated_at')}, {created})"
         expired = [
             ("team_posts", f"{json_field(pg, 'record', 'timestamp')} < ?1"),
             ("team_inbox", "ts < ?1"),
-            ("team_attachments", f"created_at < {self._CUTOFF_TIME}"),
+            ("team_attachments", f"created_at < {cutoff_time}"),
             (
                 "team_threads",
                 f"{thread_time} < ?1 AND NOT EXISTS (SELECT 1 FROM team_posts p"
@@ -408,7 +415,7 @@ class TeamStore(abc.ABC):
                 condition += (
                     f" AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.swarm_name = {table}.swarm_name"
                     f" AND t.caller_role = {table}.caller_role AND t.caller_id = {table}.caller_id"
-                    f" AND t.task_id = {task_id} AND NOT (t.updated_at < {self._CUTOFF_TIME}"
+                    f" AND t.task_id = {task_id} AND NOT (t.updated_at < {cutoff_time}"
                     f" AND {finished_sql(pg)}))"
                 )
             if table in _OF_TASKS and live:
@@ -451,7 +458,7 @@ class TeamStore(abc.ABC):
         in between). Each batch goes on where the last one stopped (by `seq`, or SQLite's
         rowid): rows that stay though older than the cutoff (a live task's) are read once
         per prune, not once per batch. (PostgreSQL's ctid has no such order.)"""
-        row = "seq" if table in _BY_SEQ else self._ROW_ID
+        row = "seq" if table in _BY_SEQ else ("ctid" if self.postgres else "rowid")
         in_order = row != "ctid"
         after = f"{row} > ?2 AND " if in_order else ""
         sql = (
@@ -472,3 +479,75 @@ class TeamStore(abc.ABC):
                 return removed
             if in_order:
                 last = max(r[0] for r in rows)
+
+
+class SqliteTeamStore(TeamStore):
+    """In the server's database file: it shares the task store's `SqliteDatabase` (one
+    connection, one thread, one writer)."""
+
+    postgres = False
+
+    def __init__(self, path: str | Path = MEMORY) -> None:
+        """`path`: the server's database file; by default (`MEMORY`) a private in-memory
+        database, ready without `start` and gone with the store (`--store memory`)."""
+        self.db = open_database(path)
+        self.sql = SqliteSql(self.db)
+        self._started = False
+        self._direct = self.db.in_memory
+        if not self._direct:
+            self._init_writes(sqlite_transient)
+
+    async def start(self) -> None:
+        if not self._started:
+            await self.db.acquire_for_store()
+            self._started = True
+            if not self._direct:
+                self.writes.start()
+
+    async def close(self) -> None:
+        if self._started:
+            self._started = False
+            if not self._direct:
+                await self.writes.close()
+            await self.db.release()
+
+
+class PostgresTeamStore(TeamStore):
+    """On its own asyncpg pool; its four tables are created on start when missing."""
+
+    postgres = True
+
+    def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 5) -> None:
+        from mail.store.postgres import is_transient_error  # (imports asyncpg)
+
+        self._dsn = normalize_dsn(database_url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: Any = None
+        self.sql = PostgresSql(lambda: self.pool)
+        self._init_writes(is_transient_error)
+
+    async def start(self) -> None:
+        if self._pool is None:
+            self._pool = await open_pool(
+                self._dsn,
+                lambda conn: create_unless_forbidden(conn, create_team_tables, TEAM_TABLES),
+                purpose=" for team messaging",
+                min_size=self._min_size,
+                max_size=self._max_size,
+                server_settings={"application_name": "mail-server-team"},
+            )
+            self.writes.start()
+
+    async def close(self) -> None:
+        if self.writes.running:
+            await self.writes.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    @property
+    def pool(self) -> Any:
+        if self._pool is None:
+            raise StoreUnavailableError("the PostgreSQL team store is not started")
+        return self._pool
