@@ -7,7 +7,7 @@ import logging
 from typing import Any, Protocol
 
 from mail.core.memory import AgentMemory
-from mail.core.message import MAILMessage, parse_task_contributor
+from mail.core.message import parse_task_contributor
 from mail.core.review import (
     ACTION_REVIEW_SUBJECT,
     RESUME_FROM_ACTION_REVIEW,
@@ -39,8 +39,6 @@ class ReviewHost(Swarm, TurnLocks, Protocol):
     def breakpoint_tools(self) -> list[str]: ...
     @property
     def memory(self) -> AgentMemory: ...
-    @property
-    def response_messages(self) -> dict[str, MAILMessage]: ...
 
     async def _handle_call(self, ctx: TurnContext, call: AgentToolCall) -> None: ...
     def _turn_failed(
