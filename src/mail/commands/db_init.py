@@ -7,18 +7,23 @@ import sys
 from typing import Any
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_database_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """--database-url and --sqlite, for a command that `verb`s the database."""
     parser.add_argument(
         "--database-url",
         default=None,
-        help="PostgreSQL URL to initialise (default: $DATABASE_URL, also read from ./.env)",
+        help=f"PostgreSQL URL to {verb} (default: $DATABASE_URL, also read from ./.env)",
     )
     parser.add_argument(
         "--sqlite",
         metavar="PATH",
         default=None,
-        help="SQLite file to initialise (default: [server.store] path, data/mail.db)",
+        help=f"SQLite file to {verb} (default: [server.store] path, data/mail.db)",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_database_arguments(parser, "initialise")
     parser.add_argument(
         "--timeout",
         type=float,

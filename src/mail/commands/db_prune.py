@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from mail.commands.db_init import _say, add_database_arguments
+
 EPILOG = """\
 examples:
   mail db-prune                      # [server.store] finished_task_ttl of ./mail.toml
@@ -27,17 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="remove tasks finished longer ago than this: seconds, or 30d, 12h, 90m "
         "(default: [server.store] finished_task_ttl; 0 removes every finished task)",
     )
-    parser.add_argument(
-        "--database-url",
-        default=None,
-        help="PostgreSQL URL to prune (default: $DATABASE_URL, also read from ./.env)",
-    )
-    parser.add_argument(
-        "--sqlite",
-        metavar="PATH",
-        default=None,
-        help="SQLite file to prune (default: [server.store] path, data/mail.db)",
-    )
+    add_database_arguments(parser, "prune")
     parser.add_argument(
         "--vacuum",
         action="store_true",
@@ -151,10 +143,6 @@ def _in_use(exc: BaseException) -> str | None:
         f"the SQLite file is in use by a running mail server (pid {cause.holder}): stop it "
         "first (a running server prunes its file itself, every [server.store] prune_interval)"
     )
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
 
 
 def _say_removed(report: Any, team_rows: int) -> None:

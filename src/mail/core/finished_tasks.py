@@ -6,6 +6,7 @@ import collections
 from typing import Any, Protocol
 
 from mail.core.agent_histories import SEPARATOR, AgentHistories
+from mail.core.runtime_ports import TaskLog
 from mail.core.tasks import MAILTask, TaskState
 
 # States a task may be forgotten in: it neither runs nor waits for anyone.
@@ -14,21 +15,13 @@ FINISHED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.STOPPED})
 REMEMBERED_IDS = 10_000
 
 
-class FinishedHost(Protocol):
+class FinishedHost(TaskLog, Protocol):
     """What forgetting a task touches of the runtime (its per-task books)."""
 
     @property
-    def mail_tasks(self) -> dict[str, MAILTask]: ...
-    @property
     def agent_histories(self) -> dict[str, list[dict[str, Any]]]: ...
     @property
-    def response_messages(self) -> dict[str, Any]: ...
-    @property
     def outstanding_requests(self) -> dict[str, dict[str, int]]: ...
-    @property
-    def last_breakpoint_caller(self) -> dict[str, str]: ...
-    @property
-    def last_breakpoint_tool_calls(self) -> dict[str, list[Any]]: ...
     @property
     def waiters(self) -> Any: ...
     @property
@@ -39,8 +32,6 @@ class FinishedHost(Protocol):
     def loop_guard(self) -> Any: ...
     @property
     def meter(self) -> Any: ...
-    @property
-    def stored_bytes(self) -> Any: ...
     @property
     def forgotten_tasks(self) -> collections.OrderedDict[str, None]: ...
 

@@ -10,9 +10,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
-from mail.core.agents import AgentCore
 from mail.core.events import MessageText
-from mail.core.mailbox import Mailbox
 from mail.core.message import (
     ALL_AGENTS,
     MAILMessage,
@@ -20,7 +18,7 @@ from mail.core.message import (
     parse_agent_address,
 )
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_ports import HostLink, TaskLog
+from mail.core.runtime_ports import HostLink, Swarm
 from mail.core.system_messages import (
     improper_response_to_user_body,
     invalid_recipient_body,
@@ -123,17 +121,11 @@ class StepBudget:
             self.counts[task_id] = count + 1
 
 
-class DeliveryHost(TaskLog, Protocol):
+class DeliveryHost(Swarm, Protocol):
     """What delivery uses of the runtime."""
 
     @property
-    def agents(self) -> dict[str, AgentCore]: ...
-    @property
     def entrypoint(self) -> str: ...
-    @property
-    def user_id(self) -> str: ...
-    @property
-    def mailbox(self) -> Mailbox: ...
     @property
     def enable_interswarm(self) -> bool: ...
     @property

@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from mail.core.agents import AgentCore
 from mail.core.message import (
     ALL_AGENTS,
     MAILMessage,
@@ -15,7 +14,7 @@ from mail.core.message import (
     make_message,
     make_request,
 )
-from mail.core.runtime_ports import HostLink, TaskLog, TurnLocks
+from mail.core.runtime_ports import HostLink, Swarm, TurnLocks
 
 MANUAL_STEP_SUBJECT = "::manual_step::"
 
@@ -56,11 +55,9 @@ def manual_routing(response_type: str, response_targets: list[str] | None) -> di
     }
 
 
-class ManualHost(TaskLog, TurnLocks, Protocol):
+class ManualHost(Swarm, TurnLocks, Protocol):
     """What manual steps use of the runtime."""
 
-    @property
-    def agents(self) -> dict[str, AgentCore]: ...
     @property
     def context_compressor(self) -> Any: ...
 

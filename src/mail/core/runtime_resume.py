@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mail.core.agents import AgentCore
-from mail.core.mailbox import Mailbox
 from mail.core.message import MAILMessage
 from mail.core.review import ReviewDecisionError
 from mail.core.runtime_multitask import DEFAULT_STRATEGY, STRATEGIES, STRATEGY_KWARG
-from mail.core.runtime_ports import HostLink, TaskLog, TurnLocks
+from mail.core.runtime_ports import HostLink, Swarm, TurnLocks
 from mail.core.system_messages import system_broadcast
 from mail.core.tasks import TaskState
 from mail.telemetry.budget import BudgetError
@@ -106,28 +104,16 @@ class Reviewing(Protocol):
     def resume(self, task_id: str, kwargs: dict[str, Any]) -> None: ...
 
 
-class ResumeHost(TaskLog, TurnLocks, Protocol):
+class ResumeHost(Swarm, TurnLocks, Protocol):
     """What submissions use of the runtime."""
 
     @property
     def meter(self) -> TaskMeter: ...
 
     @property
-    def agents(self) -> dict[str, AgentCore]: ...
-    @property
-    def mailbox(self) -> Mailbox: ...
-    @property
     def review(self) -> Reviewing: ...
     @property
     def multitask(self) -> Multitask: ...
-    @property
-    def response_messages(self) -> dict[str, MAILMessage]: ...
-    @property
-    def max_message_body(self) -> int | None: ...
-    @property
-    def last_breakpoint_caller(self) -> dict[str, str]: ...
-    @property
-    def last_breakpoint_tool_calls(self) -> dict[str, list[Any]]: ...
     @property
     def _shutdown(self) -> bool: ...
 

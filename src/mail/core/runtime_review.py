@@ -6,9 +6,8 @@ import json
 import logging
 from typing import Any, Protocol
 
-from mail.core.mailbox import Mailbox
 from mail.core.memory import AgentMemory
-from mail.core.message import MAILMessage, parse_task_contributor
+from mail.core.message import parse_task_contributor
 from mail.core.review import (
     ACTION_REVIEW_SUBJECT,
     RESUME_FROM_ACTION_REVIEW,
@@ -25,7 +24,7 @@ from mail.core.review import (
     respond_note,
     review_answer_body,
 )
-from mail.core.runtime_ports import HostLink, TaskLog, TurnContext, TurnLocks
+from mail.core.runtime_ports import HostLink, Swarm, TurnContext, TurnLocks
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tools import AgentToolCall
@@ -33,17 +32,13 @@ from mail.core.tools import AgentToolCall
 logger = logging.getLogger("mail.runtime")
 
 
-class ReviewHost(TaskLog, TurnLocks, Protocol):
+class ReviewHost(Swarm, TurnLocks, Protocol):
     """What the reviewer uses of the runtime: the task log, turn locks, and running calls."""
 
     @property
     def breakpoint_tools(self) -> list[str]: ...
     @property
-    def mailbox(self) -> Mailbox: ...
-    @property
     def memory(self) -> AgentMemory: ...
-    @property
-    def response_messages(self) -> dict[str, MAILMessage]: ...
 
     async def _handle_call(self, ctx: TurnContext, call: AgentToolCall) -> None: ...
     def _turn_failed(

@@ -29,7 +29,12 @@ def system_response(
 
 
 def system_broadcast(
-    swarm: str, task_id: str, recipients: list[str], subject: str, body: str
+    swarm: str,
+    task_id: str,
+    recipients: list[str],
+    subject: str,
+    body: str,
+    msg_type: str = "broadcast",
 ) -> MAILMessage:
     """A system MAILBroadcast to some agents (the task continues)."""
     payload = make_broadcast(
@@ -41,21 +46,12 @@ def system_broadcast(
         sender_swarm=swarm,
         recipient_swarms=[swarm],
     )
-    return make_message(payload, "broadcast")
+    return make_message(payload, msg_type)
 
 
 def system_task_end(swarm: str, task_id: str, subject: str, body: str) -> MAILMessage:
     """A system broadcast_complete: ends the task with `body` as its response."""
-    payload = make_broadcast(
-        task_id,
-        create_system_address(swarm),
-        [create_agent_address("all")],
-        subject,
-        body,
-        sender_swarm=swarm,
-        recipient_swarms=[swarm],
-    )
-    return make_message(payload, "broadcast_complete")
+    return system_broadcast(swarm, task_id, ["all"], subject, body, "broadcast_complete")
 
 
 def improper_response_to_user_body(user_id: str) -> str:

@@ -16,6 +16,47 @@ _state_reader: Callable[[], dict[str, Any]] | None = None
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 
+_L, _T = _LATENCY_BUCKETS, _TOKEN_BUCKETS
+
+# key -> (name, help, labels, buckets: None for a counter, else a histogram's)
+_DEFINITIONS: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...] | None]] = {
+    "agent_calls": ("mail_agent_calls", "Agent turns started", ("agent",), None),
+    "model_calls": ("mail_model_calls", "Model calls by outcome", ("model", "outcome"), None),
+    "model_latency": ("mail_model_call_duration_seconds", "Model call latency", ("model",), _L),
+    "model_tokens": ("mail_model_call_tokens", "Tokens per model call", ("model", "direction"), _T),
+    "model_cost": ("mail_model_cost", "Model cost as LiteLLM prices it (USD)", ("model",), None),
+    "task_answers": (
+        "mail_task_answers",
+        "Tasks answered, by the state they entered",
+        ("state",),
+        None,
+    ),
+    "http_latency": (
+        "mail_http_request_duration_seconds",
+        "HTTP request latency (to the response's first byte) per route",
+        ("method", "route", "status"),
+        _L,
+    ),
+    "interswarm": (
+        "mail_interswarm_requests",
+        "Interswarm requests sent, per peer and outcome",
+        ("peer", "outcome"),
+        None,
+    ),
+    "webhook_attempts": (
+        "mail_webhook_attempts",
+        "Push delivery attempts (webhooks, A2A push) by outcome",
+        ("outcome",),
+        None,
+    ),
+    "webhook_latency": (
+        "mail_webhook_attempt_duration_seconds",
+        "Push delivery attempt latency (to the answer's first bytes)",
+        (),
+        _L,
+    ),
+}
+
 
 def enabled() -> bool:
     return _on
@@ -30,61 +71,11 @@ def enable() -> Any:
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     REGISTRY = CollectorRegistry(auto_describe=True)
-    m = _metrics
-    m["agent_calls"] = Counter(
-        "mail_agent_calls", "Agent turns started", ["agent"], registry=REGISTRY
-    )
-    m["model_calls"] = Counter(
-        "mail_model_calls", "Model calls by outcome", ["model", "outcome"], registry=REGISTRY
-    )
-    m["model_latency"] = Histogram(
-        "mail_model_call_duration_seconds",
-        "Model call latency",
-        ["model"],
-        buckets=_LATENCY_BUCKETS,
-        registry=REGISTRY,
-    )
-    m["model_tokens"] = Histogram(
-        "mail_model_call_tokens",
-        "Tokens per model call",
-        ["model", "direction"],
-        buckets=_TOKEN_BUCKETS,
-        registry=REGISTRY,
-    )
-    m["model_cost"] = Counter(
-        "mail_model_cost", "Model cost as LiteLLM prices it (USD)", ["model"], registry=REGISTRY
-    )
-    m["task_answers"] = Counter(
-        "mail_task_answers",
-        "Tasks answered, by the state they entered",
-        ["state"],
-        registry=REGISTRY,
-    )
-    m["http_latency"] = Histogram(
-        "mail_http_request_duration_seconds",
-        "HTTP request latency (to the response's first byte) per route",
-        ["method", "route", "status"],
-        buckets=_LATENCY_BUCKETS,
-        registry=REGISTRY,
-    )
-    m["interswarm"] = Counter(
-        "mail_interswarm_requests",
-        "Interswarm requests sent, per peer and outcome",
-        ["peer", "outcome"],
-        registry=REGISTRY,
-    )
-    m["webhook_attempts"] = Counter(
-        "mail_webhook_attempts",
-        "Push delivery attempts (webhooks, A2A push) by outcome",
-        ["outcome"],
-        registry=REGISTRY,
-    )
-    m["webhook_latency"] = Histogram(
-        "mail_webhook_attempt_duration_seconds",
-        "Push delivery attempt latency (to the answer's first bytes)",
-        buckets=_LATENCY_BUCKETS,
-        registry=REGISTRY,
-    )
+    for key, (name, doc, labels, buckets) in _DEFINITIONS.items():
+        if buckets is None:
+            _metrics[key] = Counter(name, doc, labels, registry=REGISTRY)
+        else:
+            _metrics[key] = Histogram(name, doc, labels, buckets=buckets, registry=REGISTRY)
     REGISTRY.register(_StateCollector())
     _on = True
     return REGISTRY

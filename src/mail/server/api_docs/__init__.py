@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-from mail.server.console import SECURITY_HEADERS
+from mail.server.console import SECURITY_HEADERS, not_found, slash_redirect
 
 logger = logging.getLogger("mail.server")
 
@@ -54,21 +54,11 @@ def openapi_json() -> bytes | None:
     return json.dumps(yaml.safe_load(path.read_text(encoding="utf-8"))).encode()
 
 
-def _not_found() -> Response:
-    return JSONResponse({"detail": "Not Found"}, status_code=404, headers=SECURITY_HEADERS)
-
-
 async def _openapi(request: Request) -> Response:
     body = openapi_json()
     if body is None:
-        return _not_found()
+        return not_found()
     return Response(body, media_type="application/json")
-
-
-async def _redirect(request: Request) -> Response:
-    # Relative ("docs/"): behind a proxy's path prefix (/mail/docs) it stays under it.
-    target = DOCS_PATH.rsplit("/", 1)[-1] + "/"
-    return RedirectResponse(target, status_code=308, headers=SECURITY_HEADERS)
 
 
 async def _index(request: Request) -> Response:
@@ -93,10 +83,10 @@ async def _asset(request: Request) -> Response:
     if name in OWN_FILES and name != "index.html":
         return _own(name)
     if name not in SWAGGER_FILES:
-        return _not_found()
+        return not_found()
     body = _swagger_file(name)
     if body is None:
-        return _not_found()
+        return not_found()
     headers = {**SECURITY_HEADERS, "Cache-Control": "public, max-age=86400"}
     return Response(body, media_type=SWAGGER_FILES[name], headers=headers)
 
@@ -106,7 +96,7 @@ def install_api_docs(app: Any) -> None:
     app.router.routes.extend(
         [
             Route(OPENAPI_PATH, _openapi, methods=["GET"]),
-            Route(DOCS_PATH, _redirect, methods=["GET"]),
+            Route(DOCS_PATH, slash_redirect(DOCS_PATH), methods=["GET"]),
             Route(DOCS_PATH + "/", _index, methods=["GET"]),
             Route(DOCS_PATH + "/assets/{name}", _asset, methods=["GET"]),
         ]

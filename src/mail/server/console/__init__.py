@@ -6,6 +6,7 @@ import logging
 import mimetypes
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +52,29 @@ _TYPES = {
 }
 
 
-def _not_found() -> Response:
+def not_found() -> Response:
     return JSONResponse({"detail": "Not Found"}, status_code=404, headers=SECURITY_HEADERS)
 
 
 def _asset(relative: str) -> Response:
     path = (ASSETS_DIR / relative).resolve()
     if not path.is_relative_to(ASSETS_DIR) or not path.is_file():
-        return _not_found()
+        return not_found()
     media = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0]
     if media is None:
-        return _not_found()
+        return not_found()
     return Response(path.read_bytes(), media_type=media, headers=SECURITY_HEADERS)
 
 
-async def _redirect(request: Request) -> Response:
-    # Relative asset URLs in index.html need the trailing slash. The target is relative
-    # ("ui/"), so behind a proxy's path prefix (/mail/ui) it stays under it (/mail/ui/).
-    target = CONSOLE_PATH.rsplit("/", 1)[-1] + "/"
-    return RedirectResponse(target, status_code=308, headers=SECURITY_HEADERS)
+def slash_redirect(path: str) -> Callable[[Request], Awaitable[Response]]:
+    """The route of `path` that sends to `path/` (relative asset URLs need the slash). The
+    target is relative ("ui/"): behind a proxy's path prefix (/mail/ui) it stays under it."""
+    target = path.rsplit("/", 1)[-1] + "/"
+
+    async def redirect(request: Request) -> Response:
+        return RedirectResponse(target, status_code=308, headers=SECURITY_HEADERS)
+
+    return redirect
 
 
 async def _index(request: Request) -> Response:
@@ -84,7 +89,7 @@ def install_console(app: Any) -> None:
     """Serve the console under ``/ui`` on ``app``."""
     app.router.routes.extend(
         [
-            Route(CONSOLE_PATH, _redirect, methods=["GET"]),
+            Route(CONSOLE_PATH, slash_redirect(CONSOLE_PATH), methods=["GET"]),
             Route(CONSOLE_PATH + "/", _index, methods=["GET"]),
             Route(CONSOLE_PATH + "/{relative:path}", _file, methods=["GET"]),
         ]

@@ -12,34 +12,22 @@ function push(message) {
   notify("chat");
 }
 
-// The final answer of a pause at a breakpoint is a JSON list of the held function calls.
-export function parseHeldCalls(text) {
+// The final answer of a pause is a JSON list of the held calls: function calls at a
+// breakpoint, or ({tool_call_id, caller, action, args, allowed_decisions, description}) for
+// action review. null for any other answer (one that happens to start with '[' included).
+function parseCalls(text, isCall) {
   if (typeof text !== "string" || !text.startsWith("[")) return null;
   try {
     const list = JSON.parse(text);
-    if (Array.isArray(list) && list.length && list.every((c) => c && c.type === "function_call" && c.call_id)) {
-      return list;
-    }
+    if (Array.isArray(list) && list.length && list.every((c) => c && isCall(c))) return list;
   } catch {
     // an ordinary answer that happens to start with '['
   }
   return null;
 }
 
-// The final answer of a pause for action review is a JSON list of the held calls
-// ({tool_call_id, caller, action, args, allowed_decisions, description}).
-export function parseReviewCalls(text) {
-  if (typeof text !== "string" || !text.startsWith("[")) return null;
-  try {
-    const list = JSON.parse(text);
-    if (Array.isArray(list) && list.length && list.every((c) => c && c.tool_call_id && Array.isArray(c.allowed_decisions))) {
-      return list;
-    }
-  } catch {
-    // not a review list
-  }
-  return null;
-}
+export const parseHeldCalls = (text) => parseCalls(text, (c) => c.type === "function_call" && c.call_id);
+export const parseReviewCalls = (text) => parseCalls(text, (c) => c.tool_call_id && Array.isArray(c.allowed_decisions));
 
 // The agent that completed the task: the caller of the last task_complete among `events`.
 export function completerOf(events) {
