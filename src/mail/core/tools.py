@@ -346,39 +346,46 @@ def _addressed_tool(
     )
 
 
-def _addressed_builder(name: str, what: str, doc: str) -> Callable[..., dict[str, Any]]:
-    """The builder of a tool sent to one agent (`what`: request, response or interrupt)."""
-
-    def create(
-        targets: Sequence[str], enable_interswarm: bool = False, style: ToolStyle = "completions"
-    ) -> dict[str, Any]:
-        return _addressed_tool(name, doc, what, tuple(targets), enable_interswarm, style)
-
-    create.__doc__ = (
-        f"The `{name}` tool, restricted to `targets` unless interswarm addressing is on."
-    )
-    return create
-
-
-create_request_tool = _addressed_builder(
-    "send_request",
-    "request",
+_REQUEST_DOC = (
     "Send a request to another agent: ask it for information or hand it a piece of work. "
     "The recipient answers with send_response; call await_message if you have nothing else "
-    "to do until the answer arrives.",
+    "to do until the answer arrives."
 )
-create_response_tool = _addressed_builder(
-    "send_response",
-    "response",
+_RESPONSE_DOC = (
     "Reply to an agent that sent you a request. Address the agent that asked and put the "
-    "complete answer in the body.",
+    "complete answer in the body."
 )
-create_interrupt_tool = _addressed_builder(
-    "send_interrupt",
-    "interrupt",
+_INTERRUPT_DOC = (
     "Interrupt another agent with an urgent message that is handled before its ordinary "
-    "requests and responses. Use it to stop, correct or redirect work already in progress.",
+    "requests and responses. Use it to stop, correct or redirect work already in progress."
 )
+
+
+def create_request_tool(
+    targets: Sequence[str], enable_interswarm: bool = False, style: ToolStyle = "completions"
+) -> dict[str, Any]:
+    """The `send_request` tool, restricted to `targets` unless interswarm addressing is on."""
+    return _addressed_tool(
+        "send_request", _REQUEST_DOC, "request", tuple(targets), enable_interswarm, style
+    )
+
+
+def create_response_tool(
+    targets: Sequence[str], enable_interswarm: bool = False, style: ToolStyle = "completions"
+) -> dict[str, Any]:
+    """The `send_response` tool, restricted to `targets` unless interswarm addressing is on."""
+    return _addressed_tool(
+        "send_response", _RESPONSE_DOC, "response", tuple(targets), enable_interswarm, style
+    )
+
+
+def create_interrupt_tool(
+    targets: Sequence[str], enable_interswarm: bool = False, style: ToolStyle = "completions"
+) -> dict[str, Any]:
+    """The `send_interrupt` tool, restricted to `targets` unless interswarm addressing is on."""
+    return _addressed_tool(
+        "send_interrupt", _INTERRUPT_DOC, "interrupt", tuple(targets), enable_interswarm, style
+    )
 
 
 # One message to every agent of the local swarm.

@@ -628,13 +628,6 @@ class _InnerSetting:
         setattr(wrapper._inner(), self.name, value)
 
 
-# The named parameters of `DelegatingAgentFunction` that go to its inner function.
-_INNER_NAMED = (
-    "system user_token reasoning_effort thinking_budget max_tokens memory use_proxy "
-    "_debug_include_mail_tools stream_tokens print_llm_streams default_tool_choice"
-).split()
-
-
 class DelegatingAgentFunction(MAILAgentFunction):
     """Base of the wrapper classes that hold an inner LiteLLMAgentFunction.
 
@@ -678,9 +671,20 @@ class DelegatingAgentFunction(MAILAgentFunction):
         # any other `LiteLLMAgentFunction` setting in **settings) go to the inner function.
         check_settings(type(self).__name__, settings, LiteLLMAgentFunction.__init__)
         tool_format = tool_format or default_tool_format(settings.get("api_base"))
-        given = locals()
-        settings.update({key: given[key] for key in _INNER_NAMED})
-        super().__init__(**wiring_of(given))
+        settings.update(
+            system=system,
+            user_token=user_token,
+            reasoning_effort=reasoning_effort,
+            thinking_budget=thinking_budget,
+            max_tokens=max_tokens,
+            memory=memory,
+            use_proxy=use_proxy,
+            _debug_include_mail_tools=_debug_include_mail_tools,
+            stream_tokens=stream_tokens,
+            print_llm_streams=print_llm_streams,
+            default_tool_choice=default_tool_choice,
+        )
+        super().__init__(**wiring_of(locals()))
         self._add_role_tools()
         inner = inner_function(self, llm, settings)
         setattr(self, self._inner_attr, inner)
