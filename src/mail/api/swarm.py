@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, TypeVar
 
 from mail.api.actions import MAILAction
@@ -340,7 +341,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
         async for _ in self._flush_rounds(timeout):
             pass
 
-    async def _flush_rounds(self, timeout: float) -> AsyncIterator[None]:
+    async def _flush_rounds(self, timeout: float) -> AsyncGenerator[None, None]:
         """`_flush_before_answer` in rounds of `timeout` s, yielding after each round that
         ended with the writes still pending (a stream sends a ping there)."""
         observer = getattr(self, "_store_observer", None)
@@ -406,8 +407,12 @@ class MAILSwarm(WiredAgents[MAILAgent]):
     ) -> AsyncIterator[TaskEvent]:
         """`stream_events` for a complete MAILMessage."""
 
+        acknowledged = False  # the caller was told the message was taken (pings may go out)
+
         async def submitted() -> None:
+            nonlocal acknowledged
             await self._flush_before_answer()
+            acknowledged = True
             if on_stored is not None:
                 stored = on_stored()
                 if inspect.isawaitable(stored):  # (it may wait for more, or refuse: raise)
@@ -417,9 +422,13 @@ class MAILSwarm(WiredAgents[MAILAgent]):
             async for event in self.runtime.stream_task_events(
                 message, timeout, resume_from, ping_interval, on_submitted=submitted, **kwargs
             ):
-                if event.event in ("task_complete", "task_error"):
-                    async for _ in self._flush_rounds(min(ping_interval, 5.0)):
-                        yield ping_event(event.task_id)
+                if event.event in ("task_complete", "task_error") and not acknowledged:
+                    await self._flush_before_answer()  # refused: nothing goes out before it
+                elif event.event in ("task_complete", "task_error"):
+                    rounds = self._flush_rounds(min(ping_interval, 5.0))
+                    async with contextlib.aclosing(rounds):
+                        async for _ in rounds:
+                            yield ping_event(event.task_id)
                 yield event
 
     def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[ServerSentEvent]:

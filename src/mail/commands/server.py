@@ -305,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mail.server.http_protocol import http_protocol
+    from mail.server.stream_shutdown import KEEP_ALIVE_SECONDS
 
     if cfg.reload:
         sock.close()
@@ -317,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
             host=cfg.host,
             port=cfg.port,
             reload=True,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
             log_config=None,
             log_level=cfg.log_level.lower(),
             access_log=cfg.access_log,
