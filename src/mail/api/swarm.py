@@ -422,13 +422,12 @@ class MAILSwarm(WiredAgents[MAILAgent]):
             async for event in self.runtime.stream_task_events(
                 message, timeout, resume_from, ping_interval, on_submitted=submitted, **kwargs
             ):
-                if event.event in ("task_complete", "task_error") and not acknowledged:
-                    await self._flush_before_answer()  # refused: nothing goes out before it
-                elif event.event in ("task_complete", "task_error"):
+                if event.event in ("task_complete", "task_error"):
                     rounds = self._flush_rounds(min(ping_interval, 5.0))
                     async with contextlib.aclosing(rounds):
                         async for _ in rounds:
-                            yield ping_event(event.task_id)
+                            if acknowledged:  # (a refused message's task_error goes out alone)
+                                yield ping_event(event.task_id)
                 yield event
 
     def stream_message(self, *args: Any, **kwargs: Any) -> AsyncIterator[ServerSentEvent]:
