@@ -113,3 +113,34 @@ async def test_frames_queued_together_leave_as_one_chunk() -> None:
     assert len(chunks) == 1
     assert _ids(chunks) == ["1", "2", "3"]
     assert chunks[0].count(b"\r\n\r\n") == 3
+
+
+async def test_pings_leave_while_the_events_before_them_wait_for_their_commit() -> None:
+    """An event leaves once the store committed it; a ping (no id, not stored) queued behind
+    it leaves at once. Before, it waited for the same commit: a slow store silenced the
+    stream, then the pings came in a burst."""
+    pending: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    commit = asyncio.Event()
+
+    async def source() -> AsyncIterator[Any]:
+        while (event := await pending.get()) is not None:
+            yield event
+
+    queue = BoundedFrameQueue(
+        source(), encode_event, 1 << 20, lambda last: {}, 1.0, committed=commit.wait
+    )
+    body = queue.frames()
+    ping = {"event": "ping", "data": "", "id": None}
+    pending.put_nowait({"event": "tick", "data": "1", "id": "1"})
+    pending.put_nowait(ping)
+    assert await asyncio.wait_for(anext(body), 10) == encode_event(ping)
+    # The closing event has no id either, but it keeps its place behind the event that waits.
+    pending.put_nowait({"event": "task_complete", "data": "done", "id": None})
+    pending.put_nowait(ping)
+    assert await asyncio.wait_for(anext(body), 10) == encode_event(ping)
+    commit.set()
+    pending.put_nowait(None)
+    rest = b"".join([chunk async for chunk in body])
+    assert _ids([rest]) == ["1"]
+    assert rest.index(b"id: 1") < rest.index(b"event: task_complete")
+    assert b"event: ping" not in rest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -11,6 +12,14 @@ from typing import Any
 logger = logging.getLogger("mail.server.sse")
 
 OverflowEvent = Callable[[str | None], Any]
+
+
+class _KeepAlive(bytes):
+    """The frame of a ping: it need not wait for a commit (see `chunks`)."""
+
+
+def _is_ping(frame: bytes) -> bool:
+    return type(frame) is _KeepAlive
 
 
 class BoundedFrameQueue:
@@ -133,14 +142,17 @@ class BoundedFrameQueue:
                         self.last_event_id,
                     )
                     break
-                self._frames.append(frame)
                 self.buffered_bytes += len(frame)
                 self.peak_bytes = max(self.peak_bytes, self.buffered_bytes)
-                event_id = (
-                    event.get("id") if isinstance(event, dict) else getattr(event, "id", None)
-                )
+                if isinstance(event, dict):
+                    event_id, name = event.get("id"), event.get("event")
+                else:
+                    event_id, name = getattr(event, "id", None), getattr(event, "event", None)
                 if event_id is not None:
                     self.last_event_id = str(event_id)
+                elif name == "ping":
+                    frame = _KeepAlive(frame)
+                self._frames.append(frame)
                 self._wake()
         except asyncio.CancelledError:
             if self._ending is None:
@@ -169,13 +181,27 @@ class BoundedFrameQueue:
                     # A frame leaves once its event is committed: after a crash the task's
                     # events go on from the last stored one, and an id a reader was sent is
                     # never issued again with other content. Frames queued during the wait
-                    # wait for the next commit.
-                    wait = None if self._committed is None else self._committed()
+                    # wait for the next commit; pings (no id, nothing stored) don't wait:
+                    # they leave meanwhile, so a slow commit does not silence the stream.
+                    wait = None
+                    if self._committed is not None and not all(map(_is_ping, frames)):
+                        wait = self._committed()
                     if wait is not None:
-                        count = len(frames)
-                        await wait
-                        taken = [frames.popleft() for _ in range(count)]
-                        chunk = b"".join(taken)
+                        held = len(frames)  # (one at least is not a ping: it stays)
+                        commit = asyncio.ensure_future(wait)
+                        commit.add_done_callback(lambda _: self._ready.set())
+                        try:
+                            while not commit.done():
+                                pings, held = self._take_pings(held)
+                                if pings:
+                                    yield pings, False
+                                else:
+                                    self._ready.clear()
+                                    await self._ready.wait()
+                            await commit
+                        finally:
+                            commit.cancel()
+                        chunk = b"".join([frames.popleft() for _ in range(held)])
                     else:
                         chunk = frames.popleft() if len(frames) == 1 else b"".join(frames)
                         frames.clear()
@@ -191,6 +217,21 @@ class BoundedFrameQueue:
                 raise self._error
         finally:
             await self.stop()
+
+    def _take_pings(self, held: int) -> tuple[bytes, int]:
+        """The queued pings, taken out of the queue, and how many of its first ``held`` frames
+        are left."""
+        frames = self._frames
+        pings = b"".join([frame for frame in frames if _is_ping(frame)])
+        if not pings:
+            return b"", held
+        held -= sum(map(_is_ping, itertools.islice(frames, held)))
+        rest = [frame for frame in frames if not _is_ping(frame)]
+        frames.clear()
+        frames.extend(rest)
+        self.buffered_bytes -= len(pings)
+        self._room.set()
+        return pings, held
 
     async def frames(self) -> AsyncIterator[bytes]:
         """The chunks alone (see :meth:`chunks`)."""
