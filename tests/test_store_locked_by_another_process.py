@@ -182,4 +182,6 @@ def test_a_stream_waiting_for_its_commit_keeps_pinging(server: ServerProcess) ->
     assert arrived[-1] - arrived[0] > 4, names
     gaps = [later - earlier for earlier, later in pairwise(arrived)]
     assert max(gaps) < 3, (max(gaps), names)
+    # The wait went in rounds of 0.5 s, logged at most every 5 s (it was logged every round).
+    assert server.logs().count("persistence is lagging") <= 2, server.logs()
     _wait_for(lambda: _health(server)["status"] == "healthy", "/health healthy again", 60)

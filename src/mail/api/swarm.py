@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 # The longest an answer waits for a store that takes writes slowly (it does not wait at all
 # while the store reports an outage): a bound for a store that neither commits nor fails.
 _MAX_ANSWER_WAIT = 60.0
+# Meanwhile `persistence is lagging` is logged at most this often (seconds): a stream's wait
+# goes in rounds of its ping interval, as short as 0.5 s.
+_LAG_LOG_INTERVAL = 5.0
 
 logger = logging.getLogger("mail.api")
 
@@ -333,7 +336,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
     async def _flush_before_answer(self, timeout: float = 5.0) -> None:
         """Make a finished (or paused) task durable before its caller hears about it.
 
-        Waits while the store takes writes (logged every `timeout` s, at most
+        Waits while the store takes writes (logged every `_LAG_LOG_INTERVAL` s, at most
         `_MAX_ANSWER_WAIT` in all); skipped while the store reports an outage or once it has
         stopped: the writes stay queued and land when the database is back, and the caller
         still gets its answer now.
@@ -351,12 +354,17 @@ class MAILSwarm(WiredAgents[MAILAgent]):
         timeout = max(timeout, 0.5)
         clock = asyncio.get_running_loop().time
         begun = clock()
+        logged = 0.0  # the wait last logged, at most every `_LAG_LOG_INTERVAL` s
         while not (callable(degraded) and degraded()):
             started = clock()
             if await observer.flush(timeout):
                 return
             waited = clock() - begun
-            logger.warning("persistence is lagging: task data not yet written after %.0fs", waited)
+            if waited - logged >= _LAG_LOG_INTERVAL:
+                logged = waited
+                logger.warning(
+                    "persistence is lagging: task data not yet written after %.0fs", waited
+                )
             if clock() - started < timeout / 2 or waited >= _MAX_ANSWER_WAIT:
                 return  # it did not wait (the store has stopped), or the safety bound
             yield
