@@ -150,7 +150,7 @@ class BoundedFrameQueue:
                     event_id, name = getattr(event, "id", None), getattr(event, "event", None)
                 if event_id is not None:
                     self.last_event_id = str(event_id)
-                elif name == "ping":
+                elif name == "ping" and self._committed is not None:
                     frame = _KeepAlive(frame)
                 self._frames.append(frame)
                 self._wake()
@@ -203,7 +203,7 @@ class BoundedFrameQueue:
                             commit.cancel()
                         chunk = b"".join([frames.popleft() for _ in range(held)])
                     else:
-                        chunk = frames.popleft() if len(frames) == 1 else b"".join(frames)
+                        chunk = b"".join(frames)  # (one frame: itself, a ping's as bytes)
                         frames.clear()
                     self.buffered_bytes -= len(chunk)
                     self._room.set()
