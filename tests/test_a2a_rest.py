@@ -321,7 +321,43 @@ async def test_rest_requests_are_bounded_like_jsonrpc_ones(
         assert status == 413, answer
         error = json.loads(answer)["error"]
         assert error["code"] == 413 and "max_request_body" in error["message"], error
+        # gRPC's name for a message over its size limit (it was INVALID_ARGUMENT)
+        assert error["status"] == "RESOURCE_EXHAUSTED", error
         assert "Traceback" not in server.logs()
+    # A compressed body is refused unread (415), in this binding's shape too.
+    gzipped = {**headers, "Content-Encoding": "gzip"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(_rest(server, "/message:send"), content=b"\x1f\x8b", headers=gzipped)
+    assert r.status_code == 415 and r.headers["accept-encoding"] == "identity", r.text
+    error = r.json()["error"]
+    assert (error["code"], error["status"]) == (415, "INVALID_ARGUMENT"), error
+    assert "Content-Encoding 'gzip'" in error["message"], error
+
+
+async def test_a_failing_store_is_503_unavailable_under_a2a_and_detail_elsewhere() -> None:
+    """A request the store cannot serve (StoreUnavailableError) is 503 with Retry-After: a
+    google.rpc.Status under /a2a/, MAIL's {detail} on its own routes."""
+    from fastapi import FastAPI
+
+    from mail.server.errors import install_error_handling
+    from mail.store.base import StoreUnavailableError
+
+    app = FastAPI()
+    install_error_handling(app)
+
+    async def failing() -> None:
+        raise StoreUnavailableError("the database is away")
+
+    app.add_api_route("/a2a/tasks", failing)
+    app.add_api_route("/tasks", failing)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://mail") as http:
+        a2a, own = await http.get("/a2a/tasks"), await http.get("/tasks")
+    assert (a2a.status_code, own.status_code) == (503, 503)
+    assert a2a.headers["retry-after"] and own.headers["retry-after"]
+    error = a2a.json()["error"]
+    assert error == {"code": 503, "status": "UNAVAILABLE", "message": "the database is away"}
+    assert own.json() == {"detail": "the database is away"}
 
 
 async def _raw_post(

@@ -98,12 +98,14 @@ class CorrelationIdMiddleware:
             await response(scope, receive, send)
 
 
-# google.rpc's status names, for refusals under /a2a/ (the A2A HTTP+JSON binding).
+# google.rpc's status names, for refusals under /a2a/ (the A2A HTTP+JSON binding). A body
+# over the size limit is RESOURCE_EXHAUSTED, as gRPC names a message over its size limit; a
+# content type (or coding) not taken is INVALID_ARGUMENT, as A2A names ContentTypeNotSupported.
 _GRPC_STATUS = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
-    413: "INVALID_ARGUMENT",
+    413: "RESOURCE_EXHAUSTED",
     415: "INVALID_ARGUMENT",
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
