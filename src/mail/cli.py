@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import importlib
 import logging
 import os
@@ -61,10 +62,8 @@ def entry(argv: Sequence[str] | None = None) -> None:
         atexit._run_exitfuncs()  # exporters and other exit hooks still flush
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(code)
     sys.exit(code)
 

@@ -416,11 +416,7 @@ async def admin_task_list(
         records.update(part)
     records.update(json.loads(mine.body) if mine.status == 200 else {})
     chosen, following = task_listing.page(list(records.values()), limit, after)
-    response = JSONBody(chosen)
-    if following is not None:
-        response.headers["X-Next-Cursor"] = following
-        response.headers["Link"] = f'</tasks?limit={limit}&cursor={following}>; rel="next"'
-    return response
+    return JSONBody(chosen, headers=task_listing.page_headers("/tasks", limit, following))
 
 
 # -- GET /status: the caller's instance and the live user instances, cluster-wide ---------------

@@ -99,7 +99,7 @@ class AgentHistories(dict[str, History]):
             if isinstance(source, Mapping):
                 items = source.items()
             elif hasattr(source, "keys"):
-                items = ((k, source[k]) for k in source.keys())
+                items = ((k, source[k]) for k in source)
             else:
                 items = source
             for key, value in items:

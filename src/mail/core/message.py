@@ -147,6 +147,14 @@ def parse_task_contributor(contributor: str) -> tuple[str, str, str]:
     return role, ident, swarm
 
 
+def owner_swarm(task_owner: str) -> str:
+    """The swarm part of a `role:id@swarm` owner ('' when malformed)."""
+    try:
+        return parse_task_contributor(task_owner)[2]
+    except ValueError:
+        return ""
+
+
 def parse_task_contributors(contributors: list[str]) -> list[tuple[str, str, str]]:
     """`parse_task_contributor` for each of a list of `role:id@swarm` strings."""
     return [parse_task_contributor(contributor) for contributor in contributors]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -324,10 +325,8 @@ class Submissions(HostLink[ResumeHost]):
             raise TaskSubmitError(f"no breakpoint tool caller is known for task '{task_id}'")
         result = kwargs["breakpoint_tool_call_result"]
         if isinstance(result, str):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 result = json.loads(result)
-            except json.JSONDecodeError:
-                pass
         if (
             isinstance(result, list)
             and len(result) == 1

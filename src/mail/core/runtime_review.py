@@ -7,7 +7,7 @@ import logging
 from typing import Any, Protocol
 
 from mail.core.memory import AgentMemory
-from mail.core.message import parse_task_contributor
+from mail.core.message import owner_swarm as task_owner_swarm
 from mail.core.review import (
     ACTION_REVIEW_SUBJECT,
     RESUME_FROM_ACTION_REVIEW,
@@ -85,7 +85,7 @@ class ActionReviewer(HostLink[ReviewHost]):
         task = rt.mail_tasks.get(ctx.task_id)
         if not calls or task is None:
             return False
-        owner_swarm = _owner_swarm(task.task_owner)
+        owner_swarm = task_owner_swarm(task.task_owner)
         if owner_swarm in ("", rt.swarm_name):
             return False
         for call in calls:
@@ -398,13 +398,6 @@ def breakpoint_refusal(tool: str, owner_swarm: str) -> str:
         f"for swarm '{owner_swarm}', whose people cannot answer calls made here; it was not "
         "run. Tell your caller what you wanted to ask, so they can answer in their reply."
     )
-
-
-def _owner_swarm(task_owner: str) -> str:
-    try:
-        return parse_task_contributor(task_owner)[2]
-    except ValueError:
-        return ""
 
 
 class ReviewPending(TaskSubmitError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from mail.core.message import parse_agent_address, parse_task_contributor
+from mail.core.message import owner_swarm, parse_agent_address, parse_task_contributor
 
 
 class TrustError(Exception):
@@ -20,14 +20,6 @@ class TrustError(Exception):
     def __init__(self, message: str, status: int = 403) -> None:
         super().__init__(message)
         self.status = status
-
-
-def owner_swarm(task_owner: str) -> str:
-    """The swarm part of a `role:id@swarm` owner ('' when malformed)."""
-    try:
-        return parse_task_contributor(task_owner)[2]
-    except ValueError:
-        return ""
 
 
 def check_caller(

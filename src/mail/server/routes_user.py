@@ -57,11 +57,7 @@ async def list_tasks(request: Request, caller: Caller = Depends(caller_admin_or_
     limit = task_listing.parse_limit(request.query_params.get("limit"))
     cursor = request.query_params.get("cursor")
     records, following = await task_reads.list_tasks(get_state(request), caller, limit, cursor)
-    response = JSONBody(records)
-    if following is not None:
-        response.headers["X-Next-Cursor"] = following
-        response.headers["Link"] = f'</tasks?limit={limit}&cursor={following}>; rel="next"'
-    return response
+    return JSONBody(records, headers=task_listing.page_headers("/tasks", limit, following))
 
 
 @router.get("/task")

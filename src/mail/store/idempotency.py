@@ -313,12 +313,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                async with asyncio.timeout(10):
-                    await pool.close()
-            except (TimeoutError, OSError, RuntimeError):
-                pool.terminate()
+        await postgres_schema.close_pool(pool)
 
     async def _has_tasks(self) -> bool:
         return bool((await self._run("SELECT to_regclass('tasks') IS NOT NULL", (), "one"))[0])

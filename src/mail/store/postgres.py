@@ -13,6 +13,7 @@ import asyncpg
 from mail.store.base import TaskStore
 from mail.store.postgres_schema import (
     ALL_TABLES,
+    close_pool,
     create_unless_forbidden,
     ensure_schema,
     missing_tables,
@@ -258,12 +259,7 @@ class PostgresTaskStore(TaskStore):
 
     async def _release(self) -> None:
         pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                async with asyncio.timeout(self._close_timeout):
-                    await pool.close()
-            except (TimeoutError, OSError, asyncpg.InterfaceError):
-                pool.terminate()
+        await close_pool(pool, self._close_timeout)
 
     async def _prepare_schema(self, conn: asyncpg.Connection) -> None:
         absent = await missing_tables(conn)

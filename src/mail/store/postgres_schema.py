@@ -3,6 +3,7 @@ stores' start-up checks; the pool they open, and why PostgreSQL refused."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -337,6 +338,18 @@ async def open_pool(
             f"cannot use PostgreSQL{purpose} at {redact_dsn(dsn)}: {refusal_reason(exc)}"
         ) from exc
     return pool
+
+
+async def close_pool(pool: Any, timeout: float = 10.0) -> None:
+    """Close an asyncpg pool (None: nothing to do), terminating it when closing fails or
+    takes longer than `timeout` seconds."""
+    if pool is None:
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await pool.close()
+    except Exception:  # noqa: BLE001 - a pool that cannot close cleanly is cut off
+        pool.terminate()
 
 
 # SQLSTATE too_many_connections: max_connections, or a role's or database's CONNECTION LIMIT.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -111,8 +112,6 @@ def on_disk_bytes(path: Path) -> int:
     """The database file and its WAL, as the file system counts them."""
     total = 0
     for suffix in ("", "-wal"):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             total += os.stat(f"{path}{suffix}").st_size
-        except FileNotFoundError:
-            pass
     return total

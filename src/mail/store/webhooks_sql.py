@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -629,10 +628,7 @@ class PostgresWebhookStore(WebhookStore):
             await ensure_schema(conn)
 
     async def close(self) -> None:
+        from mail.store.postgres_schema import close_pool
+
         pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                async with asyncio.timeout(10):
-                    await pool.close()
-            except Exception:  # noqa: BLE001 - closing goes on
-                pool.terminate()
+        await close_pool(pool)

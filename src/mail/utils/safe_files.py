@@ -11,7 +11,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 # Walking relative to directory descriptors has no PATH_MAX: without these bounds one call
@@ -91,10 +91,8 @@ def parent_dir(root: Path, parts: list[str], *, create: bool = False) -> Iterato
             except FileNotFoundError:
                 if not create:
                     raise
-                try:
+                with suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass
                 try:
                     next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
@@ -144,10 +145,8 @@ def _event_line(event: Any) -> str | None:
     """``name: description`` of one event (a ServerSentEvent or a TaskEvent)."""
     data = getattr(event, "data", None)
     if isinstance(data, str):
-        try:
+        with contextlib.suppress(ValueError):
             data = json.loads(data)
-        except ValueError:
-            pass
     description = data.get("description", "") if isinstance(data, Mapping) else data
     if "::action_complete_broadcast::" in str(description):
         return None  # the action's result is shown by its own action_complete event

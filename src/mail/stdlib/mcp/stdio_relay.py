@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,10 +29,8 @@ def _forward_stdin(child: subprocess.Popen[bytes], last_id: list[Any]) -> None:
     except (BrokenPipeError, OSError):
         pass
     finally:
-        try:
+        with contextlib.suppress(OSError):
             child.stdin.close()
-        except OSError:
-            pass
 
 
 def _forward_stderr(child: subprocess.Popen[bytes], limit: int) -> None:
