@@ -148,12 +148,11 @@ def _read(conn: sqlite3.Connection, args: tuple[str, str, str]) -> InstanceSnaps
     return snapshot
 
 
-# Larger batches and a shorter wait than PostgreSQL: a commit is cheap here (no round trip).
-# (50 ms saved CPU in bench/chatty.py but made tests/test_interswarm_back_parked_attacks.py
-# see a question sent twice to a peer after kill -9: bench/results-store.md.)
+# Larger batches than PostgreSQL (a commit is cheap here: no round trip), the same wait: what
+# must not wait (an answer, a stream's event, a model call) is flushed at once anyway.
 SQLITE_BUFFER_DEFAULTS: dict[str, Any] = {
     "max_batch": 500,
-    "batch_delay": 0.02,
+    "batch_delay": 0.05,
     "retry_initial": 0.2,
     "retry_max": 5.0,
     "max_pending": 100_000,
