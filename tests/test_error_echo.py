@@ -29,6 +29,8 @@ PROBES: list[tuple[str, str, str, Any]] = [
     ("alice", "POST", "/message", {"body": "hi", "entrypoint": LONG}),
     ("alice", "POST", "/message", {"body": "hi", "resume_from": LONG}),
     ("alice", "POST", "/webhooks", {"url": "http://127.0.0.1:9/h", "events": [LONG]}),
+    ("alice", "POST", "/webhooks", {"url": "http://127.0.0.1:9/h", LONG: 1}),  # its name
+    ("alice", "POST", "/crons", {"schedule": "0 9 * * *", "message": {"body": "hi"}, LONG: 1}),
     ("alice", "GET", f"/task?task_id={LONG}", None),
     ("alice", "GET", f"/tasks?limit={LONG}", None),
     # A peer address past MAX_BASE_URL_CHARS (2048) is refused up front, not a 500 later.

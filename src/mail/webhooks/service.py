@@ -214,7 +214,7 @@ class WebhookService:
         extra = sorted(set(body) - set(allowed))
         if extra:
             raise WebhookError(
-                400, f"unknown parameter '{where}{extra[0]}'; accepted: {', '.join(allowed)}"
+                400, f"unknown parameter '{where}{echo(extra[0])}'; accepted: {', '.join(allowed)}"
             )
 
     async def _owned(self, owner: Owner, subscription_id: str, kinds: Sequence[str] = ()) -> Record:
