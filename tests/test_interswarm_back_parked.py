@@ -68,7 +68,8 @@ def _until(check: Any, what: str, timeout: float = 60) -> Any:
 
 
 def _task_end_notice(received: dict[str, Any]) -> bool:
-    return bool(received["envelope"]["payload"]["subject"] == "::task_complete::")
+    payload = received["envelope"].get("payload") or {}
+    return bool(payload.get("subject") == "::task_complete::")
 
 
 def _alice_asks_beta_then_crash(alpha: Alpha) -> dict[str, Any]:

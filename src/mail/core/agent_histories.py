@@ -99,7 +99,7 @@ class AgentHistories(dict[str, History]):
             if isinstance(source, Mapping):
                 items = source.items()
             elif hasattr(source, "keys"):
-                items = ((k, source[k]) for k in source)
+                items = ((k, source[k]) for k in source.keys())  # noqa: SIM118 - keys() protocol
             else:
                 items = source
             for key, value in items:

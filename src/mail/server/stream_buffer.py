@@ -54,6 +54,10 @@ class BoundedFrameQueue:
         self._done = False
         self._error: BaseException | None = None
         self._ready = asyncio.Event()
+        # Pings queued (marked `_KeepAlive`), and an event set when one is queued or a commit
+        # that `chunks` waits for is done: the wait wakes for these alone, not for each event.
+        self._pings = 0
+        self._ping_ready = asyncio.Event()
         self._room = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
         self._pumping = False
@@ -152,12 +156,16 @@ class BoundedFrameQueue:
                     self.last_event_id = str(event_id)
                 elif name == "ping" and self._committed is not None:
                     frame = _KeepAlive(frame)
+                    self._pings += 1
+                    self._ping_ready.set()
                 self._frames.append(frame)
                 self._wake()
         except asyncio.CancelledError:
             if self._ending is None:
                 raise
-            self._frames.append(self._encode(self._ending(self.last_event_id)))
+            final = self._encode(self._ending(self.last_event_id))
+            self._frames.append(final)
+            self.buffered_bytes += len(final)
         except Exception as exc:  # handed to the response, which logs it and drops the stream
             self._error = exc
         finally:
@@ -189,22 +197,28 @@ class BoundedFrameQueue:
                     if wait is not None:
                         held = len(frames)  # (one at least is not a ping: it stays)
                         commit = asyncio.ensure_future(wait)
-                        commit.add_done_callback(lambda _: self._ready.set())
+                        commit.add_done_callback(lambda _: self._ping_ready.set())
                         try:
                             while not commit.done():
-                                pings, held = self._take_pings(held)
-                                if pings:
-                                    yield pings, False
-                                else:
-                                    self._ready.clear()
-                                    await self._ready.wait()
+                                if self._pings:
+                                    pings, held = self._take_pings(held)
+                                    if pings:
+                                        yield pings, False
+                                        continue
+                                self._ping_ready.clear()
+                                await self._ping_ready.wait()
                             await commit
                         finally:
-                            commit.cancel()
+                            if not commit.done():
+                                if commit is not wait:  # (not a future others share)
+                                    commit.cancel()
+                            elif not commit.cancelled():
+                                commit.exception()  # retrieved (raised above, or moot)
                         chunk = b"".join([frames.popleft() for _ in range(held)])
                     else:
                         chunk = b"".join(frames)  # (one frame: itself, a ping's as bytes)
                         frames.clear()
+                        self._pings = 0
                     self.buffered_bytes -= len(chunk)
                     self._room.set()
                     yield chunk, self._done and not frames and self._error is None
@@ -222,6 +236,7 @@ class BoundedFrameQueue:
         """The queued pings, taken out of the queue, and how many of its first ``held`` frames
         are left."""
         frames = self._frames
+        self._pings = 0  # (a count that may run high: pings that left in a chunk)
         pings = b"".join([frame for frame in frames if _is_ping(frame)])
         if not pings:
             return b"", held

@@ -348,8 +348,12 @@ async def close_pool(pool: Any, timeout: float = 10.0) -> None:
     try:
         async with asyncio.timeout(timeout):
             await pool.close()
-    except Exception:  # noqa: BLE001 - a pool that cannot close cleanly is cut off
+    except Exception as exc:  # noqa: BLE001 - a pool that cannot close cleanly is cut off
+        logger.warning("PostgreSQL pool did not close cleanly (%s); terminated", exc)
         pool.terminate()
+    except BaseException:  # cancelled: not left half closed
+        pool.terminate()
+        raise
 
 
 # SQLSTATE too_many_connections: max_connections, or a role's or database's CONNECTION LIMIT.
