@@ -5,7 +5,9 @@ again), on the default SQLite file and on PostgreSQL.
 
 A LiteLLM supervisor answered by the scripted model server calls the action `lookup`, which
 appends its step id to a file and then hangs on its first run of a step; the test kills the
-server while it hangs and starts another on the same database.
+server while it hangs and starts another on the same database. In the second test the same
+answer also asks an agent of another swarm (a scripted peer): the re-run sends that message
+again under the same message id, so the peer can keep one copy.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from tests.support.restarted_alpha import FakePeer
 from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
 from tests.test_durable_random_kill import _counted_swarm, _post, _record
 from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
 
-from server_fixtures import ServerProcess, create_key, free_port, write_config
+from server_fixtures import ServerProcess, auth, create_key, free_port, write_config
 from support.llm_thread import ThreadedLLM
 from support.scripted_llm import reply, tool_call
 
@@ -89,3 +93,91 @@ def test_an_action_re_run_after_a_kill_sees_the_same_step_id(
     assert any(call_id in data for data in tool_calls), tool_calls
     assert any("looked it up" in e["data"] for e in record["events"]), record["events"]
     assert calls == 2, calls  # the lookup answer was not asked for again
+
+
+def _ask_beta_and_look_up(request: Any) -> Any:
+    """Ask supervisor@swarm-beta and look up (hanging on the first run) in one answer."""
+    conversation = json.dumps(request.messages)
+    if "logged " not in conversation:
+        question = {"target": "supervisor@swarm-beta", "subject": "q", "body": "what is up"}
+        return reply(
+            tool_call("send_request", question), tool_call("lookup", {"query": "q", "hang": True})
+        )
+    return reply(tool_call("task_complete", {"finish_message": "asked and looked up"}))
+
+
+def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
+    durable_store: DurableStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    swarm = "swarm-alpha"
+    keys = tmp_path / "registries" / "keys.json"
+    alice, admin = create_key(keys, "user", "alice"), create_key(keys, "admin", "root")
+    port = free_port()
+    log = tmp_path / "steps.log"
+    env = {
+        **durable_store.env,
+        "MAIL_TEST_STEP_LOG": str(log),
+        "SWARM_AUTH_TOKEN_SWARM_BETA": "beta-token",
+    }
+    task_id, token = str(uuid.uuid4()), f"RUN-{uuid.uuid4().hex[:12]}"
+    peer = FakePeer("swarm-beta")
+    with ThreadedLLM() as llm:
+        for _ in range(6):
+            llm.queue(_ask_beta_and_look_up)
+        definition = _counted_swarm(swarm, llm.base_url)
+        definition[0]["enable_interswarm"] = True
+        supervisor: dict[str, Any] = definition[0]["agents"][0]  # type: ignore[index]
+        supervisor["comm_targets"] = ["supervisor@swarm-beta", "worker"]
+        supervisor["enable_interswarm"] = True
+        action: dict[str, Any] = definition[0]["actions"][0]  # type: ignore[index]
+        action["function"] = "python::tests.support.scripted_agents:step_log_action"
+        action["parameters"]["properties"]["hang"] = {"type": "boolean"}
+        (tmp_path / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
+        config = write_config(tmp_path, port=port, swarm=swarm)
+
+        def server() -> ServerProcess:
+            return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
+
+        def forwards() -> list[dict[str, Any]]:
+            return [r["envelope"] for r in peer.received if r["path"] == "/interswarm/forward"]
+
+        first = server()
+        try:
+            r = httpx.post(
+                f"{first.base_url}/swarms",
+                json={"name": "swarm-beta", "base_url": peer.url, "volatile": False},
+                headers=auth(admin),
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+            post = threading.Thread(target=_post, args=(first.base_url, alice, task_id, token, 0))
+            post.start()
+            deadline = time.monotonic() + 30
+            while not forwards() or not log.exists() or not log.read_text().strip():
+                assert time.monotonic() < deadline, (peer.received, first.logs())
+                time.sleep(0.02)
+            assert first.proc is not None
+            first.proc.kill()  # kill -9 while the action hangs: the step is in flight
+            first.proc.wait(10)
+            post.join()
+            second = server()
+            try:
+                deadline = time.monotonic() + 30
+                while not (record := _record(second, alice, task_id)) or not record["completed"]:
+                    assert time.monotonic() < deadline, (record, second.logs())
+                    time.sleep(0.05)
+            finally:
+                assert second.stop() == 0, second.logs()
+        finally:
+            first.stop()
+            peer.close()
+        calls = len(llm.requests(token))
+    sent = forwards()
+    asked = [e for e in sent if e["payload"]["subject"] == "q"]
+    assert len(asked) == 2, sent  # sent again by the re-run of the step...
+    assert asked[0]["message_id"] == asked[1]["message_id"], asked  # ...as the same message
+    assert asked[0]["payload"] == asked[1]["payload"], asked
+    steps = log.read_text(encoding="utf-8").splitlines()
+    assert len(steps) == 2 and steps[0] == steps[1], steps
+    assert calls == 2, calls  # the answer was not asked for again

@@ -280,6 +280,7 @@ make_response = make_request  # identical shape; a response carries a fresh requ
 
 def _make_fanout(
     id_key: str,
+    fanout_id: str | None,
     task_id: str,
     sender: MAILAddress,
     recipients: list[MAILAddress],
@@ -291,7 +292,7 @@ def _make_fanout(
 ) -> dict[str, Any]:
     return {
         "task_id": task_id,
-        id_key: new_id(),
+        id_key: fanout_id or new_id(),
         "sender": sender,
         "recipients": recipients,
         "subject": subject,
@@ -312,9 +313,12 @@ def make_broadcast(
     sender_swarm: str | None = None,
     recipient_swarms: list[str] | None = None,
     routing_info: dict[str, Any] | None = None,
+    broadcast_id: str | None = None,
 ) -> MAILBroadcast:
     fields = (sender_swarm, recipient_swarms, routing_info)
-    return _make_fanout("broadcast_id", task_id, sender, recipients, subject, body, *fields)  # type: ignore[return-value]
+    return _make_fanout(
+        "broadcast_id", broadcast_id, task_id, sender, recipients, subject, body, *fields
+    )  # type: ignore[return-value]
 
 
 def make_interrupt(
@@ -327,9 +331,12 @@ def make_interrupt(
     sender_swarm: str | None = None,
     recipient_swarms: list[str] | None = None,
     routing_info: dict[str, Any] | None = None,
+    interrupt_id: str | None = None,
 ) -> MAILInterrupt:
     fields = (sender_swarm, recipient_swarms, routing_info)
-    return _make_fanout("interrupt_id", task_id, sender, recipients, subject, body, *fields)  # type: ignore[return-value]
+    return _make_fanout(
+        "interrupt_id", interrupt_id, task_id, sender, recipients, subject, body, *fields
+    )  # type: ignore[return-value]
 
 
 def make_message(payload: Any, msg_type: str, *, message_id: str | None = None) -> MAILMessage:

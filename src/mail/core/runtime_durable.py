@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from mail.core.message import MAILMessage
+from mail.core.message import MAILMessage, new_id
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_ports import HostLink, TaskQueues
 from mail.core.tasks import INTERRUPTED_SUBJECT, ROLLED_BACK_SUBJECT
@@ -204,28 +204,34 @@ class TaskJournal(HostLink[JournalHost]):
         self._dirty.discard(task_id)
         self._write_task(task_id)
 
-    def answered(self, messages: list[str], calls: list[dict[str, Any]]) -> None:
-        """The calling turn's model answered with `calls` (an action among them): kept with
-        the entries the turn took, so that a re-run of the turn after a crash acts on the
-        same answer instead of asking the model again (`kept_answer`)."""
+    def answered(
+        self, messages: list[str], calls: list[dict[str, Any]], step: str | None = None
+    ) -> str | None:
+        """The calling turn's model answered with `calls` (with outside effects: an action,
+        a message to another swarm): kept with the entries the turn took, so that a re-run
+        of the turn after a crash acts on the same answer instead of asking the model again
+        (`kept_answer`). Returns the step's id (`step`, else a new one), kept with it: the
+        ids of the messages the answer sends derive from it. None: not kept (no entries)."""
         current = asyncio.current_task()
         active = self._active.get(current) if current is not None else None
         if active is None or not active[2]:
-            return
+            return None
         _turn_id, task_id, ids = active
+        step = step or new_id()
         entries = self._entries.get(task_id, {})
         for entry_id in ids:
             if (entry := entries.get(entry_id)) is not None:
-                entry["answer"] = {"messages": messages, "calls": calls}
+                entry["answer"] = {"messages": messages, "calls": calls, "step": step}
         self._mark(task_id)
+        return step
 
-    def kept_answer(self, key: str, messages: list[str]) -> list[dict[str, Any]] | None:
-        """The answer of `key`'s turn interrupted by a crash, if this turn took the same
-        messages (else None: the model is asked)."""
+    def kept_answer(self, key: str, messages: list[str]) -> tuple[list[Any], str | None] | None:
+        """The answer of `key`'s turn interrupted by a crash and its step id, if this turn
+        took the same messages (else None: the model is asked)."""
         answer = self._answers.pop(key, None)
         if answer is None or answer["messages"] != messages:
             return None
-        return answer["calls"]  # type: ignore[no-any-return]
+        return answer["calls"], answer.get("step")
 
     # ------------------------------------------------------------------ bookkeeping
     def _current_turn(self) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
@@ -24,7 +25,9 @@ class TurnContext:
 
     A plain class (one is made per turn): `batch` is every message shown to the agent this
     turn (batched delivery), `message` the first of them; `notices` counts the runtime
-    notices the turn's handlers queued for the agent (see `tool_handlers.notify`).
+    notices the turn's handlers queued for the agent (see `tool_handlers.notify`);
+    `step_ids` what the ids of the messages its calls send derive from when the answer was
+    kept before the turn acted on it (`sent_id`), None when they are new ones.
     """
 
     __slots__ = (
@@ -37,6 +40,7 @@ class TurnContext:
         "breakpoint_hit",
         "batch",
         "notices",
+        "step_ids",
     )
 
     def __init__(
@@ -60,6 +64,21 @@ class TurnContext:
         self.breakpoint_hit = breakpoint_hit
         self.batch: list[MAILMessage] = batch if batch else [message]
         self.notices = notices
+        self.step_ids: tuple[uuid.UUID, dict[int, int]] | None = None
+
+    def keep_step(self, step: str | None, calls: list[AgentToolCall]) -> None:
+        """The answer `calls` was kept as step `step`: what the i-th call sends gets ids
+        derived from both (`sent_id`), so a re-run of the step after a crash sends it again
+        under the same ids (a peer keeps one copy)."""
+        if step is not None:
+            self.step_ids = (uuid.UUID(step), {id(c): i for i, c in enumerate(calls)})
+
+    def sent_id(self, call: AgentToolCall, what: str = "message") -> str | None:
+        """The id (`what`: "message", or the payload's "request", "broadcast", "interrupt")
+        of what `call` sends: derived from the step (`keep_step`), or None (a new one)."""
+        if self.step_ids is None or (i := self.step_ids[1].get(id(call))) is None:
+            return None
+        return str(uuid.uuid5(self.step_ids[0], f"{what} {i}"))
 
     def __repr__(self) -> str:
         return f"TurnContext({self.task_id!r}, {self.agent_name!r})"

@@ -199,7 +199,7 @@ class TurnRunner(HostLink[TurnHost]):
                     if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
-                calls = await self._ask(rt, key, agent_name, taken, history, tool_choice)
+                calls = await self._ask(rt, ctx, key, taken, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
                     if sizing:  # booked before its calls store more
@@ -277,33 +277,33 @@ class TurnRunner(HostLink[TurnHost]):
                     self._handover = None
 
     async def _ask(
-        self,
-        rt: TurnHost,
-        key: str,
-        agent_name: str,
-        taken: list[str],
-        history: Any,
-        tool_choice: Any,
+        self, rt: TurnHost, ctx: TurnContext, key: str, taken: list[str], tool_choice: Any
     ) -> list[AgentToolCall]:
         """The agent's answer. A model-backed agent's (`calls_model`) waits first for the
         commit of the task's earlier steps, so a finished step's model call is not made again
-        after a crash; an answer that calls an action is committed before the action runs,
-        and a turn re-run after a crash takes it from the journal (the same tool-call ids,
-        so the same step ids: `mail.core.actions.current_step_id`)."""
-        agent = rt.agents[agent_name]
+        after a crash. An answer with outside effects (an action, a message to another swarm)
+        is committed before the turn acts on it, and a turn re-run after a crash takes it
+        from the journal: the same tool-call ids, so the same step ids
+        (`mail.core.actions.current_step_id`), and the same ids for the messages it sends."""
+        agent = rt.agents[ctx.agent_name]
         journal = rt.journal if getattr(agent.function, "calls_model", False) else None
         if journal is None:
-            _text, calls = await agent.function(history, tool_choice)
+            _text, calls = await agent.function(ctx.history, tool_choice)
             return calls
-        kept = journal.kept_answer(key, taken)
-        if kept is not None:
-            calls = [AgentToolCall.model_validate(c) for c in kept]
+        step = None
+        if (kept := journal.kept_answer(key, taken)) is not None:
+            calls, step = [AgentToolCall.model_validate(c) for c in kept[0]], kept[1]
         else:
             if (committed := rt.observer.committed()) is not None:
                 await committed
-            _text, calls = await agent.function(history, tool_choice)
-        if any(c.tool_name in rt.actions for c in calls):
-            journal.answered(taken, [c.model_dump(mode="json") for c in calls])
+            _text, calls = await agent.function(ctx.history, tool_choice)
+        if (
+            kept is not None
+            or any(c.tool_name in rt.actions for c in calls)
+            or (rt.interswarm is not None and rt.interswarm.sends_out(ctx.task_id, calls))
+        ):
+            step = journal.answered(taken, [c.model_dump(mode="json") for c in calls], step)
+            ctx.keep_step(step, calls)
             if (committed := rt.observer.committed()) is not None:
                 await committed
         return calls

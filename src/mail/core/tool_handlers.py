@@ -155,12 +155,21 @@ async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind
     message: MAILMessage
     if kind == "interrupt":
         payload: Any = make_interrupt(
-            ctx.task_id, sender, [recipient], subject, body, routing_info=hints
+            ctx.task_id,
+            sender,
+            [recipient],
+            subject,
+            body,
+            routing_info=hints,
+            interrupt_id=ctx.sent_id(call, "interrupt"),
         )
-        message = make_message(payload, "interrupt")
+        message = make_message(payload, "interrupt", message_id=ctx.sent_id(call))
     else:
-        payload = make_request(ctx.task_id, sender, recipient, subject, body, routing_info=hints)
-        message = make_message(payload, kind)
+        request_id = ctx.sent_id(call, "request")
+        payload = make_request(
+            ctx.task_id, sender, recipient, subject, body, routing_info=hints, request_id=request_id
+        )
+        message = make_message(payload, kind, message_id=ctx.sent_id(call))
     outstanding = rt.outstanding_requests.get(ctx.task_id)
     if outstanding is None:
         outstanding = rt.outstanding_requests[ctx.task_id] = {}
@@ -235,8 +244,9 @@ async def handle_task_complete(rt: ToolHost, ctx: TurnContext, call: AgentToolCa
         str(finish),
         sender_swarm=rt.swarm_name,
         recipient_swarms=[rt.swarm_name],
+        broadcast_id=ctx.sent_id(call, "broadcast"),
     )
-    response = make_message(payload, "broadcast_complete")
+    response = make_message(payload, "broadcast_complete", message_id=ctx.sent_id(call))
     rt._emit(
         ctx.task_id,
         "task_complete_call",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from mail.core.runtime_turns import TurnContext
 
 logger = logging.getLogger("mail.interswarm")
+# The namespace of task-end notices' ids (`_notify_end`): one per answer and recipient.
+_NOTICE_IDS = uuid.UUID("6f1c3a52-8e0b-4d5e-9a4f-2b7d0c1e9f30")
 
 TASK_COMPLETE_SUBJECT = "::task_complete::"
 # A task that ended without task_complete (stopped by a loop bound, a caller's timeout).
@@ -126,6 +129,25 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             by_swarm.setdefault(swarm or "", []).append(address)
         for swarm in by_swarm:
             self._spawn(self._send(message, swarm))
+
+    def sends_out(self, task_id: str, calls: list[AgentToolCall]) -> bool:
+        """Whether acting on `calls` sends something to another swarm: a message to an agent
+        there, an interswarm broadcast, or the end of a task other swarms take part in (the
+        runtime keeps such an answer before acting on it, so a re-run after a crash sends
+        the same messages under the same ids: `TurnContext.keep_step`)."""
+        task = self.runtime.mail_tasks.get(task_id)
+        for call in calls:
+            name = call.tool_name
+            if name == "send_interswarm_broadcast":
+                return True
+            if name == "task_complete" and task is not None:
+                if task.remote_swarms or task_id in self.remote_callers:
+                    return True
+            target = call.tool_args.get("target")
+            if isinstance(target, str) and "@" in target:
+                if not self.runtime._is_local_swarm(parse_agent_address(target.strip())[1]):
+                    return True
+        return False
 
     def _qualified(self, message: MAILMessage) -> MAILMessage:
         payload: Any = dict(message["message"])
@@ -314,14 +336,13 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         task = rt.mail_tasks.get(task_id)
         if task is None:
             return
-        finish = response["message"]["body"]
         sender = response["message"]["sender"]
         caller = sender["address"] if sender["address_type"] == "agent" else rt.entrypoint
         if task.task_owner == rt.this_owner:
             # We own the task: tell every contributing remote swarm it is over.
             for swarm in sorted(task.remote_swarms):
                 self._notify_end(
-                    task_id, caller, f"{rt.entrypoint}@{swarm}", swarm, subject, finish
+                    task_id, caller, f"{rt.entrypoint}@{swarm}", swarm, subject, response
                 )
             return
         # A remote task finished here: return the finish message to the agent that asked.
@@ -329,7 +350,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         if not target:
             return
         _, target_swarm = parse_agent_address(target)
-        self._notify_end(task_id, caller, target, target_swarm, subject, finish)
+        self._notify_end(task_id, caller, target, target_swarm, subject, response)
 
     def _notify_end(
         self,
@@ -338,21 +359,25 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         recipient: str,
         swarm: str | None,
         subject: str,
-        finish: str,
+        response: MAILMessage,
     ) -> None:
-        """Send the task-end notice (`subject`, the finish text) to `recipient` in `swarm`."""
+        """Send the task-end notice (`subject`, the finish text of `response`, the task's
+        answer) to `recipient` in `swarm`. Its id derives from the answer's: sent again by
+        a re-run of the step that ended the task, it is the same message to the peer."""
         notice = make_message(
             make_request(
                 task_id,
                 create_agent_address(f"{caller}@{self.local_swarm}"),
                 create_agent_address(recipient),
                 subject,
-                finish,
+                response["message"]["body"],
                 sender_swarm=self.local_swarm,
                 recipient_swarm=swarm,
                 routing_info={"origin_swarm": self.local_swarm, "remote_swarm": swarm},
+                request_id=str(uuid.uuid5(_NOTICE_IDS, f"request {response['id']}|{recipient}")),
             ),
             "response",
+            message_id=str(uuid.uuid5(_NOTICE_IDS, f"{response['id']}|{recipient}")),
         )
         self._spawn(self._send_notice(notice, swarm or ""))
 
@@ -533,8 +558,9 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             str(args.get("subject", "")),
             str(args.get("body", "")),
             recipient_swarms=swarms,
+            broadcast_id=ctx.sent_id(call, "broadcast"),
         )
-        message = make_message(payload, "broadcast")
+        message = make_message(payload, "broadcast", message_id=ctx.sent_id(call))
         for swarm in swarms:
             rt._ensure_task(ctx.task_id).remote_swarms.add(swarm)
             self._spawn(self._send(message, swarm))
