@@ -38,6 +38,7 @@ from mail.net.trust import (
     peer_sender,
 )
 from mail.net.types import InterswarmError
+from mail.utils.background import hold
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
@@ -113,9 +114,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             await self.router.stop()
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        hold(self._sending, asyncio.create_task(coro))
 
     # ------------------------------------------------------------------ sending
     def send_soon(self, message: MAILMessage, remote: list[str]) -> None:
