@@ -45,6 +45,7 @@ from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, TaskState, stat
 from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
+from mail.utils.background import finish
 
 if TYPE_CHECKING:
     from sse_starlette import ServerSentEvent
@@ -458,12 +459,7 @@ class MAILRuntime:
         self.mailbox.close()
         if self.interswarm is not None:
             await self.interswarm.stop()
-        if self._turns:
-            _, pending = await asyncio.wait(set(self._turns), timeout=grace_period)
-            for turn in pending:
-                turn.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+        await finish(self._turns, grace_period)
         ended = system_task_end(
             self.swarm_name,
             "null",

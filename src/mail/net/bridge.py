@@ -38,7 +38,7 @@ from mail.net.trust import (
     peer_sender,
 )
 from mail.net.types import InterswarmError
-from mail.utils.background import hold
+from mail.utils.background import finish, hold
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
@@ -104,12 +104,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         remove = getattr(self.router.swarm_registry, "remove_down_listener", None)
         if remove is not None:
             remove(self.swarm_down)
-        tasks = list(self._sending)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=2.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await finish(self._sending, 2.0)
         if self.owns_router:
             await self.router.stop()
 
