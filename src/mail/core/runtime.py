@@ -278,6 +278,15 @@ class MAILRuntime:
                 self._release_turn(key)  # the turn was handed to us as we were cancelled
             raise
 
+    @contextlib.asynccontextmanager
+    async def _in_turn(self, key: str) -> AsyncIterator[None]:
+        """`_acquire_turn` .. `_release_turn` around the body."""
+        await self._acquire_turn(key)
+        try:
+            yield
+        finally:
+            self._release_turn(key)
+
     def _release_turn(self, key: str) -> None:
         waiters = self._turn_gates[key]
         while waiters:
