@@ -14,6 +14,7 @@ from typing import Any
 
 from mail.cluster.actor import INSTANCE_CPUS, InstanceActor
 from mail.cluster.settings import require_ray
+from mail.utils.background import hold
 
 logger = logging.getLogger("mail.cluster")
 
@@ -385,9 +386,7 @@ class HostDirectory:
             self._wake.set()
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        hold(self._tasks, asyncio.get_running_loop().create_task(coro))
 
     # -- restart -------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from mail.core.tasks import RUNTIME_EVENTS, MAILTask, OpenTasks, TaskState, stat
 from mail.core.tools import AgentToolCall
 from mail.telemetry.budget import BUDGET_SUBJECT
 from mail.telemetry.meter import TaskMeter
+from mail.utils.background import finish
 
 if TYPE_CHECKING:
     from sse_starlette import ServerSentEvent
@@ -277,6 +278,15 @@ class MAILRuntime:
                 self._release_turn(key)  # the turn was handed to us as we were cancelled
             raise
 
+    @contextlib.asynccontextmanager
+    async def _in_turn(self, key: str) -> AsyncIterator[None]:
+        """`_acquire_turn` .. `_release_turn` around the body."""
+        await self._acquire_turn(key)
+        try:
+            yield
+        finally:
+            self._release_turn(key)
+
     def _release_turn(self, key: str) -> None:
         waiters = self._turn_gates[key]
         while waiters:
@@ -458,12 +468,7 @@ class MAILRuntime:
         self.mailbox.close()
         if self.interswarm is not None:
             await self.interswarm.stop()
-        if self._turns:
-            _, pending = await asyncio.wait(set(self._turns), timeout=grace_period)
-            for turn in pending:
-                turn.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+        await finish(self._turns, grace_period)
         ended = system_task_end(
             self.swarm_name,
             "null",

@@ -22,6 +22,7 @@ from mail.core.message import MAILMessage, new_id
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_ports import HostLink, TaskQueues
 from mail.core.tasks import INTERRUPTED_SUBJECT, ROLLED_BACK_SUBJECT
+from mail.utils.background import hold
 
 logger = logging.getLogger("mail.runtime")
 
@@ -367,9 +368,7 @@ class TaskJournal(HostLink[JournalHost]):
     def watch_completion(self, task_id: str) -> None:
         """Store `task_complete` when the task ends, as the lost POST /message waiter would."""
         future = self.host.waiters.add(task_id)
-        watcher = asyncio.create_task(self._complete_later(task_id, future))
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
+        hold(self._watchers, asyncio.create_task(self._complete_later(task_id, future)))
 
     async def _complete_later(self, task_id: str, future: asyncio.Future[MAILMessage]) -> None:
         rt = self.host

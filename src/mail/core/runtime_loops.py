@@ -12,6 +12,7 @@ from mail.core.mailbox import Mailbox, MailboxClosed
 from mail.core.message import MAILMessage
 from mail.core.runtime_ports import HostLink, TaskLog
 from mail.core.tasks import RUNTIME_EVENTS
+from mail.utils.background import hold
 
 logger = logging.getLogger("mail.runtime")
 
@@ -92,9 +93,7 @@ class LoopRunner(HostLink[LoopHost]):
             async with self.ephemeral_loop(rt.default_max_steps):
                 await asyncio.wait(waiting)
 
-        adopted = asyncio.create_task(serve(), name="mail-runtime-stranded-calls")
-        self.background.add(adopted)
-        adopted.add_done_callback(self.background.discard)
+        hold(self.background, asyncio.create_task(serve(), name="mail-runtime-stranded-calls"))
 
     def ephemeral_loop(
         self,

@@ -117,11 +117,8 @@ class ManualStepper(HostLink[ManualHost]):
         self.return_messages[key] = future
         if ctx_ratio > 0 and llm and rt.context_compressor is not None:
             turn_key = f"{task_id}::{target}"
-            await rt._acquire_turn(turn_key)
-            try:
+            async with rt._in_turn(turn_key):
                 await rt.context_compressor(rt.history_for(task_id, target), ctx_ratio, llm)
-            finally:
-                rt._release_turn(turn_key)
         overrides = _apply_overrides(rt.agents[target].function, llm, system)
         try:
             rt._spawn(task_id, rt._run_turn(task_id, target, message, "auto"))

@@ -231,11 +231,8 @@ class Submissions(HostLink[ResumeHost]):
             return
 
         async def close_in_turn() -> None:
-            await rt._acquire_turn(key)
-            try:
+            async with rt._in_turn(key):
                 close()
-            finally:
-                rt._release_turn(key)
 
         rt._spawn(task_id, close_in_turn())
 

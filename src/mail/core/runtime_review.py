@@ -286,14 +286,11 @@ class ActionReviewer(HostLink[ReviewHost]):
         """Give breakpoint calls that will never be asked a result, so the history stays whole."""
         rt = self.host
         key = f"{task_id}::{caller}"
-        await rt._acquire_turn(key)
-        try:
+        async with rt._in_turn(key):
             history = rt.history_for(task_id, caller)
             for call in calls:
                 history.append(call.create_response_msg(f"ERROR: not asked: {why}"))
             rt._save_history(task_id, caller)
-        finally:
-            rt._release_turn(key)
 
     async def _apply_for_caller(
         self,
@@ -304,8 +301,7 @@ class ActionReviewer(HostLink[ReviewHost]):
     ) -> tuple[list[list[str]], bool]:
         rt = self.host
         key = f"{task_id}::{caller}"
-        await rt._acquire_turn(key)
-        try:
+        async with rt._in_turn(key):
             history = rt.history_for(task_id, caller)
             trigger = system_response(rt.swarm_name, task_id, caller, ACTION_REVIEW_SUBJECT, "")
             ctx = TurnContext(task_id, caller, trigger, history)
@@ -344,8 +340,6 @@ class ActionReviewer(HostLink[ReviewHost]):
             finally:
                 rt._save_history(task_id, caller)
             return [list(e) for e in ctx.action_errors], ctx.actions_ran
-        finally:
-            rt._release_turn(key)
 
     def _emit_decision(self, task_id: str, entry: HeldCall, decision: Decision) -> None:
         extra: dict[str, Any] = {

@@ -12,6 +12,7 @@ from typing import Any
 from mail.core import external_agents
 from mail.core.message import MAILMessage
 from mail.store.base import InstanceKey
+from mail.utils.background import hold
 
 logger = logging.getLogger("mail.mcp")
 
@@ -105,9 +106,7 @@ class Member:
         if self.notify is None or self._announcing:
             return
         self._announcing = True
-        task = asyncio.get_running_loop().create_task(self._announce(self.notify))
-        self._announcements.add(task)
-        task.add_done_callback(self._announcements.discard)
+        hold(self._announcements, asyncio.create_task(self._announce(self.notify)))
 
     async def _announce(self, notify: Callable[[], Awaitable[None]]) -> None:
         self._announcing = False  # what arrives while this is sent gets a notice of its own

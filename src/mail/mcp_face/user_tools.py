@@ -16,6 +16,7 @@ from mail.mcp_face.face import Face, resource_error, tool_error
 from mail.server import messaging, task_reads, team
 from mail.server.bodies import parse_message_request
 from mail.server.swarm_description import describe_swarm
+from mail.utils.background import hold
 
 logger = logging.getLogger("mail.mcp")
 
@@ -126,9 +127,8 @@ def register(face: Face) -> None:
             raise
         except Exception as exc:  # HTTPException: the status and detail HTTP would send
             raise tool_error(exc) from None
-        face.background.add(started)
         started.add_done_callback(_finished_in_background)
-        started.add_done_callback(face.background.discard)
+        hold(face.background, started)
         return _json({"task_id": request["task_id"], "status": "started"})
 
     @tool(

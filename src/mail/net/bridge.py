@@ -39,6 +39,7 @@ from mail.net.trust import (
     peer_sender,
 )
 from mail.net.types import InterswarmError
+from mail.utils.background import finish, hold
 
 if TYPE_CHECKING:
     from mail.core.runtime import MAILRuntime
@@ -106,19 +107,12 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         remove = getattr(self.router.swarm_registry, "remove_down_listener", None)
         if remove is not None:
             remove(self.swarm_down)
-        tasks = list(self._sending)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=2.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await finish(self._sending, 2.0)
         if self.owns_router:
             await self.router.stop()
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        hold(self._sending, asyncio.create_task(coro))
 
     # ------------------------------------------------------------------ sending
     def send_soon(self, message: MAILMessage, remote: list[str]) -> None:

@@ -23,7 +23,7 @@ from mail.server.state import ServerState
 from mail.store.webhooks import SERIES_CHARS, Bound, OverQuota, Record, new_id
 from mail.utils.echo import echo
 from mail.webhooks.service import new_subscription
-from mail.webhooks.views import WebhookError
+from mail.webhooks.views import WebhookError, check_description, check_fields
 
 logger = logging.getLogger("mail.server.crons")
 
@@ -214,12 +214,7 @@ class CronScheduler:
     def _message(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise _bad('parameter \'message\' must be an object such as {"body": "..."}')
-        extra = sorted(set(value) - set(MESSAGE_FIELDS))
-        if extra:
-            raise _bad(
-                f"unknown parameter 'message.{echo(extra[0])}'; accepted: "
-                f"{', '.join(MESSAGE_FIELDS)}"
-            )
+        check_fields(value, MESSAGE_FIELDS, "message.", HTTPException)
         size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         if size > self.cfg.max_message_bytes:
             raise HTTPException(
@@ -249,28 +244,13 @@ class CronScheduler:
         return {"url": url, "events": events, "secret": secret}
 
     def _description(self, value: Any) -> str:
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise _bad("parameter 'description' must be a string")
-        if len(value) > self.cfg.max_description_chars:
-            raise _bad(
-                f"parameter 'description' is {len(value)} characters; the limit is "
-                f"{self.cfg.max_description_chars} ([server.crons] max_description_chars)"
-            )
-        return value
+        return check_description(value, self.cfg.max_description_chars, "crons", HTTPException)
 
     @staticmethod
     def _paused(value: Any) -> bool:
         if not isinstance(value, bool):
             raise _bad("parameter 'paused' must be true or false")
         return value
-
-    @staticmethod
-    def _fields(body: Mapping[str, Any]) -> None:
-        extra = sorted(set(body) - set(CRON_FIELDS))
-        if extra:
-            raise _bad(f"unknown parameter '{echo(extra[0])}'; accepted: {', '.join(CRON_FIELDS)}")
 
     async def _owned(self, owner: Owner, cron_id: str) -> Record:
         sub = await self.store.get_subscription(cron_id)
@@ -285,7 +265,7 @@ class CronScheduler:
 
     # -- handlers -----------------------------------------------------------------------
     async def create(self, owner: Owner, api_key: str, body: Mapping[str, Any]) -> Record:
-        self._fields(body)
+        check_fields(body, CRON_FIELDS, fail=HTTPException)
         for required in ("schedule", "message"):
             if body.get(required) is None:
                 raise _bad(f"parameter '{required}' is required")
@@ -347,7 +327,7 @@ class CronScheduler:
     async def update(
         self, owner: Owner, api_key: str, cron_id: str, body: Mapping[str, Any]
     ) -> Record:
-        self._fields(body)
+        check_fields(body, CRON_FIELDS, fail=HTTPException)
         for attempt in range(UPDATE_ATTEMPTS):
             sub = await self._owned(owner, cron_id)
             spec = dict(sub["push_auth"] or {})

@@ -38,6 +38,7 @@ from mail.server.errors import BadRequest
 from mail.server.jsonio import PARSED_BODY, _orjson, dumps, loads
 from mail.store.base import STREAMED_OUTCOME, InstanceKey
 from mail.store.idempotency import IdempotencyStore, KeyRecord, open_key_store
+from mail.utils.background import hold
 
 logger = logging.getLogger("mail.server.idempotency")
 
@@ -298,9 +299,7 @@ class IdempotencyGuard:
             except Exception:  # noqa: BLE001 - background housekeeping: logged, retried later
                 logger.warning("%s failed", what, exc_info=True)
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        hold(self._background, asyncio.get_running_loop().create_task(run()))
 
     async def close(self) -> None:
         await self.flush_outcomes()

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mail.utils.background import hold
+
 logger = logging.getLogger("mail.server.instances")
 
 INSTANCE_KINDS = ("admin", "user", "swarm")
@@ -501,9 +503,7 @@ class InstanceManager:
             inst.kind,
             inst.id,
         )
-        stopping = asyncio.get_running_loop().create_task(self._stop(inst))
-        self._stopping.add(stopping)
-        stopping.add_done_callback(self._stopping.discard)
+        hold(self._stopping, asyncio.get_running_loop().create_task(self._stop(inst)))
 
     async def _unresumable(self, lifecycle: Any, key: Any, exc: BaseException) -> None:
         """The caller's instance cannot be made: its running tasks are marked failed (unless

@@ -29,6 +29,7 @@ from mail.server.sse import EventStreamResponse, event_stream_response
 from mail.server.state import ServerState
 from mail.server.stream_shutdown import StreamSlot
 from mail.server.team import parse_attachments, store_uploads
+from mail.utils.background import hold
 from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.server")
@@ -191,8 +192,8 @@ async def background_message(
     and the message are stored, while the task runs on (held by the server until it ends).
     The caller follows it with ``GET /task``, ``GET /task/events`` or a webhook."""
     runner = await start_message(state, caller, req, ticket)
-    state.background.add(runner)
     runner.add_done_callback(_background_ended)
+    hold(state.background, runner)
     assert req.task_id is not None
     inst = state.instances.peek(caller.role, caller.id)
     task = inst.swarm.get_task_by_id(req.task_id) if inst is not None else None

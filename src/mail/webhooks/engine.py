@@ -19,6 +19,7 @@ from typing import Any
 from mail.store.webhooks import ClaimLimits, Finished, Owner, PendingLimits, Record
 from mail.store.webhooks_sql import WebhookStore
 from mail.telemetry import metrics, tracing
+from mail.utils.background import finish
 from mail.webhook_settings import WebhooksConfig
 from mail.webhooks import signing
 from mail.webhooks.events import iso_time
@@ -161,13 +162,8 @@ class DeliveryEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
             self._runner = None
-        if self._attempts:
-            # Attempts under way get a moment; the rest keep their lease (sent again later).
-            if wait > 0:
-                await asyncio.wait(set(self._attempts), timeout=wait)
-            for task in list(self._attempts):
-                task.cancel()
-            await asyncio.gather(*self._attempts, return_exceptions=True)
+        # Attempts under way get a moment; the rest keep their lease (sent again later).
+        await finish(self._attempts, wait)
         if self._events:
             with contextlib.suppress(Exception):
                 await self.store.add_events(self._events)

@@ -31,6 +31,8 @@ from mail.webhooks.outbox import InstanceOutbox, OutboxObserver
 from mail.webhooks.transport import UrlRefused, WebhookTransport, destination_of
 from mail.webhooks.views import (
     WebhookError,
+    check_description,
+    check_fields,
     delivery_cursor,
     delivery_view,
     parse_delivery_cursor,
@@ -166,17 +168,7 @@ class WebhookService:
         return list(dict.fromkeys(value))
 
     def _description(self, value: Any) -> str:
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise WebhookError(400, "parameter 'description' must be a string")
-        if len(value) > self.cfg.max_description_chars:
-            raise WebhookError(
-                400,
-                f"parameter 'description' is {len(value)} characters; the limit is "
-                f"{self.cfg.max_description_chars} ([server.webhooks] max_description_chars)",
-            )
-        return value
+        return check_description(value, self.cfg.max_description_chars, "webhooks")
 
     def _secret(self, value: Any) -> str:
         if value is None:
@@ -209,14 +201,6 @@ class WebhookService:
             f"{message} ([server.webhooks] {setting} = {limit}); {advice}",
         )
 
-    @staticmethod
-    def _unknown_fields(body: Mapping[str, Any], allowed: Sequence[str], where: str = "") -> None:
-        extra = sorted(set(body) - set(allowed))
-        if extra:
-            raise WebhookError(
-                400, f"unknown parameter '{where}{echo(extra[0])}'; accepted: {', '.join(allowed)}"
-            )
-
     async def _owned(self, owner: Owner, subscription_id: str, kinds: Sequence[str] = ()) -> Record:
         sub = await self.store.get_subscription(subscription_id)
         if (
@@ -234,7 +218,7 @@ class WebhookService:
     ) -> Record:
         """A standing subscription (its id `subscription_id` when given: a keyed create's);
         the answer shows its secret (the only time)."""
-        self._unknown_fields(body, SUBSCRIPTION_FIELDS)
+        check_fields(body, SUBSCRIPTION_FIELDS)
         scope = body.get("scope", "own")
         if scope not in ("own", "all"):
             raise WebhookError(400, "parameter 'scope' must be 'own' or 'all'")
@@ -292,7 +276,7 @@ class WebhookService:
         return subscription_view(await self._owned(owner, subscription_id, ("webhook", "request")))
 
     async def update(self, owner: Owner, subscription_id: str, body: Mapping[str, Any]) -> Record:
-        self._unknown_fields(body, UPDATE_FIELDS)
+        check_fields(body, UPDATE_FIELDS)
         current = await self._owned(owner, subscription_id, ("webhook", "request"))
         changes: Record = {}
         if "events" in body:
@@ -333,7 +317,7 @@ class WebhookService:
     ) -> Record:
         """A new secret (the body's, else `new`, else a fresh one; shown once); the old one
         keeps signing for `overlap_seconds`."""
-        self._unknown_fields(body, ("overlap_seconds", "secret"))
+        check_fields(body, ("overlap_seconds", "secret"))
         sub = await self._owned(owner, subscription_id, ("webhook", "request"))
         overlap = body.get("overlap_seconds", 86400)
         if isinstance(overlap, bool) or not isinstance(overlap, int | float) or overlap < 0:
@@ -488,7 +472,7 @@ class WebhookService:
         event types (all by default) and its secret (a new one when it names none)."""
         if not isinstance(spec, dict):
             raise WebhookError(400, "parameter 'webhook' must be an object with a 'url'")
-        self._unknown_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
+        check_fields(spec, REQUEST_WEBHOOK_FIELDS, "webhook.")
         try:
             events = self._events(spec.get("events"), default=["*"])
             secret = self._secret(spec.get("secret"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mail.store.webhooks import Record
+from mail.utils.echo import echo
 from mail.webhooks import events as ev
 
 
@@ -17,6 +18,36 @@ class WebhookError(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+
+
+# How a check refuses: WebhookError for /webhooks, HTTPException for /crons (both status, detail).
+Refusal = Callable[[int, str], Exception]
+
+
+def check_fields(
+    body: Iterable[str], allowed: Sequence[str], where: str = "", fail: Refusal = WebhookError
+) -> None:
+    """A 400 naming the first field of `body` (after `where`) that is not in `allowed`."""
+    extra = sorted(set(body) - set(allowed))
+    if extra:
+        accepted = ", ".join(allowed)
+        raise fail(400, f"unknown parameter '{where}{echo(extra[0])}'; accepted: {accepted}")
+
+
+def check_description(value: Any, limit: int, section: str, fail: Refusal = WebhookError) -> str:
+    """A subscription's or a cron's description: "" when absent, else a string of at most
+    `limit` characters (``max_description_chars`` of the settings ``[server.<section>]``)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise fail(400, "parameter 'description' must be a string")
+    if len(value) > limit:
+        raise fail(
+            400,
+            f"parameter 'description' is {len(value)} characters; the limit is {limit} "
+            f"([server.{section}] max_description_chars)",
+        )
+    return value
 
 
 def _iso(value: float | None) -> str | None:
