@@ -6,8 +6,10 @@ again), on the default SQLite file and on PostgreSQL.
 A LiteLLM supervisor answered by the scripted model server calls the action `lookup`, which
 appends its step id to a file and then hangs on its first run of a step; the test kills the
 server while it hangs and starts another on the same database. In the second test the same
-answer also asks an agent of another swarm (a scripted peer): the re-run sends that message
-again under the same message id, so the peer can keep one copy.
+answer also asks an agent of another swarm (a scripted peer), whose answer comes back while
+the action hangs: the re-run takes only what the interrupted turn took (the answer gets a
+turn of its own), acts on the kept answer, and sends the question again under the same
+message id, so the peer can keep one copy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.restarted_alpha import FakePeer
+from tests.support.restarted_alpha import FakePeer, answer_envelope
 from tests.support.store_backends import DurableStore, durable_store  # noqa: F401 - fixture
 from tests.test_durable_random_kill import _counted_swarm, _post, _record
 from tests.test_persistence_e2e import database  # noqa: F401 - the fixture
@@ -113,6 +115,8 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
     swarm = "swarm-alpha"
     keys = tmp_path / "registries" / "keys.json"
     alice, admin = create_key(keys, "user", "alice"), create_key(keys, "admin", "root")
+    beta = create_key(keys, "agent", "swarm-beta")
+    beta = create_key(keys, "agent", "swarm-beta")
     port = free_port()
     log = tmp_path / "steps.log"
     env = {
@@ -157,6 +161,22 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
             while not forwards() or not log.exists() or not log.read_text().strip():
                 assert time.monotonic() < deadline, (peer.received, first.logs())
                 time.sleep(0.02)
+            # beta answers while the step is in flight: stored (200), for the agent's next turn
+            back = httpx.post(
+                f"{first.base_url}/interswarm/back",
+                json={"message": answer_envelope(forwards()[0], "forty-two")},
+                headers=auth(beta),
+                timeout=30,
+            )
+            assert back.status_code == 200, back.text
+            # beta answers while the step is in flight: stored (200), for the agent's next turn
+            back = httpx.post(
+                f"{first.base_url}/interswarm/back",
+                json={"message": answer_envelope(forwards()[0], "forty-two")},
+                headers=auth(beta),
+                timeout=30,
+            )
+            assert back.status_code == 200, back.text
             assert first.proc is not None
             first.proc.kill()  # kill -9 while the action hangs: the step is in flight
             first.proc.wait(10)

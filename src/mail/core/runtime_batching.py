@@ -23,6 +23,9 @@ class AgentInboxes:
         # its messages: a new delivery joins that turn instead of starting another.
         self._turn_pending: set[str] = set()
         self._seq = itertools.count()
+        # key -> the last seq the agent's next turn takes (`fence`); later ones wait for the
+        # turn after it.
+        self._fences: dict[str, int] = {}
         # A TaskJournal (mail.core.runtime_durable) while a store is attached, else None.
         self.journal: Any = None
 
@@ -54,7 +57,13 @@ class AgentInboxes:
         self._turn_pending.discard(key)
         if not items:
             return []
-        del self._items[key]
+        fence = self._fences.pop(key, None)
+        if fence is not None and items[0][1] <= fence < items[-1][1]:
+            self._items[key] = [i for i in items if i[1] > fence]
+            self._turn_pending.add(key)  # the rest: the turn the caller starts (`left`)
+            items = [i for i in items if i[1] <= fence]
+        else:
+            del self._items[key]
         if len(items) == 1:  # the common case: nothing to order, no notices to fold
             if self.journal is not None:
                 self.journal.taken(key, [items[0][1]])
@@ -64,10 +73,24 @@ class AgentInboxes:
             self.journal.taken(key, [item[1] for item in items])
         return _one_step_notice([item[2] for item in items])
 
+    def fence(self, key: str) -> None:
+        """The agent's next turn takes only what waits for it now (a turn re-run after a
+        restart takes what it took before: mail.core.runtime_durable); what comes later is
+        `left` for a turn of its own."""
+        items = self._items.get(key)
+        if self.batch and items:
+            self._fences[key] = items[-1][1]
+
+    def left(self, key: str) -> bool:
+        """Whether a turn's `take` left messages behind a fence (the caller starts a turn)."""
+        return self.batch and key in self._items
+
     def drop_task(self, task_id: str) -> int:
         """Forget what waits for the agents of one task (its work was rolled back); returns
         how many messages that was."""
         prefix = task_id + "::"
+        for key in [k for k in self._fences if k.startswith(prefix)]:
+            del self._fences[key]
         dropped = 0
         for key in [k for k in self._items if k.startswith(prefix)]:
             dropped += len(self._items.pop(key))

@@ -4,9 +4,10 @@ An entry leaves the journal only when the turn that took it has finished; the jo
 written right after the agent's history, so both land in the same store batch. Replay is
 at-least-once for the turns in flight: their model and action calls run again. A model call
 waits for the commit of the earlier turns' writes (`RuntimeObserver.committed`), so a finished
-turn's call is not made again; a model's answer that calls an action is committed with the
-entries its turn took before the action runs, and the turn's re-run acts on it (the same
-tool-call ids: the same step ids, `mail.core.actions.current_step_id`).
+turn's call is not made again; a model's answer with outside effects (an action, a message to
+another swarm) is committed with the entries its turn took before the turn acts on it, and the
+turn's re-run takes the same messages and acts on it (the same tool-call ids: the same step
+ids, `mail.core.actions.current_step_id`; the same ids for the messages it sends).
 """
 
 from __future__ import annotations
@@ -351,6 +352,7 @@ class TaskJournal(HostLink[JournalHost]):
             if not task.is_running:
                 continue
             self.watch_completion(task_id)
+            answered: set[str] = set()  # keys whose interrupted turn's messages come next
             for item in items:
                 message = item["message"]
                 if item.get("kind") == "enqueued":
@@ -359,10 +361,18 @@ class TaskJournal(HostLink[JournalHost]):
                     key = f"{task_id}::{item['agent']}"
                     if "answer" in item:
                         self._answers.setdefault(key, item["answer"])
+                        answered.add(key)
+                    elif key in answered:
+                        answered.discard(key)
+                        rt.inboxes.fence(key)
                     if rt.inboxes.add(key, message):
                         rt._spawn(task_id, rt._run_turn(task_id, item["agent"], None, None))
                 else:
                     rt.mailbox.put(message, int(item["priority"]))
+            # The re-run of an interrupted turn takes what it took (its kept answer is for
+            # those): what was delivered after, or comes now, waits for a turn of its own.
+            for key in answered:
+                rt.inboxes.fence(key)
             logger.info("task %s continues after a restart (%d pending)", task_id, len(items))
 
     def watch_completion(self, task_id: str) -> None:

@@ -161,6 +161,8 @@ class TurnRunner(HostLink[TurnHost]):
                 batch = self.inboxes.take(key)
                 if not batch:
                     return
+                if self.inboxes.left(key):  # after a restart: the rest gets a turn of its own
+                    rt._spawn(task_id, self.run_turns(task_id, agent_name))
                 message, tool_choice = batch[0], self._tool_choice_for(rt, batch)
             else:
                 batch = [message]
