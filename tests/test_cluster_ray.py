@@ -636,6 +636,59 @@ def test_idle_instances_are_reclaimed_and_restored(
         dep.stop()
 
 
+def test_a_restarted_deployment_continues_running_tasks_by_itself(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    """The whole deployment ends (its front end stopped, the instance's actor ended) while a
+    task's model call hangs; a front end started again has the caller's actor started, which
+    continues the task to its end: nothing of its caller reaches the deployment meanwhile."""
+    import ray
+    from tests.test_persistence_e2e import _fetch
+
+    from mail.cluster.warm_pool import end_instance
+
+    swarm = f"rs-{uuid.uuid4().hex[:8]}"
+    gate = tmp_path / "gate"
+    dep = ClusterDeployment(
+        root=tmp_path,
+        cluster=ray_cluster,
+        database_url=DATABASE_URL,
+        swarms=swarms_json(swarm),
+        swarm=swarm,
+        env={"MAIL_DURABLE_CALL_LOG": str(tmp_path / "calls.log"), "MAIL_DURABLE_GATE": str(gate)},
+    ).prepare()
+    try:
+        fe = dep.start_front_end()
+        task_id = str(uuid.uuid4())
+        body = {"body": "FANOUT later", "task_id": task_id, "background": True}
+        assert _post(fe.base_url, dep.keys["alice"], body).status_code == 202
+        deadline = time.monotonic() + 60
+        while not _calls(dep):  # the supervisor's call started; it waits at the gate
+            assert time.monotonic() < deadline, "the task's first call did not start"
+            time.sleep(0.1)
+        before = dep.cluster.describe(swarm, "user", "alice")
+        end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")
+        fe.stop()
+
+        gate.touch()
+        fe = dep.start_front_end()
+        sql = "SELECT completed, is_running FROM tasks WHERE swarm_name = $1 AND task_id = $2"
+        deadline = time.monotonic() + 60
+        while list(_fetch(sql, swarm, task_id)[0]) != [True, False]:
+            assert time.monotonic() < deadline, (_calls(dep), fe.logs()[-3000:])
+            time.sleep(0.2)
+        assert "continuing the running tasks of user:alice" in fe.logs()
+        after = dep.cluster.describe(swarm, "user", "alice")
+        assert after["pid"] != before["pid"] and after["generation"] > before["generation"]
+        record = _task(fe.base_url, dep.keys["alice"], task_id)
+        answer = "both: worked(worker1): later A + worked(worker2): later B"
+        assert record["completed"] is True and answer in json.dumps(record["events"]), record
+    finally:
+        dep.stop()
+        with contextlib.suppress(Exception):
+            end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")
+
+
 @contextlib.contextmanager
 def _role(role: str, schema: str) -> Iterator[None]:
     """A login role that may make and use tables in `schema`; dropped afterwards."""
