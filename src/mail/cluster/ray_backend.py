@@ -301,7 +301,7 @@ class RayInstances:
         handle = await self.actor(key.swarm_name, caller)
         try:
             await handle.ready.remote()
-        except self.ray.exceptions.RayTaskError as exc:
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
             self._handles.pop(name, None)
             raise self._refused(name, handle, exc) or exc from None
         self._answered(name)
