@@ -636,6 +636,73 @@ def test_idle_instances_are_reclaimed_and_restored(
         dep.stop()
 
 
+def _wait_for(condition: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_a_restarted_deployment_continues_running_tasks_by_itself(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    """The whole deployment ends (its front end stopped, the instance's actor ended) while a
+    task's model call hangs; a front end started again has the caller's actor started, which
+    continues the task to its end: nothing of its caller reaches the deployment meanwhile. A
+    second front end started while it runs finds that actor and leaves it be."""
+    import ray
+    from tests.test_persistence_e2e import _fetch
+
+    from mail.cluster.warm_pool import end_instance
+
+    swarm = f"rs-{uuid.uuid4().hex[:8]}"
+    gate = tmp_path / "gate"
+    dep = ClusterDeployment(
+        root=tmp_path,
+        cluster=ray_cluster,
+        database_url=DATABASE_URL,
+        swarms=swarms_json(swarm),
+        swarm=swarm,
+        env={"MAIL_DURABLE_CALL_LOG": str(tmp_path / "calls.log"), "MAIL_DURABLE_GATE": str(gate)},
+    ).prepare()
+    resumed = "continuing the running tasks of user:alice"
+    try:
+        fe = dep.start_front_end()
+        task_id = str(uuid.uuid4())
+        body = {"body": "FANOUT later", "task_id": task_id, "background": True}
+        assert _post(fe.base_url, dep.keys["alice"], body).status_code == 202
+        # The supervisor's call started; it waits at the gate.
+        _wait_for(lambda: _calls(dep), "the task's first call did not start")
+        before = dep.cluster.describe(swarm, "user", "alice")
+        end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")
+        fe.stop()
+
+        fe = dep.start_front_end()
+        _wait_for(lambda: resumed in fe.logs(), fe.logs()[-3000:])
+        hosted = dep.cluster.describe(swarm, "user", "alice")
+        assert hosted["pid"] != before["pid"] and hosted["generation"] > before["generation"]
+        assert hosted["running_tasks"] == 1, hosted
+        other = dep.start_front_end()
+        _wait_for(lambda: resumed in other.logs(), other.logs()[-3000:])
+        assert dep.cluster.describe(swarm, "user", "alice")["generation"] == hosted["generation"]
+        assert [line.split()[:2] for line in _calls(dep)] == [
+            ["supervisor", str(before["pid"])],
+            ["supervisor", str(hosted["pid"])],
+        ]
+
+        gate.touch()
+        sql = "SELECT completed, is_running FROM tasks WHERE swarm_name = $1 AND task_id = $2"
+        _wait_for(lambda: list(_fetch(sql, swarm, task_id)[0]) == [True, False], str(_calls(dep)))
+        assert dep.cluster.describe(swarm, "user", "alice")["pid"] == hosted["pid"]
+        record = _task(fe.base_url, dep.keys["alice"], task_id)
+        answer = "both: worked(worker1): later A + worked(worker2): later B"
+        assert record["completed"] is True and answer in json.dumps(record["events"]), record
+    finally:
+        dep.stop()
+        with contextlib.suppress(Exception):
+            end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")
+
+
 @contextlib.contextmanager
 def _role(role: str, schema: str) -> Iterator[None]:
     """A login role that may make and use tables in `schema`; dropped afterwards."""

@@ -10,7 +10,9 @@ Referenced from swarms.json as ``python::tests.support.durable_agents:factory``.
 
 Every call first records itself: a line ``<agent> <pid> start`` appended to the file named by
 ``MAIL_DURABLE_CALL_LOG`` (so a test waits for "a worker call started" instead of sleeping, and
-counts how often each agent was called), then waits ``MAIL_STUB_LATENCY_MS``.
+counts how often each agent was called), then waits ``MAIL_STUB_LATENCY_MS``, and, while the
+file named by ``MAIL_DURABLE_GATE`` (if set) does not exist, until it does (a model call that
+hangs until the test lets it answer).
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ def factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
         _log(name)
         if latency:
             await asyncio.sleep(latency)
+        gate = os.environ.get("MAIL_DURABLE_GATE")
+        while gate and not os.path.exists(gate):
+            await asyncio.sleep(0.05)
         last = history[-1] if history else {}
         if last.get("role") == "tool" and name == "supervisor":
             return None, [

@@ -71,6 +71,9 @@ class RayFrontEnd:
     def unavailable(self, exc: BaseException) -> bool:
         return self.instances.unavailable(exc)
 
+    def continue_tasks(self, key: Any) -> Any:
+        return self.instances.continue_tasks(key)
+
 
 def install_backend(app: FastAPI, config: Any) -> RayFrontEnd:
     """``[server.cluster] backend = "ray"`` (see ``mail.server.backends.CLUSTER_BACKENDS``)."""

@@ -291,6 +291,22 @@ class RayInstances:
             self._handles[name] = handle
         return handle
 
+    async def continue_tasks(self, key: Any) -> bool:
+        """A front end's start-up resume (``InstanceManager.resume_running``): the host of
+        the instance at ``key`` (an ``InstanceKey``) is started if it has none, and restores
+        the instance and continues its running tasks by itself. A live host is only found:
+        the front end claims nothing (a host claims its instance when it starts)."""
+        caller = Caller(role=key.caller_role, id=key.caller_id, api_key="")
+        name = actor_name(key.swarm_name, caller)
+        handle = await self.actor(key.swarm_name, caller)
+        try:
+            await handle.ready.remote()
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
+            self._handles.pop(name, None)
+            raise self._refused(name, handle, exc) or exc from None
+        self._answered(name)
+        return True
+
     def _answered(self, name: str) -> None:
         """An instance answered: the first answer after its start is logged, with the wait."""
         started = self._starting.pop(name, None)

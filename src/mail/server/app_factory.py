@@ -148,8 +148,12 @@ async def _startup(
     except Exception as exc:
         raise StartupError(f"cannot start scheduled tasks: {exc}") from exc
     instances.start()
-    if backend is None:  # in a cluster, each instance host continues its own tasks
-        instances.resume_soon(config.settings.resume_instances_at_start)
+    # In a cluster, the front end only makes sure each caller's instance host runs: the host
+    # claims its instance and continues its tasks itself.
+    instances.resume_soon(
+        config.settings.resume_instances_at_start,
+        None if backend is None else backend.continue_tasks,
+    )
     if config.settings.gc_tuning:
         tune_gc()
     logger.info(

@@ -338,7 +338,8 @@ class ForwardedAuthenticator:
         self._callers: dict[str, Caller] = {}
 
     def remember(self, caller: Caller) -> None:
-        self._callers[caller.api_key] = caller
+        if caller.api_key:  # (a host started to continue tasks has no key: see ray_backend)
+            self._callers[caller.api_key] = caller
 
     async def authenticate(self, api_key: str) -> Caller:
         caller = self._callers.get(api_key)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from mail.config import ServerConfig
     from mail.server.auth import Caller
+    from mail.store import InstanceKey
 
 # [server.cluster] backend -> "module:function" that installs it on an application:
 # ``function(app, config)`` adds its routes (ahead of the local ones it shadows), sets
@@ -60,6 +61,11 @@ class InstanceBackend(Protocol):
     ) -> UnaryResponse | None: ...
 
     def unavailable(self, exc: BaseException) -> bool: ...
+
+    async def continue_tasks(self, key: InstanceKey) -> bool:
+        """Make the instance at ``key`` run where it lives, so its running tasks continue
+        (a server's start-up resume); True once it runs."""
+        ...
 
 
 def install_cluster_backend(app: FastAPI, config: ServerConfig) -> InstanceBackend | None:

@@ -25,6 +25,10 @@ _SHUTDOWN_GRACE = 5.0
 # resuming its tasks (two servers started together on one database: one resumes them).
 RESUME_CLAIM_WINDOW = 30.0
 
+# How a start-up resume makes one caller's instance run, given its store key (`InstanceKey`):
+# True once it runs, False when it is left to another server.
+ResumeStep = Callable[[Any], Awaitable[bool]]
+
 
 class ArchivedTask(dict[str, Any]):
     """The record of a task archived with its reclaimed instance (`Task.to_dict`), and its
@@ -404,18 +408,21 @@ class InstanceManager:
 
     # -- start-up resume ------------------------------------------------------------------
 
-    def resume_soon(self, limit: int) -> None:
+    def resume_soon(self, limit: int, load: ResumeStep | None = None) -> None:
         """Start (once, in the background) loading the instances of up to ``limit`` callers
         with running tasks in the store, so those tasks continue (see the module's doc)."""
         if self.store is None or limit <= 0 or self._resumer is not None:
             return
         self._resumer = asyncio.create_task(
-            self.resume_running(limit), name="mail-resume-running-tasks"
+            self.resume_running(limit, load), name="mail-resume-running-tasks"
         )
 
-    async def resume_running(self, limit: int) -> int:
+    async def resume_running(self, limit: int, load: ResumeStep | None = None) -> int:
         """Load, one after another, the instances of up to ``limit`` callers that have running
-        tasks in the store; returns how many were loaded."""
+        tasks in the store; returns how many were loaded. ``load`` makes one caller's instance
+        run, given its store key (False: left to another server); by default here. Where it
+        runs elsewhere (a cluster's instance host), a failure leaves the tasks to the caller's
+        next request."""
         from mail.store import lifecycle_for
 
         lifecycle = lifecycle_for(self.store)
@@ -442,24 +449,29 @@ class InstanceManager:
             if key in self._instances or key in self._creating:
                 continue  # its caller came first
             try:
-                # Other servers may use a PostgreSQL store: claims fence them off.
-                shared = hasattr(self.store, "claim_unless_fresh")
-                if shared and not await self._claim_unless_served(store_key):
-                    logger.info(
-                        "the running tasks of %s:%s are left to the server that claimed its "
-                        "instance",
-                        *key,
-                    )
+                if not await (load or self._resume_here)(store_key):
                     continue
-                await self.get(key[0], key[1], "")
             except Exception as exc:  # noqa: BLE001 - one caller must not stop the others
                 if self._closed:
                     break
-                await self._unresumable(lifecycle, store_key, exc)
+                await self._unresumable(lifecycle, store_key, exc, later=load is not None)
                 continue
             loaded += 1
             logger.info("continuing the running tasks of %s:%s", *key)
         return loaded
+
+    async def _resume_here(self, store_key: Any) -> bool:
+        key = (store_key.caller_role, store_key.caller_id)
+        # Other servers may use a PostgreSQL store: claims fence them off.
+        shared = hasattr(self.store, "claim_unless_fresh")
+        if shared and not await self._claim_unless_served(store_key):
+            logger.info(
+                "the running tasks of %s:%s are left to the server that claimed its instance",
+                *key,
+            )
+            return False
+        await self.get(key[0], key[1], "")
+        return True
 
     def _watch_claims(self, key: tuple[str, str]) -> Any:
         store = self.store
@@ -505,13 +517,14 @@ class InstanceManager:
         )
         hold(self._stopping, asyncio.get_running_loop().create_task(self._stop(inst)))
 
-    async def _unresumable(self, lifecycle: Any, key: Any, exc: BaseException) -> None:
+    async def _unresumable(self, lifecycle: Any, key: Any, exc: BaseException, later: bool) -> None:
         """The caller's instance cannot be made: its running tasks are marked failed (unless
-        the database is only out of reach now: then its caller's next request loads it)."""
+        ``later`` or the database is only out of reach now: then its caller's next request
+        loads it)."""
         from mail.store.base import StoreUnavailableError
 
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        if isinstance(exc, StoreUnavailableError):
+        if later or isinstance(exc, StoreUnavailableError):
             logger.warning(
                 "cannot continue the running tasks of %s:%s now (%s); they continue at its "
                 "next request",
