@@ -56,17 +56,15 @@ def user_message(
     *,
     context_id: str | None = None,
     task_id: str | None = None,
-    message_id: str | None = None,
 ) -> Any:
-    """A ``SendMessageRequest`` from the user: a text part and/or a data part (`message_id`:
-    the message's id, which a server drops when sent again; a new one by default)."""
+    """A ``SendMessageRequest`` from the user: a text part and/or a data part."""
     from a2a.helpers.proto_helpers import new_data_part, new_text_part
     from a2a.types.a2a_pb2 import Message, Role, SendMessageRequest
 
     parts = ([new_text_part(text)] if text else []) + ([new_data_part(data)] if data else [])
     message = Message(
         role=Role.ROLE_USER,
-        message_id=message_id or str(uuid.uuid4()),
+        message_id=str(uuid.uuid4()),
         parts=parts,
         context_id=context_id or "",
         task_id=task_id or "",

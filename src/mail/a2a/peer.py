@@ -201,9 +201,6 @@ class A2APeers:
                     payload.get("body") or "(empty message)",
                     context_id=self._conversations.context_id(*caller),
                     task_id=waiting,
-                    # The MAIL message's id: a step re-run after a crash sends it again as
-                    # the same message, which the agent drops.
-                    message_id=envelope["message_id"],
                 )
                 events = client.send_message(request)
                 try:

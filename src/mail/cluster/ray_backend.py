@@ -37,6 +37,9 @@ from mail.store.base import StoreUnavailableError
 # How Ray words a refused or missing token (Ray >= 2.52 token authentication).
 _AUTH_SIGNS = ("InvalidAuthToken", "Unauthenticated", "AuthenticationError", "auth token")
 
+# Seconds a front end's start-up resume waits for one caller's host to be ready.
+RESUME_READY = 120.0
+
 
 def _short_temp_root() -> str | None:
     """Where a private cluster's folder goes: Ray's socket paths must stay short (Unix
@@ -300,7 +303,9 @@ class RayInstances:
         name = actor_name(key.swarm_name, caller)
         handle = await self.actor(key.swarm_name, caller)
         try:
-            await handle.ready.remote()
+            # Bounded: a host Ray cannot place now leaves its tasks to the caller's next
+            # request, not the callers after it in the resume to wait.
+            await asyncio.wait_for(handle.ready.remote(), RESUME_READY)
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
             self._handles.pop(name, None)
             raise self._refused(name, handle, exc) or exc from None

@@ -23,9 +23,9 @@ class AgentInboxes:
         # its messages: a new delivery joins that turn instead of starting another.
         self._turn_pending: set[str] = set()
         self._seq = itertools.count()
-        # key -> the last seq the agent's next turn takes (`fence`); later ones wait for the
-        # turn after it.
-        self._fences: dict[str, int] = {}
+        # key -> the seqs the agent's next turn takes (`fence`); the others wait for the turn
+        # after it.
+        self._fences: dict[str, set[int]] = {}
         # A TaskJournal (mail.core.runtime_durable) while a store is attached, else None.
         self.journal: Any = None
 
@@ -58,10 +58,11 @@ class AgentInboxes:
         if not items:
             return []
         fence = self._fences.pop(key, None)
-        if fence is not None and items[0][1] <= fence < items[-1][1]:
-            self._items[key] = [i for i in items if i[1] > fence]
+        taken = [i for i in items if i[1] in fence] if fence else items
+        if 0 < len(taken) < len(items):
+            self._items[key] = [i for i in items if i not in taken]
             self._turn_pending.add(key)  # the rest: the turn the caller starts (`left`)
-            items = [i for i in items if i[1] <= fence]
+            items = taken
         else:
             del self._items[key]
         if len(items) == 1:  # the common case: nothing to order, no notices to fold
@@ -79,7 +80,7 @@ class AgentInboxes:
         `left` for a turn of its own."""
         items = self._items.get(key)
         if self.batch and items:
-            self._fences[key] = items[-1][1]
+            self._fences[key] = {item[1] for item in items}
 
     def left(self, key: str) -> bool:
         """Whether a turn's `take` left messages behind a fence (the caller starts a turn)."""
@@ -89,8 +90,7 @@ class AgentInboxes:
         """Forget what waits for the agents of one task (its work was rolled back); returns
         how many messages that was."""
         prefix = task_id + "::"
-        for key in [k for k in self._fences if k.startswith(prefix)]:
-            del self._fences[key]
+        self._unfence(prefix)
         dropped = 0
         for key in [k for k in self._items if k.startswith(prefix)]:
             dropped += len(self._items.pop(key))
@@ -102,6 +102,7 @@ class AgentInboxes:
     def restart_keys(self, prefix: str) -> list[str]:
         """The turns of a task (keys starting with `prefix`) were cancelled: the agents whose
         messages still wait here, once per turn to start for them (counted as started)."""
+        self._unfence(prefix)
         self._turn_pending.difference_update(
             [k for k in self._turn_pending if k.startswith(prefix)]
         )
@@ -115,6 +116,10 @@ class AgentInboxes:
                 else:
                     agents.extend(agent for _ in items)
         return agents
+
+    def _unfence(self, prefix: str) -> None:
+        for key in [k for k in self._fences if k.startswith(prefix)]:
+            del self._fences[key]
 
     def waiting(self, key: str) -> int:
         """How many messages wait for the agent's next turn."""
