@@ -19,6 +19,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,29 @@ from support.llm_thread import ThreadedLLM
 from support.scripted_llm import reply, tool_call
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _kill_and_finish(
+    first: ServerProcess,
+    server: Callable[[], ServerProcess],
+    post: threading.Thread,
+    key: str,
+    task_id: str,
+) -> dict[str, Any]:
+    """Kill -9 `first`, start another on the same database: the task's record once it ends."""
+    assert first.proc is not None
+    first.proc.kill()
+    first.proc.wait(10)
+    post.join()
+    second = server()
+    try:
+        deadline = time.monotonic() + 30
+        while not (record := _record(second, key, task_id)) or not record["completed"]:
+            assert time.monotonic() < deadline, (record, second.logs())
+            time.sleep(0.05)
+    finally:
+        assert second.stop() == 0, second.logs()
+    return record
 
 
 def _reply(request: Any) -> Any:
@@ -74,18 +98,7 @@ def test_an_action_re_run_after_a_kill_sees_the_same_step_id(
         while not log.exists() or not log.read_text(encoding="utf-8").strip():
             assert time.monotonic() < deadline, first.logs()
             time.sleep(0.02)
-        assert first.proc is not None
-        first.proc.kill()  # kill -9 while the action hangs
-        first.proc.wait(10)
-        post.join()
-        second = server()
-        try:
-            deadline = time.monotonic() + 30
-            while not (record := _record(second, key, task_id)) or not record["completed"]:
-                assert time.monotonic() < deadline, (record, second.logs())
-                time.sleep(0.05)
-        finally:
-            assert second.stop() == 0, second.logs()
+        record = _kill_and_finish(first, server, post, key, task_id)  # while the action hangs
         calls = len(llm.requests(token))
     steps = log.read_text(encoding="utf-8").splitlines()
     assert len(steps) == 2 and steps[0] == steps[1], steps
@@ -177,18 +190,7 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
                 timeout=30,
             )
             assert back.status_code == 200, back.text
-            assert first.proc is not None
-            first.proc.kill()  # kill -9 while the action hangs: the step is in flight
-            first.proc.wait(10)
-            post.join()
-            second = server()
-            try:
-                deadline = time.monotonic() + 30
-                while not (record := _record(second, alice, task_id)) or not record["completed"]:
-                    assert time.monotonic() < deadline, (record, second.logs())
-                    time.sleep(0.05)
-            finally:
-                assert second.stop() == 0, second.logs()
+            _kill_and_finish(first, server, post, alice, task_id)  # the step is in flight
         finally:
             first.stop()
             peer.close()
