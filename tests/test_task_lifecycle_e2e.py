@@ -162,10 +162,11 @@ def test_one_caller_in_a_loop_is_bounded_and_expires(tmp_path: Path) -> None:
                 break
             sent = n
             if n == 15:
-                # 15 tasks of about 7 MiB stored each: on main the server grew by ~105 MiB.
+                # 15 tasks of about 7 MiB stored each: before the fix the server grew by ~105
+                # MiB. Since, 22-67 MiB (the allocator's arenas; 30 runs on a quiet machine).
                 growth = rss_mib(server) - before
                 print(f"RSS growth after 15 messages of 1 MiB: {growth:.0f} MiB")
-                assert growth < 60, f"RSS grew {growth:.0f} MiB after 15 messages of 1 MiB"
+                assert growth < 80, f"RSS grew {growth:.0f} MiB after 15 messages of 1 MiB"
             if n % 5 == 0:
                 started = time.perf_counter()
                 assert client.post("/message", json={"body": "hi"}, headers=bob).status_code == 200
