@@ -37,6 +37,24 @@ from support.scripted_llm import reply, tool_call
 pytestmark = pytest.mark.timeout(120)
 
 
+def _step_log_swarm(
+    directory: Path, swarm: str, port: int, api_base: str, ask_beta: bool = False
+) -> Path:
+    """The counted swarm whose `lookup` is `step_log_action` (with `hang`); with `ask_beta`
+    its supervisor may also ask supervisor@swarm-beta. Returns the server's config."""
+    definition = _counted_swarm(swarm, api_base)
+    if ask_beta:
+        definition[0]["enable_interswarm"] = True
+        supervisor: dict[str, Any] = definition[0]["agents"][0]  # type: ignore[index]
+        supervisor["comm_targets"] = ["supervisor@swarm-beta", "worker"]
+        supervisor["enable_interswarm"] = True
+    action: dict[str, Any] = definition[0]["actions"][0]  # type: ignore[index]
+    action["function"] = "python::tests.support.scripted_agents:step_log_action"
+    action["parameters"]["properties"]["hang"] = {"type": "boolean"}
+    (directory / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
+    return write_config(directory, port=port, swarm=swarm)
+
+
 def _kill_and_finish(
     first: ServerProcess,
     server: Callable[[], ServerProcess],
@@ -81,12 +99,7 @@ def test_an_action_re_run_after_a_kill_sees_the_same_step_id(
     with ThreadedLLM() as llm:
         for _ in range(6):
             llm.queue(_reply)
-        definition = _counted_swarm(swarm, llm.base_url)
-        action: dict[str, Any] = definition[0]["actions"][0]  # type: ignore[index]
-        action["function"] = "python::tests.support.scripted_agents:step_log_action"
-        action["parameters"]["properties"]["hang"] = {"type": "boolean"}
-        (tmp_path / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
-        config = write_config(tmp_path, port=port, swarm=swarm)
+        config = _step_log_swarm(tmp_path, swarm, port, llm.base_url)
 
         def server() -> ServerProcess:
             return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
@@ -142,16 +155,7 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
     with ThreadedLLM() as llm:
         for _ in range(6):
             llm.queue(_ask_beta_and_look_up)
-        definition = _counted_swarm(swarm, llm.base_url)
-        definition[0]["enable_interswarm"] = True
-        supervisor: dict[str, Any] = definition[0]["agents"][0]  # type: ignore[index]
-        supervisor["comm_targets"] = ["supervisor@swarm-beta", "worker"]
-        supervisor["enable_interswarm"] = True
-        action: dict[str, Any] = definition[0]["actions"][0]  # type: ignore[index]
-        action["function"] = "python::tests.support.scripted_agents:step_log_action"
-        action["parameters"]["properties"]["hang"] = {"type": "boolean"}
-        (tmp_path / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
-        config = write_config(tmp_path, port=port, swarm=swarm)
+        config = _step_log_swarm(tmp_path, swarm, port, llm.base_url, ask_beta=True)
 
         def server() -> ServerProcess:
             return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
