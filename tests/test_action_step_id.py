@@ -186,14 +186,6 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
                 timeout=30,
             )
             assert back.status_code == 200, back.text
-            # beta answers while the step is in flight: stored (200), for the agent's next turn
-            back = httpx.post(
-                f"{first.base_url}/interswarm/back",
-                json={"message": answer_envelope(forwards()[0], "forty-two")},
-                headers=auth(beta),
-                timeout=30,
-            )
-            assert back.status_code == 200, back.text
             _kill_and_finish(first, server, post, alice, task_id)  # the step is in flight
         finally:
             first.stop()
