@@ -764,3 +764,60 @@ def test_an_instance_without_a_database_connection_answers_one_line(
             dep.stop()
             with contextlib.suppress(Exception):
                 end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")
+
+
+def test_a_cron_runs_once_per_time_in_its_callers_instance_actor(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    """Crons in cluster mode: both front ends schedule (claiming each due time on the shared
+    PostgreSQL), and every run starts its task in the caller's one instance actor, like a
+    `POST /message` through either front end; no scheduled time runs twice."""
+    import ray
+
+    from mail.cluster.warm_pool import end_instance
+
+    swarm = f"cr-{uuid.uuid4().hex[:8]}"
+    dep = ClusterDeployment(
+        root=tmp_path,
+        cluster=ray_cluster,
+        database_url=DATABASE_URL,
+        swarms=swarms_json(swarm),
+        swarm=swarm,
+        env={"MAIL_DURABLE_CALL_LOG": str(tmp_path / "calls.log")},
+        settings="\n[server.crons]\nmin_interval = 1\nrescan_interval = 0.5\n",
+    ).prepare()
+    key = dep.keys["alice"]
+    try:
+        first, second = dep.start_front_end(), dep.start_front_end()
+        assert _post(first.base_url, key, {"body": "FANOUT hello"}).status_code == 200
+        actor = dep.cluster.describe(swarm, "user", "alice")
+        body = {"schedule": "* * * * * *", "message": {"body": "FANOUT tick"}}
+        made = httpx.post(f"{first.base_url}/crons", json=body, headers=auth_header(key))
+        assert made.status_code == 201, made.text
+        url = f"{second.base_url}/crons/{made.json()['id']}"
+        _wait_for(
+            lambda: httpx.get(url, headers=auth_header(key)).json()["runs"] >= 3, "three runs"
+        )
+        paused = httpx.patch(url, json={"paused": True}, headers=auth_header(key)).json()
+        assert paused["paused"] and paused["last_error"] is None, paused
+        tasks: list[dict[str, Any]] = []
+
+        def all_ran() -> bool:
+            runs = httpx.get(url, headers=auth_header(key)).json()["runs"]
+            listed = httpx.get(f"{second.base_url}/tasks", headers=auth_header(key), timeout=60)
+            tasks[:] = [t for t in listed.json().values() if t["state"] == "completed"]
+            return len(tasks) == runs + 1  # the runs and the first message's task
+
+        _wait_for(all_ran, "every run's task completed")
+        for task in tasks:
+            events = json.dumps(_task(first.base_url, key, task["task_id"])["events"])
+            assert "worked(worker1)" in events, events[-2000:]
+        # Every call ran in the one actor (same process, same generation), once per task.
+        assert dep.cluster.describe(swarm, "user", "alice")["generation"] == actor["generation"]
+        calls = [line.split()[:2] for line in _calls(dep)]
+        assert {pid for _, pid in calls} == {str(actor["pid"])}, calls
+        assert sum(agent == "worker1" for agent, _ in calls) == len(tasks), calls
+    finally:
+        dep.stop()
+        with contextlib.suppress(Exception):
+            end_instance(ray, ray_cluster.namespace, f"{swarm}/user/alice")

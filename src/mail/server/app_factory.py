@@ -144,7 +144,7 @@ async def _startup(
     from mail.server.crons import start_crons
 
     try:
-        state.crons = await start_crons(state)
+        state.crons = await start_crons(state, backend)
     except Exception as exc:
         raise StartupError(f"cannot start scheduled tasks: {exc}") from exc
     instances.start()

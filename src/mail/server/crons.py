@@ -18,6 +18,8 @@ from croniter import croniter
 from fastapi import HTTPException
 
 from mail.config.server import CronsConfig
+from mail.server.auth import Caller
+from mail.server.backends import ForwardedRequest, InstanceBackend
 from mail.server.bodies import parse_message_request
 from mail.server.state import ServerState
 from mail.store.webhooks import SERIES_CHARS, Bound, OverQuota, Record, new_id
@@ -186,11 +188,18 @@ class CronScheduler:
     """One per server process: ``/crons``' handlers and the loop that starts due runs."""
 
     def __init__(
-        self, cfg: CronsConfig, store: Any, state: ServerState, *, own_store: bool
+        self,
+        cfg: CronsConfig,
+        store: Any,
+        state: ServerState,
+        *,
+        own_store: bool,
+        backend: InstanceBackend | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.state = state
+        self.backend = backend  # cluster mode: runs start in the caller's instance host
         self.swarm_name = state.swarm_name
         self._own_store = own_store
         self._wake = asyncio.Event()
@@ -478,8 +487,30 @@ class CronScheduler:
                 owner = (sub["owner_role"], sub["owner_id"])
                 await self._drop_webhook(owner, sub["subscription_id"], hook and hook["url"])
         body: dict[str, Any] = {**spec["message"], "task_id": task_id, "background": True}
-        await background_message(self.state, caller, parse_message_request(body))
+        if self.backend is None:
+            await background_message(self.state, caller, parse_message_request(body))
+        else:  # as a `POST /message` through a front end: in the caller's one instance
+            await self._forward(caller, body)
         logger.info("crons: %s started task %s", sub["subscription_id"], task_id)
+
+    async def _forward(self, caller: Caller, body: dict[str, Any]) -> None:
+        assert self.backend is not None
+        request = ForwardedRequest(
+            "POST",
+            "/message",
+            headers=[
+                (b"authorization", f"Bearer {caller.api_key}".encode()),
+                (b"content-type", b"application/json"),
+            ],
+            body=json.dumps(body).encode(),
+        )
+        reply = await self.backend.unary(self.swarm_name, caller, request)
+        if reply.status >= 300:
+            try:
+                detail = json.loads(reply.body)["detail"]
+            except (ValueError, KeyError, TypeError):
+                detail = reply.body.decode("utf-8", "replace")
+            raise HTTPException(reply.status, detail)
 
     async def _note_error(self, sub: Record, before: Mapping[str, Any], error: str) -> None:
         """Record why the run was refused: it started nothing, so it is not counted in
@@ -496,17 +527,21 @@ class CronScheduler:
         )
 
 
-async def start_crons(state: ServerState) -> CronScheduler | None:
-    """The started scheduler of a server (None when [server.crons] enabled = false)."""
+async def start_crons(
+    state: ServerState, backend: InstanceBackend | None = None
+) -> CronScheduler | None:
+    """The started scheduler of a server (None when [server.crons] enabled = false);
+    `backend`: a cluster front end's, where the runs start."""
     cfg = state.config.crons
     if not cfg.enabled:
         return None
     service = getattr(state, "webhooks", None)
     if service is not None:
-        scheduler = CronScheduler(cfg, service.store, state, own_store=False)
+        scheduler = CronScheduler(cfg, service.store, state, own_store=False, backend=backend)
     else:
         from mail.server.webhooks import subscription_store
 
-        scheduler = CronScheduler(cfg, subscription_store(state.store), state, own_store=True)
+        store = subscription_store(state.store)
+        scheduler = CronScheduler(cfg, store, state, own_store=True, backend=backend)
     await scheduler.start()
     return scheduler
