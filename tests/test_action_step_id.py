@@ -142,7 +142,6 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
     keys = tmp_path / "registries" / "keys.json"
     alice, admin = create_key(keys, "user", "alice"), create_key(keys, "admin", "root")
     beta = create_key(keys, "agent", "swarm-beta")
-    beta = create_key(keys, "agent", "swarm-beta")
     port = free_port()
     log = tmp_path / "steps.log"
     env = {
@@ -199,3 +198,61 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
     steps = log.read_text(encoding="utf-8").splitlines()
     assert len(steps) == 2 and steps[0] == steps[1], steps
     assert calls == 2, calls  # the answer was not asked for again
+
+
+def test_agents_that_use_the_callers_key_continue_at_the_callers_next_request(
+    tmp_path: Path,
+) -> None:
+    """Agents that call the LiteLLM proxy with the caller's API key (`use_proxy`, no key of
+    the deployment's) cannot continue a task at start-up: the key is not kept. The restarted
+    server says so and leaves the task to the caller's next request, which brings the key:
+    every model call carries it, none an empty one."""
+    swarm = f"proxy-{uuid.uuid4().hex[:8]}"
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    port = free_port()
+    log = tmp_path / "steps.log"
+    task_id, token = str(uuid.uuid4()), f"RUN-{uuid.uuid4().hex[:12]}"
+    with ThreadedLLM() as llm:
+        for _ in range(6):
+            llm.queue(_reply)
+        config = _step_log_swarm(tmp_path, swarm, port, llm.base_url)
+        definition = json.loads((tmp_path / "swarms.json").read_text(encoding="utf-8"))
+        for agent in definition[0]["agents"]:  # through the proxy, with the caller's key
+            params = agent["agent_params"]
+            del params["api_base"], params["api_key"]
+            params.update(use_proxy=True, tool_format="completions")
+        (tmp_path / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
+        env = {"MAIL_TEST_STEP_LOG": str(log), "LITELLM_PROXY_API_BASE": llm.base_url}
+
+        def server() -> ServerProcess:
+            return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
+
+        first = server()
+        post = threading.Thread(target=_post, args=(first.base_url, key, task_id, token, 0))
+        post.start()
+        deadline = time.monotonic() + 30
+        while not log.exists() or not log.read_text(encoding="utf-8").strip():
+            assert time.monotonic() < deadline, first.logs()
+            time.sleep(0.02)
+        assert first.proc is not None
+        first.proc.kill()  # while the action hangs
+        first.proc.wait(10)
+        post.join()
+        second = server()
+        try:
+            deadline = time.monotonic() + 30
+            while "continue at their callers' next request" not in second.logs():
+                assert time.monotonic() < deadline, second.logs()
+                time.sleep(0.05)
+            assert len(log.read_text(encoding="utf-8").splitlines()) == 1  # not continued
+            while not (record := _record(second, key, task_id)) or not record["completed"]:
+                assert time.monotonic() < deadline, (record, second.logs())
+                time.sleep(0.05)
+        finally:
+            assert second.stop() == 0, second.logs()
+        sent = [
+            next((v for k, v in r.headers.items() if k.lower() == "authorization"), None)
+            for r in llm.requests(token)
+        ]
+    assert "looked it up" in json.dumps(record["events"]), record
+    assert len(sent) == 2 and set(sent) == {f"Bearer {key}"}, sent

@@ -442,6 +442,15 @@ class LiteLLMAgentFunction(MAILAgentFunction):
         options.update(self.model_settings)
         return model, options
 
+    @property
+    def missing_caller_key(self) -> bool:
+        """Its model calls authenticate to the LiteLLM proxy with the caller's API key (no
+        `api_key`, no LITELLM_PROXY_API_KEY) and it has none: it was built for an instance
+        loaded without a request of its caller (tasks continued at start-up)."""
+        if not self.use_proxy or is_offline_model(self.llm):
+            return False
+        return not (self.api_key or os.environ.get("LITELLM_PROXY_API_KEY") or self.user_token)
+
     def _require_provider_key(self, model: str) -> None:
         """Fail at once, saying which variable to set, when the provider's key is missing.
 
@@ -705,6 +714,7 @@ class DelegatingAgentFunction(MAILAgentFunction):
     default_tool_choice = _InnerSetting()
     llm = _InnerSetting()
     system = _InnerSetting()
+    missing_caller_key = _InnerSetting()
 
     @property
     def user_token(self) -> str:

@@ -441,6 +441,15 @@ class InstanceManager:
                 limit,
                 limit,
             )
+        if keys and self._needs_callers_key():
+            logger.warning(
+                "the running tasks of %d caller(s) continue at their callers' next request: "
+                "the agents call the LiteLLM proxy with the caller's API key, which is not "
+                "kept (set LITELLM_PROXY_API_KEY, or an api_key in agent_params, to continue "
+                "them at start-up)",
+                len(keys),
+            )
+            return 0
         loaded = 0
         for store_key in keys[:limit]:
             key = (store_key.caller_role, store_key.caller_id)
@@ -459,6 +468,17 @@ class InstanceManager:
             loaded += 1
             logger.info("continuing the running tasks of %s:%s", *key)
         return loaded
+
+    def _needs_callers_key(self) -> bool:
+        """Whether the template's agents call their model with the caller's API key, which an
+        instance loaded without a request of its caller does not have."""
+        template = self._template_getter()
+        try:
+            keyless = {"user_token": ""}  # as `_create` builds it without a key
+            agents = [a.instantiate(keyless, template.exclude_tools) for a in template.agents]
+        except Exception:  # noqa: BLE001 - the instance fails to build too: reported there
+            return False
+        return any(getattr(a.function, "missing_caller_key", False) for a in agents)
 
     async def _resume_here(self, store_key: Any) -> bool:
         key = (store_key.caller_role, store_key.caller_id)
