@@ -1,7 +1,10 @@
-"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head."""
+"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head,
+in size and in time."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import socket
 from typing import Any
@@ -11,14 +14,23 @@ from mail.server.logs import quick_access_logger
 logger = logging.getLogger("mail.server")
 
 DEFAULT_MAX_HEAD_BYTES = 16 * 1024  # h11's default bound on an incomplete event
+# Seconds a request head may take to arrive, from the connection's start or the end of the
+# previous response ([server.settings] request_head_timeout).
+DEFAULT_HEAD_SECONDS = 30.0
 _HEAD_END = b"\r\n\r\n"
-_TOO_LARGE = b"request head too large"
-_RESPONSE_431 = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: text/plain; charset=utf-8\r\n"
-    b"content-length: " + str(len(_TOO_LARGE)).encode() + b"\r\n"
-    b"connection: close\r\n\r\n" + _TOO_LARGE
-)
+
+
+def _refusal(status: bytes, text: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 " + status + b"\r\n"
+        b"content-type: text/plain; charset=utf-8\r\n"
+        b"content-length: " + str(len(text)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n" + text
+    )
+
+
+_RESPONSE_431 = _refusal(b"431 Request Header Fields Too Large", b"request head too large")
+_RESPONSE_408 = _refusal(b"408 Request Timeout", b"request head not received in time")
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -26,9 +38,12 @@ except ImportError:  # httptools missing: uvicorn's h11 protocol, which bounds h
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
-def http_protocol() -> Any:
-    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol, or "h11"."""
-    return BoundedHttpToolsProtocol if HttpToolsProtocol is not None else "h11"
+def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS) -> Any:
+    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol, whose
+    request heads must arrive within ``head_seconds``, or "h11"."""
+    if HttpToolsProtocol is None:
+        return "h11"
+    return functools.partial(BoundedHttpToolsProtocol, head_seconds=head_seconds)
 
 
 def warn_unbounded(protocol: Any) -> None:
@@ -54,9 +69,21 @@ def set_nodelay(transport: Any) -> None:
 if HttpToolsProtocol is not None:
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        """uvicorn's ``HttpToolsProtocol`` with request heads bounded (see module doc)."""
+        """uvicorn's ``HttpToolsProtocol`` with request heads bounded (see module doc).
 
-        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        A head must be complete within ``head_seconds`` of the connection's start, or of the
+        end of the previous response: else a started head is answered 408 and an idle
+        connection closed. uvicorn's own timer only closes a kept-alive connection that
+        stays idle, and the first byte stops it.
+        """
+
+        def __init__(
+            self,
+            config: Any,
+            *args: Any,
+            head_seconds: float = DEFAULT_HEAD_SECONDS,
+            **kwargs: Any,
+        ) -> None:
             super().__init__(config, *args, **kwargs)
             # Access lines skip the logging record when they go to the server's log alone.
             self.access_logger = quick_access_logger(self.access_logger)  # type: ignore[assignment]
@@ -72,10 +99,41 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = False  # a chunk header was parsed in the current piece
             self._piece_ended = False  # a message ended in the current piece
             self._refused = False  # a bound was passed: the connection takes no more data
+            self.head_seconds = head_seconds
+            self._head_timer: asyncio.TimerHandle | None = None
+            self._head_begun = False  # the parser has seen the first byte of the awaited head
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             set_nodelay(transport)
             super().connection_made(transport)
+            self._await_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
+
+        # -------------------------------------------------------------- the head's time
+        def _await_head(self) -> None:
+            self._stop_head_timer()
+            self._head_timer = self.loop.call_later(self.head_seconds, self._head_timed_out)
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            if self._head_begun:
+                logger.warning(
+                    "request head from %s not complete after %g s: refused (408)",
+                    f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client",
+                    self.head_seconds,
+                )
+                self.transport.write(_RESPONSE_408)
+            self.transport.close()
 
         # -------------------------------------------------------------- feeding the parser
         def data_received(self, data: bytes) -> None:
@@ -169,11 +227,20 @@ if HttpToolsProtocol is not None:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self._refused and (self.cycle is None or self.cycle.response_complete):
+            idle = self.cycle is None or self.cycle.response_complete  # no pipelined request
+            if self._refused and idle:
                 self._answer_431()
+            elif idle and not self.transport.is_closing():
+                self._await_head()
 
         # -------------------------------------------------------------- parser callbacks
+        def on_message_begin(self) -> None:
+            self._head_begun = True
+            super().on_message_begin()
+
         def on_headers_complete(self) -> None:
+            self._stop_head_timer()
+            self._head_begun = False
             self._in_head = False
             self._head_bytes = 0
             self._head_tail = b""
