@@ -1,7 +1,8 @@
 """A request head must arrive within `[server.settings] request_head_timeout`.
 
 A real `mail server` (started from a scratch folder, its mail.toml setting the timeout to
-2 s) is talked to over raw sockets: a connection that sends nothing is closed, one that sends
+2 s; once as installed, with httptools, once as without the `fast` extra, on h11) is talked to
+over raw sockets: a connection that sends nothing is closed, one that sends
 its head a line at a time (slowloris) is answered 408 and closed, on a fresh connection and
 after a response on a kept-alive one. Once a head is complete the timer is off: a slow body,
 a slow handler and a long event stream run past it, and the connection serves on.
@@ -10,6 +11,7 @@ a slow handler and a long event stream run past it, and the connection serves on
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import time
@@ -17,7 +19,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from server_fixtures import ROOT_ALICE_BOB, ServerProcess, keyed_stub_server, read_http_response
+from server_fixtures import (
+    REPO_ROOT,
+    ROOT_ALICE_BOB,
+    ServerProcess,
+    keyed_stub_server,
+    read_http_response,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,10 +34,18 @@ CLOSED_WITHIN = 20.0  # the timeout, with room for two loaded cores
 HEALTH = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp(request.param)
+    env = {}
+    if request.param == "h11":  # a server installed without the `fast` extra
+        (directory / "no_httptools").mkdir()
+        (directory / "no_httptools" / "httptools.py").write_text("raise ImportError\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(directory / "no_httptools"), str(REPO_ROOT)])
     extra = f"request_head_timeout = {HEAD_TIMEOUT}"
-    with keyed_stub_server(tmp_path_factory.mktemp("slow"), ROOT_ALICE_BOB, extra=extra) as proc:
+    with keyed_stub_server(directory, ROOT_ALICE_BOB, extra=extra, env=env) as proc:
         yield proc
 
 

@@ -9,6 +9,9 @@ import logging
 import socket
 from typing import Any
 
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
 from mail.server.logs import quick_access_logger
 
 logger = logging.getLogger("mail.server")
@@ -39,11 +42,10 @@ except ImportError:  # httptools missing: uvicorn's h11 protocol, which bounds h
 
 
 def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS) -> Any:
-    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol, whose
-    request heads must arrive within ``head_seconds``, or "h11"."""
-    if HttpToolsProtocol is None:
-        return "h11"
-    return functools.partial(BoundedHttpToolsProtocol, head_seconds=head_seconds)
+    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol (without
+    httptools, h11's), whose request heads must arrive within ``head_seconds``."""
+    protocol = BoundedHttpToolsProtocol if HttpToolsProtocol is not None else TimedH11Protocol
+    return functools.partial(protocol, head_seconds=head_seconds)
 
 
 def warn_unbounded(protocol: Any) -> None:
@@ -52,8 +54,73 @@ def warn_unbounded(protocol: Any) -> None:
     if HttpToolsProtocol is not None and isinstance(protocol, HttpToolsProtocol):
         logger.warning(
             "served by uvicorn's httptools protocol, which accepts request heads of any size: "
-            "pass --http mail.server.http_protocol:BoundedHttpToolsProtocol (or --http h11)"
+            "pass --http mail.server.http_protocol:BoundedHttpToolsProtocol"
         )
+
+
+class _HeadClock:
+    """The time a connection has left to complete its next request head: started when the
+    connection opens and when a response ends, stopped when a head is complete. At the end
+    a started head (``protocol.head_begun()``) is answered 408; the connection is closed."""
+
+    def __init__(self, protocol: Any, seconds: float) -> None:
+        self._protocol, self.seconds = protocol, seconds
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.stop()
+        self._timer = self._protocol.loop.call_later(self.seconds, self._expired)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        self._timer = None
+        protocol = self._protocol
+        if protocol.transport.is_closing():
+            return
+        if protocol.head_begun():
+            client = protocol.client
+            logger.warning(
+                "request head from %s not complete after %g s: refused (408)",
+                f"{client[0]}:{client[1]}" if client else "unknown client",
+                self.seconds,
+            )
+            protocol.transport.write(_RESPONSE_408)
+        protocol.transport.close()
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's ``H11Protocol`` (h11 bounds heads in size) with heads bounded in time."""
+
+    def __init__(
+        self, config: Any, *args: Any, head_seconds: float = DEFAULT_HEAD_SECONDS, **kwargs: Any
+    ) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.head_clock = _HeadClock(self, head_seconds)
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.head_clock.start()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.head_clock.stop()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head is complete
+            self.head_clock.stop()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # a pipelined head already read is taken on here
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self.head_clock.start()
+
+    def head_begun(self) -> bool:
+        return bool(self.conn.trailing_data[0])  # h11 holds what came of the head
 
 
 def set_nodelay(transport: Any) -> None:
@@ -69,20 +136,12 @@ def set_nodelay(transport: Any) -> None:
 if HttpToolsProtocol is not None:
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        """uvicorn's ``HttpToolsProtocol`` with request heads bounded (see module doc).
-
-        A head must be complete within ``head_seconds`` of the connection's start, or of the
-        end of the previous response: else a started head is answered 408 and an idle
-        connection closed. uvicorn's own timer only closes a kept-alive connection that
-        stays idle, and the first byte stops it.
-        """
+        """uvicorn's ``HttpToolsProtocol`` with request heads bounded in size (see module
+        doc) and in time (``head_seconds``, `_HeadClock`: uvicorn's own timer only closes a
+        kept-alive connection that stays idle, and the first byte stops it)."""
 
         def __init__(
-            self,
-            config: Any,
-            *args: Any,
-            head_seconds: float = DEFAULT_HEAD_SECONDS,
-            **kwargs: Any,
+            self, config: Any, *args: Any, head_seconds: float = DEFAULT_HEAD_SECONDS, **kwargs: Any
         ) -> None:
             super().__init__(config, *args, **kwargs)
             # Access lines skip the logging record when they go to the server's log alone.
@@ -99,41 +158,20 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = False  # a chunk header was parsed in the current piece
             self._piece_ended = False  # a message ended in the current piece
             self._refused = False  # a bound was passed: the connection takes no more data
-            self.head_seconds = head_seconds
-            self._head_timer: asyncio.TimerHandle | None = None
+            self.head_clock = _HeadClock(self, head_seconds)
             self._head_begun = False  # the parser has seen the first byte of the awaited head
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             set_nodelay(transport)
             super().connection_made(transport)
-            self._await_head()
+            self.head_clock.start()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_head_timer()
+            self.head_clock.stop()
             super().connection_lost(exc)
 
-        # -------------------------------------------------------------- the head's time
-        def _await_head(self) -> None:
-            self._stop_head_timer()
-            self._head_timer = self.loop.call_later(self.head_seconds, self._head_timed_out)
-
-        def _stop_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self.transport.is_closing():
-                return
-            if self._head_begun:
-                logger.warning(
-                    "request head from %s not complete after %g s: refused (408)",
-                    f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client",
-                    self.head_seconds,
-                )
-                self.transport.write(_RESPONSE_408)
-            self.transport.close()
+        def head_begun(self) -> bool:
+            return self._head_begun
 
         # -------------------------------------------------------------- feeding the parser
         def data_received(self, data: bytes) -> None:
@@ -231,7 +269,7 @@ if HttpToolsProtocol is not None:
             if self._refused and idle:
                 self._answer_431()
             elif idle and not self.transport.is_closing():
-                self._await_head()
+                self.head_clock.start()
 
         # -------------------------------------------------------------- parser callbacks
         def on_message_begin(self) -> None:
@@ -239,7 +277,7 @@ if HttpToolsProtocol is not None:
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
-            self._stop_head_timer()
+            self.head_clock.stop()
             self._head_begun = False
             self._in_head = False
             self._head_bytes = 0
