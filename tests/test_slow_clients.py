@@ -5,7 +5,8 @@ A real `mail server` (started from a scratch folder, its mail.toml setting the t
 over raw sockets: a connection that sends nothing is closed, one that sends
 its head a line at a time (slowloris) is answered 408 and closed, on a fresh connection and
 after a response on a kept-alive one. Once a head is complete the timer is off: a slow body,
-a slow handler and a long event stream run past it, and the connection serves on.
+a slow handler and a long event stream run past it, and the connection serves on. Past
+`max_connections` (4 here) a new connection is answered 503 and closed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from server_fixtures import (
 pytestmark = pytest.mark.timeout(180)
 
 HEAD_TIMEOUT = 2.0
+MAX_CONNECTIONS = 4
 CLOSED_WITHIN = 20.0  # the timeout, with room for two loaded cores
 HEALTH = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
 
@@ -44,7 +46,7 @@ def server(
         (directory / "no_httptools").mkdir()
         (directory / "no_httptools" / "httptools.py").write_text("raise ImportError\n")
         env["PYTHONPATH"] = os.pathsep.join([str(directory / "no_httptools"), str(REPO_ROOT)])
-    extra = f"request_head_timeout = {HEAD_TIMEOUT}"
+    extra = f"request_head_timeout = {HEAD_TIMEOUT}\nmax_connections = {MAX_CONNECTIONS}"
     with keyed_stub_server(directory, ROOT_ALICE_BOB, extra=extra, env=env) as proc:
         yield proc
 
@@ -144,5 +146,22 @@ def test_a_long_event_stream_is_not_cut(server: ServerProcess) -> None:
             data += chunk
         assert data.startswith(b"HTTP/1.1 200"), data
         assert b"echo[alice]: streamed" in data
+        conn.sendall(HEALTH)
+        assert read_http_response(conn)[0].startswith(b"HTTP/1.1 200")
+
+
+def test_a_connection_past_max_connections_is_answered_503(server: ServerProcess) -> None:
+    held = [connect(server) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with connect(server) as conn:
+            answer = read_to_close(conn)
+            assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+            assert b"\r\nconnection: close\r\n" in answer.lower()
+        for conn in held:
+            read_to_close(conn)  # closed by the server (the head timeout): no longer counted
+    finally:
+        for conn in held:
+            conn.close()
+    with connect(server) as conn:
         conn.sendall(HEALTH)
         assert read_http_response(conn)[0].startswith(b"HTTP/1.1 200")

@@ -88,6 +88,10 @@ class ServerSettings(_Section):
     # end of the previous response on a kept-alive one: a started head is then answered 408,
     # an idle connection closed (under the bounded httptools protocol; docs/security.md).
     request_head_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    # HTTP connections one server process keeps open at once (event streams included); a new
+    # one past it is answered 503 and closed. At most half the open-file limit (ulimit -n),
+    # so that the process keeps descriptors for its own files and calls (0 = no bound).
+    max_connections: int = Field(default=10_000, ge=0)
     # Largest request body, in bytes, any route accepts (413 above it; 0 = no limit).
     max_request_body: int = Field(default=4 * 1024 * 1024, ge=0)
     # Largest message body, in characters, a caller or an agent may send (0 = no limit).

@@ -34,18 +34,27 @@ def _refusal(status: bytes, text: bytes) -> bytes:
 
 _RESPONSE_431 = _refusal(b"431 Request Header Fields Too Large", b"request head too large")
 _RESPONSE_408 = _refusal(b"408 Request Timeout", b"request head not received in time")
+_RESPONSE_503 = _refusal(b"503 Service Unavailable", b"too many open connections")
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 except ImportError:  # httptools missing: uvicorn's h11 protocol, which bounds heads itself
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
-def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS) -> Any:
+def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS, max_connections: int = 0) -> Any:
     """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol (without
-    httptools, h11's), whose request heads must arrive within ``head_seconds``."""
+    httptools, h11's), whose request heads must arrive within ``head_seconds``, serving at
+    most ``max_connections`` at once (0: no bound), and at most half the open-file limit."""
     protocol = BoundedHttpToolsProtocol if HttpToolsProtocol is not None else TimedH11Protocol
-    return functools.partial(protocol, head_seconds=head_seconds)
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if resource else -1  # -1: none
+    if max_connections and files > 0:
+        max_connections = max(1, min(max_connections, files // 2))
+    return functools.partial(protocol, head_seconds=head_seconds, max_connections=max_connections)
 
 
 def warn_unbounded(protocol: Any) -> None:
@@ -63,9 +72,17 @@ class _HeadClock:
     connection opens and when a response ends, stopped when a head is complete. At the end
     a started head (``protocol.head_begun()``) is answered 408; the connection is closed."""
 
-    def __init__(self, protocol: Any, seconds: float) -> None:
-        self._protocol, self.seconds = protocol, seconds
+    def __init__(self, protocol: Any, seconds: float, max_connections: int) -> None:
+        self._protocol, self.seconds, self.max_connections = protocol, seconds, max_connections
         self._timer: asyncio.TimerHandle | None = None
+
+    def open(self) -> None:
+        """Start the first wait, or refuse the connection (503) past ``max_connections``."""
+        if len(self._protocol.connections) > self.max_connections > 0:
+            self._protocol.transport.write(_RESPONSE_503)
+            self._protocol.transport.close()
+        else:
+            self.start()
 
     def start(self) -> None:
         self.stop()
@@ -96,14 +113,19 @@ class TimedH11Protocol(H11Protocol):
     """uvicorn's ``H11Protocol`` (h11 bounds heads in size) with heads bounded in time."""
 
     def __init__(
-        self, config: Any, *args: Any, head_seconds: float = DEFAULT_HEAD_SECONDS, **kwargs: Any
+        self,
+        config: Any,
+        *args: Any,
+        head_seconds: float = DEFAULT_HEAD_SECONDS,
+        max_connections: int = 0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(config, *args, **kwargs)
-        self.head_clock = _HeadClock(self, head_seconds)
+        self.head_clock = _HeadClock(self, head_seconds, max_connections)
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.head_clock.start()
+        self.head_clock.open()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.head_clock.stop()
@@ -141,7 +163,12 @@ if HttpToolsProtocol is not None:
         kept-alive connection that stays idle, and the first byte stops it)."""
 
         def __init__(
-            self, config: Any, *args: Any, head_seconds: float = DEFAULT_HEAD_SECONDS, **kwargs: Any
+            self,
+            config: Any,
+            *args: Any,
+            head_seconds: float = DEFAULT_HEAD_SECONDS,
+            max_connections: int = 0,
+            **kwargs: Any,
         ) -> None:
             super().__init__(config, *args, **kwargs)
             # Access lines skip the logging record when they go to the server's log alone.
@@ -158,13 +185,13 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = False  # a chunk header was parsed in the current piece
             self._piece_ended = False  # a message ended in the current piece
             self._refused = False  # a bound was passed: the connection takes no more data
-            self.head_clock = _HeadClock(self, head_seconds)
+            self.head_clock = _HeadClock(self, head_seconds, max_connections)
             self._head_begun = False  # the parser has seen the first byte of the awaited head
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             set_nodelay(transport)
             super().connection_made(transport)
-            self.head_clock.start()
+            self.head_clock.open()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.head_clock.stop()
