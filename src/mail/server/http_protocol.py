@@ -69,8 +69,9 @@ def warn_unbounded(protocol: Any) -> None:
 
 class _HeadClock:
     """The time a connection has left to complete its next request head: started when the
-    connection opens and when a response ends, stopped when a head is complete. At the end
-    a started head (``protocol.head_begun()``) is answered 408; the connection is closed."""
+    connection opens (unless it is one past ``max_connections``: 503 and closed) and when a
+    response ends, stopped when a head is complete. At the end a started head
+    (``protocol.head_begun()``) is answered 408; the connection is closed."""
 
     def __init__(self, protocol: Any, seconds: float, max_connections: int) -> None:
         self._protocol, self.seconds, self.max_connections = protocol, seconds, max_connections
