@@ -330,7 +330,7 @@ def test_run_server_with_template_uses_the_bounded_protocol(
     template = MAILSwarmTemplate.from_swarms_json(stub_swarms_json()[0])
     app_module.run_server_with_template(template, port=8767, host="127.0.0.1", launch_ui=False)
     [config] = configs
-    assert config.http is BoundedHttpToolsProtocol
+    assert config.http.func is BoundedHttpToolsProtocol
 
 
 def test_uvicorns_own_httptools_protocol_is_warned_about(

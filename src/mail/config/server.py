@@ -84,6 +84,14 @@ class ServerSettings(_Section):
     # stream ends with `event: resubscribe` (continue with GET /task/events).
     sse_max_buffer_bytes: int = Field(default=1_048_576, ge=1024)
     sse_slow_reader_timeout: float = Field(default=10.0, gt=0)
+    # Seconds a client may take to send a request head, from the connection's start or the
+    # end of the previous response on a kept-alive one: a started head is then answered 408,
+    # an idle connection closed (under the bounded httptools protocol; docs/security.md).
+    request_head_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    # HTTP connections one server process keeps open at once (event streams included); a new
+    # one past it is answered 503 and closed. At most half the open-file limit (ulimit -n),
+    # so that the process keeps descriptors for its own files and calls (0 = no bound).
+    max_connections: int = Field(default=10_000, ge=0)
     # Largest request body, in bytes, any route accepts (413 above it; 0 = no limit).
     max_request_body: int = Field(default=4 * 1024 * 1024, ge=0)
     # Largest message body, in characters, a caller or an agent may send (0 = no limit).

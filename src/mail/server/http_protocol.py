@@ -1,34 +1,60 @@
-"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head."""
+"""The HTTP/1.1 protocol the server runs on: uvicorn's httptools protocol with a bounded head,
+in size and in time."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import socket
 from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mail.server.logs import quick_access_logger
 
 logger = logging.getLogger("mail.server")
 
 DEFAULT_MAX_HEAD_BYTES = 16 * 1024  # h11's default bound on an incomplete event
+# Seconds a request head may take to arrive, from the connection's start or the end of the
+# previous response ([server.settings] request_head_timeout).
+DEFAULT_HEAD_SECONDS = 30.0
 _HEAD_END = b"\r\n\r\n"
-_TOO_LARGE = b"request head too large"
-_RESPONSE_431 = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: text/plain; charset=utf-8\r\n"
-    b"content-length: " + str(len(_TOO_LARGE)).encode() + b"\r\n"
-    b"connection: close\r\n\r\n" + _TOO_LARGE
-)
 
+
+def _refusal(status: bytes, text: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 " + status + b"\r\n"
+        b"content-type: text/plain; charset=utf-8\r\n"
+        b"content-length: " + str(len(text)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n" + text
+    )
+
+
+_RESPONSE_431 = _refusal(b"431 Request Header Fields Too Large", b"request head too large")
+_RESPONSE_408 = _refusal(b"408 Request Timeout", b"request head not received in time")
+_RESPONSE_503 = _refusal(b"503 Service Unavailable", b"too many open connections")
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 except ImportError:  # httptools missing: uvicorn's h11 protocol, which bounds heads itself
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
-def http_protocol() -> Any:
-    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol, or "h11"."""
-    return BoundedHttpToolsProtocol if HttpToolsProtocol is not None else "h11"
+def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS, max_connections: int = 0) -> Any:
+    """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol (without
+    httptools, h11's), whose request heads must arrive within ``head_seconds``, serving at
+    most ``max_connections`` at once (0: no bound), and at most half the open-file limit."""
+    protocol = BoundedHttpToolsProtocol if HttpToolsProtocol is not None else TimedH11Protocol
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if resource else -1  # -1: none
+    if max_connections and files > 0:
+        max_connections = max(1, min(max_connections, files // 2))
+    return functools.partial(protocol, head_seconds=head_seconds, max_connections=max_connections)
 
 
 def warn_unbounded(protocol: Any) -> None:
@@ -37,8 +63,87 @@ def warn_unbounded(protocol: Any) -> None:
     if HttpToolsProtocol is not None and isinstance(protocol, HttpToolsProtocol):
         logger.warning(
             "served by uvicorn's httptools protocol, which accepts request heads of any size: "
-            "pass --http mail.server.http_protocol:BoundedHttpToolsProtocol (or --http h11)"
+            "pass --http mail.server.http_protocol:BoundedHttpToolsProtocol"
         )
+
+
+class _HeadClock:
+    """The time a connection has left to complete its next request head: started when the
+    connection opens (unless it is one past ``max_connections``: 503 and closed) and when a
+    response ends, stopped when a head is complete. At the end a started head
+    (``protocol.head_begun()``) is answered 408; the connection is closed."""
+
+    def __init__(self, protocol: Any, seconds: float, max_connections: int) -> None:
+        self._protocol, self.seconds, self.max_connections = protocol, seconds, max_connections
+        self._timer: asyncio.TimerHandle | None = None
+
+    def open(self) -> None:
+        """Start the first wait, or refuse the connection (503) past ``max_connections``."""
+        if len(self._protocol.connections) > self.max_connections > 0:
+            self._protocol.transport.write(_RESPONSE_503)
+            self._protocol.transport.close()
+        else:
+            self.start()
+
+    def start(self) -> None:
+        self.stop()
+        self._timer = self._protocol.loop.call_later(self.seconds, self._expired)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        self._timer = None
+        protocol = self._protocol
+        if protocol.transport.is_closing():
+            return
+        if protocol.head_begun():
+            client = protocol.client
+            logger.warning(
+                "request head from %s not complete after %g s: refused (408)",
+                f"{client[0]}:{client[1]}" if client else "unknown client",
+                self.seconds,
+            )
+            protocol.transport.write(_RESPONSE_408)
+        protocol.transport.close()
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's ``H11Protocol`` (h11 bounds heads in size) with heads bounded in time."""
+
+    def __init__(
+        self,
+        config: Any,
+        *args: Any,
+        head_seconds: float = DEFAULT_HEAD_SECONDS,
+        max_connections: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.head_clock = _HeadClock(self, head_seconds, max_connections)
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.head_clock.open()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.head_clock.stop()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head is complete
+            self.head_clock.stop()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # a pipelined head already read is taken on here
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self.head_clock.start()
+
+    def head_begun(self) -> bool:
+        return bool(self.conn.trailing_data[0])  # h11 holds what came of the head
 
 
 def set_nodelay(transport: Any) -> None:
@@ -54,9 +159,18 @@ def set_nodelay(transport: Any) -> None:
 if HttpToolsProtocol is not None:
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        """uvicorn's ``HttpToolsProtocol`` with request heads bounded (see module doc)."""
+        """uvicorn's ``HttpToolsProtocol`` with request heads bounded in size (see module
+        doc) and in time (``head_seconds``, `_HeadClock`: uvicorn's own timer only closes a
+        kept-alive connection that stays idle, and the first byte stops it)."""
 
-        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            config: Any,
+            *args: Any,
+            head_seconds: float = DEFAULT_HEAD_SECONDS,
+            max_connections: int = 0,
+            **kwargs: Any,
+        ) -> None:
             super().__init__(config, *args, **kwargs)
             # Access lines skip the logging record when they go to the server's log alone.
             self.access_logger = quick_access_logger(self.access_logger)  # type: ignore[assignment]
@@ -72,10 +186,20 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = False  # a chunk header was parsed in the current piece
             self._piece_ended = False  # a message ended in the current piece
             self._refused = False  # a bound was passed: the connection takes no more data
+            self.head_clock = _HeadClock(self, head_seconds, max_connections)
+            self._head_begun = False  # the parser has seen the first byte of the awaited head
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             set_nodelay(transport)
             super().connection_made(transport)
+            self.head_clock.open()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.head_clock.stop()
+            super().connection_lost(exc)
+
+        def head_begun(self) -> bool:
+            return self._head_begun
 
         # -------------------------------------------------------------- feeding the parser
         def data_received(self, data: bytes) -> None:
@@ -169,11 +293,20 @@ if HttpToolsProtocol is not None:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self._refused and (self.cycle is None or self.cycle.response_complete):
+            idle = self.cycle is None or self.cycle.response_complete  # no pipelined request
+            if self._refused and idle:
                 self._answer_431()
+            elif idle and not self.transport.is_closing():
+                self.head_clock.start()
 
         # -------------------------------------------------------------- parser callbacks
+        def on_message_begin(self) -> None:
+            self._head_begun = True
+            super().on_message_begin()
+
         def on_headers_complete(self) -> None:
+            self.head_clock.stop()
+            self._head_begun = False
             self._in_head = False
             self._head_bytes = 0
             self._head_tail = b""

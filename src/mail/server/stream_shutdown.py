@@ -78,7 +78,9 @@ def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
             port=config.port,
             log_config=None,
             access_log=config.access_log,
-            http=http_protocol(),
+            http=http_protocol(
+                config.settings.request_head_timeout, config.settings.max_connections
+            ),
             ws="none",
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             **options,
