@@ -288,6 +288,13 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         """Does `name` (a local agent) wait on an answer from another swarm in this task?"""
         return any(name in tasks.get(task_id, ()) for tasks in self._waiting.values())
 
+    def task_ended(self, task_id: str) -> None:
+        """Nobody waits on another swarm in a task that ended (an answer that came too late
+        for a turn to take it ends no wait): a continuation starts afresh, as the agents'
+        outstanding requests do."""
+        for tasks in self._waiting.values():
+            tasks.pop(task_id, None)
+
     def _task_done(self, task_id: str) -> bool:
         task = self.runtime.mail_tasks.get(task_id)
         return task is None or task.completed
