@@ -13,7 +13,7 @@ from mail.core.loop_guard import NO_TOOL_CALL, NO_TOOL_CALL_HINT, LoopGuard, sto
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import MAX_STEPS_SUBJECT, StepBudget
-from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks
+from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks, take_message
 from mail.core.runtime_resume import message_too_large
 from mail.core.runtime_review import ActionReviewer
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
@@ -201,7 +201,7 @@ class TurnRunner(HostLink[TurnHost]):
                     if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
-                    _take_answer(rt, task_id, agent_name, incoming)
+                    take_message(rt, task_id, agent_name, incoming)
                 calls = await self._ask(rt, ctx, key, taken, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])
@@ -666,22 +666,6 @@ def _oversized(limit: int | None, call: AgentToolCall) -> str | None:
     if isinstance(text, str) and len(text) > limit:
         return message_too_large(len(text), limit) + "; send a shorter message"
     return None
-
-
-def _take_answer(rt: TurnHost, task_id: str, agent_name: str, message: MAILMessage) -> None:
-    """What the agent waits for (what `await_message` checks) comes when its turn takes it:
-    an answer settles one of its outstanding requests, a message from another swarm ends its
-    wait on that swarm. Not on arrival: after a restart the journal hands the agent its
-    answers again, after the re-run of an interrupted step has sent its messages again (a
-    peer that had answered drops the repeat and answers no more)."""
-    payload: Any = message["message"]
-    if message["msg_type"] == "response" and payload["sender"]["address_type"] != "system":
-        outstanding = rt.outstanding_requests.get(task_id)
-        if outstanding and outstanding.get(agent_name, 0) > 0:
-            outstanding[agent_name] -= 1
-    swarm = payload.get("sender_swarm")
-    if rt.interswarm is not None and swarm and not rt._is_local_swarm(swarm):
-        rt.interswarm.forget_wait(swarm, task_id, agent_name)
 
 
 def _cancelling(current: asyncio.Task[Any] | None) -> bool:
