@@ -334,7 +334,6 @@ def sqlite_floor(stored: int, commits: int) -> tuple[float, float]:
             db.execute("COMMIT")
         db.close()
         cpu = time.process_time() - cpu
-        os.sync()
         return (written(me) - wrote) / path.stat().st_size, cpu
 
 

@@ -220,13 +220,15 @@ def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
     assert calls == 2, calls  # the answer was not asked for again
 
 
+@pytest.mark.parametrize("deployment_key", [False, True], ids=["callers-key", "proxy-key"])
 def test_agents_that_use_the_callers_key_continue_at_the_callers_next_request(
-    tmp_path: Path,
+    tmp_path: Path, deployment_key: bool
 ) -> None:
     """Agents that call the LiteLLM proxy with the caller's API key (`use_proxy`, no key of
     the deployment's) cannot continue a task at start-up: the key is not kept. The restarted
     server says so and leaves the task to the caller's next request, which brings the key:
-    every model call carries it, none an empty one."""
+    every model call carries it, none an empty one. With LITELLM_PROXY_API_KEY set the task
+    continues by itself, its calls after the restart carrying that key."""
     swarm = f"proxy-{uuid.uuid4().hex[:8]}"
     key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
     port = free_port()
@@ -240,9 +242,11 @@ def test_agents_that_use_the_callers_key_continue_at_the_callers_next_request(
         for agent in definition[0]["agents"]:  # through the proxy, with the caller's key
             params = agent["agent_params"]
             del params["api_base"], params["api_key"]
-            params.update(use_proxy=True, tool_format="completions")
+            params["use_proxy"] = True
         (tmp_path / "swarms.json").write_text(json.dumps(definition), encoding="utf-8")
         env = {"MAIL_TEST_STEP_LOG": str(log), "LITELLM_PROXY_API_BASE": llm.base_url}
+        if deployment_key:
+            env["LITELLM_PROXY_API_KEY"] = "proxy-key"
 
         def server() -> ServerProcess:
             return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
@@ -261,10 +265,12 @@ def test_agents_that_use_the_callers_key_continue_at_the_callers_next_request(
         second = server()
         try:
             deadline = time.monotonic() + 30
-            while "continue at their callers' next request" not in second.logs():
+            said = "continuing the running tasks of" if deployment_key else "next request"
+            while said not in second.logs():
                 assert time.monotonic() < deadline, second.logs()
                 time.sleep(0.05)
-            assert len(log.read_text(encoding="utf-8").splitlines()) == 1  # not continued
+            if not deployment_key:  # not continued before the caller's request
+                assert len(log.read_text(encoding="utf-8").splitlines()) == 1
             while not (record := _record(second, key, task_id)) or not record["completed"]:
                 assert time.monotonic() < deadline, (record, second.logs())
                 time.sleep(0.05)
@@ -275,7 +281,8 @@ def test_agents_that_use_the_callers_key_continue_at_the_callers_next_request(
             for r in llm.requests(token)
         ]
     assert "looked it up" in json.dumps(record["events"]), record
-    assert len(sent) == 2 and set(sent) == {f"Bearer {key}"}, sent
+    after = "Bearer proxy-key" if deployment_key else f"Bearer {key}"
+    assert sent == [f"Bearer {key}", after], sent
 
 
 def _ask_beta_look_up_then_await(request: Any) -> Any:

@@ -133,6 +133,20 @@ def test_a_slow_body_and_a_slow_handler_are_not_cut(server: ServerProcess) -> No
         assert read_http_response(conn)[0].startswith(b"HTTP/1.1 200")
 
 
+def test_after_an_answer_given_before_the_body_the_connection_is_timed_again(
+    server: ServerProcess,
+) -> None:
+    """A request refused before its body is read (no key: 401); its body comes later, then
+    nothing: the connection is closed like any idle one."""
+    with connect(server) as conn:
+        conn.sendall(b"POST /message HTTP/1.1\r\nHost: t\r\ncontent-length: 2\r\n\r\n")
+        assert read_http_response(conn)[0].startswith(b"HTTP/1.1 401")
+        conn.sendall(b"{}")
+        started = time.monotonic()
+        assert read_to_close(conn) == b""  # closed without an answer
+        assert time.monotonic() - started >= HEAD_TIMEOUT - 0.5
+
+
 def test_a_long_event_stream_is_not_cut(server: ServerProcess) -> None:
     with connect(server) as conn:
         head, payload = message_request(

@@ -69,6 +69,8 @@ def instance_config_json(config_json: str) -> str:
     swarm = config.swarm.model_copy(update={"registry_shared": True})
     # A host delivers what its instance records; retries and takeovers are the front ends'.
     webhooks = config.webhooks.model_copy(update={"poll": False})
+    # The front ends schedule crons and start their runs in the callers' hosts.
+    crons = config.crons.model_copy(update={"enabled": False})
     return config.model_copy(
         update={
             "ui": False,
@@ -77,6 +79,7 @@ def instance_config_json(config_json: str) -> str:
             "cluster": cluster,
             "swarm": swarm,
             "webhooks": webhooks,
+            "crons": crons,
         }
     ).model_dump_json(by_alias=False)
 

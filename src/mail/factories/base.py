@@ -425,7 +425,8 @@ class LiteLLMAgentFunction(MAILAgentFunction):
             problem = proxy_problem(self.name, self.llm, True, self.api_base)
             if problem:
                 raise LLMConfigError(problem)
-            options["extra_headers"] = {"Authorization": f"Bearer {self.user_token}"}
+            if self.user_token:  # none in an instance loaded without its caller's request
+                options["extra_headers"] = {"Authorization": f"Bearer {self.user_token}"}
             # The caller's key is the proxy credential unless the deployment configures one.
             if not (self.api_key or os.environ.get("LITELLM_PROXY_API_KEY")) and self.user_token:
                 options["api_key"] = self.user_token

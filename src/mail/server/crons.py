@@ -504,7 +504,14 @@ class CronScheduler:
             ],
             body=json.dumps(body).encode(),
         )
-        reply = await self.backend.unary(self.swarm_name, caller, request)
+        try:
+            reply = await self.backend.unary(self.swarm_name, caller, request)
+        except Exception as exc:
+            if not self.backend.unavailable(exc):
+                raise
+            raise HTTPException(
+                503, "the node of the caller's instance failed: this time's run did not start"
+            ) from None
         if reply.status >= 300:
             try:
                 detail = json.loads(reply.body)["detail"]

@@ -52,8 +52,14 @@ def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS, max_connections: i
     most ``max_connections`` at once (0: no bound), and at most half the open-file limit."""
     protocol = BoundedHttpToolsProtocol if HttpToolsProtocol is not None else TimedH11Protocol
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if resource else -1  # -1: none
-    if max_connections and files > 0:
-        max_connections = max(1, min(max_connections, files // 2))
+    if max_connections and 0 < files // 2 < max_connections:
+        max_connections = max(1, files // 2)
+        logger.warning(
+            "serving at most %d HTTP connections at once, half the open-file limit (ulimit "
+            "-n %d) below [server.settings] max_connections: raise the limit to serve more",
+            max_connections,
+            files,
+        )
     return functools.partial(protocol, head_seconds=head_seconds, max_connections=max_connections)
 
 
@@ -65,6 +71,10 @@ def warn_unbounded(protocol: Any) -> None:
             "served by uvicorn's httptools protocol, which accepts request heads of any size: "
             "pass --http mail.server.http_protocol:BoundedHttpToolsProtocol"
         )
+
+
+REFUSALS_LOG_INTERVAL = 60.0  # seconds between two warnings of connections refused (503)
+_refusals_logged = float("-inf")
 
 
 class _HeadClock:
@@ -82,12 +92,24 @@ class _HeadClock:
         if len(self._protocol.connections) > self.max_connections > 0:
             self._protocol.transport.write(_RESPONSE_503)
             self._protocol.transport.close()
+            global _refusals_logged
+            now = self._protocol.loop.time()
+            if now - _refusals_logged >= REFUSALS_LOG_INTERVAL:  # not once per connection
+                _refusals_logged = now
+                logger.warning(
+                    "%d HTTP connections are open ([server.settings] max_connections): new "
+                    "ones are answered 503",
+                    self.max_connections,
+                )
         else:
             self.start()
 
     def start(self) -> None:
         self.stop()
         self._timer = self._protocol.loop.call_later(self.seconds, self._expired)
+
+    def running(self) -> bool:
+        return self._timer is not None
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -136,6 +158,8 @@ class TimedH11Protocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the head is complete
             self.head_clock.stop()
+        elif not self.head_clock.running():  # the body of an early-answered request ended
+            self.head_clock.start()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # a pipelined head already read is taken on here

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mail.core.agent_wiring import function_chain
 from mail.utils.background import hold
 
 logger = logging.getLogger("mail.server.instances")
@@ -443,11 +444,10 @@ class InstanceManager:
             )
         if keys and self._needs_callers_key():
             logger.warning(
-                "the running tasks of %d caller(s) continue at their callers' next request: "
-                "the agents call the LiteLLM proxy with the caller's API key, which is not "
-                "kept (set LITELLM_PROXY_API_KEY, or an api_key in agent_params, to continue "
-                "them at start-up)",
-                len(keys),
+                "running tasks continue at their callers' next request: the agents call the "
+                "LiteLLM proxy with the caller's API key, which is not kept (set "
+                "LITELLM_PROXY_API_KEY, or an api_key in agent_params, to continue them at "
+                "start-up)"
             )
             return 0
         loaded = 0
@@ -478,7 +478,11 @@ class InstanceManager:
             agents = [a.instantiate(keyless, template.exclude_tools) for a in template.agents]
         except Exception:  # noqa: BLE001 - the instance fails to build too: reported there
             return False
-        return any(getattr(a.function, "missing_caller_key", False) for a in agents)
+        return any(
+            getattr(fn, "missing_caller_key", False)
+            for a in agents
+            for fn in function_chain(a.function)  # v1.3's function factories wrap theirs
+        )
 
     async def _resume_here(self, store_key: Any) -> bool:
         key = (store_key.caller_role, store_key.caller_id)
