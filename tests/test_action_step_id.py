@@ -9,8 +9,7 @@ server while it hangs and starts another on the same database. In the second tes
 answer also asks an agent of another swarm (a scripted peer), whose answer comes back while
 the action hangs: the re-run takes only what the interrupted turn took (the answer gets a
 turn of its own), acts on the kept answer, and sends the question again under the same
-message id, so the peer can keep one copy. In the third the supervisor, given the answer,
-awaits more: nothing is on its way (the peer drops the repeated question), and it is told so.
+message id, so the peer can keep one copy.
 """
 
 from __future__ import annotations
@@ -39,18 +38,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _step_log_swarm(
-    directory: Path,
-    swarm: str,
-    port: int,
-    api_base: str,
-    ask_beta: bool = False,
-    batch: bool = True,
+    directory: Path, swarm: str, port: int, api_base: str, ask_beta: bool = False
 ) -> Path:
     """The counted swarm whose `lookup` is `step_log_action` (with `hang`); with `ask_beta`
-    its supervisor may also ask supervisor@swarm-beta; `batch`: its batch_delivery. Returns
-    the server's config."""
+    its supervisor may also ask supervisor@swarm-beta. Returns the server's config."""
     definition = _counted_swarm(swarm, api_base)
-    definition[0]["batch_delivery"] = batch
     if ask_beta:
         definition[0]["enable_interswarm"] = True
         supervisor: dict[str, Any] = definition[0]["agents"][0]  # type: ignore[index]
@@ -142,16 +134,10 @@ def _ask_beta_and_look_up(request: Any) -> Any:
     return reply(tool_call("task_complete", {"finish_message": "asked and looked up"}))
 
 
-def _ask_beta_and_kill(
+def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
     durable_store: DurableStore,  # noqa: F811
     tmp_path: Path,
-    answers: Callable[[Any], Any],
-    batch: bool = True,
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[str], int]:
-    """swarm-alpha's supervisor (its model calls answered by `answers`) asks the scripted
-    peer swarm-beta, whose answer comes back while the step's action hangs; alpha is killed
-    -9 then and started again. The task's record once it ends, alpha's forwards to beta, the
-    step log's lines and the number of model calls."""
+) -> None:
     swarm = "swarm-alpha"
     keys = tmp_path / "registries" / "keys.json"
     alice, admin = create_key(keys, "user", "alice"), create_key(keys, "admin", "root")
@@ -166,9 +152,9 @@ def _ask_beta_and_kill(
     task_id, token = str(uuid.uuid4()), f"RUN-{uuid.uuid4().hex[:12]}"
     peer = FakePeer("swarm-beta")
     with ThreadedLLM() as llm:
-        for _ in range(8):
-            llm.queue(answers)
-        config = _step_log_swarm(tmp_path, swarm, port, llm.base_url, ask_beta=True, batch=batch)
+        for _ in range(6):
+            llm.queue(_ask_beta_and_look_up)
+        config = _step_log_swarm(tmp_path, swarm, port, llm.base_url, ask_beta=True)
 
         def server() -> ServerProcess:
             return ServerProcess(tmp_path, port, args=["--config", str(config)], env=env).start()
@@ -199,23 +185,17 @@ def _ask_beta_and_kill(
                 timeout=30,
             )
             assert back.status_code == 200, back.text
-            record = _kill_and_finish(first, server, post, alice, task_id)  # step in flight
+            _kill_and_finish(first, server, post, alice, task_id)  # the step is in flight
         finally:
             first.stop()
             peer.close()
         calls = len(llm.requests(token))
-    return record, forwards(), log.read_text(encoding="utf-8").splitlines(), calls
-
-
-def test_a_message_to_another_swarm_re_sent_by_a_re_run_keeps_its_id(
-    durable_store: DurableStore,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    _record, sent, steps, calls = _ask_beta_and_kill(durable_store, tmp_path, _ask_beta_and_look_up)
+    sent = forwards()
     asked = [e for e in sent if e["payload"]["subject"] == "q"]
     assert len(asked) == 2, sent  # sent again by the re-run of the step...
     assert asked[0]["message_id"] == asked[1]["message_id"], asked  # ...as the same message
     assert asked[0]["payload"] == asked[1]["payload"], asked
+    steps = log.read_text(encoding="utf-8").splitlines()
     assert len(steps) == 2 and steps[0] == steps[1], steps
     assert calls == 2, calls  # the answer was not asked for again
 
@@ -283,29 +263,3 @@ def test_agents_that_use_the_callers_key_continue_at_the_callers_next_request(
     assert "looked it up" in json.dumps(record["events"]), record
     after = "Bearer proxy-key" if deployment_key else f"Bearer {key}"
     assert sent == [f"Bearer {key}", after], sent
-
-
-def _ask_beta_look_up_then_await(request: Any) -> Any:
-    """As `_ask_beta_and_look_up`, then await a message until told nothing is on its way."""
-    conversation = json.dumps(request.messages)
-    if "logged " not in conversation:
-        return _ask_beta_and_look_up(request)
-    if "no outstanding requests" not in conversation:
-        return reply(tool_call("await_message", {"reason": "anything more?"}))
-    return reply(tool_call("task_complete", {"finish_message": "nothing more came"}))
-
-
-def test_a_request_re_sent_by_a_re_run_after_its_answer_came_is_not_awaited_again(
-    durable_store: DurableStore,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    """beta answered the question before the kill; the re-run asks again (beta drops the
-    repeat) and the supervisor, given beta's answer, awaits more: nothing is on its way, so
-    it is told so and completes (it was left waiting on an answer that never came)."""
-    record, sent, _steps, _calls = _ask_beta_and_kill(
-        durable_store, tmp_path, _ask_beta_look_up_then_await, batch=False
-    )
-    asked = [e for e in sent if e["payload"]["subject"] == "q"]
-    assert len(asked) == 2 and asked[0]["message_id"] == asked[1]["message_id"], sent
-    events = record["events"]
-    assert any("nothing more came" in e["data"] for e in events), events

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from tests.support import interswarm_agents
 from tests.support.interswarm_agents import swarm_json
 
 from mail import MAILSwarmTemplate
@@ -72,23 +71,8 @@ class FakeRemote:
         return web.json_response({"status": "success"})
 
 
-async def _swarm(tmp_path: Path, registry: SwarmRegistry, probe: bool = False):  # noqa: ANN202
-    """The swarm `local`; with `probe` its supervisor is `ask_then_probe`."""
-    definition = swarm_json("local", "remote")[0]
-    if probe:
-        supervisor = definition["agents"][0]
-        supervisor["factory"] = "python::tests.support.interswarm_agents:ask_then_probe"
-        supervisor["actions"] = ["probe"]
-        function = "python::tests.support.interswarm_agents:probe_remote_swarms"
-        definition["actions"] = [
-            {
-                "name": "probe",
-                "description": "Note the task's remote swarms.",
-                "parameters": {"type": "object", "properties": {}},
-                "function": function,
-            }
-        ]
-    template = MAILSwarmTemplate.from_swarms_json(definition)
+async def _swarm(tmp_path: Path, registry: SwarmRegistry):  # noqa: ANN202
+    template = MAILSwarmTemplate.from_swarms_json(swarm_json("local", "remote")[0])
     swarm = template.instantiate({}, user_id="alice", registry_file=str(tmp_path / "reg.json"))
     swarm.swarm_registry = registry
     router = InterswarmRouter(registry, "local", request_timeout=TIMEOUT)
@@ -212,28 +196,3 @@ async def test_successful_send_carries_owner_contributors_and_token(tmp_path: Pa
         await router.stop()
         await registry.aclose()
         await remote.stop()
-
-
-async def test_a_send_decided_names_its_swarm_in_the_task_before_it_goes(tmp_path: Path) -> None:
-    """An agent's first message to a swarm makes the task name that swarm as soon as the
-    send is decided, not once the message is on its way: an action of the same answer, run
-    right after the send, sees it (so does a `task_complete` another agent decides meanwhile:
-    what ends a task other swarms take part in is kept before acting on it)."""
-    remote = FakeRemote("ok")
-    base_url = await remote.start()
-    registry = SwarmRegistry("local", "http://127.0.0.1:1", str(tmp_path / "reg.json"))
-    await registry.register_swarm("remote", base_url, auth_token="secret", volatile=True)
-    swarm, router = await _swarm(tmp_path, registry, probe=True)
-    interswarm_agents.PROBE.clear()
-    interswarm_agents.PROBE["swarm"] = swarm
-    try:
-        response, _ = await _run(swarm)
-    finally:
-        await swarm.shutdown()
-        await router.stop()
-        await registry.aclose()
-        await remote.stop()
-    assert response["message"]["body"] == "probed", response
-    assert interswarm_agents.PROBE["seen"] == [["remote"]], interswarm_agents.PROBE
-    subjects = [f["message"]["payload"]["subject"] for f in remote.forwarded]
-    assert subjects == ["question", "::task_complete::"], subjects  # the end is sent there too

@@ -13,8 +13,6 @@ Both sides use the same layout, as real federations do: every swarm's entrypoint
 * `relay` / `sleeper`: a user's `ASK agent@swarm text` goes to that agent; the sleeper
   answers after 30 s (for peers that die, or callers that time out, meanwhile).
 * `looping_worker`: calls `await_message` forever (nothing is ever on its way).
-* `ask_then_probe`: a user's message asks `supervisor@<remote>` and runs the action
-  `probe_remote_swarms` in the same answer; anything else completes the task.
 """
 
 from __future__ import annotations
@@ -92,30 +90,6 @@ def looping_worker(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN20
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
         await asyncio.sleep(0.01)  # like a model, it takes a moment to answer
         return None, [_call("await_message", {})]
-
-    return agent
-
-
-# `probe_remote_swarms`' swarm (set by the test) and, under "seen", what each run saw.
-PROBE: dict[str, Any] = {}
-
-
-async def probe_remote_swarms(args: dict[str, Any]) -> str:
-    """An action that notes the remote swarms its task names as it runs (in PROBE)."""
-    from mail import current_step_id
-
-    task = PROBE["swarm"].get_task_by_id(str(current_step_id()).split(":", 1)[0])
-    PROBE.setdefault("seen", []).append(sorted(task.remote_swarms))
-    return "probed"
-
-
-def ask_then_probe(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
-    async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
-        kind, _sender, body = _last_incoming(history)
-        if kind in ("user", "admin"):
-            ask = {"target": comm_targets[0], "subject": "question", "body": body}
-            return None, [_call("send_request", ask), _call("probe", {})]
-        return None, [_call("task_complete", {"finish_message": "probed"})]
 
     return agent
 

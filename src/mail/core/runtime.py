@@ -317,8 +317,6 @@ class MAILRuntime:
         self.delivery.steps.forget(task_id)
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
-        if self.interswarm is not None:
-            self.interswarm.task_ended(task_id)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)
         if self.stored_bytes.ledger is not None:
             self.stored_bytes.response(task_id, response)

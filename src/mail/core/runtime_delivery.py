@@ -18,7 +18,7 @@ from mail.core.message import (
     parse_agent_address,
 )
 from mail.core.runtime_batching import AgentInboxes
-from mail.core.runtime_ports import HostLink, Swarm, take_message
+from mail.core.runtime_ports import HostLink, Swarm
 from mail.core.system_messages import (
     improper_response_to_user_body,
     invalid_recipient_body,
@@ -472,7 +472,6 @@ class Delivery(HostLink[DeliveryHost]):
             )
         receive = getattr(rt.agents.get(name), "receive", None)
         if receive is not None:  # an external agent (core/external_agents.py): no model turn
-            take_message(rt, task_id, name, message)  # its own inbox takes it now
             rt._spawn(task_id, receive(task_id, message))
             return
         # The turn takes what waits in the agent's inbox when it starts (see runtime_batching).

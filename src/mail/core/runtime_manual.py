@@ -14,7 +14,7 @@ from mail.core.message import (
     make_message,
     make_request,
 )
-from mail.core.runtime_ports import HostLink, Swarm, TurnLocks, take_message
+from mail.core.runtime_ports import HostLink, Swarm, TurnLocks
 
 MANUAL_STEP_SUBJECT = "::manual_step::"
 
@@ -99,8 +99,6 @@ class ManualStepper(HostLink[ManualHost]):
                 raise ValueError(f"unknown agent response target: '{name}'")
         key = f"{task_id}::{target}"
         buffered = self.message_buffer.pop(key, [])
-        for message in buffered:
-            take_message(rt, task_id, target, message)
         text = render_buffer(buffered)
         if payload:
             text = f"{text}\n\n\n{payload}" if text else payload

@@ -147,26 +147,8 @@ class Swarm(TaskLog, Protocol):
     def mailbox(self) -> Mailbox: ...
     @property
     def _prechecked(self) -> set[str]: ...
-    @property
-    def outstanding_requests(self) -> dict[str, dict[str, int]]: ...
 
     def _is_local_swarm(self, swarm: str | None) -> bool: ...
-
-
-def take_message(rt: Swarm, task_id: str, agent_name: str, message: MAILMessage) -> None:
-    """An agent's turn (or manual step) takes `message`: what the agent waits for (what
-    `await_message` checks) comes then. An answer settles one of its outstanding requests, a
-    message from another swarm ends its wait on that swarm. Not on arrival: after a restart
-    the journal hands the agent its answers again, after the re-run of an interrupted step
-    has sent its messages again (a peer that had answered drops the repeat)."""
-    payload: Any = message["message"]
-    if message["msg_type"] == "response" and payload["sender"]["address_type"] != "system":
-        outstanding = rt.outstanding_requests.get(task_id)
-        if outstanding and outstanding.get(agent_name, 0) > 0:
-            outstanding[agent_name] -= 1
-    swarm = payload.get("sender_swarm")
-    if rt.interswarm is not None and swarm and not rt._is_local_swarm(swarm):
-        rt.interswarm.forget_wait(swarm, task_id, agent_name)
 
 
 class TurnLocks(Protocol):
@@ -191,6 +173,8 @@ class ToolHost(Swarm, Protocol):
     def memory(self) -> AgentMemory: ...
     @property
     def enable_interswarm(self) -> bool: ...
+    @property
+    def outstanding_requests(self) -> dict[str, dict[str, int]]: ...
     @property
     def manual_return_messages(self) -> dict[str, asyncio.Future[MAILMessage]]: ...
     @property

@@ -13,7 +13,7 @@ from mail.core.loop_guard import NO_TOOL_CALL, NO_TOOL_CALL_HINT, LoopGuard, sto
 from mail.core.message import MAILMessage, build_mail_xml, parse_agent_address
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_delivery import MAX_STEPS_SUBJECT, StepBudget
-from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks, take_message
+from mail.core.runtime_ports import HostLink, ToolHost, TurnContext, TurnLocks
 from mail.core.runtime_resume import message_too_large
 from mail.core.runtime_review import ActionReviewer
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
@@ -201,7 +201,6 @@ class TurnRunner(HostLink[TurnHost]):
                     if rt.team is not None:  # inbox filing + quiet digest (mail.core.team)
                         await rt.team.before_turn(task_id, agent_name, incoming, history)
                     self._append_incoming(history, incoming)
-                    take_message(rt, task_id, agent_name, incoming)
                 calls = await self._ask(rt, ctx, key, taken, tool_choice)
                 if calls:
                     self._append_agent_output(history, calls[0])

@@ -122,6 +122,8 @@ def _check_target(rt: ToolHost, ctx: TurnContext, target: str) -> tuple[str, str
 
 
 def _routing_hints(rt: ToolHost, target: str) -> dict[str, Any]:
+    # (The task names the swarm among its remote swarms when the message is sent to it:
+    # net/bridge.py.)
     _, swarm = parse_agent_address(target)
     return {} if rt._is_local_swarm(swarm) else {"remote_swarm": swarm}
 
@@ -168,12 +170,16 @@ async def _send_direct(rt: ToolHost, ctx: TurnContext, call: AgentToolCall, kind
             ctx.task_id, sender, recipient, subject, body, routing_info=hints, request_id=request_id
         )
         message = make_message(payload, kind, message_id=ctx.sent_id(call))
+    outstanding = rt.outstanding_requests.get(ctx.task_id)
+    if outstanding is None:
+        outstanding = rt.outstanding_requests[ctx.task_id] = {}
     if kind == "request":
-        # Settled when the agent's turn takes an answer (core/runtime_turns.py).
-        outstanding = rt.outstanding_requests.setdefault(ctx.task_id, {})
         outstanding[ctx.agent_name] = outstanding.get(ctx.agent_name, 0) + 1
-    if hints and rt.interswarm is not None:
-        rt.interswarm.sending(message, hints["remote_swarm"])
+    elif kind == "response":
+        # Only a local target's count: `supervisor@beta` is not our `supervisor`.
+        target_name, target_swarm = parse_agent_address(target)
+        if rt._is_local_swarm(target_swarm) and outstanding.get(target_name, 0) > 0:
+            outstanding[target_name] -= 1
     rt._prechecked.add(message["id"])  # comm_targets already checked above
     rt.mailbox.put(message)
     return _ok("message sent")

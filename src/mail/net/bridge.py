@@ -81,8 +81,6 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         self._waiting: dict[str, dict[str, set[str]]] = {}
         # (swarm, task_id, sender) of sends under way: their own failure is reported by _send.
         self._in_flight: set[tuple[str, str, str]] = set()
-        # (task_id, swarm) of an agent's first send to a swarm, decided but not yet under way.
-        self._new_peers: set[tuple[str, str]] = set()
         # task_id -> swarms our user or admin sent that task to directly
         # (POST /interswarm/message): only their task-end notice may end it here.
         self._direct: dict[str, set[str]] = {}
@@ -126,19 +124,6 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         for swarm in by_swarm:
             self._spawn(self._send(message, swarm))
 
-    def sending(self, message: MAILMessage, swarm: str) -> None:
-        """Our agent's `message` to `swarm` is decided (the mailbox hands it to `_send`
-        later). From now on the task names the swarm among its remote swarms (`sends_out`
-        sees a first send still on its way), and the agent waits on the swarm's answer until
-        a turn of it takes a message from there (core/runtime_turns.py)."""
-        task_id = message["message"]["task_id"]
-        task = self.runtime._ensure_task(task_id)
-        if swarm not in task.remote_swarms:
-            task.remote_swarms.add(swarm)
-            self._new_peers = {p for p in self._new_peers if not self._task_done(p[0])}
-            self._new_peers.add((task_id, swarm))
-        self._expect_answer(message, swarm)
-
     def sends_out(self, task_id: str, calls: list[AgentToolCall]) -> bool:
         """Whether acting on `calls` sends something to another swarm: a message to an agent
         there, an interswarm broadcast, or the end of a task other swarms take part in (the
@@ -175,17 +160,13 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         task.add_contributor(rt.this_owner)
         # Recorded (and persisted) before sending: the remote may answer on /back before
         # our POST returns, and only swarms named here may add to the task (net/trust.py).
-        peer = (task_id, target_swarm)
-        new_peer = peer in self._new_peers or target_swarm not in task.remote_swarms
-        self._new_peers.discard(peer)
+        new_peer = target_swarm not in task.remote_swarms
         task.remote_swarms.add(target_swarm)
         rt.observer.task_changed(task)
         direction = self.router.choose_direction(target_swarm, task.task_contributors)
         if payload["sender"]["address_type"] in ("user", "admin"):
             self._note_direct(task_id, target_swarm)
-        # (An agent's wait began when its send was decided: `sending`.)
-        agent = payload["sender"]["address_type"] == "agent"
-        waiter = self._expect_answer(message, target_swarm, note=not agent)
+        waiter = self._expect_answer(message, target_swarm)
         flight = (target_swarm, task_id, waiter or "")
         self._in_flight.add(flight)
         try:
@@ -197,7 +178,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             if not isinstance(exc, InterswarmError | ValueError):
                 logger.exception("unexpected interswarm send failure")
             if waiter is not None:
-                self.forget_wait(target_swarm, task_id, waiter)
+                self._forget_wait(target_swarm, task_id, waiter)
             if new_peer and sum(f[:2] == flight[:2] for f in self._in_flight) == 1:
                 # Its first message did not get through: the swarm takes no part in the task, so
                 # the task's end is not sent there either (a second failure to report).
@@ -258,11 +239,8 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         await self.discovery.send(found, envelope, direction, self.router.request_timeout)
 
     # ------------------------------------------------------------------ dead peers
-    def _expect_answer(
-        self, message: MAILMessage, target_swarm: str, note: bool = True
-    ) -> str | None:
-        """Who waits on `target_swarm`'s answer to `message` (its key), or None; with `note`,
-        noted as waiting now."""
+    def _expect_answer(self, message: MAILMessage, target_swarm: str) -> str | None:
+        """Note that the sender of `message` now waits on `target_swarm`; its key or None."""
         if message["msg_type"] == "response":
             return None
         payload: Any = message["message"]
@@ -272,11 +250,10 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             return None
         if sender["address_type"] not in ("agent", "user", "admin"):
             return None
-        if note:
-            tasks = self._waiting.setdefault(target_swarm, {})
-            for task_id in [t for t in tasks if self._task_done(t)]:
-                del tasks[task_id]
-            tasks.setdefault(payload["task_id"], set()).add(name)
+        tasks = self._waiting.setdefault(target_swarm, {})
+        for task_id in [t for t in tasks if self._task_done(t)]:
+            del tasks[task_id]
+        tasks.setdefault(payload["task_id"], set()).add(name)
         return name
 
     def _note_direct(self, task_id: str, target_swarm: str) -> None:
@@ -288,18 +265,11 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         """Does `name` (a local agent) wait on an answer from another swarm in this task?"""
         return any(name in tasks.get(task_id, ()) for tasks in self._waiting.values())
 
-    def task_ended(self, task_id: str) -> None:
-        """Nobody waits on another swarm in a task that ended (an answer that came too late
-        for a turn to take it ends no wait): a continuation starts afresh, as the agents'
-        outstanding requests do."""
-        for tasks in self._waiting.values():
-            tasks.pop(task_id, None)
-
     def _task_done(self, task_id: str) -> bool:
         task = self.runtime.mail_tasks.get(task_id)
         return task is None or task.completed
 
-    def forget_wait(self, swarm: str, task_id: str, waiter: str) -> bool:
+    def _forget_wait(self, swarm: str, task_id: str, waiter: str) -> bool:
         """Drop one wait; whether it was still there."""
         waiters = self._waiting.get(swarm, {}).get(task_id)
         if not waiters or waiter not in waiters:
@@ -505,9 +475,9 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             task.add_contributor(contributor)
         task.add_contributor(rt.this_owner)
         self._remember(message_id)
-        waiters = self._waiting.get(source, {}).get(task_id)
-        if waiters:  # an agent's wait ends when its turn takes the message (core/runtime_turns)
-            waiters.difference_update(rt.agents)
+        waiting = self._waiting.get(source)
+        if waiting is not None:
+            waiting.pop(task_id, None)
         rt._emit(
             task_id,
             "interswarm_message_received",
@@ -519,6 +489,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
             return task_id
         if owner != rt.this_owner and task_id not in self.remote_callers:
             self.remote_callers[task_id] = sender["address"]
+        self._count_answer(incoming)
         if task.completed:
             rt._resume_task(task_id)
         rt.submit(incoming)
@@ -539,6 +510,20 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         )
         return True
 
+    def _count_answer(self, message: MAILMessage) -> None:
+        """A peer's response settles one outstanding request of the local agent it answers
+        (as a local send_response does), so `await_message` sees the true count."""
+        if message["msg_type"] != "response":
+            return
+        payload: Any = message["message"]
+        recipient = payload.get("recipient")
+        if not isinstance(recipient, dict):
+            return
+        name, swarm = parse_agent_address(str(recipient.get("address", "")))
+        outstanding = self.runtime.outstanding_requests.get(payload["task_id"], {})
+        if self.runtime._is_local_swarm(swarm) and outstanding.get(name, 0) > 0:
+            outstanding[name] -= 1
+
     def _remember(self, message_id: str) -> None:
         self._seen[message_id] = None
         if len(self._seen) > SEEN_LIMIT:
@@ -546,6 +531,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
 
     # ------------------------------------------------------------------ supervisor tools
     async def broadcast_tool(self, ctx: TurnContext, call: AgentToolCall) -> str:
+        rt = self.runtime
         args = call.tool_args
         requested = args.get("target_swarms") or []
         if isinstance(requested, str):
@@ -570,7 +556,7 @@ class InterswarmBridge(HostLink["MAILRuntime"]):
         )
         message = make_message(payload, "broadcast", message_id=ctx.sent_id(call))
         for swarm in swarms:
-            self.sending(message, swarm)
+            rt._ensure_task(ctx.task_id).remote_swarms.add(swarm)
             self._spawn(self._send(message, swarm))
         return f"SUCCESS: broadcast sent to {', '.join(swarms)}"
 
