@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -43,9 +44,11 @@ def _server(directory: Path, swarm: str, store: DurableStore) -> ServerProcess:
     return ServerProcess(directory, port, args=["--config", str(config)], env=env)
 
 
-def _first_event_then_kill(server: ServerProcess, key: str, text: str, delay: float) -> str:
+def _first_event_then_kill(
+    server: ServerProcess, key: str, text: str, delay: float
+) -> tuple[str, Any]:
     """Send `text` over A2A as a stream; `delay` s after its first event, kill -9 the server.
-    Returns the context id (the MAIL task id) the first event named."""
+    Returns the context id (the MAIL task id) the first event named, and its state."""
     assert server.proc is not None
     body = {
         "jsonrpc": "2.0",
@@ -82,7 +85,7 @@ def _first_event_then_kill(server: ServerProcess, key: str, text: str, delay: fl
     first = result.get("task") or result.get("statusUpdate") or result.get("message") or {}
     context = first.get("contextId")
     assert isinstance(context, str) and context, result
-    return context
+    return context, first.get("status", {}).get("state")
 
 
 def test_a2a_streamed_message_survives_kill_after_first_event(
@@ -97,7 +100,7 @@ def test_a2a_streamed_message_survives_kill_after_first_event(
         for i in range(TRIES):
             delay = 0.0 if i % 2 == 0 else 0.040 * i / TRIES
             text = f"FANOUT a2a {i}"
-            task_id = _first_event_then_kill(server, key, text, delay)
+            task_id, first_state = _first_event_then_kill(server, key, text, delay)
             server = _server(tmp_path, swarm, durable_store).start()
             r = httpx.get(
                 f"{server.base_url}/task",
@@ -106,7 +109,8 @@ def test_a2a_streamed_message_survives_kill_after_first_event(
                 timeout=30,
             )
             if r.status_code == 404 or text not in r.text:
-                lost.append((round(delay * 1000), task_id))
+                seen = r.text[:300]  # which way it was lost: no task, or a task without it
+                lost.append((round(delay * 1000), task_id, first_state, r.status_code, seen))
                 continue
             assert r.status_code == 200, r.text
     finally:
@@ -115,5 +119,5 @@ def test_a2a_streamed_message_survives_kill_after_first_event(
             server.proc.wait(10)
     assert not lost, (
         f"{len(lost)} of {TRIES} A2A streamed tasks were gone after kill -9 "
-        f"({durable_store.kind}; delay ms, task id): {lost}"
+        f"({durable_store.kind}; delay ms, task id, first event's state, GET /task): {lost}"
     )
