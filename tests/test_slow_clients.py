@@ -1,12 +1,14 @@
-"""A request head must arrive within `[server.settings] request_head_timeout`.
+"""A request head must arrive within `[server.settings] request_head_timeout`, its body
+within `request_body_timeout` (plus a second per 500 bytes received).
 
 A real `mail server` (started from a scratch folder, its mail.toml setting the timeout to
 2 s; once as installed, with httptools, once as without the `fast` extra, on h11) is talked to
 over raw sockets: a connection that sends nothing is closed, one that sends
 its head a line at a time (slowloris) is answered 408 and closed, on a fresh connection and
-after a response on a kept-alive one. Once a head is complete the timer is off: a slow body,
-a slow handler and a long event stream run past it, and the connection serves on. Past
-`max_connections` (4 here) a new connection is answered 503 and closed.
+after a response on a kept-alive one. A body sent a byte at a time is answered 408; one that
+comes late or long but steadily, a slow handler and a long event stream run past the head's
+time, and the connection serves on. Past `max_connections` (4 here) a new connection is
+answered 503 and closed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from server_fixtures import (
 pytestmark = pytest.mark.timeout(180)
 
 HEAD_TIMEOUT = 2.0
+BODY_TIMEOUT = 6.0
 MAX_CONNECTIONS = 4
 CLOSED_WITHIN = 20.0  # the timeout, with room for two loaded cores
 HEALTH = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -46,7 +49,10 @@ def server(
         (directory / "no_httptools").mkdir()
         (directory / "no_httptools" / "httptools.py").write_text("raise ImportError\n")
         env["PYTHONPATH"] = os.pathsep.join([str(directory / "no_httptools"), str(REPO_ROOT)])
-    extra = f"request_head_timeout = {HEAD_TIMEOUT}\nmax_connections = {MAX_CONNECTIONS}"
+    extra = (
+        f"request_head_timeout = {HEAD_TIMEOUT}\nrequest_body_timeout = {BODY_TIMEOUT}\n"
+        f"max_connections = {MAX_CONNECTIONS}"
+    )
     with keyed_stub_server(directory, ROOT_ALICE_BOB, extra=extra, env=env) as proc:
         yield proc
 
@@ -75,10 +81,11 @@ def message_request(server: ServerProcess, body: dict[str, object]) -> tuple[byt
     return head, payload
 
 
-def assert_408(data: bytes) -> None:
-    head = data.partition(b"\r\n\r\n")[0].lower()
-    assert head.startswith(b"http/1.1 408 request timeout"), data
-    assert b"\r\nconnection: close" in head, data
+def assert_408(data: bytes, what: bytes = b"head") -> None:
+    head, _, text = data.partition(b"\r\n\r\n")
+    assert head.lower().startswith(b"http/1.1 408 request timeout"), data
+    assert b"\r\nconnection: close" in head.lower(), data
+    assert text == b"request " + what + b" not received in time", data
 
 
 def send_slowly_until_answered(conn: socket.socket, line: bytes) -> float:
@@ -131,6 +138,33 @@ def test_a_slow_body_and_a_slow_handler_are_not_cut(server: ServerProcess) -> No
         assert json.loads(body)["response"] == "echo[alice]: slow"
         conn.sendall(HEALTH)  # the connection serves on
         assert read_http_response(conn)[0].startswith(b"HTTP/1.1 200")
+
+
+def test_a_body_sent_a_byte_at_a_time_is_answered_408(server: ServerProcess) -> None:
+    head, payload = message_request(server, {"body": "x" * 200})
+    with connect(server) as conn:
+        conn.sendall(head)
+        took = send_slowly_until_answered(conn, b" ")  # JSON allows leading blanks
+        assert took >= BODY_TIMEOUT - 0.5
+        assert_408(read_to_close(conn), b"body")
+    with connect(server) as conn:  # the server serves on
+        conn.sendall(HEALTH)
+        assert read_http_response(conn)[0].startswith(b"HTTP/1.1 200")
+
+
+def test_a_long_body_sent_steadily_is_read_past_the_bodys_time(server: ServerProcess) -> None:
+    """3 KB a second earns six seconds a second: a body taking 1.5 x the time is read."""
+    head, payload = message_request(server, {"body": "steady " + "x" * 24_000})
+    pieces = [payload[i : i + 1500] for i in range(0, len(payload), 1500)]
+    pause = 1.5 * BODY_TIMEOUT / len(pieces)
+    with connect(server) as conn:
+        conn.sendall(head)
+        for piece in pieces:
+            time.sleep(pause)
+            conn.sendall(piece)
+        answer, body = read_http_response(conn)
+        assert answer.startswith(b"HTTP/1.1 200"), answer + body
+        assert json.loads(body)["response"].startswith("echo[alice]: steady xxx")
 
 
 def test_after_an_answer_given_before_the_body_the_connection_is_timed_again(

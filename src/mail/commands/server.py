@@ -322,7 +322,11 @@ def run(args: argparse.Namespace) -> int:
             log_config=None,
             log_level=cfg.log_level.lower(),
             access_log=cfg.access_log,
-            http=http_protocol(cfg.settings.request_head_timeout, cfg.settings.max_connections),
+            http=http_protocol(
+                cfg.settings.request_head_timeout,
+                cfg.settings.max_connections,
+                cfg.settings.request_body_timeout,
+            ),
             ws="none",
         )
         return 0

@@ -88,6 +88,9 @@ class ServerSettings(_Section):
     # end of the previous response on a kept-alive one: a started head is then answered 408,
     # an idle connection closed (under the bounded httptools protocol; docs/security.md).
     request_head_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    # Seconds a client may take to send a request body once its head is complete, plus one
+    # for each 500 bytes received (408 unless a response began; docs/security.md).
+    request_body_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     # HTTP connections one server process keeps open at once (event streams included); a new
     # one past it is answered 503 and closed. At most half the open-file limit (ulimit -n),
     # so that the process keeps descriptors for its own files and calls (0 = no bound).

@@ -20,6 +20,7 @@ DEFAULT_MAX_HEAD_BYTES = 16 * 1024  # h11's default bound on an incomplete event
 # Seconds a request head may take to arrive, from the connection's start or the end of the
 # previous response ([server.settings] request_head_timeout).
 DEFAULT_HEAD_SECONDS = 30.0
+DEFAULT_BODY_SECONDS = 30.0  # [server.settings] request_body_timeout (see `_RequestClock`)
 _HEAD_END = b"\r\n\r\n"
 
 
@@ -33,7 +34,8 @@ def _refusal(status: bytes, text: bytes) -> bytes:
 
 
 _RESPONSE_431 = _refusal(b"431 Request Header Fields Too Large", b"request head too large")
-_RESPONSE_408 = _refusal(b"408 Request Timeout", b"request head not received in time")
+_RESPONSE_408_HEAD = _refusal(b"408 Request Timeout", b"request head not received in time")
+_RESPONSE_408_BODY = _refusal(b"408 Request Timeout", b"request body not received in time")
 _RESPONSE_503 = _refusal(b"503 Service Unavailable", b"too many open connections")
 
 try:
@@ -46,10 +48,14 @@ except ImportError:  # httptools missing: uvicorn's h11 protocol, which bounds h
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
-def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS, max_connections: int = 0) -> Any:
+def http_protocol(
+    head_seconds: float = DEFAULT_HEAD_SECONDS,
+    max_connections: int = 0,
+    body_seconds: float = DEFAULT_BODY_SECONDS,
+) -> Any:
     """What to pass as ``uvicorn.Config(http=...)``: the bounded httptools protocol (without
-    httptools, h11's), whose request heads must arrive within ``head_seconds``, serving at
-    most ``max_connections`` at once (0: no bound), and at most half the open-file limit."""
+    httptools, h11's), whose requests must arrive in time (`_RequestClock`), serving at most
+    ``max_connections`` at once (0: no bound), and at most half the open-file limit."""
     protocol = BoundedHttpToolsProtocol if HttpToolsProtocol is not None else TimedH11Protocol
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if resource else -1  # -1: none
     if max_connections and 0 < files // 2 < max_connections:
@@ -60,7 +66,12 @@ def http_protocol(head_seconds: float = DEFAULT_HEAD_SECONDS, max_connections: i
             max_connections,
             files,
         )
-    return functools.partial(protocol, head_seconds=head_seconds, max_connections=max_connections)
+    return functools.partial(
+        protocol,
+        head_seconds=head_seconds,
+        body_seconds=body_seconds,
+        max_connections=max_connections,
+    )
 
 
 def warn_unbounded(protocol: Any) -> None:
@@ -75,17 +86,31 @@ def warn_unbounded(protocol: Any) -> None:
 
 REFUSALS_LOG_INTERVAL = 60.0  # seconds between two warnings of connections refused (503)
 _refusals_logged = float("-inf")
+# Bytes a second a client sending a body earns time at: a body must be complete within
+# `request_body_timeout` of its head's end plus a second for each BODY_MIN_RATE bytes received.
+BODY_MIN_RATE = 500
 
 
-class _HeadClock:
-    """The time a connection has left to complete its next request head: started when the
-    connection opens (unless it is one past ``max_connections``: 503 and closed) and when a
-    response ends, stopped when a head is complete. At the end a started head
-    (``protocol.head_begun()``) is answered 408; the connection is closed."""
+def _client(protocol: Any) -> str:
+    client = protocol.client
+    return f"{client[0]}:{client[1]}" if client else "unknown client"
 
-    def __init__(self, protocol: Any, seconds: float, max_connections: int) -> None:
-        self._protocol, self.seconds, self.max_connections = protocol, seconds, max_connections
+
+class _RequestClock:
+    """The time a connection has left to send its next request: its head (``head_seconds``
+    from the connection's start or the end of a response; a started head is answered 408),
+    then its body (``body_seconds`` from the head's end plus a second per `BODY_MIN_RATE`
+    bytes received; answered 408 unless a response began). A connection past
+    ``max_connections`` is answered 503 at once. Each expiry closes the connection."""
+
+    def __init__(
+        self, protocol: Any, head_seconds: float, body_seconds: float, max_connections: int
+    ) -> None:
+        self._protocol, self.max_connections = protocol, max_connections
+        self.head_seconds, self.body_seconds = head_seconds, body_seconds
         self._timer: asyncio.TimerHandle | None = None
+        self._body_since: float | None = None  # when the body's time began (None: a head's)
+        self.body_bytes = 0  # body bytes received since then
 
     def open(self) -> None:
         """Start the first wait, or refuse the connection (503) past ``max_connections``."""
@@ -105,13 +130,24 @@ class _HeadClock:
             self.start()
 
     def start(self) -> None:
+        """Wait for a request head."""
         self.stop()
-        self._timer = self._protocol.loop.call_later(self.seconds, self._expired)
+        self._timer = self._protocol.loop.call_later(self.head_seconds, self._expired)
+
+    def start_body(self) -> None:
+        """Wait for the body of a request whose head is complete."""
+        self.stop()
+        self._body_since, self.body_bytes = self._protocol.loop.time(), 0
+        self._timer = self._protocol.loop.call_later(self.body_seconds, self._expired)
 
     def running(self) -> bool:
         return self._timer is not None
 
+    def in_body(self) -> bool:
+        return self._body_since is not None
+
     def stop(self) -> None:
+        self._body_since = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -121,19 +157,45 @@ class _HeadClock:
         protocol = self._protocol
         if protocol.transport.is_closing():
             return
+        if self._body_since is not None:
+            self._body_expired(protocol)
+            return
         if protocol.head_begun():
-            client = protocol.client
             logger.warning(
                 "request head from %s not complete after %g s: refused (408)",
-                f"{client[0]}:{client[1]}" if client else "unknown client",
-                self.seconds,
+                _client(protocol),
+                self.head_seconds,
             )
-            protocol.transport.write(_RESPONSE_408)
+            protocol.transport.write(_RESPONSE_408_HEAD)
+        protocol.transport.close()
+
+    def _body_expired(self, protocol: Any) -> None:
+        if protocol.body_held():
+            self.start_body()  # the server holds the body back (not read yet): not the client
+            return
+        cycle = protocol.cycle
+        assert self._body_since is not None
+        allowed = self.body_seconds + self.body_bytes / BODY_MIN_RATE
+        left = self._body_since + allowed - protocol.loop.time()
+        if left > 0:  # bytes came: the time they earned
+            self._timer = protocol.loop.call_later(left, self._expired)
+            return
+        logger.warning(
+            "request body from %s not complete after %g s (%d bytes): refused (408)",
+            _client(protocol),
+            allowed,
+            self.body_bytes,
+        )
+        if cycle is not None:
+            if not cycle.response_started:
+                protocol.transport.write(_RESPONSE_408_BODY)
+            cycle.disconnected = True  # the application's receive() says so
+            cycle.message_event.set()
         protocol.transport.close()
 
 
 class TimedH11Protocol(H11Protocol):
-    """uvicorn's ``H11Protocol`` (h11 bounds heads in size) with heads bounded in time."""
+    """uvicorn's ``H11Protocol`` (h11 bounds heads in size) with requests bounded in time."""
 
     def __init__(
         self,
@@ -141,10 +203,11 @@ class TimedH11Protocol(H11Protocol):
         *args: Any,
         head_seconds: float = DEFAULT_HEAD_SECONDS,
         max_connections: int = 0,
+        body_seconds: float = DEFAULT_BODY_SECONDS,
         **kwargs: Any,
     ) -> None:
         super().__init__(config, *args, **kwargs)
-        self.head_clock = _HeadClock(self, head_seconds, max_connections)
+        self.head_clock = _RequestClock(self, head_seconds, body_seconds, max_connections)
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -156,10 +219,16 @@ class TimedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:  # the head is complete
-            self.head_clock.stop()
-        elif not self.head_clock.running():  # the body of an early-answered request ended
-            self.head_clock.start()
+        state, clock = self.conn.their_state, self.head_clock
+        if state is h11.IDLE:  # a head to come (after the body of an early-answered request)
+            if not clock.running() or clock.in_body():
+                clock.start()
+        elif state is h11.SEND_BODY:  # the head is complete: its body's time begins
+            if not clock.in_body():
+                clock.start_body()
+            clock.body_bytes += len(data)
+        else:  # the request is complete
+            clock.stop()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # a pipelined head already read is taken on here
@@ -168,6 +237,9 @@ class TimedH11Protocol(H11Protocol):
 
     def head_begun(self) -> bool:
         return bool(self.conn.trailing_data[0])  # h11 holds what came of the head
+
+    def body_held(self) -> bool:
+        return self.flow.read_paused or self.conn.they_are_waiting_for_100_continue
 
 
 def set_nodelay(transport: Any) -> None:
@@ -184,7 +256,7 @@ if HttpToolsProtocol is not None:
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """uvicorn's ``HttpToolsProtocol`` with request heads bounded in size (see module
-        doc) and in time (``head_seconds``, `_HeadClock`: uvicorn's own timer only closes a
+        doc) and requests in time (`_RequestClock`: uvicorn's own timer only closes a
         kept-alive connection that stays idle, and the first byte stops it)."""
 
         def __init__(
@@ -193,6 +265,7 @@ if HttpToolsProtocol is not None:
             *args: Any,
             head_seconds: float = DEFAULT_HEAD_SECONDS,
             max_connections: int = 0,
+            body_seconds: float = DEFAULT_BODY_SECONDS,
             **kwargs: Any,
         ) -> None:
             super().__init__(config, *args, **kwargs)
@@ -210,7 +283,7 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = False  # a chunk header was parsed in the current piece
             self._piece_ended = False  # a message ended in the current piece
             self._refused = False  # a bound was passed: the connection takes no more data
-            self.head_clock = _HeadClock(self, head_seconds, max_connections)
+            self.head_clock = _RequestClock(self, head_seconds, body_seconds, max_connections)
             self._head_begun = False  # the parser has seen the first byte of the awaited head
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
@@ -224,6 +297,10 @@ if HttpToolsProtocol is not None:
 
         def head_begun(self) -> bool:
             return self._head_begun
+
+        def body_held(self) -> bool:
+            cycle = self.cycle
+            return self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue)
 
         # -------------------------------------------------------------- feeding the parser
         def data_received(self, data: bytes) -> None:
@@ -329,17 +406,21 @@ if HttpToolsProtocol is not None:
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
-            self.head_clock.stop()
             self._head_begun = False
             self._in_head = False
             self._head_bytes = 0
             self._head_tail = b""
             self._framing_bytes = 0
             self._body_left = _content_length(self.headers)
+            if self._body_left == 0:
+                self.head_clock.stop()
+            else:  # a body to come (Content-Length or chunked)
+                self.head_clock.start_body()
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
             self._piece_body += len(body)
+            self.head_clock.body_bytes += len(body)
             if self._body_left is not None:
                 self._body_left -= len(body)
             super().on_body(body)
@@ -348,6 +429,8 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = True
 
         def on_message_complete(self) -> None:
+            if self.head_clock.in_body():  # not the body of an early-answered request
+                self.head_clock.stop()
             self._in_head = True
             self._body_left = None
             self._piece_ended = True

@@ -79,7 +79,9 @@ def closing_server(app: Any, config: ServerConfig, **options: Any) -> Any:
             log_config=None,
             access_log=config.access_log,
             http=http_protocol(
-                config.settings.request_head_timeout, config.settings.max_connections
+                config.settings.request_head_timeout,
+                config.settings.max_connections,
+                config.settings.request_body_timeout,
             ),
             ws="none",
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
