@@ -4,7 +4,8 @@ A supervisor fans out to two workers whose calls take 200 ms. The server is kill
 while the first worker call is in flight; a new server on the same database continues the
 task without any request that would drive it: a subscriber that reattaches with the last event
 id it saw gets the rest of the events (contiguous ids, none twice) ending with task_complete.
-A task paused at a breakpoint stays paused across the kill and resumes afterwards.
+A task paused at a breakpoint stays paused across the kill and resumes afterwards. A task's
+own step limit (the request's ``kwargs.max_steps``) holds for the run continued after the kill.
 """
 
 from __future__ import annotations
@@ -270,3 +271,58 @@ def test_breakpoint_pause_survives_kill_and_resumes(
         assert r.json()["response"] == "reviewed: approved"
     finally:
         assert second.stop() == 0, second.logs()
+
+
+def test_a_requests_max_steps_holds_after_a_kill(
+    durable_store: DurableStore,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A supervisor that would ask a worker for ever, limited to 6 model calls by its request:
+    killed after its third call started, the task continues under the same limit (before,
+    the server's task_message_limit of 15 applied), and ends by the limit's forced finish."""
+    swarm = f"durable-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "swarms.json").write_text(json.dumps(swarms_json(swarm)), encoding="utf-8")
+    key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
+    port = free_port()
+    first = _server(tmp_path, swarm, port, durable_store).start()
+    try:
+        accepted = httpx.post(
+            f"{first.base_url}/message",
+            json={"body": "CHATTY go", "background": True, "kwargs": {"max_steps": 6}},
+            headers=auth(key),
+            timeout=30,
+        )
+        assert accepted.status_code == 202, accepted.text
+        task_id = accepted.json()["task_id"]
+        _wait_for(lambda: len(_calls(tmp_path)) >= 3, 30, "the third model call")
+    finally:
+        assert first.proc is not None
+        first.proc.kill()  # kill -9: no shutdown hooks run
+        first.proc.wait(10)
+    before = len(_calls(tmp_path))
+
+    second = _server(tmp_path, swarm, port, durable_store).start()
+    try:
+
+        def finished() -> bool:
+            record = httpx.get(
+                f"{second.base_url}/task",
+                params={"task_id": task_id},
+                headers=auth(key),
+                timeout=10,
+            ).json()
+            return bool(record.get("completed"))
+
+        _wait_for(finished, 60, "the task to end")
+        record = httpx.get(
+            f"{second.base_url}/task", params={"task_id": task_id}, headers=auth(key), timeout=10
+        ).json()
+    finally:
+        assert second.stop() == 0, second.logs()
+    after = len(_calls(tmp_path)) - before
+    assert "stopped by max_steps" in json.dumps(record), {
+        k: v for k, v in record.items() if k != "events"
+    }
+    # The continued run counts its calls from 0 against the request's limit, not 15, besides
+    # the call in flight at the kill, made again (at most once per crash).
+    assert 1 <= after <= 6 + 1, (before, after)

@@ -7,6 +7,8 @@ Referenced from swarms.json as ``python::tests.support.durable_agents:factory``.
 * ``BREAKPOINT <text>`` makes the supervisor call the breakpoint tool ``human_review``; re-prompted
   with the result it completes with ``reviewed: <result>``.
 * A worker answers ``worked(<name>): <text>``.
+* ``CHATTY <text>`` makes the supervisor ask ``worker1`` again after every answer, for ever:
+  only a forced ``task_complete`` (the step limit's last call) ends it.
 
 Every call first records itself: a line ``<agent> <pid> start`` appended to the file named by
 ``MAIL_DURABLE_CALL_LOG`` (so a test waits for "a worker call started" instead of sleeping, and
@@ -101,6 +103,10 @@ def factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
                     {"target": sender, "subject": "Re: work", "body": f"worked({name}): {body}"},
                 )
             ]
+        if incoming and incoming[0][2].startswith("CHATTY"):
+            if isinstance(tool_choice, dict) and tool_choice.get("name") == "task_complete":
+                return None, [_call("task_complete", {"finish_message": "stopped by max_steps"})]
+            return None, [_call("send_request", {"target": "worker1", "subject": "w", "body": "x"})]
         answers = [body for kind, _s, body in incoming if kind == "agent"]
         if answers:
             if len(answers) >= 2:

@@ -213,6 +213,8 @@ class MAILRuntime:
             task = MAILTask(task_id, owner or self.this_owner, contributors)
             if self.this_owner not in task.task_contributors and owner is None:
                 task.add_contributor(self.this_owner)
+            if task_id in self.delivery.steps.limits:  # the caller's max_steps, kept
+                task.step_limit = self.delivery.steps.limits[task_id] or 0
             self.mail_tasks[task_id] = task
             self.open_tasks.add(task_id)
             if self._observing:
@@ -311,6 +313,7 @@ class MAILRuntime:
             self._emit(task_id, "task_error", str(response["message"]["body"]))
         stashed = self.mailbox.stash(task_id)
         task.queue_stash(stashed)
+        task.step_limit = None  # a later run has the loop's limit unless it names its own
         task.mark_complete(state)
         task.response = response  # type: ignore[assignment]
         self.response_messages[task_id] = response

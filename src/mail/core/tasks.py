@@ -205,6 +205,9 @@ class MAILTask:
         # Files its actions wrote under [stdlib.fs] (absolute path -> [size, mtime_ns]):
         # counted as what the task stores, and removed with it (mail.core.stored_bytes).
         self.files: dict[str, list[int]] = {}
+        # The caller's `max_steps` for the task (0: unlimited; None: the loop's limit), kept
+        # so that a task continued after a restart keeps it (mail.core.runtime_delivery).
+        self.step_limit: int | None = None
         self._event_signal: asyncio.Event | None = None
 
     # -- state --------------------------------------------------------------------------
@@ -364,6 +367,7 @@ class MAILTask:
             "start_time": self.start_time.isoformat(),
             "pending_reviews": list(self.pending_reviews),
             "review_state": dict(self.review_state),
+            "max_steps": self.step_limit,  # (written null too: records merge key by key)
         }
         if self.rollback_point is not None:
             record["rollback_point"] = self.rollback_point
@@ -396,6 +400,8 @@ class MAILTask:
         task.review_state = dict(record.get("review_state") or {})
         point = record.get("rollback_point")
         task.rollback_point = point if isinstance(point, dict) else None
+        limit = record.get("max_steps")
+        task.step_limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
         files = record.get("files")
         if isinstance(files, dict):
             task.files = {str(p): list(kept) for p, kept in files.items() if _file_entry(kept)}
