@@ -152,6 +152,38 @@ def test_a_body_sent_a_byte_at_a_time_is_answered_408(server: ServerProcess) -> 
         assert read_http_response(conn)[0].startswith(b"HTTP/1.1 200")
 
 
+def test_chunk_framing_earns_no_time(server: ServerProcess) -> None:
+    """A chunked body of one byte a chunk, each with a long chunk extension: the framing is
+    not body, and the body is answered 408 like any trickle."""
+    with connect(server) as conn:
+        conn.sendall(
+            b"POST /message HTTP/1.1\r\nHost: t\r\ncontent-type: application/json\r\n"
+            b"authorization: Bearer " + server.keys["alice"].encode() + b"\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        took = send_slowly_until_answered(conn, b"1;" + b"e" * 1000 + b"\r\n \r\n")
+        assert took >= BODY_TIMEOUT - 0.5
+        assert_408(read_to_close(conn), b"body")
+
+
+def test_a_pipelined_bodys_time_starts_once_the_request_before_is_answered(
+    server: ServerProcess,
+) -> None:
+    """A request answered slowly, and behind it (in the same write) a second one whose body
+    never ends: the first gets its answer (not a 408 meant for the second), the second its
+    408 a body's time after that."""
+    first_head, first_body = message_request(server, {"body": f"SLEEP {BODY_TIMEOUT + 2} one"})
+    second_head, _ = message_request(server, {"body": "x" * 200})
+    with connect(server) as conn:
+        conn.sendall(first_head + first_body + second_head + b'{"body"')
+        answer, body = read_http_response(conn)
+        assert answer.startswith(b"HTTP/1.1 200"), answer + body
+        assert json.loads(body)["response"] == "echo[alice]: one"
+        answered = time.monotonic()
+        assert_408(read_to_close(conn), b"body")
+        assert time.monotonic() - answered >= BODY_TIMEOUT - 0.5
+
+
 def test_a_long_body_sent_steadily_is_read_past_the_bodys_time(server: ServerProcess) -> None:
     """3 KB a second earns six seconds a second: a body taking 1.5 x the time is read."""
     head, payload = message_request(server, {"body": "steady " + "x" * 24_000})

@@ -111,6 +111,7 @@ class _RequestClock:
         self._timer: asyncio.TimerHandle | None = None
         self._body_since: float | None = None  # when the body's time began (None: a head's)
         self.body_bytes = 0  # body bytes received since then
+        self._held = False  # the server held this body back: a fresh window once it lets go
 
     def open(self) -> None:
         """Start the first wait, or refuse the connection (503) past ``max_connections``."""
@@ -138,6 +139,7 @@ class _RequestClock:
         """Wait for the body of a request whose head is complete."""
         self.stop()
         self._body_since, self.body_bytes = self._protocol.loop.time(), 0
+        self._held = self._protocol.body_held()
         self._timer = self._protocol.loop.call_later(self.body_seconds, self._expired)
 
     def running(self) -> bool:
@@ -155,8 +157,8 @@ class _RequestClock:
     def _expired(self) -> None:
         self._timer = None
         protocol = self._protocol
-        if protocol.transport.is_closing():
-            return
+        if protocol.transport.is_closing() or protocol.transport.get_protocol() is not protocol:
+            return  # closed, or upgraded (a WebSocket under your own uvicorn)
         if self._body_since is not None:
             self._body_expired(protocol)
             return
@@ -170,8 +172,10 @@ class _RequestClock:
         protocol.transport.close()
 
     def _body_expired(self, protocol: Any) -> None:
-        if protocol.body_held():
-            self.start_body()  # the server holds the body back (not read yet): not the client
+        if self._held or protocol.body_held():
+            # The server held the body back (a 100 Continue not sent, reading paused, a
+            # request queued behind another): a fresh window from when it lets go.
+            self.start_body()
             return
         cycle = protocol.cycle
         assert self._body_since is not None
@@ -208,6 +212,7 @@ class TimedH11Protocol(H11Protocol):
     ) -> None:
         super().__init__(config, *args, **kwargs)
         self.head_clock = _RequestClock(self, head_seconds, body_seconds, max_connections)
+        self._timed_cycle: Any = None  # the request whose body the clock times
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -218,22 +223,31 @@ class TimedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        before = self.cycle
+        held = len(before.body) if before is not None else 0
         super().data_received(data)
-        state, clock = self.conn.their_state, self.head_clock
+        state, clock, cycle = self.conn.their_state, self.head_clock, self.cycle
         if state is h11.IDLE:  # a head to come (after the body of an early-answered request)
             if not clock.running() or clock.in_body():
                 clock.start()
-        elif state is h11.SEND_BODY:  # the head is complete: its body's time begins
-            if not clock.in_body():
+        elif state is h11.SEND_BODY and cycle is not None:  # the head is complete
+            if not clock.in_body() or cycle is not self._timed_cycle:
+                self._timed_cycle = cycle  # its body's time begins
                 clock.start_body()
-            clock.body_bytes += len(data)
+            # body bytes this read brought (not framing; the application takes what it read)
+            clock.body_bytes += len(cycle.body) - (held if cycle is before else 0)
         else:  # the request is complete
             clock.stop()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # a pipelined head already read is taken on here
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        if self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.IDLE:
             self.head_clock.start()
+        elif self.conn.their_state is h11.SEND_BODY and self.cycle is not self._timed_cycle:
+            self._timed_cycle = self.cycle  # a pipelined request's body
+            self.head_clock.start_body()
 
     def head_begun(self) -> bool:
         return bool(self.conn.trailing_data[0])  # h11 holds what came of the head
@@ -300,10 +314,22 @@ if HttpToolsProtocol is not None:
 
         def body_held(self) -> bool:
             cycle = self.cycle
-            return self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue)
+            return (
+                self.flow.read_paused
+                or bool(self.pipeline)  # a request queued behind one still answered
+                or (cycle is not None and cycle.waiting_for_100_continue)
+            )
 
         # -------------------------------------------------------------- feeding the parser
         def data_received(self, data: bytes) -> None:
+            self._feed(data)
+            # A body still to come (not when it came with its head: no timer for most
+            # requests); a body after an early answer keeps its clock.
+            if not self._in_head and not self.head_clock.running():
+                if not self._refused and not self.transport.is_closing():
+                    self.head_clock.start_body()
+
+        def _feed(self, data: bytes) -> None:
             view = memoryview(data)
             start, end = 0, len(data)
             while start < end:
@@ -397,8 +423,8 @@ if HttpToolsProtocol is not None:
             idle = self.cycle is None or self.cycle.response_complete  # no pipelined request
             if self._refused and idle:
                 self._answer_431()
-            elif idle and not self.transport.is_closing():
-                self.head_clock.start()
+            elif idle and not self.transport.is_closing() and self._in_head:
+                self.head_clock.start()  # (a body still coming keeps its own clock)
 
         # -------------------------------------------------------------- parser callbacks
         def on_message_begin(self) -> None:
@@ -412,10 +438,7 @@ if HttpToolsProtocol is not None:
             self._head_tail = b""
             self._framing_bytes = 0
             self._body_left = _content_length(self.headers)
-            if self._body_left == 0:
-                self.head_clock.stop()
-            else:  # a body to come (Content-Length or chunked)
-                self.head_clock.start_body()
+            self.head_clock.stop()  # (`data_received` times a body still to come)
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
@@ -429,8 +452,12 @@ if HttpToolsProtocol is not None:
             self._piece_chunks = True
 
         def on_message_complete(self) -> None:
-            if self.head_clock.in_body():  # not the body of an early-answered request
-                self.head_clock.stop()
+            clock, cycle = self.head_clock, self.cycle
+            if clock.in_body():
+                if cycle is not None and cycle.response_complete:
+                    clock.start()  # the body of an early-answered request: a head to come
+                else:
+                    clock.stop()
             self._in_head = True
             self._body_left = None
             self._piece_ended = True
