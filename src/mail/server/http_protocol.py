@@ -136,9 +136,11 @@ class _RequestClock:
         self._timer = self._protocol.loop.call_later(self.head_seconds, self._expired)
 
     def start_body(self) -> None:
-        """Wait for the body of a request whose head is complete."""
+        """Wait for the body of a request whose head is complete (the body bytes counted
+        since its head stay counted)."""
+        received = self.body_bytes
         self.stop()
-        self._body_since, self.body_bytes = self._protocol.loop.time(), 0
+        self._body_since, self.body_bytes = self._protocol.loop.time(), received
         self._held = self._protocol.body_held()
         self._timer = self._protocol.loop.call_later(self.body_seconds, self._expired)
 
@@ -149,7 +151,7 @@ class _RequestClock:
         return self._body_since is not None
 
     def stop(self) -> None:
-        self._body_since = None
+        self._body_since, self.body_bytes = None, 0
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -233,9 +235,12 @@ class TimedH11Protocol(H11Protocol):
         elif state is h11.SEND_BODY and cycle is not None:  # the head is complete
             if not clock.in_body() or cycle is not self._timed_cycle:
                 self._timed_cycle = cycle  # its body's time begins
+                clock.stop()  # (nothing counted of another request's body)
                 clock.start_body()
-            # body bytes this read brought (not framing; the application takes what it read)
-            clock.body_bytes += len(cycle.body) - (held if cycle is before else 0)
+            if self.conn.our_state is h11.DONE:  # answered early: uvicorn drops the body
+                clock.body_bytes += len(data)
+            else:  # body bytes this read brought (not framing; the application takes its own)
+                clock.body_bytes += len(cycle.body) - (held if cycle is before else 0)
         else:  # the request is complete
             clock.stop()
 
@@ -248,6 +253,7 @@ class TimedH11Protocol(H11Protocol):
         elif self.conn.their_state is h11.SEND_BODY and self.cycle is not self._timed_cycle:
             self._timed_cycle = self.cycle  # a pipelined request's body
             self.head_clock.start_body()
+            self.head_clock.body_bytes = len(self.cycle.body)
 
     def head_begun(self) -> bool:
         return bool(self.conn.trailing_data[0])  # h11 holds what came of the head
@@ -335,6 +341,8 @@ if HttpToolsProtocol is not None:
             while start < end:
                 if self._refused or self.parser is None or self.transport.is_closing():
                     return  # a refusal or a parse error ended the connection
+                if self.transport.get_protocol() is not self:
+                    return  # upgraded (a WebSocket under your own uvicorn): not ours to parse
                 at_head_end = False
                 if self._in_head:
                     size, at_head_end = self._head_piece(data, start, end)
