@@ -516,7 +516,9 @@ class MAILSwarm(WiredAgents[MAILAgent]):
         touch = observer.journal_touched if observer.takes_live_journal else None
         journal: TaskJournal | None = None
         if persist_histories:
-            journal = TaskJournal(self.runtime, observer.journal_changed, touch)
+            journal = TaskJournal(
+                self.runtime, observer.journal_changed, touch, self.runtime.delivery.steps.counts
+            )
         restored = restore_snapshot(self.runtime, snapshot, journal)
         # Peers' answers that came while this instance was not loaded (a server delivers them
         # once it runs: `mail.server.parked_answers`), by task id.

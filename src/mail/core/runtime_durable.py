@@ -85,11 +85,18 @@ class TaskJournal(HostLink[JournalHost]):
     """In-memory image of every task's pending work, mirrored to the store."""
 
     def __init__(
-        self, runtime: JournalHost, write: JournalWriter, touch: JournalToucher | None = None
+        self,
+        runtime: JournalHost,
+        write: JournalWriter,
+        touch: JournalToucher | None = None,
+        step_counts: dict[str, int] | None = None,
     ) -> None:
         self._link(runtime)
         self._write = write
         self._touch = touch
+        # task_id -> model calls its run has counted (StepBudget.counts): kept with each
+        # entry, so that a run continued after a restart goes on counting from there
+        self._step_counts: dict[str, int] = {} if step_counts is None else step_counts
         # task_id -> entry id -> entry (insertion ordered)
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
         # asyncio task of a running turn -> (turn id, task_id, entry ids it took)
@@ -122,6 +129,9 @@ class TaskJournal(HostLink[JournalHost]):
     def _entry(self, kind: str, priority: int, seq: int, message: MAILMessage) -> dict[str, Any]:
         """A journal entry for queued work, with the turn that produced it (if any)."""
         entry: dict[str, Any] = {"kind": kind, "priority": priority, "seq": seq, "message": message}
+        steps = self._step_counts.get(message["message"]["task_id"])
+        if steps:
+            entry["steps"] = steps
         origin = self._current_turn()
         if origin is not None:
             entry["origin"] = origin
@@ -296,6 +306,9 @@ class TaskJournal(HostLink[JournalHost]):
         waiting = [i for i in items if i.get("kind") == "enqueued"]
         if not running:
             items = []
+        steps = max((int(i.get("steps") or 0) for i in items), default=0)
+        if steps:  # the calls the run had counted by its last stored step
+            self._step_counts[task_id] = max(steps, self._step_counts.get(task_id, 0))
         items = [i for i in items if i.get("kind") != "enqueued"]
         interrupted: dict[str, tuple[str, int]] = {}  # turn id -> (agent, base_len)
         for item in items:
