@@ -276,3 +276,39 @@ async def test_turns_cancelled_by_a_shutdown_run_again_after_restore() -> None:
         await asyncio.gather(loop_b, return_exceptions=True)
     assert task.response is not None and task.response["message"]["body"] == "2 answers"
     assert sorted(gate_b.calls) == ["supervisor", "worker1", "worker2"]
+
+
+@pytest.mark.parametrize("claimed", [False, True], ids=["unclaimed", "claimed"])
+async def test_a_stream_is_acknowledged_once_the_callers_message_is_committed(
+    claimed: bool,
+) -> None:
+    """`stream_events(on_stored=...)` calls back (a server's first event, an A2A stream's
+    Task) only once the task and the caller's message are committed: a kill -9 right then
+    loses neither. With a claimed generation (a server that resumed the instance on a shared
+    database) the journal is not read at the store's batch but written at the end of the
+    loop's pass; the acknowledgement waited for the task's row alone."""
+    store = MemoryTaskStore()
+    await store.start()
+    reader = MemoryTaskStore(share_with=store)  # another process: sees what is committed
+    await reader.start()
+    name = f"j-{uuid.uuid4().hex[:6]}"
+    key = InstanceKey(name, "user", "u")
+    if claimed:
+        await store.claim_generation(key)
+    a = await _instance(name, store, Gate(False))
+    task_id, body = "t-ack", "the caller's message"
+    committed: list[Any] = []
+
+    async def stored() -> None:
+        committed.append(await reader.load_instance(key))
+
+    events = a.stream_events(body, task_id=task_id, on_stored=stored)
+    await anext(events)
+    await events.aclose()
+    (snapshot,) = committed
+    assert task_id in snapshot.tasks
+    kept = json.dumps([snapshot.queues.get(journal_key(task_id)), snapshot.events.get(task_id)])
+    assert body in kept
+    await a.runtime.shutdown(grace_period=0)
+    await reader.close()
+    await store.close()

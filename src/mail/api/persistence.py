@@ -183,13 +183,19 @@ class StoreObserver(RuntimeObserver, HostLink["MAILRuntime"]):
         the task resumes from its last step and only the step in flight calls its model
         again. Only with a write-behind store and a journal, and not while the store reports
         an outage (the turns then go on; their writes wait in the queue)."""
-        journal = self.host.journal
-        if journal is None or self._nowait is None or self.store.is_degraded():
+        if self.host.journal is None or self._nowait is None or self.store.is_degraded():
             return None
-        journal.flush()  # its changes of this pass of the loop, queued now
         return self.flush(STEP_COMMIT_TIMEOUT)
 
     async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every change made so far is committed (False: `timeout` ran out).
+        The journal's changes of this pass of the loop are queued first: it writes a task
+        at the pass's end unless the store reads it at its batch (not once an instance's
+        generation is claimed), and a caller told its message was taken (a stream's first
+        event) must find it after a kill -9."""
+        journal = getattr(self.host, "journal", None)  # (a stand-in host may have none)
+        if journal is not None:
+            journal.flush()
         if self._queue is not None:
             try:
                 await asyncio.wait_for(self._queue.join(), timeout)
