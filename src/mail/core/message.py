@@ -9,7 +9,6 @@ import time
 from typing import Any, Literal, TypedDict
 
 AddressType = Literal["admin", "agent", "system", "user"]
-MessageType = Literal["request", "response", "broadcast", "interrupt", "broadcast_complete"]
 
 MAIL_MESSAGE_TYPES: tuple[str, ...] = (
     "request",
@@ -19,7 +18,6 @@ MAIL_MESSAGE_TYPES: tuple[str, ...] = (
     "broadcast_complete",
 )
 INTERSWARM_MESSAGE_TYPES: tuple[str, ...] = ("request", "response", "broadcast", "interrupt")
-ADDRESS_TYPES: tuple[str, ...] = ("admin", "agent", "system", "user")
 ALL_AGENTS = "all"
 
 

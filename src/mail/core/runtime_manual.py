@@ -145,9 +145,6 @@ class ManualStepper(HostLink[ManualHost]):
             _restore_overrides(rt.agents[target].function, overrides)
 
 
-_OVERRIDABLE = {"_llm": "llm", "_system": "system"}
-
-
 def _inner_function(fn: Any) -> Any:
     for attr in ("supervisor_fn", "action_agent_fn"):
         inner = getattr(fn, attr, None)

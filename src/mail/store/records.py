@@ -230,18 +230,10 @@ def split_task_record(
     return columns, json_copy(extra) if copy else extra
 
 
-def normalize_event(event: Any) -> dict[str, Any]:
-    """``{"event", "data", "id"}`` with data as text (dicts are encoded as compact JSON).
-
-    Accepts a mapping or a ServerSentEvent-like object with `.event`, `.data`, `.id`.
-    """
-    name, data, event_id = event_row(event)
-    return {"event": name, "data": data, "id": event_id}
-
-
 def event_row(event: Any) -> tuple[str | None, str | None, str | None]:
-    """(event, data, id) of `normalize_event`, without its dict (the SQL stores' hot path:
-    9 events a request)."""
+    """(event, data, id) of a mapping or a ServerSentEvent-like object (`.event`, `.data`,
+    `.id`), data as text (dicts encoded as compact JSON). The SQL stores' hot path: 9 events a
+    request."""
     if isinstance(event, Mapping):
         name, data, event_id = event.get("event"), event.get("data"), event.get("id")
     else:

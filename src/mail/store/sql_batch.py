@@ -300,7 +300,8 @@ def encode_deferred_sized(
     encode: Callable[[Any], str],
     lost: Callable[[Iterable[SqlWrite]], None] | None = None,
 ) -> tuple[list[SqlWrite], int]:
-    """`encode_deferred` and `batch_bytes` of its result in one pass (runs per batch)."""
+    """`encode_deferred` and about how many bytes its result writes (its content columns), in
+    one pass (runs per batch)."""
     encoded: list[SqlWrite] = []
     size = 0
     content_arg = _CONTENT_ARG.get
@@ -402,19 +403,6 @@ def runs_by_kind(
 
 # The argument of each kind that holds its content (the bulk of a batch's bytes).
 _CONTENT_ARG: dict[str, int] = {"event": 5, "webhook_event": 6}
-
-
-def batch_bytes(writes: Sequence[SqlWrite]) -> int:
-    """About how many bytes an encoded batch writes (its content columns)."""
-    size = 0
-    for write in writes:
-        if write.kind == EVENT_ROWS_KIND:
-            size += _rows_bytes(write.args[-1])
-            continue
-        value = write.args[_CONTENT_ARG.get(write.kind, -1)]
-        if type(value) is str:
-            size += len(value)
-    return size
 
 
 def batch_statements(

@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from mail.api import MAILAction
 from mail.examples.arguments import required_text, schema, string
 
@@ -26,16 +24,6 @@ CONDITIONS = (
 )
 
 DESCRIPTION = "Get the weather forecast for a given location"
-
-
-class GetWeatherForecastArgs(BaseModel):
-    """Get the weather forecast for a given location"""
-
-    location: str = Field(description="The location to get the weather forecast for")
-    days_ahead: int | None = Field(
-        default=None, description="The number of days ahead to get the weather forecast for"
-    )
-    metric: bool | None = Field(default=None, description="Whether to use metric units")
 
 
 PARAMETERS = schema(
