@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import importlib
 import json
-import logging
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -21,7 +20,6 @@ from mail.utils.parsing import read_python_string, resolve_prefixed_string_refer
 # Where `MAILAgentTemplate.from_example` finds the bundled example agents (``EXAMPLES``).
 EXAMPLES_MODULE = "mail.examples"
 
-logger = logging.getLogger("mail.api")
 
 ToolFormat = Literal["completions", "responses"]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Protocol
 
 from mail.core.memory import AgentMemory
@@ -28,8 +27,6 @@ from mail.core.runtime_ports import HostLink, Swarm, TurnContext, TurnLocks
 from mail.core.runtime_resume import TaskSubmitError
 from mail.core.system_messages import system_broadcast, system_response, system_task_end
 from mail.core.tools import AgentToolCall
-
-logger = logging.getLogger("mail.runtime")
 
 
 class ReviewHost(Swarm, TurnLocks, Protocol):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +34,6 @@ from mail.core.system_messages import (
 )
 from mail.core.tasks import MAILTask
 from mail.core.tools import AgentToolCall
-
-logger = logging.getLogger("mail.runtime")
 
 TOOL_HANDLERS: dict[str, Handler] = {}
 

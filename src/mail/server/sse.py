@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,8 +15,6 @@ from mail.core.message import utc_now_iso
 from mail.server.jsonio import dumps_str, loads
 from mail.server.stream_buffer import BoundedFrameQueue
 from mail.server.stream_shutdown import FinalEvent, OpenStreams, StreamSlot
-
-logger = logging.getLogger("mail.server.sse")
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,6 @@ __all__ = [
     "store_from_env",
 ]
 
-logger = logging.getLogger("mail.store")
 
 # Values of DATABASE_URL that mean "no database".
 _DISABLED = {"", "none", "null", "off", "false", "0", "memory"}

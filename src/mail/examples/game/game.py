@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -11,8 +10,6 @@ from typing import Any
 
 from mail.examples.game.actions import get_game_master_actions
 from mail.examples.game.prompts import game_master_prompt, player_prompt
-
-logger = logging.getLogger("mail.examples.game")
 
 GAME_MASTER = "GameMaster"
 DEFAULT_PLAYERS = {"Alice": "bold and chatty", "Bob": "careful and dry", "Carol": "cheerful"}
