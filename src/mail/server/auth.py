@@ -324,7 +324,6 @@ def require_roles(*roles: str):  # noqa: ANN201 - returns a FastAPI dependency
 
 
 caller_admin = require_roles("admin")
-caller_user = require_roles("user")
 caller_agent = require_roles("agent")
 caller_admin_or_user = require_roles("admin", "user")
 
