@@ -109,15 +109,6 @@ def _section(title: str, content: str) -> str:
     return f"===== {title} =====\n\n{content}\n\n"
 
 
-def _identity_text(agent_name: str, swarm_name: str) -> str:
-    return (
-        f"**Name**: {agent_name}\n"
-        f"**Swarm**: {swarm_name}\n"
-        f"**Local Address**: {agent_name} (same as name)\n"
-        f"**Interswarm Address**: {agent_name}@{swarm_name}"
-    )
-
-
 def tool_help_text(tool_names: Iterable[str]) -> str:
     parts: list[str] = []
     for name in tool_names:
@@ -150,7 +141,13 @@ def build_help_text(
     if get_summary:
         sections.append(_section("SUMMARY", SUMMARY_TEXT))
     if get_identity:
-        sections.append(_section("YOUR IDENTITY", _identity_text(agent_name, swarm_name)))
+        identity = (
+            f"**Name**: {agent_name}\n"
+            f"**Swarm**: {swarm_name}\n"
+            f"**Local Address**: {agent_name} (same as name)\n"
+            f"**Interswarm Address**: {agent_name}@{swarm_name}"
+        )
+        sections.append(_section("YOUR IDENTITY", identity))
     tool_names = list(get_tool_help or ())
     if tool_names:
         sections.append(_section("TOOL HELP", tool_help_text(tool_names)))

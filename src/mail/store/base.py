@@ -292,7 +292,8 @@ class TaskStore(abc.ABC):
     def _task_write(self, key: InstanceKey, record: Mapping[str, Any]) -> SqlWrite | None:
         columns, extra = split_task_record(record, copy=False)  # encoded just below
         if extra.get("state") in FINISHED_STATES:
-            self._forget_task_histories(key, columns["task_id"])
+            # The task ended: its histories' marks go (the next save, if it resumes, is whole).
+            self._history_marks.pop((*key_args(key), columns["task_id"]), None)
         start_time = columns.get("start_time")
         contributors = columns.get("task_contributors")
         remote = columns.get("remote_swarms")
@@ -370,10 +371,6 @@ class TaskStore(abc.ABC):
                 agents = self._history_marks.get(write.args[:4])
                 if agents is not None:
                     agents.pop(write.args[4], None)
-
-    def _forget_task_histories(self, key: InstanceKey, task_id: str) -> None:
-        """A task ended: its histories' marks go (the next save, if it resumes, is whole)."""
-        self._history_marks.pop((*key_args(key), task_id), None)
 
     def _response_write(
         self, key: InstanceKey, task_id: str, response: Mapping[str, Any]

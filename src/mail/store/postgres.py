@@ -183,10 +183,6 @@ def _pg_json(value: Any) -> str:
     return text
 
 
-def _pg_text(value: Any) -> str | None:
-    return None if value is None else _strip_nul(str(value))
-
-
 class PostgresTaskStore(TaskStore):
     def __init__(
         self,
@@ -235,7 +231,7 @@ class PostgresTaskStore(TaskStore):
         return _pg_json(value)
 
     def _text(self, value: Any) -> str | None:
-        return _pg_text(value)
+        return None if value is None else _strip_nul(str(value))
 
     def _start_time(self, iso: str) -> Any:
         return parse_start_time(iso)
