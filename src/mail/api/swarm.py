@@ -662,8 +662,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
     async def post_interswarm_user_message(self, message: MAILInterswarmMessage) -> MAILMessage:
         """Send an envelope's request to its target swarm as a user message (the envelope's
         ``auth_token`` is the user's token); returns the remote swarm's answer."""
-        result = await self._router().post_envelope_as_user_message(message)
-        return result  # type: ignore[no-any-return]
+        return await self._router().post_envelope_as_user_message(message)
 
     # ------------------------------------------------------------------ wiring
     @property

@@ -377,7 +377,6 @@ async def handle_text_output(rt: ToolHost, ctx: TurnContext, call: AgentToolCall
     if waiter is not None and not waiter.done():
         waiter.set_result(message)
     rt.mailbox.put(message)
-    return None
 
 
 async def _builtin(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> None:
@@ -391,7 +390,6 @@ async def _builtin(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> None:
         text,
         {"tool_type": call.tool_name, "tool_args": call.tool_args},
     )
-    return None
 
 
 TOOL_HANDLERS["web_search_call"] = _builtin

@@ -41,8 +41,7 @@ async def caller_summaries(
     stored = await state.finished.stored_summaries(
         role, caller_id, live=records, limit=limit, before=before
     )
-    records = {**stored, **records}
-    return records
+    return {**stored, **records}
 
 
 def task_record(task: Any, runtime: Any) -> dict[str, Any]:
