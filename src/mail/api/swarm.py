@@ -517,7 +517,7 @@ class MAILSwarm(WiredAgents[MAILAgent]):
         journal: TaskJournal | None = None
         if persist_histories:
             journal = TaskJournal(
-                self.runtime, observer.journal_changed, touch, self.runtime.delivery.steps.counts
+                self.runtime, observer.journal_changed, touch, self.runtime.delivery.steps
             )
         restored = restore_snapshot(self.runtime, snapshot, journal)
         # Peers' answers that came while this instance was not loaded (a server delivers them

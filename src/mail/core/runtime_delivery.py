@@ -45,7 +45,7 @@ class StepBudget:
     empty stream) counts one as it goes out (`admit_call`). The turn that reaches the limit
     is the forced `task_complete`, so a task makes at most `max_steps` model calls."""
 
-    __slots__ = ("counts", "limits", "finishing", "finished", "loop_limit")
+    __slots__ = ("counts", "limits", "finishing", "finished", "loop_limit", "restarted")
 
     def __init__(self, loop_limit: Callable[[], int | None]) -> None:
         self.counts: dict[str, int] = {}
@@ -57,6 +57,8 @@ class StepBudget:
         # tasks whose forced finish has made its first request (the limit's own step)
         self.finished: set[str] = set()
         self.loop_limit = loop_limit
+        # told when a task's count starts again (the journal: what it kept of the old count)
+        self.restarted: Callable[[str], None] | None = None
 
     def forget(self, task_id: str) -> None:
         self.restart(task_id)
@@ -65,7 +67,8 @@ class StepBudget:
 
     def restart(self, task_id: str) -> None:
         """A new run of the task (a continuation, an interrupt): counted from zero."""
-        self.counts.pop(task_id, None)
+        if self.counts.pop(task_id, None) is not None and self.restarted is not None:
+            self.restarted(task_id)
         self.finished.discard(task_id)
 
     def limit(self, task_id: str) -> int | None:

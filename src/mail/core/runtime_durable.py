@@ -17,13 +17,16 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mail.core.message import MAILMessage, new_id
 from mail.core.runtime_batching import AgentInboxes
 from mail.core.runtime_ports import HostLink, TaskQueues
 from mail.core.tasks import INTERRUPTED_SUBJECT, ROLLED_BACK_SUBJECT
 from mail.utils.background import hold
+
+if TYPE_CHECKING:
+    from mail.core.runtime_delivery import StepBudget
 
 logger = logging.getLogger("mail.runtime")
 
@@ -89,14 +92,17 @@ class TaskJournal(HostLink[JournalHost]):
         runtime: JournalHost,
         write: JournalWriter,
         touch: JournalToucher | None = None,
-        step_counts: dict[str, int] | None = None,
+        steps: StepBudget | None = None,
     ) -> None:
         self._link(runtime)
         self._write = write
         self._touch = touch
         # task_id -> model calls its run has counted (StepBudget.counts): kept with each
-        # entry, so that a run continued after a restart goes on counting from there
-        self._step_counts: dict[str, int] = {} if step_counts is None else step_counts
+        # entry, so that a run continued after a restart goes on counting from there; a new
+        # run's count starts again (`_steps_restarted`)
+        self._step_counts: dict[str, int] = {} if steps is None else steps.counts
+        if steps is not None:
+            steps.restarted = self._steps_restarted
         # task_id -> entry id -> entry (insertion ordered)
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
         # asyncio task of a running turn -> (turn id, task_id, entry ids it took)
@@ -252,6 +258,14 @@ class TaskJournal(HostLink[JournalHost]):
         current = asyncio.current_task()
         active = self._active.get(current) if current is not None else None
         return active[0] if active is not None else None
+
+    def _steps_restarted(self, task_id: str) -> None:
+        """The task's count starts again: its entries no longer carry the old run's."""
+        changed = False
+        for entry in self._entries.get(task_id, {}).values():
+            changed = entry.pop("steps", None) is not None or changed
+        if changed:
+            self._mark(task_id)
 
     def _add(self, task_id: str, entry_id: str, entry: dict[str, Any]) -> None:
         self._entries.setdefault(task_id, {})[entry_id] = entry
