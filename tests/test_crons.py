@@ -146,6 +146,7 @@ def test_a_cron_every_second_runs_once_per_time_across_two_front_ends(
     for front in deployment.fronts:
         front.start()
     other = len(deployment.fronts) - 1  # the second front end (PostgreSQL)
+    began = time.time()  # (the first cron runs while the others are made)
     # Several crons due at the same instants: while one front end claims and starts the
     # runs of some, the other reads them all (without a compare-and-set both would start
     # a good share of them).
@@ -159,7 +160,6 @@ def test_a_cron_every_second_runs_once_per_time_across_two_front_ends(
         )
         assert made.status_code == 201, made.text
         crons.append(made.json()["id"])
-    began = time.time()
     # Both front ends know them; each front end's scheduler competes for every second.
     assert deployment.call("GET", f"/crons/{crons[0]}", front=other).status_code == 200
     _until(lambda: deployment.calls(f"tick{CRONS - 1}") >= 5, "five runs of each")
