@@ -159,7 +159,7 @@ class _RequestClock:
     def _expired(self) -> None:
         self._timer = None
         protocol = self._protocol
-        if protocol.transport.is_closing() or protocol.transport.get_protocol() is not protocol:
+        if protocol.transport.is_closing() or protocol.upgraded:
             return  # closed, or upgraded (a WebSocket under your own uvicorn)
         if self._body_since is not None:
             self._body_expired(protocol)
@@ -215,6 +215,7 @@ class TimedH11Protocol(H11Protocol):
         super().__init__(config, *args, **kwargs)
         self.head_clock = _RequestClock(self, head_seconds, body_seconds, max_connections)
         self._timed_cycle: Any = None  # the request whose body the clock times
+        self.upgraded = False
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -228,6 +229,8 @@ class TimedH11Protocol(H11Protocol):
         before = self.cycle
         held = len(before.body) if before is not None else 0
         super().data_received(data)
+        if self.upgraded:
+            return
         state, clock, cycle = self.conn.their_state, self.head_clock, self.cycle
         if state is h11.IDLE:  # a head to come (after the body of an early-answered request)
             if not clock.running() or clock.in_body():
@@ -257,6 +260,11 @@ class TimedH11Protocol(H11Protocol):
 
     def head_begun(self) -> bool:
         return bool(self.conn.trailing_data[0])  # h11 holds what came of the head
+
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        self.upgraded = True  # (the connection is the WebSocket protocol's now: untimed)
+        self.head_clock.stop()
+        super().handle_websocket_upgrade(event)
 
     def body_held(self) -> bool:
         return self.flow.read_paused or self.conn.they_are_waiting_for_100_continue
@@ -304,6 +312,7 @@ if HttpToolsProtocol is not None:
             self._piece_ended = False  # a message ended in the current piece
             self._refused = False  # a bound was passed: the connection takes no more data
             self.head_clock = _RequestClock(self, head_seconds, body_seconds, max_connections)
+            self.upgraded = False
             self._head_begun = False  # the parser has seen the first byte of the awaited head
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
@@ -317,6 +326,11 @@ if HttpToolsProtocol is not None:
 
         def head_begun(self) -> bool:
             return self._head_begun
+
+        def handle_websocket_upgrade(self) -> None:
+            self.upgraded = True  # (the connection is the WebSocket protocol's now: untimed)
+            self.head_clock.stop()
+            super().handle_websocket_upgrade()
 
         def body_held(self) -> bool:
             cycle = self.cycle
@@ -341,8 +355,8 @@ if HttpToolsProtocol is not None:
             while start < end:
                 if self._refused or self.parser is None or self.transport.is_closing():
                     return  # a refusal or a parse error ended the connection
-                if self.transport.get_protocol() is not self:
-                    return  # upgraded (a WebSocket under your own uvicorn): not ours to parse
+                if self.upgraded:
+                    return  # a WebSocket under your own uvicorn: not ours to parse
                 at_head_end = False
                 if self._in_head:
                     size, at_head_end = self._head_piece(data, start, end)
