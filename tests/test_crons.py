@@ -175,7 +175,11 @@ def test_a_cron_every_second_runs_once_per_time_across_two_front_ends(
     for n in range(CRONS):
         # Each scheduled time was claimed by one front end and started once: as many
         # supervisor calls as claimed times.
-        _until(functools.partial(started, n), f"cron {n}: a call per claimed time")
+        try:
+            _until(functools.partial(started, n), f"cron {n}: a call per claimed time")
+        except AssertionError:
+            seen = deployment.call("GET", f"/crons/{crons[n]}").json()
+            raise AssertionError((n, deployment.calls(f"tick{n}"), seen)) from None
     listed = {
         task_id
         for front in range(len(deployment.fronts))

@@ -51,6 +51,9 @@ Owner = tuple[str, str]
 SERVER_ZONES = frozenset({"localtime", "posixrules"})
 
 
+_NOTE_TRIES = 5  # compare-and-set tries of a refused run's note (concurrent claims move it)
+
+
 def _bad(detail: str) -> HTTPException:
     return HTTPException(400, detail)
 
@@ -520,18 +523,27 @@ class CronScheduler:
             raise HTTPException(reply.status, detail)
 
     async def _note_error(self, sub: Record, before: Mapping[str, Any], error: str) -> None:
-        """Record why the run was refused: it started nothing, so it is not counted in
-        `runs` and `last_task_id` stays the task of the latest run that did start."""
+        """Record why the run was refused: it started nothing, so it is taken off `runs`,
+        and `last_task_id` goes back to the task of the latest run that did start (unless a
+        later time's run took its place). A change made meanwhile (another front end's next
+        time, a PATCH) is read again: the note is made on what the cron holds now."""
         logger.warning("crons: run of %s refused: %s", sub["subscription_id"], error)
-        spec = {
-            **sub["push_auth"],
-            "last_error": error[:500],
-            "runs": before.get("runs") or 0,
-            "last_task_id": before.get("last_task_id"),
-        }
-        await self.store.update_subscription(
-            sub["subscription_id"], {"push_auth": spec}, expect={"updated_at": sub["updated_at"]}
-        )
+        cron_id, ours = sub["subscription_id"], sub["push_auth"].get("last_task_id")
+        for _ in range(_NOTE_TRIES):
+            spec = dict(sub["push_auth"])
+            spec["last_error"] = error[:500]
+            spec["runs"] = max(0, int(spec.get("runs") or 0) - 1)
+            if spec.get("last_task_id") == ours:
+                spec["last_task_id"] = before.get("last_task_id")
+            noted = await self.store.update_subscription(
+                cron_id, {"push_auth": spec}, expect={"updated_at": sub["updated_at"]}
+            )
+            if noted is not None:
+                return
+            current = await self.store.get_subscription(cron_id)
+            if current is None:
+                return  # deleted meanwhile
+            sub = current
 
 
 async def start_crons(
