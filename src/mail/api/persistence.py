@@ -380,8 +380,6 @@ def restore_snapshot(
         if task_id in runtime.mail_tasks or task_id == "*":
             continue
         task = MAILTask.from_store_record(record)
-        if task.step_limit is not None:  # the caller's max_steps holds after a restart
-            runtime.delivery.steps.limits[task_id] = task.step_limit or None
         if task.is_running and not task.completed:
             if journal is not None and has_work(snapshot.queues.get(journal_key(task_id))):
                 continuing.append(task_id)

@@ -213,8 +213,6 @@ class MAILRuntime:
             task = MAILTask(task_id, owner or self.this_owner, contributors)
             if self.this_owner not in task.task_contributors and owner is None:
                 task.add_contributor(self.this_owner)
-            if task_id in self.delivery.steps.limits:  # the caller's max_steps, kept
-                task.step_limit = self.delivery.steps.limits[task_id] or 0
             self.mail_tasks[task_id] = task
             self.open_tasks.add(task_id)
             if self._observing:

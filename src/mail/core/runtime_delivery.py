@@ -45,24 +45,23 @@ class StepBudget:
     empty stream) counts one as it goes out (`admit_call`). The turn that reaches the limit
     is the forced `task_complete`, so a task makes at most `max_steps` model calls."""
 
-    __slots__ = ("counts", "limits", "finishing", "finished", "loop_limit", "restarted")
+    __slots__ = ("counts", "finishing", "finished", "limit", "restarted")
 
-    def __init__(self, loop_limit: Callable[[], int | None]) -> None:
+    def __init__(self, limit: Callable[[str], int | None]) -> None:
         self.counts: dict[str, int] = {}
-        # task id -> its own limit (a request's `max_steps`); absent = the loop's limit
-        self.limits: dict[str, int | None] = {}
         # task id -> (id of the message whose turn is the forced finish, the notice it
         # brings): the entrypoint gets the last allowed call's message and the order together
         self.finishing: dict[str, tuple[str, MAILMessage]] = {}
         # tasks whose forced finish has made its first request (the limit's own step)
         self.finished: set[str] = set()
-        self.loop_limit = loop_limit
+        # task id -> its step limit (None: none); the task's own (`MAILTask.step_limit`,
+        # kept with it) or else the loop's
+        self.limit = limit
         # told when a task's count starts again (the journal: what it kept of the old count)
         self.restarted: Callable[[str], None] | None = None
 
     def forget(self, task_id: str) -> None:
         self.restart(task_id)
-        self.limits.pop(task_id, None)
         self.finishing.pop(task_id, None)
 
     def restart(self, task_id: str) -> None:
@@ -70,9 +69,6 @@ class StepBudget:
         if self.counts.pop(task_id, None) is not None and self.restarted is not None:
             self.restarted(task_id)
         self.finished.discard(task_id)
-
-    def limit(self, task_id: str) -> int | None:
-        return self.limits.get(task_id, self.loop_limit())
 
     def finish_notice(self, task_id: str, batch: list[MAILMessage]) -> MAILMessage | None:
         """The step limit's notice that comes with one of `batch` (its turn is the last
@@ -144,9 +140,14 @@ class DeliveryHost(Swarm, Protocol):
     def _spawn(self, task_id: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
-def _loop_limit(link: weakref.ref[Delivery]) -> int | None:
+def _step_limit(link: weakref.ref[Delivery], task_id: str) -> int | None:
+    """A task's step limit: its own `max_steps` (0: none), else the loop's."""
     delivery = link()
-    return None if delivery is None else delivery.host.max_steps
+    if delivery is None:
+        return None
+    task = delivery.host.mail_tasks.get(task_id)
+    own = None if task is None else task.step_limit
+    return delivery.host.max_steps if own is None else own or None
 
 
 class Delivery(HostLink[DeliveryHost]):
@@ -156,7 +157,7 @@ class Delivery(HostLink[DeliveryHost]):
         self._link(host)
         self.inboxes = inboxes
         link = weakref.ref(self)  # (a closure over self would make a reference cycle)
-        self.steps = StepBudget(lambda: _loop_limit(link))
+        self.steps = StepBudget(lambda task_id: _step_limit(link, task_id))
         # ids of queued agent messages whose recipients a tool handler already checked
         self.prechecked: set[str] = set()
 

@@ -180,10 +180,10 @@ class Submissions(HostLink[ResumeHost]):
     def _take_settings(self, task_id: str, kwargs: dict[str, Any]) -> None:
         """The message's own step limit and budget apply to the task from now on."""
         if "max_steps" in kwargs:
-            limit = self.steps.limits[task_id] = parse_max_steps(kwargs["max_steps"])
-            task = self.host.mail_tasks.get(task_id)
-            if task is not None and task.step_limit != (limit or 0):
-                task.step_limit = limit or 0  # kept with the task (a new one: `_ensure_task`)
+            limit = parse_max_steps(kwargs["max_steps"]) or 0  # (0: no limit)
+            task = self.host._ensure_task(task_id)
+            if task.step_limit != limit:
+                task.step_limit = limit  # kept with the task, so it holds after a restart
                 self.host.observer.task_changed(task)
         self.host.meter.submitted(task_id, kwargs)
 
