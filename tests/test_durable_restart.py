@@ -35,7 +35,12 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _server(
-    directory: Path, swarm: str, port: int, store: DurableStore, gate: Path | None = None
+    directory: Path,
+    swarm: str,
+    port: int,
+    store: DurableStore,
+    gate: Path | None = None,
+    gate_from: int = 1,
 ) -> ServerProcess:
     config = write_config(directory, port=port, swarm=swarm)
     env = {
@@ -45,6 +50,7 @@ def _server(
     }
     if gate is not None:
         env["MAIL_DURABLE_GATE"] = str(gate)
+        env["MAIL_DURABLE_GATE_FROM"] = str(gate_from)
     return ServerProcess(directory, port, args=["--config", str(config)], env=env)
 
 
@@ -277,34 +283,52 @@ def test_breakpoint_pause_survives_kill_and_resumes(
         assert second.stop() == 0, second.logs()
 
 
+@pytest.mark.parametrize(
+    ("max_steps", "killed_at"),
+    [(6, 1), (5, 5)],
+    ids=["first-call", "forced-finish"],
+)
 def test_a_requests_max_steps_holds_after_a_kill(
     durable_store: DurableStore,  # noqa: F811
     tmp_path: Path,
+    max_steps: int,
+    killed_at: int,
 ) -> None:
-    """A supervisor that would ask a worker for ever, limited to 6 model calls by its request:
-    killed while its first call hangs, the task continues under the same limit (before, the
-    server's task_message_limit of 15 applied), and ends by the limit's forced finish."""
+    """A supervisor that would ask a worker for ever, limited by its request's max_steps, is
+    killed while model call `killed_at` hangs: its first call (the continued task counts
+    against the same limit, where the server's task_message_limit of 15 applied before),
+    or its last one, the limit's forced finish (the supervisor is given a worker's answer at
+    the limit: the re-run is still the forced finish, where before it asked the worker again
+    and finished one call later). Either way it ends by the forced finish."""
     swarm = f"durable-{uuid.uuid4().hex[:8]}"
     (tmp_path / "swarms.json").write_text(json.dumps(swarms_json(swarm)), encoding="utf-8")
     key = create_key(tmp_path / "registries" / "keys.json", "user", "alice")
     port = free_port()
-    gate = tmp_path / "gate"  # model calls hang until it exists: the first server's do
-    first = _server(tmp_path, swarm, port, durable_store, gate).start()
+    gate = tmp_path / "gate"  # model calls from `killed_at` on hang until it exists
+    first = _server(tmp_path, swarm, port, durable_store, gate, gate_from=killed_at).start()
     try:
         accepted = httpx.post(
             f"{first.base_url}/message",
-            json={"body": "CHATTY go", "background": True, "kwargs": {"max_steps": 6}},
+            json={"body": "CHATTY go", "background": True, "kwargs": {"max_steps": max_steps}},
             headers=auth(key),
             timeout=30,
         )
         assert accepted.status_code == 202, accepted.text
         task_id = accepted.json()["task_id"]
-        _wait_for(lambda: len(_calls(tmp_path)) >= 1, 30, "the first model call")
+        _wait_for(lambda: len(_calls(tmp_path)) >= killed_at, 30, f"model call {killed_at}")
+        if killed_at > 1:  # and the turns before it are stored (else they too are in flight)
+
+            def stored_turns() -> int:
+                histories = _histories(durable_store, swarm, task_id)
+                return sum(m.get("role") == "assistant" for h in histories.values() for m in h)
+
+            _wait_for(lambda: stored_turns() >= killed_at - 1, 30, "the earlier turns stored")
     finally:
         assert first.proc is not None
         first.proc.kill()  # kill -9: no shutdown hooks run
         first.proc.wait(10)
     before = len(_calls(tmp_path))
+    assert before == killed_at, _calls(tmp_path)
     gate.touch()
 
     second = _server(tmp_path, swarm, port, durable_store, gate).start()
@@ -329,6 +353,6 @@ def test_a_requests_max_steps_holds_after_a_kill(
     assert "stopped by max_steps" in json.dumps(record), {
         k: v for k, v in record.items() if k != "events"
     }
-    # The continued run goes on counting against the request's limit, not 15: 6 calls in
-    # all, besides the call in flight at the kill, made again (at most once per crash).
-    assert after >= 1 and before + after <= 6 + 1, (before, after)
+    # max_steps calls in all, besides the call in flight at the kill, made again (at most
+    # once per crash).
+    assert after >= 1 and before + after <= max_steps + 1, (before, after)

@@ -14,7 +14,8 @@ Every call first records itself: a line ``<agent> <pid> start`` appended to the 
 ``MAIL_DURABLE_CALL_LOG`` (so a test waits for "a worker call started" instead of sleeping, and
 counts how often each agent was called), then waits ``MAIL_STUB_LATENCY_MS``, and, while the
 file named by ``MAIL_DURABLE_GATE`` (if set) does not exist, until it does (a model call that
-hangs until the test lets it answer).
+hangs until the test lets it answer); with ``MAIL_DURABLE_GATE_FROM=N``, only the Nth call logged
+and later ones wait for it.
 """
 
 from __future__ import annotations
@@ -71,21 +72,27 @@ def _incoming(history: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return found
 
 
-def _log(name: str) -> None:
+def _log(name: str) -> int:
+    """Record a call; returns its number (1: the first call logged), 0 without a log."""
     path = os.environ.get("MAIL_DURABLE_CALL_LOG")
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"{name} {os.getpid()} start\n")
+    if not path:
+        return 0
+    with open(path, "a+", encoding="utf-8") as f:
+        f.write(f"{name} {os.getpid()} start\n")
+        f.seek(0)
+        return sum(1 for _ in f)
 
 
 def factory(name: str, comm_targets: list[str], **_: Any):  # noqa: ANN201
     latency = float(os.environ.get("MAIL_STUB_LATENCY_MS") or 0) / 1000
 
     async def agent(history: list[dict[str, Any]], tool_choice: Any = "required"):  # noqa: ANN202
-        _log(name)
+        number = _log(name)
         if latency:
             await asyncio.sleep(latency)
         gate = os.environ.get("MAIL_DURABLE_GATE")
+        if number < int(os.environ.get("MAIL_DURABLE_GATE_FROM") or 0):
+            gate = None
         while gate and not os.path.exists(gate):
             await asyncio.sleep(0.05)
         last = history[-1] if history else {}

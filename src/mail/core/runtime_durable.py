@@ -101,6 +101,10 @@ class TaskJournal(HostLink[JournalHost]):
         # entry, so that a run continued after a restart goes on counting from there; a new
         # run's count starts again (`_steps_restarted`)
         self._step_counts: dict[str, int] = {} if steps is None else steps.counts
+        # task_id -> the message whose turn is the step limit's forced finish, and its notice
+        # (StepBudget.finishing): kept with that message's inbox entry, so that a re-run of
+        # the turn after a restart is still the forced finish
+        self._finishing = {} if steps is None else steps.finishing
         if steps is not None:
             steps.restarted = self._steps_restarted
         # task_id -> entry id -> entry (insertion ordered)
@@ -183,6 +187,9 @@ class TaskJournal(HostLink[JournalHost]):
         task_id, agent = key.split("::", 1)
         entry = self._entry("inbox", priority, seq, message)
         entry["agent"] = agent
+        held = self._finishing.get(task_id)
+        if held is not None and held[0] == message["id"]:
+            entry["finish"] = held[1]
         self._add(task_id, f"i{key}#{seq}", entry)
 
     def taken(self, key: str, seqs: list[int]) -> None:
@@ -386,6 +393,8 @@ class TaskJournal(HostLink[JournalHost]):
                     continue
                 if item.get("kind") == "inbox":
                     key = f"{task_id}::{item['agent']}"
+                    if "finish" in item:
+                        self._finishing[task_id] = (message["id"], item["finish"])
                     if "answer" in item:
                         self._answers.setdefault(key, item["answer"])
                         answered.add(key)
