@@ -74,7 +74,7 @@ def forget_finished(rt: FinishedHost, task_id: str) -> MAILTask | None:
     rt.outstanding_requests.pop(task_id, None)
     rt.last_breakpoint_caller.pop(task_id, None)
     rt.last_breakpoint_tool_calls.pop(task_id, None)
-    rt.delivery.steps.forget(task_id)
+    rt.delivery.steps.restart(task_id)
     rt.loop_guard.forget(task_id)
     rt.meter.forget(task_id)
     rt.stored_bytes.forget(task_id)

@@ -315,7 +315,7 @@ class MAILRuntime:
         task.mark_complete(state)
         task.response = response  # type: ignore[assignment]
         self.response_messages[task_id] = response
-        self.delivery.steps.forget(task_id)
+        self.delivery.steps.restart(task_id)
         self.loop_guard.forget(task_id)
         self.outstanding_requests.pop(task_id, None)
         self.meter.task_answered(task_id, response["message"].get("subject"), task.state.value)

@@ -60,15 +60,13 @@ class StepBudget:
         # told when a task's count starts again (the journal: what it kept of the old count)
         self.restarted: Callable[[str], None] | None = None
 
-    def forget(self, task_id: str) -> None:
-        self.restart(task_id)
-        self.finishing.pop(task_id, None)
-
     def restart(self, task_id: str) -> None:
-        """A new run of the task (a continuation, an interrupt): counted from zero."""
+        """A new run of the task (a continuation, an interrupt) or its end: counted from
+        zero, and an old run's forced finish no longer due."""
         if self.counts.pop(task_id, None) is not None and self.restarted is not None:
             self.restarted(task_id)
         self.finished.discard(task_id)
+        self.finishing.pop(task_id, None)
 
     def finish_notice(self, task_id: str, batch: list[MAILMessage]) -> MAILMessage | None:
         """The step limit's notice that comes with one of `batch` (its turn is the last

@@ -267,10 +267,12 @@ class TaskJournal(HostLink[JournalHost]):
         return active[0] if active is not None else None
 
     def _steps_restarted(self, task_id: str) -> None:
-        """The task's count starts again: its entries no longer carry the old run's."""
+        """The task's count starts again: its entries no longer carry the old run's count
+        or forced finish."""
         changed = False
         for entry in self._entries.get(task_id, {}).values():
             changed = entry.pop("steps", None) is not None or changed
+            changed = entry.pop("finish", None) is not None or changed
         if changed:
             self._mark(task_id)
 
