@@ -85,7 +85,8 @@ def assert_408(data: bytes, what: bytes = b"head") -> None:
     head, _, text = data.partition(b"\r\n\r\n")
     assert head.lower().startswith(b"http/1.1 408 request timeout"), data
     assert b"\r\nconnection: close" in head.lower(), data
-    assert text == b"request " + what + b" not received in time", data
+    assert b"\r\ncontent-type: application/json" in head.lower(), data
+    assert json.loads(text) == {"detail": f"request {what.decode()} not received in time"}, data
 
 
 def send_slowly_until_answered(conn: socket.socket, line: bytes) -> float:
@@ -172,7 +173,7 @@ def test_a_pipelined_bodys_time_starts_once_the_request_before_is_answered(
     """A request answered slowly, and behind it (in the same write) a second one whose body
     never ends: the first gets its answer (not a 408 meant for the second), the second its
     408 a body's time after that."""
-    first_head, first_body = message_request(server, {"body": f"SLEEP {BODY_TIMEOUT + 2} one"})
+    first_head, first_body = message_request(server, {"body": f"SLEEP {BODY_TIMEOUT + 0.5} one"})
     second_head, _ = message_request(server, {"body": "x" * 200})
     with connect(server) as conn:
         conn.sendall(first_head + first_body + second_head + b'{"body"')
@@ -181,7 +182,24 @@ def test_a_pipelined_bodys_time_starts_once_the_request_before_is_answered(
         assert json.loads(body)["response"] == "echo[alice]: one"
         answered = time.monotonic()
         assert_408(read_to_close(conn), b"body")
-        assert time.monotonic() - answered >= BODY_TIMEOUT - 0.5
+        took = time.monotonic() - answered  # a body's time after the answer, no more
+        assert BODY_TIMEOUT - 0.5 <= took < BODY_TIMEOUT + 3.5, took
+
+
+def test_a_body_behind_100_continue_gets_a_bodys_time_from_the_100(server: ServerProcess) -> None:
+    """`Expect: 100-continue`: the body's time runs from the server's `100 Continue` (the time
+    before it is not counted, and only that time)."""
+    head, _ = message_request(server, {"body": "x" * 200})
+    with connect(server) as conn:
+        conn.sendall(head.replace(b"\r\n\r\n", b"\r\nexpect: 100-continue\r\n\r\n"))
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += conn.recv(1)
+        assert interim.startswith(b"HTTP/1.1 100"), interim
+        continued = time.monotonic()
+        assert_408(read_to_close(conn), b"body")
+        took = time.monotonic() - continued
+        assert BODY_TIMEOUT - 0.5 <= took < BODY_TIMEOUT + 3.5, took
 
 
 def test_a_long_body_sent_steadily_is_read_past_the_bodys_time(server: ServerProcess) -> None:

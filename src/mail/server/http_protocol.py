@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import socket
 from typing import Any
@@ -24,19 +25,21 @@ DEFAULT_BODY_SECONDS = 30.0  # [server.settings] request_body_timeout (see `_Req
 _HEAD_END = b"\r\n\r\n"
 
 
-def _refusal(status: bytes, text: bytes) -> bytes:
+def _refusal(status: bytes, text: str) -> bytes:
+    """A whole response written by the protocol itself: a JSON error, as every other."""
+    body = json.dumps({"detail": text}).encode()
     return (
         b"HTTP/1.1 " + status + b"\r\n"
-        b"content-type: text/plain; charset=utf-8\r\n"
-        b"content-length: " + str(len(text)).encode() + b"\r\n"
-        b"connection: close\r\n\r\n" + text
+        b"content-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n" + body
     )
 
 
-_RESPONSE_431 = _refusal(b"431 Request Header Fields Too Large", b"request head too large")
-_RESPONSE_408_HEAD = _refusal(b"408 Request Timeout", b"request head not received in time")
-_RESPONSE_408_BODY = _refusal(b"408 Request Timeout", b"request body not received in time")
-_RESPONSE_503 = _refusal(b"503 Service Unavailable", b"too many open connections")
+_RESPONSE_431 = _refusal(b"431 Request Header Fields Too Large", "request head too large")
+_RESPONSE_408_HEAD = _refusal(b"408 Request Timeout", "request head not received in time")
+_RESPONSE_408_BODY = _refusal(b"408 Request Timeout", "request body not received in time")
+_RESPONSE_503 = _refusal(b"503 Service Unavailable", "too many open connections")
 
 try:
     import resource
@@ -89,6 +92,7 @@ _refusals_logged = float("-inf")
 # Bytes a second a client sending a body earns time at: a body must be complete within
 # `request_body_timeout` of its head's end plus a second for each BODY_MIN_RATE bytes received.
 BODY_MIN_RATE = 500
+HOLD_CHECK = 1.0  # seconds between looks at a body the server holds back (`_RequestClock`)
 
 
 def _client(protocol: Any) -> str:
@@ -111,7 +115,7 @@ class _RequestClock:
         self._timer: asyncio.TimerHandle | None = None
         self._body_since: float | None = None  # when the body's time began (None: a head's)
         self.body_bytes = 0  # body bytes received since then
-        self._held = False  # the server held this body back: a fresh window once it lets go
+        self._held = False  # the server held this body back at the last look (`_wait_body`)
 
     def open(self) -> None:
         """Start the first wait, or refuse the connection (503) past ``max_connections``."""
@@ -140,9 +144,17 @@ class _RequestClock:
         since its head stay counted)."""
         received = self.body_bytes
         self.stop()
-        self._body_since, self.body_bytes = self._protocol.loop.time(), received
-        self._held = self._protocol.body_held()
-        self._timer = self._protocol.loop.call_later(self.body_seconds, self._expired)
+        self.body_bytes = received
+        self._wait_body()
+
+    def _wait_body(self) -> None:
+        """The body's time begins now; while the server holds the body back (a 100 Continue
+        not sent, reading paused, a request queued behind another) it begins again at each
+        look, every `HOLD_CHECK` seconds, so a hold costs the client at most that."""
+        loop = self._protocol.loop
+        self._body_since, self._held = loop.time(), self._protocol.body_held()
+        wait = min(HOLD_CHECK, self.body_seconds) if self._held else self.body_seconds
+        self._timer = loop.call_later(wait, self._expired)
 
     def running(self) -> bool:
         return self._timer is not None
@@ -175,9 +187,7 @@ class _RequestClock:
 
     def _body_expired(self, protocol: Any) -> None:
         if self._held or protocol.body_held():
-            # The server held the body back (a 100 Continue not sent, reading paused, a
-            # request queued behind another): a fresh window from when it lets go.
-            self.start_body()
+            self._wait_body()
             return
         cycle = protocol.cycle
         assert self._body_since is not None
