@@ -93,7 +93,9 @@ def _agent_errors(server: ServerProcess, key: str, task_id: str) -> list[dict[st
 def test_config_typos_are_warned_and_a_failed_start_leaves_no_folders(tmp_path: Path) -> None:
     (tmp_path / "mail.toml").write_text(
         '[server]\nprot = 8000\n\n[server.swarm]\nname = "demo"\nsource = "nowhere.json"\n'
-        "\n[server.settings]\ninstance_idle_timout = 1800\n",
+        "\n[server.settings]\ninstance_idle_timout = 1800\n"
+        "\n[server.crons]\nmax_paused_tasks_per_caller = 3\n\n[server.mcp]\nenabeld = true\n"
+        "\n[server.telemetry]\nmetric = false\n",
         encoding="utf-8",
     )
     done = _run_server(tmp_path, "--port", str(free_port()))
@@ -107,6 +109,15 @@ def test_config_typos_are_warned_and_a_failed_start_leaves_no_folders(tmp_path: 
         "'instance_idle_timeout'?" in line
         for line in lines
     ), done.stderr
+    for key, table in (
+        ("max_paused_tasks_per_caller", "server.crons"),  # every table is checked
+        ("enabeld", "server.mcp"),
+        ("metric", "server.telemetry"),
+    ):
+        assert any(f"unknown key '{key}' in [{table}] is ignored" in line for line in lines), (
+            key,
+            done.stderr,
+        )
     # The source is named relative to the config file, and the error says where it looked.
     assert f"{tmp_path / 'nowhere.json'}' does not exist" in done.stderr
     assert not (tmp_path / "registries").exists(), "a failed start created registries/"

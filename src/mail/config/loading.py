@@ -55,18 +55,19 @@ def _first_error(exc: ValidationError, path: Path | None) -> ConfigError:
     return ConfigError(f"invalid config value{origin}: {where}: {err.get('msg')}")
 
 
-def _known_tables() -> dict[str, type[BaseModel] | None]:
-    """Each table of mail.toml -> the model that reads it (None: any key is read)."""
-    client: type[BaseModel] | None = ClientConfig
-    tables: dict[str, type[BaseModel] | None] = {
+def _known_tables() -> dict[str, type[BaseModel]]:
+    """Each table of mail.toml -> the model that reads it (its sub-tables: its fields that
+    are models of their own)."""
+    tables: dict[str, type[BaseModel]] = {
         "server": ServerConfig,
-        "client": client,
+        "client": ClientConfig,
         "stdlib": StdlibConfig,
     }
-    for name in ("swarm", "settings", "auth", "team_tools", "cluster", "store", "webhooks"):
-        tables[f"server.{name}"] = ServerConfig.model_fields[name].annotation  # type: ignore[assignment]
-    for name in ("fs", "net", "http", "mcp"):
-        tables[f"stdlib.{name}"] = StdlibConfig.model_fields[name].annotation  # type: ignore[assignment]
+    for parent in ("server", "stdlib"):
+        for name, field in tables[parent].model_fields.items():
+            model = field.annotation
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                tables[f"{parent}.{name}"] = model
     return tables
 
 
@@ -90,7 +91,7 @@ def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
         section = data.get(parent)
         if child:
             section = section.get(child) if isinstance(section, dict) else None
-        if not isinstance(section, dict) or model is None:
+        if not isinstance(section, dict):
             continue
         sub_tables = {t.partition(".")[2] for t in tables if t.startswith(f"{table}.")}
         aliases = {f.alias for f in model.model_fields.values() if f.alias}
