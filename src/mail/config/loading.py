@@ -72,9 +72,14 @@ def _known_tables() -> dict[str, type[BaseModel]]:
 
 
 def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
-    """One line per key no setting reads, with the closest known name when there is one."""
+    """One line per key no setting reads, with the one table that has it, else the closest
+    known name, when there is one."""
     tables = _known_tables()
     found: list[str] = []
+    homes: dict[str, list[str]] = {}
+    for table, model in tables.items():
+        for key in model.model_fields:
+            homes.setdefault(key, []).append(table)
 
     def check(table: str, keys: list[str], known: set[str]) -> None:
         for key in keys:
@@ -82,6 +87,8 @@ def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
                 continue
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else ""
+            if len(homes.get(key, ())) == 1:
+                hint = f"; it is a key of [{homes[key][0]}]"
             where = f"[{table}]" if table else "the top level"
             found.append(f"{path}: unknown key '{key}' in {where} is ignored{hint}")
 
