@@ -45,7 +45,7 @@ def test_bad_values_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="stdlib.http.read_timeout"):
         load_config(path)
     path.write_text("[stdlib]\nfs = 3\n")
-    with pytest.raises(ConfigError, match=r"\[stdlib\]"):
+    with pytest.raises(ConfigError, match=r"\[stdlib\.fs\] must be a table"):
         load_config(path, use_cache=False)
 
 

@@ -112,20 +112,14 @@ def load_config_file(path: str | Path | None) -> MAILConfig:
         return MAILConfig()
     path = Path(path)
     data = _read_toml(path)
-    server = data.get("server", {})
-    if not isinstance(server, dict):
-        raise ConfigError(f"config file {path}: [server] must be a table")
-    for table in ("swarm", "settings", "auth", "team_tools", "cluster"):
-        if table in server and not isinstance(server[table], dict):
-            raise ConfigError(f"config file {path}: [server.{table}] must be a table")
-    client = data.get("client", {})
-    if not isinstance(client, dict):
-        raise ConfigError(f"config file {path}: [client] must be a table")
-    stdlib = data.get("stdlib", {})
-    if not isinstance(stdlib, dict) or not all(
-        isinstance(v, dict) for k, v in stdlib.items() if k in StdlibConfig.model_fields
-    ):
-        raise ConfigError(f"config file {path}: [stdlib] and its sub-tables must be tables")
+    for table in _known_tables():
+        parent, _, child = table.partition(".")
+        section = data.get(parent, {})
+        if child and isinstance(section, dict):
+            section = section.get(child, {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"config file {path}: [{table}] must be a table")
+    server, client, stdlib = (data.get(name, {}) for name in ("server", "client", "stdlib"))
     try:
         stdlib_config = StdlibConfig.model_validate(stdlib)
     except ValidationError as exc:
