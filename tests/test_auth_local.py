@@ -116,6 +116,20 @@ def test_keys_cli_create_list_revoke(tmp_path: Path) -> None:
     assert code == 2 and "no key matches 'zoe'" in err
 
 
+def test_keys_cli_takes_the_file_after_the_subcommand_too(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    code, out, err = run_cli("keys", "create", "--keys-file", str(path), "--role", "user")
+    assert code == 0, err
+    code, out, _ = run_cli("keys", "list", "--keys-file", str(path), "--json")
+    assert [k["role"] for k in json.loads(out)] == ["user"]
+    config = tmp_path / "mail.toml"  # -c too, and before the subcommand still
+    config.write_text(f'[server.swarm]\nregistry = "{tmp_path / "regs" / "x.json"}"\n')
+    code, out, _ = run_cli("keys", "create", "-c", str(config), "--role", "admin", "--json")
+    assert json.loads(out)["keys_file"] == str(tmp_path / "regs" / "keys.json")
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list", "--json")
+    assert [k["role"] for k in json.loads(out)] == ["user"]
+
+
 def test_keys_cli_uses_config_and_env_for_the_file(tmp_path: Path) -> None:
     config = tmp_path / "mail.toml"
     config.write_text(f'[server.swarm]\nregistry = "{tmp_path / "regs" / "x.json"}"\n')

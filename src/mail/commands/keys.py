@@ -9,9 +9,19 @@ import sys
 from pathlib import Path
 
 
+def _file_options(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """Where the keys are: given before the subcommand or after it (SUPPRESS: a subcommand
+    that is not given them keeps what came before it)."""
+    parser.add_argument(
+        "-c", "--config", default=default, help="path to mail.toml (default: the usual search)"
+    )
+    parser.add_argument(
+        "--keys-file", default=default, help="key file to use (overrides the config)"
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-c", "--config", help="path to mail.toml (default: the usual search)")
-    parser.add_argument("--keys-file", help="key file to use (overrides the config)")
+    _file_options(parser)
     sub = parser.add_subparsers(dest="keys_command", metavar="{create,list,revoke}")
     create = sub.add_parser("create", help="create a key and print it once")
     create.add_argument("--role", required=True, choices=("admin", "user", "agent"))
@@ -37,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("admin", "user", "agent"),
         help="only keys of this role (required when the id has keys of several roles)",
     )
+    for command in (create, lst, revoke):
+        _file_options(command, argparse.SUPPRESS)
 
 
 def _keys_path(args: argparse.Namespace) -> Path:
