@@ -166,6 +166,17 @@ def test_connection_failure_is_one_line_and_hides_the_password(tmp_path: Path) -
     assert "s3cret" not in result.stderr + result.stdout
 
 
+def test_a_search_path_schema_that_does_not_exist_is_named(schema_url: str, tmp_path: Path) -> None:
+    missing = f"{schema_url.rsplit('=', 1)[1]}_not_made"
+    url = f"{schema_url.rsplit('=', 1)[0]}={missing}"
+    result = mail(["db-init", "--database-url", url], tmp_path, None)
+    assert result.returncode == 1
+    assert (
+        f"no schema to create MAIL's tables in: search_path ({missing}) names none that exists; "
+        "create it first (CREATE SCHEMA <name>)" in result.stderr
+    ), result.stderr
+
+
 @pytest.mark.parametrize("secret_param", ["password", "sslpassword"])
 def test_a_password_in_the_query_string_is_never_printed(tmp_path: Path, secret_param: str) -> None:
     url = f"postgresql://postgres@127.0.0.1:1/test?sslmode=disable&{secret_param}=qu3rys3cret"

@@ -232,6 +232,12 @@ async def ensure_schema(
     and "created" / "exists" after, so a command can print as it goes.
     """
     report = SchemaReport()
+    if await conn.fetchval("SELECT current_schema()") is None:
+        path = await conn.fetchval("SHOW search_path")
+        raise ValueError(
+            f"no schema to create MAIL's tables in: search_path ({path}) names none that "
+            "exists; create it first (CREATE SCHEMA <name>) or change ?search_path= in the URL"
+        )
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
         absent = set(await missing_tables(conn))
