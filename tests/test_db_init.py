@@ -172,8 +172,8 @@ def test_a_search_path_schema_that_does_not_exist_is_named(schema_url: str, tmp_
     result = mail(["db-init", "--database-url", url], tmp_path, None)
     assert result.returncode == 1
     assert (
-        f"no schema to create MAIL's tables in: search_path ({missing}) names none that exists; "
-        "create it first (CREATE SCHEMA <name>)" in result.stderr
+        f"no schema to create MAIL's tables in: search_path ({missing}) names none that exists "
+        "and this user may use: create it (CREATE SCHEMA <name>)" in result.stderr
     ), result.stderr
 
 

@@ -236,7 +236,8 @@ async def ensure_schema(
         path = await conn.fetchval("SHOW search_path")
         raise ValueError(
             f"no schema to create MAIL's tables in: search_path ({path}) names none that "
-            "exists; create it first (CREATE SCHEMA <name>) or change ?search_path= in the URL"
+            "exists and this user may use: create it (CREATE SCHEMA <name>), let the user "
+            "use it (GRANT USAGE ON SCHEMA <name> TO <user>), or change the search_path"
         )
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
