@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.support.old_sqlite import write_schema
 
 from mail.store import sqlite_schema
 from mail.store.base import InstanceKey
@@ -138,13 +139,7 @@ async def test_keys_from_a_schema_3_file_go_oldest_first(tmp_path: Path) -> None
     its keys in key order. Taken z099 (first) to z000 (last): room for 10 forgets z090..z099."""
     path = tmp_path / "mail.db"
     conn = sqlite_schema.connect(path)
-    sqlite_schema.applied_versions(conn)
-    for version, statements in sqlite_schema.MIGRATIONS[:3]:
-        conn.execute("BEGIN IMMEDIATE")
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_version VALUES (?, 'x')", (version,))
-        conn.execute("COMMIT")
+    write_schema(conn, 3)
     keys = [f"z{n:03d}" for n in range(100)]
     for n, key in enumerate(keys):
         at = NOW + (100 - n)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.old_sqlite import write_schema
 from tests.support.pg_schema import scratch_schema, with_search_path
 
 from mail.store.base import InstanceKey
@@ -362,13 +363,7 @@ async def test_sqlite_keys_of_a_version_3_file_survive_the_rowid_rebuild(tmp_pat
 
     path = tmp_path / "mail.db"
     conn = sqlite_schema.connect(path)
-    sqlite_schema.applied_versions(conn)
-    for version, statements in sqlite_schema.MIGRATIONS:
-        if version > 3:
-            break
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_version VALUES (?, '')", (version,))
+    write_schema(conn, 3)
     conn.execute(
         "INSERT INTO idempotency_keys (swarm_name, caller_role, caller_id, idem_key, "
         "fingerprint, subject, created_at, expires_at, status, body) "

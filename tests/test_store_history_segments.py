@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from tests.support.old_sqlite import write_schema
 from tests.support.pg_schema import fetch_rows, scratch_schema, with_search_path
 from tests.support.stub_agents import stub_swarms_json
 from tests.test_store_postgres import BASE_URL, FAST, new_key
@@ -27,7 +28,7 @@ from tests.test_store_postgres import BASE_URL, FAST, new_key
 from mail.store import InstanceKey, TaskStore
 from mail.store.postgres import PostgresTaskStore
 from mail.store.sqlite import SqliteTaskStore
-from mail.store.sqlite_schema import MIGRATIONS, connect
+from mail.store.sqlite_schema import connect
 from server_fixtures import (
     ServerProcess,
     auth,
@@ -286,14 +287,6 @@ _OLD_POSTGRES_DDL = """
     CREATE UNIQUE INDEX IF NOT EXISTS mail_agent_histories_key_uidx ON agent_histories
         (swarm_name, caller_role, caller_id, task_id, agent_name);
 """
-# SQLite's agent_histories before segments (schema version 1's, the file at version 4).
-_OLD_SQLITE_DDL = """
-    CREATE TABLE agent_histories (swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL,
-        caller_id TEXT NOT NULL, task_id TEXT NOT NULL,
-        agent_name TEXT NOT NULL, tool_format TEXT NOT NULL, history TEXT NOT NULL,
-        created_at TEXT, updated_at TEXT,
-        UNIQUE (swarm_name, caller_role, caller_id, task_id, agent_name))
-"""
 _OLD_ROW = (
     "INSERT INTO agent_histories (swarm_name, caller_role, caller_id, task_id, agent_name,"
     " tool_format, history) VALUES ({})"
@@ -307,15 +300,7 @@ async def write_old_database(place: Place, key: InstanceKey, history: list[Any])
     if kind == "sqlite":
         conn = connect(where)
         try:
-            conn.execute(
-                "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)"
-            )
-            for version, statements in MIGRATIONS[:4]:
-                for statement in statements:
-                    if "CREATE TABLE agent_histories" not in statement:
-                        conn.execute(statement)
-                conn.execute("INSERT INTO schema_version VALUES (?, '2026-01-01')", (version,))
-            conn.execute(_OLD_SQLITE_DDL)
+            write_schema(conn, 4)  # (agent histories before segments)
             conn.execute(_OLD_ROW.format(", ".join("?" * 7)), args)
         finally:
             conn.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -82,14 +81,6 @@ def _init_sqlite(path_arg: str | None) -> int:
     return 0
 
 
-def _other_tables() -> list[tuple[tuple[str, ...], Any]]:
-    """(tables, create) of the stores whose tables are not the task store's."""
-    from mail.store.idempotency import TABLE, ensure_table
-    from mail.store.postgres_schema import TEAM_TABLES, create_team_tables
-
-    return [((TABLE,), ensure_table), (TEAM_TABLES, create_team_tables)]
-
-
 def _say(text: str = "") -> None:
     print(text, flush=True)
 
@@ -98,9 +89,7 @@ async def _init(url: str, timeout: float) -> int:
     import asyncpg
 
     from mail.store.postgres_schema import (
-        ALL_TABLES,
         ensure_schema,
-        missing_tables,
         normalize_dsn,
         redact_dsn,
         verify_schema,
@@ -125,16 +114,7 @@ async def _init(url: str, timeout: float) -> int:
             _say(" created" if state == "created" else " already present")
 
     try:
-        report = await ensure_schema(conn, progress)
-        # The server's other stores make their own tables at start; a server whose user may
-        # not create tables needs them made here.
-        for tables, create in _other_tables():
-            absent = set(await missing_tables(conn, tables))
-            await create(conn)
-            for table in tables:
-                progress(table, "creating")
-                progress(table, "created" if table in absent else "exists")
-                (report.created if table in absent else report.existing).append(table)
+        report = await ensure_schema(conn, progress)  # every store's tables
         if report.removed_duplicate_histories:
             _say(
                 f"Collapsed {report.removed_duplicate_histories} duplicated agent history row(s) "
@@ -151,9 +131,6 @@ async def _init(url: str, timeout: float) -> int:
         _say()
         _say("Checking tables:")
         results = await verify_schema(conn)
-        every = ALL_TABLES + tuple(t for tables, _ in _other_tables() for t in tables)
-        absent_now = set(await missing_tables(conn, every))
-        results.update({t: t not in absent_now for t in every if t not in results})
     except Exception as exc:
         _say()
         print(

@@ -132,7 +132,8 @@ class PostgresMemoryStore(BaseStore):
     async def setup(self) -> None:
         import asyncpg
 
-        from mail.store.postgres_schema import create_unless_forbidden, ensure_memory_table
+        from mail.store.postgres_schema import create_unless_forbidden
+        from mail.store.schema import BY_NAME
 
         if self._pool is not None:
             return
@@ -140,7 +141,7 @@ class PostgresMemoryStore(BaseStore):
         self._loop = asyncio.get_running_loop()
         try:
             async with self._pool.acquire() as conn:
-                await create_unless_forbidden(conn, ensure_memory_table, ("agent_memories",))
+                await create_unless_forbidden(conn, (BY_NAME["agent_memories"],))
         except BaseException:
             await self.aclose()
             raise

@@ -8,147 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from mail.store import schema
 from mail.store.sql import PostgresConn, SqlConn, SqliteConn
-from mail.store.webhooks_schema import COLUMNS as WEBHOOK_COLUMNS
 
-# table -> ((column, type), ...); type: text | json | bool | time | bytes | int | real (epoch
-# seconds, REAL / DOUBLE PRECISION). `order` columns
-# give the order rows are read in (and thus the target's new sequence numbers).
-_KEY = (("swarm_name", "text"), ("caller_role", "text"), ("caller_id", "text"))
-TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
-    (
-        "tasks",
-        (
-            *_KEY,
-            ("task_id", "text"),
-            ("task_owner", "text"),
-            ("task_contributors", "json"),
-            ("remote_swarms", "json"),
-            ("is_running", "bool"),
-            ("completed", "bool"),
-            ("title", "text"),
-            ("start_time", "time"),
-            ("metadata", "json"),
-            ("created_at", "time"),
-            ("updated_at", "time"),
-        ),
-        "start_time",
-    ),
-    (
-        "task_events",
-        (
-            *_KEY,
-            ("task_id", "text"),
-            ("event_type", "text"),
-            ("event_data", "text"),
-            ("event_id", "text"),
-            ("created_at", "time"),
-        ),
-        "seq",
-    ),
-    (
-        "agent_histories",
-        (
-            *_KEY,
-            ("task_id", "text"),
-            ("agent_name", "text"),
-            ("tool_format", "text"),
-            ("history", "json"),
-            ("created_at", "time"),
-            ("updated_at", "time"),
-            ("start", "int"),
-        ),
-        "task_id, agent_name, start",
-    ),
-    (
-        "task_responses",
-        (*_KEY, ("task_id", "text"), ("response", "json"), ("created_at", "time")),
-        "task_id",
-    ),
-    (
-        "task_queues",
-        (
-            *_KEY,
-            ("task_id", "text"),
-            ("items", "json"),
-            ("created_at", "time"),
-            ("updated_at", "time"),
-        ),
-        "task_id",
-    ),
-    (
-        "agent_memories",
-        (
-            ("namespace", "text"),
-            ("key", "text"),
-            ("value", "json"),
-            ("created_at", "time"),
-            ("updated_at", "time"),
-        ),
-        "namespace, key",
-    ),
-    (
-        "team_threads",
-        (*_KEY, ("thread_id", "text"), ("record", "json"), ("created_at", "time")),
-        "created_at",
-    ),
-    ("team_posts", (*_KEY, ("thread_id", "text"), ("record", "json")), "seq"),
-    (
-        "team_inbox",
-        (
-            *_KEY,
-            ("agent_name", "text"),
-            ("entry_id", "text"),
-            ("thread_id", "text"),
-            ("ts", "text"),
-            ("is_read", "bool"),
-            ("shown", "bool"),
-            ("record", "json"),
-        ),
-        "seq",
-    ),
-    (
-        "team_attachments",
-        (
-            *_KEY,
-            ("attachment_id", "text"),
-            ("record", "json"),
-            ("data", "bytes"),
-            ("created_at", "time"),
-        ),
-        "attachment_id",
-    ),
-    # Push delivery (store/webhooks_schema.py): times are epoch seconds (REAL / DOUBLE
-    # PRECISION), payloads and event lists JSON kept as text on both. Subscriptions come
-    # before the deliveries and attempts that name them; secrets are stored as given.
-    *(
-        (table, WEBHOOK_COLUMNS[table], order)
-        for table, order in (
-            ("webhook_subscriptions", "created_at, subscription_id"),
-            ("webhook_events", "created_at, event_id"),
-            ("webhook_deliveries", "created_at, delivery_id"),
-            ("webhook_attempts", "delivery_id, attempt"),
-        )
-    ),
-    # Idempotency keys (store/idempotency.py), with their stored outcomes, so a
-    # keyed retry against the copy is answered instead of run again.
-    (
-        "idempotency_keys",
-        (
-            *_KEY,
-            ("idem_key", "text"),
-            ("fingerprint", "text"),
-            ("subject", "text"),
-            ("context", "text"),
-            ("status", "int"),
-            ("content_type", "text"),
-            ("body", "bytes"),
-            ("holder", "text"),
-            ("created_at", "real"),
-            ("expires_at", "real"),
-        ),
-        "created_at, swarm_name, caller_role, caller_id, idem_key",
-    ),
+# (table, ((column, kind), ...), the order rows are read in: the target's new sequence
+# numbers follow it), in an order where a row comes after the rows it names.
+TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = tuple(
+    (t.name, schema.copied_columns(t), t.copy_order) for t in schema.TABLES if t.copy_order
 )
 
 BATCH = 500
@@ -252,15 +118,12 @@ class _Postgres(_Endpoint):
     async def open(self, *, create: bool) -> None:
         import asyncpg
 
-        from mail.store.idempotency import ensure_table as ensure_idempotency
-        from mail.store.postgres_schema import TEAM_SCHEMA, ensure_schema
+        from mail.store.postgres_schema import ensure_schema
 
         self.conn = await asyncpg.connect(self.dsn, timeout=10)
         self.c = PostgresConn(self.conn)
         if create:
-            await ensure_schema(self.conn)  # also the webhook tables
-            await self.conn.execute(TEAM_SCHEMA)
-            await ensure_idempotency(self.conn)
+            await ensure_schema(self.conn)
 
     async def _batches(self, sql: str) -> AsyncIterator[list[Any]]:
         batch: list[Any] = []

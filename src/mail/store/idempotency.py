@@ -22,6 +22,7 @@ from typing import Any
 from mail.store import database_url_from_env, postgres_schema, sqlite_schema
 from mail.store.records import IDEMPOTENCY_TABLE as TABLE
 from mail.store.records import STREAMED_OUTCOME, InstanceKey, StoreUnavailableError, to_json
+from mail.store.schema import IDEMPOTENCY_TABLE
 from mail.store.sql import PostgresSql, SqlConn, SqliteConn, run_at_once
 
 logger = logging.getLogger("mail.store.idempotency")
@@ -86,13 +87,6 @@ _OLDEST_FINISHED = (
 _FINISHED_WITH_TASKS = """(CASE WHEN k.subject IS NULL THEN k.status IS NOT NULL ELSE NOT EXISTS (
     SELECT 1 FROM tasks AS t WHERE t.task_id = k.subject AND t.swarm_name = ?
        AND t.caller_role = ? AND t.caller_id = ? AND t.is_running) END)"""
-
-# PostgreSQL's table: SQLite's columns (made by its migrations) in PostgreSQL's types.
-_PG_COLUMNS = sqlite_schema.IDEMPOTENCY_COLUMNS.replace("BLOB", "BYTEA").replace(
-    "REAL", "DOUBLE PRECISION"
-)
-POSTGRES_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLE} ({_PG_COLUMNS});
-CREATE INDEX IF NOT EXISTS {TABLE}_expiry ON {TABLE} (expires_at);"""
 
 
 def _scope(scope: InstanceKey) -> tuple[str, str, str]:
@@ -274,13 +268,6 @@ class MemoryIdempotencyStore(SqliteIdempotencyStore):
         super().__init__(sqlite_schema.MEMORY)
 
 
-async def ensure_table(conn: Any) -> None:
-    """PostgreSQL: the table, made when missing (under the task store's schema lock)."""
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", postgres_schema._SCHEMA_LOCK_ID)
-        await conn.execute(POSTGRES_DDL)
-
-
 class PostgresIdempotencyStore(IdempotencyStore):
     """PostgreSQL (asyncpg) on a small pool of its own, shared by a cluster's front ends."""
 
@@ -295,7 +282,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
 
     async def start(self) -> None:
         async def prepare(conn: Any) -> None:
-            await postgres_schema.create_unless_forbidden(conn, ensure_table, (TABLE,))
+            await postgres_schema.create_unless_forbidden(conn, (IDEMPOTENCY_TABLE,))
 
         if self._pool is None:
             self._pool = await postgres_schema.open_pool(

@@ -10,9 +10,9 @@ from typing import Any
 
 import asyncpg
 
+from mail.store import schema
 from mail.store.base import TaskStore
 from mail.store.postgres_schema import (
-    ALL_TABLES,
     close_pool,
     create_unless_forbidden,
     ensure_schema,
@@ -37,7 +37,6 @@ from mail.store.sql_batch import (
     leased_keys,
 )
 from mail.store.sql_reads import add_snapshot_row, snapshot_queries
-from mail.store.webhooks_schema import POSTGRES_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.postgres")
 
@@ -116,9 +115,13 @@ _SQL: dict[str, str] = {
         DELETE FROM task_queues
         WHERE swarm_name = $1 AND caller_role = $2 AND caller_id = $3 AND task_id = $4
     """,
+    "webhook_event": """
+        INSERT INTO webhook_events (swarm_name, caller_role, caller_id, event_id, task_id,
+                                    event_type, payload, created_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        ON CONFLICT (event_id) DO NOTHING
+    """,
 }
-
-_SQL["webhook_event"] = POSTGRES_OUTBOX_SQL  # transactional outbox (sql_batch)
 
 _SNAPSHOT_SQL = snapshot_queries(
     "swarm_name = $1 AND caller_role = $2 AND caller_id = $3", "start_time, created_at"
@@ -266,7 +269,7 @@ class PostgresTaskStore(TaskStore):
                 )
             logger.info("creating missing tables: %s", ", ".join(absent))
         # Also brings a database initialised by the original up to date (columns, indexes).
-        await create_unless_forbidden(conn, ensure_schema, ALL_TABLES)
+        await create_unless_forbidden(conn, schema.TABLES, ensure_schema)
         self._schema_ready = True
 
     # -- fencing ---------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def _reversed_unpacked(batch: Sequence[SqlWrite]) -> Iterator[SqlWrite]:
 
 # -- transactional outbox (push delivery, mail.webhooks) ------------------------------------
 # A write that causes push deliveries (a task event, a task's answer) is queued together with
-# its outbox rows (`webhook_event`, one per webhook event; see store/webhooks_schema.py) as ONE
+# its outbox rows (`webhook_event`, one per webhook event; the `webhook_events` table) as ONE
 # buffer item of kind "outbox" whose args are the member writes. A batch is one transaction
 # and an item is never split across batches, nor across the one-by-one retries of a batch the
 # database rejected, so the rows commit exactly when their cause does (a kill -9 loses both or

@@ -16,6 +16,7 @@ from mail.store.records import (
     normalize_start_time,
     to_json,
 )
+from mail.store.schema import NOW_SQL
 from mail.store.sql_batch import (
     EVENT_ROWS_KIND,
     HISTORY_TRIM_KIND,
@@ -31,12 +32,10 @@ from mail.store.sql_reads import add_snapshot_row, snapshot_queries
 from mail.store.sqlite_schema import (
     INLINE_BATCH_BYTES,
     MEMORY,
-    NOW_SQL,
     is_transient_error,
     open_database,
     transaction,
 )
-from mail.store.webhooks_schema import SQLITE_OUTBOX_SQL
 
 logger = logging.getLogger("mail.store.sqlite")
 
@@ -97,10 +96,17 @@ _SQL: dict[str, str] = {
         DELETE FROM task_queues
         WHERE swarm_name = ? AND caller_role = ? AND caller_id = ? AND task_id = ?
     """,
+    # The transactional outbox: a webhook event's row, written with the task event that
+    # causes it (sql_batch). A batch retried after a failure writes it again: ignored.
+    "webhook_event": """
+        INSERT INTO webhook_events (swarm_name, caller_role, caller_id, event_id, task_id,
+                                    event_type, payload, created_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (event_id) DO NOTHING
+    """,
 }
 
 _SQL = {kind: sql.replace("{now}", NOW_SQL) for kind, sql in _SQL.items()}
-_SQL["webhook_event"] = SQLITE_OUTBOX_SQL  # transactional outbox (sql_batch)
 
 _INSTANCE = "swarm_name = ? AND caller_role = ? AND caller_id = ?"
 _SNAPSHOT_SQL = snapshot_queries(_INSTANCE, "start_time, rowid")

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mail.store import schema
 from mail.store.records import to_json
 
 try:
@@ -25,114 +26,54 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory lock, one server per file is on you
     fcntl = None  # type: ignore[assignment]
 
-from mail.store.webhooks_schema import SQLITE_MIGRATION as WEBHOOK_MIGRATION
-
 T = TypeVar("T")
 
 logger = logging.getLogger("mail.store.sqlite")
 
-_KEY_COLUMNS = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
 
-# The idempotency keys (mail.store.idempotency): one row per (swarm, caller, key), made by
-# migration 3 as WITHOUT ROWID; migration 4 rebuilt it as a rowid table (rows carrying an
-# outcome body outgrow the WITHOUT ROWID layout: writes were some 3x cheaper after it).
-IDEMPOTENCY_COLUMNS = f"""{_KEY_COLUMNS}, idem_key TEXT NOT NULL, fingerprint TEXT NOT NULL,
-    subject TEXT, context TEXT NOT NULL DEFAULT '{{}}', status INTEGER, content_type TEXT,
-    body BLOB, holder TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL,
-    expires_at REAL NOT NULL, PRIMARY KEY (swarm_name, caller_role, caller_id, idem_key)"""
-IDEMPOTENCY_DDL = (f"CREATE TABLE idempotency_keys ({IDEMPOTENCY_COLUMNS}) WITHOUT ROWID",)
-IDEMPOTENCY_ROWID_DDL = (
-    f"CREATE TABLE idempotency_keys_rowid ({IDEMPOTENCY_COLUMNS})",
-    "INSERT INTO idempotency_keys_rowid SELECT * FROM idempotency_keys",
-    "DROP TABLE idempotency_keys",
-    "ALTER TABLE idempotency_keys_rowid RENAME TO idempotency_keys",
-)
+def _rebuilt(table: schema.Table, added: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`table` made again as it is defined today, its rows copied over but for the `added`
+    columns (a constraint SQLite cannot drop goes with the old table)."""
+    new, old = f"{table.name}_rebuilt", table.name
+    columns = ", ".join(c for c, _ in schema.copied_columns(table) if c not in added)
+    return (
+        schema.create_table(table, "sqlite", new),
+        f"INSERT INTO {new} ({columns}) SELECT {columns} FROM {old}",
+        f"DROP TABLE {old}",
+        f"ALTER TABLE {new} RENAME TO {old}",
+        *schema.create_indexes(table, "sqlite"),
+    )
 
-# Migration 5: an agent history is stored as segments, one row each, `start` the index of its
-# first message (0: the whole history from the first message; earlier versions' rows are such
-# snapshots). The key of version 1's UNIQUE constraint cannot be dropped in SQLite: the table
-# is rebuilt with the new one, its rows copied as they are (start 0).
-_HISTORY_COLUMNS = (
-    "swarm_name, caller_role, caller_id, task_id, agent_name, tool_format, history,"
-    " created_at, updated_at"
-)
-HISTORY_SEGMENTS_DDL = (
-    f"""CREATE TABLE agent_histories_v5 ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
-        agent_name TEXT NOT NULL, tool_format TEXT NOT NULL, history TEXT NOT NULL,
-        created_at TEXT, updated_at TEXT, start INTEGER NOT NULL DEFAULT 0,
-        UNIQUE (swarm_name, caller_role, caller_id, task_id, agent_name, start))""",
-    f"INSERT INTO agent_histories_v5 ({_HISTORY_COLUMNS})"
-    f" SELECT {_HISTORY_COLUMNS} FROM agent_histories",
-    "DROP TABLE agent_histories",
-    "ALTER TABLE agent_histories_v5 RENAME TO agent_histories",
-)
 
-# version -> statements. Append a new version; never edit one that was released.
+def _created(*tables: schema.Table) -> tuple[str, ...]:
+    return tuple(
+        s
+        for t in tables
+        for s in (schema.create_table(t, "sqlite"), *schema.create_indexes(t, "sqlite"))
+    )
+
+
+# version -> what upgrades a file of the version before it; a new file is made with today's
+# tables (mail.store.schema) and every version. The steps build today's tables: append one
+# that works on a file of the last version and after every step before it.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (
-        1,
-        (
-            f"""CREATE TABLE tasks ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
-                task_owner TEXT NOT NULL DEFAULT '', task_contributors TEXT NOT NULL DEFAULT '[]',
-                remote_swarms TEXT NOT NULL DEFAULT '[]', is_running INTEGER NOT NULL DEFAULT 0,
-                completed INTEGER NOT NULL DEFAULT 0, title TEXT, start_time TEXT NOT NULL,
-                metadata TEXT NOT NULL DEFAULT '{{}}', created_at TEXT, updated_at TEXT,
-                UNIQUE (task_id, swarm_name, caller_role, caller_id))""",
-            "CREATE INDEX mail_tasks_instance_idx ON tasks (swarm_name, caller_role, caller_id)",
-            f"""CREATE TABLE task_events (seq INTEGER PRIMARY KEY AUTOINCREMENT, {_KEY_COLUMNS},
-                task_id TEXT NOT NULL, event_type TEXT, event_data TEXT, event_id TEXT,
-                created_at TEXT)""",
-            "CREATE INDEX mail_task_events_instance_idx ON task_events"
-            " (swarm_name, caller_role, caller_id, task_id, seq)",
-            f"""CREATE TABLE agent_histories ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
-                agent_name TEXT NOT NULL, tool_format TEXT NOT NULL, history TEXT NOT NULL,
-                created_at TEXT, updated_at TEXT,
-                UNIQUE (swarm_name, caller_role, caller_id, task_id, agent_name))""",
-            f"""CREATE TABLE task_responses ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
-                response TEXT NOT NULL, created_at TEXT,
-                UNIQUE (task_id, swarm_name, caller_role, caller_id))""",
-            f"""CREATE TABLE task_queues ({_KEY_COLUMNS}, task_id TEXT NOT NULL,
-                items TEXT NOT NULL, created_at TEXT, updated_at TEXT,
-                UNIQUE (task_id, swarm_name, caller_role, caller_id))""",
-            """CREATE TABLE agent_memories (namespace TEXT NOT NULL, key TEXT NOT NULL,
-                value TEXT NOT NULL, created_at TEXT, updated_at TEXT,
-                PRIMARY KEY (namespace, key))""",
-            f"""CREATE TABLE instance_generations ({_KEY_COLUMNS},
-                generation INTEGER NOT NULL, claimed_at TEXT, holder TEXT NOT NULL DEFAULT '',
-                PRIMARY KEY (swarm_name, caller_role, caller_id))""",
-            f"""CREATE TABLE team_threads ({_KEY_COLUMNS}, thread_id TEXT NOT NULL,
-                record TEXT NOT NULL, created_at TEXT,
-                PRIMARY KEY (swarm_name, caller_role, caller_id, thread_id))""",
-            f"""CREATE TABLE team_posts (seq INTEGER PRIMARY KEY AUTOINCREMENT, {_KEY_COLUMNS},
-                thread_id TEXT NOT NULL, record TEXT NOT NULL)""",
-            "CREATE INDEX team_posts_thread ON team_posts"
-            " (swarm_name, caller_role, caller_id, thread_id, seq)",
-            f"""CREATE TABLE team_inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, {_KEY_COLUMNS},
-                agent_name TEXT NOT NULL, entry_id TEXT NOT NULL, thread_id TEXT,
-                ts TEXT NOT NULL, is_read INTEGER NOT NULL DEFAULT 0,
-                shown INTEGER NOT NULL DEFAULT 0, record TEXT NOT NULL,
-                UNIQUE (swarm_name, caller_role, caller_id, agent_name, entry_id))""",
-            "CREATE INDEX team_inbox_agent ON team_inbox"
-            " (swarm_name, caller_role, caller_id, agent_name, seq)",
-            f"""CREATE TABLE team_attachments ({_KEY_COLUMNS}, attachment_id TEXT NOT NULL,
-                record TEXT NOT NULL, data BLOB NOT NULL, created_at TEXT,
-                PRIMARY KEY (swarm_name, caller_role, caller_id, attachment_id))""",
-        ),
-    ),
-    (2, WEBHOOK_MIGRATION),  # push delivery: subscriptions, outbox, deliveries, attempts
-    (3, IDEMPOTENCY_DDL),  # idempotency keys (mail.store.idempotency): a new table only
-    (4, IDEMPOTENCY_ROWID_DDL),  # the idempotency keys as a rowid table (faster writes)
-    (5, HISTORY_SEGMENTS_DDL),  # agent histories as appended segments (a `start` column)
+    (1, ()),  # the task, memory, generation and team tables (in every file)
+    (2, _created(*schema.WEBHOOK_TABLES)),  # push delivery: subscriptions, outbox, ...
+    (3, _created(schema.IDEMPOTENCY_TABLE)),  # idempotency keys (mail.store.idempotency)
+    # Version 3 made the keys a WITHOUT ROWID table; rows carrying an outcome body outgrow
+    # that layout (writes were some 3x cheaper as a rowid table).
+    (4, _rebuilt(schema.IDEMPOTENCY_TABLE)),
+    # Agent histories as appended segments, `start` the index of a segment's first message
+    # (0: the whole history, as every earlier row is): version 1's unique key is replaced.
+    (5, _rebuilt(schema.BY_NAME["agent_histories"], added=("start",))),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+NEW_FILE = _created(*schema.TABLES)  # what a new file is made with
 # What an upgrade of an existing file changed, logged once (one line) when it is applied.
 _UPGRADE_NOTES = {5: "agent histories are stored as appended segments (rows kept as they were)"}
 
 
 BUSY_TIMEOUT_MS = 30_000  # how long a statement waits for another process's lock
-
-# The current UTC time as ISO 8601 text, computed by SQLite itself (no Python call per row).
-NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')"
 
 
 def utc_now() -> str:
@@ -277,7 +218,8 @@ def quick_check(conn: sqlite3.Connection, seconds: float) -> IntegrityCheck:
 
 
 def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = None) -> list[int]:
-    """Apply the migrations the file lacks, each in its own transaction; returns them."""
+    """Apply the migrations the file lacks, each in its own transaction (a new file's tables
+    in one); returns them."""
     done = applied_versions(conn)
     newer = max(done, default=0)
     if newer > SCHEMA_VERSION:
@@ -286,6 +228,18 @@ def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = N
             f"knows ({SCHEMA_VERSION}); upgrade mail"
         )
     applied = []
+    if not done:  # a new file: today's tables at once
+        applied = [version for version, _ in MIGRATIONS]
+        for version in applied:
+            if progress:
+                progress(version)
+        with transaction(conn):
+            for statement in NEW_FILE:
+                conn.execute(statement)
+            conn.executemany(
+                "INSERT INTO schema_version VALUES (?, ?)", [(v, utc_now()) for v in applied]
+            )
+        return applied
     for version, statements in MIGRATIONS:
         if version in done:
             continue

@@ -2,7 +2,7 @@
 
 `TeamStore` runs one SQL text on either database (`mail.store.sql`), with a branch on
 `postgres` where they spell it apart; `SqliteTeamStore` (in the server's SQLite file, or in
-memory) and `PostgresTeamStore` (its own pool; the tables are `postgres_schema.TEAM_SCHEMA`)
+memory) and `PostgresTeamStore` (its own pool; its tables are `mail.store.schema.TEAM_TABLES`)
 open and close the connection."""
 
 from __future__ import annotations
@@ -16,15 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from mail.store.lifecycle import finished_sql
-from mail.store.postgres_schema import (
-    TEAM_TABLES,
-    create_team_tables,
-    create_unless_forbidden,
-    normalize_dsn,
-    open_pool,
-)
+from mail.store.postgres_schema import create_unless_forbidden, normalize_dsn, open_pool
 from mail.store.records import InstanceKey, StoreUnavailableError
 from mail.store.retrying import RetryingWrites
+from mail.store.schema import TEAM_TABLES
 from mail.store.sql import PostgresSql, Sql, SqlConn, SqliteSql, json_field, octets
 from mail.store.sql_batch import key_args
 from mail.store.sqlite_schema import MEMORY, open_database, utc_now
@@ -531,7 +526,7 @@ class PostgresTeamStore(TeamStore):
         if self._pool is None:
             self._pool = await open_pool(
                 self._dsn,
-                lambda conn: create_unless_forbidden(conn, create_team_tables, TEAM_TABLES),
+                lambda conn: create_unless_forbidden(conn, TEAM_TABLES),
                 purpose=" for team messaging",
                 min_size=self._min_size,
                 max_size=self._max_size,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mail.store.schema import WEBHOOK_TABLES
 from mail.store.sql import PostgresSql, Sql, SqlConn, SqliteSql, marks
 from mail.store.sqlite_schema import MEMORY, SqliteDatabase, open_database
 from mail.store.webhooks import (
@@ -34,7 +35,6 @@ from mail.store.webhooks import (
     plan_fan_out,
     rank_by_owner,
 )
-from mail.store.webhooks_schema import TABLES
 
 
 def _insert(table: str, columns: Sequence[str], conflict: str = "") -> str:
@@ -622,10 +622,9 @@ class PostgresWebhookStore(WebhookStore):
             )
 
     async def _prepare(self, conn: Any) -> None:
-        from mail.store.postgres_schema import ensure_schema, missing_tables
+        from mail.store.postgres_schema import create_unless_forbidden
 
-        if await missing_tables(conn, TABLES):
-            await ensure_schema(conn)
+        await create_unless_forbidden(conn, WEBHOOK_TABLES)
 
     async def close(self) -> None:
         from mail.store.postgres_schema import close_pool
