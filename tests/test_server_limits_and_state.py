@@ -68,6 +68,20 @@ def test_a_declared_oversized_body_is_413_naming_the_limit(server: ServerProcess
     assert "max_request_body" in r.json()["detail"]
 
 
+async def test_a_client_that_sends_a_declared_oversized_body_whole_reads_the_413(
+    server: ServerProcess,
+) -> None:
+    """A client that writes its whole body before reading (httpx's async client, the A2A
+    SDK's) gets the 413, not a reset connection: the server reads the rest and drops it."""
+    body = b'{"body": "' + b"x" * (8 * 1024 * 1024) + b'"}'
+    headers = {**auth(server.keys["alice"]), "Content-Type": "application/json"}
+    async with httpx.AsyncClient(timeout=30) as client:
+        for _ in range(3):
+            r = await client.post(f"{server.base_url}/message", content=body, headers=headers)
+            assert r.status_code == 413, r.text
+            assert "max_request_body" in r.json()["detail"]
+
+
 def _peak_rss_kib(server: ServerProcess) -> int:
     assert server.proc is not None
     status = Path(f"/proc/{server.proc.pid}/status").read_text()

@@ -148,6 +148,9 @@ class RequestBodyTooLarge(HTTPException):
         super().__init__(413, too_large_detail(limit))
 
 
+DRAIN_BYTES = 16 * 1024 * 1024  # body bytes past the limit read and dropped after a 413
+
+
 class BodyLimitMiddleware:
     """Pure ASGI middleware (no buffering, no task group) around the whole application."""
 
@@ -168,7 +171,11 @@ class BodyLimitMiddleware:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.limit:
-            await _answer(scope, send, 413, too_large_detail(self.limit))
+            # A client that writes its whole body before it reads would get a reset, not
+            # the 413, were the connection closed on unread bytes: up to DRAIN_BYTES more
+            # are read and dropped (the protocol's body clock still times them).
+            drain = declared <= self.limit + DRAIN_BYTES
+            await _answer(scope, send, 413, too_large_detail(self.limit), close=not drain)
             return
         limit = self.limit
         seen = 0
@@ -220,6 +227,7 @@ async def _answer(
     status: int,
     detail: str,
     extra: list[tuple[bytes, bytes]] | None = None,
+    close: bool = True,
 ) -> None:
     body: Any = dumps(error_body(scope.get("path", ""), status, detail))
     await send(
@@ -229,7 +237,7 @@ async def _answer(
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
+                *([(b"connection", b"close")] if close else []),
                 *(extra or []),
             ],
         }
