@@ -324,6 +324,7 @@ class EncodingBatchProcessor(SpanProcessor):
         self._queue: deque[tuple[_Origin, bytes]] = deque()
         self._origins: dict[tuple[int, int], _Origin] = {}
         self._dropped = 0
+        self._sending = 0  # spans of the batch on its way to the receiver
         self._wake = threading.Event()
         self._export_lock = threading.Lock()
         self._closed = False
@@ -419,11 +420,14 @@ class EncodingBatchProcessor(SpanProcessor):
                     partial_sent = True
                 count = min(len(self._queue), self._max_batch)
                 batch = [self._queue.popleft() for _ in range(count)]
+                self._sending = count
                 try:
                     ok = self._send(export_request(batch)) and ok
                 except Exception:  # noqa: BLE001 - the exporter thread must not die
                     logger.exception("tracing: exporting %d spans failed", count)
                     ok = False
+                finally:
+                    self._sending = 0
         return ok
 
     # -- SpanProcessor -----------------------------------------------------------------------
@@ -443,10 +447,10 @@ class EncodingBatchProcessor(SpanProcessor):
         self._thread.join(timeout=_SHUTDOWN_WAIT)
         if self._thread.is_alive():
             logger.warning(
-                "tracing: the OTLP receiver did not answer within %.0f s; %d queued spans "
-                "dropped at exit",
+                "tracing: the OTLP receiver did not answer within %.0f s; %d spans (queued "
+                "or being sent) dropped at exit",
                 _SHUTDOWN_WAIT,
-                len(self._queue),
+                len(self._queue) + self._sending,
             )
         if self._on_shutdown is not None:
             self._on_shutdown()  # the exporter stops retrying
