@@ -239,7 +239,8 @@ def _full_vacuum(conn: Any, convert: Any, truncate: Any) -> None:
 async def _prune_postgres(url: str, ttl: float, vacuum: bool) -> int:
     from mail.store import lifecycle_for
     from mail.store.postgres import PostgresTaskStore
-    from mail.store.postgres_schema import TEAM_TABLES, redact_dsn
+    from mail.store.postgres_schema import redact_dsn
+    from mail.store.schema import TEAM_TABLES
     from mail.store.team_base import PostgresTeamStore
 
     cutoff, what = _headline(ttl)
@@ -266,7 +267,7 @@ async def _prune_postgres(url: str, ttl: float, vacuum: bool) -> int:
             rows = await pool.fetch(
                 "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname = ANY($1::text[])"
                 " AND pg_table_is_visible(oid)",
-                [*TASK_TABLES, *TEAM_TABLES],
+                [*TASK_TABLES, *(t.name for t in TEAM_TABLES)],
             )
             for row in rows:
                 await pool.execute(f"VACUUM (ANALYZE) {row['relname']}")

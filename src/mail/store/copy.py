@@ -14,7 +14,7 @@ from mail.store.sql import PostgresConn, SqlConn, SqliteConn
 # (table, ((column, kind), ...), the order rows are read in: the target's new sequence
 # numbers follow it), in an order where a row comes after the rows it names.
 TABLES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = tuple(
-    (t.name, schema.copied_columns(t), t.copy_order) for t in schema.TABLES if t.copy_order
+    (t.name, schema.COPIED[t.name], t.copy_order) for t in schema.TABLES if t.copy_order is not None
 )
 
 BATCH = 500

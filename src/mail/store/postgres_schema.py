@@ -20,7 +20,6 @@ logger = logging.getLogger("mail.store.postgres")
 # and team messaging's. `mail db-init` and the task store make them all; the other stores
 # make their own when they start first (`create_tables`).
 ALL_TABLES: tuple[str, ...] = tuple(t.name for t in schema.TABLES)
-TEAM_TABLES: tuple[str, ...] = tuple(t.name for t in schema.TEAM_TABLES)
 
 # Columns we rely on that a database initialised by the original may lack.
 _COLUMN_UPGRADES: tuple[str, ...] = (
@@ -59,16 +58,15 @@ _SCHEMA_LOCK_ID = 0x4D41494C  # "MAIL"
 
 async def create_tables(conn: Any, tables: tuple[schema.Table, ...]) -> None:
     """Just `tables` and their indexes, where missing (a store that starts before the task
-    store or `mail db-init` made them)."""
+    store or `mail db-init` made them): nothing, not even a lock, when they are all there."""
+    if not await missing_tables(conn, tuple(t.name for t in tables)):
+        return
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK_ID)
         for table in tables:
-            for statement in (_create(table), *schema.create_indexes(table, "postgres")):
+            create = schema.create_table(table, "postgres")
+            for statement in (create, *schema.create_indexes(table, "postgres")):
                 await conn.execute(statement)
-
-
-def _create(table: schema.Table) -> str:
-    return schema.create_table(table, "postgres")
 
 
 @dataclass
@@ -112,7 +110,7 @@ async def ensure_schema(
             name = table.name
             if progress:
                 progress(name, "creating")
-            await conn.execute(_create(table))
+            await conn.execute(schema.create_table(table, "postgres"))
             (report.created if name in absent else report.existing).append(name)
             if progress:
                 progress(name, "created" if name in absent else "exists")

@@ -7,7 +7,7 @@ words in braces: the types `{json}` (TEXT / JSONB), `{time}` (ISO 8601 TEXT / TI
 (BLOB / BYTEA), `{big}` (INTEGER / BIGINT) and `{seq}` (a sequence number given on insert),
 and the values `{false}`, `{true}` and `{now}`. The tables the original's PostgreSQL schema
 had carry a UUID `id` there too (`row_id`). Upgrades of files and schemas that earlier
-versions wrote are `mail.store.sqlite_schema.MIGRATIONS` and
+versions wrote are `mail.store.sqlite_schema.migrate` and
 `mail.store.postgres_schema.ensure_schema`.
 """
 
@@ -43,8 +43,16 @@ _WORDS = {
         "now": "NOW()",
     },
 }
+# Parts of bodies the tables share.
+_PARTS = {
+    "key": "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL",
+    "instance": "swarm_name, caller_role, caller_id",
+    "per_task": "UNIQUE (task_id, swarm_name, caller_role, caller_id)",
+    "changed": "created_at {time} DEFAULT {now}, updated_at {time} DEFAULT {now}",
+}
 # What `mail db-copy` converts a column's values as (`mail.store.copy`).
-_KINDS = {"TEXT": "text", "INTEGER": "int", "{big}": "int"}
+_KINDS = {"TEXT": "text", "INTEGER": "int", "{big}": "int", "{json}": "json", "{time}": "time"}
+_KINDS.update({"{bool}": "bool", "{real}": "real", "{bytes}": "bytes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,47 +66,42 @@ class Index:
 @dataclass(frozen=True, slots=True)
 class Table:
     name: str
-    body: str
-    copy_order: str = ""  # the order `mail db-copy` reads rows in ("": not copied)
+    body: str  # columns, then constraints; {key}, {instance}, {per_task}, {changed} are _PARTS
+    copy_order: str | None = None  # the order `mail db-copy` reads rows in (None: not copied)
     indexes: tuple[Index, ...] = ()
-    row_id: bool = False  # PostgreSQL: an `id UUID` primary key, as the original made it
+    row_id: bool = False  # PostgreSQL: an `id UUID` key (the original's tables had one)
 
-
-KEY = "swarm_name TEXT NOT NULL, caller_role TEXT NOT NULL, caller_id TEXT NOT NULL"
-_INSTANCE = "swarm_name, caller_role, caller_id"
-_PER_TASK = "UNIQUE (task_id, swarm_name, caller_role, caller_id)"
-_CHANGED = "created_at {time} DEFAULT {now}, updated_at {time} DEFAULT {now}"
 
 TASK_TABLES: tuple[Table, ...] = (
     Table(
         "tasks",
-        f"""{KEY}, task_id TEXT NOT NULL, task_owner TEXT NOT NULL DEFAULT '',
-        task_contributors {{json}} DEFAULT '[]', remote_swarms {{json}} DEFAULT '[]',
-        is_running {{bool}} DEFAULT {{false}}, completed {{bool}} DEFAULT {{false}}, title TEXT,
-        start_time {{time}} NOT NULL, metadata {{json}} NOT NULL DEFAULT '{{}}', {_CHANGED},
-        {_PER_TASK}""",
+        """{key}, task_id TEXT NOT NULL, task_owner TEXT NOT NULL DEFAULT '',
+        task_contributors {json} DEFAULT '[]', remote_swarms {json} DEFAULT '[]',
+        is_running {bool} DEFAULT {false}, completed {bool} DEFAULT {false}, title TEXT,
+        start_time {time} NOT NULL, metadata {json} NOT NULL DEFAULT '{}', {changed},
+        {per_task}""",
         "start_time",
-        (Index("mail_tasks_instance_idx", _INSTANCE),),
+        (Index("mail_tasks_instance_idx", "{instance}"),),
         row_id=True,
     ),
     Table(
         "task_events",
-        f"""seq {{seq}}, {KEY}, task_id TEXT NOT NULL, event_type TEXT, event_data TEXT,
-        event_id TEXT, created_at {{time}} DEFAULT {{now}}""",
+        """seq {seq}, {key}, task_id TEXT NOT NULL, event_type TEXT, event_data TEXT,
+        event_id TEXT, created_at {time} DEFAULT {now}""",
         "seq",
-        (Index("mail_task_events_instance_idx", f"{_INSTANCE}, task_id, seq"),),
+        (Index("mail_task_events_instance_idx", "{instance}, task_id, seq"),),
         row_id=True,
     ),
     Table(
         "agent_histories",
-        f"""{KEY}, task_id TEXT NOT NULL, agent_name TEXT NOT NULL, tool_format TEXT NOT NULL,
-        history {{json}} NOT NULL, {_CHANGED}, start INTEGER NOT NULL DEFAULT 0""",
+        """{key}, task_id TEXT NOT NULL, agent_name TEXT NOT NULL, tool_format TEXT NOT NULL,
+        history {json} NOT NULL, {changed}, start INTEGER NOT NULL DEFAULT 0""",
         "task_id, agent_name, start",
         # A history is stored as segments, `start` the index of its first message.
         (
             Index(
                 "mail_agent_histories_segment_uidx",
-                f"{_INSTANCE}, task_id, agent_name, start",
+                "{instance}, task_id, agent_name, start",
                 True,
             ),
         ),
@@ -106,29 +109,29 @@ TASK_TABLES: tuple[Table, ...] = (
     ),
     Table(
         "task_responses",
-        f"""{KEY}, task_id TEXT NOT NULL, response {{json}} NOT NULL,
-        created_at {{time}} DEFAULT {{now}}, {_PER_TASK}""",
+        """{key}, task_id TEXT NOT NULL, response {json} NOT NULL,
+        created_at {time} DEFAULT {now}, {per_task}""",
         "task_id",
-        (Index("mail_task_responses_instance_idx", _INSTANCE, postgres_only=True),),
+        (Index("mail_task_responses_instance_idx", "{instance}", postgres_only=True),),
         row_id=True,
     ),
     Table(  # the stashed queue of a paused task
         "task_queues",
-        f"{KEY}, task_id TEXT NOT NULL, items {{json}} NOT NULL, {_CHANGED}, {_PER_TASK}",
+        "{key}, task_id TEXT NOT NULL, items {json} NOT NULL, {changed}, {per_task}",
         "task_id",
-        (Index("mail_task_queues_instance_idx", _INSTANCE, postgres_only=True),),
+        (Index("mail_task_queues_instance_idx", "{instance}", postgres_only=True),),
         row_id=True,
     ),
     Table(  # what `acknowledge_broadcast` remembers (mail.store.agent_memory)
         "agent_memories",
-        f"""namespace TEXT NOT NULL, key TEXT NOT NULL, value {{json}} NOT NULL, {_CHANGED},
+        """namespace TEXT NOT NULL, key TEXT NOT NULL, value {json} NOT NULL, {changed},
         PRIMARY KEY (namespace, key)""",
         "namespace, key",
     ),
     Table(  # the fencing token of each instance (cluster mode, takeovers): not copied
         "instance_generations",
-        f"""{KEY}, generation {{big}} NOT NULL, claimed_at {{time}} NOT NULL DEFAULT {{now}},
-        holder TEXT NOT NULL DEFAULT '', PRIMARY KEY ({_INSTANCE})""",
+        """{key}, generation {big} NOT NULL, claimed_at {time} NOT NULL DEFAULT {now},
+        holder TEXT NOT NULL DEFAULT '', PRIMARY KEY ({instance})""",
     ),
 )
 
@@ -136,29 +139,29 @@ TASK_TABLES: tuple[Table, ...] = (
 TEAM_TABLES: tuple[Table, ...] = (
     Table(
         "team_threads",
-        f"""{KEY}, thread_id TEXT NOT NULL, record {{json}} NOT NULL,
-        created_at {{time}} DEFAULT {{now}}, PRIMARY KEY ({_INSTANCE}, thread_id)""",
+        """{key}, thread_id TEXT NOT NULL, record {json} NOT NULL,
+        created_at {time} DEFAULT {now}, PRIMARY KEY ({instance}, thread_id)""",
         "created_at",
     ),
     Table(
         "team_posts",
-        f"seq {{seq}}, {KEY}, thread_id TEXT NOT NULL, record {{json}} NOT NULL",
+        "seq {seq}, {key}, thread_id TEXT NOT NULL, record {json} NOT NULL",
         "seq",
-        (Index("team_posts_thread", f"{_INSTANCE}, thread_id, seq"),),
+        (Index("team_posts_thread", "{instance}, thread_id, seq"),),
     ),
     Table(
         "team_inbox",
-        f"""seq {{seq}}, {KEY}, agent_name TEXT NOT NULL, entry_id TEXT NOT NULL, thread_id TEXT,
-        ts TEXT NOT NULL, is_read {{bool}} NOT NULL DEFAULT {{false}},
-        shown {{bool}} NOT NULL DEFAULT {{false}}, record {{json}} NOT NULL,
-        UNIQUE ({_INSTANCE}, agent_name, entry_id)""",
+        """seq {seq}, {key}, agent_name TEXT NOT NULL, entry_id TEXT NOT NULL, thread_id TEXT,
+        ts TEXT NOT NULL, is_read {bool} NOT NULL DEFAULT {false},
+        shown {bool} NOT NULL DEFAULT {false}, record {json} NOT NULL,
+        UNIQUE ({instance}, agent_name, entry_id)""",
         "seq",
-        (Index("team_inbox_agent", f"{_INSTANCE}, agent_name, seq"),),
+        (Index("team_inbox_agent", "{instance}, agent_name, seq"),),
     ),
     Table(
         "team_attachments",
-        f"""{KEY}, attachment_id TEXT NOT NULL, record {{json}} NOT NULL, data {{bytes}} NOT NULL,
-        created_at {{time}} DEFAULT {{now}}, PRIMARY KEY ({_INSTANCE}, attachment_id)""",
+        """{key}, attachment_id TEXT NOT NULL, record {json} NOT NULL, data {bytes} NOT NULL,
+        created_at {time} DEFAULT {now}, PRIMARY KEY ({instance}, attachment_id)""",
         "attachment_id",
     ),
 )
@@ -217,10 +220,10 @@ WEBHOOK_TABLES: tuple[Table, ...] = (
 # retry against the copy is answered instead of run again.
 IDEMPOTENCY_TABLE = Table(
     "idempotency_keys",
-    f"""{KEY}, idem_key TEXT NOT NULL, fingerprint TEXT NOT NULL, subject TEXT,
-    context TEXT NOT NULL DEFAULT '{{}}', status INTEGER, content_type TEXT, body {{bytes}},
-    holder TEXT NOT NULL DEFAULT '', created_at {{real}} NOT NULL, expires_at {{real}} NOT NULL,
-    PRIMARY KEY ({_INSTANCE}, idem_key)""",
+    """{key}, idem_key TEXT NOT NULL, fingerprint TEXT NOT NULL, subject TEXT,
+    context TEXT NOT NULL DEFAULT '{}', status INTEGER, content_type TEXT, body {bytes},
+    holder TEXT NOT NULL DEFAULT '', created_at {real} NOT NULL, expires_at {real} NOT NULL,
+    PRIMARY KEY ({instance}, idem_key)""",
     "created_at, swarm_name, caller_role, caller_id, idem_key",
     (Index("idempotency_keys_expiry", "expires_at", postgres_only=True),),
 )
@@ -231,26 +234,28 @@ BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
 
 def _render(text: str, dialect: str) -> str:
     words = _WORDS[dialect]
+    text = re.sub(r"\{(\w+)\}", lambda m: _PARTS.get(m.group(1), m.group(0)), text)
     return re.sub(r"\{(\w+)\}", lambda m: words[m.group(1)], " ".join(text.split()))
 
 
-def create_table(table: Table, dialect: str, name: str | None = None) -> str:
-    """`CREATE TABLE` (PostgreSQL: `IF NOT EXISTS`) of `table`, as `name` if given."""
+def create_table(table: Table, dialect: str) -> str:
+    """`CREATE TABLE` of `table` (PostgreSQL: `IF NOT EXISTS`)."""
     body = table.body
     if dialect == "sqlite":
         body = body.replace("{seq}", "INTEGER PRIMARY KEY AUTOINCREMENT")
-        return f"CREATE TABLE {name or table.name} ({_render(body, dialect)})"
+        return f"CREATE TABLE {table.name} ({_render(body, dialect)})"
     identity = "BIGINT GENERATED BY DEFAULT AS IDENTITY"
     body = body.replace("{seq}", identity if table.row_id else f"{identity} PRIMARY KEY")
     if table.row_id:
         body = f"id UUID PRIMARY KEY DEFAULT gen_random_uuid(), {body}"
-    return f"CREATE TABLE IF NOT EXISTS {name or table.name} ({_render(body, dialect)})"
+    return f"CREATE TABLE IF NOT EXISTS {table.name} ({_render(body, dialect)})"
 
 
 def create_indexes(table: Table, dialect: str) -> list[str]:
     exists = "IF NOT EXISTS " if dialect == "postgres" else ""
     return [
-        f"CREATE {'UNIQUE ' if i.unique else ''}INDEX {exists}{i.name} ON {table.name} ({i.columns})"
+        f"CREATE {'UNIQUE ' if i.unique else ''}INDEX {exists}{i.name} ON {table.name}"
+        f" ({_render(i.columns, dialect)})"
         for i in table.indexes
         if dialect == "postgres" or not i.postgres_only
     ]
@@ -260,8 +265,12 @@ def copied_columns(table: Table) -> tuple[tuple[str, str], ...]:
     """(column, kind) of each column `mail db-copy` moves; kind: text, int, json, time, bool,
     real or bytes (a sequence number is not moved: the target numbers rows anew)."""
     columns = []
-    for part in re.split(r",(?![^(]*\))", table.body):  # commas outside parentheses
+    body = re.sub(r"\{(\w+)\}", lambda m: _PARTS.get(m.group(1), m.group(0)), table.body)
+    for part in re.split(r",(?![^(]*\))", body):  # commas outside parentheses
         name, kind = part.split()[:2]
         if name not in ("UNIQUE", "PRIMARY") and kind != "{seq}":
-            columns.append((name, _KINDS.get(kind, kind.strip("{}"))))
+            columns.append((name, _KINDS[kind]))  # (a type not in _KINDS: an error at import)
     return tuple(columns)
+
+
+COPIED = {t.name: copied_columns(t) for t in TABLES if t.copy_order is not None}

@@ -31,46 +31,19 @@ T = TypeVar("T")
 logger = logging.getLogger("mail.store.sqlite")
 
 
-def _rebuilt(table: schema.Table, added: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """`table` made again as it is defined today, its rows copied over but for the `added`
-    columns (a constraint SQLite cannot drop goes with the old table)."""
-    new, old = f"{table.name}_rebuilt", table.name
-    columns = ", ".join(c for c, _ in schema.copied_columns(table) if c not in added)
-    return (
-        schema.create_table(table, "sqlite", new),
-        f"INSERT INTO {new} ({columns}) SELECT {columns} FROM {old}",
-        f"DROP TABLE {old}",
-        f"ALTER TABLE {new} RENAME TO {old}",
-        *schema.create_indexes(table, "sqlite"),
-    )
-
-
-def _created(*tables: schema.Table) -> tuple[str, ...]:
-    return tuple(
-        s
-        for t in tables
-        for s in (schema.create_table(t, "sqlite"), *schema.create_indexes(t, "sqlite"))
-    )
-
-
-# version -> what upgrades a file of the version before it; a new file is made with today's
-# tables (mail.store.schema) and every version. The steps build today's tables: append one
-# that works on a file of the last version and after every step before it.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (1, ()),  # the task, memory, generation and team tables (in every file)
-    (2, _created(*schema.WEBHOOK_TABLES)),  # push delivery: subscriptions, outbox, ...
-    (3, _created(schema.IDEMPOTENCY_TABLE)),  # idempotency keys (mail.store.idempotency)
-    # Version 3 made the keys a WITHOUT ROWID table; rows carrying an outcome body outgrow
-    # that layout (writes were some 3x cheaper as a rowid table).
-    (4, _rebuilt(schema.IDEMPOTENCY_TABLE)),
-    # Agent histories as appended segments, `start` the index of a segment's first message
-    # (0: the whole history, as every earlier row is): version 1's unique key is replaced.
-    (5, _rebuilt(schema.BY_NAME["agent_histories"], added=("start",))),
+# Raise it with any change to the tables (mail.store.schema): a file of an earlier version is
+# brought to today's tables when it is opened (`migrate`), a newer one refused.
+SCHEMA_VERSION = 5
+NEW_FILE: tuple[str, ...] = tuple(
+    s
+    for t in schema.TABLES
+    for s in (schema.create_table(t, "sqlite"), *schema.create_indexes(t, "sqlite"))
 )
-SCHEMA_VERSION = MIGRATIONS[-1][0]
-NEW_FILE = _created(*schema.TABLES)  # what a new file is made with
-# What an upgrade of an existing file changed, logged once (one line) when it is applied.
-_UPGRADE_NOTES = {5: "agent histories are stored as appended segments (rows kept as they were)"}
+# What a rebuild of a table does for a file of an earlier version (logged once, one line).
+_REBUILT = {
+    "agent_histories": "agent histories are stored as appended segments",
+    "idempotency_keys": "idempotency keys are a rowid table (faster writes)",
+}
 
 
 BUSY_TIMEOUT_MS = 30_000  # how long a statement waits for another process's lock
@@ -218,8 +191,8 @@ def quick_check(conn: sqlite3.Connection, seconds: float) -> IntegrityCheck:
 
 
 def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = None) -> list[int]:
-    """Apply the migrations the file lacks, each in its own transaction (a new file's tables
-    in one); returns them."""
+    """Bring the file to today's tables, in one transaction; returns the versions it gained
+    (none when it is up to date)."""
     done = applied_versions(conn)
     newer = max(done, default=0)
     if newer > SCHEMA_VERSION:
@@ -227,34 +200,127 @@ def migrate(conn: sqlite3.Connection, progress: Callable[[int], None] | None = N
             f"the database has schema version {newer}, newer than this version of mail "
             f"knows ({SCHEMA_VERSION}); upgrade mail"
         )
-    applied = []
-    if not done:  # a new file: today's tables at once
-        applied = [version for version, _ in MIGRATIONS]
-        for version in applied:
-            if progress:
-                progress(version)
-        with transaction(conn):
-            for statement in NEW_FILE:
-                conn.execute(statement)
-            conn.executemany(
-                "INSERT INTO schema_version VALUES (?, ?)", [(v, utc_now()) for v in applied]
-            )
-        return applied
-    for version, statements in MIGRATIONS:
-        if version in done:
-            continue
+    if newer == SCHEMA_VERSION:
+        return []
+    gained = list(range(newer + 1, SCHEMA_VERSION + 1))
+    for version in gained:
         if progress:
             progress(version)
-        with transaction(conn):
-            for statement in statements:
+    with transaction(conn):
+        changes = []
+        if done:
+            changes = _converge(conn)
+        else:  # a new file
+            for statement in NEW_FILE:
                 conn.execute(statement)
-            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, utc_now()))
-        if done and version in _UPGRADE_NOTES:  # a file written by an earlier version
-            logger.info(
-                "SQLite schema upgraded to version %d: %s", version, _UPGRADE_NOTES[version]
-            )
-        applied.append(version)
-    return applied
+        conn.executemany(
+            "INSERT INTO schema_version VALUES (?, ?)", [(v, utc_now()) for v in gained]
+        )
+    if changes:
+        logger.info("SQLite schema upgraded to version %d: %s", SCHEMA_VERSION, "; ".join(changes))
+    return gained
+
+
+def _converge(conn: sqlite3.Connection) -> list[str]:
+    """Make a file of an earlier version hold today's tables, compared with a new file made
+    in memory: a missing table or index is made, a missing column added, and a table whose
+    keys or layout SQLite cannot change in place is rebuilt, its rows kept. What changed."""
+    today = sqlite3.connect(":memory:")
+    try:
+        for statement in NEW_FILE:
+            today.execute(statement)
+        changes = []
+        for table in schema.TABLES:
+            name = table.name
+            have, want = _shape(conn, name), _shape(today, name)
+            assert want is not None
+            if have is None:
+                for statement in _statements(today, name):
+                    conn.execute(statement)
+                continue
+            added = [d for c, d in want.columns.items() if c not in have.columns]
+            if (
+                have.keys != want.keys
+                or have.rowid != want.rowid
+                or any(_COMPUTED_DEFAULT.search(d) for d in added)  # ADD COLUMN refuses it
+            ):
+                _rebuild(conn, today, name, [c for c in want.columns if c in have.columns])
+                changes.append(_REBUILT.get(name, f"{name} rebuilt") + " (rows kept)")
+            else:
+                for definition in added:
+                    conn.execute(f"ALTER TABLE {name} ADD COLUMN {definition}")
+                for columns, statement in want.indexes.items():
+                    if columns not in have.indexes and columns not in have.keys:
+                        conn.execute(statement)
+        return changes
+    finally:
+        today.close()
+
+
+_COMPUTED_DEFAULT = re.compile(r"DEFAULT [A-Za-z_]+\(")  # a default computed per row
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    columns: dict[str, str]  # name -> its definition, as ADD COLUMN takes it
+    keys: frozenset[tuple[str, ...]]  # the columns of each unique index or key
+    indexes: dict[tuple[str, ...], str]  # the columns of each other index -> its CREATE
+    rowid: bool
+
+
+def _shape(conn: sqlite3.Connection, table: str) -> _Shape | None:
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
+    if row is None:
+        return None
+    columns = {
+        name: " ".join(
+            [name, kind, *(["NOT NULL"] if notnull else []), *([f"DEFAULT {d}"] if d else [])]
+        )
+        for _cid, name, kind, notnull, d, _pk in conn.execute(f"PRAGMA table_info({table})")
+    }
+    keys: set[tuple[str, ...]] = set()
+    indexes: dict[tuple[str, ...], str] = {}
+    for _seq, index, unique, _origin, _partial in conn.execute(f"PRAGMA index_list({table})"):
+        cols = tuple(r[2] for r in conn.execute(f"PRAGMA index_info({index})"))
+        if unique:
+            keys.add(cols)
+        else:
+            found = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (index,))
+            indexes[cols] = found.fetchone()[0]
+    return _Shape(columns, frozenset(keys), indexes, "WITHOUT ROWID" not in row[0].upper())
+
+
+def _statements(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The CREATE statements of `table` and its indexes, as `conn` made them."""
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL"
+            " ORDER BY type = 'index'",
+            (table,),
+        )
+    ]
+
+
+def _rebuild(
+    conn: sqlite3.Connection, today: sqlite3.Connection, table: str, kept: list[str]
+) -> None:
+    """`table` made again as `today` has it, with the `kept` columns of its rows (in the
+    order they were written: sequence numbers and rowids keep their order)."""
+    old = f"{table}_old"
+    conn.execute(f"ALTER TABLE {table} RENAME TO {old}")
+    for statement in _statements(today, table):
+        if statement.upper().startswith("CREATE TABLE"):
+            conn.execute(statement)
+    names = ", ".join(kept)
+    order = " ORDER BY rowid" if _shape(conn, old).rowid else ""  # type: ignore[union-attr]
+    conn.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {old}{order}")
+    conn.execute(f"DROP TABLE {old}")
+    for statement in _statements(today, table):
+        if not statement.upper().startswith("CREATE TABLE"):
+            conn.execute(statement)
 
 
 class transaction:  # noqa: N801 - used like a function: `with transaction(conn):`
