@@ -309,6 +309,12 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         "action candidate field 'function' must be a str, actually got NoneType",
     ),
     (
+        "action-name-mail-tool",
+        _both(_set((*ACTION, "name"), "help"), _set((*WEATHER, "actions"), ["help"])),
+        "action name 'help' is reserved: 'help' is a MAIL tool, which the runtime runs itself "
+        "(the action would never run); choose another name for the action",
+    ),
+    (
         "action-not-a-dict",
         lambda swarm: swarm["actions"].append("get_weather"),
         "action candidate must be a dict, actually got str",

@@ -16,6 +16,7 @@ from mail.core.actions import ActionCore, ActionFunction
 from mail.core.review import normalize_review
 from mail.core.tools import pydantic_model_to_tool
 from mail.swarms_json.validation import (
+    check_action_name,
     check_parameters_schema,
     validate_action_from_swarms_json,
 )
@@ -59,6 +60,7 @@ class MAILAction:
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError("action name must be a non-empty string")
+        check_action_name(self.name)
         if not isinstance(self.description, str) or not self.description.strip():
             raise ValueError(f"action '{self.name}' needs a non-empty description")
         if not isinstance(self.parameters, dict):

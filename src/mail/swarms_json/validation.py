@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mail.core.tools import RUNTIME_TOOL_NAMES
 from mail.swarms_json.suggestions import suggest
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "AGENT_REQUIRED_FIELDS",
     "SWARM_OPTIONAL_FIELDS",
     "SWARM_REQUIRED_FIELDS",
+    "check_action_name",
     "check_parameters_schema",
     "validate_action_from_swarms_json",
     "validate_agent_from_swarms_json",
@@ -217,11 +219,22 @@ def validate_agent_from_swarms_json(agent_candidate: Any) -> None:
 def validate_action_from_swarms_json(action_candidate: Any) -> None:
     """Raise ValueError unless ``action_candidate`` is a well-formed swarms.json action."""
     _check_fields("action", action_candidate, ACTION_REQUIRED_FIELDS, ACTION_OPTIONAL_FIELDS)
+    check_action_name(action_candidate["name"])
     if "review" in action_candidate:
         from mail.core.review import normalize_review
 
         normalize_review(action_candidate["review"], f"action '{action_candidate['name']}'")
     check_parameters_schema(action_candidate["name"], action_candidate["parameters"])
+
+
+def check_action_name(name: str) -> None:
+    """An action may not take the name of a tool the runtime handles itself: the model would be
+    offered the action's schema, and every call would run the MAIL tool instead."""
+    if name in RUNTIME_TOOL_NAMES:
+        raise ValueError(
+            f"action name '{name}' is reserved: '{name}' is a MAIL tool, which the runtime "
+            "runs itself (the action would never run); choose another name for the action"
+        )
 
 
 def check_parameters_schema(action: str, parameters: Any) -> None:
