@@ -352,6 +352,8 @@ def test_swarms_schema_rejects_bad_documents() -> None:
         ((0, "agents"), [], "should be non-empty"),
         ((0, "agents", 0, "factory"), "pkg.mod:make", "does not match"),
         ((0, "agents", 0, "tool_format"), "xml", "is not one of"),
+        ((0, "name"), "a@b", "does not match"),
+        ((0, "agents", 0, "name"), "me teo", "does not match"),
     ]:
         bad = copy.deepcopy(good)
         target: Any = bad

@@ -168,6 +168,30 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         "swarm candidate field 'breakpoint_tools' must be a list of strings",
     ),
     # 2. cross checks
+    *[
+        (
+            f"swarm-name-{case}",
+            _set(("name",), name),
+            f"swarm name '{name}' is not valid: a swarm name may not contain '@', ':' or "
+            "whitespace (addresses write it after the '@' of agent@swarm)",
+        )
+        for case, name in (("at", "a@b"), ("colon", "a:b"), ("space", "a b"))
+    ],
+    ("swarm-name-empty", _set(("name",), ""), "swarm name must be a non-empty string"),
+    *[
+        (
+            f"agent-name-{case}",
+            _set((*WEATHER, "name"), name),
+            f"agent name '{name}' is not valid: an agent name may not contain '@' or "
+            "whitespace (it could never be addressed: agent@swarm splits at the first '@')",
+        )
+        for case, name in (("at", "w@x"), ("space", "me teo"), ("tab", "w\tx"))
+    ],
+    (
+        "agent-named-all",
+        _set((*WEATHER, "name"), "all"),
+        "agent name 'all' is reserved (it addresses every agent); choose another name",
+    ),
     (
         "duplicate-agent",
         _set(("agents", 1, "name"), "supervisor"),

@@ -14,7 +14,7 @@ from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
 from mail.factories.base import default_tool_format
-from mail.swarms_json.validation import validate_agent_from_swarms_json
+from mail.swarms_json.validation import check_agent_name, validate_agent_from_swarms_json
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 # Where `MAILAgentTemplate.from_example` finds the bundled example agents (``EXAMPLES``).
@@ -22,13 +22,6 @@ EXAMPLES_MODULE = "mail.examples"
 
 
 ToolFormat = Literal["completions", "responses"]
-
-
-def _check_agent_name(name: Any) -> None:
-    if not name or not isinstance(name, str):
-        raise ValueError("agent name must be a non-empty string")
-    if name == "all":
-        raise ValueError("'all' is reserved (it addresses every agent) and cannot name an agent")
 
 
 def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -92,7 +85,7 @@ class MAILAgent:
         self._validate()
 
     def _validate(self) -> None:
-        _check_agent_name(self.name)
+        check_agent_name(self.name)
         if not callable(self.function):
             raise TypeError(f"agent '{self.name}' function is not callable")
 
@@ -161,7 +154,7 @@ class MAILAgentTemplate:
         )
 
     def _validate(self) -> None:
-        _check_agent_name(self.name)
+        check_agent_name(self.name)
         if self.tool_format not in ("completions", "responses"):
             raise ValueError(
                 f"agent '{self.name}' tool_format must be 'completions' or 'responses', "
