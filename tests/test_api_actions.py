@@ -161,7 +161,7 @@ def test_unsupported_schema_type_is_reported() -> None:
     act = MAILAction(
         "odd", "Odd", {"type": "object", "properties": {"x": {"type": "bogus"}}}, echo_action
     )
-    with pytest.raises(ValueError, match="unsupported JSON schema type: bogus"):
+    with pytest.raises(ValueError, match="^action 'odd': parameter 'x' has unsupported JSON sch"):
         act.to_tool_dict()
 
 

@@ -33,6 +33,22 @@ def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
     return factory
 
 
+def _resolve_agent_params(agent: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` with their python::/url:: references resolved; a reference that cannot be
+    imported is a ValueError naming the agent and the parameter (as a factory's is)."""
+    resolved: dict[str, Any] = {}
+    for key, value in params.items():
+        try:
+            resolved[key] = resolve_prefixed_string_references(value)
+        except Exception as exc:  # noqa: BLE001 - any import failure is a bad definition
+            shown = f" ('{value}')" if isinstance(value, str) else ""
+            raise ValueError(
+                f"agent '{agent}': agent_params '{key}'{shown} cannot be imported: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+    return resolved
+
+
 def agent_wiring(agent: MAILAgent | MAILAgentTemplate) -> dict[str, Any]:
     """What an agent and its template both hold, as keywords of either constructor (an
     agent is built from its template, and a swarm's template is rebuilt from its agents)."""
@@ -272,7 +288,7 @@ class MAILAgentTemplate:
             factory=data["factory"],
             comm_targets=list(data.get("comm_targets") or []),
             actions=actions,
-            agent_params=resolve_prefixed_string_references(copy.deepcopy(params)),
+            agent_params=_resolve_agent_params(data["name"], copy.deepcopy(params)),
             enable_entrypoint=bool(data.get("enable_entrypoint", False)),
             enable_interswarm=bool(data.get("enable_interswarm", False)),
             can_complete_tasks=bool(data.get("can_complete_tasks", False)),
