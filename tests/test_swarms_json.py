@@ -566,10 +566,12 @@ def test_find_swarm() -> None:
     assert find_swarm(swarms, "other", "swarms.json") is swarms[1]
     with pytest.raises(ValueError) as info:
         find_swarm(swarms, "exmple", "conf/swarms.json")
-    assert str(info.value) == "swarm 'exmple' not found in conf/swarms.json Did you mean 'example'?"
+    assert (
+        str(info.value) == "swarm 'exmple' not found in conf/swarms.json. Did you mean 'example'?"
+    )
     with pytest.raises(ValueError) as info:
         find_swarm(swarms, "zzz", "conf/swarms.json")
-    assert str(info.value) == "swarm 'zzz' not found in conf/swarms.json"
+    assert str(info.value) == "swarm 'zzz' not found in conf/swarms.json."
 
 
 def test_load_swarm_from_json_file(tmp_path: Path) -> None:
