@@ -52,11 +52,28 @@ def test_constructor_resolves_function_references() -> None:
         (("n", "  ", {}, echo_action), ValueError, "needs a non-empty description"),
         (("n", "d", {}, 42), TypeError, "must be callable"),
         (("n", "d", {}, "no_colon_here"), ValueError, "Expected 'module:object' format"),
+        (("send_request", "d", {}, echo_action), ValueError, "name 'send_request' is reserved"),
+        (("discover_swarms", "d", {}, echo_action), ValueError, "'discover_swarms' is a MAIL"),
     ],
 )
 def test_constructor_rejects_bad_input(args: tuple[Any, ...], error: type, fragment: str) -> None:
     with pytest.raises(error, match=fragment):
         MAILAction(*args)
+
+
+def test_an_action_cannot_take_a_mail_tool_name() -> None:
+    # The model would be offered the action's schema, and each call would run the MAIL tool.
+    with pytest.raises(ValueError) as info:
+
+        @action(parameters={"type": "object", "properties": {}})
+        def task_complete(args: dict[str, Any]) -> str:
+            """Finish."""
+            return "done"
+
+    assert str(info.value) == (
+        "action name 'task_complete' is reserved: 'task_complete' is a MAIL tool, which the "
+        "runtime runs itself (the action would never run); choose another name for the action"
+    )
 
 
 async def test_from_pydantic_model_positional_and_keyword_function() -> None:
@@ -144,7 +161,7 @@ def test_unsupported_schema_type_is_reported() -> None:
     act = MAILAction(
         "odd", "Odd", {"type": "object", "properties": {"x": {"type": "bogus"}}}, echo_action
     )
-    with pytest.raises(ValueError, match="unsupported JSON schema type: bogus"):
+    with pytest.raises(ValueError, match="^action 'odd': parameter 'x' has unsupported JSON sch"):
         act.to_tool_dict()
 
 

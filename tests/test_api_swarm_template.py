@@ -69,6 +69,8 @@ def template(**kwargs: Any) -> MAILSwarmTemplate:
             "excluded tool 'await_mesage' is not valid. Did you mean 'await_message'?",
         ),
         ({"name": " "}, "swarm name must be a non-empty string"),
+        ({"name": "a@b"}, "swarm name 'a@b' is not valid: a swarm name may not contain '@'"),
+        ({"name": "a b"}, "swarm name 'a b' is not valid"),
         ({"agents": []}, "must have at least one agent"),
     ],
 )

@@ -274,6 +274,13 @@ def test_crons_are_checked_bounded_and_owned_and_their_runs_reach_the_webhook(
     tick = {"body": "hook"}
     _refused(post({"schedule": "* * * * * *", "message": tick}), 400, "min_interval", "1 s")
     _refused(post({"schedule": "every day", "message": tick}), 400, "cron expression")
+    # Five fields, one out of range: that field is named, not the number of fields.
+    _refused(
+        post({"schedule": "61 * * * *", "message": tick}),
+        400,
+        "in '61 * * * *', the minute field (field 1) '61' is not valid: it takes 0-59",
+    )
+    _refused(post({"schedule": "0 9 * 13 *", "message": tick}), 400, "month field (field 4)")
     _refused(post({"schedule": "0 9 * * *", "timezone": "Mars/Base", "message": tick}), 400, "Mars")
     _refused(
         post({"schedule": "0 9 * * *", "timezone": "localtime", "message": tick}), 400, "localtime"

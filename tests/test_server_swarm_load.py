@@ -72,6 +72,12 @@ def test_root_reports_the_swarm_loaded_by_post_swarms_load(tmp_path) -> None:
         # /health names the same swarm as GET / (it kept the old name before).
         health = httpx.get(server.base_url + "/health", **with_key).json()
         assert health["swarm_name"] == "replacement" and health["status"] == "healthy"
+        # So do /swarm (the console's description, with the loaded agents) and /status.
+        described = httpx.get(server.base_url + "/swarm", headers=auth(user), **with_key).json()
+        assert described["name"] == "replacement"
+        assert "greeter" in [agent["name"] for agent in described["agents"]]
+        status = httpx.get(server.base_url + "/status", headers=auth(user), **with_key).json()
+        assert status["swarm"]["name"] == "replacement"
         # And the loaded swarm is what new callers talk to.
         r = httpx.post(
             server.base_url + "/message", headers=auth(user), json={"body": "hi"}, **with_key

@@ -133,6 +133,18 @@ def test_every_action_imports_in_both_documented_forms() -> None:
             assert tool["name"] == name and tool["parameters"]["type"] == "object"
 
 
+@pytest.mark.parametrize(
+    ("args", "got"), [(None, "null"), (["path"], "an array"), ("notes.txt", "a string")]
+)
+async def test_arguments_that_are_not_an_object_never_raise(args: Any, got: str) -> None:
+    # Bad arguments never raise (docs/stdlib.md), not even arguments that are not an object.
+    for package, names in ALL_ACTIONS.items():
+        for name in names:
+            act = read_python_string(f"python::mail.stdlib.{package}:{name}")
+            result = await act.function(args)
+            assert result == f"Error: the arguments must be an object, got {got}", name
+
+
 def test_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     # Its agents call through a LiteLLM proxy (use_proxy is true by default): checked when the
     # swarm is built, so the proxy's URL must be known.

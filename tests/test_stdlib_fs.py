@@ -81,6 +81,23 @@ async def test_missing_or_wrong_path_type(root: Path, action) -> None:  # type: 
     assert await action.function({"path": 3}) == "Error: `path` must be a string"
 
 
+@pytest.mark.parametrize("action", [read_file, delete_file, create_directory])
+async def test_an_empty_path_is_refused(root: Path, action) -> None:  # type: ignore[no-untyped-def]
+    assert await action.function({"path": ""}) == "Error: `path` is empty"
+    assert await write_file.function({"path": "", "content": "x"}) == "Error: `path` is empty"
+    # read_directory lists the caller's folder, as "." does.
+    (root / "a.txt").write_text("x")
+    assert await read_directory.function({"path": ""}) == "a.txt"
+
+
+async def test_content_that_is_not_utf8_text_is_refused(root: Path) -> None:
+    # A lone surrogate (what a JSON "\udcff" escape decodes to) has no UTF-8 form.
+    assert await write_file.function({"path": "bin", "content": "\udcff"}) == (
+        "Error: `content` cannot be written as UTF-8: it holds an unpaired surrogate"
+    )
+    assert not (root / "bin").exists()
+
+
 async def test_write_needs_string_content(root: Path) -> None:
     assert write_file.parameters["required"] == ["path", "content"]
     assert await write_file.function({"path": "a", "content": 123}) == (

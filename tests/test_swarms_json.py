@@ -168,6 +168,30 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         "swarm candidate field 'breakpoint_tools' must be a list of strings",
     ),
     # 2. cross checks
+    *[
+        (
+            f"swarm-name-{case}",
+            _set(("name",), name),
+            f"swarm name '{name}' is not valid: a swarm name may not contain '@', ':' or "
+            "whitespace (addresses write it after the '@' of agent@swarm)",
+        )
+        for case, name in (("at", "a@b"), ("colon", "a:b"), ("space", "a b"))
+    ],
+    ("swarm-name-empty", _set(("name",), ""), "swarm name must be a non-empty string"),
+    *[
+        (
+            f"agent-name-{case}",
+            _set((*WEATHER, "name"), name),
+            f"agent name '{name}' is not valid: an agent name may not contain '@' or "
+            "whitespace (it could never be addressed: agent@swarm splits at the first '@')",
+        )
+        for case, name in (("at", "w@x"), ("space", "me teo"), ("tab", "w\tx"))
+    ],
+    (
+        "agent-named-all",
+        _set((*WEATHER, "name"), "all"),
+        "agent name 'all' is reserved (it addresses every agent); choose another name",
+    ),
     (
         "duplicate-agent",
         _set(("agents", 1, "name"), "supervisor"),
@@ -307,6 +331,12 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         "action-function-type",
         _set((*ACTION, "function"), None),
         "action candidate field 'function' must be a str, actually got NoneType",
+    ),
+    (
+        "action-name-mail-tool",
+        _both(_set((*ACTION, "name"), "help"), _set((*WEATHER, "actions"), ["help"])),
+        "action name 'help' is reserved: 'help' is a MAIL tool, which the runtime runs itself "
+        "(the action would never run); choose another name for the action",
     ),
     (
         "action-not-a-dict",
@@ -536,10 +566,12 @@ def test_find_swarm() -> None:
     assert find_swarm(swarms, "other", "swarms.json") is swarms[1]
     with pytest.raises(ValueError) as info:
         find_swarm(swarms, "exmple", "conf/swarms.json")
-    assert str(info.value) == "swarm 'exmple' not found in conf/swarms.json Did you mean 'example'?"
+    assert (
+        str(info.value) == "swarm 'exmple' not found in conf/swarms.json. Did you mean 'example'?"
+    )
     with pytest.raises(ValueError) as info:
         find_swarm(swarms, "zzz", "conf/swarms.json")
-    assert str(info.value) == "swarm 'zzz' not found in conf/swarms.json"
+    assert str(info.value) == "swarm 'zzz' not found in conf/swarms.json."
 
 
 def test_load_swarm_from_json_file(tmp_path: Path) -> None:

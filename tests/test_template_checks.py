@@ -85,6 +85,20 @@ BROKEN: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "action 'human_review' field 'parameters' must be a JSON schema with \"type\": \"object\"",
     ),
     "agent-named-all": (_rename_worker_all, "'all' is reserved"),
+    "action-function-not-importable": (
+        _set(("actions", 0, "function"), "python::nope:x"),
+        "action 'human_review': function 'python::nope:x' cannot be imported: "
+        "ModuleNotFoundError: No module named 'nope'",
+    ),
+    "agent-param-not-importable": (
+        _set(("agents", 1, "agent_params"), {"system": "python::nope:x"}),
+        "agent 'worker': agent_params 'system' ('python::nope:x') cannot be imported: "
+        "ModuleNotFoundError: No module named 'nope'",
+    ),
+    "action-schema-type-unknown": (
+        _set(("actions", 0, "parameters", "properties", "question"), {"type": "nonsense"}),
+        "action 'human_review': parameter 'question' has unsupported JSON schema type 'nonsense'",
+    ),
 }
 
 

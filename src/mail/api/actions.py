@@ -16,6 +16,7 @@ from mail.core.actions import ActionCore, ActionFunction
 from mail.core.review import normalize_review
 from mail.core.tools import pydantic_model_to_tool
 from mail.swarms_json.validation import (
+    check_action_name,
     check_parameters_schema,
     validate_action_from_swarms_json,
 )
@@ -47,7 +48,7 @@ class MAILAction:
         self.description = description
         self.parameters = parameters or {"type": "object", "properties": {}}
         self.function_ref = function if isinstance(function, str) else None
-        self.function = self._build_action_function(function)
+        self.function = self._build_action_function(name, function)
         self._validate()
         # Decisions a person may take before this action runs (None: runs unreviewed).
         self.review: list[str] | None = normalize_review(review, f"action '{name}'")
@@ -59,6 +60,7 @@ class MAILAction:
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError("action name must be a non-empty string")
+        check_action_name(self.name)
         if not isinstance(self.description, str) or not self.description.strip():
             raise ValueError(f"action '{self.name}' needs a non-empty description")
         if not isinstance(self.parameters, dict):
@@ -66,16 +68,26 @@ class MAILAction:
         check_parameters_schema(self.name, self.parameters)
 
     @staticmethod
-    def _build_action_function(function: str | ActionFunction | MAILAction) -> ActionFunction:
+    def _build_action_function(
+        name: str, function: str | ActionFunction | MAILAction
+    ) -> ActionFunction:
         if isinstance(function, MAILAction):
             return function.function
         if isinstance(function, str):
-            resolved = read_python_string(function)
+            try:
+                resolved = read_python_string(function)
+            except Exception as exc:  # noqa: BLE001 - any import failure is a bad definition
+                raise ValueError(
+                    f"action '{name}': function '{function}' cannot be imported: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             if isinstance(resolved, MAILAction):
                 return resolved.function
             function = resolved
         if not callable(function):
-            raise TypeError(f"action function must be callable, got {type(function).__name__}")
+            raise TypeError(
+                f"action '{name}': function must be callable, got {type(function).__name__}"
+            )
         return function
 
     @classmethod
@@ -124,7 +136,7 @@ class MAILAction:
     # ------------------------------------------------------------------ schema
     def to_pydantic_model(self, for_tools: bool = False) -> type[BaseModel]:
         """A pydantic model equivalent to the parameters schema (enums and formats kept)."""
-        return _model_from_schema(self.name, self.parameters, self.parameters, 0)
+        return _action_model(self.name, self.parameters)
 
     def to_tool_dict(self, style: ToolStyle = "responses") -> dict[str, Any]:
         """The action's tool spec (a fresh copy: callers may change it).
@@ -183,7 +195,9 @@ def _field_type(
             return out
     if "allOf" in schema:
         if len(schema["allOf"]) != 1:
-            raise ValueError("unsupported JSON schema: allOf with more than one member")
+            raise ValueError(
+                f"parameter '{field}' uses allOf with more than one member (not supported)"
+            )
         return _field_type(action, field, schema["allOf"][0], root, depth)
     if "enum" in schema:
         return Literal[tuple(schema["enum"])]
@@ -207,18 +221,27 @@ def _field_type(
         return dict[str, Any]
     if kind is None:
         return Any
-    raise ValueError(f"unsupported JSON schema type: {kind}")
+    raise ValueError(f"parameter '{field}' has unsupported JSON schema type '{kind}'")
 
 
 @functools.lru_cache(maxsize=256)
 def _tool_dict(name: str, description: str, parameters: str, style: ToolStyle) -> dict[str, Any]:
     params = json.loads(parameters)
     return pydantic_model_to_tool(
-        _model_from_schema(name, params, params, 0),
+        _action_model(name, params),
         name=name,
         description=description,
         style=style,
     )
+
+
+def _action_model(action: str, parameters: dict[str, Any]) -> type[BaseModel]:
+    """The pydantic model of an action's parameters; ValueError naming the action if the
+    schema uses something this conversion does not support."""
+    try:
+        return _model_from_schema(action, parameters, parameters, 0)
+    except ValueError as exc:
+        raise ValueError(f"action '{action}': {exc}") from exc
 
 
 def _model_from_schema(

@@ -14,7 +14,7 @@ from mail.core.agents import AgentCore, AgentFunction, AgentOutput
 from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
 from mail.factories.base import default_tool_format
-from mail.swarms_json.validation import validate_agent_from_swarms_json
+from mail.swarms_json.validation import check_agent_name, validate_agent_from_swarms_json
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 # Where `MAILAgentTemplate.from_example` finds the bundled example agents (``EXAMPLES``).
@@ -24,13 +24,6 @@ EXAMPLES_MODULE = "mail.examples"
 ToolFormat = Literal["completions", "responses"]
 
 
-def _check_agent_name(name: Any) -> None:
-    if not name or not isinstance(name, str):
-        raise ValueError("agent name must be a non-empty string")
-    if name == "all":
-        raise ValueError("'all' is reserved (it addresses every agent) and cannot name an agent")
-
-
 def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
     if isinstance(factory, str):
         resolved = read_python_string(factory)
@@ -38,6 +31,22 @@ def _resolve_factory(factory: str | Callable[..., Any]) -> Callable[..., Any]:
             raise TypeError(f"agent factory '{factory}' did not resolve to a callable")
         return resolved  # type: ignore[no-any-return]
     return factory
+
+
+def _resolve_agent_params(agent: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` with their python::/url:: references resolved; a reference that cannot be
+    imported is a ValueError naming the agent and the parameter (as a factory's is)."""
+    resolved: dict[str, Any] = {}
+    for key, value in params.items():
+        try:
+            resolved[key] = resolve_prefixed_string_references(value)
+        except Exception as exc:  # noqa: BLE001 - any import failure is a bad definition
+            shown = f" ('{value}')" if isinstance(value, str) else ""
+            raise ValueError(
+                f"agent '{agent}': agent_params '{key}'{shown} cannot be imported: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+    return resolved
 
 
 def agent_wiring(agent: MAILAgent | MAILAgentTemplate) -> dict[str, Any]:
@@ -92,7 +101,7 @@ class MAILAgent:
         self._validate()
 
     def _validate(self) -> None:
-        _check_agent_name(self.name)
+        check_agent_name(self.name)
         if not callable(self.function):
             raise TypeError(f"agent '{self.name}' function is not callable")
 
@@ -161,7 +170,7 @@ class MAILAgentTemplate:
         )
 
     def _validate(self) -> None:
-        _check_agent_name(self.name)
+        check_agent_name(self.name)
         if self.tool_format not in ("completions", "responses"):
             raise ValueError(
                 f"agent '{self.name}' tool_format must be 'completions' or 'responses', "
@@ -279,7 +288,7 @@ class MAILAgentTemplate:
             factory=data["factory"],
             comm_targets=list(data.get("comm_targets") or []),
             actions=actions,
-            agent_params=resolve_prefixed_string_references(copy.deepcopy(params)),
+            agent_params=_resolve_agent_params(data["name"], copy.deepcopy(params)),
             enable_entrypoint=bool(data.get("enable_entrypoint", False)),
             enable_interswarm=bool(data.get("enable_interswarm", False)),
             can_complete_tasks=bool(data.get("can_complete_tasks", False)),

@@ -24,6 +24,7 @@ from mail.swarms_json import (
     read_swarms_json_file,
     suggest,
 )
+from mail.swarms_json.validation import check_swarm_name
 from mail.utils.parsing import read_python_string
 
 
@@ -70,8 +71,7 @@ class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError("swarm name must be a non-empty string")
+        check_swarm_name(self.name)
         if not self.agents:
             raise ValueError(f"swarm '{self.name}' must have at least one agent")
         names = self.agent_names

@@ -129,6 +129,12 @@ def parse_agent_address(address: str) -> tuple[str, str | None]:
     return name.strip(), swarm.strip()
 
 
+def is_valid_swarm_name(name: str) -> bool:
+    """A swarm name is non-empty, without '@', ':' or whitespace: it is written after the '@'
+    of agent addresses and of ``role:id@swarm`` task contributors."""
+    return bool(name) and "@" not in name and ":" not in name and not any(c.isspace() for c in name)
+
+
 def format_agent_address(agent_name: str, swarm_name: str | None = None) -> MAILAddress:
     """The agent address ``agent_name@swarm_name`` (just ``agent_name`` without a swarm)."""
     return create_agent_address(f"{agent_name}@{swarm_name}" if swarm_name else agent_name)

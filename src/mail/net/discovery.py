@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
+from mail.core.message import is_valid_swarm_name
 from mail.net.router import peer_error_text
 from mail.net.types import InterswarmError
 
@@ -77,11 +78,9 @@ def discovery_base_url(url: Any) -> str:
 def _valid_name(name: Any) -> bool:
     return (
         isinstance(name, str)
-        and 0 < len(name) <= MAX_NAME_LENGTH
-        and "@" not in name
-        and ":" not in name
+        and len(name) <= MAX_NAME_LENGTH
+        and is_valid_swarm_name(name)
         and "/" not in name
-        and not any(c.isspace() for c in name)
     )
 
 

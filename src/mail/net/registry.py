@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from mail.core.message import is_valid_swarm_name
 from mail.net.health import HealthMonitor, fetch_swarm_info, fetch_swarm_list
 from mail.net.registry_store import (
     DEFAULT_TOKEN_PREFIX,
@@ -130,12 +131,7 @@ class SwarmRegistry:
     ) -> None:
         """Add or replace a remote swarm after reading its `GET /` metadata."""
         swarm_name = (swarm_name or "").strip()
-        if (
-            not swarm_name
-            or "@" in swarm_name
-            or ":" in swarm_name
-            or any(c.isspace() for c in swarm_name)
-        ):
+        if not is_valid_swarm_name(swarm_name):
             raise ValueError(f"invalid swarm name: '{swarm_name}'")
         if swarm_name == self.local_swarm_name:
             raise ValueError(f"'{swarm_name}' is the name of this swarm, not a remote one")

@@ -98,6 +98,32 @@ def latest_time(schedule: str, zone: zoneinfo.ZoneInfo, at: float) -> float:
     return following if following <= at else found
 
 
+# The fields of a 5-field expression and the values each takes (a 6-field one has seconds first).
+CRON_FIELD_RANGES: tuple[tuple[str, str], ...] = (
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or jan-dec"),
+    ("day-of-week", "0-7 or sun-sat"),
+)
+
+
+def _bad_field(schedule: str) -> str | None:
+    """What is wrong with a 5- or 6-field expression croniter refuses: its first field that is
+    refused with every other field `*` (croniter's own message names no field)."""
+    parts = schedule.split()
+    named = ((("second", "0-59"),) if len(parts) == 6 else ()) + CRON_FIELD_RANGES
+    for index, (name, values) in enumerate(named):
+        alone = ["*"] * len(parts)
+        alone[index] = parts[index]
+        if not croniter.is_valid(" ".join(alone), second_at_beginning=len(parts) == 6):
+            return (
+                f"the {name} field (field {index + 1}) '{echo(parts[index])}' is not valid: "
+                f"it takes {values}"
+            )
+    return None
+
+
 def check_schedule(value: Any, zone: zoneinfo.ZoneInfo, min_interval: float) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _bad("parameter 'schedule' must be a cron expression such as '0 9 * * 1-5'")
@@ -105,11 +131,15 @@ def check_schedule(value: Any, zone: zoneinfo.ZoneInfo, min_interval: float) -> 
     if len(schedule) > 200:
         raise _bad("parameter 'schedule' is longer than 200 characters")
     fields = len(schedule.split())
-    if fields not in (5, 6) or not croniter.is_valid(schedule, second_at_beginning=fields == 6):
+    if fields not in (5, 6):
         raise _bad(
             f"parameter 'schedule': '{echo(schedule)}' is not a cron expression of 5 fields "
             "(minute hour day-of-month month day-of-week) or 6 (seconds first)"
         )
+    if not croniter.is_valid(schedule, second_at_beginning=fields == 6):
+        field = _bad_field(schedule)
+        where = f"in '{echo(schedule)}', {field}" if field else f"'{echo(schedule)}' is not valid"
+        raise _bad(f"parameter 'schedule': {where}")
     try:
         times = _iterator(schedule, zone, time.time())
         runs = [float(times.get_next(float)) for _ in range(INTERVAL_SAMPLES)]

@@ -33,9 +33,8 @@ async def describe_callers_swarm(
     swarm = inst.swarm if inst is not None else state.template
     if swarm is None:
         raise HTTPException(503, "no swarm loaded")
-    info = describe_swarm(
-        swarm, name=state.swarm_name, description=state.swarm_info()["description"]
-    )
+    public = state.swarm_info()  # the name GET / and /health give (the loaded swarm's)
+    info = describe_swarm(swarm, name=public["name"], description=public["description"])
     return JSONBody(info)
 
 

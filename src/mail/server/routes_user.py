@@ -43,7 +43,7 @@ async def status(request: Request, caller: Caller = Depends(caller_admin_or_user
     ready = "ready" if storage["status"] == "ok" else "degraded"
     return JSONBody(
         {
-            "swarm": {"name": state.swarm_name, "status": ready},
+            "swarm": {"name": state.public_swarm_name(), "status": ready},
             "active_users": state.instances.count("user"),
             "user_mail_ready": inst is not None,
             "user_task_running": inst is not None and inst.is_running(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,12 +31,35 @@ def stdlib_action(
     """
 
     def decorate(fn: ActionCallback) -> MAILAction:
-        built: MAILAction = action(name=name, description=description, parameters=parameters)(fn)
+        @functools.wraps(fn)
+        async def checked(args: dict[str, Any]) -> str:
+            # Bad arguments never raise: not even arguments that are not an object at all.
+            if not isinstance(args, dict):
+                return error(f"the arguments must be an object, got {_json_type(args)}")
+            return await fn(args)
+
+        built: MAILAction = action(name=name, description=description, parameters=parameters)(
+            checked
+        )
         built.callback = fn  # type: ignore[attr-defined]
         built.parameters_model = None  # type: ignore[attr-defined]
         return built
 
     return decorate
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
 
 
 def error(message: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mail.core.message import ALL_AGENTS, is_valid_swarm_name
+from mail.core.tools import RUNTIME_TOOL_NAMES
 from mail.swarms_json.suggestions import suggest
 
 __all__ = [
@@ -13,7 +15,10 @@ __all__ = [
     "AGENT_REQUIRED_FIELDS",
     "SWARM_OPTIONAL_FIELDS",
     "SWARM_REQUIRED_FIELDS",
+    "check_action_name",
+    "check_agent_name",
     "check_parameters_schema",
+    "check_swarm_name",
     "validate_action_from_swarms_json",
     "validate_agent_from_swarms_json",
     "validate_swarm_from_swarms_json",
@@ -111,12 +116,10 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
     agent_names = [agent["name"] for agent in agents]
     entrypoint: str = swarm["entrypoint"]
 
+    check_swarm_name(swarm["name"])
     seen: set[str] = set()
     for name in agent_names:
-        if name == "all":
-            raise ValueError(
-                "agent name 'all' is reserved (it addresses every agent); choose another name"
-            )
+        check_agent_name(name)
         if name in seen:
             raise ValueError(f"duplicate agent name '{name}'")
         seen.add(name)
@@ -217,11 +220,48 @@ def validate_agent_from_swarms_json(agent_candidate: Any) -> None:
 def validate_action_from_swarms_json(action_candidate: Any) -> None:
     """Raise ValueError unless ``action_candidate`` is a well-formed swarms.json action."""
     _check_fields("action", action_candidate, ACTION_REQUIRED_FIELDS, ACTION_OPTIONAL_FIELDS)
+    check_action_name(action_candidate["name"])
     if "review" in action_candidate:
         from mail.core.review import normalize_review
 
         normalize_review(action_candidate["review"], f"action '{action_candidate['name']}'")
     check_parameters_schema(action_candidate["name"], action_candidate["parameters"])
+
+
+def check_swarm_name(name: Any) -> None:
+    """A swarm name follows the registry's rule (`mail.core.message.is_valid_swarm_name`)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("swarm name must be a non-empty string")
+    if not is_valid_swarm_name(name):
+        raise ValueError(
+            f"swarm name '{name}' is not valid: a swarm name may not contain '@', ':' or "
+            "whitespace (addresses write it after the '@' of agent@swarm)"
+        )
+
+
+def check_agent_name(name: Any) -> None:
+    """An agent name must be addressable: a target splits at its first '@'."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("agent name must be a non-empty string")
+    if name == ALL_AGENTS:
+        raise ValueError(
+            "agent name 'all' is reserved (it addresses every agent); choose another name"
+        )
+    if "@" in name or any(c.isspace() for c in name):
+        raise ValueError(
+            f"agent name '{name}' is not valid: an agent name may not contain '@' or "
+            "whitespace (it could never be addressed: agent@swarm splits at the first '@')"
+        )
+
+
+def check_action_name(name: str) -> None:
+    """An action may not take the name of a tool the runtime handles itself: the model would be
+    offered the action's schema, and every call would run the MAIL tool instead."""
+    if name in RUNTIME_TOOL_NAMES:
+        raise ValueError(
+            f"action name '{name}' is reserved: '{name}' is a MAIL tool, which the runtime "
+            "runs itself (the action would never run); choose another name for the action"
+        )
 
 
 def check_parameters_schema(action: str, parameters: Any) -> None:

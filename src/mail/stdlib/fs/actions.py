@@ -67,11 +67,16 @@ def _path_arg(args: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def _in_root(args: dict[str, Any], work: Callable[[Path, list[str], str], str]) -> str:
-    """Split ``args["path"]`` below the caller's root and run ``work`` on it in a worker thread."""
+async def _in_root(
+    args: dict[str, Any], work: Callable[[Path, list[str], str], str], allow_empty: bool = False
+) -> str:
+    """Split ``args["path"]`` below the caller's root and run ``work`` on it in a worker thread
+    (an empty path, the root itself, only with `allow_empty`)."""
     raw = _path_arg(args)
     if raw is None:
         return error("`path` must be a string")
+    if not raw and not allow_empty:
+        return error("`path` is empty")
     cfg = settings()
 
     def run() -> str:
@@ -148,7 +153,10 @@ async def write_file(args: dict[str, Any]) -> str:
     content = args.get("content")
     if not isinstance(content, str):
         return error("`content` must be a string")
-    data = content.encode("utf-8")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        return error("`content` cannot be written as UTF-8: it holds an unpaired surrogate")
     limit = settings().fs.max_write_bytes
     if len(data) > limit:
         return error(
@@ -230,7 +238,8 @@ async def read_directory(args: dict[str, Any]) -> str:
         except NotADirectoryError:
             return error(f"{raw} is not a directory")
 
-    return await _in_root(args, work)
+    # An empty path lists the caller's folder, as "." does.
+    return await _in_root(args, work, allow_empty=True)
 
 
 __all__ = ["create_directory", "delete_file", "read_directory", "read_file", "write_file"]
