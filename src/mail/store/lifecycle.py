@@ -43,12 +43,9 @@ JOURNAL_SUFFIX = "::journal"  # a running task's journal row in task_queues (run
 # restart), kept until it is: `mail.server.parked_answers`.
 PARKED_SUFFIX = "::parked"
 # The tables that hold a task's rows (keyed by instance and task id), each with the column
-# whose bytes count as the task's, `tasks` last. A name that is not a table of the database
-# (missing, or a view over another layout) is skipped: a store keeps its events either one
-# row each (task_events) or one row per written batch (task_event_batches).
+# whose bytes count as the task's, `tasks` last. A table the database lacks is skipped.
 TASK_CONTENT: dict[str, str] = {
     "task_events": "event_data",
-    "task_event_batches": "event_texts",
     "agent_histories": "history",
     "task_responses": "response",
     "task_queues": "items",
