@@ -53,7 +53,7 @@ def test_constructor_resolves_function_references() -> None:
         (("n", "d", {}, 42), TypeError, "must be callable"),
         (("n", "d", {}, "no_colon_here"), ValueError, "Expected 'module:object' format"),
         (("send_request", "d", {}, echo_action), ValueError, "name 'send_request' is reserved"),
-        (("discover_swarms", "d", {}, echo_action), ValueError, "'discover_swarms' is a MAIL"),
+        (("text_output", "d", {}, echo_action), ValueError, "handles 'text_output' itself"),
     ],
 )
 def test_constructor_rejects_bad_input(args: tuple[Any, ...], error: type, fragment: str) -> None:
@@ -71,8 +71,9 @@ def test_an_action_cannot_take_a_mail_tool_name() -> None:
             return "done"
 
     assert str(info.value) == (
-        "action name 'task_complete' is reserved: 'task_complete' is a MAIL tool, which the "
-        "runtime runs itself (the action would never run); choose another name for the action"
+        "action name 'task_complete' is reserved: the runtime handles 'task_complete' itself (a "
+        "MAIL tool, or a model's own output), so the action would never run; choose another "
+        "name for the action"
     )
 
 

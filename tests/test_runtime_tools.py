@@ -548,6 +548,18 @@ async def test_successful_action_result_and_action_complete_notice() -> None:
     assert done_ev.description == "action complete (caller = supervisor):\nlooked up cats"
 
 
+async def test_without_interswarm_an_action_named_like_an_interswarm_tool_runs() -> None:
+    """v1.3 ran an action called discover_swarms or send_interswarm_broadcast in a swarm
+    without interswarm (the names are the runtime's only where interswarm is on)."""
+    for name in ("discover_swarms", "send_interswarm_broadcast"):
+        rt, sup, _ = two_agent_runtime(
+            [[tool_call(name, {"q": "peers"})], [task_complete("ok")]],
+            actions={name: _lookup},
+        )
+        await run_task(rt)
+        assert tool_results(sup.calls[1].history) == ["SUCCESS: looked up peers"], name
+
+
 async def test_unknown_action_is_an_action_error() -> None:
     rt, sup, _ = two_agent_runtime(
         [[tool_call("nope", {})], [task_complete("ok")]], actions={"lookup": _lookup}

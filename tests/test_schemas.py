@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mail import schemas
-from mail.core.tools import RUNTIME_TOOL_NAMES
+from mail.swarms_json.validation import RESERVED_ACTION_NAMES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
@@ -341,7 +341,7 @@ def test_swarms_schema_rejects_bad_documents() -> None:
     # Action names: the schema lists exactly the names the loader refuses.
     schema = json.loads(schemas.find_schema_file(schemas.SWARMS_SCHEMA).read_text())
     reserved = schema["$defs"]["Action"]["properties"]["name"]["not"]["enum"]
-    assert set(reserved) == RUNTIME_TOOL_NAMES
+    assert set(reserved) == RESERVED_ACTION_NAMES
     action = {"name": "help", "description": "d", "parameters": {}, "function": "python::m:f"}
     assert any(
         "should not be valid" in e
@@ -353,7 +353,7 @@ def test_swarms_schema_rejects_bad_documents() -> None:
         ((0, "agents", 0, "factory"), "pkg.mod:make", "does not match"),
         ((0, "agents", 0, "tool_format"), "xml", "is not one of"),
         ((0, "name"), "a@b", "does not match"),
-        ((0, "agents", 0, "name"), "me teo", "does not match"),
+        ((0, "agents", 0, "name"), "w@x", "does not match"),
     ]:
         bad = copy.deepcopy(good)
         target: Any = bad

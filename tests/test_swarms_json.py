@@ -168,24 +168,30 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         "swarm candidate field 'breakpoint_tools' must be a list of strings",
     ),
     # 2. cross checks
+    (
+        "swarm-name-at",
+        _set(("name",), "a@b"),
+        "swarm name 'a@b' is not valid: a swarm name may not contain '@': addresses write it "
+        "after the '@' of agent@swarm",
+    ),
     *[
         (
-            f"swarm-name-{case}",
-            _set(("name",), name),
+            f"interswarm-swarm-name-{case}",
+            _both(_set(("name",), name), _set(("enable_interswarm",), True)),
             f"swarm name '{name}' is not valid: a swarm name may not contain '@', ':' or "
-            "whitespace (addresses write it after the '@' of agent@swarm)",
+            "whitespace (interswarm): addresses write it after the '@' of agent@swarm",
         )
-        for case, name in (("at", "a@b"), ("colon", "a:b"), ("space", "a b"))
+        for case, name in (("colon", "a:b"), ("space", "a b"))
     ],
     ("swarm-name-empty", _set(("name",), ""), "swarm name must be a non-empty string"),
     *[
         (
             f"agent-name-{case}",
             _set((*WEATHER, "name"), name),
-            f"agent name '{name}' is not valid: an agent name may not contain '@' or "
-            "whitespace (it could never be addressed: agent@swarm splits at the first '@')",
+            f"agent name '{name}' is not valid: an agent name may not contain '@' (it "
+            "could never be addressed: agent@swarm splits at the first '@')",
         )
-        for case, name in (("at", "w@x"), ("space", "me teo"), ("tab", "w\tx"))
+        for case, name in (("at", "w@x"), ("at-end", "w@"))
     ],
     (
         "agent-named-all",
@@ -335,8 +341,8 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "action-name-mail-tool",
         _both(_set((*ACTION, "name"), "help"), _set((*WEATHER, "actions"), ["help"])),
-        "action name 'help' is reserved: 'help' is a MAIL tool, which the runtime runs itself "
-        "(the action would never run); choose another name for the action",
+        "action name 'help' is reserved: the runtime handles 'help' itself (a MAIL tool, or a "
+        "model's own output), so the action would never run; choose another name for the action",
     ),
     (
         "action-not-a-dict",
@@ -571,7 +577,7 @@ def test_find_swarm() -> None:
     )
     with pytest.raises(ValueError) as info:
         find_swarm(swarms, "zzz", "conf/swarms.json")
-    assert str(info.value) == "swarm 'zzz' not found in conf/swarms.json."
+    assert str(info.value) == "swarm 'zzz' not found in conf/swarms.json"
 
 
 def test_load_swarm_from_json_file(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from mail.swarms_json.validation import (
     check_parameters_schema,
     validate_action_from_swarms_json,
 )
+from mail.utils.echo import echo
 from mail.utils.parsing import read_python_string
 
 ToolStyle = Literal["responses", "completions"]
@@ -78,8 +79,8 @@ class MAILAction:
                 resolved = read_python_string(function)
             except Exception as exc:  # noqa: BLE001 - any import failure is a bad definition
                 raise ValueError(
-                    f"action '{name}': function '{function}' cannot be imported: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"action '{echo(name)}': function '{echo(function)}' cannot be imported: "
+                    f"{type(exc).__name__}: {echo(exc)}"
                 ) from exc
             if isinstance(resolved, MAILAction):
                 return resolved.function

@@ -15,6 +15,7 @@ from mail.core.review import check_review_overrides
 from mail.core.team.tool_specs import team_tool_specs, validate_team_tools
 from mail.factories.base import default_tool_format
 from mail.swarms_json.validation import check_agent_name, validate_agent_from_swarms_json
+from mail.utils.echo import echo
 from mail.utils.parsing import read_python_string, resolve_prefixed_string_references
 
 # Where `MAILAgentTemplate.from_example` finds the bundled example agents (``EXAMPLES``).
@@ -41,10 +42,10 @@ def _resolve_agent_params(agent: str, params: dict[str, Any]) -> dict[str, Any]:
         try:
             resolved[key] = resolve_prefixed_string_references(value)
         except Exception as exc:  # noqa: BLE001 - any import failure is a bad definition
-            shown = f" ('{value}')" if isinstance(value, str) else ""
+            shown = f" ('{echo(value)}')" if isinstance(value, str) else ""
             raise ValueError(
-                f"agent '{agent}': agent_params '{key}'{shown} cannot be imported: "
-                f"{type(exc).__name__}: {exc}"
+                f"agent '{echo(agent)}': agent_params '{echo(key)}'{shown} cannot be imported: "
+                f"{type(exc).__name__}: {echo(exc)}"
             ) from exc
     return resolved
 

@@ -71,7 +71,7 @@ class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
-        check_swarm_name(self.name)
+        check_swarm_name(self.name, self.enable_interswarm)
         if not self.agents:
             raise ValueError(f"swarm '{self.name}' must have at least one agent")
         names = self.agent_names

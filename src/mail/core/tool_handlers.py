@@ -397,17 +397,24 @@ TOOL_HANDLERS["code_interpreter_call"] = _builtin
 
 
 # ---------------------------------------------------------------------------- interswarm tools
+async def _interswarm_off(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
+    """Without interswarm, an action of the tool's name runs (as in v1.3), else an error."""
+    if call.tool_name in rt.actions:
+        return await handle_action(rt, ctx, call)
+    return _err("interswarm messaging is not enabled for this swarm")
+
+
 @tool_handler("send_interswarm_broadcast")
 async def handle_interswarm_broadcast(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     if not rt.enable_interswarm or rt.interswarm is None:
-        return _err("interswarm messaging is not enabled for this swarm")
+        return await _interswarm_off(rt, ctx, call)
     return await rt.interswarm.broadcast_tool(ctx, call)
 
 
 @tool_handler("discover_swarms")
 async def handle_discover(rt: ToolHost, ctx: TurnContext, call: AgentToolCall) -> str:
     if not rt.enable_interswarm or rt.interswarm is None:
-        return _err("interswarm messaging is not enabled for this swarm")
+        return await _interswarm_off(rt, ctx, call)
     result: str = await rt.interswarm.discover_tool(ctx, call)
     # What was found is news the agent has to act on: it is called again to read it (an
     # error gets the ::action_error:: turn of the runtime's result rule instead).

@@ -195,7 +195,8 @@ def find_swarm(swarms: list[Any], name: str, path: PathLike = "swarms.json") -> 
     for swarm in swarms:
         if isinstance(swarm, dict) and swarm.get("name") == name:
             return swarm
-    raise ValueError(f"swarm '{name}' not found in {path}.{suggest(name, names)}")
+    hint = suggest(name, names)  # (v1.3's text, with a sentence more when a name is close)
+    raise ValueError(f"swarm '{name}' not found in {path}" + (f".{hint}" if hint else ""))
 
 
 def load_swarm_from_json_file(swarm_name: str, path: PathLike = "swarms.json") -> SwarmsJSONSwarm:

@@ -6,8 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mail.core.message import ALL_AGENTS, is_valid_swarm_name
-from mail.core.tools import RUNTIME_TOOL_NAMES
+from mail.core.tool_rights import SYNTHETIC_TOOL_NAMES
+from mail.core.tools import MAIL_TOOL_NAMES
 from mail.swarms_json.suggestions import suggest
+from mail.utils.echo import echo
 
 __all__ = [
     "ACTION_REQUIRED_FIELDS",
@@ -116,7 +118,7 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
     agent_names = [agent["name"] for agent in agents]
     entrypoint: str = swarm["entrypoint"]
 
-    check_swarm_name(swarm["name"])
+    check_swarm_name(swarm["name"], swarm.get("enable_interswarm") is True)
     seen: set[str] = set()
     for name in agent_names:
         check_agent_name(name)
@@ -228,14 +230,16 @@ def validate_action_from_swarms_json(action_candidate: Any) -> None:
     check_parameters_schema(action_candidate["name"], action_candidate["parameters"])
 
 
-def check_swarm_name(name: Any) -> None:
-    """A swarm name follows the registry's rule (`mail.core.message.is_valid_swarm_name`)."""
+def check_swarm_name(name: Any, interswarm: bool = False) -> None:
+    """A swarm name has no '@' (addresses write it after the '@' of agent@swarm); a swarm that
+    talks to others follows the registry's rule (`mail.core.message.is_valid_swarm_name`)."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError("swarm name must be a non-empty string")
-    if not is_valid_swarm_name(name):
+    if "@" in name or (interswarm and not is_valid_swarm_name(name)):
+        rule = "'@', ':' or whitespace (interswarm)" if interswarm else "'@'"
         raise ValueError(
-            f"swarm name '{name}' is not valid: a swarm name may not contain '@', ':' or "
-            "whitespace (addresses write it after the '@' of agent@swarm)"
+            f"swarm name '{echo(name)}' is not valid: a swarm name may not contain {rule}: "
+            "addresses write it after the '@' of agent@swarm"
         )
 
 
@@ -247,20 +251,26 @@ def check_agent_name(name: Any) -> None:
         raise ValueError(
             "agent name 'all' is reserved (it addresses every agent); choose another name"
         )
-    if "@" in name or any(c.isspace() for c in name):
+    if "@" in name:
         raise ValueError(
-            f"agent name '{name}' is not valid: an agent name may not contain '@' or "
-            "whitespace (it could never be addressed: agent@swarm splits at the first '@')"
+            f"agent name '{echo(name)}' is not valid: an agent name may not contain '@' (it "
+            "could never be addressed: agent@swarm splits at the first '@')"
         )
+
+
+# Tools the runtime handles before any action of the same name (send_interswarm_broadcast
+# and discover_swarms run an action of their name where interswarm is off, as in v1.3).
+RESERVED_ACTION_NAMES = frozenset(MAIL_TOOL_NAMES) | SYNTHETIC_TOOL_NAMES
 
 
 def check_action_name(name: str) -> None:
     """An action may not take the name of a tool the runtime handles itself: the model would be
     offered the action's schema, and every call would run the MAIL tool instead."""
-    if name in RUNTIME_TOOL_NAMES:
+    if name in RESERVED_ACTION_NAMES:
         raise ValueError(
-            f"action name '{name}' is reserved: '{name}' is a MAIL tool, which the runtime "
-            "runs itself (the action would never run); choose another name for the action"
+            f"action name '{name}' is reserved: the runtime handles '{name}' itself (a MAIL "
+            "tool, or a model's own output), so the action would never run; choose another "
+            "name for the action"
         )
 
 
