@@ -278,3 +278,27 @@ async def test_a_caller_keeps_at_most_max_push_configs_per_caller_across_tasks(
             TaskPushNotificationConfig(task_id=task_id, id="mine", url=url)
         )
         assert made.id == "mine"
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_a_push_config_id_over_the_limit_is_refused(
+    servers: tuple[ServerProcess, ReceiverProcess], binding: str
+) -> None:
+    """A config's id is the caller's choice and is stored with it: at most 1024 characters
+    (mail.a2a.bridge.MAX_A2A_ID_CHARS, as messageId), refused as invalid params."""
+    server, receiver = servers
+    key = server.keys["alice"]
+    async with a2a_client(server.base_url, key, streaming=False, binding=binding) as client:
+        task_id = (await collect(client, message("BREAKPOINT hold")))[-1].task.id
+        long_id = TaskPushNotificationConfig(
+            task_id=task_id, id="c" * 1025, url=receiver.url("/a2a-long-id")
+        )
+        with pytest.raises(Exception, match="id is 1025 characters; the limit is 1024"):
+            await client.create_task_push_notification_config(long_id)
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert list(listed.configs) == []
+        long_id.id = "c" * 1024
+        made = await client.create_task_push_notification_config(long_id)
+        assert made.id == "c" * 1024
