@@ -58,6 +58,7 @@ from starlette.routing import Route
 from mail.a2a.handler import MAILRequestHandler
 from mail.server.instances import instance_kind
 from mail.server.swarm_description import describe_swarm
+from mail.utils.echo import echo
 from mail.webhooks.service import WebhookService
 from mail.webhooks.views import WebhookError
 
@@ -170,7 +171,7 @@ class MessageIdDedupingHandler(DefaultRequestHandler):
         if found is not None:
             if found.fingerprint != fingerprint:
                 raise InvalidParamsError(
-                    message=f"messageId {message_id!r} was already used for a different "
+                    message=f"messageId '{echo(message_id)}' was already used for a different "
                     "message; send each new message with a new messageId (a repeat with the "
                     "same id is only for resending the same message)"
                 )

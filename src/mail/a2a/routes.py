@@ -20,6 +20,7 @@ from mail.server.errors import error_body
 from mail.server.handlers import get_state
 from mail.server.idempotency import current_ticket, idempotent
 from mail.server.jsonio import JSONBody, loads
+from mail.utils.echo import echo
 
 logger = logging.getLogger("mail.a2a")
 
@@ -192,7 +193,7 @@ def _filter_refusal(method: Any, params: Any) -> str | None:
         status = int(status)  # protobuf's JSON reads it as that state
     if isinstance(status, int) and not isinstance(status, bool) and status in TaskState.values():
         return None
-    shown = repr(status) if len(repr(status)) <= 60 else repr(status)[:57] + "..."
+    shown = f"'{echo(status)}'" if isinstance(status, str) else echo(repr(status))
     return f"status {shown} is not a task state (one of {', '.join(TaskState.keys())})"
 
 
