@@ -102,3 +102,85 @@ def test_another_callers_message_with_that_id_is_its_own(server: ServerProcess) 
     assert "result" in send(server, "alice", "alice's", mid).json()
     bobs = send(server, "bob", "bob's own", mid)
     assert "bob's own" in answer_of(bobs), bobs.text
+
+
+# -- the ids a caller chooses are bounded -------------------------------------------------
+# Each messageId is remembered per caller (the newest `max_a2a_tasks_per_caller` of them):
+# one of ~4 MB (the body limit) was kept whole, so 40 sends held 250 MB for good.
+
+ID_LIMIT = 1024  # mail.a2a.bridge.MAX_A2A_ID_CHARS (docs/a2a.md, limits)
+
+
+def rest_send(server: ServerProcess, who: str, msg: dict[str, Any]) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/a2a/message:send",
+        json={"message": msg},
+        headers={**auth(server.keys[who]), "A2A-Version": "1.0"},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("field", ["messageId", "contextId", "taskId"])
+def test_an_id_over_the_limit_is_refused_on_both_bindings(
+    server: ServerProcess, field: str
+) -> None:
+    before = mail_tasks(server, "alice")
+    msg: dict[str, Any] = {"role": "ROLE_USER", "messageId": f"m-{uuid.uuid4()}"}
+    msg["parts"] = [{"text": "too long"}]
+    msg[field] = "x" * (ID_LIMIT + 1)
+    said = f"{field} is {ID_LIMIT + 1} characters; the limit is {ID_LIMIT}"
+
+    rpc = httpx.post(
+        f"{server.base_url}/a2a",
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg}},
+        headers={**auth(server.keys["alice"]), "A2A-Version": "1.0"},
+        timeout=60,
+    )
+    error = rpc.json().get("error")
+    assert error is not None and error["code"] == INVALID_PARAMS, rpc.text
+    assert said in error["message"], error
+
+    rest = rest_send(server, "alice", msg)
+    assert rest.status_code == 400, rest.text
+    assert rest.json()["error"]["status"] == "INVALID_ARGUMENT", rest.text
+    assert said in rest.json()["error"]["message"], rest.text
+    assert mail_tasks(server, "alice") == before  # nothing ran
+
+
+def test_an_id_at_the_limit_is_taken(server: ServerProcess) -> None:
+    mid = uuid.uuid4().hex + "m" * (ID_LIMIT - 32)
+    first = send(server, "alice", "a long id", mid, context_id="c" * ID_LIMIT)
+    assert "a long id" in answer_of(first), first.text
+    again = send(server, "alice", "a long id", mid, context_id="c" * ID_LIMIT)
+    assert again.json()["result"]["task"]["id"] == first.json()["result"]["task"]["id"]
+
+
+def _rss_mb(server: ServerProcess) -> float:
+    assert server.proc is not None
+    with open(f"/proc/{server.proc.pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_huge_message_ids_do_not_pin_the_servers_memory(server: ServerProcess) -> None:
+    """Refused, a request still stayed in memory until a full collection (rare in the server:
+    the SDK's tracing keeps its error in a reference cycle through the request's frames): the
+    bridge collects such young cycles after a big request, so refused ones are let go too."""
+    huge = 3 * 1024 * 1024  # under the 4 MiB body limit
+    for n in range(3):  # the path's own high-water mark: big requests are parsed in memory
+        send(server, "bob", "warm", f"{n}-" + "w" * huge)
+    before = _rss_mb(server)
+    for n in range(20):  # 60 MB of ids
+        refused = send(server, "bob", "big id", f"{n}-" + "i" * huge)
+        assert refused.json()["error"]["code"] == INVALID_PARAMS, refused.text[:200]
+        role = {
+            "role": "ROLE_AGENT",
+            "messageId": f"r-{uuid.uuid4()}",
+            "parts": [{"text": "t" * huge}],
+        }
+        refused = rest_send(server, "bob", role)  # refused by the SDK's own handling
+        assert refused.status_code == 400, refused.text[:200]
+    grown = _rss_mb(server) - before
+    assert grown < 40, f"the server holds {grown:.0f} MB more after 40 refused 3 MB requests"

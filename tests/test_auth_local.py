@@ -34,7 +34,10 @@ def test_validation_of_roles_and_custom_keys(tmp_path: Path) -> None:
         keystore.create_key(path, "root", "x")
     with pytest.raises(keystore.KeyStoreError, match="at least 24 characters"):
         keystore.create_key(path, "user", "x", key="short")
-    key = "k" * 30
+    for same in ("k" * 30, "mail_" + "k" * 30, "1234" * 8):  # long, but no secret
+        with pytest.raises(keystore.KeyStoreError, match="must be random: this one has"):
+            keystore.create_key(path, "user", "x", key=same)
+    key = "k7Qx2mVb9Lp4Rt8Wz3Hn6Yc1"
     keystore.create_key(path, "user", "x", key=key)
     with pytest.raises(keystore.KeyStoreError, match="already"):
         keystore.create_key(path, "admin", "y", key=key)
@@ -50,6 +53,33 @@ def test_revoke_by_id_full_key_or_prefix(tmp_path: Path) -> None:
     assert [r.id for r in keystore.revoke_keys(path, c[:10])] == ["c"]
     assert keystore.read_records(path) == []
     assert keystore.revoke_keys(path, "nobody") == []
+
+
+def test_list_shows_no_more_of_a_custom_key_than_of_a_generated_one(tmp_path: Path) -> None:
+    """`mail keys list` showed 12 characters of a custom key (half of a 24-character
+    secret); it shows 7, as of a generated key's random part (after `mail_`), and revoking
+    by what it shows still works."""
+    path = tmp_path / "keys.json"
+    custom = "Zq8vT2kLm5Xw9Rb3Nc6Hy1Dp"
+    assert run_cli("keys", "--keys-file", str(path), "create", "--role", "user",
+                   "--id", "carl", "--key", custom)[0] == 0  # fmt: skip
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list")
+    assert code == 0 and f" {custom[:7]}… " in out and custom[:8] not in out, out
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list", "--json")
+    assert [k["prefix"] for k in json.loads(out)] == [custom[:7]]
+    assert custom[:8] not in path.read_text()  # nor does the file keep more
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "revoke", custom[:7])
+    assert code == 0 and "Revoked user key 'carl'" in out, out
+    # A file written before (12 characters kept) shows 7 too, and revokes by them.
+    secret, _ = keystore.create_key(path, "user", "dora")
+    data = json.loads(path.read_text())
+    data["keys"].append({**data["keys"][0], "id": "old", "prefix": custom[:12], "sha256": "0" * 64})
+    path.write_text(json.dumps(data))
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "list")
+    assert custom[:7] in out and custom[:8] not in out and secret[:12] in out, out
+    code, out, _ = run_cli("keys", "--keys-file", str(path), "revoke", custom[:7])
+    assert code == 0 and "Revoked user key 'old'" in out, out
+    assert [r.id for r in keystore.read_records(path)] == ["dora"]
 
 
 def test_store_lookup_follows_file_changes(tmp_path: Path) -> None:

@@ -64,3 +64,31 @@ def test_a_long_value_is_echoed_cut_to_100_characters(
 def test_a_short_value_is_echoed_whole(server: ServerProcess) -> None:
     r = httpx.get(f"{server.base_url}/threads/no-such-thread", headers=auth(server.keys["alice"]))
     assert r.status_code == 404 and "'no-such-thread'" in r.json()["detail"], r.text
+
+
+def _a2a(server: ServerProcess, method: str, params: Any) -> dict[str, Any]:
+    response = httpx.post(
+        f"{server.base_url}/a2a",
+        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        headers={**auth(server.keys["alice"]), "A2A-Version": "1.0"},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text[:300]
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_a2a_errors_echo_a_long_value_cut_to_100_characters(server: ServerProcess) -> None:
+    """A2A errors follow the same rule: a reused messageId (up to 1024 characters, the id
+    limit) and a ListTasks status are repeated cut, not whole."""
+    message_id = "x" * 1000
+
+    def message(text: str) -> dict[str, Any]:
+        return {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": text}]}
+
+    assert "result" in _a2a(server, "SendMessage", {"message": message("first")})
+    reused = _a2a(server, "SendMessage", {"message": message("another")})["error"]["message"]
+    assert "was already used" in reused, reused[:300]
+    refused = _a2a(server, "ListTasks", {"status": LONG})["error"]["message"]
+    assert "is not a task state" in refused, refused[:300]
+    for said in (reused, refused):
+        assert "x" * ECHO + "..." in said and "x" * (ECHO + 1) not in said, said[:300]

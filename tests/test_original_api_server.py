@@ -20,13 +20,15 @@ pytestmark = pytest.mark.timeout(120)
 # ------------------------------------------------------------------------------ uvicorn
 
 
-def uvicorn_process(directory: Path, port: int) -> subprocess.Popen[str]:
+def uvicorn_process(
+    directory: Path, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """``uvicorn mail.server:app`` started as a v1.3 user starts it, in `directory`."""
     command = [sys.executable, "-m", "uvicorn", "mail.server:app", "--host", "127.0.0.1"]
     return subprocess.Popen(
         [*command, "--port", str(port)],
         cwd=directory,
-        env=server_env(),
+        env=env or server_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -82,6 +84,28 @@ def test_uvicorn_mail_server_app_serves_the_configured_server(tmp_path: Path) ->
         again.terminate()
         out, _ = again.communicate(timeout=20)
     assert "No API keys were found" not in out
+
+
+def test_uvicorn_in_an_empty_folder_serves_the_swarm_its_mail_toml_names(
+    tmp_path: Path,
+) -> None:
+    """docs/differences.md: `uvicorn mail.server:app` works in a fresh folder. With no
+    mail.toml there, the checkout's is read (the search order's last step: the nearest one
+    above the installed package); its relative swarm source is relative to it, as `mail
+    server` reads it. It was looked for in the empty folder and the start failed (`swarm
+    source 'swarms.json' does not exist`)."""
+    env = server_env()
+    env.pop("MAIL_CONFIG_PATH", None)
+    port = free_port()
+    proc = uvicorn_process(tmp_path, port, env)
+    try:
+        wait_until_up(proc, port)
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+        assert health.json()["swarm_name"] == "demo"  # the checkout's mail.toml and swarms.json
+        assert (tmp_path / "registries" / "keys.json").is_file()  # its data: in the folder
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
 
 
 def test_mail_server_app_is_the_fastapi_application(tmp_path: Path) -> None:

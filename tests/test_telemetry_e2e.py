@@ -160,6 +160,13 @@ def test_usage_budgets_and_metrics_over_http(tmp_path: Path) -> None:
         assert set(usage["by_agent"]) == {"supervisor", "math"}
         summary = httpx.get(f"{base}/tasks", headers=headers).json()[task_id]
         assert summary["usage"]["total_tokens"] == usage["total_tokens"]
+        # A2A's HTTP+JSON routes (an app mounted at /a2a) count under their whole template,
+        # not with MAIL's GET /tasks (they were labelled `/tasks`, `/tasks/{id}`).
+        a2a = {**headers, "A2A-Version": "1.0"}
+        assert httpx.get(f"{base}/a2a/tasks", headers=a2a).status_code == 200
+        for _ in range(2):
+            unknown = httpx.get(f"{base}/a2a/tasks/{uuid.uuid4()}", headers=a2a)
+            assert unknown.status_code == 404, unknown.text
 
         after = httpx.get(f"{base}/metrics", headers=headers, timeout=10).text
         assert (
@@ -174,6 +181,13 @@ def test_usage_budgets_and_metrics_over_http(tmp_path: Path) -> None:
         # (mail_tasks counts the tasks held in memory: a finished one leaves once answered.)
         assert _metric(after, "mail_task_answers_total", state="completed") >= 1
         assert _metric(after, "mail_http_request_duration_seconds_count", route="/message") >= 1
+        for route, count in (("/tasks", 1), ("/a2a/tasks", 1), ("/a2a/tasks/{id}", 2)):
+            counted = _metric(
+                after, "mail_http_request_duration_seconds_count", method="GET", route=route
+            ) - _metric(
+                before, "mail_http_request_duration_seconds_count", method="GET", route=route
+            )
+            assert counted == count, (route, counted)
 
         # A budget pauses the task; a bad one is a 400; a raised one continues it.
         paused_id = str(uuid.uuid4())

@@ -278,3 +278,68 @@ async def test_a_caller_keeps_at_most_max_push_configs_per_caller_across_tasks(
             TaskPushNotificationConfig(task_id=task_id, id="mine", url=url)
         )
         assert made.id == "mine"
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_a_push_config_id_over_the_limit_is_refused(
+    servers: tuple[ServerProcess, ReceiverProcess], binding: str
+) -> None:
+    """A config's id is the caller's choice and is stored with it: at most 1024 characters
+    (mail.a2a.bridge.MAX_A2A_ID_CHARS, as messageId), refused as invalid params."""
+    server, receiver = servers
+    key = server.keys["alice"]
+    async with a2a_client(server.base_url, key, streaming=False, binding=binding) as client:
+        task_id = (await collect(client, message("BREAKPOINT hold")))[-1].task.id
+        long_id = TaskPushNotificationConfig(
+            task_id=task_id, id="c" * 1025, url=receiver.url("/a2a-long-id")
+        )
+        with pytest.raises(Exception, match="id is 1025 characters; the limit is 1024"):
+            await client.create_task_push_notification_config(long_id)
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert list(listed.configs) == []
+        long_id.id = "c" * 1024
+        made = await client.create_task_push_notification_config(long_id)
+        assert made.id == "c" * 1024
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_a_push_config_a_delivery_could_not_send_is_refused(
+    servers: tuple[ServerProcess, ReceiverProcess], binding: str
+) -> None:
+    """A token, authentication or url with CR/LF (or another control character) was taken,
+    then every delivery failed quietly (no HTTP request can carry it): now the create is
+    invalid params naming the field, and a send carrying such a config runs nothing."""
+    server, receiver = servers
+    key = server.keys["bob"]
+    url = receiver.url("/a2a-ctl")
+    bad = {
+        "token": TaskPushNotificationConfig(url=url, token="tok\r\nX-Injected: 1"),
+        "authentication.credentials": TaskPushNotificationConfig(
+            url=url, authentication=AuthenticationInfo(scheme="Bearer", credentials="s\nx")
+        ),
+        "authentication.scheme": TaskPushNotificationConfig(
+            url=url, authentication=AuthenticationInfo(scheme="Bea\x00rer", credentials="s")
+        ),
+        "url": TaskPushNotificationConfig(url=url + "\r\nHost: elsewhere"),
+    }
+    async with a2a_client(server.base_url, key, streaming=False, binding=binding) as client:
+        task_id = (await collect(client, message("BREAKPOINT hold")))[-1].task.id
+        for field, config in bad.items():
+            config.task_id, config.id = task_id, field
+            with pytest.raises(Exception, match=f"parameter '{field}' contains .*control"):
+                await client.create_task_push_notification_config(config)
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert list(listed.configs) == []
+        before = httpx.get(f"{server.base_url}/tasks", headers={"Authorization": f"Bearer {key}"})
+        on_send = message("never run")
+        on_send.configuration.CopyFrom(
+            SendMessageConfiguration(task_push_notification_config=bad["token"])
+        )
+        with pytest.raises(Exception, match="parameter 'token' contains control characters"):
+            await collect(client, on_send)
+        after = httpx.get(f"{server.base_url}/tasks", headers={"Authorization": f"Bearer {key}"})
+        assert set(after.json()) == set(before.json())

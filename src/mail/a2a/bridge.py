@@ -58,6 +58,7 @@ from starlette.routing import Route
 from mail.a2a.handler import MAILRequestHandler
 from mail.server.instances import instance_kind
 from mail.server.swarm_description import describe_swarm
+from mail.utils.echo import echo
 from mail.webhooks.service import WebhookService
 from mail.webhooks.views import WebhookError
 
@@ -69,6 +70,20 @@ MODES = ["text/plain", "application/json"]
 # A malformed request is the client's mistake (it gets a JSON-RPC error saying so), not a
 # server failure: the SDK logs a traceback for it, which is kept out of the server's log.
 _CLIENT_MISTAKES = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
+
+
+# The longest id a caller may choose (``messageId``, ``contextId``, ``taskId``, a push config's
+# ``id``): the bridge remembers these (up to ``max_a2a_tasks_per_caller`` messageIds per
+# caller, push configs in the store), so each is bounded; a UUID is 36 characters.
+MAX_A2A_ID_CHARS = 1024  # docs/a2a.md and docs/security.md, limits
+
+
+def check_id(name: str, value: str) -> None:
+    """InvalidParams for a caller's id longer than ``MAX_A2A_ID_CHARS``."""
+    if len(value) > MAX_A2A_ID_CHARS:
+        raise InvalidParamsError(
+            message=f"{name} is {len(value)} characters; the limit is {MAX_A2A_ID_CHARS}"
+        )
 
 
 # A2A ``SendMessage`` is idempotent by ``messageId``: a message sent again is not run again.
@@ -144,6 +159,9 @@ class MessageIdDedupingHandler(DefaultRequestHandler):
     def _claim(self, params: SendMessageRequest, context: ServerCallContext) -> tuple[_Sent, bool]:
         """(the message's record, whether this call is the first with its id)."""
         message_id = params.message.message_id
+        check_id("messageId", message_id)
+        check_id("contextId", params.message.context_id)
+        check_id("taskId", params.message.task_id)
         if not message_id:
             return _Sent(), True
         owner = resolve_user_scope(context)
@@ -153,7 +171,7 @@ class MessageIdDedupingHandler(DefaultRequestHandler):
         if found is not None:
             if found.fingerprint != fingerprint:
                 raise InvalidParamsError(
-                    message=f"messageId {message_id!r} was already used for a different "
+                    message=f"messageId '{echo(message_id)}' was already used for a different "
                     "message; send each new message with a new messageId (a repeat with the "
                     "same id is only for resending the same message)"
                 )
@@ -454,6 +472,7 @@ class PushConfigs(PushNotificationConfigStore):
         context: ServerCallContext,
     ) -> TaskPushNotificationConfig:
         stored = normalize_push_notification_config(task_id, notification_config)
+        check_id("the push config's id", stored.id)  # (a store row per config)
         auth = None
         if stored.HasField("authentication"):
             auth = {

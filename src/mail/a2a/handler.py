@@ -39,6 +39,7 @@ from mail.a2a import mapping
 from mail.a2a.cancel import cancel_caller_task
 from mail.a2a.executor import MAILAgentExecutor, caller_of
 from mail.a2a.service import was_cancelled
+from mail.utils.echo import echo
 
 # Seconds a cancel waits for a message still being handed to MAIL (see `_cancel_mail`).
 SUBMISSION_WAIT = 30.0
@@ -229,7 +230,7 @@ class MAILRequestHandler(DefaultRequestHandler):
 
 def _working(task_id: str) -> UnsupportedOperationError:
     return UnsupportedOperationError(
-        message=f"task {task_id} is still working on an earlier message (one message at a time "
+        message=f"task {echo(task_id)} is still working on an earlier message (one message at a time "
         "per task): wait until it completes or asks for input (SubscribeToTask follows it), or "
         "send in a new task of the same context"
     )

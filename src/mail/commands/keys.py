@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     create.add_argument(
         "--key",
-        help="use this secret instead of a generated one (at least 24 characters; for scripted setups)",
+        help="use this secret instead of a generated one (random, at least 24 characters; "
+        "for scripted setups)",
     )
     create.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     lst = sub.add_parser("list", help="list keys (no secrets)")

@@ -92,9 +92,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
     args.config_warnings = list(full.warnings)
     args.config_source = full.source_path
     cfg = full.server
-    data = cfg.model_dump(by_alias=False)
-    if full.source_path and args.swarm_source is None:
-        data["swarm"]["source"] = _relative_to_config(cfg.swarm.source, Path(full.source_path))
+    data = cfg.model_dump(by_alias=False)  # (a relative source is the file's: load_config)
     from mail.cluster.settings import apply_cluster_env
 
     apply_cluster_env(data["cluster"])
@@ -128,17 +126,6 @@ def resolve_config(args: argparse.Namespace) -> Any:
     ):
         data["swarm"]["registry_file"] = f"registries/{args.swarm_name}.json"
     return ServerConfig.model_validate(data)
-
-
-def _relative_to_config(source: str, config_path: Path) -> str:
-    """``[server.swarm].source`` read from a file: a relative path is relative to that file."""
-    path = Path(source).expanduser()
-    if path.is_absolute():
-        return str(path)
-    beside_config = config_path.resolve().parent / path
-    if beside_config.is_file() or not path.is_file():
-        return str(beside_config)
-    return source
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -106,6 +106,19 @@ def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
     return found
 
 
+def _relative_to_file(source: str, config_path: Path) -> str:
+    """``[server.swarm].source`` as read from ``config_path``: a relative path is relative to
+    that file's folder (a relative path that exists only under the current folder is still
+    found there), whoever reads the file (`mail server`, ``mail.server:app`` under uvicorn)."""
+    path = Path(source).expanduser()
+    if path.is_absolute():
+        return str(path)
+    beside_config = config_path.resolve().parent / path
+    if beside_config.is_file() or not path.is_file():
+        return str(beside_config)
+    return source
+
+
 def load_config_file(path: str | Path | None) -> MAILConfig:
     """Parse one file (or the defaults when ``path`` is None) into a :class:`MAILConfig`."""
     if path is None:
@@ -127,8 +140,14 @@ def load_config_file(path: str | Path | None) -> MAILConfig:
         where = ".".join(str(p) for p in ("stdlib", *err.get("loc", ())))
         raise ConfigError(f"invalid config value in {path}: {where}: {err.get('msg')}") from exc
     try:
+        server_config = ServerConfig.model_validate(server)
+    except ValidationError as exc:
+        raise _first_error(exc, path) from exc
+    swarm = server_config.swarm
+    swarm.source = _relative_to_file(swarm.source, path)
+    try:
         return MAILConfig(
-            server=ServerConfig.model_validate(server),
+            server=server_config,
             client=client,
             stdlib=stdlib_config,
             source_path=str(path),

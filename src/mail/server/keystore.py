@@ -20,8 +20,9 @@ logger = logging.getLogger("mail.auth")
 
 ROLES: tuple[str, ...] = ("admin", "user", "agent")
 KEY_PREFIX = "mail_"
-PREFIX_LENGTH = 12  # characters of the key shown by `mail keys list` (includes "mail_")
+SHOWN_CHARS = 7  # of a key's secret shown by `mail keys list`: 42 of a generated key's 256 bits
 MIN_CUSTOM_KEY_LENGTH = 24
+MIN_CUSTOM_KEY_DISTINCT = 6  # different characters: "xxxx…" or "1234" repeated is no secret
 FILE_VERSION = 1
 # Ids and swarm names end up in `role:id@swarm` task contributors: no `@`, `:`, whitespace.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -65,6 +66,13 @@ def generate_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+def shown_prefix(key: str) -> str:
+    """What `mail keys list` shows of a key (and the file keeps): ``SHOWN_CHARS`` characters
+    of its secret, after "mail_" when it starts so; a custom key shows no more of itself than
+    a generated one does."""
+    return key[: (len(KEY_PREFIX) if key.startswith(KEY_PREFIX) else 0) + SHOWN_CHARS]
+
+
 def _parse_records(path: Path, raw: bytes) -> list[KeyRecord]:
     if not raw.strip():
         return []
@@ -81,7 +89,8 @@ def _parse_records(path: Path, raw: bytes) -> list[KeyRecord]:
             record = KeyRecord(
                 id=str(item["id"]),
                 role=str(item["role"]),
-                prefix=str(item.get("prefix", "")),
+                # (Files written before kept 12 characters, half of a 24-character custom key.)
+                prefix=shown_prefix(str(item.get("prefix", ""))),
                 sha256=str(item["sha256"]).lower(),
                 created_at=str(item.get("created_at", "")),
                 swarm=str(item["swarm"]) if item.get("swarm") else None,
@@ -162,6 +171,11 @@ def create_key(
         raise KeyStoreError(
             f"a custom key must be at least {MIN_CUSTOM_KEY_LENGTH} characters with no whitespace"
         )
+    elif (distinct := len(set(key.removeprefix(KEY_PREFIX)))) < MIN_CUSTOM_KEY_DISTINCT:
+        raise KeyStoreError(
+            f"a custom key must be random: this one has {distinct} different characters "
+            f"(at least {MIN_CUSTOM_KEY_DISTINCT}); leave out --key to have one generated"
+        )
     records = read_records(path)
     digest = hash_key(key)
     if any(r.sha256 == digest for r in records):
@@ -171,7 +185,7 @@ def create_key(
     record = KeyRecord(
         id=key_id,
         role=role,
-        prefix=key[:PREFIX_LENGTH],
+        prefix=shown_prefix(key),
         sha256=digest,
         created_at=datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
         swarm=swarm,
@@ -198,8 +212,11 @@ def revoke_keys(path: Path, id_or_prefix: str, *, role: str | None = None) -> li
     if not removed:
         digest = hash_key(id_or_prefix)
         removed = [r for r in records if r.sha256 == digest]
-    if not removed and len(id_or_prefix) >= len(KEY_PREFIX) + 4:
-        removed = [r for r in records if r.prefix.startswith(id_or_prefix[:PREFIX_LENGTH])]
+    # A shown prefix: at least 4 characters of the secret, agreeing with the record's prefix.
+    if not removed and len(id_or_prefix.removeprefix(KEY_PREFIX)) >= 4:
+        removed = [
+            r for r in records if r.prefix and r.prefix.startswith(id_or_prefix[: len(r.prefix)])
+        ]
         if len(removed) > 1:
             raise KeyStoreError(
                 f"prefix '{id_or_prefix}' matches {len(removed)} keys; use a longer prefix or the id"

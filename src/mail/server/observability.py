@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Response
+from starlette.routing import Mount
 
 from mail.server.auth import Caller, caller_admin
 from mail.server.handlers import store_health
@@ -143,12 +144,18 @@ class TraceTrust:
 TRUST_NOBODY = TraceTrust()
 
 
-def route_of(scope: Scope) -> str:
-    """The route template that served the request (bounded label values)."""
+def route_of(scope: Scope, root_path: str = "") -> str:
+    """The route template that served the request (bounded label values), whole: a route of
+    a mounted app is relative to its mount, whose path is then in the scope's ``root_path``
+    after the app's own (``root_path``, the scope's before routing), so ``/a2a/tasks``, not
+    ``/tasks`` (which is another route)."""
     route = scope.get("route")
     path = getattr(route, "path", None)
     if isinstance(path, str):
-        return path
+        if isinstance(route, Mount):  # nothing matched inside it: its own path
+            return path
+        mounted = str(scope.get("root_path", ""))
+        return (mounted[len(root_path) :] if mounted.startswith(root_path) else "") + path
     endpoint = scope.get("endpoint")
     if endpoint is not None and not scope.get("path_params"):
         return str(scope.get("path", ""))  # a plain Starlette route: its path is the template
@@ -168,6 +175,7 @@ class TelemetryMiddleware:
             return
         started = time.perf_counter()
         method = scope.get("method", "GET")
+        root_path = str(scope.get("root_path", ""))  # the app's; a mount adds its path to it
         span: Any = None
         token: Any = None
         if tracer is not None:
@@ -198,7 +206,9 @@ class TelemetryMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                metrics.http_request(method, route_of(scope), status, time.perf_counter() - started)
+                metrics.http_request(
+                    method, route_of(scope, root_path), status, time.perf_counter() - started
+                )
             await send(message)
 
         try:
@@ -206,7 +216,7 @@ class TelemetryMiddleware:
         finally:
             if span is not None:
                 if span.is_recording():
-                    route = route_of(scope)
+                    route = route_of(scope, root_path)
                     span.update_name(f"{method} {route}")
                     span.set_attributes({"http.route": route, "http.response.status_code": status})
                 tracing.detach(token)

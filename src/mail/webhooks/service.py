@@ -84,6 +84,18 @@ def new_subscription(
     return record
 
 
+def _check_header_values(*fields: tuple[str, Any]) -> None:
+    """A 400 for a push config value that goes out in a delivery's headers (the token, the
+    authentication) holding a control character (CR, LF, ...): no delivery could send it."""
+    for name, value in fields:
+        if isinstance(value, str) and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise WebhookError(
+                400,
+                f"parameter '{name}' contains control characters (such as CR or LF), which an "
+                "HTTP header cannot carry",
+            )
+
+
 class WebhookService:
     def __init__(
         self,
@@ -522,6 +534,9 @@ class WebhookService:
         """Create or replace the owner's push config `config_id` of A2A task `task_id`
         (checked against the bounds, per task and per caller, and stored in one
         transaction)."""
+        _check_header_values(
+            ("token", token), *((f"authentication.{k}", v) for k, v in (auth or {}).items())
+        )
         checked = await self._url(url)
         # For A2A configs `description` holds the config id and `events` is unused.
         sub = new_subscription(
