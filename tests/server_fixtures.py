@@ -143,6 +143,14 @@ class ServerProcess:
     def stderr_path(self) -> Path:
         return self.directory / "server.err"
 
+    def rss_kib(self) -> int:
+        """The server's resident memory now (VmRSS), in KiB."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
     def start(self, *, wait: bool = True) -> ServerProcess:
         if self.script is not None:
             cmd = [sys.executable, *self.python_args, str(self.script), *self.args]

@@ -155,15 +155,6 @@ def test_an_id_at_the_limit_is_taken(server: ServerProcess) -> None:
     assert again.json()["result"]["task"]["id"] == first.json()["result"]["task"]["id"]
 
 
-def _rss_mb(server: ServerProcess) -> float:
-    assert server.proc is not None
-    with open(f"/proc/{server.proc.pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_huge_message_ids_do_not_pin_the_servers_memory(server: ServerProcess) -> None:
     """Refused, a request still stayed in memory until a full collection (rare in the server:
     the SDK's tracing keeps its error in a reference cycle through the request's frames): the
@@ -171,7 +162,7 @@ def test_huge_message_ids_do_not_pin_the_servers_memory(server: ServerProcess) -
     huge = 3 * 1024 * 1024  # under the 4 MiB body limit
     for n in range(3):  # the path's own high-water mark: big requests are parsed in memory
         send(server, "bob", "warm", f"{n}-" + "w" * huge)
-    before = _rss_mb(server)
+    before = server.rss_kib() / 1024
     for n in range(20):  # 60 MB of ids
         refused = send(server, "bob", "big id", f"{n}-" + "i" * huge)
         assert refused.json()["error"]["code"] == INVALID_PARAMS, refused.text[:200]
@@ -182,5 +173,5 @@ def test_huge_message_ids_do_not_pin_the_servers_memory(server: ServerProcess) -
         }
         refused = rest_send(server, "bob", role)  # refused by the SDK's own handling
         assert refused.status_code == 400, refused.text[:200]
-    grown = _rss_mb(server) - before
+    grown = server.rss_kib() / 1024 - before
     assert grown < 40, f"the server holds {grown:.0f} MB more after 40 refused 3 MB requests"

@@ -237,15 +237,6 @@ async def test_a_task_waiting_past_the_timeout_can_still_be_answered(
     assert get_artifact_text(resumed.artifacts[-1]) == "reviewed: yes"
 
 
-def _rss_kb(server: ServerProcess) -> int:
-    assert server.proc is not None
-    with open(f"/proc/{server.proc.pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 async def test_tasks_left_waiting_are_released_from_memory(server: ServerProcess) -> None:
     """150 A2A tasks paused and left `input-required`: the SDK's machinery of each (queues,
     producer, consumer) is held while it waits and let go after the interrupted-task timeout
@@ -269,7 +260,7 @@ async def test_tasks_left_waiting_are_released_from_memory(server: ServerProcess
     ):
         for _ in range(30):  # warm the path up
             await _paused(client)
-        before = _rss_kb(server)
+        before = server.rss_kib()
         held = 0.0
         for n in range(rounds):
             await _paused(client)
@@ -280,7 +271,7 @@ async def test_tasks_left_waiting_are_released_from_memory(server: ServerProcess
         while (left := await in_memory(http)) > 0:
             assert asyncio.get_running_loop().time() < deadline, f"{left} tasks never released"
             await asyncio.sleep(0.2)
-        per_a2a = (_rss_kb(server) - before) / rounds
+        per_a2a = (server.rss_kib() - before) / rounds
         # The paused tasks themselves are still answerable (GetTask reads the stored record).
         assert per_a2a < 120, per_a2a
 

@@ -339,6 +339,17 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         "action candidate field 'function' must be a str, actually got NoneType",
     ),
     (
+        "interswarm-action-name-interswarm-tool",
+        _both(
+            _set(("enable_interswarm",), True),
+            _set((*ACTION, "name"), "discover_swarms"),
+            _set((*WEATHER, "actions"), ["discover_swarms"]),
+        ),
+        "action name 'discover_swarms' is reserved: the runtime handles 'discover_swarms' itself "
+        "(a MAIL tool, or a model's own output), so the action would never run; choose another "
+        "name for the action",
+    ),
+    (
         "action-name-mail-tool",
         _both(_set((*ACTION, "name"), "help"), _set((*WEATHER, "actions"), ["help"])),
         "action name 'help' is reserved: the runtime handles 'help' itself (a MAIL tool, or a "

@@ -7,7 +7,6 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -203,13 +202,6 @@ def test_resubscribe_errors(server: ServerProcess) -> None:
     assert r.status_code == 400 and "Last-Event-ID" in r.json()["detail"]
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def _read_http_stream(sock: socket.socket) -> bytes:
     sock.settimeout(30)
     data = b""
@@ -246,7 +238,7 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
 ) -> None:
     assert server.proc is not None
     key = server.keys["user"]
-    rss_before = _rss_kib(server.proc.pid)
+    rss_before = server.rss_kib()
     task_id = str(uuid.uuid4())
     body = json.dumps({"body": "CHATTY 1000 12000", "stream": True, "task_id": task_id}).encode()
     sock = socket.socket()
@@ -262,7 +254,7 @@ def test_slow_consumer_is_told_to_resubscribe_and_loses_nothing(
         )
         # The reader reads nothing while the task produces megabytes of events.
         record = _wait_completed(server, "user", task_id)
-        rss_after = _rss_kib(server.proc.pid)
+        rss_after = server.rss_kib()
         produced = sum(len(e["data"]) for e in record["events"])
         frames = _sse_frames(_read_http_stream(sock))
     finally:

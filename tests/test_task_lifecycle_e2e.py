@@ -37,15 +37,6 @@ def _store_toml(**settings: object) -> str:
     return f"task_message_limit = 0\n\n[server.store]\n{lines}\n"
 
 
-def rss_mib(server: ServerProcess) -> float:
-    assert server.proc is not None
-    with open(f"/proc/{server.proc.pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def file_mib(directory: Path) -> float:
     total = 0
     for name in ("mail.db", "mail.db-wal"):
@@ -153,7 +144,7 @@ def test_one_caller_in_a_loop_is_bounded_and_expires(tmp_path: Path) -> None:
         alice, bob = auth(server.keys["alice"]), auth(server.keys["bob"])
         assert client.post("/message", json={"body": "hello"}, headers=bob).status_code == 200
         assert client.post("/message", json={"body": "warm"}, headers=alice).status_code == 200
-        before = rss_mib(server)
+        before = server.rss_kib() / 1024
         sent, refused, bob_times = 0, None, []
         for n in range(1, 60):
             reply = client.post("/message", json={"body": body}, headers=alice)
@@ -164,7 +155,7 @@ def test_one_caller_in_a_loop_is_bounded_and_expires(tmp_path: Path) -> None:
             if n == 15:
                 # 15 tasks of about 7 MiB stored each: before the fix the server grew by ~105
                 # MiB. Since, 22-67 MiB (the allocator's arenas; 30 runs on a quiet machine).
-                growth = rss_mib(server) - before
+                growth = server.rss_kib() / 1024 - before
                 print(f"RSS growth after 15 messages of 1 MiB: {growth:.0f} MiB")
                 assert growth < 80, f"RSS grew {growth:.0f} MiB after 15 messages of 1 MiB"
             if n % 5 == 0:

@@ -330,6 +330,10 @@ async def test_a_push_config_a_delivery_could_not_send_is_refused(
             config.task_id, config.id = task_id, field
             with pytest.raises(Exception, match=f"parameter '{field}' contains .*control"):
                 await client.create_task_push_notification_config(config)
+        # Nor a value longer than a header takes (each delivery would carry it).
+        long = TaskPushNotificationConfig(url=url, token="t" * 9000, task_id=task_id, id="long")
+        with pytest.raises(Exception, match="'token' is 9000 characters; the limit is 8192"):
+            await client.create_task_push_notification_config(long)
         listed = await client.list_task_push_notification_configs(
             ListTaskPushNotificationConfigsRequest(task_id=task_id)
         )

@@ -24,7 +24,7 @@ from mail.swarms_json import (
     read_swarms_json_file,
     suggest,
 )
-from mail.swarms_json.validation import check_swarm_name
+from mail.swarms_json.validation import check_action_name, check_swarm_name
 from mail.utils.parsing import read_python_string
 
 
@@ -72,6 +72,8 @@ class MAILSwarmTemplate(WiredAgents[MAILAgentTemplate]):
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
         check_swarm_name(self.name, self.enable_interswarm)
+        for action in self.actions:
+            check_action_name(action.name, self.enable_interswarm)
         if not self.agents:
             raise ValueError(f"swarm '{self.name}' must have at least one agent")
         names = self.agent_names

@@ -114,6 +114,14 @@ def _relative_to_file(source: str, config_path: Path) -> str:
     if path.is_absolute():
         return str(path)
     beside_config = config_path.resolve().parent / path
+    if beside_config.is_file() and path.is_file() and path.resolve() != beside_config:
+        logger.warning(
+            "swarm source '%s' is read beside %s (%s), not from the current folder (%s)",
+            source,
+            config_path,
+            beside_config,
+            path.resolve(),
+        )
     if beside_config.is_file() or not path.is_file():
         return str(beside_config)
     return source

@@ -212,8 +212,10 @@ def revoke_keys(path: Path, id_or_prefix: str, *, role: str | None = None) -> li
     if not removed:
         digest = hash_key(id_or_prefix)
         removed = [r for r in records if r.sha256 == digest]
-    # A shown prefix: at least 4 characters of the secret, agreeing with the record's prefix.
-    if not removed and len(id_or_prefix.removeprefix(KEY_PREFIX)) >= 4:
+    # A shown prefix: at least 4 characters of the secret, agreeing with the record's prefix
+    # ('mail' is no character of a generated key's secret).
+    secret = "" if KEY_PREFIX.startswith(id_or_prefix) else id_or_prefix.removeprefix(KEY_PREFIX)
+    if not removed and len(secret) >= 4:
         removed = [
             r for r in records if r.prefix and r.prefix.startswith(id_or_prefix[: len(r.prefix)])
         ]

@@ -118,7 +118,10 @@ def _cross_validate(swarm: dict[str, Any]) -> None:
     agent_names = [agent["name"] for agent in agents]
     entrypoint: str = swarm["entrypoint"]
 
-    check_swarm_name(swarm["name"], swarm.get("enable_interswarm") is True)
+    interswarm = swarm.get("enable_interswarm") is True
+    check_swarm_name(swarm["name"], interswarm)
+    for action in _named(swarm["actions"]):
+        check_action_name(action["name"], interswarm)
     seen: set[str] = set()
     for name in agent_names:
         check_agent_name(name)
@@ -258,15 +261,16 @@ def check_agent_name(name: Any) -> None:
         )
 
 
-# Tools the runtime handles before any action of the same name (send_interswarm_broadcast
-# and discover_swarms run an action of their name where interswarm is off, as in v1.3).
+# Tools the runtime handles before any action of the same name; the interswarm tools only
+# where interswarm is on (elsewhere an action of their name runs, as in v1.3).
 RESERVED_ACTION_NAMES = frozenset(MAIL_TOOL_NAMES) | SYNTHETIC_TOOL_NAMES
+INTERSWARM_TOOL_NAMES = frozenset({"send_interswarm_broadcast", "discover_swarms"})
 
 
-def check_action_name(name: str) -> None:
+def check_action_name(name: str, interswarm: bool = False) -> None:
     """An action may not take the name of a tool the runtime handles itself: the model would be
     offered the action's schema, and every call would run the MAIL tool instead."""
-    if name in RESERVED_ACTION_NAMES:
+    if name in RESERVED_ACTION_NAMES or (interswarm and name in INTERSWARM_TOOL_NAMES):
         raise ValueError(
             f"action name '{name}' is reserved: the runtime handles '{name}' itself (a MAIL "
             "tool, or a model's own output), so the action would never run; choose another "

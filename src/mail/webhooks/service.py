@@ -84,10 +84,20 @@ def new_subscription(
     return record
 
 
+MAX_HEADER_VALUE_CHARS = 8192  # a push config value sent as a header (a usual header bound)
+
+
 def _check_header_values(*fields: tuple[str, Any]) -> None:
     """A 400 for a push config value that goes out in a delivery's headers (the token, the
-    authentication) holding a control character (CR, LF, ...): no delivery could send it."""
+    authentication) longer than a header takes, or holding a control character (CR, LF,
+    ...): no delivery could send it."""
     for name, value in fields:
+        if isinstance(value, str) and len(value) > MAX_HEADER_VALUE_CHARS:
+            raise WebhookError(
+                400,
+                f"parameter '{name}' is {len(value)} characters; the limit is "
+                f"{MAX_HEADER_VALUE_CHARS} (it is sent as a header)",
+            )
         if isinstance(value, str) and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
             raise WebhookError(
                 400,
