@@ -167,7 +167,8 @@ def test_usage_budgets_and_metrics_over_http(tmp_path: Path) -> None:
         for _ in range(2):
             unknown = httpx.get(f"{base}/a2a/tasks/{uuid.uuid4()}", headers=a2a)
             assert unknown.status_code == 404, unknown.text
-
+            # (a path the mount does not serve, without a key, is no label of its own)
+            assert httpx.get(f"{base}/a2a/{uuid.uuid4()}").status_code == 404
         after = httpx.get(f"{base}/metrics", headers=headers, timeout=10).text
         assert (
             _metric(after, "mail_model_calls_total", model="mail/demo")
@@ -181,7 +182,8 @@ def test_usage_budgets_and_metrics_over_http(tmp_path: Path) -> None:
         # (mail_tasks counts the tasks held in memory: a finished one leaves once answered.)
         assert _metric(after, "mail_task_answers_total", state="completed") >= 1
         assert _metric(after, "mail_http_request_duration_seconds_count", route="/message") >= 1
-        for route, count in (("/tasks", 1), ("/a2a/tasks", 1), ("/a2a/tasks/{id}", 2)):
+        routes = (("/tasks", 1), ("/a2a/tasks", 1), ("/a2a/tasks/{id}", 2), ("/a2a/{path}", 2))
+        for route, count in routes:
             counted = _metric(
                 after, "mail_http_request_duration_seconds_count", method="GET", route=route
             ) - _metric(

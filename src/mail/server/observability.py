@@ -151,11 +151,12 @@ def route_of(scope: Scope, root_path: str = "") -> str:
     ``/tasks`` (which is another route)."""
     route = scope.get("route")
     path = getattr(route, "path", None)
+    mounted = str(scope.get("root_path", ""))
+    mount = mounted[len(root_path) :] if mounted.startswith(root_path) else ""
     if isinstance(path, str):
-        if isinstance(route, Mount):  # nothing matched inside it: its own path
-            return path
-        mounted = str(scope.get("root_path", ""))
-        return (mounted[len(root_path) :] if mounted.startswith(root_path) else "") + path
+        return path if isinstance(route, Mount) else mount + path
+    if mount:  # under a mount, nothing matched there: one label for any such path
+        return mount + "/{path}"
     endpoint = scope.get("endpoint")
     if endpoint is not None and not scope.get("path_params"):
         return str(scope.get("path", ""))  # a plain Starlette route: its path is the template
