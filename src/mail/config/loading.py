@@ -114,7 +114,7 @@ def _relative_to_file(source: str, config_path: Path) -> str:
     if path.is_absolute():
         return str(path)
     beside_config = config_path.resolve().parent / path
-    if beside_config.is_file() and path.is_file() and path.resolve() != beside_config:
+    if beside_config.is_file() and path.is_file() and not beside_config.samefile(path):
         logger.warning(
             "swarm source '%s' is read beside %s (%s), not from the current folder (%s)",
             source,

@@ -144,6 +144,11 @@ class TraceTrust:
 TRUST_NOBODY = TraceTrust()
 
 
+_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+
+
 def route_of(scope: Scope, root_path: str = "") -> str:
     """The route template that served the request (bounded label values), whole: a route of
     a mounted app is relative to its mount, whose path is then in the scope's ``root_path``
@@ -154,12 +159,14 @@ def route_of(scope: Scope, root_path: str = "") -> str:
     mounted = str(scope.get("root_path", ""))
     mount = mounted[len(root_path) :] if mounted.startswith(root_path) else ""
     if isinstance(path, str):
-        return path if isinstance(route, Mount) else mount + path
+        return path + "/{path}" if isinstance(route, Mount) else mount + path
     if mount:  # under a mount, nothing matched there: one label for any such path
         return mount + "/{path}"
     endpoint = scope.get("endpoint")
     if endpoint is not None and not scope.get("path_params"):
-        return str(scope.get("path", ""))  # a plain Starlette route: its path is the template
+        # A plain Starlette route: its path is the template (after a proxy's prefix).
+        path = str(scope.get("path", ""))
+        return path[len(root_path) :] if root_path and path.startswith(root_path) else path
     name = getattr(endpoint, "__name__", None)
     return name if isinstance(name, str) else "unmatched"
 
@@ -176,6 +183,8 @@ class TelemetryMiddleware:
             return
         started = time.perf_counter()
         method = scope.get("method", "GET")
+        if method not in _METHODS:  # (h11 takes any token: one label for the rest)
+            method = "_OTHER"
         root_path = str(scope.get("root_path", ""))  # the app's; a mount adds its path to it
         span: Any = None
         token: Any = None

@@ -262,7 +262,8 @@ def check_agent_name(name: Any) -> None:
 
 
 # Tools the runtime handles before any action of the same name; the interswarm tools only
-# where interswarm is on (elsewhere an action of their name runs, as in v1.3).
+# where interswarm is on (elsewhere an action of their name runs; v1.3 ran it even with
+# interswarm on, where here the tool answers: such a swarm is refused, not left to shadow).
 RESERVED_ACTION_NAMES = frozenset(MAIL_TOOL_NAMES) | SYNTHETIC_TOOL_NAMES
 INTERSWARM_TOOL_NAMES = frozenset({"send_interswarm_broadcast", "discover_swarms"})
 

@@ -544,8 +544,11 @@ class WebhookService:
         """Create or replace the owner's push config `config_id` of A2A task `task_id`
         (checked against the bounds, per task and per caller, and stored in one
         transaction)."""
+        scheme_and_credentials = " ".join(str(v) for v in (auth or {}).values() if v)
         _check_header_values(
-            ("token", token), *((f"authentication.{k}", v) for k, v in (auth or {}).items())
+            ("token", token),
+            *((f"authentication.{k}", v) for k, v in (auth or {}).items()),
+            ("authentication", scheme_and_credentials),  # one Authorization header
         )
         checked = await self._url(url)
         # For A2A configs `description` holds the config id and `events` is unused.
