@@ -57,7 +57,7 @@ def test_revoke_by_id_full_key_or_prefix(tmp_path: Path) -> None:
     assert keystore.revoke_keys(path, "nobody") == []
     lone = tmp_path / "lone.json"
     keystore.create_key(lone, "user", "only")
-    assert keystore.revoke_keys(lone, "mail") == []  # it was revoked (the only match)
+    assert keystore.revoke_keys(lone, "mail") == []  # (it was revoked: it was the only match)
 
 
 def test_list_shows_no_more_of_a_custom_key_than_of_a_generated_one(tmp_path: Path) -> None:

@@ -84,6 +84,11 @@ def test_a_source_in_both_folders_is_read_beside_the_file_with_a_warning(
         assert load_config(path).server.swarm.source == str(config_dir.resolve() / "s.json")
     assert "not from the current folder" in caplog.text
     caplog.clear()
+    path.write_text('[server.swarm]\nsource = "../conf/s.json"\n')  # the same file, by '..'
+    clear_config_cache()
+    with caplog.at_level("WARNING", logger="mail.config"):
+        load_config(path)
+    assert "not from the current folder" not in caplog.text
     monkeypatch.chdir(config_dir)  # the same file either way: nothing to say
     clear_config_cache()
     with caplog.at_level("WARNING", logger="mail.config"):

@@ -8,6 +8,7 @@ import uuid
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
@@ -20,10 +21,16 @@ async def _ok(request: object) -> PlainTextResponse:
     return PlainTextResponse("ok")
 
 
-def _app() -> TelemetryMiddleware:
+def _app(kind: str) -> TelemetryMiddleware:
+    """The server's shapes: a route of its own and an app mounted at /a2a, on Starlette's
+    router or FastAPI's (which leaves no route in the scope for a plain Starlette route)."""
     inner = Starlette(routes=[Route("/tasks", _ok), Route("/tasks/{id}", _ok)])
-    outer = Starlette(routes=[Route("/message", _ok, methods=["POST"]), Mount("/a2a", inner)])
-    return TelemetryMiddleware(outer)
+    routes = [Route("/message", _ok, methods=["POST"]), Mount("/a2a", inner)]
+    if kind == "starlette":
+        return TelemetryMiddleware(Starlette(routes=routes))
+    app = FastAPI()
+    app.router.routes.extend(routes)
+    return TelemetryMiddleware(app)
 
 
 def _count(method: str, route: str) -> float:
@@ -35,15 +42,16 @@ def _count(method: str, route: str) -> float:
     return 0.0
 
 
+@pytest.mark.parametrize("kind", ["starlette", "fastapi"])
 @pytest.mark.parametrize("root_path", ["", "/proxy"])
-async def test_labels_are_templates_whatever_the_path(root_path: str) -> None:
+async def test_labels_are_templates_whatever_the_path(kind: str, root_path: str) -> None:
     was_on = metrics.enabled()
     metrics.enable()
     try:
         labels = [("POST", "/message"), ("GET", "/a2a/tasks/{id}"), ("GET", "/a2a/{path}")]
         labels += [("GET", "unmatched"), ("_OTHER", "/message")]
         before = {label: _count(*label) for label in labels}
-        transport = httpx.ASGITransport(app=_app(), root_path=root_path)
+        transport = httpx.ASGITransport(app=_app(kind), root_path=root_path)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             for _ in range(2):
                 await client.post(f"{root_path}/message")

@@ -334,6 +334,10 @@ async def test_a_push_config_a_delivery_could_not_send_is_refused(
         long = TaskPushNotificationConfig(url=url, token="t" * 9000, task_id=task_id, id="long")
         with pytest.raises(Exception, match="'token' is 9000 characters; the limit is 8192"):
             await client.create_task_push_notification_config(long)
+        both = AuthenticationInfo(scheme="s" * 100, credentials="c" * 8150)  # one header
+        long = TaskPushNotificationConfig(url=url, authentication=both, task_id=task_id, id="a")
+        with pytest.raises(Exception, match="'authentication' is 8251 characters"):
+            await client.create_task_push_notification_config(long)
         listed = await client.list_task_push_notification_configs(
             ListTaskPushNotificationConfigsRequest(task_id=task_id)
         )

@@ -106,6 +106,13 @@ def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
     return found
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # one went away meanwhile: nothing to warn about
+        return True
+
+
 def _relative_to_file(source: str, config_path: Path) -> str:
     """``[server.swarm].source`` as read from ``config_path``: a relative path is relative to
     that file's folder (a relative path that exists only under the current folder is still
@@ -114,7 +121,7 @@ def _relative_to_file(source: str, config_path: Path) -> str:
     if path.is_absolute():
         return str(path)
     beside_config = config_path.resolve().parent / path
-    if beside_config.is_file() and path.is_file() and not beside_config.samefile(path):
+    if beside_config.is_file() and path.is_file() and not _same_file(beside_config, path):
         logger.warning(
             "swarm source '%s' is read beside %s (%s), not from the current folder (%s)",
             source,

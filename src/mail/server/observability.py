@@ -159,7 +159,7 @@ def route_of(scope: Scope, root_path: str = "") -> str:
     mounted = str(scope.get("root_path", ""))
     mount = mounted[len(root_path) :] if mounted.startswith(root_path) else ""
     if isinstance(path, str):
-        return path + "/{path}" if isinstance(route, Mount) else mount + path
+        return (mount or path) + "/{path}" if isinstance(route, Mount) else mount + path
     if mount:  # under a mount, nothing matched there: one label for any such path
         return mount + "/{path}"
     endpoint = scope.get("endpoint")

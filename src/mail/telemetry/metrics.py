@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mail.telemetry.usage import ModelCall
+
+logger = logging.getLogger("mail.telemetry")
 
 _on = False
 _metrics: dict[str, Any] = {}
@@ -97,7 +100,11 @@ class _StateCollector:
     def collect(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        state = _state_reader() if _state_reader is not None else {}
+        try:
+            state = _state_reader() if _state_reader is not None else {}
+        except Exception:  # noqa: BLE001 - the other metrics are still served
+            logger.debug("metrics: the state reader failed", exc_info=True)
+            state = {}
         tasks = GaugeMetricFamily("mail_tasks", "Tasks by state", labels=["state"])
         for name, count in sorted((state.get("tasks") or {}).items()):
             tasks.add_metric([name], count)
