@@ -70,32 +70,6 @@ def test_full_file(tmp_path: Path) -> None:
     assert s.base_url == "http://127.0.0.1:9001"
 
 
-def test_a_source_in_both_folders_is_read_beside_the_file_with_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    config_dir, cwd = tmp_path / "conf", tmp_path / "here"
-    config_dir.mkdir(), cwd.mkdir()
-    (config_dir / "s.json").write_text("[]")
-    (cwd / "s.json").write_text("[]")
-    path = config_dir / "mail.toml"
-    path.write_text('[server.swarm]\nsource = "s.json"\n')
-    monkeypatch.chdir(cwd)
-    with caplog.at_level("WARNING", logger="mail.config"):
-        assert load_config(path).server.swarm.source == str(config_dir.resolve() / "s.json")
-    assert "not from the current folder" in caplog.text
-    caplog.clear()
-    path.write_text('[server.swarm]\nsource = "../conf/s.json"\n')  # the same file, by '..'
-    clear_config_cache()
-    with caplog.at_level("WARNING", logger="mail.config"):
-        load_config(path)
-    assert "not from the current folder" not in caplog.text
-    monkeypatch.chdir(config_dir)  # the same file either way: nothing to say
-    clear_config_cache()
-    with caplog.at_level("WARNING", logger="mail.config"):
-        load_config(path)
-    assert "not from the current folder" not in caplog.text
-
-
 def test_settings_are_read_without_a_swarm_table(tmp_path: Path) -> None:
     # The original ignored [server.settings] unless [server.swarm] existed.
     cfg = load_config(write(tmp_path, "[server.settings]\ntask_message_limit = 3\n"))

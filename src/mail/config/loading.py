@@ -106,13 +106,6 @@ def unknown_key_warnings(data: dict[str, Any], path: Path) -> list[str]:
     return found
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.samefile(b)
-    except OSError:  # one went away meanwhile: nothing to warn about
-        return True
-
-
 def _relative_to_file(source: str, config_path: Path) -> str:
     """``[server.swarm].source`` as read from ``config_path``: a relative path is relative to
     that file's folder (a relative path that exists only under the current folder is still
@@ -121,14 +114,6 @@ def _relative_to_file(source: str, config_path: Path) -> str:
     if path.is_absolute():
         return str(path)
     beside_config = config_path.resolve().parent / path
-    if beside_config.is_file() and path.is_file() and not _same_file(beside_config, path):
-        logger.warning(
-            "swarm source '%s' is read beside %s (%s), not from the current folder (%s)",
-            source,
-            config_path,
-            beside_config,
-            path.resolve(),
-        )
     if beside_config.is_file() or not path.is_file():
         return str(beside_config)
     return source
